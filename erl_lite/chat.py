@@ -1,0 +1,109 @@
+"""Turning chat messages into token ids: the chat template, applied exactly once.
+
+A conversation is rendered to *text* with the tokenizer's chat template (or, for tokenizers
+without one, with the documented :func:`render_plain` format) and then tokenized with
+``add_special_tokens=False`` — the template already holds every special token, so nothing is
+added twice (the peer package templated conversational prompts twice).
+
+Multi-turn episodes grow by *glue*: the text between the end of the model's last reply and
+the start of its next one (end-of-turn marker, the new observation as a user turn, the next
+generation prompt). :func:`glue_text` finds it for any template by rendering the
+conversation with a sentinel in place of the last reply and keeping what follows it, so the
+episode's token sequence is built from the sampled ids plus tokenized glue and is never
+re-tokenized (what the model saw is exactly what it is trained on).
+
+Departures from the paper: none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Stand-in for the model's last reply when locating the glue between turns.
+_SENTINEL = "\u2063ERL_LITE_REPLY\u2063"
+
+#: Headings of the plain format, used when a tokenizer has no chat template.
+PLAIN_HEADINGS = {"system": "### System", "user": "### User", "assistant": "### Assistant"}
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool) -> str:
+    """The plain chat format for tokenizers without a template.
+
+    Each message is ``"### Role\\n<content>\\n\\n"``; an assistant message ends with the
+    tokenizer's EOS token instead, so the model learns to stop there; the text opens with
+    the BOS token when the tokenizer has one.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer
+        >>> tok = tiny_tokenizer(chat_template=False)
+        >>> render_plain([{"role": "user", "content": "hi"}], tok, True)
+        '<|bos|>### User\\nhi\\n\\n### Assistant\\n'
+    """
+    parts = [tokenizer.bos_token or ""]
+    for m in messages:
+        heading = PLAIN_HEADINGS.get(m["role"])
+        if heading is None:
+            raise ValueError(f"unknown chat role {m['role']!r}; expected one of {list(PLAIN_HEADINGS)}")
+        end = tokenizer.eos_token if m["role"] == "assistant" else "\n\n"
+        parts.append(f"{heading}\n{m['content']}{end}")
+        if m["role"] == "assistant":
+            parts.append("\n\n")
+    if add_generation_prompt:
+        parts.append(PLAIN_HEADINGS["assistant"] + "\n")
+    return "".join(parts)
+
+
+def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True) -> str:
+    """Render messages to text with the chat template (once) or the plain format."""
+    if has_chat_template(tokenizer):
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    return render_plain(messages, tokenizer, add_generation_prompt)
+
+
+def encode(text: str, tokenizer: Any) -> list[int]:
+    """Tokenize rendered text without adding special tokens (the template has them)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_messages(messages: list[dict[str, str]], tokenizer: Any) -> list[int]:
+    """Token ids of a conversation followed by the generation prompt."""
+    return encode(render(messages, tokenizer, add_generation_prompt=True), tokenizer)
+
+
+def glue_text(
+    messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None
+) -> str:
+    """Text between the end of the last assistant reply and the next generation.
+
+    Args:
+        messages: the conversation *including* the last assistant reply as its final message.
+        observation: the next user message.
+        reply_ended_with: the text of the stop token the sampled reply ended with (e.g.
+            ``"<|im_end|>"``), or None if generation was cut by the length limit. The
+            template's copy of that token is dropped so it does not appear twice.
+    """
+    if not messages or messages[-1]["role"] != "assistant":
+        raise ValueError("glue_text needs a conversation that ends with an assistant reply")
+    probe = messages[:-1] + [
+        {"role": "assistant", "content": _SENTINEL},
+        {"role": "user", "content": observation},
+    ]
+    text = render(probe, tokenizer, add_generation_prompt=True)
+    cut = text.rfind(_SENTINEL)
+    if cut < 0:
+        raise ValueError("the chat template dropped the assistant reply; cannot build multi-turn episodes")
+    glue = text[cut + len(_SENTINEL):]
+    if reply_ended_with and glue.startswith(reply_ended_with):
+        glue = glue[len(reply_ended_with):]
+    return glue
+
+
+def completion_text(completion: str, as_messages: bool) -> Any:
+    """A completion in TRL's reward-function form: a string, or ``[{"role": "assistant", ...}]``."""
+    return [{"role": "assistant", "content": completion}] if as_messages else completion

@@ -1,0 +1,235 @@
+"""ERLConfig: one flat dataclass holding every knob of a run, and its named presets.
+
+Field names follow TRL's ``GRPOConfig`` where the concept is the same (``num_generations``,
+``max_completion_length``, ``temperature``, ``beta``, ``epsilon``, ``learning_rate``, ...),
+so a GRPOTrainer user recognises them; the ERL-specific fields use the paper's vocabulary.
+Invalid values fail at construction with a message that names the field.
+
+Departures from the paper: the defaults are the paper's (Algorithm 2, τ = 1, clip 0.2/0.28,
+KL 0.001, lr 1e-6, T = 0.7) except where a small single-GPU run needs otherwise, and the
+presets say so: LoRA adapters want a larger learning rate than full fine-tuning, and the
+paper's batch of 64 tasks does not fit a consumer GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("erl", "erl_simple", "rlvr")
+LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
+MEMORY_TYPES = ("single", "fifo")
+INTERNALIZATION_MODES = ("raft", "nll")
+
+
+@dataclass
+class ERLConfig:
+    """Hyperparameters of an ERL (or RLVR) run.
+
+    Example:
+        >>> cfg = ERLConfig(mode="rlvr", num_generations=10)
+        >>> cfg.num_generations
+        10
+        >>> ERLConfig.preset("cpu").max_steps
+        20
+    """
+
+    # --- what to run -------------------------------------------------------------------
+    mode: str = "erl"
+    """``erl`` (paper Algorithm 2: train first attempts, reflections, second attempts and
+    internalization), ``erl_simple`` (Algorithm 1: one combined reward, only y1 trained) or
+    ``rlvr`` (the GRPO baseline: first attempts only)."""
+    max_steps: int = 100
+    """Training iterations. One iteration = one batch of tasks through every phase."""
+    num_tasks_per_step: int = 8
+    """Tasks per iteration (the paper uses 64)."""
+    num_generations: int = 4
+    """G: first-attempt rollouts per task (paper: 4 for ERL, 10 for RLVR)."""
+    seed: int = 42
+    """Seed for task order, sampling and initialisation."""
+
+    # --- sampling ----------------------------------------------------------------------
+    temperature: float = 0.7
+    """Sampling temperature of first and second attempts."""
+    top_p: float = 1.0
+    """Nucleus sampling for attempts (1.0 = off)."""
+    top_k: int = 0
+    """Top-k sampling for attempts (0 = off)."""
+    max_completion_length: int = 256
+    """Max new tokens per model turn of an attempt."""
+    max_episode_length: int = 2048
+    """Max tokens of a whole episode (context + all turns); an episode that would exceed it
+    ends, truncated, with its reward so far."""
+
+    # --- gate, reflection, second attempt ----------------------------------------------
+    reward_threshold: float = 1.0
+    """τ: a first attempt goes on to reflection when it did not succeed (by default
+    ``r1 < τ``); memory stores a rulebook when its second attempt reached ``r2 ≥ τ``."""
+    use_reflection: bool = True
+    """False = the "w/o reflection" ablation: no Δ; the second attempt sees the initial prompt
+    plus the first attempt's trace and feedback."""
+    reflection_temperature: float = 0.5
+    """Sampling temperature of reflections (reference code: 0.5)."""
+    reflection_top_p: float = 0.9
+    """Nucleus sampling of reflections (reference code: 0.9)."""
+    max_reflection_length: int = 512
+    """Max new tokens of a reflection."""
+    max_reflection_prompt_length: int = 2048
+    """Token budget of the reflection context; the attempt trace and then the memory are
+    shortened to fit, never the task."""
+
+    # --- memory ------------------------------------------------------------------------
+    use_memory: bool = True
+    """False = the "w/o memory" ablation: the reflector always starts from the initial
+    prompt and nothing is stored."""
+    memory_type: str = "single"
+    """``single`` (paper: one slot, overwritten by the last successful rulebook) or ``fifo``
+    (a queue of ``memory_size`` rulebooks, the ``memory_top_k`` most recent shown)."""
+    memory_size: int = 50
+    """Capacity of the ``fifo`` memory."""
+    memory_top_k: int = 3
+    """How many of the most recent ``fifo`` entries the reflector sees."""
+
+    # --- which roles train --------------------------------------------------------------
+    train_first: bool = True
+    """Policy-gradient update on first attempts."""
+    train_reflection: bool = True
+    """Policy-gradient update on reflections (reward = r2 of the second attempt)."""
+    train_second: bool = True
+    """Policy-gradient update on second attempts (under the Δ context)."""
+    use_internalization: bool = True
+    """Self-distillation: train successful second attempts under the initial context."""
+    internalization_mode: str = "raft"
+    """``raft`` (reference code: clipped policy loss with advantage max(r2, 0)) or ``nll``
+    (paper: NLL weighted by the indicator r2 > 0)."""
+    internalization_coef: float = 1.0
+    """Weight of the internalization term."""
+
+    # --- loss and optimiser (reference settings) -----------------------------------------
+    learning_rate: float = 1e-6
+    """AdamW learning rate (constant schedule, no warm-up, as in the reference)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    beta: float = 0.001
+    """KL coefficient (k3 estimator) to the reference policy; 0 skips the reference pass."""
+    epsilon: float = 0.2
+    """Lower clip range ε_low of the policy ratio."""
+    epsilon_high: float = 0.28
+    """Upper clip range ε_high ("clip-higher")."""
+    dual_clip: float | None = 3.0
+    """Dual-clip constant c for negative advantages (None disables)."""
+    loss_type: str = "seq_sum"
+    """``seq_sum`` (paper: sum over a sequence's tokens, mean over sequences),
+    ``token_mean`` or ``seq_mean``."""
+    steps_per_generation: int = 1
+    """Optimizer steps per iteration: the batch is split into this many mini-batches (the
+    reference takes 1–4 for ERL and 1 for RLVR; the history logs the count)."""
+    per_device_train_batch_size: int = 8
+    """Sequences per forward/backward pass (micro-batch); gradients are accumulated so the
+    update equals one pass over the mini-batch."""
+
+    # --- evaluation, logging, checkpoints ---------------------------------------------
+    eval_steps: int = 5
+    """Evaluate every this many iterations (0 = only at the end)."""
+    eval_num_generations: int = 4
+    """Samples per evaluation task (paper: 4)."""
+    eval_temperature: float = 0.7
+    """Sampling temperature for evaluation (first attempt only)."""
+    output_dir: str | None = None
+    """Where history, samples and checkpoints go (None = keep in memory only)."""
+    save_steps: int = 0
+    """Checkpoint every this many iterations (0 = only at the end, if output_dir is set)."""
+    sample_every: int = 1
+    """Keep the full step record (texts) every this many iterations."""
+    load_in_4bit: bool = False
+    """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA)."""
+    gradient_checkpointing: bool = False
+    """Trade compute for memory in the update pass."""
+    progress_bar: bool = True
+    """Show a tqdm progress bar."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form values carried into the history's header (e.g. the preset's name)."""
+
+    def __post_init__(self) -> None:
+        _choice("mode", self.mode, MODES)
+        _choice("loss_type", self.loss_type, LOSS_TYPES)
+        _choice("memory_type", self.memory_type, MEMORY_TYPES)
+        _choice("internalization_mode", self.internalization_mode, INTERNALIZATION_MODES)
+        for name in ("max_steps", "num_tasks_per_step", "num_generations", "max_completion_length",
+                     "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
+                     "memory_size", "memory_top_k", "steps_per_generation",
+                     "per_device_train_batch_size", "eval_num_generations", "sample_every"):
+            _positive(name, getattr(self, name))
+        for name in ("eval_steps", "save_steps", "top_k", "beta", "weight_decay",
+                     "internalization_coef", "learning_rate", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ERLConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("temperature", "reflection_temperature", "eval_temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ERLConfig.{name} must be > 0 (sampling), got {getattr(self, name)!r}")
+        for name in ("top_p", "reflection_top_p"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"ERLConfig.{name} must be in (0, 1], got {getattr(self, name)!r}")
+        for name in ("epsilon", "epsilon_high"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(self, name)!r}")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"ERLConfig.dual_clip must be > 1 or None, got {self.dual_clip!r}")
+        if self.max_completion_length >= self.max_episode_length:
+            raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
+
+    # --- presets -----------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "ERLConfig":
+        """A named preset with optional overrides. Names: see :data:`PRESETS`."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        values = {**PRESETS[name], **overrides}
+        values["extra"] = {**values.get("extra", {}), "preset": name}
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "ERLConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+#: Named presets. ``cpu``: tiny models on a laptop CPU in minutes. ``gpu``: a Qwen-class
+#: 0.5–4B model in 4-bit QLoRA on one consumer GPU (Colab T4/L4 class). ``paper``: the
+#: reference settings of the ERL paper (8×H100 scale; shown for reference).
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": dict(
+        max_steps=20, num_tasks_per_step=4, num_generations=4, max_completion_length=48,
+        max_episode_length=1024, max_reflection_length=160, max_reflection_prompt_length=1024,
+        learning_rate=2e-3, beta=0.0, eval_steps=5, eval_num_generations=2,
+        per_device_train_batch_size=16,
+    ),
+    "gpu": dict(
+        max_steps=60, num_tasks_per_step=8, num_generations=4, max_completion_length=256,
+        max_episode_length=3072, max_reflection_length=512, max_reflection_prompt_length=2048,
+        learning_rate=1e-5, beta=0.001, eval_steps=5, eval_num_generations=4,
+        per_device_train_batch_size=4, gradient_checkpointing=True,
+    ),
+    "paper": dict(
+        max_steps=100, num_tasks_per_step=64, num_generations=4, max_completion_length=1024,
+        max_episode_length=8192, max_reflection_length=2048, max_reflection_prompt_length=6144,
+        learning_rate=1e-6, beta=0.001, eval_steps=5, eval_num_generations=4,
+        per_device_train_batch_size=8,
+    ),
+}
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"ERLConfig.{name} must be one of {allowed}, got {value!r}")
+
+
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"ERLConfig.{name} must be a positive integer, got {value!r}")

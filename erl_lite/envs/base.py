@@ -1,0 +1,96 @@
+"""The environment protocol: how a task is played, one episode at a time, in text.
+
+An :class:`Environment` is a family of tasks (seeded train/test splits) plus the rules of
+the game; :meth:`Environment.new_episode` returns an :class:`Episode`, which plays one task
+in the ``reset(task) -> observation`` / ``step(action_text) -> (observation, reward, done,
+info)`` shape that gymnasium and TRL's environment classes use. The rollout engine drives a
+batch of episodes in lock-step: it renders every live episode's conversation, generates all
+actions with one ``generate`` call, then calls ``step`` on each.
+
+What ERL needs beyond gymnasium's shape, and which each episode provides once it is done:
+
+* ``feedback()`` — a short textual verdict ``f`` on the finished episode (the paper's f1/f2);
+* ``trace()`` — every observation and action with a per-step comment, shown to the reflector;
+* ``success`` — the gate's notion of success (by default ``reward >= 1``; offline QA uses
+  exact match only, as the spec says for HotpotQA).
+
+Departures from the paper: none in the protocol itself; the paper's environments are
+implemented on top of it in sibling modules.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from erl_lite.records import Task
+
+#: What ``Episode.step`` returns: (next observation or None when done, reward, done, info).
+StepOutput = tuple[str | None, float, bool, dict[str, Any]]
+
+
+class Episode(ABC):
+    """One play of one task. Create through :meth:`Environment.new_episode`.
+
+    Rewards are *terminal*: ``step`` returns the episode's reward on the step that ends it
+    and 0.0 before; ``reward`` holds the final value afterwards.
+    """
+
+    reward: float = 0.0
+    done: bool = False
+
+    @abstractmethod
+    def reset(self, task: Task) -> str:
+        """Start the episode on ``task`` and return the first observation (a user message)."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepOutput:
+        """Apply the model's raw reply ``action`` (the parser lives in the episode)."""
+
+    @abstractmethod
+    def feedback(self) -> str:
+        """Textual feedback on the finished episode (what happened, and the reward)."""
+
+    @abstractmethod
+    def trace(self) -> str:
+        """Every observation and action of the episode, each step with a comment."""
+
+    @property
+    def success(self) -> bool:
+        """Whether the episode counts as solved for the gate (default: reward >= 1)."""
+        return self.reward >= 1.0
+
+
+class Environment(ABC):
+    """A family of tasks and the rules to play them.
+
+    Attributes:
+        name: short identifier used in logs (``"frozenlake"``).
+        system_prompt: the *initial* system prompt shown to first attempts. For the paper's
+            games it states the output format but not the rules.
+        action_reminder: a one-line reminder of the action format, appended to a reflection
+            rulebook when it becomes the second attempt's system prompt.
+        max_turns: the number of model turns an episode may take (8 actions for the games,
+            5 for multi-hop QA, 1 for single-turn tasks).
+    """
+
+    name: str = "environment"
+    system_prompt: str = ""
+    action_reminder: str = ""
+    max_turns: int = 1
+
+    @abstractmethod
+    def new_episode(self) -> Episode:
+        """A fresh, un-reset episode."""
+
+    def initial_system_prompt(self, task: Task) -> str:
+        """The system prompt a first attempt at ``task`` sees (default: ``system_prompt``)."""
+        return self.system_prompt
+
+    def train_tasks(self, n: int | None = None) -> list[Task]:
+        """The first ``n`` tasks of the fixed training split (all when ``n`` is None)."""
+        raise NotImplementedError(f"{type(self).__name__} has no training split")
+
+    def test_tasks(self, n: int | None = None) -> list[Task]:
+        """The first ``n`` tasks of the fixed test split, disjoint from the training split."""
+        raise NotImplementedError(f"{type(self).__name__} has no test split")

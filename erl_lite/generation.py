@@ -1,0 +1,145 @@
+"""Batched sampling: one call turns a batch of prompts (token ids) into completions.
+
+A *generator* is anything with ``generate(prompts, params) -> completions`` on lists of token
+ids. :class:`HFGenerator` wraps a transformers model (left-padded batch, one
+``model.generate`` call); :class:`ScriptedGenerator` returns canned replies chosen by a
+Python function, so tests and notebooks can drive every ERL phase deterministically while a
+real model still receives the gradient updates. Other engines (vLLM, a server) plug in by
+implementing the same method.
+
+A completion ends *with* its stop token when the model produced one (it is trained on, so the
+model learns to stop) and is cut at the first stop token; padding is removed.
+
+Departures from the paper: the reference code samples with vLLM; erl_lite uses
+``transformers.generate`` (slower, but no extra engine to install on a consumer GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one batch."""
+
+    max_new_tokens: int
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+class Generator(Protocol):
+    """Anything that samples completions for a batch of token-id prompts."""
+
+    calls: int
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        ...
+
+
+def _cut_at_stop(ids: list[int], stop_ids: set[int], pad_id: int | None) -> list[int]:
+    """Keep tokens up to and including the first stop token; drop trailing padding."""
+    for i, t in enumerate(ids):
+        if t in stop_ids:
+            return ids[: i + 1]
+    if pad_id is not None:
+        while ids and ids[-1] == pad_id:
+            ids = ids[:-1]
+    return ids
+
+
+class HFGenerator:
+    """Samples with ``model.generate``, the whole batch in one call.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> tok = tiny_tokenizer(); model = tiny_model(tok)
+        >>> gen = HFGenerator(model, tok)
+        >>> outs = gen.generate([tok("hi").input_ids, tok("hello").input_ids], SamplingParams(5))
+        >>> len(outs), all(len(o) <= 5 for o in outs), gen.calls
+        (2, True, 1)
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, stop_ids: list[int] | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        if stop_ids is None:
+            from erl_lite.models import eos_token_ids
+
+            stop_ids = eos_token_ids(model, tokenizer)
+        self.stop_ids = list(stop_ids)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.stop_ids[0]
+        self.calls = 0
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        if not prompts:
+            return []
+        self.calls += 1
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        # (B, width) left-padded so every prompt ends at the same position.
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else None,
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=self.stop_ids,
+                pad_token_id=self.pad_id,
+                use_cache=True,
+            )
+        finally:
+            self.model.train(was_training)
+        new = out[:, width:].tolist()  # (B, <= max_new_tokens)
+        stops = set(self.stop_ids)
+        return [_cut_at_stop(row, stops, self.pad_id) for row in new]
+
+
+class ScriptedGenerator:
+    """Returns canned completions: ``script(prompt_text) -> reply_text``.
+
+    The reply is tokenized and ends with the tokenizer's EOS token (as a model's reply would),
+    then cut to ``max_new_tokens``. ``calls`` counts batched calls and ``prompts_seen`` keeps
+    every decoded prompt, so tests can check what each phase showed the model.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer
+        >>> tok = tiny_tokenizer()
+        >>> gen = ScriptedGenerator(tok, lambda prompt: "```Up```")
+        >>> tok.decode(gen.generate([tok("x").input_ids], SamplingParams(50))[0])
+        '```Up```<|im_end|>'
+    """
+
+    def __init__(self, tokenizer: Any, script: Callable[[str], str]) -> None:
+        self.tokenizer = tokenizer
+        self.script = script
+        self.calls = 0
+        self.prompts_seen: list[str] = []
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        if not prompts:
+            return []
+        self.calls += 1
+        outs = []
+        for ids in prompts:
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            self.prompts_seen.append(text)
+            reply = self.tokenizer(self.script(text), add_special_tokens=False)["input_ids"]
+            outs.append((list(reply) + [self.tokenizer.eos_token_id])[: params.max_new_tokens])
+        return outs

@@ -1,0 +1,172 @@
+"""Typed records that cross ERL's phase boundaries.
+
+Every phase takes and returns these dataclasses, never loose dicts, so a notebook can stop
+after any phase and look at exactly what the next one will see.
+
+Token layout of an attempt (one multi-turn episode is *one* sequence)::
+
+    prompt_ids                      completion_ids
+    [system + first observation +   [action_1 | glue_1 | action_2 | glue_2 | ... | action_T]
+     generation prompt]              mask: 1..1   0..0    1..1     0..0          1..1
+
+``glue_t`` is the end-of-turn marker, the next observation (a user turn) and the next
+generation prompt; it carries no loss. Re-contextualising an attempt (internalization)
+swaps ``prompt_ids`` and keeps ``completion_ids`` untouched.
+
+Departures from the paper: none; the paper does not fix a data layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: The three ERL roles that receive a policy-gradient update, plus internalization.
+ROLES = ("first", "reflection", "second", "distill")
+
+
+@dataclass
+class Task:
+    """One task: a dataset row (single-turn) or an environment instance (multi-turn).
+
+    Attributes:
+        task_id: stable identifier; advantages are grouped by it.
+        prompt: the dataset's prompt (a string or chat messages) for single-turn tasks,
+            None for environments that render their own observations.
+        data: every other column (answer, seed, map, ...). Passed to reward functions as
+            keyword arguments, TRL-style.
+    """
+
+    task_id: str
+    prompt: str | list[dict[str, str]] | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Attempt:
+    """One rollout of a task (first or second attempt) with its tokens and outcome.
+
+    Attributes:
+        task_id: the task played.
+        role: ``"first"`` or ``"second"``.
+        index: position within the task's group of G rollouts (a second attempt keeps the
+            index of the failed first attempt it retries).
+        system_prompt: the system prompt the attempt saw (initial prompt, or a rulebook Δ).
+        messages: the whole conversation as chat messages (system, user, assistant, ...).
+        prompt_ids: token ids of the header (system + first observation + generation prompt).
+        completion_ids: token ids after the header: actions and the glue between them.
+        completion_mask: 1 for tokens the model generated (they carry loss), 0 for glue.
+        reward: terminal reward of the episode.
+        success: the gate's verdict (see :attr:`Episode.success`).
+        feedback: the environment's textual feedback ``f``.
+        trace: the step-by-step trace shown to the reflector.
+        num_turns: model turns taken.
+        truncated: True if a turn or the whole episode ran out of token budget.
+    """
+
+    task_id: str
+    role: str
+    index: int
+    system_prompt: str
+    messages: list[dict[str, str]]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+    reward: float
+    success: bool
+    feedback: str
+    trace: str
+    num_turns: int
+    truncated: bool = False
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return int(sum(self.completion_mask))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form without token ids (for histories and notebooks)."""
+        d = asdict(self)
+        for key in ("prompt_ids", "completion_ids", "completion_mask"):
+            d.pop(key)
+        d["num_generated_tokens"] = self.num_generated_tokens
+        return d
+
+
+@dataclass
+class Reflection:
+    """A reflection Δ written after a failed first attempt.
+
+    Attributes:
+        task_id, index: the failed first attempt this reflects on.
+        base_prompt: the instructions the reflector was asked to improve (memory content if
+            memory held something, else the initial system prompt).
+        text: the raw generated reflection.
+        rulebook: the parsed ``<prompt>…</prompt>`` content, or ``base_prompt`` when the
+            tags were missing (then ``parsed`` is False).
+        prompt_ids, completion_ids: the reflection's own context and generated tokens.
+        reward: r̃, the reward of the second attempt it produced (filled in later).
+    """
+
+    task_id: str
+    index: int
+    base_prompt: str
+    text: str
+    rulebook: str
+    parsed: bool
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    reward: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("prompt_ids")
+        d.pop("completion_ids")
+        return d
+
+
+@dataclass
+class TrainSample:
+    """One sequence of the RL batch, under the context its role prescribes.
+
+    Attributes:
+        role: one of :data:`ROLES`.
+        prompt_ids: context tokens (no loss).
+        completion_ids: tokens after the context.
+        completion_mask: 1 where a token carries loss.
+        advantage: scalar broadcast over the masked tokens (for ``distill`` the weight
+            ``max(r2, 0)`` or the indicator ``r2 > 0``, depending on the mode).
+        task_id: for bookkeeping.
+    """
+
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+    advantage: float
+    task_id: str = ""
+
+
+@dataclass
+class StepRecord:
+    """Everything one ERL iteration produced: the input of notebooks and plots."""
+
+    step: int
+    tasks: list[Task]
+    first_attempts: list[Attempt]
+    reflections: list[Reflection]
+    second_attempts: list[Attempt]
+    memory_before: list[str]
+    memory_after: list[str]
+    metrics: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "task_ids": [t.task_id for t in self.tasks],
+            "first_attempts": [a.to_dict() for a in self.first_attempts],
+            "reflections": [r.to_dict() for r in self.reflections],
+            "second_attempts": [a.to_dict() for a in self.second_attempts],
+            "memory_before": list(self.memory_before),
+            "memory_after": list(self.memory_after),
+            "metrics": dict(self.metrics),
+        }

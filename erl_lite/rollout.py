@@ -1,0 +1,146 @@
+"""Rollouts: play a batch of episodes in lock-step, one batched ``generate`` call per turn.
+
+Each episode is one token sequence (see :mod:`erl_lite.records`): a header (system prompt,
+first observation, generation prompt), then the model's action tokens exactly as sampled,
+alternating with glue (end of turn, next observation, next generation prompt) that carries no
+loss. Single-turn tasks are the special case of one turn. At every turn, the prompts of all
+live episodes go to the generator together, so a phase of a step costs ``max_turns`` calls
+at most, never one call per sample.
+
+Budgets: ``params.max_new_tokens`` per turn, ``max_episode_length`` for the whole sequence;
+an episode that cannot fit another turn stops, marked ``truncated``, with the reward its
+environment gives at that point (0 for the paper's games).
+
+Departures from the paper: none in behaviour; the reference code re-tokenizes conversations,
+erl_lite keeps the sampled ids so training sees exactly what sampling saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from erl_lite.chat import encode, encode_messages, glue_text
+from erl_lite.envs.base import Environment, Episode
+from erl_lite.generation import Generator, SamplingParams
+from erl_lite.records import Attempt, Task
+
+
+@dataclass
+class _Live:
+    """Mutable state of one episode while it is being played."""
+
+    episode: Episode
+    messages: list[dict[str, str]]
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)
+    turns: int = 0
+    done: bool = False
+    truncated: bool = False
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def opening_messages(system_prompt: str, observation: str) -> list[dict[str, str]]:
+    """The conversation an episode starts from (no system message when the prompt is empty)."""
+    msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return msgs + [{"role": "user", "content": observation}]
+
+
+def run_episodes(
+    generator: Generator,
+    tokenizer: Any,
+    env: Environment,
+    tasks: list[Task],
+    system_prompts: list[str],
+    params: SamplingParams,
+    *,
+    max_episode_length: int,
+    role: str,
+    indices: list[int],
+) -> list[Attempt]:
+    """Play ``tasks[i]`` under ``system_prompts[i]``; return one :class:`Attempt` each.
+
+    Args:
+        generator: the batched sampler.
+        tokenizer: renders and tokenizes conversations.
+        env: makes the episodes.
+        tasks, system_prompts, indices: parallel lists (the same task may appear G times).
+        params: sampling settings for every turn.
+        max_episode_length: token budget of a whole episode.
+        role: ``"first"`` or ``"second"`` (recorded on the attempts).
+    """
+    if not (len(tasks) == len(system_prompts) == len(indices)):
+        raise ValueError("tasks, system_prompts and indices must have the same length")
+    stop_texts = {t: tokenizer.decode([t]) for t in getattr(generator, "stop_ids", [tokenizer.eos_token_id])}
+    lives = [_start(env, t, s, tokenizer) for t, s in zip(tasks, system_prompts)]
+    for _ in range(env.max_turns):
+        live = [lv for lv in lives if not lv.done]
+        if not live:
+            break
+        room = [max_episode_length - lv.length for lv in live]
+        ready = [lv for lv, r in zip(live, room) if r > 0]
+        for lv, r in zip(live, room):
+            if r <= 0:
+                lv.done = lv.truncated = True
+        if not ready:
+            break
+        prompts = [lv.prompt_ids + lv.completion_ids for lv in ready]
+        outs = generator.generate(prompts, params)
+        for lv, out in zip(ready, outs):
+            out = out[: max_episode_length - lv.length]
+            _advance(lv, out, tokenizer, stop_texts, env.max_turns, max_episode_length)
+    return [_finish(lv, task, sp, role, idx) for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
+
+
+def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any) -> _Live:
+    episode = env.new_episode()
+    observation = episode.reset(task)
+    messages = opening_messages(system_prompt, observation)
+    return _Live(episode=episode, messages=messages, prompt_ids=encode_messages(messages, tokenizer))
+
+
+def _advance(
+    lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int
+) -> None:
+    """Record one sampled reply, step the environment, and append the glue if it goes on."""
+    text = tokenizer.decode(out, skip_special_tokens=True)
+    lv.completion_ids += out
+    lv.completion_mask += [1] * len(out)
+    lv.messages.append({"role": "assistant", "content": text})
+    lv.turns += 1
+    observation, _reward, done, _info = lv.episode.step(text)
+    if done or observation is None or lv.turns >= max_turns:
+        lv.done = True
+        return
+    ended_with = stop_texts.get(out[-1]) if out else None
+    glue = encode(glue_text(lv.messages, observation, tokenizer, ended_with), tokenizer)
+    lv.messages.append({"role": "user", "content": observation})
+    if lv.length + len(glue) >= budget:  # no room left for another reply
+        lv.done = lv.truncated = True
+        return
+    lv.completion_ids += glue
+    lv.completion_mask += [0] * len(glue)
+
+
+def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) -> Attempt:
+    ep = lv.episode
+    return Attempt(
+        task_id=task.task_id,
+        role=role,
+        index=index,
+        system_prompt=system_prompt,
+        messages=lv.messages,
+        prompt_ids=lv.prompt_ids,
+        completion_ids=lv.completion_ids,
+        completion_mask=lv.completion_mask,
+        reward=float(ep.reward),
+        success=bool(ep.success),
+        feedback=ep.feedback(),
+        trace=ep.trace(),
+        num_turns=lv.turns,
+        truncated=lv.truncated,
+    )

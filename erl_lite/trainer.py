@@ -1,0 +1,252 @@
+"""ERLTrainer: the training loop around :func:`erl_lite.phases.erl_step`.
+
+Usage mirrors TRL's GRPOTrainer (same argument names and reward-function signature), so a
+GRPOTrainer user changes one line; environments plug into the same trainer through ``env=``.
+
+How erl_lite departs from the paper (and its released code) — read before comparing numbers:
+
+1. Rollouts use ``transformers.generate`` on the training model, not vLLM; one GPU, no Ray.
+2. LoRA/QLoRA adapters instead of full fine-tuning; the KL reference is the same model with
+   its adapter disabled, so no second copy is kept. LoRA wants a larger learning rate than
+   the paper's 1e-6 (see the presets).
+3. Small batches (the paper: 64 tasks × 4 rollouts); the optimizer-step count per iteration
+   is logged (``optim/steps``) so ERL and RLVR can be compared honestly.
+4. Memory is the paper's single overwritten slot by default, written only with a *parsed*
+   rulebook; the peer package's FIFO/top-k is an option.
+5. Internalization follows the released code (clipped loss with advantage ``max(r2, 0)``);
+   the paper's indicator-weighted NLL is ``internalization_mode="nll"``.
+6. Evaluation samples first attempts only, from the initial prompt, and never sees or
+   writes memory, as in the paper.
+
+Example:
+    >>> from erl_lite import ERLConfig, ERLTrainer
+    >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+    >>> tok = tiny_tokenizer(); model = tiny_model(tok)
+    >>> def reward(prompts, completions, answer, **kw):
+    ...     return [float(a in c) for c, a in zip(completions, answer)]
+    >>> args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, eval_steps=0,
+    ...                         max_completion_length=4, max_reflection_length=4, progress_bar=False)
+    >>> trainer = ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward,
+    ...                      train_dataset=[{"prompt": "Say 7.", "answer": "7"}])
+    >>> history = trainer.train()
+    >>> "gate/rate" in history.records[-1]
+    True
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from erl_lite.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from erl_lite.config import ERLConfig
+from erl_lite.envs.base import Environment
+from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+from erl_lite.generation import Generator, HFGenerator
+from erl_lite.history import History
+from erl_lite.memory import ReflectionMemory
+from erl_lite.metrics import eval_metrics, step_metrics
+from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
+from erl_lite.records import StepRecord, Task
+from erl_lite.update import PolicyUpdater
+
+
+class ERLTrainer:
+    """Trains a causal LM with ERL (or RLVR / Algorithm 1 / an ablation, per ``args.mode``).
+
+    Args:
+        model: a model name or path (loaded with :func:`erl_lite.models.load_policy`, 4-bit
+            when ``args.load_in_4bit``), or a loaded ``PreTrainedModel`` / ``PeftModel``.
+        args: the :class:`ERLConfig`.
+        train_dataset: rows with a ``prompt`` column (list of dicts or a ``datasets.Dataset``),
+            or a list of :class:`Task`; defaults to ``env.train_tasks()`` when ``env`` is given.
+        reward_funcs: TRL-style reward function(s) for dataset tasks.
+        feedback_func: TRL-style function returning one feedback string per completion.
+        env: a multi-turn :class:`Environment` instead of reward functions.
+        eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
+        processing_class: the tokenizer (loaded with the model when omitted).
+        peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
+            a default LoRA adapter is added (the KL reference needs one).
+        generator: a custom sampler (e.g. :class:`~erl_lite.generation.ScriptedGenerator`).
+        reward_weights: weights of several reward functions.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        args: ERLConfig | None = None,
+        train_dataset: Any = None,
+        reward_funcs: Callable | Sequence[Callable] | None = None,
+        feedback_func: Callable | None = None,
+        env: Environment | None = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        peft_config: Any = None,
+        generator: Generator | None = None,
+        reward_weights: Sequence[float] | None = None,
+    ) -> None:
+        self.args = args = args or ERLConfig()
+        if (env is None) == (reward_funcs is None):
+            raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
+        self.model, self.tokenizer = self._load(model, processing_class, peft_config)
+        self.env = env if env is not None else RewardFunctionEnv(reward_funcs, feedback_func, reward_weights)
+        self.train_tasks = self._tasks(train_dataset, "train")
+        if not self.train_tasks:
+            raise ValueError("train_dataset is empty")
+        self.eval_tasks = self._tasks(eval_dataset, "eval") if eval_dataset is not None or env is not None else []
+        self.generator = generator or HFGenerator(self.model, self.tokenizer)
+        self.memory = ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
+        self.history = History(out_dir=args.output_dir)
+        self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
+        self.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _: 1.0)  # constant
+        pad = self.tokenizer.pad_token_id
+        self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
+                                     pad if pad is not None else self.tokenizer.eos_token_id)
+        self.step = 0
+        self.last_outcome: StepOutcome | None = None
+
+    # --- setup -----------------------------------------------------------------------------
+    def _load(self, model: Any, tokenizer: Any, peft_config: Any) -> tuple[Any, Any]:
+        from erl_lite.models import load_policy
+
+        if isinstance(model, str) or hasattr(model, "__fspath__"):
+            return load_policy(model, tokenizer, quantization="4bit" if self.args.load_in_4bit else "none",
+                               peft=peft_config if peft_config is not None else "lora",
+                               gradient_checkpointing=self.args.gradient_checkpointing)
+        if tokenizer is None:
+            raise ValueError("processing_class (the tokenizer) is required when model is an object")
+        if peft_config is not None:
+            return load_policy(model, tokenizer, peft=peft_config,
+                               gradient_checkpointing=self.args.gradient_checkpointing)
+        return model, tokenizer
+
+    def _tasks(self, data: Any, split: str) -> list[Task]:
+        if data is None:
+            return self.env.train_tasks() if split == "train" else self.env.test_tasks()
+        rows = list(data)
+        if rows and isinstance(rows[0], Task):
+            return rows
+        return rows_to_tasks(rows, prefix=split)
+
+    def _batch(self, step: int) -> list[Task]:
+        """Tasks of iteration ``step`` (1-based): a fixed function of the seed and the step,
+        so a resumed run sees the same tasks as an uninterrupted one."""
+        n, pool = self.args.num_tasks_per_step, len(self.train_tasks)
+        start = (step - 1) * n
+        out = []
+        for pos in range(start, start + n):
+            epoch, offset = divmod(pos, pool)
+            order = list(range(pool))
+            random.Random(self.args.seed * 100_003 + epoch).shuffle(order)
+            out.append(self.train_tasks[order[offset]])
+        return out
+
+    # --- the loop --------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | bool | None = None) -> History:
+        """Run ``args.max_steps`` iterations; returns the :class:`History`.
+
+        ``resume_from_checkpoint``: a checkpoint folder, or True for the latest one in
+        ``args.output_dir``. Ctrl-C saves a checkpoint of the last finished step, then stops.
+        """
+        from transformers import set_seed
+
+        set_seed(self.args.seed)
+        if resume_from_checkpoint:
+            self._resume(resume_from_checkpoint)
+        elif self.args.output_dir:
+            self.history.rewrite()  # start the files afresh
+        bar = self._progress()
+        try:
+            if self.step == 0 and self.args.eval_steps and self.eval_tasks:
+                self._log_eval()
+            while self.step < self.args.max_steps:
+                self.training_step()
+                bar.update(1)
+                bar.set_postfix_str(self._postfix())
+                if self.args.eval_steps and self.eval_tasks and (
+                        self.step % self.args.eval_steps == 0 or self.step == self.args.max_steps):
+                    self._log_eval()
+                if self.args.output_dir and self.args.save_steps and self.step % self.args.save_steps == 0:
+                    self.save_checkpoint()
+        except KeyboardInterrupt:
+            if self.args.output_dir:
+                path = self.save_checkpoint()
+                print(f"\nInterrupted: saved {path}; resume with resume_from_checkpoint=True")
+            raise
+        finally:
+            bar.close()
+        if self.args.output_dir:
+            self.save_checkpoint()
+        return self.history
+
+    def training_step(self) -> StepRecord:
+        """One iteration: every phase, the update, and the history record."""
+        self.step += 1
+        tasks = self._batch(self.step)
+        memory_before = self.memory.entries
+        t0 = time.perf_counter()
+        outcome = erl_step(self.ctx, tasks, self.memory)
+        t1 = time.perf_counter()
+        losses = self.updater.update(outcome.samples)
+        t2 = time.perf_counter()
+        metrics = {"step": self.step, **step_metrics(outcome, self.memory, self.args)}
+        metrics.update(losses)
+        metrics.update({"time/update": t2 - t1, "time/step": t2 - t0, "lr": self.scheduler.get_last_lr()[0]})
+        self.history.log(metrics)
+        record = StepRecord(self.step, tasks, outcome.first, outcome.reflections, outcome.second,
+                            memory_before, self.memory.entries, metrics)
+        if self.step % self.args.sample_every == 0:
+            self.history.log_sample(record.to_dict())
+        self.last_outcome = outcome
+        return record
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None) -> dict[str, float]:
+        """First attempts only, from the initial prompt; memory is neither shown nor written."""
+        tasks = self.eval_tasks if tasks is None else tasks
+        if not tasks:
+            raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
+        attempts = attempt_first(self.ctx, tasks, num_generations or self.args.eval_num_generations,
+                                 temperature=self.args.eval_temperature)
+        return eval_metrics(attempts)
+
+    def _log_eval(self) -> None:
+        self.history.log({"step": self.step, **self.evaluate()}, kind="eval")
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def save_checkpoint(self) -> str:
+        if not self.args.output_dir:
+            raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
+        return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
+                               self.memory, self.history, self.args.to_dict())
+
+    def _resume(self, where: str | bool) -> None:
+        path = latest_checkpoint(self.args.output_dir or "") if where is True else str(where)
+        if not path:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.args.output_dir!r}")
+        self.step, loaded = load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.memory)
+        self.history.records, self.history.samples = loaded.records, loaded.samples
+        self.history.rewrite()
+
+    # --- display ---------------------------------------------------------------------------------
+    def _progress(self) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.args.max_steps, initial=self.step, desc=f"{self.args.mode}",
+                    unit="step", disable=not self.args.progress_bar)
+
+    def _postfix(self) -> str:
+        r = self.history.of_kind("train")[-1]
+        parts = [f"r1={r['reward/first']:.2f}"]
+        if r.get("reward/second") is not None:
+            parts.append(f"r2={r['reward/second']:.2f}")
+        if self.args.mode != "rlvr":
+            parts += [f"gate={r['gate/rate']:.2f}", f"mem={int(r['memory/size'])}"]
+        return " ".join(parts)
