@@ -1,0 +1,323 @@
+"""Loss functions for ERL's update: pure tensor functions, no models, no environments.
+
+Shapes: ``B`` sequences, ``T`` completion positions, ``V`` vocabulary. ``mask`` is ``(B, T)``
+with 1 where the model generated the token (it carries loss) and 0 for prompt glue,
+environment observations, tool outputs and padding.
+
+Pipeline for one batch::
+
+    logp = token_logprobs(logits, ids)                      # (B, T)
+    loss, stats = policy_objective(logp, old_logp, ref_logp, advantages, mask,
+                                   beta=0.001, loss_type="seq_sum")
+
+* clipped policy loss — PPO ratio with "clip-higher" (ε_low 0.2, ε_high 0.28) and the
+  dual clip c = 3 that caps the loss of negative-advantage tokens whose ratio blew up;
+* k3 KL estimator to the reference policy, added per token with coefficient ``beta``;
+* aggregation: ``seq_sum`` (sum over a sequence's tokens, mean over sequences — the
+  reference's choice), ``token_mean`` or ``seq_mean``. A ``normalizer`` computed on the
+  *whole* batch makes micro-batching + gradient accumulation exact (see :func:`aggregate`).
+
+Departures from the paper: the paper gives the objective only in outline; the settings
+above are the reference code's. Sequences with no loss token are left out of the sequence
+count (they would only dilute the mean). The log-ratio is clamped to ±20 before ``exp``
+(as verl does) so garbage in padded positions cannot overflow; inside that range the
+loss is identical to TRL's GRPO loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+#: Aggregation modes accepted by :func:`aggregate`.
+LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
+
+# exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
+_MAX_LOG_RATIO = 20.0
+
+
+def token_logprobs(
+    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-probabilities of ``token_ids`` under ``logits``, without a full (B, T, V) log-softmax.
+
+    The caller aligns the shift: ``logits[:, t]`` must be the distribution of
+    ``token_ids[:, t]``. Same idea as TRL's ``selective_log_softmax``; written here so this
+    low layer imports torch only (importing trl costs seconds).
+
+    Args:
+        logits: ``(B, T, V)`` raw logits.
+        token_ids: ``(B, T)`` integer ids.
+        temperature: divide logits by it first (match the sampling temperature).
+
+    Returns:
+        ``(B, T)`` log-probabilities (float32 for half-precision logits).
+
+    Example:
+        >>> logits = torch.zeros(1, 2, 4)
+        >>> token_logprobs(logits, torch.tensor([[0, 3]])).exp()
+        tensor([[0.2500, 0.2500]])
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if temperature != 1.0:
+        logits = logits / temperature
+    ids = token_ids.unsqueeze(-1)  # (B, T, 1)
+    if logits.dtype in (torch.float32, torch.float64):
+        picked = logits.gather(-1, ids).squeeze(-1)  # (B, T)
+        # One sequence at a time: peak extra memory is (T, V), not (B, T, V).
+        lse = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])  # (B, T)
+        return picked - lse
+    # bf16/fp16: logsumexp minus a logit loses too many bits; upcast row by row instead.
+    rows = [F.log_softmax(row.float(), dim=-1).gather(-1, r) for row, r in zip(logits, ids)]
+    return torch.stack(rows).squeeze(-1)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(ref - logp) - (ref - logp) - 1`` ≥ 0.
+
+    Args:
+        logp: ``(B, T)`` log-probs of the sampled tokens under the current policy.
+        ref_logp: ``(B, T)`` the same under the reference policy.
+
+    Example:
+        >>> k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]))
+        tensor([[0.]])
+    """
+    d = ref_logp - logp  # (B, T)
+    return torch.exp(d) - d - 1
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.28,
+    dual_clip: float | None = 3.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO clipped loss with clip-higher and dual clip.
+
+    ``loss = -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)`` with ``r = exp(logp - old_logp)``;
+    for ``A < 0`` the loss is further capped at ``-A·c`` (verl's dual-clip PPO), so a token
+    whose probability rose far above the sampling policy's cannot dominate the batch.
+
+    Args:
+        logp: ``(B, T)`` current log-probs (carry the gradient).
+        old_logp: ``(B, T)`` log-probs of the policy that sampled the tokens (no gradient).
+        advantages: ``(B,)`` one scalar per sequence (broadcast over its tokens), or ``(B, T)``.
+        mask: ``(B, T)`` loss mask; masked tokens get loss 0 and are never "clipped".
+        epsilon_low, epsilon_high: clip range of the ratio.
+        dual_clip: ``c > 1``, or None to disable.
+
+    Returns:
+        ``(loss, clipped)``: ``(B, T)`` per-token loss, and a ``(B, T)`` bool tensor that is
+        True where a clip (either bound, or the dual clip) replaced the ratio term, i.e.
+        where the token gets no gradient.
+
+    Example:
+        >>> lp = torch.zeros(1, 2)
+        >>> loss, clipped = clipped_policy_loss(lp, lp, torch.tensor([2.0]), torch.ones(1, 2))
+        >>> loss, clipped
+        (tensor([[-2., -2.]]), tensor([[False, False]]))
+    """
+    if epsilon_low < 0 or epsilon_high < 0:
+        raise ValueError("epsilon_low and epsilon_high must be >= 0")
+    if dual_clip is not None and dual_clip <= 1:
+        raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
+    adv = adv.to(logp.dtype)
+    log_ratio = (logp - old_logp.detach()).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)  # (B, T)
+    bounded = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    loss = -torch.minimum(ratio * adv, bounded * adv)  # (B, T)
+    clipped = ((ratio > 1 + epsilon_high) & (adv > 0)) | ((ratio < 1 - epsilon_low) & (adv < 0))
+    if dual_clip is not None:
+        cap = -adv * dual_clip  # positive where A < 0
+        dual = (adv < 0) & (loss > cap)
+        loss = torch.where(dual, cap.expand_as(loss), loss)
+        clipped = clipped | dual
+    keep = mask.bool()
+    return torch.where(keep, loss, torch.zeros_like(loss)), clipped & keep
+
+
+def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token weighted negative log-likelihood ``-w·logp`` (the paper's internalization).
+
+    Args:
+        logp: ``(B, T)`` log-probs of the target tokens.
+        weights: ``(B,)`` per-sequence weights, e.g. ``1[r2 > 0]`` from
+            :func:`erl_lite.advantages.distill_weights`.
+        mask: ``(B, T)`` loss mask; masked tokens get 0.
+
+    Example:
+        >>> nll_loss(torch.tensor([[-2.0, -1.0]]), torch.tensor([0.5]), torch.tensor([[1, 0]]))
+        tensor([[1., 0.]])
+    """
+    loss = -weights.to(logp.dtype).unsqueeze(1) * logp  # (B, T)
+    return torch.where(mask.bool(), loss, torch.zeros_like(loss))
+
+
+def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
+    """The denominator :func:`aggregate` uses for ``mask`` (compute it on the *whole* batch).
+
+    ``token_mean``: number of loss tokens. ``seq_sum`` / ``seq_mean``: number of sequences
+    with at least one loss token. Never below 1.
+
+    Example:
+        >>> m = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
+        >>> normalizer_for(m, "token_mean"), normalizer_for(m, "seq_sum")
+        (3.0, 2.0)
+    """
+    _check_loss_type(loss_type)
+    m = mask.bool()
+    count = m.sum() if loss_type == "token_mean" else m.any(dim=-1).sum()
+    return max(float(count), 1.0)
+
+
+def aggregate(
+    per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
+) -> torch.Tensor:
+    """Reduce a ``(B, T)`` per-token loss to a scalar.
+
+    * ``seq_sum``: ``Σ_b Σ_t m·ℓ / N_seq`` — sum within a sequence, mean over sequences.
+    * ``token_mean``: ``Σ_b Σ_t m·ℓ / N_tok`` — every loss token weighs the same.
+    * ``seq_mean``: ``Σ_b (Σ_t m·ℓ / n_b) / N_seq`` — mean within, then mean over sequences.
+
+    Gradient accumulation: all three are a sum of per-sequence terms divided by a count.
+    Split a batch into micro-batches, aggregate each with ``normalizer=normalizer_for(
+    full_mask, loss_type)`` and call ``backward()`` on each: the accumulated gradient is
+    exactly that of the whole batch (no extra ``1/num_micro_batches`` factor). Without it,
+    each micro-batch divides by its own count and unequal micro-batches are mis-weighted.
+
+    Args:
+        per_token: ``(B, T)`` loss per token.
+        mask: ``(B, T)`` loss mask; masked positions are ignored even if non-zero.
+        loss_type: one of :data:`LOSS_TYPES`.
+        normalizer: overrides the denominator (``N_tok`` or ``N_seq``); None uses this
+            batch's own, i.e. ``normalizer_for(mask, loss_type)``.
+
+    Example:
+        >>> loss = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
+        >>> m = torch.tensor([[1, 1, 0], [1, 0, 0]])
+        >>> [float(aggregate(loss, m, t)) for t in LOSS_TYPES]
+        [3.0, 2.0, 2.25]
+    """
+    _check_loss_type(loss_type)
+    m = mask.bool()
+    masked = torch.where(m, per_token, torch.zeros_like(per_token))  # (B, T)
+    if loss_type == "seq_mean":
+        lengths = m.sum(dim=-1).clamp(min=1).to(per_token.dtype)  # (B,)
+        total = (masked.sum(dim=-1) / lengths).sum()
+    else:
+        total = masked.sum()
+    if normalizer is None:
+        normalizer = normalizer_for(mask, loss_type)
+    elif normalizer <= 0:
+        raise ValueError(f"normalizer must be positive, got {normalizer}")
+    return total / normalizer
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the positions where ``mask`` is set (0 if none).
+
+    Example:
+        >>> masked_mean(torch.tensor([[1.0, 5.0]]), torch.tensor([[1, 0]]))
+        tensor(1.)
+    """
+    m = mask.bool()
+    total = torch.where(m, values.to(torch.float32), torch.zeros((), dtype=torch.float32)).sum()
+    return total / m.sum().clamp(min=1)
+
+
+@dataclass
+class LossStats:
+    """Statistics of one (micro-)batch, detached plain floats for logging.
+
+    Attributes:
+        loss: the aggregated objective (policy loss plus ``beta``·KL).
+        policy_loss: the aggregated clipped policy loss alone.
+        clip_ratio: fraction of loss tokens where a clip replaced the ratio term.
+        kl: mean k3 KL over loss tokens; None when the KL term was skipped.
+        num_tokens: loss tokens in the batch (weights for averaging over micro-batches).
+    """
+
+    loss: float
+    policy_loss: float
+    clip_ratio: float
+    kl: float | None
+    num_tokens: int
+
+    def to_dict(self) -> dict[str, float]:
+        """Non-None fields as a flat dict (``num_tokens`` as a float)."""
+        return {k: float(v) for k, v in asdict(self).items() if v is not None}
+
+
+def policy_objective(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    beta: float = 0.001,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.28,
+    dual_clip: float | None = 3.0,
+    loss_type: str = "seq_sum",
+    normalizer: float | None = None,
+) -> tuple[torch.Tensor, LossStats]:
+    """Clipped policy loss + ``beta``·k3 KL per token, then aggregated.
+
+    Args:
+        logp: ``(B, T)`` current log-probs (with gradient).
+        old_logp: ``(B, T)`` sampling-policy log-probs; None means on-policy
+            (``logp.detach()``, ratio 1), TRL's shortcut for a single update per batch.
+        ref_logp: ``(B, T)`` reference log-probs, or None to skip the KL term.
+        advantages: ``(B,)`` per-sequence advantages.
+        mask: ``(B, T)`` loss mask.
+        beta: KL coefficient; 0 skips the KL term.
+        epsilon_low, epsilon_high, dual_clip: see :func:`clipped_policy_loss`.
+        loss_type, normalizer: see :func:`aggregate`.
+
+    Returns:
+        ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
+
+    Example:
+        >>> lp = torch.full((2, 3), -1.0, requires_grad=True)
+        >>> loss, stats = policy_objective(lp, None, None, torch.tensor([1.0, -1.0]),
+        ...                                torch.ones(2, 3), beta=0.0)
+        >>> loss.item(), stats.clip_ratio, stats.kl
+        (0.0, 0.0, None)
+    """
+    if old_logp is None:
+        old_logp = logp.detach()
+    policy, clipped = clipped_policy_loss(
+        logp, old_logp, advantages, mask,
+        epsilon_low=epsilon_low, epsilon_high=epsilon_high, dual_clip=dual_clip,
+    )  # (B, T) each
+    per_token = policy
+    kl_mean = None
+    if beta != 0 and ref_logp is not None:
+        kl = k3_kl(logp, ref_logp.detach())  # (B, T)
+        per_token = policy + beta * kl
+        kl_mean = float(masked_mean(kl.detach(), mask))
+    loss = aggregate(per_token, mask, loss_type, normalizer)
+    with torch.no_grad():
+        stats = LossStats(
+            loss=float(loss.detach()),
+            policy_loss=float(aggregate(policy, mask, loss_type, normalizer)),
+            clip_ratio=float(masked_mean(clipped, mask)),
+            kl=kl_mean,
+            num_tokens=int(mask.bool().sum()),
+        )
+    return loss, stats
+
+
+def _check_loss_type(loss_type: str) -> None:
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")

@@ -1,0 +1,88 @@
+"""GRPO advantages per (task, role) group and internalization weights."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from erl_lite.advantages import distill_weights, group_advantages, grouped_advantages
+
+
+def test_singleton_group_gets_its_reward():
+    assert group_advantages([0.7]) == [0.7]
+    assert group_advantages([0.0]) == [0.0]
+    assert group_advantages([-2.0]) == [-2.0]
+
+
+def test_identical_rewards_give_exact_zeros():
+    # 0.1 * 3 does not sum to exactly 0.3: a naive formula leaves 1e-11 residues.
+    assert group_advantages([0.1, 0.1, 0.1]) == [0.0, 0.0, 0.0]
+    assert group_advantages([1.0, 1.0, 1.0, 1.0]) == [0.0] * 4
+
+
+def test_empty_group():
+    assert group_advantages([]) == []
+
+
+def test_hand_computed_group():
+    # r = [1, 0, 0, 0]: mean 1/4, unbiased var = (9/16 + 3/16) / 3 = 1/4, std = 1/2.
+    adv = group_advantages([1.0, 0.0, 0.0, 0.0], eps=0.0)
+    assert adv == pytest.approx([1.5, -0.5, -0.5, -0.5])
+    # With the default eps the denominator is 0.5 + 1e-6.
+    adv = group_advantages([1.0, 0.0, 0.0, 0.0])
+    assert adv[0] == pytest.approx(0.75 / (0.5 + 1e-6), rel=1e-12)
+    # Partial credit: r = [0.2, 0.6]: mean 0.4, unbiased std = sqrt(0.08) ≈ 0.2828.
+    adv = group_advantages([0.2, 0.6], eps=0.0)
+    assert adv == pytest.approx([-0.2 / math.sqrt(0.08), 0.2 / math.sqrt(0.08)])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=2, max_size=12))
+def test_matches_torch_unbiased_std(rewards):
+    r = torch.tensor(rewards, dtype=torch.float64)
+    expected = (r - r.mean()) / (r.std() + 1e-6)  # torch.std is unbiased by default
+    if torch.all(r == r[0]):
+        expected = torch.zeros_like(r)
+    got = torch.tensor(group_advantages(rewards), dtype=torch.float64)
+    assert torch.allclose(got, expected, atol=1e-9)
+
+
+def test_grouping_is_per_key_and_keeps_order():
+    rewards = [1.0, 0.0, 0.5, 0.0, 1.0, 0.3]
+    keys = [("a", "first"), ("b", "first"), ("a", "first"), ("a", "second"), ("b", "first"),
+            ("b", "second")]
+    adv = grouped_advantages(rewards, keys)
+    a_first = group_advantages([1.0, 0.5])
+    b_first = group_advantages([0.0, 1.0])
+    assert adv == [a_first[0], b_first[0], a_first[1], 0.0, b_first[1], 0.3]
+    # A pooled normalisation (the peer's bug) would give something else.
+    assert adv != group_advantages(rewards)
+
+
+def test_grouping_length_mismatch():
+    with pytest.raises(ValueError, match="keys"):
+        grouped_advantages([1.0, 0.0], ["a"])
+
+
+def test_non_finite_rewards_rejected():
+    with pytest.raises(ValueError, match="finite"):
+        group_advantages([1.0, float("nan")])
+
+
+def test_distill_weights_binary_rewards():
+    r2 = [1.0, 0.0, 1.0, 0.0]
+    assert distill_weights(r2, "raft") == [1.0, 0.0, 1.0, 0.0]
+    assert distill_weights(r2, "nll") == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_distill_weights_partial_credit():
+    r2 = [0.45, 0.0, 1.0, -0.2]
+    assert distill_weights(r2, "raft") == [0.45, 0.0, 1.0, 0.0]
+    assert distill_weights(r2, "nll") == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_distill_weights_bad_mode():
+    with pytest.raises(ValueError, match="raft"):
+        distill_weights([1.0], "sft")
