@@ -1,0 +1,370 @@
+"""Load a policy (plain, LoRA, or 4-bit QLoRA) and the helpers the trainer needs around it.
+
+``load_policy`` turns a model name, a local directory (a full checkpoint *or* a saved LoRA
+adapter) or an already-built model into ``(model, tokenizer)`` ready for ERL: the tokenizer pads
+on the left for batched generation, 4-bit NF4 weights are prepared for k-bit training, LoRA is
+attached with peft, and activation checkpointing can be switched on.
+
+The KL reference policy is the base model with the adapter switched off
+(``reference_context``), so LoRA training never holds a second copy of the weights. A fully
+fine-tuned policy has no adapter to switch off; ``reference_context`` then needs an explicit
+frozen copy (``reference=``) or the caller drops the KL term (beta = 0).
+
+Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite
+defaults to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices. With LoRA the
+reference policy is the frozen base, exactly as with a separate reference copy at step 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+import torch
+from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CHECKPOINT_KWARGS = {"use_reentrant": False}  # reentrant checkpointing drops grads of frozen-input graphs
+
+
+def load_policy(
+    model: str | os.PathLike | PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase | str | os.PathLike | None = None,
+    *,
+    quantization: Literal["none", "4bit"] = "none",
+    peft: Literal["lora", "none"] | LoraConfig = "lora",
+    lora_r: int = 16,
+    lora_alpha: float = 32,
+    lora_dropout: float = 0.0,
+    target_modules: str | list[str] = "all-linear",
+    gradient_checkpointing: bool = False,
+    dtype: str | torch.dtype = "auto",
+    device: str | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
+    """Load a causal LM policy and its tokenizer, optionally 4-bit quantized and LoRA-wrapped.
+
+    Args:
+        model: a hub name, a local checkpoint directory, a directory holding a saved LoRA
+            adapter (its base is loaded from the adapter's ``base_model_name_or_path``), or an
+            already-built model (a PeftModel is kept as it is).
+        tokenizer: a tokenizer, or where to load one from; default: next to the model.
+        quantization: "4bit" loads the base weights in NF4 with double quantization
+            (QLoRA); compute dtype bf16 on CUDA with native bf16, else fp16 on CUDA, else fp32.
+        peft: "lora" builds a LoraConfig from ``lora_r``/``lora_alpha``/``lora_dropout``/
+            ``target_modules``; a LoraConfig is used as given (the four ignored); "none" trains
+            (or, in 4-bit, freezes) the full model.
+        gradient_checkpointing: recompute activations in backward (non-reentrant).
+        dtype: weight dtype; "auto" means bf16 on a CUDA device with native bf16, else float32.
+        device: "cpu", "cuda", "cuda:1", ...; default CUDA when available. For an already-built
+            model, None leaves it where it is.
+        trust_remote_code: passed to ``from_pretrained``.
+
+    Returns:
+        ``(model, tokenizer)``; the tokenizer has a pad token and pads on the left.
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.testing import save_tiny_model
+        >>> path = save_tiny_model(tempfile.mkdtemp())
+        >>> policy, tok = load_policy(path, quantization="4bit", lora_r=4, device="cpu")
+        >>> describe_policy(policy).startswith("LlamaForCausalLM")
+        True
+    """
+    _check_choices(quantization=quantization, peft=peft, lora_r=lora_r, lora_alpha=lora_alpha,
+                   lora_dropout=lora_dropout, gradient_checkpointing=gradient_checkpointing)
+    built = isinstance(model, torch.nn.Module)
+    if not built and not isinstance(model, (str, os.PathLike)):
+        raise ValueError(f"model must be a name, a path or a PreTrainedModel, got {type(model).__name__}")
+    device = _resolve_device(device, default_to_accelerator=not built)
+    torch_dtype = _resolve_dtype(dtype, device)
+
+    if built:
+        policy = _adopt_built_model(model, quantization, peft, device, dtype, torch_dtype)
+        tok_source = tokenizer if tokenizer is not None else _name_or_path(policy)
+    else:
+        policy, tok_source = _load_from_path(os.fspath(model), quantization, peft, torch_dtype, device,
+                                             trust_remote_code)
+        tok_source = tokenizer if tokenizer is not None else tok_source
+
+    if not isinstance(policy, PeftModel):
+        policy = _prepare(policy, gradient_checkpointing, peft != "none")
+        if peft != "none":
+            lora = peft if isinstance(peft, LoraConfig) else LoraConfig(
+                r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+                target_modules=target_modules, bias="none", task_type="CAUSAL_LM")
+            policy = get_peft_model(policy, lora)
+    elif gradient_checkpointing:
+        _enable_checkpointing(policy.get_base_model())
+
+    if tok_source is None:
+        raise ValueError("tokenizer is required: the model does not say where it was loaded from")
+    if not isinstance(tok_source, PreTrainedTokenizerBase):
+        tok_source = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=trust_remote_code)
+    return policy, _prepare_tokenizer(tok_source, policy)
+
+
+def _check_choices(*, quantization, peft, lora_r, lora_alpha, lora_dropout, gradient_checkpointing) -> None:
+    """Raise ValueError naming the offending argument."""
+    if quantization not in ("none", "4bit"):
+        raise ValueError(f"quantization must be 'none' or '4bit', got {quantization!r}")
+    if not (isinstance(peft, LoraConfig) or peft in ("lora", "none")):
+        raise ValueError(f"peft must be 'lora', 'none' or a peft.LoraConfig, got {peft!r}")
+    if isinstance(lora_r, bool) or not isinstance(lora_r, int) or lora_r < 1:
+        raise ValueError(f"lora_r must be a positive integer, got {lora_r!r}")
+    if not isinstance(lora_alpha, (int, float)) or lora_alpha <= 0:
+        raise ValueError(f"lora_alpha must be a positive number, got {lora_alpha!r}")
+    if not isinstance(lora_dropout, (int, float)) or not 0.0 <= lora_dropout < 1.0:
+        raise ValueError(f"lora_dropout must be in [0, 1), got {lora_dropout!r}")
+    if not isinstance(gradient_checkpointing, bool):
+        raise ValueError(f"gradient_checkpointing must be a bool, got {gradient_checkpointing!r}")
+
+
+def _resolve_device(device: str | None, default_to_accelerator: bool) -> torch.device | None:
+    if device is None:
+        if not default_to_accelerator:
+            return None
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must name a torch device ('cpu', 'cuda:0'), got {device!r}") from err
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available here; use device='cpu'")
+    return resolved
+
+
+def _native_bf16(device: torch.device | None) -> bool:
+    on_cuda = device is not None and device.type == "cuda"
+    return on_cuda and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> torch.dtype | None:
+    """Map the ``dtype`` argument to a torch dtype; None means 'leave a built model as it is'."""
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if _native_bf16(device) else torch.float32
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
+    raise ValueError(f"dtype must be 'auto', one of {sorted(_DTYPES)} or a torch.dtype, got {dtype!r}")
+
+
+def _load_base(name: str, quantization: str, torch_dtype: torch.dtype, device: torch.device,
+               trust_remote_code: bool) -> PreTrainedModel:
+    kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if quantization == "4bit":
+        compute = torch.float32
+        if device.type == "cuda":
+            compute = torch.bfloat16 if _native_bf16(device) else torch.float16
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute)
+        kwargs["device_map"] = {"": device}  # bitsandbytes quantizes while placing the weights
+        return AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(name, **kwargs).to(device)
+
+
+def _load_from_path(source: str, quantization: str, peft, torch_dtype: torch.dtype, device: torch.device,
+                    trust_remote_code: bool) -> tuple[PreTrainedModel | PeftModel, str]:
+    """Load a checkpoint, or a saved LoRA adapter on top of its base; return (model, tokenizer dir)."""
+    adapter_dir = os.path.isfile(os.path.join(source, "adapter_config.json"))
+    base_name = PeftConfig.from_pretrained(source).base_model_name_or_path if adapter_dir else source
+    policy = _load_base(base_name, quantization, torch_dtype, device, trust_remote_code)
+    if not adapter_dir:
+        return policy, source
+    if peft == "none":
+        raise ValueError(f"peft='none' but model={source!r} is a LoRA adapter directory")
+    # Checkpointing, if asked, is switched on by the caller once the adapter is in place.
+    policy = PeftModel.from_pretrained(_prepare(policy, False, True), source, is_trainable=True)
+    has_tokenizer = os.path.isfile(os.path.join(source, "tokenizer_config.json"))
+    return policy, source if has_tokenizer else base_name
+
+
+def _adopt_built_model(model, quantization, peft, device, dtype, torch_dtype):
+    """Accept an already-built model: check it fits the arguments, then move/cast it."""
+    if quantization == "4bit" and not _is_4bit(model):
+        raise ValueError("quantization='4bit' needs a model name or path (an already-built model "
+                         "cannot be quantized here); load it with load_policy(path, quantization='4bit')")
+    if isinstance(model, PeftModel) and peft == "none":
+        raise ValueError("peft='none' but model already carries an adapter; pass model.get_base_model()")
+    if not _is_4bit(model):  # bitsandbytes weights stay where they were quantized
+        model = model.to(device=device) if device is not None else model
+        model = model.to(dtype=torch_dtype) if dtype != "auto" else model
+    return model
+
+
+def _prepare(model: PreTrainedModel, gradient_checkpointing: bool, adapter: bool) -> PreTrainedModel:
+    """Freeze/upcast a 4-bit base for k-bit training and switch on checkpointing if asked."""
+    if _is_4bit(model):
+        if adapter:
+            # Freezes the base, upcasts norms to fp32; checkpointing is switched on below instead,
+            # through the non-deprecated entry point.
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        else:
+            model.requires_grad_(False)  # 4-bit weights cannot be trained; inference only
+    if gradient_checkpointing:
+        _enable_checkpointing(model)
+    return model
+
+
+def _enable_checkpointing(model: PreTrainedModel) -> None:
+    """Non-reentrant activation checkpointing; inputs require grad so frozen bases still backprop."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=dict(_CHECKPOINT_KWARGS))
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(_CHECKPOINT_KWARGS))
+    if not getattr(model, "_require_grads_hooks", None) and not getattr(model, "_require_grads_hook", None):
+        model.enable_input_require_grads()
+
+
+def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> PreTrainedTokenizerBase:
+    """Ensure a pad token (eos if missing) and left padding; mirror the pad id into the model."""
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("tokenizer has neither a pad token nor an eos token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # generation appends on the right, so prompts pad on the left
+    base = _base_model(model)
+    for config in (base.config, getattr(base, "generation_config", None)):
+        if config is not None and getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = tokenizer.pad_token_id
+    return tokenizer
+
+
+def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Every id that ends a generation: the tokenizer's eos plus the generation config's.
+
+    Chat models often end a turn with a token (``<|im_end|>``) that differs from the
+    tokenizer's document eos; stopping on only one of them runs past the turn.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> tok = tiny_tokenizer()
+        >>> tok.convert_tokens_to_ids("<|im_end|>") in eos_token_ids(tiny_model(tok), tok)
+        True
+    """
+    ids: list[int] = []
+    base = _base_model(model)
+    config = getattr(base, "generation_config", None) or base.config
+    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None)):
+        for token_id in value if isinstance(value, (list, tuple)) else [value]:
+            if token_id is not None and int(token_id) not in ids:
+                ids.append(int(token_id))
+    return ids
+
+
+@contextmanager
+def reference_context(
+    model: torch.nn.Module, reference: torch.nn.Module | None = None
+) -> Iterator[torch.nn.Module]:
+    """Yield the module that computes reference-policy logits for the KL term.
+
+    For a PeftModel the reference is the same model with its adapter disabled (no second copy);
+    the adapter comes back on exit. A model without an adapter needs an explicit frozen copy in
+    ``reference`` (yielded as is); otherwise this raises ValueError (set the KL coefficient
+    beta to 0 instead). Wrap the forward in ``torch.no_grad()`` yourself.
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), device="cpu")
+        >>> ids = tok("hello", return_tensors="pt").input_ids
+        >>> with torch.no_grad(), reference_context(policy) as ref:
+        ...     ref_logits = ref(input_ids=ids).logits  # (1, 5, vocab)
+    """
+    if reference is not None:
+        yield reference
+        return
+    inner = _unwrap(model)
+    if not isinstance(inner, PeftModel):
+        raise ValueError(
+            "reference_context needs a PeftModel (the KL reference is the base model with the adapter "
+            "disabled) or an explicit frozen copy via reference=...; for a fully fine-tuned policy "
+            "either pass reference= or set the KL coefficient beta to 0")
+    with inner.disable_adapter():
+        yield model
+
+
+def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Detached copies of every trainable parameter, by name: snapshot before/after a step.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> before = trainable_parameters(tiny_model(tiny_tokenizer()))
+        >>> len(before) > 0
+        True
+    """
+    return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """``(trainable, total)`` parameter counts; 4-bit weights count as their unpacked size."""
+    trainable = total = 0
+    for param in model.parameters():
+        n = param.numel()
+        if param.__class__.__name__ == "Params4bit":
+            n *= 2 * param.element_size()  # two 4-bit values per byte of storage
+        total += n
+        trainable += n if param.requires_grad else 0
+    return trainable, total
+
+
+def describe_policy(model: torch.nn.Module) -> str:
+    """One line: base class, quantization, adapter, trainable/total parameters, dtype and device.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> describe_policy(tiny_model(tiny_tokenizer()))[:40]
+        'LlamaForCausalLM | full precision | no a'
+    """
+    inner, base = _unwrap(model), _base_model(model)
+    parts = [type(base).__name__, "4-bit NF4" if _is_4bit(base) else "full precision"]
+    if isinstance(inner, PeftModel):
+        cfg = inner.peft_config[inner.active_adapter]
+        targets = cfg.target_modules
+        # A reloaded adapter lists full module paths; the leaf names are what a reader wants.
+        if not isinstance(targets, str):
+            targets = ",".join(sorted({t.rsplit(".", 1)[-1] for t in targets}))
+        parts.append(f"LoRA r={cfg.r} alpha={cfg.lora_alpha} on {targets}")
+    else:
+        parts.append("no adapter")
+    trainable, total = count_parameters(model)
+    parts.append(f"trainable {trainable:,} / {total:,} params ({100 * trainable / max(total, 1):.2f}%)")
+    param = next(base.parameters(), None)
+    if param is not None:
+        dtype = str(getattr(base, "dtype", param.dtype)).removeprefix("torch.")
+        parts.append(f"{dtype} on {param.device}")
+    return " | ".join(parts)
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """Strip DistributedDataParallel-style wrappers (``.module``) that accelerate adds."""
+    while isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
+        model = model.module
+    return model
+
+
+def _base_model(model: torch.nn.Module) -> torch.nn.Module:
+    inner = _unwrap(model)
+    return inner.get_base_model() if isinstance(inner, PeftModel) else inner
+
+
+def _is_4bit(model: torch.nn.Module) -> bool:
+    return bool(getattr(_base_model(model), "is_loaded_in_4bit", False))
+
+
+def _name_or_path(model: torch.nn.Module) -> str | None:
+    path = getattr(_base_model(model).config, "_name_or_path", None)
+    return path or None
