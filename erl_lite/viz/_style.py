@@ -1,0 +1,202 @@
+"""Shared plumbing for the plots: backend choice, house style, input coercion, series.
+
+Kept private: the public surface is in :mod:`erl_lite.viz.plots`, :mod:`.pairs` and
+:mod:`.widgets`. Departures from the paper: none (the paper has no plotting code to follow).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, TypeVar, Union
+
+import matplotlib
+
+from erl_lite.history import History
+
+
+def _choose_backend() -> None:
+    """Fall back to Agg on a display-less Linux box, before pyplot is first imported.
+
+    Why: an interactive default backend would fail (or warn) on CI and on headless GPU
+    machines. We leave the choice alone whenever someone else already made it: an explicit
+    ``MPLBACKEND`` (ipykernel sets one for its inline backend), pyplot already imported, or
+    a running IPython kernel.
+    """
+    if os.environ.get("MPLBACKEND") or "matplotlib.pyplot" in sys.modules:
+        return
+    if "ipykernel" in sys.modules:
+        return
+    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if sys.platform.startswith("linux") and headless:
+        matplotlib.use("Agg")
+
+
+_choose_backend()
+
+import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+#: What every public function accepts as "a run".
+HistoryLike = Union[History, str, os.PathLike, list, None]
+
+DPI = 110
+#: Font sizes chosen to stay legible when GitHub scales a PNG down to ~800 px wide.
+RC = {
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 8.5,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+
+#: One colour per ERL phase / role, reused by every plot so a reader learns them once.
+COLORS = {
+    "first": "#1f77b4",
+    "reflection": "#9467bd",
+    "second": "#2ca02c",
+    "distill": "#ff7f0e",
+    "eval": "#d62728",
+    "gate": "#8c564b",
+    "memory": "#17becf",
+    "baseline": "#7f7f7f",
+}
+NO_DATA = "no data yet"
+
+
+def as_history(obj: HistoryLike) -> History:
+    """Turn a History, a run folder / ``history.jsonl`` path, or a list of dicts into a History.
+
+    A list may mix metric records (``{"kind": ..., "step": ...}``) and full step records
+    (those with ``"first_attempts"``); the latter become samples. ``None`` is an empty run.
+    """
+    if obj is None:
+        return History()
+    if isinstance(obj, History):
+        return obj
+    if isinstance(obj, (str, os.PathLike, Path)):
+        return History.load(obj)
+    if isinstance(obj, (list, tuple)):
+        rows = [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in obj]
+        samples = [r for r in rows if "first_attempts" in r]
+        records = [r for r in rows if "first_attempts" not in r]
+        return History(records=records, samples=samples)
+    raise TypeError(f"expected a History, a path or a list of records, got {type(obj).__name__}")
+
+
+def _number(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def series(history: History, key: str, kind: str = "train") -> tuple[list[int], list[float]]:
+    """Like :meth:`History.series`, but tolerant: skips non-numbers, NaN and missing steps.
+
+    A record without ``"step"`` gets its position among records of its kind (1-based), so a
+    hand-written list of dicts still plots.
+    """
+    steps, values = [], []
+    rows = [r for r in history.records if r.get("kind", "train") == kind]
+    for i, row in enumerate(rows, start=1):
+        value = _number(row.get(key))
+        if value is None:
+            continue
+        step = _number(row.get("step"))
+        steps.append(int(step) if step is not None else i)
+        values.append(value)
+    return steps, values
+
+
+def smooth(values: list[float], weight: float) -> list[float]:
+    """Debiased exponential moving average (TensorBoard's slider); ``weight`` in [0, 1)."""
+    if weight <= 0 or not values:
+        return list(values)
+    weight = min(weight, 0.99)
+    out, avg = [], 0.0
+    for t, v in enumerate(values, start=1):
+        avg = weight * avg + (1 - weight) * v
+        out.append(avg / (1 - weight**t))  # divide out the zero start
+    return out
+
+
+def new_axes(ax: Axes | None,
+             figsize: tuple[float, float] = (6.4, 3.8)) -> tuple[Figure, Axes, bool]:
+    """Return (figure, axes, owned); ``owned`` figures are detached from pyplot by :func:`done`."""
+    if ax is not None:
+        return ax.figure, ax, False
+    fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
+    return fig, ax, True
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def styled(fn: F) -> F:
+    """Run a plotting function under the house style (text takes its size when created)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with plt.rc_context(RC):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def done(fig: Figure, owned: bool) -> Figure:
+    """Finish a figure we created: tidy layout, then close it in pyplot.
+
+    Closing matters in notebooks: the inline backend would otherwise draw the figure once at
+    the end of the cell and once more as the returned value. A closed figure still saves and
+    still renders when displayed.
+    """
+    if owned:
+        fig.tight_layout()
+        plt.close(fig)
+    return fig
+
+
+def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool,
+             legend: bool = True) -> None:
+    """Title, axis labels, integer step ticks, and the legend or the "no data" note."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    lo, hi = ax.get_xlim()
+    if hi - lo < 2:  # one step: widen, or the integer locator falls back to 0.005 ticks
+        mid = round((lo + hi) / 2)
+        ax.set_xlim(mid - 1, mid + 1)
+    if not has_data:
+        ax.text(0.5, 0.5, NO_DATA, transform=ax.transAxes, ha="center", va="center",
+                color="0.45", fontsize=11, style="italic")
+        return
+    handles, labels = ax.get_legend_handles_labels()
+    if legend and handles:
+        ax.legend(handles, labels, loc="best", frameon=False)
+
+
+def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: str,
+                color: str, weight: float = 0.0, dashed: bool = False) -> None:
+    """One curve; with smoothing, the raw values stay visible as a faint unlabelled line."""
+    steps = list(steps)
+    style = "--" if dashed else "-"
+    marker = "o" if len(steps) <= 30 else None  # few points: make single steps visible
+    if weight > 0 and len(values) > 1:
+        ax.plot(steps, values, style, color=color, alpha=0.25, linewidth=1)
+        values = smooth(values, weight)
+        marker = None
+    ax.plot(steps, values, style, color=color, label=label, marker=marker, markersize=3,
+            linewidth=1.8)

@@ -1,0 +1,244 @@
+"""One task's ERL story, side by side: first attempt → feedback → reflection → second attempt.
+
+Works on the full step records a run samples (``History.samples``, each from
+:meth:`~erl_lite.records.StepRecord.to_dict`). :func:`show_attempt_pair` returns HTML for
+``IPython.display.HTML``; :func:`attempt_pair_text` is the plain-text twin for terminals and
+logs. "What changed" is a word-level diff (:mod:`difflib`) of the base prompt against the
+rulebook and of the first attempt's moves against the second's.
+
+Departures from the paper: none (presentation only).
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import re
+from typing import Any
+
+from erl_lite.viz._style import COLORS, HistoryLike, as_history
+
+Record = dict[str, Any]
+MAX_CHARS = 2000  # per message: keeps a long multi-turn episode readable
+
+
+def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> Record:
+    """The sampled step record for ``step`` (the first one when None).
+
+    ``source`` may be a step record (dict or :class:`~erl_lite.records.StepRecord`) or
+    anything :func:`~erl_lite.viz._style.as_history` accepts.
+    """
+    if hasattr(source, "to_dict") and hasattr(source, "first_attempts"):
+        source = source.to_dict()
+    if isinstance(source, dict) and "first_attempts" in source:
+        return source
+    samples = as_history(source).samples
+    if not samples:
+        raise ValueError("this history holds no sampled step records (History.samples is "
+                         "empty); the trainer keeps one every `sample_every` steps")
+    if step is None:
+        return samples[0]
+    for record in samples:
+        if int(record.get("step", -1)) == step:
+            return record
+    have = [s.get("step") for s in samples]
+    raise ValueError(f"no sampled step record for step {step}; sampled steps: {have}")
+
+
+def _find(items: list[Record], task_id: str, index: int) -> Record | None:
+    return next((x for x in items if x.get("task_id") == task_id and x.get("index") == index),
+                None)
+
+
+def list_pairs(record: Record) -> list[dict[str, Any]]:
+    """Every first attempt of a step: task_id, index, first/second success (None if not gated)."""
+    rows = []
+    for a in record.get("first_attempts", []):
+        second = _find(record.get("second_attempts", []), a.get("task_id"), a.get("index"))
+        rows.append({"task_id": a.get("task_id"), "index": a.get("index"),
+                     "first_success": bool(a.get("success")),
+                     "second_success": None if second is None else bool(second.get("success"))})
+    return rows
+
+
+def select_pair(record: Record, task_id: str | None = None,
+                index: int | None = None) -> dict[str, Record | None]:
+    """Pick {first, reflection, second} for one rollout; by default the first reflected one."""
+    firsts = record.get("first_attempts", [])
+    candidates = [a for a in firsts
+                  if (task_id is None or a.get("task_id") == task_id)
+                  and (index is None or a.get("index") == index)]
+    if not candidates:
+        raise ValueError(f"no first attempt with task_id={task_id!r}, index={index!r} "
+                         f"at step {record.get('step')}")
+    reflected = [a for a in candidates
+                 if _find(record.get("reflections", []), a.get("task_id"), a.get("index"))]
+    first = (reflected or candidates)[0]
+    key = (first.get("task_id"), first.get("index"))
+    return {"first": first, "reflection": _find(record.get("reflections", []), *key),
+            "second": _find(record.get("second_attempts", []), *key)}
+
+
+def assistant_actions(attempt: Record | None) -> str:
+    """The model's own turns of an attempt, one per line."""
+    if not attempt:
+        return ""
+    return "\n".join(m.get("content", "") for m in attempt.get("messages", [])
+                     if m.get("role") == "assistant")
+
+
+def word_diff(a: str, b: str) -> list[tuple[str, str]]:
+    """Word-level diff as ``[(op, text)]`` with op ``"="`` kept, ``"-"`` removed, ``"+"`` added.
+
+    Example:
+        >>> word_diff("go left now", "go right now")
+        [('=', 'go '), ('-', 'left'), ('+', 'right'), ('=', ' now')]
+    """
+    ta, tb = re.split(r"(\s+)", a), re.split(r"(\s+)", b)  # keep whitespace as tokens
+    # chunks: ("=", text, text) kept, or ("~", old, new) changed (either side may be "").
+    chunks: list[tuple[str, str, str]] = []
+    matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        chunk = ("=" if tag == "equal" else "~", "".join(ta[i1:i2]), "".join(tb[j1:j2]))
+        # Fold a lone space between two edits into one edit: "[-a b-]{+c d+}" reads better
+        # than "[-a-]{+c+} [-b-]{+d+}".
+        if (chunk[0] == "~" and len(chunks) >= 2 and chunks[-1][0] == "="
+                and chunks[-1][1].isspace() and chunks[-2][0] == "~"):
+            space, prev = chunks.pop()[1], chunks.pop()
+            chunk = ("~", prev[1] + space + chunk[1], prev[2] + space + chunk[2])
+        chunks.append(chunk)
+    out: list[tuple[str, str]] = []
+    for tag, old, new in chunks:
+        if tag == "=":
+            out.append(("=", old))
+        else:
+            out += [("-", old), ("+", new)]
+    return [(op, text) for op, text in out if text]
+
+
+def diff_text(a: str, b: str) -> str:
+    """wdiff-style markup: ``[-removed-]{+added+}``."""
+    marks = {"=": "{}", "-": "[-{}-]", "+": "{{+{}+}}"}
+    return "".join(marks[op].format(text) for op, text in word_diff(a, b))
+
+
+def diff_html(a: str, b: str) -> str:
+    """Removed words struck through in red, added words in green."""
+    style = {"-": "background:#fdd;color:#900;text-decoration:line-through",
+             "+": "background:#dfd;color:#060"}
+    parts = []
+    for op, text in word_diff(a, b):
+        esc = html.escape(text)
+        parts.append(esc if op == "=" else f'<span style="{style[op]}">{esc}</span>')
+    return _pre("".join(parts), escaped=True)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + " …"
+
+
+def _pre(text: str, escaped: bool = False) -> str:
+    body = text if escaped else html.escape(_clip(text))
+    return ('<pre style="white-space:pre-wrap;margin:2px 0;padding:4px;background:#f6f8fa;'
+            f'font-size:12px">{body}</pre>')
+
+
+def _outcome(attempt: Record) -> str:
+    verdict = "succeeded" if attempt.get("success") else "failed"
+    return f"reward {float(attempt.get('reward', 0.0)):.2f}, {verdict}"
+
+
+def _attempt_html(title: str, attempt: Record | None, color: str) -> str:
+    if attempt is None:
+        return f"<b style='color:{color}'>{title}</b><p><i>not run (passed the gate)</i></p>"
+    turns = "".join(f"<div><small><b>{html.escape(m.get('role', '?'))}</b></small>"
+                    f"{_pre(m.get('content', ''))}</div>"
+                    for m in attempt.get("messages", []) if m.get("role") != "system")
+    return (f"<b style='color:{color}'>{title}</b> <small>({_outcome(attempt)}, "
+            f"{attempt.get('num_turns', '?')} turns)</small>"
+            f"<details><summary>system prompt</summary>{_pre(attempt.get('system_prompt', ''))}"
+            f"</details>{turns}<b>feedback</b>{_pre(attempt.get('feedback', ''))}")
+
+
+def _reflection_html(refl: Record | None) -> str:
+    color = COLORS["reflection"]
+    if refl is None:
+        return (f"<b style='color:{color}'>Reflection</b>"
+                "<p><i>none: the first attempt passed</i></p>")
+    parsed = "parsed" if refl.get("parsed") else "no &lt;prompt&gt; block: base prompt reused"
+    return (f"<b style='color:{color}'>Reflection → rulebook</b> <small>({parsed}, "
+            f"r̃ = {float(refl.get('reward', 0.0)):.2f})</small>{_pre(refl.get('rulebook', ''))}"
+            f"<details><summary>raw reflection text</summary>{_pre(refl.get('text', ''))}"
+            "</details>")
+
+
+def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,
+                      task_id: str | None = None, index: int | None = None) -> str:
+    """HTML of one rollout's first attempt, reflection and second attempt, with diffs.
+
+    Example:
+        >>> from erl_lite.viz.demo_data import synthetic_history
+        >>> html_text = show_attempt_pair(synthetic_history(steps=5), step=5)
+        >>> "Reflection" in html_text
+        True
+    """
+    record = step_record(history_or_step_record, step)
+    pair = select_pair(record, task_id, index)
+    first, refl, second = pair["first"], pair["reflection"], pair["second"]
+    cell = '<td style="vertical-align:top;width:31%;padding:4px">{}</td>'
+    arrow = '<td style="vertical-align:middle;width:3%;font-size:20px;color:#999">→</td>'
+    row = arrow.join(cell.format(x) for x in (
+        _attempt_html("First attempt", first, COLORS["first"]), _reflection_html(refl),
+        _attempt_html("Second attempt", second, COLORS["second"])))
+    changed = ""
+    if refl is not None:
+        changed += ("<b>Instructions: base prompt → rulebook</b>"
+                    + diff_html(refl.get("base_prompt", ""), refl.get("rulebook", "")))
+    if second is not None:
+        changed += ("<b>Moves: first attempt → second attempt</b>"
+                    + diff_html(assistant_actions(first), assistant_actions(second)))
+    head = (f"Step {record.get('step')} · task {html.escape(str(first.get('task_id')))} · "
+            f"rollout #{first.get('index')}")
+    return (f'<div style="font-family:sans-serif;font-size:13px"><h4>{head}</h4>'
+            f'<table style="width:100%;table-layout:fixed"><tr>{row}</tr></table>'
+            + (f"<h4>What changed</h4>{changed}" if changed else "") + "</div>")
+
+
+def _attempt_text(title: str, attempt: Record | None) -> list[str]:
+    if attempt is None:
+        return [f"-- {title}: not run (passed the gate) --"]
+    lines = [f"-- {title} ({_outcome(attempt)}) --",
+             f"system: {_clip(attempt.get('system_prompt', ''))}"]
+    lines += [f"{m.get('role')}: {_clip(m.get('content', ''))}"
+              for m in attempt.get("messages", []) if m.get("role") != "system"]
+    return lines + [f"feedback: {attempt.get('feedback', '')}"]
+
+
+def attempt_pair_text(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,
+                      task_id: str | None = None, index: int | None = None) -> str:
+    """Plain-text version of :func:`show_attempt_pair` (diffs as ``[-old-]{+new+}``).
+
+    Example:
+        >>> from erl_lite.viz.demo_data import synthetic_history
+        >>> attempt_pair_text(synthetic_history(steps=5)).splitlines()[0].startswith("=== step")
+        True
+    """
+    record = step_record(history_or_step_record, step)
+    pair = select_pair(record, task_id, index)
+    first, refl, second = pair["first"], pair["reflection"], pair["second"]
+    lines = [f"=== step {record.get('step')} · task {first.get('task_id')} · "
+             f"rollout #{first.get('index')} ==="]
+    lines += _attempt_text("FIRST ATTEMPT", first)
+    if refl is None:
+        lines.append("-- REFLECTION: none, the first attempt passed the gate --")
+    else:
+        lines += [f"-- REFLECTION (parsed={bool(refl.get('parsed'))}, "
+                  f"r~={float(refl.get('reward', 0.0)):.2f}) --", _clip(refl.get("rulebook", ""))]
+    lines += _attempt_text("SECOND ATTEMPT", second)
+    if refl is not None:
+        lines += ["-- WHAT CHANGED --", "instructions (base prompt -> rulebook): "
+                  + diff_text(refl.get("base_prompt", ""), refl.get("rulebook", ""))]
+    if second is not None:
+        lines.append("moves (first -> second): "
+                     + diff_text(assistant_actions(first), assistant_actions(second)))
+    return "\n".join(lines)

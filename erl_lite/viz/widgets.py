@@ -1,0 +1,194 @@
+"""Notebook browsers: reflections (step slider, rollout picker, outcome filter) and memory.
+
+Both degrade to static output where no widget front-end can draw them. The rule
+(:func:`is_static`) is deliberately simple: an explicit ``static=`` argument wins; otherwise
+static when ``ipywidgets`` is missing, when we are not inside an IPython kernel, or when the
+environment variable ``ERL_LITE_STATIC`` (or ``CI``) is set to a true value. A headless
+notebook run (nbclient, nbconvert) has a real kernel but nobody to draw widgets, so set
+``ERL_LITE_STATIC=1`` there. Static output is a :class:`StaticView`: it renders as HTML in a
+notebook and prints as plain text elsewhere.
+
+Departures from the paper: none (presentation only).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from erl_lite.viz._style import HistoryLike, as_history
+from erl_lite.viz.pairs import (Record, attempt_pair_text, diff_html, diff_text, list_pairs,
+                                show_attempt_pair, step_record)
+
+#: Outcome filters of the reflection browser: label -> predicate on a :func:`list_pairs` row.
+FILTERS = {
+    "all": lambda r: True,
+    "reflected": lambda r: r["second_success"] is not None,
+    "2nd succeeded": lambda r: r["second_success"] is True,
+    "2nd failed": lambda r: r["second_success"] is False,
+    "passed gate": lambda r: r["second_success"] is None,
+}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def is_static(static: bool | None = None) -> bool:
+    """Whether the browsers should render static output (see the module docstring)."""
+    if static is not None:
+        return static
+    for var in ("ERL_LITE_STATIC", "CI"):
+        if os.environ.get(var, "").strip().lower() in _TRUE:
+            return True
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return True
+    shell = get_ipython()
+    return shell is None or "IPKernelApp" not in getattr(shell, "config", {})
+
+
+@dataclass
+class StaticView:
+    """A widget's static stand-in: HTML in a notebook, plain text in a terminal."""
+
+    html: str
+    text: str
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
+def _no_samples() -> StaticView:
+    msg = "no sampled step records yet (History.samples is empty)"
+    return StaticView(f"<p><i>{msg}</i></p>", msg)
+
+
+def _steps(history: HistoryLike) -> tuple[Any, list[int]]:
+    h = as_history(history)
+    return h, [int(s.get("step", i)) for i, s in enumerate(h.samples, start=1)]
+
+
+def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, int]]]:
+    """Dropdown entries ``(label, (task_id, index))`` of one step, filtered by outcome."""
+    mark = {True: "✓", False: "✗", None: "–"}
+    return [(f"{r['task_id']} #{r['index']} · 1st {mark[r['first_success']]} → "
+             f"2nd {mark[r['second_success']]}", (r["task_id"], r["index"]))
+            for r in list_pairs(record) if FILTERS[mode](r)]
+
+
+def reflection_browser(history: HistoryLike, static: bool | None = None,
+                       step: int | None = None) -> Any:
+    """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
+
+    Args:
+        history: a History, run folder / ``history.jsonl`` path, or list of records.
+        static: force (True) or forbid (False) static output; None auto-detects.
+        step: the step shown first (the first sampled step by default).
+
+    Returns:
+        An ``ipywidgets.VBox``, or a :class:`StaticView` of the first reflected rollout.
+
+    Example:
+        >>> from erl_lite.viz.demo_data import synthetic_history
+        >>> view = reflection_browser(synthetic_history(steps=5), static=True)
+        >>> "FIRST ATTEMPT" in str(view)
+        True
+    """
+    h, steps = _steps(history)
+    if not steps:
+        return _no_samples()
+    if is_static(static):
+        return StaticView(show_attempt_pair(h, step), attempt_pair_text(h, step))
+    import ipywidgets as W
+
+    start = step if step in steps else steps[0]
+    slider = W.SelectionSlider(options=steps, value=start, description="step")
+    mode = W.ToggleButtons(options=list(FILTERS), value="all", description="show")
+    picker = W.Dropdown(description="rollout", layout=W.Layout(width="420px"))
+    out = W.HTML()
+
+    def render(*_: Any) -> None:
+        if picker.value is None:
+            out.value = "<p><i>no rollout matches this filter at this step</i></p>"
+            return
+        task_id, index = picker.value
+        out.value = show_attempt_pair(h, slider.value, task_id=task_id, index=index)
+
+    def refresh(*_: Any) -> None:
+        options = _rollout_options(step_record(h, slider.value), mode.value)
+        values = [v for _, v in options]
+        # Keep the same rollout across steps when it is there; else the first one.
+        keep = picker.value if picker.value in values else (values[0] if values else None)
+        picker.options = options or [("(none)", None)]
+        picker.value = keep
+        render()  # the value may not change between steps, so draw explicitly
+
+    slider.observe(refresh, "value")
+    mode.observe(refresh, "value")
+    picker.observe(render, "value")
+    refresh()
+    return W.VBox([W.HBox([slider, picker]), mode, out])
+
+
+def memory_html(record: Record) -> str:
+    """HTML of what memory held after one step, with a diff against what it held before."""
+    before = "\n---\n".join(record.get("memory_before") or [])
+    after = "\n---\n".join(record.get("memory_after") or [])
+    n = len(record.get("memory_after") or [])
+    head = f"<h4>Memory after step {record.get('step')} ({n} rulebook{'s' * (n != 1)})</h4>"
+    if not after:
+        return head + "<p><i>empty: no second attempt has succeeded yet</i></p>"
+    body = f'<pre style="white-space:pre-wrap">{html.escape(after)}</pre>'
+    if before != after:
+        body += "<b>changed this step (before → after)</b>" + diff_html(before, after)
+    return head + body
+
+
+def memory_text(record: Record) -> str:
+    """Plain-text twin of :func:`memory_html`."""
+    before = "\n---\n".join(record.get("memory_before") or [])
+    after = "\n---\n".join(record.get("memory_after") or [])
+    lines = [f"=== memory after step {record.get('step')} ==="]
+    lines.append(after or "(empty: no second attempt has succeeded yet)")
+    if after and before != after:
+        lines.append("changed this step: " + diff_text(before, after))
+    return "\n".join(lines)
+
+
+def memory_viewer(history: HistoryLike, static: bool | None = None,
+                  step: int | None = None) -> Any:
+    """A slider over sampled steps showing the memory's content after each step.
+
+    Returns an ``ipywidgets.VBox``, or a :class:`StaticView` of the first (or ``step``'s)
+    sampled step.
+
+    Example:
+        >>> from erl_lite.viz.demo_data import synthetic_history
+        >>> str(memory_viewer(synthetic_history(steps=5), static=True)).splitlines()[0]
+        '=== memory after step 1 ==='
+    """
+    h, steps = _steps(history)
+    if not steps:
+        return _no_samples()
+    if is_static(static):
+        record = step_record(h, step)
+        return StaticView(memory_html(record), memory_text(record))
+    import ipywidgets as W
+
+    slider = W.SelectionSlider(options=steps, value=step if step in steps else steps[0],
+                               description="step")
+    out = W.HTML()
+
+    def render(*_: Any) -> None:
+        out.value = memory_html(step_record(h, slider.value))
+
+    slider.observe(render, "value")
+    render()
+    return W.VBox([slider, out])
