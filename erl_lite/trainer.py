@@ -91,6 +91,9 @@ class ERLTrainer:
         self.args = args = args or ERLConfig()
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
+        from transformers import set_seed
+
+        set_seed(args.seed)  # adapter initialisation draws from the global generators
         self.model, self.tokenizer = self._load(model, processing_class, peft_config)
         self.env = env if env is not None else RewardFunctionEnv(reward_funcs, feedback_func, reward_weights)
         self.train_tasks = self._tasks(train_dataset, "train")

@@ -178,7 +178,7 @@ class PolicyUpdater:
             per_token = per_token + c.beta * kl
         loss = aggregate(per_token, batch.mask, c.loss_type, norm)
         loss.backward()
-        sums = {"loss/total": float(loss)}
+        sums = {"loss/total": float(loss.detach())}
         with torch.no_grad():
             for r in ROLES:
                 rows_of_role = torch.tensor([s.role == r for s in rows], device=logp.device).unsqueeze(1)

@@ -1,0 +1,83 @@
+"""Shared fixtures: the tiny offline model, and a toy multi-turn environment."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest
+import torch
+
+from erl_lite.envs.base import Environment, Episode
+from erl_lite.records import Task
+
+torch.set_num_threads(1)
+
+
+class GuessEpisode(Episode):
+    """Guess the secret word within ``max_turns`` replies; the secret is in the task data."""
+
+    def __init__(self, max_turns: int) -> None:
+        self.max_turns = max_turns
+        self.steps: list[str] = []
+
+    def reset(self, task: Task) -> str:
+        self.secret = task.data["secret"]
+        self.reward, self.done, self.steps = 0.0, False, []
+        return f"Guess the word (task {task.task_id})."
+
+    def step(self, action: str):
+        self.steps.append(action)
+        if self.secret in action:
+            self.reward, self.done = 1.0, True
+            return None, 1.0, True, {}
+        if len(self.steps) >= self.max_turns:
+            self.done = True
+            return None, 0.0, True, {}
+        return f"Wrong guess #{len(self.steps)}. Try again.", 0.0, False, {}
+
+    def feedback(self) -> str:
+        return "FEEDBACK: solved." if self.reward else f"FEEDBACK: not solved after {len(self.steps)} guesses."
+
+    def trace(self) -> str:
+        return "\n".join(f"guess {i + 1}: {a}" for i, a in enumerate(self.steps)) or "(no guesses)"
+
+
+class GuessEnv(Environment):
+    name = "guess"
+    system_prompt = "INITIAL-SYSTEM: guess a word."
+    action_reminder = "Reply with one word."
+
+    def __init__(self, max_turns: int = 2, n: int = 6) -> None:
+        self.max_turns = max_turns
+        self.n = n
+
+    def new_episode(self) -> GuessEpisode:
+        return GuessEpisode(self.max_turns)
+
+    def train_tasks(self, n=None):
+        words = ["apple", "berry", "cherry", "date", "elder", "fig", "grape", "honey"]
+        return [Task(f"t{i}", None, {"secret": words[i % len(words)]}) for i in range(n or self.n)]
+
+    def test_tasks(self, n=None):
+        return self.train_tasks(n or 2)
+
+
+@pytest.fixture
+def guess_env() -> GuessEnv:
+    return GuessEnv()
+
+
+@pytest.fixture(scope="session")
+def tok():
+    from erl_lite.testing import tiny_tokenizer
+
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tok_plain():
+    from erl_lite.testing import tiny_tokenizer
+
+    return tiny_tokenizer(chat_template=False)
