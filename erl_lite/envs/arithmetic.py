@@ -1,0 +1,112 @@
+r"""A single-turn example task: small arithmetic, as TRL-style rows with reward and feedback.
+
+Rows are ``{"prompt": ..., "answer": "14"}`` (the prompt is chat messages by default, or a
+plain string), exactly what ``GRPOTrainer``-style trainers take, and the two functions have
+TRL's reward-function signature ``f(prompts, completions, answer, **kwargs)``:
+
+* :func:`arithmetic_reward` -> ``list[float]``: 1.0 for the right integer, else 0.0;
+* :func:`arithmetic_feedback` -> ``list[str]``: what was read from the reply, whether it is
+  right, and whether it is too high or too low — ERL's textual feedback ``f``.
+
+Answer format: the content of the last ``\boxed{...}`` if there is one, otherwise the last
+number in the reply. Plug it into erl_lite with ``RewardFunctionEnv(arithmetic_reward,
+feedback_func=arithmetic_feedback)`` and ``rows_to_tasks(make_arithmetic_dataset(...))``.
+
+Departures from the paper: the paper has no single-turn task; this one exists to show how a
+user's own dataset, reward and feedback plug into ERL.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from erl_lite.envs.qa import extract_boxed
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def make_expression(rng: random.Random, n_ops: int, max_operand: int) -> tuple[str, int]:
+    """A random expression with ``n_ops`` operators and its value; parenthesised so that
+    the reading order is unambiguous. Example: ``('(3 + 4) * 2', 14)``."""
+    value = rng.randint(1, max_operand)
+    text = str(value)
+    for i in range(n_ops):
+        op, b = rng.choice(sorted(_OPS)), rng.randint(1, max_operand)
+        left = f"({text})" if i > 0 else text
+        text, value = f"{left} {op} {b}", _OPS[op](value, b)
+    return text, value
+
+
+def make_arithmetic_dataset(n: int = 1000, seed: int = 0, n_ops: tuple[int, int] = (1, 3),
+                            max_operand: int = 20, chat: bool = True) -> list[dict[str, Any]]:
+    r"""``n`` seeded rows ``{"prompt", "answer"}``; answers are integers written as strings.
+
+    Example:
+        >>> rows = make_arithmetic_dataset(2, seed=1, chat=False)
+        >>> rows[0]["prompt"].startswith("Compute")
+        True
+    """
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        expr, value = make_expression(rng, rng.randint(*n_ops), max_operand)
+        text = f"Compute {expr}. Put the final answer in \\boxed{{}}, e.g. \\boxed{{42}}."
+        prompt: Any = [{"role": "user", "content": text}] if chat else text
+        rows.append({"prompt": prompt, "answer": str(value)})
+    return rows
+
+
+def small_arithmetic_dataset(n: int = 200, seed: int = 0, chat: bool = True) -> list[dict[str, Any]]:
+    """A CPU-sized variant: one operation on numbers up to 9."""
+    return make_arithmetic_dataset(n, seed, n_ops=(1, 1), max_operand=9, chat=chat)
+
+
+def _text(completion: Any) -> str:
+    """A completion as text: strings as they are, chat messages -> last message's content."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    return ""
+
+
+def parse_number(completion: Any) -> tuple[float | None, str]:
+    r"""(value read, where it came from: ``"boxed"``, ``"last number"`` or ``"none"``).
+
+    Example:
+        >>> parse_number(r"it is \boxed{12}")
+        (12.0, 'boxed')
+        >>> parse_number([{"role": "assistant", "content": "7 then 9"}])
+        (9.0, 'last number')
+    """
+    text = _text(completion)
+    boxed = extract_boxed(text)
+    if boxed is not None:
+        match = _NUMBER.fullmatch(boxed.replace(",", "").strip())
+        return (float(match.group()), "boxed") if match else (None, "boxed")
+    numbers = _NUMBER.findall(text)
+    return (float(numbers[-1]), "last number") if numbers else (None, "none")
+
+
+def arithmetic_reward(prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """1.0 where the parsed number equals the answer, else 0.0 (TRL reward signature)."""
+    return [1.0 if parse_number(c)[0] == float(a) else 0.0 for c, a in zip(completions, answer)]
+
+
+def arithmetic_feedback(prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[str]:
+    """One feedback sentence per completion: what was read, right or wrong, too high or low."""
+    out = []
+    for completion, gold in zip(completions, answer):
+        value, source = parse_number(completion)
+        if value is None:
+            where = r"the \boxed{} holds no number" if source == "boxed" else "the reply has no number"
+            out.append(rf"Incorrect: no answer could be read ({where}); end with \boxed{{number}}. Reward 0.")
+        elif value == float(gold):
+            out.append(f"Correct: read {value:g} from the {source}. Reward 1.")
+        else:
+            side = "too high" if value > float(gold) else "too low"
+            out.append(f"Incorrect: read {value:g} from the {source}, which is {side}. Reward 0.")
+    return out

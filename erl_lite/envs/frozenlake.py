@@ -1,0 +1,204 @@
+"""FrozenLake as a text game with abstract letters: reach the goal, avoid the holes.
+
+Maps are n×n (n uniform in 2..9), each cell frozen with probability p (uniform in
+[0.6, 0.85)) and a hole otherwise, with start and goal on two distinct random cells; a map
+is re-drawn (same n and p) until a breadth-first search finds a path of at most 6 moves.
+Moves are deterministic; stepping off the grid leaves the agent in place; a hole or the goal
+ends the episode (reward 1 only at the goal). The model sees letters only (agent A, goal B,
+hole C, frozen D; E = agent in a hole, F = agent on the goal) and is never told the rules.
+The move rule is gymnasium's own ``FrozenLakeEnv`` (non-slippery), fed our map.
+
+Departures from the paper: none in the rules. The generator is ours (gymnasium's
+``generate_random_map`` pins start and goal to opposite corners), so a generated split has
+the same distribution as the paper's but not the same maps; ``source="paper"`` plays the
+paper's exact maps. Generated train and test splits never share a map, whereas the paper's
+files do (15 of its 97 distinct test maps, all small, also occur in its training file).
+:meth:`FrozenLake.small` is an addition for CPU runs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
+from gymnasium.utils import seeding
+
+from erl_lite.envs.base import Environment
+from erl_lite.envs.grid import (ACTIONS, GridEpisode, action_reminder_text, grid_system_prompt,
+                                render_rows, resolve_symbols)
+from erl_lite.envs.paper_tasks import frozenlake_paper_tasks
+from erl_lite.envs.splits import SeededSplits
+from erl_lite.records import Task
+
+DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D",
+                   "agent_in_hole": "E", "agent_on_goal": "F"}
+#: Per-step trace comments, by event.
+COMMENTS = {
+    "blocked": "did not move (edge of the grid)",
+    "hole": "moved into a hole; the episode is over",
+    "goal": "reached the goal; the episode is over",
+    "safe": "moved to a safe tile",
+}
+#: Final feedback, by outcome category.
+FEEDBACK = {
+    "goal": "Success: the agent reached the goal after {n} action(s). Reward 1.",
+    "hole": "Failure: the agent fell into a hole on action {n}. Reward 0.",
+    "step_limit": "Failure: all {budget} actions were used without reaching the goal. Reward 0.",
+    "no_valid_action": ("Failure: no reply contained a valid action (Up, Down, Left or Right alone "
+                        "in a final ``` block), so the agent never moved. Reward 0."),
+}
+_GYM_ACTION = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
+
+
+def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
+    """Fewest moves from S to G avoiding H (None if unreachable or longer than ``limit``).
+
+    Example:
+        >>> shortest_path(["SH", "FG"])
+        2
+    """
+    n_rows, n_cols = len(rows), len(rows[0])
+    start = next((r, c) for r in range(n_rows) for c in range(n_cols) if rows[r][c] == "S")
+    frontier, depth = deque([start]), {start: 0}
+    while frontier:
+        r, c = frontier.popleft()
+        if rows[r][c] == "G":
+            return depth[(r, c)]
+        if limit is not None and depth[(r, c)] >= limit:
+            continue
+        for dr, dc in ACTIONS.values():
+            nxt = (r + dr, c + dc)
+            if 0 <= nxt[0] < n_rows and 0 <= nxt[1] < n_cols and rows[nxt[0]][nxt[1]] != "H" \
+                    and nxt not in depth:
+                depth[nxt] = depth[(r, c)] + 1
+                frontier.append(nxt)
+    return None
+
+
+def generate_map(seed: int, sizes: tuple[int, int] = (2, 9),
+                 frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6) -> dict[str, Any]:
+    """One random solvable map, deterministic in ``seed``.
+
+    Returns ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``.
+
+    Example:
+        >>> m = generate_map(7)
+        >>> shortest_path(m["map"]) == m["shortest"] <= 6
+        True
+    """
+    rng, _ = seeding.np_random(seed)
+    size = int(rng.integers(sizes[0], sizes[1] + 1))
+    p = float(rng.uniform(*frozen_prob))
+    while True:
+        board = rng.choice(["F", "H"], (size, size), p=[p, 1 - p])
+        start, goal = rng.choice(size * size, 2, replace=False)
+        board[divmod(int(start), size)] = "S"
+        board[divmod(int(goal), size)] = "G"
+        rows = ["".join(row) for row in board]
+        moves = shortest_path(rows, limit=max_shortest)
+        if moves is not None:
+            return {"map": rows, "size": size, "p": p, "shortest": moves}
+
+
+class FrozenLakeEpisode(GridEpisode):
+    """One FrozenLake game. ``info["event"]`` is one of ``COMMENTS`` or ``"invalid"``."""
+
+    def _load(self, data: dict[str, Any]) -> None:
+        self.rows = list(data["map"])
+        self._gym = FrozenLakeEnv(desc=self.rows, is_slippery=False)
+        state, _ = self._gym.reset(seed=0)  # the start is unique, so the seed changes nothing
+        self.pos = divmod(int(state), len(self.rows[0]))
+
+    def _render(self) -> str:
+        s = self.symbols
+        kind = {"H": "hole", "G": "goal"}
+        cells = [[s[kind.get(ch, "frozen")] for ch in row] for row in self.rows]
+        r, c = self.pos
+        cells[r][c] = s[{"H": "agent_in_hole", "G": "agent_on_goal"}.get(self.rows[r][c], "agent")]
+        return render_rows(cells)
+
+    def _move(self, action: str) -> tuple[str, str, float, bool]:
+        state, reward, terminated, _, _ = self._gym.step(_GYM_ACTION[action])
+        new_pos = divmod(int(state), len(self.rows[0]))
+        moved, self.pos = new_pos != self.pos, new_pos
+        cell = self.rows[new_pos[0]][new_pos[1]]
+        event = "goal" if cell == "G" else "hole" if cell == "H" else "safe" if moved else "blocked"
+        return event, COMMENTS[event], float(reward), bool(terminated)
+
+    def _verdict(self) -> tuple[str, str]:
+        if not self.done:
+            return "running", "The episode is still running."
+        if self.events[-1] in ("goal", "hole"):
+            category = self.events[-1]
+        else:
+            category = "no_valid_action" if set(self.events) == {"invalid"} else "step_limit"
+        text = FEEDBACK[category].format(n=self.actions_taken, budget=self.max_actions)
+        invalid = self.events.count("invalid")
+        if invalid and category != "no_valid_action":
+            text += f" {invalid} of the replies had no valid action and did not move the agent."
+        return category, text
+
+
+class FrozenLake(Environment):
+    """FrozenLake with abstract letters, seeded splits and the paper's maps.
+
+    Args:
+        source: ``"generated"`` (seeded splits) or ``"paper"`` (the paper's exact maps).
+        seed: base seed of the generated splits.
+        n_train, n_test: generated split sizes (paper: 10,000 / 100).
+        sizes: inclusive range of the side length n.
+        frozen_prob: range of the frozen-cell probability p.
+        max_shortest: maps whose shortest path is longer are re-drawn.
+        max_actions: the action budget (one action per model turn).
+        symbols: overrides of the letters, by role (``DEFAULT_SYMBOLS`` keys).
+        symbol_seed: draw a random distinct capital letter per role from this seed first.
+        compact: shorter system prompt and observations (for tiny models).
+
+    Example:
+        >>> env = FrozenLake()
+        >>> episode = env.new_episode()
+        >>> obs = episode.reset(env.test_tasks(1)[0])
+        >>> _, reward, done, info = episode.step("```\\nUp\\n```")
+        >>> info["event"] in ("blocked", "safe", "hole", "goal")
+        True
+    """
+
+    name = "frozenlake"
+
+    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000,
+                 n_test: int = 100, sizes: tuple[int, int] = (2, 9),
+                 frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6,
+                 max_actions: int = 8, symbols: dict[str, str] | None = None,
+                 symbol_seed: int | None = None, compact: bool = False) -> None:
+        if source not in ("generated", "paper"):
+            raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
+        if not 2 <= sizes[0] <= sizes[1]:
+            raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")
+        self.source, self.max_turns, self.compact = source, max_actions, compact
+        self.symbols = resolve_symbols(DEFAULT_SYMBOLS, symbols, symbol_seed)
+        self.system_prompt = grid_system_prompt(max_actions, compact)
+        self.action_reminder = action_reminder_text()
+
+        def make(task_seed: int) -> dict[str, Any]:
+            return generate_map(task_seed, sizes, frozen_prob, max_shortest)
+
+        self._splits = SeededSplits(make, lambda d: "/".join(d["map"]), self.name, seed, n_train, n_test)
+
+    @classmethod
+    def small(cls, **overrides: Any) -> "FrozenLake":
+        """A CPU-sized variant: 2×2 to 4×4 maps and compact prompts."""
+        return cls(**{"sizes": (2, 4), "compact": True, **overrides})
+
+    def new_episode(self) -> FrozenLakeEpisode:
+        return FrozenLakeEpisode(self.max_turns, self.symbols, self.compact)
+
+    def train_tasks(self, n: int | None = None) -> list[Task]:
+        if self.source == "paper":
+            return frozenlake_paper_tasks("train", n)
+        return self._splits.tasks("train", n)
+
+    def test_tasks(self, n: int | None = None) -> list[Task]:
+        if self.source == "paper":
+            return frozenlake_paper_tasks("test", n)
+        return self._splits.tasks("test", n)

@@ -1,0 +1,81 @@
+"""Loaders for the ERL paper's exact task sets, shipped inside the package as JSON lines.
+
+The files under ``erl_lite/data/paper_tasks/`` (MIT licence notice in the README there) hold
+the authors' 100 test / 10,000 train FrozenLake maps and Sokoban levels and the 1,024 HotpotQA
+questions they evaluate on. The game environments read them through ``source="paper"``; this
+module returns them as :class:`~erl_lite.records.Task` lists.
+
+Departures from the paper: none in content. FrozenLake maps were regenerated from the
+release's stored ``(seed, size, p)``; the HotpotQA questions come without their Wikipedia
+corpus, so offline they can be scored but not researched (plug in a retriever for that).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from erl_lite.records import Task
+
+_FILES = {
+    ("frozenlake", "train"): "frozenlake_train.jsonl",
+    ("frozenlake", "test"): "frozenlake_test.jsonl",
+    ("sokoban", "train"): "sokoban_train.jsonl",
+    ("sokoban", "test"): "sokoban_test.jsonl",
+    ("hotpotqa", "test"): "hotpotqa_eval_questions.jsonl",
+}
+
+
+@lru_cache(maxsize=None)
+def _rows(filename: str) -> tuple[dict, ...]:
+    text = resources.files("erl_lite").joinpath("data", "paper_tasks", filename).read_text("utf-8")
+    return tuple(json.loads(line) for line in text.splitlines() if line.strip())
+
+
+def paper_rows(game: str, split: str) -> list[dict]:
+    """The raw JSON rows of one shipped file (copies; safe to modify).
+
+    Example:
+        >>> len(paper_rows("frozenlake", "test")), paper_rows("frozenlake", "test")[3]["map"]
+        (100, ['GS', 'FF'])
+    """
+    try:
+        filename = _FILES[(game, split)]
+    except KeyError:
+        raise ValueError(f"no paper task file for game={game!r}, split={split!r}; have {sorted(_FILES)}")
+    return [dict(row) for row in _rows(filename)]
+
+
+def _game_tasks(game: str, split: str, n: int | None) -> list[Task]:
+    rows = paper_rows(game, split)[:n]
+    tasks = []
+    for row in rows:
+        row["split"] = split
+        tasks.append(Task(task_id=f"{game}/paper-{split}/{row['index']}", data=row))
+    return tasks
+
+
+def frozenlake_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
+    """The paper's FrozenLake maps; ``data["map"]`` rows use S start, G goal, H hole, F frozen."""
+    return _game_tasks("frozenlake", split, n)
+
+
+def sokoban_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
+    """The paper's Sokoban levels; ``data["layout"]`` rows use ``#`` wall, ``$`` box,
+    ``.`` goal, ``@`` player and space for floor."""
+    return _game_tasks("sokoban", split, n)
+
+
+def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:
+    """The paper's 1,024 HotpotQA evaluation questions (question and answer only).
+
+    Without the Wikipedia corpus they are not answerable by search offline; pass a
+    ``retriever`` to :class:`~erl_lite.envs.qa.MultiHopQA` to research them.
+
+    Example:
+        >>> hotpotqa_paper_questions(1)[0].data["answer"]
+        'yes'
+    """
+    rows = paper_rows("hotpotqa", "test")[:n]
+    return [Task(task_id=f"hotpotqa/paper-eval/{i}", data={**row, "split": "test"}) for i, row in enumerate(rows)]

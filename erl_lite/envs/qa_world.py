@@ -1,0 +1,231 @@
+"""Invented worlds for offline multi-hop QA: fictional entities, short documents, questions.
+
+Every task draws its own small world from its seed — a few countries, cities, people and
+companies with invented names — writes one short document per entity, and asks one question
+that needs two of the documents:
+
+* **bridge**: the first document names an entity whose own document holds the answer
+  ("In which city was the founder of Quorvex Labs born?");
+* **comparison**: two documents are compared ("Who was born first, A or B?", or a yes/no
+  question such as "Were A and B born in the same city?").
+
+The task is returned in the schema of HotpotQA's distractor setting (``question``,
+``answer``, ``type``, ``level``, ``supporting_facts{title, sent_id}``,
+``context{title, sentences}``), so generated and real questions run through the same code.
+
+Departures from the paper: the paper asks real HotpotQA questions over Wikipedia with a
+dense retriever; this world is a small, fully offline stand-in with the same two-hop
+structure. Because names are new in every task, the answer can only come from search.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+_ONSETS = ["b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kl", "l", "m", "n", "p", "pr",
+           "r", "s", "st", "t", "tr", "v", "z", "sh", "th", "qu"]
+_VOWELS = ["a", "e", "i", "o", "u", "ae", "ei", "ou", "ia"]
+_CODAS = ["", "", "n", "r", "l", "s", "th", "m", "nd", "rk", "x"]
+OCCUPATIONS = ["architect", "painter", "chemist", "novelist", "sculptor", "astronomer",
+               "composer", "surgeon", "engineer", "historian", "photographer", "botanist"]
+INDUSTRIES = ["shipping", "textile", "software", "brewing", "mining", "publishing", "aviation", "glassware"]
+_COMPANY_SUFFIX = ["Works", "Labs", "Group", "Industries", "& Sons", "Holdings", "Company"]
+_CITY_SUFFIX = ["holt", "mere", "burg", "ford", "stad", "wick", "port", "dale"]
+
+
+@dataclass
+class Entity:
+    """One fact-bearing thing of the world; ``facts`` holds its attributes by name."""
+
+    kind: str
+    name: str
+    facts: dict[str, Any]
+
+
+World = dict[str, list[Entity]]
+
+
+def _word(rng: random.Random, syllables: int) -> str:
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                   for _ in range(syllables)).capitalize()
+
+
+def _unique(rng: random.Random, used: set[str], make: Callable[[], str]) -> str:
+    while True:
+        name = make()
+        if name not in used and name.lower() not in OCCUPATIONS + INDUSTRIES:
+            used.add(name)
+            return name
+
+
+def build_world(rng: random.Random, n_countries: int = 3, n_cities: int = 5,
+                n_people: int = 6, n_companies: int = 4) -> World:
+    """A random world: entities by kind, every name distinct."""
+    used: set[str] = set()
+    countries = [Entity("country", _unique(rng, used, lambda: _word(rng, 2) + rng.choice(["ia", "land", "a"])),
+                        {"currency": _unique(rng, used, lambda: _word(rng, 1).lower() + rng.choice(["o", "ar", "et"]))})
+                 for _ in range(n_countries)]
+    cities = [Entity("city", _unique(rng, used, lambda: _word(rng, 1) + rng.choice(_CITY_SUFFIX)),
+                     {"country": rng.choice(countries).name, "founded": rng.randint(900, 1850),
+                      "population": rng.randint(12, 950) * 1000})
+              for _ in range(n_cities)]
+    people = [Entity("person", _unique(rng, used, lambda: f"{_word(rng, 2)} {_word(rng, 2)}"),
+                     {"born": rng.randint(1890, 1995), "city": rng.choice(cities).name,
+                      "occupation": rng.choice(OCCUPATIONS)})
+              for _ in range(n_people)]
+    companies = [Entity("company", _unique(rng, used, lambda: f"{_word(rng, 2)} {rng.choice(_COMPANY_SUFFIX)}"),
+                        {"founder": rng.choice(people).name, "city": rng.choice(cities).name,
+                         "founded": rng.randint(1900, 2015), "industry": rng.choice(INDUSTRIES)})
+                 for _ in range(n_companies)]
+    return {"country": countries, "city": cities, "person": people, "company": companies}
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def document(e: Entity) -> list[str]:
+    """The entity's document as a list of sentences (HotpotQA keeps paragraphs that way)."""
+    f = e.facts
+    if e.kind == "country":
+        return [f"{e.name} is a country.", f"The currency of {e.name} is the {f['currency']}."]
+    if e.kind == "city":
+        return [f"{e.name} is a city in {f['country']}.",
+                f"{e.name} was founded in {f['founded']}.",
+                f"About {f['population']:,} people live in {e.name}."]
+    if e.kind == "person":
+        return [f"{e.name} is {_article(f['occupation'])} {f['occupation']}.",
+                f"{e.name} was born in {f['born']} in the city of {f['city']}."]
+    kind = f"{_article(f['industry'])} {f['industry']} company"
+    return [f"{e.name} is {kind} founded in {f['founded']} by {f['founder']}.",
+            f"The headquarters of {e.name} are in {f['city']}."]
+
+
+#: What a question template returns: (question, answer, supporting (title, sentence id) pairs).
+Built = tuple[str, str, list[tuple[str, int]]]
+
+
+def _bridge_founder_city(w: World, rng: random.Random) -> Built | None:
+    co = rng.choice(w["company"])
+    p = _get(w, "person", co.facts["founder"])
+    return f"In which city was the founder of {co.name} born?", p.facts["city"], [(co.name, 0), (p.name, 1)]
+
+
+def _bridge_hq_country(w: World, rng: random.Random) -> Built | None:
+    co = rng.choice(w["company"])
+    c = _get(w, "city", co.facts["city"])
+    return f"In which country are the headquarters of {co.name}?", c.facts["country"], [(co.name, 1), (c.name, 0)]
+
+
+def _bridge_founder_job(w: World, rng: random.Random) -> Built | None:
+    co = rng.choice(w["company"])
+    p = _get(w, "person", co.facts["founder"])
+    return (f"What is the occupation of the person who founded {co.name}?", p.facts["occupation"],
+            [(co.name, 0), (p.name, 0)])
+
+
+def _bridge_birthplace_year(w: World, rng: random.Random) -> Built | None:
+    p = rng.choice(w["person"])
+    c = _get(w, "city", p.facts["city"])
+    return (f"In what year was the city where {p.name} was born founded?", str(c.facts["founded"]),
+            [(p.name, 1), (c.name, 1)])
+
+
+def _bridge_birth_country(w: World, rng: random.Random) -> Built | None:
+    p = rng.choice(w["person"])
+    c = _get(w, "city", p.facts["city"])
+    return f"In which country was {p.name} born?", c.facts["country"], [(p.name, 1), (c.name, 0)]
+
+
+def _pair(w: World, kind: str, rng: random.Random, key: str,
+          same: bool | None = None) -> tuple[Entity, Entity] | None:
+    """Two entities whose ``key`` is equal (same=True), unequal (False) or just different (None)."""
+    pairs = [(a, b) for a in w[kind] for b in w[kind] if a.name < b.name
+             and (same is None or (a.facts[key] == b.facts[key]) == same)
+             and (same is not None or a.facts[key] != b.facts[key])]
+    if not pairs:
+        return None
+    a, b = rng.choice(pairs)
+    return (a, b) if rng.random() < 0.5 else (b, a)
+
+
+def _compare_older(w: World, rng: random.Random) -> Built | None:
+    if not (ab := _pair(w, "person", rng, "born")):
+        return None
+    a, b = ab
+    first = a if a.facts["born"] < b.facts["born"] else b
+    return f"Who was born first, {a.name} or {b.name}?", first.name, [(a.name, 1), (b.name, 1)]
+
+
+def _compare_company_age(w: World, rng: random.Random) -> Built | None:
+    if not (ab := _pair(w, "company", rng, "founded")):
+        return None
+    a, b = ab
+    first = a if a.facts["founded"] < b.facts["founded"] else b
+    return f"Which company was founded earlier, {a.name} or {b.name}?", first.name, [(a.name, 0), (b.name, 0)]
+
+
+def _compare_population(w: World, rng: random.Random) -> Built | None:
+    if not (ab := _pair(w, "city", rng, "population")):
+        return None
+    a, b = ab
+    big = a if a.facts["population"] > b.facts["population"] else b
+    return f"Which city has more inhabitants, {a.name} or {b.name}?", big.name, [(a.name, 2), (b.name, 2)]
+
+
+def _compare_same_city(w: World, rng: random.Random) -> Built | None:
+    same = rng.random() < 0.5
+    if not (ab := _pair(w, "person", rng, "city", same)):
+        return None
+    a, b = ab
+    return (f"Were {a.name} and {b.name} born in the same city?", "yes" if same else "no",
+            [(a.name, 1), (b.name, 1)])
+
+
+def _compare_same_job(w: World, rng: random.Random) -> Built | None:
+    same = rng.random() < 0.5
+    if not (ab := _pair(w, "person", rng, "occupation", same)):
+        return None
+    a, b = ab
+    return (f"Do {a.name} and {b.name} have the same occupation?", "yes" if same else "no",
+            [(a.name, 0), (b.name, 0)])
+
+
+TEMPLATES = {
+    "bridge": [_bridge_founder_city, _bridge_hq_country, _bridge_founder_job, _bridge_birthplace_year,
+               _bridge_birth_country],
+    "comparison": [_compare_older, _compare_company_age, _compare_population, _compare_same_city,
+                   _compare_same_job],
+}
+
+
+def _get(w: World, kind: str, name: str) -> Entity:
+    return next(e for e in w[kind] if e.name == name)
+
+
+def generate_question(seed: int, **world_sizes: int) -> dict[str, Any]:
+    """One question with its own world, in HotpotQA's distractor schema.
+
+    Example:
+        >>> row = generate_question(3)
+        >>> sorted(row) == sorted(["id", "question", "answer", "type", "level",
+        ...                        "supporting_facts", "context"])
+        True
+    """
+    rng = random.Random(seed)
+    while True:
+        world = build_world(rng, **world_sizes)
+        qtype = rng.choice(sorted(TEMPLATES))
+        built = rng.choice(TEMPLATES[qtype])(world, rng)
+        if built is not None:
+            break
+    question, answer, support = built
+    entities = [e for kind in ("country", "city", "person", "company") for e in world[kind]]
+    rng.shuffle(entities)  # the supporting documents sit anywhere among the distractors
+    return {
+        "id": f"gen-{seed}", "question": question, "answer": answer, "type": qtype, "level": "medium",
+        "supporting_facts": {"title": [t for t, _ in support], "sent_id": [s for _, s in support]},
+        "context": {"title": [e.name for e in entities], "sentences": [document(e) for e in entities]},
+    }

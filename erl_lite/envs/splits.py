@@ -1,0 +1,60 @@
+"""Seeded, lazily generated train/test splits shared by the generated environments.
+
+Task ``i`` of a split is drawn from a seed derived from ``(base seed, split, i)``, so the
+first ``n`` tasks do not depend on how many are requested and any task can be rebuilt from
+the ``seed`` stored in its data. A training task that happens to equal a test task (small
+maps repeat by chance) is re-drawn, which keeps the splits disjoint.
+
+Departures from the paper: none; the paper's splits are fixed files (see ``paper_tasks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from erl_lite.records import Task
+
+
+def derive_seed(base: int, split: str, index: int, attempt: int = 0) -> int:
+    """A 32-bit task seed from (base seed, split, index, attempt); stable across versions."""
+    code = {"train": 1, "test": 2}[split]
+    return int(np.random.SeedSequence([base, code, index, attempt]).generate_state(1)[0])
+
+
+class SeededSplits:
+    """Train/test tasks generated lazily from seeds; no training task repeats a test task.
+
+    Args:
+        make: seed -> task data (the generator; must be deterministic in the seed).
+        key: task data -> a string identifying the layout (for the disjointness check).
+        prefix: task-id prefix, e.g. ``"frozenlake"``.
+        seed, n_train, n_test: base seed and split sizes.
+    """
+
+    def __init__(self, make: Callable[[int], dict], key: Callable[[dict], str], prefix: str,
+                 seed: int = 0, n_train: int = 10_000, n_test: int = 100) -> None:
+        self.make, self.key, self.prefix = make, key, prefix
+        self.seed, self.sizes = seed, {"train": n_train, "test": n_test}
+        self._cache: dict[str, list[Task]] = {"train": [], "test": []}
+        self._test_keys: set[str] | None = None
+
+    def tasks(self, split: str, n: int | None = None) -> list[Task]:
+        n = self.sizes[split] if n is None else min(n, self.sizes[split])
+        cache = self._cache[split]
+        while len(cache) < n:
+            cache.append(self._generate(split, len(cache)))
+        return cache[:n]
+
+    def _generate(self, split: str, index: int) -> Task:
+        if split == "train" and self._test_keys is None:
+            self._test_keys = {self.key(t.data) for t in self.tasks("test")}
+        for attempt in range(1000):
+            seed = derive_seed(self.seed, split, index, attempt)
+            data = self.make(seed)
+            # Re-draw a training task that equals a test task (small maps repeat by chance).
+            if split == "test" or self.key(data) not in self._test_keys:
+                data.update(seed=seed, split=split, index=index)
+                return Task(task_id=f"{self.prefix}/{split}/{index}", data=data)
+        raise RuntimeError("could not draw a training task distinct from the test split")

@@ -1,0 +1,78 @@
+"""The single-turn arithmetic example: rows, TRL-signature reward and feedback functions."""
+
+from __future__ import annotations
+
+import ast
+import operator
+
+import pytest
+
+from erl_lite.envs.arithmetic import (arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset,
+                                      parse_number, small_arithmetic_dataset)
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+def evaluate(expression: str) -> int:
+    """Independent evaluation of the generated expression through Python's parser."""
+    def walk(node):
+        if isinstance(node, ast.BinOp):
+            return _OPS[type(node.op)](walk(node.left), walk(node.right))
+        assert isinstance(node, ast.Constant)
+        return node.value
+    return walk(ast.parse(expression, mode="eval").body)
+
+
+def expression_of(row: dict) -> str:
+    text = row["prompt"][0]["content"]
+    return text[len("Compute "): text.index(". Put")]
+
+
+def test_rows_are_seeded_and_answers_are_right():
+    rows = make_arithmetic_dataset(200, seed=3)
+    assert rows == make_arithmetic_dataset(200, seed=3) != make_arithmetic_dataset(200, seed=4)
+    for row in rows:
+        assert set(row) == {"prompt", "answer"} and row["prompt"][0]["role"] == "user"
+        assert evaluate(expression_of(row)) == int(row["answer"]), row
+    plain = make_arithmetic_dataset(3, seed=3, chat=False)
+    assert isinstance(plain[0]["prompt"], str) and plain[0]["answer"] == rows[0]["answer"]
+    for row in small_arithmetic_dataset(50):
+        a, op, b = expression_of(row).split()
+        assert op in "+-*" and 1 <= int(a) <= 9 and 1 <= int(b) <= 9
+
+
+@pytest.mark.parametrize("completion, value, source", [
+    (r"so \boxed{14}", 14.0, "boxed"),
+    (r"\boxed{1,024}", 1024.0, "boxed"),
+    (r"3 + 4 is 7, and \boxed{-2} is it, not 5", -2.0, "boxed"),
+    ("first 3 then 12", 12.0, "last number"),
+    (r"\boxed{fourteen} 14", None, "boxed"),     # a box wins even when it holds no number
+    ("no idea", None, "none"),
+    ([{"role": "assistant", "content": "It is 9."}], 9.0, "last number"),
+    ([], None, "none"),
+])
+def test_parse_number(completion, value, source):
+    assert parse_number(completion) == (value, source)
+
+
+def test_reward_and_feedback_with_trl_signature():
+    prompts = ["Compute 2 + 3."] * 5
+    completions = [r"\boxed{5}", "I get 7", r"\boxed{2}", "no number", [{"role": "assistant", "content": "5"}]]
+    answers = ["5"] * 5
+    assert arithmetic_reward(prompts, completions, answer=answers, extra_column=[0] * 5) == [1.0, 0.0, 0.0, 0.0, 1.0]
+    notes = arithmetic_feedback(prompts, completions, answer=answers)
+    assert notes[0].startswith("Correct") and "boxed" in notes[0]
+    assert "read 7" in notes[1] and "too high" in notes[1] and "last number" in notes[1]
+    assert "too low" in notes[2]
+    assert "no answer could be read" in notes[3] and "\\boxed{number}" in notes[3]
+    assert notes[4].startswith("Correct")
+
+
+def test_plugs_into_the_dataset_environment():
+    dataset = pytest.importorskip("erl_lite.envs.dataset")
+    env = dataset.RewardFunctionEnv(arithmetic_reward, feedback_func=arithmetic_feedback)
+    task = dataset.rows_to_tasks(make_arithmetic_dataset(1, seed=0))[0]
+    episode = env.new_episode()
+    assert episode.reset(task).startswith("Compute")
+    episode.step(r"\boxed{" + task.data["answer"] + "}")
+    assert episode.success and "Correct" in episode.feedback()
