@@ -86,6 +86,7 @@ def test_hole_ends_the_episode_with_zero_reward(env):
     assert not episode.success and episode.outcome == "hole"
     assert "fell into a hole" in episode.feedback()
     assert "moved into a hole" in episode.trace()
+    assert "stepped on C: moved into a hole" in episode.trace()  # the trace names the tile's letter
     assert "D D\nE B" in episode.trace()  # agent-in-hole marker, start tile now frozen
 
 

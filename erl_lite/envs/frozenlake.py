@@ -34,11 +34,13 @@ from erl_lite.records import Task
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D",
                    "agent_in_hole": "E", "agent_on_goal": "F"}
 #: Per-step trace comments, by event.
+#: ``{tile}`` is the letter of the cell the agent moved onto, so the trace ties what happened
+#: to a symbol: that is how experience reveals what the letters mean.
 COMMENTS = {
     "blocked": "did not move (edge of the grid)",
-    "hole": "moved into a hole; the episode is over",
-    "goal": "reached the goal; the episode is over",
-    "safe": "moved to a safe tile",
+    "hole": "stepped on {tile}: moved into a hole; the episode is over",
+    "goal": "stepped on {tile}: reached the goal; the episode is over",
+    "safe": "stepped on {tile}: moved to a safe tile",
 }
 #: Final feedback, by outcome category.
 FEEDBACK = {
@@ -124,7 +126,8 @@ class FrozenLakeEpisode(GridEpisode):
         moved, self.pos = new_pos != self.pos, new_pos
         cell = self.rows[new_pos[0]][new_pos[1]]
         event = "goal" if cell == "G" else "hole" if cell == "H" else "safe" if moved else "blocked"
-        return event, COMMENTS[event], float(reward), bool(terminated)
+        tile = self.symbols[{"G": "goal", "H": "hole"}.get(cell, "frozen")]
+        return event, COMMENTS[event].format(tile=tile), float(reward), bool(terminated)
 
     def _verdict(self) -> tuple[str, str]:
         if not self.done:
