@@ -1,3 +1,31 @@
-"""erl_lite: Experiential Reinforcement Learning, small enough to read and to run on one GPU."""
+"""erl_lite: Experiential Reinforcement Learning, small enough to read and to run on one GPU.
+
+Example:
+    >>> from erl_lite import ERLConfig
+    >>> ERLConfig.preset("cpu").mode
+    'erl'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+# Imported on first use, so `import erl_lite` stays light (torch/transformers load lazily).
+_EXPORTS = {
+    "ERLConfig": "config", "PRESETS": "config",
+    "ERLTrainer": "trainer",
+    "History": "history", "METRIC_GLOSSARY": "history",
+    "ReflectionMemory": "memory",
+    "load_policy": "models",
+    "Task": "records", "Attempt": "records", "Reflection": "records", "StepRecord": "records",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'erl_lite' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"erl_lite.{_EXPORTS[name]}"), name)

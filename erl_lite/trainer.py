@@ -72,6 +72,8 @@ class ERLTrainer:
             a default LoRA adapter is added (the KL reference needs one).
         generator: a custom sampler (e.g. :class:`~erl_lite.generation.ScriptedGenerator`).
         reward_weights: weights of several reward functions.
+        callbacks: functions ``f(trainer, step_record)`` called after every iteration (e.g.
+            to print a line per step, or to stop early by raising).
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class ERLTrainer:
         peft_config: Any = None,
         generator: Generator | None = None,
         reward_weights: Sequence[float] | None = None,
+        callbacks: Sequence[Callable[["ERLTrainer", StepRecord], None]] = (),
     ) -> None:
         self.args = args = args or ERLConfig()
         if (env is None) == (reward_funcs is None):
@@ -114,6 +117,7 @@ class ERLTrainer:
                                      pad if pad is not None else self.tokenizer.eos_token_id)
         self.step = 0
         self.last_outcome: StepOutcome | None = None
+        self.callbacks = list(callbacks)
 
     # --- setup -----------------------------------------------------------------------------
     def _load(self, model: Any, tokenizer: Any, peft_config: Any) -> tuple[Any, Any]:
@@ -208,6 +212,8 @@ class ERLTrainer:
         if self.step % self.args.sample_every == 0:
             self.history.log_sample(record.to_dict())
         self.last_outcome = outcome
+        for callback in self.callbacks:
+            callback(self, record)
         return record
 
     # --- evaluation ----------------------------------------------------------------------------
