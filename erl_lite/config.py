@@ -133,7 +133,8 @@ class ERLConfig:
 
     # --- evaluation, logging, checkpoints ---------------------------------------------
     eval_steps: int = 5
-    """Evaluate every this many iterations (0 = only at the end)."""
+    """Evaluate every this many iterations, at the start and at the end (0 = never; call
+    ``trainer.evaluate()`` yourself)."""
     eval_num_generations: int = 4
     """Samples per evaluation task (paper: 4)."""
     eval_temperature: float = 0.7
@@ -206,7 +207,7 @@ class ERLConfig:
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(
         max_steps=20, num_tasks_per_step=4, num_generations=4, max_completion_length=48,
-        max_episode_length=1024, max_reflection_length=160, max_reflection_prompt_length=1024,
+        max_episode_length=2048, max_reflection_length=160, max_reflection_prompt_length=2048,
         learning_rate=2e-3, beta=0.0, eval_steps=5, eval_num_generations=2,
         per_device_train_batch_size=16,
     ),

@@ -128,6 +128,12 @@ def _advance(
 
 def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) -> Attempt:
     ep = lv.episode
+    feedback, trace = ep.feedback(), ep.trace()
+    if lv.truncated and not ep.done:  # stopped from outside: say so, not "still running"
+        note = (f"Stopped: the attempt ran out of its token budget after {lv.turns} turn(s) "
+                f"without finishing. Reward {ep.reward:g}.")
+        trace = trace.replace(feedback, note) if feedback in trace else f"{trace}\n{note}"
+        feedback = note
     return Attempt(
         task_id=task.task_id,
         role=role,
@@ -139,8 +145,8 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) ->
         completion_mask=lv.completion_mask,
         reward=float(ep.reward),
         success=bool(ep.success),
-        feedback=ep.feedback(),
-        trace=ep.trace(),
+        feedback=feedback,
+        trace=trace,
         num_turns=lv.turns,
         truncated=lv.truncated,
     )
