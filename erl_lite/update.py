@@ -82,9 +82,26 @@ def completion_logprobs(model: Any, batch: Packed, temperature: float) -> torch.
     return token_logprobs(logits.float(), batch.targets, temperature)
 
 
-def _chunks(rows: list[Any], size: int) -> Iterator[list[Any]]:
-    for i in range(0, len(rows), size):
-        yield rows[i:i + size]
+def _padded_length(s: TrainSample) -> int:
+    return len(s.prompt_ids) + len(s.completion_ids)
+
+
+def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
+    """Rows sorted by length, in micro-batches of at most ``size`` rows.
+
+    A micro-batch also closes before a row more than twice as long as its shortest one, so
+    short attempts are never padded to the length of a long reflection prompt. The update
+    does not depend on how rows are grouped (every micro-batch uses the mini-batch's
+    normalizer), only the padding waste does.
+    """
+    chunk: list[TrainSample] = []
+    for row in sorted(rows, key=_padded_length):
+        if chunk and (len(chunk) == size or _padded_length(row) > 2 * _padded_length(chunk[0])):
+            yield chunk
+            chunk = []
+        chunk.append(row)
+    if chunk:
+        yield chunk
 
 
 class PolicyUpdater:
@@ -111,13 +128,13 @@ class PolicyUpdater:
         """One ``(L_i,)`` tensor of log-probs per row, without gradient."""
         from erl_lite.models import reference_context
 
-        out: list[torch.Tensor] = []
+        by_row: dict[int, torch.Tensor] = {}
         ctx = reference_context(self.model) if reference else nullcontext()
         with ctx:
-            for chunk in _chunks(rows, self.config.per_device_train_batch_size):
+            for chunk in micro_batches(rows, self.config.per_device_train_batch_size):
                 lp = completion_logprobs(self.model, self._pack(chunk), self.config.temperature)
-                out += [lp[b, :len(s.completion_ids)].cpu() for b, s in enumerate(chunk)]
-        return out
+                by_row.update({id(s): lp[b, :len(s.completion_ids)].cpu() for b, s in enumerate(chunk)})
+        return [by_row[id(s)] for s in rows]
 
     def update(self, samples: list[TrainSample]) -> dict[str, float]:
         """Optimizer steps over ``samples``; returns the step's loss metrics."""
@@ -140,9 +157,8 @@ class PolicyUpdater:
             masks = [torch.tensor(s.completion_mask) for s in mini]
             norm = _normalizer(masks, c.loss_type)
             active = [s for s in mini if c.beta > 0 or s.advantage != 0]
-            active.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
             self.optimizer.zero_grad(set_to_none=True)
-            for chunk in _chunks(active, c.per_device_train_batch_size):
+            for chunk in micro_batches(active, c.per_device_train_batch_size):
                 stats = self._backward(chunk, norm, old, ref)
                 for key, v in stats["sums"].items():
                     sums[key] += v

@@ -92,3 +92,13 @@ def test_nll_internalization_rows_use_nll():
     assert nll["loss/distill"] == pytest.approx(float(-lp.sum()), rel=1e-5)  # seq_sum over one row
     raft = PolicyUpdater(model, opt, None, ERLConfig(beta=0.0, temperature=1.0), tok.pad_token_id).update(rows)
     assert raft["loss/distill"] == pytest.approx(-2.0, rel=1e-5)  # ratio 1: -A per token, summed
+
+
+def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
+    from erl_lite.update import micro_batches
+
+    rows = [TrainSample("first", [1] * n, [2], [1], 0.0) for n in (5, 300, 6, 7, 290, 8, 5)]
+    chunks = list(micro_batches(rows, 4))
+    assert [len(c) for c in chunks] == [4, 1, 2]
+    assert all(max(len(r.prompt_ids) for r in c) <= 2 * min(len(r.prompt_ids) for r in c) + 2 for c in chunks)
+    assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
