@@ -81,6 +81,7 @@ class Settings:
     lora_r: int = 16
     lora_alpha: int = 32
     seed: int = 0
+    model: str = "tiny"
 
 
 def lora_config(s: Settings) -> Any:
@@ -205,7 +206,12 @@ def run(s: Settings) -> dict[str, Any]:
         raise SystemExit(f"--micro-batch must divide tasks x {RLVR_G} = {s.tasks * RLVR_G}")
     rows = make_rows(s.tasks * (s.steps + 1))
     with tempfile.TemporaryDirectory() as tmp:
-        path = save_tiny_model(os.path.join(tmp, "tiny"))
+        if s.model == "embedded":  # the packaged model: word-level tokenizer, realistic lengths
+            from erl_lite.embedded import EMBEDDED_DIR
+
+            path = str(EMBEDDED_DIR)
+        else:
+            path = save_tiny_model(os.path.join(tmp, "tiny"))
         rlvr, erl = erl_lite_trainer(path, rows, s, "rlvr"), erl_lite_trainer(path, rows, s, "erl")
         reward = TokenCountingReward()
         clock = interleaver([("erl_lite_rlvr", rlvr.training_step), ("erl_lite_erl", erl.training_step)])
@@ -269,10 +275,12 @@ def main() -> None:
     p.add_argument("--max-completion-length", type=int, default=32, help="max new tokens per reply")
     p.add_argument("--micro-batch", type=int, default=10, help="rows per forward/backward pass")
     p.add_argument("--beta", type=float, default=0.001, help="KL coefficient on both sides (0 = off)")
+    p.add_argument("--model", choices=("tiny", "embedded"), default="tiny",
+                   help="tiny: random 2-layer model with a character tokenizer; embedded: the packaged model")
     p.add_argument("--out", help="write the results to this JSON file")
     a = p.parse_args()
     s = Settings(steps=a.steps, tasks=a.tasks, max_completion_length=a.max_completion_length,
-                 micro_batch=a.micro_batch, beta=a.beta)
+                 micro_batch=a.micro_batch, beta=a.beta, model=a.model)
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
 

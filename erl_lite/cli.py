@@ -1,0 +1,110 @@
+"""The ``erl-lite`` command line.
+
+* ``erl-lite demo`` — the main job: ERL on the embedded tiny model, on the CPU, in minutes;
+  writes ``history.jsonl``, figures and a Markdown report to ``--out``.
+* ``erl-lite train`` — the same trainer on a chosen environment and model (a hub name for the
+  GPU preset, or a local folder), e.g.
+  ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
+
+Departures from the paper: none; this is plumbing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from erl_lite.config import MODES, PRESETS
+
+ENVIRONMENTS = ("frozenlake", "sokoban", "qa", "arithmetic")
+
+
+def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
+    p.add_argument("--steps", type=int, default=default_steps, help="training iterations")
+    p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run (also picks the demo world's letters)")
+    p.add_argument("--out", default=None, help="output folder for history, figures, report, checkpoints")
+    p.add_argument("--no-memory", action="store_true", help="ablation: ERL without memory")
+    p.add_argument("--no-reflection", action="store_true", help="ablation: ERL without reflection")
+    p.add_argument("--no-internalization", action="store_true", help="ablation: no self-distillation")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="erl-lite", description="Experiential Reinforcement Learning, small.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
+    _common(demo, default_steps=None)
+    demo.add_argument("--eval-tasks", type=int, default=None, help="evaluation tasks (default: the demo's)")
+    train = sub.add_parser("train", help="train a model on one of the environments")
+    _common(train, default_steps=None)
+    train.add_argument("--env", choices=ENVIRONMENTS, default="frozenlake")
+    train.add_argument("--small", action="store_true", help="the small (CPU) variant of the environment")
+    train.add_argument("--model", default="embedded",
+                       help="hub name or local folder; 'embedded' = the packaged tiny model")
+    train.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    train.add_argument("--load-in-4bit", action="store_true", help="QLoRA: quantize the base model to 4-bit NF4")
+    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    o = {"mode": args.mode, "seed": args.seed}
+    if args.steps is not None:
+        o["max_steps"] = args.steps
+    if args.out:
+        o["output_dir"] = args.out
+    if args.no_memory:
+        o["use_memory"] = False
+    if args.no_reflection:
+        o["use_reflection"] = False
+    if args.no_internalization:
+        o["use_internalization"] = False
+    return o
+
+
+def _train(args: argparse.Namespace) -> int:
+    from erl_lite.config import ERLConfig
+    from erl_lite.trainer import ERLTrainer
+
+    cfg = ERLConfig.preset(args.preset, load_in_4bit=args.load_in_4bit, **_overrides(args))
+    model, tokenizer = args.model, None
+    if args.model == "embedded":
+        from erl_lite.embedded import load_embedded
+
+        model, tokenizer = load_embedded(quantization="4bit" if args.load_in_4bit else "none")
+    env, rows, kwargs = _environment(args.env, args.small)
+    trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
+    history = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    last = history.last("eval/success", kind="eval")
+    print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
+    return 0
+
+
+def _environment(name: str, small: bool):
+    from erl_lite import envs
+
+    if name == "arithmetic":
+        from erl_lite.envs.arithmetic import arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset
+
+        rows = make_arithmetic_dataset(2000, seed=0)
+        return None, rows, {"reward_funcs": arithmetic_reward, "feedback_func": arithmetic_feedback,
+                            "eval_dataset": make_arithmetic_dataset(64, seed=1)}
+    cls = {"frozenlake": envs.FrozenLake, "sokoban": envs.Sokoban, "qa": envs.MultiHopQA}[name]
+    return (cls.small() if small else cls()), None, {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        from erl_lite.demo import run_demo
+
+        run_demo(out=args.out or "erl_lite_demo", steps=args.steps, seed=args.seed,
+                 eval_tasks=args.eval_tasks, **{k: v for k, v in _overrides(args).items()
+                                                if k not in ("seed", "max_steps", "output_dir")})
+        return 0
+    return _train(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
