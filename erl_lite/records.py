@@ -18,8 +18,15 @@ Departures from the paper: none; the paper does not fix a data layout.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+_TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
+
+
+def _without_tokens(record: Any) -> dict[str, Any]:
+    """The record's fields as a dict, leaving out token-id lists (not copied, just skipped)."""
+    return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in _TOKEN_FIELDS}
 
 #: The three ERL roles that receive a policy-gradient update, plus internalization.
 ROLES = ("first", "reflection", "second", "distill")
@@ -85,9 +92,8 @@ class Attempt:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form without token ids (for histories and notebooks)."""
-        d = asdict(self)
-        for key in ("prompt_ids", "completion_ids", "completion_mask"):
-            d.pop(key)
+        d = _without_tokens(self)
+        d["messages"] = [dict(m) for m in self.messages]
         d["num_generated_tokens"] = self.num_generated_tokens
         return d
 
@@ -118,10 +124,7 @@ class Reflection:
     reward: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("prompt_ids")
-        d.pop("completion_ids")
-        return d
+        return _without_tokens(self)
 
 
 @dataclass
