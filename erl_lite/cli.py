@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--env", choices=ENVIRONMENTS, default="frozenlake")
     train.add_argument("--small", action="store_true", help="the small (CPU) variant of the environment")
     train.add_argument("--model", default="embedded",
-                       help="hub name or local folder; 'embedded' = the packaged tiny model")
+                       help="hub name or local folder; 'embedded' = the packaged tiny model; "
+                            "'tiny' = a random 2-layer model built offline (plumbing checks only)")
     train.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     train.add_argument("--load-in-4bit", action="store_true", help="QLoRA: quantize the base model to 4-bit NF4")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
@@ -73,6 +74,12 @@ def _train(args: argparse.Namespace) -> int:
         from erl_lite.embedded import load_embedded
 
         model, tokenizer = load_embedded(quantization="4bit" if args.load_in_4bit else "none")
+    elif args.model == "tiny":
+        import tempfile
+
+        from erl_lite.testing import save_tiny_model
+
+        model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
     env, rows, kwargs = _environment(args.env, args.small)
     trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
     history = trainer.train(resume_from_checkpoint=True if args.resume else None)
