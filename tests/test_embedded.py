@@ -1,0 +1,220 @@
+"""The embedded tiny policy: offline loading on every path, its tokenizer, its world and teacher,
+two real ERL steps, and the reflection bands on a small fixed-seed sample."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from erl_lite.chat import encode_messages
+from erl_lite.config import ERLConfig
+from erl_lite.embedded import DEMO_CONFIG, EMBEDDED_DIR, demo_world, load_embedded, measure_bands
+from erl_lite.embedded_corpus import (
+    Teacher, best_moves, closer_tiles, describe_ahead, parse_grid, generate_corpus, hole_in_the_way, letter_pair, named_hole, rulebook,
+)
+from erl_lite.envs.grid import parse_action
+from erl_lite.generation import HFGenerator, SamplingParams
+from erl_lite.models import describe_policy, trainable_parameters
+from erl_lite.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
+from erl_lite.rollout import opening_messages
+from erl_lite.trainer import ERLTrainer
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Any attempt to reach a hub fails loudly."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return load_embedded(peft="none")
+
+
+def first_prompt(tok, world, index=0):
+    task = world.test_tasks(index + 1)[index]
+    obs = world.new_episode().reset(task)
+    return encode_messages(opening_messages(world.system_prompt, obs), tok)
+
+
+# --- the artefact --------------------------------------------------------------------------------
+
+
+def test_artefact_is_small_and_documented():
+    files = {p.name for p in EMBEDDED_DIR.iterdir()}
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+            "tokenizer_config.json", "BUILD_INFO.json"} <= files
+    assert (EMBEDDED_DIR / "model.safetensors").stat().st_size <= 5_000_000
+    info = json.loads((EMBEDDED_DIR / "BUILD_INFO.json").read_text())
+    assert info["command"].startswith("python scripts/build_embedded_model.py")
+    assert {"seed", "steps", "train_seconds", "corpus"} <= set(info) and info["corpus"]["sequences"] > 0
+    config = json.loads((EMBEDDED_DIR / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and "auto_map" not in config
+
+
+@pytest.mark.parametrize("peft,quantization", [("none", "none"), ("lora", "none"), ("lora", "4bit")])
+def test_loads_offline_and_plays_a_valid_move(peft, quantization):
+    model, tok = load_embedded(peft=peft, quantization=quantization, lora_r=4)
+    described = describe_policy(model)
+    assert described.startswith("LlamaForCausalLM")
+    assert ("4-bit" in described) == (quantization == "4bit") and ("LoRA" in described) == (peft == "lora")
+    torch.manual_seed(0)
+    gen = HFGenerator(model, tok)
+    world = demo_world(0)
+    outs = gen.generate([first_prompt(tok, world, i) for i in range(4)], SamplingParams(DEMO_CONFIG["max_completion_length"]))
+    replies = [tok.decode(o, skip_special_tokens=True) for o in outs]
+    assert all(parse_action(r) is not None for r in replies), replies
+    assert all(o[-1] == tok.eos_token_id for o in outs)  # it stops by itself within the budget
+
+
+def test_tokenizer_is_lossless_with_a_chat_template(plain):
+    _, tok = plain
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token_id is not None and tok.chat_template
+    examples = generate_corpus(tok, runs=2, tasks_per_run=3, seed=5)
+    for e in examples:
+        text = tok.decode(e.prompt_ids + e.completion_ids)
+        assert tok.decode(tok(text, add_special_tokens=False).input_ids) == text
+    for letter in "ABCDEFGHXZ":  # every grid cell is one token: its letter, after its separator
+        assert tok.tokenize(f"{letter} {letter}\n{letter}") == [letter, f" {letter}", "\n", letter]
+    reply = "Avoid E. Down G ok, Right E no.\n```Right```"
+    assert tok.decode(tok(reply, add_special_tokens=False).input_ids) == reply
+    assert len(tok(reply, add_special_tokens=False).input_ids) <= DEMO_CONFIG["max_completion_length"] - 1
+
+
+# --- the world and the teacher -------------------------------------------------------------------
+
+
+def test_demo_world_letters_vary_by_run_and_maps_put_holes_in_the_way():
+    pairs = {letter_pair(s) for s in range(40)}
+    assert len(pairs) > 10 and all(h != f for h, f in pairs)
+    world = demo_world(3)
+    assert (world.symbols["hole"], world.symbols["frozen"]) == letter_pair(3)
+    tasks = world.test_tasks()
+    share = sum(hole_in_the_way(t.data["map"]) for t in tasks) / len(tasks)
+    assert 0.65 <= share <= 0.9  # 75% by construction, plus easy maps that happen to have one
+    assert [t.data["map"] for t in demo_world(3).test_tasks(5)] == [t.data["map"] for t in tasks[:5]]
+
+
+def test_observation_names_the_tiles_ahead_but_not_what_they_are():
+    world = demo_world(0)
+    hole, frozen = world.symbols["hole"], world.symbols["frozen"]
+    for task in world.test_tasks(20):
+        episode = world.new_episode()
+        obs = episode.reset(task)
+        lines = obs.splitlines()
+        assert lines[-1] == "left: 8" and lines[-2].startswith("ahead: ")
+        grid = parse_grid(obs)
+        assert lines[-2] == "ahead: " + ", ".join(f"{a} {x}" for a, x in closer_tiles(grid))
+        assert "hole" not in obs and "ice" not in obs
+    assert world.symbols == demo_world(0, hints=False).symbols
+    plain_obs = demo_world(0, hints=False).new_episode().reset(task)
+    assert "ahead" not in plain_obs and plain_obs.splitlines()[-1] == "left: 8"
+
+
+def test_teacher_moves_follow_the_belief_about_holes():
+    grid = [["A", "H", "F"], ["F", "F", "F"], ["F", "F", "B"]]
+    assert best_moves(grid, "H") == ["Down"]
+    assert best_moves(grid, "F") == ["Right"]  # fearing the ice, it walks over the hole
+    assert describe_ahead(grid, "H") == "Down F ok, Right H no."
+    assert describe_ahead(grid, None) == "Down F ok, Right H ok."
+
+
+def test_teacher_reflection_names_the_fatal_letter():
+    trace = "Start:\nA E G\nG G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
+    request = (f"<|im_start|>system\n{REFLECTION_SYSTEM}<|im_end|>\n<|im_start|>user\n## Current instructions\n"
+               f"base\n\n## Task\nA E G\nG G B\nleft: 8\n\n## What the agent did\n{trace}\n\n## Outcome\n"
+               f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
+    texts = [Teacher(seed=s)(request) for s in range(20)]
+    assert all(t.startswith("<prompt>") and t.endswith("</prompt>") for t in texts)
+    holes = [named_hole(t) for t in texts]
+    assert holes.count("E") >= 15 and set(holes) <= {"E", "G"}  # mostly right, sometimes wrong
+    assert named_hole(rulebook("E", "G")) == "E" and named_hole(rulebook(None, None)) is None
+
+
+# --- the model inside ERL ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_erl_steps_under_a_minute():
+    start = time.perf_counter()
+    model, tok = load_embedded(lora_r=8)
+    before = trainable_parameters(model)
+    args = ERLConfig.preset("cpu", **{**DEMO_CONFIG, "max_steps": 2, "num_tasks_per_step": 4,
+                                      "num_generations": 2, "eval_steps": 0, "progress_bar": False})
+    trainer = ERLTrainer(model=model, processing_class=tok, args=args, env=demo_world(0))
+    history = trainer.train()
+    elapsed = time.perf_counter() - start
+    assert elapsed < 60, f"2 ERL steps took {elapsed:.0f}s"
+    records = history.of_kind("train")
+    assert len(records) == 2 and all(r["reward/first"] is not None for r in records)
+    assert all(r["truncated/first"] == 0 for r in records)  # the demo budgets fit its episodes
+    after = trainable_parameters(model)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+
+
+# --- the bands of issue 4, on a small fixed-seed sample ------------------------------------------
+# The full measurement is benchmarks/embedded_bands.py (3 runs x 128 tasks x 2 samples). Here:
+# 40 tasks x 2 samples of run 0, seeded. With ~80 first attempts the standard error of a rate is
+# about 0.055, and with ~40 failed tasks about 0.08, so each band is widened by roughly one
+# standard error: first success in [0.15, 0.75] (band 0.2..0.7), parse rate >= 0.85 (band 0.9),
+# own-reflection gain over a plain retry >= 0.07 (band 0.15). A model that does not use its
+# reflection fails the gain and the swapped-letter control; an untrained one fails all of them.
+
+
+@pytest.fixture(scope="module")
+def bands(plain):
+    model, tok = plain
+    return measure_bands(model, tok, demo_world(0), num_tasks=40, samples=2, seed=0)
+
+
+@pytest.mark.slow
+def test_first_attempt_success_is_in_the_band(bands):
+    assert 0.15 <= bands.first_success <= 0.75, bands
+
+
+@pytest.mark.slow
+def test_reflections_parse_and_name_the_hole(bands):
+    assert bands.parse_rate >= 0.85, bands
+    assert bands.names_hole_rate >= 0.7, bands
+
+
+@pytest.mark.slow
+def test_own_reflection_beats_a_plain_retry_and_its_content_matters(bands):
+    assert bands.num_failed >= 20, bands
+    assert bands.reflection_gain >= 0.07, bands
+    assert bands.swapped_success < bands.second_success, bands
+
+
+# --- the demo (the README's main command) --------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cli_demo_writes_history_figures_and_report(tmp_path, capsys):
+    from erl_lite.cli import main
+
+    assert main(["demo", "--steps", "2", "--out", str(tmp_path), "--eval-tasks", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "step   1 |" in printed and "step   2 |" in printed and "eval first-attempt success" in printed
+    for name in ("history.jsonl", "report.md", "rewards.png", "gate_rate.png", "memory.png", "eval.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    report = (tmp_path / "report.md").read_text()
+    assert "## Final memory" in report and "first-attempt success (eval)" in report
+
+
+@pytest.mark.slow
+def test_default_demo_raises_first_attempt_success(tmp_path):
+    """The issue's band: after the default demo, eval first-attempt success is up by >= 0.15.
+
+    Measured with the shipped model (seed 0): 0.58 -> 0.91 over 64 tasks x 2 samples; the
+    standard error of the difference is about 0.07, so 0.15 leaves room for machine drift.
+    """
+    from erl_lite.demo import run_demo
+
+    history = run_demo(out=str(tmp_path), verbose=False)
+    _, evals = history.series("eval/success", kind="eval")
+    assert len(evals) >= 2
+    assert evals[-1] - evals[0] >= 0.15, evals
