@@ -9,7 +9,7 @@ demo evaluates the model's first attempts before and after training and writes t
 * ``rewards.png``, ``gate_rate.png``, ``memory.png``, ``losses.png``, ``eval.png``, ``overview.png``;
 * ``report.md`` — the before/after numbers, example reflections and the final memory.
 
-Departures from the paper: a toy world and a ~1 MB model instead of Qwen3-4B on the paper's
+Departures from the paper: a toy world and a 0.4 M-parameter (1.6 MB) model instead of Qwen3-4B on the paper's
 FrozenLake; the algorithm and the code path are the same as for the paper's tasks.
 """
 
@@ -22,19 +22,26 @@ from typing import Any
 from erl_lite.config import ERLConfig
 from erl_lite.history import History
 
-#: Settings of the demo run (the "cpu" preset, sized for the embedded model).
+#: Training schedule of the demo run; the budgets and temperatures that fit the embedded model
+#: come from :data:`erl_lite.embedded.DEMO_CONFIG` (see :func:`demo_config`).
 DEMO_SETTINGS: dict[str, Any] = dict(
-    max_steps=30, num_tasks_per_step=8, num_generations=4, max_completion_length=16,
-    max_episode_length=640, max_reflection_length=96, max_reflection_prompt_length=640,
-    learning_rate=2e-3, beta=0.0, eval_steps=10, eval_num_generations=2,
-    per_device_train_batch_size=32, progress_bar=False,
+    max_steps=30, num_tasks_per_step=8, num_generations=4, learning_rate=5e-4, beta=0.0,
+    eval_steps=10, eval_num_generations=2, per_device_train_batch_size=32, progress_bar=False,
 )
 DEMO_EVAL_TASKS = 64
 
 
 def demo_config(**overrides: Any) -> ERLConfig:
-    """The demo's :class:`ERLConfig` with optional overrides."""
-    return ERLConfig.preset("cpu", **{**DEMO_SETTINGS, **overrides})
+    """The demo's :class:`ERLConfig`: the ``cpu`` preset, the embedded model's budgets,
+    :data:`DEMO_SETTINGS`, then ``overrides``.
+
+    Example:
+        >>> demo_config(max_steps=3).max_steps, demo_config().max_completion_length
+        (3, 24)
+    """
+    from erl_lite.embedded import demo_config as embedded_config
+
+    return embedded_config(**{**DEMO_SETTINGS, **overrides})
 
 
 def step_line(trainer: Any, record: Any) -> None:
@@ -49,6 +56,8 @@ def step_line(trainer: Any, record: Any) -> None:
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0,
              eval_tasks: int | None = None, verbose: bool = True, **overrides: Any) -> History:
     """Train the embedded model on the demo world and write the report; returns the history."""
+    from transformers import set_seed
+
     from erl_lite.embedded import demo_world, load_embedded
     from erl_lite.trainer import ERLTrainer
 
@@ -57,6 +66,7 @@ def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0
     os.makedirs(out, exist_ok=True)
     config = demo_config(seed=seed, output_dir=out, **overrides)
     env = demo_world(seed)
+    set_seed(config.seed)  # the LoRA initialisation draws from the global RNG: seed it first
     model, tokenizer = load_embedded()
     trainer = ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
                          eval_dataset=env.test_tasks(eval_tasks or DEMO_EVAL_TASKS),
