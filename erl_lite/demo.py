@@ -111,11 +111,13 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
     """Write ``report.md`` in ``out`` and return its path."""
     before, after = _eval_ends(history)
     train = history.of_kind("train")
-    rows = [("first-attempt success (eval)", f"{before:.2f}", f"{after:.2f}")]
-    for key in ("reward/first", "reward/second", "gate/rate", "reflection/parse_rate", "memory/size"):
-        vals = [r[key] for r in train if r.get(key) is not None]
-        if vals:
-            rows.append((key, f"{vals[0]:.2f}", f"{vals[-1]:.2f}"))
+    rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]
+    window = max(1, min(5, len(train) // 3))  # single steps are noisy: mean over a few
+    for key in ("reward/first", "reward/second", "gate/rate", "reflection/parse_rate", "memory/writes"):
+        vals = [r[key] for r in train[:window] if r.get(key) is not None]
+        late = [r[key] for r in train[-window:] if r.get(key) is not None]
+        if vals and late:
+            rows.append((key, f"{sum(vals) / len(vals):.2f}", f"{sum(late) / len(late):.2f}"))
     table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
     pictures = "\n".join(f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figures
                          if not f.endswith("overview.png"))
@@ -124,7 +126,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         f"# erl_lite demo report\n\nMode `{config.mode}`, {len(train)} steps, seed {config.seed}, "
         f"{seconds / 60:.1f} minutes. The world's hole letter is `{env.symbols['hole']}` and its ice "
         f"letter `{env.symbols['frozen']}`; the model is never told.\n\n"
-        f"| metric | first | last |\n|---|---|---|\n{table}\n\n"
+        f"| metric | first {window} steps (mean) | last {window} steps (mean) |\n|---|---|---|\n{table}\n\n"
         f"Evaluation = first attempts only, initial prompt, no memory; "
         f"{config.eval_num_generations} samples per task.\n\n## An example\n\n{_example(history)}\n"
         f"## Final memory\n\n{held}\n\n## Figures\n\n![overview](overview.png)\n\n{pictures}\n"

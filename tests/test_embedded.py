@@ -202,7 +202,7 @@ def test_cli_demo_writes_history_figures_and_report(tmp_path, capsys):
     for name in ("history.jsonl", "report.md", "rewards.png", "gate_rate.png", "memory.png", "eval.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     report = (tmp_path / "report.md").read_text()
-    assert "## Final memory" in report and "first-attempt success (eval)" in report
+    assert "## Final memory" in report and "first-attempt success (eval, before / after" in report
 
 
 @pytest.mark.slow
