@@ -3,10 +3,14 @@
 For every seed, ERL trains for the demo's default number of steps; its training seconds (the
 sum of ``time/step``, evaluation excluded) become the budget of every other variant, which
 trains until it has spent the same CPU time. Each run evaluates first attempts at the start,
-every ``eval_steps`` and at the end on the same test tasks. Writes ``results.json``, a
-Markdown table and ``compare_eval.png`` to ``--out`` (the README's table comes from here).
+every ``eval_steps`` and at the end on the same test tasks. Writes to ``--out`` (default
+``assets/``, the README's table and figures come from here): ``compare_results.json``,
+``compare_table.md``, ``compare_eval.png`` (evaluation over the shared budget, every seed)
+and ``compare_rewards.png`` (seed 0's ERL rewards per phase with RLVR overlaid). Each run's
+``history.jsonl`` goes to ``--runs``.
 
-    OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2 --out assets/compare
+    OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2
+    OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 --jobs 2   # two runs at a time
 
 Toy scale: the numbers show ERL's mechanisms on a tiny model, not the paper's results.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import statistics
 import time
@@ -29,16 +34,18 @@ VARIANTS = {
 }
 
 
-def run(variant: str, seed: int, budget: float | None, steps: int, out: str):
+def run(variant: str, seed: int, budget: float | None, steps: int, runs: str):
     """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent."""
     from erl_lite.demo import DEMO_EVAL_TASKS, demo_config
     from erl_lite.embedded import demo_world, load_embedded
     from erl_lite.trainer import ERLTrainer
+    from transformers import set_seed
 
     max_steps = steps if budget is None else 10_000
-    cfg = demo_config(seed=seed, max_steps=max_steps, output_dir=os.path.join(out, f"{variant}-{seed}"),
+    cfg = demo_config(seed=seed, max_steps=max_steps, output_dir=os.path.join(runs, f"{variant}-{seed}".replace(" ", "_").replace("/", "")),
                       **VARIANTS[variant])
     env = demo_world(seed)
+    set_seed(seed)  # same LoRA initialisation for every variant of a seed
     model, tok = load_embedded()
     spent = {"s": 0.0}
 
@@ -51,8 +58,27 @@ def run(variant: str, seed: int, budget: float | None, steps: int, out: str):
                          eval_dataset=env.test_tasks(DEMO_EVAL_TASKS), callbacks=[stop_when_spent])
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
-    return {"variant": variant, "seed": seed, "steps": trainer.step, "train_seconds": spent["s"],
-            "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": history.series("eval/success", kind="eval")}
+    return {"variant": variant, "seed": seed, "run_dir": cfg.output_dir, "steps": trainer.step, "train_seconds": spent["s"],
+            "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history)}
+
+
+def eval_curve(history) -> list[list[float]]:
+    """[step, training CPU seconds spent before it, eval success] for every evaluation."""
+    spent, total = {0: 0.0}, 0.0
+    for record in history.of_kind("train"):
+        total += record["time/step"]
+        spent[record["step"]] = total
+    steps, values = history.series("eval/success", kind="eval")
+    return [[s, spent.get(s, total), v] for s, v in zip(steps, values)]
+
+
+def _run(job: tuple) -> dict:
+    torch.set_num_threads(1)
+    return run(*job)
+
+
+def _strip(r: dict) -> str:
+    return json.dumps({k: v for k, v in r.items() if k != "eval_curve"})
 
 
 def main() -> None:
@@ -60,43 +86,81 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=None, help="ERL steps (default: the demo's)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    p.add_argument("--out", default="assets/compare")
+    p.add_argument("--out", default="assets", help="where the table, figures and results go")
+    p.add_argument("--runs", default="runs/compare", help="where each run's history goes")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at a time, one CPU thread each (keep <= cores: budgets are CPU seconds)")
+    p.add_argument("--replot", action="store_true",
+                   help="only rebuild the table and figures from --out/compare_results.json")
     args = p.parse_args()
     from erl_lite.demo import DEMO_SETTINGS
 
-    torch.set_num_threads(1)
+    if args.replot:
+        with open(os.path.join(args.out, "compare_results.json")) as f:
+            write_outputs(json.load(f), args.variants, args.out)
+        return
+
     steps = args.steps or DEMO_SETTINGS["max_steps"]
     os.makedirs(args.out, exist_ok=True)
-    results = []
     start = time.perf_counter()
-    for seed in args.seeds:
-        erl = run("ERL", seed, None, steps, args.out)
-        results.append(erl)
-        print(json.dumps({k: v for k, v in erl.items() if k != "eval_curve"}), flush=True)
-        for variant in args.variants:
-            if variant != "ERL":
-                r = run(variant, seed, erl["train_seconds"], steps, args.out)
-                results.append(r)
-                print(json.dumps({k: v for k, v in r.items() if k != "eval_curve"}), flush=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    table = summarize(results, args.variants)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(table)
-    print(table)
-    plot(results, args.variants, os.path.join(args.out, "compare_eval.png"))
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(args.jobs) as pool:
+        # ERL first (its seconds set the budget), then every other variant on the same budget.
+        erl = pool.map(_run, [("ERL", seed, None, steps, args.runs) for seed in args.seeds])
+        for r in erl:
+            print(_strip(r), flush=True)
+        others = [(v, r["seed"], r["train_seconds"], steps, args.runs) for r in erl
+                  for v in args.variants if v != "ERL"]
+        rest = []
+        for r in pool.imap(_run, others):
+            print(_strip(r), flush=True)
+            rest.append(r)
+    results = erl + rest
+    write_outputs(results, args.variants, args.out)
     print(f"total {time.perf_counter() - start:.0f} s")
 
 
+def write_outputs(results: list[dict], variants: list[str], out: str) -> None:
+    """compare_results.json, compare_table.md, compare_eval.png and compare_rewards.png in ``out``."""
+    for r in results:
+        if r["eval_curve"] and len(r["eval_curve"][0]) == 2:  # results of an older version: no seconds
+            raise ValueError("compare_results.json predates per-evaluation seconds; rerun the comparison")
+    with open(os.path.join(out, "compare_results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    table = summarize(results, variants)
+    with open(os.path.join(out, "compare_table.md"), "w") as f:
+        f.write(table)
+    print(table)
+    plot(results, variants, os.path.join(out, "compare_eval.png"))
+    plot_pair(results, os.path.join(out, "compare_rewards.png"))
+
+
+def plot_pair(results: list[dict], path: str) -> None:
+    """The first seed's ERL run, rewards per phase, with its RLVR run overlaid (dashed)."""
+    from erl_lite.history import History
+    from erl_lite.viz import plot_rewards
+
+    seed = results[0]["seed"]
+    runs = {r["variant"]: r["run_dir"] for r in results if r["seed"] == seed}
+    if "ERL" not in runs or "RLVR" not in runs:
+        return
+    load = lambda d: History.load(os.path.join(d, "history.jsonl"))  # noqa: E731
+    fig = plot_rewards(load(runs["ERL"]), baseline=load(runs["RLVR"]))
+    fig.axes[0].set_title(f"Demo world, seed {seed}: ERL (solid) vs RLVR (dashed), same CPU time;\nRLVR steps are cheaper, so it takes more of them")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
 def summarize(results: list[dict], variants: list[str]) -> str:
-    lines = ["| variant | steps (mean) | eval success before | eval success after (mean ± sd over seeds) |",
-             "|---|---|---|---|"]
+    lines = ["| variant | steps (mean) | train CPU s (mean) | eval success before | eval success after "
+             "(mean ± sd over seeds) | after, per seed |", "|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in results if r["variant"] == v]
         finals = [r["eval_final"] for r in rs]
         sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
         lines.append(f"| {v} | {statistics.mean(r['steps'] for r in rs):.0f} | "
-                     f"{statistics.mean(r['eval_start'] for r in rs):.2f} | {statistics.mean(finals):.2f} ± {sd:.2f} |")
+                     f"{statistics.mean(r['train_seconds'] for r in rs):.0f} | "
+                     f"{statistics.mean(r['eval_start'] for r in rs):.2f} | {statistics.mean(finals):.2f} ± {sd:.2f} | "
+                     f"{' / '.join(f'{x:.2f}' for x in finals)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -109,10 +173,9 @@ def plot(results: list[dict], variants: list[str], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for i, v in enumerate(variants):
         for j, r in enumerate(r for r in results if r["variant"] == v):
-            steps, vals = r["eval_curve"]
-            frac = [s / max(r["steps"], 1) for s in steps]  # fraction of the shared CPU budget
-            ax.plot(frac, vals, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, marker="o", ms=3)
-    ax.set_xlabel("fraction of the shared CPU-time budget")
+            seconds, vals = [c[1] for c in r["eval_curve"]], [c[2] for c in r["eval_curve"]]
+            ax.plot(seconds, vals, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, marker="o", ms=3)
+    ax.set_xlabel("training CPU time (s, one thread; evaluation excluded)")
     ax.set_ylabel("eval first-attempt success (0-1)")
     ax.set_title("Demo world, equal wall-clock, one line per seed")
     ax.set_ylim(0, 1)

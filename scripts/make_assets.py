@@ -1,0 +1,49 @@
+"""Regenerate every figure and table the README shows, into ``assets/``.
+
+Runs, in order (about 35 minutes on two CPU cores with ``--jobs 2``):
+
+1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json`` (the untrained model's bands);
+2. ``erl-lite demo --out assets/demo`` -> the demo's figures, ``report.md`` and history;
+3. ``scripts/compare_modes.py`` -> ``assets/compare_*`` (ERL vs RLVR and ablations, equal CPU
+   time, 3 seeds).
+
+Usage:
+    OMP_NUM_THREADS=1 python scripts/make_assets.py [--jobs 2] [--skip bands demo compare]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = {
+    "bands": [sys.executable, "benchmarks/embedded_bands.py", "--json", "assets/bands.json"],
+    "demo": [sys.executable, "-m", "erl_lite.cli", "demo", "--out", "assets/demo"],
+    "compare": [sys.executable, "scripts/compare_modes.py", "--seeds", "0", "1", "2", "--out", "assets"],
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=1, help="parallel runs in the comparison")
+    p.add_argument("--skip", nargs="*", default=[], choices=list(STEPS))
+    args = p.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ERL_LITE_STATIC": "1"}
+    os.makedirs(os.path.join(ROOT, "assets"), exist_ok=True)
+    for name, cmd in STEPS.items():
+        if name in args.skip:
+            continue
+        if name == "compare":
+            cmd = [*cmd, "--jobs", str(args.jobs)]
+        start = time.perf_counter()
+        print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+        print(f"== {name} done in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
