@@ -2,8 +2,8 @@
 
 * ``erl-lite demo`` — the main job: ERL on the embedded tiny model, on the CPU, in minutes;
   writes ``history.jsonl``, figures and a Markdown report to ``--out``.
-* ``erl-lite train`` — the same trainer on a chosen environment and model (a hub name for the
-  GPU preset, or a local folder), e.g.
+* ``erl-lite train`` — the same trainer on a chosen environment (default: the demo world) and
+  model (default: the embedded one; a hub name for the GPU preset, or a local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
 
 Departures from the paper: none; this is plumbing.
@@ -17,7 +17,7 @@ from typing import Sequence
 
 from erl_lite.config import MODES, PRESETS
 
-ENVIRONMENTS = ("frozenlake", "sokoban", "qa", "arithmetic")
+ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 
 
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--eval-tasks", type=int, default=None, help="evaluation tasks (default: the demo's)")
     train = sub.add_parser("train", help="train a model on one of the environments")
     _common(train, default_steps=None)
-    train.add_argument("--env", choices=ENVIRONMENTS, default="frozenlake")
+    train.add_argument("--env", choices=ENVIRONMENTS, default="demo",
+                       help="demo = the embedded model's world (letters drawn by --seed); the others are "
+                            "the paper's tasks and an arithmetic example")
     train.add_argument("--small", action="store_true", help="the small (CPU) variant of the environment")
     train.add_argument("--model", default="embedded",
                        help="hub name or local folder; 'embedded' = the packaged tiny model; "
@@ -68,7 +70,16 @@ def _train(args: argparse.Namespace) -> int:
     from erl_lite.config import ERLConfig
     from erl_lite.trainer import ERLTrainer
 
-    cfg = ERLConfig.preset(args.preset, load_in_4bit=args.load_in_4bit, **_overrides(args))
+    if args.env == "demo":  # the embedded model's budgets and temperatures fit its world
+        from erl_lite.embedded import DEMO_CONFIG
+
+        cfg = ERLConfig.preset(args.preset, **{**DEMO_CONFIG, "load_in_4bit": args.load_in_4bit,
+                                               **_overrides(args)})
+    else:
+        cfg = ERLConfig.preset(args.preset, load_in_4bit=args.load_in_4bit, **_overrides(args))
+    if args.model == "embedded" and args.env != "demo":
+        print(f"warning: the embedded model was only taught the demo world; on --env {args.env} expect "
+              "rewards near zero (use a hub model or a local folder with --model)", file=sys.stderr)
     model, tokenizer = args.model, None
     if args.model == "embedded":
         from erl_lite.embedded import load_embedded
@@ -80,7 +91,7 @@ def _train(args: argparse.Namespace) -> int:
         from erl_lite.testing import save_tiny_model
 
         model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
-    env, rows, kwargs = _environment(args.env, args.small)
+    env, rows, kwargs = _environment(args.env, args.small, args.seed)
     trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
     history = trainer.train(resume_from_checkpoint=True if args.resume else None)
     last = history.last("eval/success", kind="eval")
@@ -88,9 +99,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _environment(name: str, small: bool):
+def _environment(name: str, small: bool, seed: int = 0):
     from erl_lite import envs
 
+    if name == "demo":
+        from erl_lite.demo import DEMO_EVAL_TASKS
+        from erl_lite.embedded import demo_world
+
+        world = demo_world(seed)
+        return world, None, {"eval_dataset": world.test_tasks(DEMO_EVAL_TASKS)}
     if name == "arithmetic":
         from erl_lite.envs.arithmetic import arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset
 
