@@ -144,6 +144,9 @@ def plot_pair(results: list[dict], path: str) -> None:
     runs = {r["variant"]: r["run_dir"] for r in results if r["seed"] == seed}
     if "ERL" not in runs or "RLVR" not in runs:
         return
+    if not all(os.path.isfile(os.path.join(runs[v], "history.jsonl")) for v in ("ERL", "RLVR")):
+        print(f"skipped {path}: the runs' histories are not in {runs['ERL']} / {runs['RLVR']}")
+        return
     load = lambda d: History.load(os.path.join(d, "history.jsonl"))  # noqa: E731
     fig = plot_rewards(load(runs["ERL"]), baseline=load(runs["RLVR"]))
     fig.axes[0].set_title(f"Demo world, seed {seed}: ERL (solid) vs RLVR (dashed), same CPU time;\nRLVR steps are cheaper, so it takes more of them")
