@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from erl_lite.config import ERLConfig
 from erl_lite.history import History
@@ -32,16 +32,41 @@ DEMO_EVAL_TASKS = 64
 
 
 def demo_config(**overrides: Any) -> ERLConfig:
-    """The demo's :class:`ERLConfig`: the ``cpu`` preset, the embedded model's budgets,
-    :data:`DEMO_SETTINGS`, then ``overrides``.
+    """The demo's :class:`ERLConfig`: the ``cpu`` preset, the embedded model's budgets and
+    temperatures (:data:`erl_lite.embedded.DEMO_CONFIG`), :data:`DEMO_SETTINGS`, then ``overrides``.
 
     Example:
         >>> demo_config(max_steps=3).max_steps, demo_config().max_completion_length
         (3, 24)
     """
-    from erl_lite.embedded import demo_config as embedded_config
+    from erl_lite.embedded import DEMO_CONFIG
 
-    return embedded_config(**{**DEMO_SETTINGS, **overrides})
+    return ERLConfig.preset("cpu", **{**DEMO_CONFIG, **DEMO_SETTINGS, **overrides})
+
+
+def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
+                 **overrides: Any) -> Any:
+    """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model with a fresh,
+    seeded LoRA adapter on :func:`~erl_lite.embedded.demo_world` ``(seed)``, evaluated on
+    ``eval_tasks`` test maps (default :data:`DEMO_EVAL_TASKS`); ``overrides`` go to
+    :func:`demo_config`.
+
+    Example:
+        >>> trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1)
+        >>> trainer.env.symbols["hole"] != trainer.env.symbols["frozen"], trainer.args.max_steps
+        (True, 1)
+    """
+    from transformers import set_seed
+
+    from erl_lite.embedded import demo_world, load_embedded
+    from erl_lite.trainer import ERLTrainer
+
+    config = demo_config(seed=seed, **overrides)
+    env = demo_world(seed)
+    set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it first
+    model, tokenizer = load_embedded()
+    return ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
+                      eval_dataset=env.test_tasks(eval_tasks or DEMO_EVAL_TASKS), callbacks=list(callbacks))
 
 
 def step_line(trainer: Any, record: Any) -> None:
@@ -56,21 +81,11 @@ def step_line(trainer: Any, record: Any) -> None:
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0,
              eval_tasks: int | None = None, verbose: bool = True, **overrides: Any) -> History:
     """Train the embedded model on the demo world and write the report; returns the history."""
-    from transformers import set_seed
-
-    from erl_lite.embedded import demo_world, load_embedded
-    from erl_lite.trainer import ERLTrainer
-
     if steps is not None:
         overrides["max_steps"] = steps
     os.makedirs(out, exist_ok=True)
-    config = demo_config(seed=seed, output_dir=out, **overrides)
-    env = demo_world(seed)
-    set_seed(config.seed)  # the LoRA initialisation draws from the global RNG: seed it first
-    model, tokenizer = load_embedded()
-    trainer = ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
-                         eval_dataset=env.test_tasks(eval_tasks or DEMO_EVAL_TASKS),
-                         callbacks=[step_line] if verbose else [])
+    trainer = demo_trainer(seed, eval_tasks, [step_line] if verbose else [], output_dir=out, **overrides)
+    config, env = trainer.args, trainer.env
     if verbose:
         print(f"erl_lite demo: mode={config.mode}, {config.max_steps} steps, world seed {seed} "
               f"(hole letter {env.symbols['hole']}, unknown to the model); output in {out}/", flush=True)

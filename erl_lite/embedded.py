@@ -13,8 +13,9 @@ whose hole and frozen letters are drawn per run: the model cannot know which let
 hole until feedback shows it, a reflection that names the hole raises the second attempt's
 success, and because the letters stay fixed within a run a good rulebook transfers to every
 other episode of the run (so memory, and internalization, have something to carry).
-:func:`demo_config` gives the matching :class:`~erl_lite.config.ERLConfig` budgets, and
-:func:`measure_bands` measures what reflection does for a policy on such a world.
+:data:`DEMO_CONFIG` holds the budgets and temperatures that fit the model
+(:func:`erl_lite.demo.demo_config` builds the full config), and :func:`measure_bands`
+measures what reflection does for a policy on such a world.
 
 Departures from the paper: the paper trains 4B/7B instruction-tuned models on the paper's
 FrozenLake with fixed letters; here a stand-in model plays a smaller variant whose letters vary
@@ -40,7 +41,7 @@ from erl_lite.embedded_corpus import DEMO_CONFIG, DemoLake, letter_pair, make_wo
 #: Where the embedded checkpoint lives (package data).
 EMBEDDED_DIR: Path = Path(__file__).resolve().parent / "data" / "embedded"
 
-__all__ = ["DEMO_CONFIG", "EMBEDDED_DIR", "Bands", "demo_config", "demo_world", "load_embedded", "measure_bands"]
+__all__ = ["DEMO_CONFIG", "EMBEDDED_DIR", "Bands", "demo_world", "load_embedded", "measure_bands"]
 
 
 def load_embedded(peft: str = "lora", quantization: str = "none", **kwargs: Any) -> tuple[Any, Any]:
@@ -80,18 +81,6 @@ def demo_world(run_seed: int = 0, **overrides: Any) -> DemoLake:
     hole, frozen = letter_pair(run_seed)
     values = {"seed": run_seed, "n_train": 2_000, **overrides}
     return make_world(hole, frozen, **values)
-
-
-def demo_config(**overrides: Any) -> Any:
-    """The ``cpu`` preset with the embedded model's budgets (:data:`DEMO_CONFIG`), plus overrides.
-
-    Example:
-        >>> demo_config(max_steps=5).max_completion_length
-        24
-    """
-    from erl_lite.config import ERLConfig
-
-    return ERLConfig.preset("cpu", **{**DEMO_CONFIG, **overrides})
 
 
 @dataclass
@@ -150,6 +139,8 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
 
     from erl_lite.generation import HFGenerator
     from erl_lite.phases import PhaseContext, attempt_first, attempt_second, gate, reflect
+
+    from erl_lite.demo import demo_config
 
     cfg = config or demo_config()
     ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg)

@@ -11,8 +11,8 @@ Its corpus teaches the three ERL roles with imperfect skill, so that RL has room
   hole in the way about half the time) and rarely (3% of episodes) suspects one of the
   grid's two unknown letters at random (kept for the whole episode): right, it walks around
   the holes; wrong, it fears the ice and walks over the holes. RL alone rarely samples the
-  right letter; a reflection reads it from the trace. (With a 25% guess rate, plain GRPO
-  found the letter as fast as ERL on this world, leaving reflection nothing to add.)
+  right letter; a reflection reads it from the trace. (The rate is kept low on purpose: the
+  more often random guesses hit the hole letter, the less a reflection has to add.)
 * **reflect**: writes a rulebook in ``<prompt>…</prompt>`` naming the agent, the goal, the hole
   (read from the trace's fatal step), the safe letter and a strategy; with no fatal step it
   keeps the base rulebook (memory) when it names a hole, else writes a generic one. A few
@@ -128,18 +128,14 @@ class DemoLakeEpisode(FrozenLakeEpisode):
     letter one step away in each direction that brings the agent closer to the goal.
 
     The line says where the tiles are, never what they are: whether ``F`` is ice or a hole is
-    still learned only from feedback. It exists because a 0.4 M-parameter model reads the
-    neighbours of a cell in a flattened grid unreliably, and that perception error (not the
-    unknown hole) would otherwise decide most episodes.
+    still learned only from feedback. It spares a 0.4 M-parameter model from reading the
+    neighbours of a cell out of a flattened grid, so that what decides an episode is the
+    unknown hole, not a perception slip.
     """
 
-    def _observation(self, note: str) -> str:
-        text = super()._observation(note)
+    def _hint(self) -> str:
         tiles = closer_tiles(parse_grid(self._render()))
-        if not tiles:
-            return text
-        grid, left = text.rsplit("\n", 1)
-        return f"{grid}\nahead: {', '.join(f'{a} {x}' for a, x in tiles)}\n{left}"
+        return f"ahead: {', '.join(f'{a} {x}' for a, x in tiles)}" if tiles else ""
 
 
 class DemoLake(FrozenLake):

@@ -42,6 +42,14 @@ def _missing(answer: Any) -> bool:
     return answer is None or answer is Ellipsis
 
 
+def _number(answer: Any) -> float | None:
+    """``answer`` as a float, or None when it is not a number."""
+    try:
+        return float(answer)
+    except (TypeError, ValueError):
+        return None
+
+
 def _numbers(answer: Any) -> list[float] | None:
     """``answer`` as a list of floats, or None when it is not a sequence of numbers."""
     if hasattr(answer, "tolist"):  # a tensor or an array
@@ -113,9 +121,8 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = 1.
     """
     if _missing(answer):
         return _wrong(NO_ANSWER, "a number between 0 and 1.")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
+    value = _number(answer)
+    if value is None:
         return _wrong(f"expected a number, got {answer!r}.", "a fraction between 0 and 1.")
     n = len(gated_indices(rewards, threshold))
     expected = n / len(rewards) if rewards else 0.0
@@ -239,9 +246,8 @@ def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low:
     """
     if _missing(answer):
         return _wrong(NO_ANSWER, "one number: the loss of a single token.")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
+    value = _number(answer)
+    if value is None:
         return _wrong(f"expected a number, got {answer!r}.", "one number: the loss of a single token.")
     expected = clipped_loss_value(ratio, advantage, epsilon_low, epsilon_high, dual_clip)
     if math.isclose(value, expected, abs_tol=tol):

@@ -36,17 +36,8 @@ VARIANTS = {
 
 def run(variant: str, seed: int, budget: float | None, steps: int, runs: str):
     """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent."""
-    from erl_lite.demo import DEMO_EVAL_TASKS, demo_config
-    from erl_lite.embedded import demo_world, load_embedded
-    from erl_lite.trainer import ERLTrainer
-    from transformers import set_seed
+    from erl_lite.demo import demo_trainer
 
-    max_steps = steps if budget is None else 10_000
-    cfg = demo_config(seed=seed, max_steps=max_steps, output_dir=os.path.join(runs, f"{variant}-{seed}".replace(" ", "_").replace("/", "")),
-                      **VARIANTS[variant])
-    env = demo_world(seed)
-    set_seed(seed)  # same LoRA initialisation for every variant of a seed
-    model, tok = load_embedded()
     spent = {"s": 0.0}
 
     def stop_when_spent(trainer, record):
@@ -54,11 +45,13 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str):
         if budget is not None and spent["s"] >= budget:
             trainer.args.max_steps = trainer.step  # the loop ends after this step's evaluation
 
-    trainer = ERLTrainer(model=model, processing_class=tok, args=cfg, env=env,
-                         eval_dataset=env.test_tasks(DEMO_EVAL_TASKS), callbacks=[stop_when_spent])
+    # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
+    run_dir = os.path.join(runs, f"{variant}-{seed}".replace(" ", "_").replace("/", ""))
+    trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir,
+                           max_steps=steps if budget is None else 10_000, **VARIANTS[variant])
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
-    return {"variant": variant, "seed": seed, "run_dir": cfg.output_dir, "steps": trainer.step, "train_seconds": spent["s"],
+    return {"variant": variant, "seed": seed, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
             "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history)}
 
 

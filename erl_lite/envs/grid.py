@@ -156,11 +156,16 @@ class GridEpisode(Episode):
         self._lines = ["Start:", self._last_grid]
         return self._observation(note="")
 
+    def _hint(self) -> str:
+        """An extra observation line after the grid ("" = none); variants of a game override it."""
+        return ""
+
     def _observation(self, note: str) -> str:
         left = self.max_actions - self.actions_taken
+        grid = self._render() + (f"\n{hint}" if (hint := self._hint()) else "")
         if self.compact:
-            return f"{note}{self._render()}\nleft: {left}"
-        return f"{note}Grid:\n{self._render()}\nActions left: {left}."
+            return f"{note}{grid}\nleft: {left}"
+        return f"{note}Grid:\n{grid}\nActions left: {left}."
 
     def step(self, action: str) -> StepOutput:
         if self.task is None or self.done:
