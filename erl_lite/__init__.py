@@ -17,10 +17,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ERLConfig": "config", "PRESETS": "config",
     "ERLTrainer": "trainer",
-    "History": "history", "METRIC_GLOSSARY": "history",
+    "History": "history", "METRIC_GLOSSARY": "metrics",
     "ReflectionMemory": "memory",
     "load_policy": "models",
-    "Task": "records", "Attempt": "records", "Reflection": "records", "StepRecord": "records",
+    "Task": "records", "Attempt": "records", "Reflection": "records", "Retry": "records",
+    "StepRecord": "records",
 }
 __all__ = sorted(_EXPORTS)
 

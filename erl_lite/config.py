@@ -14,6 +14,7 @@ paper's batch of 64 tasks does not fit a consumer GPU.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,8 @@ class ERLConfig:
         10
         >>> ERLConfig.preset("cpu").max_steps
         20
+        >>> ERLConfig.preset("cpu", mode="rlvr").num_generations  # the paper's G for RLVR
+        10
     """
 
     # --- what to run -------------------------------------------------------------------
@@ -44,8 +47,10 @@ class ERLConfig:
     """Training iterations. One iteration = one batch of tasks through every phase."""
     num_tasks_per_step: int = 8
     """Tasks per iteration (the paper uses 64)."""
-    num_generations: int = 4
-    """G: first-attempt rollouts per task (paper: 4 for ERL, 10 for RLVR)."""
+    num_generations: int | None = None
+    """G: first-attempt rollouts per task. None (default) = the paper's compute-matched
+    choice for the mode: 4 for ``erl`` / ``erl_simple``, 10 for ``rlvr`` (see
+    :data:`DEFAULT_GENERATIONS`); set a number to override."""
     seed: int = 42
     """Seed for task order, sampling and initialisation."""
 
@@ -125,8 +130,11 @@ class ERLConfig:
     """``seq_sum`` (paper: sum over a sequence's tokens, mean over sequences),
     ``token_mean`` or ``seq_mean``."""
     steps_per_generation: int = 1
-    """Optimizer steps per iteration: the batch is split into this many mini-batches (the
-    reference takes 1–4 for ERL and 1 for RLVR; the history logs the count)."""
+    """Optimizer steps per iteration: the batch is split into this many mini-batches. With 1
+    the update is on-policy (importance ratio ≡ 1, so the clip never acts: a group-baselined
+    policy gradient); with more, every mini-batch after the first is off-policy and the clip
+    bounds it. The reference takes 1–4 for ERL and 1 for RLVR; the ``cpu`` preset takes 1,
+    ``gpu`` and ``paper`` take 2 for every mode. The history logs the count (``optim/steps``)."""
     per_device_train_batch_size: int = 8
     """Sequences per forward/backward pass (micro-batch); gradients are accumulated so the
     update equals one pass over the mini-batch."""
@@ -139,6 +147,12 @@ class ERLConfig:
     """Samples per evaluation task (paper: 4)."""
     eval_temperature: float = 0.7
     """Sampling temperature for evaluation (first attempt only)."""
+    eval_top_p: float = 1.0
+    """Nucleus sampling for evaluation (1.0 = off). The paper evaluates with 0.8 (the
+    ``paper`` and ``gpu`` presets use it); the ``cpu`` preset keeps the training sampler."""
+    eval_top_k: int = 0
+    """Top-k sampling for evaluation (0 = off). The paper evaluates with 20 (``paper`` and
+    ``gpu`` presets)."""
     output_dir: str | None = None
     """Where history, samples and checkpoints go (None = keep in memory only)."""
     save_steps: int = 0
@@ -157,6 +171,11 @@ class ERLConfig:
 
     def __post_init__(self) -> None:
         _choice("mode", self.mode, MODES)
+        if self.num_generations is None:
+            self.num_generations = DEFAULT_GENERATIONS[self.mode]
+            self._generations_from_mode = True
+        else:
+            self._generations_from_mode = False
         _choice("loss_type", self.loss_type, LOSS_TYPES)
         _choice("memory_type", self.memory_type, MEMORY_TYPES)
         _choice("internalization_mode", self.internalization_mode, INTERNALIZATION_MODES)
@@ -165,14 +184,16 @@ class ERLConfig:
                      "memory_size", "memory_top_k", "steps_per_generation",
                      "per_device_train_batch_size", "eval_num_generations", "sample_every"):
             _positive(name, getattr(self, name))
-        for name in ("eval_steps", "save_steps", "top_k", "beta", "weight_decay",
+        for name in ("eval_steps", "save_steps", "top_k", "eval_top_k", "beta", "weight_decay",
                      "internalization_coef", "learning_rate", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"ERLConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("temperature", "reflection_temperature", "eval_temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ERLConfig.{name} must be > 0 (sampling), got {getattr(self, name)!r}")
-        for name in ("top_p", "reflection_top_p"):
+        if not math.isfinite(self.reward_threshold):
+            raise ValueError(f"ERLConfig.reward_threshold (τ) must be a finite number, got {self.reward_threshold!r}")
+        for name in ("top_p", "reflection_top_p", "eval_top_p"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"ERLConfig.{name} must be in (0, 1], got {getattr(self, name)!r}")
         for name in ("epsilon", "epsilon_high"):
@@ -182,6 +203,32 @@ class ERLConfig:
             raise ValueError(f"ERLConfig.dual_clip must be > 1 or None, got {self.dual_clip!r}")
         if self.max_completion_length >= self.max_episode_length:
             raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
+        self._check_mode_switches()
+
+    def _check_mode_switches(self) -> None:
+        """Fail on switches that the chosen mode would silently ignore."""
+        ignored = {
+            "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k",
+                     "train_reflection", "train_second", "use_internalization", "internalization_mode",
+                     "internalization_coef", "reflection_temperature", "reflection_top_p"),
+            "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization",
+                           "internalization_mode", "internalization_coef"),
+            "erl": (),
+        }[self.mode]
+        if self.mode != "rlvr" and not (self.use_reflection and self.use_memory):
+            # "w/o reflection" (no Δ to remember) and "w/o memory" keep no memory at all
+            ignored += ("memory_type", "memory_size", "memory_top_k")
+        changed = [name for name in dict.fromkeys(ignored) if getattr(self, name) != _DEFAULTS[name]]
+        if changed:
+            why = f"mode={self.mode!r}" if self.mode != "erl" else (
+                "use_reflection=False" if not self.use_reflection else "use_memory=False")
+            raise ValueError(f"ERLConfig: {', '.join(changed)} {'has' if len(changed) == 1 else 'have'} "
+                             f"no effect with {why}; leave {'it' if len(changed) == 1 else 'them'} at the default")
+
+    @property
+    def uses_memory(self) -> bool:
+        """Whether the run reads and writes a reflection memory (ERL modes with reflection and memory)."""
+        return self.mode != "rlvr" and self.use_reflection and self.use_memory
 
     # --- presets -----------------------------------------------------------------------
     @classmethod
@@ -194,7 +241,15 @@ class ERLConfig:
         return cls(**values)
 
     def replace(self, **changes: Any) -> "ERLConfig":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). G that came from the mode follows
+        a new mode unless ``num_generations`` is given.
+
+        Example:
+            >>> ERLConfig().replace(mode="rlvr").num_generations
+            10
+        """
+        if self._generations_from_mode and "num_generations" not in changes:
+            changes["num_generations"] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,24 +261,34 @@ class ERLConfig:
 #: reference settings of the ERL paper (8×H100 scale; shown for reference).
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(
-        max_steps=20, num_tasks_per_step=4, num_generations=4, max_completion_length=48,
+        max_steps=20, num_tasks_per_step=4, max_completion_length=48,
         max_episode_length=2048, max_reflection_length=160, max_reflection_prompt_length=2048,
         learning_rate=2e-3, beta=0.0, eval_steps=5, eval_num_generations=2,
         per_device_train_batch_size=16,
     ),
     "gpu": dict(
-        max_steps=60, num_tasks_per_step=8, num_generations=4, max_completion_length=256,
+        max_steps=60, num_tasks_per_step=8, max_completion_length=256,
         max_episode_length=3072, max_reflection_length=512, max_reflection_prompt_length=2048,
         learning_rate=1e-5, beta=0.001, eval_steps=5, eval_num_generations=4,
+        eval_top_p=0.8, eval_top_k=20, steps_per_generation=2,
         per_device_train_batch_size=4, gradient_checkpointing=True,
     ),
     "paper": dict(
-        max_steps=100, num_tasks_per_step=64, num_generations=4, max_completion_length=1024,
+        max_steps=100, num_tasks_per_step=64, max_completion_length=1024,
         max_episode_length=8192, max_reflection_length=2048, max_reflection_prompt_length=6144,
         learning_rate=1e-6, beta=0.001, eval_steps=5, eval_num_generations=4,
+        eval_top_p=0.8, eval_top_k=20, steps_per_generation=2,
         per_device_train_batch_size=8,
     ),
 }
+
+
+#: G per mode when ``num_generations`` is None: the paper's 4 rollouts per task for ERL and its
+#: compute-matched 10 for the RLVR baseline.
+DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLConfig)
+                             if f.default is not dataclasses.MISSING}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

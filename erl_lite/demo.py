@@ -110,10 +110,10 @@ def _eval_ends(history: History) -> tuple[float, float]:
 def _example(history: History) -> str:
     """A failed first attempt, its reflection and the second attempt, from the last samples."""
     for sample in reversed(history.samples):
-        for refl, second in zip(sample["reflections"], sample["second_attempts"]):
-            if refl["parsed"] and second["success"]:
-                first = next(a for a in sample["first_attempts"]
-                             if a["task_id"] == refl["task_id"] and a["index"] == refl["index"])
+        for retry in sample["retries"]:
+            refl, second = retry["reflection"], retry["second"]
+            if refl is not None and refl["parsed"] and second["success"]:
+                first = sample["first_attempts"][retry["first"]]
                 return (f"Step {sample['step']}, task `{refl['task_id']}`.\n\n"
                         f"**First attempt** (reward {first['reward']:g}): {first['feedback']}\n\n"
                         f"**Reflection** (the new system prompt):\n\n```\n{refl['rulebook']}\n```\n\n"

@@ -148,7 +148,7 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
     by_id = {t.task_id: t for t in tasks}
     torch.manual_seed(seed)
     first = attempt_first(ctx, tasks, samples, temperature=cfg.eval_temperature)
-    failed = gate(first)
+    failed = gate(first, cfg.reward_threshold)
     if not failed:
         return Bands(1.0, 1.0, 1.0, len(first), 0, 0.0, 0.0, 0.0, 0.0)
     torch.manual_seed(seed + 1)
@@ -165,7 +165,7 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
     rates = []
     for k, reflections in enumerate([own, shuffled, swapped]):
         torch.manual_seed(seed + 2 + k)
-        rates.append(success(attempt_second(ctx, failed, by_id, reflections)))
+        rates.append(success([r.second for r in attempt_second(ctx, failed, by_id, reflections)]))
     torch.manual_seed(seed + 5)
     retry = attempt_first(ctx, [by_id[a.task_id] for a in failed], 1)
     return Bands(

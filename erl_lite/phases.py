@@ -3,11 +3,11 @@
 :func:`erl_step` composes them and reads like the algorithm box::
 
     first   = attempt(tasks, initial prompts)            # y1, r1, f1   (G per task)
-    failed  = gate(first)                                # r1 < τ
+    failed  = gate(first, τ)                             # r1 < τ
     deltas  = reflect(failed, memory)                    # Δ from (base, trace, r1, f1)
-    second  = attempt(failed tasks, Δ)                   # y2, r2, f2   (same task, from scratch)
+    retries = attempt_second(failed tasks, Δ)            # (y1, Δ, y2): same task, from scratch
     memory  ← Δ where r2 ≥ τ
-    batch   = first ⊕ reflections ⊕ second ⊕ internalize(second)
+    batch   = first ⊕ reflections ⊕ second ⊕ internalize(retries)
 
 Each phase generates with one batched call per model turn; every function takes what it
 needs as arguments, so a notebook can run them one by one and inspect the records between.
@@ -33,7 +33,7 @@ from erl_lite.prompts import (
     retry_system_prompt,
     second_attempt_system_prompt,
 )
-from erl_lite.records import Attempt, Reflection, Task, TrainSample
+from erl_lite.records import Attempt, Reflection, Retry, Task, TrainSample
 from erl_lite.rollout import run_episodes
 
 
@@ -47,8 +47,14 @@ class PhaseContext:
     config: ERLConfig
 
     def attempt_params(self, temperature: float | None = None) -> SamplingParams:
+        """Sampling of training attempts (first and second)."""
         c = self.config
         return SamplingParams(c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k)
+
+    def eval_params(self) -> SamplingParams:
+        """Sampling of evaluation first attempts (the paper: T 0.7, top-p 0.8, top-k 20)."""
+        c = self.config
+        return SamplingParams(c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k)
 
 
 def first_task_message(attempt: Attempt) -> str:
@@ -60,35 +66,43 @@ def first_task_message(attempt: Attempt) -> str:
 
 
 def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
-                  temperature: float | None = None) -> list[Attempt]:
-    """y1: G rollouts per task under the *initial* system prompt (memory never shown)."""
+                  temperature: float | None = None, params: SamplingParams | None = None) -> list[Attempt]:
+    """y1: G rollouts per task under the *initial* system prompt (memory never shown).
+
+    Sampling: ``params`` when given (evaluation passes ``ctx.eval_params()``), else the
+    training attempts' settings, at ``temperature`` when given.
+    """
     rows = [(t, g) for t in tasks for g in range(num_generations)]
     return run_episodes(
         ctx.generator, ctx.tokenizer, ctx.env,
         tasks=[t for t, _ in rows],
         system_prompts=[ctx.env.initial_system_prompt(t) for t, _ in rows],
-        params=ctx.attempt_params(temperature),
+        params=params or ctx.attempt_params(temperature),
         max_episode_length=ctx.config.max_episode_length,
         role="first",
         indices=[g for _, g in rows],
     )
 
 
-def gate(attempts: list[Attempt]) -> list[Attempt]:
-    """The attempts that go on to reflection: those that did not succeed (r1 < τ)."""
-    return [a for a in attempts if not a.success]
+def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
+    """The attempts that go on to reflection: ``r1 < τ`` (strict), τ = ``ERLConfig.reward_threshold``.
+
+    The environment's own ``success`` flag is for reporting; the gate, memory and the metrics
+    that describe the gate all read τ, so graded rewards behave as the config says.
+    """
+    return [a for a in attempts if a.reward < threshold]
 
 
 def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | None) -> list[Reflection]:
     """Δ for every failed attempt, in one batched generation.
 
-    The base instructions are the memory's content when memory is on and non-empty, else the
-    attempt's own (initial) system prompt.
+    The base instructions are the memory's content when a memory is given and non-empty, else
+    the attempt's own (initial) system prompt. Pass ``memory=None`` for the "w/o memory" ablation.
     """
     if not failed:
         return []
     c = ctx.config
-    remembered = memory.context() if (memory is not None and c.use_memory) else None
+    remembered = memory.context() if memory is not None else None
     contexts = []
     for a in failed:
         base = remembered if remembered is not None else a.system_prompt
@@ -108,16 +122,20 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
 
 
 def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Task],
-                   reflections: list[Reflection] | None) -> list[Attempt]:
+                   reflections: list[Reflection] | None) -> list[Retry]:
     """y2: replay each failed task from scratch under Δ (or, without reflection, the raw retry).
 
-    The second attempt never sees y1 or f1 when reflections are given — only Δ.
+    The second attempt never sees y1 or f1 when reflections are given — only Δ. Returns one
+    :class:`Retry` per failed attempt, in order; each reflection is credited r̃ = r2 here,
+    where its second attempt is scored.
     """
     if reflections is not None:
+        if len(reflections) != len(failed):
+            raise ValueError(f"{len(reflections)} reflections for {len(failed)} failed attempts")
         systems = [second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder) for r in reflections]
     else:
         systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback) for a in failed]
-    return run_episodes(
+    second = run_episodes(
         ctx.generator, ctx.tokenizer, ctx.env,
         tasks=[tasks[a.task_id] for a in failed],
         system_prompts=systems,
@@ -126,61 +144,74 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
         role="second",
         indices=[a.index for a in failed],
     )
+    deltas = reflections if reflections is not None else [None] * len(failed)
+    for delta, y2 in zip(deltas, second):
+        if delta is not None:
+            delta.reward = y2.reward  # r̃ = r2
+    return [Retry(y1, delta, y2) for y1, delta, y2 in zip(failed, deltas, second)]
 
 
-def update_memory(memory: ReflectionMemory, reflections: list[Reflection], second: list[Attempt],
-                  threshold: float) -> int:
-    """memory ← Δ for every second attempt with r2 ≥ τ (in order; the last one wins a single slot).
-
-    Also credits each reflection with r̃ = r2. Returns the number of writes.
-    """
+def update_memory(memory: ReflectionMemory, retries: list[Retry], threshold: float) -> int:
+    """memory ← Δ for every retry with r2 ≥ τ and a parsed rulebook (in order; the last one
+    wins a single slot). Returns the number of writes."""
     writes = 0
-    for r, a in zip(reflections, second):
-        r.reward = a.reward
-        if r.parsed:
-            writes += memory.maybe_store(r.rulebook, a.reward, threshold)
+    for r in retries:
+        if r.reflection is not None and r.reflection.parsed:
+            writes += memory.maybe_store(r.reflection.rulebook, r.second.reward, threshold)
     return writes
 
 
-def internalize(second: list[Attempt], first_headers: dict[str, list[int]], mode: str,
-                coef: float) -> list[TrainSample]:
-    """π(y2 | x): second attempts re-contextualised under the initial prompt (no Δ).
+def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int]) -> list[TrainSample]:
+    """π(y2 | x): second attempts re-contextualised under the first attempt's initial context.
 
-    The completion tokens are reused untouched (they end with the EOS the model produced);
-    only the header changes. Weight: ``max(r2, 0)`` (raft) or ``1[r2 > 0]`` (nll), times the
-    coefficient; attempts with weight 0 are left out since they carry no gradient.
+    The header is the failed first attempt's own (initial prompt, no Δ); the completion tokens
+    are the second attempt's. Weight ``max(r2, 0)`` (raft) or ``1[r2 > 0]`` (nll), times the
+    coefficient. Every retry gives a row, weight 0 included, as in the reference: those rows
+    carry no policy gradient but count in the sequence-mean denominator and the KL term.
+
+    A target whose last reply was cut by the token budget (it ends on a generated token that
+    is not a stop token) gets ``stop_ids[0]`` appended as a trained token, so internalization
+    never teaches the model to run on past a finished answer.
     """
-    weights = distill_weights([a.reward for a in second], mode)
+    weights = distill_weights([r.second.reward for r in retries], mode)
     return [
-        TrainSample("distill", first_headers[a.task_id], a.completion_ids, a.completion_mask, coef * w, a.task_id)
-        for a, w in zip(second, weights) if w > 0
+        TrainSample("distill", r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
+        for r, w in zip(retries, weights)
     ]
 
 
-def assign_advantages(cfg: ERLConfig, first: list[Attempt], failed: list[Attempt],
-                      reflections: list[Reflection], second: list[Attempt]) -> list[TrainSample]:
+def _ending_with_stop(attempt: Attempt, stop_ids: list[int]) -> tuple[list[int], list[int]]:
+    """(completion ids, mask) of ``attempt`` with a trained stop token after a cut last reply."""
+    ids, mask = list(attempt.completion_ids), list(attempt.completion_mask)
+    if ids and mask[-1] == 1 and ids[-1] not in stop_ids:
+        ids.append(stop_ids[0])
+        mask.append(1)
+    return ids, mask
+
+
+def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]) -> list[TrainSample]:
     """The RL batch: GRPO advantages grouped per (task, role), per the mode's rules."""
-    samples: list[TrainSample] = []
     if cfg.mode == "erl_simple":
         # Algorithm 1: one reward per rollout (r2 replaces r1 where the gate fired), y1 only.
-        r2 = {(a.task_id, a.index): a.reward for a in second}
-        rewards = [r2.get((a.task_id, a.index), a.reward) for a in first]
-        return _role_samples("first", first, rewards, [a.task_id for a in first])
+        r2 = {id(r.first): r.second.reward for r in retries}
+        return _role_samples("first", first, [r2.get(id(a), a.reward) for a in first])
+    samples: list[TrainSample] = []
     if cfg.train_first:
-        samples += _role_samples("first", first, [a.reward for a in first], [a.task_id for a in first])
-    r2 = [a.reward for a in second]
-    keys = [a.task_id for a in second]
-    if cfg.train_reflection and reflections:
-        adv = grouped_advantages(r2, keys)
-        samples += [TrainSample("reflection", r.prompt_ids, r.completion_ids, [1] * len(r.completion_ids), A, r.task_id)
-                    for r, A in zip(reflections, adv)]
+        samples += _role_samples("first", first, [a.reward for a in first])
+    r2 = [r.second.reward for r in retries]
+    reflected = [r for r in retries if r.reflection is not None]
+    if cfg.train_reflection and reflected:
+        adv = grouped_advantages([r.second.reward for r in reflected], [r.task_id for r in reflected])
+        samples += [TrainSample("reflection", r.reflection.prompt_ids, r.reflection.completion_ids,
+                                [1] * len(r.reflection.completion_ids), A, r.task_id)
+                    for r, A in zip(reflected, adv)]
     if cfg.train_second:
-        samples += _role_samples("second", second, r2, keys)
+        samples += _role_samples("second", [r.second for r in retries], r2)
     return samples
 
 
-def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], keys: list[str]) -> list[TrainSample]:
-    adv = grouped_advantages(rewards, keys)
+def _role_samples(role: str, attempts: list[Attempt], rewards: list[float]) -> list[TrainSample]:
+    adv = grouped_advantages(rewards, [a.task_id for a in attempts])
     return [TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id)
             for a, A in zip(attempts, adv)]
 
@@ -193,38 +224,52 @@ class StepOutcome:
     """All records of one iteration, the RL batch built from them, and phase timings."""
 
     first: list[Attempt]
-    reflections: list[Reflection] = field(default_factory=list)
-    second: list[Attempt] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
     samples: list[TrainSample] = field(default_factory=list)
     memory_writes: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def reflections(self) -> list[Reflection]:
+        return [r.reflection for r in self.retries if r.reflection is not None]
 
-def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory) -> StepOutcome:
-    """One iteration's rollouts and RL batch (the update itself is :func:`update.policy_update`)."""
+    @property
+    def second(self) -> list[Attempt]:
+        return [r.second for r in self.retries]
+
+
+def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | None) -> StepOutcome:
+    """One iteration's rollouts and RL batch (the update itself is :class:`update.PolicyUpdater`).
+
+    ``memory`` is the reflection memory to read and write, or None when the run has none
+    ("w/o memory", "w/o reflection", RLVR): phases act on the values they are given.
+    """
     c, clock = ctx.config, time.perf_counter
     t0 = clock()
     first = attempt_first(ctx, tasks, c.num_generations)
     out = StepOutcome(first=first, seconds={"first": clock() - t0})
     if c.mode == "rlvr":
-        out.samples = _role_samples("first", first, [a.reward for a in first], [a.task_id for a in first])
+        out.samples = _role_samples("first", first, [a.reward for a in first])
         return out
-    failed = gate(first)
+    failed = gate(first, c.reward_threshold)
     t1 = clock()
-    out.reflections = reflect(ctx, failed, memory) if c.use_reflection else []
+    reflections = reflect(ctx, failed, memory) if c.use_reflection else None
     t2 = clock()
-    by_id = {t.task_id: t for t in tasks}
-    out.second = attempt_second(ctx, failed, by_id, out.reflections if c.use_reflection else None)
+    out.retries = attempt_second(ctx, failed, {t.task_id: t for t in tasks}, reflections)
     t3 = clock()
-    if c.use_reflection:
-        if c.use_memory:
-            out.memory_writes = update_memory(memory, out.reflections, out.second, c.reward_threshold)
-        else:  # still credit r̃ = r2 to each reflection
-            for r, a in zip(out.reflections, out.second):
-                r.reward = a.reward
-    out.samples = assign_advantages(c, first, failed, out.reflections, out.second)
+    if memory is not None:
+        out.memory_writes = update_memory(memory, out.retries, c.reward_threshold)
+    out.samples = assign_advantages(c, first, out.retries)
     if c.mode == "erl" and c.use_internalization:
-        headers = {a.task_id: a.prompt_ids for a in first}
-        out.samples += internalize(out.second, headers, c.internalization_mode, c.internalization_coef)
+        out.samples += internalize(out.retries, c.internalization_mode, c.internalization_coef,
+                                   stop_ids(ctx))
     out.seconds.update(reflect=t2 - t1, second=t3 - t2)
     return out
+
+
+def stop_ids(ctx: PhaseContext) -> list[int]:
+    """The ids that end a reply: the sampler's (eos and end-of-turn), else the tokenizer's eos."""
+    ids = list(getattr(ctx.generator, "stop_ids", None) or [ctx.tokenizer.eos_token_id])
+    if ids[0] is None:
+        raise ValueError("the tokenizer has no eos token: internalization targets need one to end with")
+    return ids

@@ -64,7 +64,9 @@ class Attempt:
         completion_ids: token ids after the header: actions and the glue between them.
         completion_mask: 1 for tokens the model generated (they carry loss), 0 for glue.
         reward: terminal reward of the episode.
-        success: the gate's verdict (see :attr:`Episode.success`).
+        success: the environment's own notion of success, for reporting (see
+            :attr:`Episode.success`). The gate does not read it: it compares ``reward`` with
+            τ (``ERLConfig.reward_threshold``).
         feedback: the environment's textual feedback ``f``.
         trace: the step-by-step trace shown to the reflector.
         num_turns: model turns taken.
@@ -110,7 +112,8 @@ class Reflection:
         rulebook: the parsed ``<prompt>…</prompt>`` content, or ``base_prompt`` when the
             tags were missing (then ``parsed`` is False).
         prompt_ids, completion_ids: the reflection's own context and generated tokens.
-        reward: r̃, the reward of the second attempt it produced (filled in later).
+        reward: r̃, the reward of the second attempt it produced (credited by
+            :func:`erl_lite.phases.attempt_second` when that attempt is scored).
     """
 
     task_id: str
@@ -150,25 +153,67 @@ class TrainSample:
 
 
 @dataclass
+class Retry:
+    """One gated first attempt, the reflection written on it, and the second attempt it led to.
+
+    The join between the three is made once, where the second attempt is played
+    (:func:`erl_lite.phases.attempt_second`), and every later consumer — advantages,
+    internalization, memory, metrics, history samples, the attempt-pair view — reads it from
+    here instead of matching lists by ``(task_id, index)`` again.
+
+    Attributes:
+        first: the failed first attempt (``r1 < τ``).
+        reflection: Δ written on it, or None in the "w/o reflection" ablation. Its ``reward``
+            is r̃ = r2, credited when the second attempt is scored.
+        second: the replay of the same task under Δ (or under the raw retry prompt).
+    """
+
+    first: Attempt
+    reflection: Reflection | None
+    second: Attempt
+
+    @property
+    def task_id(self) -> str:
+        return self.first.task_id
+
+    @property
+    def index(self) -> int:
+        return self.first.index
+
+
+@dataclass
 class StepRecord:
-    """Everything one ERL iteration produced: the input of notebooks and plots."""
+    """Everything one ERL iteration produced: the input of notebooks and plots.
+
+    ``to_dict`` writes each first attempt once and each retry as ``{"first": position in
+    first_attempts, "reflection": ..., "second": ...}``, so a reader never re-joins lists.
+    """
 
     step: int
     tasks: list[Task]
     first_attempts: list[Attempt]
-    reflections: list[Reflection]
-    second_attempts: list[Attempt]
+    retries: list[Retry]
     memory_before: list[str]
     memory_after: list[str]
     metrics: dict[str, float]
 
+    @property
+    def reflections(self) -> list[Reflection]:
+        return [r.reflection for r in self.retries if r.reflection is not None]
+
+    @property
+    def second_attempts(self) -> list[Attempt]:
+        return [r.second for r in self.retries]
+
     def to_dict(self) -> dict[str, Any]:
+        position = {id(a): i for i, a in enumerate(self.first_attempts)}
         return {
             "step": self.step,
             "task_ids": [t.task_id for t in self.tasks],
             "first_attempts": [a.to_dict() for a in self.first_attempts],
-            "reflections": [r.to_dict() for r in self.reflections],
-            "second_attempts": [a.to_dict() for a in self.second_attempts],
+            "retries": [{"first": position[id(r.first)],
+                         "reflection": None if r.reflection is None else r.reflection.to_dict(),
+                         "second": r.second.to_dict()} for r in self.retries],
             "memory_before": list(self.memory_before),
             "memory_after": list(self.memory_after),
             "metrics": dict(self.metrics),

@@ -48,7 +48,7 @@ from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
 from erl_lite.generation import Generator, HFGenerator
 from erl_lite.history import History
 from erl_lite.memory import ReflectionMemory
-from erl_lite.metrics import eval_metrics, step_metrics
+from erl_lite.metrics import LR, STEP, TIME_STEP, TIME_UPDATE, eval_metrics, step_metrics
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
 from erl_lite.update import PolicyUpdater
@@ -197,17 +197,18 @@ class ERLTrainer:
         """One iteration: every phase, the update, and the history record."""
         self.step += 1
         tasks = self._batch(self.step)
+        memory = self.memory if self.args.uses_memory else None
         memory_before = self.memory.entries
         t0 = time.perf_counter()
-        outcome = erl_step(self.ctx, tasks, self.memory)
+        outcome = erl_step(self.ctx, tasks, memory)
         t1 = time.perf_counter()
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
-        metrics = {"step": self.step, **step_metrics(outcome, self.memory, self.args)}
+        metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
         metrics.update(losses)
-        metrics.update({"time/update": t2 - t1, "time/step": t2 - t0, "lr": self.scheduler.get_last_lr()[0]})
+        metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0]})
         self.history.log(metrics)
-        record = StepRecord(self.step, tasks, outcome.first, outcome.reflections, outcome.second,
+        record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
                             memory_before, self.memory.entries, metrics)
         if self.step % self.args.sample_every == 0:
             self.history.log_sample(record.to_dict())
@@ -223,11 +224,11 @@ class ERLTrainer:
         if not tasks:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
         attempts = attempt_first(self.ctx, tasks, num_generations or self.args.eval_num_generations,
-                                 temperature=self.args.eval_temperature)
+                                 params=self.ctx.eval_params())
         return eval_metrics(attempts)
 
     def _log_eval(self) -> None:
-        self.history.log({"step": self.step, **self.evaluate()}, kind="eval")
+        self.history.log({STEP: self.step, **self.evaluate()}, kind="eval")
 
     # --- checkpoints -----------------------------------------------------------------------------
     def save_checkpoint(self) -> str:

@@ -21,7 +21,7 @@ def test_gated_indices_matches_the_phase_gate():
     from erl_lite.records import Attempt
 
     attempts = [Attempt("t", "first", i, "", [], [], [], [], r, r >= 1.0, "", "", 1) for i, r in enumerate(REWARDS)]
-    assert ex.gated_indices(REWARDS) == [a.index for a in gate(attempts)] == [1, 2, 4]
+    assert ex.gated_indices(REWARDS) == [a.index for a in gate(attempts, 1.0)] == [1, 2, 4]
 
 
 def test_check_gated_indices_accepts_the_right_answer_in_any_order(capsys):

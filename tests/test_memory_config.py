@@ -55,3 +55,67 @@ def test_presets_are_valid_and_overridable():
     with pytest.raises(ValueError, match="unknown preset"):
         ERLConfig.preset("tpu")
     assert ERLConfig().replace(mode="rlvr").mode == "rlvr"
+
+
+# --- one τ, one G, modes that say what they do ---------------------------------------------------
+
+
+def test_rlvr_uses_the_papers_compute_matched_g():
+    assert ERLConfig(mode="rlvr").num_generations == 10
+    assert ERLConfig().num_generations == 4 and ERLConfig(mode="erl_simple").num_generations == 4
+    for name in ("cpu", "gpu", "paper"):
+        assert ERLConfig.preset(name, mode="rlvr").num_generations == 10
+    assert ERLConfig(mode="rlvr", num_generations=6).num_generations == 6  # explicit wins
+    assert ERLConfig().replace(mode="rlvr").num_generations == 10
+    assert ERLConfig(num_generations=3).replace(mode="rlvr").num_generations == 3
+
+
+def test_cli_rlvr_gets_g10():
+    from erl_lite.cli import build_parser, _overrides
+
+    args = build_parser().parse_args(["train", "--mode", "rlvr", "--env", "frozenlake"])
+    assert ERLConfig.preset("cpu", **_overrides(args)).num_generations == 10
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(mode="rlvr", use_memory=False), "use_memory"),
+    (dict(mode="rlvr", memory_type="fifo"), "memory_type"),
+    (dict(mode="rlvr", use_reflection=False), "use_reflection"),
+    (dict(mode="rlvr", use_internalization=False), "use_internalization"),
+    (dict(mode="erl_simple", train_second=False), "train_second"),
+    (dict(use_memory=False, memory_type="fifo"), "memory_type"),
+    (dict(use_reflection=False, memory_top_k=5), "memory_top_k"),
+])
+def test_impossible_mode_combinations_fail_at_construction(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        ERLConfig(**kwargs)
+
+
+def test_paper_and_gpu_presets_evaluate_like_the_paper():
+    for name in ("paper", "gpu"):
+        cfg = ERLConfig.preset(name)
+        assert (cfg.eval_temperature, cfg.eval_top_p, cfg.eval_top_k) == (0.7, 0.8, 20)
+        assert cfg.steps_per_generation == 2  # the clip acts on the second mini-batch
+    assert ERLConfig.preset("cpu").steps_per_generation == 1
+
+
+def test_evaluation_samples_with_the_eval_settings():
+    from conftest import GuessEnv
+
+    from erl_lite.generation import ScriptedGenerator
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+    from erl_lite.trainer import ERLTrainer
+
+    tok = tiny_tokenizer()
+    seen = []
+
+    class Recording(ScriptedGenerator):
+        def generate(self, prompts, params):
+            seen.append(params)
+            return super().generate(prompts, params)
+
+    args = ERLConfig.preset("cpu", eval_top_p=0.8, eval_top_k=20, eval_temperature=0.6, progress_bar=False)
+    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=GuessEnv(max_turns=1),
+                         generator=Recording(tok, lambda p: "x"))
+    trainer.evaluate()
+    assert seen and all((p.temperature, p.top_p, p.top_k) == (0.6, 0.8, 20) for p in seen)

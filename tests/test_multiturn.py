@@ -232,16 +232,15 @@ def test_gate_reflection_second_attempt_memory_and_targets(name, tok):
         assert adv[(role, ids[1])] == [1.0]  # a lone gated rollout: A = r2
         assert adv[(role, ids[2])] == [0.0, 0.0] and adv[(role, ids[3])] == [0.7071, -0.7071]
 
-    # internalization: y2 under the first attempt's header, ending with EOS
+    # internalization: every y2 under the first attempt's header, ending with EOS; failed ones weigh 0
     distill = [s for s in out.samples if s.role == "distill"]
-    rescued = [a for a in out.second if a.success]
     header = {a.task_id: a.prompt_ids for a in out.first}
-    assert len(distill) == len(rescued) == 4
-    for s, a in zip(distill, rescued):
+    assert len(distill) == len(out.second) == 5
+    for s, a in zip(distill, out.second):
         context = tok.decode(s.prompt_ids, skip_special_tokens=False)
         assert s.prompt_ids == header[a.task_id] and env.system_prompt in context and RULEBOOK not in context
         assert s.completion_ids == a.completion_ids and s.completion_mask == a.completion_mask
-        assert s.completion_ids[-1] == tok.eos_token_id and s.advantage == 1.0
+        assert s.completion_ids[-1] == tok.eos_token_id and s.advantage == (1.0 if a.success else 0.0)
 
     for a in out.first + out.second:
         assert_loss_mask_covers_replies_only(tok, a)
@@ -259,7 +258,7 @@ def test_memory_unchanged_when_every_second_attempt_fails(name, tok):
     out = erl_step(ctx, tasks, memory)
     assert len(out.second) == 4 and not any(a.success for a in out.second)
     assert out.memory_writes == 0 and memory.state_dict() == before
-    assert not [s for s in out.samples if s.role == "distill"]
+    assert [s.advantage for s in out.samples if s.role == "distill"] == [0.0] * 4
 
 
 # --- budgets and batching ---------------------------------------------------------------------

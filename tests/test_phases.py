@@ -55,7 +55,7 @@ def test_first_attempts_are_batched_and_use_the_initial_prompt(guess_env, tok):
 
 def test_gate_is_strictly_below_threshold(guess_env, tok):
     first = attempt_first(make_ctx(guess_env, tok, script()), tasks_of(guess_env), 2)
-    failed = gate(first)
+    failed = gate(first, 1.0)
     assert {a.task_id for a in failed} == {"t0", "t1"} and len(failed) == 4
 
 
@@ -111,12 +111,20 @@ def test_unparsed_reflection_falls_back_to_base_and_is_not_stored(guess_env, tok
 
 
 def test_no_memory_ablation_keeps_memory_empty_and_shows_initial_prompt(guess_env, tok):
-    ctx = make_ctx(guess_env, tok, script(), use_memory=False)
-    memory = ReflectionMemory()
-    memory.maybe_store("MEMORY-MARKER", 1.0, 1.0)
-    erl_step(ctx, tasks_of(guess_env), memory)
-    assert memory.entries == ["MEMORY-MARKER"]
-    assert not any("MEMORY-MARKER" in p for p in ctx.generator.prompts_seen)
+    from erl_lite.testing import tiny_model
+    from erl_lite.trainer import ERLTrainer
+
+    args = ERLConfig.preset("cpu", use_memory=False, max_steps=1, num_generations=2, num_tasks_per_step=4,
+                            eval_steps=0, progress_bar=False, beta=0.0)
+    gen = ScriptedGenerator(tok, script())
+    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=guess_env,
+                         train_dataset=tasks_of(guess_env), generator=gen)
+    trainer.memory.maybe_store("MEMORY-MARKER", 1.0, 1.0)
+    trainer.train()
+    assert trainer.memory.entries == ["MEMORY-MARKER"]  # the ablation neither reads nor writes it
+    refl = [p for p in gen.prompts_seen if REFLECTION_REQUEST in p]
+    assert refl and not any("MEMORY-MARKER" in p for p in gen.prompts_seen)
+    assert all(guess_env.system_prompt in p for p in refl)
 
 
 def test_no_reflection_ablation_retries_with_the_raw_attempt(guess_env, tok):
@@ -146,15 +154,16 @@ def test_advantages_grouped_per_task_and_role_with_singletons(guess_env, tok):
 
 
 def test_singleton_group_gets_its_reward():
-    from erl_lite.records import Attempt, Reflection
+    from erl_lite.records import Attempt, Reflection, Retry
 
     def att(task, idx, r, role):
         return Attempt(task, role, idx, "s", [], [1], [2], [1], r, r >= 1, "f", "t", 1)
 
     first = [att("a", 0, 0.0, "first"), att("a", 1, 1.0, "first"), att("b", 0, 0.0, "first"), att("b", 1, 0.0, "first")]
     second = [att("a", 0, 1.0, "second"), att("b", 0, 0.0, "second"), att("b", 1, 1.0, "second")]
-    refl = [Reflection(a.task_id, a.index, "base", "x", "x", True, [1], [2]) for a in second]
-    samples = assign_advantages(ERLConfig(), first, first, refl, second)
+    retries = [Retry(y1, Reflection(y2.task_id, y2.index, "base", "x", "x", True, [1], [2]), y2)
+               for y1, y2 in zip([first[0], first[2], first[3]], second)]
+    samples = assign_advantages(ERLConfig(), first, retries)
     by = {(s.role, s.task_id): [] for s in samples}
     for s in samples:
         by[(s.role, s.task_id)].append(round(s.advantage, 4))
@@ -169,7 +178,7 @@ def test_internalization_targets_use_initial_context_and_end_with_eos(guess_env,
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
     distill = [s for s in out.samples if s.role == "distill"]
     first_header = {a.task_id: a.prompt_ids for a in out.first}
-    assert len(distill) == 4
+    assert len(distill) == 4 == len(out.retries)
     for s, a in zip(distill, out.second):
         assert s.prompt_ids == first_header[s.task_id]
         assert "RULEBOOK" not in tok.decode(s.prompt_ids) and guess_env.system_prompt in tok.decode(s.prompt_ids)
@@ -178,13 +187,15 @@ def test_internalization_targets_use_initial_context_and_end_with_eos(guess_env,
 
 
 def test_internalization_weights_follow_the_mode():
-    from erl_lite.records import Attempt
+    from erl_lite.records import Attempt, Retry
 
-    second = [Attempt("a", "second", i, "s", [], [1], [2, 3], [1, 1], r, r >= 1, "f", "t", 1) for i, r in enumerate([0.0, 0.5, 1.0])]
-    raft = internalize(second, {"a": [9]}, "raft", 2.0)
-    nll = internalize(second, {"a": [9]}, "nll", 1.0)
-    assert [s.advantage for s in raft] == [1.0, 2.0] and [s.advantage for s in nll] == [1.0, 1.0]
-    assert all(s.prompt_ids == [9] for s in raft + nll)
+    first = Attempt("a", "first", 0, "s", [], [9], [2, 3], [1, 1], 0.0, False, "f", "t", 1)
+    retries = [Retry(first, None, Attempt("a", "second", i, "s", [], [1], [2, 3], [1, 1], r, r >= 1, "f", "t", 1))
+               for i, r in enumerate([0.0, 0.5, 1.0])]
+    raft = internalize(retries, "raft", 2.0, [3])
+    nll = internalize(retries, "nll", 1.0, [3])
+    assert [s.advantage for s in raft] == [0.0, 1.0, 2.0] and [s.advantage for s in nll] == [0.0, 1.0, 1.0]
+    assert all(s.prompt_ids == [9] and s.completion_ids == [2, 3] for s in raft + nll)
 
 
 def test_erl_simple_trains_only_first_attempts_with_combined_reward(guess_env, tok):
@@ -205,3 +216,91 @@ def test_role_switches_remove_roles(guess_env, tok):
     ctx = make_ctx(guess_env, tok, script(), train_reflection=False, train_second=False, use_internalization=False)
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
     assert {s.role for s in out.samples} == {"first"}
+
+
+# --- defects fixed by "correct by construction" (each failed on the earlier code) ----------------
+
+
+def _graded_env():
+    """GuessEnv whose right answer scores 0.6: the env's own success test (>= 1) never passes."""
+    from conftest import GuessEnv, GuessEpisode
+
+    class GradedEpisode(GuessEpisode):
+        def step(self, action):
+            obs, reward, done, info = super().step(action)
+            if self.reward == 1.0:
+                self.reward = reward = 0.6
+            return obs, reward, done, info
+
+    class GradedEnv(GuessEnv):
+        def new_episode(self):
+            return GradedEpisode(self.max_turns)
+
+    return GradedEnv()
+
+
+def test_gate_reads_tau_from_the_config_not_the_environment(tok):
+    env = _graded_env()
+    ctx = make_ctx(env, tok, script(fail_first=("t0",)), reward_threshold=0.5)
+    memory = ReflectionMemory()
+    out = erl_step(ctx, tasks_of(env, 2), memory)
+    # t0's first attempts scored 0 (< τ) and are gated; t1's scored 0.6 >= τ = 0.5 and are not
+    assert {r.task_id for r in out.retries} == {"t0"}
+    # the second attempts scored 0.6 >= τ: memory is written on the same τ the gate used
+    assert out.memory_writes == 2 and len(memory) == 1
+    assert gate(out.first, 0.5) == [a for a in out.first if a.reward < 0.5]
+    assert len(gate(out.first, 1.0)) == 4  # with τ = 1 every 0.6 counts as a failure
+
+
+def test_nan_threshold_is_rejected():
+    with pytest.raises(ValueError, match="reward_threshold"):
+        ERLConfig(reward_threshold=float("nan"))
+
+
+def test_distill_target_ends_with_eos_when_the_last_reply_was_cut(guess_env, tok):
+    """A successful second attempt whose reply was cut by max_completion_length after a valid
+    answer still teaches the model to stop: its internalization target ends with EOS."""
+
+    def reply(prompt):
+        task = re.findall(r"task (t\d+)", prompt)[-1]
+        if REFLECTION_REQUEST in prompt:
+            return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
+        if "RULEBOOK" in prompt:
+            return SECRETS[task] + " and then some more words that run on past the budget"
+        return "FIRST-REPLY nope"
+
+    ctx = make_ctx(guess_env, tok, reply, max_completion_length=6, max_reflection_length=60)
+    out = erl_step(ctx, tasks_of(guess_env, 1), ReflectionMemory())
+    assert all(r.second.success and r.second.completion_ids[-1] != tok.eos_token_id for r in out.retries)
+    distill = [s for s in out.samples if s.role == "distill"]
+    assert distill and all(s.completion_ids[-1] == tok.eos_token_id and s.completion_mask[-1] == 1
+                           for s in distill)
+    # the second attempt's own RL row is what was sampled: nothing appended there
+    second = [s for s in out.samples if s.role == "second"]
+    assert all(s.completion_ids[-1] != tok.eos_token_id for s in second)
+
+
+def test_weight_zero_internalization_rows_are_kept_and_counted(guess_env, tok):
+    """As in the reference, a failed second attempt is internalized with advantage 0: it still
+    counts in the sequence-mean denominator (and the KL term)."""
+    from erl_lite.losses import normalizer_for
+    from erl_lite.update import pack
+
+    ctx = make_ctx(guess_env, tok, script(fail_second=("t1",)))
+    out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
+    distill = [s for s in out.samples if s.role == "distill"]
+    assert [s.advantage for s in distill] == [1.0, 1.0, 0.0, 0.0]
+    batch = pack(out.samples, tok.pad_token_id, False)
+    rows = len(out.samples)
+    assert normalizer_for(batch.mask, "seq_sum") == rows == 8 + 4 * 3
+
+
+def test_retry_joins_first_attempt_reflection_and_second_attempt(guess_env, tok):
+    ctx = make_ctx(guess_env, tok, script(fail_second=("t1",)))
+    out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
+    assert len(out.retries) == 4
+    for r in out.retries:
+        assert not r.first.success and r.first.role == "first" and r.second.role == "second"
+        assert (r.reflection.task_id, r.reflection.index) == (r.first.task_id, r.first.index)
+        assert (r.second.task_id, r.second.index) == (r.first.task_id, r.first.index)
+        assert r.reflection.reward == r.second.reward  # r̃ = r2, credited where r2 is scored

@@ -215,13 +215,13 @@ def test_attempt_pair_html_shows_every_phase(hist):
 
 
 def test_attempt_pair_text_and_selection(hist):
-    record = next(r for r in hist.samples[1:] if r["reflections"])
-    target = record["reflections"][-1]
+    record = next(r for r in hist.samples[1:] if r["retries"])
+    target = record["retries"][-1]["reflection"]
     text = attempt_pair_text(record, task_id=target["task_id"], index=target["index"])
     assert text.splitlines()[0] == (f"=== step {record['step']} · task {target['task_id']} · "
                                     f"rollout #{target['index']} ===")
     assert "FIRST ATTEMPT" in text and "SECOND ATTEMPT" in text and "[-" in text
-    obj = StepRecord(step=7, tasks=[], first_attempts=[], reflections=[], second_attempts=[],
+    obj = StepRecord(step=7, tasks=[], first_attempts=[], retries=[],
                      memory_before=[], memory_after=[], metrics={})
     with pytest.raises(ValueError, match="no first attempt"):
         show_attempt_pair(obj)
@@ -255,7 +255,7 @@ def test_static_browsers_show_the_first_sample(hist):
     view = reflection_browser(hist, static=True)
     assert isinstance(view, StaticView)
     assert str(view).startswith(f"=== step {first['step']}")
-    assert first["reflections"][0]["rulebook"].replace("`", "") in view._repr_html_().replace(
+    assert first["retries"][0]["reflection"]["rulebook"].replace("`", "") in view._repr_html_().replace(
         "`", "")
     mem = memory_viewer(hist, static=True, step=hist.samples[-1]["step"])
     assert str(mem).splitlines()[0] == f"=== memory after step {hist.samples[-1]['step']} ==="

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.records import Attempt, Reflection, StepRecord, Task
+from erl_lite.records import Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` block: "
                   "Up, Down, Left or Right.")
@@ -67,7 +67,7 @@ def _step_record(step: int, p_first: float, rng: random.Random,
     written). Reflections of one step all start from the memory held before the step.
     """
     tasks = [Task(task_id=f"lake-{i}", data={"seed": i}) for i in range(2)]
-    firsts, reflections, seconds = [], [], []
+    firsts, retries = [], []
     before, version = list(memory["slot"]), memory["version"]
     base = before[-1] if before else INITIAL_PROMPT
     rulebook = _rulebook(version)
@@ -81,13 +81,13 @@ def _step_record(step: int, p_first: float, rng: random.Random,
                 continue
             won2 = rng.random() < min(1.0, p_first + 0.3)
             moves2 = ["Right", "Down"] if won2 else ["Right", "Up"]
-            reflections.append(Reflection(task.task_id, index, base, text, rulebook, True,
-                                          [1], [2], reward=float(won2)))
-            seconds.append(_attempt(task.task_id, "second", index, rulebook, moves2, won2))
+            retries.append(Retry(firsts[-1],
+                                 Reflection(task.task_id, index, base, text, rulebook, True,
+                                            [1], [2], reward=float(won2)),
+                                 _attempt(task.task_id, "second", index, rulebook, moves2, won2)))
             if won2:  # one overwritten slot, as in the paper
                 memory["slot"], memory["version"] = [rulebook], version + 1
-    return StepRecord(step, tasks, firsts, reflections, seconds, before,
-                      list(memory["slot"]), {})
+    return StepRecord(step, tasks, firsts, retries, before, list(memory["slot"]), {})
 
 
 def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[str, float]:

@@ -45,16 +45,18 @@ def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> 
     raise ValueError(f"no sampled step record for step {step}; sampled steps: {have}")
 
 
-def _find(items: list[Record], task_id: str, index: int) -> Record | None:
-    return next((x for x in items if x.get("task_id") == task_id and x.get("index") == index),
-                None)
+def retries_by_first(record: Record) -> dict[int, Record]:
+    """The step's retries keyed by the position of their first attempt in ``first_attempts``
+    (see :meth:`~erl_lite.records.StepRecord.to_dict`)."""
+    return {int(r["first"]): r for r in record.get("retries", [])}
 
 
 def list_pairs(record: Record) -> list[dict[str, Any]]:
     """Every first attempt of a step: task_id, index, first/second success (None if not gated)."""
+    retried = retries_by_first(record)
     rows = []
-    for a in record.get("first_attempts", []):
-        second = _find(record.get("second_attempts", []), a.get("task_id"), a.get("index"))
+    for i, a in enumerate(record.get("first_attempts", [])):
+        second = retried[i]["second"] if i in retried else None
         rows.append({"task_id": a.get("task_id"), "index": a.get("index"),
                      "first_success": bool(a.get("success")),
                      "second_success": None if second is None else bool(second.get("success"))})
@@ -65,18 +67,17 @@ def select_pair(record: Record, task_id: str | None = None,
                 index: int | None = None) -> dict[str, Record | None]:
     """Pick {first, reflection, second} for one rollout; by default the first reflected one."""
     firsts = record.get("first_attempts", [])
-    candidates = [a for a in firsts
+    candidates = [i for i, a in enumerate(firsts)
                   if (task_id is None or a.get("task_id") == task_id)
                   and (index is None or a.get("index") == index)]
     if not candidates:
         raise ValueError(f"no first attempt with task_id={task_id!r}, index={index!r} "
                          f"at step {record.get('step')}")
-    reflected = [a for a in candidates
-                 if _find(record.get("reflections", []), a.get("task_id"), a.get("index"))]
-    first = (reflected or candidates)[0]
-    key = (first.get("task_id"), first.get("index"))
-    return {"first": first, "reflection": _find(record.get("reflections", []), *key),
-            "second": _find(record.get("second_attempts", []), *key)}
+    retried = retries_by_first(record)
+    reflected = [i for i in candidates if retried.get(i, {}).get("reflection")]
+    chosen = (reflected or candidates)[0]
+    retry = retried.get(chosen, {})
+    return {"first": firsts[chosen], "reflection": retry.get("reflection"), "second": retry.get("second")}
 
 
 def assistant_actions(attempt: Record | None) -> str:
