@@ -66,6 +66,7 @@ def load_policy(
         tokenizer: a tokenizer, or where to load one from; default: next to the model.
         quantization: "4bit" loads the base weights in NF4 with double quantization
             (QLoRA); compute dtype bf16 on CUDA with native bf16, else fp16 on CUDA, else fp32.
+            A trainable 4-bit model is kept on the differentiable path (``keep_4bit_trainable``).
         peft: "lora" builds a LoraConfig from ``lora_r``/``lora_alpha``/``lora_dropout``/
             ``target_modules``; a LoraConfig is used as given (the four ignored); "none" trains
             (or, in 4-bit, freezes) the full model.
