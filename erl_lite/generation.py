@@ -89,6 +89,11 @@ class HFGenerator:
         for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
+        from erl_lite.models import keep_4bit_trainable
+
+        # Eval mode without grad is what makes bitsandbytes repack a 4-bit CPU layer for an
+        # inference-only kernel; a model that trains must not take it (see keep_4bit_trainable).
+        keep_4bit_trainable(self.model)
         was_training = self.model.training
         self.model.eval()
         try:

@@ -10,6 +10,11 @@ The KL reference policy is the base model with the adapter switched off
 fine-tuned policy has no adapter to switch off; ``reference_context`` then needs an explicit
 frozen copy (``reference=``) or the caller drops the KL term (beta = 0).
 
+4-bit layers are kept on bitsandbytes' differentiable path for as long as the model trains
+(``keep_4bit_trainable``): on CPUs with AVX512-BF16, bitsandbytes otherwise repacks a layer's
+weights for an inference-only kernel the first time it runs in eval mode without grad (the first
+``generate``), and that kernel has no autograd, so LoRA gradients of every later update are wrong.
+
 Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite
 defaults to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices. With LoRA the
 reference policy is the frozen base, exactly as with a separate reference copy at step 0.
@@ -18,6 +23,7 @@ reference policy is the frozen base, exactly as with a separate reference copy a
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -60,6 +66,7 @@ def load_policy(
         tokenizer: a tokenizer, or where to load one from; default: next to the model.
         quantization: "4bit" loads the base weights in NF4 with double quantization
             (QLoRA); compute dtype bf16 on CUDA with native bf16, else fp16 on CUDA, else fp32.
+            A trainable 4-bit model is kept on the differentiable path (``keep_4bit_trainable``).
         peft: "lora" builds a LoraConfig from ``lora_r``/``lora_alpha``/``lora_dropout``/
             ``target_modules``; a LoraConfig is used as given (the four ignored); "none" trains
             (or, in 4-bit, freezes) the full model.
@@ -106,6 +113,7 @@ def load_policy(
     elif gradient_checkpointing:
         _enable_checkpointing(policy.get_base_model())
 
+    keep_4bit_trainable(policy)
     if tok_source is None:
         raise ValueError("tokenizer is required: the model does not say where it was loaded from")
     if not isinstance(tok_source, PreTrainedTokenizerBase):
@@ -219,6 +227,56 @@ def _prepare(model: PreTrainedModel, gradient_checkpointing: bool, adapter: bool
     return model
 
 
+def keep_4bit_trainable(model: torch.nn.Module) -> int:
+    """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
+
+    On a CPU with AVX512-BF16, ``bitsandbytes.nn.Linear4bit.forward`` repacks the layer's weight
+    for a fast inference-only kernel the first time it runs in eval mode on an input without grad
+    (that is, at the first ``generate``), and keeps using that kernel afterwards, in training too.
+    The kernel has no autograd: gradients that flow through the layer to LoRA weights below it
+    are wrong, silently, and a layer with a bias (Qwen2's q/k/v) fails in the backward with
+    "a view of a leaf Variable ... in-place operation". The repacking is per module and is
+    switched by ``support_avx512bf16_for_cpu``; this clears that flag on every ``Linear4bit``.
+    Layers already repacked are converted back with bitsandbytes' own inverse; that inverse is
+    best-effort (the repacking rounded the block scales to bf16), so it warns.
+
+    A model with no trainable parameter (a frozen 4-bit model used only for inference) is left
+    alone: the fast kernel is right for it. The switch reads ``x.device.type == "cpu"``, so GPU
+    layers never take that path and their speed is unaffected. CPU generation in 4-bit becomes
+    slower (it dequantizes each layer per call); that is the price of correct gradients.
+    Idempotent and cheap; ``load_policy``, ``reference_context`` and ``HFGenerator.generate``
+    call it, so a model built elsewhere is covered once it generates or computes a reference.
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
+        ...                         lora_r=4, device="cpu")  # calls keep_4bit_trainable already
+        >>> keep_4bit_trainable(policy)  # 7 projections x 2 layers
+        14
+    """
+    if not _is_4bit(model) or not any(p.requires_grad for p in model.parameters()):
+        return 0
+    import bitsandbytes as bnb
+    from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
+
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    restored = 0
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+        state = layer.weight.quant_state
+        if getattr(state, "packing_format_for_cpu", False):
+            # The inverse updates ``state`` in place, which layer.quant_state also points to.
+            layer.weight.data, layer.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
+                layer.weight.data, state)
+            restored += 1
+    if restored:
+        warnings.warn(f"{restored} 4-bit layers had been repacked for bitsandbytes' CPU inference "
+                      "kernel (no autograd); converted back, with their block scales rounded to bf16",
+                      stacklevel=2)
+    return len(layers)
+
+
 def _enable_checkpointing(model: PreTrainedModel) -> None:
     """Non-reentrant activation checkpointing; inputs require grad so frozen bases still backprop."""
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
@@ -287,6 +345,7 @@ def reference_context(
     if reference is not None:
         yield reference
         return
+    keep_4bit_trainable(model)  # the reference pass runs without grad, often in eval mode
     inner = _unwrap(model)
     if not isinstance(inner, PeftModel):
         raise ValueError(

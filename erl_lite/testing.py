@@ -1,9 +1,14 @@
 """A tiny, offline, randomly initialised chat model for tests, notebooks and CPU demos.
 
 Everything here is built in-process: a character-level tokenizer (so any printable English text
-round-trips exactly) and a two-layer Llama with random weights. Nothing touches the network or a
+round-trips exactly) and a two-layer decoder with random weights. Nothing touches the network or a
 model hub, so the whole training path (LoRA and 4-bit QLoRA included) can run in CI in seconds.
 The model knows nothing; it exists to exercise code paths, not to solve tasks.
+
+The decoder comes in the architecture families the presets load (``FAMILIES``): a bias-free
+Llama, a Qwen2-style model (bias on the q/k/v projections, as in Qwen2 / Qwen2.5), a Qwen3-style
+model (RMSNorm on each head's queries and keys) and any of them with tied input/output
+embeddings (as in Qwen2.5-0.5B). Bugs hide in those differences, so tests run over all of them.
 
 Departures from the paper: the paper trains Qwen3-4B / Olmo-3-7B; this module is test scaffolding
 only and plays no part in the algorithm.
@@ -24,7 +29,15 @@ import os
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    GenerationConfig,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 PAD, BOS, EOS, IM_START, IM_END, UNK = (
     "<|pad|>",
@@ -39,6 +52,13 @@ SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, IM_END, UNK]
 # Printable ASCII (space .. tilde) plus newline and tab; "\r", "\x0b", "\x0c" are left out on
 # purpose so that a text's token count equals its character count for ordinary prose.
 CHARACTERS = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
+
+# Architecture family -> config class. Qwen2 always puts a bias on q/k/v; Qwen3 normalises
+# each head's queries and keys; Llama has neither.
+_CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
+
+# Every tiny variant tests should cover: (family, tie_embeddings).
+FAMILIES = (("llama", False), ("qwen2", False), ("qwen3", False), ("qwen2", True))
 
 # ChatML, one turn per message; the generation prompt opens an assistant turn.
 CHATML_TEMPLATE = (
@@ -96,8 +116,10 @@ def tiny_model(
     num_layers: int = 2,
     num_heads: int = 2,
     intermediate_size: int = 128,
-) -> LlamaForCausalLM:
-    """Build a randomly initialised Llama causal LM whose vocabulary matches ``tokenizer``.
+    family: str = "llama",
+    tie_embeddings: bool = False,
+) -> PreTrainedModel:
+    """Build a randomly initialised causal LM whose vocabulary matches ``tokenizer``.
 
     The default sizes give ~0.1M parameters; every linear layer's input width is a multiple of
     64, the bitsandbytes 4-bit block size, so the model also loads in 4-bit NF4 on CPU.
@@ -106,38 +128,63 @@ def tiny_model(
         tokenizer: the tokenizer whose vocabulary and special ids the model uses.
         seed: seed for the weight initialisation (same seed -> same weights).
         hidden_size, num_layers, num_heads, intermediate_size: model shape.
+        family: "llama" (no bias), "qwen2" (q/k/v bias) or "qwen3" (q/k RMSNorm); see ``FAMILIES``.
+        tie_embeddings: share one matrix between the input embedding and the output head.
 
     Example:
         >>> model = tiny_model(tiny_tokenizer(), seed=1)
         >>> model.config.max_position_embeddings >= 4096
         True
+        >>> qwen = tiny_model(tiny_tokenizer(), family="qwen2", tie_embeddings=True)
+        >>> type(qwen).__name__, qwen.model.layers[0].self_attn.q_proj.bias is not None
+        ('Qwen2ForCausalLM', True)
+        >>> qwen.lm_head.weight is qwen.model.embed_tokens.weight
+        True
     """
+    if family not in _CONFIGS:
+        raise ValueError(f"family must be one of {sorted(_CONFIGS)}, got {family!r}")
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
-    eos_ids = _eos_ids(tokenizer)
-    config = LlamaConfig(
+    config = _CONFIGS[family](
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
+        head_dim=hidden_size // num_heads,  # Qwen3's default (128) would ignore hidden_size
         max_position_embeddings=4096,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_embeddings,
     )
     # fork_rng keeps the caller's global RNG stream untouched by model construction.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
+        _randomise_biases_and_norms(model)
     model.generation_config = GenerationConfig(
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=eos_ids,
+        eos_token_id=_eos_ids(tokenizer),
     )
     return model.eval()
+
+
+def _randomise_biases_and_norms(model: torch.nn.Module) -> None:
+    """Move projection biases off 0 and q/k norm gains off 1, as in trained checkpoints.
+
+    Freshly initialised biases are zero and RMSNorm gains one, so a code path that dropped a
+    Qwen2 q/k/v bias or a Qwen3 q/k norm would give the same numbers and go unnoticed. Only
+    those family-specific parameters change, so a Llama keeps the weights it always had.
+    """
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.uniform_(0.5, 1.5)
 
 
 def _eos_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
@@ -149,8 +196,11 @@ def _eos_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
     return ids
 
 
-def save_tiny_model(path: str | os.PathLike, chat_template: bool = True, seed: int = 0) -> str:
+def save_tiny_model(path: str | os.PathLike, chat_template: bool = True, seed: int = 0,
+                    family: str = "llama", tie_embeddings: bool = False) -> str:
     """Write a tiny model and its tokenizer to ``path``; it then loads like a hub checkpoint.
+
+    ``family`` and ``tie_embeddings`` choose the architecture as in :func:`tiny_model`.
 
     Example:
         >>> import tempfile
@@ -160,6 +210,7 @@ def save_tiny_model(path: str | os.PathLike, chat_template: bool = True, seed: i
     """
     path = os.fspath(path)
     tokenizer = tiny_tokenizer(chat_template=chat_template)
-    tiny_model(tokenizer, seed=seed).save_pretrained(path)
+    model = tiny_model(tokenizer, seed=seed, family=family, tie_embeddings=tie_embeddings)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

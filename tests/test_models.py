@@ -18,7 +18,7 @@ from erl_lite.models import (
     reference_context,
     trainable_parameters,
 )
-from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
+from erl_lite.testing import FAMILIES, save_tiny_model, tiny_model, tiny_tokenizer
 
 torch.set_num_threads(1)
 PRINTABLE = "".join(chr(c) for c in range(32, 127)) + "\n\t"
@@ -259,8 +259,10 @@ def test_built_model_cannot_be_quantized_here(chat_tok):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_qlora_on_cuda(tiny_dir):
-    model, tok = load_policy(tiny_dir, quantization="4bit", lora_r=4, gradient_checkpointing=True)
+@pytest.mark.parametrize(("family", "tied"), FAMILIES)
+def test_qlora_on_cuda(tmp_path, family, tied):
+    path = save_tiny_model(tmp_path, family=family, tie_embeddings=tied)
+    model, tok = load_policy(path, quantization="4bit", lora_r=4, gradient_checkpointing=True)
     layer = next(m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit))
     assert layer.weight.device.type == "cuda"
     expected = torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
