@@ -2,8 +2,9 @@
 
 * ``erl-lite demo`` — the main job: ERL on the embedded tiny model, on the CPU, in minutes;
   writes ``history.jsonl``, figures and a Markdown report to ``--out``.
-* ``erl-lite train`` — the same trainer on a chosen environment (default: the demo world) and
-  model (default: the embedded one; a hub name for the GPU preset, or a local folder), e.g.
+* ``erl-lite train`` — the same trainer on a chosen environment (default: the demo world, with
+  the demo's settings) and model (default: the embedded one; a hub name for the GPU preset, or a
+  local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
 
 Departures from the paper: none; this is plumbing.
@@ -15,7 +16,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from erl_lite.config import MODES, PRESETS
+from erl_lite.config import MODES, PRESETS, ERLConfig
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 
@@ -66,24 +67,39 @@ def _overrides(args: argparse.Namespace) -> dict:
     return o
 
 
+def train_config(args: argparse.Namespace) -> ERLConfig:
+    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train``: on ``--env demo`` the
+    demo's own settings (:func:`erl_lite.embedded.demo_config`, on ``--preset``), else the
+    preset; the flags override either.
+
+    Example:
+        >>> args = build_parser().parse_args(["train", "--steps", "5"])
+        >>> cfg = train_config(args)
+        >>> cfg.max_steps, cfg.learning_rate, cfg.max_completion_length
+        (5, 0.0005, 24)
+    """
+    overrides = {"load_in_4bit": args.load_in_4bit, **_overrides(args)}
+    if args.env == "demo":  # the embedded model's world: its budgets, temperatures and schedule
+        from erl_lite.embedded.demo import demo_config
+
+        return demo_config(preset=args.preset, **overrides)
+    return ERLConfig.preset(args.preset, **overrides)
+
+
 def _train(args: argparse.Namespace) -> int:
-    from erl_lite.config import ERLConfig
     from erl_lite.trainer import ERLTrainer
 
-    if args.env == "demo":  # the embedded model's budgets and temperatures fit its world
-        from erl_lite.embedded import DEMO_CONFIG
-
-        cfg = ERLConfig.preset(args.preset, **{**DEMO_CONFIG, "load_in_4bit": args.load_in_4bit,
-                                               **_overrides(args)})
-    else:
-        cfg = ERLConfig.preset(args.preset, load_in_4bit=args.load_in_4bit, **_overrides(args))
+    cfg = train_config(args)
     if args.model == "embedded" and args.env != "demo":
         print(f"warning: the embedded model was only taught the demo world; on --env {args.env} expect "
               "rewards near zero (use a hub model or a local folder with --model)", file=sys.stderr)
     model, tokenizer = args.model, None
     if args.model == "embedded":
-        from erl_lite.embedded import load_embedded
+        from transformers import set_seed
 
+        from erl_lite.embedded.loading import load_embedded
+
+        set_seed(args.seed)  # the LoRA initialisation draws from the global RNG (as in the demo)
         model, tokenizer = load_embedded(quantization="4bit" if args.load_in_4bit else "none")
     elif args.model == "tiny":
         import tempfile
@@ -103,11 +119,12 @@ def _environment(name: str, small: bool, seed: int = 0):
     from erl_lite import envs
 
     if name == "demo":
-        from erl_lite.demo import DEMO_EVAL_TASKS
-        from erl_lite.embedded import demo_world
+        from erl_lite.embedded.demo import DEMO_EVAL_TASKS, step_line
+        from erl_lite.embedded.world import demo_world
 
         world = demo_world(seed)
-        return world, None, {"eval_dataset": world.test_tasks(DEMO_EVAL_TASKS)}
+        # The demo's settings turn the progress bar off in favour of one line per step.
+        return world, None, {"eval_dataset": world.test_tasks(DEMO_EVAL_TASKS), "callbacks": [step_line]}
     if name == "arithmetic":
         from erl_lite.envs.arithmetic import arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset
 
@@ -121,7 +138,7 @@ def _environment(name: str, small: bool, seed: int = 0):
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        from erl_lite.demo import run_demo
+        from erl_lite.embedded.demo import run_demo
 
         run_demo(out=args.out or "erl_lite_demo", steps=args.steps, seed=args.seed,
                  eval_tasks=args.eval_tasks, **{k: v for k, v in _overrides(args).items()

@@ -36,7 +36,7 @@ VARIANTS = {
 
 def run(variant: str, seed: int, budget: float | None, steps: int, runs: str):
     """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent."""
-    from erl_lite.demo import demo_trainer
+    from erl_lite.embedded import demo_trainer
 
     spent = {"s": 0.0}
 
@@ -86,7 +86,7 @@ def main() -> None:
     p.add_argument("--replot", action="store_true",
                    help="only rebuild the table and figures from --out/compare_results.json")
     args = p.parse_args()
-    from erl_lite.demo import DEMO_SETTINGS
+    from erl_lite.embedded import DEMO_SETTINGS
 
     if args.replot:
         with open(os.path.join(args.out, "compare_results.json")) as f:

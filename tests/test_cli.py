@@ -54,3 +54,54 @@ def test_embedded_model_on_another_world_warns(monkeypatch, capsys):
     with pytest.raises(Stop):
         main(["train", "--env", "frozenlake", "--small", "--steps", "1"])
     assert "only taught the demo world" in capsys.readouterr().err
+
+
+class _Built(Exception):
+    """Raised by the stand-in trainer: the command got as far as building its trainer."""
+
+
+def _trainer_arguments(monkeypatch, argv: list[str]) -> dict:
+    """What ``main(argv)`` hands to ``ERLTrainer``, without training."""
+    import erl_lite.trainer
+
+    seen = {}
+
+    def capture(**kwargs):
+        seen.update(kwargs)
+        raise _Built
+
+    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", capture)
+    with pytest.raises(_Built):
+        main(argv)
+    return seen
+
+
+@pytest.mark.parametrize("flags,overrides", [
+    ([], {}),
+    (["--steps", "3", "--seed", "2", "--no-memory", "--out", "runs/x"],
+     dict(max_steps=3, seed=2, use_memory=False, output_dir="runs/x")),
+])
+def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, overrides):
+    """``erl-lite train --env demo`` trains with exactly the demo's config (lr 5e-4, 30 steps, its
+    budgets); its flags override it."""
+    from erl_lite.embedded import DEMO_EVAL_TASKS, demo_config, demo_world
+
+    seen = _trainer_arguments(monkeypatch, ["train", "--env", "demo", *flags])
+    assert seen["args"] == demo_config(**{"seed": 0, **overrides})  # the demo's seed: the CLI's default
+    assert seen["args"].learning_rate == 5e-4 and seen["args"].max_steps == overrides.get("max_steps", 30)
+    assert seen["env"].symbols == demo_world(overrides.get("seed", 0)).symbols
+    assert len(seen["eval_dataset"]) == DEMO_EVAL_TASKS
+    assert seen["processing_class"].eos_token == "<|im_end|>"  # the embedded model
+
+
+def test_train_config_without_training():
+    from erl_lite.cli import train_config
+    from erl_lite.config import ERLConfig
+    from erl_lite.embedded import demo_config
+
+    parse = build_parser().parse_args
+    assert train_config(parse(["train"])) == demo_config(seed=0)
+    assert train_config(parse(["train", "--steps", "4", "--mode", "erl_simple"])) == demo_config(
+        seed=0, max_steps=4, mode="erl_simple")
+    assert train_config(parse(["train", "--preset", "gpu"])) == demo_config(preset="gpu", seed=0)
+    assert train_config(parse(["train", "--env", "qa", "--preset", "gpu"])) == ERLConfig.preset("gpu", seed=0)

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from erl_lite.chat import encode_messages
-from erl_lite.config import ERLConfig
-from erl_lite.embedded import DEMO_CONFIG, EMBEDDED_DIR, demo_world, load_embedded, measure_bands
-from erl_lite.embedded_corpus import (
-    Teacher, best_moves, closer_tiles, describe_ahead, parse_grid, generate_corpus, hole_in_the_way, letter_pair, named_hole, rulebook,
-)
+from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_world, load_embedded, measure_bands
+from erl_lite.embedded.corpus import generate_corpus
+from erl_lite.embedded.rulebooks import named_hole, rulebook
+from erl_lite.embedded.teacher import Teacher, best_moves, describe_ahead
+from erl_lite.embedded.world import closer_tiles, hole_in_the_way, letter_pair, parse_grid
 from erl_lite.envs.grid import parse_action
 from erl_lite.generation import HFGenerator, SamplingParams
 from erl_lite.models import describe_policy, trainable_parameters
@@ -65,7 +65,7 @@ def test_loads_offline_and_plays_a_valid_move(peft, quantization):
     torch.manual_seed(0)
     gen = HFGenerator(model, tok)
     world = demo_world(0)
-    outs = gen.generate([first_prompt(tok, world, i) for i in range(4)], SamplingParams(DEMO_CONFIG["max_completion_length"]))
+    outs = gen.generate([first_prompt(tok, world, i) for i in range(4)], SamplingParams(demo_config().max_completion_length))
     replies = [tok.decode(o, skip_special_tokens=True) for o in outs]
     assert all(parse_action(r) is not None for r in replies), replies
     assert all(o[-1] == tok.eos_token_id for o in outs)  # it stops by itself within the budget
@@ -82,7 +82,7 @@ def test_tokenizer_is_lossless_with_a_chat_template(plain):
         assert tok.tokenize(f"{letter} {letter}\n{letter}") == [letter, f" {letter}", "\n", letter]
     reply = "Avoid E. Down G ok, Right E no.\n```Right```"
     assert tok.decode(tok(reply, add_special_tokens=False).input_ids) == reply
-    assert len(tok(reply, add_special_tokens=False).input_ids) <= DEMO_CONFIG["max_completion_length"] - 1
+    assert len(tok(reply, add_special_tokens=False).input_ids) <= demo_config().max_completion_length - 1
 
 
 # --- the world and the teacher -------------------------------------------------------------------
@@ -143,8 +143,7 @@ def test_two_erl_steps_under_a_minute():
     start = time.perf_counter()
     model, tok = load_embedded(lora_r=8)
     before = trainable_parameters(model)
-    args = ERLConfig.preset("cpu", **{**DEMO_CONFIG, "max_steps": 2, "num_tasks_per_step": 4,
-                                      "num_generations": 2, "eval_steps": 0, "progress_bar": False})
+    args = demo_config(max_steps=2, num_tasks_per_step=4, num_generations=2, eval_steps=0)
     trainer = ERLTrainer(model=model, processing_class=tok, args=args, env=demo_world(0))
     history = trainer.train()
     elapsed = time.perf_counter() - start
@@ -212,7 +211,7 @@ def test_default_demo_raises_first_attempt_success(tmp_path):
     Measured with the shipped model (seed 0): 0.58 -> 0.91 over 64 tasks x 2 samples; the
     standard error of the difference is about 0.07, so 0.15 leaves room for machine drift.
     """
-    from erl_lite.demo import run_demo
+    from erl_lite.embedded import run_demo
 
     history = run_demo(out=str(tmp_path), verbose=False)
     _, evals = history.series("eval/success", kind="eval")

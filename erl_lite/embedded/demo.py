@@ -20,34 +20,45 @@ import time
 from typing import Any, Sequence
 
 from erl_lite.config import ERLConfig
+from erl_lite.embedded.loading import load_embedded
+from erl_lite.embedded.world import demo_world
 from erl_lite.history import History
 
-#: Training schedule of the demo run; the budgets and temperatures that fit the embedded model
-#: come from :data:`erl_lite.embedded.DEMO_CONFIG` (see :func:`demo_config`).
+#: The demo's run settings, on top of the ``cpu`` preset (:func:`demo_config` builds the config;
+#: ``erl-lite demo``, ``erl-lite train --env demo``, the notebooks, the corpus builder and
+#: ``scripts/compare_modes.py`` all start from it).
 DEMO_SETTINGS: dict[str, Any] = dict(
-    max_steps=30, num_tasks_per_step=8, num_generations=4, learning_rate=5e-4, beta=0.0,
+    # Budgets that fit the embedded model: its replies are at most 16 tokens per turn, its
+    # rulebooks about 45 tokens, and its episodes and reflection requests well under 1024.
+    max_completion_length=24, max_episode_length=1024, max_reflection_length=64,
+    max_reflection_prompt_length=1024,
+    # Sampling: a little below 1 keeps the tiny model's moves and rulebooks well formed.
+    temperature=0.7, reflection_temperature=0.5, reflection_top_p=0.9, eval_temperature=0.7,
+    # The training schedule of the demo run.
+    max_steps=30, num_tasks_per_step=8, learning_rate=5e-4, beta=0.0,
     eval_steps=10, eval_num_generations=2, per_device_train_batch_size=32, progress_bar=False,
 )
+#: Test maps the demo evaluates first attempts on (before training and every ``eval_steps``).
 DEMO_EVAL_TASKS = 64
 
 
-def demo_config(**overrides: Any) -> ERLConfig:
-    """The demo's :class:`ERLConfig`: the ``cpu`` preset, the embedded model's budgets and
-    temperatures (:data:`erl_lite.embedded.DEMO_CONFIG`), :data:`DEMO_SETTINGS`, then ``overrides``.
+def demo_config(preset: str = "cpu", **overrides: Any) -> ERLConfig:
+    """The demo's :class:`ERLConfig`: ``preset`` (default ``cpu``), :data:`DEMO_SETTINGS`,
+    then ``overrides``.
 
     Example:
         >>> demo_config(max_steps=3).max_steps, demo_config().max_completion_length
         (3, 24)
+        >>> demo_config().learning_rate
+        0.0005
     """
-    from erl_lite.embedded import DEMO_CONFIG
-
-    return ERLConfig.preset("cpu", **{**DEMO_CONFIG, **DEMO_SETTINGS, **overrides})
+    return ERLConfig.preset(preset, **{**DEMO_SETTINGS, **overrides})
 
 
 def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  **overrides: Any) -> Any:
     """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model with a fresh,
-    seeded LoRA adapter on :func:`~erl_lite.embedded.demo_world` ``(seed)``, evaluated on
+    seeded LoRA adapter on :func:`~erl_lite.embedded.world.demo_world` ``(seed)``, evaluated on
     ``eval_tasks`` test maps (default :data:`DEMO_EVAL_TASKS`); ``overrides`` go to
     :func:`demo_config`.
 
@@ -58,7 +69,6 @@ def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequen
     """
     from transformers import set_seed
 
-    from erl_lite.embedded import demo_world, load_embedded
     from erl_lite.trainer import ERLTrainer
 
     config = demo_config(seed=seed, **overrides)
@@ -70,7 +80,7 @@ def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequen
 
 
 def step_line(trainer: Any, record: Any) -> None:
-    """Print one line per iteration: what each phase did."""
+    """Print one line per iteration: what each phase did (a trainer callback)."""
     m = record.metrics
     fmt = lambda key: "  -  " if m.get(key) is None else f"{m[key]:.2f}"  # noqa: E731
     print(f"step {m['step']:>3} | r1 {fmt('reward/first')} | gate {fmt('gate/rate')} | "
@@ -80,14 +90,17 @@ def step_line(trainer: Any, record: Any) -> None:
 
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0,
              eval_tasks: int | None = None, verbose: bool = True, **overrides: Any) -> History:
-    """Train the embedded model on the demo world and write the report; returns the history."""
+    """Train the embedded model on the demo world and write the report; returns the history.
+
+    ``steps`` overrides :data:`DEMO_SETTINGS`' ``max_steps``; ``overrides`` go to :func:`demo_config`.
+    """
     if steps is not None:
         overrides["max_steps"] = steps
     os.makedirs(out, exist_ok=True)
     trainer = demo_trainer(seed, eval_tasks, [step_line] if verbose else [], output_dir=out, **overrides)
     config, env = trainer.args, trainer.env
     if verbose:
-        print(f"erl_lite demo: mode={config.mode}, {config.max_steps} steps, world seed {seed} "
+        print(f"erl_lite demo: mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, world seed {seed} "
               f"(hole letter {env.symbols['hole']}, unknown to the model); output in {out}/", flush=True)
     start = time.perf_counter()
     history = trainer.train()

@@ -1,0 +1,99 @@
+"""The synthetic corpus the embedded tiny model is trained on (build time only).
+
+:func:`generate_corpus` rolls the :class:`~erl_lite.embedded.teacher.Teacher` through
+erl_lite's own phases (:func:`erl_lite.phases.erl_step`) with a
+:class:`~erl_lite.generation.ScriptedGenerator` in place of the model, on demo worlds with
+varied letters, so the training text is byte-identical to what the trainer will later show the
+model: chat template, glue between turns, the reflection request and the second attempt's
+system prompt. ``scripts/build_embedded_model.py`` tokenizes and trains on it; nothing that
+runs at demo time imports this module.
+
+Departures from the paper: the paper starts from instruction-tuned LLMs; this corpus exists
+only because no small pretrained chat model ships offline.
+
+Example:
+    >>> from erl_lite.testing import tiny_tokenizer
+    >>> examples = generate_corpus(tiny_tokenizer(), runs=1, tasks_per_run=4, seed=0)
+    >>> sorted({e.role for e in examples}) <= ["first", "reflection", "second"]
+    True
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from erl_lite.config import ERLConfig
+from erl_lite.embedded.demo import demo_config
+from erl_lite.embedded.teacher import Teacher, TeacherSkill
+from erl_lite.embedded.world import LETTER_POOL, make_world
+from erl_lite.generation import ScriptedGenerator
+from erl_lite.memory import ReflectionMemory
+from erl_lite.phases import PhaseContext, erl_step
+
+
+@dataclass
+class CorpusExample:
+    """One supervised sequence: a context and the tokens after it (loss where the mask is 1)."""
+
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+    run: int
+
+    @property
+    def length(self) -> int:
+        """Tokens in the whole sequence."""
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def corpus_config(**overrides: Any) -> ERLConfig:
+    """The phase settings the corpus is rolled out with: the demo's (so the corpus shows the
+    model the budgets it will meet), with G = 2.
+
+    Example:
+        >>> corpus_config().num_generations, corpus_config().max_completion_length == demo_config().max_completion_length
+        (2, True)
+    """
+    return demo_config(**{"num_generations": 2, **overrides})
+
+
+def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0,
+                    skill: TeacherSkill | None = None, batch_tasks: int = 8,
+                    config: ERLConfig | None = None, **world: Any) -> list[CorpusExample]:
+    """Roll the teacher through ERL steps on ``runs`` worlds and keep every role's tokens.
+
+    Run ``r`` uses the ``r``-th (hole, frozen) letter pair (cycling through all ordered pairs
+    of :data:`LETTER_POOL`, so every letter is a hole as often as it is safe), its own map
+    seed, and memory on for even ``r`` and off for odd ``r`` (so reflections see both the
+    initial prompt and remembered rulebooks as their base instructions).
+
+    Args:
+        tokenizer: renders and tokenizes exactly as the trainer will.
+        runs, tasks_per_run: how many worlds, and training maps from each.
+        seed: seeds the teacher and the map splits.
+        skill: the teacher's noise levels.
+        batch_tasks: tasks per ERL step (memory is updated between steps).
+        config: phase settings (default :func:`corpus_config`).
+        world: :class:`~erl_lite.embedded.world.DemoLake` arguments (``sizes``, ``frozen_prob``, ``keep_easy``, ...).
+    """
+    pairs = [(h, f) for h in LETTER_POOL for f in LETTER_POOL if h != f]
+    random.Random(seed).shuffle(pairs)
+    teacher = Teacher(seed, skill)
+    examples: list[CorpusExample] = []
+    for r in range(runs):
+        hole, frozen = pairs[r % len(pairs)]
+        env = make_world(hole, frozen, seed=1_000_003 * (seed + 1) + r, n_train=tasks_per_run, n_test=8, **world)
+        cfg = (config or corpus_config()).replace(use_memory=(r % 2 == 0))
+        ctx = PhaseContext(ScriptedGenerator(tokenizer, teacher), tokenizer, env, cfg)
+        memory = ReflectionMemory()
+        tasks = env.train_tasks(tasks_per_run)
+        for i in range(0, len(tasks), batch_tasks):
+            out = erl_step(ctx, tasks[i:i + batch_tasks], memory)
+            examples += [CorpusExample(a.role, a.prompt_ids, a.completion_ids, a.completion_mask, r)
+                         for a in out.first + out.second]
+            examples += [CorpusExample("reflection", x.prompt_ids, x.completion_ids, [1] * len(x.completion_ids), r)
+                         for x in out.reflections]
+    return examples

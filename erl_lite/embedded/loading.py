@@ -1,0 +1,46 @@
+"""Loading the embedded tiny model: a normal Hugging Face checkpoint shipped as package data.
+
+No package index ships a usable pretrained causal LM, so erl_lite carries its own: a
+``LlamaForCausalLM`` of about 0.4 million parameters with a small BPE tokenizer and a ChatML
+chat template, trained on CPU by ``scripts/build_embedded_model.py``. It lives in
+``erl_lite/data/embedded/`` (:data:`EMBEDDED_DIR`), so :func:`load_embedded` goes through
+:func:`erl_lite.models.load_policy` exactly as a hub model does (LoRA and 4-bit QLoRA
+included), offline and without remote code.
+
+Departures from the paper: the paper trains 4B/7B instruction-tuned models; this is a
+stand-in small enough to train in minutes on a laptop CPU.
+
+Example:
+    >>> (EMBEDDED_DIR / "config.json").is_file()
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+#: Where the embedded checkpoint lives (package data, ``erl_lite/data/embedded``).
+EMBEDDED_DIR: Path = Path(__file__).resolve().parent.parent / "data" / "embedded"
+
+
+def load_embedded(peft: str = "lora", quantization: str = "none", **kwargs: Any) -> tuple[Any, Any]:
+    """Load the embedded model and tokenizer through :func:`erl_lite.models.load_policy`.
+
+    Args:
+        peft: ``"lora"`` (default), ``"none"``, or a ``peft.LoraConfig``.
+        quantization: ``"none"`` or ``"4bit"`` (NF4; runs on CPU with bitsandbytes >= 0.48).
+        kwargs: any other :func:`~erl_lite.models.load_policy` argument (``lora_r``,
+            ``device``, ``gradient_checkpointing``, ...).
+
+    Example:
+        >>> model, tok = load_embedded(quantization="4bit", lora_r=4)
+        >>> tok.eos_token
+        '<|im_end|>'
+    """
+    from erl_lite.models import load_policy  # torch and transformers load on first use
+
+    if not (EMBEDDED_DIR / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no embedded model in {EMBEDDED_DIR}; build it with "
+                                "`python scripts/build_embedded_model.py`")
+    return load_policy(EMBEDDED_DIR, quantization=quantization, peft=peft, **kwargs)

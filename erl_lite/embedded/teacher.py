@@ -1,0 +1,206 @@
+"""The build-time teacher: a scripted, deliberately imperfect player of ERL's three roles.
+
+``scripts/build_embedded_model.py`` rolls it through erl_lite's own phases
+(:func:`erl_lite.embedded.corpus.generate_corpus`) to make the corpus the embedded model is
+trained on; nothing that runs at demo time imports this module. It plays the demo world
+(:mod:`erl_lite.embedded.world`) with imperfect skill, so that RL has room to improve:
+
+* **act** (initial prompt): every reply states a hypothesis, what lies ahead, and a move:
+  ``"Avoid E. Down G ok, Right E no.\\n```Down```"``. With no rulebook the player mostly
+  suspects nothing (``"Avoid nothing."``: it walks a plain shortest path and falls into a
+  hole in the way about half the time) and rarely (3% of episodes) suspects one of the
+  grid's two unknown letters at random (kept for the whole episode): right, it walks around
+  the holes; wrong, it fears the ice and walks over the holes. RL alone rarely samples the
+  right letter; a reflection reads it from the trace. (The rate is kept low on purpose: the
+  more often random guesses hit the hole letter, the less a reflection has to add.)
+* **reflect**: writes a rulebook in ``<prompt>…</prompt>`` naming the agent, the goal, the hole
+  (read from the trace's fatal step), the safe letter and a strategy; with no fatal step it
+  keeps the base rulebook (memory) when it names a hole, else writes a generic one. A few
+  reflections name the wrong letter.
+* **act under a rulebook**: avoid the letter the rulebook calls a hole (guess if it names none).
+
+Departures from the paper: the paper starts from instruction-tuned LLMs; this teacher exists
+only because no small pretrained chat model ships offline. The hypothesis sentence in each
+reply is a miniature chain of thought, which makes the hole letter a visible token that RL
+and internalization can move.
+
+Example:
+    >>> best_moves([["A", "H"], ["F", "B"]], avoid="H")
+    ['Down']
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import re
+from dataclasses import dataclass
+
+from erl_lite.embedded.rulebooks import named_hole, rulebook
+from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
+from erl_lite.envs.grid import ACTIONS
+from erl_lite.prompts import REFLECTION_SYSTEM
+
+_TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
+_HYPOTHESIS = re.compile(r"Avoid ([A-Z]|nothing)\.")
+#: The hypothesis of a player who does not suspect any letter.
+NO_BELIEF = "nothing"
+_FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
+
+
+# --- moves -------------------------------------------------------------------------------------
+
+
+def best_moves(grid: list[list[str]], avoid: str | None) -> list[str]:
+    """First moves of the best paths from A to B for a player who believes ``avoid`` is a hole.
+
+    Paths are ranked by how many ``avoid`` cells they step on, then by length: a path that
+    never steps on ``avoid`` is taken when one exists; otherwise the player takes the route
+    that crosses the fewest cells it fears (so a wrong belief walks it over the real holes).
+    Empty when A or B is not on the grid.
+
+    Example:
+        >>> best_moves([["A", "H"], ["F", "B"]], avoid="H")
+        ['Down']
+        >>> best_moves([["A", "H"], ["F", "B"]], avoid="F")
+        ['Right']
+    """
+    start, goal = find_letter(grid, AGENT), find_letter(grid, GOAL)
+    if start is None or goal is None:
+        return []
+    cost = {goal: (0, 0)}  # cell -> (feared cells stepped on, moves) from the cell to the goal
+    frontier = [(0, 0, goal)]
+    while frontier:  # Dijkstra from the goal; entering a cell costs (1 if feared, 1 move)
+        fear, steps, cell = heapq.heappop(frontier)
+        if (fear, steps) > cost[cell]:
+            continue
+        enter = (int(grid[cell[0]][cell[1]] == avoid), 1)
+        for action in ACTIONS:
+            prev = neighbour(grid, cell, action)
+            if prev is None:
+                continue
+            total = (fear + enter[0], steps + enter[1])
+            if prev not in cost or total < cost[prev]:
+                cost[prev] = total
+                heapq.heappush(frontier, (total[0], total[1], prev))
+    options = {}  # first move -> (feared cells, moves) of the best path that starts with it
+    for action in ACTIONS:
+        n = neighbour(grid, start, action)
+        if n is not None:
+            options[action] = (cost[n][0] + int(grid[n[0]][n[1]] == avoid), cost[n][1] + 1)
+    best = min(options.values())
+    return [a for a, c in options.items() if c == best]
+
+
+def unknown_letters(grid: list[list[str]]) -> list[str]:
+    """Letters on the grid other than the agent and the goal, sorted."""
+    return sorted({x for row in grid for x in row} - {AGENT, GOAL})
+
+
+def describe_ahead(grid: list[list[str]], avoid: str | None) -> str:
+    """What lies one step away in each direction that brings the agent closer to the goal,
+    and whether the player's belief allows stepping there (``ok``) or not (``no``).
+
+    Example:
+        >>> describe_ahead([["A", "H"], ["F", "B"]], avoid="H")
+        'Down F ok, Right H no.'
+    """
+    seen = [f"{action} {letter} {'no' if letter == avoid else 'ok'}" for action, letter in closer_tiles(grid)]
+    return ", ".join(seen) + "." if seen else "."
+
+
+# --- the teacher -------------------------------------------------------------------------------
+
+
+@dataclass
+class TeacherSkill:
+    """How imperfect the teacher is (the model imitates it, so RL has room above it).
+
+    Attributes:
+        action_noise: chance that a move is uniformly random instead of planned.
+        reflection_error: chance that a rulebook names the safe letter as the hole.
+        guess_rate: chance that a player without a rulebook suspects one of the grid's
+            letters (either one, at random) rather than none.
+    """
+
+    action_noise: float = 0.05
+    reflection_error: float = 0.08
+    guess_rate: float = 0.03
+
+
+def chat_turns(prompt_text: str) -> list[tuple[str, str]]:
+    """(role, content) of every turn of a ChatML-rendered prompt; the open last turn has ''."""
+    return [(role, content) for role, content in _TURN.findall(prompt_text)]
+
+
+class Teacher:
+    """A scripted player of all three roles: ``Teacher(seed)(prompt_text) -> reply text``.
+
+    Plug it into :class:`~erl_lite.generation.ScriptedGenerator`; the prompt is the decoded
+    ChatML context, from which the teacher reads its role, the rulebook, the current grid and
+    its own earlier replies (to keep one hypothesis per episode).
+
+    Example:
+        >>> t = Teacher(seed=0)
+        >>> prompt = ("<|im_start|>system\\nE is a hole.<|im_end|>\\n<|im_start|>user\\n"
+        ...           "A E\\nG B\\nleft: 8<|im_end|>\\n<|im_start|>assistant\\n")
+        >>> t(prompt)
+        'Avoid E. Down G ok, Right E no.\\n```Down```'
+    """
+
+    def __init__(self, seed: int = 0, skill: TeacherSkill | None = None) -> None:
+        self.rng = random.Random(seed)
+        self.skill = skill or TeacherSkill()
+
+    def __call__(self, prompt_text: str) -> str:
+        turns = chat_turns(prompt_text)
+        system = next((c for r, c in turns if r == "system"), "")
+        if system.strip() == REFLECTION_SYSTEM:
+            user = next(c for r, c in turns if r == "user")
+            return self.reflect(user)
+        users = [c for r, c in turns if r == "user"]
+        replies = [c for r, c in turns if r == "assistant" and c]
+        return self.act(system, users[-1] if users else "", replies)
+
+    def act(self, system: str, observation: str, replies: list[str]) -> str:
+        """One move: keep the episode's hypothesis, else take the rulebook's, else guess.
+
+        The reply names the hypothesis, then what lies one step away in each direction that
+        gets closer to the goal and whether the hypothesis allows it, then the move: a short
+        chain of thought that splits the choice into steps a tiny model can learn.
+        """
+        grid = parse_grid(observation)
+        earlier = [m.group(1) for r in replies if (m := _HYPOTHESIS.search(r))]
+        belief = earlier[0] if earlier else (named_hole(system) or self.guess(grid))
+        avoid = None if belief == NO_BELIEF else belief
+        moves = best_moves(grid, avoid) or list(ACTIONS)
+        if self.rng.random() < self.skill.action_noise:
+            moves = list(ACTIONS)
+        return f"Avoid {belief}. {describe_ahead(grid, avoid)}\n```{self.rng.choice(sorted(moves))}```"
+
+    def guess(self, grid: list[list[str]]) -> str:
+        """An uninformed player's hypothesis: mostly none, sometimes one of the grid's letters."""
+        options = unknown_letters(grid)
+        if options and self.rng.random() < self.skill.guess_rate:
+            return self.rng.choice(options)
+        return NO_BELIEF
+
+    def reflect(self, request: str) -> str:
+        """A rulebook from the fatal step of the trace, else the base rulebook, else a generic one."""
+        base = _section(request, "Current instructions")
+        fatal = _FATAL.findall(request)
+        if not fatal:
+            text = base if named_hole(base) else rulebook(None, None)
+            return f"<prompt>{text}</prompt>"
+        hole = fatal[-1]
+        others = [x for x in unknown_letters(parse_grid(_section(request, "Task"))) if x not in (hole, IN_HOLE, ON_GOAL)]
+        safe = others[0] if len(others) == 1 else None
+        if safe is not None and self.rng.random() < self.skill.reflection_error:
+            hole, safe = safe, hole  # the imperfect reflector blames the wrong letter
+        return f"<prompt>{rulebook(hole, safe)}</prompt>"
+
+
+def _section(request: str, title: str) -> str:
+    """The body of a ``## title`` section of the reflection request."""
+    match = re.search(rf"## {re.escape(title)}\n(.*?)(?=\n\n## |\Z)", request, re.DOTALL)
+    return match.group(1).strip() if match else ""

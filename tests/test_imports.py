@@ -1,0 +1,190 @@
+"""The package's import graph: no cycle among erl_lite's modules, and lower layers never import
+higher ones (DESIGN.md: losses know nothing of envs; envs know nothing of models).
+
+The graph is read statically from the source with :mod:`ast`: every ``import`` and ``from``
+statement, at module level or inside functions (a function-level import still ties the two
+modules together, it only postpones the cycle to call time), with relative imports resolved,
+and names a package exports lazily (its ``_EXPORTS`` table, read by ``__getattr__``) followed
+to the module that defines them. Imports under ``if TYPE_CHECKING:`` are left out: they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / "erl_lite"
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of the package (``__init__`` = the package)."""
+    files = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts)] = path
+    return files
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                stack.extend(child.orelse)
+            else:
+                stack.append(child)
+
+
+def lazy_exports(files: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """Package -> {name: defining module} from each package's ``_EXPORTS = {name: submodule}``."""
+    out = {}
+    for name, path in files.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets):
+                out[name] = {k: f"{name}.{v}" for k, v in ast.literal_eval(node.value).items()}
+    return out
+
+
+def imported_modules(name: str, path: Path, known: set[str], lazy: dict[str, dict[str, str]] | None = None
+                     ) -> set[str]:
+    """The package's modules that module ``name`` (source at ``path``) imports."""
+    lazy = lazy or {}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # from . import x / from ..a import b: relative to this module's package
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                where = ".".join(base + ([node.module] if node.module else []))
+            else:
+                where = node.module or ""
+            # `from pkg import sub` imports the submodule pkg.sub when there is one; `from pkg import
+            # Name` runs pkg, and, for a lazily exported Name, the module that defines it.
+            targets = [where]
+            for alias in node.names:
+                if f"{where}.{alias.name}" in known:
+                    targets.append(f"{where}.{alias.name}")
+                elif alias.name in lazy.get(where, {}):
+                    targets.append(lazy[where][alias.name])
+        else:
+            continue
+        # A module's own packages are always initialised before it runs: no edge to them.
+        found |= {t for t in targets if t in known and t != name and not name.startswith(t + ".")}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    lazy = lazy_exports(files)
+    return {name: imported_modules(name, path, set(files), lazy) for name, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as ``[a, b, ..., a]``, or ``None`` (depth-first search, three colours)."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            return cycle
+    return None
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> dict[str, list[str]]:
+    """Every module ``start`` imports directly or through others, with one import chain to it."""
+    chains = {start: [start]}
+    todo = [start]
+    while todo:
+        node = todo.pop()
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in chains:
+                chains[nxt] = chains[node] + [nxt]
+                todo.append(nxt)
+    del chains[start]
+    return chains
+
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+# (lower layer, what it must not reach, directly or through another module). From DESIGN.md's
+# architecture: records, config, losses and advantages are pure data and tensor functions;
+# environments produce tasks, rewards and feedback and know nothing of how a policy is trained;
+# the embedded model's demo-time code never loads its build-time teacher and corpus; and nothing
+# in the library imports the command line.
+LAYERS = [
+    (("erl_lite.losses", "erl_lite.advantages", "erl_lite.records", "erl_lite.config"),
+     ("erl_lite.envs", "erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
+      "erl_lite.embedded", "erl_lite.cli")),
+    (("erl_lite.envs",), ("erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
+                          "erl_lite.embedded", "erl_lite.cli")),
+    (("erl_lite.embedded.world", "erl_lite.embedded.loading", "erl_lite.embedded.demo",
+      "erl_lite.embedded.bands", "erl_lite.embedded.rulebooks"),
+     ("erl_lite.embedded.teacher", "erl_lite.embedded.corpus")),
+]
+
+
+def test_the_graph_is_read():
+    """The reader sees function-level and relative imports (else the other tests prove nothing)."""
+    graph = import_graph()
+    assert "erl_lite.trainer" in graph and "erl_lite.envs.frozenlake" in graph
+    assert "erl_lite.embedded.demo" in graph["erl_lite.embedded.bands"]  # imported inside measure_bands
+    assert "erl_lite.embedded.demo" in graph["erl_lite.cli"]  # imported inside main
+    assert "erl_lite.envs.grid" in graph["erl_lite.envs.frozenlake"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_relative_and_lazy_imports_are_resolved(tmp_path):
+    pkg = tmp_path / "erl_lite" / "sub"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import x\n")
+    (pkg / "a.py").write_text("def f():\n    from . import b\n    from ..top import y\n")
+    (pkg / "b.py").write_text("from erl_lite import Lazy\nif TYPE_CHECKING:\n    import erl_lite.top\n")
+    (tmp_path / "erl_lite" / "top.py").write_text("from erl_lite.sub import x\n")
+    known = {"erl_lite", "erl_lite.top", "erl_lite.sub", "erl_lite.sub.a", "erl_lite.sub.b"}
+    assert imported_modules("erl_lite.sub", pkg / "__init__.py", known) == {"erl_lite.sub.a"}
+    assert imported_modules("erl_lite.sub.a", pkg / "a.py", known) == {"erl_lite.sub.b", "erl_lite.top"}
+    lazy = {"erl_lite": {"Lazy": "erl_lite.sub.a"}}
+    assert imported_modules("erl_lite.sub.b", pkg / "b.py", known, lazy) == {"erl_lite.sub.a"}
+    assert imported_modules("erl_lite.top", tmp_path / "erl_lite" / "top.py", known, lazy) == {"erl_lite.sub"}
+
+
+def test_no_import_cycle_inside_the_package():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("lower,higher", LAYERS, ids=[",".join(low) for low, _ in LAYERS])
+def test_lower_layers_never_import_higher_ones(lower, higher):
+    graph = import_graph()
+    starts = [m for m in graph if _in(m, lower)]
+    assert starts, lower
+    bad = [" -> ".join(chain) for m in starts for target, chain in reachable(graph, m).items()
+           if _in(target, higher)]
+    assert not bad, "layer violations:\n" + "\n".join(bad)
