@@ -1,23 +1,45 @@
 """Single-turn tasks from a dataset and TRL-style reward functions, as an environment.
 
-This is how ``ERLTrainer(train_dataset=..., reward_funcs=..., feedback_func=...)`` plugs into
-the same rollout path as the multi-turn games: each dataset row becomes a
+This is how ``ERLTrainer(model, reward_funcs, args, train_dataset)`` plugs into the same
+rollout path as the multi-turn games: each dataset row becomes a
 :class:`~erl_lite.records.Task`, and an episode is one reply scored by the reward functions.
 
-Reward functions have TRL's signature, ``reward(prompts, completions, **columns) ->
-list[float]``, where ``completions`` are strings for string prompts and
-``[{"role": "assistant", "content": ...}]`` lists for conversational prompts, and every other
-dataset column arrives as a keyword list. A reward function may instead return
-``(score, feedback)`` pairs; otherwise ``feedback_func`` (same arguments, returns
-``list[str]``) supplies ERL's textual feedback, and without either the feedback just states
-the reward. Several reward functions are summed with ``reward_weights`` (default 1 each).
+Reward functions are called exactly as TRL 1.16's ``GRPOTrainer`` calls them: **by keyword,
+once per phase with the whole batch** (every first attempt of a step in one call, every
+second attempt in another), as ``f(prompts=, completions=, completion_ids=, trainer_state=,
+**columns)``:
 
-Departures from the paper: none; the paper's tasks are multi-turn, this adapter serves
-single-turn datasets.
+* ``prompts``: the rows' ``prompt`` values as given (a string, or a list of chat messages);
+* ``completions``: strings for string prompts, ``[{"role": "assistant", "content": ...}]``
+  for conversational prompts;
+* ``completion_ids``: the sampled token ids of each reply (up to and including the stop token);
+* ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (see
+  :class:`RunState`; the trainer passes a live view of the run);
+* every other dataset column as a keyword list (a ``completion`` column is dropped, as in TRL).
+
+So TRL's own examples work unchanged, e.g. ``def reward_len(completions, **kwargs)``, and a
+reward that normalises over the batch sees the whole phase. A reward function may also return
+``(score, feedback)`` pairs; otherwise ``feedback_func`` (same call, returns ``list[str]``)
+supplies ERL's textual feedback, and without either the feedback just states the reward.
+Several reward functions are summed with ``reward_weights`` (default 1 each).
+
+Bad outputs stop the run with a :class:`RewardFunctionError` that names the function and the
+row: a list of the wrong length, NaN, inf, strings or other non-numbers, a function that
+raises. ``None`` means "not applicable to this row" (TRL's rule): it is left out of the
+weighted sum, but a row for which *every* reward function returns None is an error (TRL only
+warns and scores it 0). A ``None`` feedback means "no feedback for this row" (the default
+verdict is used).
+
+Departures from TRL: ``log_extra``/``log_metric``/``environments`` are not passed, and reward
+*models* (``nn.Module`` or a hub name) are not accepted — wrap one in a function. Departures
+from the paper: none; the paper's tasks are multi-turn, this adapter serves single-turn datasets.
 """
 
 from __future__ import annotations
 
+import math
+import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from erl_lite.chat import completion_text
@@ -25,46 +47,104 @@ from erl_lite.envs.base import Environment, Episode, StepOutput
 from erl_lite.records import Task
 
 RewardFunc = Callable[..., list[Any]]
+Messages = list[dict[str, str]]
+
+#: Keywords the call itself uses; a dataset column with one of these names cannot be passed.
+_CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state"})
+#: Columns TRL drops before the call.
+_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
+_ROLES = ("system", "user", "assistant")
+
+
+class RewardFunctionError(ValueError):
+    """A reward or feedback function raised, or returned something that cannot be used."""
+
+
+@dataclass(frozen=True)
+class RunState:
+    """``trainer_state`` outside a trainer (phase-level use): nothing has been trained yet.
+
+    Attributes:
+        global_step: the training iteration the completions belong to (0: none).
+        max_steps: the planned number of iterations (0: unknown).
+        epoch: passes over the training tasks so far.
+    """
+
+    global_step: int = 0
+    max_steps: int = 0
+    epoch: float = 0.0
 
 
 def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row") -> list[Task]:
-    """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``."""
+    """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``.
+
+    Example:
+        >>> rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
+        Task(task_id='row-0', prompt='2+2=?', data={'answer': '4'})
+    """
     tasks = []
     for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"dataset row {i} is not a mapping of columns: {row!r:.80}")
         if "prompt" not in row:
             raise ValueError(f"dataset row {i} has no 'prompt' column (columns: {sorted(row)})")
+        split_prompt(row["prompt"], where=f"dataset row {i}")
         data = {k: v for k, v in row.items() if k != "prompt"}
         tasks.append(Task(task_id=str(row.get("id", f"{prefix}-{i}")), prompt=row["prompt"], data=data))
     return tasks
 
 
-def split_prompt(prompt: str | list[dict[str, str]]) -> tuple[str | None, str]:
-    """(system message or None, user message) of a dataset prompt."""
+def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | None, str | Messages]:
+    """(system message or None, what the model reads before replying) of a dataset prompt.
+
+    A conversational prompt may hold several turns (TRL allows it): everything after the
+    optional leading system message is the context, and it must end with a user message.
+    One user message comes back as its text, several turns as the message list.
+
+    Example:
+        >>> split_prompt([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
+        ('S', 'U')
+    """
     if isinstance(prompt, str):
         return None, prompt
-    system = [m["content"] for m in prompt if m["role"] == "system"]
-    users = [m["content"] for m in prompt if m["role"] == "user"]
-    others = [m for m in prompt if m["role"] not in ("system", "user")]
-    if len(system) > 1 or len(users) != 1 or others:
-        raise ValueError(
-            "conversational prompts must hold one optional system message and exactly one user "
-            f"message; got roles {[m['role'] for m in prompt]}"
-        )
-    return (system[0] if system else None), users[0]
+    if not isinstance(prompt, list) or not prompt:
+        raise ValueError(f"{where}: a prompt is a string or a non-empty list of messages; got {prompt!r:.80}")
+    for j, m in enumerate(prompt):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ValueError(f"{where}: message {j} needs 'role' and 'content'; got {m!r:.80}")
+        if m["role"] not in _ROLES:
+            raise ValueError(f"{where}: message {j} has unknown role {m['role']!r}; expected one of {_ROLES}")
+        if m["role"] == "system" and j > 0:
+            raise ValueError(f"{where}: a system message may appear only as the first message (found at {j})")
+    system = prompt[0]["content"] if prompt[0]["role"] == "system" else None
+    turns = prompt[1:] if system is not None else list(prompt)
+    if not turns or turns[-1]["role"] != "user":
+        raise ValueError(f"{where}: a conversational prompt must end with a user message; "
+                         f"got roles {[m['role'] for m in prompt]}")
+    return system, turns[0]["content"] if len(turns) == 1 else [dict(m) for m in turns]
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def _row(i: int, tasks: Sequence[Task]) -> str:
+    return f"row {i} (task {tasks[i].task_id!r})"
 
 
 class RewardFunctionEnv(Environment):
-    """Single-turn environment scored by TRL-style reward functions.
+    """Single-turn environment scored by TRL-style reward functions, a batch at a time.
 
     Example:
-        >>> def exact(prompts, completions, answer, **kw):
+        >>> def exact(completions, answer, **kw):
         ...     return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
         >>> env = RewardFunctionEnv(exact)
         >>> task = rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
         >>> ep = env.new_episode(); ep.reset(task)
         '2+2=?'
-        >>> ep.step("4")[1:3], ep.success, ep.feedback()
-        ((1.0, True), True, 'Reward: 1.')
+        >>> _ = ep.step("4")   # scored lazily here; in rollouts, once per batch
+        >>> ep.reward, ep.success, ep.feedback()
+        (1.0, True, 'Reward: 1.')
     """
 
     name = "dataset"
@@ -79,12 +159,18 @@ class RewardFunctionEnv(Environment):
         success_threshold: float = 1.0,
     ) -> None:
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        if not funcs or not all(callable(f) for f in funcs):
-            raise ValueError("reward_funcs must be a callable or a non-empty list of callables")
+        if not funcs:
+            raise ValueError("reward_funcs is empty: pass a callable or a list of callables")
+        for i, f in enumerate(funcs):
+            if not callable(f) or _is_module(f):
+                raise TypeError(f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
+                                "are not supported: wrap one in a function f(prompts, completions, **kw)")
+        if feedback_func is not None and not callable(feedback_func):
+            raise TypeError(f"feedback_func must be callable; got {feedback_func!r:.60}")
         if reward_weights is not None and len(reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(reward_weights)} values for {len(funcs)} reward_funcs")
         self.reward_funcs = funcs
-        self.reward_weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
+        self.reward_weights = [float(w) for w in reward_weights] if reward_weights is not None else [1.0] * len(funcs)
         self.feedback_func = feedback_func
         self.system_prompt = system_prompt
         self.success_threshold = success_threshold
@@ -97,59 +183,191 @@ class RewardFunctionEnv(Environment):
     def new_episode(self) -> "RewardFunctionEpisode":
         return RewardFunctionEpisode(self)
 
-    def score(self, task: Task, completion: str) -> tuple[float, str]:
-        """Reward and feedback of one completion (reward functions called TRL-style)."""
-        as_messages = not isinstance(task.prompt, str)
-        kwargs = {k: [v] for k, v in task.data.items()}
-        args = ([task.prompt], [completion_text(completion, as_messages)])
-        total, feedbacks = 0.0, []
-        for func, weight in zip(self.reward_funcs, self.reward_weights):
-            out = func(*args, **kwargs)
-            if len(out) != 1:
-                raise ValueError(f"reward function {getattr(func, '__name__', func)} returned {len(out)} values for 1 completion")
-            value = out[0]
-            if isinstance(value, tuple):
-                value, text = value
-                feedbacks.append(str(text))
-            total += weight * (0.0 if value is None else float(value))
+    def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
+        """Score every answered, unscored episode with one call per function (TRL-style)."""
+        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
+        todo = [(ep, i) for ep, i in zip(episodes, ids)
+                if isinstance(ep, RewardFunctionEpisode) and ep.completion is not None and not ep.scored]
+        if not todo:
+            return
+        tasks = [ep.task for ep, _ in todo]
+        rewards, feedbacks = self.score(tasks, [ep.completion for ep, _ in todo], [i for _, i in todo])
+        for (ep, _), reward, feedback in zip(todo, rewards, feedbacks):
+            ep.set_score(reward, feedback)
+
+    def score(self, tasks: Sequence[Task], completions: Sequence[str],
+              completion_ids: Sequence[list[int]]) -> tuple[list[float], list[str]]:
+        """Rewards and feedback of a batch of replies: one keyword call per function."""
+        kwargs = self._call_arguments(tasks, completions, completion_ids)
+        n = len(tasks)
+        per_func = [_call(f, kwargs, n, tasks, "reward") for f in self.reward_funcs]
+        totals, notes = [], [[] for _ in range(n)]
+        for i in range(n):
+            total, applicable = 0.0, 0
+            for func, weight, out in zip(self.reward_funcs, self.reward_weights, per_func):
+                value, note = _reward_value(out[i], func, i, tasks)
+                if note is not None:
+                    notes[i].append(note)
+                if value is not None:
+                    total, applicable = total + weight * value, applicable + 1
+            if not applicable:
+                raise RewardFunctionError(f"{_row(i, tasks)}: every reward function returned None "
+                                          f"({[_name(f) for f in self.reward_funcs]}); at least one must score it")
+            totals.append(total)
         if self.feedback_func is not None:
-            feedbacks.append(str(self.feedback_func(*args, **kwargs)[0]))
-        return total, " ".join(feedbacks) if feedbacks else f"Reward: {total:g}."
+            out = _call(self.feedback_func, kwargs, n, tasks, "feedback")
+            for i, text in enumerate(out):
+                if text is not None and not isinstance(text, str):
+                    raise RewardFunctionError(f"feedback function {_name(self.feedback_func)!r}: {_row(i, tasks)} "
+                                              f"is not a string but {type(text).__name__} ({text!r:.60})")
+                if text is not None:
+                    notes[i].append(text)
+        return totals, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, totals)]
+
+    def _call_arguments(self, tasks: Sequence[Task], completions: Sequence[str],
+                        completion_ids: Sequence[list[int]]) -> dict[str, Any]:
+        columns = sorted({k for t in tasks for k in t.data} - _DROPPED_COLUMNS)
+        clash = _CALL_KEYS.intersection(columns)
+        if clash:
+            raise RewardFunctionError(f"dataset column(s) {sorted(clash)} clash with the reward-function "
+                                      "keywords of the same name; rename them")
+        kwargs: dict[str, Any] = {
+            "prompts": [t.prompt for t in tasks],
+            "completions": [completion_text(c, not isinstance(t.prompt, str)) for t, c in zip(tasks, completions)],
+            "completion_ids": [list(i) for i in completion_ids],
+            "trainer_state": self.trainer_state if self.trainer_state is not None else RunState(),
+        }
+        kwargs.update({k: [t.data.get(k) for t in tasks] for k in columns})
+        return kwargs
+
+
+def _is_module(func: Any) -> bool:
+    torch_nn = sys.modules.get("torch.nn")  # no torch import here: only an imported torch has modules
+    return torch_nn is not None and isinstance(func, torch_nn.Module)
+
+
+def _call(func: Callable, kwargs: dict[str, Any], n: int, tasks: Sequence[Task], kind: str) -> list[Any]:
+    """Call ``func`` by keyword on the batch; check it returned one value per completion."""
+    try:
+        out = func(**kwargs)
+    except Exception as err:  # name the function, and find the row if one row alone fails
+        where = _failing_row(func, kwargs, n, tasks, type(err))
+        hint = (" (reward functions are called by keyword, as TRL does: "
+                "def f(prompts, completions, **kwargs))") if isinstance(err, TypeError) else ""
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
+                                  f"on a batch of {n} completions{where}{hint}") from err
+    if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__len__") or not hasattr(out, "__getitem__"):
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {type(out).__name__}, not a list "
+                                  f"of {n} values (one per completion)")
+    if len(out) != n:
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {len(out)} values for {n} completions")
+    return list(out)
+
+
+def _failing_row(func: Callable, kwargs: dict[str, Any], n: int, tasks: Sequence[Task], kind: type) -> str:
+    """Where the error comes from: the first row whose one-row call raises ``kind`` (unless all do).
+
+    Called only on the error path, to name the offending row of a batch call.
+    """
+    if n < 2:
+        return f"; {_row(0, tasks)}" if n == 1 else ""
+    failing = []
+    for i in range(n):
+        one = {k: (v if k == "trainer_state" else v[i:i + 1]) for k, v in kwargs.items()}
+        try:
+            func(**one)
+        except kind:
+            failing.append(i)
+        except Exception:
+            continue
+    if not failing or len(failing) == n:
+        return ""
+    return f"; {_row(failing[0], tasks)} raises it when called alone"
+
+
+def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> tuple[float | None, str | None]:
+    """(finite float or None, feedback text or None) of one reward output; errors name func and row."""
+    note = None
+    if isinstance(value, tuple):
+        if len(value) != 2 or not isinstance(value[1], str):
+            raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is a tuple {value!r:.60}; "
+                                      "a tuple must be (score, feedback) with a string feedback")
+        value, note = value
+    if value is None:
+        return None, note
+    bad = isinstance(value, (str, bytes))
+    if not bad:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            bad = True
+    if bad:
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} "
+                                  f"{value!r:.60}, not a number")
+    if not math.isfinite(number):
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number}; "
+                                  "rewards must be finite (return None for 'not applicable')")
+    return number, note
+
+
+def _render(observation: str | Messages) -> str:
+    if isinstance(observation, str):
+        return observation
+    return "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in observation)
 
 
 class RewardFunctionEpisode(Episode):
-    """One reply to one dataset prompt."""
+    """One reply to one dataset prompt.
+
+    ``step`` only records the reply: the reward functions run once for a whole batch, in
+    :meth:`RewardFunctionEnv.score_batch` (the rollout calls it after every phase). Reading
+    ``reward``, ``success`` or ``feedback()`` before that scores this episode alone.
+    """
 
     def __init__(self, env: RewardFunctionEnv) -> None:
         self.env = env
         self.task: Task | None = None
-        self.observation = ""
+        self.observation: str | Messages = ""
         self.completion: str | None = None
+        self.scored = False
+        self._reward = 0.0
         self._feedback = "No answer was given."
 
-    def reset(self, task: Task) -> str:
+    def reset(self, task: Task) -> str | Messages:
         if task.prompt is None:
             raise ValueError(f"task {task.task_id} has no prompt")
-        self.task = task
-        self.reward, self.done, self.completion = 0.0, False, None
-        _, self.observation = split_prompt(task.prompt)
+        self.task, self.done, self.completion, self.scored = task, False, None, False
+        self._reward, self._feedback = 0.0, "No answer was given."
+        _, self.observation = split_prompt(task.prompt, where=f"task {task.task_id!r}")
         return self.observation
 
     def step(self, action: str) -> StepOutput:
         if self.task is None or self.done:
             raise RuntimeError("step() called before reset() or after the episode ended")
-        self.completion = action
-        self.reward, self._feedback = self.env.score(self.task, action)
-        self.done = True
-        return None, self.reward, True, {}
+        self.completion, self.done = action, True
+        return None, 0.0, True, {"pending_score": True}
+
+    def set_score(self, reward: float, feedback: str) -> None:
+        """Store the batch scorer's verdict on this episode."""
+        self._reward, self._feedback, self.scored = reward, feedback, True
+
+    def _ensure_scored(self) -> None:
+        if self.completion is not None and not self.scored:
+            self.env.score_batch([self])
+
+    @property
+    def reward(self) -> float:  # type: ignore[override]
+        self._ensure_scored()
+        return self._reward
 
     @property
     def success(self) -> bool:
         return self.reward >= self.env.success_threshold
 
     def feedback(self) -> str:
+        self._ensure_scored()
         return self._feedback
 
     def trace(self) -> str:
         answer = self.completion if self.completion is not None else "(no answer: out of tokens)"
-        return f"Question:\n{self.observation}\n\nAnswer given:\n{answer}\n\nResult: {self._feedback}"
+        return f"Question:\n{_render(self.observation)}\n\nAnswer given:\n{answer}\n\nResult: {self.feedback()}"
