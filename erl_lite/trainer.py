@@ -51,6 +51,7 @@ from erl_lite.memory import ReflectionMemory
 from erl_lite.metrics import eval_metrics, step_metrics
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
+from erl_lite.trainer_args import TrainerStateView, check_callbacks, refuse_trl_only, wants_4bit
 from erl_lite.update import PolicyUpdater
 
 
@@ -119,7 +120,7 @@ class ERLTrainer:
         generator: Generator | None = None,
         reward_weights: Sequence[float] | None = None,
     ) -> None:
-        _refuse_trl_only(reward_processing_classes=reward_processing_classes, tools=tools,
+        refuse_trl_only(reward_processing_classes=reward_processing_classes, tools=tools,
                          rollout_func=rollout_func, environment_factory=environment_factory)
         if args is not None and not isinstance(args, ERLConfig):
             raise TypeError(f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
@@ -127,12 +128,12 @@ class ERLTrainer:
         self.args = args = args or ERLConfig()
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
-        self.callbacks = _check_callbacks(callbacks)
+        self.callbacks = check_callbacks(callbacks)
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
         self.model, self.tokenizer = self._load(model, processing_class, peft_config,
-                                                _wants_4bit(quantization_config, args))
+                                                wants_4bit(quantization_config, args))
         self.env = env if env is not None else RewardFunctionEnv(
             reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
         self.state = TrainerStateView(self)
@@ -307,63 +308,3 @@ class ERLTrainer:
             parts += [f"gate={r['gate/rate']:.2f}", f"mem={int(r['memory/size'])}"]
         return " ".join(parts)
 
-
-class TrainerStateView:
-    """``trainer_state`` for reward functions: a live, read-only view of a trainer's progress.
-
-    Attributes (read at call time): ``global_step`` (the trainer's ``step``), ``max_steps``
-    (``args.max_steps``) and ``epoch`` (tasks drawn so far / training tasks).
-    """
-
-    def __init__(self, trainer: "ERLTrainer") -> None:
-        self._trainer = trainer
-
-    @property
-    def global_step(self) -> int:
-        return self._trainer.step
-
-    @property
-    def max_steps(self) -> int:
-        return self._trainer.args.max_steps
-
-    @property
-    def epoch(self) -> float:
-        t = self._trainer
-        return t.step * t.args.num_tasks_per_step / max(len(getattr(t, "train_tasks", ())), 1)
-
-    def __repr__(self) -> str:
-        return f"TrainerStateView(global_step={self.global_step}, max_steps={self.max_steps})"
-
-
-def _refuse_trl_only(**given: Any) -> None:
-    """Clear errors for GRPOTrainer arguments that erl_lite has no counterpart for."""
-    hints = {"reward_processing_classes": "reward models are not supported; wrap one in a reward function",
-             "tools": "tool use belongs to an environment: pass env= (see erl_lite.envs.qa for a search tool)",
-             "rollout_func": "rollouts are erl_lite's own; a custom sampler goes in generator=",
-             "environment_factory": "multi-turn tasks plug in as an erl_lite Environment: pass env="}
-    for name, value in given.items():
-        if value is not None:
-            raise ValueError(f"{name} is a GRPOTrainer argument erl_lite does not take: {hints[name]}")
-
-
-def _check_callbacks(callbacks: Sequence[Any] | None) -> list[Callable[["ERLTrainer", StepRecord], None]]:
-    """Plain functions ``f(trainer, record)``; TRL/transformers callback objects are refused."""
-    out = []
-    for i, cb in enumerate(callbacks or ()):
-        if isinstance(cb, type) or hasattr(cb, "on_step_end") or not callable(cb):
-            raise TypeError(
-                f"callbacks[{i}] ({cb!r:.60}) is a transformers TrainerCallback or not callable; erl_lite "
-                "callbacks are functions f(trainer, record) called after each iteration (record: a "
-                "StepRecord with .step and .metrics); stop early by raising")
-        out.append(cb)
-    return out
-
-
-def _wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
-    """Whether to load a named model in 4-bit: ``args.load_in_4bit`` or a 4-bit BitsAndBytesConfig."""
-    if quantization_config is None:
-        return args.load_in_4bit
-    if getattr(quantization_config, "load_in_4bit", False):
-        return True
-    raise ValueError(f"quantization_config {type(quantization_config).__name__} is not a 4-bit config; "
-                     "erl_lite loads named models in 4-bit NF4 (load_in_4bit=True) or unquantized")

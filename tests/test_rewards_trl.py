@@ -285,6 +285,11 @@ def test_extras_are_keyword_only_and_trl_extras_are_answered(tok):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, reward_processing_classes=[tok])
     with pytest.raises(ValueError, match="environment_factory.*env="):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, environment_factory=object)
+    with pytest.raises(ValueError, match="tools .*env="):
+        ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, tools=[print])
+    with pytest.raises(ValueError, match="quantization_config .*not a 4-bit config"):
+        ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok,
+                   quantization_config=type("EightBit", (), {"load_in_8bit": True})())
     with pytest.raises(TypeError, match="args must be an ERLConfig"):
         ERLTrainer(model, reward_len, {"max_steps": 1}, ROWS, processing_class=tok)
     with pytest.raises(TypeError, match="reward function 1 .*some/reward-model.*not supported"):

@@ -7,15 +7,17 @@ rollout path as the multi-turn games: each dataset row becomes a
 Reward functions are called exactly as TRL 1.16's ``GRPOTrainer`` calls them: **by keyword,
 once per phase with the whole batch** (every first attempt of a step in one call, every
 second attempt in another), as ``f(prompts=, completions=, completion_ids=, trainer_state=,
-**columns)``:
+**columns)`` — see :mod:`erl_lite.envs.reward_calls` for the call and the checks on what
+comes back (errors name the function and the row; ``None`` means "not applicable"):
 
 * ``prompts``: the rows' ``prompt`` values as given (a string, or a list of chat messages);
 * ``completions``: strings for string prompts, ``[{"role": "assistant", "content": ...}]``
   for conversational prompts;
 * ``completion_ids``: the sampled token ids of each reply (up to and including the stop token);
-* ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (see
-  :class:`RunState`; the trainer passes a live view of the run);
-* every other dataset column as a keyword list (a ``completion`` column is dropped, as in TRL).
+* ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (the
+  trainer's live view of the run; a zero :class:`~erl_lite.envs.reward_calls.RunState`
+  outside a trainer);
+* every other dataset column as a keyword list.
 
 So TRL's own examples work unchanged, e.g. ``def reward_len(completions, **kwargs)``, and a
 reward that normalises over the batch sees the whole phase. A reward function may also return
@@ -23,56 +25,30 @@ reward that normalises over the batch sees the whole phase. A reward function ma
 supplies ERL's textual feedback, and without either the feedback just states the reward.
 Several reward functions are summed with ``reward_weights`` (default 1 each).
 
-Bad outputs stop the run with a :class:`RewardFunctionError` that names the function and the
-row: a list of the wrong length, NaN, inf, strings or other non-numbers, a function that
-raises. ``None`` means "not applicable to this row" (TRL's rule): it is left out of the
-weighted sum, but a row for which *every* reward function returns None is an error (TRL only
-warns and scores it 0). A ``None`` feedback means "no feedback for this row" (the default
-verdict is used).
+Conversational prompts may hold several turns (TRL allows them): everything up to the last
+user message is the context the model replies to.
 
-Departures from TRL: ``log_extra``/``log_metric``/``environments`` are not passed, and reward
-*models* (``nn.Module`` or a hub name) are not accepted — wrap one in a function. Departures
-from the paper: none; the paper's tasks are multi-turn, this adapter serves single-turn datasets.
+Departures from TRL: reward *models* (``nn.Module`` or a hub name) are not accepted — wrap
+one in a function. Departures from the paper: none; the paper's tasks are multi-turn, this
+adapter serves single-turn datasets.
 """
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from erl_lite.chat import completion_text
 from erl_lite.envs.base import Environment, Episode, StepOutput
+from erl_lite.envs.reward_calls import (RewardFunctionError, RunState, call_arguments, feedback_texts,
+                                        weighted_rewards)
 from erl_lite.records import Task
 
 RewardFunc = Callable[..., list[Any]]
+__all__ = ["RewardFunctionEnv", "RewardFunctionEpisode", "RewardFunctionError", "RunState",
+           "rows_to_tasks", "split_prompt"]
 Messages = list[dict[str, str]]
 
-#: Keywords the call itself uses; a dataset column with one of these names cannot be passed.
-_CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state"})
-#: Columns TRL drops before the call.
-_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
 _ROLES = ("system", "user", "assistant")
-
-
-class RewardFunctionError(ValueError):
-    """A reward or feedback function raised, or returned something that cannot be used."""
-
-
-@dataclass(frozen=True)
-class RunState:
-    """``trainer_state`` outside a trainer (phase-level use): nothing has been trained yet.
-
-    Attributes:
-        global_step: the training iteration the completions belong to (0: none).
-        max_steps: the planned number of iterations (0: unknown).
-        epoch: passes over the training tasks so far.
-    """
-
-    global_step: int = 0
-    max_steps: int = 0
-    epoch: float = 0.0
 
 
 def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row") -> list[Task]:
@@ -122,14 +98,6 @@ def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | N
         raise ValueError(f"{where}: a conversational prompt must end with a user message; "
                          f"got roles {[m['role'] for m in prompt]}")
     return system, turns[0]["content"] if len(turns) == 1 else [dict(m) for m in turns]
-
-
-def _name(func: Any) -> str:
-    return getattr(func, "__name__", None) or type(func).__name__
-
-
-def _row(i: int, tasks: Sequence[Task]) -> str:
-    return f"row {i} (task {tasks[i].task_id!r})"
 
 
 class RewardFunctionEnv(Environment):
@@ -197,117 +165,19 @@ class RewardFunctionEnv(Environment):
 
     def score(self, tasks: Sequence[Task], completions: Sequence[str],
               completion_ids: Sequence[list[int]]) -> tuple[list[float], list[str]]:
-        """Rewards and feedback of a batch of replies: one keyword call per function."""
-        kwargs = self._call_arguments(tasks, completions, completion_ids)
-        n = len(tasks)
-        per_func = [_call(f, kwargs, n, tasks, "reward") for f in self.reward_funcs]
-        totals, notes = [], [[] for _ in range(n)]
-        for i in range(n):
-            total, applicable = 0.0, 0
-            for func, weight, out in zip(self.reward_funcs, self.reward_weights, per_func):
-                value, note = _reward_value(out[i], func, i, tasks)
-                if note is not None:
-                    notes[i].append(note)
-                if value is not None:
-                    total, applicable = total + weight * value, applicable + 1
-            if not applicable:
-                raise RewardFunctionError(f"{_row(i, tasks)}: every reward function returned None "
-                                          f"({[_name(f) for f in self.reward_funcs]}); at least one must score it")
-            totals.append(total)
+        """Rewards and feedback texts of a batch of replies: one keyword call per function."""
+        kwargs = call_arguments(tasks, completions, completion_ids, self.trainer_state)
+        rewards, notes = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
         if self.feedback_func is not None:
-            out = _call(self.feedback_func, kwargs, n, tasks, "feedback")
-            for i, text in enumerate(out):
-                if text is not None and not isinstance(text, str):
-                    raise RewardFunctionError(f"feedback function {_name(self.feedback_func)!r}: {_row(i, tasks)} "
-                                              f"is not a string but {type(text).__name__} ({text!r:.60})")
+            for row, text in zip(notes, feedback_texts(self.feedback_func, kwargs, tasks)):
                 if text is not None:
-                    notes[i].append(text)
-        return totals, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, totals)]
-
-    def _call_arguments(self, tasks: Sequence[Task], completions: Sequence[str],
-                        completion_ids: Sequence[list[int]]) -> dict[str, Any]:
-        columns = sorted({k for t in tasks for k in t.data} - _DROPPED_COLUMNS)
-        clash = _CALL_KEYS.intersection(columns)
-        if clash:
-            raise RewardFunctionError(f"dataset column(s) {sorted(clash)} clash with the reward-function "
-                                      "keywords of the same name; rename them")
-        kwargs: dict[str, Any] = {
-            "prompts": [t.prompt for t in tasks],
-            "completions": [completion_text(c, not isinstance(t.prompt, str)) for t, c in zip(tasks, completions)],
-            "completion_ids": [list(i) for i in completion_ids],
-            "trainer_state": self.trainer_state if self.trainer_state is not None else RunState(),
-        }
-        kwargs.update({k: [t.data.get(k) for t in tasks] for k in columns})
-        return kwargs
+                    row.append(text)
+        return rewards, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, rewards)]
 
 
 def _is_module(func: Any) -> bool:
     torch_nn = sys.modules.get("torch.nn")  # no torch import here: only an imported torch has modules
     return torch_nn is not None and isinstance(func, torch_nn.Module)
-
-
-def _call(func: Callable, kwargs: dict[str, Any], n: int, tasks: Sequence[Task], kind: str) -> list[Any]:
-    """Call ``func`` by keyword on the batch; check it returned one value per completion."""
-    try:
-        out = func(**kwargs)
-    except Exception as err:  # name the function, and find the row if one row alone fails
-        where = _failing_row(func, kwargs, n, tasks, type(err))
-        hint = (" (reward functions are called by keyword, as TRL does: "
-                "def f(prompts, completions, **kwargs))") if isinstance(err, TypeError) else ""
-        raise RewardFunctionError(f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
-                                  f"on a batch of {n} completions{where}{hint}") from err
-    if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__len__") or not hasattr(out, "__getitem__"):
-        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {type(out).__name__}, not a list "
-                                  f"of {n} values (one per completion)")
-    if len(out) != n:
-        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {len(out)} values for {n} completions")
-    return list(out)
-
-
-def _failing_row(func: Callable, kwargs: dict[str, Any], n: int, tasks: Sequence[Task], kind: type) -> str:
-    """Where the error comes from: the first row whose one-row call raises ``kind`` (unless all do).
-
-    Called only on the error path, to name the offending row of a batch call.
-    """
-    if n < 2:
-        return f"; {_row(0, tasks)}" if n == 1 else ""
-    failing = []
-    for i in range(n):
-        one = {k: (v if k == "trainer_state" else v[i:i + 1]) for k, v in kwargs.items()}
-        try:
-            func(**one)
-        except kind:
-            failing.append(i)
-        except Exception:
-            continue
-    if not failing or len(failing) == n:
-        return ""
-    return f"; {_row(failing[0], tasks)} raises it when called alone"
-
-
-def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> tuple[float | None, str | None]:
-    """(finite float or None, feedback text or None) of one reward output; errors name func and row."""
-    note = None
-    if isinstance(value, tuple):
-        if len(value) != 2 or not isinstance(value[1], str):
-            raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is a tuple {value!r:.60}; "
-                                      "a tuple must be (score, feedback) with a string feedback")
-        value, note = value
-    if value is None:
-        return None, note
-    bad = isinstance(value, (str, bytes))
-    if not bad:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            bad = True
-    if bad:
-        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} "
-                                  f"{value!r:.60}, not a number")
-    if not math.isfinite(number):
-        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number}; "
-                                  "rewards must be finite (return None for 'not applicable')")
-    return number, note
 
 
 def _render(observation: str | Messages) -> str:
