@@ -5,7 +5,9 @@ first observation, generation prompt), then the model's action tokens exactly as
 alternating with glue (end of turn, next observation, next generation prompt) that carries no
 loss. Single-turn tasks are the special case of one turn. At every turn, the prompts of all
 live episodes go to the generator together, so a phase of a step costs ``max_turns`` calls
-at most, never one call per sample.
+at most, never one call per sample. When play ends, the environment scores the whole phase
+at once (:meth:`~erl_lite.envs.base.Environment.score_batch`; TRL-style reward functions are
+called once per phase, not once per completion).
 
 Budgets: ``params.max_new_tokens`` per turn, ``max_episode_length`` for the whole sequence;
 an episode that cannot fit another turn stops, marked ``truncated``, with the reward its
@@ -44,10 +46,20 @@ class _Live:
         return len(self.prompt_ids) + len(self.completion_ids)
 
 
-def opening_messages(system_prompt: str, observation: str) -> list[dict[str, str]]:
-    """The conversation an episode starts from (no system message when the prompt is empty)."""
+def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation an episode starts from (no system message when the prompt is empty).
+
+    ``observation`` is one user message, or a conversation (user/assistant turns ending with
+    a user turn) that follows the system message as it is.
+
+    Example:
+        >>> opening_messages("", "hi")
+        [{'role': 'user', 'content': 'hi'}]
+    """
     msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return msgs + [{"role": "user", "content": observation}]
+    if isinstance(observation, str):
+        return msgs + [{"role": "user", "content": observation}]
+    return msgs + [dict(m) for m in observation]
 
 
 def run_episodes(
@@ -93,6 +105,10 @@ def run_episodes(
         for lv, out in zip(ready, outs):
             out = out[: max_episode_length - lv.length]
             _advance(lv, out, tokenizer, stop_texts, env.max_turns, max_episode_length)
+    # One scoring call for the whole phase (TRL-style batch reward functions); a no-op for
+    # environments whose episodes scored themselves in step().
+    env.score_batch([lv.episode for lv in lives],
+                    [[t for t, m in zip(lv.completion_ids, lv.completion_mask) if m] for lv in lives])
     return [_finish(lv, task, sp, role, idx) for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
 
 

@@ -51,80 +51,127 @@ from erl_lite.memory import ReflectionMemory
 from erl_lite.metrics import LR, STEP, TIME_STEP, TIME_UPDATE, eval_metrics, step_metrics
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
+from erl_lite.trainer_args import TrainerStateView, check_callbacks, refuse_trl_only, wants_4bit
 from erl_lite.update import PolicyUpdater
 
 
 class ERLTrainer:
     """Trains a causal LM with ERL (or RLVR / Algorithm 1 / an ablation, per ``args.mode``).
 
+    The positional order is TRL 1.16's ``GRPOTrainer``'s (``model, reward_funcs, args,
+    train_dataset, eval_dataset, processing_class, ...``), so a ``GRPOTrainer(...)`` call runs
+    with the class name changed (and an :class:`ERLConfig` for ``args``); erl_lite's own
+    extras are keyword-only.
+
     Args:
         model: a model name or path (loaded with :func:`erl_lite.models.load_policy`, 4-bit
-            when ``args.load_in_4bit``), or a loaded ``PreTrainedModel`` / ``PeftModel``.
+            when ``args.load_in_4bit`` or ``quantization_config.load_in_4bit``), or a loaded
+            ``PreTrainedModel`` / ``PeftModel``.
+        reward_funcs: TRL-style reward function(s) for dataset tasks, called by keyword once
+            per phase (see :mod:`erl_lite.envs.dataset`). Reward models are not accepted.
         args: the :class:`ERLConfig`.
         train_dataset: rows with a ``prompt`` column (list of dicts or a ``datasets.Dataset``),
             or a list of :class:`Task`; defaults to ``env.train_tasks()`` when ``env`` is given.
-        reward_funcs: TRL-style reward function(s) for dataset tasks.
-        feedback_func: TRL-style function returning one feedback string per completion.
-        env: a multi-turn :class:`Environment` instead of reward functions.
         eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
         processing_class: the tokenizer (loaded with the model when omitted).
+        reward_processing_classes: TRL's tokenizers for reward models; must be None.
+        callbacks: functions ``f(trainer, step_record)`` called after every iteration (e.g.
+            to print a line per step, or to stop early by raising). TRL's ``TrainerCallback``
+            objects are refused with an error: their hooks (``on_step_end``, ``control``...)
+            belong to ``transformers.Trainer``'s loop, which erl_lite does not run.
+        optimizers: ``(optimizer, scheduler)``; either may be None (default: AdamW with
+            ``args.learning_rate``/``args.weight_decay``, and a constant schedule).
+        quantization_config: a ``BitsAndBytesConfig`` with ``load_in_4bit`` to load a named
+            model in 4-bit (erl_lite's NF4 settings are used); anything else is refused.
         peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
             a default LoRA adapter is added (the KL reference needs one).
+        tools, rollout_func, environment_factory: TRL's agent hooks; must be None (multi-turn
+            tasks plug in through ``env=``).
+        feedback_func: TRL-style function returning one feedback string per completion.
+        env: a multi-turn :class:`Environment` instead of reward functions.
         generator: a custom sampler (e.g. :class:`~erl_lite.generation.ScriptedGenerator`).
         reward_weights: weights of several reward functions.
-        callbacks: functions ``f(trainer, step_record)`` called after every iteration (e.g.
-            to print a line per step, or to stop early by raising).
+
+    Reward functions receive ``trainer_state`` (:attr:`state`): ``global_step`` is the
+    iteration the completions belong to (1-based while training; during evaluation, the
+    number of finished iterations — TRL counts finished optimizer steps, one less while
+    training), ``max_steps`` and ``epoch`` (passes over the training tasks).
     """
 
     def __init__(
         self,
         model: Any,
+        reward_funcs: Callable | Sequence[Callable] | None = None,
         args: ERLConfig | None = None,
         train_dataset: Any = None,
-        reward_funcs: Callable | Sequence[Callable] | None = None,
-        feedback_func: Callable | None = None,
-        env: Environment | None = None,
         eval_dataset: Any = None,
         processing_class: Any = None,
+        reward_processing_classes: Any = None,
+        callbacks: Sequence[Callable[["ERLTrainer", StepRecord], None]] | None = None,
+        optimizers: tuple[Any, Any] = (None, None),
+        quantization_config: Any = None,
         peft_config: Any = None,
+        tools: Any = None,
+        rollout_func: Any = None,
+        environment_factory: Any = None,
+        *,
+        feedback_func: Callable | None = None,
+        env: Environment | None = None,
         generator: Generator | None = None,
         reward_weights: Sequence[float] | None = None,
-        callbacks: Sequence[Callable[["ERLTrainer", StepRecord], None]] = (),
     ) -> None:
+        refuse_trl_only(reward_processing_classes=reward_processing_classes, tools=tools,
+                         rollout_func=rollout_func, environment_factory=environment_factory)
+        if args is not None and not isinstance(args, ERLConfig):
+            raise TypeError(f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
+                            "ERLConfig.preset('gpu', max_steps=...) in place of a GRPOConfig")
         self.args = args = args or ERLConfig()
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
+        self.callbacks = check_callbacks(callbacks)
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
-        self.model, self.tokenizer = self._load(model, processing_class, peft_config)
-        self.env = env if env is not None else RewardFunctionEnv(reward_funcs, feedback_func, reward_weights)
+        self.model, self.tokenizer = self._load(model, processing_class, peft_config,
+                                                wants_4bit(quantization_config, args))
+        self.env = env if env is not None else RewardFunctionEnv(
+            reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
+        self.state = TrainerStateView(self)
+        self.env.trainer_state = self.state
         self.train_tasks = self._tasks(train_dataset, "train")
         if not self.train_tasks:
-            raise ValueError("train_dataset is empty")
+            raise ValueError("train_dataset is empty: it needs at least one row with a 'prompt'")
         self.eval_tasks = self._tasks(eval_dataset, "eval") if eval_dataset is not None or env is not None else []
+        if eval_dataset is not None and not self.eval_tasks:
+            raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
         self.memory = ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
         self.history = History(out_dir=args.output_dir)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
-        self.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _: 1.0)  # constant
+        self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
         self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
                                      pad if pad is not None else self.tokenizer.eos_token_id)
         self.step = 0
         self.last_outcome: StepOutcome | None = None
-        self.callbacks = list(callbacks)
 
     # --- setup -----------------------------------------------------------------------------
-    def _load(self, model: Any, tokenizer: Any, peft_config: Any) -> tuple[Any, Any]:
+    def _optimizers(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
+        """The user's (optimizer, scheduler) pair, each defaulting as documented in the class."""
+        if optimizer is None:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if not params:
+                raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
+            optimizer = torch.optim.AdamW(params, lr=self.args.learning_rate, weight_decay=self.args.weight_decay)
+        if scheduler is None:
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)  # constant
+        return optimizer, scheduler
+
+    def _load(self, model: Any, tokenizer: Any, peft_config: Any, four_bit: bool) -> tuple[Any, Any]:
         from erl_lite.models import load_policy
 
         if isinstance(model, str) or hasattr(model, "__fspath__"):
-            return load_policy(model, tokenizer, quantization="4bit" if self.args.load_in_4bit else "none",
+            return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
                                gradient_checkpointing=self.args.gradient_checkpointing)
         if tokenizer is None:
@@ -135,6 +182,7 @@ class ERLTrainer:
         return model, tokenizer
 
     def _tasks(self, data: Any, split: str) -> list[Task]:
+        """Tasks of a dataset (rows, ``datasets.Dataset`` or Tasks), or of the env's split."""
         if data is None:
             return self.env.train_tasks() if split == "train" else self.env.test_tasks()
         rows = list(data)
@@ -260,3 +308,4 @@ class ERLTrainer:
         if self.args.mode != "rlvr":
             parts += [f"gate={r['gate/rate']:.2f}", f"mem={int(r['memory/size'])}"]
         return " ".join(parts)
+

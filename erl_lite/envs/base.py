@@ -11,8 +11,18 @@ What ERL needs beyond gymnasium's shape, and which each episode provides once it
 
 * ``feedback()`` — a short textual verdict ``f`` on the finished episode (the paper's f1/f2);
 * ``trace()`` — every observation and action with a per-step comment, shown to the reflector;
-* ``success`` — the gate's notion of success (by default ``reward >= 1``; offline QA uses
-  exact match only, as the spec says for HotpotQA).
+* ``success`` — whether the episode solved its task (``reward >= 1`` by default; offline QA:
+  exact match, which its rewards keep equivalent to ``reward >= 1``, so the gate and the
+  memory rule, both written in rewards, agree with it).
+
+Scoring: the paper's games score an episode inside its own ``step``. Environments whose
+scorers work on a whole batch (TRL-style reward functions that normalise over the batch or
+call a reward model) override :meth:`Environment.score_batch`, which the rollout engine calls
+once per phase, after play and before any reward or feedback is read. An environment that
+calls user code passes on :attr:`Environment.trainer_state`, which the trainer sets.
+
+``reset`` may return a list of chat messages (user and assistant turns, ending with a user
+turn) instead of one user message: a conversational dataset prompt with several turns.
 
 Departures from the paper: none in the protocol itself; the paper's environments are
 implemented on top of it in sibling modules.
@@ -21,7 +31,7 @@ implemented on top of it in sibling modules.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Sequence
 
 from erl_lite.records import Task
 
@@ -33,15 +43,18 @@ class Episode(ABC):
     """One play of one task. Create through :meth:`Environment.new_episode`.
 
     Rewards are *terminal*: ``step`` returns the episode's reward on the step that ends it
-    and 0.0 before; ``reward`` holds the final value afterwards.
+    and 0.0 before; ``reward`` holds the final value afterwards. Episodes of an environment
+    that scores in batches (:meth:`Environment.score_batch`) return 0.0 from ``step`` with
+    ``info["pending_score"] = True``; their ``reward`` is final once the batch is scored.
     """
 
     reward: float = 0.0
     done: bool = False
 
     @abstractmethod
-    def reset(self, task: Task) -> str:
-        """Start the episode on ``task`` and return the first observation (a user message)."""
+    def reset(self, task: Task) -> str | list[dict[str, str]]:
+        """Start the episode on ``task`` and return the first observation: a user message, or
+        the conversation before the first reply (messages ending with a user turn)."""
 
     @abstractmethod
     def step(self, action: str) -> StepOutput:
@@ -72,16 +85,28 @@ class Environment(ABC):
             rulebook when it becomes the second attempt's system prompt.
         max_turns: the number of model turns an episode may take (8 actions for the games,
             5 for multi-hop QA, 1 for single-turn tasks).
+        trainer_state: set by the trainer to a live view of the run (``global_step``,
+            ``max_steps``, ``epoch``), handed to user reward functions as TRL does; None
+            outside a trainer.
     """
 
     name: str = "environment"
     system_prompt: str = ""
     action_reminder: str = ""
     max_turns: int = 1
+    trainer_state: Any = None
 
     @abstractmethod
     def new_episode(self) -> Episode:
         """A fresh, un-reset episode."""
+
+    def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
+        """Score a phase's episodes together (default: nothing; episodes scored in ``step``).
+
+        Called by the rollout engine once per phase, with every episode of the phase in
+        order (finished or not) and, for each, the token ids the model sampled (model tokens
+        only, stop tokens included). Implementations set each episode's reward and feedback.
+        """
 
     def initial_system_prompt(self, task: Task) -> str:
         """The system prompt a first attempt at ``task`` sees (default: ``system_prompt``)."""

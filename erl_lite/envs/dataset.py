@@ -1,70 +1,118 @@
 """Single-turn tasks from a dataset and TRL-style reward functions, as an environment.
 
-This is how ``ERLTrainer(train_dataset=..., reward_funcs=..., feedback_func=...)`` plugs into
-the same rollout path as the multi-turn games: each dataset row becomes a
+This is how ``ERLTrainer(model, reward_funcs, args, train_dataset)`` plugs into the same
+rollout path as the multi-turn games: each dataset row becomes a
 :class:`~erl_lite.records.Task`, and an episode is one reply scored by the reward functions.
 
-Reward functions have TRL's signature, ``reward(prompts, completions, **columns) ->
-list[float]``, where ``completions`` are strings for string prompts and
-``[{"role": "assistant", "content": ...}]`` lists for conversational prompts, and every other
-dataset column arrives as a keyword list. A reward function may instead return
-``(score, feedback)`` pairs; otherwise ``feedback_func`` (same arguments, returns
-``list[str]``) supplies ERL's textual feedback, and without either the feedback just states
-the reward. Several reward functions are summed with ``reward_weights`` (default 1 each).
+Reward functions are called exactly as TRL 1.16's ``GRPOTrainer`` calls them: **by keyword,
+once per phase with the whole batch** (every first attempt of a step in one call, every
+second attempt in another), as ``f(prompts=, completions=, completion_ids=, trainer_state=,
+**columns)`` — see :mod:`erl_lite.envs.reward_calls` for the call and the checks on what
+comes back (errors name the function and the row; ``None`` means "not applicable"):
 
-Departures from the paper: none; the paper's tasks are multi-turn, this adapter serves
-single-turn datasets.
+* ``prompts``: the rows' ``prompt`` values as given (a string, or a list of chat messages);
+* ``completions``: strings for string prompts, ``[{"role": "assistant", "content": ...}]``
+  for conversational prompts;
+* ``completion_ids``: the sampled token ids of each reply (up to and including the stop token);
+* ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (the
+  trainer's live view of the run; a zero :class:`~erl_lite.envs.reward_calls.RunState`
+  outside a trainer);
+* every other dataset column as a keyword list.
+
+So TRL's own examples work unchanged, e.g. ``def reward_len(completions, **kwargs)``, and a
+reward that normalises over the batch sees the whole phase. A reward function may also return
+``(score, feedback)`` pairs; otherwise ``feedback_func`` (same call, returns ``list[str]``)
+supplies ERL's textual feedback, and without either the feedback just states the reward.
+Several reward functions are summed with ``reward_weights`` (default 1 each).
+
+Conversational prompts may hold several turns (TRL allows them): everything up to the last
+user message is the context the model replies to.
+
+Departures from TRL: reward *models* (``nn.Module`` or a hub name) are not accepted — wrap
+one in a function. Departures from the paper: none; the paper's tasks are multi-turn, this
+adapter serves single-turn datasets.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Iterable, Sequence
 
-from erl_lite.chat import completion_text
 from erl_lite.envs.base import Environment, Episode, StepOutput
+from erl_lite.envs.reward_calls import (RewardFunctionError, RunState, call_arguments, feedback_texts,
+                                        weighted_rewards)
 from erl_lite.records import Task
 
 RewardFunc = Callable[..., list[Any]]
+__all__ = ["RewardFunctionEnv", "RewardFunctionEpisode", "RewardFunctionError", "RunState",
+           "rows_to_tasks", "split_prompt"]
+Messages = list[dict[str, str]]
+
+_ROLES = ("system", "user", "assistant")
 
 
 def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row") -> list[Task]:
-    """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``."""
+    """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``.
+
+    Example:
+        >>> rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
+        Task(task_id='row-0', prompt='2+2=?', data={'answer': '4'})
+    """
     tasks = []
     for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"dataset row {i} is not a mapping of columns: {row!r:.80}")
         if "prompt" not in row:
             raise ValueError(f"dataset row {i} has no 'prompt' column (columns: {sorted(row)})")
+        split_prompt(row["prompt"], where=f"dataset row {i}")
         data = {k: v for k, v in row.items() if k != "prompt"}
         tasks.append(Task(task_id=str(row.get("id", f"{prefix}-{i}")), prompt=row["prompt"], data=data))
     return tasks
 
 
-def split_prompt(prompt: str | list[dict[str, str]]) -> tuple[str | None, str]:
-    """(system message or None, user message) of a dataset prompt."""
+def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | None, str | Messages]:
+    """(system message or None, what the model reads before replying) of a dataset prompt.
+
+    A conversational prompt may hold several turns (TRL allows it): everything after the
+    optional leading system message is the context, and it must end with a user message.
+    One user message comes back as its text, several turns as the message list.
+
+    Example:
+        >>> split_prompt([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
+        ('S', 'U')
+    """
     if isinstance(prompt, str):
         return None, prompt
-    system = [m["content"] for m in prompt if m["role"] == "system"]
-    users = [m["content"] for m in prompt if m["role"] == "user"]
-    others = [m for m in prompt if m["role"] not in ("system", "user")]
-    if len(system) > 1 or len(users) != 1 or others:
-        raise ValueError(
-            "conversational prompts must hold one optional system message and exactly one user "
-            f"message; got roles {[m['role'] for m in prompt]}"
-        )
-    return (system[0] if system else None), users[0]
+    if not isinstance(prompt, list) or not prompt:
+        raise ValueError(f"{where}: a prompt is a string or a non-empty list of messages; got {prompt!r:.80}")
+    for j, m in enumerate(prompt):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ValueError(f"{where}: message {j} needs 'role' and 'content'; got {m!r:.80}")
+        if m["role"] not in _ROLES:
+            raise ValueError(f"{where}: message {j} has unknown role {m['role']!r}; expected one of {_ROLES}")
+        if m["role"] == "system" and j > 0:
+            raise ValueError(f"{where}: a system message may appear only as the first message (found at {j})")
+    system = prompt[0]["content"] if prompt[0]["role"] == "system" else None
+    turns = prompt[1:] if system is not None else list(prompt)
+    if not turns or turns[-1]["role"] != "user":
+        raise ValueError(f"{where}: a conversational prompt must end with a user message; "
+                         f"got roles {[m['role'] for m in prompt]}")
+    return system, turns[0]["content"] if len(turns) == 1 else [dict(m) for m in turns]
 
 
 class RewardFunctionEnv(Environment):
-    """Single-turn environment scored by TRL-style reward functions.
+    """Single-turn environment scored by TRL-style reward functions, a batch at a time.
 
     Example:
-        >>> def exact(prompts, completions, answer, **kw):
+        >>> def exact(completions, answer, **kw):
         ...     return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
         >>> env = RewardFunctionEnv(exact)
         >>> task = rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
         >>> ep = env.new_episode(); ep.reset(task)
         '2+2=?'
-        >>> ep.step("4")[1:3], ep.success, ep.feedback()
-        ((1.0, True), True, 'Reward: 1.')
+        >>> _ = ep.step("4")   # scored lazily here; in rollouts, once per batch
+        >>> ep.reward, ep.success, ep.feedback()
+        (1.0, True, 'Reward: 1.')
     """
 
     name = "dataset"
@@ -79,12 +127,18 @@ class RewardFunctionEnv(Environment):
         success_threshold: float = 1.0,
     ) -> None:
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        if not funcs or not all(callable(f) for f in funcs):
-            raise ValueError("reward_funcs must be a callable or a non-empty list of callables")
+        if not funcs:
+            raise ValueError("reward_funcs is empty: pass a callable or a list of callables")
+        for i, f in enumerate(funcs):
+            if not callable(f) or _is_module(f):
+                raise TypeError(f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
+                                "are not supported: wrap one in a function f(prompts, completions, **kw)")
+        if feedback_func is not None and not callable(feedback_func):
+            raise TypeError(f"feedback_func must be callable; got {feedback_func!r:.60}")
         if reward_weights is not None and len(reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(reward_weights)} values for {len(funcs)} reward_funcs")
         self.reward_funcs = funcs
-        self.reward_weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
+        self.reward_weights = [float(w) for w in reward_weights] if reward_weights is not None else [1.0] * len(funcs)
         self.feedback_func = feedback_func
         self.system_prompt = system_prompt
         self.success_threshold = success_threshold
@@ -97,59 +151,93 @@ class RewardFunctionEnv(Environment):
     def new_episode(self) -> "RewardFunctionEpisode":
         return RewardFunctionEpisode(self)
 
-    def score(self, task: Task, completion: str) -> tuple[float, str]:
-        """Reward and feedback of one completion (reward functions called TRL-style)."""
-        as_messages = not isinstance(task.prompt, str)
-        kwargs = {k: [v] for k, v in task.data.items()}
-        args = ([task.prompt], [completion_text(completion, as_messages)])
-        total, feedbacks = 0.0, []
-        for func, weight in zip(self.reward_funcs, self.reward_weights):
-            out = func(*args, **kwargs)
-            if len(out) != 1:
-                raise ValueError(f"reward function {getattr(func, '__name__', func)} returned {len(out)} values for 1 completion")
-            value = out[0]
-            if isinstance(value, tuple):
-                value, text = value
-                feedbacks.append(str(text))
-            total += weight * (0.0 if value is None else float(value))
+    def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
+        """Score every answered, unscored episode with one call per function (TRL-style)."""
+        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
+        todo = [(ep, i) for ep, i in zip(episodes, ids)
+                if isinstance(ep, RewardFunctionEpisode) and ep.completion is not None and not ep.scored]
+        if not todo:
+            return
+        tasks = [ep.task for ep, _ in todo]
+        rewards, feedbacks = self.score(tasks, [ep.completion for ep, _ in todo], [i for _, i in todo])
+        for (ep, _), reward, feedback in zip(todo, rewards, feedbacks):
+            ep.set_score(reward, feedback)
+
+    def score(self, tasks: Sequence[Task], completions: Sequence[str],
+              completion_ids: Sequence[list[int]]) -> tuple[list[float], list[str]]:
+        """Rewards and feedback texts of a batch of replies: one keyword call per function."""
+        kwargs = call_arguments(tasks, completions, completion_ids, self.trainer_state)
+        rewards, notes = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
         if self.feedback_func is not None:
-            feedbacks.append(str(self.feedback_func(*args, **kwargs)[0]))
-        return total, " ".join(feedbacks) if feedbacks else f"Reward: {total:g}."
+            for row, text in zip(notes, feedback_texts(self.feedback_func, kwargs, tasks)):
+                if text is not None:
+                    row.append(text)
+        return rewards, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, rewards)]
+
+
+def _is_module(func: Any) -> bool:
+    torch_nn = sys.modules.get("torch.nn")  # no torch import here: only an imported torch has modules
+    return torch_nn is not None and isinstance(func, torch_nn.Module)
+
+
+def _render(observation: str | Messages) -> str:
+    if isinstance(observation, str):
+        return observation
+    return "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in observation)
 
 
 class RewardFunctionEpisode(Episode):
-    """One reply to one dataset prompt."""
+    """One reply to one dataset prompt.
+
+    ``step`` only records the reply: the reward functions run once for a whole batch, in
+    :meth:`RewardFunctionEnv.score_batch` (the rollout calls it after every phase). Reading
+    ``reward``, ``success`` or ``feedback()`` before that scores this episode alone.
+    """
 
     def __init__(self, env: RewardFunctionEnv) -> None:
         self.env = env
         self.task: Task | None = None
-        self.observation = ""
+        self.observation: str | Messages = ""
         self.completion: str | None = None
+        self.scored = False
+        self._reward = 0.0
         self._feedback = "No answer was given."
 
-    def reset(self, task: Task) -> str:
+    def reset(self, task: Task) -> str | Messages:
         if task.prompt is None:
             raise ValueError(f"task {task.task_id} has no prompt")
-        self.task = task
-        self.reward, self.done, self.completion = 0.0, False, None
-        _, self.observation = split_prompt(task.prompt)
+        self.task, self.done, self.completion, self.scored = task, False, None, False
+        self._reward, self._feedback = 0.0, "No answer was given."
+        _, self.observation = split_prompt(task.prompt, where=f"task {task.task_id!r}")
         return self.observation
 
     def step(self, action: str) -> StepOutput:
         if self.task is None or self.done:
             raise RuntimeError("step() called before reset() or after the episode ended")
-        self.completion = action
-        self.reward, self._feedback = self.env.score(self.task, action)
-        self.done = True
-        return None, self.reward, True, {}
+        self.completion, self.done = action, True
+        return None, 0.0, True, {"pending_score": True}
+
+    def set_score(self, reward: float, feedback: str) -> None:
+        """Store the batch scorer's verdict on this episode."""
+        self._reward, self._feedback, self.scored = reward, feedback, True
+
+    def _ensure_scored(self) -> None:
+        if self.completion is not None and not self.scored:
+            self.env.score_batch([self])
+
+    @property
+    def reward(self) -> float:  # type: ignore[override]
+        self._ensure_scored()
+        return self._reward
 
     @property
     def success(self) -> bool:
         return self.reward >= self.env.success_threshold
 
     def feedback(self) -> str:
+        self._ensure_scored()
         return self._feedback
 
     def trace(self) -> str:
         answer = self.completion if self.completion is not None else "(no answer: out of tokens)"
-        return f"Question:\n{self.observation}\n\nAnswer given:\n{answer}\n\nResult: {self._feedback}"
+        return f"Question:\n{_render(self.observation)}\n\nAnswer given:\n{answer}\n\nResult: {self.feedback()}"

@@ -3,8 +3,9 @@
 An episode is up to 5 model turns. In each turn the model either searches, writing
 ``<search>query</search>`` (the best-matching documents come back as the next message), or
 answers with ``\\boxed{answer}``, which ends the episode. Reward: 1.0 for an exact match
-after SQuAD normalisation, else the token F1 when it is at least 0.3, else 0; the gate's
-``success`` is exact match only. Search is BM25 (``rank-bm25``) over the task's own
+after SQuAD normalisation, else the token F1 when it is at least 0.3, capped at
+:data:`MAX_PARTIAL_REWARD` (0.99), else 0; ``success`` is exact match, so ``success`` holds
+exactly when the reward reaches 1. Search is BM25 (``rank-bm25``) over the task's own
 paragraphs (``context``), or over whatever a user-supplied ``retriever`` returns.
 
 Departures from the paper: the paper answers HotpotQA questions with a dense retriever over
@@ -13,6 +14,14 @@ a full Wikipedia dump (tens of GB). Here the default tasks are generated offline
 real HotpotQA rows (``load_hotpotqa``, needs the network or a local copy) are searched within
 their own ten distractor-setting paragraphs — easier retrieval than the paper's. F1 follows
 HotpotQA's official rule that a yes/no answer scores 0 unless it matches exactly.
+
+Departure from the reference's scorer: token F1 is a bag of words, so a non-exact answer
+with the right words in another order ("Smith John" for "John Smith") has F1 = 1 and would
+get the full reward 1.0 while not counting as a success: rules written in rewards (the
+memory write ``r2 >= 1``, a gate ``r1 < 1``) and rules written in ``success`` would disagree
+on it (such an answer could be sent to reflection as a failure yet stored in memory as a
+success). Capping partial credit at 0.99 makes "reward reaches 1" and "exact match" the same
+event; every other partial credit (F1 < 1) is unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ _STOP = frozenset("a an the of in on at to is was were are be by for and or with
                   "when where whose how did do does that this it its from as".split())
 _PUNCT = frozenset(string.punctuation)
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
+#: The most a non-exact answer earns: below 1, so that only an exact match reaches reward 1.
+MAX_PARTIAL_REWARD = 0.99
 
 
 # --- scoring ------------------------------------------------------------------------
@@ -63,17 +74,23 @@ def f1_score(prediction: str, gold: str) -> float:
 def score_answer(prediction: str | None, gold: str, min_f1: float = 0.3) -> tuple[float, bool, float]:
     """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0).
 
+    The reward is 1.0 exactly when the answer matches exactly (see the module docstring).
+
     Example:
         >>> score_answer("The Eiffel Tower", "eiffel tower")
         (1.0, True, 1.0)
         >>> score_answer("Paris", "London")
         (0.0, False, 0.0)
+        >>> score_answer("Smith John", "John Smith")   # right words, wrong order
+        (0.99, False, 1.0)
     """
     if prediction is None:
         return 0.0, False, 0.0
     exact = normalize_answer(prediction) == normalize_answer(gold)
-    f1 = 1.0 if exact else f1_score(prediction, gold)
-    return (1.0 if exact else f1 if f1 >= min_f1 else 0.0), exact, f1
+    if exact:
+        return 1.0, True, 1.0
+    f1 = f1_score(prediction, gold)
+    return (min(f1, MAX_PARTIAL_REWARD) if f1 >= min_f1 else 0.0), False, f1
 
 
 def extract_boxed(text: str) -> str | None:
@@ -213,6 +230,9 @@ class QAEpisode(Episode):
                     f"was scored. Reward 0.0.")
         if self.exact:
             return f"Correct: the answer {self.answer!r} matches the reference. Reward 1.0."
+        if self.reward > 0 and self.f1 >= 1.0:
+            return (f"Incorrect: the answer {self.answer!r} has the reference's words in another "
+                    f"order (token F1 1.00). Reward {self.reward:.2f}.")
         if self.reward > 0:
             return (f"Incorrect: the answer {self.answer!r} only partly matches the reference "
                     f"(token F1 {self.f1:.2f}). Reward {self.reward:.2f}.")

@@ -1,0 +1,192 @@
+"""Calling TRL-style reward and feedback functions on a batch, and checking what they return.
+
+The call is TRL 1.16's (``GRPOTrainer._calculate_rewards``): one call per function for the
+whole batch, by keyword — ``prompts=``, ``completions=``, ``completion_ids=``,
+``trainer_state=`` and every task column as a keyword list (a ``completion`` column is
+dropped, as TRL drops it). Outputs are checked row by row, and every problem is a
+:class:`RewardFunctionError` naming the function and the row (batch position and task id):
+
+* not a list, or a list of the wrong length;
+* NaN, inf, a string or anything else that is not a number (a ``(score, feedback)`` pair is
+  accepted, its feedback a string);
+* ``None`` is TRL's "not applicable": it is left out of the weighted sum. A row for which
+  *every* reward function returns None is an error here (TRL warns and scores it 0, which
+  would silently train on a made-up reward);
+* a function that raises: the error names it and, when calling it on each row alone shows
+  one row failing (and not all), that row; a ``TypeError`` adds a hint about the keyword call.
+
+Feedback functions: the same call, a list of strings or None ("no feedback for this row").
+
+Departures from TRL: ``log_extra``/``log_metric``/``environments`` are not passed; reward
+models (``nn.Module``) are not called here (wrap one in a function).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from erl_lite.chat import completion_text
+from erl_lite.records import Task
+
+#: Keywords the call itself uses; a task column with one of these names cannot be passed.
+_CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state"})
+#: Columns TRL drops before the call.
+_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
+
+
+class RewardFunctionError(ValueError):
+    """A reward or feedback function raised, or returned something that cannot be used."""
+
+
+@dataclass(frozen=True)
+class RunState:
+    """``trainer_state`` outside a trainer (phase-level use): nothing has been trained yet.
+
+    Attributes:
+        global_step: the training iteration the completions belong to (0: none).
+        max_steps: the planned number of iterations (0: unknown).
+        epoch: passes over the training tasks so far.
+    """
+
+    global_step: int = 0
+    max_steps: int = 0
+    epoch: float = 0.0
+
+
+def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
+                   trainer_state: Any = None) -> dict[str, Any]:
+    """The keyword arguments of one TRL-style call on a batch of replies.
+
+    Example:
+        >>> kw = call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]])
+        >>> sorted(kw), kw["answer"], kw["trainer_state"].global_step
+        (['answer', 'completion_ids', 'completions', 'prompts', 'trainer_state'], ['4'], 0)
+    """
+    columns = sorted({k for t in tasks for k in t.data} - _DROPPED_COLUMNS)
+    clash = _CALL_KEYS.intersection(columns)
+    if clash:
+        raise RewardFunctionError(f"dataset column(s) {sorted(clash)} clash with the reward-function "
+                                  "keywords of the same name; rename them")
+    kwargs: dict[str, Any] = {
+        "prompts": [t.prompt for t in tasks],
+        "completions": [completion_text(c, not isinstance(t.prompt, str)) for t, c in zip(tasks, completions)],
+        "completion_ids": [list(i) for i in completion_ids],
+        "trainer_state": trainer_state if trainer_state is not None else RunState(),
+    }
+    kwargs.update({k: [t.data.get(k) for t in tasks] for k in columns})
+    return kwargs
+
+
+def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs: dict[str, Any],
+                     tasks: Sequence[Task]) -> tuple[list[float], list[list[str]]]:
+    """(weighted reward per row, feedback texts per row from ``(score, text)`` outputs).
+
+    Example:
+        >>> def half(completions, **kw): return [0.5] * len(completions)
+        >>> def maybe(completions, **kw): return [None, 1.0]
+        >>> tasks = [Task("a", "x", {}), Task("b", "y", {})]
+        >>> weighted_rewards([half, maybe], [1.0, 2.0], call_arguments(tasks, ["1", "2"], [[], []]), tasks)
+        ([0.5, 2.5], [[], []])
+    """
+    n = len(tasks)
+    outputs = [call_checked(f, kwargs, tasks, "reward") for f in funcs]
+    totals, notes = [], [[] for _ in range(n)]
+    for i in range(n):
+        total, applicable = 0.0, 0
+        for func, weight, out in zip(funcs, weights, outputs):
+            value, note = _reward_value(out[i], func, i, tasks)
+            if note is not None:
+                notes[i].append(note)
+            if value is not None:
+                total, applicable = total + weight * value, applicable + 1
+        if not applicable:
+            raise RewardFunctionError(f"{_row(i, tasks)}: every reward function returned None "
+                                      f"({[_name(f) for f in funcs]}); at least one must score it")
+        totals.append(total)
+    return totals, notes
+
+
+def feedback_texts(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task]) -> list[str | None]:
+    """One feedback string (or None: none for this row) per row, from one call of ``func``."""
+    out = call_checked(func, kwargs, tasks, "feedback")
+    for i, text in enumerate(out):
+        if text is not None and not isinstance(text, str):
+            raise RewardFunctionError(f"feedback function {_name(func)!r}: {_row(i, tasks)} is not a string "
+                                      f"but {type(text).__name__} ({text!r:.60})")
+    return out
+
+
+def call_checked(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], kind: str) -> list[Any]:
+    """Call ``func`` by keyword on the batch; check it returned one value per task."""
+    n = len(tasks)
+    try:
+        out = func(**kwargs)
+    except Exception as err:  # name the function, and the row if one row alone fails
+        where = _failing_row(func, kwargs, tasks, type(err))
+        hint = (" (reward functions are called by keyword, as TRL does: "
+                "def f(prompts, completions, **kwargs))") if isinstance(err, TypeError) else ""
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
+                                  f"on a batch of {n} completions{where}{hint}") from err
+    if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__len__") or not hasattr(out, "__getitem__"):
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {type(out).__name__}, not a list "
+                                  f"of {n} values (one per completion)")
+    if len(out) != n:
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {len(out)} values for {n} completions")
+    return list(out)
+
+
+def _failing_row(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], kind: type) -> str:
+    """Where an error comes from: the first row whose one-row call raises ``kind`` (unless all do).
+
+    Runs only on the error path, to name the offending row of a batch call.
+    """
+    n = len(tasks)
+    if n < 2:
+        return f"; {_row(0, tasks)}" if n == 1 else ""
+    failing = []
+    for i in range(n):
+        one = {k: (v if k == "trainer_state" else v[i:i + 1]) for k, v in kwargs.items()}
+        try:
+            func(**one)
+        except kind:
+            failing.append(i)
+        except Exception:
+            continue
+    if not failing or len(failing) == n:
+        return ""
+    return f"; {_row(failing[0], tasks)} raises it when called alone"
+
+
+def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> tuple[float | None, str | None]:
+    """(finite float or None, feedback text or None) of one reward output; errors name func and row."""
+    note = None
+    if isinstance(value, tuple):
+        if len(value) != 2 or not isinstance(value[1], str):
+            raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is a tuple {value!r:.60}; "
+                                      "a tuple must be (score, feedback) with a string feedback")
+        value, note = value
+    if value is None:
+        return None, note
+    number = None
+    if not isinstance(value, (str, bytes)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
+    if number is None:
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} "
+                                  f"{value!r:.60}, not a number")
+    if not math.isfinite(number):
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number}; "
+                                  "rewards must be finite (return None for 'not applicable')")
+    return number, note
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def _row(i: int, tasks: Sequence[Task]) -> str:
+    return f"row {i} (task {tasks[i].task_id!r})"
