@@ -37,6 +37,10 @@ from erl_lite.memory import ReflectionMemory
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be read, trusted or written; the message names the file."""
+
+
 def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, scheduler: Any,
                     memory: ReflectionMemory, history: History, config: dict[str, Any]) -> str:
     """Write ``checkpoint-<step>`` atomically and return its path."""
