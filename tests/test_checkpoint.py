@@ -36,8 +36,9 @@ ARGS = dict(max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion
             steps_per_generation=2, save_steps=1, seed=7)
 
 
-def digit_reward(prompts, completions, answer, **kw):
-    return [float(a in c) for c, a in zip(completions, answer)]
+def vowel_reward(prompts, completions, **kw):
+    """Varies between the random model's samples, so every step has advantages and updates."""
+    return [sum(ch in "aeiou" for ch in c) % 3 / 2 for c in completions]
 
 
 def make_trainer(out, model_name="tiny-a", lora=None, callbacks=(), **overrides) -> ERLTrainer:
@@ -48,7 +49,7 @@ def make_trainer(out, model_name="tiny-a", lora=None, callbacks=(), **overrides)
     base.config._name_or_path = model_name
     model, tok = load_policy(base, tok, peft=lora or "lora")
     args = ERLConfig.preset("cpu", **{**ARGS, "output_dir": str(out) if out else None, **overrides})
-    return ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=digit_reward,
+    return ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=vowel_reward,
                       train_dataset=ROWS, callbacks=callbacks)
 
 
@@ -86,8 +87,12 @@ def run(tmp_path_factory):
     def keep(trainer, record):
         params[record.step] = {k: v.clone() for k, v in trainable_parameters(trainer.model).items()}
 
-    history = make_trainer(out, callbacks=[keep]).train()
+    trainer = make_trainer(out, callbacks=[keep])
+    params[0] = trainable_parameters(trainer.model)
+    history = trainer.train()
     assert checkpoints(out) == ["checkpoint-1", "checkpoint-2"]
+    for step in (1, 2):  # every step moves the weights, so a test cannot pass by standing still
+        assert any(not torch.equal(params[step][n], params[step - 1][n]) for n in params[0])
     return SimpleNamespace(dir=out, history=history, params=params)
 
 
