@@ -1,31 +1,42 @@
-"""Checkpoints: everything needed to continue a run exactly where it stopped.
+"""Checkpoints: everything needed to continue a run exactly where it stopped, loaded safely.
 
 A checkpoint folder ``<output_dir>/checkpoint-<step>/`` holds
 
 * ``trainable.safetensors`` — every trainable tensor by name (the LoRA adapter, or all
   weights when fully fine-tuning), restored by name on resume;
-* ``adapter/`` — the same adapter in PEFT's own format, loadable with ``PeftModel.from_pretrained``;
-* ``optimizer.pt`` / ``scheduler.pt`` — their state dicts;
-* ``rng.pt`` — Python, NumPy and torch random states;
+* ``adapter/`` — the same adapter in PEFT's own format, loadable with ``PeftModel.from_pretrained``
+  (for users; resume does not read it);
+* ``optimizer.pt`` / ``scheduler.pt`` — their state dicts (tensors, numbers, strings, containers);
+* ``rng.json`` — Python, NumPy, torch (and CUDA) random states as plain integer lists;
 * ``memory.json`` — the reflection memory (the peer package forgot it);
 * ``history.jsonl`` / ``samples.jsonl`` — the run's records up to this step;
-* ``trainer_state.json`` — the step reached and the config.
+* ``trainer_state.json`` — the step reached, the files written, the config and the model's
+  identity (name, LoRA shape), which resume compares with the run that resumes.
 
-It is written to a temporary folder first and renamed into place, so a crash mid-write never
-leaves a half checkpoint behind.
+Safety: checkpoints are shared between people, so nothing is unpickled. ``.pt`` files are read
+with ``torch.load(weights_only=True)`` (an allowlist of tensors and plain containers; a file
+holding anything else is refused and the error names it), the random states are JSON.
+
+Atomicity: a checkpoint is written to a hidden temporary folder and renamed into place, and
+an existing folder of the same step is only removed once its replacement is complete, so a
+crash or a full disk never leaves a half checkpoint and never harms an earlier one.
 
 Departures from the paper: none.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
 import random
 import re
 import shutil
 import tempfile
-from typing import Any
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -34,73 +45,367 @@ from safetensors.torch import load_file, save_file
 from erl_lite.history import History
 from erl_lite.memory import ReflectionMemory
 
+FORMAT = 2  # 1: the first layout, with a pickled rng.pt (never loaded: it could run code)
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
+
+#: ERLConfig fields that may differ between a checkpoint and the run resuming it: they change
+#: how a run is watched, saved or split into micro-batches, not what it computes. Every other
+#: field (and the model's name and LoRA shape) must match unless the caller overrides the check.
+RESUMABLE_FIELDS = frozenset({
+    "max_steps", "output_dir", "save_steps", "save_total_limit", "eval_steps", "eval_num_generations",
+    "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
+    "per_device_train_batch_size", "extra",
+})
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be read, trusted or written; the message names the file."""
+
+
+@dataclass
+class TrainingState:
+    """The state of a run between two steps: read from a checkpoint, or copied from a live
+    trainer (on the CPU) so that an interrupted step can be undone."""
+
+    step: int
+    trainable: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any] | None
+    rng: dict[str, Any]
+    memory: dict[str, Any]
+    records: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+    run: dict[str, Any] = field(default_factory=dict)  # {"config": ..., "model": ...}
+    path: str | None = None  # the checkpoint folder it was read from
+
+
+# --- what a run is ----------------------------------------------------------------------------
+def run_identity(config: dict[str, Any], model: Any) -> dict[str, Any]:
+    """The config and the model's identity (name, LoRA shape) that resume compares.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> run_identity({"mode": "erl"}, tiny_model(tiny_tokenizer()))["model"]
+        {'model': ''}
+    """
+    # config.name_or_path is what from_pretrained records (a PeftModel forwards to its base).
+    name = getattr(getattr(model, "config", None), "name_or_path", None) or getattr(model, "name_or_path", "")
+    ident: dict[str, Any] = {"model": name or ""}
+    peft = getattr(model, "peft_config", None)
+    if peft:
+        active = getattr(model, "active_adapter", None)
+        cfg = peft.get(active if isinstance(active, str) else "default") or next(iter(peft.values()))
+        targets = getattr(cfg, "target_modules", None)
+        ident.update({"lora.r": getattr(cfg, "r", None), "lora.alpha": getattr(cfg, "lora_alpha", None),
+                      "lora.target_modules": sorted(targets) if isinstance(targets, (set, list, tuple)) else targets})
+    # A JSON round trip makes tuples lists, as they will be when read back from a checkpoint.
+    return json.loads(json.dumps({"config": config, "model": ident}))
+
+
+def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """One line ``field: checkpoint <old>, this run <new>`` per setting that differs.
+
+    Example:
+        >>> run_differences({"config": {"mode": "erl", "max_steps": 5}, "model": {}},
+        ...                 {"config": {"mode": "rlvr", "max_steps": 9}, "model": {}})
+        ["mode: checkpoint 'erl', this run 'rlvr'"]
+    """
+    lines = []
+    for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset())):
+        old, new = saved.get(part, {}), current.get(part, {})
+        for key in sorted((set(old) | set(new)) - skip):
+            a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+            if a != b:
+                lines.append(f"{key}: checkpoint {a!r}, this run {b!r}")
+    return lines
+
+
+# --- random states, as plain JSON -------------------------------------------------------------
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch (and, once initialised, CUDA) random states as JSON-able lists."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    state = {"python": [version, list(internal), gauss],
+             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+             "torch": torch.get_rng_state().tolist()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`rng_state` (CUDA states only when the device count matches)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in cuda])
+
+
+def _checked_rng(path: str) -> dict[str, Any]:
+    """Read rng.json and prove each state is accepted, on throwaway generators."""
+    state = _read_json(path)
+    version, internal, gauss = state["python"]
+    random.Random().setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.Generator().set_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    return state
+
+
+# --- writing ----------------------------------------------------------------------------------
+def ensure_writable(out_dir: str) -> None:
+    """Create ``out_dir`` if needed and prove a file can be written there, or fail naming it."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=out_dir)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise CheckpointError(f"output_dir {out_dir!r} is not a writable folder: {e}") from e
 
 
 def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, scheduler: Any,
-                    memory: ReflectionMemory, history: History, config: dict[str, Any]) -> str:
-    """Write ``checkpoint-<step>`` atomically and return its path."""
-    os.makedirs(out_dir, exist_ok=True)
+                    memory: ReflectionMemory, history: History, run: dict[str, Any],
+                    save_total_limit: int | None = None) -> str:
+    """Write ``checkpoint-<step>`` atomically, then keep at most ``save_total_limit`` folders.
+
+    ``run`` is :func:`run_identity`'s result. A failure (a full disk, say) raises
+    :class:`CheckpointError` and leaves every existing checkpoint as it was.
+    """
     final = os.path.join(out_dir, f"checkpoint-{step}")
-    tmp = tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=out_dir)
+    tmp = None
     try:
-        tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
-        save_file(tensors, os.path.join(tmp, "trainable.safetensors"))
-        if hasattr(model, "peft_config"):
-            model.save_pretrained(os.path.join(tmp, "adapter"))
-        torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
-        if scheduler is not None:
-            torch.save(scheduler.state_dict(), os.path.join(tmp, "scheduler.pt"))
-        torch.save({"python": random.getstate(), "numpy": np.random.get_state(),
-                    "torch": torch.get_rng_state()}, os.path.join(tmp, "rng.pt"))
-        _write_json(os.path.join(tmp, "memory.json"), memory.state_dict())
-        snapshot = History(records=list(history.records), samples=list(history.samples), out_dir=tmp)
-        snapshot.rewrite()
-        _write_json(os.path.join(tmp, "trainer_state.json"), {"step": step, "config": config})
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(out_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=out_dir)
+        _write_files(tmp, step, model, optimizer, scheduler, memory, history, run)
+        _move_into_place(tmp, final)
+    except Exception as e:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write {final}: {e}; the checkpoints already in "
+                              f"{out_dir} are untouched") from e
+    except BaseException:  # Ctrl-C mid-write: drop the partial folder, keep the interrupt
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if save_total_limit is not None:
+        _rotate(out_dir, save_total_limit, keep=final)
     return final
 
 
-def latest_checkpoint(out_dir: str) -> str | None:
-    """The checkpoint with the highest step in ``out_dir``, or None."""
+def _write_files(folder: str, step: int, model: Any, optimizer: Any, scheduler: Any,
+                 memory: ReflectionMemory, history: History, run: dict[str, Any]) -> None:
+    tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+    save_file(tensors, os.path.join(folder, "trainable.safetensors"))
+    if hasattr(model, "peft_config"):
+        model.save_pretrained(os.path.join(folder, "adapter"))
+    files = ["trainable.safetensors", "optimizer.pt", "rng.json", "memory.json", "history.jsonl", "samples.jsonl"]
+    torch.save(optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
+    if scheduler is not None:
+        torch.save(scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
+        files.append("scheduler.pt")
+    _write_json(os.path.join(folder, "rng.json"), rng_state())
+    _write_json(os.path.join(folder, "memory.json"), memory.state_dict())
+    History(records=list(history.records), samples=list(history.samples), out_dir=folder).rewrite()
+    _write_json(os.path.join(folder, "trainer_state.json"),
+                {"format": FORMAT, "step": step, "files": sorted(files), **run})
+
+
+def _move_into_place(tmp: str, final: str) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is set aside first and removed last."""
+    old = None
+    if os.path.exists(final):
+        old = tmp + ".old"
+        os.replace(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        if old:
+            os.replace(old, final)
+        raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _rotate(out_dir: str, limit: int, keep: str) -> None:
+    """Delete the lowest-numbered checkpoints until ``limit`` remain, never ``keep`` (the one
+    just written) nor the highest-numbered one. transformers' ``rotate_checkpoints`` protects
+    only the latter, which may be a stale folder left by an abandoned longer run."""
+    found = list_checkpoints(out_dir)  # newest first
+    protected = {os.path.abspath(keep), os.path.abspath(found[0])} if found else set()
+    excess = len(found) - max(limit, len(protected))
+    for path in reversed(found):
+        if excess <= 0:
+            break
+        if os.path.abspath(path) not in protected:
+            shutil.rmtree(path, ignore_errors=True)
+            excess -= 1
+
+
+# --- reading ----------------------------------------------------------------------------------
+def list_checkpoints(out_dir: str) -> list[str]:
+    """The ``checkpoint-<step>`` folders in ``out_dir``, highest step first."""
     if not os.path.isdir(out_dir):
-        return None
-    found = [(int(m.group(1)), name) for name in os.listdir(out_dir) if (m := _PATTERN.match(name))]
-    return os.path.join(out_dir, max(found)[1]) if found else None
+        return []
+    found = [(int(m.group(1)), name) for name in os.listdir(out_dir)
+             if (m := _PATTERN.match(name)) and os.path.isdir(os.path.join(out_dir, name))]
+    return [os.path.join(out_dir, name) for _, name in sorted(found, reverse=True)]
 
 
-def load_checkpoint(path: str, model: Any, optimizer: Any, scheduler: Any,
-                    memory: ReflectionMemory) -> tuple[int, History]:
-    """Restore state in place; returns (step reached, history up to that step)."""
-    if not os.path.isfile(os.path.join(path, "trainer_state.json")):
-        raise FileNotFoundError(f"{path} is not an erl_lite checkpoint (no trainer_state.json)")
-    tensors = load_file(os.path.join(path, "trainable.safetensors"))
-    params = dict(model.named_parameters())
-    missing = [n for n in tensors if n not in params]
-    if missing:
-        raise ValueError(f"checkpoint tensors not found in the model: {missing[:3]}...")
+def read_checkpoint(path: str) -> TrainingState:
+    """Read and check every file of a checkpoint folder; changes nothing.
+
+    Raises :class:`CheckpointError` naming the file when one is missing, truncated, not what
+    it should be, or holds objects other than tensors and plain containers.
+    """
+    if not os.path.isdir(path):
+        raise CheckpointError(f"no checkpoint folder at {path}")
+    meta = _read(path, "trainer_state.json", _read_json)
+    if not (isinstance(meta, dict) and isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
+        raise CheckpointError(f"{os.path.join(path, 'trainer_state.json')} is not an erl_lite trainer "
+                              "state (it needs 'step' and 'config')")
+    files = meta.get("files") or []
+    optimizer = _read(path, "optimizer.pt", _read_torch)
+    if not (isinstance(optimizer, dict) and {"state", "param_groups"} <= set(optimizer)):
+        raise CheckpointError(f"{os.path.join(path, 'optimizer.pt')} is not an optimizer state dict")
+    return TrainingState(
+        step=meta["step"],
+        trainable=_read(path, "trainable.safetensors", load_file),
+        optimizer=optimizer,
+        scheduler=_read(path, "scheduler.pt", _read_torch) if "scheduler.pt" in files else None,
+        rng=_read(path, "rng.json", _checked_rng),
+        memory=_read(path, "memory.json", _read_json),
+        records=_read(path, "history.jsonl", _read_jsonl),
+        samples=_read(path, "samples.jsonl", _read_jsonl),
+        run={"config": meta["config"], "model": meta.get("model", {})},
+        path=path,
+    )
+
+
+def latest_good_checkpoint(out_dir: str) -> TrainingState:
+    """The highest-step checkpoint in ``out_dir`` that reads cleanly; each one skipped on the
+    way is named in a warning. Raises :class:`CheckpointError` naming the folder when none does."""
+    skipped = []
+    for path in list_checkpoints(out_dir):
+        try:
+            return read_checkpoint(path)
+        except CheckpointError as e:
+            warnings.warn(f"skipping {path}: {e}", stacklevel=3)
+            skipped.append(f"  {os.path.basename(path)}: {e}")
+    if not skipped:
+        raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {out_dir}")
+    raise CheckpointError(f"nothing to resume in {out_dir}: every checkpoint is damaged:\n" + "\n".join(skipped))
+
+
+def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any,
+                memory: ReflectionMemory) -> None:
+    """Load ``state`` into the live objects (the caller sets the step and the history).
+
+    Everything that can be checked is checked before the weights are touched.
+    """
+    where = state.path or "the saved state"
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    unknown = sorted(set(state.trainable) - set(params))
+    absent = sorted(set(params) - set(state.trainable))
+    reshaped = sorted(n for n in set(state.trainable) & set(params) if state.trainable[n].shape != params[n].shape)
+    if unknown or absent or reshaped:
+        raise CheckpointError(
+            f"{os.path.join(where, 'trainable.safetensors')} does not fit this model's trainable parameters "
+            f"(not in the model: {unknown[:2]}, not in the file: {absent[:2]}, other shape: {reshaped[:2]})")
+    if scheduler is not None and state.scheduler is None:
+        raise CheckpointError(f"{os.path.join(where, 'scheduler.pt')} is missing")
+    _apply(where, "optimizer.pt", optimizer.load_state_dict, state.optimizer)
+    if scheduler is not None:
+        _apply(where, "scheduler.pt", scheduler.load_state_dict, state.scheduler)
+    _apply(where, "memory.json", memory.load_state_dict, state.memory)
     with torch.no_grad():
-        for name, value in tensors.items():
+        for name, value in state.trainable.items():
             params[name].copy_(value.to(params[name].device))
-    optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt"), weights_only=False))
-    if scheduler is not None and os.path.exists(os.path.join(path, "scheduler.pt")):
-        scheduler.load_state_dict(torch.load(os.path.join(path, "scheduler.pt"), weights_only=False))
-    rng = torch.load(os.path.join(path, "rng.pt"), weights_only=False)
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    with open(os.path.join(path, "memory.json"), encoding="utf-8") as f:
-        memory.load_state_dict(json.load(f))
-    with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-        step = int(json.load(f)["step"])
-    return step, History.load(path)
+    set_rng_state(state.rng)
+
+
+def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory,
+                  history: History) -> TrainingState:
+    """A CPU copy of the live state (trainable tensors and optimizer moments included), to
+    roll back a step that was cut short. Costs about three copies of the trainable weights."""
+    return TrainingState(
+        step=step,
+        trainable={n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad},
+        optimizer=_cpu_copy(optimizer.state_dict()),
+        scheduler=_cpu_copy(scheduler.state_dict()) if scheduler is not None else None,
+        rng=rng_state(),
+        memory=copy.deepcopy(memory.state_dict()),
+        records=list(history.records),
+        samples=list(history.samples),
+    )
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _read(folder: str, name: str, reader: Callable[[str], Any]) -> Any:
+    """``reader(folder/name)``; any failure becomes a CheckpointError naming the file."""
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        hint = (" (this checkpoint has the older layout with a pickled rng.pt, which is never "
+                "loaded because it could run code)") if name == "rng.json" and os.path.exists(
+                os.path.join(folder, "rng.pt")) else ""
+        raise CheckpointError(f"{path} is missing{hint}")
+    try:
+        return reader(path)
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise CheckpointError(f"{path} is damaged or not what it should be: {_short(e)}") from e
+
+
+def _apply(where: str, name: str, load: Callable[[Any], None], value: Any) -> None:
+    try:
+        load(value)
+    except Exception as e:
+        raise CheckpointError(f"{os.path.join(where, name)} does not fit this run: {_short(e)}") from e
+
+
+def _read_torch(path: str) -> Any:
+    """``torch.load`` restricted to tensors and plain containers: a planted object is refused."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        # torch's message advises weights_only=False; keep only the line naming what was found.
+        found = [ln.strip() for ln in str(e).splitlines() if "global" in ln.lower()] or ["refused"]
+        raise CheckpointError(f"{path} was refused: it holds objects other than tensors and plain "
+                              f"containers, and loading them could run code ({found[0]})") from e
+
+
+def _read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _write_json(path: str, obj: Any) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1)
+
+
+def _cpu_copy(obj: Any) -> Any:
+    """A deep copy of a state dict with every tensor cloned onto the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+def _short(e: BaseException) -> str:
+    """The first line of an exception, with its type (library messages can run long)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"

@@ -157,6 +157,10 @@ class ERLConfig:
     """Where history, samples and checkpoints go (None = keep in memory only)."""
     save_steps: int = 0
     """Checkpoint every this many iterations (0 = only at the end, if output_dir is set)."""
+    save_total_limit: int | None = None
+    """Keep at most this many ``checkpoint-<step>`` folders in ``output_dir``: after each save
+    the oldest are deleted (None = keep all), as in TRL/transformers. The checkpoint just
+    written and the highest-numbered one are never deleted."""
     sample_every: int = 1
     """Keep the full step record (texts) every this many iterations."""
     load_in_4bit: bool = False
@@ -199,6 +203,8 @@ class ERLConfig:
         for name in ("epsilon", "epsilon_high"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(self, name)!r}")
+        if self.save_total_limit is not None:
+            _positive("save_total_limit", self.save_total_limit)
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"ERLConfig.dual_clip must be > 1 or None, got {self.dual_clip!r}")
         if self.max_completion_length >= self.max_episode_length:

@@ -35,13 +35,25 @@ Example:
 
 from __future__ import annotations
 
+import os
 import random
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
 
-from erl_lite.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from erl_lite.checkpoint import (
+    TrainingState,
+    apply_state,
+    capture_state,
+    ensure_writable,
+    latest_good_checkpoint,
+    read_checkpoint,
+    run_differences,
+    run_identity,
+    save_checkpoint,
+)
 from erl_lite.config import ERLConfig
 from erl_lite.envs.base import Environment
 from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
@@ -204,25 +216,44 @@ class ERLTrainer:
         return out
 
     # --- the loop --------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: str | bool | None = None) -> History:
+    def train(self, resume_from_checkpoint: str | bool | None = None,
+              ignore_config_mismatch: bool = False) -> History:
         """Run ``args.max_steps`` iterations; returns the :class:`History`.
 
-        ``resume_from_checkpoint``: a checkpoint folder, or True for the latest one in
-        ``args.output_dir``. Ctrl-C saves a checkpoint of the last finished step, then stops.
+        Args:
+            resume_from_checkpoint: a checkpoint folder, or True for the newest one in
+                ``args.output_dir`` that reads cleanly (damaged ones are skipped with a warning).
+            ignore_config_mismatch: resume even when the checkpoint was saved with other
+                run-changing settings (mode, ``num_generations``, memory kind, τ, model name,
+                LoRA shape, ...; see :data:`erl_lite.checkpoint.RESUMABLE_FIELDS` for the ones
+                that may always change). Without it such a resume fails, naming each field.
+
+        ``args.output_dir`` is checked to be writable before anything else happens, so a bad
+        folder fails before any compute is spent. Ctrl-C (or a callback raising
+        KeyboardInterrupt) rolls the trainer back to the last *finished* step — a step cut
+        short has half-updated weights and optimizer moments — saves that step's checkpoint,
+        and re-raises. For this the trainer keeps a CPU copy of the trainable weights and
+        optimizer state from the start of the running step (small for LoRA adapters).
         """
         from transformers import set_seed
 
         set_seed(self.args.seed)
+        if self.args.output_dir:
+            ensure_writable(self.args.output_dir)
         if resume_from_checkpoint:
-            self._resume(resume_from_checkpoint)
+            self._resume(resume_from_checkpoint, ignore_config_mismatch)
         elif self.args.output_dir:
             self.history.rewrite()  # start the files afresh
         bar = self._progress()
+        step_start: TrainingState | None = None  # where the running step began
         try:
             if self.step == 0 and self.args.eval_steps and self.eval_tasks:
                 self._log_eval()
             while self.step < self.args.max_steps:
+                step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
+                                           self.memory, self.history)
                 self.training_step()
+                step_start = None
                 bar.update(1)
                 bar.set_postfix_str(self._postfix())
                 if self.args.eval_steps and self.eval_tasks and (
@@ -231,13 +262,11 @@ class ERLTrainer:
                 if self.args.output_dir and self.args.save_steps and self.step % self.args.save_steps == 0:
                     self.save_checkpoint()
         except KeyboardInterrupt:
-            if self.args.output_dir:
-                path = self.save_checkpoint()
-                print(f"\nInterrupted: saved {path}; resume with resume_from_checkpoint=True")
+            self._interrupted(step_start)
             raise
         finally:
             bar.close()
-        if self.args.output_dir:
+        if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
         return self.history
 
@@ -279,19 +308,74 @@ class ERLTrainer:
         self.history.log({STEP: self.step, **self.evaluate()}, kind="eval")
 
     # --- checkpoints -----------------------------------------------------------------------------
+    _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
+
     def save_checkpoint(self) -> str:
+        """Write ``<output_dir>/checkpoint-<step>`` (see :mod:`erl_lite.checkpoint`) and rotate
+        old ones per ``args.save_total_limit``; returns its path."""
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
-        return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
-                               self.memory, self.history, self.args.to_dict())
+        path = save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
+                               self.memory, self.history, self._run_identity(), self.args.save_total_limit)
+        self._saved_step = self.step
+        return path
 
-    def _resume(self, where: str | bool) -> None:
-        path = latest_checkpoint(self.args.output_dir or "") if where is True else str(where)
-        if not path:
-            raise FileNotFoundError(f"no checkpoint to resume from in {self.args.output_dir!r}")
-        self.step, loaded = load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.memory)
-        self.history.records, self.history.samples = loaded.records, loaded.samples
+    def _run_identity(self) -> dict[str, Any]:
+        return run_identity(self.args.to_dict(), self.model)
+
+    def _resume(self, where: str | bool | os.PathLike, ignore_config_mismatch: bool) -> None:
+        if where is True:
+            if not self.args.output_dir:
+                raise ValueError("resume_from_checkpoint=True looks in ERLConfig.output_dir, which is not "
+                                 "set; set it or pass a checkpoint folder")
+            state = latest_good_checkpoint(self.args.output_dir)
+        else:
+            state = read_checkpoint(os.fspath(where))
+        differences = run_differences(state.run, self._run_identity())
+        if differences and not ignore_config_mismatch:
+            raise ValueError(f"cannot resume from {state.path}: it was saved by a run with other settings:\n"
+                             + "\n".join(f"  {d}" for d in differences)
+                             + "\nPass train(..., ignore_config_mismatch=True) to resume anyway.")
+        if differences:
+            warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences),
+                          stacklevel=3)
+        self._restore(state)
+        self._apply_optimizer_settings(state.run.get("config", {}))
+        in_output_dir = self.args.output_dir and os.path.abspath(state.path or "") == os.path.abspath(
+            os.path.join(self.args.output_dir, f"checkpoint-{state.step}"))
+        self._saved_step = state.step if in_output_dir else None
+
+    def _restore(self, state: TrainingState) -> None:
+        """Make the live trainer equal ``state`` (weights, optimizer, memory, RNG, step, history)."""
+        apply_state(state, self.model, self.optimizer, self.scheduler, self.memory)
+        self.step = state.step
+        self.history.records, self.history.samples = list(state.records), list(state.samples)
         self.history.rewrite()
+
+    def _apply_optimizer_settings(self, saved: dict[str, Any]) -> None:
+        """A resume overriding the learning rate or weight decay takes effect: loading the
+        optimizer state brought the checkpoint's values back."""
+        lr, wd = self.args.learning_rate, self.args.weight_decay
+        if saved.get("learning_rate", lr) != lr or saved.get("weight_decay", wd) != wd:
+            bases = self.scheduler.base_lrs if self.scheduler is not None else [None] * len(self.optimizer.param_groups)
+            for group, base in zip(self.optimizer.param_groups, bases):
+                factor = group["lr"] / base if base else 1.0  # the schedule's progress is kept
+                group.update(lr=lr * factor, initial_lr=lr, weight_decay=wd)
+            if self.scheduler is not None:
+                self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+
+    def _interrupted(self, step_start: TrainingState | None) -> None:
+        """Ctrl-C: undo a step cut short, then save the last finished step."""
+        if step_start is not None:
+            self._restore(step_start)
+        if not self.args.output_dir or self.step == 0:
+            print(f"\nInterrupted: the trainer is back at step {self.step}, the last finished one; "
+                  "nothing saved")
+            return
+        path = (self.save_checkpoint() if self._saved_step != self.step
+                else os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
+        print(f"\nInterrupted: step {self.step} is the last finished one, saved in {path}; "
+              "resume with resume_from_checkpoint=True")
 
     # --- display ---------------------------------------------------------------------------------
     def _progress(self) -> Any:
