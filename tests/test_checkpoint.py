@@ -146,7 +146,7 @@ def test_random_states_are_plain_json_and_never_unpickled(copy, tmp_path):
 def test_resume_names_every_mismatched_setting(copy):
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     with pytest.raises(ValueError) as err:
-        resume(copy, True, mode="rlvr", num_generations=3, memory_type="fifo", reward_threshold=0.5,
+        resume(copy, True, mode="erl_simple", num_generations=3, memory_type="fifo", reward_threshold=0.5,
                model_name="tiny-b", lora=lora)
     lines = str(err.value).splitlines()
 
@@ -155,7 +155,7 @@ def test_resume_names_every_mismatched_setting(copy):
         assert found, f"{field} not named in:\n{err.value}"
         return found[0]
 
-    for field, old, new in [("mode", "'erl'", "'rlvr'"), ("num_generations", "2", "3"),
+    for field, old, new in [("mode", "'erl'", "'erl_simple'"), ("num_generations", "2", "3"),
                             ("memory_type", "'single'", "'fifo'"), ("reward_threshold", "1.0", "0.5"),
                             ("model", "'tiny-a'", "'tiny-b'"), ("lora.r", "16", "4"),
                             ("lora.alpha", "32", "8")]:
