@@ -19,6 +19,7 @@ erl_lite keeps the sampled ids so training sees exactly what sampling saw.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +116,9 @@ def run_episodes(
 def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any) -> _Live:
     episode = env.new_episode()
     observation = episode.reset(task)
+    if not isinstance(observation, (str, list)):
+        raise TypeError(f"{type(episode).__name__}.reset() returned {observation!r} for task {task.task_id}; "
+                        "it must be the first user message (a string) or chat messages")
     messages = opening_messages(system_prompt, observation)
     return _Live(episode=episode, messages=messages, prompt_ids=encode_messages(messages, tokenizer))
 
@@ -128,7 +132,7 @@ def _advance(
     lv.completion_mask += [1] * len(out)
     lv.messages.append({"role": "assistant", "content": text})
     lv.turns += 1
-    observation, _reward, done, _info = lv.episode.step(text)
+    observation, done = _checked_step(lv.episode, text)
     if done or observation is None or lv.turns >= max_turns:
         lv.done = True
         return
@@ -142,9 +146,39 @@ def _advance(
     lv.completion_mask += [0] * len(glue)
 
 
+def _checked_step(episode: Episode, text: str) -> tuple[Any, bool]:
+    """``episode.step(text)`` with its output checked: ``(observation, done)``.
+
+    A user's environment that returns the wrong shape fails here with its class named, not
+    three calls later with an unpacking error.
+    """
+    out = episode.step(text)
+    name = type(episode).__name__
+    if not isinstance(out, tuple) or len(out) != 4:
+        raise TypeError(f"{name}.step() must return (observation, reward, done, info), got {out!r}")
+    observation, reward, done, _info = out
+    if not isinstance(done, bool):
+        raise TypeError(f"{name}.step() returned done={done!r}; it must be a bool")
+    _check_reward(name + ".step()", reward)
+    if not done and not isinstance(observation, (str, list)):
+        raise TypeError(f"{name}.step() returned observation={observation!r} for an ongoing episode; "
+                        "it must be the next user message (a string)")
+    return observation, done
+
+
+def _check_reward(where: str, reward: Any) -> None:
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise TypeError(f"{where} gave reward={reward!r}; rewards must be finite numbers")
+
+
 def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) -> Attempt:
     ep = lv.episode
+    _check_reward(f"{type(ep).__name__} (task {task.task_id})", ep.reward)
     feedback, trace = ep.feedback(), ep.trace()
+    for what, value in (("feedback", feedback), ("trace", trace)):
+        if not isinstance(value, str):
+            raise TypeError(f"{type(ep).__name__}.{what}() returned {value!r} for task {task.task_id}; "
+                            "it must be a string")
     if lv.truncated and not ep.done:  # stopped from outside: say so, not "still running"
         note = (f"Stopped: the attempt ran out of its token budget after {lv.turns} turn(s) "
                 f"without finishing. Reward {ep.reward:g}.")
