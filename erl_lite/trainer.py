@@ -3,20 +3,20 @@
 Usage mirrors TRL's GRPOTrainer (same argument names and reward-function signature), so a
 GRPOTrainer user changes one line; environments plug into the same trainer through ``env=``.
 
-How erl_lite departs from the paper (and its released code) — read before comparing numbers:
+How erl_lite departs from the paper (and its released code) — read before comparing numbers;
+the README's "How erl_lite departs from the paper" gives each point in full:
 
 1. Rollouts use ``transformers.generate`` on the training model, not vLLM; one GPU, no Ray.
 2. LoRA/QLoRA adapters instead of full fine-tuning; the KL reference is the same model with
-   its adapter disabled, so no second copy is kept. LoRA wants a larger learning rate than
-   the paper's 1e-6 (see the presets).
-3. Small batches (the paper: 64 tasks × 4 rollouts); the optimizer-step count per iteration
-   is logged (``optim/steps``) so ERL and RLVR can be compared honestly.
-4. Memory is the paper's single overwritten slot by default, written only with a *parsed*
-   rulebook; the peer package's FIFO/top-k is an option.
-5. Internalization follows the released code (clipped loss with advantage ``max(r2, 0)``);
-   the paper's indicator-weighted NLL is ``internalization_mode="nll"``.
-6. Evaluation samples first attempts only, from the initial prompt, and never sees or
-   writes memory, as in the paper.
+   its adapter disabled. LoRA wants a larger learning rate than the paper's 1e-6.
+3. Small batches; ``steps_per_generation`` optimizer steps per iteration (1 in the ``cpu``
+   preset, 2 in ``gpu``/``paper``), logged as ``optim/steps``.
+4. Memory is the paper's single overwritten slot, written only with a *parsed* rulebook.
+5. Internalization follows the released code (clipped loss, advantage ``max(r2, 0)``,
+   weight-0 rows kept, cut targets closed with the end-of-turn token).
+6. Evaluation samples first attempts only, from the initial prompt, never touching memory,
+   with its own sampler settings (``eval_top_p``/``eval_top_k``; the paper's in ``gpu``/``paper``).
+7. ``mode="rlvr"`` defaults to the paper's G = 10.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
