@@ -63,7 +63,7 @@ def fixed_sentences() -> list[str]:
     texts = [REFLECTION_SYSTEM, REFLECTION_REQUEST, RETRY_HEADER, action_reminder_text(),
              grid_system_prompt(8, compact=True), grid_system_prompt(8, compact=False),
              "[... middle of the attempt omitted ...]", "(grid unchanged)",
-             "(No valid action found in your reply; nothing happened.)", rulebook(None, None)]
+             "(No valid action found in your reply; nothing happened.)", rulebook(None)]
     letters = "ABCDEFGHXZ"
     texts += [c.format(tile=x) for c in COMMENTS.values() for x in letters]
     texts += [f.format(n=n, budget=8) for f in FEEDBACK.values() for n in range(1, 9)]

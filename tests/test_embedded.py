@@ -12,9 +12,12 @@ import torch
 from erl_lite.chat import encode_messages
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_world, load_embedded, measure_bands
 from erl_lite.embedded.corpus import generate_corpus
-from erl_lite.embedded.rulebooks import named_hole, rulebook
+from erl_lite.embedded.demo import contradicting_rulebooks
+from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
 from erl_lite.embedded.teacher import Teacher, best_moves, describe_ahead
-from erl_lite.embedded.world import closer_tiles, hole_in_the_way, letter_pair, parse_grid
+from erl_lite.embedded.world import (SECOND_HOLE, closer_tiles, fatal_letter, hole_in_the_way, hole_letters,
+                                     holes_in_the_way, parse_grid, run_letters)
+from erl_lite.history import History
 from erl_lite.envs.grid import parse_action
 from erl_lite.generation import HFGenerator, SamplingParams
 from erl_lite.models import describe_policy, trainable_parameters
@@ -80,7 +83,7 @@ def test_tokenizer_is_lossless_with_a_chat_template(plain):
         assert tok.decode(tok(text, add_special_tokens=False).input_ids) == text
     for letter in "ABCDEFGHXZ":  # every grid cell is one token: its letter, after its separator
         assert tok.tokenize(f"{letter} {letter}\n{letter}") == [letter, f" {letter}", "\n", letter]
-    reply = "Avoid E. Down G ok, Right E no.\n```Right```"
+    reply = "Avoid E or H. Down G ok, Right E no.\n```Right```"
     assert tok.decode(tok(reply, add_special_tokens=False).input_ids) == reply
     assert len(tok(reply, add_special_tokens=False).input_ids) <= demo_config().max_completion_length - 1
 
@@ -89,14 +92,37 @@ def test_tokenizer_is_lossless_with_a_chat_template(plain):
 
 
 def test_demo_world_letters_vary_by_run_and_maps_put_holes_in_the_way():
-    pairs = {letter_pair(s) for s in range(40)}
-    assert len(pairs) > 10 and all(h != f for h, f in pairs)
+    draws = {run_letters(s) for s in range(40)}
+    assert len(draws) > 10 and all(len(set(d)) == 3 for d in draws)
     world = demo_world(3)
-    assert (world.symbols["hole"], world.symbols["frozen"]) == letter_pair(3)
+    assert (*hole_letters(world.symbols), world.symbols["frozen"]) == run_letters(3)
     tasks = world.test_tasks()
     share = sum(hole_in_the_way(t.data["map"]) for t in tasks) / len(tasks)
-    assert 0.65 <= share <= 0.9  # 75% by construction, plus easy maps that happen to have one
-    assert [t.data["map"] for t in demo_world(3).test_tasks(5)] == [t.data["map"] for t in tasks[:5]]
+    assert 0.65 <= share <= 0.95  # 75% by construction, plus easy maps that happen to have one
+    assert [t.data["kinds"] for t in demo_world(3).test_tasks(5)] == [t.data["kinds"] for t in tasks[:5]]
+    both = sum(holes_in_the_way(t.data["kinds"]) == {"H", SECOND_HOLE} for t in tasks) / len(tasks)
+    assert both >= 0.15  # often both kinds of hole block: one failure cannot reveal the whole rulebook
+
+
+def test_a_failure_names_only_the_hole_stepped_on():
+    world = make_lake_with_both_holes()
+    seen = set()
+    for task in world.test_tasks(60):
+        episode = world.new_episode()
+        episode.reset(task)
+        for action in ("Right", "Down", "Right", "Down"):
+            if episode.done:
+                break
+            _, _, _, info = episode.step(f"```{action}```")
+        trace = "\n".join(episode._lines)
+        if (letter := fatal_letter(trace)) is not None:
+            seen.add(letter)
+            assert trace.count("moved into a hole") == 1
+    assert seen == set(hole_letters(world.symbols))  # either kind can be the one revealed
+
+
+def make_lake_with_both_holes():
+    return demo_world(0, n_test=60)
 
 
 def test_observation_names_the_tiles_ahead_but_not_what_they_are():
@@ -123,16 +149,55 @@ def test_teacher_moves_follow_the_belief_about_holes():
     assert describe_ahead(grid, None) == "Down F ok, Right H ok."
 
 
+def reflection_request(base: str, trace: str, task: str = "A E G\nH G B\nleft: 8") -> str:
+    return (f"<|im_start|>system\n{REFLECTION_SYSTEM}<|im_end|>\n<|im_start|>user\n## Current instructions\n"
+            f"{base}\n\n## Task\n{task}\n\n## What the agent did\n{trace}\n\n## Outcome\n"
+            f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
+
+
 def test_teacher_reflection_names_the_fatal_letter():
-    trace = "Start:\nA E G\nG G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
-    request = (f"<|im_start|>system\n{REFLECTION_SYSTEM}<|im_end|>\n<|im_start|>user\n## Current instructions\n"
-               f"base\n\n## Task\nA E G\nG G B\nleft: 8\n\n## What the agent did\n{trace}\n\n## Outcome\n"
-               f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
-    texts = [Teacher(seed=s)(request) for s in range(20)]
+    trace = "Start:\nA E G\nH G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
+    texts = [Teacher(seed=s)(reflection_request("base", trace)) for s in range(20)]
     assert all(t.startswith("<prompt>") and t.endswith("</prompt>") for t in texts)
-    holes = [named_hole(t) for t in texts]
-    assert holes.count("E") >= 15 and set(holes) <= {"E", "G"}  # mostly right, sometimes wrong
-    assert named_hole(rulebook("E", "G")) == "E" and named_hole(rulebook(None, None)) is None
+    holes = [named_holes(t) for t in texts]
+    assert holes.count(["E"]) >= 15 and all(len(h) == 1 and h[0] in "EGH" for h in holes)  # mostly right
+    assert named_holes(rulebook("E", "G")) == ["E"] and named_holes(rulebook(None)) == []
+
+
+def test_teacher_reflection_keeps_memory_adds_the_trace_and_never_contradicts():
+    trace = ("Start:\nA G E\nH G B\nAction 1: Down -> stepped on H: moved to a safe tile\n"
+             "Action 2: Right -> stepped on G: moved to a safe tile\n"
+             "Action 3: Up -> stepped on E: moved into a hole; the episode is over.")
+    memory = rulebook(["C"], ["G"])
+    texts = [Teacher(seed=s)(reflection_request(memory, trace))
+             for s in range(20)]
+    right = [t for t in texts if named_holes(t) == ["C", "E"]]
+    assert len(right) >= 15  # kept C from memory, added E from the trace
+    assert all(named_safe(t) == ["G", "H"] for t in right)
+    # memory said H is a hole, but the trace walked on H: the reflector drops it, never both meanings
+    wrong = rulebook(["H"], ["E"])
+    texts = [Teacher(seed=s)(reflection_request(wrong, trace)) for s in range(20)]
+    assert all(not contradictions(t) for t in texts)
+    assert sum(named_holes(t) == ["E"] and "H" in named_safe(t) for t in texts) >= 15
+
+
+def test_contradiction_detector():
+    assert contradictions("A is you. F is a hole: stepping on F ends the game. F is safe ice.") == ["F"]
+    assert contradictions(rulebook(["E", "H"], ["G"])) == []
+    assert contradiction_rate([rulebook("E", "G"), "E is a hole. E is ice.", "G is a hole. G is safe."]) == 2 / 3
+    with pytest.raises(ValueError, match="both hole and safe"):
+        rulebook(["E"], ["E"])
+
+
+def test_report_flags_self_contradicting_rulebooks():
+    history = History()
+    bad = "A is you. F is a hole. F is safe ice."
+    history.samples = [{"step": 1, "retries": [
+        {"reflection": {"task_id": "t1", "rulebook": bad, "base_prompt": "x", "parsed": True}, "second": {"success": 0}},
+        {"reflection": {"task_id": "t2", "rulebook": rulebook("E", "G"), "base_prompt": "x", "parsed": True},
+         "second": {"success": 1}}]}]
+    checked, found = contradicting_rulebooks(history, [bad])
+    assert checked == 3 and [t for _, t in found] == [bad, bad]
 
 
 # --- the model inside ERL ------------------------------------------------------------------------
