@@ -185,8 +185,8 @@ def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
     (r0, c0), (r1, c1) = where["S"], where["G"]
     holes.sort(key=lambda h: not (min(r0, r1) <= h[0] <= max(r0, r1) and min(c0, c1) <= h[1] <= max(c0, c1)))
     kind = {cell: rng.choice("H" + SECOND_HOLE) for cell in holes}
-    if len(holes) >= 2:
-        kind[holes[0]], kind[holes[1]] = "H", SECOND_HOLE
+    if len(holes) >= 2:  # which of the two gets which kind is drawn too: neither kind blocks more often
+        kind[holes[0]], kind[holes[1]] = rng.sample("H" + SECOND_HOLE, 2)
     return ["".join(kind.get((r, c), ch) for c, ch in enumerate(row)) for r, row in enumerate(rows)]
 
 
