@@ -160,7 +160,7 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
                                        1.0, 0.0)
                     torch.manual_seed(seed + 10 + k)
                     pairs += list(zip(group, reflect(ctx, group, memory)))
-                    written += [r.rulebook for r in pairs[-len(group):]]
+                    written += [r.rulebook for _, r in pairs[-len(group):]]
             torch.manual_seed(seed + 20 + k)
             retries = attempt_second(ctx, [a for a, _ in pairs], by_id, [r for _, r in pairs])
             memo[name] = [(r.second.success, r.reflection.rulebook) for r in retries]
