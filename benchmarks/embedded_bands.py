@@ -14,8 +14,8 @@ and prints:
   the ice letter exchanged (same words, wrong content);
 * the memory effect, on the failures where the unrevealed hole lies in the way: second attempts
   under a reflection written from a good memory (the other hole named) versus one written from
-  the initial prompt (band: good >= initial + 0.15), and a wrong-memory control (the ice
-  called a hole, the other hole called ice).
+  the initial prompt (band: good >= initial + 0.15), and a wrong-memory control (a remembered
+  rulebook that calls the ice a hole).
 
 Sampling is seeded; expect a few points of drift across machines and torch versions.
 

@@ -201,7 +201,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--runs", type=int, default=60, help="corpus worlds (letter pairs cycle through 30)")
     p.add_argument("--tasks-per-run", type=int, default=96)
-    p.add_argument("--reflection-share", type=float, default=0.5,
+    p.add_argument("--reflection-share", type=float, default=0.75,
                    help="keep this share of the corpus' reflections (the role is learned early)")
     p.add_argument("--ahead-weight", type=float, default=4.0, help="loss weight of the letters seen ahead")
     p.add_argument("--hidden", type=int, default=128)

@@ -162,23 +162,22 @@ def test_teacher_reflection_names_the_fatal_letter():
     holes = [named_holes(t) for t in texts]
     assert holes.count(["E"]) >= 15 and all(len(h) == 1 and h[0] in "EGH" for h in holes)  # mostly right
     assert named_holes(rulebook("E", "G")) == ["E"] and named_holes(rulebook(None)) == []
+    assert all(not named_safe(t) for t in texts)  # the teacher states holes only
 
 
 def test_teacher_reflection_keeps_memory_adds_the_trace_and_never_contradicts():
     trace = ("Start:\nA G E\nH G B\nAction 1: Down -> stepped on H: moved to a safe tile\n"
              "Action 2: Right -> stepped on G: moved to a safe tile\n"
              "Action 3: Up -> stepped on E: moved into a hole; the episode is over.")
-    memory = rulebook(["C"], ["G"])
-    texts = [Teacher(seed=s)(reflection_request(memory, trace))
-             for s in range(20)]
+    memory = rulebook(["C"])
+    texts = [Teacher(seed=s)(reflection_request(memory, trace)) for s in range(20)]
     right = [t for t in texts if named_holes(t) == ["C", "E"]]
-    assert len(right) >= 15  # kept C from memory, added E from the trace
-    assert all(named_safe(t) == ["G", "H"] for t in right)
-    # memory said H is a hole, but the trace walked on H: the reflector drops it, never both meanings
-    wrong = rulebook(["H"], ["E"])
-    texts = [Teacher(seed=s)(reflection_request(wrong, trace)) for s in range(20)]
-    assert all(not contradictions(t) for t in texts)
-    assert sum(named_holes(t) == ["E"] and "H" in named_safe(t) for t in texts) >= 15
+    assert len(right) >= 15  # kept C from memory, appended E from the trace
+    assert all(t == f"<prompt>{rulebook(['C', 'E'])}</prompt>" for t in right)  # a copy plus one fact
+    # memory said H is a hole, but the trace walked on H: the reflector drops it
+    texts = [Teacher(seed=s)(reflection_request(rulebook(["H"]), trace)) for s in range(20)]
+    assert all(not contradictions(t) and "H" not in named_holes(t) for t in texts)
+    assert sum(named_holes(t) == ["E"] for t in texts) >= 15
 
 
 def test_contradiction_detector():

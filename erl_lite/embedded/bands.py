@@ -7,7 +7,7 @@ Then the **memory effect**: on the failures where the part a single trace cannot
 matters (the agent fell into one kind of hole and the other kind lies between start and
 goal), second attempts under a reflection written from a *good memory* (a rulebook naming the
 other hole, as an earlier failure would have taught) against one written from the initial
-prompt, and a *wrong memory* control (the ice called a hole, the other hole called ice).
+prompt, and a *wrong memory* control (a rulebook calling the ice a hole).
 Every rulebook is checked for self-contradiction
 (:func:`~erl_lite.embedded.rulebooks.contradictions`). ``benchmarks/embedded_bands.py`` runs it
 over several worlds; ``tests/test_embedded.py`` holds the shipped model to its bands on a small
@@ -62,9 +62,9 @@ class Bands:
         initial_memory_success: on those, second attempts under a reflection written from the
             initial prompt (what a run without memory gets).
         good_memory_success: the same under a reflection written from a memory that names
-            the other hole and the ice.
-        wrong_memory_success: the same from a memory that calls the ice a hole and the other
-            hole ice (control: memory's content is what helps).
+            the other hole.
+        wrong_memory_success: the same from a memory that calls the ice a hole (control:
+            memory's content is what helps).
         merged_rate: share of the good-memory reflections that name both holes.
     """
 
@@ -156,8 +156,7 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
                 group = [a for a, _ in cases if fatal_letter(a.trace) != other]
                 if group:
                     memory = ReflectionMemory()
-                    memory.maybe_store(rulebook([other], [frozen]) if name == "good" else rulebook([frozen], [other]),
-                                       1.0, 0.0)
+                    memory.maybe_store(rulebook([other]) if name == "good" else rulebook([frozen]), 1.0, 0.0)
                     torch.manual_seed(seed + 10 + k)
                     pairs += list(zip(group, reflect(ctx, group, memory)))
                     written += [r.rulebook for _, r in pairs[-len(group):]]

@@ -101,7 +101,7 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
         tasks = env.train_tasks(tasks_per_run)
         for i in range(0, len(tasks), batch_tasks):
             if cfg.use_memory and i and rng.random() < partial_memory:
-                memory.maybe_store(rulebook([rng.choice(letters[:2])], [letters[2]]), 1.0, 1.0)
+                memory.maybe_store(rulebook([rng.choice(letters[:2])]), 1.0, 1.0)
             out = erl_step(ctx, tasks[i:i + batch_tasks], memory if cfg.use_memory else None)
             examples += [CorpusExample(a.role, a.prompt_ids, a.completion_ids, a.completion_mask, r)
                          for a in out.first + out.second]

@@ -1,7 +1,9 @@
 """The rulebook sentences of the embedded model's world, their reader, and a self-contradiction detector.
 
 A good reflection on the demo world writes a rulebook such as
-``"A is you. B is the goal. E is a hole. H is a hole. G is safe ice. Reach B and never step on E or H."``;
+``"A is you. B is the goal. Reach B and never step on a hole. E is a hole. H is a hole."``: fixed
+sentences, then one fact per letter in the order the facts were learned, so that building on a
+remembered rulebook is copying it and appending what the trace adds;
 :func:`rulebook` writes one (the build-time teacher does), :func:`named_holes` and
 :func:`named_safe` read which letters one calls holes and safe (the teacher, the bands and the
 demo report do), and :func:`contradictions` lists the letters a rulebook gives two opposite
@@ -34,24 +36,24 @@ _SAFE_RULE = re.compile(r"\b([A-Z]) is (?:safe|ice|frozen)\b")
 
 
 def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None = None) -> str:
-    """The rulebook a good reflection writes (no ``holes``: nothing learned about holes yet).
+    """The rulebook a good reflection writes: fixed sentences, then one fact per letter.
 
     ``holes`` and ``safe`` are letters (a single letter or a sequence), written in the given
-    order; a letter in both is refused, since that rulebook would contradict itself.
+    order (the embedded teacher names holes only: a fact per hole, in the order learned); a
+    letter in both is refused, since that rulebook would contradict itself.
 
     Example:
-        >>> rulebook(["E", "H"], ["G"])
-        'A is you. B is the goal. E is a hole. H is a hole. G is safe ice. Reach B and never step on E or H.'
-        >>> rulebook(None)
-        'A is you. B is the goal. Reach B in few moves.'
+        >>> rulebook(["E", "H"])
+        'A is you. B is the goal. Reach B and never step on a hole. E is a hole. H is a hole.'
+        >>> rulebook(None, ["G"])
+        'A is you. B is the goal. Reach B and never step on a hole. G is safe ice.'
     """
     holes, safe = _letters(holes), _letters(safe)
     if both := sorted(set(holes) & set(safe)):
         raise ValueError(f"letters {both} given as both hole and safe: the rulebook would contradict itself")
-    parts = [f"{AGENT} is you.", f"{GOAL} is the goal."]
+    parts = [f"{AGENT} is you.", f"{GOAL} is the goal.", f"Reach {GOAL} and never step on a hole."]
     parts += [f"{h} is a hole." for h in holes]
     parts += [f"{s} is safe ice." for s in safe]
-    parts.append(f"Reach {GOAL} and never step on {' or '.join(holes)}." if holes else f"Reach {GOAL} in few moves.")
     return " ".join(parts)
 
 

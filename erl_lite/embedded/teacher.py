@@ -12,11 +12,11 @@ trained on; nothing that runs at demo time imports this module. It plays the dem
   random (kept for the whole episode). RL alone rarely samples the right letters; a
   reflection reads them from the trace, and memory carries them across episodes.
 * **reflect**: writes a rulebook in ``<prompt>…</prompt>`` that builds on the current
-  instructions (memory, when the run has one): it keeps the holes they name unless the trace
-  walked safely over that letter, adds the hole the trace's fatal step names, and calls safe
-  the letters the trace stepped on safely (or the instructions called safe), never one it
-  calls a hole. A failure reveals only the hole stepped on, so only a rulebook built on memory
-  names both of the world's holes. A few reflections blame a wrong letter for the fall.
+  instructions (memory, when the run has one): it copies the holes they name, in their order,
+  except any the trace walked on safely, and appends the hole the trace's fatal step names.
+  A failure reveals only the hole stepped on, so only a rulebook built on memory names both of
+  the world's holes. Rulebooks state holes only (no "safe" facts), so no letter ever gets two
+  meanings. A few reflections blame a wrong letter for the fall.
 * **act under a rulebook**: avoid every letter the rulebook calls a hole (guess if it names none).
 
 Departures from the paper: the paper starts from instruction-tuned LLMs; this teacher exists
@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Collection
 
-from erl_lite.embedded.rulebooks import named_holes, named_safe, rulebook
+from erl_lite.embedded.rulebooks import named_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.prompts import REFLECTION_SYSTEM
@@ -201,13 +201,12 @@ class Teacher:
     def reflect(self, request: str) -> str:
         """A rulebook built on the current instructions and the trace (see the module docstring).
 
-        Holes: those the instructions name, minus any the trace stepped on safely, plus the
-        fatal step's letter (rarely a wrongly blamed one). Safe: letters the instructions or
-        the trace's safe steps show, minus the holes, so no letter gets two meanings.
+        Holes: those the instructions name, in order, minus any the trace stepped on safely,
+        then the fatal step's letter (rarely a wrongly blamed one) if it is new.
         """
         base = _section(request, "Current instructions")
         trace = _section(request, "What the agent did")
-        stepped_safe = list(dict.fromkeys(_SAFE_STEP.findall(trace)))
+        stepped_safe = set(_SAFE_STEP.findall(trace))
         holes = [h for h in named_holes(base) if h not in stepped_safe]
         fatal = _FATAL.findall(trace)
         if fatal:
@@ -218,8 +217,7 @@ class Teacher:
                 blamed = self.rng.choice(others)  # the imperfect reflector blames the wrong letter
             if blamed not in holes:
                 holes.append(blamed)
-        safe = [x for x in [*named_safe(base), *stepped_safe] if x not in holes]
-        return f"<prompt>{rulebook(holes, list(dict.fromkeys(safe)))}</prompt>"
+        return f"<prompt>{rulebook(holes)}</prompt>"
 
 
 def _section(request: str, title: str) -> str:
