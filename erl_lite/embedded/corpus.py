@@ -74,7 +74,9 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
     the initial prompt otherwise). In a run with memory, before each step after the first,
     memory is set with chance ``partial_memory`` to a rulebook naming only one of the two holes
     (what one earlier failure teaches), so the corpus shows many reflections that must keep
-    the remembered hole and add the one the trace reveals.
+    the remembered hole and add the one the trace reveals; a quarter of those memories name
+    the ice instead (a lucky success can store a wrong rulebook), which the reflector drops
+    once a trace walks on the ice safely.
 
     Args:
         tokenizer: renders and tokenizes exactly as the trainer will.
@@ -101,7 +103,9 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
         tasks = env.train_tasks(tasks_per_run)
         for i in range(0, len(tasks), batch_tasks):
             if cfg.use_memory and i and rng.random() < partial_memory:
-                memory.maybe_store(rulebook([rng.choice(letters[:2])]), 1.0, 1.0)
+                # one true hole, or (a quarter of the time) the ice wrongly remembered as a hole
+                remembered = letters[2] if rng.random() < 0.25 else rng.choice(letters[:2])
+                memory.maybe_store(rulebook([remembered]), 1.0, 1.0)
             out = erl_step(ctx, tasks[i:i + batch_tasks], memory if cfg.use_memory else None)
             examples += [CorpusExample(a.role, a.prompt_ids, a.completion_ids, a.completion_mask, r)
                          for a in out.first + out.second]
