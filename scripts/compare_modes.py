@@ -160,12 +160,14 @@ def plot_pair(results: list[dict], path: str) -> None:
 
 
 def reach_seconds(curve: list[list[float]], level: float) -> float | None:
-    """CPU seconds at the first evaluation of ``curve`` reaching ``level`` (None: never).
+    """CPU seconds at the first evaluation *after training began* (step > 0) of ``curve`` that
+    reaches ``level`` (None: never). The starting model is not counted, so a baseline that never
+    rose above its start is still "reached" only by a trained model.
 
-    >>> reach_seconds([[0, 0.0, 0.4], [5, 15.0, 0.7], [10, 30.0, 0.9]], 0.65)
-    15.0
+    >>> reach_seconds([[0, 0.0, 0.7], [5, 15.0, 0.6], [10, 30.0, 0.9]], 0.65)
+    30.0
     """
-    return next((sec for _, sec, v in curve if v >= level), None)
+    return next((sec for step, sec, v in curve if step > 0 and v >= level), None)
 
 
 def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
