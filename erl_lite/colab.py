@@ -142,13 +142,14 @@ def environment_report() -> RuntimeReport:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    versions["torch"] = torch.__version__  # the imported one (a clone may shadow the install)
+    versions["torch"] = torch.__version__  # with its build: +cu126 (CUDA 12.6), +cpu, ...
     versions["erl_lite"] = __version__
     location = str(erl_lite.__file__).removesuffix("__init__.py").rstrip("/\\")
     if not torch.cuda.is_available():
         return RuntimeReport(versions, location)
     index = torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(index)
-    return RuntimeReport(versions, location, device=f"cuda:{index}", gpu_name=torch.cuda.get_device_name(index),
-                         gpu_free_gib=round(free / 2**30, 2), gpu_total_gib=round(total / 2**30, 2),
+    return RuntimeReport(versions, location, device=f"cuda:{index}",
+                         gpu_name=torch.cuda.get_device_name(index), gpu_free_gib=round(free / 2**30, 2),
+                         gpu_total_gib=round(total / 2**30, 2),
                          native_bf16=torch.cuda.is_bf16_supported(including_emulation=False))

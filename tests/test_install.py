@@ -46,7 +46,6 @@ def _snapshot_of_working_tree(dest: pathlib.Path) -> pathlib.Path:
     return dest
 
 
-@pytest.mark.slow
 def test_install_from_a_git_url_at_the_release_ref_carries_code_and_data(tmp_path):
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and a git checkout")

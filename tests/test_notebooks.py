@@ -50,7 +50,8 @@ def test_notebook_install_cell_badge_and_links_match_the_release_constants(path)
         f"{path.name} differs from the rendered first cells: run python scripts/sync_notebooks.py"
     nb = json.loads(text)
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert "parameters" in code[1].get("metadata", {}).get("tags", []), "install, parameters, environment: in that order"
+    tags = code[1].get("metadata", {}).get("tags", [])
+    assert "parameters" in tags, "code cells open with install, parameters, environment, in that order"
     assert "environment_report()" in "".join(code[2]["source"])
     assert "](../assets" not in text  # relative links do not resolve when Colab opens the notebook alone
 
