@@ -289,6 +289,47 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Presets sized for a CUDA GPU (a Qwen-class model in 4-bit): :func:`require_cuda_for_preset`
+#: refuses to run them where no CUDA device exists.
+GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
+
+
+def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
+    """Raise RuntimeError when preset ``name`` is sized for a GPU and no CUDA device exists.
+
+    A model loaded by name falls back to the CPU when there is no CUDA device, so without this
+    check ``PRESET = "gpu"`` would train a 1.5 B model on the CPU for hours without a word.
+    Settings stay data: ``ERLConfig.preset("gpu")`` can be built and read anywhere; the check runs
+    where a model is about to be loaded for a run — in the notebooks' environment cell and in
+    :class:`~erl_lite.ERLTrainer` when it loads a model by name. ``allow_cpu=True`` (or, with the
+    trainer, a model loaded explicitly with ``load_policy(name, device="cpu")``) is the override.
+
+    Args:
+        name: a preset's name (see :data:`PRESETS`), or None for a config not made from one.
+        allow_cpu: run a GPU preset on the CPU anyway.
+
+    Example:
+        >>> require_cuda_for_preset("cpu")  # a CPU preset needs nothing
+        >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
+    """
+    if name is not None and name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    if name not in GPU_PRESETS or allow_cpu:
+        return
+    import torch  # here, not at the top: `import erl_lite.config` stays free of torch
+
+    if torch.cuda.is_available():
+        return
+    raise RuntimeError(
+        f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA "
+        "device here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' "
+        "(the embedded model, offline, minutes); or switch to a GPU (on Colab: Runtime -> Change "
+        "runtime type -> T4 GPU, then run all cells again); or run on the CPU anyway: in a notebook, "
+        "pass allow_cpu=True in the environment cell (require_cuda_for_preset(PRESET, allow_cpu=True)); "
+        "with ERLTrainer, load the model yourself with erl_lite.models.load_policy(name, device='cpu') "
+        "and pass the model in.")
+
+
 #: G per mode when ``num_generations`` is None: the paper's 4 rollouts per task for ERL and its
 #: compute-matched 10 for the RLVR baseline.
 DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}

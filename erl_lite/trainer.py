@@ -180,9 +180,12 @@ class ERLTrainer:
         return optimizer, scheduler
 
     def _load(self, model: Any, tokenizer: Any, peft_config: Any, four_bit: bool) -> tuple[Any, Any]:
+        from erl_lite.config import require_cuda_for_preset
         from erl_lite.models import load_policy
 
         if isinstance(model, str) or hasattr(model, "__fspath__"):
+            # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
+            require_cuda_for_preset(self.args.extra.get("preset"))
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
                                gradient_checkpointing=self.args.gradient_checkpointing)
