@@ -228,7 +228,8 @@ class PlayedEpisode:
     def text(self) -> str:
         """The episode as plain text, turn by turn."""
         verdict = "succeeded" if self.success else "failed"
-        lines = [f"task {self.task_id} · reward {self.reward:.2f} · {verdict} · {len(self.turns)} turns",
+        n = len(self.turns)
+        lines = [f"task {self.task_id} · reward {self.reward:.2f} · {verdict} · {n} turn{'s' * (n != 1)}",
                  f"system: {self.system_prompt}"]
         for turn in self.turns:
             lines += [f"--- turn {turn.number} ---", turn.observation, f"reply: {turn.reply}"]
