@@ -143,11 +143,14 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
         if value not in ("none", "4bit"):
             raise ValueError(f"{note}: base_quantization must be 'none' or '4bit', got {value!r}")
         return value, note
-    state = os.path.join(os.path.dirname(os.path.abspath(folder)), "trainer_state.json")
-    if os.path.isfile(state):
+    # An erl_lite checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
+    here = os.path.abspath(folder)
+    state = os.path.join(os.path.dirname(here), "trainer_state.json")
+    if os.path.basename(here) == "adapter" and os.path.isfile(state):
         with open(state, encoding="utf-8") as f:
-            four_bit = bool((json.load(f).get("config") or {}).get("load_in_4bit"))
-        return ("4bit" if four_bit else "none"), state
+            config = json.load(f).get("config")
+        if isinstance(config, dict) and "load_in_4bit" in config:
+            return ("4bit" if config["load_in_4bit"] else "none"), state
     return "none", "default (nothing in the folder says 4-bit)"
 
 

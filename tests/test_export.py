@@ -12,13 +12,17 @@ into the *full-precision* weights instead of the dequantised NF4 ones is off by 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from erl_lite.checkpoint import run_identity, save_checkpoint
 from erl_lite.cli import main
 from erl_lite.export import NOTE_FILE, describe_adapter, export_merged, push_to_hub
+from erl_lite.history import History
+from erl_lite.memory import ReflectionMemory
 from erl_lite.models import load_policy
 from erl_lite.testing import FAMILIES, save_tiny_model
 
@@ -81,6 +85,8 @@ def test_a_qlora_adapter_merged_into_full_precision_weights_would_be_caught(tmp_
 def test_quantization_is_read_from_the_note_or_the_checkpoint(tmp_path):
     _, adapter, _ = make_adapter(tmp_path)
     assert describe_adapter(adapter).quantization == "none"
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 1}))  # another trainer's file
+    assert describe_adapter(adapter).quantization_source.startswith("default")
     (tmp_path / "trainer_state.json").write_text(json.dumps({"step": 1, "config": {"load_in_4bit": True}}))
     info = describe_adapter(adapter)
     assert (info.quantization, info.quantization_source) == ("4bit", str(tmp_path / "trainer_state.json"))
@@ -109,14 +115,19 @@ def test_bad_input_is_named(tmp_path):
         push_to_hub(tmp_path / "missing", "me/model")
 
 
-def test_cli_export_merges_and_pushes_only_when_asked(tmp_path, monkeypatch, capsys):
+def test_cli_export_of_a_checkpoint_merges_and_pushes_only_when_asked(tmp_path, monkeypatch, capsys):
+    """A trainer checkpoint's adapter/ folder; that its base was 4-bit is read from the checkpoint."""
     _, adapter, tok = make_adapter(tmp_path, family="qwen2", quantization="4bit")
+    model, _ = load_policy(adapter, quantization="4bit", device="cpu")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    folder = save_checkpoint(str(tmp_path / "run"), 3, model, optimizer, None, ReflectionMemory(), History(),
+                             run_identity({"load_in_4bit": True}, model))
+    adapter = os.path.join(folder, "adapter")
     pushed = []
     monkeypatch.setattr("erl_lite.export.push_to_hub",
                         lambda folder, repo, private=True: pushed.append((folder, repo, private)) or "url")
     out = tmp_path / "merged"
-    assert main(["export", "--adapter", adapter, "--out", str(out), "--quantization", "4bit",
-                 "--dtype", "float32"]) == 0
+    assert main(["export", "--adapter", adapter, "--out", str(out), "--dtype", "float32"]) == 0
     assert pushed == [] and "4bit base" in capsys.readouterr().out
     got = logprobs(AutoModelForCausalLM.from_pretrained(out), tok)
     assert torch.allclose(got, adapter_logprobs(adapter, tok, "4bit"), atol=ATOL)
