@@ -6,6 +6,9 @@
   the demo's settings) and model (default: the embedded one; a hub name for the GPU preset, or a
   local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
+* ``erl-lite export --adapter DIR --out DIR [--push-to-hub USER/NAME]`` — merge a trained LoRA
+  adapter (a checkpoint's ``adapter/`` folder or a saved adapter) into its base, dequantising a
+  4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
 
 Departures from the paper: none; this is plumbing.
 """
@@ -49,7 +52,36 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     train.add_argument("--load-in-4bit", action="store_true", help="QLoRA: quantize the base model to 4-bit NF4")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    _export_parser(sub)
     return parser
+
+
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser("export", help="merge a LoRA adapter into its base model and save it (optionally push)")
+    export.add_argument("--adapter", required=True, help="adapter folder (a checkpoint's adapter/ or a saved adapter)")
+    export.add_argument("--out", required=True, help="folder for the merged model and its tokenizer")
+    export.add_argument("--quantization", choices=("auto", "none", "4bit"), default="auto",
+                        help="how the base was loaded in training; 4bit: dequantise it before merging "
+                             "(auto: read it from the adapter folder or its checkpoint)")
+    export.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                        help="dtype of the saved weights (auto: the base's own)")
+    export.add_argument("--base-model", default=None, help="load the base from here instead of the adapter's record")
+    export.add_argument("--push-to-hub", default=None, metavar="REPO",
+                        help="then upload the merged folder to this hub repository (needs the network and a token)")
+    export.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from erl_lite import export
+
+    result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
+                                  base_model=args.base_model)
+    print(f"merged {args.adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
+          f"{result.out_dir}")
+    if args.push_to_hub:
+        url = export.push_to_hub(result.out_dir, args.push_to_hub, private=not args.public)
+        print(f"pushed to {url}")
+    return 0
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -144,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  eval_tasks=args.eval_tasks, **{k: v for k, v in _overrides(args).items()
                                                 if k not in ("seed", "max_steps", "output_dir")})
         return 0
+    if args.command == "export":
+        return _export(args)
     return _train(args)
 
 
