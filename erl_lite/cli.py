@@ -246,8 +246,12 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
         folder = found[0]
     with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as f:
         state = json.load(f)
+    saved = state.get("config", {})
     known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
-    cfg = ERLConfig(**{k: v for k, v in state.get("config", {}).items() if k in known})
+    if set(saved) - known:  # written by another erl_lite version
+        print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}",
+              file=sys.stderr)
+    cfg = ERLConfig(**{k: v for k, v in saved.items() if k in known})
     adapter = os.path.join(folder, "adapter")
     if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
         raise CheckpointError(f"{adapter} holds no LoRA adapter; erl-lite eval reads the adapter "
