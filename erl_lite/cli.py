@@ -135,8 +135,12 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         raise ValueError(f"env must be one of {', '.join(ENVIRONMENTS)}, got {run['env']!r}")
     if run["preset"] not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
+    if not isinstance(run["small"], bool):
+        raise ValueError(f"small must be true or false, got {run['small']!r}")
     overrides = {"seed": CLI_SEED, **file_fields, **given_fields(args)}
-    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": bool(run["small"])}
+    if not isinstance(overrides.get("extra") or {}, dict):
+        raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
+    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"]}
     if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
         from erl_lite.embedded.demo import demo_config
 

@@ -244,6 +244,8 @@ def test_run_file_drives_the_trainer(monkeypatch, tmp_path):
     ("env: mars\n", "env must be one of demo"),
     ("mode: [erl\n", "is not valid YAML"),
     ("num_generations: 0\n", "ERLConfig.num_generations must be a positive integer"),
+    ("small: maybe\n", "small must be true or false"),
+    ("extra: [a, b]\n", "extra must be a mapping"),
 ])
 def test_run_file_mistakes_are_named(tmp_path, capsys, text, message):
     path = _yaml(tmp_path, text)
