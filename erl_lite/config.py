@@ -22,6 +22,8 @@ MODES = ("erl", "erl_simple", "rlvr")
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 MEMORY_TYPES = ("single", "fifo")
 INTERNALIZATION_MODES = ("raft", "nll")
+#: Experiment trackers ``report_to`` can name (each an optional pip extra of the same name).
+REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
 
 
 @dataclass
@@ -163,6 +165,23 @@ class ERLConfig:
     written and the highest-numbered one are never deleted."""
     sample_every: int = 1
     """Keep the full step record (texts) every this many iterations."""
+    report_to: str | list[str] = "none"
+    """Experiment trackers that also receive the history, as in TRL (``TrainingArguments.report_to``):
+    ``"none"``, ``"tensorboard"``, ``"trackio"``, ``"wandb"``, a list of these, or ``"all"`` (every
+    one of the three that is installed). Stored as a list after construction (``"none"`` → ``[]``),
+    like transformers. Each one is an optional extra (``pip install 'erl-lite[tensorboard]'``); the
+    trainer refuses, when it is built, one that is not installed. They receive every history scalar
+    (train and eval records, at their step) and a table of the step's attempts, reflections,
+    second attempts and memory (see :mod:`erl_lite.reporting`). Differences from transformers:
+    only these three trackers, and ``"all"`` is resolved by the trainer, not here."""
+    logging_steps: int | float = 1
+    """Send train records to ``report_to`` every this many iterations; a float in (0, 1) is a
+    fraction of ``max_steps``, rounded up (TRL's meaning, counted in iterations instead of
+    optimizer steps). A send carries each metric's mean over the iterations since the previous
+    send (for ``lr`` and ``memory/*`` totals, the latest value) at the sending iteration's step;
+    the last iteration always sends, and evaluations are sent when they happen. TRL's GRPO
+    default is 10; erl_lite's is 1 because one iteration is a whole ERL batch (several optimizer
+    steps). ``history.jsonl`` keeps every iteration whatever this is."""
     load_in_4bit: bool = False
     """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA)."""
     gradient_checkpointing: bool = False
@@ -203,6 +222,8 @@ class ERLConfig:
         for name in ("epsilon", "epsilon_high"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(self, name)!r}")
+        self.report_to = _report_to(self.report_to)
+        self.logging_steps = _logging_steps(self.logging_steps)
         if self.save_total_limit is not None:
             _positive("save_total_limit", self.save_total_limit)
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -341,6 +362,33 @@ _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLCo
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"ERLConfig.{name} must be one of {allowed}, got {value!r}")
+
+
+def _report_to(value: Any) -> list[str]:
+    """``report_to`` as a list of tracker names (``"all"`` kept for the trainer to resolve)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"ERLConfig.report_to must be a string or a list of strings, got {value!r}")
+    names = list(dict.fromkeys(names))
+    allowed = ("none", "all") + REPORT_TO_BACKENDS
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise ValueError(f"ERLConfig.report_to: unknown tracker {unknown[0]!r}; choose from {allowed}")
+    if len(names) > 1 and ("none" in names or "all" in names):
+        raise ValueError(f"ERLConfig.report_to: 'none' and 'all' stand alone, got {names!r}")
+    return [] if names == ["none"] else names
+
+
+def _logging_steps(value: Any) -> int | float:
+    """A positive whole number of iterations, or a fraction of ``max_steps`` in (0, 1)."""
+    if isinstance(value, float) and 0 < value < 1:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("ERLConfig.logging_steps must be a positive integer (iterations) or a float in "
+                         f"(0, 1) (a fraction of max_steps), got {value!r}")
+    return value
 
 
 def _positive(name: str, value: Any) -> None:

@@ -10,6 +10,16 @@ Two notions of "success" are kept apart on purpose: ``success/*`` and ``eval/suc
 the environment's own verdict (e.g. exact match for QA), while ``gate/rate`` counts first
 attempts with ``r1 < τ`` — the gate's rule, read from ``ERLConfig.reward_threshold``.
 
+``frac_reward_zero_std/<role>`` answers "why is my loss zero?": the fraction of the role's
+GRPO groups (one per task: first attempts over the task's G rollouts, reflections and second
+attempts over its gated ones) whose rewards have no spread, so that every advantage in the
+group is 0 and the group adds no policy loss. TRL logs the same quantity, for its one role,
+as ``frac_reward_zero_std``. It is read from the RL batch itself (the advantages the update
+receives), so it follows the mode's grouping (``erl_simple``: the combined reward) and counts
+exactly the groups without signal; one difference from TRL: a lone rollout of a task (A = r,
+see :mod:`erl_lite.advantages`) counts only when its reward is 0. A role that is not trained
+has no groups, and the metric is None.
+
 Departures from the paper: none; the paper reports the same quantities as curves.
 """
 
@@ -18,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from erl_lite.memory import ReflectionMemory
-from erl_lite.records import Attempt
+from erl_lite.records import Attempt, TrainSample
 
 # --- names ------------------------------------------------------------------------------------
 STEP = "step"
@@ -32,6 +42,11 @@ TURNS_FIRST, TRUNCATED_FIRST = "turns/first", "truncated/first"
 TIME_FIRST, TIME_REFLECT, TIME_SECOND = "time/first", "time/reflect", "time/second"
 TIME_UPDATE, TIME_STEP = "time/update", "time/step"
 LR = "lr"
+ZERO_STD_FIRST = "frac_reward_zero_std/first"
+ZERO_STD_REFLECTION = "frac_reward_zero_std/reflection"
+ZERO_STD_SECOND = "frac_reward_zero_std/second"
+#: The roles whose GRPO groups ``frac_reward_zero_std/<role>`` reports (internalization has no group).
+ZERO_STD_KEYS = {"first": ZERO_STD_FIRST, "reflection": ZERO_STD_REFLECTION, "second": ZERO_STD_SECOND}
 EVAL_REWARD, EVAL_SUCCESS, EVAL_NUM_EPISODES = "eval/reward", "eval/success", "eval/num_episodes"
 
 #: Every key a history record may hold, with its meaning. The update's own keys
@@ -46,6 +61,10 @@ METRIC_GLOSSARY: dict[str, str] = {
     GATE_RATE: "fraction of first attempts sent on to reflection (r1 < tau)",
     REFLECTION_PARSE_RATE: "fraction of reflections with a parsable <prompt> block",
     REFLECTION_REWARD: "mean reward credited to reflections (r2 of their second attempt)",
+    ZERO_STD_FIRST: "fraction of first-attempt groups (one per task) with no reward spread: all "
+                    "advantages 0, no policy loss (None when first attempts are not trained)",
+    ZERO_STD_REFLECTION: "the same for the reflection groups (a task's gated rollouts, rewards r2)",
+    ZERO_STD_SECOND: "the same for the second-attempt groups (a task's gated rollouts, rewards r2)",
     MEMORY_SIZE: "number of rulebooks memory holds after the step",
     MEMORY_WRITES: "rulebooks written to memory during the step",
     MEMORY_TOTAL_WRITES: "rulebooks written to memory since the run started",
@@ -82,8 +101,41 @@ METRIC_GLOSSARY: dict[str, str] = {
 }
 
 
+#: Values that describe the state after a step rather than what happened during it: a report
+#: that covers several steps (``ERLConfig.logging_steps``) takes their latest value, not the mean.
+POINT_IN_TIME: frozenset[str] = frozenset({LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES})
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:
+    """Fraction of ``role``'s per-task GRPO groups in the RL batch whose advantages are all 0.
+
+    A group's advantages are all 0 exactly when its rewards have no spread (or it is a lone
+    rollout with reward 0), so this is the share of the role's groups that add no policy loss.
+
+    Args:
+        samples: the RL batch (:attr:`StepOutcome.samples`).
+        role: ``"first"``, ``"reflection"`` or ``"second"``.
+
+    Returns:
+        The fraction, or None when the batch has no sequence of that role.
+
+    Example:
+        >>> batch = [TrainSample("first", [], [], [], A, t)
+        ...          for A, t in [(0.0, "a"), (0.0, "a"), (0.7, "b"), (-0.7, "b")]]
+        >>> frac_reward_zero_std(batch, "first")  # task a: equal rewards
+        0.5
+        >>> frac_reward_zero_std(batch, "second") is None
+        True
+    """
+    silent: dict[str, bool] = {}
+    for s in samples:
+        if s.role == role:
+            silent[s.task_id] = silent.get(s.task_id, True) and s.advantage == 0.0
+    return _mean([float(v) for v in silent.values()])
 
 
 def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> dict[str, Any]:
@@ -111,6 +163,7 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
         TURNS_FIRST: _mean([float(a.num_turns) for a in first]),
         TRUNCATED_FIRST: _mean([float(a.truncated) for a in first]),
     }
+    m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in ZERO_STD_KEYS.items()})
     m.update({f"time/{k}": v for k, v in outcome.seconds.items()})
     return m
 

@@ -63,6 +63,7 @@ from erl_lite.memory import ReflectionMemory
 from erl_lite.metrics import LR, STEP, TIME_STEP, TIME_UPDATE, eval_metrics, step_metrics
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
+from erl_lite.reporting import make_reporter
 from erl_lite.trainer_args import TrainerStateView, check_callbacks, refuse_trl_only, wants_4bit
 from erl_lite.update import PolicyUpdater
 
@@ -141,6 +142,7 @@ class ERLTrainer:
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
         self.callbacks = check_callbacks(callbacks)
+        reporter = make_reporter(args)  # a tracker that is not installed fails before the model loads
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
@@ -158,7 +160,7 @@ class ERLTrainer:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
         self.memory = ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
-        self.history = History(out_dir=args.output_dir)
+        self.history = History(out_dir=args.output_dir, reporter=reporter)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
@@ -269,6 +271,7 @@ class ERLTrainer:
             raise
         finally:
             bar.close()
+            self.history.close_reporter()
         if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
         return self.history
@@ -287,9 +290,9 @@ class ERLTrainer:
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
         metrics.update(losses)
         metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0]})
-        self.history.log(metrics)
         record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
                             memory_before, self.memory.entries, metrics)
+        self.history.log(metrics, step_record=record)
         if self.step % self.args.sample_every == 0:
             self.history.log_sample(record.to_dict())
         self.last_outcome = outcome
