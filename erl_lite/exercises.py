@@ -194,6 +194,8 @@ def check_gate_function(fn: Any) -> bool:
         case = f"rewards {rewards} with τ = {threshold:g}"
         try:
             got = fn(list(rewards), threshold)
+        except NotImplementedError:
+            return _wrong(NO_ANSWER, "replace `raise NotImplementedError` with your code.")
         except Exception as error:  # the student's code: report, never raise
             return _wrong(f"your function raised {type(error).__name__}: {error} (on {case}).",
                           "it receives a list of floats and a float, and returns a list of ints.")

@@ -179,6 +179,7 @@ WRONG_GATES = [
     (lambda rewards, threshold: rewards.index(-5), "raised ValueError"),
     (lambda rewards: [], "raised TypeError"),
     ("my_gate", "expected a function"),
+    (lambda rewards, threshold: (_ for _ in ()).throw(NotImplementedError), "No answer yet"),
     (None, "No answer yet"),
 ]
 
