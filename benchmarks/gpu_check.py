@@ -227,7 +227,7 @@ def run_config(plan: Plan, mode: str) -> ERLConfig:
         overrides["num_tasks_per_step"] = plan.tasks
     if plan.tiny:  # CPU: short budgets keep the 4-bit CPU path at seconds
         overrides.update(max_completion_length=32, max_episode_length=1024, max_reflection_length=32,
-                         max_reflection_prompt_length=768)
+                         max_reflection_prompt_length=768, num_generations=2)
     return ERLConfig.preset("gpu", **overrides)
 
 
@@ -236,7 +236,8 @@ def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype
     from erl_lite.trainer import ERLTrainer
 
     cfg = run_config(plan, mode)
-    env = FrozenLake.small() if plan.tiny else FrozenLake()
+    # a few hundred generated maps are plenty for a few steps (the default 10,000 take seconds)
+    env = FrozenLake.small(max_actions=3, n_train=64, n_test=4) if plan.tiny else FrozenLake(n_train=256, n_test=4)
     generator = ForcedLengthGenerator(model, tokenizer, plan.turn_tokens, plan.reflection_tokens, seed=cfg.seed)
     sampled = []  # the model's own sampled tokens at the end of each step (not the appended actions)
     trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, generator=generator,

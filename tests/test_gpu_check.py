@@ -163,3 +163,22 @@ def test_multiturn_erl_through_the_real_qwen3_template():
     if first.num_turns > 1:  # the glue between turns is the template's
         assert "```<|im_end|>\n<|im_start|>user\n" in text
     assert record["tokens/first"] < 2 * 4 * 40  # BPE: a reply is a few tokens, not one per character
+
+
+# --- the two new history metrics ------------------------------------------------------------------
+
+
+def test_history_logs_tokens_per_second_and_peak_gpu_memory():
+    from erl_lite.generation import ScriptedGenerator
+    from erl_lite.trainer import ERLTrainer
+
+    tok = tiny_tokenizer()
+    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, eval_steps=0,
+                            progress_bar=False, max_completion_length=8, max_reflection_length=8)
+    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=FrozenLake.small(n_train=8),
+                         generator=ScriptedGenerator(tok, lambda p: "```Up```"))
+    r = trainer.train().records[-1]
+    tokens = r["tokens/first"] + r["tokens/reflection"] + r["tokens/second"]
+    seconds = r["time/first"] + (r.get("time/reflect") or 0) + (r.get("time/second") or 0)
+    assert r["tokens/per_second"] == pytest.approx(tokens / seconds)
+    assert "memory/peak_gpu_gb" in r and (r["memory/peak_gpu_gb"] is None) == (not torch.cuda.is_available())
