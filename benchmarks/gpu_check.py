@@ -87,7 +87,7 @@ class Plan:
     reflection_tokens: int = 256
     tiny: bool = False
     device: str = "cuda"
-    time_budget: float = 420.0
+    time_budget: float = 360.0
 
 
 def gpu_plan(a: argparse.Namespace) -> Plan:
@@ -282,6 +282,9 @@ def run(plan: Plan) -> list[dict[str, Any]]:
                     model, tok = load_policy(saved, tokenizer, quantization="4bit", device=plan.device,
                                              gradient_checkpointing=True)
                 for mode in plan.modes:
+                    if time.perf_counter() - start > plan.time_budget:
+                        rows.append({"model": name, "dtype": dtype, "mode": mode, "skipped": "time budget"})
+                        continue
                     rows.append(run_mode(model, tok, plan, mode, name, dtype))
                 del model
                 _free()
@@ -330,7 +333,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--tasks", type=int, default=None, help="tasks per step (default: the gpu preset's)")
     p.add_argument("--turn-tokens", type=int, default=64, help="tokens the model samples per turn")
     p.add_argument("--reflection-tokens", type=int, default=256, help="tokens the model samples per reflection")
-    p.add_argument("--time-budget", type=float, default=420.0, help="start no new row after this many seconds")
+    p.add_argument("--time-budget", type=float, default=360.0,
+                   help="start no new row after this many seconds (a row takes up to ~90 s at 4B)")
     a = p.parse_args(argv)
     if not a.cpu_smoke and not torch.cuda.is_available():
         raise SystemExit("gpu_check.py needs a CUDA device; run with --cpu-smoke to check the code path on CPU")

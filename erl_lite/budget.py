@@ -225,8 +225,8 @@ def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kw
     """A Markdown table of :func:`estimate_memory` for each architecture (the README's).
 
     Example:
-        >>> print(memory_table(ERLConfig.preset("gpu"), ("qwen2.5-0.5b-instruct",)).splitlines()[0][:30])
-        | model | weights (4-bit) |
+        >>> memory_table(ERLConfig.preset("gpu"), ("qwen2.5-0.5b-instruct",)).splitlines()[0][:25]
+        '| model | weights (4-bit)'
     """
     parts = ("weights (4-bit)", "LoRA + grads", "optimizer", "checkpoints", "layer backward",
              "log-prob chunk", "update", "KV cache", "prefill", "rollout", "peak")
@@ -240,14 +240,25 @@ def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kw
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m erl_lite.budget [--preset gpu]``: print the memory table (GiB)."""
+    """``python -m erl_lite.budget [--preset gpu] [--mode rlvr] [--set field=value ...]``:
+    print the memory table (GiB) for a preset with ERLConfig overrides."""
     import argparse
+    import ast
 
     p = argparse.ArgumentParser(description="Estimated GPU memory (GiB) of a 4-bit QLoRA ERL step")
     p.add_argument("--preset", default="gpu", help="ERLConfig preset (default: gpu)")
     p.add_argument("--mode", default="erl", help="erl, erl_simple or rlvr")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="ERLConfig overrides, e.g. num_tasks_per_step=2 max_episode_length=2560")
     a = p.parse_args(argv)
-    cfg = ERLConfig.preset(a.preset, mode=a.mode)
+    overrides = {}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[key] = value  # a plain string such as adamw_8bit
+    cfg = ERLConfig.preset(a.preset, mode=a.mode, **overrides)
     print(f"preset {a.preset!r}, mode {a.mode!r}: micro-batch {cfg.per_device_train_batch_size}, "
           f"{cfg.num_tasks_per_step} tasks x G {cfg.num_generations}, episode budget "
           f"{cfg.max_episode_length}, gradient checkpointing {cfg.gradient_checkpointing}, optim {cfg.optim}")

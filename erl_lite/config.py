@@ -130,7 +130,7 @@ class ERLConfig:
     switched to 32-bit states, since LoRA leaves the embedding frozen. On CPU, bitsandbytes
     0.50 runs both 8-bit optimizers; paging exists only on CUDA and falls back to the
     non-paged optimizer there (bitsandbytes warns). For a LoRA model the states are small
-    (≈ 0.15 GB in fp32 for Qwen2.5-1.5B at r 16), so 8 bits save little; paging guards
+    (≈ 0.14 GiB in fp32 for Qwen2.5-1.5B at r 16), so 8 bits save little; paging guards
     against an out-of-memory at a long batch."""
     beta: float = 0.001
     """KL coefficient (k3 estimator) to the reference policy; 0 skips the reference pass."""
