@@ -85,6 +85,18 @@ METRIC_GLOSSARY: dict[str, str] = {
 }
 
 
+def is_measurement(key: str) -> bool:
+    """Whether ``key`` is a wall-clock or device measurement (``time/*``, ``tokens/per_second``,
+    ``memory/peak_gpu_gb``): values that differ between two runs that are otherwise identical,
+    so comparisons of histories (e.g. a resumed run against an uninterrupted one) leave them out.
+
+    Example:
+        >>> [is_measurement(k) for k in ("time/step", "tokens/per_second", "tokens/first")]
+        [True, True, False]
+    """
+    return key.startswith("time/") or key in (TOKENS_PER_SECOND, PEAK_GPU_GB)
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
