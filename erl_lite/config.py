@@ -24,6 +24,7 @@ MEMORY_TYPES = ("single", "fifo")
 INTERNALIZATION_MODES = ("raft", "nll")
 #: Experiment trackers ``report_to`` can name (each an optional pip extra of the same name).
 REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
+OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
 
 
 @dataclass
@@ -120,6 +121,19 @@ class ERLConfig:
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
+    optim: str = "adamw_torch"
+    """The optimizer, named as in TRL/transformers' ``optim``: ``adamw_torch``
+    (``torch.optim.AdamW``), ``adamw_8bit`` (bitsandbytes ``AdamW8bit``: both moments stored
+    in 8 bits, blockwise quantized) or ``paged_adamw_8bit`` (bitsandbytes ``PagedAdamW8bit``:
+    the same, in CUDA unified memory that pages to the CPU under memory pressure instead of
+    running out). All three take ``learning_rate``, ``weight_decay`` and Adam's default betas
+    and eps. Like transformers, the 8-bit ones use bitsandbytes' AdamW with 8-bit states
+    (tensors under 4,096 values keep fp32 states); unlike transformers, no embedding is
+    switched to 32-bit states, since LoRA leaves the embedding frozen. On CPU, bitsandbytes
+    0.50 runs both 8-bit optimizers; paging exists only on CUDA and falls back to the
+    non-paged optimizer there (bitsandbytes warns). For a LoRA model the states are small
+    (≈ 0.14 GiB in fp32 for Qwen2.5-1.5B at r 16), so 8 bits save little; paging guards
+    against an out-of-memory at a long batch."""
     beta: float = 0.001
     """KL coefficient (k3 estimator) to the reference policy; 0 skips the reference pass."""
     epsilon: float = 0.2
@@ -202,6 +216,7 @@ class ERLConfig:
         _choice("loss_type", self.loss_type, LOSS_TYPES)
         _choice("memory_type", self.memory_type, MEMORY_TYPES)
         _choice("internalization_mode", self.internalization_mode, INTERNALIZATION_MODES)
+        _choice("optim", self.optim, OPTIMIZERS)
         for name in ("max_steps", "num_tasks_per_step", "num_generations", "max_completion_length",
                      "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
                      "memory_size", "memory_top_k", "steps_per_generation",
@@ -293,12 +308,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         learning_rate=2e-3, beta=0.0, eval_steps=5, eval_num_generations=2,
         per_device_train_batch_size=16,
     ),
+    # gpu: sized so Qwen2.5-1.5B-Instruct in 4-bit fits a 15 GiB T4 (ERL mode), by the
+    # arithmetic of erl_lite.budget (`python -m erl_lite.budget`, README "GPU figures"): the
+    # batched rollout of tasks x G rows at the episode budget (key/value cache and prefill)
+    # is the largest part, so 4 tasks per step (16 rows); a micro-batch of 2 keeps the update
+    # below the rollout; paged 8-bit AdamW pages its states out rather than failing at a peak.
     "gpu": dict(
-        max_steps=60, num_tasks_per_step=8, max_completion_length=256,
+        max_steps=60, num_tasks_per_step=4, max_completion_length=256,
         max_episode_length=3072, max_reflection_length=512, max_reflection_prompt_length=2048,
         learning_rate=1e-5, beta=0.001, eval_steps=5, eval_num_generations=4,
         eval_top_p=0.8, eval_top_k=20, steps_per_generation=2,
-        per_device_train_batch_size=4, gradient_checkpointing=True,
+        per_device_train_batch_size=2, gradient_checkpointing=True, optim="paged_adamw_8bit",
     ),
     "paper": dict(
         max_steps=100, num_tasks_per_step=64, max_completion_length=1024,

@@ -41,6 +41,7 @@ TOKENS_FIRST, TOKENS_REFLECTION, TOKENS_SECOND = "tokens/first", "tokens/reflect
 TURNS_FIRST, TRUNCATED_FIRST = "turns/first", "truncated/first"
 TIME_FIRST, TIME_REFLECT, TIME_SECOND = "time/first", "time/reflect", "time/second"
 TIME_UPDATE, TIME_STEP = "time/update", "time/step"
+TOKENS_PER_SECOND, PEAK_GPU_GB = "tokens/per_second", "memory/peak_gpu_gb"
 LR = "lr"
 ZERO_STD_FIRST = "frac_reward_zero_std/first"
 ZERO_STD_REFLECTION = "frac_reward_zero_std/reflection"
@@ -93,6 +94,8 @@ METRIC_GLOSSARY: dict[str, str] = {
     TIME_SECOND: "seconds spent on second attempts",
     TIME_UPDATE: "seconds spent on the RL update",
     TIME_STEP: "seconds for the whole iteration",
+    TOKENS_PER_SECOND: "generated tokens of the step (all roles) per second of the sampling phases",
+    PEAK_GPU_GB: "peak CUDA memory allocated by torch during the step, GiB (None on CPU)",
     "optim/steps": "optimizer steps taken this iteration",
     LR: "learning rate",
     EVAL_REWARD: "mean first-attempt reward on the evaluation tasks (eval records)",
@@ -104,6 +107,18 @@ METRIC_GLOSSARY: dict[str, str] = {
 #: Values that describe the state after a step rather than what happened during it: a report
 #: that covers several steps (``ERLConfig.logging_steps``) takes their latest value, not the mean.
 POINT_IN_TIME: frozenset[str] = frozenset({LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES})
+
+
+def is_measurement(key: str) -> bool:
+    """Whether ``key`` is a wall-clock or device measurement (``time/*``, ``tokens/per_second``,
+    ``memory/peak_gpu_gb``): values that differ between two runs that are otherwise identical,
+    so comparisons of histories (e.g. a resumed run against an uninterrupted one) leave them out.
+
+    Example:
+        >>> [is_measurement(k) for k in ("time/step", "tokens/per_second", "tokens/first")]
+        [True, True, False]
+    """
+    return key.startswith("time/") or key in (TOKENS_PER_SECOND, PEAK_GPU_GB)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -165,7 +180,38 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
     }
     m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in ZERO_STD_KEYS.items()})
     m.update({f"time/{k}": v for k, v in outcome.seconds.items()})
+    sampling_seconds = sum(outcome.seconds.values())  # first, reflect, second: the update is timed apart
+    generated = m[TOKENS_FIRST] + m[TOKENS_REFLECTION] + m[TOKENS_SECOND]
+    m[TOKENS_PER_SECOND] = generated / sampling_seconds if sampling_seconds > 0 else None
     return m
+
+
+def cuda_device(model: Any) -> Any:
+    """The CUDA device ``model``'s first parameter lives on, else None (CPU, meta, ...)."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None and param.device.type == "cuda" else None
+
+
+def reset_peak_gpu_memory(device: Any) -> None:
+    """Start a new peak for :func:`peak_gpu_gb` (no-op without a CUDA device)."""
+    if device is not None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gpu_gb(device: Any) -> float | None:
+    """``torch.cuda.max_memory_allocated`` since the last reset, in GiB; None without CUDA.
+
+    Example:
+        >>> peak_gpu_gb(None) is None
+        True
+    """
+    if device is None:
+        return None
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 2 ** 30
 
 
 def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:

@@ -60,11 +60,12 @@ from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
 from erl_lite.generation import Generator, HFGenerator
 from erl_lite.history import History
 from erl_lite.memory import ReflectionMemory
-from erl_lite.metrics import LR, STEP, TIME_STEP, TIME_UPDATE, eval_metrics, step_metrics
+from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, eval_metrics,
+                             peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
 from erl_lite.reporting import make_reporter
-from erl_lite.trainer_args import TrainerStateView, check_callbacks, refuse_trl_only, wants_4bit
+from erl_lite.trainer_args import TrainerStateView, build_optimizer, check_callbacks, refuse_trl_only, wants_4bit
 from erl_lite.update import PolicyUpdater
 
 
@@ -92,8 +93,8 @@ class ERLTrainer:
             to print a line per step, or to stop early by raising). TRL's ``TrainerCallback``
             objects are refused with an error: their hooks (``on_step_end``, ``control``...)
             belong to ``transformers.Trainer``'s loop, which erl_lite does not run.
-        optimizers: ``(optimizer, scheduler)``; either may be None (default: AdamW with
-            ``args.learning_rate``/``args.weight_decay``, and a constant schedule).
+        optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
+            names, with ``args.learning_rate``/``args.weight_decay``, and a constant schedule).
         quantization_config: a ``BitsAndBytesConfig`` with ``load_in_4bit`` to load a named
             model in 4-bit (erl_lite's NF4 settings are used); anything else is refused.
         peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
@@ -173,10 +174,7 @@ class ERLTrainer:
     def _optimizers(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
         """The user's (optimizer, scheduler) pair, each defaulting as documented in the class."""
         if optimizer is None:
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            if not params:
-                raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
-            optimizer = torch.optim.AdamW(params, lr=self.args.learning_rate, weight_decay=self.args.weight_decay)
+            optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], self.args)
         if scheduler is None:
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)  # constant
         return optimizer, scheduler
@@ -282,6 +280,8 @@ class ERLTrainer:
         tasks = self._batch(self.step)
         memory = self.memory if self.args.uses_memory else None
         memory_before = self.memory.entries
+        device = cuda_device(self.model)
+        reset_peak_gpu_memory(device)
         t0 = time.perf_counter()
         outcome = erl_step(self.ctx, tasks, memory)
         t1 = time.perf_counter()
@@ -289,7 +289,8 @@ class ERLTrainer:
         t2 = time.perf_counter()
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
         metrics.update(losses)
-        metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0]})
+        metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
+                        PEAK_GPU_GB: peak_gpu_gb(device)})
         record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
                             memory_before, self.memory.entries, metrics)
         self.history.log(metrics, step_record=record)

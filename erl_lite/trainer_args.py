@@ -10,7 +10,8 @@ are refused here with an error that says what to use instead, rather than ignore
   imitation would silently skip hooks). erl_lite callbacks are functions ``f(trainer, record)``;
 * a ``quantization_config`` that is not 4-bit (a 4-bit one means erl_lite's NF4 loading).
 
-``TrainerStateView`` is the ``trainer_state`` reward functions receive.
+``TrainerStateView`` is the ``trainer_state`` reward functions receive; ``build_optimizer``
+turns ``ERLConfig.optim`` into the optimizer the trainer uses by default.
 
 Departures from the paper: none (this is API plumbing).
 """
@@ -85,3 +86,31 @@ def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
         return True
     raise ValueError(f"quantization_config {type(quantization_config).__name__} is not a 4-bit config; "
                      "erl_lite loads named models in 4-bit NF4 (load_in_4bit=True) or unquantized")
+
+
+def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
+    """The optimizer ``args.optim`` names, over ``params``, with ``args.learning_rate`` and
+    ``args.weight_decay`` (Adam's default betas and eps).
+
+    ``adamw_torch`` is ``torch.optim.AdamW``; ``adamw_8bit`` and ``paged_adamw_8bit`` are
+    bitsandbytes' ``AdamW8bit`` and ``PagedAdamW8bit`` (see ``ERLConfig.optim``).
+
+    Example:
+        >>> import torch
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> type(build_optimizer([w], ERLConfig(optim="adamw_torch"))).__name__
+        'AdamW'
+    """
+    if not params:
+        raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
+    kwargs = dict(lr=args.learning_rate, weight_decay=args.weight_decay)
+    if args.optim == "adamw_torch":
+        import torch
+
+        return torch.optim.AdamW(params, **kwargs)
+    try:
+        import bitsandbytes as bnb
+    except ImportError as err:  # pragma: no cover - bitsandbytes is a dependency
+        raise ImportError(f"ERLConfig.optim={args.optim!r} needs bitsandbytes: pip install bitsandbytes") from err
+    cls = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[args.optim]
+    return cls(params, **kwargs)

@@ -11,6 +11,7 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.generation import ScriptedGenerator
 from erl_lite.history import METRIC_GLOSSARY
+from erl_lite.metrics import is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
@@ -115,7 +116,7 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     full = run(tmp_path / "full", 4)
     run(tmp_path / "split", 2)
     resumed = run(tmp_path / "split", 4, resume=True)
-    drop = lambda r: {k: v for k, v in r.items() if not k.startswith("time/")}  # noqa: E731
+    drop = lambda r: {k: v for k, v in r.items() if not is_measurement(k)}  # noqa: E731
     assert [drop(r) for r in full.records] == [drop(r) for r in resumed.records]
     assert len(resumed.records) == 4
     lines = (tmp_path / "split" / "history.jsonl").read_text().splitlines()
