@@ -354,3 +354,32 @@ def test_parity_with_installed_trl_compute_loss(ours, theirs):
     assert torch.allclose(g_ours, g_trl, atol=1e-12)
     assert stats.clip_ratio == pytest.approx(metrics["clip_ratio/region_mean"][0])
     assert stats.kl == pytest.approx(metrics["kl"][0])
+
+
+# --- numerical safety of the KL term -------------------------------------------------------
+
+def test_kl_gradient_is_finite_with_extreme_logprobs_at_masked_slots():
+    # A padded slot whose policy log-prob is -1000 against a reference of 0 (how padded
+    # reference slots used to be filled): exp(1000) overflows, and the masked 0·inf of the
+    # backward must not turn into a NaN gradient.
+    logp = torch.tensor([[-1.0, -1000.0, -1000.0]], requires_grad=True)
+    ref = torch.tensor([[-1.2, 0.0, 0.0]])
+    old = torch.tensor([[-1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 0, 0]])
+    loss, stats = policy_objective(logp, old, ref, torch.tensor([1.0]), mask, beta=0.1)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert logp.grad[0, 1:].eq(0).all() and logp.grad[0, 0] != 0
+    assert stats.kl == pytest.approx(float(k3_kl(torch.tensor(-1.0), torch.tensor(-1.2))))
+
+
+def test_k3_kl_is_clamped_like_verl():
+    logp = torch.tensor([-1000.0, -30.0, -1.0, 0.0], requires_grad=True)
+    ref = torch.tensor([0.0, 0.0, -1.5, -1000.0])
+    kl = k3_kl(logp, ref)
+    kl.sum().backward()
+    assert torch.isfinite(kl).all() and torch.isfinite(logp.grad).all()
+    assert kl[0] == kl[1] == 10.0  # the estimate is capped at 10
+    assert kl[3] == pytest.approx(20.0 - 1 + torch.exp(torch.tensor(-20.0)).item())  # d clamped to -20
+    d = torch.tensor(-0.5)
+    assert kl[2] == pytest.approx(float(torch.exp(d) - d - 1))  # unchanged inside the range

@@ -102,3 +102,22 @@ def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
     assert [len(c) for c in chunks] == [4, 1, 2]
     assert all(max(len(r.prompt_ids) for r in c) <= 2 * min(len(r.prompt_ids) for r in c) + 2 for c in chunks)
     assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
+
+
+def test_kl_update_stays_finite_with_extreme_logprobs_at_padded_slots():
+    # Scale the head so that log-probs are around -1000 and the pad token's far below: with
+    # beta > 0, padded slots must not turn into a NaN gradient (exp overflow times a 0 mask).
+    model, tok = lora_model()
+    head = model.get_base_model().lm_head
+    with torch.no_grad():
+        head.weight.mul_(1000.0)
+        head.weight[tok.pad_token_id] = 0.0
+    rows = samples(6)  # unequal completion lengths: every micro-batch has padded slots
+    cfg = ERLConfig(beta=0.04, per_device_train_batch_size=3, temperature=1.0, max_grad_norm=1e9)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    with torch.no_grad():
+        lp = completion_logprobs(model, pack(rows, tok.pad_token_id, nll_distill=False), 1.0)
+    assert lp.min() < -500  # the setting really is extreme
+    m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
+    assert all(torch.isfinite(p).all() for p in model.parameters() if p.requires_grad)
+    assert torch.isfinite(torch.tensor([m["grad_norm"], m["kl"], m["loss/total"]])).all()
