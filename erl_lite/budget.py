@@ -13,8 +13,10 @@ Qwen3-4B-Instruct-2507), so a random model of the real shape can be built offlin
 * **update** (one micro-batch of ``per_device_train_batch_size`` rows of the longest
   sequence): the layer inputs kept by gradient checkpointing (every activation of every layer
   without it), one layer recomputed with its gradients during the backward, and one log-prob
-  chunk: ``logprob_chunk`` positions per row over the whole vocabulary in fp32, times
-  ``logprob_copies`` live copies (logits, log-softmax, their gradient);
+  tile: ``ERLConfig.logprob_chunk_size`` positions (over all rows) × the
+  :data:`erl_lite.logprobs.VOCAB_TILE` vocabulary columns in fp32, times ``logprob_copies``
+  live copies (logits, their softmax, their gradient) — or, with ``logprob_chunk_size=None``,
+  the full ``(rows, T, V)`` logits;
 * **rollout** (one batched ``generate`` over every first attempt of the step): the key/value
   cache of all rows at the longest sequence, and the prefill's transient MLP tensors.
 
@@ -173,7 +175,7 @@ class MemoryEstimate:
 
 
 def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
-                    logprob_chunk: int = 1024, logprob_copies: int = 3) -> MemoryEstimate:
+                    logprob_copies: int = 3) -> MemoryEstimate:
     """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape`` (see the module docstring).
 
     Args:
@@ -181,8 +183,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
             gradient checkpointing).
         shape: the architecture.
         lora_r: LoRA rank on every projection (``load_policy``'s default 16).
-        logprob_chunk: positions per row of one lm-head chunk over the full vocabulary.
-        logprob_copies: fp32 copies of a chunk's ``(rows, chunk, V)`` logits alive at once.
+        logprob_copies: fp32 copies of a log-prob tile alive at once.
 
     Example:
         >>> from erl_lite.config import ERLConfig
@@ -202,7 +203,12 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
         layer_backward = rows * layer_row
     else:
         checkpoints, layer_backward = shape.layers * rows * layer_row, 0.0
-    chunk = min(logprob_chunk, seq)  # a chunk never spans more than the sequence
+    from erl_lite.logprobs import VOCAB_TILE
+
+    if config.logprob_chunk_size is None:  # full logits: every position against the whole vocabulary
+        tile = rows * seq * shape.vocab
+    else:  # one (chunk, tile) block at a time, recomputed in the backward
+        tile = min(config.logprob_chunk_size, rows * seq) * min(VOCAB_TILE, shape.vocab)
     rollout_rows = config.num_tasks_per_step * config.num_generations
     rollout_tokens = rollout_rows * seq
     # Prefill without grad: silu(gate), up and their product alive at once, plus the LoRA
@@ -215,7 +221,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
         optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
         checkpoints=checkpoints / GIB,
         layer_backward=layer_backward / GIB,
-        logprob_chunk=rows * chunk * shape.vocab * 4 * logprob_copies / GIB,
+        logprob_chunk=tile * 4 * logprob_copies / GIB,
         kv_cache=rollout_tokens * shape.kv_bytes_per_token() / GIB,
         prefill=prefill / GIB,
     )

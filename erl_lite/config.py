@@ -154,6 +154,11 @@ class ERLConfig:
     per_device_train_batch_size: int = 8
     """Sequences per forward/backward pass (micro-batch); gradients are accumulated so the
     update equals one pass over the mini-batch."""
+    logprob_chunk_size: int | None = 256
+    """Completion positions (over all rows of a micro-batch) per lm-head chunk when log-probs
+    are computed: the ``(B, L, V)`` logits are never materialised, only a chunk × 8192-column
+    fp32 tile at a time, recomputed in the backward (:mod:`erl_lite.logprobs`). None = the
+    plain full-logits path (memory grows with B·L·V: fine for tiny vocabularies)."""
 
     # --- evaluation, logging, checkpoints ---------------------------------------------
     eval_steps: int = 5
@@ -311,14 +316,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # gpu: sized so Qwen2.5-1.5B-Instruct in 4-bit fits a 15 GiB T4 (ERL mode), by the
     # arithmetic of erl_lite.budget (`python -m erl_lite.budget`, README "GPU figures"): the
     # batched rollout of tasks x G rows at the episode budget (key/value cache and prefill)
-    # is the largest part, so 4 tasks per step (16 rows); a micro-batch of 2 keeps the update
-    # below the rollout; paged 8-bit AdamW pages its states out rather than failing at a peak.
+    # is the largest part, so 4 tasks per step (16 rows); with chunked log-probs a micro-batch
+    # of 4 keeps the update (5.4 GiB) below the rollout (9.2 GiB); paged 8-bit AdamW pages its
+    # states out rather than failing at a peak.
     "gpu": dict(
         max_steps=60, num_tasks_per_step=4, max_completion_length=256,
         max_episode_length=3072, max_reflection_length=512, max_reflection_prompt_length=2048,
         learning_rate=1e-5, beta=0.001, eval_steps=5, eval_num_generations=4,
         eval_top_p=0.8, eval_top_k=20, steps_per_generation=2,
-        per_device_train_batch_size=2, gradient_checkpointing=True, optim="paged_adamw_8bit",
+        per_device_train_batch_size=4, gradient_checkpointing=True, optim="paged_adamw_8bit",
     ),
     "paper": dict(
         max_steps=100, num_tasks_per_step=64, max_completion_length=1024,

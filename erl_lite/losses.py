@@ -8,10 +8,15 @@ Pipeline for one batch::
 
     logp = token_logprobs(logits, ids)                      # (B, T)
     loss, stats = policy_objective(logp, old_logp, ref_logp, advantages, mask,
-                                   beta=0.001, loss_type="seq_sum")
+                                   nll_rows=is_nll, beta=0.001, loss_type="seq_sum")
+
+:func:`policy_objective` is the one objective: :class:`erl_lite.update.PolicyUpdater` trains
+with it, and the TRL-parity tests check it.
 
 * clipped policy loss — PPO ratio with "clip-higher" (ε_low 0.2, ε_high 0.28) and the
   dual clip c = 3 that caps the loss of negative-advantage tokens whose ratio blew up;
+* weighted NLL instead of the clipped loss on rows flagged ``nll_rows`` (the paper's
+  internalization);
 * k3 KL estimator to the reference policy, added per token with coefficient ``beta``;
 * aggregation: ``seq_sum`` (sum over a sequence's tokens, mean over sequences — the
   reference's choice), ``token_mean`` or ``seq_mean``. A ``normalizer`` computed on the
@@ -19,9 +24,12 @@ Pipeline for one batch::
 
 Departures from the paper: the paper gives the objective only in outline; the settings
 above are the reference code's. Sequences with no loss token are left out of the sequence
-count (they would only dilute the mean). The log-ratio is clamped to ±20 before ``exp``
-(as verl does) so garbage in padded positions cannot overflow; inside that range the
-loss is identical to TRL's GRPO loss.
+count (they would only dilute the mean). Numerical guards, as in verl: the policy
+log-ratio is clamped to ±20 before ``exp``; the k3 KL clamps its log-ratio to ±20 and the
+estimate to at most 10 (verl's ``low_var_kl``), so a token that far from the reference gets
+no KL gradient; and old/reference log-probs at masked slots are replaced by the policy's own
+(detached) values, so padding can never produce ``inf`` or a ``0·inf = NaN`` gradient.
+Inside those ranges the loss is identical to TRL's GRPO loss.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 
 # exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
 _MAX_LOG_RATIO = 20.0
+# Cap of the k3 estimate per token (verl's low_var_kl clamps it to [-10, 10]; k3 >= 0).
+_MAX_KL = 10.0
 
 
 def token_logprobs(
@@ -76,7 +86,11 @@ def token_logprobs(
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(ref - logp) - (ref - logp) - 1`` ≥ 0.
+    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(d) - d - 1`` ≥ 0 with ``d = ref - logp``.
+
+    Clamped as verl's low-variance KL: ``d`` to ±20 before ``exp`` (no overflow, so a masked
+    slot can never give ``0·inf``) and the estimate to at most 10; where a clamp is active
+    the token gets no KL gradient. For ``-11 ≤ d ≤ 2.6`` (KL ≤ 10 there) nothing changes.
 
     Args:
         logp: ``(B, T)`` log-probs of the sampled tokens under the current policy.
@@ -86,8 +100,8 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
         >>> k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]))
         tensor([[0.]])
     """
-    d = ref_logp - logp  # (B, T)
-    return torch.exp(d) - d - 1
+    d = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)  # (B, T)
+    return (torch.exp(d) - d - 1).clamp(max=_MAX_KL)
 
 
 def clipped_policy_loss(
@@ -179,6 +193,24 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
     return max(float(count), 1.0)
 
 
+def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
+    """Each sequence's share of :func:`aggregate`'s numerator, ``(B,)``.
+
+    ``seq_sum`` / ``token_mean``: ``Σ_t m·ℓ``; ``seq_mean``: ``Σ_t m·ℓ / n_b``. Divided by the
+    normalizer they add up to the aggregated loss (used for the per-role loss breakdown).
+
+    Example:
+        >>> row_losses(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]), "seq_mean")
+        tensor([1.5000, 3.0000])
+    """
+    _check_loss_type(loss_type)
+    m = mask.bool()
+    sums = torch.where(m, per_token, torch.zeros_like(per_token)).sum(dim=-1)  # (B,)
+    if loss_type == "seq_mean":
+        return sums / m.sum(dim=-1).clamp(min=1).to(per_token.dtype)
+    return sums
+
+
 def aggregate(
     per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
 ) -> torch.Tensor:
@@ -188,11 +220,12 @@ def aggregate(
     * ``token_mean``: ``Σ_b Σ_t m·ℓ / N_tok`` — every loss token weighs the same.
     * ``seq_mean``: ``Σ_b (Σ_t m·ℓ / n_b) / N_seq`` — mean within, then mean over sequences.
 
-    Gradient accumulation: all three are a sum of per-sequence terms divided by a count.
-    Split a batch into micro-batches, aggregate each with ``normalizer=normalizer_for(
-    full_mask, loss_type)`` and call ``backward()`` on each: the accumulated gradient is
-    exactly that of the whole batch (no extra ``1/num_micro_batches`` factor). Without it,
-    each micro-batch divides by its own count and unequal micro-batches are mis-weighted.
+    Gradient accumulation: all three are a sum of per-sequence terms (:func:`row_losses`)
+    divided by a count. Split a batch into micro-batches, aggregate each with
+    ``normalizer=normalizer_for(full_mask, loss_type)`` and call ``backward()`` on each: the
+    accumulated gradient is exactly that of the whole batch (no extra ``1/num_micro_batches``
+    factor). Without it, each micro-batch divides by its own count and unequal micro-batches
+    are mis-weighted.
 
     Args:
         per_token: ``(B, T)`` loss per token.
@@ -207,19 +240,16 @@ def aggregate(
         >>> [float(aggregate(loss, m, t)) for t in LOSS_TYPES]
         [3.0, 2.0, 2.25]
     """
-    _check_loss_type(loss_type)
-    m = mask.bool()
-    masked = torch.where(m, per_token, torch.zeros_like(per_token))  # (B, T)
-    if loss_type == "seq_mean":
-        lengths = m.sum(dim=-1).clamp(min=1).to(per_token.dtype)  # (B,)
-        total = (masked.sum(dim=-1) / lengths).sum()
-    else:
-        total = masked.sum()
+    total = row_losses(per_token, mask, loss_type).sum()
+    return total / _resolve_normalizer(mask, loss_type, normalizer)
+
+
+def _resolve_normalizer(mask: torch.Tensor, loss_type: str, normalizer: float | None) -> float:
     if normalizer is None:
-        normalizer = normalizer_for(mask, loss_type)
-    elif normalizer <= 0:
+        return normalizer_for(mask, loss_type)
+    if not normalizer > 0:
         raise ValueError(f"normalizer must be positive, got {normalizer}")
-    return total / normalizer
+    return normalizer
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -236,14 +266,17 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossStats:
-    """Statistics of one (micro-)batch, detached plain floats for logging.
+    """Statistics of one (micro-)batch, detached plain values for logging.
 
     Attributes:
-        loss: the aggregated objective (policy loss plus ``beta``·KL).
-        policy_loss: the aggregated clipped policy loss alone.
-        clip_ratio: fraction of loss tokens where a clip replaced the ratio term.
+        loss: the aggregated objective (policy or NLL loss plus ``beta``·KL).
+        policy_loss: the aggregated objective without the KL term.
+        clip_ratio: fraction of policy-loss tokens (not NLL rows) where a clip replaced the
+            ratio term.
         kl: mean k3 KL over loss tokens; None when the KL term was skipped.
-        num_tokens: loss tokens in the batch (weights for averaging over micro-batches).
+        num_tokens: loss tokens in the batch (weights for averaging ``kl`` over micro-batches).
+        policy_tokens: loss tokens of policy-loss rows (weights for ``clip_ratio``).
+        row_losses: each row's share of ``loss`` (they add up to it), for per-role breakdowns.
     """
 
     loss: float
@@ -251,10 +284,12 @@ class LossStats:
     clip_ratio: float
     kl: float | None
     num_tokens: int
+    policy_tokens: int = 0
+    row_losses: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, float]:
-        """Non-None fields as a flat dict (``num_tokens`` as a float)."""
-        return {k: float(v) for k, v in asdict(self).items() if v is not None}
+        """Non-None scalar fields as a flat dict (counts as floats)."""
+        return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 
 def policy_objective(
@@ -264,6 +299,7 @@ def policy_objective(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    nll_rows: torch.Tensor | None = None,
     beta: float = 0.001,
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.28,
@@ -271,15 +307,20 @@ def policy_objective(
     loss_type: str = "seq_sum",
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
-    """Clipped policy loss + ``beta``·k3 KL per token, then aggregated.
+    """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
+
+    This is the objective :class:`erl_lite.update.PolicyUpdater` trains with.
 
     Args:
         logp: ``(B, T)`` current log-probs (with gradient).
         old_logp: ``(B, T)`` sampling-policy log-probs; None means on-policy
             (``logp.detach()``, ratio 1), TRL's shortcut for a single update per batch.
         ref_logp: ``(B, T)`` reference log-probs, or None to skip the KL term.
-        advantages: ``(B,)`` per-sequence advantages.
-        mask: ``(B, T)`` loss mask.
+        advantages: ``(B,)`` per-sequence advantages (NLL rows: their weights).
+        mask: ``(B, T)`` loss mask. At masked slots ``old_logp`` and ``ref_logp`` are
+            replaced by ``logp.detach()`` (ratio 1, KL 0), so whatever fills padding is harmless.
+        nll_rows: ``(B,)`` bool, True for rows trained with :func:`nll_loss` instead of the
+            clipped loss (internalization in ``nll`` mode); the KL term applies to every row.
         beta: KL coefficient; 0 skips the KL term.
         epsilon_low, epsilon_high, dual_clip: see :func:`clipped_policy_loss`.
         loss_type, normalizer: see :func:`aggregate`.
@@ -291,29 +332,38 @@ def policy_objective(
         >>> lp = torch.full((2, 3), -1.0, requires_grad=True)
         >>> loss, stats = policy_objective(lp, None, None, torch.tensor([1.0, -1.0]),
         ...                                torch.ones(2, 3), beta=0.0)
-        >>> loss.item(), stats.clip_ratio, stats.kl
-        (0.0, 0.0, None)
+        >>> loss.item(), stats.clip_ratio, stats.kl, stats.row_losses
+        (0.0, 0.0, None, (-1.5, 1.5))
     """
-    if old_logp is None:
-        old_logp = logp.detach()
+    keep = mask.bool()  # (B, T)
+    current = logp.detach()
+    old = current if old_logp is None else torch.where(keep, old_logp.detach(), current)
     policy, clipped = clipped_policy_loss(
-        logp, old_logp, advantages, mask,
+        logp, old, advantages, mask,
         epsilon_low=epsilon_low, epsilon_high=epsilon_high, dual_clip=dual_clip,
     )  # (B, T) each
-    per_token = policy
+    per_token, policy_mask = policy, keep
+    if nll_rows is not None:
+        nll = nll_rows.to(device=logp.device, dtype=torch.bool).unsqueeze(1)  # (B, 1)
+        per_token = torch.where(nll, nll_loss(logp, advantages, mask), policy)
+        policy_mask = keep & ~nll
+    without_kl = per_token
     kl_mean = None
     if beta != 0 and ref_logp is not None:
-        kl = k3_kl(logp, ref_logp.detach())  # (B, T)
-        per_token = policy + beta * kl
+        kl = k3_kl(logp, torch.where(keep, ref_logp.detach(), current))  # (B, T)
+        per_token = per_token + beta * kl
         kl_mean = float(masked_mean(kl.detach(), mask))
-    loss = aggregate(per_token, mask, loss_type, normalizer)
+    norm = _resolve_normalizer(mask, loss_type, normalizer)
+    loss = aggregate(per_token, mask, loss_type, norm)
     with torch.no_grad():
         stats = LossStats(
             loss=float(loss.detach()),
-            policy_loss=float(aggregate(policy, mask, loss_type, normalizer)),
-            clip_ratio=float(masked_mean(clipped, mask)),
+            policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
+            clip_ratio=float(masked_mean(clipped, policy_mask)),
             kl=kl_mean,
-            num_tokens=int(mask.bool().sum()),
+            num_tokens=int(keep.sum()),
+            policy_tokens=int(policy_mask.sum()),
+            row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
         )
     return loss, stats
 

@@ -288,7 +288,7 @@ class ERLTrainer:
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
-        metrics.update(losses)
+        metrics.update(losses.to_metrics())
         metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
                         PEAK_GPU_GB: peak_gpu_gb(device)})
         record = StepRecord(self.step, tasks, outcome.first, outcome.retries,

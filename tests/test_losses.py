@@ -354,3 +354,117 @@ def test_parity_with_installed_trl_compute_loss(ours, theirs):
     assert torch.allclose(g_ours, g_trl, atol=1e-12)
     assert stats.clip_ratio == pytest.approx(metrics["clip_ratio/region_mean"][0])
     assert stats.kl == pytest.approx(metrics["kl"][0])
+
+
+# --- numerical safety of the KL term -------------------------------------------------------
+
+def test_kl_gradient_is_finite_with_extreme_logprobs_at_masked_slots():
+    # A padded slot whose policy log-prob is -1000 against a reference of 0 (how padded
+    # reference slots used to be filled): exp(1000) overflows, and the masked 0·inf of the
+    # backward must not turn into a NaN gradient.
+    logp = torch.tensor([[-1.0, -1000.0, -1000.0]], requires_grad=True)
+    ref = torch.tensor([[-1.2, 0.0, 0.0]])
+    old = torch.tensor([[-1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 0, 0]])
+    loss, stats = policy_objective(logp, old, ref, torch.tensor([1.0]), mask, beta=0.1)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert logp.grad[0, 1:].eq(0).all() and logp.grad[0, 0] != 0
+    assert stats.kl == pytest.approx(float(k3_kl(torch.tensor(-1.0), torch.tensor(-1.2))))
+
+
+def test_k3_kl_is_clamped_like_verl():
+    logp = torch.tensor([-1000.0, -30.0, -1.0, 0.0], requires_grad=True)
+    ref = torch.tensor([0.0, 0.0, -1.5, -1000.0])
+    kl = k3_kl(logp, ref)
+    kl.sum().backward()
+    assert torch.isfinite(kl).all() and torch.isfinite(logp.grad).all()
+    assert kl[0] == kl[1] == 10.0  # the estimate is capped at 10
+    assert kl[3] == 10.0 and (logp.grad[[0, 1, 3]] == 0).all()  # clamped: no KL gradient
+    d = torch.tensor(-0.5)
+    assert float(kl[2]) == pytest.approx(float(torch.exp(d) - d - 1))  # unchanged inside the range
+
+
+# --- the objective PolicyUpdater trains with is the one checked against TRL ----------------
+
+def _train_rows(n: int = 8, seed: int = 0):
+    import random
+
+    from erl_lite.records import TrainSample
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        prompt = [rng.randrange(6, 100) for _ in range(rng.randrange(3, 12))]
+        completion = [rng.randrange(6, 100) for _ in range(rng.randrange(1, 9))]
+        mask = [1] + [int(rng.random() < 0.8) for _ in completion[1:]]
+        rows.append(TrainSample(("first", "reflection", "second", "distill")[i % 4], prompt, completion, mask,
+                                rng.uniform(-1.5, 1.5)))
+    return rows
+
+
+def _lora_policy():
+    from erl_lite.models import load_policy
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    model, tok = load_policy(tiny_model(tok), tok, peft="lora")
+    with torch.no_grad():  # off the zero-initialised LoRA B: policy != reference, gradients reach A
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1, generator=_gen(11))
+    return model, tok
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_policy_updater_calls_the_trl_parity_objective(monkeypatch, steps):
+    import erl_lite.update as update
+    from erl_lite.config import ERLConfig
+
+    real, calls = update.policy_objective, []
+
+    def checked(logp, old, ref, adv, mask, **kw):
+        loss, stats = real(logp, old, ref, adv, mask, **kw)
+        old_or_current = logp.detach() if old is None else old
+        expected = _trl_formula(logp, old_or_current, ref, adv, mask, kw["beta"], "dapo",
+                                num_items=kw["normalizer"])
+        (g_ours,) = torch.autograd.grad(loss, logp, retain_graph=True)
+        (g_trl,) = torch.autograd.grad(expected, logp, retain_graph=True)
+        assert torch.allclose(loss, expected, atol=1e-6) and torch.allclose(g_ours, g_trl, atol=1e-6)
+        calls.append(stats.clip_ratio)
+        return loss, stats
+
+    monkeypatch.setattr(update, "policy_objective", checked)
+    model, tok = _lora_policy()
+    cfg = ERLConfig(beta=0.04, dual_clip=None, loss_type="token_mean", steps_per_generation=steps,
+                    per_device_train_batch_size=3, temperature=1.0)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=2.0)
+    update.PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(_train_rows(12))
+    assert len(calls) >= 2 * steps
+    if steps == 2:  # the second mini-batch is off-policy after the first step: ratios move, some clip
+        assert any(c > 0 for c in calls)
+
+
+def test_policy_updater_gradient_equals_trl_loss_on_the_whole_batch():
+    from erl_lite.config import ERLConfig
+    from erl_lite.update import PolicyUpdater, completion_logprobs, pack
+
+    model, tok = _lora_policy()
+    rows = _train_rows(8)
+    cfg = ERLConfig(beta=0.04, dual_clip=None, loss_type="seq_sum", per_device_train_batch_size=3,
+                    temperature=0.7, max_grad_norm=1e9)
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    opt = torch.optim.SGD(params.values(), lr=0.0)
+    seen = {}
+    step = opt.step
+    opt.step = lambda: (seen.update({n: p.grad.clone() for n, p in params.items()}), step())
+    PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)  # chunked, 3 micro-batches
+    # Independently: the whole batch at once, full logits, TRL's documented loss ("luspo").
+    batch = pack(rows, tok.pad_token_id, nll_distill=False)
+    with torch.no_grad(), model.disable_adapter():
+        ref = completion_logprobs(model, batch, 0.7, chunk_size=None)
+    logp = completion_logprobs(model, batch, 0.7, chunk_size=None)
+    _trl_formula(logp, logp.detach(), ref, batch.advantages, batch.mask, 0.04, "luspo").backward()
+    assert seen.keys() == params.keys()
+    assert all(torch.allclose(seen[n], p.grad, atol=1e-6, rtol=1e-4) for n, p in params.items())
+    assert all(p.grad.abs().sum() > 0 for p in params.values())
