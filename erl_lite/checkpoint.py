@@ -54,7 +54,8 @@ _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 RESUMABLE_FIELDS = frozenset({
     "max_steps", "output_dir", "save_steps", "save_total_limit", "eval_steps", "eval_num_generations",
     "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
-    "per_device_train_batch_size", "extra", "report_to", "logging_steps",
+    "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
+    "eval_top_p", "eval_top_k", "logprob_chunk_size",
 })
 
 

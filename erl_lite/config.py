@@ -46,8 +46,16 @@ class ERLConfig:
     """``erl`` (paper Algorithm 2: train first attempts, reflections, second attempts and
     internalization), ``erl_simple`` (Algorithm 1: one combined reward, only y1 trained) or
     ``rlvr`` (the GRPO baseline: first attempts only)."""
-    max_steps: int = 100
-    """Training iterations. One iteration = one batch of tasks through every phase."""
+    max_steps: int | None = None
+    """Training iterations. One iteration = one batch of tasks through every phase. None (the
+    default) = 100, or as many as ``num_train_epochs`` needs when that is set; a number wins
+    over ``num_train_epochs`` (TRL's rule)."""
+    num_train_epochs: float | None = None
+    """TRL's other way to say how long to train: passes over ``train_dataset``. The trainer
+    turns it into ``max_steps = ceil(num_train_epochs × len(train_dataset) / num_tasks_per_step)``
+    (one iteration draws ``num_tasks_per_step`` tasks) and writes that into ``max_steps``.
+    Ignored when ``max_steps`` is given. TRL's default is 3 epochs; erl_lite's is None (100
+    iterations), since an ERL iteration's cost does not follow the dataset's size."""
     num_tasks_per_step: int = 8
     """Tasks per iteration (the paper uses 64)."""
     num_generations: int | None = None
@@ -222,7 +230,10 @@ class ERLConfig:
         _choice("memory_type", self.memory_type, MEMORY_TYPES)
         _choice("internalization_mode", self.internalization_mode, INTERNALIZATION_MODES)
         _choice("optim", self.optim, OPTIMIZERS)
-        for name in ("max_steps", "num_tasks_per_step", "num_generations", "max_completion_length",
+        self._resolve_length()
+        if self.max_steps is not None:
+            _positive("max_steps", self.max_steps)
+        for name in ("num_tasks_per_step", "num_generations", "max_completion_length",
                      "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
                      "memory_size", "memory_top_k", "steps_per_generation",
                      "per_device_train_batch_size", "eval_num_generations", "sample_every"):
@@ -251,6 +262,15 @@ class ERLConfig:
         if self.max_completion_length >= self.max_episode_length:
             raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
         self._check_mode_switches()
+
+    def _resolve_length(self) -> None:
+        """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
+        if self.num_train_epochs is not None and not (
+                isinstance(self.num_train_epochs, (int, float)) and not isinstance(self.num_train_epochs, bool)
+                and 0 < self.num_train_epochs < math.inf):
+            raise ValueError(f"ERLConfig.num_train_epochs must be a positive number, got {self.num_train_epochs!r}")
+        if self.max_steps is None and self.num_train_epochs is None:
+            self.max_steps = DEFAULT_MAX_STEPS
 
     def _check_mode_switches(self) -> None:
         """Fail on switches that the chosen mode would silently ignore."""
@@ -284,6 +304,8 @@ class ERLConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         values = {**PRESETS[name], **overrides}
+        if overrides.get("num_train_epochs") is not None and "max_steps" not in overrides:
+            values["max_steps"] = None  # epochs given with a preset: they decide the length
         values["extra"] = {**values.get("extra", {}), "preset": name}
         return cls(**values)
 
@@ -376,6 +398,9 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> Non
         "with ERLTrainer, load the model yourself with erl_lite.models.load_policy(name, device='cpu') "
         "and pass the model in.")
 
+
+#: Training iterations when neither ``max_steps`` nor ``num_train_epochs`` is given.
+DEFAULT_MAX_STEPS = 100
 
 #: G per mode when ``num_generations`` is None: the paper's 4 rollouts per task for ERL and its
 #: compute-matched 10 for the RLVR baseline.

@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -157,6 +158,8 @@ class ERLTrainer:
         if not self.train_tasks:
             raise ValueError("train_dataset is empty: it needs at least one row with a 'prompt'")
         self.eval_tasks = self._tasks(eval_dataset, "eval") if eval_dataset is not None or env is not None else []
+        if args.max_steps is None:  # num_train_epochs decides (see ERLConfig.num_train_epochs)
+            args.max_steps = max(1, math.ceil(args.num_train_epochs * len(self.train_tasks) / args.num_tasks_per_step))
         if eval_dataset is not None and not self.eval_tasks:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
