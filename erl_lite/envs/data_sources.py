@@ -74,11 +74,11 @@ def _load_named(name: str, split: str) -> list[Any]:
             raise ValueError(f"unknown dataset file format {suffix or '(no suffix)'!r} of {name}; "
                              f"expected one of {sorted(FILE_FORMATS)}")
         return list(datasets.load_dataset(FILE_FORMATS[suffix], data_files=name, split="train"))
-    if suffix in FILE_FORMATS or name.startswith((".", os.sep, "~")):
-        raise FileNotFoundError(f"dataset file not found: {name}")
     if os.path.isdir(name) and any(os.path.exists(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json")):
         loaded = datasets.load_from_disk(name)  # a folder written by save_to_disk
         return list(_pick_split(loaded, split, where=name) if _is_dataset_dict(loaded) else loaded)
+    if not os.path.isdir(name) and (suffix in FILE_FORMATS or name.startswith((".", os.sep, "~"))):
+        raise FileNotFoundError(f"dataset file not found: {name}")
     return list(_from_hub_or_cache(name, split))
 
 
