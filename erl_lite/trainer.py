@@ -225,8 +225,13 @@ class ERLTrainer:
         """Tasks of a dataset (see :func:`~erl_lite.envs.data_sources.load_rows`: rows, a
         ``datasets.Dataset``, a path or a name; or Tasks), or of the env's split. A
         :class:`MultiEnvironment` routes rows by their ``environment`` column."""
+        if data is None and split == "train":
+            return self.env.train_tasks()
         if data is None:
-            return self.env.train_tasks() if split == "train" else self.env.test_tasks()
+            try:
+                return self.env.test_tasks()
+            except NotImplementedError:  # e.g. a TRL-style environment: no evaluation unless asked
+                return []
         rows = load_rows(data, split)
         if isinstance(self.env, MultiEnvironment):
             return self.env.tasks_from_rows(rows, split)

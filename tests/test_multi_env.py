@@ -155,7 +155,7 @@ def test_dataset_members_and_clear_routing_errors():
         multi.tasks_from_rows([{"environment": "chess", "index": 0}])
     with pytest.raises(ValueError, match="row 0 .*no 'prompt'.*integer 'index'"):
         multi.tasks_from_rows([{"environment": "frozenlake", "seed": 3}])
-    with pytest.raises(ValueError, match="'math' .*has no train split"):
+    with pytest.raises(NotImplementedError, match="'math' .*has no train split"):
         multi.train_tasks(2)
     with pytest.raises(ValueError, match="not routed"):
         multi.new_episode().reset(Task("lonely/0"))

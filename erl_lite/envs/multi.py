@@ -192,7 +192,7 @@ class MultiEnvironment(Environment):
             try:
                 pool = env.train_tasks(per_env) if split == "train" else env.test_tasks(per_env)
             except NotImplementedError:
-                raise ValueError(f"environment {name!r} ({type(env).__name__}) has no {split} split: give "
+                raise NotImplementedError(f"environment {name!r} ({type(env).__name__}) has no {split} split: give "
                                  f"dataset rows with an {ENV_COLUMN!r} column instead") from None
             pools.append([self.tag(name, t) for t in pool])
         out = [pool[j] for j in range(max(map(len, pools))) for pool in pools if j < len(pool)]

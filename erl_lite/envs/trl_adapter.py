@@ -30,7 +30,8 @@ schema parses with the same pattern::
 
 and results go back as ``<tool_response>...</tool_response>`` in a user turn — what Qwen's
 template renders a ``tool`` message as. The tools and this format are stated in the system
-prompt (the block Qwen's template renders for ``tools=``).
+prompt (the block Qwen's template renders for ``tools=``), and again after a rulebook in a
+second attempt's system prompt (it is the environment's ``action_reminder``).
 
 Example (the environment from ``examples/trl_env_counter.py``, in short):
 
@@ -172,8 +173,8 @@ class TRLEnvironment(Environment):
         self.success_threshold, self.max_turns = success_threshold, max_turns
         self.name = name or cls.__name__.lower()
         self.system_prompt = tools_system_prompt(schemas) if schemas else ""
-        self.action_reminder = "Call tools with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; " \
-                               "answer without a tool call when done." if schemas else ""
+        # A second attempt's system prompt is the rulebook plus this reminder: the tools must stay listed.
+        self.action_reminder = self.system_prompt
 
     def initial_system_prompt(self, task: Task) -> str:
         system, _ = split_prompt(task.prompt if task.prompt is not None else "")
