@@ -20,12 +20,17 @@ exactly the groups without signal; one difference from TRL: a lone rollout of a 
 see :mod:`erl_lite.advantages`) counts only when its reward is 0. A role that is not trained
 has no groups, and the metric is None.
 
+A run on several environments (:class:`~erl_lite.envs.multi.MultiEnvironment`) also logs the
+*families* of :data:`METRIC_FAMILIES`: ``reward/first/<env>`` and its siblings, one key per
+environment name, each computed on that environment's tasks only (None when the step drew
+none of them). :func:`describe` finds the glossary line of any key, family members included.
+
 Departures from the paper: none; the paper reports the same quantities as curves.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from erl_lite.memory import ReflectionMemory
 from erl_lite.records import Attempt, TrainSample
@@ -104,6 +109,35 @@ METRIC_GLOSSARY: dict[str, str] = {
 }
 
 
+#: Metric families, one key per environment of a multi-environment run (``<env>``: its name).
+ENV_FAMILY_SUFFIX = "/<env>"
+METRIC_FAMILIES: dict[str, str] = {
+    REWARD_FIRST + ENV_FAMILY_SUFFIX: "mean reward of the environment's first attempts",
+    REWARD_SECOND + ENV_FAMILY_SUFFIX: "mean reward of the environment's second attempts",
+    SUCCESS_FIRST + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts solved",
+    SUCCESS_SECOND + ENV_FAMILY_SUFFIX: "fraction of the environment's second attempts solved",
+    GATE_RATE + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts sent on to reflection",
+    MEMORY_SIZE + ENV_FAMILY_SUFFIX: "number of rulebooks the environment's own memory holds after the step",
+    EVAL_REWARD + ENV_FAMILY_SUFFIX: "mean first-attempt reward on the environment's evaluation tasks",
+    EVAL_SUCCESS + ENV_FAMILY_SUFFIX: "first-attempt success rate on the environment's evaluation tasks",
+}
+
+
+def describe(key: str) -> str | None:
+    """The glossary line of ``key`` (a plain metric or a family member), or None if undocumented.
+
+    Example:
+        >>> describe("reward/first/sokoban")
+        "mean reward of the environment's first attempts"
+        >>> describe("reward/third") is None
+        True
+    """
+    if key in METRIC_GLOSSARY:
+        return METRIC_GLOSSARY[key]
+    head, _, name = key.rpartition("/")
+    return METRIC_FAMILIES.get(head + ENV_FAMILY_SUFFIX) if name else None
+
+
 #: Values that describe the state after a step rather than what happened during it: a report
 #: that covers several steps (``ERLConfig.logging_steps``) takes their latest value, not the mean.
 POINT_IN_TIME: frozenset[str] = frozenset({LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES})
@@ -119,6 +153,11 @@ def is_measurement(key: str) -> bool:
         [True, True, False]
     """
     return key.startswith("time/") or key in (TOKENS_PER_SECOND, PEAK_GPU_GB)
+
+
+def is_point_in_time(key: str) -> bool:
+    """Whether ``key`` is a :data:`POINT_IN_TIME` value or a member of one's family (``memory/size/<env>``)."""
+    return key in POINT_IN_TIME or key.rpartition("/")[0] in POINT_IN_TIME
 
 
 def _mean(values: list[float]) -> float | None:
@@ -221,3 +260,40 @@ def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
         EVAL_SUCCESS: _mean([float(a.success) for a in attempts]) or 0.0,
         EVAL_NUM_EPISODES: float(len(attempts)),
     }
+
+
+def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str], memory: Any,
+                     mode: str) -> dict[str, Any]:
+    """The per-environment families of one step: ``reward/first/<env>`` and its siblings.
+
+    Args:
+        outcome: the step's :class:`~erl_lite.phases.StepOutcome`.
+        env_of: task id -> environment name.
+        names: every environment name (each gets its keys, None when it had no tasks).
+        memory: the run's :class:`~erl_lite.memory.MemoryBank`, or None when it keeps none.
+        mode: the run's mode (``rlvr`` has no gate).
+    """
+    m: dict[str, Any] = {}
+    for name in names:
+        first = [a for a in outcome.first if env_of(a.task_id) == name]
+        second = [r.second for r in outcome.retries if env_of(r.task_id) == name]
+        gated = sum(1 for r in outcome.retries if env_of(r.task_id) == name)
+        m.update({
+            f"{REWARD_FIRST}/{name}": _mean([a.reward for a in first]),
+            f"{SUCCESS_FIRST}/{name}": _mean([float(a.success) for a in first]),
+            f"{REWARD_SECOND}/{name}": _mean([a.reward for a in second]),
+            f"{SUCCESS_SECOND}/{name}": _mean([float(a.success) for a in second]),
+            f"{GATE_RATE}/{name}": gated / len(first) if first and mode != "rlvr" else None,
+            f"{MEMORY_SIZE}/{name}": float(len(memory.memories[name])) if memory is not None else 0.0,
+        })
+    return m
+
+
+def env_eval_metrics(attempts: list[Attempt], env_of: Callable[[str], str], names: list[str]) -> dict[str, Any]:
+    """``eval/reward/<env>`` and ``eval/success/<env>`` of evaluation rollouts (None: no task)."""
+    m: dict[str, Any] = {}
+    for name in names:
+        mine = [a for a in attempts if env_of(a.task_id) == name]
+        m[f"{EVAL_REWARD}/{name}"] = _mean([a.reward for a in mine])
+        m[f"{EVAL_SUCCESS}/{name}"] = _mean([float(a.success) for a in mine])
+    return m

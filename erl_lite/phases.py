@@ -26,7 +26,7 @@ from erl_lite.advantages import distill_weights, grouped_advantages
 from erl_lite.config import ERLConfig
 from erl_lite.envs.base import Environment
 from erl_lite.generation import Generator, SamplingParams
-from erl_lite.memory import ReflectionMemory
+from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.prompts import (
     parse_rulebook,
     reflection_messages,
@@ -93,18 +93,20 @@ def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
     return [a for a in attempts if a.reward < threshold]
 
 
-def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | None) -> list[Reflection]:
+def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | MemoryBank | None) -> list[Reflection]:
     """Δ for every failed attempt, in one batched generation.
 
     The base instructions are the memory's content when a memory is given and non-empty, else
-    the attempt's own (initial) system prompt. Pass ``memory=None`` for the "w/o memory" ablation.
+    the attempt's own (initial) system prompt; a :class:`MemoryBank` gives each attempt the
+    memory of its task's environment. Pass ``memory=None`` for the "w/o memory" ablation.
     """
     if not failed:
         return []
     c = ctx.config
-    remembered = memory.context() if memory is not None else None
     contexts = []
     for a in failed:
+        # A memory bank answers with the memory of the task's own environment.
+        remembered = memory.for_task(a.task_id).context() if memory is not None else None
         base = remembered if remembered is not None else a.system_prompt
         _, ids = reflection_messages(
             task_text=first_task_message(a), base_prompt=base, trace=a.trace, reward=a.reward,
@@ -132,7 +134,8 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
     if reflections is not None:
         if len(reflections) != len(failed):
             raise ValueError(f"{len(reflections)} reflections for {len(failed)} failed attempts")
-        systems = [second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder) for r in reflections]
+        systems = [second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder_for(tasks[a.task_id]))
+                   for a, r in zip(failed, reflections)]
     else:
         systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback) for a in failed]
     second = run_episodes(
@@ -151,13 +154,13 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
     return [Retry(y1, delta, y2) for y1, delta, y2 in zip(failed, deltas, second)]
 
 
-def update_memory(memory: ReflectionMemory, retries: list[Retry], threshold: float) -> int:
+def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], threshold: float) -> int:
     """memory ← Δ for every retry with r2 ≥ τ and a parsed rulebook (in order; the last one
     wins a single slot). Returns the number of writes."""
     writes = 0
     for r in retries:
         if r.reflection is not None and r.reflection.parsed:
-            writes += memory.maybe_store(r.reflection.rulebook, r.second.reward, threshold)
+            writes += memory.for_task(r.task_id).maybe_store(r.reflection.rulebook, r.second.reward, threshold)
     return writes
 
 
@@ -238,7 +241,7 @@ class StepOutcome:
         return [r.second for r in self.retries]
 
 
-def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | None) -> StepOutcome:
+def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | MemoryBank | None) -> StepOutcome:
     """One iteration's rollouts and RL batch (the update itself is :class:`update.PolicyUpdater`).
 
     ``memory`` is the reflection memory to read and write, or None when the run has none

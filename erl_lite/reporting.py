@@ -41,7 +41,7 @@ import sys
 from typing import Any, Protocol
 
 from erl_lite.config import REPORT_TO_BACKENDS, ERLConfig
-from erl_lite.metrics import POINT_IN_TIME, STEP
+from erl_lite.metrics import STEP, is_point_in_time
 from erl_lite.records import Attempt, StepRecord
 
 #: Name of the table (a text summary in TensorBoard) sent with each train send.
@@ -244,7 +244,7 @@ def _window(records: list[dict[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in dict.fromkeys(k for r in records for k in r):
         values = [r[key] for r in records if key in r]
-        out[key] = values[-1] if key in POINT_IN_TIME else math.fsum(values) / len(values)
+        out[key] = values[-1] if is_point_in_time(key) else math.fsum(values) / len(values)
     return out
 
 

@@ -60,9 +60,12 @@ from erl_lite.envs.base import Environment
 from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
 from erl_lite.generation import Generator, HFGenerator
 from erl_lite.history import History
-from erl_lite.memory import ReflectionMemory
-from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, eval_metrics,
-                             peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
+from erl_lite.envs.data_sources import load_rows
+from erl_lite.envs.multi import MultiEnvironment
+from erl_lite.envs.trl_adapter import environment_from_factory
+from erl_lite.memory import MemoryBank, ReflectionMemory
+from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
+                              env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
 from erl_lite.reporting import make_reporter
@@ -85,8 +88,11 @@ class ERLTrainer:
         reward_funcs: TRL-style reward function(s) for dataset tasks, called by keyword once
             per phase (see :mod:`erl_lite.envs.dataset`). Reward models are not accepted.
         args: the :class:`ERLConfig`.
-        train_dataset: rows with a ``prompt`` column (list of dicts or a ``datasets.Dataset``),
-            or a list of :class:`Task`; defaults to ``env.train_tasks()`` when ``env`` is given.
+        train_dataset: rows with a ``prompt`` column — a list of dicts, a ``datasets.Dataset``, a
+            ``.jsonl``/``.json``/``.csv``/``.parquet`` path or a dataset name (offline-safe; see
+            :mod:`erl_lite.envs.data_sources`) — or a list of :class:`Task`; defaults to
+            ``env.train_tasks()`` when ``env`` is given. With a :class:`MultiEnvironment`, each
+            row's ``environment`` column names its environment (see :mod:`erl_lite.envs.multi`).
         eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
         processing_class: the tokenizer (loaded with the model when omitted).
         reward_processing_classes: TRL's tokenizers for reward models; must be None.
@@ -100,8 +106,12 @@ class ERLTrainer:
             model in 4-bit (erl_lite's NF4 settings are used); anything else is refused.
         peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
             a default LoRA adapter is added (the KL reference needs one).
-        tools, rollout_func, environment_factory: TRL's agent hooks; must be None (multi-turn
-            tasks plug in through ``env=``).
+        tools, rollout_func: TRL's agent hooks; must be None (multi-turn tasks plug in
+            through ``env=`` or ``environment_factory=``).
+        environment_factory: a TRL-style environment class (or factory, or a dict of them
+            routed by the ``environment`` column), run through the adapter of
+            :mod:`erl_lite.envs.trl_adapter`; ``reward_funcs`` are then optional and receive
+            ``environments=`` as in TRL.
         feedback_func: TRL-style function returning one feedback string per completion.
         env: a multi-turn :class:`Environment` instead of reward functions.
         generator: a custom sampler (e.g. :class:`~erl_lite.generation.ScriptedGenerator`).
@@ -135,14 +145,19 @@ class ERLTrainer:
         generator: Generator | None = None,
         reward_weights: Sequence[float] | None = None,
     ) -> None:
-        refuse_trl_only(reward_processing_classes=reward_processing_classes, tools=tools,
-                         rollout_func=rollout_func, environment_factory=environment_factory)
+        refuse_trl_only(reward_processing_classes=reward_processing_classes, tools=tools, rollout_func=rollout_func)
         if args is not None and not isinstance(args, ERLConfig):
             raise TypeError(f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
                             "ERLConfig.preset('gpu', max_steps=...) in place of a GRPOConfig")
         self.args = args = args or ERLConfig()
+        if environment_factory is not None:
+            if env is not None:
+                raise ValueError("pass env= or environment_factory=, not both")
+            env = environment_from_factory(environment_factory, reward_funcs, reward_weights, args.reward_threshold)
+            reward_funcs = None  # the adapter calls them, with environments= as TRL does
         if (env is None) == (reward_funcs is None):
-            raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
+            raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
+                             "environment classes) or reward_funcs= (dataset tasks)")
         self.callbacks = check_callbacks(callbacks)
         reporter = make_reporter(args)  # a tracker that is not installed fails before the model loads
         from transformers import set_seed
@@ -163,7 +178,7 @@ class ERLTrainer:
         if eval_dataset is not None and not self.eval_tasks:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
-        self.memory = ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
+        self.memory = self._memory()
         self.history = History(out_dir=args.output_dir, reporter=reporter)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
@@ -199,11 +214,27 @@ class ERLTrainer:
                                gradient_checkpointing=self.args.gradient_checkpointing)
         return model, tokenizer
 
+    def _memory(self) -> ReflectionMemory | MemoryBank:
+        """The paper's one memory, or one per environment when the run mixes environments."""
+        a = self.args
+        if isinstance(self.env, MultiEnvironment):
+            return MemoryBank(self.env.names, a.memory_type, a.memory_size, a.memory_top_k, self.env.env_name)
+        return ReflectionMemory(a.memory_type, a.memory_size, a.memory_top_k)
+
     def _tasks(self, data: Any, split: str) -> list[Task]:
-        """Tasks of a dataset (rows, ``datasets.Dataset`` or Tasks), or of the env's split."""
+        """Tasks of a dataset (see :func:`~erl_lite.envs.data_sources.load_rows`: rows, a
+        ``datasets.Dataset``, a path or a name; or Tasks), or of the env's split. A
+        :class:`MultiEnvironment` routes rows by their ``environment`` column."""
+        if data is None and split == "train":
+            return self.env.train_tasks()
         if data is None:
-            return self.env.train_tasks() if split == "train" else self.env.test_tasks()
-        rows = list(data)
+            try:
+                return self.env.test_tasks()
+            except NotImplementedError:  # e.g. a TRL-style environment: no evaluation unless asked
+                return []
+        rows = load_rows(data, split)
+        if isinstance(self.env, MultiEnvironment):
+            return self.env.tasks_from_rows(rows, split)
         if rows and isinstance(rows[0], Task):
             return rows
         return rows_to_tasks(rows, prefix=split)
@@ -291,6 +322,8 @@ class ERLTrainer:
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
+        if isinstance(self.env, MultiEnvironment):
+            metrics.update(env_step_metrics(outcome, self.env.env_name, self.env.names, memory, self.args.mode))
         metrics.update(losses.to_metrics())
         metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
                         PEAK_GPU_GB: peak_gpu_gb(device)})
@@ -312,7 +345,10 @@ class ERLTrainer:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
         attempts = attempt_first(self.ctx, tasks, num_generations or self.args.eval_num_generations,
                                  params=self.ctx.eval_params())
-        return eval_metrics(attempts)
+        metrics = eval_metrics(attempts)
+        if isinstance(self.env, MultiEnvironment):
+            metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
+        return metrics
 
     def _log_eval(self) -> None:
         self.history.log({STEP: self.step, **self.evaluate()}, kind="eval")

@@ -4,7 +4,8 @@
 runs with the class name changed. Some of those arguments have no erl_lite counterpart; they
 are refused here with an error that says what to use instead, rather than ignored:
 
-* ``reward_processing_classes``, ``tools``, ``rollout_func``, ``environment_factory``;
+* ``reward_processing_classes``, ``tools``, ``rollout_func`` (``environment_factory`` is
+  accepted: see :mod:`erl_lite.envs.trl_adapter`);
 * ``callbacks`` holding ``transformers.TrainerCallback`` objects: their hooks and ``control``
   flags belong to ``transformers.Trainer``'s loop, which erl_lite does not run (a partial
   imitation would silently skip hooks). erl_lite callbacks are functions ``f(trainer, record)``;
@@ -58,8 +59,7 @@ def refuse_trl_only(**given: Any) -> None:
     """Clear errors for GRPOTrainer arguments that erl_lite has no counterpart for."""
     hints = {"reward_processing_classes": "reward models are not supported; wrap one in a reward function",
              "tools": "tool use belongs to an environment: pass env= (see erl_lite.envs.qa for a search tool)",
-             "rollout_func": "rollouts are erl_lite's own; a custom sampler goes in generator=",
-             "environment_factory": "multi-turn tasks plug in as an erl_lite Environment: pass env="}
+             "rollout_func": "rollouts are erl_lite's own; a custom sampler goes in generator="}
     for name, value in given.items():
         if value is not None:
             raise ValueError(f"{name} is a GRPOTrainer argument erl_lite does not take: {hints[name]}")

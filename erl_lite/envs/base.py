@@ -112,6 +112,11 @@ class Environment(ABC):
         """The system prompt a first attempt at ``task`` sees (default: ``system_prompt``)."""
         return self.system_prompt
 
+    def action_reminder_for(self, task: Task) -> str:
+        """The action reminder added to a rulebook for ``task`` (default: ``action_reminder``;
+        an environment of several members answers per task)."""
+        return self.action_reminder
+
     def train_tasks(self, n: int | None = None) -> list[Task]:
         """The first ``n`` tasks of the fixed training split (all when ``n`` is None)."""
         raise NotImplementedError(f"{type(self).__name__} has no training split")
