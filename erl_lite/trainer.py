@@ -55,6 +55,7 @@ from erl_lite.checkpoint import (
     save_checkpoint,
 )
 from erl_lite.config import ERLConfig
+from erl_lite.distributed import DataParallel
 from erl_lite.envs.base import Environment
 from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
 from erl_lite.generation import Generator, HFGenerator
@@ -142,7 +143,11 @@ class ERLTrainer:
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
         self.callbacks = check_callbacks(callbacks)
+        # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
+        self.dist = DataParallel.from_environment()
         reporter = make_reporter(args)  # a tracker that is not installed fails before the model loads
+        if not self.dist.is_main:  # DDP: rank 0 alone reports (checked above on every rank)
+            reporter = None
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
@@ -160,12 +165,14 @@ class ERLTrainer:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
         self.memory = ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
-        self.history = History(out_dir=args.output_dir, reporter=reporter)
+        # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
+        self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
         self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
                                      pad if pad is not None else self.tokenizer.eos_token_id)
+        self.updater.dist = self.dist  # DDP: gradients and loss normalizers over every process
         self.step = 0
         self.last_outcome: StepOutcome | None = None
 
@@ -190,7 +197,8 @@ class ERLTrainer:
             require_cuda_for_preset(self.args.extra.get("preset"))
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
-                               gradient_checkpointing=self.args.gradient_checkpointing)
+                               gradient_checkpointing=self.args.gradient_checkpointing,
+                               device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
         if tokenizer is None:
             raise ValueError("processing_class (the tokenizer) is required when model is an object")
         if peft_config is not None:
@@ -249,6 +257,7 @@ class ERLTrainer:
             self._resume(resume_from_checkpoint, ignore_config_mismatch)
         elif self.args.output_dir:
             self.history.rewrite()  # start the files afresh
+        self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
         step_start: TrainingState | None = None  # where the running step began
         try:
@@ -283,10 +292,15 @@ class ERLTrainer:
         memory = self.memory if self.args.uses_memory else None
         memory_before = self.memory.entries
         t0 = time.perf_counter()
-        outcome = erl_step(self.ctx, tasks, memory)
+        # DDP: this process plays its block of the step's tasks, reading memory but holding its
+        # writes back (in one process: all the tasks, and memory itself).
+        view = self.dist.deferred(memory)
+        outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
         t1 = time.perf_counter()
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
+        # DDP: every process's records, and memory written in rank order (identity in one process).
+        outcome = self.dist.merge(outcome, view)
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
         metrics.update(losses)
         metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0]})
@@ -306,9 +320,10 @@ class ERLTrainer:
         tasks = self.eval_tasks if tasks is None else tasks
         if not tasks:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
-        attempts = attempt_first(self.ctx, tasks, num_generations or self.args.eval_num_generations,
-                                 params=self.ctx.eval_params())
-        return eval_metrics(attempts)
+        mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
+        attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
+                                 params=self.ctx.eval_params()) if mine else []
+        return eval_metrics(self.dist.gather(attempts))
 
     def _log_eval(self) -> None:
         self.history.log({STEP: self.step, **self.evaluate()}, kind="eval")
@@ -321,8 +336,11 @@ class ERLTrainer:
         old ones per ``args.save_total_limit``; returns its path."""
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
-        path = save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
-                               self.memory, self.history, self._run_identity(), self.args.save_total_limit)
+        # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
+        path = self.dist.on_main(lambda: save_checkpoint(
+            self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler, self.memory,
+            self.history, self._run_identity(), self.args.save_total_limit),
+            default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
         self._saved_step = self.step
         return path
 
@@ -388,7 +406,7 @@ class ERLTrainer:
         from tqdm.auto import tqdm
 
         return tqdm(total=self.args.max_steps, initial=self.step, desc=f"{self.args.mode}",
-                    unit="step", disable=not self.args.progress_bar)
+                    unit="step", disable=not (self.args.progress_bar and self.dist.is_main))
 
     def _postfix(self) -> str:
         r = self.history.of_kind("train")[-1]

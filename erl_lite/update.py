@@ -31,6 +31,7 @@ from typing import Any, Iterator
 import torch
 
 from erl_lite.config import ERLConfig
+from erl_lite.distributed import SINGLE_PROCESS, DataParallel
 from erl_lite.losses import aggregate, clipped_policy_loss, k3_kl, masked_mean, nll_loss, normalizer_for, token_logprobs
 from erl_lite.records import ROLES, TrainSample
 
@@ -113,7 +114,13 @@ class PolicyUpdater:
         optimizer, scheduler: built by the trainer.
         config: loss, clipping, batching and KL settings.
         pad_id: the tokenizer's padding id.
+
+    Several processes (``accelerate launch``): the trainer sets :attr:`dist`; each process
+    passes its own rows, and the marked ``DDP`` lines make the step the single-process step
+    over every process's rows (see :mod:`erl_lite.distributed`).
     """
+
+    dist: DataParallel = SINGLE_PROCESS  # DDP: the process group (the trainer sets it)
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -139,15 +146,21 @@ class PolicyUpdater:
     def update(self, samples: list[TrainSample]) -> dict[str, float]:
         """Optimizer steps over ``samples``; returns the step's loss metrics."""
         c = self.config
-        metrics: dict[str, float] = {f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES}
+        # DDP: counts and |A| sums over every process's rows (this process's alone in one).
+        totals = self.dist.sum({**{f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES},
+                                **{f"|A|/{r}": sum(abs(s.advantage) for s in samples if s.role == r) for r in ROLES}})
+        metrics: dict[str, float] = {f"samples/{r}": totals[f"samples/{r}"] for r in ROLES}
         for r in ("first", "reflection", "second"):
-            adv = [abs(s.advantage) for s in samples if s.role == r]
-            metrics[f"advantage/{r}"] = sum(adv) / len(adv) if adv else 0.0
-        if not samples:
+            n_r = totals[f"samples/{r}"]
+            metrics[f"advantage/{r}"] = totals[f"|A|/{r}"] / n_r if n_r else 0.0
+        n_rows = int(sum(metrics[f"samples/{r}"] for r in ROLES))  # global batch size
+        if not n_rows:
             return {**metrics, "optim/steps": 0.0}
-        k = min(c.steps_per_generation, len(samples))
+        k = min(c.steps_per_generation, n_rows)
         # Interleave so every mini-batch holds every role; k == 1 means on-policy (ratio = 1).
-        minis = [samples[i::k] for i in range(k)]
+        # DDP: by each row's position in the global batch (range(len(samples)) in one process).
+        positions = self.dist.global_positions(samples)
+        minis = [[s for s, p in zip(samples, positions) if p % k == i] for i in range(k)]
         old = dict(zip(map(id, samples), self._logprobs(samples, False))) if k > 1 else None
         ref = dict(zip(map(id, samples), self._logprobs(samples, True))) if c.beta > 0 else None
         sums = {key: 0.0 for key in ("loss/total", *(f"loss/{r}" for r in ROLES))}
@@ -155,7 +168,8 @@ class PolicyUpdater:
         self.model.train()
         for mini in minis:
             masks = [torch.tensor(s.completion_mask) for s in mini]
-            norm = _normalizer(masks, c.loss_type)
+            # DDP: the denominator counts every process's rows (a raw 0 when this one has no token).
+            norm = self.dist.total_count(_normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0)
             active = [s for s in mini if c.beta > 0 or s.advantage != 0]
             self.optimizer.zero_grad(set_to_none=True)
             for chunk in micro_batches(active, c.per_device_train_batch_size):
@@ -166,11 +180,16 @@ class PolicyUpdater:
                 clip_tok += stats["clip"] * stats["tokens"]
                 n_tok += stats["tokens"]
             params = [p for p in self.model.parameters() if p.requires_grad]
+            self.dist.all_reduce_gradients(params)  # DDP: the global batch's gradient before clipping
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
             self.optimizer.step()
             if self.scheduler is not None:
                 self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        # DDP: loss sums and token-weighted statistics summed over processes.
+        sums = self.dist.sum(sums)
+        tok = self.dist.sum({"kl": kl_tok, "clip": clip_tok, "n": n_tok})
+        kl_tok, clip_tok, n_tok = tok["kl"], tok["clip"], tok["n"]
         metrics.update({key: v / k for key, v in sums.items()})  # mean over mini-batches
         metrics.update({"kl": kl_tok / max(n_tok, 1), "clip_ratio": clip_tok / max(n_tok, 1),
                         "grad_norm": grad_norm, "optim/steps": float(k)})
