@@ -191,12 +191,12 @@ class DataParallel:
         that role, then rank 1's, and so on. The update cuts mini-batches by these positions,
         so a process count never changes which rows share an optimizer step.
         """
+        if self.world_size == 1:
+            return list(range(len(samples)))  # any order: the batch is the global one
         order = [ROLES.index(s.role) for s in samples]
         if order != sorted(order):
             raise RuntimeError("the RL batch is not grouped by role in ROLES order; data-parallel "
-                               "mini-batches rely on that order")
-        if self.world_size == 1:
-            return list(range(len(samples)))
+                               "mini-batches rely on that order (erl_step builds it so)")
         local = [order.count(i) for i in range(len(ROLES))]
         counts = self._gather_parts(local)  # (world, roles)
         role_start = [sum(sum(c[j] for c in counts) for j in range(i)) for i in range(len(ROLES))]

@@ -60,7 +60,8 @@ def test_global_positions_reproduce_the_single_process_batch_order():
         ("first", "a0"), ("first", "a1"), ("first", "b0"), ("reflection", "a0"), ("reflection", "b0"),
         ("second", "a0"), ("second", "b0")]
     with pytest.raises(RuntimeError, match="grouped by role"):
-        DataParallel().global_positions(list(reversed(rank0)))
+        fake_rank(0, 2, counts).global_positions(list(reversed(rank0)))
+    assert DataParallel().global_positions(list(reversed(rank0))) == [0, 1, 2, 3]  # one process: as given
 
 
 def test_deferred_memory_reads_the_shared_one_and_holds_writes_back():
