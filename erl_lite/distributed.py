@@ -124,6 +124,17 @@ class DataParallel:
         """True on rank 0, the process that writes files."""
         return self.rank == 0
 
+    def check_device(self, model: Any) -> None:
+        """Raise when a process's model is not on that process's GPU (two processes on one
+        GPU would fail later, inside NCCL, with a less helpful message)."""
+        if self.world_size == 1 or self.device is None or self.device.type == "cpu":
+            return
+        where = next(model.parameters()).device
+        if where != self.device:
+            raise ValueError(f"process {self.rank} should hold the model on {self.device}, but it is on "
+                             f"{where}: pass the model by name, or load it with "
+                             "device=accelerate.PartialState().device")
+
     # --- tasks ------------------------------------------------------------------------------
     def shard(self, items: Sequence[T], allow_empty: bool = False) -> list[T]:
         """This process's contiguous block of ``items`` (block sizes differ by at most one).

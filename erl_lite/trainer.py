@@ -6,7 +6,7 @@ GRPOTrainer user changes one line; environments plug into the same trainer throu
 How erl_lite departs from the paper (and its released code) — read before comparing numbers;
 the README's "How erl_lite departs from the paper" gives each point in full:
 
-1. Rollouts use ``transformers.generate`` on the training model, not vLLM; one GPU, no Ray.
+1. Rollouts use ``transformers.generate`` on the training model, not vLLM; no Ray (see 8).
 2. LoRA/QLoRA adapters instead of full fine-tuning; the KL reference is the same model with
    its adapter disabled. LoRA wants a larger learning rate than the paper's 1e-6.
 3. Small batches; ``steps_per_generation`` optimizer steps per iteration (1 in the ``cpu``
@@ -17,6 +17,8 @@ the README's "How erl_lite departs from the paper" gives each point in full:
 6. Evaluation samples first attempts only, from the initial prompt, never touching memory,
    with its own sampler settings (``eval_top_p``/``eval_top_k``; the paper's in ``gpu``/``paper``).
 7. ``mode="rlvr"`` defaults to the paper's G = 10.
+8. Several GPUs: the same script under ``accelerate launch`` shards each step's tasks over the
+   processes (data parallel, :mod:`erl_lite.distributed`), where the reference uses Ray workers.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
@@ -153,6 +155,7 @@ class ERLTrainer:
         set_seed(args.seed)  # adapter initialisation draws from the global generators
         self.model, self.tokenizer = self._load(model, processing_class, peft_config,
                                                 wants_4bit(quantization_config, args))
+        self.dist.check_device(self.model)  # DDP: one GPU per process
         self.env = env if env is not None else RewardFunctionEnv(
             reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
         self.state = TrainerStateView(self)
