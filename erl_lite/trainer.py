@@ -6,7 +6,7 @@ GRPOTrainer user changes one line; environments plug into the same trainer throu
 How erl_lite departs from the paper (and its released code) — read before comparing numbers;
 the README's "How erl_lite departs from the paper" gives each point in full:
 
-1. Rollouts use ``transformers.generate`` on the training model, not vLLM; one GPU, no Ray.
+1. Rollouts use ``transformers.generate`` on the training model, not vLLM; no Ray (see 8).
 2. LoRA/QLoRA adapters instead of full fine-tuning; the KL reference is the same model with
    its adapter disabled. LoRA wants a larger learning rate than the paper's 1e-6.
 3. Small batches; ``steps_per_generation`` optimizer steps per iteration (1 in the ``cpu``
@@ -17,6 +17,8 @@ the README's "How erl_lite departs from the paper" gives each point in full:
 6. Evaluation samples first attempts only, from the initial prompt, never touching memory,
    with its own sampler settings (``eval_top_p``/``eval_top_k``; the paper's in ``gpu``/``paper``).
 7. ``mode="rlvr"`` defaults to the paper's G = 10.
+8. Several GPUs: the same script under ``accelerate launch`` shards each step's tasks over the
+   processes (data parallel, :mod:`erl_lite.distributed`), where the reference uses Ray workers.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
@@ -56,6 +58,7 @@ from erl_lite.checkpoint import (
     save_checkpoint,
 )
 from erl_lite.config import ERLConfig
+from erl_lite.distributed import DataParallel
 from erl_lite.envs.base import Environment
 from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
 from erl_lite.generation import Generator, HFGenerator
@@ -159,12 +162,17 @@ class ERLTrainer:
             raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
                              "environment classes) or reward_funcs= (dataset tasks)")
         self.callbacks = check_callbacks(callbacks)
+        # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
+        self.dist = DataParallel.from_environment()
         reporter = make_reporter(args)  # a tracker that is not installed fails before the model loads
+        if not self.dist.is_main:  # DDP: rank 0 alone reports (checked above on every rank)
+            reporter = None
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
         self.model, self.tokenizer = self._load(model, processing_class, peft_config,
                                                 wants_4bit(quantization_config, args))
+        self.dist.check_device(self.model)  # DDP: one GPU per process
         self.env = env if env is not None else RewardFunctionEnv(
             reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
         self.state = TrainerStateView(self)
@@ -179,12 +187,14 @@ class ERLTrainer:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
         self.memory = self._memory()
-        self.history = History(out_dir=args.output_dir, reporter=reporter)
+        # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
+        self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
         self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
                                      pad if pad is not None else self.tokenizer.eos_token_id)
+        self.updater.dist = self.dist  # DDP: gradients and loss normalizers over every process
         self.step = 0
         self.last_outcome: StepOutcome | None = None
 
@@ -206,7 +216,8 @@ class ERLTrainer:
             require_cuda_for_preset(self.args.extra.get("preset"))
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
-                               gradient_checkpointing=self.args.gradient_checkpointing)
+                               gradient_checkpointing=self.args.gradient_checkpointing,
+                               device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
         if tokenizer is None:
             raise ValueError("processing_class (the tokenizer) is required when model is an object")
         if peft_config is not None:
@@ -281,6 +292,7 @@ class ERLTrainer:
             self._resume(resume_from_checkpoint, ignore_config_mismatch)
         elif self.args.output_dir:
             self.history.rewrite()  # start the files afresh
+        self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
         step_start: TrainingState | None = None  # where the running step began
         try:
@@ -317,10 +329,15 @@ class ERLTrainer:
         device = cuda_device(self.model)
         reset_peak_gpu_memory(device)
         t0 = time.perf_counter()
-        outcome = erl_step(self.ctx, tasks, memory)
+        # DDP: this process plays its block of the step's tasks, reading memory but holding its
+        # writes back (in one process: all the tasks, and memory itself).
+        view = self.dist.deferred(memory)
+        outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
         t1 = time.perf_counter()
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
+        # DDP: every process's records, and memory written in rank order (identity in one process).
+        outcome = self.dist.merge(outcome, view)
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_step_metrics(outcome, self.env.env_name, self.env.names, memory, self.args.mode))
@@ -343,8 +360,10 @@ class ERLTrainer:
         tasks = self.eval_tasks if tasks is None else tasks
         if not tasks:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
-        attempts = attempt_first(self.ctx, tasks, num_generations or self.args.eval_num_generations,
-                                 params=self.ctx.eval_params())
+        mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
+        attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
+                                 params=self.ctx.eval_params()) if mine else []
+        attempts = self.dist.gather(attempts)
         metrics = eval_metrics(attempts)
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
@@ -361,8 +380,11 @@ class ERLTrainer:
         old ones per ``args.save_total_limit``; returns its path."""
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
-        path = save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
-                               self.memory, self.history, self._run_identity(), self.args.save_total_limit)
+        # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
+        path = self.dist.on_main(lambda: save_checkpoint(
+            self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler, self.memory,
+            self.history, self._run_identity(), self.args.save_total_limit),
+            default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
         self._saved_step = self.step
         return path
 
@@ -428,7 +450,7 @@ class ERLTrainer:
         from tqdm.auto import tqdm
 
         return tqdm(total=self.args.max_steps, initial=self.step, desc=f"{self.args.mode}",
-                    unit="step", disable=not self.args.progress_bar)
+                    unit="step", disable=not (self.args.progress_bar and self.dist.is_main))
 
     def _postfix(self) -> str:
         r = self.history.of_kind("train")[-1]

@@ -37,6 +37,7 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
 from erl_lite.models import keep_4bit_trainable
+from erl_lite.distributed import SINGLE_PROCESS, DataParallel
 from erl_lite.losses import LossStats, normalizer_for, policy_objective
 from erl_lite.records import ROLES, TrainSample
 
@@ -207,6 +208,17 @@ class _Tally:
         self.clipped += stats.clip_ratio * stats.policy_tokens
         self.policy_tokens += stats.policy_tokens
 
+    def reduced(self, dist: DataParallel) -> "_Tally":
+        """DDP: the sums over every process (itself in one process)."""
+        keys = [f"loss/{r}" for r in ROLES] + ["kl_sum", "clipped", "tokens", "policy_tokens"]
+        mine = dict(zip(keys, [self.loss[r] for r in ROLES] + [self.kl_sum, self.clipped, self.tokens,
+                                                              self.policy_tokens]))
+        total = dist.sum(mine)
+        self.loss = {r: total[f"loss/{r}"] for r in ROLES}
+        self.kl_sum, self.clipped = total["kl_sum"], total["clipped"]
+        self.tokens, self.policy_tokens = int(total["tokens"]), int(total["policy_tokens"])
+        return self
+
     def result(self, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
                steps: int) -> UpdateStats:
         loss = {r: v / steps for r, v in self.loss.items()}  # mean over mini-batches
@@ -225,7 +237,13 @@ class PolicyUpdater:
             (completion positions per lm-head chunk, see :mod:`erl_lite.logprobs`; None
             computes full ``(B, L, V)`` logits instead).
         pad_id: the tokenizer's padding id.
+
+    Several processes (``accelerate launch``): the trainer sets :attr:`dist`; each process
+    passes its own rows, and the marked ``DDP`` lines make the step the single-process step
+    over every process's rows (see :mod:`erl_lite.distributed`).
     """
+
+    dist: DataParallel = SINGLE_PROCESS  # DDP: the process group (the trainer sets it)
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -241,7 +259,10 @@ class PolicyUpdater:
     def _plan(self, mini: list[TrainSample]) -> tuple[float, list[Packed]]:
         """A mini-batch's normalizer (over *all* its rows) and its packed micro-batches."""
         c = self.config
-        norm = _normalizer([torch.tensor(s.completion_mask) for s in mini], c.loss_type)
+        masks = [torch.tensor(s.completion_mask) for s in mini]
+        # DDP: the denominator counts every process's rows (a raw 0 when this one has no token).
+        local = _normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
+        norm = self.dist.total_count(local)
         active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
         nll = c.internalization_mode == "nll"
         return norm, [pack(chunk, self.pad_id, nll, self.device)
@@ -262,16 +283,19 @@ class PolicyUpdater:
     def update(self, samples: list[TrainSample]) -> UpdateStats:
         """Optimizer steps over ``samples``; returns what the update did."""
         c = self.config
-        counts = {r: sum(s.role == r for s in samples) for r in ROLES}
-        advantage = {}
-        for r in ADVANTAGE_ROLES:
-            adv = [abs(s.advantage) for s in samples if s.role == r]
-            advantage[r] = sum(adv) / len(adv) if adv else 0.0
-        if not samples:
+        # DDP: counts and |A| sums over every process's rows (this process's alone in one).
+        totals = self.dist.sum({**{f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES},
+                                **{f"|A|/{r}": sum(abs(s.advantage) for s in samples if s.role == r) for r in ROLES}})
+        counts = {r: int(totals[f"samples/{r}"]) for r in ROLES}
+        advantage = {r: totals[f"|A|/{r}"] / counts[r] if counts[r] else 0.0 for r in ADVANTAGE_ROLES}
+        n_rows = sum(counts.values())  # the global batch
+        if not n_rows:
             return UpdateStats.empty(counts, advantage)
-        k = min(c.steps_per_generation, len(samples))
+        k = min(c.steps_per_generation, n_rows)
         # Interleave so every mini-batch holds every role; k == 1 means on-policy (ratio = 1).
-        plans = [self._plan(samples[i::k]) for i in range(k)]
+        # DDP: by each row's position in the global batch (range(len(samples)) in one process).
+        positions = self.dist.global_positions(samples)
+        plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
         tally, grad_norm, at = _Tally(), 0.0, 0
         self.model.train()
@@ -283,12 +307,13 @@ class PolicyUpdater:
                 tally.add(batch, stats)
             at += len(batches)
             params = [p for p in self.model.parameters() if p.requires_grad]
+            self.dist.all_reduce_gradients(params)  # DDP: the global batch's gradient before clipping
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
             self.optimizer.step()
             if self.scheduler is not None:
                 self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return tally.result(counts, advantage, grad_norm, k)
+        return tally.reduced(self.dist).result(counts, advantage, grad_norm, k)
 
     def _objective(self, batch: Packed, norm: float) -> tuple[torch.Tensor, LossStats]:
         """The micro-batch's share of the mini-batch loss (normalised by ``norm``)."""
