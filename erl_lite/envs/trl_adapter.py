@@ -73,7 +73,7 @@ import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from erl_lite.envs.base import Environment, Episode, StepOutput
+from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.dataset import split_prompt
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
 from erl_lite.envs.reward_calls import call_arguments, weighted_rewards
@@ -206,7 +206,7 @@ def _get_reward(environments: list[Any], **kwargs: Any) -> list[float]:
     return [e.get_reward() for e in environments]
 
 
-class TRLEpisode(Episode):
+class TRLEpisode(BatchScoredEpisode):
     """One rollout on a fresh instance of a :class:`TRLEnvironment`'s class."""
 
     def __init__(self, env: TRLEnvironment) -> None:
@@ -214,7 +214,7 @@ class TRLEpisode(Episode):
         self.task: Task | None = None
         self.instance: Any = None
         self.turns: list[tuple[str, list[str]]] = []  # (reply, tool results)
-        self.scored, self._reward, self._note = False, 0.0, ""
+        self.scored, self._reward, self._verdict = False, 0.0, ""
         self.observation: Any = ""
         self.failed_calls = 0
 
@@ -276,29 +276,15 @@ class TRLEpisode(Episode):
             out += [{"role": "tool", "content": r} for r in results]
         return out
 
-    def set_score(self, reward: float, note: str) -> None:
-        """Store the batch scorer's verdict."""
-        self._reward, self._note, self.scored = reward, note, True
-
-    def _ensure_scored(self) -> None:
-        if self.task is not None and not self.scored:
-            self.env.score_batch([self])
-
-    @property
-    def reward(self) -> float:  # type: ignore[override]
-        self._ensure_scored()
-        return self._reward
-
-    @property
-    def success(self) -> bool:
-        return self.reward >= self.env.success_threshold
+    def _ready_to_score(self) -> bool:
+        return self.task is not None
 
     def feedback(self) -> str:
         calls = sum(len(r) for _, r in self.turns)
         failed = self.failed_calls
         end = "answered" if self.done else "ran out of turns without a final answer"
         text = f"The agent made {calls} tool call(s), {failed} failed, and {end}. Reward: {self.reward:g}."
-        return f"{text} {self._note}".strip()
+        return f"{text} {self._verdict}".strip()
 
     def trace(self) -> str:
         lines = [f"Task:\n{self.observation if isinstance(self.observation, str) else self.observation[-1]['content']}"]
