@@ -72,7 +72,8 @@ from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cud
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
 from erl_lite.reporting import make_reporter
-from erl_lite.trainer_args import TrainerStateView, build_optimizer, check_callbacks, refuse_trl_only, wants_4bit
+from erl_lite.trainer_args import (TrainerStateView, build_optimizer, build_scheduler, check_callbacks,
+                                  refuse_trl_only, wants_4bit)
 from erl_lite.update import PolicyUpdater
 
 
@@ -104,7 +105,8 @@ class ERLTrainer:
             objects are refused with an error: their hooks (``on_step_end``, ``control``...)
             belong to ``transformers.Trainer``'s loop, which erl_lite does not run.
         optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
-            names, with ``args.learning_rate``/``args.weight_decay``, and a constant schedule).
+            names, with ``args.learning_rate``/``args.weight_decay``, and the schedule
+            ``args.lr_scheduler_type`` names, stepped once per optimizer step).
         quantization_config: a ``BitsAndBytesConfig`` with ``load_in_4bit`` to load a named
             model in 4-bit (erl_lite's NF4 settings are used); anything else is refused.
         peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
@@ -204,7 +206,7 @@ class ERLTrainer:
         if optimizer is None:
             optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], self.args)
         if scheduler is None:
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)  # constant
+            scheduler = build_scheduler(optimizer, self.args)
         return optimizer, scheduler
 
     def _load(self, model: Any, tokenizer: Any, peft_config: Any, four_bit: bool) -> tuple[Any, Any]:

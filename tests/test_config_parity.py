@@ -1,0 +1,76 @@
+"""The TRL-named settings: each one changes what its docstring says it does."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from erl_lite.config import ERLConfig
+from erl_lite.generation import ScriptedGenerator
+from erl_lite.testing import tiny_model, tiny_tokenizer
+from erl_lite.trainer import ERLTrainer
+
+ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
+
+
+def reward(prompts, completions, answer, **kw):
+    return [float(a in c) for c, a in zip(completions, answer)]
+
+
+def rlvr_trainer(**overrides) -> ERLTrainer:
+    tok = tiny_tokenizer()
+    replies = iter(["0 1 2 3", "no"] * 1000)  # the two samples of a task differ: a gradient
+    args = ERLConfig.preset("cpu", **{"mode": "rlvr", "max_steps": 1, "num_tasks_per_step": 2,
+                                      "num_generations": 2, "max_completion_length": 6, "eval_steps": 0,
+                                      "progress_bar": False, **overrides})
+    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=reward,
+                      train_dataset=ROWS, generator=ScriptedGenerator(tok, lambda prompt: next(replies)))
+
+
+# --- lr_scheduler_type / warmup -------------------------------------------------------------------
+def _lr_per_optimizer_step(trainer: ERLTrainer) -> list[float]:
+    """The learning rate each optimizer step of a training run used."""
+    seen, step = [], trainer.optimizer.step
+
+    def spy(*a, **kw):
+        seen.append(trainer.optimizer.param_groups[0]["lr"])
+        return step(*a, **kw)
+
+    trainer.optimizer.step = spy
+    trainer.train()
+    return seen
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\(\)` has been overridden")
+@pytest.mark.parametrize("kind", ["constant", "linear", "cosine", "constant_with_warmup"])
+def test_lr_schedule_over_optimizer_steps(kind):
+    lr, total, warm = 1e-2, 3 * 2, 2  # 3 iterations × 2 optimizer steps; warm-up ceil(0.25·6) = 2
+    warmup = {} if kind == "constant" else {"warmup_ratio": 0.25}
+    trainer = rlvr_trainer(max_steps=3, steps_per_generation=2, learning_rate=lr, lr_scheduler_type=kind, **warmup)
+    seen = _lr_per_optimizer_step(trainer)
+    assert len(seen) == total
+    ramp = [lr * s / warm for s in range(warm)]
+    expected = {
+        "constant": [lr] * total,
+        "constant_with_warmup": ramp + [lr] * (total - warm),
+        "linear": ramp + [lr * (total - s) / (total - warm) for s in range(warm, total)],
+        "cosine": ramp + [lr * 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))) for s in range(warm, total)],
+    }[kind]
+    assert seen == pytest.approx(expected, abs=1e-12)
+    # the history's lr is the schedule's value after the iteration's last step
+    assert trainer.history.of_kind("train")[-1]["lr"] == pytest.approx(trainer.scheduler.get_last_lr()[0])
+
+
+def test_warmup_steps_and_bad_schedules():
+    assert ERLConfig(warmup_steps=3, lr_scheduler_type="linear").num_warmup_steps(10) == 3
+    assert ERLConfig(warmup_steps=0.5, lr_scheduler_type="linear").num_warmup_steps(10) == 5  # transformers 5
+    with pytest.raises(ValueError, match="constant_with_warmup"):
+        ERLConfig(warmup_ratio=0.1)  # constant has no warm-up
+    with pytest.raises(ValueError, match="not both"):
+        ERLConfig(lr_scheduler_type="linear", warmup_ratio=0.1, warmup_steps=2)
+    with pytest.raises(ValueError, match="lr_scheduler_type"):
+        ERLConfig(lr_scheduler_type="polynomial")
+    with pytest.raises(ValueError, match="warmup_ratio"):
+        ERLConfig(lr_scheduler_type="linear", warmup_ratio=1.5)
