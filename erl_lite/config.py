@@ -206,7 +206,8 @@ class ERLConfig:
     ``group``/``none``, as in TRL. The groups are erl_lite's: one per (task, role) (first attempts,
     reflections, second attempts each among their own), so ``batch`` takes one std per role.
     Differences from TRL: the std is ``std + 1e-6`` (TRL: ``+ 1e-4``), a group of one keeps
-    ``A = r`` (TRL's groups are never of one), and internalization weights are never scaled."""
+    ``A = r`` (TRL's groups are never of one), internalization weights are never scaled, and
+    ``batch`` is refused under several processes (each would see only its shard)."""
     importance_sampling_level: str = "token"
     """The policy ratio of the clipped loss (TRL's ``importance_sampling_level``): ``token`` (one
     ratio per token, the paper's and PPO's) or ``sequence`` (GSPO: one ratio per sequence,

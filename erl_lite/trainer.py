@@ -166,6 +166,10 @@ class ERLTrainer:
         self.callbacks = check_callbacks(callbacks)
         # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
         self.dist = DataParallel.from_environment()
+        if self.dist.world_size > 1 and args.scale_rewards == "batch":
+            # Each process sees only its shard of tasks; a per-shard std would differ from one process's.
+            raise ValueError("ERLConfig.scale_rewards='batch' is not supported under several processes "
+                             "(the std would be each process's own); use 'group' or 'none'")
         reporter = make_reporter(args)  # a tracker that is not installed fails before the model loads
         if not self.dist.is_main:  # DDP: rank 0 alone reports (checked above on every rank)
             reporter = None

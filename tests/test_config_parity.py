@@ -74,3 +74,40 @@ def test_warmup_steps_and_bad_schedules():
         ERLConfig(lr_scheduler_type="polynomial")
     with pytest.raises(ValueError, match="warmup_ratio"):
         ERLConfig(lr_scheduler_type="linear", warmup_ratio=1.5)
+
+
+# --- scale_rewards ----------------------------------------------------------------------------------
+def test_scale_rewards_none_and_batch_in_grouped_advantages():
+    from erl_lite.advantages import grouped_advantages
+
+    rewards, keys = [1.0, 0.0, 0.0, 0.5, 0.5, 1.0], ["a", "a", "a", "b", "b", "b"]
+    mean_a, mean_b = 1 / 3, 2 / 3
+    centred = [1 - mean_a, -mean_a, -mean_a, 0.5 - mean_b, 0.5 - mean_b, 1 - mean_b]
+    assert grouped_advantages(rewards, keys, scale="none") == pytest.approx(centred)
+    batch_std = float(torch.tensor(rewards).std())  # unbiased, over the whole batch
+    assert grouped_advantages(rewards, keys, scale="batch") == pytest.approx([c / (batch_std + 1e-6) for c in centred])
+    group_std = [float(torch.tensor(rewards[:3]).std())] * 3 + [float(torch.tensor(rewards[3:]).std())] * 3
+    assert grouped_advantages(rewards, keys) == pytest.approx([c / (s + 1e-6) for c, s in zip(centred, group_std)])
+
+
+def test_scale_rewards_reaches_the_rl_batch():
+    """assign_advantages (the trainer's path) scales each role as the config says."""
+    from erl_lite.phases import assign_advantages
+    from erl_lite.records import Attempt
+
+    def attempt(task, reward):
+        return Attempt(task_id=task, index=0, role="first", system_prompt="", messages=[], prompt_ids=[1],
+                       completion_ids=[2], completion_mask=[1], reward=reward, success=False, feedback="",
+                       trace="", num_turns=1)
+
+    rewards = [1.0, 0.0, 0.0, 0.2, 0.6, 0.4]
+    first = [attempt(t, r) for t, r in zip("aaabbb", rewards)]
+    adv = {scale: [s.advantage for s in assign_advantages(ERLConfig(mode="rlvr", scale_rewards=scale), first, [])]
+           for scale in ("group", "batch", "none")}
+    assert adv["none"] == pytest.approx([2 / 3, -1 / 3, -1 / 3, -0.2, 0.2, 0.0])
+    std = float(torch.tensor(rewards).std())
+    assert adv["batch"] == pytest.approx([a / (std + 1e-6) for a in adv["none"]])
+    assert adv["group"][3:] == pytest.approx([-1.0, 1.0, 0.0], abs=1e-5)  # std of (0.2, 0.6, 0.4) = 0.2
+    assert ERLConfig(scale_rewards=False).scale_rewards == "none" and ERLConfig(scale_rewards=True).scale_rewards == "group"
+    with pytest.raises(ValueError, match="scale_rewards"):
+        ERLConfig(scale_rewards="task")
