@@ -21,7 +21,7 @@ from typing import Any
 MODES = ("erl", "erl_simple", "rlvr")
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
-LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean"}
+LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
 #: Every name ``loss_type`` accepts (erl_lite's own, then TRL's aliases).
 LOSS_TYPE_NAMES = LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)
 #: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
@@ -30,7 +30,6 @@ TRL_LOSS_TYPES_MISSING = {
     "dr_grpo": "seq_sum (= TRL's dr_grpo × max_completion_length: the same sums, divided by the sequence count)",
     "cispo": "token_mean (TRL's dapo; the clip acts on the ratio term, not a detached weight)",
     "sapo": "token_mean (TRL's dapo, with a hard clip instead of a soft gate)",
-    "luspo": "seq_sum with importance_sampling_level='sequence' (GSPO with a length-weighted sum)",
     "vespo": "token_mean with importance_sampling_level='sequence'",
 }
 #: ``lr_scheduler_type`` values (transformers' ``get_scheduler`` names).
@@ -216,15 +215,17 @@ class ERLConfig:
     policy every ratio is 1 either way. As TRL warns, with ``sequence`` the token-summing
     ``loss_type``s weigh a sequence by its length; ``seq_mean`` (TRL's ``grpo``) does not."""
     loss_type: str = "seq_sum"
-    """How per-token losses become one number: ``seq_sum`` (paper/reference: sum over a
-    sequence's tokens, mean over sequences; TRL has no such name — it is TRL's ``dr_grpo``
-    times ``max_completion_length``), ``token_mean`` (every loss token of the mini-batch weighs
-    the same: TRL's ``dapo``, whose denominator is also the whole accumulated batch's token
-    count) or ``seq_mean`` (mean within a sequence, then over sequences: TRL's ``grpo``, except
-    that a sequence without loss tokens is not counted). TRL's ``grpo`` and ``dapo`` are accepted
-    and stored as ``seq_mean`` and ``token_mean``; TRL's other names (``bnpo``, ``dr_grpo``,
-    ``cispo``, ``sapo``, ``luspo``, ``vespo``) are refused with the closest one erl_lite has.
-    TRL's default is ``dapo``; erl_lite's is the reference's ``seq_sum``."""
+    """How per-token losses become one number (each over one optimizer step's mini-batch):
+    ``seq_sum`` (paper/reference: sum over a sequence's tokens, mean over sequences; the
+    aggregation of TRL's ``luspo``, and TRL's ``dr_grpo`` times ``max_completion_length``),
+    ``token_mean`` (every loss token weighs the same: TRL's ``dapo``, whose denominator is also
+    the whole accumulated batch's token count) or ``seq_mean`` (mean within a sequence, then over
+    sequences: TRL's ``grpo``, except that a sequence without loss tokens is not counted). TRL's
+    ``grpo``, ``dapo`` and ``luspo`` are accepted and stored as ``seq_mean``, ``token_mean`` and
+    ``seq_sum`` (TRL's LUSPO also wants ``importance_sampling_level="sequence"``; set it). TRL's
+    other names are refused with the closest one erl_lite has: ``bnpo`` (a token mean per
+    micro-batch: it depends on ``per_device_train_batch_size``), ``dr_grpo``, ``cispo``,
+    ``sapo``, ``vespo``. TRL's default is ``dapo``; erl_lite's is the reference's ``seq_sum``."""
     steps_per_generation: int = 1
     """Optimizer steps per iteration: the batch is split into this many mini-batches. With 1
     the update is on-policy (importance ratio ≡ 1, so the clip never acts: a group-baselined

@@ -111,3 +111,18 @@ def test_scale_rewards_reaches_the_rl_batch():
     assert ERLConfig(scale_rewards=False).scale_rewards == "none" and ERLConfig(scale_rewards=True).scale_rewards == "group"
     with pytest.raises(ValueError, match="scale_rewards"):
         ERLConfig(scale_rewards="task")
+
+
+# --- importance_sampling_level / loss_type reach the update ----------------------------------------
+def test_update_passes_importance_sampling_level_and_loss_type(monkeypatch):
+    import erl_lite.update as update
+
+    seen, real = [], update.policy_objective
+
+    def spy(*a, **kw):
+        seen.append((kw["importance_sampling_level"], kw["loss_type"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(update, "policy_objective", spy)
+    rlvr_trainer(importance_sampling_level="sequence", loss_type="grpo", steps_per_generation=2).train()
+    assert seen and set(seen) == {("sequence", "seq_mean")}
