@@ -47,14 +47,17 @@ class PhaseContext:
     config: ERLConfig
 
     def attempt_params(self, temperature: float | None = None) -> SamplingParams:
-        """Sampling of training attempts (first and second)."""
+        """Sampling of training attempts (first and second); ``generation_kwargs`` apply to
+        every sampling (attempts, reflections, evaluation), as in TRL."""
         c = self.config
-        return SamplingParams(c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k)
+        return SamplingParams(c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k,
+                              c.generation_kwargs)
 
     def eval_params(self) -> SamplingParams:
         """Sampling of evaluation first attempts (the paper: T 0.7, top-p 0.8, top-k 20)."""
         c = self.config
-        return SamplingParams(c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k)
+        return SamplingParams(c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k,
+                              c.generation_kwargs)
 
 
 def first_task_message(attempt: Attempt) -> str:
@@ -113,7 +116,8 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
             feedback=a.feedback, tokenizer=ctx.tokenizer, max_tokens=c.max_reflection_prompt_length,
         )
         contexts.append((base, ids))
-    params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0)
+    params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
+                            c.generation_kwargs)
     outs = ctx.generator.generate([ids for _, ids in contexts], params)
     reflections = []
     for a, (base, ids), out in zip(failed, contexts, outs):

@@ -126,3 +126,29 @@ def test_update_passes_importance_sampling_level_and_loss_type(monkeypatch):
     monkeypatch.setattr(update, "policy_objective", spy)
     rlvr_trainer(importance_sampling_level="sequence", loss_type="grpo", steps_per_generation=2).train()
     assert seen and set(seen) == {("sequence", "seq_mean")}
+
+
+# --- generation_kwargs ------------------------------------------------------------------------------
+def test_generation_kwargs_reach_model_generate():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    calls, real = [], model.generate
+
+    def spy(*a, **kw):
+        calls.append(kw)
+        return real(*a, **kw)
+
+    model.generate = spy
+    extra = {"min_p": 0.05, "repetition_penalty": 1.3}
+    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, max_completion_length=4,
+                            max_reflection_length=4, eval_steps=0, progress_bar=False, reward_threshold=2.0,
+                            generation_kwargs=extra)  # τ = 2: every attempt fails, so reflections sample too
+    trainer = ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS)
+    trainer.train()
+    assert len(calls) >= 3  # first attempts, reflections, second attempts
+    assert all(kw["min_p"] == 0.05 and kw["repetition_penalty"] == 1.3 for kw in calls)
+    assert {kw["max_new_tokens"] for kw in calls} == {4}  # the sampler's own settings stay
+    with pytest.raises(ValueError, match="temperature"):
+        ERLConfig(generation_kwargs={"temperature": 0.1})
+    with pytest.raises(ValueError, match="generation_kwargs must be a dict"):
+        ERLConfig(generation_kwargs=["min_p"])
