@@ -110,7 +110,8 @@ class ERLTrainer:
         quantization_config: a ``BitsAndBytesConfig`` with ``load_in_4bit`` to load a named
             model in 4-bit (erl_lite's NF4 settings are used); anything else is refused.
         peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
-            a default LoRA adapter is added (the KL reference needs one).
+            a LoRA adapter built from ``args.lora_r``/``lora_alpha``/``lora_dropout``/
+            ``lora_target_modules`` is added (the KL reference needs one).
         tools, rollout_func: TRL's agent hooks; must be None (multi-turn tasks plug in
             through ``env=`` or ``environment_factory=``).
         environment_factory: a TRL-style environment class (or factory, or a dict of them
@@ -220,8 +221,11 @@ class ERLTrainer:
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.extra.get("preset"))
+            a = self.args  # the lora_* fields build the adapter unless a peft_config is given
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
+                               lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
+                               target_modules=a.lora_target_modules,
                                gradient_checkpointing=self.args.gradient_checkpointing,
                                device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
         if tokenizer is None:

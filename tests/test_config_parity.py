@@ -152,3 +152,25 @@ def test_generation_kwargs_reach_model_generate():
         ERLConfig(generation_kwargs={"temperature": 0.1})
     with pytest.raises(ValueError, match="generation_kwargs must be a dict"):
         ERLConfig(generation_kwargs=["min_p"])
+
+
+# --- lora_* -------------------------------------------------------------------------------------------
+def test_lora_fields_shape_the_adapter_of_a_model_loaded_by_path(tmp_path):
+    from peft import LoraConfig
+
+    from erl_lite.testing import save_tiny_model
+
+    path = save_tiny_model(str(tmp_path / "tiny"))
+    args = ERLConfig.preset("cpu", max_steps=1, eval_steps=0, progress_bar=False, lora_r=4, lora_alpha=8,
+                            lora_dropout=0.1, lora_target_modules=["q_proj", "v_proj"])
+    trainer = ERLTrainer(model=path, args=args, reward_funcs=reward, train_dataset=ROWS)
+    cfg = trainer.model.peft_config["default"]
+    assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, set(cfg.target_modules)) == (4, 8, 0.1, {"q_proj", "v_proj"})
+    adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in trainer.model.named_parameters() if "lora_A" in n}
+    assert adapted == {"q_proj", "v_proj"}
+    # an explicit peft_config wins over the fields
+    trainer = ERLTrainer(model=path, args=args, reward_funcs=reward, train_dataset=ROWS,
+                         peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["k_proj"]))
+    assert trainer.model.peft_config["default"].r == 2
+    with pytest.raises(ValueError, match="lora_r"):
+        ERLConfig(lora_r=0)
