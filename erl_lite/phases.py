@@ -84,6 +84,7 @@ def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
         max_episode_length=ctx.config.max_episode_length,
         role="first",
         indices=[g for _, g in rows],
+        template_kwargs=ctx.config.chat_template_kwargs,
     )
 
 
@@ -114,6 +115,7 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
         _, ids = reflection_messages(
             task_text=first_task_message(a), base_prompt=base, trace=a.trace, reward=a.reward,
             feedback=a.feedback, tokenizer=ctx.tokenizer, max_tokens=c.max_reflection_prompt_length,
+            template_kwargs=c.chat_template_kwargs,
         )
         contexts.append((base, ids))
     params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
@@ -150,6 +152,7 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
         max_episode_length=ctx.config.max_episode_length,
         role="second",
         indices=[a.index for a in failed],
+        template_kwargs=ctx.config.chat_template_kwargs,
     )
     deltas = reflections if reflections is not None else [None] * len(failed)
     for delta, y2 in zip(deltas, second):

@@ -174,3 +174,36 @@ def test_lora_fields_shape_the_adapter_of_a_model_loaded_by_path(tmp_path):
     assert trainer.model.peft_config["default"].r == 2
     with pytest.raises(ValueError, match="lora_r"):
         ERLConfig(lora_r=0)
+
+
+# --- chat_template_kwargs -----------------------------------------------------------------------------
+@pytest.mark.skipif(__import__("erl_lite.testing", fromlist=["x"]).find_qwen3_tokenizer() is None,
+                    reason="shared/qwen3_tokenizer not found")
+def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
+    """Every prompt the sampler sees — first attempts, the glue of their second turn, reflections,
+    second attempts — ends with the empty think block Qwen3 adds when thinking is off."""
+    from erl_lite.memory import ReflectionMemory
+    from erl_lite.phases import PhaseContext, erl_step
+    from erl_lite.prompts import REFLECTION_REQUEST
+    from erl_lite.sft import tokenize_row
+    from erl_lite.testing import qwen3_tokenizer
+
+    tok = qwen3_tokenizer()
+    off = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+    def prompts_seen(**cfg):
+        reply = lambda prompt: "<prompt>RULEBOOK: guess</prompt>" if REFLECTION_REQUEST in prompt else "nope"
+        gen = ScriptedGenerator(tok, reply)
+        ctx = PhaseContext(gen, tok, guess_env, ERLConfig.preset("cpu", num_generations=2, **cfg))
+        out = erl_step(ctx, guess_env.train_tasks(2), ReflectionMemory())
+        return gen.prompts_seen, out
+
+    seen, out = prompts_seen(chat_template_kwargs={"enable_thinking": False})
+    assert out.reflections and out.second and max(a.num_turns for a in out.first) == 2  # every path ran
+    assert all(p.endswith(off) for p in seen), [p[-60:] for p in seen if not p.endswith(off)]
+    plain, _ = prompts_seen()
+    assert not any(off in p for p in plain)  # thinking on (the default): no empty block
+    row = {"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "yo"}]}
+    assert off in tok.decode(tokenize_row(row, tok, {"enable_thinking": False})["input_ids"])
+    with pytest.raises(ValueError, match="chat_template_kwargs must be a dict"):
+        ERLConfig(chat_template_kwargs="enable_thinking=False")
