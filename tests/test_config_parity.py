@@ -207,3 +207,37 @@ def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
     assert off in tok.decode(tokenize_row(row, tok, {"enable_thinking": False})["input_ids"])
     with pytest.raises(ValueError, match="chat_template_kwargs must be a dict"):
         ERLConfig(chat_template_kwargs="enable_thinking=False")
+
+
+# --- command line and checkpoints ------------------------------------------------------------------
+def test_new_fields_have_working_flags():
+    import argparse
+
+    from erl_lite.config_cli import add_config_arguments, given_fields
+
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    given = given_fields(p.parse_args([
+        "--chat-template-kwargs", "{enable_thinking: false}", "--generation_kwargs", '{"min_p": 0.05}',
+        "--lora-target-modules", "[q_proj, v_proj]", "--lora-r", "8", "--lora_alpha", "16", "--lora-dropout", "0.1",
+        "--lr-scheduler-type", "cosine", "--warmup-ratio", "0.1", "--scale-rewards", "none",
+        "--importance-sampling-level", "sequence", "--loss-type", "dapo"]))
+    cfg = ERLConfig(**given)
+    assert cfg.chat_template_kwargs == {"enable_thinking": False} and cfg.generation_kwargs == {"min_p": 0.05}
+    assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules) == (8, 16, 0.1, ["q_proj", "v_proj"])
+    assert (cfg.lr_scheduler_type, cfg.warmup_ratio, cfg.scale_rewards, cfg.importance_sampling_level,
+            cfg.loss_type) == ("cosine", 0.1, "none", "sequence", "token_mean")
+    with pytest.raises(SystemExit):
+        p.parse_args(["--scale-rewards", "task"])
+
+
+def test_new_fields_change_a_run_on_resume_and_old_checkpoints_still_resume():
+    from erl_lite.checkpoint import run_differences
+
+    saved = {"config": {"mode": "erl", "loss_type": "seq_sum"}, "model": {}}  # written before the new fields
+    same = {"config": {"mode": "erl", "loss_type": "seq_sum", "scale_rewards": "group",
+                       "chat_template_kwargs": {}, "lr_scheduler_type": "constant"}, "model": {}}
+    assert run_differences(saved, same) == []
+    changed = {"config": {**same["config"], "scale_rewards": "none", "chat_template_kwargs": {"enable_thinking": False}},
+               "model": {}}
+    assert [line.split(":")[0] for line in run_differences(saved, changed)] == ["chat_template_kwargs", "scale_rewards"]
