@@ -396,7 +396,8 @@ class ERLConfig:
         a fraction is rounded up).
 
         Example:
-            >>> ERLConfig(warmup_ratio=0.1).num_warmup_steps(25), ERLConfig(warmup_steps=4).num_warmup_steps(25)
+            >>> cosine = dict(lr_scheduler_type="cosine")
+            >>> ERLConfig(warmup_ratio=0.1, **cosine).num_warmup_steps(25), ERLConfig(warmup_steps=4, **cosine).num_warmup_steps(25)
             (3, 4)
         """
         fraction = self.warmup_ratio or (self.warmup_steps if self.warmup_steps < 1 else 0)
