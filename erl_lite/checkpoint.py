@@ -114,11 +114,20 @@ def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]
     lines = []
     for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset())):
         old, new = saved.get(part, {}), current.get(part, {})
+        # A field added after the checkpoint was written: it ran with that field's default.
+        known = _config_defaults() if part == "config" else {}
         for key in sorted((set(old) | set(new)) - skip):
-            a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+            a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
             if a != b:
                 lines.append(f"{key}: checkpoint {a!r}, this run {b!r}")
     return lines
+
+
+def _config_defaults() -> dict[str, Any]:
+    """``ERLConfig()``'s fields as a checkpoint stores them (JSON round trip)."""
+    from erl_lite.config import ERLConfig
+
+    return json.loads(json.dumps(ERLConfig().to_dict()))
 
 
 # --- random states, as plain JSON -------------------------------------------------------------

@@ -20,6 +20,24 @@ from typing import Any
 
 MODES = ("erl", "erl_simple", "rlvr")
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
+#: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
+LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
+#: Every name ``loss_type`` accepts (erl_lite's own, then TRL's aliases).
+LOSS_TYPE_NAMES = LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)
+#: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
+TRL_LOSS_TYPES_MISSING = {
+    "bnpo": "token_mean (= TRL's dapo: the same token mean, over the whole mini-batch instead of per micro-batch)",
+    "dr_grpo": "seq_sum (= TRL's dr_grpo × max_completion_length: the same sums, divided by the sequence count)",
+    "cispo": "token_mean (TRL's dapo; the clip acts on the ratio term, not a detached weight)",
+    "sapo": "token_mean (TRL's dapo, with a hard clip instead of a soft gate)",
+    "vespo": "token_mean with importance_sampling_level='sequence'",
+}
+#: ``lr_scheduler_type`` values (transformers' ``get_scheduler`` names).
+LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
+#: ``scale_rewards`` values (TRL's).
+SCALE_REWARDS = ("group", "batch", "none")
+#: ``importance_sampling_level`` values (TRL's).
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 MEMORY_TYPES = ("single", "fifo")
 INTERNALIZATION_MODES = ("raft", "nll")
 #: Experiment trackers ``report_to`` can name (each an optional pip extra of the same name).
@@ -74,6 +92,19 @@ class ERLConfig:
     """Top-k sampling for attempts (0 = off)."""
     max_completion_length: int = 256
     """Max new tokens per model turn of an attempt."""
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for ``model.generate`` when attempts, reflections and evaluation
+    are sampled, e.g. ``{"min_p": 0.05, "repetition_penalty": 1.1}`` (TRL's
+    ``generation_kwargs``, passed like TRL's transformers path: on top of the sampler's own
+    settings). The sampler's own keys (``max_new_tokens``, ``do_sample``, ``temperature``,
+    ``top_p``, ``top_k``, ``eos_token_id``, ``pad_token_id``) stay with their fields and are refused
+    here. Difference from TRL: there is no vLLM path, so only ``generate``'s keys are meaningful."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the tokenizer's ``apply_chat_template`` wherever a prompt is
+    rendered (first and second attempts, the glue between turns, reflections, evaluation,
+    internalization targets), e.g. ``{"enable_thinking": False}`` for Qwen3 (TRL's
+    ``chat_template_kwargs``; TRL also merges a dataset row's ``chat_template_kwargs`` column,
+    erl_lite does not). Ignored by tokenizers without a chat template (the plain format)."""
     max_episode_length: int = 2048
     """Max tokens of a whole episode (context + all turns); an episode that would exceed it
     ends, truncated, with its reward so far."""
@@ -124,7 +155,23 @@ class ERLConfig:
 
     # --- loss and optimiser (reference settings) -----------------------------------------
     learning_rate: float = 1e-6
-    """AdamW learning rate (constant schedule, no warm-up, as in the reference)."""
+    """AdamW learning rate (the peak of ``lr_scheduler_type``'s schedule)."""
+    lr_scheduler_type: str = "constant"
+    """The learning-rate schedule, built with transformers' ``get_scheduler`` (TRL's
+    ``lr_scheduler_type``): ``constant`` (the reference's, and the default; it refuses a warm-up,
+    which transformers would silently ignore), ``constant_with_warmup``, ``linear`` (warm-up,
+    then down to 0) or ``cosine`` (warm-up, then a half cosine down to 0). It runs over
+    ``max_steps × steps_per_generation`` optimizer steps and advances once per optimizer step
+    (an iteration with fewer rows than ``steps_per_generation`` takes fewer steps, so the
+    schedule then ends above its final value). Difference from TRL: transformers' default is
+    ``linear``; erl_lite keeps the reference's ``constant``."""
+    warmup_ratio: float = 0.0
+    """Fraction in [0, 1) of the schedule's optimizer steps spent warming up linearly from 0 to
+    ``learning_rate``, rounded up (TRL/transformers 4's ``warmup_ratio``; transformers 5 writes
+    it as a fractional ``warmup_steps``, also accepted). Give this or ``warmup_steps``."""
+    warmup_steps: int | float = 0
+    """Optimizer steps of linear warm-up (transformers' ``warmup_steps``: a whole number of
+    steps, or a float in (0, 1) as a fraction of the schedule, like ``warmup_ratio``)."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
@@ -150,9 +197,35 @@ class ERLConfig:
     """Upper clip range ε_high ("clip-higher")."""
     dual_clip: float | None = 3.0
     """Dual-clip constant c for negative advantages (None disables)."""
+    scale_rewards: str = "group"
+    """How advantages are scaled after the group mean is subtracted (TRL's ``scale_rewards``):
+    ``group`` (the default, the paper's GRPO: divided by the std of the advantage's own group),
+    ``batch`` (divided by the std of every reward of the same role in the iteration — PPO-Lite,
+    TRL's ``batch``) or ``none`` (Dr. GRPO: ``r − mean`` unscaled). ``True``/``False`` mean
+    ``group``/``none``, as in TRL. The groups are erl_lite's: one per (task, role) (first attempts,
+    reflections, second attempts each among their own), so ``batch`` takes one std per role.
+    Differences from TRL: the std is ``std + 1e-6`` (TRL: ``+ 1e-4``), a group of one keeps
+    ``A = r`` (TRL's groups are never of one), internalization weights are never scaled, and
+    ``batch`` is refused under several processes (each would see only its shard)."""
+    importance_sampling_level: str = "token"
+    """The policy ratio of the clipped loss (TRL's ``importance_sampling_level``): ``token`` (one
+    ratio per token, the paper's and PPO's) or ``sequence`` (GSPO: one ratio per sequence,
+    ``exp`` of the mean over its loss tokens of ``log π − log π_old``, shared by every token of the
+    sequence and clipped as one). Only matters off-policy (``steps_per_generation`` > 1): on
+    policy every ratio is 1 either way. As TRL warns, with ``sequence`` the token-summing
+    ``loss_type``s weigh a sequence by its length; ``seq_mean`` (TRL's ``grpo``) does not."""
     loss_type: str = "seq_sum"
-    """``seq_sum`` (paper: sum over a sequence's tokens, mean over sequences),
-    ``token_mean`` or ``seq_mean``."""
+    """How per-token losses become one number (each over one optimizer step's mini-batch):
+    ``seq_sum`` (paper/reference: sum over a sequence's tokens, mean over sequences; the
+    aggregation of TRL's ``luspo``, and TRL's ``dr_grpo`` times ``max_completion_length``),
+    ``token_mean`` (every loss token weighs the same: TRL's ``dapo``, whose denominator is also
+    the whole accumulated batch's token count) or ``seq_mean`` (mean within a sequence, then over
+    sequences: TRL's ``grpo``, except that a sequence without loss tokens is not counted). TRL's
+    ``grpo``, ``dapo`` and ``luspo`` are accepted and stored as ``seq_mean``, ``token_mean`` and
+    ``seq_sum`` (TRL's LUSPO also wants ``importance_sampling_level="sequence"``; set it). TRL's
+    other names are refused with the closest one erl_lite has: ``bnpo`` (a token mean per
+    micro-batch: it depends on ``per_device_train_batch_size``), ``dr_grpo``, ``cispo``,
+    ``sapo``, ``vespo``. TRL's default is ``dapo``; erl_lite's is the reference's ``seq_sum``."""
     steps_per_generation: int = 1
     """Optimizer steps per iteration: the batch is split into this many mini-batches. With 1
     the update is on-policy (importance ratio ≡ 1, so the clip never acts: a group-baselined
@@ -211,6 +284,18 @@ class ERLConfig:
     steps). ``history.jsonl`` keeps every iteration whatever this is."""
     load_in_4bit: bool = False
     """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA)."""
+    lora_r: int = 16
+    """LoRA rank of the adapter the trainer adds to a model given by name (TRL's ``ModelConfig``
+    field of the same name; a ``peft_config=`` passed to the trainer wins over all four
+    ``lora_*`` fields, as does a model object)."""
+    lora_alpha: float = 32
+    """LoRA scaling numerator α (the update is scaled by α / r); TRL ``ModelConfig``'s name."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch's input. TRL ``ModelConfig``'s default is 0.05; erl_lite's 0."""
+    lora_target_modules: str | list[str] = "all-linear"
+    """Modules that get an adapter: ``"all-linear"`` (every linear layer but the output head,
+    peft's shorthand) or a list of module names, e.g. ``["q_proj", "v_proj"]``. TRL
+    ``ModelConfig``'s default None leaves the choice to peft's per-architecture table."""
     gradient_checkpointing: bool = False
     """Trade compute for memory in the update pass."""
     progress_bar: bool = True
@@ -226,7 +311,25 @@ class ERLConfig:
             self._generations_from_mode = True
         else:
             self._generations_from_mode = False
-        _choice("loss_type", self.loss_type, LOSS_TYPES)
+        if self.loss_type in TRL_LOSS_TYPES_MISSING:
+            raise ValueError(f"ERLConfig.loss_type={self.loss_type!r} (a TRL loss) is not implemented in "
+                             f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[self.loss_type]}")
+        _choice("loss_type", self.loss_type, LOSS_TYPE_NAMES)
+        self.loss_type = LOSS_TYPE_ALIASES.get(self.loss_type, self.loss_type)
+        self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)
+        _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+        _choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
+        self._check_schedule()
+        self._check_lora()
+        for name in ("generation_kwargs", "chat_template_kwargs"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ValueError(f"ERLConfig.{name} must be a dict with string keys, got {value!r}")
+        owned = sorted(set(self.generation_kwargs) & set(SAMPLER_KEYS))
+        if owned:
+            raise ValueError(f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
+                             "(max_completion_length, temperature, top_p, top_k, ...); set those instead")
         _choice("memory_type", self.memory_type, MEMORY_TYPES)
         _choice("internalization_mode", self.internalization_mode, INTERNALIZATION_MODES)
         _choice("optim", self.optim, OPTIMIZERS)
@@ -262,6 +365,43 @@ class ERLConfig:
         if self.max_completion_length >= self.max_episode_length:
             raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
         self._check_mode_switches()
+
+    def _check_schedule(self) -> None:
+        if not (isinstance(self.warmup_ratio, (int, float)) and 0 <= self.warmup_ratio < 1):
+            raise ValueError(f"ERLConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        w = self.warmup_steps
+        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0
+                and (float(w).is_integer() or w < 1)):
+            raise ValueError("ERLConfig.warmup_steps must be a whole number of steps >= 0 or a fraction in "
+                             f"(0, 1), got {w!r}")
+        if self.warmup_ratio and w:
+            raise ValueError("ERLConfig: give warmup_ratio or warmup_steps, not both")
+        if self.lr_scheduler_type == "constant" and (self.warmup_ratio or w):
+            raise ValueError("ERLConfig.lr_scheduler_type='constant' has no warm-up (transformers would ignore "
+                             "it); use 'constant_with_warmup' with warmup_ratio/warmup_steps")
+
+    def _check_lora(self) -> None:
+        _positive("lora_r", self.lora_r)
+        if not self.lora_alpha > 0:
+            raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {self.lora_alpha!r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"ERLConfig.lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        t = self.lora_target_modules
+        if not (isinstance(t, str) or (isinstance(t, (list, tuple)) and t and all(isinstance(m, str) for m in t))):
+            raise ValueError("ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
+                             f"list of module names, got {t!r}")
+
+    def num_warmup_steps(self, num_training_steps: int) -> int:
+        """Warm-up optimizer steps of a schedule ``num_training_steps`` long (transformers' rule:
+        a fraction is rounded up).
+
+        Example:
+            >>> cosine = dict(lr_scheduler_type="cosine")
+            >>> ERLConfig(warmup_ratio=0.1, **cosine).num_warmup_steps(25), ERLConfig(warmup_steps=4, **cosine).num_warmup_steps(25)
+            (3, 4)
+        """
+        fraction = self.warmup_ratio or (self.warmup_steps if self.warmup_steps < 1 else 0)
+        return math.ceil(num_training_steps * fraction) if fraction else int(self.warmup_steps)
 
     def _resolve_length(self) -> None:
         """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
@@ -398,6 +538,10 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> Non
         "with ERLTrainer, load the model yourself with erl_lite.models.load_policy(name, device='cpu') "
         "and pass the model in.")
 
+
+#: ``model.generate`` keys that the sampler sets from its own fields (refused in ``generation_kwargs``).
+SAMPLER_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "eos_token_id",
+                "pad_token_id", "generation_config", "input_ids", "attention_mask")
 
 #: Training iterations when neither ``max_steps`` nor ``num_train_epochs`` is given.
 DEFAULT_MAX_STEPS = 100

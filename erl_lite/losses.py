@@ -14,7 +14,8 @@ Pipeline for one batch::
 with it, and the TRL-parity tests check it.
 
 * clipped policy loss — PPO ratio with "clip-higher" (ε_low 0.2, ε_high 0.28) and the
-  dual clip c = 3 that caps the loss of negative-advantage tokens whose ratio blew up;
+  dual clip c = 3 that caps the loss of negative-advantage tokens whose ratio blew up; the
+  ratio per token, or (GSPO, ``importance_sampling_level="sequence"``) one per sequence;
 * weighted NLL instead of the clipped loss on rows flagged ``nll_rows`` (the paper's
   internalization);
 * k3 KL estimator to the reference policy, added per token with coefficient ``beta``;
@@ -39,8 +40,10 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-#: Aggregation modes accepted by :func:`aggregate`.
-LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
+from erl_lite.config import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPE_ALIASES, LOSS_TYPES, TRL_LOSS_TYPES_MISSING
+
+# LOSS_TYPES: the aggregation modes :func:`aggregate` accepts (TRL's grpo/dapo/luspo too, see
+# LOSS_TYPE_ALIASES); one home, in erl_lite.config (which imports no torch).
 
 # exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
 _MAX_LOG_RATIO = 20.0
@@ -113,12 +116,17 @@ def clipped_policy_loss(
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.28,
     dual_clip: float | None = 3.0,
+    importance_sampling_level: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss with clip-higher and dual clip.
 
     ``loss = -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)`` with ``r = exp(logp - old_logp)``;
     for ``A < 0`` the loss is further capped at ``-A·c`` (verl's dual-clip PPO), so a token
     whose probability rose far above the sampling policy's cannot dominate the batch.
+
+    With ``importance_sampling_level="sequence"`` (GSPO, TRL's definition) every token of a
+    sequence shares one ratio, ``r_b = exp(mean over the sequence's loss tokens of
+    (logp - old_logp))``, clipped as one; the gradient reaches every loss token through the mean.
 
     Args:
         logp: ``(B, T)`` current log-probs (carry the gradient).
@@ -127,6 +135,7 @@ def clipped_policy_loss(
         mask: ``(B, T)`` loss mask; masked tokens get loss 0 and are never "clipped".
         epsilon_low, epsilon_high: clip range of the ratio.
         dual_clip: ``c > 1``, or None to disable.
+        importance_sampling_level: ``"token"`` (one ratio per token) or ``"sequence"``.
 
     Returns:
         ``(loss, clipped)``: ``(B, T)`` per-token loss, and a ``(B, T)`` bool tensor that is
@@ -145,8 +154,16 @@ def clipped_policy_loss(
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
     adv = adv.to(logp.dtype)
-    log_ratio = (logp - old_logp.detach()).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    ratio = torch.exp(log_ratio)  # (B, T)
+    log_ratio = logp - old_logp.detach()  # (B, T)
+    if importance_sampling_level == "sequence":
+        keep = mask.bool()
+        # Masked slots may hold anything: they count neither in the sum nor in the length.
+        summed = torch.where(keep, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
+        log_ratio = (summed / keep.sum(-1, keepdim=True).clamp(min=1)).expand_as(logp)  # (B, T)
+    elif importance_sampling_level != "token":
+        raise ValueError(f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
+                         f"got {importance_sampling_level!r}")
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))  # (B, T)
     bounded = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
     loss = -torch.minimum(ratio * adv, bounded * adv)  # (B, T)
     clipped = ((ratio > 1 + epsilon_high) & (adv > 0)) | ((ratio < 1 - epsilon_low) & (adv < 0))
@@ -187,7 +204,7 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
         >>> normalizer_for(m, "token_mean"), normalizer_for(m, "seq_sum")
         (3.0, 2.0)
     """
-    _check_loss_type(loss_type)
+    loss_type = _check_loss_type(loss_type)
     m = mask.bool()
     count = m.sum() if loss_type == "token_mean" else m.any(dim=-1).sum()
     return max(float(count), 1.0)
@@ -203,7 +220,7 @@ def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> t
         >>> row_losses(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]), "seq_mean")
         tensor([1.5000, 3.0000])
     """
-    _check_loss_type(loss_type)
+    loss_type = _check_loss_type(loss_type)
     m = mask.bool()
     sums = torch.where(m, per_token, torch.zeros_like(per_token)).sum(dim=-1)  # (B,)
     if loss_type == "seq_mean":
@@ -306,6 +323,7 @@ def policy_objective(
     dual_clip: float | None = 3.0,
     loss_type: str = "seq_sum",
     normalizer: float | None = None,
+    importance_sampling_level: str = "token",
 ) -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
 
@@ -324,6 +342,8 @@ def policy_objective(
         beta: KL coefficient; 0 skips the KL term.
         epsilon_low, epsilon_high, dual_clip: see :func:`clipped_policy_loss`.
         loss_type, normalizer: see :func:`aggregate`.
+        importance_sampling_level: ``"token"`` or ``"sequence"`` (GSPO); see
+            :func:`clipped_policy_loss`.
 
     Returns:
         ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
@@ -341,6 +361,7 @@ def policy_objective(
     policy, clipped = clipped_policy_loss(
         logp, old, advantages, mask,
         epsilon_low=epsilon_low, epsilon_high=epsilon_high, dual_clip=dual_clip,
+        importance_sampling_level=importance_sampling_level,
     )  # (B, T) each
     per_token, policy_mask = policy, keep
     if nll_rows is not None:
@@ -368,6 +389,13 @@ def policy_objective(
     return loss, stats
 
 
-def _check_loss_type(loss_type: str) -> None:
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+def _check_loss_type(loss_type: str) -> str:
+    """The erl_lite name of ``loss_type`` (TRL's ``grpo``/``dapo``/``luspo`` → ``seq_mean``/
+    ``token_mean``/``seq_sum``); an unknown or unimplemented name is an error."""
+    if loss_type in TRL_LOSS_TYPES_MISSING:
+        raise ValueError(f"loss_type {loss_type!r} (a TRL loss) is not implemented; the closest is "
+                         f"{TRL_LOSS_TYPES_MISSING[loss_type]}")
+    name = LOSS_TYPE_ALIASES.get(loss_type, loss_type)
+    if name not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)}, got {loss_type!r}")
+    return name

@@ -107,8 +107,10 @@ def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
     return Dataset.from_list(rows)
 
 
-def tokenize_row(row: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
-    """``{"input_ids", "assistant_masks"}`` of a row, built the way rollouts build episodes.
+def tokenize_row(row: dict[str, Any], tokenizer: Any,
+                 template_kwargs: dict[str, Any] | None = None) -> dict[str, list[int]]:
+    """``{"input_ids", "assistant_masks"}`` of a row, built the way rollouts build episodes
+    (``template_kwargs``: the run's ``ERLConfig.chat_template_kwargs``).
 
     The prompt is rendered with the generation prompt; each assistant reply is its text
     followed by the end-of-turn (eos) token, both trained (mask 1); each observation is the
@@ -127,14 +129,15 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
     if eos is None:
         raise ValueError("the tokenizer has no eos token: each trained reply must end with one")
     messages = [dict(m) for m in row["prompt"]]
-    ids = encode_messages(messages, tokenizer)
+    ids = encode_messages(messages, tokenizer, template_kwargs)
     mask = [0] * len(ids)
     for m in row["completion"]:
         if m["role"] == "assistant":
             reply = encode(m["content"], tokenizer) + [eos]
             ids, mask = ids + reply, mask + [1] * len(reply)
         else:
-            glue = encode(glue_text(messages, m["content"], tokenizer, tokenizer.eos_token), tokenizer)
+            glue = encode(glue_text(messages, m["content"], tokenizer, tokenizer.eos_token, template_kwargs),
+                          tokenizer)
             ids, mask = ids + glue, mask + [0] * len(glue)
         messages.append(dict(m))
     return {"input_ids": ids, "assistant_masks": mask}
@@ -142,7 +145,8 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
 
 def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | None = None,
                peft_config: Any = None, max_steps: int = 10, learning_rate: float = 1e-4,
-               per_device_train_batch_size: int = 4, output_dir: str | None = None, **sft_args: Any) -> Any:
+               per_device_train_batch_size: int = 4, output_dir: str | None = None,
+               chat_template_kwargs: dict[str, Any] | None = None, **sft_args: Any) -> Any:
     """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer.
 
     The warm-started policy is ``trainer.model`` (a ``PeftModel`` when ``peft_config`` is
@@ -155,6 +159,8 @@ def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | No
         max_steps, learning_rate, per_device_train_batch_size: the SFTConfig values.
         output_dir: SFTConfig's; a temporary folder when None (nothing is saved:
             ``save_strategy="no"``).
+        chat_template_kwargs: the run's ``ERLConfig.chat_template_kwargs``, so the rows are
+            rendered as the rollouts were.
         sft_args: any other ``SFTConfig`` field (they win over the defaults set here:
             ``report_to="none"``, no hub, ``max_length=None`` so no reply is silently cut,
             ``bf16`` only where the GPU supports it — TRL's default would fail on a T4).
@@ -166,7 +172,7 @@ def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | No
     rows = internalization_rows(source, threshold)
     if not rows:
         raise ValueError("no successful second attempt (r2 ≥ τ) in the source: nothing to warm-start on")
-    data = Dataset.from_list([tokenize_row(r, tokenizer) for r in rows])
+    data = Dataset.from_list([tokenize_row(r, tokenizer, chat_template_kwargs) for r in rows])
     settings = dict(output_dir=output_dir or tempfile.mkdtemp(prefix="erl_sft_"), max_steps=max_steps,
                     learning_rate=learning_rate, per_device_train_batch_size=per_device_train_batch_size,
                     report_to="none", push_to_hub=False, save_strategy="no", max_length=None,

@@ -72,7 +72,8 @@ from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cud
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
 from erl_lite.reporting import make_reporter
-from erl_lite.trainer_args import TrainerStateView, build_optimizer, check_callbacks, refuse_trl_only, wants_4bit
+from erl_lite.trainer_args import (TrainerStateView, build_optimizer, build_scheduler, check_callbacks,
+                                  refuse_trl_only, wants_4bit)
 from erl_lite.update import PolicyUpdater
 
 
@@ -104,11 +105,13 @@ class ERLTrainer:
             objects are refused with an error: their hooks (``on_step_end``, ``control``...)
             belong to ``transformers.Trainer``'s loop, which erl_lite does not run.
         optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
-            names, with ``args.learning_rate``/``args.weight_decay``, and a constant schedule).
+            names, with ``args.learning_rate``/``args.weight_decay``, and the schedule
+            ``args.lr_scheduler_type`` names, stepped once per optimizer step).
         quantization_config: a ``BitsAndBytesConfig`` with ``load_in_4bit`` to load a named
             model in 4-bit (erl_lite's NF4 settings are used); anything else is refused.
         peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
-            a default LoRA adapter is added (the KL reference needs one).
+            a LoRA adapter built from ``args.lora_r``/``lora_alpha``/``lora_dropout``/
+            ``lora_target_modules`` is added (the KL reference needs one).
         tools, rollout_func: TRL's agent hooks; must be None (multi-turn tasks plug in
             through ``env=`` or ``environment_factory=``).
         environment_factory: a TRL-style environment class (or factory, or a dict of them
@@ -164,6 +167,10 @@ class ERLTrainer:
         self.callbacks = check_callbacks(callbacks)
         # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
         self.dist = DataParallel.from_environment()
+        if self.dist.world_size > 1 and args.scale_rewards == "batch":
+            # Each process sees only its shard of tasks; a per-shard std would differ from one process's.
+            raise ValueError("ERLConfig.scale_rewards='batch' is not supported under several processes "
+                             "(the std would be each process's own); use 'group' or 'none'")
         reporter = make_reporter(args)  # a tracker that is not installed fails before the model loads
         if not self.dist.is_main:  # DDP: rank 0 alone reports (checked above on every rank)
             reporter = None
@@ -204,7 +211,7 @@ class ERLTrainer:
         if optimizer is None:
             optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], self.args)
         if scheduler is None:
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)  # constant
+            scheduler = build_scheduler(optimizer, self.args)
         return optimizer, scheduler
 
     def _load(self, model: Any, tokenizer: Any, peft_config: Any, four_bit: bool) -> tuple[Any, Any]:
@@ -214,8 +221,11 @@ class ERLTrainer:
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.extra.get("preset"))
+            a = self.args  # the lora_* fields build the adapter unless a peft_config is given
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
+                               lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
+                               target_modules=a.lora_target_modules,
                                gradient_checkpointing=self.args.gradient_checkpointing,
                                device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
         if tokenizer is None:

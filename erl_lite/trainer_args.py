@@ -12,7 +12,8 @@ are refused here with an error that says what to use instead, rather than ignore
 * a ``quantization_config`` that is not 4-bit (a 4-bit one means erl_lite's NF4 loading).
 
 ``TrainerStateView`` is the ``trainer_state`` reward functions receive; ``build_optimizer``
-turns ``ERLConfig.optim`` into the optimizer the trainer uses by default.
+turns ``ERLConfig.optim`` into the optimizer the trainer uses by default, ``build_scheduler``
+``ERLConfig.lr_scheduler_type`` into its learning-rate schedule.
 
 Departures from the paper: none (this is API plumbing).
 """
@@ -114,3 +115,32 @@ def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
         raise ImportError(f"ERLConfig.optim={args.optim!r} needs bitsandbytes: pip install bitsandbytes") from err
     cls = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[args.optim]
     return cls(params, **kwargs)
+
+
+def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
+    """The learning-rate schedule ``args.lr_scheduler_type`` names, from transformers'
+    ``get_scheduler``, over ``args.max_steps × args.steps_per_generation`` optimizer steps with
+    ``args.num_warmup_steps(...)`` of warm-up. It is stepped once per optimizer step.
+
+    Example:
+        >>> import torch
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> args = ERLConfig(max_steps=2, steps_per_generation=2, lr_scheduler_type="linear",
+        ...                  learning_rate=1.0, warmup_steps=1)
+        >>> opt = torch.optim.SGD([w], lr=1.0)
+        >>> sched = build_scheduler(opt, args)
+        >>> lrs = []
+        >>> for _ in range(4):
+        ...     lrs.append(sched.get_last_lr()[0]); opt.step(); sched.step()
+        >>> [round(x, 3) for x in lrs]
+        [0.0, 1.0, 0.667, 0.333]
+    """
+    from transformers import get_scheduler
+
+    if args.max_steps is None:
+        raise ValueError("build_scheduler needs args.max_steps (the trainer derives it from num_train_epochs)")
+    total = args.max_steps * args.steps_per_generation
+    warmup = args.num_warmup_steps(total)
+    if args.lr_scheduler_type == "constant":  # (the config refuses a warm-up with it)
+        return get_scheduler("constant", optimizer)
+    return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)

@@ -322,6 +322,7 @@ class PolicyUpdater:
             self._logprobs(batch), batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
             nll_rows=batch.is_nll, beta=c.beta, epsilon_low=c.epsilon, epsilon_high=c.epsilon_high,
             dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
+            importance_sampling_level=c.importance_sampling_level,
         )
 
 

@@ -263,13 +263,17 @@ def test_gradient_accumulation_matches_full_batch(loss_type, kind):
 
 # --- parity with TRL's GRPO loss -----------------------------------------------------------
 
-def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None):
+def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None, level="token"):
     """Independent re-derivation of TRL 1.16.0 `GRPOTrainer._compute_loss`
-    (trl/trainer/grpo_trainer.py, token-level importance sampling, no vLLM, one process, no
-    gradient accumulation): coef_1 = exp(logp - old); coef_2 = clamp(coef_1, 1-εl, 1+εh);
+    (trl/trainer/grpo_trainer.py, no vLLM, one process, no gradient accumulation):
+    log_w = logp - old (token level) or, at sequence level (GSPO), its mean over the mask,
+    shape (B, 1); coef_1 = exp(log_w); coef_2 = clamp(coef_1, 1-εl, 1+εh);
     per_token_loss = -min(coef_1·A, coef_2·A) + beta·k3; then the `loss_type` branch."""
     a = adv[:, None]
-    coef_1 = torch.exp(logp - old)
+    log_w = logp - old
+    if level == "sequence":
+        log_w = ((log_w * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_w)
     coef_2 = torch.clamp(coef_1, 1 - EL, 1 + EH)
     ptl = -torch.min(coef_1 * a, coef_2 * a)
     ptl = ptl + beta * (torch.exp(ref - logp) - (ref - logp) - 1)
@@ -285,7 +289,8 @@ def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None)
     raise ValueError(trl_loss_type)
 
 
-# Our aggregation ↔ TRL's loss_type (TRL's "dapo" is token_mean with a whole-batch normalizer).
+# Our aggregation ↔ TRL's loss_type (TRL's "dapo" is token_mean with a whole-batch normalizer;
+# "bnpo" is token_mean only for a batch in one micro-batch, as here, so erl_lite refuses the name).
 TRL_MATCH = [("token_mean", "bnpo"), ("seq_mean", "grpo"), ("seq_sum", "luspo"),
              ("token_mean", "dapo")]
 
@@ -296,20 +301,24 @@ def _parity_batch(seed: int):
     return logp.requires_grad_(True), old, ref, adv, mask
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("ours,theirs", TRL_MATCH)
-def test_parity_with_trl_grpo_formula(ours, theirs):
+def test_parity_with_trl_grpo_formula(ours, theirs, level):
     logp, old, ref, adv, mask = _parity_batch(8)
+    if level == "sequence":  # shift whole sequences so some sequence-level ratios leave the clip range
+        old = old + torch.tensor([-0.4, 0.4, 0.0, 0.3, 0.0, 0.0], dtype=old.dtype)[:, None]
     loss, stats = policy_objective(logp, old, ref, adv, mask, beta=0.04, epsilon_low=EL,
-                                   epsilon_high=EH, dual_clip=None, loss_type=ours)
+                                   epsilon_high=EH, dual_clip=None, loss_type=ours,
+                                   importance_sampling_level=level)
     (g_ours,) = torch.autograd.grad(loss, logp)
-    expected = _trl_formula(logp, old, ref, adv, mask, 0.04, theirs, num_items=mask.sum())
+    expected = _trl_formula(logp, old, ref, adv, mask, 0.04, theirs, num_items=mask.sum(), level=level)
     (g_trl,) = torch.autograd.grad(expected, logp)
     assert torch.allclose(loss, expected, atol=1e-12)
     assert torch.allclose(g_ours, g_trl, atol=1e-12)
     assert 0 < stats.clip_ratio < 1  # the batch exercises both clipped and free tokens
 
 
-def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type):
+def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type, level="token"):
     """Call the installed TRL's `GRPOTrainer._compute_loss` with a stand-in trainer whose
     forward pass returns `logp`; relies on private attributes, so skip when they move."""
     from trl.trainer.grpo_trainer import GRPOTrainer
@@ -319,7 +328,7 @@ def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type):
                                reduce=lambda t, reduction="sum": t, num_processes=1)
     trainer = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token",
+        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level=level,
         beta=beta, loss_type=trl_loss_type, epsilon_low=EL, epsilon_high=EH, use_vllm=False,
         vllm_importance_sampling_correction=False, model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=1, _entropy_bonus_enabled=False,
@@ -342,13 +351,15 @@ def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type):
 
 
 @pytest.mark.slow  # importing GRPOTrainer takes ~12 s on a small CPU
+@pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("ours,theirs", TRL_MATCH)
-def test_parity_with_installed_trl_compute_loss(ours, theirs):
+def test_parity_with_installed_trl_compute_loss(ours, theirs, level):
     logp, old, ref, adv, mask = _parity_batch(9)
     loss, stats = policy_objective(logp, old, ref, adv, mask, beta=0.04, epsilon_low=EL,
-                                   epsilon_high=EH, dual_clip=None, loss_type=ours)
+                                   epsilon_high=EH, dual_clip=None, loss_type=ours,
+                                   importance_sampling_level=level)
     (g_ours,) = torch.autograd.grad(loss, logp)
-    trl_loss, metrics = _run_trl_compute_loss(logp, old, ref, adv, mask, 0.04, theirs)
+    trl_loss, metrics = _run_trl_compute_loss(logp, old, ref, adv, mask, 0.04, theirs, level)
     (g_trl,) = torch.autograd.grad(trl_loss, logp)
     assert torch.allclose(loss, trl_loss, atol=1e-12)
     assert torch.allclose(g_ours, g_trl, atol=1e-12)
@@ -468,3 +479,38 @@ def test_policy_updater_gradient_equals_trl_loss_on_the_whole_batch():
     assert seen.keys() == params.keys()
     assert all(torch.allclose(seen[n], p.grad, atol=1e-6, rtol=1e-4) for n, p in params.items())
     assert all(p.grad.abs().sum() > 0 for p in params.values())
+
+
+# --- TRL's loss_type names and the sequence-level ratio ---------------------------------------
+
+@pytest.mark.parametrize("trl_name,ours", [("grpo", "seq_mean"), ("dapo", "token_mean"), ("luspo", "seq_sum")])
+def test_trl_loss_type_names_are_the_same_formula(trl_name, ours):
+    logp, old, ref, adv, mask = _parity_batch(3)
+    a, _ = policy_objective(logp, old, ref, adv, mask, loss_type=trl_name)
+    b, _ = policy_objective(logp, old, ref, adv, mask, loss_type=ours)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["bnpo", "dr_grpo", "cispo", "sapo", "vespo"])
+def test_unimplemented_trl_loss_types_name_the_closest(name):
+    from erl_lite.config import ERLConfig
+
+    logp, old, ref, adv, mask = _parity_batch(3)
+    with pytest.raises(ValueError, match="closest is"):
+        policy_objective(logp, old, ref, adv, mask, loss_type=name)
+    with pytest.raises(ValueError, match=f"loss_type='{name}'.*closest is"):
+        ERLConfig(loss_type=name)
+
+
+def test_sequence_level_ratio_is_shared_by_the_sequence():
+    """One ratio per sequence: exp(mean log-ratio over its loss tokens), masked slots ignored."""
+    logp = torch.tensor([[0.0, 0.0, 0.0]])
+    old = torch.tensor([[-0.1, 0.1, 5.0]])  # mean over the two loss tokens: 0; the masked slot is ignored
+    mask = torch.tensor([[1, 1, 0]])
+    tok, clipped_tok = clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, dual_clip=None)
+    seq, clipped_seq = clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, dual_clip=None,
+                                           importance_sampling_level="sequence")
+    assert torch.allclose(seq, torch.tensor([[-1.0, -1.0, 0.0]]))  # ratio exp(0) = 1 for both tokens
+    assert not torch.allclose(tok, seq)
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, importance_sampling_level="seq")
