@@ -134,6 +134,21 @@ def _example(history: History) -> str:
     return "_No reflection led to a successful second attempt in the sampled steps._\n"
 
 
+def _consistency(history: History, memory: list[str]) -> str:
+    """The report's check for self-contradicting rulebooks (a letter called a hole and safe ice)."""
+    from erl_lite.embedded.rulebooks import contradiction_rate, contradictions
+
+    rulebooks = [r["reflection"]["rulebook"] for sample in history.samples for r in sample.get("retries", [])
+                 if r.get("reflection") and r["reflection"].get("parsed")]
+    lines = [f"**Self-contradicting rulebooks** (a letter called both a hole and safe ice): "
+             f"{contradiction_rate(rulebooks):.0%} of the {len(rulebooks)} parsed reflections in the "
+             f"sampled steps."]
+    for m in memory:
+        if contradictions(m):
+            lines.append(f"⚠ The final memory contradicts itself about {', '.join(contradictions(m))}.")
+    return "\n\n".join(lines)
+
+
 def write_report(history: History, memory: list[str], config: ERLConfig, env: Any, seconds: float,
                  figures: list[str], out: str) -> str:
     """Write ``report.md`` in ``out`` and return its path."""
@@ -150,6 +165,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
     pictures = "\n".join(f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figures
                          if not f.endswith("overview.png"))
     held = "\n\n".join(f"```\n{m}\n```" for m in memory) or "_empty_"
+    checks = _consistency(history, memory)
     text = (
         f"# erl_lite demo report\n\nMode `{config.mode}`, {len(train)} steps, seed {config.seed}, "
         f"{seconds / 60:.1f} minutes. The world's hole letter is `{env.symbols['hole']}` and its ice "
@@ -157,7 +173,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         f"| metric | first {window} steps (mean) | last {window} steps (mean) |\n|---|---|---|\n{table}\n\n"
         f"Evaluation = first attempts only, initial prompt, no memory; "
         f"{config.eval_num_generations} samples per task.\n\n## An example\n\n{_example(history)}\n"
-        f"## Final memory\n\n{held}\n\n## Figures\n\n![overview](overview.png)\n\n{pictures}\n"
+        f"## Final memory\n\n{held}\n\n{checks}\n\n## Figures\n\n![overview](overview.png)\n\n{pictures}\n"
     )
     path = os.path.join(out, "report.md")
     with open(path, "w", encoding="utf-8") as f:

@@ -2,8 +2,9 @@
 
 A good reflection on the demo world writes a rulebook such as ``"E is a hole: ..."``;
 :func:`rulebook` writes one (the build-time teacher does) and :func:`named_hole` reads which
-letter one calls a hole (the teacher and :func:`~erl_lite.embedded.bands.measure_bands` do).
-Both live here so that the sentence and its reader cannot drift apart.
+letter one calls a hole (the teacher and :func:`~erl_lite.embedded.bands.measure_bands` do);
+:func:`contradictions` finds a letter called both a hole and safe ice (the demo report flags
+such rulebooks). They live here so that the sentences and their readers cannot drift apart.
 
 Departures from the paper: the paper's reflections are free text from a large model; these
 are the fixed sentences the tiny model was taught.
@@ -20,6 +21,7 @@ import re
 from erl_lite.embedded.world import AGENT, GOAL
 
 _HOLE_RULE = re.compile(r"\b([A-Z]) is a hole\b")
+_SAFE_RULE = re.compile(r"\b([A-Z]) is safe\b")
 
 
 def rulebook(hole: str | None, safe: str | None) -> str:
@@ -47,3 +49,26 @@ def named_hole(text: str) -> str | None:
     """
     found = _HOLE_RULE.findall(text)
     return found[-1] if found else None
+
+
+def contradictions(text: str) -> list[str]:
+    """The letters ``text`` calls both a hole and safe ice, sorted (empty: consistent).
+
+    A rulebook that says ``F is a hole`` and ``F is safe ice`` teaches nothing about F, and a
+    second attempt under it cannot know which to believe; the demo report flags such rulebooks.
+
+    Example:
+        >>> contradictions(rulebook("E", "G")), contradictions("F is a hole: it ends the game. F is safe ice.")
+        ([], ['F'])
+    """
+    return sorted(set(_HOLE_RULE.findall(text)) & set(_SAFE_RULE.findall(text)))
+
+
+def contradiction_rate(texts: list[str]) -> float:
+    """Share of ``texts`` with at least one self-contradicting letter (0.0 for no texts).
+
+    Example:
+        >>> contradiction_rate(["E is a hole. E is safe ice.", rulebook("E", "G")])
+        0.5
+    """
+    return sum(bool(contradictions(t)) for t in texts) / len(texts) if texts else 0.0
