@@ -365,8 +365,14 @@ class ERLTrainer:
         return record
 
     # --- evaluation ----------------------------------------------------------------------------
-    def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None) -> dict[str, float]:
-        """First attempts only, from the initial prompt; memory is neither shown nor written."""
+    def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,
+                 log: bool = False) -> dict[str, float]:
+        """First attempts only, from the initial prompt; memory is neither shown nor written.
+
+        ``log=True`` also records the result in the history as an evaluation at the current
+        step, so figures drawn from the history show it (the trainer's own evaluations every
+        ``eval_steps`` are always recorded).
+        """
         tasks = self.eval_tasks if tasks is None else tasks
         if not tasks:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
@@ -377,10 +383,12 @@ class ERLTrainer:
         metrics = eval_metrics(attempts)
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
+        if log:
+            self.history.log({STEP: self.step, **metrics}, kind="eval")
         return metrics
 
     def _log_eval(self) -> None:
-        self.history.log({STEP: self.step, **self.evaluate()}, kind="eval")
+        self.evaluate(log=True)
 
     # --- checkpoints -----------------------------------------------------------------------------
     _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir

@@ -154,3 +154,17 @@ def test_bad_trainer_arguments(tok):
                    train_dataset=[{"question": "x"}])
     with pytest.raises(ValueError, match="processing_class"):
         ERLTrainer(model=model, args=small_args(), reward_funcs=digit_reward, train_dataset=ROWS)
+
+
+def test_evaluate_can_record_itself_in_the_history():
+    tok = tiny_tokenizer()
+    args = small_args(max_steps=1, beta=0.0)
+    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=digit_reward,
+                         train_dataset=ROWS, eval_dataset=ROWS[:2])
+    trainer.evaluate()
+    assert trainer.history.of_kind("eval") == []  # by default evaluate() only returns its numbers
+    before = trainer.evaluate(log=True)
+    trainer.train()
+    after = trainer.evaluate(log=True)
+    steps, values = trainer.history.series("eval/success", kind="eval")
+    assert steps == [0, 1] and values == [before["eval/success"], after["eval/success"]]
