@@ -110,6 +110,18 @@ class BatchScoredEpisode(Episode):
     def success(self) -> bool:
         return self.reward >= self.env.success_threshold
 
+    @classmethod
+    def pending(cls, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None
+                ) -> tuple[list["BatchScoredEpisode"], list[list[int]]]:
+        """The episodes of this class that await a score, with their completion ids (aligned).
+
+        What every ``score_batch`` of a batch-scored environment starts from.
+        """
+        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
+        todo = [(ep, i) for ep, i in zip(episodes, ids)
+                if isinstance(ep, cls) and ep._ready_to_score() and not ep.scored]
+        return [ep for ep, _ in todo], [i for _, i in todo]
+
 class Environment(ABC):
     """A family of tasks and the rules to play them.
 

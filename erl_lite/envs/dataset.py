@@ -153,14 +153,11 @@ class RewardFunctionEnv(Environment):
 
     def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
         """Score every answered, unscored episode with one call per function (TRL-style)."""
-        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
-        todo = [(ep, i) for ep, i in zip(episodes, ids)
-                if isinstance(ep, RewardFunctionEpisode) and ep.completion is not None and not ep.scored]
+        todo, ids = RewardFunctionEpisode.pending(episodes, completion_ids)
         if not todo:
             return
-        tasks = [ep.task for ep, _ in todo]
-        rewards, feedbacks = self.score(tasks, [ep.completion for ep, _ in todo], [i for _, i in todo])
-        for (ep, _), reward, feedback in zip(todo, rewards, feedbacks):
+        rewards, feedbacks = self.score([ep.task for ep in todo], [ep.completion for ep in todo], ids)
+        for ep, reward, feedback in zip(todo, rewards, feedbacks):
             ep.set_score(reward, feedback)
 
     def score(self, tasks: Sequence[Task], completions: Sequence[str],

@@ -185,19 +185,16 @@ class TRLEnvironment(Environment):
 
     def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
         """Score every reset, unscored episode: one TRL-style call per reward function."""
-        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
-        todo = [(ep, i) for ep, i in zip(episodes, ids)
-                if isinstance(ep, TRLEpisode) and ep.task is not None and not ep.scored]
+        todo, ids = TRLEpisode.pending(episodes, completion_ids)
         if not todo:
             return
-        tasks = [ep.task for ep, _ in todo]
-        kwargs = call_arguments(tasks, [ep.final_text for ep, _ in todo], [i for _, i in todo], self.trainer_state)
-        conversational = [not isinstance(t.prompt, str) for t in tasks]
-        kwargs["completions"] = [ep.completion_messages() if conv else ep.final_text
-                                 for (ep, _), conv in zip(todo, conversational)]
-        kwargs["environments"] = [ep.instance for ep, _ in todo]
+        tasks = [ep.task for ep in todo]
+        kwargs = call_arguments(tasks, [ep.final_text for ep in todo], ids, self.trainer_state)
+        kwargs["completions"] = [ep.final_text if isinstance(t.prompt, str) else ep.completion_messages()
+                                 for ep, t in zip(todo, tasks)]
+        kwargs["environments"] = [ep.instance for ep in todo]
         rewards, notes = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
-        for (ep, _), reward, note in zip(todo, rewards, notes):
+        for ep, reward, note in zip(todo, rewards, notes):
             ep.set_score(reward, " ".join(note))
 
 
