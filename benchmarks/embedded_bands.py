@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
 
 from erl_lite.embedded import EMBEDDED_DIR, Bands, demo_world, measure_bands
 from erl_lite.models import load_policy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BANDS = {"first_success": (0.2, 0.7), "parse_rate": (0.95, 1.0), "contradiction_rate": (0.0, 0.05),
          "reflection_gain": (0.25, 1.0), "memory_gain": (0.15, 1.0)}
@@ -100,7 +103,8 @@ def main() -> None:
     checks = verdicts(total)
     print("bands:", ", ".join(f"{k} {'ok' if ok else 'MISSED'} (want {BANDS[k][0]}..{BANDS[k][1]})"
                               for k, ok in checks.items()))
-    report = {"model": args.model, "tasks": args.tasks, "samples": args.samples, "seed": args.seed,
+    model_name = os.path.relpath(args.model, ROOT) if os.path.isabs(str(args.model)) else str(args.model)
+    report = {"model": model_name, "tasks": args.tasks, "samples": args.samples, "seed": args.seed,
               "runs": rows, "pooled": total, "bands_met": checks}
     if args.json:
         with open(args.json, "w") as f:

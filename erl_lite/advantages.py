@@ -7,7 +7,8 @@ scalar over that sequence's generated tokens.
   unbiased sample standard deviation (what ``torch.std`` computes by default).
 * :func:`grouped_advantages` — the same, applied separately to every key, e.g.
   ``(task_id, role)``: first attempts are compared with the task's other first attempts,
-  reflections and second attempts only with those of the task's *failed* rollouts.
+  reflections and second attempts only with those of the task's *failed* rollouts. Like TRL's
+  ``scale_rewards``, the division may use the batch's std instead, or be left out.
 * :func:`distill_weights` — the weight of a second attempt replayed under the initial
   context (internalization).
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
+#: Reward scalings accepted by :func:`group_advantages` (TRL's ``scale_rewards``).
+SCALE_MODES = ("group", "batch", "none")
 #: Internalization weighting modes accepted by :func:`distill_weights`.
 DISTILL_MODES = ("raft", "nll")
 
@@ -33,12 +36,25 @@ def _check_finite(rewards: Sequence[float]) -> list[float]:
     return values
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]:
+def _sample_std(values: list[float]) -> float:
+    """Unbiased (n - 1) standard deviation, as torch.std and TRL's GRPOTrainer use; 0 below 2 values."""
+    if len(values) < 2:
+        return 0.0
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str = "group",
+                     batch_std: float | None = None) -> list[float]:
     """GRPO advantages of one group of rewards.
 
     Args:
         rewards: the rewards of the group's sequences.
         eps: added to the standard deviation so a near-constant group does not explode.
+        scale: what ``r - mean`` is divided by (TRL's ``scale_rewards``): ``"group"`` — this
+            group's std; ``"batch"`` — ``batch_std``; ``"none"`` — nothing (Dr. GRPO).
+        batch_std: the std of the whole batch, for ``scale="batch"`` (a batch std of 0 —
+            every reward equal — leaves ``r - mean`` unscaled instead of dividing by ``eps``).
 
     Returns:
         One advantage per reward, in the same order.
@@ -46,29 +62,36 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]
     Example:
         >>> [round(a, 4) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
         [0.866, -0.866, -0.866, 0.866]
+        >>> group_advantages([1.0, 0.0, 0.0, 1.0], scale="none")
+        [0.5, -0.5, -0.5, 0.5]
         >>> group_advantages([0.5])
         [0.5]
         >>> group_advantages([1.0, 1.0])
         [0.0, 0.0]
     """
+    if scale not in SCALE_MODES:
+        raise ValueError(f"scale must be one of {SCALE_MODES}, got {scale!r}")
+    if scale == "batch" and batch_std is None:
+        raise ValueError("scale='batch' needs batch_std (grouped_advantages computes it)")
     values = _check_finite(rewards)
     if not values:
         return []
-    if len(values) == 1:
-        # Convention of the reference code: a lone sample has mean 0 and std 1.
-        return [values[0]]
-    if all(v == values[0] for v in values):
+    if len(values) > 1 and all(v == values[0] for v in values):
         # No contrast inside the group: no signal (avoids 1e-11 residues from float sums).
         return [0.0] * len(values)
-    mean = math.fsum(values) / len(values)
-    # Unbiased (n - 1) variance, as torch.std and TRL's GRPOTrainer use.
-    var = math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    std = math.sqrt(var)
-    return [(v - mean) / (std + eps) for v in values]
+    # Convention of the reference code: a lone sample has mean 0 (and, for "group", std 1).
+    mean = math.fsum(values) / len(values) if len(values) > 1 else 0.0
+    centred = [v - mean for v in values]
+    if scale == "none" or (scale == "group" and len(values) == 1):
+        return centred
+    std = _sample_std(values) if scale == "group" else batch_std
+    if scale == "batch" and not std > 0:
+        return centred
+    return [c / (std + eps) for c in centred]
 
 
 def grouped_advantages(
-    rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6
+    rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *, scale: str = "group"
 ) -> list[float]:
     """GRPO advantages computed separately within each key's group, order preserved.
 
@@ -76,6 +99,8 @@ def grouped_advantages(
         rewards: one reward per sequence.
         keys: one group key per sequence, e.g. ``(task_id, role)``.
         eps: see :func:`group_advantages`.
+        scale: ``"group"`` (each group's own std), ``"batch"`` (the std of *all* ``rewards``,
+            TRL's ``scale_rewards="batch"``) or ``"none"`` (``r - group mean``).
 
     Returns:
         One advantage per sequence, aligned with ``rewards``.
@@ -85,15 +110,19 @@ def grouped_advantages(
         >>> adv = grouped_advantages([1.0, 0.0, 0.3], keys)
         >>> [round(a, 4) for a in adv]
         [0.7071, -0.7071, 0.3]
+        >>> grouped_advantages([1.0, 0.0, 0.3], keys, scale="none")
+        [0.5, -0.5, 0.3]
     """
     if len(rewards) != len(keys):
         raise ValueError(f"got {len(rewards)} rewards but {len(keys)} keys")
+    batch_std = _sample_std(_check_finite(rewards)) if scale == "batch" else None
     positions: dict[Hashable, list[int]] = {}
     for i, key in enumerate(keys):
         positions.setdefault(key, []).append(i)
     out = [0.0] * len(rewards)
     for idx in positions.values():
-        for i, a in zip(idx, group_advantages([rewards[i] for i in idx], eps=eps)):
+        group = [rewards[i] for i in idx]
+        for i, a in zip(idx, group_advantages(group, eps=eps, scale=scale, batch_std=batch_std)):
             out[i] = a
     return out
 

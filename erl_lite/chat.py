@@ -57,11 +57,16 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
     return "".join(parts)
 
 
-def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True) -> str:
-    """Render messages to text with the chat template (once) or the plain format."""
+def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True,
+           template_kwargs: dict[str, Any] | None = None) -> str:
+    """Render messages to text with the chat template (once) or the plain format.
+
+    ``template_kwargs`` go to ``apply_chat_template`` (``ERLConfig.chat_template_kwargs``, e.g.
+    Qwen3's ``enable_thinking=False``); the plain format has no use for them.
+    """
     if has_chat_template(tokenizer):
         return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
         )
     return render_plain(messages, tokenizer, add_generation_prompt)
 
@@ -71,13 +76,15 @@ def encode(text: str, tokenizer: Any) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def encode_messages(messages: list[dict[str, str]], tokenizer: Any) -> list[int]:
-    """Token ids of a conversation followed by the generation prompt."""
-    return encode(render(messages, tokenizer, add_generation_prompt=True), tokenizer)
+def encode_messages(messages: list[dict[str, str]], tokenizer: Any,
+                    template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Token ids of a conversation followed by the generation prompt (see :func:`render`)."""
+    return encode(render(messages, tokenizer, add_generation_prompt=True, template_kwargs=template_kwargs), tokenizer)
 
 
 def glue_text(
-    messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None
+    messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str:
     """Text between the end of the last assistant reply and the next generation.
 
@@ -87,6 +94,7 @@ def glue_text(
         reply_ended_with: the text of the stop token the sampled reply ended with (e.g.
             ``"<|im_end|>"``), or None if generation was cut by the length limit. The
             template's copy of that token is dropped so it does not appear twice.
+        template_kwargs: see :func:`render`.
     """
     if not messages or messages[-1]["role"] != "assistant":
         raise ValueError("glue_text needs a conversation that ends with an assistant reply")
@@ -94,7 +102,7 @@ def glue_text(
         {"role": "assistant", "content": _SENTINEL},
         {"role": "user", "content": observation},
     ]
-    text = render(probe, tokenizer, add_generation_prompt=True)
+    text = render(probe, tokenizer, add_generation_prompt=True, template_kwargs=template_kwargs)
     cut = text.rfind(_SENTINEL)
     if cut < 0:
         raise ValueError("the chat template dropped the assistant reply; cannot build multi-turn episodes")

@@ -54,7 +54,8 @@ _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 RESUMABLE_FIELDS = frozenset({
     "max_steps", "output_dir", "save_steps", "save_total_limit", "eval_steps", "eval_num_generations",
     "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
-    "per_device_train_batch_size", "extra",
+    "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
+    "eval_top_p", "eval_top_k", "logprob_chunk_size",
 })
 
 
@@ -113,11 +114,20 @@ def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]
     lines = []
     for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset())):
         old, new = saved.get(part, {}), current.get(part, {})
+        # A field added after the checkpoint was written: it ran with that field's default.
+        known = _config_defaults() if part == "config" else {}
         for key in sorted((set(old) | set(new)) - skip):
-            a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+            a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
             if a != b:
                 lines.append(f"{key}: checkpoint {a!r}, this run {b!r}")
     return lines
+
+
+def _config_defaults() -> dict[str, Any]:
+    """``ERLConfig()``'s fields as a checkpoint stores them (JSON round trip)."""
+    from erl_lite.config import ERLConfig
+
+    return json.loads(json.dumps(ERLConfig().to_dict()))
 
 
 # --- random states, as plain JSON -------------------------------------------------------------

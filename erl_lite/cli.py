@@ -6,6 +6,16 @@
   the demo's settings) and model (default: the embedded one; a hub name for the GPU preset, or a
   local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
+  Every :class:`~erl_lite.config.ERLConfig` field is an option (``--learning-rate``,
+  ``--no-use-memory``, ...; see :mod:`erl_lite.config_cli`), and ``--config run.yaml`` reads
+  fields (and ``env``, ``model``, ``preset``, ``small``) from a file. Precedence: the preset <
+  the demo's settings (``--env demo``) < the file < the flags.
+* ``erl-lite eval --checkpoint DIR`` — first attempts of a checkpoint's adapter, no memory, on
+  its environment's test split (or ``--env`` / ``--dataset rows.jsonl``); prints JSON metrics.
+* ``erl-lite plot history.jsonl`` — the figures of :func:`erl_lite.viz.save_figures`.
+* ``erl-lite export --adapter DIR --out DIR [--push-to-hub USER/NAME]`` — merge a trained LoRA
+  adapter (a checkpoint's ``adapter/`` folder or a saved adapter) into its base, dequantising a
+  4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
 
 Departures from the paper: none; this is plumbing.
 """
@@ -13,12 +23,24 @@ Departures from the paper: none; this is plumbing.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from erl_lite.config import MODES, PRESETS, ERLConfig
+from erl_lite.config_cli import add_config_arguments, given_fields, load_config_file
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
+#: ``erl-lite train``'s options that are not config fields, with their defaults; a ``--config``
+#: file may set them too.
+RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": "cpu", "small": False}
+#: The short flags ``erl-lite train`` had before every field was an option (they keep working).
+FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"]}
+FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflection",
+                  "--no-internalization": "use_internalization"}
+#: ``erl-lite train`` seeds with 0 unless told otherwise (the seed also picks the demo world).
+CLI_SEED = 0
 
 
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
@@ -37,19 +59,82 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
     demo.add_argument("--eval-tasks", type=int, default=None, help="evaluation tasks (default: the demo's)")
-    train = sub.add_parser("train", help="train a model on one of the environments")
-    _common(train, default_steps=None)
-    train.add_argument("--env", choices=ENVIRONMENTS, default="demo",
-                       help="demo = the embedded model's world (letters drawn by --seed); the others are "
-                            "the paper's tasks and an arithmetic example")
-    train.add_argument("--small", action="store_true", help="the small (CPU) variant of the environment")
-    train.add_argument("--model", default="embedded",
-                       help="hub name or local folder; 'embedded' = the packaged tiny model; "
+    train = sub.add_parser("train", help="train a model on one of the environments",
+                           description="Train with ERL. Every ERLConfig field is an option; values come from "
+                                       "the preset, then (on --env demo) the demo's settings, then --config, "
+                                       "then the flags.")
+    train.add_argument("--config", metavar="YAML", default=None,
+                       help="run file: ERLConfig fields (and env, model, preset, small); flags override it")
+    train.add_argument("--env", choices=ENVIRONMENTS, default=argparse.SUPPRESS,
+                       help="demo (default) = the embedded model's world (letters drawn by --seed); the others "
+                            "are the paper's tasks and an arithmetic example")
+    train.add_argument("--small", action="store_true", default=argparse.SUPPRESS,
+                       help="the small (CPU) variant of the environment")
+    train.add_argument("--model", default=argparse.SUPPRESS,
+                       help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
                             "'tiny' = a random 2-layer model built offline (plumbing checks only)")
-    train.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    train.add_argument("--load-in-4bit", action="store_true", help="QLoRA: quantize the base model to 4-bit NF4")
+    train.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS, help="default: cpu")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    add_config_arguments(train, aliases=FLAG_ALIASES, negations=FLAG_NEGATIONS,
+                         notes={"seed": f"Default {CLI_SEED}; also picks the demo world's letters."},
+                         title="ERLConfig fields (--name-with-dashes, or TRL's --name_with_underscores)")
+    _eval_parser(sub)
+    _plot_parser(sub)
+    _export_parser(sub)
     return parser
+
+
+def _eval_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="first-attempt success of a checkpoint (no memory); prints JSON",
+                       description="Evaluate a checkpoint's adapter as the trainer does: first attempts from "
+                                   "the initial prompt, no memory, the checkpoint's evaluation sampler.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help="a checkpoint-<step> folder, or a run folder (its latest checkpoint)")
+    p.add_argument("--env", choices=ENVIRONMENTS, default=None,
+                   help="environment (default: the one the checkpoint was trained on; demo if unrecorded)")
+    p.add_argument("--small", action=argparse.BooleanOptionalAction, default=None,
+                   help="the small variant of the environment (default: as trained)")
+    p.add_argument("--dataset", metavar="JSONL", default=None,
+                   help="tasks instead of the environment's test split: rows with a 'prompt' (e.g. "
+                        "prompt/answer rows for --env arithmetic), or tasks {task_id, prompt, data}")
+    p.add_argument("--num-generations", type=int, default=None,
+                   help="samples per task (default: the checkpoint's eval_num_generations)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
+
+
+def _plot_parser(sub: Any) -> None:
+    p = sub.add_parser("plot", help="draw a run's figures from its history.jsonl")
+    p.add_argument("history", help="a history.jsonl file, or a run folder holding one")
+    p.add_argument("--out", default=None, help="folder for the PNGs (default: the history's folder)")
+    p.add_argument("--baseline", default=None, help="another run's history drawn dashed (e.g. the RLVR run)")
+
+
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser("export", help="merge a LoRA adapter into its base model and save it (optionally push)")
+    export.add_argument("--adapter", required=True, help="adapter folder (a checkpoint's adapter/ or a saved adapter)")
+    export.add_argument("--out", required=True, help="folder for the merged model and its tokenizer")
+    export.add_argument("--quantization", choices=("auto", "none", "4bit"), default="auto",
+                        help="how the base was loaded in training; 4bit: dequantise it before merging "
+                             "(auto: read it from the adapter folder or its checkpoint)")
+    export.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                        help="dtype of the saved weights (auto: the base's own)")
+    export.add_argument("--base-model", default=None, help="load the base from here instead of the adapter's record")
+    export.add_argument("--push-to-hub", default=None, metavar="REPO",
+                        help="then upload the merged folder to this hub repository (needs the network and a token)")
+    export.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from erl_lite import export
+
+    result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
+                                  base_model=args.base_model)
+    print(f"merged {args.adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
+          f"{result.out_dir}")
+    if args.push_to_hub:
+        url = export.push_to_hub(result.out_dir, args.push_to_hub, private=not args.public)
+        print(f"pushed to {url}")
+    return 0
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -67,52 +152,85 @@ def _overrides(args: argparse.Namespace) -> dict:
     return o
 
 
-def train_config(args: argparse.Namespace) -> ERLConfig:
-    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train``: on ``--env demo`` the
-    demo's own settings (:func:`erl_lite.embedded.demo_config`, on ``--preset``), else the
-    preset; the flags override either.
+def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]:
+    """``erl-lite train``'s run options (:data:`RUN_DEFAULTS`' keys) and its
+    :class:`~erl_lite.config.ERLConfig`: the preset, then on ``--env demo`` the demo's own
+    settings (:func:`erl_lite.embedded.demo_config`), then the ``--config`` file, then the
+    flags. The environment is recorded in the config's ``extra`` (``erl-lite eval`` reads it).
 
-    Example:
-        >>> args = build_parser().parse_args(["train", "--steps", "5"])
-        >>> cfg = train_config(args)
-        >>> cfg.max_steps, cfg.learning_rate, cfg.max_completion_length
-        (5, 0.0005, 24)
+    Raises ValueError naming the file, key or field when a value is wrong.
     """
-    overrides = {"load_in_4bit": args.load_in_4bit, **_overrides(args)}
-    if args.env == "demo":  # the embedded model's world: its budgets, temperatures and schedule
+    file_fields, file_run = ({}, {}) if args.config is None else load_config_file(
+        args.config, other_keys=list(RUN_DEFAULTS), aliases=_ALIAS_FIELDS)
+    run = {**RUN_DEFAULTS, **file_run, **{k: getattr(args, k) for k in RUN_DEFAULTS if hasattr(args, k)}}
+    if run["env"] not in ENVIRONMENTS:
+        raise ValueError(f"env must be one of {', '.join(ENVIRONMENTS)}, got {run['env']!r}")
+    if run["preset"] not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
+    if not isinstance(run["small"], bool):
+        raise ValueError(f"small must be true or false, got {run['small']!r}")
+    overrides = {"seed": CLI_SEED, **file_fields, **given_fields(args)}
+    if not isinstance(overrides.get("extra") or {}, dict):
+        raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
+    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"]}
+    if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
         from erl_lite.embedded.demo import demo_config
 
-        return demo_config(preset=args.preset, **overrides)
-    return ERLConfig.preset(args.preset, **overrides)
+        return run, demo_config(preset=run["preset"], **overrides)
+    return run, ERLConfig.preset(run["preset"], **overrides)
+
+
+def train_config(args: argparse.Namespace) -> ERLConfig:
+    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`).
+
+    Example:
+        >>> args = build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"])
+        >>> cfg = train_config(args)
+        >>> cfg.max_steps, cfg.learning_rate, cfg.max_completion_length
+        (5, 0.001, 24)
+    """
+    return train_settings(args)[1]
+
+
+#: For run-file error messages: the field a command-line shorthand stands for.
+_ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLAG_ALIASES.items() for flag in flags}
 
 
 def _train(args: argparse.Namespace) -> int:
     from erl_lite.trainer import ERLTrainer
 
-    cfg = train_config(args)
-    if args.model == "embedded" and args.env != "demo":
-        print(f"warning: the embedded model was only taught the demo world; on --env {args.env} expect "
+    try:
+        run, cfg = train_settings(args)
+    except ValueError as e:
+        return _usage_error("train", e)
+    if run["model"] == "embedded" and run["env"] != "demo":
+        print(f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
               "rewards near zero (use a hub model or a local folder with --model)", file=sys.stderr)
-    model, tokenizer = args.model, None
-    if args.model == "embedded":
+    model, tokenizer = run["model"], None
+    if run["model"] == "embedded":
         from transformers import set_seed
 
         from erl_lite.embedded.loading import load_embedded
 
-        set_seed(args.seed)  # the LoRA initialisation draws from the global RNG (as in the demo)
-        model, tokenizer = load_embedded(quantization="4bit" if args.load_in_4bit else "none")
-    elif args.model == "tiny":
+        set_seed(cfg.seed)  # the LoRA initialisation draws from the global RNG (as in the demo)
+        model, tokenizer = load_embedded(quantization="4bit" if cfg.load_in_4bit else "none")
+    elif run["model"] == "tiny":
         import tempfile
 
         from erl_lite.testing import save_tiny_model
 
         model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
-    env, rows, kwargs = _environment(args.env, args.small, args.seed)
+    env, rows, kwargs = _environment(run["env"], run["small"], cfg.seed)
     trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
     history = trainer.train(resume_from_checkpoint=True if args.resume else None)
     last = history.last("eval/success", kind="eval")
     print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
     return 0
+
+
+def _usage_error(command: str, error: BaseException) -> int:
+    print(f"erl-lite {command}: error: {error}", file=sys.stderr)
+    return 2
 
 
 def _environment(name: str, small: bool, seed: int = 0):
@@ -135,6 +253,117 @@ def _environment(name: str, small: bool, seed: int = 0):
     return (cls.small() if small else cls()), None, {}
 
 
+# --- eval and plot ----------------------------------------------------------------------------
+def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | None = None,
+                        dataset: str | None = None, num_generations: int | None = None,
+                        limit: int | None = None) -> dict[str, Any]:
+    """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter.
+
+    The adapter is loaded with :func:`erl_lite.models.load_policy` (its base from the adapter's
+    ``base_model_name_or_path``, 4-bit when the run was) and the run's config from
+    ``trainer_state.json``; sampling is the config's evaluation sampler, seeded with its
+    ``seed``, as in ``ERLTrainer.evaluate``. ``env``/``small`` default to what ``erl-lite train``
+    recorded in the config's ``extra``; ``dataset`` (JSONL) replaces the test split.
+    """
+    from transformers import set_seed
+
+    from erl_lite.checkpoint import CheckpointError, list_checkpoints
+    from erl_lite.generation import HFGenerator
+    from erl_lite.metrics import eval_metrics
+    from erl_lite.models import load_policy
+    from erl_lite.phases import PhaseContext, attempt_first
+
+    folder = checkpoint
+    if not os.path.isfile(os.path.join(folder, "trainer_state.json")):
+        found = list_checkpoints(folder)
+        if not found:
+            raise CheckpointError(f"no checkpoint at {checkpoint}: neither a trainer_state.json nor "
+                                  "checkpoint-<step> folders")
+        folder = found[0]
+    with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as f:
+        state = json.load(f)
+    saved = state.get("config", {})
+    known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
+    if set(saved) - known:  # written by another erl_lite version
+        print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}",
+              file=sys.stderr)
+    cfg = ERLConfig(**{k: v for k, v in saved.items() if k in known})
+    adapter = os.path.join(folder, "adapter")
+    if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
+        raise CheckpointError(f"{adapter} holds no LoRA adapter; erl-lite eval reads the adapter "
+                              "that LoRA runs save with each checkpoint")
+    env_name = env or cfg.extra.get("env", "demo")
+    small = cfg.extra.get("small", False) if small is None else small
+    world, tasks = _evaluation_tasks(env_name, small, cfg)
+    if dataset is not None:
+        tasks = _read_tasks(dataset)
+    tasks = tasks[:limit] if limit is not None else tasks
+    n = num_generations or cfg.eval_num_generations
+    if not tasks or n < 1:
+        raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
+    model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none")
+    ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg)
+    set_seed(cfg.seed)
+    attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params())
+    return {"checkpoint": folder, "step": state.get("step"), "env": env_name, "tasks": len(tasks),
+            "num_generations": n, **eval_metrics(attempts)}
+
+
+def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list]:
+    """The environment ``erl-lite train --env name`` trains on, and its test tasks."""
+    from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.records import Task
+
+    env, _, kwargs = _environment(name, small, cfg.seed)
+    if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
+        env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"),
+                                success_threshold=cfg.reward_threshold)
+    tasks = kwargs.get("eval_dataset")
+    if tasks is None:
+        return env, env.test_tasks()
+    return env, tasks if tasks and isinstance(tasks[0], Task) else rows_to_tasks(tasks, prefix="eval")
+
+
+def _read_tasks(path: str) -> list:
+    """Tasks from a JSONL file: dataset rows with a ``prompt``, or ``{task_id, prompt, data}``."""
+    from erl_lite.envs.dataset import rows_to_tasks
+    from erl_lite.records import Task
+
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r
+                    for r in rows):
+        return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
+    return rows_to_tasks(rows, prefix="eval")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from erl_lite.checkpoint import CheckpointError
+
+    try:
+        metrics = evaluate_checkpoint(args.checkpoint, args.env, args.small, args.dataset,
+                                      args.num_generations, args.limit)
+    except (CheckpointError, ValueError, OSError) as e:
+        return _usage_error("eval", e)
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from erl_lite.history import History
+    from erl_lite.viz import save_figures
+
+    try:
+        history = History.load(args.history)
+        baseline = History.load(args.baseline) if args.baseline else None
+    except (OSError, ValueError) as e:
+        return _usage_error("plot", e)
+    out = args.out or (args.history if os.path.isdir(args.history) else os.path.dirname(os.path.abspath(args.history)))
+    for path in save_figures(history, out, baseline):
+        print(path)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
@@ -144,6 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                  eval_tasks=args.eval_tasks, **{k: v for k, v in _overrides(args).items()
                                                 if k not in ("seed", "max_steps", "output_dir")})
         return 0
+    if args.command == "eval":
+        return _eval(args)
+    if args.command == "plot":
+        return _plot(args)
+    if args.command == "export":
+        return _export(args)
     return _train(args)
 
 

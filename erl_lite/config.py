@@ -20,8 +20,29 @@ from typing import Any
 
 MODES = ("erl", "erl_simple", "rlvr")
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
+#: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
+LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
+#: Every name ``loss_type`` accepts (erl_lite's own, then TRL's aliases).
+LOSS_TYPE_NAMES = LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)
+#: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
+TRL_LOSS_TYPES_MISSING = {
+    "bnpo": "token_mean (= TRL's dapo: the same token mean, over the whole mini-batch instead of per micro-batch)",
+    "dr_grpo": "seq_sum (= TRL's dr_grpo × max_completion_length: the same sums, divided by the sequence count)",
+    "cispo": "token_mean (TRL's dapo; the clip acts on the ratio term, not a detached weight)",
+    "sapo": "token_mean (TRL's dapo, with a hard clip instead of a soft gate)",
+    "vespo": "token_mean with importance_sampling_level='sequence'",
+}
+#: ``lr_scheduler_type`` values (transformers' ``get_scheduler`` names).
+LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
+#: ``scale_rewards`` values (TRL's).
+SCALE_REWARDS = ("group", "batch", "none")
+#: ``importance_sampling_level`` values (TRL's).
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 MEMORY_TYPES = ("single", "fifo")
 INTERNALIZATION_MODES = ("raft", "nll")
+#: Experiment trackers ``report_to`` can name (each an optional pip extra of the same name).
+REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
+OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
 
 
 @dataclass
@@ -43,8 +64,16 @@ class ERLConfig:
     """``erl`` (paper Algorithm 2: train first attempts, reflections, second attempts and
     internalization), ``erl_simple`` (Algorithm 1: one combined reward, only y1 trained) or
     ``rlvr`` (the GRPO baseline: first attempts only)."""
-    max_steps: int = 100
-    """Training iterations. One iteration = one batch of tasks through every phase."""
+    max_steps: int | None = None
+    """Training iterations. One iteration = one batch of tasks through every phase. None (the
+    default) = 100, or as many as ``num_train_epochs`` needs when that is set; a number wins
+    over ``num_train_epochs`` (TRL's rule)."""
+    num_train_epochs: float | None = None
+    """TRL's other way to say how long to train: passes over ``train_dataset``. The trainer
+    turns it into ``max_steps = ceil(num_train_epochs × len(train_dataset) / num_tasks_per_step)``
+    (one iteration draws ``num_tasks_per_step`` tasks) and writes that into ``max_steps``.
+    Ignored when ``max_steps`` is given. TRL's default is 3 epochs; erl_lite's is None (100
+    iterations), since an ERL iteration's cost does not follow the dataset's size."""
     num_tasks_per_step: int = 8
     """Tasks per iteration (the paper uses 64)."""
     num_generations: int | None = None
@@ -63,6 +92,19 @@ class ERLConfig:
     """Top-k sampling for attempts (0 = off)."""
     max_completion_length: int = 256
     """Max new tokens per model turn of an attempt."""
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for ``model.generate`` when attempts, reflections and evaluation
+    are sampled, e.g. ``{"min_p": 0.05, "repetition_penalty": 1.1}`` (TRL's
+    ``generation_kwargs``, passed like TRL's transformers path: on top of the sampler's own
+    settings). The sampler's own keys (``max_new_tokens``, ``do_sample``, ``temperature``,
+    ``top_p``, ``top_k``, ``eos_token_id``, ``pad_token_id``) stay with their fields and are refused
+    here. Difference from TRL: there is no vLLM path, so only ``generate``'s keys are meaningful."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the tokenizer's ``apply_chat_template`` wherever a prompt is
+    rendered (first and second attempts, the glue between turns, reflections, evaluation,
+    internalization targets), e.g. ``{"enable_thinking": False}`` for Qwen3 (TRL's
+    ``chat_template_kwargs``; TRL also merges a dataset row's ``chat_template_kwargs`` column,
+    erl_lite does not). Ignored by tokenizers without a chat template (the plain format)."""
     max_episode_length: int = 2048
     """Max tokens of a whole episode (context + all turns); an episode that would exceed it
     ends, truncated, with its reward so far."""
@@ -113,11 +155,40 @@ class ERLConfig:
 
     # --- loss and optimiser (reference settings) -----------------------------------------
     learning_rate: float = 1e-6
-    """AdamW learning rate (constant schedule, no warm-up, as in the reference)."""
+    """AdamW learning rate (the peak of ``lr_scheduler_type``'s schedule)."""
+    lr_scheduler_type: str = "constant"
+    """The learning-rate schedule, built with transformers' ``get_scheduler`` (TRL's
+    ``lr_scheduler_type``): ``constant`` (the reference's, and the default; it refuses a warm-up,
+    which transformers would silently ignore), ``constant_with_warmup``, ``linear`` (warm-up,
+    then down to 0) or ``cosine`` (warm-up, then a half cosine down to 0). It runs over
+    ``max_steps × steps_per_generation`` optimizer steps and advances once per optimizer step
+    (an iteration with fewer rows than ``steps_per_generation`` takes fewer steps, so the
+    schedule then ends above its final value). Difference from TRL: transformers' default is
+    ``linear``; erl_lite keeps the reference's ``constant``."""
+    warmup_ratio: float = 0.0
+    """Fraction in [0, 1) of the schedule's optimizer steps spent warming up linearly from 0 to
+    ``learning_rate``, rounded up (TRL/transformers 4's ``warmup_ratio``; transformers 5 writes
+    it as a fractional ``warmup_steps``, also accepted). Give this or ``warmup_steps``."""
+    warmup_steps: int | float = 0
+    """Optimizer steps of linear warm-up (transformers' ``warmup_steps``: a whole number of
+    steps, or a float in (0, 1) as a fraction of the schedule, like ``warmup_ratio``)."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
+    optim: str = "adamw_torch"
+    """The optimizer, named as in TRL/transformers' ``optim``: ``adamw_torch``
+    (``torch.optim.AdamW``), ``adamw_8bit`` (bitsandbytes ``AdamW8bit``: both moments stored
+    in 8 bits, blockwise quantized) or ``paged_adamw_8bit`` (bitsandbytes ``PagedAdamW8bit``:
+    the same, in CUDA unified memory that pages to the CPU under memory pressure instead of
+    running out). All three take ``learning_rate``, ``weight_decay`` and Adam's default betas
+    and eps. Like transformers, the 8-bit ones use bitsandbytes' AdamW with 8-bit states
+    (tensors under 4,096 values keep fp32 states); unlike transformers, no embedding is
+    switched to 32-bit states, since LoRA leaves the embedding frozen. On CPU, bitsandbytes
+    0.50 runs both 8-bit optimizers; paging exists only on CUDA and falls back to the
+    non-paged optimizer there (bitsandbytes warns). For a LoRA model the states are small
+    (≈ 0.14 GiB in fp32 for Qwen2.5-1.5B at r 16), so 8 bits save little; paging guards
+    against an out-of-memory at a long batch."""
     beta: float = 0.001
     """KL coefficient (k3 estimator) to the reference policy; 0 skips the reference pass."""
     epsilon: float = 0.2
@@ -126,9 +197,35 @@ class ERLConfig:
     """Upper clip range ε_high ("clip-higher")."""
     dual_clip: float | None = 3.0
     """Dual-clip constant c for negative advantages (None disables)."""
+    scale_rewards: str = "group"
+    """How advantages are scaled after the group mean is subtracted (TRL's ``scale_rewards``):
+    ``group`` (the default, the paper's GRPO: divided by the std of the advantage's own group),
+    ``batch`` (divided by the std of every reward of the same role in the iteration — PPO-Lite,
+    TRL's ``batch``) or ``none`` (Dr. GRPO: ``r − mean`` unscaled). ``True``/``False`` mean
+    ``group``/``none``, as in TRL. The groups are erl_lite's: one per (task, role) (first attempts,
+    reflections, second attempts each among their own), so ``batch`` takes one std per role.
+    Differences from TRL: the std is ``std + 1e-6`` (TRL: ``+ 1e-4``), a group of one keeps
+    ``A = r`` (TRL's groups are never of one), internalization weights are never scaled, and
+    ``batch`` is refused under several processes (each would see only its shard)."""
+    importance_sampling_level: str = "token"
+    """The policy ratio of the clipped loss (TRL's ``importance_sampling_level``): ``token`` (one
+    ratio per token, the paper's and PPO's) or ``sequence`` (GSPO: one ratio per sequence,
+    ``exp`` of the mean over its loss tokens of ``log π − log π_old``, shared by every token of the
+    sequence and clipped as one). Only matters off-policy (``steps_per_generation`` > 1): on
+    policy every ratio is 1 either way. As TRL warns, with ``sequence`` the token-summing
+    ``loss_type``s weigh a sequence by its length; ``seq_mean`` (TRL's ``grpo``) does not."""
     loss_type: str = "seq_sum"
-    """``seq_sum`` (paper: sum over a sequence's tokens, mean over sequences),
-    ``token_mean`` or ``seq_mean``."""
+    """How per-token losses become one number (each over one optimizer step's mini-batch):
+    ``seq_sum`` (paper/reference: sum over a sequence's tokens, mean over sequences; the
+    aggregation of TRL's ``luspo``, and TRL's ``dr_grpo`` times ``max_completion_length``),
+    ``token_mean`` (every loss token weighs the same: TRL's ``dapo``, whose denominator is also
+    the whole accumulated batch's token count) or ``seq_mean`` (mean within a sequence, then over
+    sequences: TRL's ``grpo``, except that a sequence without loss tokens is not counted). TRL's
+    ``grpo``, ``dapo`` and ``luspo`` are accepted and stored as ``seq_mean``, ``token_mean`` and
+    ``seq_sum`` (TRL's LUSPO also wants ``importance_sampling_level="sequence"``; set it). TRL's
+    other names are refused with the closest one erl_lite has: ``bnpo`` (a token mean per
+    micro-batch: it depends on ``per_device_train_batch_size``), ``dr_grpo``, ``cispo``,
+    ``sapo``, ``vespo``. TRL's default is ``dapo``; erl_lite's is the reference's ``seq_sum``."""
     steps_per_generation: int = 1
     """Optimizer steps per iteration: the batch is split into this many mini-batches. With 1
     the update is on-policy (importance ratio ≡ 1, so the clip never acts: a group-baselined
@@ -138,6 +235,11 @@ class ERLConfig:
     per_device_train_batch_size: int = 8
     """Sequences per forward/backward pass (micro-batch); gradients are accumulated so the
     update equals one pass over the mini-batch."""
+    logprob_chunk_size: int | None = 256
+    """Completion positions (over all rows of a micro-batch) per lm-head chunk when log-probs
+    are computed: the ``(B, L, V)`` logits are never materialised, only a chunk × 8192-column
+    fp32 tile at a time, recomputed in the backward (:mod:`erl_lite.logprobs`). None = the
+    plain full-logits path (memory grows with B·L·V: fine for tiny vocabularies)."""
 
     # --- evaluation, logging, checkpoints ---------------------------------------------
     eval_steps: int = 5
@@ -163,8 +265,37 @@ class ERLConfig:
     written and the highest-numbered one are never deleted."""
     sample_every: int = 1
     """Keep the full step record (texts) every this many iterations."""
+    report_to: str | list[str] = "none"
+    """Experiment trackers that also receive the history, as in TRL (``TrainingArguments.report_to``):
+    ``"none"``, ``"tensorboard"``, ``"trackio"``, ``"wandb"``, a list of these, or ``"all"`` (every
+    one of the three that is installed). Stored as a list after construction (``"none"`` → ``[]``),
+    like transformers. Each one is an optional extra (``pip install 'erl-lite[tensorboard]'``); the
+    trainer refuses, when it is built, one that is not installed. They receive every history scalar
+    (train and eval records, at their step) and a table of the step's attempts, reflections,
+    second attempts and memory (see :mod:`erl_lite.reporting`). Differences from transformers:
+    only these three trackers, and ``"all"`` is resolved by the trainer, not here."""
+    logging_steps: int | float = 1
+    """Send train records to ``report_to`` every this many iterations; a float in (0, 1) is a
+    fraction of ``max_steps``, rounded up (TRL's meaning, counted in iterations instead of
+    optimizer steps). A send carries each metric's mean over the iterations since the previous
+    send (for ``lr`` and ``memory/*`` totals, the latest value) at the sending iteration's step;
+    the last iteration always sends, and evaluations are sent when they happen. TRL's GRPO
+    default is 10; erl_lite's is 1 because one iteration is a whole ERL batch (several optimizer
+    steps). ``history.jsonl`` keeps every iteration whatever this is."""
     load_in_4bit: bool = False
     """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA)."""
+    lora_r: int = 16
+    """LoRA rank of the adapter the trainer adds to a model given by name (TRL's ``ModelConfig``
+    field of the same name; a ``peft_config=`` passed to the trainer wins over all four
+    ``lora_*`` fields, as does a model object)."""
+    lora_alpha: float = 32
+    """LoRA scaling numerator α (the update is scaled by α / r); TRL ``ModelConfig``'s name."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch's input. TRL ``ModelConfig``'s default is 0.05; erl_lite's 0."""
+    lora_target_modules: str | list[str] = "all-linear"
+    """Modules that get an adapter: ``"all-linear"`` (every linear layer but the output head,
+    peft's shorthand) or a list of module names, e.g. ``["q_proj", "v_proj"]``. TRL
+    ``ModelConfig``'s default None leaves the choice to peft's per-architecture table."""
     gradient_checkpointing: bool = False
     """Trade compute for memory in the update pass."""
     progress_bar: bool = True
@@ -180,10 +311,32 @@ class ERLConfig:
             self._generations_from_mode = True
         else:
             self._generations_from_mode = False
-        _choice("loss_type", self.loss_type, LOSS_TYPES)
+        if self.loss_type in TRL_LOSS_TYPES_MISSING:
+            raise ValueError(f"ERLConfig.loss_type={self.loss_type!r} (a TRL loss) is not implemented in "
+                             f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[self.loss_type]}")
+        _choice("loss_type", self.loss_type, LOSS_TYPE_NAMES)
+        self.loss_type = LOSS_TYPE_ALIASES.get(self.loss_type, self.loss_type)
+        self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)
+        _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+        _choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
+        self._check_schedule()
+        self._check_lora()
+        for name in ("generation_kwargs", "chat_template_kwargs"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ValueError(f"ERLConfig.{name} must be a dict with string keys, got {value!r}")
+        owned = sorted(set(self.generation_kwargs) & set(SAMPLER_KEYS))
+        if owned:
+            raise ValueError(f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
+                             "(max_completion_length, temperature, top_p, top_k, ...); set those instead")
         _choice("memory_type", self.memory_type, MEMORY_TYPES)
         _choice("internalization_mode", self.internalization_mode, INTERNALIZATION_MODES)
-        for name in ("max_steps", "num_tasks_per_step", "num_generations", "max_completion_length",
+        _choice("optim", self.optim, OPTIMIZERS)
+        self._resolve_length()
+        if self.max_steps is not None:
+            _positive("max_steps", self.max_steps)
+        for name in ("num_tasks_per_step", "num_generations", "max_completion_length",
                      "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
                      "memory_size", "memory_top_k", "steps_per_generation",
                      "per_device_train_batch_size", "eval_num_generations", "sample_every"):
@@ -203,6 +356,8 @@ class ERLConfig:
         for name in ("epsilon", "epsilon_high"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(self, name)!r}")
+        self.report_to = _report_to(self.report_to)
+        self.logging_steps = _logging_steps(self.logging_steps)
         if self.save_total_limit is not None:
             _positive("save_total_limit", self.save_total_limit)
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -210,6 +365,52 @@ class ERLConfig:
         if self.max_completion_length >= self.max_episode_length:
             raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
         self._check_mode_switches()
+
+    def _check_schedule(self) -> None:
+        if not (isinstance(self.warmup_ratio, (int, float)) and 0 <= self.warmup_ratio < 1):
+            raise ValueError(f"ERLConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        w = self.warmup_steps
+        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0
+                and (float(w).is_integer() or w < 1)):
+            raise ValueError("ERLConfig.warmup_steps must be a whole number of steps >= 0 or a fraction in "
+                             f"(0, 1), got {w!r}")
+        if self.warmup_ratio and w:
+            raise ValueError("ERLConfig: give warmup_ratio or warmup_steps, not both")
+        if self.lr_scheduler_type == "constant" and (self.warmup_ratio or w):
+            raise ValueError("ERLConfig.lr_scheduler_type='constant' has no warm-up (transformers would ignore "
+                             "it); use 'constant_with_warmup' with warmup_ratio/warmup_steps")
+
+    def _check_lora(self) -> None:
+        _positive("lora_r", self.lora_r)
+        if not self.lora_alpha > 0:
+            raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {self.lora_alpha!r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"ERLConfig.lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        t = self.lora_target_modules
+        if not (isinstance(t, str) or (isinstance(t, (list, tuple)) and t and all(isinstance(m, str) for m in t))):
+            raise ValueError("ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
+                             f"list of module names, got {t!r}")
+
+    def num_warmup_steps(self, num_training_steps: int) -> int:
+        """Warm-up optimizer steps of a schedule ``num_training_steps`` long (transformers' rule:
+        a fraction is rounded up).
+
+        Example:
+            >>> cosine = dict(lr_scheduler_type="cosine")
+            >>> ERLConfig(warmup_ratio=0.1, **cosine).num_warmup_steps(25), ERLConfig(warmup_steps=4, **cosine).num_warmup_steps(25)
+            (3, 4)
+        """
+        fraction = self.warmup_ratio or (self.warmup_steps if self.warmup_steps < 1 else 0)
+        return math.ceil(num_training_steps * fraction) if fraction else int(self.warmup_steps)
+
+    def _resolve_length(self) -> None:
+        """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
+        if self.num_train_epochs is not None and not (
+                isinstance(self.num_train_epochs, (int, float)) and not isinstance(self.num_train_epochs, bool)
+                and 0 < self.num_train_epochs < math.inf):
+            raise ValueError(f"ERLConfig.num_train_epochs must be a positive number, got {self.num_train_epochs!r}")
+        if self.max_steps is None and self.num_train_epochs is None:
+            self.max_steps = DEFAULT_MAX_STEPS
 
     def _check_mode_switches(self) -> None:
         """Fail on switches that the chosen mode would silently ignore."""
@@ -243,6 +444,8 @@ class ERLConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         values = {**PRESETS[name], **overrides}
+        if overrides.get("num_train_epochs") is not None and "max_steps" not in overrides:
+            values["max_steps"] = None  # epochs given with a preset: they decide the length
         values["extra"] = {**values.get("extra", {}), "preset": name}
         return cls(**values)
 
@@ -272,12 +475,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         learning_rate=2e-3, beta=0.0, eval_steps=5, eval_num_generations=2,
         per_device_train_batch_size=16,
     ),
+    # gpu: sized so Qwen2.5-1.5B-Instruct in 4-bit fits a 15 GiB T4 (ERL mode), by the
+    # arithmetic of erl_lite.budget (`python -m erl_lite.budget`, README "GPU figures"): the
+    # batched rollout of tasks x G rows at the episode budget (key/value cache and prefill)
+    # is the largest part, so 4 tasks per step (16 rows); with chunked log-probs a micro-batch
+    # of 4 keeps the update (5.4 GiB) below the rollout (9.2 GiB); paged 8-bit AdamW pages its
+    # states out rather than failing at a peak.
     "gpu": dict(
-        max_steps=60, num_tasks_per_step=8, max_completion_length=256,
+        max_steps=60, num_tasks_per_step=4, max_completion_length=256,
         max_episode_length=3072, max_reflection_length=512, max_reflection_prompt_length=2048,
         learning_rate=1e-5, beta=0.001, eval_steps=5, eval_num_generations=4,
         eval_top_p=0.8, eval_top_k=20, steps_per_generation=2,
-        per_device_train_batch_size=4, gradient_checkpointing=True,
+        per_device_train_batch_size=4, gradient_checkpointing=True, optim="paged_adamw_8bit",
     ),
     "paper": dict(
         max_steps=100, num_tasks_per_step=64, max_completion_length=1024,
@@ -288,6 +497,54 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
+
+#: Presets sized for a CUDA GPU (a Qwen-class model in 4-bit): :func:`require_cuda_for_preset`
+#: refuses to run them where no CUDA device exists.
+GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
+
+
+def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
+    """Raise RuntimeError when preset ``name`` is sized for a GPU and no CUDA device exists.
+
+    A model loaded by name falls back to the CPU when there is no CUDA device, so without this
+    check ``PRESET = "gpu"`` would train a 1.5 B model on the CPU for hours without a word.
+    Settings stay data: ``ERLConfig.preset("gpu")`` can be built and read anywhere; the check runs
+    where a model is about to be loaded for a run — in the notebooks' environment cell and in
+    :class:`~erl_lite.ERLTrainer` when it loads a model by name. ``allow_cpu=True`` (or, with the
+    trainer, a model loaded explicitly with ``load_policy(name, device="cpu")``) is the override.
+
+    Args:
+        name: a preset's name (see :data:`PRESETS`), or None for a config not made from one.
+        allow_cpu: run a GPU preset on the CPU anyway.
+
+    Example:
+        >>> require_cuda_for_preset("cpu")  # a CPU preset needs nothing
+        >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
+    """
+    if name is not None and name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    if name not in GPU_PRESETS or allow_cpu:
+        return
+    import torch  # here, not at the top: `import erl_lite.config` stays free of torch
+
+    if torch.cuda.is_available():
+        return
+    raise RuntimeError(
+        f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA "
+        "device here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' "
+        "(the embedded model, offline, minutes); or switch to a GPU (on Colab: Runtime -> Change "
+        "runtime type -> T4 GPU, then run all cells again); or run on the CPU anyway: in a notebook, "
+        "pass allow_cpu=True in the environment cell (require_cuda_for_preset(PRESET, allow_cpu=True)); "
+        "with ERLTrainer, load the model yourself with erl_lite.models.load_policy(name, device='cpu') "
+        "and pass the model in.")
+
+
+#: ``model.generate`` keys that the sampler sets from its own fields (refused in ``generation_kwargs``).
+SAMPLER_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "eos_token_id",
+                "pad_token_id", "generation_config", "input_ids", "attention_mask")
+
+#: Training iterations when neither ``max_steps`` nor ``num_train_epochs`` is given.
+DEFAULT_MAX_STEPS = 100
 
 #: G per mode when ``num_generations`` is None: the paper's 4 rollouts per task for ERL and its
 #: compute-matched 10 for the RLVR baseline.
@@ -300,6 +557,33 @@ _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLCo
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"ERLConfig.{name} must be one of {allowed}, got {value!r}")
+
+
+def _report_to(value: Any) -> list[str]:
+    """``report_to`` as a list of tracker names (``"all"`` kept for the trainer to resolve)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"ERLConfig.report_to must be a string or a list of strings, got {value!r}")
+    names = list(dict.fromkeys(names))
+    allowed = ("none", "all") + REPORT_TO_BACKENDS
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise ValueError(f"ERLConfig.report_to: unknown tracker {unknown[0]!r}; choose from {allowed}")
+    if len(names) > 1 and ("none" in names or "all" in names):
+        raise ValueError(f"ERLConfig.report_to: 'none' and 'all' stand alone, got {names!r}")
+    return [] if names == ["none"] else names
+
+
+def _logging_steps(value: Any) -> int | float:
+    """A positive whole number of iterations, or a fraction of ``max_steps`` in (0, 1)."""
+    if isinstance(value, float) and 0 < value < 1:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("ERLConfig.logging_steps must be a positive integer (iterations) or a float in "
+                         f"(0, 1) (a fraction of max_steps), got {value!r}")
+    return value
 
 
 def _positive(name: str, value: Any) -> None:

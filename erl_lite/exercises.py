@@ -3,9 +3,13 @@
 Each ``check_*`` function recomputes the answer with erl_lite's own implementation (the gate
 rule, :mod:`erl_lite.advantages`, :mod:`erl_lite.losses`, :mod:`erl_lite.memory`), prints one
 clear message and returns True or False, so a notebook cell never raises on a wrong answer.
-A wrong answer is compared with the usual mistakes (``r1 <= τ`` instead of ``r1 < τ``, the
-population standard deviation instead of the unbiased one, forgetting the singleton rule or
-the dual clip, ...) and the hint names the mistake it matches.
+A wrong answer is compared with the usual mistakes, each written as a formula of its own
+(``r1 <= τ`` instead of ``r1 < τ``, the population standard deviation instead of the unbiased
+one, forgetting the singleton rule, the dual clip or the asymmetric ε, ...), and the hint names
+the mistake it matches. Positions must be integers (a string, a float or a boolean is refused).
+Two checks take code instead of a number: :func:`check_gate_function` runs a student's gate
+on hidden cases; :func:`check_loss_curve_prediction` checks a plot predicted before it is drawn.
+Settings (τ, ε_low, ε_high, c, the internalization mode) default to :class:`ERLConfig`'s.
 
 Departures from the paper: none; these are teaching aids around the library's functions.
 
@@ -18,12 +22,16 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from erl_lite.advantages import distill_weights, group_advantages, grouped_advantages
+from erl_lite.config import ERLConfig
 from erl_lite.memory import ReflectionMemory
+from erl_lite.phases import gate
 
 NO_ANSWER = "No answer yet: replace the `None` (or `...`) with your answer and run the cell again."
 
@@ -66,18 +74,78 @@ def _close(a: Sequence[float], b: Sequence[float], tol: float) -> bool:
 
 # --- the gate ------------------------------------------------------------------------------------
 
+#: τ of the gate and of memory: read from the config, the one home of the setting.
+TAU = ERLConfig.reward_threshold
 
-def gated_indices(rewards: Sequence[float], threshold: float = 1.0) -> list[int]:
-    """Positions of the attempts the gate sends on (``r1 < τ``), the rule of :func:`erl_lite.phases.gate`.
+
+@dataclass
+class _Scored:
+    """The one field :func:`erl_lite.phases.gate` reads of an attempt."""
+
+    reward: float
+
+
+def gated_indices(rewards: Sequence[float], threshold: float = TAU) -> list[int]:
+    """Positions of the attempts :func:`erl_lite.phases.gate` sends on (``r1 < τ``).
 
     Example:
         >>> gated_indices([1.0, 0.0, 0.5, 1.0])
         [1, 2]
     """
-    return [i for i, r in enumerate(rewards) if r < threshold]
+    scored = [_Scored(float(r)) for r in rewards]
+    kept = {id(a) for a in gate(scored, threshold)}  # type: ignore[arg-type]  # duck-typed: only .reward
+    return [i for i, a in enumerate(scored) if id(a) in kept]
 
 
-def check_gated_indices(rewards: Sequence[float], answer: Any, threshold: float = 1.0) -> bool:
+#: The usual wrong gates, as (rule, hint): each rule maps (rewards, τ) to the positions it
+#: would pick. The checks compare a wrong answer with every rule and print the first match.
+GATE_MISTAKES: list[tuple[Callable[[list[float], float], list[int]], str]] = [
+    (lambda rs, t: [i for i, r in enumerate(rs) if r >= t],
+     "you picked the successes; the gate sends on the attempts that did *not* succeed."),
+    (lambda rs, t: [i for i, r in enumerate(rs) if r <= t],
+     "the gate is strict: an attempt with r1 = τ succeeded and is not reflected on (r1 < τ, not r1 ≤ τ)."),
+    (lambda rs, t: [i for i, r in enumerate(rs) if r == 0],
+     "partial credit is not success: any reward below τ goes on, not only zeros."),
+    (lambda rs, t: [i + 1 for i, r in enumerate(rs) if r < t],
+     "positions start at 0 in Python."),
+    (lambda rs, t: [i for i, r in enumerate(rs) if r < 1.0],
+     "τ is a parameter: compare with `threshold`, not with a fixed 1."),
+]
+
+
+def _gate_hint(rewards: list[float], picked: list[int], threshold: float) -> str:
+    for rule, hint in GATE_MISTAKES:
+        if sorted(rule(rewards, threshold)) == picked:
+            return hint
+    return (f"ERL reflects on failures only: an attempt goes on when r1 < τ (here τ = {threshold:g}). "
+            "Reflecting on successes caused reward hacking in the paper's early runs.")
+
+
+def _positions(answer: Any) -> tuple[list[int] | None, str]:
+    """``answer`` as sorted positions, or (None, why not): a list, tuple, set or range of ints.
+
+    Strict on purpose: a string (``"1246"``), floats (``1.9``) or booleans (``True`` is 1 in
+    Python) would otherwise slip through an ``int()`` conversion.
+    """
+    if hasattr(answer, "tolist"):  # a tensor or an array of positions
+        answer = answer.tolist()
+    if isinstance(answer, (str, bytes)) or not isinstance(answer, (list, tuple, set, frozenset, range)):
+        return None, f"expected a list of integer positions, got {type(answer).__name__} {answer!r}."
+    for x in answer:
+        if isinstance(x, bool):
+            return None, (f"{x!r} is a boolean, not a position; list the positions themselves "
+                          "(a mask like [False, True] is not the answer).")
+        if not isinstance(x, numbers.Integral):
+            return None, f"{x!r} is not an integer position."
+        if x < 0:
+            return None, f"{x!r} is negative; positions count from 0."
+    picked = [int(x) for x in answer]
+    if len(set(picked)) != len(picked):
+        return None, f"{answer!r} names a position twice."
+    return sorted(picked), ""
+
+
+def check_gated_indices(rewards: Sequence[float], answer: Any, threshold: float = TAU) -> bool:
     """Check which attempts (0-based positions in ``rewards``) go on to reflection.
 
     Example:
@@ -88,35 +156,67 @@ def check_gated_indices(rewards: Sequence[float], answer: Any, threshold: float 
     """
     if _missing(answer):
         return _wrong(NO_ANSWER, "list the positions i with rewards[i] < τ.")
-    try:
-        picked = sorted(int(i) for i in answer)
-    except (TypeError, ValueError):
-        return _wrong(f"expected a list of integer positions, got {answer!r}.",
-                      "e.g. [0, 3] for the first and the fourth attempt.")
+    picked, why = _positions(answer)
+    if picked is None:
+        return _wrong(why, "e.g. [0, 3] for the first and the fourth attempt.")
+    rewards = [float(r) for r in rewards]
     expected = gated_indices(rewards, threshold)
     if picked == expected:
         return _ok(f"Correct: attempts {expected} go on to reflection (r1 < τ = {threshold:g}).")
-    if picked == [i for i, r in enumerate(rewards) if r <= threshold]:
-        hint = (f"the gate is strict: an attempt with r1 = τ = {threshold:g} succeeded and is not "
-                "reflected on (r1 < τ, not r1 ≤ τ).")
-    elif picked == [i for i, r in enumerate(rewards) if r >= threshold]:
-        hint = "you picked the successes; the gate sends on the attempts that did *not* succeed."
-    elif picked == [i for i, r in enumerate(rewards) if r == 0]:
-        hint = "partial credit is not success: any reward below τ goes on, not only zeros."
-    elif picked and picked[0] >= 1 and [i - 1 for i in picked] == expected:
-        hint = "positions start at 0 in Python."
-    else:
-        hint = (f"ERL reflects on failures only: an attempt goes on when r1 < τ (here τ = {threshold:g}). "
-                "Reflecting on successes caused reward hacking in the paper's early runs.")
-    return _wrong(f"Not quite: you picked {picked}.", hint)
+    return _wrong(f"Not quite: you picked {picked}.", _gate_hint(rewards, picked, threshold))
 
 
-def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = 1.0, tol: float = 1e-3) -> bool:
+#: Hidden cases of :func:`check_gate_function`: (rewards, τ). Together they separate every
+#: rule of :data:`GATE_MISTAKES` from the right one (a reward equal to τ, partial credit,
+#: τ ≠ 1, a negative reward, nothing to send on).
+GATE_CASES: list[tuple[list[float], float]] = [
+    ([1.0, 0.0, 0.5, 1.0], 1.0),
+    ([0.5, 0.8, 0.2, 0.0], 0.5),
+    ([1.0, 1.0], 1.0),
+    ([0.0, -1.0, 2.0], 1.0),
+    ([], 1.0),
+]
+
+
+def check_gate_function(fn: Any) -> bool:
+    """Run a student's ``fn(rewards, threshold) -> positions`` on :data:`GATE_CASES`.
+
+    Example:
+        >>> check_gate_function(lambda rewards, threshold: [i for i, r in enumerate(rewards) if r <= threshold])
+        ✗ Wrong on rewards [1.0, 0.0, 0.5, 1.0] with τ = 1: you returned [0, 1, 2, 3], the gate sends on [1, 2].
+          Hint: the gate is strict: an attempt with r1 = τ succeeded and is not reflected on (r1 < τ, not r1 ≤ τ).
+        False
+    """
+    if _missing(fn) or not callable(fn):
+        return _wrong(NO_ANSWER if _missing(fn) else f"expected a function, got {fn!r}.",
+                      "define `def my_gate(rewards, threshold): ...` returning a list of positions.")
+    for rewards, threshold in GATE_CASES:
+        case = f"rewards {rewards} with τ = {threshold:g}"
+        try:
+            got = fn(list(rewards), threshold)
+        except NotImplementedError:
+            return _wrong(NO_ANSWER, "replace `raise NotImplementedError` with your code.")
+        except Exception as error:  # the student's code: report, never raise
+            return _wrong(f"your function raised {type(error).__name__}: {error} (on {case}).",
+                          "it receives a list of floats and a float, and returns a list of ints.")
+        if got is None:
+            return _wrong(f"your function returned None on {case}.", "did you forget `return`?")
+        picked, why = _positions(got)
+        if picked is None:
+            return _wrong(f"on {case}: {why}", "return a list of 0-based positions, e.g. [1, 2].")
+        expected = gated_indices(rewards, threshold)
+        if picked != expected:
+            return _wrong(f"Wrong on {case}: you returned {picked}, the gate sends on {expected}.",
+                          _gate_hint(rewards, picked, threshold))
+    return _ok(f"Correct on all {len(GATE_CASES)} hidden cases: your gate is the library's `r1 < τ`.")
+
+
+def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TAU, tol: float = 1e-3) -> bool:
     """Check the gate rate: the fraction of first attempts sent on to reflection.
 
     Example:
-        >>> check_gate_rate([1.0, 0.0, 0.0, 1.0], 0.5)
-        ✓ Correct: 2 of 4 attempts go on, a gate rate of 0.500.
+        >>> check_gate_rate([1.0, 0.0, 0.0, 1.0, 0.5], 0.6)
+        ✓ Correct: 3 of 5 attempts go on, a gate rate of 0.600.
         True
     """
     if _missing(answer):
@@ -124,16 +224,20 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = 1.
     value = _number(answer)
     if value is None:
         return _wrong(f"expected a number, got {answer!r}.", "a fraction between 0 and 1.")
+    rewards = [float(r) for r in rewards]
     n = len(gated_indices(rewards, threshold))
     expected = n / len(rewards) if rewards else 0.0
     if math.isclose(value, expected, abs_tol=tol):
         return _ok(f"Correct: {n} of {len(rewards)} attempts go on, a gate rate of {expected:.3f}.")
+    share = (lambda rule: len(rule) / len(rewards)) if rewards else (lambda rule: 0.0)
     if math.isclose(value, n, abs_tol=tol) and n != expected:
         hint = "that is the number of gated attempts; divide by the number of attempts."
     elif math.isclose(value, 1 - expected, abs_tol=tol):
         hint = "that is the success rate; the gate rate counts the attempts that did *not* succeed."
-    elif rewards and math.isclose(value, sum(r <= threshold for r in rewards) / len(rewards), abs_tol=tol):
+    elif math.isclose(value, share([r for r in rewards if r <= threshold]), abs_tol=tol):
         hint = f"the gate is strict (r1 < τ): a reward of exactly {threshold:g} is a success."
+    elif math.isclose(value, share([r for r in rewards if r == 0]), abs_tol=tol):
+        hint = "partial credit is not success: count every reward below τ, not only the zeros."
     elif math.isclose(value, 100 * expected, abs_tol=100 * tol):
         hint = "give a fraction between 0 and 1, not a percentage."
     else:
@@ -146,6 +250,8 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = 1.
 
 def _population_std_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
     """The common mistake: dividing by n instead of n - 1."""
+    if len(rewards) == 1:
+        return list(rewards)  # the singleton rule is not this mistake
     mean = sum(rewards) / len(rewards)
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
     return [(r - mean) / (std + eps) for r in rewards]
@@ -187,6 +293,21 @@ def check_advantages(rewards: Sequence[float], answer: Any, tol: float = 1e-3) -
     return _wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
 
 
+def _per_group(rewards: list[float], keys: Sequence[Hashable], rule: Callable[[list[float]], list[float]]) -> list[float]:
+    """Apply ``rule`` to each group of equal keys; results back in the original order."""
+    out = [0.0] * len(rewards)
+    for key in dict.fromkeys(keys):
+        where = [i for i, k in enumerate(keys) if k == key]
+        for i, a in zip(where, rule([rewards[i] for i in where])):
+            out[i] = a
+    return out
+
+
+def _singletons_zero(group: list[float]) -> list[float]:
+    """The mistake of giving a group of one no advantage (instead of A = r)."""
+    return [0.0] if len(group) == 1 else group_advantages(group)
+
+
 def check_grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable], answer: Any,
                              tol: float = 1e-3) -> bool:
     """Check advantages computed per group (e.g. per ``(task_id, role)``), order preserved.
@@ -198,27 +319,38 @@ def check_grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable],
     """
     if _missing(answer):
         return _wrong(NO_ANSWER, "one advantage per reward, in the same order.")
+    rewards = [float(r) for r in rewards]
+    if len(keys) != len(rewards):
+        raise ValueError(f"check_grouped_advantages: {len(rewards)} rewards but {len(keys)} keys")
     values = _numbers(answer)
     if values is None or len(values) != len(rewards):
         return _wrong(f"expected {len(rewards)} numbers, got {answer!r}.", "one advantage per reward.")
     expected = grouped_advantages(rewards, keys)
     if _close(values, expected, tol):
         return _ok(f"Correct: {[round(a, 3) for a in expected]}.")
-    if _close(values, group_advantages(rewards), tol):
-        hint = ("you normalised over the whole batch; each group (same key) is normalised on its "
-                "own — that is the bug ERL must avoid for reflections and second attempts.")
-    elif 1 in Counter(keys).values():
-        hint = "a key that occurs once is a group of one: its advantage is its reward (mean 0, std 1)."
-    else:
-        hint = "split the rewards by key, apply GRPO inside each group, put them back in order."
+    mistakes = [
+        (group_advantages(rewards),
+         "you normalised over the whole batch; each group (same key) is normalised on its own — that "
+         "is the bug ERL must avoid for reflections and second attempts."),
+        (_per_group(rewards, keys, _singletons_zero),
+         "a key that occurs once is a group of one: its advantage is its reward (mean 0, std 1), not 0."),
+        (_per_group(rewards, keys, _population_std_advantages),
+         "inside each group use the unbiased standard deviation (n - 1), as torch.std does."),
+        (_per_group(rewards, keys, lambda g: g if len(g) == 1 else [r - sum(g) / len(g) for r in g]),
+         "you subtracted each group's mean; now divide by the group's standard deviation (+ 1e-6)."),
+    ]
+    hint = next((h for v, h in mistakes if not _close(v, expected, tol) and _close(values, v, tol)),
+                "split the rewards by key, apply GRPO inside each group, put them back in order.")
     return _wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
 
 
 # --- the clipped loss ----------------------------------------------------------------------------
 
+EPS_LOW, EPS_HIGH, DUAL_CLIP = ERLConfig.epsilon, ERLConfig.epsilon_high, ERLConfig.dual_clip
 
-def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = 0.2, epsilon_high: float = 0.28,
-                       dual_clip: float | None = 3.0) -> float:
+
+def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = EPS_LOW,
+                       epsilon_high: float = EPS_HIGH, dual_clip: float | None = DUAL_CLIP) -> float:
     """The per-token loss of :func:`erl_lite.losses.clipped_policy_loss` at one ratio.
 
     Example:
@@ -235,9 +367,14 @@ def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = 0.2,
     return float(loss)
 
 
-def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low: float = 0.2,
-                       epsilon_high: float = 0.28, dual_clip: float | None = 3.0, tol: float = 1e-3) -> bool:
+def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low: float = EPS_LOW,
+                       epsilon_high: float = EPS_HIGH, dual_clip: float | None = DUAL_CLIP,
+                       tol: float = 1e-3) -> bool:
     """Check the clipped per-token loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, dual-clipped.
+
+    Each usual mistake is a formula of its own (no dual clip, the unclipped ``-r·A``, the sign,
+    ``-clip(r)·A`` always, ε_low or ε_high on both sides); a wrong answer that one of them
+    reproduces gets that mistake's hint.
 
     Example:
         >>> check_clipped_loss(1.5, 1.0, -1.28)
@@ -247,34 +384,107 @@ def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low:
     if _missing(answer):
         return _wrong(NO_ANSWER, "one number: the loss of a single token.")
     value = _number(answer)
-    if value is None:
+    if value is None or isinstance(answer, bool):
         return _wrong(f"expected a number, got {answer!r}.", "one number: the loss of a single token.")
     expected = clipped_loss_value(ratio, advantage, epsilon_low, epsilon_high, dual_clip)
     if math.isclose(value, expected, abs_tol=tol):
         return _ok(f"Correct: at ratio {ratio:g} with A = {advantage:g} the loss is {expected:.3f}.")
-    bounded = min(max(ratio, 1 - epsilon_low), 1 + epsilon_high)
-    if dual_clip is not None and advantage < 0 and math.isclose(
-            value, clipped_loss_value(ratio, advantage, epsilon_low, epsilon_high, None), abs_tol=tol):
-        hint = f"with A < 0 the dual clip caps the loss at -A·c = {-advantage * dual_clip:g}."
-    elif math.isclose(value, -ratio * advantage, abs_tol=tol):
-        hint = "that is the unclipped surrogate -r·A; take the pessimistic min with the clipped ratio."
-    elif math.isclose(value, -expected, abs_tol=tol):
-        hint = "the sign: the loss is the *negative* objective, -min(r·A, clip(r)·A)."
-    elif math.isclose(value, -bounded * advantage, abs_tol=tol):
-        hint = "min(r·A, clip(r)·A) keeps the unclipped term when it is the smaller (pessimistic) one."
-    elif math.isclose(value, clipped_loss_value(ratio, advantage, epsilon_low, epsilon_low, dual_clip), abs_tol=tol):
-        hint = f"clip-higher: the upper bound is 1 + ε_high = {1 + epsilon_high:g}, not 1 + ε_low."
-    else:
-        hint = (f"clip the ratio to [{1 - epsilon_low:g}, {1 + epsilon_high:g}], take the smaller of r·A and "
-                "clip(r)·A, negate; for A < 0 cap the result at -A·c.")
+    low, high = 1 - epsilon_low, 1 + epsilon_high
+    bounded = min(max(ratio, low), high)
+    mistakes = [
+        (clipped_loss_value(ratio, advantage, epsilon_low, epsilon_high, None) if advantage < 0
+         and dual_clip is not None else None,
+         f"with A < 0 the dual clip caps the loss at -A·c = {-advantage * (dual_clip or 0):g}."),
+        (-ratio * advantage, "that is the unclipped surrogate -r·A; take the pessimistic min with the clipped ratio."),
+        (-expected, "the sign: the loss is the *negative* objective, -min(r·A, clip(r)·A)."),
+        (-bounded * advantage,
+         "min(r·A, clip(r)·A) keeps the unclipped term when it is the smaller (pessimistic) one: "
+         "clipping only ever removes an incentive, never adds one."),
+        (clipped_loss_value(ratio, advantage, epsilon_low, epsilon_low, dual_clip),
+         f"clip-higher: the upper bound is 1 + ε_high = {high:g}, not 1 + ε_low = {1 + epsilon_low:g}."),
+        (clipped_loss_value(ratio, advantage, epsilon_high, epsilon_high, dual_clip),
+         f"the clip is asymmetric: the lower bound is 1 - ε_low = {low:g}, not 1 - ε_high = {1 - epsilon_high:g}."),
+    ]
+    hint = next((h for v, h in mistakes if v is not None and not math.isclose(v, expected, abs_tol=tol)
+                 and math.isclose(value, v, abs_tol=tol)),
+                f"clip the ratio to [{low:g}, {high:g}], take the smaller of r·A and clip(r)·A, negate; "
+                "for A < 0 cap the result at -A·c.")
     return _wrong(f"Not quite: you said {value:.3f}.", hint)
+
+
+def loss_curve_landmarks(epsilon_low: float = EPS_LOW, epsilon_high: float = EPS_HIGH,
+                         dual_clip: float | None = DUAL_CLIP) -> dict[str, float | None]:
+    """Where the per-token loss curves bend, read off the library's loss on a grid of ratios.
+
+    ``flat_above`` (A > 0: no further push above this ratio), ``flat_below`` (A < 0: no further
+    push below it) and ``capped_above`` (A < 0: the dual clip caps the loss; None without it).
+
+    Example:
+        >>> loss_curve_landmarks()
+        {'flat_above': 1.28, 'flat_below': 0.8, 'capped_above': 3.0}
+    """
+    grid = [round(0.01 * k, 2) for k in range(5, 801)]  # ratios 0.05 .. 8.00
+
+    def loss(r: float, a: float) -> float:
+        return clipped_loss_value(r, a, epsilon_low, epsilon_high, dual_clip)
+
+    # The first ratio from which the A > 0 curve stays flat; the last before the A < 0 curve rises.
+    pos = [loss(r, 1.0) for r in grid]
+    flat_above = next(r for i, r in enumerate(grid) if all(math.isclose(p, pos[i], abs_tol=1e-6) for p in pos[i:]))
+    neg = [loss(r, -1.0) for r in grid]
+    flat_below = next(r for i, r in reversed(list(enumerate(grid)))
+                      if all(math.isclose(v, neg[i], abs_tol=1e-6) for v in neg[: i + 1]))
+    capped = next((r for i, r in enumerate(grid) if all(math.isclose(v, neg[i], abs_tol=1e-6) for v in neg[i:])), None)
+    return {"flat_above": flat_above, "flat_below": flat_below,
+            "capped_above": capped if dual_clip is not None and capped != grid[-1] else None}
+
+
+def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: Any,
+                                tol: float = 0.011) -> bool:
+    """Check a prediction of the clipped-loss plot, made *before* drawing it.
+
+    ``flat_above``: above which ratio the A = +1 curve goes flat; ``flat_below``: below which
+    ratio the A = -1 curve goes flat; ``capped_above``: above which ratio the A = -1 curve stops
+    rising (the dual clip).
+
+    Example:
+        >>> check_loss_curve_prediction(1.28, 0.8, 3.0)
+        ✓ Correct: flat above 1.28 for A > 0, flat below 0.8 and capped above 3 for A < 0.
+        True
+    """
+    answers = {"flat_above": flat_above, "flat_below": flat_below, "capped_above": capped_above}
+    if any(_missing(a) for a in answers.values()):
+        return _wrong(NO_ANSWER, "three ratios, read off the formula before you draw the plot.")
+    values = {k: _number(a) for k, a in answers.items()}
+    bad = [k for k, v in values.items() if v is None or isinstance(answers[k], bool)]
+    if bad:
+        return _wrong(f"expected numbers, got {', '.join(f'{k}={answers[k]!r}' for k in bad)}.", "three ratios.")
+    truth = loss_curve_landmarks()
+    wrong = [k for k in truth if truth[k] is not None and not math.isclose(values[k], truth[k], abs_tol=tol)]
+    if not wrong:
+        return _ok(f"Correct: flat above {truth['flat_above']:g} for A > 0, flat below {truth['flat_below']:g} "
+                   f"and capped above {truth['capped_above']:g} for A < 0.")
+    hints = {
+        "flat_above": {1 + EPS_LOW: "clip-higher: the upper bound is 1 + ε_high, not 1 + ε_low.",
+                       1 - EPS_LOW: "for A > 0 the pessimistic min keeps the *unclipped* term below 1 - ε_low: "
+                                    "the curve keeps falling there; it goes flat at the upper bound."},
+        "flat_below": {1 - EPS_HIGH: "the clip is asymmetric: the lower bound is 1 - ε_low, not 1 - ε_high.",
+                       1 + EPS_HIGH: "for A < 0 the upper bound does not flatten the curve: the min keeps r·A "
+                                     "there, so the loss keeps rising until the dual clip."},
+        "capped_above": {1 + EPS_HIGH: "for A < 0 the min keeps the unclipped r·A above 1 + ε_high: the loss keeps "
+                                       "rising until the dual clip caps it at -A·c, i.e. at ratio c."},
+    }
+    first = wrong[0]
+    hint = next((h for v, h in hints.get(first, {}).items() if math.isclose(values[first], v, abs_tol=tol)),
+                "write the loss at a few ratios with the formula -min(r·A, clip(r)·A), capped at -A·c for A < 0.")
+    return _wrong(f"Not quite: {', '.join(f'{k} = {values[k]:g}' for k in wrong)}.", hint)
 
 
 # --- memory and internalization -------------------------------------------------------------------
 
 
 def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any, kind: str = "single",
-                 size: int = 50, threshold: float = 1.0) -> bool:
+                 size: int = 50, threshold: float = TAU) -> bool:
     """Check what memory holds after storing ``rulebooks`` in order with their second attempts' ``rewards``.
 
     ``answer`` is the list of stored rulebooks, oldest first (one at most for ``single``).
@@ -306,7 +516,8 @@ def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any
     return _wrong(f"Not quite: you said {got}.", hint)
 
 
-def check_distill_weights(r2: Sequence[float], answer: Any, mode: str = "raft", tol: float = 1e-3) -> bool:
+def check_distill_weights(r2: Sequence[float], answer: Any, mode: str = ERLConfig.internalization_mode,
+                          tol: float = 1e-3) -> bool:
     """Check internalization weights: ``max(r2, 0)`` (``raft``) or ``1[r2 > 0]`` (``nll``).
 
     Example:
@@ -316,16 +527,21 @@ def check_distill_weights(r2: Sequence[float], answer: Any, mode: str = "raft", 
     """
     if _missing(answer):
         return _wrong(NO_ANSWER, "one weight per second attempt.")
+    r2 = [float(r) for r in r2]
     values = _numbers(answer)
+    if values is None or len(values) != len(r2):
+        return _wrong(f"expected {len(r2)} numbers, got {answer!r}.", "one weight per second attempt.")
     expected = distill_weights(r2, mode)
-    if values is not None and _close(values, expected, tol):
+    if _close(values, expected, tol):
         return _ok(f"Correct: {expected}.")
     other = "nll" if mode == "raft" else "raft"
-    if values is not None and _close(values, distill_weights(r2, other), tol):
-        hint = (f"that is the {other!r} rule; mode {mode!r} uses "
-                + ("max(r2, 0)." if mode == "raft" else "the indicator 1[r2 > 0]."))
-    elif values is not None and _close(values, group_advantages(r2), tol):
-        hint = "internalization has no group baseline: the weight depends on r2 alone."
-    else:
-        hint = "raft: max(r2, 0); nll: 1 if r2 > 0 else 0."
-    return _wrong(f"Not quite: you gave {answer!r}.", hint)
+    mistakes = [
+        (distill_weights(r2, other), f"that is the {other!r} rule; mode {mode!r} uses "
+         + ("max(r2, 0)." if mode == "raft" else "the indicator 1[r2 > 0].")),
+        (r2, "a failed second attempt is not pushed *down*: negative r2 gets weight 0 (max(r2, 0))."),
+        (group_advantages(r2), "internalization has no group baseline: the weight depends on r2 alone."),
+        ([1.0] * len(r2), "only successful second attempts are internalized: r2 = 0 gets weight 0."),
+    ]
+    hint = next((h for v, h in mistakes if not _close(v, expected, tol) and _close(values, v, tol)),
+                "raft: max(r2, 0); nll: 1 if r2 > 0 else 0.")
+    return _wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)

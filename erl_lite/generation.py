@@ -16,7 +16,7 @@ Departures from the paper: the reference code samples with vLLM; erl_lite uses
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import torch
@@ -24,12 +24,15 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one batch."""
+    """How to sample one batch. ``generation_kwargs``: further ``model.generate`` keywords
+    (``min_p``, ``repetition_penalty``, ...; ``ERLConfig.generation_kwargs``), which
+    :class:`HFGenerator` passes on and other samplers may ignore."""
 
     max_new_tokens: int
     temperature: float = 0.7
     top_p: float = 1.0
     top_k: int = 0
+    generation_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
 class Generator(Protocol):
@@ -97,18 +100,19 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention.to(device),
-                do_sample=True,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k if params.top_k > 0 else None,
-                max_new_tokens=params.max_new_tokens,
-                eos_token_id=self.stop_ids,
-                pad_token_id=self.pad_id,
-                use_cache=True,
-            )
+            out = self.model.generate(**{
+                "input_ids": input_ids.to(device),
+                "attention_mask": attention.to(device),
+                "do_sample": True,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k if params.top_k > 0 else None,
+                "max_new_tokens": params.max_new_tokens,
+                "eos_token_id": self.stop_ids,
+                "pad_token_id": self.pad_id,
+                "use_cache": True,
+                **params.generation_kwargs,  # e.g. min_p, repetition_penalty (the config refuses the keys above)
+            })
         finally:
             self.model.train(was_training)
         new = out[:, width:].tolist()  # (B, <= max_new_tokens)

@@ -8,7 +8,9 @@ Two JSON-lines files in the output folder:
   (texts of attempts, reflections, memory), for the notebooks' browsers.
 
 A :class:`History` lives in memory during training and can be reloaded from disk with
-:meth:`History.load`; plots and widgets accept either.
+:meth:`History.load`; plots and widgets accept either. When ``ERLConfig.report_to`` names
+experiment trackers, the trainer sets :attr:`History.reporter` (an
+:class:`erl_lite.reporting.Reporter`) and every logged record is handed to it as well.
 
 Departures from the paper: none (the paper logs through its own framework).
 """
@@ -44,12 +46,24 @@ class History:
     records: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     out_dir: str | None = None
+    reporter: Any = field(default=None, repr=False, compare=False)
+    """Receives every logged record: ``reporter.log(record, step_record)`` (see
+    :class:`erl_lite.reporting.Reporter`); None sends nothing anywhere."""
 
-    def log(self, metrics: dict[str, Any], kind: str = "train") -> None:
-        """Append one record (and one line to ``history.jsonl`` when ``out_dir`` is set)."""
+    def log(self, metrics: dict[str, Any], kind: str = "train", step_record: Any = None) -> None:
+        """Append one record (and one line to ``history.jsonl`` when ``out_dir`` is set), and
+        hand it to the reporter with the iteration's :class:`~erl_lite.records.StepRecord`
+        (whose texts make the trackers' sample tables), when there is one."""
         record = {"kind": kind, **metrics}
         self.records.append(record)
         self._append("history.jsonl", record)
+        if self.reporter is not None:
+            self.reporter.log(record, step_record)
+
+    def close_reporter(self) -> None:
+        """Send what the reporter still holds and close its trackers (the end of training)."""
+        if self.reporter is not None:
+            self.reporter.close()
 
     def log_sample(self, step_record: dict[str, Any]) -> None:
         """Keep a full step record (from :meth:`StepRecord.to_dict`)."""

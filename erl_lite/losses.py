@@ -8,10 +8,16 @@ Pipeline for one batch::
 
     logp = token_logprobs(logits, ids)                      # (B, T)
     loss, stats = policy_objective(logp, old_logp, ref_logp, advantages, mask,
-                                   beta=0.001, loss_type="seq_sum")
+                                   nll_rows=is_nll, beta=0.001, loss_type="seq_sum")
+
+:func:`policy_objective` is the one objective: :class:`erl_lite.update.PolicyUpdater` trains
+with it, and the TRL-parity tests check it.
 
 * clipped policy loss — PPO ratio with "clip-higher" (ε_low 0.2, ε_high 0.28) and the
-  dual clip c = 3 that caps the loss of negative-advantage tokens whose ratio blew up;
+  dual clip c = 3 that caps the loss of negative-advantage tokens whose ratio blew up; the
+  ratio per token, or (GSPO, ``importance_sampling_level="sequence"``) one per sequence;
+* weighted NLL instead of the clipped loss on rows flagged ``nll_rows`` (the paper's
+  internalization);
 * k3 KL estimator to the reference policy, added per token with coefficient ``beta``;
 * aggregation: ``seq_sum`` (sum over a sequence's tokens, mean over sequences — the
   reference's choice), ``token_mean`` or ``seq_mean``. A ``normalizer`` computed on the
@@ -19,9 +25,12 @@ Pipeline for one batch::
 
 Departures from the paper: the paper gives the objective only in outline; the settings
 above are the reference code's. Sequences with no loss token are left out of the sequence
-count (they would only dilute the mean). The log-ratio is clamped to ±20 before ``exp``
-(as verl does) so garbage in padded positions cannot overflow; inside that range the
-loss is identical to TRL's GRPO loss.
+count (they would only dilute the mean). Numerical guards, as in verl: the policy
+log-ratio is clamped to ±20 before ``exp``; the k3 KL clamps its log-ratio to ±20 and the
+estimate to at most 10 (verl's ``low_var_kl``), so a token that far from the reference gets
+no KL gradient; and old/reference log-probs at masked slots are replaced by the policy's own
+(detached) values, so padding can never produce ``inf`` or a ``0·inf = NaN`` gradient.
+Inside those ranges the loss is identical to TRL's GRPO loss.
 """
 
 from __future__ import annotations
@@ -31,11 +40,15 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-#: Aggregation modes accepted by :func:`aggregate`.
-LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
+from erl_lite.config import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPE_ALIASES, LOSS_TYPES, TRL_LOSS_TYPES_MISSING
+
+# LOSS_TYPES: the aggregation modes :func:`aggregate` accepts (TRL's grpo/dapo/luspo too, see
+# LOSS_TYPE_ALIASES); one home, in erl_lite.config (which imports no torch).
 
 # exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
 _MAX_LOG_RATIO = 20.0
+# Cap of the k3 estimate per token (verl's low_var_kl clamps it to [-10, 10]; k3 >= 0).
+_MAX_KL = 10.0
 
 
 def token_logprobs(
@@ -76,7 +89,11 @@ def token_logprobs(
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(ref - logp) - (ref - logp) - 1`` ≥ 0.
+    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(d) - d - 1`` ≥ 0 with ``d = ref - logp``.
+
+    Clamped as verl's low-variance KL: ``d`` to ±20 before ``exp`` (no overflow, so a masked
+    slot can never give ``0·inf``) and the estimate to at most 10; where a clamp is active
+    the token gets no KL gradient. For ``-11 ≤ d ≤ 2.6`` (KL ≤ 10 there) nothing changes.
 
     Args:
         logp: ``(B, T)`` log-probs of the sampled tokens under the current policy.
@@ -86,8 +103,8 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
         >>> k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]))
         tensor([[0.]])
     """
-    d = ref_logp - logp  # (B, T)
-    return torch.exp(d) - d - 1
+    d = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)  # (B, T)
+    return (torch.exp(d) - d - 1).clamp(max=_MAX_KL)
 
 
 def clipped_policy_loss(
@@ -99,12 +116,17 @@ def clipped_policy_loss(
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.28,
     dual_clip: float | None = 3.0,
+    importance_sampling_level: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss with clip-higher and dual clip.
 
     ``loss = -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)`` with ``r = exp(logp - old_logp)``;
     for ``A < 0`` the loss is further capped at ``-A·c`` (verl's dual-clip PPO), so a token
     whose probability rose far above the sampling policy's cannot dominate the batch.
+
+    With ``importance_sampling_level="sequence"`` (GSPO, TRL's definition) every token of a
+    sequence shares one ratio, ``r_b = exp(mean over the sequence's loss tokens of
+    (logp - old_logp))``, clipped as one; the gradient reaches every loss token through the mean.
 
     Args:
         logp: ``(B, T)`` current log-probs (carry the gradient).
@@ -113,6 +135,7 @@ def clipped_policy_loss(
         mask: ``(B, T)`` loss mask; masked tokens get loss 0 and are never "clipped".
         epsilon_low, epsilon_high: clip range of the ratio.
         dual_clip: ``c > 1``, or None to disable.
+        importance_sampling_level: ``"token"`` (one ratio per token) or ``"sequence"``.
 
     Returns:
         ``(loss, clipped)``: ``(B, T)`` per-token loss, and a ``(B, T)`` bool tensor that is
@@ -131,8 +154,16 @@ def clipped_policy_loss(
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
     adv = adv.to(logp.dtype)
-    log_ratio = (logp - old_logp.detach()).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    ratio = torch.exp(log_ratio)  # (B, T)
+    log_ratio = logp - old_logp.detach()  # (B, T)
+    if importance_sampling_level == "sequence":
+        keep = mask.bool()
+        # Masked slots may hold anything: they count neither in the sum nor in the length.
+        summed = torch.where(keep, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
+        log_ratio = (summed / keep.sum(-1, keepdim=True).clamp(min=1)).expand_as(logp)  # (B, T)
+    elif importance_sampling_level != "token":
+        raise ValueError(f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
+                         f"got {importance_sampling_level!r}")
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))  # (B, T)
     bounded = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
     loss = -torch.minimum(ratio * adv, bounded * adv)  # (B, T)
     clipped = ((ratio > 1 + epsilon_high) & (adv > 0)) | ((ratio < 1 - epsilon_low) & (adv < 0))
@@ -173,10 +204,28 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
         >>> normalizer_for(m, "token_mean"), normalizer_for(m, "seq_sum")
         (3.0, 2.0)
     """
-    _check_loss_type(loss_type)
+    loss_type = _check_loss_type(loss_type)
     m = mask.bool()
     count = m.sum() if loss_type == "token_mean" else m.any(dim=-1).sum()
     return max(float(count), 1.0)
+
+
+def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
+    """Each sequence's share of :func:`aggregate`'s numerator, ``(B,)``.
+
+    ``seq_sum`` / ``token_mean``: ``Σ_t m·ℓ``; ``seq_mean``: ``Σ_t m·ℓ / n_b``. Divided by the
+    normalizer they add up to the aggregated loss (used for the per-role loss breakdown).
+
+    Example:
+        >>> row_losses(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]), "seq_mean")
+        tensor([1.5000, 3.0000])
+    """
+    loss_type = _check_loss_type(loss_type)
+    m = mask.bool()
+    sums = torch.where(m, per_token, torch.zeros_like(per_token)).sum(dim=-1)  # (B,)
+    if loss_type == "seq_mean":
+        return sums / m.sum(dim=-1).clamp(min=1).to(per_token.dtype)
+    return sums
 
 
 def aggregate(
@@ -188,11 +237,12 @@ def aggregate(
     * ``token_mean``: ``Σ_b Σ_t m·ℓ / N_tok`` — every loss token weighs the same.
     * ``seq_mean``: ``Σ_b (Σ_t m·ℓ / n_b) / N_seq`` — mean within, then mean over sequences.
 
-    Gradient accumulation: all three are a sum of per-sequence terms divided by a count.
-    Split a batch into micro-batches, aggregate each with ``normalizer=normalizer_for(
-    full_mask, loss_type)`` and call ``backward()`` on each: the accumulated gradient is
-    exactly that of the whole batch (no extra ``1/num_micro_batches`` factor). Without it,
-    each micro-batch divides by its own count and unequal micro-batches are mis-weighted.
+    Gradient accumulation: all three are a sum of per-sequence terms (:func:`row_losses`)
+    divided by a count. Split a batch into micro-batches, aggregate each with
+    ``normalizer=normalizer_for(full_mask, loss_type)`` and call ``backward()`` on each: the
+    accumulated gradient is exactly that of the whole batch (no extra ``1/num_micro_batches``
+    factor). Without it, each micro-batch divides by its own count and unequal micro-batches
+    are mis-weighted.
 
     Args:
         per_token: ``(B, T)`` loss per token.
@@ -207,19 +257,16 @@ def aggregate(
         >>> [float(aggregate(loss, m, t)) for t in LOSS_TYPES]
         [3.0, 2.0, 2.25]
     """
-    _check_loss_type(loss_type)
-    m = mask.bool()
-    masked = torch.where(m, per_token, torch.zeros_like(per_token))  # (B, T)
-    if loss_type == "seq_mean":
-        lengths = m.sum(dim=-1).clamp(min=1).to(per_token.dtype)  # (B,)
-        total = (masked.sum(dim=-1) / lengths).sum()
-    else:
-        total = masked.sum()
+    total = row_losses(per_token, mask, loss_type).sum()
+    return total / _resolve_normalizer(mask, loss_type, normalizer)
+
+
+def _resolve_normalizer(mask: torch.Tensor, loss_type: str, normalizer: float | None) -> float:
     if normalizer is None:
-        normalizer = normalizer_for(mask, loss_type)
-    elif normalizer <= 0:
+        return normalizer_for(mask, loss_type)
+    if not normalizer > 0:
         raise ValueError(f"normalizer must be positive, got {normalizer}")
-    return total / normalizer
+    return normalizer
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -236,14 +283,17 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossStats:
-    """Statistics of one (micro-)batch, detached plain floats for logging.
+    """Statistics of one (micro-)batch, detached plain values for logging.
 
     Attributes:
-        loss: the aggregated objective (policy loss plus ``beta``·KL).
-        policy_loss: the aggregated clipped policy loss alone.
-        clip_ratio: fraction of loss tokens where a clip replaced the ratio term.
+        loss: the aggregated objective (policy or NLL loss plus ``beta``·KL).
+        policy_loss: the aggregated objective without the KL term.
+        clip_ratio: fraction of policy-loss tokens (not NLL rows) where a clip replaced the
+            ratio term.
         kl: mean k3 KL over loss tokens; None when the KL term was skipped.
-        num_tokens: loss tokens in the batch (weights for averaging over micro-batches).
+        num_tokens: loss tokens in the batch (weights for averaging ``kl`` over micro-batches).
+        policy_tokens: loss tokens of policy-loss rows (weights for ``clip_ratio``).
+        row_losses: each row's share of ``loss`` (they add up to it), for per-role breakdowns.
     """
 
     loss: float
@@ -251,10 +301,12 @@ class LossStats:
     clip_ratio: float
     kl: float | None
     num_tokens: int
+    policy_tokens: int = 0
+    row_losses: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, float]:
-        """Non-None fields as a flat dict (``num_tokens`` as a float)."""
-        return {k: float(v) for k, v in asdict(self).items() if v is not None}
+        """Non-None scalar fields as a flat dict (counts as floats)."""
+        return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 
 def policy_objective(
@@ -264,25 +316,34 @@ def policy_objective(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    nll_rows: torch.Tensor | None = None,
     beta: float = 0.001,
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.28,
     dual_clip: float | None = 3.0,
     loss_type: str = "seq_sum",
     normalizer: float | None = None,
+    importance_sampling_level: str = "token",
 ) -> tuple[torch.Tensor, LossStats]:
-    """Clipped policy loss + ``beta``·k3 KL per token, then aggregated.
+    """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
+
+    This is the objective :class:`erl_lite.update.PolicyUpdater` trains with.
 
     Args:
         logp: ``(B, T)`` current log-probs (with gradient).
         old_logp: ``(B, T)`` sampling-policy log-probs; None means on-policy
             (``logp.detach()``, ratio 1), TRL's shortcut for a single update per batch.
         ref_logp: ``(B, T)`` reference log-probs, or None to skip the KL term.
-        advantages: ``(B,)`` per-sequence advantages.
-        mask: ``(B, T)`` loss mask.
+        advantages: ``(B,)`` per-sequence advantages (NLL rows: their weights).
+        mask: ``(B, T)`` loss mask. At masked slots ``old_logp`` and ``ref_logp`` are
+            replaced by ``logp.detach()`` (ratio 1, KL 0), so whatever fills padding is harmless.
+        nll_rows: ``(B,)`` bool, True for rows trained with :func:`nll_loss` instead of the
+            clipped loss (internalization in ``nll`` mode); the KL term applies to every row.
         beta: KL coefficient; 0 skips the KL term.
         epsilon_low, epsilon_high, dual_clip: see :func:`clipped_policy_loss`.
         loss_type, normalizer: see :func:`aggregate`.
+        importance_sampling_level: ``"token"`` or ``"sequence"`` (GSPO); see
+            :func:`clipped_policy_loss`.
 
     Returns:
         ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
@@ -291,33 +352,50 @@ def policy_objective(
         >>> lp = torch.full((2, 3), -1.0, requires_grad=True)
         >>> loss, stats = policy_objective(lp, None, None, torch.tensor([1.0, -1.0]),
         ...                                torch.ones(2, 3), beta=0.0)
-        >>> loss.item(), stats.clip_ratio, stats.kl
-        (0.0, 0.0, None)
+        >>> loss.item(), stats.clip_ratio, stats.kl, stats.row_losses
+        (0.0, 0.0, None, (-1.5, 1.5))
     """
-    if old_logp is None:
-        old_logp = logp.detach()
+    keep = mask.bool()  # (B, T)
+    current = logp.detach()
+    old = current if old_logp is None else torch.where(keep, old_logp.detach(), current)
     policy, clipped = clipped_policy_loss(
-        logp, old_logp, advantages, mask,
+        logp, old, advantages, mask,
         epsilon_low=epsilon_low, epsilon_high=epsilon_high, dual_clip=dual_clip,
+        importance_sampling_level=importance_sampling_level,
     )  # (B, T) each
-    per_token = policy
+    per_token, policy_mask = policy, keep
+    if nll_rows is not None:
+        nll = nll_rows.to(device=logp.device, dtype=torch.bool).unsqueeze(1)  # (B, 1)
+        per_token = torch.where(nll, nll_loss(logp, advantages, mask), policy)
+        policy_mask = keep & ~nll
+    without_kl = per_token
     kl_mean = None
     if beta != 0 and ref_logp is not None:
-        kl = k3_kl(logp, ref_logp.detach())  # (B, T)
-        per_token = policy + beta * kl
+        kl = k3_kl(logp, torch.where(keep, ref_logp.detach(), current))  # (B, T)
+        per_token = per_token + beta * kl
         kl_mean = float(masked_mean(kl.detach(), mask))
-    loss = aggregate(per_token, mask, loss_type, normalizer)
+    norm = _resolve_normalizer(mask, loss_type, normalizer)
+    loss = aggregate(per_token, mask, loss_type, norm)
     with torch.no_grad():
         stats = LossStats(
             loss=float(loss.detach()),
-            policy_loss=float(aggregate(policy, mask, loss_type, normalizer)),
-            clip_ratio=float(masked_mean(clipped, mask)),
+            policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
+            clip_ratio=float(masked_mean(clipped, policy_mask)),
             kl=kl_mean,
-            num_tokens=int(mask.bool().sum()),
+            num_tokens=int(keep.sum()),
+            policy_tokens=int(policy_mask.sum()),
+            row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
         )
     return loss, stats
 
 
-def _check_loss_type(loss_type: str) -> None:
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+def _check_loss_type(loss_type: str) -> str:
+    """The erl_lite name of ``loss_type`` (TRL's ``grpo``/``dapo``/``luspo`` → ``seq_mean``/
+    ``token_mean``/``seq_sum``); an unknown or unimplemented name is an error."""
+    if loss_type in TRL_LOSS_TYPES_MISSING:
+        raise ValueError(f"loss_type {loss_type!r} (a TRL loss) is not implemented; the closest is "
+                         f"{TRL_LOSS_TYPES_MISSING[loss_type]}")
+    name = LOSS_TYPE_ALIASES.get(loss_type, loss_type)
+    if name not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)}, got {loss_type!r}")
+    return name

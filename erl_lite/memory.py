@@ -12,13 +12,19 @@ Two kinds: ``single`` — the paper's one plain-text slot, overwritten by the la
 rulebook; ``fifo`` — a queue of up to ``size`` rulebooks of which the ``top_k`` most recent
 are shown (the peer package's scheme, offered for comparison).
 
-Departures from the paper: the ``fifo`` kind is an addition; ``single`` is the default.
+:class:`MemoryBank` keeps one such memory per environment when a run mixes environments
+(:class:`~erl_lite.envs.multi.MultiEnvironment`): a task's reflector reads, and its successful
+second attempt writes, only the memory of the task's own environment. The phases ask every
+memory for ``for_task(task_id)``; a plain :class:`ReflectionMemory` answers with itself.
+
+Departures from the paper: the ``fifo`` kind is an addition; ``single`` is the default. The
+bank is an addition too (the paper trains one environment per run, with one memory).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Callable, Sequence
 
 
 class ReflectionMemory:
@@ -78,12 +84,84 @@ class ReflectionMemory:
             return recent[0]
         return "\n\n".join(f"[Rulebook {i + 1}]\n{r}" for i, r in enumerate(recent))
 
+    def for_task(self, task_id: str) -> "ReflectionMemory":
+        """The memory serving ``task_id``: this one (a :class:`MemoryBank` picks per environment)."""
+        return self
+
     def state_dict(self) -> dict[str, Any]:
+        """The memory as plain JSON-able values (saved in checkpoints)."""
         return {"kind": self.kind, "size": self.size, "top_k": self.top_k,
                 "entries": self.entries, "total_writes": self.total_writes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (the memory kind must match)."""
         if state["kind"] != self.kind:
             raise ValueError(f"checkpoint memory is {state['kind']!r}, this run uses {self.kind!r}")
         self._entries = deque(state["entries"], maxlen=self.size)
         self.total_writes = int(state["total_writes"])
+
+
+class MemoryBank:
+    """One :class:`ReflectionMemory` per environment, picked by the task being reflected on.
+
+    Args:
+        names: the environments' names (one memory each).
+        kind, size, top_k: settings of every memory (see :class:`ReflectionMemory`).
+        env_of: task id -> environment name (e.g. :meth:`MultiEnvironment.env_name`).
+
+    Example:
+        >>> bank = MemoryBank(["frozenlake", "sokoban"], env_of=lambda task_id: task_id.split("/")[0])
+        >>> bank.for_task("sokoban/train/3").maybe_store("B is a box.", reward=1.0, threshold=1.0)
+        True
+        >>> bank.for_task("frozenlake/train/0").context() is None, len(bank), bank.entries
+        (True, 1, ['[sokoban] B is a box.'])
+    """
+
+    def __init__(self, names: Sequence[str], kind: str = "single", size: int = 50, top_k: int = 3,
+                 env_of: Callable[[str], str] | None = None) -> None:
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"MemoryBank needs distinct environment names, got {list(names)}")
+        if env_of is None:
+            raise ValueError("MemoryBank needs env_of: a function from task id to environment name")
+        self.memories = {name: ReflectionMemory(kind, size, top_k) for name in names}
+        self.kind, self.env_of = kind, env_of
+
+    def for_task(self, task_id: str) -> ReflectionMemory:
+        """The memory of ``task_id``'s environment."""
+        name = self.env_of(task_id)
+        if name not in self.memories:
+            raise KeyError(f"task {task_id!r} belongs to environment {name!r}, which has no memory "
+                           f"here (environments: {sorted(self.memories)})")
+        return self.memories[name]
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self.memories.values())
+
+    @property
+    def total_writes(self) -> int:
+        """Rulebooks written to any of the memories since the run started."""
+        return sum(m.total_writes for m in self.memories.values())
+
+    @property
+    def entries(self) -> list[str]:
+        """Every stored rulebook, each prefixed with ``[environment]`` (for display and records)."""
+        return [f"[{name}] {e}" for name, m in self.memories.items() for e in m.entries]
+
+    def context(self) -> str | None:
+        """Not defined for a bank: each task reads its own environment's memory."""
+        raise TypeError("a MemoryBank keeps one memory per environment: use bank.for_task(task_id).context()")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every memory's state, by environment name."""
+        return {"kind": "bank", "memories": {name: m.state_dict() for name, m in self.memories.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a bank saved with the same environment names."""
+        if state.get("kind") != "bank":
+            raise ValueError(f"checkpoint memory is one {state.get('kind')!r} memory; this run keeps one "
+                             f"memory per environment ({sorted(self.memories)})")
+        if set(state["memories"]) != set(self.memories):
+            raise ValueError(f"checkpoint memory covers environments {sorted(state['memories'])}, this run "
+                             f"{sorted(self.memories)}")
+        for name, saved in state["memories"].items():
+            self.memories[name].load_state_dict(saved)

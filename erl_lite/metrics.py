@@ -10,15 +10,30 @@ Two notions of "success" are kept apart on purpose: ``success/*`` and ``eval/suc
 the environment's own verdict (e.g. exact match for QA), while ``gate/rate`` counts first
 attempts with ``r1 < τ`` — the gate's rule, read from ``ERLConfig.reward_threshold``.
 
+``frac_reward_zero_std/<role>`` answers "why is my loss zero?": the fraction of the role's
+GRPO groups (one per task: first attempts over the task's G rollouts, reflections and second
+attempts over its gated ones) whose rewards have no spread, so that every advantage in the
+group is 0 and the group adds no policy loss. TRL logs the same quantity, for its one role,
+as ``frac_reward_zero_std``. It is read from the RL batch itself (the advantages the update
+receives), so it follows the mode's grouping (``erl_simple``: the combined reward) and counts
+exactly the groups without signal; one difference from TRL: a lone rollout of a task (A = r,
+see :mod:`erl_lite.advantages`) counts only when its reward is 0. A role that is not trained
+has no groups, and the metric is None.
+
+A run on several environments (:class:`~erl_lite.envs.multi.MultiEnvironment`) also logs the
+*families* of :data:`METRIC_FAMILIES`: ``reward/first/<env>`` and its siblings, one key per
+environment name, each computed on that environment's tasks only (None when the step drew
+none of them). :func:`describe` finds the glossary line of any key, family members included.
+
 Departures from the paper: none; the paper reports the same quantities as curves.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from erl_lite.memory import ReflectionMemory
-from erl_lite.records import Attempt
+from erl_lite.records import Attempt, TrainSample
 
 # --- names ------------------------------------------------------------------------------------
 STEP = "step"
@@ -31,7 +46,13 @@ TOKENS_FIRST, TOKENS_REFLECTION, TOKENS_SECOND = "tokens/first", "tokens/reflect
 TURNS_FIRST, TRUNCATED_FIRST = "turns/first", "truncated/first"
 TIME_FIRST, TIME_REFLECT, TIME_SECOND = "time/first", "time/reflect", "time/second"
 TIME_UPDATE, TIME_STEP = "time/update", "time/step"
+TOKENS_PER_SECOND, PEAK_GPU_GB = "tokens/per_second", "memory/peak_gpu_gb"
 LR = "lr"
+ZERO_STD_FIRST = "frac_reward_zero_std/first"
+ZERO_STD_REFLECTION = "frac_reward_zero_std/reflection"
+ZERO_STD_SECOND = "frac_reward_zero_std/second"
+#: The roles whose GRPO groups ``frac_reward_zero_std/<role>`` reports (internalization has no group).
+ZERO_STD_KEYS = {"first": ZERO_STD_FIRST, "reflection": ZERO_STD_REFLECTION, "second": ZERO_STD_SECOND}
 EVAL_REWARD, EVAL_SUCCESS, EVAL_NUM_EPISODES = "eval/reward", "eval/success", "eval/num_episodes"
 
 #: Every key a history record may hold, with its meaning. The update's own keys
@@ -46,6 +67,10 @@ METRIC_GLOSSARY: dict[str, str] = {
     GATE_RATE: "fraction of first attempts sent on to reflection (r1 < tau)",
     REFLECTION_PARSE_RATE: "fraction of reflections with a parsable <prompt> block",
     REFLECTION_REWARD: "mean reward credited to reflections (r2 of their second attempt)",
+    ZERO_STD_FIRST: "fraction of first-attempt groups (one per task) with no reward spread: all "
+                    "advantages 0, no policy loss (None when first attempts are not trained)",
+    ZERO_STD_REFLECTION: "the same for the reflection groups (a task's gated rollouts, rewards r2)",
+    ZERO_STD_SECOND: "the same for the second-attempt groups (a task's gated rollouts, rewards r2)",
     MEMORY_SIZE: "number of rulebooks memory holds after the step",
     MEMORY_WRITES: "rulebooks written to memory during the step",
     MEMORY_TOTAL_WRITES: "rulebooks written to memory since the run started",
@@ -74,6 +99,8 @@ METRIC_GLOSSARY: dict[str, str] = {
     TIME_SECOND: "seconds spent on second attempts",
     TIME_UPDATE: "seconds spent on the RL update",
     TIME_STEP: "seconds for the whole iteration",
+    TOKENS_PER_SECOND: "generated tokens of the step (all roles) per second of the sampling phases",
+    PEAK_GPU_GB: "peak CUDA memory allocated by torch during the step, GiB (None on CPU)",
     "optim/steps": "optimizer steps taken this iteration",
     LR: "learning rate",
     EVAL_REWARD: "mean first-attempt reward on the evaluation tasks (eval records)",
@@ -82,8 +109,87 @@ METRIC_GLOSSARY: dict[str, str] = {
 }
 
 
+#: Metric families, one key per environment of a multi-environment run (``<env>``: its name).
+ENV_FAMILY_SUFFIX = "/<env>"
+METRIC_FAMILIES: dict[str, str] = {
+    REWARD_FIRST + ENV_FAMILY_SUFFIX: "mean reward of the environment's first attempts",
+    REWARD_SECOND + ENV_FAMILY_SUFFIX: "mean reward of the environment's second attempts",
+    SUCCESS_FIRST + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts solved",
+    SUCCESS_SECOND + ENV_FAMILY_SUFFIX: "fraction of the environment's second attempts solved",
+    GATE_RATE + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts sent on to reflection",
+    MEMORY_SIZE + ENV_FAMILY_SUFFIX: "number of rulebooks the environment's own memory holds after the step",
+    EVAL_REWARD + ENV_FAMILY_SUFFIX: "mean first-attempt reward on the environment's evaluation tasks",
+    EVAL_SUCCESS + ENV_FAMILY_SUFFIX: "first-attempt success rate on the environment's evaluation tasks",
+}
+
+
+def describe(key: str) -> str | None:
+    """The glossary line of ``key`` (a plain metric or a family member), or None if undocumented.
+
+    Example:
+        >>> describe("reward/first/sokoban")
+        "mean reward of the environment's first attempts"
+        >>> describe("reward/third") is None
+        True
+    """
+    if key in METRIC_GLOSSARY:
+        return METRIC_GLOSSARY[key]
+    head, _, name = key.rpartition("/")
+    return METRIC_FAMILIES.get(head + ENV_FAMILY_SUFFIX) if name else None
+
+
+#: Values that describe the state after a step rather than what happened during it: a report
+#: that covers several steps (``ERLConfig.logging_steps``) takes their latest value, not the mean.
+POINT_IN_TIME: frozenset[str] = frozenset({LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES})
+
+
+def is_measurement(key: str) -> bool:
+    """Whether ``key`` is a wall-clock or device measurement (``time/*``, ``tokens/per_second``,
+    ``memory/peak_gpu_gb``): values that differ between two runs that are otherwise identical,
+    so comparisons of histories (e.g. a resumed run against an uninterrupted one) leave them out.
+
+    Example:
+        >>> [is_measurement(k) for k in ("time/step", "tokens/per_second", "tokens/first")]
+        [True, True, False]
+    """
+    return key.startswith("time/") or key in (TOKENS_PER_SECOND, PEAK_GPU_GB)
+
+
+def is_point_in_time(key: str) -> bool:
+    """Whether ``key`` is a :data:`POINT_IN_TIME` value or a member of one's family (``memory/size/<env>``)."""
+    return key in POINT_IN_TIME or key.rpartition("/")[0] in POINT_IN_TIME
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:
+    """Fraction of ``role``'s per-task GRPO groups in the RL batch whose advantages are all 0.
+
+    A group's advantages are all 0 exactly when its rewards have no spread (or it is a lone
+    rollout with reward 0), so this is the share of the role's groups that add no policy loss.
+
+    Args:
+        samples: the RL batch (:attr:`StepOutcome.samples`).
+        role: ``"first"``, ``"reflection"`` or ``"second"``.
+
+    Returns:
+        The fraction, or None when the batch has no sequence of that role.
+
+    Example:
+        >>> batch = [TrainSample("first", [], [], [], A, t)
+        ...          for A, t in [(0.0, "a"), (0.0, "a"), (0.7, "b"), (-0.7, "b")]]
+        >>> frac_reward_zero_std(batch, "first")  # task a: equal rewards
+        0.5
+        >>> frac_reward_zero_std(batch, "second") is None
+        True
+    """
+    silent: dict[str, bool] = {}
+    for s in samples:
+        if s.role == role:
+            silent[s.task_id] = silent.get(s.task_id, True) and s.advantage == 0.0
+    return _mean([float(v) for v in silent.values()])
 
 
 def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> dict[str, Any]:
@@ -111,8 +217,40 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
         TURNS_FIRST: _mean([float(a.num_turns) for a in first]),
         TRUNCATED_FIRST: _mean([float(a.truncated) for a in first]),
     }
+    m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in ZERO_STD_KEYS.items()})
     m.update({f"time/{k}": v for k, v in outcome.seconds.items()})
+    sampling_seconds = sum(outcome.seconds.values())  # first, reflect, second: the update is timed apart
+    generated = m[TOKENS_FIRST] + m[TOKENS_REFLECTION] + m[TOKENS_SECOND]
+    m[TOKENS_PER_SECOND] = generated / sampling_seconds if sampling_seconds > 0 else None
     return m
+
+
+def cuda_device(model: Any) -> Any:
+    """The CUDA device ``model``'s first parameter lives on, else None (CPU, meta, ...)."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None and param.device.type == "cuda" else None
+
+
+def reset_peak_gpu_memory(device: Any) -> None:
+    """Start a new peak for :func:`peak_gpu_gb` (no-op without a CUDA device)."""
+    if device is not None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gpu_gb(device: Any) -> float | None:
+    """``torch.cuda.max_memory_allocated`` since the last reset, in GiB; None without CUDA.
+
+    Example:
+        >>> peak_gpu_gb(None) is None
+        True
+    """
+    if device is None:
+        return None
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 2 ** 30
 
 
 def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
@@ -122,3 +260,40 @@ def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
         EVAL_SUCCESS: _mean([float(a.success) for a in attempts]) or 0.0,
         EVAL_NUM_EPISODES: float(len(attempts)),
     }
+
+
+def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str], memory: Any,
+                     mode: str) -> dict[str, Any]:
+    """The per-environment families of one step: ``reward/first/<env>`` and its siblings.
+
+    Args:
+        outcome: the step's :class:`~erl_lite.phases.StepOutcome`.
+        env_of: task id -> environment name.
+        names: every environment name (each gets its keys, None when it had no tasks).
+        memory: the run's :class:`~erl_lite.memory.MemoryBank`, or None when it keeps none.
+        mode: the run's mode (``rlvr`` has no gate).
+    """
+    m: dict[str, Any] = {}
+    for name in names:
+        first = [a for a in outcome.first if env_of(a.task_id) == name]
+        second = [r.second for r in outcome.retries if env_of(r.task_id) == name]
+        gated = sum(1 for r in outcome.retries if env_of(r.task_id) == name)
+        m.update({
+            f"{REWARD_FIRST}/{name}": _mean([a.reward for a in first]),
+            f"{SUCCESS_FIRST}/{name}": _mean([float(a.success) for a in first]),
+            f"{REWARD_SECOND}/{name}": _mean([a.reward for a in second]),
+            f"{SUCCESS_SECOND}/{name}": _mean([float(a.success) for a in second]),
+            f"{GATE_RATE}/{name}": gated / len(first) if first and mode != "rlvr" else None,
+            f"{MEMORY_SIZE}/{name}": float(len(memory.memories[name])) if memory is not None else 0.0,
+        })
+    return m
+
+
+def env_eval_metrics(attempts: list[Attempt], env_of: Callable[[str], str], names: list[str]) -> dict[str, Any]:
+    """``eval/reward/<env>`` and ``eval/success/<env>`` of evaluation rollouts (None: no task)."""
+    m: dict[str, Any] = {}
+    for name in names:
+        mine = [a for a in attempts if env_of(a.task_id) == name]
+        m[f"{EVAL_REWARD}/{name}"] = _mean([a.reward for a in mine])
+        m[f"{EVAL_SUCCESS}/{name}"] = _mean([float(a.success) for a in mine])
+    return m

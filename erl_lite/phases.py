@@ -26,7 +26,7 @@ from erl_lite.advantages import distill_weights, grouped_advantages
 from erl_lite.config import ERLConfig
 from erl_lite.envs.base import Environment
 from erl_lite.generation import Generator, SamplingParams
-from erl_lite.memory import ReflectionMemory
+from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.prompts import (
     parse_rulebook,
     reflection_messages,
@@ -47,14 +47,17 @@ class PhaseContext:
     config: ERLConfig
 
     def attempt_params(self, temperature: float | None = None) -> SamplingParams:
-        """Sampling of training attempts (first and second)."""
+        """Sampling of training attempts (first and second); ``generation_kwargs`` apply to
+        every sampling (attempts, reflections, evaluation), as in TRL."""
         c = self.config
-        return SamplingParams(c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k)
+        return SamplingParams(c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k,
+                              c.generation_kwargs)
 
     def eval_params(self) -> SamplingParams:
         """Sampling of evaluation first attempts (the paper: T 0.7, top-p 0.8, top-k 20)."""
         c = self.config
-        return SamplingParams(c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k)
+        return SamplingParams(c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k,
+                              c.generation_kwargs)
 
 
 def first_task_message(attempt: Attempt) -> str:
@@ -81,6 +84,7 @@ def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
         max_episode_length=ctx.config.max_episode_length,
         role="first",
         indices=[g for _, g in rows],
+        template_kwargs=ctx.config.chat_template_kwargs,
     )
 
 
@@ -93,25 +97,29 @@ def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
     return [a for a in attempts if a.reward < threshold]
 
 
-def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | None) -> list[Reflection]:
+def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | MemoryBank | None) -> list[Reflection]:
     """Δ for every failed attempt, in one batched generation.
 
     The base instructions are the memory's content when a memory is given and non-empty, else
-    the attempt's own (initial) system prompt. Pass ``memory=None`` for the "w/o memory" ablation.
+    the attempt's own (initial) system prompt; a :class:`MemoryBank` gives each attempt the
+    memory of its task's environment. Pass ``memory=None`` for the "w/o memory" ablation.
     """
     if not failed:
         return []
     c = ctx.config
-    remembered = memory.context() if memory is not None else None
     contexts = []
     for a in failed:
+        # A memory bank answers with the memory of the task's own environment.
+        remembered = memory.for_task(a.task_id).context() if memory is not None else None
         base = remembered if remembered is not None else a.system_prompt
         _, ids = reflection_messages(
             task_text=first_task_message(a), base_prompt=base, trace=a.trace, reward=a.reward,
             feedback=a.feedback, tokenizer=ctx.tokenizer, max_tokens=c.max_reflection_prompt_length,
+            template_kwargs=c.chat_template_kwargs,
         )
         contexts.append((base, ids))
-    params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0)
+    params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
+                            c.generation_kwargs)
     outs = ctx.generator.generate([ids for _, ids in contexts], params)
     reflections = []
     for a, (base, ids), out in zip(failed, contexts, outs):
@@ -132,7 +140,8 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
     if reflections is not None:
         if len(reflections) != len(failed):
             raise ValueError(f"{len(reflections)} reflections for {len(failed)} failed attempts")
-        systems = [second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder) for r in reflections]
+        systems = [second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder_for(tasks[a.task_id]))
+                   for a, r in zip(failed, reflections)]
     else:
         systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback) for a in failed]
     second = run_episodes(
@@ -143,6 +152,7 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
         max_episode_length=ctx.config.max_episode_length,
         role="second",
         indices=[a.index for a in failed],
+        template_kwargs=ctx.config.chat_template_kwargs,
     )
     deltas = reflections if reflections is not None else [None] * len(failed)
     for delta, y2 in zip(deltas, second):
@@ -151,13 +161,13 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
     return [Retry(y1, delta, y2) for y1, delta, y2 in zip(failed, deltas, second)]
 
 
-def update_memory(memory: ReflectionMemory, retries: list[Retry], threshold: float) -> int:
+def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], threshold: float) -> int:
     """memory ← Δ for every retry with r2 ≥ τ and a parsed rulebook (in order; the last one
     wins a single slot). Returns the number of writes."""
     writes = 0
     for r in retries:
         if r.reflection is not None and r.reflection.parsed:
-            writes += memory.maybe_store(r.reflection.rulebook, r.second.reward, threshold)
+            writes += memory.for_task(r.task_id).maybe_store(r.reflection.rulebook, r.second.reward, threshold)
     return writes
 
 
@@ -190,28 +200,32 @@ def _ending_with_stop(attempt: Attempt, stop_ids: list[int]) -> tuple[list[int],
 
 
 def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]) -> list[TrainSample]:
-    """The RL batch: GRPO advantages grouped per (task, role), per the mode's rules."""
+    """The RL batch: GRPO advantages grouped per (task, role), per the mode's rules, scaled as
+    ``cfg.scale_rewards`` says."""
     if cfg.mode == "erl_simple":
         # Algorithm 1: one reward per rollout (r2 replaces r1 where the gate fired), y1 only.
         r2 = {id(r.first): r.second.reward for r in retries}
-        return _role_samples("first", first, [r2.get(id(a), a.reward) for a in first])
+        return _role_samples("first", first, [r2.get(id(a), a.reward) for a in first], cfg.scale_rewards)
     samples: list[TrainSample] = []
     if cfg.train_first:
-        samples += _role_samples("first", first, [a.reward for a in first])
+        samples += _role_samples("first", first, [a.reward for a in first], cfg.scale_rewards)
     r2 = [r.second.reward for r in retries]
     reflected = [r for r in retries if r.reflection is not None]
     if cfg.train_reflection and reflected:
-        adv = grouped_advantages([r.second.reward for r in reflected], [r.task_id for r in reflected])
+        adv = grouped_advantages([r.second.reward for r in reflected], [r.task_id for r in reflected],
+                                 scale=cfg.scale_rewards)
         samples += [TrainSample("reflection", r.reflection.prompt_ids, r.reflection.completion_ids,
                                 [1] * len(r.reflection.completion_ids), A, r.task_id)
                     for r, A in zip(reflected, adv)]
     if cfg.train_second:
-        samples += _role_samples("second", [r.second for r in retries], r2)
+        samples += _role_samples("second", [r.second for r in retries], r2, cfg.scale_rewards)
     return samples
 
 
-def _role_samples(role: str, attempts: list[Attempt], rewards: list[float]) -> list[TrainSample]:
-    adv = grouped_advantages(rewards, [a.task_id for a in attempts])
+def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], scale: str) -> list[TrainSample]:
+    """One role's samples, advantages grouped per task and scaled as ``scale_rewards`` says
+    (``batch``: by the std of this role's rewards in the iteration)."""
+    adv = grouped_advantages(rewards, [a.task_id for a in attempts], scale=scale)
     return [TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id)
             for a, A in zip(attempts, adv)]
 
@@ -238,7 +252,7 @@ class StepOutcome:
         return [r.second for r in self.retries]
 
 
-def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | None) -> StepOutcome:
+def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | MemoryBank | None) -> StepOutcome:
     """One iteration's rollouts and RL batch (the update itself is :class:`update.PolicyUpdater`).
 
     ``memory`` is the reflection memory to read and write, or None when the run has none
@@ -249,7 +263,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | No
     first = attempt_first(ctx, tasks, c.num_generations)
     out = StepOutcome(first=first, seconds={"first": clock() - t0})
     if c.mode == "rlvr":
-        out.samples = _role_samples("first", first, [a.reward for a in first])
+        out.samples = _role_samples("first", first, [a.reward for a in first], c.scale_rewards)
         return out
     failed = gate(first, c.reward_threshold)
     t1 = clock()

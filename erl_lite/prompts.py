@@ -114,11 +114,13 @@ def reflection_messages(
     feedback: str,
     tokenizer: Any,
     max_tokens: int,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook, fitted to ``max_tokens``, and their token ids.
 
     Truncation order: the trace first (down to a small floor), then the base instructions;
     the task, reward and feedback are kept whole even if that exceeds the budget.
+    ``template_kwargs`` go to the chat template (``ERLConfig.chat_template_kwargs``).
     """
     def build(b: str, t: str) -> list[dict[str, str]]:
         return [
@@ -127,7 +129,7 @@ def reflection_messages(
         ]
 
     def size(msgs: list[dict[str, str]]) -> int:
-        return len(encode(render(msgs, tokenizer), tokenizer))
+        return len(encode(render(msgs, tokenizer, template_kwargs=template_kwargs), tokenizer))
 
     def count(s: str) -> int:
         return len(encode(s, tokenizer))
@@ -142,4 +144,4 @@ def reflection_messages(
     if over > 0:  # then the base instructions (memory)
         base_prompt = cut_middle(base_prompt, max(count(base_prompt) - over, 0), count)
         messages = build(base_prompt, trace)
-    return messages, encode(render(messages, tokenizer), tokenizer)
+    return messages, encode(render(messages, tokenizer, template_kwargs=template_kwargs), tokenizer)

@@ -74,6 +74,7 @@ def run_episodes(
     max_episode_length: int,
     role: str,
     indices: list[int],
+    template_kwargs: dict[str, Any] | None = None,
 ) -> list[Attempt]:
     """Play ``tasks[i]`` under ``system_prompts[i]``; return one :class:`Attempt` each.
 
@@ -85,11 +86,12 @@ def run_episodes(
         params: sampling settings for every turn.
         max_episode_length: token budget of a whole episode.
         role: ``"first"`` or ``"second"`` (recorded on the attempts).
+        template_kwargs: passed to the chat template (``ERLConfig.chat_template_kwargs``).
     """
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
     stop_texts = {t: tokenizer.decode([t]) for t in getattr(generator, "stop_ids", [tokenizer.eos_token_id])}
-    lives = [_start(env, t, s, tokenizer) for t, s in zip(tasks, system_prompts)]
+    lives = [_start(env, t, s, tokenizer, template_kwargs) for t, s in zip(tasks, system_prompts)]
     for _ in range(env.max_turns):
         live = [lv for lv in lives if not lv.done]
         if not live:
@@ -105,7 +107,7 @@ def run_episodes(
         outs = generator.generate(prompts, params)
         for lv, out in zip(ready, outs):
             out = out[: max_episode_length - lv.length]
-            _advance(lv, out, tokenizer, stop_texts, env.max_turns, max_episode_length)
+            _advance(lv, out, tokenizer, stop_texts, env.max_turns, max_episode_length, template_kwargs)
     # One scoring call for the whole phase (TRL-style batch reward functions); a no-op for
     # environments whose episodes scored themselves in step().
     env.score_batch([lv.episode for lv in lives],
@@ -113,18 +115,20 @@ def run_episodes(
     return [_finish(lv, task, sp, role, idx) for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
 
 
-def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any) -> _Live:
+def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
+           template_kwargs: dict[str, Any] | None) -> _Live:
     episode = env.new_episode()
     observation = episode.reset(task)
     if not isinstance(observation, (str, list)):
         raise TypeError(f"{type(episode).__name__}.reset() returned {observation!r} for task {task.task_id}; "
                         "it must be the first user message (a string) or chat messages")
     messages = opening_messages(system_prompt, observation)
-    return _Live(episode=episode, messages=messages, prompt_ids=encode_messages(messages, tokenizer))
+    return _Live(episode=episode, messages=messages, prompt_ids=encode_messages(messages, tokenizer, template_kwargs))
 
 
 def _advance(
-    lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int
+    lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int,
+    template_kwargs: dict[str, Any] | None,
 ) -> None:
     """Record one sampled reply, step the environment, and append the glue if it goes on."""
     text = tokenizer.decode(out, skip_special_tokens=True)
@@ -137,7 +141,7 @@ def _advance(
         lv.done = True
         return
     ended_with = stop_texts.get(out[-1]) if out else None
-    glue = encode(glue_text(lv.messages, observation, tokenizer, ended_with), tokenizer)
+    glue = encode(glue_text(lv.messages, observation, tokenizer, ended_with, template_kwargs), tokenizer)
     lv.messages.append({"role": "user", "content": observation})
     if lv.length + len(glue) >= budget:  # no room left for another reply
         lv.done = lv.truncated = True

@@ -214,3 +214,54 @@ def save_tiny_model(path: str | os.PathLike, chat_template: bool = True, seed: i
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+#: Environment variable naming a folder with the Qwen3 tokenizer files (overrides the search).
+QWEN3_TOKENIZER_ENV = "ERL_LITE_QWEN3_TOKENIZER"
+
+
+def find_qwen3_tokenizer() -> str | None:
+    """The folder holding the offline Qwen3 tokenizer (``tokenizer.json`` and
+    ``tokenizer_config.json``), or None when there is none.
+
+    Looked up in ``$ERL_LITE_QWEN3_TOKENIZER``, then ``shared/qwen3_tokenizer`` next to the
+    repository (CI clones the repository beside a ``shared/`` folder), then inside it. A user's
+    installed package has neither: callers must skip (tests) or fall back (benchmarks).
+
+    Example:
+        >>> find_qwen3_tokenizer() is None or os.path.isfile(os.path.join(find_qwen3_tokenizer(), "tokenizer.json"))
+        True
+    """
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    candidates = [os.environ.get(QWEN3_TOKENIZER_ENV, ""),
+                  os.path.join(repo, "..", "shared", "qwen3_tokenizer"),
+                  os.path.join(repo, "shared", "qwen3_tokenizer")]
+    for folder in candidates:
+        if folder and os.path.isfile(os.path.join(folder, "tokenizer.json")) and os.path.isfile(
+                os.path.join(folder, "tokenizer_config.json")):
+            return os.path.normpath(folder)
+    if os.environ.get(QWEN3_TOKENIZER_ENV):
+        raise FileNotFoundError(f"${QWEN3_TOKENIZER_ENV}={os.environ[QWEN3_TOKENIZER_ENV]!r} holds no "
+                                "tokenizer.json + tokenizer_config.json")
+    return None
+
+
+def qwen3_tokenizer(folder: str | os.PathLike | None = None) -> PreTrainedTokenizerFast:
+    """The real Qwen3 tokenizer and chat template, offline (151,669 tokens; eos ``<|im_end|>``,
+    pad ``<|endoftext|>``), from ``folder`` or :func:`find_qwen3_tokenizer`.
+
+    Raises FileNotFoundError when no folder is given and none is found.
+    """
+    import json
+
+    folder = os.fspath(folder) if folder is not None else find_qwen3_tokenizer()
+    if folder is None:
+        raise FileNotFoundError("no Qwen3 tokenizer folder: set $" + QWEN3_TOKENIZER_ENV
+                                + " or place shared/qwen3_tokenizer next to the repository")
+    with open(os.path.join(folder, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"),
+                                  eos_token=cfg["eos_token"], pad_token=cfg["pad_token"],
+                                  clean_up_tokenization_spaces=False)
+    tok.chat_template = cfg["chat_template"]
+    return tok

@@ -6,7 +6,7 @@ GRPOTrainer user changes one line; environments plug into the same trainer throu
 How erl_lite departs from the paper (and its released code) — read before comparing numbers;
 the README's "How erl_lite departs from the paper" gives each point in full:
 
-1. Rollouts use ``transformers.generate`` on the training model, not vLLM; one GPU, no Ray.
+1. Rollouts use ``transformers.generate`` on the training model, not vLLM; no Ray (see 8).
 2. LoRA/QLoRA adapters instead of full fine-tuning; the KL reference is the same model with
    its adapter disabled. LoRA wants a larger learning rate than the paper's 1e-6.
 3. Small batches; ``steps_per_generation`` optimizer steps per iteration (1 in the ``cpu``
@@ -17,6 +17,8 @@ the README's "How erl_lite departs from the paper" gives each point in full:
 6. Evaluation samples first attempts only, from the initial prompt, never touching memory,
    with its own sampler settings (``eval_top_p``/``eval_top_k``; the paper's in ``gpu``/``paper``).
 7. ``mode="rlvr"`` defaults to the paper's G = 10.
+8. Several GPUs: the same script under ``accelerate launch`` shards each step's tasks over the
+   processes (data parallel, :mod:`erl_lite.distributed`), where the reference uses Ray workers.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
@@ -35,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -55,15 +58,22 @@ from erl_lite.checkpoint import (
     save_checkpoint,
 )
 from erl_lite.config import ERLConfig
+from erl_lite.distributed import DataParallel
 from erl_lite.envs.base import Environment
 from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
 from erl_lite.generation import Generator, HFGenerator
 from erl_lite.history import History
-from erl_lite.memory import ReflectionMemory
-from erl_lite.metrics import LR, STEP, TIME_STEP, TIME_UPDATE, eval_metrics, step_metrics
+from erl_lite.envs.data_sources import load_rows
+from erl_lite.envs.multi import MultiEnvironment
+from erl_lite.envs.trl_adapter import environment_from_factory
+from erl_lite.memory import MemoryBank, ReflectionMemory
+from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
+                              env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.records import StepRecord, Task
-from erl_lite.trainer_args import TrainerStateView, check_callbacks, refuse_trl_only, wants_4bit
+from erl_lite.reporting import make_reporter
+from erl_lite.trainer_args import (TrainerStateView, build_optimizer, build_scheduler, check_callbacks,
+                                  refuse_trl_only, wants_4bit)
 from erl_lite.update import PolicyUpdater
 
 
@@ -82,8 +92,11 @@ class ERLTrainer:
         reward_funcs: TRL-style reward function(s) for dataset tasks, called by keyword once
             per phase (see :mod:`erl_lite.envs.dataset`). Reward models are not accepted.
         args: the :class:`ERLConfig`.
-        train_dataset: rows with a ``prompt`` column (list of dicts or a ``datasets.Dataset``),
-            or a list of :class:`Task`; defaults to ``env.train_tasks()`` when ``env`` is given.
+        train_dataset: rows with a ``prompt`` column — a list of dicts, a ``datasets.Dataset``, a
+            ``.jsonl``/``.json``/``.csv``/``.parquet`` path or a dataset name (offline-safe; see
+            :mod:`erl_lite.envs.data_sources`) — or a list of :class:`Task`; defaults to
+            ``env.train_tasks()`` when ``env`` is given. With a :class:`MultiEnvironment`, each
+            row's ``environment`` column names its environment (see :mod:`erl_lite.envs.multi`).
         eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
         processing_class: the tokenizer (loaded with the model when omitted).
         reward_processing_classes: TRL's tokenizers for reward models; must be None.
@@ -91,14 +104,20 @@ class ERLTrainer:
             to print a line per step, or to stop early by raising). TRL's ``TrainerCallback``
             objects are refused with an error: their hooks (``on_step_end``, ``control``...)
             belong to ``transformers.Trainer``'s loop, which erl_lite does not run.
-        optimizers: ``(optimizer, scheduler)``; either may be None (default: AdamW with
-            ``args.learning_rate``/``args.weight_decay``, and a constant schedule).
+        optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
+            names, with ``args.learning_rate``/``args.weight_decay``, and the schedule
+            ``args.lr_scheduler_type`` names, stepped once per optimizer step).
         quantization_config: a ``BitsAndBytesConfig`` with ``load_in_4bit`` to load a named
             model in 4-bit (erl_lite's NF4 settings are used); anything else is refused.
         peft_config: a ``peft.LoraConfig``; when the model is given by name and this is None,
-            a default LoRA adapter is added (the KL reference needs one).
-        tools, rollout_func, environment_factory: TRL's agent hooks; must be None (multi-turn
-            tasks plug in through ``env=``).
+            a LoRA adapter built from ``args.lora_r``/``lora_alpha``/``lora_dropout``/
+            ``lora_target_modules`` is added (the KL reference needs one).
+        tools, rollout_func: TRL's agent hooks; must be None (multi-turn tasks plug in
+            through ``env=`` or ``environment_factory=``).
+        environment_factory: a TRL-style environment class (or factory, or a dict of them
+            routed by the ``environment`` column), run through the adapter of
+            :mod:`erl_lite.envs.trl_adapter`; ``reward_funcs`` are then optional and receive
+            ``environments=`` as in TRL.
         feedback_func: TRL-style function returning one feedback string per completion.
         env: a multi-turn :class:`Environment` instead of reward functions.
         generator: a custom sampler (e.g. :class:`~erl_lite.generation.ScriptedGenerator`).
@@ -132,20 +151,35 @@ class ERLTrainer:
         generator: Generator | None = None,
         reward_weights: Sequence[float] | None = None,
     ) -> None:
-        refuse_trl_only(reward_processing_classes=reward_processing_classes, tools=tools,
-                         rollout_func=rollout_func, environment_factory=environment_factory)
+        refuse_trl_only(reward_processing_classes=reward_processing_classes, tools=tools, rollout_func=rollout_func)
         if args is not None and not isinstance(args, ERLConfig):
             raise TypeError(f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
                             "ERLConfig.preset('gpu', max_steps=...) in place of a GRPOConfig")
         self.args = args = args or ERLConfig()
+        if environment_factory is not None:
+            if env is not None:
+                raise ValueError("pass env= or environment_factory=, not both")
+            env = environment_from_factory(environment_factory, reward_funcs, reward_weights, args.reward_threshold)
+            reward_funcs = None  # the adapter calls them, with environments= as TRL does
         if (env is None) == (reward_funcs is None):
-            raise ValueError("pass exactly one of env= (multi-turn) or reward_funcs= (dataset tasks)")
+            raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
+                             "environment classes) or reward_funcs= (dataset tasks)")
         self.callbacks = check_callbacks(callbacks)
+        # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
+        self.dist = DataParallel.from_environment()
+        if self.dist.world_size > 1 and args.scale_rewards == "batch":
+            # Each process sees only its shard of tasks; a per-shard std would differ from one process's.
+            raise ValueError("ERLConfig.scale_rewards='batch' is not supported under several processes "
+                             "(the std would be each process's own); use 'group' or 'none'")
+        reporter = make_reporter(args)  # a tracker that is not installed fails before the model loads
+        if not self.dist.is_main:  # DDP: rank 0 alone reports (checked above on every rank)
+            reporter = None
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
         self.model, self.tokenizer = self._load(model, processing_class, peft_config,
                                                 wants_4bit(quantization_config, args))
+        self.dist.check_device(self.model)  # DDP: one GPU per process
         self.env = env if env is not None else RewardFunctionEnv(
             reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
         self.state = TrainerStateView(self)
@@ -154,16 +188,20 @@ class ERLTrainer:
         if not self.train_tasks:
             raise ValueError("train_dataset is empty: it needs at least one row with a 'prompt'")
         self.eval_tasks = self._tasks(eval_dataset, "eval") if eval_dataset is not None or env is not None else []
+        if args.max_steps is None:  # num_train_epochs decides (see ERLConfig.num_train_epochs)
+            args.max_steps = max(1, math.ceil(args.num_train_epochs * len(self.train_tasks) / args.num_tasks_per_step))
         if eval_dataset is not None and not self.eval_tasks:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
-        self.memory = ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
-        self.history = History(out_dir=args.output_dir)
+        self.memory = self._memory()
+        # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
+        self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
         self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
                                      pad if pad is not None else self.tokenizer.eos_token_id)
+        self.updater.dist = self.dist  # DDP: gradients and loss normalizers over every process
         self.step = 0
         self.last_outcome: StepOutcome | None = None
 
@@ -171,21 +209,25 @@ class ERLTrainer:
     def _optimizers(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
         """The user's (optimizer, scheduler) pair, each defaulting as documented in the class."""
         if optimizer is None:
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            if not params:
-                raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
-            optimizer = torch.optim.AdamW(params, lr=self.args.learning_rate, weight_decay=self.args.weight_decay)
+            optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], self.args)
         if scheduler is None:
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)  # constant
+            scheduler = build_scheduler(optimizer, self.args)
         return optimizer, scheduler
 
     def _load(self, model: Any, tokenizer: Any, peft_config: Any, four_bit: bool) -> tuple[Any, Any]:
+        from erl_lite.config import require_cuda_for_preset
         from erl_lite.models import load_policy
 
         if isinstance(model, str) or hasattr(model, "__fspath__"):
+            # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
+            require_cuda_for_preset(self.args.extra.get("preset"))
+            a = self.args  # the lora_* fields build the adapter unless a peft_config is given
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
-                               gradient_checkpointing=self.args.gradient_checkpointing)
+                               lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
+                               target_modules=a.lora_target_modules,
+                               gradient_checkpointing=self.args.gradient_checkpointing,
+                               device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
         if tokenizer is None:
             raise ValueError("processing_class (the tokenizer) is required when model is an object")
         if peft_config is not None:
@@ -193,11 +235,27 @@ class ERLTrainer:
                                gradient_checkpointing=self.args.gradient_checkpointing)
         return model, tokenizer
 
+    def _memory(self) -> ReflectionMemory | MemoryBank:
+        """The paper's one memory, or one per environment when the run mixes environments."""
+        a = self.args
+        if isinstance(self.env, MultiEnvironment):
+            return MemoryBank(self.env.names, a.memory_type, a.memory_size, a.memory_top_k, self.env.env_name)
+        return ReflectionMemory(a.memory_type, a.memory_size, a.memory_top_k)
+
     def _tasks(self, data: Any, split: str) -> list[Task]:
-        """Tasks of a dataset (rows, ``datasets.Dataset`` or Tasks), or of the env's split."""
+        """Tasks of a dataset (see :func:`~erl_lite.envs.data_sources.load_rows`: rows, a
+        ``datasets.Dataset``, a path or a name; or Tasks), or of the env's split. A
+        :class:`MultiEnvironment` routes rows by their ``environment`` column."""
+        if data is None and split == "train":
+            return self.env.train_tasks()
         if data is None:
-            return self.env.train_tasks() if split == "train" else self.env.test_tasks()
-        rows = list(data)
+            try:
+                return self.env.test_tasks()
+            except NotImplementedError:  # e.g. a TRL-style environment: no evaluation unless asked
+                return []
+        rows = load_rows(data, split)
+        if isinstance(self.env, MultiEnvironment):
+            return self.env.tasks_from_rows(rows, split)
         if rows and isinstance(rows[0], Task):
             return rows
         return rows_to_tasks(rows, prefix=split)
@@ -244,6 +302,7 @@ class ERLTrainer:
             self._resume(resume_from_checkpoint, ignore_config_mismatch)
         elif self.args.output_dir:
             self.history.rewrite()  # start the files afresh
+        self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
         step_start: TrainingState | None = None  # where the running step began
         try:
@@ -266,6 +325,7 @@ class ERLTrainer:
             raise
         finally:
             bar.close()
+            self.history.close_reporter()
         if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
         return self.history
@@ -276,17 +336,27 @@ class ERLTrainer:
         tasks = self._batch(self.step)
         memory = self.memory if self.args.uses_memory else None
         memory_before = self.memory.entries
+        device = cuda_device(self.model)
+        reset_peak_gpu_memory(device)
         t0 = time.perf_counter()
-        outcome = erl_step(self.ctx, tasks, memory)
+        # DDP: this process plays its block of the step's tasks, reading memory but holding its
+        # writes back (in one process: all the tasks, and memory itself).
+        view = self.dist.deferred(memory)
+        outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
         t1 = time.perf_counter()
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
+        # DDP: every process's records, and memory written in rank order (identity in one process).
+        outcome = self.dist.merge(outcome, view)
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
-        metrics.update(losses)
-        metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0]})
-        self.history.log(metrics)
+        if isinstance(self.env, MultiEnvironment):
+            metrics.update(env_step_metrics(outcome, self.env.env_name, self.env.names, memory, self.args.mode))
+        metrics.update(losses.to_metrics())
+        metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
+                        PEAK_GPU_GB: peak_gpu_gb(device)})
         record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
                             memory_before, self.memory.entries, metrics)
+        self.history.log(metrics, step_record=record)
         if self.step % self.args.sample_every == 0:
             self.history.log_sample(record.to_dict())
         self.last_outcome = outcome
@@ -295,17 +365,30 @@ class ERLTrainer:
         return record
 
     # --- evaluation ----------------------------------------------------------------------------
-    def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None) -> dict[str, float]:
-        """First attempts only, from the initial prompt; memory is neither shown nor written."""
+    def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,
+                 log: bool = False) -> dict[str, float]:
+        """First attempts only, from the initial prompt; memory is neither shown nor written.
+
+        ``log=True`` also records the result in the history as an evaluation at the current
+        step, so figures drawn from the history show it (the trainer's own evaluations every
+        ``eval_steps`` are always recorded).
+        """
         tasks = self.eval_tasks if tasks is None else tasks
         if not tasks:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
-        attempts = attempt_first(self.ctx, tasks, num_generations or self.args.eval_num_generations,
-                                 params=self.ctx.eval_params())
-        return eval_metrics(attempts)
+        mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
+        attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
+                                 params=self.ctx.eval_params()) if mine else []
+        attempts = self.dist.gather(attempts)
+        metrics = eval_metrics(attempts)
+        if isinstance(self.env, MultiEnvironment):
+            metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
+        if log:
+            self.history.log({STEP: self.step, **metrics}, kind="eval")
+        return metrics
 
     def _log_eval(self) -> None:
-        self.history.log({STEP: self.step, **self.evaluate()}, kind="eval")
+        self.evaluate(log=True)
 
     # --- checkpoints -----------------------------------------------------------------------------
     _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
@@ -315,8 +398,11 @@ class ERLTrainer:
         old ones per ``args.save_total_limit``; returns its path."""
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
-        path = save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
-                               self.memory, self.history, self._run_identity(), self.args.save_total_limit)
+        # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
+        path = self.dist.on_main(lambda: save_checkpoint(
+            self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler, self.memory,
+            self.history, self._run_identity(), self.args.save_total_limit),
+            default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
         self._saved_step = self.step
         return path
 
@@ -382,7 +468,7 @@ class ERLTrainer:
         from tqdm.auto import tqdm
 
         return tqdm(total=self.args.max_steps, initial=self.step, desc=f"{self.args.mode}",
-                    unit="step", disable=not self.args.progress_bar)
+                    unit="step", disable=not (self.args.progress_bar and self.dist.is_main))
 
     def _postfix(self) -> str:
         r = self.history.of_kind("train")[-1]

@@ -5,34 +5,56 @@ same batch, each under its own context, with its scalar advantage broadcast over
 tokens. The batch is split into ``steps_per_generation`` mini-batches (one optimizer step
 each) and every mini-batch into micro-batches of ``per_device_train_batch_size`` rows whose
 gradients are accumulated with the mini-batch's own normalizer, so the update does not
-depend on the micro-batch size.
+depend on the micro-batch size. Every micro-batch's loss is
+:func:`erl_lite.losses.policy_objective` (the function the TRL-parity tests check).
 
 Packing (B rows, P = longest context, L = longest completion)::
 
     input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
-    logits kept (B, L + 1, V) → the first L predict completion tokens (B, L)
+    hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
 
-Contexts are left-padded so every completion starts at column P; the model is asked only
-for the last L + 1 positions of logits (``logits_to_keep``), which keeps the (B, T, V)
-logits of a 150 k-token vocabulary out of memory.
+Contexts are left-padded so every completion starts at column P. Log-probs come from
+:func:`erl_lite.logprobs.sequence_logprobs`, which applies the lm-head to chunks of
+completion positions and never holds ``(B, L, V)`` logits. Before the first optimizer step
+every micro-batch is packed once and its old (sampling-policy) and reference log-probs are
+attached to it (:class:`Packed`), so they travel with the rows they belong to.
 
 Departures from the paper: log-probs are taken at the attempts' sampling temperature for
 every row (the reference concatenates all roles into one batch the same way); rows whose
 advantage is 0 are skipped when ``beta == 0`` (they carry no gradient) but still count in the
-normalizer, so the update is unchanged.
+normalizer, so the update is unchanged (the reference keeps them with advantage 0).
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.losses import aggregate, clipped_policy_loss, k3_kl, masked_mean, nll_loss, normalizer_for, token_logprobs
+from erl_lite.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
+from erl_lite.models import keep_4bit_trainable
+from erl_lite.distributed import SINGLE_PROCESS, DataParallel
+from erl_lite.losses import LossStats, normalizer_for, policy_objective
 from erl_lite.records import ROLES, TrainSample
+
+#: Roles with a policy-gradient advantage (their mean |A| is logged).
+ADVANTAGE_ROLES = ("first", "reflection", "second")
+
+#: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
+UPDATE_METRICS: tuple[str, ...] = (
+    *(f"samples/{r}" for r in ROLES),
+    *(f"advantage/{r}" for r in ADVANTAGE_ROLES),
+    "loss/total",
+    *(f"loss/{r}" for r in ROLES),
+    "kl",
+    "clip_ratio",
+    "grad_norm",
+    "optim/steps",
+)
 
 
 @dataclass
@@ -46,10 +68,22 @@ class Packed:
     mask: torch.Tensor  # (B, L) 1 where the token carries loss
     advantages: torch.Tensor  # (B,)
     is_nll: torch.Tensor  # (B,) True for internalization rows in NLL mode
+    roles: tuple[str, ...] = ()  # (B,) role of each row
+    old_logp: torch.Tensor | None = None  # (B, L) sampling policy; None = on-policy (ratio 1)
+    ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
 
 
 def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any = "cpu") -> Packed:
-    """Left-pad contexts and right-pad completions into one rectangular micro-batch."""
+    """Left-pad contexts and right-pad completions into one rectangular micro-batch.
+
+    Example:
+        >>> rows = [TrainSample("first", [5, 6], [7], [1], 1.0), TrainSample("distill", [5], [7, 8], [1, 1], 1.0)]
+        >>> b = pack(rows, pad_id=0, nll_distill=True)
+        >>> b.input_ids.tolist(), b.mask.tolist(), b.is_nll.tolist(), b.roles
+        ([[5, 6, 7, 0], [0, 5, 7, 8]], [[1, 0], [1, 1]], [False, True], ('first', 'distill'))
+    """
+    if not samples:
+        raise ValueError("pack needs at least one TrainSample")
     P = max(len(s.prompt_ids) for s in samples)
     L = max(max(len(s.completion_ids) for s in samples), 1)
     B = len(samples)
@@ -68,18 +102,14 @@ def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     is_nll = torch.tensor([nll_distill and s.role == "distill" for s in samples])
     return Packed(ids.to(device), attn.to(device), positions.to(device), targets.to(device),
-                  mask.to(device), adv.to(device), is_nll.to(device))
+                  mask.to(device), adv.to(device), is_nll.to(device), tuple(s.role for s in samples))
 
 
-def completion_logprobs(model: Any, batch: Packed, temperature: float) -> torch.Tensor:
-    """Log-probs ``(B, L)`` of the completion tokens under ``model``."""
-    L = batch.targets.shape[1]
-    out = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids, use_cache=False, logits_to_keep=L + 1,
-    )
-    logits = out.logits[:, -(L + 1):-1, :]  # (B, L, V): position P-1+j predicts target j
-    return token_logprobs(logits.float(), batch.targets, temperature)
+def completion_logprobs(model: Any, batch: Packed, temperature: float,
+                        chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.logprobs`)."""
+    return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                             batch.targets, temperature, chunk_size)
 
 
 def _padded_length(s: TrainSample) -> int:
@@ -104,113 +134,196 @@ def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSamp
         yield chunk
 
 
+@dataclass(frozen=True)
+class UpdateStats(Mapping):
+    """What one :meth:`PolicyUpdater.update` did; :meth:`to_metrics` gives the history's keys.
+
+    It also reads as a mapping of those metrics (``stats["loss/total"]``), so it can be merged
+    into a metrics record directly.
+
+    Attributes:
+        samples: rows per role in the batch.
+        advantage: mean ``|A|`` per role of :data:`ADVANTAGE_ROLES` (0 when absent).
+        loss: loss contributed by each role (KL term included), mean over the mini-batches.
+        loss_total: the objective, mean over the mini-batches (the sum of ``loss``).
+        kl: mean k3 KL per loss token (0 when ``beta == 0``).
+        clip_ratio: fraction of policy-loss tokens whose ratio was clipped.
+        grad_norm: gradient norm before clipping, at the last optimizer step.
+        optim_steps: optimizer steps taken.
+
+    Example:
+        >>> s = UpdateStats.empty({r: 0 for r in ROLES})
+        >>> list(s.to_metrics()) == list(UPDATE_METRICS), s["optim/steps"]
+        (True, 0.0)
+    """
+
+    samples: dict[str, int]
+    advantage: dict[str, float]
+    loss: dict[str, float]
+    loss_total: float
+    kl: float
+    clip_ratio: float
+    grad_norm: float
+    optim_steps: int
+
+    @classmethod
+    def empty(cls, samples: dict[str, int], advantage: dict[str, float] | None = None) -> "UpdateStats":
+        """The record of an update that took no step."""
+        return cls(samples, advantage or {r: 0.0 for r in ADVANTAGE_ROLES}, {r: 0.0 for r in ROLES},
+                   0.0, 0.0, 0.0, 0.0, 0)
+
+    def to_metrics(self) -> dict[str, float]:
+        """The metrics as a flat dict with exactly the keys of :data:`UPDATE_METRICS`."""
+        out = {f"samples/{r}": float(self.samples.get(r, 0)) for r in ROLES}
+        out.update({f"advantage/{r}": float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
+        out["loss/total"] = float(self.loss_total)
+        out.update({f"loss/{r}": float(self.loss.get(r, 0.0)) for r in ROLES})
+        out.update({"kl": float(self.kl), "clip_ratio": float(self.clip_ratio),
+                    "grad_norm": float(self.grad_norm), "optim/steps": float(self.optim_steps)})
+        return out
+
+    def __getitem__(self, key: str) -> float:
+        return self.to_metrics()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(UPDATE_METRICS)
+
+    def __len__(self) -> int:
+        return len(UPDATE_METRICS)
+
+
+class _Tally:
+    """Sums :class:`LossStats` over micro-batches and mini-batches into an :class:`UpdateStats`."""
+
+    def __init__(self) -> None:
+        self.loss = {r: 0.0 for r in ROLES}
+        self.kl_sum = self.clipped = 0.0
+        self.tokens = self.policy_tokens = 0
+
+    def add(self, batch: Packed, stats: LossStats) -> None:
+        for role, share in zip(batch.roles, stats.row_losses):
+            self.loss[role] += share
+        self.kl_sum += (stats.kl or 0.0) * stats.num_tokens
+        self.tokens += stats.num_tokens
+        self.clipped += stats.clip_ratio * stats.policy_tokens
+        self.policy_tokens += stats.policy_tokens
+
+    def reduced(self, dist: DataParallel) -> "_Tally":
+        """DDP: the sums over every process (itself in one process)."""
+        keys = [f"loss/{r}" for r in ROLES] + ["kl_sum", "clipped", "tokens", "policy_tokens"]
+        mine = dict(zip(keys, [self.loss[r] for r in ROLES] + [self.kl_sum, self.clipped, self.tokens,
+                                                              self.policy_tokens]))
+        total = dist.sum(mine)
+        self.loss = {r: total[f"loss/{r}"] for r in ROLES}
+        self.kl_sum, self.clipped = total["kl_sum"], total["clipped"]
+        self.tokens, self.policy_tokens = int(total["tokens"]), int(total["policy_tokens"])
+        return self
+
+    def result(self, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
+               steps: int) -> UpdateStats:
+        loss = {r: v / steps for r, v in self.loss.items()}  # mean over mini-batches
+        return UpdateStats(samples, advantage, loss, sum(loss.values()), self.kl_sum / max(self.tokens, 1),
+                           self.clipped / max(self.policy_tokens, 1), grad_norm, steps)
+
+
 class PolicyUpdater:
-    """Applies :func:`update` steps to a model with its optimizer and scheduler.
+    """Applies optimizer steps to a model with its optimizer and scheduler.
 
     Args:
         model: the policy (a PEFT model when ``beta > 0``: the reference is the model with its
             adapter disabled).
         optimizer, scheduler: built by the trainer.
-        config: loss, clipping, batching and KL settings.
+        config: loss, clipping, batching and KL settings, and ``logprob_chunk_size``
+            (completion positions per lm-head chunk, see :mod:`erl_lite.logprobs`; None
+            computes full ``(B, L, V)`` logits instead).
         pad_id: the tokenizer's padding id.
+
+    Several processes (``accelerate launch``): the trainer sets :attr:`dist`; each process
+    passes its own rows, and the marked ``DDP`` lines make the step the single-process step
+    over every process's rows (see :mod:`erl_lite.distributed`).
     """
+
+    dist: DataParallel = SINGLE_PROCESS  # DDP: the process group (the trainer sets it)
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.config, self.pad_id = config, pad_id
         self.device = next(model.parameters()).device
 
-    def _pack(self, rows: list[TrainSample]) -> Packed:
-        return pack(rows, self.pad_id, self.config.internalization_mode == "nll", self.device)
+    def _logprobs(self, batch: Packed) -> torch.Tensor:
+        # A 4-bit model that generated outside HFGenerator must not run its old/reference pass
+        # on bitsandbytes' inference-only CPU kernel (see models.keep_4bit_trainable).
+        keep_4bit_trainable(self.model)
+        return completion_logprobs(self.model, batch, self.config.temperature, self.config.logprob_chunk_size)
+
+    def _plan(self, mini: list[TrainSample]) -> tuple[float, list[Packed]]:
+        """A mini-batch's normalizer (over *all* its rows) and its packed micro-batches."""
+        c = self.config
+        masks = [torch.tensor(s.completion_mask) for s in mini]
+        # DDP: the denominator counts every process's rows (a raw 0 when this one has no token).
+        local = _normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
+        norm = self.dist.total_count(local)
+        active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
+        nll = c.internalization_mode == "nll"
+        return norm, [pack(chunk, self.pad_id, nll, self.device)
+                      for chunk in micro_batches(active, c.per_device_train_batch_size)]
 
     @torch.no_grad()
-    def _logprobs(self, rows: list[TrainSample], reference: bool) -> list[torch.Tensor]:
-        """One ``(L_i,)`` tensor of log-probs per row, without gradient."""
+    def _attach_old_and_ref(self, batches: list[Packed], old: bool, ref: bool) -> list[Packed]:
+        """Each micro-batch with its old and/or reference log-probs, computed before any step."""
         from erl_lite.models import reference_context
 
-        by_row: dict[int, torch.Tensor] = {}
-        ctx = reference_context(self.model) if reference else nullcontext()
-        with ctx:
-            for chunk in micro_batches(rows, self.config.per_device_train_batch_size):
-                lp = completion_logprobs(self.model, self._pack(chunk), self.config.temperature)
-                by_row.update({id(s): lp[b, :len(s.completion_ids)].cpu() for b, s in enumerate(chunk)})
-        return [by_row[id(s)] for s in rows]
+        if old:
+            batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) for b in batches]
+        if ref:
+            with reference_context(self.model):
+                batches = [dataclasses.replace(b, ref_logp=self._logprobs(b)) for b in batches]
+        return batches
 
-    def update(self, samples: list[TrainSample]) -> dict[str, float]:
-        """Optimizer steps over ``samples``; returns the step's loss metrics."""
+    def update(self, samples: list[TrainSample]) -> UpdateStats:
+        """Optimizer steps over ``samples``; returns what the update did."""
         c = self.config
-        metrics: dict[str, float] = {f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES}
-        for r in ("first", "reflection", "second"):
-            adv = [abs(s.advantage) for s in samples if s.role == r]
-            metrics[f"advantage/{r}"] = sum(adv) / len(adv) if adv else 0.0
-        if not samples:
-            return {**metrics, "optim/steps": 0.0}
-        k = min(c.steps_per_generation, len(samples))
+        # DDP: counts and |A| sums over every process's rows (this process's alone in one).
+        totals = self.dist.sum({**{f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES},
+                                **{f"|A|/{r}": sum(abs(s.advantage) for s in samples if s.role == r) for r in ROLES}})
+        counts = {r: int(totals[f"samples/{r}"]) for r in ROLES}
+        advantage = {r: totals[f"|A|/{r}"] / counts[r] if counts[r] else 0.0 for r in ADVANTAGE_ROLES}
+        n_rows = sum(counts.values())  # the global batch
+        if not n_rows:
+            return UpdateStats.empty(counts, advantage)
+        k = min(c.steps_per_generation, n_rows)
         # Interleave so every mini-batch holds every role; k == 1 means on-policy (ratio = 1).
-        minis = [samples[i::k] for i in range(k)]
-        old = dict(zip(map(id, samples), self._logprobs(samples, False))) if k > 1 else None
-        ref = dict(zip(map(id, samples), self._logprobs(samples, True))) if c.beta > 0 else None
-        sums = {key: 0.0 for key in ("loss/total", *(f"loss/{r}" for r in ROLES))}
-        kl_tok, clip_tok, n_tok, grad_norm = 0.0, 0.0, 0, 0.0
+        # DDP: by each row's position in the global batch (range(len(samples)) in one process).
+        positions = self.dist.global_positions(samples)
+        plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
+        flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
+        tally, grad_norm, at = _Tally(), 0.0, 0
         self.model.train()
-        for mini in minis:
-            masks = [torch.tensor(s.completion_mask) for s in mini]
-            norm = _normalizer(masks, c.loss_type)
-            active = [s for s in mini if c.beta > 0 or s.advantage != 0]
+        for norm, batches in plans:
             self.optimizer.zero_grad(set_to_none=True)
-            for chunk in micro_batches(active, c.per_device_train_batch_size):
-                stats = self._backward(chunk, norm, old, ref)
-                for key, v in stats["sums"].items():
-                    sums[key] += v
-                kl_tok += stats["kl"] * stats["tokens"]
-                clip_tok += stats["clip"] * stats["tokens"]
-                n_tok += stats["tokens"]
+            for batch in flat[at:at + len(batches)]:
+                loss, stats = self._objective(batch, norm)
+                loss.backward()
+                tally.add(batch, stats)
+            at += len(batches)
             params = [p for p in self.model.parameters() if p.requires_grad]
+            self.dist.all_reduce_gradients(params)  # DDP: the global batch's gradient before clipping
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
             self.optimizer.step()
             if self.scheduler is not None:
                 self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        metrics.update({key: v / k for key, v in sums.items()})  # mean over mini-batches
-        metrics.update({"kl": kl_tok / max(n_tok, 1), "clip_ratio": clip_tok / max(n_tok, 1),
-                        "grad_norm": grad_norm, "optim/steps": float(k)})
-        return metrics
+        return tally.reduced(self.dist).result(counts, advantage, grad_norm, k)
 
-    def _backward(self, rows: list[TrainSample], norm: float, old: dict | None, ref: dict | None) -> dict:
-        """Forward + backward of one micro-batch; returns its loss contributions by role."""
+    def _objective(self, batch: Packed, norm: float) -> tuple[torch.Tensor, LossStats]:
+        """The micro-batch's share of the mini-batch loss (normalised by ``norm``)."""
         c = self.config
-        batch = self._pack(rows)
-        logp = completion_logprobs(self.model, batch, c.temperature)  # (B, L)
-        old_lp = _stack(rows, old, logp) if old is not None else logp.detach()
-        policy, clipped = clipped_policy_loss(
-            logp, old_lp, batch.advantages, batch.mask,
-            epsilon_low=c.epsilon, epsilon_high=c.epsilon_high, dual_clip=c.dual_clip,
+        return policy_objective(
+            self._logprobs(batch), batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
+            nll_rows=batch.is_nll, beta=c.beta, epsilon_low=c.epsilon, epsilon_high=c.epsilon_high,
+            dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
+            importance_sampling_level=c.importance_sampling_level,
         )
-        nll = nll_loss(logp, batch.advantages, batch.mask)
-        per_token = torch.where(batch.is_nll.unsqueeze(1), nll, policy)  # (B, L)
-        kl = torch.zeros_like(logp)
-        if ref is not None:
-            kl = k3_kl(logp, _stack(rows, ref, logp))
-            per_token = per_token + c.beta * kl
-        loss = aggregate(per_token, batch.mask, c.loss_type, norm)
-        loss.backward()
-        sums = {"loss/total": float(loss.detach())}
-        with torch.no_grad():
-            for r in ROLES:
-                rows_of_role = torch.tensor([s.role == r for s in rows], device=logp.device).unsqueeze(1)
-                sums[f"loss/{r}"] = float(aggregate(per_token, batch.mask * rows_of_role, c.loss_type, norm))
-        policy_mask = batch.mask * (~batch.is_nll).unsqueeze(1)
-        return {"sums": sums, "kl": float(masked_mean(kl.detach(), batch.mask)),
-                "clip": float(masked_mean(clipped, policy_mask)), "tokens": int(batch.mask.sum())}
-
-
-def _stack(rows: list[TrainSample], table: dict, like: torch.Tensor) -> torch.Tensor:
-    """Gather per-row cached log-probs into a ``(B, L)`` tensor shaped like ``like``."""
-    out = torch.zeros_like(like)
-    for b, s in enumerate(rows):
-        v = table[id(s)]
-        out[b, :len(v)] = v.to(out.device)
-    return out
 
 
 def _normalizer(masks: list[torch.Tensor], loss_type: str) -> float:

@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from erl_lite import checkpoint
 from erl_lite.checkpoint import CheckpointError
 from erl_lite.config import ERLConfig
+from erl_lite.metrics import is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
@@ -75,7 +76,7 @@ def digest(folder) -> str:
 
 
 def drop_times(records):
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+    return [{k: v for k, v in r.items() if not is_measurement(k)} for r in records]
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from erl_lite.cli import build_parser, main
 from erl_lite.testing import save_tiny_model
+
+#: What ``erl-lite train`` records in the config's ``extra`` on the demo world (``erl-lite eval`` reads it).
+DEMO_RECORD = {"env": "demo", "small": False}
 
 
 def test_parser_knows_the_documented_flags():
@@ -87,7 +91,7 @@ def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, over
     from erl_lite.embedded import DEMO_EVAL_TASKS, demo_config, demo_world
 
     seen = _trainer_arguments(monkeypatch, ["train", "--env", "demo", *flags])
-    assert seen["args"] == demo_config(**{"seed": 0, **overrides})  # the demo's seed: the CLI's default
+    assert seen["args"] == demo_config(**{"seed": 0, **overrides}, extra=DEMO_RECORD)  # seed: the CLI's default
     assert seen["args"].learning_rate == 5e-4 and seen["args"].max_steps == overrides.get("max_steps", 30)
     assert seen["env"].symbols == demo_world(overrides.get("seed", 0)).symbols
     assert len(seen["eval_dataset"]) == DEMO_EVAL_TASKS
@@ -100,8 +104,237 @@ def test_train_config_without_training():
     from erl_lite.embedded import demo_config
 
     parse = build_parser().parse_args
-    assert train_config(parse(["train"])) == demo_config(seed=0)
+    assert train_config(parse(["train"])) == demo_config(seed=0, extra=DEMO_RECORD)
     assert train_config(parse(["train", "--steps", "4", "--mode", "erl_simple"])) == demo_config(
-        seed=0, max_steps=4, mode="erl_simple")
-    assert train_config(parse(["train", "--preset", "gpu"])) == demo_config(preset="gpu", seed=0)
-    assert train_config(parse(["train", "--env", "qa", "--preset", "gpu"])) == ERLConfig.preset("gpu", seed=0)
+        seed=0, max_steps=4, mode="erl_simple", extra=DEMO_RECORD)
+    assert train_config(parse(["train", "--preset", "gpu"])) == demo_config(preset="gpu", seed=0, extra=DEMO_RECORD)
+    assert train_config(parse(["train", "--env", "qa", "--preset", "gpu"])) == ERLConfig.preset(
+        "gpu", seed=0, extra={"env": "qa", "small": False})
+
+
+# --- every config field on the command line ----------------------------------------------------
+def _train_help(monkeypatch, capsys) -> str:
+    monkeypatch.setenv("COLUMNS", "100000")  # one line per option: no wrapping inside a sentence
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_train_help_lists_every_config_field_with_its_docstring(monkeypatch, capsys):
+    import dataclasses
+
+    from erl_lite.config import ERLConfig
+    from erl_lite.config_cli import field_docs, first_sentence
+
+    out = _train_help(monkeypatch, capsys)
+    docs = field_docs()
+    for f in dataclasses.fields(ERLConfig):
+        assert f"--{f.name.replace('_', '-')}" in out, f.name
+        assert docs.get(f.name), f"ERLConfig.{f.name} has no docstring"
+        assert first_sentence(docs[f.name]) in out, f.name
+    for flag in ("--steps", "--out", "--no-memory", "--no-reflection", "--no-internalization", "--seed",
+                 "--mode", "--env", "--model", "--preset", "--load-in-4bit", "--resume", "--small", "--config"):
+        assert flag in out
+    assert "Training iterations." in out and "{erl,erl_simple,rlvr}" in out
+
+
+def test_field_docstrings_are_read_from_the_source():
+    from erl_lite.config_cli import field_docs, first_sentence
+
+    docs = field_docs()
+    assert docs["learning_rate"].startswith("AdamW learning rate")
+    assert first_sentence(docs["num_generations"]) == "G: first-attempt rollouts per task."
+    assert first_sentence(docs["memory_type"]).startswith("single (paper: one slot")  # reST markup dropped
+    assert first_sentence("Nucleus sampling (e.g. 0.9). More.") == "Nucleus sampling (e.g. 0.9)."
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--learning-rate", "1e-4", "--num-generations", "3"], dict(learning_rate=1e-4, num_generations=3)),
+    (["--learning_rate", "1e-4", "--num_tasks_per_step", "2"], dict(learning_rate=1e-4, num_tasks_per_step=2)),
+    (["--no-use-memory", "--train-reflection"], dict(use_memory=False)),
+    (["--use_memory", "false", "--use_reflection", "true"], dict(use_memory=False)),
+    (["--no_use_internalization"], dict(use_internalization=False)),
+    (["--dual-clip", "none", "--save-total-limit", "2"], dict(dual_clip=None, save_total_limit=2)),
+    (["--memory-type", "fifo", "--memory-size", "5"], dict(memory_type="fifo", memory_size=5)),
+    (["--extra", "{note: first try}"], dict(extra={"note": "first try", **DEMO_RECORD, "preset": "cpu"})),
+    # the flags erl-lite train had before every field was an option
+    (["--steps", "3", "--out", "runs/x", "--seed", "5", "--mode", "rlvr"],
+     dict(max_steps=3, output_dir="runs/x", seed=5, mode="rlvr", num_generations=10)),
+    (["--no-reflection"], dict(use_reflection=False)),
+    (["--no-internalization", "--load-in-4bit"], dict(use_internalization=False, load_in_4bit=True)),
+])
+def test_each_kind_of_flag_reaches_the_config(flags, expected):
+    from erl_lite.cli import train_config
+    from erl_lite.embedded import demo_config
+
+    cfg = train_config(build_parser().parse_args(["train", *flags]))
+    for name, value in expected.items():
+        assert getattr(cfg, name) == value, name
+    untouched = demo_config(seed=0)
+    assert cfg.max_completion_length == untouched.max_completion_length  # the rest: the demo's
+    if "learning_rate" not in expected:
+        assert cfg.learning_rate == untouched.learning_rate
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--mode", "ppo"], "mode must be one of"),
+    (["--learning-rate", "fast"], "invalid float value"),
+    (["--use_memory", "maybe"], "expected true or false"),
+    (["--max-steps", "1.5"], "invalid int value"),
+])
+def test_bad_flag_values_are_refused_naming_the_option(flags, message, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", *flags])
+    err = capsys.readouterr().err
+    assert message in err and flags[0] in err
+
+
+def test_invalid_field_values_fail_before_loading_anything(monkeypatch, capsys):
+    import erl_lite.trainer
+
+    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", None)  # never reached
+    assert main(["train", "--top-p", "1.5"]) == 2
+    assert "ERLConfig.top_p must be in (0, 1]" in capsys.readouterr().err
+
+
+# --- run files ---------------------------------------------------------------------------------
+def _yaml(tmp_path, text: str) -> str:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_precedence_preset_then_demo_then_file_then_flags(tmp_path):
+    from erl_lite.cli import train_config, train_settings
+    from erl_lite.config import PRESETS
+    from erl_lite.embedded.demo import DEMO_SETTINGS
+
+    path = _yaml(tmp_path, "learning_rate: 1e-3\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
+    cfg = train_config(build_parser().parse_args(["train", "--config", path, "--steps", "2"]))
+    assert cfg.max_steps == 2                                   # flag over file
+    assert cfg.learning_rate == 1e-3 and cfg.memory_type == "fifo"  # file over demo settings
+    assert cfg.max_completion_length == DEMO_SETTINGS["max_completion_length"]  # demo over preset
+    assert cfg.eval_top_k == PRESETS["gpu"]["eval_top_k"] and cfg.extra["preset"] == "gpu"  # preset from the file
+    assert cfg.seed == 0  # the CLI's seed when neither file nor flag sets one
+
+    path = _yaml(tmp_path, "env: qa\nsmall: true\nmodel: some/model\nseed: 4\nuse_memory: false\n")
+    run, cfg = train_settings(build_parser().parse_args(["train", "--config", path, "--env", "sokoban"]))
+    assert run == {"env": "sokoban", "small": True, "model": "some/model", "preset": "cpu"}
+    assert cfg.max_completion_length == PRESETS["cpu"]["max_completion_length"]  # no demo settings off the demo
+    assert (cfg.seed, cfg.use_memory, cfg.extra["env"]) == (4, False, "sokoban")
+
+
+def test_run_file_drives_the_trainer(monkeypatch, tmp_path):
+    from erl_lite.embedded import demo_world
+
+    path = _yaml(tmp_path, "seed: 3\nnum_tasks_per_step: 2\n")
+    seen = _trainer_arguments(monkeypatch, ["train", "--config", path])
+    assert seen["args"].seed == 3 and seen["args"].num_tasks_per_step == 2
+    assert seen["env"].symbols == demo_world(3).symbols  # the file's seed picks the world
+
+
+@pytest.mark.parametrize("text,message", [
+    ("learning_rat: 1e-3\n", "unknown key 'learning_rat'; did you mean 'learning_rate'?"),
+    ("steps: 3\n", "unknown key 'steps'; did you mean 'max_steps'?"),
+    ("out: runs/x\n", "unknown key 'out'; did you mean 'output_dir'?"),
+    ("presets: gpu\n", "did you mean 'preset'?"),
+    ("- learning_rate\n", "must hold a mapping"),
+    ("learning_rate: fast\n", "learning_rate: could not convert string to float"),
+    ("env: mars\n", "env must be one of demo"),
+    ("mode: [erl\n", "is not valid YAML"),
+    ("num_generations: 0\n", "ERLConfig.num_generations must be a positive integer"),
+    ("small: maybe\n", "small must be true or false"),
+    ("extra: [a, b]\n", "extra must be a mapping"),
+])
+def test_run_file_mistakes_are_named(tmp_path, capsys, text, message):
+    path = _yaml(tmp_path, text)
+    assert main(["train", "--config", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("erl-lite train: error:") and message in err
+
+
+def test_missing_run_file_is_named(tmp_path, capsys):
+    assert main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read the config file" in capsys.readouterr().err
+
+
+# --- eval and plot -----------------------------------------------------------------------------
+TINY_RUN = ["--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0",
+            "--learning-rate", "0.05"]
+
+
+def test_eval_reproduces_the_trained_model(tmp_path, capsys):
+    """``erl-lite eval`` on a checkpoint gives what the trainer that wrote it measures in
+    memory, with the same seed and tasks: the adapter, base model and sampler are the run's."""
+    from transformers import set_seed
+
+    from erl_lite.embedded.demo import demo_trainer
+
+    trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1, num_tasks_per_step=2, eval_steps=0,
+                           learning_rate=0.05, output_dir=str(tmp_path))
+    trainer.train()
+    set_seed(trainer.args.seed)
+    expected = trainer.evaluate(num_generations=2)
+
+    assert main(["eval", "--checkpoint", str(tmp_path), "--limit", "4", "--num-generations", "2"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["checkpoint"].endswith("checkpoint-1") and got["step"] == 1
+    assert (got["env"], got["tasks"], got["num_generations"]) == ("demo", 4, 2)  # demo: unrecorded default
+    assert {k: got[k] for k in expected} == expected
+
+
+def test_train_run_file_then_eval_and_plot(tmp_path, capsys):
+    out = tmp_path / "run"
+    path = _yaml(tmp_path, f"max_steps: 1\noutput_dir: {out}\nseed: 2\n")
+    assert main(["train", "--config", path, *TINY_RUN]) == 0
+    capsys.readouterr()
+    rows = tmp_path / "tasks.jsonl"
+    from erl_lite.embedded import demo_world
+
+    tasks = demo_world(2).test_tasks(3)
+    rows.write_text("".join(json.dumps({"task_id": t.task_id, "prompt": t.prompt, "data": t.data}) + "\n"
+                            for t in tasks))
+    assert main(["eval", "--checkpoint", str(out / "checkpoint-1"), "--dataset", str(rows),
+                 "--num-generations", "1"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["env"], got["tasks"], got["eval/num_episodes"]) == ("demo", 3, 3.0)  # env recorded by train
+    assert 0 <= got["eval/success"] <= 1
+
+    assert main(["plot", str(out / "history.jsonl"), "--out", str(tmp_path / "figs")]) == 0
+    printed = capsys.readouterr().out.split()
+    names = sorted(os.path.basename(p) for p in printed)
+    assert names == ["eval.png", "gate_rate.png", "losses.png", "memory.png", "overview.png", "rewards.png"]
+    assert all(os.path.getsize(p) > 1000 for p in printed)
+
+
+def test_eval_on_a_dataset_scored_by_the_arithmetic_reward(tmp_path, capsys):
+    from erl_lite.envs.arithmetic import make_arithmetic_dataset
+
+    out = tmp_path / "run"
+    model_dir = save_tiny_model(str(tmp_path / "model"))
+    assert main(["train", "--env", "arithmetic", "--model", model_dir, "--steps", "1", "--out", str(out),
+                 *TINY_RUN, "--max-completion-length", "4", "--max-reflection-length", "4"]) == 0
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in make_arithmetic_dataset(3, seed=5)))
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(out), "--dataset", str(rows), "--num-generations", "2"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["env"], got["tasks"], got["eval/num_episodes"]) == ("arithmetic", 3, 6.0)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["eval", "--checkpoint", "{tmp}"], "no checkpoint at"),
+    (["plot", "{tmp}/history.jsonl"], "no history.jsonl"),
+])
+def test_eval_and_plot_name_what_is_missing(tmp_path, capsys, argv, message):
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"step": 3, "config": {"mode": "rlvr"}}))
+    assert main(["eval", "--checkpoint", str(tmp_path)]) == 2
+    assert "holds no LoRA adapter" in capsys.readouterr().err

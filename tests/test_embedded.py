@@ -295,3 +295,19 @@ def test_default_demo_raises_first_attempt_success(tmp_path):
     _, evals = history.series("eval/success", kind="eval")
     assert len(evals) >= 2
     assert evals[-1] - evals[0] >= 0.15, evals
+
+
+def test_contradiction_detector_and_the_report_flag(tmp_path):
+    from erl_lite.embedded import contradiction_rate, contradictions
+    from erl_lite.embedded.demo import _consistency
+    from erl_lite.embedded.rulebooks import rulebook
+    from erl_lite.history import History
+
+    bad = "A is you. F is a hole: stepping on F ends the game. F is safe ice."
+    assert contradictions(bad) == ["F"] and contradictions(rulebook("F", "E")) == []
+    assert contradiction_rate([bad, rulebook("F", "E"), rulebook(None, None)]) == pytest.approx(1 / 3)
+    sample = {"retries": [{"first": 0, "reflection": {"rulebook": bad, "parsed": True}, "second": {}},
+                          {"first": 1, "reflection": {"rulebook": rulebook("F", "E"), "parsed": True},
+                           "second": {}}]}
+    text = _consistency(History(samples=[sample]), [bad])
+    assert "50% of the 2 parsed reflections" in text and "contradicts itself about F" in text

@@ -1,12 +1,30 @@
-"""Tests for erl_lite.exercises: right answers pass, wrong ones fail with the matching hint."""
+"""Tests for erl_lite.exercises: every check passes its right answer and fails each listed
+wrong answer with the hint written for that mistake.
+
+The notebooks' exercises use the data below (``GATE_REWARDS``, ``GROUP_*``, ``R2`` and the
+clipped-loss cases), so these tests also show that the notebooks' data tell the mistakes apart.
+"""
 
 from __future__ import annotations
+
+import json
+import pathlib
 
 import pytest
 
 from erl_lite import exercises as ex
+from erl_lite.advantages import group_advantages
 
-REWARDS = [1.0, 0.0, 0.5, 1.0, 0.0, 1.0]  # gated: 1, 2, 4
+# notebook 02: 3 of 8 succeed, 5 go on: the success rate (0.375), the share of zeros (0.25)
+# and the "r1 <= τ" rate (1.0) all differ from the gate rate (0.625).
+GATE_REWARDS = [1.0, 0.0, 0.6, 1.0, 0.0, 1.0, 0.3, 0.9]
+GATED = [1, 2, 4, 6, 7]
+# notebook 05: one task's second attempts, a lone second attempt, a group with no contrast.
+GROUP_REWARDS = [1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+GROUP_KEYS = [("t1", "second")] * 3 + [("t2", "second")] + [("t3", "second")] * 2
+GROUP_RIGHT = [0.5774, -1.1547, 0.5774, 1.0, 0.0, 0.0]
+R2 = [1.0, 0.0, 0.5, -0.2]
+NOTEBOOKS = pathlib.Path(__file__).parent.parent / "notebooks"
 
 
 def _run(capsys, fn, *args, **kwargs) -> tuple[bool, str]:
@@ -14,99 +32,181 @@ def _run(capsys, fn, *args, **kwargs) -> tuple[bool, str]:
     return ok, capsys.readouterr().out
 
 
-# --- gate -----------------------------------------------------------------------------------------
+def _fails_with(capsys, fn, args, hint) -> None:
+    ok, out = _run(capsys, fn, *args)
+    assert ok is False and out.startswith("✗"), out
+    assert hint in out, out
 
-def test_gated_indices_matches_the_phase_gate():
+
+# --- right answers ---------------------------------------------------------------------------------
+
+RIGHT = [
+    (ex.check_gated_indices, (GATE_REWARDS, [7, 1, 2, 4, 6])),  # any order
+    (ex.check_gated_indices, (GATE_REWARDS, (1, 2, 4, 6, 7))),
+    (ex.check_gate_rate, (GATE_REWARDS, 0.625)),
+    (ex.check_gate_rate, (GATE_REWARDS, 5 / 8)),
+    (ex.check_advantages, ([1.0, 0.0, 0.0, 0.0], [1.5, -0.5, -0.5, -0.5])),
+    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, GROUP_RIGHT)),
+    (ex.check_clipped_loss, (1.5, 1.0, -1.28)),
+    (ex.check_clipped_loss, (0.5, 1.0, -0.5)),  # the min keeps the unclipped term
+    (ex.check_clipped_loss, (0.7, -1.0, 0.8)),
+    (ex.check_clipped_loss, (1.5, -1.0, 1.5)),  # the min keeps the unclipped term
+    (ex.check_clipped_loss, (5.0, -1.0, 3.0)),  # the dual clip
+    (ex.check_loss_curve_prediction, (1.28, 0.8, 3.0)),
+    (ex.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0])),
+    (ex.check_distill_weights, (R2, [1, 0, 1, 0], "nll")),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["second"])),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first", "second"], "fifo")),
+    (ex.check_gate_function, (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r < threshold],)),
+]
+
+
+@pytest.mark.parametrize("fn, args", RIGHT, ids=[f"{f.__name__}-{i}" for i, (f, _) in enumerate(RIGHT)])
+def test_the_right_answer_passes(capsys, fn, args):
+    ok, out = _run(capsys, fn, *args)
+    assert ok is True and out.startswith("✓"), out
+
+
+def test_a_tensor_is_a_valid_answer(capsys):
+    torch = pytest.importorskip("torch")
+    assert _run(capsys, ex.check_advantages, [1.0, 0.0], torch.tensor(group_advantages([1.0, 0.0])))[0]
+    assert _run(capsys, ex.check_gated_indices, GATE_REWARDS, torch.tensor(GATED))[0]
+
+
+# --- wrong answers, each with the hint of its mistake ---------------------------------------------
+
+WRONG = [
+    # the gate: positions
+    (ex.check_gated_indices, (GATE_REWARDS, [0, 3, 5]), "you picked the successes"),
+    (ex.check_gated_indices, (GATE_REWARDS, list(range(8))), "the gate is strict"),
+    (ex.check_gated_indices, (GATE_REWARDS, [1, 4]), "partial credit"),
+    (ex.check_gated_indices, (GATE_REWARDS, [2, 3, 5, 7, 8]), "positions start at 0"),
+    (ex.check_gated_indices, (GATE_REWARDS, [1, 2]), "failures only"),
+    (ex.check_gated_indices, ([0.5, 0.8, 0.2], [2], 0.8), "failures only"),
+    (ex.check_gated_indices, ([0.5, 0.8, 0.2], [0, 1, 2], 0.8), "the gate is strict"),
+    (ex.check_gated_indices, ([0.5, 0.8, 0.2], [0, 1, 2], 0.5), "not with a fixed 1"),
+    # the gate: answers of the wrong type
+    (ex.check_gated_indices, (GATE_REWARDS, "12467"), "expected a list of integer positions"),
+    (ex.check_gated_indices, (GATE_REWARDS, (1.9, 2, 4, 6, 7)), "1.9 is not an integer position"),
+    (ex.check_gated_indices, (GATE_REWARDS, (1.0, 2, 4, 6, 7)), "1.0 is not an integer position"),
+    (ex.check_gated_indices, (GATE_REWARDS, [True, 2, 4, 6, 7]), "True is a boolean"),
+    (ex.check_gated_indices, (GATE_REWARDS, [False, True, True]), "is a boolean"),
+    (ex.check_gated_indices, (GATE_REWARDS, [1, 1, 2, 4, 6, 7]), "names a position twice"),
+    (ex.check_gated_indices, (GATE_REWARDS, [-1, 2, 4, 6, 7]), "negative"),
+    (ex.check_gated_indices, (GATE_REWARDS, 5), "expected a list of integer positions"),
+    (ex.check_gated_indices, (GATE_REWARDS, None), "No answer yet"),
+    (ex.check_gated_indices, (GATE_REWARDS, ...), "No answer yet"),
+    # the gate rate
+    (ex.check_gate_rate, (GATE_REWARDS, 0.375), "that is the success rate"),
+    (ex.check_gate_rate, (GATE_REWARDS, 5), "number of gated attempts"),
+    (ex.check_gate_rate, (GATE_REWARDS, 62.5), "not a percentage"),
+    (ex.check_gate_rate, (GATE_REWARDS, 1.0), "the gate is strict"),
+    (ex.check_gate_rate, (GATE_REWARDS, 0.25), "not only the zeros"),
+    (ex.check_gate_rate, (GATE_REWARDS, 0.5), "count the rewards below τ"),
+    (ex.check_gate_rate, (GATE_REWARDS, "0.625 or so"), "expected a number"),
+    (ex.check_gate_rate, (GATE_REWARDS, None), "No answer yet"),
+    # advantages of one group
+    (ex.check_advantages, ([1.0, 0.0, 0.0, 0.0], ex._population_std_advantages([1.0, 0.0, 0.0, 0.0])), "n - 1"),
+    (ex.check_advantages, ([1.0, 0.0, 0.0, 0.0], [0.75, -0.25, -0.25, -0.25]), "divide by the group's standard"),
+    (ex.check_advantages, ([1.0, 0.0], [-0.7071, 0.7071]), "sign"),
+    (ex.check_advantages, ([0.0], [-1.0]), "group of one"),
+    (ex.check_advantages, ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]), "every advantage is 0"),
+    (ex.check_advantages, ([1.0, 0.0], [1.0]), "2 rewards"),
+    (ex.check_advantages, ([1.0, 0.0], "big"), "expected a list of numbers"),
+    # advantages per (task, role)
+    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, group_advantages(GROUP_REWARDS)), "whole batch"),
+    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, GROUP_RIGHT[:3] + [0.0, 0.0, 0.0]), "group of one"),
+    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.7071, -1.4142, 0.7071, 1.0, 0.0, 0.0]), "n - 1"),
+    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.3333, -0.6667, 0.3333, 1.0, 0.0, 0.0]),
+     "divide by the group's standard"),
+    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 6), "split the rewards by key"),
+    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 5), "expected 6 numbers"),
+    # the clipped loss: the four cases of notebook 05 and each misconception
+    (ex.check_clipped_loss, (1.5, 1.0, -1.5), "unclipped surrogate"),
+    (ex.check_clipped_loss, (1.5, 1.0, 1.28), "the sign"),
+    (ex.check_clipped_loss, (1.5, 1.0, -1.2), "clip-higher"),  # ε = 0.2 on both sides
+    (ex.check_clipped_loss, (0.5, 1.0, -0.8), "keeps the unclipped term"),  # always clip(r)·A
+    (ex.check_clipped_loss, (1.5, -1.0, 1.28), "keeps the unclipped term"),  # always clip(r)·A
+    (ex.check_clipped_loss, (0.7, -1.0, 0.72), "asymmetric"),  # ε = 0.28 on both sides
+    (ex.check_clipped_loss, (5.0, -1.0, 5.0), "dual clip"),
+    (ex.check_clipped_loss, (1.5, 1.0, 7.0), "clip the ratio"),
+    (ex.check_clipped_loss, (1.5, 1.0, True), "expected a number"),
+    (ex.check_clipped_loss, (1.5, 1.0, None), "No answer yet"),
+    # predicting the loss plot
+    (ex.check_loss_curve_prediction, (1.2, 0.8, 3.0), "clip-higher"),
+    (ex.check_loss_curve_prediction, (0.8, 0.8, 3.0), "keeps the *unclipped* term"),
+    (ex.check_loss_curve_prediction, (1.28, 0.72, 3.0), "asymmetric"),
+    (ex.check_loss_curve_prediction, (1.28, 1.28, 3.0), "does not flatten the curve"),
+    (ex.check_loss_curve_prediction, (1.28, 0.8, 1.28), "until the dual clip"),
+    (ex.check_loss_curve_prediction, (1.28, 0.8, 4.0), "write the loss at a few ratios"),
+    (ex.check_loss_curve_prediction, (1.28, "low", 3.0), "expected numbers"),
+    (ex.check_loss_curve_prediction, (None, 0.8, 3.0), "No answer yet"),
+    # internalization weights
+    (ex.check_distill_weights, (R2, [1, 0, 1, 0]), "'nll' rule"),
+    (ex.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0], "nll"), "'raft' rule"),
+    (ex.check_distill_weights, (R2, R2), "negative r2 gets weight 0"),
+    (ex.check_distill_weights, (R2, group_advantages(R2)), "no group baseline"),
+    (ex.check_distill_weights, (R2, [1, 1, 1, 1]), "r2 = 0 gets weight 0"),
+    (ex.check_distill_weights, (R2, [0.5, 0.5, 0.5, 0.5]), "raft: max(r2, 0)"),
+    (ex.check_distill_weights, (R2, [1, 0]), "expected 4 numbers"),
+    (ex.check_distill_weights, (R2, None), "No answer yet"),
+    # memory
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first", "second"]), "one slot"),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["third"]), "only when"),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first"]), "last"),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], None), "No answer yet"),
+]
+
+
+@pytest.mark.parametrize("fn, args, hint", WRONG,
+                         ids=[f"{f.__name__}-{i}" for i, (f, _, _) in enumerate(WRONG)])
+def test_each_wrong_answer_fails_with_its_hint(capsys, fn, args, hint):
+    _fails_with(capsys, fn, args, hint)
+
+
+# --- code the student writes: the gate, run on hidden cases -----------------------------------------
+
+WRONG_GATES = [
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r <= threshold], "the gate is strict"),
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r >= threshold], "you picked the successes"),
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r == 0], "partial credit"),
+    (lambda rewards, threshold: [i + 1 for i, r in enumerate(rewards) if r < threshold], "positions start at 0"),
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r < 1], "not with a fixed 1"),
+    (lambda rewards, threshold: [r < threshold for r in rewards], "is a boolean"),
+    (lambda rewards, threshold: [float(i) for i, r in enumerate(rewards) if r < threshold], "not an integer position"),
+    (lambda rewards, threshold: "".join(str(i) for i, r in enumerate(rewards) if r < threshold), "expected a list"),
+    (lambda rewards, threshold: None, "forget `return`"),
+    (lambda rewards, threshold: rewards.index(-5), "raised ValueError"),
+    (lambda rewards: [], "raised TypeError"),
+    ("my_gate", "expected a function"),
+    (lambda rewards, threshold: (_ for _ in ()).throw(NotImplementedError), "No answer yet"),
+    (None, "No answer yet"),
+]
+
+
+@pytest.mark.parametrize("fn, hint", WRONG_GATES, ids=[str(i) for i in range(len(WRONG_GATES))])
+def test_check_gate_function_catches_each_wrong_gate(capsys, fn, hint):
+    _fails_with(capsys, ex.check_gate_function, (fn,), hint)
+
+
+def test_hidden_gate_cases_separate_every_listed_mistake():
+    for rule, _ in ex.GATE_MISTAKES:
+        assert any(sorted(rule(rs, t)) != ex.gated_indices(rs, t) for rs, t in ex.GATE_CASES), rule
+
+
+# --- the rules behind the checks are the library's ------------------------------------------------
+
+def test_gated_indices_is_the_phase_gate_at_the_configured_threshold():
+    from erl_lite.config import ERLConfig
     from erl_lite.phases import gate
     from erl_lite.records import Attempt
 
-    attempts = [Attempt("t", "first", i, "", [], [], [], [], r, r >= 1.0, "", "", 1) for i, r in enumerate(REWARDS)]
-    assert ex.gated_indices(REWARDS) == [a.index for a in gate(attempts, 1.0)] == [1, 2, 4]
+    attempts = [Attempt("t", "first", i, "", [], [], [], [], r, r >= 1.0, "", "", 1)
+                for i, r in enumerate(GATE_REWARDS)]
+    tau = ERLConfig().reward_threshold
+    assert ex.gated_indices(GATE_REWARDS) == [a.index for a in gate(attempts, tau)] == GATED
+    assert ex.gated_indices([0.5, 0.8], threshold=0.6) == [0]
 
-
-def test_check_gated_indices_accepts_the_right_answer_in_any_order(capsys):
-    ok, out = _run(capsys, ex.check_gated_indices, REWARDS, [4, 1, 2])
-    assert ok and out.startswith("✓")
-
-
-@pytest.mark.parametrize("answer, hint", [
-    ([0, 3, 5], "successes"),
-    ([1, 4], "partial credit"),
-    ([2, 3, 5], "positions start at 0"),
-    ([1], "failures only"),
-])
-def test_check_gated_indices_names_the_mistake(capsys, answer, hint):
-    ok, out = _run(capsys, ex.check_gated_indices, REWARDS, answer)
-    assert not ok and out.startswith("✗") and hint in out
-
-
-def test_check_gated_indices_strict_threshold_hint(capsys):
-    ok, out = _run(capsys, ex.check_gated_indices, [0.5, 0.8, 0.2], [0, 1, 2], threshold=0.5)
-    assert ok is False and "strict" not in out  # [0,1,2] is not the <= set ([0, 2]); generic hint
-    ok, out = _run(capsys, ex.check_gated_indices, [0.5, 0.8, 0.2], [0, 2], threshold=0.5)
-    assert not ok and "strict" in out
-    ok, _ = _run(capsys, ex.check_gated_indices, [0.5, 0.8, 0.2], [2], threshold=0.5)
-    assert ok
-
-
-@pytest.mark.parametrize("answer", [None, ..., "abc"])
-def test_check_gated_indices_survives_missing_or_malformed_answers(capsys, answer):
-    ok, out = _run(capsys, ex.check_gated_indices, REWARDS, answer)
-    assert not ok and out.startswith("✗")
-
-
-def test_check_gate_rate(capsys):
-    assert _run(capsys, ex.check_gate_rate, REWARDS, 0.5)[0]
-    for answer, hint in [(3, "number of gated"), (50, "not a percentage"), (None, "No answer")]:
-        ok, out = _run(capsys, ex.check_gate_rate, REWARDS, answer)
-        assert not ok and hint in out, out
-    ok, out = _run(capsys, ex.check_gate_rate, [1.0, 0.0, 0.0, 0.0], 0.25)
-    assert not ok and "success rate" in out
-
-
-# --- advantages -----------------------------------------------------------------------------------
-
-def test_check_advantages_right_answer(capsys):
-    rewards = [1.0, 0.0, 0.0, 0.0]
-    # mean 0.25; unbiased variance (0.75² + 3·0.25²) / 3 = 0.25, so std 0.5
-    ok, out = _run(capsys, ex.check_advantages, rewards, [1.5, -0.5, -0.5, -0.5])
-    assert ok and out.startswith("✓")
-
-
-def test_check_advantages_accepts_a_tensor(capsys):
-    torch = pytest.importorskip("torch")
-    from erl_lite.advantages import group_advantages
-
-    ok, _ = _run(capsys, ex.check_advantages, [1.0, 0.0], torch.tensor(group_advantages([1.0, 0.0])))
-    assert ok
-
-
-@pytest.mark.parametrize("rewards, answer, hint", [
-    ([1.0, 0.0, 0.0, 0.0], ex._population_std_advantages([1.0, 0.0, 0.0, 0.0]), "n - 1"),
-    ([1.0, 0.0, 0.0, 0.0], [0.75, -0.25, -0.25, -0.25], "divide by the group's standard deviation"),
-    ([1.0, 0.0], [-0.7071, 0.7071], "sign"),
-    ([0.0], [-1.0], "group of one"),
-    ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], "every advantage is 0"),
-    ([1.0, 0.0], [1.0], "2 rewards"),
-])
-def test_check_advantages_names_the_mistake(capsys, rewards, answer, hint):
-    ok, out = _run(capsys, ex.check_advantages, rewards, answer)
-    assert not ok and hint in out, out
-
-
-def test_check_grouped_advantages(capsys):
-    rewards, keys = [1.0, 0.0, 0.0, 1.0, 0.3], ["a", "a", "b", "b", "c"]
-    right = [0.7071, -0.7071, -0.7071, 0.7071, 0.3]
-    assert _run(capsys, ex.check_grouped_advantages, rewards, keys, right)[0]
-    from erl_lite.advantages import group_advantages
-
-    ok, out = _run(capsys, ex.check_grouped_advantages, rewards, keys, group_advantages(rewards))
-    assert not ok and "whole batch" in out
-    ok, out = _run(capsys, ex.check_grouped_advantages, rewards, keys, right[:4] + [0.0])
-    assert not ok and "group of one" in out
-
-
-# --- clipped loss ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("ratio, adv, expected", [
     (1.0, 1.0, -1.0), (1.5, 1.0, -1.28), (0.5, 1.0, -0.5), (0.5, -1.0, 0.8), (1.5, -1.0, 1.5), (5.0, -1.0, 3.0),
@@ -115,36 +215,19 @@ def test_clipped_loss_value_matches_the_formula(ratio, adv, expected):
     assert ex.clipped_loss_value(ratio, adv) == pytest.approx(expected, abs=1e-5)
 
 
-def test_check_clipped_loss(capsys):
-    assert _run(capsys, ex.check_clipped_loss, 1.5, 1.0, -1.28)[0]
-    for ratio, adv, answer, hint in [
-        (1.5, 1.0, -1.5, "unclipped surrogate"),
-        (1.5, 1.0, 1.28, "sign"),
-        (0.5, 1.0, -0.8, "pessimistic"),
-        (5.0, -1.0, 5.0, "dual clip"),
-        (1.5, 1.0, -1.2, "clip-higher"),
-        (1.5, 1.0, 7.0, "clip the ratio"),
-    ]:
-        ok, out = _run(capsys, ex.check_clipped_loss, ratio, adv, answer)
-        assert not ok and hint in out, (ratio, adv, answer, out)
+def test_loss_curve_landmarks_follow_the_settings():
+    assert ex.loss_curve_landmarks() == {"flat_above": 1.28, "flat_below": 0.8, "capped_above": 3.0}
+    assert ex.loss_curve_landmarks(0.1, 0.1, None) == {"flat_above": 1.1, "flat_below": 0.9, "capped_above": None}
 
 
-# --- memory and internalization -------------------------------------------------------------------
-
-def test_check_memory(capsys):
-    books, r2 = ["first", "second", "third"], [1.0, 1.0, 0.0]
-    assert _run(capsys, ex.check_memory, books, r2, ["second"])[0]
-    assert _run(capsys, ex.check_memory, books, r2, ["first", "second"], kind="fifo")[0]
-    for answer, hint in [(["first", "second"], "one slot"), (["third"], "only when"), (["first"], "last")]:
-        ok, out = _run(capsys, ex.check_memory, books, r2, answer)
-        assert not ok and hint in out, out
-
-
-def test_check_distill_weights(capsys):
-    r2 = [1.0, 0.0, 0.4, -0.5]
-    assert _run(capsys, ex.check_distill_weights, r2, [1.0, 0.0, 0.4, 0.0])[0]
-    assert _run(capsys, ex.check_distill_weights, r2, [1, 0, 1, 0], mode="nll")[0]
-    ok, out = _run(capsys, ex.check_distill_weights, r2, [1, 0, 1, 0])
-    assert not ok and "'nll' rule" in out
-    ok, out = _run(capsys, ex.check_distill_weights, r2, None)
-    assert not ok and "No answer" in out
+def test_the_notebooks_use_every_check_and_this_data():
+    """Each check is used by a notebook; 02 and 05 ask about the data these tests cover."""
+    code = {p.name[:2]: "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
+                                if c["cell_type"] == "code") for p in NOTEBOOKS.glob("*.ipynb")}
+    everything = "".join(code.values())
+    for name in [n for n in dir(ex) if n.startswith("check_")]:
+        assert f"{name}(" in everything, f"no notebook uses {name}"
+    assert str(GATE_REWARDS) in code["02"] and "check_gate_function(" in code["02"]
+    assert str(R2) in code["05"] and "check_loss_curve_prediction(" in code["05"]
+    for ratio, adv in [(1.5, 1.0), (0.5, 1.0), (0.7, -1.0), (5.0, -1.0)]:
+        assert f"check_clipped_loss({ratio}, {adv}," in code["05"], (ratio, adv)

@@ -263,13 +263,17 @@ def test_gradient_accumulation_matches_full_batch(loss_type, kind):
 
 # --- parity with TRL's GRPO loss -----------------------------------------------------------
 
-def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None):
+def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None, level="token"):
     """Independent re-derivation of TRL 1.16.0 `GRPOTrainer._compute_loss`
-    (trl/trainer/grpo_trainer.py, token-level importance sampling, no vLLM, one process, no
-    gradient accumulation): coef_1 = exp(logp - old); coef_2 = clamp(coef_1, 1-εl, 1+εh);
+    (trl/trainer/grpo_trainer.py, no vLLM, one process, no gradient accumulation):
+    log_w = logp - old (token level) or, at sequence level (GSPO), its mean over the mask,
+    shape (B, 1); coef_1 = exp(log_w); coef_2 = clamp(coef_1, 1-εl, 1+εh);
     per_token_loss = -min(coef_1·A, coef_2·A) + beta·k3; then the `loss_type` branch."""
     a = adv[:, None]
-    coef_1 = torch.exp(logp - old)
+    log_w = logp - old
+    if level == "sequence":
+        log_w = ((log_w * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_w)
     coef_2 = torch.clamp(coef_1, 1 - EL, 1 + EH)
     ptl = -torch.min(coef_1 * a, coef_2 * a)
     ptl = ptl + beta * (torch.exp(ref - logp) - (ref - logp) - 1)
@@ -285,7 +289,8 @@ def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None)
     raise ValueError(trl_loss_type)
 
 
-# Our aggregation ↔ TRL's loss_type (TRL's "dapo" is token_mean with a whole-batch normalizer).
+# Our aggregation ↔ TRL's loss_type (TRL's "dapo" is token_mean with a whole-batch normalizer;
+# "bnpo" is token_mean only for a batch in one micro-batch, as here, so erl_lite refuses the name).
 TRL_MATCH = [("token_mean", "bnpo"), ("seq_mean", "grpo"), ("seq_sum", "luspo"),
              ("token_mean", "dapo")]
 
@@ -296,20 +301,24 @@ def _parity_batch(seed: int):
     return logp.requires_grad_(True), old, ref, adv, mask
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("ours,theirs", TRL_MATCH)
-def test_parity_with_trl_grpo_formula(ours, theirs):
+def test_parity_with_trl_grpo_formula(ours, theirs, level):
     logp, old, ref, adv, mask = _parity_batch(8)
+    if level == "sequence":  # shift whole sequences so some sequence-level ratios leave the clip range
+        old = old + torch.tensor([-0.4, 0.4, 0.0, 0.3, 0.0, 0.0], dtype=old.dtype)[:, None]
     loss, stats = policy_objective(logp, old, ref, adv, mask, beta=0.04, epsilon_low=EL,
-                                   epsilon_high=EH, dual_clip=None, loss_type=ours)
+                                   epsilon_high=EH, dual_clip=None, loss_type=ours,
+                                   importance_sampling_level=level)
     (g_ours,) = torch.autograd.grad(loss, logp)
-    expected = _trl_formula(logp, old, ref, adv, mask, 0.04, theirs, num_items=mask.sum())
+    expected = _trl_formula(logp, old, ref, adv, mask, 0.04, theirs, num_items=mask.sum(), level=level)
     (g_trl,) = torch.autograd.grad(expected, logp)
     assert torch.allclose(loss, expected, atol=1e-12)
     assert torch.allclose(g_ours, g_trl, atol=1e-12)
     assert 0 < stats.clip_ratio < 1  # the batch exercises both clipped and free tokens
 
 
-def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type):
+def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type, level="token"):
     """Call the installed TRL's `GRPOTrainer._compute_loss` with a stand-in trainer whose
     forward pass returns `logp`; relies on private attributes, so skip when they move."""
     from trl.trainer.grpo_trainer import GRPOTrainer
@@ -319,7 +328,7 @@ def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type):
                                reduce=lambda t, reduction="sum": t, num_processes=1)
     trainer = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token",
+        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level=level,
         beta=beta, loss_type=trl_loss_type, epsilon_low=EL, epsilon_high=EH, use_vllm=False,
         vllm_importance_sampling_correction=False, model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=1, _entropy_bonus_enabled=False,
@@ -342,15 +351,166 @@ def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type):
 
 
 @pytest.mark.slow  # importing GRPOTrainer takes ~12 s on a small CPU
+@pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("ours,theirs", TRL_MATCH)
-def test_parity_with_installed_trl_compute_loss(ours, theirs):
+def test_parity_with_installed_trl_compute_loss(ours, theirs, level):
     logp, old, ref, adv, mask = _parity_batch(9)
     loss, stats = policy_objective(logp, old, ref, adv, mask, beta=0.04, epsilon_low=EL,
-                                   epsilon_high=EH, dual_clip=None, loss_type=ours)
+                                   epsilon_high=EH, dual_clip=None, loss_type=ours,
+                                   importance_sampling_level=level)
     (g_ours,) = torch.autograd.grad(loss, logp)
-    trl_loss, metrics = _run_trl_compute_loss(logp, old, ref, adv, mask, 0.04, theirs)
+    trl_loss, metrics = _run_trl_compute_loss(logp, old, ref, adv, mask, 0.04, theirs, level)
     (g_trl,) = torch.autograd.grad(trl_loss, logp)
     assert torch.allclose(loss, trl_loss, atol=1e-12)
     assert torch.allclose(g_ours, g_trl, atol=1e-12)
     assert stats.clip_ratio == pytest.approx(metrics["clip_ratio/region_mean"][0])
     assert stats.kl == pytest.approx(metrics["kl"][0])
+
+
+# --- numerical safety of the KL term -------------------------------------------------------
+
+def test_kl_gradient_is_finite_with_extreme_logprobs_at_masked_slots():
+    # A padded slot whose policy log-prob is -1000 against a reference of 0 (how padded
+    # reference slots used to be filled): exp(1000) overflows, and the masked 0·inf of the
+    # backward must not turn into a NaN gradient.
+    logp = torch.tensor([[-1.0, -1000.0, -1000.0]], requires_grad=True)
+    ref = torch.tensor([[-1.2, 0.0, 0.0]])
+    old = torch.tensor([[-1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 0, 0]])
+    loss, stats = policy_objective(logp, old, ref, torch.tensor([1.0]), mask, beta=0.1)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert logp.grad[0, 1:].eq(0).all() and logp.grad[0, 0] != 0
+    assert stats.kl == pytest.approx(float(k3_kl(torch.tensor(-1.0), torch.tensor(-1.2))))
+
+
+def test_k3_kl_is_clamped_like_verl():
+    logp = torch.tensor([-1000.0, -30.0, -1.0, 0.0], requires_grad=True)
+    ref = torch.tensor([0.0, 0.0, -1.5, -1000.0])
+    kl = k3_kl(logp, ref)
+    kl.sum().backward()
+    assert torch.isfinite(kl).all() and torch.isfinite(logp.grad).all()
+    assert kl[0] == kl[1] == 10.0  # the estimate is capped at 10
+    assert kl[3] == 10.0 and (logp.grad[[0, 1, 3]] == 0).all()  # clamped: no KL gradient
+    d = torch.tensor(-0.5)
+    assert float(kl[2]) == pytest.approx(float(torch.exp(d) - d - 1))  # unchanged inside the range
+
+
+# --- the objective PolicyUpdater trains with is the one checked against TRL ----------------
+
+def _train_rows(n: int = 8, seed: int = 0):
+    import random
+
+    from erl_lite.records import TrainSample
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        prompt = [rng.randrange(6, 100) for _ in range(rng.randrange(3, 12))]
+        completion = [rng.randrange(6, 100) for _ in range(rng.randrange(1, 9))]
+        mask = [1] + [int(rng.random() < 0.8) for _ in completion[1:]]
+        rows.append(TrainSample(("first", "reflection", "second", "distill")[i % 4], prompt, completion, mask,
+                                rng.uniform(-1.5, 1.5)))
+    return rows
+
+
+def _lora_policy():
+    from erl_lite.models import load_policy
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    model, tok = load_policy(tiny_model(tok), tok, peft="lora")
+    with torch.no_grad():  # off the zero-initialised LoRA B: policy != reference, gradients reach A
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1, generator=_gen(11))
+    return model, tok
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_policy_updater_calls_the_trl_parity_objective(monkeypatch, steps):
+    import erl_lite.update as update
+    from erl_lite.config import ERLConfig
+
+    real, calls = update.policy_objective, []
+
+    def checked(logp, old, ref, adv, mask, **kw):
+        loss, stats = real(logp, old, ref, adv, mask, **kw)
+        old_or_current = logp.detach() if old is None else old
+        expected = _trl_formula(logp, old_or_current, ref, adv, mask, kw["beta"], "dapo",
+                                num_items=kw["normalizer"])
+        (g_ours,) = torch.autograd.grad(loss, logp, retain_graph=True)
+        (g_trl,) = torch.autograd.grad(expected, logp, retain_graph=True)
+        assert torch.allclose(loss, expected, atol=1e-6) and torch.allclose(g_ours, g_trl, atol=1e-6)
+        calls.append(stats.clip_ratio)
+        return loss, stats
+
+    monkeypatch.setattr(update, "policy_objective", checked)
+    model, tok = _lora_policy()
+    cfg = ERLConfig(beta=0.04, dual_clip=None, loss_type="token_mean", steps_per_generation=steps,
+                    per_device_train_batch_size=3, temperature=1.0)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=2.0)
+    update.PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(_train_rows(12))
+    assert len(calls) >= 2 * steps
+    if steps == 2:  # the second mini-batch is off-policy after the first step: ratios move, some clip
+        assert any(c > 0 for c in calls)
+
+
+def test_policy_updater_gradient_equals_trl_loss_on_the_whole_batch():
+    from erl_lite.config import ERLConfig
+    from erl_lite.update import PolicyUpdater, completion_logprobs, pack
+
+    model, tok = _lora_policy()
+    rows = _train_rows(8)
+    cfg = ERLConfig(beta=0.04, dual_clip=None, loss_type="seq_sum", per_device_train_batch_size=3,
+                    temperature=0.7, max_grad_norm=1e9)
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    opt = torch.optim.SGD(params.values(), lr=0.0)
+    seen = {}
+    step = opt.step
+    opt.step = lambda: (seen.update({n: p.grad.clone() for n, p in params.items()}), step())
+    PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)  # chunked, 3 micro-batches
+    # Independently: the whole batch at once, full logits, TRL's documented loss ("luspo").
+    batch = pack(rows, tok.pad_token_id, nll_distill=False)
+    with torch.no_grad(), model.disable_adapter():
+        ref = completion_logprobs(model, batch, 0.7, chunk_size=None)
+    logp = completion_logprobs(model, batch, 0.7, chunk_size=None)
+    _trl_formula(logp, logp.detach(), ref, batch.advantages, batch.mask, 0.04, "luspo").backward()
+    assert seen.keys() == params.keys()
+    assert all(torch.allclose(seen[n], p.grad, atol=1e-6, rtol=1e-4) for n, p in params.items())
+    assert all(p.grad.abs().sum() > 0 for p in params.values())
+
+
+# --- TRL's loss_type names and the sequence-level ratio ---------------------------------------
+
+@pytest.mark.parametrize("trl_name,ours", [("grpo", "seq_mean"), ("dapo", "token_mean"), ("luspo", "seq_sum")])
+def test_trl_loss_type_names_are_the_same_formula(trl_name, ours):
+    logp, old, ref, adv, mask = _parity_batch(3)
+    a, _ = policy_objective(logp, old, ref, adv, mask, loss_type=trl_name)
+    b, _ = policy_objective(logp, old, ref, adv, mask, loss_type=ours)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["bnpo", "dr_grpo", "cispo", "sapo", "vespo"])
+def test_unimplemented_trl_loss_types_name_the_closest(name):
+    from erl_lite.config import ERLConfig
+
+    logp, old, ref, adv, mask = _parity_batch(3)
+    with pytest.raises(ValueError, match="closest is"):
+        policy_objective(logp, old, ref, adv, mask, loss_type=name)
+    with pytest.raises(ValueError, match=f"loss_type='{name}'.*closest is"):
+        ERLConfig(loss_type=name)
+
+
+def test_sequence_level_ratio_is_shared_by_the_sequence():
+    """One ratio per sequence: exp(mean log-ratio over its loss tokens), masked slots ignored."""
+    logp = torch.tensor([[0.0, 0.0, 0.0]])
+    old = torch.tensor([[-0.1, 0.1, 5.0]])  # mean over the two loss tokens: 0; the masked slot is ignored
+    mask = torch.tensor([[1, 1, 0]])
+    tok, clipped_tok = clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, dual_clip=None)
+    seq, clipped_seq = clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, dual_clip=None,
+                                           importance_sampling_level="sequence")
+    assert torch.allclose(seq, torch.tensor([[-1.0, -1.0, 0.0]]))  # ratio exp(0) = 1 for both tokens
+    assert not torch.allclose(tok, seq)
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, importance_sampling_level="seq")

@@ -71,10 +71,10 @@ def test_rlvr_uses_the_papers_compute_matched_g():
 
 
 def test_cli_rlvr_gets_g10():
-    from erl_lite.cli import build_parser, _overrides
+    from erl_lite.cli import build_parser, train_config
 
     args = build_parser().parse_args(["train", "--mode", "rlvr", "--env", "frozenlake"])
-    assert ERLConfig.preset("cpu", **_overrides(args)).num_generations == 10
+    assert train_config(args).num_generations == 10
 
 
 @pytest.mark.parametrize("kwargs, named", [

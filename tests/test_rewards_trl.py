@@ -283,7 +283,7 @@ def test_extras_are_keyword_only_and_trl_extras_are_answered(tok):
                    None, None, None, reward_len)  # a 15th positional (feedback_func) is refused
     with pytest.raises(ValueError, match="reward_processing_classes"):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, reward_processing_classes=[tok])
-    with pytest.raises(ValueError, match="environment_factory.*env="):
+    with pytest.raises(ValueError, match="environment_factory object: .*callable reset"):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, environment_factory=object)
     with pytest.raises(ValueError, match="tools .*env="):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, tools=[print])

@@ -11,6 +11,7 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.generation import ScriptedGenerator
 from erl_lite.history import METRIC_GLOSSARY
+from erl_lite.metrics import is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
@@ -115,7 +116,7 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     full = run(tmp_path / "full", 4)
     run(tmp_path / "split", 2)
     resumed = run(tmp_path / "split", 4, resume=True)
-    drop = lambda r: {k: v for k, v in r.items() if not k.startswith("time/")}  # noqa: E731
+    drop = lambda r: {k: v for k, v in r.items() if not is_measurement(k)}  # noqa: E731
     assert [drop(r) for r in full.records] == [drop(r) for r in resumed.records]
     assert len(resumed.records) == 4
     lines = (tmp_path / "split" / "history.jsonl").read_text().splitlines()
@@ -153,3 +154,17 @@ def test_bad_trainer_arguments(tok):
                    train_dataset=[{"question": "x"}])
     with pytest.raises(ValueError, match="processing_class"):
         ERLTrainer(model=model, args=small_args(), reward_funcs=digit_reward, train_dataset=ROWS)
+
+
+def test_evaluate_can_record_itself_in_the_history():
+    tok = tiny_tokenizer()
+    args = small_args(max_steps=1, beta=0.0)
+    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=digit_reward,
+                         train_dataset=ROWS, eval_dataset=ROWS[:2])
+    trainer.evaluate()
+    assert trainer.history.of_kind("eval") == []  # by default evaluate() only returns its numbers
+    before = trainer.evaluate(log=True)
+    trainer.train()
+    after = trainer.evaluate(log=True)
+    steps, values = trainer.history.series("eval/success", kind="eval")
+    assert steps == [0, 1] and values == [before["eval/success"], after["eval/success"]]

@@ -102,3 +102,163 @@ def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
     assert [len(c) for c in chunks] == [4, 1, 2]
     assert all(max(len(r.prompt_ids) for r in c) <= 2 * min(len(r.prompt_ids) for r in c) + 2 for c in chunks)
     assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
+
+
+def test_kl_update_stays_finite_with_extreme_logprobs_at_padded_slots():
+    # Scale the head so that log-probs are around -1000 and the pad token's far below: with
+    # beta > 0, padded slots must not turn into a NaN gradient (exp overflow times a 0 mask).
+    model, tok = lora_model()
+    head = model.get_base_model().lm_head
+    with torch.no_grad():
+        head.weight.mul_(1000.0)
+        head.weight[tok.pad_token_id] = 0.0
+    rows = samples(6)  # unequal completion lengths: every micro-batch has padded slots
+    cfg = ERLConfig(beta=0.04, per_device_train_batch_size=3, temperature=1.0, max_grad_norm=1e9)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    with torch.no_grad():
+        lp = completion_logprobs(model, pack(rows, tok.pad_token_id, nll_distill=False), 1.0)
+    assert lp.min() < -500  # the setting really is extreme
+    m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
+    assert all(torch.isfinite(p).all() for p in model.parameters() if p.requires_grad)
+    assert torch.isfinite(torch.tensor([m["grad_norm"], m["kl"], m["loss/total"]])).all()
+
+
+# --- chunked log-probs equal the full-logits path ----------------------------------------
+
+def _qwen2_tied(tok, seed=0):
+    """Qwen2-shaped (q/k/v bias) with tied input/output embeddings."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    return model
+
+
+def _gemma2_softcapped(tok, seed=0):
+    """Gemma2-shaped with final-logit soft-capping small enough to matter."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    cfg = Gemma2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
+                       final_logit_softcapping=2.0, query_pre_attn_scalar=32, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(seed)
+    model = Gemma2ForCausalLM(cfg)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)  # logits well past the cap, so a missed tanh would show
+    return model
+
+
+def _logprobs_and_grads(model, batch, chunk_size, temperature):
+    model.zero_grad(set_to_none=True)
+    lp = completion_logprobs(model, batch, temperature, chunk_size)
+    w = torch.linspace(-1.0, 1.0, lp.numel()).view_as(lp)  # weights every position differently
+    (lp * w * batch.mask).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return lp.detach(), grads
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2_tied", "gemma2_softcap"])
+def test_chunked_logprobs_and_gradients_equal_full_logits(family):
+    tok = tiny_tokenizer()
+    model = {"llama": lambda: tiny_model(tok), "qwen2_tied": lambda: _qwen2_tied(tok),
+             "gemma2_softcap": lambda: _gemma2_softcapped(tok)}[family]().train()
+    batch = pack(samples(5), tok.pad_token_id, nll_distill=False)
+    B, L = batch.targets.shape
+    assert (B * L) % 7 != 0
+    for temperature in (1.0, 0.7):
+        full, g_full = _logprobs_and_grads(model, batch, None, temperature)
+        for chunk in (1, 7, 16, 4096):  # 7 divides neither L nor B·L; 4096 > B·L (one chunk)
+            lp, g = _logprobs_and_grads(model, batch, chunk, temperature)
+            assert torch.allclose(lp, full, atol=1e-5, rtol=1e-5), (chunk, (lp - full).abs().max())
+            assert g.keys() == g_full.keys()
+            for n in g:
+                assert torch.allclose(g[n], g_full[n], atol=1e-5, rtol=1e-4), (chunk, n)
+
+
+@pytest.mark.parametrize("quantization", ["none", "4bit"])
+def test_chunked_logprobs_under_lora(tmp_path, quantization):
+    from erl_lite.testing import save_tiny_model
+
+    model, tok = load_policy(save_tiny_model(tmp_path), quantization=quantization, lora_r=4, device="cpu")
+    with torch.no_grad():  # LoRA B starts at 0: move it so the adapter (and its gradient) matters
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    model.train()
+    batch = pack(samples(4), tok.pad_token_id, nll_distill=False)
+    full, g_full = _logprobs_and_grads(model, batch, None, 1.0)
+    lp, g = _logprobs_and_grads(model, batch, 5, 1.0)
+    assert g and all("lora_" in n for n in g)
+    assert torch.allclose(lp, full, atol=1e-5)
+    assert all(torch.allclose(g[n], g_full[n], atol=1e-5, rtol=1e-4) for n in g)
+
+
+def test_chunked_logprobs_refuse_heads_they_cannot_read():
+    from peft import LoraConfig, get_peft_model
+
+    tok = tiny_tokenizer()
+    wrapped = get_peft_model(tiny_model(tok), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
+    batch = pack(samples(2), tok.pad_token_id, nll_distill=False)
+    with pytest.raises(ValueError, match="lm-head"):
+        completion_logprobs(wrapped, batch, 1.0)
+    completion_logprobs(wrapped, batch, 1.0, chunk_size=None)  # the full-logits path still works
+
+    class Scaled(type(tiny_model(tok))):  # logits scaled in forward, unknown to the config
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits * 3.0
+            return out
+
+    odd = Scaled(tiny_model(tok).config)
+    with torch.no_grad():
+        odd.lm_head.weight.mul_(20.0)
+    with pytest.raises(ValueError, match="Scaled.*differ"):
+        completion_logprobs(odd, batch, 1.0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        completion_logprobs(tiny_model(tok), batch, 1.0, chunk_size=0)
+
+
+# --- normalizer and the stats record -------------------------------------------------------
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize("loss_type,normalizer", [("seq_sum", 4.0), ("token_mean", 9.0)])
+def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, loss_type, normalizer):
+    import erl_lite.update as update
+
+    rows = [TrainSample("first", [7, 8], [10, 11, 12], [1, 1, 1], 1.0),
+            TrainSample("first", [7, 9], [13, 14], [1, 1], 1.0),
+            TrainSample("distill", [7], [10, 11], [1, 1], 0.0),  # failed second attempts: weight 0
+            TrainSample("distill", [7], [15, 16], [1, 1], 0.0)]
+    seen = []
+    real = update.policy_objective
+    monkeypatch.setattr(update, "policy_objective",
+                        lambda *a, **kw: (seen.append(kw["normalizer"]), real(*a, **kw))[1])
+    model, tok = lora_model()  # LoRA B = 0: policy == reference, KL = 0
+    cfg = ERLConfig(beta=beta, loss_type=loss_type, temperature=1.0)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
+    assert seen and set(seen) == {normalizer}
+    assert m["loss/total"] == pytest.approx(-5.0 / normalizer, abs=1e-6)  # ratio 1: -A per token
+    assert m["loss/distill"] == 0.0 and m["samples/distill"] == 2
+
+
+def test_update_stats_keys_are_the_documented_metrics():
+    from erl_lite.history import METRIC_GLOSSARY
+    from erl_lite.update import UPDATE_METRICS, UpdateStats
+
+    today = ["samples/first", "samples/reflection", "samples/second", "samples/distill",
+             "advantage/first", "advantage/reflection", "advantage/second", "loss/total", "loss/first",
+             "loss/reflection", "loss/second", "loss/distill", "kl", "clip_ratio", "grad_norm", "optim/steps"]
+    assert list(UPDATE_METRICS) == today and set(today) <= set(METRIC_GLOSSARY)
+    model, tok = lora_model()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    updater = PolicyUpdater(model, opt, None, ERLConfig(beta=0.0), tok.pad_token_id)
+    for rows in (samples(4), []):
+        stats = updater.update(rows)
+        assert isinstance(stats, UpdateStats)
+        assert list(stats.to_metrics()) == today and dict(stats) == stats.to_metrics()
+    assert stats.optim_steps == 0 and stats["loss/total"] == 0.0

@@ -12,10 +12,11 @@ from erl_lite.history import History
 from erl_lite.records import StepRecord
 from erl_lite.viz import (attempt_pair_text, memory_table, memory_viewer, plot_advantages,
                           plot_eval, plot_gate_rate, plot_losses, plot_memory, plot_overview,
-                          plot_rewards, reflection_browser, save_figures, show_attempt_pair,
-                          synthetic_history, word_diff)
+                          plot_rewards, reflection_browser, rewards_are_binary, save_figures,
+                          show_attempt_pair, synthetic_history, word_diff)
 from erl_lite.viz._style import NO_DATA, smooth
 from erl_lite.viz.pairs import assistant_actions, select_pair
+from erl_lite.viz.plots import NO_EVAL
 from erl_lite.viz.widgets import StaticView, is_static
 
 STEPS = 12
@@ -35,6 +36,17 @@ def _labelled(ax) -> None:
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
 
 
+def _graded(history: History) -> History:
+    """The same run with partial credit: rewards above the success rates."""
+    records = []
+    for r in history.records:
+        r = dict(r)
+        for key in [k for k in r if k.startswith("success/") or k == "eval/success"]:
+            r[key] = r[key] * 0.8
+        records.append(r)
+    return History(records=records, samples=history.samples)
+
+
 def _texts(fig: Figure) -> list[str]:
     return [t.get_text() for ax in fig.axes for t in ax.texts]
 
@@ -43,7 +55,7 @@ def _texts(fig: Figure) -> list[str]:
 
 @pytest.mark.parametrize("fn, n_lines", [
     (plot_rewards, 3), (plot_gate_rate, 1), (plot_losses, 4), (plot_advantages, 3),
-    (plot_eval, 2),
+    (plot_eval, 1),  # 0/1 rewards: evaluation reward and success are one curve
 ])
 def test_curve_plots_draw_one_line_per_series(hist, fn, n_lines):
     fig = fn(hist)
@@ -60,7 +72,8 @@ def test_rewards_plot_the_logged_values(hist):
     first = next(line for line in ax.lines if line.get_label() == "first attempt")
     assert list(first.get_xdata()) == list(range(1, STEPS + 1))
     assert list(first.get_ydata()) == pytest.approx(hist.series("reward/first")[1])
-    assert plot_rewards(hist, metric="success").axes[0].get_ylabel() == "success rate (0–1)"
+    assert plot_rewards(hist, metric="success").axes[0].get_ylabel() == "reward = success rate (0–1)"
+    assert plot_rewards(_graded(hist), metric="success").axes[0].get_ylabel() == "success rate (0–1)"
     with pytest.raises(ValueError):
         plot_rewards(hist, metric="loss")
 
@@ -70,7 +83,7 @@ def test_baseline_adds_dashed_curves(hist, rlvr):
     dashed = [line for line in ax.lines if line.get_linestyle() == "--"]
     assert len(ax.lines) == 5 and len(dashed) == 2
     assert all(line.get_label().startswith("RLVR") for line in dashed)
-    assert len(plot_eval(hist, baseline=rlvr).axes[0].lines) == 4
+    assert len(plot_eval(hist, baseline=rlvr).axes[0].lines) == 2
 
 
 def test_smoothing_keeps_raw_faint_and_smooths(hist):
@@ -83,20 +96,99 @@ def test_smoothing_keeps_raw_faint_and_smooths(hist):
 
 def test_memory_plot_has_bars_and_size_line(hist):
     fig = plot_memory(hist)
-    ax, right = fig.axes
+    (ax,) = fig.axes
     _labelled(ax)
-    assert right.get_ylabel() == "rulebooks held"
     assert len(ax.patches) == STEPS  # one bar per step (zero-height ones included)
     assert [p.get_height() for p in ax.patches] == hist.series("memory/writes")[1]
-    assert len(right.lines) == 1
+    assert len(ax.lines) == 1
 
 
-def test_overview_has_six_labelled_panels(hist, rlvr):
-    fig = plot_overview(hist, baseline=rlvr)
-    panels = fig.axes[:6]
-    for ax in panels:
+def test_memory_bars_and_line_share_one_aligned_axis():
+    """Written and held are both counts of rulebooks: one y axis, so equal heights are equal counts."""
+    rows = [{"step": i, "memory/writes": w, "memory/size": n}
+            for i, (w, n) in enumerate([(0, 0), (3, 1), (1, 1), (5, 1)], start=1)]
+    (ax,) = plot_memory(rows).axes
+    assert ax.get_ylabel() == "rulebooks"
+    (line,) = ax.lines
+    assert list(line.get_ydata()) == [0, 1, 1, 1]
+    low, high = ax.get_ylim()
+    assert low == 0 and high >= 5  # the tallest bar fits the same scale as the line
+    assert all(float(t).is_integer() for t in ax.get_yticks())
+
+
+def test_overview_has_six_labelled_panels_when_rewards_are_graded(hist, rlvr):
+    graded = _graded(hist)
+    fig = plot_overview(graded, baseline=_graded(rlvr))
+    assert len(fig.axes) == 6
+    for ax in fig.axes:
         _labelled(ax)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "Reward per phase" in titles and "Success rate per phase" in titles
     assert "RLVR" in fig._suptitle.get_text()
+
+
+def test_binary_rewards_share_one_panel(hist, rlvr):
+    assert rewards_are_binary(hist) and not rewards_are_binary(_graded(hist))
+    fig = plot_overview(hist, baseline=rlvr)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert len(fig.axes) == 5 and "Success rate per phase" not in titles
+    reward_ax = fig.axes[0]
+    assert reward_ax.get_title() == "Reward = success rate per phase (rewards are 0/1)"
+    assert reward_ax.get_ylabel() == "reward = success rate (0–1)"
+    # the merged panel spans two of the three columns
+    assert reward_ax.get_position().width > 1.8 * fig.axes[1].get_position().width
+    _labelled(reward_ax)
+
+
+def _eval_lines(ax) -> list:
+    return [line for line in ax.lines if "evaluation" in str(line.get_label())]
+
+
+def test_evaluation_is_drawn_whenever_it_was_logged(hist):
+    """A run with eval_steps=0 whose evaluations were logged by hand (before and after)."""
+    train = [r for r in hist.records if r["kind"] == "train"]
+    rows = train + [{"kind": "eval", "step": 0, "eval/reward": 0.2, "eval/success": 0.2},
+                    {"kind": "eval", "step": STEPS, "eval/reward": 0.7, "eval/success": 0.7}]
+    for fig in (plot_overview(rows), plot_overview(_graded(History(records=rows)))):
+        (line,) = _eval_lines(fig.axes[0])
+        assert list(line.get_xdata()) == [0, STEPS] and list(line.get_ydata()) == [0.2, 0.7]
+    assert list(plot_eval(rows).axes[0].lines[0].get_ydata()) == [0.2, 0.7]
+
+
+def test_a_run_without_evaluation_says_so(hist):
+    train = [r for r in hist.records if r["kind"] == "train"]
+    ax = plot_overview(train).axes[0]
+    assert not _eval_lines(ax)
+    assert any(NO_EVAL in t.get_text() for t in ax.texts)
+    assert not any(NO_EVAL in t.get_text() for t in plot_overview(hist).axes[0].texts)
+
+
+def test_overlapping_lines_stay_distinguishable(hist):
+    """An RLVR run equal to the ERL run must not vanish under it (notebook 06's overlap)."""
+    twin = History(records=[dict(r) for r in hist.records])
+    ax = plot_rewards(hist, baseline=twin).axes[0]
+    drawn = [line for line in ax.lines if not line.get_label().startswith("_")]
+    look = lambda line: (line.get_linestyle(), line.get_marker(), str(line.get_markerfacecolor()),  # noqa: E731
+                         line.get_markersize())
+    for a in drawn:
+        for b in drawn:
+            same_data = (list(a.get_xdata()) == list(b.get_xdata())
+                         and list(a.get_ydata()) == pytest.approx(list(b.get_ydata())))
+            if a is not b and same_data:
+                assert look(a) != look(b), (a.get_label(), b.get_label())
+    for line in drawn:
+        assert line.get_marker() not in (None, "None", "")
+    base = [line for line in drawn if line.get_label().startswith("RLVR")]
+    assert base and all(b.get_zorder() > max(x.get_zorder() for x in drawn if x not in base) for b in base)
+    assert len({line.get_marker() for line in drawn if line not in base}) == len(drawn) - len(base)
+
+
+def test_long_runs_keep_markers_on_every_curve():
+    long = synthetic_history(steps=120, with_samples=False)
+    for line in plot_rewards(long).axes[0].lines:
+        assert line.get_marker() not in (None, "None", "")
+        every = line.get_markevery()
+        assert every is None or every == 1 or len(line.get_xdata()) / every <= 21
 
 
 def test_figures_are_closed_in_pyplot(hist):
@@ -166,7 +258,7 @@ def test_memory_size_falls_back_to_samples(hist):
     trimmed = [{k: v for k, v in r.items() if not k.startswith("memory/")}
                for r in hist.records]
     fig = plot_memory(History(records=trimmed, samples=hist.samples))
-    (line,) = fig.axes[1].lines
+    (line,) = fig.axes[0].lines
     assert list(line.get_xdata()) == [s["step"] for s in hist.samples]
 
 
@@ -192,7 +284,7 @@ def test_load_from_history_jsonl(tmp_path, hist):
         on_disk.log_sample(s)
     fig = plot_rewards(tmp_path / "history.jsonl")
     assert len(fig.axes[0].lines) == 3
-    assert len(plot_memory(str(tmp_path)).axes) == 2
+    assert len(plot_memory(str(tmp_path)).axes) == 1
     view = reflection_browser(str(tmp_path / "history.jsonl"), static=True)
     assert f"step {hist.samples[0]['step']}" in str(view)
 
@@ -268,6 +360,64 @@ def test_static_detection(monkeypatch):
     assert is_static(False) is False
     monkeypatch.setenv("ERL_LITE_STATIC", "1")
     assert is_static() is True and is_static(False) is False
+
+
+class _FakeKernel:
+    config = {"IPKernelApp": {}}
+
+
+@pytest.mark.parametrize("env, colab, control_comm, static", [
+    ({}, False, False, True),  # nbclient / nbconvert: a kernel and no front-end
+    ({"JPY_SESSION_NAME": "nb.ipynb"}, False, False, False),  # JupyterLab / Notebook
+    ({"VSCODE_PID": "42"}, False, False, False),
+    ({}, True, False, False),  # Colab
+    ({}, False, True, False),  # a front-end opened the widget control channel
+    ({"ERL_LITE_STATIC": "0"}, False, False, False),  # forced widgets
+    ({"ERL_LITE_STATIC": "1", "JPY_SESSION_NAME": "nb.ipynb"}, False, False, True),  # forced static
+    ({"CI": "true", "JPY_SESSION_NAME": "nb.ipynb"}, False, False, True),
+])
+def test_static_fallback_is_chosen_where_no_widget_frontend_is_known(monkeypatch, env, colab, control_comm,
+                                                                     static):
+    ipywidgets = pytest.importorskip("ipywidgets")
+    import sys
+    import types
+
+    from erl_lite.viz import widgets
+
+    for var in ("CI", "ERL_LITE_STATIC", "JPY_SESSION_NAME", "VSCODE_PID"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(widgets, "_kernel", lambda: _FakeKernel())
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setattr(ipywidgets.Widget, "_control_comm", object() if control_comm else None)
+    assert is_static() is static
+    view = memory_viewer(synthetic_history(steps=5))
+    assert isinstance(view, StaticView) is static
+
+
+@pytest.mark.slow
+def test_a_headless_notebook_run_gets_static_output_without_settings(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipywidgets")
+    import os
+    import pathlib
+
+    for var in ("CI", "ERL_LITE_STATIC", "JPY_SESSION_NAME", "VSCODE_PID"):
+        monkeypatch.delenv(var, raising=False)
+    # the kernel must import this checkout, not another installed copy
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from erl_lite.viz import is_static, synthetic_history, reflection_browser\n"
+        "print(is_static(), type(reflection_browser(synthetic_history(steps=5))).__name__)")])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert nb.cells[0].outputs[0]["text"].strip() == "True StaticView"
 
 
 def test_interactive_browser_follows_the_slider(hist):

@@ -47,6 +47,7 @@ _EXPORTS = {
     "DEMO_SETTINGS": "demo", "DEMO_EVAL_TASKS": "demo", "demo_config": "demo", "demo_trainer": "demo",
     "run_demo": "demo", "step_line": "demo", "write_report": "demo",
     "Bands": "bands", "measure_bands": "bands",
+    "contradictions": "rulebooks", "contradiction_rate": "rulebooks",
 }
 __all__ = sorted(_EXPORTS)
 

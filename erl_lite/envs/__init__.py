@@ -22,6 +22,7 @@ _EXPORTS = {
     "hotpotqa_paper_questions": "paper_tasks",
     "make_arithmetic_dataset": "arithmetic", "small_arithmetic_dataset": "arithmetic",
     "arithmetic_reward": "arithmetic", "arithmetic_feedback": "arithmetic",
+    "MultiEnvironment": "multi", "TRLEnvironment": "trl_adapter", "load_rows": "data_sources",
 }
 __all__ = sorted(_EXPORTS)
 

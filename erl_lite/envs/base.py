@@ -74,6 +74,54 @@ class Episode(ABC):
         return self.reward >= 1.0
 
 
+
+class BatchScoredEpisode(Episode):
+    """An episode whose reward comes from its environment's :meth:`Environment.score_batch`.
+
+    ``step`` only records what the model did; the environment scores every finished episode
+    of a phase in one call and stores each verdict with :meth:`set_score`. Reading ``reward``
+    or ``success`` before that scores this episode on its own, so an episode used by hand
+    still works. Subclasses say when there is something to score (:meth:`_ready_to_score`)
+    and set ``env`` to an environment with a ``success_threshold``.
+    """
+
+    env: Any
+    scored: bool = False
+    _reward: float = 0.0
+    _verdict: str = ""
+
+    def set_score(self, reward: float, verdict: str) -> None:
+        """Store the batch scorer's reward and textual verdict on this episode."""
+        self._reward, self._verdict, self.scored = reward, verdict, True
+
+    def _ready_to_score(self) -> bool:
+        raise NotImplementedError
+
+    def _ensure_scored(self) -> None:
+        if self._ready_to_score() and not self.scored:
+            self.env.score_batch([self])
+
+    @property
+    def reward(self) -> float:  # type: ignore[override]
+        self._ensure_scored()
+        return self._reward
+
+    @property
+    def success(self) -> bool:
+        return self.reward >= self.env.success_threshold
+
+    @classmethod
+    def pending(cls, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None
+                ) -> tuple[list["BatchScoredEpisode"], list[list[int]]]:
+        """The episodes of this class that await a score, with their completion ids (aligned).
+
+        What every ``score_batch`` of a batch-scored environment starts from.
+        """
+        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
+        todo = [(ep, i) for ep, i in zip(episodes, ids)
+                if isinstance(ep, cls) and ep._ready_to_score() and not ep.scored]
+        return [ep for ep, _ in todo], [i for _, i in todo]
+
 class Environment(ABC):
     """A family of tasks and the rules to play them.
 
@@ -111,6 +159,11 @@ class Environment(ABC):
     def initial_system_prompt(self, task: Task) -> str:
         """The system prompt a first attempt at ``task`` sees (default: ``system_prompt``)."""
         return self.system_prompt
+
+    def action_reminder_for(self, task: Task) -> str:
+        """The action reminder added to a rulebook for ``task`` (default: ``action_reminder``;
+        an environment of several members answers per task)."""
+        return self.action_reminder
 
     def train_tasks(self, n: int | None = None) -> list[Task]:
         """The first ``n`` tasks of the fixed training split (all when ``n`` is None)."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
-from erl_lite.envs.base import Environment, Episode, StepOutput
+from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.reward_calls import (RewardFunctionError, RunState, call_arguments, feedback_texts,
                                         weighted_rewards)
 from erl_lite.records import Task
@@ -153,14 +153,11 @@ class RewardFunctionEnv(Environment):
 
     def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
         """Score every answered, unscored episode with one call per function (TRL-style)."""
-        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
-        todo = [(ep, i) for ep, i in zip(episodes, ids)
-                if isinstance(ep, RewardFunctionEpisode) and ep.completion is not None and not ep.scored]
+        todo, ids = RewardFunctionEpisode.pending(episodes, completion_ids)
         if not todo:
             return
-        tasks = [ep.task for ep, _ in todo]
-        rewards, feedbacks = self.score(tasks, [ep.completion for ep, _ in todo], [i for _, i in todo])
-        for (ep, _), reward, feedback in zip(todo, rewards, feedbacks):
+        rewards, feedbacks = self.score([ep.task for ep in todo], [ep.completion for ep in todo], ids)
+        for ep, reward, feedback in zip(todo, rewards, feedbacks):
             ep.set_score(reward, feedback)
 
     def score(self, tasks: Sequence[Task], completions: Sequence[str],
@@ -186,7 +183,7 @@ def _render(observation: str | Messages) -> str:
     return "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in observation)
 
 
-class RewardFunctionEpisode(Episode):
+class RewardFunctionEpisode(BatchScoredEpisode):
     """One reply to one dataset prompt.
 
     ``step`` only records the reply: the reward functions run once for a whole batch, in
@@ -199,15 +196,13 @@ class RewardFunctionEpisode(Episode):
         self.task: Task | None = None
         self.observation: str | Messages = ""
         self.completion: str | None = None
-        self.scored = False
-        self._reward = 0.0
-        self._feedback = "No answer was given."
+        self.scored, self._reward, self._verdict = False, 0.0, "No answer was given."
 
     def reset(self, task: Task) -> str | Messages:
         if task.prompt is None:
             raise ValueError(f"task {task.task_id} has no prompt")
         self.task, self.done, self.completion, self.scored = task, False, None, False
-        self._reward, self._feedback = 0.0, "No answer was given."
+        self._reward, self._verdict = 0.0, "No answer was given."
         _, self.observation = split_prompt(task.prompt, where=f"task {task.task_id!r}")
         return self.observation
 
@@ -217,26 +212,12 @@ class RewardFunctionEpisode(Episode):
         self.completion, self.done = action, True
         return None, 0.0, True, {"pending_score": True}
 
-    def set_score(self, reward: float, feedback: str) -> None:
-        """Store the batch scorer's verdict on this episode."""
-        self._reward, self._feedback, self.scored = reward, feedback, True
-
-    def _ensure_scored(self) -> None:
-        if self.completion is not None and not self.scored:
-            self.env.score_batch([self])
-
-    @property
-    def reward(self) -> float:  # type: ignore[override]
-        self._ensure_scored()
-        return self._reward
-
-    @property
-    def success(self) -> bool:
-        return self.reward >= self.env.success_threshold
+    def _ready_to_score(self) -> bool:
+        return self.completion is not None
 
     def feedback(self) -> str:
         self._ensure_scored()
-        return self._feedback
+        return self._verdict
 
     def trace(self) -> str:
         answer = self.completion if self.completion is not None else "(no answer: out of tokens)"

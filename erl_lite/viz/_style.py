@@ -67,10 +67,26 @@ COLORS = {
     "second": "#2ca02c",
     "distill": "#ff7f0e",
     "eval": "#d62728",
+    "success": "#e377c2",
     "gate": "#8c564b",
     "memory": "#17becf",
     "baseline": "#7f7f7f",
 }
+#: One marker per series kind, so that curves with equal values stay apart where they overlap
+#: (a colour hidden under another line still shows its marker). Baselines use hollow markers.
+MARKERS = {
+    "first": "o",
+    "reflection": "v",
+    "second": "^",
+    "distill": "D",
+    "eval": "s",
+    "success": "x",
+    "gate": "o",
+    "memory": "o",
+    "baseline": "o",
+}
+#: At most this many markers per curve; longer curves mark every k-th point.
+MAX_MARKERS = 20
 NO_DATA = "no data yet"
 
 
@@ -189,14 +205,20 @@ def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool,
 
 
 def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: str,
-                color: str, weight: float = 0.0, dashed: bool = False) -> None:
-    """One curve; with smoothing, the raw values stay visible as a faint unlabelled line."""
+                color: str, weight: float = 0.0, dashed: bool = False, marker: str = "o") -> None:
+    """One curve; with smoothing, the raw values stay visible as a faint unlabelled line.
+
+    Every curve carries markers (every k-th point on long runs, see :data:`MAX_MARKERS`).
+    A dashed curve (a baseline) gets larger hollow markers and is drawn on top, so where it
+    equals the solid curve both stay visible: the hollow marker rings the filled one.
+    """
     steps = list(steps)
     style = "--" if dashed else "-"
-    marker = "o" if len(steps) <= 30 else None  # few points: make single steps visible
     if weight > 0 and len(values) > 1:
         ax.plot(steps, values, style, color=color, alpha=0.25, linewidth=1)
         values = smooth(values, weight)
-        marker = None
-    ax.plot(steps, values, style, color=color, label=label, marker=marker, markersize=3,
-            linewidth=1.8)
+    every = max(1, math.ceil(len(steps) / MAX_MARKERS))
+    look = (dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3) if dashed
+            else dict(markersize=4, zorder=2))
+    ax.plot(steps, values, style, color=color, label=label, marker=marker, markevery=every,
+            linewidth=1.8, **look)

@@ -11,6 +11,7 @@ reward; the gate, memory, loss and advantage panels are additions for inspecting
 
 from __future__ import annotations
 
+import math
 import os
 
 from matplotlib.axes import Axes
@@ -18,33 +19,70 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from erl_lite.viz import _style as S
-from erl_lite.viz._style import COLORS, HistoryLike, as_history, series
+from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, series
 
 STEP = "training step"
 ROLE_LABELS = {"first": "first attempt", "reflection": "reflection",
                "second": "second attempt", "distill": "internalization"}
 
-# (key, kind, label, colour) of one curve.
+# (key, kind, label, role) of one curve; the role picks its colour and marker.
 Spec = tuple[str, str, str, str]
+NO_EVAL = "no evaluation logged"
 
 
 def _curves(ax: Axes, history: HistoryLike, specs: list[Spec], weight: float = 0.0,
             dashed: bool = False, prefix: str = "") -> int:
     """Draw every spec that has data; returns how many curves were drawn."""
     drawn = 0
-    for key, kind, label, color in specs:
+    for key, kind, label, role in specs:
         steps, values = series(history, key, kind)
         if values:
-            S.plot_series(ax, steps, values, label=prefix + label, color=color,
-                          weight=weight, dashed=dashed)
+            S.plot_series(ax, steps, values, label=prefix + label, color=COLORS[role],
+                          weight=weight, dashed=dashed, marker=MARKERS[role])
             drawn += 1
     return drawn
+
+
+def _same_series(h, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
+    """Whether two logged series are equal point for point; None when neither has data."""
+    (sa, va), (sb, vb) = series(h, *a), series(h, *b)
+    if not va and not vb:
+        return None
+    return sa == sb and all(math.isclose(x, y, abs_tol=1e-9) for x, y in zip(va, vb))
+
+
+def rewards_are_binary(history: HistoryLike) -> bool:
+    """Whether reward and success carry the same numbers in every phase and in evaluation.
+
+    That is the case with 0/1 rewards and τ = 1 (the games): then a success panel would repeat
+    the reward panel, and :func:`plot_overview` draws one panel for both.
+
+    Example:
+        >>> from erl_lite.viz.demo_data import synthetic_history
+        >>> rewards_are_binary(synthetic_history(steps=5)), rewards_are_binary(None)
+        (True, False)
+    """
+    h = as_history(history)
+    pairs = [((f"reward/{p}", "train"), (f"success/{p}", "train")) for p in ("first", "second")]
+    pairs.append((("eval/reward", "eval"), ("eval/success", "eval")))
+    verdicts = [v for v in (_same_series(h, a, b) for a, b in pairs) if v is not None]
+    return bool(verdicts) and all(verdicts)
+
+
+def _note(ax: Axes, text: str) -> None:
+    """A small grey remark in the lower right corner of a panel."""
+    ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45",
+            fontsize=8, style="italic")
 
 
 @S.styled
 def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None,
                  metric: str = "reward", smoothing: float = 0.0) -> Figure:
     """Reward (or success rate) per phase over training steps, with an RLVR run dashed.
+
+    Evaluation is drawn whenever the history holds evaluation records (``kind="eval"``),
+    whatever ``eval_steps`` was; without any, a note says so. When rewards are 0/1
+    (:func:`rewards_are_binary`) the title and axis say that reward and success coincide.
 
     Args:
         history: the ERL run.
@@ -56,24 +94,31 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> fig = plot_rewards(synthetic_history(steps=10))
-        >>> len(fig.axes[0].lines)
-        3
+        >>> len(fig.axes[0].lines), fig.axes[0].get_title()
+        (3, 'Reward = success rate per phase (rewards are 0/1)')
     """
     if metric not in ("reward", "success"):
         raise ValueError(f"metric must be 'reward' or 'success', got {metric!r}")
     h = as_history(history)
+    base = as_history(baseline) if baseline is not None else None
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"{metric}/first", "train", "first attempt", COLORS["first"]),
-             (f"{metric}/second", "train", "second attempt (gated tasks)", COLORS["second"]),
-             (f"eval/{metric}", "eval", "evaluation (first attempt)", COLORS["eval"])]
+    specs = [(f"{metric}/first", "train", "first attempt", "first"),
+             (f"{metric}/second", "train", "second attempt (gated tasks)", "second"),
+             (f"eval/{metric}", "eval", "evaluation (first attempt)", "eval")]
     drawn = _curves(ax, h, specs, smoothing)
-    if baseline is not None:
-        base = as_history(baseline)
+    if base is not None:
         drawn += _curves(ax, base, [specs[0], specs[2]], smoothing, dashed=True,
                          prefix="RLVR · ")
-    what = "mean reward (0–1)" if metric == "reward" else "success rate (0–1)"
-    title = "Reward per phase" if metric == "reward" else "Success rate per phase"
+    binary = rewards_are_binary(h) and (base is None or rewards_are_binary(base))
+    if binary:
+        title, what = "Reward = success rate per phase (rewards are 0/1)", "reward = success rate (0–1)"
+    elif metric == "reward":
+        title, what = "Reward per phase", "mean reward (0–1)"
+    else:
+        title, what = "Success rate per phase", "success rate (0–1)"
     S.decorate(ax, title, STEP, what, drawn > 0)
+    if drawn and not h.of_kind("eval"):
+        _note(ax, f"{NO_EVAL}: set eval_steps, or log trainer.evaluate() with kind='eval'")
     ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
@@ -90,8 +135,7 @@ def plot_gate_rate(history: HistoryLike, ax: Axes | None = None,
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    drawn = _curves(ax, h, [("gate/rate", "train", "sent to reflection", COLORS["gate"])],
-                    smoothing)
+    drawn = _curves(ax, h, [("gate/rate", "train", "sent to reflection", "gate")], smoothing)
     S.decorate(ax, "Gate: first attempts sent to reflection", STEP,
                "fraction of first attempts", drawn > 0)
     ax.set_ylim(-0.03, 1.03)
@@ -110,13 +154,16 @@ def _memory_sizes(h) -> tuple[list[int], list[float]]:
 
 @S.styled
 def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
-    """Memory timeline: rulebooks written per step (bars, left axis), rulebooks held (line, right).
+    """Memory timeline on one axis of rulebooks: written per step (bars), held after it (line).
+
+    Both series count rulebooks, so they share the y axis: a bar and a point at the same
+    height are the same number (two axes with their own scales would not line up).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> fig = plot_memory(synthetic_history(steps=5))
-        >>> fig.axes[0].get_ylabel()
-        'rulebooks written per step'
+        >>> len(fig.axes), fig.axes[0].get_ylabel()
+        (1, 'rulebooks')
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
@@ -124,25 +171,17 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
     s_steps, sizes = _memory_sizes(h)
     if writes:
         ax.bar(w_steps, writes, color=COLORS["memory"], alpha=0.55, label="written this step")
-    handles, labels = ax.get_legend_handles_labels()
-    right = None
     if sizes:
-        right = ax.twinx()
-        right.plot(s_steps, sizes, color="0.2", marker="o" if len(sizes) <= 30 else None,
-                   markersize=3, linewidth=1.8, label="held after the step")
-        right.set_ylabel("rulebooks held")
-        right.set_ylim(0, max(sizes) * 1.35 + 0.5)  # headroom keeps the legend off the line
-        right.yaxis.set_major_locator(MaxNLocator(integer=True))
-        right.grid(False)
-        right.spines["right"].set_visible(True)
-        h2, l2 = right.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
-    S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks written per step",
+        S.plot_series(ax, s_steps, sizes, label="held after the step", color="0.2",
+                      marker=MARKERS["memory"])
+    S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks",
                bool(writes or sizes), legend=False)
-    ax.set_ylim(0, max(writes, default=0.0) * 1.35 + 0.5)
+    top = max(writes + sizes, default=0.0)
+    ax.set_ylim(0, top * 1.35 + 0.5)  # headroom keeps the legend off the data
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    if handles:  # one legend for both axes, drawn on the twin so the line stays on top
-        (right or ax).legend(handles, labels, loc="upper left", frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper left", frameon=False)
     return S.done(fig, owned)
 
 
@@ -173,7 +212,7 @@ def plot_losses(history: HistoryLike, ax: Axes | None = None, smoothing: float =
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"loss/{r}", "train", ROLE_LABELS[r], COLORS[r]) for r in ROLE_LABELS]
+    specs = [(f"loss/{r}", "train", ROLE_LABELS[r], r) for r in ROLE_LABELS]
     drawn = _curves(ax, h, specs, smoothing)
     S.decorate(ax, "Loss by role", STEP, "loss (token sum, mean over sequences)", drawn > 0)
     return S.done(fig, owned)
@@ -191,8 +230,7 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None,
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"advantage/{r}", "train", ROLE_LABELS[r], COLORS[r])
-             for r in ("first", "reflection", "second")]
+    specs = [(f"advantage/{r}", "train", ROLE_LABELS[r], r) for r in ("first", "reflection", "second")]
     drawn = _curves(ax, h, specs, smoothing)
     S.decorate(ax, "Advantage magnitude by role", STEP, "mean |advantage| (group-std units)",
                drawn > 0)
@@ -204,18 +242,24 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
               ax: Axes | None = None) -> Figure:
     """Evaluation (first attempt, initial prompt) reward and success, RLVR dashed if given.
 
+    With 0/1 rewards the two coincide and one curve is drawn for both.
+
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> len(plot_eval(synthetic_history(steps=10)).axes[0].lines)
-        2
+        >>> [line.get_label() for line in plot_eval(synthetic_history(steps=10)).axes[0].lines]
+        ['reward = success rate']
     """
     h = as_history(history)
+    base = as_history(baseline) if baseline is not None else None
     fig, ax, owned = S.new_axes(ax)
-    specs = [("eval/reward", "eval", "mean reward", COLORS["eval"]),
-             ("eval/success", "eval", "success rate", COLORS["first"])]
+    same = all(_same_series(x, ("eval/reward", "eval"), ("eval/success", "eval")) is not False
+               for x in ([h] if base is None else [h, base]))
+    specs = ([("eval/reward", "eval", "reward = success rate", "eval")] if same else
+             [("eval/reward", "eval", "mean reward", "eval"),
+              ("eval/success", "eval", "success rate", "success")])
     drawn = _curves(ax, h, specs)
-    if baseline is not None:
-        drawn += _curves(ax, as_history(baseline), specs, dashed=True, prefix="RLVR · ")
+    if base is not None:
+        drawn += _curves(ax, base, specs, dashed=True, prefix="RLVR · ")
     S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)",
                drawn > 0)
     ax.set_ylim(-0.03, 1.03)
@@ -225,22 +269,31 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
 @S.styled
 def plot_overview(history: HistoryLike, baseline: HistoryLike = None,
                   smoothing: float = 0.0) -> Figure:
-    """A 2×3 dashboard: reward, success, gate / memory, loss, advantage (for READMEs).
+    """A dashboard: reward, success, gate / memory, loss, advantage (for READMEs).
+
+    Evaluation records are drawn in the reward panel. With 0/1 rewards
+    (:func:`rewards_are_binary`) reward and success are one wide panel instead of two
+    identical ones.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> len(plot_overview(synthetic_history(steps=5)).axes) >= 6
-        True
+        >>> [ax.get_title() for ax in plot_overview(synthetic_history(steps=5)).axes][:2]
+        ['Reward = success rate per phase (rewards are 0/1)', 'Gate: first attempts sent to reflection']
     """
     h = as_history(history)
     base = as_history(baseline) if baseline is not None else None
-    fig, axes = S.plt.subplots(2, 3, figsize=(15, 7.6), dpi=S.DPI)
-    plot_rewards(h, base, ax=axes[0, 0], smoothing=smoothing)
-    plot_rewards(h, base, ax=axes[0, 1], metric="success", smoothing=smoothing)
-    plot_gate_rate(h, ax=axes[0, 2], smoothing=smoothing)
-    plot_memory(h, ax=axes[1, 0])
-    plot_losses(h, ax=axes[1, 1], smoothing=smoothing)
-    plot_advantages(h, ax=axes[1, 2], smoothing=smoothing)
+    binary = rewards_are_binary(h) and (base is None or rewards_are_binary(base))
+    fig = S.plt.figure(figsize=(15, 7.6), dpi=S.DPI)
+    grid = fig.add_gridspec(2, 3)
+    if binary:
+        plot_rewards(h, base, ax=fig.add_subplot(grid[0, :2]), smoothing=smoothing)
+    else:
+        plot_rewards(h, base, ax=fig.add_subplot(grid[0, 0]), smoothing=smoothing)
+        plot_rewards(h, base, ax=fig.add_subplot(grid[0, 1]), metric="success", smoothing=smoothing)
+    plot_gate_rate(h, ax=fig.add_subplot(grid[0, 2]), smoothing=smoothing)
+    plot_memory(h, ax=fig.add_subplot(grid[1, 0]))
+    plot_losses(h, ax=fig.add_subplot(grid[1, 1]), smoothing=smoothing)
+    plot_advantages(h, ax=fig.add_subplot(grid[1, 2]), smoothing=smoothing)
     fig.suptitle("ERL run overview" + (" (dashed: RLVR baseline)" if base else ""),
                  fontsize=13)
     return S.done(fig, True)

@@ -1,12 +1,12 @@
 """Notebook browsers: reflections (step slider, rollout picker, outcome filter) and memory.
 
-Both degrade to static output where no widget front-end can draw them. The rule
-(:func:`is_static`) is deliberately simple: an explicit ``static=`` argument wins; otherwise
-static when ``ipywidgets`` is missing, when we are not inside an IPython kernel, or when the
-environment variable ``ERL_LITE_STATIC`` (or ``CI``) is set to a true value. A headless
-notebook run (nbclient, nbconvert) has a real kernel but nobody to draw widgets, so set
-``ERL_LITE_STATIC=1`` there. Static output is a :class:`StaticView`: it renders as HTML in a
-notebook and prints as plain text elsewhere.
+Both degrade to static output where no widget front-end can draw them, and choose it on their
+own (:func:`is_static`): an explicit ``static=`` argument wins; then the environment variable
+``ERL_LITE_STATIC`` (true: static; false: widgets) and ``CI`` (true: static); otherwise
+widgets only inside an IPython kernel with ``ipywidgets`` installed *and* a front-end known to
+draw them (:func:`widget_frontend`). A headless run (nbclient, nbconvert, papermill) has a
+kernel but no such front-end, so it gets static output without any setting. Static output is
+a :class:`StaticView`: it renders as HTML in a notebook and prints as plain text elsewhere.
 
 Departures from the paper: none (presentation only).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,22 +32,56 @@ FILTERS = {
     "passed gate": lambda r: r["second_success"] is None,
 }
 _TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _kernel() -> Any:
+    """The running IPython kernel's shell, or None (plain Python, a terminal IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell if shell is not None and "IPKernelApp" in getattr(shell, "config", {}) else None
+
+
+def widget_frontend() -> str | None:
+    """Name of the connected front-end that draws widgets, or None when none is known.
+
+    A kernel cannot ask its front-end what it renders, so this reads the traces each one
+    leaves: ipywidgets 8 front-ends (JupyterLab, Notebook 7) open the widget control channel
+    when they connect; Colab loads ``google.colab``; a Jupyter server session sets
+    ``JPY_SESSION_NAME``; VS Code sets ``VSCODE_PID``. nbclient, nbconvert and papermill
+    start a bare kernel and leave none of them.
+    """
+    if "google.colab" in sys.modules:
+        return "colab"
+    widgets = sys.modules.get("ipywidgets")
+    if widgets is not None and getattr(widgets.Widget, "_control_comm", None) is not None:
+        return "jupyter widgets"
+    if os.environ.get("JPY_SESSION_NAME"):
+        return "jupyter server"
+    if os.environ.get("VSCODE_PID"):
+        return "vscode"
+    return None
 
 
 def is_static(static: bool | None = None) -> bool:
     """Whether the browsers should render static output (see the module docstring)."""
     if static is not None:
         return static
-    for var in ("ERL_LITE_STATIC", "CI"):
-        if os.environ.get(var, "").strip().lower() in _TRUE:
-            return True
+    forced = os.environ.get("ERL_LITE_STATIC", "").strip().lower()
+    if forced in _TRUE:
+        return True
+    if os.environ.get("CI", "").strip().lower() in _TRUE and forced not in _FALSE:
+        return True
     try:
         import ipywidgets  # noqa: F401
-        from IPython import get_ipython
     except ImportError:
         return True
-    shell = get_ipython()
-    return shell is None or "IPKernelApp" not in getattr(shell, "config", {})
+    if _kernel() is None:
+        return True
+    return forced not in _FALSE and widget_frontend() is None
 
 
 @dataclass

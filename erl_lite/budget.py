@@ -1,0 +1,275 @@
+"""GPU memory arithmetic: will a QLoRA ERL run fit, before it is started?
+
+The architectures the GPU presets load ship as data (``erl_lite/data/model_configs/*.json``:
+the architecture fields of the public ``config.json`` of Qwen2.5-0.5B/1.5B-Instruct and
+Qwen3-4B-Instruct-2507), so a random model of the real shape can be built offline
+(``benchmarks/gpu_check.py``) and its memory estimated here from an :class:`ERLConfig`.
+
+:func:`estimate_memory` adds up, in GiB (2**30 bytes, the unit Colab and ``nvidia-smi`` show):
+
+* **static**: 4-bit NF4 linear weights with double quantization (4.13 bits per weight), the
+  embedding (and an untied lm-head) in fp32, the LoRA weights, their gradients and the
+  optimizer's two moments (fp32 for ``adamw_torch``, one byte each for the 8-bit ones);
+* **update** (one micro-batch of ``per_device_train_batch_size`` rows of the longest
+  sequence): the layer inputs kept by gradient checkpointing (every activation of every layer
+  without it), one layer recomputed with its gradients during the backward, and one log-prob
+  tile: ``ERLConfig.logprob_chunk_size`` positions (over all rows) × the
+  :data:`erl_lite.logprobs.VOCAB_TILE` vocabulary columns in fp32, times ``logprob_copies``
+  live copies (logits, their softmax, their gradient) — or, with ``logprob_chunk_size=None``,
+  the full ``(rows, T, V)`` logits;
+* **rollout** (one batched ``generate`` over every first attempt of the step): the key/value
+  cache of all rows at the longest sequence, and the prefill's transient MLP tensors.
+
+The peak is static + max(update, rollout). Activations count 4 bytes per value on every GPU:
+``peft.prepare_model_for_kbit_training`` upcasts the embedding and norms to fp32, and a
+bitsandbytes 4-bit layer returns its input's dtype, so the residual stream and the cache are
+fp32 whether the 4-bit matmuls compute in fp16 (T4) or bf16. The estimate leaves out the CUDA
+context and allocator fragmentation (about 0.5-1 GiB); keep the total under ~13 GiB on a
+15 GiB T4 for that reason. The per-layer coefficients are counts of the tensors a Qwen2/Qwen3
+decoder layer keeps for its backward (see :func:`_layer_bytes_per_token`), not measurements;
+``benchmarks/gpu_check.py`` measures the real peak.
+
+Departures from the paper: none (the paper trains on 8xH100; this is single-GPU planning).
+
+Example:
+    >>> from erl_lite.config import ERLConfig
+    >>> shape = ModelShape.load("qwen2.5-1.5b-instruct")
+    >>> shape.parameter_count()  # the published count
+    1543714304
+    >>> est = estimate_memory(ERLConfig.preset("gpu"), shape)
+    >>> est.peak_gib < 13
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from erl_lite.config import ERLConfig
+
+#: Shipped architectures, by file name (without ``.json``) under ``data/model_configs``.
+MODEL_CONFIGS = ("qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507")
+GIB = 2 ** 30
+# NF4 with double quantization: 4 bits per weight, an 8-bit absmax per 64-weight block and an
+# fp32 absmax per 256 blocks (bitsandbytes' defaults).
+_NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+_RESIDUAL_BYTES = 4  # fp32 residual stream and cache (see the module docstring)
+_OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  # two moments per weight
+
+
+def model_config(name: str) -> dict[str, Any]:
+    """The shipped architecture fields of ``name`` (one of :data:`MODEL_CONFIGS`), ready for
+    ``transformers.AutoConfig.for_model(**fields)`` (``model_type`` included).
+
+    Example:
+        >>> model_config("qwen3-4b-instruct-2507")["head_dim"]
+        128
+    """
+    if name not in MODEL_CONFIGS:
+        raise ValueError(f"unknown model config {name!r}; shipped: {MODEL_CONFIGS}")
+    text = resources.files("erl_lite").joinpath("data", "model_configs", f"{name}.json").read_text()
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a decoder-only Qwen2/Qwen3 architecture that decide its memory."""
+
+    name: str
+    family: str  # "qwen2" (q/k/v bias) or "qwen3" (q/k RMSNorm)
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def load(cls, name: str) -> "ModelShape":
+        """The shape of a shipped architecture (see :data:`MODEL_CONFIGS`)."""
+        c = model_config(name)
+        return cls(name, c["model_type"], c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
+                   c["num_attention_heads"], c["num_key_value_heads"],
+                   c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+                   c["vocab_size"], c["tie_word_embeddings"])
+
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """``(in, out)`` of the seven projections of one layer (q, k, v, o, gate, up, down)."""
+        h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
+        return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+
+    def linear_parameters(self) -> int:
+        """Weights of every decoder projection (what bitsandbytes quantizes to 4 bit)."""
+        return self.layers * sum(a * b for a, b in self.linear_shapes())
+
+    def other_parameters(self) -> int:
+        """Embedding, untied lm-head, norms, q/k/v biases (Qwen2), q/k norms (Qwen3)."""
+        per_layer = 2 * self.hidden  # input and post-attention RMSNorm
+        if self.family == "qwen2":
+            per_layer += (self.heads + 2 * self.kv_heads) * self.head_dim
+        else:
+            per_layer += 2 * self.head_dim
+        embed = self.vocab * self.hidden * (1 if self.tied else 2)
+        return embed + self.layers * per_layer + self.hidden
+
+    def parameter_count(self) -> int:
+        """All parameters (equals the published count for the shipped configs)."""
+        return self.linear_parameters() + self.other_parameters()
+
+    def lora_parameters(self, r: int) -> int:
+        """LoRA weights with rank ``r`` on every projection ("all-linear", lm-head excluded)."""
+        return self.layers * sum(r * (a + b) for a, b in self.linear_shapes())
+
+    def kv_bytes_per_token(self) -> int:
+        """Key/value cache per token, all layers."""
+        return self.layers * 2 * self.kv_heads * self.head_dim * _RESIDUAL_BYTES
+
+
+def _layer_bytes_per_token(shape: ModelShape) -> int:
+    """Bytes per token one decoder layer holds while it is recomputed and back-propagated.
+
+    Counted tensors (per token): ~10 hidden-width fp32 values (two norm inputs and outputs,
+    q, k, v and their rotated copies, attention output, o-proj input, residual) and, in the
+    MLP, gate, up, silu(gate), their product (fp32), the product's fp16 copy for the 4-bit
+    matmul, and the gradients of gate and up while the MLP back-propagates: ~6.5 fp32
+    intermediate-width values.
+    """
+    return int(_RESIDUAL_BYTES * (10 * shape.hidden + 6.5 * shape.intermediate))
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Estimated GPU memory of one step, by part, in GiB (see the module docstring)."""
+
+    weights: float
+    lora: float
+    gradients: float
+    optimizer: float
+    checkpoints: float
+    layer_backward: float
+    logprob_chunk: float
+    kv_cache: float
+    prefill: float
+
+    @property
+    def static_gib(self) -> float:
+        return self.weights + self.lora + self.gradients + self.optimizer
+
+    @property
+    def update_gib(self) -> float:
+        return self.checkpoints + self.layer_backward + self.logprob_chunk
+
+    @property
+    def rollout_gib(self) -> float:
+        return self.kv_cache + self.prefill
+
+    @property
+    def peak_gib(self) -> float:
+        """What must fit: the static part plus the larger of the two phases."""
+        return self.static_gib + max(self.update_gib, self.rollout_gib)
+
+
+def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
+                    logprob_copies: int = 3) -> MemoryEstimate:
+    """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape`` (see the module docstring).
+
+    Args:
+        config: the run's settings (micro-batch, token budgets, tasks x G, optimizer,
+            gradient checkpointing).
+        shape: the architecture.
+        lora_r: LoRA rank on every projection (``load_policy``'s default 16).
+        logprob_copies: fp32 copies of a log-prob tile alive at once.
+
+    Example:
+        >>> from erl_lite.config import ERLConfig
+        >>> shape = ModelShape.load("qwen2.5-0.5b-instruct")
+        >>> small = estimate_memory(ERLConfig.preset("gpu", per_device_train_batch_size=1), shape)
+        >>> large = estimate_memory(ERLConfig.preset("gpu", per_device_train_batch_size=4), shape)
+        >>> large.update_gib > small.update_gib
+        True
+    """
+    seq = max(config.max_episode_length, config.max_reflection_prompt_length + config.max_reflection_length)
+    rows = config.per_device_train_batch_size
+    lora = shape.lora_parameters(lora_r)
+    hidden_row = seq * shape.hidden * _RESIDUAL_BYTES  # one row's (T, h) fp32 activations
+    layer_row = seq * _layer_bytes_per_token(shape)
+    if config.gradient_checkpointing:
+        checkpoints = shape.layers * rows * hidden_row  # the input of every layer
+        layer_backward = rows * layer_row
+    else:
+        checkpoints, layer_backward = shape.layers * rows * layer_row, 0.0
+    from erl_lite.logprobs import VOCAB_TILE
+
+    if config.logprob_chunk_size is None:  # full logits: every position against the whole vocabulary
+        tile = rows * seq * shape.vocab
+    else:  # one (chunk, tile) block at a time, recomputed in the backward
+        tile = min(config.logprob_chunk_size, rows * seq) * min(VOCAB_TILE, shape.vocab)
+    rollout_rows = config.num_tasks_per_step * config.num_generations
+    rollout_tokens = rollout_rows * seq
+    # Prefill without grad: silu(gate), up and their product alive at once, plus the LoRA
+    # branch's output: four (tokens, intermediate) fp32 tensors in the widest layer.
+    prefill = rollout_tokens * 4 * shape.intermediate * _RESIDUAL_BYTES
+    return MemoryEstimate(
+        weights=(shape.linear_parameters() * _NF4_BYTES + shape.other_parameters() * 4) / GIB,
+        lora=lora * 4 / GIB,
+        gradients=lora * 4 / GIB,
+        optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
+        checkpoints=checkpoints / GIB,
+        layer_backward=layer_backward / GIB,
+        logprob_chunk=tile * 4 * logprob_copies / GIB,
+        kv_cache=rollout_tokens * shape.kv_bytes_per_token() / GIB,
+        prefill=prefill / GIB,
+    )
+
+
+def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kwargs: Any) -> str:
+    """A Markdown table of :func:`estimate_memory` for each architecture (the README's).
+
+    Example:
+        >>> memory_table(ERLConfig.preset("gpu"), ("qwen2.5-0.5b-instruct",)).splitlines()[0][:25]
+        '| model | weights (4-bit)'
+    """
+    parts = ("weights (4-bit)", "LoRA + grads", "optimizer", "checkpoints", "layer backward",
+             "log-prob chunk", "update", "KV cache", "prefill", "rollout", "peak")
+    lines = ["| model | " + " | ".join(parts) + " |", "|---" * (len(parts) + 1) + "|"]
+    for name in names:
+        e = estimate_memory(config, ModelShape.load(name), **kwargs)
+        values = (e.weights, e.lora + e.gradients, e.optimizer, e.checkpoints, e.layer_backward,
+                  e.logprob_chunk, e.update_gib, e.kv_cache, e.prefill, e.rollout_gib, e.peak_gib)
+        lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m erl_lite.budget [--preset gpu] [--mode rlvr] [--set field=value ...]``:
+    print the memory table (GiB) for a preset with ERLConfig overrides."""
+    import argparse
+    import ast
+
+    p = argparse.ArgumentParser(description="Estimated GPU memory (GiB) of a 4-bit QLoRA ERL step")
+    p.add_argument("--preset", default="gpu", help="ERLConfig preset (default: gpu)")
+    p.add_argument("--mode", default="erl", help="erl, erl_simple or rlvr")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="ERLConfig overrides, e.g. num_tasks_per_step=2 max_episode_length=2560")
+    a = p.parse_args(argv)
+    overrides = {}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[key] = value  # a plain string such as adamw_8bit
+    cfg = ERLConfig.preset(a.preset, mode=a.mode, **overrides)
+    print(f"preset {a.preset!r}, mode {a.mode!r}: micro-batch {cfg.per_device_train_batch_size}, "
+          f"{cfg.num_tasks_per_step} tasks x G {cfg.num_generations}, episode budget "
+          f"{cfg.max_episode_length}, gradient checkpointing {cfg.gradient_checkpointing}, optim {cfg.optim}")
+    print(memory_table(cfg))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The notebooks' first cells: the install cell, the Colab badge, links to the repository's figures,
+and a report of the environment a notebook runs in.
+
+The install cell, the badge and the figure links are text rendered from two constants,
+:data:`erl_lite.REPOSITORY_URL` and :data:`erl_lite.RELEASE_REF`: ``scripts/sync_notebooks.py``
+writes them into every notebook, and ``tests/test_notebooks.py`` checks that no notebook has
+drifted. Installing from the repository at a pinned ref (not a name on the package index, which
+anyone could register) and with the constraints file of the same ref gives a Colab session the
+code and the dependency versions the test suite passed with. Nothing here touches the paper's
+algorithm.
+
+Example:
+    >>> from erl_lite.colab import raw_url
+    >>> raw_url("assets/compare_eval.png", "https://github.com/someone/erl_lite", "v1.0")
+    'https://raw.githubusercontent.com/someone/erl_lite/v1.0/assets/compare_eval.png'
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+
+from erl_lite import RELEASE_REF, REPOSITORY_URL, __version__
+
+#: Distributions the environment report lists (besides Python and erl_lite itself), in order.
+REPORTED_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "accelerate")
+
+_GITHUB = re.compile(r"https://github\.com/(?P<owner>[\w.-]+)/(?P<name>[\w.-]+?)(?:\.git)?/?")
+
+
+def github_path(repository: str = REPOSITORY_URL) -> str:
+    """``owner/name`` of a GitHub repository URL (Colab opens notebooks from GitHub only).
+
+    Example:
+        >>> github_path("https://github.com/someone/erl_lite.git")
+        'someone/erl_lite'
+    """
+    match = _GITHUB.fullmatch(repository)
+    if match is None:
+        raise ValueError(f"repository must be https://github.com/<owner>/<name>, got {repository!r}")
+    return f"{match['owner']}/{match['name']}"
+
+
+def raw_url(path: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The URL of a file of the repository at ``ref``, as served raw (images, constraints)."""
+    return f"https://raw.githubusercontent.com/{github_path(repository)}/{ref}/{path}"
+
+
+def colab_url(notebook: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The URL that opens ``notebook`` (a path inside the repository) in Colab, at ``ref``.
+
+    Example:
+        >>> colab_url("notebooks/01_quickstart.ipynb", "https://github.com/o/r", "v1")
+        'https://colab.research.google.com/github/o/r/blob/v1/notebooks/01_quickstart.ipynb'
+    """
+    return f"https://colab.research.google.com/github/{github_path(repository)}/blob/{ref}/{notebook}"
+
+
+def badge_markdown(notebook: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The "Open in Colab" badge of ``notebook`` (a path inside the repository), as markdown."""
+    return ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"({colab_url(notebook, repository, ref)})")
+
+
+def install_cell_source(repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The source of every notebook's install cell: erl_lite from ``repository`` at ``ref``, with
+    the dependency pins of ``constraints.txt`` at the same ref; nothing when erl_lite is already
+    importable (a local clone installed with ``pip install -e .``, CI)."""
+    return f'''\
+# Installs erl_lite from its repository at the pinned release, with the dependency versions its
+# tests passed with. Does nothing where erl_lite is already importable (a local clone, CI).
+# Rendered by scripts/sync_notebooks.py from erl_lite.REPOSITORY_URL and erl_lite.RELEASE_REF.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("erl_lite") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+{repository}@{ref}",
+                    "-c", "{raw_url("constraints.txt", repository, ref)}"], check=True)
+    importlib.invalidate_caches()'''
+
+
+#: The cell after the parameters cell: what the notebook runs on, and the GPU-preset check.
+REPORT_CELL_SOURCE = '''\
+# What this notebook runs on: versions, device, free GPU memory (paste it into a bug report).
+from erl_lite.colab import environment_report
+from erl_lite.config import require_cuda_for_preset
+
+print(environment_report())
+# A GPU preset on a machine without CUDA stops here; allow_cpu=True runs it on the CPU anyway (hours).
+require_cuda_for_preset(PRESET, allow_cpu=False)'''
+
+
+@dataclass(frozen=True)
+class RuntimeReport:
+    """Versions and device of the running Python, as :func:`environment_report` found them."""
+
+    versions: dict[str, str | None] = field(default_factory=dict)
+    """``python``, each of :data:`REPORTED_PACKAGES` (None when not installed), ``erl_lite``."""
+    location: str = ""
+    """Where ``erl_lite`` was imported from (shows which copy runs: a clone or an install)."""
+    device: str = "cpu"
+    """``"cuda:<i>"`` of the current CUDA device, else ``"cpu"``."""
+    gpu_name: str | None = None
+    gpu_free_gib: float | None = None
+    """Free memory of the current CUDA device (``torch.cuda.mem_get_info``), GiB."""
+    gpu_total_gib: float | None = None
+    native_bf16: bool | None = None
+    """Whether the GPU computes in bf16 natively (a T4 does not: 4-bit compute runs in fp16)."""
+
+    def __str__(self) -> str:
+        width = max(map(len, self.versions))
+        lines = [f"{name:<{width}}  {version or 'not installed'}" for name, version in self.versions.items()]
+        lines[-1] += f"  ({self.location})" if self.location else ""
+        if self.gpu_name is None:
+            lines.append(f"{'device':<{width}}  cpu (no CUDA device)")
+        else:
+            lines.append(f"{'device':<{width}}  {self.device} · {self.gpu_name} · "
+                         f"{self.gpu_free_gib:.1f} GiB free of {self.gpu_total_gib:.1f} GiB · "
+                         f"bf16: {'yes' if self.native_bf16 else 'no'}")
+        return "\n".join(lines)
+
+
+def environment_report() -> RuntimeReport:
+    """Versions of Python, torch, transformers, peft, trl, bitsandbytes, accelerate and erl_lite,
+    the device, and the free memory of the GPU when CUDA is present.
+
+    Example:
+        >>> str(environment_report()).splitlines()[0].startswith("python")
+        True
+    """
+    import torch
+
+    import erl_lite
+
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in REPORTED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    versions["torch"] = torch.__version__  # with its build: +cu126 (CUDA 12.6), +cpu, ...
+    versions["erl_lite"] = __version__
+    location = str(erl_lite.__file__).removesuffix("__init__.py").rstrip("/\\")
+    if not torch.cuda.is_available():
+        return RuntimeReport(versions, location)
+    index = torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    return RuntimeReport(versions, location, device=f"cuda:{index}",
+                         gpu_name=torch.cuda.get_device_name(index), gpu_free_gib=round(free / 2**30, 2),
+                         gpu_total_gib=round(total / 2**30, 2),
+                         native_bf16=torch.cuda.is_bf16_supported(including_emulation=False))

@@ -1,0 +1,303 @@
+"""Command-line options and YAML run files generated from :class:`~erl_lite.config.ERLConfig`.
+
+Every dataclass field becomes one option, so a field added to the config is on the command
+line with no edit here. The help of an option is the first sentence of the field's attribute
+docstring, read from ``config.py``'s source with :mod:`ast` (the docstrings stay the one home
+of each field's meaning); the allowed values of a field come from its ``_choice(...)`` check
+in ``ERLConfig.__post_init__``, read the same way.
+
+Spellings: ``--learning-rate`` (shown in ``--help``) and TRL's / ``HfArgumentParser``'s
+``--learning_rate`` (accepted, not shown). Booleans: ``--use-memory`` / ``--no-use-memory``,
+and TRL's ``--use_memory true|false`` / ``--no_use_memory``. Values: numbers and words as
+such, ``none`` for an optional field, dicts and lists as YAML or JSON
+(``--extra '{note: first try}'``).
+
+A run file (``--config run.yaml``) is a mapping of field names (``-`` or ``_``) to values; an
+unknown key is an error that names the closest field (:mod:`difflib`).
+
+Departures from the paper: none; this is plumbing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import difflib
+import inspect
+import re
+import sys
+import textwrap
+import types
+import typing
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from erl_lite.config import ERLConfig
+
+_NONE_WORDS = ("none", "null", "~")
+_TRUE_WORDS = ("true", "yes", "y", "1", "on")
+_FALSE_WORDS = ("false", "no", "n", "0", "off")
+
+
+# --- what the config says about itself -----------------------------------------------------
+def _class_ast(cls: type) -> ast.ClassDef | None:
+    """The class's own definition, parsed from its source; None when the source is not available."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
+
+
+def field_docs(cls: type = ERLConfig) -> dict[str, str]:
+    """Each field's attribute docstring (the string right below ``name: type = default``),
+    cleaned of indentation; fields of base classes included, fields without one left out.
+
+    Example:
+        >>> field_docs()["seed"]
+        'Seed for task order, sampling and initialisation.'
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's docstring wins over its base's
+        node = _class_ast(klass) if dataclasses.is_dataclass(klass) else None
+        body = node.body if node is not None else []
+        for stmt, following in zip(body, body[1:]):
+            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):
+                docs[stmt.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a docstring, on one line, with reST markup reduced to plain text.
+
+    Example:
+        >>> first_sentence("``single`` (paper: one slot). Or :data:`FIFO`, e.g. a queue.")
+        'single (paper: one slot).'
+    """
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text)  # :class:`~a.B` -> a.B
+    text = " ".join(text.replace("``", "").split())
+    # A sentence ends at . ! or ? followed by a space and a capital letter (not "e.g. a").
+    match = re.search(r"[.!?](?=\s+[A-Z(`\"'])", text)
+    return text[: match.end()] if match else text
+
+
+def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
+    """The allowed values of each field checked with ``_choice("name", self.name, ALLOWED)`` in
+    the config's ``__post_init__`` (``ALLOWED`` read from the config's module).
+
+    Example:
+        >>> field_choices()["mode"]
+        ('erl', 'erl_simple', 'rlvr')
+    """
+    node = _class_ast(cls)
+    module = sys.modules.get(cls.__module__)
+    found: dict[str, tuple] = {}
+    for call in ast.walk(node) if node is not None else ():
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_choice"
+                and len(call.args) == 3 and isinstance(call.args[0], ast.Constant)
+                and isinstance(call.args[2], ast.Name)):
+            allowed = getattr(module, call.args[2].id, None)
+            if isinstance(allowed, (tuple, list)):
+                found[call.args[0].value] = tuple(allowed)
+    return found
+
+
+# --- turning text into a field's value -------------------------------------------------------
+def parse_bool(text: str) -> bool:
+    """``true/false``, ``yes/no``, ``1/0``, ``on/off`` (any case), as TRL's parser reads them.
+
+    Example:
+        >>> parse_bool("False"), parse_bool("yes")
+        (False, True)
+    """
+    word = str(text).strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+
+def parse_yaml(text: str) -> Any:
+    """A value written in YAML or JSON (dicts, lists, numbers, words).
+
+    Example:
+        >>> parse_yaml("{enable_thinking: false}"), parse_yaml("[q_proj, v_proj]")
+        ({'enable_thinking': False}, ['q_proj', 'v_proj'])
+    """
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise argparse.ArgumentTypeError(f"not a YAML/JSON value: {text!r} ({e.problem})") from e
+
+
+
+def _optional(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() in _NONE_WORDS else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
+
+
+def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
+    """``(parse, metavar)`` for a field's type: ``int``/``float``/``str``/``bool`` as such,
+    ``X | None`` also reads ``none``, anything else (dicts, lists, unions) as YAML.
+
+    Example:
+        >>> parse, metavar = converter(int | None)
+        >>> parse("none"), parse("4"), metavar
+        (None, 4, 'INT')
+    """
+    if annotation is bool:
+        return parse_bool, "BOOL"
+    if annotation in (int, float, str):
+        return annotation, annotation.__name__.upper()
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1 and members[0] in (int, float, str, bool):
+            parse, metavar = converter(members[0])
+            return _optional(parse), metavar
+    return parse_yaml, "YAML"
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    """Public init fields with their resolved types (the config module uses string annotations)."""
+    hints = typing.get_type_hints(cls)
+    return [(f, hints.get(f.name, Any)) for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+
+
+# --- the parser --------------------------------------------------------------------------------
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
+                         aliases: Mapping[str, Sequence[str]] | None = None,
+                         negations: Mapping[str, str] | None = None,
+                         notes: Mapping[str, str] | None = None,
+                         title: str = "config fields") -> argparse._ArgumentGroup:
+    """Add one option per field of ``cls`` to ``parser`` (in an argument group ``title``).
+
+    Options default to nothing at all (``argparse.SUPPRESS``): the namespace holds only the
+    fields given on the command line, so the caller can put them above presets and files
+    (:func:`given_fields`).
+
+    Args:
+        aliases: extra option strings of a field, e.g. ``{"max_steps": ["--steps"]}``.
+        negations: switches that set a boolean field to False, e.g.
+            ``{"--no-memory": "use_memory"}``.
+        notes: text appended to a field's help.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> _ = add_config_arguments(p, aliases={"max_steps": ["--steps"]})
+        >>> vars(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"]))
+        {'max_steps': 3, 'learning_rate': 0.0001, 'use_memory': False}
+        >>> vars(p.parse_args(["--use_memory", "false", "--dual-clip", "none"]))
+        {'use_memory': False, 'dual_clip': None}
+    """
+    aliases, negations, notes = aliases or {}, negations or {}, notes or {}
+    docs, choices = field_docs(cls), field_choices(cls)
+    group = parser.add_argument_group(title)
+    for f, annotation in _fields(cls):
+        shown, trl = "--" + f.name.replace("_", "-"), "--" + f.name
+        help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, "")]))
+        common = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
+        if annotation is bool:
+            group.add_argument(shown, *aliases.get(f.name, ()), action=argparse.BooleanOptionalAction, **common)
+            if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
+                group.add_argument(trl, dest=f.name, nargs="?", const=True, type=parse_bool,
+                                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                group.add_argument("--no_" + f.name, dest=f.name, action="store_false",
+                                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        else:
+            parse, metavar = converter(annotation)
+            allowed = choices.get(f.name)
+            if allowed:
+                metavar = "{" + ",".join(map(str, allowed)) + "}"
+                parse = _checked(parse, allowed, f.name)
+            group.add_argument(shown, *aliases.get(f.name, ()), type=parse, metavar=metavar, **common)
+            if trl != shown:
+                group.add_argument(trl, dest=f.name, type=parse, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for flag, name in negations.items():
+        group.add_argument(flag, dest=name, action="store_false", default=argparse.SUPPRESS,
+                           help=f"same as --no-{name.replace('_', '-')}")
+    return group
+
+
+def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable[[str], Any]:
+    """``parse`` that also refuses values outside ``allowed`` (None passes: optional fields)."""
+    def check(text: str) -> Any:
+        value = parse(text)
+        if value is not None and value not in allowed:
+            raise argparse.ArgumentTypeError(f"{name} must be one of {', '.join(map(str, allowed))}; got {text!r}")
+        return value
+
+    check.__name__ = getattr(parse, "__name__", "value")
+    return check
+
+
+def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, Any]:
+    """The config fields present in a namespace parsed with :func:`add_config_arguments`
+    (exactly those given on the command line)."""
+    return {f.name: getattr(args, f.name) for f, _ in _fields(cls) if hasattr(args, f.name)}
+
+
+# --- run files -----------------------------------------------------------------------------------
+def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (),
+                     aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read a YAML run file: ``(field values, values of other_keys)``.
+
+    Keys may be written with ``-`` or ``_``. A string given for a number field (YAML reads
+    ``1e-6`` as a string) is converted as on the command line. A key that is neither a field
+    nor one of ``other_keys`` is an error naming the file and the closest known key; ``aliases``
+    (``{"steps": "max_steps"}``) maps command-line shorthands to the field they stand for.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
+        >>> _ = open(path, "w").write("learning-rate: 1e-4\\nenv: qa\\n")
+        >>> load_config_file(path, other_keys=["env"])
+        ({'learning_rate': 0.0001}, {'env': 'qa'})
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read the config file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {e}") from e
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a mapping of config fields to values, got a {type(data).__name__}")
+    types_ = {f.name: annotation for f, annotation in _fields(cls)}
+    fields, others = {}, {}
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        if key in types_:
+            fields[key] = _coerce(value, types_[key], path, key)
+        elif key in other_keys:
+            others[key] = value
+        else:
+            raise ValueError(_unknown_key(path, str(raw_key), [*types_, *other_keys], aliases or {}))
+    return fields, others
+
+
+def _coerce(value: Any, annotation: Any, path: str, key: str) -> Any:
+    parse, _ = converter(annotation)
+    if not isinstance(value, str) or parse in (str, parse_yaml):
+        return value
+    try:
+        return parse(value)
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        raise ValueError(f"{path}: {key}: {e}") from e
+
+
+def _unknown_key(path: str, key: str, known: list[str], aliases: Mapping[str, str]) -> str:
+    name = key.replace("-", "_")
+    guess = aliases.get(name) or next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.6)), None)
+    hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
+    return f"{path}: unknown key {key!r}{hint}"

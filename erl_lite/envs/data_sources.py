@@ -1,0 +1,108 @@
+"""Where dataset rows come from: a file path, a dataset name, a list, or a ``datasets.Dataset``.
+
+``ERLTrainer(train_dataset=...)`` accepts what TRL users pass to ``GRPOTrainer`` and a few
+shortcuts, all turned into a list of row dicts by :func:`load_rows`:
+
+* a list of dicts (or of :class:`~erl_lite.records.Task`, passed through);
+* a ``datasets.Dataset`` (or anything iterable over row dicts); a ``DatasetDict`` gives the
+  split asked for (``train`` for training, ``test`` then ``validation`` for evaluation);
+* a path to a ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file, read with
+  ``datasets.load_dataset`` (so column types are what a TRL user's ``load_dataset`` gives), or
+  to a folder written by ``Dataset.save_to_disk``;
+* a dataset name (``"trl-lib/tldr"``), read with ``datasets.load_dataset(name, split=...)``.
+  Names resolve **offline-safe**: with ``HF_DATASETS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1`` (which
+  ``datasets`` reads when it is imported) only the local cache is used, and a name that is not
+  cached fails with an error naming it, never a hang or a download.
+
+Prompts are TRL's two kinds: a plain string, or conversational (a list of ``{"role",
+"content"}`` messages); :func:`erl_lite.envs.dataset.rows_to_tasks` checks them. A CSV cell
+is always plain text.
+
+Departures from TRL: TRL takes only ``Dataset`` objects; paths and names are a convenience.
+Departures from the paper: none (the paper's tasks are environments, not datasets).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: File suffix -> the ``datasets`` builder that reads it.
+FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+#: Splits tried, in order, when a dataset with several splits is given for training / evaluation.
+SPLITS = {"train": ("train",), "eval": ("test", "validation")}
+
+
+def load_rows(data: Any, split: str = "train") -> list[Any]:
+    """The rows of ``data`` (see the module docstring for what it may be) as a list.
+
+    Args:
+        data: rows, a ``datasets.Dataset``/``DatasetDict``, a file or folder path, or a name.
+        split: ``"train"`` or ``"eval"``: which split of a multi-split dataset to take.
+
+    Example:
+        >>> load_rows([{"prompt": "2+2=?", "answer": "4"}])
+        [{'prompt': '2+2=?', 'answer': '4'}]
+        >>> load_rows("no/such/file.jsonl")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: dataset file not found: no/such/file.jsonl
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    if isinstance(data, (str, os.PathLike)):
+        return _load_named(os.fspath(data), split)
+    if isinstance(data, dict) and not _is_dataset_dict(data):
+        raise TypeError("a dataset is a list of rows (dicts), not one dict; wrap it in a list or use "
+                        "datasets.Dataset.from_dict(...)")
+    if _is_dataset_dict(data):
+        return list(_pick_split(data, split, where=type(data).__name__))
+    try:
+        return list(data)
+    except TypeError:
+        raise TypeError(f"cannot read rows from {type(data).__name__}: pass a list of dicts, a "
+                        "datasets.Dataset, a .jsonl/.json/.csv/.parquet path or a dataset name") from None
+
+
+def _load_named(name: str, split: str) -> list[Any]:
+    """A file, a ``save_to_disk`` folder, or a dataset name (local cache only when offline)."""
+    import datasets
+
+    suffix = os.path.splitext(name)[1].lower()
+    if os.path.isfile(name):
+        if suffix not in FILE_FORMATS:
+            raise ValueError(f"unknown dataset file format {suffix or '(no suffix)'!r} of {name}; "
+                             f"expected one of {sorted(FILE_FORMATS)}")
+        return list(datasets.load_dataset(FILE_FORMATS[suffix], data_files=name, split="train"))
+    if os.path.isdir(name) and any(os.path.exists(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json")):
+        loaded = datasets.load_from_disk(name)  # a folder written by save_to_disk
+        return list(_pick_split(loaded, split, where=name) if _is_dataset_dict(loaded) else loaded)
+    if not os.path.isdir(name) and (suffix in FILE_FORMATS or name.startswith((".", os.sep, "~"))):
+        raise FileNotFoundError(f"dataset file not found: {name}")
+    return list(_from_hub_or_cache(name, split))
+
+
+def _from_hub_or_cache(name: str, split: str) -> Any:
+    import datasets
+
+    offline = bool(datasets.config.HF_HUB_OFFLINE)
+    try:
+        loaded = datasets.load_dataset(name)
+    except Exception as err:  # datasets raises several types (ConnectionError, FileNotFoundError, ...)
+        where = ("HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set, so only the local cache is searched, and it "
+                 "is not there" if offline else "it is neither a local path nor a dataset datasets could load")
+        raise ValueError(f"dataset {name!r} is not available: {where} ({type(err).__name__}: {err}). "
+                         "Pass a .jsonl/.csv path, a list of rows, or a loaded datasets.Dataset.") from err
+    return _pick_split(loaded, split, where=name) if _is_dataset_dict(loaded) else loaded
+
+
+def _is_dataset_dict(data: Any) -> bool:
+    return type(data).__name__ in ("DatasetDict", "IterableDatasetDict")
+
+
+def _pick_split(data: Any, split: str, where: str) -> Any:
+    for name in SPLITS[split]:
+        if name in data:
+            return data[name]
+    raise ValueError(f"{where} has splits {sorted(data)}; for {split} erl_lite takes {' or '.join(SPLITS[split])}. "
+                     "Load the split you want with datasets.load_dataset(..., split=...) and pass it")

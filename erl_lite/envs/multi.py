@@ -1,0 +1,243 @@
+"""Several environments in one run, each task routed to its own by name.
+
+:class:`MultiEnvironment` holds named environments (``{"frozenlake": FrozenLake.small(),
+"sokoban": Sokoban.small(), "qa": MultiHopQA.small()}``) and is itself an
+:class:`~erl_lite.envs.base.Environment`, so the rollout and the phases need no special case.
+Every task it plays is *tagged* with its environment's name: the task id starts with
+``"<name>/"`` (the one fact routing reads) and the task's data holds the name under
+``environment``, the column TRL 1.16's multi-environment ``environment_factory`` reads, so
+reward functions see it as TRL's do.
+
+Tasks come from a dataset whose ``environment`` column names each row's environment
+(:meth:`MultiEnvironment.tasks_from_rows`): a row with a ``prompt`` is a dataset task (for a
+:class:`~erl_lite.envs.dataset.RewardFunctionEnv` member), a row without one names a task of
+that environment's split by ``index`` (and optionally ``split``: ``train``/``test``), e.g.
+``{"environment": "sokoban", "index": 12}``. Without a dataset, the members' own splits are
+interleaved (:meth:`MultiEnvironment.train_tasks`).
+
+Per task, the member environment decides the first attempt's system prompt, the action
+reminder added to a rulebook, the turn limit (an episode ends after its own environment's
+``max_turns``, as it would alone) and the scoring (``score_batch`` is called per member with
+its episodes only). The trainer keeps one reflection memory per member
+(:class:`~erl_lite.memory.MemoryBank`) and logs the per-environment metric families
+(``reward/first/<env>``, ...; see :mod:`erl_lite.metrics`).
+
+Departures from the paper: the paper trains one environment per run; mixing them is an
+addition (TRL's multi-environment pattern). Each environment keeps its own memory, so one
+game's rulebook never becomes another's base instructions, while the model's weights are
+shared — what one environment teaches can help or hurt the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from erl_lite.envs.base import Environment, Episode, StepOutput
+from erl_lite.records import Task
+
+#: The dataset column naming a row's environment (TRL 1.16's name for it).
+ENV_COLUMN = "environment"
+#: Which split of a member an ``index`` row reads by default, per trainer split.
+_DEFAULT_SPLIT = {"train": "train", "eval": "test"}
+
+
+class MultiEnvironment(Environment):
+    """Routes each task to the named environment it belongs to.
+
+    Args:
+        envs: ``{name: environment}``, or a list of environments named by their ``name``.
+            A name may not contain ``/`` (it prefixes task ids).
+
+    Example:
+        >>> from erl_lite.envs import FrozenLake, Sokoban
+        >>> multi = MultiEnvironment([FrozenLake.small(), Sokoban.small()])
+        >>> [t.task_id for t in multi.train_tasks(3)]
+        ['frozenlake/train/0', 'sokoban/train/0', 'frozenlake/train/1']
+        >>> task = multi.tasks_from_rows([{"environment": "sokoban", "index": 5}])[0]
+        >>> task.task_id, multi.env_name(task.task_id), multi.max_turns
+        ('sokoban/train/5', 'sokoban', 8)
+    """
+
+    name = "multi"
+
+    def __init__(self, envs: Mapping[str, Environment] | Sequence[Environment]) -> None:
+        named = dict(envs) if isinstance(envs, Mapping) else {e.name: e for e in envs}
+        if not isinstance(envs, Mapping) and len(named) != len(envs):
+            raise ValueError(f"two environments share a name ({[e.name for e in envs]}); pass a dict of names")
+        if not named:
+            raise ValueError("MultiEnvironment needs at least one environment")
+        for key, env in named.items():
+            if not isinstance(key, str) or not key or "/" in key:
+                raise ValueError(f"environment name {key!r} must be a non-empty string without '/'")
+            if not isinstance(env, Environment):
+                raise TypeError(f"environment {key!r} is a {type(env).__name__}, not an erl_lite Environment")
+            if isinstance(env, MultiEnvironment):
+                raise TypeError(f"environment {key!r} is itself a MultiEnvironment; list its members instead")
+        self.envs: dict[str, Environment] = named
+        self.max_turns = max(e.max_turns for e in named.values())
+        self._trainer_state: Any = None
+
+    @property
+    def names(self) -> list[str]:
+        """The member names, in the order given."""
+        return list(self.envs)
+
+    # The trainer sets ``trainer_state`` once; every member's reward functions must see it.
+    @property
+    def trainer_state(self) -> Any:  # type: ignore[override]
+        return self._trainer_state
+
+    @trainer_state.setter
+    def trainer_state(self, value: Any) -> None:
+        self._trainer_state = value
+        for env in self.envs.values():
+            env.trainer_state = value
+
+    # --- routing --------------------------------------------------------------------------
+    def env_name(self, task_id: str) -> str:
+        """The member a task belongs to, read from its id's ``"<name>/"`` prefix."""
+        name = task_id.split("/", 1)[0]
+        if name not in self.envs or "/" not in task_id:
+            raise ValueError(f"task {task_id!r} is not routed to any of the environments {self.names}: "
+                             "build tasks with MultiEnvironment.tag(), tasks_from_rows() or train_tasks()")
+        return name
+
+    def member(self, task: Task) -> Environment:
+        """The environment that plays ``task``."""
+        return self.envs[self.env_name(task.task_id)]
+
+    def tag(self, name: str, task: Task) -> Task:
+        """``task`` as a task of member ``name``: id prefixed with ``"<name>/"``, ``environment`` set."""
+        if name not in self.envs:
+            raise ValueError(f"unknown environment {name!r}; expected one of {self.names}")
+        task_id = task.task_id if task.task_id.startswith(f"{name}/") else f"{name}/{task.task_id}"
+        return Task(task_id, task.prompt, {**task.data, ENV_COLUMN: name})
+
+    def tasks_from_rows(self, rows: Iterable[Any], split: str = "train") -> list[Task]:
+        """Tasks of dataset rows routed by their ``environment`` column (see the module docstring).
+
+        ``rows`` may also hold :class:`Task` objects carrying ``environment`` in their data.
+        """
+        from erl_lite.envs.dataset import rows_to_tasks
+
+        tasks = []
+        for i, row in enumerate(rows):
+            data = row.data if isinstance(row, Task) else row
+            if not isinstance(data, dict):
+                raise ValueError(f"dataset row {i} is not a mapping of columns: {row!r:.80}")
+            name = data.get(ENV_COLUMN)
+            if name not in self.envs:
+                raise ValueError(f"dataset row {i} has {ENV_COLUMN}={name!r}; every row needs an "
+                                 f"{ENV_COLUMN!r} column naming one of {self.names}")
+            if isinstance(row, Task):
+                tasks.append(self.tag(name, row))
+            elif "prompt" in row:
+                task = rows_to_tasks([row])[0]
+                tasks.append(self.tag(name, Task(str(row.get("id", f"{split}-{i}")), task.prompt, task.data)))
+            else:
+                tasks.append(self.tag(name, self._split_task(name, row, i, split)))
+        return tasks
+
+    def _split_task(self, name: str, row: dict[str, Any], i: int, split: str) -> Task:
+        """Task ``row["index"]`` of member ``name``'s ``row["split"]`` split, extra columns added."""
+        which = row.get("split", _DEFAULT_SPLIT.get(split, split))
+        index = row.get("index")
+        if which not in ("train", "test") or not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError(f"dataset row {i} ({name}) has no 'prompt', so it must name a task of the "
+                             f"environment's split: an integer 'index' >= 0 and optionally 'split' "
+                             f"('train' or 'test'); got index={index!r}, split={which!r}")
+        env = self.envs[name]
+        pool = env.train_tasks(index + 1) if which == "train" else env.test_tasks(index + 1)
+        if index >= len(pool):
+            raise ValueError(f"dataset row {i}: {name}'s {which} split has {len(pool)} tasks, no index {index}")
+        task = pool[index]
+        extra = {k: v for k, v in row.items() if k not in (ENV_COLUMN, "index", "split")}
+        return Task(task.task_id, task.prompt, {**task.data, **extra})
+
+    # --- the Environment protocol -------------------------------------------------------------
+    def new_episode(self) -> "RoutedEpisode":
+        return RoutedEpisode(self)
+
+    def initial_system_prompt(self, task: Task) -> str:
+        return self.member(task).initial_system_prompt(task)
+
+    def action_reminder_for(self, task: Task) -> str:
+        return self.member(task).action_reminder_for(task)
+
+    def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
+        """Each member scores its own episodes (in order), with their token ids."""
+        ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
+        groups: dict[str, tuple[list[Episode], list[list[int]]]] = {}
+        for ep, i in zip(episodes, ids):
+            if isinstance(ep, RoutedEpisode) and ep.inner is not None:
+                group = groups.setdefault(ep.env_name, ([], []))
+                group[0].append(ep.inner)
+                group[1].append(i)
+        for name, (inner, inner_ids) in groups.items():
+            self.envs[name].score_batch(inner, inner_ids)
+
+    def train_tasks(self, n: int | None = None) -> list[Task]:
+        """The members' training splits, interleaved (one task of each in turn), ``n`` in all."""
+        return self._interleaved("train", n)
+
+    def test_tasks(self, n: int | None = None) -> list[Task]:
+        """The members' test splits, interleaved, ``n`` in all."""
+        return self._interleaved("test", n)
+
+    def _interleaved(self, split: str, n: int | None) -> list[Task]:
+        k = len(self.envs)
+        per_env = None if n is None else -(-n // k)  # ceil: enough of each for n in all
+        pools = []
+        for name, env in self.envs.items():
+            try:
+                pool = env.train_tasks(per_env) if split == "train" else env.test_tasks(per_env)
+            except NotImplementedError:
+                raise NotImplementedError(f"environment {name!r} ({type(env).__name__}) has no {split} split: give "
+                                 f"dataset rows with an {ENV_COLUMN!r} column instead") from None
+            pools.append([self.tag(name, t) for t in pool])
+        out = [pool[j] for j in range(max(map(len, pools))) for pool in pools if j < len(pool)]
+        return out if n is None else out[:n]
+
+
+class RoutedEpisode(Episode):
+    """An episode of a :class:`MultiEnvironment`: plays the member episode its task names."""
+
+    def __init__(self, multi: MultiEnvironment) -> None:
+        self.multi = multi
+        self.inner: Episode | None = None
+        self.env_name = ""
+        self.turns, self.limit, self._ended = 0, 0, False
+
+    def reset(self, task: Task) -> str | list[dict[str, str]]:
+        self.env_name = self.multi.env_name(task.task_id)
+        env = self.multi.envs[self.env_name]
+        self.inner, self.turns, self.limit, self._ended = env.new_episode(), 0, env.max_turns, False
+        return self.inner.reset(task)
+
+    def step(self, action: str) -> StepOutput:
+        if self.inner is None:
+            raise RuntimeError("step() called before reset()")
+        observation, reward, done, info = self.inner.step(action)
+        self.turns += 1
+        if not done and self.turns >= self.limit:  # the member's own turn limit: it would stop here alone
+            self._ended = True
+            return None, reward, True, {**info, "turn_limit": True}
+        return observation, reward, done, info
+
+    @property
+    def done(self) -> bool:  # type: ignore[override]
+        return self._ended or (self.inner is not None and self.inner.done)
+
+    @property
+    def reward(self) -> float:  # type: ignore[override]
+        return self.inner.reward if self.inner is not None else 0.0
+
+    @property
+    def success(self) -> bool:
+        return self.inner is not None and self.inner.success
+
+    def feedback(self) -> str:
+        return self.inner.feedback() if self.inner is not None else ""
+
+    def trace(self) -> str:
+        return self.inner.trace() if self.inner is not None else ""

@@ -1,0 +1,301 @@
+r"""Environment classes written for TRL's ``environment_factory``, run as erl_lite environments.
+
+TRL 1.16's ``GRPOTrainer(environment_factory=...)`` takes a class (or any zero-argument
+factory) whose instances provide (``trl/trainer/grpo_trainer.py``):
+
+* ``reset(**row)`` — called with the dataset row (``prompt`` and every other column; in
+  multi-environment mode without ``environment``); returns None or a string that is appended
+  to the prompt's last user message;
+* public methods (no leading ``_``, other than ``reset``/``get_reward``) — the tools: their
+  JSON schemas (``transformers.utils.get_json_schema``, from type hints and the docstring's
+  ``Args:``) are shown to the model, and a call runs ``method(**arguments)``; an exception
+  becomes ``{"error": "..."}`` as the tool's result;
+* ``get_reward()`` (optional) — the rollout's reward from the instance's state, added with
+  weight 1 to any ``reward_funcs`` (which receive the instances as ``environments=``).
+
+:class:`TRLEnvironment` wraps such a factory as a multi-turn
+:class:`~erl_lite.envs.base.Environment`: each reply is parsed for tool calls; a reply with
+calls gets their results back as the next observation, a reply without one ends the episode,
+which is then scored. A dict of factories becomes a
+:class:`~erl_lite.envs.multi.MultiEnvironment` routed by the ``environment`` column, as TRL
+routes it. ``ERLTrainer(environment_factory=...)`` does this for you.
+
+Tool-call format: erl_lite's episodes see the decoded reply text (not token ids), so calls are
+read from the Hermes format that Qwen2.5/Qwen3 chat templates use and that TRL's Qwen response
+schema parses with the same pattern::
+
+    <tool_call>
+    {"name": "increment", "arguments": {"step": 2}}
+    </tool_call>
+
+and results go back as ``<tool_response>...</tool_response>`` in a user turn — what Qwen's
+template renders a ``tool`` message as. The tools and this format are stated in the system
+prompt (the block Qwen's template renders for ``tools=``), and again after a rulebook in a
+second attempt's system prompt (it is the environment's ``action_reminder``).
+
+Example (the environment from ``examples/trl_env_counter.py``, in short):
+
+    >>> class Counter:
+    ...     def reset(self, target, **kwargs):
+    ...         self.value, self.target = 0, target
+    ...         return f"Reach {target}."
+    ...     def increment(self, step: int) -> str:
+    ...         '''Add to the counter.
+    ...
+    ...         Args:
+    ...             step: how much to add.
+    ...         '''
+    ...         self.value += step
+    ...         return str(self.value)
+    ...     def get_reward(self):
+    ...         return float(self.value == self.target)
+    >>> env = TRLEnvironment(Counter)
+    >>> ep = env.new_episode()
+    >>> ep.reset(Task("t", "Count.", {"target": 3}))
+    'Count.\nReach 3.'
+    >>> ep.step('<tool_call>{"name": "increment", "arguments": {"step": 3}}</tool_call>')[0]
+    '<tool_response>\n3\n</tool_response>'
+    >>> _ = ep.step("Done."); ep.reward, ep.success
+    (1.0, True)
+
+Departures from TRL: one fresh instance per episode (TRL reuses a pool of instances across
+batches, resetting them); tool calls are parsed from text in the format above, not with a
+tokenizer's response schema, and arguments are passed as the JSON gives them (TRL types them
+with the schema on recent transformers); a reply whose ``<tool_call>`` is not valid JSON gets
+an error result (TRL treats it as a final answer); async tools and ``get_reward`` are not
+supported. Departures from the paper: none (the paper's environments are erl_lite's own).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
+from erl_lite.envs.dataset import split_prompt
+from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
+from erl_lite.envs.reward_calls import call_arguments, weighted_rewards
+from erl_lite.records import Task
+
+#: One tool call (TRL's Qwen response schema uses the same pattern).
+TOOL_CALL = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)
+_HOOKS = ("reset", "get_reward")
+
+
+def tool_methods(cls: type) -> list[str]:
+    """Names of the methods TRL exposes as tools: public functions other than reset/get_reward.
+
+    Listed on the class, as TRL does (listing on an instance would evaluate properties).
+    """
+    return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if name not in _HOOKS and not name.startswith("_")]
+
+
+def tools_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
+    """The system-prompt block listing the tools and the call format (Qwen's ``tools=`` block)."""
+    lines = "\n".join(json.dumps(s) for s in schemas)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
+            "For each function call, return a json object with function name and arguments within "
+            "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+            "<args-json-object>}\n</tool_call>\n\nWhen you are done, answer without a tool call.")
+
+
+def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
+    """Each ``<tool_call>`` of ``text``: ``{"name", "arguments"}``, or an error string if malformed.
+
+    Example:
+        >>> parse_tool_calls('<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call> and <tool_call>oops</tool_call>')
+        [{'name': 'f', 'arguments': {'x': 1}}, 'not valid JSON: oops']
+    """
+    calls: list[dict[str, Any] | str] = []
+    for body in TOOL_CALL.findall(text):
+        try:
+            call = json.loads(body)
+        except json.JSONDecodeError:
+            calls.append(f"not valid JSON: {body[:80]}")
+            continue
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or \
+                not isinstance(call.get("arguments", {}), dict):
+            calls.append(f"expected {{\"name\": ..., \"arguments\": {{...}}}}, got {body[:80]}")
+            continue
+        calls.append({"name": call["name"], "arguments": call.get("arguments", {})})
+    return calls
+
+
+class TRLEnvironment(Environment):
+    """A TRL ``environment_factory`` class as a multi-turn environment (see the module docstring).
+
+    Args:
+        factory: zero-argument callable returning an instance with ``reset`` and tool methods.
+        reward_funcs: TRL-style reward functions (optional when instances have ``get_reward``);
+            called once per phase with ``environments=`` (the instances) besides TRL's keywords.
+        reward_weights: weights of ``reward_funcs`` (``get_reward`` has weight 1, as in TRL).
+        success_threshold: reward at or above which an episode counts as solved.
+        max_turns: model turns per episode (TRL: ``max_tool_calling_iterations`` + 1).
+        name: the environment's name in logs (default: the class name, lower-cased).
+    """
+
+    def __init__(self, factory: Callable[[], Any], reward_funcs: Callable | Sequence[Callable] | None = None,
+                 reward_weights: Sequence[float] | None = None, success_threshold: float = 1.0,
+                 max_turns: int = 8, name: str | None = None) -> None:
+        if not callable(factory):
+            raise TypeError(f"environment_factory must be a class or a zero-argument callable, got {factory!r:.60}")
+        probe = factory()
+        cls = type(probe)
+        if not callable(getattr(probe, "reset", None)):
+            raise ValueError(f"environment_factory {cls.__name__}: each instance must define a callable reset "
+                             "(TRL's contract: reset(**row) -> str | None)")
+        from transformers.utils import get_json_schema
+
+        self.factory, self.tools = factory, tool_methods(cls)
+        schemas = []
+        for tool in self.tools:
+            try:
+                schemas.append(get_json_schema(getattr(probe, tool)))
+            except Exception as err:  # transformers explains what the docstring or hints lack
+                raise ValueError(f"tool {cls.__name__}.{tool}: cannot build its JSON schema ({err}); tools need "
+                                 "type hints and a docstring with an Args: section, as in TRL") from err
+        funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) \
+            else [reward_funcs]
+        weights = [1.0] * len(funcs) if reward_weights is None else [float(w) for w in reward_weights]
+        if len(weights) != len(funcs):
+            raise ValueError(f"reward_weights has {len(weights)} values for {len(funcs)} reward_funcs")
+        if callable(getattr(probe, "get_reward", None)):
+            funcs.append(_get_reward)
+            weights.append(1.0)
+        if not funcs:
+            raise ValueError(f"no reward source for {cls.__name__}: pass reward_funcs, or give the class a "
+                             "get_reward() method")
+        self.reward_funcs, self.reward_weights = funcs, weights
+        self.success_threshold, self.max_turns = success_threshold, max_turns
+        self.name = name or cls.__name__.lower()
+        self.system_prompt = tools_system_prompt(schemas) if schemas else ""
+        # A second attempt's system prompt is the rulebook plus this reminder: the tools must stay listed.
+        self.action_reminder = self.system_prompt
+
+    def initial_system_prompt(self, task: Task) -> str:
+        system, _ = split_prompt(task.prompt if task.prompt is not None else "")
+        return "\n\n".join(p for p in (system, self.system_prompt) if p)
+
+    def new_episode(self) -> "TRLEpisode":
+        return TRLEpisode(self)
+
+    def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
+        """Score every reset, unscored episode: one TRL-style call per reward function."""
+        todo, ids = TRLEpisode.pending(episodes, completion_ids)
+        if not todo:
+            return
+        tasks = [ep.task for ep in todo]
+        kwargs = call_arguments(tasks, [ep.final_text for ep in todo], ids, self.trainer_state)
+        kwargs["completions"] = [ep.final_text if isinstance(t.prompt, str) else ep.completion_messages()
+                                 for ep, t in zip(todo, tasks)]
+        kwargs["environments"] = [ep.instance for ep in todo]
+        rewards, notes = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
+        for ep, reward, note in zip(todo, rewards, notes):
+            ep.set_score(reward, " ".join(note))
+
+
+def _get_reward(environments: list[Any], **kwargs: Any) -> list[float]:
+    """TRL's reward column of an environment that owns its reward: ``get_reward()`` per instance."""
+    return [e.get_reward() for e in environments]
+
+
+class TRLEpisode(BatchScoredEpisode):
+    """One rollout on a fresh instance of a :class:`TRLEnvironment`'s class."""
+
+    def __init__(self, env: TRLEnvironment) -> None:
+        self.env = env
+        self.task: Task | None = None
+        self.instance: Any = None
+        self.turns: list[tuple[str, list[str]]] = []  # (reply, tool results)
+        self.scored, self._reward, self._verdict = False, 0.0, ""
+        self.observation: Any = ""
+        self.failed_calls = 0
+
+    def reset(self, task: Task) -> str | list[dict[str, str]]:
+        self.task, self.turns, self.done, self.scored, self.failed_calls = task, [], False, False, 0
+        self.instance = self.env.factory()
+        row = {"prompt": task.prompt, **{k: v for k, v in task.data.items() if k != ENV_COLUMN}}
+        extra = self.instance.reset(**row)
+        if extra is not None and not isinstance(extra, str):
+            raise TypeError(f"{type(self.instance).__name__}.reset() returned {type(extra).__name__}; "
+                            "TRL's contract is a string (appended to the last user message) or None")
+        _, context = split_prompt(task.prompt if task.prompt is not None else "", where=f"task {task.task_id!r}")
+        if extra:
+            if isinstance(context, str):
+                context = f"{context}\n{extra}" if context else extra
+            else:
+                context = context[:-1] + [{**context[-1], "content": f"{context[-1]['content']}\n{extra}"}]
+        self.observation = context
+        return context
+
+    def step(self, action: str) -> StepOutput:
+        if self.task is None or self.done:
+            raise RuntimeError("step() called before reset() or after the episode ended")
+        calls = parse_tool_calls(action)
+        results = [self._run(call) for call in calls]
+        self.turns.append((action, results))
+        if not calls:  # a reply without a tool call is the final answer
+            self.done = True
+            return None, 0.0, True, {"pending_score": True}
+        observation = "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results)
+        return observation, 0.0, False, {"tool_calls": len(calls)}
+
+    def _run(self, call: dict[str, Any] | str) -> str:
+        """A tool call's result as text; failures become ``{"error": ...}`` as in TRL."""
+        result = self._call(call)
+        self.failed_calls += result.startswith('{"error"')
+        return result
+
+    def _call(self, call: dict[str, Any] | str) -> str:
+        if isinstance(call, str):
+            return json.dumps({"error": f"could not parse the tool call: {call}"})
+        if call["name"] not in self.env.tools:
+            return json.dumps({"error": f"Tool {call['name']} not found."})
+        try:
+            return str(getattr(self.instance, call["name"])(**call["arguments"]))
+        except Exception as err:  # the model's call was wrong: it sees the error, as in TRL
+            return json.dumps({"error": str(err)})
+
+    @property
+    def final_text(self) -> str:
+        """The last reply (the answer, or the last call when the turns ran out)."""
+        return self.turns[-1][0] if self.turns else ""
+
+    def completion_messages(self) -> list[dict[str, str]]:
+        """The replies and tool results as chat messages (TRL's conversational completion)."""
+        out: list[dict[str, str]] = []
+        for reply, results in self.turns:
+            out.append({"role": "assistant", "content": reply})
+            out += [{"role": "tool", "content": r} for r in results]
+        return out
+
+    def _ready_to_score(self) -> bool:
+        return self.task is not None
+
+    def feedback(self) -> str:
+        calls = sum(len(r) for _, r in self.turns)
+        failed = self.failed_calls
+        end = "answered" if self.done else "ran out of turns without a final answer"
+        text = f"The agent made {calls} tool call(s), {failed} failed, and {end}. Reward: {self.reward:g}."
+        return f"{text} {self._verdict}".strip()
+
+    def trace(self) -> str:
+        lines = [f"Task:\n{self.observation if isinstance(self.observation, str) else self.observation[-1]['content']}"]
+        for t, (reply, results) in enumerate(self.turns, 1):
+            lines.append(f"Turn {t} reply:\n{reply}")
+            lines += [f"Tool result:\n{r}" for r in results]
+        lines.append(f"Result: {self.feedback()}")
+        return "\n\n".join(lines)
+
+
+def environment_from_factory(factory: Any, reward_funcs: Any = None, reward_weights: Sequence[float] | None = None,
+                             success_threshold: float = 1.0) -> Environment:
+    """``ERLTrainer``'s reading of TRL's ``environment_factory``: one class, or a dict routed by name."""
+    if isinstance(factory, Mapping):
+        return MultiEnvironment({name: TRLEnvironment(f, reward_funcs, reward_weights, success_threshold, name=name)
+                                 for name, f in factory.items()})
+    return TRLEnvironment(factory, reward_funcs, reward_weights, success_threshold)

@@ -1,0 +1,259 @@
+"""Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
+
+A LoRA run keeps only the adapter (a few MB); serving it needs the base model next to it and
+peft at inference time. :func:`export_merged` folds the adapter into the base weights
+(``W ← W + (alpha / r) · B A``, peft's ``merge_and_unload``) and writes an ordinary
+transformers checkpoint (safetensors) with its tokenizer, which any tool that reads hub models
+can load. :func:`push_to_hub` uploads a folder — a merged model or a bare adapter — as a
+separate step: it is the only function here that needs the network.
+
+**A 4-bit (QLoRA) base is dequantised, not reloaded in full precision.** The adapter was
+trained against the NF4 weights ``dequant(Q(W))``, not against ``W``: merging it into the
+original full-precision weights gives ``W + BA``, a different function from the one that was
+trained and evaluated, off by the quantisation error (a few percent of each weight) that the
+adapter may partly have learned to compensate. So the 4-bit route reloads the base exactly
+as training loaded it (NF4, double quantisation, the settings of
+:func:`erl_lite.models.load_policy`, one home for them) — NF4 quantisation is deterministic,
+so this reproduces the trained-on weights bit for bit — then replaces every ``Linear4bit``
+with a plain ``Linear`` holding its dequantised weight (transformers' ``dequantize``, which
+calls bitsandbytes' ``dequantize_4bit``), and only then attaches and merges the adapter. The
+merged model computes what the trained QLoRA model computed, up to float rounding; the test
+suite checks this on the tiny model, and checks that merging into the full-precision weights
+instead would be caught. Merging directly on the 4-bit layers (peft can) would re-quantise
+``W + BA`` to NF4 and lose most of the adapter's small update, so that route is not offered.
+
+Where the base was 4-bit is read from the adapter folder (``quantization="auto"``): the
+``erl_lite.json`` note that :func:`erl_lite.results.save_adapter` writes, or, for a checkpoint's
+``adapter/`` folder, the run's ``trainer_state.json`` (``load_in_4bit``). Without either the
+base is taken as full precision; pass ``quantization="4bit"`` for an adapter trained in 4-bit
+and saved elsewhere.
+
+The merge runs on the CPU (after training, GPU memory is better left alone and a CPU merge
+works everywhere) in ``dtype``: by default the dtype the base was saved in (bf16 for Qwen).
+A bf16 file rounds updates smaller than about 1/256 of a weight away; ``dtype="float32"``
+keeps every bit of the adapter at twice the size.
+
+Departures from the paper: none; the paper fully fine-tunes and has no adapter to merge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+
+#: The note :func:`erl_lite.results.save_adapter` leaves in an adapter folder: how its base
+#: was loaded, which the adapter's own ``adapter_config.json`` does not record.
+NOTE_FILE = "erl_lite.json"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class AdapterInfo:
+    """What an adapter folder says about the model it belongs to.
+
+    Attributes:
+        adapter_dir: the folder (``adapter_config.json`` + ``adapter_model.safetensors``).
+        base_model: hub name or local folder of the base (the adapter's
+            ``base_model_name_or_path``, unless overridden).
+        quantization: ``"4bit"`` or ``"none"``: how the base was loaded during training.
+        quantization_source: where ``quantization`` was read (for messages).
+        has_tokenizer: the folder holds a tokenizer (else the base's is used).
+    """
+
+    adapter_dir: str
+    base_model: str
+    quantization: str
+    quantization_source: str
+    has_tokenizer: bool
+
+
+@dataclass
+class ExportResult:
+    """A merged model written by :func:`export_merged`.
+
+    Attributes:
+        out_dir: the folder holding the merged model and its tokenizer.
+        base_model, quantization: as in :class:`AdapterInfo`.
+        dtype: the dtype of the saved weights.
+        files: the files written, sorted.
+    """
+
+    out_dir: str
+    base_model: str
+    quantization: str
+    dtype: str
+    files: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto", "none", "4bit"] = "auto",
+                     base_model: str | None = None) -> AdapterInfo:
+    """Read an adapter folder: its base model and how that base was loaded in training.
+
+    Args:
+        adapter_dir: a saved adapter, e.g. a checkpoint's ``adapter/`` folder.
+        quantization: ``"auto"`` reads the folder's ``erl_lite.json`` note, else the parent
+            checkpoint's ``trainer_state.json``, else assumes full precision; ``"none"`` or
+            ``"4bit"`` say it outright.
+        base_model: load the base from here instead of the adapter's ``base_model_name_or_path``
+            (for a base saved under another path on this machine).
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.models import load_policy
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
+        >>> folder = tempfile.mkdtemp(); policy.save_pretrained(folder)
+        >>> info = describe_adapter(folder)
+        >>> info.quantization, info.quantization_source, info.has_tokenizer
+        ('none', 'default (nothing in the folder says 4-bit)', False)
+    """
+    folder = os.fspath(adapter_dir)
+    config_path = os.path.join(folder, "adapter_config.json")
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{folder!r} is not a LoRA adapter folder: it has no adapter_config.json "
+                                "(pass a checkpoint's adapter/ folder or a folder written by save_pretrained)")
+    if quantization not in ("auto", "none", "4bit"):
+        raise ValueError(f"quantization must be 'auto', 'none' or '4bit', got {quantization!r}")
+    with open(config_path, encoding="utf-8") as f:
+        saved_base = json.load(f).get("base_model_name_or_path")
+    base = base_model or saved_base
+    if not base:
+        raise ValueError(f"{config_path} names no base_model_name_or_path; pass base_model=")
+    source = "given"
+    if quantization == "auto":
+        quantization, source = _saved_quantization(folder)
+    return AdapterInfo(folder, os.fspath(base), quantization, source,
+                       os.path.isfile(os.path.join(folder, "tokenizer_config.json")))
+
+
+def _saved_quantization(folder: str) -> tuple[str, str]:
+    """``(quantization, where it was read)`` from the folder's note or its checkpoint."""
+    note = os.path.join(folder, NOTE_FILE)
+    if os.path.isfile(note):
+        with open(note, encoding="utf-8") as f:
+            value = json.load(f).get("base_quantization")
+        if value not in ("none", "4bit"):
+            raise ValueError(f"{note}: base_quantization must be 'none' or '4bit', got {value!r}")
+        return value, note
+    # An erl_lite checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
+    here = os.path.abspath(folder)
+    state = os.path.join(os.path.dirname(here), "trainer_state.json")
+    if os.path.basename(here) == "adapter" and os.path.isfile(state):
+        with open(state, encoding="utf-8") as f:
+            config = json.load(f).get("config")
+        if isinstance(config, dict) and "load_in_4bit" in config:
+            return ("4bit" if config["load_in_4bit"] else "none"), state
+    return "none", "default (nothing in the folder says 4-bit)"
+
+
+def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto", "none", "4bit"] = "auto",
+                  dtype: str | torch.dtype = "auto", base_model: str | None = None,
+                  trust_remote_code: bool = False) -> tuple[Any, Any, AdapterInfo]:
+    """Load an adapter's base on the CPU, merge the adapter into it; return ``(model, tokenizer, info)``.
+
+    A 4-bit base is loaded in NF4 exactly as in training and dequantised before the merge (see
+    the module docstring for why). ``dtype``: ``"auto"`` (the base's saved dtype),
+    ``"float32"``, ``"bfloat16"``, ``"float16"`` or a torch dtype. Other arguments as in
+    :func:`describe_adapter`. The model comes back in eval mode, without any peft wrapper.
+    """
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    info = describe_adapter(adapter_dir, quantization, base_model)
+    torch_dtype = _merge_dtype(dtype, info.base_model, trust_remote_code)
+    base = _load_base_for_merge(info, torch_dtype, trust_remote_code)
+    merged = PeftModel.from_pretrained(base, info.adapter_dir).merge_and_unload()
+    merged = merged.to(torch_dtype).eval()
+    tokenizer = AutoTokenizer.from_pretrained(info.adapter_dir if info.has_tokenizer else info.base_model,
+                                              trust_remote_code=trust_remote_code)
+    return merged, tokenizer, info
+
+
+def _merge_dtype(dtype: str | torch.dtype, base_model: str, trust_remote_code: bool) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
+        return dtype
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
+    if dtype != "auto":
+        raise ValueError(f"dtype must be 'auto', one of {sorted(_DTYPES)} or a torch.dtype, got {dtype!r}")
+    from transformers import AutoConfig
+
+    saved = getattr(AutoConfig.from_pretrained(base_model, trust_remote_code=trust_remote_code), "dtype", None)
+    if isinstance(saved, str):
+        saved = _DTYPES.get(saved)
+    return saved if isinstance(saved, torch.dtype) and saved.is_floating_point else torch.float32
+
+
+def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remote_code: bool) -> Any:
+    """The base as training saw it, in plain ``Linear`` layers: dequantised when it was 4-bit."""
+    from erl_lite.models import _load_base  # the one home of the 4-bit loading settings
+
+    cpu = torch.device("cpu")
+    base = _load_base(info.base_model, info.quantization, torch_dtype, cpu, trust_remote_code)
+    if info.quantization == "4bit":
+        # Fresh from loading, no layer has run, so none was repacked for bitsandbytes' CPU
+        # inference kernel and dequantize_4bit reads the NF4 blocks as training did.
+        base = base.dequantize(dtype=torch_dtype)
+        base.is_loaded_in_4bit = False  # transformers leaves the flag; the weights are plain now
+    return base
+
+
+def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
+                  quantization: Literal["auto", "none", "4bit"] = "auto", dtype: str | torch.dtype = "auto",
+                  base_model: str | None = None, trust_remote_code: bool = False) -> ExportResult:
+    """Merge the adapter in ``adapter_dir`` into its base and save model + tokenizer to ``out_dir``.
+
+    The folder then loads with ``AutoModelForCausalLM.from_pretrained(out_dir)`` (no peft),
+    weights in safetensors. Arguments as in :func:`merge_adapter`. Nothing leaves the machine;
+    upload with :func:`push_to_hub`.
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.models import load_policy
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
+        >>> adapter = tempfile.mkdtemp(); policy.save_pretrained(adapter)
+        >>> result = export_merged(adapter, tempfile.mkdtemp())
+        >>> "model.safetensors" in result.files, "tokenizer.json" in result.files, result.dtype
+        (True, True, 'float32')
+    """
+    out = os.fspath(out_dir)
+    if os.path.abspath(out) == os.path.abspath(os.fspath(adapter_dir)):
+        raise ValueError(f"out_dir {out!r} is the adapter folder; write the merged model somewhere else")
+    model, tokenizer, info = merge_adapter(adapter_dir, quantization=quantization, dtype=dtype,
+                                           base_model=base_model, trust_remote_code=trust_remote_code)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out)  # safetensors, transformers' default
+    tokenizer.save_pretrained(out)
+    dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return ExportResult(out, info.base_model, info.quantization, dtype_name, sorted(os.listdir(out)))
+
+
+def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True, token: str | None = None,
+                commit_message: str = "Upload from erl_lite") -> str:
+    """Upload ``folder`` (a merged model or an adapter) to the Hugging Face Hub; return its URL.
+
+    Needs the network and a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``).
+    The repository is created if missing — private unless ``private=False``.
+    """
+    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"repo_id must look like 'user-or-org/name', got {repo_id!r}")
+    path = os.fspath(folder)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"nothing to push: {path!r} is not a folder")
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    api.upload_folder(folder_path=path, repo_id=repo_id, repo_type="model", commit_message=commit_message)
+    return f"https://huggingface.co/{repo_id}"

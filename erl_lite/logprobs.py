@@ -1,0 +1,198 @@
+"""Completion log-probs from a causal LM, without ever holding ``(B, L, V)`` logits.
+
+The decoder runs once and gives the final hidden states; only the completion positions are
+projected by the lm-head, a chunk of positions at a time::
+
+    hidden  (B, P + L, H) ──► positions P-1 … P+L-2 ──► (B·L, H) ──► chunks of ``chunk_size``
+    each chunk × lm_head.weight (V, H), one vocabulary tile at a time ──► log p(target)  (B, L)
+
+The lm-head step is TRL's ``trl.kernels.ChunkedLogProbFunction`` (the kernel behind TRL's
+``add_fused_lm_head``): it folds ``(tokens, vocab tile)`` tiles of logits into an online
+log-sum-exp, and its backward recomputes each tile and turns it into the gradient in place,
+so neither pass keeps more than one tile of logits (a Triton kernel on CUDA, torch ops
+elsewhere; it honours the sampling temperature, ``logit_scale`` and final-logit soft-capping).
+We call the kernel directly rather than ``add_fused_lm_head`` because that one patches
+``model.forward`` and must be applied before PEFT wraps the model, while erl_lite accepts
+models already wrapped; the kernel itself needs only the head's weight.
+
+Memory per chunk: a ``(chunk_size, VOCAB_TILE)`` fp32 tile and a few temporaries of that
+size (tens of MB at the default 256 × 8192), instead of several fp32 ``(B, L, V)`` tensors
+(V = 151,936 for Qwen: 2.5 GB per tensor at B·L = 4096).
+
+Supported heads: a plain ``nn.Linear`` (LoRA with ``target_modules="all-linear"`` leaves the
+output layer alone, and bitsandbytes keeps it unquantized), tied or not. A quantized or
+adapter-wrapped head, or a model whose logits go through a transform this module does not
+know, raises a ValueError that names the model; ``chunk_size=None`` then falls back to the
+full-logits path. Departures from the paper: none (this is memory engineering only).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from erl_lite.config import ERLConfig
+from erl_lite.losses import token_logprobs
+
+#: Default number of completion positions (over all rows of a micro-batch) per lm-head chunk.
+#: 256 keeps a tile at 8 MiB: below glibc's 32 MiB mmap ceiling, so CPU tiles reuse heap memory
+#: instead of faulting fresh pages (about twice as fast as 1024 in a one-thread CPU measurement);
+#: GPUs, where the kernel works in place, can take more.
+DEFAULT_CHUNK_SIZE: int | None = ERLConfig.__dataclass_fields__["logprob_chunk_size"].default
+#: Vocabulary columns per tile: a (256, 8192) fp32 tile is 8 MiB.
+VOCAB_TILE = 8192
+# Models whose chunked head was checked once against their own forward (see _check_once).
+_CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
+def sequence_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+) -> torch.Tensor:
+    """Log-probs ``(B, L)`` of ``targets``, the last ``L`` tokens of ``input_ids``, under ``model``.
+
+    Args:
+        model: a causal LM (a transformers model, possibly wrapped by PEFT or accelerate).
+        input_ids, attention_mask, position_ids: ``(B, P + L)``; the completion is the last
+            ``L`` columns (left-padded contexts, right-padded completions).
+        targets: ``(B, L)`` the completion ids (``input_ids[:, -L:]`` where not padding).
+        temperature: logits are divided by it (match the sampling temperature).
+        chunk_size: completion positions per lm-head chunk; None computes the full
+            ``(B, L + 1, V)`` logits and upcasts them to fp32 (simple, memory-hungry).
+
+    Returns:
+        ``(B, L)`` float32 log-probs, with gradient when grad is enabled.
+
+    Example:
+        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
+        >>> model = tiny_model(tiny_tokenizer())
+        >>> ids = torch.tensor([[10, 11, 12, 13]])
+        >>> ones = torch.ones_like(ids)
+        >>> pos = torch.arange(4)[None]
+        >>> chunked = sequence_logprobs(model, ids, ones, pos, ids[:, 2:], chunk_size=1)
+        >>> full = sequence_logprobs(model, ids, ones, pos, ids[:, 2:], chunk_size=None)
+        >>> chunked.shape, bool(torch.allclose(chunked, full, atol=1e-5))
+        (torch.Size([1, 2]), True)
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    L = targets.shape[1]
+    if chunk_size is None:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=False, logits_to_keep=L + 1)
+        logits = out.logits[:, -(L + 1):-1, :]  # (B, L, V): position P-1+j predicts target j
+        return token_logprobs(logits.float(), targets, temperature)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    lm = causal_lm(model)
+    _check_once(model, lm, input_ids, temperature)
+    return _chunked(lm, input_ids, attention_mask, position_ids, targets, temperature, chunk_size)
+
+
+def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+             targets: torch.Tensor, temperature: float, chunk_size: int) -> torch.Tensor:
+    from trl.kernels import ChunkedLogProbFunction  # imported here: trl costs a second to import
+
+    head = output_head(lm)
+    scale, softcap = logit_transform(lm.config)
+    B, L = targets.shape
+    out = lm.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                        use_cache=False)
+    hidden = out.last_hidden_state[:, -(L + 1):-1, :]  # (B, L, H)
+    flat = hidden.reshape(B * L, -1).to(head.weight.device)  # (N, H)
+    ids = targets.reshape(-1).to(head.weight.device)  # (N,)
+    pieces = []
+    for start in range(0, B * L, chunk_size):
+        part = slice(start, start + chunk_size)
+        logp, *_ = ChunkedLogProbFunction.apply(
+            flat[part], head.weight, head.bias, ids[part], temperature, VOCAB_TILE, softcap, scale, ())
+        pieces.append(logp)  # (n,) float32
+    return torch.cat(pieces).view(B, L).to(targets.device)
+
+
+def causal_lm(model: Any) -> Any:
+    """The transformers causal LM inside ``model`` (unwrapping accelerate/DDP and PEFT).
+
+    Example:
+        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
+        >>> type(causal_lm(tiny_model(tiny_tokenizer()))).__name__
+        'LlamaForCausalLM'
+    """
+    while isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
+        model = model.module
+    if hasattr(model, "get_base_model"):  # a PeftModel
+        model = model.get_base_model()
+    if not hasattr(model, "get_output_embeddings") or getattr(model, "base_model", model) is model:
+        raise ValueError(f"{type(model).__name__} is not a causal LM with a decoder and an lm-head; "
+                         "use the full-logits path (logprob chunk size None)")
+    return model
+
+
+def output_head(lm: Any) -> torch.nn.Linear:
+    """The lm-head as a plain ``nn.Linear`` (what the chunked kernel can read), or a ValueError."""
+    head = lm.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if not (isinstance(head, torch.nn.Linear) and type(weight) in (torch.nn.Parameter, torch.Tensor)
+            and weight.dtype.is_floating_point):
+        raise ValueError(
+            f"{type(lm).__name__}'s lm-head is {type(head).__name__} (weight {type(weight).__name__}); the "
+            "chunked log-probs need a plain floating-point nn.Linear head (not quantized, not wrapped by an "
+            "adapter): keep lm_head out of LoRA/4-bit, or use the full-logits path (logprob chunk size None)")
+    return head
+
+
+def logit_transform(config: Any) -> tuple[float, float | None]:
+    """``(scale, softcap)`` a model applies to ``lm_head(h)``: ``softcap·tanh(scale·z/softcap)``.
+
+    Read from the config fields transformers models use (the same list as TRL's fused head):
+    ``final_logit_softcapping`` (Gemma 2/3), ``logit_scale`` (Cohere), ``output_multiplier``,
+    ``lm_head_multiplier`` (Falcon-H1), ``logits_scaling`` (Granite divides by it).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> logit_transform(SimpleNamespace(logits_scaling=8.0, model_type="granite"))
+        (0.125, None)
+    """
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    softcap = getattr(cfg, "final_logit_softcapping", None)
+    scale = next((getattr(cfg, name) for name in ("logit_scale", "output_multiplier", "lm_head_multiplier")
+                  if getattr(cfg, name, None) is not None), None)
+    if scale is None and getattr(cfg, "logits_scaling", None) is not None:
+        div = cfg.logits_scaling
+        scale = div if getattr(cfg, "model_type", "") == "hyperclovax" else 1 / div
+    return (1.0 if scale is None else float(scale)), (None if softcap is None else float(softcap))
+
+
+@torch.no_grad()
+def _check_once(model: Any, lm: Any, input_ids: torch.Tensor, temperature: float) -> None:
+    """Compare the chunked head with the model's own logits once per model, on 8 tokens.
+
+    A model that transforms its logits in a way :func:`logit_transform` does not know would
+    otherwise train on silently wrong log-probs; this costs one forward of one short row.
+    """
+    if _CHECKED.get(lm) or input_ids.shape[1] < 2:
+        return
+    ids = input_ids[:1, -8:]
+    ones, pos = torch.ones_like(ids), torch.arange(ids.shape[1], device=ids.device)[None]
+    targets = ids[:, 1:]
+    devices = [ids.device] if ids.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # same dropout masks in both passes
+        torch.manual_seed(0)
+        full = sequence_logprobs(model, ids, ones, pos, targets, temperature, chunk_size=None)
+        torch.manual_seed(0)
+        chunked = _chunked(lm, ids, ones, pos, targets, temperature, chunk_size=DEFAULT_CHUNK_SIZE)
+    atol = 1e-3 if output_head(lm).weight.dtype == torch.float32 else 5e-2
+    gap = float((full - chunked).abs().max())
+    if not gap <= atol:
+        raise ValueError(
+            f"{type(lm).__name__}: chunked lm-head log-probs differ from the model's own by {gap:.3g}; "
+            "its logits go through a transform erl_lite does not know. Use the full-logits path "
+            "(logprob chunk size None)")
+    _CHECKED[lm] = True

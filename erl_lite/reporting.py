@@ -1,0 +1,328 @@
+"""Experiment trackers: the run's history sent to TensorBoard, Trackio or Weights & Biases.
+
+``ERLConfig.report_to`` names the trackers and ``ERLConfig.logging_steps`` how often train
+records are sent, both with TRL's meanings (see their docstrings). A :class:`Reporter` hangs
+on the run's :class:`~erl_lite.history.History`, which hands it every record it logs:
+
+* train records: every scalar, averaged over the iterations since the previous send (the
+  latest value for :data:`~erl_lite.metrics.POINT_IN_TIME` keys such as ``lr``), at the
+  sending iteration's step, under the history's own names (``reward/first``, ``gate/rate``,
+  ``frac_reward_zero_std/first``, ...);
+* eval records (``eval/reward``, ...) as they come, at their step;
+* with each train send, a ``samples`` table of the sending iteration's
+  :class:`~erl_lite.records.StepRecord`: one row per first attempt with its reward and
+  conversation and, for a gated one, the reflection, the second attempt and r2, plus the
+  memory after the step. wandb and Trackio get a ``Table``; TensorBoard, which has no
+  tables, a markdown text summary (its Text tab).
+
+Every tracker is optional and imported only when named; a missing one fails when the trainer
+is built, naming the pip extra. Trackers open at the first send, not at construction.
+
+Why not transformers' integration callbacks (``TensorBoardCallback``, ``WandbCallback``,
+``TrackioCallback``): they are driven by ``transformers.Trainer``'s loop (``TrainingArguments``,
+``TrainerState``, ``TrainerControl``), which erl_lite does not run, and log no tables. Kept from
+them: TensorBoard's run folder (``TENSORBOARD_LOGGING_DIR``, else
+``<output_dir>/runs/<date>_<host>``), wandb's ``train/global_step`` step metric (records may
+arrive at an earlier step after a resume) and ``WANDB_PROJECT``. A wandb run the user started
+before training is reused (start one with ``wandb.init(project=...)`` to choose its names);
+otherwise the project is ``WANDB_PROJECT`` or ``erl-lite``, and Trackio's project is
+``erl-lite``; the run is named after ``output_dir``.
+
+Departures from the paper: none (the paper logs through its own framework).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import os
+import sys
+from typing import Any, Protocol
+
+from erl_lite.config import REPORT_TO_BACKENDS, ERLConfig
+from erl_lite.metrics import STEP, is_point_in_time
+from erl_lite.records import Attempt, StepRecord
+
+#: Name of the table (a text summary in TensorBoard) sent with each train send.
+SAMPLES_TABLE = "samples"
+#: Columns of that table, one row per first attempt of the iteration.
+SAMPLE_COLUMNS = ["step", "task_id", "index", "r1", "first_attempt", "reflection", "r2",
+                  "second_attempt", "memory"]
+#: Project name for trackers started by erl_lite.
+DEFAULT_PROJECT = "erl-lite"
+
+
+def _installed(name: str) -> bool:
+    if name in sys.modules:  # imported already (or replaced by a test double)
+        return sys.modules[name] is not None
+    return importlib.util.find_spec(name) is not None
+
+
+def resolve_report_to(report_to: list[str]) -> list[str]:
+    """The trackers to open for ``ERLConfig.report_to``; fails on one that is not installed.
+
+    ``["all"]`` means every installed one of :data:`~erl_lite.config.REPORT_TO_BACKENDS`, as in
+    transformers.
+
+    Example:
+        >>> resolve_report_to([])
+        []
+    """
+    if report_to == ["all"]:
+        return [name for name in REPORT_TO_BACKENDS if _installed(name)]
+    for name in report_to:
+        if not _installed(name):
+            raise ImportError(f"ERLConfig.report_to names {name!r}, which is not installed: "
+                              f"pip install 'erl-lite[{name}]' (or pip install {name})")
+    return list(report_to)
+
+
+def logging_interval(logging_steps: int | float, max_steps: int) -> int:
+    """Iterations between two sends: ``logging_steps``, or that fraction of ``max_steps``
+    rounded up when it is below 1 (transformers' rule).
+
+    Example:
+        >>> logging_interval(5, 100), logging_interval(0.25, 10)
+        (5, 3)
+    """
+    if logging_steps < 1:
+        return max(1, math.ceil(logging_steps * max_steps))
+    return int(logging_steps)
+
+
+# --- the trackers ------------------------------------------------------------------------------
+class Tracker(Protocol):
+    """What the :class:`Reporter` needs from a tracker."""
+
+    def log_scalars(self, values: dict[str, float], step: int) -> None: ...
+
+    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TensorBoardTracker:
+    """Scalars with ``add_scalar``; the table as markdown with ``add_text``."""
+
+    def __init__(self, config: ERLConfig) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations.integration_utils import default_logdir
+
+        log_dir = os.getenv("TENSORBOARD_LOGGING_DIR")
+        if log_dir is None and config.output_dir:
+            log_dir = os.path.join(config.output_dir, default_logdir())
+        self.writer = SummaryWriter(log_dir=log_dir)  # None: SummaryWriter's ./runs/<date>_<host>
+
+    def log_scalars(self, values: dict[str, float], step: int) -> None:
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        self.writer.add_text(name, markdown_rows(columns, rows), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbTracker:
+    """``wandb.log`` with the ``train/global_step`` step metric; tables as ``wandb.Table``.
+    The run is left open at the end of training (wandb closes it when the process exits)."""
+
+    def __init__(self, config: ERLConfig) -> None:
+        import wandb
+
+        self.wandb = wandb
+        if wandb.run is None:
+            wandb.init(project=os.getenv("WANDB_PROJECT", DEFAULT_PROJECT), name=_run_name(config),
+                       config=config.to_dict())
+        else:
+            wandb.config.update(config.to_dict(), allow_val_change=True)
+        wandb.define_metric("train/global_step")
+        wandb.define_metric("*", step_metric="train/global_step", step_sync=True)
+
+    def log_scalars(self, values: dict[str, float], step: int) -> None:
+        self.wandb.log({**values, "train/global_step": step})
+
+    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        self.wandb.log({name: self.wandb.Table(dataframe=_frame(columns, rows)), "train/global_step": step})
+
+    def close(self) -> None:
+        pass
+
+
+class TrackioTracker:
+    """``trackio.log`` at the record's step; tables as ``trackio.Table``; finished at the end."""
+
+    def __init__(self, config: ERLConfig) -> None:
+        import trackio
+
+        self.trackio = trackio
+        trackio.init(project=DEFAULT_PROJECT, name=_run_name(config), config=config.to_dict(),
+                     resume="allow")
+
+    def log_scalars(self, values: dict[str, float], step: int) -> None:
+        self.trackio.log(values, step=step)
+
+    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        # Trackio reads column names from a DataFrame only (its ``columns=`` is ignored)
+        self.trackio.log({name: self.trackio.Table(dataframe=_frame(columns, rows))}, step=step)
+
+    def close(self) -> None:
+        self.trackio.finish()
+
+
+TRACKERS: dict[str, type] = {"tensorboard": TensorBoardTracker, "trackio": TrackioTracker,
+                             "wandb": WandbTracker}
+
+
+def _run_name(config: ERLConfig) -> str | None:
+    return os.path.basename(os.path.normpath(config.output_dir)) if config.output_dir else None
+
+
+def _frame(columns: list[str], rows: list[list[Any]]) -> Any:
+    import pandas as pd  # a dependency of datasets
+
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --- the table ---------------------------------------------------------------------------------
+def conversation(attempt: Attempt) -> str:
+    """An attempt's turns after the system prompt, one ``role: text`` block each."""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in attempt.messages if m["role"] != "system")
+
+
+def sample_rows(record: StepRecord) -> list[list[Any]]:
+    """The rows of the ``samples`` table (columns :data:`SAMPLE_COLUMNS`) of one iteration."""
+    retry_of = {id(r.first): r for r in record.retries}
+    memory = "\n---\n".join(record.memory_after)
+    rows = []
+    for a in record.first_attempts:
+        r = retry_of.get(id(a))
+        reflection = r.reflection.text if r is not None and r.reflection is not None else ""
+        rows.append([record.step, a.task_id, a.index, a.reward, conversation(a), reflection,
+                     r.second.reward if r is not None else None,
+                     conversation(r.second) if r is not None else "", memory])
+    return rows
+
+
+def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
+    """Rows as markdown for TensorBoard's Text tab: one section per row, texts as indented code
+    blocks (so the attempts' own backticks and markup stay as they are).
+
+    Example:
+        >>> print(markdown_rows(["task", "text"], [["t1", "a\\nb"]]))
+        **task**: t1
+        <BLANKLINE>
+        **text**:
+        <BLANKLINE>
+            a
+            b
+    """
+    sections = []
+    for row in rows:
+        parts = []
+        for name, value in zip(columns, row):
+            text = "" if value is None else str(value)
+            if "\n" in text or len(text) > 80:
+                parts.append(f"**{name}**:\n\n" + "\n".join("    " + line for line in text.split("\n")))
+            else:
+                parts.append(f"**{name}**: {text}")
+        sections.append("\n\n".join(parts))
+    return "\n\n---\n\n".join(sections)
+
+
+# --- the reporter ------------------------------------------------------------------------------
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in record.items() if k not in (STEP, "kind") and isinstance(v, (int, float))}
+
+
+def _window(records: list[dict[str, float]]) -> dict[str, float]:
+    """Each key's mean over the records that have it (the latest for point-in-time keys)."""
+    out: dict[str, float] = {}
+    for key in dict.fromkeys(k for r in records for k in r):
+        values = [r[key] for r in records if key in r]
+        out[key] = values[-1] if is_point_in_time(key) else math.fsum(values) / len(values)
+    return out
+
+
+class Reporter:
+    """Forwards history records to the named trackers, every ``logging_steps`` iterations.
+
+    Args:
+        config: the run's config (``logging_steps`` and ``max_steps`` are read at each record,
+            so a resume that changes them takes effect).
+        names: trackers to open (see :func:`resolve_report_to`).
+
+    Example:
+        >>> class Recorder:  # any object with the Tracker methods
+        ...     def __init__(self, config): self.sent = []
+        ...     def log_scalars(self, values, step): self.sent.append((step, values))
+        ...     def log_table(self, name, columns, rows, step): pass
+        ...     def close(self): pass
+        >>> reporter = Reporter(ERLConfig(max_steps=3, logging_steps=2), ["rec"], {"rec": Recorder})
+        >>> for step, r in [(1, 0.0), (2, 1.0), (3, 0.5)]:
+        ...     reporter.log({"kind": "train", "step": step, "reward/first": r})
+        >>> reporter.trackers[0].sent
+        [(2, {'reward/first': 0.5}), (3, {'reward/first': 0.5})]
+    """
+
+    def __init__(self, config: ERLConfig, names: list[str], trackers: dict[str, type] | None = None) -> None:
+        self.config, self.names = config, list(names)
+        self._kinds = trackers or TRACKERS
+        self.trackers: list[Tracker] = []
+        self._pending: list[dict[str, float]] = []
+        self._pending_step = 0
+
+    def log(self, record: dict[str, Any], step_record: StepRecord | None = None) -> None:
+        """Take one history record (with its ``kind`` and ``step``) and send what is due."""
+        step = int(record.get(STEP, 0))
+        if record.get("kind", "train") != "train":
+            self._send(_scalars(record), step)
+            return
+        self._pending.append(_scalars(record))
+        self._pending_step = step
+        interval = logging_interval(self.config.logging_steps, self.config.max_steps)
+        if step % interval == 0 or step >= self.config.max_steps:
+            self._send(_window(self._pending), step)
+            self._pending = []
+            if step_record is not None:
+                rows = sample_rows(step_record)
+                for tracker in self._open():
+                    tracker.log_table(SAMPLES_TABLE, SAMPLE_COLUMNS, rows, step)
+
+    def close(self) -> None:
+        """Send what is pending (a run stopped early) and close the trackers; they reopen on the
+        next send."""
+        if self._pending:
+            self._send(_window(self._pending), self._pending_step)
+        self._pending = []
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
+
+    def _send(self, values: dict[str, float], step: int) -> None:
+        if values:
+            for tracker in self._open():
+                tracker.log_scalars(values, step)
+
+    def _open(self) -> list[Tracker]:
+        if not self.trackers:
+            self.trackers = [self._kinds[name](self.config) for name in self.names]
+        return self.trackers
+
+
+def make_reporter(config: ERLConfig) -> Reporter | None:
+    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker.
+
+    Raises:
+        ImportError: a named tracker is not installed (the message names the pip extra).
+
+    Example:
+        >>> make_reporter(ERLConfig()) is None
+        True
+    """
+    names = resolve_report_to(config.report_to)
+    return Reporter(config, names) if names else None

@@ -1,0 +1,277 @@
+"""Finish a run: measure it, keep it, and watch the trained policy play.
+
+The end of a training notebook is where results get lost (a Colab session's disk vanishes
+with the session). This module is that last mile, one function per step:
+
+* :func:`results_folder` — a folder that outlives the session: Google Drive when it is
+  mounted, else a named folder under the working directory (never a temporary one);
+* :func:`train_and_evaluate` — evaluate first attempts on held-out tasks, train, evaluate
+  again (:meth:`ERLTrainer.evaluate <erl_lite.trainer.ERLTrainer.evaluate>`: initial prompt,
+  no memory, as the paper deploys), returned as a :class:`BeforeAfter`;
+* :func:`save_adapter` — adapter + tokenizer + a note of how the base was loaded and what the
+  evaluation measured, optionally pushed to the hub (:func:`erl_lite.export.push_to_hub`);
+* :func:`reload_and_play` — load the saved adapter with :func:`erl_lite.models.load_policy`, as
+  a user would later, and play one episode, returned as a :class:`PlayedEpisode` that prints
+  (and renders in a notebook) turn by turn.
+
+Merging the adapter into a standalone model is :mod:`erl_lite.export` (``erl-lite export``).
+
+Departures from the paper: none; the paper's evaluation is the same first-attempt protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from erl_lite.records import Attempt, Task
+
+#: Where Colab mounts Google Drive (``google.colab.drive.mount("/content/drive")``).
+DRIVE = Path("/content/drive/MyDrive")
+
+
+def results_folder(name: str = "erl_lite_results", drive: str | os.PathLike | None = DRIVE) -> Path:
+    """Create and return the folder a run's results are kept in.
+
+    ``<drive>/<name>`` when ``drive`` is a mounted folder (Google Drive on Colab), else
+    ``<working directory>/<name>``. ``name`` is a relative path such as ``"erl_lite/run1"``.
+
+    Example:
+        >>> import tempfile
+        >>> drive = tempfile.mkdtemp()  # stands in for a mounted Google Drive
+        >>> results_folder("runs/demo", drive=drive) == Path(drive).resolve() / "runs" / "demo"
+        True
+    """
+    if not name or os.path.isabs(name) or ".." in Path(name).parts:
+        raise ValueError(f"name must be a relative folder name like 'erl_lite/run1', got {name!r}")
+    root = Path(drive) if drive is not None and Path(drive).is_dir() else Path.cwd()
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder.resolve()
+
+
+# --- before / after ---------------------------------------------------------------------------
+@dataclass
+class BeforeAfter:
+    """First-attempt evaluation on the same held-out tasks before and after training.
+
+    Attributes:
+        before, after: :meth:`ERLTrainer.evaluate` metrics (``eval/reward``, ``eval/success``, ...).
+        task_ids: the tasks evaluated (held out: the environment's test split by default).
+        num_generations: rollouts per task on each side.
+    """
+
+    before: dict[str, float]
+    after: dict[str, float]
+    task_ids: list[str]
+    num_generations: int
+
+    def table(self) -> str:
+        """A plain-text table, one metric per line.
+
+        Example:
+            >>> print(BeforeAfter({"eval/success": 0.25}, {"eval/success": 0.75}, ["t0", "t1"], 2).table())
+            metric             before   after  change   (2 held-out tasks x 2)
+            eval/success         0.25    0.75   +0.50
+        """
+        lines = [f"{'metric':<16} {'before':>8} {'after':>7} {'change':>7}   "
+                 f"({len(self.task_ids)} held-out tasks x {self.num_generations})"]
+        for key in self.before:
+            if key in self.after and not key.endswith("num_episodes"):
+                b, a = self.before[key], self.after[key]
+                lines.append(f"{key:<16} {b:>8.2f} {a:>7.2f} {a - b:>+7.2f}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"before": dict(self.before), "after": dict(self.after), "task_ids": list(self.task_ids),
+                "num_generations": self.num_generations}
+
+
+def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None,
+                       num_generations: int | None = None) -> tuple[Any, BeforeAfter]:
+    """Evaluate on held-out ``tasks``, ``trainer.train()``, evaluate again; ``(history, BeforeAfter)``.
+
+    ``tasks`` defaults to the trainer's evaluation tasks (the environment's test split);
+    ``num_generations`` to ``args.eval_num_generations``. ``train`` reseeds from
+    ``args.seed`` first, so the evaluation before it does not change the run.
+    """
+    tasks = trainer.eval_tasks if tasks is None else list(tasks)
+    if not tasks:
+        raise ValueError("no held-out tasks: pass tasks= or give the trainer an eval_dataset")
+    n = num_generations or trainer.args.eval_num_generations
+    before = trainer.evaluate(tasks, n)
+    history = trainer.train()
+    after = trainer.evaluate(tasks, n)
+    return history, BeforeAfter(before, after, [t.task_id for t in tasks], n)
+
+
+# --- keeping the adapter --------------------------------------------------------------------
+@dataclass
+class SavedAdapter:
+    """An adapter written by :func:`save_adapter`.
+
+    Attributes:
+        path: the folder (loadable with :func:`erl_lite.models.load_policy`).
+        base_model: where its base is loaded from.
+        base_quantization: ``"4bit"`` or ``"none"`` — how the base was loaded in training.
+        hub_url: the hub repository it was pushed to, or None.
+    """
+
+    path: str
+    base_model: str
+    base_quantization: str
+    hub_url: str | None = None
+
+
+def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evaluation: BeforeAfter | None = None,
+                 push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
+    """Save a LoRA policy's adapter and tokenizer to ``folder``; optionally push it to the hub.
+
+    Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.export.NOTE_FILE`): the base
+    model, whether it was 4-bit (which :func:`erl_lite.export.export_merged` needs and peft does
+    not record) and ``evaluation`` when given. ``push_to_hub="user/name"`` then uploads the
+    folder (network and a write token needed; private unless ``private=False``).
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.models import load_policy
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
+        ...                           lora_r=2, device="cpu")
+        >>> saved = save_adapter(policy, tok, tempfile.mkdtemp())
+        >>> saved.base_quantization, {"adapter_config.json", "erl_lite.json"} <= set(os.listdir(saved.path))
+        ('4bit', True)
+    """
+    from erl_lite import export
+    from erl_lite.models import _base_model, _is_4bit
+
+    if not hasattr(model, "peft_config"):
+        raise ValueError("save_adapter needs a LoRA policy (a peft model); a fully fine-tuned model "
+                         "is saved with model.save_pretrained(folder)")
+    path = os.fspath(folder)
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    base = getattr(_base_model(model).config, "_name_or_path", "") or ""
+    quantization = "4bit" if _is_4bit(model) else "none"
+    note = {"base_model": base, "base_quantization": quantization,
+            "evaluation": evaluation.to_dict() if evaluation is not None else None}
+    with open(os.path.join(path, export.NOTE_FILE), "w", encoding="utf-8") as f:
+        json.dump(note, f, indent=1)
+    url = export.push_to_hub(path, push_to_hub, private=private) if push_to_hub else None
+    return SavedAdapter(path, base, quantization, url)
+
+
+# --- one episode, turn by turn ----------------------------------------------------------------
+@dataclass
+class Turn:
+    """One model turn: what the policy saw last and what it replied."""
+
+    number: int
+    observation: str
+    reply: str
+
+
+@dataclass
+class PlayedEpisode:
+    """One episode played by a policy, for reading turn by turn.
+
+    ``print(episode)`` gives the text; in a notebook it renders as HTML (the attempt view of
+    :mod:`erl_lite.viz`). ``attempt`` is the full record (tokens included).
+    """
+
+    task_id: str
+    system_prompt: str
+    turns: list[Turn]
+    reward: float
+    success: bool
+    feedback: str
+    attempt: Attempt = field(repr=False)
+
+    @classmethod
+    def from_attempt(cls, attempt: Attempt) -> PlayedEpisode:
+        """Pair each reply with the user message before it.
+
+        Example:
+            >>> a = Attempt("t0", "first", 0, "Play.", [
+            ...     {"role": "system", "content": "Play."}, {"role": "user", "content": "grid 1"},
+            ...     {"role": "assistant", "content": "```Up```"}, {"role": "user", "content": "grid 2"},
+            ...     {"role": "assistant", "content": "```Left```"}], [], [], [], 1.0, True, "Reached the goal.",
+            ...     "", 2)
+            >>> print(PlayedEpisode.from_attempt(a).text())
+            task t0 · reward 1.00 · succeeded · 2 turns
+            system: Play.
+            --- turn 1 ---
+            grid 1
+            reply: ```Up```
+            --- turn 2 ---
+            grid 2
+            reply: ```Left```
+            --- outcome ---
+            Reached the goal.
+        """
+        turns, seen = [], ""
+        for message in attempt.messages:
+            if message["role"] == "user":
+                seen = message["content"]
+            elif message["role"] == "assistant":
+                turns.append(Turn(len(turns) + 1, seen, message["content"]))
+        return cls(attempt.task_id, attempt.system_prompt, turns, attempt.reward, attempt.success,
+                   attempt.feedback, attempt)
+
+    def text(self) -> str:
+        """The episode as plain text, turn by turn."""
+        verdict = "succeeded" if self.success else "failed"
+        n = len(self.turns)
+        lines = [f"task {self.task_id} · reward {self.reward:.2f} · {verdict} · {n} turn{'s' * (n != 1)}",
+                 f"system: {self.system_prompt}"]
+        for turn in self.turns:
+            lines += [f"--- turn {turn.number} ---", turn.observation, f"reply: {turn.reply}"]
+        return "\n".join(lines + ["--- outcome ---", self.feedback])
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        from erl_lite.viz._style import COLORS
+        from erl_lite.viz.pairs import _attempt_html  # the same view as the attempt-pair browser
+
+        return _attempt_html(f"Task {self.task_id}", self.attempt.to_dict(), COLORS["first"])
+
+
+def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None, config: Any = None) -> PlayedEpisode:
+    """Play one first attempt of ``task`` (default: the env's first test task) with the policy.
+
+    As in evaluation: the initial system prompt, no memory, the evaluation sampling settings
+    and budgets of ``config`` (default :class:`~erl_lite.config.ERLConfig`).
+    """
+    from erl_lite.config import ERLConfig
+    from erl_lite.generation import HFGenerator
+    from erl_lite.phases import PhaseContext, attempt_first
+
+    task = task if task is not None else env.test_tasks(1)[0]
+    ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, env, config or ERLConfig())
+    (attempt,) = attempt_first(ctx, [task], 1, params=ctx.eval_params())
+    return PlayedEpisode.from_attempt(attempt)
+
+
+def reload_and_play(adapter_dir: str | os.PathLike, env: Any, task: Task | None = None, config: Any = None, *,
+                    quantization: str = "auto", device: str | None = None) -> tuple[Any, Any, PlayedEpisode]:
+    """Load a saved adapter with :func:`~erl_lite.models.load_policy` and play one episode.
+
+    ``quantization="auto"`` loads the base as training did (read by
+    :func:`erl_lite.export.describe_adapter`). Returns ``(model, tokenizer, episode)``.
+    """
+    from erl_lite.export import describe_adapter
+    from erl_lite.models import load_policy
+
+    if quantization == "auto":
+        quantization = describe_adapter(adapter_dir).quantization
+    model, tokenizer = load_policy(os.fspath(adapter_dir), quantization=quantization, device=device)
+    return model, tokenizer, play_episode(model, tokenizer, env, task, config)

@@ -1,0 +1,108 @@
+"""Rewrite the notebooks' first cells from erl_lite's repository constants.
+
+    python scripts/sync_notebooks.py            # rewrite notebooks/*.ipynb in place
+    python scripts/sync_notebooks.py --check    # exit 1 and name the notebooks that differ
+
+What it writes, each rendered by :mod:`erl_lite.colab` from ``erl_lite.REPOSITORY_URL`` and
+``erl_lite.RELEASE_REF``:
+
+* the "Open in Colab" badge, first line of the first markdown cell;
+* the install cell, the first code cell;
+* the environment cell right after the cell tagged ``parameters`` (inserted when missing, with
+  the id ``<nn>-env``): versions, device, free GPU memory, and the GPU-preset check;
+* links to the repository's figures (``../assets/x.png``) in markdown, as raw URLs at the same
+  ref, so they resolve on Colab, where the notebook is opened alone.
+
+Every other cell is left as it is. Publishing under another path: change the two constants in
+``erl_lite/__init__.py``, then run this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # render from this checkout's constants, not an installed copy
+
+from erl_lite.colab import REPORT_CELL_SOURCE, badge_markdown, install_cell_source, raw_url  # noqa: E402
+
+NOTEBOOK_DIR = ROOT / "notebooks"
+_BADGE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$")
+# A figure link, relative to notebooks/ or already a raw URL (of any owner/name/ref: re-rendered).
+_ASSET_LINK = re.compile(
+    r"\]\((?:\.\./|https://raw\.githubusercontent\.com/[^/\s)]+/[^/\s)]+/[^/\s)]+/)(assets/[^)\s]+)\)")
+
+
+def _lines(text: str) -> list[str]:
+    """A cell's ``source`` in the notebook format: lines keeping their newline, the last without."""
+    return text.splitlines(keepends=True)
+
+
+def _code_cell(cell_id: str, text: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {},
+            "outputs": [], "source": _lines(text)}
+
+
+def sync(nb: dict, filename: str) -> dict:
+    """``nb`` (a notebook's JSON) with its badge, install cell, environment cell and figure
+    links rendered for ``notebooks/<filename>``; a new dict, ``nb`` is not changed."""
+    nb = copy.deepcopy(nb)
+    cells = nb["cells"]
+    first_md = next(c for c in cells if c["cell_type"] == "markdown")
+    lines = "".join(first_md["source"]).split("\n")
+    badge = badge_markdown(f"notebooks/{filename}")
+    if _BADGE.match(lines[0]):
+        lines[0] = badge
+    else:
+        lines[:0] = [badge, ""]
+    first_md["source"] = _lines("\n".join(lines))
+
+    first_code = next(c for c in cells if c["cell_type"] == "code")
+    first_code["source"] = _lines(install_cell_source())
+
+    params = [i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(params) != 1:
+        raise ValueError(f"{filename}: needs exactly one cell tagged 'parameters', found {len(params)}")
+    env_id = f"{filename[:2]}-env"
+    following = cells[params[0] + 1] if params[0] + 1 < len(cells) else None
+    if following is not None and following.get("id") == env_id:
+        following["source"] = _lines(REPORT_CELL_SOURCE)
+    else:
+        cells.insert(params[0] + 1, _code_cell(env_id, REPORT_CELL_SOURCE))
+
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            cell["source"] = _lines(_ASSET_LINK.sub(lambda m: f"]({raw_url(m[1])})", text))
+    return nb
+
+
+def dumps(nb: dict) -> str:
+    """The notebook as the repository stores it (the layout Jupyter writes)."""
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook differs")
+    args = parser.parse_args(argv)
+    stale = []
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
+        text = path.read_text(encoding="utf-8")
+        new = dumps(sync(json.loads(text), path.name))
+        if new != text:
+            stale.append(path.name)
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+    verb = "differ from erl_lite's repository constants" if args.check else "rewritten"
+    print(f"{len(stale)} notebook(s) {verb}" + (": " + ", ".join(stale) if stale else ""))
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Data-parallel ERL (erl_lite.distributed): two CPU processes (gloo) against one process.
+
+The two-process run uses accelerate's ``debug_launcher`` (forked CPU processes joined by a
+file store: no network, no port). Completions come from a scripted sampler whose reply is a
+function of the prompt and of its rollout index, so both runs see the same completions and
+every difference left is the data-parallel machinery's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+
+import pytest
+
+from erl_lite.metrics import is_measurement
+import torch
+
+from erl_lite.config import ERLConfig
+from erl_lite.distributed import DataParallel, DeferredMemory
+from erl_lite.memory import ReflectionMemory
+from erl_lite.records import TrainSample
+
+ROWS = [{"prompt": f"Say {n}.", "answer": str(n)} for n in range(1, 7)]
+COMPARED_EXACTLY = ("memory/size", "memory/writes", "memory/total_writes", "samples/first",
+                    "samples/reflection", "samples/second", "samples/distill", "optim/steps", "step")
+
+
+# --- unit: the pieces, in one process ------------------------------------------------------------
+def fake_rank(rank: int, world: int, others: dict[int, object] | None = None) -> DataParallel:
+    """A DataParallel that believes it is ``rank`` of ``world``; gathers return ``others``' values."""
+    dp = DataParallel()
+    dp.world_size, dp.rank = world, rank
+    dp._gather_parts = lambda obj: [obj if r == rank else others[r] for r in range(world)]
+    return dp
+
+
+def test_shard_gives_contiguous_blocks_in_rank_order():
+    items = list(range(7))
+    blocks = [fake_rank(r, 3).shard(items) for r in range(3)]
+    assert blocks == [[0, 1, 2], [3, 4], [5, 6]]
+    with pytest.raises(ValueError, match="num_tasks_per_step=2 is smaller than the number of processes"):
+        fake_rank(2, 3).shard([0, 1])
+    assert fake_rank(2, 3).shard([0, 1], allow_empty=True) == []
+
+
+def test_global_positions_reproduce_the_single_process_batch_order():
+    # One process would list: first a0 a1 b0 | reflection a0 b0 | second a0 b0 (tasks a, b).
+    def rows(task_roles):
+        return [TrainSample(role, [], [], [], 0.0, t) for role, t in task_roles]
+
+    rank0 = rows([("first", "a0"), ("first", "a1"), ("reflection", "a0"), ("second", "a0")])
+    rank1 = rows([("first", "b0"), ("reflection", "b0"), ("second", "b0")])
+    counts = {0: [2, 1, 1, 0], 1: [1, 1, 1, 0]}
+    pos0 = fake_rank(0, 2, counts).global_positions(rank0)
+    pos1 = fake_rank(1, 2, counts).global_positions(rank1)
+    order = sorted(zip(pos0 + pos1, rank0 + rank1), key=lambda x: x[0])
+    assert [p for p, _ in order] == list(range(7))
+    assert [(s.role, s.task_id) for _, s in order] == [
+        ("first", "a0"), ("first", "a1"), ("first", "b0"), ("reflection", "a0"), ("reflection", "b0"),
+        ("second", "a0"), ("second", "b0")]
+    with pytest.raises(RuntimeError, match="grouped by role"):
+        fake_rank(0, 2, counts).global_positions(list(reversed(rank0)))
+    assert DataParallel().global_positions(list(reversed(rank0))) == [0, 1, 2, 3]  # one process: as given
+
+
+def test_deferred_memory_reads_the_shared_one_and_holds_writes_back():
+    shared = ReflectionMemory("fifo", size=5, top_k=2)
+    shared.maybe_store("old rules", 1.0, 1.0)
+    view = DeferredMemory(shared)
+    assert view.context() == "old rules"
+    assert view.maybe_store("new rules", 1.0, 1.0) and not view.maybe_store("  ", 1.0, 1.0)
+    assert shared.entries == ["old rules"] and view.pending == [("new rules", 1.0, 1.0)]
+
+
+def test_single_process_view_changes_nothing():
+    dp, memory = DataParallel(), ReflectionMemory()
+    assert dp.deferred(memory) is memory and dp.merge("outcome", memory) == "outcome"
+    assert dp.total_count(0.0) == 1.0 and dp.gather([1, 2]) == [1, 2]
+    assert dp.on_main(lambda: 5, default=0) == 5
+
+
+# --- integration: two processes against one ------------------------------------------------------
+class RolloutIndexedGenerator:
+    """Replies chosen by ``(prompt text, how many times this prompt came earlier in the call)``.
+
+    Within one batched call a task's G rollouts have the same prompt, so the occurrence count
+    is the rollout index whether the call holds every task (one process) or a block of them.
+    First attempts: rollout g of task n answers right when (n + g) % 3 == 0. Reflections: a
+    rulebook naming the task. Second attempts: right when (n + occurrence) is even, so each
+    task writes one rulebook and memory's order shows the order of the writes.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls, self.first_prompts = tokenizer, 0, 0
+        self.stop_ids = [tokenizer.eos_token_id]
+
+    def generate(self, prompts, params):
+        self.calls += 1
+        seen: Counter = Counter()
+        outs = []
+        for ids in prompts:
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            occurrence = seen[text]
+            seen[text] += 1
+            n = int(re.search(r"Say (\d+)\.", text).group(1))
+            if "You coach an agent" in text:
+                reply = f"<prompt>Rule for task {n}: reply {n}.</prompt>"
+            elif "Rule for task" in text:
+                reply = str(n) if (n + occurrence) % 2 == 0 else "no"
+            else:
+                self.first_prompts += 1
+                reply = str(n) if (n + occurrence) % 3 == 0 else "no"
+            ids_out = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            outs.append(ids_out[: params.max_new_tokens])
+        return outs
+
+
+def reward(prompts, completions, answer, **kw):
+    return [float(a in c) for c, a in zip(completions, answer)]
+
+
+def make_trainer(out_dir: str, max_steps: int):
+    from peft import LoraConfig
+
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+    from erl_lite.trainer import ERLTrainer
+
+    tok = tiny_tokenizer()
+    # Uneven shards (3 tasks on 2 processes), KL on, two optimizer steps per iteration (so
+    # mini-batch membership and the old log-probs matter), FIFO memory (so the order of the
+    # writes shows).
+    args = ERLConfig.preset(
+        "cpu", max_steps=max_steps, num_tasks_per_step=3, num_generations=3, max_completion_length=8,
+        max_reflection_length=64, max_reflection_prompt_length=600, eval_steps=0, progress_bar=False,
+        learning_rate=5e-2, beta=0.05, steps_per_generation=2, per_device_train_batch_size=4,
+        memory_type="fifo", memory_size=10, memory_top_k=2, output_dir=out_dir, save_steps=1, seed=3)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "o_proj"])
+    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=reward,
+                      train_dataset=ROWS, peft_config=lora, generator=RolloutIndexedGenerator(tok))
+
+
+def trainable(trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def snapshot(trainer) -> dict:
+    return {"records": [dict(r) for r in trainer.history.records],
+            "memory": trainer.memory.state_dict(),
+            "weights": trainable(trainer),
+            "first_prompts": trainer.generator.first_prompts,
+            "world": trainer.dist.world_size, "rank": trainer.dist.rank}
+
+
+def two_process_worker(root: str) -> None:
+    """Runs in each of the two processes (accelerate's debug_launcher calls it)."""
+    from accelerate.state import PartialState
+
+    PartialState._reset_state()  # a state inherited through fork would say "one process"
+    fresh = make_trainer(os.path.join(root, "two"), max_steps=1)
+    fresh.train()
+    resumed = make_trainer(os.path.join(root, "two_resumed"), max_steps=2)
+    resumed.train(resume_from_checkpoint=os.path.join(root, "one", "checkpoint-1"))
+    torch.save({"fresh": snapshot(fresh), "resumed": snapshot(resumed)},
+               os.path.join(root, f"rank{fresh.dist.rank}.pt"))
+
+
+def assert_same_step(got: dict, want: dict, what: str) -> None:
+    for key, value in want.items():
+        if is_measurement(key) or key == "kind":  # wall-clock and device figures differ per run
+            continue
+        if key in COMPARED_EXACTLY or not isinstance(value, float):
+            assert got[key] == value, f"{what}: {key} is {got[key]!r}, one process {value!r}"
+        else:
+            assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), f"{what}: {key}"
+    assert set(got) == set(want), f"{what}: other metric keys"
+
+
+def assert_same_weights(got: dict, want: dict, before: dict, what: str) -> None:
+    moved = 0.0
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-6, msg=f"{what}: {name}")
+        moved = max(moved, float((value - before[name]).abs().max()))
+    assert moved > 1e-3, "the update did not move the adapter: the comparison would prove nothing"
+
+
+def train_records(records):
+    return [r for r in records if r["kind"] == "train"]
+
+
+def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
+    from accelerate import debug_launcher
+    from safetensors.torch import load_file
+
+    root = str(tmp_path)
+    one = make_trainer(os.path.join(root, "one"), max_steps=2)
+    before = trainable(one)
+    one.train()
+    ref = train_records(one.history.records)
+    ref_step1_weights = load_file(os.path.join(root, "one", "checkpoint-1", "trainable.safetensors"))
+    ref_step1_memory = json.load(open(os.path.join(root, "one", "checkpoint-1", "memory.json")))
+    assert ref[0]["memory/writes"] == 3 and ref[0]["samples/reflection"] == 6 and ref[0]["loss/total"] != 0
+
+    debug_launcher(two_process_worker, args=(root,), num_processes=2)
+    ranks = [torch.load(os.path.join(root, f"rank{r}.pt"), weights_only=False) for r in (0, 1)]
+
+    for r, got in enumerate(ranks):
+        fresh = got["fresh"]
+        assert (fresh["world"], fresh["rank"]) == (2, r)
+        # Sharding: 3 tasks x G=3 first attempts, split 2 tasks / 1 task.
+        assert fresh["first_prompts"] == [6, 3][r]
+        # Step 1: every rank holds the global metrics, memory (same writes in the same order)
+        # and weights of the one-process step.
+        assert_same_step(train_records(fresh["records"])[0], ref[0], f"rank {r}, step 1")
+        assert fresh["memory"] == ref_step1_memory
+        assert_same_weights(fresh["weights"], ref_step1_weights, before, f"rank {r}, step 1")
+        # Resumed on two processes from the one-process checkpoint: step 2 as in one process.
+        resumed = got["resumed"]
+        assert_same_step(train_records(resumed["records"])[-1], ref[1], f"rank {r}, step 2 after 1->2 resume")
+        assert resumed["memory"] == one.memory.state_dict()
+        assert_same_weights(resumed["weights"], trainable(one), before, f"rank {r}, step 2")
+
+    # Rank 0 alone wrote the history and the checkpoint.
+    lines = open(os.path.join(root, "two", "history.jsonl")).read().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1]
+    assert os.path.isdir(os.path.join(root, "two", "checkpoint-1"))
+
+    # Resume the two-process checkpoint in one process: step 2 as in the uninterrupted run.
+    again = make_trainer(os.path.join(root, "one_resumed"), max_steps=2)
+    again.train(resume_from_checkpoint=os.path.join(root, "two", "checkpoint-1"))
+    assert_same_step(train_records(again.history.records)[-1], ref[1], "one process, step 2 after 2->1 resume")
+    assert_same_weights(trainable(again), trainable(one), before, "one process, step 2 after 2->1 resume")
