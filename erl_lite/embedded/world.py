@@ -3,14 +3,17 @@
 Three letters come from a pool (:data:`LETTER_POOL`) by the run's seed (:func:`run_letters`):
 two hole letters and one ice letter, never told to the model. A failed trace names only the
 hole the agent stepped on (``stepped on F: moved into a hole``), so one failure reveals at
-most half of what a good rulebook needs; maps hold both kinds of hole, often both in the way
-(:func:`trap_map`). Within a run the letters are fixed, so a rulebook built on memory (one hole
+most half of what a good rulebook needs; maps hold both kinds of hole, often both in the way,
+and never a dead end (:func:`trap_map`, :func:`no_dead_end`): a player that knows both holes
+wins by always stepping closer to the goal, while one that knows a single hole can still step
+into the other. Within a run the letters are fixed, so a rulebook built on memory (one hole
 learned from an earlier failure, the other from this one) carries what a single trace cannot
 show. :func:`demo_world` is the world of ``erl-lite demo``; :func:`make_world` builds one with
 chosen letters (the corpus builder uses it).
 
 Departures from the paper: the paper's FrozenLake has one fixed hole letter and larger maps;
-here maps are 3x3 by default, re-drawn until a hole lies in the way, holes come in two letters,
+here maps are 3x3 by default, re-drawn until a hole lies in the way and no safe route needs a
+step back, holes come in two letters,
 prompts are compact, and each observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`)
 so that a 0.4 M-parameter model is not defeated by reading a flattened grid.
 
@@ -154,7 +157,10 @@ def hole_in_the_way(rows: list[str]) -> bool:
 
 
 def holes_in_the_way(kinds: list[str]) -> set[str]:
-    """Which kinds of hole (``H``, :data:`SECOND_HOLE`) lie between start and goal on a ``kinds`` map.
+    """Which kinds of hole (``H``, :data:`SECOND_HOLE`) a player who only steps closer to the goal
+    can step on, on a ``kinds`` map: the holes that lie one step closer than some safe cell such
+    a player reaches. A hole of a kind not in the set never matters to a player who keeps
+    stepping closer, whatever it believes.
 
     Example:
         >>> sorted(holes_in_the_way(["SHF", "KFF", "FFG"]))
@@ -163,9 +169,28 @@ def holes_in_the_way(kinds: list[str]) -> set[str]:
         set()
     """
     where = {ch: (r, c) for r, row in enumerate(kinds) for c, ch in enumerate(row) if ch in "SG"}
-    (r0, c0), (r1, c1) = where["S"], where["G"]
-    return {kinds[r][c] for r in range(min(r0, r1), max(r0, r1) + 1)
-            for c in range(min(c0, c1), max(c0, c1) + 1)} & {"H", SECOND_HOLE}
+    goal = where["G"]
+
+    def distance(cell: tuple[int, int]) -> int:
+        return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
+
+    met: set[str] = set()
+    frontier, seen = [where["S"]], set()
+    while frontier:
+        cell = frontier.pop()
+        if cell == goal or cell in seen:
+            continue
+        seen.add(cell)
+        for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            n = (cell[0] + dr, cell[1] + dc)
+            if not (0 <= n[0] < len(kinds) and 0 <= n[1] < len(kinds[0])) or distance(n) >= distance(cell):
+                continue
+            tile = kinds[n[0]][n[1]]
+            if tile in ("H", SECOND_HOLE):
+                met.add(tile)
+            else:
+                frontier.append(n)
+    return met
 
 
 def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
@@ -190,26 +215,68 @@ def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
     return ["".join(kind.get((r, c), ch) for c, ch in enumerate(row)) for r, row in enumerate(rows)]
 
 
+def no_dead_end(rows: list[str]) -> bool:
+    """Whether a player who knows every hole reaches the goal by only ever stepping closer to it,
+    whichever safe closer tile it picks at each step.
+
+    From every safe cell such a player can reach (start included), some tile one step closer to
+    the goal is safe, or the cell is the goal. Then the ``ahead:`` line (the closer tiles) holds
+    everything a player with a correct rulebook needs: it never has to step back to get round a
+    hole, a detour a 0.4 M-parameter model cannot plan from a flattened grid. Any letter other
+    than ``S``, ``G`` and ``F`` counts as a hole.
+
+    Example:
+        >>> no_dead_end(["SFF", "FHF", "FFG"]), no_dead_end(["SFF", "FFH", "FHG"])
+        (True, False)
+    """
+    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
+    goal = where["G"]
+
+    def distance(cell: tuple[int, int]) -> int:
+        return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
+
+    frontier, seen = [where["S"]], set()
+    while frontier:
+        cell = frontier.pop()
+        if cell == goal or cell in seen:
+            continue
+        seen.add(cell)
+        closer = [(cell[0] + dr, cell[1] + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+        safe = [n for n in closer if 0 <= n[0] < len(rows) and 0 <= n[1] < len(rows[0])
+                and distance(n) < distance(cell) and rows[n[0]][n[1]] in "SGF"]
+        if not safe:
+            return False
+        frontier += safe
+    return True
+
+
 def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
-             keep_easy: float) -> dict[str, Any]:
-    """A solvable map with a hole in the way, except for a ``keep_easy`` share of maps.
+             keep_easy: float, both_kinds: float = 0.0) -> dict[str, Any]:
+    """A map with a hole in the way (except for a ``keep_easy`` share of maps) and no dead end;
+    for a ``both_kinds`` share of the maps with a hole in the way, holes of both kinds in the way.
 
     Draws :func:`~erl_lite.envs.frozenlake.generate_map` maps from seeds derived from ``seed``
     until one qualifies, so it stays deterministic in ``seed``; then marks each hole's kind
     (:func:`assign_kinds`) in ``kinds`` (``map`` keeps ``H`` for both: the move rule's view).
+    Every map passes :func:`no_dead_end`: knowing both holes is enough to win by stepping closer.
+    On a map with both kinds in the way (:func:`holes_in_the_way`), a player that knows only
+    the hole one failure revealed can still step into the other.
 
     Example:
-        >>> m = trap_map(1, (3, 3), (0.5, 0.7), 6, keep_easy=0.0)
-        >>> hole_in_the_way(m["map"]), len(m["kinds"]) == len(m["map"])
-        (True, True)
+        >>> m = trap_map(1, (3, 3), (0.5, 0.7), 6, keep_easy=0.0, both_kinds=1.0)
+        >>> hole_in_the_way(m["map"]), no_dead_end(m["map"]), sorted(holes_in_the_way(m["kinds"]))
+        (True, True, ['H', 'K'])
     """
     rng = random.Random(seed)
     easy_ok = rng.random() < keep_easy
+    need_both = not easy_ok and rng.random() < both_kinds
     for attempt in range(10_000):
         m = generate_map(seed + 7_919 * attempt, sizes, frozen_prob, max_shortest)
-        if easy_ok or hole_in_the_way(m["map"]):
-            return {**m, "kinds": assign_kinds(m["map"], rng)}
-    raise RuntimeError("no map with a hole in the way; raise the hole probability")
+        if (easy_ok or hole_in_the_way(m["map"])) and no_dead_end(m["map"]):
+            kinds = assign_kinds(m["map"], rng)
+            if not need_both or holes_in_the_way(kinds) == {"H", SECOND_HOLE}:
+                return {**m, "kinds": kinds}
+    raise RuntimeError("no map with the holes asked for and no dead end; raise the hole probability")
 
 
 # --- the environment ---------------------------------------------------------------------------
@@ -263,7 +330,9 @@ class DemoLake(FrozenLake):
 
     Same rules, prompts, feedback and traces as :class:`FrozenLake`, except that holes come in
     two letters (``symbols["hole"]`` and ``symbols["hole2"]``) and maps are re-drawn until a
-    hole lies between start and goal, except for a ``keep_easy`` share (see :func:`trap_map`). The paper's maps are often solved by walking
+    hole lies between start and goal (except for a ``keep_easy`` share) and no dead end remains;
+    a ``both_kinds`` share of the other maps has both kinds of hole in the way (see
+    :func:`trap_map`), the maps where only a rulebook built on memory knows enough. The paper's maps are often solved by walking
     straight at the goal, which would leave nothing for reflection to fix.
 
     Defaults differ from :class:`FrozenLake`: 3x3 maps (the embedded model is trained on
@@ -278,7 +347,8 @@ class DemoLake(FrozenLake):
         True
     """
 
-    def __init__(self, keep_easy: float = 0.25, seed: int = 0, n_train: int = 10_000, n_test: int = 100,
+    def __init__(self, keep_easy: float = 0.25, both_kinds: float = 0.6, seed: int = 0, n_train: int = 10_000,
+                 n_test: int = 100,
                  sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
                  max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
                  compact: bool = True, hints: bool = True) -> None:
@@ -287,10 +357,10 @@ class DemoLake(FrozenLake):
                          compact=compact)
         # FrozenLake knows one kind of hole; the second kind's letter is resolved here.
         self.symbols = resolve_symbols(DEMO_SYMBOLS, symbols)
-        self.keep_easy, self.hints = keep_easy, hints
+        self.keep_easy, self.both_kinds, self.hints = keep_easy, both_kinds, hints
 
         def make(task_seed: int) -> dict[str, Any]:
-            return trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy)
+            return trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds)
 
         self._splits = SeededSplits(make, lambda d: "/".join(d["kinds"]), self.name, seed, n_train, n_test)
 
