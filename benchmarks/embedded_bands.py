@@ -15,7 +15,9 @@ and prints:
 * the memory effect, on the failures where the unrevealed hole lies in the way: second attempts
   under a reflection written from a good memory (the other hole named) versus one written from
   the initial prompt (band: good >= initial + 0.15), and a wrong-memory control (a remembered
-  rulebook that calls the ice a hole).
+  rulebook that calls the ice a hole); ``both``: share of good-memory reflections naming both
+  holes; ``kept``: share of reflections from a memory that already names both holes that
+  still name both, each once (what keeps a run's memory from losing a hole).
 
 Sampling is seeded; expect a few points of drift across machines and torch versions.
 
@@ -54,7 +56,7 @@ def pooled(results: list[Bands]) -> dict[str, float]:
     out["reflection_gain"] = out["second_success"] - out["retry_success"]
     cases = sum(b.num_memory_cases for b in results)
     out["num_memory_cases"] = cases
-    for key in ("initial_memory_success", "good_memory_success", "wrong_memory_success", "merged_rate"):
+    for key in ("initial_memory_success", "good_memory_success", "wrong_memory_success", "merged_rate", "kept_rate"):
         out[key] = sum(getattr(b, key) * b.num_memory_cases for b in results) / max(cases, 1)
     out["memory_gain"] = out["good_memory_success"] - out["initial_memory_success"]
     return out
@@ -78,7 +80,7 @@ def main() -> None:
     rows, results = {}, []
     header = f"{'run':>4} {'letters':>7} {'first':>5} {'parse':>5} {'hole':>5} {'contr':>5} {'failed':>6} " \
              f"{'own':>5} {'retry':>5} {'gain':>6} {'shuf':>5} {'swap':>5} | {'cases':>5} {'init':>5} " \
-             f"{'good':>5} {'mgain':>6} {'wrong':>5} {'both':>5} {'sec':>4}"
+             f"{'good':>5} {'mgain':>6} {'wrong':>5} {'both':>5} {'kept':>5} {'sec':>4}"
     print(header)
 
     def line(name: str, letters: str, r: dict) -> str:
@@ -87,7 +89,7 @@ def main() -> None:
                 f"{r['retry_success']:5.2f} {r['reflection_gain']:+6.2f} {r['shuffled_success']:5.2f} "
                 f"{r['swapped_success']:5.2f} | {r['num_memory_cases']:5d} {r['initial_memory_success']:5.2f} "
                 f"{r['good_memory_success']:5.2f} {r['memory_gain']:+6.2f} {r['wrong_memory_success']:5.2f} "
-                f"{r['merged_rate']:5.2f}")
+                f"{r['merged_rate']:5.2f} {r['kept_rate']:5.2f}")
 
     for run in args.run_seeds:
         world = demo_world(run, n_test=args.tasks)

@@ -4,8 +4,8 @@ On a world's test tasks: first attempts, the policy's own reflections on the fai
 second attempts under them, against a plain fresh retry and two controls (a reflection written
 for another task of the run, and the own reflection with the hole and ice letters exchanged).
 Then the **memory effect**: on the failures where the part a single trace cannot reveal
-matters (the agent fell into one kind of hole and the other kind lies between start and
-goal), second attempts under a reflection written from a *good memory* (a rulebook naming the
+matters (the agent fell into one kind of hole, and a player stepping closer to the goal can
+step on the other kind: :func:`~erl_lite.embedded.world.holes_in_the_way`), second attempts under a reflection written from a *good memory* (a rulebook naming the
 other hole, as an earlier failure would have taught) against one written from the initial
 prompt, and a *wrong memory* control (a rulebook calling the ice a hole).
 Every rulebook is checked for self-contradiction
@@ -31,7 +31,7 @@ import random
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from erl_lite.embedded.rulebooks import contradiction_rate, named_holes, rulebook
+from erl_lite.embedded.rulebooks import contradiction_rate, hole_facts, named_holes, rulebook
 from erl_lite.embedded.world import SECOND_HOLE, fatal_letter, hole_letters, holes_in_the_way
 
 __all__ = ["Bands", "measure_bands"]
@@ -57,8 +57,8 @@ class Bands:
         swapped_success: second attempts under the own reflection with the hole and frozen
             letters exchanged (same words, wrong content: the control for the reflection's
             information).
-        num_memory_cases: failed attempts that fell into one kind of hole while the other kind
-            lies in the way (the memory-effect cases).
+        num_memory_cases: failed attempts that fell into one kind of hole on a map where the
+            other kind lies in the way (the memory-effect cases).
         initial_memory_success: on those, second attempts under a reflection written from the
             initial prompt (what a run without memory gets).
         good_memory_success: the same under a reflection written from a memory that names
@@ -66,6 +66,9 @@ class Bands:
         wrong_memory_success: the same from a memory that calls the ice a hole (control:
             memory's content is what helps).
         merged_rate: share of the good-memory reflections that name both holes.
+        kept_rate: share of the reflections written on those failures from a memory that already
+            names both holes (in either order) that still name both, each once: what a run's
+            memory holds once it has learned both, which a reflector must not lose.
     """
 
     first_success: float
@@ -83,6 +86,7 @@ class Bands:
     good_memory_success: float = 0.0
     wrong_memory_success: float = 0.0
     merged_rate: float = 0.0
+    kept_rate: float = 0.0
 
     @property
     def reflection_gain(self) -> float:
@@ -149,6 +153,7 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
              and ({"H", SECOND_HOLE} - {kind[f]}) <= holes_in_the_way(by_id[a.task_id].data["kinds"])]
     memo = {"initial": [], "good": [], "wrong": []}
     written: list[str] = []
+    kept: list[bool] = []
     if memory_cases and cases:
         for k, name in enumerate(["initial", "good", "wrong"]):
             pairs = cases if name == "initial" else []  # (failed attempt, reflection)
@@ -163,6 +168,13 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
             torch.manual_seed(seed + 20 + k)
             retries = attempt_second(ctx, [a for a, _ in pairs], by_id, [r for _, r in pairs])
             memo[name] = [(r.second.success, r.reflection.rulebook) for r in retries]
+        for k, order in enumerate([list(holes), list(holes)[::-1]]):  # memory that knows both holes
+            memory = ReflectionMemory()
+            memory.maybe_store(rulebook(order), 1.0, 0.0)
+            torch.manual_seed(seed + 30 + k)
+            full = reflect(ctx, [a for a, _ in cases], memory)
+            kept += [sorted(hole_facts(r.rulebook)) == sorted(holes) for r in full]
+            written += [r.rulebook for r in full]
     good = memo["good"]
     return Bands(
         first_success=success(first), parse_rate=sum(r.parsed for r in own) / len(own),
@@ -173,7 +185,7 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
         contradiction_rate=contradiction_rate([r.rulebook for r in own] + written),
         num_memory_cases=len(cases), initial_memory_success=_mean([s for s, _ in memo["initial"]]),
         good_memory_success=_mean([s for s, _ in good]), wrong_memory_success=_mean([s for s, _ in memo["wrong"]]),
-        merged_rate=_mean([set(holes) <= set(named_holes(t)) for _, t in good]))
+        merged_rate=_mean([set(holes) <= set(named_holes(t)) for _, t in good]), kept_rate=_mean(kept))
 
 
 def _mean(xs: list) -> float:

@@ -2,8 +2,8 @@
 
 A good reflection on the demo world writes a rulebook such as
 ``"A is you. B is the goal. Reach B and never step on a hole. E is a hole. H is a hole."``: fixed
-sentences, then one fact per letter in the order the facts were learned, so that building on a
-remembered rulebook is copying it and appending what the trace adds;
+sentences, then one fact per letter, the newest first, so that building on a remembered
+rulebook is writing what the trace shows, then copying the rest;
 :func:`rulebook` writes one (the build-time teacher does), :func:`named_holes` and
 :func:`named_safe` read which letters one calls holes and safe (the teacher, the bands and the
 demo report do), and :func:`contradictions` lists the letters a rulebook gives two opposite
@@ -39,7 +39,7 @@ def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None
     """The rulebook a good reflection writes: fixed sentences, then one fact per letter.
 
     ``holes`` and ``safe`` are letters (a single letter or a sequence), written in the given
-    order (the embedded teacher names holes only: a fact per hole, in the order learned); a
+    order (the embedded teacher names holes only: a fact per hole, the newest first); a
     letter in both is refused, since that rulebook would contradict itself.
 
     Example:
@@ -69,6 +69,17 @@ def named_holes(text: str) -> list[str]:
         (['E', 'G'], [])
     """
     return list(dict.fromkeys(_HOLE_RULE.findall(text)))
+
+
+def hole_facts(text: str) -> list[str]:
+    """Every letter a rulebook calls a hole, in order, repeats included (a repeat says a rulebook
+    wrote one fact twice, usually in place of another it lost).
+
+    Example:
+        >>> hole_facts("H is a hole. H is a hole."), named_holes("H is a hole. H is a hole.")
+        (['H', 'H'], ['H'])
+    """
+    return _HOLE_RULE.findall(text)
 
 
 def named_hole(text: str) -> str | None:
