@@ -63,7 +63,7 @@ def corpus_config(**overrides: Any) -> ERLConfig:
 
 def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0,
                     skill: TeacherSkill | None = None, batch_tasks: int = 8,
-                    config: ERLConfig | None = None, partial_memory: float = 0.5,
+                    config: ERLConfig | None = None, set_memory: tuple[float, float, float] = (0.35, 0.1, 0.4),
                     **world: Any) -> list[CorpusExample]:
     """Roll the teacher through ERL steps on ``runs`` worlds and keep every role's tokens.
 
@@ -72,11 +72,12 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
     its own map seed, and memory on for three runs in four (so reflections see remembered
     rulebooks as their base instructions most of the time, and learn to build on them, and
     the initial prompt otherwise). In a run with memory, before each step after the first,
-    memory is set with chance ``partial_memory`` to a rulebook naming only one of the two holes
-    (what one earlier failure teaches), so the corpus shows many reflections that must keep
-    the remembered hole and add the one the trace reveals; a quarter of those memories name
-    the ice instead (a lucky success can store a wrong rulebook), which the reflector drops
-    once a trace walks on the ice safely.
+    memory is set by hand with the chances ``set_memory`` = (one hole, the ice, both holes);
+    otherwise it keeps what the run stored. A one-hole rulebook (what one earlier failure
+    teaches) makes reflections that must write the hole the trace reveals and keep the
+    remembered one; a rulebook calling the ice a hole (a lucky success can store a wrong one)
+    is dropped once a trace walks on the ice safely; a rulebook naming both holes, in either
+    order, makes reflections that write the trace's hole first and must not write it twice.
 
     Args:
         tokenizer: renders and tokenizes exactly as the trainer will.
@@ -85,7 +86,7 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
         skill: the teacher's noise levels.
         batch_tasks: tasks per ERL step (memory is updated between steps).
         config: phase settings (default :func:`corpus_config`).
-        partial_memory: chance per step that memory is set to a one-hole rulebook (see above).
+        set_memory: chances per step that memory is set to one hole, the ice, both holes (see above).
         world: :class:`~erl_lite.embedded.world.DemoLake` arguments (``sizes``, ``frozen_prob``, ``keep_easy``, ...).
     """
     worlds = [(h, h2, f) for h in LETTER_POOL for h2 in LETTER_POOL for f in LETTER_POOL
@@ -102,10 +103,12 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
         memory = ReflectionMemory()
         tasks = env.train_tasks(tasks_per_run)
         for i in range(0, len(tasks), batch_tasks):
-            if cfg.use_memory and i and rng.random() < partial_memory:
-                # one true hole, or (a quarter of the time) the ice wrongly remembered as a hole
-                remembered = letters[2] if rng.random() < 0.25 else rng.choice(letters[:2])
-                memory.maybe_store(rulebook([remembered]), 1.0, 1.0)
+            u = rng.random()
+            if cfg.use_memory and i and u < sum(set_memory):
+                one, ice, _ = set_memory
+                remembered = ([rng.choice(letters[:2])] if u < one else [letters[2]] if u < one + ice
+                              else rng.sample(letters[:2], 2))
+                memory.maybe_store(rulebook(remembered), 1.0, 1.0)
             out = erl_step(ctx, tasks[i:i + batch_tasks], memory if cfg.use_memory else None)
             examples += [CorpusExample(a.role, a.prompt_ids, a.completion_ids, a.completion_mask, r)
                          for a in out.first + out.second]

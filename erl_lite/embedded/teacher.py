@@ -12,8 +12,12 @@ trained on; nothing that runs at demo time imports this module. It plays the dem
   random (kept for the whole episode). RL alone rarely samples the right letters; a
   reflection reads them from the trace, and memory carries them across episodes.
 * **reflect**: writes a rulebook in ``<prompt>…</prompt>`` that builds on the current
-  instructions (memory, when the run has one): it copies the holes they name, in their order,
-  except any the trace walked on safely, and appends the hole the trace's fatal step names.
+  instructions (memory, when the run has one): it names the hole the trace's fatal step names
+  first, then copies the holes the instructions name, in their order, except any the trace
+  walked on safely and the one already written (so adding what the trace shows never depends
+  on noticing that it is new: the first fact is always the trace's). A note before the
+  rulebook says which letter the trace blames and judges each remembered one
+  (``"Fell on H. Keep F ok, H no."``): the same check of a letter as a move's ``ok``/``no``.
   A failure reveals only the hole stepped on, so only a rulebook built on memory names both of
   the world's holes. Rulebooks state holes only (no "safe" facts), so no letter ever gets two
   meanings. A few reflections blame a wrong letter for the fall.
@@ -201,23 +205,29 @@ class Teacher:
     def reflect(self, request: str) -> str:
         """A rulebook built on the current instructions and the trace (see the module docstring).
 
-        Holes: those the instructions name, in order, minus any the trace stepped on safely,
-        then the fatal step's letter (rarely a wrongly blamed one) if it is new.
+        Holes: the fatal step's letter (rarely a wrongly blamed one), then those the instructions
+        name, in order, minus any the trace stepped on safely and the letter already written.
         """
         base = _section(request, "Current instructions")
         trace = _section(request, "What the agent did")
         stepped_safe = set(_SAFE_STEP.findall(trace))
-        holes = [h for h in named_holes(base) if h not in stepped_safe]
         fatal = _FATAL.findall(trace)
-        if fatal:
-            blamed = fatal[-1]
+        blamed = fatal[-1] if fatal else None
+        if blamed is not None:
             grid = unknown_letters(parse_grid(_section(request, "Task")))
-            others = [x for x in grid if x not in (blamed, IN_HOLE, ON_GOAL, *holes)]
+            others = [x for x in grid if x not in (blamed, IN_HOLE, ON_GOAL, *named_holes(base))]
             if others and self.rng.random() < self.skill.reflection_error:
                 blamed = self.rng.choice(others)  # the imperfect reflector blames the wrong letter
-            if blamed not in holes:
-                holes.append(blamed)
-        return f"<prompt>{rulebook(holes)}</prompt>"
+        # First what the trace shows (the letter blamed for the fall), then what memory got right
+        # (not a letter walked on safely, not the one just written): the newest fact comes first,
+        # so writing it is the same skill with or without a memory. Before the rulebook, a short
+        # note judges each remembered letter ("Keep F ok, H no."), so that not writing the
+        # blamed letter twice is the same check as a move's "ok"/"no".
+        remembered = named_holes(base)
+        kept = [h for h in remembered if h not in stepped_safe and h != blamed]
+        verdicts = ", ".join(f"{h} {'ok' if h in kept else 'no'}" for h in remembered) or "nothing"
+        note = f"Fell on {blamed or 'nothing'}. Keep {verdicts}.\n"
+        return f"{note}<prompt>{rulebook(([blamed] if blamed else []) + kept)}</prompt>"
 
 
 def _section(request: str, title: str) -> str:
