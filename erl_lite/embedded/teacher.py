@@ -15,9 +15,7 @@ trained on; nothing that runs at demo time imports this module. It plays the dem
   instructions (memory, when the run has one): it names the hole the trace's fatal step names
   first, then copies the holes the instructions name, in their order, except any the trace
   walked on safely and the one already written (so adding what the trace shows never depends
-  on noticing that it is new: the first fact is always the trace's). A note before the
-  rulebook says which letter the trace blames and judges each remembered one
-  (``"Fell on H. Keep F ok, H no."``): the same check of a letter as a move's ``ok``/``no``.
+  on noticing that it is new: the first fact is always the trace's).
   A failure reveals only the hole stepped on, so only a rulebook built on memory names both of
   the world's holes. Rulebooks state holes only (no "safe" facts), so no letter ever gets two
   meanings. A few reflections blame a wrong letter for the fall.
@@ -220,14 +218,9 @@ class Teacher:
                 blamed = self.rng.choice(others)  # the imperfect reflector blames the wrong letter
         # First what the trace shows (the letter blamed for the fall), then what memory got right
         # (not a letter walked on safely, not the one just written): the newest fact comes first,
-        # so writing it is the same skill with or without a memory. Before the rulebook, a short
-        # note judges each remembered letter ("Keep F ok, H no."), so that not writing the
-        # blamed letter twice is the same check as a move's "ok"/"no".
-        remembered = named_holes(base)
-        kept = [h for h in remembered if h not in stepped_safe and h != blamed]
-        verdicts = ", ".join(f"{h} {'ok' if h in kept else 'no'}" for h in remembered) or "nothing"
-        note = f"Fell on {blamed or 'nothing'}. Keep {verdicts}.\n"
-        return f"{note}<prompt>{rulebook(([blamed] if blamed else []) + kept)}</prompt>"
+        # so writing it is the same skill with or without a memory.
+        kept = [h for h in named_holes(base) if h not in stepped_safe and h != blamed]
+        return f"<prompt>{rulebook(([blamed] if blamed else []) + kept)}</prompt>"
 
 
 def _section(request: str, title: str) -> str:
