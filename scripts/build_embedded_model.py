@@ -63,7 +63,7 @@ def fixed_sentences() -> list[str]:
     texts = [REFLECTION_SYSTEM, REFLECTION_REQUEST, RETRY_HEADER, action_reminder_text(),
              grid_system_prompt(8, compact=True), grid_system_prompt(8, compact=False),
              "[... middle of the attempt omitted ...]", "(grid unchanged)",
-             "(No valid action found in your reply; nothing happened.)", rulebook(None, None)]
+             "(No valid action found in your reply; nothing happened.)", rulebook(None)]
     letters = "ABCDEFGHXZ"
     texts += [c.format(tile=x) for c in COMMENTS.values() for x in letters]
     texts += [f.format(n=n, budget=8) for f in FEEDBACK.values() for n in range(1, 9)]
@@ -129,12 +129,14 @@ def perception_ids(tok: PreTrainedTokenizerFast) -> tuple[set[int], set[int]]:
 
 
 def collate(batch: list[CorpusExample], pad_id: int, weighted: tuple[set[int], set[int]] | None = None,
-            weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            weight: float = 1.0, rule_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask, loss weights), each (B, T), right-padded.
 
     ``weights[b, t]`` weighs the prediction of token ``t``: 0 off the completion mask, 1 on it,
-    and ``weight`` for a letter that follows a direction word (what the agent sees one step
-    ahead: the skill the corpus teaches slowest, so it gets a larger share of the gradient).
+    ``weight`` for a letter that follows a direction word (what the agent sees one step ahead),
+    and ``rule_weight`` for a letter a reflection writes (which holes its rulebook names: read
+    from the trace and the remembered rulebook). These are the skills the corpus teaches
+    slowest, so they get a larger share of the gradient.
     """
     width = max(e.length for e in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -148,7 +150,8 @@ def collate(batch: list[CorpusExample], pad_id: int, weighted: tuple[set[int], s
         for t in range(p, len(seq)):
             if e.completion_mask[t - p]:
                 ahead = seq[t] in letters and seq[t - 1] in directions
-                weights[b, t] = weight if ahead else 1.0
+                ruled = e.role == "reflection" and seq[t] in letters
+                weights[b, t] = weight if ahead else rule_weight if ruled else 1.0
     return ids, attn, weights
 
 
@@ -177,7 +180,7 @@ def train(model: LlamaForCausalLM, examples: list[CorpusExample], args: argparse
     special = perception_ids(tok)
     model.train()
     for step in range(args.steps):
-        ids, attn, weights = collate(next(stream), tok.pad_token_id, special, args.ahead_weight)
+        ids, attn, weights = collate(next(stream), tok.pad_token_id, special, args.ahead_weight, args.rule_weight)
         loss = weighted_loss(model, ids, attn, weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -196,14 +199,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(EMBEDDED_DIR), help="output directory (default: the package data)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=1500, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=2000, help="optimizer steps")
     p.add_argument("--batch", type=int, default=32, help="sequences per step")
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--runs", type=int, default=60, help="corpus worlds (letter pairs cycle through 30)")
+    p.add_argument("--runs", type=int, default=90, help="corpus worlds (letter triples cycle through 60)")
     p.add_argument("--tasks-per-run", type=int, default=96)
-    p.add_argument("--reflection-share", type=float, default=0.5,
+    p.add_argument("--reflection-share", type=float, default=0.75,
                    help="keep this share of the corpus' reflections (the role is learned early)")
     p.add_argument("--ahead-weight", type=float, default=4.0, help="loss weight of the letters seen ahead")
+    p.add_argument("--rule-weight", type=float, default=4.0, help="loss weight of the letters a reflection writes")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=8)
@@ -249,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
             "seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
             "model": {k: getattr(args, k) for k in ("hidden", "layers", "heads", "ffn", "tied")},
             "parameters": n_params, "vocab": len(tok),
-            "ahead_weight": args.ahead_weight,
+            "ahead_weight": args.ahead_weight, "rule_weight": args.rule_weight,
             "corpus": {"runs": args.runs, "tasks_per_run": args.tasks_per_run,
                        "reflection_share": args.reflection_share, "sequences": len(examples),
                        "roles": counts, "tokens": n_tokens, "teacher": asdict(TeacherSkill())},

@@ -5,9 +5,14 @@ sum of ``time/step``, evaluation excluded) become the budget of every other vari
 trains until it has spent the same CPU time. Each run evaluates first attempts at the start,
 every ``eval_steps`` and at the end on the same test tasks. Writes to ``--out`` (default
 ``assets/``, the README's table and figures come from here): ``compare_results.json``,
-``compare_table.md``, ``compare_eval.png`` (evaluation over the shared budget, every seed)
-and ``compare_rewards.png`` (seed 0's ERL rewards per phase with RLVR overlaid). Each run's
-``history.jsonl`` goes to ``--runs``.
+``compare_table.md`` (per-seed figures and the targets below, each marked met or missed),
+``compare_eval.png`` (evaluation over the shared budget, every seed) and ``compare_rewards.png``
+(seed 0's ERL rewards per phase with RLVR overlaid). Each run's ``history.jsonl`` goes to
+``--runs``.
+
+The targets (the ordering of the paper's Table 1, at toy scale), over the seeds' means:
+ERL - RLVR >= +0.10 in final evaluation; ERL - "w/o memory" >= +0.05; "w/o reflection" the
+lowest; and ERL reaches RLVR's final evaluation within 0.6x RLVR's CPU time.
 
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 --jobs 2   # two runs at a time
@@ -34,7 +39,13 @@ VARIANTS = {
 }
 
 
-def run(variant: str, seed: int, budget: float | None, steps: int, runs: str):
+#: (label, minimum) of each target; ``check_targets`` computes the values.
+TARGETS = {"ERL - RLVR": 0.10, "ERL - ERL w/o memory": 0.05}
+#: ERL must reach RLVR's final evaluation within this share of RLVR's CPU time.
+REACH_SHARE = 0.6
+
+
+def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, eval_steps: int = 5):
     """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent."""
     from erl_lite.embedded import demo_trainer
 
@@ -48,7 +59,8 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str):
     # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
     run_dir = os.path.join(runs, f"{variant}-{seed}".replace(" ", "_").replace("/", ""))
     trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir,
-                           max_steps=steps if budget is None else 10_000, **VARIANTS[variant])
+                           max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
+                           **VARIANTS[variant])
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
     return {"variant": variant, "seed": seed, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
@@ -81,6 +93,7 @@ def main() -> None:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--out", default="assets", help="where the table, figures and results go")
     p.add_argument("--runs", default="runs/compare", help="where each run's history goes")
+    p.add_argument("--eval-steps", type=int, default=5, help="evaluate every this many steps (not counted in the budget)")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at a time, one CPU thread each (keep <= cores: budgets are CPU seconds)")
     p.add_argument("--replot", action="store_true",
@@ -99,10 +112,10 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs) as pool:
         # ERL first (its seconds set the budget), then every other variant on the same budget.
-        erl = pool.map(_run, [("ERL", seed, None, steps, args.runs) for seed in args.seeds])
+        erl = pool.map(_run, [("ERL", seed, None, steps, args.runs, args.eval_steps) for seed in args.seeds])
         for r in erl:
             print(_strip(r), flush=True)
-        others = [(v, r["seed"], r["train_seconds"], steps, args.runs) for r in erl
+        others = [(v, r["seed"], r["train_seconds"], steps, args.runs, args.eval_steps) for r in erl
                   for v in args.variants if v != "ERL"]
         rest = []
         for r in pool.imap(_run, others):
@@ -146,6 +159,50 @@ def plot_pair(results: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
+def reach_seconds(curve: list[list[float]], level: float) -> float | None:
+    """CPU seconds at the first evaluation *after training began* (step > 0) of ``curve`` that
+    reaches ``level`` (None: never). The starting model is not counted, so a baseline that never
+    rose above its start is still "reached" only by a trained model.
+
+    >>> reach_seconds([[0, 0.0, 0.7], [5, 15.0, 0.6], [10, 30.0, 0.9]], 0.65)
+    30.0
+    """
+    return next((sec for step, sec, v in curve if step > 0 and v >= level), None)
+
+
+def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
+    """(target, measured with per-seed figures, met) for each of the comparison's targets."""
+    by = {(r["variant"], r["seed"]): r for r in results}
+    seeds = sorted({r["seed"] for r in results if r["variant"] == "ERL"})
+    mean = lambda v: statistics.mean(by[(v, s)]["eval_final"] for s in seeds)  # noqa: E731
+    out = []
+    for label, minimum in TARGETS.items():
+        other = label.split(" - ", 1)[1]
+        if not all((other, s) in by for s in seeds):
+            continue
+        diffs = [by[("ERL", s)]["eval_final"] - by[(other, s)]["eval_final"] for s in seeds]
+        d = statistics.mean(diffs)
+        out.append((f"{label} >= +{minimum:.2f} (final eval)",
+                    f"{d:+.3f} (per seed {' / '.join(f'{x:+.2f}' for x in diffs)})", d >= minimum))
+    if all(("ERL w/o reflection", s) in by for s in seeds):
+        variants = sorted({r["variant"] for r in results})
+        lowest = min(variants, key=mean)
+        out.append(("ERL w/o reflection lowest", f"lowest: {lowest} ({mean(lowest):.3f})",
+                    lowest == "ERL w/o reflection"))
+    if all(("RLVR", s) in by for s in seeds):
+        shares = []
+        for s in seeds:
+            rlvr = by[("RLVR", s)]
+            t = reach_seconds(by[("ERL", s)]["eval_curve"], rlvr["eval_final"])
+            shares.append(None if t is None else t / rlvr["train_seconds"])
+        text = " / ".join("never" if x is None else f"{x:.2f}" for x in shares)
+        known = [x for x in shares if x is not None]
+        met = len(known) == len(shares) and statistics.mean(known) <= REACH_SHARE
+        out.append((f"ERL reaches RLVR's final eval in <= {REACH_SHARE}x RLVR's CPU time",
+                    f"share per seed {text}" + (f", mean {statistics.mean(known):.2f}" if known else ""), met))
+    return out
+
+
 def summarize(results: list[dict], variants: list[str]) -> str:
     lines = ["| variant | steps (mean) | train CPU s (mean) | eval success before | eval success after "
              "(mean ± sd over seeds) | after, per seed |", "|---|---|---|---|---|---|"]
@@ -157,6 +214,10 @@ def summarize(results: list[dict], variants: list[str]) -> str:
                      f"{statistics.mean(r['train_seconds'] for r in rs):.0f} | "
                      f"{statistics.mean(r['eval_start'] for r in rs):.2f} | {statistics.mean(finals):.2f} ± {sd:.2f} | "
                      f"{' / '.join(f'{x:.2f}' for x in finals)} |")
+    targets = check_targets(results)
+    if targets:
+        lines += ["", "| target | measured | met |", "|---|---|---|"]
+        lines += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
     return "\n".join(lines) + "\n"
 
 
@@ -167,10 +228,13 @@ def plot(results: list[dict], variants: list[str], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    for i, v in enumerate(variants):
+    styles = ["-", "--", "-.", ":"]
+    markers = ["o", "s", "^", "v"]
+    for i, v in enumerate(variants):  # line style and marker per variant: overlapping lines stay visible
         for j, r in enumerate(r for r in results if r["variant"] == v):
             seconds, vals = [c[1] for c in r["eval_curve"]], [c[2] for c in r["eval_curve"]]
-            ax.plot(seconds, vals, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, marker="o", ms=3)
+            ax.plot(seconds, vals, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, ls=styles[i % 4],
+                    marker=markers[i % 4], ms=4, mfc="none" if i % 2 else None)
     ax.set_xlabel("training CPU time (s, one thread; evaluation excluded)")
     ax.set_ylabel("eval first-attempt success (0-1)")
     ax.set_title("Demo world, equal wall-clock, one line per seed")

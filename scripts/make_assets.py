@@ -32,7 +32,9 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1, help="parallel runs in the comparison")
     p.add_argument("--skip", nargs="*", default=[], choices=list(STEPS))
     args = p.parse_args()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ERL_LITE_STATIC": "1"}
+    # PYTHONPATH: the scripts import this checkout's erl_lite, not an installed copy elsewhere.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ERL_LITE_STATIC": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     os.makedirs(os.path.join(ROOT, "assets"), exist_ok=True)
     for name, cmd in STEPS.items():
         if name in args.skip:

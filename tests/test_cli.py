@@ -86,13 +86,13 @@ def _trainer_arguments(monkeypatch, argv: list[str]) -> dict:
      dict(max_steps=3, seed=2, use_memory=False, output_dir="runs/x")),
 ])
 def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, overrides):
-    """``erl-lite train --env demo`` trains with exactly the demo's config (lr 5e-4, 30 steps, its
+    """``erl-lite train --env demo`` trains with exactly the demo's config (lr 1e-3, 30 steps, its
     budgets); its flags override it."""
     from erl_lite.embedded import DEMO_EVAL_TASKS, demo_config, demo_world
 
     seen = _trainer_arguments(monkeypatch, ["train", "--env", "demo", *flags])
     assert seen["args"] == demo_config(**{"seed": 0, **overrides}, extra=DEMO_RECORD)  # seed: the CLI's default
-    assert seen["args"].learning_rate == 5e-4 and seen["args"].max_steps == overrides.get("max_steps", 30)
+    assert seen["args"].learning_rate == 1e-3 and seen["args"].max_steps == overrides.get("max_steps", 30)
     assert seen["env"].symbols == demo_world(overrides.get("seed", 0)).symbols
     assert len(seen["eval_dataset"]) == DEMO_EVAL_TASKS
     assert seen["processing_class"].eos_token == "<|im_end|>"  # the embedded model

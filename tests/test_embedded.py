@@ -12,14 +12,18 @@ import torch
 from erl_lite.chat import encode_messages
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_world, load_embedded, measure_bands
 from erl_lite.embedded.corpus import generate_corpus
-from erl_lite.embedded.rulebooks import named_hole, rulebook
+from erl_lite.embedded.demo import contradicting_rulebooks
+from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
 from erl_lite.embedded.teacher import Teacher, best_moves, describe_ahead
-from erl_lite.embedded.world import closer_tiles, hole_in_the_way, letter_pair, parse_grid
+from erl_lite.embedded.world import (IN_HOLE, SECOND_HOLE, closer_tiles, fatal_letter, hole_in_the_way,
+                                     hole_letters, holes_in_the_way, no_dead_end, parse_grid, run_letters)
+from erl_lite.history import History
 from erl_lite.envs.grid import parse_action
 from erl_lite.generation import HFGenerator, SamplingParams
 from erl_lite.models import describe_policy, trainable_parameters
 from erl_lite.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
 from erl_lite.rollout import opening_messages
+from erl_lite.testing import tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 
 
@@ -80,7 +84,7 @@ def test_tokenizer_is_lossless_with_a_chat_template(plain):
         assert tok.decode(tok(text, add_special_tokens=False).input_ids) == text
     for letter in "ABCDEFGHXZ":  # every grid cell is one token: its letter, after its separator
         assert tok.tokenize(f"{letter} {letter}\n{letter}") == [letter, f" {letter}", "\n", letter]
-    reply = "Avoid E. Down G ok, Right E no.\n```Right```"
+    reply = "Avoid E or H. Down G ok, Right E no.\n```Right```"
     assert tok.decode(tok(reply, add_special_tokens=False).input_ids) == reply
     assert len(tok(reply, add_special_tokens=False).input_ids) <= demo_config().max_completion_length - 1
 
@@ -89,14 +93,54 @@ def test_tokenizer_is_lossless_with_a_chat_template(plain):
 
 
 def test_demo_world_letters_vary_by_run_and_maps_put_holes_in_the_way():
-    pairs = {letter_pair(s) for s in range(40)}
-    assert len(pairs) > 10 and all(h != f for h, f in pairs)
+    draws = {run_letters(s) for s in range(40)}
+    assert len(draws) > 10 and all(len(set(d)) == 3 for d in draws)
     world = demo_world(3)
-    assert (world.symbols["hole"], world.symbols["frozen"]) == letter_pair(3)
+    assert (*hole_letters(world.symbols), world.symbols["frozen"]) == run_letters(3)
     tasks = world.test_tasks()
     share = sum(hole_in_the_way(t.data["map"]) for t in tasks) / len(tasks)
-    assert 0.65 <= share <= 0.9  # 75% by construction, plus easy maps that happen to have one
-    assert [t.data["map"] for t in demo_world(3).test_tasks(5)] == [t.data["map"] for t in tasks[:5]]
+    assert 0.65 <= share <= 0.95  # 75% by construction, plus easy maps that happen to have one
+    assert [t.data["kinds"] for t in demo_world(3).test_tasks(5)] == [t.data["kinds"] for t in tasks[:5]]
+    both = sum(holes_in_the_way(t.data["kinds"]) == {"H", SECOND_HOLE} for t in tasks) / len(tasks)
+    assert both >= 0.35  # often both kinds of hole block: one failure cannot reveal the whole rulebook
+
+
+def test_maps_have_no_dead_end_so_knowing_both_holes_is_enough():
+    """Knowing both holes, a player that only ever steps closer to the goal always wins: the
+    ``ahead:`` line holds every tile such a player needs to judge."""
+    assert no_dead_end(["SFF", "FHF", "FFG"]) and not no_dead_end(["SFF", "FFH", "FHG"])
+    for seed in (0, 3):
+        for task in demo_world(seed, n_test=80).test_tasks():
+            assert no_dead_end(task.data["map"]), task.data["map"]
+            episode = demo_world(seed).new_episode()
+            obs = episode.reset(task)
+            holes = set(hole_letters(demo_world(seed).symbols))
+            while not episode.done:  # step onto any closer tile that is not a hole: always possible
+                safe = [a for a, x in closer_tiles(parse_grid(obs)) if x not in holes and x != IN_HOLE]
+                assert safe, obs
+                obs, reward, _, _ = episode.step(f"```{safe[-1]}```")
+            assert reward == 1.0
+
+
+def test_a_failure_names_only_the_hole_stepped_on():
+    world = make_lake_with_both_holes()
+    seen = set()
+    for task in world.test_tasks(60):
+        episode = world.new_episode()
+        episode.reset(task)
+        for action in ("Right", "Down", "Right", "Down"):
+            if episode.done:
+                break
+            _, _, _, info = episode.step(f"```{action}```")
+        trace = "\n".join(episode._lines)
+        if (letter := fatal_letter(trace)) is not None:
+            seen.add(letter)
+            assert trace.count("moved into a hole") == 1
+    assert seen == set(hole_letters(world.symbols))  # either kind can be the one revealed
+
+
+def make_lake_with_both_holes():
+    return demo_world(0, n_test=60)
 
 
 def test_observation_names_the_tiles_ahead_but_not_what_they_are():
@@ -123,16 +167,63 @@ def test_teacher_moves_follow_the_belief_about_holes():
     assert describe_ahead(grid, None) == "Down F ok, Right H ok."
 
 
+def reflection_request(base: str, trace: str, task: str = "A E G\nH G B\nleft: 8") -> str:
+    return (f"<|im_start|>system\n{REFLECTION_SYSTEM}<|im_end|>\n<|im_start|>user\n## Current instructions\n"
+            f"{base}\n\n## Task\n{task}\n\n## What the agent did\n{trace}\n\n## Outcome\n"
+            f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
+
+
 def test_teacher_reflection_names_the_fatal_letter():
-    trace = "Start:\nA E G\nG G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
-    request = (f"<|im_start|>system\n{REFLECTION_SYSTEM}<|im_end|>\n<|im_start|>user\n## Current instructions\n"
-               f"base\n\n## Task\nA E G\nG G B\nleft: 8\n\n## What the agent did\n{trace}\n\n## Outcome\n"
-               f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
-    texts = [Teacher(seed=s)(request) for s in range(20)]
+    trace = "Start:\nA E G\nH G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
+    texts = [Teacher(seed=s)(reflection_request("base", trace)) for s in range(20)]
     assert all(t.startswith("<prompt>") and t.endswith("</prompt>") for t in texts)
-    holes = [named_hole(t) for t in texts]
-    assert holes.count("E") >= 15 and set(holes) <= {"E", "G"}  # mostly right, sometimes wrong
-    assert named_hole(rulebook("E", "G")) == "E" and named_hole(rulebook(None, None)) is None
+    holes = [named_holes(t) for t in texts]
+    assert holes.count(["E"]) >= 15 and all(len(h) == 1 and h[0] in "EGH" for h in holes)  # mostly right
+    assert named_holes(rulebook("E", "G")) == ["E"] and named_holes(rulebook(None)) == []
+    assert all(not named_safe(t) for t in texts)  # the teacher states holes only
+
+
+def test_teacher_reflection_keeps_memory_adds_the_trace_and_never_contradicts():
+    trace = ("Start:\nA G E\nH G B\nAction 1: Down -> stepped on H: moved to a safe tile\n"
+             "Action 2: Right -> stepped on G: moved to a safe tile\n"
+             "Action 3: Up -> stepped on E: moved into a hole; the episode is over.")
+    memory = rulebook(["C"])
+    texts = [Teacher(seed=s)(reflection_request(memory, trace)) for s in range(20)]
+    right = [t for t in texts if named_holes(t) == ["E", "C"]]
+    assert len(right) >= 15  # E from the trace, then C kept from memory
+    assert all(t == f"<prompt>{rulebook(['E', 'C'])}</prompt>" for t in right)  # one fact plus a copy
+    # memory said H is a hole, but the trace walked on H: the reflector drops it
+    texts = [Teacher(seed=s)(reflection_request(rulebook(["H"]), trace)) for s in range(20)]
+    assert all(not contradictions(t) and "H" not in named_holes(t) for t in texts)
+    assert sum(named_holes(t) == ["E"] for t in texts) >= 15
+
+
+def test_teacher_reflection_always_starts_with_the_hole_the_trace_names():
+    """Adding what the trace shows never depends on noticing it is new: the fatal letter is the
+    first fact, and a remembered copy of it is not repeated."""
+    trace = "Start:\nA E G\nH G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
+    texts = [Teacher(seed=s)(reflection_request(rulebook(["C", "E"]), trace)) for s in range(20)]
+    assert sum(named_holes(t) == ["E", "C"] for t in texts) >= 15
+    assert all(named_holes(t)[0] in "EGH" and len(named_holes(t)) == len(set(named_holes(t))) for t in texts)
+
+
+def test_contradiction_detector():
+    assert contradictions("A is you. F is a hole: stepping on F ends the game. F is safe ice.") == ["F"]
+    assert contradictions(rulebook(["E", "H"], ["G"])) == []
+    assert contradiction_rate([rulebook("E", "G"), "E is a hole. E is ice.", "G is a hole. G is safe."]) == 2 / 3
+    with pytest.raises(ValueError, match="both hole and safe"):
+        rulebook(["E"], ["E"])
+
+
+def test_report_flags_self_contradicting_rulebooks():
+    history = History()
+    bad = "A is you. F is a hole. F is safe ice."
+    history.samples = [{"step": 1, "retries": [
+        {"reflection": {"task_id": "t1", "rulebook": bad, "base_prompt": "x", "parsed": True}, "second": {"success": 0}},
+        {"reflection": {"task_id": "t2", "rulebook": rulebook("E", "G"), "base_prompt": "x", "parsed": True},
+         "second": {"success": 1}}]}]
+    checked, found = contradicting_rulebooks(history, [bad])
+    assert checked == 3 and [t for _, t in found] == [bad, bad]
 
 
 # --- the model inside ERL ------------------------------------------------------------------------
@@ -155,13 +246,18 @@ def test_two_erl_steps_under_a_minute():
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
-# --- the bands of issue 4, on a small fixed-seed sample ------------------------------------------
+# --- the bands, on a small fixed-seed sample -----------------------------------------------------
 # The full measurement is benchmarks/embedded_bands.py (3 runs x 128 tasks x 2 samples). Here:
 # 40 tasks x 2 samples of run 0, seeded. With ~80 first attempts the standard error of a rate is
 # about 0.055, and with ~40 failed tasks about 0.08, so each band is widened by roughly one
-# standard error: first success in [0.15, 0.75] (band 0.2..0.7), parse rate >= 0.85 (band 0.9),
-# own-reflection gain over a plain retry >= 0.07 (band 0.15). A model that does not use its
-# reflection fails the gain and the swapped-letter control; an untrained one fails all of them.
+# standard error: first success in [0.15, 0.75] (band 0.2..0.7), parse rate >= 0.9 (band 0.95),
+# self-contradicting rulebooks <= 0.1 (band 0.05), own-reflection gain over a plain retry >= 0.15
+# (band 0.25). Memory: the reflections written from a memory naming the other hole name both holes
+# (measured 0.96 at full size), second attempts under them beat those under reflections from the
+# initial prompt by >= 0.15 (the band itself: measured +0.47 at full size, with ~30 cases here),
+# and a wrong memory does worse than a good one. A model that does not use its reflection fails
+# the gain and the swapped-letter control; one that ignores its memory fails the merge rate and
+# the memory gain.
 
 
 @pytest.fixture(scope="module")
@@ -176,16 +272,25 @@ def test_first_attempt_success_is_in_the_band(bands):
 
 
 @pytest.mark.slow
-def test_reflections_parse_and_name_the_hole(bands):
-    assert bands.parse_rate >= 0.85, bands
+def test_reflections_parse_name_a_hole_and_do_not_contradict_themselves(bands):
+    assert bands.parse_rate >= 0.9, bands
     assert bands.names_hole_rate >= 0.7, bands
+    assert bands.contradiction_rate <= 0.1, bands
 
 
 @pytest.mark.slow
 def test_own_reflection_beats_a_plain_retry_and_its_content_matters(bands):
     assert bands.num_failed >= 20, bands
-    assert bands.reflection_gain >= 0.07, bands
+    assert bands.reflection_gain >= 0.15, bands
     assert bands.swapped_success < bands.second_success, bands
+
+
+@pytest.mark.slow
+def test_reflections_build_on_memory(bands):
+    assert bands.num_memory_cases >= 5, bands
+    assert bands.merged_rate >= 0.8, bands
+    assert bands.memory_gain >= 0.15, bands  # the issue's band, on the small sample
+    assert bands.wrong_memory_success < bands.good_memory_success, bands
 
 
 # --- the demo (the README's main command) --------------------------------------------------------
@@ -208,8 +313,8 @@ def test_cli_demo_writes_history_figures_and_report(tmp_path, capsys):
 def test_default_demo_raises_first_attempt_success(tmp_path):
     """The issue's band: after the default demo, eval first-attempt success is up by >= 0.15.
 
-    Measured with the shipped model (seed 0): 0.58 -> 0.91 over 64 tasks x 2 samples; the
-    standard error of the difference is about 0.07, so 0.15 leaves room for machine drift.
+    Measured with the shipped model (seed 0): 0.45 -> 0.96 over 64 tasks x 2 samples; the
+    standard error of the difference is about 0.07.
     """
     from erl_lite.embedded import run_demo
 
@@ -219,17 +324,19 @@ def test_default_demo_raises_first_attempt_success(tmp_path):
     assert evals[-1] - evals[0] >= 0.15, evals
 
 
-def test_contradiction_detector_and_the_report_flag(tmp_path):
+def test_contradiction_detector_and_the_report_flag():
     from erl_lite.embedded import contradiction_rate, contradictions
-    from erl_lite.embedded.demo import _consistency
+    from erl_lite.embedded.demo import _memory_section
     from erl_lite.embedded.rulebooks import rulebook
     from erl_lite.history import History
 
     bad = "A is you. F is a hole: stepping on F ends the game. F is safe ice."
     assert contradictions(bad) == ["F"] and contradictions(rulebook("F", "E")) == []
     assert contradiction_rate([bad, rulebook("F", "E"), rulebook(None, None)]) == pytest.approx(1 / 3)
-    sample = {"retries": [{"first": 0, "reflection": {"rulebook": bad, "parsed": True}, "second": {}},
-                          {"first": 1, "reflection": {"rulebook": rulebook("F", "E"), "parsed": True},
-                           "second": {}}]}
-    text = _consistency(History(samples=[sample]), [bad])
-    assert "50% of the 2 parsed reflections" in text and "contradicts itself about F" in text
+    refl = {"parsed": True, "task_id": "t", "base_prompt": ""}
+    sample = {"step": 1, "retries": [
+        {"first": 0, "reflection": {**refl, "rulebook": bad}, "second": {"success": False}},
+        {"first": 1, "reflection": {**refl, "rulebook": rulebook("F", "E")}, "second": {"success": True}}]}
+    text = _memory_section(History(samples=[sample]), [bad])
+    assert "Self-contradicting rulebooks: 2 of 3" in text and "final memory" in text and "letters F" in text
+    assert "none of the 1 rulebooks" in _memory_section(History(), [rulebook("F", "E")])

@@ -4,25 +4,27 @@ No package index ships a usable pretrained causal LM, so erl_lite carries its ow
 million parameters, a small BPE tokenizer, a ChatML template) in ``erl_lite/data/embedded``.
 The modules, from what runs at demo time to what runs only when the model is rebuilt:
 
-* :mod:`~erl_lite.embedded.world` — the demo world: a small FrozenLake whose hole and frozen
-  letters are drawn per run (:func:`demo_world`), so the model cannot know the hole until
-  feedback shows it, and a rulebook that names it transfers to every episode of the run;
+* :mod:`~erl_lite.embedded.world` — the demo world: a small FrozenLake with two hole letters
+  and one ice letter drawn per run (:func:`demo_world`), so the model cannot know a hole until
+  feedback shows it; a failure reveals only the hole it fell into, so a rulebook that names
+  both is built across episodes (memory), and it transfers to every episode of the run;
 * :mod:`~erl_lite.embedded.loading` — :func:`load_embedded` through
   :func:`erl_lite.models.load_policy`, exactly as a hub model (LoRA and 4-bit QLoRA included);
 * :mod:`~erl_lite.embedded.demo` — the one home of the demo's settings
   (:data:`~erl_lite.embedded.demo.DEMO_SETTINGS`, :func:`demo_config`), its trainer
   (:func:`demo_trainer`) and ``erl-lite demo`` (:func:`run_demo`, with its report);
-* :mod:`~erl_lite.embedded.bands` — :func:`measure_bands`: what reflection does for a policy
-  on a world, before any RL;
-* :mod:`~erl_lite.embedded.rulebooks` — the rulebook sentence and its reader;
+* :mod:`~erl_lite.embedded.bands` — :func:`measure_bands`: what reflection and memory do for
+  a policy on a world, before any RL;
+* :mod:`~erl_lite.embedded.rulebooks` — the rulebook sentences, their readers and the
+  self-contradiction detector (:func:`~erl_lite.embedded.rulebooks.contradictions`);
 * :mod:`~erl_lite.embedded.teacher` and :mod:`~erl_lite.embedded.corpus` — build time only:
   the scripted teacher and the corpus ``scripts/build_embedded_model.py`` trains the model on.
 
 Names below are imported on first use, so ``import erl_lite.embedded`` stays light.
 
 Departures from the paper: the paper trains 4B/7B instruction-tuned models on the paper's
-FrozenLake with fixed letters; here a stand-in model plays a smaller variant whose letters vary
-per run (see :class:`~erl_lite.embedded.world.DemoLake` for how its maps are drawn).
+FrozenLake with fixed letters; here a stand-in model plays a smaller variant with two kinds of
+hole whose letters vary per run (see :class:`~erl_lite.embedded.world.DemoLake` for how its maps are drawn).
 
 Example:
     >>> from erl_lite.embedded import load_embedded, demo_world
@@ -40,7 +42,8 @@ from typing import Any
 # The public API and the module that defines each name (one home each; imported on first use).
 _EXPORTS = {
     "EMBEDDED_DIR": "loading", "load_embedded": "loading",
-    "DemoLake": "world", "demo_world": "world", "make_world": "world", "letter_pair": "world",
+    "DemoLake": "world", "demo_world": "world", "make_world": "world", "run_letters": "world",
+    "hole_letters": "world", "contradictions": "rulebooks",
     "DEMO_SETTINGS": "demo", "DEMO_EVAL_TASKS": "demo", "demo_config": "demo", "demo_trainer": "demo",
     "run_demo": "demo", "step_line": "demo", "write_report": "demo",
     "Bands": "bands", "measure_bands": "bands",

@@ -1,74 +1,123 @@
-"""The rulebook sentences of the embedded model's world: how a rulebook names the hole.
+"""The rulebook sentences of the embedded model's world, their reader, and a self-contradiction detector.
 
-A good reflection on the demo world writes a rulebook such as ``"E is a hole: ..."``;
-:func:`rulebook` writes one (the build-time teacher does) and :func:`named_hole` reads which
-letter one calls a hole (the teacher and :func:`~erl_lite.embedded.bands.measure_bands` do);
-:func:`contradictions` finds a letter called both a hole and safe ice (the demo report flags
-such rulebooks). They live here so that the sentences and their readers cannot drift apart.
+A good reflection on the demo world writes a rulebook such as
+``"A is you. B is the goal. Reach B and never step on a hole. E is a hole. H is a hole."``: fixed
+sentences, then one fact per letter, the newest first, so that building on a remembered
+rulebook is writing what the trace shows, then copying the rest;
+:func:`rulebook` writes one (the build-time teacher does), :func:`named_holes` and
+:func:`named_safe` read which letters one calls holes and safe (the teacher, the bands and the
+demo report do), and :func:`contradictions` lists the letters a rulebook gives two opposite
+meanings (``"F is a hole. F is safe ice."``). They live together so that the sentences and
+their readers cannot drift apart.
+
+The detector reads any text in the ``"<letter> is a hole"`` / ``"<letter> is safe"`` (or
+``"... is ice"``) form, so it applies to the rulebooks of every grid world written that way,
+not only to the embedded model's.
 
 Departures from the paper: the paper's reflections are free text from a large model; these
 are the fixed sentences the tiny model was taught.
 
 Example:
-    >>> named_hole(rulebook("E", "G"))
-    'E'
+    >>> named_holes(rulebook(["E", "H"], ["G"]))
+    ['E', 'H']
+    >>> contradictions("F is a hole. F is safe ice.")
+    ['F']
 """
 
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 from erl_lite.embedded.world import AGENT, GOAL
 
 _HOLE_RULE = re.compile(r"\b([A-Z]) is a hole\b")
-_SAFE_RULE = re.compile(r"\b([A-Z]) is safe\b")
+_SAFE_RULE = re.compile(r"\b([A-Z]) is (?:safe|ice|frozen)\b")
 
 
-def rulebook(hole: str | None, safe: str | None) -> str:
-    """The rulebook a good reflection writes (``hole=None``: nothing learned about holes yet).
+def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None = None) -> str:
+    """The rulebook a good reflection writes: fixed sentences, then one fact per letter.
+
+    ``holes`` and ``safe`` are letters (a single letter or a sequence), written in the given
+    order (the embedded teacher names holes only: a fact per hole, the newest first); a
+    letter in both is refused, since that rulebook would contradict itself.
 
     Example:
-        >>> rulebook("E", "G")
-        'A is you. B is the goal. E is a hole: stepping on E ends the game. G is safe ice. Reach B and never step on E.'
+        >>> rulebook(["E", "H"])
+        'A is you. B is the goal. Reach B and never step on a hole. E is a hole. H is a hole.'
+        >>> rulebook(None, ["G"])
+        'A is you. B is the goal. Reach B and never step on a hole. G is safe ice.'
     """
-    parts = [f"{AGENT} is you.", f"{GOAL} is the goal."]
-    if hole is not None:
-        parts.append(f"{hole} is a hole: stepping on {hole} ends the game.")
-    if safe is not None:
-        parts.append(f"{safe} is safe ice.")
-    parts.append(f"Reach {GOAL} and never step on {hole}." if hole else f"Reach {GOAL} in few moves.")
+    holes, safe = _letters(holes), _letters(safe)
+    if both := sorted(set(holes) & set(safe)):
+        raise ValueError(f"letters {both} given as both hole and safe: the rulebook would contradict itself")
+    parts = [f"{AGENT} is you.", f"{GOAL} is the goal.", f"Reach {GOAL} and never step on a hole."]
+    parts += [f"{h} is a hole." for h in holes]
+    parts += [f"{s} is safe ice." for s in safe]
     return " ".join(parts)
 
 
-def named_hole(text: str) -> str | None:
-    """The letter a rulebook calls a hole, if any (the last one named).
+def _letters(x: Sequence[str] | str | None) -> list[str]:
+    return [] if x is None else [x] if isinstance(x, str) else list(x)
+
+
+def named_holes(text: str) -> list[str]:
+    """The letters a rulebook calls holes, in order of first mention, without repeats.
 
     Example:
-        >>> named_hole("E is a hole. G is a hole."), named_hole(rulebook(None, None)) is None
+        >>> named_holes("E is a hole. G is a hole. E is a hole."), named_holes(rulebook(None))
+        (['E', 'G'], [])
+    """
+    return list(dict.fromkeys(_HOLE_RULE.findall(text)))
+
+
+def hole_facts(text: str) -> list[str]:
+    """Every letter a rulebook calls a hole, in order, repeats included (a repeat says a rulebook
+    wrote one fact twice, usually in place of another it lost).
+
+    Example:
+        >>> hole_facts("H is a hole. H is a hole."), named_holes("H is a hole. H is a hole.")
+        (['H', 'H'], ['H'])
+    """
+    return _HOLE_RULE.findall(text)
+
+
+def named_hole(text: str) -> str | None:
+    """The last letter a rulebook calls a hole, if any.
+
+    Example:
+        >>> named_hole("E is a hole. G is a hole."), named_hole(rulebook(None)) is None
         ('G', True)
     """
     found = _HOLE_RULE.findall(text)
     return found[-1] if found else None
 
 
-def contradictions(text: str) -> list[str]:
-    """The letters ``text`` calls both a hole and safe ice, sorted (empty: consistent).
-
-    A rulebook that says ``F is a hole`` and ``F is safe ice`` teaches nothing about F, and a
-    second attempt under it cannot know which to believe; the demo report flags such rulebooks.
+def named_safe(text: str) -> list[str]:
+    """The letters a rulebook calls safe (``"G is safe ice"``), in order, without repeats.
 
     Example:
-        >>> contradictions(rulebook("E", "G")), contradictions("F is a hole: it ends the game. F is safe ice.")
+        >>> named_safe(rulebook(["E"], ["G", "F"]))
+        ['G', 'F']
+    """
+    return list(dict.fromkeys(_SAFE_RULE.findall(text)))
+
+
+def contradictions(text: str) -> list[str]:
+    """The letters ``text`` calls both a hole and safe, sorted (empty: no self-contradiction).
+
+    Example:
+        >>> contradictions(rulebook(["E"], ["G"])), contradictions("F is a hole: it ends the game. F is safe ice.")
         ([], ['F'])
     """
-    return sorted(set(_HOLE_RULE.findall(text)) & set(_SAFE_RULE.findall(text)))
+    return sorted(set(named_holes(text)) & set(named_safe(text)))
 
 
-def contradiction_rate(texts: list[str]) -> float:
+def contradiction_rate(texts: Sequence[str]) -> float:
     """Share of ``texts`` with at least one self-contradicting letter (0.0 for no texts).
 
     Example:
-        >>> contradiction_rate(["E is a hole. E is safe ice.", rulebook("E", "G")])
+        >>> contradiction_rate(["E is a hole. E is safe ice.", rulebook(["E"], ["G"])])
         0.5
     """
     return sum(bool(contradictions(t)) for t in texts) / len(texts) if texts else 0.0

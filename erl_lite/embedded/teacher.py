@@ -6,18 +6,20 @@ trained on; nothing that runs at demo time imports this module. It plays the dem
 (:mod:`erl_lite.embedded.world`) with imperfect skill, so that RL has room to improve:
 
 * **act** (initial prompt): every reply states a hypothesis, what lies ahead, and a move:
-  ``"Avoid E. Down G ok, Right E no.\\n```Down```"``. With no rulebook the player mostly
-  suspects nothing (``"Avoid nothing."``: it walks a plain shortest path and falls into a
-  hole in the way about half the time) and rarely (3% of episodes) suspects one of the
-  grid's two unknown letters at random (kept for the whole episode): right, it walks around
-  the holes; wrong, it fears the ice and walks over the holes. RL alone rarely samples the
-  right letter; a reflection reads it from the trace. (The rate is kept low on purpose: the
-  more often random guesses hit the hole letter, the less a reflection has to add.)
-* **reflect**: writes a rulebook in ``<prompt>…</prompt>`` naming the agent, the goal, the hole
-  (read from the trace's fatal step), the safe letter and a strategy; with no fatal step it
-  keeps the base rulebook (memory) when it names a hole, else writes a generic one. A few
-  reflections name the wrong letter.
-* **act under a rulebook**: avoid the letter the rulebook calls a hole (guess if it names none).
+  ``"Avoid E or H. Down G ok, Right E no.\n```Down```"``. With no rulebook the player mostly
+  suspects nothing (``"Avoid nothing."``: it walks a plain shortest path and often falls into
+  a hole in the way) and rarely (3% of episodes) suspects one of the grid's unknown letters at
+  random (kept for the whole episode). RL alone rarely samples the right letters; a
+  reflection reads them from the trace, and memory carries them across episodes.
+* **reflect**: writes a rulebook in ``<prompt>…</prompt>`` that builds on the current
+  instructions (memory, when the run has one): it names the hole the trace's fatal step names
+  first, then copies the holes the instructions name, in their order, except any the trace
+  walked on safely and the one already written (so adding what the trace shows never depends
+  on noticing that it is new: the first fact is always the trace's).
+  A failure reveals only the hole stepped on, so only a rulebook built on memory names both of
+  the world's holes. Rulebooks state holes only (no "safe" facts), so no letter ever gets two
+  meanings. A few reflections blame a wrong letter for the fall.
+* **act under a rulebook**: avoid every letter the rulebook calls a hole (guess if it names none).
 
 Departures from the paper: the paper starts from instruction-tuned LLMs; this teacher exists
 only because no small pretrained chat model ships offline. The hypothesis sentence in each
@@ -25,7 +27,7 @@ reply is a miniature chain of thought, which makes the hole letter a visible tok
 and internalization can move.
 
 Example:
-    >>> best_moves([["A", "H"], ["F", "B"]], avoid="H")
+    >>> best_moves([["A", "H"], ["F", "B"]], avoid=["H"])
     ['Down']
 """
 
@@ -35,24 +37,32 @@ import heapq
 import random
 import re
 from dataclasses import dataclass
+from typing import Collection
 
-from erl_lite.embedded.rulebooks import named_hole, rulebook
+from erl_lite.embedded.rulebooks import named_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.prompts import REFLECTION_SYSTEM
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
-_HYPOTHESIS = re.compile(r"Avoid ([A-Z]|nothing)\.")
+_HYPOTHESIS = re.compile(r"Avoid ([A-Z](?: or [A-Z])*|nothing)\.")
 #: The hypothesis of a player who does not suspect any letter.
 NO_BELIEF = "nothing"
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
+_SAFE_STEP = re.compile(r"stepped on ([A-Z]): moved to a safe tile")
+
+
+def _fears(avoid: Collection[str] | str | None) -> set[str]:
+    """The letters a player fears: ``None`` none, a letter itself, else the collection's."""
+    return set() if avoid is None else {avoid} if isinstance(avoid, str) else set(avoid)
 
 
 # --- moves -------------------------------------------------------------------------------------
 
 
-def best_moves(grid: list[list[str]], avoid: str | None) -> list[str]:
-    """First moves of the best paths from A to B for a player who believes ``avoid`` is a hole.
+def best_moves(grid: list[list[str]], avoid: Collection[str] | str | None) -> list[str]:
+    """First moves of the best paths from A to B for a player who believes the ``avoid``
+    letters are holes.
 
     Paths are ranked by how many ``avoid`` cells they step on, then by length: a path that
     never steps on ``avoid`` is taken when one exists; otherwise the player takes the route
@@ -60,11 +70,14 @@ def best_moves(grid: list[list[str]], avoid: str | None) -> list[str]:
     Empty when A or B is not on the grid.
 
     Example:
-        >>> best_moves([["A", "H"], ["F", "B"]], avoid="H")
+        >>> best_moves([["A", "H"], ["F", "B"]], avoid=["H"])
         ['Down']
         >>> best_moves([["A", "H"], ["F", "B"]], avoid="F")
         ['Right']
+        >>> best_moves([["A", "H"], ["F", "B"]], avoid=["F", "H"])
+        ['Down', 'Right']
     """
+    fears = _fears(avoid)
     start, goal = find_letter(grid, AGENT), find_letter(grid, GOAL)
     if start is None or goal is None:
         return []
@@ -74,7 +87,7 @@ def best_moves(grid: list[list[str]], avoid: str | None) -> list[str]:
         fear, steps, cell = heapq.heappop(frontier)
         if (fear, steps) > cost[cell]:
             continue
-        enter = (int(grid[cell[0]][cell[1]] == avoid), 1)
+        enter = (int(grid[cell[0]][cell[1]] in fears), 1)
         for action in ACTIONS:
             prev = neighbour(grid, cell, action)
             if prev is None:
@@ -87,7 +100,7 @@ def best_moves(grid: list[list[str]], avoid: str | None) -> list[str]:
     for action in ACTIONS:
         n = neighbour(grid, start, action)
         if n is not None:
-            options[action] = (cost[n][0] + int(grid[n[0]][n[1]] == avoid), cost[n][1] + 1)
+            options[action] = (cost[n][0] + int(grid[n[0]][n[1]] in fears), cost[n][1] + 1)
     best = min(options.values())
     return [a for a, c in options.items() if c == best]
 
@@ -97,15 +110,16 @@ def unknown_letters(grid: list[list[str]]) -> list[str]:
     return sorted({x for row in grid for x in row} - {AGENT, GOAL})
 
 
-def describe_ahead(grid: list[list[str]], avoid: str | None) -> str:
+def describe_ahead(grid: list[list[str]], avoid: Collection[str] | str | None) -> str:
     """What lies one step away in each direction that brings the agent closer to the goal,
     and whether the player's belief allows stepping there (``ok``) or not (``no``).
 
     Example:
-        >>> describe_ahead([["A", "H"], ["F", "B"]], avoid="H")
+        >>> describe_ahead([["A", "H"], ["F", "B"]], avoid=["H"])
         'Down F ok, Right H no.'
     """
-    seen = [f"{action} {letter} {'no' if letter == avoid else 'ok'}" for action, letter in closer_tiles(grid)]
+    fears = _fears(avoid)
+    seen = [f"{action} {letter} {'no' if letter in fears else 'ok'}" for action, letter in closer_tiles(grid)]
     return ", ".join(seen) + "." if seen else "."
 
 
@@ -118,7 +132,8 @@ class TeacherSkill:
 
     Attributes:
         action_noise: chance that a move is uniformly random instead of planned.
-        reflection_error: chance that a rulebook names the safe letter as the hole.
+        reflection_error: chance that a reflection blames another letter of the grid for the
+            fall instead of the one the trace names.
         guess_rate: chance that a player without a rulebook suspects one of the grid's
             letters (either one, at random) rather than none.
     """
@@ -171,8 +186,8 @@ class Teacher:
         """
         grid = parse_grid(observation)
         earlier = [m.group(1) for r in replies if (m := _HYPOTHESIS.search(r))]
-        belief = earlier[0] if earlier else (named_hole(system) or self.guess(grid))
-        avoid = None if belief == NO_BELIEF else belief
+        belief = earlier[0] if earlier else (" or ".join(named_holes(system)) or self.guess(grid))
+        avoid = [] if belief == NO_BELIEF else belief.split(" or ")
         moves = best_moves(grid, avoid) or list(ACTIONS)
         if self.rng.random() < self.skill.action_noise:
             moves = list(ACTIONS)
@@ -186,18 +201,26 @@ class Teacher:
         return NO_BELIEF
 
     def reflect(self, request: str) -> str:
-        """A rulebook from the fatal step of the trace, else the base rulebook, else a generic one."""
+        """A rulebook built on the current instructions and the trace (see the module docstring).
+
+        Holes: the fatal step's letter (rarely a wrongly blamed one), then those the instructions
+        name, in order, minus any the trace stepped on safely and the letter already written.
+        """
         base = _section(request, "Current instructions")
-        fatal = _FATAL.findall(request)
-        if not fatal:
-            text = base if named_hole(base) else rulebook(None, None)
-            return f"<prompt>{text}</prompt>"
-        hole = fatal[-1]
-        others = [x for x in unknown_letters(parse_grid(_section(request, "Task"))) if x not in (hole, IN_HOLE, ON_GOAL)]
-        safe = others[0] if len(others) == 1 else None
-        if safe is not None and self.rng.random() < self.skill.reflection_error:
-            hole, safe = safe, hole  # the imperfect reflector blames the wrong letter
-        return f"<prompt>{rulebook(hole, safe)}</prompt>"
+        trace = _section(request, "What the agent did")
+        stepped_safe = set(_SAFE_STEP.findall(trace))
+        fatal = _FATAL.findall(trace)
+        blamed = fatal[-1] if fatal else None
+        if blamed is not None:
+            grid = unknown_letters(parse_grid(_section(request, "Task")))
+            others = [x for x in grid if x not in (blamed, IN_HOLE, ON_GOAL, *named_holes(base))]
+            if others and self.rng.random() < self.skill.reflection_error:
+                blamed = self.rng.choice(others)  # the imperfect reflector blames the wrong letter
+        # First what the trace shows (the letter blamed for the fall), then what memory got right
+        # (not a letter walked on safely, not the one just written): the newest fact comes first,
+        # so writing it is the same skill with or without a memory.
+        kept = [h for h in named_holes(base) if h not in stepped_safe and h != blamed]
+        return f"<prompt>{rulebook(([blamed] if blamed else []) + kept)}</prompt>"
 
 
 def _section(request: str, title: str) -> str:

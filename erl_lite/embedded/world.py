@@ -1,15 +1,21 @@
-"""The embedded model's world: a small FrozenLake whose hole and frozen letters are drawn per run.
+"""The embedded model's world: a small FrozenLake with two kinds of hole, its letters drawn per run.
 
-The letters come from a pool (:data:`LETTER_POOL`) by the run's seed (:func:`letter_pair`), so
-no model can know in advance which letter is the hole; within a run the pair is fixed, so a
-rulebook that names the hole transfers across episodes (memory and internalization have
-something to carry). :func:`demo_world` is the world of ``erl-lite demo``; :func:`make_world`
-builds one with a chosen pair (the corpus builder uses it).
+Three letters come from a pool (:data:`LETTER_POOL`) by the run's seed (:func:`run_letters`):
+two hole letters and one ice letter, never told to the model. A failed trace names only the
+hole the agent stepped on (``stepped on F: moved into a hole``), so one failure reveals at
+most half of what a good rulebook needs; maps hold both kinds of hole, often both in the way,
+and never a dead end (:func:`trap_map`, :func:`no_dead_end`): a player that knows both holes
+wins by always stepping closer to the goal, while one that knows a single hole can still step
+into the other. Within a run the letters are fixed, so a rulebook built on memory (one hole
+learned from an earlier failure, the other from this one) carries what a single trace cannot
+show. :func:`demo_world` is the world of ``erl-lite demo``; :func:`make_world` builds one with
+chosen letters (the corpus builder uses it).
 
-Departures from the paper: the paper's FrozenLake has fixed letters and larger maps; here maps
-are 3x3 by default, re-drawn until a hole lies in the way (:func:`trap_map`), prompts are
-compact, and each observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`) so that a
-0.4 M-parameter model is not defeated by reading a flattened grid.
+Departures from the paper: the paper's FrozenLake has one fixed hole letter and larger maps;
+here maps are 3x3 by default, re-drawn until a hole lies in the way and no safe route needs a
+step back, holes come in two letters,
+prompts are compact, and each observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`)
+so that a 0.4 M-parameter model is not defeated by reading a flattened grid.
 
 Example:
     >>> world = demo_world(run_seed=0)
@@ -23,31 +29,60 @@ import random
 import re
 from typing import Any
 
-from erl_lite.envs.frozenlake import FrozenLake, FrozenLakeEpisode, generate_map
-from erl_lite.envs.grid import ACTIONS
+from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
+from erl_lite.envs.grid import ACTIONS, render_rows, resolve_symbols
 from erl_lite.envs.splits import SeededSplits
 
 AGENT, GOAL = "A", "B"
-#: Letters the hole and the frozen tile are drawn from, per run.
+#: Letters the two holes and the frozen tile are drawn from, per run.
 LETTER_POOL = "CDEFGH"
 #: Fixed markers, seen only in traces: the agent in a hole, the agent on the goal.
 IN_HOLE, ON_GOAL = "X", "Z"
-#: Letters of a demo world before the run's pair is drawn.
-DEMO_SYMBOLS = {"agent": AGENT, "goal": GOAL, "hole": "C", "frozen": "D",
+#: Letters of a demo world before the run's letters are drawn (``hole2``: the second kind of hole).
+DEMO_SYMBOLS = {"agent": AGENT, "goal": GOAL, "hole": "C", "hole2": "E", "frozen": "D",
                 "agent_in_hole": IN_HOLE, "agent_on_goal": ON_GOAL}
+#: Map cell of the second kind of hole (``H`` is the first); the move rule sees both as ``H``.
+SECOND_HOLE = "K"
 
 _ROW = re.compile(r"^[A-Z]( [A-Z])*$")
 
 
-def letter_pair(run_seed: int) -> tuple[str, str]:
-    """The run's (hole, frozen) letters, drawn from :data:`LETTER_POOL` by ``run_seed``.
+def run_letters(run_seed: int) -> tuple[str, str, str]:
+    """The run's (hole, second hole, frozen) letters, drawn from :data:`LETTER_POOL` by ``run_seed``.
 
     Example:
-        >>> letter_pair(0) == letter_pair(0) and len(set(letter_pair(0))) == 2
+        >>> run_letters(0) == run_letters(0) and len(set(run_letters(0))) == 3
         True
     """
-    hole, frozen = random.Random(run_seed).sample(LETTER_POOL, 2)
-    return hole, frozen
+    hole, hole2, frozen = random.Random(run_seed).sample(LETTER_POOL, 3)
+    return hole, hole2, frozen
+
+
+def hole_letters(symbols: dict[str, str]) -> tuple[str, str]:
+    """The two hole letters of a world's ``symbols``.
+
+    Example:
+        >>> hole_letters(DEMO_SYMBOLS)
+        ('C', 'E')
+    """
+    return symbols["hole"], symbols["hole2"]
+
+
+# The trace sentence of a fall, up to its ";" ("stepped on F: moved into a hole"), with the letter captured.
+_FATAL = re.compile(re.escape(COMMENTS["hole"].split(";")[0]).replace(re.escape("{tile}"), "([A-Z])"))
+
+
+def fatal_letter(trace: str) -> str | None:
+    """The letter of the hole a trace's agent fell into (the last one named), or ``None``.
+
+    Example:
+        >>> fatal_letter("Action 1: Down -> stepped on F: moved into a hole; the episode is over.")
+        'F'
+        >>> fatal_letter("Action 1: Down -> stepped on G: moved to a safe tile") is None
+        True
+    """
+    found = _FATAL.findall(trace)
+    return found[-1] if found else None
 
 
 # --- reading a drawn grid ----------------------------------------------------------------------
@@ -121,40 +156,171 @@ def hole_in_the_way(rows: list[str]) -> bool:
                for c in range(min(c0, c1), max(c0, c1) + 1))
 
 
-def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
-             keep_easy: float) -> dict[str, Any]:
-    """A solvable map with a hole in the way, except for a ``keep_easy`` share of maps.
-
-    Draws :func:`~erl_lite.envs.frozenlake.generate_map` maps from seeds derived from ``seed``
-    until one qualifies, so it stays deterministic in ``seed``.
+def holes_in_the_way(kinds: list[str]) -> set[str]:
+    """Which kinds of hole (``H``, :data:`SECOND_HOLE`) a player who only steps closer to the goal
+    can step on, on a ``kinds`` map: the holes that lie one step closer than some safe cell such
+    a player reaches. A hole of a kind not in the set never matters to a player who keeps
+    stepping closer, whatever it believes.
 
     Example:
-        >>> hole_in_the_way(trap_map(1, (3, 3), (0.6, 0.8), 6, keep_easy=0.0)["map"])
-        True
+        >>> sorted(holes_in_the_way(["SHF", "KFF", "FFG"]))
+        ['H', 'K']
+        >>> holes_in_the_way(["SGK", "HFF", "FFF"])
+        set()
+    """
+    where = {ch: (r, c) for r, row in enumerate(kinds) for c, ch in enumerate(row) if ch in "SG"}
+    goal = where["G"]
+
+    def distance(cell: tuple[int, int]) -> int:
+        return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
+
+    met: set[str] = set()
+    frontier, seen = [where["S"]], set()
+    while frontier:
+        cell = frontier.pop()
+        if cell == goal or cell in seen:
+            continue
+        seen.add(cell)
+        for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            n = (cell[0] + dr, cell[1] + dc)
+            if not (0 <= n[0] < len(kinds) and 0 <= n[1] < len(kinds[0])) or distance(n) >= distance(cell):
+                continue
+            tile = kinds[n[0]][n[1]]
+            if tile in ("H", SECOND_HOLE):
+                met.add(tile)
+            else:
+                frontier.append(n)
+    return met
+
+
+def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
+    """``rows`` with each hole marked as the first (``H``) or second (``K``) kind.
+
+    With two or more holes both kinds appear (a random hole of each, the rest drawn), and with
+    two or more holes between start and goal both kinds lie in the way, so a map often holds a
+    hole that a failure on the other kind cannot reveal.
+
+    Example:
+        >>> sorted("".join(assign_kinds(["SHH", "FFF", "FFG"], random.Random(0))).replace("F", ""))
+        ['G', 'H', 'K', 'S']
+    """
+    holes = [(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "H"]
+    rng.shuffle(holes)
+    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
+    (r0, c0), (r1, c1) = where["S"], where["G"]
+    holes.sort(key=lambda h: not (min(r0, r1) <= h[0] <= max(r0, r1) and min(c0, c1) <= h[1] <= max(c0, c1)))
+    kind = {cell: rng.choice("H" + SECOND_HOLE) for cell in holes}
+    if len(holes) >= 2:  # which of the two gets which kind is drawn too: neither kind blocks more often
+        kind[holes[0]], kind[holes[1]] = rng.sample("H" + SECOND_HOLE, 2)
+    return ["".join(kind.get((r, c), ch) for c, ch in enumerate(row)) for r, row in enumerate(rows)]
+
+
+def no_dead_end(rows: list[str]) -> bool:
+    """Whether a player who knows every hole reaches the goal by only ever stepping closer to it,
+    whichever safe closer tile it picks at each step.
+
+    From every safe cell such a player can reach (start included), some tile one step closer to
+    the goal is safe, or the cell is the goal. Then the ``ahead:`` line (the closer tiles) holds
+    everything a player with a correct rulebook needs: it never has to step back to get round a
+    hole, a detour a 0.4 M-parameter model cannot plan from a flattened grid. Any letter other
+    than ``S``, ``G`` and ``F`` counts as a hole.
+
+    Example:
+        >>> no_dead_end(["SFF", "FHF", "FFG"]), no_dead_end(["SFF", "FFH", "FHG"])
+        (True, False)
+    """
+    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
+    goal = where["G"]
+
+    def distance(cell: tuple[int, int]) -> int:
+        return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
+
+    frontier, seen = [where["S"]], set()
+    while frontier:
+        cell = frontier.pop()
+        if cell == goal or cell in seen:
+            continue
+        seen.add(cell)
+        closer = [(cell[0] + dr, cell[1] + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+        safe = [n for n in closer if 0 <= n[0] < len(rows) and 0 <= n[1] < len(rows[0])
+                and distance(n) < distance(cell) and rows[n[0]][n[1]] in "SGF"]
+        if not safe:
+            return False
+        frontier += safe
+    return True
+
+
+def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
+             keep_easy: float, both_kinds: float = 0.0) -> dict[str, Any]:
+    """A map with a hole in the way (except for a ``keep_easy`` share of maps) and no dead end;
+    for a ``both_kinds`` share of the maps with a hole in the way, holes of both kinds in the way.
+
+    Draws :func:`~erl_lite.envs.frozenlake.generate_map` maps from seeds derived from ``seed``
+    until one qualifies, so it stays deterministic in ``seed``; then marks each hole's kind
+    (:func:`assign_kinds`) in ``kinds`` (``map`` keeps ``H`` for both: the move rule's view).
+    Every map passes :func:`no_dead_end`: knowing both holes is enough to win by stepping closer.
+    On a map with both kinds in the way (:func:`holes_in_the_way`), a player that knows only
+    the hole one failure revealed can still step into the other.
+
+    Example:
+        >>> m = trap_map(1, (3, 3), (0.5, 0.7), 6, keep_easy=0.0, both_kinds=1.0)
+        >>> hole_in_the_way(m["map"]), no_dead_end(m["map"]), sorted(holes_in_the_way(m["kinds"]))
+        (True, True, ['H', 'K'])
     """
     rng = random.Random(seed)
     easy_ok = rng.random() < keep_easy
+    need_both = not easy_ok and rng.random() < both_kinds
     for attempt in range(10_000):
         m = generate_map(seed + 7_919 * attempt, sizes, frozen_prob, max_shortest)
-        if easy_ok or hole_in_the_way(m["map"]):
-            return m
-    raise RuntimeError("no map with a hole in the way; raise the hole probability")
+        if (easy_ok or hole_in_the_way(m["map"])) and no_dead_end(m["map"]):
+            kinds = assign_kinds(m["map"], rng)
+            if not need_both or holes_in_the_way(kinds) == {"H", SECOND_HOLE}:
+                return {**m, "kinds": kinds}
+    raise RuntimeError("no map with the holes asked for and no dead end; raise the hole probability")
 
 
 # --- the environment ---------------------------------------------------------------------------
 
 
 class DemoLakeEpisode(FrozenLakeEpisode):
-    """A FrozenLake episode whose observation adds one line, ``ahead: Up F, Right E``: the
-    letter one step away in each direction that brings the agent closer to the goal.
+    """A FrozenLake episode with two kinds of hole whose observation adds one line,
+    ``ahead: Up F, Right E``: the letter one step away in each direction that brings the agent
+    closer to the goal (``hints=False`` leaves it out).
 
-    The line says where the tiles are, never what they are: whether ``F`` is ice or a hole is
-    still learned only from feedback. It spares a 0.4 M-parameter model from reading the
-    neighbours of a cell out of a flattened grid, so that what decides an episode is the
-    unknown hole, not a perception slip.
+    Each hole is drawn with its kind's letter (``symbols["hole"]`` or ``symbols["hole2"]``),
+    and falling into one names that letter in the trace. The ``ahead:`` line says where the
+    tiles are, never what they are: whether ``F`` is ice or a hole is still learned only from
+    feedback. It spares a 0.4 M-parameter model from reading the neighbours of a cell out of a
+    flattened grid, so that what decides an episode is the unknown holes, not a perception slip.
     """
 
+    def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False,
+                 hints: bool = True) -> None:
+        super().__init__(max_actions, symbols, compact)
+        self.hints = hints
+
+    def _load(self, data: dict[str, Any]) -> None:
+        super()._load(data)
+        self.kinds = list(data.get("kinds", data["map"]))
+
+    def _letter(self, r: int, c: int) -> str:
+        return self.symbols[{"H": "hole", SECOND_HOLE: "hole2", "G": "goal"}.get(self.kinds[r][c], "frozen")]
+
+    def _render(self) -> str:
+        cells = [[self._letter(r, c) for c in range(len(row))] for r, row in enumerate(self.kinds)]
+        r, c = self.pos
+        cells[r][c] = self.symbols[{"H": "agent_in_hole", "G": "agent_on_goal"}.get(self.rows[r][c], "agent")]
+        return render_rows(cells)
+
+    def _move(self, action: str) -> tuple[str, str, float, bool]:
+        event, comment, reward, done = super()._move(action)
+        if event == "hole":  # name the kind of hole stepped on, not always the first kind
+            comment = COMMENTS["hole"].format(tile=self._letter(*self.pos))
+        return event, comment, reward, done
+
     def _hint(self) -> str:
+        if not self.hints:
+            return ""
         tiles = closer_tiles(parse_grid(self._render()))
         return f"ahead: {', '.join(f'{a} {x}' for a, x in tiles)}" if tiles else ""
 
@@ -162,65 +328,68 @@ class DemoLakeEpisode(FrozenLakeEpisode):
 class DemoLake(FrozenLake):
     """FrozenLake on small maps where, mostly, ignoring the holes can be fatal.
 
-    Same rules, prompts, feedback and traces as :class:`FrozenLake`; only the map generator
-    differs: maps are re-drawn until a hole lies between start and goal, except for a
-    ``keep_easy`` share (see :func:`trap_map`). The paper's maps are often solved by walking
+    Same rules, prompts, feedback and traces as :class:`FrozenLake`, except that holes come in
+    two letters (``symbols["hole"]`` and ``symbols["hole2"]``) and maps are re-drawn until a
+    hole lies between start and goal (except for a ``keep_easy`` share) and no dead end remains;
+    a ``both_kinds`` share of the other maps has both kinds of hole in the way (see
+    :func:`trap_map`), the maps where only a rulebook built on memory knows enough. The paper's maps are often solved by walking
     straight at the goal, which would leave nothing for reflection to fix.
 
     Defaults differ from :class:`FrozenLake`: 3x3 maps (the embedded model is trained on
-    them; ``sizes=(3, 4)`` plays larger ones), holes a little denser
-    (frozen probability in [0.6, 0.8)), compact prompts, and the letters of
+    them; ``sizes=(3, 4)`` plays larger ones), holes denser (frozen probability in
+    [0.5, 0.7), so maps usually hold both kinds), compact prompts, and the letters of
     :data:`DEMO_SYMBOLS` (``symbols`` overrides some of them).
 
     Example:
-        >>> lake = DemoLake(symbols={"hole": "E", "frozen": "G"})
+        >>> lake = DemoLake(symbols={"hole": "E", "hole2": "H", "frozen": "G"})
         >>> task = lake.test_tasks(1)[0]
         >>> task.data["size"] == 3 and hole_in_the_way(task.data["map"])
         True
     """
 
-    def __init__(self, keep_easy: float = 0.25, seed: int = 0, n_train: int = 10_000, n_test: int = 100,
-                 sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.6, 0.8),
+    def __init__(self, keep_easy: float = 0.25, both_kinds: float = 0.6, seed: int = 0, n_train: int = 10_000,
+                 n_test: int = 100,
+                 sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
                  max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
                  compact: bool = True, hints: bool = True) -> None:
         super().__init__(seed=seed, n_train=n_train, n_test=n_test, sizes=sizes, frozen_prob=frozen_prob,
                          max_shortest=max_shortest, max_actions=max_actions,
-                         symbols={**DEMO_SYMBOLS, **(symbols or {})}, compact=compact)
-        self.keep_easy, self.hints = keep_easy, hints
+                         compact=compact)
+        # FrozenLake knows one kind of hole; the second kind's letter is resolved here.
+        self.symbols = resolve_symbols(DEMO_SYMBOLS, symbols)
+        self.keep_easy, self.both_kinds, self.hints = keep_easy, both_kinds, hints
 
         def make(task_seed: int) -> dict[str, Any]:
-            return trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy)
+            return trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds)
 
-        self._splits = SeededSplits(make, lambda d: "/".join(d["map"]), self.name, seed, n_train, n_test)
+        self._splits = SeededSplits(make, lambda d: "/".join(d["kinds"]), self.name, seed, n_train, n_test)
 
     def new_episode(self) -> FrozenLakeEpisode:
-        if not self.hints:
-            return super().new_episode()
-        return DemoLakeEpisode(self.max_turns, self.symbols, self.compact)
+        return DemoLakeEpisode(self.max_turns, self.symbols, self.compact, self.hints)
 
 
-def make_world(hole: str, frozen: str, seed: int = 0, **overrides: Any) -> DemoLake:
-    """A :class:`DemoLake` whose hole and frozen tiles are drawn as ``hole`` and ``frozen``.
+def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: Any) -> DemoLake:
+    """A :class:`DemoLake` whose two kinds of hole and frozen tiles are drawn as ``hole``,
+    ``hole2`` and ``frozen``.
 
     Example:
-        >>> make_world("E", "G").symbols["hole"]
-        'E'
+        >>> hole_letters(make_world("E", "H", "G").symbols)
+        ('E', 'H')
     """
-    return DemoLake(seed=seed, symbols={"hole": hole, "frozen": frozen}, **overrides)
+    return DemoLake(seed=seed, symbols={"hole": hole, "hole2": hole2, "frozen": frozen}, **overrides)
 
 
 def demo_world(run_seed: int = 0, **overrides: Any) -> DemoLake:
     """The embedded model's environment for one run: letters drawn by ``run_seed``.
 
-    The hole and frozen letters come from :func:`letter_pair`; the task splits are seeded by
+    The hole and frozen letters come from :func:`run_letters`; the task splits are seeded by
     ``run_seed`` too. ``overrides`` go to :class:`DemoLake` (``n_train``, ``n_test``,
     ``sizes``, ...).
 
     Example:
         >>> w = demo_world(3, n_test=10)
-        >>> len(w.test_tasks()), w.symbols["hole"] != w.symbols["frozen"]
-        (10, True)
+        >>> len(w.test_tasks()), len({w.symbols[k] for k in ("hole", "hole2", "frozen")})
+        (10, 3)
     """
-    hole, frozen = letter_pair(run_seed)
     values = {"seed": run_seed, "n_train": 2_000, **overrides}
-    return make_world(hole, frozen, **values)
+    return make_world(*run_letters(run_seed), **values)
