@@ -168,29 +168,31 @@ def holes_in_the_way(kinds: list[str]) -> set[str]:
         >>> holes_in_the_way(["SGK", "HFF", "FFF"])
         set()
     """
-    where = {ch: (r, c) for r, row in enumerate(kinds) for c, ch in enumerate(row) if ch in "SG"}
+    return {tile for _, closer in _closer_walk(kinds) for _, tile in closer if tile in ("H", SECOND_HOLE)}
+
+
+def _closer_walk(rows: list[str]) -> list[tuple[tuple[int, int], list[tuple[tuple[int, int], str]]]]:
+    """Every safe cell a player reaches from ``S`` by only stepping closer to ``G`` on safe tiles
+    (``S``, ``G``, ``F``; any other letter is a hole), the goal left out, each with its
+    ``(neighbour, tile)`` one step closer: the walk :func:`holes_in_the_way` and
+    :func:`no_dead_end` both read."""
+    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
     goal = where["G"]
 
     def distance(cell: tuple[int, int]) -> int:
         return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
 
-    met: set[str] = set()
-    frontier, seen = [where["S"]], set()
+    walk, frontier, seen = [], [where["S"]], set()
     while frontier:
         cell = frontier.pop()
         if cell == goal or cell in seen:
             continue
         seen.add(cell)
-        for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
-            n = (cell[0] + dr, cell[1] + dc)
-            if not (0 <= n[0] < len(kinds) and 0 <= n[1] < len(kinds[0])) or distance(n) >= distance(cell):
-                continue
-            tile = kinds[n[0]][n[1]]
-            if tile in ("H", SECOND_HOLE):
-                met.add(tile)
-            else:
-                frontier.append(n)
-    return met
+        closer = [((r, c), rows[r][c]) for r, c in ((cell[0] + dr, cell[1] + dc) for dr, dc in ACTIONS.values())
+                  if 0 <= r < len(rows) and 0 <= c < len(rows[0]) and distance((r, c)) < distance(cell)]
+        walk.append((cell, closer))
+        frontier += [n for n, tile in closer if tile in "SGF"]
+    return walk
 
 
 def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
@@ -229,25 +231,7 @@ def no_dead_end(rows: list[str]) -> bool:
         >>> no_dead_end(["SFF", "FHF", "FFG"]), no_dead_end(["SFF", "FFH", "FHG"])
         (True, False)
     """
-    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
-    goal = where["G"]
-
-    def distance(cell: tuple[int, int]) -> int:
-        return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
-
-    frontier, seen = [where["S"]], set()
-    while frontier:
-        cell = frontier.pop()
-        if cell == goal or cell in seen:
-            continue
-        seen.add(cell)
-        closer = [(cell[0] + dr, cell[1] + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1))]
-        safe = [n for n in closer if 0 <= n[0] < len(rows) and 0 <= n[1] < len(rows[0])
-                and distance(n) < distance(cell) and rows[n[0]][n[1]] in "SGF"]
-        if not safe:
-            return False
-        frontier += safe
-    return True
+    return all(any(tile in "SGF" for _, tile in closer) for _, closer in _closer_walk(rows))
 
 
 def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
