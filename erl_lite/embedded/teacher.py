@@ -39,13 +39,12 @@ import re
 from dataclasses import dataclass
 from typing import Collection
 
-from erl_lite.embedded.rulebooks import named_holes, rulebook
+from erl_lite.embedded.rulebooks import PLAN, named_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.prompts import REFLECTION_SYSTEM
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
-_HYPOTHESIS = re.compile(r"Avoid ([A-Z](?: or [A-Z])*|nothing)\.")
 #: The hypothesis of a player who does not suspect any letter.
 NO_BELIEF = "nothing"
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
@@ -185,7 +184,7 @@ class Teacher:
         chain of thought that splits the choice into steps a tiny model can learn.
         """
         grid = parse_grid(observation)
-        earlier = [m.group(1) for r in replies if (m := _HYPOTHESIS.search(r))]
+        earlier = [m.group(1) for r in replies if (m := PLAN.search(r))]
         belief = earlier[0] if earlier else (" or ".join(named_holes(system)) or self.guess(grid))
         avoid = [] if belief == NO_BELIEF else belief.split(" or ")
         moves = best_moves(grid, avoid) or list(ACTIONS)
