@@ -173,6 +173,19 @@ def reflection_request(base: str, trace: str, task: str = "A E G\nH G B\nleft: 8
             f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
 
 
+def test_uninformed_teacher_sometimes_guesses_two_letters_so_two_hole_plans_exist_without_a_rulebook():
+    from erl_lite.embedded.rulebooks import planned_holes
+    from erl_lite.embedded.teacher import TeacherSkill
+
+    grid = [["A", "E", "G"], ["F", "H", "B"]]
+    guesses = [Teacher(seed=s, skill=TeacherSkill(guess_rate=1.0)).guess(grid) for s in range(200)]
+    plans = [planned_holes(f"Avoid {g}.") for g in guesses]
+    assert all(p and set(p) <= set("EFGH") and len(p) == len(set(p)) for p in plans)
+    assert 60 <= sum(len(p) == 2 for p in plans) <= 140  # about half, with TeacherSkill's default share
+    quiet = [Teacher(seed=s).guess(grid) for s in range(500)]
+    assert 0.01 <= sum(g != "nothing" for g in quiet) / 500 <= 0.12  # rare: mostly suspects nothing
+
+
 def test_teacher_reflection_names_the_fatal_letter():
     trace = "Start:\nA E G\nH G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
     texts = [Teacher(seed=s)(reflection_request("base", trace)) for s in range(20)]
@@ -252,6 +265,12 @@ def test_report_flags_rulebooks_that_state_a_hole_twice():
     history = History(samples=[_sample(1, [], [(twice, True), (rulebook(["F", "H"]), True)], [])])
     text = _memory_section(history, [twice])
     assert "Rulebooks stating one hole twice: 2 of 3" in text and "final memory" in text and "letter F" in text
+    alike = _sample(1, [], [(twice, True), (twice, False)], [])
+    for retry in alike["retries"]:  # one task, two rulebooks alike
+        retry["reflection"]["task_id"] = "t0"
+    alike = History(samples=[alike])
+    listed = _memory_section(alike, []).split("twice: 2 of 2")[1]
+    assert listed.count("letter F") == 1  # listed once; counted twice
     assert "Repeat check: none of the 1 rulebooks" in _memory_section(History(), [rulebook(["F", "H"])])
 
 

@@ -246,7 +246,9 @@ def _memory_section(history: History, memory: list[str]) -> str:
         text += f"\nSelf-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.\n"
     twice = [(where, t) for where, t in _rulebooks(history, memory) if repeated_holes(t)]
     if twice:
-        listed = "\n".join(f"- {where}: `{t}` (letter {', '.join(repeated_holes(t))})" for where, t in twice[:5])
+        # One line per place and text (a step samples several rulebooks for one task, often alike).
+        listed = "\n".join(f"- {where}: `{t}` (letter {', '.join(repeated_holes(t))})"
+                           for where, t in list(dict.fromkeys(twice))[:5])
         text += (f"\n**Rulebooks stating one hole twice: {len(twice)} of {checked}** (a repeat usually stands where "
                  f"memory's other hole was; memory, one slot, then holds one hole):\n\n{listed}\n")
     else:
