@@ -173,6 +173,19 @@ def reflection_request(base: str, trace: str, task: str = "A E G\nH G B\nleft: 8
             f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
 
 
+def test_uninformed_teacher_sometimes_guesses_two_letters_so_two_hole_plans_exist_without_a_rulebook():
+    from erl_lite.embedded.rulebooks import planned_holes
+    from erl_lite.embedded.teacher import TeacherSkill
+
+    grid = [["A", "E", "G"], ["F", "H", "B"]]
+    guesses = [Teacher(seed=s, skill=TeacherSkill(guess_rate=1.0)).guess(grid) for s in range(200)]
+    plans = [planned_holes(f"Avoid {g}.") for g in guesses]
+    assert all(p and set(p) <= set("EFGH") and len(p) == len(set(p)) for p in plans)
+    assert 60 <= sum(len(p) == 2 for p in plans) <= 140  # about half, with TeacherSkill's default share
+    quiet = [Teacher(seed=s).guess(grid) for s in range(500)]
+    assert 0.01 <= sum(g != "nothing" for g in quiet) / 500 <= 0.12  # rare: mostly suspects nothing
+
+
 def test_teacher_reflection_names_the_fatal_letter():
     trace = "Start:\nA E G\nH G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
     texts = [Teacher(seed=s)(reflection_request("base", trace)) for s in range(20)]
@@ -225,6 +238,60 @@ def test_report_flags_self_contradicting_rulebooks():
     checked, found = contradicting_rulebooks(history, [bad])
     assert checked == 3 and [t for _, t in found] == [bad, bad]
 
+
+
+def _sample(step, memory, reflections, plans):
+    """A samples.jsonl row: ``reflections`` (rulebook, second attempt won) and the first attempts' replies."""
+    first = [{"messages": [{"role": "user", "content": "A B"}, {"role": "assistant", "content": p}]} for p in plans]
+    retries = [{"first": 0, "reflection": {"task_id": f"t{i}", "rulebook": r, "base_prompt": "x", "parsed": True},
+                "second": {"success": won}} for i, (r, won) in enumerate(reflections)]
+    return {"step": step, "memory_before": memory, "first_attempts": first, "retries": retries}
+
+
+def test_repeated_hole_detector_and_plan_reader():
+    from erl_lite.embedded.rulebooks import planned_holes, repeated_holes
+
+    assert repeated_holes("A is you. F is a hole. F is a hole.") == ["F"]
+    assert repeated_holes(rulebook(["F", "H"])) == [] and repeated_holes(rulebook(None)) == []
+    assert planned_holes("Avoid F or H. Up F no, Right C ok.\n```Right```") == ["F", "H"]
+    assert planned_holes("Avoid nothing. Up C ok.") == [] and planned_holes("Avoid H or H.") == ["H", "H"]
+    assert planned_holes("```Up```") is None
+
+
+def test_report_flags_rulebooks_that_state_a_hole_twice():
+    from erl_lite.embedded.demo import _memory_section
+
+    twice = rulebook(["F", "F"])
+    history = History(samples=[_sample(1, [], [(twice, True), (rulebook(["F", "H"]), True)], [])])
+    text = _memory_section(history, [twice])
+    assert "Rulebooks stating one hole twice: 2 of 3" in text and "final memory" in text and "letter F" in text
+    alike = _sample(1, [], [(twice, True), (twice, False)], [])
+    for retry in alike["retries"]:  # one task, two rulebooks alike
+        retry["reflection"]["task_id"] = "t0"
+    alike = History(samples=[alike])
+    listed = _memory_section(alike, []).split("twice: 2 of 2")[1]
+    assert listed.count("letter F") == 1  # listed once; counted twice
+    assert "Repeat check: none of the 1 rulebooks" in _memory_section(History(), [rulebook(["F", "H"])])
+
+
+def test_knowledge_timeline_reads_memory_reflections_and_first_plans():
+    from erl_lite.embedded.demo import knowledge_timeline, timeline_table
+
+    both, one, dup = rulebook(["F", "H"]), rulebook(["F"]), rulebook(["H", "H"])
+    history = History(samples=[
+        _sample(1, [], [(one, True), (both, False)], ["Avoid nothing. Up C ok.", "Avoid F. Up F no."]),
+        _sample(2, [dup], [(dup, True), (both, True), (one, False), (both, True)],
+                ["Avoid H or F. Up C ok.", "Avoid F or F.", "```Up```", "Avoid nothing."])])
+    rows = knowledge_timeline(history, ["F", "H"])
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["memory"] == "empty" and rows[1]["memory"] == "H H"
+    assert rows[0]["reflections"] == 2 and rows[0]["both"] == 0.5 and rows[0]["repeated"] == 0.0
+    assert rows[1]["both"] == 0.5 and rows[1]["repeated"] == 0.25
+    # plans: step 1 names a letter once in 2 replies, both holes never; step 2: one of 4 names both
+    assert rows[0]["first_named"] == 0.5 and rows[0]["first_both"] == 0.0
+    assert rows[1]["first_named"] == 0.5 and rows[1]["first_both"] == 0.25
+    assert rows[0]["first_unreadable"] == 0.0 and rows[1]["first_unreadable"] == 0.25  # "```Up```": no plan
+    assert "| 2 | H H | 4 | 0.50 | 0.25 | 0.50 | 0.25 | 0.25 |" in timeline_table(rows)
 
 # --- the model inside ERL ------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from erl_lite.config import ERLConfig
 from erl_lite.embedded.loading import load_embedded
-from erl_lite.embedded.rulebooks import contradictions, named_holes
+from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
 from erl_lite.history import History
 
@@ -163,14 +163,69 @@ def built_on_memory(history: History) -> dict[str, Any] | None:
     return found[-1] if found else None
 
 
+def _rulebooks(history: History, memory: list[str]) -> list[tuple[str, str]]:
+    """(where, text) of every sampled reflection's rulebook, then of every memory entry."""
+    texts = [(f"step {s['step']}, task `{r['reflection']['task_id']}`", r["reflection"]["rulebook"])
+             for s in history.samples for r in s["retries"] if r["reflection"] is not None]
+    return texts + [("final memory", m) for m in memory]
+
+
 def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, list[tuple[str, str]]]:
     """(rulebooks checked, [(where, text)] of those giving a letter two meanings): every sampled
     reflection's rulebook and every memory entry, checked with
     :func:`~erl_lite.embedded.rulebooks.contradictions`."""
-    texts = [(f"step {s['step']}, task `{r['reflection']['task_id']}`", r["reflection"]["rulebook"])
-             for s in history.samples for r in s["retries"] if r["reflection"] is not None]
-    texts += [("final memory", m) for m in memory]
+    texts = _rulebooks(history, memory)
     return len(texts), [(where, t) for where, t in texts if contradictions(t)]
+
+
+def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
+    """Where the world's ``holes`` were known, per sampled step: in memory, in the reflections,
+    in the first attempts' plans.
+
+    One row per sample: ``step``; ``memory`` (the holes memory named before the step, repeats
+    included, ``"empty"`` or ``"no hole"``); ``reflections`` (how many were written) and the
+    shares of them that name ``both`` holes and that state a hole twice (``repeated``); and,
+    over the first attempts' replies, the shares whose plan sentence (``"Avoid E or H."``)
+    names any letter (``first_named``), names every hole (``first_both``) and is missing or
+    garbled (``first_unreadable``: a sign that training broke the replies). It shows how
+    knowledge moves: from a trace into a rulebook, into memory, then (by RL and
+    internalization) into the first attempts, which are what evaluation measures.
+    """
+    rows = []
+    for sample in history.samples:
+        memory = sample.get("memory_before") or []
+        facts = [h for m in memory for h in hole_facts(m)]
+        books = [r["reflection"]["rulebook"] for r in sample["retries"] if r["reflection"] is not None]
+        # The plan sentence opens an attempt's first reply (the player keeps it for the episode).
+        replies = [next((m["content"] for m in a["messages"] if m["role"] == "assistant"), "")
+                   for a in sample["first_attempts"]]
+        plans = [planned_holes(r) for r in replies]
+        share = lambda hits, n: sum(hits) / n if n else float("nan")  # noqa: E731
+        rows.append({
+            "step": sample["step"], "memory": " ".join(facts) if facts else ("no hole" if memory else "empty"),
+            "reflections": len(books),
+            "both": share([set(holes) <= set(named_holes(b)) for b in books], len(books)),
+            "repeated": share([bool(repeated_holes(b)) for b in books], len(books)),
+            "first_named": share([bool(p) for p in plans], len(plans)),
+            "first_both": share([p is not None and set(holes) <= set(p) for p in plans], len(plans)),
+            "first_unreadable": share([p is None for p in plans], len(plans)),
+        })
+    return rows
+
+
+def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
+    """:func:`knowledge_timeline`'s rows as a markdown table, at most ``max_rows`` evenly spaced
+    ones (the last always kept)."""
+    if len(rows) > max_rows:
+        stride = -(-len(rows) // max_rows)
+        rows = rows[::-1][::stride][::-1]
+    fmt = lambda x: "-" if x != x else f"{x:.2f}"  # noqa: E731  (NaN: nothing to share over)
+    lines = ["| step | memory before (holes named) | reflections | naming both holes | stating a hole twice "
+             "| first attempts naming a letter | naming both holes | with no readable plan |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['step']} | {r['memory']} | {r['reflections']} | {fmt(r['both'])} | {fmt(r['repeated'])} | "
+              f"{fmt(r['first_named'])} | {fmt(r['first_both'])} | {fmt(r['first_unreadable'])} |" for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def _memory_section(history: History, memory: list[str]) -> str:
@@ -189,6 +244,15 @@ def _memory_section(history: History, memory: list[str]) -> str:
                  f"final memory) give one letter two meanings:\n\n{listed}\n")
     else:
         text += f"\nSelf-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.\n"
+    twice = [(where, t) for where, t in _rulebooks(history, memory) if repeated_holes(t)]
+    if twice:
+        # One line per place and text (a step samples several rulebooks for one task, often alike).
+        listed = "\n".join(f"- {where}: `{t}` (letter {', '.join(repeated_holes(t))})"
+                           for where, t in list(dict.fromkeys(twice))[:5])
+        text += (f"\n**Rulebooks stating one hole twice: {len(twice)} of {checked}** (a repeat usually stands where "
+                 f"memory's other hole was; memory, one slot, then holds one hole):\n\n{listed}\n")
+    else:
+        text += f"\nRepeat check: none of the {checked} rulebooks checked states a hole twice.\n"
     return text
 
 
@@ -217,6 +281,11 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         f"Evaluation = first attempts only, initial prompt, no memory; "
         f"{config.eval_num_generations} samples per task.\n\n## An example\n\n{_example(history)}\n"
         f"## A reflection that built on memory\n\n{_memory_section(history, memory)}\n"
+        f"## How knowledge moved\n\nPer sampled step: the holes memory named, the share of reflections naming "
+        f"both holes (or stating one twice), and the share of first attempts whose opening plan "
+        f"(\"Avoid ...\") names a letter, or both holes. Evaluation measures first attempts, so knowledge "
+        f"counts once it reaches the last two columns.\n\n"
+        f"{timeline_table(knowledge_timeline(history, hole_letters(env.symbols)))}\n"
         f"## Final memory\n\n{held}\n\n## Figures\n\n![overview](overview.png)\n\n{pictures}\n"
     )
     path = os.path.join(out, "report.md")

@@ -7,8 +7,11 @@ rulebook is writing what the trace shows, then copying the rest;
 :func:`rulebook` writes one (the build-time teacher does), :func:`named_holes` and
 :func:`named_safe` read which letters one calls holes and safe (the teacher, the bands and the
 demo report do), and :func:`contradictions` lists the letters a rulebook gives two opposite
-meanings (``"F is a hole. F is safe ice."``). They live together so that the sentences and
-their readers cannot drift apart.
+meanings (``"F is a hole. F is safe ice."``); :func:`repeated_holes` lists the letters a
+rulebook states twice (``"F is a hole. F is a hole."``: usually in place of a hole it lost),
+and :func:`planned_holes` reads the plan sentence that opens each of the player's replies
+(``"Avoid E or H."``). They live together so that the sentences and their readers cannot
+drift apart.
 
 The detector reads any text in the ``"<letter> is a hole"`` / ``"<letter> is safe"`` (or
 ``"... is ice"``) form, so it applies to the rulebooks of every grid world written that way,
@@ -33,6 +36,8 @@ from erl_lite.embedded.world import AGENT, GOAL
 
 _HOLE_RULE = re.compile(r"\b([A-Z]) is a hole\b")
 _SAFE_RULE = re.compile(r"\b([A-Z]) is (?:safe|ice|frozen)\b")
+#: The plan sentence a reply opens with: ``"Avoid E or H."``, or ``"Avoid nothing."``.
+PLAN = re.compile(r"Avoid ([A-Z](?: or [A-Z])*|nothing)\.")
 
 
 def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None = None) -> str:
@@ -80,6 +85,36 @@ def hole_facts(text: str) -> list[str]:
         (['H', 'H'], ['H'])
     """
     return _HOLE_RULE.findall(text)
+
+
+def repeated_holes(text: str) -> list[str]:
+    """The letters ``text`` calls a hole more than once, sorted (empty: no fact repeated).
+
+    The world has two holes and a failure reveals one, so a rulebook that names a hole twice
+    has usually written the trace's hole again where memory's other hole belonged.
+
+    Example:
+        >>> repeated_holes("F is a hole. F is a hole."), repeated_holes(rulebook(["F", "H"]))
+        (['F'], [])
+    """
+    facts = hole_facts(text)
+    return sorted({h for h in facts if facts.count(h) > 1})
+
+
+def planned_holes(reply: str) -> list[str] | None:
+    """The letters the first plan sentence of a player's reply names, in order, repeats
+    included: ``[]`` for ``"Avoid nothing."``, ``None`` when the reply has no plan sentence.
+
+    Example:
+        >>> planned_holes("Avoid D or G. Up D no.\\n```Right```"), planned_holes("Avoid nothing. Up C ok.")
+        (['D', 'G'], [])
+        >>> planned_holes("Avoid D or D."), planned_holes("```Up```") is None
+        (['D', 'D'], True)
+    """
+    found = PLAN.search(reply)
+    if found is None:
+        return None
+    return [] if found.group(1) == "nothing" else found.group(1).split(" or ")
 
 
 def named_hole(text: str) -> str | None:

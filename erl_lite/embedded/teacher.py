@@ -8,9 +8,12 @@ trained on; nothing that runs at demo time imports this module. It plays the dem
 * **act** (initial prompt): every reply states a hypothesis, what lies ahead, and a move:
   ``"Avoid E or H. Down G ok, Right E no.\n```Down```"``. With no rulebook the player mostly
   suspects nothing (``"Avoid nothing."``: it walks a plain shortest path and often falls into
-  a hole in the way) and rarely (3% of episodes) suspects one of the grid's unknown letters at
-  random (kept for the whole episode). RL alone rarely samples the right letters; a
-  reflection reads them from the trace, and memory carries them across episodes.
+  a hole in the way) and rarely (6% of episodes) suspects one or two of the grid's unknown
+  letters at random (kept for the whole episode). RL alone rarely samples the right letters; a
+  reflection reads them from the trace, and memory carries them across episodes. The two-letter
+  guesses matter for internalization: a two-hole plan is then a form the model already writes
+  without a rulebook, so distilling second attempts moves its letters instead of teaching a new
+  shape (with one-letter guesses only, the tiny model garbled internalized two-hole plans).
 * **reflect**: writes a rulebook in ``<prompt>…</prompt>`` that builds on the current
   instructions (memory, when the run has one): it names the hole the trace's fatal step names
   first, then copies the holes the instructions name, in their order, except any the trace
@@ -39,13 +42,12 @@ import re
 from dataclasses import dataclass
 from typing import Collection
 
-from erl_lite.embedded.rulebooks import named_holes, rulebook
+from erl_lite.embedded.rulebooks import PLAN, named_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.prompts import REFLECTION_SYSTEM
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
-_HYPOTHESIS = re.compile(r"Avoid ([A-Z](?: or [A-Z])*|nothing)\.")
 #: The hypothesis of a player who does not suspect any letter.
 NO_BELIEF = "nothing"
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
@@ -134,13 +136,17 @@ class TeacherSkill:
         action_noise: chance that a move is uniformly random instead of planned.
         reflection_error: chance that a reflection blames another letter of the grid for the
             fall instead of the one the trace names.
-        guess_rate: chance that a player without a rulebook suspects one of the grid's
-            letters (either one, at random) rather than none.
+        guess_rate: chance that a player without a rulebook suspects some of the grid's
+            letters (at random) rather than none.
+        guess_two_share: of those guesses, the share that suspects two letters, so that a
+            two-hole plan (``"Avoid E or H."``) is already a form the model writes without a
+            rulebook, and internalization has to move its letters, not invent its shape.
     """
 
     action_noise: float = 0.05
     reflection_error: float = 0.08
-    guess_rate: float = 0.03
+    guess_rate: float = 0.06
+    guess_two_share: float = 0.5
 
 
 def chat_turns(prompt_text: str) -> list[tuple[str, str]]:
@@ -185,7 +191,7 @@ class Teacher:
         chain of thought that splits the choice into steps a tiny model can learn.
         """
         grid = parse_grid(observation)
-        earlier = [m.group(1) for r in replies if (m := _HYPOTHESIS.search(r))]
+        earlier = [m.group(1) for r in replies if (m := PLAN.search(r))]
         belief = earlier[0] if earlier else (" or ".join(named_holes(system)) or self.guess(grid))
         avoid = [] if belief == NO_BELIEF else belief.split(" or ")
         moves = best_moves(grid, avoid) or list(ACTIONS)
@@ -194,9 +200,11 @@ class Teacher:
         return f"Avoid {belief}. {describe_ahead(grid, avoid)}\n```{self.rng.choice(sorted(moves))}```"
 
     def guess(self, grid: list[list[str]]) -> str:
-        """An uninformed player's hypothesis: mostly none, sometimes one of the grid's letters."""
+        """An uninformed player's hypothesis: mostly none, sometimes one or two of the grid's letters."""
         options = unknown_letters(grid)
         if options and self.rng.random() < self.skill.guess_rate:
+            if len(options) > 1 and self.rng.random() < self.skill.guess_two_share:
+                return " or ".join(self.rng.sample(options, 2))
             return self.rng.choice(options)
         return NO_BELIEF
 

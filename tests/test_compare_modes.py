@@ -1,0 +1,76 @@
+"""scripts/compare_modes.py's table: per-seed figures, the targets, how fast each variant got
+good, and a target the baselines leave no room for said to be unreachable rather than just missed."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _script():
+    """scripts/compare_modes.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("compare_modes", ROOT / "scripts" / "compare_modes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result(variant, seed, curve):
+    """A run's record: ``curve`` is [step, CPU seconds, eval success] per evaluation."""
+    return {"variant": variant, "seed": seed, "steps": curve[-1][0], "train_seconds": curve[-1][1],
+            "eval_start": curve[0][2], "eval_final": curve[-1][2], "eval_curve": curve}
+
+
+RESULTS = [
+    _result("ERL", 0, [[0, 0, 0.4], [10, 30, 0.92], [20, 60, 0.95]]),
+    _result("ERL", 1, [[0, 0, 0.4], [10, 30, 0.6], [20, 60, 0.8]]),
+    _result("RLVR", 0, [[0, 0, 0.4], [20, 30, 0.7], [40, 60, 1.0]]),
+    _result("RLVR", 1, [[0, 0, 0.4], [20, 30, 0.5], [40, 60, 0.96]]),
+    _result("ERL w/o memory", 0, [[0, 0, 0.4], [20, 60, 0.5]]),
+    _result("ERL w/o memory", 1, [[0, 0, 0.4], [20, 60, 0.6]]),
+]
+
+
+def test_table_gives_per_seed_finals_and_the_seconds_each_variant_took_to_reach_the_level():
+    cm = _script()
+    table = cm.summarize(RESULTS, ["ERL", "RLVR", "ERL w/o memory"])
+    assert "| ERL | 20 | 60 | 0.40 | 0.88 ± 0.11 | 0.95 / 0.80 | 30 / never |" in table
+    assert "| RLVR | 40 | 60 | 0.40 | 0.98 ± 0.03 | 1.00 / 0.96 | 60 / 60 |" in table
+
+
+def test_a_target_the_baseline_leaves_no_room_for_is_called_unreachable():
+    cm = _script()
+    rows = {label: (measured, met) for label, measured, met in cm.check_targets(RESULTS)}
+    measured, met = rows["ERL - RLVR >= +0.10 (final eval)"]
+    assert not met and "unreachable at this budget" in measured and "RLVR ends at 0.98" in measured
+    measured, met = rows["ERL - ERL w/o memory >= +0.05 (final eval)"]
+    assert met and "unreachable" not in measured
+
+
+def test_knowledge_table_reads_each_runs_samples(tmp_path):
+    """Where the holes were known, per run: read from the run's samples, kept in the results."""
+    from erl_lite.embedded.rulebooks import rulebook
+    from erl_lite.embedded.world import run_letters
+
+    cm = _script()
+    a, b, _ = run_letters(0)
+    run_dir = tmp_path / "ERL-0"
+    run_dir.mkdir()
+    (run_dir / "history.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    replies = [f"Avoid {a} or {b}. Up C ok.", f"Avoid {a}. Up C ok.", "Avoid nothing.", f"Avoid {a} or {a} no, Up"]
+    retries = [{"first": 0, "reflection": {"task_id": "t", "rulebook": book, "base_prompt": "", "parsed": True},
+                "second": {"success": True}} for book in (rulebook([a, b]), rulebook([a, a]), rulebook([b]))]
+    sample = {"step": 1, "memory_before": [], "retries": retries,
+              "first_attempts": [{"messages": [{"role": "assistant", "content": r}]} for r in replies]}
+    (run_dir / "samples.jsonl").write_text(__import__("json").dumps(sample) + "\n")
+    result = {"variant": "ERL", "seed": 0, "run_dir": str(run_dir)}
+    cm.add_knowledge([result])
+    assert result["knowledge"] == {"reflections": 3, "both": 1 / 3, "repeated": 1 / 3, "first_named": 0.5,
+                                   "first_both": 0.25, "first_unreadable": 0.25}
+    table = cm.knowledge_table([result], ["ERL"])
+    assert "| ERL | 0.33 | 0.33 | 0.50 | 0.25 | 0.25 |" in table
+    missing = {"variant": "ERL", "seed": 1, "run_dir": str(tmp_path / "gone")}
+    cm.add_knowledge([missing])
+    assert "knowledge" not in missing and cm.knowledge_table([missing], ["ERL"]) == ""
