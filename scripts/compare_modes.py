@@ -286,26 +286,9 @@ def _reach_text(runs: list[dict]) -> str:
 
 
 def plot(results: list[dict], variants: list[str], path: str) -> None:
-    import matplotlib
+    from erl_lite.viz import plot_comparison
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    styles = ["-", "--", "-.", ":"]
-    markers = ["o", "s", "^", "v", "D"]
-    for i, v in enumerate(variants):  # line style and marker per variant: overlapping lines stay visible
-        for j, r in enumerate(r for r in results if r["variant"] == v):
-            seconds, vals = [c[1] for c in r["eval_curve"]], [c[2] for c in r["eval_curve"]]
-            ax.plot(seconds, vals, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, ls=styles[i % 4],
-                    marker=markers[i % len(markers)], ms=4, mfc="none" if i % 2 else None)
-    ax.set_xlabel("training CPU time (s, one thread; evaluation excluded)")
-    ax.set_ylabel("eval first-attempt success (0-1)")
-    ax.set_title("Demo world, equal wall-clock, one line per seed")
-    ax.set_ylim(0, 1)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
+    plot_comparison(results, variants, title="Demo world, equal wall-clock, one line per seed").savefig(path)
 
 
 if __name__ == "__main__":

@@ -432,3 +432,18 @@ def test_interactive_browser_follows_the_slider(hist):
     viewer = memory_viewer(hist, static=False)
     viewer.children[0].value = hist.samples[-1]["step"]
     assert f"after step {hist.samples[-1]['step']}" in viewer.children[1].value
+
+
+def test_comparison_plot_tells_overlapping_variants_apart():
+    from erl_lite.viz import plot_comparison
+
+    curve = [[0, 0.0, 0.4], [5, 10.0, 0.9]]  # every run identical: the worst case for overlap
+    runs = [{"variant": v, "seed": s, "eval_curve": curve} for v in ("ERL", "RLVR", "w/o memory") for s in (0, 1)]
+    lines = plot_comparison(runs).axes[0].lines
+    assert len(lines) == 6 and [l.get_label() for l in lines if not l.get_label().startswith("_")] == \
+        ["ERL", "RLVR", "w/o memory"]
+    looks = {(l.get_linestyle(), l.get_marker()) for l in lines[::2]}  # one run per variant
+    assert len(looks) == 3
+    only = plot_comparison(runs, variants=["RLVR"]).axes[0].lines
+    assert len(only) == 2 and only[0].get_label() == "RLVR"
+    assert NO_DATA in _texts(plot_comparison([]))

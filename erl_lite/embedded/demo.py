@@ -200,17 +200,21 @@ def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str,
         replies = [next((m["content"] for m in a["messages"] if m["role"] == "assistant"), "")
                    for a in sample["first_attempts"]]
         plans = [planned_holes(r) for r in replies]
-        share = lambda hits, n: sum(hits) / n if n else float("nan")  # noqa: E731
         rows.append({
             "step": sample["step"], "memory": " ".join(facts) if facts else ("no hole" if memory else "empty"),
             "reflections": len(books),
-            "both": share([set(holes) <= set(named_holes(b)) for b in books], len(books)),
-            "repeated": share([bool(repeated_holes(b)) for b in books], len(books)),
-            "first_named": share([bool(p) for p in plans], len(plans)),
-            "first_both": share([p is not None and set(holes) <= set(p) for p in plans], len(plans)),
-            "first_unreadable": share([p is None for p in plans], len(plans)),
+            "both": _share([set(holes) <= set(named_holes(b)) for b in books]),
+            "repeated": _share([bool(repeated_holes(b)) for b in books]),
+            "first_named": _share([bool(p) for p in plans]),
+            "first_both": _share([p is not None and set(holes) <= set(p) for p in plans]),
+            "first_unreadable": _share([p is None for p in plans]),
         })
     return rows
+
+
+def _share(hits: list[bool]) -> float:
+    """Share of true ``hits``; NaN when there are none to share over (shown as ``-``)."""
+    return sum(hits) / len(hits) if hits else float("nan")
 
 
 def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:

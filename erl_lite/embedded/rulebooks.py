@@ -36,8 +36,10 @@ from erl_lite.embedded.world import AGENT, GOAL
 
 _HOLE_RULE = re.compile(r"\b([A-Z]) is a hole\b")
 _SAFE_RULE = re.compile(r"\b([A-Z]) is (?:safe|ice|frozen)\b")
+#: The plan of a player who suspects no letter: ``"Avoid nothing."``.
+NO_PLAN = "nothing"
 #: The plan sentence a reply opens with: ``"Avoid E or H."``, or ``"Avoid nothing."``.
-PLAN = re.compile(r"Avoid ([A-Z](?: or [A-Z])*|nothing)\.")
+_PLAN = re.compile(rf"Avoid ([A-Z](?: or [A-Z])*|{NO_PLAN})\.")
 
 
 def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None = None) -> str:
@@ -111,10 +113,22 @@ def planned_holes(reply: str) -> list[str] | None:
         >>> planned_holes("Avoid D or D."), planned_holes("```Up```") is None
         (['D', 'D'], True)
     """
-    found = PLAN.search(reply)
+    found = _PLAN.search(reply)
     if found is None:
         return None
-    return [] if found.group(1) == "nothing" else found.group(1).split(" or ")
+    return [] if found.group(1) == NO_PLAN else found.group(1).split(" or ")
+
+
+def plan_sentence(holes: Sequence[str]) -> str:
+    """The plan sentence that opens a player's reply, the inverse of :func:`planned_holes`.
+
+    Example:
+        >>> plan_sentence(["E", "H"]), plan_sentence([])
+        ('Avoid E or H.', 'Avoid nothing.')
+        >>> planned_holes(plan_sentence(["E", "H"]))
+        ['E', 'H']
+    """
+    return f"Avoid {' or '.join(holes) or NO_PLAN}."
 
 
 def named_hole(text: str) -> str | None:

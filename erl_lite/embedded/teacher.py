@@ -42,14 +42,12 @@ import re
 from dataclasses import dataclass
 from typing import Collection
 
-from erl_lite.embedded.rulebooks import PLAN, named_holes, rulebook
+from erl_lite.embedded.rulebooks import named_holes, plan_sentence, planned_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.prompts import REFLECTION_SYSTEM
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
-#: The hypothesis of a player who does not suspect any letter.
-NO_BELIEF = "nothing"
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
 _SAFE_STEP = re.compile(r"stepped on ([A-Z]): moved to a safe tile")
 
@@ -191,22 +189,21 @@ class Teacher:
         chain of thought that splits the choice into steps a tiny model can learn.
         """
         grid = parse_grid(observation)
-        earlier = [m.group(1) for r in replies if (m := PLAN.search(r))]
-        belief = earlier[0] if earlier else (" or ".join(named_holes(system)) or self.guess(grid))
-        avoid = [] if belief == NO_BELIEF else belief.split(" or ")
+        earlier = [p for r in replies if (p := planned_holes(r)) is not None]
+        avoid = earlier[0] if earlier else (named_holes(system) or self.guess(grid))
         moves = best_moves(grid, avoid) or list(ACTIONS)
         if self.rng.random() < self.skill.action_noise:
             moves = list(ACTIONS)
-        return f"Avoid {belief}. {describe_ahead(grid, avoid)}\n```{self.rng.choice(sorted(moves))}```"
+        return f"{plan_sentence(avoid)} {describe_ahead(grid, avoid)}\n```{self.rng.choice(sorted(moves))}```"
 
-    def guess(self, grid: list[list[str]]) -> str:
-        """An uninformed player's hypothesis: mostly none, sometimes one or two of the grid's letters."""
+    def guess(self, grid: list[list[str]]) -> list[str]:
+        """An uninformed player's suspects: mostly none, sometimes one or two of the grid's letters."""
         options = unknown_letters(grid)
         if options and self.rng.random() < self.skill.guess_rate:
             if len(options) > 1 and self.rng.random() < self.skill.guess_two_share:
-                return " or ".join(self.rng.sample(options, 2))
-            return self.rng.choice(options)
-        return NO_BELIEF
+                return self.rng.sample(options, 2)
+            return [self.rng.choice(options)]
+        return []
 
     def reflect(self, request: str) -> str:
         """A rulebook built on the current instructions and the trace (see the module docstring).

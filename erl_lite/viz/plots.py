@@ -267,6 +267,37 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
 
 
 @S.styled
+def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: Axes | None = None,
+                    title: str = "Equal CPU time, one line per seed") -> Figure:
+    """Evaluation over training CPU time for runs of several variants (``scripts/compare_modes.py``'s
+    ``compare_results.json``): one line per run, colour, line style and marker per variant, so
+    runs that overlap stay told apart.
+
+    ``results``: dicts with ``variant`` and ``eval_curve`` (``[step, CPU seconds, success]`` per
+    evaluation); ``variants``: which to draw, in order (default: all, in first-seen order).
+
+    Example:
+        >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]} for v, y in (("ERL", 0.9), ("RLVR", 0.6))]
+        >>> [line.get_label() for line in plot_comparison(runs).axes[0].lines]
+        ['ERL', 'RLVR']
+    """
+    variants = variants or list(dict.fromkeys(r["variant"] for r in results))
+    fig, ax, owned = S.new_axes(ax, figsize=(6.6, 4.0))
+    styles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "v", "D"]
+    drawn = 0
+    for i, v in enumerate(variants):
+        for j, r in enumerate(r for r in results if r["variant"] == v):
+            seconds, values = [c[1] for c in r["eval_curve"]], [c[2] for c in r["eval_curve"]]
+            ax.plot(seconds, values, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, ls=styles[i % len(styles)],
+                    marker=markers[i % len(markers)], ms=4, mfc="none" if i % 2 else None)
+            drawn += 1
+    S.decorate(ax, title, "training CPU time (s, one thread; evaluation excluded)", "eval first-attempt success (0–1)",
+               drawn > 0)
+    ax.set_ylim(-0.03, 1.03)
+    return S.done(fig, owned)
+
+
+@S.styled
 def plot_overview(history: HistoryLike, baseline: HistoryLike = None,
                   smoothing: float = 0.0) -> Figure:
     """A dashboard: reward, success, gate / memory, loss, advantage (for READMEs).
