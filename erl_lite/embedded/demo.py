@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any, Sequence
 
-from erl_lite.config import ERLConfig
+from erl_lite.config import ERLConfig, one_split
 from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
@@ -44,6 +44,11 @@ DEMO_SETTINGS: dict[str, Any] = dict(
     # repeated), which 1e-3 kept well formed.
     max_steps=30, num_tasks_per_step=8, learning_rate=1e-3, beta=0.0,
     eval_steps=10, eval_num_generations=2, per_device_train_batch_size=32, progress_bar=False,
+    # The reference's mini-batch rule: one optimizer step per 8 tasks' worth of rows, so RLVR
+    # (8 x 10 first attempts) takes one step and ERL, whose failures add reflection, second
+    # attempt and internalization rows, takes 1-4. With one step for every mode, ERL's first
+    # attempts began naming the holes only after about 12 iterations.
+    ppo_mini_batch_size=8,
 )
 #: Test maps the demo evaluates first attempts on (before training and every ``eval_steps``).
 DEMO_EVAL_TASKS = 64
@@ -59,7 +64,7 @@ def demo_config(preset: str = "cpu", **overrides: Any) -> ERLConfig:
         >>> demo_config().learning_rate
         0.001
     """
-    return ERLConfig.preset(preset, **{**DEMO_SETTINGS, **overrides})
+    return ERLConfig.preset(preset, **{**DEMO_SETTINGS, **one_split(overrides)})
 
 
 def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
@@ -142,8 +147,9 @@ def _example(history: History) -> str:
     return "_No reflection led to a successful second attempt in the sampled steps._\n"
 
 
-def built_on_memory(history: History) -> dict[str, Any] | None:
-    """The latest sampled reflection that kept what a remembered rulebook named and added a hole.
+def built_on_memory(history: History, holes: Sequence[str]) -> dict[str, Any] | None:
+    """The latest sampled reflection that kept what a remembered rulebook named and added a hole
+    of the world (``holes``; a rulebook that also calls another letter a hole does not count).
 
     Returns ``{"step", "task_id", "before", "after", "success"}`` (``before``: the memory the
     reflector was given; ``after``: its new rulebook), preferring one whose second attempt
@@ -156,7 +162,7 @@ def built_on_memory(history: History) -> dict[str, Any] | None:
             if refl is None or not refl["parsed"]:
                 continue
             before, after = named_holes(refl["base_prompt"]), named_holes(refl["rulebook"])
-            if before and set(before) < set(after):
+            if before and set(before) < set(after) <= set(holes):
                 found.append({"step": sample["step"], "task_id": refl["task_id"], "before": refl["base_prompt"],
                               "after": refl["rulebook"], "success": bool(retry["second"]["success"])})
     found.sort(key=lambda f: f["success"])  # stable: the latest successful one ends the list
@@ -232,10 +238,10 @@ def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _memory_section(history: History, memory: list[str]) -> str:
-    built = built_on_memory(history)
+def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -> str:
+    built = built_on_memory(history, holes)
     if built is None:
-        text = "_No sampled reflection added a hole to a remembered rulebook._\n"
+        text = "_No sampled reflection added one of the world's holes to a remembered rulebook._\n"
     else:
         text = (f"Step {built['step']}, task `{built['task_id']}` (second attempt "
                 f"{'succeeded' if built['success'] else 'failed'}). The reflector was given the memory\n\n"
@@ -284,7 +290,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         f"| metric | first {window} steps (mean) | last {window} steps (mean) |\n|---|---|---|\n{table}\n\n"
         f"Evaluation = first attempts only, initial prompt, no memory; "
         f"{config.eval_num_generations} samples per task.\n\n## An example\n\n{_example(history)}\n"
-        f"## A reflection that built on memory\n\n{_memory_section(history, memory)}\n"
+        f"## A reflection that built on memory\n\n{_memory_section(history, memory, hole_letters(env.symbols))}\n"
         f"## How knowledge moved\n\nPer sampled step: the holes memory named, the share of reflections naming "
         f"both holes (or stating one twice), and the share of first attempts whose opening plan "
         f"(\"Avoid ...\") names a letter, or both holes. Evaluation measures first attempts, so knowledge "
