@@ -289,6 +289,17 @@ def test_built_on_memory_shows_a_reflection_that_added_a_real_hole():
     assert built_on_memory(History(samples=[sample]), ["F", "H"]) is None
 
 
+def test_report_flags_rulebooks_that_call_another_letter_a_hole():
+    from erl_lite.embedded.demo import _memory_section
+
+    wrong = "A is you. B is the goal. Reach B and never step on a hole. H is a hole. C is a hole."
+    history = History(samples=[_sample(26, [], [(wrong, True), (rulebook(["F", "H"]), True)], [])])
+    text = _memory_section(history, [wrong], ["F", "H"])
+    assert "Rulebooks calling another letter a hole: 2 of 3" in text and "(letter C)" in text
+    assert "final memory" in text
+    assert "Wrong-hole check: none of the 1 rulebooks" in _memory_section(History(), [rulebook(["F", "H"])], ["F", "H"])
+
+
 def test_knowledge_timeline_reads_memory_reflections_and_first_plans():
     from erl_lite.embedded.demo import knowledge_timeline, timeline_table
 
