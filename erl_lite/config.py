@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from erl_lite.records import ROLES
+
 MODES = ("erl", "erl_simple", "rlvr")
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
@@ -161,9 +163,10 @@ class ERLConfig:
     ``lr_scheduler_type``): ``constant`` (the reference's, and the default; it refuses a warm-up,
     which transformers would silently ignore), ``constant_with_warmup``, ``linear`` (warm-up,
     then down to 0) or ``cosine`` (warm-up, then a half cosine down to 0). It runs over
-    ``max_steps × steps_per_generation`` optimizer steps and advances once per optimizer step
-    (an iteration with fewer rows than ``steps_per_generation`` takes fewer steps, so the
-    schedule then ends above its final value). Difference from TRL: transformers' default is
+    ``max_steps × max_optimizer_steps()`` optimizer steps and advances once per optimizer step
+    (an iteration that takes fewer steps than the most it could, fewer rows than
+    ``steps_per_generation`` or, with ``ppo_mini_batch_size``, fewer failures, leaves the
+    schedule ending above its final value). Difference from TRL: transformers' default is
     ``linear``; erl_lite keeps the reference's ``constant``."""
     warmup_ratio: float = 0.0
     """Fraction in [0, 1) of the schedule's optimizer steps spent warming up linearly from 0 to
@@ -230,8 +233,18 @@ class ERLConfig:
     """Optimizer steps per iteration: the batch is split into this many mini-batches. With 1
     the update is on-policy (importance ratio ≡ 1, so the clip never acts: a group-baselined
     policy gradient); with more, every mini-batch after the first is off-policy and the clip
-    bounds it. The reference takes 1–4 for ERL and 1 for RLVR; the ``cpu`` preset takes 1,
-    ``gpu`` and ``paper`` take 2 for every mode. The history logs the count (``optim/steps``)."""
+    bounds it. The ``cpu`` preset takes 1, ``gpu`` takes 2 for every mode. The reference
+    instead fixes the mini-batch's size (``ppo_mini_batch_size``, which replaces this; the
+    ``paper`` preset does so). The history logs the count (``optim/steps``)."""
+    ppo_mini_batch_size: int | None = None
+    """Tasks per optimizer step, as in the reference (verl's ``ppo_mini_batch_size``): the
+    iteration's rows are split into mini-batches of at most ``ppo_mini_batch_size ×
+    num_generations`` rows, so the number of optimizer steps follows the batch. RLVR's batch
+    (``num_tasks_per_step × G`` first attempts) takes one step when this equals
+    ``num_tasks_per_step``; ERL's holds reflections, second attempts and internalization rows
+    too and takes 1–4, as the reference's does (its ERL and RLVR runs differ in this, and the
+    paper's comparison includes it). None: ``steps_per_generation`` steps. Giving both is refused.
+    The ``paper`` preset and the embedded demo use it (64 and 8 tasks: every task in one step)."""
     per_device_train_batch_size: int = 8
     """Sequences per forward/backward pass (micro-batch); gradients are accumulated so the
     update equals one pass over the mini-batch."""
@@ -336,6 +349,11 @@ class ERLConfig:
         self._resolve_length()
         if self.max_steps is not None:
             _positive("max_steps", self.max_steps)
+        if self.ppo_mini_batch_size is not None:
+            _positive("ppo_mini_batch_size", self.ppo_mini_batch_size)
+            if self.steps_per_generation != 1:
+                raise ValueError("ERLConfig: give ppo_mini_batch_size (steps follow the batch) or "
+                                 f"steps_per_generation={self.steps_per_generation} (a fixed count), not both")
         for name in ("num_tasks_per_step", "num_generations", "max_completion_length",
                      "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
                      "memory_size", "memory_top_k", "steps_per_generation",
@@ -391,6 +409,35 @@ class ERLConfig:
             raise ValueError("ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
                              f"list of module names, got {t!r}")
 
+    def optimizer_steps(self, rows: int) -> int:
+        """Optimizer steps an update of ``rows`` rows takes: ``steps_per_generation`` (at most
+        one per row), or with ``ppo_mini_batch_size`` one per ``ppo_mini_batch_size × G`` rows,
+        rounded up.
+
+        Example:
+            >>> cfg = ERLConfig(num_tasks_per_step=8, ppo_mini_batch_size=8)  # G = 4: 32 rows a step
+            >>> cfg.optimizer_steps(32), cfg.optimizer_steps(92), cfg.replace(mode="rlvr").optimizer_steps(80)
+            (1, 3, 1)
+        """
+        if self.ppo_mini_batch_size is None:
+            return min(self.steps_per_generation, rows)
+        return max(1, math.ceil(rows / (self.ppo_mini_batch_size * self.num_generations)))
+
+    def max_optimizer_steps(self) -> int:
+        """The most optimizer steps one iteration can take (the learning-rate schedule is this
+        many per iteration long): with ``ppo_mini_batch_size``, the steps of a batch where every
+        first attempt failed and each brought every role's row (4 per first attempt in ``erl``
+        mode, 1 in ``rlvr`` and ``erl_simple``, where only first attempts are trained).
+
+        Example:
+            >>> ERLConfig(num_tasks_per_step=8, ppo_mini_batch_size=8).max_optimizer_steps()
+            4
+        """
+        if self.ppo_mini_batch_size is None:
+            return self.steps_per_generation
+        roles = len(ROLES) if self.mode == "erl" else 1
+        return self.optimizer_steps(roles * self.num_tasks_per_step * self.num_generations)
+
     def num_warmup_steps(self, num_training_steps: int) -> int:
         """Warm-up optimizer steps of a schedule ``num_training_steps`` long (transformers' rule:
         a fraction is rounded up).
@@ -443,7 +490,7 @@ class ERLConfig:
         """A named preset with optional overrides. Names: see :data:`PRESETS`."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-        values = {**PRESETS[name], **overrides}
+        values = {**PRESETS[name], **one_split(overrides)}
         if overrides.get("num_train_epochs") is not None and "max_steps" not in overrides:
             values["max_steps"] = None  # epochs given with a preset: they decide the length
         values["extra"] = {**values.get("extra", {}), "preset": name}
@@ -451,7 +498,8 @@ class ERLConfig:
 
     def replace(self, **changes: Any) -> "ERLConfig":
         """A copy with some fields changed (validated again). G that came from the mode follows
-        a new mode unless ``num_generations`` is given.
+        a new mode unless ``num_generations`` is given; see :func:`one_split` for the two ways of
+        splitting an iteration into optimizer steps.
 
         Example:
             >>> ERLConfig().replace(mode="rlvr").num_generations
@@ -459,7 +507,7 @@ class ERLConfig:
         """
         if self._generations_from_mode and "num_generations" not in changes:
             changes["num_generations"] = None
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **one_split(changes))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -492,7 +540,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_steps=100, num_tasks_per_step=64, max_completion_length=1024,
         max_episode_length=8192, max_reflection_length=2048, max_reflection_prompt_length=6144,
         learning_rate=1e-6, beta=0.001, eval_steps=5, eval_num_generations=4,
-        eval_top_p=0.8, eval_top_k=20, steps_per_generation=2,
+        eval_top_p=0.8, eval_top_k=20, ppo_mini_batch_size=64,
         per_device_train_batch_size=8,
     ),
 }
@@ -552,6 +600,28 @@ DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLConfig)
                              if f.default is not dataclasses.MISSING}
+
+#: The two ways to say how an iteration splits into optimizer steps (a fixed count, or the
+#: reference's fixed mini-batch size); a config holds one of them.
+SPLIT_FIELDS = ("steps_per_generation", "ppo_mini_batch_size")
+
+
+def one_split(layer: dict[str, Any]) -> dict[str, Any]:
+    """``layer`` (settings laid over others: a preset, the demo's settings, a ``replace``) with
+    the other split field reset to its default when it gives only one of :data:`SPLIT_FIELDS`,
+    so a lower layer's choice gives way instead of colliding with it.
+
+    Example:
+        >>> one_split({"steps_per_generation": 2})
+        {'steps_per_generation': 2, 'ppo_mini_batch_size': None}
+        >>> one_split({"learning_rate": 1e-3})
+        {'learning_rate': 0.001}
+    """
+    given = [name for name in SPLIT_FIELDS if name in layer]
+    if len(given) != 1:
+        return dict(layer)
+    other = SPLIT_FIELDS[1 - SPLIT_FIELDS.index(given[0])]
+    return {**layer, other: _DEFAULTS[other]}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

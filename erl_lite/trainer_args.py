@@ -119,7 +119,7 @@ def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
 
 def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
     """The learning-rate schedule ``args.lr_scheduler_type`` names, from transformers'
-    ``get_scheduler``, over ``args.max_steps × args.steps_per_generation`` optimizer steps with
+    ``get_scheduler``, over ``args.max_steps × args.max_optimizer_steps()`` optimizer steps with
     ``args.num_warmup_steps(...)`` of warm-up. It is stepped once per optimizer step.
 
     Example:
@@ -139,7 +139,7 @@ def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
 
     if args.max_steps is None:
         raise ValueError("build_scheduler needs args.max_steps (the trainer derives it from num_train_epochs)")
-    total = args.max_steps * args.steps_per_generation
+    total = args.max_steps * args.max_optimizer_steps()
     warmup = args.num_warmup_steps(total)
     if args.lr_scheduler_type == "constant":  # (the config refuses a warm-up with it)
         return get_scheduler("constant", optimizer)

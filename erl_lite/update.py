@@ -2,8 +2,9 @@
 
 Every role (first attempt, reflection, second attempt, internalization) is one row of the
 same batch, each under its own context, with its scalar advantage broadcast over its loss
-tokens. The batch is split into ``steps_per_generation`` mini-batches (one optimizer step
-each) and every mini-batch into micro-batches of ``per_device_train_batch_size`` rows whose
+tokens. The batch is split into mini-batches, one optimizer step each
+(:meth:`~erl_lite.config.ERLConfig.optimizer_steps`: ``steps_per_generation`` of them, or one
+per ``ppo_mini_batch_size × G`` rows as in the reference), and every mini-batch into micro-batches of ``per_device_train_batch_size`` rows whose
 gradients are accumulated with the mini-batch's own normalizer, so the update does not
 depend on the micro-batch size. Every micro-batch's loss is
 :func:`erl_lite.losses.policy_objective` (the function the TRL-parity tests check).
@@ -119,17 +120,29 @@ def _padded_length(s: TrainSample) -> int:
 def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
     """Rows sorted by length, in micro-batches of at most ``size`` rows.
 
-    A micro-batch also closes before a row more than twice as long as its shortest one, so
-    short attempts are never padded to the length of a long reflection prompt. The update
-    does not depend on how rows are grouped (every micro-batch uses the mini-batch's
-    normalizer), only the padding waste does.
+    :func:`pack` pads contexts to the longest context and completions to the longest
+    completion, so a micro-batch is ``max(context) + max(completion)`` columns wide, which can
+    be wider than any of its rows (a reflection request beside an attempt with a long reply).
+    A micro-batch therefore closes before a row that would make it more than twice as wide as
+    its shortest row, so short attempts are never padded to the width of a long reflection
+    prompt. The update does not depend on how rows are grouped (every micro-batch uses the
+    mini-batch's normalizer), only the padding waste does.
+
+    Example:
+        >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)
+        >>> request = TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 0.0)
+        >>> [len(c) for c in micro_batches([attempt(20), attempt(150), request, request], 32)]
+        [1, 1, 2]
     """
     chunk: list[TrainSample] = []
+    context = completion = 0  # the current chunk's longest context and completion
     for row in sorted(rows, key=_padded_length):
-        if chunk and (len(chunk) == size or _padded_length(row) > 2 * _padded_length(chunk[0])):
+        width = max(context, len(row.prompt_ids)) + max(completion, len(row.completion_ids))
+        if chunk and (len(chunk) == size or width > 2 * _padded_length(chunk[0])):
             yield chunk
-            chunk = []
+            chunk, context, completion = [], 0, 0
         chunk.append(row)
+        context, completion = max(context, len(row.prompt_ids)), max(completion, len(row.completion_ids))
     if chunk:
         yield chunk
 
@@ -291,7 +304,7 @@ class PolicyUpdater:
         n_rows = sum(counts.values())  # the global batch
         if not n_rows:
             return UpdateStats.empty(counts, advantage)
-        k = min(c.steps_per_generation, n_rows)
+        k = c.optimizer_steps(n_rows)
         # Interleave so every mini-batch holds every role; k == 1 means on-policy (ratio = 1).
         # DDP: by each row's position in the global batch (range(len(samples)) in one process).
         positions = self.dist.global_positions(samples)

@@ -263,15 +263,41 @@ def test_report_flags_rulebooks_that_state_a_hole_twice():
 
     twice = rulebook(["F", "F"])
     history = History(samples=[_sample(1, [], [(twice, True), (rulebook(["F", "H"]), True)], [])])
-    text = _memory_section(history, [twice])
+    text = _memory_section(history, [twice], ["F", "H"])
     assert "Rulebooks stating one hole twice: 2 of 3" in text and "final memory" in text and "letter F" in text
     alike = _sample(1, [], [(twice, True), (twice, False)], [])
     for retry in alike["retries"]:  # one task, two rulebooks alike
         retry["reflection"]["task_id"] = "t0"
     alike = History(samples=[alike])
-    listed = _memory_section(alike, []).split("twice: 2 of 2")[1]
+    listed = _memory_section(alike, [], ["F", "H"]).split("twice: 2 of 2")[1]
     assert listed.count("letter F") == 1  # listed once; counted twice
-    assert "Repeat check: none of the 1 rulebooks" in _memory_section(History(), [rulebook(["F", "H"])])
+    assert "Repeat check: none of the 1 rulebooks" in _memory_section(History(), [rulebook(["F", "H"])], ["F", "H"])
+
+
+def test_built_on_memory_shows_a_reflection_that_added_a_real_hole():
+    from erl_lite.embedded.demo import built_on_memory
+
+    memory = rulebook(["F"])
+    good, wrong = rulebook(["F", "H"]), "A is you. Reach B is a hole. F is a hole. C is a hole."
+    reflections = [(good, True), (wrong, True)]
+    sample = _sample(3, [memory], reflections, [])
+    for retry in sample["retries"]:
+        retry["reflection"]["base_prompt"] = memory
+    history = History(samples=[sample])
+    assert built_on_memory(history, ["F", "H"])["after"] == good  # C and B are not holes of this world
+    sample["retries"] = sample["retries"][1:]
+    assert built_on_memory(History(samples=[sample]), ["F", "H"]) is None
+
+
+def test_report_flags_rulebooks_that_call_another_letter_a_hole():
+    from erl_lite.embedded.demo import _memory_section
+
+    wrong = "A is you. B is the goal. Reach B and never step on a hole. H is a hole. C is a hole."
+    history = History(samples=[_sample(26, [], [(wrong, True), (rulebook(["F", "H"]), True)], [])])
+    text = _memory_section(history, [wrong], ["F", "H"])
+    assert "Rulebooks calling another letter a hole: 2 of 3" in text and "(letter C)" in text
+    assert "final memory" in text
+    assert "Wrong-hole check: none of the 1 rulebooks" in _memory_section(History(), [rulebook(["F", "H"])], ["F", "H"])
 
 
 def test_knowledge_timeline_reads_memory_reflections_and_first_plans():
@@ -404,6 +430,6 @@ def test_contradiction_detector_and_the_report_flag():
     sample = {"step": 1, "retries": [
         {"first": 0, "reflection": {**refl, "rulebook": bad}, "second": {"success": False}},
         {"first": 1, "reflection": {**refl, "rulebook": rulebook("F", "E")}, "second": {"success": True}}]}
-    text = _memory_section(History(samples=[sample]), [bad])
+    text = _memory_section(History(samples=[sample]), [bad], ["F", "H"])
     assert "Self-contradicting rulebooks: 2 of 3" in text and "final memory" in text and "letters F" in text
-    assert "none of the 1 rulebooks" in _memory_section(History(), [rulebook("F", "E")])
+    assert "none of the 1 rulebooks" in _memory_section(History(), [rulebook("F", "E")], ["F", "H"])

@@ -95,7 +95,9 @@ def test_paper_and_gpu_presets_evaluate_like_the_paper():
     for name in ("paper", "gpu"):
         cfg = ERLConfig.preset(name)
         assert (cfg.eval_temperature, cfg.eval_top_p, cfg.eval_top_k) == (0.7, 0.8, 20)
-        assert cfg.steps_per_generation == 2  # the clip acts on the second mini-batch
+    assert ERLConfig.preset("gpu").steps_per_generation == 2  # the clip acts on the second mini-batch
+    paper = ERLConfig.preset("paper")  # the reference: ERL 1-4 optimizer steps, RLVR one
+    assert paper.max_optimizer_steps() == 4 and paper.replace(mode="rlvr").max_optimizer_steps() == 1
     assert ERLConfig.preset("cpu").steps_per_generation == 1
 
 

@@ -81,6 +81,47 @@ def test_role_losses_add_up_and_minibatches_count_steps():
     assert m["samples/first"] == 2 and m["samples/distill"] == 2
 
 
+def test_ppo_mini_batch_size_gives_erl_more_optimizer_steps_than_rlvr():
+    # The reference splits ERL's concatenated batch (first attempts, reflections, second
+    # attempts, internalization rows) into mini-batches of ppo_mini_batch_size x G rows, so ERL
+    # takes 1-4 optimizer steps where RLVR's batch of first attempts takes one.
+    erl = ERLConfig(num_tasks_per_step=2, ppo_mini_batch_size=2, beta=0.0, per_device_train_batch_size=4)
+    rlvr = erl.replace(mode="rlvr")
+    assert [erl.optimizer_steps(n) for n in (8, 9, 20, 32)] == [1, 2, 3, 4]  # 8 rows (2 tasks x G 4) a step
+    assert [rlvr.optimizer_steps(n) for n in (20, 21)] == [1, 2]  # 2 tasks x G 10
+    assert ERLConfig(steps_per_generation=2).optimizer_steps(9) == 2
+    assert ERLConfig(steps_per_generation=4).optimizer_steps(3) == 3  # never an empty mini-batch
+    model, tok = lora_model()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    rows = samples(8) * 3  # 24 rows: 3 mini-batches of at most 8
+    assert PolicyUpdater(model, opt, None, erl, tok.pad_token_id).update(rows)["optim/steps"] == 3
+    assert PolicyUpdater(model, opt, None, rlvr, tok.pad_token_id).update(rows)["optim/steps"] == 2
+    assert erl.max_optimizer_steps() == 4 and rlvr.max_optimizer_steps() == 1  # the schedule's length per iteration
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(ppo_mini_batch_size=0), "ppo_mini_batch_size"),
+    (dict(ppo_mini_batch_size=2.5), "ppo_mini_batch_size"),
+    (dict(ppo_mini_batch_size=4, steps_per_generation=2), "steps_per_generation"),
+])
+def test_ppo_mini_batch_size_refuses_bad_values(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        ERLConfig(**kwargs)
+
+
+def test_a_layer_of_settings_that_picks_one_split_replaces_the_other():
+    # Presets, the demo's settings and a user's overrides are layered; the two ways to say how
+    # an iteration splits into optimizer steps must not collide across layers.
+    from erl_lite.embedded import demo_config
+
+    assert demo_config(preset="gpu").ppo_mini_batch_size == 8  # the demo's rule over gpu's 2 steps
+    user = demo_config(steps_per_generation=2)
+    assert (user.steps_per_generation, user.ppo_mini_batch_size) == (2, None)
+    assert ERLConfig.preset("paper", steps_per_generation=3).ppo_mini_batch_size is None
+    back = user.replace(ppo_mini_batch_size=4)
+    assert (back.steps_per_generation, back.ppo_mini_batch_size) == (1, 4)
+
+
 def test_nll_internalization_rows_use_nll():
     rows = [TrainSample("distill", [7, 8, 9], [10, 11], [1, 1], 1.0)]
     model, tok = lora_model()
@@ -101,6 +142,22 @@ def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
     chunks = list(micro_batches(rows, 4))
     assert [len(c) for c in chunks] == [4, 1, 2]
     assert all(max(len(r.prompt_ids) for r in c) <= 2 * min(len(r.prompt_ids) for r in c) + 2 for c in chunks)
+    assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
+
+
+def test_micro_batches_bound_the_padded_width_not_only_the_total_length():
+    # pack() pads contexts to the longest context and completions to the longest completion
+    # separately, so a reflection row (long context, short completion) next to an attempt with
+    # a long completion makes a micro-batch wider than either row. The demo's ERL batches had
+    # 43% padding this way (short first attempts padded to 470 columns).
+    from erl_lite.update import micro_batches
+
+    rows = ([TrainSample("first", [1] * 68, [2] * n, [1] * n, 1.0) for n in (20, 150, 40, 150)]
+            + [TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 1.0) for _ in range(3)])
+    chunks = list(micro_batches(rows, 32))
+    for c in chunks:
+        width = max(len(r.prompt_ids) for r in c) + max(len(r.completion_ids) for r in c)
+        assert width <= 2 * min(len(r.prompt_ids) + len(r.completion_ids) for r in c), [len(c), width]
     assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from erl_lite.config import ERLConfig
+from erl_lite.config import ERLConfig, one_split
 from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
@@ -38,12 +38,17 @@ DEMO_SETTINGS: dict[str, Any] = dict(
     max_reflection_prompt_length=1024,
     # Sampling: a little below 1 keeps the tiny model's moves and rulebooks well formed.
     temperature=0.7, reflection_temperature=0.5, reflection_top_p=0.9, eval_temperature=0.7,
-    # The training schedule of the demo run. The first attempts start naming both holes late in
-    # the run; in trial runs on the shipped model, 5e-4 was too slow for 30 steps, and 2e-3
-    # often got there sooner but then broke the reflections (no <prompt> block, letters
-    # repeated), which 1e-3 kept well formed.
+    # The training schedule of the demo run. In trial runs on the shipped model (one optimizer
+    # step per iteration then), 5e-4 was too slow for 30 steps, and 2e-3 often got there sooner
+    # but then broke the reflections (no <prompt> block, letters repeated), which 1e-3 kept
+    # well formed.
     max_steps=30, num_tasks_per_step=8, learning_rate=1e-3, beta=0.0,
     eval_steps=10, eval_num_generations=2, per_device_train_batch_size=32, progress_bar=False,
+    # The reference's mini-batch rule: one optimizer step per 8 tasks' worth of rows, so RLVR
+    # (8 x 10 first attempts) takes one step and ERL, whose failures add reflection, second
+    # attempt and internalization rows, takes 1-4. With one step for every mode, ERL's first
+    # attempts began naming the holes only after about 12 iterations.
+    ppo_mini_batch_size=8,
 )
 #: Test maps the demo evaluates first attempts on (before training and every ``eval_steps``).
 DEMO_EVAL_TASKS = 64
@@ -59,7 +64,7 @@ def demo_config(preset: str = "cpu", **overrides: Any) -> ERLConfig:
         >>> demo_config().learning_rate
         0.001
     """
-    return ERLConfig.preset(preset, **{**DEMO_SETTINGS, **overrides})
+    return ERLConfig.preset(preset, **{**DEMO_SETTINGS, **one_split(overrides)})
 
 
 def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
@@ -142,8 +147,9 @@ def _example(history: History) -> str:
     return "_No reflection led to a successful second attempt in the sampled steps._\n"
 
 
-def built_on_memory(history: History) -> dict[str, Any] | None:
-    """The latest sampled reflection that kept what a remembered rulebook named and added a hole.
+def built_on_memory(history: History, holes: Sequence[str]) -> dict[str, Any] | None:
+    """The latest sampled reflection that kept what a remembered rulebook named and added a hole
+    of the world (``holes``; a rulebook that also calls another letter a hole does not count).
 
     Returns ``{"step", "task_id", "before", "after", "success"}`` (``before``: the memory the
     reflector was given; ``after``: its new rulebook), preferring one whose second attempt
@@ -156,7 +162,7 @@ def built_on_memory(history: History) -> dict[str, Any] | None:
             if refl is None or not refl["parsed"]:
                 continue
             before, after = named_holes(refl["base_prompt"]), named_holes(refl["rulebook"])
-            if before and set(before) < set(after):
+            if before and set(before) < set(after) <= set(holes):
                 found.append({"step": sample["step"], "task_id": refl["task_id"], "before": refl["base_prompt"],
                               "after": refl["rulebook"], "success": bool(retry["second"]["success"])})
     found.sort(key=lambda f: f["success"])  # stable: the latest successful one ends the list
@@ -232,31 +238,46 @@ def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _memory_section(history: History, memory: list[str]) -> str:
-    built = built_on_memory(history)
+def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
+    """The letters ``text`` calls a hole that are not among the world's ``holes``, once each."""
+    return [x for x in dict.fromkeys(named_holes(text)) if x not in holes]
+
+
+def _check(found: list[tuple[str, str]], checked: int, title: str, why: str, detail: Callable[[str], str],
+           clean: str) -> str:
+    """One of the report's rulebook checks: the count of ``found`` (where, text) pairs and up
+    to five of them, one line per place and text (a step samples several rulebooks for one
+    task, often alike), each with ``detail(text)``; or the ``clean`` line when none was found."""
+    if not found:
+        return f"\n{clean}\n"
+    listed = "\n".join(f"- {where}: `{t}` ({detail(t)})" for where, t in list(dict.fromkeys(found))[:5])
+    return f"\n**{title}: {len(found)} of {checked}** {why}:\n\n{listed}\n"
+
+
+def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -> str:
+    built = built_on_memory(history, holes)
     if built is None:
-        text = "_No sampled reflection added a hole to a remembered rulebook._\n"
+        text = "_No sampled reflection added one of the world's holes to a remembered rulebook._\n"
     else:
         text = (f"Step {built['step']}, task `{built['task_id']}` (second attempt "
                 f"{'succeeded' if built['success'] else 'failed'}). The reflector was given the memory\n\n"
                 f"```\n{built['before']}\n```\n\nkept what it named, added what the trace showed, and wrote\n\n"
                 f"```\n{built['after']}\n```\n")
     checked, bad = contradicting_rulebooks(history, memory)
-    if bad:
-        listed = "\n".join(f"- {where}: `{t}` (letters {', '.join(contradictions(t))})" for where, t in bad[:10])
-        text += (f"\n**Self-contradicting rulebooks: {len(bad)} of {checked}** checked (sampled reflections and "
-                 f"final memory) give one letter two meanings:\n\n{listed}\n")
-    else:
-        text += f"\nSelf-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.\n"
-    twice = [(where, t) for where, t in _rulebooks(history, memory) if repeated_holes(t)]
-    if twice:
-        # One line per place and text (a step samples several rulebooks for one task, often alike).
-        listed = "\n".join(f"- {where}: `{t}` (letter {', '.join(repeated_holes(t))})"
-                           for where, t in list(dict.fromkeys(twice))[:5])
-        text += (f"\n**Rulebooks stating one hole twice: {len(twice)} of {checked}** (a repeat usually stands where "
-                 f"memory's other hole was; memory, one slot, then holds one hole):\n\n{listed}\n")
-    else:
-        text += f"\nRepeat check: none of the {checked} rulebooks checked states a hole twice.\n"
+    books = _rulebooks(history, memory)
+    text += _check(bad, checked, "Self-contradicting rulebooks", "checked (sampled reflections and final memory) "
+                   "give one letter two meanings", lambda t: f"letters {', '.join(contradictions(t))}",
+                   f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.")
+    text += _check([(w, t) for w, t in books if repeated_holes(t)], checked, "Rulebooks stating one hole twice",
+                   "(a repeat usually stands where memory's other hole was; memory, one slot, then holds one hole)",
+                   lambda t: f"letter {', '.join(repeated_holes(t))}",
+                   f"Repeat check: none of the {checked} rulebooks checked states a hole twice.")
+    text += _check([(w, t) for w, t in books if _not_holes(t, holes)], checked,
+                   "Rulebooks calling another letter a hole",
+                   f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
+                   "and one that still succeeds can put it in memory)",
+                   lambda t: f"letter{'s' * (len(_not_holes(t, holes)) > 1)} {', '.join(_not_holes(t, holes))}",
+                   f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.")
     return text
 
 
@@ -284,7 +305,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         f"| metric | first {window} steps (mean) | last {window} steps (mean) |\n|---|---|---|\n{table}\n\n"
         f"Evaluation = first attempts only, initial prompt, no memory; "
         f"{config.eval_num_generations} samples per task.\n\n## An example\n\n{_example(history)}\n"
-        f"## A reflection that built on memory\n\n{_memory_section(history, memory)}\n"
+        f"## A reflection that built on memory\n\n{_memory_section(history, memory, hole_letters(env.symbols))}\n"
         f"## How knowledge moved\n\nPer sampled step: the holes memory named, the share of reflections naming "
         f"both holes (or stating one twice), and the share of first attempts whose opening plan "
         f"(\"Avoid ...\") names a letter, or both holes. Evaluation measures first attempts, so knowledge "
