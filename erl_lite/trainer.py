@@ -10,8 +10,8 @@ the README's "How erl_lite departs from the paper" gives each point in full:
 2. LoRA/QLoRA adapters instead of full fine-tuning; the KL reference is the same model with
    its adapter disabled. LoRA wants a larger learning rate than the paper's 1e-6.
 3. Small batches; ``steps_per_generation`` optimizer steps per iteration (1 in the ``cpu``
-   preset, 2 in ``gpu``/``paper``), or the reference's fixed mini-batch size
-   (``ppo_mini_batch_size``, the embedded demo's: ERL then takes 1–4 steps, RLVR one), logged
+   preset, 2 in ``gpu``), or the reference's fixed mini-batch size (``ppo_mini_batch_size``,
+   the ``paper`` preset's and the embedded demo's: ERL then takes 1–4 steps, RLVR one), logged
    as ``optim/steps``.
 4. Memory is the paper's single overwritten slot, written only with a *parsed* rulebook.
 5. Internalization follows the released code (clipped loss, advantage ``max(r2, 0)``,

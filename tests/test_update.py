@@ -115,6 +115,7 @@ def test_a_layer_of_settings_that_picks_one_split_replaces_the_other():
     from erl_lite.embedded import demo_config
 
     assert demo_config(preset="gpu").ppo_mini_batch_size == 8  # the demo's rule over gpu's 2 steps
+    assert demo_config().max_optimizer_steps() == 4 and demo_config(mode="rlvr").max_optimizer_steps() == 1
     user = demo_config(steps_per_generation=2)
     assert (user.steps_per_generation, user.ppo_mini_batch_size) == (2, None)
     assert ERLConfig.preset("paper", steps_per_generation=3).ppo_mini_batch_size is None
