@@ -36,8 +36,26 @@ RESULTS = [
 def test_table_gives_per_seed_finals_and_the_seconds_each_variant_took_to_reach_the_level():
     cm = _script()
     table = cm.summarize(RESULTS, ["ERL", "RLVR", "ERL w/o memory"])
-    assert "| ERL | 20 | 60 | 0.40 | 0.88 ± 0.11 | 0.95 / 0.80 | 30 / never |" in table
-    assert "| RLVR | 40 | 60 | 0.40 | 0.98 ± 0.03 | 1.00 / 0.96 | 60 / 60 |" in table
+    assert "| ERL | 20 | - | 60 | 0.40 | 0.88 ± 0.11 | 0.95 / 0.80 | 30 / never |" in table
+    assert "| RLVR | 40 | - | 60 | 0.40 | 0.98 ± 0.03 | 1.00 / 0.96 | 60 / 60 |" in table
+
+
+def test_table_counts_optimizer_steps_and_controls_stay_out_of_the_ordering():
+    # Under the reference's mini-batch rule ERL takes more optimizer steps than RLVR, so the
+    # table says how many each variant took, and a step-matched RLVR control runs beside it;
+    # the control is not one of the paper's variants, so "w/o reflection lowest" ignores it.
+    cm = _script()
+    steps = {"ERL": 42, "RLVR": 20, "ERL w/o memory": 40}
+    results = [{**r, "optim_steps": steps[r["variant"]]} for r in RESULTS]
+    control = "RLVR, 2 optimizer steps"
+    results += [_result(control, s, [[0, 0, 0.4], [20, 60, 0.1]]) | {"optim_steps": 40} for s in (0, 1)]
+    results += [_result("ERL w/o reflection", s, [[0, 0, 0.4], [10, 60, 0.3]]) | {"optim_steps": 30} for s in (0, 1)]
+    table = cm.summarize(results, ["ERL", control, "ERL w/o reflection"])
+    assert "| ERL | 20 | 42 | 60 |" in table and f"| {control} | 20 | 40 | 60 |" in table
+    assert "4 optimizer steps" not in cm.summarize(results, ["ERL", "RLVR, 4 optimizer steps"])  # not run: no row
+    rows = {label: (measured, met) for label, measured, met in cm.check_targets(results)}
+    assert rows["ERL w/o reflection lowest"] == ("lowest: ERL w/o reflection (0.300)", True)
+    assert control in cm.VARIANTS and cm.VARIANTS[control]["steps_per_generation"] == 2
 
 
 def test_a_target_the_baseline_leaves_no_room_for_is_called_unreachable():

@@ -283,7 +283,7 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
     """
     variants = variants or list(dict.fromkeys(r["variant"] for r in results))
     fig, ax, owned = S.new_axes(ax, figsize=(6.6, 4.0))
-    styles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "v", "D"]
+    styles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "v", "D", "P", "X"]
     drawn = 0
     for i, v in enumerate(variants):
         for j, r in enumerate(r for r in results if r["variant"] == v):
