@@ -35,8 +35,7 @@ import time
 
 import torch
 
-from erl_lite.embedded import EMBEDDED_DIR, Bands, demo_world, measure_bands
-from erl_lite.models import load_policy
+from erl_lite.embedded import EMBEDDED_DIR, Bands, demo_world, load_embedded, measure_bands
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,7 +67,8 @@ def verdicts(row: dict[str, float]) -> dict[str, bool]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=str(EMBEDDED_DIR))
+    p.add_argument("--model", default=str(EMBEDDED_DIR), metavar="DIR",
+                   help="a build of the embedded model (default: the shipped one)")
     p.add_argument("--run-seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--tasks", type=int, default=128)
     p.add_argument("--samples", type=int, default=2)
@@ -76,7 +76,7 @@ def main() -> None:
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args()
     torch.set_num_threads(1)
-    model, tok = load_policy(args.model, peft="none", device="cpu")
+    model, tok = load_embedded(peft="none", model_dir=args.model, device="cpu")
     rows, results = {}, []
     header = f"{'run':>4} {'letters':>7} {'first':>5} {'parse':>5} {'hole':>5} {'contr':>5} {'failed':>6} " \
              f"{'own':>5} {'retry':>5} {'gain':>6} {'shuf':>5} {'swap':>5} | {'cases':>5} {'init':>5} " \

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
     demo.add_argument("--eval-tasks", type=int, default=None, help="evaluation tasks (default: the demo's)")
+    demo.add_argument("--model", default=None, metavar="DIR",
+                      help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
+                           "default: the shipped one")
     train = sub.add_parser("train", help="train a model on one of the environments",
                            description="Train with ERL. Every ERLConfig field is an option; values come from "
                                        "the preset, then (on --env demo) the demo's settings, then --config, "
@@ -370,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from erl_lite.embedded.demo import run_demo
 
         run_demo(out=args.out or "erl_lite_demo", steps=args.steps, seed=args.seed,
-                 eval_tasks=args.eval_tasks, **{k: v for k, v in _overrides(args).items()
+                 eval_tasks=args.eval_tasks, model_dir=args.model, **{k: v for k, v in _overrides(args).items()
                                                 if k not in ("seed", "max_steps", "output_dir")})
         return 0
     if args.command == "eval":

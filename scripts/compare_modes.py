@@ -25,6 +25,10 @@ Controls stay out of the ordering targets.
 
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 --jobs 2   # two runs at a time
+    OMP_NUM_THREADS=1 python scripts/compare_modes.py --model /tmp/emb --out /tmp/cmp  # a trial build
+
+``--model DIR`` runs every variant on another build of the embedded model
+(``scripts/build_embedded_model.py --out DIR``); its table names the build.
 
 Toy scale: the numbers show ERL's mechanisms on a tiny model, not the paper's results.
 """
@@ -66,8 +70,10 @@ REACH_SHARE = 0.6
 REACH_LEVEL = 0.9
 
 
-def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, eval_steps: int = 5):
-    """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent."""
+def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, eval_steps: int = 5,
+        model_dir: str | None = None):
+    """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent.
+    ``model_dir``: a build other than the shipped embedded model (recorded in the result)."""
     from erl_lite.embedded import demo_trainer
 
     spent = {"s": 0.0}
@@ -79,14 +85,15 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
 
     # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
     run_dir = os.path.join(runs, f"{variant}-{seed}".replace(" ", "_").replace("/", ""))
-    trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir,
+    trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir, model_dir=model_dir,
                            max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
                            **VARIANTS[variant])
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
     return {"variant": variant, "seed": seed, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
-            "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history)}
+            "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history),
+            **({"model": model_dir} if model_dir else {})}
 
 
 def eval_curve(history) -> list[list[float]]:
@@ -116,6 +123,9 @@ def main() -> None:
                    help="which to run (default: all but the 4-step RLVR control)")
     p.add_argument("--out", default="assets", help="where the table, figures and results go")
     p.add_argument("--runs", default="runs/compare", help="where each run's history goes")
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="compare a build other than the shipped embedded model "
+                        "(scripts/build_embedded_model.py --out DIR); the table names it")
     p.add_argument("--eval-steps", type=int, default=5, help="evaluate every this many steps (not counted in the budget)")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at a time, one CPU thread each (keep <= cores: budgets are CPU seconds)")
@@ -135,10 +145,11 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs) as pool:
         # ERL first (its seconds set the budget), then every other variant on the same budget.
-        erl = pool.map(_run, [("ERL", seed, None, steps, args.runs, args.eval_steps) for seed in args.seeds])
+        erl = pool.map(_run, [("ERL", seed, None, steps, args.runs, args.eval_steps, args.model)
+                              for seed in args.seeds])
         for r in erl:
             print(_strip(r), flush=True)
-        others = [(v, r["seed"], r["train_seconds"], steps, args.runs, args.eval_steps) for r in erl
+        others = [(v, r["seed"], r["train_seconds"], steps, args.runs, args.eval_steps, args.model) for r in erl
                   for v in args.variants if v != "ERL"]
         rest = []
         for r in pool.imap(_run, others):
@@ -281,7 +292,9 @@ def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
 
 
 def summarize(results: list[dict], variants: list[str]) -> str:
-    lines = ["| variant | steps (mean) | optimizer steps (mean) | train CPU s (mean) | eval success before | "
+    models = sorted({r["model"] for r in results if r.get("model")})
+    lines = [f"Model: {', '.join(f'`{m}`' for m in models)} (not the shipped embedded model).", ""] if models else []
+    lines += ["| variant | steps (mean) | optimizer steps (mean) | train CPU s (mean) | eval success before | "
              f"eval success after (mean ± sd over seeds) | after, per seed | CPU s to reach {REACH_LEVEL:.2f}, per seed |",
              "|---|---|---|---|---|---|---|---|"]
     for v in variants:

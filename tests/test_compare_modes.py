@@ -92,3 +92,29 @@ def test_knowledge_table_reads_each_runs_samples(tmp_path):
     missing = {"variant": "ERL", "seed": 1, "run_dir": str(tmp_path / "gone")}
     cm.add_knowledge([missing])
     assert "knowledge" not in missing and cm.knowledge_table([missing], ["ERL"]) == ""
+
+
+def test_a_trial_build_is_passed_to_every_run_and_named_above_the_table(monkeypatch, tmp_path):
+    # `--model DIR` compares a build other than the shipped model: every run loads it, the
+    # results record it, and the table says which model it measured.
+    import erl_lite.embedded as embedded
+
+    cm = _script()
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_trainer(seed, **kwargs):
+        seen.append(kwargs.get("model_dir"))
+        raise Stop
+
+    monkeypatch.setattr(embedded, "demo_trainer", fake_trainer)
+    try:
+        cm.run("ERL", 0, None, 1, str(tmp_path), model_dir="/builds/three-layers")
+    except Stop:
+        pass
+    assert seen == ["/builds/three-layers"]
+    results = [{**r, "model": "/builds/three-layers"} for r in RESULTS]
+    assert cm.summarize(results, ["ERL", "RLVR"]).startswith("Model: `/builds/three-layers`")
+    assert cm.summarize(RESULTS, ["ERL", "RLVR"]).startswith("| variant |")  # the shipped model: no line

@@ -4,13 +4,14 @@ two real ERL steps, and the reflection bands on a small fixed-seed sample."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import pytest
 import torch
 
 from erl_lite.chat import encode_messages
-from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_world, load_embedded, measure_bands
+from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded, measure_bands
 from erl_lite.embedded.corpus import generate_corpus
 from erl_lite.embedded.demo import contradicting_rulebooks
 from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
@@ -58,6 +59,20 @@ def test_artefact_is_small_and_documented():
     assert {"seed", "steps", "train_seconds", "corpus"} <= set(info) and info["corpus"]["sequences"] > 0
     config = json.loads((EMBEDDED_DIR / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and "auto_map" not in config
+
+
+def test_another_build_loads_in_place_of_the_shipped_model(tmp_path):
+    # A trial build (`build_embedded_model.py --out DIR`) is tried with the demo, the bands and
+    # the comparison by naming its folder; the shipped model stays the default.
+    build = tmp_path / "build"
+    shutil.copytree(EMBEDDED_DIR, build)
+    model, _ = load_embedded(peft="none", model_dir=build)
+    assert model.name_or_path == str(build)
+    assert load_embedded(peft="none")[0].name_or_path == str(EMBEDDED_DIR)
+    trainer = demo_trainer(seed=1, eval_tasks=2, max_steps=1, model_dir=build)
+    assert trainer.model.base_model.model.name_or_path == str(build)
+    with pytest.raises(FileNotFoundError, match="no embedded model in .*empty.*--out"):
+        load_embedded(model_dir=tmp_path / "empty")
 
 
 @pytest.mark.parametrize("peft,quantization", [("none", "none"), ("lora", "none"), ("lora", "4bit")])
@@ -400,6 +415,26 @@ def test_cli_demo_writes_history_figures_and_report(tmp_path, capsys):
         assert (tmp_path / name).stat().st_size > 0, name
     report = (tmp_path / "report.md").read_text()
     assert "## Final memory" in report and "first-attempt success (eval, before / after" in report
+
+
+def test_cli_demo_passes_the_model_folder_and_the_report_names_it(tmp_path, monkeypatch):
+    import erl_lite.embedded.demo as demo
+    from erl_lite.cli import main
+
+    seen = {}
+    real = demo.demo_trainer
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(demo, "demo_trainer", spy)
+    build = tmp_path / "build"
+    shutil.copytree(EMBEDDED_DIR, build)
+    out = tmp_path / "out"
+    assert main(["demo", "--steps", "1", "--out", str(out), "--eval-tasks", "2", "--model", str(build)]) == 0
+    assert seen["model_dir"] == str(build)
+    assert f"Model: `{build}`" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow

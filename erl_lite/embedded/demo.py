@@ -69,9 +69,10 @@ def demo_config(preset: str = "cpu", **overrides: Any) -> ERLConfig:
 
 
 def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
-                 **overrides: Any) -> Any:
-    """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model with a fresh,
-    seeded LoRA adapter on :func:`~erl_lite.embedded.world.demo_world` ``(seed)``, evaluated on
+                 model_dir: str | None = None, **overrides: Any) -> Any:
+    """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model (or the build in
+    ``model_dir``, see :func:`~erl_lite.embedded.loading.load_embedded`) with a fresh, seeded
+    LoRA adapter on :func:`~erl_lite.embedded.world.demo_world` ``(seed)``, evaluated on
     ``eval_tasks`` test maps (default :data:`DEMO_EVAL_TASKS`); ``overrides`` go to
     :func:`demo_config`.
 
@@ -87,7 +88,7 @@ def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequen
     config = demo_config(seed=seed, **overrides)
     env = demo_world(seed)
     set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it first
-    model, tokenizer = load_embedded()
+    model, tokenizer = load_embedded(model_dir=model_dir)
     return ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
                       eval_dataset=env.test_tasks(eval_tasks or DEMO_EVAL_TASKS), callbacks=list(callbacks))
 
@@ -102,19 +103,23 @@ def step_line(trainer: Any, record: Any) -> None:
 
 
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0,
-             eval_tasks: int | None = None, verbose: bool = True, **overrides: Any) -> History:
+             eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
+             **overrides: Any) -> History:
     """Train the embedded model on the demo world and write the report; returns the history.
 
-    ``steps`` overrides :data:`DEMO_SETTINGS`' ``max_steps``; ``overrides`` go to :func:`demo_config`.
+    ``steps`` overrides :data:`DEMO_SETTINGS`' ``max_steps``; ``model_dir`` names another build
+    of the model (the report says which); ``overrides`` go to :func:`demo_config`.
     """
     if steps is not None:
         overrides["max_steps"] = steps
     os.makedirs(out, exist_ok=True)
-    trainer = demo_trainer(seed, eval_tasks, [step_line] if verbose else [], output_dir=out, **overrides)
+    trainer = demo_trainer(seed, eval_tasks, [step_line] if verbose else [], model_dir=model_dir,
+                           output_dir=out, **overrides)
     config, env = trainer.args, trainer.env
     if verbose:
         print(f"erl_lite demo: mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, world seed {seed} "
-              f"(hole letters {' and '.join(hole_letters(env.symbols))}, unknown to the model); output in {out}/",
+              f"(hole letters {' and '.join(hole_letters(env.symbols))}, unknown to the model); output in {out}/"
+              + (f"; model {model_dir}" if model_dir else ""),
               flush=True)
     start = time.perf_counter()
     history = trainer.train()
@@ -122,7 +127,7 @@ def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0
     from erl_lite.viz import save_figures
 
     figures = save_figures(history, out)
-    path = write_report(history, trainer.memory.entries, config, env, seconds, figures, out)
+    path = write_report(history, trainer.memory.entries, config, env, seconds, figures, out, model_dir)
     if verbose:
         before, after = _eval_ends(history)
         print(f"eval first-attempt success: {before:.2f} -> {after:.2f} in {seconds / 60:.1f} min; report: {path}")
@@ -283,8 +288,9 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
 
 
 def write_report(history: History, memory: list[str], config: ERLConfig, env: Any, seconds: float,
-                 figures: list[str], out: str) -> str:
-    """Write ``report.md`` in ``out`` and return its path."""
+                 figures: list[str], out: str, model_dir: str | None = None) -> str:
+    """Write ``report.md`` in ``out`` and return its path (``model_dir``: a build other than the
+    shipped model, named under the title)."""
     before, after = _eval_ends(history)
     train = history.of_kind("train")
     rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]
@@ -300,7 +306,9 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
     held = "\n\n".join(f"```\n{m}\n```" for m in memory) or "_empty_"
     holes = hole_letters(env.symbols)
     text = (
-        f"# erl_lite demo report\n\nMode `{config.mode}`, {len(train)} steps, seed {config.seed}, "
+        f"# erl_lite demo report\n\n"
+        + (f"Model: `{model_dir}` (not the shipped embedded model).\n\n" if model_dir else "")
+        + f"Mode `{config.mode}`, {len(train)} steps, seed {config.seed}, "
         f"{seconds / 60:.1f} minutes. The world's hole letters are `{'` and `'.join(hole_letters(env.symbols))}` and "
         f"its ice letter `{env.symbols['frozen']}`; the model is never told, and a failed attempt reveals only the "
         f"hole it fell into.\n\n"

@@ -24,12 +24,16 @@ from typing import Any
 EMBEDDED_DIR: Path = Path(__file__).resolve().parent.parent / "data" / "embedded"
 
 
-def load_embedded(peft: str = "lora", quantization: str = "none", **kwargs: Any) -> tuple[Any, Any]:
+def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str | Path | None = None,
+                  **kwargs: Any) -> tuple[Any, Any]:
     """Load the embedded model and tokenizer through :func:`erl_lite.models.load_policy`.
 
     Args:
         peft: ``"lora"`` (default), ``"none"``, or a ``peft.LoraConfig``.
         quantization: ``"none"`` or ``"4bit"`` (NF4; runs on CPU with bitsandbytes >= 0.48).
+        model_dir: another build of the model (``scripts/build_embedded_model.py --out DIR``)
+            to load instead of the shipped one (:data:`EMBEDDED_DIR`), to try a build in the
+            demo, the bands and the comparison before it replaces the package data.
         kwargs: any other :func:`~erl_lite.models.load_policy` argument (``lora_r``,
             ``device``, ``gradient_checkpointing``, ...).
 
@@ -40,7 +44,8 @@ def load_embedded(peft: str = "lora", quantization: str = "none", **kwargs: Any)
     """
     from erl_lite.models import load_policy  # torch and transformers load on first use
 
-    if not (EMBEDDED_DIR / "model.safetensors").is_file():
-        raise FileNotFoundError(f"no embedded model in {EMBEDDED_DIR}; build it with "
-                                "`python scripts/build_embedded_model.py`")
-    return load_policy(EMBEDDED_DIR, quantization=quantization, peft=peft, **kwargs)
+    where = Path(model_dir) if model_dir is not None else EMBEDDED_DIR
+    if not (where / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no embedded model in {where}; build it with "
+                                f"`python scripts/build_embedded_model.py --out {where}`")
+    return load_policy(str(where), quantization=quantization, peft=peft, **kwargs)
