@@ -5,8 +5,8 @@ same batch, each under its own context, with its scalar advantage broadcast over
 tokens. The batch is split into mini-batches, one optimizer step each
 (:meth:`~erl_lite.config.ERLConfig.optimizer_steps`: ``steps_per_generation`` of them, or one
 per ``ppo_mini_batch_size × G`` rows as in the reference), and every mini-batch into
-micro-batches of ``per_device_train_batch_size`` rows whose gradients are accumulated with the mini-batch's own normalizer, so the update does not
-depend on the micro-batch size. Every micro-batch's loss is
+micro-batches of ``per_device_train_batch_size`` rows whose gradients are accumulated with
+the mini-batch's own normalizer, so the update does not depend on the micro-batch size. Every micro-batch's loss is
 :func:`erl_lite.losses.policy_objective` (the function the TRL-parity tests check).
 
 Packing (B rows, P = longest context, L = longest completion)::

@@ -144,13 +144,14 @@ def main() -> None:
     start = time.perf_counter()
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs) as pool:
+        def job(variant: str, seed: int, budget: float | None) -> tuple:  # run()'s arguments
+            return variant, seed, budget, steps, args.runs, args.eval_steps, args.model
+
         # ERL first (its seconds set the budget), then every other variant on the same budget.
-        erl = pool.map(_run, [("ERL", seed, None, steps, args.runs, args.eval_steps, args.model)
-                              for seed in args.seeds])
+        erl = pool.map(_run, [job("ERL", seed, None) for seed in args.seeds])
         for r in erl:
             print(_strip(r), flush=True)
-        others = [(v, r["seed"], r["train_seconds"], steps, args.runs, args.eval_steps, args.model) for r in erl
-                  for v in args.variants if v != "ERL"]
+        others = [job(v, r["seed"], r["train_seconds"]) for r in erl for v in args.variants if v != "ERL"]
         rest = []
         for r in pool.imap(_run, others):
             print(_strip(r), flush=True)
@@ -295,8 +296,8 @@ def summarize(results: list[dict], variants: list[str]) -> str:
     models = sorted({r["model"] for r in results if r.get("model")})
     lines = [f"Model: {', '.join(f'`{m}`' for m in models)} (not the shipped embedded model).", ""] if models else []
     lines += ["| variant | steps (mean) | optimizer steps (mean) | train CPU s (mean) | eval success before | "
-             f"eval success after (mean ± sd over seeds) | after, per seed | CPU s to reach {REACH_LEVEL:.2f}, per seed |",
-             "|---|---|---|---|---|---|---|---|"]
+              f"eval success after (mean ± sd over seeds) | after, per seed | CPU s to reach {REACH_LEVEL:.2f}, per seed |",
+              "|---|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in results if r["variant"] == v]
         if not rs:  # asked for but not in these results

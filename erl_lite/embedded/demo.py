@@ -282,7 +282,7 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
                    "Rulebooks calling another letter a hole",
                    f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
                    "and one that still succeeds can put it in memory)",
-                   lambda t: f"letter{'s' * (len(_not_holes(t, holes)) > 1)} {', '.join(_not_holes(t, holes))}",
+                   lambda t: f"letter {', '.join(_not_holes(t, holes))}",
                    f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.")
     return text
 
@@ -309,7 +309,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         f"# erl_lite demo report\n\n"
         + (f"Model: `{model_dir}` (not the shipped embedded model).\n\n" if model_dir else "")
         + f"Mode `{config.mode}`, {len(train)} steps, seed {config.seed}, "
-        f"{seconds / 60:.1f} minutes. The world's hole letters are `{'` and `'.join(hole_letters(env.symbols))}` and "
+        f"{seconds / 60:.1f} minutes. The world's hole letters are `{'` and `'.join(holes)}` and "
         f"its ice letter `{env.symbols['frozen']}`; the model is never told, and a failed attempt reveals only the "
         f"hole it fell into.\n\n"
         f"| metric | first {window} steps (mean) | last {window} steps (mean) |\n|---|---|---|\n{table}\n\n"
