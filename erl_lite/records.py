@@ -57,10 +57,11 @@ def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
     rollouts of one prompt) and a memory route, silently. Returns ``tasks`` unchanged.
 
     Example:
-        >>> check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")
-        Traceback (most recent call last):
-        ...
-        ValueError: train_dataset: task id 'a' is given to rows 0 and 2; ids must be unique within a split (they key the GRPO groups and the memory): give each row its own 'id' (e.g. prefix each source's ids before concatenating datasets), or drop the 'id' column to number the rows
+        >>> try:
+        ...     check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")
+        ... except ValueError as err:
+        ...     print(str(err)[:55])
+        train_dataset: task id 'a' is given to rows 0 and 2; id
     """
     seen: dict[str, int] = {}
     for i, task in enumerate(tasks):

@@ -132,7 +132,8 @@ def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
         raise TypeError(f"{type(episode).__name__}.reset() returned {observation!r} for task {task.task_id}; "
                         "it must be the first user message (a string) or chat messages")
     messages = opening_messages(system_prompt, observation)
-    return _Live(episode=episode, task_id=task.task_id, messages=messages, prompt_ids=encode_messages(messages, tokenizer, template_kwargs))
+    return _Live(episode=episode, task_id=task.task_id,
+                 messages=messages, prompt_ids=encode_messages(messages, tokenizer, template_kwargs))
 
 
 def _advance(
