@@ -8,7 +8,13 @@ real model still receives the gradient updates. Other engines (vLLM, a server) p
 implementing the same method.
 
 A completion ends *with* its stop token when the model produced one (it is trained on, so the
-model learns to stop) and is cut at the first stop token; padding is removed.
+model learns to stop) and is cut at the first stop token; padding is removed. A reply that
+fills its ``max_new_tokens`` without a stop token was cut by the limit (:func:`reply_was_cut`;
+the attempt or reflection is then marked ``truncated``).
+
+:class:`HFGenerator` refuses a request whose prompt plus ``max_new_tokens`` would run past the
+model's context (:class:`~erl_lite.lengths.PromptTooLongError`), the last line of defence behind
+the trainer's length checks; :func:`generate_named` says which task and role the request was.
 
 Departures from the paper: the reference code samples with vLLM; erl_lite uses
 ``transformers.generate`` (slower, but no extra engine to install on a consumer GPU).
@@ -42,6 +48,35 @@ class Generator(Protocol):
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         ...
+
+
+def reply_was_cut(ids: list[int], max_new_tokens: int, stop_ids: Any) -> bool:
+    """Whether the token limit, not the model, ended a reply: it fills ``max_new_tokens`` and
+    does not end with a stop token (TRL's ``completions/clipped_ratio`` counts the same replies).
+
+    Example:
+        >>> reply_was_cut([5, 6, 2], 3, {2}), reply_was_cut([5, 6, 7], 3, {2}), reply_was_cut([5], 3, {2})
+        (False, True, False)
+    """
+    return len(ids) >= max_new_tokens and not (ids and ids[-1] in stop_ids)
+
+
+def sampler_stop_ids(generator: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a reply: the sampler's own (eos and end-of-turn), else the tokenizer's eos."""
+    return list(getattr(generator, "stop_ids", None) or [tokenizer.eos_token_id])
+
+
+def generate_named(generator: "Generator", prompts: list[list[int]], params: SamplingParams,
+                   names: list[str]) -> list[list[int]]:
+    """``generator.generate``, with an over-long request named by ``names[row]`` (role and task)."""
+    from erl_lite.lengths import PromptTooLongError
+
+    try:
+        return generator.generate(prompts, params)
+    except PromptTooLongError as err:
+        if err.row is None or not 0 <= err.row < len(names):
+            raise
+        raise PromptTooLongError(f"{names[err.row]}: {err}", row=err.row) from None
 
 
 def _cut_at_stop(ids: list[int], stop_ids: set[int], pad_id: int | None) -> list[int]:
@@ -78,11 +113,18 @@ class HFGenerator:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
+        from erl_lite.lengths import model_context_length
+
+        self.context = model_context_length(model, tokenizer)  # None: the model states no limit
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         if not prompts:
             return []
+        from erl_lite.lengths import check_request
+
+        # Past its positions GPT-2 fails with "IndexError: index out of range in self": refuse first.
+        check_request([len(p) for p in prompts], params.max_new_tokens, self.context)
         self.calls += 1
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)

@@ -25,7 +25,7 @@ from typing import Any
 from erl_lite.advantages import distill_weights, grouped_advantages
 from erl_lite.config import ERLConfig
 from erl_lite.envs.base import Environment
-from erl_lite.generation import Generator, SamplingParams
+from erl_lite.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.prompts import (
     parse_rulebook,
@@ -33,7 +33,7 @@ from erl_lite.prompts import (
     retry_system_prompt,
     second_attempt_system_prompt,
 )
-from erl_lite.records import Attempt, Reflection, Retry, Task, TrainSample
+from erl_lite.records import Attempt, Reflection, Retry, Task, TrainSample, tasks_by_id
 from erl_lite.rollout import run_episodes
 
 
@@ -120,12 +120,15 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
         contexts.append((base, ids))
     params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
                             c.generation_kwargs)
-    outs = ctx.generator.generate([ids for _, ids in contexts], params)
+    names = [f"reflection on task {a.task_id!r} (rollout {a.index})" for a in failed]
+    outs = generate_named(ctx.generator, [ids for _, ids in contexts], params, names)
+    stops = sampler_stop_ids(ctx.generator, ctx.tokenizer)
     reflections = []
     for a, (base, ids), out in zip(failed, contexts, outs):
         text = ctx.tokenizer.decode(out, skip_special_tokens=True)
         rulebook, parsed = parse_rulebook(text, base)
-        reflections.append(Reflection(a.task_id, a.index, base, text, rulebook, parsed, ids, list(out)))
+        reflections.append(Reflection(a.task_id, a.index, base, text, rulebook, parsed, ids, list(out),
+                                      truncated=reply_was_cut(list(out), c.max_reflection_length, stops)))
     return reflections
 
 
@@ -259,6 +262,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
     ("w/o memory", "w/o reflection", RLVR): phases act on the values they are given.
     """
     c, clock = ctx.config, time.perf_counter
+    by_id = tasks_by_id(tasks)  # refuses two different tasks sharing an id (one GRPO group)
     t0 = clock()
     first = attempt_first(ctx, tasks, c.num_generations)
     out = StepOutcome(first=first, seconds={"first": clock() - t0})
@@ -269,7 +273,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
     t1 = clock()
     reflections = reflect(ctx, failed, memory) if c.use_reflection else None
     t2 = clock()
-    out.retries = attempt_second(ctx, failed, {t.task_id: t for t in tasks}, reflections)
+    out.retries = attempt_second(ctx, failed, by_id, reflections)
     t3 = clock()
     if memory is not None:
         out.memory_writes = update_memory(memory, out.retries, c.reward_threshold)
@@ -283,7 +287,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
 
 def stop_ids(ctx: PhaseContext) -> list[int]:
     """The ids that end a reply: the sampler's (eos and end-of-turn), else the tokenizer's eos."""
-    ids = list(getattr(ctx.generator, "stop_ids", None) or [ctx.tokenizer.eos_token_id])
+    ids = sampler_stop_ids(ctx.generator, ctx.tokenizer)
     if ids[0] is None:
         raise ValueError("the tokenizer has no eos token: internalization targets need one to end with")
     return ids

@@ -5,8 +5,10 @@
   system prompt), the task, the whole first-attempt trace, the reward and the feedback, and
   asks for a complete replacement system prompt — a rulebook — inside ``<prompt>…</prompt>``.
   When the context would exceed its token budget the attempt trace is shortened first (its
-  middle is cut, keeping the opening and the ending), then the base instructions; the task
-  is never cut (the peer package truncates from the left and loses the task first).
+  middle is cut, keeping the opening and the ending) down to a quarter of the budget, then the
+  base instructions, then the rest of the trace; only then the task and the feedback, also
+  middle-first, so the request always fits its budget (the peer package truncates from the
+  left and loses the task first).
 * :func:`parse_rulebook` extracts Δ, falling back to the base prompt when the tags are missing.
 * :func:`second_attempt_system_prompt` is Δ plus the environment's action-format reminder; the
   second attempt sees *only* that — not y1, not f1 — so any gain is carried by Δ.
@@ -118,15 +120,17 @@ def reflection_messages(
 ) -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook, fitted to ``max_tokens``, and their token ids.
 
-    Truncation order: the trace first (down to a small floor), then the base instructions;
-    the task, reward and feedback are kept whole even if that exceeds the budget.
+    Truncation order, each part cut in its middle: the trace (down to a quarter of the
+    budget), the base instructions (memory), the rest of the trace, then the task and the
+    feedback. The result never exceeds ``max_tokens``; a budget too small for the request's
+    own fixed text raises :class:`~erl_lite.lengths.PromptTooLongError` (the trainer refuses
+    such a budget when it is built, see :func:`reflection_skeleton_length`).
     ``template_kwargs`` go to the chat template (``ERLConfig.chat_template_kwargs``).
     """
-    def build(b: str, t: str) -> list[dict[str, str]]:
-        return [
-            {"role": "system", "content": REFLECTION_SYSTEM},
-            {"role": "user", "content": _user_message(task_text, b, t, reward, feedback)},
-        ]
+    parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
+
+    def build() -> list[dict[str, str]]:
+        return _reflection_request(parts, reward)
 
     def size(msgs: list[dict[str, str]]) -> int:
         return len(encode(render(msgs, tokenizer, template_kwargs=template_kwargs), tokenizer))
@@ -134,14 +138,36 @@ def reflection_messages(
     def count(s: str) -> int:
         return len(encode(s, tokenizer))
 
-    messages = build(base_prompt, trace)
-    over = size(messages) - max_tokens
-    if over > 0:  # shorten the trace, keeping at least a quarter of the budget for it
-        floor = max_tokens // 4
-        trace = cut_middle(trace, max(count(trace) - over, floor), count)
-        messages = build(base_prompt, trace)
-        over = size(messages) - max_tokens
-    if over > 0:  # then the base instructions (memory)
-        base_prompt = cut_middle(base_prompt, max(count(base_prompt) - over, 0), count)
-        messages = build(base_prompt, trace)
-    return messages, encode(render(messages, tokenizer, template_kwargs=template_kwargs), tokenizer)
+    # The second pass (every part down to nothing) absorbs tokens that merge across a cut.
+    order = [("trace", max_tokens // 4), ("base_prompt", 0), ("trace", 0), ("task_text", 0), ("feedback", 0)]
+    for name, floor in order + [(name, 0) for name in parts]:
+        over = size(build()) - max_tokens
+        if over <= 0:
+            break
+        parts[name] = cut_middle(parts[name], max(count(parts[name]) - over, floor), count)
+    messages = build()
+    ids = encode(render(messages, tokenizer, template_kwargs=template_kwargs), tokenizer)
+    if len(ids) > max_tokens:
+        from erl_lite.lengths import PromptTooLongError
+
+        raise PromptTooLongError(f"a reflection request needs {len(ids)} tokens even with its task, attempt, memory "
+                                 f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small")
+    return messages, ids
+
+
+def _reflection_request(parts: dict[str, str], reward: float) -> list[dict[str, str]]:
+    """The reflection request's messages from its (possibly shortened) parts."""
+    user = _user_message(parts["task_text"], parts["base_prompt"], parts["trace"], reward, parts["feedback"])
+    return [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}]
+
+
+def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int:
+    """Tokens of a reflection request with every part empty: what no cut can remove.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer
+        >>> 500 < reflection_skeleton_length(tiny_tokenizer()) < 1000  # one token per character
+        True
+    """
+    empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0)
+    return len(encode(render(empty, tokenizer, template_kwargs=template_kwargs), tokenizer))

@@ -37,7 +37,8 @@ class Task:
     """One task: a dataset row (single-turn) or an environment instance (multi-turn).
 
     Attributes:
-        task_id: stable identifier; advantages are grouped by it.
+        task_id: stable identifier, unique within a split: advantages are grouped by it and
+            memory is routed by it (see :func:`check_unique_task_ids`).
         prompt: the dataset's prompt (a string or chat messages) for single-turn tasks,
             None for environments that render their own observations.
         data: every other column (answer, seed, map, ...). Passed to reward functions as
@@ -47,6 +48,48 @@ class Task:
     task_id: str
     prompt: str | list[dict[str, str]] | None = None
     data: dict[str, Any] = field(default_factory=dict)
+
+
+def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
+    """``tasks``, after refusing two of them that share an id (naming the id and both rows).
+
+    Two tasks with one id would share a GRPO group (their rewards compared as if they were
+    rollouts of one prompt) and a memory route, silently. Returns ``tasks`` unchanged.
+
+    Example:
+        >>> try:
+        ...     check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")
+        ... except ValueError as err:
+        ...     print(str(err)[:55])
+        train_dataset: task id 'a' is given to rows 0 and 2; id
+    """
+    seen: dict[str, int] = {}
+    for i, task in enumerate(tasks):
+        first = seen.setdefault(task.task_id, i)
+        if first != i:
+            raise ValueError(f"{where}: task id {task.task_id!r} is given to rows {first} and {i}; ids must be "
+                             "unique within a split (they key the GRPO groups and the memory): give each row its "
+                             "own 'id' (e.g. prefix each source's ids before concatenating datasets), or drop the "
+                             "'id' column to number the rows")
+    return tasks
+
+
+def tasks_by_id(tasks: list[Task]) -> dict[str, Task]:
+    """``{task_id: task}`` of one step's tasks; the same task may be drawn twice (a small pool),
+    two different tasks may not share an id (they would share a GRPO group).
+
+    Example:
+        >>> t = Task("a", "2+2=?")
+        >>> list(tasks_by_id([t, t]))
+        ['a']
+    """
+    out: dict[str, Task] = {}
+    for task in tasks:
+        known = out.setdefault(task.task_id, task)
+        if known is not task and known != task:
+            raise ValueError(f"two different tasks share the id {task.task_id!r} in one step; their rollouts "
+                             "would share a GRPO group: give every task its own id")
+    return out
 
 
 @dataclass
@@ -70,7 +113,8 @@ class Attempt:
         feedback: the environment's textual feedback ``f``.
         trace: the step-by-step trace shown to the reflector.
         num_turns: model turns taken.
-        truncated: True if a turn or the whole episode ran out of token budget.
+        truncated: True if a reply was cut at its token limit (no stop token) or the episode
+            ran out of its token budget.
     """
 
     task_id: str
@@ -114,6 +158,7 @@ class Reflection:
         prompt_ids, completion_ids: the reflection's own context and generated tokens.
         reward: r̃, the reward of the second attempt it produced (credited by
             :func:`erl_lite.phases.attempt_second` when that attempt is scored).
+        truncated: True if ``max_reflection_length`` cut the reflection (no stop token).
     """
 
     task_id: str
@@ -125,6 +170,7 @@ class Reflection:
     prompt_ids: list[int]
     completion_ids: list[int]
     reward: float = 0.0
+    truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return _without_tokens(self)

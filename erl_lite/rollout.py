@@ -9,9 +9,13 @@ at most, never one call per sample. When play ends, the environment scores the w
 at once (:meth:`~erl_lite.envs.base.Environment.score_batch`; TRL-style reward functions are
 called once per phase, not once per completion).
 
-Budgets: ``params.max_new_tokens`` per turn, ``max_episode_length`` for the whole sequence;
-an episode that cannot fit another turn stops, marked ``truncated``, with the reward its
-environment gives at that point (0 for the paper's games).
+Budgets: ``params.max_new_tokens`` per turn, ``max_episode_length`` for the whole sequence. A
+turn starts only when a full reply still fits (prompt so far + ``max_new_tokens`` <=
+``max_episode_length``), so no request ever runs past the budget, which the trainer checks
+against the model's context (:mod:`erl_lite.lengths`); an episode that cannot fit another
+full turn stops, marked ``truncated``, with the reward its environment gives at that point (0
+for the paper's games). A reply cut at ``max_new_tokens`` (no stop token) also marks its
+attempt ``truncated``, while the episode goes on.
 
 Departures from the paper: none in behaviour; the reference code re-tokenizes conversations,
 erl_lite keeps the sampled ids so training sees exactly what sampling saw.
@@ -25,7 +29,7 @@ from typing import Any
 
 from erl_lite.chat import encode, encode_messages, glue_text
 from erl_lite.envs.base import Environment, Episode
-from erl_lite.generation import Generator, SamplingParams
+from erl_lite.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.records import Attempt, Task
 
 
@@ -34,13 +38,15 @@ class _Live:
     """Mutable state of one episode while it is being played."""
 
     episode: Episode
+    task_id: str
     messages: list[dict[str, str]]
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     completion_mask: list[int] = field(default_factory=list)
     turns: int = 0
     done: bool = False
-    truncated: bool = False
+    truncated: bool = False  # the episode ran out of its token budget
+    cut_replies: int = 0  # replies the per-turn limit stopped (no stop token)
 
     @property
     def length(self) -> int:
@@ -90,24 +96,27 @@ def run_episodes(
     """
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
-    stop_texts = {t: tokenizer.decode([t]) for t in getattr(generator, "stop_ids", [tokenizer.eos_token_id])}
+    stop_texts = {t: tokenizer.decode([t]) for t in sampler_stop_ids(generator, tokenizer)}
     lives = [_start(env, t, s, tokenizer, template_kwargs) for t, s in zip(tasks, system_prompts)]
     for _ in range(env.max_turns):
         live = [lv for lv in lives if not lv.done]
         if not live:
             break
-        room = [max_episode_length - lv.length for lv in live]
-        ready = [lv for lv, r in zip(live, room) if r > 0]
-        for lv, r in zip(live, room):
-            if r <= 0:
+        ready = [lv for lv in live if lv.length + params.max_new_tokens <= max_episode_length]
+        for lv in live:
+            if lv.length + params.max_new_tokens > max_episode_length:  # the opening left no room for a reply
                 lv.done = lv.truncated = True
         if not ready:
             break
         prompts = [lv.prompt_ids + lv.completion_ids for lv in ready]
-        outs = generator.generate(prompts, params)
+        names = [f"{role} attempt of task {lv.task_id!r}" for lv in ready]
+        outs = generate_named(generator, prompts, params, names)
+        limit = params.max_new_tokens
         for lv, out in zip(ready, outs):
-            out = out[: max_episode_length - lv.length]
-            _advance(lv, out, tokenizer, stop_texts, env.max_turns, max_episode_length, template_kwargs)
+            # A sampler may return more than it was asked for; the budget still holds.
+            lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
+            _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit,
+                     template_kwargs)
     # One scoring call for the whole phase (TRL-style batch reward functions); a no-op for
     # environments whose episodes scored themselves in step().
     env.score_batch([lv.episode for lv in lives],
@@ -123,14 +132,18 @@ def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
         raise TypeError(f"{type(episode).__name__}.reset() returned {observation!r} for task {task.task_id}; "
                         "it must be the first user message (a string) or chat messages")
     messages = opening_messages(system_prompt, observation)
-    return _Live(episode=episode, messages=messages, prompt_ids=encode_messages(messages, tokenizer, template_kwargs))
+    return _Live(episode=episode, task_id=task.task_id,
+                 messages=messages, prompt_ids=encode_messages(messages, tokenizer, template_kwargs))
 
 
 def _advance(
     lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int,
     template_kwargs: dict[str, Any] | None,
 ) -> None:
-    """Record one sampled reply, step the environment, and append the glue if it goes on."""
+    """Record one sampled reply, step the environment, and append the glue if it goes on.
+
+    ``budget``: the most tokens the sequence may hold when the next reply starts (the episode
+    budget less one full reply)."""
     text = tokenizer.decode(out, skip_special_tokens=True)
     lv.completion_ids += out
     lv.completion_mask += [1] * len(out)
@@ -143,7 +156,7 @@ def _advance(
     ended_with = stop_texts.get(out[-1]) if out else None
     glue = encode(glue_text(lv.messages, observation, tokenizer, ended_with, template_kwargs), tokenizer)
     lv.messages.append({"role": "user", "content": observation})
-    if lv.length + len(glue) >= budget:  # no room left for another reply
+    if lv.length + len(glue) > budget:  # no room left for another full reply
         lv.done = lv.truncated = True
         return
     lv.completion_ids += glue
@@ -202,5 +215,5 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) ->
         feedback=feedback,
         trace=trace,
         num_turns=lv.turns,
-        truncated=lv.truncated,
+        truncated=lv.truncated or lv.cut_replies > 0,
     )

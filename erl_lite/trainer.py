@@ -72,7 +72,8 @@ from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
                               env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
-from erl_lite.records import StepRecord, Task
+from erl_lite.lengths import check_lengths
+from erl_lite.records import StepRecord, Task, check_unique_task_ids
 from erl_lite.reporting import make_reporter
 from erl_lite.trainer_args import (TrainerStateView, build_optimizer, build_scheduler, check_callbacks,
                                   refuse_trl_only, wants_4bit)
@@ -194,6 +195,8 @@ class ERLTrainer:
             args.max_steps = max(1, math.ceil(args.num_train_epochs * len(self.train_tasks) / args.num_tasks_per_step))
         if eval_dataset is not None and not self.eval_tasks:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
+        check_lengths(args, self.model, self.tokenizer, self.env,
+                      {"train_dataset": self.train_tasks, "eval_dataset": self.eval_tasks})
         self.generator = generator or HFGenerator(self.model, self.tokenizer)
         self.memory = self._memory()
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
@@ -247,7 +250,12 @@ class ERLTrainer:
     def _tasks(self, data: Any, split: str) -> list[Task]:
         """Tasks of a dataset (see :func:`~erl_lite.envs.data_sources.load_rows`: rows, a
         ``datasets.Dataset``, a path or a name; or Tasks), or of the env's split. A
-        :class:`MultiEnvironment` routes rows by their ``environment`` column."""
+        :class:`MultiEnvironment` routes rows by their ``environment`` column. Ids must be
+        unique within the split (they key the GRPO groups)."""
+        where = f"{split}_dataset" if data is not None else f"the environment's {split} tasks"
+        return check_unique_task_ids(self._read_tasks(data, split), where)
+
+    def _read_tasks(self, data: Any, split: str) -> list[Task]:
         if data is None and split == "train":
             return self.env.train_tasks()
         if data is None:
@@ -260,7 +268,7 @@ class ERLTrainer:
             return self.env.tasks_from_rows(rows, split)
         if rows and isinstance(rows[0], Task):
             return rows
-        return rows_to_tasks(rows, prefix=split)
+        return rows_to_tasks(rows, prefix=split, where=f"{split}_dataset")
 
     def _batch(self, step: int) -> list[Task]:
         """Tasks of iteration ``step`` (1-based): a fixed function of the seed and the step,

@@ -234,11 +234,10 @@ def test_environment_returning_wrong_types_is_named(tok, kind, message):
     assert "_Broken" in str(err.value)
 
 
-def test_prompt_longer_than_the_episode_budget_is_truncated_not_crashed(tok):
-    long_row = [{"prompt": "Say 1. " + "word " * 300, "answer": "1"}]
-    t = trainer(tok, rows=long_row, num_tasks_per_step=1, max_episode_length=64, max_completion_length=8)
-    t.train()
-    assert t.history.last("truncated/first") == 1.0 and t.history.last("reward/first") == 0.0
+def test_prompt_longer_than_the_episode_budget_is_refused_naming_the_row(tok):
+    long_row = [{"prompt": "Say 1.", "answer": "1"}, {"prompt": "Say 1. " + "word " * 300, "answer": "1"}]
+    with pytest.raises(ValueError, match=r"train_dataset row 1 \(task 'train-1'\).*max_episode_length=64"):
+        trainer(tok, rows=long_row, num_tasks_per_step=1, max_episode_length=64, max_completion_length=8)
 
 
 # --- output folder, checkpoints, interruptions ---------------------------------------------------------

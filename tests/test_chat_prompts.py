@@ -6,6 +6,7 @@ import pytest
 
 from erl_lite.chat import encode, encode_messages, render
 from erl_lite.generation import SamplingParams, ScriptedGenerator
+from erl_lite.lengths import PromptTooLongError
 from erl_lite.prompts import cut_middle, parse_rulebook, reflection_messages
 from erl_lite.rollout import run_episodes
 
@@ -68,7 +69,7 @@ def test_cut_middle_keeps_head_and_tail():
     assert cut_middle("short", 60, len) == "short"
 
 
-def test_reflection_truncates_trace_then_memory_never_the_task(tok):
+def test_reflection_truncates_trace_then_memory_then_the_task(tok):
     task = "TASK-START " + "q" * 200 + " TASK-END"
     trace = "TRACE-START " + "step " * 400 + "TRACE-END"
     memory = "MEM-START " + "rule " * 200 + "MEM-END"
@@ -84,7 +85,13 @@ def test_reflection_truncates_trace_then_memory_never_the_task(tok):
     user = msgs[1]["content"]
     assert task in user and user.count("omitted") == 2 and len(ids) <= 1300
     assert "MEM-START" in user and "MEM-END" in user
-    # a budget smaller than the task itself: everything else goes, the task stays whole
-    msgs, _ = reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
-                                  feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=100)
-    assert task in msgs[1]["content"] and "MEM-START" not in msgs[1]["content"]
+    # a budget too small for the task: the trace and memory go first, then the task's middle
+    msgs, ids = reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
+                                    feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=800)
+    user = msgs[1]["content"]
+    assert len(ids) <= 800 and "MEM-" not in user and "TRACE-" not in user
+    assert "TASK-START" in user and "TASK-END" in user and task not in user
+    # a budget smaller than the request's own text is refused, not exceeded
+    with pytest.raises(PromptTooLongError, match="max_reflection_prompt_length=100"):
+        reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
+                            feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=100)

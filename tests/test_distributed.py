@@ -134,7 +134,7 @@ def make_trainer(out_dir: str, max_steps: int):
     # writes shows).
     args = ERLConfig.preset(
         "cpu", max_steps=max_steps, num_tasks_per_step=3, num_generations=3, max_completion_length=8,
-        max_reflection_length=64, max_reflection_prompt_length=600, eval_steps=0, progress_bar=False,
+        max_reflection_length=64, max_reflection_prompt_length=700, eval_steps=0, progress_bar=False,
         learning_rate=5e-2, beta=0.05, steps_per_generation=2, per_device_train_batch_size=4,
         memory_type="fifo", memory_size=10, memory_top_k=2, output_dir=out_dir, save_steps=1, seed=3)
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "o_proj"])

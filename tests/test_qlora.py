@@ -190,7 +190,7 @@ def test_4bit_erl_step_with_kl_matches_full_precision(saved, guess_env, family, 
     path = saved(family, tied)
     args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2,
                             max_completion_length=6, max_reflection_length=8,
-                            max_reflection_prompt_length=600, eval_steps=0, progress_bar=False,
+                            max_reflection_prompt_length=700, eval_steps=0, progress_bar=False,
                             beta=0.1, per_device_train_batch_size=8)
     # B != 0, so the policy differs from the reference and the KL term has a gradient even
     # when every reward (hence every advantage) is zero.

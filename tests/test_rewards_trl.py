@@ -245,7 +245,7 @@ def test_bad_conversational_prompts(prompt, message):
 # --- the trainer, called as GRPOTrainer is ----------------------------------------------------
 def small_args(**kw):
     base = dict(max_steps=1, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-                max_reflection_length=8, max_reflection_prompt_length=600, eval_steps=0,
+                max_reflection_length=8, max_reflection_prompt_length=700, eval_steps=0,
                 progress_bar=False)
     return ERLConfig.preset("cpu", **{**base, **kw})
 

@@ -31,7 +31,7 @@ def digit_feedback(prompts, completions, answer, **kw):
 
 def small_args(**kw):
     base = dict(max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-                max_reflection_length=12, max_reflection_prompt_length=600, eval_steps=0,
+                max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=0,
                 progress_bar=False, learning_rate=1e-2, beta=0.01, per_device_train_batch_size=8)
     return ERLConfig.preset("cpu", **{**base, **kw})
 

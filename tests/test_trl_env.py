@@ -102,7 +102,7 @@ def test_erl_trainer_trains_a_trl_environment():
     tok = tiny_tokenizer()
     args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2, eval_steps=0,
                             max_completion_length=96, max_reflection_length=64, max_episode_length=2048,
-                            max_reflection_prompt_length=4096, progress_bar=False)
+                            max_reflection_prompt_length=4000, progress_bar=False)  # + 64 fits 4096
     trainer = ERLTrainer(tiny_model(tok), args=args, train_dataset=DATASET[:2], processing_class=tok,
                          environment_factory=CounterEnv, generator=ScriptedGenerator(tok, counter_player))
     trainer._batch = lambda step: list(trainer.train_tasks)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Sequence
 from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.reward_calls import (RewardFunctionError, RunState, call_arguments, feedback_texts,
                                         weighted_rewards)
-from erl_lite.records import Task
+from erl_lite.records import Task, check_unique_task_ids
 
 RewardFunc = Callable[..., list[Any]]
 __all__ = ["RewardFunctionEnv", "RewardFunctionEpisode", "RewardFunctionError", "RunState",
@@ -51,8 +51,12 @@ Messages = list[dict[str, str]]
 _ROLES = ("system", "user", "assistant")
 
 
-def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row") -> list[Task]:
+def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: str = "dataset") -> list[Task]:
     """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``.
+
+    A row's ``id`` column (as a string: 1 and "1" are one id) names its task, else
+    ``"<prefix>-<row>"``; two rows with one id are refused, naming it and both rows (``where``
+    names the dataset in that message).
 
     Example:
         >>> rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
@@ -67,7 +71,7 @@ def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row") -> list[T
         split_prompt(row["prompt"], where=f"dataset row {i}")
         data = {k: v for k, v in row.items() if k != "prompt"}
         tasks.append(Task(task_id=str(row.get("id", f"{prefix}-{i}")), prompt=row["prompt"], data=data))
-    return tasks
+    return check_unique_task_ids(tasks, where)
 
 
 def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | None, str | Messages]:

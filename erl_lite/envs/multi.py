@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from erl_lite.envs.base import Environment, Episode, StepOutput
-from erl_lite.records import Task
+from erl_lite.records import Task, check_unique_task_ids
 
 #: The dataset column naming a row's environment (TRL 1.16's name for it).
 ENV_COLUMN = "environment"
@@ -117,6 +117,8 @@ class MultiEnvironment(Environment):
         """Tasks of dataset rows routed by their ``environment`` column (see the module docstring).
 
         ``rows`` may also hold :class:`Task` objects carrying ``environment`` in their data.
+        Members may number their rows alike (the ``"<name>/"`` prefix tells them apart); two
+        rows that end up with one id are refused, naming it and both rows.
         """
         from erl_lite.envs.dataset import rows_to_tasks
 
@@ -136,7 +138,7 @@ class MultiEnvironment(Environment):
                 tasks.append(self.tag(name, Task(str(row.get("id", f"{split}-{i}")), task.prompt, task.data)))
             else:
                 tasks.append(self.tag(name, self._split_task(name, row, i, split)))
-        return tasks
+        return check_unique_task_ids(tasks, f"{split}_dataset")
 
     def _split_task(self, name: str, row: dict[str, Any], i: int, split: str) -> Task:
         """Task ``row["index"]`` of member ``name``'s ``row["split"]`` split, extra columns added."""
