@@ -107,9 +107,10 @@ class ERLTrainer:
         processing_class: the tokenizer (loaded with the model when omitted).
         reward_processing_classes: TRL's tokenizers for reward models; must be None.
         callbacks: functions ``f(trainer, step_record)`` called after every iteration (e.g.
-            to print a line per step, or to stop early by raising). TRL's ``TrainerCallback``
-            objects are refused with an error: their hooks (``on_step_end``, ``control``...)
-            belong to ``transformers.Trainer``'s loop, which erl_lite does not run.
+            to print a line per step, or to stop early by raising: the step that just finished is
+            kept and saved). TRL's ``TrainerCallback`` objects are refused with an error: their
+            hooks (``on_step_end``, ``control``...) belong to ``transformers.Trainer``'s loop,
+            which erl_lite does not run.
         optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
             names, with ``args.learning_rate``/``args.weight_decay``, and the schedule
             ``args.lr_scheduler_type`` names, stepped once per optimizer step).

@@ -280,6 +280,17 @@ def test_overwrite_output_dir_removes_the_old_run_so_rotation_never_mixes_two(fi
     assert train_steps(out) == [1, 2, 3] and "checkpoint-1" in checkpoints(out)
 
 
+@pytest.mark.slow
+def test_a_checkpoint_from_elsewhere_continues_only_into_a_folder_without_another_run(finished, two_steps, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(two_steps, out)  # another run
+    with pytest.raises(CheckpointError, match="already holds another run"):
+        make_trainer(out).train(resume_from_checkpoint=str(finished / "checkpoint-3"))
+    fresh = make_trainer(tmp_path / "new")
+    fresh.train(resume_from_checkpoint=str(finished / "checkpoint-3"))
+    assert fresh.step == 4 and train_steps(tmp_path / "new") == [1, 2, 3, 4]
+
+
 def test_overwrite_output_dir_is_a_config_field_and_a_flag_and_may_change_on_resume():
     from erl_lite.cli import build_parser, train_config
 
@@ -476,7 +487,8 @@ def test_a_hand_edited_memory_state_is_refused_naming_the_field(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entries, field", [("a rulebook", "entries"), ([7], r"entries\[0\]"), ([None], r"entries\[0\]")])
+@pytest.mark.parametrize("entries, field", [("a rulebook", "entries"), ([7], r"entries\[0\]"),
+                                            ([None], r"entries\[0\]"), (["ok", {"a": 1}], r"entries\[1\]")])
 def test_a_hand_edited_memory_json_is_named_and_skipped_on_resume(two_steps, tmp_path, entries, field):
     out = tmp_path / "run"
     shutil.copytree(two_steps, out)
