@@ -10,12 +10,19 @@ A checkpoint folder ``<output_dir>/checkpoint-<step>/`` holds
 * ``rng.json`` — Python, NumPy, torch (and CUDA) random states as plain integer lists;
 * ``memory.json`` — the reflection memory (the peer package forgot it);
 * ``history.jsonl`` / ``samples.jsonl`` — the run's records up to this step;
-* ``trainer_state.json`` — the step reached, the files written, the config and the model's
-  identity (name, LoRA shape), which resume compares with the run that resumes.
+* ``trainer_state.json`` — the step reached, the files written, the config and the model's and
+  tokenizer's identity (:mod:`erl_lite.identity`), which resume compares with the run that resumes.
 
 Safety: checkpoints are shared between people, so nothing is unpickled. ``.pt`` files are read
 with ``torch.load(weights_only=True)`` (an allowlist of tensors and plain containers; a file
 holding anything else is refused and the error names it), the random states are JSON.
+
+Trust: a checkpoint whose trainable weights hold NaN or inf is never written (a run that
+diverged keeps its last good checkpoint), and one found on disk is never resumed from; a
+``memory.json`` with entries of the wrong type is refused, naming the field.
+
+One run per folder: :func:`previous_run` finds another run's files in an ``output_dir``, which a
+fresh run refuses to write over unless told to (:func:`remove_previous_run`).
 
 Atomicity: a checkpoint is written to a hidden temporary folder and renamed into place, and
 an existing folder of the same step is only removed once its replacement is complete, so a
@@ -43,21 +50,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from erl_lite.history import History
-from erl_lite.memory import ReflectionMemory
+from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
+from erl_lite.memory import ReflectionMemory, check_memory_state
 
 FORMAT = 2  # 1: the first layout, with a pickled rng.pt (never loaded: it could run code)
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
-
-#: ERLConfig fields that may differ between a checkpoint and the run resuming it: they change
-#: how a run is watched, saved or split into micro-batches, not what it computes. Every other
-#: field (and the model's name and LoRA shape) must match unless the caller overrides the check.
-RESUMABLE_FIELDS = frozenset({
-    "max_steps", "output_dir", "save_steps", "save_total_limit", "eval_steps", "eval_num_generations",
-    "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
-    "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
-    "eval_top_p", "eval_top_k", "logprob_chunk_size",
-})
-
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be read, trusted or written; the message names the file."""
@@ -78,56 +75,6 @@ class TrainingState:
     samples: list[dict[str, Any]]
     run: dict[str, Any] = field(default_factory=dict)  # {"config": ..., "model": ...}
     path: str | None = None  # the checkpoint folder it was read from
-
-
-# --- what a run is ----------------------------------------------------------------------------
-def run_identity(config: dict[str, Any], model: Any) -> dict[str, Any]:
-    """The config and the model's identity (name, LoRA shape) that resume compares.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> run_identity({"mode": "erl"}, tiny_model(tiny_tokenizer()))["model"]
-        {'model': ''}
-    """
-    # config.name_or_path is what from_pretrained records (a PeftModel forwards to its base).
-    name = getattr(getattr(model, "config", None), "name_or_path", None) or getattr(model, "name_or_path", "")
-    ident: dict[str, Any] = {"model": name or ""}
-    peft = getattr(model, "peft_config", None)
-    if peft:
-        active = getattr(model, "active_adapter", None)
-        cfg = peft.get(active if isinstance(active, str) else "default") or next(iter(peft.values()))
-        targets = getattr(cfg, "target_modules", None)
-        ident.update({"lora.r": getattr(cfg, "r", None), "lora.alpha": getattr(cfg, "lora_alpha", None),
-                      "lora.target_modules": sorted(targets) if isinstance(targets, (set, list, tuple)) else targets})
-    # A JSON round trip makes tuples lists, as they will be when read back from a checkpoint.
-    return json.loads(json.dumps({"config": config, "model": ident}))
-
-
-def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """One line ``field: checkpoint <old>, this run <new>`` per setting that differs.
-
-    Example:
-        >>> run_differences({"config": {"mode": "erl", "max_steps": 5}, "model": {}},
-        ...                 {"config": {"mode": "rlvr", "max_steps": 9}, "model": {}})
-        ["mode: checkpoint 'erl', this run 'rlvr'"]
-    """
-    lines = []
-    for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset())):
-        old, new = saved.get(part, {}), current.get(part, {})
-        # A field added after the checkpoint was written: it ran with that field's default.
-        known = _config_defaults() if part == "config" else {}
-        for key in sorted((set(old) | set(new)) - skip):
-            a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
-            if a != b:
-                lines.append(f"{key}: checkpoint {a!r}, this run {b!r}")
-    return lines
-
-
-def _config_defaults() -> dict[str, Any]:
-    """``ERLConfig()``'s fields as a checkpoint stores them (JSON round trip)."""
-    from erl_lite.config import ERLConfig
-
-    return json.loads(json.dumps(ERLConfig().to_dict()))
 
 
 # --- random states, as plain JSON -------------------------------------------------------------
@@ -187,6 +134,10 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
     :class:`CheckpointError` and leaves every existing checkpoint as it was.
     """
     final = os.path.join(out_dir, f"checkpoint-{step}")
+    bad = first_non_finite((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    if bad is not None:  # before anything is written or rotated: the last good checkpoint stays
+        raise CheckpointError(f"refusing to write {final}: the trainable tensor {bad!r} holds NaN or inf at "
+                              f"step {step}; the checkpoints already in {out_dir} are untouched")
     tmp = None
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -282,18 +233,55 @@ def read_checkpoint(path: str) -> TrainingState:
     optimizer = _read(path, "optimizer.pt", _read_torch)
     if not (isinstance(optimizer, dict) and {"state", "param_groups"} <= set(optimizer)):
         raise CheckpointError(f"{os.path.join(path, 'optimizer.pt')} is not an optimizer state dict")
+    trainable = _read(path, "trainable.safetensors", load_file)
+    bad = first_non_finite(trainable.items())
+    if bad is not None:
+        raise CheckpointError(f"{os.path.join(path, 'trainable.safetensors')} holds NaN or inf in the tensor "
+                              f"{bad!r}: a diverged state is never resumed from")
     return TrainingState(
         step=meta["step"],
-        trainable=_read(path, "trainable.safetensors", load_file),
+        trainable=trainable,
         optimizer=optimizer,
         scheduler=_read(path, "scheduler.pt", _read_torch) if "scheduler.pt" in files else None,
         rng=_read(path, "rng.json", _checked_rng),
-        memory=_read(path, "memory.json", _read_json),
+        memory=_read(path, "memory.json", _read_memory),
         records=_read(path, "history.jsonl", _read_jsonl),
         samples=_read(path, "samples.jsonl", _read_jsonl),
-        run={"config": meta["config"], "model": meta.get("model", {})},
+        run={"config": meta["config"], "model": meta.get("model", {}),
+             **({"tokenizer": meta["tokenizer"]} if "tokenizer" in meta else {})},
         path=path,
     )
+
+
+def previous_run(out_dir: str) -> list[str]:
+    """What of another run ``out_dir`` holds: its ``checkpoint-<step>`` folders (newest first)
+    and ``history.jsonl`` when it has a record; empty when a fresh run may start there.
+
+    Example:
+        >>> import tempfile
+        >>> previous_run(tempfile.mkdtemp())
+        []
+    """
+    found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
+    history = os.path.join(out_dir, "history.jsonl")
+    if os.path.isfile(history):
+        with open(history, encoding="utf-8", errors="replace") as f:
+            records = sum(1 for line in f if line.strip())
+        if records:
+            found.append(f"history.jsonl with {records} record{'s' * (records != 1)}")
+    return found
+
+
+def remove_previous_run(out_dir: str) -> None:
+    """Delete a previous run's own files from ``out_dir`` (``overwrite_output_dir``): its
+    checkpoint folders (finished or half-written), ``history.jsonl`` and ``samples.jsonl``.
+    Every other file (figures, reports, tracker logs, a user's notes) stays."""
+    for name in os.listdir(out_dir):
+        path = os.path.join(out_dir, name)
+        if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):
+            shutil.rmtree(path)
+        elif name in ("history.jsonl", "samples.jsonl") and os.path.isfile(path):
+            os.remove(path)
 
 
 def latest_good_checkpoint(out_dir: str) -> TrainingState:
@@ -355,6 +343,32 @@ def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+def first_non_finite(tensors: Any) -> str | None:
+    """The name of the first floating-point tensor holding NaN or inf among ``(name, tensor)``
+    pairs, or None.
+
+    Example:
+        >>> first_non_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))])
+        'b'
+    """
+    pairs = [(n, t) for n, t in tensors if t.is_floating_point()]
+    if not pairs:
+        return None
+    device = pairs[0][1].device
+    with torch.no_grad():  # one flag per tensor, gathered on one device: one sync for all of them
+        finite = torch.stack([torch.isfinite(t).all().to(device) for _, t in pairs])
+    if bool(finite.all()):
+        return None
+    return pairs[int((~finite).nonzero()[0, 0])][0]
+
+
+def _read_memory(path: str) -> Any:
+    """memory.json, refused (naming the field) when its entries are not what a memory holds."""
+    state = _read_json(path)
+    check_memory_state(state)
+    return state
+
+
 def _read(folder: str, name: str, reader: Callable[[str], Any]) -> Any:
     """``reader(folder/name)``; any failure becomes a CheckpointError naming the file."""
     path = os.path.join(folder, name)

@@ -47,7 +47,8 @@ def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
     p.add_argument("--steps", type=int, default=default_steps, help="training iterations")
     p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
     p.add_argument("--seed", type=int, default=0, help="seed of the run (also picks the demo world's letters)")
-    p.add_argument("--out", default=None, help="output folder for history, figures, report, checkpoints")
+    p.add_argument("--out", default=None, help="output folder for history, figures, report, checkpoints "
+                                                "(an earlier demo's there are replaced)")
     p.add_argument("--no-memory", action="store_true", help="ablation: ERL without memory")
     p.add_argument("--no-reflection", action="store_true", help="ablation: ERL without reflection")
     p.add_argument("--no-internalization", action="store_true", help="ablation: no self-distillation")

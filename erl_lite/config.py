@@ -269,7 +269,15 @@ class ERLConfig:
     """Top-k sampling for evaluation (0 = off). The paper evaluates with 20 (``paper`` and
     ``gpu`` presets)."""
     output_dir: str | None = None
-    """Where history, samples and checkpoints go (None = keep in memory only)."""
+    """Where history, samples and checkpoints go (None = keep in memory only). One folder holds
+    one run: a fresh run (not a resume) into a folder that already holds another run's
+    checkpoints or history stops before its first step, unless ``overwrite_output_dir``."""
+    overwrite_output_dir: bool = False
+    """Let a fresh run start in an ``output_dir`` that holds another run, deleting that run's
+    ``checkpoint-<step>`` folders, ``history.jsonl`` and ``samples.jsonl`` first (so
+    ``save_total_limit`` rotation never mixes two runs' checkpoints); other files there stay.
+    HF ``TrainingArguments``' name. A resume from a checkpoint in ``output_dir`` never deletes
+    anything, whatever this says."""
     save_steps: int = 0
     """Checkpoint every this many iterations (0 = only at the end, if output_dir is set)."""
     save_total_limit: int | None = None
@@ -378,6 +386,8 @@ class ERLConfig:
         self.logging_steps = _logging_steps(self.logging_steps)
         if self.save_total_limit is not None:
             _positive("save_total_limit", self.save_total_limit)
+        if not isinstance(self.overwrite_output_dir, bool):
+            raise ValueError(f"ERLConfig.overwrite_output_dir must be True or False, got {self.overwrite_output_dir!r}")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"ERLConfig.dual_clip must be > 1 or None, got {self.dual_clip!r}")
         if self.max_completion_length >= self.max_episode_length:

@@ -94,11 +94,20 @@ class ReflectionMemory:
                 "entries": self.entries, "total_writes": self.total_writes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (the memory kind must match)."""
+        """Restore what :meth:`state_dict` returned (the memory kind must match). A state of the
+        wrong shape (see :func:`check_memory_state`) is refused, naming the field, and nothing
+        is changed."""
+        check_memory_state(state)
+        if state.get("kind") == "bank":
+            raise ValueError(f"checkpoint memory keeps one memory per environment ({sorted(state['memories'])}); "
+                             "this run keeps one")
         if state["kind"] != self.kind:
             raise ValueError(f"checkpoint memory is {state['kind']!r}, this run uses {self.kind!r}")
+        if len(state["entries"]) > self.size:
+            raise ValueError(f"memory entries: {len(state['entries'])} rulebooks, more than this run's memory "
+                             f"holds ({self.size})")
         self._entries = deque(state["entries"], maxlen=self.size)
-        self.total_writes = int(state["total_writes"])
+        self.total_writes = state["total_writes"]
 
 
 class MemoryBank:
@@ -157,11 +166,57 @@ class MemoryBank:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a bank saved with the same environment names."""
+        check_memory_state(state)
         if state.get("kind") != "bank":
             raise ValueError(f"checkpoint memory is one {state.get('kind')!r} memory; this run keeps one "
                              f"memory per environment ({sorted(self.memories)})")
         if set(state["memories"]) != set(self.memories):
             raise ValueError(f"checkpoint memory covers environments {sorted(state['memories'])}, this run "
                              f"{sorted(self.memories)}")
-        for name, saved in state["memories"].items():
-            self.memories[name].load_state_dict(saved)
+        trial = {name: ReflectionMemory(m.kind, m.size, m.top_k) for name, m in self.memories.items()}
+        for name, saved in state["memories"].items():  # all or nothing: load copies, then swap them in
+            try:
+                trial[name].load_state_dict(saved)
+            except ValueError as e:
+                raise ValueError(f"memories[{name!r}]: {e}") from e
+        self.memories = trial
+
+
+def check_memory_state(state: Any) -> None:
+    """Refuse a memory state (a checkpoint's ``memory.json``) that no memory could have written,
+    naming the field: ``entries`` must be a list of strings, ``total_writes`` a whole number at
+    least the number of entries, ``kind`` a memory kind; a bank holds such states by name.
+
+    Example:
+        >>> check_memory_state({"kind": "single", "entries": ["A is you."], "total_writes": 1})
+        >>> check_memory_state({"kind": "single", "entries": ["A is you.", 7], "total_writes": 2})
+        Traceback (most recent call last):
+        ...
+        ValueError: memory entries[1] must be a string (a rulebook), got int 7
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"memory state must be an object with kind, entries and total_writes, got "
+                         f"{type(state).__name__} {state!r:.60}")
+    if state.get("kind") == "bank":
+        memories = state.get("memories")
+        if not isinstance(memories, dict):
+            raise ValueError(f"memory memories must map environment names to memories, got {memories!r:.60}")
+        for name, saved in memories.items():
+            try:
+                check_memory_state(saved)
+            except ValueError as e:
+                raise ValueError(f"memories[{name!r}]: {e}") from e
+        return
+    if state.get("kind") not in ("single", "fifo"):
+        raise ValueError(f"memory kind must be 'single' or 'fifo', got {state.get('kind')!r}")
+    entries = state.get("entries")
+    if not isinstance(entries, list):
+        raise ValueError(f"memory entries must be a list of rulebooks (strings), got "
+                         f"{type(entries).__name__} {entries!r:.60}")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, str):
+            raise ValueError(f"memory entries[{i}] must be a string (a rulebook), got {type(entry).__name__} "
+                             f"{entry!r:.60}")
+    writes = state.get("total_writes")
+    if not (isinstance(writes, int) and not isinstance(writes, bool) and writes >= len(entries)):
+        raise ValueError(f"memory total_writes must be a whole number >= the {len(entries)} entries, got {writes!r}")

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 import time
 import warnings
 from typing import Any, Callable, Sequence
@@ -49,14 +50,16 @@ from typing import Any, Callable, Sequence
 import torch
 
 from erl_lite.checkpoint import (
+    CheckpointError,
     TrainingState,
     apply_state,
     capture_state,
     ensure_writable,
+    first_non_finite,
     latest_good_checkpoint,
+    previous_run,
     read_checkpoint,
-    run_differences,
-    run_identity,
+    remove_previous_run,
     save_checkpoint,
 )
 from erl_lite.config import ERLConfig
@@ -68,6 +71,7 @@ from erl_lite.history import History
 from erl_lite.envs.data_sources import load_rows
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.trl_adapter import environment_from_factory
+from erl_lite.identity import run_differences, run_identity
 from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
                               env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
@@ -104,9 +108,10 @@ class ERLTrainer:
         processing_class: the tokenizer (loaded with the model when omitted).
         reward_processing_classes: TRL's tokenizers for reward models; must be None.
         callbacks: functions ``f(trainer, step_record)`` called after every iteration (e.g.
-            to print a line per step, or to stop early by raising). TRL's ``TrainerCallback``
-            objects are refused with an error: their hooks (``on_step_end``, ``control``...)
-            belong to ``transformers.Trainer``'s loop, which erl_lite does not run.
+            to print a line per step, or to stop early by raising: the step that just finished is
+            kept and saved). TRL's ``TrainerCallback`` objects are refused with an error: their
+            hooks (``on_step_end``, ``control``...) belong to ``transformers.Trainer``'s loop,
+            which erl_lite does not run.
         optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
             names, with ``args.learning_rate``/``args.weight_decay``, and the schedule
             ``args.lr_scheduler_type`` names, stepped once per optimizer step).
@@ -290,39 +295,52 @@ class ERLTrainer:
 
         Args:
             resume_from_checkpoint: a checkpoint folder, or True for the newest one in
-                ``args.output_dir`` that reads cleanly (damaged ones are skipped with a warning).
+                ``args.output_dir`` that reads cleanly (damaged ones, and ones holding NaN or inf
+                weights, are skipped with a warning).
             ignore_config_mismatch: resume even when the checkpoint was saved with other
                 run-changing settings (mode, ``num_generations``, memory kind, τ, model name,
-                LoRA shape, ...; see :data:`erl_lite.checkpoint.RESUMABLE_FIELDS` for the ones
-                that may always change). Without it such a resume fails, naming each field.
+                LoRA settings, tokenizer, ...; see :data:`erl_lite.identity.RESUMABLE_FIELDS` for
+                the ones that may always change). Without it such a resume fails, naming each field.
 
-        ``args.output_dir`` is checked to be writable before anything else happens, so a bad
-        folder fails before any compute is spent. Ctrl-C (or a callback raising
-        KeyboardInterrupt) rolls the trainer back to the last *finished* step — a step cut
-        short has half-updated weights and optimizer moments — saves that step's checkpoint,
-        and re-raises. For this the trainer keeps a CPU copy of the trainable weights and
-        optimizer state from the start of the running step (small for LoRA adapters).
+        Before any compute: ``args.output_dir`` is checked to be writable, and a fresh run (no
+        resume) into a folder that holds another run stops with an error unless
+        ``args.overwrite_output_dir``; a resume to a ``max_steps`` below the checkpoint's step
+        is refused. Calling ``train()`` again on a trainer that stopped continues where it stopped.
+
+        Any exception in a step (Ctrl-C, a reward function that raises, weights that became NaN,
+        a CUDA error...) rolls the trainer back to the last *finished* step — a step cut short has
+        half-updated weights and optimizer moments — saves that step's checkpoint when
+        ``output_dir`` is set, and re-raises the exception with a note saying where it saved and
+        how to continue. A step is finished once its history record is written: a failing
+        callback or evaluation after it keeps it. For this the trainer keeps a CPU copy of the
+        trainable weights and optimizer state from the start of the running step (small for
+        LoRA adapters).
         """
         from transformers import set_seed
 
-        set_seed(self.args.seed)
+        continuing = self.step > 0 and not resume_from_checkpoint  # this trainer stopped earlier
+        if not continuing:
+            set_seed(self.args.seed)  # continuing keeps the live random state, as an unbroken run would
         if self.args.output_dir:
             ensure_writable(self.args.output_dir)
         if resume_from_checkpoint:
             self._resume(resume_from_checkpoint, ignore_config_mismatch)
-        elif self.args.output_dir:
+        elif not continuing and self.args.output_dir:
+            self._claim_output_dir()
             self.history.rewrite()  # start the files afresh
-        self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
+        if self.step > self.args.max_steps:
+            raise ValueError(self._past_max_steps(self.step, "this trainer"))
+        if not continuing:
+            self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
-        step_start: TrainingState | None = None  # where the running step began
+        self._step_start = None
         try:
             if self.step == 0 and self.args.eval_steps and self.eval_tasks:
                 self._log_eval()
             while self.step < self.args.max_steps:
-                step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
-                                           self.memory, self.history)
-                self.training_step()
-                step_start = None
+                self._step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
+                                                 self.memory, self.history)
+                self.training_step()  # clears _step_start once the step's record is written
                 bar.update(1)
                 bar.set_postfix_str(self._postfix())
                 if self.args.eval_steps and self.eval_tasks and (
@@ -330,10 +348,11 @@ class ERLTrainer:
                     self._log_eval()
                 if self.args.output_dir and self.args.save_steps and self.step % self.args.save_steps == 0:
                     self.save_checkpoint()
-        except KeyboardInterrupt:
-            self._interrupted(step_start)
+        except (Exception, KeyboardInterrupt) as error:
+            self._stopped(error)
             raise
         finally:
+            self._step_start = None
             bar.close()
             self.history.close_reporter()
         if self.args.output_dir and self._saved_step != self.step:
@@ -356,6 +375,7 @@ class ERLTrainer:
         t1 = time.perf_counter()
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
+        self._check_finite()
         # DDP: every process's records, and memory written in rank order (identity in one process).
         outcome = self.dist.merge(outcome, view)
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
@@ -370,9 +390,19 @@ class ERLTrainer:
         if self.step % self.args.sample_every == 0:
             self.history.log_sample(record.to_dict())
         self.last_outcome = outcome
+        self._step_start = None  # the step is finished: a failure from here on keeps it
         for callback in self.callbacks:
             callback(self, record)
         return record
+
+    def _check_finite(self) -> None:
+        """Stop the run when the update left a trainable weight NaN or inf (a diverged step, or
+        an optimizer that does not skip non-finite gradients): the next step would sample from
+        NaN probabilities, and the step is undone and the last good one saved (see train)."""
+        bad = first_non_finite((n, p) for n, p in self.model.named_parameters() if p.requires_grad)
+        if bad is not None:
+            raise FloatingPointError(f"step {self.step}: the update left the trainable weight {bad!r} NaN or inf; "
+                                     "the run stops (lower learning_rate, or set max_grad_norm)")
 
     # --- evaluation ----------------------------------------------------------------------------
     def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,
@@ -402,22 +432,50 @@ class ERLTrainer:
 
     # --- checkpoints -----------------------------------------------------------------------------
     _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
+    _step_start: TrainingState | None = None  # where the running step began (None between steps)
 
     def save_checkpoint(self) -> str:
         """Write ``<output_dir>/checkpoint-<step>`` (see :mod:`erl_lite.checkpoint`) and rotate
-        old ones per ``args.save_total_limit``; returns its path."""
+        old ones per ``args.save_total_limit``; returns its path. Weights holding NaN or inf are
+        refused (:class:`~erl_lite.checkpoint.CheckpointError`) and nothing on disk changes."""
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
         # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
-        path = self.dist.on_main(lambda: save_checkpoint(
-            self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler, self.memory,
-            self.history, self._run_identity(), self.args.save_total_limit),
-            default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
+        path = self.dist.on_main(self._write_checkpoint,
+                                 default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
         self._saved_step = self.step
         return path
 
+    def _write_checkpoint(self) -> str:
+        return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
+                               self.memory, self.history, self._run_identity(), self.args.save_total_limit)
+
     def _run_identity(self) -> dict[str, Any]:
-        return run_identity(self.args.to_dict(), self.model)
+        return run_identity(self.args.to_dict(), self.model, self.tokenizer)
+
+    def _claim_output_dir(self) -> None:
+        """A fresh run: refuse an ``output_dir`` holding another run, or clear that run's files
+        when ``overwrite_output_dir`` says so (rank 0 alone deletes)."""
+        found = previous_run(self.args.output_dir)
+        if not found:
+            return
+        if not self.args.overwrite_output_dir:
+            raise CheckpointError(
+                f"output_dir {self.args.output_dir!r} already holds another run ({', '.join(found)}); a fresh "
+                "run there would overwrite its history and, with save_total_limit, delete its checkpoints. "
+                "Resume it with train(resume_from_checkpoint=True) (erl-lite train --resume), pick another "
+                "output_dir, or set overwrite_output_dir=True (--overwrite-output-dir) to delete that run's "
+                "checkpoints and history and start afresh")
+        if self.dist.is_main:
+            remove_previous_run(self.args.output_dir)
+
+    def _past_max_steps(self, step: int, where: str) -> str:
+        """The refusal of a ``max_steps`` below the step a run already reached (HF's Trainer
+        would return without training; a lowered ``max_steps`` is more likely a typo or the
+        wrong folder than a wish to do nothing)."""
+        return (f"{where} is at step {step}, beyond max_steps={self.args.max_steps}: there is nothing to train "
+                f"and the run would end without a word. Set max_steps above {step} to train further, "
+                "or resume from an earlier checkpoint-<step> folder")
 
     def _resume(self, where: str | bool | os.PathLike, ignore_config_mismatch: bool) -> None:
         if where is True:
@@ -427,6 +485,11 @@ class ERLTrainer:
             state = latest_good_checkpoint(self.args.output_dir)
         else:
             state = read_checkpoint(os.fspath(where))
+        if state.step > self.args.max_steps:
+            raise ValueError(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
+        if self.args.output_dir and os.path.abspath(os.path.dirname(state.path or "")) != os.path.abspath(
+                self.args.output_dir):
+            self._claim_output_dir()  # a checkpoint from elsewhere continues here: as a fresh run would
         differences = run_differences(state.run, self._run_identity())
         if differences and not ignore_config_mismatch:
             raise ValueError(f"cannot resume from {state.path}: it was saved by a run with other settings:\n"
@@ -460,18 +523,49 @@ class ERLTrainer:
             if self.scheduler is not None:
                 self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
 
-    def _interrupted(self, step_start: TrainingState | None) -> None:
-        """Ctrl-C: undo a step cut short, then save the last finished step."""
-        if step_start is not None:
-            self._restore(step_start)
+    def _stopped(self, error: BaseException) -> None:
+        """Any exception in train(): undo a step cut short, save the last finished step, and say
+        so (a note on ``error``; a printed line for Ctrl-C). Nothing here may replace ``error``:
+        a failure to undo or to save is a warning."""
+        message = self._recover()
+        if isinstance(error, KeyboardInterrupt):
+            print(f"\nInterrupted: {message}")
+        elif hasattr(error, "add_note"):  # Python 3.11+: shown under the traceback
+            error.add_note(f"erl_lite: {message}")
+        else:
+            print(f"\nerl_lite: {message}", file=sys.stderr)
+
+    def _recover(self) -> str:
+        """Roll back to the last finished step and save it; returns what happened, for the user."""
+        start, self._step_start = self._step_start, None
+        if start is not None:
+            try:
+                self._restore(start)
+            except Exception as e:  # noqa: BLE001 - the caller re-raises the original error
+                warnings.warn(f"could not undo the unfinished step {self.step}: {e}", stacklevel=4)
+                return f"step {self.step} did not finish and could not be undone; nothing saved"
+        last = (f"step {self.step + 1} did not finish and was undone; " if start is not None else "") + (
+            f"step {self.step} is the last finished one" if self.step else "no step finished")
+        again = f"call trainer.train() again on this trainer to continue from step {self.step + 1}"
         if not self.args.output_dir or self.step == 0:
-            print(f"\nInterrupted: the trainer is back at step {self.step}, the last finished one; "
-                  "nothing saved")
-            return
-        path = (self.save_checkpoint() if self._saved_step != self.step
-                else os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
-        print(f"\nInterrupted: step {self.step} is the last finished one, saved in {path}; "
-              "resume with resume_from_checkpoint=True")
+            return f"{last}; nothing saved. Fix the cause, then {again}"
+        try:
+            path = self._save_after_failure()
+        except Exception as e:  # noqa: BLE001 - the original error is what the user must see
+            warnings.warn(f"could not save step {self.step} after the run failed: {e}", stacklevel=4)
+            return f"{last}; it was not saved ({type(e).__name__}). Fix the cause, then {again}"
+        return (f"{last}, saved in {path}. Fix the cause, then {again}, or resume it in a new session "
+                "with train(resume_from_checkpoint=True) (erl-lite train --resume)")
+
+    def _save_after_failure(self) -> str:
+        """Save the current (finished) step unless it is saved already. DDP: rank 0 writes without
+        waiting for the others, which may be stopped anywhere (the state is replicated)."""
+        path = os.path.join(self.args.output_dir, f"checkpoint-{self.step}")
+        if self._saved_step != self.step:
+            if self.dist.is_main:
+                path = self._write_checkpoint()
+            self._saved_step = self.step
+        return path
 
     # --- display ---------------------------------------------------------------------------------
     def _progress(self) -> Any:

@@ -85,7 +85,9 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
 
     # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
     run_dir = os.path.join(runs, f"{variant}-{seed}".replace(" ", "_").replace("/", ""))
-    trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir, model_dir=model_dir,
+    # Each run's folder is this script's own: a rerun replaces the previous comparison's run there.
+    trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir, overwrite_output_dir=True,
+                           model_dir=model_dir,
                            max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
                            **VARIANTS[variant])
     history = trainer.train()

@@ -109,9 +109,14 @@ def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0
 
     ``steps`` overrides :data:`DEMO_SETTINGS`' ``max_steps``; ``model_dir`` names another build
     of the model (the report says which); ``overrides`` go to :func:`demo_config`.
+
+    The demo always starts afresh and replaces an earlier run's checkpoints and history in
+    ``out`` (``overwrite_output_dir=True``), so ``erl-lite demo`` can be run again and again;
+    pass ``overwrite_output_dir=False`` to have it refuse a folder that holds a run.
     """
     if steps is not None:
         overrides["max_steps"] = steps
+    overrides.setdefault("overwrite_output_dir", True)
     os.makedirs(out, exist_ok=True)
     trainer = demo_trainer(seed, eval_tasks, [step_line] if verbose else [], model_dir=model_dir,
                            output_dir=out, **overrides)

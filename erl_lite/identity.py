@@ -1,0 +1,134 @@
+"""What a run is, for resume: the settings, the model, the adapter and the tokenizer that a
+checkpoint records and that a resuming run must match.
+
+A resumed run must compute what the saved run computed. Three parts are compared, each one
+line per difference (``field: checkpoint <old>, this run <new>``):
+
+* ``config`` — every :class:`~erl_lite.config.ERLConfig` field except :data:`RESUMABLE_FIELDS`;
+* ``model`` — the base model's name and every LoRA setting that changes the forward pass or
+  the trainable set (:data:`LORA_FIELDS`);
+* ``tokenizer`` — a hash of the chat template, the EOS and pad tokens and ids, the vocabulary
+  size: another tokenizer turns the same prompts into other token ids.
+
+A checkpoint written before a part or a LoRA field was recorded resumes as before: a missing
+``tokenizer`` part is not compared, and a missing LoRA field is taken at peft's default (the
+value every earlier erl_lite adapter had unless a ``peft_config`` said otherwise).
+
+Departures from the paper: none (the reference resumes without checks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+#: ERLConfig fields that may differ between a checkpoint and the run resuming it: they change
+#: how a run is watched, saved or split into micro-batches, not what it computes. Every other
+#: field (and the model's name and LoRA settings, and the tokenizer) must match unless the
+#: caller overrides the check.
+RESUMABLE_FIELDS = frozenset({
+    "max_steps", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit", "eval_steps",
+    "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
+    "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
+    "eval_top_p", "eval_top_k", "logprob_chunk_size",
+})
+
+#: LoRA settings (``peft.LoraConfig`` fields) recorded besides ``r``, ``lora_alpha`` and
+#: ``target_modules``: each changes the adapter's output (rsLoRA's α/√r scale, DoRA's magnitude,
+#: dropout, per-layer ranks and scales) or which tensors train (biases, modules_to_save, layers).
+#: Not recorded: initialisation settings (``init_lora_weights``, LoftQ, EVA, ...), which a
+#: resume overwrites with the saved weights anyway.
+LORA_FIELDS = ("use_rslora", "use_dora", "lora_dropout", "bias", "lora_bias", "modules_to_save",
+               "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern", "alpha_pattern",
+               "trainable_token_indices", "target_parameters", "layer_replication", "fan_in_fan_out")
+
+
+def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None) -> dict[str, Any]:
+    """The config, the model's identity (name, LoRA settings) and the tokenizer's, as resume
+    compares them (:func:`run_differences`).
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> tok = tiny_tokenizer()
+        >>> ident = run_identity({"mode": "erl"}, tiny_model(tok), tok)
+        >>> ident["model"], ident["tokenizer"]["eos"], ident["tokenizer"]["vocab_size"]
+        ({'model': ''}, [4, '<|im_end|>'], 103)
+    """
+    # config.name_or_path is what from_pretrained records (a PeftModel forwards to its base).
+    name = getattr(getattr(model, "config", None), "name_or_path", None) or getattr(model, "name_or_path", "")
+    ident: dict[str, Any] = {"model": name or ""}
+    peft = getattr(model, "peft_config", None)
+    if peft:
+        active = getattr(model, "active_adapter", None)
+        cfg = peft.get(active if isinstance(active, str) else "default") or next(iter(peft.values()))
+        ident.update({"lora.r": getattr(cfg, "r", None), "lora.alpha": getattr(cfg, "lora_alpha", None),
+                      "lora.target_modules": _plain(getattr(cfg, "target_modules", None))})
+        ident.update({f"lora.{key}": _plain(getattr(cfg, key, None)) for key in LORA_FIELDS})
+    out = {"config": config, "model": ident}
+    if tokenizer is not None:
+        out["tokenizer"] = tokenizer_identity(tokenizer)
+    # A JSON round trip makes tuples lists, as they will be when read back from a checkpoint.
+    return json.loads(json.dumps(out, default=repr))
+
+
+def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
+    """What of a tokenizer changes the token ids of a run: a hash of the chat template (all of
+    them, when a tokenizer has several named ones), the EOS and pad tokens with their ids, and
+    the vocabulary size (added tokens included).
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer
+        >>> a, b = tokenizer_identity(tiny_tokenizer()), tokenizer_identity(tiny_tokenizer(chat_template=False))
+        >>> a["chat_template"] == b["chat_template"], a["eos"], b["eos"]
+        (False, [4, '<|im_end|>'], [2, '<|eos|>'])
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    digest = None if template is None else hashlib.sha256(
+        json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
+    return {"chat_template": digest,
+            "eos": [getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "eos_token", None)],
+            "pad": [getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "pad_token", None)],
+            "vocab_size": len(tokenizer)}
+
+
+def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """One line ``field: checkpoint <old>, this run <new>`` per setting that differs.
+
+    Example:
+        >>> run_differences({"config": {"mode": "erl", "max_steps": 5}, "model": {}},
+        ...                 {"config": {"mode": "rlvr", "max_steps": 9}, "model": {}})
+        ["mode: checkpoint 'erl', this run 'rlvr'"]
+    """
+    lines = []
+    for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset()), ("tokenizer", frozenset())):
+        if part == "tokenizer" and part not in saved:
+            continue  # written before tokenizers were recorded
+        old, new = saved.get(part, {}), current.get(part, {})
+        # A field added after the checkpoint was written: it ran with that field's default.
+        known = _config_defaults() if part == "config" else _lora_defaults() if "lora.r" in old else {}
+        for key in sorted((set(old) | set(new)) - skip):
+            a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
+            if a != b:
+                lines.append(f"{part + '.' if part == 'tokenizer' else ''}{key}: checkpoint {a!r}, this run {b!r}")
+    return lines
+
+
+def _plain(value: Any) -> Any:
+    """A set (peft resolves ``"all-linear"`` to one) as a sorted list; anything else as it is."""
+    return sorted(value) if isinstance(value, (set, frozenset)) else value
+
+
+def _config_defaults() -> dict[str, Any]:
+    """``ERLConfig()``'s fields as a checkpoint stores them (JSON round trip)."""
+    from erl_lite.config import ERLConfig
+
+    return json.loads(json.dumps(ERLConfig().to_dict()))
+
+
+def _lora_defaults() -> dict[str, Any]:
+    """peft's defaults of :data:`LORA_FIELDS`, keyed as :func:`run_identity` keys them."""
+    from peft import LoraConfig
+
+    blank = LoraConfig()
+    return json.loads(json.dumps({f"lora.{k}": _plain(getattr(blank, k, None)) for k in LORA_FIELDS}, default=repr))
