@@ -33,7 +33,7 @@ ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 
 # Two optimizer steps per iteration, so a fault can fall between them (weights half-updated).
 ARGS = dict(max_steps=4, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-            max_reflection_length=12, max_reflection_prompt_length=600, eval_steps=0,
+            max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=0,
             progress_bar=False, learning_rate=1e-2, beta=0.0, per_device_train_batch_size=8,
             steps_per_generation=2, save_steps=0, seed=7)
 
