@@ -26,10 +26,12 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from typing import Any, Sequence
 
 from erl_lite.config import MODES, PRESETS, ERLConfig
 from erl_lite.config_cli import add_config_arguments, given_fields, load_config_file
+from erl_lite.jsonio import read_json, read_jsonl
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults; a ``--config``
@@ -283,8 +285,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
             raise CheckpointError(f"no checkpoint at {checkpoint}: neither a trainer_state.json nor "
                                   "checkpoint-<step> folders")
         folder = found[0]
-    with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as f:
-        state = json.load(f)
+    state = read_json(os.path.join(folder, "trainer_state.json"))
     saved = state.get("config", {})
     known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
     if set(saved) - known:  # written by another erl_lite version
@@ -332,8 +333,7 @@ def _read_tasks(path: str) -> list:
     from erl_lite.envs.dataset import rows_to_tasks
     from erl_lite.records import Task
 
-    with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(path)
     if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r
                     for r in rows):
         return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
@@ -357,10 +357,14 @@ def _plot(args: argparse.Namespace) -> int:
     from erl_lite.viz import save_figures
 
     try:
-        history = History.load(args.history)
-        baseline = History.load(args.baseline) if args.baseline else None
+        with warnings.catch_warnings(record=True) as caught:  # a torn last line: say so, draw the rest
+            warnings.simplefilter("always", UserWarning)
+            history = History.load(args.history)
+            baseline = History.load(args.baseline) if args.baseline else None
     except (OSError, ValueError) as e:
         return _usage_error("plot", e)
+    for w in caught:
+        print(f"erl-lite plot: warning: {w.message}", file=sys.stderr)
     out = args.out or (args.history if os.path.isdir(args.history) else os.path.dirname(os.path.abspath(args.history)))
     for path in save_figures(history, out, baseline):
         print(path)

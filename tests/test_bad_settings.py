@@ -152,3 +152,85 @@ def test_two_spellings_that_agree_or_one_spelling_twice_pass(flags, expected):
     from erl_lite.cli import build_parser, train_config
 
     assert train_config(build_parser().parse_args(["train", *flags])).max_steps == expected
+
+
+# --- files that do not parse: named with the file and the 1-based line ------------------------------
+GOOD_ROWS = [{"prompt": "2+2=?", "answer": "4"}, {"prompt": "3+3=?", "answer": "6"}]
+
+
+@pytest.mark.parametrize("bad", ['{"prompt": "4+4=?", "answer": }', '{"prompt": "4+4=?"', "prompt: 4+4", "[1, 2"])
+@pytest.mark.parametrize("blank_lines", [0, 2])
+def test_a_bad_line_in_a_dataset_file_is_named_by_file_and_line(tmp_path, bad, blank_lines):
+    from erl_lite.envs.data_sources import load_rows
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in GOOD_ROWS) + "\n" * (1 + blank_lines) + bad + "\n")
+    with pytest.raises(ValueError, match=rf"{path}:{3 + blank_lines}: not valid JSON"):
+        load_rows(str(path))
+
+
+@pytest.mark.slow
+def test_eval_names_the_bad_line_of_its_dataset(tmp_path, capsys):
+    from erl_lite.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--env", "arithmetic", "--model", "tiny", "--steps", "1", "--out", str(out),
+                 "--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0"]) == 0
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(GOOD_ROWS[0]) + "\n\n" + json.dumps(GOOD_ROWS[1]) + "\n{oops}\n")
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(out), "--dataset", str(rows)]) == 2
+    assert f"{rows}:4: not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, line, column", [("", 1, 1), ('{"step": 3,\n "config": }', 2, 12),
+                                                ('{"step": 3', 1, 11), ("{\n\n  'step': 1}", 3, 3)])
+def test_a_damaged_trainer_state_is_named_by_file_line_and_column(tmp_path, capsys, text, line, column):
+    from erl_lite.checkpoint import CheckpointError, read_checkpoint
+    from erl_lite.cli import main
+
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    state = folder / "trainer_state.json"
+    state.write_text(text)
+    with pytest.raises(CheckpointError, match=rf"{state}:{line}:{column}:"):
+        read_checkpoint(str(folder))
+    assert main(["eval", "--checkpoint", str(tmp_path)]) == 2
+    assert f"{state}:{line}:{column}:" in capsys.readouterr().err
+
+
+def _history(tmp_path, tail: str) -> str:
+    from erl_lite.history import History
+
+    h = History(out_dir=str(tmp_path))
+    for step in (1, 2, 3):
+        h.log({"step": step, "reward/first": 0.1 * step})
+    with open(tmp_path / "history.jsonl", "a", encoding="utf-8") as f:
+        f.write(tail)
+    return str(tmp_path / "history.jsonl")
+
+
+@pytest.mark.parametrize("torn", ['{"kind": "train", "step": 4, "rew', '{', '{"kind": "train", "step": 4}{"k'])
+def test_a_history_whose_last_line_a_crash_cut_off_still_loads_and_plots(tmp_path, capsys, torn):
+    from erl_lite.cli import main
+    from erl_lite.history import History
+
+    path = _history(tmp_path, torn)  # no newline at the end: the write was cut short
+    with pytest.warns(UserWarning, match=rf"{path}:4: .*cut off"):
+        history = History.load(path)
+    assert history.series("reward/first")[0] == [1, 2, 3]
+    assert main(["plot", path, "--out", str(tmp_path / "figs")]) == 0
+    assert f"{path}:4:" in capsys.readouterr().err and os.listdir(tmp_path / "figs")
+
+
+@pytest.mark.parametrize("bad", ['{"kind": "train", "step": 4, "rew\n', '{"step": 5}\n{oops\n{"step": 6}\n'])
+def test_a_damaged_line_inside_a_history_is_an_error_naming_file_and_line(tmp_path, capsys, bad):
+    from erl_lite.cli import main
+    from erl_lite.history import History
+
+    path = _history(tmp_path, bad)
+    line = 4 if bad.startswith('{"kind"') else 5
+    with pytest.raises(ValueError, match=rf"{path}:{line}: not valid JSON"):
+        History.load(path)
+    assert main(["plot", path]) == 2
+    assert f"{path}:{line}: not valid JSON" in capsys.readouterr().err
