@@ -105,6 +105,8 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--num-generations", type=int, default=None,
                    help="samples per task (default: the checkpoint's eval_num_generations)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
+    p.add_argument("--base-model", default=None, metavar="DIR",
+                   help="load the adapter's base from here instead of the path the checkpoint records")
 
 
 def _plot_parser(sub: Any) -> None:
@@ -132,8 +134,11 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 def _export(args: argparse.Namespace) -> int:
     from erl_lite import export
 
-    result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
-                                  base_model=args.base_model)
+    try:
+        result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
+                                      base_model=args.base_model)
+    except _user_errors() as e:
+        return _usage_error("export", e)
     print(f"merged {args.adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
           f"{result.out_dir}")
     if args.push_to_hub:
@@ -202,15 +207,37 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 
 def _train(args: argparse.Namespace) -> int:
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.checkpoint import CheckpointError, list_checkpoints
 
     try:
         run, cfg = train_settings(args)
-    except ValueError as e:
+        if args.resume and not cfg.output_dir:
+            raise ValueError("--resume needs --out (the run folder whose latest checkpoint to continue)")
+        if args.resume and not list_checkpoints(cfg.output_dir):
+            raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {cfg.output_dir}; "
+                                  "run without --resume to start this run")
+    except _user_errors() as e:
         return _usage_error("train", e)
     if run["model"] == "embedded" and run["env"] != "demo":
         print(f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
               "rewards near zero (use a hub model or a local folder with --model)", file=sys.stderr)
+    try:
+        trainer = _build_trainer(run, cfg)
+    except _user_errors() as e:  # a missing model folder, a bad dataset file, ...
+        return _usage_error("train", e)
+    try:
+        history = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    except CheckpointError as e:  # a damaged checkpoint to resume; other errors keep their traceback
+        return _usage_error("train", e)
+    last = history.last("eval/success", kind="eval")
+    print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
+    return 0
+
+
+def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
+    """``erl-lite train``'s trainer: the model and environment its run options name."""
+    from erl_lite.trainer import ERLTrainer
+
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed
@@ -226,14 +253,20 @@ def _train(args: argparse.Namespace) -> int:
 
         model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
     env, rows, kwargs = _environment(run["env"], run["small"], cfg.seed)
-    trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
-    history = trainer.train(resume_from_checkpoint=True if args.resume else None)
-    last = history.last("eval/success", kind="eval")
-    print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
-    return 0
+    return ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The errors a command prints as one paragraph (:func:`_usage_error`) instead of a traceback:
+    bad values, missing or unreadable files and folders, damaged checkpoints. (A function, so that
+    ``import erl_lite.cli`` stays free of torch.)"""
+    from erl_lite.checkpoint import CheckpointError
+
+    return CheckpointError, ValueError, OSError
 
 
 def _usage_error(command: str, error: BaseException) -> int:
+    """Print ``error`` as one paragraph, without a traceback; the exit code 2 (as argparse's)."""
     print(f"erl-lite {command}: error: {error}", file=sys.stderr)
     return 2
 
@@ -261,14 +294,15 @@ def _environment(name: str, small: bool, seed: int = 0):
 # --- eval and plot ----------------------------------------------------------------------------
 def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | None = None,
                         dataset: str | None = None, num_generations: int | None = None,
-                        limit: int | None = None) -> dict[str, Any]:
+                        limit: int | None = None, base_model: str | None = None) -> dict[str, Any]:
     """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter.
 
     The adapter is loaded with :func:`erl_lite.models.load_policy` (its base from the adapter's
     ``base_model_name_or_path``, 4-bit when the run was) and the run's config from
     ``trainer_state.json``; sampling is the config's evaluation sampler, seeded with its
     ``seed``, as in ``ERLTrainer.evaluate``. ``env``/``small`` default to what ``erl-lite train``
-    recorded in the config's ``extra``; ``dataset`` (JSONL) replaces the test split.
+    recorded in the config's ``extra``; ``dataset`` (JSONL) replaces the test split; ``base_model``
+    loads the base from this folder instead of the path the adapter records (a base that moved).
     """
     from transformers import set_seed
 
@@ -305,7 +339,8 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     n = num_generations or cfg.eval_num_generations
     if not tasks or n < 1:
         raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
-    model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none")
+    model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none",
+                                   base_model=base_model)
     ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg)
     set_seed(cfg.seed)
     attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params())
@@ -341,12 +376,10 @@ def _read_tasks(path: str) -> list:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from erl_lite.checkpoint import CheckpointError
-
     try:
         metrics = evaluate_checkpoint(args.checkpoint, args.env, args.small, args.dataset,
-                                      args.num_generations, args.limit)
-    except (CheckpointError, ValueError, OSError) as e:
+                                      args.num_generations, args.limit, args.base_model)
+    except _user_errors() as e:
         return _usage_error("eval", e)
     print(json.dumps(metrics, indent=2))
     return 0
@@ -361,7 +394,7 @@ def _plot(args: argparse.Namespace) -> int:
             warnings.simplefilter("always", UserWarning)
             history = History.load(args.history)
             baseline = History.load(args.baseline) if args.baseline else None
-    except (OSError, ValueError) as e:
+    except _user_errors() as e:
         return _usage_error("plot", e)
     for w in caught:
         print(f"erl-lite plot: warning: {w.message}", file=sys.stderr)
