@@ -234,3 +234,206 @@ def test_a_damaged_line_inside_a_history_is_an_error_naming_file_and_line(tmp_pa
         History.load(path)
     assert main(["plot", path]) == 2
     assert f"{path}:{line}: not valid JSON" in capsys.readouterr().err
+
+
+# --- the command line: missing paths and nothing to resume, one paragraph and exit code 2 -------------
+def _no_traceback(err: str) -> None:
+    # progress bars may come first; the error is one paragraph, with no traceback
+    assert "Traceback" not in err and "erl-lite " in err and ": error: " in err, err
+
+
+@pytest.mark.parametrize("model", ["./nonexistent", "../nowhere/model", "/no/such/model", "~/no-such-model",
+                                   "{tmp}/missing", "{tmp}/missing/deeper", "runs\\model"])
+def test_a_missing_model_path_is_named_as_a_missing_path(tmp_path, capsys, model):
+    from erl_lite.cli import main
+    from erl_lite.models import load_policy
+
+    model = model.replace("{tmp}", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_policy(model, device="cpu")
+    assert main(["train", "--env", "arithmetic", "--model", model, "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    _no_traceback(err)
+    assert model in err and "does not exist" in err and "Repo id" not in err
+
+
+def test_a_hub_name_is_not_taken_for_a_path():
+    from erl_lite.models import check_model_source
+
+    for name in ("Qwen/Qwen2.5-0.5B-Instruct", "gpt2", "org/name-1.5b"):
+        check_model_source(name)  # left to transformers (hub or cache)
+
+
+@pytest.mark.parametrize("flags, message", [
+    ([], "--resume needs --out"),
+    (["--out", "{tmp}"], "nothing to resume: no checkpoint-<step> folder in {tmp}"),
+    (["--out", "{tmp}/new"], "nothing to resume: no checkpoint-<step> folder in {tmp}/new"),
+])
+def test_resume_with_nothing_to_resume_is_one_clear_line(tmp_path, capsys, flags, message):
+    from erl_lite.cli import main
+
+    flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
+    assert main(["train", "--env", "arithmetic", "--model", "tiny", "--steps", "1", "--resume", *flags]) == 2
+    err = capsys.readouterr().err
+    _no_traceback(err)
+    assert message.replace("{tmp}", str(tmp_path)) in err
+
+
+def test_resume_from_damaged_checkpoints_is_one_clear_paragraph(tmp_path, capsys):
+    from erl_lite.cli import main
+
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{")
+    assert main(["train", "--env", "arithmetic", "--model", "tiny", "--steps", "3", "--resume",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    _no_traceback(err)
+    assert "every checkpoint is damaged" in err and "trainer_state.json:1:2" in err
+
+
+@pytest.mark.parametrize("layout", ["missing", "empty", "checkpoint-without-adapter", "adapter-of-a-full-run"])
+def test_export_without_a_lora_adapter_is_one_clear_paragraph(tmp_path, capsys, layout):
+    from erl_lite.cli import main
+
+    folder = tmp_path / "checkpoint-3"
+    if layout != "missing":
+        folder.mkdir()
+    if layout in ("checkpoint-without-adapter", "adapter-of-a-full-run"):
+        (folder / "trainer_state.json").write_text(json.dumps({"step": 3, "config": {}}))
+        (folder / "trainable.safetensors").write_text("")
+    adapter = folder / "adapter" if layout == "adapter-of-a-full-run" else folder
+    assert main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "merged")]) == 2
+    err = capsys.readouterr().err
+    _no_traceback(err)
+    assert "no LoRA adapter" in err or "not a LoRA adapter" in err
+    assert str(adapter) in err
+
+
+@pytest.mark.slow
+def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys):
+    from erl_lite.cli import main
+    from erl_lite.testing import save_tiny_model
+
+    base = save_tiny_model(str(tmp_path / "base"))
+    out = tmp_path / "run"
+    assert main(["train", "--env", "arithmetic", "--model", base, "--steps", "1", "--out", str(out),
+                 "--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0"]) == 0
+    moved = str(tmp_path / "moved")
+    os.rename(base, moved)
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(out), "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    _no_traceback(err)
+    assert base in err and "does not exist" in err and "--base-model" in err
+    assert main(["eval", "--checkpoint", str(out), "--limit", "1", "--num-generations", "1",
+                 "--base-model", moved]) == 0
+    assert main(["export", "--adapter", str(out / "checkpoint-1" / "adapter"), "--out", str(tmp_path / "m")]) == 2
+    assert "--base-model" in capsys.readouterr().err
+
+
+# --- prompts and rewards that cannot be used: named with the row, the function and the value ---------
+def _trainer(rows, reward, script=lambda p: "4", **kw):
+    from erl_lite.generation import ScriptedGenerator
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+    from erl_lite.trainer import ERLTrainer
+
+    tok = tiny_tokenizer()
+    args = ERLConfig.preset("cpu", **{**dict(max_steps=1, num_tasks_per_step=len(rows), num_generations=2,
+                                             max_completion_length=6, max_reflection_length=8, eval_steps=0,
+                                             progress_bar=False, beta=0.0), **kw})
+    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=reward,
+                      train_dataset=rows, generator=ScriptedGenerator(tok, script))
+
+
+def _answer_reward(prompts, completions, answer, **kw):
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [float(a in t) for t, a in zip(texts, answer)]
+
+
+def _parts(*texts):
+    return [{"type": "text", "text": t} for t in texts]
+
+
+@pytest.mark.parametrize("prompt, seen", [
+    ([{"role": "user", "content": _parts("What is 2+2?")}], "What is 2+2?"),
+    ([{"role": "user", "content": _parts("What is ", "2+2?")}], "What is 2+2?"),
+    ([{"role": "system", "content": _parts("Be brief.")}, {"role": "user", "content": _parts("2+2?")}], "Be brief."),
+    ([{"role": "user", "content": "Remember 4."}, {"role": "assistant", "content": _parts("OK.")},
+      {"role": "user", "content": _parts("Say it.")}], "OK."),
+])
+def test_chat_prompts_of_text_content_parts_are_read_as_text(prompt, seen):
+    # TRL users send content parts ({"type": "text", "text": ...}); text parts are joined as a
+    # multimodal chat template joins them, and the reward function sees the prompt as given
+    prompts_seen, rendered = [], []
+
+    def reward(prompts, completions, answer, **kw):
+        prompts_seen.extend(prompts)
+        return _answer_reward(prompts, completions, answer)
+
+    def script(text):
+        rendered.append(text)
+        return "4"
+
+    t = _trainer([{"prompt": prompt, "answer": "4"}], reward, script=script)
+    t.train()
+    assert seen in rendered[0] and "'type'" not in rendered[0]
+    assert prompts_seen[0] == prompt and t.history.last("reward/first") == 1.0
+
+
+@pytest.mark.parametrize("content, message", [
+    ([{"type": "image", "image": "cat.png"}, {"type": "text", "text": "What is this?"}], "'image' content part"),
+    ([{"type": "text"}], "content part 0"),
+    ([{"type": "text", "text": 3}], "content part 0"),
+    (["just a string"], "content part 0"),
+    ([], "no text"),
+])
+def test_chat_prompts_with_unusable_content_parts_are_refused_naming_the_row(content, message):
+    rows = [{"prompt": "2+2?", "answer": "4"}, {"prompt": [{"role": "user", "content": content}], "answer": "4"}]
+    with pytest.raises(ValueError, match=rf"dataset row 1: message 0.*{message}"):
+        _trainer(rows, _answer_reward)
+
+
+@pytest.mark.parametrize("prompt", ["What is \ud800 2+2?", "\udfff",
+                                    [{"role": "user", "content": "2+2?\udc80"}],
+                                    [{"role": "user", "content": _parts("ok", "bad \ud83d")}]])
+def test_a_prompt_with_a_lone_surrogate_is_refused_naming_the_row(prompt):
+    rows = [{"prompt": "2+2?", "answer": "4"}, {"prompt": prompt, "answer": "4"}]
+    with pytest.raises(ValueError, match=r"dataset row 1.*lone surrogate"):
+        _trainer(rows, _answer_reward)
+
+
+@pytest.mark.parametrize("bad", [1e200, -1e200, 1e39, 2e10, float("inf"), float("nan"), "1.0", [1.0], {"r": 1}],
+                         ids=lambda v: repr(v))
+def test_a_reward_that_cannot_be_trained_on_names_function_row_and_value(bad):
+    def scorer(completions, **kw):
+        return [1.0] + [bad] * (len(completions) - 1)
+
+    with pytest.raises(ValueError, match=r"reward function 'scorer': row 1 \(task .*\) is ") as err:
+        _trainer([{"prompt": "2+2?", "answer": "4"}], scorer).train()
+    assert repr(bad)[:8] in str(err.value) or str(bad) in str(err.value)
+
+
+def test_a_reward_left_as_none_by_every_function_names_the_row_and_the_functions():
+    def scorer(completions, **kw):
+        return [1.0] + [None] * (len(completions) - 1)
+
+    with pytest.raises(ValueError, match=r"row 1 \(task .*\): every reward function returned None \(\['scorer'\]\)"):
+        _trainer([{"prompt": "2+2?", "answer": "4"}], scorer).train()
+
+
+def test_large_reward_weights_cannot_push_the_sum_out_of_range():
+    from erl_lite.envs.dataset import RewardFunctionEnv
+    from erl_lite.records import Task
+
+    env = RewardFunctionEnv([lambda completions, **kw: [1e9] * len(completions)] * 2, reward_weights=[8.0, 8.0])
+    with pytest.raises(ValueError, match=r"row 0 \(task 't'\): the weighted sum .* is 16000000000\.0"):
+        env.score([Task("t", "x", {})], ["a"], [[1]])
+
+
+@pytest.mark.parametrize("out", [lambda n: [1.0] * (n + 1), lambda n: [1.0] * (n - 1), lambda n: []])
+def test_a_reward_list_of_the_wrong_length_names_the_function(out):
+    def scorer(completions, **kw):
+        return out(len(completions))
+
+    with pytest.raises(ValueError, match=r"reward function 'scorer' returned \d+ values for 2 completions"):
+        _trainer([{"prompt": "2+2?", "answer": "4"}], scorer).train()
