@@ -17,6 +17,10 @@
   adapter (a checkpoint's ``adapter/`` folder or a saved adapter) into its base, dequantising a
   4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
 
+Errors a user can fix (a bad value, a missing or damaged file or folder, nothing to resume) are
+printed as one paragraph naming the file and line, the field or the path, with exit code 2 and
+no traceback; errors raised while training (a reward function's, say) keep their traceback.
+
 Departures from the paper: none; this is plumbing.
 """
 
@@ -30,7 +34,7 @@ import warnings
 from typing import Any, Sequence
 
 from erl_lite.config import MODES, PRESETS, ERLConfig
-from erl_lite.config_cli import add_config_arguments, given_fields, load_config_file
+from erl_lite.config_cli import add_config_arguments, given_fields, load_config_file, locate_in_file
 from erl_lite.jsonio import read_json, read_jsonl
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
@@ -179,15 +183,21 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
     if not isinstance(run["small"], bool):
         raise ValueError(f"small must be true or false, got {run['small']!r}")
-    overrides = {"seed": CLI_SEED, **file_fields, **given_fields(args)}
+    flags = given_fields(args)
+    overrides = {"seed": CLI_SEED, **file_fields, **flags}
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
     overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"]}
-    if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
-        from erl_lite.embedded.demo import demo_config
+    try:
+        if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
+            from erl_lite.embedded.demo import demo_config
 
-        return run, demo_config(preset=run["preset"], **overrides)
-    return run, ERLConfig.preset(run["preset"], **overrides)
+            return run, demo_config(preset=run["preset"], **overrides)
+        return run, ERLConfig.preset(run["preset"], **overrides)
+    except ValueError as e:  # a field the file set (and no flag overrode): name its line
+        if args.config is None:
+            raise
+        raise ValueError(locate_in_file(str(e), args.config, set(file_fields) - set(flags))) from e
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:

@@ -13,7 +13,15 @@ such, ``none`` for an optional field, dicts and lists as YAML or JSON
 (``--extra '{note: first try}'``).
 
 A run file (``--config run.yaml``) is a mapping of field names (``-`` or ``_``) to values; an
-unknown key is an error that names the closest field (:mod:`difflib`).
+unknown key is an error that names the closest field (:mod:`difflib`). Each value is checked
+against its field's type (:mod:`erl_lite.field_types`: ``temperature: true``, ``use_memory: 2``,
+``seed: 1.5`` and ``learning_rate: null`` are refused), and errors name the file and the line.
+
+One field given twice: two spellings on the command line (``--steps`` and ``--max-steps``,
+``--learning-rate`` and ``--learning_rate``, ``--no-memory`` and ``--use-memory``) or the same
+key twice in a run file (``learning-rate`` and ``learning_rate``) is an error naming both when
+the values differ, instead of the last one silently winning; values that agree pass. Between
+layers there is no conflict: flags override the file by design.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -30,7 +38,7 @@ import sys
 import textwrap
 import types
 import typing
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
@@ -330,6 +338,25 @@ def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str]
         seen[key] = (line, raw_key, value)
         (fields if key in types_ else others)[key] = value
     return fields, others
+
+
+def locate_in_file(message: str, path: str, names: Iterable[str]) -> str:
+    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it mentions whose
+    value came from the run file ``path`` (``names``); as it is when it mentions none.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
+        >>> _ = open(path, "w").write("seed: 1\\ntop-p: 1.5\\n")
+        >>> locate_in_file("ERLConfig.top_p must be in (0, 1]", path, ["seed", "top_p"])  # doctest: +ELLIPSIS
+        '...run.yaml:2: ERLConfig.top_p must be in (0, 1]'
+    """
+    lines = {str(key).replace("-", "_"): line for key, _, line in _yaml_entries(path) or ()}
+    names = set(names)
+    for name in re.findall(r"\bERLConfig\.(\w+)", message):
+        if name in names and name in lines:
+            return f"{path}:{lines[name]}: {message}"
+    return message
 
 
 def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:

@@ -125,6 +125,24 @@ def test_run_file_values_are_checked_naming_file_line_and_field(monkeypatch, tmp
     assert f"{path}:{lineno}:" in err and message in err, err
 
 
+@pytest.mark.parametrize("text, line, message", [
+    ("seed: 1\ntop_p: 1.5\n", 2, "ERLConfig.top_p must be in (0, 1]"),
+    ("num-generations: 0\n", 1, "ERLConfig.num_generations must be a positive integer"),
+    ("mode: rlvr\n\nnum_generations: 1\n", 3, "ERLConfig.num_generations=1 with mode='rlvr'"),
+])
+def test_run_file_values_out_of_range_name_the_line_that_set_them(monkeypatch, tmp_path, capsys, text, line, message):
+    import erl_lite.trainer
+    from erl_lite.cli import main
+
+    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", None)  # never reached
+    path = _run_file(tmp_path, text)
+    assert main(["train", "--config", path]) == 2
+    assert f"{path}:{line}: {message}" in capsys.readouterr().err
+    # a flag that sets the field takes the blame away from the file
+    assert main(["train", "--config", path, "--top-p", "2.0", "--num-generations", "0"]) == 2
+    assert f"{path}:" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--learning-rate", "nan"], "ERLConfig.learning_rate must be a finite number, got nan"),
     (["--beta", "inf"], "ERLConfig.beta must be a finite number, got inf"),
