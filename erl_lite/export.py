@@ -144,7 +144,8 @@ def _not_an_adapter(folder: str) -> str:
     checkpoint = next((f for f in (folder, os.path.dirname(os.path.abspath(folder)))
                        if os.path.isfile(os.path.join(f, "trainer_state.json"))), None)
     if checkpoint is not None and os.path.isfile(os.path.join(checkpoint, "adapter", "adapter_config.json")):
-        return f"{folder} is not a LoRA adapter folder; this checkpoint's adapter is {os.path.join(checkpoint, 'adapter')}"
+        adapter = os.path.join(checkpoint, "adapter")
+        return f"{folder} is not a LoRA adapter folder; this checkpoint's adapter is {adapter}"
     if checkpoint is not None:
         return (f"{folder} holds no LoRA adapter: the checkpoint {checkpoint} is of a run without LoRA (its trained "
                 "weights are in trainable.safetensors), and export merges a LoRA adapter into its base; the "

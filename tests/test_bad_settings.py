@@ -57,7 +57,8 @@ def test_values_of_the_wrong_type_are_refused_naming_the_field(name, value):
 
 @pytest.mark.parametrize("name, value, stored", [
     ("seed", 3.0, 3), ("max_steps", 10.0, 10), ("learning_rate", 1, 1), ("lora_alpha", 16, 16),
-    ("dual_clip", None, None), ("logging_steps", 0.5, 0.5), ("logging_steps", 2, 2), ("report_to", ("wandb",), ["wandb"]),
+    ("dual_clip", None, None), ("logging_steps", 0.5, 0.5), ("logging_steps", 2, 2),
+    ("report_to", ("wandb",), ["wandb"]),
     ("lora_target_modules", ("q_proj",), ("q_proj",)), ("scale_rewards", True, "group"),
 ])
 def test_values_that_are_the_right_kind_still_pass(name, value, stored):
