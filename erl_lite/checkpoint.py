@@ -51,6 +51,7 @@ from safetensors.torch import load_file, save_file
 
 from erl_lite.history import History
 from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
+from erl_lite.jsonio import read_json, read_jsonl
 from erl_lite.memory import ReflectionMemory, check_memory_state
 
 FORMAT = 2  # 1: the first layout, with a pickled rng.pt (never loaded: it could run code)
@@ -404,13 +405,12 @@ def _read_torch(path: str) -> Any:
 
 
 def _read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(path)  # its errors name the line and column
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    # written whole before the checkpoint folder is moved into place: a torn line is damage
+    return read_jsonl(path, torn_tail="error")
 
 
 def _write_json(path: str, obj: Any) -> None:

@@ -17,6 +17,10 @@
   adapter (a checkpoint's ``adapter/`` folder or a saved adapter) into its base, dequantising a
   4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
 
+Errors a user can fix (a bad value, a missing or damaged file or folder, nothing to resume) are
+printed as one paragraph naming the file and line, the field or the path, with exit code 2 and
+no traceback; errors raised while training (a reward function's, say) keep their traceback.
+
 Departures from the paper: none; this is plumbing.
 """
 
@@ -26,10 +30,12 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from typing import Any, Sequence
 
 from erl_lite.config import MODES, PRESETS, ERLConfig
-from erl_lite.config_cli import add_config_arguments, given_fields, load_config_file
+from erl_lite.config_cli import add_config_arguments, given_fields, load_config_file, locate_in_file
+from erl_lite.jsonio import read_json, read_jsonl
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults; a ``--config``
@@ -104,6 +110,8 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--num-generations", type=int, default=None,
                    help="samples per task (default: the checkpoint's eval_num_generations)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
+    p.add_argument("--base-model", default=None, metavar="DIR",
+                   help="load the adapter's base from here instead of the path the checkpoint records")
 
 
 def _plot_parser(sub: Any) -> None:
@@ -131,8 +139,11 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 def _export(args: argparse.Namespace) -> int:
     from erl_lite import export
 
-    result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
-                                  base_model=args.base_model)
+    try:
+        result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
+                                      base_model=args.base_model)
+    except _user_errors() as e:
+        return _usage_error("export", e)
     print(f"merged {args.adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
           f"{result.out_dir}")
     if args.push_to_hub:
@@ -173,15 +184,21 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
     if not isinstance(run["small"], bool):
         raise ValueError(f"small must be true or false, got {run['small']!r}")
-    overrides = {"seed": CLI_SEED, **file_fields, **given_fields(args)}
+    flags = given_fields(args)
+    overrides = {"seed": CLI_SEED, **file_fields, **flags}
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
     overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"]}
-    if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
-        from erl_lite.embedded.demo import demo_config
+    try:
+        if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
+            from erl_lite.embedded.demo import demo_config
 
-        return run, demo_config(preset=run["preset"], **overrides)
-    return run, ERLConfig.preset(run["preset"], **overrides)
+            return run, demo_config(preset=run["preset"], **overrides)
+        return run, ERLConfig.preset(run["preset"], **overrides)
+    except ValueError as e:  # a field the file set (and no flag overrode): name its line
+        if args.config is None:
+            raise
+        raise ValueError(locate_in_file(str(e), args.config, set(file_fields) - set(flags))) from e
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:
@@ -201,15 +218,37 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 
 def _train(args: argparse.Namespace) -> int:
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.checkpoint import CheckpointError, list_checkpoints
 
     try:
         run, cfg = train_settings(args)
-    except ValueError as e:
+        if args.resume and not cfg.output_dir:
+            raise ValueError("--resume needs --out (the run folder whose latest checkpoint to continue)")
+        if args.resume and not list_checkpoints(cfg.output_dir):
+            raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {cfg.output_dir}; "
+                                  "run without --resume to start this run")
+    except _user_errors() as e:
         return _usage_error("train", e)
     if run["model"] == "embedded" and run["env"] != "demo":
         print(f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
               "rewards near zero (use a hub model or a local folder with --model)", file=sys.stderr)
+    try:
+        trainer = _build_trainer(run, cfg)
+    except _user_errors() as e:  # a missing model folder, a bad dataset file, ...
+        return _usage_error("train", e)
+    try:
+        history = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    except CheckpointError as e:  # a damaged checkpoint to resume; other errors keep their traceback
+        return _usage_error("train", e)
+    last = history.last("eval/success", kind="eval")
+    print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
+    return 0
+
+
+def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
+    """``erl-lite train``'s trainer: the model and environment its run options name."""
+    from erl_lite.trainer import ERLTrainer
+
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed
@@ -225,14 +264,20 @@ def _train(args: argparse.Namespace) -> int:
 
         model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
     env, rows, kwargs = _environment(run["env"], run["small"], cfg.seed)
-    trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
-    history = trainer.train(resume_from_checkpoint=True if args.resume else None)
-    last = history.last("eval/success", kind="eval")
-    print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
-    return 0
+    return ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The errors a command prints as one paragraph (:func:`_usage_error`) instead of a traceback:
+    bad values, missing or unreadable files and folders, damaged checkpoints. (A function, so that
+    ``import erl_lite.cli`` stays free of torch.)"""
+    from erl_lite.checkpoint import CheckpointError
+
+    return CheckpointError, ValueError, OSError
 
 
 def _usage_error(command: str, error: BaseException) -> int:
+    """Print ``error`` as one paragraph, without a traceback; the exit code 2 (as argparse's)."""
     print(f"erl-lite {command}: error: {error}", file=sys.stderr)
     return 2
 
@@ -260,14 +305,15 @@ def _environment(name: str, small: bool, seed: int = 0):
 # --- eval and plot ----------------------------------------------------------------------------
 def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | None = None,
                         dataset: str | None = None, num_generations: int | None = None,
-                        limit: int | None = None) -> dict[str, Any]:
+                        limit: int | None = None, base_model: str | None = None) -> dict[str, Any]:
     """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter.
 
     The adapter is loaded with :func:`erl_lite.models.load_policy` (its base from the adapter's
     ``base_model_name_or_path``, 4-bit when the run was) and the run's config from
     ``trainer_state.json``; sampling is the config's evaluation sampler, seeded with its
     ``seed``, as in ``ERLTrainer.evaluate``. ``env``/``small`` default to what ``erl-lite train``
-    recorded in the config's ``extra``; ``dataset`` (JSONL) replaces the test split.
+    recorded in the config's ``extra``; ``dataset`` (JSONL) replaces the test split; ``base_model``
+    loads the base from this folder instead of the path the adapter records (a base that moved).
     """
     from transformers import set_seed
 
@@ -284,8 +330,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
             raise CheckpointError(f"no checkpoint at {checkpoint}: neither a trainer_state.json nor "
                                   "checkpoint-<step> folders")
         folder = found[0]
-    with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as f:
-        state = json.load(f)
+    state = read_json(os.path.join(folder, "trainer_state.json"))
     saved = state.get("config", {})
     known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
     if set(saved) - known:  # written by another erl_lite version
@@ -305,7 +350,8 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     n = num_generations or cfg.eval_num_generations
     if not tasks or n < 1:
         raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
-    model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none")
+    model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none",
+                                   base_model=base_model)
     ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg)
     set_seed(cfg.seed)
     attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params())
@@ -333,8 +379,7 @@ def _read_tasks(path: str) -> list:
     from erl_lite.envs.dataset import rows_to_tasks
     from erl_lite.records import Task
 
-    with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(path)
     if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r
                     for r in rows):
         return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
@@ -342,12 +387,10 @@ def _read_tasks(path: str) -> list:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from erl_lite.checkpoint import CheckpointError
-
     try:
         metrics = evaluate_checkpoint(args.checkpoint, args.env, args.small, args.dataset,
-                                      args.num_generations, args.limit)
-    except (CheckpointError, ValueError, OSError) as e:
+                                      args.num_generations, args.limit, args.base_model)
+    except _user_errors() as e:
         return _usage_error("eval", e)
     print(json.dumps(metrics, indent=2))
     return 0
@@ -358,10 +401,14 @@ def _plot(args: argparse.Namespace) -> int:
     from erl_lite.viz import save_figures
 
     try:
-        history = History.load(args.history)
-        baseline = History.load(args.baseline) if args.baseline else None
-    except (OSError, ValueError) as e:
+        with warnings.catch_warnings(record=True) as caught:  # a torn last line: say so, draw the rest
+            warnings.simplefilter("always", UserWarning)
+            history = History.load(args.history)
+            baseline = History.load(args.baseline) if args.baseline else None
+    except _user_errors() as e:
         return _usage_error("plot", e)
+    for w in caught:
+        print(f"erl-lite plot: warning: {w.message}", file=sys.stderr)
     out = args.out or (args.history if os.path.isdir(args.history) else os.path.dirname(os.path.abspath(args.history)))
     for path in save_figures(history, out, baseline):
         print(path)

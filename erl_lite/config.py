@@ -3,7 +3,9 @@
 Field names follow TRL's ``GRPOConfig`` where the concept is the same (``num_generations``,
 ``max_completion_length``, ``temperature``, ``beta``, ``epsilon``, ``learning_rate``, ...),
 so a GRPOTrainer user recognises them; the ERL-specific fields use the paper's vocabulary.
-Invalid values fail at construction with a message that names the field.
+Invalid values fail at construction with a message that names the field: first every field
+against its type annotation (:mod:`erl_lite.field_types`: a bool is not a number, an int field
+refuses 1.5, no float is NaN or infinite), then each field's range and the fields together.
 
 Departures from the paper: the defaults are the paper's (Algorithm 2, τ = 1, clip 0.2/0.28,
 KL 0.001, lr 1e-6, T = 0.7) except where a small single-GPU run needs otherwise, and the
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from erl_lite.field_types import conform_fields
 from erl_lite.records import ROLES
 
 MODES = ("erl", "erl_simple", "rlvr")
@@ -81,7 +85,11 @@ class ERLConfig:
     num_generations: int | None = None
     """G: first-attempt rollouts per task. None (default) = the paper's compute-matched
     choice for the mode: 4 for ``erl`` / ``erl_simple``, 10 for ``rlvr`` (see
-    :data:`DEFAULT_GENERATIONS`); set a number to override."""
+    :data:`DEFAULT_GENERATIONS`); set a number to override. G = 1 leaves every advantage group
+    with one row, and a group of one gets ``A = r`` (mean 0, std 1: :mod:`erl_lite.advantages`),
+    so there is no baseline: ``rlvr`` and ``erl_simple``, which train first attempts only, refuse
+    it (as TRL refuses G < 2); ``erl`` accepts it with a warning (first attempts, reflections and
+    second attempts are then all trained on raw rewards, a REINFORCE without baseline)."""
     seed: int = 42
     """Seed for task order, sampling and initialisation."""
 
@@ -326,6 +334,9 @@ class ERLConfig:
     """Free-form values carried into the history's header (e.g. the preset's name)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.scale_rewards, bool):  # TRL's True/False, before the type check
+            self.scale_rewards = "group" if self.scale_rewards else "none"
+        conform_fields(self)  # every field against its annotation (bool, int, finite float, ...)
         _choice("mode", self.mode, MODES)
         if self.num_generations is None:
             self.num_generations = DEFAULT_GENERATIONS[self.mode]
@@ -337,16 +348,11 @@ class ERLConfig:
                              f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[self.loss_type]}")
         _choice("loss_type", self.loss_type, LOSS_TYPE_NAMES)
         self.loss_type = LOSS_TYPE_ALIASES.get(self.loss_type, self.loss_type)
-        self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)
         _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
         _choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         self._check_schedule()
         self._check_lora()
-        for name in ("generation_kwargs", "chat_template_kwargs"):
-            value = getattr(self, name)
-            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                raise ValueError(f"ERLConfig.{name} must be a dict with string keys, got {value!r}")
         owned = sorted(set(self.generation_kwargs) & set(SAMPLER_KEYS))
         if owned:
             raise ValueError(f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
@@ -374,8 +380,6 @@ class ERLConfig:
         for name in ("temperature", "reflection_temperature", "eval_temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ERLConfig.{name} must be > 0 (sampling), got {getattr(self, name)!r}")
-        if not math.isfinite(self.reward_threshold):
-            raise ValueError(f"ERLConfig.reward_threshold (τ) must be a finite number, got {self.reward_threshold!r}")
         for name in ("top_p", "reflection_top_p", "eval_top_p"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"ERLConfig.{name} must be in (0, 1], got {getattr(self, name)!r}")
@@ -393,13 +397,25 @@ class ERLConfig:
         if self.max_completion_length >= self.max_episode_length:
             raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
         self._check_mode_switches()
+        self._check_group_size()
+
+    def _check_group_size(self) -> None:
+        """G = 1: refused where first attempts are all that trains, a warning in ``erl`` mode."""
+        if self.num_generations != 1:
+            return
+        if self.mode != "erl":
+            raise ValueError(f"ERLConfig.num_generations=1 with mode={self.mode!r}: a group of one first attempt "
+                             "has no baseline (its advantage would be the raw reward); GRPO needs >= 2 "
+                             "(TRL refuses G < 2)")
+        warnings.warn("ERLConfig.num_generations=1: every (task, role) group holds one row, so each trained "
+                      "row's advantage is its raw reward (A = r, no group baseline); use >= 2 for GRPO's "
+                      "baseline", UserWarning, stacklevel=4)
 
     def _check_schedule(self) -> None:
-        if not (isinstance(self.warmup_ratio, (int, float)) and 0 <= self.warmup_ratio < 1):
+        if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"ERLConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
         w = self.warmup_steps
-        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0
-                and (float(w).is_integer() or w < 1)):
+        if not (w >= 0 and (float(w).is_integer() or w < 1)):
             raise ValueError("ERLConfig.warmup_steps must be a whole number of steps >= 0 or a fraction in "
                              f"(0, 1), got {w!r}")
         if self.warmup_ratio and w:
@@ -414,10 +430,9 @@ class ERLConfig:
             raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {self.lora_alpha!r}")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"ERLConfig.lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
-        t = self.lora_target_modules
-        if not (isinstance(t, str) or (isinstance(t, (list, tuple)) and t and all(isinstance(m, str) for m in t))):
+        if not self.lora_target_modules:
             raise ValueError("ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
-                             f"list of module names, got {t!r}")
+                             f"list of module names, got {self.lora_target_modules!r}")
 
     def optimizer_steps(self, rows: int) -> int:
         """Optimizer steps an update of ``rows`` rows takes: ``steps_per_generation`` (at most
@@ -462,9 +477,7 @@ class ERLConfig:
 
     def _resolve_length(self) -> None:
         """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
-        if self.num_train_epochs is not None and not (
-                isinstance(self.num_train_epochs, (int, float)) and not isinstance(self.num_train_epochs, bool)
-                and 0 < self.num_train_epochs < math.inf):
+        if self.num_train_epochs is not None and not self.num_train_epochs > 0:
             raise ValueError(f"ERLConfig.num_train_epochs must be a positive number, got {self.num_train_epochs!r}")
         if self.max_steps is None and self.num_train_epochs is None:
             self.max_steps = DEFAULT_MAX_STEPS

@@ -13,7 +13,15 @@ such, ``none`` for an optional field, dicts and lists as YAML or JSON
 (``--extra '{note: first try}'``).
 
 A run file (``--config run.yaml``) is a mapping of field names (``-`` or ``_``) to values; an
-unknown key is an error that names the closest field (:mod:`difflib`).
+unknown key is an error that names the closest field (:mod:`difflib`). Each value is checked
+against its field's type (:mod:`erl_lite.field_types`: ``temperature: true``, ``use_memory: 2``,
+``seed: 1.5`` and ``learning_rate: null`` are refused), and errors name the file and the line.
+
+One field given twice: two spellings on the command line (``--steps`` and ``--max-steps``,
+``--learning-rate`` and ``--learning_rate``, ``--no-memory`` and ``--use-memory``) or the same
+key twice in a run file (``learning-rate`` and ``learning_rate``) is an error naming both when
+the values differ, instead of the last one silently winning; values that agree pass. Between
+layers there is no conflict: flags override the file by design.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -30,11 +38,12 @@ import sys
 import textwrap
 import types
 import typing
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
 from erl_lite.config import ERLConfig
+from erl_lite.field_types import conform
 
 _NONE_WORDS = ("none", "null", "~")
 _TRUE_WORDS = ("true", "yes", "y", "1", "on")
@@ -173,6 +182,43 @@ def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 
 
 # --- the parser --------------------------------------------------------------------------------
+#: Namespace attribute where the options record which spelling set each field (see :func:`given_fields`).
+_SPELLINGS = "_config_spellings"
+
+
+def _record(namespace: argparse.Namespace, dest: str, option: str | None) -> None:
+    """Note that ``option`` set ``dest`` to its current value (argparse itself keeps only the last)."""
+    spellings = namespace.__dict__.setdefault(_SPELLINGS, {})
+    spellings.setdefault(dest, {})[option] = getattr(namespace, dest)
+
+
+class _Store(argparse.Action):
+    """argparse's ``store`` (``nargs``/``const`` included), recording the spelling used."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        _record(namespace, self.dest, option_string)
+
+
+class _StoreFalse(argparse.Action):
+    """argparse's ``store_false``, recording the spelling used."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, False)
+        _record(namespace, self.dest, option_string)
+
+
+class _BooleanOptional(argparse.BooleanOptionalAction):
+    """``--x`` / ``--no-x``, recording the spelling used."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        _record(namespace, self.dest, option_string)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
                          aliases: Mapping[str, Sequence[str]] | None = None,
                          negations: Mapping[str, str] | None = None,
@@ -193,9 +239,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
     Example:
         >>> p = argparse.ArgumentParser()
         >>> _ = add_config_arguments(p, aliases={"max_steps": ["--steps"]})
-        >>> vars(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"]))
-        {'max_steps': 3, 'learning_rate': 0.0001, 'use_memory': False}
-        >>> vars(p.parse_args(["--use_memory", "false", "--dual-clip", "none"]))
+        >>> given_fields(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"]))
+        {'max_steps': 3, 'use_memory': False, 'learning_rate': 0.0001}
+        >>> given_fields(p.parse_args(["--use_memory", "false", "--dual-clip", "none"]))
         {'use_memory': False, 'dual_clip': None}
     """
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
@@ -206,11 +252,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
         help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, "")]))
         common = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
         if annotation is bool:
-            group.add_argument(shown, *aliases.get(f.name, ()), action=argparse.BooleanOptionalAction, **common)
+            group.add_argument(shown, *aliases.get(f.name, ()), action=_BooleanOptional, **common)
             if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
-                group.add_argument(trl, dest=f.name, nargs="?", const=True, type=parse_bool,
+                group.add_argument(trl, dest=f.name, nargs="?", const=True, type=parse_bool, action=_Store,
                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-                group.add_argument("--no_" + f.name, dest=f.name, action="store_false",
+                group.add_argument("--no_" + f.name, dest=f.name, action=_StoreFalse,
                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         else:
             parse, metavar = converter(annotation)
@@ -218,11 +264,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
             if allowed:
                 metavar = "{" + ",".join(map(str, allowed)) + "}"
                 parse = _checked(parse, allowed, f.name)
-            group.add_argument(shown, *aliases.get(f.name, ()), type=parse, metavar=metavar, **common)
+            group.add_argument(shown, *aliases.get(f.name, ()), type=parse, metavar=metavar, action=_Store, **common)
             if trl != shown:
-                group.add_argument(trl, dest=f.name, type=parse, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                group.add_argument(trl, dest=f.name, type=parse, action=_Store, default=argparse.SUPPRESS,
+                                   help=argparse.SUPPRESS)
     for flag, name in negations.items():
-        group.add_argument(flag, dest=name, action="store_false", default=argparse.SUPPRESS,
+        group.add_argument(flag, dest=name, action=_StoreFalse, default=argparse.SUPPRESS,
                            help=f"same as --no-{name.replace('_', '-')}")
     return group
 
@@ -241,7 +288,17 @@ def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable
 
 def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, Any]:
     """The config fields present in a namespace parsed with :func:`add_config_arguments`
-    (exactly those given on the command line)."""
+    (exactly those given on the command line).
+
+    A field set by two of its spellings to different values (``--steps 3 --max-steps 4``,
+    ``--learning-rate`` and ``--learning_rate``, ``--use-memory --no-memory``) is a ValueError
+    naming both, rather than the last one silently winning; two spellings that agree pass, and
+    one spelling given twice keeps argparse's rule (the last wins: scripts append overrides).
+    """
+    for name, by_option in getattr(args, _SPELLINGS, {}).items():
+        if len({repr(v) for v in by_option.values()}) > 1:
+            shown = " and ".join(f"{option} {value!r}" for option, value in by_option.items())
+            raise ValueError(f"{name} is given twice: {shown}; give it once")
     return {f.name: getattr(args, f.name) for f, _ in _fields(cls) if hasattr(args, f.name)}
 
 
@@ -262,38 +319,82 @@ def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str]
         >>> load_config_file(path, other_keys=["env"])
         ({'learning_rate': 0.0001}, {'env': 'qa'})
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise ValueError(f"cannot read the config file {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path} is not valid YAML: {e}") from e
-    if data is None:
+    entries = _yaml_entries(path)
+    if entries is None:
         return {}, {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a mapping of config fields to values, got a {type(data).__name__}")
     types_ = {f.name: annotation for f, annotation in _fields(cls)}
-    fields, others = {}, {}
-    for raw_key, value in data.items():
+    fields, others, seen = {}, {}, {}
+    for raw_key, value, line in entries:
         key = str(raw_key).replace("-", "_")
+        where = f"{path}:{line}"
+        if key not in types_ and key not in other_keys:
+            raise ValueError(_unknown_key(where, str(raw_key), [*types_, *other_keys], aliases or {}))
         if key in types_:
-            fields[key] = _coerce(value, types_[key], path, key)
-        elif key in other_keys:
-            others[key] = value
-        else:
-            raise ValueError(_unknown_key(path, str(raw_key), [*types_, *other_keys], aliases or {}))
+            value = _coerce(value, types_[key], where, key, cls.__name__)
+        if key in seen and seen[key][2] != value:  # the same key twice: refused when they disagree
+            first_line, first_key, _ = seen[key]
+            spelled = "" if first_key == raw_key else f": {str(first_key)!r} and {str(raw_key)!r}"
+            raise ValueError(f"{where}: {key} is given twice (lines {first_line} and {line}{spelled}); give it once")
+        seen[key] = (line, raw_key, value)
+        (fields if key in types_ else others)[key] = value
     return fields, others
 
 
-def _coerce(value: Any, annotation: Any, path: str, key: str) -> Any:
-    parse, _ = converter(annotation)
-    if not isinstance(value, str) or parse in (str, parse_yaml):
-        return value
+def locate_in_file(message: str, path: str, names: Iterable[str]) -> str:
+    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it mentions whose
+    value came from the run file ``path`` (``names``); as it is when it mentions none.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
+        >>> _ = open(path, "w").write("seed: 1\\ntop-p: 1.5\\n")
+        >>> locate_in_file("ERLConfig.top_p must be in (0, 1]", path, ["seed", "top_p"])  # doctest: +ELLIPSIS
+        '...run.yaml:2: ERLConfig.top_p must be in (0, 1]'
+    """
+    lines = {str(key).replace("-", "_"): line for key, _, line in _yaml_entries(path) or ()}
+    names = set(names)
+    for name in re.findall(r"\bERLConfig\.(\w+)", message):
+        if name in names and name in lines:
+            return f"{path}:{lines[name]}: {message}"
+    return message
+
+
+def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:
+    """``(key, value, 1-based line)`` of each top-level entry of a YAML mapping file, duplicates kept
+    (``yaml.safe_load`` silently keeps the last of two equal keys); None for an empty file."""
     try:
-        return parse(value)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read the config file {path}: {e.strerror}") from e
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if not isinstance(node, yaml.MappingNode):
+            data = loader.construct_document(node)
+            raise ValueError(f"{path} must hold a mapping of config fields to values, got a {type(data).__name__}")
+        loader.flatten_mapping(node)  # YAML merge keys (<<: *defaults) become plain entries
+        return [(loader.construct_object(k, deep=True), loader.construct_object(v, deep=True), k.start_mark.line + 1)
+                for k, v in node.value]
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {e}") from e
+    finally:
+        loader.dispose()
+
+
+def _coerce(value: Any, annotation: Any, where: str, key: str, owner: str) -> Any:
+    """A file's value as the field stores it: a string for a number converted as on the command
+    line (YAML reads ``1e-6`` as a string), then checked against the field's type."""
+    parse, _ = converter(annotation)
+    try:
+        if isinstance(value, str) and parse not in (str, parse_yaml):
+            value = parse(value)
+        return conform(key, value, annotation, owner)
     except (ValueError, argparse.ArgumentTypeError) as e:
-        raise ValueError(f"{path}: {key}: {e}") from e
+        message = str(e)
+        raise ValueError(f"{where}: {message if message.startswith(owner + '.') else f'{key}: {message}'}") from e
 
 
 def _unknown_key(path: str, key: str, known: list[str], aliases: Mapping[str, str]) -> str:

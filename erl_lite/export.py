@@ -118,8 +118,7 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
     folder = os.fspath(adapter_dir)
     config_path = os.path.join(folder, "adapter_config.json")
     if not os.path.isfile(config_path):
-        raise FileNotFoundError(f"{folder!r} is not a LoRA adapter folder: it has no adapter_config.json "
-                                "(pass a checkpoint's adapter/ folder or a folder written by save_pretrained)")
+        raise FileNotFoundError(_not_an_adapter(folder))
     if quantization not in ("auto", "none", "4bit"):
         raise ValueError(f"quantization must be 'auto', 'none' or '4bit', got {quantization!r}")
     with open(config_path, encoding="utf-8") as f:
@@ -127,11 +126,33 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
     base = base_model or saved_base
     if not base:
         raise ValueError(f"{config_path} names no base_model_name_or_path; pass base_model=")
+    from erl_lite.models import MOVED_BASE_HINT, check_model_source  # (models imports transformers)
+
+    if base_model:
+        check_model_source(os.fspath(base_model), what="base_model")
+    else:
+        check_model_source(base, what=f"the base model that {config_path} records", hint=MOVED_BASE_HINT)
     source = "given"
     if quantization == "auto":
         quantization, source = _saved_quantization(folder)
     return AdapterInfo(folder, os.fspath(base), quantization, source,
                        os.path.isfile(os.path.join(folder, "tokenizer_config.json")))
+
+
+def _not_an_adapter(folder: str) -> str:
+    """Why ``folder`` cannot be exported, and what to pass instead."""
+    checkpoint = next((f for f in (folder, os.path.dirname(os.path.abspath(folder)))
+                       if os.path.isfile(os.path.join(f, "trainer_state.json"))), None)
+    if checkpoint is not None and os.path.isfile(os.path.join(checkpoint, "adapter", "adapter_config.json")):
+        adapter = os.path.join(checkpoint, "adapter")
+        return f"{folder} is not a LoRA adapter folder; this checkpoint's adapter is {adapter}"
+    if checkpoint is not None:
+        return (f"{folder} holds no LoRA adapter: the checkpoint {checkpoint} is of a run without LoRA (its trained "
+                "weights are in trainable.safetensors), and export merges a LoRA adapter into its base; the "
+                "trained model is the base with those weights loaded")
+    why = "has no adapter_config.json" if os.path.isdir(folder) else "does not exist"
+    return (f"{folder} is not a LoRA adapter folder: it {why} (pass a checkpoint's adapter/ folder or a folder "
+            "written by save_pretrained)")
 
 
 def _saved_quantization(folder: str) -> tuple[str, str]:

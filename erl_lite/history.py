@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from erl_lite.jsonio import read_jsonl
 from erl_lite.metrics import METRIC_GLOSSARY
 
 #: Re-exported for readers of histories; its one home is :mod:`erl_lite.metrics`.
@@ -107,7 +108,9 @@ class History:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":
-        """Load from a run folder or from a ``history.jsonl`` file."""
+        """Load from a run folder or from a ``history.jsonl`` file. A last line that a crash cut
+        off is dropped with a warning naming the file and line; a damaged line elsewhere is a
+        ValueError naming them (:func:`erl_lite.jsonio.read_jsonl`)."""
         p = Path(path)
         folder = p if p.is_dir() else p.parent
         hist_file = p if p.is_file() else folder / "history.jsonl"
@@ -121,8 +124,9 @@ class History:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    # A run that crashed mid-write leaves its last line cut off: drop it with a warning, so the
+    # history up to then can still be drawn; a damaged line elsewhere is an error naming it.
+    return read_jsonl(path, torn_tail="warn")
 
 
 def _write_jsonl(path: str, rows: Iterable[dict[str, Any]]) -> None:

@@ -23,6 +23,7 @@ reference policy is the frozen base, exactly as with a separate reference copy a
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ def load_policy(
     dtype: str | torch.dtype = "auto",
     device: str | None = None,
     trust_remote_code: bool = False,
+    base_model: str | os.PathLike | None = None,
 ) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
     """Load a causal LM policy and its tokenizer, optionally 4-bit quantized and LoRA-wrapped.
 
@@ -75,6 +77,12 @@ def load_policy(
         device: "cpu", "cuda", "cuda:1", ...; default CUDA when available. For an already-built
             model, None leaves it where it is.
         trust_remote_code: passed to ``from_pretrained``.
+        base_model: for an adapter directory, load its base from here instead of the adapter's
+            ``base_model_name_or_path`` (a base folder that has moved).
+
+    Raises:
+        FileNotFoundError: ``model`` (or an adapter's recorded base) is meant as a local folder
+            and is not there (see :func:`check_model_source`).
 
     Returns:
         ``(model, tokenizer)``; the tokenizer has a pad token and pads on the left.
@@ -99,8 +107,9 @@ def load_policy(
         policy = _adopt_built_model(model, quantization, peft, device, dtype, torch_dtype)
         tok_source = tokenizer if tokenizer is not None else _name_or_path(policy)
     else:
+        check_model_source(os.fspath(model))
         policy, tok_source = _load_from_path(os.fspath(model), quantization, peft, torch_dtype, device,
-                                             trust_remote_code)
+                                             trust_remote_code, base_model)
         tok_source = tokenizer if tokenizer is not None else tok_source
 
     if not isinstance(policy, PeftModel):
@@ -119,6 +128,39 @@ def load_policy(
     if not isinstance(tok_source, PreTrainedTokenizerBase):
         tok_source = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=trust_remote_code)
     return policy, _prepare_tokenizer(tok_source, policy)
+
+
+#: What to do when an adapter's recorded base folder is gone (load_policy, export, erl-lite eval/export).
+MOVED_BASE_HINT = ("moved or deleted? Point at it with base_model=DIR (erl-lite eval / erl-lite export: "
+                   "--base-model DIR)")
+#: A hub repository id: ``name`` or ``org/name`` (letters, digits, ``-``, ``_``, ``.``).
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
+    """Raise FileNotFoundError when ``name`` is meant as a local folder and is not there.
+
+    ``name`` is taken for a local path (rather than a hub id, left to transformers) when it
+    exists, starts with ``/``, ``./``, ``../`` or ``~``, is not of a hub id's form (``name`` or
+    ``org/name``: e.g. it has two slashes or a backslash), or its part before the first ``/`` is
+    a folder here (``runs/model`` when ``runs/`` exists). Without this, transformers answers a
+    missing folder with "Repo id must be in the form 'repo_name' or 'namespace/repo_name'".
+
+    Example:
+        >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: not checked here
+        >>> check_model_source("./no-such-model")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: model ./no-such-model does not exist (no such folder; a hub name has the form 'org/name')
+    """
+    if os.path.exists(os.path.expanduser(name)):
+        return
+    first = name.split("/", 1)[0]
+    local = (name.startswith(("/", "./", "../", "~", ".\\", "..\\")) or name in (".", "..")
+             or not _HUB_ID.fullmatch(name) or ("/" in name and os.path.isdir(first)))
+    if local:
+        raise FileNotFoundError(f"{what} {name} does not exist ({hint or 'no such folder'}; a hub name has the "
+                                "form 'org/name')")
 
 
 def _check_choices(*, quantization, peft, lora_r, lora_alpha, lora_dropout, gradient_checkpointing) -> None:
@@ -185,10 +227,17 @@ def _load_base(name: str, quantization: str, torch_dtype: torch.dtype, device: t
 
 
 def _load_from_path(source: str, quantization: str, peft, torch_dtype: torch.dtype, device: torch.device,
-                    trust_remote_code: bool) -> tuple[PreTrainedModel | PeftModel, str]:
+                    trust_remote_code: bool, base_model: str | os.PathLike | None = None,
+                    ) -> tuple[PreTrainedModel | PeftModel, str]:
     """Load a checkpoint, or a saved LoRA adapter on top of its base; return (model, tokenizer dir)."""
     adapter_dir = os.path.isfile(os.path.join(source, "adapter_config.json"))
-    base_name = PeftConfig.from_pretrained(source).base_model_name_or_path if adapter_dir else source
+    base_name = source
+    if adapter_dir and base_model is not None:
+        base_name = os.fspath(base_model)
+        check_model_source(base_name, what="base_model")
+    elif adapter_dir:
+        base_name = PeftConfig.from_pretrained(source).base_model_name_or_path
+        check_model_source(base_name, what=f"the base model that {source} records", hint=MOVED_BASE_HINT)
     policy = _load_base(base_name, quantization, torch_dtype, device, trust_remote_code)
     if not adapter_dir:
         return policy, source

@@ -245,7 +245,7 @@ def test_run_file_drives_the_trainer(monkeypatch, tmp_path):
     ("mode: [erl\n", "is not valid YAML"),
     ("num_generations: 0\n", "ERLConfig.num_generations must be a positive integer"),
     ("small: maybe\n", "small must be true or false"),
-    ("extra: [a, b]\n", "extra must be a mapping"),
+    ("extra: [a, b]\n", "ERLConfig.extra must be a dict with string keys"),
 ])
 def test_run_file_mistakes_are_named(tmp_path, capsys, text, message):
     path = _yaml(tmp_path, text)

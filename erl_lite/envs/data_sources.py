@@ -8,7 +8,8 @@ shortcuts, all turned into a list of row dicts by :func:`load_rows`:
   split asked for (``train`` for training, ``test`` then ``validation`` for evaluation);
 * a path to a ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file, read with
   ``datasets.load_dataset`` (so column types are what a TRL user's ``load_dataset`` gives), or
-  to a folder written by ``Dataset.save_to_disk``;
+  to a folder written by ``Dataset.save_to_disk``; a JSON file that ``datasets`` cannot read
+  is an error naming the file and the 1-based line that does not parse;
 * a dataset name (``"trl-lib/tldr"``), read with ``datasets.load_dataset(name, split=...)``.
   Names resolve **offline-safe**: with ``HF_DATASETS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1`` (which
   ``datasets`` reads when it is imported) only the local cache is used, and a name that is not
@@ -73,13 +74,31 @@ def _load_named(name: str, split: str) -> list[Any]:
         if suffix not in FILE_FORMATS:
             raise ValueError(f"unknown dataset file format {suffix or '(no suffix)'!r} of {name}; "
                              f"expected one of {sorted(FILE_FORMATS)}")
-        return list(datasets.load_dataset(FILE_FORMATS[suffix], data_files=name, split="train"))
+        try:
+            return list(datasets.load_dataset(FILE_FORMATS[suffix], data_files=name, split="train"))
+        except Exception as err:  # datasets names a byte position at best: find the line
+            if suffix in (".jsonl", ".json"):
+                _find_bad_json(name, suffix)
+            raise
     if os.path.isdir(name) and any(os.path.exists(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json")):
         loaded = datasets.load_from_disk(name)  # a folder written by save_to_disk
         return list(_pick_split(loaded, split, where=name) if _is_dataset_dict(loaded) else loaded)
     if not os.path.isdir(name) and (suffix in FILE_FORMATS or name.startswith((".", os.sep, "~"))):
         raise FileNotFoundError(f"dataset file not found: {name}")
     return list(_from_hub_or_cache(name, split))
+
+
+def _find_bad_json(path: str, suffix: str) -> None:
+    """Raise the ValueError naming the file and line of the first line that is not JSON (a
+    ``.json`` file may also be one JSON document); return when every line parses."""
+    from erl_lite.jsonio import read_json, read_jsonl
+
+    try:
+        read_jsonl(path)
+    except ValueError:
+        if suffix == ".jsonl":
+            raise
+        read_json(path)  # a .json file that is one document (an array of rows) rather than lines
 
 
 def _from_hub_or_cache(name: str, split: str) -> Any:

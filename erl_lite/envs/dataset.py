@@ -79,16 +79,23 @@ def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | N
 
     A conversational prompt may hold several turns (TRL allows it): everything after the
     optional leading system message is the context, and it must end with a user message.
-    One user message comes back as its text, several turns as the message list.
+    One user message comes back as its text, several turns as the message list. A message's
+    content may be TRL's list of content parts: its text parts are joined into one string (as
+    a multimodal chat template joins them); any other part (an image, ...) is refused, since the
+    policy reads text. Text with a lone surrogate (``"\ud800"``: no tokenizer can encode it) is
+    refused too.
 
     Example:
         >>> split_prompt([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
         ('S', 'U')
+        >>> split_prompt([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+        (None, 'hi')
     """
     if isinstance(prompt, str):
-        return None, prompt
+        return None, _checked_text(prompt, where)
     if not isinstance(prompt, list) or not prompt:
         raise ValueError(f"{where}: a prompt is a string or a non-empty list of messages; got {prompt!r:.80}")
+    messages = []
     for j, m in enumerate(prompt):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise ValueError(f"{where}: message {j} needs 'role' and 'content'; got {m!r:.80}")
@@ -96,12 +103,44 @@ def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | N
             raise ValueError(f"{where}: message {j} has unknown role {m['role']!r}; expected one of {_ROLES}")
         if m["role"] == "system" and j > 0:
             raise ValueError(f"{where}: a system message may appear only as the first message (found at {j})")
-    system = prompt[0]["content"] if prompt[0]["role"] == "system" else None
-    turns = prompt[1:] if system is not None else list(prompt)
+        messages.append({**m, "content": _message_text(m["content"], f"{where}: message {j}")})
+    system = messages[0]["content"] if messages[0]["role"] == "system" else None
+    turns = messages[1:] if system is not None else messages
     if not turns or turns[-1]["role"] != "user":
         raise ValueError(f"{where}: a conversational prompt must end with a user message; "
                          f"got roles {[m['role'] for m in prompt]}")
-    return system, turns[0]["content"] if len(turns) == 1 else [dict(m) for m in turns]
+    return system, turns[0]["content"] if len(turns) == 1 else turns
+
+
+def _message_text(content: Any, where: str) -> str:
+    """A message's content as one string: itself, or its text parts joined (TRL's content parts)."""
+    if isinstance(content, str):
+        return _checked_text(content, where)
+    if not isinstance(content, list):
+        raise ValueError(f"{where}: content is a string or a list of content parts; got {content!r:.80}")
+    texts = []
+    for k, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in (None, "text"):
+            raise ValueError(f"{where} has an {kind!r} content part (part {k}); erl_lite's policies read text "
+                             "only: keep the text parts")
+        if kind is None or not isinstance(part.get("text"), str):
+            raise ValueError(f"{where}: content part {k} is not {{'type': 'text', 'text': <string>}}; "
+                             f"got {part!r:.80}")
+        texts.append(_checked_text(part["text"], f"{where}, content part {k}"))
+    if not texts:
+        raise ValueError(f"{where}: the content parts hold no text")
+    return "".join(texts)
+
+
+def _checked_text(text: str, where: str) -> str:
+    """``text``, unless it holds a lone surrogate (a half of a UTF-16 pair that no UTF-8 tokenizer
+    can encode: it would fail deep inside the tokenizer, naming nothing)."""
+    bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
+    if bad is not None:
+        raise ValueError(f"{where}: a lone surrogate {text[bad]!r} at character {bad} (text that is not valid "
+                         "Unicode, e.g. a JSON '\\ud83d' escape without its pair); fix the data")
+    return text
 
 
 class RewardFunctionEnv(Environment):

@@ -7,8 +7,9 @@ dropped, as TRL drops it). Outputs are checked row by row, and every problem is 
 :class:`RewardFunctionError` naming the function and the row (batch position and task id):
 
 * not a list, or a list of the wrong length;
-* NaN, inf, a string or anything else that is not a number (a ``(score, feedback)`` pair is
-  accepted, its feedback a string);
+* NaN, inf, a magnitude beyond :data:`MAX_ABS_REWARD` (1e10: larger ones overflow the
+  advantages), a string or anything else that is not a number (a bool counts as 0/1, as in
+  TRL; a ``(score, feedback)`` pair is accepted, its feedback a string);
 * ``None`` is TRL's "not applicable": it is left out of the weighted sum. A row for which
   *every* reward function returns None is an error here (TRL warns and scores it 0, which
   would silently train on a made-up reward);
@@ -32,6 +33,11 @@ from erl_lite.records import Task
 
 #: Keywords the call itself uses; a task column with one of these names cannot be passed.
 _CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state"})
+#: The largest reward magnitude accepted. Rewards are centred and squared in double precision
+#: (the group std) and enter the float32 loss as advantages, where a group of one or
+#: ``scale_rewards="none"`` keeps ``A = r``: ±1e10 stays far from both overflows (r² ≤ 1e20,
+#: |A| × a sum of log-ratios ≪ 3.4e38) while leaving room for any reward scale in use.
+MAX_ABS_REWARD = 1e10
 #: Columns TRL drops before the call.
 _DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
 
@@ -104,6 +110,10 @@ def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs
         if not applicable:
             raise RewardFunctionError(f"{_row(i, tasks)}: every reward function returned None "
                                       f"({[_name(f) for f in funcs]}); at least one must score it")
+        if not abs(total) <= MAX_ABS_REWARD:  # large reward_weights can push a sum of bounded rewards out
+            raise RewardFunctionError(f"{_row(i, tasks)}: the weighted sum of the rewards of "
+                                      f"{[_name(f) for f in funcs]} is {total!r}, beyond ±{MAX_ABS_REWARD:g}; "
+                                      "lower reward_weights or rescale the rewards")
         totals.append(total)
     return totals, notes
 
@@ -181,6 +191,9 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
     if not math.isfinite(number):
         raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number}; "
                                   "rewards must be finite (return None for 'not applicable')")
+    if abs(number) > MAX_ABS_REWARD:
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number!r}, beyond "
+                                  f"±{MAX_ABS_REWARD:g}: advantages and the loss would overflow; rescale it")
     return number, note
 
 

@@ -1,0 +1,150 @@
+"""Checking a dataclass field's value against its type annotation, with a message naming the field.
+
+:class:`~erl_lite.config.ERLConfig` runs :func:`conform_fields` first thing in ``__post_init__``,
+so every way of building a config (Python, ``dataclasses.replace``, ``ERLConfig.replace``, a
+YAML run file, the command line, a checkpoint's saved settings) meets the same rules, read
+from the annotations rather than from a list of names:
+
+* ``bool`` takes only ``True``/``False`` (not ``1``, ``2`` or ``"yes"``: the command line and YAML
+  turn words into booleans before this);
+* ``int`` takes an integer, or a float that is a whole number (JSON and YAML write ``3.0``),
+  stored as an ``int``; never a bool or ``1.5``;
+* ``float`` takes any real number but a bool, and it must be finite: NaN and ±inf are refused
+  wherever a number goes (a NaN learning rate trains NaN weights without a word);
+* ``str`` takes a string; ``X | None`` also ``None``; ``list[X]`` a list or tuple of ``X``;
+  ``dict[K, V]`` a dict of them; ``Literal[...]`` one of its values; ``Any`` anything.
+
+Hand-written because neither ``dataclasses`` nor ``HfArgumentParser`` checks types at
+construction (the parser converts command-line strings only), and pydantic is not a dependency.
+
+Departures from the paper: none; this is plumbing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+import types
+import typing
+from typing import Any, Literal
+
+
+class _Mismatch(Exception):
+    """The value is not of the annotation's kind (internal: becomes a ValueError naming the field)."""
+
+
+def conform(name: str, value: Any, annotation: Any, owner: str = "ERLConfig") -> Any:
+    """``value`` as field ``name`` stores it, or ValueError naming ``owner.name`` and what it takes.
+
+    Example:
+        >>> conform("seed", 3.0, int), conform("beta", 0, float), conform("dual_clip", None, float | None)
+        (3, 0, None)
+        >>> conform("use_memory", 2, bool)
+        Traceback (most recent call last):
+        ...
+        ValueError: ERLConfig.use_memory must be true or false, got 2 (int)
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
+    try:
+        return _conform(value, annotation, convert=False)
+    except _Mismatch:
+        pass
+    try:
+        return _conform(value, annotation, convert=True)
+    except _Mismatch:
+        raise ValueError(f"{owner}.{name} must be {describe(annotation)}, got {value!r:.80} "
+                         f"({type(value).__name__})") from None
+
+
+def conform_fields(obj: Any) -> None:
+    """Check (and store, converted) every init field of the dataclass instance ``obj``."""
+    hints = field_types(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.init and f.name in hints:
+            setattr(obj, f.name, conform(f.name, getattr(obj, f.name), hints[f.name], type(obj).__name__))
+
+
+@functools.lru_cache(maxsize=None)
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved annotation of each field of dataclass ``cls`` (string annotations evaluated)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def _conform(value: Any, annotation: Any, convert: bool) -> Any:
+    """The value, converted where ``convert`` allows (a whole float to an int); _Mismatch if it does not fit."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if annotation is None or annotation is type(None):
+        if value is None:
+            return None
+    elif origin in (typing.Union, types.UnionType):
+        for member in args:  # an exact fit to any member first: 3.0 stays a float in `int | float`
+            try:
+                return _conform(value, member, convert=False)
+            except _Mismatch:
+                pass
+        if convert:
+            for member in args:
+                try:
+                    return _conform(value, member, convert=True)
+                except _Mismatch:
+                    pass
+    elif origin is Literal:
+        if any(value == a and type(value) is type(a) for a in args):
+            return value
+    elif annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        if convert and isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
+            return int(value)
+    elif annotation is float:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return value
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    elif origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
+        if isinstance(value, (list, tuple)):
+            item = args[0] if args else Any
+            return type(value)(_conform(v, item, convert) for v in value)
+    elif origin is dict or annotation is dict:
+        if isinstance(value, dict):
+            key, val = args if args else (Any, Any)
+            return {_conform(k, key, convert): _conform(v, val, convert) for k, v in value.items()}
+    else:  # a class: an instance of it
+        if isinstance(annotation, type) and isinstance(value, annotation):
+            return value
+    raise _Mismatch
+
+
+def describe(annotation: Any) -> str:
+    """What a field of this type takes, in words.
+
+    Example:
+        >>> describe(int | None), describe(str | list[str])
+        ('an integer or None', 'a string or a list of strings')
+    """
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin in (list, tuple, typing.Sequence):
+        return f"a list of {_plural(describe(args[0]))}" if args else "a list"
+    if origin is dict:
+        return f"a dict with {describe(args[0]).split()[-1]} keys" if args else "a dict"
+    words = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string",
+             type(None): "None", list: "a list", dict: "a dict"}
+    return words.get(annotation, f"a {getattr(annotation, '__name__', annotation)}")
+
+
+def _plural(words: str) -> str:
+    return {"an integer": "integers", "a finite number": "numbers", "a string": "strings"}.get(words, words)

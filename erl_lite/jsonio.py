@@ -1,0 +1,83 @@
+"""Reading JSON and JSON-lines files with errors that name the file, the line and the column.
+
+``json.loads`` on one line of a file counts lines and columns within that line, and
+``datasets`` reports a byte position; neither names the file. Every JSON file erl_lite reads
+(``trainer_state.json``, ``history.jsonl``, dataset ``.jsonl`` files, ...) goes through here.
+
+A JSON-lines file that a crash cut off mid-write ends in a line without its newline (erl_lite
+appends ``json.dumps(record) + "\\n"`` in one write). :func:`read_jsonl` with
+``torn_tail="warn"`` drops such a last line with a warning naming it, so a run's history can
+still be drawn; a damaged line anywhere else (or a damaged last line that ends in a newline) is
+always an error.
+
+Departures from the paper: none; this is plumbing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import Any, Literal
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value in ``path``; ValueError ``"<path>:<line>:<column>: not valid JSON (...)"``.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "state.json")
+        >>> _ = open(path, "w").write('{"step": 3,\\n "config": }')
+        >>> read_json(path)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: ...state.json:2:12: not valid JSON (Expecting value)
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{os.fspath(path)}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+
+
+def read_jsonl(path: str | os.PathLike, torn_tail: Literal["error", "warn"] = "error") -> list[Any]:
+    """One JSON value per non-blank line of ``path``.
+
+    Args:
+        torn_tail: ``"warn"``: a last line without its newline that does not parse (a write a
+            crash cut short) is dropped with a warning naming the file and line; ``"error"``:
+            it is an error like any other.
+
+    Raises:
+        ValueError: ``"<path>:<line>: not valid JSON (... at column <c>)"`` for a line that does
+            not parse (lines counted from 1, blank lines included).
+
+    Example:
+        >>> import os, tempfile, warnings
+        >>> path = os.path.join(tempfile.mkdtemp(), "history.jsonl")
+        >>> _ = open(path, "w").write('{"step": 1}\\n\\n{"step": 2}\\n{"st')
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     rows = read_jsonl(path, torn_tail="warn")
+        >>> rows, "history.jsonl:4" in str(caught[0].message)
+        ([{'step': 1}, {'step': 2}], True)
+    """
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    # split("\n") of text ending in "\n" ends with "": a non-empty last item lost its newline.
+    torn = len(lines) if lines[-1].strip() else None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number == torn and torn_tail == "warn":
+                warnings.warn(f"{path}:{number}: the last line was cut off (a run stopped while writing it); "
+                              "read without it", UserWarning, stacklevel=2)
+                break
+            raise ValueError(f"{path}:{number}: not valid JSON ({e.msg} at column {e.colno})") from None
+    return rows
