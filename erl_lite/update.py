@@ -22,8 +22,10 @@ attached to it (:class:`Packed`), so they travel with the rows they belong to.
 
 Departures from the paper: log-probs are taken at the attempts' sampling temperature for
 every row (the reference concatenates all roles into one batch the same way); rows whose
-advantage is 0 are skipped when ``beta == 0`` (they carry no gradient) but still count in the
-normalizer, so the update is unchanged (the reference keeps them with advantage 0).
+advantage is 0 are skipped when ``beta == 0`` (their gradient is exactly 0) but still count in
+the normalizer, and every trainable parameter left without a gradient gets a zero one before
+the step, so the update is unchanged: the reference keeps those rows with advantage 0, and a
+mini-batch made only of them is still an AdamW step (momentum, weight decay, step counter).
 """
 
 from __future__ import annotations
@@ -320,6 +322,7 @@ class PolicyUpdater:
                 tally.add(batch, stats)
             at += len(batches)
             params = [p for p in self.model.parameters() if p.requires_grad]
+            _zero_missing_gradients(params)
             self.dist.all_reduce_gradients(params)  # DDP: the global batch's gradient before clipping
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
             self.optimizer.step()
@@ -337,6 +340,20 @@ class PolicyUpdater:
             dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
             importance_sampling_level=c.importance_sampling_level,
         )
+
+
+def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Give every parameter without a gradient a zero one, so ``optimizer.step()`` acts on it.
+
+    Rows skipped by :meth:`PolicyUpdater._plan` (A = 0 and no KL) have an exactly zero
+    gradient; when a whole mini-batch is made of them nothing is backpropagated, and
+    ``AdamW.step()`` would skip every ``p.grad is None`` parameter: no momentum step, no weight
+    decay, no advance of Adam's step counter, while the scheduler counts the step. TRL and verl
+    backpropagate the zero loss instead; a zero gradient is what that gives, without the pass.
+    """
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 def _normalizer(masks: list[torch.Tensor], loss_type: str) -> float:

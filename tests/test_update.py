@@ -320,3 +320,78 @@ def test_update_stats_keys_are_the_documented_metrics():
         assert isinstance(stats, UpdateStats)
         assert list(stats.to_metrics()) == today and dict(stats) == stats.to_metrics()
     assert stats.optim_steps == 0 and stats["loss/total"] == 0.0
+
+
+# --- every optimizer step the scheduler counts is an AdamW step on every parameter -----------
+
+def _adam_state_steps(opt):
+    return [int(opt.state[p]["step"]) if p in opt.state else 0 for g in opt.param_groups for p in g["params"]]
+
+
+def _moved_off_zero(model):
+    with torch.no_grad():  # LoRA B starts at 0: move it so every adapter weight gets a gradient
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    return model
+
+
+@pytest.mark.parametrize("zero_rows", [
+    [TrainSample("first", [7, 8], [10, 11], [1, 1], 0.0, "a"), TrainSample("second", [9], [12], [1], 0.0, "a")],
+    [TrainSample("distill", [7, 8, 9], [10, 11, 12], [1, 1, 1], 0.0, "b")],  # a failed second attempt, weight 0
+])
+@pytest.mark.parametrize("internalization_mode", ["raft", "nll"])
+def test_an_all_zero_advantage_minibatch_still_takes_an_adamw_step(zero_rows, internalization_mode):
+    """With beta = 0 rows of A = 0 carry no gradient and are not backpropagated; a mini-batch of
+    only such rows must still be an AdamW step on every trainable parameter (zero gradient:
+    momentum and weight decay move the weights, the step counter advances), as in TRL/verl,
+    whose zero loss is backpropagated. The independent computation is a twin model and
+    optimizer given zero gradients by hand."""
+    import copy
+
+    torch.manual_seed(0)
+    model, tok = lora_model()
+    _moved_off_zero(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    cfg = ERLConfig(beta=0.0, temperature=1.0, internalization_mode=internalization_mode)
+    updater = PolicyUpdater(model, opt, sched, cfg, tok.pad_token_id)
+    updater.update(samples(6))  # an ordinary step first, so Adam has momentum to carry on
+    twin = copy.deepcopy(model)
+    twin_params = [p for p in twin.parameters() if p.requires_grad]
+    twin_opt = torch.optim.AdamW(twin_params, lr=1e-2, weight_decay=0.1)
+    twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # a plain load shares the step tensors
+    assert set(_adam_state_steps(opt)) == {1}
+    weights_before = [p.detach().clone() for p in params]
+
+    stats = updater.update(zero_rows)
+
+    assert stats["optim/steps"] == 1 and sched.last_epoch == 2  # the scheduler counted the step ...
+    assert _adam_state_steps(opt) == [2] * len(params)  # ... and so did Adam, on every parameter
+    for p in twin_params:
+        p.grad = torch.zeros_like(p)
+    twin_opt.step()
+    for p, q in zip(params, twin_params):
+        # Both sides run the same AdamW arithmetic on a zero gradient, element by element; 1e-6 of
+        # the step size covers a different kernel's rounding, far below the step (lr = 1e-2) a
+        # skipped step would lose.
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=1e-6 * 1e-2)
+    moved = max(float((p.detach() - w).abs().max()) for p, w in zip(params, weights_before))
+    assert moved > 1e-3  # momentum and decay really moved the weights (about lr = 1e-2)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_every_minibatch_of_an_iteration_is_an_adamw_step_when_some_are_all_zero(k):
+    # Interleaved rows (position % k): mini-batch 0 holds the signal, the others only A = 0 rows.
+    signal = [TrainSample("first", [7, 8], [10, 11], [1, 1], 1.0, "a"),
+              TrainSample("first", [7, 9], [12], [1], -1.0, "a")]
+    zero = TrainSample("second", [9], [13, 14], [1, 1], 0.0, "b")
+    rows = [row for s in signal for row in [s] + [zero] * (k - 1)]
+    model, tok = lora_model()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    stats = PolicyUpdater(model, opt, sched, ERLConfig(beta=0.0, steps_per_generation=k), tok.pad_token_id).update(rows)
+    assert stats["optim/steps"] == k == sched.last_epoch
+    assert _adam_state_steps(opt) == [k] * len(params)
