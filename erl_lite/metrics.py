@@ -102,6 +102,7 @@ METRIC_GLOSSARY: dict[str, str] = {
     TOKENS_PER_SECOND: "generated tokens of the step (all roles) per second of the sampling phases",
     PEAK_GPU_GB: "peak CUDA memory allocated by torch during the step, GiB (None on CPU)",
     "optim/steps": "optimizer steps taken this iteration",
+    "optim/skipped_steps": "optimizer steps skipped this iteration: their loss or gradient was not finite",
     LR: "learning rate",
     EVAL_REWARD: "mean first-attempt reward on the evaluation tasks (eval records)",
     EVAL_SUCCESS: "first-attempt success rate on the evaluation tasks (eval records)",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
+import warnings
 
 import pytest
 import torch
@@ -310,7 +313,8 @@ def test_update_stats_keys_are_the_documented_metrics():
 
     today = ["samples/first", "samples/reflection", "samples/second", "samples/distill",
              "advantage/first", "advantage/reflection", "advantage/second", "loss/total", "loss/first",
-             "loss/reflection", "loss/second", "loss/distill", "kl", "clip_ratio", "grad_norm", "optim/steps"]
+             "loss/reflection", "loss/second", "loss/distill", "kl", "clip_ratio", "grad_norm", "optim/steps",
+             "optim/skipped_steps"]
     assert list(UPDATE_METRICS) == today and set(today) <= set(METRIC_GLOSSARY)
     model, tok = lora_model()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
@@ -395,3 +399,108 @@ def test_every_minibatch_of_an_iteration_is_an_adamw_step_when_some_are_all_zero
     stats = PolicyUpdater(model, opt, sched, ERLConfig(beta=0.0, steps_per_generation=k), tok.pad_token_id).update(rows)
     assert stats["optim/steps"] == k == sched.last_epoch
     assert _adam_state_steps(opt) == [k] * len(params)
+
+
+# --- a non-finite loss or gradient never reaches the weights ----------------------------------
+
+ROLE_NAMES = ("first", "reflection", "second", "distill")
+
+
+def _optimizer_snapshot(opt):
+    import copy
+
+    return copy.deepcopy(opt.state_dict())
+
+
+def _same_optimizer_state(a, b):
+    assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
+    for k in a["state"]:
+        for name, value in a["state"][k].items():
+            assert torch.equal(value, b["state"][k][name]), (k, name)
+
+
+def _updater(lr=1e-2, **cfg):
+    model, tok = lora_model()
+    _moved_off_zero(model)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    updater = PolicyUpdater(model, opt, sched, ERLConfig(**{"beta": 0.0, **cfg}), tok.pad_token_id)
+    return updater, model, opt, sched
+
+
+@pytest.mark.parametrize("bad_value", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_a_non_finite_loss_skips_the_step_and_names_step_and_role(role, bad_value):
+    updater, model, opt, sched = _updater()
+    updater.update(samples(8))  # a good step first: Adam has state that must stay untouched
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state, lr_steps = _optimizer_snapshot(opt), sched.last_epoch
+    rows = samples(8)
+    rows[ROLE_NAMES.index(role)] = dataclasses.replace(rows[ROLE_NAMES.index(role)], advantage=bad_value)
+    with pytest.warns(RuntimeWarning, match=rf"step 7\b.*loss of {role} .*not finite.*skipped") as caught:
+        stats = updater.update(rows, step=7)
+    assert not any(r in str(caught[0].message).split("loss of")[1].split("was")[0]
+                   for r in ROLE_NAMES if r != role)  # only the culprit is named
+    assert stats["optim/skipped_steps"] == 1 and stats["optim/steps"] == 0
+    assert all(torch.equal(p, weights[n]) for n, p in model.named_parameters())
+    _same_optimizer_state(opt.state_dict(), state)
+    assert sched.last_epoch == lr_steps  # the schedule counts AdamW steps only
+    assert math.isfinite(stats["loss/total"]) and math.isfinite(stats["grad_norm"])
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_skips_the_step():
+    updater, model, opt, sched = _updater(steps_per_generation=2)
+    p = next(p for n, p in model.named_parameters() if p.requires_grad)
+    calls = []
+    # The second mini-batch's backward turns one gradient into NaN (as an overflow would).
+    p.register_hook(lambda g: g * float("nan") if calls.append(1) or len(calls) > 1 else g)
+    with pytest.warns(RuntimeWarning, match=r"step 3, optimizer step 2 of 2: the gradient.*not finite"):
+        stats = updater.update(samples(4), step=3)
+    assert stats["optim/steps"] == 1 and stats["optim/skipped_steps"] == 1 and sched.last_epoch == 1
+    assert all(torch.isfinite(q).all() for q in model.parameters())
+
+
+def test_skipped_steps_in_a_row_stop_the_run_and_a_good_step_resets_the_count():
+    updater, model, opt, sched = _updater()
+    bad = [dataclasses.replace(s, advantage=float("nan")) if s.role == "second" else s for s in samples(8)]
+    limit = updater.max_skipped_in_a_row
+    assert limit >= 2
+    for step in range(1, limit):
+        with pytest.warns(RuntimeWarning):
+            updater.update(bad, step=step)
+    updater.update(samples(8), step=limit)  # a good step in between: the count starts again
+    for step in range(limit + 1, 2 * limit):
+        with pytest.warns(RuntimeWarning):
+            updater.update(bad, step=step)
+    with pytest.raises(FloatingPointError, match=rf"step {2 * limit}\b.*{limit} optimizer steps in a row"):
+        updater.update(bad, step=2 * limit)
+
+
+def test_a_huge_learning_rate_stops_the_run_instead_of_training_on_nan():
+    # lr 1e30 leaves finite but huge weights whose next forward pass overflows: every later
+    # loss is non-finite, so the steps are skipped (weights kept) until the run stops.
+    updater, model, opt, sched = _updater(lr=1e30)
+    updater.update(samples(8), step=1)
+    kept = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for step in (2, 3):
+        with pytest.warns(RuntimeWarning, match=rf"step {step}, optimizer step 1 of 1: the loss of first, "):
+            updater.update(samples(8), step=step)
+    with pytest.raises(FloatingPointError, match=r"step 4, optimizer step 1 of 1: .*not finite.*3 optimizer steps"):
+        updater.update(samples(8), step=4)
+    assert all(torch.equal(p, kept[n]) for n, p in model.named_parameters())
+
+
+def test_a_step_that_leaves_non_finite_weights_stops_the_run():
+    class Overflowing(torch.optim.SGD):
+        """SGD whose step overflows one weight to inf, as a float16 or too large a step would."""
+
+        def step(self, closure=None):
+            super().step(closure)
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].view(-1)[0] = float("inf")
+
+    model, tok = lora_model()
+    opt = Overflowing([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    updater = PolicyUpdater(model, opt, None, ERLConfig(beta=0.0), tok.pad_token_id)
+    with pytest.raises(FloatingPointError, match=r"step 5, optimizer step 1 of 1: .*non-finite weights.*learning_rate"):
+        updater.update(samples(8), step=5)
