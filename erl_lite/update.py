@@ -386,7 +386,7 @@ class PolicyUpdater:
         if bad_roles:
             cause = f"the loss of {', '.join(r for r in ROLES if r in bad_roles)} rows was not finite"
         else:
-            cause = f"the gradient was not finite (norm {grad_norm}) while every role's loss was"
+            cause = f"the gradient was not finite (norm {grad_norm}) while every role's loss was finite"
         message = (f"{where}: {cause}; the optimizer step was skipped (weights, optimizer state and "
                    f"learning-rate schedule untouched, counted in optim/skipped_steps)")
         if self.skipped_in_a_row >= self.max_skipped_in_a_row:

@@ -454,7 +454,7 @@ def test_a_non_finite_gradient_with_a_finite_loss_skips_the_step():
     calls = []
     # The second mini-batch's backward turns one gradient into NaN (as an overflow would).
     p.register_hook(lambda g: g * float("nan") if calls.append(1) or len(calls) > 1 else g)
-    with pytest.warns(RuntimeWarning, match=r"step 3, optimizer step 2 of 2: the gradient.*not finite"):
+    with pytest.warns(RuntimeWarning, match=r"step 3, optimizer step 2 of 2: the gradient.*not finite.*loss was finite"):
         stats = updater.update(samples(4), step=3)
     assert stats["optim/steps"] == 1 and stats["optim/skipped_steps"] == 1 and sched.last_epoch == 1
     assert all(torch.isfinite(q).all() for q in model.parameters())
@@ -504,3 +504,21 @@ def test_a_step_that_leaves_non_finite_weights_stops_the_run():
     updater = PolicyUpdater(model, opt, None, ERLConfig(beta=0.0), tok.pad_token_id)
     with pytest.raises(FloatingPointError, match=r"step 5, optimizer step 1 of 1: .*non-finite weights.*learning_rate"):
         updater.update(samples(8), step=5)
+
+
+def test_a_diverging_run_stops_naming_the_step_and_never_trains_on_nan():
+    # The reported run: a huge learning rate, a NaN gradient norm logged, NaN weights, and the
+    # next step's sampler dying on "probability tensor contains inf/nan".
+    from erl_lite.trainer import ERLTrainer
+
+    tok = tiny_tokenizer()
+    args = ERLConfig.preset("cpu", max_steps=6, num_tasks_per_step=2, eval_steps=0, max_completion_length=6,
+                            max_reflection_length=8, progress_bar=False, learning_rate=1e8)
+    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args,
+                         reward_funcs=lambda prompts, completions, answer, **kw: [float(a in c) for c, a in
+                                                                                 zip(completions, answer)],
+                         train_dataset=[{"prompt": f"Say {i}.", "answer": str(i)} for i in range(6)])
+    with pytest.warns(RuntimeWarning, match=r"step \d+, optimizer step 1 of 1: .*not finite.*skipped"), \
+            pytest.raises(FloatingPointError, match=r"step \d+, .*3 optimizer steps in a row"):
+        trainer.train()
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
