@@ -73,33 +73,57 @@ def test_gradient_accumulation_equals_one_big_batch(loss_type, beta):
     assert any(not torch.allclose(a[n], lora_model()[0].get_parameter(n)) for n in a if "lora_B" not in n)
 
 
-def test_role_losses_add_up_and_minibatches_count_steps():
+def test_role_losses_are_each_roles_share_of_each_minibatch_loss():
+    # Computed independently of the updater: with lr 0 the weights never move, so every ratio
+    # is 1 on both mini-batches and a row's seq_sum policy loss is -A x (its loss tokens); the
+    # two mini-batches are the rows at even and at odd positions, each divided by its own row
+    # count, and every role's loss is the mean over the two of its rows' shares.
+    rows = samples(8)
     model, tok = lora_model()
-    cfg = ERLConfig(steps_per_generation=2, beta=0.0, per_device_train_batch_size=3, learning_rate=1e-3)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(samples(8))
-    assert m["optim/steps"] == 2
-    parts = sum(m[f"loss/{r}"] for r in ("first", "reflection", "second", "distill"))
-    assert parts == pytest.approx(m["loss/total"], abs=1e-5)
-    assert m["samples/first"] == 2 and m["samples/distill"] == 2
+    cfg = ERLConfig(steps_per_generation=2, beta=0.0, per_device_train_batch_size=3)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
+    want = {r: 0.0 for r in ("first", "reflection", "second", "distill")}
+    for half in (rows[0::2], rows[1::2]):
+        for s in half:
+            want[s.role] += -s.advantage * sum(s.completion_mask) / len(half) / 2
+    assert m["optim/steps"] == 2 and m["samples/first"] == 2 and m["samples/distill"] == 2
+    for role, value in want.items():
+        # Relative: a float32 sum of a few log-ratio terms, ~1e-7 of the values (|loss| ~ 1).
+        assert m[f"loss/{role}"] == pytest.approx(value, rel=1e-5, abs=1e-6), role
+    assert m["loss/total"] == pytest.approx(sum(want.values()), rel=1e-5, abs=1e-6)
+    assert len({round(v, 3) for v in want.values()}) == 4  # the roles' shares differ: a mix-up would show
 
 
-def test_ppo_mini_batch_size_gives_erl_more_optimizer_steps_than_rlvr():
-    # The reference splits ERL's concatenated batch (first attempts, reflections, second
-    # attempts, internalization rows) into mini-batches of ppo_mini_batch_size x G rows, so ERL
-    # takes 1-4 optimizer steps where RLVR's batch of first attempts takes one.
-    erl = ERLConfig(num_tasks_per_step=2, ppo_mini_batch_size=2, beta=0.0, per_device_train_batch_size=4)
-    rlvr = erl.replace(mode="rlvr")
-    assert [erl.optimizer_steps(n) for n in (8, 9, 20, 32)] == [1, 2, 3, 4]  # 8 rows (2 tasks x G 4) a step
-    assert [rlvr.optimizer_steps(n) for n in (20, 21)] == [1, 2]  # 2 tasks x G 10
+def test_ppo_mini_batch_size_follows_the_reference_rule_on_worked_examples():
+    # The reference (verl) splits the iteration's rows into mini-batches of
+    # ppo_mini_batch_size x G rows; the last may be smaller. Worked by hand for the paper's
+    # setting (64 tasks, ERL G = 4, RLVR G = 10): rows = 256 first attempts + 3 per failure
+    # (reflection, second attempt, internalization row).
+    erl = ERLConfig(num_tasks_per_step=64, num_generations=4, ppo_mini_batch_size=64)  # 256 rows a step
+    assert erl.optimizer_steps(256) == 1  # no failure
+    assert erl.optimizer_steps(256 + 3 * 100) == 3  # 100 failures: 556 rows = 256 + 256 + 44
+    assert erl.optimizer_steps(256 * 4) == 4 == erl.max_optimizer_steps()  # every attempt failed
+    rlvr = ERLConfig(mode="rlvr", num_tasks_per_step=64, num_generations=10, ppo_mini_batch_size=64)
+    assert rlvr.optimizer_steps(640) == 1 == rlvr.max_optimizer_steps()
+    # The reference's HotpotQA runs use ppo_mini_batch_size 32: 128 / 320 rows a step.
+    hotpot_erl, hotpot_rlvr = erl.replace(ppo_mini_batch_size=32), rlvr.replace(ppo_mini_batch_size=32)
+    assert (hotpot_erl.optimizer_steps(556), hotpot_erl.max_optimizer_steps()) == (5, 8)
+    assert (hotpot_rlvr.optimizer_steps(640), hotpot_rlvr.max_optimizer_steps()) == (2, 2)
     assert ERLConfig(steps_per_generation=2).optimizer_steps(9) == 2
     assert ERLConfig(steps_per_generation=4).optimizer_steps(3) == 3  # never an empty mini-batch
+    # The updater takes that many steps: 2 tasks x G 4, ppo_mini_batch_size 1 (4 rows a step);
+    # 8 first attempts and 3 failures (9 more rows) = 17 rows: 5 steps.
+    small = ERLConfig(num_tasks_per_step=2, num_generations=4, ppo_mini_batch_size=1, beta=0.0)
+    rows = samples(17)
     model, tok = lora_model()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    rows = samples(8) * 3  # 24 rows: 3 mini-batches of at most 8
-    assert PolicyUpdater(model, opt, None, erl, tok.pad_token_id).update(rows)["optim/steps"] == 3
-    assert PolicyUpdater(model, opt, None, rlvr, tok.pad_token_id).update(rows)["optim/steps"] == 2
-    assert erl.max_optimizer_steps() == 4 and rlvr.max_optimizer_steps() == 1  # the schedule's length per iteration
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    assert PolicyUpdater(model, opt, None, small, tok.pad_token_id).update(rows)["optim/steps"] == 5
+    assert _adam_state_steps(opt) == [5] * len(params)
+    # RLVR, G 10 (20 first attempts a step with ppo_mini_batch_size 2): 21 rows take 2 steps.
+    rlvr_small = ERLConfig(mode="rlvr", num_tasks_per_step=2, ppo_mini_batch_size=2, beta=0.0)
+    assert PolicyUpdater(model, opt, None, rlvr_small, tok.pad_token_id).update(samples(21))["optim/steps"] == 2
 
 
 @pytest.mark.parametrize("kwargs, named", [
