@@ -343,3 +343,68 @@ def test_retry_joins_first_attempt_reflection_and_second_attempt(guess_env, tok)
         assert (r.reflection.task_id, r.reflection.index) == (r.first.task_id, r.first.index)
         assert (r.second.task_id, r.second.index) == (r.first.task_id, r.first.index)
         assert r.reflection.reward == r.second.reward  # r̃ = r2, credited where r2 is scored
+
+
+# --- the token that closes a cut internalization target is the template's end-of-turn --------
+
+GEMMA_LIKE = ("{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+              "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+LLAMA3_LIKE = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}"
+               "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant"
+               "<|end_header_id|>\n\n{% endif %}")
+
+
+def _tokenizer_whose_turns_end_with(kind):
+    """(tokenizer, the end-of-turn token its chat template writes): eos differs from it except
+    for the plain format, which ends a reply with eos itself."""
+    from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_tokenizer
+
+    if kind == "qwen3_base_eos":  # Qwen base checkpoints: eos <|endoftext|>, turns end with <|im_end|>
+        if find_qwen3_tokenizer() is None:
+            pytest.skip("shared/qwen3_tokenizer not found")
+        tok = qwen3_tokenizer()
+        tok.eos_token = "<|endoftext|>"
+        return tok, "<|im_end|>"
+    if kind == "plain":
+        tok = tiny_tokenizer(chat_template=False)
+        return tok, tok.eos_token
+    tok = tiny_tokenizer()
+    tok.eos_token = "<|eos|>"
+    if kind == "chatml_base_eos":
+        return tok, "<|im_end|>"
+    specials = {"gemma": ["<start_of_turn>", "<end_of_turn>"],
+                "llama3": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]}[kind]
+    tok.add_special_tokens({"additional_special_tokens": specials})
+    tok.chat_template = {"gemma": GEMMA_LIKE, "llama3": LLAMA3_LIKE}[kind]
+    return tok, specials[-1]
+
+
+@pytest.mark.parametrize("kind", ["chatml_base_eos", "gemma", "llama3", "qwen3_base_eos", "plain"])
+def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kind):
+    from conftest import GuessEnv
+
+    tok, end_of_turn = _tokenizer_whose_turns_end_with(kind)
+    eot = tok.convert_tokens_to_ids(end_of_turn)
+    assert kind == "plain" or eot != tok.eos_token_id
+
+    def reply(prompt):
+        task = re.findall(r"task (t\d+)", prompt)[-1]
+        if REFLECTION_REQUEST in prompt:
+            return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
+        if "RULEBOOK" in prompt:
+            return SECRETS[task] + " and then some more words that run on past the budget"
+        return "FIRST-REPLY nope"
+
+    env = GuessEnv(max_turns=1)
+    budget = 4 if kind.startswith("qwen3") else 8  # cut inside " and then ...", after the answer
+    ctx = make_ctx(env, tok, reply, max_completion_length=budget, max_reflection_length=200)
+    out = erl_step(ctx, tasks_of(env, 1), ReflectionMemory())
+    assert out.retries and all(r.second.success for r in out.retries)
+    distill = [s for s in out.samples if s.role == "distill"]
+    assert distill and all(s.completion_ids[-1] == eot and s.completion_mask[-1] == 1 for s in distill)
+    assert all(s.completion_ids.count(eot) == 1 for s in distill)  # appended once, not after a stop
+    if kind != "qwen3_base_eos":  # the sampler stops on it too (a tiny model needs the tiny vocabulary)
+        from erl_lite.models import eos_token_ids
+        from erl_lite.testing import tiny_model
+
+        assert eot in eos_token_ids(tiny_model(tok), tok)
