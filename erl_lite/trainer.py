@@ -346,7 +346,8 @@ class ERLTrainer:
         view = self.dist.deferred(memory)
         outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
         t1 = time.perf_counter()
-        losses = self.updater.update(outcome.samples, step=self.step)
+        self.updater.step = self.step  # named in its warnings and errors
+        losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
         # DDP: every process's records, and memory written in rank order (identity in one process).
         outcome = self.dist.merge(outcome, view)

@@ -288,6 +288,7 @@ class PolicyUpdater:
 
     dist: DataParallel = SINGLE_PROCESS  # DDP: the process group (the trainer sets it)
     max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
+    step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -325,11 +326,11 @@ class PolicyUpdater:
                 batches = [dataclasses.replace(b, ref_logp=self._logprobs(b)) for b in batches]
         return batches
 
-    def update(self, samples: list[TrainSample], step: int | None = None) -> UpdateStats:
+    def update(self, samples: list[TrainSample]) -> UpdateStats:
         """Optimizer steps over ``samples``; returns what the update did.
 
-        ``step`` (the training iteration) only names the step in warnings and errors. A
-        mini-batch whose loss or gradient is not finite is not stepped (see the class).
+        A mini-batch whose loss or gradient is not finite is not stepped (see the class);
+        warnings and errors name :attr:`step`.
         """
         c = self.config
         # DDP: counts and |A| sums over every process's rows (this process's alone in one).
@@ -366,7 +367,7 @@ class PolicyUpdater:
             norm_now = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
             # DDP: a non-finite loss on any process skips the step on every process.
             any_bad = self.dist.sum({"bad": float(bool(bad_roles))})["bad"] > 0
-            where = f"{'step ' + str(step) if step is not None else 'this update'}, optimizer step {i + 1} of {k}"
+            where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
             if any_bad or not math.isfinite(norm_now):
                 self.optimizer.zero_grad(set_to_none=True)
                 self._skipped(where, bad_roles, norm_now)

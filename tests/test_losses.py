@@ -425,6 +425,7 @@ def _lora_policy():
     from erl_lite.testing import tiny_model, tiny_tokenizer
 
     tok = tiny_tokenizer()
+    torch.manual_seed(0)  # LoRA A is drawn from the global generator: fixed, whatever ran before
     model, tok = load_policy(tiny_model(tok), tok, peft="lora")
     with torch.no_grad():  # off the zero-initialised LoRA B: policy != reference, gradients reach A
         for n, p in model.named_parameters():

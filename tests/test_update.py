@@ -495,6 +495,11 @@ def _same_optimizer_state(a, b):
             assert torch.equal(value, b["state"][k][name]), (k, name)
 
 
+def _update_at(updater, rows, step):
+    updater.step = step  # as the trainer does before each iteration's update
+    return updater.update(rows)
+
+
 def _updater(lr=1e-2, **cfg):
     model, tok = lora_model()
     _moved_off_zero(model)
@@ -514,7 +519,7 @@ def test_a_non_finite_loss_skips_the_step_and_names_step_and_role(role, bad_valu
     rows = samples(8)
     rows[ROLE_NAMES.index(role)] = dataclasses.replace(rows[ROLE_NAMES.index(role)], advantage=bad_value)
     with pytest.warns(RuntimeWarning, match=rf"step 7\b.*loss of {role} .*not finite.*skipped") as caught:
-        stats = updater.update(rows, step=7)
+        stats = _update_at(updater, rows, 7)
     assert not any(r in str(caught[0].message).split("loss of")[1].split("was")[0]
                    for r in ROLE_NAMES if r != role)  # only the culprit is named
     assert stats["optim/skipped_steps"] == 1 and stats["optim/steps"] == 0
@@ -531,7 +536,7 @@ def test_a_non_finite_gradient_with_a_finite_loss_skips_the_step():
     # The second mini-batch's backward turns one gradient into NaN (as an overflow would).
     p.register_hook(lambda g: g * float("nan") if calls.append(1) or len(calls) > 1 else g)
     with pytest.warns(RuntimeWarning, match=r"step 3, optimizer step 2 of 2: the gradient.*not finite.*loss was fin"):
-        stats = updater.update(samples(4), step=3)
+        stats = _update_at(updater, samples(4), 3)
     assert stats["optim/steps"] == 1 and stats["optim/skipped_steps"] == 1 and sched.last_epoch == 1
     assert all(torch.isfinite(q).all() for q in model.parameters())
 
@@ -543,26 +548,26 @@ def test_skipped_steps_in_a_row_stop_the_run_and_a_good_step_resets_the_count():
     assert limit >= 2
     for step in range(1, limit):
         with pytest.warns(RuntimeWarning):
-            updater.update(bad, step=step)
-    updater.update(samples(8), step=limit)  # a good step in between: the count starts again
+            _update_at(updater, bad, step)
+    _update_at(updater, samples(8), limit)  # a good step in between: the count starts again
     for step in range(limit + 1, 2 * limit):
         with pytest.warns(RuntimeWarning):
-            updater.update(bad, step=step)
+            _update_at(updater, bad, step)
     with pytest.raises(FloatingPointError, match=rf"step {2 * limit}\b.*{limit} optimizer steps in a row"):
-        updater.update(bad, step=2 * limit)
+        _update_at(updater, bad, 2 * limit)
 
 
 def test_a_huge_learning_rate_stops_the_run_instead_of_training_on_nan():
     # lr 1e30 leaves finite but huge weights whose next forward pass overflows: every later
     # loss is non-finite, so the steps are skipped (weights kept) until the run stops.
     updater, model, opt, sched = _updater(lr=1e30)
-    updater.update(samples(8), step=1)
+    _update_at(updater, samples(8), 1)
     kept = {n: p.detach().clone() for n, p in model.named_parameters()}
     for step in (2, 3):
         with pytest.warns(RuntimeWarning, match=rf"step {step}, optimizer step 1 of 1: the loss of first, "):
-            updater.update(samples(8), step=step)
+            _update_at(updater, samples(8), step)
     with pytest.raises(FloatingPointError, match=r"step 4, optimizer step 1 of 1: .*not finite.*3 optimizer steps"):
-        updater.update(samples(8), step=4)
+        _update_at(updater, samples(8), 4)
     assert all(torch.equal(p, kept[n]) for n, p in model.named_parameters())
 
 
@@ -579,7 +584,7 @@ def test_a_step_that_leaves_non_finite_weights_stops_the_run():
     opt = Overflowing([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     updater = PolicyUpdater(model, opt, None, ERLConfig(beta=0.0), tok.pad_token_id)
     with pytest.raises(FloatingPointError, match=r"step 5, optimizer step 1 of 1: .*non-finite weights.*learning_rate"):
-        updater.update(samples(8), step=5)
+        _update_at(updater, samples(8), 5)
 
 
 def test_a_diverging_run_stops_naming_the_step_and_never_trains_on_nan():
