@@ -81,7 +81,7 @@ METRIC_GLOSSARY: dict[str, str] = {
     "loss/total": "sum of the above plus the KL term",
     "kl": "mean per-token k3 KL to the reference (adapter disabled)",
     "clip_ratio": "fraction of loss tokens whose ratio was clipped",
-    "grad_norm": "gradient norm before clipping (last optimizer step of the iteration)",
+    "grad_norm": "gradient norm before clipping (last optimizer step taken in the iteration; 0 if none)",
     "advantage/first": "mean |A| over first-attempt sequences",
     "advantage/reflection": "mean |A| over reflection sequences",
     "advantage/second": "mean |A| over second-attempt sequences",
