@@ -14,7 +14,8 @@ scalar over that sequence's generated tokens.
 
 Departures from the paper: the paper does not say what a group of one gets; like the
 reference code we use mean 0 and std 1, so ``A = r`` (a lone gated rollout still gets a
-signal). A group whose rewards are all equal gets exactly 0, not a rounding residue.
+signal); with ``scale="batch"`` it is divided by the batch std like every other advantage.
+A group whose rewards are all equal gets exactly 0, not a rounding residue.
 """
 
 from __future__ import annotations

@@ -112,6 +112,39 @@ def glue_text(
     return glue
 
 
+def end_of_turn_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int | None:
+    """The token that closes an assistant turn in this tokenizer's chat format.
+
+    Read off the template rather than assumed to be ``eos_token_id``: the first token of the
+    glue after an assistant reply (see :func:`glue_text`) when it is a special token, e.g.
+    ChatML's ``<|im_end|>`` (also on Qwen base tokenizers, whose eos is ``<|endoftext|>``),
+    Llama 3's ``<|eot_id|>``, Gemma's ``<end_of_turn>``. Otherwise (the plain format, whose
+    replies end with eos, or a template that closes a turn with plain text) the eos id, which
+    may be None.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer
+        >>> tok = tiny_tokenizer()
+        >>> tok.eos_token = "<|eos|>"  # a base model's eos; the template still ends turns with <|im_end|>
+        >>> tok.convert_ids_to_tokens(end_of_turn_id(tok))
+        '<|im_end|>'
+        >>> plain = tiny_tokenizer(chat_template=False)
+        >>> end_of_turn_id(plain) == plain.eos_token_id
+        True
+    """
+    conversation = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+    ids = encode(glue_text(conversation, "?", tokenizer, None, template_kwargs), tokenizer)
+    if ids and _is_special(tokenizer, ids[0]):
+        return ids[0]
+    return tokenizer.eos_token_id
+
+
+def _is_special(tokenizer: Any, token_id: int) -> bool:
+    """A special token: listed as one, or an added token marked special (Qwen's ``<|im_end|>``)."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}).get(token_id)
+    return token_id in tokenizer.all_special_ids or bool(added is not None and added.special)
+
+
 def completion_text(completion: str, as_messages: bool) -> Any:
     """A completion in TRL's reward-function form: a string, or ``[{"role": "assistant", ...}]``."""
     return [{"role": "assistant", "content": completion}] if as_messages else completion

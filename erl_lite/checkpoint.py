@@ -52,6 +52,7 @@ from safetensors.torch import load_file, save_file
 from erl_lite.history import History
 from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.jsonio import read_json, read_jsonl
+from erl_lite.losses import first_non_finite
 from erl_lite.memory import ReflectionMemory, check_memory_state
 
 FORMAT = 2  # 1: the first layout, with a pickled rng.pt (never loaded: it could run code)
@@ -344,25 +345,6 @@ def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-def first_non_finite(tensors: Any) -> str | None:
-    """The name of the first floating-point tensor holding NaN or inf among ``(name, tensor)``
-    pairs, or None.
-
-    Example:
-        >>> first_non_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))])
-        'b'
-    """
-    pairs = [(n, t) for n, t in tensors if t.is_floating_point()]
-    if not pairs:
-        return None
-    device = pairs[0][1].device
-    with torch.no_grad():  # one flag per tensor, gathered on one device: one sync for all of them
-        finite = torch.stack([torch.isfinite(t).all().to(device) for _, t in pairs])
-    if bool(finite.all()):
-        return None
-    return pairs[int((~finite).nonzero()[0, 0])][0]
-
-
 def _read_memory(path: str) -> Any:
     """memory.json, refused (naming the field) when its entries are not what a memory holds."""
     state = _read_json(path)

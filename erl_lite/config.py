@@ -215,9 +215,11 @@ class ERLConfig:
     TRL's ``batch``) or ``none`` (Dr. GRPO: ``r − mean`` unscaled). ``True``/``False`` mean
     ``group``/``none``, as in TRL. The groups are erl_lite's: one per (task, role) (first attempts,
     reflections, second attempts each among their own), so ``batch`` takes one std per role.
-    Differences from TRL: the std is ``std + 1e-6`` (TRL: ``+ 1e-4``), a group of one keeps
-    ``A = r`` (TRL's groups are never of one), internalization weights are never scaled, and
-    ``batch`` is refused under several processes (each would see only its shard)."""
+    Differences from TRL: the std is ``std + 1e-6`` (TRL: ``+ 1e-4``), a group of one has mean 0
+    (TRL's groups are never of one), so it keeps ``A = r`` under ``group`` and ``none`` and gets
+    ``r / (batch std + 1e-6)`` under ``batch``, on the scale of the rest of the batch;
+    internalization weights are never scaled, and ``batch`` is refused under several processes
+    (each would see only its shard)."""
     importance_sampling_level: str = "token"
     """The policy ratio of the clipped loss (TRL's ``importance_sampling_level``): ``token`` (one
     ratio per token, the paper's and PPO's) or ``sequence`` (GSPO: one ratio per sequence,

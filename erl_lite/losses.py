@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -399,3 +401,22 @@ def _check_loss_type(loss_type: str) -> str:
     if name not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)}, got {loss_type!r}")
     return name
+
+
+def first_non_finite(tensors: Any) -> str | None:
+    """The name of the first floating-point tensor holding NaN or inf among ``(name, tensor)``
+    pairs, or None.
+
+    Example:
+        >>> first_non_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))])
+        'b'
+    """
+    pairs = [(n, t) for n, t in tensors if t.is_floating_point()]
+    if not pairs:
+        return None
+    device = pairs[0][1].device
+    with torch.no_grad():  # one flag per tensor, gathered on one device: one sync for all of them
+        finite = torch.stack([torch.isfinite(t).all().to(device) for _, t in pairs])
+    if bool(finite.all()):
+        return None
+    return pairs[int((~finite).nonzero()[0, 0])][0]

@@ -39,6 +39,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from erl_lite.chat import end_of_turn_id
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CHECKPOINT_KWARGS = {"use_reentrant": False}  # reentrant checkpointing drops grads of frozen-input graphs
 
@@ -351,10 +353,12 @@ def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Modul
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Every id that ends a generation: the tokenizer's eos plus the generation config's.
+    """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
+    chat template's end-of-turn token (:func:`erl_lite.chat.end_of_turn_id`).
 
-    Chat models often end a turn with a token (``<|im_end|>``) that differs from the
-    tokenizer's document eos; stopping on only one of them runs past the turn.
+    Chat models often end a turn with a token (``<|im_end|>``, ``<|eot_id|>``,
+    ``<end_of_turn>``) that differs from the tokenizer's document eos; stopping on only one of
+    them runs past the turn.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -365,7 +369,7 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
     ids: list[int] = []
     base = _base_model(model)
     config = getattr(base, "generation_config", None) or base.config
-    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None)):
+    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None), end_of_turn_id(tokenizer)):
         for token_id in value if isinstance(value, (list, tuple)) else [value]:
             if token_id is not None and int(token_id) not in ids:
                 ids.append(int(token_id))

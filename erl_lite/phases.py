@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from erl_lite.advantages import distill_weights, grouped_advantages
+from erl_lite.chat import end_of_turn_id
 from erl_lite.config import ERLConfig
 from erl_lite.envs.base import Environment
 from erl_lite.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
@@ -183,8 +184,9 @@ def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int
     carry no policy gradient but count in the sequence-mean denominator and the KL term.
 
     A target whose last reply was cut by the token budget (it ends on a generated token that
-    is not a stop token) gets ``stop_ids[0]`` appended as a trained token, so internalization
-    never teaches the model to run on past a finished answer.
+    is not a stop token) gets ``stop_ids[0]`` appended as a trained token — the chat template's
+    end-of-turn token (:func:`stop_ids`) — so internalization never teaches the model to run on
+    past a finished answer.
     """
     weights = distill_weights([r.second.reward for r in retries], mode)
     return [
@@ -286,8 +288,13 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
 
 
 def stop_ids(ctx: PhaseContext) -> list[int]:
-    """The ids that end a reply: the sampler's (eos and end-of-turn), else the tokenizer's eos."""
-    ids = sampler_stop_ids(ctx.generator, ctx.tokenizer)
-    if ids[0] is None:
-        raise ValueError("the tokenizer has no eos token: internalization targets need one to end with")
-    return ids
+    """The ids that end a reply, the chat template's end-of-turn token first (it closes a cut
+    internalization target): then the sampler's (eos and end-of-turn), else the tokenizer's eos.
+    The end-of-turn token differs from eos on Llama 3 (``<|eot_id|>``), Gemma
+    (``<end_of_turn>``) and Qwen base tokenizers (``<|im_end|>`` vs ``<|endoftext|>``)."""
+    eot = end_of_turn_id(ctx.tokenizer, ctx.config.chat_template_kwargs)
+    ids = [i for i in [eot, *sampler_stop_ids(ctx.generator, ctx.tokenizer)] if i is not None]
+    if not ids:
+        raise ValueError("the tokenizer has no eos token and its chat template no end-of-turn token: "
+                         "internalization targets need one to end with")
+    return list(dict.fromkeys(ids))

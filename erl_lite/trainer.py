@@ -55,7 +55,6 @@ from erl_lite.checkpoint import (
     apply_state,
     capture_state,
     ensure_writable,
-    first_non_finite,
     latest_good_checkpoint,
     previous_run,
     read_checkpoint,
@@ -373,9 +372,9 @@ class ERLTrainer:
         view = self.dist.deferred(memory)
         outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
         t1 = time.perf_counter()
+        self.updater.step = self.step  # named in its warnings and errors
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
-        self._check_finite()
         # DDP: every process's records, and memory written in rank order (identity in one process).
         outcome = self.dist.merge(outcome, view)
         metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode)}
@@ -394,15 +393,6 @@ class ERLTrainer:
         for callback in self.callbacks:
             callback(self, record)
         return record
-
-    def _check_finite(self) -> None:
-        """Stop the run when the update left a trainable weight NaN or inf (a diverged step, or
-        an optimizer that does not skip non-finite gradients): the next step would sample from
-        NaN probabilities, and the step is undone and the last good one saved (see train)."""
-        bad = first_non_finite((n, p) for n, p in self.model.named_parameters() if p.requires_grad)
-        if bad is not None:
-            raise FloatingPointError(f"step {self.step}: the update left the trainable weight {bad!r} NaN or inf; "
-                                     "the run stops (lower learning_rate, or set max_grad_norm)")
 
     # --- evaluation ----------------------------------------------------------------------------
     def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,

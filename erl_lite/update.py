@@ -22,13 +22,19 @@ attached to it (:class:`Packed`), so they travel with the rows they belong to.
 
 Departures from the paper: log-probs are taken at the attempts' sampling temperature for
 every row (the reference concatenates all roles into one batch the same way); rows whose
-advantage is 0 are skipped when ``beta == 0`` (they carry no gradient) but still count in the
-normalizer, so the update is unchanged (the reference keeps them with advantage 0).
+advantage is 0 are skipped when ``beta == 0`` (their gradient is exactly 0) but still count in
+the normalizer, and every trainable parameter left without a gradient gets a zero one before
+the step, so the update is unchanged: the reference keeps those rows with advantage 0, and a
+mini-batch made only of them is still an AdamW step (momentum, weight decay, step counter).
+A mini-batch whose loss or gradient is not finite is not stepped (the reference has no guard;
+see :class:`PolicyUpdater`), and a few such in a row, or non-finite weights, stop the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +45,7 @@ from erl_lite.config import ERLConfig
 from erl_lite.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
 from erl_lite.models import keep_4bit_trainable
 from erl_lite.distributed import SINGLE_PROCESS, DataParallel
-from erl_lite.losses import LossStats, normalizer_for, policy_objective
+from erl_lite.losses import LossStats, first_non_finite, normalizer_for, policy_objective
 from erl_lite.records import ROLES, TrainSample
 
 #: Roles with a policy-gradient advantage (their mean |A| is logged).
@@ -55,7 +61,11 @@ UPDATE_METRICS: tuple[str, ...] = (
     "clip_ratio",
     "grad_norm",
     "optim/steps",
+    "optim/skipped_steps",
 )
+
+#: Optimizer steps skipped in a row (non-finite loss or gradient) after which the run stops.
+MAX_SKIPPED_IN_A_ROW = 3
 
 
 @dataclass
@@ -161,8 +171,9 @@ class UpdateStats(Mapping):
         loss_total: the objective, mean over the mini-batches (the sum of ``loss``).
         kl: mean k3 KL per loss token (0 when ``beta == 0``).
         clip_ratio: fraction of policy-loss tokens whose ratio was clipped.
-        grad_norm: gradient norm before clipping, at the last optimizer step.
+        grad_norm: gradient norm before clipping, at the last optimizer step taken (0 if none).
         optim_steps: optimizer steps taken.
+        skipped_steps: optimizer steps skipped because their loss or gradient was not finite.
 
     Example:
         >>> s = UpdateStats.empty({r: 0 for r in ROLES})
@@ -178,6 +189,7 @@ class UpdateStats(Mapping):
     clip_ratio: float
     grad_norm: float
     optim_steps: int
+    skipped_steps: int = 0
 
     @classmethod
     def empty(cls, samples: dict[str, int], advantage: dict[str, float] | None = None) -> "UpdateStats":
@@ -192,7 +204,8 @@ class UpdateStats(Mapping):
         out["loss/total"] = float(self.loss_total)
         out.update({f"loss/{r}": float(self.loss.get(r, 0.0)) for r in ROLES})
         out.update({"kl": float(self.kl), "clip_ratio": float(self.clip_ratio),
-                    "grad_norm": float(self.grad_norm), "optim/steps": float(self.optim_steps)})
+                    "grad_norm": float(self.grad_norm), "optim/steps": float(self.optim_steps),
+                    "optim/skipped_steps": float(self.skipped_steps)})
         return out
 
     def __getitem__(self, key: str) -> float:
@@ -221,6 +234,15 @@ class _Tally:
         self.clipped += stats.clip_ratio * stats.policy_tokens
         self.policy_tokens += stats.policy_tokens
 
+    def merge(self, other: "_Tally") -> None:
+        """Add ``other``'s sums (one mini-batch that was stepped) to these."""
+        for role, value in other.loss.items():
+            self.loss[role] += value
+        self.kl_sum += other.kl_sum
+        self.clipped += other.clipped
+        self.tokens += other.tokens
+        self.policy_tokens += other.policy_tokens
+
     def reduced(self, dist: DataParallel) -> "_Tally":
         """DDP: the sums over every process (itself in one process)."""
         keys = [f"loss/{r}" for r in ROLES] + ["kl_sum", "clipped", "tokens", "policy_tokens"]
@@ -233,10 +255,10 @@ class _Tally:
         return self
 
     def result(self, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
-               steps: int) -> UpdateStats:
-        loss = {r: v / steps for r, v in self.loss.items()}  # mean over mini-batches
+               steps: int, skipped: int) -> UpdateStats:
+        loss = {r: v / max(steps, 1) for r, v in self.loss.items()}  # mean over the stepped mini-batches
         return UpdateStats(samples, advantage, loss, sum(loss.values()), self.kl_sum / max(self.tokens, 1),
-                           self.clipped / max(self.policy_tokens, 1), grad_norm, steps)
+                           self.clipped / max(self.policy_tokens, 1), grad_norm, steps, skipped)
 
 
 class PolicyUpdater:
@@ -251,17 +273,28 @@ class PolicyUpdater:
             computes full ``(B, L, V)`` logits instead).
         pad_id: the tokenizer's padding id.
 
+    Non-finite values: a mini-batch whose loss (any role's rows) or gradient norm is NaN or
+    inf is not stepped: its gradient is dropped, the optimizer, its state and the scheduler
+    are left untouched, a ``RuntimeWarning`` names the step, the optimizer step and the roles
+    whose loss was not finite, and ``optim/skipped_steps`` counts it (DeepSpeed's loss scaler
+    skips an overflowed step the same way; HF Trainer and accelerate have no such guard).
+    :attr:`max_skipped_in_a_row` skipped steps in a row raise ``FloatingPointError``, and so
+    does a step that leaves a non-finite weight (a learning rate large enough to overflow).
+
     Several processes (``accelerate launch``): the trainer sets :attr:`dist`; each process
     passes its own rows, and the marked ``DDP`` lines make the step the single-process step
     over every process's rows (see :mod:`erl_lite.distributed`).
     """
 
     dist: DataParallel = SINGLE_PROCESS  # DDP: the process group (the trainer sets it)
+    max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
+    step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.config, self.pad_id = config, pad_id
         self.device = next(model.parameters()).device
+        self.skipped_in_a_row = 0  # optimizer steps skipped since the last one taken
 
     def _logprobs(self, batch: Packed) -> torch.Tensor:
         # A 4-bit model that generated outside HFGenerator must not run its old/reference pass
@@ -294,7 +327,11 @@ class PolicyUpdater:
         return batches
 
     def update(self, samples: list[TrainSample]) -> UpdateStats:
-        """Optimizer steps over ``samples``; returns what the update did."""
+        """Optimizer steps over ``samples``; returns what the update did.
+
+        A mini-batch whose loss or gradient is not finite is not stepped (see the class);
+        warnings and errors name :attr:`step`.
+        """
         c = self.config
         # DDP: counts and |A| sums over every process's rows (this process's alone in one).
         totals = self.dist.sum({**{f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES},
@@ -310,23 +347,55 @@ class PolicyUpdater:
         positions = self.dist.global_positions(samples)
         plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
-        tally, grad_norm, at = _Tally(), 0.0, 0
+        tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
         self.model.train()
-        for norm, batches in plans:
+        for i, (norm, batches) in enumerate(plans):
             self.optimizer.zero_grad(set_to_none=True)
+            mini, bad_roles = _Tally(), []
             for batch in flat[at:at + len(batches)]:
                 loss, stats = self._objective(batch, norm)
+                bad = _non_finite_roles(batch, stats)
+                if bad:  # its gradient would poison the step, which is skipped anyway
+                    bad_roles += [r for r in bad if r not in bad_roles]
+                    continue
                 loss.backward()
-                tally.add(batch, stats)
+                mini.add(batch, stats)
             at += len(batches)
             params = [p for p in self.model.parameters() if p.requires_grad]
+            _zero_missing_gradients(params)
             self.dist.all_reduce_gradients(params)  # DDP: the global batch's gradient before clipping
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
+            norm_now = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
+            # DDP: a non-finite loss on any process skips the step on every process.
+            any_bad = self.dist.sum({"bad": float(bool(bad_roles))})["bad"] > 0
+            where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
+            if any_bad or not math.isfinite(norm_now):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._skipped(where, bad_roles, norm_now)
+                continue
             self.optimizer.step()
             if self.scheduler is not None:
                 self.scheduler.step()
+            _check_finite_weights([(n, p) for n, p in self.model.named_parameters() if p.requires_grad], where)
+            tally.merge(mini)
+            grad_norm, taken, self.skipped_in_a_row = norm_now, taken + 1, 0
         self.optimizer.zero_grad(set_to_none=True)
-        return tally.reduced(self.dist).result(counts, advantage, grad_norm, k)
+        return tally.reduced(self.dist).result(counts, advantage, grad_norm, taken, k - taken)
+
+    def _skipped(self, where: str, bad_roles: list[str], grad_norm: float) -> None:
+        """Warn about a skipped optimizer step; raise after :attr:`max_skipped_in_a_row` in a row."""
+        self.skipped_in_a_row += 1
+        if bad_roles:
+            cause = f"the loss of {', '.join(r for r in ROLES if r in bad_roles)} rows was not finite"
+        else:
+            cause = f"the gradient was not finite (norm {grad_norm}) while every role's loss was finite"
+        message = (f"{where}: {cause}; the optimizer step was skipped (weights, optimizer state and "
+                   f"learning-rate schedule untouched, counted in optim/skipped_steps)")
+        if self.skipped_in_a_row >= self.max_skipped_in_a_row:
+            raise FloatingPointError(
+                f"{message}. That makes {self.skipped_in_a_row} optimizer steps in a row without a finite "
+                "update: the run has diverged or its data or rewards give non-finite values; lower "
+                "learning_rate or raise the precision, and check the reward functions.")
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _objective(self, batch: Packed, norm: float) -> tuple[torch.Tensor, LossStats]:
         """The micro-batch's share of the mini-batch loss (normalised by ``norm``)."""
@@ -337,6 +406,40 @@ class PolicyUpdater:
             dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
             importance_sampling_level=c.importance_sampling_level,
         )
+
+
+def _non_finite_roles(batch: Packed, stats: LossStats) -> list[str]:
+    """The roles (in batch order, once each) of rows whose loss share is not finite; all of the
+    micro-batch's roles when only the total is (a share can be finite while the sum overflows)."""
+    bad = [r for r, v in zip(batch.roles, stats.row_losses) if not math.isfinite(v)]
+    if not bad and not math.isfinite(stats.loss):
+        bad = list(batch.roles)
+    return list(dict.fromkeys(bad))
+
+
+def _check_finite_weights(named: list[tuple[str, torch.nn.Parameter]], where: str) -> None:
+    """Raise FloatingPointError, naming the first bad tensor, if the step just taken left a
+    weight NaN or inf (the next step would sample from NaN probabilities)."""
+    bad = first_non_finite(named)
+    if bad is None:
+        return
+    raise FloatingPointError(
+        f"{where}: the optimizer step left non-finite weights in {bad!r} (finite loss and gradient before it): "
+        "the learning_rate is too large for these weights; lower it and resume from the last checkpoint.")
+
+
+def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Give every parameter without a gradient a zero one, so ``optimizer.step()`` acts on it.
+
+    Rows skipped by :meth:`PolicyUpdater._plan` (A = 0 and no KL) have an exactly zero
+    gradient; when a whole mini-batch is made of them nothing is backpropagated, and
+    ``AdamW.step()`` would skip every ``p.grad is None`` parameter: no momentum step, no weight
+    decay, no advance of Adam's step counter, while the scheduler counts the step. TRL and verl
+    backpropagate the zero loss instead; a zero gradient is what that gives, without the pass.
+    """
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 def _normalizer(masks: list[torch.Tensor], loss_type: str) -> float:

@@ -81,3 +81,14 @@ def tok_plain():
     from erl_lite.testing import tiny_tokenizer
 
     return tiny_tokenizer(chat_template=False)
+
+
+def assert_close_rel(got: torch.Tensor, want: torch.Tensor, rel: float, msg: str = "") -> None:
+    """Assert ``|got - want| <= rel x max|want|`` everywhere.
+
+    The tolerance follows the magnitude of what is compared, not a fixed ``atol``: float sums
+    taken in another order (AVX-512, AVX2 or plain kernels, x86 or ARM) differ by a few ulp of
+    the largest terms, whatever their scale. Each caller says in a comment why its ``rel``.
+    """
+    scale = max(float(want.detach().abs().max()) if want.numel() else 0.0, torch.finfo(want.dtype).tiny)
+    torch.testing.assert_close(got, want, rtol=0, atol=rel * scale, msg=msg or None)

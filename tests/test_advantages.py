@@ -86,3 +86,21 @@ def test_distill_weights_partial_credit():
 def test_distill_weights_bad_mode():
     with pytest.raises(ValueError, match="raft"):
         distill_weights([1.0], "sft")
+
+
+@pytest.mark.parametrize("rewards, keys", [
+    ([1.0, 0.0, 0.6], ["a", "a", "b"]),  # b is a group of one
+    ([0.0, 0.0, 1.0, 0.3], ["a", "a", "b", "c"]),  # two singletons beside a constant group
+])
+def test_a_singleton_has_mean_zero_and_the_scale_of_its_mode(rewards, keys):
+    # What ERLConfig.scale_rewards documents: a group of one has mean 0, so it keeps A = r under
+    # "group" (std 1 by convention) and "none", and under "batch" it is divided by the batch std
+    # like every other advantage of the batch, so the batch stays on one scale.
+    import statistics
+
+    batch_std = statistics.stdev(rewards)  # n - 1, as torch.std
+    lone = [i for i, k in enumerate(keys) if keys.count(k) == 1]
+    by_mode = {mode: grouped_advantages(rewards, keys, scale=mode) for mode in ("group", "none", "batch")}
+    for i in lone:
+        assert by_mode["group"][i] == by_mode["none"][i] == rewards[i]
+        assert by_mode["batch"][i] == pytest.approx(rewards[i] / (batch_std + 1e-6), rel=1e-12)  # float64

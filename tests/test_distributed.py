@@ -174,16 +174,26 @@ def assert_same_step(got: dict, want: dict, what: str) -> None:
         if key in COMPARED_EXACTLY or not isinstance(value, float):
             assert got[key] == value, f"{what}: {key} is {got[key]!r}, one process {value!r}"
         else:
+            # Relative: losses, KL and the gradient norm are sums over the batch taken in another
+            # order (processes, kernels), ~1e-6 apart; abs covers values that are ~0 (KL of a
+            # barely moved adapter), far below any metric a wrong row would change.
             assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), f"{what}: {key}"
     assert set(got) == set(want), f"{what}: other metric keys"
 
 
 def assert_same_weights(got: dict, want: dict, before: dict, what: str) -> None:
-    moved = 0.0
+    moved = {name: float((value - before[name]).abs().max()) for name, value in want.items()}
+    largest = max(moved.values())
+    assert largest > 1e-3, "the update did not move the adapter: the comparison would prove nothing"
     for name, value in want.items():
-        torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-6, msg=f"{what}: {name}")
-        moved = max(moved, float((value - before[name]).abs().max()))
-    assert moved > 1e-3, "the update did not move the adapter: the comparison would prove nothing"
+        # Tolerance relative to how far the update moved this tensor: float32 sums taken in
+        # another order (two processes, AVX-512 / AVX2 / plain kernels) differ by ~1e-7 of the
+        # gradient, and Adam's g / sqrt(v) passes that on as up to ~1e-5 of the step (seen:
+        # 2.1e-6 after a 0.1 move). 1e-3 of the move is well above that and far below what a
+        # missing or doubled row does (it changes the step by a sizeable fraction of itself).
+        # A tensor the update barely moved is held to the largest move's scale.
+        atol = 1e-3 * max(moved[name], 1e-2 * largest)
+        torch.testing.assert_close(got[name], value, rtol=0, atol=atol, msg=f"{what}: {name}")
 
 
 def train_records(records):

@@ -2,11 +2,12 @@
 
 Tolerance. Both sides run in float32 on the CPU from the same weights; they differ only in
 the order of the arithmetic (``W x + s·B(A x)`` against ``(W + s·BA) x``), which moves
-log-probs by float32 rounding — measured at most 1.6e-5 on these models, over every token of
-the vocabulary. ``ATOL = 1e-4`` sits above that, and two to three orders of magnitude below
-what a wrong merge does: the adapter moves log-probs by ~0.8 here, and merging a QLoRA adapter
-into the *full-precision* weights instead of the dequantised NF4 ones is off by 0.03-0.1
-(asserted below, so the 4-bit check can fail).
+log-probs by float32 rounding: measured at 2e-6-2e-5 of the adapter's own effect on them (the
+largest change it makes to a log-prob, ~0.8-1.0 here), with and without AVX2/AVX-512 kernels
+(``ATEN_CPU_CAPABILITY=default``), and once 2e-4 in absolute terms. ``REL = 1e-3`` of that
+effect sits above all of these, and one to two orders of magnitude below what a wrong merge
+does: merging a QLoRA adapter into the *full-precision* weights instead of the dequantised NF4
+ones is off by 0.03-0.1 (asserted below, so the 4-bit check can fail).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from erl_lite.memory import ReflectionMemory
 from erl_lite.models import load_policy
 from erl_lite.testing import FAMILIES, save_tiny_model
 
-ATOL = 1e-4
+REL = 1e-3  # of the adapter's effect on the log-probs (see the module docstring)
 TEXT = "<|im_start|>user\nThe lake: A D C B. Which way?<|im_end|>\n<|im_start|>assistant\n```Left```"
 
 
@@ -34,6 +35,7 @@ def make_adapter(tmp_path, family="llama", tie=False, quantization="none"):
     """A tiny base and a saved LoRA adapter on it whose B weights are non-zero (a fresh adapter
     is the identity, and would make every merge look right)."""
     base = save_tiny_model(tmp_path / "base", family=family, tie_embeddings=tie)
+    torch.manual_seed(0)  # LoRA A comes from the global generator: the same adapter whatever ran before
     policy, tok = load_policy(base, quantization=quantization, lora_r=4, device="cpu")
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -52,6 +54,14 @@ def logprobs(model, tok) -> torch.Tensor:
         return torch.log_softmax(model.eval()(input_ids=ids).logits.float(), dim=-1)
 
 
+def assert_same_function(got, want, base, tok) -> None:
+    """``got`` equals ``want`` (log-probs of the adapter model) to REL of the adapter's effect."""
+    effect = float((logprobs(AutoModelForCausalLM.from_pretrained(base), tok) - want).abs().max())
+    assert effect > 0.1  # the adapter does change the model, so a merge that drops it would show
+    off = float((got - want).abs().max())
+    assert off <= REL * effect, f"merged model off by {off:.2e}, adapter effect {effect:.2f}"
+
+
 def adapter_logprobs(adapter, tok, quantization) -> torch.Tensor:
     model, _ = load_policy(adapter, quantization=quantization, device="cpu")
     return logprobs(model, tok)
@@ -68,18 +78,16 @@ def test_merged_model_computes_what_the_adapter_model_computes(tmp_path, family,
     assert getattr(merged.config, "quantization_config", None) is None
     want = adapter_logprobs(adapter, tok, quantization)
     got = logprobs(merged, tok)
-    assert torch.allclose(got, want, atol=ATOL), (got - want).abs().max()
-    plain = logprobs(AutoModelForCausalLM.from_pretrained(base), tok)
-    assert (plain - want).abs().max() > 100 * ATOL  # the adapter does change the model
+    assert_same_function(got, want, base, tok)
 
 
 def test_a_qlora_adapter_merged_into_full_precision_weights_would_be_caught(tmp_path):
     """The reason the 4-bit route dequantises: the trained function is dequant(Q(W)) + BA."""
-    _, adapter, tok = make_adapter(tmp_path, quantization="4bit")
+    base, adapter, tok = make_adapter(tmp_path, quantization="4bit")
     want = adapter_logprobs(adapter, tok, "4bit")
     wrong = export_merged(adapter, tmp_path / "wrong", quantization="none")
-    off = (logprobs(AutoModelForCausalLM.from_pretrained(wrong.out_dir), tok) - want).abs().max()
-    assert off > 100 * ATOL
+    with pytest.raises(AssertionError, match="merged model off by"):
+        assert_same_function(logprobs(AutoModelForCausalLM.from_pretrained(wrong.out_dir), tok), want, base, tok)
 
 
 def test_quantization_is_read_from_the_note_or_the_checkpoint(tmp_path):
@@ -117,7 +125,7 @@ def test_bad_input_is_named(tmp_path):
 
 def test_cli_export_of_a_checkpoint_merges_and_pushes_only_when_asked(tmp_path, monkeypatch, capsys):
     """A trainer checkpoint's adapter/ folder; that its base was 4-bit is read from the checkpoint."""
-    _, adapter, tok = make_adapter(tmp_path, family="qwen2", quantization="4bit")
+    base, adapter, tok = make_adapter(tmp_path, family="qwen2", quantization="4bit")
     model, _ = load_policy(adapter, quantization="4bit", device="cpu")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
     folder = save_checkpoint(str(tmp_path / "run"), 3, model, optimizer, None, ReflectionMemory(), History(),
@@ -130,7 +138,7 @@ def test_cli_export_of_a_checkpoint_merges_and_pushes_only_when_asked(tmp_path, 
     assert main(["export", "--adapter", adapter, "--out", str(out), "--dtype", "float32"]) == 0
     assert pushed == [] and "4bit base" in capsys.readouterr().out
     got = logprobs(AutoModelForCausalLM.from_pretrained(out), tok)
-    assert torch.allclose(got, adapter_logprobs(adapter, tok, "4bit"), atol=ATOL)
+    assert_same_function(got, adapter_logprobs(adapter, tok, "4bit"), base, tok)
     assert main(["export", "--adapter", adapter, "--out", str(tmp_path / "again"), "--push-to-hub", "me/tiny"]) == 0
     assert pushed == [(str(tmp_path / "again"), "me/tiny", True)]
     with pytest.raises(SystemExit):

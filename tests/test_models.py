@@ -20,6 +20,8 @@ from erl_lite.models import (
 )
 from erl_lite.testing import FAMILIES, save_tiny_model, tiny_model, tiny_tokenizer
 
+from conftest import assert_close_rel
+
 torch.set_num_threads(1)
 PRINTABLE = "".join(chr(c) for c in range(32, 127)) + "\n\t"
 CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
@@ -176,13 +178,15 @@ def test_reference_context_is_the_base_model(tiny_dir):
     policy, _ = load_policy(tiny_dir, lora_r=4, device="cpu")
     batch = _batch(tok)
     base_logits = _logits(base, batch)
-    assert torch.allclose(_logits(policy, batch), base_logits, atol=1e-6)  # B = 0 at start
+    # Relative to the logits: B = 0 adds an exact zero, so only float32 rounding (~1e-7) may differ.
+    assert_close_rel(_logits(policy, batch), base_logits, 1e-6)  # B = 0 at start
 
     _perturb_lora_b(policy)
     adapter_logits = _logits(policy, batch)
-    assert not torch.allclose(adapter_logits, base_logits, atol=1e-3)
+    # The perturbed adapter moves the logits by far more than rounding: 1e-3 of their scale.
+    assert float((adapter_logits - base_logits).abs().max()) > 1e-3 * float(base_logits.abs().max())
     with reference_context(policy) as ref:
-        assert torch.allclose(_logits(ref, batch), base_logits, atol=1e-6)
+        assert_close_rel(_logits(ref, batch), base_logits, 1e-6)  # adapter off: the base forward
     assert torch.equal(_logits(policy, batch), adapter_logits)  # adapter back on after exit
 
 
@@ -205,7 +209,7 @@ def test_load_saved_adapter_and_built_model(tiny_dir, tmp_path, chat_tok):
     assert "on down_proj,gate_proj,k_proj,o_proj,q_proj,up_proj,v_proj |" in describe_policy(reloaded)
     assert any(p.requires_grad for p in reloaded.parameters())
     batch = _batch(tok)
-    assert torch.allclose(_logits(reloaded, batch), _logits(policy, batch), atol=1e-6)
+    assert_close_rel(_logits(reloaded, batch), _logits(policy, batch), 1e-6)  # the same weights, float32 rounding
 
     wrapped, tok2 = load_policy(tiny_model(chat_tok), chat_tok, lora_r=2)
     assert isinstance(wrapped, PeftModel) and tok2.padding_side == "left"

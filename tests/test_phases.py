@@ -143,14 +143,39 @@ def test_no_reflection_ablation_retries_with_the_raw_attempt(guess_env, tok):
     assert {s.role for s in out.samples} == {"first", "second", "distill"}
 
 
-def test_advantages_grouped_per_task_and_role_with_singletons(guess_env, tok):
-    ctx = make_ctx(guess_env, tok, script(fail_first=("t0",)), num_generations=3)
-    out = erl_step(ctx, tasks_of(guess_env, 2), ReflectionMemory())
-    first = [s for s in out.samples if s.role == "first"]
-    # t0: all fail -> identical rewards -> 0; t1: all succeed -> 0
-    assert all(s.advantage == 0 for s in first)
-    refl = [s for s in out.samples if s.role == "reflection"]
-    assert len(refl) == 3 and all(s.advantage == 0 for s in refl)  # group of 3 identical r2 = 1
+def test_advantages_grouped_per_task_and_role_with_singletons(tok):
+    """Through erl_step: t0 fails one of its 3 first attempts (a singleton for reflection and
+    second attempt: A = r2), t1 fails two whose second attempts differ (grouped within t1)."""
+    from collections import Counter
+
+    from conftest import GuessEnv
+
+    first_ok = {"t0": [False, True, True], "t1": [False, False, True]}  # per rollout
+    second_ok = {"t0": [True], "t1": [True, False]}  # per failed rollout, in order
+    seen: Counter = Counter()
+
+    def reply(prompt):
+        task = re.findall(r"task (t\d+)", prompt)[-1]
+        if REFLECTION_REQUEST in prompt:
+            return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
+        kind = "second" if "RULEBOOK" in prompt else "first"
+        n = seen[kind, task]
+        seen[kind, task] += 1
+        ok = (second_ok if kind == "second" else first_ok)[task][n]
+        return SECRETS[task] if ok else "nope"
+
+    env = GuessEnv(max_turns=1)
+    out = erl_step(make_ctx(env, tok, reply, num_generations=3), tasks_of(env, 2), ReflectionMemory())
+    by: dict = {}
+    for s in out.samples:
+        by.setdefault((s.role, s.task_id), []).append(s.advantage)
+    hand = lambda *values: pytest.approx(values, abs=1e-4)  # the hand-worked figures have 4 decimals
+    # Worked by hand: rewards (0, 1, 1) have mean 2/3 and sample std sqrt(1/3).
+    assert by[("first", "t0")] == hand(-1.1547, 0.5774, 0.5774)
+    assert by[("first", "t1")] == hand(-0.5774, -0.5774, 1.1547)
+    assert by[("reflection", "t0")] == [1.0] and by[("second", "t0")] == [1.0]  # singleton: A = r2
+    assert by[("reflection", "t1")] == hand(0.7071, -0.7071) == by[("second", "t1")]  # r2 = (1, 0) in t1
+    assert by[("distill", "t0")] == [1.0] and by[("distill", "t1")] == [1.0, 0.0]  # max(r2, 0), no baseline
 
 
 def test_singleton_group_gets_its_reward():
@@ -282,17 +307,31 @@ def test_distill_target_ends_with_eos_when_the_last_reply_was_cut(guess_env, tok
 
 def test_weight_zero_internalization_rows_are_kept_and_counted(guess_env, tok):
     """As in the reference, a failed second attempt is internalized with advantage 0: it still
-    counts in the sequence-mean denominator (and the KL term)."""
-    from erl_lite.losses import normalizer_for
-    from erl_lite.update import pack
+    counts in the sequence-mean denominator the updater divides by (and the KL term)."""
+    import torch
+
+    from erl_lite.models import load_policy
+    from erl_lite.testing import tiny_model
+    from erl_lite.update import PolicyUpdater
 
     ctx = make_ctx(guess_env, tok, script(fail_second=("t1",)))
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
     distill = [s for s in out.samples if s.role == "distill"]
     assert [s.advantage for s in distill] == [1.0, 1.0, 0.0, 0.0]
-    batch = pack(out.samples, tok.pad_token_id, False)
     rows = len(out.samples)
-    assert normalizer_for(batch.mask, "seq_sum") == rows == 8 + 4 * 3
+    assert rows == 8 + 4 * 3
+    model, tok = load_policy(tiny_model(tok), tok, peft="lora")
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    cfg = ctx.config.replace(beta=0.0, temperature=1.0, loss_type="seq_sum", steps_per_generation=1)
+    m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(out.samples)
+    # One on-policy step (ratio 1): a row's seq_sum loss is -A x its loss tokens, and the sum is
+    # divided by every row, the weight-0 ones included (18 would be the denominator without them).
+    numerator = sum(-s.advantage * sum(s.completion_mask) for s in out.samples)
+    assert numerator != 0
+    # Relative: a float32 sum of 20 terms (~1e-7 of the value); 20 vs 18 rows differ by 10%.
+    assert m["loss/total"] == pytest.approx(numerator / rows, rel=1e-5)
+    assert m["samples/distill"] == 4 and m["loss/distill"] == pytest.approx(
+        sum(-s.advantage * sum(s.completion_mask) for s in distill) / rows, rel=1e-5)
 
 
 def test_retry_joins_first_attempt_reflection_and_second_attempt(guess_env, tok):
@@ -304,3 +343,68 @@ def test_retry_joins_first_attempt_reflection_and_second_attempt(guess_env, tok)
         assert (r.reflection.task_id, r.reflection.index) == (r.first.task_id, r.first.index)
         assert (r.second.task_id, r.second.index) == (r.first.task_id, r.first.index)
         assert r.reflection.reward == r.second.reward  # r̃ = r2, credited where r2 is scored
+
+
+# --- the token that closes a cut internalization target is the template's end-of-turn --------
+
+GEMMA_LIKE = ("{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+              "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+LLAMA3_LIKE = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}"
+               "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant"
+               "<|end_header_id|>\n\n{% endif %}")
+
+
+def _tokenizer_whose_turns_end_with(kind):
+    """(tokenizer, the end-of-turn token its chat template writes): eos differs from it except
+    for the plain format, which ends a reply with eos itself."""
+    from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_tokenizer
+
+    if kind == "qwen3_base_eos":  # Qwen base checkpoints: eos <|endoftext|>, turns end with <|im_end|>
+        if find_qwen3_tokenizer() is None:
+            pytest.skip("shared/qwen3_tokenizer not found")
+        tok = qwen3_tokenizer()
+        tok.eos_token = "<|endoftext|>"
+        return tok, "<|im_end|>"
+    if kind == "plain":
+        tok = tiny_tokenizer(chat_template=False)
+        return tok, tok.eos_token
+    tok = tiny_tokenizer()
+    tok.eos_token = "<|eos|>"
+    if kind == "chatml_base_eos":
+        return tok, "<|im_end|>"
+    specials = {"gemma": ["<start_of_turn>", "<end_of_turn>"],
+                "llama3": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]}[kind]
+    tok.add_special_tokens({"additional_special_tokens": specials})
+    tok.chat_template = {"gemma": GEMMA_LIKE, "llama3": LLAMA3_LIKE}[kind]
+    return tok, specials[-1]
+
+
+@pytest.mark.parametrize("kind", ["chatml_base_eos", "gemma", "llama3", "qwen3_base_eos", "plain"])
+def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kind):
+    from conftest import GuessEnv
+
+    tok, end_of_turn = _tokenizer_whose_turns_end_with(kind)
+    eot = tok.convert_tokens_to_ids(end_of_turn)
+    assert kind == "plain" or eot != tok.eos_token_id
+
+    def reply(prompt):
+        task = re.findall(r"task (t\d+)", prompt)[-1]
+        if REFLECTION_REQUEST in prompt:
+            return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
+        if "RULEBOOK" in prompt:
+            return SECRETS[task] + " and then some more words that run on past the budget"
+        return "FIRST-REPLY nope"
+
+    env = GuessEnv(max_turns=1)
+    budget = 4 if kind.startswith("qwen3") else 8  # cut inside " and then ...", after the answer
+    ctx = make_ctx(env, tok, reply, max_completion_length=budget, max_reflection_length=200)
+    out = erl_step(ctx, tasks_of(env, 1), ReflectionMemory())
+    assert out.retries and all(r.second.success for r in out.retries)
+    distill = [s for s in out.samples if s.role == "distill"]
+    assert distill and all(s.completion_ids[-1] == eot and s.completion_mask[-1] == 1 for s in distill)
+    assert all(s.completion_ids.count(eot) == 1 for s in distill)  # appended once, not after a stop
+    if kind != "qwen3_base_eos":  # the sampler stops on it too (a tiny model needs the tiny vocabulary)
+        from erl_lite.models import eos_token_ids
+        from erl_lite.testing import tiny_model
+
+        assert eot in eos_token_ids(tiny_model(tok), tok)

@@ -128,7 +128,10 @@ def test_4bit_gradients_equal_full_precision_on_dequantized_weights(saved, famil
     loss_d, grads_d = _loss_and_grads(dense, tok)
     assert loss_q == pytest.approx(loss_d, rel=1e-5)
     for name in grads_d:
-        torch.testing.assert_close(grads_q[name], grads_d[name], rtol=1e-4, atol=1e-6, msg=name)
+        # atol relative to the tensor's largest gradient: bitsandbytes' dequantize-and-matmul and
+        # the dense matmul round differently (float32), by a few ulp of the largest terms.
+        scale = float(grads_d[name].abs().max())
+        torch.testing.assert_close(grads_q[name], grads_d[name], rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
 @pytest.mark.parametrize("quantization", ["none", "4bit"])
@@ -146,8 +149,9 @@ def test_reference_context_is_the_base_model(saved, family, tied, quantization):
             if "lora_B" in name:
                 p.zero_()  # B = 0: the adapter is the identity, i.e. the base model
         base_logits = model(**batch).logits
-    assert not torch.allclose(adapter_logits, base_logits, atol=1e-3)
-    torch.testing.assert_close(ref_logits, base_logits, rtol=1e-5, atol=1e-5)
+    scale = float(base_logits.abs().max())
+    assert float((adapter_logits - base_logits).abs().max()) > 1e-3 * scale  # the adapter matters
+    torch.testing.assert_close(ref_logits, base_logits, rtol=1e-5, atol=1e-5 * scale)  # float32 rounding
     assert _packed_layers(model) == 0
 
 
@@ -212,8 +216,10 @@ def test_4bit_erl_step_with_kl_matches_full_precision(saved, guess_env, family, 
     PolicyUpdater(dense, _sgd(dense), None, args, tok.pad_token_id).update(samples)
     dense_after = trainable_parameters(dense)
     for name in before:
-        torch.testing.assert_close(after[name] - before[name], dense_after[name] - dense_before[name],
-                                   rtol=1e-3, atol=1e-6, msg=name)
+        step = dense_after[name] - dense_before[name]
+        # Relative to the step: the 4-bit and dense gradients round differently (see above).
+        torch.testing.assert_close(after[name] - before[name], step, rtol=1e-3,
+                                   atol=1e-3 * float(step.abs().max()), msg=name)
 
 
 def _sgd(model) -> torch.optim.Optimizer:
