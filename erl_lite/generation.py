@@ -13,7 +13,7 @@ fills its ``max_new_tokens`` without a stop token was cut by the limit (:func:`r
 the attempt or reflection is then marked ``truncated``).
 
 :class:`HFGenerator` refuses a request whose prompt plus ``max_new_tokens`` would run past the
-model's context (:class:`~erl_lite.lengths.PromptTooLongError`), the last line of defence behind
+model's context (:class:`~erl_lite.prompts.PromptTooLongError`), the last line of defence behind
 the trainer's length checks; :func:`generate_named` says which task and role the request was.
 
 Departures from the paper: the reference code samples with vLLM; erl_lite uses
@@ -23,9 +23,11 @@ Departures from the paper: the reference code samples with vLLM; erl_lite uses
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
+
+from erl_lite.prompts import PromptTooLongError
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,54 @@ class Generator(Protocol):
         ...
 
 
+#: Config attributes that hold a model's context length (transformers' families spell it these ways).
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+#: A tokenizer that declares no limit reports transformers' VERY_LARGE_INTEGER (1e30); anything
+#: this large is "no limit", not a context length.
+_NO_LIMIT = 10 ** 9
+
+
+def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
+    """The number of positions ``model`` can read, or None when neither it nor ``tokenizer`` says.
+
+    The model's config decides (for a multimodal config, its text model's); the tokenizer's
+    ``model_max_length`` is used only when the config has none and the value is a real limit.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> tok = tiny_tokenizer(); model_context_length(tiny_model(tok), tok)
+        4096
+    """
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    for key in CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < _NO_LIMIT else None
+
+
+def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: int | None) -> None:
+    """Raise :class:`~erl_lite.prompts.PromptTooLongError` for the first request of a batch that cannot fit.
+
+    Example:
+        >>> try:
+        ...     check_request([10, 60], 10, 64)
+        ... except PromptTooLongError as err:
+        ...     print(err.row, str(err)[:47])
+        1 request row 1 has 60 prompt tokens + max_new_to
+    """
+    if context is None:
+        return
+    for row, n in enumerate(prompt_lengths):
+        if n + max_new_tokens > context:
+            raise PromptTooLongError(f"request row {row} has {n} prompt tokens + max_new_tokens={max_new_tokens} = "
+                                     f"{n + max_new_tokens}, more than the model's context of {context} tokens",
+                                     row=row)
+
+
 def reply_was_cut(ids: list[int], max_new_tokens: int, stop_ids: Any) -> bool:
     """Whether the token limit, not the model, ended a reply: it fills ``max_new_tokens`` and
     does not end with a stop token (TRL's ``completions/clipped_ratio`` counts the same replies).
@@ -69,8 +119,6 @@ def sampler_stop_ids(generator: Any, tokenizer: Any) -> list[int]:
 def generate_named(generator: "Generator", prompts: list[list[int]], params: SamplingParams,
                    names: list[str]) -> list[list[int]]:
     """``generator.generate``, with an over-long request named by ``names[row]`` (role and task)."""
-    from erl_lite.lengths import PromptTooLongError
-
     try:
         return generator.generate(prompts, params)
     except PromptTooLongError as err:
@@ -113,16 +161,12 @@ class HFGenerator:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
-        from erl_lite.lengths import model_context_length
-
         self.context = model_context_length(model, tokenizer)  # None: the model states no limit
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         if not prompts:
             return []
-        from erl_lite.lengths import check_request
-
         # Past its positions GPT-2 fails with "IndexError: index out of range in self": refuse first.
         check_request([len(p) for p in prompts], params.max_new_tokens, self.context)
         self.calls += 1

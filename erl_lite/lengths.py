@@ -18,8 +18,8 @@ trained on. erl_lite sends three kinds of request, each bounded by the config:
 a reflection budget too small for the request's own fixed text, and dataset rows whose prompt
 leaves no room in ``max_episode_length`` for one reply, naming the field, the row and the
 numbers. :func:`check_request` is the last line of defence in
-:class:`~erl_lite.generation.HFGenerator`: a request that would still run past the context
-raises :class:`PromptTooLongError` instead of reaching ``generate``.
+:class:`~erl_lite.generation.HFGenerator` (and lives there): a request that would still run past the context
+raises :class:`~erl_lite.prompts.PromptTooLongError` instead of reaching ``generate``.
 
 Departures from the paper: the reference sets vLLM's ``max_model_len`` and its prompt and
 response lengths by hand; erl_lite derives the limit from the model and checks it.
@@ -29,64 +29,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-#: Config attributes that hold a model's context length (transformers' families spell it these ways).
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
-#: A tokenizer that declares no limit reports transformers' VERY_LARGE_INTEGER (1e30); anything
-#: this large is "no limit", not a context length.
-_NO_LIMIT = 10 ** 9
-
-
-class PromptTooLongError(ValueError):
-    """A request whose prompt plus ``max_new_tokens`` would run past the model's context.
-
-    ``row`` is the request's position in its batch, so a caller can name the task it belongs to.
-    """
-
-    def __init__(self, message: str, row: int | None = None) -> None:
-        super().__init__(message)
-        self.row = row
-
-
-def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
-    """The number of positions ``model`` can read, or None when neither it nor ``tokenizer`` says.
-
-    The model's config decides (for a multimodal config, its text model's); the tokenizer's
-    ``model_max_length`` is used only when the config has none and the value is a real limit.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer(); model_context_length(tiny_model(tok), tok)
-        4096
-    """
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "get_text_config"):
-        config = config.get_text_config()
-    for key in CONTEXT_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    value = getattr(tokenizer, "model_max_length", None)
-    return value if isinstance(value, int) and 0 < value < _NO_LIMIT else None
-
-
-def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: int | None) -> None:
-    """Raise :class:`PromptTooLongError` for the first request of a batch that cannot fit.
-
-    Example:
-        >>> try:
-        ...     check_request([10, 60], 10, 64)
-        ... except PromptTooLongError as err:
-        ...     print(err.row, str(err)[:47])
-        1 request row 1 has 60 prompt tokens + max_new_to
-    """
-    if context is None:
-        return
-    for row, n in enumerate(prompt_lengths):
-        if n + max_new_tokens > context:
-            raise PromptTooLongError(f"request row {row} has {n} prompt tokens + max_new_tokens={max_new_tokens} = "
-                                     f"{n + max_new_tokens}, more than the model's context of {context} tokens",
-                                     row=row)
-
+# The sampler's own guard lives beside the sampler; re-exported here with the trainer's checks.
+from erl_lite.generation import CONTEXT_KEYS, check_request, model_context_length  # noqa: F401
+from erl_lite.prompts import PromptTooLongError  # noqa: F401 - its home is the prompt fitting
 
 def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Mapping[str, Sequence[Any]]) -> None:
     """Refuse budgets the model cannot hold and dataset rows that leave no room for a reply.

@@ -47,6 +47,18 @@ RETRY_HEADER = (
 _PROMPT_TAG = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 
 
+
+class PromptTooLongError(ValueError):
+    """A request whose prompt plus ``max_new_tokens`` would run past the model's context.
+
+    ``row`` is the request's position in its batch, so a caller can name the task it belongs to.
+    """
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+
 def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
     """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block.
 
@@ -123,7 +135,7 @@ def reflection_messages(
     Truncation order, each part cut in its middle: the trace (down to a quarter of the
     budget), the base instructions (memory), the rest of the trace, then the task and the
     feedback. The result never exceeds ``max_tokens``; a budget too small for the request's
-    own fixed text raises :class:`~erl_lite.lengths.PromptTooLongError` (the trainer refuses
+    own fixed text raises :class:`PromptTooLongError` (the trainer refuses
     such a budget when it is built, see :func:`reflection_skeleton_length`).
     ``template_kwargs`` go to the chat template (``ERLConfig.chat_template_kwargs``).
     """
@@ -148,7 +160,6 @@ def reflection_messages(
     messages = build()
     ids = encode(render(messages, tokenizer, template_kwargs=template_kwargs), tokenizer)
     if len(ids) > max_tokens:
-        from erl_lite.lengths import PromptTooLongError
 
         raise PromptTooLongError(f"a reflection request needs {len(ids)} tokens even with its task, attempt, memory "
                                  f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small")

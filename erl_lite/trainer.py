@@ -447,6 +447,9 @@ class ERLTrainer:
         """A fresh run: refuse an ``output_dir`` holding another run, or clear that run's files
         when ``overwrite_output_dir`` says so (rank 0 alone deletes)."""
         found = previous_run(self.args.output_dir)
+        # DDP: every process looks before any writes (rank 0 rewrites the history right after),
+        # so all of them see the same folder and take the same decision.
+        self.dist.barrier()
         if not found:
             return
         if not self.args.overwrite_output_dir:
