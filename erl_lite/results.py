@@ -93,20 +93,22 @@ class BeforeAfter:
                 "num_generations": self.num_generations}
 
 
-def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None,
-                       num_generations: int | None = None) -> tuple[Any, BeforeAfter]:
+def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None, num_generations: int | None = None,
+                       resume_from_checkpoint: str | bool | None = None) -> tuple[Any, BeforeAfter]:
     """Evaluate on held-out ``tasks``, ``trainer.train()``, evaluate again; ``(history, BeforeAfter)``.
 
     ``tasks`` defaults to the trainer's evaluation tasks (the environment's test split);
-    ``num_generations`` to ``args.eval_num_generations``. ``train`` reseeds from
-    ``args.seed`` first, so the evaluation before it does not change the run.
+    ``num_generations`` to ``args.eval_num_generations``; ``resume_from_checkpoint`` is passed
+    to ``train`` (a resumed run's "before" is the untrained model's only when the trainer was
+    built from it). ``train`` reseeds from ``args.seed`` first, so the evaluation before it does
+    not change the run.
     """
     tasks = trainer.eval_tasks if tasks is None else list(tasks)
     if not tasks:
         raise ValueError("no held-out tasks: pass tasks= or give the trainer an eval_dataset")
     n = num_generations or trainer.args.eval_num_generations
     before = trainer.evaluate(tasks, n)
-    history = trainer.train()
+    history = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     after = trainer.evaluate(tasks, n)
     return history, BeforeAfter(before, after, [t.task_id for t in tasks], n)
 

@@ -282,17 +282,21 @@ def test_nan_threshold_is_rejected():
         ERLConfig(reward_threshold=float("nan"))
 
 
+def answer_then_run_on(prompt):
+    """A scripted policy whose second attempts answer, then run on past a small reply budget."""
+    task = re.findall(r"task (t\d+)", prompt)[-1]
+    if REFLECTION_REQUEST in prompt:
+        return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
+    if "RULEBOOK" in prompt:
+        return SECRETS[task] + " and then some more words that run on past the budget"
+    return "FIRST-REPLY nope"
+
+
 def test_distill_target_ends_with_eos_when_the_last_reply_was_cut(guess_env, tok):
     """A successful second attempt whose reply was cut by max_completion_length after a valid
     answer still teaches the model to stop: its internalization target ends with EOS."""
 
-    def reply(prompt):
-        task = re.findall(r"task (t\d+)", prompt)[-1]
-        if REFLECTION_REQUEST in prompt:
-            return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
-        if "RULEBOOK" in prompt:
-            return SECRETS[task] + " and then some more words that run on past the budget"
-        return "FIRST-REPLY nope"
+    reply = answer_then_run_on
 
     ctx = make_ctx(guess_env, tok, reply, max_completion_length=6, max_reflection_length=60)
     out = erl_step(ctx, tasks_of(guess_env, 1), ReflectionMemory())
@@ -387,13 +391,7 @@ def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kin
     eot = tok.convert_tokens_to_ids(end_of_turn)
     assert kind == "plain" or eot != tok.eos_token_id
 
-    def reply(prompt):
-        task = re.findall(r"task (t\d+)", prompt)[-1]
-        if REFLECTION_REQUEST in prompt:
-            return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
-        if "RULEBOOK" in prompt:
-            return SECRETS[task] + " and then some more words that run on past the budget"
-        return "FIRST-REPLY nope"
+    reply = answer_then_run_on
 
     env = GuessEnv(max_turns=1)
     budget = 4 if kind.startswith("qwen3") else 8  # cut inside " and then ...", after the answer

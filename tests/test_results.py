@@ -66,6 +66,30 @@ def test_train_evaluate_save_reload_and_play(tmp_path, monkeypatch):
     assert pushed == [(pushed_saved.path, "me/run")] and pushed_saved.hub_url == "hub/me/run"
 
 
+def test_a_second_pass_into_a_kept_folder_resumes_or_starts_afresh_as_asked(tmp_path):
+    """Notebook 08 run twice into its kept folder: resuming trains on from the saved step (the
+    "before" is the untrained model again); a fresh run there is refused unless told to overwrite."""
+    from erl_lite.checkpoint import CheckpointError
+
+    def trainer(**kw):
+        settings = dict(max_steps=2, num_tasks_per_step=2, eval_steps=0, save_steps=1,
+                        output_dir=str(tmp_path / "kept"))
+        return demo_trainer(seed=0, eval_tasks=2, **{**settings, **kw})
+
+    first = trainer()
+    held_out = first.env.test_tasks(2)
+    _, done = train_and_evaluate(first, held_out, num_generations=1)
+    with pytest.raises(CheckpointError, match="already holds another run"):
+        train_and_evaluate(trainer(), held_out, num_generations=1)
+    again = trainer(max_steps=3)
+    history, result = train_and_evaluate(again, held_out, num_generations=1, resume_from_checkpoint=True)
+    assert [r["step"] for r in history.of_kind("train")] == [1, 2, 3]
+    assert result.before == done.before  # a new trainer starts from the untrained adapter
+    fresh = trainer(overwrite_output_dir=True)
+    history, _ = train_and_evaluate(fresh, held_out, num_generations=1)
+    assert [r["step"] for r in history.of_kind("train")] == [1, 2]
+
+
 def test_a_qlora_adapter_reloads_in_4bit(tmp_path):
     model, tok = load_embedded(quantization="4bit", lora_r=4)
     saved = save_adapter(model, tok, tmp_path / "adapter")

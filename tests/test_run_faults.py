@@ -8,7 +8,6 @@ change the run (tokenizer, LoRA settings, a hand-edited memory, a lowered ``max_
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,23 +23,15 @@ from erl_lite import checkpoint
 from erl_lite.checkpoint import CheckpointError, latest_good_checkpoint, read_checkpoint
 from erl_lite.config import ERLConfig
 from erl_lite.memory import MemoryBank, ReflectionMemory
-from erl_lite.metrics import is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 
-ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
+from test_checkpoint import ARGS as CHECKPOINT_ARGS, ROWS, digest, drop_times, vowel_reward
 
-# Two optimizer steps per iteration, so a fault can fall between them (weights half-updated).
-ARGS = dict(max_steps=4, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-            max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=0,
-            progress_bar=False, learning_rate=1e-2, beta=0.0, per_device_train_batch_size=8,
-            steps_per_generation=2, save_steps=0, seed=7)
-
-
-def vowel_reward(prompts, completions, **kw):
-    """Varies between the random model's samples, so every step has advantages and updates."""
-    return [sum(ch in "aeiou" for ch in c) % 3 / 2 for c in completions]
+# Two optimizer steps per iteration (test_checkpoint's settings), so a fault can fall between
+# them (weights half-updated); four steps, and no periodic saves unless a test asks.
+ARGS = {**CHECKPOINT_ARGS, "max_steps": 4, "save_steps": 0}
 
 
 def failing_reward(fail_at: dict):
@@ -75,23 +66,8 @@ def train_steps(out) -> list[int]:
     return [r["step"] for r in lines if r["kind"] == "train"]
 
 
-def drop_times(records):
-    return [{k: v for k, v in r.items() if not is_measurement(k)} for r in records]
-
-
 def notes(error: BaseException) -> str:
     return "\n".join(getattr(error, "__notes__", []))
-
-
-def digest(folder) -> str:
-    """One hash over every file of a folder (names and bytes)."""
-    h = hashlib.sha256()
-    for root, _, files in sorted(os.walk(folder)):
-        for name in sorted(files):
-            h.update(os.path.relpath(os.path.join(root, name), folder).encode())
-            with open(os.path.join(root, name), "rb") as f:
-                h.update(f.read())
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
