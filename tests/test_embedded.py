@@ -312,6 +312,8 @@ def test_report_flags_rulebooks_that_call_another_letter_a_hole():
     text = _memory_section(history, [wrong], ["F", "H"])
     assert "Rulebooks calling another letter a hole: 2 of 3" in text and "(letter C)" in text
     assert "final memory" in text
+    two = "A is you. Reach B is a hole. H is a hole. C is a hole."  # one letter or two: the word agrees
+    assert "(letters B, C)" in _memory_section(History(), [two], ["F", "H"])
     assert "Wrong-hole check: none of the 1 rulebooks" in _memory_section(History(), [rulebook(["F", "H"])], ["F", "H"])
 
 
@@ -466,5 +468,5 @@ def test_contradiction_detector_and_the_report_flag():
         {"first": 0, "reflection": {**refl, "rulebook": bad}, "second": {"success": False}},
         {"first": 1, "reflection": {**refl, "rulebook": rulebook("F", "E")}, "second": {"success": True}}]}
     text = _memory_section(History(samples=[sample]), [bad], ["F", "H"])
-    assert "Self-contradicting rulebooks: 2 of 3" in text and "final memory" in text and "letters F" in text
+    assert "Self-contradicting rulebooks: 2 of 3" in text and "final memory" in text and "(letter F)" in text
     assert "none of the 1 rulebooks" in _memory_section(History(), [rulebook("F", "E")], ["F", "H"])

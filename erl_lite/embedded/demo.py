@@ -277,19 +277,25 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
     checked, bad = contradicting_rulebooks(history, memory)
     books = _rulebooks(history, memory)
     text += _check(bad, checked, "Self-contradicting rulebooks", "checked (sampled reflections and final memory) "
-                   "give one letter two meanings", lambda t: f"letters {', '.join(contradictions(t))}",
+                   "give one letter two meanings", lambda t: _letters(contradictions(t)),
                    f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.")
     text += _check([(w, t) for w, t in books if repeated_holes(t)], checked, "Rulebooks stating one hole twice",
                    "(a repeat usually stands where memory's other hole was; memory, one slot, then holds one hole)",
-                   lambda t: f"letter {', '.join(repeated_holes(t))}",
+                   lambda t: _letters(repeated_holes(t)),
                    f"Repeat check: none of the {checked} rulebooks checked states a hole twice.")
     text += _check([(w, t) for w, t in books if _not_holes(t, holes)], checked,
                    "Rulebooks calling another letter a hole",
                    f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
                    "and one that still succeeds can put it in memory)",
-                   lambda t: f"letter {', '.join(_not_holes(t, holes))}",
+                   lambda t: _letters(_not_holes(t, holes)),
                    f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.")
     return text
+
+
+def _letters(found: Any) -> str:
+    """``letter F`` or ``letters B, C``: the letters a report check found in one rulebook."""
+    found = list(found)
+    return f"letter{'s' if len(found) > 1 else ''} {', '.join(found)}"
 
 
 def write_report(history: History, memory: list[str], config: ERLConfig, env: Any, seconds: float,
