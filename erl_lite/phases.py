@@ -13,12 +13,15 @@ Each phase generates with one batched call per model turn; every function takes 
 needs as arguments, so a notebook can run them one by one and inspect the records between.
 
 Departures from the paper: ``erl_simple`` (Algorithm 1) and ``rlvr`` reuse the same phases;
-the "w/o reflection" ablation replaces Δ with the raw first attempt (see :mod:`prompts`).
+the "w/o reflection" ablation replaces Δ with the raw first attempt (see :mod:`prompts`); an
+internalization row longer than ``max_episode_length`` is dropped with a warning (see
+:func:`internalize`), where the reference cuts every row at its response length.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,7 +178,8 @@ def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], t
     return writes
 
 
-def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int]) -> list[TrainSample]:
+def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int],
+                max_length: int | None = None) -> list[TrainSample]:
     """π(y2 | x): second attempts re-contextualised under the first attempt's initial context.
 
     The header is the failed first attempt's own (initial prompt, no Δ); the completion tokens
@@ -187,12 +191,27 @@ def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int
     is not a stop token) gets ``stop_ids[0]`` appended as a trained token — the chat template's
     end-of-turn token (:func:`stop_ids`) — so internalization never teaches the model to run on
     past a finished answer.
+
+    A row longer than ``max_length`` (``max_episode_length``, the budget every attempt is held
+    to and that the trainer checked against the model's context) is dropped with a warning,
+    not cut: the second attempt was played under a rulebook shorter than the initial prompt, so
+    its completion may not fit behind the initial context, and a cut target would teach a
+    half-played episode.
     """
     weights = distill_weights([r.second.reward for r in retries], mode)
-    return [
-        TrainSample("distill", r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
-        for r, w in zip(retries, weights)
-    ]
+    rows = [TrainSample("distill", r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
+            for r, w in zip(retries, weights)]
+    if max_length is None:
+        return rows
+    long = [i for i, s in enumerate(rows) if len(s.prompt_ids) + len(s.completion_ids) > max_length]
+    if long:
+        r, s = retries[long[0]], rows[long[0]]
+        warnings.warn(f"{len(long)} internalization row(s) dropped, e.g. the internalization row of "
+                      f"task {r.task_id!r} (rollout {r.first.index}): {len(s.prompt_ids)} tokens of initial "
+                      f"context + {len(s.completion_ids)} of second attempt run past max_episode_length="
+                      f"{max_length}; raise it, or shorten the initial prompt", RuntimeWarning, stacklevel=3)
+    dropped = set(long)
+    return [s for i, s in enumerate(rows) if i not in dropped]
 
 
 def _ending_with_stop(attempt: Attempt, stop_ids: list[int]) -> tuple[list[int], list[int]]:
@@ -282,7 +301,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
     out.samples = assign_advantages(c, first, out.retries)
     if c.mode == "erl" and c.use_internalization:
         out.samples += internalize(out.retries, c.internalization_mode, c.internalization_coef,
-                                   stop_ids(ctx))
+                                   stop_ids(ctx), max_length=c.max_episode_length)
     out.seconds.update(reflect=t2 - t1, second=t3 - t2)
     return out
 

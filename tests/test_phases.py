@@ -406,3 +406,33 @@ def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kin
         from erl_lite.testing import tiny_model
 
         assert eot in eos_token_ids(tiny_model(tok), tok)
+
+
+def test_an_internalization_row_never_runs_past_the_episode_budget(tok):
+    """A distill row is the first attempt's opening (the initial prompt) plus the second
+    attempt's whole completion (played under a shorter rulebook): with a long initial prompt and
+    a second attempt that uses its budget, it would be longer than any attempt was allowed to
+    be, and with ``max_episode_length`` at the model's context the update would run past it."""
+    from conftest import GuessEnv
+
+    class LongPromptEnv(GuessEnv):
+        system_prompt = "INITIAL-SYSTEM: guess a word. " + "Think before you guess. " * 12
+
+    def reply(prompt):
+        task = re.findall(r"task (t\d+)", prompt)[-1]
+        if REFLECTION_REQUEST in prompt:
+            return f"<prompt>RULEBOOK: the word is {SECRETS[task]}</prompt>"
+        if "RULEBOOK" in prompt and prompt.count("Wrong guess") < 3:
+            return "nope " * 8  # the second attempt spends three turns before it answers
+        return SECRETS[task] if "RULEBOOK" in prompt else "FIRST-REPLY nope"
+
+    env = LongPromptEnv(max_turns=5)
+    ctx = make_ctx(env, tok, reply, max_completion_length=40, max_episode_length=560, max_reflection_length=60)
+    with pytest.warns(RuntimeWarning, match=r"internalization row of task 't0' \(rollout 0\).*max_episode_length=560"):
+        out = erl_step(ctx, tasks_of(env, 2), ReflectionMemory())
+    assert all(r.second.success for r in out.retries)  # the retries themselves fit their budget
+    c = ctx.config
+    for s in out.samples:  # every row of every role, against its own budget
+        budget = c.max_reflection_prompt_length + c.max_reflection_length if s.role == "reflection" else 560
+        assert len(s.prompt_ids) + len(s.completion_ids) <= budget, s.role
+    assert not [s for s in out.samples if s.role == "distill"]  # too long here: dropped, not cut
