@@ -15,7 +15,7 @@ needs as arguments, so a notebook can run them one by one and inspect the record
 Departures from the paper: ``erl_simple`` (Algorithm 1) and ``rlvr`` reuse the same phases;
 the "w/o reflection" ablation replaces Δ with the raw first attempt (see :mod:`prompts`); an
 internalization row longer than ``max_episode_length`` is dropped with a warning (see
-:func:`internalize`), where the reference cuts every row at its response length.
+:func:`internalize`) so that no training row is longer than an attempt may be.
 """
 
 from __future__ import annotations
