@@ -15,11 +15,18 @@ import pytest
 import trl
 
 from erl_lite.config import ERLConfig
+from erl_lite.testing import tiny_model, tiny_tokenizer
+from erl_lite.trainer import ERLTrainer
 from erl_lite.trl_fields import TRL_ACCEPTED, TRL_MAPPED, TRL_REFUSED, TRL_SAME_AS
 
 GRPO_FIELDS = [f for f in dataclasses.fields(trl.GRPOConfig) if f.init]
 ERL_FIELDS = {f.name for f in dataclasses.fields(ERLConfig)}
 BARE = "unexpected keyword argument"
+ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
+
+
+def reward(prompts, completions, answer, **kw):
+    return [float(a in c) for c, a in zip(completions, answer)]
 
 
 def _default(f: dataclasses.Field) -> typing.Any:
@@ -151,3 +158,96 @@ def test_an_unknown_name_says_did_you_mean(name, guess):
     with pytest.raises(TypeError, match=f"did you mean {guess!r}") as e:
         ERLConfig(**{name: 1})
     assert BARE not in str(e.value)
+
+
+# --- settings a model object cannot take as they are -----------------------------------------------
+def _trainer(model, tok, **cfg):
+    args = ERLConfig.preset("cpu", **{"mode": "rlvr", "max_steps": 1, "num_tasks_per_step": 2, "num_generations": 2,
+                                      "max_completion_length": 6, "eval_steps": 0, "progress_bar": False, **cfg})
+    return ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS)
+
+
+def _adapted(r=4):
+    from peft import LoraConfig, get_peft_model
+
+    tok = tiny_tokenizer()
+    model = get_peft_model(tiny_model(tok), LoraConfig(r=r, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    return model, tok
+
+
+def _checkpointing(model) -> bool:
+    return bool(getattr(model.get_base_model() if hasattr(model, "get_base_model") else model,
+                        "is_gradient_checkpointing", False))
+
+
+@pytest.mark.parametrize("adapter", [False, True])
+def test_gradient_checkpointing_is_applied_to_a_model_object(adapter):
+    model, tok = _adapted() if adapter else (tiny_model(tiny_tokenizer()), None)
+    tok = tok or tiny_tokenizer()
+    assert not _checkpointing(model)
+    trainer = _trainer(model, tok, gradient_checkpointing=True)
+    assert _checkpointing(trainer.model)
+    trainer.train()  # checkpointed backward through the object runs
+
+
+def test_a_model_object_at_the_defaults_is_left_as_it_is():
+    """The demo and the notebooks pass objects with the config's defaults: nothing changes."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    trainer = _trainer(model, tok)
+    assert trainer.model is model and not hasattr(model, "peft_config") and not _checkpointing(model)
+    adapted, tok = _adapted()
+    assert _trainer(adapted, tok).model is adapted
+
+
+@pytest.mark.parametrize("how", ["load_in_4bit", "quantization_config"])
+@pytest.mark.parametrize("adapter", [False, True])
+def test_4bit_on_a_full_precision_object_is_refused(how, adapter):
+    from transformers import BitsAndBytesConfig
+
+    model, tok = _adapted() if adapter else (tiny_model(tiny_tokenizer()), tiny_tokenizer())
+    args = ERLConfig.preset("cpu", load_in_4bit=how == "load_in_4bit", eval_steps=0, progress_bar=False)
+    q = BitsAndBytesConfig(load_in_4bit=True) if how == "quantization_config" else None
+    with pytest.raises(ValueError, match=f"{how}.*(name|path).*quantiz"):
+        ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS,
+                   quantization_config=q)
+
+
+def test_4bit_on_an_object_already_in_4bit_is_fine(tmp_path):
+    from erl_lite.models import load_policy
+    from erl_lite.testing import save_tiny_model
+
+    model, tok = load_policy(save_tiny_model(str(tmp_path / "t")), quantization="4bit", lora_r=4, device="cpu")
+    assert _trainer(model, tok, load_in_4bit=True).model is model
+
+
+@pytest.mark.parametrize("fields", [dict(lora_r=8), dict(lora_alpha=8, lora_dropout=0.1),
+                                    dict(lora_target_modules=["v_proj"])])
+def test_lora_fields_on_an_object_with_an_adapter_are_refused_by_name(fields):
+    model, tok = _adapted()
+    with pytest.raises(ValueError) as e:
+        _trainer(model, tok, **fields)
+    assert all(name in str(e.value) for name in fields) and "adapter" in str(e.value)
+
+
+def test_peft_config_on_an_object_with_an_adapter_is_refused():
+    from peft import LoraConfig
+
+    model, tok = _adapted()
+    args = ERLConfig.preset("cpu", eval_steps=0, progress_bar=False)
+    with pytest.raises(ValueError, match="peft_config.*adapter"):
+        ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS,
+                   peft_config=LoraConfig(r=2, target_modules=["k_proj"]))
+
+
+@pytest.mark.parametrize("fields, r, targets", [(dict(lora_r=4), 4, None),
+                                                (dict(lora_r=2, lora_target_modules=["q_proj", "v_proj"]), 2,
+                                                 {"q_proj", "v_proj"})])
+def test_lora_fields_on_an_object_without_an_adapter_add_one(fields, r, targets):
+    tok = tiny_tokenizer()
+    trainer = _trainer(tiny_model(tok), tok, **fields)
+    cfg = trainer.model.peft_config["default"]
+    assert cfg.r == r
+    if targets:
+        assert set(cfg.target_modules) == targets
+    trainer.train()
