@@ -3,7 +3,9 @@
 Field names follow TRL's ``GRPOConfig`` where the concept is the same (``num_generations``,
 ``max_completion_length``, ``temperature``, ``beta``, ``epsilon``, ``learning_rate``, ...),
 so a GRPOTrainer user recognises them; the ERL-specific fields use the paper's vocabulary.
-Invalid values fail at construction with a message that names the field: first every field
+TRL's other ``GRPOConfig`` names are mapped to the erl_lite field that holds the same setting or
+refused with a reason (:mod:`erl_lite.trl_fields`), never met with a bare "unexpected keyword
+argument". Invalid values fail at construction with a message that names the field: first every field
 against its type annotation (:mod:`erl_lite.field_types`: a bool is not a number, an int field
 refuses 1.5, no float is NaN or infinite), then each field's range and the fields together.
 
@@ -16,6 +18,7 @@ paper's batch of 64 tasks does not fit a consumer GPU.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from typing import Any
 
 from erl_lite.field_types import conform_fields
 from erl_lite.records import ROLES
+from erl_lite.trl_fields import translate_trl_fields
 
 MODES = ("erl", "erl_simple", "rlvr")
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
@@ -314,11 +318,14 @@ class ERLConfig:
     default is 10; erl_lite's is 1 because one iteration is a whole ERL batch (several optimizer
     steps). ``history.jsonl`` keeps every iteration whatever this is."""
     load_in_4bit: bool = False
-    """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA)."""
+    """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA). With a model
+    object: fine if it is already in 4-bit, refused if it is not (erl_lite quantizes only while
+    loading)."""
     lora_r: int = 16
     """LoRA rank of the adapter the trainer adds to a model given by name (TRL's ``ModelConfig``
     field of the same name; a ``peft_config=`` passed to the trainer wins over all four
-    ``lora_*`` fields, as does a model object)."""
+    ``lora_*`` fields). With a model object without an adapter, ``lora_*`` fields set away from
+    the defaults add one of that shape; with an object that has one, they are refused."""
     lora_alpha: float = 32
     """LoRA scaling numerator α (the update is scaled by α / r); TRL ``ModelConfig``'s name."""
     lora_dropout: float = 0.0
@@ -328,7 +335,8 @@ class ERLConfig:
     peft's shorthand) or a list of module names, e.g. ``["q_proj", "v_proj"]``. TRL
     ``ModelConfig``'s default None leaves the choice to peft's per-architecture table."""
     gradient_checkpointing: bool = False
-    """Trade compute for memory in the update pass."""
+    """Trade compute for memory in the update pass (non-reentrant activation checkpointing),
+    switched on for a model given by name and for a model object alike."""
     progress_bar: bool = True
     """Show a tqdm progress bar."""
 
@@ -515,6 +523,7 @@ class ERLConfig:
         """A named preset with optional overrides. Names: see :data:`PRESETS`."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        overrides = translate_trl_fields(overrides, _FIELD_NAMES)  # TRL's names, before the preset's layer
         values = {**PRESETS[name], **one_split(overrides)}
         if overrides.get("num_train_epochs") is not None and "max_steps" not in overrides:
             values["max_steps"] = None  # epochs given with a preset: they decide the length
@@ -530,6 +539,7 @@ class ERLConfig:
             >>> ERLConfig().replace(mode="rlvr").num_generations
             10
         """
+        changes = translate_trl_fields(changes, _FIELD_NAMES, current=self.to_dict())
         if self._generations_from_mode and "num_generations" not in changes:
             changes["num_generations"] = None
         return dataclasses.replace(self, **one_split(changes))
@@ -623,6 +633,19 @@ DEFAULT_MAX_STEPS = 100
 #: G per mode when ``num_generations`` is None: the paper's 4 rollouts per task for ERL and its
 #: compute-matched 10 for the RLVR baseline.
 DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(ERLConfig))
+_dataclass_init = ERLConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init_with_trl_names(self: ERLConfig, *args: Any, **kwargs: Any) -> None:
+    # TRL's GRPOConfig names are mapped or refused with a reason (erl_lite.trl_fields) rather than
+    # meeting the dataclass's bare "unexpected keyword argument".
+    _dataclass_init(self, *args, **translate_trl_fields(kwargs, _FIELD_NAMES))
+
+
+ERLConfig.__init__ = _init_with_trl_names
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLConfig)
                              if f.default is not dataclasses.MISSING}

@@ -78,8 +78,8 @@ from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.lengths import check_lengths
 from erl_lite.records import StepRecord, Task, check_unique_task_ids
 from erl_lite.reporting import make_reporter
-from erl_lite.trainer_args import (TrainerStateView, build_optimizer, build_scheduler, check_callbacks,
-                                  refuse_trl_only, wants_4bit)
+from erl_lite.trainer_args import (TrainerStateView, adopt_model_object, build_optimizer, build_scheduler,
+                                  check_callbacks, refuse_trl_only, wants_4bit)
 from erl_lite.update import PolicyUpdater
 
 
@@ -94,10 +94,19 @@ class ERLTrainer:
     Args:
         model: a model name or path (loaded with :func:`erl_lite.models.load_policy`, 4-bit
             when ``args.load_in_4bit`` or ``quantization_config.load_in_4bit``), or a loaded
-            ``PreTrainedModel`` / ``PeftModel``.
+            ``PreTrainedModel`` / ``PeftModel``. The model settings of ``args`` are applied to an
+            object or refused, never ignored (see
+            :func:`~erl_lite.trainer_args.adopt_model_object`): ``gradient_checkpointing=True`` is
+            switched on; ``load_in_4bit`` (or a 4-bit ``quantization_config``) is fine on an
+            object already in 4-bit and refused on a full-precision one (pass the name, or
+            quantize it yourself); ``lora_*`` fields set away from ERLConfig's defaults add an
+            adapter of that shape to an object without one and are refused, by name, on an
+            object that already has a PEFT adapter (as is ``peft_config``). An object passed
+            with the defaults (or a preset, which sets no ``lora_*``) is used as it is.
         reward_funcs: TRL-style reward function(s) for dataset tasks, called by keyword once
             per phase (see :mod:`erl_lite.envs.dataset`). Reward models are not accepted.
-        args: the :class:`ERLConfig`.
+        args: the :class:`ERLConfig`. TRL ``GRPOConfig`` names given to it are accepted, mapped
+            or refused with a reason (:mod:`erl_lite.trl_fields`); a ``GRPOConfig`` object is refused.
         train_dataset: rows with a ``prompt`` column — a list of dicts, a ``datasets.Dataset``, a
             ``.jsonl``/``.json``/``.csv``/``.parquet`` path or a dataset name (offline-safe; see
             :mod:`erl_lite.envs.data_sources`) — or a list of :class:`Task`; defaults to
@@ -184,8 +193,7 @@ class ERLTrainer:
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
-        self.model, self.tokenizer = self._load(model, processing_class, peft_config,
-                                                wants_4bit(quantization_config, args))
+        self.model, self.tokenizer = self._load(model, processing_class, peft_config, quantization_config)
         self.dist.check_device(self.model)  # DDP: one GPU per process
         self.env = env if env is not None else RewardFunctionEnv(
             reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
@@ -223,7 +231,7 @@ class ERLTrainer:
             scheduler = build_scheduler(optimizer, self.args)
         return optimizer, scheduler
 
-    def _load(self, model: Any, tokenizer: Any, peft_config: Any, four_bit: bool) -> tuple[Any, Any]:
+    def _load(self, model: Any, tokenizer: Any, peft_config: Any, quantization_config: Any) -> tuple[Any, Any]:
         from erl_lite.config import require_cuda_for_preset
         from erl_lite.models import load_policy
 
@@ -231,18 +239,14 @@ class ERLTrainer:
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.extra.get("preset"))
             a = self.args  # the lora_* fields build the adapter unless a peft_config is given
+            four_bit = wants_4bit(quantization_config, self.args)
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
                                peft=peft_config if peft_config is not None else "lora",
                                lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
                                target_modules=a.lora_target_modules,
                                gradient_checkpointing=self.args.gradient_checkpointing,
                                device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
-        if tokenizer is None:
-            raise ValueError("processing_class (the tokenizer) is required when model is an object")
-        if peft_config is not None:
-            return load_policy(model, tokenizer, peft=peft_config,
-                               gradient_checkpointing=self.args.gradient_checkpointing)
-        return model, tokenizer
+        return adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
 
     def _memory(self) -> ReflectionMemory | MemoryBank:
         """The paper's one memory, or one per environment when the run mixes environments."""

@@ -11,6 +11,10 @@ are refused here with an error that says what to use instead, rather than ignore
   imitation would silently skip hooks). erl_lite callbacks are functions ``f(trainer, record)``;
 * a ``quantization_config`` that is not 4-bit (a 4-bit one means erl_lite's NF4 loading).
 
+``adopt_model_object`` applies to a model object the model settings that can apply to it
+(``gradient_checkpointing``, ``lora_*`` on an object without an adapter) and refuses the others
+(4-bit on a full-precision object, ``lora_*`` or ``peft_config`` on an object with an adapter).
+
 ``TrainerStateView`` is the ``trainer_state`` reward functions receive; ``build_optimizer``
 turns ``ERLConfig.optim`` into the optimizer the trainer uses by default, ``build_scheduler``
 ``ERLConfig.lr_scheduler_type`` into its learning-rate schedule.
@@ -87,6 +91,68 @@ def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
         return True
     raise ValueError(f"quantization_config {type(quantization_config).__name__} is not a 4-bit config; "
                      "erl_lite loads named models in 4-bit NF4 (load_in_4bit=True) or unquantized")
+
+
+#: The fields that shape the LoRA adapter the trainer adds.
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+
+
+def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config: Any,
+                       quantization_config: Any) -> tuple[Any, Any]:
+    """A model object passed to the trainer, with the model settings of ``args`` that can apply
+    to it applied and the others refused (never ignored):
+
+    * ``gradient_checkpointing=True`` is switched on (on the base model of a ``PeftModel``);
+    * ``load_in_4bit`` / a 4-bit ``quantization_config`` are fine on an object already in 4-bit
+      and refused on a full-precision one (erl_lite quantizes only while loading);
+    * ``lora_*`` fields set away from ERLConfig's defaults add an adapter of that shape to an object
+      without one (as for a model given by name; ``peft_config`` wins over them, as there); on an
+      object that already carries a PEFT adapter they are refused by name, and so is ``peft_config``.
+
+    "Set" means different from ``ERLConfig()``'s value: no preset sets a ``lora_*`` field, so an
+    object passed with a preset (the demo, the notebooks) keeps its own adapter untouched.
+
+    Example:
+        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
+        >>> tok = tiny_tokenizer()
+        >>> model, _ = adopt_model_object(tiny_model(tok), tok, ERLConfig(lora_r=4), None, None)
+        >>> model.peft_config["default"].r
+        4
+    """
+    from peft import PeftModel
+
+    from erl_lite.models import _base_model, _enable_checkpointing, _is_4bit, load_policy
+
+    if tokenizer is None:
+        raise ValueError("processing_class (the tokenizer) is required when model is an object")
+    if wants_4bit(quantization_config, args) and not _is_4bit(model):
+        how = "quantization_config (4-bit)" if quantization_config is not None else "ERLConfig.load_in_4bit=True"
+        raise ValueError(f"{how} asks for a 4-bit model, but the model passed is an already-loaded full-precision "
+                         "object, which erl_lite cannot quantize: pass the model's name or path instead (the "
+                         "trainer then loads it in 4-bit), or quantize it yourself, e.g. "
+                         "erl_lite.models.load_policy(name, quantization='4bit'), and pass that")
+    default = ERLConfig()
+    lora_set = [f"{n}={getattr(args, n)!r}" for n in LORA_FIELDS if getattr(args, n) != getattr(default, n)]
+    if isinstance(model, PeftModel):
+        active = model.peft_config.get(model.active_adapter)
+        shape = f" (r={active.r})" if hasattr(active, "r") else ""
+        if peft_config is not None:
+            raise ValueError(f"peft_config was given, but the model passed already carries a PEFT adapter{shape}, "
+                             "which erl_lite trains as it is: drop peft_config, or pass the model without its "
+                             "adapter (model.get_base_model() or the name)")
+        if lora_set:
+            raise ValueError(f"ERLConfig {', '.join(lora_set)} would shape a new LoRA adapter, but the model passed "
+                             f"already carries a PEFT adapter{shape}, which erl_lite trains as it is: leave "
+                             f"{'it' if len(lora_set) == 1 else 'them'} at the default, or pass the model without "
+                             "an adapter (or its name)")
+    elif peft_config is not None or lora_set:
+        a = args
+        return load_policy(model, tokenizer, peft=peft_config if peft_config is not None else "lora",
+                           lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
+                           target_modules=a.lora_target_modules, gradient_checkpointing=a.gradient_checkpointing)
+    if args.gradient_checkpointing:
+        _enable_checkpointing(_base_model(model))  # idempotent: an object loaded with it stays as it was
+    return model, tokenizer
 
 
 def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
