@@ -7,16 +7,25 @@
   local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
   Every :class:`~erl_lite.config.ERLConfig` field is an option (``--learning-rate``,
-  ``--no-use-memory``, ...; see :mod:`erl_lite.config_cli`), and ``--config run.yaml`` reads
-  fields (and ``env``, ``model``, ``preset``, ``small``) from a file. Precedence: the preset <
-  the demo's settings (``--env demo``) < the file < the flags.
+  ``--no-use-memory``, ...; see :mod:`erl_lite.config_cli`; ``--help`` shows each default), and
+  ``--config run.yaml`` reads fields (and ``env``, ``model``, ``preset``, ``small``, ``dataset``,
+  ``reward_funcs``, ``feedback_func``) from a file. Precedence: the preset < the demo's settings
+  (``--env demo``) < the file < the flags. Your own data, as ``trl grpo``:
+  ``erl-lite train --dataset rows.jsonl --reward-funcs mymod:reward [...] [--feedback-func mymod:fb]``
+  (functions by ``module:function``, ``path/to/file.py:function`` or TRL's ``module.function``,
+  see :mod:`erl_lite.func_specs`); the specs are recorded in the config's ``extra``.
 * ``erl-lite eval --checkpoint DIR`` — first attempts of a checkpoint's adapter, no memory, on
-  its environment's test split (or ``--env`` / ``--dataset rows.jsonl``); prints JSON metrics.
+  the test split of what the run trained on (``--env`` / ``--dataset rows.jsonl`` to choose).
+  A run on dataset rows scored by Python functions (from the CLI or from Python, as the
+  checkpoint's ``env`` record says) is refused without ``--dataset`` and ``--reward-funcs``,
+  naming the functions it was trained with, rather than scored on the demo world; a checkpoint
+  older than that record is evaluated on the demo world with a warning. Prints JSON metrics.
 * ``erl-lite plot history.jsonl`` — the figures of :func:`erl_lite.viz.save_figures`.
 * ``erl-lite export --adapter DIR --out DIR [--push-to-hub USER/NAME]`` — merge a trained LoRA
   adapter (a checkpoint's ``adapter/`` folder or a saved adapter) into its base, dequantising a
   4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
 
+A mistyped flag gets "did you mean --x?" (:class:`~erl_lite.config_cli.SuggestingParser`).
 Errors a user can fix (a bad value, a missing or damaged file or folder, nothing to resume) are
 printed as one paragraph naming the file and line, the field or the path, with exit code 2 and
 no traceback; errors raised while training (a reward function's, say) keep their traceback.
@@ -104,26 +113,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
-    """``--dataset``, ``--reward-funcs`` and (on train) ``--feedback-func``, with TRL's spellings
-    (``trl grpo --dataset_name ... --reward_funcs ...``) accepted too."""
+    """``--dataset``, ``--reward-funcs`` and (on train) ``--feedback-func``; TRL's spellings
+    (``trl grpo --dataset_name ... --reward_funcs ...``) are accepted too, not shown."""
     group = p.add_argument_group("your own data (as trl grpo)")
     default = argparse.SUPPRESS if train else None  # train: a --config file may set them
-    rows = ("rows to train on, scored by --reward-funcs" if train else
-            "rows to evaluate on instead of the test split: scored by --reward-funcs, or rows for the run's "
-            "--env arithmetic, or tasks {task_id, prompt, data} of the run's environment")
-    group.add_argument("--dataset", "--dataset_name", dest="dataset", metavar="PATH_OR_NAME", default=default,
-                       help=f"{rows}: a .jsonl/.json/.csv/.parquet file, a saved dataset folder or a hub dataset "
-                            "name; each row has a 'prompt' and the columns the reward functions read")
-    group.add_argument("--reward-funcs", "--reward_funcs", dest="reward_funcs", nargs="+", default=default,
-                       metavar="MODULE:FUNCTION",
-                       help="reward functions, TRL-style (completions=..., prompts=..., <columns>=...): "
-                            "module:function, path/to/file.py:function or module.function; modules are "
-                            "looked up in the working directory first")
+    sources = "a .jsonl/.json/.csv/.parquet file, a saved dataset folder or a hub dataset name"
+    options = [
+        ("--dataset", "PATH_OR_NAME", None,
+         f"rows to train on ({sources}), each with a 'prompt' and the columns the reward functions read"
+         if train else f"rows to evaluate on instead of the test split: with --reward-funcs, {sources}; "
+         "without, a .jsonl of prompt/answer rows for a run on --env arithmetic, or of tasks {task_id, prompt, "
+         "data} of the run's environment"),
+        ("--reward-funcs", "MODULE:FUNCTION", "+",
+         "reward functions, TRL-style (completions=..., prompts=..., <columns>=...): module:function, "
+         "path/to/file.py:function or module.function; modules are looked up in the working directory first"),
+    ]
     if train:
-        group.add_argument("--feedback-func", "--feedback_func", dest="feedback_func", default=default,
-                           metavar="MODULE:FUNCTION",
-                           help="function returning one feedback text per completion for the reflection "
-                                "(default: the rewards' own 'Reward: r.' text)")
+        options.append(("--feedback-func", "MODULE:FUNCTION", None,
+                        "function returning one feedback text per completion, for the reflection "
+                        "(default: the rewards' own 'Reward: r.' text)"))
+    for flag, metavar, nargs, help_text in options:
+        dest = flag[2:].replace("-", "_")
+        group.add_argument(flag, dest=dest, metavar=metavar, nargs=nargs, default=default, help=help_text)
+        trl = "--dataset_name" if dest == "dataset" else "--" + dest
+        group.add_argument(trl, dest=dest, metavar=metavar, nargs=nargs, default=argparse.SUPPRESS,
+                           help=argparse.SUPPRESS)
 
 
 def _shown_defaults() -> dict[str, str]:

@@ -12,6 +12,11 @@ and TRL's ``--use_memory true|false`` / ``--no_use_memory``. Values: numbers and
 such, ``none`` for an optional field, dicts and lists as YAML or JSON
 (``--extra '{note: first try}'``).
 
+``--help`` shows each field's default (the caller may pass its own, e.g. a preset's). A
+mistyped flag gets "did you mean --x?" from :class:`SuggestingParser`, with the same closest-match
+rule (:func:`closest`) as a mistyped run-file key; argparse has this only from Python 3.14
+(``suggest_on_error``), hence the subclass.
+
 A run file (``--config run.yaml``) is a mapping of field names (``-`` or ``_``) to values; an
 unknown key is an error that names the closest field (:mod:`difflib`). Each value is checked
 against its field's type (:mod:`erl_lite.field_types`: ``temperature: true``, ``use_memory: 2``,

@@ -206,3 +206,26 @@ def test_help_shows_each_default(monkeypatch, capsys, flag, default):
         main(["train", "--help"])
     out = capsys.readouterr().out
     assert default in _help_line(out, flag)
+
+
+@pytest.mark.parametrize("record,rows,message", [
+    ({"name": "mine", "class": "my.CustomEnv"}, None, "my.CustomEnv ('mine'), which erl-lite eval cannot build"),
+    (None, "plain", "rows.jsonl:1: the demo environment plays tasks {task_id, prompt, data}"),
+])
+def test_eval_names_what_it_cannot_rebuild(tmp_path, capsys, monkeypatch, record, rows, message):
+    """Before: a custom environment was scored as the demo world; plain rows on the demo crashed with KeyError."""
+    from erl_lite.embedded.demo import demo_trainer
+
+    out = tmp_path / "run"
+    demo_trainer(seed=1, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=str(out)).train()
+    if record is not None:
+        path = out / "checkpoint-1" / "trainer_state.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "env": record}))
+    extra = []
+    if rows:
+        (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+        monkeypatch.chdir(tmp_path)
+        extra = ["--dataset", "rows.jsonl"]
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(out), *extra]) == 2
+    assert message in capsys.readouterr().err
