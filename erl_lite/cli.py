@@ -7,16 +7,25 @@
   local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
   Every :class:`~erl_lite.config.ERLConfig` field is an option (``--learning-rate``,
-  ``--no-use-memory``, ...; see :mod:`erl_lite.config_cli`), and ``--config run.yaml`` reads
-  fields (and ``env``, ``model``, ``preset``, ``small``) from a file. Precedence: the preset <
-  the demo's settings (``--env demo``) < the file < the flags.
+  ``--no-use-memory``, ...; see :mod:`erl_lite.config_cli`; ``--help`` shows each default), and
+  ``--config run.yaml`` reads fields (and ``env``, ``model``, ``preset``, ``small``, ``dataset``,
+  ``reward_funcs``, ``feedback_func``) from a file. Precedence: the preset < the demo's settings
+  (``--env demo``) < the file < the flags. Your own data, as ``trl grpo``:
+  ``erl-lite train --dataset rows.jsonl --reward-funcs mymod:reward [...] [--feedback-func mymod:fb]``
+  (functions by ``module:function``, ``path/to/file.py:function`` or TRL's ``module.function``,
+  see :mod:`erl_lite.func_specs`); the specs are recorded in the config's ``extra``.
 * ``erl-lite eval --checkpoint DIR`` — first attempts of a checkpoint's adapter, no memory, on
-  its environment's test split (or ``--env`` / ``--dataset rows.jsonl``); prints JSON metrics.
+  the test split of what the run trained on (``--env`` / ``--dataset rows.jsonl`` to choose).
+  A run on dataset rows scored by Python functions (from the CLI or from Python, as the
+  checkpoint's ``env`` record says) is refused without ``--dataset`` and ``--reward-funcs``,
+  naming the functions it was trained with, rather than scored on the demo world; a checkpoint
+  older than that record is evaluated on the demo world with a warning. Prints JSON metrics.
 * ``erl-lite plot history.jsonl`` — the figures of :func:`erl_lite.viz.save_figures`.
 * ``erl-lite export --adapter DIR --out DIR [--push-to-hub USER/NAME]`` — merge a trained LoRA
   adapter (a checkpoint's ``adapter/`` folder or a saved adapter) into its base, dequantising a
   4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
 
+A mistyped flag gets "did you mean --x?" (:class:`~erl_lite.config_cli.SuggestingParser`).
 Errors a user can fix (a bad value, a missing or damaged file or folder, nothing to resume) are
 printed as one paragraph naming the file and line, the field or the path, with exit code 2 and
 no traceback; errors raised while training (a reward function's, say) keep their traceback.
@@ -34,13 +43,18 @@ import warnings
 from typing import Any, Sequence
 
 from erl_lite.config import MODES, PRESETS, ERLConfig
-from erl_lite.config_cli import add_config_arguments, given_fields, load_config_file, locate_in_file
+from erl_lite.config_cli import (SuggestingParser, add_config_arguments, given_fields, load_config_file,
+                                 locate_in_file, shown_value)
 from erl_lite.jsonio import read_json, read_jsonl
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults; a ``--config``
 #: file may set them too.
 RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": "cpu", "small": False}
+#: ``erl-lite train``'s options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
+DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func")
+#: The environment ``erl-lite train --dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
+DATASET_ENV = "dataset"
 #: The short flags ``erl-lite train`` had before every field was an option (they keep working).
 FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"]}
 FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflection",
@@ -61,7 +75,7 @@ def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="erl-lite", description="Experiential Reinforcement Learning, small.")
+    parser = SuggestingParser(prog="erl-lite", description="Experiential Reinforcement Learning, small.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
@@ -69,29 +83,73 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", default=None, metavar="DIR",
                       help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
                            "default: the shipped one")
-    train = sub.add_parser("train", help="train a model on one of the environments",
+    train = sub.add_parser("train", help="train a model on one of the environments, or on your own data",
                            description="Train with ERL. Every ERLConfig field is an option; values come from "
                                        "the preset, then (on --env demo) the demo's settings, then --config, "
-                                       "then the flags.")
+                                       "then the flags. The defaults shown are those of the cpu preset on the "
+                                       "demo world (and off it, where they differ); --preset gpu or paper "
+                                       "changes some of them.")
     train.add_argument("--config", metavar="YAML", default=None,
                        help="run file: ERLConfig fields (and env, model, preset, small); flags override it")
     train.add_argument("--env", choices=ENVIRONMENTS, default=argparse.SUPPRESS,
-                       help="demo (default) = the embedded model's world (letters drawn by --seed); the others "
-                            "are the paper's tasks and an arithmetic example")
+                       help="demo = the embedded model's world (letters drawn by --seed); the others are the "
+                            "paper's tasks and an arithmetic example (default: demo)")
     train.add_argument("--small", action="store_true", default=argparse.SUPPRESS,
                        help="the small (CPU) variant of the environment")
     train.add_argument("--model", default=argparse.SUPPRESS,
                        help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
                             "'tiny' = a random 2-layer model built offline (plumbing checks only)")
-    train.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS, help="default: cpu")
+    train.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
+                       help="ERLConfig.preset's settings under the rest (default: cpu)")
+    _data_arguments(train, train=True)
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     add_config_arguments(train, aliases=FLAG_ALIASES, negations=FLAG_NEGATIONS,
-                         notes={"seed": f"Default {CLI_SEED}; also picks the demo world's letters."},
+                         notes={"seed": "Also picks the demo world's letters."}, defaults=_shown_defaults(),
                          title="ERLConfig fields (--name-with-dashes, or TRL's --name_with_underscores)")
     _eval_parser(sub)
     _plot_parser(sub)
     _export_parser(sub)
     return parser
+
+
+def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
+    """``--dataset``, ``--reward-funcs`` and (on train) ``--feedback-func``; TRL's spellings
+    (``trl grpo --dataset_name ... --reward_funcs ...``) are accepted too, not shown."""
+    group = p.add_argument_group("your own data (as trl grpo)")
+    default = argparse.SUPPRESS if train else None  # train: a --config file may set them
+    sources = "a .jsonl/.json/.csv/.parquet file, a saved dataset folder or a hub dataset name"
+    options = [
+        ("--dataset", "PATH_OR_NAME", None,
+         f"rows to train on ({sources}), each with a 'prompt' and the columns the reward functions read"
+         if train else f"rows to evaluate on instead of the test split: with --reward-funcs, {sources}; "
+         "without, a .jsonl of prompt/answer rows for a run on --env arithmetic, or of tasks {task_id, prompt, "
+         "data} of the run's environment"),
+        ("--reward-funcs", "MODULE:FUNCTION", "+",
+         "reward functions, TRL-style (completions=..., prompts=..., <columns>=...): module:function, "
+         "path/to/file.py:function or module.function; modules are looked up in the working directory first"),
+    ]
+    if train:
+        options.append(("--feedback-func", "MODULE:FUNCTION", None,
+                        "function returning one feedback text per completion, for the reflection "
+                        "(default: the rewards' own 'Reward: r.' text)"))
+    for flag, metavar, nargs, help_text in options:
+        dest = flag[2:].replace("-", "_")
+        group.add_argument(flag, dest=dest, metavar=metavar, nargs=nargs, default=default, help=help_text)
+        trl = "--dataset_name" if dest == "dataset" else "--" + dest
+        group.add_argument(trl, dest=dest, metavar=metavar, nargs=nargs, default=argparse.SUPPRESS,
+                           help=argparse.SUPPRESS)
+
+
+def _shown_defaults() -> dict[str, str]:
+    """The default ``--help`` shows for each field: the demo world's (the default ``--env``), and
+    the cpu preset's where other environments differ."""
+    from erl_lite.embedded.demo import demo_config
+
+    on_demo = demo_config(seed=CLI_SEED).to_dict()
+    elsewhere = ERLConfig.preset("cpu", seed=CLI_SEED).to_dict()
+    return {name: shown_value(value) + ("" if elsewhere[name] == value or name == "extra"
+                                        else f"; off the demo world: {shown_value(elsewhere[name])}")
+            for name, value in on_demo.items()}
 
 
 def _eval_parser(sub: Any) -> None:
@@ -104,9 +162,7 @@ def _eval_parser(sub: Any) -> None:
                    help="environment (default: the one the checkpoint was trained on; demo if unrecorded)")
     p.add_argument("--small", action=argparse.BooleanOptionalAction, default=None,
                    help="the small variant of the environment (default: as trained)")
-    p.add_argument("--dataset", metavar="JSONL", default=None,
-                   help="tasks instead of the environment's test split: rows with a 'prompt' (e.g. "
-                        "prompt/answer rows for --env arithmetic), or tasks {task_id, prompt, data}")
+    _data_arguments(p, train=False)
     p.add_argument("--num-generations", type=int, default=None,
                    help="samples per task (default: the checkpoint's eval_num_generations)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
@@ -176,9 +232,13 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
     Raises ValueError naming the file, key or field when a value is wrong.
     """
     file_fields, file_run = ({}, {}) if args.config is None else load_config_file(
-        args.config, other_keys=list(RUN_DEFAULTS), aliases=_ALIAS_FIELDS)
-    run = {**RUN_DEFAULTS, **file_run, **{k: getattr(args, k) for k in RUN_DEFAULTS if hasattr(args, k)}}
-    if run["env"] not in ENVIRONMENTS:
+        args.config, other_keys=[*RUN_DEFAULTS, *DATA_OPTIONS], aliases=_ALIAS_FIELDS)
+    given = {k: getattr(args, k) for k in (*RUN_DEFAULTS, *DATA_OPTIONS) if hasattr(args, k)}
+    run = {**RUN_DEFAULTS, **file_run, **given}
+    data = _data_record(run, env_given="env" in file_run or "env" in given)
+    if data:
+        run["env"] = DATASET_ENV
+    elif run["env"] not in ENVIRONMENTS:
         raise ValueError(f"env must be one of {', '.join(ENVIRONMENTS)}, got {run['env']!r}")
     if run["preset"] not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
@@ -188,7 +248,7 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
     overrides = {"seed": CLI_SEED, **file_fields, **flags}
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
-    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"]}
+    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **data}
     try:
         if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
             from erl_lite.embedded.demo import demo_config
@@ -199,6 +259,31 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         if args.config is None:
             raise
         raise ValueError(locate_in_file(str(e), args.config, set(file_fields) - set(flags))) from e
+
+
+def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
+    """What a run on your own data records in its config's ``extra`` (``dataset``,
+    ``reward_funcs``, ``feedback_func``: the specs as given); empty for a built-in environment.
+
+    Raises ValueError when the data options do not go together.
+    """
+    dataset, funcs, feedback = (run.get(k) for k in DATA_OPTIONS)
+    if dataset is None and funcs is None and feedback is None:
+        return {}
+    if funcs is None:
+        raise ValueError("--dataset needs --reward-funcs module:function [...]: the functions that score its "
+                         "completions (as trl grpo --reward_funcs)" if dataset is not None else
+                         "--feedback-func needs --dataset and --reward-funcs")
+    if dataset is None:
+        raise ValueError("--reward-funcs needs --dataset PATH_OR_NAME: the rows whose completions they score")
+    if env_given:
+        raise ValueError(f"--env {run['env']} and --dataset/--reward-funcs both name what to train on; give one")
+    funcs = [funcs] if isinstance(funcs, str) else funcs  # a run file may give one spec as a string
+    if not (isinstance(funcs, list) and funcs and all(isinstance(f, str) for f in funcs)):
+        raise ValueError(f"reward_funcs must be a list of module:function specs, got {funcs!r}")
+    if not isinstance(dataset, str) or not (feedback is None or isinstance(feedback, str)):
+        raise ValueError("dataset and feedback_func must be text (a path or name, a module:function spec)")
+    return {"dataset": dataset, "reward_funcs": list(funcs), "feedback_func": feedback}
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:
@@ -249,6 +334,9 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
     """``erl-lite train``'s trainer: the model and environment its run options name."""
     from erl_lite.trainer import ERLTrainer
 
+    # The environment first: a missing reward function fails before a model is loaded.
+    env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
+                         else _environment(run["env"], run["small"], cfg.seed))
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed
@@ -263,7 +351,6 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
         from erl_lite.testing import save_tiny_model
 
         model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
-    env, rows, kwargs = _environment(run["env"], run["small"], cfg.seed)
     return ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
 
 
@@ -280,6 +367,17 @@ def _usage_error(command: str, error: BaseException) -> int:
     """Print ``error`` as one paragraph, without a traceback; the exit code 2 (as argparse's)."""
     print(f"erl-lite {command}: error: {error}", file=sys.stderr)
     return 2
+
+
+def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, Any]]:
+    """``erl-lite train --dataset ... --reward-funcs ...``: the dataset (read by the trainer, as
+    ``ERLTrainer(train_dataset=...)`` reads a path or name) and the functions loaded by spec."""
+    from erl_lite.func_specs import load_function
+
+    funcs = [load_function(spec, "reward function") for spec in record["reward_funcs"]]
+    feedback = record.get("feedback_func")
+    return None, record["dataset"], {"reward_funcs": funcs,
+                                     "feedback_func": feedback and load_function(feedback, "feedback function")}
 
 
 def _environment(name: str, small: bool, seed: int = 0):
@@ -305,15 +403,20 @@ def _environment(name: str, small: bool, seed: int = 0):
 # --- eval and plot ----------------------------------------------------------------------------
 def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | None = None,
                         dataset: str | None = None, num_generations: int | None = None,
-                        limit: int | None = None, base_model: str | None = None) -> dict[str, Any]:
+                        limit: int | None = None, base_model: str | None = None,
+                        reward_funcs: Sequence[str] | None = None) -> dict[str, Any]:
     """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter.
 
     The adapter is loaded with :func:`erl_lite.models.load_policy` (its base from the adapter's
     ``base_model_name_or_path``, 4-bit when the run was) and the run's config from
     ``trainer_state.json``; sampling is the config's evaluation sampler, seeded with its
-    ``seed``, as in ``ERLTrainer.evaluate``. ``env``/``small`` default to what ``erl-lite train``
-    recorded in the config's ``extra``; ``dataset`` (JSONL) replaces the test split; ``base_model``
-    loads the base from this folder instead of the path the adapter records (a base that moved).
+    ``seed``, as in ``ERLTrainer.evaluate``. ``env``/``small`` default to what the run trained on
+    (:func:`_trained_env`); ``dataset`` replaces the test split, and with ``reward_funcs``
+    (``module:function`` specs) its rows (a path or name) are scored by them; ``base_model`` loads
+    the base from this folder instead of the path the adapter records (a base that moved).
+
+    Raises ValueError when the run trained on something this cannot rebuild (dataset rows
+    scored by Python functions, without ``dataset`` and ``reward_funcs``; a custom environment).
     """
     from transformers import set_seed
 
@@ -341,11 +444,14 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
         raise CheckpointError(f"{adapter} holds no LoRA adapter; erl-lite eval reads the adapter "
                               "that LoRA runs save with each checkpoint")
-    env_name = env or cfg.extra.get("env", "demo")
-    small = cfg.extra.get("small", False) if small is None else small
-    world, tasks = _evaluation_tasks(env_name, small, cfg)
-    if dataset is not None:
-        tasks = _read_tasks(dataset)
+    if reward_funcs:
+        world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env, cfg)
+    else:
+        env_name = env or _trained_env(folder, cfg, state.get("env"), dataset)
+        small = cfg.extra.get("small", False) if small is None else small
+        world, tasks = _evaluation_tasks(env_name, small, cfg)
+        if dataset is not None:
+            tasks = _read_tasks(dataset, world, env_name)
     tasks = tasks[:limit] if limit is not None else tasks
     n = num_generations or cfg.eval_num_generations
     if not tasks or n < 1:
@@ -357,6 +463,68 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params())
     return {"checkpoint": folder, "step": state.get("step"), "env": env_name, "tasks": len(tasks),
             "num_generations": n, **eval_metrics(attempts)}
+
+
+#: The class each built-in environment of ``erl-lite train --env`` is, as a checkpoint records it.
+_ENV_CLASSES = {"erl_lite.embedded.world.DemoLake": "demo", "erl_lite.envs.frozenlake.FrozenLake": "frozenlake",
+                "erl_lite.envs.sokoban.Sokoban": "sokoban", "erl_lite.envs.qa.MultiHopQA": "qa"}
+
+
+def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
+    """The ``--env`` a checkpoint trained on: what ``erl-lite train`` recorded in the config's
+    ``extra``, else the environment class the trainer recorded (``trainer_state.json``'s
+    ``env``); the demo world, with a warning, for a checkpoint older than both records.
+
+    Raises ValueError for a run on dataset rows scored by reward functions (they are named,
+    but only the user knows where they live) and for an environment the CLI cannot build.
+    """
+    extra = cfg.extra
+    if extra.get("env") == DATASET_ENV:
+        specs = " ".join(extra.get("reward_funcs") or [])
+        raise ValueError(f"{folder} was trained on --dataset {extra.get('dataset')} scored by --reward-funcs "
+                         f"{specs}; erl-lite eval needs them again: --dataset PATH_OR_NAME --reward-funcs {specs}"
+                         " (no --feedback-func: eval scores first attempts only)")
+    if extra.get("env") in ENVIRONMENTS:
+        return extra["env"]
+    if recorded is None:
+        print(f"warning: {folder} does not record the environment it was trained on (it was written by an "
+              "earlier erl_lite); evaluating the demo world. Pass --env, or --dataset and --reward-funcs, if "
+              "the run trained on something else", file=sys.stderr)
+        return "demo"
+    if recorded.get("reward_funcs") is not None:
+        specs = " ".join(recorded["reward_funcs"]) or "(none)"
+        local = (" (a function defined inside another cannot be loaded by name: move it to a module's top "
+                 "level)") if "<locals>" in specs else ""
+        rows = "" if dataset is None else f" ({dataset} alone is scored by nothing)"
+        raise ValueError(f"{folder} was trained from Python on dataset rows scored by the reward functions "
+                         f"{specs}; erl-lite eval cannot know those rows and functions{rows}: pass --dataset "
+                         f"PATH_OR_NAME --reward-funcs module:function [...]{local}")
+    name = _ENV_CLASSES.get(recorded.get("class", ""))
+    if name is None:
+        raise ValueError(f"{folder} was trained on the environment {recorded.get('class')} "
+                         f"({recorded.get('name')!r}), which erl-lite eval cannot build; pass --env NAME, or "
+                         "--dataset and --reward-funcs, or evaluate it in Python with ERLTrainer.evaluate()")
+    if name != "demo":
+        print(f"warning: {folder} was trained on {recorded['class']} built in Python; evaluating erl-lite's "
+              f"--env {name} (its default variant unless --small), which may have other settings",
+              file=sys.stderr)
+    return name
+
+
+def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None,
+                    cfg: ERLConfig) -> tuple[Any, list, str]:
+    """``eval --dataset ... --reward-funcs ...``: the rows' evaluation split scored by the functions."""
+    from erl_lite.envs.data_sources import load_rows
+    from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.func_specs import load_function
+
+    if env is not None:
+        raise ValueError(f"--env {env} and --reward-funcs both name what to evaluate on; give one")
+    if dataset is None:
+        raise ValueError("--reward-funcs needs --dataset PATH_OR_NAME: the rows whose completions they score")
+    world = RewardFunctionEnv([load_function(spec, "reward function") for spec in specs],
+                              success_threshold=cfg.reward_threshold)
+    return world, rows_to_tasks(load_rows(dataset, "eval"), prefix="eval", where=dataset), DATASET_ENV
 
 
 def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list]:
@@ -374,22 +542,33 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
     return env, tasks if tasks and isinstance(tasks[0], Task) else rows_to_tasks(tasks, prefix="eval")
 
 
-def _read_tasks(path: str) -> list:
-    """Tasks from a JSONL file: dataset rows with a ``prompt``, or ``{task_id, prompt, data}``."""
-    from erl_lite.envs.dataset import rows_to_tasks
+def _read_tasks(path: str, world: Any, env_name: str) -> list:
+    """Tasks from a JSONL file for ``world``: tasks ``{task_id, prompt, data}`` of its own kind,
+    or (when rewards score it, as on ``--env arithmetic``) dataset rows with a ``prompt``.
+
+    Raises ValueError naming the file and row when plain rows are given to an environment that
+    plays tasks of its own (the demo world reads a map from each task's ``data``)."""
+    from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
     from erl_lite.records import Task
 
     rows = read_jsonl(path)
     if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r
                     for r in rows):
         return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
+    if rows and not isinstance(world, RewardFunctionEnv):
+        line = next(i for i, r in enumerate(rows, 1) if not (isinstance(r, dict) and "task_id" in r))
+        row = rows[line - 1]
+        keys = sorted(row) if isinstance(row, dict) else f"a {type(row).__name__}"
+        raise ValueError(f"{path}:{line}: the {env_name} environment plays tasks {{task_id, prompt, data}} (as "
+                         f"its test split holds), got {keys}; to score rows with reward functions instead, pass "
+                         "--reward-funcs module:function [...]")
     return rows_to_tasks(rows, prefix="eval")
 
 
 def _eval(args: argparse.Namespace) -> int:
     try:
         metrics = evaluate_checkpoint(args.checkpoint, args.env, args.small, args.dataset,
-                                      args.num_generations, args.limit, args.base_model)
+                                      args.num_generations, args.limit, args.base_model, args.reward_funcs)
     except _user_errors() as e:
         return _usage_error("eval", e)
     print(json.dumps(metrics, indent=2))

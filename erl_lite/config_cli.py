@@ -12,6 +12,11 @@ and TRL's ``--use_memory true|false`` / ``--no_use_memory``. Values: numbers and
 such, ``none`` for an optional field, dicts and lists as YAML or JSON
 (``--extra '{note: first try}'``).
 
+``--help`` shows each field's default (the caller may pass its own, e.g. a preset's). A
+mistyped flag gets "did you mean --x?" from :class:`SuggestingParser`, with the same closest-match
+rule (:func:`closest`) as a mistyped run-file key; argparse has this only from Python 3.14
+(``suggest_on_error``), hence the subclass.
+
 A run file (``--config run.yaml``) is a mapping of field names (``-`` or ``_``) to values; an
 unknown key is an error that names the closest field (:mod:`difflib`). Each value is checked
 against its field's type (:mod:`erl_lite.field_types`: ``temperature: true``, ``use_memory: 2``,
@@ -182,6 +187,62 @@ def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 
 
 # --- the parser --------------------------------------------------------------------------------
+class SuggestingParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors add "did you mean --x?" for each mistyped flag
+    (argparse has ``suggest_on_error`` only from Python 3.14). Flags are compared with ``-`` and
+    ``_`` alike, against this parser's options and those of the sub-command given.
+
+    Example:
+        >>> p = SuggestingParser(prog="x", exit_on_error=False)
+        >>> _ = p.add_argument("--learning-rate")
+        >>> p.typo_hints(["--learnig-rate", "1"])
+        ' (--learnig-rate: did you mean --learning-rate?)'
+    """
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse's
+        # Kept for error(): argparse hands it only the message. Sub-commands' parsers get their own part.
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):  # noqa: D102 - argparse's, with hints
+        super().error(message + self.typo_hints(getattr(self, "_given", [])))
+
+    def typo_hints(self, given: Sequence[str]) -> str:
+        """`` (--flag: did you mean --other?)`` for each unknown ``--flag`` in ``given``."""
+        parsers = [self]
+        for action in self._actions:  # the sub-command named in ``given``: its flags too
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += [action.choices[t] for t in given if t in action.choices][:1]
+        flags = [o for p in parsers for a in p._actions for o in a.option_strings if o.startswith("--")]
+        options = {k: v for p in parsers for k, v in _shown_options(p).items()}
+        hints = []
+        for token in given:
+            flag = token.split("=", 1)[0]
+            # A known flag, or a prefix argparse accepts as an abbreviation of one, is no typo.
+            if not flag.startswith("--") or any(o.startswith(flag) for o in flags):
+                continue
+            guess = closest(_normal(flag), options)
+            if guess:
+                hints.append(f"{flag}: did you mean {options[guess]}?")
+        return f" ({'; '.join(hints)})" if hints else ""
+
+
+def _normal(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _shown_options(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """``{normalised name: the spelling --help shows}`` of a parser's long options (a hidden
+    TRL spelling ``--x_y`` maps to its shown ``--x-y``)."""
+    actions = sorted(parser._actions, key=lambda a: a.help is argparse.SUPPRESS)  # shown ones first
+    found: dict[str, str] = {}
+    for action in actions:
+        for option in action.option_strings:
+            if option.startswith("--"):
+                found.setdefault(_normal(option), option)
+    return found
+
+
 #: Namespace attribute where the options record which spelling set each field (see :func:`given_fields`).
 _SPELLINGS = "_config_spellings"
 
@@ -223,7 +284,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
                          aliases: Mapping[str, Sequence[str]] | None = None,
                          negations: Mapping[str, str] | None = None,
                          notes: Mapping[str, str] | None = None,
-                         title: str = "config fields") -> argparse._ArgumentGroup:
+                         title: str = "config fields",
+                         defaults: Mapping[str, str] | None = None) -> argparse._ArgumentGroup:
     """Add one option per field of ``cls`` to ``parser`` (in an argument group ``title``).
 
     Options default to nothing at all (``argparse.SUPPRESS``): the namespace holds only the
@@ -235,6 +297,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
         negations: switches that set a boolean field to False, e.g.
             ``{"--no-memory": "use_memory"}``.
         notes: text appended to a field's help.
+        defaults: the default shown in a field's help (``"0.001"``); by default the dataclass's
+            own, written as on the command line (:func:`shown_value`).
 
     Example:
         >>> p = argparse.ArgumentParser()
@@ -246,10 +310,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
     """
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
     docs, choices = field_docs(cls), field_choices(cls)
+    defaults = defaults if defaults is not None else _dataclass_defaults(cls)
     group = parser.add_argument_group(title)
     for f, annotation in _fields(cls):
         shown, trl = "--" + f.name.replace("_", "-"), "--" + f.name
-        help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, "")]))
+        default = f"(default: {defaults[f.name]})" if f.name in defaults else ""
+        help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, ""), default]))
         common = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
         if annotation is bool:
             group.add_argument(shown, *aliases.get(f.name, ()), action=_BooleanOptional, **common)
@@ -272,6 +338,26 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
         group.add_argument(flag, dest=name, action=_StoreFalse, default=argparse.SUPPRESS,
                            help=f"same as --no-{name.replace('_', '-')}")
     return group
+
+
+def shown_value(value: Any) -> str:
+    """A value as one would write it on the command line (``true``, ``none``, YAML for lists).
+
+    Example:
+        >>> shown_value(True), shown_value(None), shown_value(1e-3), shown_value(["q", "v"])
+        ('true', 'none', '0.001', '[q, v]')
+    """
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "none"}[value]
+    if isinstance(value, (list, tuple, dict)):
+        return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    return str(value)
+
+
+def _dataclass_defaults(cls: type) -> dict[str, str]:
+    """Each field's default (:func:`shown_value`), from ``cls()``."""
+    blank = cls()
+    return {f.name: shown_value(getattr(blank, f.name)) for f, _ in _fields(cls)}
 
 
 def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable[[str], Any]:
@@ -397,8 +483,20 @@ def _coerce(value: Any, annotation: Any, where: str, key: str, owner: str) -> An
         raise ValueError(f"{where}: {message if message.startswith(owner + '.') else f'{key}: {message}'}") from e
 
 
+def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
+    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then
+    :mod:`difflib`'s closest match above 0.6 similarity); None when nothing is close. The one
+    "did you mean" of run-file keys, command-line flags and function names.
+
+    Example:
+        >>> closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])
+        ('learning_rate', None)
+    """
+    return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)),
+                                             None)
+
+
 def _unknown_key(path: str, key: str, known: list[str], aliases: Mapping[str, str]) -> str:
-    name = key.replace("-", "_")
-    guess = aliases.get(name) or next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.6)), None)
+    guess = closest(key.replace("-", "_"), known, aliases)
     hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
     return f"{path}: unknown key {key!r}{hint}"

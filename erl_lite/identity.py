@@ -10,6 +10,10 @@ line per difference (``field: checkpoint <old>, this run <new>``):
 * ``tokenizer`` — a hash of the chat template, the EOS and pad tokens and ids, the vocabulary
   size: another tokenizer turns the same prompts into other token ids.
 
+The environment a run trained on is recorded too (``env``: its name, class and, for dataset
+rows scored by reward functions, their ``module:function`` specs), for ``erl-lite eval`` to
+rebuild it or to ask for what it cannot rebuild; resume does not compare it.
+
 A checkpoint written before a part or a LoRA field was recorded resumes as before: a missing
 ``tokenizer`` part is not compared, and a missing LoRA field is taken at peft's default (the
 value every earlier erl_lite adapter had unless a ``peft_config`` said otherwise).
@@ -44,9 +48,9 @@ LORA_FIELDS = ("use_rslora", "use_dora", "lora_dropout", "bias", "lora_bias", "m
                "trainable_token_indices", "target_parameters", "layer_replication", "fan_in_fan_out")
 
 
-def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None) -> dict[str, Any]:
+def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env: Any = None) -> dict[str, Any]:
     """The config, the model's identity (name, LoRA settings) and the tokenizer's, as resume
-    compares them (:func:`run_differences`).
+    compares them (:func:`run_differences`), and the environment's (:func:`environment_identity`).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -68,8 +72,33 @@ def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None) -> d
     out = {"config": config, "model": ident}
     if tokenizer is not None:
         out["tokenizer"] = tokenizer_identity(tokenizer)
+    if env is not None:
+        out["env"] = environment_identity(env)
     # A JSON round trip makes tuples lists, as they will be when read back from a checkpoint.
     return json.loads(json.dumps(out, default=repr))
+
+
+def environment_identity(env: Any) -> dict[str, Any]:
+    """What a run trained on: the environment's ``name`` and class, and the ``module:function``
+    specs of its reward and feedback functions when it has them (dataset rows).
+
+    Example:
+        >>> from erl_lite.envs.dataset import RewardFunctionEnv
+        >>> from erl_lite.envs.arithmetic import arithmetic_reward
+        >>> environment_identity(RewardFunctionEnv(arithmetic_reward))  # doctest: +NORMALIZE_WHITESPACE
+        {'name': 'dataset', 'class': 'erl_lite.envs.dataset.RewardFunctionEnv',
+         'reward_funcs': ['erl_lite.envs.arithmetic:arithmetic_reward'], 'feedback_func': None}
+    """
+    from erl_lite.func_specs import function_spec
+
+    cls = type(env)
+    ident: dict[str, Any] = {"name": getattr(env, "name", ""), "class": f"{cls.__module__}.{cls.__qualname__}"}
+    funcs = getattr(env, "reward_funcs", None)
+    if isinstance(funcs, (list, tuple)):
+        ident["reward_funcs"] = [function_spec(f) for f in funcs]
+        feedback = getattr(env, "feedback_func", None)
+        ident["feedback_func"] = None if feedback is None else function_spec(feedback)
+    return ident
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:

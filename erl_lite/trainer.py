@@ -445,7 +445,7 @@ class ERLTrainer:
                                self.memory, self.history, self._run_identity(), self.args.save_total_limit)
 
     def _run_identity(self) -> dict[str, Any]:
-        return run_identity(self.args.to_dict(), self.model, self.tokenizer)
+        return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env)
 
     def _claim_output_dir(self) -> None:
         """A fresh run: refuse an ``output_dir`` holding another run, or clear that run's files
