@@ -106,7 +106,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _checked_rng(path: str) -> dict[str, Any]:
     """Read rng.json and prove each state is accepted, on throwaway generators."""
-    state = _read_json(path)
+    state = read_json(path)
     version, internal, gauss = state["python"]
     random.Random().setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
@@ -227,7 +227,7 @@ def read_checkpoint(path: str) -> TrainingState:
     """
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint folder at {path}")
-    meta = _read(path, "trainer_state.json", _read_json)
+    meta = _read(path, "trainer_state.json", read_json)
     if not (isinstance(meta, dict) and isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
         raise CheckpointError(f"{os.path.join(path, 'trainer_state.json')} is not an erl_lite trainer "
                               "state (it needs 'step' and 'config')")
@@ -347,7 +347,7 @@ def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory:
 # --- helpers ----------------------------------------------------------------------------------
 def _read_memory(path: str) -> Any:
     """memory.json, refused (naming the field) when its entries are not what a memory holds."""
-    state = _read_json(path)
+    state = read_json(path)
     check_memory_state(state)
     return state
 
@@ -384,10 +384,6 @@ def _read_torch(path: str) -> Any:
         found = [ln.strip() for ln in str(e).splitlines() if "global" in ln.lower()] or ["refused"]
         raise CheckpointError(f"{path} was refused: it holds objects other than tensors and plain "
                               f"containers, and loading them could run code ({found[0]})") from e
-
-
-def _read_json(path: str) -> Any:
-    return read_json(path)  # its errors name the line and column
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
