@@ -393,3 +393,75 @@ def test_accelerate_launch_cpu_with_several_processes_is_not_run_as_one(tmp_path
                          capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode != 0, f"ran as one process: {run.stdout}"
     assert "--num_processes N" in run.stderr and "one process" in run.stderr and "torchrun" in run.stderr
+
+
+# --- the update under DDP: processes with unequal, inactive or no rows ----------------------------
+# Rows of each process (all first attempts, so the global batch is rank 0's rows, then rank 1's).
+# "uneven": 5 micro-batches against 1; "inactive": rank 1's rows all have A = 0 with beta = 0, so it
+# backpropagates nothing; "empty": rank 1 has no row at all. Each needs DDP's all-reduce to happen on
+# both processes the same number of times, whatever rows they hold.
+UPDATE_CASES = {"uneven": (10, 2, 1.0), "inactive": (6, 3, 0.0), "empty": (6, 0, 1.0)}
+
+
+def update_rows(n: int, offset: int, advantage_scale: float) -> list[TrainSample]:
+    import random
+
+    rng = random.Random(offset)
+    rows = []
+    for i in range(n):
+        prompt = [rng.randrange(5, 40) for _ in range(rng.randrange(2, 6))]
+        completion = [rng.randrange(5, 40) for _ in range(rng.randrange(1, 5))]
+        rows.append(TrainSample("first", prompt, completion, [1] * len(completion),
+                                advantage_scale * rng.uniform(-1.5, 1.5), f"t{offset + i}"))
+    return rows
+
+
+def case_rows(case: str) -> tuple[list[TrainSample], list[TrainSample]]:
+    n0, n1, scale1 = UPDATE_CASES[case]
+    return update_rows(n0, 0, 1.0), update_rows(n1, 100, scale1)
+
+
+def update_policy():
+    from peft import get_peft_model
+
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(5)
+    model = get_peft_model(tiny_model(tok), lora_config())
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    return model, opt, ERLConfig(beta=0.0, steps_per_generation=2, per_device_train_batch_size=2), tok.pad_token_id
+
+
+def update_worker(root: str, case: str) -> None:
+    from accelerate.state import PartialState
+
+    from erl_lite.update import PolicyUpdater
+
+    PartialState._reset_state()
+    dist = DataParallel.from_environment()
+    model, opt, cfg, pad = update_policy()
+    stats = PolicyUpdater(model, opt, None, cfg, pad, dist=dist).update(case_rows(case)[dist.rank])
+    torch.save({"weights": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},
+                "stats": dict(stats)}, os.path.join(root, f"rank{dist.rank}.pt"))
+
+
+@pytest.mark.parametrize("case", sorted(UPDATE_CASES))
+def test_the_ddp_update_is_the_one_process_update_whatever_rows_each_process_holds(tmp_path, case):
+    from accelerate import debug_launcher
+
+    from erl_lite.update import PolicyUpdater
+
+    model, opt, cfg, pad = update_policy()
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    rank0, rank1 = case_rows(case)
+    want = dict(PolicyUpdater(model, opt, None, cfg, pad).update(rank0 + rank1))
+    after = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    debug_launcher(update_worker, args=(str(tmp_path), case), num_processes=2)
+    got = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in (0, 1)]
+    for n in after:
+        assert torch.equal(got[0]["weights"][n], got[1]["weights"][n]), f"{case}: the ranks' {n} differ"
+    assert want["optim/steps"] == got[0]["stats"]["optim/steps"] == 2
+    assert_same_step(got[0]["stats"], want, case)
+    assert_same_weights(got[0]["weights"], after, before, case)
