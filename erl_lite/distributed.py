@@ -9,14 +9,18 @@ asks it to do five things, each a no-op in a single process:
   the ``r``-th contiguous block of it (:meth:`DataParallel.shard`). All G rollouts of a task
   stay on one process, so the per-task GRPO advantages are the single-process ones;
 * **keep memory identical on every process**: during the step each process reads the shared
-  memory but only *records* its successful rulebooks (:class:`DeferredMemory`); after the
-  step they are gathered and applied in rank order, then position order, which is the order
-  one process would have written them in (its retries run task by task, and the blocks are
-  contiguous). Reflections of a step never see that step's writes in one process either;
-* **all-reduce the gradients** so the update is the single-process one at the same global
-  batch: every process divides its loss by the *global* token or sequence count (summed
-  over processes before the backward), mini-batches are cut by each row's *global* position,
-  and the accumulated gradients are summed over processes before clipping;
+  memory (one per environment for a :class:`~erl_lite.memory.MemoryBank`) but only *records*
+  its successful rulebooks (:class:`DeferredMemory`, :class:`DeferredBank`); after the step
+  they are gathered and applied in rank order, then position order, memory by memory, which is
+  the order one process would have written them in (its retries run task by task, and the
+  blocks are contiguous). Reflections of a step never see that step's writes in one process either;
+* **train one model** with torch DDP, through ``accelerate.Accelerator.prepare_model``
+  (:meth:`DataParallel.wrap`): wrapping broadcasts rank 0's weights (a model object built
+  before seeding has other LoRA weights on every rank), and DDP all-reduces the gradients.
+  The update stays the single-process one at the same global batch: every process divides its
+  loss by the *global* token or sequence count, mini-batches are cut by each row's *global*
+  position, and the accumulated gradients are the global batch's before clipping (see
+  :class:`erl_lite.update.PolicyUpdater` for how the gate's uneven row counts meet DDP);
 * **reduce metrics to global values**: the step's records (attempts, retries, advantages)
   are gathered, so every mean is over all attempts of all processes, and the update's loss
   sums and token counts are summed;
@@ -24,11 +28,10 @@ asks it to do five things, each a no-op in a single process:
   optimizer and memory are replicated, so its checkpoint is the whole state, and a run can
   resume on another number of processes).
 
-Why not ``torch.nn.parallel.DistributedDataParallel`` (``accelerator.prepare(model)``): DDP
-all-reduces inside every backward pass, so each process must run the same number of them;
-here the gate decides how many rows each process trains, so the numbers differ. One explicit
-all-reduce of the (small, LoRA) gradients after accumulation has no such constraint, and the
-collectives are accelerate's (``gather_object``, ``reduce``) and torch.distributed's.
+Launch configurations: DDP on GPUs (one process each) and on CPUs (gloo; ``torchrun`` or
+``mpirun``) are supported. FSDP, DeepSpeed, Megatron-LM, accelerate's mixed precision and
+torch.compile are refused with a message (:func:`check_launch`), and so is
+``accelerate launch --cpu --num_processes N``, which starts one process.
 
 Departures from the paper: the reference scales out with Ray and vLLM workers; this keeps
 ``transformers.generate`` on every process. Sampling noise is not a function of the task, so
@@ -38,6 +41,7 @@ completions is the same, to float rounding); each process draws from its own str
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
@@ -45,7 +49,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from erl_lite.memory import ReflectionMemory
+from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.records import ROLES, TrainSample
 
 T = TypeVar("T")
@@ -80,6 +84,94 @@ class DeferredMemory(ReflectionMemory):
             self.pending.append((rulebook, reward, threshold))
         return stored
 
+    def held(self) -> dict[str | None, list[tuple[str, float, float]]]:
+        """The pending writes by memory (None: the one shared memory), what :meth:`DataParallel.merge` gathers."""
+        return {None: self.pending}
+
+    def target(self, name: str | None) -> ReflectionMemory:
+        """The shared memory a held write named ``name`` goes to."""
+        return self.shared
+
+
+class DeferredBank(MemoryBank):
+    """A :class:`~erl_lite.memory.MemoryBank` seen through one :class:`DeferredMemory` per
+    environment: ``for_task`` reads that environment's shared memory and holds its writes.
+
+    Example:
+        >>> bank = MemoryBank(["a", "b"], env_of=lambda task_id: task_id.split("/")[0])
+        >>> view = DeferredBank(bank)
+        >>> view.for_task("b/0").maybe_store("rules", reward=1.0, threshold=1.0)
+        True
+        >>> view.held(), bank.entries
+        ({'a': [], 'b': [('rules', 1.0, 1.0)]}, [])
+    """
+
+    def __init__(self, shared: MemoryBank) -> None:
+        # Not MemoryBank.__init__: the views wrap the bank's own memories instead of new ones.
+        self.shared, self.kind, self.env_of = shared, shared.kind, shared.env_of
+        self.memories = {name: DeferredMemory(m) for name, m in shared.memories.items()}
+
+    def held(self) -> dict[str | None, list[tuple[str, float, float]]]:
+        """The pending writes by environment, each list in write order."""
+        return {name: view.pending for name, view in self.memories.items()}
+
+    def target(self, name: str | None) -> ReflectionMemory:
+        """The shared memory of environment ``name``."""
+        return self.shared.memories[name]
+
+
+#: The variables a launcher sets to the number of processes (torchrun, mpirun, MPICH, MVAPICH),
+#: those accelerate's PartialState reads.
+WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def launched_world_size() -> int:
+    """The number of processes the launcher started (1 when none says), as PartialState reads it."""
+    from accelerate.utils import get_int_from_env
+
+    return max(get_int_from_env(list(WORLD_SIZE_VARIABLES), 1), 1)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "y", "on")
+
+
+def check_launch() -> None:
+    """Refuse an ``accelerate launch`` configuration erl_lite would run otherwise than asked.
+
+    ``accelerate launch`` passes its configuration to the script in ``ACCELERATE_*`` variables.
+    erl_lite trains with DDP only (see the module docstring), keeps the model's own dtype and
+    compiles nothing, so a config that asks for more fails here instead of being ignored.
+    """
+    from erl_lite.trl_fields import _DTYPE  # the one message on how erl_lite chooses the dtype
+
+    engines = {"ACCELERATE_USE_FSDP": "FSDP", "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
+               "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM"}
+    for variable, engine in engines.items():
+        if _flag(variable):
+            raise ValueError(f"the accelerate configuration asks for {engine} ({variable}=true); erl_lite trains "
+                             "with DDP only (one full copy of the trainable adapter per process): set "
+                             "distributed_type: MULTI_GPU in the accelerate config, or launch with --multi_gpu")
+    precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").strip().lower()
+    if precision not in ("", "no"):
+        raise ValueError(f"the accelerate configuration sets mixed_precision={precision!r} "
+                         f"(ACCELERATE_MIXED_PRECISION); {_DTYPE}. Launch with --mixed_precision no")
+    backend = os.environ.get("ACCELERATE_DYNAMO_BACKEND", "no").strip()
+    if backend.lower() not in ("", "no"):
+        raise ValueError(f"the accelerate configuration sets dynamo_backend={backend!r} (ACCELERATE_DYNAMO_BACKEND); "
+                         "erl_lite does not compile the policy: launch with --dynamo_backend no")
+    # accelerate's simple launcher (what `accelerate launch --cpu` runs, see accelerate/commands/launch.py)
+    # starts ONE process whatever --num_processes says, unless --mpirun_hostfile is given; it sets
+    # ACCELERATE_USE_CPU to "True" and, for --num_processes > 1, MASTER_ADDR/MASTER_PORT. No launcher
+    # then says how many processes there are, so this one would train alone.
+    if (os.environ.get("ACCELERATE_USE_CPU") == "True" and "MASTER_ADDR" in os.environ
+            and "MASTER_PORT" in os.environ and launched_world_size() == 1):
+        raise RuntimeError(
+            "`accelerate launch --cpu --num_processes N` (N > 1) started one process only: accelerate's --cpu "
+            "launcher runs several CPU processes only with --mpirun_hostfile. Start N CPU processes with "
+            "`torchrun --nproc_per_node N script.py` (add ACCELERATE_USE_CPU=yes on a machine with a GPU), or "
+            "drop --num_processes to train in one process")
+
 
 class DataParallel:
     """This process's place in the process group, and the collectives the trainer needs.
@@ -101,6 +193,7 @@ class DataParallel:
         self.rank = int(state.process_index) if state is not None else 0
         # The device this process should load the model on; None leaves the default.
         self.device = state.device if state is not None and self.world_size > 1 else None
+        self.accelerator: Any = None  # built by wrap(), the first time a module is wrapped
 
     @classmethod
     def from_environment(cls) -> "DataParallel":
@@ -109,7 +202,8 @@ class DataParallel:
         accelerate's ``PartialState`` initialises the group (NCCL on GPUs, gloo on CPUs, or
         ``ACCELERATE_USE_CPU=yes``) and makes ``cuda:<local rank>`` this process's device.
         """
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not (
+        check_launch()
+        if launched_world_size() <= 1 and not (
                 torch.distributed.is_available() and torch.distributed.is_initialized()):
             return cls()
         from accelerate import PartialState
@@ -218,40 +312,43 @@ class DataParallel:
             seen[i] += 1
         return positions
 
-    def all_reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum ``p.grad`` over processes (one flat all-reduce per dtype).
+    def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
+        """``module`` under torch DDP, through ``accelerate.Accelerator.prepare_model`` (itself in
+        one process). Wrapping copies rank 0's parameters to every process.
 
-        Every process divided its loss by the global normalizer, so the sum is the gradient
-        of the global loss. A parameter without a gradient on every process keeps ``None``
-        (an optimizer skips it, exactly as in one process).
+        ``broadcast_buffers=False``: DDP would otherwise broadcast buffers at every forward, a
+        collective, while processes run different numbers of forwards (the gate decides their
+        rows); the buffers here (rotary frequencies) are the same everywhere.
+        ``find_unused_parameters=False``: every trainable parameter (LoRA, or all) takes part in
+        each forward, and frozen ones (a 4-bit base) are not DDP's; a parameter that does not
+        makes DDP raise at the next step, naming the setting. Gradient checkpointing is
+        non-reentrant (erl_lite.models), which DDP supports without ``static_graph``.
         """
-        if self.world_size == 1 or not params:
-            return
-        from accelerate.utils import reduce
+        if self.world_size == 1:
+            return module
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedDataParallelKwargs
 
-        device = params[0].device
-        has = reduce(torch.tensor([float(p.grad is not None) for p in params], device=device), "sum")
-        by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
-        for p, h in zip(params, has.tolist()):
-            if h > 0:
-                by_dtype.setdefault(p.dtype, []).append(p)
-        for dtype, group in sorted(by_dtype.items(), key=lambda kv: str(kv[0])):
-            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                              for p in group])
-            flat = reduce(flat, "sum")
-            offset = 0
-            for p in group:
-                n = p.numel()
-                p.grad = flat[offset:offset + n].view_as(p).clone()
-                offset += n
+        if self.accelerator is None:
+            ddp = DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)
+            self.accelerator = Accelerator(cpu=self.device.type == "cpu", mixed_precision="no", kwargs_handlers=[ddp])
+        # The model is already on this process's device (check_device); a 4-bit one must not be moved.
+        return self.accelerator.prepare_model(module, device_placement=False)
+
+    def no_sync(self, wrapped: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """A context in which a backward through ``wrapped`` accumulates without all-reducing."""
+        if self.accelerator is None:
+            return contextlib.nullcontext()
+        return self.accelerator.no_sync(wrapped)
 
     # --- the step's records -----------------------------------------------------------------
-    def deferred(self, memory: ReflectionMemory | None) -> ReflectionMemory | None:
+    def deferred(self, memory: ReflectionMemory | MemoryBank | None) -> ReflectionMemory | MemoryBank | None:
         """The memory to hand :func:`erl_lite.phases.erl_step`: ``memory`` itself in one
-        process, a :class:`DeferredMemory` over it otherwise (None stays None)."""
+        process, a :class:`DeferredMemory` (:class:`DeferredBank` for a bank) over it otherwise
+        (None stays None)."""
         if memory is None or self.world_size == 1:
             return memory
-        return DeferredMemory(memory)
+        return DeferredBank(memory) if isinstance(memory, MemoryBank) else DeferredMemory(memory)
 
     def merge(self, outcome: Any, view: ReflectionMemory | None) -> Any:
         """The global :class:`~erl_lite.phases.StepOutcome` of a step, and memory brought up
@@ -260,19 +357,20 @@ class DataParallel:
         Attempts and retries are concatenated in rank order (the single-process order); the
         RL rows come back without token ids (metrics read only role, task and advantage);
         phase timings are the slowest process's. The pending rulebooks of every process are
-        applied to the shared memory in rank order, then position order.
+        applied to the shared memory (each environment's, for a bank) in rank order, then
+        position order.
         """
         if self.world_size == 1:
             return outcome
         light = [dataclasses.replace(s, prompt_ids=[], completion_ids=[], completion_mask=[])
                  for s in outcome.samples]
-        pending = view.pending if isinstance(view, DeferredMemory) else []
-        parts = self._gather_parts((outcome.first, outcome.retries, light, pending))
+        held = view.held() if isinstance(view, DeferredMemory | DeferredBank) else {}
+        parts = self._gather_parts((outcome.first, outcome.retries, light, held))
         writes = 0
-        if isinstance(view, DeferredMemory):
-            for _, _, _, rank_pending in parts:
-                for rulebook, reward, threshold in rank_pending:
-                    writes += view.shared.maybe_store(rulebook, reward, threshold)
+        for _, _, _, rank_held in parts:  # rank order, then each memory's write order
+            for name, pending in rank_held.items():
+                for rulebook, reward, threshold in pending:
+                    writes += view.target(name).maybe_store(rulebook, reward, threshold)
         return dataclasses.replace(
             outcome,
             first=[a for p in parts for a in p[0]],

@@ -216,9 +216,9 @@ class ERLTrainer:
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
+        # DDP: wraps the policy (rank 0's weights on every process), global loss normalizers.
         self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
-                                     pad if pad is not None else self.tokenizer.eos_token_id)
-        self.updater.dist = self.dist  # DDP: gradients and loss normalizers over every process
+                                     pad if pad is not None else self.tokenizer.eos_token_id, dist=self.dist)
         self.step = 0
         self.last_outcome: StepOutcome | None = None
 

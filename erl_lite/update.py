@@ -123,6 +123,30 @@ def completion_logprobs(model: Any, batch: Packed, temperature: float,
                              batch.targets, temperature, chunk_size)
 
 
+class CompletionLogProbs(torch.nn.Module):
+    """:func:`completion_logprobs` as a module, so that torch DDP wraps the whole gradient pass.
+
+    The chunked path calls the decoder and the lm-head separately (never the model's own
+    forward); DDP only all-reduces gradients of a backward whose forward went through its
+    wrapper, so the wrapper has to hold all of it. ``policy`` is a submodule: its parameters are
+    this module's, and DDP broadcasts and synchronises them.
+
+    Example:
+        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
+        >>> rows = [TrainSample("first", [5, 6], [7, 8], [1, 1], 1.0)]
+        >>> CompletionLogProbs(tiny_model(tiny_tokenizer()), 1.0, None)(pack(rows, 0, False)).shape
+        torch.Size([1, 2])
+    """
+
+    def __init__(self, policy: Any, temperature: float, chunk_size: int | None) -> None:
+        super().__init__()
+        self.policy, self.temperature, self.chunk_size = policy, temperature, chunk_size
+
+    def forward(self, batch: Packed) -> torch.Tensor:
+        """Log-probs ``(B, L)`` of ``batch``'s completion tokens, with gradient when enabled."""
+        return completion_logprobs(self.policy, batch, self.temperature, self.chunk_size)
+
+
 def _padded_length(s: TrainSample) -> int:
     return len(s.prompt_ids) + len(s.completion_ids)
 
@@ -281,19 +305,22 @@ class PolicyUpdater:
     :attr:`max_skipped_in_a_row` skipped steps in a row raise ``FloatingPointError``, and so
     does a step that leaves a non-finite weight (a learning rate large enough to overflow).
 
-    Several processes (``accelerate launch``): the trainer sets :attr:`dist`; each process
-    passes its own rows, and the marked ``DDP`` lines make the step the single-process step
-    over every process's rows (see :mod:`erl_lite.distributed`).
+    Several processes (``accelerate launch``): the trainer passes ``dist``; the gradient pass
+    runs through torch DDP (:meth:`DataParallel.wrap`), each process passes its own rows, and
+    the marked ``DDP`` lines make the step the single-process step over every process's rows
+    (see :mod:`erl_lite.distributed`). Generation and the no-grad passes use ``model`` itself.
     """
 
-    dist: DataParallel = SINGLE_PROCESS  # DDP: the process group (the trainer sets it)
     max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
 
-    def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int) -> None:
+    def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int,
+                 dist: DataParallel = SINGLE_PROCESS) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.config, self.pad_id = config, pad_id
+        self.config, self.pad_id, self.dist = config, pad_id, dist
         self.device = next(model.parameters()).device
+        # DDP: wrapping broadcasts rank 0's weights to every process (the module itself in one).
+        self.trained = dist.wrap(CompletionLogProbs(model, config.temperature, config.logprob_chunk_size))
         self.skipped_in_a_row = 0  # optimizer steps skipped since the last one taken
 
     def _logprobs(self, batch: Packed) -> torch.Tensor:
@@ -353,17 +380,20 @@ class PolicyUpdater:
             self.optimizer.zero_grad(set_to_none=True)
             mini, bad_roles = _Tally(), []
             for batch in flat[at:at + len(batches)]:
-                loss, stats = self._objective(batch, norm)
-                bad = _non_finite_roles(batch, stats)
-                if bad:  # its gradient would poison the step, which is skipped anyway
-                    bad_roles += [r for r in bad if r not in bad_roles]
-                    continue
-                loss.backward()
+                with self.dist.no_sync(self.trained):  # DDP: accumulate here, all-reduce in _sync_gradients
+                    loss, stats = self._objective(batch, norm)
+                    bad = _non_finite_roles(batch, stats)
+                    if bad:  # its gradient would poison the step, which is skipped anyway
+                        bad_roles += [r for r in bad if r not in bad_roles]
+                        continue
+                    # DDP averages over processes; each loss is already this process's share of the
+                    # global loss (global normaliser), so scale by the process count to get the sum.
+                    (loss * self.dist.world_size).backward()
                 mini.add(batch, stats)
             at += len(batches)
+            self._sync_gradients()  # DDP: the global batch's gradient before clipping
             params = [p for p in self.model.parameters() if p.requires_grad]
             _zero_missing_gradients(params)
-            self.dist.all_reduce_gradients(params)  # DDP: the global batch's gradient before clipping
             norm_now = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
             # DDP: a non-finite loss on any process skips the step on every process.
             any_bad = self.dist.sum({"bad": float(bool(bad_roles))})["bad"] > 0
@@ -380,6 +410,23 @@ class PolicyUpdater:
             grad_norm, taken, self.skipped_in_a_row = norm_now, taken + 1, 0
         self.optimizer.zero_grad(set_to_none=True)
         return tally.reduced(self.dist).result(counts, advantage, grad_norm, taken, k - taken)
+
+    def _sync_gradients(self) -> None:
+        """DDP: all-reduce the accumulated gradients with one synced, zero-weighted backward.
+
+        DDP all-reduces inside a backward, and each process must run the same number of synced
+        backwards, but the gate gives processes different numbers of rows (a process may have no
+        row, or only skipped ones, in a mini-batch). So every real micro-batch runs under
+        ``no_sync`` and then every process runs this one backward of a one-token dummy row with
+        loss 0: its gradient adds exact zeros, and it reaches every trainable parameter (the same
+        forward), so DDP reduces all of them. The cost is a two-token forward and backward per
+        optimizer step, and the sync never depends on which rows a process holds (syncing on
+        the last real micro-batch would need a dummy anyway on processes without one).
+        """
+        if self.dist.world_size == 1:
+            return
+        row = TrainSample("first", [self.pad_id], [self.pad_id], [0], 0.0)
+        (self.trained(pack([row], self.pad_id, False, self.device)).sum() * 0.0).backward()
 
     def _skipped(self, where: str, bad_roles: list[str], grad_norm: float) -> None:
         """Warn about a skipped optimizer step; raise after :attr:`max_skipped_in_a_row` in a row."""
@@ -400,8 +447,9 @@ class PolicyUpdater:
     def _objective(self, batch: Packed, norm: float) -> tuple[torch.Tensor, LossStats]:
         """The micro-batch's share of the mini-batch loss (normalised by ``norm``)."""
         c = self.config
+        keep_4bit_trainable(self.model)  # as in _logprobs
         return policy_objective(
-            self._logprobs(batch), batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
+            self.trained(batch), batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
             nll_rows=batch.is_nll, beta=c.beta, epsilon_low=c.epsilon, epsilon_high=c.epsilon_high,
             dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
             importance_sampling_level=c.importance_sampling_level,

@@ -122,9 +122,11 @@ def reward(prompts, completions, answer, **kw):
     return [float(a in c) for c, a in zip(completions, answer)]
 
 
-def make_trainer(out_dir: str, max_steps: int):
-    from peft import LoraConfig
-
+def make_trainer(out_dir: str, max_steps: int, model=None, multi: bool = False):
+    """The run both sides compare; ``model`` replaces the tiny model built (seeded) here, and
+    ``multi`` routes the rows to two environments (one memory each) instead of one reward."""
+    from erl_lite.envs import MultiEnvironment
+    from erl_lite.envs.dataset import RewardFunctionEnv
     from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.trainer import ERLTrainer
 
@@ -137,9 +139,20 @@ def make_trainer(out_dir: str, max_steps: int):
         max_reflection_length=64, max_reflection_prompt_length=700, eval_steps=0, progress_bar=False,
         learning_rate=5e-2, beta=0.05, steps_per_generation=2, per_device_train_batch_size=4,
         memory_type="fifo", memory_size=10, memory_top_k=2, output_dir=out_dir, save_steps=1, seed=3)
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "o_proj"])
-    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=reward,
-                      train_dataset=ROWS, peft_config=lora, generator=RolloutIndexedGenerator(tok))
+    lora = None if model is not None else lora_config()
+    if multi:  # tasks 1, 3, 5 in "odd", 2, 4, 6 in "even": both memories get writes
+        where = {"env": MultiEnvironment({"odd": RewardFunctionEnv(reward), "even": RewardFunctionEnv(reward)})}
+        rows = [{**r, "environment": ["even", "odd"][int(r["answer"]) % 2]} for r in ROWS]
+    else:
+        where, rows = {"reward_funcs": reward}, ROWS
+    return ERLTrainer(model=model if model is not None else tiny_model(tok), processing_class=tok, args=args,
+                      train_dataset=rows, peft_config=lora, generator=RolloutIndexedGenerator(tok), **where)
+
+
+def lora_config():
+    from peft import LoraConfig
+
+    return LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "o_proj"])
 
 
 def trainable(trainer) -> dict[str, torch.Tensor]:
@@ -242,3 +255,213 @@ def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
     again.train(resume_from_checkpoint=os.path.join(root, "two", "checkpoint-1"))
     assert_same_step(train_records(again.history.records)[-1], ref[1], "one process, step 2 after 2->1 resume")
     assert_same_weights(trainable(again), trainable(one), before, "one process, step 2 after 2->1 resume")
+
+
+# --- a model object built before seeding: DDP broadcasts rank 0's weights ------------------------
+def unseeded_model_worker(root: str) -> None:
+    """Each process builds its adapter under its own seed (as a script that seeds after building
+    the model would), then trains; saves its weights before the trainer, after it and after training."""
+    from accelerate.state import PartialState
+    from peft import get_peft_model
+
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    PartialState._reset_state()
+    rank = PartialState(cpu=True).process_index
+    torch.manual_seed(1000 + 17 * rank)  # another LoRA initialisation on every rank
+    model = get_peft_model(tiny_model(tiny_tokenizer()), lora_config())
+    built = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    trainer = make_trainer(os.path.join(root, "two"), max_steps=2, model=model)
+    wrapped = trainable(trainer)
+    trainer.train()
+    torch.save({"built": built, "wrapped": wrapped, "trained": trainable(trainer)},
+               os.path.join(root, f"rank{rank}.pt"))
+
+
+def test_a_model_built_before_seeding_trains_one_model_on_every_rank(tmp_path):
+    from accelerate import debug_launcher
+
+    debug_launcher(unseeded_model_worker, args=(str(tmp_path),), num_processes=2)
+    ranks = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in (0, 1)]
+    names = sorted(ranks[0]["built"])
+    assert names and all(not torch.equal(ranks[0]["built"][n], ranks[1]["built"][n]) for n in names
+                         if "lora_A" in n), "the two ranks must start apart, or the test proves nothing"
+    for r in (0, 1):
+        for n in names:
+            # Exact: DDP copies rank 0's tensors at wrap time, and every rank then applies the same
+            # all-reduced gradient to the same weights with the same optimizer.
+            assert torch.equal(ranks[r]["wrapped"][n], ranks[0]["built"][n]), f"rank {r} after wrap: {n}"
+            assert torch.equal(ranks[r]["trained"][n], ranks[0]["trained"][n]), f"rank {r} after training: {n}"
+    moved = max(float((ranks[0]["trained"][n] - ranks[0]["built"][n]).abs().max()) for n in names)
+    assert moved > 1e-3, "training did not move the adapter: the comparison would prove nothing"
+
+
+# --- several environments: one memory each, identical on every rank ------------------------------
+def multi_env_worker(root: str) -> None:
+    from accelerate.state import PartialState
+
+    PartialState._reset_state()
+    trainer = make_trainer(os.path.join(root, "two"), max_steps=2, multi=True)
+    trainer.train()
+    torch.save(snapshot(trainer), os.path.join(root, f"rank{trainer.dist.rank}.pt"))
+
+
+def test_a_multi_environment_run_trains_under_two_processes_as_in_one(tmp_path):
+    from accelerate import debug_launcher
+
+    one = make_trainer(os.path.join(tmp_path, "one"), max_steps=2, multi=True)
+    before = trainable(one)
+    one.train()
+    ref = train_records(one.history.records)
+    want = one.memory.state_dict()
+    assert want["kind"] == "bank" and all(m["entries"] for m in want["memories"].values()), \
+        "both environments' memories must be written, or the test proves nothing"
+
+    debug_launcher(multi_env_worker, args=(str(tmp_path),), num_processes=2)
+    for r in (0, 1):
+        got = torch.load(os.path.join(tmp_path, f"rank{r}.pt"), weights_only=False)
+        assert got["world"] == 2 and got["memory"] == want, f"rank {r}: memory"
+        for step, (mine, theirs) in enumerate(zip(train_records(got["records"]), ref), start=1):
+            assert_same_step(mine, theirs, f"rank {r}, step {step}")
+        assert_same_weights(got["weights"], trainable(one), before, f"rank {r}")
+
+
+@pytest.mark.parametrize("kind", ["single", "fifo"])
+def test_deferred_view_of_a_memory_bank_holds_writes_per_environment(kind):
+    from erl_lite.memory import MemoryBank
+
+    bank = MemoryBank(["a", "b"], kind, size=4, top_k=2, env_of=lambda task_id: task_id.split("/")[0])
+    bank.for_task("a/0").maybe_store("old a", 1.0, 1.0)
+    view = fake_rank(0, 2).deferred(bank)
+    assert view.for_task("a/1").context() == "old a" and view.for_task("b/1").context() is None
+    assert view.for_task("b/1").maybe_store("new b", 1.0, 1.0)
+    assert not view.for_task("a/1").maybe_store("low", 0.0, 1.0)
+    assert bank.state_dict()["memories"]["b"]["entries"] == []  # held back until the merge
+
+
+# --- launch configurations: refused or detected, never run partly ----------------------------------
+@pytest.mark.parametrize("env, match", [
+    ({"ACCELERATE_USE_FSDP": "true"}, "FSDP"),
+    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed"),
+    ({"ACCELERATE_USE_MEGATRON_LM": "true"}, "Megatron"),
+    ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "mixed_precision='bf16'.*no mixed-precision autocast"),
+    ({"ACCELERATE_MIXED_PRECISION": "fp8"}, "mixed_precision='fp8'"),
+    ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"}, "dynamo_backend='INDUCTOR'"),
+])
+def test_unsupported_accelerate_configurations_are_refused(monkeypatch, env, match):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=match):
+        DataParallel.from_environment()
+
+
+@pytest.mark.parametrize("env", [
+    {"ACCELERATE_USE_FSDP": "false", "ACCELERATE_USE_DEEPSPEED": "false", "ACCELERATE_MIXED_PRECISION": "no",
+     "ACCELERATE_DYNAMO_BACKEND": "NO", "ACCELERATE_USE_CPU": "True"},  # `accelerate launch --cpu script.py`
+    {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},  # a cluster's variables, no --cpu launch
+])
+def test_a_plain_one_process_launch_stays_one_process(monkeypatch, env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert DataParallel.from_environment().world_size == 1
+
+
+@pytest.mark.parametrize("name", ["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"])
+def test_every_launcher_s_world_size_is_read(monkeypatch, name):
+    # mpirun (accelerate launch --cpu --mpirun_hostfile) sets PMI_SIZE or OMPI_COMM_WORLD_SIZE, not WORLD_SIZE:
+    # reading WORLD_SIZE alone made every rank train alone.
+    from erl_lite.distributed import launched_world_size
+
+    for other in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, "3")
+    assert launched_world_size() == 3
+
+
+def test_accelerate_launch_cpu_with_several_processes_is_not_run_as_one(tmp_path):
+    """``accelerate launch --cpu --num_processes 2`` goes to accelerate's simple launcher, which
+    starts one process (several CPU processes need mpirun): the script must say so, not train alone."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "probe.py"
+    script.write_text("from erl_lite.distributed import DataParallel\n"
+                      "print('world', DataParallel.from_environment().world_size)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+                          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(script)],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode != 0, f"ran as one process: {run.stdout}"
+    assert "--num_processes N" in run.stderr and "one process" in run.stderr and "torchrun" in run.stderr
+
+
+# --- the update under DDP: processes with unequal, inactive or no rows ----------------------------
+# Rows of each process (all first attempts, so the global batch is rank 0's rows, then rank 1's).
+# "uneven": 5 micro-batches against 1; "inactive": rank 1's rows all have A = 0 with beta = 0, so it
+# backpropagates nothing; "empty": rank 1 has no row at all. Each needs DDP's all-reduce to happen on
+# both processes the same number of times, whatever rows they hold.
+UPDATE_CASES = {"uneven": (10, 2, 1.0), "inactive": (6, 3, 0.0), "empty": (6, 0, 1.0)}
+
+
+def update_rows(n: int, offset: int, advantage_scale: float) -> list[TrainSample]:
+    import random
+
+    rng = random.Random(offset)
+    rows = []
+    for i in range(n):
+        prompt = [rng.randrange(5, 40) for _ in range(rng.randrange(2, 6))]
+        completion = [rng.randrange(5, 40) for _ in range(rng.randrange(1, 5))]
+        rows.append(TrainSample("first", prompt, completion, [1] * len(completion),
+                                advantage_scale * rng.uniform(-1.5, 1.5), f"t{offset + i}"))
+    return rows
+
+
+def case_rows(case: str) -> tuple[list[TrainSample], list[TrainSample]]:
+    n0, n1, scale1 = UPDATE_CASES[case]
+    return update_rows(n0, 0, 1.0), update_rows(n1, 100, scale1)
+
+
+def update_policy():
+    from peft import get_peft_model
+
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(5)
+    model = get_peft_model(tiny_model(tok), lora_config())
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    return model, opt, ERLConfig(beta=0.0, steps_per_generation=2, per_device_train_batch_size=2), tok.pad_token_id
+
+
+def update_worker(root: str, case: str) -> None:
+    from accelerate.state import PartialState
+
+    from erl_lite.update import PolicyUpdater
+
+    PartialState._reset_state()
+    dist = DataParallel.from_environment()
+    model, opt, cfg, pad = update_policy()
+    stats = PolicyUpdater(model, opt, None, cfg, pad, dist=dist).update(case_rows(case)[dist.rank])
+    torch.save({"weights": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},
+                "stats": dict(stats)}, os.path.join(root, f"rank{dist.rank}.pt"))
+
+
+@pytest.mark.parametrize("case", sorted(UPDATE_CASES))
+def test_the_ddp_update_is_the_one_process_update_whatever_rows_each_process_holds(tmp_path, case):
+    from accelerate import debug_launcher
+
+    from erl_lite.update import PolicyUpdater
+
+    model, opt, cfg, pad = update_policy()
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    rank0, rank1 = case_rows(case)
+    want = dict(PolicyUpdater(model, opt, None, cfg, pad).update(rank0 + rank1))
+    after = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    debug_launcher(update_worker, args=(str(tmp_path), case), num_processes=2)
+    got = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in (0, 1)]
+    for n in after:
+        assert torch.equal(got[0]["weights"][n], got[1]["weights"][n]), f"{case}: the ranks' {n} differ"
+    assert want["optim/steps"] == got[0]["stats"]["optim/steps"] == 2
+    assert_same_step(got[0]["stats"], want, case)
+    assert_same_weights(got[0]["weights"], after, before, case)
