@@ -364,6 +364,8 @@ class ERLTrainer:
             self.save_checkpoint()
         if self.args.output_dir:
             self.save_model()  # the final model at output_dir's root, as transformers' Trainer leaves it
+        if self.args.push_to_hub:
+            self.push_to_hub()
         return self.history
 
     def training_step(self) -> StepRecord:
@@ -466,6 +468,33 @@ class ERLTrainer:
             return folder
 
         return self.dist.on_main(write, default=folder)
+
+    def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True,
+                    token: str | None = None, revision: str | None = None, **kwargs: Any) -> str | None:
+        """Save the final model to ``args.output_dir`` (:meth:`save_model`) and upload that folder to
+        ``args.hub_model_id`` (transformers' ``Trainer.push_to_hub``); returns the repository's URL.
+
+        Only this method and ``push_to_hub=True`` (at the end of ``train()``) reach the network.
+        ``blocking=False``, ``revision`` and model-card keywords are not supported (refused).
+        DDP: rank 0 uploads, the others return None.
+        """
+        if not blocking or revision is not None or kwargs:
+            given = (["blocking=False"] if not blocking else []) + ([f"revision={revision!r}"] if revision else []) + [
+                f"{k}=" for k in kwargs]
+            raise ValueError(f"push_to_hub: {', '.join(given)} not supported; erl_lite uploads the saved folder "
+                             "in one blocking commit to the repository's main branch")
+        if not self.args.hub_model_id:
+            raise ValueError("push_to_hub needs ERLConfig.hub_model_id='user-or-org/name' (the repository to "
+                             "upload to)")
+        if not self.args.output_dir:
+            raise ValueError("push_to_hub uploads ERLConfig.output_dir, which is not set")
+        from erl_lite import export
+
+        folder = self.save_model()
+        private = True if self.args.hub_private_repo is None else self.args.hub_private_repo
+        return self.dist.on_main(lambda: export.push_to_hub(folder, self.args.hub_model_id, private=private,
+                                                             token=token, commit_message=commit_message),
+                                 default=None)
 
     def _write_checkpoint(self) -> str:
         return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,

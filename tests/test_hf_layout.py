@@ -199,3 +199,51 @@ def test_a_format_2_checkpoint_restores_its_weights_exactly(run, copy):
     checkpoint.apply_state(state, trainer.model, trainer.optimizer, trainer.scheduler, trainer.memory)
     for name, value in trainable_parameters(trainer.model).items():
         assert torch.equal(value, run.params[name]), name
+
+
+# --- 4. save_model and push_to_hub (only when asked) ---------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["given", "output_dir"])
+def test_save_model_writes_adapter_tokenizer_and_config(run, tmp_path, where):
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "saved"
+    if where == "given":
+        assert run.trainer.save_model(str(folder)) == str(folder)
+    else:
+        run.trainer.args.output_dir, old = str(folder), run.trainer.args.output_dir
+        try:
+            run.trainer.save_model()
+        finally:
+            run.trainer.args.output_dir = old
+    AutoPeftModelForCausalLM.from_pretrained(str(folder))
+    AutoTokenizer.from_pretrained(str(folder))
+    assert json.loads((folder / "training_args.json").read_text())["max_steps"] == 2
+
+
+@pytest.mark.slow
+def test_push_to_hub_saves_then_uploads_only_when_asked(run, copy, monkeypatch):
+    pushed = []
+    monkeypatch.setattr("erl_lite.export.push_to_hub",
+                        lambda folder, repo, **kw: pushed.append((folder, repo, kw)) or f"https://hf.co/{repo}")
+    trainer = make_trainer(run.base, copy / "fresh")
+    trainer.train()
+    assert pushed == []  # push_to_hub=False: nothing leaves the machine
+    with pytest.raises(ValueError, match="hub_model_id"):
+        trainer.push_to_hub()
+    trainer.args.hub_model_id = "me/erl-run"
+    assert trainer.push_to_hub(token="t") == "https://hf.co/me/erl-run"
+    assert pushed[-1][:2] == (str(copy / "fresh"), "me/erl-run") and pushed[-1][2]["token"] == "t"
+    pushed.clear()
+    trainer = make_trainer(run.base, copy / "pushed", push_to_hub=True, hub_model_id="me/erl-run")
+    trainer.train()
+    assert [p[:2] for p in pushed] == [(str(copy / "pushed"), "me/erl-run")]
+
+
+@pytest.mark.parametrize("given, words", [({"push_to_hub": True}, "hub_model_id"),
+                                          ({"push_to_hub": "yes"}, "push_to_hub"),
+                                          ({"hub_model_id": "no-owner"}, "user-or-org/name")])
+def test_hub_settings_are_checked_when_the_config_is_built(given, words):
+    with pytest.raises(ValueError, match=words):
+        ERLConfig(**given)
