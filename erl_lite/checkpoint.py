@@ -1,25 +1,43 @@
 """Checkpoints: everything needed to continue a run exactly where it stopped, loaded safely.
 
-A checkpoint folder ``<output_dir>/checkpoint-<step>/`` holds
+A checkpoint folder ``<output_dir>/checkpoint-<step>/`` has Hugging Face's layout, so the
+tools of that ecosystem read it as they read a ``transformers.Trainer`` checkpoint:
 
-* ``trainable.safetensors`` — every trainable tensor by name (the LoRA adapter, or all
-  weights when fully fine-tuning), restored by name on resume;
-* ``adapter/`` — the same adapter in PEFT's own format, loadable with ``PeftModel.from_pretrained``
-  (for users; resume does not read it);
+* ``adapter_model.safetensors`` + ``adapter_config.json`` (a LoRA run) — written by PEFT's
+  ``save_pretrained``: ``PeftModel.from_pretrained(base, "checkpoint-N")`` and
+  ``AutoPeftModelForCausalLM.from_pretrained("checkpoint-N")`` load it, and resume reads it
+  through PEFT (``load_peft_weights`` / ``set_peft_model_state_dict``), checked first. A run
+  without LoRA writes ``trainable.safetensors`` instead: every trainable tensor by parameter name;
+* the tokenizer's files (``AutoTokenizer.from_pretrained("checkpoint-N")``) and ``erl_lite.json``
+  (the base model and whether it was 4-bit, which :mod:`erl_lite.export` needs and PEFT does not record);
+* ``trainer_state.json`` — ``transformers.TrainerState`` (``global_step``, ``max_steps``,
+  ``log_history`` = the history's records, ...), written and read by its ``save_to_json`` /
+  ``load_from_json``;
 * ``optimizer.pt`` / ``scheduler.pt`` — their state dicts (tensors, numbers, strings, containers);
+
+and erl_lite's own state, in files of its own:
+
+* ``erl_state.json`` — the layout's ``format``, the step, the files written, the config and the
+  model's and tokenizer's identity (:mod:`erl_lite.identity`), which resume compares with the run
+  that resumes, and the environment record;
 * ``rng.json`` — Python, NumPy, torch (and CUDA) random states as plain integer lists;
 * ``memory.json`` — the reflection memory (the peer package forgot it);
-* ``history.jsonl`` / ``samples.jsonl`` — the run's records up to this step;
-* ``trainer_state.json`` — the step reached, the files written, the config and the model's and
-  tokenizer's identity (:mod:`erl_lite.identity`), which resume compares with the run that resumes.
+* ``history.jsonl`` / ``samples.jsonl`` — the run's records up to this step.
+
+Older layouts: format 2 (the adapter in ``adapter/``, every trainable tensor in
+``trainable.safetensors``, erl_lite's own schema in ``trainer_state.json``) is migrated on load:
+it resumes, and the checkpoints written after it have this layout. Format 1 (a pickled
+``rng.pt``) is refused.
 
 Safety: checkpoints are shared between people, so nothing is unpickled. ``.pt`` files are read
 with ``torch.load(weights_only=True)`` (an allowlist of tensors and plain containers; a file
-holding anything else is refused and the error names it), the random states are JSON.
+holding anything else is refused and the error names it), the random states are JSON, weights
+are safetensors.
 
 Trust: a checkpoint whose trainable weights hold NaN or inf is never written (a run that
-diverged keeps its last good checkpoint), and one found on disk is never resumed from; a
-``memory.json`` with entries of the wrong type is refused, naming the field.
+diverged keeps its last good checkpoint), and one found on disk is never resumed from; weights
+are restored by name, and a file with a tensor missing, extra or of another shape is refused,
+naming the tensor; a ``memory.json`` with entries of the wrong type is refused, naming the field.
 
 One run per folder: :func:`previous_run` finds another run's files in an ``output_dir``, which a
 fresh run refuses to write over unless told to (:func:`remove_previous_run`).
@@ -55,7 +73,13 @@ from erl_lite.jsonio import read_json, read_jsonl
 from erl_lite.losses import first_non_finite
 from erl_lite.memory import ReflectionMemory, check_memory_state
 
-FORMAT = 2  # 1: the first layout, with a pickled rng.pt (never loaded: it could run code)
+# 1: the first layout, with a pickled rng.pt (never loaded: it could run code); 2: the adapter in
+# adapter/, erl_lite's own schema in trainer_state.json (migrated on load); 3: Hugging Face's layout.
+FORMAT = 3
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft.utils.constants.SAFETENSORS_WEIGHTS_NAME
+TRAINABLE_WEIGHTS = "trainable.safetensors"
+ERL_STATE = "erl_state.json"
+HF_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 
 class CheckpointError(RuntimeError):
@@ -77,6 +101,9 @@ class TrainingState:
     samples: list[dict[str, Any]]
     run: dict[str, Any] = field(default_factory=dict)  # {"config": ..., "model": ...}
     path: str | None = None  # the checkpoint folder it was read from
+    weights: str = TRAINABLE_WEIGHTS
+    """How ``trainable`` is keyed: by parameter name (``trainable.safetensors``, and live copies),
+    or by PEFT's saved names (``adapter_model.safetensors``, loaded through PEFT)."""
 
 
 # --- random states, as plain JSON -------------------------------------------------------------
@@ -129,22 +156,28 @@ def ensure_writable(out_dir: str) -> None:
 
 def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, scheduler: Any,
                     memory: ReflectionMemory, history: History, run: dict[str, Any],
-                    save_total_limit: int | None = None) -> str:
+                    save_total_limit: int | None = None, tokenizer: Any = None, hf_state: Any = None) -> str:
     """Write ``checkpoint-<step>`` atomically, then keep at most ``save_total_limit`` folders.
 
-    ``run`` is :func:`run_identity`'s result. A failure (a full disk, say) raises
-    :class:`CheckpointError` and leaves every existing checkpoint as it was.
+    ``run`` is :func:`run_identity`'s result; ``tokenizer`` is saved next to the weights when
+    given; ``hf_state`` is the ``transformers.TrainerState`` to write (by default one with
+    ``global_step=step`` and the history's records as ``log_history``). A failure (a full disk,
+    say) raises :class:`CheckpointError` and leaves every existing checkpoint as it was.
     """
     final = os.path.join(out_dir, f"checkpoint-{step}")
     bad = first_non_finite((n, p) for n, p in model.named_parameters() if p.requires_grad)
     if bad is not None:  # before anything is written or rotated: the last good checkpoint stays
         raise CheckpointError(f"refusing to write {final}: the trainable tensor {bad!r} holds NaN or inf at "
                               f"step {step}; the checkpoints already in {out_dir} are untouched")
+    if hf_state is None:
+        from transformers import TrainerState
+
+        hf_state = TrainerState(global_step=step, log_history=list(history.records))
     tmp = None
     try:
         os.makedirs(out_dir, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=out_dir)
-        _write_files(tmp, step, model, optimizer, scheduler, memory, history, run)
+        _write_files(tmp, step, model, tokenizer, optimizer, scheduler, memory, history, run, hf_state)
         _move_into_place(tmp, final)
     except Exception as e:
         if tmp:
@@ -160,13 +193,33 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
     return final
 
 
-def _write_files(folder: str, step: int, model: Any, optimizer: Any, scheduler: Any,
-                 memory: ReflectionMemory, history: History, run: dict[str, Any]) -> None:
-    tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
-    save_file(tensors, os.path.join(folder, "trainable.safetensors"))
+def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
+    """The model's part of a checkpoint (also ``ERLTrainer.save_model``'s): a LoRA policy's adapter
+    in PEFT's format with the ``erl_lite.json`` note (:func:`erl_lite.results.save_adapter`), or,
+    without LoRA, ``trainable.safetensors``; the tokenizer next to it. Returns the weights' file name.
+
+    Why a run without LoRA keeps ``trainable.safetensors`` rather than ``save_pretrained``'s
+    ``model.safetensors``: that file holds the frozen weights too (all of a 4-bit base, re-saved
+    every checkpoint) and drops tied duplicates under the name transformers picks, while resume
+    restores exactly the trainable tensors by parameter name. ``ERLTrainer.save_model`` writes the
+    full model with ``save_pretrained`` for users.
+    """
     if hasattr(model, "peft_config"):
-        model.save_pretrained(os.path.join(folder, "adapter"))
-    files = ["trainable.safetensors", "optimizer.pt", "rng.json", "memory.json", "history.jsonl", "samples.jsonl"]
+        from erl_lite.results import save_adapter  # (results imports the trainer's modules)
+
+        save_adapter(model, tokenizer, folder)
+        return ADAPTER_WEIGHTS
+    tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+    save_file(tensors, os.path.join(folder, TRAINABLE_WEIGHTS))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    return TRAINABLE_WEIGHTS
+
+
+def _write_files(folder: str, step: int, model: Any, tokenizer: Any, optimizer: Any, scheduler: Any,
+                 memory: ReflectionMemory, history: History, run: dict[str, Any], hf_state: Any) -> None:
+    weights = save_weights(folder, model, tokenizer)
+    files = [weights, "optimizer.pt", "rng.json", "memory.json", "history.jsonl", "samples.jsonl", HF_STATE]
     torch.save(optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
     if scheduler is not None:
         torch.save(scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
@@ -174,8 +227,9 @@ def _write_files(folder: str, step: int, model: Any, optimizer: Any, scheduler: 
     _write_json(os.path.join(folder, "rng.json"), rng_state())
     _write_json(os.path.join(folder, "memory.json"), memory.state_dict())
     History(records=list(history.records), samples=list(history.samples), out_dir=folder).rewrite()
-    _write_json(os.path.join(folder, "trainer_state.json"),
-                {"format": FORMAT, "step": step, "files": sorted(files), **run})
+    hf_state.save_to_json(os.path.join(folder, HF_STATE))
+    _write_json(os.path.join(folder, ERL_STATE),
+                {"format": FORMAT, "step": step, "weights": weights, "files": sorted(files), **run})
 
 
 def _move_into_place(tmp: str, final: str) -> None:
@@ -219,26 +273,62 @@ def list_checkpoints(out_dir: str) -> list[str]:
     return [os.path.join(out_dir, name) for _, name in sorted(found, reverse=True)]
 
 
+def run_record(path: str) -> dict[str, Any]:
+    """erl_lite's record of the run a checkpoint folder belongs to (``format``, ``step``, ``files``,
+    ``config``, ``model``, ``env``...): ``erl_state.json``, or a format-2 checkpoint's
+    ``trainer_state.json``. Raises :class:`CheckpointError` naming the file."""
+    name = ERL_STATE
+    if not os.path.isfile(os.path.join(path, ERL_STATE)) and os.path.isfile(os.path.join(path, HF_STATE)):
+        old = _read(path, HF_STATE, read_json)
+        if not (isinstance(old, dict) and "global_step" in old):  # format 2 kept its record there
+            name = HF_STATE
+    meta = _read(path, name, read_json)
+    if not (isinstance(meta, dict) and isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
+        old = " (a format-2 checkpoint's erl_lite record)" if name == HF_STATE else ""
+        raise CheckpointError(f"{os.path.join(path, name)} is not an erl_lite run record{old}: it needs "
+                              "'step' and 'config'")
+    if meta.get("format", 2) not in (2, FORMAT):
+        raise CheckpointError(f"{os.path.join(path, name)} has format {meta.get('format')!r}; this erl_lite "
+                              f"reads formats 2 and {FORMAT}")
+    return meta
+
+
+def adapter_folder(path: str) -> str:
+    """Where a checkpoint folder's PEFT adapter is: the folder itself, or ``adapter/`` in format 2."""
+    old = os.path.join(path, "adapter")
+    if not os.path.isfile(os.path.join(path, "adapter_config.json")) and os.path.isfile(
+            os.path.join(old, "adapter_config.json")):
+        return old
+    return path
+
+
 def read_checkpoint(path: str) -> TrainingState:
-    """Read and check every file of a checkpoint folder; changes nothing.
+    """Read and check every file of a checkpoint folder (format 3, or 2 migrated); changes nothing.
 
     Raises :class:`CheckpointError` naming the file when one is missing, truncated, not what
     it should be, or holds objects other than tensors and plain containers.
     """
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint folder at {path}")
-    meta = _read(path, "trainer_state.json", read_json)
-    if not (isinstance(meta, dict) and isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
-        raise CheckpointError(f"{os.path.join(path, 'trainer_state.json')} is not an erl_lite trainer "
-                              "state (it needs 'step' and 'config')")
+    meta = run_record(path)
     files = meta.get("files") or []
+    if meta.get("format", 2) == FORMAT:  # format 2 has no TrainerState; its step is in the record
+        hf = _read(path, HF_STATE, _read_trainer_state)
+        if hf.global_step != meta["step"]:
+            raise CheckpointError(f"{os.path.join(path, HF_STATE)} says global_step {hf.global_step} but "
+                                  f"{os.path.join(path, ERL_STATE)} says step {meta['step']}: the folder mixes "
+                                  "two checkpoints")
+    weights = meta.get("weights", TRAINABLE_WEIGHTS)
+    if weights not in (ADAPTER_WEIGHTS, TRAINABLE_WEIGHTS):
+        raise CheckpointError(f"{os.path.join(path, ERL_STATE)}: 'weights' must be {ADAPTER_WEIGHTS!r} or "
+                              f"{TRAINABLE_WEIGHTS!r}, got {weights!r}")
     optimizer = _read(path, "optimizer.pt", _read_torch)
     if not (isinstance(optimizer, dict) and {"state", "param_groups"} <= set(optimizer)):
         raise CheckpointError(f"{os.path.join(path, 'optimizer.pt')} is not an optimizer state dict")
-    trainable = _read(path, "trainable.safetensors", load_file)
+    trainable = _read(path, weights, _read_adapter if weights == ADAPTER_WEIGHTS else load_file)
     bad = first_non_finite(trainable.items())
     if bad is not None:
-        raise CheckpointError(f"{os.path.join(path, 'trainable.safetensors')} holds NaN or inf in the tensor "
+        raise CheckpointError(f"{os.path.join(path, weights)} holds NaN or inf in the tensor "
                               f"{bad!r}: a diverged state is never resumed from")
     return TrainingState(
         step=meta["step"],
@@ -252,6 +342,7 @@ def read_checkpoint(path: str) -> TrainingState:
         run={"config": meta["config"], "model": meta.get("model", {}),
              **({"tokenizer": meta["tokenizer"]} if "tokenizer" in meta else {})},
         path=path,
+        weights=weights,
     )
 
 
@@ -305,27 +396,53 @@ def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any
                 memory: ReflectionMemory) -> None:
     """Load ``state`` into the live objects (the caller sets the step and the history).
 
-    Everything that can be checked is checked before the weights are touched.
+    Everything that can be checked is checked before the weights are touched: the tensors must
+    be exactly the model's trainable ones (for an adapter: the ones PEFT saves for it), by name
+    and shape.
     """
-    where = state.path or "the saved state"
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    unknown = sorted(set(state.trainable) - set(params))
-    absent = sorted(set(params) - set(state.trainable))
-    reshaped = sorted(n for n in set(state.trainable) & set(params) if state.trainable[n].shape != params[n].shape)
-    if unknown or absent or reshaped:
-        raise CheckpointError(
-            f"{os.path.join(where, 'trainable.safetensors')} does not fit this model's trainable parameters "
-            f"(not in the model: {unknown[:2]}, not in the file: {absent[:2]}, other shape: {reshaped[:2]})")
+    where = os.path.join(state.path or "the saved state", state.weights)
+    through_peft = state.weights == ADAPTER_WEIGHTS
+    if through_peft:
+        from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+
+        if not hasattr(model, "peft_config"):
+            raise CheckpointError(f"{where} is a LoRA adapter, and this run's model has no adapter (it trains "
+                                  "without LoRA); load the model with LoRA as the checkpoint's run did")
+        expected = {n: t.shape for n, t in get_peft_model_state_dict(model).items()}
+    else:
+        params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        expected = {n: p.shape for n, p in params.items()}
+    _check_tensors(where, state.trainable, expected)
     if scheduler is not None and state.scheduler is None:
-        raise CheckpointError(f"{os.path.join(where, 'scheduler.pt')} is missing")
-    _apply(where, "optimizer.pt", optimizer.load_state_dict, state.optimizer)
+        raise CheckpointError(f"{os.path.join(state.path or 'the saved state', 'scheduler.pt')} is missing")
+    folder = state.path or "the saved state"
+    _apply(folder, "optimizer.pt", optimizer.load_state_dict, state.optimizer)
     if scheduler is not None:
-        _apply(where, "scheduler.pt", scheduler.load_state_dict, state.scheduler)
-    _apply(where, "memory.json", memory.load_state_dict, state.memory)
-    with torch.no_grad():
-        for name, value in state.trainable.items():
-            params[name].copy_(value.to(params[name].device))
+        _apply(folder, "scheduler.pt", scheduler.load_state_dict, state.scheduler)
+    _apply(folder, "memory.json", memory.load_state_dict, state.memory)
+    if through_peft:
+        result = set_peft_model_state_dict(model, state.trainable)
+        if result.unexpected_keys:  # cannot happen after the check above; never a silent partial load
+            raise CheckpointError(f"{where}: PEFT did not place {sorted(result.unexpected_keys)[:3]}")
+    else:
+        with torch.no_grad():
+            for name, value in state.trainable.items():
+                params[name].copy_(value.to(params[name].device))
     set_rng_state(state.rng)
+
+
+def _check_tensors(where: str, found: dict[str, torch.Tensor], expected: dict[str, Any]) -> None:
+    """Refuse ``found`` unless it has exactly the ``expected`` names and shapes, naming the tensors."""
+    unknown = sorted(set(found) - set(expected))
+    absent = sorted(set(expected) - set(found))
+    reshaped = sorted(n for n in set(found) & set(expected) if tuple(found[n].shape) != tuple(expected[n]))
+    problems = ([f"not in this model: {unknown[:3]}"] if unknown else []) + (
+        [f"missing from the file: {absent[:3]}"] if absent else []) + (
+        ["other shape: " + ", ".join(f"{n} is {tuple(found[n].shape)} in the file, {tuple(expected[n])} in the "
+                                      "model" for n in reshaped[:3])] if reshaped else [])
+    if problems:
+        raise CheckpointError(f"{where} does not fit this model's trainable parameters ("
+                              + "; ".join(problems) + ")")
 
 
 def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory,
@@ -345,6 +462,22 @@ def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+def _read_adapter(path: str) -> dict[str, torch.Tensor]:
+    """An adapter's tensors, read by PEFT (under the names it saves them with)."""
+    from peft.utils import load_peft_weights
+
+    return load_peft_weights(os.path.dirname(path), device="cpu")
+
+
+def _read_trainer_state(path: str) -> Any:
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(path)
+    if not isinstance(state.global_step, int):
+        raise ValueError(f"global_step must be an integer, got {state.global_step!r}")
+    return state
+
+
 def _read_memory(path: str) -> Any:
     """memory.json, refused (naming the field) when its entries are not what a memory holds."""
     state = read_json(path)

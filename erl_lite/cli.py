@@ -22,7 +22,7 @@
   older than that record is evaluated on the demo world with a warning. Prints JSON metrics.
 * ``erl-lite plot history.jsonl`` — the figures of :func:`erl_lite.viz.save_figures`.
 * ``erl-lite export --adapter DIR --out DIR [--push-to-hub USER/NAME]`` — merge a trained LoRA
-  adapter (a checkpoint's ``adapter/`` folder or a saved adapter) into its base, dequantising a
+  adapter (a ``checkpoint-<step>`` folder, ``output_dir`` or a saved adapter) into its base, dequantising a
   4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
 
 A mistyped flag gets "did you mean --x?" (:class:`~erl_lite.config_cli.SuggestingParser`).
@@ -179,7 +179,7 @@ def _plot_parser(sub: Any) -> None:
 
 def _export_parser(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser("export", help="merge a LoRA adapter into its base model and save it (optionally push)")
-    export.add_argument("--adapter", required=True, help="adapter folder (a checkpoint's adapter/ or a saved adapter)")
+    export.add_argument("--adapter", required=True, help="adapter folder (a checkpoint-<step> folder, output_dir after training, or a saved adapter)")
     export.add_argument("--out", required=True, help="folder for the merged model and its tokenizer")
     export.add_argument("--quantization", choices=("auto", "none", "4bit"), default="auto",
                         help="how the base was loaded in training; 4bit: dequantise it before merging "
@@ -409,7 +409,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
 
     The adapter is loaded with :func:`erl_lite.models.load_policy` (its base from the adapter's
     ``base_model_name_or_path``, 4-bit when the run was) and the run's config from
-    ``trainer_state.json``; sampling is the config's evaluation sampler, seeded with its
+    ``erl_state.json`` (:func:`erl_lite.checkpoint.run_record`); sampling is the config's evaluation sampler, seeded with its
     ``seed``, as in ``ERLTrainer.evaluate``. ``env``/``small`` default to what the run trained on
     (:func:`_trained_env`); ``dataset`` replaces the test split, and with ``reward_funcs``
     (``module:function`` specs) its rows (a path or name) are scored by them; ``base_model`` loads
@@ -420,30 +420,30 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     """
     from transformers import set_seed
 
-    from erl_lite.checkpoint import CheckpointError, list_checkpoints
+    from erl_lite.checkpoint import ERL_STATE, HF_STATE, CheckpointError, adapter_folder, list_checkpoints, run_record
     from erl_lite.generation import HFGenerator
     from erl_lite.metrics import eval_metrics
     from erl_lite.models import load_policy
     from erl_lite.phases import PhaseContext, attempt_first
 
     folder = checkpoint
-    if not os.path.isfile(os.path.join(folder, "trainer_state.json")):
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in (ERL_STATE, HF_STATE)):
         found = list_checkpoints(folder)
         if not found:
-            raise CheckpointError(f"no checkpoint at {checkpoint}: neither a trainer_state.json nor "
+            raise CheckpointError(f"no checkpoint at {checkpoint}: neither an {ERL_STATE} nor "
                                   "checkpoint-<step> folders")
         folder = found[0]
-    state = read_json(os.path.join(folder, "trainer_state.json"))
+    state = run_record(folder)  # erl_state.json (or a format-2 checkpoint's trainer_state.json)
     saved = state.get("config", {})
     known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
     if set(saved) - known:  # written by another erl_lite version
         print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}",
               file=sys.stderr)
     cfg = ERLConfig(**{k: v for k, v in saved.items() if k in known})
-    adapter = os.path.join(folder, "adapter")
+    adapter = adapter_folder(folder)
     if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
-        raise CheckpointError(f"{adapter} holds no LoRA adapter; erl-lite eval reads the adapter "
-                              "that LoRA runs save with each checkpoint")
+        raise CheckpointError(f"{adapter} holds no LoRA adapter (adapter_config.json); erl-lite eval reads the "
+                              "adapter that LoRA runs save with each checkpoint")
     if reward_funcs:
         world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env, cfg)
     else:
@@ -472,7 +472,7 @@ _ENV_CLASSES = {"erl_lite.embedded.world.DemoLake": "demo", "erl_lite.envs.froze
 
 def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
     """The ``--env`` a checkpoint trained on: what ``erl-lite train`` recorded in the config's
-    ``extra``, else the environment class the trainer recorded (``trainer_state.json``'s
+    ``extra``, else the environment class the trainer recorded (``erl_state.json``'s
     ``env``); the demo world, with a warning, for a checkpoint older than both records.
 
     Raises ValueError for a run on dataset rows scored by reward functions (they are named,

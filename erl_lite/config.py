@@ -298,6 +298,17 @@ class ERLConfig:
     """Keep at most this many ``checkpoint-<step>`` folders in ``output_dir``: after each save
     the oldest are deleted (None = keep all), as in TRL/transformers. The checkpoint just
     written and the highest-numbered one are never deleted."""
+    push_to_hub: bool = False
+    """Upload the final model (what ``ERLTrainer.save_model`` writes to ``output_dir``) to the
+    Hugging Face Hub at the end of ``train()``, as ``ERLTrainer.push_to_hub()`` does when called.
+    Needs ``hub_model_id``, the network and a write token (``huggingface-cli login`` or ``HF_TOKEN``).
+    transformers' name; unlike it, only the end of training pushes (no ``hub_strategy``)."""
+    hub_model_id: str | None = None
+    """The Hub repository ``push_to_hub`` uploads to, ``"user-or-org/name"`` (transformers' name;
+    it has no default here, where transformers takes ``output_dir``'s folder name)."""
+    hub_private_repo: bool | None = None
+    """Whether a repository ``push_to_hub`` creates is private; None = private (transformers'
+    None follows the account's default, which is public: a run's outputs stay private unless asked)."""
     sample_every: int = 1
     """Keep the full step record (texts) every this many iterations."""
     report_to: str | list[str] = "none"
@@ -400,6 +411,7 @@ class ERLConfig:
         self.logging_steps = _logging_steps(self.logging_steps)
         if self.save_total_limit is not None:
             _positive("save_total_limit", self.save_total_limit)
+        _check_hub(self.push_to_hub, self.hub_model_id, self.hub_private_repo)
         if not isinstance(self.overwrite_output_dir, bool):
             raise ValueError(f"ERLConfig.overwrite_output_dir must be True or False, got {self.overwrite_output_dir!r}")
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -708,3 +720,17 @@ def _logging_steps(value: Any) -> int | float:
 def _positive(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"ERLConfig.{name} must be a positive integer, got {value!r}")
+
+
+def _check_hub(push_to_hub: Any, hub_model_id: Any, hub_private_repo: Any) -> None:
+    """The Hub settings, checked when the config is built rather than after hours of training."""
+    if not isinstance(push_to_hub, bool):
+        raise ValueError(f"ERLConfig.push_to_hub must be True or False, got {push_to_hub!r}")
+    if hub_private_repo is not None and not isinstance(hub_private_repo, bool):
+        raise ValueError(f"ERLConfig.hub_private_repo must be True, False or None, got {hub_private_repo!r}")
+    if hub_model_id is not None and not (isinstance(hub_model_id, str) and hub_model_id.count("/") == 1
+                                         and all(hub_model_id.split("/"))):
+        raise ValueError(f"ERLConfig.hub_model_id must look like 'user-or-org/name', got {hub_model_id!r}")
+    if push_to_hub and hub_model_id is None:
+        raise ValueError("ERLConfig.push_to_hub=True needs hub_model_id='user-or-org/name': the repository "
+                         "the final model is uploaded to")

@@ -23,8 +23,9 @@ instead would be caught. Merging directly on the 4-bit layers (peft can) would r
 ``W + BA`` to NF4 and lose most of the adapter's small update, so that route is not offered.
 
 Where the base was 4-bit is read from the adapter folder (``quantization="auto"``): the
-``erl_lite.json`` note that :func:`erl_lite.results.save_adapter` writes, or, for a checkpoint's
-``adapter/`` folder, the run's ``trainer_state.json`` (``load_in_4bit``). Without either the
+``erl_lite.json`` note that :func:`erl_lite.results.save_adapter` writes (every checkpoint and
+``output_dir`` after training hold one), or, for a format-2 checkpoint's ``adapter/`` folder, the
+run's ``trainer_state.json`` (``load_in_4bit``). Without either the
 base is taken as full precision; pass ``quantization="4bit"`` for an adapter trained in 4-bit
 and saved elsewhere.
 
@@ -98,9 +99,9 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
     """Read an adapter folder: its base model and how that base was loaded in training.
 
     Args:
-        adapter_dir: a saved adapter, e.g. a checkpoint's ``adapter/`` folder.
-        quantization: ``"auto"`` reads the folder's ``erl_lite.json`` note, else the parent
-            checkpoint's ``trainer_state.json``, else assumes full precision; ``"none"`` or
+        adapter_dir: a saved adapter, e.g. a ``checkpoint-<step>`` folder or ``output_dir`` after training.
+        quantization: ``"auto"`` reads the folder's ``erl_lite.json`` note, else (a format-2
+            checkpoint's ``adapter/``) the parent's ``trainer_state.json``, else assumes full precision; ``"none"`` or
             ``"4bit"`` say it outright.
         base_model: load the base from here instead of the adapter's ``base_model_name_or_path``
             (for a base saved under another path on this machine).
@@ -141,18 +142,19 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
 
 def _not_an_adapter(folder: str) -> str:
     """Why ``folder`` cannot be exported, and what to pass instead."""
+    from erl_lite.checkpoint import ERL_STATE, HF_STATE, adapter_folder
+
     checkpoint = next((f for f in (folder, os.path.dirname(os.path.abspath(folder)))
-                       if os.path.isfile(os.path.join(f, "trainer_state.json"))), None)
-    if checkpoint is not None and os.path.isfile(os.path.join(checkpoint, "adapter", "adapter_config.json")):
-        adapter = os.path.join(checkpoint, "adapter")
-        return f"{folder} is not a LoRA adapter folder; this checkpoint's adapter is {adapter}"
+                       if any(os.path.isfile(os.path.join(f, n)) for n in (ERL_STATE, HF_STATE))), None)
+    if checkpoint is not None and os.path.isfile(os.path.join(adapter_folder(checkpoint), "adapter_config.json")):
+        return f"{folder} is not a LoRA adapter folder; this checkpoint's adapter is {adapter_folder(checkpoint)}"
     if checkpoint is not None:
         return (f"{folder} holds no LoRA adapter: the checkpoint {checkpoint} is of a run without LoRA (its trained "
                 "weights are in trainable.safetensors), and export merges a LoRA adapter into its base; the "
-                "trained model is the base with those weights loaded")
+                "trained model is the base with those weights loaded (ERLTrainer.save_model writes it whole)")
     why = "has no adapter_config.json" if os.path.isdir(folder) else "does not exist"
-    return (f"{folder} is not a LoRA adapter folder: it {why} (pass a checkpoint's adapter/ folder or a folder "
-            "written by save_pretrained)")
+    return (f"{folder} is not a LoRA adapter folder: it {why} (pass a checkpoint-<step> folder, a run's output_dir "
+            "or a folder written by save_pretrained)")
 
 
 def _saved_quantization(folder: str) -> tuple[str, str]:
@@ -164,7 +166,7 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
         if value not in ("none", "4bit"):
             raise ValueError(f"{note}: base_quantization must be 'none' or '4bit', got {value!r}")
         return value, note
-    # An erl_lite checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
+    # A format-2 erl_lite checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
     here = os.path.abspath(folder)
     state = os.path.join(os.path.dirname(here), "trainer_state.json")
     if os.path.basename(here) == "adapter" and os.path.isfile(state):

@@ -133,7 +133,7 @@ class SavedAdapter:
 
 def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evaluation: BeforeAfter | None = None,
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
-    """Save a LoRA policy's adapter and tokenizer to ``folder``; optionally push it to the hub.
+    """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
     Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.export.NOTE_FILE`): the base
     model, whether it was 4-bit (which :func:`erl_lite.export.export_merged` needs and peft does
@@ -159,7 +159,8 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
     path = os.fspath(folder)
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    if tokenizer is not None:  # a checkpoint written without one (checkpoint.save_checkpoint's default)
+        tokenizer.save_pretrained(path)
     base = getattr(_base_model(model).config, "_name_or_path", "") or ""
     quantization = "4bit" if _is_4bit(model) else "none"
     note = {"base_model": base, "base_quantization": quantization,

@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -60,6 +61,7 @@ from erl_lite.checkpoint import (
     read_checkpoint,
     remove_previous_run,
     save_checkpoint,
+    save_weights,
 )
 from erl_lite.config import ERLConfig
 from erl_lite.distributed import DataParallel
@@ -360,6 +362,10 @@ class ERLTrainer:
             self.history.close_reporter()
         if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
+        if self.args.output_dir:
+            self.save_model()  # the final model at output_dir's root, as transformers' Trainer leaves it
+        if self.args.push_to_hub:
+            self.push_to_hub()
         return self.history
 
     def training_step(self) -> StepRecord:
@@ -440,9 +446,71 @@ class ERLTrainer:
         self._saved_step = self.step
         return path
 
+    def save_model(self, output_dir: str | None = None) -> str:
+        """Save the policy for use (transformers' ``Trainer.save_model``): a LoRA run's adapter in
+        PEFT's format (with the ``erl_lite.json`` note :mod:`erl_lite.export` reads), a run without
+        LoRA's full model with ``save_pretrained``; the tokenizer; and the run's config as
+        ``training_args.json`` (HF pickles ``training_args.bin``; erl_lite never writes pickles).
+        ``output_dir`` defaults to ``args.output_dir``; returns the folder. DDP: rank 0 writes."""
+        folder = os.fspath(output_dir) if output_dir is not None else self.args.output_dir
+        if not folder:
+            raise ValueError("save_model() needs a folder: pass output_dir= or set ERLConfig.output_dir")
+
+        def write() -> str:
+            os.makedirs(folder, exist_ok=True)
+            if hasattr(self.model, "peft_config"):
+                save_weights(folder, self.model, self.tokenizer)
+            else:
+                self.model.save_pretrained(folder)
+                self.tokenizer.save_pretrained(folder)
+            with open(os.path.join(folder, "training_args.json"), "w", encoding="utf-8") as f:
+                json.dump(self.args.to_dict(), f, indent=1)
+            return folder
+
+        return self.dist.on_main(write, default=folder)
+
+    def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True,
+                    token: str | None = None, revision: str | None = None, **kwargs: Any) -> str | None:
+        """Save the final model to ``args.output_dir`` (:meth:`save_model`) and upload that folder to
+        ``args.hub_model_id`` (transformers' ``Trainer.push_to_hub``); returns the repository's URL.
+
+        Only this method and ``push_to_hub=True`` (at the end of ``train()``) reach the network.
+        ``blocking=False``, ``revision`` and model-card keywords are not supported (refused).
+        DDP: rank 0 uploads, the others return None.
+        """
+        if not blocking or revision is not None or kwargs:
+            given = (["blocking=False"] if not blocking else []) + ([f"revision={revision!r}"] if revision else []) + [
+                f"{k}=" for k in kwargs]
+            raise ValueError(f"push_to_hub: {', '.join(given)} not supported; erl_lite uploads the saved folder "
+                             "in one blocking commit to the repository's main branch")
+        if not self.args.hub_model_id:
+            raise ValueError("push_to_hub needs ERLConfig.hub_model_id='user-or-org/name' (the repository to "
+                             "upload to)")
+        if not self.args.output_dir:
+            raise ValueError("push_to_hub uploads ERLConfig.output_dir, which is not set")
+        from erl_lite import export
+
+        folder = self.save_model()
+        private = True if self.args.hub_private_repo is None else self.args.hub_private_repo
+        return self.dist.on_main(lambda: export.push_to_hub(folder, self.args.hub_model_id, private=private,
+                                                             token=token, commit_message=commit_message),
+                                 default=None)
+
     def _write_checkpoint(self) -> str:
         return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
-                               self.memory, self.history, self._run_identity(), self.args.save_total_limit)
+                               self.memory, self.history, self._run_identity(), self.args.save_total_limit,
+                               tokenizer=self.tokenizer, hf_state=self._hf_state())
+
+    def _hf_state(self) -> Any:
+        """This run as a ``transformers.TrainerState`` (what ``trainer_state.json`` holds): HF's
+        names for the step, the schedule and the log. ``best_metric`` / ``best_model_checkpoint``
+        stay None: erl_lite has no ``metric_for_best_model`` to rank checkpoints by."""
+        from transformers import TrainerState
+
+        return TrainerState(global_step=self.step, max_steps=self.args.max_steps, epoch=self.state.epoch,
+                            logging_steps=1, eval_steps=self.args.eval_steps, save_steps=self.args.save_steps,
+                            train_batch_size=self.args.num_tasks_per_step,
+                            num_train_epochs=self.args.num_train_epochs or 0, log_history=list(self.history.records))
 
     def _run_identity(self) -> dict[str, Any]:
         return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env)

@@ -31,7 +31,7 @@ TRL_ACCEPTED: tuple[str, ...] = (
     "logging_steps", "report_to", "eval_steps", "save_steps", "save_total_limit", "seed", "num_generations",
     "max_completion_length", "steps_per_generation", "temperature", "top_p", "top_k", "generation_kwargs",
     "chat_template_kwargs", "beta", "epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards",
-    "loss_type",
+    "loss_type", "push_to_hub", "hub_model_id", "hub_private_repo",
 )
 
 
@@ -75,8 +75,9 @@ _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 # Reasons shared by several refused fields.
 _VLLM = ("erl_lite has no vLLM path: attempts, reflections and evaluation are sampled with the policy's "
          "model.generate (or a sampler passed as ERLTrainer(generator=...))")
-_HUB = ("erl_lite does not push to the Hub during training: save with output_dir, then push the saved adapter "
-        "with peft's model.push_to_hub(repo_id)")
+_HUB = ("erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id (or "
+        "trainer.push_to_hub()); the token comes from huggingface-cli login or HF_TOKEN, and there are no "
+        "intermediate pushes")
 _LOOP = ("it configures transformers.Trainer's own loop, which erl_lite does not run; an iteration is one batch "
          "of num_tasks_per_step tasks through every ERL phase")
 _EVAL = ("erl_lite evaluates by sampling eval_num_generations first attempts per eval task every eval_steps "
@@ -128,7 +129,6 @@ TRL_REFUSED: dict[str, str] = {
     "use_liger_kernel": ("erl_lite computes log-probs itself, in chunks of logprob_chunk_size positions that "
                          "never hold the full (B, L, V) logits; Liger's fused loss is not used"),
     "liger_kernel_config": "Liger kernels are not used (see use_liger_kernel; logprob_chunk_size bounds memory)",
-    "push_to_hub": _HUB,
     "run_name": "the tracker run is named after output_dir's folder; choose output_dir to name it",
     "log_completions": ("erl_lite always logs completions: the full step record (attempts, reflections, second "
                         "attempts, memory) goes to samples.jsonl every sample_every iterations, and a table of "
@@ -182,7 +182,7 @@ TRL_REFUSED: dict[str, str] = {
     # --- saving and the Hub ---
     **{name: _SAVE for name in ("save_strategy", "save_only_model", "save_on_each_node", "enable_jit_checkpoint",
                                 "restore_callback_states_from_checkpoint", "ignore_data_skip")},
-    **{name: _HUB for name in ("hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push",
+    **{name: _HUB for name in ("hub_token", "hub_strategy", "hub_always_push",
                                "hub_revision")},
     "resume_from_checkpoint": "pass it to trainer.train(resume_from_checkpoint=...) (as with transformers' Trainer)",
     # --- the Trainer loop, data loading, speed, distribution ---
@@ -203,7 +203,7 @@ TRL_REFUSED: dict[str, str] = {
 
 #: Refused fields at the value that means what erl_lite does anyway: accepted, and dropped.
 TRL_SAME_AS: dict[str, Any] = {
-    "use_vllm": False, "use_liger_kernel": False, "push_to_hub": False, "log_completions": True,
+    "use_vllm": False, "use_liger_kernel": False, "log_completions": True,
     "torch_compile": False, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
     "gradient_accumulation_steps": 1, "num_iterations": 1, "shuffle_dataset": True,
     "mask_truncated_completions": False, "remove_unused_columns": False,

@@ -346,7 +346,7 @@ def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys)
     assert base in err and "does not exist" in err and "--base-model" in err
     assert main(["eval", "--checkpoint", str(out), "--limit", "1", "--num-generations", "1",
                  "--base-model", moved]) == 0
-    assert main(["export", "--adapter", str(out / "checkpoint-1" / "adapter"), "--out", str(tmp_path / "m")]) == 2
+    assert main(["export", "--adapter", str(out / "checkpoint-1"), "--out", str(tmp_path / "m")]) == 2
     assert "--base-model" in capsys.readouterr().err
 
 

@@ -186,10 +186,16 @@ def _truncate(path):
 DAMAGE = {
     "missing-optimizer": ("optimizer.pt", lambda p: p.unlink()),
     "truncated-optimizer": ("optimizer.pt", _truncate),
-    "truncated-weights": ("trainable.safetensors", _truncate),
+    "truncated-weights": ("adapter_model.safetensors", _truncate),
+    "missing-weights": ("adapter_model.safetensors", lambda p: p.unlink()),
     "missing-rng": ("rng.json", lambda p: p.unlink()),
-    "bad-state-json": ("trainer_state.json", lambda p: p.write_text('{"step": ')),
+    "bad-state-json": ("trainer_state.json", lambda p: p.write_text('{"global_step": ')),
     "missing-state": ("trainer_state.json", lambda p: p.unlink()),
+    "state-of-another-step": ("trainer_state.json",
+                              lambda p: p.write_text(p.read_text().replace('"global_step": 2', '"global_step": 1'))),
+    "bad-erl-state": ("erl_state.json", lambda p: p.write_text('{"step": ')),
+    "missing-erl-state": ("erl_state.json", lambda p: p.unlink()),
+    "erl-state-without-config": ("erl_state.json", lambda p: p.write_text('{"step": 2}')),
     "bad-memory-json": ("memory.json", lambda p: p.write_text("not json")),
     "bad-history": ("history.jsonl", lambda p: p.write_text('{"step": 1}\n{oops\n')),
 }
@@ -264,8 +270,10 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(copy, monkeypatch, ta
     trainer = resume(copy, True)
     before = {name: digest(copy / name) for name in checkpoints(copy)}
     listing = sorted(os.listdir(copy))
-    if target == "safetensors":
-        monkeypatch.setattr(checkpoint, "save_file", _disk_full)
+    if target == "safetensors":  # the adapter is written by PEFT's save_pretrained
+        import peft.peft_model
+
+        monkeypatch.setattr(peft.peft_model, "safe_save_file", _disk_full)
     elif target == "torch.save":
         monkeypatch.setattr(torch, "save", _disk_full)
     else:
@@ -311,10 +319,12 @@ def test_ctrl_c_mid_update_saves_the_last_finished_step(run, tmp_path):
         trainer.train()
     assert checkpoints(out) == ["checkpoint-1"]
     ck = out / "checkpoint-1"
-    assert json.loads((ck / "trainer_state.json").read_text())["step"] == 1
-    saved = load_file(str(ck / "trainable.safetensors"))
-    assert saved.keys() == run.params[1].keys()
-    assert all(torch.equal(saved[n], run.params[1][n]) for n in saved)
+    assert json.loads((ck / "erl_state.json").read_text())["step"] == 1
+    assert json.loads((ck / "trainer_state.json").read_text())["global_step"] == 1
+    # PEFT saves each LoRA tensor under its parameter name without the adapter's name ("default")
+    saved = load_file(str(ck / "adapter_model.safetensors"))
+    assert saved.keys() == {n.replace(".default", "") for n in run.params[1]}
+    assert all(torch.equal(saved[n.replace(".default", "")], run.params[1][n]) for n in run.params[1])
     optim = torch.load(ck / "optimizer.pt", weights_only=True)
     assert {int(s["step"]) for s in optim["state"].values()} == {2}  # two optimizer steps, not three
     # The live trainer is rolled back to the same point.

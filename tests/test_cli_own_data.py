@@ -79,7 +79,7 @@ def test_eval_of_a_python_reward_run_asks_for_its_data_and_rewards(own_data, cap
 def test_a_checkpoint_records_its_environment(own_data):
     from erl_lite.jsonio import read_json
 
-    state = read_json(os.path.join(_python_reward_run(own_data), "checkpoint-1", "trainer_state.json"))
+    state = read_json(os.path.join(_python_reward_run(own_data), "checkpoint-1", "erl_state.json"))
     assert state["env"]["name"] == "dataset"
     assert state["env"]["class"] == "erl_lite.envs.dataset.RewardFunctionEnv"
     assert state["env"]["reward_funcs"] == [f"{__name__}:_python_reward_run.<locals>.reward"]
@@ -91,7 +91,7 @@ def test_eval_of_an_old_checkpoint_without_a_record_still_runs_on_the_demo(tmp_p
 
     out = tmp_path / "run"
     demo_trainer(seed=1, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=str(out)).train()
-    path = out / "checkpoint-1" / "trainer_state.json"
+    path = out / "checkpoint-1" / "erl_state.json"
     state = json.loads(path.read_text())
     assert state["env"]["class"] == "erl_lite.embedded.world.DemoLake"  # recorded now
     del state["env"]
@@ -110,7 +110,7 @@ def test_train_on_own_data_then_eval(own_data, capsys, spec):
     assert main(["train", "--dataset", "rows.jsonl", "--reward-funcs", spec, "mymod:length_reward",
                  "--feedback-func", "mymod:feedback", "--model", "tiny", *TINY, "--out", str(out)]) == 0
     assert "done: 1 steps" in capsys.readouterr().out
-    state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
+    state = json.loads((out / "checkpoint-1" / "erl_state.json").read_text())
     assert state["config"]["extra"]["env"] == "dataset"
     assert state["config"]["extra"]["reward_funcs"] == [spec, "mymod:length_reward"]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
@@ -219,7 +219,7 @@ def test_eval_names_what_it_cannot_rebuild(tmp_path, capsys, monkeypatch, record
     out = tmp_path / "run"
     demo_trainer(seed=1, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=str(out)).train()
     if record is not None:
-        path = out / "checkpoint-1" / "trainer_state.json"
+        path = out / "checkpoint-1" / "erl_state.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "env": record}))
     extra = []
     if rows:

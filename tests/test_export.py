@@ -124,13 +124,13 @@ def test_bad_input_is_named(tmp_path):
 
 
 def test_cli_export_of_a_checkpoint_merges_and_pushes_only_when_asked(tmp_path, monkeypatch, capsys):
-    """A trainer checkpoint's adapter/ folder; that its base was 4-bit is read from the checkpoint."""
+    """A trainer checkpoint folder; that its base was 4-bit is read from the note the checkpoint holds."""
     base, adapter, tok = make_adapter(tmp_path, family="qwen2", quantization="4bit")
     model, _ = load_policy(adapter, quantization="4bit", device="cpu")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
     folder = save_checkpoint(str(tmp_path / "run"), 3, model, optimizer, None, ReflectionMemory(), History(),
                              run_identity({"load_in_4bit": True}, model))
-    adapter = os.path.join(folder, "adapter")
+    adapter = folder  # the adapter sits at the checkpoint's root (PEFT's layout)
     pushed = []
     monkeypatch.setattr("erl_lite.export.push_to_hub",
                         lambda folder, repo, private=True: pushed.append((folder, repo, private)) or "url")

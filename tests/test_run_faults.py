@@ -324,12 +324,12 @@ def test_a_checkpoint_with_non_finite_weights_is_never_written(two_steps, tmp_pa
 def test_a_checkpoint_with_non_finite_weights_is_never_resumed_from(two_steps, tmp_path, value):
     out = tmp_path / "run"
     shutil.copytree(two_steps, out)
-    path = out / "checkpoint-2" / "trainable.safetensors"
+    path = out / "checkpoint-2" / "adapter_model.safetensors"
     tensors = load_file(str(path))
     bad = sorted(tensors)[-1]
     _poison(tensors[bad], value)
     save_file(tensors, str(path))
-    with pytest.raises(CheckpointError, match=rf"trainable\.safetensors.*{re.escape(bad)}"):
+    with pytest.raises(CheckpointError, match=rf"adapter_model\.safetensors.*{re.escape(bad)}"):
         read_checkpoint(str(out / "checkpoint-2"))
     with pytest.warns(UserWarning, match=rf"checkpoint-2.*{re.escape(bad)}"):
         assert latest_good_checkpoint(str(out)).step == 1

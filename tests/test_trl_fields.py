@@ -103,7 +103,7 @@ def test_each_grpo_field_with_a_non_default_value_works_or_says_why(name):
     ("num_iterations", 2, "steps_per_generation"),
     ("use_vllm", True, "generate"),
     ("use_liger_kernel", True, "logprob_chunk_size"),
-    ("push_to_hub", True, "push_to_hub"),
+    ("hub_strategy", "every_save", "end of training"),
     ("run_name", "my-run", "output_dir"),
     ("log_completions", False, "samples.jsonl"),
     ("vllm_mode", "colocate", "vLLM"),
