@@ -69,7 +69,7 @@ from erl_lite.generation import Generator, HFGenerator
 from erl_lite.history import History
 from erl_lite.envs.data_sources import load_rows
 from erl_lite.envs.multi import MultiEnvironment
-from erl_lite.envs.trl_adapter import environment_from_factory
+from erl_lite.envs.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.identity import run_differences, run_identity
 from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
@@ -176,6 +176,8 @@ class ERLTrainer:
             if env is not None:
                 raise ValueError("pass env= or environment_factory=, not both")
             env = environment_from_factory(environment_factory, reward_funcs, reward_weights, args.reward_threshold)
+            if train_dataset is None:  # TRL's dataset-free mode: reset() returns the prompt
+                train_dataset = placeholder_rows(environment_factory, args.max_steps, args.num_tasks_per_step)
             reward_funcs = None  # the adapter calls them, with environments= as TRL does
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "

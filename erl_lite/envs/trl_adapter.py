@@ -20,6 +20,13 @@ which is then scored. A dict of factories becomes a
 :class:`~erl_lite.envs.multi.MultiEnvironment` routed by the ``environment`` column, as TRL
 routes it. ``ERLTrainer(environment_factory=...)`` does this for you.
 
+Without a ``train_dataset`` (TRL 1.16's mode for an environment that owns its data), the
+trainer trains on placeholder rows with an empty user message (:func:`placeholder_rows`), and
+the string ``reset()`` returns becomes the whole prompt; ``max_steps`` must be set. ERL plays a
+failed task again from a fresh instance: an environment whose ``reset()`` draws a new puzzle
+each time gives the second attempt another puzzle than the one reflected on, so make ``reset``
+deterministic in the row (or pass a dataset) for ERL's retry to mean what the paper means.
+
 Tool-call format: erl_lite's episodes see the decoded reply text (not token ids), so calls are
 read from the Hermes format that Qwen2.5/Qwen3 chat templates use and that TRL's Qwen response
 schema parses with the same pattern::
@@ -227,8 +234,9 @@ class TRLEpisode(BatchScoredEpisode):
         if extra:
             if isinstance(context, str):
                 context = f"{context}\n{extra}" if context else extra
-            else:
-                context = context[:-1] + [{**context[-1], "content": f"{context[-1]['content']}\n{extra}"}]
+            else:  # TRL's dataset-free mode: an empty placeholder message becomes the prompt itself
+                last = context[-1]["content"]
+                context = context[:-1] + [{**context[-1], "content": f"{last}\n{extra}" if last else extra}]
         self.observation = context
         return context
 
@@ -290,6 +298,30 @@ class TRLEpisode(BatchScoredEpisode):
             lines += [f"Tool result:\n{r}" for r in results]
         lines.append(f"Result: {self.feedback()}")
         return "\n\n".join(lines)
+
+
+def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
+    """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: empty prompts.
+
+    The environment owns the data: ``reset()`` returns the whole prompt, appended to an empty
+    user message. TRL builds ``generation_batch_size // num_generations`` such rows (one
+    generation round) and cycles them; here that is one row per task of an iteration
+    (``num_tasks_per_step``). As in TRL, ``max_steps`` must then be set, and a dict of factories
+    is refused (it routes by a dataset column).
+
+    Example:
+        >>> placeholder_rows(object, 3, 2)
+        [{'prompt': [{'role': 'user', 'content': ''}]}, {'prompt': [{'role': 'user', 'content': ''}]}]
+    """
+    if isinstance(factory, Mapping):
+        raise ValueError("a dict environment_factory (several environments) requires a train_dataset with an "
+                         f"'{ENV_COLUMN}' column to route each row to its environment; pass a dataset, or a "
+                         "single environment factory")
+    if max_steps is None:
+        raise ValueError("without a train_dataset (the environment returns the prompt from reset()), max_steps "
+                         "must be set to define the training length (num_train_epochs has no dataset to count), as in TRL: "
+                         "ERLConfig(max_steps=...)")
+    return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(num_tasks_per_step)]
 
 
 def environment_from_factory(factory: Any, reward_funcs: Any = None, reward_weights: Sequence[float] | None = None,
