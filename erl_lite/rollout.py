@@ -216,4 +216,6 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) ->
         trace=trace,
         num_turns=lv.turns,
         truncated=lv.truncated or lv.cut_replies > 0,
+        rewards=dict(getattr(ep, "reward_parts", None) or {}),
+        extra=dict(getattr(ep, "logged_extra", None) or {}),
     )

@@ -65,6 +65,7 @@ from erl_lite.config import ERLConfig
 from erl_lite.distributed import DataParallel
 from erl_lite.envs.base import Environment
 from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+from erl_lite.envs.reward_calls import RewardFunctionError, RewardLog, mean_metrics
 from erl_lite.generation import Generator, HFGenerator
 from erl_lite.history import History
 from erl_lite.envs.data_sources import load_rows
@@ -72,7 +73,7 @@ from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.identity import run_differences, run_identity
 from erl_lite.memory import MemoryBank, ReflectionMemory
-from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
+from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, describe, env_eval_metrics,
                               env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.lengths import check_lengths
@@ -201,6 +202,8 @@ class ERLTrainer:
             reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
         self.state = TrainerStateView(self)
         self.env.trainer_state = self.state
+        self.reward_log = RewardLog()  # what reward functions pass to TRL's log_metric / log_extra
+        self.env.reward_log = self.reward_log
         self.train_tasks = self._tasks(train_dataset, "train")
         if not self.train_tasks:
             raise ValueError("train_dataset is empty: it needs at least one row with a 'prompt'")
@@ -387,6 +390,7 @@ class ERLTrainer:
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_step_metrics(outcome, self.env.env_name, self.env.names, memory, self.args.mode))
         metrics.update(losses.to_metrics())
+        metrics.update(self._logged_metrics())
         metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
                         PEAK_GPU_GB: peak_gpu_gb(device)})
         record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
@@ -417,11 +421,22 @@ class ERLTrainer:
                                  params=self.ctx.eval_params()) if mine else []
         attempts = self.dist.gather(attempts)
         metrics = eval_metrics(attempts)
+        metrics.update({f"eval/{k}": v for k, v in self._logged_metrics().items()})
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
         if log:
             self.history.log({STEP: self.step, **metrics}, kind="eval")
         return metrics
+
+    def _logged_metrics(self) -> dict[str, float]:
+        """The means of what reward functions passed to ``log_metric`` since the last call (TRL:
+        sum / count over every process). A name clashing with erl_lite's own keys is refused."""
+        logged = mean_metrics(self.dist.gather(self.reward_log.take_metrics()))
+        clash = sorted(k for k in logged if describe(k) is not None)
+        if clash:
+            raise RewardFunctionError(f"log_metric name(s) {clash} are metrics erl_lite logs itself; "
+                                      "pick other names")
+        return logged
 
     def _log_eval(self) -> None:
         self.evaluate(log=True)

@@ -57,7 +57,8 @@ def test_reward_functions_receive_trl_keywords(tok):
     env = RewardFunctionEnv(spy)
     attempts, _ = play(env, tok)
     [call] = seen
-    assert set(call) == {"prompts", "completions", "completion_ids", "trainer_state", "answer"}
+    assert set(call) == {"prompts", "completions", "completion_ids", "trainer_state", "answer",
+                         "log_extra", "log_metric"}  # TRL 1.16 passes the last two as well
     assert call["prompts"] == [r["prompt"] for r in ROWS]
     assert call["completions"] == [REPLIES[f"Add {i}"] for i in range(4)]
     assert call["answer"] == ["0", "2", "4", "6"]

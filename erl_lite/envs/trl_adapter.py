@@ -83,7 +83,7 @@ from typing import Any, Callable, Mapping, Sequence
 from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.dataset import split_prompt
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
-from erl_lite.envs.reward_calls import call_arguments, weighted_rewards
+from erl_lite.envs.reward_calls import RewardLog, call_arguments, weighted_rewards
 from erl_lite.records import Task
 
 #: One tool call (TRL's Qwen response schema uses the same pattern).
@@ -171,7 +171,7 @@ class TRLEnvironment(Environment):
         if len(weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(weights)} values for {len(funcs)} reward_funcs")
         if callable(getattr(probe, "get_reward", None)):
-            funcs.append(_get_reward)
+            funcs.append(_get_reward_named(cls.__name__))
             weights.append(1.0)
         if not funcs:
             raise ValueError(f"no reward source for {cls.__name__}: pass reward_funcs, or give the class a "
@@ -196,18 +196,26 @@ class TRLEnvironment(Environment):
         if not todo:
             return
         tasks = [ep.task for ep in todo]
-        kwargs = call_arguments(tasks, [ep.final_text for ep in todo], ids, self.trainer_state)
+        log = self.reward_log if self.reward_log is not None else RewardLog()
+        kwargs = call_arguments(tasks, [ep.final_text for ep in todo], ids, self.trainer_state, log)
         kwargs["completions"] = [ep.final_text if isinstance(t.prompt, str) else ep.completion_messages()
                                  for ep, t in zip(todo, tasks)]
         kwargs["environments"] = [ep.instance for ep in todo]
-        rewards, notes = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
-        for ep, reward, note in zip(todo, rewards, notes):
-            ep.set_score(reward, " ".join(note))
+        scores = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
+        for ep, reward, note, parts, extra in zip(todo, scores.rewards, scores.notes, scores.parts,
+                                                  log.take_extra(tasks)):
+            ep.set_score(reward, " ".join(note), parts, extra)
 
 
-def _get_reward(environments: list[Any], **kwargs: Any) -> list[float]:
-    """TRL's reward column of an environment that owns its reward: ``get_reward()`` per instance."""
-    return [e.get_reward() for e in environments]
+def _get_reward_named(name: str) -> Callable[..., list[float]]:
+    """TRL's reward column of an environment that owns its reward: ``get_reward()`` per instance,
+    named after the environment's class (TRL logs it as ``rewards/<class name>/mean``)."""
+
+    def get_reward(environments: list[Any], **kwargs: Any) -> list[float]:
+        return [e.get_reward() for e in environments]
+
+    get_reward.__name__ = get_reward.__qualname__ = name
+    return get_reward
 
 
 class TRLEpisode(BatchScoredEpisode):
