@@ -49,6 +49,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from erl_lite.callbacks import TrainerCallbacks
 from erl_lite.checkpoint import (
     CheckpointError,
     TrainingState,
@@ -116,11 +117,12 @@ class ERLTrainer:
         eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
         processing_class: the tokenizer (loaded with the model when omitted).
         reward_processing_classes: TRL's tokenizers for reward models; must be None.
-        callbacks: functions ``f(trainer, step_record)`` called after every iteration (e.g.
-            to print a line per step, or to stop early by raising: the step that just finished is
-            kept and saved). TRL's ``TrainerCallback`` objects are refused with an error: their
-            hooks (``on_step_end``, ``control``...) belong to ``transformers.Trainer``'s loop,
-            which erl_lite does not run.
+        callbacks: ``transformers.TrainerCallback`` objects (or classes), run by transformers'
+            ``CallbackHandler`` at the matching points of the loop, ``control.should_training_stop``
+            / ``should_save`` / ``should_evaluate`` included (see :mod:`erl_lite.callbacks`); and
+            functions ``f(trainer, step_record)`` called after every iteration (e.g. to print a
+            line per step, or to stop early by raising: the step that just finished is kept and
+            saved). Anything else is refused.
         optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
             names, with ``args.learning_rate``/``args.weight_decay``, and the schedule
             ``args.lr_scheduler_type`` names, stepped once per optimizer step).
@@ -183,7 +185,7 @@ class ERLTrainer:
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
                              "environment classes) or reward_funcs= (dataset tasks)")
-        self.callbacks = check_callbacks(callbacks)
+        self.callbacks, trainer_callbacks = check_callbacks(callbacks)
         # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
         self.dist = DataParallel.from_environment()
         if self.dist.world_size > 1 and args.scale_rewards == "batch":
@@ -226,6 +228,10 @@ class ERLTrainer:
         self.updater.dist = self.dist  # DDP: gradients and loss normalizers over every process
         self.step = 0
         self.last_outcome: StepOutcome | None = None
+        # transformers.TrainerCallback objects: transformers' CallbackHandler, state and control.
+        self.hf_callbacks = TrainerCallbacks(self, trainer_callbacks)
+        self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
+        self.hf_callbacks.event("init_end")
 
     # --- setup -----------------------------------------------------------------------------
     def _optimizers(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
@@ -342,19 +348,25 @@ class ERLTrainer:
             self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
         self._step_start = None
+        self.hf_callbacks.event("train_begin")
+        flags = self.hf_callbacks  # flags.control: what the TrainerCallbacks asked for, read after each event
         try:
             if self.step == 0 and self.args.eval_steps and self.eval_tasks:
                 self._log_eval()
-            while self.step < self.args.max_steps:
+            while self.step < self.args.max_steps and not flags.control.should_training_stop:
                 self._step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
                                                  self.memory, self.history)
+                self.hf_callbacks.event("step_begin")
                 self.training_step()  # clears _step_start once the step's record is written
                 bar.update(1)
                 bar.set_postfix_str(self._postfix())
-                if self.args.eval_steps and self.eval_tasks and (
-                        self.step % self.args.eval_steps == 0 or self.step == self.args.max_steps):
+                self.hf_callbacks.event("step_end")
+                self.hf_callbacks.event("log", logs=self.history.of_kind("train")[-1])
+                if self.eval_tasks and (flags.control.should_evaluate or self.args.eval_steps and (
+                        self.step % self.args.eval_steps == 0 or self.step == self.args.max_steps)):
                     self._log_eval()
-                if self.args.output_dir and self.args.save_steps and self.step % self.args.save_steps == 0:
+                if self.args.output_dir and (flags.control.should_save or self.args.save_steps
+                                             and self.step % self.args.save_steps == 0):
                     self.save_checkpoint()
         except (Exception, KeyboardInterrupt) as error:
             self._stopped(error)
@@ -365,6 +377,7 @@ class ERLTrainer:
             self.history.close_reporter()
         if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
+        self.hf_callbacks.event("train_end")
         return self.history
 
     def training_step(self) -> StepRecord:
@@ -426,6 +439,8 @@ class ERLTrainer:
             metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
         if log:
             self.history.log({STEP: self.step, **metrics}, kind="eval")
+            self.hf_callbacks.event("log", logs=self.history.records[-1])
+        self.hf_callbacks.event("evaluate", metrics=metrics)
         return metrics
 
     def _logged_metrics(self) -> dict[str, float]:
@@ -455,6 +470,7 @@ class ERLTrainer:
         path = self.dist.on_main(self._write_checkpoint,
                                  default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
         self._saved_step = self.step
+        self.hf_callbacks.event("save")
         return path
 
     def _write_checkpoint(self) -> str:
