@@ -206,6 +206,7 @@ class ERLTrainer:
         self.env.trainer_state = self.state
         self.reward_log = RewardLog()  # what reward functions pass to TRL's log_metric / log_extra
         self.env.reward_log = self.reward_log
+        self.env.use_tokenizer(self.tokenizer, args.chat_template_kwargs)  # e.g. tools= for the chat template
         self.train_tasks = self._tasks(train_dataset, "train")
         if not self.train_tasks:
             raise ValueError("train_dataset is empty: it needs at least one row with a 'prompt'")

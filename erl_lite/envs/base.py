@@ -176,6 +176,14 @@ class Environment(ABC):
         an environment of several members answers per task)."""
         return self.action_reminder
 
+    def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        """Called by the trainer with the tokenizer that renders this environment's episodes
+        (default: nothing to adapt; an environment with tools may hand them to the template)."""
+
+    def template_tools(self, task: Task) -> list[dict[str, Any]] | None:
+        """JSON schemas the chat template renders as ``tools=`` for ``task`` (default: None, no tools)."""
+        return None
+
     def train_tasks(self, n: int | None = None) -> list[Task]:
         """The first ``n`` tasks of the fixed training split (all when ``n`` is None)."""
         raise NotImplementedError(f"{type(self).__name__} has no training split")

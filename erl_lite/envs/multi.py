@@ -178,6 +178,13 @@ class MultiEnvironment(Environment):
     def action_reminder_for(self, task: Task) -> str:
         return self.member(task).action_reminder_for(task)
 
+    def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        for env in self.envs.values():
+            env.use_tokenizer(tokenizer, template_kwargs)
+
+    def template_tools(self, task: Task) -> list[dict[str, Any]] | None:
+        return self.member(task).template_tools(task)  # each task sees its own environment's tools only
+
     def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
         """Each member scores its own episodes (in order), with their token ids."""
         ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]

@@ -36,9 +36,13 @@ schema parses with the same pattern::
     </tool_call>
 
 and results go back as ``<tool_response>...</tool_response>`` in a user turn — what Qwen's
-template renders a ``tool`` message as. The tools and this format are stated in the system
-prompt (the block Qwen's template renders for ``tools=``), and again after a rulebook in a
-second attempt's system prompt (it is the environment's ``action_reminder``).
+template renders a ``tool`` message as. The tools are rendered by the tokenizer's own chat
+template, ``apply_chat_template(..., tools=schemas)`` as TRL renders them, when that template
+renders ``tools=`` (Qwen2.5/Qwen3 do; :func:`~erl_lite.chat.template_renders_tools` checks the
+output): the system prompt then only adds how an episode ends, and a second attempt's
+template lists the tools after its rulebook. A template without tool support (or a tokenizer
+without a template) gets erl_lite's copy of Qwen's block in the system prompt instead, and
+again after a rulebook in a second attempt's system prompt (the ``action_reminder``).
 
 Example (the environment from ``examples/trl_env_counter.py``, in short):
 
@@ -80,6 +84,7 @@ import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from erl_lite.chat import template_renders_tools
 from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.dataset import split_prompt
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
@@ -100,14 +105,19 @@ def tool_methods(cls: type) -> list[str]:
             if name not in _HOOKS and not name.startswith("_")]
 
 
+#: How an episode ends; the one line of the tool instructions a chat template does not give.
+FINAL_ANSWER_HINT = "When you are done, answer without a tool call."
+
+
 def tools_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
-    """The system-prompt block listing the tools and the call format (Qwen's ``tools=`` block)."""
+    """The system-prompt block listing the tools and the call format: erl_lite's copy of Qwen's
+    ``tools=`` block, used only when the tokenizer's template does not render ``tools=``."""
     lines = "\n".join(json.dumps(s) for s in schemas)
     return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
             f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
             "For each function call, return a json object with function name and arguments within "
             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-            "<args-json-object>}\n</tool_call>\n\nWhen you are done, answer without a tool call.")
+            f"<args-json-object>}}\n</tool_call>\n\n{FINAL_ANSWER_HINT}")
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
@@ -179,9 +189,24 @@ class TRLEnvironment(Environment):
         self.reward_funcs, self.reward_weights = funcs, weights
         self.success_threshold, self.max_turns = success_threshold, max_turns
         self.name = name or cls.__name__.lower()
+        self.schemas = schemas
+        self._template_tools: list[dict[str, Any]] | None = None
         self.system_prompt = tools_system_prompt(schemas) if schemas else ""
         # A second attempt's system prompt is the rulebook plus this reminder: the tools must stay listed.
         self.action_reminder = self.system_prompt
+
+    def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        """Hand the tools to the chat template (``apply_chat_template(tools=...)``, as TRL does)
+        when it renders them; otherwise keep erl_lite's text block in the system prompt (the
+        fallback for templates without tool support, and for tokenizers without a template)."""
+        if self.schemas and template_renders_tools(tokenizer, template_kwargs):
+            self._template_tools = self.schemas
+            # The template lists the tools and the call format after any system text (also after a
+            # rulebook); what it does not say is how an episode ends.
+            self.system_prompt = self.action_reminder = FINAL_ANSWER_HINT
+
+    def template_tools(self, task: Task) -> list[dict[str, Any]] | None:
+        return self._template_tools
 
     def initial_system_prompt(self, task: Task) -> str:
         system, _ = split_prompt(task.prompt if task.prompt is not None else "")
