@@ -7,8 +7,9 @@ rollout path as the multi-turn games: each dataset row becomes a
 Reward functions are called exactly as TRL 1.16's ``GRPOTrainer`` calls them: **by keyword,
 once per phase with the whole batch** (every first attempt of a step in one call, every
 second attempt in another), as ``f(prompts=, completions=, completion_ids=, trainer_state=,
-**columns)`` — see :mod:`erl_lite.envs.reward_calls` for the call and the checks on what
-comes back (errors name the function and the row; ``None`` means "not applicable"):
+log_extra=, log_metric=, **columns)`` — see :mod:`erl_lite.envs.reward_calls` for the call and
+the checks on what comes back (errors name the function and the row; ``None`` means "not
+applicable"):
 
 * ``prompts``: the rows' ``prompt`` values as given (a string, or a list of chat messages);
 * ``completions``: strings for string prompts, ``[{"role": "assistant", "content": ...}]``
@@ -17,6 +18,8 @@ comes back (errors name the function and the row; ``None`` means "not applicable
 * ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (the
   trainer's live view of the run; a zero :class:`~erl_lite.envs.reward_calls.RunState`
   outside a trainer);
+* ``log_metric(name, value)`` / ``log_extra(column, values)``: TRL's logging hooks (a scalar
+  averaged into the step's metrics; a column stored on each row's attempt);
 * every other dataset column as a keyword list.
 
 So TRL's own examples work unchanged, e.g. ``def reward_len(completions, **kwargs)``, and a

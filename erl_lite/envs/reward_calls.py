@@ -211,10 +211,10 @@ def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs
                 total, applicable = total + weight * value, applicable + 1
         if not applicable:
             raise RewardFunctionError(f"{_row(i, tasks)}: every reward function returned None "
-                                      f"({[reward_func_name(f) for f in funcs]}); at least one must score it")
+                                      f"({[_name(f) for f in funcs]}); at least one must score it")
         if not abs(total) <= MAX_ABS_REWARD:  # large reward_weights can push a sum of bounded rewards out
             raise RewardFunctionError(f"{_row(i, tasks)}: the weighted sum of the rewards of "
-                                      f"{[reward_func_name(f) for f in funcs]} is {total!r}, beyond ±{MAX_ABS_REWARD:g}; "
+                                      f"{[_name(f) for f in funcs]} is {total!r}, beyond ±{MAX_ABS_REWARD:g}; "
                                       "lower reward_weights or rescale the rewards")
         totals.append(total)
     return Scores(totals, notes, parts)
@@ -225,7 +225,7 @@ def feedback_texts(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task]
     out = call_checked(func, kwargs, tasks, "feedback")
     for i, text in enumerate(out):
         if text is not None and not isinstance(text, str):
-            raise RewardFunctionError(f"feedback function {reward_func_name(func)!r}: {_row(i, tasks)} is not a string "
+            raise RewardFunctionError(f"feedback function {_name(func)!r}: {_row(i, tasks)} is not a string "
                                       f"but {type(text).__name__} ({text!r:.60})")
     return out
 
@@ -239,13 +239,13 @@ def call_checked(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
         where = _failing_row(func, kwargs, tasks, type(err))
         hint = (" (reward functions are called by keyword, as TRL does: "
                 "def f(prompts, completions, **kwargs))") if isinstance(err, TypeError) else ""
-        raise RewardFunctionError(f"{kind} function {reward_func_name(func)!r} raised {type(err).__name__}: {err} "
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
                                   f"on a batch of {n} completions{where}{hint}") from err
     if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__len__") or not hasattr(out, "__getitem__"):
-        raise RewardFunctionError(f"{kind} function {reward_func_name(func)!r} returned {type(out).__name__}, not a list "
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {type(out).__name__}, not a list "
                                   f"of {n} values (one per completion)")
     if len(out) != n:
-        raise RewardFunctionError(f"{kind} function {reward_func_name(func)!r} returned {len(out)} values for {n} completions")
+        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {len(out)} values for {n} completions")
     return list(out)
 
 
@@ -276,20 +276,20 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
     note = None
     if isinstance(value, tuple):
         if len(value) != 2 or not isinstance(value[1], str):
-            raise RewardFunctionError(f"reward function {reward_func_name(func)!r}: {_row(i, tasks)} is a tuple {value!r:.60}; "
+            raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is a tuple {value!r:.60}; "
                                       "a tuple must be (score, feedback) with a string feedback")
         value, note = value
     if value is None:
         return None, note
     number = None if isinstance(value, (str, bytes)) else _as_float(value)
     if number is None:
-        raise RewardFunctionError(f"reward function {reward_func_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} "
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} "
                                   f"{value!r:.60}, not a number")
     if not math.isfinite(number):
-        raise RewardFunctionError(f"reward function {reward_func_name(func)!r}: {_row(i, tasks)} is {number}; "
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number}; "
                                   "rewards must be finite (return None for 'not applicable')")
     if abs(number) > MAX_ABS_REWARD:
-        raise RewardFunctionError(f"reward function {reward_func_name(func)!r}: {_row(i, tasks)} is {number!r}, beyond "
+        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number!r}, beyond "
                                   f"±{MAX_ABS_REWARD:g}: advantages and the loss would overflow; rescale it")
     return number, note
 
@@ -335,6 +335,9 @@ def reward_func_name(func: Any) -> str:
     return getattr(func, "__name__", None) or type(func).__name__
 
 
+
+
+_name = reward_func_name  # short, for the error messages
 
 
 def _row(i: int, tasks: Sequence[Task]) -> str:

@@ -352,8 +352,8 @@ def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: in
                          "single environment factory")
     if max_steps is None:
         raise ValueError("without a train_dataset (the environment returns the prompt from reset()), max_steps "
-                         "must be set to define the training length (num_train_epochs has no dataset to count), as in TRL: "
-                         "ERLConfig(max_steps=...)")
+                         "must be set to define the training length (num_train_epochs has no dataset to count), "
+                         "as in TRL: ERLConfig(max_steps=...)")
     return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(num_tasks_per_step)]
 
 
