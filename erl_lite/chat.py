@@ -30,6 +30,34 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+#: A tool no real template would name otherwise: its name shows whether ``tools=`` is rendered.
+_PROBE_TOOL = {"type": "function", "function": {"name": "erl_lite_probe_tool", "description": "Probe.",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether the tokenizer's chat template renders ``apply_chat_template(..., tools=...)``.
+
+    Read from the template's output (a probe tool's name appears), not from its source text:
+    a template may mention tools without rendering them, and one that ignores ``tools=`` would
+    otherwise drop the tool list without a word.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer
+        >>> template_renders_tools(tiny_tokenizer())  # its template prints the messages only
+        False
+    """
+    if not has_chat_template(tokenizer):
+        return False
+    messages = [{"role": "user", "content": "hi"}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tools=[_PROBE_TOOL], tokenize=False,
+                                             add_generation_prompt=True, **(template_kwargs or {}))
+    except Exception:  # noqa: BLE001 - a template that fails on tools= does not support them
+        return False
+    return _PROBE_TOOL["function"]["name"] in text
+
+
 def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool) -> str:
     """The plain chat format for tokenizers without a template.
 

@@ -77,7 +77,7 @@ def _check_openings(c: Any, tokenizer: Any, env: Any, name: str, tasks: Sequence
     """Each dataset row's opening (system prompt, prompt, generation prompt) leaves room for a reply."""
     from erl_lite.chat import encode_messages
     from erl_lite.envs.dataset import split_prompt
-    from erl_lite.rollout import opening_messages
+    from erl_lite.rollout import opening_messages, template_kwargs_for
 
     room = c.max_episode_length - c.max_completion_length
     for i, task in enumerate(tasks):
@@ -85,7 +85,7 @@ def _check_openings(c: Any, tokenizer: Any, env: Any, name: str, tasks: Sequence
             continue
         _, observation = split_prompt(task.prompt, where=f"{name} row {i}")
         messages = opening_messages(env.initial_system_prompt(task), observation)
-        n = len(encode_messages(messages, tokenizer, c.chat_template_kwargs))
+        n = len(encode_messages(messages, tokenizer, template_kwargs_for(env, task, c.chat_template_kwargs)))
         if n > room:
             raise ValueError(f"{name} row {i} (task {task.task_id!r}) opens with {n} tokens, which leaves no room "
                              f"for a reply: max_episode_length={c.max_episode_length} - max_completion_length="

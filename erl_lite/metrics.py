@@ -25,11 +25,31 @@ A run on several environments (:class:`~erl_lite.envs.multi.MultiEnvironment`) a
 environment name, each computed on that environment's tasks only (None when the step drew
 none of them). :func:`describe` finds the glossary line of any key, family members included.
 
+TRL's names, where the concept is the same (:data:`TRL_NAMES`): ``reward``, ``reward_std``,
+``frac_reward_zero_std``, ``completions/mean_length`` and its siblings describe the *first
+attempts* — the rollouts an RLVR run (TRL's GRPO) has — and are computed from the same records
+as ``reward/first`` and ``frac_reward_zero_std/first``; the second attempts keep their ERL
+names (``reward/second``, ``tokens/second``, ...). A completion's length is its generated
+tokens (over every turn of a multi-turn attempt; tool results and glue are not counted), and
+it is "clipped" when it is ``truncated/first`` (a reply cut at ``max_completion_length``, or
+the episode out of budget). Where TRL logs 0 for an empty set (no terminated completion) the
+value here is None.
+
+Per reward function (TRL's reward functions of a dataset or ``environment_factory`` run),
+``rewards/<name>/mean`` and ``rewards/<name>/std`` are TRL's: the mean and the unbiased std of
+the function's unweighted values over the first attempts, leaving out the rows where it
+returned None (None when it returned None everywhere; the std is None below two values, where
+TRL logs NaN). ``<name>`` is TRL's (:func:`~erl_lite.envs.reward_calls.reward_func_name`; an
+environment's ``get_reward`` is named after its class). The same over the second attempts is
+``rewards/<name>/second/mean|std``. A metric a reward function logs with TRL's ``log_metric``
+is logged under its own name (see :mod:`erl_lite.envs.reward_calls`).
+
 Departures from the paper: none; the paper reports the same quantities as curves.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from erl_lite.memory import ReflectionMemory
@@ -56,6 +76,12 @@ ZERO_STD_SECOND = "frac_reward_zero_std/second"
 ZERO_STD_KEYS = {"first": ZERO_STD_FIRST, "reflection": ZERO_STD_REFLECTION, "second": ZERO_STD_SECOND}
 EVAL_REWARD, EVAL_SUCCESS, EVAL_NUM_EPISODES = "eval/reward", "eval/success", "eval/num_episodes"
 EVAL_TRUNCATED = "eval/truncated"
+# TRL 1.16's names (GRPOTrainer._generate_and_score_completions), for the first attempts.
+TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD = "reward", "reward_std", "frac_reward_zero_std"
+LEN_MEAN, LEN_MIN, LEN_MAX = "completions/mean_length", "completions/min_length", "completions/max_length"
+CLIPPED_RATIO = "completions/clipped_ratio"
+TERM_MEAN, TERM_MIN, TERM_MAX = ("completions/mean_terminated_length", "completions/min_terminated_length",
+                                 "completions/max_terminated_length")
 
 #: Every key a history record may hold, with its meaning. The update's own keys
 #: (``loss/*``, ``advantage/*``, ``samples/*``, ``kl``, ``clip_ratio``, ``grad_norm``,
@@ -113,7 +139,21 @@ METRIC_GLOSSARY: dict[str, str] = {
     EVAL_SUCCESS: "first-attempt success rate on the evaluation tasks (eval records)",
     EVAL_NUM_EPISODES: "evaluation episodes played (tasks x samples; eval records)",
     EVAL_TRUNCATED: "fraction of evaluation episodes with a cut reply or out of budget (eval records)",
+    TRL_REWARD: "TRL's name: mean reward of first attempts (= reward/first)",
+    TRL_REWARD_STD: "TRL's name: unbiased std of first-attempt rewards (None below two)",
+    TRL_ZERO_STD: "TRL's name: frac_reward_zero_std/first",
+    LEN_MEAN: "TRL's name: mean generated tokens of a first attempt",
+    LEN_MIN: "TRL's name: fewest generated tokens of a first attempt",
+    LEN_MAX: "TRL's name: most generated tokens of a first attempt",
+    CLIPPED_RATIO: "TRL's name: fraction of first attempts truncated (= truncated/first)",
+    TERM_MEAN: "TRL's name: mean generated tokens of the first attempts not truncated (None: none)",
+    TERM_MIN: "TRL's name: fewest generated tokens of a first attempt not truncated (None: none)",
+    TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
 }
+
+#: TRL's metric names logged next to ERL's (see the module docstring).
+TRL_NAMES = (TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD, LEN_MEAN, LEN_MIN, LEN_MAX, CLIPPED_RATIO,
+             TERM_MEAN, TERM_MIN, TERM_MAX)
 
 
 #: Metric families, one key per environment of a multi-environment run (``<env>``: its name).
@@ -130,17 +170,42 @@ METRIC_FAMILIES: dict[str, str] = {
 }
 
 
+#: TRL's per-reward-function family (``<func>``: the function's TRL name), and its second-attempt twin.
+REWARD_FUNC_PREFIX = "rewards/"
+REWARD_FUNC_FAMILIES: dict[str, str] = {
+    "rewards/<func>/mean": "TRL's name: mean of the reward function's values on first attempts (None rows left out)",
+    "rewards/<func>/std": "TRL's name: unbiased std of the reward function's values on first attempts",
+    "rewards/<func>/second/mean": "mean of the reward function's values on second attempts",
+    "rewards/<func>/second/std": "unbiased std of the reward function's values on second attempts",
+}
+
+
+def reward_func_family(key: str) -> str | None:
+    """The :data:`REWARD_FUNC_FAMILIES` entry of ``key`` (``rewards/acc/mean`` ->
+    ``rewards/<func>/mean``), or None. A function name may itself hold ``/``."""
+    if not key.startswith(REWARD_FUNC_PREFIX):
+        return None
+    for suffix in ("/second/mean", "/second/std", "/mean", "/std"):
+        if key.endswith(suffix) and len(key) > len(REWARD_FUNC_PREFIX) + len(suffix):
+            return f"rewards/<func>{suffix}"
+    return None
+
+
 def describe(key: str) -> str | None:
     """The glossary line of ``key`` (a plain metric or a family member), or None if undocumented.
 
     Example:
         >>> describe("reward/first/sokoban")
         "mean reward of the environment's first attempts"
+        >>> describe("rewards/accuracy_reward/std")
+        "TRL's name: unbiased std of the reward function's values on first attempts"
         >>> describe("reward/third") is None
         True
     """
     if key in METRIC_GLOSSARY:
         return METRIC_GLOSSARY[key]
+    if reward_func_family(key):
+        return REWARD_FUNC_FAMILIES[reward_func_family(key)]
     head, _, name = key.rpartition("/")
     return METRIC_FAMILIES.get(head + ENV_FAMILY_SUFFIX) if name else None
 
@@ -169,6 +234,46 @@ def is_point_in_time(key: str) -> bool:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def _std(values: list[float]) -> float | None:
+    """The unbiased (n - 1) std, as TRL's ``nanstd``; None below two values (TRL: NaN)."""
+    if len(values) < 2:
+        return None
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def reward_func_metrics(attempts: list[Attempt], suffix: str = "") -> dict[str, float | None]:
+    """``rewards/<name>{suffix}/mean|std`` of each reward function that scored ``attempts``.
+
+    Example:
+        >>> a = [Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1, rewards={"acc": r})
+        ...      for i, r in enumerate([0.0, 1.0, None])]
+        >>> reward_func_metrics(a)
+        {'rewards/acc/mean': 0.5, 'rewards/acc/std': 0.7071067811865476}
+    """
+    names = sorted({name for a in attempts for name in a.rewards})
+    m: dict[str, float | None] = {}
+    for name in names:
+        values = [a.rewards[name] for a in attempts if a.rewards.get(name) is not None]
+        m[f"{REWARD_FUNC_PREFIX}{name}{suffix}/mean"] = _mean(values)
+        m[f"{REWARD_FUNC_PREFIX}{name}{suffix}/std"] = _std(values)
+    return m
+
+
+def trl_metrics(first: list[Attempt], zero_std_first: float | None) -> dict[str, float | None]:
+    """TRL's names for the first attempts (:data:`TRL_NAMES`), from the same records as ERL's."""
+    lengths = [float(a.num_generated_tokens) for a in first]
+    ended = [float(a.num_generated_tokens) for a in first if not a.truncated]
+    return {
+        TRL_REWARD: _mean([a.reward for a in first]),
+        TRL_REWARD_STD: _std([a.reward for a in first]),
+        TRL_ZERO_STD: zero_std_first,
+        LEN_MEAN: _mean(lengths), LEN_MIN: min(lengths, default=None), LEN_MAX: max(lengths, default=None),
+        CLIPPED_RATIO: _mean([float(a.truncated) for a in first]),
+        TERM_MEAN: _mean(ended), TERM_MIN: min(ended, default=None), TERM_MAX: max(ended, default=None),
+    }
 
 
 def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:
@@ -227,6 +332,9 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
         TRUNCATED_SECOND: _mean([float(a.truncated) for a in second]),
     }
     m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in ZERO_STD_KEYS.items()})
+    m.update(trl_metrics(first, m[ZERO_STD_FIRST]))
+    m.update(reward_func_metrics(first))
+    m.update(reward_func_metrics(second, "/second"))
     m.update({f"time/{k}": v for k, v in outcome.seconds.items()})
     sampling_seconds = sum(outcome.seconds.values())  # first, reflect, second: the update is timed apart
     generated = m[TOKENS_FIRST] + m[TOKENS_REFLECTION] + m[TOKENS_SECOND]

@@ -115,6 +115,9 @@ class Attempt:
         num_turns: model turns taken.
         truncated: True if a reply was cut at its token limit (no stop token) or the episode
             ran out of its token budget.
+        rewards: per reward function (TRL's name), its unweighted value (None: not applicable);
+            empty for environments that score themselves.
+        extra: the columns reward functions logged for this row with TRL's ``log_extra``.
     """
 
     task_id: str
@@ -131,6 +134,8 @@ class Attempt:
     trace: str
     num_turns: int
     truncated: bool = False
+    rewards: dict[str, float | None] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_generated_tokens(self) -> int:

@@ -47,6 +47,7 @@ class _Live:
     done: bool = False
     truncated: bool = False  # the episode ran out of its token budget
     cut_replies: int = 0  # replies the per-turn limit stopped (no stop token)
+    template_kwargs: dict[str, Any] | None = None  # the run's, plus tools= for an environment with tools
 
     @property
     def length(self) -> int:
@@ -67,6 +68,20 @@ def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]
     if isinstance(observation, str):
         return msgs + [{"role": "user", "content": observation}]
     return msgs + [dict(m) for m in observation]
+
+
+def template_kwargs_for(env: Environment, task: Task, template_kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The chat-template keywords of ``task``'s episode: the run's, plus ``tools=`` when its
+    environment hands its tools to the template (:meth:`Environment.template_tools`).
+
+    Example:
+        >>> from erl_lite.envs.dataset import RewardFunctionEnv
+        >>> template_kwargs_for(RewardFunctionEnv(lambda completions, **kw: [0.0]), Task("t", "x", {}),
+        ...                     {"enable_thinking": False})
+        {'enable_thinking': False}
+    """
+    tools = env.template_tools(task)
+    return {**(template_kwargs or {}), "tools": tools} if tools else template_kwargs
 
 
 def run_episodes(
@@ -97,7 +112,8 @@ def run_episodes(
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
     stop_texts = {t: tokenizer.decode([t]) for t in sampler_stop_ids(generator, tokenizer)}
-    lives = [_start(env, t, s, tokenizer, template_kwargs) for t, s in zip(tasks, system_prompts)]
+    lives = [_start(env, t, s, tokenizer, template_kwargs_for(env, t, template_kwargs))
+             for t, s in zip(tasks, system_prompts)]
     for _ in range(env.max_turns):
         live = [lv for lv in lives if not lv.done]
         if not live:
@@ -116,7 +132,7 @@ def run_episodes(
             # A sampler may return more than it was asked for; the budget still holds.
             lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
             _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit,
-                     template_kwargs)
+                     lv.template_kwargs)
     # One scoring call for the whole phase (TRL-style batch reward functions); a no-op for
     # environments whose episodes scored themselves in step().
     env.score_batch([lv.episode for lv in lives],
@@ -132,8 +148,8 @@ def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
         raise TypeError(f"{type(episode).__name__}.reset() returned {observation!r} for task {task.task_id}; "
                         "it must be the first user message (a string) or chat messages")
     messages = opening_messages(system_prompt, observation)
-    return _Live(episode=episode, task_id=task.task_id,
-                 messages=messages, prompt_ids=encode_messages(messages, tokenizer, template_kwargs))
+    return _Live(episode=episode, task_id=task.task_id, messages=messages,
+                 prompt_ids=encode_messages(messages, tokenizer, template_kwargs), template_kwargs=template_kwargs)
 
 
 def _advance(
@@ -216,4 +232,6 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) ->
         trace=trace,
         num_turns=lv.turns,
         truncated=lv.truncated or lv.cut_replies > 0,
+        rewards=dict(getattr(ep, "reward_parts", None) or {}),
+        extra=dict(getattr(ep, "logged_extra", None) or {}),
     )

@@ -50,6 +50,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from erl_lite.callbacks import TrainerCallbacks
 from erl_lite.checkpoint import (
     CheckpointError,
     TrainingState,
@@ -67,14 +68,15 @@ from erl_lite.config import ERLConfig
 from erl_lite.distributed import DataParallel
 from erl_lite.envs.base import Environment
 from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+from erl_lite.envs.reward_calls import RewardFunctionError, RewardLog, mean_metrics
 from erl_lite.generation import Generator, HFGenerator
 from erl_lite.history import History
 from erl_lite.envs.data_sources import load_rows
 from erl_lite.envs.multi import MultiEnvironment
-from erl_lite.envs.trl_adapter import environment_from_factory
+from erl_lite.envs.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.identity import run_differences, run_identity
 from erl_lite.memory import MemoryBank, ReflectionMemory
-from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
+from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, describe, env_eval_metrics,
                               env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.lengths import check_lengths
@@ -117,11 +119,12 @@ class ERLTrainer:
         eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
         processing_class: the tokenizer (loaded with the model when omitted).
         reward_processing_classes: TRL's tokenizers for reward models; must be None.
-        callbacks: functions ``f(trainer, step_record)`` called after every iteration (e.g.
-            to print a line per step, or to stop early by raising: the step that just finished is
-            kept and saved). TRL's ``TrainerCallback`` objects are refused with an error: their
-            hooks (``on_step_end``, ``control``...) belong to ``transformers.Trainer``'s loop,
-            which erl_lite does not run.
+        callbacks: ``transformers.TrainerCallback`` objects (or classes), run by transformers'
+            ``CallbackHandler`` at the matching points of the loop, ``control.should_training_stop``
+            / ``should_save`` / ``should_evaluate`` included (see :mod:`erl_lite.callbacks`); and
+            functions ``f(trainer, step_record)`` called after every iteration (e.g. to print a
+            line per step, or to stop early by raising: the step that just finished is kept and
+            saved). Anything else is refused.
         optimizers: ``(optimizer, scheduler)``; either may be None (default: the optimizer ``args.optim``
             names, with ``args.learning_rate``/``args.weight_decay``, and the schedule
             ``args.lr_scheduler_type`` names, stepped once per optimizer step).
@@ -178,11 +181,13 @@ class ERLTrainer:
             if env is not None:
                 raise ValueError("pass env= or environment_factory=, not both")
             env = environment_from_factory(environment_factory, reward_funcs, reward_weights, args.reward_threshold)
+            if train_dataset is None:  # TRL's dataset-free mode: reset() returns the prompt
+                train_dataset = placeholder_rows(environment_factory, args.max_steps, args.num_tasks_per_step)
             reward_funcs = None  # the adapter calls them, with environments= as TRL does
         if (env is None) == (reward_funcs is None):
             raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
                              "environment classes) or reward_funcs= (dataset tasks)")
-        self.callbacks = check_callbacks(callbacks)
+        self.callbacks, trainer_callbacks = check_callbacks(callbacks)
         # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
         self.dist = DataParallel.from_environment()
         if self.dist.world_size > 1 and args.scale_rewards == "batch":
@@ -201,6 +206,9 @@ class ERLTrainer:
             reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
         self.state = TrainerStateView(self)
         self.env.trainer_state = self.state
+        self.reward_log = RewardLog()  # what reward functions pass to TRL's log_metric / log_extra
+        self.env.reward_log = self.reward_log
+        self.env.use_tokenizer(self.tokenizer, args.chat_template_kwargs)  # e.g. tools= for the chat template
         self.train_tasks = self._tasks(train_dataset, "train")
         if not self.train_tasks:
             raise ValueError("train_dataset is empty: it needs at least one row with a 'prompt'")
@@ -223,6 +231,10 @@ class ERLTrainer:
                                      pad if pad is not None else self.tokenizer.eos_token_id, dist=self.dist)
         self.step = 0
         self.last_outcome: StepOutcome | None = None
+        # transformers.TrainerCallback objects: transformers' CallbackHandler, state and control.
+        self.hf_callbacks = TrainerCallbacks(self, trainer_callbacks)
+        self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
+        self.hf_callbacks.event("init_end")
 
     # --- setup -----------------------------------------------------------------------------
     def _optimizers(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
@@ -339,19 +351,25 @@ class ERLTrainer:
             self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
         self._step_start = None
+        self.hf_callbacks.event("train_begin")
+        flags = self.hf_callbacks  # flags.control: what the TrainerCallbacks asked for, read after each event
         try:
             if self.step == 0 and self.args.eval_steps and self.eval_tasks:
                 self._log_eval()
-            while self.step < self.args.max_steps:
+            while self.step < self.args.max_steps and not flags.control.should_training_stop:
                 self._step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
                                                  self.memory, self.history)
+                self.hf_callbacks.event("step_begin")
                 self.training_step()  # clears _step_start once the step's record is written
                 bar.update(1)
                 bar.set_postfix_str(self._postfix())
-                if self.args.eval_steps and self.eval_tasks and (
-                        self.step % self.args.eval_steps == 0 or self.step == self.args.max_steps):
+                self.hf_callbacks.event("step_end")
+                self.hf_callbacks.event("log", logs=self.history.of_kind("train")[-1])
+                if self.eval_tasks and (flags.control.should_evaluate or self.args.eval_steps and (
+                        self.step % self.args.eval_steps == 0 or self.step == self.args.max_steps)):
                     self._log_eval()
-                if self.args.output_dir and self.args.save_steps and self.step % self.args.save_steps == 0:
+                if self.args.output_dir and (flags.control.should_save or self.args.save_steps
+                                             and self.step % self.args.save_steps == 0):
                     self.save_checkpoint()
         except (Exception, KeyboardInterrupt) as error:
             self._stopped(error)
@@ -366,6 +384,7 @@ class ERLTrainer:
             self.save_model()  # the final model at output_dir's root, as transformers' Trainer leaves it
         if self.args.push_to_hub:
             self.push_to_hub()
+        self.hf_callbacks.event("train_end")
         return self.history
 
     def training_step(self) -> StepRecord:
@@ -391,6 +410,7 @@ class ERLTrainer:
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_step_metrics(outcome, self.env.env_name, self.env.names, memory, self.args.mode))
         metrics.update(losses.to_metrics())
+        metrics.update(self._logged_metrics())
         metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
                         PEAK_GPU_GB: peak_gpu_gb(device)})
         record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
@@ -421,11 +441,24 @@ class ERLTrainer:
                                  params=self.ctx.eval_params()) if mine else []
         attempts = self.dist.gather(attempts)
         metrics = eval_metrics(attempts)
+        metrics.update({f"eval/{k}": v for k, v in self._logged_metrics().items()})
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
         if log:
             self.history.log({STEP: self.step, **metrics}, kind="eval")
+            self.hf_callbacks.event("log", logs=self.history.records[-1])
+        self.hf_callbacks.event("evaluate", metrics=metrics)
         return metrics
+
+    def _logged_metrics(self) -> dict[str, float]:
+        """The means of what reward functions passed to ``log_metric`` since the last call (TRL:
+        sum / count over every process). A name clashing with erl_lite's own keys is refused."""
+        logged = mean_metrics(self.dist.gather(self.reward_log.take_metrics()))
+        clash = sorted(k for k in logged if describe(k) is not None)
+        if clash:
+            raise RewardFunctionError(f"log_metric name(s) {clash} are metrics erl_lite logs itself; "
+                                      "pick other names")
+        return logged
 
     def _log_eval(self) -> None:
         self.evaluate(log=True)
@@ -444,6 +477,7 @@ class ERLTrainer:
         path = self.dist.on_main(self._write_checkpoint,
                                  default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
         self._saved_step = self.step
+        self.hf_callbacks.event("save")
         return path
 
     def save_model(self, output_dir: str | None = None) -> str:

@@ -6,9 +6,8 @@ are refused here with an error that says what to use instead, rather than ignore
 
 * ``reward_processing_classes``, ``tools``, ``rollout_func`` (``environment_factory`` is
   accepted: see :mod:`erl_lite.envs.trl_adapter`);
-* ``callbacks`` holding ``transformers.TrainerCallback`` objects: their hooks and ``control``
-  flags belong to ``transformers.Trainer``'s loop, which erl_lite does not run (a partial
-  imitation would silently skip hooks). erl_lite callbacks are functions ``f(trainer, record)``;
+* ``callbacks`` entries that are neither functions ``f(trainer, record)`` nor
+  ``transformers.TrainerCallback`` objects (those run through :mod:`erl_lite.callbacks`);
 * a ``quantization_config`` that is not 4-bit (a 4-bit one means erl_lite's NF4 loading).
 
 ``adopt_model_object`` applies to a model object the model settings that can apply to it
@@ -70,17 +69,25 @@ def refuse_trl_only(**given: Any) -> None:
             raise ValueError(f"{name} is a GRPOTrainer argument erl_lite does not take: {hints[name]}")
 
 
-def check_callbacks(callbacks: Sequence[Any] | None) -> list[Callable[["ERLTrainer", StepRecord], None]]:
-    """Plain functions ``f(trainer, record)``; TRL/transformers callback objects are refused."""
-    out = []
+def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[["ERLTrainer", StepRecord], None]],
+                                                               list[Any]]:
+    """(plain functions ``f(trainer, record)``, ``transformers.TrainerCallback`` objects or classes);
+    anything else is refused, naming its position."""
+    from erl_lite.callbacks import is_trainer_callback
+
+    functions, objects = [], []
     for i, cb in enumerate(callbacks or ()):
+        if is_trainer_callback(cb):
+            objects.append(cb)
+            continue
         if isinstance(cb, type) or hasattr(cb, "on_step_end") or not callable(cb):
             raise TypeError(
-                f"callbacks[{i}] ({cb!r:.60}) is a transformers TrainerCallback or not callable; erl_lite "
-                "callbacks are functions f(trainer, record) called after each iteration (record: a "
-                "StepRecord with .step and .metrics); stop early by raising")
-        out.append(cb)
-    return out
+                f"callbacks[{i}] ({cb!r:.60}) is neither a transformers TrainerCallback (an instance or a "
+                "subclass: its events are run by transformers' CallbackHandler) nor a function f(trainer, "
+                "record) called after each iteration (record: a StepRecord with .step and .metrics); an "
+                "object with on_* methods must subclass transformers.TrainerCallback")
+        functions.append(cb)
+    return functions, objects
 
 
 def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:

@@ -9,7 +9,8 @@ from erl_lite.config import ERLConfig
 from erl_lite.generation import ScriptedGenerator
 from erl_lite.envs.dataset import RewardFunctionEnv
 from erl_lite.envs.multi import MultiEnvironment
-from erl_lite.metrics import ENV_FAMILY_SUFFIX, METRIC_FAMILIES, METRIC_GLOSSARY, describe
+from erl_lite.metrics import (ENV_FAMILY_SUFFIX, METRIC_FAMILIES, METRIC_GLOSSARY, REWARD_FUNC_FAMILIES, describe,
+                              reward_func_family)
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 
@@ -62,7 +63,8 @@ def family(key: str) -> str | None:
 
 def test_every_logged_key_is_in_the_glossary(logged_keys):
     for mode, keys in logged_keys.items():
-        undocumented = {k for k in keys if k not in METRIC_GLOSSARY and family(k) is None}
+        undocumented = {k for k in keys if k not in METRIC_GLOSSARY and family(k) is None
+                        and reward_func_family(k) is None}
         assert not undocumented, (mode, sorted(undocumented))
         assert all(describe(k) for k in keys)
 
@@ -70,6 +72,13 @@ def test_every_logged_key_is_in_the_glossary(logged_keys):
 def test_every_glossary_key_is_logged_by_some_run(logged_keys):
     union = set().union(*logged_keys.values())
     assert set(METRIC_GLOSSARY) <= union, sorted(set(METRIC_GLOSSARY) - union)
+
+
+def test_every_reward_function_family_is_logged(logged_keys):
+    erl = {reward_func_family(k) for k in logged_keys["erl"]} - {None}
+    assert erl == set(REWARD_FUNC_FAMILIES)
+    assert {k for k in logged_keys["rlvr"] if reward_func_family(k)} == {"rewards/say_reward/mean",
+                                                                         "rewards/say_reward/std"}
 
 
 def test_every_family_is_logged_for_each_environment(logged_keys):

@@ -41,6 +41,7 @@ def failing_reward(fail_at: dict):
             raise ZeroDivisionError(f"bug in the reward at step {trainer_state.global_step}")
         return vowel_reward(prompts, completions)
 
+    reward.__name__ = vowel_reward.__name__  # the same rewards/<name>/* keys as the reference run
     return reward
 
 

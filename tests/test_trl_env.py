@@ -134,3 +134,106 @@ def test_a_dict_factory_routes_by_the_environment_column():
     assert [t.task_id for t in trainer.train_tasks] == ["count/train-0", "double/train-1"]
     assert '"double"' not in trainer.env.initial_system_prompt(trainer.train_tasks[0])  # only its own tools
     assert '"double"' in trainer.env.initial_system_prompt(trainer.train_tasks[1])
+
+
+class OwnsItsData:
+    """TRL 1.16's dataset-free mode: ``reset`` ignores the (placeholder) row and returns the prompt."""
+
+    def reset(self, **kwargs) -> str:
+        self.value, self.target = 0, 3
+        return "The counter is at 0. Make it exactly 3, then say done."
+
+    def increment(self, step: int) -> str:
+        """Add to the counter.
+
+        Args:
+            step: how much to add.
+        """
+        self.value += int(step)
+        return f"The counter is at {self.value}."
+
+    def get_reward(self) -> float:
+        return float(self.value == self.target)
+
+
+@pytest.mark.parametrize("num_tasks_per_step,max_steps", [(1, 1), (2, 2)])
+def test_environment_factory_without_a_dataset_trains(num_tasks_per_step, max_steps):
+    tok = tiny_tokenizer()
+    args = ERLConfig.preset("cpu", max_steps=max_steps, num_tasks_per_step=num_tasks_per_step, num_generations=2,
+                            eval_steps=0, max_completion_length=96, max_reflection_length=64,
+                            max_episode_length=2048, max_reflection_prompt_length=4000, progress_bar=False)
+    trainer = ERLTrainer(tiny_model(tok), args=args, processing_class=tok, environment_factory=OwnsItsData,
+                         generator=ScriptedGenerator(tok, counter_player))
+    # TRL's placeholder rows: one empty user message per task of a step, cycled.
+    assert len(trainer.train_tasks) == num_tasks_per_step
+    assert all(t.prompt == [{"role": "user", "content": ""}] for t in trainer.train_tasks)
+    history = trainer.train()
+    record = history.of_kind("train")[-1]
+    assert record["reward/first"] == 0.0 and record["reward/second"] == 1.0
+    first = trainer.last_outcome.first[0]
+    user = [m for m in first.messages if m["role"] == "user"][0]["content"]
+    assert user == "The counter is at 0. Make it exactly 3, then say done."  # as TRL appends: no leading newline
+
+
+@pytest.mark.parametrize("factory,settings,match", [
+    ({"a": OwnsItsData, "b": OwnsItsData}, {}, "requires a train_dataset with an 'environment' column"),
+    (OwnsItsData, {"max_steps": None, "num_train_epochs": 1}, "max_steps must be set"),
+])
+def test_environment_factory_without_a_dataset_refusals(factory, settings, match):
+    tok = tiny_tokenizer()
+    args = ERLConfig.preset("cpu", **{"max_steps": 1, "eval_steps": 0, "progress_bar": False, **settings})
+    with pytest.raises(ValueError, match=match):
+        ERLTrainer(tiny_model(tok), args=args, processing_class=tok, environment_factory=factory)
+
+
+# --- tools rendered by the tokenizer's chat template ------------------------------------------
+QWEN3 = "/work/shared/qwen3_tokenizer"
+
+
+def qwen3_tokenizer():
+    if not os.path.isfile(os.path.join(QWEN3, "tokenizer_config.json")):
+        pytest.skip(f"the real Qwen3 tokenizer is not at {QWEN3}")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(QWEN3)
+
+
+def test_which_templates_render_tools():
+    from erl_lite.chat import template_renders_tools
+
+    assert not template_renders_tools(tiny_tokenizer())  # a template that ignores tools=
+    assert not template_renders_tools(tiny_tokenizer(chat_template=False))  # no template at all
+    assert template_renders_tools(qwen3_tokenizer())
+
+
+class Doubler(CounterEnv):
+    def double(self) -> str:
+        """Double the counter."""
+        self.value *= 2
+        return f"The counter is at {self.value}."
+
+
+@pytest.mark.parametrize("factory", ["single", "dict"])
+def test_tools_are_rendered_by_a_template_that_supports_them(factory):
+    from transformers.utils import get_json_schema
+
+    tok = qwen3_tokenizer()
+    rows = DATASET[:2] if factory == "single" else [{**DATASET[0], "environment": "count"},
+                                                     {**DATASET[1], "environment": "double"}]
+    factories = CounterEnv if factory == "single" else {"count": CounterEnv, "double": Doubler}
+    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2, eval_steps=0,
+                            max_completion_length=96, max_reflection_length=64, max_episode_length=2048,
+                            max_reflection_prompt_length=4000, progress_bar=False,
+                            chat_template_kwargs={"enable_thinking": False})
+    trainer = ERLTrainer(tiny_model(tok, hidden_size=64), args=args, train_dataset=rows, processing_class=tok,
+                         environment_factory=factories, generator=ScriptedGenerator(tok, counter_player))
+    trainer._batch = lambda step: list(trainer.train_tasks)
+    record = trainer.training_step()
+    for attempt in record.first_attempts + [r.second for r in record.retries]:
+        cls = CounterEnv if "count" in attempt.task_id or factory == "single" else Doubler
+        schemas = [get_json_schema(getattr(cls, name)) for name in tool_methods(cls)]
+        expected = tok.apply_chat_template(attempt.messages[:2], tools=schemas, tokenize=False,
+                                           add_generation_prompt=True, enable_thinking=False)
+        assert tok.decode(attempt.prompt_ids) == expected  # the template's own rendering, tools included
+        assert expected.count("# Tools") == 1  # not erl_lite's text block as well
+    assert [r.second.reward for r in record.retries] == [1.0] * len(record.retries)  # the rulebook still works

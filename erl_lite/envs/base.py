@@ -90,9 +90,17 @@ class BatchScoredEpisode(Episode):
     _reward: float = 0.0
     _verdict: str = ""
 
-    def set_score(self, reward: float, verdict: str) -> None:
-        """Store the batch scorer's reward and textual verdict on this episode."""
+    #: Per reward function, its unweighted value (None: not applicable), for ``rewards/<name>/*``.
+    reward_parts: dict[str, float | None] | None = None
+    #: The row's values of the columns reward functions logged with ``log_extra``.
+    logged_extra: dict[str, Any] | None = None
+
+    def set_score(self, reward: float, verdict: str, parts: dict[str, float | None] | None = None,
+                  extra: dict[str, Any] | None = None) -> None:
+        """Store the batch scorer's reward and textual verdict on this episode (and, from
+        reward functions, each one's value and the ``log_extra`` columns of this row)."""
         self._reward, self._verdict, self.scored = reward, verdict, True
+        self.reward_parts, self.logged_extra = parts, extra
 
     def _ready_to_score(self) -> bool:
         raise NotImplementedError
@@ -136,6 +144,8 @@ class Environment(ABC):
         trainer_state: set by the trainer to a live view of the run (``global_step``,
             ``max_steps``, ``epoch``), handed to user reward functions as TRL does; None
             outside a trainer.
+        reward_log: set by the trainer to the :class:`~erl_lite.envs.reward_calls.RewardLog`
+            that TRL's ``log_metric``/``log_extra`` keywords write to; None outside a trainer.
     """
 
     name: str = "environment"
@@ -143,6 +153,7 @@ class Environment(ABC):
     action_reminder: str = ""
     max_turns: int = 1
     trainer_state: Any = None
+    reward_log: Any = None
 
     @abstractmethod
     def new_episode(self) -> Episode:
@@ -164,6 +175,14 @@ class Environment(ABC):
         """The action reminder added to a rulebook for ``task`` (default: ``action_reminder``;
         an environment of several members answers per task)."""
         return self.action_reminder
+
+    def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        """Called by the trainer with the tokenizer that renders this environment's episodes
+        (default: nothing to adapt; an environment with tools may hand them to the template)."""
+
+    def template_tools(self, task: Task) -> list[dict[str, Any]] | None:
+        """JSON schemas the chat template renders as ``tools=`` for ``task`` (default: None, no tools)."""
+        return None
 
     def train_tasks(self, n: int | None = None) -> list[Task]:
         """The first ``n`` tasks of the fixed training split (all when ``n`` is None)."""

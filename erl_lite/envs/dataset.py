@@ -7,8 +7,9 @@ rollout path as the multi-turn games: each dataset row becomes a
 Reward functions are called exactly as TRL 1.16's ``GRPOTrainer`` calls them: **by keyword,
 once per phase with the whole batch** (every first attempt of a step in one call, every
 second attempt in another), as ``f(prompts=, completions=, completion_ids=, trainer_state=,
-**columns)`` — see :mod:`erl_lite.envs.reward_calls` for the call and the checks on what
-comes back (errors name the function and the row; ``None`` means "not applicable"):
+log_extra=, log_metric=, **columns)`` — see :mod:`erl_lite.envs.reward_calls` for the call and
+the checks on what comes back (errors name the function and the row; ``None`` means "not
+applicable"):
 
 * ``prompts``: the rows' ``prompt`` values as given (a string, or a list of chat messages);
 * ``completions``: strings for string prompts, ``[{"role": "assistant", "content": ...}]``
@@ -17,6 +18,8 @@ comes back (errors name the function and the row; ``None`` means "not applicable
 * ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (the
   trainer's live view of the run; a zero :class:`~erl_lite.envs.reward_calls.RunState`
   outside a trainer);
+* ``log_metric(name, value)`` / ``log_extra(column, values)``: TRL's logging hooks (a scalar
+  averaged into the step's metrics; a column stored on each row's attempt);
 * every other dataset column as a keyword list.
 
 So TRL's own examples work unchanged, e.g. ``def reward_len(completions, **kwargs)``, and a
@@ -39,8 +42,8 @@ import sys
 from typing import Any, Callable, Iterable, Sequence
 
 from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
-from erl_lite.envs.reward_calls import (RewardFunctionError, RunState, call_arguments, feedback_texts,
-                                        weighted_rewards)
+from erl_lite.envs.reward_calls import (RewardFunctionError, RewardLog, RunState, Scores, call_arguments,
+                                        feedback_texts, weighted_rewards)
 from erl_lite.records import Task, check_unique_task_ids
 
 RewardFunc = Callable[..., list[Any]]
@@ -199,20 +202,29 @@ class RewardFunctionEnv(Environment):
         todo, ids = RewardFunctionEpisode.pending(episodes, completion_ids)
         if not todo:
             return
-        rewards, feedbacks = self.score([ep.task for ep in todo], [ep.completion for ep in todo], ids)
-        for ep, reward, feedback in zip(todo, rewards, feedbacks):
-            ep.set_score(reward, feedback)
+        tasks = [ep.task for ep in todo]
+        log = self.reward_log if self.reward_log is not None else RewardLog()
+        scores, feedbacks = self._score(tasks, [ep.completion for ep in todo], ids, log)
+        for ep, reward, feedback, parts, extra in zip(todo, scores.rewards, feedbacks, scores.parts,
+                                                      log.take_extra(tasks)):
+            ep.set_score(reward, feedback, parts, extra)
 
     def score(self, tasks: Sequence[Task], completions: Sequence[str],
               completion_ids: Sequence[list[int]]) -> tuple[list[float], list[str]]:
         """Rewards and feedback texts of a batch of replies: one keyword call per function."""
-        kwargs = call_arguments(tasks, completions, completion_ids, self.trainer_state)
-        rewards, notes = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
+        scores, feedbacks = self._score(tasks, completions, completion_ids, RewardLog())
+        return scores.rewards, feedbacks
+
+    def _score(self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
+               log: RewardLog) -> tuple[Scores, list[str]]:
+        kwargs = call_arguments(tasks, completions, completion_ids, self.trainer_state, log)
+        scores = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
+        notes = scores.notes
         if self.feedback_func is not None:
             for row, text in zip(notes, feedback_texts(self.feedback_func, kwargs, tasks)):
                 if text is not None:
                     row.append(text)
-        return rewards, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, rewards)]
+        return scores, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, scores.rewards)]
 
 
 def _is_module(func: Any) -> bool:

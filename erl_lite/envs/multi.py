@@ -76,6 +76,7 @@ class MultiEnvironment(Environment):
         self.envs: dict[str, Environment] = named
         self.max_turns = max(e.max_turns for e in named.values())
         self._trainer_state: Any = None
+        self._reward_log: Any = None
 
     @property
     def names(self) -> list[str]:
@@ -92,6 +93,17 @@ class MultiEnvironment(Environment):
         self._trainer_state = value
         for env in self.envs.values():
             env.trainer_state = value
+
+    # Likewise the trainer's one RewardLog (TRL's log_metric/log_extra) for every member.
+    @property
+    def reward_log(self) -> Any:  # type: ignore[override]
+        return self._reward_log
+
+    @reward_log.setter
+    def reward_log(self, value: Any) -> None:
+        self._reward_log = value
+        for env in self.envs.values():
+            env.reward_log = value
 
     # --- routing --------------------------------------------------------------------------
     def env_name(self, task_id: str) -> str:
@@ -165,6 +177,13 @@ class MultiEnvironment(Environment):
 
     def action_reminder_for(self, task: Task) -> str:
         return self.member(task).action_reminder_for(task)
+
+    def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        for env in self.envs.values():
+            env.use_tokenizer(tokenizer, template_kwargs)
+
+    def template_tools(self, task: Task) -> list[dict[str, Any]] | None:
+        return self.member(task).template_tools(task)  # each task sees its own environment's tools only
 
     def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
         """Each member scores its own episodes (in order), with their token ids."""

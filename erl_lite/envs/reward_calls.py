@@ -18,21 +18,35 @@ dropped, as TRL drops it). Outputs are checked row by row, and every problem is 
 
 Feedback functions: the same call, a list of strings or None ("no feedback for this row").
 
-Departures from TRL: ``log_extra``/``log_metric``/``environments`` are not passed; reward
-models (``nn.Module``) are not called here (wrap one in a function).
+``log_metric(name, value)`` and ``log_extra(column, values)`` are passed as TRL passes them,
+bound to a :class:`RewardLog`: a metric's values are averaged over the iteration (every reward
+call of it: first and second attempts alike, and over the processes) and logged under the
+plain name the function gave, as TRL averages them over a logging step; an extra column (one
+value per row of the batch, as for TRL's completions table) is stored on each row's attempt
+(``Attempt.extra``) and so lands in the step's sample records. Each function's own values are
+kept per row (:attr:`Scores.parts`, keyed by :func:`reward_func_name`) for TRL's
+``rewards/<name>/mean|std``.
+
+Departures from TRL: ``environments`` is passed by the TRL adapter only; reward models
+(``nn.Module``) are not called here (wrap one in a function); a bad ``log_metric`` value or an
+``log_extra`` column of the wrong length is an error (TRL would log NaN or misalign the table).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from erl_lite.chat import completion_text
 from erl_lite.records import Task
 
 #: Keywords the call itself uses; a task column with one of these names cannot be passed.
-_CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state"})
+_CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})
+#: Keywords passed whole (not one row) when a failing batch is retried row by row.
+_UNSLICED_KEYS = frozenset({"trainer_state", "log_extra", "log_metric"})
 #: The largest reward magnitude accepted. Rewards are centred and squared in double precision
 #: (the group std) and enter the float32 loss as advantages, where a group of one or
 #: ``scale_rewards="none"`` keeps ``A = r``: ±1e10 stays far from both overflows (r² ≤ 1e20,
@@ -61,14 +75,97 @@ class RunState:
     epoch: float = 0.0
 
 
+class RewardLog:
+    """What reward functions log through TRL's ``log_metric`` and ``log_extra`` keywords.
+
+    ``metrics`` keeps every ``(name, value)`` until the trainer takes them
+    (:meth:`take_metrics`); ``extra`` keeps the columns of the batch being scored until its
+    environment takes them (:meth:`take_extra`).
+
+    Example:
+        >>> log = RewardLog()
+        >>> log.log_metric("acc", 0.5); log.log_metric("acc", 1.0)
+        >>> log.log_extra("parsed", [True, False])
+        >>> log.take_extra([Task("a", "x", {}), Task("b", "y", {})])
+        [{'parsed': True}, {'parsed': False}]
+        >>> mean_metrics(log.take_metrics())
+        {'acc': 0.75}
+    """
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[str, float]] = []
+        self.extra: dict[str, list[Any]] = {}
+
+    def log_metric(self, name: str, value: float) -> None:
+        """TRL's ``log_metric``: one scalar for this batch, averaged over the iteration."""
+        if not isinstance(name, str) or not name:
+            raise RewardFunctionError(f"log_metric name must be a non-empty string, got {name!r:.60}")
+        number = None if isinstance(value, (str, bytes)) else _as_float(value)
+        if number is None or not math.isfinite(number):
+            raise RewardFunctionError(f"log_metric {name!r}: the value {value!r:.60} is not a finite number")
+        self.metrics.append((name, number))
+
+    def log_extra(self, column: str, values: Sequence[Any]) -> None:
+        """TRL's ``log_extra``: one value per row of the batch, for column ``column``."""
+        if not isinstance(column, str) or not column:
+            raise RewardFunctionError(f"log_extra column name must be a string, got {column!r:.60}")
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+            raise RewardFunctionError(f"log_extra column {column!r}: expected a list of values, one per row, "
+                                      f"got {type(values).__name__}")
+        self.extra.setdefault(column, []).extend(values)
+
+    def take_extra(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+        """The logged columns of the batch of ``tasks``, as one dict per row; clears them."""
+        extra, self.extra = self.extra, {}
+        for column, values in extra.items():
+            if len(values) != len(tasks):
+                raise RewardFunctionError(f"log_extra column {column!r} has {len(values)} values for a batch of "
+                                          f"{len(tasks)} completions; log one value per completion")
+        return [{column: _json_value(values[i], column, i, tasks) for column, values in extra.items()}
+                for i in range(len(tasks))]
+
+    def take_metrics(self) -> list[tuple[str, float]]:
+        """Every ``(name, value)`` logged since the last call; clears them."""
+        out, self.metrics = self.metrics, []
+        return out
+
+
+def mean_metrics(pairs: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """The mean value of each name in ``(name, value)`` pairs (TRL: sum / count over processes)."""
+    sums: dict[str, list[float]] = {}
+    for name, value in pairs:
+        sums.setdefault(name, []).append(value)
+    return {name: sum(v) / len(v) for name, v in sorted(sums.items())}
+
+
+@dataclass
+class Scores:
+    """A scored batch: the weighted reward, the feedback notes and each function's value, per row.
+
+    Attributes:
+        rewards: the weighted sum per row.
+        notes: feedback texts per row (from ``(score, text)`` outputs).
+        parts: per row, ``{reward_func_name: unweighted value or None}`` (TRL's ``rewards_per_func``).
+    """
+
+    rewards: list[float]
+    notes: list[list[str]]
+    parts: list[dict[str, float | None]] = field(default_factory=list)
+
+
 def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
-                   trainer_state: Any = None) -> dict[str, Any]:
+                   trainer_state: Any = None, log: RewardLog | None = None) -> dict[str, Any]:
     """The keyword arguments of one TRL-style call on a batch of replies.
+
+    ``log`` receives what the functions pass to ``log_metric``/``log_extra`` (a throw-away one
+    when None).
 
     Example:
         >>> kw = call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]])
-        >>> sorted(kw), kw["answer"], kw["trainer_state"].global_step
-        (['answer', 'completion_ids', 'completions', 'prompts', 'trainer_state'], ['4'], 0)
+        >>> sorted(kw)
+        ['answer', 'completion_ids', 'completions', 'log_extra', 'log_metric', 'prompts', 'trainer_state']
+        >>> kw["answer"], kw["trainer_state"].global_step
+        (['4'], 0)
     """
     columns = sorted({k for t in tasks for k in t.data} - _DROPPED_COLUMNS)
     clash = _CALL_KEYS.intersection(columns)
@@ -81,30 +178,35 @@ def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion
         "completion_ids": [list(i) for i in completion_ids],
         "trainer_state": trainer_state if trainer_state is not None else RunState(),
     }
+    log = log if log is not None else RewardLog()
+    kwargs["log_extra"], kwargs["log_metric"] = log.log_extra, log.log_metric
     kwargs.update({k: [t.data.get(k) for t in tasks] for k in columns})
     return kwargs
 
 
 def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs: dict[str, Any],
-                     tasks: Sequence[Task]) -> tuple[list[float], list[list[str]]]:
-    """(weighted reward per row, feedback texts per row from ``(score, text)`` outputs).
+                     tasks: Sequence[Task]) -> Scores:
+    """The weighted reward, feedback texts and each function's value, per row (:class:`Scores`).
 
     Example:
         >>> def half(completions, **kw): return [0.5] * len(completions)
         >>> def maybe(completions, **kw): return [None, 1.0]
         >>> tasks = [Task("a", "x", {}), Task("b", "y", {})]
-        >>> weighted_rewards([half, maybe], [1.0, 2.0], call_arguments(tasks, ["1", "2"], [[], []]), tasks)
-        ([0.5, 2.5], [[], []])
+        >>> s = weighted_rewards([half, maybe], [1.0, 2.0], call_arguments(tasks, ["1", "2"], [[], []]), tasks)
+        >>> s.rewards, s.notes, s.parts[0]
+        ([0.5, 2.5], [[], []], {'half': 0.5, 'maybe': None})
     """
     n = len(tasks)
     outputs = [call_checked(f, kwargs, tasks, "reward") for f in funcs]
-    totals, notes = [], [[] for _ in range(n)]
+    totals, notes, parts = [], [[] for _ in range(n)], [{} for _ in range(n)]
     for i in range(n):
         total, applicable = 0.0, 0
         for func, weight, out in zip(funcs, weights, outputs):
             value, note = _reward_value(out[i], func, i, tasks)
             if note is not None:
                 notes[i].append(note)
+            # Two functions of the same name share a key, as in TRL: the later one's value is kept.
+            parts[i][reward_func_name(func)] = value
             if value is not None:
                 total, applicable = total + weight * value, applicable + 1
         if not applicable:
@@ -115,7 +217,7 @@ def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs
                                       f"{[_name(f) for f in funcs]} is {total!r}, beyond ±{MAX_ABS_REWARD:g}; "
                                       "lower reward_weights or rescale the rewards")
         totals.append(total)
-    return totals, notes
+    return Scores(totals, notes, parts)
 
 
 def feedback_texts(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task]) -> list[str | None]:
@@ -157,7 +259,7 @@ def _failing_row(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
         return f"; {_row(0, tasks)}" if n == 1 else ""
     failing = []
     for i in range(n):
-        one = {k: (v if k == "trainer_state" else v[i:i + 1]) for k, v in kwargs.items()}
+        one = {k: (v if k in _UNSLICED_KEYS else v[i:i + 1]) for k, v in kwargs.items()}
         try:
             func(**one)
         except kind:
@@ -179,12 +281,7 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
         value, note = value
     if value is None:
         return None, note
-    number = None
-    if not isinstance(value, (str, bytes)):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            pass
+    number = None if isinstance(value, (str, bytes)) else _as_float(value)
     if number is None:
         raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} "
                                   f"{value!r:.60}, not a number")
@@ -197,8 +294,50 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
     return number, note
 
 
-def _name(func: Any) -> str:
+def _json_value(value: Any, column: str, i: int, tasks: Sequence[Task]) -> Any:
+    """``value`` as it will be written to ``samples.jsonl``: JSON as it is, or a numpy/torch
+    scalar's Python value; anything else is refused here, not when the history is written."""
+    candidates = [value]
+    if callable(getattr(value, "item", None)):
+        try:
+            candidates.append(value.item())
+        except (TypeError, ValueError, RuntimeError):  # e.g. a tensor of several values
+            pass
+    for candidate in candidates:
+        try:
+            json.dumps(candidate, allow_nan=False)
+            return candidate
+        except (TypeError, ValueError):
+            continue
+    raise RewardFunctionError(f"log_extra column {column!r}: {_row(i, tasks)} is {type(value).__name__} "
+                              f"{value!r:.60}, which cannot be written to the history as JSON")
+
+
+def _as_float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def reward_func_name(func: Any) -> str:
+    """TRL's display name of a reward function (``rewards/<name>/mean``): a ``functools.partial``
+    is named after the function it wraps, a callable object after its class.
+
+    Example:
+        >>> import functools
+        >>> def acc(completions, **kw): ...
+        >>> reward_func_name(functools.partial(acc, scale=2)), reward_func_name(RunState())
+        ('acc', 'RunState')
+    """
+    while isinstance(func, functools.partial):
+        func = func.func
     return getattr(func, "__name__", None) or type(func).__name__
+
+
+
+
+_name = reward_func_name  # short, for the error messages
 
 
 def _row(i: int, tasks: Sequence[Task]) -> str:

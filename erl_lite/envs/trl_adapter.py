@@ -20,6 +20,13 @@ which is then scored. A dict of factories becomes a
 :class:`~erl_lite.envs.multi.MultiEnvironment` routed by the ``environment`` column, as TRL
 routes it. ``ERLTrainer(environment_factory=...)`` does this for you.
 
+Without a ``train_dataset`` (TRL 1.16's mode for an environment that owns its data), the
+trainer trains on placeholder rows with an empty user message (:func:`placeholder_rows`), and
+the string ``reset()`` returns becomes the whole prompt; ``max_steps`` must be set. ERL plays a
+failed task again from a fresh instance: an environment whose ``reset()`` draws a new puzzle
+each time gives the second attempt another puzzle than the one reflected on, so make ``reset``
+deterministic in the row (or pass a dataset) for ERL's retry to mean what the paper means.
+
 Tool-call format: erl_lite's episodes see the decoded reply text (not token ids), so calls are
 read from the Hermes format that Qwen2.5/Qwen3 chat templates use and that TRL's Qwen response
 schema parses with the same pattern::
@@ -29,9 +36,13 @@ schema parses with the same pattern::
     </tool_call>
 
 and results go back as ``<tool_response>...</tool_response>`` in a user turn — what Qwen's
-template renders a ``tool`` message as. The tools and this format are stated in the system
-prompt (the block Qwen's template renders for ``tools=``), and again after a rulebook in a
-second attempt's system prompt (it is the environment's ``action_reminder``).
+template renders a ``tool`` message as. The tools are rendered by the tokenizer's own chat
+template, ``apply_chat_template(..., tools=schemas)`` as TRL renders them, when that template
+renders ``tools=`` (Qwen2.5/Qwen3 do; :func:`~erl_lite.chat.template_renders_tools` checks the
+output): the system prompt then only adds how an episode ends, and a second attempt's
+template lists the tools after its rulebook. A template without tool support (or a tokenizer
+without a template) gets erl_lite's copy of Qwen's block in the system prompt instead, and
+again after a rulebook in a second attempt's system prompt (the ``action_reminder``).
 
 Example (the environment from ``examples/trl_env_counter.py``, in short):
 
@@ -73,10 +84,11 @@ import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from erl_lite.chat import template_renders_tools
 from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.dataset import split_prompt
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
-from erl_lite.envs.reward_calls import call_arguments, weighted_rewards
+from erl_lite.envs.reward_calls import RewardLog, call_arguments, weighted_rewards
 from erl_lite.records import Task
 
 #: One tool call (TRL's Qwen response schema uses the same pattern).
@@ -93,14 +105,19 @@ def tool_methods(cls: type) -> list[str]:
             if name not in _HOOKS and not name.startswith("_")]
 
 
+#: How an episode ends; the one line of the tool instructions a chat template does not give.
+FINAL_ANSWER_HINT = "When you are done, answer without a tool call."
+
+
 def tools_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
-    """The system-prompt block listing the tools and the call format (Qwen's ``tools=`` block)."""
+    """The system-prompt block listing the tools and the call format: erl_lite's copy of Qwen's
+    ``tools=`` block, used only when the tokenizer's template does not render ``tools=``."""
     lines = "\n".join(json.dumps(s) for s in schemas)
     return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
             f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
             "For each function call, return a json object with function name and arguments within "
             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-            "<args-json-object>}\n</tool_call>\n\nWhen you are done, answer without a tool call.")
+            f"<args-json-object>}}\n</tool_call>\n\n{FINAL_ANSWER_HINT}")
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
@@ -164,7 +181,7 @@ class TRLEnvironment(Environment):
         if len(weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(weights)} values for {len(funcs)} reward_funcs")
         if callable(getattr(probe, "get_reward", None)):
-            funcs.append(_get_reward)
+            funcs.append(_get_reward_named(cls.__name__))
             weights.append(1.0)
         if not funcs:
             raise ValueError(f"no reward source for {cls.__name__}: pass reward_funcs, or give the class a "
@@ -172,9 +189,24 @@ class TRLEnvironment(Environment):
         self.reward_funcs, self.reward_weights = funcs, weights
         self.success_threshold, self.max_turns = success_threshold, max_turns
         self.name = name or cls.__name__.lower()
+        self.schemas = schemas
+        self._template_tools: list[dict[str, Any]] | None = None
         self.system_prompt = tools_system_prompt(schemas) if schemas else ""
         # A second attempt's system prompt is the rulebook plus this reminder: the tools must stay listed.
         self.action_reminder = self.system_prompt
+
+    def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        """Hand the tools to the chat template (``apply_chat_template(tools=...)``, as TRL does)
+        when it renders them; otherwise keep erl_lite's text block in the system prompt (the
+        fallback for templates without tool support, and for tokenizers without a template)."""
+        if self.schemas and template_renders_tools(tokenizer, template_kwargs):
+            self._template_tools = self.schemas
+            # The template lists the tools and the call format after any system text (also after a
+            # rulebook); what it does not say is how an episode ends.
+            self.system_prompt = self.action_reminder = FINAL_ANSWER_HINT
+
+    def template_tools(self, task: Task) -> list[dict[str, Any]] | None:
+        return self._template_tools
 
     def initial_system_prompt(self, task: Task) -> str:
         system, _ = split_prompt(task.prompt if task.prompt is not None else "")
@@ -189,18 +221,26 @@ class TRLEnvironment(Environment):
         if not todo:
             return
         tasks = [ep.task for ep in todo]
-        kwargs = call_arguments(tasks, [ep.final_text for ep in todo], ids, self.trainer_state)
+        log = self.reward_log if self.reward_log is not None else RewardLog()
+        kwargs = call_arguments(tasks, [ep.final_text for ep in todo], ids, self.trainer_state, log)
         kwargs["completions"] = [ep.final_text if isinstance(t.prompt, str) else ep.completion_messages()
                                  for ep, t in zip(todo, tasks)]
         kwargs["environments"] = [ep.instance for ep in todo]
-        rewards, notes = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
-        for ep, reward, note in zip(todo, rewards, notes):
-            ep.set_score(reward, " ".join(note))
+        scores = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
+        for ep, reward, note, parts, extra in zip(todo, scores.rewards, scores.notes, scores.parts,
+                                                  log.take_extra(tasks)):
+            ep.set_score(reward, " ".join(note), parts, extra)
 
 
-def _get_reward(environments: list[Any], **kwargs: Any) -> list[float]:
-    """TRL's reward column of an environment that owns its reward: ``get_reward()`` per instance."""
-    return [e.get_reward() for e in environments]
+def _get_reward_named(name: str) -> Callable[..., list[float]]:
+    """TRL's reward column of an environment that owns its reward: ``get_reward()`` per instance,
+    named after the environment's class (TRL logs it as ``rewards/<class name>/mean``)."""
+
+    def get_reward(environments: list[Any], **kwargs: Any) -> list[float]:
+        return [e.get_reward() for e in environments]
+
+    get_reward.__name__ = get_reward.__qualname__ = name
+    return get_reward
 
 
 class TRLEpisode(BatchScoredEpisode):
@@ -227,8 +267,9 @@ class TRLEpisode(BatchScoredEpisode):
         if extra:
             if isinstance(context, str):
                 context = f"{context}\n{extra}" if context else extra
-            else:
-                context = context[:-1] + [{**context[-1], "content": f"{context[-1]['content']}\n{extra}"}]
+            else:  # TRL's dataset-free mode: an empty placeholder message becomes the prompt itself
+                last = context[-1]["content"]
+                context = context[:-1] + [{**context[-1], "content": f"{last}\n{extra}" if last else extra}]
         self.observation = context
         return context
 
@@ -290,6 +331,30 @@ class TRLEpisode(BatchScoredEpisode):
             lines += [f"Tool result:\n{r}" for r in results]
         lines.append(f"Result: {self.feedback()}")
         return "\n\n".join(lines)
+
+
+def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
+    """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: empty prompts.
+
+    The environment owns the data: ``reset()`` returns the whole prompt, appended to an empty
+    user message. TRL builds ``generation_batch_size // num_generations`` such rows (one
+    generation round) and cycles them; here that is one row per task of an iteration
+    (``num_tasks_per_step``). As in TRL, ``max_steps`` must then be set, and a dict of factories
+    is refused (it routes by a dataset column).
+
+    Example:
+        >>> placeholder_rows(object, 3, 2)
+        [{'prompt': [{'role': 'user', 'content': ''}]}, {'prompt': [{'role': 'user', 'content': ''}]}]
+    """
+    if isinstance(factory, Mapping):
+        raise ValueError("a dict environment_factory (several environments) requires a train_dataset with an "
+                         f"'{ENV_COLUMN}' column to route each row to its environment; pass a dataset, or a "
+                         "single environment factory")
+    if max_steps is None:
+        raise ValueError("without a train_dataset (the environment returns the prompt from reset()), max_steps "
+                         "must be set to define the training length (num_train_epochs has no dataset to count), "
+                         "as in TRL: ERLConfig(max_steps=...)")
+    return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(num_tasks_per_step)]
 
 
 def environment_from_factory(factory: Any, reward_funcs: Any = None, reward_weights: Sequence[float] | None = None,

@@ -1,0 +1,112 @@
+"""``transformers.TrainerCallback`` objects, run at the matching points of erl_lite's loop.
+
+The dispatch, the ``control`` flags' resets and the keyword arguments callbacks receive
+(``model``, ``processing_class``, ``optimizer``, ``lr_scheduler``) are transformers' own
+``CallbackHandler``; the state is a real ``transformers.TrainerState`` and ``args`` the
+run's :class:`~erl_lite.config.ERLConfig` (it carries TrainingArguments' names:
+``output_dir``, ``max_steps``, ``logging_steps``, ``save_steps``, ...). One erl_lite iteration
+is one "step" (``state.global_step`` is :attr:`ERLTrainer.step`).
+
+Events, in ``transformers.Trainer``'s order:
+
+* ``on_init_end`` — the end of ``ERLTrainer.__init__``;
+* ``on_train_begin`` — ``train()``, before the first iteration (and before a step-0 evaluation);
+* ``on_step_begin`` / ``on_step_end`` — around each iteration (``global_step`` n-1, then n);
+* ``on_log(logs=...)`` — each record the history keeps: every iteration's metrics after
+  ``on_step_end``, and every logged evaluation;
+* ``on_evaluate(metrics=...)`` — every :meth:`ERLTrainer.evaluate`;
+* ``on_save`` — every checkpoint written by :meth:`ERLTrainer.save_checkpoint`;
+* ``on_train_end`` — after the last iteration and its final save (not when ``train()`` fails).
+
+``control.should_training_stop`` (set in any event) ends ``train()`` after the current
+iteration, which is then saved as at a normal end; ``control.should_save`` and
+``control.should_evaluate`` set during an iteration make the loop save or evaluate after it,
+besides ``save_steps``/``eval_steps``. ``should_log`` changes nothing (every iteration is
+logged); ``should_epoch_stop`` is not used.
+
+Departures from transformers: ``on_log`` receives each record (keys as in ``history.jsonl``),
+not an average over ``logging_steps``; there are no epoch, substep or optimizer-step events
+(an ERL iteration samples and updates in one go); ``state.log_history`` is the history's
+records (with their ``kind``). Departures from the paper: none (this is API plumbing).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from erl_lite.trainer import ERLTrainer
+
+
+def is_trainer_callback(cb: Any) -> bool:
+    """Whether ``cb`` is a ``transformers.TrainerCallback`` instance or subclass.
+
+    Example:
+        >>> from transformers import PrinterCallback
+        >>> is_trainer_callback(PrinterCallback), is_trainer_callback(print)
+        (True, False)
+    """
+    from transformers import TrainerCallback
+
+    return isinstance(cb, TrainerCallback) or (isinstance(cb, type) and issubclass(cb, TrainerCallback))
+
+
+def _flow_callback() -> Any:
+    """The handler's flow callback: erl_lite's loop decides when to evaluate and save (by
+    ``eval_steps``/``save_steps``), so transformers' default flow, which reads
+    TrainingArguments' strategies, is replaced by one that sets nothing."""
+    from transformers.trainer_callback import DefaultFlowCallback
+
+    class ERLFlowCallback(DefaultFlowCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            return control
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            return control
+
+    return ERLFlowCallback()
+
+
+class TrainerCallbacks:
+    """The ``TrainerCallback`` objects of one trainer, with transformers' state and control.
+
+    Example:
+        >>> from transformers import TrainerCallback
+        >>> from erl_lite import ERLConfig, ERLTrainer
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> class Stop(TrainerCallback):
+        ...     def on_step_end(self, args, state, control, **kw):
+        ...         control.should_training_stop = True
+        >>> tok = tiny_tokenizer()
+        >>> args = ERLConfig.preset("cpu", max_steps=3, num_tasks_per_step=1, eval_steps=0, progress_bar=False,
+        ...                         max_completion_length=4, max_reflection_length=4)
+        >>> trainer = ERLTrainer(tiny_model(tok), lambda completions, **kw: [0.0] * len(completions), args,
+        ...                      [{"prompt": "Hi."}], processing_class=tok, callbacks=[Stop()])
+        >>> _ = trainer.train(); trainer.step
+        1
+    """
+
+    def __init__(self, trainer: "ERLTrainer", callbacks: Sequence[Any]) -> None:
+        from transformers import TrainerControl, TrainerState
+        from transformers.trainer_callback import CallbackHandler
+
+        self.trainer = trainer
+        a = trainer.args
+        self.handler = CallbackHandler([_flow_callback(), *callbacks], trainer.model, trainer.tokenizer,
+                                       trainer.optimizer, trainer.scheduler)
+        self.state = TrainerState(max_steps=a.max_steps or 0, logging_steps=a.logging_steps,
+                                  eval_steps=a.eval_steps, save_steps=a.save_steps,
+                                  train_batch_size=a.num_tasks_per_step,
+                                  num_train_epochs=a.num_train_epochs or 0,
+                                  is_local_process_zero=trainer.dist.is_main,
+                                  is_world_process_zero=trainer.dist.is_main)
+        self.control = TrainerControl()
+
+    def event(self, name: str, **kwargs: Any) -> Any:
+        """Run ``on_<name>`` of every callback (transformers' dispatch); returns the control."""
+        t, s = self.trainer, self.state
+        # The state is read from the trainer at each event: one home for the step and the history.
+        s.global_step, s.max_steps, s.epoch = t.step, t.args.max_steps or 0, t.state.epoch
+        s.log_history = t.history.records
+        self.control = getattr(self.handler, f"on_{name}")(t.args, s, self.control, **kwargs)
+        return self.control
