@@ -75,6 +75,7 @@ from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, env_eval_metrics,
                               env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
+from erl_lite.progress import Progress
 from erl_lite.lengths import check_lengths
 from erl_lite.records import StepRecord, Task, check_unique_task_ids
 from erl_lite.reporting import make_reporter
@@ -213,12 +214,15 @@ class ERLTrainer:
         self.memory = self._memory()
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
         self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
-        self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
+        # The bars inside a step and of evaluation; read at each bar, so setting progress_bar later counts.
+        self.progress = Progress(lambda: self.args.progress_bar and self.dist.is_main)
+        self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args, self.progress)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
         self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
                                      pad if pad is not None else self.tokenizer.eos_token_id)
         self.updater.dist = self.dist  # DDP: gradients and loss normalizers over every process
+        self.updater.progress = self.progress
         self.step = 0
         self.last_outcome: StepOutcome | None = None
 
@@ -357,6 +361,7 @@ class ERLTrainer:
         finally:
             self._step_start = None
             bar.close()
+            self.progress.close_all()  # a phase's bar an error left open
             self.history.close_reporter()
         if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
@@ -412,7 +417,7 @@ class ERLTrainer:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
         mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
         attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
-                                 params=self.ctx.eval_params()) if mine else []
+                                 params=self.ctx.eval_params(), desc="evaluation") if mine else []
         attempts = self.dist.gather(attempts)
         metrics = eval_metrics(attempts)
         if isinstance(self.env, MultiEnvironment):
