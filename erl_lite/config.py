@@ -317,6 +317,12 @@ class ERLConfig:
     the last iteration always sends, and evaluations are sent when they happen. TRL's GRPO
     default is 10; erl_lite's is 1 because one iteration is a whole ERL batch (several optimizer
     steps). ``history.jsonl`` keeps every iteration whatever this is."""
+    project: str | None = None
+    """The Trackio and wandb project of runs erl_lite starts (``TrainingArguments.project``'s name,
+    which there only Trackio reads). None: the tracker's own variable, ``WANDB_PROJECT`` for wandb
+    and ``TRACKIO_PROJECT`` for Trackio, else ``"erl-lite"``; a value set here wins over both. A
+    wandb run started before training keeps its own project. transformers' default is
+    ``"huggingface"``."""
     load_in_4bit: bool = False
     """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA). With a model
     object: fine if it is already in 4-bit, refused if it is not (erl_lite quantizes only while
@@ -398,6 +404,8 @@ class ERLConfig:
                 raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(self, name)!r}")
         self.report_to = _report_to(self.report_to)
         self.logging_steps = _logging_steps(self.logging_steps)
+        if self.project is not None and not self.project.strip():
+            raise ValueError(f"ERLConfig.project must be a non-empty name or None, got {self.project!r}")
         if self.save_total_limit is not None:
             _positive("save_total_limit", self.save_total_limit)
         if not isinstance(self.overwrite_output_dir, bool):

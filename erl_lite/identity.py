@@ -35,7 +35,7 @@ RESUMABLE_FIELDS = frozenset({
     "max_steps", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit", "eval_steps",
     "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
     "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
-    "eval_top_p", "eval_top_k", "logprob_chunk_size",
+    "eval_top_p", "eval_top_k", "logprob_chunk_size", "project",
 })
 
 #: LoRA settings (``peft.LoraConfig`` fields) recorded besides ``r``, ``lora_alpha`` and

@@ -341,6 +341,7 @@ class ERLTrainer:
             self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
         self._step_start = None
+        self._training = True
         try:
             if self.step == 0 and self.args.eval_steps and self.eval_tasks:
                 self._log_eval()
@@ -359,7 +360,7 @@ class ERLTrainer:
             self._stopped(error)
             raise
         finally:
-            self._step_start = None
+            self._step_start, self._training = None, False
             bar.close()
             self.progress.close_all()  # a phase's bar an error left open
             self.history.close_reporter()
@@ -424,6 +425,8 @@ class ERLTrainer:
             metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
         if log:
             self.history.log({STEP: self.step, **metrics}, kind="eval")
+            if not self._training:  # train() finishes its tracker runs itself, at its end
+                self.history.close_reporter()
         return metrics
 
     def _log_eval(self) -> None:
@@ -432,6 +435,7 @@ class ERLTrainer:
     # --- checkpoints -----------------------------------------------------------------------------
     _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
     _step_start: TrainingState | None = None  # where the running step began (None between steps)
+    _training = False  # inside train(), which closes the tracker runs at its end
 
     def save_checkpoint(self) -> str:
         """Write ``<output_dir>/checkpoint-<step>`` (see :mod:`erl_lite.checkpoint`) and rotate
