@@ -344,7 +344,10 @@ class ERLConfig:
     """Trade compute for memory in the update pass (non-reentrant activation checkpointing),
     switched on for a model given by name and for a model object alike."""
     progress_bar: bool = True
-    """Show a tqdm progress bar."""
+    """Show tqdm progress bars (``tqdm.auto``: widgets in a notebook, stderr in a terminal): one
+    per iteration, and inside each iteration one per phase (first attempts, reflections, second
+    attempts: sequences done; the update: micro-batches done) and one per evaluation (see
+    :mod:`erl_lite.progress`). Only the main process shows them under several processes."""
 
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values carried into the history's header (e.g. the preset's name)."""
