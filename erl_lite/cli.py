@@ -425,6 +425,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     from erl_lite.metrics import eval_metrics
     from erl_lite.models import load_policy
     from erl_lite.phases import PhaseContext, attempt_first
+    from erl_lite.progress import Progress
 
     folder = checkpoint
     if not any(os.path.isfile(os.path.join(folder, name)) for name in (ERL_STATE, HF_STATE)):
@@ -458,9 +459,10 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
         raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
     model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none",
                                    base_model=base_model)
-    ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg)
+    # The bar goes to stderr (tqdm's stream), so stdout stays the JSON that eval prints.
+    ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg, Progress(enabled=True))
     set_seed(cfg.seed)
-    attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params())
+    attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params(), desc="evaluation")
     return {"checkpoint": folder, "step": state.get("step"), "env": env_name, "tasks": len(tasks),
             "num_generations": n, **eval_metrics(attempts)}
 

@@ -328,6 +328,12 @@ class ERLConfig:
     the last iteration always sends, and evaluations are sent when they happen. TRL's GRPO
     default is 10; erl_lite's is 1 because one iteration is a whole ERL batch (several optimizer
     steps). ``history.jsonl`` keeps every iteration whatever this is."""
+    project: str | None = None
+    """The Trackio and wandb project of runs erl_lite starts (``TrainingArguments.project``'s name,
+    which there only Trackio reads). None: the tracker's own variable, ``WANDB_PROJECT`` for wandb
+    and ``TRACKIO_PROJECT`` for Trackio, else ``"erl-lite"``; a value set here wins over both. A
+    wandb run started before training keeps its own project. transformers' default is
+    ``"huggingface"``."""
     load_in_4bit: bool = False
     """When the trainer loads a model by name: quantize it to 4-bit NF4 (QLoRA). With a model
     object: fine if it is already in 4-bit, refused if it is not (erl_lite quantizes only while
@@ -349,7 +355,10 @@ class ERLConfig:
     """Trade compute for memory in the update pass (non-reentrant activation checkpointing),
     switched on for a model given by name and for a model object alike."""
     progress_bar: bool = True
-    """Show a tqdm progress bar."""
+    """Show tqdm progress bars (``tqdm.auto``: widgets in a notebook, stderr in a terminal): one
+    per iteration, and inside each iteration one per phase (first attempts, reflections, second
+    attempts: sequences done; the update: micro-batches done) and one per evaluation (see
+    :mod:`erl_lite.progress`). Only the main process shows them under several processes."""
 
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values carried into the history's header (e.g. the preset's name)."""
@@ -409,6 +418,8 @@ class ERLConfig:
                 raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(self, name)!r}")
         self.report_to = _report_to(self.report_to)
         self.logging_steps = _logging_steps(self.logging_steps)
+        if self.project is not None and not self.project.strip():
+            raise ValueError(f"ERLConfig.project must be a non-empty name or None, got {self.project!r}")
         if self.save_total_limit is not None:
             _positive("save_total_limit", self.save_total_limit)
         _check_hub(self.push_to_hub, self.hub_model_id, self.hub_private_repo)

@@ -31,6 +31,7 @@ from erl_lite.config import ERLConfig
 from erl_lite.envs.base import Environment
 from erl_lite.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.memory import MemoryBank, ReflectionMemory
+from erl_lite.progress import NO_PROGRESS, Progress
 from erl_lite.prompts import (
     parse_rulebook,
     reflection_messages,
@@ -43,12 +44,14 @@ from erl_lite.rollout import run_episodes
 
 @dataclass
 class PhaseContext:
-    """What every phase needs: the sampler, the tokenizer, the environment and the config."""
+    """What every phase needs: the sampler, the tokenizer, the environment and the config;
+    ``progress`` makes each phase's bar (:mod:`erl_lite.progress`; none shows by default)."""
 
     generator: Generator
     tokenizer: Any
     env: Environment
     config: ERLConfig
+    progress: Progress = field(default=NO_PROGRESS, repr=False, compare=False)
 
     def attempt_params(self, temperature: float | None = None) -> SamplingParams:
         """Sampling of training attempts (first and second); ``generation_kwargs`` apply to
@@ -73,23 +76,27 @@ def first_task_message(attempt: Attempt) -> str:
 
 
 def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
-                  temperature: float | None = None, params: SamplingParams | None = None) -> list[Attempt]:
+                  temperature: float | None = None, params: SamplingParams | None = None,
+                  desc: str = "first attempts") -> list[Attempt]:
     """y1: G rollouts per task under the *initial* system prompt (memory never shown).
 
     Sampling: ``params`` when given (evaluation passes ``ctx.eval_params()``), else the
-    training attempts' settings, at ``temperature`` when given.
+    training attempts' settings, at ``temperature`` when given. ``desc`` names the progress
+    bar (evaluation passes ``"evaluation"``).
     """
     rows = [(t, g) for t in tasks for g in range(num_generations)]
-    return run_episodes(
-        ctx.generator, ctx.tokenizer, ctx.env,
-        tasks=[t for t, _ in rows],
-        system_prompts=[ctx.env.initial_system_prompt(t) for t, _ in rows],
-        params=params or ctx.attempt_params(temperature),
-        max_episode_length=ctx.config.max_episode_length,
-        role="first",
-        indices=[g for _, g in rows],
-        template_kwargs=ctx.config.chat_template_kwargs,
-    )
+    with ctx.progress.bar(desc, len(rows)) as bar:
+        return run_episodes(
+            ctx.generator, ctx.tokenizer, ctx.env,
+            tasks=[t for t, _ in rows],
+            system_prompts=[ctx.env.initial_system_prompt(t) for t, _ in rows],
+            params=params or ctx.attempt_params(temperature),
+            max_episode_length=ctx.config.max_episode_length,
+            role="first",
+            indices=[g for _, g in rows],
+            template_kwargs=ctx.config.chat_template_kwargs,
+            on_finished=bar.update,
+        )
 
 
 def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
@@ -125,7 +132,9 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
     params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
                             c.generation_kwargs)
     names = [f"reflection on task {a.task_id!r} (rollout {a.index})" for a in failed]
-    outs = generate_named(ctx.generator, [ids for _, ids in contexts], params, names)
+    with ctx.progress.bar("reflections", len(failed)) as bar:  # one batched call: all finish at once
+        outs = generate_named(ctx.generator, [ids for _, ids in contexts], params, names)
+        bar.update(len(outs))
     stops = sampler_stop_ids(ctx.generator, ctx.tokenizer)
     reflections = []
     for a, (base, ids), out in zip(failed, contexts, outs):
@@ -151,16 +160,18 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
                    for a, r in zip(failed, reflections)]
     else:
         systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback) for a in failed]
-    second = run_episodes(
-        ctx.generator, ctx.tokenizer, ctx.env,
-        tasks=[tasks[a.task_id] for a in failed],
-        system_prompts=systems,
-        params=ctx.attempt_params(),
-        max_episode_length=ctx.config.max_episode_length,
-        role="second",
-        indices=[a.index for a in failed],
-        template_kwargs=ctx.config.chat_template_kwargs,
-    )
+    with ctx.progress.bar("second attempts", len(failed)) as bar:
+        second = run_episodes(
+            ctx.generator, ctx.tokenizer, ctx.env,
+            tasks=[tasks[a.task_id] for a in failed],
+            system_prompts=systems,
+            params=ctx.attempt_params(),
+            max_episode_length=ctx.config.max_episode_length,
+            role="second",
+            indices=[a.index for a in failed],
+            template_kwargs=ctx.config.chat_template_kwargs,
+            on_finished=bar.update,
+        )
     deltas = reflections if reflections is not None else [None] * len(failed)
     for delta, y2 in zip(deltas, second):
         if delta is not None:

@@ -24,9 +24,14 @@ Why not transformers' integration callbacks (``TensorBoardCallback``, ``WandbCal
 them: TensorBoard's run folder (``TENSORBOARD_LOGGING_DIR``, else
 ``<output_dir>/runs/<date>_<host>``), wandb's ``train/global_step`` step metric (records may
 arrive at an earlier step after a resume) and ``WANDB_PROJECT``. A wandb run the user started
-before training is reused (start one with ``wandb.init(project=...)`` to choose its names);
-otherwise the project is ``WANDB_PROJECT`` or ``erl-lite``, and Trackio's project is
-``erl-lite``; the run is named after ``output_dir``.
+before training is reused and left for the user to finish; otherwise the project is
+``ERLConfig.project``, else ``WANDB_PROJECT`` / ``TRACKIO_PROJECT``, else ``erl-lite``
+(:func:`project_name`), and the run is named after ``output_dir``.
+
+Runs are finished at the end of every ``train()`` call, an error included (wandb then writes
+its summary), and an evaluation logged outside ``train()`` finishes them again after its send.
+A later ``train()`` (or logged evaluation) on the same trainer continues the same runs: wandb
+resumes the run's id, Trackio the run's name, TensorBoard writes on in the same folder.
 
 Departures from the paper: none (the paper logs through its own framework).
 """
@@ -113,6 +118,7 @@ class TensorBoardTracker:
         if log_dir is None and config.output_dir:
             log_dir = os.path.join(config.output_dir, default_logdir())
         self.writer = SummaryWriter(log_dir=log_dir)  # None: SummaryWriter's ./runs/<date>_<host>
+        self.log_dir = self.writer.log_dir
 
     def log_scalars(self, values: dict[str, float], step: int) -> None:
         for key, value in values.items():
@@ -126,18 +132,34 @@ class TensorBoardTracker:
     def close(self) -> None:
         self.writer.close()
 
+    def reopen(self) -> None:
+        """Write on in the same run folder after :meth:`close` (a new event file there)."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=self.log_dir)
+
 
 class WandbTracker:
     """``wandb.log`` with the ``train/global_step`` step metric; tables as ``wandb.Table``.
-    The run is left open at the end of training (wandb closes it when the process exits)."""
+
+    A run erl_lite started is finished when training ends (so wandb writes its summary), and
+    :meth:`reopen` resumes that same run (its id, ``resume="allow"``) when ``train()`` is called
+    again; a run the user started before training is theirs to finish."""
 
     def __init__(self, config: ERLConfig) -> None:
         import wandb
 
-        self.wandb = wandb
+        self.wandb, self.config = wandb, config
+        self.owned, self.run_id = False, None  # a run erl_lite started, and its id (to resume it)
+        self._start()
+
+    def _start(self) -> None:
+        wandb, config = self.wandb, self.config
         if wandb.run is None:
-            wandb.init(project=os.getenv("WANDB_PROJECT", DEFAULT_PROJECT), name=_run_name(config),
-                       config=config.to_dict())
+            resume = {"id": self.run_id, "resume": "allow"} if self.run_id else {}
+            run = wandb.init(project=project_name(config, "WANDB_PROJECT"), name=_run_name(config),
+                             config=config.to_dict(), **resume)
+            self.owned, self.run_id = True, getattr(run if run is not None else wandb.run, "id", None)
         else:
             wandb.config.update(config.to_dict(), allow_val_change=True)
         wandb.define_metric("train/global_step")
@@ -150,18 +172,28 @@ class WandbTracker:
         self.wandb.log({name: self.wandb.Table(dataframe=_frame(columns, rows)), "train/global_step": step})
 
     def close(self) -> None:
-        pass
+        if self.owned and self.wandb.run is not None:
+            self.wandb.finish()
+
+    def reopen(self) -> None:
+        """Continue the run after :meth:`close` (the next ``train()`` of the same trainer)."""
+        self._start()
 
 
 class TrackioTracker:
-    """``trackio.log`` at the record's step; tables as ``trackio.Table``; finished at the end."""
+    """``trackio.log`` at the record's step; tables as ``trackio.Table``; finished at the end,
+    and resumed under the same run name by :meth:`reopen`."""
 
     def __init__(self, config: ERLConfig) -> None:
         import trackio
 
-        self.trackio = trackio
-        trackio.init(project=DEFAULT_PROJECT, name=_run_name(config), config=config.to_dict(),
-                     resume="allow")
+        self.trackio, self.config, self.name = trackio, config, _run_name(config)
+        self._start()
+
+    def _start(self) -> None:
+        run = self.trackio.init(project=project_name(self.config, "TRACKIO_PROJECT"), name=self.name,
+                                config=self.config.to_dict(), resume="allow")
+        self.name = self.name or getattr(run, "name", None)  # Trackio names an unnamed run itself
 
     def log_scalars(self, values: dict[str, float], step: int) -> None:
         self.trackio.log(values, step=step)
@@ -172,6 +204,22 @@ class TrackioTracker:
 
     def close(self) -> None:
         self.trackio.finish()
+
+    def reopen(self) -> None:
+        """Continue the run after :meth:`close` (the next ``train()`` of the same trainer)."""
+        self._start()
+
+
+def project_name(config: ERLConfig, variable: str) -> str:
+    """The tracker project: ``config.project``, else the tracker's environment ``variable``
+    (``WANDB_PROJECT``, ``TRACKIO_PROJECT``), else :data:`DEFAULT_PROJECT`. The field wins: it is
+    set in the run's own code or file, the variable often in a shell profile for every run.
+
+    Example:
+        >>> project_name(ERLConfig(project="lab-3"), "WANDB_PROJECT")
+        'lab-3'
+    """
+    return config.project or os.getenv(variable) or DEFAULT_PROJECT
 
 
 TRACKERS: dict[str, type] = {"tensorboard": TensorBoardTracker, "trackio": TrackioTracker,
@@ -275,6 +323,7 @@ class Reporter:
         self.trackers: list[Tracker] = []
         self._pending: list[dict[str, float]] = []
         self._pending_step = 0
+        self._closed: dict[str, Tracker] = {}  # closed trackers by name, reopened on the next send
 
     def log(self, record: dict[str, Any], step_record: StepRecord | None = None) -> None:
         """Take one history record (with its ``kind`` and ``step``) and send what is due."""
@@ -294,13 +343,15 @@ class Reporter:
                     tracker.log_table(SAMPLES_TABLE, SAMPLE_COLUMNS, rows, step)
 
     def close(self) -> None:
-        """Send what is pending (a run stopped early) and close the trackers; they reopen on the
-        next send."""
+        """Send what is pending (a run stopped early) and close the trackers (the end of each
+        ``train()``, an error included); they reopen on the next send, on the same run where the
+        tracker can (its ``reopen()``)."""
         if self._pending:
             self._send(_window(self._pending), self._pending_step)
         self._pending = []
         for tracker in self.trackers:
             tracker.close()
+        self._closed = dict(zip(self.names, self.trackers))
         self.trackers = []
 
     def _send(self, values: dict[str, float], step: int) -> None:
@@ -310,8 +361,16 @@ class Reporter:
 
     def _open(self) -> list[Tracker]:
         if not self.trackers:
-            self.trackers = [self._kinds[name](self.config) for name in self.names]
+            self.trackers = [self._reopened(name) for name in self.names]
         return self.trackers
+
+    def _reopened(self, name: str) -> Tracker:
+        """Tracker ``name``: the one :meth:`close` closed, reopened on its run, else a new one."""
+        old = self._closed.pop(name, None)
+        if old is not None and hasattr(old, "reopen"):
+            old.reopen()
+            return old
+        return self._kinds[name](self.config)
 
 
 def make_reporter(config: ERLConfig) -> Reporter | None:

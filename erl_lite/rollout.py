@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from erl_lite.chat import encode, encode_messages, glue_text
 from erl_lite.envs.base import Environment, Episode
@@ -96,6 +96,7 @@ def run_episodes(
     role: str,
     indices: list[int],
     template_kwargs: dict[str, Any] | None = None,
+    on_finished: Callable[[int], Any] | None = None,
 ) -> list[Attempt]:
     """Play ``tasks[i]`` under ``system_prompts[i]``; return one :class:`Attempt` each.
 
@@ -108,12 +109,15 @@ def run_episodes(
         max_episode_length: token budget of a whole episode.
         role: ``"first"`` or ``"second"`` (recorded on the attempts).
         template_kwargs: passed to the chat template (``ERLConfig.chat_template_kwargs``).
+        on_finished: called with the number of episodes that finished at each turn (a progress
+            bar's ``update``; see :mod:`erl_lite.progress`); its calls add up to ``len(tasks)``.
     """
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
     stop_texts = {t: tokenizer.decode([t]) for t in sampler_stop_ids(generator, tokenizer)}
     lives = [_start(env, t, s, tokenizer, template_kwargs_for(env, t, template_kwargs))
              for t, s in zip(tasks, system_prompts)]
+    reported = 0  # episodes already handed to on_finished
     for _ in range(env.max_turns):
         live = [lv for lv in lives if not lv.done]
         if not live:
@@ -133,6 +137,12 @@ def run_episodes(
             lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
             _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit,
                      lv.template_kwargs)
+        if on_finished is not None:
+            done = sum(lv.done for lv in lives)
+            on_finished(done - reported)
+            reported = done
+    if on_finished is not None and len(lives) > reported:  # out of turns or budget: finished too
+        on_finished(len(lives) - reported)
     # One scoring call for the whole phase (TRL-style batch reward functions); a no-op for
     # environments whose episodes scored themselves in step().
     env.score_batch([lv.episode for lv in lives],

@@ -79,6 +79,7 @@ from erl_lite.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, describe, env_eval_metrics,
                               env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
+from erl_lite.progress import Progress
 from erl_lite.lengths import check_lengths
 from erl_lite.records import StepRecord, Task, check_unique_task_ids
 from erl_lite.reporting import make_reporter
@@ -223,12 +224,15 @@ class ERLTrainer:
         self.memory = self._memory()
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
         self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
-        self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args)
+        # The bars inside a step and of evaluation; read at each bar, so setting progress_bar later counts.
+        self.progress = Progress(lambda: self.args.progress_bar and self.dist.is_main)
+        self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args, self.progress)
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         pad = self.tokenizer.pad_token_id
         # DDP: wraps the policy (rank 0's weights on every process), global loss normalizers.
         self.updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, args,
                                      pad if pad is not None else self.tokenizer.eos_token_id, dist=self.dist)
+        self.updater.progress = self.progress
         self.step = 0
         self.last_outcome: StepOutcome | None = None
         # transformers.TrainerCallback objects: transformers' CallbackHandler, state and control.
@@ -351,6 +355,7 @@ class ERLTrainer:
             self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
         bar = self._progress()
         self._step_start = None
+        self._training = True
         self.hf_callbacks.event("train_begin")
         flags = self.hf_callbacks  # flags.control: what the TrainerCallbacks asked for, read after each event
         try:
@@ -375,8 +380,9 @@ class ERLTrainer:
             self._stopped(error)
             raise
         finally:
-            self._step_start = None
+            self._step_start, self._training = None, False
             bar.close()
+            self.progress.close_all()  # a phase's bar an error left open
             self.history.close_reporter()
         if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
@@ -438,7 +444,7 @@ class ERLTrainer:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
         mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
         attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
-                                 params=self.ctx.eval_params()) if mine else []
+                                 params=self.ctx.eval_params(), desc="evaluation") if mine else []
         attempts = self.dist.gather(attempts)
         metrics = eval_metrics(attempts)
         metrics.update({f"eval/{k}": v for k, v in self._logged_metrics().items()})
@@ -447,6 +453,8 @@ class ERLTrainer:
         if log:
             self.history.log({STEP: self.step, **metrics}, kind="eval")
             self.hf_callbacks.event("log", logs=self.history.records[-1])
+            if not self._training:  # train() finishes its tracker runs itself, at its end
+                self.history.close_reporter()
         self.hf_callbacks.event("evaluate", metrics=metrics)
         return metrics
 
@@ -466,6 +474,7 @@ class ERLTrainer:
     # --- checkpoints -----------------------------------------------------------------------------
     _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
     _step_start: TrainingState | None = None  # where the running step began (None between steps)
+    _training = False  # inside train(), which closes the tracker runs at its end
 
     def save_checkpoint(self) -> str:
         """Write ``<output_dir>/checkpoint-<step>`` (see :mod:`erl_lite.checkpoint`) and rotate

@@ -31,7 +31,7 @@ TRL_ACCEPTED: tuple[str, ...] = (
     "logging_steps", "report_to", "eval_steps", "save_steps", "save_total_limit", "seed", "num_generations",
     "max_completion_length", "steps_per_generation", "temperature", "top_p", "top_k", "generation_kwargs",
     "chat_template_kwargs", "beta", "epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards",
-    "loss_type", "push_to_hub", "hub_model_id", "hub_private_repo",
+    "loss_type", "push_to_hub", "hub_model_id", "hub_private_repo", "project",
 )
 
 
@@ -170,9 +170,9 @@ TRL_REFUSED: dict[str, str] = {
         "include_num_input_tokens_seen", "log_level", "log_level_replica", "skip_memory_metrics", "debug",
         "num_completions_to_print", "log_unique_prompts", "log_multimodal")},
     "log_completions_hub_repo": _HUB,
-    **{name: ("the trackio/wandb project is WANDB_PROJECT (wandb) or 'erl-lite'; start your own run with "
-              "wandb.init(project=...) before training to choose it")
-       for name in ("project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id")},
+    **{name: ("erl_lite's Trackio runs log locally, to the project ERLConfig.project names; "
+              "no Space or bucket is set up")
+       for name in ("trackio_space_id", "trackio_bucket_id", "trackio_static_space_id")},
     # --- evaluation ---
     **{name: _EVAL for name in (
         "eval_strategy", "eval_delay", "per_device_eval_batch_size", "prediction_loss_only", "eval_on_start",

@@ -46,6 +46,7 @@ from erl_lite.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
 from erl_lite.models import keep_4bit_trainable
 from erl_lite.distributed import SINGLE_PROCESS, DataParallel
 from erl_lite.losses import LossStats, first_non_finite, normalizer_for, policy_objective
+from erl_lite.progress import NO_PROGRESS, Progress
 from erl_lite.records import ROLES, TrainSample
 
 #: Roles with a policy-gradient advantage (their mean |A| is logged).
@@ -313,6 +314,7 @@ class PolicyUpdater:
 
     max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
+    progress: Progress = NO_PROGRESS  # the update's bar, a tick per micro-batch (the trainer sets it)
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int,
                  dist: DataParallel = SINGLE_PROCESS) -> None:
@@ -375,6 +377,8 @@ class PolicyUpdater:
         plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
         tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
+        # Closed below, or on an error by the trainer (Progress.close_all).
+        bar = self.progress.bar("update", len(flat), unit="micro-batch")
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
             self.optimizer.zero_grad(set_to_none=True)
@@ -385,11 +389,13 @@ class PolicyUpdater:
                     bad = _non_finite_roles(batch, stats)
                     if bad:  # its gradient would poison the step, which is skipped anyway
                         bad_roles += [r for r in bad if r not in bad_roles]
+                        bar.update(1)
                         continue
                     # DDP averages over processes; each loss is already this process's share of the
                     # global loss (global normaliser), so scale by the process count to get the sum.
                     (loss * self.dist.world_size).backward()
                 mini.add(batch, stats)
+                bar.update(1)
             at += len(batches)
             self._sync_gradients()  # DDP: the global batch's gradient before clipping
             params = [p for p in self.model.parameters() if p.requires_grad]
@@ -408,6 +414,7 @@ class PolicyUpdater:
             _check_finite_weights([(n, p) for n, p in self.model.named_parameters() if p.requires_grad], where)
             tally.merge(mini)
             grad_norm, taken, self.skipped_in_a_row = norm_now, taken + 1, 0
+        bar.close()
         self.optimizer.zero_grad(set_to_none=True)
         return tally.reduced(self.dist).result(counts, advantage, grad_norm, taken, k - taken)
 

@@ -204,9 +204,14 @@ def _fake_wandb():
 
     def init(**kw):
         mod.calls.append(("init", kw))
-        mod.run = object()
+        mod.run = types.SimpleNamespace(id=kw.get("id") or f"run{len(mod.calls)}")
+        return mod.run
 
-    mod.init = init
+    def finish():
+        mod.calls.append(("finish",))
+        mod.run = None
+
+    mod.init, mod.finish = init, finish
     mod.define_metric = lambda *a, **kw: mod.calls.append(("define_metric", a, kw))
     mod.log = lambda data, **kw: mod.calls.append(("log", data, kw))
     mod.Table = _Table
@@ -217,7 +222,12 @@ def _fake_wandb():
 def _fake_trackio():
     mod = types.ModuleType("trackio")
     mod.calls = []
-    mod.init = lambda **kw: mod.calls.append(("init", kw))
+
+    def init(**kw):
+        mod.calls.append(("init", kw))
+        return types.SimpleNamespace(name=kw.get("name") or "dancing-trackio-1")
+
+    mod.init = init
     mod.log = lambda data, step=None: mod.calls.append(("log", data, step))
     mod.finish = lambda: mod.calls.append(("finish",))
     mod.Table = _Table
@@ -261,6 +271,105 @@ def test_trackio_gets_scalars_at_their_step_and_is_finished(tok, monkeypatch):
     assert [data["gate/rate"] for data, _ in logs if "gate/rate" in data] == [
         r["gate/rate"] for r in history.of_kind("train")]
     assert trackio.calls[-1] == ("finish",) and trackio.calls[0][0] == "init"
+
+
+# --- tracker runs are finished, and continue when train() is called again ------------------------------
+def _fake(name):
+    return _fake_wandb() if name == "wandb" else _fake_trackio()
+
+
+def _steps_logged(mod):
+    return [c[1]["train/global_step"] if c[0] == "log" and "train/global_step" in c[1] else c[2]
+            for c in mod.calls if c[0] == "log" and "reward/first" in c[1]]
+
+
+@pytest.mark.parametrize("name", ["wandb", "trackio"])
+def test_the_run_is_finished_at_the_end_of_train(tok, monkeypatch, name):
+    mod = _fake(name)
+    monkeypatch.setitem(sys.modules, name, mod)
+    _trainer(tok, report_to=name, max_steps=2).train()
+    assert [c[0] for c in mod.calls].count("init") == 1 and mod.calls[-1] == ("finish",)
+
+
+@pytest.mark.parametrize("name", ["wandb", "trackio"])
+@pytest.mark.parametrize("fail_at", [1, 2])
+def test_a_failed_train_finishes_the_run_and_a_second_train_continues_it(tok, monkeypatch, name, fail_at):
+    mod = _fake(name)
+    monkeypatch.setitem(sys.modules, name, mod)
+    trainer = _trainer(tok, report_to=name, max_steps=3)
+
+    def stop(trainer, record):
+        if record.step == fail_at and not getattr(stop, "done", False):
+            stop.done = True
+            raise RuntimeError("stopped by a callback")
+
+    trainer.callbacks = [stop]
+    with pytest.raises(RuntimeError, match="stopped"):
+        trainer.train()
+    assert mod.calls[-1] == ("finish",)  # nothing left open at the error
+    trainer.train()  # continues from the step after the failure
+    inits = [c[1] for c in mod.calls if c[0] == "init"]
+    assert len(inits) == 2 and mod.calls[-1] == ("finish",)
+    if name == "wandb":  # the same run, resumed
+        assert inits[1]["id"] == "run1" and inits[1]["resume"] == "allow"
+    else:
+        assert inits[1]["name"] == "dancing-trackio-1" and inits[1]["resume"] == "allow"
+    assert _steps_logged(mod) == [1, 2, 3]
+
+
+def test_a_wandb_run_the_user_started_is_left_to_them(tok, monkeypatch):
+    wandb = _fake_wandb()
+    wandb.run = types.SimpleNamespace(id="mine")
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    _trainer(tok, report_to="wandb", max_steps=1).train()
+    assert not [c for c in wandb.calls if c[0] in ("init", "finish")] and wandb.run.id == "mine"
+
+
+@pytest.mark.parametrize("name", ["wandb", "trackio"])
+def test_an_evaluation_logged_after_train_is_sent_and_finished(tok, monkeypatch, name):
+    mod = _fake(name)
+    monkeypatch.setitem(sys.modules, name, mod)
+    trainer = _trainer(tok, report_to=name, max_steps=1)
+    trainer.train()
+    trainer.evaluate(log=True)
+    assert any(c[0] == "log" and "eval/reward" in c[1] for c in mod.calls) and mod.calls[-1] == ("finish",)
+
+
+# --- the project name ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, env_var", [("wandb", "WANDB_PROJECT"), ("trackio", "TRACKIO_PROJECT")])
+@pytest.mark.parametrize("project, env_value, expected", [
+    (None, None, "erl-lite"), ("lab-3", None, "lab-3"), (None, "from-env", "from-env"),
+    ("lab-3", "from-env", "lab-3"),  # the field, set in code, wins over the environment
+])
+def test_the_project_is_the_field_else_the_trackers_variable(tok, monkeypatch, name, env_var, project,
+                                                             env_value, expected):
+    mod = _fake(name)
+    monkeypatch.setitem(sys.modules, name, mod)
+    for var in ("WANDB_PROJECT", "TRACKIO_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    if env_value is not None:
+        monkeypatch.setenv(env_var, env_value)
+    _trainer(tok, report_to=name, max_steps=1, project=project).train()
+    [init] = [c[1] for c in mod.calls if c[0] == "init"]
+    assert init["project"] == expected
+
+
+@pytest.mark.parametrize("bad", ["", "   ", 3, ["a"]])
+def test_a_bad_project_names_the_field(bad):
+    with pytest.raises((TypeError, ValueError), match="project"):
+        ERLConfig(project=bad)
+
+
+def test_the_project_is_a_cli_flag_and_does_not_block_a_resume():
+    import argparse
+
+    from erl_lite.config_cli import add_config_arguments, given_fields
+    from erl_lite.identity import RESUMABLE_FIELDS
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    assert given_fields(parser.parse_args(["--project", "lab-3"])) == {"project": "lab-3"}
+    assert "project" in RESUMABLE_FIELDS
 
 
 # --- frac_reward_zero_std ----------------------------------------------------------------------------

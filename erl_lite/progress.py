@@ -1,0 +1,89 @@
+"""Progress inside a step: one short-lived bar per phase (first attempts, reflections, second
+attempts, the update) and one for evaluation, under the trainer's step bar.
+
+A phase asks its :class:`Progress` for a bar with ``progress.bar(desc, total, unit)`` and ticks
+it as work finishes: sequences (episodes or reflections) for the sampling phases, micro-batches
+for the update. The bars are ``tqdm.auto`` bars, the kind the step bar is (a widget in a
+notebook, a line on stderr in a terminal), left on screen only while their phase runs. A
+:class:`Progress` whose ``enabled`` says no (``ERLConfig.progress_bar=False``, or a process
+other than the main one under DDP) hands out bars that show nothing; the phases' code is the
+same either way.
+
+Why a hook of our own and not ``transformers.trainer_callback.ProgressCallback``: that callback
+is driven by ``transformers.Trainer``'s loop, which erl_lite does not run, and it knows only
+optimizer steps, not the phases inside one.
+
+A sampling bar ticks when episodes *finish*: one batched ``generate`` call per model turn means
+single-turn episodes all finish together, so the bar moves per turn, not per token.
+
+Departures from the paper: none (display only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class _Silent:
+    """A bar that shows nothing (same methods as a tqdm bar)."""
+
+    n = 0
+
+    def update(self, n: int = 1) -> None:
+        """Ignore ``n`` finished items."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def __enter__(self) -> "_Silent":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_SILENT = _Silent()
+
+
+class Progress:
+    """Makes the bars of the phases; ``enabled`` (a bool, or a function read at each bar) says
+    whether they show.
+
+    Example:
+        >>> with Progress(enabled=False).bar("first attempts", 4) as bar:
+        ...     bar.update(4)
+        >>> bar.n
+        0
+    """
+
+    def __init__(self, enabled: bool | Callable[[], bool] = True) -> None:
+        self.enabled = enabled
+        self._bars: list[Any] = []  # bars handed out, so an error cannot leave one on screen
+
+    def on(self) -> bool:
+        """Whether bars show now (a setting changed after the trainer was built counts)."""
+        return bool(self.enabled() if callable(self.enabled) else self.enabled)
+
+    def bar(self, desc: str, total: int, unit: str = "seq") -> Any:
+        """A bar of ``total`` items (a context manager; ``update(n)`` ticks ``n`` of them).
+
+        ``leave=False``: the bar disappears when its phase ends, so the step bar above it
+        stays the one line that remains.
+        """
+        if not self.on() or total <= 0:
+            return _SILENT
+        from tqdm.auto import tqdm
+
+        self._bars = [b for b in self._bars if not getattr(b, "disable", False)]  # tqdm closed: disable
+        self._bars.append(tqdm(desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=True))
+        return self._bars[-1]
+
+    def close_all(self) -> None:
+        """Close every bar still open (a phase stopped by an error; closing twice is harmless)."""
+        bars, self._bars = self._bars, []
+        for b in bars:
+            b.close()
+
+
+#: Bars that never show: the default of phase contexts and updaters built outside a trainer.
+NO_PROGRESS = Progress(enabled=False)
