@@ -70,16 +70,14 @@ from safetensors.torch import load_file, save_file
 from erl_lite.history import History
 from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.jsonio import read_json, read_jsonl
+from erl_lite.layout import (  # noqa: F401 - re-exported
+    ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, TRAINABLE_WEIGHTS, adapter_folder, write_adapter)
 from erl_lite.losses import first_non_finite
 from erl_lite.memory import ReflectionMemory, check_memory_state
 
 # 1: the first layout, with a pickled rng.pt (never loaded: it could run code); 2: the adapter in
 # adapter/, erl_lite's own schema in trainer_state.json (migrated on load); 3: Hugging Face's layout.
 FORMAT = 3
-ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft.utils.constants.SAFETENSORS_WEIGHTS_NAME
-TRAINABLE_WEIGHTS = "trainable.safetensors"
-ERL_STATE = "erl_state.json"
-HF_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 
 class CheckpointError(RuntimeError):
@@ -195,7 +193,7 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
 
 def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
     """The model's part of a checkpoint (also ``ERLTrainer.save_model``'s): a LoRA policy's adapter
-    in PEFT's format with the ``erl_lite.json`` note (:func:`erl_lite.results.save_adapter`), or,
+    in PEFT's format with the ``erl_lite.json`` note (:func:`erl_lite.layout.write_adapter`), or,
     without LoRA, ``trainable.safetensors``; the tokenizer next to it. Returns the weights' file name.
 
     Why a run without LoRA keeps ``trainable.safetensors`` rather than ``save_pretrained``'s
@@ -205,9 +203,7 @@ def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
     full model with ``save_pretrained`` for users.
     """
     if hasattr(model, "peft_config"):
-        from erl_lite.results import save_adapter  # (results imports the trainer's modules)
-
-        save_adapter(model, tokenizer, folder)
+        write_adapter(model, tokenizer, folder)
         return ADAPTER_WEIGHTS
     tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
     save_file(tensors, os.path.join(folder, TRAINABLE_WEIGHTS))
@@ -291,15 +287,6 @@ def run_record(path: str) -> dict[str, Any]:
         raise CheckpointError(f"{os.path.join(path, name)} has format {meta.get('format')!r}; this erl_lite "
                               f"reads formats 2 and {FORMAT}")
     return meta
-
-
-def adapter_folder(path: str) -> str:
-    """Where a checkpoint folder's PEFT adapter is: the folder itself, or ``adapter/`` in format 2."""
-    old = os.path.join(path, "adapter")
-    if not os.path.isfile(os.path.join(path, "adapter_config.json")) and os.path.isfile(
-            os.path.join(old, "adapter_config.json")):
-        return old
-    return path
 
 
 def read_checkpoint(path: str) -> TrainingState:

@@ -46,9 +46,8 @@ from typing import Any, Literal
 
 import torch
 
-#: The note :func:`erl_lite.results.save_adapter` leaves in an adapter folder: how its base
-#: was loaded, which the adapter's own ``adapter_config.json`` does not record.
-NOTE_FILE = "erl_lite.json"
+# NOTE_FILE (erl_lite.json): the note save_adapter leaves next to an adapter, how its base was loaded.
+from erl_lite.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -142,8 +141,6 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
 
 def _not_an_adapter(folder: str) -> str:
     """Why ``folder`` cannot be exported, and what to pass instead."""
-    from erl_lite.checkpoint import ERL_STATE, HF_STATE, adapter_folder
-
     checkpoint = next((f for f in (folder, os.path.dirname(os.path.abspath(folder)))
                        if any(os.path.isfile(os.path.join(f, n)) for n in (ERL_STATE, HF_STATE))), None)
     if checkpoint is not None and os.path.isfile(os.path.join(adapter_folder(checkpoint), "adapter_config.json")):

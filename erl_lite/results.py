@@ -135,7 +135,7 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
-    Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.export.NOTE_FILE`): the base
+    Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.layout.NOTE_FILE`): the base
     model, whether it was 4-bit (which :func:`erl_lite.export.export_merged` needs and peft does
     not record) and ``evaluation`` when given. ``push_to_hub="user/name"`` then uploads the
     folder (network and a write token needed; private unless ``private=False``).
@@ -151,22 +151,11 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
         ('4bit', True)
     """
     from erl_lite import export
-    from erl_lite.models import _base_model, _is_4bit
+    from erl_lite.layout import write_adapter
 
-    if not hasattr(model, "peft_config"):
-        raise ValueError("save_adapter needs a LoRA policy (a peft model); a fully fine-tuned model "
-                         "is saved with model.save_pretrained(folder)")
     path = os.fspath(folder)
-    os.makedirs(path, exist_ok=True)
-    model.save_pretrained(path)
-    if tokenizer is not None:  # a checkpoint written without one (checkpoint.save_checkpoint's default)
-        tokenizer.save_pretrained(path)
-    base = getattr(_base_model(model).config, "_name_or_path", "") or ""
-    quantization = "4bit" if _is_4bit(model) else "none"
-    note = {"base_model": base, "base_quantization": quantization,
-            "evaluation": evaluation.to_dict() if evaluation is not None else None}
-    with open(os.path.join(path, export.NOTE_FILE), "w", encoding="utf-8") as f:
-        json.dump(note, f, indent=1)
+    note = write_adapter(model, tokenizer, path, evaluation.to_dict() if evaluation is not None else None)
+    base, quantization = note["base_model"], note["base_quantization"]
     url = export.push_to_hub(path, push_to_hub, private=private) if push_to_hub else None
     return SavedAdapter(path, base, quantization, url)
 

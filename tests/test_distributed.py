@@ -215,14 +215,17 @@ def train_records(records):
 
 def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
     from accelerate import debug_launcher
-    from safetensors.torch import load_file
+
+    from erl_lite.checkpoint import read_checkpoint
 
     root = str(tmp_path)
     one = make_trainer(os.path.join(root, "one"), max_steps=2)
     before = trainable(one)
     one.train()
     ref = train_records(one.history.records)
-    ref_step1_weights = load_file(os.path.join(root, "one", "checkpoint-1", "trainable.safetensors"))
+    # The checkpoint holds PEFT's adapter, whose tensor names drop the adapter name ("default").
+    saved = read_checkpoint(os.path.join(root, "one", "checkpoint-1")).trainable
+    ref_step1_weights = {n: saved[n.replace(".default.", ".")] for n in before}
     ref_step1_memory = json.load(open(os.path.join(root, "one", "checkpoint-1", "memory.json")))
     assert ref[0]["memory/writes"] == 3 and ref[0]["samples/reflection"] == 6 and ref[0]["loss/total"] != 0
 

@@ -122,8 +122,8 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     lines = (tmp_path / "split" / "history.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4]
     ck = tmp_path / "split" / "checkpoint-4"
-    assert {"trainable.safetensors", "optimizer.pt", "rng.json", "memory.json", "history.jsonl",
-            "trainer_state.json", "adapter"} <= set(os.listdir(ck))
+    assert {"adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "rng.json", "memory.json",
+            "history.jsonl", "trainer_state.json", "erl_state.json"} <= set(os.listdir(ck))
 
 
 @pytest.mark.slow
@@ -142,7 +142,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path, tok):
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
     assert os.path.isdir(tmp_path / "checkpoint-1")
-    assert json.loads((tmp_path / "checkpoint-1" / "trainer_state.json").read_text())["step"] == 1
+    assert json.loads((tmp_path / "checkpoint-1" / "trainer_state.json").read_text())["global_step"] == 1
 
 
 def test_bad_trainer_arguments(tok):

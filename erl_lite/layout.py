@@ -1,0 +1,61 @@
+"""What a run saves, by name: Hugging Face's file layout, and a LoRA adapter written with its note.
+
+The names every reader of a run's folder shares (checkpoint, export, results, the CLI), kept in
+one module below all of them so that none imports another just for a file name:
+
+* ``adapter_model.safetensors`` + ``adapter_config.json`` — PEFT's adapter, at the root of a
+  ``checkpoint-<step>`` folder and of ``output_dir`` (``PeftModel.from_pretrained`` reads it);
+* ``trainer_state.json`` — ``transformers.TrainerState``; ``erl_state.json`` — erl_lite's own;
+* ``trainable.safetensors`` — a run without LoRA: its trainable tensors by parameter name;
+* ``erl_lite.json`` — the note next to an adapter: base model, 4-bit or not, evaluation.
+
+Departures from the paper: none (the paper's code saves with its own trainer's layout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft.utils.constants.SAFETENSORS_WEIGHTS_NAME
+TRAINABLE_WEIGHTS = "trainable.safetensors"
+ERL_STATE = "erl_state.json"
+HF_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
+NOTE_FILE = "erl_lite.json"
+
+
+def adapter_folder(path: str) -> str:
+    """Where a checkpoint folder's PEFT adapter is: the folder itself, or ``adapter/`` in format 2.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> adapter_folder(d) == d
+        True
+    """
+    old = os.path.join(path, "adapter")
+    if not os.path.isfile(os.path.join(path, "adapter_config.json")) and os.path.isfile(
+            os.path.join(old, "adapter_config.json")):
+        return old
+    return path
+
+
+def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write a LoRA policy's adapter (PEFT's ``save_pretrained``), the tokenizer (unless None) and
+    the :data:`NOTE_FILE` note (the base model and whether it was 4-bit, which merging needs and
+    PEFT does not record). Returns the note."""
+    from erl_lite.models import _base_model, _is_4bit
+
+    if not hasattr(model, "peft_config"):
+        raise ValueError("save_adapter needs a LoRA policy (a peft model); a fully fine-tuned model "
+                         "is saved with model.save_pretrained(folder)")
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder)
+    if tokenizer is not None:  # a checkpoint written without one (checkpoint.save_checkpoint's default)
+        tokenizer.save_pretrained(folder)
+    note = {"base_model": getattr(_base_model(model).config, "_name_or_path", "") or "",
+            "base_quantization": "4bit" if _is_4bit(model) else "none", "evaluation": evaluation}
+    with open(os.path.join(folder, NOTE_FILE), "w", encoding="utf-8") as f:
+        json.dump(note, f, indent=1)
+    return note
