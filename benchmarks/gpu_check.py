@@ -228,7 +228,8 @@ def run_config(plan: Plan, mode: str) -> ERLConfig:
     if plan.tiny:  # CPU: short budgets keep the 4-bit CPU path at seconds
         overrides.update(max_completion_length=32, max_episode_length=1024, max_reflection_length=32,
                          max_reflection_prompt_length=768, num_generations=2)
-    return ERLConfig.preset("gpu", **overrides)
+    # output_dir=None: every mode runs in memory (no files, no run-folder clash between modes)
+    return ERLConfig.preset("gpu", output_dir=None, **overrides)
 
 
 def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype: str) -> dict[str, Any]:

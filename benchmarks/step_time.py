@@ -138,6 +138,7 @@ def erl_lite_trainer(path: str, rows: list[dict], s: Settings, mode: str) -> Any
         beta=s.beta, epsilon=0.2, epsilon_high=0.28, loss_type="token_mean", learning_rate=s.learning_rate,
         weight_decay=0.01, max_grad_norm=1.0, steps_per_generation=1,
         per_device_train_batch_size=s.micro_batch, eval_steps=0, progress_bar=False,
+        output_dir=None,  # timed in memory: no checkpoint or final-model write inside the timing
     )
     return ERLTrainer(model=model, processing_class=tok, args=cfg, reward_funcs=even_code_sum, train_dataset=rows)
 

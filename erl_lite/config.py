@@ -282,9 +282,10 @@ class ERLConfig:
     eval_top_k: int = 0
     """Top-k sampling for evaluation (0 = off). The paper evaluates with 20 (``paper`` and
     ``gpu`` presets)."""
-    output_dir: str | None = None
-    """Where history, samples and checkpoints go (None = keep in memory only). One folder holds
-    one run: a fresh run (not a resume) into a folder that already holds another run's
+    output_dir: str | None = "trainer_output"
+    """Where history, samples, checkpoints and the final model go: transformers' and TRL's
+    default folder, relative to the working directory (None = keep in memory only, write no
+    file). One folder holds one run: a fresh run (not a resume) into a folder that already holds another run's
     checkpoints or history stops before its first step, unless ``overwrite_output_dir``."""
     overwrite_output_dir: bool = False
     """Let a fresh run start in an ``output_dir`` that holds another run, deleting that run's

@@ -21,6 +21,8 @@ Departures from the paper: none (display only).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Callable
 
 
@@ -77,6 +79,22 @@ class Progress:
         self._bars = [b for b in self._bars if not getattr(b, "disable", False)]  # tqdm closed: disable
         self._bars.append(tqdm(desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=True))
         return self._bars[-1]
+
+    @contextlib.contextmanager
+    def library_bars(self) -> Iterator[None]:
+        """transformers' own bars (``save_pretrained``'s "Writing model shards") follow this
+        setting while inside: off when these bars are off. transformers' switch is global, so it
+        is put back as it was on the way out."""
+        from transformers.utils import logging as hf_logging
+
+        was_on = hf_logging.is_progress_bar_enabled()
+        if was_on and not self.on():
+            hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if was_on:
+                hf_logging.enable_progress_bar()
 
     def close_all(self) -> None:
         """Close every bar still open (a phase stopped by an error; closing twice is harmless)."""

@@ -347,8 +347,9 @@ class ERLTrainer:
         if resume_from_checkpoint:
             self._resume(resume_from_checkpoint, ignore_config_mismatch)
         elif not continuing and self.args.output_dir:
-            self._claim_output_dir()
-            self.history.rewrite()  # start the files afresh
+            if not self._claimed:  # an evaluate(log=True) before train() may have taken it already
+                self._claim_output_dir()
+            self.history.rewrite()  # the files afresh, from this trainer's records
         if self.step > self.args.max_steps:
             raise ValueError(self._past_max_steps(self.step, "this trainer"))
         if not continuing:
@@ -451,6 +452,8 @@ class ERLTrainer:
         if isinstance(self.env, MultiEnvironment):
             metrics.update(env_eval_metrics(attempts, self.env.env_name, self.env.names))
         if log:
+            if self.args.output_dir and not self._claimed and self.step == 0:
+                self._claim_output_dir()  # this writes the run's first record: the folder becomes this run's
             self.history.log({STEP: self.step, **metrics}, kind="eval")
             self.hf_callbacks.event("log", logs=self.history.records[-1])
             if not self._training:  # train() finishes its tracker runs itself, at its end
@@ -473,6 +476,7 @@ class ERLTrainer:
 
     # --- checkpoints -----------------------------------------------------------------------------
     _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
+    _claimed = False  # output_dir checked to hold no other run, and taken by this one (first write)
     _step_start: TrainingState | None = None  # where the running step began (None between steps)
     _training = False  # inside train(), which closes the tracker runs at its end
 
@@ -510,7 +514,8 @@ class ERLTrainer:
                 json.dump(self.args.to_dict(), f, indent=1)
             return folder
 
-        return self.dist.on_main(write, default=folder)
+        with self.progress.library_bars():
+            return self.dist.on_main(write, default=folder)
 
     def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True,
                     token: str | None = None, revision: str | None = None, **kwargs: Any) -> str | None:
@@ -540,6 +545,10 @@ class ERLTrainer:
                                  default=None)
 
     def _write_checkpoint(self) -> str:
+        with self.progress.library_bars():
+            return self._save_files()
+
+    def _save_files(self) -> str:
         return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
                                self.memory, self.history, self._run_identity(), self.args.save_total_limit,
                                tokenizer=self.tokenizer, hf_state=self._hf_state())
@@ -566,6 +575,7 @@ class ERLTrainer:
         # so all of them see the same folder and take the same decision.
         self.dist.barrier()
         if not found:
+            self._claimed = True
             return
         if not self.args.overwrite_output_dir:
             raise CheckpointError(
@@ -576,6 +586,7 @@ class ERLTrainer:
                 "checkpoints and history and start afresh")
         if self.dist.is_main:
             remove_previous_run(self.args.output_dir)
+        self._claimed = True
 
     def _past_max_steps(self, step: int, where: str) -> str:
         """The refusal of a ``max_steps`` below the step a run already reached (HF's Trainer

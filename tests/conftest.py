@@ -92,3 +92,19 @@ def assert_close_rel(got: torch.Tensor, want: torch.Tensor, rel: float, msg: str
     """
     scale = max(float(want.detach().abs().max()) if want.numel() else 0.0, torch.finfo(want.dtype).tiny)
     torch.testing.assert_close(got, want, rtol=0, atol=rel * scale, msg=msg or None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_runs_in_a_fresh_folder(tmp_path_factory):
+    """The same for a module's shared fixtures (they are built before any test's own folder)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("module_cwd"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _run_in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty working directory: a run left at ERLConfig's default
+    ``output_dir`` ("trainer_output", relative, as in transformers) lands there, never in the
+    repository, and never meets another test's run."""
+    monkeypatch.chdir(tmp_path)

@@ -284,7 +284,7 @@ def test_a_hub_name_is_not_taken_for_a_path():
 
 
 @pytest.mark.parametrize("flags, message", [
-    ([], "--resume needs --out"),
+    ([], "nothing to resume: no checkpoint-<step> folder in trainer_output"),  # the default output_dir
     (["--out", "{tmp}"], "nothing to resume: no checkpoint-<step> folder in {tmp}"),
     (["--out", "{tmp}/new"], "nothing to resume: no checkpoint-<step> folder in {tmp}/new"),
 ])

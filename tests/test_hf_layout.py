@@ -247,3 +247,28 @@ def test_push_to_hub_saves_then_uploads_only_when_asked(run, copy, monkeypatch):
 def test_hub_settings_are_checked_when_the_config_is_built(given, words):
     with pytest.raises(ValueError, match=words):
         ERLConfig(**given)
+
+
+# --- where a run goes when no output_dir is given ------------------------------------------------
+@pytest.mark.parametrize("make", [lambda: ERLConfig(), lambda: ERLConfig.preset("cpu"), lambda: ERLConfig.preset("gpu")],
+                         ids=["ERLConfig", "cpu", "gpu"])
+def test_the_default_output_dir_is_transformers_trainer_output(make):
+    from transformers import TrainingArguments
+
+    assert make().output_dir == TrainingArguments(output_dir=None).output_dir == "trainer_output"
+
+
+@pytest.mark.slow
+def test_a_run_without_output_dir_saves_in_trainer_output_and_none_saves_nothing(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = {k: v for k, v in ARGS.items() if k != "save_steps"}
+    torch.manual_seed(0)
+    model, tok = load_policy(run.base, peft="lora", lora_r=2, device="cpu")
+    ERLTrainer(model=model, processing_class=tok, args=ERLConfig.preset("cpu", **{**args, "max_steps": 1}),
+               reward_funcs=vowel_reward, train_dataset=ROWS).train()
+    assert {"adapter_config.json", "checkpoint-1", "history.jsonl"} <= set(os.listdir(tmp_path / "trainer_output"))
+    shutil.rmtree(tmp_path / "trainer_output")
+    ERLTrainer(model=model, processing_class=tok, args=ERLConfig.preset("cpu", **{**args, "max_steps": 1},
+                                                                         output_dir=None),
+               reward_funcs=vowel_reward, train_dataset=ROWS).train()
+    assert os.listdir(tmp_path) == []  # None: kept in memory, no file written

@@ -35,7 +35,7 @@ def logged_keys():
     for mode in ("erl", "erl_simple", "rlvr"):
         args = ERLConfig.preset("cpu", mode=mode, max_steps=1, num_tasks_per_step=4, num_generations=2,
                                max_completion_length=8, max_reflection_length=12, eval_steps=1,
-                               eval_num_generations=1, progress_bar=False, beta=0.0)
+                               eval_num_generations=1, progress_bar=False, beta=0.0, output_dir=None)
         trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=say_reward,
                              train_dataset=ROWS, eval_dataset=ROWS[:1],
                              generator=ScriptedGenerator(tok, _script))

@@ -106,7 +106,7 @@ def _count_micro_batches(trainer):
 ])
 def test_a_step_shows_each_phase_and_the_update(tok, bars, mode, tasks, generations, micro, beta):
     trainer = _trainer(tok, mode=mode, num_tasks_per_step=tasks, num_generations=generations,
-                       per_device_train_batch_size=micro, beta=beta,
+                       per_device_train_batch_size=micro, beta=beta, output_dir=None,  # no saving bars
                        **({"lora_r": 4} if beta else {}))  # the KL reference is the adapter switched off
     trained = _count_micro_batches(trainer)
     trainer.train()

@@ -296,7 +296,7 @@ def test_the_run_is_finished_at_the_end_of_train(tok, monkeypatch, name):
 def test_a_failed_train_finishes_the_run_and_a_second_train_continues_it(tok, monkeypatch, name, fail_at):
     mod = _fake(name)
     monkeypatch.setitem(sys.modules, name, mod)
-    trainer = _trainer(tok, report_to=name, max_steps=3)
+    trainer = _trainer(tok, report_to=name, max_steps=3, output_dir=None)  # Trackio names the run itself
 
     def stop(trainer, record):
         if record.step == fail_at and not getattr(stop, "done", False):
@@ -402,7 +402,7 @@ def test_frac_reward_zero_std_in_a_run(tok):
         return "no" if ("Say 0." in prompt or "Say 1." in prompt) else "3"
 
     args = ERLConfig.preset("cpu", max_steps=2, num_tasks_per_step=4, num_generations=2, max_completion_length=8,
-                            max_reflection_length=48, eval_steps=0, progress_bar=False, beta=0.0)
+                            max_reflection_length=48, eval_steps=0, progress_bar=False, beta=0.0, output_dir=None)
     history = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=say_reward,
                          train_dataset=ROWS, generator=ScriptedGenerator(tok, script)).train()
     for record in history.of_kind("train"):

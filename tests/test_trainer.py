@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from erl_lite.checkpoint import CheckpointError
 from erl_lite.config import ERLConfig
 from erl_lite.generation import ScriptedGenerator
 from erl_lite.history import METRIC_GLOSSARY
@@ -168,3 +169,21 @@ def test_evaluate_can_record_itself_in_the_history():
     after = trainer.evaluate(log=True)
     steps, values = trainer.history.series("eval/success", kind="eval")
     assert steps == [0, 1] and values == [before["eval/success"], after["eval/success"]]
+
+
+@pytest.mark.parametrize("folder", ["given", "default"])
+def test_an_evaluation_logged_before_train_is_part_of_the_run_not_another_run(tmp_path, folder):
+    """evaluate(log=True) before train() writes the run's history; train() then continues that
+    run in the same folder (it is not "another run"), and a second trainer there is refused."""
+    tok = tiny_tokenizer()
+    out = {"output_dir": str(tmp_path / "run")} if folder == "given" else {}
+    args = small_args(max_steps=1, beta=0.0, **out)
+    make = lambda: ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args,  # noqa: E731
+                              reward_funcs=digit_reward, train_dataset=ROWS, eval_dataset=ROWS[:2])
+    trainer = make()
+    trainer.evaluate(log=True)
+    trainer.train()
+    lines = [json.loads(x) for x in open(os.path.join(args.output_dir, "history.jsonl"))]
+    assert [(r["kind"], r["step"]) for r in lines][:2] == [("eval", 0), ("train", 1)]
+    with pytest.raises(CheckpointError, match="already holds another run"):
+        make().evaluate(log=True)
