@@ -78,3 +78,18 @@ def test_train_on_the_demo_world_uses_the_demo_preset_unless_another_is_named():
     assert gpu.to_dict() == ERLConfig.preset("gpu", extra={"env": "demo", "small": False}).to_dict()
     demo_elsewhere = train_config(parse(["train", "--preset", "demo", "--env", "frozenlake"]))
     assert demo_elsewhere.max_completion_length == ERLConfig.preset("demo").max_completion_length
+
+
+@pytest.mark.parametrize("function", ["erl_lite.embedded.world:demo_world", "erl_lite.embedded.demo:demo_trainer",
+                                      "erl_lite.embedded.demo:run_demo", "erl_lite.teach.setup:setup"])
+def test_run_seeds_default_to_the_one_default_seed(function):
+    """Every function that takes a run's seed defaults to DEFAULT_SEED (the demo world is drawn by it)."""
+    import importlib
+    import inspect
+
+    from erl_lite.config import DEFAULT_SEED
+
+    module, name = function.split(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    seed = params.get("seed", params.get("run_seed"))
+    assert seed is not None and seed.default == DEFAULT_SEED
