@@ -64,7 +64,8 @@ FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflectio
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
     p.add_argument("--steps", type=int, default=default_steps, help="training iterations")
     p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the run (also picks the demo world's letters)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help="seed of the run (also picks the demo world's letters)")
     p.add_argument("--out", default=None, help="output folder for history, figures, report, checkpoints "
                                                 "(an earlier demo's there are replaced)")
     p.add_argument("--no-memory", action="store_true", help="ablation: ERL without memory")
