@@ -3,14 +3,14 @@
 * ``erl-lite demo`` — the main job: ERL on the embedded tiny model, on the CPU, in minutes;
   writes ``history.jsonl``, figures and a Markdown report to ``--out``.
 * ``erl-lite train`` — the same trainer on a chosen environment (default: the demo world, with
-  the demo's settings) and model (default: the embedded one; a hub name for the GPU preset, or a
+  the ``demo`` preset) and model (default: the embedded one; a hub name for the GPU preset, or a
   local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
   Every :class:`~erl_lite.config.ERLConfig` field is an option (``--learning-rate``,
   ``--no-use-memory``, ...; see :mod:`erl_lite.config_cli`; ``--help`` shows each default), and
   ``--config run.yaml`` reads fields (and ``env``, ``model``, ``preset``, ``small``, ``dataset``,
-  ``reward_funcs``, ``feedback_func``) from a file. Precedence: the preset < the demo's settings
-  (``--env demo``) < the file < the flags. Your own data, as ``trl grpo``:
+  ``reward_funcs``, ``feedback_func``) from a file. Precedence: the preset (default: ``demo`` on
+  ``--env demo``, ``cpu`` elsewhere) < the file < the flags. Your own data, as ``trl grpo``:
   ``erl-lite train --dataset rows.jsonl --reward-funcs mymod:reward [...] [--feedback-func mymod:fb]``
   (functions by ``module:function``, ``path/to/file.py:function`` or TRL's ``module.function``,
   see :mod:`erl_lite.func_specs`); the specs are recorded in the config's ``extra``.
@@ -42,15 +42,15 @@ import sys
 import warnings
 from typing import Any, Sequence
 
-from erl_lite.config import MODES, PRESETS, ERLConfig
+from erl_lite.config import DEFAULT_SEED, MODES, PRESETS, ERLConfig
 from erl_lite.config_cli import (SuggestingParser, add_config_arguments, given_fields, load_config_file,
                                  locate_in_file, shown_value)
 from erl_lite.jsonio import read_json, read_jsonl
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults; a ``--config``
-#: file may set them too.
-RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": "cpu", "small": False}
+#: file may set them too. ``preset`` None: ``demo`` on the demo world, ``cpu`` elsewhere (:func:`run_preset`).
+RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False}
 #: ``erl-lite train``'s options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
 DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func")
 #: The environment ``erl-lite train --dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
@@ -59,14 +59,13 @@ DATASET_ENV = "dataset"
 FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"]}
 FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflection",
                   "--no-internalization": "use_internalization"}
-#: ``erl-lite train`` seeds with 0 unless told otherwise (the seed also picks the demo world).
-CLI_SEED = 0
 
 
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
     p.add_argument("--steps", type=int, default=default_steps, help="training iterations")
     p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
-    p.add_argument("--seed", type=int, default=0, help="seed of the run (also picks the demo world's letters)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help="seed of the run (also picks the demo world's letters)")
     p.add_argument("--out", default=None, help="output folder for history, figures, report, checkpoints "
                                                 "(an earlier demo's there are replaced)")
     p.add_argument("--no-memory", action="store_true", help="ablation: ERL without memory")
@@ -85,10 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "default: the shipped one")
     train = sub.add_parser("train", help="train a model on one of the environments, or on your own data",
                            description="Train with ERL. Every ERLConfig field is an option; values come from "
-                                       "the preset, then (on --env demo) the demo's settings, then --config, "
-                                       "then the flags. The defaults shown are those of the cpu preset on the "
-                                       "demo world (and off it, where they differ); --preset gpu or paper "
-                                       "changes some of them.")
+                                       "the preset (demo on --env demo, cpu elsewhere), then --config, "
+                                       "then the flags. The defaults shown are those of the demo preset on the "
+                                       "demo world (and of the cpu preset off it, where they differ); --preset "
+                                       "gpu or paper changes some of them.")
     train.add_argument("--config", metavar="YAML", default=None,
                        help="run file: ERLConfig fields (and env, model, preset, small); flags override it")
     train.add_argument("--env", choices=ENVIRONMENTS, default=argparse.SUPPRESS,
@@ -100,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
                             "'tiny' = a random 2-layer model built offline (plumbing checks only)")
     train.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
-                       help="ERLConfig.preset's settings under the rest (default: cpu)")
+                       help="ERLConfig.preset's settings under the rest (default: demo on --env demo, cpu elsewhere)")
     _data_arguments(train, train=True)
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     add_config_arguments(train, aliases=FLAG_ALIASES, negations=FLAG_NEGATIONS,
@@ -141,12 +140,10 @@ def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
 
 
 def _shown_defaults() -> dict[str, str]:
-    """The default ``--help`` shows for each field: the demo world's (the default ``--env``), and
-    the cpu preset's where other environments differ."""
-    from erl_lite.embedded.demo import demo_config
-
-    on_demo = demo_config(seed=CLI_SEED).to_dict()
-    elsewhere = ERLConfig.preset("cpu", seed=CLI_SEED).to_dict()
+    """The default ``--help`` shows for each field: the demo preset's (the default ``--env`` is the
+    demo world), and the cpu preset's where other environments differ."""
+    on_demo = ERLConfig.preset(run_preset("demo", None)).to_dict()
+    elsewhere = ERLConfig.preset(run_preset("frozenlake", None)).to_dict()
     return {name: shown_value(value) + ("" if elsewhere[name] == value or name == "extra"
                                         else f"; off the demo world: {shown_value(elsewhere[name])}")
             for name, value in on_demo.items()}
@@ -223,11 +220,24 @@ def _overrides(args: argparse.Namespace) -> dict:
     return o
 
 
+def run_preset(env: str, preset: str | None) -> str:
+    """The preset ``erl-lite train`` builds its config from: ``preset`` when named, else ``demo``
+    on the demo world (the embedded model's budgets, temperatures and schedule) and ``cpu``
+    elsewhere. A named preset is used as it is: no preset is layered on another.
+
+    Example:
+        >>> run_preset("demo", None), run_preset("frozenlake", None), run_preset("demo", "gpu")
+        ('demo', 'cpu', 'gpu')
+    """
+    if preset is not None:
+        return preset
+    return "demo" if env == "demo" else "cpu"
+
+
 def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]:
     """``erl-lite train``'s run options (:data:`RUN_DEFAULTS`' keys) and its
-    :class:`~erl_lite.config.ERLConfig`: the preset, then on ``--env demo`` the demo's own
-    settings (:func:`erl_lite.embedded.demo_config`), then the ``--config`` file, then the
-    flags. The environment is recorded in the config's ``extra`` (``erl-lite eval`` reads it).
+    :class:`~erl_lite.config.ERLConfig`: the preset (:func:`run_preset`), then the ``--config``
+    file, then the flags. The environment is recorded in the config's ``extra`` (``erl-lite eval`` reads it).
 
     Raises ValueError naming the file, key or field when a value is wrong.
     """
@@ -240,20 +250,17 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         run["env"] = DATASET_ENV
     elif run["env"] not in ENVIRONMENTS:
         raise ValueError(f"env must be one of {', '.join(ENVIRONMENTS)}, got {run['env']!r}")
+    run["preset"] = run_preset(run["env"], run["preset"])
     if run["preset"] not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
     if not isinstance(run["small"], bool):
         raise ValueError(f"small must be true or false, got {run['small']!r}")
     flags = given_fields(args)
-    overrides = {"seed": CLI_SEED, **file_fields, **flags}
+    overrides = {**file_fields, **flags}
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
     overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **data}
     try:
-        if run["env"] == "demo":  # the embedded model's world: its budgets, temperatures and schedule
-            from erl_lite.embedded.demo import demo_config
-
-            return run, demo_config(preset=run["preset"], **overrides)
         return run, ERLConfig.preset(run["preset"], **overrides)
     except ValueError as e:  # a field the file set (and no flag overrode): name its line
         if args.config is None:
@@ -380,7 +387,7 @@ def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, A
                                      "feedback_func": feedback and load_function(feedback, "feedback function")}
 
 
-def _environment(name: str, small: bool, seed: int = 0):
+def _environment(name: str, small: bool, seed: int = DEFAULT_SEED):
     from erl_lite import envs
 
     if name == "demo":
@@ -388,7 +395,7 @@ def _environment(name: str, small: bool, seed: int = 0):
         from erl_lite.embedded.world import demo_world
 
         world = demo_world(seed)
-        # The demo's settings turn the progress bar off in favour of one line per step.
+        # The demo preset turns the progress bar off in favour of one line per step.
         return world, None, {"eval_dataset": world.test_tasks(DEMO_EVAL_TASKS), "callbacks": [step_line]}
     if name == "arithmetic":
         from erl_lite.envs.arithmetic import arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset

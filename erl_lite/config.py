@@ -29,6 +29,9 @@ from erl_lite.records import ROLES
 from erl_lite.trl_fields import translate_trl_fields
 
 MODES = ("erl", "erl_simple", "rlvr")
+#: The seed of a run unless told otherwise: the config's default, which the CLI and the notebooks
+#: read. 0, the seed every figure in the README was measured at (TRL and transformers default to 42).
+DEFAULT_SEED = 0
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
 LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
@@ -94,7 +97,7 @@ class ERLConfig:
     so there is no baseline: ``rlvr`` and ``erl_simple``, which train first attempts only, refuse
     it (as TRL refuses G < 2); ``erl`` accepts it with a warning (first attempts, reflections and
     second attempts are then all trained on raw rewards, a REINFORCE without baseline)."""
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     """Seed for task order, sampling and initialisation."""
 
     # --- sampling ----------------------------------------------------------------------
@@ -572,7 +575,9 @@ class ERLConfig:
         return dataclasses.asdict(self)
 
 
-#: Named presets. ``cpu``: tiny models on a laptop CPU in minutes. ``gpu``: a Qwen-class
+#: Named presets, each complete in itself (no preset is a layer on another). ``cpu``: tiny
+#: models on a laptop CPU in minutes. ``demo``: the embedded model on its demo world (``erl-lite
+#: demo``, ``erl-lite train``'s default, the notebooks' cpu setup). ``gpu``: a Qwen-class
 #: 0.5–4B model in 4-bit QLoRA on one consumer GPU (Colab T4/L4 class). ``paper``: the
 #: reference settings of the ERL paper (8×H100 scale; shown for reference).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -582,6 +587,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_episode_length=2048, max_reflection_length=160, max_reflection_prompt_length=1888,
         learning_rate=2e-3, beta=0.0, eval_steps=5, eval_num_generations=2,
         per_device_train_batch_size=16,
+    ),
+    "demo": dict(
+        # Budgets that fit the embedded model: its replies are at most 16 tokens per turn, its
+        # rulebooks about 45 tokens, and its episodes and reflection requests well under 1024.
+        max_completion_length=24, max_episode_length=1024, max_reflection_length=64,
+        max_reflection_prompt_length=1024,
+        # Sampling: a little below 1 keeps the tiny model's moves and rulebooks well formed.
+        temperature=0.7, reflection_temperature=0.5, reflection_top_p=0.9, eval_temperature=0.7,
+        # The training schedule of the demo run. In trial runs on the shipped model (one optimizer
+        # step per iteration then), 5e-4 was too slow for 30 steps, and 2e-3 often got there sooner
+        # but then broke the reflections (no <prompt> block, letters repeated), which 1e-3 kept
+        # well formed.
+        max_steps=30, num_tasks_per_step=8, learning_rate=1e-3, beta=0.0,
+        eval_steps=10, eval_num_generations=2, per_device_train_batch_size=32, progress_bar=False,
+        # The reference's mini-batch rule: one optimizer step per 8 tasks' worth of rows, so RLVR
+        # (8 x 10 first attempts) takes one step and ERL, whose failures add reflection, second
+        # attempt and internalization rows, takes 1-4. With one step for every mode, ERL's first
+        # attempts named a letter in 16% of the replies at step 10 and 88% at step 14 (94% at step
+        # 10 with the rule; the demo reports' timelines).
+        ppo_mini_batch_size=8,
     ),
     # gpu: sized so Qwen2.5-1.5B-Instruct in 4-bit fits a 15 GiB T4 (ERL mode), by the
     # arithmetic of erl_lite.budget (`python -m erl_lite.budget`, README "GPU figures"): the

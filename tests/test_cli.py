@@ -91,7 +91,7 @@ def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, over
     from erl_lite.embedded import DEMO_EVAL_TASKS, demo_config, demo_world
 
     seen = _trainer_arguments(monkeypatch, ["train", "--env", "demo", *flags])
-    assert seen["args"] == demo_config(**{"seed": 0, **overrides}, extra=DEMO_RECORD)  # seed: the CLI's default
+    assert seen["args"] == demo_config(**overrides, extra=DEMO_RECORD)  # seed: the config's default
     assert seen["args"].learning_rate == 1e-3 and seen["args"].max_steps == overrides.get("max_steps", 30)
     assert seen["env"].symbols == demo_world(overrides.get("seed", 0)).symbols
     assert len(seen["eval_dataset"]) == DEMO_EVAL_TASKS
@@ -104,12 +104,13 @@ def test_train_config_without_training():
     from erl_lite.embedded import demo_config
 
     parse = build_parser().parse_args
-    assert train_config(parse(["train"])) == demo_config(seed=0, extra=DEMO_RECORD)
+    assert train_config(parse(["train"])) == demo_config(extra=DEMO_RECORD)
     assert train_config(parse(["train", "--steps", "4", "--mode", "erl_simple"])) == demo_config(
-        seed=0, max_steps=4, mode="erl_simple", extra=DEMO_RECORD)
-    assert train_config(parse(["train", "--preset", "gpu"])) == demo_config(preset="gpu", seed=0, extra=DEMO_RECORD)
+        max_steps=4, mode="erl_simple", extra=DEMO_RECORD)
+    # a named preset is used as it is, on the demo world too (no demo layer on top of it)
+    assert train_config(parse(["train", "--preset", "gpu"])) == ERLConfig.preset("gpu", extra=DEMO_RECORD)
     assert train_config(parse(["train", "--env", "qa", "--preset", "gpu"])) == ERLConfig.preset(
-        "gpu", seed=0, extra={"env": "qa", "small": False})
+        "gpu", extra={"env": "qa", "small": False})
 
 
 # --- every config field on the command line ----------------------------------------------------
@@ -157,7 +158,7 @@ def test_field_docstrings_are_read_from_the_source():
     (["--no_use_internalization"], dict(use_internalization=False)),
     (["--dual-clip", "none", "--save-total-limit", "2"], dict(dual_clip=None, save_total_limit=2)),
     (["--memory-type", "fifo", "--memory-size", "5"], dict(memory_type="fifo", memory_size=5)),
-    (["--extra", "{note: first try}"], dict(extra={"note": "first try", **DEMO_RECORD, "preset": "cpu"})),
+    (["--extra", "{note: first try}"], dict(extra={"note": "first try", **DEMO_RECORD, "preset": "demo"})),
     # the flags erl-lite train had before every field was an option
     (["--steps", "3", "--out", "runs/x", "--seed", "5", "--mode", "rlvr"],
      dict(max_steps=3, output_dir="runs/x", seed=5, mode="rlvr", num_generations=10)),
@@ -171,7 +172,7 @@ def test_each_kind_of_flag_reaches_the_config(flags, expected):
     cfg = train_config(build_parser().parse_args(["train", *flags]))
     for name, value in expected.items():
         assert getattr(cfg, name) == value, name
-    untouched = demo_config(seed=0)
+    untouched = demo_config()
     assert cfg.max_completion_length == untouched.max_completion_length  # the rest: the demo's
     if "learning_rate" not in expected:
         assert cfg.learning_rate == untouched.learning_rate
@@ -205,18 +206,17 @@ def _yaml(tmp_path, text: str) -> str:
     return str(path)
 
 
-def test_precedence_preset_then_demo_then_file_then_flags(tmp_path):
+def test_precedence_preset_then_file_then_flags(tmp_path):
     from erl_lite.cli import train_config, train_settings
-    from erl_lite.config import PRESETS
-    from erl_lite.embedded.demo import DEMO_SETTINGS
+    from erl_lite.config import DEFAULT_SEED, PRESETS
 
-    path = _yaml(tmp_path, "learning_rate: 1e-3\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
+    path = _yaml(tmp_path, "learning_rate: 1e-4\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
     cfg = train_config(build_parser().parse_args(["train", "--config", path, "--steps", "2"]))
     assert cfg.max_steps == 2                                   # flag over file
-    assert cfg.learning_rate == 1e-3 and cfg.memory_type == "fifo"  # file over demo settings
-    assert cfg.max_completion_length == DEMO_SETTINGS["max_completion_length"]  # demo over preset
+    assert cfg.learning_rate == 1e-4 and cfg.memory_type == "fifo"  # file over preset
+    assert cfg.max_completion_length == PRESETS["gpu"]["max_completion_length"]  # the named preset, whole
     assert cfg.eval_top_k == PRESETS["gpu"]["eval_top_k"] and cfg.extra["preset"] == "gpu"  # preset from the file
-    assert cfg.seed == 0  # the CLI's seed when neither file nor flag sets one
+    assert cfg.seed == DEFAULT_SEED  # the config's seed when neither file nor flag sets one
 
     path = _yaml(tmp_path, "env: qa\nsmall: true\nmodel: some/model\nseed: 4\nuse_memory: false\n")
     run, cfg = train_settings(build_parser().parse_args(["train", "--config", path, "--env", "sokoban"]))

@@ -146,6 +146,9 @@ LAYERS = [
     (("erl_lite.embedded.world", "erl_lite.embedded.loading", "erl_lite.embedded.demo",
       "erl_lite.embedded.bands", "erl_lite.embedded.rulebooks"),
      ("erl_lite.embedded.teacher", "erl_lite.embedded.corpus")),
+    # the notebooks' setup sits on top: the library never imports it
+    (("erl_lite.config", "erl_lite.records", "erl_lite.envs", "erl_lite.models", "erl_lite.trainer",
+      "erl_lite.embedded", "erl_lite.phases"), ("erl_lite.teach",)),
 ]
 
 

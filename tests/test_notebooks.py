@@ -41,6 +41,35 @@ def test_notebook_has_a_parameters_cell_and_imports_the_library(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_sets_up_in_one_call(path):
+    """The model, tokenizer, environment and config come from erl_lite.teach.setup(PRESET, SEED, ...):
+    no notebook writes its own cpu/gpu branch, names the gpu model, or builds a preset's config."""
+    nb = json.loads(path.read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "setup(PRESET, SEED" in code, f"{path.name}: set up with erl_lite.teach.setup(PRESET, SEED, ...)"
+    for own in ("load_policy(", "demo_config(", "ERLConfig.preset(", "Qwen/", "set_seed(SEED)", "config.output_dir ="):
+        assert own not in code, f"{path.name}: {own!r} is setup's job (erl_lite.teach.setup)"
+    params = "".join(next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))["source"])
+    assert "SEED = DEFAULT_SEED" in params, f"{path.name}: SEED defaults to erl_lite.config.DEFAULT_SEED"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_results_land_in_an_ignored_folder(path):
+    """A results folder a notebook names (results_folder(RESULTS_NAME)) sits under trainer_output/, where a
+    run's outputs go (transformers' default output_dir) and which git ignores: running a notebook in the
+    repository leaves nothing untracked."""
+    import re
+
+    nb = json.loads(path.read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    names = re.findall(r"RESULTS_NAME\s*=\s*[\"']([^\"']+)", code) + re.findall(r"results_folder\([\"']([^\"']+)", code)
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "trainer_output/" in ignored
+    for name in names:
+        assert pathlib.PurePosixPath(name).parts[0] == "trainer_output", f"{path.name}: {name!r} is not ignored by git"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_install_cell_badge_and_links_match_the_release_constants(path):
     """Install cell, Colab badge, environment cell and figure links are what erl_lite.REPOSITORY_URL
     and erl_lite.RELEASE_REF render (one place to change when the repository moves)."""

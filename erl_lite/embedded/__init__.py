@@ -10,8 +10,8 @@ The modules, from what runs at demo time to what runs only when the model is reb
   both is built across episodes (memory), and it transfers to every episode of the run;
 * :mod:`~erl_lite.embedded.loading` — :func:`load_embedded` through
   :func:`erl_lite.models.load_policy`, exactly as a hub model (LoRA and 4-bit QLoRA included);
-* :mod:`~erl_lite.embedded.demo` — the one home of the demo's settings
-  (:data:`~erl_lite.embedded.demo.DEMO_SETTINGS`, :func:`demo_config`), its trainer
+* :mod:`~erl_lite.embedded.demo` — the demo's config (:func:`demo_config`: the ``demo`` preset
+  of :data:`erl_lite.config.PRESETS`, viewed as :data:`~erl_lite.embedded.demo.DEMO_SETTINGS`), its trainer
   (:func:`demo_trainer`) and ``erl-lite demo`` (:func:`run_demo`, with its report);
 * :mod:`~erl_lite.embedded.bands` — :func:`measure_bands`: what reflection and memory do for
   a policy on a world, before any RL;

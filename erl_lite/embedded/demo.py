@@ -20,44 +20,27 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
 
-from erl_lite.config import ERLConfig, one_split
+from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
 from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
 from erl_lite.history import History
 
-#: The demo's run settings, on top of the ``cpu`` preset (:func:`demo_config` builds the config;
-#: ``erl-lite demo``, ``erl-lite train --env demo``, the notebooks, the corpus builder and
+#: The demo's run settings: a read-only view of the ``demo`` preset, their one home
+#: (:data:`erl_lite.config.PRESETS`; :func:`demo_config` builds the config; ``erl-lite demo``,
+#: ``erl-lite train --env demo``, the notebooks' cpu setup, the corpus builder and
 #: ``scripts/compare_modes.py`` all start from it).
-DEMO_SETTINGS: dict[str, Any] = dict(
-    # Budgets that fit the embedded model: its replies are at most 16 tokens per turn, its
-    # rulebooks about 45 tokens, and its episodes and reflection requests well under 1024.
-    max_completion_length=24, max_episode_length=1024, max_reflection_length=64,
-    max_reflection_prompt_length=1024,
-    # Sampling: a little below 1 keeps the tiny model's moves and rulebooks well formed.
-    temperature=0.7, reflection_temperature=0.5, reflection_top_p=0.9, eval_temperature=0.7,
-    # The training schedule of the demo run. In trial runs on the shipped model (one optimizer
-    # step per iteration then), 5e-4 was too slow for 30 steps, and 2e-3 often got there sooner
-    # but then broke the reflections (no <prompt> block, letters repeated), which 1e-3 kept
-    # well formed.
-    max_steps=30, num_tasks_per_step=8, learning_rate=1e-3, beta=0.0,
-    eval_steps=10, eval_num_generations=2, per_device_train_batch_size=32, progress_bar=False,
-    # The reference's mini-batch rule: one optimizer step per 8 tasks' worth of rows, so RLVR
-    # (8 x 10 first attempts) takes one step and ERL, whose failures add reflection, second
-    # attempt and internalization rows, takes 1-4. With one step for every mode, ERL's first
-    # attempts named a letter in 16% of the replies at step 10 and 88% at step 14 (94% at step
-    # 10 with the rule; the demo reports' timelines).
-    ppo_mini_batch_size=8,
-)
+DEMO_SETTINGS: Mapping[str, Any] = MappingProxyType(PRESETS["demo"])
 #: Test maps the demo evaluates first attempts on (before training and every ``eval_steps``).
 DEMO_EVAL_TASKS = 64
 
 
-def demo_config(preset: str = "cpu", **overrides: Any) -> ERLConfig:
-    """The demo's :class:`ERLConfig`: ``preset`` (default ``cpu``), :data:`DEMO_SETTINGS`,
-    then ``overrides``.
+def demo_config(**overrides: Any) -> ERLConfig:
+    """The demo's :class:`ERLConfig`: the ``demo`` preset, then ``overrides``
+    (``ERLConfig.preset("demo", **overrides)``).
 
     Example:
         >>> demo_config(max_steps=3).max_steps, demo_config().max_completion_length
@@ -65,10 +48,10 @@ def demo_config(preset: str = "cpu", **overrides: Any) -> ERLConfig:
         >>> demo_config().learning_rate
         0.001
     """
-    return ERLConfig.preset(preset, **{**DEMO_SETTINGS, **one_split(overrides)})
+    return ERLConfig.preset("demo", **overrides)
 
 
-def demo_trainer(seed: int = 0, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
+def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  model_dir: str | None = None, **overrides: Any) -> Any:
     """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model (or the build in
     ``model_dir``, see :func:`~erl_lite.embedded.loading.load_embedded`) with a fresh, seeded
@@ -102,7 +85,7 @@ def step_line(trainer: Any, record: Any) -> None:
           f"memory {int(m['memory/size'])} (+{int(m['memory/writes'])}) | {m['time/step']:.1f}s", flush=True)
 
 
-def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = 0,
+def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
              eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
              **overrides: Any) -> History:
     """Train the embedded model on the demo world and write the report; returns the history.

@@ -29,6 +29,7 @@ import random
 import re
 from typing import Any
 
+from erl_lite.config import DEFAULT_SEED
 from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
 from erl_lite.envs.grid import ACTIONS, render_rows, resolve_symbols
 from erl_lite.envs.splits import SeededSplits
@@ -363,7 +364,7 @@ def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: A
     return DemoLake(seed=seed, symbols={"hole": hole, "hole2": hole2, "frozen": frozen}, **overrides)
 
 
-def demo_world(run_seed: int = 0, **overrides: Any) -> DemoLake:
+def demo_world(run_seed: int = DEFAULT_SEED, **overrides: Any) -> DemoLake:
     """The embedded model's environment for one run: letters drawn by ``run_seed``.
 
     The hole and frozen letters come from :func:`run_letters`; the task splits are seeded by
