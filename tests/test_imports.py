@@ -135,17 +135,14 @@ def _in(module: str, prefixes: tuple[str, ...]) -> bool:
 # (lower layer, what it must not reach, directly or through another module). From DESIGN.md's
 # architecture: records, config, losses and advantages are pure data and tensor functions;
 # environments produce tasks, rewards and feedback and know nothing of how a policy is trained;
-# the embedded model's demo-time code never loads its build-time teacher and corpus; and nothing
-# in the library imports the command line.
+# and nothing in the library imports the command line. (The embedded model's build-time teacher
+# and corpus are not in the package at all: see test_build_time_code_lives_beside_the_build_script.)
 LAYERS = [
     (("erl_lite.losses", "erl_lite.advantages", "erl_lite.records", "erl_lite.config"),
      ("erl_lite.envs", "erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
       "erl_lite.embedded", "erl_lite.cli")),
     (("erl_lite.envs",), ("erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
                           "erl_lite.embedded", "erl_lite.cli")),
-    (("erl_lite.embedded.world", "erl_lite.embedded.loading", "erl_lite.embedded.demo",
-      "erl_lite.embedded.bands", "erl_lite.embedded.rulebooks"),
-     ("erl_lite.embedded.teacher", "erl_lite.embedded.corpus")),
 ]
 
 
@@ -188,3 +185,21 @@ def test_lower_layers_never_import_higher_ones(lower, higher):
     bad = [" -> ".join(chain) for m in starts for target, chain in reachable(graph, m).items()
            if _in(target, higher)]
     assert not bad, "layer violations:\n" + "\n".join(bad)
+
+
+# The embedded model's build-time code (its scripted teacher and the corpus made with it) lives
+# beside the build script, not in the installed package: nothing that ships may need it.
+BUILD_TIME = ["teacher", "corpus"]
+
+
+@pytest.mark.parametrize("name", BUILD_TIME)
+def test_build_time_code_lives_beside_the_build_script(name):
+    files = module_files()
+    assert f"erl_lite.embedded.{name}" not in files, f"erl_lite/embedded/{name}.py ships in the wheel"
+    assert (PACKAGE_DIR.parent / "scripts" / "embedded" / f"{name}.py").is_file()
+    # ... and no module of the package reaches for it (scripts/ is on no installed path).
+    for module, path in files.items():
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            assert not any(n.split(".")[0] == "embedded" for n in names), f"{path}:{node.lineno} imports {names}"
