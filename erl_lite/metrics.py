@@ -53,7 +53,7 @@ import math
 from typing import Any, Callable
 
 from erl_lite.memory import ReflectionMemory
-from erl_lite.records import Attempt, TrainSample
+from erl_lite.records import FIRST, REFLECTION, SECOND, Attempt, TrainSample
 
 # --- names ------------------------------------------------------------------------------------
 STEP = "step"
@@ -73,7 +73,7 @@ ZERO_STD_FIRST = "frac_reward_zero_std/first"
 ZERO_STD_REFLECTION = "frac_reward_zero_std/reflection"
 ZERO_STD_SECOND = "frac_reward_zero_std/second"
 #: The roles whose GRPO groups ``frac_reward_zero_std/<role>`` reports (internalization has no group).
-ZERO_STD_KEYS = {"first": ZERO_STD_FIRST, "reflection": ZERO_STD_REFLECTION, "second": ZERO_STD_SECOND}
+ZERO_STD_KEYS = {FIRST: ZERO_STD_FIRST, REFLECTION: ZERO_STD_REFLECTION, SECOND: ZERO_STD_SECOND}
 EVAL_REWARD, EVAL_SUCCESS, EVAL_NUM_EPISODES = "eval/reward", "eval/success", "eval/num_episodes"
 EVAL_TRUNCATED = "eval/truncated"
 # TRL 1.16's names (GRPOTrainer._generate_and_score_completions), for the first attempts.

@@ -28,8 +28,14 @@ def _without_tokens(record: Any) -> dict[str, Any]:
     """The record's fields as a dict, leaving out token-id lists (not copied, just skipped)."""
     return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in _TOKEN_FIELDS}
 
-#: The three ERL roles that receive a policy-gradient update, plus internalization.
+#: The three ERL roles that receive a policy-gradient update, plus internalization: the one
+#: home of the role names (everyone else imports these constants).
 ROLES = ("first", "reflection", "second", "distill")
+FIRST, REFLECTION, SECOND, DISTILL = ROLES
+#: The roles whose rows carry a GRPO advantage (internalization rows carry a weight instead).
+ADVANTAGE_ROLES = (FIRST, REFLECTION, SECOND)
+#: The roles an attempt (an episode played in the environment) can have.
+ATTEMPT_ROLES = (FIRST, SECOND)
 
 
 @dataclass

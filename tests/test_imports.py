@@ -203,3 +203,30 @@ def test_build_time_code_lives_beside_the_build_script(name):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             assert not any(n.split(".")[0] == "embedded" for n in names), f"{path}:{node.lineno} imports {names}"
+
+
+def _role_literals(tree: ast.AST, roles: set[str]) -> list[tuple[int, str]]:
+    """Where a module writes ERL's role names itself: a tuple/list/set or dict keys of two or more
+    of them, ``role="..."``, or a role string passed to a record (``TrainSample("first", ...)``)."""
+    def is_role(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in roles
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and sum(map(is_role, node.elts)) >= 2:
+            found.append((node.lineno, "a list of role names"))
+        elif isinstance(node, ast.Dict) and sum(map(is_role, node.keys)) >= 2:
+            found.append((node.lineno, "a dict keyed by role names"))
+        elif isinstance(node, ast.keyword) and node.arg == "role" and is_role(node.value):
+            found.append((node.value.lineno, f"role={node.value.value!r}"))
+        elif isinstance(node, ast.Call) and any(map(is_role, node.args)) and ast.unparse(node.func)[-4:] != ".get":
+            found.append((node.lineno, f"a role name passed to {ast.unparse(node.func)}"))
+    return found
+
+
+def test_role_names_are_written_once_in_records():
+    """records.ROLES and its named constants are the one home of the role names; others import them."""
+    from erl_lite.records import ROLES
+    bad = [f"{path}:{line}: {what}" for name, path in module_files().items() if name != "erl_lite.records"
+           for line, what in _role_literals(ast.parse(path.read_text(encoding="utf-8")), set(ROLES))]
+    assert not bad, "role names written outside records.py:\n" + "\n".join(bad)

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.records import Attempt, Reflection, Retry, StepRecord, Task
+from erl_lite.records import FIRST, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` block: "
                   "Up, Down, Left or Right.")
@@ -76,7 +76,7 @@ def _step_record(step: int, p_first: float, rng: random.Random,
         for index in range(2):
             won = rng.random() < p_first
             moves = ["Right", "Down"] if won else ["Down", "Down"]
-            firsts.append(_attempt(task.task_id, "first", index, INITIAL_PROMPT, moves, won))
+            firsts.append(_attempt(task.task_id, FIRST, index, INITIAL_PROMPT, moves, won))
             if won:
                 continue
             won2 = rng.random() < min(1.0, p_first + 0.3)
@@ -84,7 +84,7 @@ def _step_record(step: int, p_first: float, rng: random.Random,
             retries.append(Retry(firsts[-1],
                                  Reflection(task.task_id, index, base, text, rulebook, True,
                                             [1], [2], reward=float(won2)),
-                                 _attempt(task.task_id, "second", index, rulebook, moves2, won2)))
+                                 _attempt(task.task_id, SECOND, index, rulebook, moves2, won2)))
             if won2:  # one overwritten slot, as in the paper
                 memory["slot"], memory["version"] = [rulebook], version + 1
     return StepRecord(step, tasks, firsts, retries, before, list(memory["slot"]), {})

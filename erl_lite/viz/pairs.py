@@ -16,6 +16,7 @@ import html
 import re
 from typing import Any
 
+from erl_lite.records import FIRST, REFLECTION, SECOND
 from erl_lite.viz._style import COLORS, HistoryLike, as_history
 
 Record = dict[str, Any]
@@ -77,7 +78,7 @@ def select_pair(record: Record, task_id: str | None = None,
     reflected = [i for i in candidates if retried.get(i, {}).get("reflection")]
     chosen = (reflected or candidates)[0]
     retry = retried.get(chosen, {})
-    return {"first": firsts[chosen], "reflection": retry.get("reflection"), "second": retry.get("second")}
+    return {FIRST: firsts[chosen], REFLECTION: retry.get("reflection"), SECOND: retry.get("second")}
 
 
 def assistant_actions(attempt: Record | None) -> str:

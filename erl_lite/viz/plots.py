@@ -18,12 +18,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from erl_lite.records import ADVANTAGE_ROLES, ATTEMPT_ROLES, DISTILL, FIRST, REFLECTION, SECOND
 from erl_lite.viz import _style as S
 from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, series
 
 STEP = "training step"
-ROLE_LABELS = {"first": "first attempt", "reflection": "reflection",
-               "second": "second attempt", "distill": "internalization"}
+ROLE_LABELS = {FIRST: "first attempt", REFLECTION: "reflection", SECOND: "second attempt", DISTILL: "internalization"}
 
 # (key, kind, label, role) of one curve; the role picks its colour and marker.
 Spec = tuple[str, str, str, str]
@@ -63,7 +63,7 @@ def rewards_are_binary(history: HistoryLike) -> bool:
         (True, False)
     """
     h = as_history(history)
-    pairs = [((f"reward/{p}", "train"), (f"success/{p}", "train")) for p in ("first", "second")]
+    pairs = [((f"reward/{p}", "train"), (f"success/{p}", "train")) for p in ATTEMPT_ROLES]
     pairs.append((("eval/reward", "eval"), ("eval/success", "eval")))
     verdicts = [v for v in (_same_series(h, a, b) for a, b in pairs) if v is not None]
     return bool(verdicts) and all(verdicts)
@@ -102,8 +102,8 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
     h = as_history(history)
     base = as_history(baseline) if baseline is not None else None
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"{metric}/first", "train", "first attempt", "first"),
-             (f"{metric}/second", "train", "second attempt (gated tasks)", "second"),
+    specs = [(f"{metric}/{FIRST}", "train", "first attempt", FIRST),
+             (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
              (f"eval/{metric}", "eval", "evaluation (first attempt)", "eval")]
     drawn = _curves(ax, h, specs, smoothing)
     if base is not None:
@@ -230,7 +230,7 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None,
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"advantage/{r}", "train", ROLE_LABELS[r], r) for r in ("first", "reflection", "second")]
+    specs = [(f"advantage/{r}", "train", ROLE_LABELS[r], r) for r in ADVANTAGE_ROLES]
     drawn = _curves(ax, h, specs, smoothing)
     S.decorate(ax, "Advantage magnitude by role", STEP, "mean |advantage| (group-std units)",
                drawn > 0)
