@@ -39,7 +39,7 @@ from erl_lite.prompts import (
     second_attempt_system_prompt,
 )
 from erl_lite.records import (DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, Task, TrainSample,
-                              tasks_by_id)
+                              retry_of_first, tasks_by_id)
 from erl_lite.rollout import run_episodes
 
 
@@ -240,8 +240,8 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
     ``cfg.scale_rewards`` says."""
     if cfg.mode == "erl_simple":
         # Algorithm 1: one reward per rollout (r2 replaces r1 where the gate fired), y1 only.
-        r2 = {id(r.first): r.second.reward for r in retries}
-        return _role_samples(FIRST, first, [r2.get(id(a), a.reward) for a in first], cfg.scale_rewards)
+        rewards = [a.reward if r is None else r.second.reward for a, r in zip(first, retry_of_first(first, retries))]
+        return _role_samples(FIRST, first, rewards, cfg.scale_rewards)
     samples: list[TrainSample] = []
     if cfg.train_first:
         samples += _role_samples(FIRST, first, [a.reward for a in first], cfg.scale_rewards)

@@ -263,15 +263,65 @@ class StepRecord:
         return [r.second for r in self.retries]
 
     def to_dict(self) -> dict[str, Any]:
-        position = {id(a): i for i, a in enumerate(self.first_attempts)}
         return {
             "step": self.step,
             "task_ids": [t.task_id for t in self.tasks],
             "first_attempts": [a.to_dict() for a in self.first_attempts],
-            "retries": [{"first": position[id(r.first)],
+            "retries": [{"first": p,
                          "reflection": None if r.reflection is None else r.reflection.to_dict(),
-                         "second": r.second.to_dict()} for r in self.retries],
+                         "second": r.second.to_dict()}
+                        for p, r in zip(_first_positions(self.first_attempts, self.retries), self.retries)],
             "memory_before": list(self.memory_before),
             "memory_after": list(self.memory_after),
             "metrics": dict(self.metrics),
         }
+
+
+# --- the retry join ------------------------------------------------------------------------------
+# A retry holds its first attempt (objects) or that attempt's position in ``first_attempts``
+# (StepRecord.to_dict). These three functions are the only places that turn one into the other.
+def _first_positions(first_attempts: list[Attempt], retries: list[Retry]) -> list[int]:
+    """Each retry's first attempt's position in ``first_attempts`` (matched by identity)."""
+    position = {id(a): i for i, a in enumerate(first_attempts)}
+    missing = [i for i, r in enumerate(retries) if id(r.first) not in position]
+    if missing:
+        raise ValueError(f"retry {missing[0]} (task {retries[missing[0]].task_id!r}) retries a first attempt "
+                         "that is not in first_attempts")
+    return [position[id(r.first)] for r in retries]
+
+
+def retry_of_first(first_attempts: list[Attempt], retries: list[Retry]) -> list[Retry | None]:
+    """For each first attempt, in order, the retry played on it (None where the gate did not fire).
+
+    Example:
+        >>> a, b = (Attempt("t", FIRST, i, "", [], [], [], [], float(i), bool(i), "", "", 1) for i in range(2))
+        >>> retry = Retry(a, None, Attempt("t", SECOND, 0, "", [], [], [], [], 1.0, True, "", "", 1))
+        >>> [r is retry for r in retry_of_first([a, b], [retry])], retry_of_first([a, b], [retry])[1]
+        ([True, False], None)
+    """
+    out: list[Retry | None] = [None] * len(first_attempts)
+    for p, r in zip(_first_positions(first_attempts, retries), retries):
+        out[p] = r
+    return out
+
+
+def retries_by_first(sample: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """A saved step record's (:meth:`StepRecord.to_dict`) retries, joined: position of the first
+    attempt -> ``{"first": that attempt's dict, "reflection": ..., "second": ...}``, in the
+    retries' order.
+
+    Example:
+        >>> sample = {"step": 3, "first_attempts": [{"reward": 0.0}, {"reward": 1.0}],
+        ...           "retries": [{"first": 0, "reflection": None, "second": {"reward": 1.0}}]}
+        >>> retries_by_first(sample)
+        {0: {'first': {'reward': 0.0}, 'reflection': None, 'second': {'reward': 1.0}}}
+    """
+    firsts = sample.get("first_attempts", [])
+    joined = {}
+    for n, r in enumerate(sample.get("retries", [])):
+        p = r.get(FIRST)
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < len(firsts):
+            raise ValueError(f"step {sample.get('step')!r}, retry {n}: 'first' must be the position of a first "
+                             f"attempt (0..{len(firsts) - 1}), got {p!r}")
+        joined[p] = {**r, FIRST: firsts[p]}
+    return joined

@@ -230,3 +230,27 @@ def test_role_names_are_written_once_in_records():
     bad = [f"{path}:{line}: {what}" for name, path in module_files().items() if name != "erl_lite.records"
            for line, what in _role_literals(ast.parse(path.read_text(encoding="utf-8")), set(ROLES))]
     assert not bad, "role names written outside records.py:\n" + "\n".join(bad)
+
+
+def _retry_joins(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a module joins first attempts and retries itself: by identity (``id(r.first)``) or by
+    the saved position (``sample["first_attempts"][r["first"]]``, ``int(r["first"])``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("id", "int") and node.args:
+            arg = node.args[0]
+            if (isinstance(arg, ast.Attribute) and arg.attr == "first") or \
+                    (isinstance(arg, ast.Subscript) and ast.unparse(arg.slice) == "'first'"):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript) \
+                and ast.unparse(node.value.slice) == "'first_attempts'":
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_retry_join_is_made_once_in_records():
+    """records.py joins a retry to its first attempt (objects and saved dicts); every reader calls it."""
+    bad = [f"{path}:{line}: {what}" for name, path in module_files().items() if name != "erl_lite.records"
+           for line, what in _retry_joins(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not bad, "retries joined to first attempts outside records.py:\n" + "\n".join(bad)
+

@@ -27,6 +27,7 @@ from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
 from erl_lite.history import History
+from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 
 #: The demo's run settings, on top of the ``cpu`` preset (:func:`demo_config` builds the config;
 #: ``erl-lite demo``, ``erl-lite train --env demo``, the notebooks, the corpus builder and
@@ -147,10 +148,9 @@ def _eval_ends(history: History) -> tuple[float, float]:
 def _example(history: History) -> str:
     """A failed first attempt, its reflection and the second attempt, from the last samples."""
     for sample in reversed(history.samples):
-        for retry in sample["retries"]:
-            refl, second = retry["reflection"], retry["second"]
+        for retry in retries_by_first(sample).values():
+            first, refl, second = retry[FIRST], retry[REFLECTION], retry[SECOND]
             if refl is not None and refl["parsed"] and second["success"]:
-                first = sample["first_attempts"][retry["first"]]
                 return (f"Step {sample['step']}, task `{refl['task_id']}`.\n\n"
                         f"**First attempt** (reward {first['reward']:g}): {first['feedback']}\n\n"
                         f"**Reflection** (the new system prompt):\n\n```\n{refl['rulebook']}\n```\n\n"

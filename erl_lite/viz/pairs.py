@@ -16,7 +16,7 @@ import html
 import re
 from typing import Any
 
-from erl_lite.records import FIRST, REFLECTION, SECOND
+from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 from erl_lite.viz._style import COLORS, HistoryLike, as_history
 
 Record = dict[str, Any]
@@ -44,12 +44,6 @@ def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> 
             return record
     have = [s.get("step") for s in samples]
     raise ValueError(f"no sampled step record for step {step}; sampled steps: {have}")
-
-
-def retries_by_first(record: Record) -> dict[int, Record]:
-    """The step's retries keyed by the position of their first attempt in ``first_attempts``
-    (see :meth:`~erl_lite.records.StepRecord.to_dict`)."""
-    return {int(r["first"]): r for r in record.get("retries", [])}
 
 
 def list_pairs(record: Record) -> list[dict[str, Any]]:
