@@ -254,3 +254,27 @@ def test_the_retry_join_is_made_once_in_records():
            for line, what in _retry_joins(ast.parse(path.read_text(encoding="utf-8")))]
     assert not bad, "retries joined to first attempts outside records.py:\n" + "\n".join(bad)
 
+
+
+def _metric_literals(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """String constants (docstrings aside) that spell a metric name metrics.py defines."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
+            and id(n) not in docstrings]
+
+
+METRIC_NAME_USERS = ["erl_lite.trainer", "erl_lite.embedded.demo", "erl_lite.cli", "erl_lite.viz.plots",
+                     "erl_lite.viz.demo_data"]
+
+
+@pytest.mark.parametrize("module", METRIC_NAME_USERS)
+def test_metric_names_come_from_metrics_constants(module):
+    """A metric is named once, in metrics.py (``REWARD_FIRST = "reward/first"``); its readers import the name."""
+    import erl_lite.metrics as metrics
+    names = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and "/" in v}
+    path = module_files()[module]
+    bad = [f"{path}:{line}: {value!r}" for line, value in _metric_literals(ast.parse(path.read_text()), names)]
+    assert not bad, "metric names written as literals:\n" + "\n".join(bad)
