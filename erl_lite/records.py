@@ -13,6 +13,9 @@ Token layout of an attempt (one multi-turn episode is *one* sequence)::
 generation prompt; it carries no loss. Re-contextualising an attempt (internalization)
 swaps ``prompt_ids`` and keeps ``completion_ids`` untouched.
 
+This module is also the one home of the role names (:data:`ROLES` and its constants) and of
+the retry join (:func:`retry_of_first` for records, :func:`retries_by_first` for saved ones).
+
 Departures from the paper: none; the paper does not fix a data layout.
 """
 

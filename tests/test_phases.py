@@ -444,7 +444,8 @@ def test_the_retry_join_round_trips_through_the_saved_record(gated):
     """retry_of_first (objects) and retries_by_first (saved dicts) give the same pairs, in order."""
     from erl_lite.records import Attempt, Retry, StepRecord, Task, retries_by_first, retry_of_first
     firsts = [Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1) for i in range(3)]
-    retries = [Retry(firsts[i], None, Attempt("t", "second", i, "", [], [], [], [], 1.0, True, "", "", 1)) for i in gated]
+    retries = [Retry(firsts[i], None, Attempt("t", "second", i, "", [], [], [], [], 1.0, True, "", "", 1))
+               for i in gated]
     aligned = retry_of_first(firsts, retries)
     assert [i for i, r in enumerate(aligned) if r is not None] == sorted(gated)
     saved = retries_by_first(StepRecord(1, [Task("t", "")], firsts, retries, [], [], {}).to_dict())

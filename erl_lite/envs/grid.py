@@ -1,10 +1,12 @@
-"""Shared pieces of the two grid games: action parsing, letter symbols, prompts, episode loop.
+"""Shared pieces of the two grid games: action parsing, letter symbols, prompts, episode loop,
+and the one shortest-path search (:func:`shortest_moves`).
 
 FrozenLake and Sokoban are played the same way: one action per model turn, the action is
 the content of the *last* triple-backtick block of the reply (Up/Down/Left/Right, any case),
 an unparsable reply leaves the agent where it is but still spends one of the action budget,
 and the grid is drawn with abstract letters whose meaning the model is never told.
-:class:`GridEpisode` holds that loop; each game supplies only its move rule and its drawing.
+:class:`GridEpisode` holds that loop; each game supplies only its move rule and its drawing
+(and :func:`shortest_moves` searches any game's states, given how a state moves).
 
 Departures from the paper: the letters can be remapped per run (``symbols`` / ``symbol_seed``)
 so that a run can hide what each letter means; the paper uses one fixed assignment (the
