@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-#: Reward scalings accepted by :func:`group_advantages` (TRL's ``scale_rewards``).
-SCALE_MODES = ("group", "batch", "none")
-#: Internalization weighting modes accepted by :func:`distill_weights`.
-DISTILL_MODES = ("raft", "nll")
+# The choices are ERLConfig's (one home: config.py): reward scalings for group_advantages
+# (TRL's ``scale_rewards``) and internalization weightings for distill_weights.
+from erl_lite.config import INTERNALIZATION_MODES, SCALE_REWARDS
 
 
 def _check_finite(rewards: Sequence[float]) -> list[float]:
@@ -70,8 +69,8 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
         >>> group_advantages([1.0, 1.0])
         [0.0, 0.0]
     """
-    if scale not in SCALE_MODES:
-        raise ValueError(f"scale must be one of {SCALE_MODES}, got {scale!r}")
+    if scale not in SCALE_REWARDS:
+        raise ValueError(f"scale must be one of {SCALE_REWARDS}, got {scale!r}")
     if scale == "batch" and batch_std is None:
         raise ValueError("scale='batch' needs batch_std (grouped_advantages computes it)")
     values = _check_finite(rewards)
@@ -143,8 +142,8 @@ def distill_weights(r2: Sequence[float], mode: str) -> list[float]:
         >>> distill_weights([1.0, 0.0, 0.4, -0.5], "nll")
         [1.0, 0.0, 1.0, 0.0]
     """
-    if mode not in DISTILL_MODES:
-        raise ValueError(f"distill mode must be one of {DISTILL_MODES}, got {mode!r}")
+    if mode not in INTERNALIZATION_MODES:
+        raise ValueError(f"distill mode must be one of {INTERNALIZATION_MODES}, got {mode!r}")
     values = _check_finite(r2)
     if mode == "raft":
         return [max(v, 0.0) for v in values]

@@ -311,6 +311,7 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 def _train(args: argparse.Namespace) -> int:
     from erl_lite.checkpoint import CheckpointError, list_checkpoints
+    from erl_lite.metrics import EVAL_SUCCESS
 
     try:
         run, cfg = train_settings(args)
@@ -332,7 +333,7 @@ def _train(args: argparse.Namespace) -> int:
         history = trainer.train(resume_from_checkpoint=True if args.resume else None)
     except CheckpointError as e:  # a damaged checkpoint to resume; other errors keep their traceback
         return _usage_error("train", e)
-    last = history.last("eval/success", kind="eval")
+    last = history.last(EVAL_SUCCESS, kind="eval")
     print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
     return 0
 

@@ -143,7 +143,7 @@ def check_launch() -> None:
     erl_lite trains with DDP only (see the module docstring), keeps the model's own dtype and
     compiles nothing, so a config that asks for more fails here instead of being ignored.
     """
-    from erl_lite.trl_fields import _DTYPE  # the one message on how erl_lite chooses the dtype
+    from erl_lite.trl_fields import DTYPE_HINT  # the one message on how erl_lite chooses the dtype
 
     engines = {"ACCELERATE_USE_FSDP": "FSDP", "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
                "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM"}
@@ -155,7 +155,7 @@ def check_launch() -> None:
     precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").strip().lower()
     if precision not in ("", "no"):
         raise ValueError(f"the accelerate configuration sets mixed_precision={precision!r} "
-                         f"(ACCELERATE_MIXED_PRECISION); {_DTYPE}. Launch with --mixed_precision no")
+                         f"(ACCELERATE_MIXED_PRECISION); {DTYPE_HINT}. Launch with --mixed_precision no")
     backend = os.environ.get("ACCELERATE_DYNAMO_BACKEND", "no").strip()
     if backend.lower() not in ("", "no"):
         raise ValueError(f"the accelerate configuration sets dynamo_backend={backend!r} (ACCELERATE_DYNAMO_BACKEND); "

@@ -49,7 +49,6 @@ import torch
 # NOTE_FILE (erl_lite.json): the note save_adapter leaves next to an adapter, how its base was loaded.
 from erl_lite.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -198,19 +197,16 @@ def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto
 
 
 def _merge_dtype(dtype: str | torch.dtype, base_model: str, trust_remote_code: bool) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        if not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
-        return dtype
-    if dtype in _DTYPES:
-        return _DTYPES[dtype]
-    if dtype != "auto":
-        raise ValueError(f"dtype must be 'auto', one of {sorted(_DTYPES)} or a torch.dtype, got {dtype!r}")
+    from erl_lite.models import DTYPES, named_dtype  # (models imports transformers)
+
+    named = named_dtype(dtype)
+    if named is not None:
+        return named
     from transformers import AutoConfig
 
     saved = getattr(AutoConfig.from_pretrained(base_model, trust_remote_code=trust_remote_code), "dtype", None)
     if isinstance(saved, str):
-        saved = _DTYPES.get(saved)
+        saved = DTYPES.get(saved)
     return saved if isinstance(saved, torch.dtype) and saved.is_floating_point else torch.float32
 
 

@@ -50,10 +50,11 @@ Departures from the paper: none; the paper reports the same quantities as curves
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from erl_lite.memory import ReflectionMemory
-from erl_lite.records import Attempt, TrainSample
+from erl_lite.records import FIRST, REFLECTION, SECOND, Attempt, TrainSample
 
 # --- names ------------------------------------------------------------------------------------
 STEP = "step"
@@ -73,7 +74,7 @@ ZERO_STD_FIRST = "frac_reward_zero_std/first"
 ZERO_STD_REFLECTION = "frac_reward_zero_std/reflection"
 ZERO_STD_SECOND = "frac_reward_zero_std/second"
 #: The roles whose GRPO groups ``frac_reward_zero_std/<role>`` reports (internalization has no group).
-ZERO_STD_KEYS = {"first": ZERO_STD_FIRST, "reflection": ZERO_STD_REFLECTION, "second": ZERO_STD_SECOND}
+ZERO_STD_KEYS = {FIRST: ZERO_STD_FIRST, REFLECTION: ZERO_STD_REFLECTION, SECOND: ZERO_STD_SECOND}
 EVAL_REWARD, EVAL_SUCCESS, EVAL_NUM_EPISODES = "eval/reward", "eval/success", "eval/num_episodes"
 EVAL_TRUNCATED = "eval/truncated"
 # TRL 1.16's names (GRPOTrainer._generate_and_score_completions), for the first attempts.
@@ -380,6 +381,10 @@ def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
     }
 
 
+#: The step metrics reported per environment too, as ``<key>/<env>`` (:func:`env_step_metrics`).
+ENV_STEP_KEYS = (REWARD_FIRST, SUCCESS_FIRST, REWARD_SECOND, SUCCESS_SECOND, GATE_RATE, MEMORY_SIZE)
+
+
 def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str], memory: Any,
                      mode: str) -> dict[str, Any]:
     """The per-environment families of one step: ``reward/first/<env>`` and its siblings.
@@ -393,17 +398,14 @@ def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str
     """
     m: dict[str, Any] = {}
     for name in names:
-        first = [a for a in outcome.first if env_of(a.task_id) == name]
-        second = [r.second for r in outcome.retries if env_of(r.task_id) == name]
-        gated = sum(1 for r in outcome.retries if env_of(r.task_id) == name)
-        m.update({
-            f"{REWARD_FIRST}/{name}": _mean([a.reward for a in first]),
-            f"{SUCCESS_FIRST}/{name}": _mean([float(a.success) for a in first]),
-            f"{REWARD_SECOND}/{name}": _mean([a.reward for a in second]),
-            f"{SUCCESS_SECOND}/{name}": _mean([float(a.success) for a in second]),
-            f"{GATE_RATE}/{name}": gated / len(first) if first and mode != "rlvr" else None,
-            f"{MEMORY_SIZE}/{name}": float(len(memory.memories[name])) if memory is not None else 0.0,
-        })
+        # The environment's slice of the step, read by step_metrics (the one home of each formula):
+        # its first attempts, retries and rows; no timings or memory writes (those are per step).
+        mine = SimpleNamespace(first=[a for a in outcome.first if env_of(a.task_id) == name],
+                               retries=[r for r in outcome.retries if env_of(r.task_id) == name],
+                               samples=[s for s in outcome.samples if env_of(s.task_id) == name],
+                               memory_writes=0, seconds={})
+        whole = step_metrics(mine, memory.memories[name] if memory is not None else None, mode)
+        m.update({f"{key}/{name}": whole[key] for key in ENV_STEP_KEYS})
     return m
 
 

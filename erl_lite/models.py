@@ -41,7 +41,8 @@ from transformers import (
 
 from erl_lite.chat import end_of_turn_id
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CHECKPOINT_KWARGS = {"use_reentrant": False}  # reentrant checkpointing drops grads of frozen-input graphs
 
 
@@ -200,17 +201,32 @@ def _native_bf16(device: torch.device | None) -> bool:
     return on_cuda and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> torch.dtype | None:
-    """Map the ``dtype`` argument to a torch dtype; None means 'leave a built model as it is'."""
+def named_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
+    """A ``dtype`` argument as a torch dtype, or None for ``"auto"`` (the caller decides).
+
+    Raises ValueError for anything else, naming what is accepted.
+
+    Example:
+        >>> named_dtype("bfloat16"), named_dtype("auto")
+        (torch.bfloat16, None)
+    """
     if isinstance(dtype, torch.dtype):
         if not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
         return dtype
-    if dtype == "auto":
-        return torch.bfloat16 if _native_bf16(device) else torch.float32
-    if dtype in _DTYPES:
-        return _DTYPES[dtype]
-    raise ValueError(f"dtype must be 'auto', one of {sorted(_DTYPES)} or a torch.dtype, got {dtype!r}")
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    if dtype != "auto":
+        raise ValueError(f"dtype must be 'auto', one of {sorted(DTYPES)} or a torch.dtype, got {dtype!r}")
+    return None
+
+
+def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> torch.dtype | None:
+    """Map the ``dtype`` argument to a torch dtype; None means 'leave a built model as it is'."""
+    named = named_dtype(dtype)
+    if named is not None:
+        return named
+    return torch.bfloat16 if _native_bf16(device) else torch.float32
 
 
 def _load_base(name: str, quantization: str, torch_dtype: torch.dtype, device: torch.device,

@@ -38,7 +38,8 @@ from erl_lite.prompts import (
     retry_system_prompt,
     second_attempt_system_prompt,
 )
-from erl_lite.records import Attempt, Reflection, Retry, Task, TrainSample, tasks_by_id
+from erl_lite.records import (DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, Task, TrainSample,
+                              retry_of_first, tasks_by_id)
 from erl_lite.rollout import run_episodes
 
 
@@ -92,7 +93,7 @@ def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
             system_prompts=[ctx.env.initial_system_prompt(t) for t, _ in rows],
             params=params or ctx.attempt_params(temperature),
             max_episode_length=ctx.config.max_episode_length,
-            role="first",
+            role=FIRST,
             indices=[g for _, g in rows],
             template_kwargs=ctx.config.chat_template_kwargs,
             on_finished=bar.update,
@@ -167,7 +168,7 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
             system_prompts=systems,
             params=ctx.attempt_params(),
             max_episode_length=ctx.config.max_episode_length,
-            role="second",
+            role=SECOND,
             indices=[a.index for a in failed],
             template_kwargs=ctx.config.chat_template_kwargs,
             on_finished=bar.update,
@@ -210,7 +211,7 @@ def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int
     half-played episode.
     """
     weights = distill_weights([r.second.reward for r in retries], mode)
-    rows = [TrainSample("distill", r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
+    rows = [TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
             for r, w in zip(retries, weights)]
     if max_length is None:
         return rows
@@ -239,21 +240,21 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
     ``cfg.scale_rewards`` says."""
     if cfg.mode == "erl_simple":
         # Algorithm 1: one reward per rollout (r2 replaces r1 where the gate fired), y1 only.
-        r2 = {id(r.first): r.second.reward for r in retries}
-        return _role_samples("first", first, [r2.get(id(a), a.reward) for a in first], cfg.scale_rewards)
+        rewards = [a.reward if r is None else r.second.reward for a, r in zip(first, retry_of_first(first, retries))]
+        return _role_samples(FIRST, first, rewards, cfg.scale_rewards)
     samples: list[TrainSample] = []
     if cfg.train_first:
-        samples += _role_samples("first", first, [a.reward for a in first], cfg.scale_rewards)
+        samples += _role_samples(FIRST, first, [a.reward for a in first], cfg.scale_rewards)
     r2 = [r.second.reward for r in retries]
     reflected = [r for r in retries if r.reflection is not None]
     if cfg.train_reflection and reflected:
         adv = grouped_advantages([r.second.reward for r in reflected], [r.task_id for r in reflected],
                                  scale=cfg.scale_rewards)
-        samples += [TrainSample("reflection", r.reflection.prompt_ids, r.reflection.completion_ids,
+        samples += [TrainSample(REFLECTION, r.reflection.prompt_ids, r.reflection.completion_ids,
                                 [1] * len(r.reflection.completion_ids), A, r.task_id)
                     for r, A in zip(reflected, adv)]
     if cfg.train_second:
-        samples += _role_samples("second", [r.second for r in retries], r2, cfg.scale_rewards)
+        samples += _role_samples(SECOND, [r.second for r in retries], r2, cfg.scale_rewards)
     return samples
 
 
@@ -299,7 +300,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
     first = attempt_first(ctx, tasks, c.num_generations)
     out = StepOutcome(first=first, seconds={"first": clock() - t0})
     if c.mode == "rlvr":
-        out.samples = _role_samples("first", first, [a.reward for a in first], c.scale_rewards)
+        out.samples = _role_samples(FIRST, first, [a.reward for a in first], c.scale_rewards)
         return out
     failed = gate(first, c.reward_threshold)
     t1 = clock()

@@ -13,6 +13,9 @@ Token layout of an attempt (one multi-turn episode is *one* sequence)::
 generation prompt; it carries no loss. Re-contextualising an attempt (internalization)
 swaps ``prompt_ids`` and keeps ``completion_ids`` untouched.
 
+This module is also the one home of the role names (:data:`ROLES` and its constants) and of
+the retry join (:func:`retry_of_first` for records, :func:`retries_by_first` for saved ones).
+
 Departures from the paper: none; the paper does not fix a data layout.
 """
 
@@ -28,8 +31,14 @@ def _without_tokens(record: Any) -> dict[str, Any]:
     """The record's fields as a dict, leaving out token-id lists (not copied, just skipped)."""
     return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in _TOKEN_FIELDS}
 
-#: The three ERL roles that receive a policy-gradient update, plus internalization.
+#: The three ERL roles that receive a policy-gradient update, plus internalization: the one
+#: home of the role names (everyone else imports these constants).
 ROLES = ("first", "reflection", "second", "distill")
+FIRST, REFLECTION, SECOND, DISTILL = ROLES
+#: The roles whose rows carry a GRPO advantage (internalization rows carry a weight instead).
+ADVANTAGE_ROLES = (FIRST, REFLECTION, SECOND)
+#: The roles an attempt (an episode played in the environment) can have.
+ATTEMPT_ROLES = (FIRST, SECOND)
 
 
 @dataclass
@@ -257,15 +266,65 @@ class StepRecord:
         return [r.second for r in self.retries]
 
     def to_dict(self) -> dict[str, Any]:
-        position = {id(a): i for i, a in enumerate(self.first_attempts)}
         return {
             "step": self.step,
             "task_ids": [t.task_id for t in self.tasks],
             "first_attempts": [a.to_dict() for a in self.first_attempts],
-            "retries": [{"first": position[id(r.first)],
+            "retries": [{"first": p,
                          "reflection": None if r.reflection is None else r.reflection.to_dict(),
-                         "second": r.second.to_dict()} for r in self.retries],
+                         "second": r.second.to_dict()}
+                        for p, r in zip(_first_positions(self.first_attempts, self.retries), self.retries)],
             "memory_before": list(self.memory_before),
             "memory_after": list(self.memory_after),
             "metrics": dict(self.metrics),
         }
+
+
+# --- the retry join ------------------------------------------------------------------------------
+# A retry holds its first attempt (objects) or that attempt's position in ``first_attempts``
+# (StepRecord.to_dict). These three functions are the only places that turn one into the other.
+def _first_positions(first_attempts: list[Attempt], retries: list[Retry]) -> list[int]:
+    """Each retry's first attempt's position in ``first_attempts`` (matched by identity)."""
+    position = {id(a): i for i, a in enumerate(first_attempts)}
+    missing = [i for i, r in enumerate(retries) if id(r.first) not in position]
+    if missing:
+        raise ValueError(f"retry {missing[0]} (task {retries[missing[0]].task_id!r}) retries a first attempt "
+                         "that is not in first_attempts")
+    return [position[id(r.first)] for r in retries]
+
+
+def retry_of_first(first_attempts: list[Attempt], retries: list[Retry]) -> list[Retry | None]:
+    """For each first attempt, in order, the retry played on it (None where the gate did not fire).
+
+    Example:
+        >>> a, b = (Attempt("t", FIRST, i, "", [], [], [], [], float(i), bool(i), "", "", 1) for i in range(2))
+        >>> retry = Retry(a, None, Attempt("t", SECOND, 0, "", [], [], [], [], 1.0, True, "", "", 1))
+        >>> [r is retry for r in retry_of_first([a, b], [retry])], retry_of_first([a, b], [retry])[1]
+        ([True, False], None)
+    """
+    out: list[Retry | None] = [None] * len(first_attempts)
+    for p, r in zip(_first_positions(first_attempts, retries), retries):
+        out[p] = r
+    return out
+
+
+def retries_by_first(sample: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """A saved step record's (:meth:`StepRecord.to_dict`) retries, joined: position of the first
+    attempt -> ``{"first": that attempt's dict, "reflection": ..., "second": ...}``, in the
+    retries' order.
+
+    Example:
+        >>> sample = {"step": 3, "first_attempts": [{"reward": 0.0}, {"reward": 1.0}],
+        ...           "retries": [{"first": 0, "reflection": None, "second": {"reward": 1.0}}]}
+        >>> retries_by_first(sample)
+        {0: {'first': {'reward': 0.0}, 'reflection': None, 'second': {'reward': 1.0}}}
+    """
+    firsts = sample.get("first_attempts", [])
+    joined = {}
+    for n, r in enumerate(sample.get("retries", [])):
+        p = r.get(FIRST)
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < len(firsts):
+            raise ValueError(f"step {sample.get('step')!r}, retry {n}: 'first' must be the position of a first "
+                             f"attempt (0..{len(firsts) - 1}), got {p!r}")
+        joined[p] = {**r, FIRST: firsts[p]}
+    return joined

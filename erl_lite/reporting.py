@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from erl_lite.config import REPORT_TO_BACKENDS, ERLConfig
 from erl_lite.metrics import STEP, is_point_in_time
-from erl_lite.records import Attempt, StepRecord
+from erl_lite.records import Attempt, StepRecord, retry_of_first
 
 #: Name of the table (a text summary in TensorBoard) sent with each train send.
 SAMPLES_TABLE = "samples"
@@ -244,11 +244,9 @@ def conversation(attempt: Attempt) -> str:
 
 def sample_rows(record: StepRecord) -> list[list[Any]]:
     """The rows of the ``samples`` table (columns :data:`SAMPLE_COLUMNS`) of one iteration."""
-    retry_of = {id(r.first): r for r in record.retries}
     memory = "\n---\n".join(record.memory_after)
     rows = []
-    for a in record.first_attempts:
-        r = retry_of.get(id(a))
+    for a, r in zip(record.first_attempts, retry_of_first(record.first_attempts, record.retries)):
         reflection = r.reflection.text if r is not None and r.reflection is not None else ""
         rows.append([record.step, a.task_id, a.index, a.reward, conversation(a), reflection,
                      r.second.reward if r is not None else None,

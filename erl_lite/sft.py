@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from erl_lite.chat import encode, encode_messages, glue_text
-from erl_lite.records import Retry, StepRecord
+from erl_lite.records import FIRST, SECOND, Retry, StepRecord, retries_by_first
 
 
 def internalization_rows(source: Any, threshold: float | None = None) -> list[dict[str, Any]]:
@@ -209,7 +209,7 @@ def _pairs_of(item: Any) -> Iterable[tuple[dict, dict]]:
     if isinstance(item, StepRecord):
         item = item.to_dict()
     if isinstance(item, dict) and "retries" in item:
-        return [(item["first_attempts"][r["first"]], r["second"]) for r in item["retries"]]
+        return [(r[FIRST], r[SECOND]) for r in retries_by_first(item).values()]
     raise TypeError(f"cannot read retries from {type(item).__name__}: pass Retry or StepRecord objects, "
                     "StepRecord.to_dict() dicts, a History, a trainer or a samples.jsonl path")
 

@@ -76,8 +76,9 @@ from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.identity import run_differences, run_identity
 from erl_lite.memory import MemoryBank, ReflectionMemory
-from erl_lite.metrics import (LR, PEAK_GPU_GB, STEP, TIME_STEP, TIME_UPDATE, cuda_device, describe, env_eval_metrics,
-                              env_step_metrics, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
+from erl_lite.metrics import (GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP, TIME_STEP,
+                              TIME_UPDATE, cuda_device, describe, env_eval_metrics, env_step_metrics, eval_metrics,
+                              peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
 from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
 from erl_lite.progress import Progress
 from erl_lite.lengths import check_lengths
@@ -695,10 +696,10 @@ class ERLTrainer:
 
     def _postfix(self) -> str:
         r = self.history.of_kind("train")[-1]
-        parts = [f"r1={r['reward/first']:.2f}"]
-        if r.get("reward/second") is not None:
-            parts.append(f"r2={r['reward/second']:.2f}")
+        parts = [f"r1={r[REWARD_FIRST]:.2f}"]
+        if r.get(REWARD_SECOND) is not None:
+            parts.append(f"r2={r[REWARD_SECOND]:.2f}")
         if self.args.mode != "rlvr":
-            parts += [f"gate={r['gate/rate']:.2f}", f"mem={int(r['memory/size'])}"]
+            parts += [f"gate={r[GATE_RATE]:.2f}", f"mem={int(r[MEMORY_SIZE])}"]
         return " ".join(parts)
 

@@ -87,9 +87,10 @@ _DIST = ("erl_lite runs data parallel from the environment `accelerate launch` s
 _DATA = "erl_lite reads tasks itself (train_dataset rows or an environment's tasks); there is no DataLoader"
 _LOADING = ("the trainer loads a named model with erl_lite.models.load_policy; for other loading options load "
             "it yourself (load_policy(name, ...) or from_pretrained) and pass the model object")
-_DTYPE = ("erl_lite has no mixed-precision autocast: a model given by name loads with bf16 weights on a CUDA GPU "
-          "with native bf16 and fp32 elsewhere; choose the dtype with erl_lite.models.load_policy(name, "
-          "dtype='bfloat16'|'float16'|'float32') and pass the model")
+#: How erl_lite chooses the dtype (the reason bf16/fp16 and accelerate's mixed precision are refused).
+DTYPE_HINT = ("erl_lite has no mixed-precision autocast: a model given by name loads with bf16 weights on a CUDA "
+              "GPU with native bf16 and fp32 elsewhere; choose the dtype with erl_lite.models.load_policy(name, "
+              "dtype='bfloat16'|'float16'|'float32') and pass the model")
 _OPTIMIZER = ("the optimizer is ERLConfig.optim with Adam's default betas (0.9, 0.999) and eps 1e-8; for other "
               "settings pass ERLTrainer(optimizers=(your_optimizer, None))")
 _LOSS = ("this TRL loss variant is not implemented in erl_lite (its losses: loss_type seq_sum, token_mean, "
@@ -110,10 +111,10 @@ TRL_REFUSED: dict[str, str] = {
         "steps_per_generation parts, or ppo_mini_batch_size × num_generations rows) runs in micro-batches of "
         "per_device_train_batch_size sequences and steps once; set steps_per_generation or ppo_mini_batch_size "
         "for the mini-batch size"),
-    "bf16": _DTYPE,
-    "fp16": _DTYPE,
-    "bf16_full_eval": _DTYPE,
-    "fp16_full_eval": _DTYPE,
+    "bf16": DTYPE_HINT,
+    "fp16": DTYPE_HINT,
+    "bf16_full_eval": DTYPE_HINT,
+    "fp16_full_eval": DTYPE_HINT,
     "tf32": "not set by erl_lite; call torch.backends.cuda.matmul.allow_tf32 = True yourself",
     "max_prompt_length": (
         "removed from TRL 1.16 too; erl_lite never cuts a prompt: a whole episode is bounded by max_episode_length "

@@ -47,10 +47,8 @@ from erl_lite.models import keep_4bit_trainable
 from erl_lite.distributed import SINGLE_PROCESS, DataParallel
 from erl_lite.losses import LossStats, first_non_finite, normalizer_for, policy_objective
 from erl_lite.progress import NO_PROGRESS, Progress
-from erl_lite.records import ROLES, TrainSample
-
-#: Roles with a policy-gradient advantage (their mean |A| is logged).
-ADVANTAGE_ROLES = ("first", "reflection", "second")
+# ADVANTAGE_ROLES: the roles with a policy-gradient advantage (their mean |A| is logged).
+from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
 UPDATE_METRICS: tuple[str, ...] = (
@@ -432,7 +430,7 @@ class PolicyUpdater:
         """
         if self.dist.world_size == 1:
             return
-        row = TrainSample("first", [self.pad_id], [self.pad_id], [0], 0.0)
+        row = TrainSample(FIRST, [self.pad_id], [self.pad_id], [0], 0.0)
         (self.trained(pack([row], self.pad_id, False, self.device)).sum() * 0.0).backward()
 
     def _skipped(self, where: str, bad_roles: list[str], grad_norm: float) -> None:

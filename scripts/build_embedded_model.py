@@ -11,14 +11,14 @@ Steps:
 2. Tokenizer: BPE over a pre-tokenizer that keeps each capital letter, ```` ``` ````, and
    ``<prompt>`` tags as their own tokens and lets words carry their leading space; the
    decoder concatenates, so decoding is lossless. ChatML chat template, ``<|im_end|>`` = eos.
-3. Corpus: :func:`erl_lite.embedded.corpus.generate_corpus` with the final tokenizer (the
+3. Corpus: :func:`embedded.corpus.generate_corpus` (``scripts/embedded/``) with the final tokenizer (the
    teacher playing ERL's three roles through erl_lite's own phases).
 4. Training: a ``LlamaForCausalLM`` from scratch, AdamW with warm-up and cosine decay, loss on
    the generated tokens only.
 5. Saving: ``save_pretrained`` of model and tokenizer, plus ``BUILD_INFO.json``.
 
 Departures from the paper: the paper starts from instruction-tuned Qwen3/Olmo models; this
-script makes a stand-in that runs without a network (see :mod:`erl_lite.embedded.teacher`).
+script makes a stand-in that runs without a network (see :mod:`embedded.teacher`).
 """
 
 from __future__ import annotations
@@ -39,15 +39,20 @@ import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from erl_lite.embedded.corpus import CorpusExample, corpus_config, generate_corpus
 from erl_lite.embedded.loading import EMBEDDED_DIR
 from erl_lite.embedded.rulebooks import rulebook
-from erl_lite.embedded.teacher import TeacherSkill
 from erl_lite.embedded.world import LETTER_POOL
 from erl_lite.envs.frozenlake import COMMENTS, FEEDBACK
 from erl_lite.envs.grid import action_reminder_text, grid_system_prompt
 from erl_lite.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM, RETRY_HEADER
 from erl_lite.testing import CHATML_TEMPLATE, tiny_tokenizer
+
+# The build-time teacher and corpus sit beside this script (scripts/embedded/), outside the
+# installed package; `python scripts/build_embedded_model.py` puts scripts/ on the path already,
+# the insert keeps the import working when the file is loaded another way (e.g. by a test).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from embedded.corpus import CorpusExample, corpus_config, generate_corpus  # noqa: E402
+from embedded.teacher import TeacherSkill  # noqa: E402
 
 PAD, IM_START, IM_END, UNK = "<|pad|>", "<|im_start|>", "<|im_end|>", "<|unk|>"
 #: Pre-tokens: fences and rulebook tags whole; words (a grid letter is a one-letter word)

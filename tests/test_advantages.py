@@ -104,3 +104,21 @@ def test_a_singleton_has_mean_zero_and_the_scale_of_its_mode(rewards, keys):
     for i in lone:
         assert by_mode["group"][i] == by_mode["none"][i] == rewards[i]
         assert by_mode["batch"][i] == pytest.approx(rewards[i] / (batch_std + 1e-6), rel=1e-12)  # float64
+
+
+# --- one home for the choices --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["SCALE_REWARDS", "INTERNALIZATION_MODES"])
+def test_the_choices_advantages_accept_are_the_configs(name):
+    """config.py is the one home of every enum: advantages checks against the same tuple."""
+    import erl_lite.advantages as advantages
+    import erl_lite.config as config
+    assert getattr(advantages, name) is getattr(config, name)
+    assert not {"SCALE_MODES", "DISTILL_MODES"} & set(vars(advantages)), "a second copy of an enum"
+
+
+@pytest.mark.parametrize("call", [lambda: group_advantages([1.0, 0.0], scale="sum"),
+                                  lambda: grouped_advantages([1.0], ["t"], scale="GROUP"),
+                                  lambda: distill_weights([1.0], mode="dpo")])
+def test_an_unknown_choice_is_named_with_the_accepted_ones(call):
+    with pytest.raises(ValueError, match=r"must be one of \("):
+        call()

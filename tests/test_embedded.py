@@ -3,8 +3,12 @@ two real ERL steps, and the reflection bands on a small fixed-seed sample."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import json
+import pathlib
 import shutil
+import sys
 import time
 
 import pytest
@@ -12,10 +16,8 @@ import torch
 
 from erl_lite.chat import encode_messages
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded, measure_bands
-from erl_lite.embedded.corpus import generate_corpus
 from erl_lite.embedded.demo import contradicting_rulebooks
 from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
-from erl_lite.embedded.teacher import Teacher, best_moves, describe_ahead
 from erl_lite.embedded.world import (IN_HOLE, SECOND_HOLE, closer_tiles, fatal_letter, hole_in_the_way,
                                      hole_letters, holes_in_the_way, no_dead_end, parse_grid, run_letters)
 from erl_lite.history import History
@@ -26,6 +28,12 @@ from erl_lite.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
 from erl_lite.rollout import opening_messages
 from erl_lite.testing import tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
+
+# The build-time teacher and corpus live beside the build script (scripts/embedded/), outside
+# the package: import them as the script does, with scripts/ on the path.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+from embedded.corpus import generate_corpus  # noqa: E402
+from embedded.teacher import Teacher, TeacherSkill, best_moves, describe_ahead  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -190,7 +198,6 @@ def reflection_request(base: str, trace: str, task: str = "A E G\nH G B\nleft: 8
 
 def test_uninformed_teacher_sometimes_guesses_two_letters_so_two_hole_plans_exist_without_a_rulebook():
     from erl_lite.embedded.rulebooks import plan_sentence, planned_holes
-    from erl_lite.embedded.teacher import TeacherSkill
 
     grid = [["A", "E", "G"], ["F", "H", "B"]]
     guesses = [Teacher(seed=s, skill=TeacherSkill(guess_rate=1.0)).guess(grid) for s in range(200)]
@@ -470,3 +477,10 @@ def test_contradiction_detector_and_the_report_flag():
     text = _memory_section(History(samples=[sample]), [bad], ["F", "H"])
     assert "Self-contradicting rulebooks: 2 of 3" in text and "final memory" in text and "(letter F)" in text
     assert "none of the 1 rulebooks" in _memory_section(History(), [rulebook("F", "E")], ["F", "H"])
+
+
+@pytest.mark.parametrize("name", ["embedded.teacher", "embedded.corpus"])
+def test_build_time_docstring_examples(name):
+    """tests/test_docstrings.py walks the package only; the build-time modules' examples run here."""
+    result = doctest.testmod(importlib.import_module(name), verbose=False)
+    assert result.attempted > 0 and result.failed == 0, f"{name}: {result.failed} of {result.attempted} failed"

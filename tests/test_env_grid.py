@@ -94,3 +94,47 @@ def test_seeded_splits_are_lazy_deterministic_and_disjoint():
     assert train[7].task_id == "toy/train/7" and train[7].data["index"] == 7
     assert derive_seed(0, "train", 1) != derive_seed(0, "test", 1) != derive_seed(1, "test", 1)
     assert len(splits.tasks("test", 99)) == 3  # capped at the split size
+
+
+# --- one breadth-first search for every grid game -------------------------------------------------
+@pytest.mark.parametrize("module", ["erl_lite.envs.frozenlake", "erl_lite.envs.sokoban", "erl_lite.envs.solvers"])
+def test_the_games_search_with_the_one_bfs_in_grid(module):
+    """Shortest-path search is written once (grid.shortest_moves); the games only say how a state moves."""
+    import importlib
+
+    from erl_lite.envs import frozenlake, grid, sokoban
+    source = importlib.import_module(module)
+    assert "deque" not in vars(source), f"{module} runs its own breadth-first search"
+    if module.endswith("solvers"):  # the expert's solvers are the games' own searches
+        assert (source.solve_frozenlake, source.solve_sokoban) == (frozenlake.solve_frozenlake, sokoban.solve_sokoban)
+    else:
+        assert source.shortest_moves is grid.shortest_moves
+
+
+@pytest.mark.parametrize("rows, limit, expected", [
+    (["SH", "FG"], None, 2), (["SH", "FG"], 2, 2), (["SH", "FG"], 1, None), (["SH", "HG"], None, None),
+    (["SFF", "HHF", "GFF"], None, 6), (["SFF", "HHF", "GFF"], 5, None), (["GS"], 1, 1), (["GS"], 0, None),
+])
+def test_frozenlake_shortest_path_and_its_solver_agree(rows, limit, expected):
+    from erl_lite.envs.frozenlake import shortest_path
+    from erl_lite.envs.solvers import solve_frozenlake
+    assert shortest_path(rows, limit=limit) == expected
+    path = solve_frozenlake(rows)
+    if limit is None:
+        assert (None if path is None else len(path)) == expected
+
+
+@pytest.mark.parametrize("layout, limit, expected", [
+    (["######", "#@$ .#", "######"], None, 2), (["######", "#@$ .#", "######"], 2, 2),
+    (["######", "#@$ .#", "######"], 1, None), (["#####", "#@$.#", "#####"], 0, None),
+    (["######", "#@ $.#", "######"], None, 2), (["#####", "#$@.#", "#####"], None, None),
+    (["######", "#@   #", "# $  #", "#   .#", "######"], None, 6),
+    (["######", "#@   #", "# $  #", "#   .#", "######"], 5, None),
+])
+def test_sokoban_solve_length_and_its_solver_agree(layout, limit, expected):
+    from erl_lite.envs.sokoban import Level, solve_length
+    from erl_lite.envs.solvers import solve_sokoban
+    assert solve_length(Level.parse(layout), limit=limit) == expected
+    if limit is None:
+        path = solve_sokoban(layout)
+        assert (None if path is None else len(path)) == expected

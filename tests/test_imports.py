@@ -135,17 +135,14 @@ def _in(module: str, prefixes: tuple[str, ...]) -> bool:
 # (lower layer, what it must not reach, directly or through another module). From DESIGN.md's
 # architecture: records, config, losses and advantages are pure data and tensor functions;
 # environments produce tasks, rewards and feedback and know nothing of how a policy is trained;
-# the embedded model's demo-time code never loads its build-time teacher and corpus; and nothing
-# in the library imports the command line.
+# and nothing in the library imports the command line. (The embedded model's build-time teacher
+# and corpus are not in the package at all: see test_build_time_code_lives_beside_the_build_script.)
 LAYERS = [
     (("erl_lite.losses", "erl_lite.advantages", "erl_lite.records", "erl_lite.config"),
      ("erl_lite.envs", "erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
       "erl_lite.embedded", "erl_lite.cli")),
     (("erl_lite.envs",), ("erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
                           "erl_lite.embedded", "erl_lite.cli")),
-    (("erl_lite.embedded.world", "erl_lite.embedded.loading", "erl_lite.embedded.demo",
-      "erl_lite.embedded.bands", "erl_lite.embedded.rulebooks"),
-     ("erl_lite.embedded.teacher", "erl_lite.embedded.corpus")),
     # the notebooks' setup sits on top: the library never imports it
     (("erl_lite.config", "erl_lite.records", "erl_lite.envs", "erl_lite.models", "erl_lite.trainer",
       "erl_lite.embedded", "erl_lite.phases"), ("erl_lite.teach",)),
@@ -191,3 +188,96 @@ def test_lower_layers_never_import_higher_ones(lower, higher):
     bad = [" -> ".join(chain) for m in starts for target, chain in reachable(graph, m).items()
            if _in(target, higher)]
     assert not bad, "layer violations:\n" + "\n".join(bad)
+
+
+# The embedded model's build-time code (its scripted teacher and the corpus made with it) lives
+# beside the build script, not in the installed package: nothing that ships may need it.
+BUILD_TIME = ["teacher", "corpus"]
+
+
+@pytest.mark.parametrize("name", BUILD_TIME)
+def test_build_time_code_lives_beside_the_build_script(name):
+    files = module_files()
+    assert f"erl_lite.embedded.{name}" not in files, f"erl_lite/embedded/{name}.py ships in the wheel"
+    assert (PACKAGE_DIR.parent / "scripts" / "embedded" / f"{name}.py").is_file()
+    # ... and no module of the package reaches for it (scripts/ is on no installed path).
+    for module, path in files.items():
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            assert not any(n.split(".")[0] == "embedded" for n in names), f"{path}:{node.lineno} imports {names}"
+
+
+def _role_literals(tree: ast.AST, roles: set[str]) -> list[tuple[int, str]]:
+    """Where a module writes ERL's role names itself: a tuple/list/set or dict keys of two or more
+    of them, ``role="..."``, or a role string passed to a record (``TrainSample("first", ...)``)."""
+    def is_role(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in roles
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and sum(map(is_role, node.elts)) >= 2:
+            found.append((node.lineno, "a list of role names"))
+        elif isinstance(node, ast.Dict) and sum(map(is_role, node.keys)) >= 2:
+            found.append((node.lineno, "a dict keyed by role names"))
+        elif isinstance(node, ast.keyword) and node.arg == "role" and is_role(node.value):
+            found.append((node.value.lineno, f"role={node.value.value!r}"))
+        elif isinstance(node, ast.Call) and any(map(is_role, node.args)) and ast.unparse(node.func)[-4:] != ".get":
+            found.append((node.lineno, f"a role name passed to {ast.unparse(node.func)}"))
+    return found
+
+
+def test_role_names_are_written_once_in_records():
+    """records.ROLES and its named constants are the one home of the role names; others import them."""
+    from erl_lite.records import ROLES
+    bad = [f"{path}:{line}: {what}" for name, path in module_files().items() if name != "erl_lite.records"
+           for line, what in _role_literals(ast.parse(path.read_text(encoding="utf-8")), set(ROLES))]
+    assert not bad, "role names written outside records.py:\n" + "\n".join(bad)
+
+
+def _retry_joins(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a module joins first attempts and retries itself: by identity (``id(r.first)``) or by
+    the saved position (``sample["first_attempts"][r["first"]]``, ``int(r["first"])``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("id", "int") and node.args:
+            arg = node.args[0]
+            if (isinstance(arg, ast.Attribute) and arg.attr == "first") or \
+                    (isinstance(arg, ast.Subscript) and ast.unparse(arg.slice) == "'first'"):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript) \
+                and ast.unparse(node.value.slice) == "'first_attempts'":
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_retry_join_is_made_once_in_records():
+    """records.py joins a retry to its first attempt (objects and saved dicts); every reader calls it."""
+    bad = [f"{path}:{line}: {what}" for name, path in module_files().items() if name != "erl_lite.records"
+           for line, what in _retry_joins(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not bad, "retries joined to first attempts outside records.py:\n" + "\n".join(bad)
+
+
+
+def _metric_literals(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """String constants (docstrings aside) that spell a metric name metrics.py defines."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
+            and id(n) not in docstrings]
+
+
+METRIC_NAME_USERS = ["erl_lite.trainer", "erl_lite.embedded.demo", "erl_lite.cli", "erl_lite.viz.plots",
+                     "erl_lite.viz.demo_data"]
+
+
+@pytest.mark.parametrize("module", METRIC_NAME_USERS)
+def test_metric_names_come_from_metrics_constants(module):
+    """A metric is named once, in metrics.py (``REWARD_FIRST = "reward/first"``); its readers import the name."""
+    import erl_lite.metrics as metrics
+    names = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and "/" in v}
+    path = module_files()[module]
+    bad = [f"{path}:{line}: {value!r}" for line, value in _metric_literals(ast.parse(path.read_text()), names)]
+    assert not bad, "metric names written as literals:\n" + "\n".join(bad)

@@ -86,3 +86,47 @@ def test_every_family_is_logged_for_each_environment(logged_keys):
     assert logged == {(f, env) for f in METRIC_FAMILIES for env in "ab"}, sorted(logged)
     # single-environment runs log no family member
     assert not [k for mode in ("erl", "erl_simple", "rlvr") for k in logged_keys[mode] if family(k)]
+
+
+# --- one step-metrics function: the per-environment keys are step_metrics on each slice ----------
+def _step(rewards_first, gated, second_rewards, envs):
+    """A StepOutcome-like step over tasks named '<env>:<n>' (first attempts, retries of some)."""
+    from types import SimpleNamespace
+
+    from erl_lite.records import Attempt, Retry
+    first = [Attempt(f"{envs[i % len(envs)]}:{i}", "first", 0, "", [], [1], [1], [1], r, r >= 1.0, "", "", 1)
+             for i, r in enumerate(rewards_first)]
+    retries = [Retry(first[i], None, Attempt(first[i].task_id, "second", 0, "", [], [1], [1], [1], r2, r2 >= 1.0,
+                                             "", "", 1)) for i, r2 in zip(gated, second_rewards)]
+    return SimpleNamespace(first=first, retries=retries, samples=[], memory_writes=0, seconds={})
+
+
+@pytest.mark.parametrize("rewards_first, gated, second_rewards, envs, mode", [
+    ([0.0, 1.0, 0.0, 0.5], [0, 2], [1.0, 0.0], ["a", "b"], "erl"),
+    ([0.0, 0.0, 0.0], [0, 1, 2], [1.0, 1.0, 0.0], ["a", "b", "c"], "erl"),
+    ([1.0, 1.0], [], [], ["a", "b"], "erl"),
+    ([0.0, 1.0], [], [], ["a", "b"], "rlvr"),
+    ([0.25], [0], [0.75], ["a", "b"], "erl_simple"),  # env b has no task this step: its keys are None
+])
+def test_env_step_metrics_are_step_metrics_on_each_environments_slice(monkeypatch, rewards_first, gated,
+                                                                    second_rewards, envs, mode):
+    import erl_lite.metrics as metrics
+    from erl_lite.memory import MemoryBank
+
+    outcome = _step(rewards_first, gated, second_rewards, envs)
+    env_of = lambda task_id: task_id.split(":")[0]
+    memory = MemoryBank(envs, env_of=env_of)
+    calls = []
+    real = metrics.step_metrics
+    monkeypatch.setattr(metrics, "step_metrics", lambda o, mem, m: calls.append(o) or real(o, mem, m))
+    got = metrics.env_step_metrics(outcome, env_of, envs, memory, mode)
+    assert len(calls) == len(envs), "env_step_metrics does not compute through step_metrics"
+    for name in envs:
+        mine = [a for a in outcome.first if env_of(a.task_id) == name]
+        second = [r.second.reward for r in outcome.retries if env_of(r.task_id) == name]
+        assert got[f"reward/first/{name}"] == (sum(a.reward for a in mine) / len(mine) if mine else None)
+        assert got[f"reward/second/{name}"] == (sum(second) / len(second) if second else None)
+        gate = len(second) / len(mine) if mine and mode != "rlvr" else None
+        assert got[f"gate/rate/{name}"] == gate
+        assert got[f"memory/size/{name}"] == 0.0
+    assert len(got) == 6 * len(envs)

@@ -280,3 +280,34 @@ def test_qlora_on_cuda(tmp_path, family, tied):
     assert any(g is not None and g.abs().sum() > 0 for g in lora_grads)
     with torch.no_grad(), reference_context(model) as ref:
         assert torch.isfinite(ref(**batch).logits).all()
+
+
+# --- one home for the dtype names -----------------------------------------------------------------
+def test_the_dtype_names_live_in_models_and_export_uses_them():
+    import erl_lite.distributed as distributed
+    import erl_lite.export as export
+    import erl_lite.models as models
+    import erl_lite.trl_fields as trl_fields
+    assert not hasattr(export, "_DTYPES") and not hasattr(models, "_DTYPES"), "a private copy of the dtype names"
+    assert set(models.DTYPES) == {"float32", "bfloat16", "float16"}
+    assert "DTYPE_HINT" in vars(trl_fields) and "_DTYPE" not in vars(trl_fields)
+    assert "trl_fields import DTYPE_HINT" in open(distributed.__file__).read()
+
+
+@pytest.mark.parametrize("dtype, expected", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
+                                             ("float16", torch.float16), (torch.float64, torch.float64),
+                                             ("auto", None)])
+def test_named_dtype(dtype, expected):
+    from erl_lite.models import named_dtype
+    assert named_dtype(dtype) is expected
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8", torch.int8, 16, None])
+def test_a_bad_dtype_is_refused_alike_by_loading_and_merging(dtype):
+    from erl_lite.export import _merge_dtype
+    from erl_lite.models import _resolve_dtype
+    with pytest.raises(ValueError, match="dtype must be") as loading:
+        _resolve_dtype(dtype, None)
+    with pytest.raises(ValueError, match="dtype must be") as merging:
+        _merge_dtype(dtype, "unused", False)
+    assert str(loading.value) == str(merging.value)

@@ -436,3 +436,33 @@ def test_an_internalization_row_never_runs_past_the_episode_budget(tok):
         budget = c.max_reflection_prompt_length + c.max_reflection_length if s.role == "reflection" else 560
         assert len(s.prompt_ids) + len(s.completion_ids) <= budget, s.role
     assert not [s for s in out.samples if s.role == "distill"]  # too long here: dropped, not cut
+
+
+# --- the one retry join (records.py) -------------------------------------------------------------
+@pytest.mark.parametrize("gated", [[], [0], [2], [0, 2], [2, 0, 1]])
+def test_the_retry_join_round_trips_through_the_saved_record(gated):
+    """retry_of_first (objects) and retries_by_first (saved dicts) give the same pairs, in order."""
+    from erl_lite.records import Attempt, Retry, StepRecord, Task, retries_by_first, retry_of_first
+    firsts = [Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1) for i in range(3)]
+    retries = [Retry(firsts[i], None, Attempt("t", "second", i, "", [], [], [], [], 1.0, True, "", "", 1))
+               for i in gated]
+    aligned = retry_of_first(firsts, retries)
+    assert [i for i, r in enumerate(aligned) if r is not None] == sorted(gated)
+    saved = retries_by_first(StepRecord(1, [Task("t", "")], firsts, retries, [], [], {}).to_dict())
+    assert list(saved) == gated  # the retries' own order
+    assert all(saved[i]["first"] == firsts[i].to_dict() and saved[i]["second"]["index"] == i for i in gated)
+
+
+@pytest.mark.parametrize("position", [3, -1, "0", None, True])
+def test_a_saved_retry_with_a_bad_position_is_named(position):
+    from erl_lite.records import retries_by_first
+    sample = {"step": 7, "first_attempts": [{}, {}, {}], "retries": [{"first": 0}, {"first": position}]}
+    with pytest.raises(ValueError, match=r"step 7, retry 1: 'first' must be the position"):
+        retries_by_first(sample)
+
+
+def test_a_retry_of_an_unknown_first_attempt_is_named():
+    from erl_lite.records import Attempt, Retry, retry_of_first
+    a, stray = (Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1) for i in range(2))
+    with pytest.raises(ValueError, match=r"retry 0 \(task 't'\) retries a first attempt that is not in"):
+        retry_of_first([a], [Retry(stray, None, a)])

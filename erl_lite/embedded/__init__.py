@@ -2,7 +2,7 @@
 
 No package index ships a usable pretrained causal LM, so erl_lite carries its own (about 0.4
 million parameters, a small BPE tokenizer, a ChatML template) in ``erl_lite/data/embedded``.
-The modules, from what runs at demo time to what runs only when the model is rebuilt:
+The modules:
 
 * :mod:`~erl_lite.embedded.world` — the demo world: a small FrozenLake with two hole letters
   and one ice letter drawn per run (:func:`demo_world`), so the model cannot know a hole until
@@ -16,9 +16,10 @@ The modules, from what runs at demo time to what runs only when the model is reb
 * :mod:`~erl_lite.embedded.bands` — :func:`measure_bands`: what reflection and memory do for
   a policy on a world, before any RL;
 * :mod:`~erl_lite.embedded.rulebooks` — the rulebook sentences, their readers and the
-  self-contradiction detector (:func:`~erl_lite.embedded.rulebooks.contradictions`);
-* :mod:`~erl_lite.embedded.teacher` and :mod:`~erl_lite.embedded.corpus` — build time only:
-  the scripted teacher and the corpus ``scripts/build_embedded_model.py`` trains the model on.
+  self-contradiction detector (:func:`~erl_lite.embedded.rulebooks.contradictions`).
+
+The build-time code (the scripted teacher and the corpus ``scripts/build_embedded_model.py``
+trains the model on) is not part of the package: it lives in ``scripts/embedded/``.
 
 Names below are imported on first use, so ``import erl_lite.embedded`` stays light.
 

@@ -28,6 +28,9 @@ from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
 from erl_lite.history import History
+from erl_lite.metrics import (EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE, REWARD_FIRST,
+                              REWARD_SECOND, STEP, TIME_STEP)
+from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 
 #: The demo's run settings: a read-only view of the ``demo`` preset, their one home
 #: (:data:`erl_lite.config.PRESETS`; :func:`demo_config` builds the config; ``erl-lite demo``,
@@ -80,9 +83,9 @@ def step_line(trainer: Any, record: Any) -> None:
     """Print one line per iteration: what each phase did (a trainer callback)."""
     m = record.metrics
     fmt = lambda key: "  -  " if m.get(key) is None else f"{m[key]:.2f}"  # noqa: E731
-    print(f"step {m['step']:>3} | r1 {fmt('reward/first')} | gate {fmt('gate/rate')} | "
-          f"parse {fmt('reflection/parse_rate')} | r2 {fmt('reward/second')} | "
-          f"memory {int(m['memory/size'])} (+{int(m['memory/writes'])}) | {m['time/step']:.1f}s", flush=True)
+    print(f"step {m[STEP]:>3} | r1 {fmt(REWARD_FIRST)} | gate {fmt(GATE_RATE)} | "
+          f"parse {fmt(REFLECTION_PARSE_RATE)} | r2 {fmt(REWARD_SECOND)} | "
+          f"memory {int(m[MEMORY_SIZE])} (+{int(m[MEMORY_WRITES])}) | {m[TIME_STEP]:.1f}s", flush=True)
 
 
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
@@ -123,17 +126,16 @@ def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = D
 
 
 def _eval_ends(history: History) -> tuple[float, float]:
-    _, values = history.series("eval/success", kind="eval")
+    _, values = history.series(EVAL_SUCCESS, kind="eval")
     return (values[0], values[-1]) if values else (float("nan"), float("nan"))
 
 
 def _example(history: History) -> str:
     """A failed first attempt, its reflection and the second attempt, from the last samples."""
     for sample in reversed(history.samples):
-        for retry in sample["retries"]:
-            refl, second = retry["reflection"], retry["second"]
+        for retry in retries_by_first(sample).values():
+            first, refl, second = retry[FIRST], retry[REFLECTION], retry[SECOND]
             if refl is not None and refl["parsed"] and second["success"]:
-                first = sample["first_attempts"][retry["first"]]
                 return (f"Step {sample['step']}, task `{refl['task_id']}`.\n\n"
                         f"**First attempt** (reward {first['reward']:g}): {first['feedback']}\n\n"
                         f"**Reflection** (the new system prompt):\n\n```\n{refl['rulebook']}\n```\n\n"
@@ -289,7 +291,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
     train = history.of_kind("train")
     rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]
     window = max(1, min(5, len(train) // 3))  # single steps are noisy: mean over a few
-    for key in ("reward/first", "reward/second", "gate/rate", "reflection/parse_rate", "memory/writes"):
+    for key in (REWARD_FIRST, REWARD_SECOND, GATE_RATE, REFLECTION_PARSE_RATE, MEMORY_WRITES):
         vals = [r[key] for r in train[:window] if r.get(key) is not None]
         late = [r[key] for r in train[-window:] if r.get(key) is not None]
         if vals and late:

@@ -18,7 +18,7 @@ files do (15 of its 97 distinct test maps, all small, also occur in its training
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
@@ -26,7 +26,7 @@ from gymnasium.utils import seeding
 
 from erl_lite.envs.base import Environment
 from erl_lite.envs.grid import (ACTIONS, GridEpisode, action_reminder_text, grid_system_prompt,
-                                render_rows, resolve_symbols)
+                                render_rows, resolve_symbols, shortest_moves)
 from erl_lite.envs.paper_tasks import frozenlake_paper_tasks
 from erl_lite.envs.splits import SeededSplits
 from erl_lite.records import Task
@@ -53,6 +53,27 @@ FEEDBACK = {
 _GYM_ACTION = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
 
 
+def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | None:
+    """Fewest moves from S to G that never enter a hole H (None if unreachable or longer than ``limit``).
+
+    Example:
+        >>> solve_frozenlake(["SH", "FG"])
+        ['Down', 'Right']
+        >>> solve_frozenlake(["SH", "HG"]) is None
+        True
+    """
+    n_rows, n_cols = len(rows), len(rows[0])
+    start = next((r, c) for r in range(n_rows) for c in range(n_cols) if rows[r][c] == "S")
+
+    def moves(cell: tuple[int, int]) -> Iterable[tuple[str, tuple[int, int]]]:
+        for name, (dr, dc) in ACTIONS.items():
+            r, c = cell[0] + dr, cell[1] + dc
+            if 0 <= r < n_rows and 0 <= c < n_cols and rows[r][c] != "H":  # a hole ends the episode
+                yield name, (r, c)
+
+    return shortest_moves(start, moves, lambda cell: rows[cell[0]][cell[1]] == "G", limit)
+
+
 def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
     """Fewest moves from S to G avoiding H (None if unreachable or longer than ``limit``).
 
@@ -60,22 +81,8 @@ def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
         >>> shortest_path(["SH", "FG"])
         2
     """
-    n_rows, n_cols = len(rows), len(rows[0])
-    start = next((r, c) for r in range(n_rows) for c in range(n_cols) if rows[r][c] == "S")
-    frontier, depth = deque([start]), {start: 0}
-    while frontier:
-        r, c = frontier.popleft()
-        if rows[r][c] == "G":
-            return depth[(r, c)]
-        if limit is not None and depth[(r, c)] >= limit:
-            continue
-        for dr, dc in ACTIONS.values():
-            nxt = (r + dr, c + dc)
-            if 0 <= nxt[0] < n_rows and 0 <= nxt[1] < n_cols and rows[nxt[0]][nxt[1]] != "H" \
-                    and nxt not in depth:
-                depth[nxt] = depth[(r, c)] + 1
-                frontier.append(nxt)
-    return None
+    path = solve_frozenlake(rows, limit)
+    return None if path is None else len(path)
 
 
 def generate_map(seed: int, sizes: tuple[int, int] = (2, 9),

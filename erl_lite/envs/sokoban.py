@@ -17,7 +17,7 @@ levels lean to 8×8. :meth:`Sokoban.small` is an addition for CPU runs.
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from erl_lite.envs.base import Environment
 from erl_lite.envs.grid import (ACTIONS, GridEpisode, action_reminder_text, grid_system_prompt,
-                                render_rows, resolve_symbols)
+                                render_rows, resolve_symbols, shortest_moves)
 from erl_lite.envs.paper_tasks import sokoban_paper_tasks
 from erl_lite.envs.splits import SeededSplits
 from erl_lite.records import Task
@@ -93,6 +93,25 @@ def apply_move(walls: frozenset[Cell], player: Cell, box: Cell, delta: tuple[int
     return ahead, beyond, "pushed"
 
 
+def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[str] | None:
+    """Fewest moves that push the box onto the goal (None if impossible or beyond ``limit``).
+
+    States are (player, box) pairs; moves follow :func:`apply_move`.
+
+    Example:
+        >>> solve_sokoban(["######", "#@$ .#", "######"])
+        ['Right', 'Right']
+    """
+    level = layout if isinstance(layout, Level) else Level.parse(layout)
+
+    def moves(state: tuple[Any, Any]) -> Iterable[tuple[str, tuple[Any, Any]]]:
+        for name, delta in ACTIONS.items():
+            player, box, _ = apply_move(level.walls, state[0], state[1], delta)
+            yield name, (player, box)
+
+    return shortest_moves((level.player, level.box), moves, lambda state: state[1] == level.goal, limit)
+
+
 def solve_length(level: Level, limit: int | None = None) -> int | None:
     """Fewest moves that put the box on the goal (None if impossible or beyond ``limit``).
 
@@ -100,22 +119,8 @@ def solve_length(level: Level, limit: int | None = None) -> int | None:
         >>> solve_length(Level.parse(["######", "#@$ .#", "######"]))
         2
     """
-    start = (level.player, level.box)
-    if level.box == level.goal:
-        return 0
-    depth, frontier = {start: 0}, deque([start])
-    while frontier:
-        state = frontier.popleft()
-        if limit is not None and depth[state] >= limit:
-            continue
-        for delta in ACTIONS.values():
-            player, box, _ = apply_move(level.walls, state[0], state[1], delta)
-            if box == level.goal:
-                return depth[state] + 1
-            if (player, box) not in depth:
-                depth[(player, box)] = depth[state] + 1
-                frontier.append((player, box))
-    return None
+    path = solve_sokoban(level, limit)
+    return None if path is None else len(path)
 
 
 def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8) -> dict[str, Any]:

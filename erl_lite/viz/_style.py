@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, TypeVar, Union
 import matplotlib
 
 from erl_lite.history import History
+from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
 
 
 def _choose_backend() -> None:
@@ -62,10 +63,10 @@ RC = {
 
 #: One colour per ERL phase / role, reused by every plot so a reader learns them once.
 COLORS = {
-    "first": "#1f77b4",
-    "reflection": "#9467bd",
-    "second": "#2ca02c",
-    "distill": "#ff7f0e",
+    FIRST: "#1f77b4",
+    REFLECTION: "#9467bd",
+    SECOND: "#2ca02c",
+    DISTILL: "#ff7f0e",
     "eval": "#d62728",
     "success": "#e377c2",
     "gate": "#8c564b",
@@ -75,10 +76,10 @@ COLORS = {
 #: One marker per series kind, so that curves with equal values stay apart where they overlap
 #: (a colour hidden under another line still shows its marker). Baselines use hollow markers.
 MARKERS = {
-    "first": "o",
-    "reflection": "v",
-    "second": "^",
-    "distill": "D",
+    FIRST: "o",
+    REFLECTION: "v",
+    SECOND: "^",
+    DISTILL: "D",
     "eval": "s",
     "success": "x",
     "gate": "o",

@@ -13,7 +13,9 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.records import Attempt, Reflection, Retry, StepRecord, Task
+from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE,
+                              REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND, STEP, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.records import FIRST, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` block: "
                   "Up, Down, Left or Right.")
@@ -76,7 +78,7 @@ def _step_record(step: int, p_first: float, rng: random.Random,
         for index in range(2):
             won = rng.random() < p_first
             moves = ["Right", "Down"] if won else ["Down", "Down"]
-            firsts.append(_attempt(task.task_id, "first", index, INITIAL_PROMPT, moves, won))
+            firsts.append(_attempt(task.task_id, FIRST, index, INITIAL_PROMPT, moves, won))
             if won:
                 continue
             won2 = rng.random() < min(1.0, p_first + 0.3)
@@ -84,7 +86,7 @@ def _step_record(step: int, p_first: float, rng: random.Random,
             retries.append(Retry(firsts[-1],
                                  Reflection(task.task_id, index, base, text, rulebook, True,
                                             [1], [2], reward=float(won2)),
-                                 _attempt(task.task_id, "second", index, rulebook, moves2, won2)))
+                                 _attempt(task.task_id, SECOND, index, rulebook, moves2, won2)))
             if won2:  # one overwritten slot, as in the paper
                 memory["slot"], memory["version"] = [rulebook], version + 1
     return StepRecord(step, tasks, firsts, retries, before, list(memory["slot"]), {})
@@ -97,14 +99,14 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     p1 = 0.15 + 0.7 * (1 - math.exp(-rate * progress))
     jitter = lambda s: rng.gauss(0.0, s)  # noqa: E731
     r1 = min(1.0, max(0.0, p1 + jitter(0.04)))
-    out = {"step": step, "reward/first": r1, "success/first": r1,
+    out = {STEP: step, REWARD_FIRST: r1, SUCCESS_FIRST: r1,
            "loss/first": jitter(0.05), "advantage/first": 0.8 + jitter(0.05), "lr": 1e-6}
     if baseline:
         return out
     r2 = min(1.0, r1 + 0.2 + jitter(0.04))
     out.update({
-        "reward/second": r2, "success/second": r2, "gate/rate": 1.0 - r1,
-        "reflection/parse_rate": min(1.0, 0.7 + 0.3 * progress), "reflection/reward": r2,
+        REWARD_SECOND: r2, SUCCESS_SECOND: r2, GATE_RATE: 1.0 - r1,
+        REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress), REFLECTION_REWARD: r2,
         "loss/reflection": jitter(0.05), "loss/second": jitter(0.05),
         "loss/distill": 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
         "advantage/reflection": 0.6 + jitter(0.05), "advantage/second": 0.7 + jitter(0.05),
@@ -134,15 +136,15 @@ def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True,
         metrics = _metrics(step, steps, rng, baseline)
         sampled = with_samples and not baseline and (step == 1 or step % 5 == 0)
         if not baseline:
-            record = _step_record(step, metrics["success/first"], rng, memory)
+            record = _step_record(step, metrics[SUCCESS_FIRST], rng, memory)
             wrote = sum(a.success for a in record.second_attempts)
-            metrics["memory/writes"] = float(wrote)
-            metrics["memory/size"] = float(len(memory["slot"]))
+            metrics[MEMORY_WRITES] = float(wrote)
+            metrics[MEMORY_SIZE] = float(len(memory["slot"]))
             if sampled:
                 record.metrics = dict(metrics)
                 history.log_sample(record.to_dict())
         history.log(metrics)
         if step % 5 == 0:
-            r = min(1.0, max(0.0, metrics["reward/first"] + rng.gauss(0.0, 0.03)))
-            history.log({"step": step, "eval/reward": r, "eval/success": r}, kind="eval")
+            r = min(1.0, max(0.0, metrics[REWARD_FIRST] + rng.gauss(0.0, 0.03)))
+            history.log({STEP: step, EVAL_REWARD: r, EVAL_SUCCESS: r}, kind="eval")
     return history

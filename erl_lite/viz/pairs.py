@@ -16,6 +16,7 @@ import html
 import re
 from typing import Any
 
+from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 from erl_lite.viz._style import COLORS, HistoryLike, as_history
 
 Record = dict[str, Any]
@@ -45,12 +46,6 @@ def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> 
     raise ValueError(f"no sampled step record for step {step}; sampled steps: {have}")
 
 
-def retries_by_first(record: Record) -> dict[int, Record]:
-    """The step's retries keyed by the position of their first attempt in ``first_attempts``
-    (see :meth:`~erl_lite.records.StepRecord.to_dict`)."""
-    return {int(r["first"]): r for r in record.get("retries", [])}
-
-
 def list_pairs(record: Record) -> list[dict[str, Any]]:
     """Every first attempt of a step: task_id, index, first/second success (None if not gated)."""
     retried = retries_by_first(record)
@@ -77,7 +72,7 @@ def select_pair(record: Record, task_id: str | None = None,
     reflected = [i for i in candidates if retried.get(i, {}).get("reflection")]
     chosen = (reflected or candidates)[0]
     retry = retried.get(chosen, {})
-    return {"first": firsts[chosen], "reflection": retry.get("reflection"), "second": retry.get("second")}
+    return {FIRST: firsts[chosen], REFLECTION: retry.get("reflection"), SECOND: retry.get("second")}
 
 
 def assistant_actions(attempt: Record | None) -> str:

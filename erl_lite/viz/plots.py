@@ -18,12 +18,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from erl_lite.metrics import EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES
+from erl_lite.records import ADVANTAGE_ROLES, ATTEMPT_ROLES, DISTILL, FIRST, REFLECTION, SECOND
 from erl_lite.viz import _style as S
 from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, series
 
 STEP = "training step"
-ROLE_LABELS = {"first": "first attempt", "reflection": "reflection",
-               "second": "second attempt", "distill": "internalization"}
+ROLE_LABELS = {FIRST: "first attempt", REFLECTION: "reflection", SECOND: "second attempt", DISTILL: "internalization"}
 
 # (key, kind, label, role) of one curve; the role picks its colour and marker.
 Spec = tuple[str, str, str, str]
@@ -63,8 +64,8 @@ def rewards_are_binary(history: HistoryLike) -> bool:
         (True, False)
     """
     h = as_history(history)
-    pairs = [((f"reward/{p}", "train"), (f"success/{p}", "train")) for p in ("first", "second")]
-    pairs.append((("eval/reward", "eval"), ("eval/success", "eval")))
+    pairs = [((f"reward/{p}", "train"), (f"success/{p}", "train")) for p in ATTEMPT_ROLES]
+    pairs.append(((EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")))
     verdicts = [v for v in (_same_series(h, a, b) for a, b in pairs) if v is not None]
     return bool(verdicts) and all(verdicts)
 
@@ -102,8 +103,8 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
     h = as_history(history)
     base = as_history(baseline) if baseline is not None else None
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"{metric}/first", "train", "first attempt", "first"),
-             (f"{metric}/second", "train", "second attempt (gated tasks)", "second"),
+    specs = [(f"{metric}/{FIRST}", "train", "first attempt", FIRST),
+             (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
              (f"eval/{metric}", "eval", "evaluation (first attempt)", "eval")]
     drawn = _curves(ax, h, specs, smoothing)
     if base is not None:
@@ -135,7 +136,7 @@ def plot_gate_rate(history: HistoryLike, ax: Axes | None = None,
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    drawn = _curves(ax, h, [("gate/rate", "train", "sent to reflection", "gate")], smoothing)
+    drawn = _curves(ax, h, [(GATE_RATE, "train", "sent to reflection", "gate")], smoothing)
     S.decorate(ax, "Gate: first attempts sent to reflection", STEP,
                "fraction of first attempts", drawn > 0)
     ax.set_ylim(-0.03, 1.03)
@@ -144,7 +145,7 @@ def plot_gate_rate(history: HistoryLike, ax: Axes | None = None,
 
 def _memory_sizes(h) -> tuple[list[int], list[float]]:
     """``memory/size`` from the metrics, else counted from the sampled step records."""
-    steps, sizes = series(h, "memory/size")
+    steps, sizes = series(h, MEMORY_SIZE)
     if sizes:
         return steps, sizes
     rows = sorted((int(s.get("step", 0)), float(len(s.get("memory_after") or [])))
@@ -167,7 +168,7 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    w_steps, writes = series(h, "memory/writes")
+    w_steps, writes = series(h, MEMORY_WRITES)
     s_steps, sizes = _memory_sizes(h)
     if writes:
         ax.bar(w_steps, writes, color=COLORS["memory"], alpha=0.55, label="written this step")
@@ -230,7 +231,7 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None,
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"advantage/{r}", "train", ROLE_LABELS[r], r) for r in ("first", "reflection", "second")]
+    specs = [(f"advantage/{r}", "train", ROLE_LABELS[r], r) for r in ADVANTAGE_ROLES]
     drawn = _curves(ax, h, specs, smoothing)
     S.decorate(ax, "Advantage magnitude by role", STEP, "mean |advantage| (group-std units)",
                drawn > 0)
@@ -252,11 +253,11 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
     h = as_history(history)
     base = as_history(baseline) if baseline is not None else None
     fig, ax, owned = S.new_axes(ax)
-    same = all(_same_series(x, ("eval/reward", "eval"), ("eval/success", "eval")) is not False
+    same = all(_same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
                for x in ([h] if base is None else [h, base]))
-    specs = ([("eval/reward", "eval", "reward = success rate", "eval")] if same else
-             [("eval/reward", "eval", "mean reward", "eval"),
-              ("eval/success", "eval", "success rate", "success")])
+    specs = ([(EVAL_REWARD, "eval", "reward = success rate", "eval")] if same else
+             [(EVAL_REWARD, "eval", "mean reward", "eval"),
+              (EVAL_SUCCESS, "eval", "success rate", "success")])
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, specs, dashed=True, prefix="RLVR · ")

@@ -1,9 +1,10 @@
 """The build-time teacher: a scripted, deliberately imperfect player of ERL's three roles.
 
 ``scripts/build_embedded_model.py`` rolls it through erl_lite's own phases
-(:func:`erl_lite.embedded.corpus.generate_corpus`) to make the corpus the embedded model is
-trained on; nothing that runs at demo time imports this module. It plays the demo world
-(:mod:`erl_lite.embedded.world`) with imperfect skill, so that RL has room to improve:
+(:func:`embedded.corpus.generate_corpus`) to make the corpus the embedded model is trained on.
+It lives beside the build script, outside the installed package: nothing that runs at demo time
+needs it. It plays the demo world (:mod:`erl_lite.embedded.world`) with imperfect skill, so that
+RL has room to improve:
 
 * **act** (initial prompt): every reply states a hypothesis, what lies ahead, and a move:
   ``"Avoid E or H. Down G ok, Right E no.\n```Down```"``. With no rulebook the player mostly
