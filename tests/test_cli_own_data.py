@@ -198,7 +198,7 @@ def _help_line(out: str, flag: str) -> str:
     ("--dual-clip", "(default: 3.0)"),
     ("--seed", "(default: 0)"),
     ("--env", "(default: demo)"),
-    ("--preset", "(default: cpu)"),
+    ("--preset", "(default: demo on --env demo, cpu elsewhere)"),
 ])
 def test_help_shows_each_default(monkeypatch, capsys, flag, default):
     monkeypatch.setenv("COLUMNS", "100000")  # one line per option

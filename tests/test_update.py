@@ -186,11 +186,12 @@ def test_ppo_mini_batch_size_refuses_bad_values(kwargs, named):
 
 
 def test_a_layer_of_settings_that_picks_one_split_replaces_the_other():
-    # Presets, the demo's settings and a user's overrides are layered; the two ways to say how
+    # Presets and a user's overrides are layered; the two ways to say how
     # an iteration splits into optimizer steps must not collide across layers.
     from erl_lite.embedded import demo_config
 
-    assert demo_config(preset="gpu").ppo_mini_batch_size == 8  # the demo's rule over gpu's 2 steps
+    over_gpu = ERLConfig.preset("gpu", ppo_mini_batch_size=8)  # the reference's rule over gpu's 2 steps
+    assert (over_gpu.ppo_mini_batch_size, over_gpu.steps_per_generation) == (8, 1)
     assert demo_config().max_optimizer_steps() == 4 and demo_config(mode="rlvr").max_optimizer_steps() == 1
     user = demo_config(steps_per_generation=2)
     assert (user.steps_per_generation, user.ppo_mini_batch_size) == (2, None)
