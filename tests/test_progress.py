@@ -10,20 +10,9 @@ from erl_lite.generation import ScriptedGenerator
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 
-ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
-
-
-def say_reward(prompts, completions, answer, **kw):
-    return [float(a in c) for c, a in zip(completions, answer)]
-
-
-def _script(prompt: str) -> str:
-    # "Say 0." and "Say 1." fail their first attempts; reflections parse, second attempts succeed
-    if "<prompt>" in prompt or "rulebook" in prompt.lower():
-        return "<prompt>Say the number.</prompt>"
-    if "Say the number." in prompt:
-        return "0 1 2 3"
-    return "no" if ("Say 0." in prompt or "Say 1." in prompt) else "0 1 2 3"
+# the run the trackers' tests use: "Say 0." and "Say 1." fail their first attempts, reflections
+# parse, second attempts succeed
+from test_reporting import ROWS, _script, say_reward
 
 
 class _Bar:
