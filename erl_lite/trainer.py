@@ -368,10 +368,11 @@ class ERLTrainer:
                                                  self.memory, self.history)
                 self.hf_callbacks.event("step_begin")
                 self.training_step()  # clears _step_start once the step's record is written
+                logged = self.history.of_kind("train")[-1]  # the step's record (a callback may log after it)
                 bar.update(1)
-                bar.set_postfix_str(self._postfix())
+                bar.set_postfix_str(self._postfix(logged))
                 self.hf_callbacks.event("step_end")
-                self.hf_callbacks.event("log", logs=self.history.of_kind("train")[-1])
+                self.hf_callbacks.event("log", logs=logged)
                 if self.eval_tasks and (flags.control.should_evaluate or self.args.eval_steps and (
                         self.step % self.args.eval_steps == 0 or self.step == self.args.max_steps)):
                     self._log_eval()
@@ -694,8 +695,8 @@ class ERLTrainer:
         return tqdm(total=self.args.max_steps, initial=self.step, desc=f"{self.args.mode}",
                     unit="step", disable=not (self.args.progress_bar and self.dist.is_main))
 
-    def _postfix(self) -> str:
-        r = self.history.of_kind("train")[-1]
+    def _postfix(self, r: dict[str, Any]) -> str:
+        """The step bar's summary of the step record ``r``."""
         parts = [f"r1={r[REWARD_FIRST]:.2f}"]
         if r.get(REWARD_SECOND) is not None:
             parts.append(f"r2={r[REWARD_SECOND]:.2f}")

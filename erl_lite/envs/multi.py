@@ -41,6 +41,21 @@ ENV_COLUMN = "environment"
 _DEFAULT_SPLIT = {"train": "train", "eval": "test"}
 
 
+def _shared_with_members(name: str) -> property:
+    """An attribute of a :class:`MultiEnvironment` that, when set, is set on every member too."""
+    private = f"_{name}"
+
+    def get(self: "MultiEnvironment") -> Any:
+        return getattr(self, private)
+
+    def put(self: "MultiEnvironment", value: Any) -> None:
+        setattr(self, private, value)
+        for env in self.envs.values():
+            setattr(env, name, value)
+
+    return property(get, put)
+
+
 class MultiEnvironment(Environment):
     """Routes each task to the named environment it belongs to.
 
@@ -83,27 +98,10 @@ class MultiEnvironment(Environment):
         """The member names, in the order given."""
         return list(self.envs)
 
-    # The trainer sets ``trainer_state`` once; every member's reward functions must see it.
-    @property
-    def trainer_state(self) -> Any:  # type: ignore[override]
-        return self._trainer_state
-
-    @trainer_state.setter
-    def trainer_state(self, value: Any) -> None:
-        self._trainer_state = value
-        for env in self.envs.values():
-            env.trainer_state = value
-
-    # Likewise the trainer's one RewardLog (TRL's log_metric/log_extra) for every member.
-    @property
-    def reward_log(self) -> Any:  # type: ignore[override]
-        return self._reward_log
-
-    @reward_log.setter
-    def reward_log(self, value: Any) -> None:
-        self._reward_log = value
-        for env in self.envs.values():
-            env.reward_log = value
+    # The trainer sets these once; every member's reward functions must see them: its live
+    # ``trainer_state`` view and its one RewardLog (TRL's log_metric/log_extra).
+    trainer_state = _shared_with_members("trainer_state")
+    reward_log = _shared_with_members("reward_log")
 
     # --- routing --------------------------------------------------------------------------
     def env_name(self, task_id: str) -> str:
