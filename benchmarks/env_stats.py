@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
-from erl_lite.envs.base import Environment
+from erl_lite.core.env import Environment
 from erl_lite.envs.qa import BM25Search
 
 #: Test-split shortest-path distributions of the paper's task files (ERL_SPEC §2).

@@ -11,7 +11,7 @@ preset. Two compute settings:
 
 * ``fp16``: T4-like. ``load_policy`` is made to see a GPU without native bf16 (what it sees on
   a T4), so it takes the T4 path: fp32 weights outside the 4-bit layers, fp16 4-bit compute.
-  Run for the models a T4 can hold (0.5B, 1.5B; see ``python -m erl_lite.budget``).
+  Run for the models a T4 can hold (0.5B, 1.5B; see ``python -m erl_lite.integrations.budget``).
 * ``bf16``: the native path of an Ampere-or-newer GPU, for every model.
 
 A random model never emits an action, so a *forced-length policy* plays: at every turn the
@@ -25,7 +25,7 @@ Prompts are tokenized with the real Qwen3 tokenizer and chat template when
 uses the same vocabulary and ChatML turns.
 
 The table: model, compute dtype, mode, measured peak GPU memory of the step
-(``memory/peak_gpu_gb``), ``erl_lite.budget``'s worst-case estimate for the same settings,
+(``memory/peak_gpu_gb``), ``erl_lite.integrations.budget``'s worst-case estimate for the same settings,
 seconds per step and per phase (``time/*``), tokens per step (``tokens/*``: sampled plus the
 appended actions), the model's own sampled tokens per second of the sampling phases (the
 history's ``tokens/per_second`` also counts the appended actions, so it reads a little higher)
@@ -63,14 +63,14 @@ import torch
 # The checkout this script lives in, ahead of any installed erl_lite.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from erl_lite.budget import MODEL_CONFIGS, ModelShape, estimate_memory, model_config
+from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, model_config
 from erl_lite.config import ERLConfig
 from erl_lite.envs import FrozenLake
 from erl_lite.envs.grid import ACTIONS
-from erl_lite.generation import HFGenerator, SamplingParams
-from erl_lite.prompts import REFLECTION_REQUEST
+from erl_lite.core.generation import HFGenerator, SamplingParams
+from erl_lite.core.prompts import REFLECTION_REQUEST
 
-T4_MODELS = MODEL_CONFIGS[:2]  # what a 15 GiB T4 can hold under the gpu preset (erl_lite.budget)
+T4_MODELS = MODEL_CONFIGS[:2]  # what a 15 GiB T4 can hold under the gpu preset (erl_lite.integrations.budget)
 COLUMNS = ("model", "dtype", "mode", "peak GiB", "est. GiB", "s/step", "first", "reflect", "second",
            "update", "tok/step", "tok/s", "len y1")
 

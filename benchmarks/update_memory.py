@@ -5,7 +5,7 @@ Qwen's (V = 151,936): Qwen2-shaped (q/k/v bias, tied embeddings), hidden 64, 2 l
 r 16 on all linear layers. With such a model the update's memory is dominated by the
 ``(rows, L, V)`` logits, exactly the part that decides whether a real model fits a GPU.
 
-One measurement = one :meth:`erl_lite.update.PolicyUpdater.update` on ``--rows`` rows (4) of a
+One measurement = one :meth:`erl_lite.core.update.PolicyUpdater.update` on ``--rows`` rows (4) of a
 64-token context and ``L`` completion tokens, in one micro-batch, with β = 0.001 (so the
 reference pass runs) and ``--steps`` optimizer steps (1; with ``--steps 2`` the old-log-prob
 pass runs too and each step's micro-batch holds ``rows / 2`` rows — use ``--rows 8 --steps 2``
@@ -46,7 +46,7 @@ def build(device: str, rows: int, length: int, steps: int, chunk: int | None):
 
     from erl_lite.config import ERLConfig
     from erl_lite.records import TrainSample
-    from erl_lite.update import PolicyUpdater
+    from erl_lite.core.update import PolicyUpdater
 
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu")
     parser.add_argument("--single", nargs=2, metavar=("L", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from erl_lite.logprobs import DEFAULT_CHUNK_SIZE
+    from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE
 
     chunk = args.chunk or DEFAULT_CHUNK_SIZE
     if args.single:  # a child process: one measurement, printed as JSON

@@ -1,15 +1,15 @@
 """Micro-batch packing: padding share and update seconds of ERL's real batches, two grouping rules.
 
-:func:`erl_lite.update.pack` pads every context to the micro-batch's longest context and every
+:func:`erl_lite.core.update.pack` pads every context to the micro-batch's longest context and every
 completion to its longest completion, so a micro-batch is ``max(context) + max(completion)``
 columns wide. ERL's batch mixes rows whose lengths run opposite ways (reflection requests: long
 context, short reply; attempts: short context, replies up to a full episode), so grouping by
 total length alone still pads short attempts to the width of a reflection request. This
 benchmark records the update batches of a few demo ERL iterations (the embedded model, demo
-settings) and then, on the same batches, times one :class:`~erl_lite.update.PolicyUpdater`
+settings) and then, on the same batches, times one :class:`~erl_lite.core.update.PolicyUpdater`
 update under
 
-* ``width``: :func:`erl_lite.update.micro_batches`, which closes a micro-batch before a row that
+* ``width``: :func:`erl_lite.core.update.micro_batches`, which closes a micro-batch before a row that
   would make it more than twice as wide as its shortest row (the library's rule);
 * ``total``: the rule it replaced, which compared total lengths only (kept here as the baseline),
 
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 import torch
 
-import erl_lite.update as update_module
+import erl_lite.core.update as update_module
 from erl_lite.records import TrainSample
 
 _WIDTH_RULE = update_module.micro_batches
@@ -76,7 +76,7 @@ def record_batches(steps: int, seed: int) -> tuple[object, list[list[TrainSample
 
 def padding_share(updater, batches: list[list[TrainSample]]) -> float:
     """Share of the packed cells that hold no token, over every micro-batch one update of each
-    of ``batches`` packs (read from :func:`erl_lite.update.pack`'s output)."""
+    of ``batches`` packs (read from :func:`erl_lite.core.update.pack`'s output)."""
     real_pack, cells, tokens = update_module.pack, [0], [0]
 
     def counted(*a, **k):

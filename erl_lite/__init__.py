@@ -26,12 +26,16 @@ _EXPORTS = {
     "ERLConfig": "config", "PRESETS": "config",
     "ERLTrainer": "trainer",
     "History": "history", "METRIC_GLOSSARY": "metrics",
-    "ReflectionMemory": "memory",
+    "ReflectionMemory": "core.memory",
     "load_policy": "models",
     "Task": "records", "Attempt": "records", "Reflection": "records", "Retry": "records",
     "StepRecord": "records",
 }
 __all__ = sorted(_EXPORTS)
+
+from erl_lite import _moved  # noqa: E402  (old import paths, with a DeprecationWarning)
+
+_moved.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ tools of that ecosystem read it as they read a ``transformers.Trainer`` checkpoi
   through PEFT (``load_peft_weights`` / ``set_peft_model_state_dict``), checked first. A run
   without LoRA writes ``trainable.safetensors`` instead: every trainable tensor by parameter name;
 * the tokenizer's files (``AutoTokenizer.from_pretrained("checkpoint-N")``) and ``erl_lite.json``
-  (the base model and whether it was 4-bit, which :mod:`erl_lite.export` needs and PEFT does not record);
+  (the base model and whether it was 4-bit, which :mod:`erl_lite.integrations.export` needs and PEFT does not record);
 * ``trainer_state.json`` — ``transformers.TrainerState`` (``global_step``, ``max_steps``,
   ``log_history`` = the history's records, ...), written and read by its ``save_to_json`` /
   ``load_from_json``;
@@ -72,8 +72,8 @@ from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  #
 from erl_lite.jsonio import read_json, read_jsonl
 from erl_lite.layout import (  # noqa: F401 - re-exported
     ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, TRAINABLE_WEIGHTS, adapter_folder, write_adapter)
-from erl_lite.losses import first_non_finite
-from erl_lite.memory import ReflectionMemory, check_memory_state
+from erl_lite.core.losses import first_non_finite
+from erl_lite.core.memory import ReflectionMemory, check_memory_state
 
 # 1: the first layout, with a pickled rng.pt (never loaded: it could run code); 2: the adapter in
 # adapter/, erl_lite's own schema in trainer_state.json (migrated on load); 3: Hugging Face's layout.

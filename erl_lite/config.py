@@ -93,7 +93,7 @@ class ERLConfig:
     """G: first-attempt rollouts per task. None (default) = the paper's compute-matched
     choice for the mode: 4 for ``erl`` / ``erl_simple``, 10 for ``rlvr`` (see
     :data:`DEFAULT_GENERATIONS`); set a number to override. G = 1 leaves every advantage group
-    with one row, and a group of one gets ``A = r`` (mean 0, std 1: :mod:`erl_lite.advantages`),
+    with one row, and a group of one gets ``A = r`` (mean 0, std 1: :mod:`erl_lite.core.advantages`),
     so there is no baseline: ``rlvr`` and ``erl_simple``, which train first attempts only, refuse
     it (as TRL refuses G < 2); ``erl`` accepts it with a warning (first attempts, reflections and
     second attempts are then all trained on raw rewards, a REINFORCE without baseline)."""
@@ -268,7 +268,7 @@ class ERLConfig:
     logprob_chunk_size: int | None = 256
     """Completion positions (over all rows of a micro-batch) per lm-head chunk when log-probs
     are computed: the ``(B, L, V)`` logits are never materialised, only a chunk × 8192-column
-    fp32 tile at a time, recomputed in the backward (:mod:`erl_lite.logprobs`). None = the
+    fp32 tile at a time, recomputed in the backward (:mod:`erl_lite.core.logprobs`). None = the
     plain full-logits path (memory grows with B·L·V: fine for tiny vocabularies)."""
 
     # --- evaluation, logging, checkpoints ---------------------------------------------
@@ -322,7 +322,7 @@ class ERLConfig:
     like transformers. Each one is an optional extra (``pip install 'erl-lite[tensorboard]'``); the
     trainer refuses, when it is built, one that is not installed. They receive every history scalar
     (train and eval records, at their step) and a table of the step's attempts, reflections,
-    second attempts and memory (see :mod:`erl_lite.reporting`). Differences from transformers:
+    second attempts and memory (see :mod:`erl_lite.integrations.reporting`). Differences from transformers:
     only these three trackers, and ``"all"`` is resolved by the trainer, not here."""
     logging_steps: int | float = 1
     """Send train records to ``report_to`` every this many iterations; a float in (0, 1) is a
@@ -362,7 +362,7 @@ class ERLConfig:
     """Show tqdm progress bars (``tqdm.auto``: widgets in a notebook, stderr in a terminal): one
     per iteration, and inside each iteration one per phase (first attempts, reflections, second
     attempts: sequences done; the update: micro-batches done) and one per evaluation (see
-    :mod:`erl_lite.progress`). Only the main process shows them under several processes."""
+    :mod:`erl_lite.core.progress`). Only the main process shows them under several processes."""
 
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values carried into the history's header (e.g. the preset's name)."""
@@ -609,7 +609,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         ppo_mini_batch_size=8,
     ),
     # gpu: sized so Qwen2.5-1.5B-Instruct in 4-bit fits a 15 GiB T4 (ERL mode), by the
-    # arithmetic of erl_lite.budget (`python -m erl_lite.budget`, README "GPU figures"): the
+    # arithmetic of erl_lite.integrations.budget (`python -m erl_lite.integrations.budget`, README "GPU figures"): the
     # batched rollout of tasks x G rows at the episode budget (key/value cache and prefill)
     # is the largest part, so 4 tasks per step (16 rows); with chunked log-probs a micro-batch
     # of 4 keeps the update (5.4 GiB) below the rollout (9.2 GiB); paged 8-bit AdamW pages its

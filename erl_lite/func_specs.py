@@ -55,7 +55,7 @@ def load_function(spec: str, what: str = "function") -> Callable:
     obj: Any = module
     for part in name.split("."):  # a qualified name: Class.method
         if not hasattr(obj, part):
-            from erl_lite.config_cli import closest
+            from erl_lite.cli.config_args import closest
 
             known = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
             guess = closest(name, known)

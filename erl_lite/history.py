@@ -10,7 +10,7 @@ Two JSON-lines files in the output folder:
 A :class:`History` lives in memory during training and can be reloaded from disk with
 :meth:`History.load`; plots and widgets accept either. When ``ERLConfig.report_to`` names
 experiment trackers, the trainer sets :attr:`History.reporter` (an
-:class:`erl_lite.reporting.Reporter`) and every logged record is handed to it as well.
+:class:`erl_lite.integrations.reporting.Reporter`) and every logged record is handed to it as well.
 
 Departures from the paper: none (the paper logs through its own framework).
 """
@@ -49,7 +49,7 @@ class History:
     out_dir: str | None = None
     reporter: Any = field(default=None, repr=False, compare=False)
     """Receives every logged record: ``reporter.log(record, step_record)`` (see
-    :class:`erl_lite.reporting.Reporter`); None sends nothing anywhere."""
+    :class:`erl_lite.integrations.reporting.Reporter`); None sends nothing anywhere."""
 
     def log(self, metrics: dict[str, Any], kind: str = "train", step_record: Any = None) -> None:
         """Append one record (and one line to ``history.jsonl`` when ``out_dir`` is set), and

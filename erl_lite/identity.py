@@ -84,10 +84,10 @@ def environment_identity(env: Any) -> dict[str, Any]:
     specs of its reward and feedback functions when it has them (dataset rows).
 
     Example:
-        >>> from erl_lite.envs.dataset import RewardFunctionEnv
+        >>> from erl_lite.integrations.dataset import RewardFunctionEnv
         >>> from erl_lite.envs.arithmetic import arithmetic_reward
         >>> environment_identity(RewardFunctionEnv(arithmetic_reward))  # doctest: +NORMALIZE_WHITESPACE
-        {'name': 'dataset', 'class': 'erl_lite.envs.dataset.RewardFunctionEnv',
+        {'name': 'dataset', 'class': 'erl_lite.integrations.dataset.RewardFunctionEnv',
          'reward_funcs': ['erl_lite.envs.arithmetic:arithmetic_reward'], 'feedback_func': None}
     """
     from erl_lite.func_specs import function_spec

@@ -10,7 +10,7 @@ trained on. erl_lite sends three kinds of request, each bounded by the config:
   starts a turn only when a full reply of ``max_completion_length`` still fits; otherwise the
   episode stops, marked truncated);
 * a reflection: at most ``max_reflection_prompt_length`` tokens of request (see
-  :func:`erl_lite.prompts.reflection_messages` for what is cut to fit) plus
+  :func:`erl_lite.core.prompts.reflection_messages` for what is cut to fit) plus
   ``max_reflection_length`` new tokens;
 * an evaluation turn: like an attempt turn.
 
@@ -18,8 +18,8 @@ trained on. erl_lite sends three kinds of request, each bounded by the config:
 a reflection budget too small for the request's own fixed text, and dataset rows whose prompt
 leaves no room in ``max_episode_length`` for one reply, naming the field, the row and the
 numbers. :func:`check_request` is the last line of defence in
-:class:`~erl_lite.generation.HFGenerator` (and lives there): a request that would still run past the context
-raises :class:`~erl_lite.prompts.PromptTooLongError` instead of reaching ``generate``.
+:class:`~erl_lite.core.generation.HFGenerator` (and lives there): a request that would still run past the context
+raises :class:`~erl_lite.core.prompts.PromptTooLongError` instead of reaching ``generate``.
 
 Departures from the paper: the reference sets vLLM's ``max_model_len`` and its prompt and
 response lengths by hand; erl_lite derives the limit from the model and checks it.
@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 # The sampler's own guard lives beside the sampler; re-exported here with the trainer's checks.
-from erl_lite.generation import CONTEXT_KEYS, check_request, model_context_length  # noqa: F401
-from erl_lite.prompts import PromptTooLongError  # noqa: F401 - its home is the prompt fitting
+from erl_lite.core.generation import CONTEXT_KEYS, check_request, model_context_length  # noqa: F401
+from erl_lite.core.prompts import PromptTooLongError  # noqa: F401 - its home is the prompt fitting
 
 def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Mapping[str, Sequence[Any]]) -> None:
     """Refuse budgets the model cannot hold and dataset rows that leave no room for a reply.
@@ -64,7 +64,7 @@ def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Map
 
 def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
     """The reflection request's own text (headers, the request) must fit its budget."""
-    from erl_lite.prompts import reflection_skeleton_length
+    from erl_lite.core.prompts import reflection_skeleton_length
 
     needs = reflection_skeleton_length(tokenizer, c.chat_template_kwargs)
     if needs >= c.max_reflection_prompt_length:
@@ -75,9 +75,9 @@ def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
 
 def _check_openings(c: Any, tokenizer: Any, env: Any, name: str, tasks: Sequence[Any]) -> None:
     """Each dataset row's opening (system prompt, prompt, generation prompt) leaves room for a reply."""
-    from erl_lite.chat import encode_messages
-    from erl_lite.envs.dataset import split_prompt
-    from erl_lite.rollout import opening_messages, template_kwargs_for
+    from erl_lite.core.chat import encode_messages
+    from erl_lite.integrations.dataset import split_prompt
+    from erl_lite.core.rollout import opening_messages, template_kwargs_for
 
     room = c.max_episode_length - c.max_completion_length
     for i, task in enumerate(tasks):

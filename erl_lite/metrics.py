@@ -17,10 +17,10 @@ group is 0 and the group adds no policy loss. TRL logs the same quantity, for it
 as ``frac_reward_zero_std``. It is read from the RL batch itself (the advantages the update
 receives), so it follows the mode's grouping (``erl_simple``: the combined reward) and counts
 exactly the groups without signal; one difference from TRL: a lone rollout of a task (A = r,
-see :mod:`erl_lite.advantages`) counts only when its reward is 0. A role that is not trained
+see :mod:`erl_lite.core.advantages`) counts only when its reward is 0. A role that is not trained
 has no groups, and the metric is None.
 
-A run on several environments (:class:`~erl_lite.envs.multi.MultiEnvironment`) also logs the
+A run on several environments (:class:`~erl_lite.integrations.multi.MultiEnvironment`) also logs the
 *families* of :data:`METRIC_FAMILIES`: ``reward/first/<env>`` and its siblings, one key per
 environment name, each computed on that environment's tasks only (None when the step drew
 none of them). :func:`describe` finds the glossary line of any key, family members included.
@@ -39,10 +39,10 @@ Per reward function (TRL's reward functions of a dataset or ``environment_factor
 ``rewards/<name>/mean`` and ``rewards/<name>/std`` are TRL's: the mean and the unbiased std of
 the function's unweighted values over the first attempts, leaving out the rows where it
 returned None (None when it returned None everywhere; the std is None below two values, where
-TRL logs NaN). ``<name>`` is TRL's (:func:`~erl_lite.envs.reward_calls.reward_func_name`; an
+TRL logs NaN). ``<name>`` is TRL's (:func:`~erl_lite.integrations.reward_calls.reward_func_name`; an
 environment's ``get_reward`` is named after its class). The same over the second attempts is
 ``rewards/<name>/second/mean|std``. A metric a reward function logs with TRL's ``log_metric``
-is logged under its own name (see :mod:`erl_lite.envs.reward_calls`).
+is logged under its own name (see :mod:`erl_lite.integrations.reward_calls`).
 
 Departures from the paper: none; the paper reports the same quantities as curves.
 """
@@ -53,7 +53,7 @@ import math
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from erl_lite.memory import ReflectionMemory
+from erl_lite.core.memory import ReflectionMemory
 from erl_lite.records import FIRST, REFLECTION, SECOND, Attempt, TrainSample
 
 # --- names ------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ TERM_MEAN, TERM_MIN, TERM_MAX = ("completions/mean_terminated_length", "completi
 
 #: Every key a history record may hold, with its meaning. The update's own keys
 #: (``loss/*``, ``advantage/*``, ``samples/*``, ``kl``, ``clip_ratio``, ``grad_norm``,
-#: ``optim/steps``) are produced by :mod:`erl_lite.update` and described here too.
+#: ``optim/steps``) are produced by :mod:`erl_lite.core.update` and described here too.
 METRIC_GLOSSARY: dict[str, str] = {
     STEP: "training iteration (1-based)",
     REWARD_FIRST: "mean reward of first attempts",
@@ -390,10 +390,10 @@ def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str
     """The per-environment families of one step: ``reward/first/<env>`` and its siblings.
 
     Args:
-        outcome: the step's :class:`~erl_lite.phases.StepOutcome`.
+        outcome: the step's :class:`~erl_lite.core.phases.StepOutcome`.
         env_of: task id -> environment name.
         names: every environment name (each gets its keys, None when it had no tasks).
-        memory: the run's :class:`~erl_lite.memory.MemoryBank`, or None when it keeps none.
+        memory: the run's :class:`~erl_lite.core.memory.MemoryBank`, or None when it keeps none.
         mode: the run's mode (``rlvr`` has no gate).
     """
     m: dict[str, Any] = {}

@@ -39,7 +39,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from erl_lite.chat import end_of_turn_id
+from erl_lite.core.chat import end_of_turn_id
 
 #: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -370,7 +370,7 @@ def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Modul
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
-    chat template's end-of-turn token (:func:`erl_lite.chat.end_of_turn_id`).
+    chat template's end-of-turn token (:func:`erl_lite.core.chat.end_of_turn_id`).
 
     Chat models often end a turn with a token (``<|im_end|>``, ``<|eot_id|>``,
     ``<end_of_turn>``) that differs from the tokenizer's document eos; stopping on only one of

@@ -171,7 +171,7 @@ class Reflection:
             tags were missing (then ``parsed`` is False).
         prompt_ids, completion_ids: the reflection's own context and generated tokens.
         reward: r̃, the reward of the second attempt it produced (credited by
-            :func:`erl_lite.phases.attempt_second` when that attempt is scored).
+            :func:`erl_lite.core.phases.attempt_second` when that attempt is scored).
         truncated: True if ``max_reflection_length`` cut the reflection (no stop token).
     """
 
@@ -217,7 +217,7 @@ class Retry:
     """One gated first attempt, the reflection written on it, and the second attempt it led to.
 
     The join between the three is made once, where the second attempt is played
-    (:func:`erl_lite.phases.attempt_second`), and every later consumer — advantages,
+    (:func:`erl_lite.core.phases.attempt_second`), and every later consumer — advantages,
     internalization, memory, metrics, history samples, the attempt-pair view — reads it from
     here instead of matching lists by ``(task_id, index)`` again.
 

@@ -1,4 +1,4 @@
-"""ERLTrainer: the training loop around :func:`erl_lite.phases.erl_step`.
+"""ERLTrainer: the training loop around :func:`erl_lite.core.phases.erl_step`.
 
 Usage mirrors TRL's GRPOTrainer (same argument names and reward-function signature), so a
 GRPOTrainer user changes one line; environments plug into the same trainer through ``env=``.
@@ -20,7 +20,7 @@ the README's "How erl_lite departs from the paper" gives each point in full:
    with its own sampler settings (``eval_top_p``/``eval_top_k``; the paper's in ``gpu``/``paper``).
 7. ``mode="rlvr"`` defaults to the paper's G = 10.
 8. Several GPUs: the same script under ``accelerate launch`` shards each step's tasks over the
-   processes (data parallel, :mod:`erl_lite.distributed`), where the reference uses Ray workers.
+   processes (data parallel, :mod:`erl_lite.integrations.distributed`), where the reference uses Ray workers.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
@@ -50,7 +50,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from erl_lite.callbacks import TrainerCallbacks
+from erl_lite.integrations.callbacks import TrainerCallbacks
 from erl_lite.checkpoint import (
     CheckpointError,
     TrainingState,
@@ -65,28 +65,28 @@ from erl_lite.checkpoint import (
     save_weights,
 )
 from erl_lite.config import ERLConfig
-from erl_lite.distributed import DataParallel
-from erl_lite.envs.base import Environment
-from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
-from erl_lite.envs.reward_calls import RewardFunctionError, RewardLog, mean_metrics
-from erl_lite.generation import Generator, HFGenerator
+from erl_lite.integrations.distributed import DataParallel
+from erl_lite.core.env import Environment
+from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+from erl_lite.integrations.reward_calls import RewardFunctionError, RewardLog, mean_metrics
+from erl_lite.core.generation import Generator, HFGenerator
 from erl_lite.history import History
-from erl_lite.envs.data_sources import load_rows
-from erl_lite.envs.multi import MultiEnvironment
-from erl_lite.envs.trl_adapter import environment_from_factory, placeholder_rows
+from erl_lite.integrations.data_sources import load_rows
+from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.integrations.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.identity import run_differences, run_identity
-from erl_lite.memory import MemoryBank, ReflectionMemory
+from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import (GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP, TIME_STEP,
                               TIME_UPDATE, cuda_device, describe, env_eval_metrics, env_step_metrics, eval_metrics,
                               peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
-from erl_lite.phases import PhaseContext, StepOutcome, attempt_first, erl_step
-from erl_lite.progress import Progress
+from erl_lite.core.phases import PhaseContext, StepOutcome, attempt_first, erl_step
+from erl_lite.core.progress import Progress
 from erl_lite.lengths import check_lengths
 from erl_lite.records import StepRecord, Task, check_unique_task_ids
-from erl_lite.reporting import make_reporter
+from erl_lite.integrations.reporting import make_reporter
 from erl_lite.trainer_args import (TrainerStateView, adopt_model_object, build_optimizer, build_scheduler,
                                   check_callbacks, refuse_trl_only, wants_4bit)
-from erl_lite.update import PolicyUpdater
+from erl_lite.core.update import PolicyUpdater
 
 
 class ERLTrainer:
@@ -110,20 +110,20 @@ class ERLTrainer:
             object that already has a PEFT adapter (as is ``peft_config``). An object passed
             with the defaults (or a preset, which sets no ``lora_*``) is used as it is.
         reward_funcs: TRL-style reward function(s) for dataset tasks, called by keyword once
-            per phase (see :mod:`erl_lite.envs.dataset`). Reward models are not accepted.
+            per phase (see :mod:`erl_lite.integrations.dataset`). Reward models are not accepted.
         args: the :class:`ERLConfig`. TRL ``GRPOConfig`` names given to it are accepted, mapped
             or refused with a reason (:mod:`erl_lite.trl_fields`); a ``GRPOConfig`` object is refused.
         train_dataset: rows with a ``prompt`` column — a list of dicts, a ``datasets.Dataset``, a
             ``.jsonl``/``.json``/``.csv``/``.parquet`` path or a dataset name (offline-safe; see
-            :mod:`erl_lite.envs.data_sources`) — or a list of :class:`Task`; defaults to
+            :mod:`erl_lite.integrations.data_sources`) — or a list of :class:`Task`; defaults to
             ``env.train_tasks()`` when ``env`` is given. With a :class:`MultiEnvironment`, each
-            row's ``environment`` column names its environment (see :mod:`erl_lite.envs.multi`).
+            row's ``environment`` column names its environment (see :mod:`erl_lite.integrations.multi`).
         eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
         processing_class: the tokenizer (loaded with the model when omitted).
         reward_processing_classes: TRL's tokenizers for reward models; must be None.
         callbacks: ``transformers.TrainerCallback`` objects (or classes), run by transformers'
             ``CallbackHandler`` at the matching points of the loop, ``control.should_training_stop``
-            / ``should_save`` / ``should_evaluate`` included (see :mod:`erl_lite.callbacks`); and
+            / ``should_save`` / ``should_evaluate`` included (see :mod:`erl_lite.integrations.callbacks`); and
             functions ``f(trainer, step_record)`` called after every iteration (e.g. to print a
             line per step, or to stop early by raising: the step that just finished is kept and
             saved). Anything else is refused.
@@ -139,11 +139,11 @@ class ERLTrainer:
             through ``env=`` or ``environment_factory=``).
         environment_factory: a TRL-style environment class (or factory, or a dict of them
             routed by the ``environment`` column), run through the adapter of
-            :mod:`erl_lite.envs.trl_adapter`; ``reward_funcs`` are then optional and receive
+            :mod:`erl_lite.integrations.trl_adapter`; ``reward_funcs`` are then optional and receive
             ``environments=`` as in TRL.
         feedback_func: TRL-style function returning one feedback string per completion.
         env: a multi-turn :class:`Environment` instead of reward functions.
-        generator: a custom sampler (e.g. :class:`~erl_lite.generation.ScriptedGenerator`).
+        generator: a custom sampler (e.g. :class:`~erl_lite.core.generation.ScriptedGenerator`).
         reward_weights: weights of several reward functions.
 
     Reward functions receive ``trainer_state`` (:attr:`state`): ``global_step`` is the
@@ -190,7 +190,7 @@ class ERLTrainer:
             raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
                              "environment classes) or reward_funcs= (dataset tasks)")
         self.callbacks, trainer_callbacks = check_callbacks(callbacks)
-        # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.distributed).
+        # DDP: under `accelerate launch`, this process's rank and device (see erl_lite.integrations.distributed).
         self.dist = DataParallel.from_environment()
         if self.dist.world_size > 1 and args.scale_rewards == "batch":
             # Each process sees only its shard of tasks; a per-shard std would differ from one process's.
@@ -275,7 +275,7 @@ class ERLTrainer:
         return ReflectionMemory(a.memory_type, a.memory_size, a.memory_top_k)
 
     def _tasks(self, data: Any, split: str) -> list[Task]:
-        """Tasks of a dataset (see :func:`~erl_lite.envs.data_sources.load_rows`: rows, a
+        """Tasks of a dataset (see :func:`~erl_lite.integrations.data_sources.load_rows`: rows, a
         ``datasets.Dataset``, a path or a name; or Tasks), or of the env's split. A
         :class:`MultiEnvironment` routes rows by their ``environment`` column. Ids must be
         unique within the split (they key the GRPO groups)."""
@@ -497,7 +497,7 @@ class ERLTrainer:
 
     def save_model(self, output_dir: str | None = None) -> str:
         """Save the policy for use (transformers' ``Trainer.save_model``): a LoRA run's adapter in
-        PEFT's format (with the ``erl_lite.json`` note :mod:`erl_lite.export` reads), a run without
+        PEFT's format (with the ``erl_lite.json`` note :mod:`erl_lite.integrations.export` reads), a run without
         LoRA's full model with ``save_pretrained``; the tokenizer; and the run's config as
         ``training_args.json`` (HF pickles ``training_args.bin``; erl_lite never writes pickles).
         ``output_dir`` defaults to ``args.output_dir``; returns the folder. DDP: rank 0 writes."""
@@ -538,7 +538,7 @@ class ERLTrainer:
                              "upload to)")
         if not self.args.output_dir:
             raise ValueError("push_to_hub uploads ERLConfig.output_dir, which is not set")
-        from erl_lite import export
+        from erl_lite.integrations import export
 
         folder = self.save_model()
         private = True if self.args.hub_private_repo is None else self.args.hub_private_repo

@@ -5,9 +5,9 @@ runs with the class name changed. Some of those arguments have no erl_lite count
 are refused here with an error that says what to use instead, rather than ignored:
 
 * ``reward_processing_classes``, ``tools``, ``rollout_func`` (``environment_factory`` is
-  accepted: see :mod:`erl_lite.envs.trl_adapter`);
+  accepted: see :mod:`erl_lite.integrations.trl_adapter`);
 * ``callbacks`` entries that are neither functions ``f(trainer, record)`` nor
-  ``transformers.TrainerCallback`` objects (those run through :mod:`erl_lite.callbacks`);
+  ``transformers.TrainerCallback`` objects (those run through :mod:`erl_lite.integrations.callbacks`);
 * a ``quantization_config`` that is not 4-bit (a 4-bit one means erl_lite's NF4 loading).
 
 ``adopt_model_object`` applies to a model object the model settings that can apply to it
@@ -73,7 +73,7 @@ def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[["ER
                                                                list[Any]]:
     """(plain functions ``f(trainer, record)``, ``transformers.TrainerCallback`` objects or classes);
     anything else is refused, naming its position."""
-    from erl_lite.callbacks import is_trainer_callback
+    from erl_lite.integrations.callbacks import is_trainer_callback
 
     functions, objects = [], []
     for i, cb in enumerate(callbacks or ()):

@@ -82,7 +82,7 @@ _LOOP = ("it configures transformers.Trainer's own loop, which erl_lite does not
          "of num_tasks_per_step tasks through every ERL phase")
 _EVAL = ("erl_lite evaluates by sampling eval_num_generations first attempts per eval task every eval_steps "
          "iterations (eval/success, eval/reward), not with Trainer's prediction loop")
-_DIST = ("erl_lite runs data parallel from the environment `accelerate launch` sets (see erl_lite.distributed); "
+_DIST = ("erl_lite runs data parallel from the environment `accelerate launch` sets (see erl_lite.integrations.distributed); "
          "there is no other distributed setting")
 _DATA = "erl_lite reads tasks itself (train_dataset rows or an environment's tasks); there is no DataLoader"
 _LOADING = ("the trainer loads a named model with erl_lite.models.load_policy; for other loading options load "

@@ -3,7 +3,7 @@
 ``CounterEnv`` is written exactly as for TRL 1.16's ``GRPOTrainer(environment_factory=...)``:
 ``reset(**row)`` starts a rollout from the dataset row, public methods are the tools the
 model calls, and ``get_reward()`` scores the rollout. ``ERLTrainer`` runs it through
-:mod:`erl_lite.envs.trl_adapter` — the same call, with ERL's reflection, second attempt and
+:mod:`erl_lite.integrations.trl_adapter` — the same call, with ERL's reflection, second attempt and
 memory on top.
 
 Run (CPU, the package's embedded tiny model; it will rarely call the tool correctly, the point

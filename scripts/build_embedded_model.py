@@ -44,7 +44,7 @@ from erl_lite.embedded.rulebooks import rulebook
 from erl_lite.embedded.world import LETTER_POOL
 from erl_lite.envs.frozenlake import COMMENTS, FEEDBACK
 from erl_lite.envs.grid import action_reminder_text, grid_system_prompt
-from erl_lite.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM, RETRY_HEADER
+from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM, RETRY_HEADER
 from erl_lite.testing import CHATML_TEMPLATE, tiny_tokenizer
 
 # The build-time teacher and corpus sit beside this script (scripts/embedded/), outside the

@@ -3,7 +3,7 @@
     python scripts/sync_notebooks.py            # rewrite notebooks/*.ipynb in place
     python scripts/sync_notebooks.py --check    # exit 1 and name the notebooks that differ
 
-What it writes, each rendered by :mod:`erl_lite.colab` from ``erl_lite.REPOSITORY_URL`` and
+What it writes, each rendered by :mod:`erl_lite.integrations.colab` from ``erl_lite.REPOSITORY_URL`` and
 ``erl_lite.RELEASE_REF``:
 
 * the "Open in Colab" badge, first line of the first markdown cell;
@@ -29,7 +29,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # render from this checkout's constants, not an installed copy
 
-from erl_lite.colab import REPORT_CELL_SOURCE, badge_markdown, install_cell_source, raw_url  # noqa: E402
+from erl_lite.integrations.colab import REPORT_CELL_SOURCE, badge_markdown, install_cell_source, raw_url  # noqa: E402
 
 NOTEBOOK_DIR = ROOT / "notebooks"
 _BADGE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$")

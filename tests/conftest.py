@@ -9,7 +9,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest
 import torch
 
-from erl_lite.envs.base import Environment, Episode
+from erl_lite.core.env import Environment, Episode
 from erl_lite.records import Task
 
 torch.set_num_threads(1)

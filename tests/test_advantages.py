@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from erl_lite.advantages import distill_weights, group_advantages, grouped_advantages
+from erl_lite.core.advantages import distill_weights, group_advantages, grouped_advantages
 
 
 def test_singleton_group_gets_its_reward():
@@ -110,7 +110,7 @@ def test_a_singleton_has_mean_zero_and_the_scale_of_its_mode(rewards, keys):
 @pytest.mark.parametrize("name", ["SCALE_REWARDS", "INTERNALIZATION_MODES"])
 def test_the_choices_advantages_accept_are_the_configs(name):
     """config.py is the one home of every enum: advantages checks against the same tuple."""
-    import erl_lite.advantages as advantages
+    import erl_lite.core.advantages as advantages
     import erl_lite.config as config
     assert getattr(advantages, name) is getattr(config, name)
     assert not {"SCALE_MODES", "DISTILL_MODES"} & set(vars(advantages)), "a second copy of an enum"

@@ -180,7 +180,7 @@ GOOD_ROWS = [{"prompt": "2+2=?", "answer": "4"}, {"prompt": "3+3=?", "answer": "
 @pytest.mark.parametrize("bad", ['{"prompt": "4+4=?", "answer": }', '{"prompt": "4+4=?"', "prompt: 4+4", "[1, 2"])
 @pytest.mark.parametrize("blank_lines", [0, 2])
 def test_a_bad_line_in_a_dataset_file_is_named_by_file_and_line(tmp_path, bad, blank_lines):
-    from erl_lite.envs.data_sources import load_rows
+    from erl_lite.integrations.data_sources import load_rows
 
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in GOOD_ROWS) + "\n" * (1 + blank_lines) + bad + "\n")
@@ -352,7 +352,7 @@ def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys)
 
 # --- prompts and rewards that cannot be used: named with the row, the function and the value ---------
 def _trainer(rows, reward, script=lambda p: "4", **kw):
-    from erl_lite.generation import ScriptedGenerator
+    from erl_lite.core.generation import ScriptedGenerator
     from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.trainer import ERLTrainer
 
@@ -441,7 +441,7 @@ def test_a_reward_left_as_none_by_every_function_names_the_row_and_the_functions
 
 
 def test_large_reward_weights_cannot_push_the_sum_out_of_range():
-    from erl_lite.envs.dataset import RewardFunctionEnv
+    from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
 
     env = RewardFunctionEnv([lambda completions, **kw: [1e9] * len(completions)] * 2, reward_weights=[8.0, 8.0])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from erl_lite.chat import encode, encode_messages, render
-from erl_lite.generation import SamplingParams, ScriptedGenerator
+from erl_lite.core.chat import encode, encode_messages, render
+from erl_lite.core.generation import SamplingParams, ScriptedGenerator
 from erl_lite.lengths import PromptTooLongError
-from erl_lite.prompts import cut_middle, parse_rulebook, reflection_messages
-from erl_lite.rollout import run_episodes
+from erl_lite.core.prompts import cut_middle, parse_rulebook, reflection_messages
+from erl_lite.core.rollout import run_episodes
 
 
 def play(env, tok, reply, system="SYS"):

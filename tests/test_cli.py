@@ -126,7 +126,7 @@ def test_train_help_lists_every_config_field_with_its_docstring(monkeypatch, cap
     import dataclasses
 
     from erl_lite.config import ERLConfig
-    from erl_lite.config_cli import field_docs, first_sentence
+    from erl_lite.cli.config_args import field_docs, first_sentence
 
     out = _train_help(monkeypatch, capsys)
     docs = field_docs()
@@ -141,7 +141,7 @@ def test_train_help_lists_every_config_field_with_its_docstring(monkeypatch, cap
 
 
 def test_field_docstrings_are_read_from_the_source():
-    from erl_lite.config_cli import field_docs, first_sentence
+    from erl_lite.cli.config_args import field_docs, first_sentence
 
     docs = field_docs()
     assert docs["learning_rate"].startswith("AdamW learning rate")

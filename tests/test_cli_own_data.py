@@ -81,7 +81,7 @@ def test_a_checkpoint_records_its_environment(own_data):
 
     state = read_json(os.path.join(_python_reward_run(own_data), "checkpoint-1", "erl_state.json"))
     assert state["env"]["name"] == "dataset"
-    assert state["env"]["class"] == "erl_lite.envs.dataset.RewardFunctionEnv"
+    assert state["env"]["class"] == "erl_lite.integrations.dataset.RewardFunctionEnv"
     assert state["env"]["reward_funcs"] == [f"{__name__}:_python_reward_run.<locals>.reward"]
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.generation import ScriptedGenerator
+from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 
@@ -78,7 +78,7 @@ def test_warmup_steps_and_bad_schedules():
 
 # --- scale_rewards ----------------------------------------------------------------------------------
 def test_scale_rewards_none_and_batch_in_grouped_advantages():
-    from erl_lite.advantages import grouped_advantages
+    from erl_lite.core.advantages import grouped_advantages
 
     rewards, keys = [1.0, 0.0, 0.0, 0.5, 0.5, 1.0], ["a", "a", "a", "b", "b", "b"]
     mean_a, mean_b = 1 / 3, 2 / 3
@@ -92,7 +92,7 @@ def test_scale_rewards_none_and_batch_in_grouped_advantages():
 
 def test_scale_rewards_reaches_the_rl_batch():
     """assign_advantages (the trainer's path) scales each role as the config says."""
-    from erl_lite.phases import assign_advantages
+    from erl_lite.core.phases import assign_advantages
     from erl_lite.records import Attempt
 
     def attempt(task, reward):
@@ -115,7 +115,7 @@ def test_scale_rewards_reaches_the_rl_batch():
 
 # --- importance_sampling_level / loss_type reach the update ----------------------------------------
 def test_update_passes_importance_sampling_level_and_loss_type(monkeypatch):
-    import erl_lite.update as update
+    import erl_lite.core.update as update
 
     seen, real = [], update.policy_objective
 
@@ -182,10 +182,10 @@ def test_lora_fields_shape_the_adapter_of_a_model_loaded_by_path(tmp_path):
 def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
     """Every prompt the sampler sees — first attempts, the glue of their second turn, reflections,
     second attempts — ends with the empty think block Qwen3 adds when thinking is off."""
-    from erl_lite.memory import ReflectionMemory
-    from erl_lite.phases import PhaseContext, erl_step
-    from erl_lite.prompts import REFLECTION_REQUEST
-    from erl_lite.sft import tokenize_row
+    from erl_lite.core.memory import ReflectionMemory
+    from erl_lite.core.phases import PhaseContext, erl_step
+    from erl_lite.core.prompts import REFLECTION_REQUEST
+    from erl_lite.integrations.sft import tokenize_row
     from erl_lite.testing import qwen3_tokenizer
 
     tok = qwen3_tokenizer()
@@ -213,7 +213,7 @@ def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
 def test_new_fields_have_working_flags():
     import argparse
 
-    from erl_lite.config_cli import add_config_arguments, given_fields
+    from erl_lite.cli.config_args import add_config_arguments, given_fields
 
     p = argparse.ArgumentParser()
     add_config_arguments(p)

@@ -10,8 +10,8 @@ import datasets
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.envs.data_sources import load_rows
-from erl_lite.generation import ScriptedGenerator
+from erl_lite.integrations.data_sources import load_rows
+from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 

@@ -1,4 +1,4 @@
-"""Data-parallel ERL (erl_lite.distributed): two CPU processes (gloo) against one process.
+"""Data-parallel ERL (erl_lite.integrations.distributed): two CPU processes (gloo) against one process.
 
 The two-process run uses accelerate's ``debug_launcher`` (forked CPU processes joined by a
 file store: no network, no port). Completions come from a scripted sampler whose reply is a
@@ -19,8 +19,8 @@ from erl_lite.metrics import is_measurement
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.distributed import DataParallel, DeferredMemory
-from erl_lite.memory import ReflectionMemory
+from erl_lite.integrations.distributed import DataParallel, DeferredMemory
+from erl_lite.core.memory import ReflectionMemory
 from erl_lite.records import TrainSample
 
 ROWS = [{"prompt": f"Say {n}.", "answer": str(n)} for n in range(1, 7)]
@@ -126,7 +126,7 @@ def make_trainer(out_dir: str, max_steps: int, model=None, multi: bool = False):
     """The run both sides compare; ``model`` replaces the tiny model built (seeded) here, and
     ``multi`` routes the rows to two environments (one memory each) instead of one reward."""
     from erl_lite.envs import MultiEnvironment
-    from erl_lite.envs.dataset import RewardFunctionEnv
+    from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.trainer import ERLTrainer
 
@@ -331,7 +331,7 @@ def test_a_multi_environment_run_trains_under_two_processes_as_in_one(tmp_path):
 
 @pytest.mark.parametrize("kind", ["single", "fifo"])
 def test_deferred_view_of_a_memory_bank_holds_writes_per_environment(kind):
-    from erl_lite.memory import MemoryBank
+    from erl_lite.core.memory import MemoryBank
 
     bank = MemoryBank(["a", "b"], kind, size=4, top_k=2, env_of=lambda task_id: task_id.split("/")[0])
     bank.for_task("a/0").maybe_store("old a", 1.0, 1.0)
@@ -373,7 +373,7 @@ def test_a_plain_one_process_launch_stays_one_process(monkeypatch, env):
 def test_every_launcher_s_world_size_is_read(monkeypatch, name):
     # mpirun (accelerate launch --cpu --mpirun_hostfile) sets PMI_SIZE or OMPI_COMM_WORLD_SIZE, not WORLD_SIZE:
     # reading WORLD_SIZE alone made every rank train alone.
-    from erl_lite.distributed import launched_world_size
+    from erl_lite.integrations.distributed import launched_world_size
 
     for other in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         monkeypatch.delenv(other, raising=False)
@@ -388,7 +388,7 @@ def test_accelerate_launch_cpu_with_several_processes_is_not_run_as_one(tmp_path
     import sys
 
     script = tmp_path / "probe.py"
-    script.write_text("from erl_lite.distributed import DataParallel\n"
+    script.write_text("from erl_lite.integrations.distributed import DataParallel\n"
                       "print('world', DataParallel.from_environment().world_size)\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
@@ -439,7 +439,7 @@ def update_policy():
 def update_worker(root: str, case: str) -> None:
     from accelerate.state import PartialState
 
-    from erl_lite.update import PolicyUpdater
+    from erl_lite.core.update import PolicyUpdater
 
     PartialState._reset_state()
     dist = DataParallel.from_environment()
@@ -453,7 +453,7 @@ def update_worker(root: str, case: str) -> None:
 def test_the_ddp_update_is_the_one_process_update_whatever_rows_each_process_holds(tmp_path, case):
     from accelerate import debug_launcher
 
-    from erl_lite.update import PolicyUpdater
+    from erl_lite.core.update import PolicyUpdater
 
     model, opt, cfg, pad = update_policy()
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}

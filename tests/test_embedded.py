@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from erl_lite.chat import encode_messages
+from erl_lite.core.chat import encode_messages
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded, measure_bands
 from erl_lite.embedded.demo import contradicting_rulebooks
 from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
@@ -22,10 +22,10 @@ from erl_lite.embedded.world import (IN_HOLE, SECOND_HOLE, closer_tiles, fatal_l
                                      hole_letters, holes_in_the_way, no_dead_end, parse_grid, run_letters)
 from erl_lite.history import History
 from erl_lite.envs.grid import parse_action
-from erl_lite.generation import HFGenerator, SamplingParams
+from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.models import describe_policy, trainable_parameters
-from erl_lite.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
-from erl_lite.rollout import opening_messages
+from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
+from erl_lite.core.rollout import opening_messages
 from erl_lite.testing import tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 

@@ -1,4 +1,4 @@
-"""Tests for erl_lite.exercises: every check passes its right answer and fails each listed
+"""Tests for erl_lite.teach.exercises: every check passes its right answer and fails each listed
 wrong answer with the hint written for that mistake.
 
 The notebooks' exercises use the data below (``GATE_REWARDS``, ``GROUP_*``, ``R2`` and the
@@ -12,8 +12,8 @@ import pathlib
 
 import pytest
 
-from erl_lite import exercises as ex
-from erl_lite.advantages import group_advantages
+from erl_lite.teach import exercises as ex
+from erl_lite.core.advantages import group_advantages
 
 # notebook 02: 3 of 8 succeed, 5 go on: the success rate (0.375), the share of zeros (0.25)
 # and the "r1 <= τ" rate (1.0) all differ from the gate rate (0.625).
@@ -198,7 +198,7 @@ def test_hidden_gate_cases_separate_every_listed_mistake():
 
 def test_gated_indices_is_the_phase_gate_at_the_configured_threshold():
     from erl_lite.config import ERLConfig
-    from erl_lite.phases import gate
+    from erl_lite.core.phases import gate
     from erl_lite.records import Attempt
 
     attempts = [Attempt("t", "first", i, "", [], [], [], [], r, r >= 1.0, "", "", 1)

@@ -1,5 +1,5 @@
 """benchmarks/gpu_check.py and what it stands on: the shipped Qwen architectures, the memory
-arithmetic of erl_lite.budget, the forced-length policy, the two new history metrics, and
+arithmetic of erl_lite.integrations.budget, the forced-length policy, the two new history metrics, and
 multi-turn ERL through the real Qwen3 tokenizer and chat template (skipped without it)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import sys
 import pytest
 import torch
 
-from erl_lite.chat import encode_messages
-from erl_lite.budget import MODEL_CONFIGS, ModelShape, estimate_memory, memory_table, model_config
+from erl_lite.core.chat import encode_messages
+from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, memory_table, model_config
 from erl_lite.config import ERLConfig
 from erl_lite.envs import FrozenLake
 from erl_lite.envs.grid import ACTIONS
-from erl_lite.generation import SamplingParams
+from erl_lite.core.generation import SamplingParams
 from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_model, tiny_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,7 +106,7 @@ def test_forced_length_generator_samples_exactly_n_then_acts(gpu_check):
         episode = env.new_episode()
         episode.reset(env.train_tasks(1)[0])
         assert episode.step(tok.decode(out, skip_special_tokens=True))[3]["event"] != "invalid"
-    from erl_lite.prompts import REFLECTION_REQUEST
+    from erl_lite.core.prompts import REFLECTION_REQUEST
 
     reflection = gen.generate([tok(f"x {REFLECTION_REQUEST}").input_ids], SamplingParams(64))[0]
     text = tok.decode(reflection, skip_special_tokens=True)
@@ -137,7 +137,7 @@ def test_gpu_check_refuses_to_run_without_cuda(gpu_check):
 
 @pytest.mark.skipif(find_qwen3_tokenizer() is None, reason="shared/qwen3_tokenizer not found")
 def test_multiturn_erl_through_the_real_qwen3_template():
-    from erl_lite.generation import ScriptedGenerator
+    from erl_lite.core.generation import ScriptedGenerator
     from erl_lite.trainer import ERLTrainer
 
     tok = qwen3_tokenizer()
@@ -172,7 +172,7 @@ def test_multiturn_erl_through_the_real_qwen3_template():
 
 
 def test_history_logs_tokens_per_second_and_peak_gpu_memory():
-    from erl_lite.generation import ScriptedGenerator
+    from erl_lite.core.generation import ScriptedGenerator
     from erl_lite.trainer import ERLTrainer
 
     tok = tiny_tokenizer()

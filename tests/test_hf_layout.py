@@ -225,7 +225,7 @@ def test_save_model_writes_adapter_tokenizer_and_config(run, tmp_path, where):
 @pytest.mark.slow
 def test_push_to_hub_saves_then_uploads_only_when_asked(run, copy, monkeypatch):
     pushed = []
-    monkeypatch.setattr("erl_lite.export.push_to_hub",
+    monkeypatch.setattr("erl_lite.integrations.export.push_to_hub",
                         lambda folder, repo, **kw: pushed.append((folder, repo, kw)) or f"https://hf.co/{repo}")
     trainer = make_trainer(run.base, copy / "fresh")
     trainer.train()

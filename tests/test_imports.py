@@ -43,14 +43,15 @@ def _runtime_nodes(tree: ast.AST):
 
 
 def lazy_exports(files: dict[str, Path]) -> dict[str, dict[str, str]]:
-    """Package -> {name: defining module} from each package's ``_EXPORTS = {name: submodule}``."""
+    """Package -> {name: defining module} from each package's ``_EXPORTS = {name: submodule}`` (a
+    value that starts with ``erl_lite.`` is an absolute module name)."""
     out = {}
     for name, path in files.items():
         if path.name != "__init__.py":
             continue
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets):
-                out[name] = {k: f"{name}.{v}" for k, v in ast.literal_eval(node.value).items()}
+                out[name] = {k: v if v.startswith("erl_lite.") else f"{name}.{v}" for k, v in ast.literal_eval(node.value).items()}
     return out
 
 
@@ -138,14 +139,14 @@ def _in(module: str, prefixes: tuple[str, ...]) -> bool:
 # and nothing in the library imports the command line. (The embedded model's build-time teacher
 # and corpus are not in the package at all: see test_build_time_code_lives_beside_the_build_script.)
 LAYERS = [
-    (("erl_lite.losses", "erl_lite.advantages", "erl_lite.records", "erl_lite.config"),
-     ("erl_lite.envs", "erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
+    (("erl_lite.core.losses", "erl_lite.core.advantages", "erl_lite.records", "erl_lite.config"),
+     ("erl_lite.envs", "erl_lite.models", "erl_lite.trainer", "erl_lite.core.update", "erl_lite.core.phases",
       "erl_lite.embedded", "erl_lite.cli")),
-    (("erl_lite.envs",), ("erl_lite.models", "erl_lite.trainer", "erl_lite.update", "erl_lite.phases",
+    (("erl_lite.envs",), ("erl_lite.models", "erl_lite.trainer", "erl_lite.core.update", "erl_lite.core.phases",
                           "erl_lite.embedded", "erl_lite.cli")),
     # the notebooks' setup sits on top: the library never imports it
     (("erl_lite.config", "erl_lite.records", "erl_lite.envs", "erl_lite.models", "erl_lite.trainer",
-      "erl_lite.embedded", "erl_lite.phases"), ("erl_lite.teach",)),
+      "erl_lite.embedded", "erl_lite.core.phases"), ("erl_lite.teach",)),
 ]
 
 

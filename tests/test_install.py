@@ -16,7 +16,7 @@ import torch
 
 import erl_lite
 from erl_lite import ERLConfig, ERLTrainer
-from erl_lite.colab import environment_report, install_cell_source
+from erl_lite.integrations.colab import environment_report, install_cell_source
 from erl_lite.config import GPU_PRESETS, PRESETS, require_cuda_for_preset
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def test_install_from_a_git_url_at_the_release_ref_carries_code_and_data(tmp_pat
     assert pathlib.Path("erl_lite/data/embedded/model.safetensors") in installed
 
     # Imported from the target alone (plus site-packages for torch & co.), far from the checkout.
-    probe = ("import erl_lite, erl_lite.colab; from erl_lite.embedded.loading import EMBEDDED_DIR; "
+    probe = ("import erl_lite, erl_lite.integrations.colab; from erl_lite.embedded.loading import EMBEDDED_DIR; "
              "print(erl_lite.__file__); print(sorted(p.name for p in EMBEDDED_DIR.iterdir()))")
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True,

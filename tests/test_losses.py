@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from erl_lite.losses import (
+from erl_lite.core.losses import (
     LOSS_TYPES,
     aggregate,
     clipped_policy_loss,
@@ -436,7 +436,7 @@ def _lora_policy():
 
 @pytest.mark.parametrize("steps", [1, 2])
 def test_policy_updater_calls_the_trl_parity_objective(monkeypatch, steps):
-    import erl_lite.update as update
+    import erl_lite.core.update as update
     from erl_lite.config import ERLConfig
 
     real, calls = update.policy_objective, []
@@ -467,7 +467,7 @@ def test_policy_updater_calls_the_trl_parity_objective(monkeypatch, steps):
 
 def test_policy_updater_gradient_equals_trl_loss_on_the_whole_batch():
     from erl_lite.config import ERLConfig
-    from erl_lite.update import PolicyUpdater, completion_logprobs, pack
+    from erl_lite.core.update import PolicyUpdater, completion_logprobs, pack
 
     model, tok = _lora_policy()
     rows = _train_rows(8)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from erl_lite.config import PRESETS, ERLConfig
-from erl_lite.memory import ReflectionMemory
+from erl_lite.core.memory import ReflectionMemory
 
 
 def test_single_slot_is_overwritten_and_stores_at_threshold():
@@ -104,7 +104,7 @@ def test_paper_and_gpu_presets_evaluate_like_the_paper():
 def test_evaluation_samples_with_the_eval_settings():
     from conftest import GuessEnv
 
-    from erl_lite.generation import ScriptedGenerator
+    from erl_lite.core.generation import ScriptedGenerator
     from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.trainer import ERLTrainer
 

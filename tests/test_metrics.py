@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.generation import ScriptedGenerator
-from erl_lite.envs.dataset import RewardFunctionEnv
-from erl_lite.envs.multi import MultiEnvironment
+from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.integrations.dataset import RewardFunctionEnv
+from erl_lite.integrations.multi import MultiEnvironment
 from erl_lite.metrics import (ENV_FAMILY_SUFFIX, METRIC_FAMILIES, METRIC_GLOSSARY, REWARD_FUNC_FAMILIES, describe,
                               reward_func_family)
 from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -111,7 +111,7 @@ def _step(rewards_first, gated, second_rewards, envs):
 def test_env_step_metrics_are_step_metrics_on_each_environments_slice(monkeypatch, rewards_first, gated,
                                                                     second_rewards, envs, mode):
     import erl_lite.metrics as metrics
-    from erl_lite.memory import MemoryBank
+    from erl_lite.core.memory import MemoryBank
 
     outcome = _step(rewards_first, gated, second_rewards, envs)
     env_of = lambda task_id: task_id.split(":")[0]

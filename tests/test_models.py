@@ -284,8 +284,8 @@ def test_qlora_on_cuda(tmp_path, family, tied):
 
 # --- one home for the dtype names -----------------------------------------------------------------
 def test_the_dtype_names_live_in_models_and_export_uses_them():
-    import erl_lite.distributed as distributed
-    import erl_lite.export as export
+    import erl_lite.integrations.distributed as distributed
+    import erl_lite.integrations.export as export
     import erl_lite.models as models
     import erl_lite.trl_fields as trl_fields
     assert not hasattr(export, "_DTYPES") and not hasattr(models, "_DTYPES"), "a private copy of the dtype names"
@@ -304,7 +304,7 @@ def test_named_dtype(dtype, expected):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8", torch.int8, 16, None])
 def test_a_bad_dtype_is_refused_alike_by_loading_and_merging(dtype):
-    from erl_lite.export import _merge_dtype
+    from erl_lite.integrations.export import _merge_dtype
     from erl_lite.models import _resolve_dtype
     with pytest.raises(ValueError, match="dtype must be") as loading:
         _resolve_dtype(dtype, None)

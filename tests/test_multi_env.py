@@ -9,12 +9,12 @@ import os
 import pytest
 
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
-from erl_lite.envs.dataset import RewardFunctionEnv
-from erl_lite.envs.multi import MultiEnvironment
-from erl_lite.generation import ScriptedGenerator
-from erl_lite.memory import MemoryBank, ReflectionMemory
+from erl_lite.integrations.dataset import RewardFunctionEnv
+from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import describe
-from erl_lite.prompts import REFLECTION_REQUEST
+from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.records import Task
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer

@@ -19,12 +19,12 @@ from erl_lite.config import ERLConfig
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.envs.solvers import solve
-from erl_lite.generation import SamplingParams, ScriptedGenerator
-from erl_lite.memory import ReflectionMemory
+from erl_lite.core.generation import SamplingParams, ScriptedGenerator
+from erl_lite.core.memory import ReflectionMemory
 from erl_lite.models import load_policy, trainable_parameters
-from erl_lite.phases import PhaseContext, attempt_first, erl_step
-from erl_lite.prompts import REFLECTION_REQUEST
-from erl_lite.rollout import run_episodes
+from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
+from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.core.rollout import run_episodes
 from erl_lite.testing import tiny_model
 from erl_lite.trainer import ERLTrainer
 

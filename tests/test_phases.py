@@ -7,13 +7,13 @@ import re
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.generation import ScriptedGenerator
-from erl_lite.memory import ReflectionMemory
-from erl_lite.phases import (
+from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.core.memory import ReflectionMemory
+from erl_lite.core.phases import (
     PhaseContext, assign_advantages, attempt_first, attempt_second, erl_step, gate, internalize, reflect,
     update_memory,
 )
-from erl_lite.prompts import REFLECTION_REQUEST, RETRY_HEADER
+from erl_lite.core.prompts import REFLECTION_REQUEST, RETRY_HEADER
 
 SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}
 
@@ -316,7 +316,7 @@ def test_weight_zero_internalization_rows_are_kept_and_counted(guess_env, tok):
 
     from erl_lite.models import load_policy
     from erl_lite.testing import tiny_model
-    from erl_lite.update import PolicyUpdater
+    from erl_lite.core.update import PolicyUpdater
 
     ctx = make_ctx(guess_env, tok, script(fail_second=("t1",)))
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.generation import ScriptedGenerator
+from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 
@@ -133,7 +133,7 @@ def test_turning_the_bar_off_after_construction_takes_effect(tok, bars):
 
 @pytest.mark.parametrize("n_tasks, generations", [(3, 2), (1, 1), (2, 4)])
 def test_evaluate_has_its_own_bar(tok, bars, n_tasks, generations):
-    from erl_lite.envs.dataset import rows_to_tasks
+    from erl_lite.integrations.dataset import rows_to_tasks
 
     trainer = _trainer(tok)
     tasks = rows_to_tasks(ROWS[:n_tasks], prefix="eval")

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.generation import HFGenerator, SamplingParams
+from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.models import load_policy, reference_context, trainable_parameters
 from erl_lite.testing import FAMILIES, save_tiny_model
 from erl_lite.trainer import ERLTrainer
-from erl_lite.update import PolicyUpdater
+from erl_lite.core.update import PolicyUpdater
 
 torch.set_num_threads(1)
 FAMILY_IDS = [family + ("-tied" if tied else "") for family, tied in FAMILIES]

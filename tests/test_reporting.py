@@ -9,10 +9,10 @@ import types
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.generation import ScriptedGenerator
+from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.metrics import ZERO_STD_FIRST, ZERO_STD_REFLECTION, ZERO_STD_SECOND, frac_reward_zero_std
 from erl_lite.records import TrainSample
-from erl_lite.reporting import SAMPLE_COLUMNS, SAMPLES_TABLE, Reporter, logging_interval, resolve_report_to
+from erl_lite.integrations.reporting import SAMPLE_COLUMNS, SAMPLES_TABLE, Reporter, logging_interval, resolve_report_to
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
 
@@ -363,7 +363,7 @@ def test_a_bad_project_names_the_field(bad):
 def test_the_project_is_a_cli_flag_and_does_not_block_a_resume():
     import argparse
 
-    from erl_lite.config_cli import add_config_arguments, given_fields
+    from erl_lite.cli.config_args import add_config_arguments, given_fields
     from erl_lite.identity import RESUMABLE_FIELDS
 
     parser = argparse.ArgumentParser()

@@ -1,4 +1,4 @@
-"""Finishing a run (erl_lite.results): a kept folder, before/after, a reloaded adapter that plays."""
+"""Finishing a run (erl_lite.teach.results): a kept folder, before/after, a reloaded adapter that plays."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from erl_lite.embedded import demo_config, demo_trainer, demo_world, load_embedded
-from erl_lite.export import NOTE_FILE
+from erl_lite.integrations.export import NOTE_FILE
 from erl_lite.models import describe_policy, load_policy, trainable_parameters
-from erl_lite.results import (BeforeAfter, PlayedEpisode, play_episode, reload_and_play, results_folder,
+from erl_lite.teach.results import (BeforeAfter, PlayedEpisode, play_episode, reload_and_play, results_folder,
                               save_adapter, train_and_evaluate)
 
 
@@ -29,7 +29,7 @@ def test_results_folder_prefers_a_mounted_drive(tmp_path, monkeypatch):
 
 def test_train_evaluate_save_reload_and_play(tmp_path, monkeypatch):
     pushed = []
-    monkeypatch.setattr("erl_lite.export.push_to_hub",
+    monkeypatch.setattr("erl_lite.integrations.export.push_to_hub",
                         lambda folder, repo, private=True: pushed.append((folder, repo)) or f"hub/{repo}")
     trainer = demo_trainer(seed=0, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0)
     held_out = trainer.env.test_tasks(2)

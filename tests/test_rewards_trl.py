@@ -12,10 +12,10 @@ import math
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.envs.dataset import RewardFunctionEnv, RewardFunctionError, rows_to_tasks, split_prompt
+from erl_lite.integrations.dataset import RewardFunctionEnv, RewardFunctionError, rows_to_tasks, split_prompt
 from erl_lite.envs.qa import score_answer
-from erl_lite.generation import SamplingParams, ScriptedGenerator
-from erl_lite.rollout import run_episodes
+from erl_lite.core.generation import SamplingParams, ScriptedGenerator
+from erl_lite.core.rollout import run_episodes
 from erl_lite.testing import tiny_model
 from erl_lite.trainer import ERLTrainer
 

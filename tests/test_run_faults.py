@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from erl_lite import checkpoint
 from erl_lite.checkpoint import CheckpointError, latest_good_checkpoint, read_checkpoint
 from erl_lite.config import ERLConfig
-from erl_lite.memory import MemoryBank, ReflectionMemory
+from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer

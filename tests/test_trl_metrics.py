@@ -9,8 +9,8 @@ import math
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.envs.reward_calls import RewardFunctionError
-from erl_lite.generation import ScriptedGenerator
+from erl_lite.integrations.reward_calls import RewardFunctionError
+from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.metrics import describe
 from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.trainer import ERLTrainer
@@ -90,7 +90,7 @@ def test_trl_environment_get_reward_is_named_after_the_class():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     from trl_env_counter import CounterEnv
 
-    from erl_lite.envs.trl_adapter import TRLEnvironment
+    from erl_lite.integrations.trl_adapter import TRLEnvironment
 
     assert [f.__name__ for f in TRLEnvironment(CounterEnv).reward_funcs] == ["CounterEnv"]
 

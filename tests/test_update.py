@@ -14,7 +14,7 @@ from erl_lite.config import ERLConfig
 from erl_lite.models import load_policy
 from erl_lite.records import TrainSample
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.update import PolicyUpdater, completion_logprobs, pack
+from erl_lite.core.update import PolicyUpdater, completion_logprobs, pack
 
 from conftest import assert_close_rel
 
@@ -91,7 +91,7 @@ def test_old_logprobs_are_the_sampling_policys_on_every_minibatch(monkeypatch, s
     of the initial model), not of the weights after the earlier steps."""
     import copy
 
-    import erl_lite.update as update
+    import erl_lite.core.update as update
 
     seen, batches = [], []
     real, real_objective = update.policy_objective, update.PolicyUpdater._objective
@@ -214,7 +214,7 @@ def test_nll_internalization_rows_use_nll():
 
 
 def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
-    from erl_lite.update import micro_batches
+    from erl_lite.core.update import micro_batches
 
     rows = [TrainSample("first", [1] * n, [2], [1], 0.0) for n in (5, 300, 6, 7, 290, 8, 5)]
     chunks = list(micro_batches(rows, 4))
@@ -228,7 +228,7 @@ def test_micro_batches_bound_the_padded_width_not_only_the_total_length():
     # separately, so a reflection row (long context, short completion) next to an attempt with
     # a long completion makes a micro-batch wider than either row. The demo's ERL batches had
     # 43% padding this way (short first attempts padded to 470 columns).
-    from erl_lite.update import micro_batches
+    from erl_lite.core.update import micro_batches
 
     rows = ([TrainSample("first", [1] * 68, [2] * n, [1] * n, 1.0) for n in (20, 150, 40, 150)]
             + [TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 1.0) for _ in range(3)])
@@ -365,7 +365,7 @@ def test_chunked_logprobs_refuse_heads_they_cannot_read():
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize("loss_type,normalizer", [("seq_sum", 4.0), ("token_mean", 9.0)])
 def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, loss_type, normalizer):
-    import erl_lite.update as update
+    import erl_lite.core.update as update
 
     rows = [TrainSample("first", [7, 8], [10, 11, 12], [1, 1, 1], 1.0),
             TrainSample("first", [7, 9], [13, 14], [1, 1], 1.0),
@@ -386,7 +386,7 @@ def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, los
 
 def test_update_stats_keys_are_the_documented_metrics():
     from erl_lite.history import METRIC_GLOSSARY
-    from erl_lite.update import UPDATE_METRICS, UpdateStats
+    from erl_lite.core.update import UPDATE_METRICS, UpdateStats
 
     today = ["samples/first", "samples/reflection", "samples/second", "samples/distill",
              "advantage/first", "advantage/reflection", "advantage/second", "loss/total", "loss/first",

@@ -115,9 +115,9 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
     import torch
 
     from erl_lite.embedded.demo import demo_config
-    from erl_lite.generation import HFGenerator
-    from erl_lite.memory import ReflectionMemory
-    from erl_lite.phases import PhaseContext, attempt_first, attempt_second, gate, reflect
+    from erl_lite.core.generation import HFGenerator
+    from erl_lite.core.memory import ReflectionMemory
+    from erl_lite.core.phases import PhaseContext, attempt_first, attempt_second, gate, reflect
 
     cfg = config or demo_config()
     ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg)

@@ -1,7 +1,9 @@
-"""Environments: the protocol, the paper's three tasks (an offline analogue for HotpotQA), and a
-single-turn example task. Each module's docstring says how it departs from the paper.
+"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline analogue of HotpotQA)
+and a single-turn arithmetic task. Each module's docstring says how it departs from the paper.
 
-Names are imported lazily, so ``import erl_lite.envs.base`` does not pull in gymnasium or BM25.
+The protocol they implement is :mod:`erl_lite.core.env`; the TRL and dataset adapters are in
+:mod:`erl_lite.integrations`. Both are re-exported here, where earlier releases kept them. Names
+are imported lazily, so ``import erl_lite.envs`` does not pull in gymnasium or BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake
@@ -15,14 +17,15 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Environment": "base", "Episode": "base",
+    "Environment": "erl_lite.core.env", "Episode": "erl_lite.core.env",
     "FrozenLake": "frozenlake", "Sokoban": "sokoban", "parse_action": "grid",
     "MultiHopQA": "qa", "BM25Search": "qa", "load_hotpotqa": "qa", "score_answer": "qa",
     "frozenlake_paper_tasks": "paper_tasks", "sokoban_paper_tasks": "paper_tasks",
     "hotpotqa_paper_questions": "paper_tasks",
     "make_arithmetic_dataset": "arithmetic", "small_arithmetic_dataset": "arithmetic",
     "arithmetic_reward": "arithmetic", "arithmetic_feedback": "arithmetic",
-    "MultiEnvironment": "multi", "TRLEnvironment": "trl_adapter", "load_rows": "data_sources",
+    "MultiEnvironment": "erl_lite.integrations.multi", "TRLEnvironment": "erl_lite.integrations.trl_adapter",
+    "load_rows": "erl_lite.integrations.data_sources",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -30,7 +33,8 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'erl_lite.envs' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"erl_lite.envs.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name]
+    return getattr(importlib.import_module(module if module.startswith("erl_lite.") else f"erl_lite.envs.{module}"), name)
 
 
 def __dir__() -> list[str]:

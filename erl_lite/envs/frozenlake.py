@@ -24,7 +24,7 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
 from gymnasium.utils import seeding
 
-from erl_lite.envs.base import Environment
+from erl_lite.core.env import Environment
 from erl_lite.envs.grid import (ACTIONS, GridEpisode, action_reminder_text, grid_system_prompt,
                                 render_rows, resolve_symbols, shortest_moves)
 from erl_lite.envs.paper_tasks import frozenlake_paper_tasks

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from erl_lite.envs.base import Episode, StepOutput
+from erl_lite.core.env import Episode, StepOutput
 from erl_lite.records import Task
 
 #: Canonical action names and their (row, column) displacement.

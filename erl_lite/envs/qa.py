@@ -34,7 +34,7 @@ from typing import Any
 
 from rank_bm25 import BM25Okapi
 
-from erl_lite.envs.base import Environment, Episode, StepOutput
+from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import hotpotqa_paper_questions
 from erl_lite.envs.qa_world import generate_question
 from erl_lite.envs.splits import SeededSplits

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from erl_lite.envs.base import Environment
+from erl_lite.core.env import Environment
 from erl_lite.envs.grid import (ACTIONS, GridEpisode, action_reminder_text, grid_system_prompt,
                                 render_rows, resolve_symbols, shortest_moves)
 from erl_lite.envs.paper_tasks import sokoban_paper_tasks

@@ -46,7 +46,7 @@ from typing import Collection
 from erl_lite.embedded.rulebooks import named_holes, plan_sentence, planned_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
 from erl_lite.envs.grid import ACTIONS
-from erl_lite.prompts import REFLECTION_SYSTEM
+from erl_lite.core.prompts import REFLECTION_SYSTEM
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
@@ -156,7 +156,7 @@ def chat_turns(prompt_text: str) -> list[tuple[str, str]]:
 class Teacher:
     """A scripted player of all three roles: ``Teacher(seed)(prompt_text) -> reply text``.
 
-    Plug it into :class:`~erl_lite.generation.ScriptedGenerator`; the prompt is the decoded
+    Plug it into :class:`~erl_lite.core.generation.ScriptedGenerator`; the prompt is the decoded
     ChatML context, from which the teacher reads its role, the rulebook, the current grid and
     its own earlier replies (to keep one hypothesis per episode).
 

@@ -1,7 +1,7 @@
 """Check functions for the notebooks' exercises: type an answer, get a ✓ or a ✗ with a hint.
 
 Each ``check_*`` function recomputes the answer with erl_lite's own implementation (the gate
-rule, :mod:`erl_lite.advantages`, :mod:`erl_lite.losses`, :mod:`erl_lite.memory`), prints one
+rule, :mod:`erl_lite.core.advantages`, :mod:`erl_lite.core.losses`, :mod:`erl_lite.core.memory`), prints one
 clear message and returns True or False, so a notebook cell never raises on a wrong answer.
 A wrong answer is compared with the usual mistakes, each written as a formula of its own
 (``r1 <= τ`` instead of ``r1 < τ``, the population standard deviation instead of the unbiased
@@ -28,10 +28,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from erl_lite.advantages import distill_weights, group_advantages, grouped_advantages
+from erl_lite.core.advantages import distill_weights, group_advantages, grouped_advantages
 from erl_lite.config import ERLConfig
-from erl_lite.memory import ReflectionMemory
-from erl_lite.phases import gate
+from erl_lite.core.memory import ReflectionMemory
+from erl_lite.core.phases import gate
 
 NO_ANSWER = "No answer yet: replace the `None` (or `...`) with your answer and run the cell again."
 
@@ -80,13 +80,13 @@ TAU = ERLConfig.reward_threshold
 
 @dataclass
 class _Scored:
-    """The one field :func:`erl_lite.phases.gate` reads of an attempt."""
+    """The one field :func:`erl_lite.core.phases.gate` reads of an attempt."""
 
     reward: float
 
 
 def gated_indices(rewards: Sequence[float], threshold: float = TAU) -> list[int]:
-    """Positions of the attempts :func:`erl_lite.phases.gate` sends on (``r1 < τ``).
+    """Positions of the attempts :func:`erl_lite.core.phases.gate` sends on (``r1 < τ``).
 
     Example:
         >>> gated_indices([1.0, 0.0, 0.5, 1.0])
@@ -351,7 +351,7 @@ EPS_LOW, EPS_HIGH, DUAL_CLIP = ERLConfig.epsilon, ERLConfig.epsilon_high, ERLCon
 
 def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = EPS_LOW,
                        epsilon_high: float = EPS_HIGH, dual_clip: float | None = DUAL_CLIP) -> float:
-    """The per-token loss of :func:`erl_lite.losses.clipped_policy_loss` at one ratio.
+    """The per-token loss of :func:`erl_lite.core.losses.clipped_policy_loss` at one ratio.
 
     Example:
         >>> round(clipped_loss_value(1.5, 1.0), 2), round(clipped_loss_value(5.0, -1.0), 2)
@@ -359,7 +359,7 @@ def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = EPS_
     """
     import torch
 
-    from erl_lite.losses import clipped_policy_loss
+    from erl_lite.core.losses import clipped_policy_loss
 
     logp = torch.tensor([[math.log(ratio)]])
     loss, _ = clipped_policy_loss(logp, torch.zeros(1, 1), torch.tensor([float(advantage)]), torch.ones(1, 1),

@@ -14,7 +14,7 @@ Qwen3-4B-Instruct-2507), so a random model of the real shape can be built offlin
   sequence): the layer inputs kept by gradient checkpointing (every activation of every layer
   without it), one layer recomputed with its gradients during the backward, and one log-prob
   tile: ``ERLConfig.logprob_chunk_size`` positions (over all rows) × the
-  :data:`erl_lite.logprobs.VOCAB_TILE` vocabulary columns in fp32, times ``logprob_copies``
+  :data:`erl_lite.core.logprobs.VOCAB_TILE` vocabulary columns in fp32, times ``logprob_copies``
   live copies (logits, their softmax, their gradient) — or, with ``logprob_chunk_size=None``,
   the full ``(rows, T, V)`` logits;
 * **rollout** (one batched ``generate`` over every first attempt of the step): the key/value
@@ -203,7 +203,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
         layer_backward = rows * layer_row
     else:
         checkpoints, layer_backward = shape.layers * rows * layer_row, 0.0
-    from erl_lite.logprobs import VOCAB_TILE
+    from erl_lite.core.logprobs import VOCAB_TILE
 
     if config.logprob_chunk_size is None:  # full logits: every position against the whole vocabulary
         tile = rows * seq * shape.vocab
@@ -246,7 +246,7 @@ def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kw
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m erl_lite.budget [--preset gpu] [--mode rlvr] [--set field=value ...]``:
+    """``python -m erl_lite.integrations.budget [--preset gpu] [--mode rlvr] [--set field=value ...]``:
     print the memory table (GiB) for a preset with ERLConfig overrides."""
     import argparse
     import ast

@@ -13,7 +13,7 @@ rulebook; ``fifo`` — a queue of up to ``size`` rulebooks of which the ``top_k`
 are shown (the peer package's scheme, offered for comparison).
 
 :class:`MemoryBank` keeps one such memory per environment when a run mixes environments
-(:class:`~erl_lite.envs.multi.MultiEnvironment`): a task's reflector reads, and its successful
+(:class:`~erl_lite.integrations.multi.MultiEnvironment`): a task's reflector reads, and its successful
 second attempt writes, only the memory of the task's own environment. The phases ask every
 memory for ``for_task(task_id)``; a plain :class:`ReflectionMemory` answers with itself.
 

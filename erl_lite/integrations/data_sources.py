@@ -16,7 +16,7 @@ shortcuts, all turned into a list of row dicts by :func:`load_rows`:
   cached fails with an error naming it, never a hang or a download.
 
 Prompts are TRL's two kinds: a plain string, or conversational (a list of ``{"role",
-"content"}`` messages); :func:`erl_lite.envs.dataset.rows_to_tasks` checks them. A CSV cell
+"content"}`` messages); :func:`erl_lite.integrations.dataset.rows_to_tasks` checks them. A CSV cell
 is always plain text.
 
 Departures from TRL: TRL takes only ``Dataset`` objects; paths and names are a convenience.

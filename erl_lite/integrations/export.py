@@ -23,7 +23,7 @@ instead would be caught. Merging directly on the 4-bit layers (peft can) would r
 ``W + BA`` to NF4 and lose most of the adapter's small update, so that route is not offered.
 
 Where the base was 4-bit is read from the adapter folder (``quantization="auto"``): the
-``erl_lite.json`` note that :func:`erl_lite.results.save_adapter` writes (every checkpoint and
+``erl_lite.json`` note that :func:`erl_lite.teach.results.save_adapter` writes (every checkpoint and
 ``output_dir`` after training hold one), or, for a format-2 checkpoint's ``adapter/`` folder, the
 run's ``trainer_state.json`` (``load_in_4bit``). Without either the
 base is taken as full precision; pass ``quantization="4bit"`` for an adapter trained in 4-bit

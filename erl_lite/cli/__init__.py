@@ -7,7 +7,7 @@
   local folder), e.g.
   ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
   Every :class:`~erl_lite.config.ERLConfig` field is an option (``--learning-rate``,
-  ``--no-use-memory``, ...; see :mod:`erl_lite.config_cli`; ``--help`` shows each default), and
+  ``--no-use-memory``, ...; see :mod:`erl_lite.cli.config_args`; ``--help`` shows each default), and
   ``--config run.yaml`` reads fields (and ``env``, ``model``, ``preset``, ``small``, ``dataset``,
   ``reward_funcs``, ``feedback_func``) from a file. Precedence: the preset (default: ``demo`` on
   ``--env demo``, ``cpu`` elsewhere) < the file < the flags. Your own data, as ``trl grpo``:
@@ -23,9 +23,9 @@
 * ``erl-lite plot history.jsonl`` — the figures of :func:`erl_lite.viz.save_figures`.
 * ``erl-lite export --adapter DIR --out DIR [--push-to-hub USER/NAME]`` — merge a trained LoRA
   adapter (a ``checkpoint-<step>`` folder, ``output_dir`` or a saved adapter) into its base, dequantising a
-  4-bit base, and save a standalone model (see :mod:`erl_lite.export`).
+  4-bit base, and save a standalone model (see :mod:`erl_lite.integrations.export`).
 
-A mistyped flag gets "did you mean --x?" (:class:`~erl_lite.config_cli.SuggestingParser`).
+A mistyped flag gets "did you mean --x?" (:class:`~erl_lite.cli.config_args.SuggestingParser`).
 Errors a user can fix (a bad value, a missing or damaged file or folder, nothing to resume) are
 printed as one paragraph naming the file and line, the field or the path, with exit code 2 and
 no traceback; errors raised while training (a reward function's, say) keep their traceback.
@@ -43,7 +43,7 @@ import warnings
 from typing import Any, Sequence
 
 from erl_lite.config import DEFAULT_SEED, MODES, PRESETS, ERLConfig
-from erl_lite.config_cli import (SuggestingParser, add_config_arguments, given_fields, load_config_file,
+from erl_lite.cli.config_args import (SuggestingParser, add_config_arguments, given_fields, load_config_file,
                                  locate_in_file, shown_value)
 from erl_lite.jsonio import read_json, read_jsonl
 
@@ -190,7 +190,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from erl_lite import export
+    from erl_lite.integrations import export
 
     try:
         result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
@@ -429,11 +429,11 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     from transformers import set_seed
 
     from erl_lite.checkpoint import ERL_STATE, HF_STATE, CheckpointError, adapter_folder, list_checkpoints, run_record
-    from erl_lite.generation import HFGenerator
+    from erl_lite.core.generation import HFGenerator
     from erl_lite.metrics import eval_metrics
     from erl_lite.models import load_policy
-    from erl_lite.phases import PhaseContext, attempt_first
-    from erl_lite.progress import Progress
+    from erl_lite.core.phases import PhaseContext, attempt_first
+    from erl_lite.core.progress import Progress
 
     folder = checkpoint
     if not any(os.path.isfile(os.path.join(folder, name)) for name in (ERL_STATE, HF_STATE)):
@@ -524,8 +524,8 @@ def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, d
 def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None,
                     cfg: ERLConfig) -> tuple[Any, list, str]:
     """``eval --dataset ... --reward-funcs ...``: the rows' evaluation split scored by the functions."""
-    from erl_lite.envs.data_sources import load_rows
-    from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.integrations.data_sources import load_rows
+    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
     from erl_lite.func_specs import load_function
 
     if env is not None:
@@ -539,7 +539,7 @@ def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None,
 
 def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list]:
     """The environment ``erl-lite train --env name`` trains on, and its test tasks."""
-    from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
     from erl_lite.records import Task
 
     env, _, kwargs = _environment(name, small, cfg.seed)
@@ -558,7 +558,7 @@ def _read_tasks(path: str, world: Any, env_name: str) -> list:
 
     Raises ValueError naming the file and row when plain rows are given to an environment that
     plays tasks of its own (the demo world reads a map from each task's ``data``)."""
-    from erl_lite.envs.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
     from erl_lite.records import Task
 
     rows = read_jsonl(path)

@@ -9,12 +9,12 @@ with the session). This module is that last mile, one function per step:
   again (:meth:`ERLTrainer.evaluate <erl_lite.trainer.ERLTrainer.evaluate>`: initial prompt,
   no memory, as the paper deploys), returned as a :class:`BeforeAfter`;
 * :func:`save_adapter` — adapter + tokenizer + a note of how the base was loaded and what the
-  evaluation measured, optionally pushed to the hub (:func:`erl_lite.export.push_to_hub`);
+  evaluation measured, optionally pushed to the hub (:func:`erl_lite.integrations.export.push_to_hub`);
 * :func:`reload_and_play` — load the saved adapter with :func:`erl_lite.models.load_policy`, as
   a user would later, and play one episode, returned as a :class:`PlayedEpisode` that prints
   (and renders in a notebook) turn by turn.
 
-Merging the adapter into a standalone model is :mod:`erl_lite.export` (``erl-lite export``).
+Merging the adapter into a standalone model is :mod:`erl_lite.integrations.export` (``erl-lite export``).
 
 Departures from the paper: none; the paper's evaluation is the same first-attempt protocol.
 """
@@ -136,7 +136,7 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
     Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.layout.NOTE_FILE`): the base
-    model, whether it was 4-bit (which :func:`erl_lite.export.export_merged` needs and peft does
+    model, whether it was 4-bit (which :func:`erl_lite.integrations.export.export_merged` needs and peft does
     not record) and ``evaluation`` when given. ``push_to_hub="user/name"`` then uploads the
     folder (network and a write token needed; private unless ``private=False``).
 
@@ -150,7 +150,7 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
         >>> saved.base_quantization, {"adapter_config.json", "erl_lite.json"} <= set(os.listdir(saved.path))
         ('4bit', True)
     """
-    from erl_lite import export
+    from erl_lite.integrations import export
     from erl_lite.layout import write_adapter
 
     path = os.fspath(folder)
@@ -244,8 +244,8 @@ def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None,
     and budgets of ``config`` (default :class:`~erl_lite.config.ERLConfig`).
     """
     from erl_lite.config import ERLConfig
-    from erl_lite.generation import HFGenerator
-    from erl_lite.phases import PhaseContext, attempt_first
+    from erl_lite.core.generation import HFGenerator
+    from erl_lite.core.phases import PhaseContext, attempt_first
 
     task = task if task is not None else env.test_tasks(1)[0]
     ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, env, config or ERLConfig())
@@ -258,9 +258,9 @@ def reload_and_play(adapter_dir: str | os.PathLike, env: Any, task: Task | None 
     """Load a saved adapter with :func:`~erl_lite.models.load_policy` and play one episode.
 
     ``quantization="auto"`` loads the base as training did (read by
-    :func:`erl_lite.export.describe_adapter`). Returns ``(model, tokenizer, episode)``.
+    :func:`erl_lite.integrations.export.describe_adapter`). Returns ``(model, tokenizer, episode)``.
     """
-    from erl_lite.export import describe_adapter
+    from erl_lite.integrations.export import describe_adapter
     from erl_lite.models import load_policy
 
     if quantization == "auto":

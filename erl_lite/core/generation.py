@@ -13,7 +13,7 @@ fills its ``max_new_tokens`` without a stop token was cut by the limit (:func:`r
 the attempt or reflection is then marked ``truncated``).
 
 :class:`HFGenerator` refuses a request whose prompt plus ``max_new_tokens`` would run past the
-model's context (:class:`~erl_lite.prompts.PromptTooLongError`), the last line of defence behind
+model's context (:class:`~erl_lite.core.prompts.PromptTooLongError`), the last line of defence behind
 the trainer's length checks; :func:`generate_named` says which task and role the request was.
 
 Departures from the paper: the reference code samples with vLLM; erl_lite uses
@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from erl_lite.prompts import PromptTooLongError
+from erl_lite.core.prompts import PromptTooLongError
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
 
 
 def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: int | None) -> None:
-    """Raise :class:`~erl_lite.prompts.PromptTooLongError` for the first request of a batch that cannot fit.
+    """Raise :class:`~erl_lite.core.prompts.PromptTooLongError` for the first request of a batch that cannot fit.
 
     Example:
         >>> try:

@@ -1,6 +1,6 @@
 """The internalization set as SFT data, and a short warm start with TRL's ``SFTTrainer``.
 
-Internalization (:func:`erl_lite.phases.internalize`) trains each second attempt under the
+Internalization (:func:`erl_lite.core.phases.internalize`) trains each second attempt under the
 *first* attempt's initial context: the initial system prompt and the task, never the
 rulebook Δ that produced it. The same pairs are plain supervised data. This module writes
 them in TRL's **conversational prompt-completion** format::
@@ -21,7 +21,7 @@ TRL patches in its own for the templates it knows (Qwen2.5, Qwen3, Llama 3, ...)
 others. The messages format would need the same, so prompt-completion degrades best.
 
 :func:`warm_start` does not depend on markers: it tokenizes the rows the way rollouts build
-episodes (:mod:`erl_lite.chat`: the template applied once, each reply followed by the
+episodes (:mod:`erl_lite.core.chat`: the template applied once, each reply followed by the
 end-of-turn token, observations as untrained glue) and hands ``SFTTrainer`` ready
 ``input_ids`` with an ``assistant_masks`` column, which TRL turns into labels. So it works
 with any template (or none), and the supervised tokens are the ones internalization trains.
@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from erl_lite.chat import encode, encode_messages, glue_text
+from erl_lite.core.chat import encode, encode_messages, glue_text
 from erl_lite.records import FIRST, SECOND, Retry, StepRecord, retries_by_first
 
 

@@ -10,7 +10,7 @@ Pipeline for one batch::
     loss, stats = policy_objective(logp, old_logp, ref_logp, advantages, mask,
                                    nll_rows=is_nll, beta=0.001, loss_type="seq_sum")
 
-:func:`policy_objective` is the one objective: :class:`erl_lite.update.PolicyUpdater` trains
+:func:`policy_objective` is the one objective: :class:`erl_lite.core.update.PolicyUpdater` trains
 with it, and the TRL-parity tests check it.
 
 * clipped policy loss — PPO ratio with "clip-higher" (ε_low 0.2, ε_high 0.28) and the
@@ -184,7 +184,7 @@ def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> t
     Args:
         logp: ``(B, T)`` log-probs of the target tokens.
         weights: ``(B,)`` per-sequence weights, e.g. ``1[r2 > 0]`` from
-            :func:`erl_lite.advantages.distill_weights`.
+            :func:`erl_lite.core.advantages.distill_weights`.
         mask: ``(B, T)`` loss mask; masked tokens get 0.
 
     Example:
@@ -329,7 +329,7 @@ def policy_objective(
 ) -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
 
-    This is the objective :class:`erl_lite.update.PolicyUpdater` trains with.
+    This is the objective :class:`erl_lite.core.update.PolicyUpdater` trains with.
 
     Args:
         logp: ``(B, T)`` current log-probs (with gradient).

@@ -10,7 +10,7 @@ code and the dependency versions the test suite passed with. Nothing here touche
 algorithm.
 
 Example:
-    >>> from erl_lite.colab import raw_url
+    >>> from erl_lite.integrations.colab import raw_url
     >>> raw_url("assets/compare_eval.png", "https://github.com/someone/erl_lite", "v1.0")
     'https://raw.githubusercontent.com/someone/erl_lite/v1.0/assets/compare_eval.png'
 """
@@ -86,7 +86,7 @@ if importlib.util.find_spec("erl_lite") is None:
 #: The cell after the parameters cell: what the notebook runs on, and the GPU-preset check.
 REPORT_CELL_SOURCE = '''\
 # What this notebook runs on: versions, device, free GPU memory (paste it into a bug report).
-from erl_lite.colab import environment_report
+from erl_lite.integrations.colab import environment_report
 from erl_lite.config import require_cuda_for_preset
 
 print(environment_report())

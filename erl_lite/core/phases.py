@@ -25,14 +25,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from erl_lite.advantages import distill_weights, grouped_advantages
-from erl_lite.chat import end_of_turn_id
+from erl_lite.core.advantages import distill_weights, grouped_advantages
+from erl_lite.core.chat import end_of_turn_id
 from erl_lite.config import ERLConfig
-from erl_lite.envs.base import Environment
-from erl_lite.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
-from erl_lite.memory import MemoryBank, ReflectionMemory
-from erl_lite.progress import NO_PROGRESS, Progress
-from erl_lite.prompts import (
+from erl_lite.core.env import Environment
+from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
+from erl_lite.core.memory import MemoryBank, ReflectionMemory
+from erl_lite.core.progress import NO_PROGRESS, Progress
+from erl_lite.core.prompts import (
     parse_rulebook,
     reflection_messages,
     retry_system_prompt,
@@ -40,13 +40,13 @@ from erl_lite.prompts import (
 )
 from erl_lite.records import (DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, Task, TrainSample,
                               retry_of_first, tasks_by_id)
-from erl_lite.rollout import run_episodes
+from erl_lite.core.rollout import run_episodes
 
 
 @dataclass
 class PhaseContext:
     """What every phase needs: the sampler, the tokenizer, the environment and the config;
-    ``progress`` makes each phase's bar (:mod:`erl_lite.progress`; none shows by default)."""
+    ``progress`` makes each phase's bar (:mod:`erl_lite.core.progress`; none shows by default)."""
 
     generator: Generator
     tokenizer: Any

@@ -14,10 +14,10 @@ factory) whose instances provide (``trl/trainer/grpo_trainer.py``):
   weight 1 to any ``reward_funcs`` (which receive the instances as ``environments=``).
 
 :class:`TRLEnvironment` wraps such a factory as a multi-turn
-:class:`~erl_lite.envs.base.Environment`: each reply is parsed for tool calls; a reply with
+:class:`~erl_lite.core.env.Environment`: each reply is parsed for tool calls; a reply with
 calls gets their results back as the next observation, a reply without one ends the episode,
 which is then scored. A dict of factories becomes a
-:class:`~erl_lite.envs.multi.MultiEnvironment` routed by the ``environment`` column, as TRL
+:class:`~erl_lite.integrations.multi.MultiEnvironment` routed by the ``environment`` column, as TRL
 routes it. ``ERLTrainer(environment_factory=...)`` does this for you.
 
 Without a ``train_dataset`` (TRL 1.16's mode for an environment that owns its data), the
@@ -38,7 +38,7 @@ schema parses with the same pattern::
 and results go back as ``<tool_response>...</tool_response>`` in a user turn — what Qwen's
 template renders a ``tool`` message as. The tools are rendered by the tokenizer's own chat
 template, ``apply_chat_template(..., tools=schemas)`` as TRL renders them, when that template
-renders ``tools=`` (Qwen2.5/Qwen3 do; :func:`~erl_lite.chat.template_renders_tools` checks the
+renders ``tools=`` (Qwen2.5/Qwen3 do; :func:`~erl_lite.core.chat.template_renders_tools` checks the
 output): the system prompt then only adds how an episode ends, and a second attempt's
 template lists the tools after its rulebook. A template without tool support (or a tokenizer
 without a template) gets erl_lite's copy of Qwen's block in the system prompt instead, and
@@ -84,11 +84,11 @@ import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from erl_lite.chat import template_renders_tools
-from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
-from erl_lite.envs.dataset import split_prompt
-from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
-from erl_lite.envs.reward_calls import RewardLog, call_arguments, weighted_rewards
+from erl_lite.core.chat import template_renders_tools
+from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
+from erl_lite.integrations.dataset import split_prompt
+from erl_lite.integrations.multi import ENV_COLUMN, MultiEnvironment
+from erl_lite.integrations.reward_calls import RewardLog, call_arguments, weighted_rewards
 from erl_lite.records import Task
 
 #: One tool call (TRL's Qwen response schema uses the same pattern).

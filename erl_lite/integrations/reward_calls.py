@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from erl_lite.chat import completion_text
+from erl_lite.core.chat import completion_text
 from erl_lite.records import Task
 
 #: Keywords the call itself uses; a task column with one of these names cannot be passed.

@@ -7,7 +7,7 @@ rollout path as the multi-turn games: each dataset row becomes a
 Reward functions are called exactly as TRL 1.16's ``GRPOTrainer`` calls them: **by keyword,
 once per phase with the whole batch** (every first attempt of a step in one call, every
 second attempt in another), as ``f(prompts=, completions=, completion_ids=, trainer_state=,
-log_extra=, log_metric=, **columns)`` — see :mod:`erl_lite.envs.reward_calls` for the call and
+log_extra=, log_metric=, **columns)`` — see :mod:`erl_lite.integrations.reward_calls` for the call and
 the checks on what comes back (errors name the function and the row; ``None`` means "not
 applicable"):
 
@@ -16,7 +16,7 @@ applicable"):
   for conversational prompts;
 * ``completion_ids``: the sampled token ids of each reply (up to and including the stop token);
 * ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (the
-  trainer's live view of the run; a zero :class:`~erl_lite.envs.reward_calls.RunState`
+  trainer's live view of the run; a zero :class:`~erl_lite.integrations.reward_calls.RunState`
   outside a trainer);
 * ``log_metric(name, value)`` / ``log_extra(column, values)``: TRL's logging hooks (a scalar
   averaged into the step's metrics; a column stored on each row's attempt);
@@ -41,8 +41,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
-from erl_lite.envs.base import BatchScoredEpisode, Environment, Episode, StepOutput
-from erl_lite.envs.reward_calls import (RewardFunctionError, RewardLog, RunState, Scores, call_arguments,
+from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
+from erl_lite.integrations.reward_calls import (RewardFunctionError, RewardLog, RunState, Scores, call_arguments,
                                         feedback_texts, weighted_rewards)
 from erl_lite.records import Task, check_unique_task_ids
 

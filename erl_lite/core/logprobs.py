@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.losses import token_logprobs
+from erl_lite.core.losses import token_logprobs
 
 #: Default number of completion positions (over all rows of a micro-batch) per lm-head chunk.
 #: 256 keeps a tile at 8 MiB: below glibc's 32 MiB mmap ceiling, so CPU tiles reuse heap memory

@@ -7,7 +7,7 @@ tokens. The batch is split into mini-batches, one optimizer step each
 per ``ppo_mini_batch_size × G`` rows as in the reference), and every mini-batch into
 micro-batches of ``per_device_train_batch_size`` rows whose gradients are accumulated with
 the mini-batch's own normalizer, so the update does not depend on the micro-batch size. Every micro-batch's loss is
-:func:`erl_lite.losses.policy_objective` (the function the TRL-parity tests check).
+:func:`erl_lite.core.losses.policy_objective` (the function the TRL-parity tests check).
 
 Packing (B rows, P = longest context, L = longest completion)::
 
@@ -15,7 +15,7 @@ Packing (B rows, P = longest context, L = longest completion)::
     hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
 
 Contexts are left-padded so every completion starts at column P. Log-probs come from
-:func:`erl_lite.logprobs.sequence_logprobs`, which applies the lm-head to chunks of
+:func:`erl_lite.core.logprobs.sequence_logprobs`, which applies the lm-head to chunks of
 completion positions and never holds ``(B, L, V)`` logits. Before the first optimizer step
 every micro-batch is packed once and its old (sampling-policy) and reference log-probs are
 attached to it (:class:`Packed`), so they travel with the rows they belong to.
@@ -42,11 +42,11 @@ from typing import Any
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
+from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
 from erl_lite.models import keep_4bit_trainable
-from erl_lite.distributed import SINGLE_PROCESS, DataParallel
-from erl_lite.losses import LossStats, first_non_finite, normalizer_for, policy_objective
-from erl_lite.progress import NO_PROGRESS, Progress
+from erl_lite.integrations.distributed import SINGLE_PROCESS, DataParallel
+from erl_lite.core.losses import LossStats, first_non_finite, normalizer_for, policy_objective
+from erl_lite.core.progress import NO_PROGRESS, Progress
 # ADVANTAGE_ROLES: the roles with a policy-gradient advantage (their mean |A| is logged).
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
@@ -117,7 +117,7 @@ def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any
 
 def completion_logprobs(model: Any, batch: Packed, temperature: float,
                         chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
-    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.logprobs`)."""
+    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.core.logprobs`)."""
     return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids,
                              batch.targets, temperature, chunk_size)
 
@@ -292,7 +292,7 @@ class PolicyUpdater:
             adapter disabled).
         optimizer, scheduler: built by the trainer.
         config: loss, clipping, batching and KL settings, and ``logprob_chunk_size``
-            (completion positions per lm-head chunk, see :mod:`erl_lite.logprobs`; None
+            (completion positions per lm-head chunk, see :mod:`erl_lite.core.logprobs`; None
             computes full ``(B, L, V)`` logits instead).
         pad_id: the tokenizer's padding id.
 
@@ -307,7 +307,7 @@ class PolicyUpdater:
     Several processes (``accelerate launch``): the trainer passes ``dist``; the gradient pass
     runs through torch DDP (:meth:`DataParallel.wrap`), each process passes its own rows, and
     the marked ``DDP`` lines make the step the single-process step over every process's rows
-    (see :mod:`erl_lite.distributed`). Generation and the no-grad passes use ``model`` itself.
+    (see :mod:`erl_lite.integrations.distributed`). Generation and the no-grad passes use ``model`` itself.
     """
 
     max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
@@ -496,7 +496,7 @@ def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:
 
 
 def _normalizer(masks: list[torch.Tensor], loss_type: str) -> float:
-    """The mini-batch's denominator (see :func:`erl_lite.losses.normalizer_for`)."""
+    """The mini-batch's denominator (see :func:`erl_lite.core.losses.normalizer_for`)."""
     width = max(max((len(m) for m in masks), default=1), 1)
     full = torch.zeros((len(masks), width), dtype=torch.long)
     for b, m in enumerate(masks):

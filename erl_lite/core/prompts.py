@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from erl_lite.chat import encode, render
+from erl_lite.core.chat import encode, render
 
 REFLECTION_SYSTEM = (
     "You coach an agent that has just failed a task. You will see the instructions it was "

@@ -6,7 +6,7 @@ alternating with glue (end of turn, next observation, next generation prompt) th
 loss. Single-turn tasks are the special case of one turn. At every turn, the prompts of all
 live episodes go to the generator together, so a phase of a step costs ``max_turns`` calls
 at most, never one call per sample. When play ends, the environment scores the whole phase
-at once (:meth:`~erl_lite.envs.base.Environment.score_batch`; TRL-style reward functions are
+at once (:meth:`~erl_lite.core.env.Environment.score_batch`; TRL-style reward functions are
 called once per phase, not once per completion).
 
 Budgets: ``params.max_new_tokens`` per turn, ``max_episode_length`` for the whole sequence. A
@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from erl_lite.chat import encode, encode_messages, glue_text
-from erl_lite.envs.base import Environment, Episode
-from erl_lite.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
+from erl_lite.core.chat import encode, encode_messages, glue_text
+from erl_lite.core.env import Environment, Episode
+from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.records import Attempt, Task
 
 
@@ -75,7 +75,7 @@ def template_kwargs_for(env: Environment, task: Task, template_kwargs: dict[str,
     environment hands its tools to the template (:meth:`Environment.template_tools`).
 
     Example:
-        >>> from erl_lite.envs.dataset import RewardFunctionEnv
+        >>> from erl_lite.integrations.dataset import RewardFunctionEnv
         >>> template_kwargs_for(RewardFunctionEnv(lambda completions, **kw: [0.0]), Task("t", "x", {}),
         ...                     {"enable_thinking": False})
         {'enable_thinking': False}
@@ -110,7 +110,7 @@ def run_episodes(
         role: ``"first"`` or ``"second"`` (recorded on the attempts).
         template_kwargs: passed to the chat template (``ERLConfig.chat_template_kwargs``).
         on_finished: called with the number of episodes that finished at each turn (a progress
-            bar's ``update``; see :mod:`erl_lite.progress`); its calls add up to ``len(tasks)``.
+            bar's ``update``; see :mod:`erl_lite.core.progress`); its calls add up to ``len(tasks)``.
     """
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")

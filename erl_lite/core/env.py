@@ -144,7 +144,7 @@ class Environment(ABC):
         trainer_state: set by the trainer to a live view of the run (``global_step``,
             ``max_steps``, ``epoch``), handed to user reward functions as TRL does; None
             outside a trainer.
-        reward_log: set by the trainer to the :class:`~erl_lite.envs.reward_calls.RewardLog`
+        reward_log: set by the trainer to the :class:`~erl_lite.integrations.reward_calls.RewardLog`
             that TRL's ``log_metric``/``log_extra`` keywords write to; None outside a trainer.
     """
 

@@ -2,7 +2,7 @@
 
 :class:`MultiEnvironment` holds named environments (``{"frozenlake": FrozenLake.small(),
 "sokoban": Sokoban.small(), "qa": MultiHopQA.small()}``) and is itself an
-:class:`~erl_lite.envs.base.Environment`, so the rollout and the phases need no special case.
+:class:`~erl_lite.core.env.Environment`, so the rollout and the phases need no special case.
 Every task it plays is *tagged* with its environment's name: the task id starts with
 ``"<name>/"`` (the one fact routing reads) and the task's data holds the name under
 ``environment``, the column TRL 1.16's multi-environment ``environment_factory`` reads, so
@@ -10,7 +10,7 @@ reward functions see it as TRL's do.
 
 Tasks come from a dataset whose ``environment`` column names each row's environment
 (:meth:`MultiEnvironment.tasks_from_rows`): a row with a ``prompt`` is a dataset task (for a
-:class:`~erl_lite.envs.dataset.RewardFunctionEnv` member), a row without one names a task of
+:class:`~erl_lite.integrations.dataset.RewardFunctionEnv` member), a row without one names a task of
 that environment's split by ``index`` (and optionally ``split``: ``train``/``test``), e.g.
 ``{"environment": "sokoban", "index": 12}``. Without a dataset, the members' own splits are
 interleaved (:meth:`MultiEnvironment.train_tasks`).
@@ -19,7 +19,7 @@ Per task, the member environment decides the first attempt's system prompt, the 
 reminder added to a rulebook, the turn limit (an episode ends after its own environment's
 ``max_turns``, as it would alone) and the scoring (``score_batch`` is called per member with
 its episodes only). The trainer keeps one reflection memory per member
-(:class:`~erl_lite.memory.MemoryBank`) and logs the per-environment metric families
+(:class:`~erl_lite.core.memory.MemoryBank`) and logs the per-environment metric families
 (``reward/first/<env>``, ...; see :mod:`erl_lite.metrics`).
 
 Departures from the paper: the paper trains one environment per run; mixing them is an
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from erl_lite.envs.base import Environment, Episode, StepOutput
+from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.records import Task, check_unique_task_ids
 
 #: The dataset column naming a row's environment (TRL 1.16's name for it).
@@ -130,7 +130,7 @@ class MultiEnvironment(Environment):
         Members may number their rows alike (the ``"<name>/"`` prefix tells them apart); two
         rows that end up with one id are refused, naming it and both rows.
         """
-        from erl_lite.envs.dataset import rows_to_tasks
+        from erl_lite.integrations.dataset import rows_to_tasks
 
         tasks = []
         for i, row in enumerate(rows):

@@ -9,7 +9,7 @@ asks it to do five things, each a no-op in a single process:
   the ``r``-th contiguous block of it (:meth:`DataParallel.shard`). All G rollouts of a task
   stay on one process, so the per-task GRPO advantages are the single-process ones;
 * **keep memory identical on every process**: during the step each process reads the shared
-  memory (one per environment for a :class:`~erl_lite.memory.MemoryBank`) but only *records*
+  memory (one per environment for a :class:`~erl_lite.core.memory.MemoryBank`) but only *records*
   its successful rulebooks (:class:`DeferredMemory`, :class:`DeferredBank`); after the step
   they are gathered and applied in rank order, then position order, memory by memory, which is
   the order one process would have written them in (its retries run task by task, and the
@@ -20,7 +20,7 @@ asks it to do five things, each a no-op in a single process:
   The update stays the single-process one at the same global batch: every process divides its
   loss by the *global* token or sequence count, mini-batches are cut by each row's *global*
   position, and the accumulated gradients are the global batch's before clipping (see
-  :class:`erl_lite.update.PolicyUpdater` for how the gate's uneven row counts meet DDP);
+  :class:`erl_lite.core.update.PolicyUpdater` for how the gate's uneven row counts meet DDP);
 * **reduce metrics to global values**: the step's records (attempts, retries, advantages)
   are gathered, so every mean is over all attempts of all processes, and the update's loss
   sums and token counts are summed;
@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from erl_lite.memory import MemoryBank, ReflectionMemory
+from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.records import ROLES, TrainSample
 
 T = TypeVar("T")
@@ -94,7 +94,7 @@ class DeferredMemory(ReflectionMemory):
 
 
 class DeferredBank(MemoryBank):
-    """A :class:`~erl_lite.memory.MemoryBank` seen through one :class:`DeferredMemory` per
+    """A :class:`~erl_lite.core.memory.MemoryBank` seen through one :class:`DeferredMemory` per
     environment: ``for_task`` reads that environment's shared memory and holds its writes.
 
     Example:
@@ -279,7 +279,7 @@ class DataParallel:
         """A loss normalizer (token or sequence count) over every process, never below 1.
 
         ``local`` is this process's raw count (0 when it has no loss token), so the sum is
-        what :func:`erl_lite.losses.normalizer_for` gives for the whole global mini-batch.
+        what :func:`erl_lite.core.losses.normalizer_for` gives for the whole global mini-batch.
         """
         return max(self.sum({"n": local})["n"], 1.0)
 
@@ -343,7 +343,7 @@ class DataParallel:
 
     # --- the step's records -----------------------------------------------------------------
     def deferred(self, memory: ReflectionMemory | MemoryBank | None) -> ReflectionMemory | MemoryBank | None:
-        """The memory to hand :func:`erl_lite.phases.erl_step`: ``memory`` itself in one
+        """The memory to hand :func:`erl_lite.core.phases.erl_step`: ``memory`` itself in one
         process, a :class:`DeferredMemory` (:class:`DeferredBank` for a bank) over it otherwise
         (None stays None)."""
         if memory is None or self.world_size == 1:
@@ -351,7 +351,7 @@ class DataParallel:
         return DeferredBank(memory) if isinstance(memory, MemoryBank) else DeferredMemory(memory)
 
     def merge(self, outcome: Any, view: ReflectionMemory | None) -> Any:
-        """The global :class:`~erl_lite.phases.StepOutcome` of a step, and memory brought up
+        """The global :class:`~erl_lite.core.phases.StepOutcome` of a step, and memory brought up
         to date on every process.
 
         Attempts and retries are concatenated in rank order (the single-process order); the

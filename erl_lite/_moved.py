@@ -1,0 +1,75 @@
+"""Import paths of release 0.1 that moved when the package was arranged by layer.
+
+``import erl_lite.phases`` still works for one release: it warns (``DeprecationWarning``) and
+hands back the module at its new home, the same module object, so patching either name patches
+both. A finder on ``sys.meta_path`` does this instead of one stub file per old name, which keeps
+the old names out of the source tree (and out of the layer checks).
+
+Departures from the paper: none; this is packaging.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
+
+#: old module (or package) -> its new home; an old package's submodules follow it.
+MOVED = {
+    "erl_lite.envs.base": "erl_lite.core.env",
+    **{f"erl_lite.{name}": f"erl_lite.core.{name}" for name in (
+        "chat", "prompts", "memory", "advantages", "losses", "logprobs", "generation", "rollout",
+        "phases", "update", "progress")},
+    **{f"erl_lite.envs.{name}": f"erl_lite.integrations.{name}" for name in (
+        "trl_adapter", "dataset", "reward_calls", "data_sources", "multi")},
+    **{f"erl_lite.{name}": f"erl_lite.integrations.{name}" for name in (
+        "distributed", "reporting", "sft", "export", "budget", "colab", "callbacks")},
+    "erl_lite.exercises": "erl_lite.teach.exercises",
+    "erl_lite.results": "erl_lite.teach.results",
+    "erl_lite.config_cli": "erl_lite.cli.config_args",
+}
+
+
+def new_home(name: str) -> str | None:
+    """Where module ``name`` lives now, or None when it did not move.
+
+    Example:
+        >>> new_home("erl_lite.envs.multi"), new_home("erl_lite.config")
+        ('erl_lite.integrations.multi', None)
+    """
+    for old, new in MOVED.items():
+        if name == old or name.startswith(old + "."):
+            return new + name[len(old):]
+    return None
+
+
+class _Alias(importlib.abc.Loader):
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return self.module
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Already executed under its new name."""
+
+
+class MovedFinder(importlib.abc.MetaPathFinder):
+    """Resolves an old name to the module at its new home, with a ``DeprecationWarning``."""
+
+    def find_spec(self, name, path=None, target=None):
+        new = new_home(name)
+        if new is None:
+            return None
+        warnings.warn(f"{name} moved to {new}; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        return importlib.machinery.ModuleSpec(name, _Alias(module), is_package=hasattr(module, "__path__"))
+
+
+def install() -> None:
+    if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
+        sys.meta_path.append(MovedFinder())
