@@ -1,9 +1,7 @@
-"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline analogue of HotpotQA)
-and a single-turn arithmetic task. Each module's docstring says how it departs from the paper.
-
-The protocol they implement is :mod:`erl_lite.core.env`; the TRL and dataset adapters are in
-:mod:`erl_lite.integrations`. Both are re-exported here, where earlier releases kept them. Names
-are imported lazily, so ``import erl_lite.envs`` does not pull in gymnasium or BM25.
+"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and
+a single-turn arithmetic task; each module says how it departs from the paper. The protocol
+(:mod:`erl_lite.core.env`) and the adapters (:mod:`erl_lite.integrations`) are re-exported
+where earlier releases kept them, lazily, so importing this pulls in neither gymnasium nor BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake

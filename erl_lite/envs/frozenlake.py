@@ -21,7 +21,7 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
 from gymnasium.utils import seeding
 
-from erl_lite.envs.grid import ACTIONS, GridEpisode, GridGame, render_rows, shortest_moves
+from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D",
                    "agent_in_hole": "E", "agent_on_goal": "F"}
@@ -38,14 +38,13 @@ FEEDBACK = {
     "goal": "Success: the agent reached the goal after {n} action(s). Reward 1.",
     "hole": "Failure: the agent fell into a hole on action {n}. Reward 0.",
     "step_limit": "Failure: all {budget} actions were used without reaching the goal. Reward 0.",
-    "no_valid_action": ("Failure: no reply contained a valid action (Up, Down, Left or Right alone "
-                        "in a final ``` block), so the agent never moved. Reward 0."),
+    "no_valid_action": NO_VALID_ACTION + ", so the agent never moved. Reward 0.",
 }
 _GYM_ACTION = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
 
 
 def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | None:
-    """Fewest moves from S to G that never enter a hole H (None if unreachable or longer than ``limit``).
+    """Fewest moves from S to G never entering a hole H (None if unreachable within ``limit``).
 
     Example:
         >>> solve_frozenlake(["SH", "FG"])
@@ -66,21 +65,15 @@ def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | N
 
 
 def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
-    """Fewest moves from S to G avoiding H (None if unreachable or longer than ``limit``).
-
-    Example:
-        >>> shortest_path(["SH", "FG"])
-        2
-    """
+    """The length of :func:`solve_frozenlake`'s path (None if unreachable within ``limit``)."""
     path = solve_frozenlake(rows, limit)
     return None if path is None else len(path)
 
 
 def generate_map(seed: int, sizes: tuple[int, int] = (2, 9),
                  frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6) -> dict[str, Any]:
-    """One random solvable map, deterministic in ``seed``.
-
-    Returns ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``.
+    """One random solvable map ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``,
+    deterministic in ``seed``.
 
     Example:
         >>> m = generate_map(7)
@@ -145,12 +138,9 @@ class FrozenLake(GridGame):
     Args:
         source: ``"generated"`` (seeded splits) or ``"paper"`` (the paper's exact maps).
         seed, n_train, n_test: base seed and generated split sizes (paper: 10,000 / 100).
-        sizes: inclusive range of the side length n.
-        frozen_prob: range of the frozen-cell probability p.
+        sizes, frozen_prob: inclusive range of the side n; range of the frozen probability p.
         max_shortest: maps whose shortest path is longer are re-drawn.
-        max_actions: the action budget (one action per model turn).
-        symbols, symbol_seed: letter overrides by role / a seeded random assignment.
-        compact: shorter system prompt and observations (for tiny models).
+        max_actions, symbols, symbol_seed, compact: as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = FrozenLake()

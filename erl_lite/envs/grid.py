@@ -31,6 +31,8 @@ _BY_LOWER = {name.lower(): name for name in ACTIONS}
 _BLOCK = re.compile(r"```(.*?)```", re.DOTALL)
 _TAG = re.compile(r"[A-Za-z0-9_+-]+")
 State = TypeVar("State", bound=Hashable)
+#: How the feedback of an episode without a single valid action begins (each game ends it).
+NO_VALID_ACTION = "Failure: no reply contained a valid action (Up, Down, Left or Right alone in a final ``` block)"
 
 
 def parse_action(text: str) -> str | None:
@@ -45,9 +47,7 @@ def parse_action(text: str) -> str | None:
         >>> parse_action("Up") is None
         True
     """
-    if not isinstance(text, str):
-        return None
-    blocks = _BLOCK.findall(text)
+    blocks = _BLOCK.findall(text) if isinstance(text, str) else []
     if not blocks:
         return None
     body = blocks[-1]
@@ -98,12 +98,8 @@ def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, St
 def resolve_symbols(
     defaults: Mapping[str, str], symbols: Mapping[str, str] | None = None, seed: int | None = None
 ) -> dict[str, str]:
-    """The letter drawn for each cell kind: defaults, or a seeded random draw, then overrides.
-
-    Args:
-        defaults: role -> letter, e.g. ``{"agent": "A", "goal": "B", ...}``.
-        symbols: explicit overrides for some or all roles.
-        seed: when given, every role first gets a distinct random capital letter.
+    """The letter of each cell kind: ``defaults`` (role -> letter), or with ``seed`` a distinct
+    random capital per role, then the ``symbols`` overrides.
 
     Example:
         >>> resolve_symbols({"agent": "A", "goal": "B"}, {"goal": "Z"})
@@ -147,6 +143,7 @@ def grid_system_prompt(max_actions: int, compact: bool = False) -> str:
 
 
 def action_reminder_text() -> str:
+    """The one-line reminder of the action format that is appended to a reflected rulebook."""
     return "Reply with one action (Up, Down, Left or Right) alone in a final ``` block."
 
 
@@ -155,9 +152,7 @@ class GridEpisode(Episode):
     :meth:`_render`, :meth:`_move` and :meth:`_verdict` (events end up in ``info["event"]``)."""
 
     def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False) -> None:
-        self.max_actions = max_actions
-        self.symbols = symbols
-        self.compact = compact
+        self.max_actions, self.symbols, self.compact = max_actions, symbols, compact
         self.task: Task | None = None
 
     @abstractmethod
@@ -250,6 +245,11 @@ class GridGame(Environment):
 
     Subclasses set ``name``, ``default_symbols``, ``episode_class`` and ``layout_field`` (the
     task data field that identifies a board) and pass their generator ``make`` (seed -> data).
+
+    Args:
+        max_actions: the action budget (one action per model turn).
+        symbols, symbol_seed: letter overrides by role / a seeded random draw (:func:`resolve_symbols`).
+        compact: shorter system prompt and observations (for tiny models).
     """
 
     default_symbols: dict[str, str]

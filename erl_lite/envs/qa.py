@@ -41,7 +41,6 @@ _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
 MAX_PARTIAL_REWARD = 0.99
 
 
-# --- scoring ------------------------------------------------------------------------
 def normalize_answer(text: str) -> str:
     """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
@@ -104,12 +103,9 @@ def extract_boxed(text: str) -> str | None:
 def extract_search(text: str) -> str | None:
     """The query of the last ``<search>...</search>`` block, or None if absent or empty."""
     found = _SEARCH.findall(text) if isinstance(text, str) else []
-    if not found:
-        return None
-    return found[-1].strip() or None
+    return (found[-1].strip() or None) if found else None
 
 
-# --- search -------------------------------------------------------------------------
 def tokenize(text: str) -> list[str]:
     """Lower-case word tokens without a few stop words (what BM25 indexes)."""
     return [t for t in re.findall(r"\w+", text.lower()) if t not in _STOP]
@@ -134,9 +130,8 @@ class BM25Search:
         """The ``top_k`` best documents sharing at least one word with ``query``."""
         tokens = tokenize(query)
         scores = self._bm25.get_scores(tokens) if tokens else []
-        # Okapi's idf is 0 for a word in exactly half the documents (and floored when in more),
-        # so in tiny corpora a real match can score 0: rank matches by score, then by how many
-        # query words they contain, and never return a document that shares none.
+        # Okapi's idf is 0 for a word in half the documents, so in tiny corpora a real match can
+        # score 0: rank by score, then by shared query words; never return one sharing none.
         shared = [len(self._vocab[i].intersection(tokens)) for i in range(len(scores))]
         order = sorted((i for i in range(len(scores)) if shared[i]), key=lambda i: (-scores[i], -shared[i], i))
         return [(self.titles[i], self.texts[i]) for i in order[:top_k]]
@@ -148,7 +143,6 @@ class BM25Search:
         return cls(context["title"], texts)
 
 
-# --- episode ------------------------------------------------------------------------
 class QAEpisode(Episode):
     """One question: search turns, then a boxed answer (or the budget runs out)."""
 
@@ -236,15 +230,13 @@ def _cut(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# --- environment --------------------------------------------------------------------
 class MultiHopQA(Environment):
     r"""Multi-hop QA with a search tool (the HotpotQA analogue).
 
     Args:
-        source: ``"generated"`` (offline worlds, seeded splits), ``"hotpotqa"`` (the real
-            dataset through ``load_hotpotqa``: train split / first ``n_test`` validation rows),
-            or ``"paper"`` (test = the paper's 1,024 questions, which have no paragraphs:
-            give a ``retriever``; train = HotpotQA's train split).
+        source: ``"generated"`` (offline worlds, seeded splits), ``"hotpotqa"`` (``load_hotpotqa``:
+            train split / first ``n_test`` validation rows) or ``"paper"`` (test: the paper's
+            1,024 questions, without paragraphs, so give a ``retriever``; train: HotpotQA's).
         seed, n_train, n_test: base seed and generated split sizes.
         max_turns: model turns per episode (paper: 5).
         top_k: documents returned per search.

@@ -1,21 +1,13 @@
 """Invented worlds for offline multi-hop QA: fictional entities, short documents, questions.
 
-Every task draws its own small world from its seed — a few countries, cities, people and
-companies with invented names — writes one short document per entity, and asks one question
-that needs two of the documents:
+Each task draws its own world from its seed (countries, cities, people, companies with
+invented names, one document each) and asks a question that needs two documents: a
+**bridge** ("In which city was the founder of Quorvex Labs born?") or a **comparison** ("Who
+was born first, A or B?", "Were A and B born in the same city?"). Rows follow HotpotQA's
+distractor schema, so generated and real questions run through the same code.
 
-* **bridge**: the first document names an entity whose own document holds the answer
-  ("In which city was the founder of Quorvex Labs born?");
-* **comparison**: two documents are compared ("Who was born first, A or B?", or a yes/no
-  question such as "Were A and B born in the same city?").
-
-The task is returned in the schema of HotpotQA's distractor setting (``question``,
-``answer``, ``type``, ``level``, ``supporting_facts{title, sent_id}``,
-``context{title, sentences}``), so generated and real questions run through the same code.
-
-Departures from the paper: the paper asks real HotpotQA questions over Wikipedia with a
-dense retriever; this world is a small, fully offline stand-in with the same two-hop
-structure. Because names are new in every task, the answer can only come from search.
+Departures from the paper: a small offline stand-in for HotpotQA over Wikipedia, with the
+same two-hop structure; names are new in every task, so answers can only come from search.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from erl_lite.envs.grid import ACTIONS, GridEpisode, GridGame, render_rows, shortest_moves
+from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
 
 Cell = tuple[int, int]
 DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",
@@ -39,8 +39,7 @@ COMMENTS = {
 FEEDBACK = {
     "solved": "Success: the box is on the goal after {n} action(s). Reward 1.",
     "step_limit": "Failure: all {budget} actions were used and the box is not on the goal. Reward 0.",
-    "no_valid_action": ("Failure: no reply contained a valid action (Up, Down, Left or Right alone "
-                        "in a final ``` block), so nothing moved. Reward 0."),
+    "no_valid_action": NO_VALID_ACTION + ", so nothing moved. Reward 0.",
 }
 
 
@@ -88,9 +87,8 @@ def apply_move(walls: frozenset[Cell], player: Cell, box: Cell, delta: tuple[int
 
 
 def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[str] | None:
-    """Fewest moves that push the box onto the goal (None if impossible or beyond ``limit``).
-
-    States are (player, box) pairs; moves follow :func:`apply_move`.
+    """Fewest moves that push the box onto the goal (None if impossible within ``limit``); the
+    search runs over (player, box) states, moving by :func:`apply_move`.
 
     Example:
         >>> solve_sokoban(["######", "#@$ .#", "######"])
@@ -107,21 +105,14 @@ def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[s
 
 
 def solve_length(level: Level, limit: int | None = None) -> int | None:
-    """Fewest moves that put the box on the goal (None if impossible or beyond ``limit``).
-
-    Example:
-        >>> solve_length(Level.parse(["######", "#@$ .#", "######"]))
-        2
-    """
+    """The length of :func:`solve_sokoban`'s path (None if impossible within ``limit``)."""
     path = solve_sokoban(level, limit)
     return None if path is None else len(path)
 
 
 def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8) -> dict[str, Any]:
-    """One random level solvable in ``1..max_shortest`` moves, deterministic in ``seed``.
-
-    Returns ``{"layout": rows, "size": n, "shortest": moves}``.
-    """
+    """One random level ``{"layout": rows, "size": n, "shortest": moves}`` solvable in
+    ``1..max_shortest`` moves, deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(sizes[0], sizes[1] + 1))
     inner = n - 2
@@ -183,9 +174,7 @@ class Sokoban(GridGame):
         seed, n_train, n_test: base seed and generated split sizes (paper: 10,000 / 100).
         sizes: inclusive range of the room side n, border walls included.
         max_shortest: levels needing more moves are re-drawn.
-        max_actions: the action budget (one action per model turn).
-        symbols, symbol_seed: letter overrides by role / a seeded random assignment.
-        compact: shorter system prompt and observations (for tiny models).
+        max_actions, symbols, symbol_seed, compact: as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = Sokoban()

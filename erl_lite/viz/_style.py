@@ -122,8 +122,7 @@ def smooth(values: list[float], weight: float) -> list[float]:
     return out
 
 
-def new_axes(ax: Axes | None,
-             figsize: tuple[float, float] = (6.4, 3.8)) -> tuple[Figure, Axes, bool]:
+def new_axes(ax: Axes | None, figsize: tuple[float, float] = (6.4, 3.8)) -> tuple[Figure, Axes, bool]:
     """Return (figure, axes, owned); ``owned`` figures are detached from pyplot by :func:`done`."""
     if ax is not None:
         return ax.figure, ax, False
@@ -154,8 +153,7 @@ def done(fig: Figure, owned: bool) -> Figure:
     return fig
 
 
-def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool,
-             legend: bool = True) -> None:
+def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, legend: bool = True) -> None:
     """Title, axis labels, integer step ticks, and the legend or the "no data" note."""
     ax.set_title(title)
     ax.set_xlabel(xlabel)

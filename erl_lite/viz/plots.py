@@ -15,10 +15,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from erl_lite.history import History
 from erl_lite.metrics import EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES
 from erl_lite.records import ADVANTAGE_ROLES, ATTEMPT_ROLES, DISTILL, FIRST, REFLECTION, SECOND
 from erl_lite.viz import _style as S
-from erl_lite.history import History
 from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, joined_rulebooks, series
 
 STEP = "training step"
@@ -75,6 +75,21 @@ def rewards_are_binary(history: HistoryLike) -> bool:
     return bool(verdicts) and all(verdicts)
 
 
+def _panel(history: HistoryLike, ax: Axes | None, specs: list[Spec], smoothing: float, title: str,
+           ylabel: str, unit: bool = False) -> Figure:
+    """A panel of training curves over steps; ``unit``: the values are fractions in [0, 1]."""
+    fig, ax, owned = S.new_axes(ax)
+    drawn = _curves(ax, as_history(history), specs, smoothing)
+    S.decorate(ax, title, STEP, ylabel, drawn > 0)
+    if unit:
+        ax.set_ylim(-0.03, 1.03)
+    return S.done(fig, owned)
+
+
+def _by_role(metric: str, roles: list[str]) -> list[Spec]:
+    return [(f"{metric}/{r}", "train", ROLE_LABELS[r], r) for r in roles]
+
+
 def _note(ax: Axes, text: str) -> None:
     """A small grey remark in the lower right corner of a panel."""
     ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45",
@@ -90,7 +105,6 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
     rewards (:func:`rewards_are_binary`) the title says that reward and success coincide.
 
     Args:
-        history: the ERL run.
         baseline: optional RLVR run; its first-attempt and eval curves are drawn dashed.
         ax: axes to draw on (a new figure otherwise).
         metric: ``"reward"`` or ``"success"``.
@@ -134,12 +148,8 @@ def plot_gate_rate(history: HistoryLike, ax: Axes | None = None, smoothing: floa
         >>> plot_gate_rate(synthetic_history(steps=5)).axes[0].get_ylabel()
         'fraction of first attempts'
     """
-    h = as_history(history)
-    fig, ax, owned = S.new_axes(ax)
-    drawn = _curves(ax, h, [(GATE_RATE, "train", "sent to reflection", "gate")], smoothing)
-    S.decorate(ax, "Gate: first attempts sent to reflection", STEP, "fraction of first attempts", drawn > 0)
-    ax.set_ylim(-0.03, 1.03)
-    return S.done(fig, owned)
+    return _panel(history, ax, [(GATE_RATE, "train", "sent to reflection", "gate")], smoothing,
+                  "Gate: first attempts sent to reflection", "fraction of first attempts", unit=True)
 
 
 def _memory_sizes(h) -> tuple[list[int], list[float]]:
@@ -147,8 +157,7 @@ def _memory_sizes(h) -> tuple[list[int], list[float]]:
     steps, sizes = series(h, MEMORY_SIZE)
     if sizes:
         return steps, sizes
-    rows = sorted((int(s.get("step", 0)), float(len(s.get("memory_after") or [])))
-                  for s in h.samples)
+    rows = sorted((int(s.get("step", 0)), float(len(s.get("memory_after") or []))) for s in h.samples)
     return [r[0] for r in rows], [r[1] for r in rows]
 
 
@@ -170,10 +179,8 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
     if writes:
         ax.bar(w_steps, writes, color=COLORS["memory"], alpha=0.55, label="written this step")
     if sizes:
-        S.plot_series(ax, s_steps, sizes, label="held after the step", color="0.2",
-                      marker=MARKERS["memory"])
-    S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks",
-               bool(writes or sizes), legend=False)
+        S.plot_series(ax, s_steps, sizes, label="held after the step", color="0.2", marker=MARKERS["memory"])
+    S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks", bool(writes or sizes), legend=False)
     top = max(writes + sizes, default=0.0)
     ax.set_ylim(0, top * 1.35 + 0.5)  # headroom keeps the legend off the data
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -198,16 +205,6 @@ def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
     return sorted(rows, key=lambda r: r[0])
 
 
-def _by_role(history: HistoryLike, ax: Axes | None, smoothing: float, metric: str, roles: list[str],
-             title: str, ylabel: str) -> Figure:
-    """One curve of ``metric/<role>`` per role."""
-    h = as_history(history)
-    fig, ax, owned = S.new_axes(ax)
-    drawn = _curves(ax, h, [(f"{metric}/{r}", "train", ROLE_LABELS[r], r) for r in roles], smoothing)
-    S.decorate(ax, title, STEP, ylabel, drawn > 0)
-    return S.done(fig, owned)
-
-
 @S.styled
 def plot_losses(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
     """Policy loss contributed by each role (``loss/first`` … ``loss/distill``) per step.
@@ -217,8 +214,8 @@ def plot_losses(history: HistoryLike, ax: Axes | None = None, smoothing: float =
         >>> len(plot_losses(synthetic_history(steps=5)).axes[0].lines)
         4
     """
-    return _by_role(history, ax, smoothing, "loss", list(ROLE_LABELS), "Loss by role",
-                    "loss (token sum, mean over sequences)")
+    return _panel(history, ax, _by_role("loss", list(ROLE_LABELS)), smoothing, "Loss by role",
+                  "loss (token sum, mean over sequences)")
 
 
 @S.styled
@@ -230,16 +227,14 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None, smoothing: flo
         >>> len(plot_advantages(synthetic_history(steps=5)).axes[0].lines)
         3
     """
-    return _by_role(history, ax, smoothing, "advantage", list(ADVANTAGE_ROLES), "Advantage magnitude by role",
-                    "mean |advantage| (group-std units)")
+    return _panel(history, ax, _by_role("advantage", list(ADVANTAGE_ROLES)), smoothing,
+                  "Advantage magnitude by role", "mean |advantage| (group-std units)")
 
 
 @S.styled
-def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
-              ax: Axes | None = None) -> Figure:
-    """Evaluation (first attempt, initial prompt) reward and success, RLVR dashed if given.
-
-    With 0/1 rewards the two coincide and one curve is drawn for both.
+def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None) -> Figure:
+    """Evaluation (first attempt, initial prompt) reward and success, RLVR dashed if given; with 0/1
+    rewards the two coincide and one curve is drawn for both.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -267,8 +262,8 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
     """Evaluation over training CPU time, one line per run, colour, line style and marker per variant
     (so overlapping runs stay told apart); reads ``scripts/compare_modes.py``'s ``compare_results.json``.
 
-    ``results``: dicts with ``variant`` and ``eval_curve`` (``[step, CPU seconds, success]`` per
-    evaluation); ``variants``: which to draw, in order (default: all, in first-seen order).
+    ``results``: dicts with ``variant`` and ``eval_curve`` (``[step, CPU seconds, success]`` rows);
+    ``variants``: which to draw, in order (default: all, first seen first).
 
     Example:
         >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]} for v, y in (("ERL", 0.9), ("RLVR", 0.6))]
@@ -285,15 +280,14 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
             ax.plot(seconds, values, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, ls=styles[i % len(styles)],
                     marker=markers[i % len(markers)], ms=4, mfc="none" if i % 2 else None)
             drawn += 1
-    S.decorate(ax, title, "training CPU time (s, one thread; evaluation excluded)", "eval first-attempt success (0–1)",
-               drawn > 0)
+    S.decorate(ax, title, "training CPU time (s, one thread; evaluation excluded)",
+               "eval first-attempt success (0–1)", drawn > 0)
     ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
 
 @S.styled
-def plot_overview(history: HistoryLike, baseline: HistoryLike = None,
-                  smoothing: float = 0.0) -> Figure:
+def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing: float = 0.0) -> Figure:
     """A dashboard: reward (with evaluation), success, gate / memory, loss, advantage (for READMEs).
     With 0/1 rewards (:func:`rewards_are_binary`) reward and success are one wide panel.
 
@@ -319,8 +313,7 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None,
 
 
 @S.styled
-def save_figures(history: HistoryLike, out_dir: str | os.PathLike,
-                 baseline: HistoryLike = None) -> list[str]:
+def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: HistoryLike = None) -> list[str]:
     """Write rewards/gate_rate/memory/losses/eval/overview PNGs into ``out_dir``; return paths.
 
     Example:
@@ -332,14 +325,8 @@ def save_figures(history: HistoryLike, out_dir: str | os.PathLike,
     """
     h, base = _runs(history, baseline)
     os.makedirs(out_dir, exist_ok=True)
-    figures = {
-        "rewards.png": plot_rewards(h, base),
-        "gate_rate.png": plot_gate_rate(h),
-        "memory.png": plot_memory(h),
-        "losses.png": plot_losses(h),
-        "eval.png": plot_eval(h, base),
-        "overview.png": plot_overview(h, base),
-    }
+    figures = {"rewards.png": plot_rewards(h, base), "gate_rate.png": plot_gate_rate(h), "memory.png": plot_memory(h),
+               "losses.png": plot_losses(h), "eval.png": plot_eval(h, base), "overview.png": plot_overview(h, base)}
     paths = []
     for name, fig in figures.items():
         path = os.path.join(out_dir, name)

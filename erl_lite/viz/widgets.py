@@ -114,8 +114,7 @@ def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, in
             for r in list_pairs(record) if FILTERS[mode](r)]
 
 
-def reflection_browser(history: HistoryLike, static: bool | None = None,
-                       step: int | None = None) -> Any:
+def reflection_browser(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
 
     Args:
@@ -196,8 +195,7 @@ def memory_text(record: Record) -> str:
     return "\n".join(lines)
 
 
-def memory_viewer(history: HistoryLike, static: bool | None = None,
-                  step: int | None = None) -> Any:
+def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """A slider over sampled steps showing the memory's content after each step.
 
     Returns an ``ipywidgets.VBox``, or a :class:`StaticView` of the first (or ``step``'s)
