@@ -32,7 +32,8 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'erl_lite.envs' has no attribute {name!r}")
     module = _EXPORTS[name]
-    return getattr(importlib.import_module(module if module.startswith("erl_lite.") else f"erl_lite.envs.{module}"), name)
+    path = module if module.startswith("erl_lite.") else f"erl_lite.envs.{module}"
+    return getattr(importlib.import_module(path), name)
 
 
 def __dir__() -> list[str]:

@@ -10,8 +10,9 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE,
-                              REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND, STEP, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LR, MEMORY_SIZE, MEMORY_WRITES,
+                              REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND, STEP,
+                              SUCCESS_FIRST, SUCCESS_SECOND)
 from erl_lite.records import FIRST, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` block: "
@@ -92,7 +93,7 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     jitter = lambda s: rng.gauss(0.0, s)  # noqa: E731
     r1 = min(1.0, max(0.0, p1 + jitter(0.04)))
     out = {STEP: step, REWARD_FIRST: r1, SUCCESS_FIRST: r1,
-           "loss/first": jitter(0.05), "advantage/first": 0.8 + jitter(0.05), "lr": 1e-6}
+           "loss/first": jitter(0.05), "advantage/first": 0.8 + jitter(0.05), LR: 1e-6}
     if baseline:
         return out
     r2 = min(1.0, r1 + 0.2 + jitter(0.04))

@@ -266,7 +266,8 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
     ``variants``: which to draw, in order (default: all, first seen first).
 
     Example:
-        >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]} for v, y in (("ERL", 0.9), ("RLVR", 0.6))]
+        >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]}
+        ...         for v, y in (("ERL", 0.9), ("RLVR", 0.6))]
         >>> [line.get_label() for line in plot_comparison(runs).axes[0].lines]
         ['ERL', 'RLVR']
     """

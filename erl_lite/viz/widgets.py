@@ -118,7 +118,6 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
     """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
 
     Args:
-        history: a History, run folder / ``history.jsonl`` path, or list of records.
         static: force (True) or forbid (False) static output; None auto-detects.
         step: the step shown first (the first sampled step by default).
 
