@@ -1,9 +1,7 @@
-"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline analogue of HotpotQA)
-and a single-turn arithmetic task. Each module's docstring says how it departs from the paper.
-
-The protocol they implement is :mod:`erl_lite.core.env`; the TRL and dataset adapters are in
-:mod:`erl_lite.integrations`. Both are re-exported here, where earlier releases kept them. Names
-are imported lazily, so ``import erl_lite.envs`` does not pull in gymnasium or BM25.
+"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and
+a single-turn arithmetic task; each module says how it departs from the paper. The protocol
+(:mod:`erl_lite.core.env`) and the adapters (:mod:`erl_lite.integrations`) are re-exported
+where earlier releases kept them, lazily, so importing this pulls in neither gymnasium nor BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake
@@ -34,7 +32,8 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'erl_lite.envs' has no attribute {name!r}")
     module = _EXPORTS[name]
-    return getattr(importlib.import_module(module if module.startswith("erl_lite.") else f"erl_lite.envs.{module}"), name)
+    path = module if module.startswith("erl_lite.") else f"erl_lite.envs.{module}"
+    return getattr(importlib.import_module(path), name)
 
 
 def __dir__() -> list[str]:

@@ -1,19 +1,11 @@
-r"""A single-turn example task: small arithmetic, as TRL-style rows with reward and feedback.
+r"""A single-turn example task: small arithmetic as TRL-style rows ``{"prompt", "answer"}`` with
+a reward (:func:`arithmetic_reward`, 1.0 for the right integer) and ERL's textual feedback
+(:func:`arithmetic_feedback`: what was read, right or wrong, too high or too low), both with
+TRL's signature ``f(prompts, completions, answer, **kwargs)``. The answer read is the last
+``\boxed{...}``, else the last number in the reply.
 
-Rows are ``{"prompt": ..., "answer": "14"}`` (the prompt is chat messages by default, or a
-plain string), exactly what ``GRPOTrainer``-style trainers take, and the two functions have
-TRL's reward-function signature ``f(prompts, completions, answer, **kwargs)``:
-
-* :func:`arithmetic_reward` -> ``list[float]``: 1.0 for the right integer, else 0.0;
-* :func:`arithmetic_feedback` -> ``list[str]``: what was read from the reply, whether it is
-  right, and whether it is too high or too low — ERL's textual feedback ``f``.
-
-Answer format: the content of the last ``\boxed{...}`` if there is one, otherwise the last
-number in the reply. Plug it into erl_lite with ``RewardFunctionEnv(arithmetic_reward,
-feedback_func=arithmetic_feedback)`` and ``rows_to_tasks(make_arithmetic_dataset(...))``.
-
-Departures from the paper: the paper has no single-turn task; this one exists to show how a
-user's own dataset, reward and feedback plug into ERL.
+Departures from the paper: the paper has no single-turn task; this one shows how a user's own
+dataset, reward and feedback plug into ERL.
 """
 
 from __future__ import annotations
@@ -29,8 +21,8 @@ _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * 
 
 
 def make_expression(rng: random.Random, n_ops: int, max_operand: int) -> tuple[str, int]:
-    """A random expression with ``n_ops`` operators and its value; parenthesised so that
-    the reading order is unambiguous. Example: ``('(3 + 4) * 2', 14)``."""
+    """A random expression with ``n_ops`` operators, parenthesised left to right, and its value,
+    e.g. ``('(3 + 4) * 2', 14)``."""
     value = rng.randint(1, max_operand)
     text = str(value)
     for i in range(n_ops):

@@ -1,41 +1,32 @@
 """FrozenLake as a text game with abstract letters: reach the goal, avoid the holes.
 
 Maps are n×n (n uniform in 2..9), each cell frozen with probability p (uniform in
-[0.6, 0.85)) and a hole otherwise, with start and goal on two distinct random cells; a map
-is re-drawn (same n and p) until a breadth-first search finds a path of at most 6 moves.
-Moves are deterministic; stepping off the grid leaves the agent in place; a hole or the goal
-ends the episode (reward 1 only at the goal). The model sees letters only (agent A, goal B,
-hole C, frozen D; E = agent in a hole, F = agent on the goal) and is never told the rules.
-The move rule is gymnasium's own ``FrozenLakeEnv`` (non-slippery), fed our map.
+[0.6, 0.85)), else a hole; start and goal on two distinct random cells; re-drawn until a path
+of at most 6 moves exists. Moves are deterministic (gymnasium's non-slippery ``FrozenLakeEnv``
+on our map); off the grid = stay; a hole or the goal ends the episode (reward 1 at the goal).
+Letters: agent A, goal B, hole C, frozen D, agent in a hole E, agent on the goal F.
 
-Departures from the paper: none in the rules. The generator is ours (gymnasium's
-``generate_random_map`` pins start and goal to opposite corners), so a generated split has
-the same distribution as the paper's but not the same maps; ``source="paper"`` plays the
-paper's exact maps. Generated train and test splits never share a map, whereas the paper's
-files do (15 of its 97 distinct test maps, all small, also occur in its training file).
-:meth:`FrozenLake.small` is an addition for CPU runs.
+Departures from the paper: none in the rules. The generator is ours (gymnasium's pins start
+and goal to corners): same distribution, not the same maps (``source="paper"`` plays those).
+Generated splits never share a map; the paper's do (15 of 97 test maps). :meth:`FrozenLake.small`
+is an addition for CPU runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
 from gymnasium.utils import seeding
 
-from erl_lite.core.env import Environment
-from erl_lite.envs.grid import (ACTIONS, GridEpisode, action_reminder_text, grid_system_prompt,
-                                render_rows, resolve_symbols, shortest_moves)
-from erl_lite.envs.paper_tasks import frozenlake_paper_tasks
-from erl_lite.envs.splits import SeededSplits
-from erl_lite.records import Task
+from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D",
                    "agent_in_hole": "E", "agent_on_goal": "F"}
-#: Per-step trace comments, by event.
-#: ``{tile}`` is the letter of the cell the agent moved onto, so the trace ties what happened
-#: to a symbol: that is how experience reveals what the letters mean.
+#: Per-step trace comments, by event; ``{tile}``, the letter moved onto, is how experience
+#: reveals what the letters mean.
 COMMENTS = {
     "blocked": "did not move (edge of the grid)",
     "hole": "stepped on {tile}: moved into a hole; the episode is over",
@@ -47,14 +38,13 @@ FEEDBACK = {
     "goal": "Success: the agent reached the goal after {n} action(s). Reward 1.",
     "hole": "Failure: the agent fell into a hole on action {n}. Reward 0.",
     "step_limit": "Failure: all {budget} actions were used without reaching the goal. Reward 0.",
-    "no_valid_action": ("Failure: no reply contained a valid action (Up, Down, Left or Right alone "
-                        "in a final ``` block), so the agent never moved. Reward 0."),
+    "no_valid_action": NO_VALID_ACTION + ", so the agent never moved. Reward 0.",
 }
 _GYM_ACTION = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
 
 
 def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | None:
-    """Fewest moves from S to G that never enter a hole H (None if unreachable or longer than ``limit``).
+    """Fewest moves from S to G never entering a hole H (None if unreachable within ``limit``).
 
     Example:
         >>> solve_frozenlake(["SH", "FG"])
@@ -75,21 +65,15 @@ def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | N
 
 
 def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
-    """Fewest moves from S to G avoiding H (None if unreachable or longer than ``limit``).
-
-    Example:
-        >>> shortest_path(["SH", "FG"])
-        2
-    """
+    """The length of :func:`solve_frozenlake`'s path (None if unreachable within ``limit``)."""
     path = solve_frozenlake(rows, limit)
     return None if path is None else len(path)
 
 
 def generate_map(seed: int, sizes: tuple[int, int] = (2, 9),
                  frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6) -> dict[str, Any]:
-    """One random solvable map, deterministic in ``seed``.
-
-    Returns ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``.
+    """One random solvable map ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``,
+    deterministic in ``seed``.
 
     Example:
         >>> m = generate_map(7)
@@ -137,8 +121,6 @@ class FrozenLakeEpisode(GridEpisode):
         return event, COMMENTS[event].format(tile=tile), float(reward), bool(terminated)
 
     def _verdict(self) -> tuple[str, str]:
-        if not self.done:
-            return "running", "The episode is still running."
         if self.events[-1] in ("goal", "hole"):
             category = self.events[-1]
         else:
@@ -150,20 +132,15 @@ class FrozenLakeEpisode(GridEpisode):
         return category, text
 
 
-class FrozenLake(Environment):
+class FrozenLake(GridGame):
     """FrozenLake with abstract letters, seeded splits and the paper's maps.
 
     Args:
         source: ``"generated"`` (seeded splits) or ``"paper"`` (the paper's exact maps).
-        seed: base seed of the generated splits.
-        n_train, n_test: generated split sizes (paper: 10,000 / 100).
-        sizes: inclusive range of the side length n.
-        frozen_prob: range of the frozen-cell probability p.
+        seed, n_train, n_test: base seed and generated split sizes (paper: 10,000 / 100).
+        sizes, frozen_prob: inclusive range of the side n; range of the frozen probability p.
         max_shortest: maps whose shortest path is longer are re-drawn.
-        max_actions: the action budget (one action per model turn).
-        symbols: overrides of the letters, by role (``DEFAULT_SYMBOLS`` keys).
-        symbol_seed: draw a random distinct capital letter per role from this seed first.
-        compact: shorter system prompt and observations (for tiny models).
+        max_actions, symbols, symbol_seed, compact: as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = FrozenLake()
@@ -175,40 +152,21 @@ class FrozenLake(Environment):
     """
 
     name = "frozenlake"
+    default_symbols = DEFAULT_SYMBOLS
+    episode_class = FrozenLakeEpisode
+    layout_field = "map"
 
     def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000,
                  n_test: int = 100, sizes: tuple[int, int] = (2, 9),
                  frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6,
                  max_actions: int = 8, symbols: dict[str, str] | None = None,
                  symbol_seed: int | None = None, compact: bool = False) -> None:
-        if source not in ("generated", "paper"):
-            raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
         if not 2 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")
-        self.source, self.max_turns, self.compact = source, max_actions, compact
-        self.symbols = resolve_symbols(DEFAULT_SYMBOLS, symbols, symbol_seed)
-        self.system_prompt = grid_system_prompt(max_actions, compact)
-        self.action_reminder = action_reminder_text()
-
-        def make(task_seed: int) -> dict[str, Any]:
-            return generate_map(task_seed, sizes, frozen_prob, max_shortest)
-
-        self._splits = SeededSplits(make, lambda d: "/".join(d["map"]), self.name, seed, n_train, n_test)
+        make = partial(generate_map, sizes=sizes, frozen_prob=frozen_prob, max_shortest=max_shortest)
+        super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact)
 
     @classmethod
     def small(cls, **overrides: Any) -> "FrozenLake":
         """A CPU-sized variant: 2×2 to 4×4 maps and compact prompts."""
         return cls(**{"sizes": (2, 4), "compact": True, **overrides})
-
-    def new_episode(self) -> FrozenLakeEpisode:
-        return FrozenLakeEpisode(self.max_turns, self.symbols, self.compact)
-
-    def train_tasks(self, n: int | None = None) -> list[Task]:
-        if self.source == "paper":
-            return frozenlake_paper_tasks("train", n)
-        return self._splits.tasks("train", n)
-
-    def test_tasks(self, n: int | None = None) -> list[Task]:
-        if self.source == "paper":
-            return frozenlake_paper_tasks("test", n)
-        return self._splits.tasks("test", n)

@@ -1,9 +1,6 @@
-"""Loaders for the ERL paper's exact task sets, shipped inside the package as JSON lines.
-
-The files under ``erl_lite/data/paper_tasks/`` (MIT licence notice in the README there) hold
-the authors' 100 test / 10,000 train FrozenLake maps and Sokoban levels and the 1,024 HotpotQA
-questions they evaluate on. The game environments read them through ``source="paper"``; this
-module returns them as :class:`~erl_lite.records.Task` lists.
+"""Loaders for the ERL paper's exact task sets, shipped as JSON lines in ``erl_lite/data/paper_tasks/``
+(MIT licence notice there): 100 test / 10,000 train FrozenLake maps and Sokoban levels, and the
+1,024 HotpotQA evaluation questions. The games read them through ``source="paper"``.
 
 Departures from the paper: none in content. FrozenLake maps were regenerated from the
 release's stored ``(seed, size, p)``; the HotpotQA questions come without their Wikipedia
@@ -47,7 +44,8 @@ def paper_rows(game: str, split: str) -> list[dict]:
     return [dict(row) for row in _rows(filename)]
 
 
-def _game_tasks(game: str, split: str, n: int | None) -> list[Task]:
+def paper_game_tasks(game: str, split: str, n: int | None = None) -> list[Task]:
+    """The first ``n`` (all when None) paper tasks of a grid game (``"frozenlake"``, ``"sokoban"``)."""
     rows = paper_rows(game, split)[:n]
     tasks = []
     for row in rows:
@@ -58,13 +56,13 @@ def _game_tasks(game: str, split: str, n: int | None) -> list[Task]:
 
 def frozenlake_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
     """The paper's FrozenLake maps; ``data["map"]`` rows use S start, G goal, H hole, F frozen."""
-    return _game_tasks("frozenlake", split, n)
+    return paper_game_tasks("frozenlake", split, n)
 
 
 def sokoban_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
     """The paper's Sokoban levels; ``data["layout"]`` rows use ``#`` wall, ``$`` box,
     ``.`` goal, ``@`` player and space for floor."""
-    return _game_tasks("sokoban", split, n)
+    return paper_game_tasks("sokoban", split, n)
 
 
 def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:

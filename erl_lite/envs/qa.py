@@ -1,27 +1,18 @@
 """Multi-hop question answering with a search tool: offline worlds, real HotpotQA, scoring.
 
-An episode is up to 5 model turns. In each turn the model either searches, writing
-``<search>query</search>`` (the best-matching documents come back as the next message), or
-answers with ``\\boxed{answer}``, which ends the episode. Reward: 1.0 for an exact match
-after SQuAD normalisation, else the token F1 when it is at least 0.3, capped at
-:data:`MAX_PARTIAL_REWARD` (0.99), else 0; ``success`` is exact match, so ``success`` holds
-exactly when the reward reaches 1. Search is BM25 (``rank-bm25``) over the task's own
-paragraphs (``context``), or over whatever a user-supplied ``retriever`` returns.
+An episode is up to 5 model turns; each turn either searches (``<search>query</search>``: the
+best-matching documents come back) or answers (``\\boxed{answer}``, which ends the episode).
+Reward: 1.0 for an exact match after SQuAD normalisation, else the token F1 when at least 0.3,
+capped at :data:`MAX_PARTIAL_REWARD`, else 0. Search is BM25 (``rank-bm25``) over the task's own
+paragraphs (``context``), or a user-supplied ``retriever``.
 
-Departures from the paper: the paper answers HotpotQA questions with a dense retriever over
-a full Wikipedia dump (tens of GB). Here the default tasks are generated offline
-(:mod:`erl_lite.envs.qa_world`: invented entities, two-hop questions, one world per task), and
-real HotpotQA rows (``load_hotpotqa``, needs the network or a local copy) are searched within
-their own ten distractor-setting paragraphs — easier retrieval than the paper's. F1 follows
-HotpotQA's official rule that a yes/no answer scores 0 unless it matches exactly.
-
-Departure from the reference's scorer: token F1 is a bag of words, so a non-exact answer
-with the right words in another order ("Smith John" for "John Smith") has F1 = 1 and would
-get the full reward 1.0 while not counting as a success: rules written in rewards (the
-memory write ``r2 >= 1``, a gate ``r1 < 1``) and rules written in ``success`` would disagree
-on it (such an answer could be sent to reflection as a failure yet stored in memory as a
-success). Capping partial credit at 0.99 makes "reward reaches 1" and "exact match" the same
-event; every other partial credit (F1 < 1) is unchanged.
+Departures from the paper: the paper uses a dense retriever over a full Wikipedia dump. Here
+the default tasks are generated offline (:mod:`erl_lite.envs.qa_world`), and real HotpotQA
+rows (``load_hotpotqa``) are searched within their own ten distractor paragraphs (easier
+retrieval). F1 follows HotpotQA's rule that yes/no scores 0 unless exact. Partial credit is
+capped at 0.99: token F1 is a bag of words, so "Smith John" for "John Smith" has F1 = 1; the
+cap makes "reward reaches 1" and "success" (exact match) the same event, so reward-based
+rules (gate ``r1 < 1``, memory write ``r2 >= 1``) agree with ``success``.
 """
 
 from __future__ import annotations
@@ -50,7 +41,6 @@ _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
 MAX_PARTIAL_REWARD = 0.99
 
 
-# --- scoring ------------------------------------------------------------------------
 def normalize_answer(text: str) -> str:
     """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
@@ -72,9 +62,8 @@ def f1_score(prediction: str, gold: str) -> float:
 
 
 def score_answer(prediction: str | None, gold: str, min_f1: float = 0.3) -> tuple[float, bool, float]:
-    """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0).
-
-    The reward is 1.0 exactly when the answer matches exactly (see the module docstring).
+    """(reward, exact match, F1) of one answer; reward 1.0 only for an exact match, and a
+    missing answer scores (0, False, 0).
 
     Example:
         >>> score_answer("The Eiffel Tower", "eiffel tower")
@@ -114,12 +103,9 @@ def extract_boxed(text: str) -> str | None:
 def extract_search(text: str) -> str | None:
     """The query of the last ``<search>...</search>`` block, or None if absent or empty."""
     found = _SEARCH.findall(text) if isinstance(text, str) else []
-    if not found:
-        return None
-    return found[-1].strip() or None
+    return (found[-1].strip() or None) if found else None
 
 
-# --- search -------------------------------------------------------------------------
 def tokenize(text: str) -> list[str]:
     """Lower-case word tokens without a few stop words (what BM25 indexes)."""
     return [t for t in re.findall(r"\w+", text.lower()) if t not in _STOP]
@@ -144,9 +130,8 @@ class BM25Search:
         """The ``top_k`` best documents sharing at least one word with ``query``."""
         tokens = tokenize(query)
         scores = self._bm25.get_scores(tokens) if tokens else []
-        # Okapi's idf is 0 for a word in exactly half the documents (and floored when in more),
-        # so in tiny corpora a real match can score 0: rank matches by score, then by how many
-        # query words they contain, and never return a document that shares none.
+        # Okapi's idf is 0 for a word in half the documents, so in tiny corpora a real match can
+        # score 0: rank by score, then by shared query words; never return one sharing none.
         shared = [len(self._vocab[i].intersection(tokens)) for i in range(len(scores))]
         order = sorted((i for i in range(len(scores)) if shared[i]), key=lambda i: (-scores[i], -shared[i], i))
         return [(self.titles[i], self.texts[i]) for i in order[:top_k]]
@@ -158,7 +143,6 @@ class BM25Search:
         return cls(context["title"], texts)
 
 
-# --- episode ------------------------------------------------------------------------
 class QAEpisode(Episode):
     """One question: search turns, then a boxed answer (or the budget runs out)."""
 
@@ -246,15 +230,13 @@ def _cut(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# --- environment --------------------------------------------------------------------
 class MultiHopQA(Environment):
     r"""Multi-hop QA with a search tool (the HotpotQA analogue).
 
     Args:
-        source: ``"generated"`` (offline worlds, seeded splits), ``"hotpotqa"`` (the real
-            dataset through ``load_hotpotqa``: train split / first ``n_test`` validation rows),
-            or ``"paper"`` (test = the paper's 1,024 questions, which have no paragraphs:
-            give a ``retriever``; train = HotpotQA's train split).
+        source: ``"generated"`` (offline worlds, seeded splits), ``"hotpotqa"`` (``load_hotpotqa``:
+            train split / first ``n_test`` validation rows) or ``"paper"`` (test: the paper's
+            1,024 questions, without paragraphs, so give a ``retriever``; train: HotpotQA's).
         seed, n_train, n_test: base seed and generated split sizes.
         max_turns: model turns per episode (paper: 5).
         top_k: documents returned per search.
@@ -328,9 +310,8 @@ def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | N
                   config: str = "distractor") -> list[Task]:
     """Real HotpotQA rows as tasks whose search runs over each row's own paragraphs.
 
-    Reads the hub dataset ``hotpotqa/hotpot_qa`` (network or a warm cache) unless ``path``
-    names a local JSON/JSONL file with the same fields (id, question, answer, type, level,
-    supporting_facts, context). Nothing is loaded before this is called.
+    Reads the hub dataset ``hotpotqa/hotpot_qa`` unless ``path`` names a local JSON/JSONL file
+    with the same fields (id, question, answer, type, level, supporting_facts, context).
     """
     import datasets  # imported here: loading a dataset is never a side effect of importing erl_lite
 

@@ -1,27 +1,20 @@
 """Invented worlds for offline multi-hop QA: fictional entities, short documents, questions.
 
-Every task draws its own small world from its seed — a few countries, cities, people and
-companies with invented names — writes one short document per entity, and asks one question
-that needs two of the documents:
+Each task draws its own world from its seed (countries, cities, people, companies with
+invented names, one document each) and asks a question that needs two documents: a
+**bridge** ("In which city was the founder of Quorvex Labs born?") or a **comparison** ("Who
+was born first, A or B?", "Were A and B born in the same city?"). Rows follow HotpotQA's
+distractor schema, so generated and real questions run through the same code.
 
-* **bridge**: the first document names an entity whose own document holds the answer
-  ("In which city was the founder of Quorvex Labs born?");
-* **comparison**: two documents are compared ("Who was born first, A or B?", or a yes/no
-  question such as "Were A and B born in the same city?").
-
-The task is returned in the schema of HotpotQA's distractor setting (``question``,
-``answer``, ``type``, ``level``, ``supporting_facts{title, sent_id}``,
-``context{title, sentences}``), so generated and real questions run through the same code.
-
-Departures from the paper: the paper asks real HotpotQA questions over Wikipedia with a
-dense retriever; this world is a small, fully offline stand-in with the same two-hop
-structure. Because names are new in every task, the answer can only come from search.
+Departures from the paper: a small offline stand-in for HotpotQA over Wikipedia, with the
+same two-hop structure; names are new in every task, so answers can only come from search.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 _ONSETS = ["b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kl", "l", "m", "n", "p", "pr",
@@ -107,36 +100,12 @@ def document(e: Entity) -> list[str]:
 Built = tuple[str, str, list[tuple[str, int]]]
 
 
-def _bridge_founder_city(w: World, rng: random.Random) -> Built | None:
-    co = rng.choice(w["company"])
-    p = _get(w, "person", co.facts["founder"])
-    return f"In which city was the founder of {co.name} born?", p.facts["city"], [(co.name, 0), (p.name, 1)]
-
-
-def _bridge_hq_country(w: World, rng: random.Random) -> Built | None:
-    co = rng.choice(w["company"])
-    c = _get(w, "city", co.facts["city"])
-    return f"In which country are the headquarters of {co.name}?", c.facts["country"], [(co.name, 1), (c.name, 0)]
-
-
-def _bridge_founder_job(w: World, rng: random.Random) -> Built | None:
-    co = rng.choice(w["company"])
-    p = _get(w, "person", co.facts["founder"])
-    return (f"What is the occupation of the person who founded {co.name}?", p.facts["occupation"],
-            [(co.name, 0), (p.name, 0)])
-
-
-def _bridge_birthplace_year(w: World, rng: random.Random) -> Built | None:
-    p = rng.choice(w["person"])
-    c = _get(w, "city", p.facts["city"])
-    return (f"In what year was the city where {p.name} was born founded?", str(c.facts["founded"]),
-            [(p.name, 1), (c.name, 1)])
-
-
-def _bridge_birth_country(w: World, rng: random.Random) -> Built | None:
-    p = rng.choice(w["person"])
-    c = _get(w, "city", p.facts["city"])
-    return f"In which country was {p.name} born?", c.facts["country"], [(p.name, 1), (c.name, 0)]
+def _bridge(w: World, rng: random.Random, kind: str, link: str, target: str, fact: str,
+            question: str, sents: tuple[int, int]) -> Built:
+    """Bridge: a random ``kind``'s ``link`` fact names a ``target`` entity whose ``fact`` is the answer."""
+    first = rng.choice(w[kind])
+    second = _get(w, target, first.facts[link])
+    return question.format(first.name), str(second.facts[fact]), [(first.name, sents[0]), (second.name, sents[1])]
 
 
 def _pair(w: World, kind: str, rng: random.Random, key: str,
@@ -151,53 +120,48 @@ def _pair(w: World, kind: str, rng: random.Random, key: str,
     return (a, b) if rng.random() < 0.5 else (b, a)
 
 
-def _compare_older(w: World, rng: random.Random) -> Built | None:
-    if not (ab := _pair(w, "person", rng, "born")):
+def _ordered(w: World, rng: random.Random, kind: str, key: str, question: str, sent: int,
+             pick: Callable[..., Entity]) -> Built | None:
+    """Comparison: which of two ``kind`` entities has the ``pick`` (min or max) ``key``."""
+    if not (ab := _pair(w, kind, rng, key)):
         return None
     a, b = ab
-    first = a if a.facts["born"] < b.facts["born"] else b
-    return f"Who was born first, {a.name} or {b.name}?", first.name, [(a.name, 1), (b.name, 1)]
+    answer = pick(a, b, key=lambda e: e.facts[key]).name  # keys differ, so no tie
+    return question.format(a=a.name, b=b.name), answer, [(a.name, sent), (b.name, sent)]
 
 
-def _compare_company_age(w: World, rng: random.Random) -> Built | None:
-    if not (ab := _pair(w, "company", rng, "founded")):
-        return None
-    a, b = ab
-    first = a if a.facts["founded"] < b.facts["founded"] else b
-    return f"Which company was founded earlier, {a.name} or {b.name}?", first.name, [(a.name, 0), (b.name, 0)]
-
-
-def _compare_population(w: World, rng: random.Random) -> Built | None:
-    if not (ab := _pair(w, "city", rng, "population")):
-        return None
-    a, b = ab
-    big = a if a.facts["population"] > b.facts["population"] else b
-    return f"Which city has more inhabitants, {a.name} or {b.name}?", big.name, [(a.name, 2), (b.name, 2)]
-
-
-def _compare_same_city(w: World, rng: random.Random) -> Built | None:
+def _same(w: World, rng: random.Random, key: str, question: str, sent: int) -> Built | None:
+    """Yes/no comparison: do two people share ``key``? (half the questions are drawn "yes")."""
     same = rng.random() < 0.5
-    if not (ab := _pair(w, "person", rng, "city", same)):
+    if not (ab := _pair(w, "person", rng, key, same)):
         return None
     a, b = ab
-    return (f"Were {a.name} and {b.name} born in the same city?", "yes" if same else "no",
-            [(a.name, 1), (b.name, 1)])
+    return question.format(a=a.name, b=b.name), "yes" if same else "no", [(a.name, sent), (b.name, sent)]
 
 
-def _compare_same_job(w: World, rng: random.Random) -> Built | None:
-    same = rng.random() < 0.5
-    if not (ab := _pair(w, "person", rng, "occupation", same)):
-        return None
-    a, b = ab
-    return (f"Do {a.name} and {b.name} have the same occupation?", "yes" if same else "no",
-            [(a.name, 0), (b.name, 0)])
-
-
-TEMPLATES = {
-    "bridge": [_bridge_founder_city, _bridge_hq_country, _bridge_founder_job, _bridge_birthplace_year,
-               _bridge_birth_country],
-    "comparison": [_compare_older, _compare_company_age, _compare_population, _compare_same_city,
-                   _compare_same_job],
+TEMPLATES: dict[str, list[Callable[[World, random.Random], Built | None]]] = {
+    "bridge": [
+        partial(_bridge, kind="company", link="founder", target="person", fact="city", sents=(0, 1),
+                question="In which city was the founder of {} born?"),
+        partial(_bridge, kind="company", link="city", target="city", fact="country", sents=(1, 0),
+                question="In which country are the headquarters of {}?"),
+        partial(_bridge, kind="company", link="founder", target="person", fact="occupation", sents=(0, 0),
+                question="What is the occupation of the person who founded {}?"),
+        partial(_bridge, kind="person", link="city", target="city", fact="founded", sents=(1, 1),
+                question="In what year was the city where {} was born founded?"),
+        partial(_bridge, kind="person", link="city", target="city", fact="country", sents=(1, 0),
+                question="In which country was {} born?"),
+    ],
+    "comparison": [
+        partial(_ordered, kind="person", key="born", sent=1, pick=min,
+                question="Who was born first, {a} or {b}?"),
+        partial(_ordered, kind="company", key="founded", sent=0, pick=min,
+                question="Which company was founded earlier, {a} or {b}?"),
+        partial(_ordered, kind="city", key="population", sent=2, pick=max,
+                question="Which city has more inhabitants, {a} or {b}?"),
+        partial(_same, key="city", sent=1, question="Were {a} and {b} born in the same city?"),
+        partial(_same, key="occupation", sent=0, question="Do {a} and {b} have the same occupation?"),
+    ],
 }
 
 

@@ -1,34 +1,28 @@
 """Sokoban with one box, drawn in abstract letters: push the box onto the goal.
 
-Rooms are n×n including the border walls (n uniform in 6..8) with no interior walls; the
-player, the box and the goal sit on three distinct random floor cells and a level is kept
-only if a breadth-first search over (player, box) states solves it in at most 8 moves.
-Moving into the box pushes it one cell if the cell beyond is free; walls stop both; there is
-no pulling. Reward 1 the moment the box reaches the goal (the episode ends), else 0 after the
-8-action budget. Letters: agent A, box B, box on goal b, goal C, wall E, floor D, agent on
-goal a. Written by hand: no maintained package offers one-box Sokoban with these rules
-(gym-sokoban draws levels by reverse play with a fixed room generator and pixel output).
+Rooms are n×n with border walls (n uniform in 6..8) and no interior walls; player, box and
+goal on three distinct floor cells; a level is kept only if solvable in at most 8 moves.
+Moving into the box pushes it if the cell beyond is free; walls stop both; no pulling.
+Reward 1 when the box reaches the goal (the episode ends), else 0 after 8 actions. Letters:
+agent A, box B, box on goal b, goal C, wall E, floor D, agent on goal a. Written by hand:
+gym-sokoban draws levels by reverse play, with pixel output.
 
 Departures from the paper: none in the rules; prompts state the real budget (the reference
-prompt claimed 64 moves). Generated splits follow the paper's rules but not its exact
-levels (use ``source="paper"`` for those); room sizes are uniform here, whereas the paper's
-levels lean to 8×8. :meth:`Sokoban.small` is an addition for CPU runs.
+prompt claimed 64 moves). Generated levels are not the paper's (``source="paper"`` plays
+those) and room sizes are uniform (the paper's lean to 8×8). :meth:`Sokoban.small` is an
+addition for CPU runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from erl_lite.core.env import Environment
-from erl_lite.envs.grid import (ACTIONS, GridEpisode, action_reminder_text, grid_system_prompt,
-                                render_rows, resolve_symbols, shortest_moves)
-from erl_lite.envs.paper_tasks import sokoban_paper_tasks
-from erl_lite.envs.splits import SeededSplits
-from erl_lite.records import Task
+from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
 
 Cell = tuple[int, int]
 DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",
@@ -45,8 +39,7 @@ COMMENTS = {
 FEEDBACK = {
     "solved": "Success: the box is on the goal after {n} action(s). Reward 1.",
     "step_limit": "Failure: all {budget} actions were used and the box is not on the goal. Reward 0.",
-    "no_valid_action": ("Failure: no reply contained a valid action (Up, Down, Left or Right alone "
-                        "in a final ``` block), so nothing moved. Reward 0."),
+    "no_valid_action": NO_VALID_ACTION + ", so nothing moved. Reward 0.",
 }
 
 
@@ -94,9 +87,8 @@ def apply_move(walls: frozenset[Cell], player: Cell, box: Cell, delta: tuple[int
 
 
 def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[str] | None:
-    """Fewest moves that push the box onto the goal (None if impossible or beyond ``limit``).
-
-    States are (player, box) pairs; moves follow :func:`apply_move`.
+    """Fewest moves that push the box onto the goal (None if impossible within ``limit``); the
+    search runs over (player, box) states, moving by :func:`apply_move`.
 
     Example:
         >>> solve_sokoban(["######", "#@$ .#", "######"])
@@ -113,21 +105,14 @@ def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[s
 
 
 def solve_length(level: Level, limit: int | None = None) -> int | None:
-    """Fewest moves that put the box on the goal (None if impossible or beyond ``limit``).
-
-    Example:
-        >>> solve_length(Level.parse(["######", "#@$ .#", "######"]))
-        2
-    """
+    """The length of :func:`solve_sokoban`'s path (None if impossible within ``limit``)."""
     path = solve_sokoban(level, limit)
     return None if path is None else len(path)
 
 
 def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8) -> dict[str, Any]:
-    """One random level solvable in ``1..max_shortest`` moves, deterministic in ``seed``.
-
-    Returns ``{"layout": rows, "size": n, "shortest": moves}``.
-    """
+    """One random level ``{"layout": rows, "size": n, "shortest": moves}`` solvable in
+    ``1..max_shortest`` moves, deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(sizes[0], sizes[1] + 1))
     inner = n - 2
@@ -166,8 +151,6 @@ class SokobanEpisode(GridEpisode):
         return event, COMMENTS[event], 0.0, False
 
     def _verdict(self) -> tuple[str, str]:
-        if not self.done:
-            return "running", "The episode is still running."
         if self.events[-1] == "solved":
             return "solved", FEEDBACK["solved"].format(n=self.actions_taken)
         if set(self.events) == {"invalid"}:
@@ -183,7 +166,7 @@ class SokobanEpisode(GridEpisode):
         return "step_limit", text
 
 
-class Sokoban(Environment):
+class Sokoban(GridGame):
     """One-box Sokoban with abstract letters, seeded splits and the paper's levels.
 
     Args:
@@ -191,9 +174,7 @@ class Sokoban(Environment):
         seed, n_train, n_test: base seed and generated split sizes (paper: 10,000 / 100).
         sizes: inclusive range of the room side n, border walls included.
         max_shortest: levels needing more moves are re-drawn.
-        max_actions: the action budget (one action per model turn).
-        symbols, symbol_seed: letter overrides by role / a seeded random assignment.
-        compact: shorter system prompt and observations (for tiny models).
+        max_actions, symbols, symbol_seed, compact: as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = Sokoban()
@@ -204,39 +185,20 @@ class Sokoban(Environment):
     """
 
     name = "sokoban"
+    default_symbols = DEFAULT_SYMBOLS
+    episode_class = SokobanEpisode
+    layout_field = "layout"
 
     def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000,
                  n_test: int = 100, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8,
                  max_actions: int = 8, symbols: dict[str, str] | None = None,
                  symbol_seed: int | None = None, compact: bool = False) -> None:
-        if source not in ("generated", "paper"):
-            raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
         if not 4 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 4 <= low <= high (room for 3 cells), got {sizes}")
-        self.source, self.max_turns, self.compact = source, max_actions, compact
-        self.symbols = resolve_symbols(DEFAULT_SYMBOLS, symbols, symbol_seed)
-        self.system_prompt = grid_system_prompt(max_actions, compact)
-        self.action_reminder = action_reminder_text()
-
-        def make(task_seed: int) -> dict[str, Any]:
-            return generate_level(task_seed, sizes, max_shortest)
-
-        self._splits = SeededSplits(make, lambda d: "/".join(d["layout"]), self.name, seed, n_train, n_test)
+        make = partial(generate_level, sizes=sizes, max_shortest=max_shortest)
+        super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact)
 
     @classmethod
     def small(cls, **overrides: Any) -> "Sokoban":
         """A CPU-sized variant: 6×6 rooms (4×4 floor), levels of at most 5 moves, compact prompts."""
         return cls(**{"sizes": (6, 6), "max_shortest": 5, "compact": True, **overrides})
-
-    def new_episode(self) -> SokobanEpisode:
-        return SokobanEpisode(self.max_turns, self.symbols, self.compact)
-
-    def train_tasks(self, n: int | None = None) -> list[Task]:
-        if self.source == "paper":
-            return sokoban_paper_tasks("train", n)
-        return self._splits.tasks("train", n)
-
-    def test_tasks(self, n: int | None = None) -> list[Task]:
-        if self.source == "paper":
-            return sokoban_paper_tasks("test", n)
-        return self._splits.tasks("test", n)

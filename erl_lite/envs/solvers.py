@@ -1,14 +1,8 @@
-"""Optimal solvers for the grid games: a shortest action sequence by breadth-first search.
+"""Optimal solvers for the grid games, an expert for scripted tests and demos: every ERL phase
+can be shown on multi-turn episodes without a trained model. They read a task's data
+(``map`` / ``layout``) and return action names, so ``"```" + action + "```"`` is a valid reply.
 
-They play the role of an expert: scripted tests and demos use them to drive a first or
-second attempt that is known to succeed, so every ERL phase can be shown on multi-turn
-episodes without a trained model. Both solvers read a task's own data (``data["map"]`` for
-FrozenLake, ``data["layout"]`` for Sokoban; generated and paper tasks share those fields)
-and return action names as the games parse them (``"Up"``, ``"Down"``, ``"Left"``,
-``"Right"``), so ``"```" + action + "```"`` is a valid reply for each turn.
-
-Departures from the paper: none; the paper has no solver (it only states that every map is
-solvable within a bound, which the environments check with the same searches).
+Departures from the paper: none; the paper has no solver.
 """
 
 from __future__ import annotations
@@ -17,8 +11,7 @@ from erl_lite.envs.frozenlake import solve_frozenlake
 from erl_lite.envs.sokoban import solve_sokoban
 from erl_lite.records import Task
 
-# The searches live with their games (one breadth-first search, grid.shortest_moves, for both):
-# the games need them to check that a generated map or level is solvable within its bound.
+# The searches live with their games, which check that a generated board is solvable in bound.
 __all__ = ["solve", "solve_frozenlake", "solve_sokoban"]
 
 

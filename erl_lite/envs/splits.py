@@ -1,9 +1,8 @@
 """Seeded, lazily generated train/test splits shared by the generated environments.
 
-Task ``i`` of a split is drawn from a seed derived from ``(base seed, split, i)``, so the
-first ``n`` tasks do not depend on how many are requested and any task can be rebuilt from
-the ``seed`` stored in its data. A training task that happens to equal a test task (small
-maps repeat by chance) is re-drawn, which keeps the splits disjoint.
+Task ``i`` of a split is drawn from a seed derived from ``(base seed, split, i)``, so the first
+``n`` tasks do not depend on how many are asked for, and any task can be rebuilt from the
+``seed`` in its data. A training task equal to a test task is re-drawn (splits are disjoint).
 
 Departures from the paper: none; the paper's splits are fixed files (see ``paper_tasks``).
 """
@@ -53,7 +52,7 @@ class SeededSplits:
         for attempt in range(1000):
             seed = derive_seed(self.seed, split, index, attempt)
             data = self.make(seed)
-            # Re-draw a training task that equals a test task (small maps repeat by chance).
+            # Small maps repeat by chance: re-draw a training task equal to a test task.
             if split == "test" or self.key(data) not in self._test_keys:
                 data.update(seed=seed, split=split, index=index)
                 return Task(task_id=f"{self.prefix}/{split}/{index}", data=data)

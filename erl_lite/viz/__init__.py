@@ -1,19 +1,8 @@
-"""Plots and notebook widgets that show each ERL phase of a run.
-
-Everything reads a run's :class:`~erl_lite.history.History` (or a run folder, a
-``history.jsonl`` path, or a list of record dicts):
-
-* curves — :func:`plot_rewards` (reward and success are one panel when rewards are 0/1,
-  :func:`rewards_are_binary`), :func:`plot_gate_rate`, :func:`plot_memory`,
-  :func:`plot_losses`, :func:`plot_advantages`, :func:`plot_eval`, :func:`plot_overview`,
-  and :func:`save_figures` for README PNGs;
-* one task's story — :func:`show_attempt_pair` (HTML) / :func:`attempt_pair_text`;
-* memory — :func:`memory_table`, :func:`memory_viewer`;
-* browsing — :func:`reflection_browser` (ipywidgets; static output, chosen automatically,
-  where no widget front-end is connected).
-
-Figures are returned, never shown, and the Agg backend is chosen on display-less machines,
-so all of it runs headless. Departures from the paper: see each module's docstring.
+"""Plots and notebook widgets that show each ERL phase of a run, read from its
+:class:`~erl_lite.history.History` (or a run folder, ``history.jsonl``, or a list of records):
+curves (:mod:`.plots`), one task's story (:mod:`.pairs`), browsers (:mod:`.widgets`, static
+where no widget front-end is connected). Figures are returned, never shown, and headless
+machines get the Agg backend. Departures from the paper: see each module's docstring.
 
 Example:
     >>> from erl_lite.viz import plot_overview, synthetic_history

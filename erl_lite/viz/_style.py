@@ -1,7 +1,6 @@
-"""Shared plumbing for the plots: backend choice, house style, input coercion, series.
+"""Shared plumbing for the plots (private): backend choice, house style, input coercion, series.
 
-Kept private: the public surface is in :mod:`erl_lite.viz.plots`, :mod:`.pairs` and
-:mod:`.widgets`. Departures from the paper: none (the paper has no plotting code to follow).
+Departures from the paper: none (the paper has no plotting code).
 """
 
 from __future__ import annotations
@@ -20,16 +19,10 @@ from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
 
 
 def _choose_backend() -> None:
-    """Fall back to Agg on a display-less Linux box, before pyplot is first imported.
-
-    Why: an interactive default backend would fail (or warn) on CI and on headless GPU
-    machines. We leave the choice alone whenever someone else already made it: an explicit
-    ``MPLBACKEND`` (ipykernel sets one for its inline backend), pyplot already imported, or
-    a running IPython kernel.
+    """Fall back to Agg on a display-less Linux box (CI, headless GPU machines), before pyplot is
+    imported, unless the choice is made already: ``MPLBACKEND``, pyplot imported, or an IPython kernel.
     """
-    if os.environ.get("MPLBACKEND") or "matplotlib.pyplot" in sys.modules:
-        return
-    if "ipykernel" in sys.modules:
+    if os.environ.get("MPLBACKEND") or "matplotlib.pyplot" in sys.modules or "ipykernel" in sys.modules:
         return
     headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     if sys.platform.startswith("linux") and headless:
@@ -49,54 +42,37 @@ HistoryLike = Union[History, str, os.PathLike, list, None]
 DPI = 110
 #: Font sizes chosen to stay legible when GitHub scales a PNG down to ~800 px wide.
 RC = {
-    "font.size": 10,
-    "axes.titlesize": 11,
-    "axes.labelsize": 10,
-    "legend.fontsize": 8.5,
-    "xtick.labelsize": 9,
-    "ytick.labelsize": 9,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
+    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5,
+    "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
+    "axes.spines.top": False, "axes.spines.right": False,
 }
 
 #: One colour per ERL phase / role, reused by every plot so a reader learns them once.
 COLORS = {
-    FIRST: "#1f77b4",
-    REFLECTION: "#9467bd",
-    SECOND: "#2ca02c",
-    DISTILL: "#ff7f0e",
-    "eval": "#d62728",
-    "success": "#e377c2",
-    "gate": "#8c564b",
-    "memory": "#17becf",
-    "baseline": "#7f7f7f",
+    FIRST: "#1f77b4", REFLECTION: "#9467bd", SECOND: "#2ca02c", DISTILL: "#ff7f0e", "eval": "#d62728",
+    "success": "#e377c2", "gate": "#8c564b", "memory": "#17becf", "baseline": "#7f7f7f",
 }
 #: One marker per series kind, so that curves with equal values stay apart where they overlap
 #: (a colour hidden under another line still shows its marker). Baselines use hollow markers.
 MARKERS = {
-    FIRST: "o",
-    REFLECTION: "v",
-    SECOND: "^",
-    DISTILL: "D",
-    "eval": "s",
-    "success": "x",
-    "gate": "o",
-    "memory": "o",
-    "baseline": "o",
+    FIRST: "o", REFLECTION: "v", SECOND: "^", DISTILL: "D", "eval": "s", "success": "x",
+    "gate": "o", "memory": "o", "baseline": "o",
 }
 #: At most this many markers per curve; longer curves mark every k-th point.
 MAX_MARKERS = 20
 NO_DATA = "no data yet"
+#: Between the rulebooks of a memory holding several (the FIFO option), wherever they are shown.
+RULEBOOK_SEPARATOR = "\n---\n"
+
+
+def joined_rulebooks(rulebooks: list[str] | None) -> str:
+    """The rulebooks a memory holds as one text (``""`` when empty)."""
+    return RULEBOOK_SEPARATOR.join(rulebooks or [])
 
 
 def as_history(obj: HistoryLike) -> History:
-    """Turn a History, a run folder / ``history.jsonl`` path, or a list of dicts into a History.
-
-    A list may mix metric records (``{"kind": ..., "step": ...}``) and full step records
-    (those with ``"first_attempts"``); the latter become samples. ``None`` is an empty run.
-    """
+    """A History from a History, a run folder / ``history.jsonl`` path, None (empty), or a list
+    mixing metric records and full step records (those with ``"first_attempts"``: samples)."""
     if obj is None:
         return History()
     if isinstance(obj, History):
@@ -120,11 +96,8 @@ def _number(value: Any) -> float | None:
 
 
 def series(history: History, key: str, kind: str = "train") -> tuple[list[int], list[float]]:
-    """Like :meth:`History.series`, but tolerant: skips non-numbers, NaN and missing steps.
-
-    A record without ``"step"`` gets its position among records of its kind (1-based), so a
-    hand-written list of dicts still plots.
-    """
+    """Like :meth:`History.series`, but skips non-numbers and NaN; a record without ``"step"``
+    gets its 1-based position among records of its kind, so a hand-written list still plots."""
     steps, values = [], []
     rows = [r for r in history.records if r.get("kind", "train") == kind]
     for i, row in enumerate(rows, start=1):
@@ -149,8 +122,7 @@ def smooth(values: list[float], weight: float) -> list[float]:
     return out
 
 
-def new_axes(ax: Axes | None,
-             figsize: tuple[float, float] = (6.4, 3.8)) -> tuple[Figure, Axes, bool]:
+def new_axes(ax: Axes | None, figsize: tuple[float, float] = (6.4, 3.8)) -> tuple[Figure, Axes, bool]:
     """Return (figure, axes, owned); ``owned`` figures are detached from pyplot by :func:`done`."""
     if ax is not None:
         return ax.figure, ax, False
@@ -173,20 +145,15 @@ def styled(fn: F) -> F:
 
 
 def done(fig: Figure, owned: bool) -> Figure:
-    """Finish a figure we created: tidy layout, then close it in pyplot.
-
-    Closing matters in notebooks: the inline backend would otherwise draw the figure once at
-    the end of the cell and once more as the returned value. A closed figure still saves and
-    still renders when displayed.
-    """
+    """Finish a figure we created: tidy layout, then close it in pyplot (else a notebook's inline
+    backend draws it twice: at the cell's end and as the returned value; closed, it still renders)."""
     if owned:
         fig.tight_layout()
         plt.close(fig)
     return fig
 
 
-def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool,
-             legend: bool = True) -> None:
+def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, legend: bool = True) -> None:
     """Title, axis labels, integer step ticks, and the legend or the "no data" note."""
     ax.set_title(title)
     ax.set_xlabel(xlabel)
@@ -207,12 +174,9 @@ def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool,
 
 def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: str,
                 color: str, weight: float = 0.0, dashed: bool = False, marker: str = "o") -> None:
-    """One curve; with smoothing, the raw values stay visible as a faint unlabelled line.
-
-    Every curve carries markers (every k-th point on long runs, see :data:`MAX_MARKERS`).
-    A dashed curve (a baseline) gets larger hollow markers and is drawn on top, so where it
-    equals the solid curve both stay visible: the hollow marker rings the filled one.
-    """
+    """One curve with markers (every k-th point on long runs); with smoothing, the raw values stay
+    as a faint line. A dashed curve (a baseline) is drawn on top with larger hollow markers, so
+    where it equals the solid curve the hollow marker rings the filled one."""
     steps = list(steps)
     style = "--" if dashed else "-"
     if weight > 0 and len(values) > 1:

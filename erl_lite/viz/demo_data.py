@@ -1,9 +1,6 @@
-"""A synthetic but realistic run history, for tests, docs and notebooks without a GPU.
-
-The numbers follow the shapes the paper reports (first-attempt success climbs, second
-attempts sit above first attempts, the gate rate falls, memory fills once a second attempt
-succeeds); the step records use a FrozenLake-like task with abstract symbols. Nothing here is
-a measured result. Departures from the paper: it is made-up data by design.
+"""A synthetic run history for tests, docs and notebooks without a GPU: the shapes the paper
+reports (first-attempt success climbs, second attempts above it, the gate rate falls, memory
+fills) on a FrozenLake-like task. Departures from the paper: made-up data by design.
 """
 
 from __future__ import annotations
@@ -13,8 +10,9 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE,
-                              REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND, STEP, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LR, MEMORY_SIZE, MEMORY_WRITES,
+                              REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND, STEP,
+                              SUCCESS_FIRST, SUCCESS_SECOND)
 from erl_lite.records import FIRST, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` block: "
@@ -36,8 +34,7 @@ TIPS = ["Tip: on small maps, try Right before Down.",
 GRIDS = ["DAD\nDCB\nDDD", "ADD\nCDD\nDDB"]
 
 
-def _attempt(task_id: str, role: str, index: int, system: str, moves: list[str],
-             won: bool) -> Attempt:
+def _attempt(task_id: str, role: str, index: int, system: str, moves: list[str], won: bool) -> Attempt:
     """A multi-turn attempt: one user observation and one assistant move per turn."""
     grid = GRIDS[int(task_id[-1]) % len(GRIDS)]
     messages = [{"role": "system", "content": system}]
@@ -61,13 +58,9 @@ def _rulebook(version: int) -> str:
     return f"{RULEBOOKS[-1]} {TIPS[(version - len(RULEBOOKS)) % len(TIPS)]}"
 
 
-def _step_record(step: int, p_first: float, rng: random.Random,
-                 memory: dict[str, Any]) -> StepRecord:
-    """Two tasks × two rollouts; failed first attempts are reflected on and retried.
-
-    ``memory`` holds ``"slot"`` (list of rulebooks) and ``"version"`` (how many were
-    written). Reflections of one step all start from the memory held before the step.
-    """
+def _step_record(step: int, p_first: float, rng: random.Random, memory: dict[str, Any]) -> StepRecord:
+    """Two tasks × two rollouts; failed first attempts are reflected on (from the memory held
+    before the step: ``memory["slot"]``, ``memory["version"]`` written so far) and retried."""
     tasks = [Task(task_id=f"lake-{i}", data={"seed": i}) for i in range(2)]
     firsts, retries = [], []
     before, version = list(memory["slot"]), memory["version"]
@@ -100,7 +93,7 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     jitter = lambda s: rng.gauss(0.0, s)  # noqa: E731
     r1 = min(1.0, max(0.0, p1 + jitter(0.04)))
     out = {STEP: step, REWARD_FIRST: r1, SUCCESS_FIRST: r1,
-           "loss/first": jitter(0.05), "advantage/first": 0.8 + jitter(0.05), "lr": 1e-6}
+           "loss/first": jitter(0.05), "advantage/first": 0.8 + jitter(0.05), LR: 1e-6}
     if baseline:
         return out
     r2 = min(1.0, r1 + 0.2 + jitter(0.04))

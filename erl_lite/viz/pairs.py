@@ -1,10 +1,8 @@
 """One task's ERL story, side by side: first attempt → feedback → reflection → second attempt.
 
-Works on the full step records a run samples (``History.samples``, each from
-:meth:`~erl_lite.records.StepRecord.to_dict`). :func:`show_attempt_pair` returns HTML for
-``IPython.display.HTML``; :func:`attempt_pair_text` is the plain-text twin for terminals and
-logs. "What changed" is a word-level diff (:mod:`difflib`) of the base prompt against the
-rulebook and of the first attempt's moves against the second's.
+Reads the step records a run samples (``History.samples``). :func:`show_attempt_pair` returns
+HTML, :func:`attempt_pair_text` its plain-text twin; "what changed" is a word-level diff
+(:mod:`difflib`) of base prompt against rulebook and of first against second moves.
 
 Departures from the paper: none (presentation only).
 """
@@ -24,11 +22,8 @@ MAX_CHARS = 2000  # per message: keeps a long multi-turn episode readable
 
 
 def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> Record:
-    """The sampled step record for ``step`` (the first one when None).
-
-    ``source`` may be a step record (dict or :class:`~erl_lite.records.StepRecord`) or
-    anything :func:`~erl_lite.viz._style.as_history` accepts.
-    """
+    """The sampled step record for ``step`` (the first one when None) from a step record (dict or
+    :class:`~erl_lite.records.StepRecord`) or anything :func:`~erl_lite.viz._style.as_history` takes."""
     if hasattr(source, "to_dict") and hasattr(source, "first_attempts"):
         source = source.to_dict()
     if isinstance(source, dict) and "first_attempts" in source:
@@ -58,8 +53,7 @@ def list_pairs(record: Record) -> list[dict[str, Any]]:
     return rows
 
 
-def select_pair(record: Record, task_id: str | None = None,
-                index: int | None = None) -> dict[str, Record | None]:
+def select_pair(record: Record, task_id: str | None = None, index: int | None = None) -> dict[str, Record | None]:
     """Pick {first, reflection, second} for one rollout; by default the first reflected one."""
     firsts = record.get("first_attempts", [])
     candidates = [i for i, a in enumerate(firsts)
@@ -96,8 +90,7 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
     matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         chunk = ("=" if tag == "equal" else "~", "".join(ta[i1:i2]), "".join(tb[j1:j2]))
-        # Fold a lone space between two edits into one edit: "[-a b-]{+c d+}" reads better
-        # than "[-a-]{+c+} [-b-]{+d+}".
+        # Fold a lone space between two edits into one: "[-a b-]{+c d+}", not "[-a-]{+c+} [-b-]{+d+}".
         if (chunk[0] == "~" and len(chunks) >= 2 and chunks[-1][0] == "="
                 and chunks[-1][1].isspace() and chunks[-2][0] == "~"):
             space, prev = chunks.pop()[1], chunks.pop()

@@ -1,9 +1,6 @@
-"""Matplotlib figures for each ERL phase, drawn from a run's :class:`~erl_lite.history.History`.
-
-Every function accepts a ``History``, a run folder or ``history.jsonl`` path, or a list of
-record dicts; draws on ``ax`` when given (so the dashboard can reuse it); returns the
-``Figure`` and never calls ``plt.show()``. Missing metrics, an empty run or a single step give
-a labelled, empty panel with a "no data yet" note rather than an error.
+"""Matplotlib figures for each ERL phase, drawn from a run (anything :func:`~erl_lite.viz._style.as_history`
+takes). Each draws on ``ax`` when given, returns the ``Figure`` and never calls ``plt.show()``;
+missing metrics, an empty run or a single step give a labelled panel noting "no data yet".
 
 Departures from the paper: the paper shows training reward before/after reflection and eval
 reward; the gate, memory, loss and advantage panels are additions for inspecting a run.
@@ -18,10 +15,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from erl_lite.history import History
 from erl_lite.metrics import EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES
 from erl_lite.records import ADVANTAGE_ROLES, ATTEMPT_ROLES, DISTILL, FIRST, REFLECTION, SECOND
 from erl_lite.viz import _style as S
-from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, series
+from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, joined_rulebooks, series
 
 STEP = "training step"
 ROLE_LABELS = {FIRST: "first attempt", REFLECTION: "reflection", SECOND: "second attempt", DISTILL: "internalization"}
@@ -44,6 +42,15 @@ def _curves(ax: Axes, history: HistoryLike, specs: list[Spec], weight: float = 0
     return drawn
 
 
+def _runs(history: HistoryLike, baseline: HistoryLike) -> tuple[History, History | None]:
+    """The run and the optional baseline run as Histories."""
+    return as_history(history), (as_history(baseline) if baseline is not None else None)
+
+
+def _both_binary(h: History, base: History | None) -> bool:
+    return rewards_are_binary(h) and (base is None or rewards_are_binary(base))
+
+
 def _same_series(h, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
     """Whether two logged series are equal point for point; None when neither has data."""
     (sa, va), (sb, vb) = series(h, *a), series(h, *b)
@@ -53,10 +60,8 @@ def _same_series(h, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
 
 
 def rewards_are_binary(history: HistoryLike) -> bool:
-    """Whether reward and success carry the same numbers in every phase and in evaluation.
-
-    That is the case with 0/1 rewards and τ = 1 (the games): then a success panel would repeat
-    the reward panel, and :func:`plot_overview` draws one panel for both.
+    """Whether reward and success carry the same numbers in every phase and in evaluation (0/1
+    rewards and τ = 1, the games): then :func:`plot_overview` draws one panel for both.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -70,6 +75,21 @@ def rewards_are_binary(history: HistoryLike) -> bool:
     return bool(verdicts) and all(verdicts)
 
 
+def _panel(history: HistoryLike, ax: Axes | None, specs: list[Spec], smoothing: float, title: str,
+           ylabel: str, unit: bool = False) -> Figure:
+    """A panel of training curves over steps; ``unit``: the values are fractions in [0, 1]."""
+    fig, ax, owned = S.new_axes(ax)
+    drawn = _curves(ax, as_history(history), specs, smoothing)
+    S.decorate(ax, title, STEP, ylabel, drawn > 0)
+    if unit:
+        ax.set_ylim(-0.03, 1.03)
+    return S.done(fig, owned)
+
+
+def _by_role(metric: str, roles: list[str]) -> list[Spec]:
+    return [(f"{metric}/{r}", "train", ROLE_LABELS[r], r) for r in roles]
+
+
 def _note(ax: Axes, text: str) -> None:
     """A small grey remark in the lower right corner of a panel."""
     ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45",
@@ -81,12 +101,10 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
                  metric: str = "reward", smoothing: float = 0.0) -> Figure:
     """Reward (or success rate) per phase over training steps, with an RLVR run dashed.
 
-    Evaluation is drawn whenever the history holds evaluation records (``kind="eval"``),
-    whatever ``eval_steps`` was; without any, a note says so. When rewards are 0/1
-    (:func:`rewards_are_binary`) the title and axis say that reward and success coincide.
+    Evaluation records (``kind="eval"``) are drawn when present, else a note says so. With 0/1
+    rewards (:func:`rewards_are_binary`) the title says that reward and success coincide.
 
     Args:
-        history: the ERL run.
         baseline: optional RLVR run; its first-attempt and eval curves are drawn dashed.
         ax: axes to draw on (a new figure otherwise).
         metric: ``"reward"`` or ``"success"``.
@@ -100,18 +118,15 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
     """
     if metric not in ("reward", "success"):
         raise ValueError(f"metric must be 'reward' or 'success', got {metric!r}")
-    h = as_history(history)
-    base = as_history(baseline) if baseline is not None else None
+    h, base = _runs(history, baseline)
     fig, ax, owned = S.new_axes(ax)
     specs = [(f"{metric}/{FIRST}", "train", "first attempt", FIRST),
              (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
              (f"eval/{metric}", "eval", "evaluation (first attempt)", "eval")]
     drawn = _curves(ax, h, specs, smoothing)
     if base is not None:
-        drawn += _curves(ax, base, [specs[0], specs[2]], smoothing, dashed=True,
-                         prefix="RLVR · ")
-    binary = rewards_are_binary(h) and (base is None or rewards_are_binary(base))
-    if binary:
+        drawn += _curves(ax, base, [specs[0], specs[2]], smoothing, dashed=True, prefix="RLVR · ")
+    if _both_binary(h, base):
         title, what = "Reward = success rate per phase (rewards are 0/1)", "reward = success rate (0–1)"
     elif metric == "reward":
         title, what = "Reward per phase", "mean reward (0–1)"
@@ -125,8 +140,7 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
 
 
 @S.styled
-def plot_gate_rate(history: HistoryLike, ax: Axes | None = None,
-                   smoothing: float = 0.0) -> Figure:
+def plot_gate_rate(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
     """Fraction of first attempts the gate sent on to reflection (``r1 < τ``) per step.
 
     Example:
@@ -134,13 +148,8 @@ def plot_gate_rate(history: HistoryLike, ax: Axes | None = None,
         >>> plot_gate_rate(synthetic_history(steps=5)).axes[0].get_ylabel()
         'fraction of first attempts'
     """
-    h = as_history(history)
-    fig, ax, owned = S.new_axes(ax)
-    drawn = _curves(ax, h, [(GATE_RATE, "train", "sent to reflection", "gate")], smoothing)
-    S.decorate(ax, "Gate: first attempts sent to reflection", STEP,
-               "fraction of first attempts", drawn > 0)
-    ax.set_ylim(-0.03, 1.03)
-    return S.done(fig, owned)
+    return _panel(history, ax, [(GATE_RATE, "train", "sent to reflection", "gate")], smoothing,
+                  "Gate: first attempts sent to reflection", "fraction of first attempts", unit=True)
 
 
 def _memory_sizes(h) -> tuple[list[int], list[float]]:
@@ -148,17 +157,14 @@ def _memory_sizes(h) -> tuple[list[int], list[float]]:
     steps, sizes = series(h, MEMORY_SIZE)
     if sizes:
         return steps, sizes
-    rows = sorted((int(s.get("step", 0)), float(len(s.get("memory_after") or [])))
-                  for s in h.samples)
+    rows = sorted((int(s.get("step", 0)), float(len(s.get("memory_after") or []))) for s in h.samples)
     return [r[0] for r in rows], [r[1] for r in rows]
 
 
 @S.styled
 def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
-    """Memory timeline on one axis of rulebooks: written per step (bars), held after it (line).
-
-    Both series count rulebooks, so they share the y axis: a bar and a point at the same
-    height are the same number (two axes with their own scales would not line up).
+    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis
+    so that a bar and a point at the same height are the same number.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -173,10 +179,8 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
     if writes:
         ax.bar(w_steps, writes, color=COLORS["memory"], alpha=0.55, label="written this step")
     if sizes:
-        S.plot_series(ax, s_steps, sizes, label="held after the step", color="0.2",
-                      marker=MARKERS["memory"])
-    S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks",
-               bool(writes or sizes), legend=False)
+        S.plot_series(ax, s_steps, sizes, label="held after the step", color="0.2", marker=MARKERS["memory"])
+    S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks", bool(writes or sizes), legend=False)
     top = max(writes + sizes, default=0.0)
     ax.set_ylim(0, top * 1.35 + 0.5)  # headroom keeps the legend off the data
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -187,9 +191,8 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
 
 
 def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
-    """``(step, text)`` of what memory held after each sampled step (``""`` when empty).
-
-    Several rulebooks (the FIFO option) are joined with a ``---`` line.
+    """``(step, text)`` of what memory held after each sampled step (``""`` when empty; several
+    rulebooks, the FIFO option, joined with a ``---`` line).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -197,7 +200,7 @@ def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
         1
     """
     h = as_history(history)
-    rows = [(int(s.get("step", i)), "\n---\n".join(s.get("memory_after") or []))
+    rows = [(int(s.get("step", i)), joined_rulebooks(s.get("memory_after")))
             for i, s in enumerate(h.samples, start=1)]
     return sorted(rows, key=lambda r: r[0])
 
@@ -211,17 +214,12 @@ def plot_losses(history: HistoryLike, ax: Axes | None = None, smoothing: float =
         >>> len(plot_losses(synthetic_history(steps=5)).axes[0].lines)
         4
     """
-    h = as_history(history)
-    fig, ax, owned = S.new_axes(ax)
-    specs = [(f"loss/{r}", "train", ROLE_LABELS[r], r) for r in ROLE_LABELS]
-    drawn = _curves(ax, h, specs, smoothing)
-    S.decorate(ax, "Loss by role", STEP, "loss (token sum, mean over sequences)", drawn > 0)
-    return S.done(fig, owned)
+    return _panel(history, ax, _by_role("loss", list(ROLE_LABELS)), smoothing, "Loss by role",
+                  "loss (token sum, mean over sequences)")
 
 
 @S.styled
-def plot_advantages(history: HistoryLike, ax: Axes | None = None,
-                    smoothing: float = 0.0) -> Figure:
+def plot_advantages(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
     """Mean |advantage| per role per step: how much learning signal each role carried.
 
     Example:
@@ -229,29 +227,21 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None,
         >>> len(plot_advantages(synthetic_history(steps=5)).axes[0].lines)
         3
     """
-    h = as_history(history)
-    fig, ax, owned = S.new_axes(ax)
-    specs = [(f"advantage/{r}", "train", ROLE_LABELS[r], r) for r in ADVANTAGE_ROLES]
-    drawn = _curves(ax, h, specs, smoothing)
-    S.decorate(ax, "Advantage magnitude by role", STEP, "mean |advantage| (group-std units)",
-               drawn > 0)
-    return S.done(fig, owned)
+    return _panel(history, ax, _by_role("advantage", list(ADVANTAGE_ROLES)), smoothing,
+                  "Advantage magnitude by role", "mean |advantage| (group-std units)")
 
 
 @S.styled
-def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
-              ax: Axes | None = None) -> Figure:
-    """Evaluation (first attempt, initial prompt) reward and success, RLVR dashed if given.
-
-    With 0/1 rewards the two coincide and one curve is drawn for both.
+def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None) -> Figure:
+    """Evaluation (first attempt, initial prompt) reward and success, RLVR dashed if given; with 0/1
+    rewards the two coincide and one curve is drawn for both.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> [line.get_label() for line in plot_eval(synthetic_history(steps=10)).axes[0].lines]
         ['reward = success rate']
     """
-    h = as_history(history)
-    base = as_history(baseline) if baseline is not None else None
+    h, base = _runs(history, baseline)
     fig, ax, owned = S.new_axes(ax)
     same = all(_same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
                for x in ([h] if base is None else [h, base]))
@@ -261,8 +251,7 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, specs, dashed=True, prefix="RLVR · ")
-    S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)",
-               drawn > 0)
+    S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)", drawn > 0)
     ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
@@ -270,15 +259,15 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None,
 @S.styled
 def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: Axes | None = None,
                     title: str = "Equal CPU time, one line per seed") -> Figure:
-    """Evaluation over training CPU time for runs of several variants (``scripts/compare_modes.py``'s
-    ``compare_results.json``): one line per run, colour, line style and marker per variant, so
-    runs that overlap stay told apart.
+    """Evaluation over training CPU time, one line per run, colour, line style and marker per variant
+    (so overlapping runs stay told apart); reads ``scripts/compare_modes.py``'s ``compare_results.json``.
 
-    ``results``: dicts with ``variant`` and ``eval_curve`` (``[step, CPU seconds, success]`` per
-    evaluation); ``variants``: which to draw, in order (default: all, in first-seen order).
+    ``results``: dicts with ``variant`` and ``eval_curve`` (``[step, CPU seconds, success]`` rows);
+    ``variants``: which to draw, in order (default: all, first seen first).
 
     Example:
-        >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]} for v, y in (("ERL", 0.9), ("RLVR", 0.6))]
+        >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]}
+        ...         for v, y in (("ERL", 0.9), ("RLVR", 0.6))]
         >>> [line.get_label() for line in plot_comparison(runs).axes[0].lines]
         ['ERL', 'RLVR']
     """
@@ -292,32 +281,26 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
             ax.plot(seconds, values, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, ls=styles[i % len(styles)],
                     marker=markers[i % len(markers)], ms=4, mfc="none" if i % 2 else None)
             drawn += 1
-    S.decorate(ax, title, "training CPU time (s, one thread; evaluation excluded)", "eval first-attempt success (0–1)",
-               drawn > 0)
+    S.decorate(ax, title, "training CPU time (s, one thread; evaluation excluded)",
+               "eval first-attempt success (0–1)", drawn > 0)
     ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
 
 @S.styled
-def plot_overview(history: HistoryLike, baseline: HistoryLike = None,
-                  smoothing: float = 0.0) -> Figure:
-    """A dashboard: reward, success, gate / memory, loss, advantage (for READMEs).
-
-    Evaluation records are drawn in the reward panel. With 0/1 rewards
-    (:func:`rewards_are_binary`) reward and success are one wide panel instead of two
-    identical ones.
+def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing: float = 0.0) -> Figure:
+    """A dashboard: reward (with evaluation), success, gate / memory, loss, advantage (for READMEs).
+    With 0/1 rewards (:func:`rewards_are_binary`) reward and success are one wide panel.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> [ax.get_title() for ax in plot_overview(synthetic_history(steps=5)).axes][:2]
         ['Reward = success rate per phase (rewards are 0/1)', 'Gate: first attempts sent to reflection']
     """
-    h = as_history(history)
-    base = as_history(baseline) if baseline is not None else None
-    binary = rewards_are_binary(h) and (base is None or rewards_are_binary(base))
+    h, base = _runs(history, baseline)
     fig = S.plt.figure(figsize=(15, 7.6), dpi=S.DPI)
     grid = fig.add_gridspec(2, 3)
-    if binary:
+    if _both_binary(h, base):
         plot_rewards(h, base, ax=fig.add_subplot(grid[0, :2]), smoothing=smoothing)
     else:
         plot_rewards(h, base, ax=fig.add_subplot(grid[0, 0]), smoothing=smoothing)
@@ -326,14 +309,12 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None,
     plot_memory(h, ax=fig.add_subplot(grid[1, 0]))
     plot_losses(h, ax=fig.add_subplot(grid[1, 1]), smoothing=smoothing)
     plot_advantages(h, ax=fig.add_subplot(grid[1, 2]), smoothing=smoothing)
-    fig.suptitle("ERL run overview" + (" (dashed: RLVR baseline)" if base else ""),
-                 fontsize=13)
+    fig.suptitle("ERL run overview" + (" (dashed: RLVR baseline)" if base else ""), fontsize=13)
     return S.done(fig, True)
 
 
 @S.styled
-def save_figures(history: HistoryLike, out_dir: str | os.PathLike,
-                 baseline: HistoryLike = None) -> list[str]:
+def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: HistoryLike = None) -> list[str]:
     """Write rewards/gate_rate/memory/losses/eval/overview PNGs into ``out_dir``; return paths.
 
     Example:
@@ -343,17 +324,10 @@ def save_figures(history: HistoryLike, out_dir: str | os.PathLike,
         >>> [os.path.basename(p) for p in paths][:2]
         ['rewards.png', 'gate_rate.png']
     """
-    h = as_history(history)
-    base = as_history(baseline) if baseline is not None else None
+    h, base = _runs(history, baseline)
     os.makedirs(out_dir, exist_ok=True)
-    figures = {
-        "rewards.png": plot_rewards(h, base),
-        "gate_rate.png": plot_gate_rate(h),
-        "memory.png": plot_memory(h),
-        "losses.png": plot_losses(h),
-        "eval.png": plot_eval(h, base),
-        "overview.png": plot_overview(h, base),
-    }
+    figures = {"rewards.png": plot_rewards(h, base), "gate_rate.png": plot_gate_rate(h), "memory.png": plot_memory(h),
+               "losses.png": plot_losses(h), "eval.png": plot_eval(h, base), "overview.png": plot_overview(h, base)}
     paths = []
     for name, fig in figures.items():
         path = os.path.join(out_dir, name)

@@ -1,12 +1,10 @@
 """Notebook browsers: reflections (step slider, rollout picker, outcome filter) and memory.
 
-Both degrade to static output where no widget front-end can draw them, and choose it on their
-own (:func:`is_static`): an explicit ``static=`` argument wins; then the environment variable
-``ERL_LITE_STATIC`` (true: static; false: widgets) and ``CI`` (true: static); otherwise
-widgets only inside an IPython kernel with ``ipywidgets`` installed *and* a front-end known to
-draw them (:func:`widget_frontend`). A headless run (nbclient, nbconvert, papermill) has a
-kernel but no such front-end, so it gets static output without any setting. Static output is
-a :class:`StaticView`: it renders as HTML in a notebook and prints as plain text elsewhere.
+Where no widget front-end can draw them they return a :class:`StaticView` (HTML in a notebook,
+text elsewhere). :func:`is_static` decides: ``static=`` wins; then ``ERL_LITE_STATIC`` (true:
+static, false: widgets) and ``CI`` (true: static); else widgets only in an IPython kernel with
+``ipywidgets`` and a front-end known to draw them (:func:`widget_frontend`), so a headless run
+(nbclient, papermill) gets static output without any setting.
 
 Departures from the paper: none (presentation only).
 """
@@ -19,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from erl_lite.viz._style import HistoryLike, as_history
+from erl_lite.viz._style import HistoryLike, as_history, joined_rulebooks
 from erl_lite.viz.pairs import (Record, attempt_pair_text, diff_html, diff_text, list_pairs,
                                 show_attempt_pair, step_record)
 
@@ -48,11 +46,9 @@ def _kernel() -> Any:
 def widget_frontend() -> str | None:
     """Name of the connected front-end that draws widgets, or None when none is known.
 
-    A kernel cannot ask its front-end what it renders, so this reads the traces each one
-    leaves: ipywidgets 8 front-ends (JupyterLab, Notebook 7) open the widget control channel
-    when they connect; Colab loads ``google.colab``; a Jupyter server session sets
-    ``JPY_SESSION_NAME``; VS Code sets ``VSCODE_PID``. nbclient, nbconvert and papermill
-    start a bare kernel and leave none of them.
+    A kernel cannot ask its front-end, so this reads the traces each leaves: the ipywidgets 8
+    control channel (JupyterLab, Notebook 7), ``google.colab``, ``JPY_SESSION_NAME`` (a Jupyter
+    server), ``VSCODE_PID``. nbclient and papermill start a bare kernel and leave none.
     """
     if "google.colab" in sys.modules:
         return "colab"
@@ -118,12 +114,10 @@ def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, in
             for r in list_pairs(record) if FILTERS[mode](r)]
 
 
-def reflection_browser(history: HistoryLike, static: bool | None = None,
-                       step: int | None = None) -> Any:
+def reflection_browser(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
 
     Args:
-        history: a History, run folder / ``history.jsonl`` path, or list of records.
         static: force (True) or forbid (False) static output; None auto-detects.
         step: the step shown first (the first sampled step by default).
 
@@ -172,10 +166,14 @@ def reflection_browser(history: HistoryLike, static: bool | None = None,
     return W.VBox([W.HBox([slider, picker]), mode, out])
 
 
+def _memory(record: Record) -> tuple[str, str]:
+    """What memory held (before, after) one step, as text."""
+    return joined_rulebooks(record.get("memory_before")), joined_rulebooks(record.get("memory_after"))
+
+
 def memory_html(record: Record) -> str:
     """HTML of what memory held after one step, with a diff against what it held before."""
-    before = "\n---\n".join(record.get("memory_before") or [])
-    after = "\n---\n".join(record.get("memory_after") or [])
+    before, after = _memory(record)
     n = len(record.get("memory_after") or [])
     head = f"<h4>Memory after step {record.get('step')} ({n} rulebook{'s' * (n != 1)})</h4>"
     if not after:
@@ -188,8 +186,7 @@ def memory_html(record: Record) -> str:
 
 def memory_text(record: Record) -> str:
     """Plain-text twin of :func:`memory_html`."""
-    before = "\n---\n".join(record.get("memory_before") or [])
-    after = "\n---\n".join(record.get("memory_after") or [])
+    before, after = _memory(record)
     lines = [f"=== memory after step {record.get('step')} ==="]
     lines.append(after or "(empty: no second attempt has succeeded yet)")
     if after and before != after:
@@ -197,8 +194,7 @@ def memory_text(record: Record) -> str:
     return "\n".join(lines)
 
 
-def memory_viewer(history: HistoryLike, static: bool | None = None,
-                  step: int | None = None) -> Any:
+def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """A slider over sampled steps showing the memory's content after each step.
 
     Returns an ``ipywidgets.VBox``, or a :class:`StaticView` of the first (or ``step``'s)
