@@ -1,19 +1,12 @@
 """GPU memory arithmetic: will a QLoRA ERL run fit, before it is started?
 
-The architectures of the GPU presets ship as data (``erl_lite/data/model_configs/*.json``), so
-:func:`estimate_memory` can add up, in GiB (2**30 bytes, as Colab and ``nvidia-smi`` show):
-
-* **static**: NF4 linear weights (4.13 bits each with double quantization), fp32 embedding (and
-  untied lm-head), LoRA weights, their gradients and the optimizer's two moments;
-* **update** (one micro-batch at the longest sequence): the layer inputs gradient checkpointing
-  keeps, one layer recomputed with its gradients, and one log-prob tile (``logprob_chunk_size``
-  positions × :data:`erl_lite.core.logprobs.VOCAB_TILE` columns, ``logprob_copies`` fp32 copies);
-* **rollout** (one ``generate`` over every first attempt): the KV cache and the prefill's MLP.
-
-The peak is static + max(update, rollout). Activations count 4 bytes per value (peft upcasts
-the norms, so the residual stream is fp32). The CUDA context and fragmentation (0.5-1 GiB) are
-left out: keep the total under ~13 GiB on a 15 GiB T4. The per-layer counts are tensor counts,
-not measurements; ``benchmarks/gpu_check.py`` measures the real peak.
+The GPU presets' architectures ship as data (``erl_lite/data/model_configs/*.json``), and
+:func:`estimate_memory` adds up, in GiB (as Colab and ``nvidia-smi`` show), the **static** part
+(NF4 weights, fp32 embedding, LoRA weights, gradients and optimizer moments), the **update** (one
+micro-batch: checkpointed layer inputs, one recomputed layer, one log-prob tile) and the
+**rollout** (KV cache and prefill of one ``generate`` over the step's first attempts). The peak
+is static + max(update, rollout), activations in fp32 (peft upcasts the norms). CUDA context and
+fragmentation (0.5-1 GiB) are left out; ``benchmarks/gpu_check.py`` measures the real peak.
 
 Departures from the paper: none (the paper trains on 8xH100; this is single-GPU planning).
 

@@ -1,11 +1,9 @@
 """``transformers.TrainerCallback`` objects, run at the matching points of erl_lite's loop.
 
 Dispatch is transformers' own ``CallbackHandler``, with a real ``TrainerState`` and the run's
-:class:`~erl_lite.config.ERLConfig` as ``args``; one ERL iteration is one step. Events, in
-``transformers.Trainer``'s order: ``on_init_end``, ``on_train_begin``, ``on_step_begin`` /
-``on_step_end``, ``on_log`` (each history record), ``on_evaluate``, ``on_save``,
-``on_train_end`` (not when ``train()`` fails). ``control.should_training_stop`` ends training
-after the current iteration; ``should_save`` / ``should_evaluate`` add a save or evaluation.
+:class:`~erl_lite.config.ERLConfig` as ``args``; one ERL iteration is one step. The events are
+``transformers.Trainer``'s, in its order; ``control.should_training_stop``, ``should_save`` and
+``should_evaluate`` are honoured after the current iteration.
 
 Departures from transformers: ``on_log`` receives each record, not an average over
 ``logging_steps``; no epoch, substep or optimizer-step events. Departures from the paper: none.
@@ -32,9 +30,8 @@ def is_trainer_callback(cb: Any) -> bool:
 
 
 def _flow_callback() -> Any:
-    """The handler's flow callback: erl_lite's loop decides when to evaluate and save (by
-    ``eval_steps``/``save_steps``), so transformers' default flow, which reads
-    TrainingArguments' strategies, is replaced by one that sets nothing."""
+    """A flow callback that sets nothing: erl_lite's loop decides when to evaluate and save,
+    not TrainingArguments' strategies."""
     from transformers.trainer_callback import DefaultFlowCallback
     class ERLFlowCallback(DefaultFlowCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:

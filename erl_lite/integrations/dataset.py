@@ -1,12 +1,9 @@
 """Single-turn tasks from a dataset and TRL-style reward functions, as an environment.
 
-This is how ``ERLTrainer(model, reward_funcs, args, train_dataset)`` plugs into the rollout path
-of the games: each row becomes a :class:`~erl_lite.records.Task`, and an episode is one reply,
-scored with every reply of its phase in one keyword call per reward function, as TRL 1.16's
-``GRPOTrainer`` calls them (see :mod:`erl_lite.integrations.reward_calls`): TRL's examples such as
-``def reward_len(completions, **kwargs)`` work unchanged. ERL's textual feedback comes from
-``(score, feedback)`` outputs or ``feedback_func``; without either it states the reward. A
-conversational prompt may hold several turns: everything up to its last user message is context.
+``ERLTrainer(model, reward_funcs, args, train_dataset)`` plays each row as a
+:class:`~erl_lite.records.Task` of one reply, scored with its phase's batch as TRL 1.16 scores
+(:mod:`erl_lite.integrations.reward_calls`), so TRL's reward functions work unchanged. ERL's
+feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else states the reward.
 
 Departures from TRL: reward *models* are not accepted (wrap one in a function). Departures from
 the paper: none; the paper's tasks are multi-turn, this adapter serves single-turn datasets.
@@ -133,14 +130,9 @@ class RewardFunctionEnv(Environment):
     name = "dataset"
     max_turns = 1
 
-    def __init__(
-        self,
-        reward_funcs: RewardFunc | Sequence[RewardFunc],
-        feedback_func: RewardFunc | None = None,
-        reward_weights: Sequence[float] | None = None,
-        system_prompt: str = "",
-        success_threshold: float = 1.0,
-    ) -> None:
+    def __init__(self, reward_funcs: RewardFunc | Sequence[RewardFunc], feedback_func: RewardFunc | None = None,
+                 reward_weights: Sequence[float] | None = None, system_prompt: str = "",
+                 success_threshold: float = 1.0) -> None:
         self.reward_funcs, self.reward_weights = reward_sources(reward_funcs, reward_weights)
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: pass a callable or a list of callables")

@@ -1,22 +1,13 @@
 """Data-parallel ERL: the same training script on several processes (one per GPU).
 
-Start it with ``accelerate launch`` or ``torchrun``; :class:`DataParallel` joins the process
-group through accelerate's ``PartialState``. Each of its duties is a no-op in one process:
-
-* **shard the step's tasks**: the global batch depends on the seed and step only; process ``r``
-  plays its ``r``-th contiguous block, with all G rollouts of a task, so the per-task GRPO
-  advantages are the single-process ones;
-* **keep memory identical**: processes read the shared memory but only record their writes
-  (:class:`DeferredMemory`, :class:`DeferredBank`); after the step the writes are applied in
-  rank order, then position order: the order one process would have written them in;
-* **train one model** with torch DDP (``Accelerator.prepare_model``), at the single-process
-  update of the same global batch: losses are divided by the global counts and mini-batches
-  cut by global row positions (see :class:`erl_lite.core.update.PolicyUpdater`);
-* **reduce metrics** over every process, and **write once** (history, trackers, checkpoints
-  on rank 0; the state is replicated, so a run resumes on any process count).
-
-DDP on GPUs and on CPUs (gloo) is supported; FSDP, DeepSpeed, Megatron-LM, mixed precision,
-torch.compile and ``accelerate launch --cpu --num_processes N`` are refused (:func:`check_launch`).
+Launch with ``accelerate launch`` or ``torchrun``; :class:`DataParallel` joins the group
+through accelerate's ``PartialState`` and, a no-op in one process: shards each step's global
+batch into contiguous blocks of whole tasks (so GRPO groups stay on one process); keeps memory
+identical by deferring writes (:class:`DeferredMemory`) and applying them in rank order, the
+order one process would write them in; trains one model with torch DDP at the single-process
+update of the global batch (global loss counts and row positions); reduces metrics; writes on
+rank 0 only. FSDP, DeepSpeed, Megatron-LM, mixed precision and torch.compile are refused
+(:func:`check_launch`).
 
 Departures from the paper: the reference scales out with Ray and vLLM workers; this runs
 ``transformers.generate`` on every process, each sampling from its own stream, so N processes

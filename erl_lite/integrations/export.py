@@ -1,17 +1,11 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
-:func:`export_merged` folds the adapter into the base weights (``W ← W + (alpha / r) · B A``,
-peft's ``merge_and_unload``) on the CPU and writes an ordinary transformers checkpoint with its
-tokenizer; :func:`push_to_hub` uploads a folder, the only step that needs the network.
-
-**A 4-bit (QLoRA) base is dequantised, not reloaded in full precision**: the adapter was trained
-against ``dequant(Q(W))``, not ``W``, and the difference (a few percent of each weight) may be
-what it learned to compensate. So the base is reloaded as training loaded it (NF4 is
-deterministic), each ``Linear4bit`` dequantised to a plain ``Linear``, then the adapter merged.
-Merging on the 4-bit layers would re-quantise ``W + BA`` and lose most of the update.
-Whether the base was 4-bit is read from the adapter folder's ``erl_lite.json`` note, else a
-checkpoint's ``trainer_state.json``, else full precision is assumed (``quantization=``
-overrides). ``dtype`` defaults to the base's saved dtype; ``"float32"`` keeps every bit.
+:func:`export_merged` folds the adapter into the base (peft's ``merge_and_unload``) on the CPU
+and saves a transformers checkpoint with its tokenizer; :func:`push_to_hub` uploads a folder.
+A 4-bit (QLoRA) base is reloaded as training loaded it and dequantised before the merge: the
+adapter was trained against ``dequant(Q(W))``, not ``W`` (merging into the full-precision
+weights, or on the 4-bit layers, would compute another function). Whether the base was 4-bit
+is read from the folder's ``erl_lite.json`` note or a checkpoint's ``trainer_state.json``.
 
 Departures from the paper: none; the paper fully fine-tunes and has no adapter to merge.
 """

@@ -1,13 +1,11 @@
 """Several environments in one run, each task routed to its own by name.
 
 :class:`MultiEnvironment` holds named environments and is itself an
-:class:`~erl_lite.core.env.Environment`, so rollout and phases need no special case. Each task
-is tagged: its id starts with ``"<name>/"`` (what routing reads) and its data holds the name
-under ``environment``, the column TRL 1.16's multi-environment ``environment_factory`` reads.
-Dataset rows name their environment in that column (:meth:`MultiEnvironment.tasks_from_rows`):
-with a ``prompt`` a row is a dataset task, without one it names a task of the member's split by
-``index`` (and optionally ``split``). Per task, the member decides the system prompt, the action
-reminder, the turn limit and the scoring; the trainer keeps one memory per member.
+:class:`~erl_lite.core.env.Environment`. A task's id starts with ``"<name>/"`` (what routing
+reads) and its data holds the name under ``environment``, TRL 1.16's multi-environment column.
+A dataset row names its environment there (:meth:`MultiEnvironment.tasks_from_rows`); without a
+``prompt`` it names a task of the member's split by ``index``. Per task, the member decides the
+prompts, the turn limit and the scoring; the trainer keeps one memory per member.
 
 Departures from the paper: the paper trains one environment per run; mixing them is an
 addition (TRL's pattern). Memories are per environment, the weights shared.

@@ -1,12 +1,9 @@
 """Experiment trackers: the run's history sent to TensorBoard, Trackio or Weights & Biases.
 
-``ERLConfig.report_to`` names the trackers and ``logging_steps`` how often (TRL's meanings). A
-:class:`Reporter` hangs on the run's :class:`~erl_lite.history.History` and sends train records
-averaged over the iterations since the last send (the latest value for
-:data:`~erl_lite.metrics.POINT_IN_TIME` keys), eval records as they come, and with each train
-send a ``samples`` table of that iteration (markdown text in TensorBoard, which has no tables).
-Trackers are imported only when named and open at the first send; runs are finished at the end
-of every ``train()`` (an error included) and a later ``train()`` continues the same runs.
+``ERLConfig.report_to`` names the trackers, ``logging_steps`` how often (TRL's meanings). A
+:class:`Reporter` sends the history's train records averaged since the last send, eval records
+as they come, and a ``samples`` table of the sending iteration (markdown in TensorBoard). Runs
+are finished at the end of every ``train()`` and continued by the next one.
 
 Not transformers' ``TensorBoardCallback``/``WandbCallback``/``TrackioCallback``: those are driven
 by ``transformers.Trainer``'s loop and log no tables. Kept from them: TensorBoard's run folder,

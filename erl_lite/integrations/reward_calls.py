@@ -1,20 +1,15 @@
 """Calling TRL-style reward and feedback functions on a batch, and checking what they return.
 
 The call is TRL 1.16's (``GRPOTrainer._calculate_rewards``): one call per function for the whole
-batch, by keyword: ``prompts=``, ``completions=``, ``completion_ids=``, ``trainer_state=``,
-``log_metric=``, ``log_extra=`` and every task column as a keyword list. Every problem with an
-output is a :class:`RewardFunctionError` naming the function and the row: not a list of one value
-per row; NaN, inf, beyond :data:`MAX_ABS_REWARD` or not a number (a ``(score, feedback)`` pair is
-accepted); a function that raises (the row that fails alone is named). ``None`` is TRL's "not
-applicable", left out of the weighted sum. Feedback functions: the same call, strings or None.
+batch, by keyword (``prompts``, ``completions``, ``completion_ids``, ``trainer_state``,
+``log_metric``, ``log_extra`` and every task column). Every unusable output is a
+:class:`RewardFunctionError` naming the function and the row; ``None`` is "not applicable",
+left out of the weighted sum; a ``(score, feedback)`` pair gives ERL its feedback text.
 
-``log_metric`` values are averaged over the iteration; ``log_extra`` columns land on each row's
-attempt (``Attempt.extra``); each function's own values are kept per row (:attr:`Scores.parts`).
-
-Departures from TRL: a row every function scores None is an error (TRL warns and scores it 0,
-training on a made-up reward); so are a bad ``log_metric`` value and a ``log_extra`` column of
-the wrong length (TRL would log NaN or misalign the table); reward models (``nn.Module``) are not
-called (wrap one in a function); ``environments`` is passed by the TRL adapter only.
+Departures from TRL: a row every function scores None is an error (TRL scores it 0, training on
+a made-up reward); so are a bad ``log_metric`` value and a ``log_extra`` column of the wrong
+length (TRL would log NaN or misalign the table); reward models (``nn.Module``) are not called
+(wrap one in a function); ``environments`` is passed by the TRL adapter only.
 """
 
 from __future__ import annotations

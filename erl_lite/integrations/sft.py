@@ -1,17 +1,12 @@
 """The internalization set as SFT data, and a short warm start with TRL's ``SFTTrainer``.
 
 Internalization (:func:`erl_lite.core.phases.internalize`) trains each second attempt under the
-first attempt's initial context, never the rulebook that produced it. The same pairs are
-supervised data, written in TRL's conversational prompt-completion format::
-
-    {"prompt": [system, user], "completion": [assistant, user (observation), ..., assistant],
-     "task_id": ..., "reward": r2}
-
-TRL never trains the prompt (``completion_only_loss``); a multi-turn completion's observations
-stay out of the loss only with ``assistant_only_loss=True``, which needs template markers.
-:func:`warm_start` needs none: it tokenizes rows as rollouts build episodes
-(:mod:`erl_lite.core.chat`) and hands ``SFTTrainer`` ``input_ids`` with ``assistant_masks``.
-Only successes (``r2 ≥ τ``) are kept.
+first attempt's context, never the rulebook that produced it; the successful pairs
+(``r2 ≥ τ``) are supervised data in TRL's conversational prompt-completion format
+(``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
+:func:`warm_start` tokenizes rows as rollouts build episodes (:mod:`erl_lite.core.chat`) and
+hands ``SFTTrainer`` ``input_ids`` with ``assistant_masks``, so observations stay out of the
+loss with any chat template (TRL's ``assistant_only_loss`` needs template markers).
 
 Departures from the paper: the paper internalizes online, inside the RL step; exporting the
 set and fine-tuning on it is an extra, not part of the algorithm.

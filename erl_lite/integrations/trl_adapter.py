@@ -1,16 +1,12 @@
 r"""Environment classes written for TRL's ``environment_factory``, run as erl_lite environments.
 
-TRL 1.16's contract: ``reset(**row)`` returns None or a string appended to the prompt's last
-user message; public methods are the tools (schemas from type hints and the docstring's
-``Args:``, an exception becomes ``{"error": ...}``); an optional ``get_reward()`` adds the
-instance's reward with weight 1. :class:`TRLEnvironment` plays such a class multi-turn: a reply
-with ``<tool_call>`` blocks (the Hermes format of Qwen's templates) gets the results back as
-``<tool_response>`` text, a reply without one ends the episode. A dict of factories is a
-:class:`~erl_lite.integrations.multi.MultiEnvironment` routed by the ``environment`` column.
-Tools are rendered by the chat template (``tools=``) when it supports them, else listed in the
-system prompt. Without a ``train_dataset`` the rows are empty placeholders
-(:func:`placeholder_rows`); ERL replays a failed task on a fresh instance, so ``reset`` should
-be deterministic in the row.
+TRL 1.16's contract: ``reset(**row)`` returns None or a string appended to the last user
+message; public methods are the tools (schemas from type hints and ``Args:``); an optional
+``get_reward()`` adds the instance's reward with weight 1. :class:`TRLEnvironment` plays such a
+class multi-turn: ``<tool_call>`` blocks (Qwen's Hermes format) get ``<tool_response>`` results,
+a reply without one ends the episode. A dict of factories is routed by the ``environment``
+column (:class:`~erl_lite.integrations.multi.MultiEnvironment`). ERL replays a failed task on a
+fresh instance, so ``reset`` should be deterministic in the row.
 
 Example (``examples/trl_env_counter.py``, in short):
 
