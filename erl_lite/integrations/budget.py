@@ -1,33 +1,12 @@
 """GPU memory arithmetic: will a QLoRA ERL run fit, before it is started?
 
-The architectures the GPU presets load ship as data (``erl_lite/data/model_configs/*.json``:
-the architecture fields of the public ``config.json`` of Qwen2.5-0.5B/1.5B-Instruct and
-Qwen3-4B-Instruct-2507), so a random model of the real shape can be built offline
-(``benchmarks/gpu_check.py``) and its memory estimated here from an :class:`ERLConfig`.
-
-:func:`estimate_memory` adds up, in GiB (2**30 bytes, the unit Colab and ``nvidia-smi`` show):
-
-* **static**: 4-bit NF4 linear weights with double quantization (4.13 bits per weight), the
-  embedding (and an untied lm-head) in fp32, the LoRA weights, their gradients and the
-  optimizer's two moments (fp32 for ``adamw_torch``, one byte each for the 8-bit ones);
-* **update** (one micro-batch of ``per_device_train_batch_size`` rows of the longest
-  sequence): the layer inputs kept by gradient checkpointing (every activation of every layer
-  without it), one layer recomputed with its gradients during the backward, and one log-prob
-  tile: ``ERLConfig.logprob_chunk_size`` positions (over all rows) × the
-  :data:`erl_lite.core.logprobs.VOCAB_TILE` vocabulary columns in fp32, times ``logprob_copies``
-  live copies (logits, their softmax, their gradient) — or, with ``logprob_chunk_size=None``,
-  the full ``(rows, T, V)`` logits;
-* **rollout** (one batched ``generate`` over every first attempt of the step): the key/value
-  cache of all rows at the longest sequence, and the prefill's transient MLP tensors.
-
-The peak is static + max(update, rollout). Activations count 4 bytes per value on every GPU:
-``peft.prepare_model_for_kbit_training`` upcasts the embedding and norms to fp32, and a
-bitsandbytes 4-bit layer returns its input's dtype, so the residual stream and the cache are
-fp32 whether the 4-bit matmuls compute in fp16 (T4) or bf16. The estimate leaves out the CUDA
-context and allocator fragmentation (about 0.5-1 GiB); keep the total under ~13 GiB on a
-15 GiB T4 for that reason. The per-layer coefficients are counts of the tensors a Qwen2/Qwen3
-decoder layer keeps for its backward (see :func:`_layer_bytes_per_token`), not measurements;
-``benchmarks/gpu_check.py`` measures the real peak.
+The GPU presets' architectures ship as data (``erl_lite/data/model_configs/*.json``), and
+:func:`estimate_memory` adds up, in GiB (as Colab and ``nvidia-smi`` show), the **static** part
+(NF4 weights, fp32 embedding, LoRA weights, gradients and optimizer moments), the **update** (one
+micro-batch: checkpointed layer inputs, one recomputed layer, one log-prob tile) and the
+**rollout** (KV cache and prefill of one ``generate`` over the step's first attempts). The peak
+is static + max(update, rollout), activations in fp32 (peft upcasts the norms). CUDA context and
+fragmentation (0.5-1 GiB) are left out; ``benchmarks/gpu_check.py`` measures the real peak.
 
 Departures from the paper: none (the paper trains on 8xH100; this is single-GPU planning).
 
@@ -61,8 +40,8 @@ _OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  #
 
 
 def model_config(name: str) -> dict[str, Any]:
-    """The shipped architecture fields of ``name`` (one of :data:`MODEL_CONFIGS`), ready for
-    ``transformers.AutoConfig.for_model(**fields)`` (``model_type`` included).
+    """The shipped architecture fields of ``name`` (one of :data:`MODEL_CONFIGS`), for
+    ``transformers.AutoConfig.for_model(**fields)``.
 
     Example:
         >>> model_config("qwen3-4b-instruct-2507")["head_dim"]
@@ -133,11 +112,8 @@ class ModelShape:
 def _layer_bytes_per_token(shape: ModelShape) -> int:
     """Bytes per token one decoder layer holds while it is recomputed and back-propagated.
 
-    Counted tensors (per token): ~10 hidden-width fp32 values (two norm inputs and outputs,
-    q, k, v and their rotated copies, attention output, o-proj input, residual) and, in the
-    MLP, gate, up, silu(gate), their product (fp32), the product's fp16 copy for the 4-bit
-    matmul, and the gradients of gate and up while the MLP back-propagates: ~6.5 fp32
-    intermediate-width values.
+    ~10 hidden-width fp32 values (norms, q/k/v and rotated copies, attention output, residual)
+    and ~6.5 intermediate-width ones (gate, up, silu, product and its fp16 copy, two gradients).
     """
     return int(_RESIDUAL_BYTES * (10 * shape.hidden + 6.5 * shape.intermediate))
 
@@ -179,8 +155,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
     """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape`` (see the module docstring).
 
     Args:
-        config: the run's settings (micro-batch, token budgets, tasks x G, optimizer,
-            gradient checkpointing).
+        config: the run's settings (micro-batch, token budgets, tasks x G, optimizer, checkpointing).
         shape: the architecture.
         lora_r: LoRA rank on every projection (``load_policy``'s default 16).
         logprob_copies: fp32 copies of a log-prob tile alive at once.
@@ -204,7 +179,6 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
     else:
         checkpoints, layer_backward = shape.layers * rows * layer_row, 0.0
     from erl_lite.core.logprobs import VOCAB_TILE
-
     if config.logprob_chunk_size is None:  # full logits: every position against the whole vocabulary
         tile = rows * seq * shape.vocab
     else:  # one (chunk, tile) block at a time, recomputed in the backward
@@ -250,7 +224,6 @@ def main(argv: list[str] | None = None) -> None:
     print the memory table (GiB) for a preset with ERLConfig overrides."""
     import argparse
     import ast
-
     p = argparse.ArgumentParser(description="Estimated GPU memory (GiB) of a 4-bit QLoRA ERL step")
     p.add_argument("--preset", default="gpu", help="ERLConfig preset (default: gpu)")
     p.add_argument("--mode", default="erl", help="erl, erl_simple or rlvr")

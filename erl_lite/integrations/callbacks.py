@@ -1,33 +1,12 @@
 """``transformers.TrainerCallback`` objects, run at the matching points of erl_lite's loop.
 
-The dispatch, the ``control`` flags' resets and the keyword arguments callbacks receive
-(``model``, ``processing_class``, ``optimizer``, ``lr_scheduler``) are transformers' own
-``CallbackHandler``; the state is a real ``transformers.TrainerState`` and ``args`` the
-run's :class:`~erl_lite.config.ERLConfig` (it carries TrainingArguments' names:
-``output_dir``, ``max_steps``, ``logging_steps``, ``save_steps``, ...). One erl_lite iteration
-is one "step" (``state.global_step`` is :attr:`ERLTrainer.step`).
+Dispatch is transformers' own ``CallbackHandler``, with a real ``TrainerState`` and the run's
+:class:`~erl_lite.config.ERLConfig` as ``args``; one ERL iteration is one step. The events are
+``transformers.Trainer``'s, in its order; ``control.should_training_stop``, ``should_save`` and
+``should_evaluate`` are honoured after the current iteration.
 
-Events, in ``transformers.Trainer``'s order:
-
-* ``on_init_end`` — the end of ``ERLTrainer.__init__``;
-* ``on_train_begin`` — ``train()``, before the first iteration (and before a step-0 evaluation);
-* ``on_step_begin`` / ``on_step_end`` — around each iteration (``global_step`` n-1, then n);
-* ``on_log(logs=...)`` — each record the history keeps: every iteration's metrics after
-  ``on_step_end``, and every logged evaluation;
-* ``on_evaluate(metrics=...)`` — every :meth:`ERLTrainer.evaluate`;
-* ``on_save`` — every checkpoint written by :meth:`ERLTrainer.save_checkpoint`;
-* ``on_train_end`` — after the last iteration and its final save (not when ``train()`` fails).
-
-``control.should_training_stop`` (set in any event) ends ``train()`` after the current
-iteration, which is then saved as at a normal end; ``control.should_save`` and
-``control.should_evaluate`` set during an iteration make the loop save or evaluate after it,
-besides ``save_steps``/``eval_steps``. ``should_log`` changes nothing (every iteration is
-logged); ``should_epoch_stop`` is not used.
-
-Departures from transformers: ``on_log`` receives each record (keys as in ``history.jsonl``),
-not an average over ``logging_steps``; there are no epoch, substep or optimizer-step events
-(an ERL iteration samples and updates in one go); ``state.log_history`` is the history's
-records (with their ``kind``). Departures from the paper: none (this is API plumbing).
+Departures from transformers: ``on_log`` receives each record, not an average over
+``logging_steps``; no epoch, substep or optimizer-step events. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -47,16 +26,13 @@ def is_trainer_callback(cb: Any) -> bool:
         (True, False)
     """
     from transformers import TrainerCallback
-
     return isinstance(cb, TrainerCallback) or (isinstance(cb, type) and issubclass(cb, TrainerCallback))
 
 
 def _flow_callback() -> Any:
-    """The handler's flow callback: erl_lite's loop decides when to evaluate and save (by
-    ``eval_steps``/``save_steps``), so transformers' default flow, which reads
-    TrainingArguments' strategies, is replaced by one that sets nothing."""
+    """A flow callback that sets nothing: erl_lite's loop decides when to evaluate and save,
+    not TrainingArguments' strategies."""
     from transformers.trainer_callback import DefaultFlowCallback
-
     class ERLFlowCallback(DefaultFlowCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             return control
@@ -89,7 +65,6 @@ class TrainerCallbacks:
     def __init__(self, trainer: "ERLTrainer", callbacks: Sequence[Any]) -> None:
         from transformers import TrainerControl, TrainerState
         from transformers.trainer_callback import CallbackHandler
-
         self.trainer = trainer
         a = trainer.args
         self.handler = CallbackHandler([_flow_callback(), *callbacks], trainer.model, trainer.tokenizer,

@@ -1,13 +1,9 @@
-"""The notebooks' first cells: the install cell, the Colab badge, links to the repository's figures,
-and a report of the environment a notebook runs in.
+"""The notebooks' first cells: install cell, Colab badge, figure links, environment report.
 
-The install cell, the badge and the figure links are text rendered from two constants,
-:data:`erl_lite.REPOSITORY_URL` and :data:`erl_lite.RELEASE_REF`: ``scripts/sync_notebooks.py``
-writes them into every notebook, and ``tests/test_notebooks.py`` checks that no notebook has
-drifted. Installing from the repository at a pinned ref (not a name on the package index, which
-anyone could register) and with the constraints file of the same ref gives a Colab session the
-code and the dependency versions the test suite passed with. Nothing here touches the paper's
-algorithm.
+The texts are rendered from :data:`erl_lite.REPOSITORY_URL` and :data:`erl_lite.RELEASE_REF` by
+``scripts/sync_notebooks.py`` (``tests/test_notebooks.py`` checks for drift). Installing from
+the repository at a pinned ref, with that ref's constraints file, gives Colab the code and
+dependency versions the tests passed with. Nothing here touches the paper's algorithm.
 
 Example:
     >>> from erl_lite.integrations.colab import raw_url
@@ -98,18 +94,13 @@ require_cuda_for_preset(PRESET, allow_cpu=False)'''
 class RuntimeReport:
     """Versions and device of the running Python, as :func:`environment_report` found them."""
 
-    versions: dict[str, str | None] = field(default_factory=dict)
-    """``python``, each of :data:`REPORTED_PACKAGES` (None when not installed), ``erl_lite``."""
-    location: str = ""
-    """Where ``erl_lite`` was imported from (shows which copy runs: a clone or an install)."""
-    device: str = "cpu"
-    """``"cuda:<i>"`` of the current CUDA device, else ``"cpu"``."""
+    versions: dict[str, str | None] = field(default_factory=dict)  # python, REPORTED_PACKAGES, erl_lite
+    location: str = ""  # where erl_lite was imported from (a clone or an install)
+    device: str = "cpu"  # "cuda:<i>" of the current CUDA device, else "cpu"
     gpu_name: str | None = None
-    gpu_free_gib: float | None = None
-    """Free memory of the current CUDA device (``torch.cuda.mem_get_info``), GiB."""
+    gpu_free_gib: float | None = None  # torch.cuda.mem_get_info, GiB
     gpu_total_gib: float | None = None
-    native_bf16: bool | None = None
-    """Whether the GPU computes in bf16 natively (a T4 does not: 4-bit compute runs in fp16)."""
+    native_bf16: bool | None = None  # a T4 has none: its 4-bit compute runs in fp16
 
     def __str__(self) -> str:
         width = max(map(len, self.versions))
@@ -133,9 +124,7 @@ def environment_report() -> RuntimeReport:
         True
     """
     import torch
-
     import erl_lite
-
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in REPORTED_PACKAGES:
         try:

@@ -1,23 +1,10 @@
 """Where dataset rows come from: a file path, a dataset name, a list, or a ``datasets.Dataset``.
 
-``ERLTrainer(train_dataset=...)`` accepts what TRL users pass to ``GRPOTrainer`` and a few
-shortcuts, all turned into a list of row dicts by :func:`load_rows`:
-
-* a list of dicts (or of :class:`~erl_lite.records.Task`, passed through);
-* a ``datasets.Dataset`` (or anything iterable over row dicts); a ``DatasetDict`` gives the
-  split asked for (``train`` for training, ``test`` then ``validation`` for evaluation);
-* a path to a ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file, read with
-  ``datasets.load_dataset`` (so column types are what a TRL user's ``load_dataset`` gives), or
-  to a folder written by ``Dataset.save_to_disk``; a JSON file that ``datasets`` cannot read
-  is an error naming the file and the 1-based line that does not parse;
-* a dataset name (``"trl-lib/tldr"``), read with ``datasets.load_dataset(name, split=...)``.
-  Names resolve **offline-safe**: with ``HF_DATASETS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1`` (which
-  ``datasets`` reads when it is imported) only the local cache is used, and a name that is not
-  cached fails with an error naming it, never a hang or a download.
-
-Prompts are TRL's two kinds: a plain string, or conversational (a list of ``{"role",
-"content"}`` messages); :func:`erl_lite.integrations.dataset.rows_to_tasks` checks them. A CSV cell
-is always plain text.
+:func:`load_rows` turns what ``ERLTrainer(train_dataset=...)`` accepts into a list of rows: a
+list of dicts (or Tasks); a ``Dataset`` or any iterable of rows (a ``DatasetDict`` gives
+``train``, or ``test`` then ``validation`` for evaluation); a ``.jsonl``/``.json``/``.csv``/
+``.parquet`` file or a ``save_to_disk`` folder, read with ``datasets`` (a bad JSON line is
+named); a dataset name, from the local cache only when ``HF_HUB_OFFLINE`` is set.
 
 Departures from TRL: TRL takes only ``Dataset`` objects; paths and names are a convenience.
 Departures from the paper: none (the paper's tasks are environments, not datasets).
@@ -68,7 +55,6 @@ def load_rows(data: Any, split: str = "train") -> list[Any]:
 def _load_named(name: str, split: str) -> list[Any]:
     """A file, a ``save_to_disk`` folder, or a dataset name (local cache only when offline)."""
     import datasets
-
     suffix = os.path.splitext(name)[1].lower()
     if os.path.isfile(name):
         if suffix not in FILE_FORMATS:
@@ -92,7 +78,6 @@ def _find_bad_json(path: str, suffix: str) -> None:
     """Raise the ValueError naming the file and line of the first line that is not JSON (a
     ``.json`` file may also be one JSON document); return when every line parses."""
     from erl_lite.jsonio import read_json, read_jsonl
-
     try:
         read_jsonl(path)
     except ValueError:
@@ -103,7 +88,6 @@ def _find_bad_json(path: str, suffix: str) -> None:
 
 def _from_hub_or_cache(name: str, split: str) -> Any:
     import datasets
-
     offline = bool(datasets.config.HF_HUB_OFFLINE)
     try:
         loaded = datasets.load_dataset(name)

@@ -1,49 +1,21 @@
 """Single-turn tasks from a dataset and TRL-style reward functions, as an environment.
 
-This is how ``ERLTrainer(model, reward_funcs, args, train_dataset)`` plugs into the same
-rollout path as the multi-turn games: each dataset row becomes a
-:class:`~erl_lite.records.Task`, and an episode is one reply scored by the reward functions.
+``ERLTrainer(model, reward_funcs, args, train_dataset)`` plays each row as a
+:class:`~erl_lite.records.Task` of one reply, scored with its phase's batch as TRL 1.16 scores
+(:mod:`erl_lite.integrations.reward_calls`), so TRL's reward functions work unchanged. ERL's
+feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else states the reward.
 
-Reward functions are called exactly as TRL 1.16's ``GRPOTrainer`` calls them: **by keyword,
-once per phase with the whole batch** (every first attempt of a step in one call, every
-second attempt in another), as ``f(prompts=, completions=, completion_ids=, trainer_state=,
-log_extra=, log_metric=, **columns)`` — see :mod:`erl_lite.integrations.reward_calls` for the call and
-the checks on what comes back (errors name the function and the row; ``None`` means "not
-applicable"):
-
-* ``prompts``: the rows' ``prompt`` values as given (a string, or a list of chat messages);
-* ``completions``: strings for string prompts, ``[{"role": "assistant", "content": ...}]``
-  for conversational prompts;
-* ``completion_ids``: the sampled token ids of each reply (up to and including the stop token);
-* ``trainer_state``: an object with ``global_step``, ``max_steps`` and ``epoch`` (the
-  trainer's live view of the run; a zero :class:`~erl_lite.integrations.reward_calls.RunState`
-  outside a trainer);
-* ``log_metric(name, value)`` / ``log_extra(column, values)``: TRL's logging hooks (a scalar
-  averaged into the step's metrics; a column stored on each row's attempt);
-* every other dataset column as a keyword list.
-
-So TRL's own examples work unchanged, e.g. ``def reward_len(completions, **kwargs)``, and a
-reward that normalises over the batch sees the whole phase. A reward function may also return
-``(score, feedback)`` pairs; otherwise ``feedback_func`` (same call, returns ``list[str]``)
-supplies ERL's textual feedback, and without either the feedback just states the reward.
-Several reward functions are summed with ``reward_weights`` (default 1 each).
-
-Conversational prompts may hold several turns (TRL allows them): everything up to the last
-user message is the context the model replies to.
-
-Departures from TRL: reward *models* (``nn.Module`` or a hub name) are not accepted — wrap
-one in a function. Departures from the paper: none; the paper's tasks are multi-turn, this
-adapter serves single-turn datasets.
+Departures from TRL: reward *models* are not accepted (wrap one in a function). Departures from
+the paper: none; the paper's tasks are multi-turn, this adapter serves single-turn datasets.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Iterable, Sequence
 
 from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.integrations.reward_calls import (RewardFunctionError, RewardLog, RunState, Scores, call_arguments,
-                                        feedback_texts, weighted_rewards)
+                                                feedback_texts, reward_sources, weighted_rewards)
 from erl_lite.records import Task, check_unique_task_ids
 
 RewardFunc = Callable[..., list[Any]]
@@ -57,9 +29,8 @@ _ROLES = ("system", "user", "assistant")
 def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: str = "dataset") -> list[Task]:
     """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``.
 
-    A row's ``id`` column (as a string: 1 and "1" are one id) names its task, else
-    ``"<prefix>-<row>"``; two rows with one id are refused, naming it and both rows (``where``
-    names the dataset in that message).
+    A row's ``id`` column (as a string) names its task, else ``"<prefix>-<row>"``; two rows with
+    one id are refused, naming it and both rows (``where`` names the dataset).
 
     Example:
         >>> rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
@@ -80,13 +51,9 @@ def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: st
 def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | None, str | Messages]:
     """(system message or None, what the model reads before replying) of a dataset prompt.
 
-    A conversational prompt may hold several turns (TRL allows it): everything after the
-    optional leading system message is the context, and it must end with a user message.
-    One user message comes back as its text, several turns as the message list. A message's
-    content may be TRL's list of content parts: its text parts are joined into one string (as
-    a multimodal chat template joins them); any other part (an image, ...) is refused, since the
-    policy reads text. Text with a lone surrogate (``"\ud800"``: no tokenizer can encode it) is
-    refused too.
+    After the optional system message, the turns must end with a user message; one comes back as
+    its text, several as the message list. TRL's content parts are joined when they are text and
+    refused otherwise (an image); so is a lone surrogate (``"\ud800"``), which no tokenizer encodes.
 
     Example:
         >>> split_prompt([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
@@ -137,8 +104,7 @@ def _message_text(content: Any, where: str) -> str:
 
 
 def _checked_text(text: str, where: str) -> str:
-    """``text``, unless it holds a lone surrogate (a half of a UTF-16 pair that no UTF-8 tokenizer
-    can encode: it would fail deep inside the tokenizer, naming nothing)."""
+    """``text``, unless it holds a lone surrogate (the tokenizer would fail on it, naming nothing)."""
     bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
     if bad is not None:
         raise ValueError(f"{where}: a lone surrogate {text[bad]!r} at character {bad} (text that is not valid "
@@ -164,27 +130,14 @@ class RewardFunctionEnv(Environment):
     name = "dataset"
     max_turns = 1
 
-    def __init__(
-        self,
-        reward_funcs: RewardFunc | Sequence[RewardFunc],
-        feedback_func: RewardFunc | None = None,
-        reward_weights: Sequence[float] | None = None,
-        system_prompt: str = "",
-        success_threshold: float = 1.0,
-    ) -> None:
-        funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        if not funcs:
+    def __init__(self, reward_funcs: RewardFunc | Sequence[RewardFunc], feedback_func: RewardFunc | None = None,
+                 reward_weights: Sequence[float] | None = None, system_prompt: str = "",
+                 success_threshold: float = 1.0) -> None:
+        self.reward_funcs, self.reward_weights = reward_sources(reward_funcs, reward_weights)
+        if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: pass a callable or a list of callables")
-        for i, f in enumerate(funcs):
-            if not callable(f) or _is_module(f):
-                raise TypeError(f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
-                                "are not supported: wrap one in a function f(prompts, completions, **kw)")
         if feedback_func is not None and not callable(feedback_func):
             raise TypeError(f"feedback_func must be callable; got {feedback_func!r:.60}")
-        if reward_weights is not None and len(reward_weights) != len(funcs):
-            raise ValueError(f"reward_weights has {len(reward_weights)} values for {len(funcs)} reward_funcs")
-        self.reward_funcs = funcs
-        self.reward_weights = [float(w) for w in reward_weights] if reward_weights is not None else [1.0] * len(funcs)
         self.feedback_func = feedback_func
         self.system_prompt = system_prompt
         self.success_threshold = success_threshold
@@ -227,11 +180,6 @@ class RewardFunctionEnv(Environment):
         return scores, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, scores.rewards)]
 
 
-def _is_module(func: Any) -> bool:
-    torch_nn = sys.modules.get("torch.nn")  # no torch import here: only an imported torch has modules
-    return torch_nn is not None and isinstance(func, torch_nn.Module)
-
-
 def _render(observation: str | Messages) -> str:
     if isinstance(observation, str):
         return observation
@@ -239,12 +187,8 @@ def _render(observation: str | Messages) -> str:
 
 
 class RewardFunctionEpisode(BatchScoredEpisode):
-    """One reply to one dataset prompt.
-
-    ``step`` only records the reply: the reward functions run once for a whole batch, in
-    :meth:`RewardFunctionEnv.score_batch` (the rollout calls it after every phase). Reading
-    ``reward``, ``success`` or ``feedback()`` before that scores this episode alone.
-    """
+    """One reply to one dataset prompt: ``step`` records it, :meth:`RewardFunctionEnv.score_batch`
+    scores the phase's batch (reading ``reward`` before that scores this episode alone)."""
 
     def __init__(self, env: RewardFunctionEnv) -> None:
         self.env = env

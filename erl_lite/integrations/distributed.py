@@ -1,42 +1,17 @@
 """Data-parallel ERL: the same training script on several processes (one per GPU).
 
-Start the script with ``accelerate launch`` (or ``torchrun``); :class:`DataParallel` reads the
-process group that launcher set up, through accelerate's ``PartialState``, and the trainer
-asks it to do five things, each a no-op in a single process:
+Launch with ``accelerate launch`` or ``torchrun``; :class:`DataParallel` joins the group
+through accelerate's ``PartialState`` and, a no-op in one process: shards each step's global
+batch into contiguous blocks of whole tasks (so GRPO groups stay on one process); keeps memory
+identical by deferring writes (:class:`DeferredMemory`) and applying them in rank order, the
+order one process would write them in; trains one model with torch DDP at the single-process
+update of the global batch (global loss counts and row positions); reduces metrics; writes on
+rank 0 only. FSDP, DeepSpeed, Megatron-LM, mixed precision and torch.compile are refused
+(:func:`check_launch`).
 
-* **shard the step's tasks**: ``ERLTrainer._batch(step)`` picks the *global* batch
-  (``num_tasks_per_step`` tasks, a function of the seed and the step only); process ``r`` plays
-  the ``r``-th contiguous block of it (:meth:`DataParallel.shard`). All G rollouts of a task
-  stay on one process, so the per-task GRPO advantages are the single-process ones;
-* **keep memory identical on every process**: during the step each process reads the shared
-  memory (one per environment for a :class:`~erl_lite.core.memory.MemoryBank`) but only *records*
-  its successful rulebooks (:class:`DeferredMemory`, :class:`DeferredBank`); after the step
-  they are gathered and applied in rank order, then position order, memory by memory, which is
-  the order one process would have written them in (its retries run task by task, and the
-  blocks are contiguous). Reflections of a step never see that step's writes in one process either;
-* **train one model** with torch DDP, through ``accelerate.Accelerator.prepare_model``
-  (:meth:`DataParallel.wrap`): wrapping broadcasts rank 0's weights (a model object built
-  before seeding has other LoRA weights on every rank), and DDP all-reduces the gradients.
-  The update stays the single-process one at the same global batch: every process divides its
-  loss by the *global* token or sequence count, mini-batches are cut by each row's *global*
-  position, and the accumulated gradients are the global batch's before clipping (see
-  :class:`erl_lite.core.update.PolicyUpdater` for how the gate's uneven row counts meet DDP);
-* **reduce metrics to global values**: the step's records (attempts, retries, advantages)
-  are gathered, so every mean is over all attempts of all processes, and the update's loss
-  sums and token counts are summed;
-* **write once**: history, trackers and checkpoints are written by rank 0 (the adapter,
-  optimizer and memory are replicated, so its checkpoint is the whole state, and a run can
-  resume on another number of processes).
-
-Launch configurations: DDP on GPUs (one process each) and on CPUs (gloo; ``torchrun`` or
-``mpirun``) are supported. FSDP, DeepSpeed, Megatron-LM, accelerate's mixed precision and
-torch.compile are refused with a message (:func:`check_launch`), and so is
-``accelerate launch --cpu --num_processes N``, which starts one process.
-
-Departures from the paper: the reference scales out with Ray and vLLM workers; this keeps
-``transformers.generate`` on every process. Sampling noise is not a function of the task, so
-a run with N processes samples other completions than a run with one (the update for given
-completions is the same, to float rounding); each process draws from its own stream.
+Departures from the paper: the reference scales out with Ray and vLLM workers; this runs
+``transformers.generate`` on every process, each sampling from its own stream, so N processes
+sample other completions than one (the update for given completions is the same, to rounding).
 """
 
 from __future__ import annotations
@@ -56,10 +31,7 @@ T = TypeVar("T")
 
 
 class DeferredMemory(ReflectionMemory):
-    """Reads ``shared``'s content but keeps its own writes aside until the step is merged.
-
-    Which rulebooks qualify is decided by :meth:`ReflectionMemory.maybe_store` itself (this
-    object is a scratch memory of the same kind); :attr:`pending` lists them in order.
+    """Reads ``shared`` but keeps its own writes (:attr:`pending`, in order) until the step is merged.
 
     Example:
         >>> shared = ReflectionMemory()
@@ -94,8 +66,7 @@ class DeferredMemory(ReflectionMemory):
 
 
 class DeferredBank(MemoryBank):
-    """A :class:`~erl_lite.core.memory.MemoryBank` seen through one :class:`DeferredMemory` per
-    environment: ``for_task`` reads that environment's shared memory and holds its writes.
+    """A :class:`~erl_lite.core.memory.MemoryBank` seen through one :class:`DeferredMemory` per environment.
 
     Example:
         >>> bank = MemoryBank(["a", "b"], env_of=lambda task_id: task_id.split("/")[0])
@@ -120,15 +91,13 @@ class DeferredBank(MemoryBank):
         return self.shared.memories[name]
 
 
-#: The variables a launcher sets to the number of processes (torchrun, mpirun, MPICH, MVAPICH),
-#: those accelerate's PartialState reads.
+#: The variables launchers set to the number of processes (torchrun, mpirun, MPICH, MVAPICH).
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
 def launched_world_size() -> int:
     """The number of processes the launcher started (1 when none says), as PartialState reads it."""
     from accelerate.utils import get_int_from_env
-
     return max(get_int_from_env(list(WORLD_SIZE_VARIABLES), 1), 1)
 
 
@@ -137,14 +106,9 @@ def _flag(name: str) -> bool:
 
 
 def check_launch() -> None:
-    """Refuse an ``accelerate launch`` configuration erl_lite would run otherwise than asked.
-
-    ``accelerate launch`` passes its configuration to the script in ``ACCELERATE_*`` variables.
-    erl_lite trains with DDP only (see the module docstring), keeps the model's own dtype and
-    compiles nothing, so a config that asks for more fails here instead of being ignored.
-    """
+    """Refuse an ``accelerate launch`` configuration (its ``ACCELERATE_*`` variables) that asks for
+    more than DDP in the model's own dtype, uncompiled, instead of ignoring it."""
     from erl_lite.trl_fields import DTYPE_HINT  # the one message on how erl_lite chooses the dtype
-
     engines = {"ACCELERATE_USE_FSDP": "FSDP", "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
                "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM"}
     for variable, engine in engines.items():
@@ -160,10 +124,8 @@ def check_launch() -> None:
     if backend.lower() not in ("", "no"):
         raise ValueError(f"the accelerate configuration sets dynamo_backend={backend!r} (ACCELERATE_DYNAMO_BACKEND); "
                          "erl_lite does not compile the policy: launch with --dynamo_backend no")
-    # accelerate's simple launcher (what `accelerate launch --cpu` runs, see accelerate/commands/launch.py)
-    # starts ONE process whatever --num_processes says, unless --mpirun_hostfile is given; it sets
-    # ACCELERATE_USE_CPU to "True" and, for --num_processes > 1, MASTER_ADDR/MASTER_PORT. No launcher
-    # then says how many processes there are, so this one would train alone.
+    # `accelerate launch --cpu` (its simple launcher) starts ONE process whatever --num_processes says,
+    # unless --mpirun_hostfile is given, yet sets MASTER_ADDR/MASTER_PORT: this one would train alone.
     if (os.environ.get("ACCELERATE_USE_CPU") == "True" and "MASTER_ADDR" in os.environ
             and "MASTER_PORT" in os.environ and launched_world_size() == 1):
         raise RuntimeError(
@@ -176,8 +138,7 @@ def check_launch() -> None:
 class DataParallel:
     """This process's place in the process group, and the collectives the trainer needs.
 
-    ``DataParallel()`` is the single-process view (every method returns its input);
-    :meth:`from_environment` joins the group ``accelerate launch``/``torchrun`` started.
+    ``DataParallel()`` is the single-process view; :meth:`from_environment` joins the launcher's group.
 
     Example:
         >>> dp = DataParallel()
@@ -197,18 +158,14 @@ class DataParallel:
 
     @classmethod
     def from_environment(cls) -> "DataParallel":
-        """Join the launcher's process group (``WORLD_SIZE`` > 1), else the one-process view.
-
-        accelerate's ``PartialState`` initialises the group (NCCL on GPUs, gloo on CPUs, or
-        ``ACCELERATE_USE_CPU=yes``) and makes ``cuda:<local rank>`` this process's device.
-        """
+        """Join the launcher's process group (NCCL on GPUs, gloo on CPUs or with ``ACCELERATE_USE_CPU=yes``),
+        else return the one-process view."""
         check_launch()
         if launched_world_size() <= 1 and not (
                 torch.distributed.is_available() and torch.distributed.is_initialized()):
             return cls()
         from accelerate import PartialState
         from accelerate.utils import parse_flag_from_env
-
         cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available()
         state = PartialState(cpu=cpu)
         return cls(state) if state.num_processes > 1 else cls()
@@ -219,8 +176,7 @@ class DataParallel:
         return self.rank == 0
 
     def check_device(self, model: Any) -> None:
-        """Raise when a process's model is not on that process's GPU (two processes on one
-        GPU would fail later, inside NCCL, with a less helpful message)."""
+        """Raise when the model is not on this process's GPU (NCCL would fail later, less clearly)."""
         if self.world_size == 1 or self.device is None or self.device.type == "cpu":
             return
         where = next(model.parameters()).device
@@ -231,11 +187,8 @@ class DataParallel:
 
     # --- tasks ------------------------------------------------------------------------------
     def shard(self, items: Sequence[T], allow_empty: bool = False) -> list[T]:
-        """This process's contiguous block of ``items`` (block sizes differ by at most one).
-
-        Raises ValueError when a process would get nothing and ``allow_empty`` is False (a
-        training step needs at least one task per process).
-        """
+        """This process's contiguous block of ``items`` (sizes differ by at most one); ValueError when
+        it would be empty and ``allow_empty`` is False."""
         n = len(items)
         if n < self.world_size and not allow_empty:
             raise ValueError(f"num_tasks_per_step={n} is smaller than the number of processes "
@@ -254,7 +207,6 @@ class DataParallel:
     def _gather_parts(self, obj: T) -> list[T]:
         """``[obj of rank 0, obj of rank 1, ...]`` on every process."""
         from accelerate.utils import gather_object
-
         return gather_object([obj])  # accelerate flattens one level: one entry per rank
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:
@@ -269,18 +221,13 @@ class DataParallel:
         if self.world_size == 1:
             return dict(values)
         from accelerate.utils import reduce
-
         keys = sorted(values)  # the same order on every process
         vec = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.state.device)
         out = reduce(vec, reduction=how).tolist()
         return dict(zip(keys, out))
 
     def total_count(self, local: float) -> float:
-        """A loss normalizer (token or sequence count) over every process, never below 1.
-
-        ``local`` is this process's raw count (0 when it has no loss token), so the sum is
-        what :func:`erl_lite.core.losses.normalizer_for` gives for the whole global mini-batch.
-        """
+        """A loss normalizer (token or sequence count) summed over processes, never below 1."""
         return max(self.sum({"n": local})["n"], 1.0)
 
     def barrier(self) -> None:
@@ -289,13 +236,8 @@ class DataParallel:
 
     # --- the update -------------------------------------------------------------------------
     def global_positions(self, samples: list[TrainSample]) -> list[int]:
-        """Each local row's index in the batch one process would have built.
-
-        One process lists rows role by role (first attempts of every task, then reflections,
-        ...), tasks in order; the global batch is therefore, role by role, rank 0's rows of
-        that role, then rank 1's, and so on. The update cuts mini-batches by these positions,
-        so a process count never changes which rows share an optimizer step.
-        """
+        """Each local row's index in the batch one process would have built (role by role, and
+        within a role rank by rank), so mini-batches do not depend on the process count."""
         if self.world_size == 1:
             return list(range(len(samples)))  # any order: the batch is the global one
         order = [ROLES.index(s.role) for s in samples]
@@ -313,22 +255,16 @@ class DataParallel:
         return positions
 
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
-        """``module`` under torch DDP, through ``accelerate.Accelerator.prepare_model`` (itself in
-        one process). Wrapping copies rank 0's parameters to every process.
+        """``module`` under torch DDP (``Accelerator.prepare_model``), rank 0's parameters copied to all.
 
-        ``broadcast_buffers=False``: DDP would otherwise broadcast buffers at every forward, a
-        collective, while processes run different numbers of forwards (the gate decides their
-        rows); the buffers here (rotary frequencies) are the same everywhere.
-        ``find_unused_parameters=False``: every trainable parameter (LoRA, or all) takes part in
-        each forward, and frozen ones (a 4-bit base) are not DDP's; a parameter that does not
-        makes DDP raise at the next step, naming the setting. Gradient checkpointing is
-        non-reentrant (erl_lite.models), which DDP supports without ``static_graph``.
+        ``broadcast_buffers=False``: processes run different numbers of forwards (the gate), and
+        the buffers (rotary frequencies) are equal everywhere. ``find_unused_parameters=False``:
+        every trainable parameter takes part in each forward.
         """
         if self.world_size == 1:
             return module
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs
-
         if self.accelerator is None:
             ddp = DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)
             self.accelerator = Accelerator(cpu=self.device.type == "cpu", mixed_precision="no", kwargs_handlers=[ddp])
@@ -343,22 +279,17 @@ class DataParallel:
 
     # --- the step's records -----------------------------------------------------------------
     def deferred(self, memory: ReflectionMemory | MemoryBank | None) -> ReflectionMemory | MemoryBank | None:
-        """The memory to hand :func:`erl_lite.core.phases.erl_step`: ``memory`` itself in one
-        process, a :class:`DeferredMemory` (:class:`DeferredBank` for a bank) over it otherwise
-        (None stays None)."""
+        """The memory for :func:`erl_lite.core.phases.erl_step`: ``memory`` in one process, else a
+        :class:`DeferredMemory` (:class:`DeferredBank`) over it."""
         if memory is None or self.world_size == 1:
             return memory
         return DeferredBank(memory) if isinstance(memory, MemoryBank) else DeferredMemory(memory)
 
     def merge(self, outcome: Any, view: ReflectionMemory | None) -> Any:
-        """The global :class:`~erl_lite.core.phases.StepOutcome` of a step, and memory brought up
-        to date on every process.
+        """The global :class:`~erl_lite.core.phases.StepOutcome` of a step, memory updated everywhere.
 
-        Attempts and retries are concatenated in rank order (the single-process order); the
-        RL rows come back without token ids (metrics read only role, task and advantage);
-        phase timings are the slowest process's. The pending rulebooks of every process are
-        applied to the shared memory (each environment's, for a bank) in rank order, then
-        position order.
+        Records are concatenated in rank order (RL rows without token ids: metrics do not read
+        them), timings are the slowest process's, and pending rulebooks are applied in rank order.
         """
         if self.world_size == 1:
             return outcome
@@ -382,11 +313,8 @@ class DataParallel:
 
     # --- files and randomness ---------------------------------------------------------------
     def on_main(self, fn: Callable[[], T], default: T) -> T:
-        """Run ``fn`` on rank 0 only; every process returns once it has finished.
-
-        An exception on rank 0 is re-raised there and reported as a RuntimeError on the
-        others, so no process waits forever for a rank that failed.
-        """
+        """Run ``fn`` on rank 0 only; every process returns once it has finished, and a failure
+        there is a RuntimeError on the others (no process waits forever)."""
         if self.world_size == 1:
             return fn()
         result, error = default, None
@@ -403,16 +331,11 @@ class DataParallel:
         return result
 
     def decorrelate_rng(self) -> None:
-        """Give each process its own sampling stream, derived from the shared seed state.
-
-        Every process draws the same number, then seeds with it plus its rank: without this,
-        the processes would sample with identical noise. Deterministic given the state, so a
-        resumed run (rank 0's saved state) continues the same way on any process count.
-        """
+        """Give each process its own sampling stream: seed with one shared draw plus the rank
+        (deterministic in the saved state, so a resumed run continues alike)."""
         if self.world_size == 1:
             return
         from transformers import set_seed
-
         base = int(torch.randint(0, 2**31 - 1 - self.world_size, (1,)).item())
         set_seed(base + self.rank)
 

@@ -1,92 +1,49 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
-A LoRA run keeps only the adapter (a few MB); serving it needs the base model next to it and
-peft at inference time. :func:`export_merged` folds the adapter into the base weights
-(``W ← W + (alpha / r) · B A``, peft's ``merge_and_unload``) and writes an ordinary
-transformers checkpoint (safetensors) with its tokenizer, which any tool that reads hub models
-can load. :func:`push_to_hub` uploads a folder — a merged model or a bare adapter — as a
-separate step: it is the only function here that needs the network.
-
-**A 4-bit (QLoRA) base is dequantised, not reloaded in full precision.** The adapter was
-trained against the NF4 weights ``dequant(Q(W))``, not against ``W``: merging it into the
-original full-precision weights gives ``W + BA``, a different function from the one that was
-trained and evaluated, off by the quantisation error (a few percent of each weight) that the
-adapter may partly have learned to compensate. So the 4-bit route reloads the base exactly
-as training loaded it (NF4, double quantisation, the settings of
-:func:`erl_lite.models.load_policy`, one home for them) — NF4 quantisation is deterministic,
-so this reproduces the trained-on weights bit for bit — then replaces every ``Linear4bit``
-with a plain ``Linear`` holding its dequantised weight (transformers' ``dequantize``, which
-calls bitsandbytes' ``dequantize_4bit``), and only then attaches and merges the adapter. The
-merged model computes what the trained QLoRA model computed, up to float rounding; the test
-suite checks this on the tiny model, and checks that merging into the full-precision weights
-instead would be caught. Merging directly on the 4-bit layers (peft can) would re-quantise
-``W + BA`` to NF4 and lose most of the adapter's small update, so that route is not offered.
-
-Where the base was 4-bit is read from the adapter folder (``quantization="auto"``): the
-``erl_lite.json`` note that :func:`erl_lite.teach.results.save_adapter` writes (every checkpoint and
-``output_dir`` after training hold one), or, for a format-2 checkpoint's ``adapter/`` folder, the
-run's ``trainer_state.json`` (``load_in_4bit``). Without either the
-base is taken as full precision; pass ``quantization="4bit"`` for an adapter trained in 4-bit
-and saved elsewhere.
-
-The merge runs on the CPU (after training, GPU memory is better left alone and a CPU merge
-works everywhere) in ``dtype``: by default the dtype the base was saved in (bf16 for Qwen).
-A bf16 file rounds updates smaller than about 1/256 of a weight away; ``dtype="float32"``
-keeps every bit of the adapter at twice the size.
+:func:`export_merged` folds the adapter into the base (peft's ``merge_and_unload``) on the CPU
+and saves a transformers checkpoint with its tokenizer; :func:`push_to_hub` uploads a folder.
+A 4-bit (QLoRA) base is reloaded as training loaded it and dequantised before the merge: the
+adapter was trained against ``dequant(Q(W))``, not ``W`` (merging into the full-precision
+weights, or on the 4-bit layers, would compute another function). Whether the base was 4-bit
+is read from the folder's ``erl_lite.json`` note or a checkpoint's ``trainer_state.json``.
 
 Departures from the paper: none; the paper fully fine-tunes and has no adapter to merge.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
 
+from erl_lite.jsonio import read_json
 # NOTE_FILE (erl_lite.json): the note save_adapter leaves next to an adapter, how its base was loaded.
 from erl_lite.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
 
 
-
 @dataclass
 class AdapterInfo:
-    """What an adapter folder says about the model it belongs to.
+    """What an adapter folder says about the model it belongs to."""
 
-    Attributes:
-        adapter_dir: the folder (``adapter_config.json`` + ``adapter_model.safetensors``).
-        base_model: hub name or local folder of the base (the adapter's
-            ``base_model_name_or_path``, unless overridden).
-        quantization: ``"4bit"`` or ``"none"``: how the base was loaded during training.
-        quantization_source: where ``quantization`` was read (for messages).
-        has_tokenizer: the folder holds a tokenizer (else the base's is used).
-    """
-
-    adapter_dir: str
-    base_model: str
-    quantization: str
-    quantization_source: str
-    has_tokenizer: bool
+    adapter_dir: str  # adapter_config.json + adapter_model.safetensors
+    base_model: str  # hub name or local folder of the base
+    quantization: str  # "4bit" or "none": how the base was loaded in training
+    quantization_source: str  # where quantization was read (for messages)
+    has_tokenizer: bool  # the folder holds a tokenizer (else the base's is used)
 
 
 @dataclass
 class ExportResult:
-    """A merged model written by :func:`export_merged`.
+    """A merged model written by :func:`export_merged` (``base_model``, ``quantization`` as in
+    :class:`AdapterInfo`)."""
 
-    Attributes:
-        out_dir: the folder holding the merged model and its tokenizer.
-        base_model, quantization: as in :class:`AdapterInfo`.
-        dtype: the dtype of the saved weights.
-        files: the files written, sorted.
-    """
-
-    out_dir: str
+    out_dir: str  # the merged model and its tokenizer
     base_model: str
     quantization: str
-    dtype: str
-    files: list[str]
+    dtype: str  # of the saved weights
+    files: list[str]  # the files written, sorted
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,11 +55,9 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
 
     Args:
         adapter_dir: a saved adapter, e.g. a ``checkpoint-<step>`` folder or ``output_dir`` after training.
-        quantization: ``"auto"`` reads the folder's ``erl_lite.json`` note, else (a format-2
-            checkpoint's ``adapter/``) the parent's ``trainer_state.json``, else assumes full precision; ``"none"`` or
-            ``"4bit"`` say it outright.
-        base_model: load the base from here instead of the adapter's ``base_model_name_or_path``
-            (for a base saved under another path on this machine).
+        quantization: ``"auto"`` reads it from the folder (see the module docstring); ``"none"``
+            or ``"4bit"`` say it outright.
+        base_model: load the base from here instead of the adapter's ``base_model_name_or_path``.
 
     Example:
         >>> import tempfile
@@ -120,13 +75,11 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
         raise FileNotFoundError(_not_an_adapter(folder))
     if quantization not in ("auto", "none", "4bit"):
         raise ValueError(f"quantization must be 'auto', 'none' or '4bit', got {quantization!r}")
-    with open(config_path, encoding="utf-8") as f:
-        saved_base = json.load(f).get("base_model_name_or_path")
+    saved_base = read_json(config_path).get("base_model_name_or_path")
     base = base_model or saved_base
     if not base:
         raise ValueError(f"{config_path} names no base_model_name_or_path; pass base_model=")
     from erl_lite.models import MOVED_BASE_HINT, check_model_source  # (models imports transformers)
-
     if base_model:
         check_model_source(os.fspath(base_model), what="base_model")
     else:
@@ -157,8 +110,7 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
     """``(quantization, where it was read)`` from the folder's note or its checkpoint."""
     note = os.path.join(folder, NOTE_FILE)
     if os.path.isfile(note):
-        with open(note, encoding="utf-8") as f:
-            value = json.load(f).get("base_quantization")
+        value = read_json(note).get("base_quantization")
         if value not in ("none", "4bit"):
             raise ValueError(f"{note}: base_quantization must be 'none' or '4bit', got {value!r}")
         return value, note
@@ -166,8 +118,7 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
     here = os.path.abspath(folder)
     state = os.path.join(os.path.dirname(here), "trainer_state.json")
     if os.path.basename(here) == "adapter" and os.path.isfile(state):
-        with open(state, encoding="utf-8") as f:
-            config = json.load(f).get("config")
+        config = read_json(state).get("config")
         if isinstance(config, dict) and "load_in_4bit" in config:
             return ("4bit" if config["load_in_4bit"] else "none"), state
     return "none", "default (nothing in the folder says 4-bit)"
@@ -178,14 +129,11 @@ def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto
                   trust_remote_code: bool = False) -> tuple[Any, Any, AdapterInfo]:
     """Load an adapter's base on the CPU, merge the adapter into it; return ``(model, tokenizer, info)``.
 
-    A 4-bit base is loaded in NF4 exactly as in training and dequantised before the merge (see
-    the module docstring for why). ``dtype``: ``"auto"`` (the base's saved dtype),
-    ``"float32"``, ``"bfloat16"``, ``"float16"`` or a torch dtype. Other arguments as in
-    :func:`describe_adapter`. The model comes back in eval mode, without any peft wrapper.
+    ``dtype``: ``"auto"`` (the base's saved dtype), a dtype name or a torch dtype; other arguments
+    as in :func:`describe_adapter`. The model comes back in eval mode, without a peft wrapper.
     """
     from peft import PeftModel
     from transformers import AutoTokenizer
-
     info = describe_adapter(adapter_dir, quantization, base_model)
     torch_dtype = _merge_dtype(dtype, info.base_model, trust_remote_code)
     base = _load_base_for_merge(info, torch_dtype, trust_remote_code)
@@ -198,12 +146,10 @@ def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto
 
 def _merge_dtype(dtype: str | torch.dtype, base_model: str, trust_remote_code: bool) -> torch.dtype:
     from erl_lite.models import DTYPES, named_dtype  # (models imports transformers)
-
     named = named_dtype(dtype)
     if named is not None:
         return named
     from transformers import AutoConfig
-
     saved = getattr(AutoConfig.from_pretrained(base_model, trust_remote_code=trust_remote_code), "dtype", None)
     if isinstance(saved, str):
         saved = DTYPES.get(saved)
@@ -213,7 +159,6 @@ def _merge_dtype(dtype: str | torch.dtype, base_model: str, trust_remote_code: b
 def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remote_code: bool) -> Any:
     """The base as training saw it, in plain ``Linear`` layers: dequantised when it was 4-bit."""
     from erl_lite.models import _load_base  # the one home of the 4-bit loading settings
-
     cpu = torch.device("cpu")
     base = _load_base(info.base_model, info.quantization, torch_dtype, cpu, trust_remote_code)
     if info.quantization == "4bit":
@@ -227,11 +172,8 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
 def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                   quantization: Literal["auto", "none", "4bit"] = "auto", dtype: str | torch.dtype = "auto",
                   base_model: str | None = None, trust_remote_code: bool = False) -> ExportResult:
-    """Merge the adapter in ``adapter_dir`` into its base and save model + tokenizer to ``out_dir``.
-
-    The folder then loads with ``AutoModelForCausalLM.from_pretrained(out_dir)`` (no peft),
-    weights in safetensors. Arguments as in :func:`merge_adapter`. Nothing leaves the machine;
-    upload with :func:`push_to_hub`.
+    """Merge the adapter in ``adapter_dir`` into its base and save model + tokenizer (safetensors) to
+    ``out_dir``, which then loads with ``AutoModelForCausalLM``. Arguments as in :func:`merge_adapter`.
 
     Example:
         >>> import tempfile
@@ -259,8 +201,8 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True
                 commit_message: str = "Upload from erl_lite") -> str:
     """Upload ``folder`` (a merged model or an adapter) to the Hugging Face Hub; return its URL.
 
-    Needs the network and a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``).
-    The repository is created if missing — private unless ``private=False``.
+    Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``); a missing
+    repository is created, private unless ``private=False``.
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"repo_id must look like 'user-or-org/name', got {repo_id!r}")
@@ -268,7 +210,6 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True
     if not os.path.isdir(path):
         raise FileNotFoundError(f"nothing to push: {path!r} is not a folder")
     from huggingface_hub import HfApi
-
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     api.upload_folder(folder_path=path, repo_id=repo_id, repo_type="model", commit_message=commit_message)

@@ -1,31 +1,14 @@
 """Several environments in one run, each task routed to its own by name.
 
-:class:`MultiEnvironment` holds named environments (``{"frozenlake": FrozenLake.small(),
-"sokoban": Sokoban.small(), "qa": MultiHopQA.small()}``) and is itself an
-:class:`~erl_lite.core.env.Environment`, so the rollout and the phases need no special case.
-Every task it plays is *tagged* with its environment's name: the task id starts with
-``"<name>/"`` (the one fact routing reads) and the task's data holds the name under
-``environment``, the column TRL 1.16's multi-environment ``environment_factory`` reads, so
-reward functions see it as TRL's do.
-
-Tasks come from a dataset whose ``environment`` column names each row's environment
-(:meth:`MultiEnvironment.tasks_from_rows`): a row with a ``prompt`` is a dataset task (for a
-:class:`~erl_lite.integrations.dataset.RewardFunctionEnv` member), a row without one names a task of
-that environment's split by ``index`` (and optionally ``split``: ``train``/``test``), e.g.
-``{"environment": "sokoban", "index": 12}``. Without a dataset, the members' own splits are
-interleaved (:meth:`MultiEnvironment.train_tasks`).
-
-Per task, the member environment decides the first attempt's system prompt, the action
-reminder added to a rulebook, the turn limit (an episode ends after its own environment's
-``max_turns``, as it would alone) and the scoring (``score_batch`` is called per member with
-its episodes only). The trainer keeps one reflection memory per member
-(:class:`~erl_lite.core.memory.MemoryBank`) and logs the per-environment metric families
-(``reward/first/<env>``, ...; see :mod:`erl_lite.metrics`).
+:class:`MultiEnvironment` holds named environments and is itself an
+:class:`~erl_lite.core.env.Environment`. A task's id starts with ``"<name>/"`` (what routing
+reads) and its data holds the name under ``environment``, TRL 1.16's multi-environment column.
+A dataset row names its environment there (:meth:`MultiEnvironment.tasks_from_rows`); without a
+``prompt`` it names a task of the member's split by ``index``. Per task, the member decides the
+prompts, the turn limit and the scoring; the trainer keeps one memory per member.
 
 Departures from the paper: the paper trains one environment per run; mixing them is an
-addition (TRL's multi-environment pattern). Each environment keeps its own memory, so one
-game's rulebook never becomes another's base instructions, while the model's weights are
-shared — what one environment teaches can help or hurt the others.
+addition (TRL's pattern). Memories are per environment, the weights shared.
 """
 
 from __future__ import annotations
@@ -131,7 +114,6 @@ class MultiEnvironment(Environment):
         rows that end up with one id are refused, naming it and both rows.
         """
         from erl_lite.integrations.dataset import rows_to_tasks
-
         tasks = []
         for i, row in enumerate(rows):
             data = row.data if isinstance(row, Task) else row

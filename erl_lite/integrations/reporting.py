@@ -1,44 +1,19 @@
 """Experiment trackers: the run's history sent to TensorBoard, Trackio or Weights & Biases.
 
-``ERLConfig.report_to`` names the trackers and ``ERLConfig.logging_steps`` how often train
-records are sent, both with TRL's meanings (see their docstrings). A :class:`Reporter` hangs
-on the run's :class:`~erl_lite.history.History`, which hands it every record it logs:
+``ERLConfig.report_to`` names the trackers, ``logging_steps`` how often (TRL's meanings). A
+:class:`Reporter` sends the history's train records averaged since the last send, eval records
+as they come, and a ``samples`` table of the sending iteration (markdown in TensorBoard). Runs
+are finished at the end of every ``train()`` and continued by the next one.
 
-* train records: every scalar, averaged over the iterations since the previous send (the
-  latest value for :data:`~erl_lite.metrics.POINT_IN_TIME` keys such as ``lr``), at the
-  sending iteration's step, under the history's own names (``reward/first``, ``gate/rate``,
-  ``frac_reward_zero_std/first``, ...);
-* eval records (``eval/reward``, ...) as they come, at their step;
-* with each train send, a ``samples`` table of the sending iteration's
-  :class:`~erl_lite.records.StepRecord`: one row per first attempt with its reward and
-  conversation and, for a gated one, the reflection, the second attempt and r2, plus the
-  memory after the step. wandb and Trackio get a ``Table``; TensorBoard, which has no
-  tables, a markdown text summary (its Text tab).
-
-Every tracker is optional and imported only when named; a missing one fails when the trainer
-is built, naming the pip extra. Trackers open at the first send, not at construction.
-
-Why not transformers' integration callbacks (``TensorBoardCallback``, ``WandbCallback``,
-``TrackioCallback``): they are driven by ``transformers.Trainer``'s loop (``TrainingArguments``,
-``TrainerState``, ``TrainerControl``), which erl_lite does not run, and log no tables. Kept from
-them: TensorBoard's run folder (``TENSORBOARD_LOGGING_DIR``, else
-``<output_dir>/runs/<date>_<host>``), wandb's ``train/global_step`` step metric (records may
-arrive at an earlier step after a resume) and ``WANDB_PROJECT``. A wandb run the user started
-before training is reused and left for the user to finish; otherwise the project is
-``ERLConfig.project``, else ``WANDB_PROJECT`` / ``TRACKIO_PROJECT``, else ``erl-lite``
-(:func:`project_name`), and the run is named after ``output_dir``.
-
-Runs are finished at the end of every ``train()`` call, an error included (wandb then writes
-its summary), and an evaluation logged outside ``train()`` finishes them again after its send.
-A later ``train()`` (or logged evaluation) on the same trainer continues the same runs: wandb
-resumes the run's id, Trackio the run's name, TensorBoard writes on in the same folder.
+Not transformers' ``TensorBoardCallback``/``WandbCallback``/``TrackioCallback``: those are driven
+by ``transformers.Trainer``'s loop and log no tables. Kept from them: TensorBoard's run folder,
+wandb's ``train/global_step`` step metric and the ``WANDB_PROJECT`` variable.
 
 Departures from the paper: none (the paper logs through its own framework).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import math
 import os
@@ -65,10 +40,8 @@ def _installed(name: str) -> bool:
 
 
 def resolve_report_to(report_to: list[str]) -> list[str]:
-    """The trackers to open for ``ERLConfig.report_to``; fails on one that is not installed.
-
-    ``["all"]`` means every installed one of :data:`~erl_lite.config.REPORT_TO_BACKENDS`, as in
-    transformers.
+    """The trackers to open for ``ERLConfig.report_to`` (``["all"]``: every installed one, as in
+    transformers); ImportError for one that is not installed.
 
     Example:
         >>> resolve_report_to([])
@@ -113,7 +86,6 @@ class TensorBoardTracker:
     def __init__(self, config: ERLConfig) -> None:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations.integration_utils import default_logdir
-
         log_dir = os.getenv("TENSORBOARD_LOGGING_DIR")
         if log_dir is None and config.output_dir:
             log_dir = os.path.join(config.output_dir, default_logdir())
@@ -135,25 +107,23 @@ class TensorBoardTracker:
     def reopen(self) -> None:
         """Write on in the same run folder after :meth:`close` (a new event file there)."""
         from torch.utils.tensorboard import SummaryWriter
-
         self.writer = SummaryWriter(log_dir=self.log_dir)
 
 
 class WandbTracker:
     """``wandb.log`` with the ``train/global_step`` step metric; tables as ``wandb.Table``.
 
-    A run erl_lite started is finished when training ends (so wandb writes its summary), and
-    :meth:`reopen` resumes that same run (its id, ``resume="allow"``) when ``train()`` is called
-    again; a run the user started before training is theirs to finish."""
+    A run erl_lite started is finished at the end of training and resumed by :meth:`reopen`;
+    a run the user started is reused and left for them to finish."""
 
     def __init__(self, config: ERLConfig) -> None:
         import wandb
-
         self.wandb, self.config = wandb, config
         self.owned, self.run_id = False, None  # a run erl_lite started, and its id (to resume it)
-        self._start()
+        self.reopen()
 
-    def _start(self) -> None:
+    def reopen(self) -> None:
+        """Start the run, or continue it after :meth:`close` (the next ``train()`` of the trainer)."""
         wandb, config = self.wandb, self.config
         if wandb.run is None:
             resume = {"id": self.run_id, "resume": "allow"} if self.run_id else {}
@@ -175,22 +145,17 @@ class WandbTracker:
         if self.owned and self.wandb.run is not None:
             self.wandb.finish()
 
-    def reopen(self) -> None:
-        """Continue the run after :meth:`close` (the next ``train()`` of the same trainer)."""
-        self._start()
-
 
 class TrackioTracker:
-    """``trackio.log`` at the record's step; tables as ``trackio.Table``; finished at the end,
-    and resumed under the same run name by :meth:`reopen`."""
+    """``trackio.log`` at the record's step; tables as ``trackio.Table``."""
 
     def __init__(self, config: ERLConfig) -> None:
         import trackio
-
         self.trackio, self.config, self.name = trackio, config, _run_name(config)
-        self._start()
+        self.reopen()
 
-    def _start(self) -> None:
+    def reopen(self) -> None:
+        """Start the run, or continue it under the same name after :meth:`close`."""
         run = self.trackio.init(project=project_name(self.config, "TRACKIO_PROJECT"), name=self.name,
                                 config=self.config.to_dict(), resume="allow")
         self.name = self.name or getattr(run, "name", None)  # Trackio names an unnamed run itself
@@ -205,15 +170,10 @@ class TrackioTracker:
     def close(self) -> None:
         self.trackio.finish()
 
-    def reopen(self) -> None:
-        """Continue the run after :meth:`close` (the next ``train()`` of the same trainer)."""
-        self._start()
-
 
 def project_name(config: ERLConfig, variable: str) -> str:
-    """The tracker project: ``config.project``, else the tracker's environment ``variable``
-    (``WANDB_PROJECT``, ``TRACKIO_PROJECT``), else :data:`DEFAULT_PROJECT`. The field wins: it is
-    set in the run's own code or file, the variable often in a shell profile for every run.
+    """The tracker project: ``config.project`` (the run's own setting wins), else the environment
+    ``variable`` (``WANDB_PROJECT``, ``TRACKIO_PROJECT``), else :data:`DEFAULT_PROJECT`.
 
     Example:
         >>> project_name(ERLConfig(project="lab-3"), "WANDB_PROJECT")
@@ -232,7 +192,6 @@ def _run_name(config: ERLConfig) -> str | None:
 
 def _frame(columns: list[str], rows: list[list[Any]]) -> Any:
     import pandas as pd  # a dependency of datasets
-
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -255,8 +214,8 @@ def sample_rows(record: StepRecord) -> list[list[Any]]:
 
 
 def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
-    """Rows as markdown for TensorBoard's Text tab: one section per row, texts as indented code
-    blocks (so the attempts' own backticks and markup stay as they are).
+    """Rows as markdown for TensorBoard's Text tab; long texts as indented code blocks (so the
+    attempts' own markup stays as it is).
 
     Example:
         >>> print(markdown_rows(["task", "text"], [["t1", "a\\nb"]]))
@@ -298,8 +257,7 @@ class Reporter:
     """Forwards history records to the named trackers, every ``logging_steps`` iterations.
 
     Args:
-        config: the run's config (``logging_steps`` and ``max_steps`` are read at each record,
-            so a resume that changes them takes effect).
+        config: the run's config (``logging_steps`` and ``max_steps`` are read at each record).
         names: trackers to open (see :func:`resolve_report_to`).
 
     Example:
@@ -341,9 +299,8 @@ class Reporter:
                     tracker.log_table(SAMPLES_TABLE, SAMPLE_COLUMNS, rows, step)
 
     def close(self) -> None:
-        """Send what is pending (a run stopped early) and close the trackers (the end of each
-        ``train()``, an error included); they reopen on the next send, on the same run where the
-        tracker can (its ``reopen()``)."""
+        """Send what is pending and close the trackers (end of ``train()``); the next send reopens
+        them, on the same run where the tracker can (its ``reopen()``)."""
         if self._pending:
             self._send(_window(self._pending), self._pending_step)
         self._pending = []

@@ -1,35 +1,15 @@
 """Calling TRL-style reward and feedback functions on a batch, and checking what they return.
 
-The call is TRL 1.16's (``GRPOTrainer._calculate_rewards``): one call per function for the
-whole batch, by keyword — ``prompts=``, ``completions=``, ``completion_ids=``,
-``trainer_state=`` and every task column as a keyword list (a ``completion`` column is
-dropped, as TRL drops it). Outputs are checked row by row, and every problem is a
-:class:`RewardFunctionError` naming the function and the row (batch position and task id):
+The call is TRL 1.16's (``GRPOTrainer._calculate_rewards``): one call per function for the whole
+batch, by keyword (``prompts``, ``completions``, ``completion_ids``, ``trainer_state``,
+``log_metric``, ``log_extra`` and every task column). Every unusable output is a
+:class:`RewardFunctionError` naming the function and the row; ``None`` is "not applicable",
+left out of the weighted sum; a ``(score, feedback)`` pair gives ERL its feedback text.
 
-* not a list, or a list of the wrong length;
-* NaN, inf, a magnitude beyond :data:`MAX_ABS_REWARD` (1e10: larger ones overflow the
-  advantages), a string or anything else that is not a number (a bool counts as 0/1, as in
-  TRL; a ``(score, feedback)`` pair is accepted, its feedback a string);
-* ``None`` is TRL's "not applicable": it is left out of the weighted sum. A row for which
-  *every* reward function returns None is an error here (TRL warns and scores it 0, which
-  would silently train on a made-up reward);
-* a function that raises: the error names it and, when calling it on each row alone shows
-  one row failing (and not all), that row; a ``TypeError`` adds a hint about the keyword call.
-
-Feedback functions: the same call, a list of strings or None ("no feedback for this row").
-
-``log_metric(name, value)`` and ``log_extra(column, values)`` are passed as TRL passes them,
-bound to a :class:`RewardLog`: a metric's values are averaged over the iteration (every reward
-call of it: first and second attempts alike, and over the processes) and logged under the
-plain name the function gave, as TRL averages them over a logging step; an extra column (one
-value per row of the batch, as for TRL's completions table) is stored on each row's attempt
-(``Attempt.extra``) and so lands in the step's sample records. Each function's own values are
-kept per row (:attr:`Scores.parts`, keyed by :func:`reward_func_name`) for TRL's
-``rewards/<name>/mean|std``.
-
-Departures from TRL: ``environments`` is passed by the TRL adapter only; reward models
-(``nn.Module``) are not called here (wrap one in a function); a bad ``log_metric`` value or an
-``log_extra`` column of the wrong length is an error (TRL would log NaN or misalign the table).
+Departures from TRL: a row every function scores None is an error (TRL scores it 0, training on
+a made-up reward); so are a bad ``log_metric`` value and a ``log_extra`` column of the wrong
+length (TRL would log NaN or misalign the table); reward models (``nn.Module``) are not called
+(wrap one in a function); ``environments`` is passed by the TRL adapter only.
 """
 
 from __future__ import annotations
@@ -37,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -47,10 +28,8 @@ from erl_lite.records import Task
 _CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})
 #: Keywords passed whole (not one row) when a failing batch is retried row by row.
 _UNSLICED_KEYS = frozenset({"trainer_state", "log_extra", "log_metric"})
-#: The largest reward magnitude accepted. Rewards are centred and squared in double precision
-#: (the group std) and enter the float32 loss as advantages, where a group of one or
-#: ``scale_rewards="none"`` keeps ``A = r``: ±1e10 stays far from both overflows (r² ≤ 1e20,
-#: |A| × a sum of log-ratios ≪ 3.4e38) while leaving room for any reward scale in use.
+#: The largest reward magnitude accepted: rewards are squared in double precision (the group std)
+#: and may enter the float32 loss as ``A = r``; ±1e10 keeps both far from overflow.
 MAX_ABS_REWARD = 1e10
 #: Columns TRL drops before the call.
 _DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
@@ -62,25 +41,16 @@ class RewardFunctionError(ValueError):
 
 @dataclass(frozen=True)
 class RunState:
-    """``trainer_state`` outside a trainer (phase-level use): nothing has been trained yet.
+    """``trainer_state`` outside a trainer (phase-level use): nothing has been trained yet."""
 
-    Attributes:
-        global_step: the training iteration the completions belong to (0: none).
-        max_steps: the planned number of iterations (0: unknown).
-        epoch: passes over the training tasks so far.
-    """
-
-    global_step: int = 0
-    max_steps: int = 0
-    epoch: float = 0.0
+    global_step: int = 0  # the iteration the completions belong to (0: none)
+    max_steps: int = 0  # the planned number of iterations (0: unknown)
+    epoch: float = 0.0  # passes over the training tasks so far
 
 
 class RewardLog:
-    """What reward functions log through TRL's ``log_metric`` and ``log_extra`` keywords.
-
-    ``metrics`` keeps every ``(name, value)`` until the trainer takes them
-    (:meth:`take_metrics`); ``extra`` keeps the columns of the batch being scored until its
-    environment takes them (:meth:`take_extra`).
+    """What reward functions log through TRL's ``log_metric`` and ``log_extra`` keywords, kept until
+    the trainer (:meth:`take_metrics`) or the batch's environment (:meth:`take_extra`) takes it.
 
     Example:
         >>> log = RewardLog()
@@ -140,25 +110,47 @@ def mean_metrics(pairs: Sequence[tuple[str, float]]) -> dict[str, float]:
 
 @dataclass
 class Scores:
-    """A scored batch: the weighted reward, the feedback notes and each function's value, per row.
-
-    Attributes:
-        rewards: the weighted sum per row.
-        notes: feedback texts per row (from ``(score, text)`` outputs).
-        parts: per row, ``{reward_func_name: unweighted value or None}`` (TRL's ``rewards_per_func``).
-    """
+    """A scored batch, per row: the weighted reward, the feedback notes (from ``(score, text)``
+    outputs) and each function's unweighted value or None (TRL's ``rewards_per_func``)."""
 
     rewards: list[float]
     notes: list[list[str]]
     parts: list[dict[str, float | None]] = field(default_factory=list)
 
 
+def reward_sources(reward_funcs: Callable | Sequence[Callable] | None,
+                   reward_weights: Sequence[float] | None) -> tuple[list[Callable], list[float]]:
+    """``reward_funcs`` as a list of plain callables, and their weights (default 1 each).
+
+    Raises TypeError for a reward model (``nn.Module``) or a non-callable, ValueError for a
+    weight count that does not match.
+
+    Example:
+        >>> def acc(completions, **kw): ...
+        >>> reward_sources(acc, None)[1], reward_sources([acc, acc], [0.5, 2])[1]
+        ([1.0], [0.5, 2.0])
+    """
+    funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) \
+        else [reward_funcs]
+    for i, f in enumerate(funcs):
+        if not callable(f) or _is_module(f):
+            raise TypeError(f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
+                            "are not supported: wrap one in a function f(prompts, completions, **kw)")
+    if reward_weights is not None and len(reward_weights) != len(funcs):
+        raise ValueError(f"reward_weights has {len(reward_weights)} values for {len(funcs)} reward_funcs")
+    weights = [1.0] * len(funcs) if reward_weights is None else [float(w) for w in reward_weights]
+    return funcs, weights
+
+
+def _is_module(func: Any) -> bool:
+    torch_nn = sys.modules.get("torch.nn")  # no torch import here: only an imported torch has modules
+    return torch_nn is not None and isinstance(func, torch_nn.Module)
+
+
 def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
                    trainer_state: Any = None, log: RewardLog | None = None) -> dict[str, Any]:
-    """The keyword arguments of one TRL-style call on a batch of replies.
-
-    ``log`` receives what the functions pass to ``log_metric``/``log_extra`` (a throw-away one
-    when None).
+    """The keyword arguments of one TRL-style call on a batch of replies (``log``: where
+    ``log_metric``/``log_extra`` write; a throw-away one when None).
 
     Example:
         >>> kw = call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]])
@@ -250,10 +242,7 @@ def call_checked(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
 
 
 def _failing_row(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], kind: type) -> str:
-    """Where an error comes from: the first row whose one-row call raises ``kind`` (unless all do).
-
-    Runs only on the error path, to name the offending row of a batch call.
-    """
+    """The first row whose one-row call raises ``kind`` (unless all do); run on the error path only."""
     n = len(tasks)
     if n < 2:
         return f"; {_row(0, tasks)}" if n == 1 else ""
@@ -295,8 +284,8 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
 
 
 def _json_value(value: Any, column: str, i: int, tasks: Sequence[Task]) -> Any:
-    """``value`` as it will be written to ``samples.jsonl``: JSON as it is, or a numpy/torch
-    scalar's Python value; anything else is refused here, not when the history is written."""
+    """``value`` as written to ``samples.jsonl`` (a numpy/torch scalar as its Python value); what
+    JSON cannot hold is refused here, not when the history is written."""
     candidates = [value]
     if callable(getattr(value, "item", None)):
         try:
@@ -333,8 +322,6 @@ def reward_func_name(func: Any) -> str:
     while isinstance(func, functools.partial):
         func = func.func
     return getattr(func, "__name__", None) or type(func).__name__
-
-
 
 
 _name = reward_func_name  # short, for the error messages

@@ -1,50 +1,14 @@
 r"""Environment classes written for TRL's ``environment_factory``, run as erl_lite environments.
 
-TRL 1.16's ``GRPOTrainer(environment_factory=...)`` takes a class (or any zero-argument
-factory) whose instances provide (``trl/trainer/grpo_trainer.py``):
+TRL 1.16's contract: ``reset(**row)`` returns None or a string appended to the last user
+message; public methods are the tools (schemas from type hints and ``Args:``); an optional
+``get_reward()`` adds the instance's reward with weight 1. :class:`TRLEnvironment` plays such a
+class multi-turn: ``<tool_call>`` blocks (Qwen's Hermes format) get ``<tool_response>`` results,
+a reply without one ends the episode. A dict of factories is routed by the ``environment``
+column (:class:`~erl_lite.integrations.multi.MultiEnvironment`). ERL replays a failed task on a
+fresh instance, so ``reset`` should be deterministic in the row.
 
-* ``reset(**row)`` — called with the dataset row (``prompt`` and every other column; in
-  multi-environment mode without ``environment``); returns None or a string that is appended
-  to the prompt's last user message;
-* public methods (no leading ``_``, other than ``reset``/``get_reward``) — the tools: their
-  JSON schemas (``transformers.utils.get_json_schema``, from type hints and the docstring's
-  ``Args:``) are shown to the model, and a call runs ``method(**arguments)``; an exception
-  becomes ``{"error": "..."}`` as the tool's result;
-* ``get_reward()`` (optional) — the rollout's reward from the instance's state, added with
-  weight 1 to any ``reward_funcs`` (which receive the instances as ``environments=``).
-
-:class:`TRLEnvironment` wraps such a factory as a multi-turn
-:class:`~erl_lite.core.env.Environment`: each reply is parsed for tool calls; a reply with
-calls gets their results back as the next observation, a reply without one ends the episode,
-which is then scored. A dict of factories becomes a
-:class:`~erl_lite.integrations.multi.MultiEnvironment` routed by the ``environment`` column, as TRL
-routes it. ``ERLTrainer(environment_factory=...)`` does this for you.
-
-Without a ``train_dataset`` (TRL 1.16's mode for an environment that owns its data), the
-trainer trains on placeholder rows with an empty user message (:func:`placeholder_rows`), and
-the string ``reset()`` returns becomes the whole prompt; ``max_steps`` must be set. ERL plays a
-failed task again from a fresh instance: an environment whose ``reset()`` draws a new puzzle
-each time gives the second attempt another puzzle than the one reflected on, so make ``reset``
-deterministic in the row (or pass a dataset) for ERL's retry to mean what the paper means.
-
-Tool-call format: erl_lite's episodes see the decoded reply text (not token ids), so calls are
-read from the Hermes format that Qwen2.5/Qwen3 chat templates use and that TRL's Qwen response
-schema parses with the same pattern::
-
-    <tool_call>
-    {"name": "increment", "arguments": {"step": 2}}
-    </tool_call>
-
-and results go back as ``<tool_response>...</tool_response>`` in a user turn — what Qwen's
-template renders a ``tool`` message as. The tools are rendered by the tokenizer's own chat
-template, ``apply_chat_template(..., tools=schemas)`` as TRL renders them, when that template
-renders ``tools=`` (Qwen2.5/Qwen3 do; :func:`~erl_lite.core.chat.template_renders_tools` checks the
-output): the system prompt then only adds how an episode ends, and a second attempt's
-template lists the tools after its rulebook. A template without tool support (or a tokenizer
-without a template) gets erl_lite's copy of Qwen's block in the system prompt instead, and
-again after a rulebook in a second attempt's system prompt (the ``action_reminder``).
-
-Example (the environment from ``examples/trl_env_counter.py``, in short):
+Example (``examples/trl_env_counter.py``, in short):
 
     >>> class Counter:
     ...     def reset(self, target, **kwargs):
@@ -69,12 +33,9 @@ Example (the environment from ``examples/trl_env_counter.py``, in short):
     >>> _ = ep.step("Done."); ep.reward, ep.success
     (1.0, True)
 
-Departures from TRL: one fresh instance per episode (TRL reuses a pool of instances across
-batches, resetting them); tool calls are parsed from text in the format above, not with a
-tokenizer's response schema, and arguments are passed as the JSON gives them (TRL types them
-with the schema on recent transformers); a reply whose ``<tool_call>`` is not valid JSON gets
-an error result (TRL treats it as a final answer); async tools and ``get_reward`` are not
-supported. Departures from the paper: none (the paper's environments are erl_lite's own).
+Departures from TRL: a fresh instance per episode (TRL reuses a pool); calls parsed from text,
+arguments passed as the JSON gives them; invalid JSON in a ``<tool_call>`` gets an error result
+(TRL takes it as the answer); no async tools. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -88,7 +49,7 @@ from erl_lite.core.chat import template_renders_tools
 from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.integrations.dataset import split_prompt
 from erl_lite.integrations.multi import ENV_COLUMN, MultiEnvironment
-from erl_lite.integrations.reward_calls import RewardLog, call_arguments, weighted_rewards
+from erl_lite.integrations.reward_calls import RewardLog, call_arguments, reward_sources, weighted_rewards
 from erl_lite.records import Task
 
 #: One tool call (TRL's Qwen response schema uses the same pattern).
@@ -97,10 +58,8 @@ _HOOKS = ("reset", "get_reward")
 
 
 def tool_methods(cls: type) -> list[str]:
-    """Names of the methods TRL exposes as tools: public functions other than reset/get_reward.
-
-    Listed on the class, as TRL does (listing on an instance would evaluate properties).
-    """
+    """The methods TRL exposes as tools: public functions other than reset/get_reward, listed on the
+    class as TRL does (an instance would evaluate its properties)."""
     return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
             if name not in _HOOKS and not name.startswith("_")]
 
@@ -147,8 +106,8 @@ class TRLEnvironment(Environment):
 
     Args:
         factory: zero-argument callable returning an instance with ``reset`` and tool methods.
-        reward_funcs: TRL-style reward functions (optional when instances have ``get_reward``);
-            called once per phase with ``environments=`` (the instances) besides TRL's keywords.
+        reward_funcs: TRL-style reward functions, also passed ``environments=`` (the instances);
+            optional when instances have ``get_reward``.
         reward_weights: weights of ``reward_funcs`` (``get_reward`` has weight 1, as in TRL).
         success_threshold: reward at or above which an episode counts as solved.
         max_turns: model turns per episode (TRL: ``max_tool_calling_iterations`` + 1).
@@ -166,7 +125,6 @@ class TRLEnvironment(Environment):
             raise ValueError(f"environment_factory {cls.__name__}: each instance must define a callable reset "
                              "(TRL's contract: reset(**row) -> str | None)")
         from transformers.utils import get_json_schema
-
         self.factory, self.tools = factory, tool_methods(cls)
         schemas = []
         for tool in self.tools:
@@ -175,11 +133,7 @@ class TRLEnvironment(Environment):
             except Exception as err:  # transformers explains what the docstring or hints lack
                 raise ValueError(f"tool {cls.__name__}.{tool}: cannot build its JSON schema ({err}); tools need "
                                  "type hints and a docstring with an Args: section, as in TRL") from err
-        funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) \
-            else [reward_funcs]
-        weights = [1.0] * len(funcs) if reward_weights is None else [float(w) for w in reward_weights]
-        if len(weights) != len(funcs):
-            raise ValueError(f"reward_weights has {len(weights)} values for {len(funcs)} reward_funcs")
+        funcs, weights = reward_sources(reward_funcs, reward_weights)
         if callable(getattr(probe, "get_reward", None)):
             funcs.append(_get_reward_named(cls.__name__))
             weights.append(1.0)
@@ -196,13 +150,11 @@ class TRLEnvironment(Environment):
         self.action_reminder = self.system_prompt
 
     def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
-        """Hand the tools to the chat template (``apply_chat_template(tools=...)``, as TRL does)
-        when it renders them; otherwise keep erl_lite's text block in the system prompt (the
-        fallback for templates without tool support, and for tokenizers without a template)."""
+        """Hand the tools to the chat template (``tools=``, as TRL does) when it renders them;
+        otherwise keep erl_lite's text block in the system prompt."""
         if self.schemas and template_renders_tools(tokenizer, template_kwargs):
             self._template_tools = self.schemas
-            # The template lists the tools and the call format after any system text (also after a
-            # rulebook); what it does not say is how an episode ends.
+            # The template lists tools and call format (after a rulebook too), not how an episode ends.
             self.system_prompt = self.action_reminder = FINAL_ANSWER_HINT
 
     def template_tools(self, task: Task) -> list[dict[str, Any]] | None:
@@ -233,8 +185,7 @@ class TRLEnvironment(Environment):
 
 
 def _get_reward_named(name: str) -> Callable[..., list[float]]:
-    """TRL's reward column of an environment that owns its reward: ``get_reward()`` per instance,
-    named after the environment's class (TRL logs it as ``rewards/<class name>/mean``)."""
+    """``get_reward()`` per instance, named after the class (TRL logs ``rewards/<class name>/mean``)."""
 
     def get_reward(environments: list[Any], **kwargs: Any) -> list[float]:
         return [e.get_reward() for e in environments]
@@ -287,19 +238,17 @@ class TRLEpisode(BatchScoredEpisode):
 
     def _run(self, call: dict[str, Any] | str) -> str:
         """A tool call's result as text; failures become ``{"error": ...}`` as in TRL."""
-        result = self._call(call)
-        self.failed_calls += result.startswith('{"error"')
-        return result
-
-    def _call(self, call: dict[str, Any] | str) -> str:
         if isinstance(call, str):
-            return json.dumps({"error": f"could not parse the tool call: {call}"})
-        if call["name"] not in self.env.tools:
-            return json.dumps({"error": f"Tool {call['name']} not found."})
-        try:
-            return str(getattr(self.instance, call["name"])(**call["arguments"]))
-        except Exception as err:  # the model's call was wrong: it sees the error, as in TRL
-            return json.dumps({"error": str(err)})
+            error = f"could not parse the tool call: {call}"
+        elif call["name"] not in self.env.tools:
+            error = f"Tool {call['name']} not found."
+        else:
+            try:
+                return str(getattr(self.instance, call["name"])(**call["arguments"]))
+            except Exception as err:  # the model's call was wrong: it sees the error, as in TRL
+                error = str(err)
+        self.failed_calls += 1
+        return json.dumps({"error": error})
 
     @property
     def final_text(self) -> str:
@@ -334,13 +283,9 @@ class TRLEpisode(BatchScoredEpisode):
 
 
 def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
-    """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: empty prompts.
-
-    The environment owns the data: ``reset()`` returns the whole prompt, appended to an empty
-    user message. TRL builds ``generation_batch_size // num_generations`` such rows (one
-    generation round) and cycles them; here that is one row per task of an iteration
-    (``num_tasks_per_step``). As in TRL, ``max_steps`` must then be set, and a dict of factories
-    is refused (it routes by a dataset column).
+    """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: one empty user
+    message per task of an iteration (``reset()`` returns the whole prompt). As in TRL,
+    ``max_steps`` must be set and a dict of factories is refused (it routes by a dataset column).
 
     Example:
         >>> placeholder_rows(object, 3, 2)
