@@ -28,11 +28,8 @@ TRL_LOSS_TYPES_MISSING = {
     "sapo": "token_mean (TRL's dapo, with a hard clip instead of a soft gate)",
     "vespo": "token_mean with importance_sampling_level='sequence'",
 }
-#: ``lr_scheduler_type`` values (transformers' ``get_scheduler`` names).
 LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
-#: ``scale_rewards`` values (TRL's).
 SCALE_REWARDS = ("group", "batch", "none")
-#: ``importance_sampling_level`` values (TRL's).
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 MEMORY_TYPES = ("single", "fifo")
 INTERNALIZATION_MODES = ("raft", "nll")

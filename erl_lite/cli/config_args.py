@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from erl_lite.config import ERLConfig
+from erl_lite.field_types import field_types
 
 _NONE_WORDS = ("none", "null", "~")
 _TRUE_WORDS = ("true", "yes", "y", "1", "on")
@@ -153,8 +154,8 @@ def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
 def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
     """Public init fields with their resolved types, except those marked ``metadata={"cli": False}``
     (set another way: ``preset_name`` by ``--preset``)."""
-    hints = typing.get_type_hints(cls)
-    return [(f, hints.get(f.name, Any)) for f in dataclasses.fields(cls)
+    hints = field_types(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)
             if f.init and not f.name.startswith("_") and f.metadata.get("cli", True)]
 
 
