@@ -1,21 +1,11 @@
 """Checking a dataclass field's value against its type annotation, with a message naming the field.
 
-:class:`~erl_lite.config.ERLConfig` runs :func:`conform_fields` first thing in ``__post_init__``,
-so every way of building a config (Python, ``dataclasses.replace``, ``ERLConfig.replace``, a
-YAML run file, the command line, a checkpoint's saved settings) meets the same rules, read
-from the annotations rather than from a list of names:
-
-* ``bool`` takes only ``True``/``False`` (not ``1``, ``2`` or ``"yes"``: the command line and YAML
-  turn words into booleans before this);
-* ``int`` takes an integer, or a float that is a whole number (JSON and YAML write ``3.0``),
-  stored as an ``int``; never a bool or ``1.5``;
-* ``float`` takes any real number but a bool, and it must be finite: NaN and ±inf are refused
-  wherever a number goes (a NaN learning rate trains NaN weights without a word);
-* ``str`` takes a string; ``X | None`` also ``None``; ``list[X]`` a list or tuple of ``X``;
-  ``dict[K, V]`` a dict of them; ``Literal[...]`` one of its values; ``Any`` anything.
-
-Hand-written because neither ``dataclasses`` nor ``HfArgumentParser`` checks types at
-construction (the parser converts command-line strings only), and pydantic is not a dependency.
+``ERLConfig.__post_init__`` runs :func:`conform_fields` first, so every way of building a config
+(Python, ``replace``, a run file, the command line, a checkpoint) meets the same rules, read from
+the annotations: ``bool`` takes only True/False; ``int`` an integer or a whole float (stored as
+int), never a bool or 1.5; ``float`` any real number but a bool, and never NaN or ±inf; ``X |
+None``, ``list[X]``, ``dict[K, V]``, ``Literal[...]`` and ``Any`` as written. Hand-written because
+neither ``dataclasses`` nor ``HfArgumentParser`` checks types at construction.
 
 Departures from the paper: none; this is plumbing.
 """

@@ -1,9 +1,6 @@
 """Functions named by text, as the command line takes them: ``module:function``,
-``path/to/file.py:function`` or TRL's dotted ``module.function`` (``trl grpo --reward_funcs``).
-
-:func:`load_function` turns such a spec into the function, with an error naming the spec when
-the module, the file or the function is missing; :func:`function_spec` writes the spec of a
-function, which a checkpoint records so that ``erl-lite eval`` can say what a run was scored by.
+``path/to/file.py:function`` or TRL's dotted ``module.function``. A checkpoint records a reward
+function's spec (:func:`function_spec`) so that ``erl-lite eval`` can say what a run was scored by.
 
 Departures from the paper: none; this is plumbing.
 """

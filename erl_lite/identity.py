@@ -1,22 +1,11 @@
 """What a run is, for resume: the settings, the model, the adapter and the tokenizer that a
-checkpoint records and that a resuming run must match.
+checkpoint records and that a resuming run must match (one line per difference).
 
-A resumed run must compute what the saved run computed. Three parts are compared, each one
-line per difference (``field: checkpoint <old>, this run <new>``):
-
-* ``config`` — every :class:`~erl_lite.config.ERLConfig` field except :data:`RESUMABLE_FIELDS`;
-* ``model`` — the base model's name and every LoRA setting that changes the forward pass or
-  the trainable set (:data:`LORA_FIELDS`);
-* ``tokenizer`` — a hash of the chat template, the EOS and pad tokens and ids, the vocabulary
-  size: another tokenizer turns the same prompts into other token ids.
-
-The environment a run trained on is recorded too (``env``: its name, class and, for dataset
-rows scored by reward functions, their ``module:function`` specs), for ``erl-lite eval`` to
-rebuild it or to ask for what it cannot rebuild; resume does not compare it.
-
-A checkpoint written before a part or a LoRA field was recorded resumes as before: a missing
-``tokenizer`` part is not compared, and a missing LoRA field is taken at peft's default (the
-value every earlier erl_lite adapter had unless a ``peft_config`` said otherwise).
+Compared: every ERLConfig field but :data:`RESUMABLE_FIELDS`; the base model's name and the LoRA
+settings (:data:`LORA_FIELDS`); a hash of the tokenizer's chat template, its EOS and pad tokens
+and vocabulary size. The environment is recorded for ``erl-lite eval``, not compared. A part or
+field missing from an older checkpoint is taken at its default (a missing tokenizer part is not
+compared).
 
 Departures from the paper: none (the reference resumes without checks).
 """
@@ -28,22 +17,18 @@ import json
 from typing import Any
 
 #: ERLConfig fields that may differ between a checkpoint and the run resuming it: they change
-#: how a run is watched, saved or split into micro-batches, not what it computes. Every other
-#: field (and the model's name and LoRA settings, and the tokenizer) must match unless the
-#: caller overrides the check.
+#: how a run is watched, saved or split into micro-batches, not what it computes.
 RESUMABLE_FIELDS = frozenset({
     "max_steps", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit", "eval_steps",
     "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
     "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
     "eval_top_p", "eval_top_k", "logprob_chunk_size", "push_to_hub", "hub_model_id", "hub_private_repo",
-    "project",
+    "project", "preset_name",
 })
 
-#: LoRA settings (``peft.LoraConfig`` fields) recorded besides ``r``, ``lora_alpha`` and
-#: ``target_modules``: each changes the adapter's output (rsLoRA's α/√r scale, DoRA's magnitude,
-#: dropout, per-layer ranks and scales) or which tensors train (biases, modules_to_save, layers).
-#: Not recorded: initialisation settings (``init_lora_weights``, LoftQ, EVA, ...), which a
-#: resume overwrites with the saved weights anyway.
+#: ``peft.LoraConfig`` fields recorded besides ``r``, ``lora_alpha`` and ``target_modules``: each
+#: changes the adapter's output or which tensors train (initialisation settings are not recorded:
+#: a resume overwrites the weights anyway).
 LORA_FIELDS = ("use_rslora", "use_dora", "lora_dropout", "bias", "lora_bias", "modules_to_save",
                "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern", "alpha_pattern",
                "trainable_token_indices", "target_parameters", "layer_replication", "fan_in_fan_out")

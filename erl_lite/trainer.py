@@ -256,7 +256,7 @@ class ERLTrainer:
 
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
-            require_cuda_for_preset(self.args.extra.get("preset"))
+            require_cuda_for_preset(self.args.preset_name)
             a = self.args  # the lora_* fields build the adapter unless a peft_config is given
             four_bit = wants_4bit(quantization_config, self.args)
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",

@@ -1,20 +1,11 @@
-"""What ``ERLConfig`` does with each of TRL's ``GRPOConfig`` settings: accept, map or refuse.
-
-Every field of ``trl.GRPOConfig`` (TRL 1.16: its own and those it inherits from
-``transformers.TrainingArguments``) sits in exactly one of three tables, so a ``GRPOConfig(...)``
-call ported to ``ERLConfig(...)`` never meets a bare "unexpected keyword argument" and no setting
-is dropped without a word (``tests/test_trl_fields.py`` walks the fields, so a field a new TRL
-adds fails there until it is placed here):
-
-* :data:`TRL_ACCEPTED`: an ``ERLConfig`` field of the same name and meaning (differences are in
-  that field's docstring);
-* :data:`TRL_MAPPED`: turned into the ``ERLConfig`` field that holds the same setting (e.g.
-  ``min_p`` into ``generation_kwargs``) by :func:`translate_trl_fields`;
-* :data:`TRL_REFUSED`: a ``ValueError`` that says where the setting went, or why erl_lite cannot
-  honour it. A refused field given at the value that means what erl_lite does anyway
-  (:data:`TRL_SAME_AS`, e.g. ``use_vllm=False``) is accepted and dropped, since it changes nothing.
-
-A name in none of them is a ``TypeError`` with the closest known name.
+"""What ``ERLConfig`` does with each of TRL's ``GRPOConfig`` settings (TRL 1.16, with those it
+inherits from ``TrainingArguments``): every field sits in exactly one table, so a ported
+``GRPOConfig(...)`` call never meets a bare "unexpected keyword argument" (``tests/test_trl_fields.py``
+walks the fields). :data:`TRL_ACCEPTED`: an ERLConfig field of the same name and meaning;
+:data:`TRL_MAPPED`: turned into the field that holds the same setting (:func:`translate_trl_fields`);
+:data:`TRL_REFUSED`: a ValueError saying where the setting went or why erl_lite cannot honour it,
+unless given at the value erl_lite behaves as anyway (:data:`TRL_SAME_AS`). Any other name is a
+TypeError with the closest known name.
 
 Departures from the paper: none (this is API plumbing).
 """

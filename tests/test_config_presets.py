@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from erl_lite.config import ERLConfig
+from erl_lite.config import PRESETS, ERLConfig
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "fixtures" / "demo_configs.json").read_text())
 
@@ -27,8 +27,11 @@ def test_demo_preset_builds_the_recorded_demo_configs_field_for_field(case):
         before = {**before, "max_steps": None}
     for now in (demo_config(**overrides), ERLConfig.preset("demo", **overrides)):
         got = now.to_dict()
-        assert got["extra"] == {**before["extra"], "preset": "demo"}
-        assert {k: v for k, v in got.items() if k != "extra"} == {k: v for k, v in before.items() if k != "extra"}
+        # recorded when the preset travelled in extra (then "cpu", under the demo's layer)
+        assert got["extra"] == {k: v for k, v in before["extra"].items() if k != "preset"}
+        assert got["preset_name"] == "demo"
+        assert {k: v for k, v in got.items() if k not in ("extra", "preset_name")} == {
+            k: v for k, v in before.items() if k != "extra"}
 
 
 def test_demo_settings_are_one_preset_that_nothing_overrides():
@@ -72,8 +75,8 @@ def test_train_on_the_demo_world_uses_the_demo_preset_unless_another_is_named():
     from erl_lite.cli import build_parser, train_config
 
     parse = build_parser().parse_args
-    assert train_config(parse(["train"])).extra["preset"] == "demo"
-    assert train_config(parse(["train", "--env", "frozenlake"])).extra["preset"] == "cpu"
+    assert train_config(parse(["train"])).preset_name == "demo"
+    assert train_config(parse(["train", "--env", "frozenlake"])).preset_name == "cpu"
     gpu = train_config(parse(["train", "--preset", "gpu"]))
     assert gpu.to_dict() == ERLConfig.preset("gpu", extra={"env": "demo", "small": False}).to_dict()
     demo_elsewhere = train_config(parse(["train", "--preset", "demo", "--env", "frozenlake"]))
@@ -93,3 +96,24 @@ def test_run_seeds_default_to_the_one_default_seed(function):
     params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
     seed = params.get("seed", params.get("run_seed"))
     assert seed is not None and seed.default == DEFAULT_SEED
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("extra", [{}, {"env": "demo", "small": False}])
+def test_a_config_saved_with_the_preset_in_extra_loads_with_its_preset_name(name, extra):
+    """Runs saved before ``preset_name`` existed carried the preset as ``extra["preset"]``: they load, and resume."""
+    from erl_lite.identity import run_differences
+
+    saved = {**ERLConfig.preset(name).to_dict(), "extra": {**extra, "preset": name}}
+    del saved["preset_name"]
+    cfg = ERLConfig(**saved)
+    assert (cfg.preset_name, cfg.extra) == (name, extra)
+    now = ERLConfig.preset(name, extra=extra).to_dict()
+    assert run_differences({"config": saved, "model": {}}, {"config": now, "model": {}}) == []
+
+
+def test_the_preset_name_is_a_field_not_an_extra():
+    cfg = ERLConfig.preset("cpu", extra={"note": "x"})
+    assert cfg.preset_name == "cpu" and cfg.extra == {"note": "x"}
+    assert cfg.replace(seed=3).preset_name == "cpu" and ERLConfig().preset_name is None
+    assert ERLConfig(**cfg.to_dict()) == cfg  # saved and restored with the config

@@ -50,7 +50,7 @@ def test_invalid_values_name_the_field(field, value):
 
 def test_presets_are_valid_and_overridable():
     for name in PRESETS:
-        assert ERLConfig.preset(name).extra["preset"] == name
+        assert ERLConfig.preset(name).preset_name == name
     assert ERLConfig.preset("cpu", max_steps=3).max_steps == 3
     with pytest.raises(ValueError, match="unknown preset"):
         ERLConfig.preset("tpu")

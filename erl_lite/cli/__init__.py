@@ -43,8 +43,8 @@ import warnings
 from typing import Any, Sequence
 
 from erl_lite.config import DEFAULT_SEED, MODES, PRESETS, ERLConfig
-from erl_lite.cli.config_args import (SuggestingParser, add_config_arguments, given_fields, load_config_file,
-                                 locate_in_file, shown_value)
+from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, given_fields, shown_value
+from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.jsonio import read_json, read_jsonl
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")

@@ -1,32 +1,13 @@
-"""Command-line options and YAML run files generated from :class:`~erl_lite.config.ERLConfig`.
+"""Command-line options generated from :class:`~erl_lite.config.ERLConfig`: one per field.
 
-Every dataclass field becomes one option, so a field added to the config is on the command
-line with no edit here. The help of an option is the first sentence of the field's attribute
-docstring, read from ``config.py``'s source with :mod:`ast` (the docstrings stay the one home
-of each field's meaning); the allowed values of a field come from its ``_choice(...)`` check
-in ``ERLConfig.__post_init__``, read the same way.
-
-Spellings: ``--learning-rate`` (shown in ``--help``) and TRL's / ``HfArgumentParser``'s
-``--learning_rate`` (accepted, not shown). Booleans: ``--use-memory`` / ``--no-use-memory``,
-and TRL's ``--use_memory true|false`` / ``--no_use_memory``. Values: numbers and words as
-such, ``none`` for an optional field, dicts and lists as YAML or JSON
-(``--extra '{note: first try}'``).
-
-``--help`` shows each field's default (the caller may pass its own, e.g. a preset's). A
-mistyped flag gets "did you mean --x?" from :class:`SuggestingParser`, with the same closest-match
-rule (:func:`closest`) as a mistyped run-file key; argparse has this only from Python 3.14
-(``suggest_on_error``), hence the subclass.
-
-A run file (``--config run.yaml``) is a mapping of field names (``-`` or ``_``) to values; an
-unknown key is an error that names the closest field (:mod:`difflib`). Each value is checked
-against its field's type (:mod:`erl_lite.field_types`: ``temperature: true``, ``use_memory: 2``,
-``seed: 1.5`` and ``learning_rate: null`` are refused), and errors name the file and the line.
-
-One field given twice: two spellings on the command line (``--steps`` and ``--max-steps``,
-``--learning-rate`` and ``--learning_rate``, ``--no-memory`` and ``--use-memory``) or the same
-key twice in a run file (``learning-rate`` and ``learning_rate``) is an error naming both when
-the values differ, instead of the last one silently winning; values that agree pass. Between
-layers there is no conflict: flags override the file by design.
+An option's help is the first sentence of the field's attribute docstring (read from the source
+with :mod:`ast`: the docstrings stay the one home of each field's meaning), and its choices are
+the config's ``FIELD_CHOICES``. Spellings: ``--learning-rate`` (shown) and TRL's
+``--learning_rate`` (hidden); booleans ``--use-memory`` / ``--no-use-memory`` and TRL's
+``--use_memory true|false``; ``none`` for an optional field; dicts and lists as YAML or JSON.
+A mistyped flag gets "did you mean --x?" (:class:`SuggestingParser`; argparse has it only from
+Python 3.14), and one field set by two spellings to different values is an error naming both.
+Run files (``--config run.yaml``) are read by :mod:`erl_lite.cli.run_files`.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -48,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from erl_lite.config import ERLConfig
-from erl_lite.field_types import conform
+from erl_lite.field_types import field_types
 
 _NONE_WORDS = ("none", "null", "~")
 _TRUE_WORDS = ("true", "yes", "y", "1", "on")
@@ -100,24 +81,14 @@ def first_sentence(text: str) -> str:
 
 
 def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
-    """The allowed values of each field checked with ``_choice("name", self.name, ALLOWED)`` in
-    the config's ``__post_init__`` (``ALLOWED`` read from the config's module).
+    """The allowed values of the fields that take one of a few words: the ``FIELD_CHOICES`` table
+    of the config's module (:data:`erl_lite.config_checks.FIELD_CHOICES`); none for other classes.
 
     Example:
         >>> field_choices()["mode"]
         ('erl', 'erl_simple', 'rlvr')
     """
-    node = _class_ast(cls)
-    module = sys.modules.get(cls.__module__)
-    found: dict[str, tuple] = {}
-    for call in ast.walk(node) if node is not None else ():
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_choice"
-                and len(call.args) == 3 and isinstance(call.args[0], ast.Constant)
-                and isinstance(call.args[2], ast.Name)):
-            allowed = getattr(module, call.args[2].id, None)
-            if isinstance(allowed, (tuple, list)):
-                found[call.args[0].value] = tuple(allowed)
-    return found
+    return dict(getattr(sys.modules.get(cls.__module__), "FIELD_CHOICES", {}))
 
 
 # --- turning text into a field's value -------------------------------------------------------
@@ -180,10 +151,12 @@ def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
     return parse_yaml, "YAML"
 
 
-def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
-    """Public init fields with their resolved types (the config module uses string annotations)."""
-    hints = typing.get_type_hints(cls)
-    return [(f, hints.get(f.name, Any)) for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    """Public init fields with their resolved types, except those marked ``metadata={"cli": False}``
+    (set another way: ``preset_name`` by ``--preset``)."""
+    hints = field_types(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)
+            if f.init and not f.name.startswith("_") and f.metadata.get("cli", True)]
 
 
 # --- the parser --------------------------------------------------------------------------------
@@ -312,7 +285,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
     docs, choices = field_docs(cls), field_choices(cls)
     defaults = defaults if defaults is not None else _dataclass_defaults(cls)
     group = parser.add_argument_group(title)
-    for f, annotation in _fields(cls):
+    for f, annotation in cli_fields(cls):
         shown, trl = "--" + f.name.replace("_", "-"), "--" + f.name
         default = f"(default: {defaults[f.name]})" if f.name in defaults else ""
         help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, ""), default]))
@@ -357,7 +330,7 @@ def shown_value(value: Any) -> str:
 def _dataclass_defaults(cls: type) -> dict[str, str]:
     """Each field's default (:func:`shown_value`), from ``cls()``."""
     blank = cls()
-    return {f.name: shown_value(getattr(blank, f.name)) for f, _ in _fields(cls)}
+    return {f.name: shown_value(getattr(blank, f.name)) for f, _ in cli_fields(cls)}
 
 
 def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable[[str], Any]:
@@ -385,102 +358,7 @@ def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, A
         if len({repr(v) for v in by_option.values()}) > 1:
             shown = " and ".join(f"{option} {value!r}" for option, value in by_option.items())
             raise ValueError(f"{name} is given twice: {shown}; give it once")
-    return {f.name: getattr(args, f.name) for f, _ in _fields(cls) if hasattr(args, f.name)}
-
-
-# --- run files -----------------------------------------------------------------------------------
-def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (),
-                     aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read a YAML run file: ``(field values, values of other_keys)``.
-
-    Keys may be written with ``-`` or ``_``. A string given for a number field (YAML reads
-    ``1e-6`` as a string) is converted as on the command line. A key that is neither a field
-    nor one of ``other_keys`` is an error naming the file and the closest known key; ``aliases``
-    (``{"steps": "max_steps"}``) maps command-line shorthands to the field they stand for.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
-        >>> _ = open(path, "w").write("learning-rate: 1e-4\\nenv: qa\\n")
-        >>> load_config_file(path, other_keys=["env"])
-        ({'learning_rate': 0.0001}, {'env': 'qa'})
-    """
-    entries = _yaml_entries(path)
-    if entries is None:
-        return {}, {}
-    types_ = {f.name: annotation for f, annotation in _fields(cls)}
-    fields, others, seen = {}, {}, {}
-    for raw_key, value, line in entries:
-        key = str(raw_key).replace("-", "_")
-        where = f"{path}:{line}"
-        if key not in types_ and key not in other_keys:
-            raise ValueError(_unknown_key(where, str(raw_key), [*types_, *other_keys], aliases or {}))
-        if key in types_:
-            value = _coerce(value, types_[key], where, key, cls.__name__)
-        if key in seen and seen[key][2] != value:  # the same key twice: refused when they disagree
-            first_line, first_key, _ = seen[key]
-            spelled = "" if first_key == raw_key else f": {str(first_key)!r} and {str(raw_key)!r}"
-            raise ValueError(f"{where}: {key} is given twice (lines {first_line} and {line}{spelled}); give it once")
-        seen[key] = (line, raw_key, value)
-        (fields if key in types_ else others)[key] = value
-    return fields, others
-
-
-def locate_in_file(message: str, path: str, names: Iterable[str]) -> str:
-    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it mentions whose
-    value came from the run file ``path`` (``names``); as it is when it mentions none.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
-        >>> _ = open(path, "w").write("seed: 1\\ntop-p: 1.5\\n")
-        >>> locate_in_file("ERLConfig.top_p must be in (0, 1]", path, ["seed", "top_p"])  # doctest: +ELLIPSIS
-        '...run.yaml:2: ERLConfig.top_p must be in (0, 1]'
-    """
-    lines = {str(key).replace("-", "_"): line for key, _, line in _yaml_entries(path) or ()}
-    names = set(names)
-    for name in re.findall(r"\bERLConfig\.(\w+)", message):
-        if name in names and name in lines:
-            return f"{path}:{lines[name]}: {message}"
-    return message
-
-
-def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:
-    """``(key, value, 1-based line)`` of each top-level entry of a YAML mapping file, duplicates kept
-    (``yaml.safe_load`` silently keeps the last of two equal keys); None for an empty file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ValueError(f"cannot read the config file {path}: {e.strerror}") from e
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if not isinstance(node, yaml.MappingNode):
-            data = loader.construct_document(node)
-            raise ValueError(f"{path} must hold a mapping of config fields to values, got a {type(data).__name__}")
-        loader.flatten_mapping(node)  # YAML merge keys (<<: *defaults) become plain entries
-        return [(loader.construct_object(k, deep=True), loader.construct_object(v, deep=True), k.start_mark.line + 1)
-                for k, v in node.value]
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path} is not valid YAML: {e}") from e
-    finally:
-        loader.dispose()
-
-
-def _coerce(value: Any, annotation: Any, where: str, key: str, owner: str) -> Any:
-    """A file's value as the field stores it: a string for a number converted as on the command
-    line (YAML reads ``1e-6`` as a string), then checked against the field's type."""
-    parse, _ = converter(annotation)
-    try:
-        if isinstance(value, str) and parse not in (str, parse_yaml):
-            value = parse(value)
-        return conform(key, value, annotation, owner)
-    except (ValueError, argparse.ArgumentTypeError) as e:
-        message = str(e)
-        raise ValueError(f"{where}: {message if message.startswith(owner + '.') else f'{key}: {message}'}") from e
+    return {f.name: getattr(args, f.name) for f, _ in cli_fields(cls) if hasattr(args, f.name)}
 
 
 def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
@@ -494,9 +372,3 @@ def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None =
     """
     return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)),
                                              None)
-
-
-def _unknown_key(path: str, key: str, known: list[str], aliases: Mapping[str, str]) -> str:
-    guess = closest(key.replace("-", "_"), known, aliases)
-    hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
-    return f"{path}: unknown key {key!r}{hint}"

@@ -59,7 +59,7 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
 
     Example:
         >>> model, tokenizer, env, config = setup("cpu", seed=0, max_steps=2)
-        >>> config.max_steps, config.extra["preset"], tokenizer.eos_token
+        >>> config.max_steps, config.preset_name, tokenizer.eos_token
         (2, 'demo', '<|im_end|>')
     """
     if preset not in _SETUPS:

@@ -1,0 +1,119 @@
+"""YAML run files (``erl-lite train --config run.yaml``): a mapping of ERLConfig field names
+(``-`` or ``_``) to values, each checked against its field's type (:mod:`erl_lite.field_types`);
+every error names the file and the line, and an unknown key the closest known one. The same key
+twice (``learning-rate`` and ``learning_rate``) with different values is refused.
+
+Departures from the paper: none; this is plumbing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from erl_lite.cli.config_args import cli_fields, closest, converter, parse_yaml
+from erl_lite.config import ERLConfig
+from erl_lite.field_types import conform
+
+
+def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (),
+                     aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read a YAML run file: ``(field values, values of other_keys)``.
+
+    Keys may be written with ``-`` or ``_``. A string given for a number field (YAML reads
+    ``1e-6`` as a string) is converted as on the command line. A key that is neither a field
+    nor one of ``other_keys`` is an error naming the file and the closest known key; ``aliases``
+    (``{"steps": "max_steps"}``) maps command-line shorthands to the field they stand for.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
+        >>> _ = open(path, "w").write("learning-rate: 1e-4\\nenv: qa\\n")
+        >>> load_config_file(path, other_keys=["env"])
+        ({'learning_rate': 0.0001}, {'env': 'qa'})
+    """
+    entries = _yaml_entries(path)
+    if entries is None:
+        return {}, {}
+    types_ = {f.name: annotation for f, annotation in cli_fields(cls)}
+    fields, others, seen = {}, {}, {}
+    for raw_key, value, line in entries:
+        key = str(raw_key).replace("-", "_")
+        where = f"{path}:{line}"
+        if key not in types_ and key not in other_keys:
+            raise ValueError(_unknown_key(where, str(raw_key), [*types_, *other_keys], aliases or {}))
+        if key in types_:
+            value = _coerce(value, types_[key], where, key, cls.__name__)
+        if key in seen and seen[key][2] != value:  # the same key twice: refused when they disagree
+            first_line, first_key, _ = seen[key]
+            spelled = "" if first_key == raw_key else f": {str(first_key)!r} and {str(raw_key)!r}"
+            raise ValueError(f"{where}: {key} is given twice (lines {first_line} and {line}{spelled}); give it once")
+        seen[key] = (line, raw_key, value)
+        (fields if key in types_ else others)[key] = value
+    return fields, others
+
+
+def locate_in_file(message: str, path: str, names: Iterable[str]) -> str:
+    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it mentions whose
+    value came from the run file ``path`` (``names``); as it is when it mentions none.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
+        >>> _ = open(path, "w").write("seed: 1\\ntop-p: 1.5\\n")
+        >>> locate_in_file("ERLConfig.top_p must be in (0, 1]", path, ["seed", "top_p"])  # doctest: +ELLIPSIS
+        '...run.yaml:2: ERLConfig.top_p must be in (0, 1]'
+    """
+    lines = {str(key).replace("-", "_"): line for key, _, line in _yaml_entries(path) or ()}
+    names = set(names)
+    for name in re.findall(r"\bERLConfig\.(\w+)", message):
+        if name in names and name in lines:
+            return f"{path}:{lines[name]}: {message}"
+    return message
+
+
+def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:
+    """``(key, value, 1-based line)`` of each top-level entry of a YAML mapping file, duplicates kept
+    (``yaml.safe_load`` silently keeps the last of two equal keys); None for an empty file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read the config file {path}: {e.strerror}") from e
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if not isinstance(node, yaml.MappingNode):
+            data = loader.construct_document(node)
+            raise ValueError(f"{path} must hold a mapping of config fields to values, got a {type(data).__name__}")
+        loader.flatten_mapping(node)  # YAML merge keys (<<: *defaults) become plain entries
+        return [(loader.construct_object(k, deep=True), loader.construct_object(v, deep=True), k.start_mark.line + 1)
+                for k, v in node.value]
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {e}") from e
+    finally:
+        loader.dispose()
+
+
+def _coerce(value: Any, annotation: Any, where: str, key: str, owner: str) -> Any:
+    """A file's value as the field stores it: a string for a number converted as on the command
+    line (YAML reads ``1e-6`` as a string), then checked against the field's type."""
+    parse, _ = converter(annotation)
+    try:
+        if isinstance(value, str) and parse not in (str, parse_yaml):
+            value = parse(value)
+        return conform(key, value, annotation, owner)
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        message = str(e)
+        raise ValueError(f"{where}: {message if message.startswith(owner + '.') else f'{key}: {message}'}") from e
+
+
+def _unknown_key(path: str, key: str, known: list[str], aliases: Mapping[str, str]) -> str:
+    guess = closest(key.replace("-", "_"), known, aliases)
+    hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
+    return f"{path}: unknown key {key!r}{hint}"

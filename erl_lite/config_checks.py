@@ -1,0 +1,242 @@
+"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take, and the named checks its
+``__post_init__`` runs, one concern each; every error names the field.
+
+The tables are re-exported by :mod:`erl_lite.config` (import them from there). Departures from
+the paper: none; this is validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from erl_lite.config import ERLConfig
+
+MODES = ("erl", "erl_simple", "rlvr")
+LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
+#: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
+LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
+#: Every name ``loss_type`` accepts (erl_lite's own, then TRL's aliases).
+LOSS_TYPE_NAMES = LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)
+#: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
+TRL_LOSS_TYPES_MISSING = {
+    "bnpo": "token_mean (= TRL's dapo: the same token mean, over the whole mini-batch instead of per micro-batch)",
+    "dr_grpo": "seq_sum (= TRL's dr_grpo × max_completion_length: the same sums, divided by the sequence count)",
+    "cispo": "token_mean (TRL's dapo; the clip acts on the ratio term, not a detached weight)",
+    "sapo": "token_mean (TRL's dapo, with a hard clip instead of a soft gate)",
+    "vespo": "token_mean with importance_sampling_level='sequence'",
+}
+LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
+SCALE_REWARDS = ("group", "batch", "none")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+MEMORY_TYPES = ("single", "fifo")
+INTERNALIZATION_MODES = ("raft", "nll")
+#: Experiment trackers ``report_to`` can name (each an optional pip extra of the same name).
+REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
+OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
+
+#: The fields that take one of a few words, and those words (also the command line's choices).
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    "mode": MODES, "loss_type": LOSS_TYPE_NAMES, "scale_rewards": SCALE_REWARDS,
+    "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS, "lr_scheduler_type": LR_SCHEDULERS,
+    "memory_type": MEMORY_TYPES, "internalization_mode": INTERNALIZATION_MODES, "optim": OPTIMIZERS,
+}
+
+#: ``model.generate`` keys that the sampler sets from its own fields (refused in ``generation_kwargs``).
+SAMPLER_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "eos_token_id",
+                "pad_token_id", "generation_config", "input_ids", "attention_mask")
+
+#: Training iterations when neither ``max_steps`` nor ``num_train_epochs`` is given.
+DEFAULT_MAX_STEPS = 100
+
+#: G per mode when ``num_generations`` is None: the paper's 4 rollouts per task for ERL and its
+#: compute-matched 10 for the RLVR baseline.
+DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
+
+#: Switches each mode ignores (refused away from their defaults rather than silently dropped).
+_IGNORED_BY_MODE = {
+    "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k",
+             "train_reflection", "train_second", "use_internalization", "internalization_mode",
+             "internalization_coef", "reflection_temperature", "reflection_top_p"),
+    "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization",
+                   "internalization_mode", "internalization_coef"),
+    "erl": (),
+}
+
+
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"ERLConfig.{name} must be a positive integer, got {value!r}")
+
+
+def check_trl_values(cfg: ERLConfig) -> None:
+    """TRL's spellings of a value, before the type check: ``scale_rewards`` True/False, and the
+    ``loss_type`` names (TRL's aliases stored as erl_lite's, the unimplemented ones refused)."""
+    if isinstance(cfg.scale_rewards, bool):
+        cfg.scale_rewards = "group" if cfg.scale_rewards else "none"
+    if cfg.loss_type in TRL_LOSS_TYPES_MISSING:
+        raise ValueError(f"ERLConfig.loss_type={cfg.loss_type!r} (a TRL loss) is not implemented in "
+                         f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[cfg.loss_type]}")
+
+
+def check_choices(cfg: ERLConfig) -> None:
+    """Each field of :data:`FIELD_CHOICES` holds one of its words; TRL's loss names become erl_lite's."""
+    for name, allowed in FIELD_CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise ValueError(f"ERLConfig.{name} must be one of {allowed}, got {getattr(cfg, name)!r}")
+    cfg.loss_type = LOSS_TYPE_ALIASES.get(cfg.loss_type, cfg.loss_type)
+
+
+def check_length(cfg: ERLConfig) -> None:
+    """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
+    if cfg.num_train_epochs is not None and not cfg.num_train_epochs > 0:
+        raise ValueError(f"ERLConfig.num_train_epochs must be a positive number, got {cfg.num_train_epochs!r}")
+    if cfg.max_steps is None and cfg.num_train_epochs is None:
+        cfg.max_steps = DEFAULT_MAX_STEPS
+    if cfg.max_steps is not None:
+        _positive("max_steps", cfg.max_steps)
+
+
+def check_counts(cfg: ERLConfig) -> None:
+    """Counts and sizes are positive integers, the rates and intervals not negative."""
+    if cfg.ppo_mini_batch_size is not None:
+        _positive("ppo_mini_batch_size", cfg.ppo_mini_batch_size)
+        if cfg.steps_per_generation != 1:
+            raise ValueError("ERLConfig: give ppo_mini_batch_size (steps follow the batch) or "
+                             f"steps_per_generation={cfg.steps_per_generation} (a fixed count), not both")
+    for name in ("num_tasks_per_step", "num_generations", "max_completion_length",
+                 "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
+                 "memory_size", "memory_top_k", "steps_per_generation",
+                 "per_device_train_batch_size", "eval_num_generations", "sample_every"):
+        _positive(name, getattr(cfg, name))
+    for name in ("eval_steps", "save_steps", "top_k", "eval_top_k", "beta", "weight_decay",
+                 "internalization_coef", "learning_rate", "max_grad_norm"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"ERLConfig.{name} must be >= 0, got {getattr(cfg, name)!r}")
+    if cfg.max_completion_length >= cfg.max_episode_length:
+        raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
+
+
+def check_sampling(cfg: ERLConfig) -> None:
+    """Temperatures above 0, nucleus sizes in (0, 1], and no sampler key in ``generation_kwargs``."""
+    for name in ("temperature", "reflection_temperature", "eval_temperature"):
+        if not getattr(cfg, name) > 0:
+            raise ValueError(f"ERLConfig.{name} must be > 0 (sampling), got {getattr(cfg, name)!r}")
+    for name in ("top_p", "reflection_top_p", "eval_top_p"):
+        if not 0 < getattr(cfg, name) <= 1:
+            raise ValueError(f"ERLConfig.{name} must be in (0, 1], got {getattr(cfg, name)!r}")
+    owned = sorted(set(cfg.generation_kwargs) & set(SAMPLER_KEYS))
+    if owned:
+        raise ValueError(f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
+                         "(max_completion_length, temperature, top_p, top_k, ...); set those instead")
+
+
+def check_clip(cfg: ERLConfig) -> None:
+    """The clip ranges in (0, 1) and the dual clip above 1."""
+    for name in ("epsilon", "epsilon_high"):
+        if not 0 < getattr(cfg, name) < 1:
+            raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(cfg, name)!r}")
+    if cfg.dual_clip is not None and cfg.dual_clip <= 1:
+        raise ValueError(f"ERLConfig.dual_clip must be > 1 or None, got {cfg.dual_clip!r}")
+
+
+def check_schedule(cfg: ERLConfig) -> None:
+    """One warm-up setting, in range, and none with the ``constant`` schedule."""
+    if not 0 <= cfg.warmup_ratio < 1:
+        raise ValueError(f"ERLConfig.warmup_ratio must be in [0, 1), got {cfg.warmup_ratio!r}")
+    w = cfg.warmup_steps
+    if not (w >= 0 and (float(w).is_integer() or w < 1)):
+        raise ValueError("ERLConfig.warmup_steps must be a whole number of steps >= 0 or a fraction in "
+                         f"(0, 1), got {w!r}")
+    if cfg.warmup_ratio and w:
+        raise ValueError("ERLConfig: give warmup_ratio or warmup_steps, not both")
+    if cfg.lr_scheduler_type == "constant" and (cfg.warmup_ratio or w):
+        raise ValueError("ERLConfig.lr_scheduler_type='constant' has no warm-up (transformers would ignore "
+                         "it); use 'constant_with_warmup' with warmup_ratio/warmup_steps")
+
+
+def check_lora(cfg: ERLConfig) -> None:
+    """The adapter's rank, scale, dropout and target modules."""
+    _positive("lora_r", cfg.lora_r)
+    if not cfg.lora_alpha > 0:
+        raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {cfg.lora_alpha!r}")
+    if not 0 <= cfg.lora_dropout < 1:
+        raise ValueError(f"ERLConfig.lora_dropout must be in [0, 1), got {cfg.lora_dropout!r}")
+    if not cfg.lora_target_modules:
+        raise ValueError("ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
+                         f"list of module names, got {cfg.lora_target_modules!r}")
+
+
+def check_reporting(cfg: ERLConfig) -> None:
+    """``report_to`` stored as a list of tracker names, ``logging_steps``, ``project``."""
+    names = [cfg.report_to] if isinstance(cfg.report_to, str) else cfg.report_to
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"ERLConfig.report_to must be a string or a list of strings, got {cfg.report_to!r}")
+    names = list(dict.fromkeys(names))
+    allowed = ("none", "all") + REPORT_TO_BACKENDS
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise ValueError(f"ERLConfig.report_to: unknown tracker {unknown[0]!r}; choose from {allowed}")
+    if len(names) > 1 and ("none" in names or "all" in names):
+        raise ValueError(f"ERLConfig.report_to: 'none' and 'all' stand alone, got {names!r}")
+    cfg.report_to = [] if names == ["none"] else names  # "all" is resolved by the trainer
+    value = cfg.logging_steps  # iterations, or a fraction of max_steps in (0, 1)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    fraction = isinstance(value, float) and 0 < value < 1
+    if not fraction and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError("ERLConfig.logging_steps must be a positive integer (iterations) or a float in "
+                         f"(0, 1) (a fraction of max_steps), got {value!r}")
+    cfg.logging_steps = value
+    if cfg.project is not None and not cfg.project.strip():
+        raise ValueError(f"ERLConfig.project must be a non-empty name or None, got {cfg.project!r}")
+
+
+def check_saving(cfg: ERLConfig) -> None:
+    """Checkpoint rotation and the Hub settings, checked when the config is built rather than after
+    hours of training."""
+    if cfg.save_total_limit is not None:
+        _positive("save_total_limit", cfg.save_total_limit)
+    if not isinstance(cfg.overwrite_output_dir, bool):
+        raise ValueError(f"ERLConfig.overwrite_output_dir must be True or False, got {cfg.overwrite_output_dir!r}")
+    if not isinstance(cfg.push_to_hub, bool):
+        raise ValueError(f"ERLConfig.push_to_hub must be True or False, got {cfg.push_to_hub!r}")
+    if cfg.hub_private_repo is not None and not isinstance(cfg.hub_private_repo, bool):
+        raise ValueError(f"ERLConfig.hub_private_repo must be True, False or None, got {cfg.hub_private_repo!r}")
+    repo = cfg.hub_model_id
+    if repo is not None and not (isinstance(repo, str) and repo.count("/") == 1 and all(repo.split("/"))):
+        raise ValueError(f"ERLConfig.hub_model_id must look like 'user-or-org/name', got {repo!r}")
+    if cfg.push_to_hub and repo is None:
+        raise ValueError("ERLConfig.push_to_hub=True needs hub_model_id='user-or-org/name': the repository "
+                         "the final model is uploaded to")
+
+
+def check_mode_switches(cfg: ERLConfig) -> None:
+    """Fail on switches that the chosen mode would silently ignore."""
+    ignored = _IGNORED_BY_MODE[cfg.mode]
+    if cfg.mode != "rlvr" and not (cfg.use_reflection and cfg.use_memory):
+        # "w/o reflection" (no Δ to remember) and "w/o memory" keep no memory at all
+        ignored += ("memory_type", "memory_size", "memory_top_k")
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    changed = [name for name in dict.fromkeys(ignored) if getattr(cfg, name) != defaults[name]]
+    if changed:
+        why = f"mode={cfg.mode!r}" if cfg.mode != "erl" else (
+            "use_reflection=False" if not cfg.use_reflection else "use_memory=False")
+        raise ValueError(f"ERLConfig: {', '.join(changed)} {'has' if len(changed) == 1 else 'have'} "
+                         f"no effect with {why}; leave {'it' if len(changed) == 1 else 'them'} at the default")
+
+
+def check_group_size(cfg: ERLConfig) -> None:
+    """G = 1: refused where first attempts are all that trains, a warning in ``erl`` mode."""
+    if cfg.num_generations != 1:
+        return
+    if cfg.mode != "erl":
+        raise ValueError(f"ERLConfig.num_generations=1 with mode={cfg.mode!r}: a group of one first attempt "
+                         "has no baseline (its advantage would be the raw reward); GRPO needs >= 2 "
+                         "(TRL refuses G < 2)")
+    warnings.warn("ERLConfig.num_generations=1: every (task, role) group holds one row, so each trained "
+                  "row's advantage is its raw reward (A = r, no group baseline); use >= 2 for GRPO's "
+                  "baseline", UserWarning, stacklevel=4)
+
