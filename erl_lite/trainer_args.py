@@ -1,24 +1,11 @@
 """What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer``.
 
-``ERLTrainer`` takes ``GRPOTrainer``'s positional order (TRL 1.16) so that a GRPOTrainer call
-runs with the class name changed. Some of those arguments have no erl_lite counterpart; they
-are refused here with an error that says what to use instead, rather than ignored:
-
-* ``reward_processing_classes``, ``tools``, ``rollout_func`` (``environment_factory`` is
-  accepted: see :mod:`erl_lite.integrations.trl_adapter`);
-* ``callbacks`` entries that are neither functions ``f(trainer, record)`` nor
-  ``transformers.TrainerCallback`` objects (those run through :mod:`erl_lite.integrations.callbacks`);
-* a ``quantization_config`` that is not 4-bit (a 4-bit one means erl_lite's NF4 loading).
-
-``adopt_model_object`` applies to a model object the model settings that can apply to it
-(``gradient_checkpointing``, ``lora_*`` on an object without an adapter) and refuses the others
-(4-bit on a full-precision object, ``lora_*`` or ``peft_config`` on an object with an adapter).
-
-``TrainerStateView`` is the ``trainer_state`` reward functions receive; ``build_optimizer``
-turns ``ERLConfig.optim`` into the optimizer the trainer uses by default, ``build_scheduler``
-``ERLConfig.lr_scheduler_type`` into its learning-rate schedule.
-
-Departures from the paper: none (this is API plumbing).
+Values of those arguments erl_lite cannot honour are refused with what to use instead, never
+ignored: ``callbacks`` entries that are neither functions ``f(trainer, record)`` nor
+``transformers.TrainerCallback`` objects, a ``quantization_config`` that is not 4-bit, model
+settings that cannot apply to a model object (:func:`adopt_model_object`). Also here: the
+``trainer_state`` reward functions receive, and the default optimizer and schedule.
+Departures from the paper: none (API plumbing).
 """
 
 from __future__ import annotations
@@ -57,16 +44,6 @@ class TrainerStateView:
 
     def __repr__(self) -> str:
         return f"TrainerStateView(global_step={self.global_step}, max_steps={self.max_steps})"
-
-
-def refuse_trl_only(**given: Any) -> None:
-    """Clear errors for GRPOTrainer arguments that erl_lite has no counterpart for."""
-    hints = {"reward_processing_classes": "reward models are not supported; wrap one in a reward function",
-             "tools": "tool use belongs to an environment: pass env= (see erl_lite.envs.qa for a search tool)",
-             "rollout_func": "rollouts are erl_lite's own; a custom sampler goes in generator="}
-    for name, value in given.items():
-        if value is not None:
-            raise ValueError(f"{name} is a GRPOTrainer argument erl_lite does not take: {hints[name]}")
 
 
 def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[["ERLTrainer", StepRecord], None]],
