@@ -3,13 +3,10 @@
 Usage mirrors TRL's GRPOTrainer (same argument names and reward-function signature), so a
 GRPOTrainer user changes one line; environments plug into the same trainer through ``env=``.
 
-How erl_lite departs from the paper (the README's "How erl_lite departs from the paper" gives each
-point in full): rollouts use ``transformers.generate``, not vLLM, and several GPUs are data
-parallel under ``accelerate launch``, not Ray workers; LoRA/QLoRA adapters, the KL reference being
-the adapter disabled; small batches (``steps_per_generation`` or ``ppo_mini_batch_size``, logged as
-``optim/steps``); memory is one overwritten slot written only with a parsed rulebook;
-internalization follows the released code; evaluation samples first attempts only, with its own
-sampler settings; ``mode="rlvr"`` defaults to the paper's G = 10.
+Departures from the paper (the README gives each in full): ``transformers.generate``, not vLLM;
+data parallel under ``accelerate launch``, not Ray; LoRA/QLoRA (the KL reference: the adapter
+disabled); small batches; one memory slot, written only with a parsed rulebook; internalization as
+the released code; evaluation of first attempts only; ``mode="rlvr"`` defaults to G = 10.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
@@ -48,8 +45,8 @@ from erl_lite.metrics import (GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FI
                               TIME_UPDATE, cuda_device, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory,
                               step_metrics)
 from erl_lite.records import StepRecord, Task
-from erl_lite.trainer_args import (TrainerStateView, adopt_model_object, build_optimizer, build_scheduler,
-                                  check_callbacks, wants_4bit)
+from erl_lite.trainer_args import (TrainerStateView, adapter_settings, adopt_model_object, build_optimizer,
+                                  build_scheduler, check_callbacks, wants_4bit)
 from erl_lite.trainer_saving import CheckpointSaving
 
 
@@ -61,40 +58,26 @@ class ERLTrainer(CheckpointSaving):
     multi-turn tasks and tools plug in through ``env=`` or ``environment_factory=``).
 
     Args:
-        model: a model name or path (loaded with :func:`erl_lite.models.load_policy`, 4-bit when
-            ``args.load_in_4bit`` or a 4-bit ``quantization_config``), or a loaded ``PreTrainedModel`` /
-            ``PeftModel``, to which the model settings of ``args`` are applied or refused, never ignored
+        model: a model name or path (loaded by :func:`erl_lite.models.load_policy`), or a loaded model,
+            to which the model settings of ``args`` are applied or refused, never ignored
             (:func:`~erl_lite.trainer_args.adopt_model_object`).
-        reward_funcs: TRL-style reward function(s) for dataset tasks, called by keyword once per phase
-            (:mod:`erl_lite.integrations.dataset`). Reward models are not accepted.
-        args: the :class:`ERLConfig` (TRL ``GRPOConfig`` names are mapped or refused, a ``GRPOConfig`` object
-            is refused).
-        train_dataset: rows with a ``prompt`` column (a list of dicts, a ``datasets.Dataset``, a
-            ``.jsonl``/``.json``/``.csv``/``.parquet`` path or a dataset name; see
-            :mod:`erl_lite.integrations.data_sources`) or a list of :class:`Task`; defaults to
-            ``env.train_tasks()``. With a :class:`~erl_lite.integrations.multi.MultiEnvironment`, each row's
-            ``environment`` column names its environment.
-        eval_dataset: like ``train_dataset``; defaults to ``env.test_tasks()`` for an env.
+        reward_funcs: TRL-style reward function(s) for dataset tasks (:mod:`erl_lite.integrations.dataset`).
+        args: the :class:`ERLConfig` (a ``GRPOConfig`` object is refused).
+        train_dataset, eval_dataset: rows with a ``prompt`` column (a list, a ``datasets.Dataset``, a file
+            or a dataset name: :mod:`erl_lite.integrations.data_sources`) or Tasks; by default the
+            env's ``train_tasks()`` / ``test_tasks()``.
         processing_class: the tokenizer (loaded with the model when omitted).
-        callbacks: ``transformers.TrainerCallback`` objects or classes (run by transformers'
-            ``CallbackHandler``, ``control`` flags included; :mod:`erl_lite.integrations.callbacks`), and
-            functions ``f(trainer, step_record)`` called after every iteration (raising stops the run; the
-            step that just finished is kept and saved). Anything else is refused.
-        optimizers: ``(optimizer, scheduler)``; either may be None (default: ``args.optim`` with
-            ``args.learning_rate``/``weight_decay``, and the ``args.lr_scheduler_type`` schedule).
-        quantization_config: a ``BitsAndBytesConfig`` with ``load_in_4bit``; anything else is refused.
-        peft_config: a ``peft.LoraConfig``; None with a named model: a LoRA adapter from ``args.lora_*``.
-        environment_factory: a TRL-style environment class (or factory, or a dict of them routed by the
-            ``environment`` column), run by :mod:`erl_lite.integrations.trl_adapter`; ``reward_funcs``
-            are then optional and receive ``environments=`` as in TRL.
+        callbacks: ``transformers.TrainerCallback`` objects or classes (:mod:`erl_lite.integrations.callbacks`),
+            and functions ``f(trainer, step_record)`` called after every iteration.
+        optimizers: ``(optimizer, scheduler)``, either None for the default from ``args``.
+        quantization_config: a 4-bit ``BitsAndBytesConfig``; peft_config: a ``peft.LoraConfig``.
+        environment_factory: TRL-style environment class(es) (:mod:`erl_lite.integrations.trl_adapter`).
         feedback_func: TRL-style function returning one feedback string per completion.
         env: a multi-turn :class:`Environment` instead of reward functions.
         generator: a custom sampler (e.g. :class:`~erl_lite.core.generation.ScriptedGenerator`).
         reward_weights: weights of several reward functions.
 
-    Reward functions receive ``trainer_state`` (:attr:`state`): ``global_step`` is the iteration the
-    completions belong to (1-based while training; during evaluation, the finished iterations),
-    ``max_steps`` and ``epoch`` (passes over the training tasks).
+    Reward functions receive ``trainer_state`` (:attr:`state`: ``global_step``, ``max_steps``, ``epoch``).
     """
 
     def __init__(
@@ -189,13 +172,9 @@ class ERLTrainer(CheckpointSaving):
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.extra.get("preset"))
-            a = self.args  # the lora_* fields build the adapter unless a peft_config is given
             four_bit = wants_4bit(quantization_config, self.args)
             return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
-                               peft=peft_config if peft_config is not None else "lora",
-                               lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
-                               target_modules=a.lora_target_modules,
-                               gradient_checkpointing=self.args.gradient_checkpointing,
+                               **adapter_settings(self.args, peft_config),
                                device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
         return adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
 
@@ -226,15 +205,10 @@ class ERLTrainer(CheckpointSaving):
                 run-changing settings (see :data:`erl_lite.identity.RESUMABLE_FIELDS` for the ones
                 that may always change); without it such a resume fails, naming each field.
 
-        Before any compute, ``args.output_dir`` is checked to be writable; a fresh run into a folder
-        holding another run stops unless ``args.overwrite_output_dir``; a resume to a ``max_steps``
-        below the checkpoint's step is refused. Calling ``train()`` again continues where it stopped.
-
-        Any exception in a step (Ctrl-C, a reward function that raises, NaN weights, a CUDA
-        error...) rolls the trainer back to the last *finished* step (its record written), saves that
-        step's checkpoint when ``output_dir`` is set, and re-raises with a note saying where it saved
-        and how to continue. For this the trainer keeps a CPU copy of the trainable weights and
-        optimizer state from the start of the running step (small for LoRA adapters).
+        A fresh run refuses an ``output_dir`` holding another run unless ``args.overwrite_output_dir``.
+        Calling ``train()`` again continues where it stopped. Any exception in a step rolls back to the
+        last *finished* step (a CPU copy of the trainable weights and optimizer state is kept for
+        this), saves it when ``output_dir`` is set, and re-raises with a note on how to continue.
         """
         self._open_run(resume_from_checkpoint, ignore_config_mismatch)
         bar = self._progress()

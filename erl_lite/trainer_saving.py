@@ -7,7 +7,6 @@ The files themselves are :mod:`erl_lite.checkpoint`'s. Departures from the paper
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import warnings
@@ -16,6 +15,7 @@ from typing import Any
 from erl_lite.checkpoint import (CheckpointError, TrainingState, apply_state, ensure_writable, latest_good_checkpoint,
                                  previous_run, read_checkpoint, remove_previous_run, save_checkpoint, save_weights)
 from erl_lite.identity import run_differences, run_identity
+from erl_lite.layout import write_json
 
 
 class CheckpointSaving:
@@ -40,11 +40,9 @@ class CheckpointSaving:
         return path
 
     def save_model(self, output_dir: str | None = None) -> str:
-        """Save the policy for use (transformers' ``Trainer.save_model``): a LoRA run's adapter in
-        PEFT's format (with the ``erl_lite.json`` note :mod:`erl_lite.integrations.export` reads), a run without
-        LoRA's full model with ``save_pretrained``; the tokenizer; and the run's config as
-        ``training_args.json`` (HF pickles ``training_args.bin``; erl_lite never writes pickles).
-        ``output_dir`` defaults to ``args.output_dir``; returns the folder. DDP: rank 0 writes."""
+        """Save the policy for use (transformers' ``Trainer.save_model``) in ``output_dir`` (default
+        ``args.output_dir``): a LoRA adapter in PEFT's format with its ``erl_lite.json`` note, or the
+        full model; the tokenizer; the config as ``training_args.json`` (never a pickle). DDP: rank 0."""
         folder = os.fspath(output_dir) if output_dir is not None else self.args.output_dir
         if not folder:
             raise ValueError("save_model() needs a folder: pass output_dir= or set ERLConfig.output_dir")
@@ -56,8 +54,7 @@ class CheckpointSaving:
             else:
                 self.model.save_pretrained(folder)
                 self.tokenizer.save_pretrained(folder)
-            with open(os.path.join(folder, "training_args.json"), "w", encoding="utf-8") as f:
-                json.dump(self.args.to_dict(), f, indent=1)
+            write_json(os.path.join(folder, "training_args.json"), self.args.to_dict())
             return folder
 
         with self.progress.library_bars():
@@ -65,13 +62,9 @@ class CheckpointSaving:
 
     def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True,
                     token: str | None = None, revision: str | None = None, **kwargs: Any) -> str | None:
-        """Save the final model to ``args.output_dir`` (:meth:`save_model`) and upload that folder to
-        ``args.hub_model_id`` (transformers' ``Trainer.push_to_hub``); returns the repository's URL.
-
-        Only this method and ``push_to_hub=True`` (at the end of ``train()``) reach the network.
-        ``blocking=False``, ``revision`` and model-card keywords are not supported (refused).
-        DDP: rank 0 uploads, the others return None.
-        """
+        """Save the final model (:meth:`save_model`) and upload ``args.output_dir`` to ``args.hub_model_id``
+        (transformers' ``Trainer.push_to_hub``); returns the repository's URL (None on ranks > 0).
+        Only this reaches the network. ``blocking=False``, ``revision`` and model-card keywords are refused."""
         if not blocking or revision is not None or kwargs:
             given = (["blocking=False"] if not blocking else []) + ([f"revision={revision!r}"] if revision else []) + [
                 f"{k}=" for k in kwargs]
@@ -92,17 +85,13 @@ class CheckpointSaving:
 
     def _write_checkpoint(self) -> str:
         with self.progress.library_bars():
-            return self._save_files()
-
-    def _save_files(self) -> str:
-        return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
-                               self.memory, self.history, self._run_identity(), self.args.save_total_limit,
-                               tokenizer=self.tokenizer, hf_state=self._hf_state())
+            return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
+                                   self.memory, self.history, self._run_identity(), self.args.save_total_limit,
+                                   tokenizer=self.tokenizer, hf_state=self._hf_state())
 
     def _hf_state(self) -> Any:
-        """This run as a ``transformers.TrainerState`` (what ``trainer_state.json`` holds): HF's
-        names for the step, the schedule and the log. ``best_metric`` / ``best_model_checkpoint``
-        stay None: erl_lite has no ``metric_for_best_model`` to rank checkpoints by."""
+        """This run as a ``transformers.TrainerState`` (``trainer_state.json``); ``best_metric`` stays None:
+        erl_lite has no ``metric_for_best_model``."""
         from transformers import TrainerState
 
         return TrainerState(global_step=self.step, max_steps=self.args.max_steps, epoch=self.state.epoch,
@@ -135,9 +124,8 @@ class CheckpointSaving:
         self._claimed = True
 
     def _past_max_steps(self, step: int, where: str) -> str:
-        """The refusal of a ``max_steps`` below the step a run already reached (HF's Trainer
-        would return without training; a lowered ``max_steps`` is more likely a typo or the
-        wrong folder than a wish to do nothing)."""
+        """The refusal of a ``max_steps`` below the step reached (HF's Trainer would silently do nothing;
+        a lowered ``max_steps`` is more likely a typo or the wrong folder)."""
         return (f"{where} is at step {step}, beyond max_steps={self.args.max_steps}: there is nothing to train "
                 f"and the run would end without a word. Set max_steps above {step} to train further, "
                 "or resume from an earlier checkpoint-<step> folder")

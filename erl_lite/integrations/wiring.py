@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
-from erl_lite.integrations.callbacks import TrainerCallbacks
+from erl_lite.integrations.callbacks import TrainerCallbacks  # noqa: F401 - the trainer's, through here
 from erl_lite.integrations.data_sources import load_rows
 from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
 from erl_lite.integrations.distributed import DataParallel
@@ -23,9 +23,6 @@ from erl_lite.integrations.reward_calls import RewardFunctionError, RewardLog, m
 from erl_lite.integrations.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.metrics import describe, env_eval_metrics, env_step_metrics
 from erl_lite.records import Task, check_unique_task_ids
-
-__all__ = ["TrainerCallbacks", "build_environment", "process_group", "reporter_for", "attach", "read_tasks",
-           "memory_for", "env_step_extras", "env_eval_extras", "logged_metrics"]
 
 
 def build_environment(args: ERLConfig, env: Environment | None, environment_factory: Any,
