@@ -1,58 +1,22 @@
-"""Checkpoints: everything needed to continue a run exactly where it stopped, loaded safely.
+"""Checkpoints on disk: everything needed to continue a run exactly where it stopped, loaded safely.
 
-A checkpoint folder ``<output_dir>/checkpoint-<step>/`` has Hugging Face's layout, so the
-tools of that ecosystem read it as they read a ``transformers.Trainer`` checkpoint:
+``<output_dir>/checkpoint-<step>/`` has Hugging Face's layout: PEFT's ``adapter_model.safetensors``
++ ``adapter_config.json`` (a run without LoRA: ``trainable.safetensors``, every trainable tensor by
+name), the tokenizer, ``erl_lite.json`` (the base model, for :mod:`erl_lite.integrations.export`),
+``trainer_state.json`` (``transformers.TrainerState``), ``optimizer.pt`` / ``scheduler.pt``; and
+erl_lite's own ``erl_state.json`` (format, step, files, config and the run's identity, which resume
+compares), ``rng.json``, ``memory.json``, ``history.jsonl`` / ``samples.jsonl``. Format 2 is
+migrated on load; format 1 (a pickled ``rng.pt``) is refused.
 
-* ``adapter_model.safetensors`` + ``adapter_config.json`` (a LoRA run) — written by PEFT's
-  ``save_pretrained``: ``PeftModel.from_pretrained(base, "checkpoint-N")`` and
-  ``AutoPeftModelForCausalLM.from_pretrained("checkpoint-N")`` load it, and resume reads it
-  through PEFT (``load_peft_weights`` / ``set_peft_model_state_dict``), checked first. A run
-  without LoRA writes ``trainable.safetensors`` instead: every trainable tensor by parameter name;
-* the tokenizer's files (``AutoTokenizer.from_pretrained("checkpoint-N")``) and ``erl_lite.json``
-  (the base model and whether it was 4-bit, which :mod:`erl_lite.integrations.export` needs and PEFT does not record);
-* ``trainer_state.json`` — ``transformers.TrainerState`` (``global_step``, ``max_steps``,
-  ``log_history`` = the history's records, ...), written and read by its ``save_to_json`` /
-  ``load_from_json``;
-* ``optimizer.pt`` / ``scheduler.pt`` — their state dicts (tensors, numbers, strings, containers);
-
-and erl_lite's own state, in files of its own:
-
-* ``erl_state.json`` — the layout's ``format``, the step, the files written, the config and the
-  model's and tokenizer's identity (:mod:`erl_lite.identity`), which resume compares with the run
-  that resumes, and the environment record;
-* ``rng.json`` — Python, NumPy, torch (and CUDA) random states as plain integer lists;
-* ``memory.json`` — the reflection memory (the peer package forgot it);
-* ``history.jsonl`` / ``samples.jsonl`` — the run's records up to this step.
-
-Older layouts: format 2 (the adapter in ``adapter/``, every trainable tensor in
-``trainable.safetensors``, erl_lite's own schema in ``trainer_state.json``) is migrated on load:
-it resumes, and the checkpoints written after it have this layout. Format 1 (a pickled
-``rng.pt``) is refused.
-
-Safety: checkpoints are shared between people, so nothing is unpickled. ``.pt`` files are read
-with ``torch.load(weights_only=True)`` (an allowlist of tensors and plain containers; a file
-holding anything else is refused and the error names it), the random states are JSON, weights
-are safetensors.
-
-Trust: a checkpoint whose trainable weights hold NaN or inf is never written (a run that
-diverged keeps its last good checkpoint), and one found on disk is never resumed from; weights
-are restored by name, and a file with a tensor missing, extra or of another shape is refused,
-naming the tensor; a ``memory.json`` with entries of the wrong type is refused, naming the field.
-
-One run per folder: :func:`previous_run` finds another run's files in an ``output_dir``, which a
-fresh run refuses to write over unless told to (:func:`remove_previous_run`).
-
-Atomicity: a checkpoint is written to a hidden temporary folder and renamed into place, and
-an existing folder of the same step is only removed once its replacement is complete, so a
-crash or a full disk never leaves a half checkpoint and never harms an earlier one.
-
-Departures from the paper: none.
+Safety and trust: nothing is unpickled (``torch.load(weights_only=True)``, JSON, safetensors);
+weights holding NaN or inf are never written nor resumed from; tensors are restored by name and
+shape (:mod:`erl_lite.run_state`); a checkpoint is written to a hidden folder and renamed into
+place, so a crash never leaves half a checkpoint nor harms an earlier one. One run per folder:
+:func:`previous_run` finds another run's files. Departures from the paper: none.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import pickle
 import random
@@ -60,74 +24,26 @@ import re
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from erl_lite.core.losses import first_non_finite
+from erl_lite.core.memory import ReflectionMemory, check_memory_state
 from erl_lite.history import History
 from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.jsonio import read_json, read_jsonl
 from erl_lite.layout import (  # noqa: F401 - re-exported
-    ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, TRAINABLE_WEIGHTS, adapter_folder, write_adapter)
-from erl_lite.core.losses import first_non_finite
-from erl_lite.core.memory import ReflectionMemory, check_memory_state
+    ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, TRAINABLE_WEIGHTS, adapter_folder, write_adapter, write_json)
+from erl_lite.run_state import (  # noqa: F401 - re-exported
+    CheckpointError, TrainingState, _short, apply_state, capture_state, rng_state, set_rng_state)
 
 # 1: the first layout, with a pickled rng.pt (never loaded: it could run code); 2: the adapter in
 # adapter/, erl_lite's own schema in trainer_state.json (migrated on load); 3: Hugging Face's layout.
 FORMAT = 3
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be read, trusted or written; the message names the file."""
-
-
-@dataclass
-class TrainingState:
-    """The state of a run between two steps: read from a checkpoint, or copied from a live
-    trainer (on the CPU) so that an interrupted step can be undone."""
-
-    step: int
-    trainable: dict[str, torch.Tensor]
-    optimizer: dict[str, Any]
-    scheduler: dict[str, Any] | None
-    rng: dict[str, Any]
-    memory: dict[str, Any]
-    records: list[dict[str, Any]]
-    samples: list[dict[str, Any]]
-    run: dict[str, Any] = field(default_factory=dict)  # {"config": ..., "model": ...}
-    path: str | None = None  # the checkpoint folder it was read from
-    weights: str = TRAINABLE_WEIGHTS
-    """How ``trainable`` is keyed: by parameter name (``trainable.safetensors``, and live copies),
-    or by PEFT's saved names (``adapter_model.safetensors``, loaded through PEFT)."""
-
-
-# --- random states, as plain JSON -------------------------------------------------------------
-def rng_state() -> dict[str, Any]:
-    """Python, NumPy, torch (and, once initialised, CUDA) random states as JSON-able lists."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    state = {"python": [version, list(internal), gauss],
-             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-             "torch": torch.get_rng_state().tolist()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of :func:`rng_state` (CUDA states only when the device count matches)."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    cuda = state.get("cuda")
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in cuda])
-
 
 def _checked_rng(path: str) -> dict[str, Any]:
     """Read rng.json and prove each state is accepted, on throwaway generators."""
@@ -156,12 +72,8 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
                     memory: ReflectionMemory, history: History, run: dict[str, Any],
                     save_total_limit: int | None = None, tokenizer: Any = None, hf_state: Any = None) -> str:
     """Write ``checkpoint-<step>`` atomically, then keep at most ``save_total_limit`` folders.
-
-    ``run`` is :func:`run_identity`'s result; ``tokenizer`` is saved next to the weights when
-    given; ``hf_state`` is the ``transformers.TrainerState`` to write (by default one with
-    ``global_step=step`` and the history's records as ``log_history``). A failure (a full disk,
-    say) raises :class:`CheckpointError` and leaves every existing checkpoint as it was.
-    """
+    ``run`` is :func:`run_identity`'s result; ``hf_state`` the ``transformers.TrainerState`` to write
+    (default: the step and the history). A failure raises :class:`CheckpointError`, changing nothing."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
     bad = first_non_finite((n, p) for n, p in model.named_parameters() if p.requires_grad)
     if bad is not None:  # before anything is written or rotated: the last good checkpoint stays
@@ -195,13 +107,8 @@ def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
     """The model's part of a checkpoint (also ``ERLTrainer.save_model``'s): a LoRA policy's adapter
     in PEFT's format with the ``erl_lite.json`` note (:func:`erl_lite.layout.write_adapter`), or,
     without LoRA, ``trainable.safetensors``; the tokenizer next to it. Returns the weights' file name.
-
-    Why a run without LoRA keeps ``trainable.safetensors`` rather than ``save_pretrained``'s
-    ``model.safetensors``: that file holds the frozen weights too (all of a 4-bit base, re-saved
-    every checkpoint) and drops tied duplicates under the name transformers picks, while resume
-    restores exactly the trainable tensors by parameter name. ``ERLTrainer.save_model`` writes the
-    full model with ``save_pretrained`` for users.
-    """
+    (Not ``save_pretrained``'s ``model.safetensors``: that holds the frozen weights too, and drops
+    tied duplicates, while resume restores exactly the trainable tensors by name.)"""
     if hasattr(model, "peft_config"):
         write_adapter(model, tokenizer, folder)
         return ADAPTER_WEIGHTS
@@ -220,11 +127,11 @@ def _write_files(folder: str, step: int, model: Any, tokenizer: Any, optimizer: 
     if scheduler is not None:
         torch.save(scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
         files.append("scheduler.pt")
-    _write_json(os.path.join(folder, "rng.json"), rng_state())
-    _write_json(os.path.join(folder, "memory.json"), memory.state_dict())
+    write_json(os.path.join(folder, "rng.json"), rng_state())
+    write_json(os.path.join(folder, "memory.json"), memory.state_dict())
     History(records=list(history.records), samples=list(history.samples), out_dir=folder).rewrite()
     hf_state.save_to_json(os.path.join(folder, HF_STATE))
-    _write_json(os.path.join(folder, ERL_STATE),
+    write_json(os.path.join(folder, ERL_STATE),
                 {"format": FORMAT, "step": step, "weights": weights, "files": sorted(files), **run})
 
 
@@ -291,10 +198,7 @@ def run_record(path: str) -> dict[str, Any]:
 
 def read_checkpoint(path: str) -> TrainingState:
     """Read and check every file of a checkpoint folder (format 3, or 2 migrated); changes nothing.
-
-    Raises :class:`CheckpointError` naming the file when one is missing, truncated, not what
-    it should be, or holds objects other than tensors and plain containers.
-    """
+    Raises :class:`CheckpointError` naming a file that is missing, damaged or holds non-tensor objects."""
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint folder at {path}")
     meta = run_record(path)
@@ -379,75 +283,6 @@ def latest_good_checkpoint(out_dir: str) -> TrainingState:
     raise CheckpointError(f"nothing to resume in {out_dir}: every checkpoint is damaged:\n" + "\n".join(skipped))
 
 
-def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any,
-                memory: ReflectionMemory) -> None:
-    """Load ``state`` into the live objects (the caller sets the step and the history).
-
-    Everything that can be checked is checked before the weights are touched: the tensors must
-    be exactly the model's trainable ones (for an adapter: the ones PEFT saves for it), by name
-    and shape.
-    """
-    where = os.path.join(state.path or "the saved state", state.weights)
-    through_peft = state.weights == ADAPTER_WEIGHTS
-    if through_peft:
-        from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
-
-        if not hasattr(model, "peft_config"):
-            raise CheckpointError(f"{where} is a LoRA adapter, and this run's model has no adapter (it trains "
-                                  "without LoRA); load the model with LoRA as the checkpoint's run did")
-        expected = {n: t.shape for n, t in get_peft_model_state_dict(model).items()}
-    else:
-        params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        expected = {n: p.shape for n, p in params.items()}
-    _check_tensors(where, state.trainable, expected)
-    if scheduler is not None and state.scheduler is None:
-        raise CheckpointError(f"{os.path.join(state.path or 'the saved state', 'scheduler.pt')} is missing")
-    folder = state.path or "the saved state"
-    _apply(folder, "optimizer.pt", optimizer.load_state_dict, state.optimizer)
-    if scheduler is not None:
-        _apply(folder, "scheduler.pt", scheduler.load_state_dict, state.scheduler)
-    _apply(folder, "memory.json", memory.load_state_dict, state.memory)
-    if through_peft:
-        result = set_peft_model_state_dict(model, state.trainable)
-        if result.unexpected_keys:  # cannot happen after the check above; never a silent partial load
-            raise CheckpointError(f"{where}: PEFT did not place {sorted(result.unexpected_keys)[:3]}")
-    else:
-        with torch.no_grad():
-            for name, value in state.trainable.items():
-                params[name].copy_(value.to(params[name].device))
-    set_rng_state(state.rng)
-
-
-def _check_tensors(where: str, found: dict[str, torch.Tensor], expected: dict[str, Any]) -> None:
-    """Refuse ``found`` unless it has exactly the ``expected`` names and shapes, naming the tensors."""
-    unknown = sorted(set(found) - set(expected))
-    absent = sorted(set(expected) - set(found))
-    reshaped = sorted(n for n in set(found) & set(expected) if tuple(found[n].shape) != tuple(expected[n]))
-    problems = ([f"not in this model: {unknown[:3]}"] if unknown else []) + (
-        [f"missing from the file: {absent[:3]}"] if absent else []) + (
-        ["other shape: " + ", ".join(f"{n} is {tuple(found[n].shape)} in the file, {tuple(expected[n])} in the "
-                                      "model" for n in reshaped[:3])] if reshaped else [])
-    if problems:
-        raise CheckpointError(f"{where} does not fit this model's trainable parameters ("
-                              + "; ".join(problems) + ")")
-
-
-def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory,
-                  history: History) -> TrainingState:
-    """A CPU copy of the live state (trainable tensors and optimizer moments included), to
-    roll back a step that was cut short. Costs about three copies of the trainable weights."""
-    return TrainingState(
-        step=step,
-        trainable={n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad},
-        optimizer=_cpu_copy(optimizer.state_dict()),
-        scheduler=_cpu_copy(scheduler.state_dict()) if scheduler is not None else None,
-        rng=rng_state(),
-        memory=copy.deepcopy(memory.state_dict()),
-        records=list(history.records),
-        samples=list(history.samples),
-    )
-
-
 # --- helpers ----------------------------------------------------------------------------------
 def _read_adapter(path: str) -> dict[str, torch.Tensor]:
     """An adapter's tensors, read by PEFT (under the names it saves them with)."""
@@ -488,13 +323,6 @@ def _read(folder: str, name: str, reader: Callable[[str], Any]) -> Any:
         raise CheckpointError(f"{path} is damaged or not what it should be: {_short(e)}") from e
 
 
-def _apply(where: str, name: str, load: Callable[[Any], None], value: Any) -> None:
-    try:
-        load(value)
-    except Exception as e:
-        raise CheckpointError(f"{os.path.join(where, name)} does not fit this run: {_short(e)}") from e
-
-
 def _read_torch(path: str) -> Any:
     """``torch.load`` restricted to tensors and plain containers: a planted object is refused."""
     try:
@@ -511,23 +339,3 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return read_jsonl(path, torn_tail="error")
 
 
-def _write_json(path: str, obj: Any) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-
-
-def _cpu_copy(obj: Any) -> Any:
-    """A deep copy of a state dict with every tensor cloned onto the CPU."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu_copy(v) for v in obj)
-    return copy.deepcopy(obj)
-
-
-def _short(e: BaseException) -> str:
-    """The first line of an exception, with its type (library messages can run long)."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"

@@ -1,18 +1,10 @@
 """The run's history: one metrics record per step, plus sampled full step records.
 
-Two JSON-lines files in the output folder:
-
-* ``history.jsonl`` — one object per training step (``"kind": "train"``) and per evaluation
-  (``"kind": "eval"``); keys are listed in :data:`erl_lite.metrics.METRIC_GLOSSARY`.
-* ``samples.jsonl`` — every ``sample_every``-th :class:`~erl_lite.records.StepRecord` in full
-  (texts of attempts, reflections, memory), for the notebooks' browsers.
-
-A :class:`History` lives in memory during training and can be reloaded from disk with
-:meth:`History.load`; plots and widgets accept either. When ``ERLConfig.report_to`` names
-experiment trackers, the trainer sets :attr:`History.reporter` (an
-:class:`erl_lite.integrations.reporting.Reporter`) and every logged record is handed to it as well.
-
-Departures from the paper: none (the paper logs through its own framework).
+In the output folder: ``history.jsonl``, one object per training step (``"kind": "train"``) and per
+evaluation (``"kind": "eval"``), keys as in :data:`erl_lite.metrics.METRIC_GLOSSARY`; and
+``samples.jsonl``, every ``sample_every``-th :class:`~erl_lite.records.StepRecord` in full. Each
+record also goes to :attr:`History.reporter` (the trackers of ``report_to``) when set.
+Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -90,21 +82,13 @@ class History:
         _, values = self.series(key, kind)
         return values[-1] if values else default
 
-    def truncate(self, step: int) -> None:
-        """Drop records after ``step`` (used when resuming from a checkpoint)."""
-        self.records = [r for r in self.records if int(r.get("step", 0)) <= step]
-        self.samples = [s for s in self.samples if int(s.get("step", 0)) <= step]
-
     def rewrite(self) -> None:
-        """Write both files anew from memory (after :meth:`truncate`)."""
+        """Write both files anew from memory (after a resume or a rollback)."""
         if self.out_dir is None:
             return
         os.makedirs(self.out_dir, exist_ok=True)
         for name, rows in (("history.jsonl", self.records), ("samples.jsonl", self.samples)):
             _write_jsonl(os.path.join(self.out_dir, name), rows)
-
-    def state(self) -> dict[str, Any]:
-        return {"records": self.records, "samples": self.samples}
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":

@@ -1,15 +1,7 @@
 """What a run saves, by name: Hugging Face's file layout, and a LoRA adapter written with its note.
 
-The names every reader of a run's folder shares (checkpoint, export, results, the CLI), kept in
-one module below all of them so that none imports another just for a file name:
-
-* ``adapter_model.safetensors`` + ``adapter_config.json`` — PEFT's adapter, at the root of a
-  ``checkpoint-<step>`` folder and of ``output_dir`` (``PeftModel.from_pretrained`` reads it);
-* ``trainer_state.json`` — ``transformers.TrainerState``; ``erl_state.json`` — erl_lite's own;
-* ``trainable.safetensors`` — a run without LoRA: its trainable tensors by parameter name;
-* ``erl_lite.json`` — the note next to an adapter: base model, 4-bit or not, evaluation.
-
-Departures from the paper: none (the paper's code saves with its own trainer's layout).
+The names every reader of a run's folder shares (checkpoint, export, results, the CLI), in one
+module below them all. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -56,6 +48,11 @@ def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str,
         tokenizer.save_pretrained(folder)
     note = {"base_model": getattr(_base_model(model).config, "_name_or_path", "") or "",
             "base_quantization": "4bit" if _is_4bit(model) else "none", "evaluation": evaluation}
-    with open(os.path.join(folder, NOTE_FILE), "w", encoding="utf-8") as f:
-        json.dump(note, f, indent=1)
+    write_json(os.path.join(folder, NOTE_FILE), note)
     return note
+
+
+def write_json(path: str, obj: Any) -> None:
+    """``obj`` as indented JSON at ``path`` (every JSON file a run writes)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)

@@ -1,28 +1,13 @@
-"""Token budgets against the model's context: checked when the trainer is built, and again
-right before every ``generate`` call.
+"""Token budgets against the model's context, checked when the trainer is built.
 
-A model reads at most its context length of positions (``max_position_embeddings`` and its
-aliases). Past it, a model with learned positions (GPT-2) crashes with ``IndexError: index out
-of range in self`` deep inside torch, and a RoPE model quietly reads positions it never
-trained on. erl_lite sends three kinds of request, each bounded by the config:
-
-* an attempt turn: at most ``max_episode_length`` tokens, its reply included (the rollout
-  starts a turn only when a full reply of ``max_completion_length`` still fits; otherwise the
-  episode stops, marked truncated);
-* a reflection: at most ``max_reflection_prompt_length`` tokens of request (see
-  :func:`erl_lite.core.prompts.reflection_messages` for what is cut to fit) plus
-  ``max_reflection_length`` new tokens;
-* an evaluation turn: like an attempt turn.
-
-:func:`check_lengths` refuses, when the trainer is built, budgets that exceed the context,
-a reflection budget too small for the request's own fixed text, and dataset rows whose prompt
-leaves no room in ``max_episode_length`` for one reply, naming the field, the row and the
-numbers. :func:`check_request` is the last line of defence in
-:class:`~erl_lite.core.generation.HFGenerator` (and lives there): a request that would still run past the context
-raises :class:`~erl_lite.core.prompts.PromptTooLongError` instead of reaching ``generate``.
-
-Departures from the paper: the reference sets vLLM's ``max_model_len`` and its prompt and
-response lengths by hand; erl_lite derives the limit from the model and checks it.
+Past its context length a model with learned positions crashes deep inside torch, and a RoPE
+model quietly reads positions it never trained on. :func:`check_lengths` refuses budgets that
+exceed the context (an attempt turn: ``max_episode_length``; a reflection:
+``max_reflection_prompt_length`` + ``max_reflection_length``), a reflection budget too small for
+its request's fixed text, and rows whose prompt leaves no room for one reply, naming the field,
+the row and the numbers. :func:`check_request` (in :mod:`erl_lite.core.generation`) guards each
+``generate`` call. Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand;
+erl_lite derives the limit from the model.
 """
 
 from __future__ import annotations
@@ -35,15 +20,8 @@ from erl_lite.core.prompts import PromptTooLongError  # noqa: F401 - its home is
 
 def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Mapping[str, Sequence[Any]]) -> None:
     """Refuse budgets the model cannot hold and dataset rows that leave no room for a reply.
-
-    Args:
-        config: the :class:`~erl_lite.config.ERLConfig`.
-        model, tokenizer: the policy and its tokenizer (the context comes from them).
-        env: the environment that renders each task's opening (its initial system prompt).
-        splits: ``{name: tasks}``, e.g. ``{"train_dataset": [...], "eval_dataset": [...]}``; the
-            tasks with a ``prompt`` (dataset rows) are measured, the others are rendered by their
-            environment at play time.
-    """
+    ``splits`` is ``{name: tasks}`` (e.g. ``{"train_dataset": [...]}``); the tasks with a ``prompt``
+    are measured, as ``env`` opens them; the others are rendered by their environment at play time."""
     context = model_context_length(model, tokenizer)
     c = config
     if context is not None:

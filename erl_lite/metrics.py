@@ -1,50 +1,17 @@
 """Metric names, their glossary, and the per-phase numbers of one iteration.
 
-Every key the trainer logs is a constant here and has one line in :data:`METRIC_GLOSSARY`;
-a test runs every mode and checks both directions (each logged key is in the glossary, each
-glossary key is logged by some run). A metric that has no data this step (e.g.
-``reward/second`` when nothing was gated) is ``None`` rather than 0, so plots show a gap
-instead of a false zero.
+Every key the trainer logs is a constant here with one line in :data:`METRIC_GLOSSARY` (a test
+checks both directions). A metric without data this step (``reward/second`` when nothing was
+gated) is None, not 0, so plots show a gap. ``success/*`` is the environment's verdict;
+``gate/rate`` counts first attempts with ``r1 < τ``. ``frac_reward_zero_std/<role>`` (TRL's name,
+per role) is the share of the role's GRPO groups whose advantages are all 0 (no policy loss), read
+from the RL batch; unlike TRL, a lone rollout counts only when its reward is 0.
 
-Two notions of "success" are kept apart on purpose: ``success/*`` and ``eval/success`` report
-the environment's own verdict (e.g. exact match for QA), while ``gate/rate`` counts first
-attempts with ``r1 < τ`` — the gate's rule, read from ``ERLConfig.reward_threshold``.
-
-``frac_reward_zero_std/<role>`` answers "why is my loss zero?": the fraction of the role's
-GRPO groups (one per task: first attempts over the task's G rollouts, reflections and second
-attempts over its gated ones) whose rewards have no spread, so that every advantage in the
-group is 0 and the group adds no policy loss. TRL logs the same quantity, for its one role,
-as ``frac_reward_zero_std``. It is read from the RL batch itself (the advantages the update
-receives), so it follows the mode's grouping (``erl_simple``: the combined reward) and counts
-exactly the groups without signal; one difference from TRL: a lone rollout of a task (A = r,
-see :mod:`erl_lite.core.advantages`) counts only when its reward is 0. A role that is not trained
-has no groups, and the metric is None.
-
-A run on several environments (:class:`~erl_lite.integrations.multi.MultiEnvironment`) also logs the
-*families* of :data:`METRIC_FAMILIES`: ``reward/first/<env>`` and its siblings, one key per
-environment name, each computed on that environment's tasks only (None when the step drew
-none of them). :func:`describe` finds the glossary line of any key, family members included.
-
-TRL's names, where the concept is the same (:data:`TRL_NAMES`): ``reward``, ``reward_std``,
-``frac_reward_zero_std``, ``completions/mean_length`` and its siblings describe the *first
-attempts* — the rollouts an RLVR run (TRL's GRPO) has — and are computed from the same records
-as ``reward/first`` and ``frac_reward_zero_std/first``; the second attempts keep their ERL
-names (``reward/second``, ``tokens/second``, ...). A completion's length is its generated
-tokens (over every turn of a multi-turn attempt; tool results and glue are not counted), and
-it is "clipped" when it is ``truncated/first`` (a reply cut at ``max_completion_length``, or
-the episode out of budget). Where TRL logs 0 for an empty set (no terminated completion) the
-value here is None.
-
-Per reward function (TRL's reward functions of a dataset or ``environment_factory`` run),
-``rewards/<name>/mean`` and ``rewards/<name>/std`` are TRL's: the mean and the unbiased std of
-the function's unweighted values over the first attempts, leaving out the rows where it
-returned None (None when it returned None everywhere; the std is None below two values, where
-TRL logs NaN). ``<name>`` is TRL's (:func:`~erl_lite.integrations.reward_calls.reward_func_name`; an
-environment's ``get_reward`` is named after its class). The same over the second attempts is
-``rewards/<name>/second/mean|std``. A metric a reward function logs with TRL's ``log_metric``
-is logged under its own name (see :mod:`erl_lite.integrations.reward_calls`).
-
-Departures from the paper: none; the paper reports the same quantities as curves.
+A multi-environment run also logs the :data:`METRIC_FAMILIES` (``reward/first/<env>``...). TRL's
+names (:data:`TRL_NAMES`: ``reward``, ``completions/mean_length``...) describe the first attempts;
+where TRL logs 0 or NaN for an empty set, the value here is None. ``rewards/<func>/mean|std`` are
+TRL's per-reward-function values (None rows left out), ``rewards/<func>/second/...`` the same over
+second attempts. Departures from the paper: none; the paper reports the same quantities as curves.
 """
 
 from __future__ import annotations
@@ -278,17 +245,9 @@ def trl_metrics(first: list[Attempt], zero_std_first: float | None) -> dict[str,
 
 
 def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:
-    """Fraction of ``role``'s per-task GRPO groups in the RL batch whose advantages are all 0.
-
-    A group's advantages are all 0 exactly when its rewards have no spread (or it is a lone
-    rollout with reward 0), so this is the share of the role's groups that add no policy loss.
-
-    Args:
-        samples: the RL batch (:attr:`StepOutcome.samples`).
-        role: ``"first"``, ``"reflection"`` or ``"second"``.
-
-    Returns:
-        The fraction, or None when the batch has no sequence of that role.
+    """Fraction of ``role``'s per-task GRPO groups in the RL batch ``samples`` whose advantages are
+    all 0 (no reward spread, or a lone rollout with reward 0): they add no policy loss. None when
+    the batch has no sequence of that role.
 
     Example:
         >>> batch = [TrainSample("first", [], [], [], A, t)
@@ -387,15 +346,9 @@ ENV_STEP_KEYS = (REWARD_FIRST, SUCCESS_FIRST, REWARD_SECOND, SUCCESS_SECOND, GAT
 
 def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str], memory: Any,
                      mode: str) -> dict[str, Any]:
-    """The per-environment families of one step: ``reward/first/<env>`` and its siblings.
-
-    Args:
-        outcome: the step's :class:`~erl_lite.core.phases.StepOutcome`.
-        env_of: task id -> environment name.
-        names: every environment name (each gets its keys, None when it had no tasks).
-        memory: the run's :class:`~erl_lite.core.memory.MemoryBank`, or None when it keeps none.
-        mode: the run's mode (``rlvr`` has no gate).
-    """
+    """The per-environment families of one step (``reward/first/<env>``...): ``env_of`` maps a task
+    id to its environment, each of ``names`` gets its keys (None without tasks), ``memory`` is the
+    run's :class:`~erl_lite.core.memory.MemoryBank` or None."""
     m: dict[str, Any] = {}
     for name in names:
         # The environment's slice of the step, read by step_metrics (the one home of each formula):

@@ -1,17 +1,10 @@
 """A tiny, offline, randomly initialised chat model for tests, notebooks and CPU demos.
 
-Everything here is built in-process: a character-level tokenizer (so any printable English text
-round-trips exactly) and a two-layer decoder with random weights. Nothing touches the network or a
-model hub, so the whole training path (LoRA and 4-bit QLoRA included) can run in CI in seconds.
-The model knows nothing; it exists to exercise code paths, not to solve tasks.
-
-The decoder comes in the architecture families the presets load (``FAMILIES``): a bias-free
-Llama, a Qwen2-style model (bias on the q/k/v projections, as in Qwen2 / Qwen2.5), a Qwen3-style
-model (RMSNorm on each head's queries and keys) and any of them with tied input/output
-embeddings (as in Qwen2.5-0.5B). Bugs hide in those differences, so tests run over all of them.
-
-Departures from the paper: the paper trains Qwen3-4B / Olmo-3-7B; this module is test scaffolding
-only and plays no part in the algorithm.
+A character-level tokenizer (printable English round-trips exactly) and a two-layer decoder with
+random weights, built in-process: the whole training path (LoRA and 4-bit QLoRA included) runs
+offline in seconds. The decoder comes in the families the presets load (``FAMILIES``: Llama,
+Qwen2 with q/k/v bias, Qwen3 with q/k norms, tied embeddings), since bugs hide in those differences.
+Departures from the paper: none; this is test scaffolding, no part of the algorithm.
 
 Example:
     >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -29,24 +22,10 @@ import os
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import (
-    AutoModelForCausalLM,
-    GenerationConfig,
-    LlamaConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen3Config,
-)
+from transformers import (AutoModelForCausalLM, GenerationConfig, LlamaConfig, PreTrainedModel,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
 
-PAD, BOS, EOS, IM_START, IM_END, UNK = (
-    "<|pad|>",
-    "<|bos|>",
-    "<|eos|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|unk|>",
-)
+PAD, BOS, EOS, IM_START, IM_END, UNK = "<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>", "<|unk|>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, IM_END, UNK]
 
 # Printable ASCII (space .. tilde) plus newline and tab; "\r", "\x0b", "\x0c" are left out on
@@ -76,10 +55,8 @@ def tiny_tokenizer(chat_template: bool = True) -> PreTrainedTokenizerFast:
     character of ``CHARACTERS``. No BOS is prepended, so ``decode(encode(x)) == x`` for
     printable ASCII ``x``; other characters map to ``<|unk|>``.
 
-    Args:
-        chat_template: if True, set a ChatML chat template and use ``<|im_end|>`` as eos (like
-            an instruct model); if False, leave ``chat_template`` as None and use ``<|eos|>``
-            (like a base model).
+    ``chat_template=True``: a ChatML template and ``<|im_end|>`` as eos (an instruct model);
+    False: no template and ``<|eos|>`` (a base model).
 
     Example:
         >>> tok = tiny_tokenizer()
@@ -96,40 +73,24 @@ def tiny_tokenizer(chat_template: bool = True) -> PreTrainedTokenizerFast:
     core.add_special_tokens(SPECIAL_TOKENS)
 
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        pad_token=PAD,
-        bos_token=BOS,
-        eos_token=IM_END if chat_template else EOS,
-        unk_token=UNK,
-        additional_special_tokens=[IM_START, IM_END] if chat_template else [],
+        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=IM_END if chat_template else EOS,
+        unk_token=UNK, additional_special_tokens=[IM_START, IM_END] if chat_template else [],
         clean_up_tokenization_spaces=False,  # keep " ." and " 's" exactly as written
-        model_max_length=4096,
-    )
+        model_max_length=4096)
     tokenizer.chat_template = CHATML_TEMPLATE if chat_template else None
     return tokenizer
 
 
-def tiny_model(
-    tokenizer: PreTrainedTokenizerFast,
-    seed: int = 0,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 2,
-    intermediate_size: int = 128,
-    family: str = "llama",
-    tie_embeddings: bool = False,
-) -> PreTrainedModel:
+def tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden_size: int = 64, num_layers: int = 2,
+               num_heads: int = 2, intermediate_size: int = 128, family: str = "llama",
+               tie_embeddings: bool = False) -> PreTrainedModel:
     """Build a randomly initialised causal LM whose vocabulary matches ``tokenizer``.
 
     The default sizes give ~0.1M parameters; every linear layer's input width is a multiple of
     64, the bitsandbytes 4-bit block size, so the model also loads in 4-bit NF4 on CPU.
 
-    Args:
-        tokenizer: the tokenizer whose vocabulary and special ids the model uses.
-        seed: seed for the weight initialisation (same seed -> same weights).
-        hidden_size, num_layers, num_heads, intermediate_size: model shape.
-        family: "llama" (no bias), "qwen2" (q/k/v bias) or "qwen3" (q/k RMSNorm); see ``FAMILIES``.
-        tie_embeddings: share one matrix between the input embedding and the output head.
+    ``seed`` fixes the weights; ``family`` is "llama" (no bias), "qwen2" (q/k/v bias) or "qwen3"
+    (q/k RMSNorm); ``tie_embeddings`` shares the input embedding with the output head.
 
     Example:
         >>> model = tiny_model(tiny_tokenizer(), seed=1)
@@ -146,39 +107,25 @@ def tiny_model(
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
     config = _CONFIGS[family](
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
         head_dim=hidden_size // num_heads,  # Qwen3's default (128) would ignore hidden_size
-        max_position_embeddings=4096,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=tie_embeddings,
-    )
+        max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=tie_embeddings)
     # fork_rng keeps the caller's global RNG stream untouched by model construction.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
         _randomise_biases_and_norms(model)
-    model.generation_config = GenerationConfig(
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=_eos_ids(tokenizer),
-    )
+    model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id,
+                                               bos_token_id=tokenizer.bos_token_id, eos_token_id=_eos_ids(tokenizer))
     return model.eval()
 
 
 def _randomise_biases_and_norms(model: torch.nn.Module) -> None:
-    """Move projection biases off 0 and q/k norm gains off 1, as in trained checkpoints.
-
-    Freshly initialised biases are zero and RMSNorm gains one, so a code path that dropped a
-    Qwen2 q/k/v bias or a Qwen3 q/k norm would give the same numbers and go unnoticed. Only
-    those family-specific parameters change, so a Llama keeps the weights it always had.
-    """
+    """Move projection biases off 0 and q/k norm gains off 1, as in trained checkpoints: else a code
+    path dropping a Qwen2 bias or a Qwen3 q/k norm would give the same numbers (a Llama is unchanged)."""
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(".bias"):
@@ -221,12 +168,9 @@ QWEN3_TOKENIZER_ENV = "ERL_LITE_QWEN3_TOKENIZER"
 
 
 def find_qwen3_tokenizer() -> str | None:
-    """The folder holding the offline Qwen3 tokenizer (``tokenizer.json`` and
-    ``tokenizer_config.json``), or None when there is none.
-
-    Looked up in ``$ERL_LITE_QWEN3_TOKENIZER``, then ``shared/qwen3_tokenizer`` next to the
-    repository (CI clones the repository beside a ``shared/`` folder), then inside it. A user's
-    installed package has neither: callers must skip (tests) or fall back (benchmarks).
+    """The folder holding the offline Qwen3 tokenizer (``tokenizer.json``, ``tokenizer_config.json``):
+    ``$ERL_LITE_QWEN3_TOKENIZER``, else ``shared/qwen3_tokenizer`` beside or inside the repository;
+    None when there is none (callers skip or fall back).
 
     Example:
         >>> find_qwen3_tokenizer() is None or os.path.isfile(os.path.join(find_qwen3_tokenizer(), "tokenizer.json"))

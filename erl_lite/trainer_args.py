@@ -1,24 +1,11 @@
 """What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer``.
 
-``ERLTrainer`` takes ``GRPOTrainer``'s positional order (TRL 1.16) so that a GRPOTrainer call
-runs with the class name changed. Some of those arguments have no erl_lite counterpart; they
-are refused here with an error that says what to use instead, rather than ignored:
-
-* ``reward_processing_classes``, ``tools``, ``rollout_func`` (``environment_factory`` is
-  accepted: see :mod:`erl_lite.integrations.trl_adapter`);
-* ``callbacks`` entries that are neither functions ``f(trainer, record)`` nor
-  ``transformers.TrainerCallback`` objects (those run through :mod:`erl_lite.integrations.callbacks`);
-* a ``quantization_config`` that is not 4-bit (a 4-bit one means erl_lite's NF4 loading).
-
-``adopt_model_object`` applies to a model object the model settings that can apply to it
-(``gradient_checkpointing``, ``lora_*`` on an object without an adapter) and refuses the others
-(4-bit on a full-precision object, ``lora_*`` or ``peft_config`` on an object with an adapter).
-
-``TrainerStateView`` is the ``trainer_state`` reward functions receive; ``build_optimizer``
-turns ``ERLConfig.optim`` into the optimizer the trainer uses by default, ``build_scheduler``
-``ERLConfig.lr_scheduler_type`` into its learning-rate schedule.
-
-Departures from the paper: none (this is API plumbing).
+Values of those arguments erl_lite cannot honour are refused with what to use instead, never
+ignored: ``callbacks`` entries that are neither functions ``f(trainer, record)`` nor
+``transformers.TrainerCallback`` objects, a ``quantization_config`` that is not 4-bit, model
+settings that cannot apply to a model object (:func:`adopt_model_object`). Also here: the
+``trainer_state`` reward functions receive, and the default optimizer and schedule.
+Departures from the paper: none (API plumbing).
 """
 
 from __future__ import annotations
@@ -59,16 +46,6 @@ class TrainerStateView:
         return f"TrainerStateView(global_step={self.global_step}, max_steps={self.max_steps})"
 
 
-def refuse_trl_only(**given: Any) -> None:
-    """Clear errors for GRPOTrainer arguments that erl_lite has no counterpart for."""
-    hints = {"reward_processing_classes": "reward models are not supported; wrap one in a reward function",
-             "tools": "tool use belongs to an environment: pass env= (see erl_lite.envs.qa for a search tool)",
-             "rollout_func": "rollouts are erl_lite's own; a custom sampler goes in generator="}
-    for name, value in given.items():
-        if value is not None:
-            raise ValueError(f"{name} is a GRPOTrainer argument erl_lite does not take: {hints[name]}")
-
-
 def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[["ERLTrainer", StepRecord], None]],
                                                                list[Any]]:
     """(plain functions ``f(trainer, record)``, ``transformers.TrainerCallback`` objects or classes);
@@ -104,20 +81,20 @@ def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 
+def adapter_settings(args: ERLConfig, peft_config: Any) -> dict[str, Any]:
+    """:func:`erl_lite.models.load_policy`'s adapter keywords: ``peft_config``, else LoRA from ``args.lora_*``."""
+    return dict(peft=peft_config if peft_config is not None else "lora", lora_r=args.lora_r,
+                lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, target_modules=args.lora_target_modules,
+                gradient_checkpointing=args.gradient_checkpointing)
+
+
 def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config: Any,
                        quantization_config: Any) -> tuple[Any, Any]:
-    """A model object passed to the trainer, with the model settings of ``args`` that can apply
-    to it applied and the others refused (never ignored):
-
-    * ``gradient_checkpointing=True`` is switched on (on the base model of a ``PeftModel``);
-    * ``load_in_4bit`` / a 4-bit ``quantization_config`` are fine on an object already in 4-bit
-      and refused on a full-precision one (erl_lite quantizes only while loading);
-    * ``lora_*`` fields set away from ERLConfig's defaults add an adapter of that shape to an object
-      without one (as for a model given by name; ``peft_config`` wins over them, as there); on an
-      object that already carries a PEFT adapter they are refused by name, and so is ``peft_config``.
-
-    "Set" means different from ``ERLConfig()``'s value: no preset sets a ``lora_*`` field, so an
-    object passed with a preset (the demo, the notebooks) keeps its own adapter untouched.
+    """A model object passed to the trainer, with the model settings of ``args`` applied or refused
+    (never ignored): ``gradient_checkpointing`` is switched on; 4-bit is refused on a full-precision
+    object; ``lora_*`` fields set away from ERLConfig's defaults (or ``peft_config``) add an adapter
+    to an object without one and are refused, by name, on one that has an adapter. No preset sets a
+    ``lora_*`` field, so an object passed with a preset keeps its own adapter.
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -153,21 +130,15 @@ def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config:
                              f"{'it' if len(lora_set) == 1 else 'them'} at the default, or pass the model without "
                              "an adapter (or its name)")
     elif peft_config is not None or lora_set:
-        a = args
-        return load_policy(model, tokenizer, peft=peft_config if peft_config is not None else "lora",
-                           lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
-                           target_modules=a.lora_target_modules, gradient_checkpointing=a.gradient_checkpointing)
+        return load_policy(model, tokenizer, **adapter_settings(args, peft_config))
     if args.gradient_checkpointing:
         _enable_checkpointing(_base_model(model))  # idempotent: an object loaded with it stays as it was
     return model, tokenizer
 
 
 def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
-    """The optimizer ``args.optim`` names, over ``params``, with ``args.learning_rate`` and
-    ``args.weight_decay`` (Adam's default betas and eps).
-
-    ``adamw_torch`` is ``torch.optim.AdamW``; ``adamw_8bit`` and ``paged_adamw_8bit`` are
-    bitsandbytes' ``AdamW8bit`` and ``PagedAdamW8bit`` (see ``ERLConfig.optim``).
+    """The optimizer ``args.optim`` names over ``params``, with ``args.learning_rate`` and
+    ``weight_decay``: ``torch.optim.AdamW``, or bitsandbytes' ``AdamW8bit`` / ``PagedAdamW8bit``.
 
     Example:
         >>> import torch

@@ -277,17 +277,22 @@ def test_trainer_state_is_the_running_step(tok):
     assert steps == [(1, 2), (1, 2), (2, 2), (2, 2)]
 
 
+@pytest.mark.parametrize("name", ["reward_processing_classes", "tools", "rollout_func"])
+@pytest.mark.parametrize("value", [None, [print]])
+def test_trl_arguments_erl_lite_has_no_use_for_are_not_parameters(tok, name, value):
+    """GRPOTrainer's reward_processing_classes, tools and rollout_func are not taken: Python names them."""
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        ERLTrainer(tiny_model(tok), reward_len, small_args(), ROWS, processing_class=tok, **{name: value})
+
+
 def test_extras_are_keyword_only_and_trl_extras_are_answered(tok):
     model = tiny_model(tok)
-    with pytest.raises(TypeError):
-        ERLTrainer(model, reward_len, small_args(), ROWS, None, tok, None, None, (None, None), None, None,
-                   None, None, None, reward_len)  # a 15th positional (feedback_func) is refused
-    with pytest.raises(ValueError, match="reward_processing_classes"):
-        ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, reward_processing_classes=[tok])
+    with pytest.raises(TypeError, match="positional"):
+        # past processing_class, TRL's order holds reward_processing_classes: keyword-only here, so a
+        # positional TRL call fails loudly instead of shifting its arguments one slot
+        ERLTrainer(model, reward_len, small_args(), ROWS, None, tok, None)
     with pytest.raises(ValueError, match="environment_factory object: .*callable reset"):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, environment_factory=object)
-    with pytest.raises(ValueError, match="tools .*env="):
-        ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, tools=[print])
     with pytest.raises(ValueError, match="quantization_config .*not a 4-bit config"):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok,
                    quantization_config=type("EightBit", (), {"load_in_8bit": True})())

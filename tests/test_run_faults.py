@@ -150,7 +150,7 @@ def test_a_failure_after_a_step_finished_keeps_that_step(tmp_path, where, monkey
         return real_save(*a, **kw)
 
     monkeypatch.setattr(trainer, "evaluate", evaluate)
-    monkeypatch.setattr("erl_lite.trainer.save_checkpoint", save)
+    monkeypatch.setattr("erl_lite.trainer_saving.save_checkpoint", save)
     with pytest.raises((ValueError, CheckpointError)) as err:
         trainer.train()
     assert trainer.step == 3 and train_steps(out) == [1, 2, 3]
@@ -168,7 +168,7 @@ def test_a_failing_rescue_save_never_hides_the_original_error(tmp_path, monkeypa
     def disk_full(*a, **kw):
         raise CheckpointError("could not write checkpoint-1: No space left on device")
 
-    monkeypatch.setattr("erl_lite.trainer.save_checkpoint", disk_full)
+    monkeypatch.setattr("erl_lite.trainer_saving.save_checkpoint", disk_full)
     with pytest.raises(ValueError, match="at step 2") as err, pytest.warns(UserWarning, match="No space left"):
         trainer.train()
     assert trainer.step == 1 and "not saved" in notes(err.value) and "train()" in notes(err.value)

@@ -1,0 +1,128 @@
+"""The trainer's wiring: what its arguments become (the environment, the task lists, the process
+group, the reporter, memory, callbacks, the per-environment and reward-function metrics).
+
+:class:`~erl_lite.trainer.ERLTrainer` imports this one module from ``integrations/``, so the loop
+reads without TRL adapters, datasets, trackers or ``accelerate`` in view. Departures from the
+paper: none (plumbing).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from erl_lite.config import ERLConfig
+from erl_lite.core.env import Environment
+from erl_lite.core.memory import MemoryBank, ReflectionMemory
+from erl_lite.integrations.callbacks import TrainerCallbacks  # noqa: F401 - the trainer's, through here
+from erl_lite.integrations.data_sources import load_rows
+from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+from erl_lite.integrations.distributed import DataParallel
+from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.integrations.reporting import make_reporter
+from erl_lite.integrations.reward_calls import RewardFunctionError, RewardLog, mean_metrics
+from erl_lite.integrations.trl_adapter import environment_from_factory, placeholder_rows
+from erl_lite.metrics import describe, env_eval_metrics, env_step_metrics
+from erl_lite.records import Task, check_unique_task_ids
+
+
+def build_environment(args: ERLConfig, env: Environment | None, environment_factory: Any,
+                      reward_funcs: Any, feedback_func: Callable | None, reward_weights: Sequence[float] | None,
+                      train_dataset: Any) -> tuple[Environment, Any]:
+    """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=`` (TRL-style
+    environment classes, run by :mod:`~erl_lite.integrations.trl_adapter`) or ``reward_funcs=``
+    (dataset tasks, :class:`~erl_lite.integrations.dataset.RewardFunctionEnv`)."""
+    if environment_factory is not None:
+        if env is not None:
+            raise ValueError("pass env= or environment_factory=, not both")
+        env = environment_from_factory(environment_factory, reward_funcs, reward_weights, args.reward_threshold)
+        if train_dataset is None:  # TRL's dataset-free mode: reset() returns the prompt
+            train_dataset = placeholder_rows(environment_factory, args.max_steps, args.num_tasks_per_step)
+        reward_funcs = None  # the adapter calls them, with environments= as TRL does
+    if (env is None) == (reward_funcs is None):
+        raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
+                         "environment classes) or reward_funcs= (dataset tasks)")
+    if env is None:
+        env = RewardFunctionEnv(reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
+    return env, train_dataset
+
+
+def process_group(args: ERLConfig) -> DataParallel:
+    """This process's rank and device under ``accelerate launch`` (one process otherwise)."""
+    dist = DataParallel.from_environment()
+    if dist.world_size > 1 and args.scale_rewards == "batch":
+        # Each process sees only its shard of tasks; a per-shard std would differ from one process's.
+        raise ValueError("ERLConfig.scale_rewards='batch' is not supported under several processes "
+                         "(the std would be each process's own); use 'group' or 'none'")
+    return dist
+
+
+def reporter_for(args: ERLConfig, dist: DataParallel) -> Any:
+    """The trackers of ``args.report_to`` on rank 0 (None elsewhere). Built on every rank, before the
+    model loads, so a tracker that is not installed fails early everywhere."""
+    reporter = make_reporter(args)
+    return reporter if dist.is_main else None
+
+
+def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig) -> RewardLog:
+    """Hand ``env`` the trainer's state view and tokenizer; returns the log that reward functions'
+    ``log_metric`` / ``log_extra`` write to."""
+    env.trainer_state = trainer_state
+    env.reward_log = reward_log = RewardLog()
+    env.use_tokenizer(tokenizer, args.chat_template_kwargs)  # e.g. tools= for the chat template
+    return reward_log
+
+
+def read_tasks(env: Environment, data: Any, split: str) -> list[Task]:
+    """Tasks of a dataset (rows, a ``datasets.Dataset``, a path or a name, see
+    :func:`~erl_lite.integrations.data_sources.load_rows`; or Tasks), or of the env's split when
+    ``data`` is None. A :class:`MultiEnvironment` routes rows by their ``environment`` column. Ids
+    must be unique within the split (they key the GRPO groups)."""
+    where = f"{split}_dataset" if data is not None else f"the environment's {split} tasks"
+    return check_unique_task_ids(_tasks(env, data, split), where)
+
+
+def _tasks(env: Environment, data: Any, split: str) -> list[Task]:
+    if data is None and split == "train":
+        return env.train_tasks()
+    if data is None:
+        try:
+            return env.test_tasks()
+        except NotImplementedError:  # e.g. a TRL-style environment: no evaluation unless asked
+            return []
+    rows = load_rows(data, split)
+    if isinstance(env, MultiEnvironment):
+        return env.tasks_from_rows(rows, split)
+    if rows and isinstance(rows[0], Task):
+        return rows
+    return rows_to_tasks(rows, prefix=split, where=f"{split}_dataset")
+
+
+def memory_for(env: Environment, args: ERLConfig) -> ReflectionMemory | MemoryBank:
+    """The paper's one memory, or one per environment when the run mixes environments."""
+    if isinstance(env, MultiEnvironment):
+        return MemoryBank(env.names, args.memory_type, args.memory_size, args.memory_top_k, env.env_name)
+    return ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
+
+
+def env_step_extras(env: Environment, outcome: Any, memory: Any, mode: str) -> dict[str, Any]:
+    """The per-environment step metrics of a :class:`MultiEnvironment` run (none otherwise)."""
+    if not isinstance(env, MultiEnvironment):
+        return {}
+    return env_step_metrics(outcome, env.env_name, env.names, memory, mode)
+
+
+def env_eval_extras(env: Environment, attempts: list[Any]) -> dict[str, Any]:
+    """The per-environment evaluation metrics of a :class:`MultiEnvironment` run (none otherwise)."""
+    if not isinstance(env, MultiEnvironment):
+        return {}
+    return env_eval_metrics(attempts, env.env_name, env.names)
+
+
+def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float]:
+    """The means of what reward functions passed to ``log_metric`` since the last call (TRL: sum /
+    count over every process). A name clashing with erl_lite's own keys is refused."""
+    logged = mean_metrics(dist.gather(reward_log.take_metrics()))
+    clash = sorted(k for k in logged if describe(k) is not None)
+    if clash:
+        raise RewardFunctionError(f"log_metric name(s) {clash} are metrics erl_lite logs itself; pick other names")
+    return logged

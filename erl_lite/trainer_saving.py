@@ -1,0 +1,253 @@
+"""The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step.
+
+:class:`CheckpointSaving` is a base of :class:`~erl_lite.trainer.ERLTrainer`; it reads the trainer's
+``args``, ``model``, ``optimizer``, ``scheduler``, ``memory``, ``history``, ``dist`` and ``step``.
+The files themselves are :mod:`erl_lite.checkpoint`'s. Departures from the paper: none.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any
+
+from erl_lite.checkpoint import (CheckpointError, TrainingState, apply_state, ensure_writable, latest_good_checkpoint,
+                                 previous_run, read_checkpoint, remove_previous_run, save_checkpoint, save_weights)
+from erl_lite.identity import run_differences, run_identity
+from erl_lite.layout import write_json
+
+
+class CheckpointSaving:
+    """Saving and resuming for :class:`~erl_lite.trainer.ERLTrainer` (see there for an example)."""
+
+    _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
+    _claimed = False  # output_dir checked to hold no other run, and taken by this one (first write)
+    _step_start: TrainingState | None = None  # where the running step began (None between steps)
+    _training = False  # inside train(), which closes the tracker runs at its end
+
+    def save_checkpoint(self) -> str:
+        """Write ``<output_dir>/checkpoint-<step>`` (see :mod:`erl_lite.checkpoint`) and rotate
+        old ones per ``args.save_total_limit``; returns its path. Weights holding NaN or inf are
+        refused (:class:`~erl_lite.checkpoint.CheckpointError`) and nothing on disk changes."""
+        if not self.args.output_dir:
+            raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
+        # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
+        path = self.dist.on_main(self._write_checkpoint,
+                                 default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
+        self._saved_step = self.step
+        self.hf_callbacks.event("save")
+        return path
+
+    def save_model(self, output_dir: str | None = None) -> str:
+        """Save the policy for use (transformers' ``Trainer.save_model``) in ``output_dir`` (default
+        ``args.output_dir``): a LoRA adapter in PEFT's format with its ``erl_lite.json`` note, or the
+        full model; the tokenizer; the config as ``training_args.json`` (never a pickle). DDP: rank 0."""
+        folder = os.fspath(output_dir) if output_dir is not None else self.args.output_dir
+        if not folder:
+            raise ValueError("save_model() needs a folder: pass output_dir= or set ERLConfig.output_dir")
+
+        def write() -> str:
+            os.makedirs(folder, exist_ok=True)
+            if hasattr(self.model, "peft_config"):
+                save_weights(folder, self.model, self.tokenizer)
+            else:
+                self.model.save_pretrained(folder)
+                self.tokenizer.save_pretrained(folder)
+            write_json(os.path.join(folder, "training_args.json"), self.args.to_dict())
+            return folder
+
+        with self.progress.library_bars():
+            return self.dist.on_main(write, default=folder)
+
+    def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True,
+                    token: str | None = None, revision: str | None = None, **kwargs: Any) -> str | None:
+        """Save the final model (:meth:`save_model`) and upload ``args.output_dir`` to ``args.hub_model_id``
+        (transformers' ``Trainer.push_to_hub``); returns the repository's URL (None on ranks > 0).
+        Only this reaches the network. ``blocking=False``, ``revision`` and model-card keywords are refused."""
+        if not blocking or revision is not None or kwargs:
+            given = (["blocking=False"] if not blocking else []) + ([f"revision={revision!r}"] if revision else []) + [
+                f"{k}=" for k in kwargs]
+            raise ValueError(f"push_to_hub: {', '.join(given)} not supported; erl_lite uploads the saved folder "
+                             "in one blocking commit to the repository's main branch")
+        if not self.args.hub_model_id:
+            raise ValueError("push_to_hub needs ERLConfig.hub_model_id='user-or-org/name' (the repository to "
+                             "upload to)")
+        if not self.args.output_dir:
+            raise ValueError("push_to_hub uploads ERLConfig.output_dir, which is not set")
+        from erl_lite.integrations import export
+
+        folder = self.save_model()
+        private = True if self.args.hub_private_repo is None else self.args.hub_private_repo
+        return self.dist.on_main(lambda: export.push_to_hub(folder, self.args.hub_model_id, private=private,
+                                                             token=token, commit_message=commit_message),
+                                 default=None)
+
+    def _write_checkpoint(self) -> str:
+        with self.progress.library_bars():
+            return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
+                                   self.memory, self.history, self._run_identity(), self.args.save_total_limit,
+                                   tokenizer=self.tokenizer, hf_state=self._hf_state())
+
+    def _hf_state(self) -> Any:
+        """This run as a ``transformers.TrainerState`` (``trainer_state.json``); ``best_metric`` stays None:
+        erl_lite has no ``metric_for_best_model``."""
+        from transformers import TrainerState
+
+        return TrainerState(global_step=self.step, max_steps=self.args.max_steps, epoch=self.state.epoch,
+                            logging_steps=1, eval_steps=self.args.eval_steps, save_steps=self.args.save_steps,
+                            train_batch_size=self.args.num_tasks_per_step,
+                            num_train_epochs=self.args.num_train_epochs or 0, log_history=list(self.history.records))
+
+    def _run_identity(self) -> dict[str, Any]:
+        return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env)
+
+    def _claim_output_dir(self) -> None:
+        """A fresh run: refuse an ``output_dir`` holding another run, or clear that run's files
+        when ``overwrite_output_dir`` says so (rank 0 alone deletes)."""
+        found = previous_run(self.args.output_dir)
+        # DDP: every process looks before any writes (rank 0 rewrites the history right after),
+        # so all of them see the same folder and take the same decision.
+        self.dist.barrier()
+        if not found:
+            self._claimed = True
+            return
+        if not self.args.overwrite_output_dir:
+            raise CheckpointError(
+                f"output_dir {self.args.output_dir!r} already holds another run ({', '.join(found)}); a fresh "
+                "run there would overwrite its history and, with save_total_limit, delete its checkpoints. "
+                "Resume it with train(resume_from_checkpoint=True) (erl-lite train --resume), pick another "
+                "output_dir, or set overwrite_output_dir=True (--overwrite-output-dir) to delete that run's "
+                "checkpoints and history and start afresh")
+        if self.dist.is_main:
+            remove_previous_run(self.args.output_dir)
+        self._claimed = True
+
+    def _past_max_steps(self, step: int, where: str) -> str:
+        """The refusal of a ``max_steps`` below the step reached (HF's Trainer would silently do nothing;
+        a lowered ``max_steps`` is more likely a typo or the wrong folder)."""
+        return (f"{where} is at step {step}, beyond max_steps={self.args.max_steps}: there is nothing to train "
+                f"and the run would end without a word. Set max_steps above {step} to train further, "
+                "or resume from an earlier checkpoint-<step> folder")
+
+    def _resume(self, where: str | bool | os.PathLike, ignore_config_mismatch: bool) -> None:
+        if where is True:
+            if not self.args.output_dir:
+                raise ValueError("resume_from_checkpoint=True looks in ERLConfig.output_dir, which is not "
+                                 "set; set it or pass a checkpoint folder")
+            state = latest_good_checkpoint(self.args.output_dir)
+        else:
+            state = read_checkpoint(os.fspath(where))
+        if state.step > self.args.max_steps:
+            raise ValueError(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
+        if self.args.output_dir and os.path.abspath(os.path.dirname(state.path or "")) != os.path.abspath(
+                self.args.output_dir):
+            self._claim_output_dir()  # a checkpoint from elsewhere continues here: as a fresh run would
+        differences = run_differences(state.run, self._run_identity())
+        if differences and not ignore_config_mismatch:
+            raise ValueError(f"cannot resume from {state.path}: it was saved by a run with other settings:\n"
+                             + "\n".join(f"  {d}" for d in differences)
+                             + "\nPass train(..., ignore_config_mismatch=True) to resume anyway.")
+        if differences:
+            warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences),
+                          stacklevel=3)
+        self._restore(state)
+        self._apply_optimizer_settings(state.run.get("config", {}))
+        in_output_dir = self.args.output_dir and os.path.abspath(state.path or "") == os.path.abspath(
+            os.path.join(self.args.output_dir, f"checkpoint-{state.step}"))
+        self._saved_step = state.step if in_output_dir else None
+
+    def _restore(self, state: TrainingState) -> None:
+        """Make the live trainer equal ``state`` (weights, optimizer, memory, RNG, step, history)."""
+        apply_state(state, self.model, self.optimizer, self.scheduler, self.memory)
+        self.step = state.step
+        self.history.records, self.history.samples = list(state.records), list(state.samples)
+        self.history.rewrite()
+
+    def _apply_optimizer_settings(self, saved: dict[str, Any]) -> None:
+        """A resume overriding the learning rate or weight decay takes effect: loading the
+        optimizer state brought the checkpoint's values back."""
+        lr, wd = self.args.learning_rate, self.args.weight_decay
+        if saved.get("learning_rate", lr) != lr or saved.get("weight_decay", wd) != wd:
+            bases = self.scheduler.base_lrs if self.scheduler is not None else [None] * len(self.optimizer.param_groups)
+            for group, base in zip(self.optimizer.param_groups, bases):
+                factor = group["lr"] / base if base else 1.0  # the schedule's progress is kept
+                group.update(lr=lr * factor, initial_lr=lr, weight_decay=wd)
+            if self.scheduler is not None:
+                self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+
+    def _stopped(self, error: BaseException) -> None:
+        """Any exception in train(): undo a step cut short, save the last finished step, and say
+        so (a note on ``error``; a printed line for Ctrl-C). Nothing here may replace ``error``:
+        a failure to undo or to save is a warning."""
+        message = self._recover()
+        if isinstance(error, KeyboardInterrupt):
+            print(f"\nInterrupted: {message}")
+        elif hasattr(error, "add_note"):  # Python 3.11+: shown under the traceback
+            error.add_note(f"erl_lite: {message}")
+        else:
+            print(f"\nerl_lite: {message}", file=sys.stderr)
+
+    def _recover(self) -> str:
+        """Roll back to the last finished step and save it; returns what happened, for the user."""
+        start, self._step_start = self._step_start, None
+        if start is not None:
+            try:
+                self._restore(start)
+            except Exception as e:  # noqa: BLE001 - the caller re-raises the original error
+                warnings.warn(f"could not undo the unfinished step {self.step}: {e}", stacklevel=4)
+                return f"step {self.step} did not finish and could not be undone; nothing saved"
+        last = (f"step {self.step + 1} did not finish and was undone; " if start is not None else "") + (
+            f"step {self.step} is the last finished one" if self.step else "no step finished")
+        again = f"call trainer.train() again on this trainer to continue from step {self.step + 1}"
+        if not self.args.output_dir or self.step == 0:
+            return f"{last}; nothing saved. Fix the cause, then {again}"
+        try:
+            path = self._save_after_failure()
+        except Exception as e:  # noqa: BLE001 - the original error is what the user must see
+            warnings.warn(f"could not save step {self.step} after the run failed: {e}", stacklevel=4)
+            return f"{last}; it was not saved ({type(e).__name__}). Fix the cause, then {again}"
+        return (f"{last}, saved in {path}. Fix the cause, then {again}, or resume it in a new session "
+                "with train(resume_from_checkpoint=True) (erl-lite train --resume)")
+
+    def _save_after_failure(self) -> str:
+        """Save the current (finished) step unless it is saved already. DDP: rank 0 writes without
+        waiting for the others, which may be stopped anywhere (the state is replicated)."""
+        path = os.path.join(self.args.output_dir, f"checkpoint-{self.step}")
+        if self._saved_step != self.step:
+            if self.dist.is_main:
+                path = self._write_checkpoint()
+            self._saved_step = self.step
+        return path
+
+    def _open_run(self, resume_from_checkpoint: str | bool | os.PathLike | None,
+                  ignore_config_mismatch: bool) -> bool:
+        """The start of ``train()``: check the folder, resume or claim it; returns whether this trainer
+        continues a run it stopped earlier (which keeps the live random state, as an unbroken run would)."""
+        from transformers import set_seed
+
+        continuing = self.step > 0 and not resume_from_checkpoint
+        if not continuing:
+            set_seed(self.args.seed)
+        if self.args.output_dir:
+            ensure_writable(self.args.output_dir)
+        if resume_from_checkpoint:
+            self._resume(resume_from_checkpoint, ignore_config_mismatch)
+        elif not continuing and self.args.output_dir:
+            if not self._claimed:  # an evaluate(log=True) before train() may have taken it already
+                self._claim_output_dir()
+            self.history.rewrite()  # the files afresh, from this trainer's records
+        if self.step > self.args.max_steps:
+            raise ValueError(self._past_max_steps(self.step, "this trainer"))
+        if not continuing:
+            self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
+        return continuing
+
+    def _close_run(self) -> None:
+        """The end of a ``train()`` that finished: the last checkpoint, the final model, the upload."""
+        if self.args.output_dir and self._saved_step != self.step:
+            self.save_checkpoint()
+        if self.args.output_dir:
+            self.save_model()  # the final model at output_dir's root, as transformers' Trainer leaves it
+        if self.args.push_to_hub:
+            self.push_to_hub()
