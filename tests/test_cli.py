@@ -99,7 +99,7 @@ def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, over
 
 
 def test_train_config_without_training():
-    from erl_lite.cli import train_config
+    from erl_lite.cli.train import train_config
     from erl_lite.config import ERLConfig
     from erl_lite.embedded import demo_config
 
@@ -166,7 +166,7 @@ def test_field_docstrings_are_read_from_the_source():
     (["--no-internalization", "--load-in-4bit"], dict(use_internalization=False, load_in_4bit=True)),
 ])
 def test_each_kind_of_flag_reaches_the_config(flags, expected):
-    from erl_lite.cli import train_config
+    from erl_lite.cli.train import train_config
     from erl_lite.embedded import demo_config
 
     cfg = train_config(build_parser().parse_args(["train", *flags]))
@@ -207,7 +207,7 @@ def _yaml(tmp_path, text: str) -> str:
 
 
 def test_precedence_preset_then_file_then_flags(tmp_path):
-    from erl_lite.cli import train_config, train_settings
+    from erl_lite.cli.train import train_config, train_settings
     from erl_lite.config import DEFAULT_SEED, PRESETS
 
     path = _yaml(tmp_path, "learning_rate: 1e-4\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
