@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -338,3 +339,14 @@ def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
     (folder / "trainer_state.json").write_text(json.dumps({"step": 3, "config": {"mode": "rlvr"}}))
     assert main(["eval", "--checkpoint", str(tmp_path)]) == 2
     assert "holds no LoRA adapter" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_command_line():
+    """``python -m erl_lite.cli`` (as README's ``accelerate launch -m erl_lite.cli``) is the erl-lite command."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "erl_lite.cli", "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert "usage: erl-lite" in done.stdout

@@ -1,22 +1,15 @@
 """The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module.
 
-* ``erl-lite demo`` — ERL on the embedded tiny model, on the CPU, in minutes; writes history,
-  figures and a Markdown report to ``--out`` (:func:`erl_lite.embedded.demo.run_demo`).
-* ``erl-lite train`` (:mod:`~erl_lite.cli.train`) — the trainer on a chosen environment and model,
-  e.g. ``erl-lite train --env frozenlake --model Qwen/Qwen2.5-1.5B-Instruct --preset gpu --load-in-4bit``.
-  Every :class:`~erl_lite.config.ERLConfig` field is an option (:mod:`erl_lite.cli.config_args`),
-  ``--config run.yaml`` reads fields from a file; precedence: preset < file < flags. Your own
-  data, as ``trl grpo``: ``--dataset rows.jsonl --reward-funcs mymod:reward [--feedback-func mymod:fb]``
-  (specs as in :mod:`erl_lite.func_specs`).
-* ``erl-lite eval --checkpoint DIR`` (:mod:`~erl_lite.cli.evaluate`) — first attempts of a
-  checkpoint's adapter, no memory; prints JSON metrics.
-* ``erl-lite plot history.jsonl`` — the figures of :func:`erl_lite.viz.save_figures`.
-* ``erl-lite export --adapter DIR --out DIR [--push-to-hub USER/NAME]`` — merge a LoRA adapter
-  into its base and save a standalone model (:mod:`erl_lite.integrations.export`).
+``demo`` (:func:`erl_lite.embedded.demo.run_demo`): ERL on the embedded tiny model, on the CPU,
+in minutes. ``train`` (:mod:`~erl_lite.cli.train`): every :class:`~erl_lite.config.ERLConfig`
+field is an option (:mod:`~erl_lite.cli.config_args`), ``--config run.yaml`` reads them from a
+file (preset < file < flags), and ``--dataset rows.jsonl --reward-funcs mymod:reward`` trains on
+your own data as ``trl grpo`` does. ``eval`` (:mod:`~erl_lite.cli.evaluate`): first attempts of a
+checkpoint's adapter, as JSON. ``plot``: a run's figures. ``export``: merge a LoRA adapter into
+its base (:mod:`erl_lite.integrations.export`).
 
-A mistyped flag gets "did you mean --x?". Errors a user can fix are printed as one paragraph
-naming the file and line, the field or the path, with exit code 2 and no traceback
-(:mod:`~erl_lite.cli.errors`); errors raised while training keep their traceback.
+Errors a user can fix print as one paragraph naming the file and line, the field or the path,
+exit code 2, no traceback (:mod:`~erl_lite.cli.errors`); errors raised while training keep theirs.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -233,6 +226,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _export(args)
     return run_train(args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
