@@ -145,7 +145,8 @@ def _plot_parser(sub: Any) -> None:
 def _export_parser(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser("export", help="merge a LoRA adapter into its base model and save it (optionally push)")
     export.add_argument("--adapter", required=True,
-                        help="adapter folder (a checkpoint-<step> folder, output_dir after training, or a saved adapter)")
+                        help="adapter folder (a checkpoint-<step> folder, output_dir after training, "
+                             "or a saved adapter)")
     export.add_argument("--out", required=True, help="folder for the merged model and its tokenizer")
     export.add_argument("--quantization", choices=("auto", "none", "4bit"), default="auto",
                         help="how the base was loaded in training; 4bit: dequantise it before merging "
