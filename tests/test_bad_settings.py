@@ -168,7 +168,8 @@ def test_command_line_values_are_checked_naming_the_option(monkeypatch, capsys, 
     (["--steps", "3", "--steps", "4"], 4),      # one spelling twice: argparse's rule, the last wins
 ])
 def test_two_spellings_that_agree_or_one_spelling_twice_pass(flags, expected):
-    from erl_lite.cli import build_parser, train_config
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_config
 
     assert train_config(build_parser().parse_args(["train", *flags])).max_steps == expected
 

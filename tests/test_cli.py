@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, over
 
 
 def test_train_config_without_training():
-    from erl_lite.cli import train_config
+    from erl_lite.cli.train import train_config
     from erl_lite.config import ERLConfig
     from erl_lite.embedded import demo_config
 
@@ -168,7 +169,7 @@ def test_field_docstrings_are_read_from_the_source():
     (["--no-internalization", "--load-in-4bit"], dict(use_internalization=False, load_in_4bit=True)),
 ])
 def test_each_kind_of_flag_reaches_the_config(flags, expected):
-    from erl_lite.cli import train_config
+    from erl_lite.cli.train import train_config
     from erl_lite.embedded import demo_config
 
     cfg = train_config(build_parser().parse_args(["train", *flags]))
@@ -209,7 +210,7 @@ def _yaml(tmp_path, text: str) -> str:
 
 
 def test_precedence_preset_then_file_then_flags(tmp_path):
-    from erl_lite.cli import train_config, train_settings
+    from erl_lite.cli.train import train_config, train_settings
     from erl_lite.config import DEFAULT_SEED, PRESETS
 
     path = _yaml(tmp_path, "learning_rate: 1e-4\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
@@ -340,3 +341,14 @@ def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
     (folder / "trainer_state.json").write_text(json.dumps({"step": 3, "config": {"mode": "rlvr"}}))
     assert main(["eval", "--checkpoint", str(tmp_path)]) == 2
     assert "holds no LoRA adapter" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_command_line():
+    """``python -m erl_lite.cli`` (as README's ``accelerate launch -m erl_lite.cli``) is the erl-lite command."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "erl_lite.cli", "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert "usage: erl-lite" in done.stdout

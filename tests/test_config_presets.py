@@ -62,7 +62,8 @@ def test_every_config_defaults_to_the_one_default_seed(build):
 @pytest.mark.parametrize("argv", [["train"], ["demo"], ["train", "--env", "frozenlake"],
                                   ["train", "--preset", "gpu", "--env", "qa"]])
 def test_cli_defaults_to_the_configs_default_seed(argv):
-    from erl_lite.cli import build_parser, train_config
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_config
     from erl_lite.config import DEFAULT_SEED
 
     args = build_parser().parse_args(argv)
@@ -72,7 +73,8 @@ def test_cli_defaults_to_the_configs_default_seed(argv):
 
 def test_train_on_the_demo_world_uses_the_demo_preset_unless_another_is_named():
     """``--env demo`` defaults to the demo preset; a named preset is used as it is (no demo layer on top)."""
-    from erl_lite.cli import build_parser, train_config
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_config
 
     parse = build_parser().parse_args
     assert train_config(parse(["train"])).preset_name == "demo"

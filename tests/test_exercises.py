@@ -1,5 +1,5 @@
-"""Tests for erl_lite.teach.exercises: every check passes its right answer and fails each listed
-wrong answer with the hint written for that mistake.
+"""Tests for erl_lite.teach.exercises and grpo_exercises: every check passes its right answer and
+fails each listed wrong answer with the hint written for that mistake.
 
 The notebooks' exercises use the data below (``GATE_REWARDS``, ``GROUP_*``, ``R2`` and the
 clipped-loss cases), so these tests also show that the notebooks' data tell the mistakes apart.
@@ -13,6 +13,7 @@ import pathlib
 import pytest
 
 from erl_lite.teach import exercises as ex
+from erl_lite.teach import grpo_exercises as gx
 from erl_lite.core.advantages import group_advantages
 
 # notebook 02: 3 of 8 succeed, 5 go on: the success rate (0.375), the share of zeros (0.25)
@@ -45,16 +46,16 @@ RIGHT = [
     (ex.check_gated_indices, (GATE_REWARDS, (1, 2, 4, 6, 7))),
     (ex.check_gate_rate, (GATE_REWARDS, 0.625)),
     (ex.check_gate_rate, (GATE_REWARDS, 5 / 8)),
-    (ex.check_advantages, ([1.0, 0.0, 0.0, 0.0], [1.5, -0.5, -0.5, -0.5])),
-    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, GROUP_RIGHT)),
-    (ex.check_clipped_loss, (1.5, 1.0, -1.28)),
-    (ex.check_clipped_loss, (0.5, 1.0, -0.5)),  # the min keeps the unclipped term
-    (ex.check_clipped_loss, (0.7, -1.0, 0.8)),
-    (ex.check_clipped_loss, (1.5, -1.0, 1.5)),  # the min keeps the unclipped term
-    (ex.check_clipped_loss, (5.0, -1.0, 3.0)),  # the dual clip
-    (ex.check_loss_curve_prediction, (1.28, 0.8, 3.0)),
-    (ex.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0])),
-    (ex.check_distill_weights, (R2, [1, 0, 1, 0], "nll")),
+    (gx.check_advantages, ([1.0, 0.0, 0.0, 0.0], [1.5, -0.5, -0.5, -0.5])),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, GROUP_RIGHT)),
+    (gx.check_clipped_loss, (1.5, 1.0, -1.28)),
+    (gx.check_clipped_loss, (0.5, 1.0, -0.5)),  # the min keeps the unclipped term
+    (gx.check_clipped_loss, (0.7, -1.0, 0.8)),
+    (gx.check_clipped_loss, (1.5, -1.0, 1.5)),  # the min keeps the unclipped term
+    (gx.check_clipped_loss, (5.0, -1.0, 3.0)),  # the dual clip
+    (gx.check_loss_curve_prediction, (1.28, 0.8, 3.0)),
+    (gx.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0])),
+    (gx.check_distill_weights, (R2, [1, 0, 1, 0], "nll")),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["second"])),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first", "second"], "fifo")),
     (ex.check_gate_function, (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r < threshold],)),
@@ -69,7 +70,7 @@ def test_the_right_answer_passes(capsys, fn, args):
 
 def test_a_tensor_is_a_valid_answer(capsys):
     torch = pytest.importorskip("torch")
-    assert _run(capsys, ex.check_advantages, [1.0, 0.0], torch.tensor(group_advantages([1.0, 0.0])))[0]
+    assert _run(capsys, gx.check_advantages, [1.0, 0.0], torch.tensor(group_advantages([1.0, 0.0])))[0]
     assert _run(capsys, ex.check_gated_indices, GATE_REWARDS, torch.tensor(GATED))[0]
 
 
@@ -106,50 +107,50 @@ WRONG = [
     (ex.check_gate_rate, (GATE_REWARDS, "0.625 or so"), "expected a number"),
     (ex.check_gate_rate, (GATE_REWARDS, None), "No answer yet"),
     # advantages of one group
-    (ex.check_advantages, ([1.0, 0.0, 0.0, 0.0], ex._population_std_advantages([1.0, 0.0, 0.0, 0.0])), "n - 1"),
-    (ex.check_advantages, ([1.0, 0.0, 0.0, 0.0], [0.75, -0.25, -0.25, -0.25]), "divide by the group's standard"),
-    (ex.check_advantages, ([1.0, 0.0], [-0.7071, 0.7071]), "sign"),
-    (ex.check_advantages, ([0.0], [-1.0]), "group of one"),
-    (ex.check_advantages, ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]), "every advantage is 0"),
-    (ex.check_advantages, ([1.0, 0.0], [1.0]), "2 rewards"),
-    (ex.check_advantages, ([1.0, 0.0], "big"), "expected a list of numbers"),
+    (gx.check_advantages, ([1.0, 0.0, 0.0, 0.0], gx._population_std_advantages([1.0, 0.0, 0.0, 0.0])), "n - 1"),
+    (gx.check_advantages, ([1.0, 0.0, 0.0, 0.0], [0.75, -0.25, -0.25, -0.25]), "divide by the group's standard"),
+    (gx.check_advantages, ([1.0, 0.0], [-0.7071, 0.7071]), "sign"),
+    (gx.check_advantages, ([0.0], [-1.0]), "group of one"),
+    (gx.check_advantages, ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]), "every advantage is 0"),
+    (gx.check_advantages, ([1.0, 0.0], [1.0]), "2 rewards"),
+    (gx.check_advantages, ([1.0, 0.0], "big"), "expected a list of numbers"),
     # advantages per (task, role)
-    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, group_advantages(GROUP_REWARDS)), "whole batch"),
-    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, GROUP_RIGHT[:3] + [0.0, 0.0, 0.0]), "group of one"),
-    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.7071, -1.4142, 0.7071, 1.0, 0.0, 0.0]), "n - 1"),
-    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.3333, -0.6667, 0.3333, 1.0, 0.0, 0.0]),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, group_advantages(GROUP_REWARDS)), "whole batch"),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, GROUP_RIGHT[:3] + [0.0, 0.0, 0.0]), "group of one"),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.7071, -1.4142, 0.7071, 1.0, 0.0, 0.0]), "n - 1"),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.3333, -0.6667, 0.3333, 1.0, 0.0, 0.0]),
      "divide by the group's standard"),
-    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 6), "split the rewards by key"),
-    (ex.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 5), "expected 6 numbers"),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 6), "split the rewards by key"),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 5), "expected 6 numbers"),
     # the clipped loss: the four cases of notebook 05 and each misconception
-    (ex.check_clipped_loss, (1.5, 1.0, -1.5), "unclipped surrogate"),
-    (ex.check_clipped_loss, (1.5, 1.0, 1.28), "the sign"),
-    (ex.check_clipped_loss, (1.5, 1.0, -1.2), "clip-higher"),  # ε = 0.2 on both sides
-    (ex.check_clipped_loss, (0.5, 1.0, -0.8), "keeps the unclipped term"),  # always clip(r)·A
-    (ex.check_clipped_loss, (1.5, -1.0, 1.28), "keeps the unclipped term"),  # always clip(r)·A
-    (ex.check_clipped_loss, (0.7, -1.0, 0.72), "asymmetric"),  # ε = 0.28 on both sides
-    (ex.check_clipped_loss, (5.0, -1.0, 5.0), "dual clip"),
-    (ex.check_clipped_loss, (1.5, 1.0, 7.0), "clip the ratio"),
-    (ex.check_clipped_loss, (1.5, 1.0, True), "expected a number"),
-    (ex.check_clipped_loss, (1.5, 1.0, None), "No answer yet"),
+    (gx.check_clipped_loss, (1.5, 1.0, -1.5), "unclipped surrogate"),
+    (gx.check_clipped_loss, (1.5, 1.0, 1.28), "the sign"),
+    (gx.check_clipped_loss, (1.5, 1.0, -1.2), "clip-higher"),  # ε = 0.2 on both sides
+    (gx.check_clipped_loss, (0.5, 1.0, -0.8), "keeps the unclipped term"),  # always clip(r)·A
+    (gx.check_clipped_loss, (1.5, -1.0, 1.28), "keeps the unclipped term"),  # always clip(r)·A
+    (gx.check_clipped_loss, (0.7, -1.0, 0.72), "asymmetric"),  # ε = 0.28 on both sides
+    (gx.check_clipped_loss, (5.0, -1.0, 5.0), "dual clip"),
+    (gx.check_clipped_loss, (1.5, 1.0, 7.0), "clip the ratio"),
+    (gx.check_clipped_loss, (1.5, 1.0, True), "expected a number"),
+    (gx.check_clipped_loss, (1.5, 1.0, None), "No answer yet"),
     # predicting the loss plot
-    (ex.check_loss_curve_prediction, (1.2, 0.8, 3.0), "clip-higher"),
-    (ex.check_loss_curve_prediction, (0.8, 0.8, 3.0), "keeps the *unclipped* term"),
-    (ex.check_loss_curve_prediction, (1.28, 0.72, 3.0), "asymmetric"),
-    (ex.check_loss_curve_prediction, (1.28, 1.28, 3.0), "does not flatten the curve"),
-    (ex.check_loss_curve_prediction, (1.28, 0.8, 1.28), "until the dual clip"),
-    (ex.check_loss_curve_prediction, (1.28, 0.8, 4.0), "write the loss at a few ratios"),
-    (ex.check_loss_curve_prediction, (1.28, "low", 3.0), "expected numbers"),
-    (ex.check_loss_curve_prediction, (None, 0.8, 3.0), "No answer yet"),
+    (gx.check_loss_curve_prediction, (1.2, 0.8, 3.0), "clip-higher"),
+    (gx.check_loss_curve_prediction, (0.8, 0.8, 3.0), "keeps the *unclipped* term"),
+    (gx.check_loss_curve_prediction, (1.28, 0.72, 3.0), "asymmetric"),
+    (gx.check_loss_curve_prediction, (1.28, 1.28, 3.0), "does not flatten the curve"),
+    (gx.check_loss_curve_prediction, (1.28, 0.8, 1.28), "until the dual clip"),
+    (gx.check_loss_curve_prediction, (1.28, 0.8, 4.0), "write the loss at a few ratios"),
+    (gx.check_loss_curve_prediction, (1.28, "low", 3.0), "expected numbers"),
+    (gx.check_loss_curve_prediction, (None, 0.8, 3.0), "No answer yet"),
     # internalization weights
-    (ex.check_distill_weights, (R2, [1, 0, 1, 0]), "'nll' rule"),
-    (ex.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0], "nll"), "'raft' rule"),
-    (ex.check_distill_weights, (R2, R2), "negative r2 gets weight 0"),
-    (ex.check_distill_weights, (R2, group_advantages(R2)), "no group baseline"),
-    (ex.check_distill_weights, (R2, [1, 1, 1, 1]), "r2 = 0 gets weight 0"),
-    (ex.check_distill_weights, (R2, [0.5, 0.5, 0.5, 0.5]), "raft: max(r2, 0)"),
-    (ex.check_distill_weights, (R2, [1, 0]), "expected 4 numbers"),
-    (ex.check_distill_weights, (R2, None), "No answer yet"),
+    (gx.check_distill_weights, (R2, [1, 0, 1, 0]), "'nll' rule"),
+    (gx.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0], "nll"), "'raft' rule"),
+    (gx.check_distill_weights, (R2, R2), "negative r2 gets weight 0"),
+    (gx.check_distill_weights, (R2, group_advantages(R2)), "no group baseline"),
+    (gx.check_distill_weights, (R2, [1, 1, 1, 1]), "r2 = 0 gets weight 0"),
+    (gx.check_distill_weights, (R2, [0.5, 0.5, 0.5, 0.5]), "raft: max(r2, 0)"),
+    (gx.check_distill_weights, (R2, [1, 0]), "expected 4 numbers"),
+    (gx.check_distill_weights, (R2, None), "No answer yet"),
     # memory
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first", "second"]), "one slot"),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["third"]), "only when"),
@@ -212,12 +213,12 @@ def test_gated_indices_is_the_phase_gate_at_the_configured_threshold():
     (1.0, 1.0, -1.0), (1.5, 1.0, -1.28), (0.5, 1.0, -0.5), (0.5, -1.0, 0.8), (1.5, -1.0, 1.5), (5.0, -1.0, 3.0),
 ])
 def test_clipped_loss_value_matches_the_formula(ratio, adv, expected):
-    assert ex.clipped_loss_value(ratio, adv) == pytest.approx(expected, abs=1e-5)
+    assert gx.clipped_loss_value(ratio, adv) == pytest.approx(expected, abs=1e-5)
 
 
 def test_loss_curve_landmarks_follow_the_settings():
-    assert ex.loss_curve_landmarks() == {"flat_above": 1.28, "flat_below": 0.8, "capped_above": 3.0}
-    assert ex.loss_curve_landmarks(0.1, 0.1, None) == {"flat_above": 1.1, "flat_below": 0.9, "capped_above": None}
+    assert gx.loss_curve_landmarks() == {"flat_above": 1.28, "flat_below": 0.8, "capped_above": 3.0}
+    assert gx.loss_curve_landmarks(0.1, 0.1, None) == {"flat_above": 1.1, "flat_below": 0.9, "capped_above": None}
 
 
 def test_the_notebooks_use_every_check_and_this_data():

@@ -270,8 +270,8 @@ def _metric_literals(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
             and id(n) not in docstrings]
 
 
-METRIC_NAME_USERS = ["erl_lite.trainer", "erl_lite.embedded.demo", "erl_lite.cli", "erl_lite.viz.plots",
-                     "erl_lite.viz.demo_data"]
+METRIC_NAME_USERS = ["erl_lite.trainer", "erl_lite.embedded.demo", "erl_lite.cli", "erl_lite.cli.train",
+                     "erl_lite.viz.plots", "erl_lite.viz.demo_data"]
 
 
 @pytest.mark.parametrize("module", METRIC_NAME_USERS)

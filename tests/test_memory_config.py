@@ -71,7 +71,8 @@ def test_rlvr_uses_the_papers_compute_matched_g():
 
 
 def test_cli_rlvr_gets_g10():
-    from erl_lite.cli import build_parser, train_config
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_config
 
     args = build_parser().parse_args(["train", "--mode", "rlvr", "--env", "frozenlake"])
     assert train_config(args).num_generations == 10

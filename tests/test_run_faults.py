@@ -269,7 +269,8 @@ def test_a_checkpoint_from_elsewhere_continues_only_into_a_folder_without_anothe
 
 
 def test_overwrite_output_dir_is_a_config_field_and_a_flag_and_may_change_on_resume():
-    from erl_lite.cli import build_parser, train_config
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_config
 
     assert ERLConfig().overwrite_output_dir is False
     assert "overwrite_output_dir" in checkpoint.RESUMABLE_FIELDS

@@ -1,31 +1,15 @@
 """The embedded default policy: a tiny chat model shipped inside the package, its world and its demo.
 
-No package index ships a usable pretrained causal LM, so erl_lite carries its own (about 0.4
-million parameters, a small BPE tokenizer, a ChatML template) in ``erl_lite/data/embedded``.
-The modules:
+No package index ships a usable pretrained causal LM, so erl_lite carries its own (about 0.4 M
+parameters, a small BPE tokenizer, a ChatML template) in ``erl_lite/data/embedded``:
+:mod:`~erl_lite.embedded.loading` loads it as a hub model; :mod:`~erl_lite.embedded.world` is its
+world (two hole letters and an ice letter drawn per run); :mod:`~erl_lite.embedded.demo` is
+``erl-lite demo``; :mod:`~erl_lite.embedded.bands` measures what reflection and memory do before
+any RL; :mod:`~erl_lite.embedded.rulebooks` writes and reads rulebooks. The build-time teacher and
+corpus live in ``scripts/embedded/``. Names are imported on first use.
 
-* :mod:`~erl_lite.embedded.world` — the demo world: a small FrozenLake with two hole letters
-  and one ice letter drawn per run (:func:`demo_world`), so the model cannot know a hole until
-  feedback shows it; a failure reveals only the hole it fell into, so a rulebook that names
-  both is built across episodes (memory), and it transfers to every episode of the run;
-* :mod:`~erl_lite.embedded.loading` — :func:`load_embedded` through
-  :func:`erl_lite.models.load_policy`, exactly as a hub model (LoRA and 4-bit QLoRA included);
-* :mod:`~erl_lite.embedded.demo` — the demo's config (:func:`demo_config`: the ``demo`` preset
-  of :data:`erl_lite.config.PRESETS`, viewed as :data:`~erl_lite.embedded.demo.DEMO_SETTINGS`), its trainer
-  (:func:`demo_trainer`) and ``erl-lite demo`` (:func:`run_demo`, with its report);
-* :mod:`~erl_lite.embedded.bands` — :func:`measure_bands`: what reflection and memory do for
-  a policy on a world, before any RL;
-* :mod:`~erl_lite.embedded.rulebooks` — the rulebook sentences, their readers and the
-  self-contradiction detector (:func:`~erl_lite.embedded.rulebooks.contradictions`).
-
-The build-time code (the scripted teacher and the corpus ``scripts/build_embedded_model.py``
-trains the model on) is not part of the package: it lives in ``scripts/embedded/``.
-
-Names below are imported on first use, so ``import erl_lite.embedded`` stays light.
-
-Departures from the paper: the paper trains 4B/7B instruction-tuned models on the paper's
-FrozenLake with fixed letters; here a stand-in model plays a smaller variant with two kinds of
-hole whose letters vary per run (see :class:`~erl_lite.embedded.world.DemoLake` for how its maps are drawn).
+Departures from the paper: the paper trains 4B/7B models on FrozenLake with fixed letters; here a
+stand-in model plays a smaller variant with two kinds of hole whose letters vary per run.
 
 Example:
     >>> from erl_lite.embedded import load_embedded, demo_world
@@ -44,7 +28,7 @@ from typing import Any
 _EXPORTS = {
     "EMBEDDED_DIR": "loading", "load_embedded": "loading",
     "DemoLake": "world", "demo_world": "world", "make_world": "world", "run_letters": "world",
-    "hole_letters": "world", "contradictions": "rulebooks",
+    "hole_letters": "world",
     "DEMO_SETTINGS": "demo", "DEMO_EVAL_TASKS": "demo", "demo_config": "demo", "demo_trainer": "demo",
     "run_demo": "demo", "step_line": "demo", "write_report": "demo",
     "Bands": "bands", "measure_bands": "bands",

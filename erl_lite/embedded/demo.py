@@ -1,19 +1,13 @@
 """``erl-lite demo``: ERL on the embedded tiny model, on the CPU, with a report.
 
-The demo world is the small FrozenLake whose hole and ice letters are fixed for the run (by
-``seed``) but never told to the model; only the feedback of a failed attempt reveals them, so
-reflection has something to find and memory has something to carry across episodes. The
-demo evaluates the model's first attempts before and after training and writes to ``out``:
+The demo world's hole and ice letters are fixed by ``seed`` but never told to the model; only a
+failed attempt's feedback reveals them. The demo evaluates first attempts before and after
+training and writes to ``out``: ``history.jsonl`` / ``samples.jsonl``, the figures, and
+``report.md`` (before/after numbers, an example reflection, one that built on memory, checks of
+every sampled rulebook, the final memory).
 
-* ``history.jsonl`` / ``samples.jsonl`` — every step's metrics and sampled texts;
-* ``rewards.png``, ``gate_rate.png``, ``memory.png``, ``losses.png``, ``eval.png``, ``overview.png``;
-* ``report.md`` — the before/after numbers, an example reflection, a reflection that built
-  on memory (the remembered rulebook before, the new one after), a check of every sampled
-  rulebook and the final memory for self-contradiction
-  (:func:`~erl_lite.embedded.rulebooks.contradictions`), and the final memory.
-
-Departures from the paper: a toy world and a 0.4 M-parameter (1.6 MB) model instead of Qwen3-4B on the paper's
-FrozenLake; the algorithm and the code path are the same as for the paper's tasks.
+Departures from the paper: a toy world and a 0.4 M-parameter model instead of Qwen3-4B on the
+paper's FrozenLake; the algorithm and the code path are the same.
 """
 
 from __future__ import annotations
@@ -32,10 +26,8 @@ from erl_lite.metrics import (EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITE
                               REWARD_SECOND, STEP, TIME_STEP)
 from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 
-#: The demo's run settings: a read-only view of the ``demo`` preset, their one home
-#: (:data:`erl_lite.config.PRESETS`; :func:`demo_config` builds the config; ``erl-lite demo``,
-#: ``erl-lite train --env demo``, the notebooks' cpu setup, the corpus builder and
-#: ``scripts/compare_modes.py`` all start from it).
+#: The demo's run settings: a read-only view of the ``demo`` preset of
+#: :data:`erl_lite.config.PRESETS`, their one home.
 DEMO_SETTINGS: Mapping[str, Any] = MappingProxyType(PRESETS["demo"])
 #: Test maps the demo evaluates first attempts on (before training and every ``eval_steps``).
 DEMO_EVAL_TASKS = 64
@@ -57,10 +49,8 @@ def demo_config(**overrides: Any) -> ERLConfig:
 def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  model_dir: str | None = None, **overrides: Any) -> Any:
     """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model (or the build in
-    ``model_dir``, see :func:`~erl_lite.embedded.loading.load_embedded`) with a fresh, seeded
-    LoRA adapter on :func:`~erl_lite.embedded.world.demo_world` ``(seed)``, evaluated on
-    ``eval_tasks`` test maps (default :data:`DEMO_EVAL_TASKS`); ``overrides`` go to
-    :func:`demo_config`.
+    ``model_dir``) with a fresh, seeded LoRA adapter on ``demo_world(seed)``, evaluated on
+    ``eval_tasks`` test maps (default :data:`DEMO_EVAL_TASKS`); ``overrides`` go to :func:`demo_config`.
 
     Example:
         >>> trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1)
@@ -93,12 +83,9 @@ def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = D
              **overrides: Any) -> History:
     """Train the embedded model on the demo world and write the report; returns the history.
 
-    ``steps`` overrides :data:`DEMO_SETTINGS`' ``max_steps``; ``model_dir`` names another build
-    of the model (the report says which); ``overrides`` go to :func:`demo_config`.
-
-    The demo always starts afresh and replaces an earlier run's checkpoints and history in
-    ``out`` (``overwrite_output_dir=True``), so ``erl-lite demo`` can be run again and again;
-    pass ``overwrite_output_dir=False`` to have it refuse a folder that holds a run.
+    ``steps`` overrides the preset's ``max_steps``; ``model_dir`` names another build of the model;
+    ``overrides`` go to :func:`demo_config`. The demo replaces an earlier run in ``out``
+    (``overwrite_output_dir=True``; pass False to have it refuse).
     """
     if steps is not None:
         overrides["max_steps"] = steps
@@ -108,10 +95,9 @@ def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = D
                            output_dir=out, **overrides)
     config, env = trainer.args, trainer.env
     if verbose:
-        print(f"erl_lite demo: mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, world seed {seed} "
-              f"(hole letters {' and '.join(hole_letters(env.symbols))}, unknown to the model); output in {out}/"
-              + (f"; model {model_dir}" if model_dir else ""),
-              flush=True)
+        print(f"erl_lite demo: mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "
+              f"world seed {seed} (hole letters {' and '.join(hole_letters(env.symbols))}, unknown to the model); "
+              f"output in {out}/" + (f"; model {model_dir}" if model_dir else ""), flush=True)
     start = time.perf_counter()
     history = trainer.train()
     seconds = time.perf_counter() - start
@@ -144,12 +130,9 @@ def _example(history: History) -> str:
 
 
 def built_on_memory(history: History, holes: Sequence[str]) -> dict[str, Any] | None:
-    """The latest sampled reflection that kept what a remembered rulebook named and added a hole
-    of the world (``holes``; a rulebook that also calls another letter a hole does not count).
-
-    Returns ``{"step", "task_id", "before", "after", "success"}`` (``before``: the memory the
-    reflector was given; ``after``: its new rulebook), preferring one whose second attempt
-    succeeded, or ``None`` when no sampled reflection did so.
+    """The latest sampled reflection that kept what a remembered rulebook named and added a hole of
+    the world (``holes``), preferring one whose second attempt succeeded: ``{"step", "task_id",
+    "before", "after", "success"}``, or ``None``.
     """
     found = []
     for sample in history.samples:
@@ -173,25 +156,21 @@ def _rulebooks(history: History, memory: list[str]) -> list[tuple[str, str]]:
 
 
 def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, list[tuple[str, str]]]:
-    """(rulebooks checked, [(where, text)] of those giving a letter two meanings): every sampled
-    reflection's rulebook and every memory entry, checked with
-    :func:`~erl_lite.embedded.rulebooks.contradictions`."""
+    """(rulebooks checked, [(where, text)] of those giving a letter two meanings), over every sampled
+    reflection's rulebook and every memory entry.
+    """
     texts = _rulebooks(history, memory)
     return len(texts), [(where, t) for where, t in texts if contradictions(t)]
 
 
 def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
-    """Where the world's ``holes`` were known, per sampled step: in memory, in the reflections,
-    in the first attempts' plans.
+    """Where the world's ``holes`` were known, per sampled step: how knowledge moves from a trace
+    into a rulebook, into memory, then into the first attempts (what evaluation measures).
 
-    One row per sample: ``step``; ``memory`` (the holes memory named before the step, repeats
-    included, ``"empty"`` or ``"no hole"``); ``reflections`` (how many were written) and the
-    shares of them that name ``both`` holes and that state a hole twice (``repeated``); and,
-    over the first attempts' replies, the shares whose plan sentence (``"Avoid E or H."``)
-    names any letter (``first_named``), names every hole (``first_both``) and is missing or
-    garbled (``first_unreadable``: a sign that training broke the replies). It shows how
-    knowledge moves: from a trace into a rulebook, into memory, then (by RL and
-    internalization) into the first attempts, which are what evaluation measures.
+    One row per sample: ``step``; ``memory`` (the holes memory named before the step, ``"empty"``
+    or ``"no hole"``); ``reflections`` written and the shares naming ``both`` holes and stating one
+    twice (``repeated``); the shares of first attempts whose plan sentence names a letter
+    (``first_named``), every hole (``first_both``), or is missing (``first_unreadable``).
     """
     rows = []
     for sample in history.samples:
@@ -220,8 +199,9 @@ def _share(hits: list[bool]) -> float:
 
 
 def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
-    """:func:`knowledge_timeline`'s rows as a markdown table, at most ``max_rows`` evenly spaced
-    ones (the last always kept)."""
+    """The rows of :func:`knowledge_timeline` as a markdown table, at most ``max_rows`` evenly
+    spaced ones (the last kept).
+    """
     if len(rows) > max_rows:
         stride = -(-len(rows) // max_rows)
         rows = rows[::-1][::stride][::-1]
@@ -241,9 +221,9 @@ def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
 
 def _check(found: list[tuple[str, str]], checked: int, title: str, why: str, detail: Callable[[str], str],
            clean: str) -> str:
-    """One of the report's rulebook checks: the count of ``found`` (where, text) pairs and up
-    to five of them, one line per place and text (a step samples several rulebooks for one
-    task, often alike), each with ``detail(text)``; or the ``clean`` line when none was found."""
+    """One of the report's rulebook checks: the count of ``found`` (where, text) pairs and up to five
+    of them, each with ``detail(text)``; or the ``clean`` line when none was found.
+    """
     if not found:
         return f"\n{clean}\n"
     listed = "\n".join(f"- {where}: `{t}` ({detail(t)})" for where, t in list(dict.fromkeys(found))[:5])
@@ -286,7 +266,8 @@ def _letters(found: Any) -> str:
 def write_report(history: History, memory: list[str], config: ERLConfig, env: Any, seconds: float,
                  figures: list[str], out: str, model_dir: str | None = None) -> str:
     """Write ``report.md`` in ``out`` and return its path (``model_dir``: a build other than the
-    shipped model, named under the title)."""
+    shipped model, named under the title).
+    """
     before, after = _eval_ends(history)
     train = history.of_kind("train")
     rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]

@@ -1,11 +1,6 @@
-"""Loading the embedded tiny model: a normal Hugging Face checkpoint shipped as package data.
-
-No package index ships a usable pretrained causal LM, so erl_lite carries its own: a
-``LlamaForCausalLM`` of about 0.4 million parameters with a small BPE tokenizer and a ChatML
-chat template, trained on CPU by ``scripts/build_embedded_model.py``. It lives in
-``erl_lite/data/embedded/`` (:data:`EMBEDDED_DIR`), so :func:`load_embedded` goes through
-:func:`erl_lite.models.load_policy` exactly as a hub model does (LoRA and 4-bit QLoRA
-included), offline and without remote code.
+"""Loading the embedded tiny model: a ``LlamaForCausalLM`` of about 0.4 M parameters shipped as
+package data (:data:`EMBEDDED_DIR`), loaded through :func:`erl_lite.models.load_policy` exactly
+as a hub model (LoRA and 4-bit QLoRA included), offline.
 
 Departures from the paper: the paper trains 4B/7B instruction-tuned models; this is a
 stand-in small enough to train in minutes on a laptop CPU.
@@ -31,11 +26,8 @@ def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str
     Args:
         peft: ``"lora"`` (default), ``"none"``, or a ``peft.LoraConfig``.
         quantization: ``"none"`` or ``"4bit"`` (NF4; runs on CPU with bitsandbytes >= 0.48).
-        model_dir: another build of the model (``scripts/build_embedded_model.py --out DIR``)
-            to load instead of the shipped one (:data:`EMBEDDED_DIR`), to try a build in the
-            demo, the bands and the comparison before it replaces the package data.
-        kwargs: any other :func:`~erl_lite.models.load_policy` argument (``lora_r``,
-            ``device``, ``gradient_checkpointing``, ...).
+        model_dir: another build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
+        kwargs: any other :func:`~erl_lite.models.load_policy` argument (``lora_r``, ``device``, ...).
 
     Example:
         >>> model, tok = load_embedded(quantization="4bit", lora_r=4)

@@ -1,21 +1,10 @@
-"""The rulebook sentences of the embedded model's world, their reader, and a self-contradiction detector.
+"""The rulebook sentences of the embedded model's world, their readers, and a self-contradiction detector.
 
-A good reflection on the demo world writes a rulebook such as
-``"A is you. B is the goal. Reach B and never step on a hole. E is a hole. H is a hole."``: fixed
-sentences, then one fact per letter, the newest first, so that building on a remembered
-rulebook is writing what the trace shows, then copying the rest;
-:func:`rulebook` writes one (the build-time teacher does), :func:`named_holes` and
-:func:`named_safe` read which letters one calls holes and safe (the teacher, the bands and the
-demo report do), and :func:`contradictions` lists the letters a rulebook gives two opposite
-meanings (``"F is a hole. F is safe ice."``); :func:`repeated_holes` lists the letters a
-rulebook states twice (``"F is a hole. F is a hole."``: usually in place of a hole it lost),
-and :func:`planned_holes` reads the plan sentence that opens each of the player's replies
-(``"Avoid E or H."``). They live together so that the sentences and their readers cannot
-drift apart.
-
-The detector reads any text in the ``"<letter> is a hole"`` / ``"<letter> is safe"`` (or
-``"... is ice"``) form, so it applies to the rulebooks of every grid world written that way,
-not only to the embedded model's.
+A good reflection writes ``"A is you. B is the goal. Reach B and never step on a hole. E is a
+hole. H is a hole."``: fixed sentences, then one fact per letter, newest first (:func:`rulebook`).
+The readers (:func:`named_holes`, :func:`named_safe`, :func:`planned_holes`, ...) live beside
+it so that sentences and readers cannot drift apart; :func:`contradictions` reads any text in
+the ``"<letter> is a hole"`` / ``"<letter> is safe"`` form.
 
 Departures from the paper: the paper's reflections are free text from a large model; these
 are the fixed sentences the tiny model was taught.
@@ -43,11 +32,8 @@ _PLAN = re.compile(rf"Avoid ([A-Z](?: or [A-Z])*|{NO_PLAN})\.")
 
 
 def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None = None) -> str:
-    """The rulebook a good reflection writes: fixed sentences, then one fact per letter.
-
-    ``holes`` and ``safe`` are letters (a single letter or a sequence), written in the given
-    order (the embedded teacher names holes only: a fact per hole, the newest first); a
-    letter in both is refused, since that rulebook would contradict itself.
+    """The rulebook a good reflection writes: fixed sentences, then one fact per letter of
+    ``holes`` and ``safe`` (a letter or a sequence), in order; a letter in both is refused.
 
     Example:
         >>> rulebook(["E", "H"])
@@ -79,8 +65,7 @@ def named_holes(text: str) -> list[str]:
 
 
 def hole_facts(text: str) -> list[str]:
-    """Every letter a rulebook calls a hole, in order, repeats included (a repeat says a rulebook
-    wrote one fact twice, usually in place of another it lost).
+    """Every letter a rulebook calls a hole, in order, repeats included.
 
     Example:
         >>> hole_facts("H is a hole. H is a hole."), named_holes("H is a hole. H is a hole.")
@@ -90,10 +75,8 @@ def hole_facts(text: str) -> list[str]:
 
 
 def repeated_holes(text: str) -> list[str]:
-    """The letters ``text`` calls a hole more than once, sorted (empty: no fact repeated).
-
-    The world has two holes and a failure reveals one, so a rulebook that names a hole twice
-    has usually written the trace's hole again where memory's other hole belonged.
+    """The letters ``text`` calls a hole more than once, sorted: usually the trace's hole written
+    again where memory's other hole belonged.
 
     Example:
         >>> repeated_holes("F is a hole. F is a hole."), repeated_holes(rulebook(["F", "H"]))
@@ -104,8 +87,8 @@ def repeated_holes(text: str) -> list[str]:
 
 
 def planned_holes(reply: str) -> list[str] | None:
-    """The letters the first plan sentence of a player's reply names, in order, repeats
-    included: ``[]`` for ``"Avoid nothing."``, ``None`` when the reply has no plan sentence.
+    """The letters the first plan sentence of a reply names (``"Avoid E or H."``), repeats
+    included: ``[]`` for ``"Avoid nothing."``, ``None`` without a plan sentence.
 
     Example:
         >>> planned_holes("Avoid D or G. Up D no.\\n```Right```"), planned_holes("Avoid nothing. Up C ok.")
@@ -129,17 +112,6 @@ def plan_sentence(holes: Sequence[str]) -> str:
         ['E', 'H']
     """
     return f"Avoid {' or '.join(holes) or NO_PLAN}."
-
-
-def named_hole(text: str) -> str | None:
-    """The last letter a rulebook calls a hole, if any.
-
-    Example:
-        >>> named_hole("E is a hole. G is a hole."), named_hole(rulebook(None)) is None
-        ('G', True)
-    """
-    found = _HOLE_RULE.findall(text)
-    return found[-1] if found else None
 
 
 def named_safe(text: str) -> list[str]:

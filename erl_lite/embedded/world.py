@@ -1,21 +1,14 @@
 """The embedded model's world: a small FrozenLake with two kinds of hole, its letters drawn per run.
 
-Three letters come from a pool (:data:`LETTER_POOL`) by the run's seed (:func:`run_letters`):
-two hole letters and one ice letter, never told to the model. A failed trace names only the
-hole the agent stepped on (``stepped on F: moved into a hole``), so one failure reveals at
-most half of what a good rulebook needs; maps hold both kinds of hole, often both in the way,
-and never a dead end (:func:`trap_map`, :func:`no_dead_end`): a player that knows both holes
-wins by always stepping closer to the goal, while one that knows a single hole can still step
-into the other. Within a run the letters are fixed, so a rulebook built on memory (one hole
-learned from an earlier failure, the other from this one) carries what a single trace cannot
-show. :func:`demo_world` is the world of ``erl-lite demo``; :func:`make_world` builds one with
-chosen letters (the corpus builder uses it).
+Two hole letters and one ice letter are drawn per run (:func:`run_letters`) and never told to
+the model. A failed trace names only the hole stepped on, so a rulebook naming both holes is
+built across episodes (memory). Maps hold a hole in the way and never a dead end
+(:func:`trap_map`): a player knowing both holes wins by always stepping closer to the goal.
 
 Departures from the paper: the paper's FrozenLake has one fixed hole letter and larger maps;
-here maps are 3x3 by default, re-drawn until a hole lies in the way and no safe route needs a
-step back, holes come in two letters,
-prompts are compact, and each observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`)
-so that a 0.4 M-parameter model is not defeated by reading a flattened grid.
+here maps are 3x3 by default, holes come in two letters, prompts are compact, and each
+observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`) so that a 0.4 M-parameter
+model is not defeated by reading a flattened grid.
 
 Example:
     >>> world = demo_world(run_seed=0)
@@ -140,10 +133,8 @@ def closer_tiles(grid: list[list[str]]) -> list[tuple[str, str]]:
 
 
 def hole_in_the_way(rows: list[str]) -> bool:
-    """Whether a hole lies in the rectangle spanned by start and goal (``S``/``G``/``H`` rows).
-
-    Every cell of that rectangle is on some shortest route, so a player who ignores the
-    letters may step into the hole.
+    """Whether a hole lies in the rectangle spanned by start and goal (``S``/``G``/``H`` rows):
+    every cell of it is on some shortest route.
 
     Example:
         >>> hole_in_the_way(["SH", "FG"]), hole_in_the_way(["SF", "HF", "GF"])
@@ -158,10 +149,8 @@ def hole_in_the_way(rows: list[str]) -> bool:
 
 
 def holes_in_the_way(kinds: list[str]) -> set[str]:
-    """Which kinds of hole (``H``, :data:`SECOND_HOLE`) a player who only steps closer to the goal
-    can step on, on a ``kinds`` map: the holes that lie one step closer than some safe cell such
-    a player reaches. A hole of a kind not in the set never matters to a player who keeps
-    stepping closer, whatever it believes.
+    """The kinds of hole (``H``, :data:`SECOND_HOLE`) a player who only steps closer to the goal
+    can step on, on a ``kinds`` map.
 
     Example:
         >>> sorted(holes_in_the_way(["SHF", "KFF", "FFG"]))
@@ -173,10 +162,9 @@ def holes_in_the_way(kinds: list[str]) -> set[str]:
 
 
 def _closer_walk(rows: list[str]) -> list[tuple[tuple[int, int], list[tuple[tuple[int, int], str]]]]:
-    """Every safe cell a player reaches from ``S`` by only stepping closer to ``G`` on safe tiles
-    (``S``, ``G``, ``F``; any other letter is a hole), the goal left out, each with its
-    ``(neighbour, tile)`` one step closer: the walk :func:`holes_in_the_way` and
-    :func:`no_dead_end` both read."""
+    """Every safe cell (``S``, ``G``, ``F``) reached from ``S`` by only stepping closer to ``G``,
+    the goal left out, each with its ``(neighbour, tile)`` one step closer.
+    """
     where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
     goal = where["G"]
 
@@ -197,11 +185,8 @@ def _closer_walk(rows: list[str]) -> list[tuple[tuple[int, int], list[tuple[tupl
 
 
 def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
-    """``rows`` with each hole marked as the first (``H``) or second (``K``) kind.
-
-    With two or more holes both kinds appear (a random hole of each, the rest drawn), and with
-    two or more holes between start and goal both kinds lie in the way, so a map often holds a
-    hole that a failure on the other kind cannot reveal.
+    """``rows`` with each hole marked as the first (``H``) or second (``K``) kind; with two or
+    more holes both kinds appear, in the way first.
 
     Example:
         >>> sorted("".join(assign_kinds(["SHH", "FFF", "FFG"], random.Random(0))).replace("F", ""))
@@ -219,14 +204,9 @@ def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
 
 
 def no_dead_end(rows: list[str]) -> bool:
-    """Whether a player who knows every hole reaches the goal by only ever stepping closer to it,
-    whichever safe closer tile it picks at each step.
-
-    From every safe cell such a player can reach (start included), some tile one step closer to
-    the goal is safe, or the cell is the goal. Then the ``ahead:`` line (the closer tiles) holds
-    everything a player with a correct rulebook needs: it never has to step back to get round a
-    hole, a detour a 0.4 M-parameter model cannot plan from a flattened grid. Any letter other
-    than ``S``, ``G`` and ``F`` counts as a hole.
+    """Whether a player who knows every hole reaches the goal by only stepping closer, whichever
+    safe closer tile it picks: then the ``ahead:`` line holds all it needs, no detour to plan.
+    Any letter other than ``S``, ``G`` and ``F`` counts as a hole.
 
     Example:
         >>> no_dead_end(["SFF", "FHF", "FFG"]), no_dead_end(["SFF", "FFH", "FHG"])
@@ -237,15 +217,12 @@ def no_dead_end(rows: list[str]) -> bool:
 
 def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
              keep_easy: float, both_kinds: float = 0.0) -> dict[str, Any]:
-    """A map with a hole in the way (except for a ``keep_easy`` share of maps) and no dead end;
-    for a ``both_kinds`` share of the maps with a hole in the way, holes of both kinds in the way.
+    """A map with a hole in the way (except for a ``keep_easy`` share) and no dead end; for a
+    ``both_kinds`` share of the others, holes of both kinds in the way.
 
     Draws :func:`~erl_lite.envs.frozenlake.generate_map` maps from seeds derived from ``seed``
-    until one qualifies, so it stays deterministic in ``seed``; then marks each hole's kind
-    (:func:`assign_kinds`) in ``kinds`` (``map`` keeps ``H`` for both: the move rule's view).
-    Every map passes :func:`no_dead_end`: knowing both holes is enough to win by stepping closer.
-    On a map with both kinds in the way (:func:`holes_in_the_way`), a player that knows only
-    the hole one failure revealed can still step into the other.
+    until one qualifies (deterministic in ``seed``); ``kinds`` marks each hole's kind, ``map``
+    keeps ``H`` for both (the move rule's view).
 
     Example:
         >>> m = trap_map(1, (3, 3), (0.5, 0.7), 6, keep_easy=0.0, both_kinds=1.0)
@@ -268,15 +245,9 @@ def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float]
 
 
 class DemoLakeEpisode(FrozenLakeEpisode):
-    """A FrozenLake episode with two kinds of hole whose observation adds one line,
-    ``ahead: Up F, Right E``: the letter one step away in each direction that brings the agent
-    closer to the goal (``hints=False`` leaves it out).
-
-    Each hole is drawn with its kind's letter (``symbols["hole"]`` or ``symbols["hole2"]``),
-    and falling into one names that letter in the trace. The ``ahead:`` line says where the
-    tiles are, never what they are: whether ``F`` is ice or a hole is still learned only from
-    feedback. It spares a 0.4 M-parameter model from reading the neighbours of a cell out of a
-    flattened grid, so that what decides an episode is the unknown holes, not a perception slip.
+    """A FrozenLake episode with two kinds of hole, each drawn (and named in the trace) with its
+    own letter, whose observation adds ``ahead: Up F, Right E``: the tiles one step closer to the
+    goal (``hints=False`` leaves it out). It says where tiles are, never what they are.
     """
 
     def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False,
@@ -311,19 +282,11 @@ class DemoLakeEpisode(FrozenLakeEpisode):
 
 
 class DemoLake(FrozenLake):
-    """FrozenLake on small maps where, mostly, ignoring the holes can be fatal.
+    """FrozenLake on small maps where, mostly, ignoring the holes can be fatal (see :func:`trap_map`).
 
-    Same rules, prompts, feedback and traces as :class:`FrozenLake`, except that holes come in
-    two letters (``symbols["hole"]`` and ``symbols["hole2"]``) and maps are re-drawn until a
-    hole lies between start and goal (except for a ``keep_easy`` share) and no dead end remains;
-    a ``both_kinds`` share of the other maps has both kinds of hole in the way (see
-    :func:`trap_map`), the maps where only a rulebook built on memory knows enough. The paper's maps are often solved by walking
-    straight at the goal, which would leave nothing for reflection to fix.
-
-    Defaults differ from :class:`FrozenLake`: 3x3 maps (the embedded model is trained on
-    them; ``sizes=(3, 4)`` plays larger ones), holes denser (frozen probability in
-    [0.5, 0.7), so maps usually hold both kinds), compact prompts, and the letters of
-    :data:`DEMO_SYMBOLS` (``symbols`` overrides some of them).
+    Same rules, prompts and feedback as :class:`FrozenLake`, but holes come in two letters
+    (``symbols["hole"]``, ``symbols["hole2"]``), maps are 3x3 (``sizes=(3, 4)`` plays larger ones),
+    holes denser, prompts compact, letters from :data:`DEMO_SYMBOLS` unless ``symbols`` says.
 
     Example:
         >>> lake = DemoLake(symbols={"hole": "E", "hole2": "H", "frozen": "G"})
@@ -333,13 +296,11 @@ class DemoLake(FrozenLake):
     """
 
     def __init__(self, keep_easy: float = 0.25, both_kinds: float = 0.6, seed: int = 0, n_train: int = 10_000,
-                 n_test: int = 100,
-                 sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
+                 n_test: int = 100, sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
                  max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
                  compact: bool = True, hints: bool = True) -> None:
         super().__init__(seed=seed, n_train=n_train, n_test=n_test, sizes=sizes, frozen_prob=frozen_prob,
-                         max_shortest=max_shortest, max_actions=max_actions,
-                         compact=compact)
+                         max_shortest=max_shortest, max_actions=max_actions, compact=compact)
         # FrozenLake knows one kind of hole; the second kind's letter is resolved here.
         self.symbols = resolve_symbols(DEMO_SYMBOLS, symbols)
         self.keep_easy, self.both_kinds, self.hints = keep_easy, both_kinds, hints
@@ -354,8 +315,7 @@ class DemoLake(FrozenLake):
 
 
 def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: Any) -> DemoLake:
-    """A :class:`DemoLake` whose two kinds of hole and frozen tiles are drawn as ``hole``,
-    ``hole2`` and ``frozen``.
+    """A :class:`DemoLake` drawing its holes as ``hole`` and ``hole2`` and its ice as ``frozen``.
 
     Example:
         >>> hole_letters(make_world("E", "H", "G").symbols)
@@ -365,11 +325,8 @@ def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: A
 
 
 def demo_world(run_seed: int = DEFAULT_SEED, **overrides: Any) -> DemoLake:
-    """The embedded model's environment for one run: letters drawn by ``run_seed``.
-
-    The hole and frozen letters come from :func:`run_letters`; the task splits are seeded by
-    ``run_seed`` too. ``overrides`` go to :class:`DemoLake` (``n_train``, ``n_test``,
-    ``sizes``, ...).
+    """The embedded model's environment for one run: letters (:func:`run_letters`) and task splits
+    seeded by ``run_seed``; ``overrides`` go to :class:`DemoLake`.
 
     Example:
         >>> w = demo_world(3, n_test=10)

@@ -1,15 +1,10 @@
-"""Check functions for the notebooks' exercises: type an answer, get a ✓ or a ✗ with a hint.
+"""Check functions for the notebooks' gate and memory exercises (notebooks 02 and 04).
 
-Each ``check_*`` function recomputes the answer with erl_lite's own implementation (the gate
-rule, :mod:`erl_lite.core.advantages`, :mod:`erl_lite.core.losses`, :mod:`erl_lite.core.memory`), prints one
-clear message and returns True or False, so a notebook cell never raises on a wrong answer.
-A wrong answer is compared with the usual mistakes, each written as a formula of its own
-(``r1 <= τ`` instead of ``r1 < τ``, the population standard deviation instead of the unbiased
-one, forgetting the singleton rule, the dual clip or the asymmetric ε, ...), and the hint names
-the mistake it matches. Positions must be integers (a string, a float or a boolean is refused).
-Two checks take code instead of a number: :func:`check_gate_function` runs a student's gate
-on hidden cases; :func:`check_loss_curve_prediction` checks a plot predicted before it is drawn.
-Settings (τ, ε_low, ε_high, c, the internalization mode) default to :class:`ERLConfig`'s.
+Each ``check_*`` recomputes the answer with erl_lite's own implementation (the gate rule,
+:mod:`erl_lite.core.memory`), prints one message and returns True or False; a wrong answer is
+compared with the usual mistakes (``r1 <= τ`` instead of ``r1 < τ``, ...) and the hint names
+the one it matches. :func:`check_gate_function` runs a student's gate on hidden cases. τ
+defaults to :class:`ERLConfig`'s. The GRPO and loss exercises are :mod:`erl_lite.teach.grpo_exercises`.
 
 Departures from the paper: none; these are teaching aids around the library's functions.
 
@@ -22,55 +17,14 @@ Example:
 from __future__ import annotations
 
 import math
-import numbers
-from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from erl_lite.core.advantages import distill_weights, group_advantages, grouped_advantages
 from erl_lite.config import ERLConfig
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import gate
-
-NO_ANSWER = "No answer yet: replace the `None` (or `...`) with your answer and run the cell again."
-
-
-def _ok(message: str) -> bool:
-    print(f"✓ {message}")
-    return True
-
-
-def _wrong(message: str, hint: str) -> bool:
-    print(f"✗ {message}\n  Hint: {hint}")
-    return False
-
-
-def _missing(answer: Any) -> bool:
-    return answer is None or answer is Ellipsis
-
-
-def _number(answer: Any) -> float | None:
-    """``answer`` as a float, or None when it is not a number."""
-    try:
-        return float(answer)
-    except (TypeError, ValueError):
-        return None
-
-
-def _numbers(answer: Any) -> list[float] | None:
-    """``answer`` as a list of floats, or None when it is not a sequence of numbers."""
-    if hasattr(answer, "tolist"):  # a tensor or an array
-        answer = answer.tolist()
-    try:
-        return [float(x) for x in answer]
-    except (TypeError, ValueError):
-        return None
-
-
-def _close(a: Sequence[float], b: Sequence[float], tol: float) -> bool:
-    return len(a) == len(b) and all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b))
-
+from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, wrong
 
 # --- the gate ------------------------------------------------------------------------------------
 
@@ -121,30 +75,6 @@ def _gate_hint(rewards: list[float], picked: list[int], threshold: float) -> str
             "Reflecting on successes caused reward hacking in the paper's early runs.")
 
 
-def _positions(answer: Any) -> tuple[list[int] | None, str]:
-    """``answer`` as sorted positions, or (None, why not): a list, tuple, set or range of ints.
-
-    Strict on purpose: a string (``"1246"``), floats (``1.9``) or booleans (``True`` is 1 in
-    Python) would otherwise slip through an ``int()`` conversion.
-    """
-    if hasattr(answer, "tolist"):  # a tensor or an array of positions
-        answer = answer.tolist()
-    if isinstance(answer, (str, bytes)) or not isinstance(answer, (list, tuple, set, frozenset, range)):
-        return None, f"expected a list of integer positions, got {type(answer).__name__} {answer!r}."
-    for x in answer:
-        if isinstance(x, bool):
-            return None, (f"{x!r} is a boolean, not a position; list the positions themselves "
-                          "(a mask like [False, True] is not the answer).")
-        if not isinstance(x, numbers.Integral):
-            return None, f"{x!r} is not an integer position."
-        if x < 0:
-            return None, f"{x!r} is negative; positions count from 0."
-    picked = [int(x) for x in answer]
-    if len(set(picked)) != len(picked):
-        return None, f"{answer!r} names a position twice."
-    return sorted(picked), ""
-
-
 def check_gated_indices(rewards: Sequence[float], answer: Any, threshold: float = TAU) -> bool:
     """Check which attempts (0-based positions in ``rewards``) go on to reflection.
 
@@ -154,16 +84,16 @@ def check_gated_indices(rewards: Sequence[float], answer: Any, threshold: float 
           Hint: you picked the successes; the gate sends on the attempts that did *not* succeed.
         False
     """
-    if _missing(answer):
-        return _wrong(NO_ANSWER, "list the positions i with rewards[i] < τ.")
-    picked, why = _positions(answer)
+    if missing(answer):
+        return wrong(NO_ANSWER, "list the positions i with rewards[i] < τ.")
+    picked, why = positions(answer)
     if picked is None:
-        return _wrong(why, "e.g. [0, 3] for the first and the fourth attempt.")
+        return wrong(why, "e.g. [0, 3] for the first and the fourth attempt.")
     rewards = [float(r) for r in rewards]
     expected = gated_indices(rewards, threshold)
     if picked == expected:
-        return _ok(f"Correct: attempts {expected} go on to reflection (r1 < τ = {threshold:g}).")
-    return _wrong(f"Not quite: you picked {picked}.", _gate_hint(rewards, picked, threshold))
+        return ok(f"Correct: attempts {expected} go on to reflection (r1 < τ = {threshold:g}).")
+    return wrong(f"Not quite: you picked {picked}.", _gate_hint(rewards, picked, threshold))
 
 
 #: Hidden cases of :func:`check_gate_function`: (rewards, τ). Together they separate every
@@ -187,28 +117,28 @@ def check_gate_function(fn: Any) -> bool:
           Hint: the gate is strict: an attempt with r1 = τ succeeded and is not reflected on (r1 < τ, not r1 ≤ τ).
         False
     """
-    if _missing(fn) or not callable(fn):
-        return _wrong(NO_ANSWER if _missing(fn) else f"expected a function, got {fn!r}.",
-                      "define `def my_gate(rewards, threshold): ...` returning a list of positions.")
+    if missing(fn) or not callable(fn):
+        return wrong(NO_ANSWER if missing(fn) else f"expected a function, got {fn!r}.",
+                     "define `def my_gate(rewards, threshold): ...` returning a list of positions.")
     for rewards, threshold in GATE_CASES:
         case = f"rewards {rewards} with τ = {threshold:g}"
         try:
             got = fn(list(rewards), threshold)
         except NotImplementedError:
-            return _wrong(NO_ANSWER, "replace `raise NotImplementedError` with your code.")
+            return wrong(NO_ANSWER, "replace `raise NotImplementedError` with your code.")
         except Exception as error:  # the student's code: report, never raise
-            return _wrong(f"your function raised {type(error).__name__}: {error} (on {case}).",
-                          "it receives a list of floats and a float, and returns a list of ints.")
+            return wrong(f"your function raised {type(error).__name__}: {error} (on {case}).",
+                         "it receives a list of floats and a float, and returns a list of ints.")
         if got is None:
-            return _wrong(f"your function returned None on {case}.", "did you forget `return`?")
-        picked, why = _positions(got)
+            return wrong(f"your function returned None on {case}.", "did you forget `return`?")
+        picked, why = positions(got)
         if picked is None:
-            return _wrong(f"on {case}: {why}", "return a list of 0-based positions, e.g. [1, 2].")
+            return wrong(f"on {case}: {why}", "return a list of 0-based positions, e.g. [1, 2].")
         expected = gated_indices(rewards, threshold)
         if picked != expected:
-            return _wrong(f"Wrong on {case}: you returned {picked}, the gate sends on {expected}.",
-                          _gate_hint(rewards, picked, threshold))
-    return _ok(f"Correct on all {len(GATE_CASES)} hidden cases: your gate is the library's `r1 < τ`.")
+            return wrong(f"Wrong on {case}: you returned {picked}, the gate sends on {expected}.",
+                         _gate_hint(rewards, picked, threshold))
+    return ok(f"Correct on all {len(GATE_CASES)} hidden cases: your gate is the library's `r1 < τ`.")
 
 
 def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TAU, tol: float = 1e-3) -> bool:
@@ -219,16 +149,16 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
         ✓ Correct: 3 of 5 attempts go on, a gate rate of 0.600.
         True
     """
-    if _missing(answer):
-        return _wrong(NO_ANSWER, "a number between 0 and 1.")
-    value = _number(answer)
+    if missing(answer):
+        return wrong(NO_ANSWER, "a number between 0 and 1.")
+    value = number(answer)
     if value is None:
-        return _wrong(f"expected a number, got {answer!r}.", "a fraction between 0 and 1.")
+        return wrong(f"expected a number, got {answer!r}.", "a fraction between 0 and 1.")
     rewards = [float(r) for r in rewards]
     n = len(gated_indices(rewards, threshold))
     expected = n / len(rewards) if rewards else 0.0
     if math.isclose(value, expected, abs_tol=tol):
-        return _ok(f"Correct: {n} of {len(rewards)} attempts go on, a gate rate of {expected:.3f}.")
+        return ok(f"Correct: {n} of {len(rewards)} attempts go on, a gate rate of {expected:.3f}.")
     share = (lambda rule: len(rule) / len(rewards)) if rewards else (lambda rule: 0.0)
     if math.isclose(value, n, abs_tol=tol) and n != expected:
         hint = "that is the number of gated attempts; divide by the number of attempts."
@@ -242,242 +172,7 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
         hint = "give a fraction between 0 and 1, not a percentage."
     else:
         hint = "count the rewards below τ and divide by the number of attempts."
-    return _wrong(f"Not quite: you said {value:.3f}.", hint)
-
-
-# --- advantages ----------------------------------------------------------------------------------
-
-
-def _population_std_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
-    """The common mistake: dividing by n instead of n - 1."""
-    if len(rewards) == 1:
-        return list(rewards)  # the singleton rule is not this mistake
-    mean = sum(rewards) / len(rewards)
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    return [(r - mean) / (std + eps) for r in rewards]
-
-
-def check_advantages(rewards: Sequence[float], answer: Any, tol: float = 1e-3) -> bool:
-    """Check GRPO advantages of one group: ``A = (r - mean) / (std + 1e-6)``, unbiased std.
-
-    Example:
-        >>> check_advantages([1.0, 0.0], [0.7071, -0.7071])
-        ✓ Correct: [0.707, -0.707].
-        True
-    """
-    if _missing(answer):
-        return _wrong(NO_ANSWER, "one advantage per reward, in the same order.")
-    values = _numbers(answer)
-    if values is None:
-        return _wrong(f"expected a list of numbers, got {answer!r}.", "one advantage per reward.")
-    rewards = [float(r) for r in rewards]
-    expected = group_advantages(rewards)
-    if len(values) != len(expected):
-        return _wrong(f"you gave {len(values)} advantages for {len(expected)} rewards.",
-                      "every sequence of the group gets its own advantage.")
-    if _close(values, expected, tol):
-        return _ok(f"Correct: {[round(a, 3) for a in expected]}.")
-    if len(rewards) == 1:
-        hint = ("a group of one has no baseline to compare with; erl_lite (like the reference code) "
-                "uses mean 0 and std 1, so A = r.")
-    elif all(r == rewards[0] for r in rewards):
-        hint = "all rewards are equal: nothing to prefer inside the group, so every advantage is 0."
-    elif _close(values, _population_std_advantages(rewards), tol):
-        hint = "use the unbiased standard deviation (divide the squared deviations by n - 1, as torch.std does)."
-    elif _close(values, [r - sum(rewards) / len(rewards) for r in rewards], tol):
-        hint = "you subtracted the mean; now divide by the group's standard deviation (+ 1e-6)."
-    elif _close(values, [-a for a in expected], tol):
-        hint = "the sign is flipped: rewards above the group mean get a positive advantage."
-    else:
-        hint = "A = (r - mean) / (std + 1e-6), with mean and (n - 1) std over this group only."
-    return _wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
-
-
-def _per_group(rewards: list[float], keys: Sequence[Hashable], rule: Callable[[list[float]], list[float]]) -> list[float]:
-    """Apply ``rule`` to each group of equal keys; results back in the original order."""
-    out = [0.0] * len(rewards)
-    for key in dict.fromkeys(keys):
-        where = [i for i, k in enumerate(keys) if k == key]
-        for i, a in zip(where, rule([rewards[i] for i in where])):
-            out[i] = a
-    return out
-
-
-def _singletons_zero(group: list[float]) -> list[float]:
-    """The mistake of giving a group of one no advantage (instead of A = r)."""
-    return [0.0] if len(group) == 1 else group_advantages(group)
-
-
-def check_grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable], answer: Any,
-                             tol: float = 1e-3) -> bool:
-    """Check advantages computed per group (e.g. per ``(task_id, role)``), order preserved.
-
-    Example:
-        >>> check_grouped_advantages([1.0, 0.0, 0.3], ["a", "a", "b"], [0.7071, -0.7071, 0.3])
-        ✓ Correct: [0.707, -0.707, 0.3].
-        True
-    """
-    if _missing(answer):
-        return _wrong(NO_ANSWER, "one advantage per reward, in the same order.")
-    rewards = [float(r) for r in rewards]
-    if len(keys) != len(rewards):
-        raise ValueError(f"check_grouped_advantages: {len(rewards)} rewards but {len(keys)} keys")
-    values = _numbers(answer)
-    if values is None or len(values) != len(rewards):
-        return _wrong(f"expected {len(rewards)} numbers, got {answer!r}.", "one advantage per reward.")
-    expected = grouped_advantages(rewards, keys)
-    if _close(values, expected, tol):
-        return _ok(f"Correct: {[round(a, 3) for a in expected]}.")
-    mistakes = [
-        (group_advantages(rewards),
-         "you normalised over the whole batch; each group (same key) is normalised on its own — that "
-         "is the bug ERL must avoid for reflections and second attempts."),
-        (_per_group(rewards, keys, _singletons_zero),
-         "a key that occurs once is a group of one: its advantage is its reward (mean 0, std 1), not 0."),
-        (_per_group(rewards, keys, _population_std_advantages),
-         "inside each group use the unbiased standard deviation (n - 1), as torch.std does."),
-        (_per_group(rewards, keys, lambda g: g if len(g) == 1 else [r - sum(g) / len(g) for r in g]),
-         "you subtracted each group's mean; now divide by the group's standard deviation (+ 1e-6)."),
-    ]
-    hint = next((h for v, h in mistakes if not _close(v, expected, tol) and _close(values, v, tol)),
-                "split the rewards by key, apply GRPO inside each group, put them back in order.")
-    return _wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
-
-
-# --- the clipped loss ----------------------------------------------------------------------------
-
-EPS_LOW, EPS_HIGH, DUAL_CLIP = ERLConfig.epsilon, ERLConfig.epsilon_high, ERLConfig.dual_clip
-
-
-def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = EPS_LOW,
-                       epsilon_high: float = EPS_HIGH, dual_clip: float | None = DUAL_CLIP) -> float:
-    """The per-token loss of :func:`erl_lite.core.losses.clipped_policy_loss` at one ratio.
-
-    Example:
-        >>> round(clipped_loss_value(1.5, 1.0), 2), round(clipped_loss_value(5.0, -1.0), 2)
-        (-1.28, 3.0)
-    """
-    import torch
-
-    from erl_lite.core.losses import clipped_policy_loss
-
-    logp = torch.tensor([[math.log(ratio)]])
-    loss, _ = clipped_policy_loss(logp, torch.zeros(1, 1), torch.tensor([float(advantage)]), torch.ones(1, 1),
-                                  epsilon_low=epsilon_low, epsilon_high=epsilon_high, dual_clip=dual_clip)
-    return float(loss)
-
-
-def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low: float = EPS_LOW,
-                       epsilon_high: float = EPS_HIGH, dual_clip: float | None = DUAL_CLIP,
-                       tol: float = 1e-3) -> bool:
-    """Check the clipped per-token loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, dual-clipped.
-
-    Each usual mistake is a formula of its own (no dual clip, the unclipped ``-r·A``, the sign,
-    ``-clip(r)·A`` always, ε_low or ε_high on both sides); a wrong answer that one of them
-    reproduces gets that mistake's hint.
-
-    Example:
-        >>> check_clipped_loss(1.5, 1.0, -1.28)
-        ✓ Correct: at ratio 1.5 with A = 1 the loss is -1.280.
-        True
-    """
-    if _missing(answer):
-        return _wrong(NO_ANSWER, "one number: the loss of a single token.")
-    value = _number(answer)
-    if value is None or isinstance(answer, bool):
-        return _wrong(f"expected a number, got {answer!r}.", "one number: the loss of a single token.")
-    expected = clipped_loss_value(ratio, advantage, epsilon_low, epsilon_high, dual_clip)
-    if math.isclose(value, expected, abs_tol=tol):
-        return _ok(f"Correct: at ratio {ratio:g} with A = {advantage:g} the loss is {expected:.3f}.")
-    low, high = 1 - epsilon_low, 1 + epsilon_high
-    bounded = min(max(ratio, low), high)
-    mistakes = [
-        (clipped_loss_value(ratio, advantage, epsilon_low, epsilon_high, None) if advantage < 0
-         and dual_clip is not None else None,
-         f"with A < 0 the dual clip caps the loss at -A·c = {-advantage * (dual_clip or 0):g}."),
-        (-ratio * advantage, "that is the unclipped surrogate -r·A; take the pessimistic min with the clipped ratio."),
-        (-expected, "the sign: the loss is the *negative* objective, -min(r·A, clip(r)·A)."),
-        (-bounded * advantage,
-         "min(r·A, clip(r)·A) keeps the unclipped term when it is the smaller (pessimistic) one: "
-         "clipping only ever removes an incentive, never adds one."),
-        (clipped_loss_value(ratio, advantage, epsilon_low, epsilon_low, dual_clip),
-         f"clip-higher: the upper bound is 1 + ε_high = {high:g}, not 1 + ε_low = {1 + epsilon_low:g}."),
-        (clipped_loss_value(ratio, advantage, epsilon_high, epsilon_high, dual_clip),
-         f"the clip is asymmetric: the lower bound is 1 - ε_low = {low:g}, not 1 - ε_high = {1 - epsilon_high:g}."),
-    ]
-    hint = next((h for v, h in mistakes if v is not None and not math.isclose(v, expected, abs_tol=tol)
-                 and math.isclose(value, v, abs_tol=tol)),
-                f"clip the ratio to [{low:g}, {high:g}], take the smaller of r·A and clip(r)·A, negate; "
-                "for A < 0 cap the result at -A·c.")
-    return _wrong(f"Not quite: you said {value:.3f}.", hint)
-
-
-def loss_curve_landmarks(epsilon_low: float = EPS_LOW, epsilon_high: float = EPS_HIGH,
-                         dual_clip: float | None = DUAL_CLIP) -> dict[str, float | None]:
-    """Where the per-token loss curves bend, read off the library's loss on a grid of ratios.
-
-    ``flat_above`` (A > 0: no further push above this ratio), ``flat_below`` (A < 0: no further
-    push below it) and ``capped_above`` (A < 0: the dual clip caps the loss; None without it).
-
-    Example:
-        >>> loss_curve_landmarks()
-        {'flat_above': 1.28, 'flat_below': 0.8, 'capped_above': 3.0}
-    """
-    grid = [round(0.01 * k, 2) for k in range(5, 801)]  # ratios 0.05 .. 8.00
-
-    def loss(r: float, a: float) -> float:
-        return clipped_loss_value(r, a, epsilon_low, epsilon_high, dual_clip)
-
-    # The first ratio from which the A > 0 curve stays flat; the last before the A < 0 curve rises.
-    pos = [loss(r, 1.0) for r in grid]
-    flat_above = next(r for i, r in enumerate(grid) if all(math.isclose(p, pos[i], abs_tol=1e-6) for p in pos[i:]))
-    neg = [loss(r, -1.0) for r in grid]
-    flat_below = next(r for i, r in reversed(list(enumerate(grid)))
-                      if all(math.isclose(v, neg[i], abs_tol=1e-6) for v in neg[: i + 1]))
-    capped = next((r for i, r in enumerate(grid) if all(math.isclose(v, neg[i], abs_tol=1e-6) for v in neg[i:])), None)
-    return {"flat_above": flat_above, "flat_below": flat_below,
-            "capped_above": capped if dual_clip is not None and capped != grid[-1] else None}
-
-
-def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: Any,
-                                tol: float = 0.011) -> bool:
-    """Check a prediction of the clipped-loss plot, made *before* drawing it.
-
-    ``flat_above``: above which ratio the A = +1 curve goes flat; ``flat_below``: below which
-    ratio the A = -1 curve goes flat; ``capped_above``: above which ratio the A = -1 curve stops
-    rising (the dual clip).
-
-    Example:
-        >>> check_loss_curve_prediction(1.28, 0.8, 3.0)
-        ✓ Correct: flat above 1.28 for A > 0, flat below 0.8 and capped above 3 for A < 0.
-        True
-    """
-    answers = {"flat_above": flat_above, "flat_below": flat_below, "capped_above": capped_above}
-    if any(_missing(a) for a in answers.values()):
-        return _wrong(NO_ANSWER, "three ratios, read off the formula before you draw the plot.")
-    values = {k: _number(a) for k, a in answers.items()}
-    bad = [k for k, v in values.items() if v is None or isinstance(answers[k], bool)]
-    if bad:
-        return _wrong(f"expected numbers, got {', '.join(f'{k}={answers[k]!r}' for k in bad)}.", "three ratios.")
-    truth = loss_curve_landmarks()
-    wrong = [k for k in truth if truth[k] is not None and not math.isclose(values[k], truth[k], abs_tol=tol)]
-    if not wrong:
-        return _ok(f"Correct: flat above {truth['flat_above']:g} for A > 0, flat below {truth['flat_below']:g} "
-                   f"and capped above {truth['capped_above']:g} for A < 0.")
-    hints = {
-        "flat_above": {1 + EPS_LOW: "clip-higher: the upper bound is 1 + ε_high, not 1 + ε_low.",
-                       1 - EPS_LOW: "for A > 0 the pessimistic min keeps the *unclipped* term below 1 - ε_low: "
-                                    "the curve keeps falling there; it goes flat at the upper bound."},
-        "flat_below": {1 - EPS_HIGH: "the clip is asymmetric: the lower bound is 1 - ε_low, not 1 - ε_high.",
-                       1 + EPS_HIGH: "for A < 0 the upper bound does not flatten the curve: the min keeps r·A "
-                                     "there, so the loss keeps rising until the dual clip."},
-        "capped_above": {1 + EPS_HIGH: "for A < 0 the min keeps the unclipped r·A above 1 + ε_high: the loss keeps "
-                                       "rising until the dual clip caps it at -A·c, i.e. at ratio c."},
-    }
-    first = wrong[0]
-    hint = next((h for v, h in hints.get(first, {}).items() if math.isclose(values[first], v, abs_tol=tol)),
-                "write the loss at a few ratios with the formula -min(r·A, clip(r)·A), capped at -A·c for A < 0.")
-    return _wrong(f"Not quite: {', '.join(f'{k} = {values[k]:g}' for k in wrong)}.", hint)
+    return wrong(f"Not quite: you said {value:.3f}.", hint)
 
 
 # --- memory and internalization -------------------------------------------------------------------
@@ -494,8 +189,8 @@ def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any
         ✓ Correct: memory holds ['x'].
         True
     """
-    if _missing(answer):
-        return _wrong(NO_ANSWER, "a list of the rulebooks memory holds, oldest first.")
+    if missing(answer):
+        return wrong(NO_ANSWER, "a list of the rulebooks memory holds, oldest first.")
     if isinstance(answer, str):
         answer = [answer]
     memory = ReflectionMemory(kind, size)
@@ -504,7 +199,7 @@ def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any
     expected = memory.entries
     got = list(answer)
     if got == expected:
-        return _ok(f"Correct: memory holds {expected}.")
+        return ok(f"Correct: memory holds {expected}.")
     if kind == "single" and len(got) > 1:
         hint = "the paper's memory has one slot: each successful rulebook overwrites the previous one."
     elif any(r < threshold and t in got for t, r in zip(rulebooks, rewards)):
@@ -513,35 +208,4 @@ def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any
         hint = "the slot is overwritten: the *last* successful rulebook wins."
     else:
         hint = f"go through the rulebooks in order; store one when r2 ≥ τ = {threshold:g}."
-    return _wrong(f"Not quite: you said {got}.", hint)
-
-
-def check_distill_weights(r2: Sequence[float], answer: Any, mode: str = ERLConfig.internalization_mode,
-                          tol: float = 1e-3) -> bool:
-    """Check internalization weights: ``max(r2, 0)`` (``raft``) or ``1[r2 > 0]`` (``nll``).
-
-    Example:
-        >>> check_distill_weights([1.0, 0.0, 0.4], [1.0, 0.0, 0.4])
-        ✓ Correct: [1.0, 0.0, 0.4].
-        True
-    """
-    if _missing(answer):
-        return _wrong(NO_ANSWER, "one weight per second attempt.")
-    r2 = [float(r) for r in r2]
-    values = _numbers(answer)
-    if values is None or len(values) != len(r2):
-        return _wrong(f"expected {len(r2)} numbers, got {answer!r}.", "one weight per second attempt.")
-    expected = distill_weights(r2, mode)
-    if _close(values, expected, tol):
-        return _ok(f"Correct: {expected}.")
-    other = "nll" if mode == "raft" else "raft"
-    mistakes = [
-        (distill_weights(r2, other), f"that is the {other!r} rule; mode {mode!r} uses "
-         + ("max(r2, 0)." if mode == "raft" else "the indicator 1[r2 > 0].")),
-        (r2, "a failed second attempt is not pushed *down*: negative r2 gets weight 0 (max(r2, 0))."),
-        (group_advantages(r2), "internalization has no group baseline: the weight depends on r2 alone."),
-        ([1.0] * len(r2), "only successful second attempts are internalized: r2 = 0 gets weight 0."),
-    ]
-    hint = next((h for v, h in mistakes if not _close(v, expected, tol) and _close(values, v, tol)),
-                "raft: max(r2, 0); nll: 1 if r2 > 0 else 0.")
-    return _wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
+    return wrong(f"Not quite: you said {got}.", hint)

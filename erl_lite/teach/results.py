@@ -1,20 +1,10 @@
 """Finish a run: measure it, keep it, and watch the trained policy play.
 
-The end of a training notebook is where results get lost (a Colab session's disk vanishes
-with the session). This module is that last mile, one function per step:
-
-* :func:`results_folder` — a folder that outlives the session: Google Drive when it is
-  mounted, else a named folder under the working directory (never a temporary one);
-* :func:`train_and_evaluate` — evaluate first attempts on held-out tasks, train, evaluate
-  again (:meth:`ERLTrainer.evaluate <erl_lite.trainer.ERLTrainer.evaluate>`: initial prompt,
-  no memory, as the paper deploys), returned as a :class:`BeforeAfter`;
-* :func:`save_adapter` — adapter + tokenizer + a note of how the base was loaded and what the
-  evaluation measured, optionally pushed to the hub (:func:`erl_lite.integrations.export.push_to_hub`);
-* :func:`reload_and_play` — load the saved adapter with :func:`erl_lite.models.load_policy`, as
-  a user would later, and play one episode, returned as a :class:`PlayedEpisode` that prints
-  (and renders in a notebook) turn by turn.
-
-Merging the adapter into a standalone model is :mod:`erl_lite.integrations.export` (``erl-lite export``).
+:func:`results_folder` (Google Drive when mounted, else the working directory: a Colab disk
+vanishes with the session), :func:`train_and_evaluate` (first attempts on held-out tasks before
+and after training: a :class:`BeforeAfter`), :func:`save_adapter` (adapter, tokenizer and a note
+of the base, optionally pushed), :func:`reload_and_play` (load it back as a user would and play
+one episode turn by turn). Merging into a standalone model is :mod:`erl_lite.integrations.export`.
 
 Departures from the paper: none; the paper's evaluation is the same first-attempt protocol.
 """
@@ -97,11 +87,9 @@ def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None, num_genera
                        resume_from_checkpoint: str | bool | None = None) -> tuple[Any, BeforeAfter]:
     """Evaluate on held-out ``tasks``, ``trainer.train()``, evaluate again; ``(history, BeforeAfter)``.
 
-    ``tasks`` defaults to the trainer's evaluation tasks (the environment's test split);
-    ``num_generations`` to ``args.eval_num_generations``; ``resume_from_checkpoint`` is passed
-    to ``train`` (a resumed run's "before" is the untrained model's only when the trainer was
-    built from it). ``train`` reseeds from ``args.seed`` first, so the evaluation before it does
-    not change the run.
+    ``tasks`` defaults to the trainer's evaluation tasks, ``num_generations`` to
+    ``args.eval_num_generations``; ``resume_from_checkpoint`` is passed to ``train``, which reseeds
+    from ``args.seed`` first, so the evaluation before it does not change the run.
     """
     tasks = trainer.eval_tasks if tasks is None else list(tasks)
     if not tasks:
@@ -135,10 +123,9 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
-    Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.layout.NOTE_FILE`): the base
-    model, whether it was 4-bit (which :func:`erl_lite.integrations.export.export_merged` needs and peft does
-    not record) and ``evaluation`` when given. ``push_to_hub="user/name"`` then uploads the
-    folder (network and a write token needed; private unless ``private=False``).
+    Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.layout.NOTE_FILE`): the base model,
+    whether it was 4-bit (which peft does not record) and ``evaluation`` when given.
+    ``push_to_hub="user/name"`` uploads the folder (private unless ``private=False``).
 
     Example:
         >>> import tempfile

@@ -1,14 +1,12 @@
 """A notebook's setup in one call: :func:`setup` loads the policy, builds the environment and
-makes the config for ``PRESET = "cpu"`` or ``"gpu"``, as every notebook's setup cell did by hand.
+makes the config for ``PRESET = "cpu"`` or ``"gpu"``.
 
-* ``cpu`` — the embedded tiny model (offline, a LoRA adapter), the demo world drawn by the seed,
-  and the ``demo`` preset (:data:`erl_lite.config.PRESETS`);
-* ``gpu`` — :data:`GPU_MODEL` in 4-bit with LoRA, the paper's FrozenLake, and the ``gpu`` preset.
+* ``cpu`` — the embedded tiny model with LoRA, the demo world drawn by the seed, the ``demo`` preset;
+* ``gpu`` — :data:`GPU_MODEL` in 4-bit with LoRA, the paper's FrozenLake, the ``gpu`` preset.
 
-The model is loaded with the config's adapter fields (``lora_r``, ``lora_alpha``,
-``lora_dropout``, ``lora_target_modules``, ``gradient_checkpointing``), so the config records
-the adapter the model has. Departures from the paper: the cpu setup is a toy world and model;
-the gpu one is a 1.5 B model on one consumer GPU instead of Qwen3-4B on 8 H100s.
+The model is loaded with the config's adapter fields, so the config records the adapter the
+model has. Departures from the paper: the cpu setup is a toy world and model; the gpu one is a
+1.5 B model on one consumer GPU instead of Qwen3-4B on 8 H100s.
 """
 
 from __future__ import annotations

@@ -1,0 +1,11 @@
+"""``python -m erl_lite.cli`` (as ``accelerate launch -m erl_lite.cli`` runs it): the ``erl-lite`` command.
+
+Departures from the paper: none; this is plumbing.
+"""
+
+import sys
+
+from erl_lite.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

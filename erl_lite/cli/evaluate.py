@@ -1,0 +1,206 @@
+"""``erl-lite eval``: first attempts of a checkpoint's LoRA adapter, no memory, on the test split
+of what the run trained on (or ``--env`` / ``--dataset``); prints JSON metrics.
+
+A run on dataset rows scored by Python functions is refused without ``--dataset`` and
+``--reward-funcs`` (naming the functions it trained with) rather than scored on the demo world;
+a checkpoint older than the ``env`` record is evaluated on the demo world with a warning.
+
+Departures from the paper: none; this is the paper's first-attempt evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from erl_lite.cli.errors import usage_error, user_errors
+from erl_lite.cli.train import DATASET_ENV, ENVIRONMENTS, build_environment
+from erl_lite.config import ERLConfig
+from erl_lite.jsonio import read_jsonl
+
+
+def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | None = None,
+                        dataset: str | None = None, num_generations: int | None = None,
+                        limit: int | None = None, base_model: str | None = None,
+                        reward_funcs: Sequence[str] | None = None) -> dict[str, Any]:
+    """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter.
+
+    The adapter loads with :func:`erl_lite.models.load_policy` (4-bit when the run was; its base
+    from ``base_model`` when given, else the path the adapter records), the config from
+    ``erl_state.json``; sampling is the config's evaluation sampler seeded with its ``seed``, as
+    in ``ERLTrainer.evaluate``. ``env``/``small`` default to what the run trained on;
+    ``dataset`` replaces the test split, and with ``reward_funcs`` (``module:function`` specs)
+    its rows are scored by them.
+
+    Raises ValueError when the run trained on something this cannot rebuild (dataset rows
+    scored by Python functions, without ``dataset`` and ``reward_funcs``; a custom environment).
+    """
+    from transformers import set_seed
+
+    from erl_lite.core.generation import HFGenerator
+    from erl_lite.core.phases import PhaseContext, attempt_first
+    from erl_lite.core.progress import Progress
+    from erl_lite.metrics import eval_metrics
+    from erl_lite.models import load_policy
+
+    folder, state, cfg, adapter = _load_checkpoint(checkpoint)
+    if reward_funcs:
+        world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env, cfg)
+    else:
+        env_name = env or _trained_env(folder, cfg, state.get("env"), dataset)
+        small = cfg.extra.get("small", False) if small is None else small
+        world, tasks = _evaluation_tasks(env_name, small, cfg)
+        if dataset is not None:
+            tasks = _read_tasks(dataset, world, env_name)
+    tasks = tasks[:limit] if limit is not None else tasks
+    n = num_generations or cfg.eval_num_generations
+    if not tasks or n < 1:
+        raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
+    model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none",
+                                   base_model=base_model)
+    # The bar goes to stderr (tqdm's stream), so stdout stays the JSON that eval prints.
+    ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg, Progress(enabled=True))
+    set_seed(cfg.seed)
+    attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params(), desc="evaluation")
+    return {"checkpoint": folder, "step": state.get("step"), "env": env_name, "tasks": len(tasks),
+            "num_generations": n, **eval_metrics(attempts)}
+
+
+def _load_checkpoint(checkpoint: str) -> tuple[str, dict[str, Any], ERLConfig, str]:
+    """``(checkpoint folder, run record, config, adapter folder)`` of a checkpoint or of a run
+    folder's latest checkpoint; settings another erl_lite version wrote are ignored with a warning."""
+    from erl_lite.checkpoint import ERL_STATE, HF_STATE, CheckpointError, adapter_folder, list_checkpoints, run_record
+
+    folder = checkpoint
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in (ERL_STATE, HF_STATE)):
+        found = list_checkpoints(folder)
+        if not found:
+            raise CheckpointError(f"no checkpoint at {checkpoint}: neither an {ERL_STATE} nor "
+                                  "checkpoint-<step> folders")
+        folder = found[0]
+    state = run_record(folder)  # erl_state.json (or a format-2 checkpoint's trainer_state.json)
+    saved = state.get("config", {})
+    known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
+    if set(saved) - known:  # written by another erl_lite version
+        print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}",
+              file=sys.stderr)
+    cfg = ERLConfig(**{k: v for k, v in saved.items() if k in known})
+    adapter = adapter_folder(folder)
+    if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
+        raise CheckpointError(f"{adapter} holds no LoRA adapter (adapter_config.json); erl-lite eval reads the "
+                              "adapter that LoRA runs save with each checkpoint")
+    return folder, state, cfg, adapter
+
+
+#: The class each built-in environment of ``erl-lite train --env`` is, as a checkpoint records it.
+_ENV_CLASSES = {"erl_lite.embedded.world.DemoLake": "demo", "erl_lite.envs.frozenlake.FrozenLake": "frozenlake",
+                "erl_lite.envs.sokoban.Sokoban": "sokoban", "erl_lite.envs.qa.MultiHopQA": "qa"}
+
+
+def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
+    """The ``--env`` a checkpoint trained on: what ``erl-lite train`` recorded in ``extra``,
+    else the environment class the trainer recorded; the demo world, with a warning, for a
+    checkpoint older than both records.
+
+    Raises ValueError for a run on dataset rows scored by reward functions (only the user
+    knows where they live) and for an environment the CLI cannot build.
+    """
+    extra = cfg.extra
+    if extra.get("env") == DATASET_ENV:
+        specs = " ".join(extra.get("reward_funcs") or [])
+        raise ValueError(f"{folder} was trained on --dataset {extra.get('dataset')} scored by --reward-funcs "
+                         f"{specs}; erl-lite eval needs them again: --dataset PATH_OR_NAME --reward-funcs {specs}"
+                         " (no --feedback-func: eval scores first attempts only)")
+    if extra.get("env") in ENVIRONMENTS:
+        return extra["env"]
+    if recorded is None:
+        print(f"warning: {folder} does not record the environment it was trained on (it was written by an "
+              "earlier erl_lite); evaluating the demo world. Pass --env, or --dataset and --reward-funcs, if "
+              "the run trained on something else", file=sys.stderr)
+        return "demo"
+    if recorded.get("reward_funcs") is not None:
+        specs = " ".join(recorded["reward_funcs"]) or "(none)"
+        local = (" (a function defined inside another cannot be loaded by name: move it to a module's top "
+                 "level)") if "<locals>" in specs else ""
+        rows = "" if dataset is None else f" ({dataset} alone is scored by nothing)"
+        raise ValueError(f"{folder} was trained from Python on dataset rows scored by the reward functions "
+                         f"{specs}; erl-lite eval cannot know those rows and functions{rows}: pass --dataset "
+                         f"PATH_OR_NAME --reward-funcs module:function [...]{local}")
+    name = _ENV_CLASSES.get(recorded.get("class", ""))
+    if name is None:
+        raise ValueError(f"{folder} was trained on the environment {recorded.get('class')} "
+                         f"({recorded.get('name')!r}), which erl-lite eval cannot build; pass --env NAME, or "
+                         "--dataset and --reward-funcs, or evaluate it in Python with ERLTrainer.evaluate()")
+    if name != "demo":
+        print(f"warning: {folder} was trained on {recorded['class']} built in Python; evaluating erl-lite's "
+              f"--env {name} (its default variant unless --small), which may have other settings",
+              file=sys.stderr)
+    return name
+
+
+def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None,
+                    cfg: ERLConfig) -> tuple[Any, list, str]:
+    """``eval --dataset ... --reward-funcs ...``: the rows' evaluation split scored by the functions."""
+    from erl_lite.integrations.data_sources import load_rows
+    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.func_specs import load_function
+
+    if env is not None:
+        raise ValueError(f"--env {env} and --reward-funcs both name what to evaluate on; give one")
+    if dataset is None:
+        raise ValueError("--reward-funcs needs --dataset PATH_OR_NAME: the rows whose completions they score")
+    world = RewardFunctionEnv([load_function(spec, "reward function") for spec in specs],
+                              success_threshold=cfg.reward_threshold)
+    return world, rows_to_tasks(load_rows(dataset, "eval"), prefix="eval", where=dataset), DATASET_ENV
+
+
+def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list]:
+    """The environment ``erl-lite train --env name`` trains on, and its test tasks."""
+    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.records import Task
+
+    env, _, kwargs = build_environment(name, small, cfg.seed)
+    if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
+        env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"),
+                                success_threshold=cfg.reward_threshold)
+    tasks = kwargs.get("eval_dataset")
+    if tasks is None:
+        return env, env.test_tasks()
+    return env, tasks if tasks and isinstance(tasks[0], Task) else rows_to_tasks(tasks, prefix="eval")
+
+
+def _read_tasks(path: str, world: Any, env_name: str) -> list:
+    """Tasks from a JSONL file for ``world``: tasks ``{task_id, prompt, data}`` of its own kind,
+    or (when rewards score it, as on ``--env arithmetic``) dataset rows with a ``prompt``.
+
+    Raises ValueError naming the file and row when plain rows are given to an environment that
+    plays tasks of its own."""
+    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.records import Task
+
+    rows = read_jsonl(path)
+    if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r
+                    for r in rows):
+        return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
+    if rows and not isinstance(world, RewardFunctionEnv):
+        line = next(i for i, r in enumerate(rows, 1) if not (isinstance(r, dict) and "task_id" in r))
+        row = rows[line - 1]
+        keys = sorted(row) if isinstance(row, dict) else f"a {type(row).__name__}"
+        raise ValueError(f"{path}:{line}: the {env_name} environment plays tasks {{task_id, prompt, data}} (as "
+                         f"its test split holds), got {keys}; to score rows with reward functions instead, pass "
+                         "--reward-funcs module:function [...]")
+    return rows_to_tasks(rows, prefix="eval")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """``erl-lite eval``: print the metrics as JSON; the exit code."""
+    try:
+        metrics = evaluate_checkpoint(args.checkpoint, args.env, args.small, args.dataset,
+                                      args.num_generations, args.limit, args.base_model, args.reward_funcs)
+    except user_errors() as e:
+        return usage_error("eval", e)
+    print(json.dumps(metrics, indent=2))
+    return 0

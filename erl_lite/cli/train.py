@@ -1,0 +1,204 @@
+"""``erl-lite train``: the run's options and config (preset < ``--config`` file < flags), the
+environment or dataset it names, the model, and the trainer.
+
+Departures from the paper: none; this is plumbing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from erl_lite.cli.config_args import given_fields
+from erl_lite.cli.run_files import load_config_file, locate_in_file
+from erl_lite.cli.errors import usage_error, user_errors
+from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
+
+ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
+#: ``erl-lite train``'s options that are not config fields, with their defaults (a ``--config``
+#: file may set them too). ``preset`` None: see :func:`run_preset`.
+RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False}
+#: The options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
+DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func")
+#: The environment a run on ``--dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
+DATASET_ENV = "dataset"
+#: The short flags ``erl-lite train`` had before every field was an option (they keep working).
+FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"]}
+FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflection",
+                  "--no-internalization": "use_internalization"}
+#: For run-file error messages: the field a command-line shorthand stands for.
+_ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLAG_ALIASES.items() for flag in flags}
+
+
+def run_preset(env: str, preset: str | None) -> str:
+    """The preset ``erl-lite train`` builds its config from: ``preset`` when named, else ``demo``
+    on the demo world and ``cpu`` elsewhere. No preset is layered on another.
+
+    Example:
+        >>> run_preset("demo", None), run_preset("frozenlake", None), run_preset("demo", "gpu")
+        ('demo', 'cpu', 'gpu')
+    """
+    if preset is not None:
+        return preset
+    return "demo" if env == "demo" else "cpu"
+
+
+def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]:
+    """``erl-lite train``'s run options (:data:`RUN_DEFAULTS`' keys) and its config: the preset
+    (:func:`run_preset`), then the ``--config`` file, then the flags. The environment is recorded
+    in the config's ``extra`` (``erl-lite eval`` reads it).
+
+    Raises ValueError naming the file, key or field when a value is wrong.
+    """
+    file_fields, file_run = ({}, {}) if args.config is None else load_config_file(
+        args.config, other_keys=[*RUN_DEFAULTS, *DATA_OPTIONS], aliases=_ALIAS_FIELDS)
+    given = {k: getattr(args, k) for k in (*RUN_DEFAULTS, *DATA_OPTIONS) if hasattr(args, k)}
+    run = {**RUN_DEFAULTS, **file_run, **given}
+    data = _data_record(run, env_given="env" in file_run or "env" in given)
+    if data:
+        run["env"] = DATASET_ENV
+    elif run["env"] not in ENVIRONMENTS:
+        raise ValueError(f"env must be one of {', '.join(ENVIRONMENTS)}, got {run['env']!r}")
+    run["preset"] = run_preset(run["env"], run["preset"])
+    if run["preset"] not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
+    if not isinstance(run["small"], bool):
+        raise ValueError(f"small must be true or false, got {run['small']!r}")
+    flags = given_fields(args)
+    overrides = {**file_fields, **flags}
+    if not isinstance(overrides.get("extra") or {}, dict):
+        raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
+    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **data}
+    try:
+        return run, ERLConfig.preset(run["preset"], **overrides)
+    except ValueError as e:  # a field the file set (and no flag overrode): name its line
+        if args.config is None:
+            raise
+        raise ValueError(locate_in_file(str(e), args.config, set(file_fields) - set(flags))) from e
+
+
+def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
+    """What a run on your own data records in its config's ``extra`` (the specs of
+    :data:`DATA_OPTIONS` as given); empty for a built-in environment.
+
+    Raises ValueError when the data options do not go together.
+    """
+    dataset, funcs, feedback = (run.get(k) for k in DATA_OPTIONS)
+    if dataset is None and funcs is None and feedback is None:
+        return {}
+    if funcs is None:
+        raise ValueError("--dataset needs --reward-funcs module:function [...]: the functions that score its "
+                         "completions (as trl grpo --reward_funcs)" if dataset is not None else
+                         "--feedback-func needs --dataset and --reward-funcs")
+    if dataset is None:
+        raise ValueError("--reward-funcs needs --dataset PATH_OR_NAME: the rows whose completions they score")
+    if env_given:
+        raise ValueError(f"--env {run['env']} and --dataset/--reward-funcs both name what to train on; give one")
+    funcs = [funcs] if isinstance(funcs, str) else funcs  # a run file may give one spec as a string
+    if not (isinstance(funcs, list) and funcs and all(isinstance(f, str) for f in funcs)):
+        raise ValueError(f"reward_funcs must be a list of module:function specs, got {funcs!r}")
+    if not isinstance(dataset, str) or not (feedback is None or isinstance(feedback, str)):
+        raise ValueError("dataset and feedback_func must be text (a path or name, a module:function spec)")
+    return {"dataset": dataset, "reward_funcs": list(funcs), "feedback_func": feedback}
+
+
+def train_config(args: argparse.Namespace) -> ERLConfig:
+    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`).
+
+    Example:
+        >>> from erl_lite.cli import build_parser
+        >>> args = build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"])
+        >>> cfg = train_config(args)
+        >>> cfg.max_steps, cfg.learning_rate, cfg.max_completion_length
+        (5, 0.001, 24)
+    """
+    return train_settings(args)[1]
+
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """``erl-lite train``: build the trainer and train; the exit code."""
+    from erl_lite.checkpoint import CheckpointError, list_checkpoints
+    from erl_lite.metrics import EVAL_SUCCESS
+
+    try:
+        run, cfg = train_settings(args)
+        if args.resume and not cfg.output_dir:
+            raise ValueError("--resume needs --out (the run folder whose latest checkpoint to continue)")
+        if args.resume and not list_checkpoints(cfg.output_dir):
+            raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {cfg.output_dir}; "
+                                  "run without --resume to start this run")
+    except user_errors() as e:
+        return usage_error("train", e)
+    if run["model"] == "embedded" and run["env"] != "demo":
+        print(f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
+              "rewards near zero (use a hub model or a local folder with --model)", file=sys.stderr)
+    try:
+        trainer = _build_trainer(run, cfg)
+    except user_errors() as e:  # a missing model folder, a bad dataset file, ...
+        return usage_error("train", e)
+    try:
+        history = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    except CheckpointError as e:  # a damaged checkpoint to resume; other errors keep their traceback
+        return usage_error("train", e)
+    last = history.last(EVAL_SUCCESS, kind="eval")
+    print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")
+    return 0
+
+
+def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
+    """``erl-lite train``'s trainer: the model and environment its run options name."""
+    from erl_lite.trainer import ERLTrainer
+
+    # The environment first: a missing reward function fails before a model is loaded.
+    env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
+                         else build_environment(run["env"], run["small"], cfg.seed))
+    model, tokenizer = run["model"], None
+    if run["model"] == "embedded":
+        from transformers import set_seed
+
+        from erl_lite.embedded.loading import load_embedded
+
+        set_seed(cfg.seed)  # the LoRA initialisation draws from the global RNG (as in the demo)
+        model, tokenizer = load_embedded(quantization="4bit" if cfg.load_in_4bit else "none")
+    elif run["model"] == "tiny":
+        import tempfile
+
+        from erl_lite.testing import save_tiny_model
+
+        model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
+    return ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
+
+
+
+def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, Any]]:
+    """``--dataset ... --reward-funcs ...``: the dataset (a path or name the trainer reads) and
+    the functions loaded by spec."""
+    from erl_lite.func_specs import load_function
+
+    funcs = [load_function(spec, "reward function") for spec in record["reward_funcs"]]
+    feedback = record.get("feedback_func")
+    return None, record["dataset"], {"reward_funcs": funcs,
+                                     "feedback_func": feedback and load_function(feedback, "feedback function")}
+
+
+def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED) -> tuple[Any, Any, dict[str, Any]]:
+    """``(environment, dataset rows, other ERLTrainer arguments)`` of ``erl-lite train --env name``."""
+    from erl_lite import envs
+
+    if name == "demo":
+        from erl_lite.embedded.demo import DEMO_EVAL_TASKS, step_line
+        from erl_lite.embedded.world import demo_world
+
+        world = demo_world(seed)
+        # The demo preset turns the progress bar off in favour of one line per step.
+        return world, None, {"eval_dataset": world.test_tasks(DEMO_EVAL_TASKS), "callbacks": [step_line]}
+    if name == "arithmetic":
+        from erl_lite.envs.arithmetic import arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset
+
+        rows = make_arithmetic_dataset(2000, seed=0)
+        return None, rows, {"reward_funcs": arithmetic_reward, "feedback_func": arithmetic_feedback,
+                            "eval_dataset": make_arithmetic_dataset(64, seed=1)}
+    cls = {"frozenlake": envs.FrozenLake, "sokoban": envs.Sokoban, "qa": envs.MultiHopQA}[name]
+    return (cls.small() if small else cls()), None, {}

@@ -1,0 +1,81 @@
+"""Reading and answering a notebook exercise: a ✓ or a ✗ with a hint, never an exception.
+
+The exercise checks (:mod:`erl_lite.teach.exercises`, :mod:`erl_lite.teach.grpo_exercises`)
+share these: an answer read as a number, numbers or positions (strictly: a string, a float or
+a boolean is not a position), and the two printed verdicts.
+
+Departures from the paper: none; these are teaching aids.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+NO_ANSWER = "No answer yet: replace the `None` (or `...`) with your answer and run the cell again."
+
+
+def ok(message: str) -> bool:
+    """Print a ✓ verdict; True."""
+    print(f"✓ {message}")
+    return True
+
+
+def wrong(message: str, hint: str) -> bool:
+    """Print a ✗ verdict and its hint; False."""
+    print(f"✗ {message}\n  Hint: {hint}")
+    return False
+
+
+def missing(answer: Any) -> bool:
+    """Whether the answer cell still holds its ``None`` or ``...`` placeholder."""
+    return answer is None or answer is Ellipsis
+
+
+def number(answer: Any) -> float | None:
+    """``answer`` as a float, or None when it is not a number."""
+    try:
+        return float(answer)
+    except (TypeError, ValueError):
+        return None
+
+
+def numbers_of(answer: Any) -> list[float] | None:
+    """``answer`` as a list of floats, or None when it is not a sequence of numbers."""
+    if hasattr(answer, "tolist"):  # a tensor or an array
+        answer = answer.tolist()
+    try:
+        return [float(x) for x in answer]
+    except (TypeError, ValueError):
+        return None
+
+
+def close(a: Sequence[float], b: Sequence[float], tol: float) -> bool:
+    """Same length, every pair within ``tol``."""
+    return len(a) == len(b) and all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b))
+
+
+def positions(answer: Any) -> tuple[list[int] | None, str]:
+    """``answer`` as sorted positions, or (None, why not): a list, tuple, set or range of ints.
+
+    Strict on purpose: a string (``"1246"``), floats (``1.9``) or booleans (``True`` is 1 in
+    Python) would otherwise slip through an ``int()`` conversion.
+    """
+    if hasattr(answer, "tolist"):  # a tensor or an array of positions
+        answer = answer.tolist()
+    if isinstance(answer, (str, bytes)) or not isinstance(answer, (list, tuple, set, frozenset, range)):
+        return None, f"expected a list of integer positions, got {type(answer).__name__} {answer!r}."
+    for x in answer:
+        if isinstance(x, bool):
+            return None, (f"{x!r} is a boolean, not a position; list the positions themselves "
+                          "(a mask like [False, True] is not the answer).")
+        if not isinstance(x, numbers.Integral):
+            return None, f"{x!r} is not an integer position."
+        if x < 0:
+            return None, f"{x!r} is negative; positions count from 0."
+    picked = [int(x) for x in answer]
+    if len(set(picked)) != len(picked):
+        return None, f"{answer!r} names a position twice."
+    return sorted(picked), ""
