@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -39,7 +36,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from erl_lite.core.chat import end_of_turn_id
+from erl_lite.core.policy import base_model as _base_model
+from erl_lite.core.policy import keep_4bit_trainable
+from erl_lite.core.policy import is_4bit as _is_4bit
+from erl_lite.core.policy import unwrap as _unwrap
 
 #: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -294,56 +294,6 @@ def _prepare(model: PreTrainedModel, gradient_checkpointing: bool, adapter: bool
     return model
 
 
-def keep_4bit_trainable(model: torch.nn.Module) -> int:
-    """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
-
-    On a CPU with AVX512-BF16, ``bitsandbytes.nn.Linear4bit.forward`` repacks the layer's weight
-    for a fast inference-only kernel the first time it runs in eval mode on an input without grad
-    (that is, at the first ``generate``), and keeps using that kernel afterwards, in training too.
-    The kernel has no autograd: gradients that flow through the layer to LoRA weights below it
-    are wrong, silently, and a layer with a bias (Qwen2's q/k/v) fails in the backward with
-    "a view of a leaf Variable ... in-place operation". The repacking is per module and is
-    switched by ``support_avx512bf16_for_cpu``; this clears that flag on every ``Linear4bit``.
-    Layers already repacked are converted back with bitsandbytes' own inverse; that inverse is
-    best-effort (the repacking rounded the block scales to bf16), so it warns.
-
-    A model with no trainable parameter (a frozen 4-bit model used only for inference) is left
-    alone: the fast kernel is right for it. The switch reads ``x.device.type == "cpu"``, so GPU
-    layers never take that path and their speed is unaffected. CPU generation in 4-bit becomes
-    slower (it dequantizes each layer per call); that is the price of correct gradients.
-    Idempotent and cheap; ``load_policy``, ``reference_context`` and ``HFGenerator.generate``
-    call it, so a model built elsewhere is covered once it generates or computes a reference.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
-        ...                         lora_r=4, device="cpu")  # calls keep_4bit_trainable already
-        >>> keep_4bit_trainable(policy)  # 7 projections x 2 layers
-        14
-    """
-    if not _is_4bit(model) or not any(p.requires_grad for p in model.parameters()):
-        return 0
-    import bitsandbytes as bnb
-    from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
-
-    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
-    restored = 0
-    for layer in layers:
-        layer.support_avx512bf16_for_cpu = False
-        state = layer.weight.quant_state
-        if getattr(state, "packing_format_for_cpu", False):
-            # The inverse updates ``state`` in place, which layer.quant_state also points to.
-            layer.weight.data, layer.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
-                layer.weight.data, state)
-            restored += 1
-    if restored:
-        warnings.warn(f"{restored} 4-bit layers had been repacked for bitsandbytes' CPU inference "
-                      "kernel (no autograd); converted back, with their block scales rounded to bf16",
-                      stacklevel=2)
-    return len(layers)
-
-
 def _enable_checkpointing(model: PreTrainedModel) -> None:
     """Non-reentrant activation checkpointing; inputs require grad so frozen bases still backprop."""
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
@@ -366,63 +316,6 @@ def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Modul
         if config is not None and getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = tokenizer.pad_token_id
     return tokenizer
-
-
-def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
-    chat template's end-of-turn token (:func:`erl_lite.core.chat.end_of_turn_id`).
-
-    Chat models often end a turn with a token (``<|im_end|>``, ``<|eot_id|>``,
-    ``<end_of_turn>``) that differs from the tokenizer's document eos; stopping on only one of
-    them runs past the turn.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer()
-        >>> tok.convert_tokens_to_ids("<|im_end|>") in eos_token_ids(tiny_model(tok), tok)
-        True
-    """
-    ids: list[int] = []
-    base = _base_model(model)
-    config = getattr(base, "generation_config", None) or base.config
-    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None), end_of_turn_id(tokenizer)):
-        for token_id in value if isinstance(value, (list, tuple)) else [value]:
-            if token_id is not None and int(token_id) not in ids:
-                ids.append(int(token_id))
-    return ids
-
-
-@contextmanager
-def reference_context(
-    model: torch.nn.Module, reference: torch.nn.Module | None = None
-) -> Iterator[torch.nn.Module]:
-    """Yield the module that computes reference-policy logits for the KL term.
-
-    For a PeftModel the reference is the same model with its adapter disabled (no second copy);
-    the adapter comes back on exit. A model without an adapter needs an explicit frozen copy in
-    ``reference`` (yielded as is); otherwise this raises ValueError (set the KL coefficient
-    beta to 0 instead). Wrap the forward in ``torch.no_grad()`` yourself.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), device="cpu")
-        >>> ids = tok("hello", return_tensors="pt").input_ids
-        >>> with torch.no_grad(), reference_context(policy) as ref:
-        ...     ref_logits = ref(input_ids=ids).logits  # (1, 5, vocab)
-    """
-    if reference is not None:
-        yield reference
-        return
-    keep_4bit_trainable(model)  # the reference pass runs without grad, often in eval mode
-    inner = _unwrap(model)
-    if not isinstance(inner, PeftModel):
-        raise ValueError(
-            "reference_context needs a PeftModel (the KL reference is the base model with the adapter "
-            "disabled) or an explicit frozen copy via reference=...; for a fully fine-tuned policy "
-            "either pass reference= or set the KL coefficient beta to 0")
-    with inner.disable_adapter():
-        yield model
 
 
 def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -475,22 +368,6 @@ def describe_policy(model: torch.nn.Module) -> str:
         dtype = str(getattr(base, "dtype", param.dtype)).removeprefix("torch.")
         parts.append(f"{dtype} on {param.device}")
     return " | ".join(parts)
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """Strip DistributedDataParallel-style wrappers (``.module``) that accelerate adds."""
-    while isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
-        model = model.module
-    return model
-
-
-def _base_model(model: torch.nn.Module) -> torch.nn.Module:
-    inner = _unwrap(model)
-    return inner.get_base_model() if isinstance(inner, PeftModel) else inner
-
-
-def _is_4bit(model: torch.nn.Module) -> bool:
-    return bool(getattr(_base_model(model), "is_loaded_in_4bit", False))
 
 
 def _name_or_path(model: torch.nn.Module) -> str | None:

@@ -402,7 +402,7 @@ def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kin
     assert distill and all(s.completion_ids[-1] == eot and s.completion_mask[-1] == 1 for s in distill)
     assert all(s.completion_ids.count(eot) == 1 for s in distill)  # appended once, not after a stop
     if kind != "qwen3_base_eos":  # the sampler stops on it too (a tiny model needs the tiny vocabulary)
-        from erl_lite.models import eos_token_ids
+        from erl_lite.core.policy import eos_token_ids
         from erl_lite.testing import tiny_model
 
         assert eot in eos_token_ids(tiny_model(tok), tok)

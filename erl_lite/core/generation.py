@@ -154,7 +154,7 @@ class HFGenerator:
         self.model = model
         self.tokenizer = tokenizer
         if stop_ids is None:
-            from erl_lite.models import eos_token_ids
+            from erl_lite.core.policy import eos_token_ids
 
             stop_ids = eos_token_ids(model, tokenizer)
         self.stop_ids = list(stop_ids)
@@ -178,7 +178,7 @@ class HFGenerator:
         for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
-        from erl_lite.models import keep_4bit_trainable
+        from erl_lite.core.policy import keep_4bit_trainable
 
         # Eval mode without grad is what makes bitsandbytes repack a 4-bit CPU layer for an
         # inference-only kernel; a model that trains must not take it (see keep_4bit_trainable).

@@ -415,7 +415,3 @@ class DataParallel:
 
         base = int(torch.randint(0, 2**31 - 1 - self.world_size, (1,)).item())
         set_seed(base + self.rank)
-
-
-#: The one-process view, used where no trainer set another.
-SINGLE_PROCESS = DataParallel()
