@@ -245,7 +245,7 @@ def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype
                          callbacks=[lambda t, record: sampled.append(generator.sampled)])
     trainer.train()
     r = trainer.history.of_kind("train")[-1]
-    first = trainer.last_outcome.first
+    first = trainer.last_outcome.first_attempts
     tokens = sum(r.get(f"tokens/{k}") or 0.0 for k in ("first", "reflection", "second"))
     sampling = r["time/first"] + (r.get("time/reflect") or 0.0) + (r.get("time/second") or 0.0)
     own = sampled[-1] - (sampled[-2] if len(sampled) > 1 else 0)

@@ -1,23 +1,14 @@
-"""Load a policy (plain, LoRA, or 4-bit QLoRA) and the helpers the trainer needs around it.
+"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it.
 
 ``load_policy`` turns a model name, a local directory (a full checkpoint *or* a saved LoRA
-adapter) or an already-built model into ``(model, tokenizer)`` ready for ERL: the tokenizer pads
-on the left for batched generation, 4-bit NF4 weights are prepared for k-bit training, LoRA is
-attached with peft, and activation checkpointing can be switched on.
-
-The KL reference policy is the base model with the adapter switched off
-(``reference_context``), so LoRA training never holds a second copy of the weights. A fully
-fine-tuned policy has no adapter to switch off; ``reference_context`` then needs an explicit
-frozen copy (``reference=``) or the caller drops the KL term (beta = 0).
-
-4-bit layers are kept on bitsandbytes' differentiable path for as long as the model trains
-(``keep_4bit_trainable``): on CPUs with AVX512-BF16, bitsandbytes otherwise repacks a layer's
-weights for an inference-only kernel the first time it runs in eval mode without grad (the first
-``generate``), and that kernel has no autograd, so LoRA gradients of every later update are wrong.
+adapter) or an already-built model into ``(model, tokenizer)`` ready for ERL: left padding for
+batched generation, 4-bit NF4 weights prepared for k-bit training, LoRA attached with peft,
+optional activation checkpointing. What the algorithm does to a loaded policy (stop ids, the
+KL reference, 4-bit gradients) is :mod:`erl_lite.core.policy`.
 
 Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite
-defaults to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices. With LoRA the
-reference policy is the frozen base, exactly as with a separate reference copy at step 0.
+defaults to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL
+reference is then the frozen base, as a separate reference copy is at step 0.
 """
 
 from __future__ import annotations
@@ -46,49 +37,31 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _CHECKPOINT_KWARGS = {"use_reentrant": False}  # reentrant checkpointing drops grads of frozen-input graphs
 
 
-def load_policy(
-    model: str | os.PathLike | PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase | str | os.PathLike | None = None,
-    *,
-    quantization: Literal["none", "4bit"] = "none",
-    peft: Literal["lora", "none"] | LoraConfig = "lora",
-    lora_r: int = 16,
-    lora_alpha: float = 32,
-    lora_dropout: float = 0.0,
-    target_modules: str | list[str] = "all-linear",
-    gradient_checkpointing: bool = False,
-    dtype: str | torch.dtype = "auto",
-    device: str | None = None,
-    trust_remote_code: bool = False,
-    base_model: str | os.PathLike | None = None,
-) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
-    """Load a causal LM policy and its tokenizer, optionally 4-bit quantized and LoRA-wrapped.
+def load_policy(model: str | os.PathLike | PreTrainedModel,
+                tokenizer: PreTrainedTokenizerBase | str | os.PathLike | None = None, *,
+                quantization: Literal["none", "4bit"] = "none", peft: Literal["lora", "none"] | LoraConfig = "lora",
+                lora_r: int = 16, lora_alpha: float = 32, lora_dropout: float = 0.0,
+                target_modules: str | list[str] = "all-linear", gradient_checkpointing: bool = False,
+                dtype: str | torch.dtype = "auto", device: str | None = None, trust_remote_code: bool = False,
+                base_model: str | os.PathLike | None = None,
+                ) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
+    """Load a causal LM policy and its tokenizer (it pads on the left and has a pad token),
+    optionally 4-bit quantized and LoRA-wrapped.
 
     Args:
-        model: a hub name, a local checkpoint directory, a directory holding a saved LoRA
-            adapter (its base is loaded from the adapter's ``base_model_name_or_path``), or an
-            already-built model (a PeftModel is kept as it is).
+        model: a hub name, a local checkpoint, a saved LoRA adapter directory (its base from
+            ``base_model_name_or_path``, or ``base_model`` when given), or a built model.
         tokenizer: a tokenizer, or where to load one from; default: next to the model.
-        quantization: "4bit" loads the base weights in NF4 with double quantization
-            (QLoRA); compute dtype bf16 on CUDA with native bf16, else fp16 on CUDA, else fp32.
-            A trainable 4-bit model is kept on the differentiable path (``keep_4bit_trainable``).
-        peft: "lora" builds a LoraConfig from ``lora_r``/``lora_alpha``/``lora_dropout``/
-            ``target_modules``; a LoraConfig is used as given (the four ignored); "none" trains
-            (or, in 4-bit, freezes) the full model.
-        gradient_checkpointing: recompute activations in backward (non-reentrant).
-        dtype: weight dtype; "auto" means bf16 on a CUDA device with native bf16, else float32.
-        device: "cpu", "cuda", "cuda:1", ...; default CUDA when available. For an already-built
-            model, None leaves it where it is.
-        trust_remote_code: passed to ``from_pretrained``.
-        base_model: for an adapter directory, load its base from here instead of the adapter's
-            ``base_model_name_or_path`` (a base folder that has moved).
+        quantization: "4bit": NF4 with double quantization (QLoRA); compute dtype bf16 on CUDA
+            with native bf16, else fp16 on CUDA, else fp32.
+        peft: "lora" (from ``lora_r``/``lora_alpha``/``lora_dropout``/``target_modules``), a
+            LoraConfig used as given, or "none" (train, or in 4-bit freeze, the full model).
+        dtype: "auto" is bf16 on a CUDA device with native bf16, else float32.
+        device: default CUDA when available; for a built model, None leaves it where it is.
 
     Raises:
-        FileNotFoundError: ``model`` (or an adapter's recorded base) is meant as a local folder
-            and is not there (see :func:`check_model_source`).
-
-    Returns:
-        ``(model, tokenizer)``; the tokenizer has a pad token and pads on the left.
+        FileNotFoundError: ``model`` (or an adapter's base) is meant as a local folder and is
+            not there (see :func:`check_model_source`).
 
     Example:
         >>> import tempfile
@@ -118,19 +91,31 @@ def load_policy(
     if not isinstance(policy, PeftModel):
         policy = _prepare(policy, gradient_checkpointing, peft != "none")
         if peft != "none":
-            lora = peft if isinstance(peft, LoraConfig) else LoraConfig(
-                r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                target_modules=target_modules, bias="none", task_type="CAUSAL_LM")
-            policy = get_peft_model(policy, lora)
+            policy = get_peft_model(policy, _lora_config(peft, lora_r, lora_alpha, lora_dropout, target_modules))
     elif gradient_checkpointing:
         _enable_checkpointing(policy.get_base_model())
 
     keep_4bit_trainable(policy)
-    if tok_source is None:
+    return policy, _load_tokenizer(tok_source, policy, trust_remote_code)
+
+
+def _load_tokenizer(source: PreTrainedTokenizerBase | str | os.PathLike | None, policy: torch.nn.Module,
+                    trust_remote_code: bool) -> PreTrainedTokenizerBase:
+    """The policy's tokenizer (given, or loaded from ``source``), prepared by :func:`_prepare_tokenizer`."""
+    if source is None:
         raise ValueError("tokenizer is required: the model does not say where it was loaded from")
-    if not isinstance(tok_source, PreTrainedTokenizerBase):
-        tok_source = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=trust_remote_code)
-    return policy, _prepare_tokenizer(tok_source, policy)
+    if not isinstance(source, PreTrainedTokenizerBase):
+        source = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    return _prepare_tokenizer(source, policy)
+
+
+def _lora_config(peft: str | LoraConfig, r: int, alpha: float, dropout: float, targets: str | list[str]
+                 ) -> LoraConfig:
+    """``peft`` itself when it is a LoraConfig, else one built from the four settings."""
+    if isinstance(peft, LoraConfig):
+        return peft
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none",
+                      task_type="CAUSAL_LM")
 
 
 #: What to do when an adapter's recorded base folder is gone (load_policy, export, erl-lite eval/export).

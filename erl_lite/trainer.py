@@ -79,7 +79,7 @@ from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import (GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP, TIME_STEP,
                               TIME_UPDATE, cuda_device, describe, env_eval_metrics, env_step_metrics, eval_metrics,
                               peak_gpu_gb, reset_peak_gpu_memory, step_metrics)
-from erl_lite.core.phases import PhaseContext, StepOutcome, attempt_first, erl_step
+from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.progress import Progress
 from erl_lite.lengths import check_lengths
 from erl_lite.records import StepRecord, Task, check_unique_task_ids
@@ -235,7 +235,7 @@ class ERLTrainer:
                                      pad if pad is not None else self.tokenizer.eos_token_id, dist=self.dist)
         self.updater.progress = self.progress
         self.step = 0
-        self.last_outcome: StepOutcome | None = None
+        self.last_outcome: StepRecord | None = None
         # transformers.TrainerCallback objects: transformers' CallbackHandler, state and control.
         self.hf_callbacks = TrainerCallbacks(self, trainer_callbacks)
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
@@ -422,7 +422,7 @@ class ERLTrainer:
         metrics.update(self._logged_metrics())
         metrics.update({TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
                         PEAK_GPU_GB: peak_gpu_gb(device)})
-        record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
+        record = StepRecord(self.step, tasks, outcome.first_attempts, outcome.retries,
                             memory_before, self.memory.entries, metrics)
         self.history.log(metrics, step_record=record)
         if self.step % self.args.sample_every == 0:

@@ -27,3 +27,23 @@ def test_erl_step_returns_the_step_record():
 
     assert not hasattr(phases, "StepOutcome")
     assert phases.erl_step.__annotations__["return"] in ("StepRecord", StepRecord)
+
+
+@pytest.mark.parametrize("make", ["one_process", "data_parallel"])
+def test_the_update_takes_any_reducer(make):
+    from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
+    from erl_lite.integrations.distributed import DataParallel
+
+    reducer = SINGLE_PROCESS if make == "one_process" else DataParallel()
+    assert isinstance(reducer, Reducer)
+    assert reducer.sum({"n": 2.0}) == {"n": 2.0} and reducer.total_count(0.0) == 1.0
+    assert reducer.global_positions([None, None]) == [0, 1]
+
+
+def test_step_record_saved_form_leaves_out_the_batch():
+    from erl_lite.records import StepRecord, TrainSample
+
+    record = StepRecord(step=3, samples=[TrainSample("first", [1], [2], [1], 0.5)], memory_writes=1,
+                        seconds={"first": 0.1})
+    assert sorted(record.to_dict()) == ["first_attempts", "memory_after", "memory_before", "metrics", "retries",
+                                        "step", "task_ids"]

@@ -79,12 +79,9 @@ def completion_logprobs(model: Any, batch: Packed, temperature: float,
 
 
 class CompletionLogProbs(torch.nn.Module):
-    """:func:`completion_logprobs` as a module, so that torch DDP wraps the whole gradient pass.
-
-    The chunked path calls the decoder and the lm-head separately (never the model's own
-    forward); DDP only all-reduces gradients of a backward whose forward went through its
-    wrapper, so the wrapper has to hold all of it. ``policy`` is a submodule: its parameters are
-    this module's, and DDP broadcasts and synchronises them.
+    """:func:`completion_logprobs` as a module, so that torch DDP wraps the whole gradient pass
+    (the chunked path calls decoder and lm-head separately, and DDP all-reduces only gradients
+    whose forward went through its wrapper).
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -109,13 +106,9 @@ def _padded_length(s: TrainSample) -> int:
 def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
     """Rows sorted by length, in micro-batches of at most ``size`` rows.
 
-    :func:`pack` pads contexts to the longest context and completions to the longest
-    completion, so a micro-batch is ``max(context) + max(completion)`` columns wide, which can
-    be wider than any of its rows (a reflection request beside an attempt with a long reply).
-    A micro-batch therefore closes before a row that would make it more than twice as wide as
-    its shortest row, so short attempts are never padded to the width of a long reflection
-    prompt. The update does not depend on how rows are grouped (every micro-batch uses the
-    mini-batch's normalizer), only the padding waste does.
+    A micro-batch is ``max(context) + max(completion)`` wide, so it closes before a row that
+    would make it more than twice as wide as its shortest row (short attempts are never padded
+    to a long reflection prompt). Grouping changes only the padding, never the update.
 
     Example:
         >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)

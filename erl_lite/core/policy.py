@@ -22,11 +22,10 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
     """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
 
     On a CPU with AVX512-BF16, ``bitsandbytes.nn.Linear4bit`` repacks its weight for an
-    inference-only kernel (no autograd) the first time it runs in eval mode without grad (the
-    first ``generate``) and keeps using it in training: LoRA gradients become silently wrong.
-    This clears ``support_avx512bf16_for_cpu`` on every ``Linear4bit`` and converts layers
-    already repacked back with bitsandbytes' own inverse (best-effort, so it warns). A model
-    with nothing trainable is left alone; GPU layers never take that path. Idempotent and cheap.
+    inference-only kernel (no autograd) at its first eval-mode, no-grad call (the first
+    ``generate``) and keeps it in training: LoRA gradients become silently wrong. This clears
+    ``support_avx512bf16_for_cpu`` on every layer and converts repacked ones back (best-effort,
+    with a warning). A model with nothing trainable is left alone; GPU layers never repack.
 
     Example:
         >>> import tempfile
@@ -61,8 +60,7 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
-    chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``, ...), which chat models
-    end a turn with and which often differs from the document eos.
+    chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``, ...; often not eos).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -81,9 +79,7 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
 
 
 @contextmanager
-def reference_context(
-    model: torch.nn.Module, reference: torch.nn.Module | None = None
-) -> Iterator[torch.nn.Module]:
+def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
     """Yield the module that computes reference-policy logits for the KL term.
 
     For a PeftModel: the same model with its adapter disabled (restored on exit). Otherwise an

@@ -1,12 +1,9 @@
 """The RL update: turn a list of :class:`TrainSample` into optimizer steps.
 
-Every role (first attempt, reflection, second attempt, internalization) is one row of the same
-batch, under its own context, its scalar advantage broadcast over its loss tokens. The batch is
-cut into ``ERLConfig.optimizer_steps`` mini-batches (one optimizer step each), each into
-micro-batches (:mod:`erl_lite.core.batching`) whose gradients accumulate under the mini-batch's
-own normalizer, so the update does not depend on the micro-batch size. Old and reference
-log-probs are computed once, before the first step. The loss is
-:func:`erl_lite.core.losses.policy_objective`.
+Every role is one row of the same batch, under its own context, its advantage broadcast over its
+loss tokens. The batch is cut into ``ERLConfig.optimizer_steps`` mini-batches (one step each),
+each into micro-batches (:mod:`erl_lite.core.batching`) accumulated under the mini-batch's own
+normalizer; old and reference log-probs are computed once, before the first step.
 
 Departures from the paper: log-probs are taken at the sampling temperature for every row; rows
 with advantage 0 are skipped when ``beta == 0`` (their gradient is exactly 0) but still count in
@@ -33,20 +30,12 @@ from erl_lite.core.losses import LossStats, first_non_finite, policy_objective
 from erl_lite.core.policy import keep_4bit_trainable, reference_context
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
-# ADVANTAGE_ROLES: the roles with a policy-gradient advantage (their mean |A| is logged).
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
 UPDATE_METRICS: tuple[str, ...] = (
-    *(f"samples/{r}" for r in ROLES),
-    *(f"advantage/{r}" for r in ADVANTAGE_ROLES),
-    "loss/total",
-    *(f"loss/{r}" for r in ROLES),
-    "kl",
-    "clip_ratio",
-    "grad_norm",
-    "optim/steps",
-    "optim/skipped_steps",
+    *(f"samples/{r}" for r in ROLES), *(f"advantage/{r}" for r in ADVANTAGE_ROLES), "loss/total",
+    *(f"loss/{r}" for r in ROLES), "kl", "clip_ratio", "grad_norm", "optim/steps", "optim/skipped_steps",
 )
 
 #: Optimizer steps skipped in a row (non-finite loss or gradient) after which the run stops.
@@ -55,21 +44,15 @@ MAX_SKIPPED_IN_A_ROW = 3
 
 @dataclass(frozen=True)
 class UpdateStats(Mapping):
-    """What one :meth:`PolicyUpdater.update` did; :meth:`to_metrics` gives the history's keys.
-
-    It also reads as a mapping of those metrics (``stats["loss/total"]``), so it can be merged
-    into a metrics record directly.
+    """What one :meth:`PolicyUpdater.update` did; :meth:`to_metrics` gives the history's keys,
+    and it reads as a mapping of them (``stats["loss/total"]``).
 
     Attributes:
-        samples: rows per role in the batch.
-        advantage: mean ``|A|`` per role of :data:`ADVANTAGE_ROLES` (0 when absent).
-        loss: loss contributed by each role (KL term included), mean over the mini-batches.
-        loss_total: the objective, mean over the mini-batches (the sum of ``loss``).
-        kl: mean k3 KL per loss token (0 when ``beta == 0``).
-        clip_ratio: fraction of policy-loss tokens whose ratio was clipped.
-        grad_norm: gradient norm before clipping, at the last optimizer step taken (0 if none).
-        optim_steps: optimizer steps taken.
-        skipped_steps: optimizer steps skipped because their loss or gradient was not finite.
+        samples: rows per role; advantage: mean ``|A|`` per role of :data:`ADVANTAGE_ROLES`.
+        loss, loss_total: each role's loss (KL included) and their sum, mean over mini-batches.
+        kl: mean k3 KL per loss token; clip_ratio: fraction of policy-loss tokens clipped.
+        grad_norm: before clipping, at the last step taken; optim_steps / skipped_steps: steps
+            taken, and skipped for a non-finite loss or gradient.
 
     Example:
         >>> s = UpdateStats.empty({r: 0 for r in ROLES})
@@ -161,23 +144,17 @@ class PolicyUpdater:
     """Applies optimizer steps to a model with its optimizer and scheduler.
 
     Args:
-        model: the policy (a PEFT model when ``beta > 0``: the reference is the model with its
-            adapter disabled).
-        optimizer, scheduler: built by the trainer.
-        config: loss, clipping, batching and KL settings, and ``logprob_chunk_size``
-            (completion positions per lm-head chunk, see :mod:`erl_lite.core.logprobs`; None
-            computes full ``(B, L, V)`` logits instead).
+        model: the policy (a PEFT model when ``beta > 0``: the reference is its base).
+        config: loss, clipping, batching, KL and ``logprob_chunk_size`` settings.
         pad_id: the tokenizer's padding id.
-
-        dist: the process group's :class:`~erl_lite.core.reducer.Reducer` (the trainer passes
-            :class:`erl_lite.integrations.distributed.DataParallel` under ``accelerate launch``);
+        dist: the process group's :class:`~erl_lite.core.reducer.Reducer` (under ``accelerate
+            launch`` the trainer passes :class:`~erl_lite.integrations.distributed.DataParallel`);
             the lines marked ``DDP`` make the step the one-process step over every process's rows.
 
     A mini-batch whose loss or gradient norm is not finite is not stepped (gradient dropped,
-    optimizer, its state and scheduler untouched, a ``RuntimeWarning`` naming the step and the
-    roles, counted in ``optim/skipped_steps``), as DeepSpeed's loss scaler does.
-    :attr:`max_skipped_in_a_row` in a row raise ``FloatingPointError``, and so does a step that
-    leaves a non-finite weight.
+    optimizer and scheduler untouched, a ``RuntimeWarning``, counted in ``optim/skipped_steps``),
+    as DeepSpeed's loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite
+    weight after a step, raise ``FloatingPointError``.
     """
 
     max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
@@ -353,14 +330,10 @@ def _check_finite_weights(named: list[tuple[str, torch.nn.Parameter]], where: st
 
 
 def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Give every parameter without a gradient a zero one, so ``optimizer.step()`` acts on it.
-
-    Rows skipped by :meth:`PolicyUpdater._plan` (A = 0 and no KL) have an exactly zero
-    gradient; when a whole mini-batch is made of them nothing is backpropagated, and
-    ``AdamW.step()`` would skip every ``p.grad is None`` parameter: no momentum step, no weight
-    decay, no advance of Adam's step counter, while the scheduler counts the step. TRL and verl
-    backpropagate the zero loss instead; a zero gradient is what that gives, without the pass.
-    """
+    """Give every parameter without a gradient a zero one, so ``optimizer.step()`` acts on it:
+    a mini-batch made only of skipped rows (A = 0, no KL) backpropagates nothing, and AdamW
+    would skip its momentum, weight decay and step counter. TRL backpropagates the zero loss;
+    this gives the same zero gradient without the pass."""
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)

@@ -351,7 +351,7 @@ class DataParallel:
         return DeferredBank(memory) if isinstance(memory, MemoryBank) else DeferredMemory(memory)
 
     def merge(self, outcome: Any, view: ReflectionMemory | None) -> Any:
-        """The global :class:`~erl_lite.core.phases.StepOutcome` of a step, and memory brought up
+        """The global :class:`~erl_lite.records.StepRecord` of a step, and memory brought up
         to date on every process.
 
         Attempts and retries are concatenated in rank order (the single-process order); the
@@ -365,7 +365,7 @@ class DataParallel:
         light = [dataclasses.replace(s, prompt_ids=[], completion_ids=[], completion_mask=[])
                  for s in outcome.samples]
         held = view.held() if isinstance(view, DeferredMemory | DeferredBank) else {}
-        parts = self._gather_parts((outcome.first, outcome.retries, light, held))
+        parts = self._gather_parts((outcome.first_attempts, outcome.retries, light, held))
         writes = 0
         for _, _, _, rank_held in parts:  # rank order, then each memory's write order
             for name, pending in rank_held.items():
@@ -373,7 +373,7 @@ class DataParallel:
                     writes += view.target(name).maybe_store(rulebook, reward, threshold)
         return dataclasses.replace(
             outcome,
-            first=[a for p in parts for a in p[0]],
+            first_attempts=[a for p in parts for a in p[0]],
             retries=[r for p in parts for r in p[1]],
             samples=[s for p in parts for s in p[2]],
             memory_writes=writes,
