@@ -1,13 +1,10 @@
-"""Packing the RL batch into tensors: micro-batches of rows, left-padded contexts, and the
-completion log-probs of a packed micro-batch.
-
-Packing (B rows, P = longest context, L = longest completion)::
+"""Packing the RL batch into tensors (micro-batches, left-padded contexts) and the completion
+log-probs of a packed micro-batch. B rows, P = longest context, L = longest completion::
 
     input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
     hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
 
-Contexts are left-padded so every completion starts at column P. Departures from the paper:
-none (a data layout the paper does not fix).
+Departures from the paper: none (a data layout the paper does not fix).
 """
 
 from __future__ import annotations

@@ -95,11 +95,9 @@ def encode_messages(messages: list[dict[str, str]], tokenizer: Any,
 
 def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None,
               template_kwargs: dict[str, Any] | None = None) -> str:
-    """Text between the end of the last assistant reply (``messages[-1]``) and the next
-    generation, with ``observation`` as the next user turn. ``reply_ended_with``: the text of
-    the stop token the reply ended with (dropped from the glue so it is not there twice), or
-    None when the length limit cut it.
-    """
+    """Text between the last assistant reply (``messages[-1]``) and the next generation, with
+    ``observation`` as the next user turn. ``reply_ended_with``: the reply's stop token text
+    (dropped from the glue so it is not there twice), None when the length limit cut it."""
     if not messages or messages[-1]["role"] != "assistant":
         raise ValueError("glue_text needs a conversation that ends with an assistant reply")
     probe = messages[:-1] + [

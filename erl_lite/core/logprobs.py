@@ -5,12 +5,11 @@ The decoder runs once; only the completion positions go through the lm-head, a c
     hidden  (B, P + L, H) ──► positions P-1 … P+L-2 ──► (B·L, H) ──► chunks of ``chunk_size``
     each chunk × lm_head.weight (V, H), one vocabulary tile at a time ──► log p(target)  (B, L)
 
-The lm-head step is TRL's ``trl.kernels.ChunkedLogProbFunction`` (behind ``add_fused_lm_head``,
-which patches ``model.forward`` before PEFT wraps it; erl_lite accepts wrapped models, so it
-calls the kernel directly): an online log-sum-exp over tiles whose backward recomputes each
-tile, so one ``(chunk_size, VOCAB_TILE)`` fp32 tile is held instead of ``(B, L, V)`` tensors.
-A head that is not a plain ``nn.Linear`` raises a ValueError; ``chunk_size=None`` is the
-full-logits path. Departures from the paper: none (memory engineering only).
+The lm-head step calls TRL's ``trl.kernels.ChunkedLogProbFunction`` directly (its
+``add_fused_lm_head`` patches ``model.forward`` before PEFT wraps it): an online log-sum-exp
+over tiles, recomputed in backward, so one ``(chunk_size, VOCAB_TILE)`` tile is held. A head
+that is not a plain ``nn.Linear`` raises a ValueError (``chunk_size=None``: full logits).
+Departures from the paper: none (memory engineering only).
 """
 
 from __future__ import annotations

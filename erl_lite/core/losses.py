@@ -77,11 +77,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     ``A < 0`` it is capped at ``-A·c`` (dual clip, ``c > 1`` or None). With
     ``importance_sampling_level="sequence"`` (GSPO) a sequence's tokens share one ratio, the
     exp of the mean log-ratio over its loss tokens. ``logp``, ``old_logp``, ``mask``: ``(B, T)``;
-    ``advantages``: ``(B,)`` or ``(B, T)``.
-
-    Returns:
-        ``(loss, clipped)``, both ``(B, T)``: the per-token loss (0 where masked), and True
-        where a clip replaced the ratio term (the token gets no gradient).
+    ``advantages``: ``(B,)`` or ``(B, T)``. Returns ``(loss, clipped)``, both ``(B, T)``: the
+    per-token loss (0 where masked), and True where a clip acted (the token gets no gradient).
 
     Example:
         >>> lp = torch.zeros(1, 2)
@@ -240,8 +237,7 @@ def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp
         nll_rows: ``(B,)`` bool, rows trained with :func:`nll_loss` (the KL applies to all rows).
         The others: see :func:`clipped_policy_loss` and :func:`aggregate`.
 
-    Returns:
-        ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
+    Returns ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
 
     Example:
         >>> lp = torch.full((2, 3), -1.0, requires_grad=True)

@@ -199,11 +199,7 @@ class PolicyUpdater:
         return batches
 
     def update(self, samples: list[TrainSample]) -> UpdateStats:
-        """Optimizer steps over ``samples``; returns what the update did.
-
-        A mini-batch whose loss or gradient is not finite is not stepped (see the class);
-        warnings and errors name :attr:`step`.
-        """
+        """Optimizer steps over ``samples``; returns what the update did (messages name :attr:`step`)."""
         c = self.config
         # DDP: counts and |A| sums over every process's rows (this process's alone in one).
         totals = self.dist.sum({**{f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES},
