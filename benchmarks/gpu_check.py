@@ -152,7 +152,7 @@ class ForcedLengthGenerator:
 def _min_new_tokens(model: Any, n: int) -> Iterator[None]:
     """Make ``generate`` suppress the stop tokens until ``n`` new tokens exist (so with
     ``max_new_tokens = n`` every row gets exactly ``n``)."""
-    from erl_lite.models import _base_model
+    from erl_lite.core.policy import base_model as _base_model
 
     config = _base_model(model).generation_config
     old = config.min_new_tokens
@@ -245,7 +245,7 @@ def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype
                          callbacks=[lambda t, record: sampled.append(generator.sampled)])
     trainer.train()
     r = trainer.history.of_kind("train")[-1]
-    first = trainer.last_outcome.first
+    first = trainer.last_outcome.first_attempts
     tokens = sum(r.get(f"tokens/{k}") or 0.0 for k in ("first", "reflection", "second"))
     sampling = r["time/first"] + (r.get("time/reflect") or 0.0) + (r.get("time/second") or 0.0)
     own = sampled[-1] - (sampled[-2] if len(sampled) > 1 else 0)

@@ -37,7 +37,7 @@ def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str,
     """Write a LoRA policy's adapter (PEFT's ``save_pretrained``), the tokenizer (unless None) and
     the :data:`NOTE_FILE` note (the base model and whether it was 4-bit, which merging needs and
     PEFT does not record). Returns the note."""
-    from erl_lite.models import _base_model, _is_4bit
+    from erl_lite.core.policy import base_model as _base_model, is_4bit as _is_4bit
 
     if not hasattr(model, "peft_config"):
         raise ValueError("save_adapter needs a LoRA policy (a peft model); a fully fine-tuned model "

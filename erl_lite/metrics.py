@@ -265,11 +265,11 @@ def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:
 
 
 def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> dict[str, Any]:
-    """Rewards, gate, reflection, memory, token and timing metrics of a :class:`StepOutcome`.
+    """Rewards, gate, reflection, memory, token and timing metrics of a :class:`~erl_lite.records.StepRecord`.
 
     ``memory`` is the run's memory, or None when the run keeps none (its metrics are then 0).
     """
-    first, retries = outcome.first, outcome.retries
+    first, retries = outcome.first_attempts, outcome.retries
     second = [r.second for r in retries]
     refl = [r.reflection for r in retries if r.reflection is not None]
     m: dict[str, Any] = {
@@ -353,7 +353,7 @@ def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str
     for name in names:
         # The environment's slice of the step, read by step_metrics (the one home of each formula):
         # its first attempts, retries and rows; no timings or memory writes (those are per step).
-        mine = SimpleNamespace(first=[a for a in outcome.first if env_of(a.task_id) == name],
+        mine = SimpleNamespace(first_attempts=[a for a in outcome.first_attempts if env_of(a.task_id) == name],
                                retries=[r for r in outcome.retries if env_of(r.task_id) == name],
                                samples=[s for s in outcome.samples if env_of(s.task_id) == name],
                                memory_writes=0, seconds={})

@@ -1,32 +1,20 @@
-"""Load a policy (plain, LoRA, or 4-bit QLoRA) and the helpers the trainer needs around it.
+"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it.
 
 ``load_policy`` turns a model name, a local directory (a full checkpoint *or* a saved LoRA
-adapter) or an already-built model into ``(model, tokenizer)`` ready for ERL: the tokenizer pads
-on the left for batched generation, 4-bit NF4 weights are prepared for k-bit training, LoRA is
-attached with peft, and activation checkpointing can be switched on.
-
-The KL reference policy is the base model with the adapter switched off
-(``reference_context``), so LoRA training never holds a second copy of the weights. A fully
-fine-tuned policy has no adapter to switch off; ``reference_context`` then needs an explicit
-frozen copy (``reference=``) or the caller drops the KL term (beta = 0).
-
-4-bit layers are kept on bitsandbytes' differentiable path for as long as the model trains
-(``keep_4bit_trainable``): on CPUs with AVX512-BF16, bitsandbytes otherwise repacks a layer's
-weights for an inference-only kernel the first time it runs in eval mode without grad (the first
-``generate``), and that kernel has no autograd, so LoRA gradients of every later update are wrong.
+adapter) or an already-built model into ``(model, tokenizer)`` ready for ERL: left padding for
+batched generation, 4-bit NF4 weights prepared for k-bit training, LoRA attached with peft,
+optional activation checkpointing. What the algorithm does to a loaded policy (stop ids, the
+KL reference, 4-bit gradients) is :mod:`erl_lite.core.policy`.
 
 Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite
-defaults to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices. With LoRA the
-reference policy is the frozen base, exactly as with a separate reference copy at step 0.
+defaults to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL
+reference is then the frozen base, as a separate reference copy is at step 0.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -39,56 +27,38 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from erl_lite.core.chat import end_of_turn_id
+from erl_lite.core.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
 
 #: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CHECKPOINT_KWARGS = {"use_reentrant": False}  # reentrant checkpointing drops grads of frozen-input graphs
 
 
-def load_policy(
-    model: str | os.PathLike | PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase | str | os.PathLike | None = None,
-    *,
-    quantization: Literal["none", "4bit"] = "none",
-    peft: Literal["lora", "none"] | LoraConfig = "lora",
-    lora_r: int = 16,
-    lora_alpha: float = 32,
-    lora_dropout: float = 0.0,
-    target_modules: str | list[str] = "all-linear",
-    gradient_checkpointing: bool = False,
-    dtype: str | torch.dtype = "auto",
-    device: str | None = None,
-    trust_remote_code: bool = False,
-    base_model: str | os.PathLike | None = None,
-) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
-    """Load a causal LM policy and its tokenizer, optionally 4-bit quantized and LoRA-wrapped.
+def load_policy(model: str | os.PathLike | PreTrainedModel,
+                tokenizer: PreTrainedTokenizerBase | str | os.PathLike | None = None, *,
+                quantization: Literal["none", "4bit"] = "none", peft: Literal["lora", "none"] | LoraConfig = "lora",
+                lora_r: int = 16, lora_alpha: float = 32, lora_dropout: float = 0.0,
+                target_modules: str | list[str] = "all-linear", gradient_checkpointing: bool = False,
+                dtype: str | torch.dtype = "auto", device: str | None = None, trust_remote_code: bool = False,
+                base_model: str | os.PathLike | None = None,
+                ) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
+    """Load a causal LM policy and its tokenizer (it pads on the left and has a pad token),
+    optionally 4-bit quantized and LoRA-wrapped.
 
     Args:
-        model: a hub name, a local checkpoint directory, a directory holding a saved LoRA
-            adapter (its base is loaded from the adapter's ``base_model_name_or_path``), or an
-            already-built model (a PeftModel is kept as it is).
+        model: a hub name, a local checkpoint, a saved LoRA adapter directory (its base from
+            ``base_model_name_or_path``, or ``base_model`` when given), or a built model.
         tokenizer: a tokenizer, or where to load one from; default: next to the model.
-        quantization: "4bit" loads the base weights in NF4 with double quantization
-            (QLoRA); compute dtype bf16 on CUDA with native bf16, else fp16 on CUDA, else fp32.
-            A trainable 4-bit model is kept on the differentiable path (``keep_4bit_trainable``).
-        peft: "lora" builds a LoraConfig from ``lora_r``/``lora_alpha``/``lora_dropout``/
-            ``target_modules``; a LoraConfig is used as given (the four ignored); "none" trains
-            (or, in 4-bit, freezes) the full model.
-        gradient_checkpointing: recompute activations in backward (non-reentrant).
-        dtype: weight dtype; "auto" means bf16 on a CUDA device with native bf16, else float32.
-        device: "cpu", "cuda", "cuda:1", ...; default CUDA when available. For an already-built
-            model, None leaves it where it is.
-        trust_remote_code: passed to ``from_pretrained``.
-        base_model: for an adapter directory, load its base from here instead of the adapter's
-            ``base_model_name_or_path`` (a base folder that has moved).
+        quantization: "4bit": NF4 with double quantization (QLoRA); compute dtype bf16 on CUDA
+            with native bf16, else fp16 on CUDA, else fp32.
+        peft: "lora" (from ``lora_r``/``lora_alpha``/``lora_dropout``/``target_modules``), a
+            LoraConfig used as given, or "none" (train, or in 4-bit freeze, the full model).
+        dtype: "auto" is bf16 on a CUDA device with native bf16, else float32.
+        device: default CUDA when available; for a built model, None leaves it where it is.
 
     Raises:
-        FileNotFoundError: ``model`` (or an adapter's recorded base) is meant as a local folder
-            and is not there (see :func:`check_model_source`).
-
-    Returns:
-        ``(model, tokenizer)``; the tokenizer has a pad token and pads on the left.
+        FileNotFoundError: ``model`` (or an adapter's base) is meant as a local folder and is
+            not there (see :func:`check_model_source`).
 
     Example:
         >>> import tempfile
@@ -118,19 +88,31 @@ def load_policy(
     if not isinstance(policy, PeftModel):
         policy = _prepare(policy, gradient_checkpointing, peft != "none")
         if peft != "none":
-            lora = peft if isinstance(peft, LoraConfig) else LoraConfig(
-                r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                target_modules=target_modules, bias="none", task_type="CAUSAL_LM")
-            policy = get_peft_model(policy, lora)
+            policy = get_peft_model(policy, _lora_config(peft, lora_r, lora_alpha, lora_dropout, target_modules))
     elif gradient_checkpointing:
         _enable_checkpointing(policy.get_base_model())
 
     keep_4bit_trainable(policy)
-    if tok_source is None:
+    return policy, _load_tokenizer(tok_source, policy, trust_remote_code)
+
+
+def _load_tokenizer(source: PreTrainedTokenizerBase | str | os.PathLike | None, policy: torch.nn.Module,
+                    trust_remote_code: bool) -> PreTrainedTokenizerBase:
+    """The policy's tokenizer (given, or loaded from ``source``), prepared by :func:`_prepare_tokenizer`."""
+    if source is None:
         raise ValueError("tokenizer is required: the model does not say where it was loaded from")
-    if not isinstance(tok_source, PreTrainedTokenizerBase):
-        tok_source = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=trust_remote_code)
-    return policy, _prepare_tokenizer(tok_source, policy)
+    if not isinstance(source, PreTrainedTokenizerBase):
+        source = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    return _prepare_tokenizer(source, policy)
+
+
+def _lora_config(peft: str | LoraConfig, r: int, alpha: float, dropout: float, targets: str | list[str]
+                 ) -> LoraConfig:
+    """``peft`` itself when it is a LoraConfig, else one built from the four settings."""
+    if isinstance(peft, LoraConfig):
+        return peft
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none",
+                      task_type="CAUSAL_LM")
 
 
 #: What to do when an adapter's recorded base folder is gone (load_policy, export, erl-lite eval/export).
@@ -269,12 +251,12 @@ def _load_from_path(source: str, quantization: str, peft, torch_dtype: torch.dty
 
 def _adopt_built_model(model, quantization, peft, device, dtype, torch_dtype):
     """Accept an already-built model: check it fits the arguments, then move/cast it."""
-    if quantization == "4bit" and not _is_4bit(model):
+    if quantization == "4bit" and not is_4bit(model):
         raise ValueError("quantization='4bit' needs a model name or path (an already-built model "
                          "cannot be quantized here); load it with load_policy(path, quantization='4bit')")
     if isinstance(model, PeftModel) and peft == "none":
         raise ValueError("peft='none' but model already carries an adapter; pass model.get_base_model()")
-    if not _is_4bit(model):  # bitsandbytes weights stay where they were quantized
+    if not is_4bit(model):  # bitsandbytes weights stay where they were quantized
         model = model.to(device=device) if device is not None else model
         model = model.to(dtype=torch_dtype) if dtype != "auto" else model
     return model
@@ -282,7 +264,7 @@ def _adopt_built_model(model, quantization, peft, device, dtype, torch_dtype):
 
 def _prepare(model: PreTrainedModel, gradient_checkpointing: bool, adapter: bool) -> PreTrainedModel:
     """Freeze/upcast a 4-bit base for k-bit training and switch on checkpointing if asked."""
-    if _is_4bit(model):
+    if is_4bit(model):
         if adapter:
             # Freezes the base, upcasts norms to fp32; checkpointing is switched on below instead,
             # through the non-deprecated entry point.
@@ -292,56 +274,6 @@ def _prepare(model: PreTrainedModel, gradient_checkpointing: bool, adapter: bool
     if gradient_checkpointing:
         _enable_checkpointing(model)
     return model
-
-
-def keep_4bit_trainable(model: torch.nn.Module) -> int:
-    """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
-
-    On a CPU with AVX512-BF16, ``bitsandbytes.nn.Linear4bit.forward`` repacks the layer's weight
-    for a fast inference-only kernel the first time it runs in eval mode on an input without grad
-    (that is, at the first ``generate``), and keeps using that kernel afterwards, in training too.
-    The kernel has no autograd: gradients that flow through the layer to LoRA weights below it
-    are wrong, silently, and a layer with a bias (Qwen2's q/k/v) fails in the backward with
-    "a view of a leaf Variable ... in-place operation". The repacking is per module and is
-    switched by ``support_avx512bf16_for_cpu``; this clears that flag on every ``Linear4bit``.
-    Layers already repacked are converted back with bitsandbytes' own inverse; that inverse is
-    best-effort (the repacking rounded the block scales to bf16), so it warns.
-
-    A model with no trainable parameter (a frozen 4-bit model used only for inference) is left
-    alone: the fast kernel is right for it. The switch reads ``x.device.type == "cpu"``, so GPU
-    layers never take that path and their speed is unaffected. CPU generation in 4-bit becomes
-    slower (it dequantizes each layer per call); that is the price of correct gradients.
-    Idempotent and cheap; ``load_policy``, ``reference_context`` and ``HFGenerator.generate``
-    call it, so a model built elsewhere is covered once it generates or computes a reference.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
-        ...                         lora_r=4, device="cpu")  # calls keep_4bit_trainable already
-        >>> keep_4bit_trainable(policy)  # 7 projections x 2 layers
-        14
-    """
-    if not _is_4bit(model) or not any(p.requires_grad for p in model.parameters()):
-        return 0
-    import bitsandbytes as bnb
-    from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
-
-    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
-    restored = 0
-    for layer in layers:
-        layer.support_avx512bf16_for_cpu = False
-        state = layer.weight.quant_state
-        if getattr(state, "packing_format_for_cpu", False):
-            # The inverse updates ``state`` in place, which layer.quant_state also points to.
-            layer.weight.data, layer.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
-                layer.weight.data, state)
-            restored += 1
-    if restored:
-        warnings.warn(f"{restored} 4-bit layers had been repacked for bitsandbytes' CPU inference "
-                      "kernel (no autograd); converted back, with their block scales rounded to bf16",
-                      stacklevel=2)
-    return len(layers)
 
 
 def _enable_checkpointing(model: PreTrainedModel) -> None:
@@ -361,68 +293,11 @@ def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Modul
             raise ValueError("tokenizer has neither a pad token nor an eos token to pad with")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation appends on the right, so prompts pad on the left
-    base = _base_model(model)
+    base = base_model(model)
     for config in (base.config, getattr(base, "generation_config", None)):
         if config is not None and getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = tokenizer.pad_token_id
     return tokenizer
-
-
-def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
-    chat template's end-of-turn token (:func:`erl_lite.core.chat.end_of_turn_id`).
-
-    Chat models often end a turn with a token (``<|im_end|>``, ``<|eot_id|>``,
-    ``<end_of_turn>``) that differs from the tokenizer's document eos; stopping on only one of
-    them runs past the turn.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer()
-        >>> tok.convert_tokens_to_ids("<|im_end|>") in eos_token_ids(tiny_model(tok), tok)
-        True
-    """
-    ids: list[int] = []
-    base = _base_model(model)
-    config = getattr(base, "generation_config", None) or base.config
-    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None), end_of_turn_id(tokenizer)):
-        for token_id in value if isinstance(value, (list, tuple)) else [value]:
-            if token_id is not None and int(token_id) not in ids:
-                ids.append(int(token_id))
-    return ids
-
-
-@contextmanager
-def reference_context(
-    model: torch.nn.Module, reference: torch.nn.Module | None = None
-) -> Iterator[torch.nn.Module]:
-    """Yield the module that computes reference-policy logits for the KL term.
-
-    For a PeftModel the reference is the same model with its adapter disabled (no second copy);
-    the adapter comes back on exit. A model without an adapter needs an explicit frozen copy in
-    ``reference`` (yielded as is); otherwise this raises ValueError (set the KL coefficient
-    beta to 0 instead). Wrap the forward in ``torch.no_grad()`` yourself.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), device="cpu")
-        >>> ids = tok("hello", return_tensors="pt").input_ids
-        >>> with torch.no_grad(), reference_context(policy) as ref:
-        ...     ref_logits = ref(input_ids=ids).logits  # (1, 5, vocab)
-    """
-    if reference is not None:
-        yield reference
-        return
-    keep_4bit_trainable(model)  # the reference pass runs without grad, often in eval mode
-    inner = _unwrap(model)
-    if not isinstance(inner, PeftModel):
-        raise ValueError(
-            "reference_context needs a PeftModel (the KL reference is the base model with the adapter "
-            "disabled) or an explicit frozen copy via reference=...; for a fully fine-tuned policy "
-            "either pass reference= or set the KL coefficient beta to 0")
-    with inner.disable_adapter():
-        yield model
 
 
 def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -457,8 +332,8 @@ def describe_policy(model: torch.nn.Module) -> str:
         >>> describe_policy(tiny_model(tiny_tokenizer()))[:40]
         'LlamaForCausalLM | full precision | no a'
     """
-    inner, base = _unwrap(model), _base_model(model)
-    parts = [type(base).__name__, "4-bit NF4" if _is_4bit(base) else "full precision"]
+    inner, base = unwrap(model), base_model(model)
+    parts = [type(base).__name__, "4-bit NF4" if is_4bit(base) else "full precision"]
     if isinstance(inner, PeftModel):
         cfg = inner.peft_config[inner.active_adapter]
         targets = cfg.target_modules
@@ -477,22 +352,6 @@ def describe_policy(model: torch.nn.Module) -> str:
     return " | ".join(parts)
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """Strip DistributedDataParallel-style wrappers (``.module``) that accelerate adds."""
-    while isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
-        model = model.module
-    return model
-
-
-def _base_model(model: torch.nn.Module) -> torch.nn.Module:
-    inner = _unwrap(model)
-    return inner.get_base_model() if isinstance(inner, PeftModel) else inner
-
-
-def _is_4bit(model: torch.nn.Module) -> bool:
-    return bool(getattr(_base_model(model), "is_loaded_in_4bit", False))
-
-
 def _name_or_path(model: torch.nn.Module) -> str | None:
-    path = getattr(_base_model(model).config, "_name_or_path", None)
+    path = getattr(base_model(model).config, "_name_or_path", None)
     return path or None

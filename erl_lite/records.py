@@ -1,7 +1,5 @@
-"""Typed records that cross ERL's phase boundaries.
-
-Every phase takes and returns these dataclasses, never loose dicts, so a notebook can stop
-after any phase and look at exactly what the next one will see.
+"""Typed records that cross ERL's phase boundaries (dataclasses, never loose dicts, so a
+notebook can stop after any phase and see exactly what the next one will).
 
 Token layout of an attempt (one multi-turn episode is *one* sequence)::
 
@@ -9,12 +7,9 @@ Token layout of an attempt (one multi-turn episode is *one* sequence)::
     [system + first observation +   [action_1 | glue_1 | action_2 | glue_2 | ... | action_T]
      generation prompt]              mask: 1..1   0..0    1..1     0..0          1..1
 
-``glue_t`` is the end-of-turn marker, the next observation (a user turn) and the next
-generation prompt; it carries no loss. Re-contextualising an attempt (internalization)
-swaps ``prompt_ids`` and keeps ``completion_ids`` untouched.
-
-This module is also the one home of the role names (:data:`ROLES` and its constants) and of
-the retry join (:func:`retry_of_first` for records, :func:`retries_by_first` for saved ones).
+``glue_t`` (end of turn, next observation, next generation prompt) carries no loss;
+internalization swaps ``prompt_ids`` and keeps ``completion_ids``. Also the one home of the
+role names (:data:`ROLES`) and of the retry join (:func:`retry_of_first`, :func:`retries_by_first`).
 
 Departures from the paper: none; the paper does not fix a data layout.
 """
@@ -31,8 +26,8 @@ def _without_tokens(record: Any) -> dict[str, Any]:
     """The record's fields as a dict, leaving out token-id lists (not copied, just skipped)."""
     return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in _TOKEN_FIELDS}
 
-#: The three ERL roles that receive a policy-gradient update, plus internalization: the one
-#: home of the role names (everyone else imports these constants).
+
+#: The ERL roles (three with a policy-gradient update, plus internalization): their one home.
 ROLES = ("first", "reflection", "second", "distill")
 FIRST, REFLECTION, SECOND, DISTILL = ROLES
 #: The roles whose rows carry a GRPO advantage (internalization rows carry a weight instead).
@@ -46,12 +41,10 @@ class Task:
     """One task: a dataset row (single-turn) or an environment instance (multi-turn).
 
     Attributes:
-        task_id: stable identifier, unique within a split: advantages are grouped by it and
-            memory is routed by it (see :func:`check_unique_task_ids`).
-        prompt: the dataset's prompt (a string or chat messages) for single-turn tasks,
-            None for environments that render their own observations.
-        data: every other column (answer, seed, map, ...). Passed to reward functions as
-            keyword arguments, TRL-style.
+        task_id: unique within a split: it keys the GRPO groups and the memory routing.
+        prompt: the dataset's prompt (text or chat messages), None for environments that
+            render their own observations.
+        data: every other column, passed to reward functions as keywords (TRL-style).
     """
 
     task_id: str
@@ -60,10 +53,8 @@ class Task:
 
 
 def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
-    """``tasks``, after refusing two of them that share an id (naming the id and both rows).
-
-    Two tasks with one id would share a GRPO group (their rewards compared as if they were
-    rollouts of one prompt) and a memory route, silently. Returns ``tasks`` unchanged.
+    """``tasks``, after refusing two of them that share an id (naming the id and both rows):
+    they would share a GRPO group and a memory route, silently.
 
     Example:
         >>> try:
@@ -106,27 +97,17 @@ class Attempt:
     """One rollout of a task (first or second attempt) with its tokens and outcome.
 
     Attributes:
-        task_id: the task played.
-        role: ``"first"`` or ``"second"``.
-        index: position within the task's group of G rollouts (a second attempt keeps the
-            index of the failed first attempt it retries).
-        system_prompt: the system prompt the attempt saw (initial prompt, or a rulebook Δ).
-        messages: the whole conversation as chat messages (system, user, assistant, ...).
-        prompt_ids: token ids of the header (system + first observation + generation prompt).
-        completion_ids: token ids after the header: actions and the glue between them.
-        completion_mask: 1 for tokens the model generated (they carry loss), 0 for glue.
-        reward: terminal reward of the episode.
-        success: the environment's own notion of success, for reporting (see
-            :attr:`Episode.success`). The gate does not read it: it compares ``reward`` with
-            τ (``ERLConfig.reward_threshold``).
-        feedback: the environment's textual feedback ``f``.
-        trace: the step-by-step trace shown to the reflector.
-        num_turns: model turns taken.
-        truncated: True if a reply was cut at its token limit (no stop token) or the episode
-            ran out of its token budget.
-        rewards: per reward function (TRL's name), its unweighted value (None: not applicable);
-            empty for environments that score themselves.
-        extra: the columns reward functions logged for this row with TRL's ``log_extra``.
+        role: ``"first"`` or ``"second"``; index: position in the task's group of G rollouts
+            (a second attempt keeps the index of the first attempt it retries).
+        system_prompt: what the attempt saw (initial prompt, or a rulebook Δ).
+        messages: the whole conversation; prompt_ids / completion_ids / completion_mask: the
+            token layout above (mask 1 on generated tokens).
+        reward: terminal reward; success: the environment's own verdict, for reporting (the
+            gate reads ``reward`` against τ).
+        feedback: the environment's textual feedback ``f``; trace: the step-by-step trace.
+        num_turns: model turns taken; truncated: a reply or the episode hit its token limit.
+        rewards: each reward function's unweighted value (None: not applicable), TRL's names.
+        extra: the columns reward functions logged with TRL's ``log_extra``.
     """
 
     task_id: str
@@ -160,19 +141,13 @@ class Attempt:
 
 @dataclass
 class Reflection:
-    """A reflection Δ written after a failed first attempt.
+    """A reflection Δ written after a failed first attempt (``task_id``, ``index``).
 
     Attributes:
-        task_id, index: the failed first attempt this reflects on.
-        base_prompt: the instructions the reflector was asked to improve (memory content if
-            memory held something, else the initial system prompt).
-        text: the raw generated reflection.
-        rulebook: the parsed ``<prompt>…</prompt>`` content, or ``base_prompt`` when the
-            tags were missing (then ``parsed`` is False).
-        prompt_ids, completion_ids: the reflection's own context and generated tokens.
-        reward: r̃, the reward of the second attempt it produced (credited by
-            :func:`erl_lite.core.phases.attempt_second` when that attempt is scored).
-        truncated: True if ``max_reflection_length`` cut the reflection (no stop token).
+        base_prompt: the instructions it improves (memory content, else the initial prompt).
+        text: the raw reflection; rulebook: its ``<prompt>…</prompt>`` content, or
+            ``base_prompt`` when the tags were missing (``parsed`` False).
+        reward: r̃ = r2 of the second attempt it produced; truncated: cut by its token limit.
     """
 
     task_id: str
@@ -192,16 +167,10 @@ class Reflection:
 
 @dataclass
 class TrainSample:
-    """One sequence of the RL batch, under the context its role prescribes.
-
-    Attributes:
-        role: one of :data:`ROLES`.
-        prompt_ids: context tokens (no loss).
-        completion_ids: tokens after the context.
-        completion_mask: 1 where a token carries loss.
-        advantage: scalar broadcast over the masked tokens (for ``distill`` the weight
-            ``max(r2, 0)`` or the indicator ``r2 > 0``, depending on the mode).
-        task_id: for bookkeeping.
+    """One sequence of the RL batch, under the context its role prescribes: ``role`` (one of
+    :data:`ROLES`), context ``prompt_ids`` (no loss), ``completion_ids`` with ``completion_mask``
+    (1 where a token carries loss), and the scalar ``advantage`` broadcast over them (for
+    ``distill``: the internalization weight).
     """
 
     role: str
@@ -214,18 +183,9 @@ class TrainSample:
 
 @dataclass
 class Retry:
-    """One gated first attempt, the reflection written on it, and the second attempt it led to.
-
-    The join between the three is made once, where the second attempt is played
-    (:func:`erl_lite.core.phases.attempt_second`), and every later consumer — advantages,
-    internalization, memory, metrics, history samples, the attempt-pair view — reads it from
-    here instead of matching lists by ``(task_id, index)`` again.
-
-    Attributes:
-        first: the failed first attempt (``r1 < τ``).
-        reflection: Δ written on it, or None in the "w/o reflection" ablation. Its ``reward``
-            is r̃ = r2, credited when the second attempt is scored.
-        second: the replay of the same task under Δ (or under the raw retry prompt).
+    """One gated first attempt (``r1 < τ``), the reflection Δ on it (None in "w/o reflection"),
+    and the second attempt it led to. The join is made once, in
+    :func:`erl_lite.core.phases.attempt_second`; every consumer reads it from here.
     """
 
     first: Attempt
@@ -243,19 +203,29 @@ class Retry:
 
 @dataclass
 class StepRecord:
-    """Everything one ERL iteration produced: the input of notebooks and plots.
+    """Everything one ERL iteration produced: what :func:`erl_lite.core.phases.erl_step` returns
+    (attempts, retries, RL batch, timings), completed by the trainer (step, memory, metrics).
 
     ``to_dict`` writes each first attempt once and each retry as ``{"first": position in
-    first_attempts, "reflection": ..., "second": ...}``, so a reader never re-joins lists.
+    first_attempts, "reflection": ..., "second": ...}``, so a reader never re-joins lists; the
+    RL batch (``samples``), ``memory_writes`` and ``seconds`` are not saved.
+
+    Example:
+        >>> record = StepRecord(first_attempts=[], seconds={"first": 0.5})
+        >>> record.second_attempts, sorted(record.to_dict())[:3]
+        ([], ['first_attempts', 'memory_after', 'memory_before'])
     """
 
-    step: int
-    tasks: list[Task]
-    first_attempts: list[Attempt]
-    retries: list[Retry]
-    memory_before: list[str]
-    memory_after: list[str]
-    metrics: dict[str, float]
+    step: int = 0  # the training iteration (set by the trainer)
+    tasks: list[Task] = field(default_factory=list)
+    first_attempts: list[Attempt] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
+    memory_before: list[str] = field(default_factory=list)
+    memory_after: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples: list[TrainSample] = field(default_factory=list)  # the RL batch
+    memory_writes: int = 0  # rulebooks the step stored in memory
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
 
     @property
     def reflections(self) -> list[Reflection]:

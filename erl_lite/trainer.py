@@ -35,7 +35,7 @@ from erl_lite.checkpoint import capture_state
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment
 from erl_lite.core.generation import Generator, HFGenerator
-from erl_lite.core.phases import PhaseContext, StepOutcome, attempt_first, erl_step
+from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.progress import Progress
 from erl_lite.core.update import PolicyUpdater
 from erl_lite.history import History
@@ -127,7 +127,7 @@ class ERLTrainer(CheckpointSaving):
         self.optimizer, self.scheduler = self._optimizers(*optimizers)
         self.updater = self._updater()
         self.step = 0
-        self.last_outcome: StepOutcome | None = None
+        self.last_outcome: StepRecord | None = None
         # transformers.TrainerCallback objects: transformers' CallbackHandler, state and control.
         self.hf_callbacks = wiring.TrainerCallbacks(self, trainer_callbacks)
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
@@ -276,7 +276,7 @@ class ERLTrainer(CheckpointSaving):
                    **losses.to_metrics(), **wiring.logged_metrics(self.reward_log, self.dist),
                    TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
                    PEAK_GPU_GB: peak_gpu_gb(device)}
-        record = StepRecord(self.step, tasks, outcome.first, outcome.retries,
+        record = StepRecord(self.step, tasks, outcome.first_attempts, outcome.retries,
                             memory_before, self.memory.entries, metrics)
         self.history.log(metrics, step_record=record)
         if self.step % self.args.sample_every == 0:

@@ -105,7 +105,8 @@ def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config:
     """
     from peft import PeftModel
 
-    from erl_lite.models import _base_model, _enable_checkpointing, _is_4bit, load_policy
+    from erl_lite.core.policy import base_model as _base_model, is_4bit as _is_4bit
+    from erl_lite.models import _enable_checkpointing, load_policy
 
     if tokenizer is None:
         raise ValueError("processing_class (the tokenizer) is required when model is an object")

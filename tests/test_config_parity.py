@@ -199,7 +199,7 @@ def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
         return gen.prompts_seen, out
 
     seen, out = prompts_seen(chat_template_kwargs={"enable_thinking": False})
-    assert out.reflections and out.second and max(a.num_turns for a in out.first) == 2  # every path ran
+    assert out.reflections and out.second_attempts and max(a.num_turns for a in out.first_attempts) == 2  # every path ran
     assert all(p.endswith(off) for p in seen), [p[-60:] for p in seen if not p.endswith(off)]
     plain, _ = prompts_seen()
     assert not any(off in p for p in plain)  # thinking on (the default): no empty block

@@ -160,7 +160,7 @@ def test_multiturn_erl_through_the_real_qwen3_template():
     history = trainer.train()
     record = history.records[-1]
     assert record["loss/total"] == record["loss/total"]  # finite, not NaN
-    first = trainer.last_outcome.first[0]
+    first = trainer.last_outcome.first_attempts[0]
     text = tok.decode(first.prompt_ids + first.completion_ids)
     assert text.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n" in text
     if first.num_turns > 1:  # the glue between turns is the template's

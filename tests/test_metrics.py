@@ -90,7 +90,7 @@ def test_every_family_is_logged_for_each_environment(logged_keys):
 
 # --- one step-metrics function: the per-environment keys are step_metrics on each slice ----------
 def _step(rewards_first, gated, second_rewards, envs):
-    """A StepOutcome-like step over tasks named '<env>:<n>' (first attempts, retries of some)."""
+    """A StepRecord-like step over tasks named '<env>:<n>' (first attempts, retries of some)."""
     from types import SimpleNamespace
 
     from erl_lite.records import Attempt, Retry
@@ -98,7 +98,7 @@ def _step(rewards_first, gated, second_rewards, envs):
              for i, r in enumerate(rewards_first)]
     retries = [Retry(first[i], None, Attempt(first[i].task_id, "second", 0, "", [], [1], [1], [1], r2, r2 >= 1.0,
                                              "", "", 1)) for i, r2 in zip(gated, second_rewards)]
-    return SimpleNamespace(first=first, retries=retries, samples=[], memory_writes=0, seconds={})
+    return SimpleNamespace(first_attempts=first, retries=retries, samples=[], memory_writes=0, seconds={})
 
 
 @pytest.mark.parametrize("rewards_first, gated, second_rewards, envs, mode", [
@@ -122,7 +122,7 @@ def test_env_step_metrics_are_step_metrics_on_each_environments_slice(monkeypatc
     got = metrics.env_step_metrics(outcome, env_of, envs, memory, mode)
     assert len(calls) == len(envs), "env_step_metrics does not compute through step_metrics"
     for name in envs:
-        mine = [a for a in outcome.first if env_of(a.task_id) == name]
+        mine = [a for a in outcome.first_attempts if env_of(a.task_id) == name]
         second = [r.second.reward for r in outcome.retries if env_of(r.task_id) == name]
         assert got[f"reward/first/{name}"] == (sum(a.reward for a in mine) / len(mine) if mine else None)
         assert got[f"reward/second/{name}"] == (sum(second) / len(second) if second else None)

@@ -10,14 +10,8 @@ from hypothesis import strategies as st
 from peft import LoraConfig, PeftModel
 from transformers import AutoTokenizer
 
-from erl_lite.models import (
-    count_parameters,
-    describe_policy,
-    eos_token_ids,
-    load_policy,
-    reference_context,
-    trainable_parameters,
-)
+from erl_lite.core.policy import eos_token_ids, reference_context
+from erl_lite.models import count_parameters, describe_policy, load_policy, trainable_parameters
 from erl_lite.testing import FAMILIES, save_tiny_model, tiny_model, tiny_tokenizer
 
 from conftest import assert_close_rel

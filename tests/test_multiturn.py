@@ -185,20 +185,20 @@ def test_gate_reflection_second_attempt_memory_and_targets(name, tok):
     out = erl_step(ctx, tasks, memory)
 
     # gate: exactly the failed first attempts go on, and they span several turns
-    assert [a.success for a in out.first] == [True, True, True, False, False, False, False, False]
-    failed = [a for a in out.first if not a.success]
+    assert [a.success for a in out.first_attempts] == [True, True, True, False, False, False, False, False]
+    failed = [a for a in out.first_attempts if not a.success]
     assert [(r.task_id, r.index) for r in out.reflections] == [(a.task_id, a.index) for a in failed]
-    assert [(a.task_id, a.index) for a in out.second] == [(a.task_id, a.index) for a in failed]
+    assert [(a.task_id, a.index) for a in out.second_attempts] == [(a.task_id, a.index) for a in failed]
     assert max(a.num_turns for a in failed) > 1
 
     # who saw what: first attempts never see memory; reflections see it as their base
     seen = ctx.generator.prompts_seen
     start = next(i for i, p in enumerate(seen) if REFLECTION_REQUEST in p)
     first_prompts, second_prompts = seen[:start], seen[start + len(failed):]
-    assert len(first_prompts) == sum(a.num_turns for a in out.first)
-    assert len(second_prompts) == sum(a.num_turns for a in out.second)
+    assert len(first_prompts) == sum(a.num_turns for a in out.first_attempts)
+    assert len(second_prompts) == sum(a.num_turns for a in out.second_attempts)
     assert not any(MEMORY_MARKER in p or RULEBOOK in p for p in first_prompts)
-    assert all(a.system_prompt == env.system_prompt for a in out.first)
+    assert all(a.system_prompt == env.system_prompt for a in out.first_attempts)
     for r, a in zip(out.reflections, failed):
         shown = tok.decode(r.prompt_ids, skip_special_tokens=False)
         assert shown in seen and r.base_prompt == MEMORY_MARKER and MEMORY_MARKER in shown
@@ -208,19 +208,19 @@ def test_gate_reflection_second_attempt_memory_and_targets(name, tok):
         assert re.findall(rf"^{step_word} (\d+):", a.trace, re.M) == [str(k + 1) for k in range(a.num_turns)]
 
     # the second attempt: Δ only, the same task replayed from scratch
-    for r, a in zip(out.reflections, out.second):
+    for r, a in zip(out.reflections, out.second_attempts):
         assert r.parsed and r.rulebook == f"{RULEBOOK} {r.task_id}"
         assert a.system_prompt.startswith(r.rulebook) and env.action_reminder in a.system_prompt
     for p in second_prompts:
         assert RULEBOOK in p and "first-" not in p and MEMORY_MARKER not in p
         assert not any(f.feedback in p or f.trace in p for f in failed)
-    first_obs = {a.task_id: a.messages[1]["content"] for a in out.first}
-    assert all(a.messages[1]["content"] == first_obs[a.task_id] for a in out.second)
-    assert [a.success for a in out.second] == [True, True, True, True, False]
+    first_obs = {a.task_id: a.messages[1]["content"] for a in out.first_attempts}
+    assert all(a.messages[1]["content"] == first_obs[a.task_id] for a in out.second_attempts)
+    assert [a.success for a in out.second_attempts] == [True, True, True, True, False]
 
     # memory: overwritten by the last rulebook whose second attempt succeeded
     assert out.memory_writes == 4 and memory.entries == [f"{RULEBOOK} {ids[3]}"]
-    assert [r.reward for r in out.reflections] == [a.reward for a in out.second]
+    assert [r.reward for r in out.reflections] == [a.reward for a in out.second_attempts]
 
     # advantages grouped per (task, role)
     adv = {}
@@ -234,15 +234,15 @@ def test_gate_reflection_second_attempt_memory_and_targets(name, tok):
 
     # internalization: every y2 under the first attempt's header, ending with EOS; failed ones weigh 0
     distill = [s for s in out.samples if s.role == "distill"]
-    header = {a.task_id: a.prompt_ids for a in out.first}
-    assert len(distill) == len(out.second) == 5
-    for s, a in zip(distill, out.second):
+    header = {a.task_id: a.prompt_ids for a in out.first_attempts}
+    assert len(distill) == len(out.second_attempts) == 5
+    for s, a in zip(distill, out.second_attempts):
         context = tok.decode(s.prompt_ids, skip_special_tokens=False)
         assert s.prompt_ids == header[a.task_id] and env.system_prompt in context and RULEBOOK not in context
         assert s.completion_ids == a.completion_ids and s.completion_mask == a.completion_mask
         assert s.completion_ids[-1] == tok.eos_token_id and s.advantage == (1.0 if a.success else 0.0)
 
-    for a in out.first + out.second:
+    for a in out.first_attempts + out.second_attempts:
         assert_loss_mask_covers_replies_only(tok, a)
 
 
@@ -256,7 +256,7 @@ def test_memory_unchanged_when_every_second_attempt_fails(name, tok):
     memory.maybe_store(MEMORY_MARKER, 1.0, 1.0)
     before = memory.state_dict()
     out = erl_step(ctx, tasks, memory)
-    assert len(out.second) == 4 and not any(a.success for a in out.second)
+    assert len(out.second_attempts) == 4 and not any(a.success for a in out.second_attempts)
     assert out.memory_writes == 0 and memory.state_dict() == before
     assert [s.advantage for s in out.samples if s.role == "distill"] == [0.0] * 4
 
@@ -356,7 +356,7 @@ def test_scripted_erl_step_trains_every_role(name, tok):
     assert rec["samples/first"] == 4 and rec["gate/rate"] == 0.5
     assert rec["samples/reflection"] == rec["samples/second"] == rec["samples/distill"] == 2
     assert rec["success/second"] == 1.0 and rec["memory/size"] == 1.0
-    assert max(a.num_turns for a in trainer.last_outcome.first) > 1
+    assert max(a.num_turns for a in trainer.last_outcome.first_attempts) > 1
     after = trainable_parameters(model)
     assert any(not torch.equal(before[n], after[n]) for n in before)
     assert trainer.evaluate()["eval/num_episodes"] == 2 * trainer.args.eval_num_generations
@@ -371,7 +371,7 @@ def test_model_sampling_runs_end_to_end_on_frozenlake(tok):
     for key in ("reward/first", "gate/rate", "turns/first", "tokens/first", "loss/total", "optim/steps"):
         assert rec[key] is not None, key
     assert rec["samples/first"] == 4 and rec["tokens/first"] > 0 and rec["optim/steps"] == 1
-    first = trainer.last_outcome.first
+    first = trainer.last_outcome.first_attempts
     assert all(1 <= a.num_turns <= env.max_turns for a in first)
     assert all(len(a.prompt_ids) + len(a.completion_ids) <= 1024 for a in first)
     assert torch.isfinite(torch.tensor(rec["loss/total"]))

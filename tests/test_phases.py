@@ -90,14 +90,14 @@ def test_one_generate_call_per_phase_for_single_turn(tok):
     ctx = make_ctx(env, tok, script())
     out = erl_step(ctx, tasks_of(env), ReflectionMemory())
     assert ctx.generator.calls == 3  # first attempts, reflections, second attempts
-    assert len(out.reflections) == len(out.second) == 4
+    assert len(out.reflections) == len(out.second_attempts) == 4
 
 
 def test_memory_fills_on_successful_second_attempt_with_binary_rewards(guess_env, tok):
     ctx = make_ctx(guess_env, tok, script(fail_second=("t1",)))
     memory = ReflectionMemory()
     out = erl_step(ctx, tasks_of(guess_env), memory)
-    assert [a.reward for a in out.second] == [1.0, 1.0, 0.0, 0.0]
+    assert [a.reward for a in out.second_attempts] == [1.0, 1.0, 0.0, 0.0]
     assert out.memory_writes == 2 and memory.entries == ["RULEBOOK: the word is apple"]
     assert [r.reward for r in out.reflections] == [1.0, 1.0, 0.0, 0.0]  # r̃ = r2
 
@@ -138,8 +138,8 @@ def test_no_reflection_ablation_retries_with_the_raw_attempt(guess_env, tok):
     ctx = make_ctx(guess_env, tok, reply, use_reflection=False)
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
     assert out.reflections == [] and not any(REFLECTION_REQUEST in p for p in seen)
-    assert len(out.second) == 4 and all(a.success for a in out.second)
-    assert all("FEEDBACK: not solved" in a.system_prompt and "FIRST-REPLY" in a.system_prompt for a in out.second)
+    assert len(out.second_attempts) == 4 and all(a.success for a in out.second_attempts)
+    assert all("FEEDBACK: not solved" in a.system_prompt and "FIRST-REPLY" in a.system_prompt for a in out.second_attempts)
     assert {s.role for s in out.samples} == {"first", "second", "distill"}
 
 
@@ -202,9 +202,9 @@ def test_internalization_targets_use_initial_context_and_end_with_eos(guess_env,
     ctx = make_ctx(guess_env, tok, script())
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
     distill = [s for s in out.samples if s.role == "distill"]
-    first_header = {a.task_id: a.prompt_ids for a in out.first}
+    first_header = {a.task_id: a.prompt_ids for a in out.first_attempts}
     assert len(distill) == 4 == len(out.retries)
-    for s, a in zip(distill, out.second):
+    for s, a in zip(distill, out.second_attempts):
         assert s.prompt_ids == first_header[s.task_id]
         assert "RULEBOOK" not in tok.decode(s.prompt_ids) and guess_env.system_prompt in tok.decode(s.prompt_ids)
         assert s.completion_ids == a.completion_ids and s.completion_ids[-1] == tok.eos_token_id
@@ -234,7 +234,7 @@ def test_erl_simple_trains_only_first_attempts_with_combined_reward(guess_env, t
 def test_rlvr_skips_every_erl_phase(guess_env, tok):
     ctx = make_ctx(guess_env, tok, script(), mode="rlvr")
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
-    assert out.reflections == [] and out.second == [] and {s.role for s in out.samples} == {"first"}
+    assert out.reflections == [] and out.second_attempts == [] and {s.role for s in out.samples} == {"first"}
 
 
 def test_role_switches_remove_roles(guess_env, tok):
@@ -273,8 +273,8 @@ def test_gate_reads_tau_from_the_config_not_the_environment(tok):
     assert {r.task_id for r in out.retries} == {"t0"}
     # the second attempts scored 0.6 >= τ: memory is written on the same τ the gate used
     assert out.memory_writes == 2 and len(memory) == 1
-    assert gate(out.first, 0.5) == [a for a in out.first if a.reward < 0.5]
-    assert len(gate(out.first, 1.0)) == 4  # with τ = 1 every 0.6 counts as a failure
+    assert gate(out.first_attempts, 0.5) == [a for a in out.first_attempts if a.reward < 0.5]
+    assert len(gate(out.first_attempts, 1.0)) == 4  # with τ = 1 every 0.6 counts as a failure
 
 
 def test_nan_threshold_is_rejected():
@@ -402,7 +402,7 @@ def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kin
     assert distill and all(s.completion_ids[-1] == eot and s.completion_mask[-1] == 1 for s in distill)
     assert all(s.completion_ids.count(eot) == 1 for s in distill)  # appended once, not after a stop
     if kind != "qwen3_base_eos":  # the sampler stops on it too (a tiny model needs the tiny vocabulary)
-        from erl_lite.models import eos_token_ids
+        from erl_lite.core.policy import eos_token_ids
         from erl_lite.testing import tiny_model
 
         assert eot in eos_token_ids(tiny_model(tok), tok)

@@ -101,7 +101,7 @@ def test_a_step_shows_each_phase_and_the_update(tok, bars, mode, tasks, generati
     trainer.train()
     out = trainer.last_outcome
     [first] = _shown(bars, "first attempts")
-    assert (first.total, first.n) == (tasks * generations, len(out.first))
+    assert (first.total, first.n) == (tasks * generations, len(out.first_attempts))
     if mode == "rlvr":
         assert not _shown(bars, "reflection") and not _shown(bars, "second attempts")
     else:

@@ -170,7 +170,7 @@ def test_environment_factory_without_a_dataset_trains(num_tasks_per_step, max_st
     history = trainer.train()
     record = history.of_kind("train")[-1]
     assert record["reward/first"] == 0.0 and record["reward/second"] == 1.0
-    first = trainer.last_outcome.first[0]
+    first = trainer.last_outcome.first_attempts[0]
     user = [m for m in first.messages if m["role"] == "user"][0]["content"]
     assert user == "The counter is at 0. Make it exactly 3, then say done."  # as TRL appends: no leading newline
 

@@ -99,7 +99,7 @@ def test_trl_environment_get_reward_is_named_after_the_class():
 def test_trl_metric_names_next_to_erl_names():
     trainer = trainer_for([hit, maybe])
     record = trainer.train().records[-1]
-    first = trainer.last_outcome.first
+    first = trainer.last_outcome.first_attempts
     totals = [0.0, 0.0, 1.5, 1.5]  # hit + maybe (None skipped)
     assert [a.reward for a in first] == totals
     assert close(record["reward"], record["reward/first"]) and close(record["reward"], 0.75)
@@ -144,7 +144,7 @@ def test_log_extra_columns_land_on_each_attempt():
 
     trainer = trainer_for([tagging])
     trainer.train()
-    first = trainer.last_outcome.first
+    first = trainer.last_outcome.first_attempts
     assert [a.extra["said"] for a in first] == ["no", "no", "1", "1"]
     assert all(r.second.extra["said"] == "0" for r in trainer.last_outcome.retries)
     assert first[0].to_dict()["extra"] == {"said": "no"}
@@ -161,7 +161,7 @@ def test_log_extra_takes_numpy_and_torch_scalars():
 
     trainer = trainer_for([tagging])
     trainer.train()
-    assert [a.extra for a in trainer.last_outcome.first] == [{"n": i, "t": 0.5} for i in range(4)]
+    assert [a.extra for a in trainer.last_outcome.first_attempts] == [{"n": i, "t": 0.5} for i in range(4)]
 
 
 @pytest.mark.parametrize("body,message", [

@@ -1,21 +1,12 @@
 """Advantages for ERL's update: GRPO per (task, role) group, and internalization weights.
 
-Plain Python numbers in, plain Python numbers out; the trainer broadcasts each sequence's
-scalar over that sequence's generated tokens.
+Plain Python numbers in and out. GRPO: ``A = (r - mean) / (std + eps)`` with the unbiased std,
+within each group (first attempts against the task's other first attempts; reflections and
+second attempts against those of its failed rollouts); like TRL's ``scale_rewards``, the batch
+std may be used instead, or none.
 
-* :func:`group_advantages` — GRPO within one group, ``A = (r - mean) / (std + eps)`` with the
-  unbiased sample standard deviation (what ``torch.std`` computes by default).
-* :func:`grouped_advantages` — the same, applied separately to every key, e.g.
-  ``(task_id, role)``: first attempts are compared with the task's other first attempts,
-  reflections and second attempts only with those of the task's *failed* rollouts. Like TRL's
-  ``scale_rewards``, the division may use the batch's std instead, or be left out.
-* :func:`distill_weights` — the weight of a second attempt replayed under the initial
-  context (internalization).
-
-Departures from the paper: the paper does not say what a group of one gets; like the
-reference code we use mean 0 and std 1, so ``A = r`` (a lone gated rollout still gets a
-signal); with ``scale="batch"`` it is divided by the batch std like every other advantage.
-A group whose rewards are all equal gets exactly 0, not a rounding residue.
+Departures from the paper: it does not say what a group of one gets; like the reference, mean
+0 and std 1, so ``A = r``. A group whose rewards are all equal gets exactly 0.
 """
 
 from __future__ import annotations
@@ -23,8 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-# The choices are ERLConfig's (one home: config.py): reward scalings for group_advantages
-# (TRL's ``scale_rewards``) and internalization weightings for distill_weights.
 from erl_lite.config import INTERNALIZATION_MODES, SCALE_REWARDS
 
 
@@ -46,18 +35,10 @@ def _sample_std(values: list[float]) -> float:
 
 def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str = "group",
                      batch_std: float | None = None) -> list[float]:
-    """GRPO advantages of one group of rewards.
+    """GRPO advantages of one group of rewards, in order.
 
-    Args:
-        rewards: the rewards of the group's sequences.
-        eps: added to the standard deviation so a near-constant group does not explode.
-        scale: what ``r - mean`` is divided by (TRL's ``scale_rewards``): ``"group"`` — this
-            group's std; ``"batch"`` — ``batch_std``; ``"none"`` — nothing (Dr. GRPO).
-        batch_std: the std of the whole batch, for ``scale="batch"`` (a batch std of 0 —
-            every reward equal — leaves ``r - mean`` unscaled instead of dividing by ``eps``).
-
-    Returns:
-        One advantage per reward, in the same order.
+    ``scale`` (TRL's ``scale_rewards``): ``"group"`` divides ``r - mean`` by this group's std
+    (+ ``eps``), ``"batch"`` by ``batch_std`` (0: left unscaled), ``"none"`` not at all (Dr. GRPO).
 
     Example:
         >>> [round(a, 4) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
@@ -93,17 +74,8 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
 def grouped_advantages(
     rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *, scale: str = "group"
 ) -> list[float]:
-    """GRPO advantages computed separately within each key's group, order preserved.
-
-    Args:
-        rewards: one reward per sequence.
-        keys: one group key per sequence, e.g. ``(task_id, role)``.
-        eps: see :func:`group_advantages`.
-        scale: ``"group"`` (each group's own std), ``"batch"`` (the std of *all* ``rewards``,
-            TRL's ``scale_rewards="batch"``) or ``"none"`` (``r - group mean``).
-
-    Returns:
-        One advantage per sequence, aligned with ``rewards``.
+    """GRPO advantages computed separately within each key's group (e.g. ``(task_id, role)``),
+    order preserved; ``scale="batch"`` uses the std of *all* ``rewards``.
 
     Example:
         >>> keys = [("t1", "first"), ("t1", "first"), ("t2", "second")]
@@ -128,13 +100,8 @@ def grouped_advantages(
 
 
 def distill_weights(r2: Sequence[float], mode: str) -> list[float]:
-    """Per-sequence weights for internalization (second attempts under the initial context).
-
-    Args:
-        r2: the second attempts' rewards.
-        mode: ``"raft"`` — ``max(r2, 0)``, the reference code's advantage for its clipped
-            policy loss (no group baseline; equals the F1 for partial-credit QA);
-            ``"nll"`` — the paper's indicator ``1[r2 > 0]`` for a weighted NLL.
+    """Per-sequence weights for internalization from the second attempts' rewards ``r2``:
+    ``"raft"`` ``max(r2, 0)`` (the reference's), ``"nll"`` the paper's ``1[r2 > 0]``.
 
     Example:
         >>> distill_weights([1.0, 0.0, 0.4, -0.5], "raft")

@@ -1,18 +1,10 @@
 """Turning chat messages into token ids: the chat template, applied exactly once.
 
-A conversation is rendered to *text* with the tokenizer's chat template (or, for tokenizers
-without one, with the documented :func:`render_plain` format) and then tokenized with
-``add_special_tokens=False`` — the template already holds every special token, so nothing is
-added twice (the peer package templated conversational prompts twice).
-
-Multi-turn episodes grow by *glue*: the text between the end of the model's last reply and
-the start of its next one (end-of-turn marker, the new observation as a user turn, the next
-generation prompt). :func:`glue_text` finds it for any template by rendering the
-conversation with a sentinel in place of the last reply and keeping what follows it, so the
-episode's token sequence is built from the sampled ids plus tokenized glue and is never
-re-tokenized (what the model saw is exactly what it is trained on).
-
-Departures from the paper: none.
+A conversation is rendered to text with the tokenizer's chat template (or :func:`render_plain`)
+and tokenized with ``add_special_tokens=False``, so nothing is added twice. Multi-turn episodes
+grow by *glue* (end of turn, the next observation, the next generation prompt), found for any
+template by :func:`glue_text`, so an episode is its sampled ids plus tokenized glue and is never
+re-tokenized. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -36,11 +28,8 @@ _PROBE_TOOL = {"type": "function", "function": {"name": "erl_lite_probe_tool", "
 
 
 def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> bool:
-    """Whether the tokenizer's chat template renders ``apply_chat_template(..., tools=...)``.
-
-    Read from the template's output (a probe tool's name appears), not from its source text:
-    a template may mention tools without rendering them, and one that ignores ``tools=`` would
-    otherwise drop the tool list without a word.
+    """Whether the tokenizer's chat template renders ``tools=`` (read from its output with a
+    probe tool, not from its source: a template may mention tools without rendering them).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -59,11 +48,8 @@ def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | Non
 
 
 def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool) -> str:
-    """The plain chat format for tokenizers without a template.
-
-    Each message is ``"### Role\\n<content>\\n\\n"``; an assistant message ends with the
-    tokenizer's EOS token instead, so the model learns to stop there; the text opens with
-    the BOS token when the tokenizer has one.
+    """The plain chat format for tokenizers without a template: ``"### Role\\n<content>\\n\\n"``
+    per message, an assistant message ending with EOS (so the model learns to stop), BOS first.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -87,11 +73,8 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
 
 def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True,
            template_kwargs: dict[str, Any] | None = None) -> str:
-    """Render messages to text with the chat template (once) or the plain format.
-
-    ``template_kwargs`` go to ``apply_chat_template`` (``ERLConfig.chat_template_kwargs``, e.g.
-    Qwen3's ``enable_thinking=False``); the plain format has no use for them.
-    """
+    """Render messages to text with the chat template (once, with ``template_kwargs``, e.g.
+    Qwen3's ``enable_thinking=False``) or the plain format."""
     if has_chat_template(tokenizer):
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
@@ -110,20 +93,11 @@ def encode_messages(messages: list[dict[str, str]], tokenizer: Any,
     return encode(render(messages, tokenizer, add_generation_prompt=True, template_kwargs=template_kwargs), tokenizer)
 
 
-def glue_text(
-    messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None,
-    template_kwargs: dict[str, Any] | None = None,
-) -> str:
-    """Text between the end of the last assistant reply and the next generation.
-
-    Args:
-        messages: the conversation *including* the last assistant reply as its final message.
-        observation: the next user message.
-        reply_ended_with: the text of the stop token the sampled reply ended with (e.g.
-            ``"<|im_end|>"``), or None if generation was cut by the length limit. The
-            template's copy of that token is dropped so it does not appear twice.
-        template_kwargs: see :func:`render`.
-    """
+def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None,
+              template_kwargs: dict[str, Any] | None = None) -> str:
+    """Text between the last assistant reply (``messages[-1]``) and the next generation, with
+    ``observation`` as the next user turn. ``reply_ended_with``: the reply's stop token text
+    (dropped from the glue so it is not there twice), None when the length limit cut it."""
     if not messages or messages[-1]["role"] != "assistant":
         raise ValueError("glue_text needs a conversation that ends with an assistant reply")
     probe = messages[:-1] + [
@@ -141,14 +115,8 @@ def glue_text(
 
 
 def end_of_turn_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int | None:
-    """The token that closes an assistant turn in this tokenizer's chat format.
-
-    Read off the template rather than assumed to be ``eos_token_id``: the first token of the
-    glue after an assistant reply (see :func:`glue_text`) when it is a special token, e.g.
-    ChatML's ``<|im_end|>`` (also on Qwen base tokenizers, whose eos is ``<|endoftext|>``),
-    Llama 3's ``<|eot_id|>``, Gemma's ``<end_of_turn>``. Otherwise (the plain format, whose
-    replies end with eos, or a template that closes a turn with plain text) the eos id, which
-    may be None.
+    """The token that closes an assistant turn, read off the template: the glue's first token
+    when it is special (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``), else the eos id.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer

@@ -1,31 +1,13 @@
 """The environment protocol: how a task is played, one episode at a time, in text.
 
-An :class:`Environment` is a family of tasks (seeded train/test splits) plus the rules of
-the game; :meth:`Environment.new_episode` returns an :class:`Episode`, which plays one task
-in the ``reset(task) -> observation`` / ``step(action_text) -> (observation, reward, done,
-info)`` shape that gymnasium and TRL's environment classes use. The rollout engine drives a
-batch of episodes in lock-step: it renders every live episode's conversation, generates all
-actions with one ``generate`` call, then calls ``step`` on each.
+An :class:`Environment` is a family of tasks (seeded train/test splits) and the rules of the
+game; :meth:`Environment.new_episode` gives an :class:`Episode`, played in gymnasium's (and
+TRL's) ``reset(task) -> observation`` / ``step(action) -> (observation, reward, done, info)``
+shape. ERL also needs, once an episode is done, ``feedback()`` (the paper's f), ``trace()``
+(shown to the reflector) and ``success``. Environments whose scorers work on a whole batch
+(TRL-style reward functions) override :meth:`Environment.score_batch`, called once per phase.
 
-What ERL needs beyond gymnasium's shape, and which each episode provides once it is done:
-
-* ``feedback()`` — a short textual verdict ``f`` on the finished episode (the paper's f1/f2);
-* ``trace()`` — every observation and action with a per-step comment, shown to the reflector;
-* ``success`` — whether the episode solved its task (``reward >= 1`` by default; offline QA:
-  exact match, which its rewards keep equivalent to ``reward >= 1``, so the gate and the
-  memory rule, both written in rewards, agree with it).
-
-Scoring: the paper's games score an episode inside its own ``step``. Environments whose
-scorers work on a whole batch (TRL-style reward functions that normalise over the batch or
-call a reward model) override :meth:`Environment.score_batch`, which the rollout engine calls
-once per phase, after play and before any reward or feedback is read. An environment that
-calls user code passes on :attr:`Environment.trainer_state`, which the trainer sets.
-
-``reset`` may return a list of chat messages (user and assistant turns, ending with a user
-turn) instead of one user message: a conversational dataset prompt with several turns.
-
-Departures from the paper: none in the protocol itself; the paper's environments are
-implemented on top of it in sibling modules.
+Departures from the paper: none in the protocol; the paper's games are built on it in envs/.
 """
 
 from __future__ import annotations
@@ -40,13 +22,8 @@ StepOutput = tuple[str | None, float, bool, dict[str, Any]]
 
 
 class Episode(ABC):
-    """One play of one task. Create through :meth:`Environment.new_episode`.
-
-    Rewards are *terminal*: ``step`` returns the episode's reward on the step that ends it
-    and 0.0 before; ``reward`` holds the final value afterwards. Episodes of an environment
-    that scores in batches (:meth:`Environment.score_batch`) return 0.0 from ``step`` with
-    ``info["pending_score"] = True``; their ``reward`` is final once the batch is scored.
-    """
+    """One play of one task (from :meth:`Environment.new_episode`). Rewards are terminal:
+    ``step`` returns 0.0 until the step that ends the episode; ``reward`` holds it afterwards."""
 
     reward: float = 0.0
     done: bool = False
@@ -76,13 +53,9 @@ class Episode(ABC):
 
 
 class BatchScoredEpisode(Episode):
-    """An episode whose reward comes from its environment's :meth:`Environment.score_batch`.
-
-    ``step`` only records what the model did; the environment scores every finished episode
-    of a phase in one call and stores each verdict with :meth:`set_score`. Reading ``reward``
-    or ``success`` before that scores this episode on its own, so an episode used by hand
-    still works. Subclasses say when there is something to score (:meth:`_ready_to_score`)
-    and set ``env`` to an environment with a ``success_threshold``.
+    """An episode whose reward comes from its environment's :meth:`Environment.score_batch`
+    (stored with :meth:`set_score`); reading ``reward`` before that scores it alone.
+    Subclasses define :meth:`_ready_to_score` and set ``env`` (with a ``success_threshold``).
     """
 
     env: Any
@@ -121,10 +94,7 @@ class BatchScoredEpisode(Episode):
     @classmethod
     def pending(cls, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None
                 ) -> tuple[list["BatchScoredEpisode"], list[list[int]]]:
-        """The episodes of this class that await a score, with their completion ids (aligned).
-
-        What every ``score_batch`` of a batch-scored environment starts from.
-        """
+        """The episodes of this class that await a score, with their completion ids (aligned)."""
         ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
         todo = [(ep, i) for ep, i in zip(episodes, ids)
                 if isinstance(ep, cls) and ep._ready_to_score() and not ep.scored]
@@ -135,17 +105,13 @@ class Environment(ABC):
 
     Attributes:
         name: short identifier used in logs (``"frozenlake"``).
-        system_prompt: the *initial* system prompt shown to first attempts. For the paper's
-            games it states the output format but not the rules.
-        action_reminder: a one-line reminder of the action format, appended to a reflection
-            rulebook when it becomes the second attempt's system prompt.
-        max_turns: the number of model turns an episode may take (8 actions for the games,
-            5 for multi-hop QA, 1 for single-turn tasks).
-        trainer_state: set by the trainer to a live view of the run (``global_step``,
-            ``max_steps``, ``epoch``), handed to user reward functions as TRL does; None
-            outside a trainer.
-        reward_log: set by the trainer to the :class:`~erl_lite.integrations.reward_calls.RewardLog`
-            that TRL's ``log_metric``/``log_extra`` keywords write to; None outside a trainer.
+        system_prompt: the *initial* system prompt of first attempts (the paper's games state
+            the output format, not the rules).
+        action_reminder: a one-line reminder of the action format, appended to a rulebook
+            when it becomes the second attempt's system prompt.
+        max_turns: model turns an episode may take.
+        trainer_state, reward_log: set by the trainer for user reward functions (TRL's
+            ``trainer_state`` and ``log_metric``/``log_extra``); None outside one.
     """
 
     name: str = "environment"
@@ -160,12 +126,8 @@ class Environment(ABC):
         """A fresh, un-reset episode."""
 
     def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
-        """Score a phase's episodes together (default: nothing; episodes scored in ``step``).
-
-        Called by the rollout engine once per phase, with every episode of the phase in
-        order (finished or not) and, for each, the token ids the model sampled (model tokens
-        only, stop tokens included). Implementations set each episode's reward and feedback.
-        """
+        """Score a phase's episodes (all, finished or not, with the ids each sampled) together
+        and set their rewards and feedback (default: nothing; episodes scored in ``step``)."""
 
     def initial_system_prompt(self, task: Task) -> str:
         """The system prompt a first attempt at ``task`` sees (default: ``system_prompt``)."""

@@ -1,22 +1,13 @@
 """Batched sampling: one call turns a batch of prompts (token ids) into completions.
 
-A *generator* is anything with ``generate(prompts, params) -> completions`` on lists of token
-ids. :class:`HFGenerator` wraps a transformers model (left-padded batch, one
-``model.generate`` call); :class:`ScriptedGenerator` returns canned replies chosen by a
-Python function, so tests and notebooks can drive every ERL phase deterministically while a
-real model still receives the gradient updates. Other engines (vLLM, a server) plug in by
-implementing the same method.
+A *generator* is anything with ``generate(prompts, params) -> completions`` on token ids:
+:class:`HFGenerator` (one ``model.generate`` call), :class:`ScriptedGenerator` (canned replies,
+so tests and notebooks drive every phase deterministically), or another engine with the same
+method. A completion is cut after its first stop token, which it keeps (the model learns to
+stop); a reply that fills ``max_new_tokens`` without one was cut (:func:`reply_was_cut`).
+A request past the model's context raises :class:`~erl_lite.core.prompts.PromptTooLongError`.
 
-A completion ends *with* its stop token when the model produced one (it is trained on, so the
-model learns to stop) and is cut at the first stop token; padding is removed. A reply that
-fills its ``max_new_tokens`` without a stop token was cut by the limit (:func:`reply_was_cut`;
-the attempt or reflection is then marked ``truncated``).
-
-:class:`HFGenerator` refuses a request whose prompt plus ``max_new_tokens`` would run past the
-model's context (:class:`~erl_lite.core.prompts.PromptTooLongError`), the last line of defence behind
-the trainer's length checks; :func:`generate_named` says which task and role the request was.
-
-Departures from the paper: the reference code samples with vLLM; erl_lite uses
+Departures from the paper: the reference samples with vLLM; erl_lite uses
 ``transformers.generate`` (slower, but no extra engine to install on a consumer GPU).
 """
 
@@ -32,9 +23,8 @@ from erl_lite.core.prompts import PromptTooLongError
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one batch. ``generation_kwargs``: further ``model.generate`` keywords
-    (``min_p``, ``repetition_penalty``, ...; ``ERLConfig.generation_kwargs``), which
-    :class:`HFGenerator` passes on and other samplers may ignore."""
+    """How to sample one batch; ``generation_kwargs`` are further ``model.generate`` keywords
+    (``min_p``, ...), which other samplers may ignore."""
 
     max_new_tokens: int
     temperature: float = 0.7
@@ -54,16 +44,13 @@ class Generator(Protocol):
 
 #: Config attributes that hold a model's context length (transformers' families spell it these ways).
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
-#: A tokenizer that declares no limit reports transformers' VERY_LARGE_INTEGER (1e30); anything
-#: this large is "no limit", not a context length.
+#: A tokenizer without a limit reports transformers' VERY_LARGE_INTEGER (1e30): not a context length.
 _NO_LIMIT = 10 ** 9
 
 
 def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
-    """The number of positions ``model`` can read, or None when neither it nor ``tokenizer`` says.
-
-    The model's config decides (for a multimodal config, its text model's); the tokenizer's
-    ``model_max_length`` is used only when the config has none and the value is a real limit.
+    """The number of positions ``model`` can read (its config's, else a real tokenizer
+    ``model_max_length``), or None when neither says.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -101,8 +88,7 @@ def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: i
 
 
 def reply_was_cut(ids: list[int], max_new_tokens: int, stop_ids: Any) -> bool:
-    """Whether the token limit, not the model, ended a reply: it fills ``max_new_tokens`` and
-    does not end with a stop token (TRL's ``completions/clipped_ratio`` counts the same replies).
+    """Whether the token limit, not the model, ended a reply (TRL's ``completions/clipped_ratio``).
 
     Example:
         >>> reply_was_cut([5, 6, 2], 3, {2}), reply_was_cut([5, 6, 7], 3, {2}), reply_was_cut([5], 3, {2})
@@ -154,7 +140,7 @@ class HFGenerator:
         self.model = model
         self.tokenizer = tokenizer
         if stop_ids is None:
-            from erl_lite.models import eos_token_ids
+            from erl_lite.core.policy import eos_token_ids
 
             stop_ids = eos_token_ids(model, tokenizer)
         self.stop_ids = list(stop_ids)
@@ -178,7 +164,7 @@ class HFGenerator:
         for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
-        from erl_lite.models import keep_4bit_trainable
+        from erl_lite.core.policy import keep_4bit_trainable
 
         # Eval mode without grad is what makes bitsandbytes repack a 4-bit CPU layer for an
         # inference-only kernel; a model that trains must not take it (see keep_4bit_trainable).
@@ -186,19 +172,12 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model.generate(**{
-                "input_ids": input_ids.to(device),
-                "attention_mask": attention.to(device),
-                "do_sample": True,
-                "temperature": params.temperature,
-                "top_p": params.top_p,
-                "top_k": params.top_k if params.top_k > 0 else None,
-                "max_new_tokens": params.max_new_tokens,
-                "eos_token_id": self.stop_ids,
-                "pad_token_id": self.pad_id,
-                "use_cache": True,
-                **params.generation_kwargs,  # e.g. min_p, repetition_penalty (the config refuses the keys above)
-            })
+            out = self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), do_sample=True,
+                temperature=params.temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else None,
+                max_new_tokens=params.max_new_tokens, eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
+                use_cache=True,
+                **params.generation_kwargs)  # e.g. min_p, repetition_penalty (the config refuses the keys above)
         finally:
             self.model.train(was_training)
         new = out[:, width:].tolist()  # (B, <= max_new_tokens)
@@ -207,11 +186,9 @@ class HFGenerator:
 
 
 class ScriptedGenerator:
-    """Returns canned completions: ``script(prompt_text) -> reply_text``.
-
-    The reply is tokenized and ends with the tokenizer's EOS token (as a model's reply would),
-    then cut to ``max_new_tokens``. ``calls`` counts batched calls and ``prompts_seen`` keeps
-    every decoded prompt, so tests can check what each phase showed the model.
+    """Returns canned completions: ``script(prompt_text) -> reply_text``, tokenized, ending with
+    EOS, cut to ``max_new_tokens``. ``calls`` counts batched calls; ``prompts_seen`` keeps every
+    decoded prompt, so tests can check what each phase showed the model.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer

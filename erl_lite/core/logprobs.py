@@ -1,29 +1,15 @@
 """Completion log-probs from a causal LM, without ever holding ``(B, L, V)`` logits.
 
-The decoder runs once and gives the final hidden states; only the completion positions are
-projected by the lm-head, a chunk of positions at a time::
+The decoder runs once; only the completion positions go through the lm-head, a chunk at a time::
 
     hidden  (B, P + L, H) ──► positions P-1 … P+L-2 ──► (B·L, H) ──► chunks of ``chunk_size``
     each chunk × lm_head.weight (V, H), one vocabulary tile at a time ──► log p(target)  (B, L)
 
-The lm-head step is TRL's ``trl.kernels.ChunkedLogProbFunction`` (the kernel behind TRL's
-``add_fused_lm_head``): it folds ``(tokens, vocab tile)`` tiles of logits into an online
-log-sum-exp, and its backward recomputes each tile and turns it into the gradient in place,
-so neither pass keeps more than one tile of logits (a Triton kernel on CUDA, torch ops
-elsewhere; it honours the sampling temperature, ``logit_scale`` and final-logit soft-capping).
-We call the kernel directly rather than ``add_fused_lm_head`` because that one patches
-``model.forward`` and must be applied before PEFT wraps the model, while erl_lite accepts
-models already wrapped; the kernel itself needs only the head's weight.
-
-Memory per chunk: a ``(chunk_size, VOCAB_TILE)`` fp32 tile and a few temporaries of that
-size (tens of MB at the default 256 × 8192), instead of several fp32 ``(B, L, V)`` tensors
-(V = 151,936 for Qwen: 2.5 GB per tensor at B·L = 4096).
-
-Supported heads: a plain ``nn.Linear`` (LoRA with ``target_modules="all-linear"`` leaves the
-output layer alone, and bitsandbytes keeps it unquantized), tied or not. A quantized or
-adapter-wrapped head, or a model whose logits go through a transform this module does not
-know, raises a ValueError that names the model; ``chunk_size=None`` then falls back to the
-full-logits path. Departures from the paper: none (this is memory engineering only).
+The lm-head step calls TRL's ``trl.kernels.ChunkedLogProbFunction`` directly (its
+``add_fused_lm_head`` patches ``model.forward`` before PEFT wraps it): an online log-sum-exp
+over tiles, recomputed in backward, so one ``(chunk_size, VOCAB_TILE)`` tile is held. A head
+that is not a plain ``nn.Linear`` raises a ValueError (``chunk_size=None``: full logits).
+Departures from the paper: none (memory engineering only).
 """
 
 from __future__ import annotations
@@ -35,11 +21,10 @@ import torch
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.losses import token_logprobs
+from erl_lite.core.policy import base_model
 
-#: Default number of completion positions (over all rows of a micro-batch) per lm-head chunk.
-#: 256 keeps a tile at 8 MiB: below glibc's 32 MiB mmap ceiling, so CPU tiles reuse heap memory
-#: instead of faulting fresh pages (about twice as fast as 1024 in a one-thread CPU measurement);
-#: GPUs, where the kernel works in place, can take more.
+#: Completion positions per lm-head chunk: 256 keeps a tile at 8 MiB, below glibc's mmap
+#: ceiling, so CPU tiles reuse heap memory (about twice as fast as 1024 on one CPU thread).
 DEFAULT_CHUNK_SIZE: int | None = ERLConfig.__dataclass_fields__["logprob_chunk_size"].default
 #: Vocabulary columns per tile: a (256, 8192) fp32 tile is 8 MiB.
 VOCAB_TILE = 8192
@@ -47,28 +32,14 @@ VOCAB_TILE = 8192
 _CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
-def sequence_logprobs(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    targets: torch.Tensor,
-    temperature: float = 1.0,
-    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
-) -> torch.Tensor:
-    """Log-probs ``(B, L)`` of ``targets``, the last ``L`` tokens of ``input_ids``, under ``model``.
+def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                      targets: torch.Tensor, temperature: float = 1.0,
+                      chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+    """Log-probs ``(B, L)`` float32 of ``targets``, the last ``L`` tokens of ``input_ids``.
 
-    Args:
-        model: a causal LM (a transformers model, possibly wrapped by PEFT or accelerate).
-        input_ids, attention_mask, position_ids: ``(B, P + L)``; the completion is the last
-            ``L`` columns (left-padded contexts, right-padded completions).
-        targets: ``(B, L)`` the completion ids (``input_ids[:, -L:]`` where not padding).
-        temperature: logits are divided by it (match the sampling temperature).
-        chunk_size: completion positions per lm-head chunk; None computes the full
-            ``(B, L + 1, V)`` logits and upcasts them to fp32 (simple, memory-hungry).
-
-    Returns:
-        ``(B, L)`` float32 log-probs, with gradient when grad is enabled.
+    ``input_ids``, ``attention_mask``, ``position_ids``: ``(B, P + L)`` (left-padded contexts);
+    ``model`` may be wrapped by PEFT or accelerate; logits are divided by ``temperature``;
+    ``chunk_size`` None computes the full ``(B, L + 1, V)`` logits in fp32.
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -125,10 +96,7 @@ def causal_lm(model: Any) -> Any:
         >>> type(causal_lm(tiny_model(tiny_tokenizer()))).__name__
         'LlamaForCausalLM'
     """
-    while isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
-        model = model.module
-    if hasattr(model, "get_base_model"):  # a PeftModel
-        model = model.get_base_model()
+    model = base_model(model)
     if not hasattr(model, "get_output_embeddings") or getattr(model, "base_model", model) is model:
         raise ValueError(f"{type(model).__name__} is not a causal LM with a decoder and an lm-head; "
                          "use the full-logits path (logprob chunk size None)")
@@ -149,11 +117,9 @@ def output_head(lm: Any) -> torch.nn.Linear:
 
 
 def logit_transform(config: Any) -> tuple[float, float | None]:
-    """``(scale, softcap)`` a model applies to ``lm_head(h)``: ``softcap·tanh(scale·z/softcap)``.
-
-    Read from the config fields transformers models use (the same list as TRL's fused head):
-    ``final_logit_softcapping`` (Gemma 2/3), ``logit_scale`` (Cohere), ``output_multiplier``,
-    ``lm_head_multiplier`` (Falcon-H1), ``logits_scaling`` (Granite divides by it).
+    """``(scale, softcap)`` a model applies to ``lm_head(h)``: ``softcap·tanh(scale·z/softcap)``,
+    from the config fields TRL's fused head reads (Gemma's softcapping, Cohere's ``logit_scale``,
+    Falcon-H1's multipliers, Granite's ``logits_scaling``).
 
     Example:
         >>> from types import SimpleNamespace
@@ -172,11 +138,8 @@ def logit_transform(config: Any) -> tuple[float, float | None]:
 
 @torch.no_grad()
 def _check_once(model: Any, lm: Any, input_ids: torch.Tensor, temperature: float) -> None:
-    """Compare the chunked head with the model's own logits once per model, on 8 tokens.
-
-    A model that transforms its logits in a way :func:`logit_transform` does not know would
-    otherwise train on silently wrong log-probs; this costs one forward of one short row.
-    """
+    """Compare the chunked head with the model's own logits once per model, on 8 tokens, so an
+    unknown logit transform fails instead of training on wrong log-probs."""
     if _CHECKED.get(lm) or input_ids.shape[1] < 2:
         return
     ids = input_ids[:1, -8:]

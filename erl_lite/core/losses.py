@@ -1,42 +1,21 @@
 """Loss functions for ERL's update: pure tensor functions, no models, no environments.
 
-Shapes: ``B`` sequences, ``T`` completion positions, ``V`` vocabulary. ``mask`` is ``(B, T)``
-with 1 where the model generated the token (it carries loss) and 0 for prompt glue,
-environment observations, tool outputs and padding.
+Shapes: ``B`` sequences, ``T`` completion positions, ``V`` vocabulary; ``mask`` ``(B, T)`` is 1
+where the model generated the token (it carries loss). :func:`policy_objective` is the one
+objective (PPO clip with clip-higher and dual clip, or GSPO's sequence ratio; weighted NLL on
+internalization rows; k3 KL to the reference; ``seq_sum``/``token_mean``/``seq_mean``
+aggregation with a whole-batch normalizer, so gradient accumulation is exact).
 
-Pipeline for one batch::
-
-    logp = token_logprobs(logits, ids)                      # (B, T)
-    loss, stats = policy_objective(logp, old_logp, ref_logp, advantages, mask,
-                                   nll_rows=is_nll, beta=0.001, loss_type="seq_sum")
-
-:func:`policy_objective` is the one objective: :class:`erl_lite.core.update.PolicyUpdater` trains
-with it, and the TRL-parity tests check it.
-
-* clipped policy loss — PPO ratio with "clip-higher" (ε_low 0.2, ε_high 0.28) and the
-  dual clip c = 3 that caps the loss of negative-advantage tokens whose ratio blew up; the
-  ratio per token, or (GSPO, ``importance_sampling_level="sequence"``) one per sequence;
-* weighted NLL instead of the clipped loss on rows flagged ``nll_rows`` (the paper's
-  internalization);
-* k3 KL estimator to the reference policy, added per token with coefficient ``beta``;
-* aggregation: ``seq_sum`` (sum over a sequence's tokens, mean over sequences — the
-  reference's choice), ``token_mean`` or ``seq_mean``. A ``normalizer`` computed on the
-  *whole* batch makes micro-batching + gradient accumulation exact (see :func:`aggregate`).
-
-Departures from the paper: the paper gives the objective only in outline; the settings
-above are the reference code's. Sequences with no loss token are left out of the sequence
-count (they would only dilute the mean). Numerical guards, as in verl: the policy
-log-ratio is clamped to ±20 before ``exp``; the k3 KL clamps its log-ratio to ±20 and the
-estimate to at most 10 (verl's ``low_var_kl``), so a token that far from the reference gets
-no KL gradient; and old/reference log-probs at masked slots are replaced by the policy's own
-(detached) values, so padding can never produce ``inf`` or a ``0·inf = NaN`` gradient.
-Inside those ranges the loss is identical to TRL's GRPO loss.
+Departures from the paper: it gives the objective only in outline; the settings are the
+reference code's. Sequences with no loss token are not counted. Guards as in verl: log-ratios
+clamped to ±20 before ``exp``, k3 capped at 10, and old/reference log-probs at masked slots
+replaced by the policy's own, so padding never gives ``inf`` or NaN. Inside those ranges the
+loss is TRL's GRPO loss.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
 from typing import Any
 
 import torch
@@ -44,31 +23,17 @@ import torch.nn.functional as F
 
 from erl_lite.config import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPE_ALIASES, LOSS_TYPES, TRL_LOSS_TYPES_MISSING
 
-# LOSS_TYPES: the aggregation modes :func:`aggregate` accepts (TRL's grpo/dapo/luspo too, see
-# LOSS_TYPE_ALIASES); one home, in erl_lite.config (which imports no torch).
-
 # exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
 _MAX_LOG_RATIO = 20.0
 # Cap of the k3 estimate per token (verl's low_var_kl clamps it to [-10, 10]; k3 >= 0).
 _MAX_KL = 10.0
 
 
-def token_logprobs(
-    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0
-) -> torch.Tensor:
-    """Log-probabilities of ``token_ids`` under ``logits``, without a full (B, T, V) log-softmax.
-
-    The caller aligns the shift: ``logits[:, t]`` must be the distribution of
-    ``token_ids[:, t]``. Same idea as TRL's ``selective_log_softmax``; written here so this
-    low layer imports torch only (importing trl costs seconds).
-
-    Args:
-        logits: ``(B, T, V)`` raw logits.
-        token_ids: ``(B, T)`` integer ids.
-        temperature: divide logits by it first (match the sampling temperature).
-
-    Returns:
-        ``(B, T)`` log-probabilities (float32 for half-precision logits).
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probabilities ``(B, T)`` of ``token_ids`` ``(B, T)`` under ``logits`` ``(B, T, V)``
+    divided by ``temperature``, without a full (B, T, V) log-softmax (TRL's
+    ``selective_log_softmax``, written here so this layer imports no trl). ``logits[:, t]``
+    must be the distribution of ``token_ids[:, t]``; half-precision logits give float32.
 
     Example:
         >>> logits = torch.zeros(1, 2, 4)
@@ -91,15 +56,9 @@ def token_logprobs(
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(d) - d - 1`` ≥ 0 with ``d = ref - logp``.
-
-    Clamped as verl's low-variance KL: ``d`` to ±20 before ``exp`` (no overflow, so a masked
-    slot can never give ``0·inf``) and the estimate to at most 10; where a clamp is active
-    the token gets no KL gradient. For ``-11 ≤ d ≤ 2.6`` (KL ≤ 10 there) nothing changes.
-
-    Args:
-        logp: ``(B, T)`` log-probs of the sampled tokens under the current policy.
-        ref_logp: ``(B, T)`` the same under the reference policy.
+    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(d) - d - 1`` ≥ 0 with ``d = ref - logp``
+    (both ``(B, T)``). As verl's low-variance KL, ``d`` is clamped to ±20 and the estimate to at
+    most 10 (no gradient where a clamp acts); for ``-11 ≤ d ≤ 2.6`` nothing changes.
 
     Example:
         >>> k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]))
@@ -109,40 +68,17 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).clamp(max=_MAX_KL)
 
 
-def clipped_policy_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.28,
-    dual_clip: float | None = 3.0,
-    importance_sampling_level: str = "token",
-) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                        epsilon_low: float = 0.2, epsilon_high: float = 0.28, dual_clip: float | None = 3.0,
+                        importance_sampling_level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss with clip-higher and dual clip.
 
-    ``loss = -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)`` with ``r = exp(logp - old_logp)``;
-    for ``A < 0`` the loss is further capped at ``-A·c`` (verl's dual-clip PPO), so a token
-    whose probability rose far above the sampling policy's cannot dominate the batch.
-
-    With ``importance_sampling_level="sequence"`` (GSPO, TRL's definition) every token of a
-    sequence shares one ratio, ``r_b = exp(mean over the sequence's loss tokens of
-    (logp - old_logp))``, clipped as one; the gradient reaches every loss token through the mean.
-
-    Args:
-        logp: ``(B, T)`` current log-probs (carry the gradient).
-        old_logp: ``(B, T)`` log-probs of the policy that sampled the tokens (no gradient).
-        advantages: ``(B,)`` one scalar per sequence (broadcast over its tokens), or ``(B, T)``.
-        mask: ``(B, T)`` loss mask; masked tokens get loss 0 and are never "clipped".
-        epsilon_low, epsilon_high: clip range of the ratio.
-        dual_clip: ``c > 1``, or None to disable.
-        importance_sampling_level: ``"token"`` (one ratio per token) or ``"sequence"``.
-
-    Returns:
-        ``(loss, clipped)``: ``(B, T)`` per-token loss, and a ``(B, T)`` bool tensor that is
-        True where a clip (either bound, or the dual clip) replaced the ratio term, i.e.
-        where the token gets no gradient.
+    ``loss = -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)`` with ``r = exp(logp - old_logp)``; for
+    ``A < 0`` it is capped at ``-A·c`` (dual clip, ``c > 1`` or None). With
+    ``importance_sampling_level="sequence"`` (GSPO) a sequence's tokens share one ratio, the
+    exp of the mean log-ratio over its loss tokens. ``logp``, ``old_logp``, ``mask``: ``(B, T)``;
+    ``advantages``: ``(B,)`` or ``(B, T)``. Returns ``(loss, clipped)``, both ``(B, T)``: the
+    per-token loss (0 where masked), and True where a clip acted (the token gets no gradient).
 
     Example:
         >>> lp = torch.zeros(1, 2)
@@ -179,13 +115,8 @@ def clipped_policy_loss(
 
 
 def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token weighted negative log-likelihood ``-w·logp`` (the paper's internalization).
-
-    Args:
-        logp: ``(B, T)`` log-probs of the target tokens.
-        weights: ``(B,)`` per-sequence weights, e.g. ``1[r2 > 0]`` from
-            :func:`erl_lite.core.advantages.distill_weights`.
-        mask: ``(B, T)`` loss mask; masked tokens get 0.
+    """Per-token weighted negative log-likelihood ``-w·logp`` (the paper's internalization):
+    ``logp``, ``mask`` ``(B, T)``, ``weights`` ``(B,)`` (from :func:`erl_lite.core.advantages.distill_weights`).
 
     Example:
         >>> nll_loss(torch.tensor([[-2.0, -1.0]]), torch.tensor([0.5]), torch.tensor([[1, 0]]))
@@ -196,10 +127,8 @@ def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> t
 
 
 def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
-    """The denominator :func:`aggregate` uses for ``mask`` (compute it on the *whole* batch).
-
-    ``token_mean``: number of loss tokens. ``seq_sum`` / ``seq_mean``: number of sequences
-    with at least one loss token. Never below 1.
+    """The denominator :func:`aggregate` uses for ``mask`` (compute it on the *whole* batch):
+    loss tokens for ``token_mean``, sequences with a loss token otherwise; never below 1.
 
     Example:
         >>> m = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
@@ -213,10 +142,8 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
 
 
 def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """Each sequence's share of :func:`aggregate`'s numerator, ``(B,)``.
-
-    ``seq_sum`` / ``token_mean``: ``Σ_t m·ℓ``; ``seq_mean``: ``Σ_t m·ℓ / n_b``. Divided by the
-    normalizer they add up to the aggregated loss (used for the per-role loss breakdown).
+    """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (divided by
+    its token count for ``seq_mean``); over the normalizer they add up to the loss.
 
     Example:
         >>> row_losses(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]), "seq_mean")
@@ -230,28 +157,14 @@ def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> t
     return sums
 
 
-def aggregate(
-    per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
-) -> torch.Tensor:
-    """Reduce a ``(B, T)`` per-token loss to a scalar.
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
+              ) -> torch.Tensor:
+    """Reduce a ``(B, T)`` per-token loss to a scalar, ignoring masked positions.
 
-    * ``seq_sum``: ``Σ_b Σ_t m·ℓ / N_seq`` — sum within a sequence, mean over sequences.
-    * ``token_mean``: ``Σ_b Σ_t m·ℓ / N_tok`` — every loss token weighs the same.
-    * ``seq_mean``: ``Σ_b (Σ_t m·ℓ / n_b) / N_seq`` — mean within, then mean over sequences.
-
-    Gradient accumulation: all three are a sum of per-sequence terms (:func:`row_losses`)
-    divided by a count. Split a batch into micro-batches, aggregate each with
-    ``normalizer=normalizer_for(full_mask, loss_type)`` and call ``backward()`` on each: the
-    accumulated gradient is exactly that of the whole batch (no extra ``1/num_micro_batches``
-    factor). Without it, each micro-batch divides by its own count and unequal micro-batches
-    are mis-weighted.
-
-    Args:
-        per_token: ``(B, T)`` loss per token.
-        mask: ``(B, T)`` loss mask; masked positions are ignored even if non-zero.
-        loss_type: one of :data:`LOSS_TYPES`.
-        normalizer: overrides the denominator (``N_tok`` or ``N_seq``); None uses this
-            batch's own, i.e. ``normalizer_for(mask, loss_type)``.
+    ``seq_sum``: ``Σ_b Σ_t m·ℓ / N_seq``; ``token_mean``: ``Σ_b Σ_t m·ℓ / N_tok``; ``seq_mean``:
+    ``Σ_b (Σ_t m·ℓ / n_b) / N_seq``. Each is a sum of per-sequence terms over a count, so
+    micro-batches aggregated with ``normalizer=normalizer_for(full_mask, loss_type)`` accumulate
+    exactly the whole batch's gradient. ``normalizer`` None: this batch's own.
 
     Example:
         >>> loss = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
@@ -288,13 +201,10 @@ class LossStats:
     """Statistics of one (micro-)batch, detached plain values for logging.
 
     Attributes:
-        loss: the aggregated objective (policy or NLL loss plus ``beta``·KL).
-        policy_loss: the aggregated objective without the KL term.
-        clip_ratio: fraction of policy-loss tokens (not NLL rows) where a clip replaced the
-            ratio term.
+        loss, policy_loss: the aggregated objective, with and without the KL term.
+        clip_ratio: fraction of policy-loss tokens (not NLL rows) where a clip acted.
         kl: mean k3 KL over loss tokens; None when the KL term was skipped.
-        num_tokens: loss tokens in the batch (weights for averaging ``kl`` over micro-batches).
-        policy_tokens: loss tokens of policy-loss rows (weights for ``clip_ratio``).
+        num_tokens, policy_tokens: loss tokens, and those of policy-loss rows (averaging weights).
         row_losses: each row's share of ``loss`` (they add up to it), for per-role breakdowns.
     """
 
@@ -311,44 +221,23 @@ class LossStats:
         return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 
-def policy_objective(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    nll_rows: torch.Tensor | None = None,
-    beta: float = 0.001,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.28,
-    dual_clip: float | None = 3.0,
-    loss_type: str = "seq_sum",
-    normalizer: float | None = None,
-    importance_sampling_level: str = "token",
-) -> tuple[torch.Tensor, LossStats]:
+def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
+                     advantages: torch.Tensor, mask: torch.Tensor, *, nll_rows: torch.Tensor | None = None,
+                     beta: float = 0.001, epsilon_low: float = 0.2, epsilon_high: float = 0.28,
+                     dual_clip: float | None = 3.0, loss_type: str = "seq_sum", normalizer: float | None = None,
+                     importance_sampling_level: str = "token") -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
-
-    This is the objective :class:`erl_lite.core.update.PolicyUpdater` trains with.
 
     Args:
         logp: ``(B, T)`` current log-probs (with gradient).
-        old_logp: ``(B, T)`` sampling-policy log-probs; None means on-policy
-            (``logp.detach()``, ratio 1), TRL's shortcut for a single update per batch.
-        ref_logp: ``(B, T)`` reference log-probs, or None to skip the KL term.
+        old_logp: ``(B, T)`` sampling-policy log-probs; None: on-policy (ratio 1), TRL's shortcut.
+        ref_logp: ``(B, T)`` reference log-probs, or None to skip the KL term (so does beta 0).
         advantages: ``(B,)`` per-sequence advantages (NLL rows: their weights).
-        mask: ``(B, T)`` loss mask. At masked slots ``old_logp`` and ``ref_logp`` are
-            replaced by ``logp.detach()`` (ratio 1, KL 0), so whatever fills padding is harmless.
-        nll_rows: ``(B,)`` bool, True for rows trained with :func:`nll_loss` instead of the
-            clipped loss (internalization in ``nll`` mode); the KL term applies to every row.
-        beta: KL coefficient; 0 skips the KL term.
-        epsilon_low, epsilon_high, dual_clip: see :func:`clipped_policy_loss`.
-        loss_type, normalizer: see :func:`aggregate`.
-        importance_sampling_level: ``"token"`` or ``"sequence"`` (GSPO); see
-            :func:`clipped_policy_loss`.
+        mask: ``(B, T)``; at masked slots old/reference log-probs become ``logp.detach()``.
+        nll_rows: ``(B,)`` bool, rows trained with :func:`nll_loss` (the KL applies to all rows).
+        The others: see :func:`clipped_policy_loss` and :func:`aggregate`.
 
-    Returns:
-        ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
+    Returns ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
 
     Example:
         >>> lp = torch.full((2, 3), -1.0, requires_grad=True)
@@ -378,17 +267,23 @@ def policy_objective(
         kl_mean = float(masked_mean(kl.detach(), mask))
     norm = _resolve_normalizer(mask, loss_type, normalizer)
     loss = aggregate(per_token, mask, loss_type, norm)
-    with torch.no_grad():
-        stats = LossStats(
-            loss=float(loss.detach()),
-            policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
-            clip_ratio=float(masked_mean(clipped, policy_mask)),
-            kl=kl_mean,
-            num_tokens=int(keep.sum()),
-            policy_tokens=int(policy_mask.sum()),
-            row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
-        )
-    return loss, stats
+    return loss, _loss_stats(loss, per_token, without_kl, clipped, mask, policy_mask, kl_mean, loss_type, norm)
+
+
+@torch.no_grad()
+def _loss_stats(loss: torch.Tensor, per_token: torch.Tensor, without_kl: torch.Tensor, clipped: torch.Tensor,
+                mask: torch.Tensor, policy_mask: torch.Tensor, kl_mean: float | None, loss_type: str,
+                norm: float) -> LossStats:
+    """:func:`policy_objective`'s statistics (every tensor ``(B, T)``)."""
+    return LossStats(
+        loss=float(loss.detach()),
+        policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
+        clip_ratio=float(masked_mean(clipped, policy_mask)),
+        kl=kl_mean,
+        num_tokens=int(mask.bool().sum()),
+        policy_tokens=int(policy_mask.sum()),
+        row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
+    )
 
 
 def _check_loss_type(loss_type: str) -> str:

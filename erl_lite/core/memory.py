@@ -1,24 +1,12 @@
 """Reflection memory: rulebooks that worked, carried across episodes.
 
-Rules (paper Algorithm 2 and its released code):
+Written only when a second attempt succeeded (``r2 >= τ``; the paper's literal ``r2 > τ`` never
+fires with 0/1 rewards and τ = 1); read only by the reflector, as the base instructions it
+improves on, never by a first attempt; never written by evaluation. ``single`` is the paper's
+one slot; ``fifo`` keeps ``size`` rulebooks and shows the ``top_k`` newest. :class:`MemoryBank`
+keeps one memory per environment of a mixed run; phases ask any memory for ``for_task(task_id)``.
 
-* memory is written only when a second attempt *succeeded* (``r2 >= τ``; the paper's literal
-  ``r2 > τ`` could never fire with 0/1 rewards and τ = 1, which is the peer package's bug);
-* memory is read only by the reflector, as the base instructions it improves on — it is never
-  shown to a first attempt, in training or evaluation;
-* evaluation never writes to it (the trainer's ``evaluate`` does not receive it at all).
-
-Two kinds: ``single`` — the paper's one plain-text slot, overwritten by the latest successful
-rulebook; ``fifo`` — a queue of up to ``size`` rulebooks of which the ``top_k`` most recent
-are shown (the peer package's scheme, offered for comparison).
-
-:class:`MemoryBank` keeps one such memory per environment when a run mixes environments
-(:class:`~erl_lite.integrations.multi.MultiEnvironment`): a task's reflector reads, and its successful
-second attempt writes, only the memory of the task's own environment. The phases ask every
-memory for ``for_task(task_id)``; a plain :class:`ReflectionMemory` answers with itself.
-
-Departures from the paper: the ``fifo`` kind is an addition; ``single`` is the default. The
-bank is an addition too (the paper trains one environment per run, with one memory).
+Departures from the paper: the ``fifo`` kind and the bank are additions (``single`` is the default).
 """
 
 from __future__ import annotations
@@ -70,11 +58,8 @@ class ReflectionMemory:
         return True
 
     def context(self) -> str | None:
-        """What the reflector sees as its base instructions, or None when empty.
-
-        ``single``: the stored rulebook. ``fifo``: the ``top_k`` most recent, newest last,
-        numbered so the reflector can tell them apart.
-        """
+        """What the reflector sees as its base instructions, or None when empty (``fifo``: the
+        ``top_k`` newest, numbered, newest last)."""
         if not self._entries:
             return None
         if self.kind == "single":
@@ -94,9 +79,8 @@ class ReflectionMemory:
                 "entries": self.entries, "total_writes": self.total_writes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (the memory kind must match). A state of the
-        wrong shape (see :func:`check_memory_state`) is refused, naming the field, and nothing
-        is changed."""
+        """Restore what :meth:`state_dict` returned (same kind); a malformed state is refused,
+        naming the field, and nothing changes."""
         check_memory_state(state)
         if state.get("kind") == "bank":
             raise ValueError(f"checkpoint memory keeps one memory per environment ({sorted(state['memories'])}); "
@@ -111,12 +95,8 @@ class ReflectionMemory:
 
 
 class MemoryBank:
-    """One :class:`ReflectionMemory` per environment, picked by the task being reflected on.
-
-    Args:
-        names: the environments' names (one memory each).
-        kind, size, top_k: settings of every memory (see :class:`ReflectionMemory`).
-        env_of: task id -> environment name (e.g. :meth:`MultiEnvironment.env_name`).
+    """One :class:`ReflectionMemory` (``kind``, ``size``, ``top_k``) per environment in
+    ``names``, picked by the task being reflected on: ``env_of`` maps a task id to its name.
 
     Example:
         >>> bank = MemoryBank(["frozenlake", "sokoban"], env_of=lambda task_id: task_id.split("/")[0])
@@ -184,8 +164,7 @@ class MemoryBank:
 
 def check_memory_state(state: Any) -> None:
     """Refuse a memory state (a checkpoint's ``memory.json``) that no memory could have written,
-    naming the field: ``entries`` must be a list of strings, ``total_writes`` a whole number at
-    least the number of entries, ``kind`` a memory kind; a bank holds such states by name.
+    naming the field.
 
     Example:
         >>> check_memory_state({"kind": "single", "entries": ["A is you."], "total_writes": 1})

@@ -9,13 +9,11 @@
     memory  ← Δ where r2 ≥ τ
     batch   = first ⊕ reflections ⊕ second ⊕ internalize(retries)
 
-Each phase generates with one batched call per model turn; every function takes what it
-needs as arguments, so a notebook can run them one by one and inspect the records between.
+Every function takes what it needs as arguments, so a notebook can run them one by one.
 
 Departures from the paper: ``erl_simple`` (Algorithm 1) and ``rlvr`` reuse the same phases;
-the "w/o reflection" ablation replaces Δ with the raw first attempt (see :mod:`prompts`); an
-internalization row longer than ``max_episode_length`` is dropped with a warning (see
-:func:`internalize`) so that no training row is longer than an attempt may be.
+"w/o reflection" replaces Δ with the raw first attempt; an internalization row longer than
+``max_episode_length`` is dropped with a warning (:func:`internalize`).
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ from erl_lite.core.prompts import (
     retry_system_prompt,
     second_attempt_system_prompt,
 )
-from erl_lite.records import (DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, Task, TrainSample,
-                              retry_of_first, tasks_by_id)
+from erl_lite.records import (DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task,
+                              TrainSample, retry_of_first, tasks_by_id)
 from erl_lite.core.rollout import run_episodes
 
 
@@ -80,11 +78,8 @@ def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
                   temperature: float | None = None, params: SamplingParams | None = None,
                   desc: str = "first attempts") -> list[Attempt]:
     """y1: G rollouts per task under the *initial* system prompt (memory never shown).
-
-    Sampling: ``params`` when given (evaluation passes ``ctx.eval_params()``), else the
-    training attempts' settings, at ``temperature`` when given. ``desc`` names the progress
-    bar (evaluation passes ``"evaluation"``).
-    """
+    ``params`` (evaluation: ``ctx.eval_params()``), else the training attempts' sampling at
+    ``temperature``; ``desc`` names the progress bar."""
     rows = [(t, g) for t in tasks for g in range(num_generations)]
     with ctx.progress.bar(desc, len(rows)) as bar:
         return run_episodes(
@@ -101,21 +96,15 @@ def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
 
 
 def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
-    """The attempts that go on to reflection: ``r1 < τ`` (strict), τ = ``ERLConfig.reward_threshold``.
-
-    The environment's own ``success`` flag is for reporting; the gate, memory and the metrics
-    that describe the gate all read τ, so graded rewards behave as the config says.
-    """
+    """The attempts that go on to reflection: ``r1 < τ`` (strict), τ = ``ERLConfig.reward_threshold``
+    (the environment's ``success`` flag is for reporting only)."""
     return [a for a in attempts if a.reward < threshold]
 
 
 def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | MemoryBank | None) -> list[Reflection]:
-    """Δ for every failed attempt, in one batched generation.
-
-    The base instructions are the memory's content when a memory is given and non-empty, else
-    the attempt's own (initial) system prompt; a :class:`MemoryBank` gives each attempt the
-    memory of its task's environment. Pass ``memory=None`` for the "w/o memory" ablation.
-    """
+    """Δ for every failed attempt, in one batched generation. The base instructions are the
+    memory's content for the task (None or empty: the attempt's own system prompt); pass
+    ``memory=None`` for the "w/o memory" ablation."""
     if not failed:
         return []
     c = ctx.config
@@ -148,12 +137,9 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
 
 def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Task],
                    reflections: list[Reflection] | None) -> list[Retry]:
-    """y2: replay each failed task from scratch under Δ (or, without reflection, the raw retry).
-
-    The second attempt never sees y1 or f1 when reflections are given — only Δ. Returns one
-    :class:`Retry` per failed attempt, in order; each reflection is credited r̃ = r2 here,
-    where its second attempt is scored.
-    """
+    """y2: replay each failed task from scratch under Δ only (never y1 or f1), or, without
+    reflection, the raw retry. One :class:`Retry` per failed attempt, in order; each reflection
+    is credited r̃ = r2 here."""
     if reflections is not None:
         if len(reflections) != len(failed):
             raise ValueError(f"{len(reflections)} reflections for {len(failed)} failed attempts")
@@ -194,21 +180,11 @@ def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int
                 max_length: int | None = None) -> list[TrainSample]:
     """π(y2 | x): second attempts re-contextualised under the first attempt's initial context.
 
-    The header is the failed first attempt's own (initial prompt, no Δ); the completion tokens
-    are the second attempt's. Weight ``max(r2, 0)`` (raft) or ``1[r2 > 0]`` (nll), times the
-    coefficient. Every retry gives a row, weight 0 included, as in the reference: those rows
-    carry no policy gradient but count in the sequence-mean denominator and the KL term.
-
-    A target whose last reply was cut by the token budget (it ends on a generated token that
-    is not a stop token) gets ``stop_ids[0]`` appended as a trained token — the chat template's
-    end-of-turn token (:func:`stop_ids`) — so internalization never teaches the model to run on
-    past a finished answer.
-
-    A row longer than ``max_length`` (``max_episode_length``, the budget every attempt is held
-    to and that the trainer checked against the model's context) is dropped with a warning,
-    not cut: the second attempt was played under a rulebook shorter than the initial prompt, so
-    its completion may not fit behind the initial context, and a cut target would teach a
-    half-played episode.
+    Header: the failed first attempt's own (no Δ); completion: the second attempt's tokens.
+    Weight ``max(r2, 0)`` (raft) or ``1[r2 > 0]`` (nll), times ``coef``; weight-0 rows stay, as
+    in the reference (they count in the normalizer and the KL). A target whose last reply was
+    cut gets ``stop_ids[0]`` (the end-of-turn token) appended as a trained token. A row longer
+    than ``max_length`` is dropped with a warning, not cut (a cut target teaches half an episode).
     """
     weights = distill_weights([r.second.reward for r in retries], mode)
     rows = [TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
@@ -269,36 +245,15 @@ def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], scal
 # --- the composed step -----------------------------------------------------------------------
 
 
-@dataclass
-class StepOutcome:
-    """All records of one iteration, the RL batch built from them, and phase timings."""
-
-    first: list[Attempt]
-    retries: list[Retry] = field(default_factory=list)
-    samples: list[TrainSample] = field(default_factory=list)
-    memory_writes: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def reflections(self) -> list[Reflection]:
-        return [r.reflection for r in self.retries if r.reflection is not None]
-
-    @property
-    def second(self) -> list[Attempt]:
-        return [r.second for r in self.retries]
-
-
-def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | MemoryBank | None) -> StepOutcome:
-    """One iteration's rollouts and RL batch (the update itself is :class:`update.PolicyUpdater`).
-
-    ``memory`` is the reflection memory to read and write, or None when the run has none
-    ("w/o memory", "w/o reflection", RLVR): phases act on the values they are given.
-    """
+def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | MemoryBank | None) -> StepRecord:
+    """One iteration's rollouts and RL batch, as a :class:`StepRecord` whose step, memory and
+    metrics the trainer fills in (the update is :class:`update.PolicyUpdater`). ``memory``: to
+    read and write, or None when the run has none ("w/o memory", "w/o reflection", RLVR)."""
     c, clock = ctx.config, time.perf_counter
     by_id = tasks_by_id(tasks)  # refuses two different tasks sharing an id (one GRPO group)
     t0 = clock()
     first = attempt_first(ctx, tasks, c.num_generations)
-    out = StepOutcome(first=first, seconds={"first": clock() - t0})
+    out = StepRecord(tasks=list(tasks), first_attempts=first, seconds={"first": clock() - t0})
     if c.mode == "rlvr":
         out.samples = _role_samples(FIRST, first, [a.reward for a in first], c.scale_rewards)
         return out
@@ -319,10 +274,8 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
 
 
 def stop_ids(ctx: PhaseContext) -> list[int]:
-    """The ids that end a reply, the chat template's end-of-turn token first (it closes a cut
-    internalization target): then the sampler's (eos and end-of-turn), else the tokenizer's eos.
-    The end-of-turn token differs from eos on Llama 3 (``<|eot_id|>``), Gemma
-    (``<end_of_turn>``) and Qwen base tokenizers (``<|im_end|>`` vs ``<|endoftext|>``)."""
+    """The ids that end a reply: the chat template's end-of-turn token first (it closes a cut
+    internalization target; not eos on Llama 3, Gemma, Qwen base), then the sampler's."""
     eot = end_of_turn_id(ctx.tokenizer, ctx.config.chat_template_kwargs)
     ids = [i for i in [eot, *sampler_stop_ids(ctx.generator, ctx.tokenizer)] if i is not None]
     if not ids:

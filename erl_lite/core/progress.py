@@ -1,22 +1,10 @@
-"""Progress inside a step: one short-lived bar per phase (first attempts, reflections, second
-attempts, the update) and one for evaluation, under the trainer's step bar.
+"""Progress inside a step: one short-lived ``tqdm.auto`` bar per phase (first attempts,
+reflections, second attempts, the update) and one for evaluation, under the trainer's step bar.
 
-A phase asks its :class:`Progress` for a bar with ``progress.bar(desc, total, unit)`` and ticks
-it as work finishes: sequences (episodes or reflections) for the sampling phases, micro-batches
-for the update. The bars are ``tqdm.auto`` bars, the kind the step bar is (a widget in a
-notebook, a line on stderr in a terminal), left on screen only while their phase runs. A
-:class:`Progress` whose ``enabled`` says no (``ERLConfig.progress_bar=False``, or a process
-other than the main one under DDP) hands out bars that show nothing; the phases' code is the
-same either way.
-
-Why a hook of our own and not ``transformers.trainer_callback.ProgressCallback``: that callback
-is driven by ``transformers.Trainer``'s loop, which erl_lite does not run, and it knows only
-optimizer steps, not the phases inside one.
-
-A sampling bar ticks when episodes *finish*: one batched ``generate`` call per model turn means
-single-turn episodes all finish together, so the bar moves per turn, not per token.
-
-Departures from the paper: none (display only).
+A phase asks ``progress.bar(desc, total, unit)`` and ticks it as episodes finish (so a
+single-turn phase moves once per turn) or micro-batches are done; a disabled :class:`Progress`
+hands out bars that show nothing. Not transformers' ``ProgressCallback``: that one is driven by
+``Trainer``'s loop, which erl_lite does not run. Departures from the paper: none (display only).
 """
 
 from __future__ import annotations
@@ -67,11 +55,8 @@ class Progress:
         return bool(self.enabled() if callable(self.enabled) else self.enabled)
 
     def bar(self, desc: str, total: int, unit: str = "seq") -> Any:
-        """A bar of ``total`` items (a context manager; ``update(n)`` ticks ``n`` of them).
-
-        ``leave=False``: the bar disappears when its phase ends, so the step bar above it
-        stays the one line that remains.
-        """
+        """A bar of ``total`` items (a context manager; ``update(n)`` ticks ``n``), gone when its
+        phase ends (``leave=False``)."""
         if not self.on() or total <= 0:
             return _SILENT
         from tqdm.auto import tqdm

@@ -1,19 +1,10 @@
 """The prompts ERL adds around a task: the reflection request, and the second attempt's.
 
-* :func:`reflection_messages` asks the model to rewrite its instructions after a failed
-  attempt. It shows the base instructions (memory if it holds something, else the initial
-  system prompt), the task, the whole first-attempt trace, the reward and the feedback, and
-  asks for a complete replacement system prompt — a rulebook — inside ``<prompt>…</prompt>``.
-  When the context would exceed its token budget the attempt trace is shortened first (its
-  middle is cut, keeping the opening and the ending) down to a quarter of the budget, then the
-  base instructions, then the rest of the trace; only then the task and the feedback, also
-  middle-first, so the request always fits its budget (the peer package truncates from the
-  left and loses the task first).
-* :func:`parse_rulebook` extracts Δ, falling back to the base prompt when the tags are missing.
-* :func:`second_attempt_system_prompt` is Δ plus the environment's action-format reminder; the
-  second attempt sees *only* that — not y1, not f1 — so any gain is carried by Δ.
-* :func:`retry_system_prompt` is the "w/o reflection" ablation's context: the initial prompt
-  plus the first attempt's trace and feedback.
+:func:`reflection_messages` shows the base instructions (memory, else the initial prompt), the
+task, the first attempt's trace, reward and feedback, and asks for a replacement system prompt
+(a rulebook) inside ``<prompt>…</prompt>`` (:func:`parse_rulebook`), always fitted to its token
+budget. The second attempt sees only Δ plus the action reminder, never y1 or f1; the "w/o
+reflection" ablation sees the raw first attempt instead (:func:`retry_system_prompt`).
 
 Departures from the paper: the wording is erl_lite's own; the structure follows the paper's
 released code (rulebook in tags, fallback to the base prompt).
@@ -47,12 +38,9 @@ RETRY_HEADER = (
 _PROMPT_TAG = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 
 
-
 class PromptTooLongError(ValueError):
-    """A request whose prompt plus ``max_new_tokens`` would run past the model's context.
-
-    ``row`` is the request's position in its batch, so a caller can name the task it belongs to.
-    """
+    """A request whose prompt plus ``max_new_tokens`` would run past the model's context;
+    ``row`` is its position in the batch, so a caller can name its task."""
 
     def __init__(self, message: str, row: int | None = None) -> None:
         super().__init__(message)
@@ -99,11 +87,8 @@ def _user_message(task_text: str, base_prompt: str, trace: str, reward: float, f
 
 
 def cut_middle(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
-    """Shorten ``text`` to at most ``max_tokens`` by removing its middle.
-
-    The opening (what the task looked like) and the ending (how the attempt failed) are the
-    parts a reflector needs most, so they are kept in equal shares.
-    """
+    """Shorten ``text`` to at most ``max_tokens`` by removing its middle: the opening (the
+    task) and the ending (how it failed) are what a reflector needs most."""
     if count(text) <= max_tokens:
         return text
     marker = "\n[... middle of the attempt omitted ...]\n"
@@ -119,25 +104,15 @@ def cut_middle(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
     return text[:lo] + marker + text[-lo:] if lo else marker.strip()
 
 
-def reflection_messages(
-    *,
-    task_text: str,
-    base_prompt: str,
-    trace: str,
-    reward: float,
-    feedback: str,
-    tokenizer: Any,
-    max_tokens: int,
-    template_kwargs: dict[str, Any] | None = None,
-) -> tuple[list[dict[str, str]], list[int]]:
+def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward: float, feedback: str,
+                        tokenizer: Any, max_tokens: int, template_kwargs: dict[str, Any] | None = None
+                        ) -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook, fitted to ``max_tokens``, and their token ids.
 
-    Truncation order, each part cut in its middle: the trace (down to a quarter of the
-    budget), the base instructions (memory), the rest of the trace, then the task and the
-    feedback. The result never exceeds ``max_tokens``; a budget too small for the request's
-    own fixed text raises :class:`PromptTooLongError` (the trainer refuses
-    such a budget when it is built, see :func:`reflection_skeleton_length`).
-    ``template_kwargs`` go to the chat template (``ERLConfig.chat_template_kwargs``).
+    Cut order, each part in its middle: the trace (down to a quarter of the budget), the base
+    instructions, the rest of the trace, the task, the feedback. A budget too small for the
+    fixed text raises :class:`PromptTooLongError` (the trainer refuses it up front, see
+    :func:`reflection_skeleton_length`).
     """
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
 
@@ -160,7 +135,6 @@ def reflection_messages(
     messages = build()
     ids = encode(render(messages, tokenizer, template_kwargs=template_kwargs), tokenizer)
     if len(ids) > max_tokens:
-
         raise PromptTooLongError(f"a reflection request needs {len(ids)} tokens even with its task, attempt, memory "
                                  f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small")
     return messages, ids

@@ -1,23 +1,13 @@
 """Rollouts: play a batch of episodes in lock-step, one batched ``generate`` call per turn.
 
-Each episode is one token sequence (see :mod:`erl_lite.records`): a header (system prompt,
-first observation, generation prompt), then the model's action tokens exactly as sampled,
-alternating with glue (end of turn, next observation, next generation prompt) that carries no
-loss. Single-turn tasks are the special case of one turn. At every turn, the prompts of all
-live episodes go to the generator together, so a phase of a step costs ``max_turns`` calls
-at most, never one call per sample. When play ends, the environment scores the whole phase
-at once (:meth:`~erl_lite.core.env.Environment.score_batch`; TRL-style reward functions are
-called once per phase, not once per completion).
+Each episode is one token sequence (layout in :mod:`erl_lite.records`): the model's action
+tokens exactly as sampled, alternating with glue that carries no loss. A phase costs at most
+``max_turns`` generate calls, and the environment scores it at once (``score_batch``). A turn
+starts only when a full reply (``max_new_tokens``) still fits in ``max_episode_length``; an
+episode that cannot fit one stops, marked ``truncated``, and so is an attempt with a reply cut
+at its limit.
 
-Budgets: ``params.max_new_tokens`` per turn, ``max_episode_length`` for the whole sequence. A
-turn starts only when a full reply still fits (prompt so far + ``max_new_tokens`` <=
-``max_episode_length``), so no request ever runs past the budget, which the trainer checks
-against the model's context (:mod:`erl_lite.lengths`); an episode that cannot fit another
-full turn stops, marked ``truncated``, with the reward its environment gives at that point (0
-for the paper's games). A reply cut at ``max_new_tokens`` (no stop token) also marks its
-attempt ``truncated``, while the episode goes on.
-
-Departures from the paper: none in behaviour; the reference code re-tokenizes conversations,
+Departures from the paper: none in behaviour; the reference re-tokenizes conversations,
 erl_lite keeps the sampled ids so training sees exactly what sampling saw.
 """
 
@@ -55,10 +45,8 @@ class _Live:
 
 
 def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]) -> list[dict[str, str]]:
-    """The conversation an episode starts from (no system message when the prompt is empty).
-
-    ``observation`` is one user message, or a conversation (user/assistant turns ending with
-    a user turn) that follows the system message as it is.
+    """The conversation an episode starts from (no system message when the prompt is empty);
+    ``observation`` is one user message, or turns ending with a user turn, kept as they are.
 
     Example:
         >>> opening_messages("", "hi")
@@ -84,33 +72,16 @@ def template_kwargs_for(env: Environment, task: Task, template_kwargs: dict[str,
     return {**(template_kwargs or {}), "tools": tools} if tools else template_kwargs
 
 
-def run_episodes(
-    generator: Generator,
-    tokenizer: Any,
-    env: Environment,
-    tasks: list[Task],
-    system_prompts: list[str],
-    params: SamplingParams,
-    *,
-    max_episode_length: int,
-    role: str,
-    indices: list[int],
-    template_kwargs: dict[str, Any] | None = None,
-    on_finished: Callable[[int], Any] | None = None,
-) -> list[Attempt]:
+def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: list[Task], system_prompts: list[str],
+                 params: SamplingParams, *, max_episode_length: int, role: str, indices: list[int],
+                 template_kwargs: dict[str, Any] | None = None,
+                 on_finished: Callable[[int], Any] | None = None) -> list[Attempt]:
     """Play ``tasks[i]`` under ``system_prompts[i]``; return one :class:`Attempt` each.
 
-    Args:
-        generator: the batched sampler.
-        tokenizer: renders and tokenizes conversations.
-        env: makes the episodes.
-        tasks, system_prompts, indices: parallel lists (the same task may appear G times).
-        params: sampling settings for every turn.
-        max_episode_length: token budget of a whole episode.
-        role: ``"first"`` or ``"second"`` (recorded on the attempts).
-        template_kwargs: passed to the chat template (``ERLConfig.chat_template_kwargs``).
-        on_finished: called with the number of episodes that finished at each turn (a progress
-            bar's ``update``; see :mod:`erl_lite.core.progress`); its calls add up to ``len(tasks)``.
+    ``tasks``, ``system_prompts`` and ``indices`` are parallel (a task may appear G times);
+    ``role`` is recorded on the attempts; ``template_kwargs`` go to the chat template;
+    ``on_finished`` is called with the number of episodes that finished at each turn (a
+    progress bar's ``update``), its calls adding up to ``len(tasks)``.
     """
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
@@ -128,15 +99,7 @@ def run_episodes(
                 lv.done = lv.truncated = True
         if not ready:
             break
-        prompts = [lv.prompt_ids + lv.completion_ids for lv in ready]
-        names = [f"{role} attempt of task {lv.task_id!r}" for lv in ready]
-        outs = generate_named(generator, prompts, params, names)
-        limit = params.max_new_tokens
-        for lv, out in zip(ready, outs):
-            # A sampler may return more than it was asked for; the budget still holds.
-            lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
-            _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit,
-                     lv.template_kwargs)
+        _play_turn(generator, tokenizer, env, ready, params, role, stop_texts, max_episode_length)
         if on_finished is not None:
             done = sum(lv.done for lv in lives)
             on_finished(done - reported)
@@ -148,6 +111,20 @@ def run_episodes(
     env.score_batch([lv.episode for lv in lives],
                     [[t for t, m in zip(lv.completion_ids, lv.completion_mask) if m] for lv in lives])
     return [_finish(lv, task, sp, role, idx) for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
+
+
+def _play_turn(generator: Generator, tokenizer: Any, env: Environment, ready: list[_Live], params: SamplingParams,
+               role: str, stop_texts: dict[int, str], max_episode_length: int) -> None:
+    """One batched generate call for the ``ready`` episodes, and one environment step each."""
+    prompts = [lv.prompt_ids + lv.completion_ids for lv in ready]
+    names = [f"{role} attempt of task {lv.task_id!r}" for lv in ready]
+    outs = generate_named(generator, prompts, params, names)
+    limit = params.max_new_tokens
+    for lv, out in zip(ready, outs):
+        # A sampler may return more than it was asked for; the budget still holds.
+        lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
+        _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit,
+                 lv.template_kwargs)
 
 
 def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
@@ -162,10 +139,8 @@ def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
                  prompt_ids=encode_messages(messages, tokenizer, template_kwargs), template_kwargs=template_kwargs)
 
 
-def _advance(
-    lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int,
-    template_kwargs: dict[str, Any] | None,
-) -> None:
+def _advance(lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int,
+             template_kwargs: dict[str, Any] | None) -> None:
     """Record one sampled reply, step the environment, and append the glue if it goes on.
 
     ``budget``: the most tokens the sequence may hold when the next reply starts (the episode
@@ -190,11 +165,7 @@ def _advance(
 
 
 def _checked_step(episode: Episode, text: str) -> tuple[Any, bool]:
-    """``episode.step(text)`` with its output checked: ``(observation, done)``.
-
-    A user's environment that returns the wrong shape fails here with its class named, not
-    three calls later with an unpacking error.
-    """
+    """``episode.step(text)`` checked (a wrong shape fails naming the class): ``(observation, done)``."""
     out = episode.step(text)
     name = type(episode).__name__
     if not isinstance(out, tuple) or len(out) != 4:
@@ -227,21 +198,10 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) ->
                 f"without finishing. Reward {ep.reward:g}.")
         trace = trace.replace(feedback, note) if feedback in trace else f"{trace}\n{note}"
         feedback = note
-    return Attempt(
-        task_id=task.task_id,
-        role=role,
-        index=index,
-        system_prompt=system_prompt,
-        messages=lv.messages,
-        prompt_ids=lv.prompt_ids,
-        completion_ids=lv.completion_ids,
-        completion_mask=lv.completion_mask,
-        reward=float(ep.reward),
-        success=bool(ep.success),
-        feedback=feedback,
-        trace=trace,
-        num_turns=lv.turns,
-        truncated=lv.truncated or lv.cut_replies > 0,
-        rewards=dict(getattr(ep, "reward_parts", None) or {}),
-        extra=dict(getattr(ep, "logged_extra", None) or {}),
-    )
+    return Attempt(task_id=task.task_id, role=role, index=index, system_prompt=system_prompt,
+                   messages=lv.messages, prompt_ids=lv.prompt_ids, completion_ids=lv.completion_ids,
+                   completion_mask=lv.completion_mask, reward=float(ep.reward), success=bool(ep.success),
+                   feedback=feedback, trace=trace, num_turns=lv.turns,
+                   truncated=lv.truncated or lv.cut_replies > 0,
+                   rewards=dict(getattr(ep, "reward_parts", None) or {}),
+                   extra=dict(getattr(ep, "logged_extra", None) or {}))

@@ -1,33 +1,15 @@
 """The RL update: turn a list of :class:`TrainSample` into optimizer steps.
 
-Every role (first attempt, reflection, second attempt, internalization) is one row of the
-same batch, each under its own context, with its scalar advantage broadcast over its loss
-tokens. The batch is split into mini-batches, one optimizer step each
-(:meth:`~erl_lite.config.ERLConfig.optimizer_steps`: ``steps_per_generation`` of them, or one
-per ``ppo_mini_batch_size × G`` rows as in the reference), and every mini-batch into
-micro-batches of ``per_device_train_batch_size`` rows whose gradients are accumulated with
-the mini-batch's own normalizer, so the update does not depend on the micro-batch size. Every micro-batch's loss is
-:func:`erl_lite.core.losses.policy_objective` (the function the TRL-parity tests check).
+Every role is one row of the same batch, under its own context, its advantage broadcast over its
+loss tokens. The batch is cut into ``ERLConfig.optimizer_steps`` mini-batches (one step each),
+each into micro-batches (:mod:`erl_lite.core.batching`) accumulated under the mini-batch's own
+normalizer; old and reference log-probs are computed once, before the first step.
 
-Packing (B rows, P = longest context, L = longest completion)::
-
-    input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
-    hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
-
-Contexts are left-padded so every completion starts at column P. Log-probs come from
-:func:`erl_lite.core.logprobs.sequence_logprobs`, which applies the lm-head to chunks of
-completion positions and never holds ``(B, L, V)`` logits. Before the first optimizer step
-every micro-batch is packed once and its old (sampling-policy) and reference log-probs are
-attached to it (:class:`Packed`), so they travel with the rows they belong to.
-
-Departures from the paper: log-probs are taken at the attempts' sampling temperature for
-every row (the reference concatenates all roles into one batch the same way); rows whose
-advantage is 0 are skipped when ``beta == 0`` (their gradient is exactly 0) but still count in
-the normalizer, and every trainable parameter left without a gradient gets a zero one before
-the step, so the update is unchanged: the reference keeps those rows with advantage 0, and a
-mini-batch made only of them is still an AdamW step (momentum, weight decay, step counter).
-A mini-batch whose loss or gradient is not finite is not stepped (the reference has no guard;
-see :class:`PolicyUpdater`), and a few such in a row, or non-finite weights, stop the run.
+Departures from the paper: log-probs are taken at the sampling temperature for every row; rows
+with advantage 0 are skipped when ``beta == 0`` (their gradient is exactly 0) but still count in
+the normalizer, and parameters left without a gradient get a zero one, so the AdamW step is
+unchanged. A mini-batch whose loss or gradient is not finite is not stepped (the reference has
+no guard); a few in a row, or non-finite weights, stop the run.
 """
 
 from __future__ import annotations
@@ -42,161 +24,35 @@ from typing import Any
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
-from erl_lite.models import keep_4bit_trainable
-from erl_lite.integrations.distributed import SINGLE_PROCESS, DataParallel
-from erl_lite.core.losses import LossStats, first_non_finite, normalizer_for, policy_objective
+from erl_lite.core.batching import (CompletionLogProbs, Packed, completion_logprobs, micro_batches,  # noqa: F401
+                                    normalizer, pack)
+from erl_lite.core.losses import LossStats, first_non_finite, policy_objective
+from erl_lite.core.policy import keep_4bit_trainable, reference_context
 from erl_lite.core.progress import NO_PROGRESS, Progress
-# ADVANTAGE_ROLES: the roles with a policy-gradient advantage (their mean |A| is logged).
+from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
 UPDATE_METRICS: tuple[str, ...] = (
-    *(f"samples/{r}" for r in ROLES),
-    *(f"advantage/{r}" for r in ADVANTAGE_ROLES),
-    "loss/total",
-    *(f"loss/{r}" for r in ROLES),
-    "kl",
-    "clip_ratio",
-    "grad_norm",
-    "optim/steps",
-    "optim/skipped_steps",
+    *(f"samples/{r}" for r in ROLES), *(f"advantage/{r}" for r in ADVANTAGE_ROLES), "loss/total",
+    *(f"loss/{r}" for r in ROLES), "kl", "clip_ratio", "grad_norm", "optim/steps", "optim/skipped_steps",
 )
 
 #: Optimizer steps skipped in a row (non-finite loss or gradient) after which the run stops.
 MAX_SKIPPED_IN_A_ROW = 3
 
 
-@dataclass
-class Packed:
-    """A micro-batch as tensors (see the module docstring for the layout)."""
-
-    input_ids: torch.Tensor  # (B, P + L)
-    attention_mask: torch.Tensor  # (B, P + L)
-    position_ids: torch.Tensor  # (B, P + L)
-    targets: torch.Tensor  # (B, L) completion ids
-    mask: torch.Tensor  # (B, L) 1 where the token carries loss
-    advantages: torch.Tensor  # (B,)
-    is_nll: torch.Tensor  # (B,) True for internalization rows in NLL mode
-    roles: tuple[str, ...] = ()  # (B,) role of each row
-    old_logp: torch.Tensor | None = None  # (B, L) sampling policy; None = on-policy (ratio 1)
-    ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
-
-
-def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any = "cpu") -> Packed:
-    """Left-pad contexts and right-pad completions into one rectangular micro-batch.
-
-    Example:
-        >>> rows = [TrainSample("first", [5, 6], [7], [1], 1.0), TrainSample("distill", [5], [7, 8], [1, 1], 1.0)]
-        >>> b = pack(rows, pad_id=0, nll_distill=True)
-        >>> b.input_ids.tolist(), b.mask.tolist(), b.is_nll.tolist(), b.roles
-        ([[5, 6, 7, 0], [0, 5, 7, 8]], [[1, 0], [1, 1]], [False, True], ('first', 'distill'))
-    """
-    if not samples:
-        raise ValueError("pack needs at least one TrainSample")
-    P = max(len(s.prompt_ids) for s in samples)
-    L = max(max(len(s.completion_ids) for s in samples), 1)
-    B = len(samples)
-    ids = torch.full((B, P + L), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, P + L), dtype=torch.long)
-    targets = torch.full((B, L), pad_id, dtype=torch.long)
-    mask = torch.zeros((B, L), dtype=torch.long)
-    for b, s in enumerate(samples):
-        p, c = len(s.prompt_ids), len(s.completion_ids)
-        ids[b, P - p:P] = torch.tensor(s.prompt_ids, dtype=torch.long)
-        ids[b, P:P + c] = torch.tensor(s.completion_ids, dtype=torch.long)
-        attn[b, P - p:P + c] = 1
-        targets[b, :c] = torch.tensor(s.completion_ids, dtype=torch.long)
-        mask[b, :c] = torch.tensor(s.completion_mask, dtype=torch.long)
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    is_nll = torch.tensor([nll_distill and s.role == "distill" for s in samples])
-    return Packed(ids.to(device), attn.to(device), positions.to(device), targets.to(device),
-                  mask.to(device), adv.to(device), is_nll.to(device), tuple(s.role for s in samples))
-
-
-def completion_logprobs(model: Any, batch: Packed, temperature: float,
-                        chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
-    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.core.logprobs`)."""
-    return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids,
-                             batch.targets, temperature, chunk_size)
-
-
-class CompletionLogProbs(torch.nn.Module):
-    """:func:`completion_logprobs` as a module, so that torch DDP wraps the whole gradient pass.
-
-    The chunked path calls the decoder and the lm-head separately (never the model's own
-    forward); DDP only all-reduces gradients of a backward whose forward went through its
-    wrapper, so the wrapper has to hold all of it. ``policy`` is a submodule: its parameters are
-    this module's, and DDP broadcasts and synchronises them.
-
-    Example:
-        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> rows = [TrainSample("first", [5, 6], [7, 8], [1, 1], 1.0)]
-        >>> CompletionLogProbs(tiny_model(tiny_tokenizer()), 1.0, None)(pack(rows, 0, False)).shape
-        torch.Size([1, 2])
-    """
-
-    def __init__(self, policy: Any, temperature: float, chunk_size: int | None) -> None:
-        super().__init__()
-        self.policy, self.temperature, self.chunk_size = policy, temperature, chunk_size
-
-    def forward(self, batch: Packed) -> torch.Tensor:
-        """Log-probs ``(B, L)`` of ``batch``'s completion tokens, with gradient when enabled."""
-        return completion_logprobs(self.policy, batch, self.temperature, self.chunk_size)
-
-
-def _padded_length(s: TrainSample) -> int:
-    return len(s.prompt_ids) + len(s.completion_ids)
-
-
-def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
-    """Rows sorted by length, in micro-batches of at most ``size`` rows.
-
-    :func:`pack` pads contexts to the longest context and completions to the longest
-    completion, so a micro-batch is ``max(context) + max(completion)`` columns wide, which can
-    be wider than any of its rows (a reflection request beside an attempt with a long reply).
-    A micro-batch therefore closes before a row that would make it more than twice as wide as
-    its shortest row, so short attempts are never padded to the width of a long reflection
-    prompt. The update does not depend on how rows are grouped (every micro-batch uses the
-    mini-batch's normalizer), only the padding waste does.
-
-    Example:
-        >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)
-        >>> request = TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 0.0)
-        >>> [len(c) for c in micro_batches([attempt(20), attempt(150), request, request], 32)]
-        [1, 1, 2]
-    """
-    chunk: list[TrainSample] = []
-    context = completion = 0  # the current chunk's longest context and completion
-    for row in sorted(rows, key=_padded_length):
-        width = max(context, len(row.prompt_ids)) + max(completion, len(row.completion_ids))
-        if chunk and (len(chunk) == size or width > 2 * _padded_length(chunk[0])):
-            yield chunk
-            chunk, context, completion = [], 0, 0
-        chunk.append(row)
-        context, completion = max(context, len(row.prompt_ids)), max(completion, len(row.completion_ids))
-    if chunk:
-        yield chunk
-
-
 @dataclass(frozen=True)
 class UpdateStats(Mapping):
-    """What one :meth:`PolicyUpdater.update` did; :meth:`to_metrics` gives the history's keys.
-
-    It also reads as a mapping of those metrics (``stats["loss/total"]``), so it can be merged
-    into a metrics record directly.
+    """What one :meth:`PolicyUpdater.update` did; :meth:`to_metrics` gives the history's keys,
+    and it reads as a mapping of them (``stats["loss/total"]``).
 
     Attributes:
-        samples: rows per role in the batch.
-        advantage: mean ``|A|`` per role of :data:`ADVANTAGE_ROLES` (0 when absent).
-        loss: loss contributed by each role (KL term included), mean over the mini-batches.
-        loss_total: the objective, mean over the mini-batches (the sum of ``loss``).
-        kl: mean k3 KL per loss token (0 when ``beta == 0``).
-        clip_ratio: fraction of policy-loss tokens whose ratio was clipped.
-        grad_norm: gradient norm before clipping, at the last optimizer step taken (0 if none).
-        optim_steps: optimizer steps taken.
-        skipped_steps: optimizer steps skipped because their loss or gradient was not finite.
+        samples: rows per role; advantage: mean ``|A|`` per role of :data:`ADVANTAGE_ROLES`.
+        loss, loss_total: each role's loss (KL included) and their sum, mean over mini-batches.
+        kl: mean k3 KL per loss token; clip_ratio: fraction of policy-loss tokens clipped.
+        grad_norm: before clipping, at the last step taken; optim_steps / skipped_steps: steps
+            taken, and skipped for a non-finite loss or gradient.
 
     Example:
         >>> s = UpdateStats.empty({r: 0 for r in ROLES})
@@ -266,7 +122,7 @@ class _Tally:
         self.tokens += other.tokens
         self.policy_tokens += other.policy_tokens
 
-    def reduced(self, dist: DataParallel) -> "_Tally":
+    def reduced(self, dist: Reducer) -> "_Tally":
         """DDP: the sums over every process (itself in one process)."""
         keys = [f"loss/{r}" for r in ROLES] + ["kl_sum", "clipped", "tokens", "policy_tokens"]
         mine = dict(zip(keys, [self.loss[r] for r in ROLES] + [self.kl_sum, self.clipped, self.tokens,
@@ -288,26 +144,17 @@ class PolicyUpdater:
     """Applies optimizer steps to a model with its optimizer and scheduler.
 
     Args:
-        model: the policy (a PEFT model when ``beta > 0``: the reference is the model with its
-            adapter disabled).
-        optimizer, scheduler: built by the trainer.
-        config: loss, clipping, batching and KL settings, and ``logprob_chunk_size``
-            (completion positions per lm-head chunk, see :mod:`erl_lite.core.logprobs`; None
-            computes full ``(B, L, V)`` logits instead).
+        model: the policy (a PEFT model when ``beta > 0``: the reference is its base).
+        config: loss, clipping, batching, KL and ``logprob_chunk_size`` settings.
         pad_id: the tokenizer's padding id.
+        dist: the process group's :class:`~erl_lite.core.reducer.Reducer` (under ``accelerate
+            launch`` the trainer passes :class:`~erl_lite.integrations.distributed.DataParallel`);
+            the lines marked ``DDP`` make the step the one-process step over every process's rows.
 
-    Non-finite values: a mini-batch whose loss (any role's rows) or gradient norm is NaN or
-    inf is not stepped: its gradient is dropped, the optimizer, its state and the scheduler
-    are left untouched, a ``RuntimeWarning`` names the step, the optimizer step and the roles
-    whose loss was not finite, and ``optim/skipped_steps`` counts it (DeepSpeed's loss scaler
-    skips an overflowed step the same way; HF Trainer and accelerate have no such guard).
-    :attr:`max_skipped_in_a_row` skipped steps in a row raise ``FloatingPointError``, and so
-    does a step that leaves a non-finite weight (a learning rate large enough to overflow).
-
-    Several processes (``accelerate launch``): the trainer passes ``dist``; the gradient pass
-    runs through torch DDP (:meth:`DataParallel.wrap`), each process passes its own rows, and
-    the marked ``DDP`` lines make the step the single-process step over every process's rows
-    (see :mod:`erl_lite.integrations.distributed`). Generation and the no-grad passes use ``model`` itself.
+    A mini-batch whose loss or gradient norm is not finite is not stepped (gradient dropped,
+    optimizer and scheduler untouched, a ``RuntimeWarning``, counted in ``optim/skipped_steps``),
+    as DeepSpeed's loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite
+    weight after a step, raise ``FloatingPointError``.
     """
 
     max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
@@ -315,7 +162,7 @@ class PolicyUpdater:
     progress: Progress = NO_PROGRESS  # the update's bar, a tick per micro-batch (the trainer sets it)
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int,
-                 dist: DataParallel = SINGLE_PROCESS) -> None:
+                 dist: Reducer = SINGLE_PROCESS) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.config, self.pad_id, self.dist = config, pad_id, dist
         self.device = next(model.parameters()).device
@@ -325,7 +172,7 @@ class PolicyUpdater:
 
     def _logprobs(self, batch: Packed) -> torch.Tensor:
         # A 4-bit model that generated outside HFGenerator must not run its old/reference pass
-        # on bitsandbytes' inference-only CPU kernel (see models.keep_4bit_trainable).
+        # on bitsandbytes' inference-only CPU kernel (see core.policy.keep_4bit_trainable).
         keep_4bit_trainable(self.model)
         return completion_logprobs(self.model, batch, self.config.temperature, self.config.logprob_chunk_size)
 
@@ -334,7 +181,7 @@ class PolicyUpdater:
         c = self.config
         masks = [torch.tensor(s.completion_mask) for s in mini]
         # DDP: the denominator counts every process's rows (a raw 0 when this one has no token).
-        local = _normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
+        local = normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
         norm = self.dist.total_count(local)
         active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
         nll = c.internalization_mode == "nll"
@@ -344,8 +191,6 @@ class PolicyUpdater:
     @torch.no_grad()
     def _attach_old_and_ref(self, batches: list[Packed], old: bool, ref: bool) -> list[Packed]:
         """Each micro-batch with its old and/or reference log-probs, computed before any step."""
-        from erl_lite.models import reference_context
-
         if old:
             batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) for b in batches]
         if ref:
@@ -354,11 +199,7 @@ class PolicyUpdater:
         return batches
 
     def update(self, samples: list[TrainSample]) -> UpdateStats:
-        """Optimizer steps over ``samples``; returns what the update did.
-
-        A mini-batch whose loss or gradient is not finite is not stepped (see the class);
-        warnings and errors name :attr:`step`.
-        """
+        """Optimizer steps over ``samples``; returns what the update did (messages name :attr:`step`)."""
         c = self.config
         # DDP: counts and |A| sums over every process's rows (this process's alone in one).
         totals = self.dist.sum({**{f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES},
@@ -379,54 +220,57 @@ class PolicyUpdater:
         bar = self.progress.bar("update", len(flat), unit="micro-batch")
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
-            self.optimizer.zero_grad(set_to_none=True)
-            mini, bad_roles = _Tally(), []
-            for batch in flat[at:at + len(batches)]:
-                with self.dist.no_sync(self.trained):  # DDP: accumulate here, all-reduce in _sync_gradients
-                    loss, stats = self._objective(batch, norm)
-                    bad = _non_finite_roles(batch, stats)
-                    if bad:  # its gradient would poison the step, which is skipped anyway
-                        bad_roles += [r for r in bad if r not in bad_roles]
-                        bar.update(1)
-                        continue
-                    # DDP averages over processes; each loss is already this process's share of the
-                    # global loss (global normaliser), so scale by the process count to get the sum.
-                    (loss * self.dist.world_size).backward()
-                mini.add(batch, stats)
-                bar.update(1)
-            at += len(batches)
-            self._sync_gradients()  # DDP: the global batch's gradient before clipping
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            _zero_missing_gradients(params)
-            norm_now = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
-            # DDP: a non-finite loss on any process skips the step on every process.
-            any_bad = self.dist.sum({"bad": float(bool(bad_roles))})["bad"] > 0
             where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
-            if any_bad or not math.isfinite(norm_now):
-                self.optimizer.zero_grad(set_to_none=True)
-                self._skipped(where, bad_roles, norm_now)
-                continue
-            self.optimizer.step()
-            if self.scheduler is not None:
-                self.scheduler.step()
-            _check_finite_weights([(n, p) for n, p in self.model.named_parameters() if p.requires_grad], where)
-            tally.merge(mini)
-            grad_norm, taken, self.skipped_in_a_row = norm_now, taken + 1, 0
+            mini = self._mini_batch_step(flat[at:at + len(batches)], norm, where, bar)
+            at += len(batches)
+            if mini is not None:
+                tally.merge(mini[0])
+                grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
         return tally.reduced(self.dist).result(counts, advantage, grad_norm, taken, k - taken)
 
+    def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any
+                         ) -> tuple[_Tally, float] | None:
+        """Accumulate one mini-batch's gradient and step; its tally and gradient norm, or None if skipped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        mini, bad_roles = _Tally(), []
+        for batch in batches:
+            with self.dist.no_sync(self.trained):  # DDP: accumulate here, all-reduce in _sync_gradients
+                loss, stats = self._objective(batch, norm)
+                bad = _non_finite_roles(batch, stats)
+                if bad:  # its gradient would poison the step, which is skipped anyway
+                    bad_roles += [r for r in bad if r not in bad_roles]
+                    bar.update(1)
+                    continue
+                # DDP averages over processes; each loss is already this process's share of the
+                # global loss (global normaliser), so scale by the process count to get the sum.
+                (loss * self.dist.world_size).backward()
+            mini.add(batch, stats)
+            bar.update(1)
+        self._sync_gradients()  # DDP: the global batch's gradient before clipping
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        _zero_missing_gradients(params)
+        norm_now = float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm))
+        # DDP: a non-finite loss on any process skips the step on every process.
+        any_bad = self.dist.sum({"bad": float(bool(bad_roles))})["bad"] > 0
+        if any_bad or not math.isfinite(norm_now):
+            self.optimizer.zero_grad(set_to_none=True)
+            self._skipped(where, bad_roles, norm_now)
+            return None
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        _check_finite_weights([(n, p) for n, p in self.model.named_parameters() if p.requires_grad], where)
+        return mini, norm_now
+
     def _sync_gradients(self) -> None:
         """DDP: all-reduce the accumulated gradients with one synced, zero-weighted backward.
 
-        DDP all-reduces inside a backward, and each process must run the same number of synced
-        backwards, but the gate gives processes different numbers of rows (a process may have no
-        row, or only skipped ones, in a mini-batch). So every real micro-batch runs under
-        ``no_sync`` and then every process runs this one backward of a one-token dummy row with
-        loss 0: its gradient adds exact zeros, and it reaches every trainable parameter (the same
-        forward), so DDP reduces all of them. The cost is a two-token forward and backward per
-        optimizer step, and the sync never depends on which rows a process holds (syncing on
-        the last real micro-batch would need a dummy anyway on processes without one).
+        Every process must run the same number of synced backwards, but the gate gives them
+        different numbers of rows (maybe none). So real micro-batches run under ``no_sync`` and
+        every process then backpropagates a one-token dummy row with loss 0: it adds exact zeros
+        and reaches every trainable parameter, so DDP reduces all of them.
         """
         if self.dist.world_size == 1:
             return
@@ -482,23 +326,10 @@ def _check_finite_weights(named: list[tuple[str, torch.nn.Parameter]], where: st
 
 
 def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Give every parameter without a gradient a zero one, so ``optimizer.step()`` acts on it.
-
-    Rows skipped by :meth:`PolicyUpdater._plan` (A = 0 and no KL) have an exactly zero
-    gradient; when a whole mini-batch is made of them nothing is backpropagated, and
-    ``AdamW.step()`` would skip every ``p.grad is None`` parameter: no momentum step, no weight
-    decay, no advance of Adam's step counter, while the scheduler counts the step. TRL and verl
-    backpropagate the zero loss instead; a zero gradient is what that gives, without the pass.
-    """
+    """Give every parameter without a gradient a zero one, so ``optimizer.step()`` acts on it:
+    a mini-batch made only of skipped rows (A = 0, no KL) backpropagates nothing, and AdamW
+    would skip its momentum, weight decay and step counter. TRL backpropagates the zero loss;
+    this gives the same zero gradient without the pass."""
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-
-
-def _normalizer(masks: list[torch.Tensor], loss_type: str) -> float:
-    """The mini-batch's denominator (see :func:`erl_lite.core.losses.normalizer_for`)."""
-    width = max(max((len(m) for m in masks), default=1), 1)
-    full = torch.zeros((len(masks), width), dtype=torch.long)
-    for b, m in enumerate(masks):
-        full[b, :len(m)] = m
-    return normalizer_for(full, loss_type)

@@ -286,7 +286,7 @@ class DataParallel:
         return DeferredBank(memory) if isinstance(memory, MemoryBank) else DeferredMemory(memory)
 
     def merge(self, outcome: Any, view: ReflectionMemory | None) -> Any:
-        """The global :class:`~erl_lite.core.phases.StepOutcome` of a step, memory updated everywhere.
+        """The global :class:`~erl_lite.records.StepRecord` of a step, memory updated everywhere.
 
         Records are concatenated in rank order (RL rows without token ids: metrics do not read
         them), timings are the slowest process's, and pending rulebooks are applied in rank order.
@@ -296,7 +296,7 @@ class DataParallel:
         light = [dataclasses.replace(s, prompt_ids=[], completion_ids=[], completion_mask=[])
                  for s in outcome.samples]
         held = view.held() if isinstance(view, DeferredMemory | DeferredBank) else {}
-        parts = self._gather_parts((outcome.first, outcome.retries, light, held))
+        parts = self._gather_parts((outcome.first_attempts, outcome.retries, light, held))
         writes = 0
         for _, _, _, rank_held in parts:  # rank order, then each memory's write order
             for name, pending in rank_held.items():
@@ -304,7 +304,7 @@ class DataParallel:
                     writes += view.target(name).maybe_store(rulebook, reward, threshold)
         return dataclasses.replace(
             outcome,
-            first=[a for p in parts for a in p[0]],
+            first_attempts=[a for p in parts for a in p[0]],
             retries=[r for p in parts for r in p[1]],
             samples=[s for p in parts for s in p[2]],
             memory_writes=writes,
@@ -338,7 +338,3 @@ class DataParallel:
         from transformers import set_seed
         base = int(torch.randint(0, 2**31 - 1 - self.world_size, (1,)).item())
         set_seed(base + self.rank)
-
-
-#: The one-process view, used where no trainer set another.
-SINGLE_PROCESS = DataParallel()

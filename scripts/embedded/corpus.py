@@ -112,7 +112,7 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
                 memory.maybe_store(rulebook(remembered), 1.0, 1.0)
             out = erl_step(ctx, tasks[i:i + batch_tasks], memory if cfg.use_memory else None)
             examples += [CorpusExample(a.role, a.prompt_ids, a.completion_ids, a.completion_mask, r)
-                         for a in out.first + out.second]
+                         for a in out.first_attempts + out.second_attempts]
             examples += [CorpusExample("reflection", x.prompt_ids, x.completion_ids, [1] * len(x.completion_ids), r)
                          for x in out.reflections]
     return examples

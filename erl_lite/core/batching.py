@@ -1,0 +1,135 @@
+"""Packing the RL batch into tensors (micro-batches, left-padded contexts) and the completion
+log-probs of a packed micro-batch. B rows, P = longest context, L = longest completion::
+
+    input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
+    hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
+
+Departures from the paper: none (a data layout the paper does not fix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
+from erl_lite.core.losses import normalizer_for
+from erl_lite.records import TrainSample
+
+
+@dataclass
+class Packed:
+    """A micro-batch as tensors (layout in the module docstring)."""
+
+    input_ids: torch.Tensor  # (B, P + L)
+    attention_mask: torch.Tensor  # (B, P + L)
+    position_ids: torch.Tensor  # (B, P + L)
+    targets: torch.Tensor  # (B, L) completion ids
+    mask: torch.Tensor  # (B, L) 1 where the token carries loss
+    advantages: torch.Tensor  # (B,)
+    is_nll: torch.Tensor  # (B,) True for internalization rows in NLL mode
+    roles: tuple[str, ...] = ()  # (B,) role of each row
+    old_logp: torch.Tensor | None = None  # (B, L) sampling policy; None = on-policy (ratio 1)
+    ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
+
+
+def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any = "cpu") -> Packed:
+    """Left-pad contexts and right-pad completions into one rectangular micro-batch.
+
+    Example:
+        >>> rows = [TrainSample("first", [5, 6], [7], [1], 1.0), TrainSample("distill", [5], [7, 8], [1, 1], 1.0)]
+        >>> b = pack(rows, pad_id=0, nll_distill=True)
+        >>> b.input_ids.tolist(), b.mask.tolist(), b.is_nll.tolist(), b.roles
+        ([[5, 6, 7, 0], [0, 5, 7, 8]], [[1, 0], [1, 1]], [False, True], ('first', 'distill'))
+    """
+    if not samples:
+        raise ValueError("pack needs at least one TrainSample")
+    P = max(len(s.prompt_ids) for s in samples)
+    L = max(max(len(s.completion_ids) for s in samples), 1)
+    B = len(samples)
+    ids = torch.full((B, P + L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, P + L), dtype=torch.long)
+    targets = torch.full((B, L), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    for b, s in enumerate(samples):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        ids[b, P - p:P] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        ids[b, P:P + c] = torch.tensor(s.completion_ids, dtype=torch.long)
+        attn[b, P - p:P + c] = 1
+        targets[b, :c] = torch.tensor(s.completion_ids, dtype=torch.long)
+        mask[b, :c] = torch.tensor(s.completion_mask, dtype=torch.long)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    is_nll = torch.tensor([nll_distill and s.role == "distill" for s in samples])
+    return Packed(ids.to(device), attn.to(device), positions.to(device), targets.to(device),
+                  mask.to(device), adv.to(device), is_nll.to(device), tuple(s.role for s in samples))
+
+
+def completion_logprobs(model: Any, batch: Packed, temperature: float,
+                        chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.core.logprobs`)."""
+    return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                             batch.targets, temperature, chunk_size)
+
+
+class CompletionLogProbs(torch.nn.Module):
+    """:func:`completion_logprobs` as a module, so that torch DDP wraps the whole gradient pass
+    (the chunked path calls decoder and lm-head separately, and DDP all-reduces only gradients
+    whose forward went through its wrapper).
+
+    Example:
+        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
+        >>> rows = [TrainSample("first", [5, 6], [7, 8], [1, 1], 1.0)]
+        >>> CompletionLogProbs(tiny_model(tiny_tokenizer()), 1.0, None)(pack(rows, 0, False)).shape
+        torch.Size([1, 2])
+    """
+
+    def __init__(self, policy: Any, temperature: float, chunk_size: int | None) -> None:
+        super().__init__()
+        self.policy, self.temperature, self.chunk_size = policy, temperature, chunk_size
+
+    def forward(self, batch: Packed) -> torch.Tensor:
+        """Log-probs ``(B, L)`` of ``batch``'s completion tokens, with gradient when enabled."""
+        return completion_logprobs(self.policy, batch, self.temperature, self.chunk_size)
+
+
+def _padded_length(s: TrainSample) -> int:
+    return len(s.prompt_ids) + len(s.completion_ids)
+
+
+def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
+    """Rows sorted by length, in micro-batches of at most ``size`` rows.
+
+    A micro-batch is ``max(context) + max(completion)`` wide, so it closes before a row that
+    would make it more than twice as wide as its shortest row (short attempts are never padded
+    to a long reflection prompt). Grouping changes only the padding, never the update.
+
+    Example:
+        >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)
+        >>> request = TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 0.0)
+        >>> [len(c) for c in micro_batches([attempt(20), attempt(150), request, request], 32)]
+        [1, 1, 2]
+    """
+    chunk: list[TrainSample] = []
+    context = completion = 0  # the current chunk's longest context and completion
+    for row in sorted(rows, key=_padded_length):
+        width = max(context, len(row.prompt_ids)) + max(completion, len(row.completion_ids))
+        if chunk and (len(chunk) == size or width > 2 * _padded_length(chunk[0])):
+            yield chunk
+            chunk, context, completion = [], 0, 0
+        chunk.append(row)
+        context, completion = max(context, len(row.prompt_ids)), max(completion, len(row.completion_ids))
+    if chunk:
+        yield chunk
+
+
+def normalizer(masks: list[torch.Tensor], loss_type: str) -> float:
+    """The mini-batch's denominator (see :func:`erl_lite.core.losses.normalizer_for`)."""
+    width = max(max((len(m) for m in masks), default=1), 1)
+    full = torch.zeros((len(masks), width), dtype=torch.long)
+    for b, m in enumerate(masks):
+        full[b, :len(m)] = m
+    return normalizer_for(full, loss_type)

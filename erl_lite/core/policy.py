@@ -1,0 +1,127 @@
+"""What the algorithm does to a policy beyond calling it: its stop tokens, its KL reference, and
+keeping a 4-bit model's gradients right. Loading a policy is :mod:`erl_lite.models`' job.
+
+Departures from the paper: the KL reference is the base model with the LoRA adapter switched
+off (the paper keeps a separate frozen copy; at step 0 the two are the same policy).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from peft import PeftModel
+from transformers import PreTrainedTokenizerBase
+
+from erl_lite.core.chat import end_of_turn_id
+
+
+def keep_4bit_trainable(model: torch.nn.Module) -> int:
+    """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
+
+    On a CPU with AVX512-BF16, ``bitsandbytes.nn.Linear4bit`` repacks its weight for an
+    inference-only kernel (no autograd) at its first eval-mode, no-grad call (the first
+    ``generate``) and keeps it in training: LoRA gradients become silently wrong. This clears
+    ``support_avx512bf16_for_cpu`` on every layer and converts repacked ones back (best-effort,
+    with a warning). A model with nothing trainable is left alone; GPU layers never repack.
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.models import load_policy
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
+        ...                         lora_r=4, device="cpu")  # calls keep_4bit_trainable already
+        >>> keep_4bit_trainable(policy)  # 7 projections x 2 layers
+        14
+    """
+    if not is_4bit(model) or not any(p.requires_grad for p in model.parameters()):
+        return 0
+    import bitsandbytes as bnb
+    from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
+
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    restored = 0
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+        state = layer.weight.quant_state
+        if getattr(state, "packing_format_for_cpu", False):
+            # The inverse updates ``state`` in place, which layer.quant_state also points to.
+            layer.weight.data, layer.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
+                layer.weight.data, state)
+            restored += 1
+    if restored:
+        warnings.warn(f"{restored} 4-bit layers had been repacked for bitsandbytes' CPU inference "
+                      "kernel (no autograd); converted back, with their block scales rounded to bf16",
+                      stacklevel=2)
+    return len(layers)
+
+
+def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
+    chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``, ...; often not eos).
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> tok = tiny_tokenizer()
+        >>> tok.convert_tokens_to_ids("<|im_end|>") in eos_token_ids(tiny_model(tok), tok)
+        True
+    """
+    ids: list[int] = []
+    base = base_model(model)
+    config = getattr(base, "generation_config", None) or base.config
+    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None), end_of_turn_id(tokenizer)):
+        for token_id in value if isinstance(value, (list, tuple)) else [value]:
+            if token_id is not None and int(token_id) not in ids:
+                ids.append(int(token_id))
+    return ids
+
+
+@contextmanager
+def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
+    """Yield the module that computes reference-policy logits for the KL term.
+
+    For a PeftModel: the same model with its adapter disabled (restored on exit). Otherwise an
+    explicit frozen copy ``reference`` is yielded as is; without one this raises ValueError
+    (set the KL coefficient beta to 0 instead). Wrap the forward in ``torch.no_grad()`` yourself.
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.models import load_policy
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), device="cpu")
+        >>> ids = tok("hello", return_tensors="pt").input_ids
+        >>> with torch.no_grad(), reference_context(policy) as ref:
+        ...     ref_logits = ref(input_ids=ids).logits  # (1, 5, vocab)
+    """
+    if reference is not None:
+        yield reference
+        return
+    keep_4bit_trainable(model)  # the reference pass runs without grad, often in eval mode
+    inner = unwrap(model)
+    if not isinstance(inner, PeftModel):
+        raise ValueError(
+            "reference_context needs a PeftModel (the KL reference is the base model with the adapter "
+            "disabled) or an explicit frozen copy via reference=...; for a fully fine-tuned policy "
+            "either pass reference= or set the KL coefficient beta to 0")
+    with inner.disable_adapter():
+        yield model
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """Strip DistributedDataParallel-style wrappers (``.module``) that accelerate adds."""
+    while isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
+        model = model.module
+    return model
+
+
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The model under any DDP wrapper and LoRA adapter."""
+    inner = unwrap(model)
+    return inner.get_base_model() if isinstance(inner, PeftModel) else inner
+
+
+def is_4bit(model: torch.nn.Module) -> bool:
+    """True when the base weights are bitsandbytes 4-bit."""
+    return bool(getattr(base_model(model), "is_loaded_in_4bit", False))
