@@ -13,12 +13,13 @@ Departures from the paper: none; this is plumbing.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import numbers
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Iterable, Literal, Mapping
 
 
 class _Mismatch(Exception):
@@ -138,3 +139,16 @@ def describe(annotation: Any) -> str:
 
 def _plural(words: str) -> str:
     return {"an integer": "integers", "a finite number": "numbers", "a string": "strings"}.get(words, words)
+
+
+def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
+    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then
+    :mod:`difflib`'s closest match above 0.6 similarity); None when nothing is close. The one
+    "did you mean" of run-file keys, command-line flags and function names.
+
+    Example:
+        >>> closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])
+        ('learning_rate', None)
+    """
+    return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)),
+                                             None)

@@ -7,12 +7,13 @@ Departures from the paper: none; this is plumbing.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import os
 import sys
 from typing import Any, Callable
+
+from erl_lite.field_types import closest
 
 
 def function_spec(func: Any) -> str:
@@ -52,7 +53,6 @@ def load_function(spec: str, what: str = "function") -> Callable:
     obj: Any = module
     for part in name.split("."):  # a qualified name: Class.method
         if not hasattr(obj, part):
-            from erl_lite.cli.config_args import closest
 
             known = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
             guess = closest(name, known)

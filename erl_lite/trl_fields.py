@@ -12,8 +12,9 @@ Departures from the paper: none (this is API plumbing).
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Callable, Iterable
+
+from erl_lite.field_types import closest
 
 #: GRPOConfig fields that are ERLConfig fields of the same name and meaning.
 TRL_ACCEPTED: tuple[str, ...] = (
@@ -240,7 +241,7 @@ def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
                              f"{TRL_REFUSED[name]}")
         else:
             names = sorted(known | set(_MAPPERS))
-            guess = next(iter(difflib.get_close_matches(name, names, n=1, cutoff=0.6)), None)
+            guess = closest(name, names)
             hint = f"; did you mean {guess!r}?" if guess else "; see the ERLConfig docstring for its fields"
             raise TypeError(f"ERLConfig has no setting {name!r} (neither an erl_lite field nor a TRL "
                             f"GRPOConfig one){hint}")

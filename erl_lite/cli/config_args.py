@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import difflib
 import inspect
 import re
 import sys
@@ -29,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from erl_lite.config import ERLConfig
-from erl_lite.field_types import field_types
+from erl_lite.field_types import closest, field_types
 
 _NONE_WORDS = ("none", "null", "~")
 _TRUE_WORDS = ("true", "yes", "y", "1", "on")
@@ -359,16 +358,3 @@ def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, A
             shown = " and ".join(f"{option} {value!r}" for option, value in by_option.items())
             raise ValueError(f"{name} is given twice: {shown}; give it once")
     return {f.name: getattr(args, f.name) for f, _ in cli_fields(cls) if hasattr(args, f.name)}
-
-
-def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
-    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then
-    :mod:`difflib`'s closest match above 0.6 similarity); None when nothing is close. The one
-    "did you mean" of run-file keys, command-line flags and function names.
-
-    Example:
-        >>> closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])
-        ('learning_rate', None)
-    """
-    return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)),
-                                             None)
