@@ -208,7 +208,6 @@ def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kw
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m erl_lite.integrations.budget``: print the memory table of a preset with overrides."""
-
     import argparse
     import ast
     p = argparse.ArgumentParser(description="Estimated GPU memory (GiB) of a 4-bit QLoRA ERL step")

@@ -75,7 +75,6 @@ class TrainerCallbacks:
         """Run ``on_<name>`` of every callback (transformers' dispatch); returns the control."""
         t, s = self.trainer, self.state
         # Read from the trainer at each event: one home for the step and the history.
-
         s.global_step, s.max_steps, s.epoch = t.step, t.args.max_steps or 0, t.state.epoch
         s.log_history = t.history.records
         self.control = getattr(self.handler, f"on_{name}")(t.args, s, self.control, **kwargs)

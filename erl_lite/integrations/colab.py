@@ -112,7 +112,12 @@ class RuntimeReport:
 
 
 def environment_report() -> RuntimeReport:
-    """Versions of Python, :data:`REPORTED_PACKAGES` and erl_lite, the device and its free memory."""
+    """Versions of Python, :data:`REPORTED_PACKAGES` and erl_lite, the device and its free memory.
+
+    Example:
+        >>> str(environment_report()).splitlines()[0].startswith("python")
+        True
+    """
 
     import torch
     import erl_lite

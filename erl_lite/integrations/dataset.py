@@ -183,7 +183,6 @@ def _render(observation: str | Messages) -> str:
 class RewardFunctionEpisode(BatchScoredEpisode):
     """One reply to one dataset prompt, scored with the phase's batch (or alone when read first)."""
 
-
     def __init__(self, env: RewardFunctionEnv) -> None:
         self.env = env
         self.task: Task | None = None

@@ -303,7 +303,6 @@ class DataParallel:
     def decorrelate_rng(self) -> None:
         """Give each process its own sampling stream: one shared draw plus the rank (so a resumed
         run continues alike)."""
-
         if self.world_size == 1:
             return
         from transformers import set_seed

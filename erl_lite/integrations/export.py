@@ -46,6 +46,15 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
 
     ``quantization="auto"`` reads it from the folder; ``base_model`` overrides the adapter's
     ``base_model_name_or_path``.
+
+    Example:
+        >>> import tempfile
+        >>> from erl_lite.models import load_policy
+        >>> from erl_lite.testing import save_tiny_model
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
+        >>> folder = tempfile.mkdtemp(); policy.save_pretrained(folder)
+        >>> describe_adapter(folder).quantization
+        'none'
     """
     folder = os.fspath(adapter_dir)
     config_path = os.path.join(folder, "adapter_config.json")
@@ -154,11 +163,10 @@ def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         >>> import tempfile
         >>> from erl_lite.models import load_policy
         >>> from erl_lite.testing import save_tiny_model
-        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
         >>> adapter = tempfile.mkdtemp(); policy.save_pretrained(adapter)
-        >>> result = export_merged(adapter, tempfile.mkdtemp())
-        >>> "model.safetensors" in result.files, "tokenizer.json" in result.files, result.dtype
-        (True, True, 'float32')
+        >>> export_merged(adapter, tempfile.mkdtemp()).dtype
+        'float32'
     """
     out = os.fspath(out_dir)
     if os.path.abspath(out) == os.path.abspath(os.fspath(adapter_dir)):
@@ -179,7 +187,6 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True
     Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``); a missing
     repository is created.
     """
-
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"repo_id must look like 'user-or-org/name', got {repo_id!r}")
     path = os.fspath(folder)

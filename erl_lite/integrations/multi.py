@@ -163,7 +163,6 @@ class MultiEnvironment(Environment):
 
     def train_tasks(self, n: int | None = None) -> list[Task]:
         """The members' training splits, interleaved, ``n`` in all."""
-
         return self._interleaved("train", n)
 
     def test_tasks(self, n: int | None = None) -> list[Task]:

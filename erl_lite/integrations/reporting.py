@@ -34,7 +34,12 @@ def _installed(name: str) -> bool:
 
 def resolve_report_to(report_to: list[str]) -> list[str]:
     """The trackers to open for ``ERLConfig.report_to`` (``["all"]``: every installed one, as in
-    transformers); ImportError for one that is not installed."""
+    transformers); ImportError for one that is not installed.
+
+    Example:
+        >>> resolve_report_to([])
+        []
+    """
     if report_to == ["all"]:
         return [name for name in REPORT_TO_BACKENDS if _installed(name)]
     for name in report_to:
@@ -57,7 +62,6 @@ def logging_interval(logging_steps: int | float, max_steps: int) -> int:
     return int(logging_steps)
 
 
-# --- the trackers ------------------------------------------------------------------------------
 class Tracker(Protocol):
     """What the :class:`Reporter` needs from a tracker."""
 
@@ -159,7 +163,12 @@ class TrackioTracker:
 
 def project_name(config: ERLConfig, variable: str) -> str:
     """The tracker project: ``config.project``, else the environment ``variable``, else
-    :data:`DEFAULT_PROJECT`."""
+    :data:`DEFAULT_PROJECT`.
+
+    Example:
+        >>> project_name(ERLConfig(project="lab-3"), "WANDB_PROJECT")
+        'lab-3'
+    """
     return config.project or os.getenv(variable) or DEFAULT_PROJECT
 
 
@@ -176,7 +185,6 @@ def _frame(columns: list[str], rows: list[list[Any]]) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
-# --- the table ---------------------------------------------------------------------------------
 def conversation(attempt: Attempt) -> str:
     """An attempt's turns after the system prompt, one ``role: text`` block each."""
     return "\n".join(f"{m['role']}: {m['content']}" for m in attempt.messages if m["role"] != "system")
@@ -219,7 +227,6 @@ def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
     return "\n\n---\n\n".join(sections)
 
 
-# --- the reporter ------------------------------------------------------------------------------
 def _scalars(record: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in record.items() if k not in (STEP, "kind") and isinstance(v, (int, float))}
 
@@ -311,6 +318,5 @@ def make_reporter(config: ERLConfig) -> Reporter | None:
         >>> make_reporter(ERLConfig()) is None
         True
     """
-
     names = resolve_report_to(config.report_to)
     return Reporter(config, names) if names else None

@@ -20,10 +20,10 @@ from erl_lite.core.chat import completion_text
 from erl_lite.records import Task
 
 _CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})
-_UNSLICED_KEYS = frozenset({"trainer_state", "log_extra", "log_metric"})
+_UNSLICED_KEYS = frozenset({"trainer_state", "log_extra", "log_metric"})  # passed whole when a row is retried alone
 #: The largest reward accepted: squared in float64 (the group std), ``A = r`` in the float32 loss.
 MAX_ABS_REWARD = 1e10
-_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
+_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})  # TRL drops them before the call
 
 
 class RewardFunctionError(ValueError):
@@ -297,9 +297,8 @@ def reward_func_name(func: Any) -> str:
 
     Example:
         >>> import functools
-        >>> def acc(completions, **kw): ...
-        >>> reward_func_name(functools.partial(acc, scale=2)), reward_func_name(RunState())
-        ('acc', 'RunState')
+        >>> reward_func_name(functools.partial(len)), reward_func_name(RunState())
+        ('len', 'RunState')
     """
     while isinstance(func, functools.partial):
         func = func.func
@@ -307,7 +306,6 @@ def reward_func_name(func: Any) -> str:
 
 
 _name = reward_func_name
-
 
 
 def _row(i: int, tasks: Sequence[Task]) -> str:

@@ -39,7 +39,6 @@ FINAL_ANSWER_HINT = "When you are done, answer without a tool call."
 
 def tools_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
     """Qwen's ``tools=`` system block, for a chat template that does not render ``tools=``."""
-
     lines = "\n".join(json.dumps(s) for s in schemas)
     return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
             f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
@@ -80,22 +79,17 @@ class TRLEnvironment(Environment):
         ...     def reset(self, target, **kwargs):
         ...         self.value, self.target = 0, target
         ...         return f"Reach {target}."
-        ...     def increment(self, step: int) -> str:
-        ...         '''Add to the counter.
-        ...
-        ...         Args:
-        ...             step: how much to add.
-        ...         '''
-        ...         self.value += step
+        ...     def increment(self) -> str:
+        ...         '''Add one to the counter.'''
+        ...         self.value += 1
         ...         return str(self.value)
         ...     def get_reward(self):
         ...         return float(self.value == self.target)
-        >>> env = TRLEnvironment(Counter)
-        >>> ep = env.new_episode()
-        >>> ep.reset(Task("t", "Count.", {"target": 3}))
-        'Count.\nReach 3.'
-        >>> ep.step('<tool_call>{"name": "increment", "arguments": {"step": 3}}</tool_call>')[0]
-        '<tool_response>\n3\n</tool_response>'
+        >>> ep = TRLEnvironment(Counter).new_episode()
+        >>> ep.reset(Task("t", "Count.", {"target": 1}))
+        'Count.\nReach 1.'
+        >>> ep.step('<tool_call>{"name": "increment"}</tool_call>')[0]
+        '<tool_response>\n1\n</tool_response>'
         >>> _ = ep.step("Done."); ep.reward, ep.success
         (1.0, True)
     """
@@ -136,8 +130,7 @@ class TRLEnvironment(Environment):
         self.action_reminder = self.system_prompt
 
     def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
-        """Hand the tools to the chat template (``tools=``, as TRL does) when it renders them;
-        otherwise keep erl_lite's text block in the system prompt."""
+        """Hand the tools to the chat template (``tools=``, as TRL does) when it renders them."""
         if self.schemas and template_renders_tools(tokenizer, template_kwargs):
             self._template_tools = self.schemas
             # The template lists tools and call format (after a rulebook too), not how an episode ends.
@@ -270,8 +263,7 @@ class TRLEpisode(BatchScoredEpisode):
 
 def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
     """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: one empty user
-    message per task of an iteration (``reset()`` returns the whole prompt). As in TRL,
-    ``max_steps`` must be set and a dict of factories is refused (it routes by a dataset column).
+    message per task of an iteration (``reset()`` returns the whole prompt).
 
     Example:
         >>> placeholder_rows(object, 3, 2)

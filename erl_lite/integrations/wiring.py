@@ -114,7 +114,6 @@ def env_eval_extras(env: Environment, attempts: list[Any]) -> dict[str, Any]:
 def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float]:
     """The means of what reward functions passed to ``log_metric`` since the last call, over every
     process; a name clashing with erl_lite's own keys is refused."""
-
     logged = mean_metrics(dist.gather(reward_log.take_metrics()))
     clash = sorted(k for k in logged if describe(k) is not None)
     if clash:
