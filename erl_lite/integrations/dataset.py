@@ -112,11 +112,10 @@ class RewardFunctionEnv(Environment):
     Example:
         >>> def exact(completions, answer, **kw):
         ...     return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
-        >>> env = RewardFunctionEnv(exact)
-        >>> task = rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
-        >>> ep = env.new_episode(); ep.reset(task)
+        >>> ep = RewardFunctionEnv(exact).new_episode()
+        >>> ep.reset(rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0])
         '2+2=?'
-        >>> _ = ep.step("4")   # scored lazily here; in rollouts, once per batch
+        >>> _ = ep.step("4")  # scored lazily here; in rollouts, once per batch
         >>> ep.reward, ep.success, ep.feedback()
         (1.0, True, 'Reward: 1.')
     """

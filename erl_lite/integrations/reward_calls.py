@@ -44,12 +44,10 @@ class RewardLog:
 
     Example:
         >>> log = RewardLog()
-        >>> log.log_metric("acc", 0.5); log.log_metric("acc", 1.0)
+        >>> log.log_metric("acc", 0.5)
         >>> log.log_extra("parsed", [True, False])
-        >>> log.take_extra([Task("a", "x", {}), Task("b", "y", {})])
-        [{'parsed': True}, {'parsed': False}]
-        >>> mean_metrics(log.take_metrics())
-        {'acc': 0.75}
+        >>> mean_metrics(log.take_metrics()), log.take_extra([Task("a", "x", {}), Task("b", "y", {})])
+        ({'acc': 0.5}, [{'parsed': True}, {'parsed': False}])
     """
 
     def __init__(self) -> None:

@@ -76,9 +76,8 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any,
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
         >>> tok = tiny_tokenizer()
-        >>> row = {"prompt": [{"role": "user", "content": "hi"}],
-        ...        "completion": [{"role": "assistant", "content": "yo"}]}
-        >>> out = tokenize_row(row, tok)
+        >>> out = tokenize_row({"prompt": [{"role": "user", "content": "hi"}],
+        ...                     "completion": [{"role": "assistant", "content": "yo"}]}, tok)
         >>> tok.decode([t for t, m in zip(out["input_ids"], out["assistant_masks"]) if m])
         'yo<|im_end|>'
     """
