@@ -63,8 +63,7 @@ def _load_named(name: str, split: str) -> list[Any]:
 
 
 def _find_bad_json(path: str, suffix: str) -> None:
-    """Raise the ValueError naming the first line that is not JSON (a ``.json`` file may also be one
-    document); return when every line parses."""
+    """Raise the ValueError naming the first line that is not JSON, if one is (else return)."""
     from erl_lite.jsonio import read_json, read_jsonl
     try:
         read_jsonl(path)

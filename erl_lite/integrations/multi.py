@@ -95,8 +95,7 @@ class MultiEnvironment(Environment):
         return Task(task_id, task.prompt, {**task.data, ENV_COLUMN: name})
 
     def tasks_from_rows(self, rows: Iterable[Any], split: str = "train") -> list[Task]:
-        """Tasks of dataset rows (or :class:`Task` objects) routed by their ``environment`` column;
-        two rows that end up with one id are refused."""
+        """Tasks of dataset rows (or Tasks) routed by their ``environment`` column; one id twice is refused."""
         from erl_lite.integrations.dataset import rows_to_tasks
         tasks = []
         for i, row in enumerate(rows):

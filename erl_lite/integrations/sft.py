@@ -156,8 +156,7 @@ def _pairs_of(item: Any) -> Iterable[tuple[dict, dict]]:
 
 
 def _opening_length(attempt: dict[str, Any]) -> int:
-    """How many messages came before the first generated reply (counted from the end: an opening
-    may hold assistant turns)."""
+    """How many messages precede the first generated reply (counted from the end: an opening may hold replies)."""
     messages, turns = attempt["messages"], attempt["num_turns"]
     seen = 0
     for i in range(len(messages) - 1, -1, -1):

@@ -25,8 +25,7 @@ from erl_lite.records import Task, check_unique_task_ids
 def build_environment(args: ERLConfig, env: Environment | None, environment_factory: Any,
                       reward_funcs: Any, feedback_func: Callable | None, reward_weights: Sequence[float] | None,
                       train_dataset: Any) -> tuple[Environment, Any]:
-    """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=`` or
-    ``reward_funcs=``."""
+    """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=``, ``reward_funcs=``."""
     if environment_factory is not None:
         if env is not None:
             raise ValueError("pass env= or environment_factory=, not both")
