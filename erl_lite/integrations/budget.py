@@ -1,23 +1,11 @@
 """GPU memory arithmetic: will a QLoRA ERL run fit, before it is started?
 
-The GPU presets' architectures ship as data (``erl_lite/data/model_configs/*.json``), and
-:func:`estimate_memory` adds up, in GiB (as Colab and ``nvidia-smi`` show), the **static** part
-(NF4 weights, fp32 embedding, LoRA weights, gradients and optimizer moments), the **update** (one
-micro-batch: checkpointed layer inputs, one recomputed layer, one log-prob tile) and the
-**rollout** (KV cache and prefill of one ``generate`` over the step's first attempts). The peak
-is static + max(update, rollout), activations in fp32 (peft upcasts the norms). CUDA context and
-fragmentation (0.5-1 GiB) are left out; ``benchmarks/gpu_check.py`` measures the real peak.
-
+:func:`estimate_memory` adds up, in GiB, the **static** part (NF4 weights, fp32 embedding, LoRA
+weights, gradients, optimizer moments), the **update** (one micro-batch: checkpointed layer inputs,
+one recomputed layer, one log-prob tile) and the **rollout** (KV cache and prefill of one
+``generate``); the peak is static + max(update, rollout), activations in fp32 (peft upcasts the
+norms). CUDA context and fragmentation (0.5-1 GiB) are left out (``benchmarks/gpu_check.py``).
 Departures from the paper: none (the paper trains on 8xH100; this is single-GPU planning).
-
-Example:
-    >>> from erl_lite.config import ERLConfig
-    >>> shape = ModelShape.load("qwen2.5-1.5b-instruct")
-    >>> shape.parameter_count()  # the published count
-    1543714304
-    >>> est = estimate_memory(ERLConfig.preset("gpu"), shape)
-    >>> est.peak_gib < 13
-    True
 """
 
 from __future__ import annotations
@@ -40,8 +28,7 @@ _OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  #
 
 
 def model_config(name: str) -> dict[str, Any]:
-    """The shipped architecture fields of ``name`` (one of :data:`MODEL_CONFIGS`), for
-    ``transformers.AutoConfig.for_model(**fields)``.
+    """The shipped architecture fields of ``name``, for ``transformers.AutoConfig.for_model(**fields)``.
 
     Example:
         >>> model_config("qwen3-4b-instruct-2507")["head_dim"]
@@ -55,7 +42,12 @@ def model_config(name: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The numbers of a decoder-only Qwen2/Qwen3 architecture that decide its memory."""
+    """The numbers of a decoder-only Qwen2/Qwen3 architecture that decide its memory.
+
+    Example:
+        >>> ModelShape.load("qwen2.5-1.5b-instruct").parameter_count()  # the published count
+        1543714304
+    """
 
     name: str
     family: str  # "qwen2" (q/k/v bias) or "qwen3" (q/k RMSNorm)
@@ -110,11 +102,9 @@ class ModelShape:
 
 
 def _layer_bytes_per_token(shape: ModelShape) -> int:
-    """Bytes per token one decoder layer holds while it is recomputed and back-propagated.
-
-    ~10 hidden-width fp32 values (norms, q/k/v and rotated copies, attention output, residual)
-    and ~6.5 intermediate-width ones (gate, up, silu, product and its fp16 copy, two gradients).
-    """
+    """Bytes per token one decoder layer holds while it is recomputed and back-propagated."""
+    # ~10 hidden-width fp32 values (norms, q/k/v and rotated copies, attention output, residual) and
+    # ~6.5 intermediate-width ones (gate, up, silu, product and its fp16 copy, two gradients).
     return int(_RESIDUAL_BYTES * (10 * shape.hidden + 6.5 * shape.intermediate))
 
 
@@ -152,20 +142,13 @@ class MemoryEstimate:
 
 def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
                     logprob_copies: int = 3) -> MemoryEstimate:
-    """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape`` (see the module docstring).
+    """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape``.
 
-    Args:
-        config: the run's settings (micro-batch, token budgets, tasks x G, optimizer, checkpointing).
-        shape: the architecture.
-        lora_r: LoRA rank on every projection (``load_policy``'s default 16).
-        logprob_copies: fp32 copies of a log-prob tile alive at once.
+    ``lora_r``: LoRA rank on every projection; ``logprob_copies``: fp32 copies of a log-prob tile
+    alive at once.
 
     Example:
-        >>> from erl_lite.config import ERLConfig
-        >>> shape = ModelShape.load("qwen2.5-0.5b-instruct")
-        >>> small = estimate_memory(ERLConfig.preset("gpu", per_device_train_batch_size=1), shape)
-        >>> large = estimate_memory(ERLConfig.preset("gpu", per_device_train_batch_size=4), shape)
-        >>> large.update_gib > small.update_gib
+        >>> estimate_memory(ERLConfig.preset("gpu"), ModelShape.load("qwen2.5-1.5b-instruct")).peak_gib < 13
         True
     """
     seq = max(config.max_episode_length, config.max_reflection_prompt_length + config.max_reflection_length)
@@ -220,8 +203,7 @@ def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kw
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m erl_lite.integrations.budget [--preset gpu] [--mode rlvr] [--set field=value ...]``:
-    print the memory table (GiB) for a preset with ERLConfig overrides."""
+    """``python -m erl_lite.integrations.budget``: print the memory table of a preset with overrides."""
     import argparse
     import ast
     p = argparse.ArgumentParser(description="Estimated GPU memory (GiB) of a 4-bit QLoRA ERL step")

@@ -1,10 +1,5 @@
-"""``transformers.TrainerCallback`` objects, run at the matching points of erl_lite's loop.
-
-Dispatch is transformers' own ``CallbackHandler``, with a real ``TrainerState`` and the run's
-:class:`~erl_lite.config.ERLConfig` as ``args``; one ERL iteration is one step. The events are
-``transformers.Trainer``'s, in its order; ``control.should_training_stop``, ``should_save`` and
-``should_evaluate`` are honoured after the current iteration.
-
+"""``transformers.TrainerCallback`` objects, dispatched by transformers' ``CallbackHandler`` at the
+matching points of erl_lite's loop (one ERL iteration is one step; ``control`` is honoured after it).
 Departures from transformers: ``on_log`` receives each record, not an average over
 ``logging_steps``; no epoch, substep or optimizer-step events. Departures from the paper: none.
 """
@@ -30,8 +25,7 @@ def is_trainer_callback(cb: Any) -> bool:
 
 
 def _flow_callback() -> Any:
-    """A flow callback that sets nothing: erl_lite's loop decides when to evaluate and save,
-    not TrainingArguments' strategies."""
+    """A flow callback that sets nothing: erl_lite's loop decides when to evaluate and save."""
     from transformers.trainer_callback import DefaultFlowCallback
     class ERLFlowCallback(DefaultFlowCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -80,7 +74,7 @@ class TrainerCallbacks:
     def event(self, name: str, **kwargs: Any) -> Any:
         """Run ``on_<name>`` of every callback (transformers' dispatch); returns the control."""
         t, s = self.trainer, self.state
-        # The state is read from the trainer at each event: one home for the step and the history.
+        # Read from the trainer at each event: one home for the step and the history.
         s.global_step, s.max_steps, s.epoch = t.step, t.args.max_steps or 0, t.state.epoch
         s.log_history = t.history.records
         self.control = getattr(self.handler, f"on_{name}")(t.args, s, self.control, **kwargs)

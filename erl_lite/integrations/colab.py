@@ -1,14 +1,8 @@
 """The notebooks' first cells: install cell, Colab badge, figure links, environment report.
 
-The texts are rendered from :data:`erl_lite.REPOSITORY_URL` and :data:`erl_lite.RELEASE_REF` by
-``scripts/sync_notebooks.py`` (``tests/test_notebooks.py`` checks for drift). Installing from
-the repository at a pinned ref, with that ref's constraints file, gives Colab the code and
-dependency versions the tests passed with. Nothing here touches the paper's algorithm.
-
-Example:
-    >>> from erl_lite.integrations.colab import raw_url
-    >>> raw_url("assets/compare_eval.png", "https://github.com/someone/erl_lite", "v1.0")
-    'https://raw.githubusercontent.com/someone/erl_lite/v1.0/assets/compare_eval.png'
+Rendered from :data:`erl_lite.REPOSITORY_URL` and :data:`erl_lite.RELEASE_REF` by
+``scripts/sync_notebooks.py``: Colab installs the code and dependency pins the tests passed with.
+Nothing here touches the paper's algorithm.
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ from importlib import metadata
 
 from erl_lite import RELEASE_REF, REPOSITORY_URL, __version__
 
-#: Distributions the environment report lists (besides Python and erl_lite itself), in order.
 REPORTED_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "accelerate")
 
 _GITHUB = re.compile(r"https://github\.com/(?P<owner>[\w.-]+)/(?P<name>[\w.-]+?)(?:\.git)?/?")
@@ -40,7 +33,12 @@ def github_path(repository: str = REPOSITORY_URL) -> str:
 
 
 def raw_url(path: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
-    """The URL of a file of the repository at ``ref``, as served raw (images, constraints)."""
+    """The URL of a file of the repository at ``ref``, as served raw (images, constraints).
+
+    Example:
+        >>> raw_url("assets/compare_eval.png", "https://github.com/someone/erl_lite", "v1.0")
+        'https://raw.githubusercontent.com/someone/erl_lite/v1.0/assets/compare_eval.png'
+    """
     return f"https://raw.githubusercontent.com/{github_path(repository)}/{ref}/{path}"
 
 
@@ -61,9 +59,7 @@ def badge_markdown(notebook: str, repository: str = REPOSITORY_URL, ref: str = R
 
 
 def install_cell_source(repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
-    """The source of every notebook's install cell: erl_lite from ``repository`` at ``ref``, with
-    the dependency pins of ``constraints.txt`` at the same ref; nothing when erl_lite is already
-    importable (a local clone installed with ``pip install -e .``, CI)."""
+    """The source of every notebook's install cell: erl_lite and its ``constraints.txt`` pins at ``ref``."""
     return f'''\
 # Installs erl_lite from its repository at the pinned release, with the dependency versions its
 # tests passed with. Does nothing where erl_lite is already importable (a local clone, CI).
@@ -94,11 +90,11 @@ require_cuda_for_preset(PRESET, allow_cpu=False)'''
 class RuntimeReport:
     """Versions and device of the running Python, as :func:`environment_report` found them."""
 
-    versions: dict[str, str | None] = field(default_factory=dict)  # python, REPORTED_PACKAGES, erl_lite
-    location: str = ""  # where erl_lite was imported from (a clone or an install)
-    device: str = "cpu"  # "cuda:<i>" of the current CUDA device, else "cpu"
+    versions: dict[str, str | None] = field(default_factory=dict)
+    location: str = ""  # where erl_lite was imported from
+    device: str = "cpu"  # or "cuda:<i>"
     gpu_name: str | None = None
-    gpu_free_gib: float | None = None  # torch.cuda.mem_get_info, GiB
+    gpu_free_gib: float | None = None
     gpu_total_gib: float | None = None
     native_bf16: bool | None = None  # a T4 has none: its 4-bit compute runs in fp16
 
@@ -116,13 +112,13 @@ class RuntimeReport:
 
 
 def environment_report() -> RuntimeReport:
-    """Versions of Python, torch, transformers, peft, trl, bitsandbytes, accelerate and erl_lite,
-    the device, and the free memory of the GPU when CUDA is present.
+    """Versions of Python, :data:`REPORTED_PACKAGES` and erl_lite, the device and its free memory.
 
     Example:
         >>> str(environment_report()).splitlines()[0].startswith("python")
         True
     """
+
     import torch
     import erl_lite
     versions: dict[str, str | None] = {"python": platform.python_version()}

@@ -1,11 +1,5 @@
 """Where dataset rows come from: a file path, a dataset name, a list, or a ``datasets.Dataset``.
 
-:func:`load_rows` turns what ``ERLTrainer(train_dataset=...)`` accepts into a list of rows: a
-list of dicts (or Tasks); a ``Dataset`` or any iterable of rows (a ``DatasetDict`` gives
-``train``, or ``test`` then ``validation`` for evaluation); a ``.jsonl``/``.json``/``.csv``/
-``.parquet`` file or a ``save_to_disk`` folder, read with ``datasets`` (a bad JSON line is
-named); a dataset name, from the local cache only when ``HF_HUB_OFFLINE`` is set.
-
 Departures from TRL: TRL takes only ``Dataset`` objects; paths and names are a convenience.
 Departures from the paper: none (the paper's tasks are environments, not datasets).
 """
@@ -15,26 +9,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-#: File suffix -> the ``datasets`` builder that reads it.
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-#: Splits tried, in order, when a dataset with several splits is given for training / evaluation.
+#: Splits tried, in order, of a dataset with several splits, for training / evaluation.
 SPLITS = {"train": ("train",), "eval": ("test", "validation")}
 
 
 def load_rows(data: Any, split: str = "train") -> list[Any]:
-    """The rows of ``data`` (see the module docstring for what it may be) as a list.
-
-    Args:
-        data: rows, a ``datasets.Dataset``/``DatasetDict``, a file or folder path, or a name.
-        split: ``"train"`` or ``"eval"``: which split of a multi-split dataset to take.
+    """The rows of ``data`` as a list: rows (dicts or Tasks), a ``Dataset``/``DatasetDict``, a
+    ``.jsonl``/``.json``/``.csv``/``.parquet`` file or ``save_to_disk`` folder (a bad JSON line is
+    named), or a dataset name (the local cache only under ``HF_HUB_OFFLINE``). ``split``:
+    ``"train"`` or ``"eval"``, of a multi-split dataset.
 
     Example:
         >>> load_rows([{"prompt": "2+2=?", "answer": "4"}])
         [{'prompt': '2+2=?', 'answer': '4'}]
-        >>> load_rows("no/such/file.jsonl")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: dataset file not found: no/such/file.jsonl
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
@@ -75,8 +63,7 @@ def _load_named(name: str, split: str) -> list[Any]:
 
 
 def _find_bad_json(path: str, suffix: str) -> None:
-    """Raise the ValueError naming the file and line of the first line that is not JSON (a
-    ``.json`` file may also be one JSON document); return when every line parses."""
+    """Raise the ValueError naming the first line that is not JSON, if one is (else return)."""
     from erl_lite.jsonio import read_json, read_jsonl
     try:
         read_jsonl(path)

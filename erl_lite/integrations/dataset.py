@@ -1,12 +1,9 @@
 """Single-turn tasks from a dataset and TRL-style reward functions, as an environment.
 
-``ERLTrainer(model, reward_funcs, args, train_dataset)`` plays each row as a
-:class:`~erl_lite.records.Task` of one reply, scored with its phase's batch as TRL 1.16 scores
-(:mod:`erl_lite.integrations.reward_calls`), so TRL's reward functions work unchanged. ERL's
-feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else states the reward.
-
-Departures from TRL: reward *models* are not accepted (wrap one in a function). Departures from
-the paper: none; the paper's tasks are multi-turn, this adapter serves single-turn datasets.
+Each row is a :class:`~erl_lite.records.Task` of one reply, scored with its phase's batch as TRL
+1.16 scores; ERL's feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else
+states the reward. Departures from TRL: no reward *models*. Departures from the paper: none (its
+tasks are multi-turn; this serves single-turn datasets).
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ _ROLES = ("system", "user", "assistant")
 def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: str = "dataset") -> list[Task]:
     """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``.
 
-    A row's ``id`` column (as a string) names its task, else ``"<prefix>-<row>"``; two rows with
-    one id are refused, naming it and both rows (``where`` names the dataset).
+    A row's ``id`` column names its task, else ``"<prefix>-<row>"``; duplicate ids are refused.
 
     Example:
         >>> rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
@@ -51,15 +47,13 @@ def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: st
 def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | None, str | Messages]:
     """(system message or None, what the model reads before replying) of a dataset prompt.
 
-    After the optional system message, the turns must end with a user message; one comes back as
-    its text, several as the message list. TRL's content parts are joined when they are text and
-    refused otherwise (an image); so is a lone surrogate (``"\ud800"``), which no tokenizer encodes.
+    The turns must end with a user message: one comes back as its text, several as the list.
+    Text content parts are joined; other parts and lone surrogates are refused.
 
     Example:
-        >>> split_prompt([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
+        >>> split_prompt([{"role": "system", "content": "S"},
+        ...               {"role": "user", "content": [{"type": "text", "text": "U"}]}])
         ('S', 'U')
-        >>> split_prompt([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
-        (None, 'hi')
     """
     if isinstance(prompt, str):
         return None, _checked_text(prompt, where)
@@ -83,7 +77,7 @@ def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | N
 
 
 def _message_text(content: Any, where: str) -> str:
-    """A message's content as one string: itself, or its text parts joined (TRL's content parts)."""
+    """A message's content as one string: itself, or its text parts joined."""
     if isinstance(content, str):
         return _checked_text(content, where)
     if not isinstance(content, list):
@@ -104,7 +98,7 @@ def _message_text(content: Any, where: str) -> str:
 
 
 def _checked_text(text: str, where: str) -> str:
-    """``text``, unless it holds a lone surrogate (the tokenizer would fail on it, naming nothing)."""
+    """``text``, unless it holds a lone surrogate (the tokenizer would fail, naming nothing)."""
     bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
     if bad is not None:
         raise ValueError(f"{where}: a lone surrogate {text[bad]!r} at character {bad} (text that is not valid "
@@ -118,11 +112,10 @@ class RewardFunctionEnv(Environment):
     Example:
         >>> def exact(completions, answer, **kw):
         ...     return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
-        >>> env = RewardFunctionEnv(exact)
-        >>> task = rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
-        >>> ep = env.new_episode(); ep.reset(task)
+        >>> ep = RewardFunctionEnv(exact).new_episode()
+        >>> ep.reset(rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0])
         '2+2=?'
-        >>> _ = ep.step("4")   # scored lazily here; in rollouts, once per batch
+        >>> _ = ep.step("4")  # scored lazily here; in rollouts, once per batch
         >>> ep.reward, ep.success, ep.feedback()
         (1.0, True, 'Reward: 1.')
     """
@@ -151,7 +144,7 @@ class RewardFunctionEnv(Environment):
         return RewardFunctionEpisode(self)
 
     def score_batch(self, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None = None) -> None:
-        """Score every answered, unscored episode with one call per function (TRL-style)."""
+        """Score every answered, unscored episode with one call per function."""
         todo, ids = RewardFunctionEpisode.pending(episodes, completion_ids)
         if not todo:
             return
@@ -187,8 +180,7 @@ def _render(observation: str | Messages) -> str:
 
 
 class RewardFunctionEpisode(BatchScoredEpisode):
-    """One reply to one dataset prompt: ``step`` records it, :meth:`RewardFunctionEnv.score_batch`
-    scores the phase's batch (reading ``reward`` before that scores this episode alone)."""
+    """One reply to one dataset prompt, scored with the phase's batch (or alone when read first)."""
 
     def __init__(self, env: RewardFunctionEnv) -> None:
         self.env = env

@@ -1,17 +1,10 @@
-"""Data-parallel ERL: the same training script on several processes (one per GPU).
+"""Data-parallel ERL under ``accelerate launch`` or ``torchrun``: one process per GPU, torch DDP.
 
-Launch with ``accelerate launch`` or ``torchrun``; :class:`DataParallel` joins the group
-through accelerate's ``PartialState`` and, a no-op in one process: shards each step's global
-batch into contiguous blocks of whole tasks (so GRPO groups stay on one process); keeps memory
-identical by deferring writes (:class:`DeferredMemory`) and applying them in rank order, the
-order one process would write them in; trains one model with torch DDP at the single-process
-update of the global batch (global loss counts and row positions); reduces metrics; writes on
-rank 0 only. FSDP, DeepSpeed, Megatron-LM, mixed precision and torch.compile are refused
-(:func:`check_launch`).
-
-Departures from the paper: the reference scales out with Ray and vLLM workers; this runs
-``transformers.generate`` on every process, each sampling from its own stream, so N processes
-sample other completions than one (the update for given completions is the same, to rounding).
+Whole tasks are sharded (GRPO groups stay on one process), memory writes are deferred and applied
+in rank order, and the update is the single-process one of the global batch; FSDP, DeepSpeed,
+mixed precision and torch.compile are refused (:func:`check_launch`).
+Departures from the paper: Ray and vLLM workers there; here each process runs ``generate`` with
+its own sampling stream (the update for given completions is the same, to rounding).
 """
 
 from __future__ import annotations
@@ -36,10 +29,8 @@ class DeferredMemory(ReflectionMemory):
     Example:
         >>> shared = ReflectionMemory()
         >>> view = DeferredMemory(shared)
-        >>> view.maybe_store("rules", reward=1.0, threshold=1.0), view.maybe_store("bad", 0.0, 1.0)
-        (True, False)
-        >>> view.pending, shared.context() is None
-        ([('rules', 1.0, 1.0)], True)
+        >>> view.maybe_store("rules", reward=1.0, threshold=1.0), view.pending, shared.context() is None
+        (True, [('rules', 1.0, 1.0)], True)
     """
 
     def __init__(self, shared: ReflectionMemory) -> None:
@@ -57,7 +48,7 @@ class DeferredMemory(ReflectionMemory):
         return stored
 
     def held(self) -> dict[str | None, list[tuple[str, float, float]]]:
-        """The pending writes by memory (None: the one shared memory), what :meth:`DataParallel.merge` gathers."""
+        """The pending writes by memory (None: the one shared memory)."""
         return {None: self.pending}
 
     def target(self, name: str | None) -> ReflectionMemory:
@@ -71,10 +62,8 @@ class DeferredBank(MemoryBank):
     Example:
         >>> bank = MemoryBank(["a", "b"], env_of=lambda task_id: task_id.split("/")[0])
         >>> view = DeferredBank(bank)
-        >>> view.for_task("b/0").maybe_store("rules", reward=1.0, threshold=1.0)
-        True
-        >>> view.held(), bank.entries
-        ({'a': [], 'b': [('rules', 1.0, 1.0)]}, [])
+        >>> view.for_task("b/0").maybe_store("rules", reward=1.0, threshold=1.0), view.held()
+        (True, {'a': [], 'b': [('rules', 1.0, 1.0)]})
     """
 
     def __init__(self, shared: MemoryBank) -> None:
@@ -83,7 +72,7 @@ class DeferredBank(MemoryBank):
         self.memories = {name: DeferredMemory(m) for name, m in shared.memories.items()}
 
     def held(self) -> dict[str | None, list[tuple[str, float, float]]]:
-        """The pending writes by environment, each list in write order."""
+        """The pending writes by environment, in write order."""
         return {name: view.pending for name, view in self.memories.items()}
 
     def target(self, name: str | None) -> ReflectionMemory:
@@ -106,9 +95,8 @@ def _flag(name: str) -> bool:
 
 
 def check_launch() -> None:
-    """Refuse an ``accelerate launch`` configuration (its ``ACCELERATE_*`` variables) that asks for
-    more than DDP in the model's own dtype, uncompiled, instead of ignoring it."""
-    from erl_lite.trl_fields import DTYPE_HINT  # the one message on how erl_lite chooses the dtype
+    """Refuse an ``accelerate launch`` configuration that asks for more than uncompiled DDP in the model's dtype."""
+    from erl_lite.trl_fields import DTYPE_HINT
     engines = {"ACCELERATE_USE_FSDP": "FSDP", "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
                "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM"}
     for variable, engine in engines.items():
@@ -124,8 +112,8 @@ def check_launch() -> None:
     if backend.lower() not in ("", "no"):
         raise ValueError(f"the accelerate configuration sets dynamo_backend={backend!r} (ACCELERATE_DYNAMO_BACKEND); "
                          "erl_lite does not compile the policy: launch with --dynamo_backend no")
-    # `accelerate launch --cpu` (its simple launcher) starts ONE process whatever --num_processes says,
-    # unless --mpirun_hostfile is given, yet sets MASTER_ADDR/MASTER_PORT: this one would train alone.
+    # `accelerate launch --cpu` starts ONE process whatever --num_processes says (unless
+    # --mpirun_hostfile), yet sets MASTER_ADDR/MASTER_PORT: this one would train alone.
     if (os.environ.get("ACCELERATE_USE_CPU") == "True" and "MASTER_ADDR" in os.environ
             and "MASTER_PORT" in os.environ and launched_world_size() == 1):
         raise RuntimeError(
@@ -136,30 +124,25 @@ def check_launch() -> None:
 
 
 class DataParallel:
-    """This process's place in the process group, and the collectives the trainer needs.
-
-    ``DataParallel()`` is the single-process view; :meth:`from_environment` joins the launcher's group.
+    """This process's place in the process group (``DataParallel()``: one process), and the
+    collectives the trainer needs.
 
     Example:
         >>> dp = DataParallel()
-        >>> dp.world_size, dp.is_main, dp.shard(["a", "b", "c"])
-        (1, True, ['a', 'b', 'c'])
-        >>> dp.sum({"tokens": 3.0})
-        {'tokens': 3.0}
+        >>> dp.world_size, dp.is_main, dp.shard(["a", "b", "c"]), dp.sum({"tokens": 3.0})
+        (1, True, ['a', 'b', 'c'], {'tokens': 3.0})
     """
 
     def __init__(self, state: Any = None) -> None:
         self.state = state
         self.world_size = int(state.num_processes) if state is not None else 1
         self.rank = int(state.process_index) if state is not None else 0
-        # The device this process should load the model on; None leaves the default.
         self.device = state.device if state is not None and self.world_size > 1 else None
-        self.accelerator: Any = None  # built by wrap(), the first time a module is wrapped
+        self.accelerator: Any = None  # built by the first wrap()
 
     @classmethod
     def from_environment(cls) -> "DataParallel":
-        """Join the launcher's process group (NCCL on GPUs, gloo on CPUs or with ``ACCELERATE_USE_CPU=yes``),
-        else return the one-process view."""
+        """Join the launcher's process group (NCCL on GPUs, else gloo), else the one-process view."""
         check_launch()
         if launched_world_size() <= 1 and not (
                 torch.distributed.is_available() and torch.distributed.is_initialized()):
@@ -185,10 +168,8 @@ class DataParallel:
                              f"{where}: pass the model by name, or load it with "
                              "device=accelerate.PartialState().device")
 
-    # --- tasks ------------------------------------------------------------------------------
     def shard(self, items: Sequence[T], allow_empty: bool = False) -> list[T]:
-        """This process's contiguous block of ``items`` (sizes differ by at most one); ValueError when
-        it would be empty and ``allow_empty`` is False."""
+        """This process's contiguous block of ``items`` (sizes differ by at most one)."""
         n = len(items)
         if n < self.world_size and not allow_empty:
             raise ValueError(f"num_tasks_per_step={n} is smaller than the number of processes "
@@ -197,9 +178,8 @@ class DataParallel:
         start = self.rank * base + min(self.rank, extra)
         return list(items[start:start + base + (self.rank < extra)])
 
-    # --- collectives ------------------------------------------------------------------------
     def gather(self, items: list[T]) -> list[T]:
-        """Every process's ``items``, concatenated in rank order (on every process)."""
+        """Every process's ``items``, concatenated in rank order."""
         if self.world_size == 1:
             return list(items)
         return [x for part in self._gather_parts(items) for x in part]
@@ -234,7 +214,6 @@ class DataParallel:
         if self.world_size > 1:
             self.state.wait_for_everyone()
 
-    # --- the update -------------------------------------------------------------------------
     def global_positions(self, samples: list[TrainSample]) -> list[int]:
         """Each local row's index in the batch one process would have built (role by role, and
         within a role rank by rank), so mini-batches do not depend on the process count."""
@@ -255,17 +234,13 @@ class DataParallel:
         return positions
 
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
-        """``module`` under torch DDP (``Accelerator.prepare_model``), rank 0's parameters copied to all.
-
-        ``broadcast_buffers=False``: processes run different numbers of forwards (the gate), and
-        the buffers (rotary frequencies) are equal everywhere. ``find_unused_parameters=False``:
-        every trainable parameter takes part in each forward.
-        """
+        """``module`` under torch DDP (``Accelerator.prepare_model``), rank 0's parameters copied to all."""
         if self.world_size == 1:
             return module
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs
         if self.accelerator is None:
+            # Processes run different numbers of forwards (the gate); buffers (rotary) are equal everywhere.
             ddp = DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)
             self.accelerator = Accelerator(cpu=self.device.type == "cpu", mixed_precision="no", kwargs_handlers=[ddp])
         # The model is already on this process's device (check_device); a 4-bit one must not be moved.
@@ -277,20 +252,15 @@ class DataParallel:
             return contextlib.nullcontext()
         return self.accelerator.no_sync(wrapped)
 
-    # --- the step's records -----------------------------------------------------------------
     def deferred(self, memory: ReflectionMemory | MemoryBank | None) -> ReflectionMemory | MemoryBank | None:
-        """The memory for :func:`erl_lite.core.phases.erl_step`: ``memory`` in one process, else a
-        :class:`DeferredMemory` (:class:`DeferredBank`) over it."""
+        """``memory`` in one process, else a :class:`DeferredMemory` (:class:`DeferredBank`) over it."""
         if memory is None or self.world_size == 1:
             return memory
         return DeferredBank(memory) if isinstance(memory, MemoryBank) else DeferredMemory(memory)
 
     def merge(self, outcome: Any, view: ReflectionMemory | None) -> Any:
-        """The global :class:`~erl_lite.records.StepRecord` of a step, memory updated everywhere.
-
-        Records are concatenated in rank order (RL rows without token ids: metrics do not read
-        them), timings are the slowest process's, and pending rulebooks are applied in rank order.
-        """
+        """The global :class:`~erl_lite.records.StepRecord` of a step, memory updated everywhere:
+        records and rulebooks in rank order (RL rows without token ids), the slowest timings."""
         if self.world_size == 1:
             return outcome
         light = [dataclasses.replace(s, prompt_ids=[], completion_ids=[], completion_mask=[])
@@ -311,7 +281,6 @@ class DataParallel:
             seconds=self.max(outcome.seconds),
         )
 
-    # --- files and randomness ---------------------------------------------------------------
     def on_main(self, fn: Callable[[], T], default: T) -> T:
         """Run ``fn`` on rank 0 only; every process returns once it has finished, and a failure
         there is a RuntimeError on the others (no process waits forever)."""
@@ -331,8 +300,8 @@ class DataParallel:
         return result
 
     def decorrelate_rng(self) -> None:
-        """Give each process its own sampling stream: seed with one shared draw plus the rank
-        (deterministic in the saved state, so a resumed run continues alike)."""
+        """Give each process its own sampling stream: one shared draw plus the rank (so a resumed
+        run continues alike)."""
         if self.world_size == 1:
             return
         from transformers import set_seed

@@ -1,25 +1,20 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
-:func:`export_merged` folds the adapter into the base (peft's ``merge_and_unload``) on the CPU
-and saves a transformers checkpoint with its tokenizer; :func:`push_to_hub` uploads a folder.
 A 4-bit (QLoRA) base is reloaded as training loaded it and dequantised before the merge: the
-adapter was trained against ``dequant(Q(W))``, not ``W`` (merging into the full-precision
-weights, or on the 4-bit layers, would compute another function). Whether the base was 4-bit
-is read from the folder's ``erl_lite.json`` note or a checkpoint's ``trainer_state.json``.
-
+adapter was trained against ``dequant(Q(W))``, not ``W``. Whether the base was 4-bit is read from
+the folder's ``erl_lite.json`` note or a checkpoint's ``trainer_state.json``.
 Departures from the paper: none; the paper fully fine-tunes and has no adapter to merge.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
 from erl_lite.jsonio import read_json
-# NOTE_FILE (erl_lite.json): the note save_adapter leaves next to an adapter, how its base was loaded.
 from erl_lite.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
 
 
@@ -27,37 +22,30 @@ from erl_lite.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
 class AdapterInfo:
     """What an adapter folder says about the model it belongs to."""
 
-    adapter_dir: str  # adapter_config.json + adapter_model.safetensors
-    base_model: str  # hub name or local folder of the base
+    adapter_dir: str
+    base_model: str  # hub name or local folder
     quantization: str  # "4bit" or "none": how the base was loaded in training
     quantization_source: str  # where quantization was read (for messages)
-    has_tokenizer: bool  # the folder holds a tokenizer (else the base's is used)
+    has_tokenizer: bool  # else the base's tokenizer is used
 
 
 @dataclass
 class ExportResult:
-    """A merged model written by :func:`export_merged` (``base_model``, ``quantization`` as in
-    :class:`AdapterInfo`)."""
+    """A merged model written by :func:`export_merged`."""
 
-    out_dir: str  # the merged model and its tokenizer
+    out_dir: str
     base_model: str
     quantization: str
     dtype: str  # of the saved weights
-    files: list[str]  # the files written, sorted
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    files: list[str]  # sorted
 
 
 def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto", "none", "4bit"] = "auto",
                      base_model: str | None = None) -> AdapterInfo:
-    """Read an adapter folder: its base model and how that base was loaded in training.
+    """Read an adapter folder (e.g. ``checkpoint-<step>``): its base model and how that base was loaded.
 
-    Args:
-        adapter_dir: a saved adapter, e.g. a ``checkpoint-<step>`` folder or ``output_dir`` after training.
-        quantization: ``"auto"`` reads it from the folder (see the module docstring); ``"none"``
-            or ``"4bit"`` say it outright.
-        base_model: load the base from here instead of the adapter's ``base_model_name_or_path``.
+    ``quantization="auto"`` reads it from the folder; ``base_model`` overrides the adapter's
+    ``base_model_name_or_path``.
 
     Example:
         >>> import tempfile
@@ -65,9 +53,8 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
         >>> from erl_lite.testing import save_tiny_model
         >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
         >>> folder = tempfile.mkdtemp(); policy.save_pretrained(folder)
-        >>> info = describe_adapter(folder)
-        >>> info.quantization, info.quantization_source, info.has_tokenizer
-        ('none', 'default (nothing in the folder says 4-bit)', False)
+        >>> describe_adapter(folder).quantization
+        'none'
     """
     folder = os.fspath(adapter_dir)
     config_path = os.path.join(folder, "adapter_config.json")
@@ -114,7 +101,7 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
         if value not in ("none", "4bit"):
             raise ValueError(f"{note}: base_quantization must be 'none' or '4bit', got {value!r}")
         return value, note
-    # A format-2 erl_lite checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
+    # A format-2 checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
     here = os.path.abspath(folder)
     state = os.path.join(os.path.dirname(here), "trainer_state.json")
     if os.path.basename(here) == "adapter" and os.path.isfile(state):
@@ -129,8 +116,7 @@ def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto
                   trust_remote_code: bool = False) -> tuple[Any, Any, AdapterInfo]:
     """Load an adapter's base on the CPU, merge the adapter into it; return ``(model, tokenizer, info)``.
 
-    ``dtype``: ``"auto"`` (the base's saved dtype), a dtype name or a torch dtype; other arguments
-    as in :func:`describe_adapter`. The model comes back in eval mode, without a peft wrapper.
+    ``dtype="auto"``: the base's saved dtype. The model comes back in eval mode, without peft.
     """
     from peft import PeftModel
     from transformers import AutoTokenizer
@@ -145,7 +131,7 @@ def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto
 
 
 def _merge_dtype(dtype: str | torch.dtype, base_model: str, trust_remote_code: bool) -> torch.dtype:
-    from erl_lite.models import DTYPES, named_dtype  # (models imports transformers)
+    from erl_lite.models import DTYPES, named_dtype  # models imports transformers
     named = named_dtype(dtype)
     if named is not None:
         return named
@@ -162,8 +148,7 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
     cpu = torch.device("cpu")
     base = _load_base(info.base_model, info.quantization, torch_dtype, cpu, trust_remote_code)
     if info.quantization == "4bit":
-        # Fresh from loading, no layer has run, so none was repacked for bitsandbytes' CPU
-        # inference kernel and dequantize_4bit reads the NF4 blocks as training did.
+        # No layer has run, so none was repacked for bitsandbytes' CPU kernel: the NF4 blocks are training's.
         base = base.dequantize(dtype=torch_dtype)
         base.is_loaded_in_4bit = False  # transformers leaves the flag; the weights are plain now
     return base
@@ -172,18 +157,16 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
 def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                   quantization: Literal["auto", "none", "4bit"] = "auto", dtype: str | torch.dtype = "auto",
                   base_model: str | None = None, trust_remote_code: bool = False) -> ExportResult:
-    """Merge the adapter in ``adapter_dir`` into its base and save model + tokenizer (safetensors) to
-    ``out_dir``, which then loads with ``AutoModelForCausalLM``. Arguments as in :func:`merge_adapter`.
+    """Merge the adapter into its base and save model + tokenizer (safetensors) to ``out_dir``.
 
     Example:
         >>> import tempfile
         >>> from erl_lite.models import load_policy
         >>> from erl_lite.testing import save_tiny_model
-        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
         >>> adapter = tempfile.mkdtemp(); policy.save_pretrained(adapter)
-        >>> result = export_merged(adapter, tempfile.mkdtemp())
-        >>> "model.safetensors" in result.files, "tokenizer.json" in result.files, result.dtype
-        (True, True, 'float32')
+        >>> export_merged(adapter, tempfile.mkdtemp()).dtype
+        'float32'
     """
     out = os.fspath(out_dir)
     if os.path.abspath(out) == os.path.abspath(os.fspath(adapter_dir)):
@@ -199,10 +182,10 @@ def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True, token: str | None = None,
                 commit_message: str = "Upload from erl_lite") -> str:
-    """Upload ``folder`` (a merged model or an adapter) to the Hugging Face Hub; return its URL.
+    """Upload ``folder`` (a merged model or an adapter) to the Hub; return its URL.
 
     Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``); a missing
-    repository is created, private unless ``private=False``.
+    repository is created.
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"repo_id must look like 'user-or-org/name', got {repo_id!r}")

@@ -1,14 +1,9 @@
 """Experiment trackers: the run's history sent to TensorBoard, Trackio or Weights & Biases.
 
-``ERLConfig.report_to`` names the trackers, ``logging_steps`` how often (TRL's meanings). A
-:class:`Reporter` sends the history's train records averaged since the last send, eval records
-as they come, and a ``samples`` table of the sending iteration (markdown in TensorBoard). Runs
-are finished at the end of every ``train()`` and continued by the next one.
-
-Not transformers' ``TensorBoardCallback``/``WandbCallback``/``TrackioCallback``: those are driven
-by ``transformers.Trainer``'s loop and log no tables. Kept from them: TensorBoard's run folder,
-wandb's ``train/global_step`` step metric and the ``WANDB_PROJECT`` variable.
-
+``ERLConfig.report_to`` names the trackers, ``logging_steps`` how often (TRL's meanings); train
+records go averaged since the last send, eval records as they come, with a ``samples`` table.
+Not transformers' tracker callbacks (driven by ``Trainer``'s loop, they log no tables); kept
+from them: TensorBoard's run folder, wandb's ``train/global_step`` and ``WANDB_PROJECT``.
 Departures from the paper: none (the paper logs through its own framework).
 """
 
@@ -24,12 +19,10 @@ from erl_lite.config import REPORT_TO_BACKENDS, ERLConfig
 from erl_lite.metrics import STEP, is_point_in_time
 from erl_lite.records import Attempt, StepRecord, retry_of_first
 
-#: Name of the table (a text summary in TensorBoard) sent with each train send.
+#: The table (markdown text in TensorBoard) sent with each train send, one row per first attempt.
 SAMPLES_TABLE = "samples"
-#: Columns of that table, one row per first attempt of the iteration.
 SAMPLE_COLUMNS = ["step", "task_id", "index", "r1", "first_attempt", "reflection", "r2",
                   "second_attempt", "memory"]
-#: Project name for trackers started by erl_lite.
 DEFAULT_PROJECT = "erl-lite"
 
 
@@ -69,7 +62,6 @@ def logging_interval(logging_steps: int | float, max_steps: int) -> int:
     return int(logging_steps)
 
 
-# --- the trackers ------------------------------------------------------------------------------
 class Tracker(Protocol):
     """What the :class:`Reporter` needs from a tracker."""
 
@@ -111,10 +103,8 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    """``wandb.log`` with the ``train/global_step`` step metric; tables as ``wandb.Table``.
-
-    A run erl_lite started is finished at the end of training and resumed by :meth:`reopen`;
-    a run the user started is reused and left for them to finish."""
+    """``wandb.log`` with the ``train/global_step`` step metric; a run the user started is reused and
+    left for them to finish, one erl_lite started is finished and resumed by :meth:`reopen`."""
 
     def __init__(self, config: ERLConfig) -> None:
         import wandb
@@ -172,8 +162,8 @@ class TrackioTracker:
 
 
 def project_name(config: ERLConfig, variable: str) -> str:
-    """The tracker project: ``config.project`` (the run's own setting wins), else the environment
-    ``variable`` (``WANDB_PROJECT``, ``TRACKIO_PROJECT``), else :data:`DEFAULT_PROJECT`.
+    """The tracker project: ``config.project``, else the environment ``variable``, else
+    :data:`DEFAULT_PROJECT`.
 
     Example:
         >>> project_name(ERLConfig(project="lab-3"), "WANDB_PROJECT")
@@ -195,7 +185,6 @@ def _frame(columns: list[str], rows: list[list[Any]]) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
-# --- the table ---------------------------------------------------------------------------------
 def conversation(attempt: Attempt) -> str:
     """An attempt's turns after the system prompt, one ``role: text`` block each."""
     return "\n".join(f"{m['role']}: {m['content']}" for m in attempt.messages if m["role"] != "system")
@@ -214,8 +203,7 @@ def sample_rows(record: StepRecord) -> list[list[Any]]:
 
 
 def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
-    """Rows as markdown for TensorBoard's Text tab; long texts as indented code blocks (so the
-    attempts' own markup stays as it is).
+    """Rows as markdown for TensorBoard's Text tab; long texts as indented code blocks.
 
     Example:
         >>> print(markdown_rows(["task", "text"], [["t1", "a\\nb"]]))
@@ -239,7 +227,6 @@ def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
     return "\n\n---\n\n".join(sections)
 
 
-# --- the reporter ------------------------------------------------------------------------------
 def _scalars(record: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in record.items() if k not in (STEP, "kind") and isinstance(v, (int, float))}
 
@@ -255,10 +242,6 @@ def _window(records: list[dict[str, float]]) -> dict[str, float]:
 
 class Reporter:
     """Forwards history records to the named trackers, every ``logging_steps`` iterations.
-
-    Args:
-        config: the run's config (``logging_steps`` and ``max_steps`` are read at each record).
-        names: trackers to open (see :func:`resolve_report_to`).
 
     Example:
         >>> class Recorder:  # any object with the Tracker methods
@@ -299,8 +282,7 @@ class Reporter:
                     tracker.log_table(SAMPLES_TABLE, SAMPLE_COLUMNS, rows, step)
 
     def close(self) -> None:
-        """Send what is pending and close the trackers (end of ``train()``); the next send reopens
-        them, on the same run where the tracker can (its ``reopen()``)."""
+        """Send what is pending and close the trackers; the next send reopens them on their run."""
         if self._pending:
             self._send(_window(self._pending), self._pending_step)
         self._pending = []
@@ -329,10 +311,8 @@ class Reporter:
 
 
 def make_reporter(config: ERLConfig) -> Reporter | None:
-    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker.
-
-    Raises:
-        ImportError: a named tracker is not installed (the message names the pip extra).
+    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker; ImportError
+    for a tracker that is not installed.
 
     Example:
         >>> make_reporter(ERLConfig()) is None

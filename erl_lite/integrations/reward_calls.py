@@ -1,15 +1,10 @@
 """Calling TRL-style reward and feedback functions on a batch, and checking what they return.
 
-The call is TRL 1.16's (``GRPOTrainer._calculate_rewards``): one call per function for the whole
-batch, by keyword (``prompts``, ``completions``, ``completion_ids``, ``trainer_state``,
-``log_metric``, ``log_extra`` and every task column). Every unusable output is a
-:class:`RewardFunctionError` naming the function and the row; ``None`` is "not applicable",
-left out of the weighted sum; a ``(score, feedback)`` pair gives ERL its feedback text.
-
-Departures from TRL: a row every function scores None is an error (TRL scores it 0, training on
-a made-up reward); so are a bad ``log_metric`` value and a ``log_extra`` column of the wrong
-length (TRL would log NaN or misalign the table); reward models (``nn.Module``) are not called
-(wrap one in a function); ``environments`` is passed by the TRL adapter only.
+TRL 1.16's call: one per function for the whole batch, by keyword (TRL's keywords and every task
+column). ``None`` is "not applicable"; a ``(score, feedback)`` pair gives ERL its feedback text.
+Departures from TRL: a row every function scores None, a bad ``log_metric`` value and a
+``log_extra`` column of the wrong length are errors (TRL trains on 0, logs NaN or misaligns);
+reward models (``nn.Module``) are not called (wrap one in a function).
 """
 
 from __future__ import annotations
@@ -24,15 +19,11 @@ from typing import Any, Callable, Sequence
 from erl_lite.core.chat import completion_text
 from erl_lite.records import Task
 
-#: Keywords the call itself uses; a task column with one of these names cannot be passed.
 _CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})
-#: Keywords passed whole (not one row) when a failing batch is retried row by row.
-_UNSLICED_KEYS = frozenset({"trainer_state", "log_extra", "log_metric"})
-#: The largest reward magnitude accepted: rewards are squared in double precision (the group std)
-#: and may enter the float32 loss as ``A = r``; ±1e10 keeps both far from overflow.
+_UNSLICED_KEYS = frozenset({"trainer_state", "log_extra", "log_metric"})  # passed whole when a row is retried alone
+#: The largest reward accepted: squared in float64 (the group std), ``A = r`` in the float32 loss.
 MAX_ABS_REWARD = 1e10
-#: Columns TRL drops before the call.
-_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
+_DROPPED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})  # TRL drops them before the call
 
 
 class RewardFunctionError(ValueError):
@@ -43,23 +34,20 @@ class RewardFunctionError(ValueError):
 class RunState:
     """``trainer_state`` outside a trainer (phase-level use): nothing has been trained yet."""
 
-    global_step: int = 0  # the iteration the completions belong to (0: none)
-    max_steps: int = 0  # the planned number of iterations (0: unknown)
-    epoch: float = 0.0  # passes over the training tasks so far
+    global_step: int = 0
+    max_steps: int = 0  # 0: unknown
+    epoch: float = 0.0
 
 
 class RewardLog:
-    """What reward functions log through TRL's ``log_metric`` and ``log_extra`` keywords, kept until
-    the trainer (:meth:`take_metrics`) or the batch's environment (:meth:`take_extra`) takes it.
+    """What reward functions log through TRL's ``log_metric`` and ``log_extra``, until taken.
 
     Example:
         >>> log = RewardLog()
-        >>> log.log_metric("acc", 0.5); log.log_metric("acc", 1.0)
+        >>> log.log_metric("acc", 0.5)
         >>> log.log_extra("parsed", [True, False])
-        >>> log.take_extra([Task("a", "x", {}), Task("b", "y", {})])
-        [{'parsed': True}, {'parsed': False}]
-        >>> mean_metrics(log.take_metrics())
-        {'acc': 0.75}
+        >>> mean_metrics(log.take_metrics()), log.take_extra([Task("a", "x", {}), Task("b", "y", {})])
+        ({'acc': 0.5}, [{'parsed': True}, {'parsed': False}])
     """
 
     def __init__(self) -> None:
@@ -67,7 +55,7 @@ class RewardLog:
         self.extra: dict[str, list[Any]] = {}
 
     def log_metric(self, name: str, value: float) -> None:
-        """TRL's ``log_metric``: one scalar for this batch, averaged over the iteration."""
+        """One scalar for this batch, averaged over the iteration."""
         if not isinstance(name, str) or not name:
             raise RewardFunctionError(f"log_metric name must be a non-empty string, got {name!r:.60}")
         number = None if isinstance(value, (str, bytes)) else _as_float(value)
@@ -76,7 +64,7 @@ class RewardLog:
         self.metrics.append((name, number))
 
     def log_extra(self, column: str, values: Sequence[Any]) -> None:
-        """TRL's ``log_extra``: one value per row of the batch, for column ``column``."""
+        """One value per row of the batch, for column ``column``."""
         if not isinstance(column, str) or not column:
             raise RewardFunctionError(f"log_extra column name must be a string, got {column!r:.60}")
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
@@ -110,8 +98,7 @@ def mean_metrics(pairs: Sequence[tuple[str, float]]) -> dict[str, float]:
 
 @dataclass
 class Scores:
-    """A scored batch, per row: the weighted reward, the feedback notes (from ``(score, text)``
-    outputs) and each function's unweighted value or None (TRL's ``rewards_per_func``)."""
+    """A scored batch, per row: weighted reward, feedback notes, each function's value or None."""
 
     rewards: list[float]
     notes: list[list[str]]
@@ -120,10 +107,8 @@ class Scores:
 
 def reward_sources(reward_funcs: Callable | Sequence[Callable] | None,
                    reward_weights: Sequence[float] | None) -> tuple[list[Callable], list[float]]:
-    """``reward_funcs`` as a list of plain callables, and their weights (default 1 each).
-
-    Raises TypeError for a reward model (``nn.Module``) or a non-callable, ValueError for a
-    weight count that does not match.
+    """``reward_funcs`` as a list of plain callables, and their weights (default 1 each); TypeError
+    for a reward model or a non-callable, ValueError for a weight count that does not match.
 
     Example:
         >>> def acc(completions, **kw): ...
@@ -150,14 +135,11 @@ def _is_module(func: Any) -> bool:
 def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
                    trainer_state: Any = None, log: RewardLog | None = None) -> dict[str, Any]:
     """The keyword arguments of one TRL-style call on a batch of replies (``log``: where
-    ``log_metric``/``log_extra`` write; a throw-away one when None).
+    ``log_metric``/``log_extra`` write).
 
     Example:
-        >>> kw = call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]])
-        >>> sorted(kw)
+        >>> sorted(call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]]))
         ['answer', 'completion_ids', 'completions', 'log_extra', 'log_metric', 'prompts', 'trainer_state']
-        >>> kw["answer"], kw["trainer_state"].global_step
-        (['4'], 0)
     """
     columns = sorted({k for t in tasks for k in t.data} - _DROPPED_COLUMNS)
     clash = _CALL_KEYS.intersection(columns)
@@ -178,7 +160,7 @@ def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion
 
 def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs: dict[str, Any],
                      tasks: Sequence[Task]) -> Scores:
-    """The weighted reward, feedback texts and each function's value, per row (:class:`Scores`).
+    """The weighted reward, feedback texts and each function's value, per row.
 
     Example:
         >>> def half(completions, **kw): return [0.5] * len(completions)
@@ -242,7 +224,7 @@ def call_checked(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
 
 
 def _failing_row(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], kind: type) -> str:
-    """The first row whose one-row call raises ``kind`` (unless all do); run on the error path only."""
+    """The first row whose one-row call raises ``kind`` (unless all do)."""
     n = len(tasks)
     if n < 2:
         return f"; {_row(0, tasks)}" if n == 1 else ""
@@ -261,7 +243,7 @@ def _failing_row(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
 
 
 def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> tuple[float | None, str | None]:
-    """(finite float or None, feedback text or None) of one reward output; errors name func and row."""
+    """(finite float or None, feedback text or None) of one reward output."""
     note = None
     if isinstance(value, tuple):
         if len(value) != 2 or not isinstance(value[1], str):
@@ -284,8 +266,7 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
 
 
 def _json_value(value: Any, column: str, i: int, tasks: Sequence[Task]) -> Any:
-    """``value`` as written to ``samples.jsonl`` (a numpy/torch scalar as its Python value); what
-    JSON cannot hold is refused here, not when the history is written."""
+    """``value`` as JSON can hold it (a numpy/torch scalar as its Python value), refused here if not."""
     candidates = [value]
     if callable(getattr(value, "item", None)):
         try:
@@ -310,21 +291,19 @@ def _as_float(value: Any) -> float | None:
 
 
 def reward_func_name(func: Any) -> str:
-    """TRL's display name of a reward function (``rewards/<name>/mean``): a ``functools.partial``
-    is named after the function it wraps, a callable object after its class.
+    """TRL's display name of a reward function: a ``functools.partial``'s function, an object's class.
 
     Example:
         >>> import functools
-        >>> def acc(completions, **kw): ...
-        >>> reward_func_name(functools.partial(acc, scale=2)), reward_func_name(RunState())
-        ('acc', 'RunState')
+        >>> reward_func_name(functools.partial(len)), reward_func_name(RunState())
+        ('len', 'RunState')
     """
     while isinstance(func, functools.partial):
         func = func.func
     return getattr(func, "__name__", None) or type(func).__name__
 
 
-_name = reward_func_name  # short, for the error messages
+_name = reward_func_name
 
 
 def _row(i: int, tasks: Sequence[Task]) -> str:

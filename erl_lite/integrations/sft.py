@@ -1,15 +1,10 @@
 """The internalization set as SFT data, and a short warm start with TRL's ``SFTTrainer``.
 
-Internalization (:func:`erl_lite.core.phases.internalize`) trains each second attempt under the
-first attempt's context, never the rulebook that produced it; the successful pairs
-(``r2 ≥ τ``) are supervised data in TRL's conversational prompt-completion format
-(``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
-:func:`warm_start` tokenizes rows as rollouts build episodes (:mod:`erl_lite.core.chat`) and
-hands ``SFTTrainer`` ``input_ids`` with ``assistant_masks``, so observations stay out of the
-loss with any chat template (TRL's ``assistant_only_loss`` needs template markers).
-
-Departures from the paper: the paper internalizes online, inside the RL step; exporting the
-set and fine-tuning on it is an extra, not part of the algorithm.
+The successful second attempts (``r2 ≥ τ``) under the first attempt's context are rows in TRL's
+conversational prompt-completion format. :func:`warm_start` tokenizes them as rollouts build
+episodes and hands ``SFTTrainer`` ``assistant_masks``, so observations stay out of the loss with
+any chat template (TRL's ``assistant_only_loss`` needs template markers).
+Departures from the paper: the paper internalizes online, inside the RL step; this is an extra.
 """
 
 from __future__ import annotations
@@ -25,12 +20,12 @@ from erl_lite.records import FIRST, SECOND, Retry, StepRecord, retries_by_first
 
 
 def internalization_rows(source: Any, threshold: float | None = None) -> list[dict[str, Any]]:
-    """The successful second attempts (``r2 ≥ τ``) under their original prompt, as SFT rows.
+    """The successful second attempts (``r2 ≥ τ``) under their original prompt, as SFT rows
+    (``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
 
-    Args:
-        source: an :class:`~erl_lite.ERLTrainer`, a :class:`~erl_lite.History`, a run folder or
-            ``samples.jsonl`` path, or an iterable of ``Retry``, ``StepRecord`` or their dicts.
-        threshold: τ; required unless ``source`` is a trainer (its ``args.reward_threshold``).
+    ``source``: an :class:`~erl_lite.ERLTrainer`, a :class:`~erl_lite.History`, a run folder or
+    ``samples.jsonl`` path, or an iterable of ``Retry``, ``StepRecord`` or their dicts;
+    ``threshold`` (τ) is required unless ``source`` is a trainer.
 
     Example:
         >>> from erl_lite.records import Attempt, Retry
@@ -40,10 +35,8 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
         ...     return Attempt("t0", "x", 0, system, msgs, [], [], [], reward, reward > 0, "", "", len(replies))
         >>> retry = Retry(attempt("Be brief.", ["5"], 0.0), None, attempt("RULEBOOK: add.", ["4"], 1.0))
         >>> row = internalization_rows([retry], threshold=1.0)[0]
-        >>> row["prompt"]
-        [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '2+2?'}]
-        >>> row["completion"]
-        [{'role': 'assistant', 'content': '4'}]
+        >>> row["prompt"][0]["content"], row["completion"]
+        ('Be brief.', [{'role': 'assistant', 'content': '4'}])
     """
     pairs, default_threshold = _retry_pairs(source)
     tau = threshold if threshold is not None else default_threshold
@@ -77,15 +70,14 @@ def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
 
 def tokenize_row(row: dict[str, Any], tokenizer: Any,
                  template_kwargs: dict[str, Any] | None = None) -> dict[str, list[int]]:
-    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes: each reply
-    and its eos token trained (mask 1), the prompt and the glue around observations not (mask 0).
+    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes: mask 1 on each
+    reply and its eos token.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
         >>> tok = tiny_tokenizer()
-        >>> row = {"prompt": [{"role": "user", "content": "hi"}],
-        ...        "completion": [{"role": "assistant", "content": "yo"}]}
-        >>> out = tokenize_row(row, tok)
+        >>> out = tokenize_row({"prompt": [{"role": "user", "content": "hi"}],
+        ...                     "completion": [{"role": "assistant", "content": "yo"}]}, tok)
         >>> tok.decode([t for t, m in zip(out["input_ids"], out["assistant_masks"]) if m])
         'yo<|im_end|>'
     """
@@ -111,16 +103,11 @@ def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | No
                peft_config: Any = None, max_steps: int = 10, learning_rate: float = 1e-4,
                per_device_train_batch_size: int = 4, output_dir: str | None = None,
                chat_template_kwargs: dict[str, Any] | None = None, **sft_args: Any) -> Any:
-    """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer, whose
-    ``model`` is the warm-started policy.
+    """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer.
 
-    Args:
-        source, threshold: as in :func:`internalization_rows`.
-        peft_config: a ``peft.LoraConfig`` for SFTTrainer to add (None: train ``model`` as is).
-        output_dir: a temporary folder when None (nothing is saved).
-        chat_template_kwargs: the run's ``ERLConfig.chat_template_kwargs``.
-        sft_args: other ``SFTConfig`` fields; they win over the defaults here (no reporting or
-            hub, ``max_length=None`` so no reply is cut, ``bf16`` only where the GPU has it).
+    ``source``, ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for
+    SFTTrainer to add (None: train ``model`` as is); ``sft_args``: other ``SFTConfig`` fields, over
+    the defaults here (no reporting, ``max_length=None`` so no reply is cut).
     """
     import torch
     from datasets import Dataset
@@ -169,8 +156,7 @@ def _pairs_of(item: Any) -> Iterable[tuple[dict, dict]]:
 
 
 def _opening_length(attempt: dict[str, Any]) -> int:
-    """How many of the attempt's messages came before its first generated reply (counted from the
-    end: an opening may itself hold assistant turns, e.g. examples)."""
+    """How many messages precede the first generated reply (counted from the end: an opening may hold replies)."""
     messages, turns = attempt["messages"], attempt["num_turns"]
     seen = 0
     for i in range(len(messages) - 1, -1, -1):

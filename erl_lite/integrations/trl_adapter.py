@@ -1,41 +1,11 @@
 r"""Environment classes written for TRL's ``environment_factory``, run as erl_lite environments.
 
-TRL 1.16's contract: ``reset(**row)`` returns None or a string appended to the last user
-message; public methods are the tools (schemas from type hints and ``Args:``); an optional
-``get_reward()`` adds the instance's reward with weight 1. :class:`TRLEnvironment` plays such a
-class multi-turn: ``<tool_call>`` blocks (Qwen's Hermes format) get ``<tool_response>`` results,
-a reply without one ends the episode. A dict of factories is routed by the ``environment``
-column (:class:`~erl_lite.integrations.multi.MultiEnvironment`). ERL replays a failed task on a
-fresh instance, so ``reset`` should be deterministic in the row.
-
-Example (``examples/trl_env_counter.py``, in short):
-
-    >>> class Counter:
-    ...     def reset(self, target, **kwargs):
-    ...         self.value, self.target = 0, target
-    ...         return f"Reach {target}."
-    ...     def increment(self, step: int) -> str:
-    ...         '''Add to the counter.
-    ...
-    ...         Args:
-    ...             step: how much to add.
-    ...         '''
-    ...         self.value += step
-    ...         return str(self.value)
-    ...     def get_reward(self):
-    ...         return float(self.value == self.target)
-    >>> env = TRLEnvironment(Counter)
-    >>> ep = env.new_episode()
-    >>> ep.reset(Task("t", "Count.", {"target": 3}))
-    'Count.\nReach 3.'
-    >>> ep.step('<tool_call>{"name": "increment", "arguments": {"step": 3}}</tool_call>')[0]
-    '<tool_response>\n3\n</tool_response>'
-    >>> _ = ep.step("Done."); ep.reward, ep.success
-    (1.0, True)
-
-Departures from TRL: a fresh instance per episode (TRL reuses a pool); calls parsed from text,
-arguments passed as the JSON gives them; invalid JSON in a ``<tool_call>`` gets an error result
-(TRL takes it as the answer); no async tools. Departures from the paper: none.
+TRL 1.16's contract: ``reset(**row)`` returns None or text for the last user message, public
+methods are the tools, an optional ``get_reward()`` has weight 1; ``<tool_call>`` blocks (Qwen's
+Hermes format) get ``<tool_response>`` results, a reply without one ends the episode.
+Departures from TRL: a fresh instance per episode (ERL replays a failed task; ``reset`` should be
+deterministic in the row); calls parsed from text; invalid JSON in a ``<tool_call>`` gets an error
+result (TRL takes it as the answer); no async tools. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -52,25 +22,23 @@ from erl_lite.integrations.multi import ENV_COLUMN, MultiEnvironment
 from erl_lite.integrations.reward_calls import RewardLog, call_arguments, reward_sources, weighted_rewards
 from erl_lite.records import Task
 
-#: One tool call (TRL's Qwen response schema uses the same pattern).
-TOOL_CALL = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)
+TOOL_CALL = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)  # as in TRL's Qwen response schema
 _HOOKS = ("reset", "get_reward")
 
 
 def tool_methods(cls: type) -> list[str]:
-    """The methods TRL exposes as tools: public functions other than reset/get_reward, listed on the
-    class as TRL does (an instance would evaluate its properties)."""
+    """The methods TRL exposes as tools: public functions other than reset/get_reward (read on the
+    class, as TRL does: an instance would evaluate its properties)."""
     return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
             if name not in _HOOKS and not name.startswith("_")]
 
 
-#: How an episode ends; the one line of the tool instructions a chat template does not give.
+#: How an episode ends: the one line of the tool instructions a chat template does not give.
 FINAL_ANSWER_HINT = "When you are done, answer without a tool call."
 
 
 def tools_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
-    """The system-prompt block listing the tools and the call format: erl_lite's copy of Qwen's
-    ``tools=`` block, used only when the tokenizer's template does not render ``tools=``."""
+    """Qwen's ``tools=`` system block, for a chat template that does not render ``tools=``."""
     lines = "\n".join(json.dumps(s) for s in schemas)
     return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
             f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
@@ -102,16 +70,28 @@ def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
 
 
 class TRLEnvironment(Environment):
-    """A TRL ``environment_factory`` class as a multi-turn environment (see the module docstring).
+    r"""A TRL ``environment_factory`` class as a multi-turn environment.
 
-    Args:
-        factory: zero-argument callable returning an instance with ``reset`` and tool methods.
-        reward_funcs: TRL-style reward functions, also passed ``environments=`` (the instances);
-            optional when instances have ``get_reward``.
-        reward_weights: weights of ``reward_funcs`` (``get_reward`` has weight 1, as in TRL).
-        success_threshold: reward at or above which an episode counts as solved.
-        max_turns: model turns per episode (TRL: ``max_tool_calling_iterations`` + 1).
-        name: the environment's name in logs (default: the class name, lower-cased).
+    ``reward_funcs`` are also passed ``environments=`` (the instances); ``max_turns`` is TRL's
+    ``max_tool_calling_iterations`` + 1. Example (``examples/trl_env_counter.py``, in short):
+
+        >>> class Counter:
+        ...     def reset(self, target, **kwargs):
+        ...         self.value, self.target = 0, target
+        ...         return f"Reach {target}."
+        ...     def increment(self) -> str:
+        ...         '''Add one to the counter.'''
+        ...         self.value += 1
+        ...         return str(self.value)
+        ...     def get_reward(self):
+        ...         return float(self.value == self.target)
+        >>> ep = TRLEnvironment(Counter).new_episode()
+        >>> ep.reset(Task("t", "Count.", {"target": 1}))
+        'Count.\nReach 1.'
+        >>> ep.step('<tool_call>{"name": "increment"}</tool_call>')[0]
+        '<tool_response>\n1\n</tool_response>'
+        >>> _ = ep.step("Done."); ep.reward, ep.success
+        (1.0, True)
     """
 
     def __init__(self, factory: Callable[[], Any], reward_funcs: Callable | Sequence[Callable] | None = None,
@@ -150,8 +130,7 @@ class TRLEnvironment(Environment):
         self.action_reminder = self.system_prompt
 
     def use_tokenizer(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
-        """Hand the tools to the chat template (``tools=``, as TRL does) when it renders them;
-        otherwise keep erl_lite's text block in the system prompt."""
+        """Hand the tools to the chat template (``tools=``, as TRL does) when it renders them."""
         if self.schemas and template_renders_tools(tokenizer, template_kwargs):
             self._template_tools = self.schemas
             # The template lists tools and call format (after a rulebook too), not how an episode ends.
@@ -284,8 +263,7 @@ class TRLEpisode(BatchScoredEpisode):
 
 def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
     """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: one empty user
-    message per task of an iteration (``reset()`` returns the whole prompt). As in TRL,
-    ``max_steps`` must be set and a dict of factories is refused (it routes by a dataset column).
+    message per task of an iteration (``reset()`` returns the whole prompt).
 
     Example:
         >>> placeholder_rows(object, 3, 2)

@@ -1,9 +1,6 @@
-"""The trainer's wiring: what its arguments become (the environment, the task lists, the process
-group, the reporter, memory, callbacks, the per-environment and reward-function metrics).
-
-:class:`~erl_lite.trainer.ERLTrainer` imports this one module from ``integrations/``, so the loop
-reads without TRL adapters, datasets, trackers or ``accelerate`` in view. Departures from the
-paper: none (plumbing).
+"""The trainer's wiring: what its arguments become (environment, tasks, process group, reporter,
+memory, callbacks, metrics); the trainer imports only this module from ``integrations/``.
+Departures from the paper: none (plumbing).
 """
 
 from __future__ import annotations
@@ -28,9 +25,7 @@ from erl_lite.records import Task, check_unique_task_ids
 def build_environment(args: ERLConfig, env: Environment | None, environment_factory: Any,
                       reward_funcs: Any, feedback_func: Callable | None, reward_weights: Sequence[float] | None,
                       train_dataset: Any) -> tuple[Environment, Any]:
-    """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=`` (TRL-style
-    environment classes, run by :mod:`~erl_lite.integrations.trl_adapter`) or ``reward_funcs=``
-    (dataset tasks, :class:`~erl_lite.integrations.dataset.RewardFunctionEnv`)."""
+    """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=``, ``reward_funcs=``."""
     if environment_factory is not None:
         if env is not None:
             raise ValueError("pass env= or environment_factory=, not both")
@@ -57,15 +52,14 @@ def process_group(args: ERLConfig) -> DataParallel:
 
 
 def reporter_for(args: ERLConfig, dist: DataParallel) -> Any:
-    """The trackers of ``args.report_to`` on rank 0 (None elsewhere). Built on every rank, before the
-    model loads, so a tracker that is not installed fails early everywhere."""
+    """The trackers of ``args.report_to`` on rank 0 (None elsewhere); built on every rank, so a
+    missing tracker fails everywhere."""
     reporter = make_reporter(args)
     return reporter if dist.is_main else None
 
 
 def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig) -> RewardLog:
-    """Hand ``env`` the trainer's state view and tokenizer; returns the log that reward functions'
-    ``log_metric`` / ``log_extra`` write to."""
+    """Hand ``env`` the trainer's state view and tokenizer; returns the reward functions' log."""
     env.trainer_state = trainer_state
     env.reward_log = reward_log = RewardLog()
     env.use_tokenizer(tokenizer, args.chat_template_kwargs)  # e.g. tools= for the chat template
@@ -73,10 +67,8 @@ def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig
 
 
 def read_tasks(env: Environment, data: Any, split: str) -> list[Task]:
-    """Tasks of a dataset (rows, a ``datasets.Dataset``, a path or a name, see
-    :func:`~erl_lite.integrations.data_sources.load_rows`; or Tasks), or of the env's split when
-    ``data`` is None. A :class:`MultiEnvironment` routes rows by their ``environment`` column. Ids
-    must be unique within the split (they key the GRPO groups)."""
+    """Tasks of a dataset (anything :func:`~erl_lite.integrations.data_sources.load_rows` reads), or
+    of the env's split when ``data`` is None; ids must be unique (they key the GRPO groups)."""
     where = f"{split}_dataset" if data is not None else f"the environment's {split} tasks"
     return check_unique_task_ids(_tasks(env, data, split), where)
 
@@ -119,8 +111,8 @@ def env_eval_extras(env: Environment, attempts: list[Any]) -> dict[str, Any]:
 
 
 def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float]:
-    """The means of what reward functions passed to ``log_metric`` since the last call (TRL: sum /
-    count over every process). A name clashing with erl_lite's own keys is refused."""
+    """The means of what reward functions passed to ``log_metric`` since the last call, over every
+    process; a name clashing with erl_lite's own keys is refused."""
     logged = mean_metrics(dist.gather(reward_log.take_metrics()))
     clash = sorted(k for k in logged if describe(k) is not None)
     if clash:
