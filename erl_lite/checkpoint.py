@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import re
 import shutil
 import tempfile
 import warnings
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -41,11 +39,7 @@ _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 def _checked_rng(path: str) -> dict[str, Any]:
     """Read rng.json and prove each state is accepted, on throwaway generators."""
     state = read_json(path)
-    version, internal, gauss = state["python"]
-    random.Random().setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.Generator().set_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    set_rng_state(state, check_only=True)
     return state
 
 
@@ -63,9 +57,7 @@ def ensure_writable(out_dir: str) -> None:
 def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, scheduler: Any,
                     memory: ReflectionMemory, history: History, run: dict[str, Any],
                     save_total_limit: int | None = None, tokenizer: Any = None, hf_state: Any = None) -> str:
-    """Write ``checkpoint-<step>`` atomically, then keep at most ``save_total_limit`` folders.
-
-    ``run`` is :func:`run_identity`'s result. A failure raises :class:`CheckpointError`, changing nothing."""
+    """Write ``checkpoint-<step>`` atomically, then rotate; a failure raises CheckpointError, changing nothing."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
     bad = first_non_finite((n, p) for n, p in model.named_parameters() if p.requires_grad)
     if bad is not None:  # before anything is written or rotated: the last good checkpoint stays
@@ -81,25 +73,22 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
         tmp = tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=out_dir)
         _write_files(tmp, step, model, tokenizer, optimizer, scheduler, memory, history, run, hf_state)
         _move_into_place(tmp, final)
-    except Exception as e:
+    except BaseException as e:  # Ctrl-C mid-write too: drop the partial folder, keep the interrupt
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(e, Exception):
+            raise
         raise CheckpointError(f"could not write {final}: {e}; the checkpoints already in "
                               f"{out_dir} are untouched") from e
-    except BaseException:  # Ctrl-C mid-write: drop the partial folder, keep the interrupt
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
     if save_total_limit is not None:
         _rotate(out_dir, save_total_limit, keep=final)
     return final
 
 
 def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
-    """Write the model's part of a checkpoint (a LoRA adapter, else ``trainable.safetensors``) and the tokenizer.
+    """Write a LoRA adapter, else ``trainable.safetensors``, and the tokenizer; returns the weights' file name.
 
-    Returns the weights' file name. Not ``save_pretrained``: that holds the frozen weights too and drops
-    tied duplicates, while resume restores exactly the trainable tensors by name."""
+    Not ``save_pretrained``: it holds the frozen weights too and drops tied duplicates."""
     if hasattr(model, "peft_config"):
         write_adapter(model, tokenizer, folder)
         return ADAPTER_WEIGHTS
@@ -165,9 +154,7 @@ def list_checkpoints(out_dir: str) -> list[str]:
 
 
 def run_record(path: str) -> dict[str, Any]:
-    """erl_lite's record of a checkpoint's run (``erl_state.json``, or format 2's ``trainer_state.json``).
-
-    Raises :class:`CheckpointError` naming the file."""
+    """erl_lite's record of a checkpoint's run (``erl_state.json``, or format 2's ``trainer_state.json``)."""
     name = ERL_STATE
     if not os.path.isfile(os.path.join(path, ERL_STATE)) and os.path.isfile(os.path.join(path, HF_STATE)):
         old = _read(path, HF_STATE, read_json)
@@ -185,9 +172,7 @@ def run_record(path: str) -> dict[str, Any]:
 
 
 def read_checkpoint(path: str) -> TrainingState:
-    """Read and check every file of a checkpoint folder (format 3, or 2 migrated); changes nothing.
-
-    Raises :class:`CheckpointError` naming a file that is missing, damaged or holds non-tensor objects."""
+    """Read and check every file of a checkpoint folder; :class:`CheckpointError` names a bad one."""
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint folder at {path}")
     meta = run_record(path)
@@ -210,20 +195,14 @@ def read_checkpoint(path: str) -> TrainingState:
     if bad is not None:
         raise CheckpointError(f"{os.path.join(path, weights)} holds NaN or inf in the tensor "
                               f"{bad!r}: a diverged state is never resumed from")
+    run = {"config": meta["config"], "model": meta.get("model", {}),
+           **({"tokenizer": meta["tokenizer"]} if "tokenizer" in meta else {})}
     return TrainingState(
-        step=meta["step"],
-        trainable=trainable,
-        optimizer=optimizer,
+        step=meta["step"], trainable=trainable, optimizer=optimizer,
         scheduler=_read(path, "scheduler.pt", _read_torch) if "scheduler.pt" in files else None,
-        rng=_read(path, "rng.json", _checked_rng),
-        memory=_read(path, "memory.json", _read_memory),
-        records=_read(path, "history.jsonl", _read_jsonl),
-        samples=_read(path, "samples.jsonl", _read_jsonl),
-        run={"config": meta["config"], "model": meta.get("model", {}),
-             **({"tokenizer": meta["tokenizer"]} if "tokenizer" in meta else {})},
-        path=path,
-        weights=weights,
-    )
+        rng=_read(path, "rng.json", _checked_rng), memory=_read(path, "memory.json", _read_memory),
+        records=_read(path, "history.jsonl", _read_jsonl), samples=_read(path, "samples.jsonl", _read_jsonl),
+        run=run, path=path, weights=weights)
 
 
 def previous_run(out_dir: str) -> list[str]:
@@ -255,9 +234,7 @@ def remove_previous_run(out_dir: str) -> None:
 
 
 def latest_good_checkpoint(out_dir: str) -> TrainingState:
-    """The highest-step checkpoint in ``out_dir`` that reads cleanly, warning of each one skipped.
-
-    Raises :class:`CheckpointError` naming the folder when none does."""
+    """The highest-step checkpoint in ``out_dir`` that reads cleanly, warning of each one skipped."""
     skipped = []
     for path in list_checkpoints(out_dir):
         try:
