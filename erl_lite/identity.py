@@ -1,8 +1,7 @@
 """What a run is, for resume: the settings, model, adapter and tokenizer a resuming run must match.
 
-Compared: every ERLConfig field but :data:`RESUMABLE_FIELDS`, the model's name and LoRA settings, and
-the tokenizer's chat template, special tokens and size; the environment is recorded, not compared. A
-part missing from an older checkpoint is taken at its default. Departures from the paper: none.
+Compared: ERLConfig but :data:`RESUMABLE_FIELDS`, the model and LoRA settings, the tokenizer; the env is
+recorded, not compared. Departures from the paper: none.
 """
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ def read_json(path: str | os.PathLike) -> Any:
 def read_jsonl(path: str | os.PathLike, torn_tail: Literal["error", "warn"] = "error") -> list[Any]:
     """One JSON value per non-blank line of ``path``; ValueError ``"<path>:<line>: not valid JSON (...)"``.
 
-    ``torn_tail="warn"`` drops, with a warning, a last line that lacks its newline and does not parse
-    (a write a crash cut short); a damaged line anywhere else is always an error.
+    ``torn_tail="warn"``: a last line without its newline (a crash cut it) is dropped with a warning.
 
     Example:
         >>> import os, tempfile, warnings

@@ -33,9 +33,7 @@ def adapter_folder(path: str) -> str:
 
 
 def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write a LoRA policy's adapter, the tokenizer (unless None) and the :data:`NOTE_FILE` note; returns the note.
-
-    The note records the base model and whether it was 4-bit, which merging needs and PEFT does not record."""
+    """Write a LoRA adapter, the tokenizer and the :data:`NOTE_FILE` note (base model, 4-bit: merging needs them)."""
     from erl_lite.core.policy import base_model as _base_model, is_4bit as _is_4bit
 
     if not hasattr(model, "peft_config"):

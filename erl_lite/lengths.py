@@ -1,9 +1,7 @@
 """Token budgets against the model's context, checked when the trainer is built.
 
-Past its context a model with learned positions crashes inside torch, and a RoPE model quietly reads
-untrained positions, so :func:`check_lengths` refuses budgets and dataset rows that do not fit, naming
-the field, the row and the numbers. Departures from the paper: the reference sets vLLM's
-``max_model_len`` by hand; erl_lite derives the limit from the model.
+Budgets and dataset rows that do not fit are refused, naming the field, the row and the numbers.
+Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand; erl_lite derives it.
 """
 
 from __future__ import annotations
@@ -15,9 +13,7 @@ from erl_lite.core.prompts import PromptTooLongError  # noqa: F401
 
 
 def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Mapping[str, Sequence[Any]]) -> None:
-    """Refuse budgets the model cannot hold and dataset rows that leave no room for a reply.
-
-    ``splits`` is ``{name: tasks}``; only tasks with a ``prompt`` are measured (as ``env`` opens them)."""
+    """Refuse budgets the model cannot hold and ``splits`` rows (``{name: tasks}``) that leave no room for a reply."""
     context = model_context_length(model, tokenizer)
     c = config
     if context is not None:
