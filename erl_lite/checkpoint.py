@@ -132,7 +132,8 @@ def _move_into_place(tmp: str, final: str) -> None:
 
 
 def _rotate(out_dir: str, limit: int, keep: str) -> None:
-    """Delete the oldest checkpoints down to ``limit``, never ``keep`` nor the highest-numbered one."""
+    """Delete the oldest checkpoints down to ``limit``, never ``keep`` nor the highest-numbered one
+    (transformers' ``rotate_checkpoints`` protects only the latter, maybe a stale folder of a longer run)."""
     found = list_checkpoints(out_dir)  # newest first
     protected = {os.path.abspath(keep), os.path.abspath(found[0])} if found else set()
     excess = len(found) - max(limit, len(protected))

@@ -53,8 +53,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any], check_only: bool = False) -> None:
-    """Inverse of :func:`rng_state` (CUDA only when the device count matches); ``check_only``: on throwaway
-    generators, to prove each state is accepted."""
+    """Inverse of :func:`rng_state`; ``check_only`` proves each state loads, on throwaway generators."""
     fresh = (random.Random(), np.random.RandomState(), torch.Generator())
     py, npr, gen = fresh if check_only else (random, np.random, torch.default_generator)
     version, internal, gauss = state["python"]

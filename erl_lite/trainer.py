@@ -53,6 +53,7 @@ class ERLTrainer(CheckpointSaving):
     plug in through ``env=`` or ``environment_factory=``, not ``tools``/``rollout_func``. ``model``: a name,
     a path or a loaded model (``args``' model settings are applied or refused, never ignored). Datasets: rows
     with a ``prompt`` (list, ``datasets.Dataset``, file or name) or Tasks; by default the env's own.
+    Reward functions receive ``trainer_state`` (:attr:`state`: ``global_step``, ``max_steps``, ``epoch``).
     """
 
     def __init__(
@@ -162,8 +163,9 @@ class ERLTrainer(CheckpointSaving):
               ignore_config_mismatch: bool = False) -> History:
         """Run ``args.max_steps`` iterations; returns the :class:`History`.
 
-        ``resume_from_checkpoint``: a folder, or True for the newest clean one in ``output_dir``. An
-        exception in a step rolls back to the last finished step, saves it, and re-raises with a note.
+        ``resume_from_checkpoint``: a folder, or True for the newest clean one in ``output_dir``;
+        ``ignore_config_mismatch``: resume despite changed run settings (else refused, naming each field).
+        An exception in a step rolls back to the last finished step, saves it, and re-raises with a note.
         """
         self._open_run(resume_from_checkpoint, ignore_config_mismatch)
         bar = self._progress()
