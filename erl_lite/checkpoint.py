@@ -1,32 +1,23 @@
 """Checkpoints on disk: everything needed to continue a run exactly where it stopped, loaded safely.
 
-``<output_dir>/checkpoint-<step>/`` has Hugging Face's layout: PEFT's ``adapter_model.safetensors``
-+ ``adapter_config.json`` (a run without LoRA: ``trainable.safetensors``, every trainable tensor by
-name), the tokenizer, ``erl_lite.json`` (the base model, for :mod:`erl_lite.integrations.export`),
-``trainer_state.json`` (``transformers.TrainerState``), ``optimizer.pt`` / ``scheduler.pt``; and
-erl_lite's own ``erl_state.json`` (format, step, files, config and the run's identity, which resume
-compares), ``rng.json``, ``memory.json``, ``history.jsonl`` / ``samples.jsonl``. Format 2 is
-migrated on load; format 1 (a pickled ``rng.pt``) is refused.
-
-Safety and trust: nothing is unpickled (``torch.load(weights_only=True)``, JSON, safetensors);
-weights holding NaN or inf are never written nor resumed from; tensors are restored by name and
-shape (:mod:`erl_lite.run_state`); a checkpoint is written to a hidden folder and renamed into
-place, so a crash never leaves half a checkpoint nor harms an earlier one. One run per folder:
-:func:`previous_run` finds another run's files. Departures from the paper: none.
+``checkpoint-<step>/`` has Hugging Face's layout (PEFT's adapter or ``trainable.safetensors``, the
+tokenizer, ``trainer_state.json``, ``optimizer.pt`` / ``scheduler.pt``) plus erl_lite's
+``erl_state.json`` (format, step, files, the run's identity), ``rng.json``, ``memory.json`` and
+``history.jsonl`` / ``samples.jsonl``. Nothing is unpickled; NaN/inf weights are never written nor
+resumed from; a checkpoint is written to a hidden folder and renamed into place. Format 2 is
+migrated on load; format 1 (a pickled ``rng.pt``) is refused. Departures from the paper: none.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import random
 import re
 import shutil
 import tempfile
 import warnings
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -40,23 +31,18 @@ from erl_lite.layout import (  # noqa: F401 - re-exported
 from erl_lite.run_state import (  # noqa: F401 - re-exported
     CheckpointError, TrainingState, _short, apply_state, capture_state, rng_state, set_rng_state)
 
-# 1: the first layout, with a pickled rng.pt (never loaded: it could run code); 2: the adapter in
-# adapter/, erl_lite's own schema in trainer_state.json (migrated on load); 3: Hugging Face's layout.
+# 1: a pickled rng.pt (never loaded); 2: adapter/ and erl_lite's schema in trainer_state.json; 3: HF's layout.
 FORMAT = 3
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
+
 
 def _checked_rng(path: str) -> dict[str, Any]:
     """Read rng.json and prove each state is accepted, on throwaway generators."""
     state = read_json(path)
-    version, internal, gauss = state["python"]
-    random.Random().setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.Generator().set_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    set_rng_state(state, check_only=True)
     return state
 
 
-# --- writing ----------------------------------------------------------------------------------
 def ensure_writable(out_dir: str) -> None:
     """Create ``out_dir`` if needed and prove a file can be written there, or fail naming it."""
     try:
@@ -71,9 +57,7 @@ def ensure_writable(out_dir: str) -> None:
 def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, scheduler: Any,
                     memory: ReflectionMemory, history: History, run: dict[str, Any],
                     save_total_limit: int | None = None, tokenizer: Any = None, hf_state: Any = None) -> str:
-    """Write ``checkpoint-<step>`` atomically, then keep at most ``save_total_limit`` folders.
-    ``run`` is :func:`run_identity`'s result; ``hf_state`` the ``transformers.TrainerState`` to write
-    (default: the step and the history). A failure raises :class:`CheckpointError`, changing nothing."""
+    """Write ``checkpoint-<step>`` atomically, then rotate; a failure raises CheckpointError, changing nothing."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
     bad = first_non_finite((n, p) for n, p in model.named_parameters() if p.requires_grad)
     if bad is not None:  # before anything is written or rotated: the last good checkpoint stays
@@ -89,26 +73,22 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
         tmp = tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=out_dir)
         _write_files(tmp, step, model, tokenizer, optimizer, scheduler, memory, history, run, hf_state)
         _move_into_place(tmp, final)
-    except Exception as e:
+    except BaseException as e:  # Ctrl-C mid-write too: drop the partial folder, keep the interrupt
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(e, Exception):
+            raise
         raise CheckpointError(f"could not write {final}: {e}; the checkpoints already in "
                               f"{out_dir} are untouched") from e
-    except BaseException:  # Ctrl-C mid-write: drop the partial folder, keep the interrupt
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
     if save_total_limit is not None:
         _rotate(out_dir, save_total_limit, keep=final)
     return final
 
 
 def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
-    """The model's part of a checkpoint (also ``ERLTrainer.save_model``'s): a LoRA policy's adapter
-    in PEFT's format with the ``erl_lite.json`` note (:func:`erl_lite.layout.write_adapter`), or,
-    without LoRA, ``trainable.safetensors``; the tokenizer next to it. Returns the weights' file name.
-    (Not ``save_pretrained``'s ``model.safetensors``: that holds the frozen weights too, and drops
-    tied duplicates, while resume restores exactly the trainable tensors by name.)"""
+    """Write a LoRA adapter, else ``trainable.safetensors``, and the tokenizer; returns the weights' file name.
+
+    Not ``save_pretrained``: it holds the frozen weights too and drops tied duplicates."""
     if hasattr(model, "peft_config"):
         write_adapter(model, tokenizer, folder)
         return ADAPTER_WEIGHTS
@@ -152,9 +132,8 @@ def _move_into_place(tmp: str, final: str) -> None:
 
 
 def _rotate(out_dir: str, limit: int, keep: str) -> None:
-    """Delete the lowest-numbered checkpoints until ``limit`` remain, never ``keep`` (the one
-    just written) nor the highest-numbered one. transformers' ``rotate_checkpoints`` protects
-    only the latter, which may be a stale folder left by an abandoned longer run."""
+    """Delete the oldest checkpoints down to ``limit``, never ``keep`` nor the highest-numbered one
+    (transformers' ``rotate_checkpoints`` protects only the latter, maybe a stale folder of a longer run)."""
     found = list_checkpoints(out_dir)  # newest first
     protected = {os.path.abspath(keep), os.path.abspath(found[0])} if found else set()
     excess = len(found) - max(limit, len(protected))
@@ -166,7 +145,6 @@ def _rotate(out_dir: str, limit: int, keep: str) -> None:
             excess -= 1
 
 
-# --- reading ----------------------------------------------------------------------------------
 def list_checkpoints(out_dir: str) -> list[str]:
     """The ``checkpoint-<step>`` folders in ``out_dir``, highest step first."""
     if not os.path.isdir(out_dir):
@@ -177,9 +155,7 @@ def list_checkpoints(out_dir: str) -> list[str]:
 
 
 def run_record(path: str) -> dict[str, Any]:
-    """erl_lite's record of the run a checkpoint folder belongs to (``format``, ``step``, ``files``,
-    ``config``, ``model``, ``env``...): ``erl_state.json``, or a format-2 checkpoint's
-    ``trainer_state.json``. Raises :class:`CheckpointError` naming the file."""
+    """erl_lite's record of a checkpoint's run (``erl_state.json``, or format 2's ``trainer_state.json``)."""
     name = ERL_STATE
     if not os.path.isfile(os.path.join(path, ERL_STATE)) and os.path.isfile(os.path.join(path, HF_STATE)):
         old = _read(path, HF_STATE, read_json)
@@ -197,8 +173,7 @@ def run_record(path: str) -> dict[str, Any]:
 
 
 def read_checkpoint(path: str) -> TrainingState:
-    """Read and check every file of a checkpoint folder (format 3, or 2 migrated); changes nothing.
-    Raises :class:`CheckpointError` naming a file that is missing, damaged or holds non-tensor objects."""
+    """Read and check every file of a checkpoint folder; :class:`CheckpointError` names a bad one."""
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint folder at {path}")
     meta = run_record(path)
@@ -221,25 +196,18 @@ def read_checkpoint(path: str) -> TrainingState:
     if bad is not None:
         raise CheckpointError(f"{os.path.join(path, weights)} holds NaN or inf in the tensor "
                               f"{bad!r}: a diverged state is never resumed from")
+    run = {"config": meta["config"], "model": meta.get("model", {}),
+           **({"tokenizer": meta["tokenizer"]} if "tokenizer" in meta else {})}
     return TrainingState(
-        step=meta["step"],
-        trainable=trainable,
-        optimizer=optimizer,
+        step=meta["step"], trainable=trainable, optimizer=optimizer,
         scheduler=_read(path, "scheduler.pt", _read_torch) if "scheduler.pt" in files else None,
-        rng=_read(path, "rng.json", _checked_rng),
-        memory=_read(path, "memory.json", _read_memory),
-        records=_read(path, "history.jsonl", _read_jsonl),
-        samples=_read(path, "samples.jsonl", _read_jsonl),
-        run={"config": meta["config"], "model": meta.get("model", {}),
-             **({"tokenizer": meta["tokenizer"]} if "tokenizer" in meta else {})},
-        path=path,
-        weights=weights,
-    )
+        rng=_read(path, "rng.json", _checked_rng), memory=_read(path, "memory.json", _read_memory),
+        records=_read(path, "history.jsonl", _read_jsonl), samples=_read(path, "samples.jsonl", _read_jsonl),
+        run=run, path=path, weights=weights)
 
 
 def previous_run(out_dir: str) -> list[str]:
-    """What of another run ``out_dir`` holds: its ``checkpoint-<step>`` folders (newest first)
-    and ``history.jsonl`` when it has a record; empty when a fresh run may start there.
+    """Another run's files in ``out_dir`` (checkpoint folders, a non-empty ``history.jsonl``); empty if none.
 
     Example:
         >>> import tempfile
@@ -257,9 +225,7 @@ def previous_run(out_dir: str) -> list[str]:
 
 
 def remove_previous_run(out_dir: str) -> None:
-    """Delete a previous run's own files from ``out_dir`` (``overwrite_output_dir``): its
-    checkpoint folders (finished or half-written), ``history.jsonl`` and ``samples.jsonl``.
-    Every other file (figures, reports, tracker logs, a user's notes) stays."""
+    """Delete a previous run's checkpoint folders and history files from ``out_dir``; other files stay."""
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
         if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):
@@ -269,8 +235,7 @@ def remove_previous_run(out_dir: str) -> None:
 
 
 def latest_good_checkpoint(out_dir: str) -> TrainingState:
-    """The highest-step checkpoint in ``out_dir`` that reads cleanly; each one skipped on the
-    way is named in a warning. Raises :class:`CheckpointError` naming the folder when none does."""
+    """The highest-step checkpoint in ``out_dir`` that reads cleanly, warning of each one skipped."""
     skipped = []
     for path in list_checkpoints(out_dir):
         try:
@@ -283,9 +248,8 @@ def latest_good_checkpoint(out_dir: str) -> TrainingState:
     raise CheckpointError(f"nothing to resume in {out_dir}: every checkpoint is damaged:\n" + "\n".join(skipped))
 
 
-# --- helpers ----------------------------------------------------------------------------------
 def _read_adapter(path: str) -> dict[str, torch.Tensor]:
-    """An adapter's tensors, read by PEFT (under the names it saves them with)."""
+    """An adapter's tensors, read by PEFT under its saved names."""
     from peft.utils import load_peft_weights
 
     return load_peft_weights(os.path.dirname(path), device="cpu")
@@ -301,7 +265,7 @@ def _read_trainer_state(path: str) -> Any:
 
 
 def _read_memory(path: str) -> Any:
-    """memory.json, refused (naming the field) when its entries are not what a memory holds."""
+    """memory.json, refused (naming the field) when its entries are malformed."""
     state = read_json(path)
     check_memory_state(state)
     return state
@@ -335,7 +299,7 @@ def _read_torch(path: str) -> Any:
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    # written whole before the checkpoint folder is moved into place: a torn line is damage
+    # written whole before the folder is moved into place: a torn line is damage
     return read_jsonl(path, torn_tail="error")
 
 

@@ -1,9 +1,5 @@
-"""The run's history: one metrics record per step, plus sampled full step records.
-
-In the output folder: ``history.jsonl``, one object per training step (``"kind": "train"``) and per
-evaluation (``"kind": "eval"``), keys as in :data:`erl_lite.metrics.METRIC_GLOSSARY`; and
-``samples.jsonl``, every ``sample_every``-th :class:`~erl_lite.records.StepRecord` in full. Each
-record also goes to :attr:`History.reporter` (the trackers of ``report_to``) when set.
+"""The run's history: ``history.jsonl`` (one record per step and evaluation, keyed as
+:data:`erl_lite.metrics.METRIC_GLOSSARY`) and ``samples.jsonl`` (every ``sample_every``-th StepRecord).
 Departures from the paper: none.
 """
 
@@ -39,14 +35,10 @@ class History:
     records: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     out_dir: str | None = None
-    reporter: Any = field(default=None, repr=False, compare=False)
-    """Receives every logged record: ``reporter.log(record, step_record)`` (see
-    :class:`erl_lite.integrations.reporting.Reporter`); None sends nothing anywhere."""
+    reporter: Any = field(default=None, repr=False, compare=False)  # gets reporter.log(record, step_record)
 
     def log(self, metrics: dict[str, Any], kind: str = "train", step_record: Any = None) -> None:
-        """Append one record (and one line to ``history.jsonl`` when ``out_dir`` is set), and
-        hand it to the reporter with the iteration's :class:`~erl_lite.records.StepRecord`
-        (whose texts make the trackers' sample tables), when there is one."""
+        """Append one record (to ``history.jsonl`` too when ``out_dir`` is set) and hand it to the reporter."""
         record = {"kind": kind, **metrics}
         self.records.append(record)
         self._append("history.jsonl", record)
@@ -54,7 +46,7 @@ class History:
             self.reporter.log(record, step_record)
 
     def close_reporter(self) -> None:
-        """Send what the reporter still holds and close its trackers (the end of training)."""
+        """Send what the reporter still holds and close its trackers."""
         if self.reporter is not None:
             self.reporter.close()
 
@@ -92,25 +84,16 @@ class History:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":
-        """Load from a run folder or from a ``history.jsonl`` file. A last line that a crash cut
-        off is dropped with a warning naming the file and line; a damaged line elsewhere is a
-        ValueError naming them (:func:`erl_lite.jsonio.read_jsonl`)."""
+        """Load from a run folder or a ``history.jsonl``; a last line a crash cut off is dropped with a warning."""
         p = Path(path)
         folder = p if p.is_dir() else p.parent
         hist_file = p if p.is_file() else folder / "history.jsonl"
         if not hist_file.exists():
             raise FileNotFoundError(f"no history.jsonl at {hist_file}")
         samples_file = folder / "samples.jsonl"
-        return cls(
-            records=_read_jsonl(hist_file),
-            samples=_read_jsonl(samples_file) if samples_file.exists() else [],
-        )
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    # A run that crashed mid-write leaves its last line cut off: drop it with a warning, so the
-    # history up to then can still be drawn; a damaged line elsewhere is an error naming it.
-    return read_jsonl(path, torn_tail="warn")
+        # A crash mid-write leaves the last line cut off: drop it, so the history up to then can be drawn.
+        samples = read_jsonl(samples_file, torn_tail="warn") if samples_file.exists() else []
+        return cls(records=read_jsonl(hist_file, torn_tail="warn"), samples=samples)
 
 
 def _write_jsonl(path: str, rows: Iterable[dict[str, Any]]) -> None:

@@ -1,13 +1,7 @@
-"""What a run is, for resume: the settings, the model, the adapter and the tokenizer that a
-checkpoint records and that a resuming run must match (one line per difference).
+"""What a run is, for resume: the settings, model, adapter and tokenizer a resuming run must match.
 
-Compared: every ERLConfig field but :data:`RESUMABLE_FIELDS`; the base model's name and the LoRA
-settings (:data:`LORA_FIELDS`); a hash of the tokenizer's chat template, its EOS and pad tokens
-and vocabulary size. The environment is recorded for ``erl-lite eval``, not compared. A part or
-field missing from an older checkpoint is taken at its default (a missing tokenizer part is not
-compared).
-
-Departures from the paper: none (the reference resumes without checks).
+Compared: ERLConfig but :data:`RESUMABLE_FIELDS`, the model and LoRA settings, the tokenizer; the env is
+recorded, not compared. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -16,8 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-#: ERLConfig fields that may differ between a checkpoint and the run resuming it: they change
-#: how a run is watched, saved or split into micro-batches, not what it computes.
+#: ERLConfig fields a resume may change: how a run is watched, saved or micro-batched, not what it computes.
 RESUMABLE_FIELDS = frozenset({
     "max_steps", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit", "eval_steps",
     "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "gradient_checkpointing",
@@ -26,17 +19,15 @@ RESUMABLE_FIELDS = frozenset({
     "project", "preset_name",
 })
 
-#: ``peft.LoraConfig`` fields recorded besides ``r``, ``lora_alpha`` and ``target_modules``: each
-#: changes the adapter's output or which tensors train (initialisation settings are not recorded:
-#: a resume overwrites the weights anyway).
+#: ``peft.LoraConfig`` fields recorded besides ``r``, ``lora_alpha`` and ``target_modules``: each changes
+#: the adapter's output or which tensors train (initialisation is not recorded: a resume overwrites it).
 LORA_FIELDS = ("use_rslora", "use_dora", "lora_dropout", "bias", "lora_bias", "modules_to_save",
                "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern", "alpha_pattern",
                "trainable_token_indices", "target_parameters", "layer_replication", "fan_in_fan_out")
 
 
 def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env: Any = None) -> dict[str, Any]:
-    """The config, the model's identity (name, LoRA settings) and the tokenizer's, as resume
-    compares them (:func:`run_differences`), and the environment's (:func:`environment_identity`).
+    """The config, model, tokenizer and environment identities a checkpoint records.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -65,8 +56,7 @@ def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env:
 
 
 def environment_identity(env: Any) -> dict[str, Any]:
-    """What a run trained on: the environment's ``name`` and class, and the ``module:function``
-    specs of its reward and feedback functions when it has them (dataset rows).
+    """The environment's ``name``, class and (dataset rows) ``module:function`` reward and feedback specs.
 
     Example:
         >>> from erl_lite.integrations.dataset import RewardFunctionEnv
@@ -88,9 +78,7 @@ def environment_identity(env: Any) -> dict[str, Any]:
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
-    """What of a tokenizer changes the token ids of a run: a hash of the chat template (all of
-    them, when a tokenizer has several named ones), the EOS and pad tokens with their ids, and
-    the vocabulary size (added tokens included).
+    """What of a tokenizer changes a run's token ids: its chat template's hash, EOS and pad tokens, and size.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -135,7 +123,7 @@ def _plain(value: Any) -> Any:
 
 
 def _config_defaults() -> dict[str, Any]:
-    """``ERLConfig()``'s fields as a checkpoint stores them (JSON round trip)."""
+    """``ERLConfig()``'s fields as a checkpoint stores them."""
     from erl_lite.config import ERLConfig
 
     return json.loads(json.dumps(ERLConfig().to_dict()))

@@ -1,15 +1,6 @@
 """Reading JSON and JSON-lines files with errors that name the file, the line and the column.
 
-``json.loads`` on one line of a file counts lines and columns within that line, and
-``datasets`` reports a byte position; neither names the file. Every JSON file erl_lite reads
-(``trainer_state.json``, ``history.jsonl``, dataset ``.jsonl`` files, ...) goes through here.
-
-A JSON-lines file that a crash cut off mid-write ends in a line without its newline (erl_lite
-appends ``json.dumps(record) + "\\n"`` in one write). :func:`read_jsonl` with
-``torn_tail="warn"`` drops such a last line with a warning naming it, so a run's history can
-still be drawn; a damaged line anywhere else (or a damaged last line that ends in a newline) is
-always an error.
-
+``json.loads`` and ``datasets`` do not name the file; every JSON file erl_lite reads goes through here.
 Departures from the paper: none; this is plumbing.
 """
 
@@ -42,16 +33,9 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike, torn_tail: Literal["error", "warn"] = "error") -> list[Any]:
-    """One JSON value per non-blank line of ``path``.
+    """One JSON value per non-blank line of ``path``; ValueError ``"<path>:<line>: not valid JSON (...)"``.
 
-    Args:
-        torn_tail: ``"warn"``: a last line without its newline that does not parse (a write a
-            crash cut short) is dropped with a warning naming the file and line; ``"error"``:
-            it is an error like any other.
-
-    Raises:
-        ValueError: ``"<path>:<line>: not valid JSON (... at column <c>)"`` for a line that does
-            not parse (lines counted from 1, blank lines included).
+    ``torn_tail="warn"``: a last line without its newline (a crash cut it) is dropped with a warning.
 
     Example:
         >>> import os, tempfile, warnings

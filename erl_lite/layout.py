@@ -1,7 +1,6 @@
 """What a run saves, by name: Hugging Face's file layout, and a LoRA adapter written with its note.
 
-The names every reader of a run's folder shares (checkpoint, export, results, the CLI), in one
-module below them all. Departures from the paper: none.
+One module below checkpoint, export, results and the CLI. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -34,9 +33,7 @@ def adapter_folder(path: str) -> str:
 
 
 def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write a LoRA policy's adapter (PEFT's ``save_pretrained``), the tokenizer (unless None) and
-    the :data:`NOTE_FILE` note (the base model and whether it was 4-bit, which merging needs and
-    PEFT does not record). Returns the note."""
+    """Write a LoRA adapter, the tokenizer and the :data:`NOTE_FILE` note (base model, 4-bit: merging needs them)."""
     from erl_lite.core.policy import base_model as _base_model, is_4bit as _is_4bit
 
     if not hasattr(model, "peft_config"):
@@ -44,7 +41,7 @@ def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str,
                          "is saved with model.save_pretrained(folder)")
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)
-    if tokenizer is not None:  # a checkpoint written without one (checkpoint.save_checkpoint's default)
+    if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     note = {"base_model": getattr(_base_model(model).config, "_name_or_path", "") or "",
             "base_quantization": "4bit" if _is_4bit(model) else "none", "evaluation": evaluation}

@@ -1,27 +1,19 @@
 """Token budgets against the model's context, checked when the trainer is built.
 
-Past its context length a model with learned positions crashes deep inside torch, and a RoPE
-model quietly reads positions it never trained on. :func:`check_lengths` refuses budgets that
-exceed the context (an attempt turn: ``max_episode_length``; a reflection:
-``max_reflection_prompt_length`` + ``max_reflection_length``), a reflection budget too small for
-its request's fixed text, and rows whose prompt leaves no room for one reply, naming the field,
-the row and the numbers. :func:`check_request` (in :mod:`erl_lite.core.generation`) guards each
-``generate`` call. Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand;
-erl_lite derives the limit from the model.
+Budgets and dataset rows that do not fit are refused, naming the field, the row and the numbers.
+Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand; erl_lite derives it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-# The sampler's own guard lives beside the sampler; re-exported here with the trainer's checks.
-from erl_lite.core.generation import CONTEXT_KEYS, check_request, model_context_length  # noqa: F401
-from erl_lite.core.prompts import PromptTooLongError  # noqa: F401 - its home is the prompt fitting
+from erl_lite.core.generation import model_context_length
+from erl_lite.core.prompts import PromptTooLongError  # noqa: F401
+
 
 def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Mapping[str, Sequence[Any]]) -> None:
-    """Refuse budgets the model cannot hold and dataset rows that leave no room for a reply.
-    ``splits`` is ``{name: tasks}`` (e.g. ``{"train_dataset": [...]}``); the tasks with a ``prompt``
-    are measured, as ``env`` opens them; the others are rendered by their environment at play time."""
+    """Refuse budgets the model cannot hold and ``splits`` rows (``{name: tasks}``) that leave no room for a reply."""
     context = model_context_length(model, tokenizer)
     c = config
     if context is not None:
@@ -41,7 +33,7 @@ def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Map
 
 
 def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
-    """The reflection request's own text (headers, the request) must fit its budget."""
+    """The reflection request's fixed text must fit its budget."""
     from erl_lite.core.prompts import reflection_skeleton_length
 
     needs = reflection_skeleton_length(tokenizer, c.chat_template_kwargs)

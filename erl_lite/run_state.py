@@ -1,6 +1,5 @@
-"""A run's state between two steps, in memory: a copy of the live trainer (to undo a step cut
-short), the random states as plain lists, and loading a state back into the live objects, checked
-tensor by tensor before anything is touched. The files are :mod:`erl_lite.checkpoint`'s.
+"""A run's state between two steps, in memory: a copy of the live trainer (to undo a step cut short),
+the random states as plain lists, and loading a state back, checked before anything is touched.
 Departures from the paper: none.
 """
 
@@ -26,8 +25,7 @@ class CheckpointError(RuntimeError):
 
 @dataclass
 class TrainingState:
-    """The state of a run between two steps: read from a checkpoint, or copied from a live
-    trainer (on the CPU) so that an interrupted step can be undone."""
+    """The state of a run between two steps: read from a checkpoint, or a CPU copy of a live trainer."""
 
     step: int
     trainable: dict[str, torch.Tensor]
@@ -39,9 +37,7 @@ class TrainingState:
     samples: list[dict[str, Any]]
     run: dict[str, Any] = field(default_factory=dict)  # {"config": ..., "model": ...}
     path: str | None = None  # the checkpoint folder it was read from
-    weights: str = TRAINABLE_WEIGHTS
-    """How ``trainable`` is keyed: by parameter name (``trainable.safetensors``, and live copies),
-    or by PEFT's saved names (``adapter_model.safetensors``, loaded through PEFT)."""
+    weights: str = TRAINABLE_WEIGHTS  # keys of ``trainable``: parameter names, or PEFT's (ADAPTER_WEIGHTS)
 
 
 def rng_state() -> dict[str, Any]:
@@ -56,39 +52,35 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of :func:`rng_state` (CUDA states only when the device count matches)."""
+def set_rng_state(state: dict[str, Any], check_only: bool = False) -> None:
+    """Inverse of :func:`rng_state`; ``check_only`` proves each state loads, on throwaway generators."""
+    fresh = (random.Random(), np.random.RandomState(), torch.Generator())
+    py, npr, gen = fresh if check_only else (random, np.random, torch.default_generator)
     version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    py.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    npr.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    gen.set_state(torch.tensor(state["torch"], dtype=torch.uint8))
     cuda = state.get("cuda")
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+    if not check_only and cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in cuda])
 
 
 def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory,
                   history: History) -> TrainingState:
-    """A CPU copy of the live state (trainable tensors and optimizer moments included), to
-    roll back a step that was cut short. Costs about three copies of the trainable weights."""
+    """A CPU copy of the live state, to roll back a step cut short (about 3x the trainable weights)."""
     return TrainingState(
         step=step,
         trainable={n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad},
         optimizer=_cpu_copy(optimizer.state_dict()),
         scheduler=_cpu_copy(scheduler.state_dict()) if scheduler is not None else None,
-        rng=rng_state(),
-        memory=copy.deepcopy(memory.state_dict()),
-        records=list(history.records),
-        samples=list(history.samples),
-    )
+        rng=rng_state(), memory=copy.deepcopy(memory.state_dict()),
+        records=list(history.records), samples=list(history.samples))
 
 
 def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any,
                 memory: ReflectionMemory) -> None:
-    """Load ``state`` into the live objects (the caller sets the step and the history). The tensors
-    must be exactly the model's trainable ones (an adapter's: PEFT's), by name and shape, checked
-    before anything is touched."""
+    """Load ``state`` (exactly the trainable tensors, by name and shape) into the live objects, bar step and history."""
     where = os.path.join(state.path or "the saved state", state.weights)
     through_peft = state.weights == ADAPTER_WEIGHTS
     if through_peft:

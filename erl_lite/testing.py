@@ -1,19 +1,7 @@
 """A tiny, offline, randomly initialised chat model for tests, notebooks and CPU demos.
 
-A character-level tokenizer (printable English round-trips exactly) and a two-layer decoder with
-random weights, built in-process: the whole training path (LoRA and 4-bit QLoRA included) runs
-offline in seconds. The decoder comes in the families the presets load (``FAMILIES``: Llama,
-Qwen2 with q/k/v bias, Qwen3 with q/k norms, tied embeddings), since bugs hide in those differences.
-Departures from the paper: none; this is test scaffolding, no part of the algorithm.
-
-Example:
-    >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-    >>> tok = tiny_tokenizer()
-    >>> tok.decode(tok("Hello, world!\\n")["input_ids"])
-    'Hello, world!\\n'
-    >>> model = tiny_model(tok)
-    >>> model.config.vocab_size == len(tok)
-    True
+A character-level tokenizer and a two-layer random decoder in each family the presets load
+(``FAMILIES``), since bugs hide in their differences. Departures from the paper: none; test scaffolding.
 """
 
 from __future__ import annotations
@@ -28,12 +16,10 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, LlamaConfig, P
 PAD, BOS, EOS, IM_START, IM_END, UNK = "<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>", "<|unk|>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, IM_END, UNK]
 
-# Printable ASCII (space .. tilde) plus newline and tab; "\r", "\x0b", "\x0c" are left out on
-# purpose so that a text's token count equals its character count for ordinary prose.
+# Printable ASCII plus newline and tab ("\r", "\x0b", "\x0c" left out): prose has one token per character.
 CHARACTERS = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
 
-# Architecture family -> config class. Qwen2 always puts a bias on q/k/v; Qwen3 normalises
-# each head's queries and keys; Llama has neither.
+# Qwen2 puts a bias on q/k/v; Qwen3 normalises each head's queries and keys; Llama has neither.
 _CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 
 # Every tiny variant tests should cover: (family, tie_embeddings).
@@ -51,24 +37,21 @@ CHATML_TEMPLATE = (
 def tiny_tokenizer(chat_template: bool = True) -> PreTrainedTokenizerFast:
     """Build a character-level fast tokenizer with ChatML special tokens, fully offline.
 
-    Ids 0-5 are the special tokens (pad, bos, eos, im_start, im_end, unk), then one id per
-    character of ``CHARACTERS``. No BOS is prepended, so ``decode(encode(x)) == x`` for
-    printable ASCII ``x``; other characters map to ``<|unk|>``.
-
-    ``chat_template=True``: a ChatML template and ``<|im_end|>`` as eos (an instruct model);
-    False: no template and ``<|eos|>`` (a base model).
+    Ids 0-5 are :data:`SPECIAL_TOKENS`, then one per character; ``decode(encode(x)) == x`` for printable
+    ASCII. ``chat_template=False``: no template and ``<|eos|>`` as eos (a base model).
 
     Example:
         >>> tok = tiny_tokenizer()
         >>> tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
         ...                         add_generation_prompt=True)
         '<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n'
+        >>> tok.decode(tok("Hello, world!\\n")["input_ids"])
+        'Hello, world!\\n'
     """
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    # Split into single characters; "[\s\S]" also matches newline (unlike ".").
+    # Single characters; "[\s\S]" also matches newline (unlike ".").
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    # Fuse joins tokens with no separator, so decoding is plain concatenation.
     core.decoder = decoders.Fuse()
     core.add_special_tokens(SPECIAL_TOKENS)
 
@@ -86,21 +69,13 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden_size: i
                tie_embeddings: bool = False) -> PreTrainedModel:
     """Build a randomly initialised causal LM whose vocabulary matches ``tokenizer``.
 
-    The default sizes give ~0.1M parameters; every linear layer's input width is a multiple of
-    64, the bitsandbytes 4-bit block size, so the model also loads in 4-bit NF4 on CPU.
-
-    ``seed`` fixes the weights; ``family`` is "llama" (no bias), "qwen2" (q/k/v bias) or "qwen3"
-    (q/k RMSNorm); ``tie_embeddings`` shares the input embedding with the output head.
+    ~0.1M parameters by default; linear input widths are multiples of 64 (bitsandbytes' 4-bit block),
+    so it also loads in 4-bit NF4 on CPU. ``family``: "llama", "qwen2" or "qwen3".
 
     Example:
-        >>> model = tiny_model(tiny_tokenizer(), seed=1)
-        >>> model.config.max_position_embeddings >= 4096
-        True
         >>> qwen = tiny_model(tiny_tokenizer(), family="qwen2", tie_embeddings=True)
         >>> type(qwen).__name__, qwen.model.layers[0].self_attn.q_proj.bias is not None
         ('Qwen2ForCausalLM', True)
-        >>> qwen.lm_head.weight is qwen.model.embed_tokens.weight
-        True
     """
     if family not in _CONFIGS:
         raise ValueError(f"family must be one of {sorted(_CONFIGS)}, got {family!r}")
@@ -113,7 +88,7 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden_size: i
         max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=tie_embeddings)
-    # fork_rng keeps the caller's global RNG stream untouched by model construction.
+    # fork_rng leaves the caller's global RNG stream untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
@@ -124,8 +99,7 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden_size: i
 
 
 def _randomise_biases_and_norms(model: torch.nn.Module) -> None:
-    """Move projection biases off 0 and q/k norm gains off 1, as in trained checkpoints: else a code
-    path dropping a Qwen2 bias or a Qwen3 q/k norm would give the same numbers (a Llama is unchanged)."""
+    """Move biases off 0 and q/k norm gains off 1, so a path dropping a Qwen bias or q/k norm shows."""
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(".bias"):
@@ -136,18 +110,13 @@ def _randomise_biases_and_norms(model: torch.nn.Module) -> None:
 
 def _eos_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
     """End-of-generation ids: a chat model stops at ``<|im_end|>`` *or* ``<|eos|>`` (like Qwen)."""
-    ids = [tokenizer.eos_token_id]
     plain_eos = tokenizer.convert_tokens_to_ids(EOS)
-    if plain_eos not in ids:
-        ids.append(plain_eos)
-    return ids
+    return [tokenizer.eos_token_id] + ([plain_eos] if plain_eos != tokenizer.eos_token_id else [])
 
 
 def save_tiny_model(path: str | os.PathLike, chat_template: bool = True, seed: int = 0,
                     family: str = "llama", tie_embeddings: bool = False) -> str:
-    """Write a tiny model and its tokenizer to ``path``; it then loads like a hub checkpoint.
-
-    ``family`` and ``tie_embeddings`` choose the architecture as in :func:`tiny_model`.
+    """Write a tiny model (as :func:`tiny_model`) and its tokenizer to ``path``; it loads like a hub checkpoint.
 
     Example:
         >>> import tempfile
@@ -168,9 +137,7 @@ QWEN3_TOKENIZER_ENV = "ERL_LITE_QWEN3_TOKENIZER"
 
 
 def find_qwen3_tokenizer() -> str | None:
-    """The folder holding the offline Qwen3 tokenizer (``tokenizer.json``, ``tokenizer_config.json``):
-    ``$ERL_LITE_QWEN3_TOKENIZER``, else ``shared/qwen3_tokenizer`` beside or inside the repository;
-    None when there is none (callers skip or fall back).
+    """The offline Qwen3 tokenizer's folder (``$ERL_LITE_QWEN3_TOKENIZER`` or ``shared/qwen3_tokenizer``), or None.
 
     Example:
         >>> find_qwen3_tokenizer() is None or os.path.isfile(os.path.join(find_qwen3_tokenizer(), "tokenizer.json"))
@@ -191,11 +158,7 @@ def find_qwen3_tokenizer() -> str | None:
 
 
 def qwen3_tokenizer(folder: str | os.PathLike | None = None) -> PreTrainedTokenizerFast:
-    """The real Qwen3 tokenizer and chat template, offline (151,669 tokens; eos ``<|im_end|>``,
-    pad ``<|endoftext|>``), from ``folder`` or :func:`find_qwen3_tokenizer`.
-
-    Raises FileNotFoundError when no folder is given and none is found.
-    """
+    """The real Qwen3 tokenizer and chat template, offline, from ``folder`` or :func:`find_qwen3_tokenizer`."""
     import json
 
     folder = os.fspath(folder) if folder is not None else find_qwen3_tokenizer()

@@ -1,12 +1,8 @@
 """ERLTrainer: the training loop around :func:`erl_lite.core.phases.erl_step`.
 
-Usage mirrors TRL's GRPOTrainer (same argument names and reward-function signature), so a
-GRPOTrainer user changes one line; environments plug into the same trainer through ``env=``.
-
-Departures from the paper (the README gives each in full): ``transformers.generate``, not vLLM;
-data parallel under ``accelerate launch``, not Ray; LoRA/QLoRA (the KL reference: the adapter
-disabled); small batches; one memory slot, written only with a parsed rulebook; internalization as
-the released code; evaluation of first attempts only; ``mode="rlvr"`` defaults to G = 10.
+Usage mirrors TRL's GRPOTrainer (argument names, reward-function signature); environments plug in via ``env=``.
+Departures from the paper (README): ``transformers.generate``, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
+reference: the adapter disabled); small batches; one memory slot; evaluation of first attempts only.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
@@ -53,30 +49,10 @@ from erl_lite.trainer_saving import CheckpointSaving
 class ERLTrainer(CheckpointSaving):
     """Trains a causal LM with ERL (or RLVR / Algorithm 1 / an ablation, per ``args.mode``).
 
-    The first six parameters are TRL 1.16's ``GRPOTrainer``'s, in its order; the rest are
-    keyword-only (TRL's ``reward_processing_classes``, ``tools`` and ``rollout_func`` are not taken:
-    multi-turn tasks and tools plug in through ``env=`` or ``environment_factory=``).
-
-    Args:
-        model: a model name or path (loaded by :func:`erl_lite.models.load_policy`), or a loaded model,
-            to which the model settings of ``args`` are applied or refused, never ignored
-            (:func:`~erl_lite.trainer_args.adopt_model_object`).
-        reward_funcs: TRL-style reward function(s) for dataset tasks (:mod:`erl_lite.integrations.dataset`).
-        args: the :class:`ERLConfig` (a ``GRPOConfig`` object is refused).
-        train_dataset, eval_dataset: rows with a ``prompt`` column (a list, a ``datasets.Dataset``, a file
-            or a dataset name: :mod:`erl_lite.integrations.data_sources`) or Tasks; by default the
-            env's ``train_tasks()`` / ``test_tasks()``.
-        processing_class: the tokenizer (loaded with the model when omitted).
-        callbacks: ``transformers.TrainerCallback`` objects or classes (:mod:`erl_lite.integrations.callbacks`),
-            and functions ``f(trainer, step_record)`` called after every iteration.
-        optimizers: ``(optimizer, scheduler)``, either None for the default from ``args``.
-        quantization_config: a 4-bit ``BitsAndBytesConfig``; peft_config: a ``peft.LoraConfig``.
-        environment_factory: TRL-style environment class(es) (:mod:`erl_lite.integrations.trl_adapter`).
-        feedback_func: TRL-style function returning one feedback string per completion.
-        env: a multi-turn :class:`Environment` instead of reward functions.
-        generator: a custom sampler (e.g. :class:`~erl_lite.core.generation.ScriptedGenerator`).
-        reward_weights: weights of several reward functions.
-
+    The first six parameters are TRL 1.16's ``GRPOTrainer``'s, in its order; multi-turn tasks and tools
+    plug in through ``env=`` or ``environment_factory=``, not ``tools``/``rollout_func``. ``model``: a name,
+    a path or a loaded model (``args``' model settings are applied or refused, never ignored). Datasets: rows
+    with a ``prompt`` (list, ``datasets.Dataset``, file or name) or Tasks; by default the env's own.
     Reward functions receive ``trainer_state`` (:attr:`state`: ``global_step``, ``max_steps``, ``epoch``).
     """
 
@@ -103,7 +79,7 @@ class ERLTrainer(CheckpointSaving):
             raise TypeError(f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
                             "ERLConfig.preset('gpu', max_steps=...) in place of a GRPOConfig")
         self.args = args = args or ERLConfig()
-        has_env = env is not None or environment_factory is not None  # an env brings its own test tasks
+        has_env = env is not None or environment_factory is not None  # it brings its own test tasks
         self.env, train_dataset = wiring.build_environment(args, env, environment_factory, reward_funcs,
                                                            feedback_func, reward_weights, train_dataset)
         self.callbacks, trainer_callbacks = check_callbacks(callbacks)
@@ -121,21 +97,23 @@ class ERLTrainer(CheckpointSaving):
         self.memory = wiring.memory_for(self.env, args)
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
         self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
-        # The bars inside a step and of evaluation; read at each bar, so setting progress_bar later counts.
+        # Read at each bar, so setting progress_bar later counts.
         self.progress = Progress(lambda: self.args.progress_bar and self.dist.is_main)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args, self.progress)
-        self.optimizer, self.scheduler = self._optimizers(*optimizers)
+        optimizer, scheduler = optimizers
+        if optimizer is None:
+            optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], args)
+        self.optimizer = optimizer
+        self.scheduler = scheduler if scheduler is not None else build_scheduler(optimizer, args)
         self.updater = self._updater()
         self.step = 0
         self.last_outcome: StepRecord | None = None
-        # transformers.TrainerCallback objects: transformers' CallbackHandler, state and control.
         self.hf_callbacks = wiring.TrainerCallbacks(self, trainer_callbacks)
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
         self.hf_callbacks.event("init_end")
 
-    # --- setup -----------------------------------------------------------------------------
     def _read_datasets(self, train_dataset: Any, eval_dataset: Any, has_env: bool) -> None:
-        """The task lists, ``max_steps`` from ``num_train_epochs`` when unset, and the length checks."""
+        """The task lists, ``max_steps`` from ``num_train_epochs`` when unset, the length checks."""
         args = self.args
         self.train_tasks = wiring.read_tasks(self.env, train_dataset, "train")
         if not self.train_tasks:
@@ -148,14 +126,6 @@ class ERLTrainer(CheckpointSaving):
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
         check_lengths(args, self.model, self.tokenizer, self.env,
                       {"train_dataset": self.train_tasks, "eval_dataset": self.eval_tasks})
-
-    def _optimizers(self, optimizer: Any, scheduler: Any) -> tuple[Any, Any]:
-        """The user's (optimizer, scheduler) pair, each defaulting as documented in the class."""
-        if optimizer is None:
-            optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], self.args)
-        if scheduler is None:
-            scheduler = build_scheduler(optimizer, self.args)
-        return optimizer, scheduler
 
     def _updater(self) -> PolicyUpdater:
         pad = self.tokenizer.pad_token_id
@@ -179,36 +149,23 @@ class ERLTrainer(CheckpointSaving):
         return adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
 
     def _batch(self, step: int) -> list[Task]:
-        """Tasks of iteration ``step`` (1-based): a fixed function of the seed and the step,
-        so a resumed run sees the same tasks as an uninterrupted one."""
+        """Tasks of iteration ``step`` (1-based), a function of seed and step alone (so resume sees the same)."""
         n, pool = self.args.num_tasks_per_step, len(self.train_tasks)
-        start = (step - 1) * n
         out = []
-        for pos in range(start, start + n):
+        for pos in range((step - 1) * n, step * n):
             epoch, offset = divmod(pos, pool)
             order = list(range(pool))
             random.Random(self.args.seed * 100_003 + epoch).shuffle(order)
             out.append(self.train_tasks[order[offset]])
         return out
 
-
-    # --- the loop --------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | os.PathLike | None = None,
               ignore_config_mismatch: bool = False) -> History:
         """Run ``args.max_steps`` iterations; returns the :class:`History`.
 
-        Args:
-            resume_from_checkpoint: a checkpoint folder, or True for the newest one in
-                ``args.output_dir`` that reads cleanly (damaged ones, and ones holding NaN or inf
-                weights, are skipped with a warning).
-            ignore_config_mismatch: resume even when the checkpoint was saved with other
-                run-changing settings (see :data:`erl_lite.identity.RESUMABLE_FIELDS` for the ones
-                that may always change); without it such a resume fails, naming each field.
-
-        A fresh run refuses an ``output_dir`` holding another run unless ``args.overwrite_output_dir``.
-        Calling ``train()`` again continues where it stopped. Any exception in a step rolls back to the
-        last *finished* step (a CPU copy of the trainable weights and optimizer state is kept for
-        this), saves it when ``output_dir`` is set, and re-raises with a note on how to continue.
+        ``resume_from_checkpoint``: a folder, or True for the newest clean one in ``output_dir``;
+        ``ignore_config_mismatch``: resume despite changed run settings (else refused, naming each field).
+        An exception in a step rolls back to the last finished step, saves it, and re-raises with a note.
         """
         self._open_run(resume_from_checkpoint, ignore_config_mismatch)
         bar = self._progress()
@@ -243,8 +200,7 @@ class ERLTrainer(CheckpointSaving):
         return self.history
 
     def _evaluate_and_save_as_due(self, control: Any) -> None:
-        """After a step: evaluate every ``eval_steps`` (and at the end), save every ``save_steps``, or
-        when a TrainerCallback's ``control`` asks."""
+        """Evaluate and save as ``eval_steps`` / ``save_steps`` or a TrainerCallback's ``control`` asks."""
         a = self.args
         if self.eval_tasks and (control.should_evaluate or a.eval_steps and (
                 self.step % a.eval_steps == 0 or self.step == a.max_steps)):
@@ -261,8 +217,7 @@ class ERLTrainer(CheckpointSaving):
         device = cuda_device(self.model)
         reset_peak_gpu_memory(device)
         t0 = time.perf_counter()
-        # DDP: this process plays its block of the step's tasks, reading memory but holding its
-        # writes back (in one process: all the tasks, and memory itself).
+        # DDP: this process plays its block of the tasks, holding memory writes back until merge.
         view = self.dist.deferred(memory)
         outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
         t1 = time.perf_counter()
@@ -287,15 +242,9 @@ class ERLTrainer(CheckpointSaving):
             callback(self, record)
         return record
 
-    # --- evaluation ----------------------------------------------------------------------------
     def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,
                  log: bool = False) -> dict[str, float]:
-        """First attempts only, from the initial prompt; memory is neither shown nor written.
-
-        ``log=True`` also records the result in the history as an evaluation at the current
-        step, so figures drawn from the history show it (the trainer's own evaluations every
-        ``eval_steps`` are always recorded).
-        """
+        """First attempts only, without memory; ``log=True`` also records an eval record at the current step."""
         tasks = self.eval_tasks if tasks is None else tasks
         if not tasks:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
@@ -308,7 +257,7 @@ class ERLTrainer(CheckpointSaving):
         metrics.update(wiring.env_eval_extras(self.env, attempts))
         if log:
             if self.args.output_dir and not self._claimed and self.step == 0:
-                self._claim_output_dir()  # this writes the run's first record: the folder becomes this run's
+                self._claim_output_dir()  # the run's first record: the folder becomes this run's
             self.history.log({STEP: self.step, **metrics}, kind="eval")
             self.hf_callbacks.event("log", logs=self.history.records[-1])
             if not self._training:  # train() finishes its tracker runs itself, at its end
@@ -316,7 +265,6 @@ class ERLTrainer(CheckpointSaving):
         self.hf_callbacks.event("evaluate", metrics=metrics)
         return metrics
 
-    # --- display ---------------------------------------------------------------------------------
     def _progress(self) -> Any:
         from tqdm.auto import tqdm
 
@@ -331,4 +279,3 @@ class ERLTrainer(CheckpointSaving):
         if self.args.mode != "rlvr":
             parts += [f"gate={r[GATE_RATE]:.2f}", f"mem={int(r[MEMORY_SIZE])}"]
         return " ".join(parts)
-

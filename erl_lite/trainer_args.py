@@ -1,10 +1,5 @@
-"""What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer``.
-
-Values of those arguments erl_lite cannot honour are refused with what to use instead, never
-ignored: ``callbacks`` entries that are neither functions ``f(trainer, record)`` nor
-``transformers.TrainerCallback`` objects, a ``quantization_config`` that is not 4-bit, model
-settings that cannot apply to a model object (:func:`adopt_model_object`). Also here: the
-``trainer_state`` reward functions receive, and the default optimizer and schedule.
+"""What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer``: values it cannot
+honour are refused, never ignored; ``trainer_state``; the default optimizer and schedule.
 Departures from the paper: none (API plumbing).
 """
 
@@ -20,11 +15,7 @@ if TYPE_CHECKING:
 
 
 class TrainerStateView:
-    """``trainer_state`` for reward functions: a live, read-only view of a trainer's progress.
-
-    Attributes (read at call time): ``global_step`` (the trainer's ``step``), ``max_steps``
-    (``args.max_steps``) and ``epoch`` (tasks drawn so far / training tasks).
-    """
+    """``trainer_state`` for reward functions: a live, read-only view of a trainer's progress."""
 
     def __init__(self, trainer: "ERLTrainer") -> None:
         self._trainer = trainer
@@ -48,8 +39,7 @@ class TrainerStateView:
 
 def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[["ERLTrainer", StepRecord], None]],
                                                                list[Any]]:
-    """(plain functions ``f(trainer, record)``, ``transformers.TrainerCallback`` objects or classes);
-    anything else is refused, naming its position."""
+    """(functions ``f(trainer, record)``, TrainerCallbacks); anything else is refused, naming its position."""
     from erl_lite.integrations.callbacks import is_trainer_callback
 
     functions, objects = [], []
@@ -90,11 +80,9 @@ def adapter_settings(args: ERLConfig, peft_config: Any) -> dict[str, Any]:
 
 def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config: Any,
                        quantization_config: Any) -> tuple[Any, Any]:
-    """A model object passed to the trainer, with the model settings of ``args`` applied or refused
-    (never ignored): ``gradient_checkpointing`` is switched on; 4-bit is refused on a full-precision
-    object; ``lora_*`` fields set away from ERLConfig's defaults (or ``peft_config``) add an adapter
-    to an object without one and are refused, by name, on one that has an adapter. No preset sets a
-    ``lora_*`` field, so an object passed with a preset keeps its own adapter.
+    """A model object with the model settings of ``args`` applied or refused, never ignored.
+
+    ``lora_*`` fields off their defaults (or ``peft_config``) add an adapter, or are refused on one with an adapter.
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -138,8 +126,7 @@ def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config:
 
 
 def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
-    """The optimizer ``args.optim`` names over ``params``, with ``args.learning_rate`` and
-    ``weight_decay``: ``torch.optim.AdamW``, or bitsandbytes' ``AdamW8bit`` / ``PagedAdamW8bit``.
+    """The optimizer ``args.optim`` names over ``params``: ``torch.optim.AdamW`` or a bitsandbytes 8-bit AdamW.
 
     Example:
         >>> import torch
@@ -163,9 +150,7 @@ def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
 
 
 def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
-    """The learning-rate schedule ``args.lr_scheduler_type`` names, from transformers'
-    ``get_scheduler``, over ``args.max_steps × args.max_optimizer_steps()`` optimizer steps with
-    ``args.num_warmup_steps(...)`` of warm-up. It is stepped once per optimizer step.
+    """transformers' ``args.lr_scheduler_type`` schedule over ``max_steps × max_optimizer_steps()`` optimizer steps.
 
     Example:
         >>> import torch

@@ -1,8 +1,7 @@
 """The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step.
 
-:class:`CheckpointSaving` is a base of :class:`~erl_lite.trainer.ERLTrainer`; it reads the trainer's
-``args``, ``model``, ``optimizer``, ``scheduler``, ``memory``, ``history``, ``dist`` and ``step``.
-The files themselves are :mod:`erl_lite.checkpoint`'s. Departures from the paper: none.
+A base of :class:`~erl_lite.trainer.ERLTrainer`; the files are :mod:`erl_lite.checkpoint`'s.
+Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -21,15 +20,13 @@ from erl_lite.layout import write_json
 class CheckpointSaving:
     """Saving and resuming for :class:`~erl_lite.trainer.ERLTrainer` (see there for an example)."""
 
-    _saved_step: int | None = None  # step of the newest checkpoint of this run in output_dir
-    _claimed = False  # output_dir checked to hold no other run, and taken by this one (first write)
+    _saved_step: int | None = None  # step of this run's newest checkpoint in output_dir
+    _claimed = False  # output_dir checked to hold no other run, and taken by this one
     _step_start: TrainingState | None = None  # where the running step began (None between steps)
     _training = False  # inside train(), which closes the tracker runs at its end
 
     def save_checkpoint(self) -> str:
-        """Write ``<output_dir>/checkpoint-<step>`` (see :mod:`erl_lite.checkpoint`) and rotate
-        old ones per ``args.save_total_limit``; returns its path. Weights holding NaN or inf are
-        refused (:class:`~erl_lite.checkpoint.CheckpointError`) and nothing on disk changes."""
+        """Write ``<output_dir>/checkpoint-<step>`` and rotate old ones; returns its path."""
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
         # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
@@ -40,9 +37,7 @@ class CheckpointSaving:
         return path
 
     def save_model(self, output_dir: str | None = None) -> str:
-        """Save the policy for use (transformers' ``Trainer.save_model``) in ``output_dir`` (default
-        ``args.output_dir``): a LoRA adapter in PEFT's format with its ``erl_lite.json`` note, or the
-        full model; the tokenizer; the config as ``training_args.json`` (never a pickle). DDP: rank 0."""
+        """Save the policy (a LoRA adapter, or the full model), tokenizer and ``training_args.json``, as HF's."""
         folder = os.fspath(output_dir) if output_dir is not None else self.args.output_dir
         if not folder:
             raise ValueError("save_model() needs a folder: pass output_dir= or set ERLConfig.output_dir")
@@ -62,9 +57,7 @@ class CheckpointSaving:
 
     def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True,
                     token: str | None = None, revision: str | None = None, **kwargs: Any) -> str | None:
-        """Save the final model (:meth:`save_model`) and upload ``args.output_dir`` to ``args.hub_model_id``
-        (transformers' ``Trainer.push_to_hub``); returns the repository's URL (None on ranks > 0).
-        Only this reaches the network. ``blocking=False``, ``revision`` and model-card keywords are refused."""
+        """Save the final model and upload ``args.output_dir`` to ``args.hub_model_id`` (the only network access)."""
         if not blocking or revision is not None or kwargs:
             given = (["blocking=False"] if not blocking else []) + ([f"revision={revision!r}"] if revision else []) + [
                 f"{k}=" for k in kwargs]
@@ -90,8 +83,7 @@ class CheckpointSaving:
                                    tokenizer=self.tokenizer, hf_state=self._hf_state())
 
     def _hf_state(self) -> Any:
-        """This run as a ``transformers.TrainerState`` (``trainer_state.json``); ``best_metric`` stays None:
-        erl_lite has no ``metric_for_best_model``."""
+        """This run as a ``transformers.TrainerState`` (no ``best_metric``: there is no metric_for_best_model)."""
         from transformers import TrainerState
 
         return TrainerState(global_step=self.step, max_steps=self.args.max_steps, epoch=self.state.epoch,
@@ -103,29 +95,23 @@ class CheckpointSaving:
         return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env)
 
     def _claim_output_dir(self) -> None:
-        """A fresh run: refuse an ``output_dir`` holding another run, or clear that run's files
-        when ``overwrite_output_dir`` says so (rank 0 alone deletes)."""
+        """Refuse an ``output_dir`` holding another run, or clear it when ``overwrite_output_dir`` says so."""
         found = previous_run(self.args.output_dir)
-        # DDP: every process looks before any writes (rank 0 rewrites the history right after),
-        # so all of them see the same folder and take the same decision.
+        # DDP: every process looks before rank 0 writes, so all take the same decision.
         self.dist.barrier()
-        if not found:
-            self._claimed = True
-            return
-        if not self.args.overwrite_output_dir:
+        if found and not self.args.overwrite_output_dir:
             raise CheckpointError(
                 f"output_dir {self.args.output_dir!r} already holds another run ({', '.join(found)}); a fresh "
                 "run there would overwrite its history and, with save_total_limit, delete its checkpoints. "
                 "Resume it with train(resume_from_checkpoint=True) (erl-lite train --resume), pick another "
                 "output_dir, or set overwrite_output_dir=True (--overwrite-output-dir) to delete that run's "
                 "checkpoints and history and start afresh")
-        if self.dist.is_main:
+        if found and self.dist.is_main:
             remove_previous_run(self.args.output_dir)
         self._claimed = True
 
     def _past_max_steps(self, step: int, where: str) -> str:
-        """The refusal of a ``max_steps`` below the step reached (HF's Trainer would silently do nothing;
-        a lowered ``max_steps`` is more likely a typo or the wrong folder)."""
+        """The refusal of a ``max_steps`` below the step reached (HF's Trainer would silently do nothing)."""
         return (f"{where} is at step {step}, beyond max_steps={self.args.max_steps}: there is nothing to train "
                 f"and the run would end without a word. Set max_steps above {step} to train further, "
                 "or resume from an earlier checkpoint-<step> folder")
@@ -158,15 +144,14 @@ class CheckpointSaving:
         self._saved_step = state.step if in_output_dir else None
 
     def _restore(self, state: TrainingState) -> None:
-        """Make the live trainer equal ``state`` (weights, optimizer, memory, RNG, step, history)."""
+        """Make the live trainer equal ``state``."""
         apply_state(state, self.model, self.optimizer, self.scheduler, self.memory)
         self.step = state.step
         self.history.records, self.history.samples = list(state.records), list(state.samples)
         self.history.rewrite()
 
     def _apply_optimizer_settings(self, saved: dict[str, Any]) -> None:
-        """A resume overriding the learning rate or weight decay takes effect: loading the
-        optimizer state brought the checkpoint's values back."""
+        """Re-apply a changed learning rate or weight decay (loading the optimizer brought the old back)."""
         lr, wd = self.args.learning_rate, self.args.weight_decay
         if saved.get("learning_rate", lr) != lr or saved.get("weight_decay", wd) != wd:
             bases = self.scheduler.base_lrs if self.scheduler is not None else [None] * len(self.optimizer.param_groups)
@@ -177,9 +162,7 @@ class CheckpointSaving:
                 self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
 
     def _stopped(self, error: BaseException) -> None:
-        """Any exception in train(): undo a step cut short, save the last finished step, and say
-        so (a note on ``error``; a printed line for Ctrl-C). Nothing here may replace ``error``:
-        a failure to undo or to save is a warning."""
+        """Undo a step cut short, save the last finished one, and say so; never replaces ``error``."""
         message = self._recover()
         if isinstance(error, KeyboardInterrupt):
             print(f"\nInterrupted: {message}")
@@ -189,7 +172,7 @@ class CheckpointSaving:
             print(f"\nerl_lite: {message}", file=sys.stderr)
 
     def _recover(self) -> str:
-        """Roll back to the last finished step and save it; returns what happened, for the user."""
+        """Roll back to the last finished step and save it; returns what happened."""
         start, self._step_start = self._step_start, None
         if start is not None:
             try:
@@ -211,8 +194,7 @@ class CheckpointSaving:
                 "with train(resume_from_checkpoint=True) (erl-lite train --resume)")
 
     def _save_after_failure(self) -> str:
-        """Save the current (finished) step unless it is saved already. DDP: rank 0 writes without
-        waiting for the others, which may be stopped anywhere (the state is replicated)."""
+        """Save the finished step unless saved; DDP: rank 0 writes without waiting for the others."""
         path = os.path.join(self.args.output_dir, f"checkpoint-{self.step}")
         if self._saved_step != self.step:
             if self.dist.is_main:
@@ -222,8 +204,7 @@ class CheckpointSaving:
 
     def _open_run(self, resume_from_checkpoint: str | bool | os.PathLike | None,
                   ignore_config_mismatch: bool) -> bool:
-        """The start of ``train()``: check the folder, resume or claim it; returns whether this trainer
-        continues a run it stopped earlier (which keeps the live random state, as an unbroken run would)."""
+        """Check the folder, resume or claim it; returns whether this trainer continues its own stopped run."""
         from transformers import set_seed
 
         continuing = self.step > 0 and not resume_from_checkpoint
@@ -244,7 +225,7 @@ class CheckpointSaving:
         return continuing
 
     def _close_run(self) -> None:
-        """The end of a ``train()`` that finished: the last checkpoint, the final model, the upload."""
+        """The last checkpoint, the final model and the upload of a finished ``train()``."""
         if self.args.output_dir and self._saved_step != self.step:
             self.save_checkpoint()
         if self.args.output_dir:
