@@ -1,13 +1,7 @@
-"""Loading the embedded tiny model: a ``LlamaForCausalLM`` of about 0.4 M parameters shipped as
-package data (:data:`EMBEDDED_DIR`), loaded through :func:`erl_lite.models.load_policy` exactly
-as a hub model (LoRA and 4-bit QLoRA included), offline.
+"""Loading the embedded tiny model (package data, :data:`EMBEDDED_DIR`) offline, as a hub model.
 
 Departures from the paper: the paper trains 4B/7B instruction-tuned models; this is a
 stand-in small enough to train in minutes on a laptop CPU.
-
-Example:
-    >>> (EMBEDDED_DIR / "config.json").is_file()
-    True
 """
 
 from __future__ import annotations

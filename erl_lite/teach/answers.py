@@ -1,9 +1,5 @@
 """Reading and answering a notebook exercise: a ✓ or a ✗ with a hint, never an exception.
 
-The exercise checks (:mod:`erl_lite.teach.exercises`, :mod:`erl_lite.teach.grpo_exercises`)
-share these: an answer read as a number, numbers or positions (strictly: a string, a float or
-a boolean is not a position), and the two printed verdicts.
-
 Departures from the paper: none; these are teaching aids.
 """
 

@@ -1,17 +1,8 @@
-"""Check functions for the notebooks' gate and memory exercises (notebooks 02 and 04).
-
-Each ``check_*`` recomputes the answer with erl_lite's own implementation (the gate rule,
-:mod:`erl_lite.core.memory`), prints one message and returns True or False; a wrong answer is
-compared with the usual mistakes (``r1 <= τ`` instead of ``r1 < τ``, ...) and the hint names
-the one it matches. :func:`check_gate_function` runs a student's gate on hidden cases. τ
-defaults to :class:`ERLConfig`'s. The GRPO and loss exercises are :mod:`erl_lite.teach.grpo_exercises`.
+"""Check functions for the gate and memory exercises of notebooks 02 and 04. Each ``check_*``
+recomputes the answer with the library's own gate and memory, prints one message (the hint names
+the usual mistake a wrong answer matches) and returns a bool.
 
 Departures from the paper: none; these are teaching aids around the library's functions.
-
-Example:
-    >>> check_gated_indices([1.0, 0.0, 0.5], [1, 2])
-    ✓ Correct: attempts [1, 2] go on to reflection (r1 < τ = 1).
-    True
 """
 
 from __future__ import annotations
