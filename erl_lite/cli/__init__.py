@@ -166,19 +166,10 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _overrides(args: argparse.Namespace) -> dict:
-    o = {"mode": args.mode, "seed": args.seed}
-    if args.steps is not None:
-        o["max_steps"] = args.steps
-    if args.out:
-        o["output_dir"] = args.out
-    if args.no_memory:
-        o["use_memory"] = False
-    if args.no_reflection:
-        o["use_reflection"] = False
-    if args.no_internalization:
-        o["use_internalization"] = False
-    return o
+def _demo_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The demo's ``--mode`` and ablation flags as config fields."""
+    ablations = {field: False for flag, field in FLAG_NEGATIONS.items() if getattr(args, flag[2:].replace("-", "_"))}
+    return {"mode": args.mode, **ablations}
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -207,8 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from erl_lite.embedded.demo import run_demo
 
         run_demo(out=args.out or "erl_lite_demo", steps=args.steps, seed=args.seed,
-                 eval_tasks=args.eval_tasks, model_dir=args.model, **{k: v for k, v in _overrides(args).items()
-                                                if k not in ("seed", "max_steps", "output_dir")})
+                 eval_tasks=args.eval_tasks, model_dir=args.model, **_demo_overrides(args))
         return 0
     if args.command == "eval":
         return run_eval(args)

@@ -22,12 +22,10 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
                         dataset: str | None = None, num_generations: int | None = None,
                         limit: int | None = None, base_model: str | None = None,
                         reward_funcs: Sequence[str] | None = None) -> dict[str, Any]:
-    """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter.
+    """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter, as ``ERLTrainer.evaluate``.
 
-    Sampling is the config's evaluation sampler seeded with its ``seed``, as in ``ERLTrainer.evaluate``;
-    ``env``/``small`` default to what the run trained on; ``dataset`` replaces the test split, scored by
-    ``reward_funcs`` (``module:function`` specs) when given. Raises ValueError when the run trained on
-    something this cannot rebuild (rows scored by Python functions, without them; a custom environment).
+    ``dataset`` replaces the test split, scored by ``reward_funcs`` (``module:function`` specs) when given.
+    Raises ValueError when the run trained on something this cannot rebuild.
     """
     from transformers import set_seed
 
@@ -85,7 +83,7 @@ def _load_checkpoint(checkpoint: str) -> tuple[str, dict[str, Any], ERLConfig, s
     return folder, state, cfg, adapter
 
 
-#: The class each built-in environment of ``erl-lite train --env`` is, as a checkpoint records it.
+#: The class of each built-in ``--env``, as a checkpoint records it.
 _ENV_CLASSES = {"erl_lite.embedded.world.DemoLake": "demo", "erl_lite.envs.frozenlake.FrozenLake": "frozenlake",
                 "erl_lite.envs.sokoban.Sokoban": "sokoban", "erl_lite.envs.qa.MultiHopQA": "qa"}
 

@@ -42,10 +42,7 @@ def run_preset(env: str, preset: str | None) -> str:
 
 
 def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]:
-    """``erl-lite train``'s run options (:data:`RUN_DEFAULTS`' keys) and config (preset < file < flags).
-
-    The environment is recorded in the config's ``extra``. Raises ValueError naming the file, key or field.
-    """
+    """``erl-lite train``'s run options and config (preset < file < flags); ValueError names the file, key or field."""
     file_fields, file_run = ({}, {}) if args.config is None else load_config_file(
         args.config, other_keys=[*RUN_DEFAULTS, *DATA_OPTIONS], aliases=_ALIAS_FIELDS)
     given = {k: getattr(args, k) for k in (*RUN_DEFAULTS, *DATA_OPTIONS) if hasattr(args, k)}

@@ -71,10 +71,7 @@ def step_line(trainer: Any, record: Any) -> None:
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
              eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
              **overrides: Any) -> History:
-    """Train the embedded model on the demo world and write the report; returns the history.
-
-    The demo replaces an earlier run in ``out`` (``overwrite_output_dir=True``; pass False to refuse).
-    """
+    """Train the embedded model on the demo world and write the report (replacing an earlier run in ``out``)."""
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)
@@ -148,11 +145,10 @@ def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, l
 
 
 def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
-    """Where the world's ``holes`` were known, per sampled step: trace, rulebook, memory, first attempts.
+    """Where the world's ``holes`` were known, per sampled step: memory, reflections, first-attempt plans.
 
-    Rows: ``step``, ``memory`` (holes named before the step), ``reflections``; shares of reflections
-    naming ``both`` holes or one twice (``repeated``), of first-attempt plans naming a letter
-    (``first_named``), both holes (``first_both``) or missing (``first_unreadable``).
+    Shares of reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans
+    naming a letter (``first_named``), both holes (``first_both``) or missing (``first_unreadable``).
     """
     rows = []
     for sample in history.samples:

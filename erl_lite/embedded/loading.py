@@ -17,11 +17,7 @@ def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str
                   **kwargs: Any) -> tuple[Any, Any]:
     """Load the embedded model and tokenizer through :func:`erl_lite.models.load_policy`.
 
-    Args:
-        peft: ``"lora"`` (default), ``"none"``, or a ``peft.LoraConfig``.
-        quantization: ``"none"`` or ``"4bit"`` (NF4; runs on CPU with bitsandbytes >= 0.48).
-        model_dir: another build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
-        kwargs: any other :func:`~erl_lite.models.load_policy` argument (``lora_r``, ``device``, ...).
+    ``model_dir``: another build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
 
     Example:
         >>> model, tok = load_embedded(quantization="4bit", lora_r=4)

@@ -24,7 +24,7 @@ AGENT, GOAL = "A", "B"
 LETTER_POOL = "CDEFGH"
 #: Fixed markers, seen only in traces: the agent in a hole, the agent on the goal.
 IN_HOLE, ON_GOAL = "X", "Z"
-#: Letters of a demo world before the run's letters are drawn (``hole2``: the second kind of hole).
+#: Letters of a demo world before the run's are drawn (``hole2``: the second kind of hole).
 DEMO_SYMBOLS = {"agent": AGENT, "goal": GOAL, "hole": "C", "hole2": "E", "frozen": "D",
                 "agent_in_hole": IN_HOLE, "agent_on_goal": ON_GOAL}
 #: Map cell of the second kind of hole (``H`` is the first); the move rule sees both as ``H``.
@@ -258,9 +258,7 @@ class DemoLakeEpisode(FrozenLakeEpisode):
 
 
 class DemoLake(FrozenLake):
-    """FrozenLake on small maps where, mostly, ignoring the holes can be fatal (see :func:`trap_map`).
-
-    Holes come in two letters (``symbols["hole"]``, ``symbols["hole2"]``); maps are 3x3 by default.
+    """FrozenLake on small maps with holes of two letters, where ignoring them is mostly fatal (:func:`trap_map`).
 
     Example:
         >>> lake = DemoLake(symbols={"hole": "E", "hole2": "H", "frozen": "G"})

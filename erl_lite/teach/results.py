@@ -71,10 +71,7 @@ class BeforeAfter:
 
 def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None, num_generations: int | None = None,
                        resume_from_checkpoint: str | bool | None = None) -> tuple[Any, BeforeAfter]:
-    """Evaluate on held-out ``tasks``, ``trainer.train()``, evaluate again; ``(history, BeforeAfter)``.
-
-    ``train`` reseeds from ``args.seed`` first, so the evaluation before it does not change the run.
-    """
+    """Evaluate on held-out ``tasks``, ``trainer.train()`` (it reseeds first), evaluate again; ``(history, result)``."""
     tasks = trainer.eval_tasks if tasks is None else list(tasks)
     if not tasks:
         raise ValueError("no held-out tasks: pass tasks= or give the trainer an eval_dataset")

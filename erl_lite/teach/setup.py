@@ -25,14 +25,10 @@ class Setup(NamedTuple):
         ('model', 'tokenizer', 'env')
     """
 
-    model: Any
-    """The policy: a PEFT model with a fresh LoRA adapter."""
-    tokenizer: Any
-    """Its tokenizer (``processing_class`` for the trainer)."""
-    env: Any
-    """The environment: the demo world (cpu) or FrozenLake (gpu)."""
-    config: ERLConfig
-    """The run's config: the setup's preset, the seed, then the overrides."""
+    model: Any  #: the policy: a PEFT model with a fresh LoRA adapter
+    tokenizer: Any  #: its tokenizer (``processing_class`` for the trainer)
+    env: Any  #: the demo world (cpu) or FrozenLake (gpu)
+    config: ERLConfig  #: the setup's preset, the seed, then the overrides
 
 
 def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | None = None,
