@@ -4,7 +4,7 @@ two real ERL steps, and the reflection bands on a small fixed-seed sample."""
 from __future__ import annotations
 
 import doctest
-import importlib
+import importlib.util
 import json
 import pathlib
 import shutil
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from erl_lite.core.chat import encode_messages
-from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded, measure_bands
+from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded
 from erl_lite.embedded.demo import contradicting_rulebooks
 from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
 from erl_lite.embedded.world import (IN_HOLE, SECOND_HOLE, closer_tiles, fatal_letter, hole_in_the_way,
@@ -379,8 +379,14 @@ def test_two_erl_steps_under_a_minute():
 
 @pytest.fixture(scope="module")
 def bands(plain):
+    """benchmarks/embedded_bands.py's measure_bands (benchmarks/ is not a package)."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "embedded_bands.py"
+    spec = importlib.util.spec_from_file_location("embedded_bands", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["embedded_bands"] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
     model, tok = plain
-    return measure_bands(model, tok, demo_world(0), num_tasks=40, samples=2, seed=0)
+    return module.measure_bands(model, tok, demo_world(0), num_tasks=40, samples=2, seed=0)
 
 
 @pytest.mark.slow

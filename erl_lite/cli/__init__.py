@@ -1,15 +1,8 @@
 """The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module.
 
-``demo`` (:func:`erl_lite.embedded.demo.run_demo`): ERL on the embedded tiny model, on the CPU,
-in minutes. ``train`` (:mod:`~erl_lite.cli.train`): every :class:`~erl_lite.config.ERLConfig`
-field is an option (:mod:`~erl_lite.cli.config_args`), ``--config run.yaml`` reads them from a
-file (preset < file < flags), and ``--dataset rows.jsonl --reward-funcs mymod:reward`` trains on
-your own data as ``trl grpo`` does. ``eval`` (:mod:`~erl_lite.cli.evaluate`): first attempts of a
-checkpoint's adapter, as JSON. ``plot``: a run's figures. ``export``: merge a LoRA adapter into
-its base (:mod:`erl_lite.integrations.export`).
-
-Errors a user can fix print as one paragraph naming the file and line, the field or the path,
-exit code 2, no traceback (:mod:`~erl_lite.cli.errors`); errors raised while training keep theirs.
+Commands: ``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~erl_lite.cli.train`),
+``eval`` (:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures) and ``export`` (merge a LoRA
+adapter into its base). Errors a user can fix print as one paragraph (:mod:`~erl_lite.cli.errors`).
 
 Departures from the paper: none; this is plumbing.
 """
@@ -80,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
-    """``--dataset``, ``--reward-funcs`` and (on train) ``--feedback-func``; TRL's spellings
-    (``--dataset_name``, ``--reward_funcs``) are accepted too, not shown."""
+    """``--dataset``, ``--reward-funcs``, ``--feedback-func`` (train); TRL's spellings accepted, not shown."""
     group = p.add_argument_group("your own data (as trl grpo)")
     default = argparse.SUPPRESS if train else None  # train: a --config file may set them
     sources = "a .jsonl/.json/.csv/.parquet file, a saved dataset folder or a hub dataset name"
@@ -108,8 +100,7 @@ def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
 
 
 def _shown_defaults() -> dict[str, str]:
-    """The default ``--help`` shows for each field: the demo preset's, and the cpu preset's where
-    the other environments differ."""
+    """Each field's ``--help`` default: the demo preset's, and the cpu preset's where it differs."""
     on_demo = ERLConfig.preset(run_preset("demo", None)).to_dict()
     elsewhere = ERLConfig.preset(run_preset("frozenlake", None)).to_dict()
     return {name: shown_value(value) + ("" if elsewhere[name] == value or name == "extra"
@@ -175,19 +166,10 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _overrides(args: argparse.Namespace) -> dict:
-    o = {"mode": args.mode, "seed": args.seed}
-    if args.steps is not None:
-        o["max_steps"] = args.steps
-    if args.out:
-        o["output_dir"] = args.out
-    if args.no_memory:
-        o["use_memory"] = False
-    if args.no_reflection:
-        o["use_reflection"] = False
-    if args.no_internalization:
-        o["use_internalization"] = False
-    return o
+def _demo_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The demo's ``--mode`` and ablation flags as config fields."""
+    ablations = {field: False for flag, field in FLAG_NEGATIONS.items() if getattr(args, flag[2:].replace("-", "_"))}
+    return {"mode": args.mode, **ablations}
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -216,8 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from erl_lite.embedded.demo import run_demo
 
         run_demo(out=args.out or "erl_lite_demo", steps=args.steps, seed=args.seed,
-                 eval_tasks=args.eval_tasks, model_dir=args.model, **{k: v for k, v in _overrides(args).items()
-                                                if k not in ("seed", "max_steps", "output_dir")})
+                 eval_tasks=args.eval_tasks, model_dir=args.model, **_demo_overrides(args))
         return 0
     if args.command == "eval":
         return run_eval(args)

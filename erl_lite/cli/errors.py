@@ -9,9 +9,7 @@ import sys
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """The errors a command prints as one paragraph instead of a traceback: bad values, missing
-    or unreadable files and folders, damaged checkpoints. (A function, so that importing the
-    command line stays free of torch.)"""
+    """The errors a command prints as one paragraph instead of a traceback (a function: no torch on import)."""
     from erl_lite.checkpoint import CheckpointError
 
     return CheckpointError, ValueError, OSError

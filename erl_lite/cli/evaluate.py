@@ -1,10 +1,6 @@
 """``erl-lite eval``: first attempts of a checkpoint's LoRA adapter, no memory, on the test split
 of what the run trained on (or ``--env`` / ``--dataset``); prints JSON metrics.
 
-A run on dataset rows scored by Python functions is refused without ``--dataset`` and
-``--reward-funcs`` (naming the functions it trained with) rather than scored on the demo world;
-a checkpoint older than the ``env`` record is evaluated on the demo world with a warning.
-
 Departures from the paper: none; this is the paper's first-attempt evaluation.
 """
 
@@ -26,17 +22,10 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
                         dataset: str | None = None, num_generations: int | None = None,
                         limit: int | None = None, base_model: str | None = None,
                         reward_funcs: Sequence[str] | None = None) -> dict[str, Any]:
-    """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter.
+    """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter, as ``ERLTrainer.evaluate``.
 
-    The adapter loads with :func:`erl_lite.models.load_policy` (4-bit when the run was; its base
-    from ``base_model`` when given, else the path the adapter records), the config from
-    ``erl_state.json``; sampling is the config's evaluation sampler seeded with its ``seed``, as
-    in ``ERLTrainer.evaluate``. ``env``/``small`` default to what the run trained on;
-    ``dataset`` replaces the test split, and with ``reward_funcs`` (``module:function`` specs)
-    its rows are scored by them.
-
-    Raises ValueError when the run trained on something this cannot rebuild (dataset rows
-    scored by Python functions, without ``dataset`` and ``reward_funcs``; a custom environment).
+    ``dataset`` replaces the test split, scored by ``reward_funcs`` (``module:function`` specs) when given.
+    Raises ValueError when the run trained on something this cannot rebuild.
     """
     from transformers import set_seed
 
@@ -70,8 +59,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
 
 
 def _load_checkpoint(checkpoint: str) -> tuple[str, dict[str, Any], ERLConfig, str]:
-    """``(checkpoint folder, run record, config, adapter folder)`` of a checkpoint or of a run
-    folder's latest checkpoint; settings another erl_lite version wrote are ignored with a warning."""
+    """``(checkpoint folder, run record, config, adapter folder)`` of a checkpoint or a run's latest one."""
     from erl_lite.checkpoint import ERL_STATE, HF_STATE, CheckpointError, adapter_folder, list_checkpoints, run_record
 
     folder = checkpoint
@@ -95,19 +83,13 @@ def _load_checkpoint(checkpoint: str) -> tuple[str, dict[str, Any], ERLConfig, s
     return folder, state, cfg, adapter
 
 
-#: The class each built-in environment of ``erl-lite train --env`` is, as a checkpoint records it.
+#: The class of each built-in ``--env``, as a checkpoint records it.
 _ENV_CLASSES = {"erl_lite.embedded.world.DemoLake": "demo", "erl_lite.envs.frozenlake.FrozenLake": "frozenlake",
                 "erl_lite.envs.sokoban.Sokoban": "sokoban", "erl_lite.envs.qa.MultiHopQA": "qa"}
 
 
 def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
-    """The ``--env`` a checkpoint trained on: what ``erl-lite train`` recorded in ``extra``,
-    else the environment class the trainer recorded; the demo world, with a warning, for a
-    checkpoint older than both records.
-
-    Raises ValueError for a run on dataset rows scored by reward functions (only the user
-    knows where they live) and for an environment the CLI cannot build.
-    """
+    """The ``--env`` a checkpoint trained on (``extra``'s record, else the trainer's class record, else demo)."""
     extra = cfg.extra
     if extra.get("env") == DATASET_ENV:
         specs = " ".join(extra.get("reward_funcs") or [])
@@ -173,11 +155,7 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
 
 
 def _read_tasks(path: str, world: Any, env_name: str) -> list:
-    """Tasks from a JSONL file for ``world``: tasks ``{task_id, prompt, data}`` of its own kind,
-    or (when rewards score it, as on ``--env arithmetic``) dataset rows with a ``prompt``.
-
-    Raises ValueError naming the file and row when plain rows are given to an environment that
-    plays tasks of its own."""
+    """Tasks ``{task_id, prompt, data}`` from a JSONL file, or rows with a ``prompt`` when rewards score ``world``."""
     from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
     from erl_lite.records import Task
 

@@ -1,5 +1,4 @@
-"""``erl-lite train``: the run's options and config (preset < ``--config`` file < flags), the
-environment or dataset it names, the model, and the trainer.
+"""``erl-lite train``: the run's options and config (preset < ``--config`` file < flags) and its trainer.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -16,8 +15,7 @@ from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
-#: ``erl-lite train``'s options that are not config fields, with their defaults (a ``--config``
-#: file may set them too). ``preset`` None: see :func:`run_preset`.
+#: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
 RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False}
 #: The options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
 DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func")
@@ -32,8 +30,7 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 
 def run_preset(env: str, preset: str | None) -> str:
-    """The preset ``erl-lite train`` builds its config from: ``preset`` when named, else ``demo``
-    on the demo world and ``cpu`` elsewhere. No preset is layered on another.
+    """The preset of ``erl-lite train``: ``preset`` when named, else ``demo`` on the demo world, ``cpu`` elsewhere.
 
     Example:
         >>> run_preset("demo", None), run_preset("frozenlake", None), run_preset("demo", "gpu")
@@ -45,12 +42,7 @@ def run_preset(env: str, preset: str | None) -> str:
 
 
 def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]:
-    """``erl-lite train``'s run options (:data:`RUN_DEFAULTS`' keys) and its config: the preset
-    (:func:`run_preset`), then the ``--config`` file, then the flags. The environment is recorded
-    in the config's ``extra`` (``erl-lite eval`` reads it).
-
-    Raises ValueError naming the file, key or field when a value is wrong.
-    """
+    """``erl-lite train``'s run options and config (preset < file < flags); ValueError names the file, key or field."""
     file_fields, file_run = ({}, {}) if args.config is None else load_config_file(
         args.config, other_keys=[*RUN_DEFAULTS, *DATA_OPTIONS], aliases=_ALIAS_FIELDS)
     given = {k: getattr(args, k) for k in (*RUN_DEFAULTS, *DATA_OPTIONS) if hasattr(args, k)}
@@ -79,11 +71,7 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
 
 
 def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
-    """What a run on your own data records in its config's ``extra`` (the specs of
-    :data:`DATA_OPTIONS` as given); empty for a built-in environment.
-
-    Raises ValueError when the data options do not go together.
-    """
+    """The :data:`DATA_OPTIONS` specs a run on your own data records in ``extra`` (empty otherwise)."""
     dataset, funcs, feedback = (run.get(k) for k in DATA_OPTIONS)
     if dataset is None and funcs is None and feedback is None:
         return {}
@@ -114,7 +102,6 @@ def train_config(args: argparse.Namespace) -> ERLConfig:
         (5, 0.001, 24)
     """
     return train_settings(args)[1]
-
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -171,10 +158,8 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
     return ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
 
 
-
 def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, Any]]:
-    """``--dataset ... --reward-funcs ...``: the dataset (a path or name the trainer reads) and
-    the functions loaded by spec."""
+    """``--dataset ... --reward-funcs ...``: the dataset's path or name and the functions loaded by spec."""
     from erl_lite.func_specs import load_function
 
     funcs = [load_function(spec, "reward function") for spec in record["reward_funcs"]]

@@ -1,12 +1,8 @@
 """The embedded default policy: a tiny chat model shipped inside the package, its world and its demo.
 
-No package index ships a usable pretrained causal LM, so erl_lite carries its own (about 0.4 M
-parameters, a small BPE tokenizer, a ChatML template) in ``erl_lite/data/embedded``:
-:mod:`~erl_lite.embedded.loading` loads it as a hub model; :mod:`~erl_lite.embedded.world` is its
-world (two hole letters and an ice letter drawn per run); :mod:`~erl_lite.embedded.demo` is
-``erl-lite demo``; :mod:`~erl_lite.embedded.bands` measures what reflection and memory do before
-any RL; :mod:`~erl_lite.embedded.rulebooks` writes and reads rulebooks. The build-time teacher and
-corpus live in ``scripts/embedded/``. Names are imported on first use.
+A 0.4 M-parameter chat model in ``erl_lite/data/embedded`` (:mod:`~erl_lite.embedded.loading`), its
+world (:mod:`~erl_lite.embedded.world`), ``erl-lite demo`` (:mod:`~erl_lite.embedded.demo`) and its
+rulebooks (:mod:`~erl_lite.embedded.rulebooks`). Its build lives in ``scripts/embedded/``.
 
 Departures from the paper: the paper trains 4B/7B models on FrozenLake with fixed letters; here a
 stand-in model plays a smaller variant with two kinds of hole whose letters vary per run.
@@ -31,7 +27,6 @@ _EXPORTS = {
     "hole_letters": "world",
     "DEMO_SETTINGS": "demo", "DEMO_EVAL_TASKS": "demo", "demo_config": "demo", "demo_trainer": "demo",
     "run_demo": "demo", "step_line": "demo", "write_report": "demo",
-    "Bands": "bands", "measure_bands": "bands",
     "contradictions": "rulebooks", "contradiction_rate": "rulebooks",
 }
 __all__ = sorted(_EXPORTS)

@@ -1,10 +1,5 @@
-"""``erl-lite demo``: ERL on the embedded tiny model, on the CPU, with a report.
-
-The demo world's hole and ice letters are fixed by ``seed`` but never told to the model; only a
-failed attempt's feedback reveals them. The demo evaluates first attempts before and after
-training and writes to ``out``: ``history.jsonl`` / ``samples.jsonl``, the figures, and
-``report.md`` (before/after numbers, an example reflection, one that built on memory, checks of
-every sampled rulebook, the final memory).
+"""``erl-lite demo``: ERL on the embedded tiny model, on the CPU, with a report (``report.md``:
+before/after numbers, example reflections, checks of every sampled rulebook, the final memory).
 
 Departures from the paper: a toy world and a 0.4 M-parameter model instead of Qwen3-4B on the
 paper's FrozenLake; the algorithm and the code path are the same.
@@ -26,22 +21,18 @@ from erl_lite.metrics import (EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITE
                               REWARD_SECOND, STEP, TIME_STEP)
 from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 
-#: The demo's run settings: a read-only view of the ``demo`` preset of
-#: :data:`erl_lite.config.PRESETS`, their one home.
+#: The demo's run settings: a read-only view of their one home, ``PRESETS["demo"]``.
 DEMO_SETTINGS: Mapping[str, Any] = MappingProxyType(PRESETS["demo"])
 #: Test maps the demo evaluates first attempts on (before training and every ``eval_steps``).
 DEMO_EVAL_TASKS = 64
 
 
 def demo_config(**overrides: Any) -> ERLConfig:
-    """The demo's :class:`ERLConfig`: the ``demo`` preset, then ``overrides``
-    (``ERLConfig.preset("demo", **overrides)``).
+    """The demo's :class:`ERLConfig`: ``ERLConfig.preset("demo", **overrides)``.
 
     Example:
         >>> demo_config(max_steps=3).max_steps, demo_config().max_completion_length
         (3, 24)
-        >>> demo_config().learning_rate
-        0.001
     """
     return ERLConfig.preset("demo", **overrides)
 
@@ -49,8 +40,7 @@ def demo_config(**overrides: Any) -> ERLConfig:
 def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  model_dir: str | None = None, **overrides: Any) -> Any:
     """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model (or the build in
-    ``model_dir``) with a fresh, seeded LoRA adapter on ``demo_world(seed)``, evaluated on
-    ``eval_tasks`` test maps (default :data:`DEMO_EVAL_TASKS`); ``overrides`` go to :func:`demo_config`.
+    ``model_dir``) with a fresh, seeded LoRA adapter on ``demo_world(seed)``.
 
     Example:
         >>> trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1)
@@ -81,12 +71,7 @@ def step_line(trainer: Any, record: Any) -> None:
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
              eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
              **overrides: Any) -> History:
-    """Train the embedded model on the demo world and write the report; returns the history.
-
-    ``steps`` overrides the preset's ``max_steps``; ``model_dir`` names another build of the model;
-    ``overrides`` go to :func:`demo_config`. The demo replaces an earlier run in ``out``
-    (``overwrite_output_dir=True``; pass False to have it refuse).
-    """
+    """Train the embedded model on the demo world and write the report (replacing an earlier run in ``out``)."""
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)
@@ -130,10 +115,8 @@ def _example(history: History) -> str:
 
 
 def built_on_memory(history: History, holes: Sequence[str]) -> dict[str, Any] | None:
-    """The latest sampled reflection that kept what a remembered rulebook named and added a hole of
-    the world (``holes``), preferring one whose second attempt succeeded: ``{"step", "task_id",
-    "before", "after", "success"}``, or ``None``.
-    """
+    """The latest sampled reflection that kept a remembered rulebook's holes and added one of ``holes``
+    (a successful one first): ``{"step", "task_id", "before", "after", "success"}``, or ``None``."""
     found = []
     for sample in history.samples:
         for retry in sample["retries"]:
@@ -156,21 +139,16 @@ def _rulebooks(history: History, memory: list[str]) -> list[tuple[str, str]]:
 
 
 def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, list[tuple[str, str]]]:
-    """(rulebooks checked, [(where, text)] of those giving a letter two meanings), over every sampled
-    reflection's rulebook and every memory entry.
-    """
+    """(rulebooks checked, [(where, text)] of those giving a letter two meanings), memory included."""
     texts = _rulebooks(history, memory)
     return len(texts), [(where, t) for where, t in texts if contradictions(t)]
 
 
 def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
-    """Where the world's ``holes`` were known, per sampled step: how knowledge moves from a trace
-    into a rulebook, into memory, then into the first attempts (what evaluation measures).
+    """Where the world's ``holes`` were known, per sampled step: memory, reflections, first-attempt plans.
 
-    One row per sample: ``step``; ``memory`` (the holes memory named before the step, ``"empty"``
-    or ``"no hole"``); ``reflections`` written and the shares naming ``both`` holes and stating one
-    twice (``repeated``); the shares of first attempts whose plan sentence names a letter
-    (``first_named``), every hole (``first_both``), or is missing (``first_unreadable``).
+    Shares of reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans
+    naming a letter (``first_named``), both holes (``first_both``) or missing (``first_unreadable``).
     """
     rows = []
     for sample in history.samples:
@@ -199,9 +177,7 @@ def _share(hits: list[bool]) -> float:
 
 
 def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
-    """The rows of :func:`knowledge_timeline` as a markdown table, at most ``max_rows`` evenly
-    spaced ones (the last kept).
-    """
+    """The rows of :func:`knowledge_timeline` as a markdown table of at most ``max_rows`` evenly spaced ones."""
     if len(rows) > max_rows:
         stride = -(-len(rows) // max_rows)
         rows = rows[::-1][::stride][::-1]
@@ -221,9 +197,7 @@ def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
 
 def _check(found: list[tuple[str, str]], checked: int, title: str, why: str, detail: Callable[[str], str],
            clean: str) -> str:
-    """One of the report's rulebook checks: the count of ``found`` (where, text) pairs and up to five
-    of them, each with ``detail(text)``; or the ``clean`` line when none was found.
-    """
+    """One rulebook check of the report: how many were ``found``, five of them; else the ``clean`` line."""
     if not found:
         return f"\n{clean}\n"
     listed = "\n".join(f"- {where}: `{t}` ({detail(t)})" for where, t in list(dict.fromkeys(found))[:5])
@@ -265,9 +239,7 @@ def _letters(found: Any) -> str:
 
 def write_report(history: History, memory: list[str], config: ERLConfig, env: Any, seconds: float,
                  figures: list[str], out: str, model_dir: str | None = None) -> str:
-    """Write ``report.md`` in ``out`` and return its path (``model_dir``: a build other than the
-    shipped model, named under the title).
-    """
+    """Write ``report.md`` in ``out`` and return its path (``model_dir``: a build named under the title)."""
     before, after = _eval_ends(history)
     train = history.of_kind("train")
     rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]

@@ -1,13 +1,7 @@
-"""Loading the embedded tiny model: a ``LlamaForCausalLM`` of about 0.4 M parameters shipped as
-package data (:data:`EMBEDDED_DIR`), loaded through :func:`erl_lite.models.load_policy` exactly
-as a hub model (LoRA and 4-bit QLoRA included), offline.
+"""Loading the embedded tiny model (package data, :data:`EMBEDDED_DIR`) offline, as a hub model.
 
 Departures from the paper: the paper trains 4B/7B instruction-tuned models; this is a
 stand-in small enough to train in minutes on a laptop CPU.
-
-Example:
-    >>> (EMBEDDED_DIR / "config.json").is_file()
-    True
 """
 
 from __future__ import annotations
@@ -23,11 +17,7 @@ def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str
                   **kwargs: Any) -> tuple[Any, Any]:
     """Load the embedded model and tokenizer through :func:`erl_lite.models.load_policy`.
 
-    Args:
-        peft: ``"lora"`` (default), ``"none"``, or a ``peft.LoraConfig``.
-        quantization: ``"none"`` or ``"4bit"`` (NF4; runs on CPU with bitsandbytes >= 0.48).
-        model_dir: another build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
-        kwargs: any other :func:`~erl_lite.models.load_policy` argument (``lora_r``, ``device``, ...).
+    ``model_dir``: another build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
 
     Example:
         >>> model, tok = load_embedded(quantization="4bit", lora_r=4)

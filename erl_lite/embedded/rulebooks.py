@@ -1,19 +1,8 @@
-"""The rulebook sentences of the embedded model's world, their readers, and a self-contradiction detector.
-
-A good reflection writes ``"A is you. B is the goal. Reach B and never step on a hole. E is a
-hole. H is a hole."``: fixed sentences, then one fact per letter, newest first (:func:`rulebook`).
-The readers (:func:`named_holes`, :func:`named_safe`, :func:`planned_holes`, ...) live beside
-it so that sentences and readers cannot drift apart; :func:`contradictions` reads any text in
-the ``"<letter> is a hole"`` / ``"<letter> is safe"`` form.
+"""The rulebook sentences of the embedded model's world (:func:`rulebook`) and, beside them so that
+the two cannot drift apart, their readers and a self-contradiction detector.
 
 Departures from the paper: the paper's reflections are free text from a large model; these
 are the fixed sentences the tiny model was taught.
-
-Example:
-    >>> named_holes(rulebook(["E", "H"], ["G"]))
-    ['E', 'H']
-    >>> contradictions("F is a hole. F is safe ice.")
-    ['F']
 """
 
 from __future__ import annotations
@@ -38,8 +27,6 @@ def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None
     Example:
         >>> rulebook(["E", "H"])
         'A is you. B is the goal. Reach B and never step on a hole. E is a hole. H is a hole.'
-        >>> rulebook(None, ["G"])
-        'A is you. B is the goal. Reach B and never step on a hole. G is safe ice.'
     """
     holes, safe = _letters(holes), _letters(safe)
     if both := sorted(set(holes) & set(safe)):
@@ -75,8 +62,7 @@ def hole_facts(text: str) -> list[str]:
 
 
 def repeated_holes(text: str) -> list[str]:
-    """The letters ``text`` calls a hole more than once, sorted: usually the trace's hole written
-    again where memory's other hole belonged.
+    """The letters ``text`` calls a hole more than once, sorted.
 
     Example:
         >>> repeated_holes("F is a hole. F is a hole."), repeated_holes(rulebook(["F", "H"]))
@@ -93,8 +79,6 @@ def planned_holes(reply: str) -> list[str] | None:
     Example:
         >>> planned_holes("Avoid D or G. Up D no.\\n```Right```"), planned_holes("Avoid nothing. Up C ok.")
         (['D', 'G'], [])
-        >>> planned_holes("Avoid D or D."), planned_holes("```Up```") is None
-        (['D', 'D'], True)
     """
     found = _PLAN.search(reply)
     if found is None:
@@ -108,8 +92,6 @@ def plan_sentence(holes: Sequence[str]) -> str:
     Example:
         >>> plan_sentence(["E", "H"]), plan_sentence([])
         ('Avoid E or H.', 'Avoid nothing.')
-        >>> planned_holes(plan_sentence(["E", "H"]))
-        ['E', 'H']
     """
     return f"Avoid {' or '.join(holes) or NO_PLAN}."
 

@@ -1,19 +1,11 @@
 """The embedded model's world: a small FrozenLake with two kinds of hole, its letters drawn per run.
 
-Two hole letters and one ice letter are drawn per run (:func:`run_letters`) and never told to
-the model. A failed trace names only the hole stepped on, so a rulebook naming both holes is
-built across episodes (memory). Maps hold a hole in the way and never a dead end
-(:func:`trap_map`): a player knowing both holes wins by always stepping closer to the goal.
+A failed trace names only the hole stepped on, so a rulebook naming both holes is built across
+episodes (memory). Maps hold a hole in the way and never a dead end (:func:`trap_map`).
 
 Departures from the paper: the paper's FrozenLake has one fixed hole letter and larger maps;
-here maps are 3x3 by default, holes come in two letters, prompts are compact, and each
-observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`) so that a 0.4 M-parameter
-model is not defeated by reading a flattened grid.
-
-Example:
-    >>> world = demo_world(run_seed=0)
-    >>> world.symbols["agent"], world.max_turns
-    ('A', 8)
+here maps are 3x3, holes come in two letters drawn per run, prompts are compact, and each
+observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`) for a 0.4 M-parameter model.
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ AGENT, GOAL = "A", "B"
 LETTER_POOL = "CDEFGH"
 #: Fixed markers, seen only in traces: the agent in a hole, the agent on the goal.
 IN_HOLE, ON_GOAL = "X", "Z"
-#: Letters of a demo world before the run's letters are drawn (``hole2``: the second kind of hole).
+#: Letters of a demo world before the run's are drawn (``hole2``: the second kind of hole).
 DEMO_SYMBOLS = {"agent": AGENT, "goal": GOAL, "hole": "C", "hole2": "E", "frozen": "D",
                 "agent_in_hole": IN_HOLE, "agent_on_goal": ON_GOAL}
 #: Map cell of the second kind of hole (``H`` is the first); the move rule sees both as ``H``.
@@ -72,8 +64,6 @@ def fatal_letter(trace: str) -> str | None:
     Example:
         >>> fatal_letter("Action 1: Down -> stepped on F: moved into a hole; the episode is over.")
         'F'
-        >>> fatal_letter("Action 1: Down -> stepped on G: moved to a safe tile") is None
-        True
     """
     found = _FATAL.findall(trace)
     return found[-1] if found else None
@@ -133,14 +123,11 @@ def closer_tiles(grid: list[list[str]]) -> list[tuple[str, str]]:
 
 
 def hole_in_the_way(rows: list[str]) -> bool:
-    """Whether a hole lies in the rectangle spanned by start and goal (``S``/``G``/``H`` rows):
-    every cell of it is on some shortest route.
+    """Whether a hole lies in the rectangle spanned by start and goal (on some shortest route).
 
     Example:
-        >>> hole_in_the_way(["SH", "FG"]), hole_in_the_way(["SF", "HF", "GF"])
-        (True, True)
-        >>> hole_in_the_way(["SG", "HH"])
-        False
+        >>> hole_in_the_way(["SH", "FG"]), hole_in_the_way(["SG", "HH"])
+        (True, False)
     """
     where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
     (r0, c0), (r1, c1) = where["S"], where["G"]
@@ -149,22 +136,17 @@ def hole_in_the_way(rows: list[str]) -> bool:
 
 
 def holes_in_the_way(kinds: list[str]) -> set[str]:
-    """The kinds of hole (``H``, :data:`SECOND_HOLE`) a player who only steps closer to the goal
-    can step on, on a ``kinds`` map.
+    """The kinds of hole (``H``, :data:`SECOND_HOLE`) a player who only steps closer to the goal can step on.
 
     Example:
         >>> sorted(holes_in_the_way(["SHF", "KFF", "FFG"]))
         ['H', 'K']
-        >>> holes_in_the_way(["SGK", "HFF", "FFF"])
-        set()
     """
     return {tile for _, closer in _closer_walk(kinds) for _, tile in closer if tile in ("H", SECOND_HOLE)}
 
 
 def _closer_walk(rows: list[str]) -> list[tuple[tuple[int, int], list[tuple[tuple[int, int], str]]]]:
-    """Every safe cell (``S``, ``G``, ``F``) reached from ``S`` by only stepping closer to ``G``,
-    the goal left out, each with its ``(neighbour, tile)`` one step closer.
-    """
+    """Each safe cell reached from ``S`` by only stepping closer to ``G`` (goal left out), with its closer tiles."""
     where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
     goal = where["G"]
 
@@ -205,8 +187,7 @@ def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
 
 def no_dead_end(rows: list[str]) -> bool:
     """Whether a player who knows every hole reaches the goal by only stepping closer, whichever
-    safe closer tile it picks: then the ``ahead:`` line holds all it needs, no detour to plan.
-    Any letter other than ``S``, ``G`` and ``F`` counts as a hole.
+    safe closer tile it picks (then the ``ahead:`` line holds all it needs).
 
     Example:
         >>> no_dead_end(["SFF", "FHF", "FFG"]), no_dead_end(["SFF", "FFH", "FHG"])
@@ -218,11 +199,8 @@ def no_dead_end(rows: list[str]) -> bool:
 def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
              keep_easy: float, both_kinds: float = 0.0) -> dict[str, Any]:
     """A map with a hole in the way (except for a ``keep_easy`` share) and no dead end; for a
-    ``both_kinds`` share of the others, holes of both kinds in the way.
-
-    Draws :func:`~erl_lite.envs.frozenlake.generate_map` maps from seeds derived from ``seed``
-    until one qualifies (deterministic in ``seed``); ``kinds`` marks each hole's kind, ``map``
-    keeps ``H`` for both (the move rule's view).
+    ``both_kinds`` share of the others, holes of both kinds in the way. Deterministic in ``seed``;
+    ``kinds`` marks each hole's kind, ``map`` keeps ``H`` for both (the move rule's view).
 
     Example:
         >>> m = trap_map(1, (3, 3), (0.5, 0.7), 6, keep_easy=0.0, both_kinds=1.0)
@@ -245,10 +223,8 @@ def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float]
 
 
 class DemoLakeEpisode(FrozenLakeEpisode):
-    """A FrozenLake episode with two kinds of hole, each drawn (and named in the trace) with its
-    own letter, whose observation adds ``ahead: Up F, Right E``: the tiles one step closer to the
-    goal (``hints=False`` leaves it out). It says where tiles are, never what they are.
-    """
+    """A FrozenLake episode with two kinds of hole, whose observation adds ``ahead: Up F, Right E``
+    (the tiles one step closer to the goal; never what they are) unless ``hints=False``."""
 
     def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False,
                  hints: bool = True) -> None:
@@ -282,11 +258,7 @@ class DemoLakeEpisode(FrozenLakeEpisode):
 
 
 class DemoLake(FrozenLake):
-    """FrozenLake on small maps where, mostly, ignoring the holes can be fatal (see :func:`trap_map`).
-
-    Same rules, prompts and feedback as :class:`FrozenLake`, but holes come in two letters
-    (``symbols["hole"]``, ``symbols["hole2"]``), maps are 3x3 (``sizes=(3, 4)`` plays larger ones),
-    holes denser, prompts compact, letters from :data:`DEMO_SYMBOLS` unless ``symbols`` says.
+    """FrozenLake on small maps with holes of two letters, where ignoring them is mostly fatal (:func:`trap_map`).
 
     Example:
         >>> lake = DemoLake(symbols={"hole": "E", "hole2": "H", "frozen": "G"})
@@ -325,8 +297,7 @@ def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: A
 
 
 def demo_world(run_seed: int = DEFAULT_SEED, **overrides: Any) -> DemoLake:
-    """The embedded model's environment for one run: letters (:func:`run_letters`) and task splits
-    seeded by ``run_seed``; ``overrides`` go to :class:`DemoLake`.
+    """The embedded model's world for one run: letters (:func:`run_letters`) and splits seeded by ``run_seed``.
 
     Example:
         >>> w = demo_world(3, n_test=10)

@@ -1,9 +1,5 @@
 """Reading and answering a notebook exercise: a ✓ or a ✗ with a hint, never an exception.
 
-The exercise checks (:mod:`erl_lite.teach.exercises`, :mod:`erl_lite.teach.grpo_exercises`)
-share these: an answer read as a number, numbers or positions (strictly: a string, a float or
-a boolean is not a position), and the two printed verdicts.
-
 Departures from the paper: none; these are teaching aids.
 """
 
@@ -60,8 +56,7 @@ def close(a: Sequence[float], b: Sequence[float], tol: float) -> bool:
 def positions(answer: Any) -> tuple[list[int] | None, str]:
     """``answer`` as sorted positions, or (None, why not): a list, tuple, set or range of ints.
 
-    Strict on purpose: a string (``"1246"``), floats (``1.9``) or booleans (``True`` is 1 in
-    Python) would otherwise slip through an ``int()`` conversion.
+    Strict on purpose: a string, floats or booleans would otherwise slip through ``int()``.
     """
     if hasattr(answer, "tolist"):  # a tensor or an array of positions
         answer = answer.tolist()

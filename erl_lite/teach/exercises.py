@@ -1,17 +1,8 @@
-"""Check functions for the notebooks' gate and memory exercises (notebooks 02 and 04).
-
-Each ``check_*`` recomputes the answer with erl_lite's own implementation (the gate rule,
-:mod:`erl_lite.core.memory`), prints one message and returns True or False; a wrong answer is
-compared with the usual mistakes (``r1 <= τ`` instead of ``r1 < τ``, ...) and the hint names
-the one it matches. :func:`check_gate_function` runs a student's gate on hidden cases. τ
-defaults to :class:`ERLConfig`'s. The GRPO and loss exercises are :mod:`erl_lite.teach.grpo_exercises`.
+"""Check functions for the gate and memory exercises of notebooks 02 and 04. Each ``check_*``
+recomputes the answer with the library's own gate and memory, prints one message (the hint names
+the usual mistake a wrong answer matches) and returns a bool.
 
 Departures from the paper: none; these are teaching aids around the library's functions.
-
-Example:
-    >>> check_gated_indices([1.0, 0.0, 0.5], [1, 2])
-    ✓ Correct: attempts [1, 2] go on to reflection (r1 < τ = 1).
-    True
 """
 
 from __future__ import annotations
@@ -51,8 +42,7 @@ def gated_indices(rewards: Sequence[float], threshold: float = TAU) -> list[int]
     return [i for i, a in enumerate(scored) if id(a) in kept]
 
 
-#: The usual wrong gates, as (rule, hint): each rule maps (rewards, τ) to the positions it
-#: would pick. The checks compare a wrong answer with every rule and print the first match.
+#: The usual wrong gates, as (rule, hint): each rule maps (rewards, τ) to the positions it would pick.
 GATE_MISTAKES: list[tuple[Callable[[list[float], float], list[int]], str]] = [
     (lambda rs, t: [i for i, r in enumerate(rs) if r >= t],
      "you picked the successes; the gate sends on the attempts that did *not* succeed."),
@@ -96,9 +86,8 @@ def check_gated_indices(rewards: Sequence[float], answer: Any, threshold: float 
     return wrong(f"Not quite: you picked {picked}.", _gate_hint(rewards, picked, threshold))
 
 
-#: Hidden cases of :func:`check_gate_function`: (rewards, τ). Together they separate every
-#: rule of :data:`GATE_MISTAKES` from the right one (a reward equal to τ, partial credit,
-#: τ ≠ 1, a negative reward, nothing to send on).
+#: Hidden cases of :func:`check_gate_function`: (rewards, τ); they separate every rule of
+#: :data:`GATE_MISTAKES` from the right one.
 GATE_CASES: list[tuple[list[float], float]] = [
     ([1.0, 0.0, 0.5, 1.0], 1.0),
     ([0.5, 0.8, 0.2, 0.0], 0.5),
@@ -180,9 +169,7 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
 
 def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any, kind: str = "single",
                  size: int = 50, threshold: float = TAU) -> bool:
-    """Check what memory holds after storing ``rulebooks`` in order with their second attempts' ``rewards``.
-
-    ``answer`` is the list of stored rulebooks, oldest first (one at most for ``single``).
+    """Check the rulebooks memory holds (oldest first) after storing ``rulebooks`` with their ``rewards``.
 
     Example:
         >>> check_memory(["x", "y"], [1.0, 0.0], ["x"])

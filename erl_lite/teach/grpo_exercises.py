@@ -1,19 +1,8 @@
-"""Check functions for the notebook's GRPO exercises (notebook 05): advantages, the clipped
-loss and its curve, internalization weights.
-
-Each ``check_*`` recomputes the answer with :mod:`erl_lite.core.advantages` and
-:mod:`erl_lite.core.losses`, prints one message and returns True or False; a wrong answer is
-compared with the usual mistakes, each a formula of its own (the population standard
-deviation, forgetting the singleton rule, the dual clip or the asymmetric ε, ...), and the
-hint names the one it matches. ε_low, ε_high, c and the internalization mode default to
-:class:`ERLConfig`'s.
+"""Check functions for notebook 05's GRPO exercises: advantages, the clipped loss and its curve,
+internalization weights. Each ``check_*`` recomputes the answer with the library's own functions,
+prints one message (the hint names the usual mistake a wrong answer matches) and returns a bool.
 
 Departures from the paper: none; these are teaching aids around the library's functions.
-
-Example:
-    >>> check_advantages([1.0, 0.0], [0.7071, -0.7071])
-    ✓ Correct: [0.707, -0.707].
-    True
 """
 
 from __future__ import annotations
@@ -154,10 +143,6 @@ def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low:
                        tol: float = 1e-3) -> bool:
     """Check the clipped per-token loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, dual-clipped.
 
-    Each usual mistake is a formula of its own (no dual clip, the unclipped ``-r·A``, the sign,
-    ``-clip(r)·A`` always, ε_low or ε_high on both sides); a wrong answer that one of them
-    reproduces gets that mistake's hint.
-
     Example:
         >>> check_clipped_loss(1.5, 1.0, -1.28)
         ✓ Correct: at ratio 1.5 with A = 1 the loss is -1.280.
@@ -196,10 +181,7 @@ def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low:
 
 def loss_curve_landmarks(epsilon_low: float = EPS_LOW, epsilon_high: float = EPS_HIGH,
                          dual_clip: float | None = DUAL_CLIP) -> dict[str, float | None]:
-    """Where the per-token loss curves bend, read off the library's loss on a grid of ratios.
-
-    ``flat_above`` (A > 0: no further push above this ratio), ``flat_below`` (A < 0: no further
-    push below it) and ``capped_above`` (A < 0: the dual clip caps the loss; None without it).
+    """Where the per-token loss curves bend (``capped_above``: None without a dual clip), on a grid of ratios.
 
     Example:
         >>> loss_curve_landmarks()
@@ -223,11 +205,7 @@ def loss_curve_landmarks(epsilon_low: float = EPS_LOW, epsilon_high: float = EPS
 
 def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: Any,
                                 tol: float = 0.011) -> bool:
-    """Check a prediction of the clipped-loss plot, made *before* drawing it.
-
-    ``flat_above``: above which ratio the A = +1 curve goes flat; ``flat_below``: below which
-    ratio the A = -1 curve goes flat; ``capped_above``: above which ratio the A = -1 curve stops
-    rising (the dual clip).
+    """Check a prediction of the clipped-loss plot, made *before* drawing it (see :func:`loss_curve_landmarks`).
 
     Example:
         >>> check_loss_curve_prediction(1.28, 0.8, 3.0)

@@ -1,10 +1,5 @@
-"""Finish a run: measure it, keep it, and watch the trained policy play.
-
-:func:`results_folder` (Google Drive when mounted, else the working directory: a Colab disk
-vanishes with the session), :func:`train_and_evaluate` (first attempts on held-out tasks before
-and after training: a :class:`BeforeAfter`), :func:`save_adapter` (adapter, tokenizer and a note
-of the base, optionally pushed), :func:`reload_and_play` (load it back as a user would and play
-one episode turn by turn). Merging into a standalone model is :mod:`erl_lite.integrations.export`.
+"""Finish a run: measure it (:func:`train_and_evaluate`), keep it (:func:`results_folder`,
+:func:`save_adapter`), and watch the trained policy play (:func:`reload_and_play`).
 
 Departures from the paper: none; the paper's evaluation is the same first-attempt protocol.
 """
@@ -24,10 +19,7 @@ DRIVE = Path("/content/drive/MyDrive")
 
 
 def results_folder(name: str = "erl_lite_results", drive: str | os.PathLike | None = DRIVE) -> Path:
-    """Create and return the folder a run's results are kept in.
-
-    ``<drive>/<name>`` when ``drive`` is a mounted folder (Google Drive on Colab), else
-    ``<working directory>/<name>``. ``name`` is a relative path such as ``"erl_lite/run1"``.
+    """Create and return ``<drive>/<name>`` when ``drive`` is mounted (a Colab disk vanishes), else ``./<name>``.
 
     Example:
         >>> import tempfile
@@ -46,13 +38,7 @@ def results_folder(name: str = "erl_lite_results", drive: str | os.PathLike | No
 # --- before / after ---------------------------------------------------------------------------
 @dataclass
 class BeforeAfter:
-    """First-attempt evaluation on the same held-out tasks before and after training.
-
-    Attributes:
-        before, after: :meth:`ERLTrainer.evaluate` metrics (``eval/reward``, ``eval/success``, ...).
-        task_ids: the tasks evaluated (held out: the environment's test split by default).
-        num_generations: rollouts per task on each side.
-    """
+    """First-attempt evaluation (:meth:`ERLTrainer.evaluate` metrics) on the same held-out tasks before and after."""
 
     before: dict[str, float]
     after: dict[str, float]
@@ -85,12 +71,7 @@ class BeforeAfter:
 
 def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None, num_generations: int | None = None,
                        resume_from_checkpoint: str | bool | None = None) -> tuple[Any, BeforeAfter]:
-    """Evaluate on held-out ``tasks``, ``trainer.train()``, evaluate again; ``(history, BeforeAfter)``.
-
-    ``tasks`` defaults to the trainer's evaluation tasks, ``num_generations`` to
-    ``args.eval_num_generations``; ``resume_from_checkpoint`` is passed to ``train``, which reseeds
-    from ``args.seed`` first, so the evaluation before it does not change the run.
-    """
+    """Evaluate on held-out ``tasks``, ``trainer.train()`` (it reseeds first), evaluate again; ``(history, result)``."""
     tasks = trainer.eval_tasks if tasks is None else list(tasks)
     if not tasks:
         raise ValueError("no held-out tasks: pass tasks= or give the trainer an eval_dataset")
@@ -104,14 +85,7 @@ def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None, num_genera
 # --- keeping the adapter --------------------------------------------------------------------
 @dataclass
 class SavedAdapter:
-    """An adapter written by :func:`save_adapter`.
-
-    Attributes:
-        path: the folder (loadable with :func:`erl_lite.models.load_policy`).
-        base_model: where its base is loaded from.
-        base_quantization: ``"4bit"`` or ``"none"`` — how the base was loaded in training.
-        hub_url: the hub repository it was pushed to, or None.
-    """
+    """An adapter written by :func:`save_adapter` (``base_quantization``: how training loaded the base)."""
 
     path: str
     base_model: str
@@ -123,9 +97,8 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
-    Next to peft's files goes ``erl_lite.json`` (:data:`erl_lite.layout.NOTE_FILE`): the base model,
-    whether it was 4-bit (which peft does not record) and ``evaluation`` when given.
-    ``push_to_hub="user/name"`` uploads the folder (private unless ``private=False``).
+    Next to peft's files goes :data:`erl_lite.layout.NOTE_FILE`: the base, whether it was 4-bit
+    (peft does not record it) and ``evaluation``.
 
     Example:
         >>> import tempfile
@@ -159,11 +132,7 @@ class Turn:
 
 @dataclass
 class PlayedEpisode:
-    """One episode played by a policy, for reading turn by turn.
-
-    ``print(episode)`` gives the text; in a notebook it renders as HTML (the attempt view of
-    :mod:`erl_lite.viz`). ``attempt`` is the full record (tokens included).
-    """
+    """One episode played by a policy, for reading turn by turn (text when printed, HTML in a notebook)."""
 
     task_id: str
     system_prompt: str
@@ -225,11 +194,7 @@ class PlayedEpisode:
 
 
 def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None, config: Any = None) -> PlayedEpisode:
-    """Play one first attempt of ``task`` (default: the env's first test task) with the policy.
-
-    As in evaluation: the initial system prompt, no memory, the evaluation sampling settings
-    and budgets of ``config`` (default :class:`~erl_lite.config.ERLConfig`).
-    """
+    """Play one first attempt of ``task`` (default: the first test task) as evaluation does (no memory)."""
     from erl_lite.config import ERLConfig
     from erl_lite.core.generation import HFGenerator
     from erl_lite.core.phases import PhaseContext, attempt_first
@@ -242,11 +207,7 @@ def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None,
 
 def reload_and_play(adapter_dir: str | os.PathLike, env: Any, task: Task | None = None, config: Any = None, *,
                     quantization: str = "auto", device: str | None = None) -> tuple[Any, Any, PlayedEpisode]:
-    """Load a saved adapter with :func:`~erl_lite.models.load_policy` and play one episode.
-
-    ``quantization="auto"`` loads the base as training did (read by
-    :func:`erl_lite.integrations.export.describe_adapter`). Returns ``(model, tokenizer, episode)``.
-    """
+    """Load a saved adapter (``"auto"``: quantized as in training) and play one episode; ``(model, tok, episode)``."""
     from erl_lite.integrations.export import describe_adapter
     from erl_lite.models import load_policy
 

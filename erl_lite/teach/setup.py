@@ -1,11 +1,7 @@
 """A notebook's setup in one call: :func:`setup` loads the policy, builds the environment and
 makes the config for ``PRESET = "cpu"`` or ``"gpu"``.
 
-* ``cpu`` — the embedded tiny model with LoRA, the demo world drawn by the seed, the ``demo`` preset;
-* ``gpu`` — :data:`GPU_MODEL` in 4-bit with LoRA, the paper's FrozenLake, the ``gpu`` preset.
-
-The model is loaded with the config's adapter fields, so the config records the adapter the
-model has. Departures from the paper: the cpu setup is a toy world and model; the gpu one is a
+Departures from the paper: the cpu setup is a toy world and model; the gpu one is a
 1.5 B model on one consumer GPU instead of Qwen3-4B on 8 H100s.
 """
 
@@ -29,31 +25,20 @@ class Setup(NamedTuple):
         ('model', 'tokenizer', 'env')
     """
 
-    model: Any
-    """The policy: a PEFT model with a fresh LoRA adapter."""
-    tokenizer: Any
-    """Its tokenizer (``processing_class`` for the trainer)."""
-    env: Any
-    """The environment: the demo world (cpu) or FrozenLake (gpu)."""
-    config: ERLConfig
-    """The run's config: the setup's preset, the seed, then the overrides."""
+    model: Any  #: the policy: a PEFT model with a fresh LoRA adapter
+    tokenizer: Any  #: its tokenizer (``processing_class`` for the trainer)
+    env: Any  #: the demo world (cpu) or FrozenLake (gpu)
+    config: ERLConfig  #: the setup's preset, the seed, then the overrides
 
 
 def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | None = None,
           model_name: str = GPU_MODEL, **overrides: Any) -> Setup:
     """Load the policy, build the environment and make the config for a notebook.
 
-    Args:
-        preset: ``"cpu"`` (embedded model, demo world, ``demo`` preset) or ``"gpu"``
-            (``model_name`` in 4-bit with LoRA, FrozenLake, ``gpu`` preset).
-        seed: the run's seed: seeds the global RNG before the adapter is initialised, draws the
-            demo world's letters (cpu) and is the config's ``seed``.
-        quantization: ``"none"`` or ``"4bit"``; None: the setup's own (cpu none, gpu 4bit).
-        model_name: the gpu setup's model (a hub name or a local folder); unused on cpu.
-        overrides: :class:`~erl_lite.config.ERLConfig` fields on top of the preset (TRL's
-            names too), e.g. ``max_steps=4, output_dir=None``.
-
-    The config is built first, so a bad setting fails before anything is loaded.
+    ``"cpu"``: the embedded model with LoRA, the demo world, the ``demo`` preset; ``"gpu"``:
+    ``model_name`` in 4-bit with LoRA, FrozenLake, the ``gpu`` preset. ``seed`` seeds the adapter's
+    initialisation, the demo world's letters and the config. The config is built first, so a bad
+    setting fails before anything is loaded.
 
     Example:
         >>> model, tokenizer, env, config = setup("cpu", seed=0, max_steps=2)
