@@ -1,9 +1,5 @@
-"""Advantages for ERL's update: GRPO per (task, role) group, and internalization weights.
-
-Plain Python numbers in and out. GRPO: ``A = (r - mean) / (std + eps)`` with the unbiased std,
-within each group (first attempts against the task's other first attempts; reflections and
-second attempts against those of its failed rollouts); like TRL's ``scale_rewards``, the batch
-std may be used instead, or none.
+"""Advantages for ERL's update (plain numbers): GRPO ``A = (r - mean) / (std + eps)`` per (task,
+role) group, scaled as TRL's ``scale_rewards`` says, and internalization weights.
 
 Departures from the paper: it does not say what a group of one gets; like the reference, mean
 0 and std 1, so ``A = r``. A group whose rewards are all equal gets exactly 0.
@@ -43,12 +39,6 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
     Example:
         >>> [round(a, 4) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
         [0.866, -0.866, -0.866, 0.866]
-        >>> group_advantages([1.0, 0.0, 0.0, 1.0], scale="none")
-        [0.5, -0.5, -0.5, 0.5]
-        >>> group_advantages([0.5])
-        [0.5]
-        >>> group_advantages([1.0, 1.0])
-        [0.0, 0.0]
     """
     if scale not in SCALE_REWARDS:
         raise ValueError(f"scale must be one of {SCALE_REWARDS}, got {scale!r}")
@@ -82,8 +72,6 @@ def grouped_advantages(
         >>> adv = grouped_advantages([1.0, 0.0, 0.3], keys)
         >>> [round(a, 4) for a in adv]
         [0.7071, -0.7071, 0.3]
-        >>> grouped_advantages([1.0, 0.0, 0.3], keys, scale="none")
-        [0.5, -0.5, 0.3]
     """
     if len(rewards) != len(keys):
         raise ValueError(f"got {len(rewards)} rewards but {len(keys)} keys")
@@ -106,8 +94,6 @@ def distill_weights(r2: Sequence[float], mode: str) -> list[float]:
     Example:
         >>> distill_weights([1.0, 0.0, 0.4, -0.5], "raft")
         [1.0, 0.0, 0.4, 0.0]
-        >>> distill_weights([1.0, 0.0, 0.4, -0.5], "nll")
-        [1.0, 0.0, 1.0, 0.0]
     """
     if mode not in INTERNALIZATION_MODES:
         raise ValueError(f"distill mode must be one of {INTERNALIZATION_MODES}, got {mode!r}")
