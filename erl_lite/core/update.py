@@ -1,8 +1,7 @@
 """The RL update: a list of :class:`TrainSample` (every role a row of one batch) into optimizer steps.
 
-The batch is cut into ``ERLConfig.optimizer_steps`` mini-batches (one step each), each into
-micro-batches accumulated under the mini-batch's normalizer; old and reference log-probs are
-computed once, before the first step.
+One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the
+mini-batch's normalizer; old and reference log-probs are computed once, before the first step.
 
 Departures from the paper: log-probs at the sampling temperature for every row; rows with A = 0
 are skipped when ``beta == 0`` (zero gradient) but still counted; a mini-batch whose loss or
@@ -30,13 +29,9 @@ from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
-UPDATE_METRICS: tuple[str, ...] = (
-    *(f"samples/{r}" for r in ROLES), *(f"advantage/{r}" for r in ADVANTAGE_ROLES), "loss/total",
-    *(f"loss/{r}" for r in ROLES), "kl", "clip_ratio", "grad_norm", "optim/steps", "optim/skipped_steps",
-)
-
-#: Optimizer steps skipped in a row (non-finite loss or gradient) after which the run stops.
-MAX_SKIPPED_IN_A_ROW = 3
+UPDATE_METRICS: tuple[str, ...] = (*(f"samples/{r}" for r in ROLES), *(f"advantage/{r}" for r in ADVANTAGE_ROLES),
+                                   "loss/total", *(f"loss/{r}" for r in ROLES), "kl", "clip_ratio", "grad_norm",
+                                   "optim/steps", "optim/skipped_steps")
 
 
 @dataclass(frozen=True)
@@ -90,53 +85,39 @@ class _Tally:
     """Sums :class:`LossStats` over micro-batches and mini-batches into an :class:`UpdateStats`."""
 
     def __init__(self) -> None:
-        self.loss = {r: 0.0 for r in ROLES}
-        self.kl_sum = self.clipped = 0.0
-        self.tokens = self.policy_tokens = 0
+        # Each role's loss shares; KL and clip ratio weighted by their token counts; the counts.
+        self.sums = dict.fromkeys([*(f"loss/{r}" for r in ROLES), "kl", "clipped", "tokens", "policy_tokens"], 0.0)
 
     def add(self, batch: Packed, stats: LossStats) -> None:
         for role, share in zip(batch.roles, stats.row_losses):
-            self.loss[role] += share
-        self.kl_sum += (stats.kl or 0.0) * stats.num_tokens
-        self.tokens += stats.num_tokens
-        self.clipped += stats.clip_ratio * stats.policy_tokens
-        self.policy_tokens += stats.policy_tokens
+            self.sums[f"loss/{role}"] += share
+        self.sums["kl"] += (stats.kl or 0.0) * stats.num_tokens
+        self.sums["tokens"] += stats.num_tokens
+        self.sums["clipped"] += stats.clip_ratio * stats.policy_tokens
+        self.sums["policy_tokens"] += stats.policy_tokens
 
     def merge(self, other: "_Tally") -> None:
         """Add ``other``'s sums (one mini-batch that was stepped) to these."""
-        for role, value in other.loss.items():
-            self.loss[role] += value
-        self.kl_sum += other.kl_sum
-        self.clipped += other.clipped
-        self.tokens += other.tokens
-        self.policy_tokens += other.policy_tokens
+        for key, value in other.sums.items():
+            self.sums[key] += value
 
-    def reduced(self, dist: Reducer) -> "_Tally":
-        """DDP: the sums over every process (itself in one process)."""
-        total = dist.sum({**{f"loss/{r}": self.loss[r] for r in ROLES}, "kl_sum": self.kl_sum,
-                          "clipped": self.clipped, "tokens": self.tokens, "policy_tokens": self.policy_tokens})
-        self.loss = {r: total[f"loss/{r}"] for r in ROLES}
-        self.kl_sum, self.clipped = total["kl_sum"], total["clipped"]
-        self.tokens, self.policy_tokens = int(total["tokens"]), int(total["policy_tokens"])
-        return self
-
-    def result(self, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
+    def result(self, dist: Reducer, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
                steps: int, skipped: int) -> UpdateStats:
-        loss = {r: v / max(steps, 1) for r, v in self.loss.items()}  # mean over the stepped mini-batches
-        return UpdateStats(samples, advantage, loss, sum(loss.values()), self.kl_sum / max(self.tokens, 1),
-                           self.clipped / max(self.policy_tokens, 1), grad_norm, steps, skipped)
+        s = dist.sum(self.sums)  # DDP: the sums over every process
+        loss = {r: s[f"loss/{r}"] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
+        return UpdateStats(samples, advantage, loss, sum(loss.values()), s["kl"] / max(s["tokens"], 1),
+                           s["clipped"] / max(s["policy_tokens"], 1), grad_norm, steps, skipped)
 
 
 class PolicyUpdater:
     """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base).
 
-    ``dist``: the process group's :class:`~erl_lite.core.reducer.Reducer`; the lines marked ``DDP``
-    make the step the one-process step over every process's rows. A mini-batch with a non-finite
-    loss or gradient is skipped with a ``RuntimeWarning`` (as DeepSpeed's loss scaler does);
-    :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise ``FloatingPointError``.
+    ``dist``: the process group's :class:`~erl_lite.core.reducer.Reducer` (lines marked ``DDP``). A
+    mini-batch with a non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's
+    loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise ``FloatingPointError``.
     """
 
-    max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
+    max_skipped_in_a_row: int = 3  # optimizer steps skipped in a row (non-finite) that stop the run
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
     progress: Progress = NO_PROGRESS  # the update's bar, a tick per micro-batch (the trainer sets it)
 
@@ -193,8 +174,7 @@ class PolicyUpdater:
         plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
         tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
-        # Closed below, or on an error by the trainer (Progress.close_all).
-        bar = self.progress.bar("update", len(flat), unit="micro-batch")
+        bar = self.progress.bar("update", len(flat), unit="micro-batch")  # closed below, or by Progress.close_all
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
             where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
@@ -205,7 +185,7 @@ class PolicyUpdater:
                 grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
-        return tally.reduced(self.dist).result(counts, advantage, grad_norm, taken, k - taken)
+        return tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken)
 
     def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any
                          ) -> tuple[_Tally, float] | None:
@@ -220,8 +200,7 @@ class PolicyUpdater:
                     bad_roles += [r for r in bad if r not in bad_roles]
                     bar.update(1)
                     continue
-                # DDP averages over processes; each loss is already this process's share of the
-                # global loss (global normaliser), so scale by the process count to get the sum.
+                # DDP averages over processes; each loss is this process's share of the global loss.
                 (loss * self.dist.world_size).backward()
             mini.add(batch, stats)
             bar.update(1)
@@ -242,11 +221,8 @@ class PolicyUpdater:
         return mini, norm_now
 
     def _sync_gradients(self) -> None:
-        """DDP: all-reduce the accumulated gradients with one synced backward of a zero-loss dummy row.
-
-        The gate gives processes different numbers of rows (maybe none), but every one must run the
-        same synced backwards; the dummy adds exact zeros and reaches every trainable parameter.
-        """
+        """DDP: all-reduce the accumulated gradients with one synced backward of a zero-loss dummy row
+        (processes hold different numbers of rows, maybe none; the dummy reaches every parameter)."""
         if self.dist.world_size == 1:
             return
         row = TrainSample(FIRST, [self.pad_id], [self.pad_id], [0], 0.0)
