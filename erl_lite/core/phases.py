@@ -64,32 +64,23 @@ class PhaseContext:
                               c.generation_kwargs)
 
 
-def first_task_message(attempt: Attempt) -> str:
-    """The task as the agent first saw it (the first user message)."""
-    return next(m["content"] for m in attempt.messages if m["role"] == "user")
-
-
-# --- the phases ------------------------------------------------------------------------------
-
-
 def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
                   temperature: float | None = None, params: SamplingParams | None = None,
                   desc: str = "first attempts") -> list[Attempt]:
     """y1: G rollouts per task under the *initial* system prompt (memory never shown); ``params``
     default to the training attempts' sampling at ``temperature``."""
     rows = [(t, g) for t in tasks for g in range(num_generations)]
-    with ctx.progress.bar(desc, len(rows)) as bar:
-        return run_episodes(
-            ctx.generator, ctx.tokenizer, ctx.env,
-            tasks=[t for t, _ in rows],
-            system_prompts=[ctx.env.initial_system_prompt(t) for t, _ in rows],
-            params=params or ctx.attempt_params(temperature),
-            max_episode_length=ctx.config.max_episode_length,
-            role=FIRST,
-            indices=[g for _, g in rows],
-            template_kwargs=ctx.config.chat_template_kwargs,
-            on_finished=bar.update,
-        )
+    return _play(ctx, desc, FIRST, [t for t, _ in rows], [ctx.env.initial_system_prompt(t) for t, _ in rows],
+                 [g for _, g in rows], params or ctx.attempt_params(temperature))
+
+
+def _play(ctx: PhaseContext, desc: str, role: str, tasks: list[Task], system_prompts: list[str],
+          indices: list[int], params: SamplingParams) -> list[Attempt]:
+    """:func:`run_episodes` with the context's sampler, environment and limits, under a bar."""
+    with ctx.progress.bar(desc, len(tasks)) as bar:
+        return run_episodes(ctx.generator, ctx.tokenizer, ctx.env, tasks, system_prompts, params,
+                            max_episode_length=ctx.config.max_episode_length, role=role, indices=indices,
+                            template_kwargs=ctx.config.chat_template_kwargs, on_finished=bar.update)
 
 
 def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
@@ -107,8 +98,9 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
     for a in failed:
         remembered = memory.for_task(a.task_id).context() if memory is not None else None
         base = remembered if remembered is not None else a.system_prompt
+        task_text = next(m["content"] for m in a.messages if m["role"] == "user")  # as the agent first saw it
         _, ids = reflection_messages(
-            task_text=first_task_message(a), base_prompt=base, trace=a.trace, reward=a.reward,
+            task_text=task_text, base_prompt=base, trace=a.trace, reward=a.reward,
             feedback=a.feedback, tokenizer=ctx.tokenizer, max_tokens=c.max_reflection_prompt_length,
             template_kwargs=c.chat_template_kwargs,
         )
@@ -140,18 +132,8 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
                    for a, r in zip(failed, reflections)]
     else:
         systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback) for a in failed]
-    with ctx.progress.bar("second attempts", len(failed)) as bar:
-        second = run_episodes(
-            ctx.generator, ctx.tokenizer, ctx.env,
-            tasks=[tasks[a.task_id] for a in failed],
-            system_prompts=systems,
-            params=ctx.attempt_params(),
-            max_episode_length=ctx.config.max_episode_length,
-            role=SECOND,
-            indices=[a.index for a in failed],
-            template_kwargs=ctx.config.chat_template_kwargs,
-            on_finished=bar.update,
-        )
+    second = _play(ctx, "second attempts", SECOND, [tasks[a.task_id] for a in failed], systems,
+                   [a.index for a in failed], ctx.attempt_params())
     deltas = reflections if reflections is not None else [None] * len(failed)
     for delta, y2 in zip(deltas, second):
         if delta is not None:
@@ -172,9 +154,8 @@ def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int
                 max_length: int | None = None) -> list[TrainSample]:
     """π(y2 | x): second attempts re-contextualised under the first attempt's initial context.
 
-    Weights from :func:`~erl_lite.core.advantages.distill_weights` times ``coef`` (weight-0 rows
-    stay, as in the reference); a target whose last reply was cut ends with ``stop_ids[0]``. A
-    row longer than ``max_length`` is dropped with a warning, not cut (it would teach half an episode).
+    Weights: ``distill_weights`` times ``coef`` (weight-0 rows stay, as in the reference); a cut
+    last reply ends with ``stop_ids[0]``; a row over ``max_length`` is dropped with a warning, not cut.
     """
     weights = distill_weights([r.second.reward for r in retries], mode)
     rows = [TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
@@ -230,9 +211,6 @@ def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], scal
             for a, A in zip(attempts, adv)]
 
 
-# --- the composed step -----------------------------------------------------------------------
-
-
 def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | MemoryBank | None) -> StepRecord:
     """One iteration's rollouts and RL batch, as a :class:`StepRecord` (the trainer fills in step,
     memory and metrics); ``memory`` None when the run has none ("w/o memory", "w/o reflection", RLVR)."""
@@ -261,8 +239,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
 
 
 def stop_ids(ctx: PhaseContext) -> list[int]:
-    """The ids that end a reply: the chat template's end-of-turn token first (it closes a cut
-    internalization target), then the sampler's."""
+    """The ids that end a reply: the template's end-of-turn token first (it closes a cut target), then the sampler's."""
     eot = end_of_turn_id(ctx.tokenizer, ctx.config.chat_template_kwargs)
     ids = [i for i in [eot, *sampler_stop_ids(ctx.generator, ctx.tokenizer)] if i is not None]
     if not ids:
