@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from erl_lite.core.policy import eos_token_ids, keep_4bit_trainable
 from erl_lite.core.prompts import PromptTooLongError
 
 
@@ -122,21 +123,15 @@ class HFGenerator:
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer(); model = tiny_model(tok)
-        >>> gen = HFGenerator(model, tok)
+        >>> tok = tiny_tokenizer(); gen = HFGenerator(tiny_model(tok), tok)
         >>> outs = gen.generate([tok("hi").input_ids, tok("hello").input_ids], SamplingParams(5))
         >>> len(outs), all(len(o) <= 5 for o in outs), gen.calls
         (2, True, 1)
     """
 
     def __init__(self, model: Any, tokenizer: Any, stop_ids: list[int] | None = None) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        if stop_ids is None:
-            from erl_lite.core.policy import eos_token_ids
-
-            stop_ids = eos_token_ids(model, tokenizer)
-        self.stop_ids = list(stop_ids)
+        self.model, self.tokenizer = model, tokenizer
+        self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
@@ -157,8 +152,6 @@ class HFGenerator:
         for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
-        from erl_lite.core.policy import keep_4bit_trainable
-
         # Eval mode without grad makes bitsandbytes repack a 4-bit CPU layer for inference only.
         keep_4bit_trainable(self.model)
         was_training = self.model.training
@@ -178,8 +171,7 @@ class HFGenerator:
 
 
 class ScriptedGenerator:
-    """Canned completions ``script(prompt_text) -> reply_text``, ending with EOS; ``prompts_seen``
-    keeps every decoded prompt, so tests can check what each phase showed the model.
+    """Canned completions ``script(prompt_text) -> reply_text``; ``prompts_seen`` keeps every prompt shown.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -190,8 +182,7 @@ class ScriptedGenerator:
     """
 
     def __init__(self, tokenizer: Any, script: Callable[[str], str]) -> None:
-        self.tokenizer = tokenizer
-        self.script = script
+        self.tokenizer, self.script = tokenizer, script
         self.calls = 0
         self.prompts_seen: list[str] = []
 
