@@ -45,8 +45,7 @@ def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | Non
 
 
 def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool) -> str:
-    """The chat format of tokenizers without a template: a ``### Role`` heading per message, BOS first,
-    an assistant message ending with EOS (so the model learns to stop).
+    """The chat format of tokenizers without a template: BOS, then ``### Role`` headings; replies end with EOS.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -59,10 +58,8 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
         heading = PLAIN_HEADINGS.get(m["role"])
         if heading is None:
             raise ValueError(f"unknown chat role {m['role']!r}; expected one of {list(PLAIN_HEADINGS)}")
-        end = tokenizer.eos_token if m["role"] == "assistant" else "\n\n"
-        parts.append(f"{heading}\n{m['content']}{end}")
-        if m["role"] == "assistant":
-            parts.append("\n\n")
+        end = tokenizer.eos_token if m["role"] == "assistant" else ""
+        parts.append(f"{heading}\n{m['content']}{end}\n\n")
     if add_generation_prompt:
         parts.append(PLAIN_HEADINGS["assistant"] + "\n")
     return "".join(parts)
@@ -72,9 +69,8 @@ def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt
            template_kwargs: dict[str, Any] | None = None) -> str:
     """Render messages to text with the chat template (with ``template_kwargs``) or the plain format."""
     if has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
-        )
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             **(template_kwargs or {}))
     return render_plain(messages, tokenizer, add_generation_prompt)
 
 

@@ -12,8 +12,7 @@ from typing import Any, Callable, Sequence
 
 
 class ReflectionMemory:
-    """Holds successful rulebooks: ``single`` is the paper's one slot; ``fifo`` keeps ``size`` and
-    shows the ``top_k`` newest.
+    """Holds successful rulebooks: ``single`` is the paper's one slot; ``fifo`` shows the ``top_k`` newest.
 
     Example:
         >>> mem = ReflectionMemory()
@@ -21,8 +20,6 @@ class ReflectionMemory:
         True
         >>> mem.maybe_store("A is you. C is a hole.", reward=1.0, threshold=1.0)
         True
-        >>> mem.maybe_store("worse rulebook", reward=0.0, threshold=1.0)
-        False
         >>> mem.context()
         'A is you. C is a hole.'
     """
@@ -58,8 +55,6 @@ class ReflectionMemory:
         """What the reflector sees as its base instructions, or None when empty (``fifo``: numbered)."""
         if not self._entries:
             return None
-        if self.kind == "single":
-            return self._entries[-1]
         recent = list(self._entries)[-self.top_k:]
         if len(recent) == 1:
             return recent[0]

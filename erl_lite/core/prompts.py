@@ -47,8 +47,6 @@ def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
     Example:
         >>> parse_rulebook("thinking... <prompt>C is a hole.</prompt>", "base")
         ('C is a hole.', True)
-        >>> parse_rulebook("no tags here", "base")
-        ('base', False)
     """
     blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
     if not blocks:
@@ -68,16 +66,6 @@ def retry_system_prompt(initial_prompt: str, trace: str, feedback: str) -> str:
 
 def _section(title: str, body: str) -> str:
     return f"## {title}\n{body}"
-
-
-def _user_message(task_text: str, base_prompt: str, trace: str, reward: float, feedback: str) -> str:
-    return "\n\n".join([
-        _section("Current instructions", base_prompt or "(none)"),
-        _section("Task", task_text),
-        _section("What the agent did", trace),
-        _section("Outcome", f"reward {reward:g}. {feedback}"),
-        REFLECTION_REQUEST,
-    ])
 
 
 def cut_middle(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
@@ -102,9 +90,8 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
                         ) -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook, fitted to ``max_tokens``, and their token ids.
 
-    Cut order, each part in its middle: the trace (to a quarter of the budget), the base
-    instructions, the rest of the trace, the task, the feedback. A budget too small for the fixed
-    text raises :class:`PromptTooLongError`.
+    Cut in the middle, in order: trace (to a quarter), base instructions, trace, task, feedback; a
+    budget too small for the fixed text raises :class:`PromptTooLongError`.
     """
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
 
@@ -131,7 +118,13 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
 
 def _reflection_request(parts: dict[str, str], reward: float) -> list[dict[str, str]]:
     """The reflection request's messages from its (possibly shortened) parts."""
-    user = _user_message(parts["task_text"], parts["base_prompt"], parts["trace"], reward, parts["feedback"])
+    user = "\n\n".join([
+        _section("Current instructions", parts["base_prompt"] or "(none)"),
+        _section("Task", parts["task_text"]),
+        _section("What the agent did", parts["trace"]),
+        _section("Outcome", f"reward {reward:g}. {parts['feedback']}"),
+        REFLECTION_REQUEST,
+    ])
     return [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}]
 
 

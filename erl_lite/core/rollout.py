@@ -1,8 +1,7 @@
 """Rollouts: play a batch of episodes in lock-step, one batched ``generate`` call per turn.
 
-An episode is one token sequence: the sampled ids, alternating with glue that carries no loss. A
-turn starts only when a full reply still fits in ``max_episode_length``; else the episode stops,
-marked ``truncated``.
+An episode is one token sequence: the sampled ids, alternating with glue that carries no loss; it
+stops, ``truncated``, when a full reply no longer fits in ``max_episode_length``.
 
 Departures from the paper: none in behaviour; the reference re-tokenizes conversations,
 erl_lite keeps the sampled ids so training sees exactly what sampling saw.
@@ -42,8 +41,7 @@ class _Live:
 
 
 def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]) -> list[dict[str, str]]:
-    """The conversation an episode starts from (no system message when the prompt is empty);
-    ``observation`` is one user message, or turns ending with a user turn, kept as they are.
+    """The conversation an episode starts from: the system prompt (if any), then ``observation``.
 
     Example:
         >>> opening_messages("", "hi")
@@ -87,10 +85,9 @@ def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: 
         live = [lv for lv in lives if not lv.done]
         if not live:
             break
-        ready = [lv for lv in live if lv.length + params.max_new_tokens <= max_episode_length]
-        for lv in live:
-            if lv.length + params.max_new_tokens > max_episode_length:  # the opening left no room for a reply
-                lv.done = lv.truncated = True
+        for lv in live:  # no room left for a full reply: the episode stops here
+            lv.done = lv.truncated = lv.length + params.max_new_tokens > max_episode_length
+        ready = [lv for lv in live if not lv.done]
         if not ready:
             break
         _play_turn(generator, tokenizer, env, ready, params, role, stop_texts, max_episode_length)
