@@ -31,10 +31,8 @@ def _sample_std(values: list[float]) -> float:
 
 def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str = "group",
                      batch_std: float | None = None) -> list[float]:
-    """GRPO advantages of one group of rewards, in order.
-
-    ``scale`` (TRL's ``scale_rewards``): ``"group"`` divides ``r - mean`` by this group's std
-    (+ ``eps``), ``"batch"`` by ``batch_std`` (0: left unscaled), ``"none"`` not at all (Dr. GRPO).
+    """GRPO advantages of one group of rewards, in order; ``scale`` (TRL's ``scale_rewards``) divides
+    ``r - mean`` by this group's std (+ ``eps``), by ``batch_std`` (0: unscaled), or not at all.
 
     Example:
         >>> [round(a, 4) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
@@ -64,8 +62,7 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
 def grouped_advantages(
     rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *, scale: str = "group"
 ) -> list[float]:
-    """GRPO advantages computed separately within each key's group (e.g. ``(task_id, role)``),
-    order preserved; ``scale="batch"`` uses the std of *all* ``rewards``.
+    """GRPO advantages within each key's group, in order; ``scale="batch"`` uses the std of *all* ``rewards``.
 
     Example:
         >>> keys = [("t1", "first"), ("t1", "first"), ("t2", "second")]
@@ -81,15 +78,13 @@ def grouped_advantages(
         positions.setdefault(key, []).append(i)
     out = [0.0] * len(rewards)
     for idx in positions.values():
-        group = [rewards[i] for i in idx]
-        for i, a in zip(idx, group_advantages(group, eps=eps, scale=scale, batch_std=batch_std)):
+        for i, a in zip(idx, group_advantages([rewards[i] for i in idx], eps=eps, scale=scale, batch_std=batch_std)):
             out[i] = a
     return out
 
 
 def distill_weights(r2: Sequence[float], mode: str) -> list[float]:
-    """Per-sequence weights for internalization from the second attempts' rewards ``r2``:
-    ``"raft"`` ``max(r2, 0)`` (the reference's), ``"nll"`` the paper's ``1[r2 > 0]``.
+    """Internalization weights from the rewards ``r2``: ``"raft"`` ``max(r2, 0)``, ``"nll"`` ``1[r2 > 0]``.
 
     Example:
         >>> distill_weights([1.0, 0.0, 0.4, -0.5], "raft")

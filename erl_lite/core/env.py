@@ -17,16 +17,14 @@ StepOutput = tuple[str | None, float, bool, dict[str, Any]]
 
 
 class Episode(ABC):
-    """One play of one task (from :meth:`Environment.new_episode`). Rewards are terminal:
-    ``step`` returns 0.0 until the step that ends the episode; ``reward`` holds it afterwards."""
+    """One play of one task; rewards are terminal (``step`` returns 0.0 until the last step)."""
 
     reward: float = 0.0
     done: bool = False
 
     @abstractmethod
     def reset(self, task: Task) -> str | list[dict[str, str]]:
-        """Start the episode on ``task`` and return the first observation: a user message, or
-        the conversation before the first reply (messages ending with a user turn)."""
+        """Start on ``task``; the first observation: a user message, or messages ending with a user turn."""
 
     @abstractmethod
     def step(self, action: str) -> StepOutput:
@@ -48,8 +46,7 @@ class Episode(ABC):
 
 class BatchScoredEpisode(Episode):
     """An episode scored by its environment's :meth:`Environment.score_batch` (reading ``reward``
-    before that scores it alone). Subclasses define :meth:`_ready_to_score` and set ``env``.
-    """
+    before that scores it alone). Subclasses define :meth:`_ready_to_score` and set ``env``."""
 
     env: Any  # the environment, with a ``success_threshold``
     scored: bool = False

@@ -23,10 +23,8 @@ _MAX_KL = 10.0
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probabilities ``(B, T)`` of ``token_ids`` under ``logits / temperature`` ``(B, T, V)``.
-
-    TRL's ``selective_log_softmax`` (no full log-softmax), written here so this layer imports no
-    trl; half-precision logits give float32.
+    """Log-probabilities ``(B, T)`` of ``token_ids`` under ``logits / temperature`` ``(B, T, V)``, in
+    float32 (TRL's ``selective_log_softmax``, written here so this layer imports no trl).
 
     Example:
         >>> logits = torch.zeros(1, 2, 4)
@@ -65,9 +63,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
                         importance_sampling_level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, capped at ``-A·c`` for ``A < 0``.
 
-    ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean
-    log-ratio. ``advantages``: ``(B,)`` or ``(B, T)``. Returns ``(loss, clipped)``, both ``(B, T)``:
-    0 where masked, and True where a clip acted (no gradient).
+    ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean log-ratio.
+    Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted.
 
     Example:
         >>> lp = torch.zeros(1, 2)
@@ -79,8 +76,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         raise ValueError("epsilon_low and epsilon_high must be >= 0")
     if dual_clip is not None and dual_clip <= 1:
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
-    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
-    adv = adv.to(logp.dtype)
+    adv = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).to(logp.dtype)  # (B, 1) or (B, T)
     log_ratio = logp - old_logp.detach()  # (B, T)
     if importance_sampling_level == "sequence":
         keep = mask.bool()
@@ -115,8 +111,7 @@ def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> t
 
 
 def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
-    """The denominator :func:`aggregate` uses for ``mask`` (compute it on the *whole* batch):
-    loss tokens for ``token_mean``, sequences with a loss token otherwise; never below 1.
+    """:func:`aggregate`'s denominator: loss tokens for ``token_mean``, else sequences with one (at least 1).
 
     Example:
         >>> m = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
@@ -130,8 +125,7 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
 
 
 def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (divided by
-    its token count for ``seq_mean``); over the normalizer they add up to the loss.
+    """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (``/ n_b`` for ``seq_mean``).
 
     Example:
         >>> row_losses(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]), "seq_mean")
@@ -149,10 +143,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, norma
               ) -> torch.Tensor:
     """Reduce a ``(B, T)`` per-token loss to a scalar, ignoring masked positions.
 
-    ``seq_sum``: ``Σ_b Σ_t m·ℓ / N_seq``; ``token_mean``: ``Σ_b Σ_t m·ℓ / N_tok``; ``seq_mean``:
-    ``Σ_b (Σ_t m·ℓ / n_b) / N_seq``.
-    With ``normalizer=normalizer_for(full_mask, loss_type)`` micro-batches accumulate exactly the
-    whole batch's gradient (None: this batch's own).
+    The sum of :func:`row_losses` over ``normalizer``: with ``normalizer_for(full_mask, loss_type)``
+    micro-batches accumulate exactly the whole batch's gradient (None: this batch's own).
 
     Example:
         >>> loss = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])

@@ -21,9 +21,8 @@ from erl_lite.core.chat import end_of_turn_id
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
     """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
 
-    On a CPU with AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at
-    its first eval-mode, no-grad call and keeps it in training (LoRA gradients silently wrong).
-    This turns that off on every layer and converts repacked ones back, with a warning.
+    On a CPU with AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its
+    first eval-mode, no-grad call (LoRA gradients then silently wrong); this undoes and prevents it.
 
     Example:
         >>> import tempfile
@@ -57,8 +56,7 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
-    chat template's end-of-turn token (often not eos).
+    """Every id that ends a generation: the tokenizer's eos, the generation config's, the end of turn.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
