@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from erl_lite.core.chat import encode, render
+from erl_lite.core.chat import encode, encode_messages
 
 REFLECTION_SYSTEM = (
     "You coach an agent that has just failed a task. You will see the instructions it was "
@@ -95,21 +95,18 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
     """
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
 
-    def size(msgs: list[dict[str, str]]) -> int:
-        return len(encode(render(msgs, tokenizer, template_kwargs=template_kwargs), tokenizer))
-
     def count(s: str) -> int:
         return len(encode(s, tokenizer))
 
     # The second pass (every part down to nothing) absorbs tokens that merge across a cut.
     order = [("trace", max_tokens // 4), ("base_prompt", 0), ("trace", 0), ("task_text", 0), ("feedback", 0)]
     for name, floor in order + [(name, 0) for name in parts]:
-        over = size(_reflection_request(parts, reward)) - max_tokens
+        over = len(encode_messages(_reflection_request(parts, reward), tokenizer, template_kwargs)) - max_tokens
         if over <= 0:
             break
         parts[name] = cut_middle(parts[name], max(count(parts[name]) - over, floor), count)
     messages = _reflection_request(parts, reward)
-    ids = encode(render(messages, tokenizer, template_kwargs=template_kwargs), tokenizer)
+    ids = encode_messages(messages, tokenizer, template_kwargs)
     if len(ids) > max_tokens:
         raise PromptTooLongError(f"a reflection request needs {len(ids)} tokens even with its task, attempt, memory "
                                  f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small")
@@ -137,4 +134,4 @@ def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] |
         True
     """
     empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0)
-    return len(encode(render(empty, tokenizer, template_kwargs=template_kwargs), tokenizer))
+    return len(encode_messages(empty, tokenizer, template_kwargs))
