@@ -1,9 +1,5 @@
-"""Advantages for ERL's update: GRPO per (task, role) group, and internalization weights.
-
-Plain Python numbers in and out. GRPO: ``A = (r - mean) / (std + eps)`` with the unbiased std,
-within each group (first attempts against the task's other first attempts; reflections and
-second attempts against those of its failed rollouts); like TRL's ``scale_rewards``, the batch
-std may be used instead, or none.
+"""Advantages for ERL's update (plain numbers): GRPO ``A = (r - mean) / (std + eps)`` per (task,
+role) group, scaled as TRL's ``scale_rewards`` says, and internalization weights.
 
 Departures from the paper: it does not say what a group of one gets; like the reference, mean
 0 and std 1, so ``A = r``. A group whose rewards are all equal gets exactly 0.
@@ -35,20 +31,12 @@ def _sample_std(values: list[float]) -> float:
 
 def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str = "group",
                      batch_std: float | None = None) -> list[float]:
-    """GRPO advantages of one group of rewards, in order.
-
-    ``scale`` (TRL's ``scale_rewards``): ``"group"`` divides ``r - mean`` by this group's std
-    (+ ``eps``), ``"batch"`` by ``batch_std`` (0: left unscaled), ``"none"`` not at all (Dr. GRPO).
+    """GRPO advantages of one group of rewards, in order; ``scale`` (TRL's ``scale_rewards``) divides
+    ``r - mean`` by this group's std (+ ``eps``), by ``batch_std`` (0: unscaled), or not at all.
 
     Example:
         >>> [round(a, 4) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
         [0.866, -0.866, -0.866, 0.866]
-        >>> group_advantages([1.0, 0.0, 0.0, 1.0], scale="none")
-        [0.5, -0.5, -0.5, 0.5]
-        >>> group_advantages([0.5])
-        [0.5]
-        >>> group_advantages([1.0, 1.0])
-        [0.0, 0.0]
     """
     if scale not in SCALE_REWARDS:
         raise ValueError(f"scale must be one of {SCALE_REWARDS}, got {scale!r}")
@@ -74,16 +62,13 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
 def grouped_advantages(
     rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *, scale: str = "group"
 ) -> list[float]:
-    """GRPO advantages computed separately within each key's group (e.g. ``(task_id, role)``),
-    order preserved; ``scale="batch"`` uses the std of *all* ``rewards``.
+    """GRPO advantages within each key's group, in order; ``scale="batch"`` uses the std of *all* ``rewards``.
 
     Example:
         >>> keys = [("t1", "first"), ("t1", "first"), ("t2", "second")]
         >>> adv = grouped_advantages([1.0, 0.0, 0.3], keys)
         >>> [round(a, 4) for a in adv]
         [0.7071, -0.7071, 0.3]
-        >>> grouped_advantages([1.0, 0.0, 0.3], keys, scale="none")
-        [0.5, -0.5, 0.3]
     """
     if len(rewards) != len(keys):
         raise ValueError(f"got {len(rewards)} rewards but {len(keys)} keys")
@@ -93,21 +78,17 @@ def grouped_advantages(
         positions.setdefault(key, []).append(i)
     out = [0.0] * len(rewards)
     for idx in positions.values():
-        group = [rewards[i] for i in idx]
-        for i, a in zip(idx, group_advantages(group, eps=eps, scale=scale, batch_std=batch_std)):
+        for i, a in zip(idx, group_advantages([rewards[i] for i in idx], eps=eps, scale=scale, batch_std=batch_std)):
             out[i] = a
     return out
 
 
 def distill_weights(r2: Sequence[float], mode: str) -> list[float]:
-    """Per-sequence weights for internalization from the second attempts' rewards ``r2``:
-    ``"raft"`` ``max(r2, 0)`` (the reference's), ``"nll"`` the paper's ``1[r2 > 0]``.
+    """Internalization weights from the rewards ``r2``: ``"raft"`` ``max(r2, 0)``, ``"nll"`` ``1[r2 > 0]``.
 
     Example:
         >>> distill_weights([1.0, 0.0, 0.4, -0.5], "raft")
         [1.0, 0.0, 0.4, 0.0]
-        >>> distill_weights([1.0, 0.0, 0.4, -0.5], "nll")
-        [1.0, 0.0, 1.0, 0.0]
     """
     if mode not in INTERNALIZATION_MODES:
         raise ValueError(f"distill mode must be one of {INTERNALIZATION_MODES}, got {mode!r}")

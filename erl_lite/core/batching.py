@@ -1,8 +1,8 @@
-"""Packing the RL batch into tensors (micro-batches, left-padded contexts) and the completion
-log-probs of a packed micro-batch. B rows, P = longest context, L = longest completion::
+"""Packing the RL batch into micro-batches of tensors, and their completion log-probs::
 
     input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
     hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
+    (B rows, P = longest context, L = longest completion)
 
 Departures from the paper: none (a data layout the paper does not fix).
 """
@@ -76,9 +76,8 @@ def completion_logprobs(model: Any, batch: Packed, temperature: float,
 
 
 class CompletionLogProbs(torch.nn.Module):
-    """:func:`completion_logprobs` as a module, so that torch DDP wraps the whole gradient pass
-    (the chunked path calls decoder and lm-head separately, and DDP all-reduces only gradients
-    whose forward went through its wrapper).
+    """:func:`completion_logprobs` as a module, so that DDP wraps the whole gradient pass (it
+    all-reduces only gradients whose forward went through its wrapper).
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -103,9 +102,7 @@ def _padded_length(s: TrainSample) -> int:
 def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
     """Rows sorted by length, in micro-batches of at most ``size`` rows.
 
-    A micro-batch is ``max(context) + max(completion)`` wide, so it closes before a row that
-    would make it more than twice as wide as its shortest row (short attempts are never padded
-    to a long reflection prompt). Grouping changes only the padding, never the update.
+    A micro-batch closes before a row that would make it more than twice as wide as its shortest.
 
     Example:
         >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)

@@ -1,10 +1,8 @@
 """Turning chat messages into token ids: the chat template, applied exactly once.
 
-A conversation is rendered to text with the tokenizer's chat template (or :func:`render_plain`)
-and tokenized with ``add_special_tokens=False``, so nothing is added twice. Multi-turn episodes
-grow by *glue* (end of turn, the next observation, the next generation prompt), found for any
-template by :func:`glue_text`, so an episode is its sampled ids plus tokenized glue and is never
-re-tokenized. Departures from the paper: none.
+Multi-turn episodes grow by *glue* (end of turn, next observation, next generation prompt), found
+for any template by :func:`glue_text`, so an episode is never re-tokenized. Departures from the
+paper: none.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ _PROBE_TOOL = {"type": "function", "function": {"name": "erl_lite_probe_tool", "
 
 
 def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> bool:
-    """Whether the tokenizer's chat template renders ``tools=`` (read from its output with a
-    probe tool, not from its source: a template may mention tools without rendering them).
+    """Whether the chat template renders ``tools=`` (read from its output with a probe tool, not its source).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -48,8 +45,7 @@ def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | Non
 
 
 def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool) -> str:
-    """The plain chat format for tokenizers without a template: ``"### Role\\n<content>\\n\\n"``
-    per message, an assistant message ending with EOS (so the model learns to stop), BOS first.
+    """The chat format of tokenizers without a template: BOS, then ``### Role`` headings; replies end with EOS.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -62,10 +58,8 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
         heading = PLAIN_HEADINGS.get(m["role"])
         if heading is None:
             raise ValueError(f"unknown chat role {m['role']!r}; expected one of {list(PLAIN_HEADINGS)}")
-        end = tokenizer.eos_token if m["role"] == "assistant" else "\n\n"
-        parts.append(f"{heading}\n{m['content']}{end}")
-        if m["role"] == "assistant":
-            parts.append("\n\n")
+        end = tokenizer.eos_token if m["role"] == "assistant" else ""
+        parts.append(f"{heading}\n{m['content']}{end}\n\n")
     if add_generation_prompt:
         parts.append(PLAIN_HEADINGS["assistant"] + "\n")
     return "".join(parts)
@@ -73,12 +67,10 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
 
 def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True,
            template_kwargs: dict[str, Any] | None = None) -> str:
-    """Render messages to text with the chat template (once, with ``template_kwargs``, e.g.
-    Qwen3's ``enable_thinking=False``) or the plain format."""
+    """Render messages to text with the chat template (with ``template_kwargs``) or the plain format."""
     if has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
-        )
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             **(template_kwargs or {}))
     return render_plain(messages, tokenizer, add_generation_prompt)
 
 
@@ -95,9 +87,8 @@ def encode_messages(messages: list[dict[str, str]], tokenizer: Any,
 
 def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None,
               template_kwargs: dict[str, Any] | None = None) -> str:
-    """Text between the last assistant reply (``messages[-1]``) and the next generation, with
-    ``observation`` as the next user turn. ``reply_ended_with``: the reply's stop token text
-    (dropped from the glue so it is not there twice), None when the length limit cut it."""
+    """Text between the last assistant reply and the next generation, ``observation`` the next user
+    turn; ``reply_ended_with``: the reply's stop token text (not repeated), None if it was cut."""
     if not messages or messages[-1]["role"] != "assistant":
         raise ValueError("glue_text needs a conversation that ends with an assistant reply")
     probe = messages[:-1] + [
@@ -115,8 +106,7 @@ def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, 
 
 
 def end_of_turn_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int | None:
-    """The token that closes an assistant turn, read off the template: the glue's first token
-    when it is special (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``), else the eos id.
+    """The token that closes an assistant turn: the glue's first token when special (``<|im_end|>``), else eos.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -136,7 +126,7 @@ def end_of_turn_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = None
 
 
 def _is_special(tokenizer: Any, token_id: int) -> bool:
-    """A special token: listed as one, or an added token marked special (Qwen's ``<|im_end|>``)."""
+    """Listed as special, or an added token marked special (Qwen's ``<|im_end|>``)."""
     added = getattr(tokenizer, "added_tokens_decoder", {}).get(token_id)
     return token_id in tokenizer.all_special_ids or bool(added is not None and added.special)
 

@@ -1,11 +1,6 @@
-"""Batched sampling: one call turns a batch of prompts (token ids) into completions.
-
-A *generator* is anything with ``generate(prompts, params) -> completions`` on token ids:
-:class:`HFGenerator` (one ``model.generate`` call), :class:`ScriptedGenerator` (canned replies,
-so tests and notebooks drive every phase deterministically), or another engine with the same
-method. A completion is cut after its first stop token, which it keeps (the model learns to
-stop); a reply that fills ``max_new_tokens`` without one was cut (:func:`reply_was_cut`).
-A request past the model's context raises :class:`~erl_lite.core.prompts.PromptTooLongError`.
+"""Batched sampling: a *generator* turns a batch of token-id prompts into completions, each cut
+after (and keeping) its first stop token: :class:`HFGenerator`, or :class:`ScriptedGenerator`'s
+canned replies for tests and notebooks.
 
 Departures from the paper: the reference samples with vLLM; erl_lite uses
 ``transformers.generate`` (slower, but no extra engine to install on a consumer GPU).
@@ -18,13 +13,13 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from erl_lite.core.policy import eos_token_ids, keep_4bit_trainable
 from erl_lite.core.prompts import PromptTooLongError
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one batch; ``generation_kwargs`` are further ``model.generate`` keywords
-    (``min_p``, ...), which other samplers may ignore."""
+    """How to sample one batch; ``generation_kwargs`` go to ``model.generate`` (others may ignore them)."""
 
     max_new_tokens: int
     temperature: float = 0.7
@@ -49,8 +44,7 @@ _NO_LIMIT = 10 ** 9
 
 
 def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
-    """The number of positions ``model`` can read (its config's, else a real tokenizer
-    ``model_max_length``), or None when neither says.
+    """The positions ``model`` can read (its config's, else the tokenizer's limit), or None.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -129,21 +123,15 @@ class HFGenerator:
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer(); model = tiny_model(tok)
-        >>> gen = HFGenerator(model, tok)
+        >>> tok = tiny_tokenizer(); gen = HFGenerator(tiny_model(tok), tok)
         >>> outs = gen.generate([tok("hi").input_ids, tok("hello").input_ids], SamplingParams(5))
         >>> len(outs), all(len(o) <= 5 for o in outs), gen.calls
         (2, True, 1)
     """
 
     def __init__(self, model: Any, tokenizer: Any, stop_ids: list[int] | None = None) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        if stop_ids is None:
-            from erl_lite.core.policy import eos_token_ids
-
-            stop_ids = eos_token_ids(model, tokenizer)
-        self.stop_ids = list(stop_ids)
+        self.model, self.tokenizer = model, tokenizer
+        self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
@@ -164,10 +152,7 @@ class HFGenerator:
         for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
-        from erl_lite.core.policy import keep_4bit_trainable
-
-        # Eval mode without grad is what makes bitsandbytes repack a 4-bit CPU layer for an
-        # inference-only kernel; a model that trains must not take it (see keep_4bit_trainable).
+        # Eval mode without grad makes bitsandbytes repack a 4-bit CPU layer for inference only.
         keep_4bit_trainable(self.model)
         was_training = self.model.training
         self.model.eval()
@@ -186,9 +171,7 @@ class HFGenerator:
 
 
 class ScriptedGenerator:
-    """Returns canned completions: ``script(prompt_text) -> reply_text``, tokenized, ending with
-    EOS, cut to ``max_new_tokens``. ``calls`` counts batched calls; ``prompts_seen`` keeps every
-    decoded prompt, so tests can check what each phase showed the model.
+    """Canned completions ``script(prompt_text) -> reply_text``; ``prompts_seen`` keeps every prompt shown.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -199,8 +182,7 @@ class ScriptedGenerator:
     """
 
     def __init__(self, tokenizer: Any, script: Callable[[str], str]) -> None:
-        self.tokenizer = tokenizer
-        self.script = script
+        self.tokenizer, self.script = tokenizer, script
         self.calls = 0
         self.prompts_seen: list[str] = []
 

@@ -5,11 +5,9 @@ The decoder runs once; only the completion positions go through the lm-head, a c
     hidden  (B, P + L, H) ──► positions P-1 … P+L-2 ──► (B·L, H) ──► chunks of ``chunk_size``
     each chunk × lm_head.weight (V, H), one vocabulary tile at a time ──► log p(target)  (B, L)
 
-The lm-head step calls TRL's ``trl.kernels.ChunkedLogProbFunction`` directly (its
-``add_fused_lm_head`` patches ``model.forward`` before PEFT wraps it): an online log-sum-exp
-over tiles, recomputed in backward, so one ``(chunk_size, VOCAB_TILE)`` tile is held. A head
-that is not a plain ``nn.Linear`` raises a ValueError (``chunk_size=None``: full logits).
-Departures from the paper: none (memory engineering only).
+The head step is TRL's ``trl.kernels.ChunkedLogProbFunction``, called directly (its
+``add_fused_lm_head`` patches ``model.forward`` before PEFT wraps it). Departures from the paper:
+none (memory engineering only).
 """
 
 from __future__ import annotations
@@ -35,22 +33,16 @@ _CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDi
 def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                       targets: torch.Tensor, temperature: float = 1.0,
                       chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
-    """Log-probs ``(B, L)`` float32 of ``targets``, the last ``L`` tokens of ``input_ids``.
-
-    ``input_ids``, ``attention_mask``, ``position_ids``: ``(B, P + L)`` (left-padded contexts);
-    ``model`` may be wrapped by PEFT or accelerate; logits are divided by ``temperature``;
-    ``chunk_size`` None computes the full ``(B, L + 1, V)`` logits in fp32.
+    """Log-probs ``(B, L)`` float32 of ``targets``, the last ``L`` tokens of ``input_ids`` ``(B, P + L)``;
+    ``chunk_size`` None computes the full logits, else a head that is not ``nn.Linear`` raises ValueError.
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> model = tiny_model(tiny_tokenizer())
         >>> ids = torch.tensor([[10, 11, 12, 13]])
-        >>> ones = torch.ones_like(ids)
-        >>> pos = torch.arange(4)[None]
-        >>> chunked = sequence_logprobs(model, ids, ones, pos, ids[:, 2:], chunk_size=1)
-        >>> full = sequence_logprobs(model, ids, ones, pos, ids[:, 2:], chunk_size=None)
-        >>> chunked.shape, bool(torch.allclose(chunked, full, atol=1e-5))
-        (torch.Size([1, 2]), True)
+        >>> logp = sequence_logprobs(tiny_model(tiny_tokenizer()), ids, torch.ones_like(ids), torch.arange(4)[None],
+        ...                          targets=ids[:, 2:], chunk_size=1)
+        >>> logp.shape, logp.dtype
+        (torch.Size([1, 2]), torch.float32)
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
@@ -117,9 +109,7 @@ def output_head(lm: Any) -> torch.nn.Linear:
 
 
 def logit_transform(config: Any) -> tuple[float, float | None]:
-    """``(scale, softcap)`` a model applies to ``lm_head(h)``: ``softcap·tanh(scale·z/softcap)``,
-    from the config fields TRL's fused head reads (Gemma's softcapping, Cohere's ``logit_scale``,
-    Falcon-H1's multipliers, Granite's ``logits_scaling``).
+    """``(scale, softcap)`` a model applies to ``lm_head(h)`` (``softcap·tanh(scale·z/softcap)``), as TRL reads them.
 
     Example:
         >>> from types import SimpleNamespace
@@ -138,8 +128,7 @@ def logit_transform(config: Any) -> tuple[float, float | None]:
 
 @torch.no_grad()
 def _check_once(model: Any, lm: Any, input_ids: torch.Tensor, temperature: float) -> None:
-    """Compare the chunked head with the model's own logits once per model, on 8 tokens, so an
-    unknown logit transform fails instead of training on wrong log-probs."""
+    """Compare the chunked head with the model's own logits once, so an unknown logit transform fails."""
     if _CHECKED.get(lm) or input_ids.shape[1] < 2:
         return
     ids = input_ids[:1, -8:]

@@ -1,16 +1,9 @@
-"""Loss functions for ERL's update: pure tensor functions, no models, no environments.
+"""Loss functions for ERL's update: pure tensor functions (``B`` sequences, ``T`` completion
+positions, ``V`` vocabulary; ``mask`` ``(B, T)`` is 1 where a token carries loss).
 
-Shapes: ``B`` sequences, ``T`` completion positions, ``V`` vocabulary; ``mask`` ``(B, T)`` is 1
-where the model generated the token (it carries loss). :func:`policy_objective` is the one
-objective (PPO clip with clip-higher and dual clip, or GSPO's sequence ratio; weighted NLL on
-internalization rows; k3 KL to the reference; ``seq_sum``/``token_mean``/``seq_mean``
-aggregation with a whole-batch normalizer, so gradient accumulation is exact).
-
-Departures from the paper: it gives the objective only in outline; the settings are the
-reference code's. Sequences with no loss token are not counted. Guards as in verl: log-ratios
-clamped to ±20 before ``exp``, k3 capped at 10, and old/reference log-probs at masked slots
-replaced by the policy's own, so padding never gives ``inf`` or NaN. Inside those ranges the
-loss is TRL's GRPO loss.
+Departures from the paper: it outlines the objective only; the settings are the reference code's.
+Guards as in verl (log-ratios clamped to ±20, k3 capped at 10, masked old/reference log-probs
+replaced by the policy's own); inside those ranges the loss is TRL's GRPO loss.
 """
 
 from __future__ import annotations
@@ -30,10 +23,8 @@ _MAX_KL = 10.0
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probabilities ``(B, T)`` of ``token_ids`` ``(B, T)`` under ``logits`` ``(B, T, V)``
-    divided by ``temperature``, without a full (B, T, V) log-softmax (TRL's
-    ``selective_log_softmax``, written here so this layer imports no trl). ``logits[:, t]``
-    must be the distribution of ``token_ids[:, t]``; half-precision logits give float32.
+    """Log-probabilities ``(B, T)`` of ``token_ids`` under ``logits / temperature`` ``(B, T, V)``, in
+    float32 (TRL's ``selective_log_softmax``, written here so this layer imports no trl).
 
     Example:
         >>> logits = torch.zeros(1, 2, 4)
@@ -56,9 +47,8 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(π ‖ π_ref): ``exp(d) - d - 1`` ≥ 0 with ``d = ref - logp``
-    (both ``(B, T)``). As verl's low-variance KL, ``d`` is clamped to ±20 and the estimate to at
-    most 10 (no gradient where a clamp acts); for ``-11 ≤ d ≤ 2.6`` nothing changes.
+    """Per-token k3 estimate of KL(π ‖ π_ref), ``exp(d) - d - 1`` with ``d = ref - logp`` ``(B, T)``;
+    as verl's low-variance KL, ``d`` is clamped to ±20 and the estimate to at most 10.
 
     Example:
         >>> k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]))
@@ -71,14 +61,10 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
                         epsilon_low: float = 0.2, epsilon_high: float = 0.28, dual_clip: float | None = 3.0,
                         importance_sampling_level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token PPO clipped loss with clip-higher and dual clip.
+    """Per-token PPO clipped loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, capped at ``-A·c`` for ``A < 0``.
 
-    ``loss = -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)`` with ``r = exp(logp - old_logp)``; for
-    ``A < 0`` it is capped at ``-A·c`` (dual clip, ``c > 1`` or None). With
-    ``importance_sampling_level="sequence"`` (GSPO) a sequence's tokens share one ratio, the
-    exp of the mean log-ratio over its loss tokens. ``logp``, ``old_logp``, ``mask``: ``(B, T)``;
-    ``advantages``: ``(B,)`` or ``(B, T)``. Returns ``(loss, clipped)``, both ``(B, T)``: the
-    per-token loss (0 where masked), and True where a clip acted (the token gets no gradient).
+    ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean log-ratio.
+    Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted.
 
     Example:
         >>> lp = torch.zeros(1, 2)
@@ -90,8 +76,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         raise ValueError("epsilon_low and epsilon_high must be >= 0")
     if dual_clip is not None and dual_clip <= 1:
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
-    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
-    adv = adv.to(logp.dtype)
+    adv = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).to(logp.dtype)  # (B, 1) or (B, T)
     log_ratio = logp - old_logp.detach()  # (B, T)
     if importance_sampling_level == "sequence":
         keep = mask.bool()
@@ -115,8 +100,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
 
 
 def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token weighted negative log-likelihood ``-w·logp`` (the paper's internalization):
-    ``logp``, ``mask`` ``(B, T)``, ``weights`` ``(B,)`` (from :func:`erl_lite.core.advantages.distill_weights`).
+    """Per-token weighted NLL ``-w·logp`` (internalization); ``weights`` ``(B,)`` from ``distill_weights``.
 
     Example:
         >>> nll_loss(torch.tensor([[-2.0, -1.0]]), torch.tensor([0.5]), torch.tensor([[1, 0]]))
@@ -127,8 +111,7 @@ def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> t
 
 
 def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
-    """The denominator :func:`aggregate` uses for ``mask`` (compute it on the *whole* batch):
-    loss tokens for ``token_mean``, sequences with a loss token otherwise; never below 1.
+    """:func:`aggregate`'s denominator: loss tokens for ``token_mean``, else sequences with one (at least 1).
 
     Example:
         >>> m = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
@@ -142,8 +125,7 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
 
 
 def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (divided by
-    its token count for ``seq_mean``); over the normalizer they add up to the loss.
+    """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (``/ n_b`` for ``seq_mean``).
 
     Example:
         >>> row_losses(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]), "seq_mean")
@@ -161,10 +143,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, norma
               ) -> torch.Tensor:
     """Reduce a ``(B, T)`` per-token loss to a scalar, ignoring masked positions.
 
-    ``seq_sum``: ``Σ_b Σ_t m·ℓ / N_seq``; ``token_mean``: ``Σ_b Σ_t m·ℓ / N_tok``; ``seq_mean``:
-    ``Σ_b (Σ_t m·ℓ / n_b) / N_seq``. Each is a sum of per-sequence terms over a count, so
-    micro-batches aggregated with ``normalizer=normalizer_for(full_mask, loss_type)`` accumulate
-    exactly the whole batch's gradient. ``normalizer`` None: this batch's own.
+    The sum of :func:`row_losses` over ``normalizer``: with ``normalizer_for(full_mask, loss_type)``
+    micro-batches accumulate exactly the whole batch's gradient (None: this batch's own).
 
     Example:
         >>> loss = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
@@ -198,23 +178,15 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossStats:
-    """Statistics of one (micro-)batch, detached plain values for logging.
+    """Statistics of one (micro-)batch, detached plain values for logging."""
 
-    Attributes:
-        loss, policy_loss: the aggregated objective, with and without the KL term.
-        clip_ratio: fraction of policy-loss tokens (not NLL rows) where a clip acted.
-        kl: mean k3 KL over loss tokens; None when the KL term was skipped.
-        num_tokens, policy_tokens: loss tokens, and those of policy-loss rows (averaging weights).
-        row_losses: each row's share of ``loss`` (they add up to it), for per-role breakdowns.
-    """
-
-    loss: float
-    policy_loss: float
-    clip_ratio: float
-    kl: float | None
-    num_tokens: int
-    policy_tokens: int = 0
-    row_losses: tuple[float, ...] = ()
+    loss: float  # the aggregated objective
+    policy_loss: float  # the same without the KL term
+    clip_ratio: float  # fraction of policy-loss tokens (not NLL rows) where a clip acted
+    kl: float | None  # mean k3 KL over loss tokens; None when the KL term was skipped
+    num_tokens: int  # loss tokens
+    policy_tokens: int = 0  # loss tokens of policy-loss rows
+    row_losses: tuple[float, ...] = ()  # each row's share of ``loss`` (they add up to it)
 
     def to_dict(self) -> dict[str, float]:
         """Non-None scalar fields as a flat dict (counts as floats)."""
@@ -228,16 +200,8 @@ def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp
                      importance_sampling_level: str = "token") -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
 
-    Args:
-        logp: ``(B, T)`` current log-probs (with gradient).
-        old_logp: ``(B, T)`` sampling-policy log-probs; None: on-policy (ratio 1), TRL's shortcut.
-        ref_logp: ``(B, T)`` reference log-probs, or None to skip the KL term (so does beta 0).
-        advantages: ``(B,)`` per-sequence advantages (NLL rows: their weights).
-        mask: ``(B, T)``; at masked slots old/reference log-probs become ``logp.detach()``.
-        nll_rows: ``(B,)`` bool, rows trained with :func:`nll_loss` (the KL applies to all rows).
-        The others: see :func:`clipped_policy_loss` and :func:`aggregate`.
-
-    Returns ``(loss, stats)``: the scalar to backpropagate and its :class:`LossStats`.
+    Log-probs are ``(B, T)``; ``old_logp`` None: on-policy (ratio 1); ``ref_logp`` None: no KL.
+    ``advantages`` ``(B,)`` are the weights on ``nll_rows`` ``(B,)`` bool. Returns ``(loss, stats)``.
 
     Example:
         >>> lp = torch.full((2, 3), -1.0, requires_grad=True)
@@ -287,8 +251,7 @@ def _loss_stats(loss: torch.Tensor, per_token: torch.Tensor, without_kl: torch.T
 
 
 def _check_loss_type(loss_type: str) -> str:
-    """The erl_lite name of ``loss_type`` (TRL's ``grpo``/``dapo``/``luspo`` → ``seq_mean``/
-    ``token_mean``/``seq_sum``); an unknown or unimplemented name is an error."""
+    """The erl_lite name of ``loss_type`` (TRL's aliases resolved); unknown or missing ones raise."""
     if loss_type in TRL_LOSS_TYPES_MISSING:
         raise ValueError(f"loss_type {loss_type!r} (a TRL loss) is not implemented; the closest is "
                          f"{TRL_LOSS_TYPES_MISSING[loss_type]}")
@@ -299,8 +262,7 @@ def _check_loss_type(loss_type: str) -> str:
 
 
 def first_non_finite(tensors: Any) -> str | None:
-    """The name of the first floating-point tensor holding NaN or inf among ``(name, tensor)``
-    pairs, or None.
+    """The name of the first floating-point tensor with NaN or inf among ``(name, tensor)`` pairs, or None.
 
     Example:
         >>> first_non_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))])

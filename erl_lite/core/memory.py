@@ -1,12 +1,8 @@
-"""Reflection memory: rulebooks that worked, carried across episodes.
+"""Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ``
+and read only by the reflector, as the base instructions it improves on.
 
-Written only when a second attempt succeeded (``r2 >= τ``; the paper's literal ``r2 > τ`` never
-fires with 0/1 rewards and τ = 1); read only by the reflector, as the base instructions it
-improves on, never by a first attempt; never written by evaluation. ``single`` is the paper's
-one slot; ``fifo`` keeps ``size`` rulebooks and shows the ``top_k`` newest. :class:`MemoryBank`
-keeps one memory per environment of a mixed run; phases ask any memory for ``for_task(task_id)``.
-
-Departures from the paper: the ``fifo`` kind and the bank are additions (``single`` is the default).
+Departures from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1
+rewards and τ = 1); the ``fifo`` kind and the per-environment :class:`MemoryBank` are additions.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 
 class ReflectionMemory:
-    """Holds successful rulebooks.
+    """Holds successful rulebooks: ``single`` is the paper's one slot; ``fifo`` shows the ``top_k`` newest.
 
     Example:
         >>> mem = ReflectionMemory()
@@ -24,8 +20,6 @@ class ReflectionMemory:
         True
         >>> mem.maybe_store("A is you. C is a hole.", reward=1.0, threshold=1.0)
         True
-        >>> mem.maybe_store("worse rulebook", reward=0.0, threshold=1.0)
-        False
         >>> mem.context()
         'A is you. C is a hole.'
     """
@@ -58,12 +52,9 @@ class ReflectionMemory:
         return True
 
     def context(self) -> str | None:
-        """What the reflector sees as its base instructions, or None when empty (``fifo``: the
-        ``top_k`` newest, numbered, newest last)."""
+        """What the reflector sees as its base instructions, or None when empty (``fifo``: numbered)."""
         if not self._entries:
             return None
-        if self.kind == "single":
-            return self._entries[-1]
         recent = list(self._entries)[-self.top_k:]
         if len(recent) == 1:
             return recent[0]
@@ -79,8 +70,7 @@ class ReflectionMemory:
                 "entries": self.entries, "total_writes": self.total_writes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (same kind); a malformed state is refused,
-        naming the field, and nothing changes."""
+        """Restore what :meth:`state_dict` returned; a malformed state raises, naming the field."""
         check_memory_state(state)
         if state.get("kind") == "bank":
             raise ValueError(f"checkpoint memory keeps one memory per environment ({sorted(state['memories'])}); "
@@ -95,8 +85,7 @@ class ReflectionMemory:
 
 
 class MemoryBank:
-    """One :class:`ReflectionMemory` (``kind``, ``size``, ``top_k``) per environment in
-    ``names``, picked by the task being reflected on: ``env_of`` maps a task id to its name.
+    """One :class:`ReflectionMemory` per environment in ``names``; ``env_of`` maps a task id to its name.
 
     Example:
         >>> bank = MemoryBank(["frozenlake", "sokoban"], env_of=lambda task_id: task_id.split("/")[0])
@@ -163,8 +152,7 @@ class MemoryBank:
 
 
 def check_memory_state(state: Any) -> None:
-    """Refuse a memory state (a checkpoint's ``memory.json``) that no memory could have written,
-    naming the field.
+    """Refuse a memory state (a checkpoint's ``memory.json``) that no memory could have written.
 
     Example:
         >>> check_memory_state({"kind": "single", "entries": ["A is you."], "total_writes": 1})

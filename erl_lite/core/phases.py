@@ -43,8 +43,7 @@ from erl_lite.core.rollout import run_episodes
 
 @dataclass
 class PhaseContext:
-    """What every phase needs: the sampler, the tokenizer, the environment and the config;
-    ``progress`` makes each phase's bar (:mod:`erl_lite.core.progress`; none shows by default)."""
+    """What every phase needs: the sampler, the tokenizer, the environment, the config and the bars."""
 
     generator: Generator
     tokenizer: Any
@@ -53,8 +52,7 @@ class PhaseContext:
     progress: Progress = field(default=NO_PROGRESS, repr=False, compare=False)
 
     def attempt_params(self, temperature: float | None = None) -> SamplingParams:
-        """Sampling of training attempts (first and second); ``generation_kwargs`` apply to
-        every sampling (attempts, reflections, evaluation), as in TRL."""
+        """Sampling of training attempts (first and second)."""
         c = self.config
         return SamplingParams(c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k,
                               c.generation_kwargs)
@@ -66,55 +64,43 @@ class PhaseContext:
                               c.generation_kwargs)
 
 
-def first_task_message(attempt: Attempt) -> str:
-    """The task as the agent first saw it (the first user message)."""
-    return next(m["content"] for m in attempt.messages if m["role"] == "user")
-
-
-# --- the phases ------------------------------------------------------------------------------
-
-
 def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
                   temperature: float | None = None, params: SamplingParams | None = None,
                   desc: str = "first attempts") -> list[Attempt]:
-    """y1: G rollouts per task under the *initial* system prompt (memory never shown).
-    ``params`` (evaluation: ``ctx.eval_params()``), else the training attempts' sampling at
-    ``temperature``; ``desc`` names the progress bar."""
+    """y1: G rollouts per task under the *initial* system prompt (memory never shown); ``params``
+    default to the training attempts' sampling at ``temperature``."""
     rows = [(t, g) for t in tasks for g in range(num_generations)]
-    with ctx.progress.bar(desc, len(rows)) as bar:
-        return run_episodes(
-            ctx.generator, ctx.tokenizer, ctx.env,
-            tasks=[t for t, _ in rows],
-            system_prompts=[ctx.env.initial_system_prompt(t) for t, _ in rows],
-            params=params or ctx.attempt_params(temperature),
-            max_episode_length=ctx.config.max_episode_length,
-            role=FIRST,
-            indices=[g for _, g in rows],
-            template_kwargs=ctx.config.chat_template_kwargs,
-            on_finished=bar.update,
-        )
+    return _play(ctx, desc, FIRST, [t for t, _ in rows], [ctx.env.initial_system_prompt(t) for t, _ in rows],
+                 [g for _, g in rows], params or ctx.attempt_params(temperature))
+
+
+def _play(ctx: PhaseContext, desc: str, role: str, tasks: list[Task], system_prompts: list[str],
+          indices: list[int], params: SamplingParams) -> list[Attempt]:
+    """:func:`run_episodes` with the context's sampler, environment and limits, under a bar."""
+    with ctx.progress.bar(desc, len(tasks)) as bar:
+        return run_episodes(ctx.generator, ctx.tokenizer, ctx.env, tasks, system_prompts, params,
+                            max_episode_length=ctx.config.max_episode_length, role=role, indices=indices,
+                            template_kwargs=ctx.config.chat_template_kwargs, on_finished=bar.update)
 
 
 def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
-    """The attempts that go on to reflection: ``r1 < τ`` (strict), τ = ``ERLConfig.reward_threshold``
-    (the environment's ``success`` flag is for reporting only)."""
+    """The attempts that go on to reflection: ``r1 < τ`` (strict; ``success`` is for reporting only)."""
     return [a for a in attempts if a.reward < threshold]
 
 
 def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | MemoryBank | None) -> list[Reflection]:
-    """Δ for every failed attempt, in one batched generation. The base instructions are the
-    memory's content for the task (None or empty: the attempt's own system prompt); pass
-    ``memory=None`` for the "w/o memory" ablation."""
+    """Δ for every failed attempt, in one batched generation, improving on the memory's content for
+    the task, else the attempt's own system prompt (``memory=None``: the "w/o memory" ablation)."""
     if not failed:
         return []
     c = ctx.config
     contexts = []
     for a in failed:
-        # A memory bank answers with the memory of the task's own environment.
         remembered = memory.for_task(a.task_id).context() if memory is not None else None
         base = remembered if remembered is not None else a.system_prompt
+        task_text = next(m["content"] for m in a.messages if m["role"] == "user")  # as the agent first saw it
         _, ids = reflection_messages(
-            task_text=first_task_message(a), base_prompt=base, trace=a.trace, reward=a.reward,
+            task_text=task_text, base_prompt=base, trace=a.trace, reward=a.reward,
             feedback=a.feedback, tokenizer=ctx.tokenizer, max_tokens=c.max_reflection_prompt_length,
             template_kwargs=c.chat_template_kwargs,
         )
@@ -138,8 +124,7 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
 def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Task],
                    reflections: list[Reflection] | None) -> list[Retry]:
     """y2: replay each failed task from scratch under Δ only (never y1 or f1), or, without
-    reflection, the raw retry. One :class:`Retry` per failed attempt, in order; each reflection
-    is credited r̃ = r2 here."""
+    reflection, the raw retry; one :class:`Retry` per failed attempt, each reflection credited r̃ = r2."""
     if reflections is not None:
         if len(reflections) != len(failed):
             raise ValueError(f"{len(reflections)} reflections for {len(failed)} failed attempts")
@@ -147,18 +132,8 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
                    for a, r in zip(failed, reflections)]
     else:
         systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback) for a in failed]
-    with ctx.progress.bar("second attempts", len(failed)) as bar:
-        second = run_episodes(
-            ctx.generator, ctx.tokenizer, ctx.env,
-            tasks=[tasks[a.task_id] for a in failed],
-            system_prompts=systems,
-            params=ctx.attempt_params(),
-            max_episode_length=ctx.config.max_episode_length,
-            role=SECOND,
-            indices=[a.index for a in failed],
-            template_kwargs=ctx.config.chat_template_kwargs,
-            on_finished=bar.update,
-        )
+    second = _play(ctx, "second attempts", SECOND, [tasks[a.task_id] for a in failed], systems,
+                   [a.index for a in failed], ctx.attempt_params())
     deltas = reflections if reflections is not None else [None] * len(failed)
     for delta, y2 in zip(deltas, second):
         if delta is not None:
@@ -167,8 +142,7 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
 
 
 def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], threshold: float) -> int:
-    """memory ← Δ for every retry with r2 ≥ τ and a parsed rulebook (in order; the last one
-    wins a single slot). Returns the number of writes."""
+    """memory ← Δ for every retry with r2 ≥ τ and a parsed rulebook, in order; returns the writes."""
     writes = 0
     for r in retries:
         if r.reflection is not None and r.reflection.parsed:
@@ -180,11 +154,8 @@ def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int
                 max_length: int | None = None) -> list[TrainSample]:
     """π(y2 | x): second attempts re-contextualised under the first attempt's initial context.
 
-    Header: the failed first attempt's own (no Δ); completion: the second attempt's tokens.
-    Weight ``max(r2, 0)`` (raft) or ``1[r2 > 0]`` (nll), times ``coef``; weight-0 rows stay, as
-    in the reference (they count in the normalizer and the KL). A target whose last reply was
-    cut gets ``stop_ids[0]`` (the end-of-turn token) appended as a trained token. A row longer
-    than ``max_length`` is dropped with a warning, not cut (a cut target teaches half an episode).
+    Weights: ``distill_weights`` times ``coef`` (weight-0 rows stay, as in the reference); a cut
+    last reply ends with ``stop_ids[0]``; a row over ``max_length`` is dropped with a warning, not cut.
     """
     weights = distill_weights([r.second.reward for r in retries], mode)
     rows = [TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
@@ -212,8 +183,7 @@ def _ending_with_stop(attempt: Attempt, stop_ids: list[int]) -> tuple[list[int],
 
 
 def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]) -> list[TrainSample]:
-    """The RL batch: GRPO advantages grouped per (task, role), per the mode's rules, scaled as
-    ``cfg.scale_rewards`` says."""
+    """The RL batch: GRPO advantages grouped per (task, role), per the mode's rules."""
     if cfg.mode == "erl_simple":
         # Algorithm 1: one reward per rollout (r2 replaces r1 where the gate fired), y1 only.
         rewards = [a.reward if r is None else r.second.reward for a, r in zip(first, retry_of_first(first, retries))]
@@ -235,20 +205,15 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
 
 
 def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], scale: str) -> list[TrainSample]:
-    """One role's samples, advantages grouped per task and scaled as ``scale_rewards`` says
-    (``batch``: by the std of this role's rewards in the iteration)."""
+    """One role's samples, advantages grouped per task (``batch`` scale: this role's reward std)."""
     adv = grouped_advantages(rewards, [a.task_id for a in attempts], scale=scale)
     return [TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id)
             for a, A in zip(attempts, adv)]
 
 
-# --- the composed step -----------------------------------------------------------------------
-
-
 def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | MemoryBank | None) -> StepRecord:
-    """One iteration's rollouts and RL batch, as a :class:`StepRecord` whose step, memory and
-    metrics the trainer fills in (the update is :class:`update.PolicyUpdater`). ``memory``: to
-    read and write, or None when the run has none ("w/o memory", "w/o reflection", RLVR)."""
+    """One iteration's rollouts and RL batch, as a :class:`StepRecord` (the trainer fills in step,
+    memory and metrics); ``memory`` None when the run has none ("w/o memory", "w/o reflection", RLVR)."""
     c, clock = ctx.config, time.perf_counter
     by_id = tasks_by_id(tasks)  # refuses two different tasks sharing an id (one GRPO group)
     t0 = clock()
@@ -274,8 +239,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
 
 
 def stop_ids(ctx: PhaseContext) -> list[int]:
-    """The ids that end a reply: the chat template's end-of-turn token first (it closes a cut
-    internalization target; not eos on Llama 3, Gemma, Qwen base), then the sampler's."""
+    """The ids that end a reply: the template's end-of-turn token first (it closes a cut target), then the sampler's."""
     eot = end_of_turn_id(ctx.tokenizer, ctx.config.chat_template_kwargs)
     ids = [i for i in [eot, *sampler_stop_ids(ctx.generator, ctx.tokenizer)] if i is not None]
     if not ids:

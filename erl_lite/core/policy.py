@@ -1,5 +1,5 @@
 """What the algorithm does to a policy beyond calling it: its stop tokens, its KL reference, and
-keeping a 4-bit model's gradients right. Loading a policy is :mod:`erl_lite.models`' job.
+keeping a 4-bit model's gradients right (loading one is :mod:`erl_lite.models`' job).
 
 Departures from the paper: the KL reference is the base model with the LoRA adapter switched
 off (the paper keeps a separate frozen copy; at step 0 the two are the same policy).
@@ -21,11 +21,8 @@ from erl_lite.core.chat import end_of_turn_id
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
     """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
 
-    On a CPU with AVX512-BF16, ``bitsandbytes.nn.Linear4bit`` repacks its weight for an
-    inference-only kernel (no autograd) at its first eval-mode, no-grad call (the first
-    ``generate``) and keeps it in training: LoRA gradients become silently wrong. This clears
-    ``support_avx512bf16_for_cpu`` on every layer and converts repacked ones back (best-effort,
-    with a warning). A model with nothing trainable is left alone; GPU layers never repack.
+    On a CPU with AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its
+    first eval-mode, no-grad call (LoRA gradients then silently wrong); this undoes and prevents it.
 
     Example:
         >>> import tempfile
@@ -59,8 +56,7 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Every id that ends a generation: the tokenizer's eos, the generation config's, and the
-    chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``, ...; often not eos).
+    """Every id that ends a generation: the tokenizer's eos, the generation config's, the end of turn.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -82,9 +78,8 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
 def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
     """Yield the module that computes reference-policy logits for the KL term.
 
-    For a PeftModel: the same model with its adapter disabled (restored on exit). Otherwise an
-    explicit frozen copy ``reference`` is yielded as is; without one this raises ValueError
-    (set the KL coefficient beta to 0 instead). Wrap the forward in ``torch.no_grad()`` yourself.
+    An explicit frozen copy ``reference`` as is; else the PeftModel with its adapter disabled
+    (any other model raises ValueError). Wrap the forward in ``torch.no_grad()`` yourself.
 
     Example:
         >>> import tempfile

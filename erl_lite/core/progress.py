@@ -1,10 +1,7 @@
-"""Progress inside a step: one short-lived ``tqdm.auto`` bar per phase (first attempts,
-reflections, second attempts, the update) and one for evaluation, under the trainer's step bar.
+"""Progress inside a step: one short-lived ``tqdm.auto`` bar per phase and one for evaluation.
 
-A phase asks ``progress.bar(desc, total, unit)`` and ticks it as episodes finish (so a
-single-turn phase moves once per turn) or micro-batches are done; a disabled :class:`Progress`
-hands out bars that show nothing. Not transformers' ``ProgressCallback``: that one is driven by
-``Trainer``'s loop, which erl_lite does not run. Departures from the paper: none (display only).
+Not transformers' ``ProgressCallback``: that one is driven by ``Trainer``'s loop, which erl_lite
+does not run. Departures from the paper: none (display only).
 """
 
 from __future__ import annotations
@@ -20,10 +17,10 @@ class _Silent:
     n = 0
 
     def update(self, n: int = 1) -> None:
-        """Ignore ``n`` finished items."""
+        pass
 
     def close(self) -> None:
-        """Nothing to close."""
+        pass
 
     def __enter__(self) -> "_Silent":
         return self
@@ -36,8 +33,7 @@ _SILENT = _Silent()
 
 
 class Progress:
-    """Makes the bars of the phases; ``enabled`` (a bool, or a function read at each bar) says
-    whether they show.
+    """Makes the bars of the phases; ``enabled``: a bool, or a function read at each bar.
 
     Example:
         >>> with Progress(enabled=False).bar("first attempts", 4) as bar:
@@ -55,23 +51,18 @@ class Progress:
         return bool(self.enabled() if callable(self.enabled) else self.enabled)
 
     def bar(self, desc: str, total: int, unit: str = "seq") -> Any:
-        """A bar of ``total`` items (a context manager; ``update(n)`` ticks ``n``), gone when its
-        phase ends (``leave=False``)."""
+        """A bar of ``total`` items (a context manager; ``update(n)`` ticks ``n``), gone when its phase ends."""
         if not self.on() or total <= 0:
             return _SILENT
         from tqdm.auto import tqdm
-
         self._bars = [b for b in self._bars if not getattr(b, "disable", False)]  # tqdm closed: disable
         self._bars.append(tqdm(desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=True))
         return self._bars[-1]
 
     @contextlib.contextmanager
     def library_bars(self) -> Iterator[None]:
-        """transformers' own bars (``save_pretrained``'s "Writing model shards") follow this
-        setting while inside: off when these bars are off. transformers' switch is global, so it
-        is put back as it was on the way out."""
+        """transformers' own (global) bars off while inside when these are off; put back on the way out."""
         from transformers.utils import logging as hf_logging
-
         was_on = hf_logging.is_progress_bar_enabled()
         if was_on and not self.on():
             hf_logging.disable_progress_bar()

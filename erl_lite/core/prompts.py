@@ -1,10 +1,5 @@
-"""The prompts ERL adds around a task: the reflection request, and the second attempt's.
-
-:func:`reflection_messages` shows the base instructions (memory, else the initial prompt), the
-task, the first attempt's trace, reward and feedback, and asks for a replacement system prompt
-(a rulebook) inside ``<prompt>…</prompt>`` (:func:`parse_rulebook`), always fitted to its token
-budget. The second attempt sees only Δ plus the action reminder, never y1 or f1; the "w/o
-reflection" ablation sees the raw first attempt instead (:func:`retry_system_prompt`).
+"""The prompts ERL adds around a task: the reflection request (asking for a rulebook inside
+``<prompt>…</prompt>``), and the second attempt's (Δ plus the action reminder, never y1 or f1).
 
 Departures from the paper: the wording is erl_lite's own; the structure follows the paper's
 released code (rulebook in tags, fallback to the base prompt).
@@ -15,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from erl_lite.core.chat import encode, render
+from erl_lite.core.chat import encode, encode_messages
 
 REFLECTION_SYSTEM = (
     "You coach an agent that has just failed a task. You will see the instructions it was "
@@ -39,8 +34,7 @@ _PROMPT_TAG = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 
 
 class PromptTooLongError(ValueError):
-    """A request whose prompt plus ``max_new_tokens`` would run past the model's context;
-    ``row`` is its position in the batch, so a caller can name its task."""
+    """A request past the model's context; ``row`` is its position in the batch (to name its task)."""
 
     def __init__(self, message: str, row: int | None = None) -> None:
         super().__init__(message)
@@ -53,8 +47,6 @@ def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
     Example:
         >>> parse_rulebook("thinking... <prompt>C is a hole.</prompt>", "base")
         ('C is a hole.', True)
-        >>> parse_rulebook("no tags here", "base")
-        ('base', False)
     """
     blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
     if not blocks:
@@ -76,19 +68,8 @@ def _section(title: str, body: str) -> str:
     return f"## {title}\n{body}"
 
 
-def _user_message(task_text: str, base_prompt: str, trace: str, reward: float, feedback: str) -> str:
-    return "\n\n".join([
-        _section("Current instructions", base_prompt or "(none)"),
-        _section("Task", task_text),
-        _section("What the agent did", trace),
-        _section("Outcome", f"reward {reward:g}. {feedback}"),
-        REFLECTION_REQUEST,
-    ])
-
-
 def cut_middle(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
-    """Shorten ``text`` to at most ``max_tokens`` by removing its middle: the opening (the
-    task) and the ending (how it failed) are what a reflector needs most."""
+    """Shorten ``text`` to at most ``max_tokens`` by removing its middle (a reflector needs the ends)."""
     if count(text) <= max_tokens:
         return text
     marker = "\n[... middle of the attempt omitted ...]\n"
@@ -109,18 +90,10 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
                         ) -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook, fitted to ``max_tokens``, and their token ids.
 
-    Cut order, each part in its middle: the trace (down to a quarter of the budget), the base
-    instructions, the rest of the trace, the task, the feedback. A budget too small for the
-    fixed text raises :class:`PromptTooLongError` (the trainer refuses it up front, see
-    :func:`reflection_skeleton_length`).
+    Cut in the middle, in order: trace (to a quarter), base instructions, trace, task, feedback; a
+    budget too small for the fixed text raises :class:`PromptTooLongError`.
     """
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
-
-    def build() -> list[dict[str, str]]:
-        return _reflection_request(parts, reward)
-
-    def size(msgs: list[dict[str, str]]) -> int:
-        return len(encode(render(msgs, tokenizer, template_kwargs=template_kwargs), tokenizer))
 
     def count(s: str) -> int:
         return len(encode(s, tokenizer))
@@ -128,12 +101,12 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
     # The second pass (every part down to nothing) absorbs tokens that merge across a cut.
     order = [("trace", max_tokens // 4), ("base_prompt", 0), ("trace", 0), ("task_text", 0), ("feedback", 0)]
     for name, floor in order + [(name, 0) for name in parts]:
-        over = size(build()) - max_tokens
+        over = len(encode_messages(_reflection_request(parts, reward), tokenizer, template_kwargs)) - max_tokens
         if over <= 0:
             break
         parts[name] = cut_middle(parts[name], max(count(parts[name]) - over, floor), count)
-    messages = build()
-    ids = encode(render(messages, tokenizer, template_kwargs=template_kwargs), tokenizer)
+    messages = _reflection_request(parts, reward)
+    ids = encode_messages(messages, tokenizer, template_kwargs)
     if len(ids) > max_tokens:
         raise PromptTooLongError(f"a reflection request needs {len(ids)} tokens even with its task, attempt, memory "
                                  f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small")
@@ -142,7 +115,13 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
 
 def _reflection_request(parts: dict[str, str], reward: float) -> list[dict[str, str]]:
     """The reflection request's messages from its (possibly shortened) parts."""
-    user = _user_message(parts["task_text"], parts["base_prompt"], parts["trace"], reward, parts["feedback"])
+    user = "\n\n".join([
+        _section("Current instructions", parts["base_prompt"] or "(none)"),
+        _section("Task", parts["task_text"]),
+        _section("What the agent did", parts["trace"]),
+        _section("Outcome", f"reward {reward:g}. {parts['feedback']}"),
+        REFLECTION_REQUEST,
+    ])
     return [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -155,4 +134,4 @@ def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] |
         True
     """
     empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0)
-    return len(encode(render(empty, tokenizer, template_kwargs=template_kwargs), tokenizer))
+    return len(encode_messages(empty, tokenizer, template_kwargs))

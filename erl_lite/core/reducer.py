@@ -1,8 +1,5 @@
-"""What the update needs from a process group, as a Protocol, and its one-process form.
-
-:class:`~erl_lite.core.update.PolicyUpdater` is handed a :class:`Reducer` and never imports the
-distributed code: :class:`erl_lite.integrations.distributed.DataParallel` is the many-process
-one. Departures from the paper: none (the paper does not say how its workers reduce).
+"""What the update needs from a process group, as a Protocol (the many-process one is
+``integrations.distributed.DataParallel``), and its one-process form. Departures from the paper: none.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Rollouts: play a batch of episodes in lock-step, one batched ``generate`` call per turn.
 
-Each episode is one token sequence (layout in :mod:`erl_lite.records`): the model's action
-tokens exactly as sampled, alternating with glue that carries no loss. A phase costs at most
-``max_turns`` generate calls, and the environment scores it at once (``score_batch``). A turn
-starts only when a full reply (``max_new_tokens``) still fits in ``max_episode_length``; an
-episode that cannot fit one stops, marked ``truncated``, and so is an attempt with a reply cut
-at its limit.
+An episode is one token sequence: the sampled ids, alternating with glue that carries no loss; it
+stops, ``truncated``, when a full reply no longer fits in ``max_episode_length``.
 
 Departures from the paper: none in behaviour; the reference re-tokenizes conversations,
 erl_lite keeps the sampled ids so training sees exactly what sampling saw.
@@ -25,7 +21,7 @@ from erl_lite.records import Attempt, Task
 
 @dataclass
 class _Live:
-    """Mutable state of one episode while it is being played."""
+    """One episode while it is being played."""
 
     episode: Episode
     task_id: str
@@ -45,8 +41,7 @@ class _Live:
 
 
 def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]) -> list[dict[str, str]]:
-    """The conversation an episode starts from (no system message when the prompt is empty);
-    ``observation`` is one user message, or turns ending with a user turn, kept as they are.
+    """The conversation an episode starts from: the system prompt (if any), then ``observation``.
 
     Example:
         >>> opening_messages("", "hi")
@@ -59,8 +54,7 @@ def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]
 
 
 def template_kwargs_for(env: Environment, task: Task, template_kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The chat-template keywords of ``task``'s episode: the run's, plus ``tools=`` when its
-    environment hands its tools to the template (:meth:`Environment.template_tools`).
+    """The chat-template keywords of ``task``'s episode: the run's, plus its environment's ``tools=``.
 
     Example:
         >>> from erl_lite.integrations.dataset import RewardFunctionEnv
@@ -78,10 +72,8 @@ def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: 
                  on_finished: Callable[[int], Any] | None = None) -> list[Attempt]:
     """Play ``tasks[i]`` under ``system_prompts[i]``; return one :class:`Attempt` each.
 
-    ``tasks``, ``system_prompts`` and ``indices`` are parallel (a task may appear G times);
-    ``role`` is recorded on the attempts; ``template_kwargs`` go to the chat template;
-    ``on_finished`` is called with the number of episodes that finished at each turn (a
-    progress bar's ``update``), its calls adding up to ``len(tasks)``.
+    ``tasks``, ``system_prompts`` and ``indices`` are parallel; ``on_finished`` (a bar's ``update``)
+    gets the number of episodes that finished at each turn, adding up to ``len(tasks)``.
     """
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
@@ -93,10 +85,9 @@ def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: 
         live = [lv for lv in lives if not lv.done]
         if not live:
             break
-        ready = [lv for lv in live if lv.length + params.max_new_tokens <= max_episode_length]
-        for lv in live:
-            if lv.length + params.max_new_tokens > max_episode_length:  # the opening left no room for a reply
-                lv.done = lv.truncated = True
+        for lv in live:  # no room left for a full reply: the episode stops here
+            lv.done = lv.truncated = lv.length + params.max_new_tokens > max_episode_length
+        ready = [lv for lv in live if not lv.done]
         if not ready:
             break
         _play_turn(generator, tokenizer, env, ready, params, role, stop_texts, max_episode_length)
@@ -106,8 +97,7 @@ def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: 
             reported = done
     if on_finished is not None and len(lives) > reported:  # out of turns or budget: finished too
         on_finished(len(lives) - reported)
-    # One scoring call for the whole phase (TRL-style batch reward functions); a no-op for
-    # environments whose episodes scored themselves in step().
+    # One scoring call for the whole phase (TRL-style batch reward functions).
     env.score_batch([lv.episode for lv in lives],
                     [[t for t, m in zip(lv.completion_ids, lv.completion_mask) if m] for lv in lives])
     return [_finish(lv, task, sp, role, idx) for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
@@ -141,10 +131,8 @@ def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
 
 def _advance(lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int,
              template_kwargs: dict[str, Any] | None) -> None:
-    """Record one sampled reply, step the environment, and append the glue if it goes on.
-
-    ``budget``: the most tokens the sequence may hold when the next reply starts (the episode
-    budget less one full reply)."""
+    """Record one reply, step the environment, and append the glue if it goes on; ``budget``: the
+    most tokens the sequence may hold when the next reply starts."""
     text = tokenizer.decode(out, skip_special_tokens=True)
     lv.completion_ids += out
     lv.completion_mask += [1] * len(out)
@@ -165,7 +153,7 @@ def _advance(lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, st
 
 
 def _checked_step(episode: Episode, text: str) -> tuple[Any, bool]:
-    """``episode.step(text)`` checked (a wrong shape fails naming the class): ``(observation, done)``."""
+    """``(observation, done)`` of ``episode.step(text)``, its shape checked."""
     out = episode.step(text)
     name = type(episode).__name__
     if not isinstance(out, tuple) or len(out) != 4:

@@ -1,15 +1,11 @@
-"""The RL update: turn a list of :class:`TrainSample` into optimizer steps.
+"""The RL update: a list of :class:`TrainSample` (every role a row of one batch) into optimizer steps.
 
-Every role is one row of the same batch, under its own context, its advantage broadcast over its
-loss tokens. The batch is cut into ``ERLConfig.optimizer_steps`` mini-batches (one step each),
-each into micro-batches (:mod:`erl_lite.core.batching`) accumulated under the mini-batch's own
-normalizer; old and reference log-probs are computed once, before the first step.
+One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the
+mini-batch's normalizer; old and reference log-probs are computed once, before the first step.
 
-Departures from the paper: log-probs are taken at the sampling temperature for every row; rows
-with advantage 0 are skipped when ``beta == 0`` (their gradient is exactly 0) but still count in
-the normalizer, and parameters left without a gradient get a zero one, so the AdamW step is
-unchanged. A mini-batch whose loss or gradient is not finite is not stepped (the reference has
-no guard); a few in a row, or non-finite weights, stop the run.
+Departures from the paper: log-probs at the sampling temperature for every row; rows with A = 0
+are skipped when ``beta == 0`` (zero gradient) but still counted; a mini-batch whose loss or
+gradient is not finite is not stepped (the reference has no guard).
 """
 
 from __future__ import annotations
@@ -33,26 +29,14 @@ from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
-UPDATE_METRICS: tuple[str, ...] = (
-    *(f"samples/{r}" for r in ROLES), *(f"advantage/{r}" for r in ADVANTAGE_ROLES), "loss/total",
-    *(f"loss/{r}" for r in ROLES), "kl", "clip_ratio", "grad_norm", "optim/steps", "optim/skipped_steps",
-)
-
-#: Optimizer steps skipped in a row (non-finite loss or gradient) after which the run stops.
-MAX_SKIPPED_IN_A_ROW = 3
+UPDATE_METRICS: tuple[str, ...] = (*(f"samples/{r}" for r in ROLES), *(f"advantage/{r}" for r in ADVANTAGE_ROLES),
+                                   "loss/total", *(f"loss/{r}" for r in ROLES), "kl", "clip_ratio", "grad_norm",
+                                   "optim/steps", "optim/skipped_steps")
 
 
 @dataclass(frozen=True)
 class UpdateStats(Mapping):
-    """What one :meth:`PolicyUpdater.update` did; :meth:`to_metrics` gives the history's keys,
-    and it reads as a mapping of them (``stats["loss/total"]``).
-
-    Attributes:
-        samples: rows per role; advantage: mean ``|A|`` per role of :data:`ADVANTAGE_ROLES`.
-        loss, loss_total: each role's loss (KL included) and their sum, mean over mini-batches.
-        kl: mean k3 KL per loss token; clip_ratio: fraction of policy-loss tokens clipped.
-        grad_norm: before clipping, at the last step taken; optim_steps / skipped_steps: steps
-            taken, and skipped for a non-finite loss or gradient.
+    """What one :meth:`PolicyUpdater.update` did, read as a mapping of :data:`UPDATE_METRICS`.
 
     Example:
         >>> s = UpdateStats.empty({r: 0 for r in ROLES})
@@ -60,15 +44,15 @@ class UpdateStats(Mapping):
         (True, 0.0)
     """
 
-    samples: dict[str, int]
-    advantage: dict[str, float]
-    loss: dict[str, float]
-    loss_total: float
-    kl: float
-    clip_ratio: float
-    grad_norm: float
-    optim_steps: int
-    skipped_steps: int = 0
+    samples: dict[str, int]  # rows per role
+    advantage: dict[str, float]  # mean |A| per role of ADVANTAGE_ROLES
+    loss: dict[str, float]  # each role's loss (KL included), mean over the stepped mini-batches
+    loss_total: float  # their sum
+    kl: float  # mean k3 KL per loss token
+    clip_ratio: float  # fraction of policy-loss tokens clipped
+    grad_norm: float  # before clipping, at the last step taken
+    optim_steps: int  # steps taken
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
 
     @classmethod
     def empty(cls, samples: dict[str, int], advantage: dict[str, float] | None = None) -> "UpdateStats":
@@ -101,63 +85,39 @@ class _Tally:
     """Sums :class:`LossStats` over micro-batches and mini-batches into an :class:`UpdateStats`."""
 
     def __init__(self) -> None:
-        self.loss = {r: 0.0 for r in ROLES}
-        self.kl_sum = self.clipped = 0.0
-        self.tokens = self.policy_tokens = 0
+        # Each role's loss shares; KL and clip ratio weighted by their token counts; the counts.
+        self.sums = dict.fromkeys([*(f"loss/{r}" for r in ROLES), "kl", "clipped", "tokens", "policy_tokens"], 0.0)
 
     def add(self, batch: Packed, stats: LossStats) -> None:
         for role, share in zip(batch.roles, stats.row_losses):
-            self.loss[role] += share
-        self.kl_sum += (stats.kl or 0.0) * stats.num_tokens
-        self.tokens += stats.num_tokens
-        self.clipped += stats.clip_ratio * stats.policy_tokens
-        self.policy_tokens += stats.policy_tokens
+            self.sums[f"loss/{role}"] += share
+        self.sums["kl"] += (stats.kl or 0.0) * stats.num_tokens
+        self.sums["tokens"] += stats.num_tokens
+        self.sums["clipped"] += stats.clip_ratio * stats.policy_tokens
+        self.sums["policy_tokens"] += stats.policy_tokens
 
     def merge(self, other: "_Tally") -> None:
         """Add ``other``'s sums (one mini-batch that was stepped) to these."""
-        for role, value in other.loss.items():
-            self.loss[role] += value
-        self.kl_sum += other.kl_sum
-        self.clipped += other.clipped
-        self.tokens += other.tokens
-        self.policy_tokens += other.policy_tokens
+        for key, value in other.sums.items():
+            self.sums[key] += value
 
-    def reduced(self, dist: Reducer) -> "_Tally":
-        """DDP: the sums over every process (itself in one process)."""
-        keys = [f"loss/{r}" for r in ROLES] + ["kl_sum", "clipped", "tokens", "policy_tokens"]
-        mine = dict(zip(keys, [self.loss[r] for r in ROLES] + [self.kl_sum, self.clipped, self.tokens,
-                                                              self.policy_tokens]))
-        total = dist.sum(mine)
-        self.loss = {r: total[f"loss/{r}"] for r in ROLES}
-        self.kl_sum, self.clipped = total["kl_sum"], total["clipped"]
-        self.tokens, self.policy_tokens = int(total["tokens"]), int(total["policy_tokens"])
-        return self
-
-    def result(self, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
+    def result(self, dist: Reducer, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
                steps: int, skipped: int) -> UpdateStats:
-        loss = {r: v / max(steps, 1) for r, v in self.loss.items()}  # mean over the stepped mini-batches
-        return UpdateStats(samples, advantage, loss, sum(loss.values()), self.kl_sum / max(self.tokens, 1),
-                           self.clipped / max(self.policy_tokens, 1), grad_norm, steps, skipped)
+        s = dist.sum(self.sums)  # DDP: the sums over every process
+        loss = {r: s[f"loss/{r}"] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
+        return UpdateStats(samples, advantage, loss, sum(loss.values()), s["kl"] / max(s["tokens"], 1),
+                           s["clipped"] / max(s["policy_tokens"], 1), grad_norm, steps, skipped)
 
 
 class PolicyUpdater:
-    """Applies optimizer steps to a model with its optimizer and scheduler.
+    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base).
 
-    Args:
-        model: the policy (a PEFT model when ``beta > 0``: the reference is its base).
-        config: loss, clipping, batching, KL and ``logprob_chunk_size`` settings.
-        pad_id: the tokenizer's padding id.
-        dist: the process group's :class:`~erl_lite.core.reducer.Reducer` (under ``accelerate
-            launch`` the trainer passes :class:`~erl_lite.integrations.distributed.DataParallel`);
-            the lines marked ``DDP`` make the step the one-process step over every process's rows.
-
-    A mini-batch whose loss or gradient norm is not finite is not stepped (gradient dropped,
-    optimizer and scheduler untouched, a ``RuntimeWarning``, counted in ``optim/skipped_steps``),
-    as DeepSpeed's loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite
-    weight after a step, raise ``FloatingPointError``.
+    ``dist``: the process group's :class:`~erl_lite.core.reducer.Reducer` (lines marked ``DDP``). A
+    mini-batch with a non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's
+    loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise ``FloatingPointError``.
     """
 
-    max_skipped_in_a_row: int = MAX_SKIPPED_IN_A_ROW  # skipped optimizer steps in a row that stop the run
+    max_skipped_in_a_row: int = 3  # optimizer steps skipped in a row (non-finite) that stop the run
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
     progress: Progress = NO_PROGRESS  # the update's bar, a tick per micro-batch (the trainer sets it)
 
@@ -171,9 +131,7 @@ class PolicyUpdater:
         self.skipped_in_a_row = 0  # optimizer steps skipped since the last one taken
 
     def _logprobs(self, batch: Packed) -> torch.Tensor:
-        # A 4-bit model that generated outside HFGenerator must not run its old/reference pass
-        # on bitsandbytes' inference-only CPU kernel (see core.policy.keep_4bit_trainable).
-        keep_4bit_trainable(self.model)
+        keep_4bit_trainable(self.model)  # a model that generated elsewhere may have been repacked
         return completion_logprobs(self.model, batch, self.config.temperature, self.config.logprob_chunk_size)
 
     def _plan(self, mini: list[TrainSample]) -> tuple[float, list[Packed]]:
@@ -216,8 +174,7 @@ class PolicyUpdater:
         plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
         tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
-        # Closed below, or on an error by the trainer (Progress.close_all).
-        bar = self.progress.bar("update", len(flat), unit="micro-batch")
+        bar = self.progress.bar("update", len(flat), unit="micro-batch")  # closed below, or by Progress.close_all
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
             where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
@@ -228,7 +185,7 @@ class PolicyUpdater:
                 grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
-        return tally.reduced(self.dist).result(counts, advantage, grad_norm, taken, k - taken)
+        return tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken)
 
     def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any
                          ) -> tuple[_Tally, float] | None:
@@ -243,8 +200,7 @@ class PolicyUpdater:
                     bad_roles += [r for r in bad if r not in bad_roles]
                     bar.update(1)
                     continue
-                # DDP averages over processes; each loss is already this process's share of the
-                # global loss (global normaliser), so scale by the process count to get the sum.
+                # DDP averages over processes; each loss is this process's share of the global loss.
                 (loss * self.dist.world_size).backward()
             mini.add(batch, stats)
             bar.update(1)
@@ -265,13 +221,8 @@ class PolicyUpdater:
         return mini, norm_now
 
     def _sync_gradients(self) -> None:
-        """DDP: all-reduce the accumulated gradients with one synced, zero-weighted backward.
-
-        Every process must run the same number of synced backwards, but the gate gives them
-        different numbers of rows (maybe none). So real micro-batches run under ``no_sync`` and
-        every process then backpropagates a one-token dummy row with loss 0: it adds exact zeros
-        and reaches every trainable parameter, so DDP reduces all of them.
-        """
+        """DDP: all-reduce the accumulated gradients with one synced backward of a zero-loss dummy row
+        (processes hold different numbers of rows, maybe none; the dummy reaches every parameter)."""
         if self.dist.world_size == 1:
             return
         row = TrainSample(FIRST, [self.pad_id], [self.pad_id], [0], 0.0)
@@ -306,8 +257,7 @@ class PolicyUpdater:
 
 
 def _non_finite_roles(batch: Packed, stats: LossStats) -> list[str]:
-    """The roles (in batch order, once each) of rows whose loss share is not finite; all of the
-    micro-batch's roles when only the total is (a share can be finite while the sum overflows)."""
+    """The roles of rows whose loss share is not finite (all of them when only the sum overflows)."""
     bad = [r for r, v in zip(batch.roles, stats.row_losses) if not math.isfinite(v)]
     if not bad and not math.isfinite(stats.loss):
         bad = list(batch.roles)
@@ -315,8 +265,7 @@ def _non_finite_roles(batch: Packed, stats: LossStats) -> list[str]:
 
 
 def _check_finite_weights(named: list[tuple[str, torch.nn.Parameter]], where: str) -> None:
-    """Raise FloatingPointError, naming the first bad tensor, if the step just taken left a
-    weight NaN or inf (the next step would sample from NaN probabilities)."""
+    """Raise FloatingPointError, naming the first bad tensor, if the step left a weight NaN or inf."""
     bad = first_non_finite(named)
     if bad is None:
         return
@@ -326,10 +275,8 @@ def _check_finite_weights(named: list[tuple[str, torch.nn.Parameter]], where: st
 
 
 def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Give every parameter without a gradient a zero one, so ``optimizer.step()`` acts on it:
-    a mini-batch made only of skipped rows (A = 0, no KL) backpropagates nothing, and AdamW
-    would skip its momentum, weight decay and step counter. TRL backpropagates the zero loss;
-    this gives the same zero gradient without the pass."""
+    """A zero gradient where there is none (a mini-batch of skipped rows backpropagates nothing), so
+    AdamW still applies momentum and weight decay, as TRL's backward of the zero loss does."""
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
