@@ -1,7 +1,6 @@
-"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and
-a single-turn arithmetic task; each module says how it departs from the paper. The protocol
-(:mod:`erl_lite.core.env`) and the adapters (:mod:`erl_lite.integrations`) are re-exported
-where earlier releases kept them, lazily, so importing this pulls in neither gymnasium nor BM25.
+"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and a
+single-turn arithmetic task; each module says how it departs from the paper. The protocol and the
+adapters are re-exported lazily, so importing this pulls in neither gymnasium nor BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake

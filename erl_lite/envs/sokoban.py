@@ -87,8 +87,7 @@ def apply_move(walls: frozenset[Cell], player: Cell, box: Cell, delta: tuple[int
 
 
 def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[str] | None:
-    """Fewest moves that push the box onto the goal (None if impossible within ``limit``); the
-    search runs over (player, box) states, moving by :func:`apply_move`.
+    """Fewest moves that push the box onto the goal (None if impossible within ``limit``).
 
     Example:
         >>> solve_sokoban(["######", "#@$ .#", "######"])
@@ -111,8 +110,7 @@ def solve_length(level: Level, limit: int | None = None) -> int | None:
 
 
 def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8) -> dict[str, Any]:
-    """One random level ``{"layout": rows, "size": n, "shortest": moves}`` solvable in
-    ``1..max_shortest`` moves, deterministic in ``seed``."""
+    """One random level ``{"layout": rows, "size": n, "shortest": moves}``, 1..``max_shortest`` moves."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(sizes[0], sizes[1] + 1))
     inner = n - 2
@@ -169,12 +167,8 @@ class SokobanEpisode(GridEpisode):
 class Sokoban(GridGame):
     """One-box Sokoban with abstract letters, seeded splits and the paper's levels.
 
-    Args:
-        source: ``"generated"`` (seeded splits) or ``"paper"`` (the paper's exact levels).
-        seed, n_train, n_test: base seed and generated split sizes (paper: 10,000 / 100).
-        sizes: inclusive range of the room side n, border walls included.
-        max_shortest: levels needing more moves are re-drawn.
-        max_actions, symbols, symbol_seed, compact: as in :class:`~erl_lite.envs.grid.GridGame`.
+    ``source`` is ``"generated"`` or ``"paper"`` (the paper's levels); ``sizes``, the inclusive range
+    of the room side, walls included; the other arguments as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = Sokoban()
