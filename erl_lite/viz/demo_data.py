@@ -19,8 +19,7 @@ INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` blo
                   "Up, Down, Left or Right.")
 #: Successive rulebooks: each reflection refines the instructions it was given.
 RULEBOOKS = [
-    "You are playing a grid game. A is you and B is the goal. Reply with one move in a ``` "
-    "block.",
+    "You are playing a grid game. A is you and B is the goal. Reply with one move in a ``` block.",
     "You are playing a grid game. A is you, B is the goal, C is a hole that ends the game. "
     "Avoid C. Reply with one move in a ``` block.",
     "You are playing a grid game. A is you, B is the goal, C is a hole that ends the game, "
@@ -59,8 +58,7 @@ def _rulebook(version: int) -> str:
 
 
 def _step_record(step: int, p_first: float, rng: random.Random, memory: dict[str, Any]) -> StepRecord:
-    """Two tasks × two rollouts; failed first attempts are reflected on (from the memory held
-    before the step: ``memory["slot"]``, ``memory["version"]`` written so far) and retried."""
+    """Two tasks × two rollouts; failed first attempts are reflected on (from ``memory``) and retried."""
     tasks = [Task(task_id=f"lake-{i}", data={"seed": i}) for i in range(2)]
     firsts, retries = [], []
     before, version = list(memory["slot"]), memory["version"]
@@ -109,13 +107,8 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
 
 def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True,
                       baseline: bool = False) -> History:
-    """Build a made-up History of ``steps`` training steps, eval every 5 steps.
-
-    Args:
-        steps: number of training records (0 gives an empty History).
-        seed: seed of the noise and of which attempts succeed.
-        with_samples: also keep full step records (step 1 and every 5th step).
-        baseline: an RLVR-like run instead (first attempts only, no gate, no memory).
+    """A made-up History of ``steps`` training steps, eval every 5 steps; step records (``with_samples``)
+    at step 1 and every 5th; ``baseline``: an RLVR-like run (first attempts only, no gate, no memory).
 
     Example:
         >>> h = synthetic_history(steps=10)

@@ -1,9 +1,5 @@
-"""One task's ERL story, side by side: first attempt → feedback → reflection → second attempt.
-
-Reads the step records a run samples (``History.samples``). :func:`show_attempt_pair` returns
-HTML, :func:`attempt_pair_text` its plain-text twin; "what changed" is a word-level diff
-(:mod:`difflib`) of base prompt against rulebook and of first against second moves.
-
+"""One task's ERL story from a sampled step record: first attempt → reflection → second attempt, as
+HTML or text, with word diffs of base prompt against rulebook and first against second moves.
 Departures from the paper: none (presentation only).
 """
 
@@ -22,8 +18,7 @@ MAX_CHARS = 2000  # per message: keeps a long multi-turn episode readable
 
 
 def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> Record:
-    """The sampled step record for ``step`` (the first one when None) from a step record (dict or
-    :class:`~erl_lite.records.StepRecord`) or anything :func:`~erl_lite.viz._style.as_history` takes."""
+    """The sampled record of ``step`` (default: the first) from a step record or a run (``as_history``)."""
     if hasattr(source, "to_dict") and hasattr(source, "first_attempts"):
         source = source.to_dict()
     if isinstance(source, dict) and "first_attempts" in source:
@@ -152,13 +147,11 @@ def _attempt_html(title: str, attempt: Record | None, color: str) -> str:
 def _reflection_html(refl: Record | None) -> str:
     color = COLORS["reflection"]
     if refl is None:
-        return (f"<b style='color:{color}'>Reflection</b>"
-                "<p><i>none: the first attempt passed</i></p>")
+        return f"<b style='color:{color}'>Reflection</b><p><i>none: the first attempt passed</i></p>"
     parsed = "parsed" if refl.get("parsed") else "no &lt;prompt&gt; block: base prompt reused"
     return (f"<b style='color:{color}'>Reflection → rulebook</b> <small>({parsed}, "
             f"r̃ = {float(refl.get('reward', 0.0)):.2f})</small>{_pre(refl.get('rulebook', ''))}"
-            f"<details><summary>raw reflection text</summary>{_pre(refl.get('text', ''))}"
-            "</details>")
+            f"<details><summary>raw reflection text</summary>{_pre(refl.get('text', ''))}</details>")
 
 
 def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,

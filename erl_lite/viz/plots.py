@@ -1,9 +1,6 @@
-"""Matplotlib figures for each ERL phase, drawn from a run (anything :func:`~erl_lite.viz._style.as_history`
-takes). Each draws on ``ax`` when given, returns the ``Figure`` and never calls ``plt.show()``;
-missing metrics, an empty run or a single step give a labelled panel noting "no data yet".
-
-Departures from the paper: the paper shows training reward before/after reflection and eval
-reward; the gate, memory, loss and advantage panels are additions for inspecting a run.
+"""Matplotlib figures for each ERL phase of a run; each draws on ``ax`` when given and returns the
+``Figure``; missing data gives a panel noting "no data yet". Departures from the paper: the paper shows
+reward before/after reflection and eval reward; the gate, memory, loss and advantage panels are added.
 """
 
 from __future__ import annotations
@@ -60,8 +57,7 @@ def _same_series(h, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
 
 
 def rewards_are_binary(history: HistoryLike) -> bool:
-    """Whether reward and success carry the same numbers in every phase and in evaluation (0/1
-    rewards and τ = 1, the games): then :func:`plot_overview` draws one panel for both.
+    """Whether reward and success are the same numbers everywhere (0/1 rewards, τ = 1: the games).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -99,16 +95,9 @@ def _note(ax: Axes, text: str) -> None:
 @S.styled
 def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None,
                  metric: str = "reward", smoothing: float = 0.0) -> Figure:
-    """Reward (or success rate) per phase over training steps, with an RLVR run dashed.
+    """Reward (or ``metric="success"``) per phase over training steps and evaluation, RLVR dashed.
 
-    Evaluation records (``kind="eval"``) are drawn when present, else a note says so. With 0/1
-    rewards (:func:`rewards_are_binary`) the title says that reward and success coincide.
-
-    Args:
-        baseline: optional RLVR run; its first-attempt and eval curves are drawn dashed.
-        ax: axes to draw on (a new figure otherwise).
-        metric: ``"reward"`` or ``"success"``.
-        smoothing: exponential-moving-average weight in [0, 1); 0 draws raw values.
+    ``smoothing``: exponential-moving-average weight in [0, 1); 0 draws raw values.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -163,8 +152,7 @@ def _memory_sizes(h) -> tuple[list[int], list[float]]:
 
 @S.styled
 def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
-    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis
-    so that a bar and a point at the same height are the same number.
+    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -191,8 +179,7 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
 
 
 def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
-    """``(step, text)`` of what memory held after each sampled step (``""`` when empty; several
-    rulebooks, the FIFO option, joined with a ``---`` line).
+    """``(step, text)`` of what memory held after each sampled step (rulebooks joined by a ``---`` line).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -233,8 +220,7 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None, smoothing: flo
 
 @S.styled
 def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None) -> Figure:
-    """Evaluation (first attempt, initial prompt) reward and success, RLVR dashed if given; with 0/1
-    rewards the two coincide and one curve is drawn for both.
+    """Evaluation reward and success (one curve when they coincide), RLVR dashed if given.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -259,11 +245,8 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
 @S.styled
 def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: Axes | None = None,
                     title: str = "Equal CPU time, one line per seed") -> Figure:
-    """Evaluation over training CPU time, one line per run, colour, line style and marker per variant
-    (so overlapping runs stay told apart); reads ``scripts/compare_modes.py``'s ``compare_results.json``.
-
-    ``results``: dicts with ``variant`` and ``eval_curve`` (``[step, CPU seconds, success]`` rows);
-    ``variants``: which to draw, in order (default: all, first seen first).
+    """Evaluation over training CPU time, one line per run, a style per variant (``compare_modes.py``'s
+    results: dicts with ``variant`` and ``eval_curve``, rows ``[step, CPU seconds, success]``).
 
     Example:
         >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]}
@@ -289,8 +272,7 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
 
 @S.styled
 def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing: float = 0.0) -> Figure:
-    """A dashboard: reward (with evaluation), success, gate / memory, loss, advantage (for READMEs).
-    With 0/1 rewards (:func:`rewards_are_binary`) reward and success are one wide panel.
+    """A dashboard: reward (with evaluation), success, gate, memory, loss, advantage (for READMEs).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -315,7 +297,7 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing:
 
 @S.styled
 def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: HistoryLike = None) -> list[str]:
-    """Write rewards/gate_rate/memory/losses/eval/overview PNGs into ``out_dir``; return paths.
+    """Write the rewards, gate_rate, memory, losses, eval and overview PNGs into ``out_dir``; return paths.
 
     Example:
         >>> import tempfile
