@@ -17,7 +17,6 @@ _EXPORTS = {
     "Environment": "erl_lite.core.env", "Episode": "erl_lite.core.env",
     "FrozenLake": "frozenlake", "Sokoban": "sokoban", "parse_action": "grid",
     "MultiHopQA": "qa", "BM25Search": "qa", "load_hotpotqa": "qa", "score_answer": "qa",
-    "frozenlake_paper_tasks": "paper_tasks", "sokoban_paper_tasks": "paper_tasks",
     "hotpotqa_paper_questions": "paper_tasks",
     "make_arithmetic_dataset": "arithmetic", "small_arithmetic_dataset": "arithmetic",
     "arithmetic_reward": "arithmetic", "arithmetic_feedback": "arithmetic",

@@ -47,16 +47,6 @@ def paper_game_tasks(game: str, split: str, n: int | None = None) -> list[Task]:
     return tasks
 
 
-def frozenlake_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
-    """The paper's FrozenLake maps; ``data["map"]`` rows use S start, G goal, H hole, F frozen."""
-    return paper_game_tasks("frozenlake", split, n)
-
-
-def sokoban_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
-    """The paper's Sokoban levels; ``data["layout"]`` rows use ``#`` wall, ``$`` box, ``.`` goal, ``@`` player."""
-    return paper_game_tasks("sokoban", split, n)
-
-
 def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:
     """The paper's 1,024 HotpotQA evaluation questions, without paragraphs: to research them, pass a
     ``retriever`` to :class:`~erl_lite.envs.qa.MultiHopQA`.

@@ -1,16 +1,9 @@
-"""Sokoban with one box, drawn in abstract letters: push the box onto the goal.
-
-Rooms are n×n with border walls (n uniform in 6..8) and no interior walls; player, box and
-goal on three distinct floor cells; a level is kept only if solvable in at most 8 moves.
-Moving into the box pushes it if the cell beyond is free; walls stop both; no pulling.
-Reward 1 when the box reaches the goal (the episode ends), else 0 after 8 actions. Letters:
-agent A, box B, box on goal b, goal C, wall E, floor D, agent on goal a. Written by hand:
+"""Sokoban with one box, drawn in abstract letters: push the box onto the goal. Rooms are n×n (n in
+6..8) with border walls only; a level is kept if solvable in at most 8 moves. Written by hand:
 gym-sokoban draws levels by reverse play, with pixel output.
 
-Departures from the paper: none in the rules; prompts state the real budget (the reference
-prompt claimed 64 moves). Generated levels are not the paper's (``source="paper"`` plays
-those) and room sizes are uniform (the paper's lean to 8×8). :meth:`Sokoban.small` is an
-addition for CPU runs.
+Departures from the paper: none in the rules; prompts state the real budget (the reference prompt
+claimed 64 moves). Generated levels are not the paper's (``source="paper"`` plays those).
 """
 
 from __future__ import annotations

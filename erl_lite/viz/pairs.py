@@ -161,8 +161,6 @@ def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> html_text = show_attempt_pair(synthetic_history(steps=5), step=5)
-        >>> "Reflection" in html_text
-        True
     """
     record = step_record(history_or_step_record, step)
     pair = select_pair(record, task_id, index)

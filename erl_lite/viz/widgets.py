@@ -114,8 +114,6 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> view = reflection_browser(synthetic_history(steps=5), static=True)
-        >>> "FIRST ATTEMPT" in str(view)
-        True
     """
     h, steps = _steps(history)
     if not steps:
@@ -154,7 +152,7 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
 
 
 def _memory(record: Record) -> tuple[str, str]:
-    """What memory held (before, after) one step, as text."""
+    """(before, after) of one step's memory, as text."""
     return joined_rulebooks(record.get("memory_before")), joined_rulebooks(record.get("memory_after"))
 
 
