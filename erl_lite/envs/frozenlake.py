@@ -18,8 +18,7 @@ from gymnasium.utils import seeding
 
 from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
 
-DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D",
-                   "agent_in_hole": "E", "agent_on_goal": "F"}
+DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
 #: Per-step trace comments, by event; ``{tile}`` (the letter moved onto) lets experience reveal the letters.
 COMMENTS = {
     "blocked": "did not move (edge of the grid)",
@@ -142,10 +141,9 @@ class FrozenLake(GridGame):
     episode_class = FrozenLakeEpisode
     layout_field = "map"
 
-    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000,
-                 n_test: int = 100, sizes: tuple[int, int] = (2, 9),
-                 frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6,
-                 max_actions: int = 8, symbols: dict[str, str] | None = None,
+    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
+                 sizes: tuple[int, int] = (2, 9), frozen_prob: tuple[float, float] = (0.6, 0.85),
+                 max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
                  symbol_seed: int | None = None, compact: bool = False) -> None:
         if not 2 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")

@@ -82,9 +82,8 @@ def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, St
     return None
 
 
-def resolve_symbols(
-    defaults: Mapping[str, str], symbols: Mapping[str, str] | None = None, seed: int | None = None
-) -> dict[str, str]:
+def resolve_symbols(defaults: Mapping[str, str], symbols: Mapping[str, str] | None = None,
+                    seed: int | None = None) -> dict[str, str]:
     """The letter of each role: ``defaults``, or with ``seed`` distinct random capitals; then ``symbols``.
 
     Example:
@@ -115,10 +114,8 @@ def render_rows(cells: list[list[str]]) -> str:
 def grid_system_prompt(max_actions: int, compact: bool = False) -> str:
     """The initial system prompt of the grid games: the output format, never the rules."""
     if compact:
-        return (
-            f"Grid game shown as letters. Each turn reply with one action, Up, Down, Left or "
-            f"Right, inside a final ``` block. At most {max_actions} actions."
-        )
+        return (f"Grid game shown as letters. Each turn reply with one action, Up, Down, Left or Right, "
+                f"inside a final ``` block. At most {max_actions} actions.")
     return (
         "You are playing a game on a small grid. Every cell is drawn as a letter and your "
         "agent is one of them; what the letters mean and how the game works is for you to "
@@ -236,9 +233,8 @@ class GridGame(Environment):
     episode_class: type[GridEpisode]
     layout_field: str
 
-    def __init__(self, make: Callable[[int], dict[str, Any]], source: str, seed: int, n_train: int,
-                 n_test: int, max_actions: int, symbols: Mapping[str, str] | None,
-                 symbol_seed: int | None, compact: bool) -> None:
+    def __init__(self, make: Callable[[int], dict[str, Any]], source: str, seed: int, n_train: int, n_test: int,
+                 max_actions: int, symbols: Mapping[str, str] | None, symbol_seed: int | None, compact: bool) -> None:
         if source not in ("generated", "paper"):
             raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
         self.source, self.max_turns, self.compact = source, max_actions, compact

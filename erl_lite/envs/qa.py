@@ -236,9 +236,8 @@ class MultiHopQA(Environment):
     name = "multihop_qa"
 
     def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
-                 max_turns: int = 5, top_k: int = 3, retriever: Retriever | None = None,
-                 hotpot_path: str | None = None, world: dict[str, int] | None = None,
-                 compact: bool = False) -> None:
+                 max_turns: int = 5, top_k: int = 3, retriever: Retriever | None = None, hotpot_path: str | None = None,
+                 world: dict[str, int] | None = None, compact: bool = False) -> None:
         if source not in ("generated", "hotpotqa", "paper"):
             raise ValueError(f"source must be 'generated', 'hotpotqa' or 'paper', got {source!r}")
         self.source, self.max_turns, self.top_k, self.compact = source, max_turns, top_k, compact

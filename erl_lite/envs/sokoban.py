@@ -176,10 +176,9 @@ class Sokoban(GridGame):
     episode_class = SokobanEpisode
     layout_field = "layout"
 
-    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000,
-                 n_test: int = 100, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8,
-                 max_actions: int = 8, symbols: dict[str, str] | None = None,
-                 symbol_seed: int | None = None, compact: bool = False) -> None:
+    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
+                 sizes: tuple[int, int] = (6, 8), max_shortest: int = 8, max_actions: int = 8,
+                 symbols: dict[str, str] | None = None, symbol_seed: int | None = None, compact: bool = False) -> None:
         if not 4 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 4 <= low <= high (room for 3 cells), got {sizes}")
         make = partial(generate_level, sizes=sizes, max_shortest=max_shortest)

@@ -175,5 +175,4 @@ def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: s
     every = max(1, math.ceil(len(steps) / MAX_MARKERS))
     look = (dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3) if dashed
             else dict(markersize=4, zorder=2))
-    ax.plot(steps, values, style, color=color, label=label, marker=marker, markevery=every,
-            linewidth=1.8, **look)
+    ax.plot(steps, values, style, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)

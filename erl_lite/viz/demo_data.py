@@ -15,8 +15,7 @@ from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LR, MEMORY_S
                               SUCCESS_FIRST, SUCCESS_SECOND)
 from erl_lite.records import FIRST, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
-INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` block: "
-                  "Up, Down, Left or Right.")
+INITIAL_PROMPT = "You are playing a grid game. Reply with one move in a ``` block: Up, Down, Left or Right."
 #: Successive rulebooks: each reflection refines the instructions it was given.
 RULEBOOKS = [
     "You are playing a grid game. A is you and B is the goal. Reply with one move in a ``` block.",
@@ -40,8 +39,7 @@ def _attempt(task_id: str, role: str, index: int, system: str, moves: list[str],
     for move in moves:
         messages.append({"role": "user", "content": f"Grid:\n{grid}\nYour move?"})
         messages.append({"role": "assistant", "content": f"```{move}```"})
-    outcome = "reached the goal" if won else (
-        "fell into a hole" if moves[-1] == "Down" else "ran out of moves")
+    outcome = "reached the goal" if won else ("fell into a hole" if moves[-1] == "Down" else "ran out of moves")
     trace = "\n".join(f"turn {t}: {m} -> moved to a safe tile" for t, m in enumerate(moves, 1))
     return Attempt(task_id=task_id, role=role, index=index, system_prompt=system,
                    messages=messages, prompt_ids=[1, 2, 3], completion_ids=[4] * len(moves),
@@ -105,8 +103,7 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     return out
 
 
-def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True,
-                      baseline: bool = False) -> History:
+def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True, baseline: bool = False) -> History:
     """A made-up History of ``steps`` training steps, eval every 5 steps; step records (``with_samples``)
     at step 1 and every 5th; ``baseline``: an RLVR-like run (first attempts only, no gate, no memory).
 

@@ -42,8 +42,7 @@ def list_pairs(record: Record) -> list[dict[str, Any]]:
     rows = []
     for i, a in enumerate(record.get("first_attempts", [])):
         second = retried[i]["second"] if i in retried else None
-        rows.append({"task_id": a.get("task_id"), "index": a.get("index"),
-                     "first_success": bool(a.get("success")),
+        rows.append({"task_id": a.get("task_id"), "index": a.get("index"), "first_success": bool(a.get("success")),
                      "second_success": None if second is None else bool(second.get("success"))})
     return rows
 
@@ -52,11 +51,9 @@ def select_pair(record: Record, task_id: str | None = None, index: int | None = 
     """Pick {first, reflection, second} for one rollout; by default the first reflected one."""
     firsts = record.get("first_attempts", [])
     candidates = [i for i, a in enumerate(firsts)
-                  if (task_id is None or a.get("task_id") == task_id)
-                  and (index is None or a.get("index") == index)]
+                  if (task_id is None or a.get("task_id") == task_id) and (index is None or a.get("index") == index)]
     if not candidates:
-        raise ValueError(f"no first attempt with task_id={task_id!r}, index={index!r} "
-                         f"at step {record.get('step')}")
+        raise ValueError(f"no first attempt with task_id={task_id!r}, index={index!r} at step {record.get('step')}")
     retried = retries_by_first(record)
     reflected = [i for i in candidates if retried.get(i, {}).get("reflection")]
     chosen = (reflected or candidates)[0]
@@ -68,8 +65,7 @@ def assistant_actions(attempt: Record | None) -> str:
     """The model's own turns of an attempt, one per line."""
     if not attempt:
         return ""
-    return "\n".join(m.get("content", "") for m in attempt.get("messages", [])
-                     if m.get("role") == "assistant")
+    return "\n".join(m.get("content", "") for m in attempt.get("messages", []) if m.get("role") == "assistant")
 
 
 def word_diff(a: str, b: str) -> list[tuple[str, str]]:
@@ -187,8 +183,7 @@ def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: 
 def _attempt_text(title: str, attempt: Record | None) -> list[str]:
     if attempt is None:
         return [f"-- {title}: not run (passed the gate) --"]
-    lines = [f"-- {title} ({_outcome(attempt)}) --",
-             f"system: {_clip(attempt.get('system_prompt', ''))}"]
+    lines = [f"-- {title} ({_outcome(attempt)}) --", f"system: {_clip(attempt.get('system_prompt', ''))}"]
     lines += [f"{m.get('role')}: {_clip(m.get('content', ''))}"
               for m in attempt.get("messages", []) if m.get("role") != "system"]
     return lines + [f"feedback: {attempt.get('feedback', '')}"]
@@ -219,6 +214,5 @@ def attempt_pair_text(history_or_step_record: HistoryLike | Record | Any, step: 
         lines += ["-- WHAT CHANGED --", "instructions (base prompt -> rulebook): "
                   + diff_text(refl.get("base_prompt", ""), refl.get("rulebook", ""))]
     if second is not None:
-        lines.append("moves (first -> second): "
-                     + diff_text(assistant_actions(first), assistant_actions(second)))
+        lines.append("moves (first -> second): " + diff_text(assistant_actions(first), assistant_actions(second)))
     return "\n".join(lines)

@@ -87,8 +87,7 @@ def _by_role(metric: str, roles: list[str]) -> list[Spec]:
 
 def _note(ax: Axes, text: str) -> None:
     """A small grey remark in the lower right corner."""
-    ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45",
-            fontsize=8, style="italic")
+    ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45", fontsize=8, style="italic")
 
 
 @S.styled
@@ -182,8 +181,7 @@ def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
         1
     """
     h = as_history(history)
-    rows = [(int(s.get("step", i)), joined_rulebooks(s.get("memory_after")))
-            for i, s in enumerate(h.samples, start=1)]
+    rows = [(int(s.get("step", i)), joined_rulebooks(s.get("memory_after"))) for i, s in enumerate(h.samples, start=1)]
     return sorted(rows, key=lambda r: r[0])
 
 
@@ -227,8 +225,7 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
     same = all(_same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
                for x in ([h] if base is None else [h, base]))
     specs = ([(EVAL_REWARD, "eval", "reward = success rate", "eval")] if same else
-             [(EVAL_REWARD, "eval", "mean reward", "eval"),
-              (EVAL_SUCCESS, "eval", "success rate", "success")])
+             [(EVAL_REWARD, "eval", "mean reward", "eval"), (EVAL_SUCCESS, "eval", "success rate", "success")])
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, specs, dashed=True, prefix="RLVR · ")
