@@ -40,16 +40,11 @@ def paper_rows(game: str, split: str) -> list[dict]:
 def paper_game_tasks(game: str, split: str, n: int | None = None) -> list[Task]:
     """The first ``n`` (all when None) paper tasks of a grid game (``"frozenlake"``, ``"sokoban"``)."""
     rows = paper_rows(game, split)[:n]
-    tasks = []
-    for row in rows:
-        row["split"] = split
-        tasks.append(Task(task_id=f"{game}/paper-{split}/{row['index']}", data=row))
-    return tasks
+    return [Task(task_id=f"{game}/paper-{split}/{row['index']}", data={**row, "split": split}) for row in rows]
 
 
 def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:
-    """The paper's 1,024 HotpotQA evaluation questions, without paragraphs: to research them, pass a
-    ``retriever`` to :class:`~erl_lite.envs.qa.MultiHopQA`.
+    """The paper's 1,024 HotpotQA evaluation questions, without paragraphs (a ``retriever`` can research them).
 
     Example:
         >>> hotpotqa_paper_questions(1)[0].data["answer"]

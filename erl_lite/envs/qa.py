@@ -228,7 +228,6 @@ class MultiHopQA(Environment):
         >>> ep = env.new_episode()
         >>> task = env.test_tasks(1)[0]
         >>> obs = ep.reset(task)
-        >>> _ = ep.step("<search>" + task.data["question"] + "</search>")
         >>> ep.step("\\boxed{" + task.data["answer"] + "}")[1]
         1.0
     """
@@ -285,10 +284,8 @@ def qa_system_prompt(max_turns: int, compact: bool = False) -> str:
 
 def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | None = None,
                   config: str = "distractor") -> list[Task]:
-    """Real HotpotQA rows as tasks whose search runs over each row's own paragraphs.
-
-    Reads the hub dataset ``hotpotqa/hotpot_qa`` unless ``path`` names a local JSON/JSONL file with its fields.
-    """
+    """HotpotQA rows (the hub's ``hotpotqa/hotpot_qa``, or a local JSON/JSONL ``path``) as tasks searched
+    over their own paragraphs."""
     import datasets  # imported here: loading a dataset is never a side effect of importing erl_lite
 
     if path is not None:

@@ -37,10 +37,7 @@ def _kernel() -> Any:
 
 
 def widget_frontend() -> str | None:
-    """Name of the connected front-end that draws widgets, or None (nbclient, papermill).
-
-    A kernel cannot ask its front-end, so this reads the traces each leaves.
-    """
+    """The connected front-end that draws widgets, read from the traces each leaves, or None (nbclient)."""
     if "google.colab" in sys.modules:
         return "colab"
     widgets = sys.modules.get("ipywidgets")
@@ -180,9 +177,7 @@ def memory_text(record: Record) -> str:
 
 
 def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
-    """A slider over sampled steps showing the memory's content after each step.
-
-    Returns an ``ipywidgets.VBox``, or a :class:`StaticView` of the first (or ``step``'s) sampled step.
+    """A slider over sampled steps showing the memory after each step (or a :class:`StaticView`).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
