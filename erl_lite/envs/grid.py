@@ -116,13 +116,11 @@ def grid_system_prompt(max_actions: int, compact: bool = False) -> str:
     if compact:
         return (f"Grid game shown as letters. Each turn reply with one action, Up, Down, Left or Right, "
                 f"inside a final ``` block. At most {max_actions} actions.")
-    return (
-        "You are playing a game on a small grid. Every cell is drawn as a letter and your "
-        "agent is one of them; what the letters mean and how the game works is for you to "
-        "find out. Each turn, choose one action: Up, Down, Left or Right. End your reply "
-        "with the action alone in a triple-backtick block, like this:\n```\nRight\n```\n"
-        f"You may take at most {max_actions} actions. The grid is shown again after each action."
-    )
+    return ("You are playing a game on a small grid. Every cell is drawn as a letter and your agent is one of "
+            "them; what the letters mean and how the game works is for you to find out. Each turn, choose one "
+            "action: Up, Down, Left or Right. End your reply with the action alone in a triple-backtick block, "
+            f"like this:\n```\nRight\n```\nYou may take at most {max_actions} actions. The grid is shown again "
+            "after each action.")
 
 
 def action_reminder_text() -> str:

@@ -273,13 +273,11 @@ def qa_system_prompt(max_turns: int, compact: bool = False) -> str:
     if compact:
         return (r"Answer the question. Search with <search>query</search>; answer with \boxed{answer}. "
                 f"At most {max_turns} turns.")
-    return (
-        "Answer the question below. You cannot see the documents directly, but you can search "
-        "them: write <search>your query</search> and the best matches come back in the next "
-        f"message. You have at most {max_turns} turns; in each turn either search once or give "
-        "your final answer. Write the final answer as \\boxed{answer}, keeping it short: a name, "
-        "a place, a number, or yes/no. A reply containing \\boxed{} ends the episode."
-    )
+    return ("Answer the question below. You cannot see the documents directly, but you can search them: write "
+            "<search>your query</search> and the best matches come back in the next message. You have at most "
+            f"{max_turns} turns; in each turn either search once or give your final answer. Write the final answer "
+            "as \\boxed{answer}, keeping it short: a name, a place, a number, or yes/no. A reply containing "
+            "\\boxed{} ends the episode.")
 
 
 def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | None = None,

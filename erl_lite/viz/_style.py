@@ -38,22 +38,15 @@ HistoryLike = Union[History, str, os.PathLike, list, None]
 
 DPI = 110
 #: Font sizes chosen to stay legible when GitHub scales a PNG down to ~800 px wide.
-RC = {
-    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5,
-    "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
-    "axes.spines.top": False, "axes.spines.right": False,
-}
+RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5, "xtick.labelsize": 9,
+      "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
 
 #: One colour per ERL phase / role, reused by every plot so a reader learns them once.
-COLORS = {
-    FIRST: "#1f77b4", REFLECTION: "#9467bd", SECOND: "#2ca02c", DISTILL: "#ff7f0e", "eval": "#d62728",
-    "success": "#e377c2", "gate": "#8c564b", "memory": "#17becf", "baseline": "#7f7f7f",
-}
+COLORS = {FIRST: "#1f77b4", REFLECTION: "#9467bd", SECOND: "#2ca02c", DISTILL: "#ff7f0e", "eval": "#d62728",
+          "success": "#e377c2", "gate": "#8c564b", "memory": "#17becf", "baseline": "#7f7f7f"}
 #: One marker per series kind: a curve hidden under an equal one still shows its marker.
-MARKERS = {
-    FIRST: "o", REFLECTION: "v", SECOND: "^", DISTILL: "D", "eval": "s", "success": "x",
-    "gate": "o", "memory": "o", "baseline": "o",
-}
+MARKERS = {FIRST: "o", REFLECTION: "v", SECOND: "^", DISTILL: "D", "eval": "s", "success": "x",
+           "gate": "o", "memory": "o", "baseline": "o"}
 #: At most this many markers per curve; longer curves mark every k-th point.
 MAX_MARKERS = 20
 NO_DATA = "no data yet"

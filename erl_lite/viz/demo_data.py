@@ -72,10 +72,8 @@ def _step_record(step: int, p_first: float, rng: random.Random, memory: dict[str
                 continue
             won2 = rng.random() < min(1.0, p_first + 0.3)
             moves2 = ["Right", "Down"] if won2 else ["Right", "Up"]
-            retries.append(Retry(firsts[-1],
-                                 Reflection(task.task_id, index, base, text, rulebook, True,
-                                            [1], [2], reward=float(won2)),
-                                 _attempt(task.task_id, SECOND, index, rulebook, moves2, won2)))
+            reflection = Reflection(task.task_id, index, base, text, rulebook, True, [1], [2], reward=float(won2))
+            retries.append(Retry(firsts[-1], reflection, _attempt(task.task_id, SECOND, index, rulebook, moves2, won2)))
             if won2:  # one overwritten slot, as in the paper
                 memory["slot"], memory["version"] = [rulebook], version + 1
     return StepRecord(step, tasks, firsts, retries, before, list(memory["slot"]), {})
