@@ -1,7 +1,6 @@
-"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and
-a single-turn arithmetic task; each module says how it departs from the paper. The protocol
-(:mod:`erl_lite.core.env`) and the adapters (:mod:`erl_lite.integrations`) are re-exported
-where earlier releases kept them, lazily, so importing this pulls in neither gymnasium nor BM25.
+"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and a
+single-turn arithmetic task; each module says how it departs from the paper. The protocol and the
+adapters are re-exported lazily, so importing this pulls in neither gymnasium nor BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake
@@ -18,7 +17,6 @@ _EXPORTS = {
     "Environment": "erl_lite.core.env", "Episode": "erl_lite.core.env",
     "FrozenLake": "frozenlake", "Sokoban": "sokoban", "parse_action": "grid",
     "MultiHopQA": "qa", "BM25Search": "qa", "load_hotpotqa": "qa", "score_answer": "qa",
-    "frozenlake_paper_tasks": "paper_tasks", "sokoban_paper_tasks": "paper_tasks",
     "hotpotqa_paper_questions": "paper_tasks",
     "make_arithmetic_dataset": "arithmetic", "small_arithmetic_dataset": "arithmetic",
     "arithmetic_reward": "arithmetic", "arithmetic_feedback": "arithmetic",

@@ -1,8 +1,5 @@
-r"""A single-turn example task: small arithmetic as TRL-style rows ``{"prompt", "answer"}`` with
-a reward (:func:`arithmetic_reward`, 1.0 for the right integer) and ERL's textual feedback
-(:func:`arithmetic_feedback`: what was read, right or wrong, too high or too low), both with
-TRL's signature ``f(prompts, completions, answer, **kwargs)``. The answer read is the last
-``\boxed{...}``, else the last number in the reply.
+r"""A single-turn example task: arithmetic rows ``{"prompt", "answer"}``, a reward and ERL's textual
+feedback, both with TRL's reward signature. The answer read is the last ``\boxed{...}``, else the last number.
 
 Departures from the paper: the paper has no single-turn task; this one shows how a user's own
 dataset, reward and feedback plug into ERL.
@@ -21,8 +18,7 @@ _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * 
 
 
 def make_expression(rng: random.Random, n_ops: int, max_operand: int) -> tuple[str, int]:
-    """A random expression with ``n_ops`` operators, parenthesised left to right, and its value,
-    e.g. ``('(3 + 4) * 2', 14)``."""
+    """A random expression with ``n_ops`` operators and its value, e.g. ``('(3 + 4) * 2', 14)``."""
     value = rng.randint(1, max_operand)
     text = str(value)
     for i in range(n_ops):
@@ -57,7 +53,7 @@ def small_arithmetic_dataset(n: int = 200, seed: int = 0, chat: bool = True) -> 
 
 
 def _text(completion: Any) -> str:
-    """A completion as text: strings as they are, chat messages -> last message's content."""
+    """A completion as text (chat messages: the last message's content)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
@@ -71,8 +67,6 @@ def parse_number(completion: Any) -> tuple[float | None, str]:
     Example:
         >>> parse_number(r"it is \boxed{12}")
         (12.0, 'boxed')
-        >>> parse_number([{"role": "assistant", "content": "7 then 9"}])
-        (9.0, 'last number')
     """
     text = _text(completion)
     boxed = extract_boxed(text)

@@ -1,15 +1,10 @@
 """FrozenLake as a text game with abstract letters: reach the goal, avoid the holes.
 
-Maps are n×n (n uniform in 2..9), each cell frozen with probability p (uniform in
-[0.6, 0.85)), else a hole; start and goal on two distinct random cells; re-drawn until a path
-of at most 6 moves exists. Moves are deterministic (gymnasium's non-slippery ``FrozenLakeEnv``
-on our map); off the grid = stay; a hole or the goal ends the episode (reward 1 at the goal).
-Letters: agent A, goal B, hole C, frozen D, agent in a hole E, agent on the goal F.
+Maps are n×n (n in 2..9), each cell frozen with probability p in [0.6, 0.85), re-drawn until a path
+of at most 6 moves exists. Moves are deterministic (gymnasium's non-slippery ``FrozenLakeEnv``).
 
-Departures from the paper: none in the rules. The generator is ours (gymnasium's pins start
-and goal to corners): same distribution, not the same maps (``source="paper"`` plays those).
-Generated splits never share a map; the paper's do (15 of 97 test maps). :meth:`FrozenLake.small`
-is an addition for CPU runs.
+Departures from the paper: none in the rules. The generator is ours (same distribution, not the same
+maps: ``source="paper"`` plays those); generated splits never share a map, the paper's do (15 of 97).
 """
 
 from __future__ import annotations
@@ -23,10 +18,8 @@ from gymnasium.utils import seeding
 
 from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
 
-DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D",
-                   "agent_in_hole": "E", "agent_on_goal": "F"}
-#: Per-step trace comments, by event; ``{tile}``, the letter moved onto, is how experience
-#: reveals what the letters mean.
+DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
+#: Per-step trace comments, by event; ``{tile}`` (the letter moved onto) lets experience reveal the letters.
 COMMENTS = {
     "blocked": "did not move (edge of the grid)",
     "hole": "stepped on {tile}: moved into a hole; the episode is over",
@@ -49,8 +42,6 @@ def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | N
     Example:
         >>> solve_frozenlake(["SH", "FG"])
         ['Down', 'Right']
-        >>> solve_frozenlake(["SH", "HG"]) is None
-        True
     """
     n_rows, n_cols = len(rows), len(rows[0])
     start = next((r, c) for r in range(n_rows) for c in range(n_cols) if rows[r][c] == "S")
@@ -72,8 +63,7 @@ def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
 
 def generate_map(seed: int, sizes: tuple[int, int] = (2, 9),
                  frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6) -> dict[str, Any]:
-    """One random solvable map ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``,
-    deterministic in ``seed``.
+    """One random solvable map ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``.
 
     Example:
         >>> m = generate_map(7)
@@ -135,19 +125,14 @@ class FrozenLakeEpisode(GridEpisode):
 class FrozenLake(GridGame):
     """FrozenLake with abstract letters, seeded splits and the paper's maps.
 
-    Args:
-        source: ``"generated"`` (seeded splits) or ``"paper"`` (the paper's exact maps).
-        seed, n_train, n_test: base seed and generated split sizes (paper: 10,000 / 100).
-        sizes, frozen_prob: inclusive range of the side n; range of the frozen probability p.
-        max_shortest: maps whose shortest path is longer are re-drawn.
-        max_actions, symbols, symbol_seed, compact: as in :class:`~erl_lite.envs.grid.GridGame`.
+    ``source`` is ``"generated"`` (seeded splits) or ``"paper"`` (the paper's maps); ``sizes``, the
+    inclusive range of the side n; the other arguments as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = FrozenLake()
         >>> episode = env.new_episode()
         >>> obs = episode.reset(env.test_tasks(1)[0])
-        >>> _, reward, done, info = episode.step("```\\nUp\\n```")
-        >>> info["event"] in ("blocked", "safe", "hole", "goal")
+        >>> episode.step("```\\nUp\\n```")[3]["event"] in ("blocked", "safe", "hole", "goal")
         True
     """
 
@@ -156,10 +141,9 @@ class FrozenLake(GridGame):
     episode_class = FrozenLakeEpisode
     layout_field = "map"
 
-    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000,
-                 n_test: int = 100, sizes: tuple[int, int] = (2, 9),
-                 frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6,
-                 max_actions: int = 8, symbols: dict[str, str] | None = None,
+    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
+                 sizes: tuple[int, int] = (2, 9), frozen_prob: tuple[float, float] = (0.6, 0.85),
+                 max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
                  symbol_seed: int | None = None, compact: bool = False) -> None:
         if not 2 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")

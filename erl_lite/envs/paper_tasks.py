@@ -1,10 +1,8 @@
-"""Loaders for the ERL paper's exact task sets, shipped as JSON lines in ``erl_lite/data/paper_tasks/``
-(MIT licence notice there): 100 test / 10,000 train FrozenLake maps and Sokoban levels, and the
-1,024 HotpotQA evaluation questions. The games read them through ``source="paper"``.
+"""Loaders for the ERL paper's exact task sets, shipped in ``erl_lite/data/paper_tasks/`` (MIT licence
+there): FrozenLake maps and Sokoban levels (100 test / 10,000 train), 1,024 HotpotQA questions.
 
-Departures from the paper: none in content. FrozenLake maps were regenerated from the
-release's stored ``(seed, size, p)``; the HotpotQA questions come without their Wikipedia
-corpus, so offline they can be scored but not researched (plug in a retriever for that).
+Departures from the paper: none in content; FrozenLake maps were regenerated from the release's
+``(seed, size, p)``. The HotpotQA questions come without their Wikipedia corpus.
 """
 
 from __future__ import annotations
@@ -15,13 +13,8 @@ from importlib import resources
 
 from erl_lite.records import Task
 
-_FILES = {
-    ("frozenlake", "train"): "frozenlake_train.jsonl",
-    ("frozenlake", "test"): "frozenlake_test.jsonl",
-    ("sokoban", "train"): "sokoban_train.jsonl",
-    ("sokoban", "test"): "sokoban_test.jsonl",
-    ("hotpotqa", "test"): "hotpotqa_eval_questions.jsonl",
-}
+_FILES = {(game, split): f"{game}_{split}.jsonl" for game in ("frozenlake", "sokoban") for split in ("train", "test")}
+_FILES[("hotpotqa", "test")] = "hotpotqa_eval_questions.jsonl"
 
 
 @lru_cache(maxsize=None)
@@ -47,29 +40,11 @@ def paper_rows(game: str, split: str) -> list[dict]:
 def paper_game_tasks(game: str, split: str, n: int | None = None) -> list[Task]:
     """The first ``n`` (all when None) paper tasks of a grid game (``"frozenlake"``, ``"sokoban"``)."""
     rows = paper_rows(game, split)[:n]
-    tasks = []
-    for row in rows:
-        row["split"] = split
-        tasks.append(Task(task_id=f"{game}/paper-{split}/{row['index']}", data=row))
-    return tasks
-
-
-def frozenlake_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
-    """The paper's FrozenLake maps; ``data["map"]`` rows use S start, G goal, H hole, F frozen."""
-    return paper_game_tasks("frozenlake", split, n)
-
-
-def sokoban_paper_tasks(split: str = "test", n: int | None = None) -> list[Task]:
-    """The paper's Sokoban levels; ``data["layout"]`` rows use ``#`` wall, ``$`` box,
-    ``.`` goal, ``@`` player and space for floor."""
-    return paper_game_tasks("sokoban", split, n)
+    return [Task(task_id=f"{game}/paper-{split}/{row['index']}", data={**row, "split": split}) for row in rows]
 
 
 def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:
-    """The paper's 1,024 HotpotQA evaluation questions (question and answer only).
-
-    Without the Wikipedia corpus they are not answerable by search offline; pass a
-    ``retriever`` to :class:`~erl_lite.envs.qa.MultiHopQA` to research them.
+    """The paper's 1,024 HotpotQA evaluation questions, without paragraphs (a ``retriever`` can research them).
 
     Example:
         >>> hotpotqa_paper_questions(1)[0].data["answer"]

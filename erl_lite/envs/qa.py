@@ -1,18 +1,9 @@
-"""Multi-hop question answering with a search tool: offline worlds, real HotpotQA, scoring.
+"""Multi-hop question answering with a search tool: each turn searches (``<search>query</search>``)
+or answers (``\\boxed{answer}``, which ends the episode). Reward: 1.0 for an exact match, else the
+token F1 when at least 0.3, capped below 1 so that only an exact match (``success``) reaches 1.
 
-An episode is up to 5 model turns; each turn either searches (``<search>query</search>``: the
-best-matching documents come back) or answers (``\\boxed{answer}``, which ends the episode).
-Reward: 1.0 for an exact match after SQuAD normalisation, else the token F1 when at least 0.3,
-capped at :data:`MAX_PARTIAL_REWARD`, else 0. Search is BM25 (``rank-bm25``) over the task's own
-paragraphs (``context``), or a user-supplied ``retriever``.
-
-Departures from the paper: the paper uses a dense retriever over a full Wikipedia dump. Here
-the default tasks are generated offline (:mod:`erl_lite.envs.qa_world`), and real HotpotQA
-rows (``load_hotpotqa``) are searched within their own ten distractor paragraphs (easier
-retrieval). F1 follows HotpotQA's rule that yes/no scores 0 unless exact. Partial credit is
-capped at 0.99: token F1 is a bag of words, so "Smith John" for "John Smith" has F1 = 1; the
-cap makes "reward reaches 1" and "success" (exact match) the same event, so reward-based
-rules (gate ``r1 < 1``, memory write ``r2 >= 1``) agree with ``success``.
+Departures from the paper: the paper uses a dense retriever over Wikipedia. Here search is BM25 over
+the task's own paragraphs (offline worlds, or HotpotQA's ten distractors), or a given ``retriever``.
 """
 
 from __future__ import annotations
@@ -62,15 +53,10 @@ def f1_score(prediction: str, gold: str) -> float:
 
 
 def score_answer(prediction: str | None, gold: str, min_f1: float = 0.3) -> tuple[float, bool, float]:
-    """(reward, exact match, F1) of one answer; reward 1.0 only for an exact match, and a
-    missing answer scores (0, False, 0).
+    """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0).
 
     Example:
-        >>> score_answer("The Eiffel Tower", "eiffel tower")
-        (1.0, True, 1.0)
-        >>> score_answer("Paris", "London")
-        (0.0, False, 0.0)
-        >>> score_answer("Smith John", "John Smith")   # right words, wrong order
+        >>> score_answer("Smith John", "John Smith")   # right words, wrong order: F1 is a bag of words
         (0.99, False, 1.0)
     """
     if prediction is None:
@@ -144,7 +130,7 @@ class BM25Search:
 
 
 class QAEpisode(Episode):
-    """One question: search turns, then a boxed answer (or the budget runs out)."""
+    """One question: search turns, then a boxed answer (or the turns run out)."""
 
     def __init__(self, max_turns: int, top_k: int, retriever: Retriever | None, compact: bool) -> None:
         self.max_turns, self.top_k, self.retriever, self.compact = max_turns, top_k, retriever, compact
@@ -233,24 +219,15 @@ def _cut(text: str, limit: int = 160) -> str:
 class MultiHopQA(Environment):
     r"""Multi-hop QA with a search tool (the HotpotQA analogue).
 
-    Args:
-        source: ``"generated"`` (offline worlds, seeded splits), ``"hotpotqa"`` (``load_hotpotqa``:
-            train split / first ``n_test`` validation rows) or ``"paper"`` (test: the paper's
-            1,024 questions, without paragraphs, so give a ``retriever``; train: HotpotQA's).
-        seed, n_train, n_test: base seed and generated split sizes.
-        max_turns: model turns per episode (paper: 5).
-        top_k: documents returned per search.
-        retriever: ``(query, top_k) -> [(title, text)]`` for tasks without ``context``.
-        hotpot_path: local HotpotQA-schema JSON/JSONL file used instead of the hub.
-        world: sizes of each generated world (``n_countries``, ``n_cities``, ...).
-        compact: shorter prompts (for tiny models).
+    ``source``: ``"generated"`` (offline worlds), ``"hotpotqa"`` (:func:`load_hotpotqa`) or ``"paper"``
+    (test: the paper's questions, without paragraphs, so give a ``retriever``). ``hotpot_path``: a
+    local HotpotQA-schema file instead of the hub; ``world``: sizes of each generated world.
 
     Example:
         >>> env = MultiHopQA()
         >>> ep = env.new_episode()
         >>> task = env.test_tasks(1)[0]
         >>> obs = ep.reset(task)
-        >>> _ = ep.step("<search>" + task.data["question"] + "</search>")
         >>> ep.step("\\boxed{" + task.data["answer"] + "}")[1]
         1.0
     """
@@ -258,9 +235,8 @@ class MultiHopQA(Environment):
     name = "multihop_qa"
 
     def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
-                 max_turns: int = 5, top_k: int = 3, retriever: Retriever | None = None,
-                 hotpot_path: str | None = None, world: dict[str, int] | None = None,
-                 compact: bool = False) -> None:
+                 max_turns: int = 5, top_k: int = 3, retriever: Retriever | None = None, hotpot_path: str | None = None,
+                 world: dict[str, int] | None = None, compact: bool = False) -> None:
         if source not in ("generated", "hotpotqa", "paper"):
             raise ValueError(f"source must be 'generated', 'hotpotqa' or 'paper', got {source!r}")
         self.source, self.max_turns, self.top_k, self.compact = source, max_turns, top_k, compact
@@ -297,22 +273,17 @@ def qa_system_prompt(max_turns: int, compact: bool = False) -> str:
     if compact:
         return (r"Answer the question. Search with <search>query</search>; answer with \boxed{answer}. "
                 f"At most {max_turns} turns.")
-    return (
-        "Answer the question below. You cannot see the documents directly, but you can search "
-        "them: write <search>your query</search> and the best matches come back in the next "
-        f"message. You have at most {max_turns} turns; in each turn either search once or give "
-        "your final answer. Write the final answer as \\boxed{answer}, keeping it short: a name, "
-        "a place, a number, or yes/no. A reply containing \\boxed{} ends the episode."
-    )
+    return ("Answer the question below. You cannot see the documents directly, but you can search them: write "
+            "<search>your query</search> and the best matches come back in the next message. You have at most "
+            f"{max_turns} turns; in each turn either search once or give your final answer. Write the final answer "
+            "as \\boxed{answer}, keeping it short: a name, a place, a number, or yes/no. A reply containing "
+            "\\boxed{} ends the episode.")
 
 
 def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | None = None,
                   config: str = "distractor") -> list[Task]:
-    """Real HotpotQA rows as tasks whose search runs over each row's own paragraphs.
-
-    Reads the hub dataset ``hotpotqa/hotpot_qa`` unless ``path`` names a local JSON/JSONL file
-    with the same fields (id, question, answer, type, level, supporting_facts, context).
-    """
+    """HotpotQA rows (the hub's ``hotpotqa/hotpot_qa``, or a local JSON/JSONL ``path``) as tasks searched
+    over their own paragraphs."""
     import datasets  # imported here: loading a dataset is never a side effect of importing erl_lite
 
     if path is not None:

@@ -1,13 +1,8 @@
-"""Invented worlds for offline multi-hop QA: fictional entities, short documents, questions.
+"""Invented worlds for offline multi-hop QA: each task draws its own world of fictional entities (one
+document each) and asks a bridge or comparison question needing two documents, in HotpotQA's schema.
 
-Each task draws its own world from its seed (countries, cities, people, companies with
-invented names, one document each) and asks a question that needs two documents: a
-**bridge** ("In which city was the founder of Quorvex Labs born?") or a **comparison** ("Who
-was born first, A or B?", "Were A and B born in the same city?"). Rows follow HotpotQA's
-distractor schema, so generated and real questions run through the same code.
-
-Departures from the paper: a small offline stand-in for HotpotQA over Wikipedia, with the
-same two-hop structure; names are new in every task, so answers can only come from search.
+Departures from the paper: a small offline stand-in for HotpotQA over Wikipedia, with the same
+two-hop structure; names are new in every task, so answers can only come from search.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ _CITY_SUFFIX = ["holt", "mere", "burg", "ford", "stad", "wick", "port", "dale"]
 
 @dataclass
 class Entity:
-    """One fact-bearing thing of the world; ``facts`` holds its attributes by name."""
+    """One thing of the world; ``facts`` holds its attributes by name."""
 
     kind: str
     name: str
@@ -108,8 +103,7 @@ def _bridge(w: World, rng: random.Random, kind: str, link: str, target: str, fac
     return question.format(first.name), str(second.facts[fact]), [(first.name, sents[0]), (second.name, sents[1])]
 
 
-def _pair(w: World, kind: str, rng: random.Random, key: str,
-          same: bool | None = None) -> tuple[Entity, Entity] | None:
+def _pair(w: World, kind: str, rng: random.Random, key: str, same: bool | None = None) -> tuple[Entity, Entity] | None:
     """Two entities whose ``key`` is equal (same=True), unequal (False) or just different (None)."""
     pairs = [(a, b) for a in w[kind] for b in w[kind] if a.name < b.name
              and (same is None or (a.facts[key] == b.facts[key]) == same)
@@ -173,10 +167,8 @@ def generate_question(seed: int, **world_sizes: int) -> dict[str, Any]:
     """One question with its own world, in HotpotQA's distractor schema.
 
     Example:
-        >>> row = generate_question(3)
-        >>> sorted(row) == sorted(["id", "question", "answer", "type", "level",
-        ...                        "supporting_facts", "context"])
-        True
+        >>> sorted(generate_question(3))
+        ['answer', 'context', 'id', 'level', 'question', 'supporting_facts', 'type']
     """
     rng = random.Random(seed)
     while True:

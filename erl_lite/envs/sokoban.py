@@ -1,16 +1,9 @@
-"""Sokoban with one box, drawn in abstract letters: push the box onto the goal.
-
-Rooms are n×n with border walls (n uniform in 6..8) and no interior walls; player, box and
-goal on three distinct floor cells; a level is kept only if solvable in at most 8 moves.
-Moving into the box pushes it if the cell beyond is free; walls stop both; no pulling.
-Reward 1 when the box reaches the goal (the episode ends), else 0 after 8 actions. Letters:
-agent A, box B, box on goal b, goal C, wall E, floor D, agent on goal a. Written by hand:
+"""Sokoban with one box, drawn in abstract letters: push the box onto the goal. Rooms are n×n (n in
+6..8) with border walls only; a level is kept if solvable in at most 8 moves. Written by hand:
 gym-sokoban draws levels by reverse play, with pixel output.
 
-Departures from the paper: none in the rules; prompts state the real budget (the reference
-prompt claimed 64 moves). Generated levels are not the paper's (``source="paper"`` plays
-those) and room sizes are uniform (the paper's lean to 8×8). :meth:`Sokoban.small` is an
-addition for CPU runs.
+Departures from the paper: none in the rules; prompts state the real budget (the reference prompt
+claimed 64 moves). Generated levels are not the paper's (``source="paper"`` plays those).
 """
 
 from __future__ import annotations
@@ -87,8 +80,7 @@ def apply_move(walls: frozenset[Cell], player: Cell, box: Cell, delta: tuple[int
 
 
 def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[str] | None:
-    """Fewest moves that push the box onto the goal (None if impossible within ``limit``); the
-    search runs over (player, box) states, moving by :func:`apply_move`.
+    """Fewest moves that push the box onto the goal (None if impossible within ``limit``).
 
     Example:
         >>> solve_sokoban(["######", "#@$ .#", "######"])
@@ -111,8 +103,7 @@ def solve_length(level: Level, limit: int | None = None) -> int | None:
 
 
 def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8) -> dict[str, Any]:
-    """One random level ``{"layout": rows, "size": n, "shortest": moves}`` solvable in
-    ``1..max_shortest`` moves, deterministic in ``seed``."""
+    """One random level ``{"layout": rows, "size": n, "shortest": moves}``, 1..``max_shortest`` moves."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(sizes[0], sizes[1] + 1))
     inner = n - 2
@@ -169,12 +160,8 @@ class SokobanEpisode(GridEpisode):
 class Sokoban(GridGame):
     """One-box Sokoban with abstract letters, seeded splits and the paper's levels.
 
-    Args:
-        source: ``"generated"`` (seeded splits) or ``"paper"`` (the paper's exact levels).
-        seed, n_train, n_test: base seed and generated split sizes (paper: 10,000 / 100).
-        sizes: inclusive range of the room side n, border walls included.
-        max_shortest: levels needing more moves are re-drawn.
-        max_actions, symbols, symbol_seed, compact: as in :class:`~erl_lite.envs.grid.GridGame`.
+    ``source`` is ``"generated"`` or ``"paper"`` (the paper's levels); ``sizes``, the inclusive range
+    of the room side, walls included; the other arguments as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = Sokoban()
@@ -189,10 +176,9 @@ class Sokoban(GridGame):
     episode_class = SokobanEpisode
     layout_field = "layout"
 
-    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000,
-                 n_test: int = 100, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8,
-                 max_actions: int = 8, symbols: dict[str, str] | None = None,
-                 symbol_seed: int | None = None, compact: bool = False) -> None:
+    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
+                 sizes: tuple[int, int] = (6, 8), max_shortest: int = 8, max_actions: int = 8,
+                 symbols: dict[str, str] | None = None, symbol_seed: int | None = None, compact: bool = False) -> None:
         if not 4 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 4 <= low <= high (room for 3 cells), got {sizes}")
         make = partial(generate_level, sizes=sizes, max_shortest=max_shortest)

@@ -1,6 +1,4 @@
-"""Optimal solvers for the grid games, an expert for scripted tests and demos: every ERL phase
-can be shown on multi-turn episodes without a trained model. They read a task's data
-(``map`` / ``layout``) and return action names, so ``"```" + action + "```"`` is a valid reply.
+"""Optimal solvers for the grid games: an expert for scripted tests and demos without a trained model.
 
 Departures from the paper: none; the paper has no solver.
 """
@@ -16,9 +14,7 @@ __all__ = ["solve", "solve_frozenlake", "solve_sokoban"]
 
 
 def solve(task: Task) -> list[str]:
-    """The shortest solution of a FrozenLake or Sokoban task, from its data.
-
-    Raises ValueError for a task that is neither game or that has no solution.
+    """The shortest solution (action names) of a FrozenLake or Sokoban task; ValueError if none.
 
     Example:
         >>> from erl_lite.envs import FrozenLake

@@ -1,8 +1,5 @@
-"""Seeded, lazily generated train/test splits shared by the generated environments.
-
-Task ``i`` of a split is drawn from a seed derived from ``(base seed, split, i)``, so the first
-``n`` tasks do not depend on how many are asked for, and any task can be rebuilt from the
-``seed`` in its data. A training task equal to a test task is re-drawn (splits are disjoint).
+"""Seeded, lazily generated train/test splits: task ``i`` comes from a seed derived from
+``(base seed, split, i)``, so the first ``n`` tasks do not depend on how many are asked for.
 
 Departures from the paper: none; the paper's splits are fixed files (see ``paper_tasks``).
 """
@@ -25,11 +22,7 @@ def derive_seed(base: int, split: str, index: int, attempt: int = 0) -> int:
 class SeededSplits:
     """Train/test tasks generated lazily from seeds; no training task repeats a test task.
 
-    Args:
-        make: seed -> task data (the generator; must be deterministic in the seed).
-        key: task data -> a string identifying the layout (for the disjointness check).
-        prefix: task-id prefix, e.g. ``"frozenlake"``.
-        seed, n_train, n_test: base seed and split sizes.
+    ``make``: seed -> task data (deterministic); ``key``: task data -> a string naming the layout.
     """
 
     def __init__(self, make: Callable[[int], dict], key: Callable[[dict], str], prefix: str,

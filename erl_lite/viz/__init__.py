@@ -1,8 +1,6 @@
-"""Plots and notebook widgets that show each ERL phase of a run, read from its
-:class:`~erl_lite.history.History` (or a run folder, ``history.jsonl``, or a list of records):
-curves (:mod:`.plots`), one task's story (:mod:`.pairs`), browsers (:mod:`.widgets`, static
-where no widget front-end is connected). Figures are returned, never shown, and headless
-machines get the Agg backend. Departures from the paper: see each module's docstring.
+"""Plots and notebook widgets that show each ERL phase of a run, read from its History (or a run
+folder, ``history.jsonl``, or a list of records): curves, one task's story, browsers. Figures are
+returned, never shown. Departures from the paper: see each module's docstring.
 
 Example:
     >>> from erl_lite.viz import plot_overview, synthetic_history
@@ -12,13 +10,11 @@ Example:
 from erl_lite.viz.demo_data import synthetic_history
 from erl_lite.viz.pairs import attempt_pair_text, show_attempt_pair, word_diff
 from erl_lite.viz.plots import (memory_table, plot_advantages, plot_comparison, plot_eval, plot_gate_rate,
-                                plot_losses, plot_memory, plot_overview, plot_rewards,
-                                rewards_are_binary, save_figures)
+                                plot_losses, plot_memory, plot_overview, plot_rewards, rewards_are_binary, save_figures)
 from erl_lite.viz.widgets import StaticView, is_static, memory_viewer, reflection_browser
 
 __all__ = [
-    "StaticView", "attempt_pair_text", "is_static", "memory_table", "memory_viewer",
-    "plot_advantages", "plot_comparison", "plot_eval", "plot_gate_rate", "plot_losses", "plot_memory",
-    "plot_overview", "plot_rewards", "reflection_browser", "rewards_are_binary", "save_figures", "show_attempt_pair",
-    "synthetic_history", "word_diff",
+    "StaticView", "attempt_pair_text", "is_static", "memory_table", "memory_viewer", "plot_advantages",
+    "plot_comparison", "plot_eval", "plot_gate_rate", "plot_losses", "plot_memory", "plot_overview", "plot_rewards",
+    "reflection_browser", "rewards_are_binary", "save_figures", "show_attempt_pair", "synthetic_history", "word_diff",
 ]

@@ -1,5 +1,4 @@
 """Shared plumbing for the plots (private): backend choice, house style, input coercion, series.
-
 Departures from the paper: none (the paper has no plotting code).
 """
 
@@ -19,9 +18,7 @@ from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
 
 
 def _choose_backend() -> None:
-    """Fall back to Agg on a display-less Linux box (CI, headless GPU machines), before pyplot is
-    imported, unless the choice is made already: ``MPLBACKEND``, pyplot imported, or an IPython kernel.
-    """
+    """Agg on a display-less Linux box, unless chosen already (``MPLBACKEND``, pyplot, a kernel)."""
     if os.environ.get("MPLBACKEND") or "matplotlib.pyplot" in sys.modules or "ipykernel" in sys.modules:
         return
     headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
@@ -41,23 +38,15 @@ HistoryLike = Union[History, str, os.PathLike, list, None]
 
 DPI = 110
 #: Font sizes chosen to stay legible when GitHub scales a PNG down to ~800 px wide.
-RC = {
-    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5,
-    "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
-    "axes.spines.top": False, "axes.spines.right": False,
-}
+RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5, "xtick.labelsize": 9,
+      "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
 
 #: One colour per ERL phase / role, reused by every plot so a reader learns them once.
-COLORS = {
-    FIRST: "#1f77b4", REFLECTION: "#9467bd", SECOND: "#2ca02c", DISTILL: "#ff7f0e", "eval": "#d62728",
-    "success": "#e377c2", "gate": "#8c564b", "memory": "#17becf", "baseline": "#7f7f7f",
-}
-#: One marker per series kind, so that curves with equal values stay apart where they overlap
-#: (a colour hidden under another line still shows its marker). Baselines use hollow markers.
-MARKERS = {
-    FIRST: "o", REFLECTION: "v", SECOND: "^", DISTILL: "D", "eval": "s", "success": "x",
-    "gate": "o", "memory": "o", "baseline": "o",
-}
+COLORS = {FIRST: "#1f77b4", REFLECTION: "#9467bd", SECOND: "#2ca02c", DISTILL: "#ff7f0e", "eval": "#d62728",
+          "success": "#e377c2", "gate": "#8c564b", "memory": "#17becf", "baseline": "#7f7f7f"}
+#: One marker per series kind: a curve hidden under an equal one still shows its marker.
+MARKERS = {FIRST: "o", REFLECTION: "v", SECOND: "^", DISTILL: "D", "eval": "s", "success": "x",
+           "gate": "o", "memory": "o", "baseline": "o"}
 #: At most this many markers per curve; longer curves mark every k-th point.
 MAX_MARKERS = 20
 NO_DATA = "no data yet"
@@ -71,8 +60,7 @@ def joined_rulebooks(rulebooks: list[str] | None) -> str:
 
 
 def as_history(obj: HistoryLike) -> History:
-    """A History from a History, a run folder / ``history.jsonl`` path, None (empty), or a list
-    mixing metric records and full step records (those with ``"first_attempts"``: samples)."""
+    """A History from a History, a run folder / ``history.jsonl``, None, or a list of records and step records."""
     if obj is None:
         return History()
     if isinstance(obj, History):
@@ -96,8 +84,7 @@ def _number(value: Any) -> float | None:
 
 
 def series(history: History, key: str, kind: str = "train") -> tuple[list[int], list[float]]:
-    """Like :meth:`History.series`, but skips non-numbers and NaN; a record without ``"step"``
-    gets its 1-based position among records of its kind, so a hand-written list still plots."""
+    """:meth:`History.series` without non-numbers and NaN; a record without ``"step"`` gets its position."""
     steps, values = [], []
     rows = [r for r in history.records if r.get("kind", "train") == kind]
     for i, row in enumerate(rows, start=1):
@@ -135,18 +122,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def styled(fn: F) -> F:
     """Run a plotting function under the house style (text takes its size when created)."""
-
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with plt.rc_context(RC):
             return fn(*args, **kwargs)
-
     return wrapper  # type: ignore[return-value]
 
 
 def done(fig: Figure, owned: bool) -> Figure:
-    """Finish a figure we created: tidy layout, then close it in pyplot (else a notebook's inline
-    backend draws it twice: at the cell's end and as the returned value; closed, it still renders)."""
+    """Tidy and close a figure we created (else a notebook draws it twice; closed, it still renders)."""
     if owned:
         fig.tight_layout()
         plt.close(fig)
@@ -174,9 +158,8 @@ def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, leg
 
 def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: str,
                 color: str, weight: float = 0.0, dashed: bool = False, marker: str = "o") -> None:
-    """One curve with markers (every k-th point on long runs); with smoothing, the raw values stay
-    as a faint line. A dashed curve (a baseline) is drawn on top with larger hollow markers, so
-    where it equals the solid curve the hollow marker rings the filled one."""
+    """One curve with markers (raw values faint under a smoothed one); a dashed baseline goes on top
+    with larger hollow markers, so where it equals the solid curve its marker rings the filled one."""
     steps = list(steps)
     style = "--" if dashed else "-"
     if weight > 0 and len(values) > 1:
@@ -185,5 +168,4 @@ def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: s
     every = max(1, math.ceil(len(steps) / MAX_MARKERS))
     look = (dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3) if dashed
             else dict(markersize=4, zorder=2))
-    ax.plot(steps, values, style, color=color, label=label, marker=marker, markevery=every,
-            linewidth=1.8, **look)
+    ax.plot(steps, values, style, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)

@@ -15,12 +15,10 @@ from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LR, MEMORY_S
                               SUCCESS_FIRST, SUCCESS_SECOND)
 from erl_lite.records import FIRST, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
-INITIAL_PROMPT = ("You are playing a grid game. Reply with one move in a ``` block: "
-                  "Up, Down, Left or Right.")
+INITIAL_PROMPT = "You are playing a grid game. Reply with one move in a ``` block: Up, Down, Left or Right."
 #: Successive rulebooks: each reflection refines the instructions it was given.
 RULEBOOKS = [
-    "You are playing a grid game. A is you and B is the goal. Reply with one move in a ``` "
-    "block.",
+    "You are playing a grid game. A is you and B is the goal. Reply with one move in a ``` block.",
     "You are playing a grid game. A is you, B is the goal, C is a hole that ends the game. "
     "Avoid C. Reply with one move in a ``` block.",
     "You are playing a grid game. A is you, B is the goal, C is a hole that ends the game, "
@@ -41,8 +39,7 @@ def _attempt(task_id: str, role: str, index: int, system: str, moves: list[str],
     for move in moves:
         messages.append({"role": "user", "content": f"Grid:\n{grid}\nYour move?"})
         messages.append({"role": "assistant", "content": f"```{move}```"})
-    outcome = "reached the goal" if won else (
-        "fell into a hole" if moves[-1] == "Down" else "ran out of moves")
+    outcome = "reached the goal" if won else ("fell into a hole" if moves[-1] == "Down" else "ran out of moves")
     trace = "\n".join(f"turn {t}: {m} -> moved to a safe tile" for t, m in enumerate(moves, 1))
     return Attempt(task_id=task_id, role=role, index=index, system_prompt=system,
                    messages=messages, prompt_ids=[1, 2, 3], completion_ids=[4] * len(moves),
@@ -59,8 +56,7 @@ def _rulebook(version: int) -> str:
 
 
 def _step_record(step: int, p_first: float, rng: random.Random, memory: dict[str, Any]) -> StepRecord:
-    """Two tasks × two rollouts; failed first attempts are reflected on (from the memory held
-    before the step: ``memory["slot"]``, ``memory["version"]`` written so far) and retried."""
+    """Two tasks × two rollouts; failed first attempts are reflected on (from ``memory``) and retried."""
     tasks = [Task(task_id=f"lake-{i}", data={"seed": i}) for i in range(2)]
     firsts, retries = [], []
     before, version = list(memory["slot"]), memory["version"]
@@ -76,10 +72,8 @@ def _step_record(step: int, p_first: float, rng: random.Random, memory: dict[str
                 continue
             won2 = rng.random() < min(1.0, p_first + 0.3)
             moves2 = ["Right", "Down"] if won2 else ["Right", "Up"]
-            retries.append(Retry(firsts[-1],
-                                 Reflection(task.task_id, index, base, text, rulebook, True,
-                                            [1], [2], reward=float(won2)),
-                                 _attempt(task.task_id, SECOND, index, rulebook, moves2, won2)))
+            reflection = Reflection(task.task_id, index, base, text, rulebook, True, [1], [2], reward=float(won2))
+            retries.append(Retry(firsts[-1], reflection, _attempt(task.task_id, SECOND, index, rulebook, moves2, won2)))
             if won2:  # one overwritten slot, as in the paper
                 memory["slot"], memory["version"] = [rulebook], version + 1
     return StepRecord(step, tasks, firsts, retries, before, list(memory["slot"]), {})
@@ -107,15 +101,9 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     return out
 
 
-def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True,
-                      baseline: bool = False) -> History:
-    """Build a made-up History of ``steps`` training steps, eval every 5 steps.
-
-    Args:
-        steps: number of training records (0 gives an empty History).
-        seed: seed of the noise and of which attempts succeed.
-        with_samples: also keep full step records (step 1 and every 5th step).
-        baseline: an RLVR-like run instead (first attempts only, no gate, no memory).
+def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True, baseline: bool = False) -> History:
+    """A made-up History of ``steps`` training steps, eval every 5 steps; step records (``with_samples``)
+    at step 1 and every 5th; ``baseline``: an RLVR-like run (first attempts only, no gate, no memory).
 
     Example:
         >>> h = synthetic_history(steps=10)

@@ -1,9 +1,5 @@
-"""One task's ERL story, side by side: first attempt → feedback → reflection → second attempt.
-
-Reads the step records a run samples (``History.samples``). :func:`show_attempt_pair` returns
-HTML, :func:`attempt_pair_text` its plain-text twin; "what changed" is a word-level diff
-(:mod:`difflib`) of base prompt against rulebook and of first against second moves.
-
+"""One task's ERL story from a sampled step record: first attempt → reflection → second attempt, as
+HTML or text, with word diffs of base prompt against rulebook and first against second moves.
 Departures from the paper: none (presentation only).
 """
 
@@ -22,8 +18,7 @@ MAX_CHARS = 2000  # per message: keeps a long multi-turn episode readable
 
 
 def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> Record:
-    """The sampled step record for ``step`` (the first one when None) from a step record (dict or
-    :class:`~erl_lite.records.StepRecord`) or anything :func:`~erl_lite.viz._style.as_history` takes."""
+    """The sampled record of ``step`` (default: the first) from a step record or a run (``as_history``)."""
     if hasattr(source, "to_dict") and hasattr(source, "first_attempts"):
         source = source.to_dict()
     if isinstance(source, dict) and "first_attempts" in source:
@@ -47,8 +42,7 @@ def list_pairs(record: Record) -> list[dict[str, Any]]:
     rows = []
     for i, a in enumerate(record.get("first_attempts", [])):
         second = retried[i]["second"] if i in retried else None
-        rows.append({"task_id": a.get("task_id"), "index": a.get("index"),
-                     "first_success": bool(a.get("success")),
+        rows.append({"task_id": a.get("task_id"), "index": a.get("index"), "first_success": bool(a.get("success")),
                      "second_success": None if second is None else bool(second.get("success"))})
     return rows
 
@@ -57,11 +51,9 @@ def select_pair(record: Record, task_id: str | None = None, index: int | None = 
     """Pick {first, reflection, second} for one rollout; by default the first reflected one."""
     firsts = record.get("first_attempts", [])
     candidates = [i for i, a in enumerate(firsts)
-                  if (task_id is None or a.get("task_id") == task_id)
-                  and (index is None or a.get("index") == index)]
+                  if (task_id is None or a.get("task_id") == task_id) and (index is None or a.get("index") == index)]
     if not candidates:
-        raise ValueError(f"no first attempt with task_id={task_id!r}, index={index!r} "
-                         f"at step {record.get('step')}")
+        raise ValueError(f"no first attempt with task_id={task_id!r}, index={index!r} at step {record.get('step')}")
     retried = retries_by_first(record)
     reflected = [i for i in candidates if retried.get(i, {}).get("reflection")]
     chosen = (reflected or candidates)[0]
@@ -73,8 +65,7 @@ def assistant_actions(attempt: Record | None) -> str:
     """The model's own turns of an attempt, one per line."""
     if not attempt:
         return ""
-    return "\n".join(m.get("content", "") for m in attempt.get("messages", [])
-                     if m.get("role") == "assistant")
+    return "\n".join(m.get("content", "") for m in attempt.get("messages", []) if m.get("role") == "assistant")
 
 
 def word_diff(a: str, b: str) -> list[tuple[str, str]]:
@@ -152,13 +143,11 @@ def _attempt_html(title: str, attempt: Record | None, color: str) -> str:
 def _reflection_html(refl: Record | None) -> str:
     color = COLORS["reflection"]
     if refl is None:
-        return (f"<b style='color:{color}'>Reflection</b>"
-                "<p><i>none: the first attempt passed</i></p>")
+        return f"<b style='color:{color}'>Reflection</b><p><i>none: the first attempt passed</i></p>"
     parsed = "parsed" if refl.get("parsed") else "no &lt;prompt&gt; block: base prompt reused"
     return (f"<b style='color:{color}'>Reflection → rulebook</b> <small>({parsed}, "
             f"r̃ = {float(refl.get('reward', 0.0)):.2f})</small>{_pre(refl.get('rulebook', ''))}"
-            f"<details><summary>raw reflection text</summary>{_pre(refl.get('text', ''))}"
-            "</details>")
+            f"<details><summary>raw reflection text</summary>{_pre(refl.get('text', ''))}</details>")
 
 
 def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,
@@ -168,8 +157,6 @@ def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> html_text = show_attempt_pair(synthetic_history(steps=5), step=5)
-        >>> "Reflection" in html_text
-        True
     """
     record = step_record(history_or_step_record, step)
     pair = select_pair(record, task_id, index)
@@ -196,8 +183,7 @@ def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: 
 def _attempt_text(title: str, attempt: Record | None) -> list[str]:
     if attempt is None:
         return [f"-- {title}: not run (passed the gate) --"]
-    lines = [f"-- {title} ({_outcome(attempt)}) --",
-             f"system: {_clip(attempt.get('system_prompt', ''))}"]
+    lines = [f"-- {title} ({_outcome(attempt)}) --", f"system: {_clip(attempt.get('system_prompt', ''))}"]
     lines += [f"{m.get('role')}: {_clip(m.get('content', ''))}"
               for m in attempt.get("messages", []) if m.get("role") != "system"]
     return lines + [f"feedback: {attempt.get('feedback', '')}"]
@@ -228,6 +214,5 @@ def attempt_pair_text(history_or_step_record: HistoryLike | Record | Any, step: 
         lines += ["-- WHAT CHANGED --", "instructions (base prompt -> rulebook): "
                   + diff_text(refl.get("base_prompt", ""), refl.get("rulebook", ""))]
     if second is not None:
-        lines.append("moves (first -> second): "
-                     + diff_text(assistant_actions(first), assistant_actions(second)))
+        lines.append("moves (first -> second): " + diff_text(assistant_actions(first), assistant_actions(second)))
     return "\n".join(lines)

@@ -1,9 +1,6 @@
-"""Matplotlib figures for each ERL phase, drawn from a run (anything :func:`~erl_lite.viz._style.as_history`
-takes). Each draws on ``ax`` when given, returns the ``Figure`` and never calls ``plt.show()``;
-missing metrics, an empty run or a single step give a labelled panel noting "no data yet".
-
-Departures from the paper: the paper shows training reward before/after reflection and eval
-reward; the gate, memory, loss and advantage panels are additions for inspecting a run.
+"""Matplotlib figures for each ERL phase of a run; each draws on ``ax`` when given and returns the
+``Figure``; missing data gives a panel noting "no data yet". Departures from the paper: the paper shows
+reward before/after reflection and eval reward; the gate, memory, loss and advantage panels are added.
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ def _curves(ax: Axes, history: HistoryLike, specs: list[Spec], weight: float = 0
 
 
 def _runs(history: HistoryLike, baseline: HistoryLike) -> tuple[History, History | None]:
-    """The run and the optional baseline run as Histories."""
     return as_history(history), (as_history(baseline) if baseline is not None else None)
 
 
@@ -60,8 +56,7 @@ def _same_series(h, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
 
 
 def rewards_are_binary(history: HistoryLike) -> bool:
-    """Whether reward and success carry the same numbers in every phase and in evaluation (0/1
-    rewards and τ = 1, the games): then :func:`plot_overview` draws one panel for both.
+    """Whether reward and success are the same numbers everywhere (0/1 rewards, τ = 1: the games).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -91,30 +86,20 @@ def _by_role(metric: str, roles: list[str]) -> list[Spec]:
 
 
 def _note(ax: Axes, text: str) -> None:
-    """A small grey remark in the lower right corner of a panel."""
-    ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45",
-            fontsize=8, style="italic")
+    """A small grey remark in the lower right corner."""
+    ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45", fontsize=8, style="italic")
 
 
 @S.styled
 def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None,
                  metric: str = "reward", smoothing: float = 0.0) -> Figure:
-    """Reward (or success rate) per phase over training steps, with an RLVR run dashed.
+    """Reward (or ``metric="success"``) per phase over training steps and evaluation, RLVR dashed.
 
-    Evaluation records (``kind="eval"``) are drawn when present, else a note says so. With 0/1
-    rewards (:func:`rewards_are_binary`) the title says that reward and success coincide.
-
-    Args:
-        baseline: optional RLVR run; its first-attempt and eval curves are drawn dashed.
-        ax: axes to draw on (a new figure otherwise).
-        metric: ``"reward"`` or ``"success"``.
-        smoothing: exponential-moving-average weight in [0, 1); 0 draws raw values.
+    ``smoothing``: exponential-moving-average weight in [0, 1); 0 draws raw values.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> fig = plot_rewards(synthetic_history(steps=10))
-        >>> len(fig.axes[0].lines), fig.axes[0].get_title()
-        (3, 'Reward = success rate per phase (rewards are 0/1)')
+        >>> fig = plot_rewards(synthetic_history(steps=10), smoothing=0.6)
     """
     if metric not in ("reward", "success"):
         raise ValueError(f"metric must be 'reward' or 'success', got {metric!r}")
@@ -163,14 +148,11 @@ def _memory_sizes(h) -> tuple[list[int], list[float]]:
 
 @S.styled
 def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
-    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis
-    so that a bar and a point at the same height are the same number.
+    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> fig = plot_memory(synthetic_history(steps=5))
-        >>> len(fig.axes), fig.axes[0].get_ylabel()
-        (1, 'rulebooks')
     """
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
@@ -191,8 +173,7 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
 
 
 def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
-    """``(step, text)`` of what memory held after each sampled step (``""`` when empty; several
-    rulebooks, the FIFO option, joined with a ``---`` line).
+    """``(step, text)`` of what memory held after each sampled step (rulebooks joined by a ``---`` line).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -200,8 +181,7 @@ def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
         1
     """
     h = as_history(history)
-    rows = [(int(s.get("step", i)), joined_rulebooks(s.get("memory_after")))
-            for i, s in enumerate(h.samples, start=1)]
+    rows = [(int(s.get("step", i)), joined_rulebooks(s.get("memory_after"))) for i, s in enumerate(h.samples, start=1)]
     return sorted(rows, key=lambda r: r[0])
 
 
@@ -233,8 +213,7 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None, smoothing: flo
 
 @S.styled
 def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None) -> Figure:
-    """Evaluation (first attempt, initial prompt) reward and success, RLVR dashed if given; with 0/1
-    rewards the two coincide and one curve is drawn for both.
+    """Evaluation reward and success (one curve when they coincide), RLVR dashed if given.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -246,8 +225,7 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
     same = all(_same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
                for x in ([h] if base is None else [h, base]))
     specs = ([(EVAL_REWARD, "eval", "reward = success rate", "eval")] if same else
-             [(EVAL_REWARD, "eval", "mean reward", "eval"),
-              (EVAL_SUCCESS, "eval", "success rate", "success")])
+             [(EVAL_REWARD, "eval", "mean reward", "eval"), (EVAL_SUCCESS, "eval", "success rate", "success")])
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, specs, dashed=True, prefix="RLVR · ")
@@ -259,17 +237,11 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
 @S.styled
 def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: Axes | None = None,
                     title: str = "Equal CPU time, one line per seed") -> Figure:
-    """Evaluation over training CPU time, one line per run, colour, line style and marker per variant
-    (so overlapping runs stay told apart); reads ``scripts/compare_modes.py``'s ``compare_results.json``.
-
-    ``results``: dicts with ``variant`` and ``eval_curve`` (``[step, CPU seconds, success]`` rows);
-    ``variants``: which to draw, in order (default: all, first seen first).
+    """Evaluation over training CPU time, one line per run, a style per variant (``compare_modes.py``'s
+    results: dicts with ``variant`` and ``eval_curve``, rows ``[step, CPU seconds, success]``).
 
     Example:
-        >>> runs = [{"variant": v, "eval_curve": [[0, 0.0, 0.4], [5, 9.0, y]]}
-        ...         for v, y in (("ERL", 0.9), ("RLVR", 0.6))]
-        >>> [line.get_label() for line in plot_comparison(runs).axes[0].lines]
-        ['ERL', 'RLVR']
+        >>> fig = plot_comparison([{"variant": "ERL", "eval_curve": [[0, 0.0, 0.4], [5, 9.0, 0.9]]}])
     """
     variants = variants or list(dict.fromkeys(r["variant"] for r in results))
     fig, ax, owned = S.new_axes(ax, figsize=(6.6, 4.0))
@@ -289,8 +261,7 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
 
 @S.styled
 def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing: float = 0.0) -> Figure:
-    """A dashboard: reward (with evaluation), success, gate / memory, loss, advantage (for READMEs).
-    With 0/1 rewards (:func:`rewards_are_binary`) reward and success are one wide panel.
+    """A dashboard: reward (with evaluation), success, gate, memory, loss, advantage (for READMEs).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -315,14 +286,12 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing:
 
 @S.styled
 def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: HistoryLike = None) -> list[str]:
-    """Write rewards/gate_rate/memory/losses/eval/overview PNGs into ``out_dir``; return paths.
+    """Write the rewards, gate_rate, memory, losses, eval and overview PNGs into ``out_dir``; return paths.
 
     Example:
         >>> import tempfile
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> paths = save_figures(synthetic_history(steps=5), tempfile.mkdtemp())
-        >>> [os.path.basename(p) for p in paths][:2]
-        ['rewards.png', 'gate_rate.png']
     """
     h, base = _runs(history, baseline)
     os.makedirs(out_dir, exist_ok=True)

@@ -1,12 +1,5 @@
-"""Notebook browsers: reflections (step slider, rollout picker, outcome filter) and memory.
-
-Where no widget front-end can draw them they return a :class:`StaticView` (HTML in a notebook,
-text elsewhere). :func:`is_static` decides: ``static=`` wins; then ``ERL_LITE_STATIC`` (true:
-static, false: widgets) and ``CI`` (true: static); else widgets only in an IPython kernel with
-``ipywidgets`` and a front-end known to draw them (:func:`widget_frontend`), so a headless run
-(nbclient, papermill) gets static output without any setting.
-
-Departures from the paper: none (presentation only).
+"""Notebook browsers of reflections and memory; a :class:`StaticView` where no widget front-end can
+draw them (:func:`is_static`). Departures from the paper: none (presentation only).
 """
 
 from __future__ import annotations
@@ -44,12 +37,7 @@ def _kernel() -> Any:
 
 
 def widget_frontend() -> str | None:
-    """Name of the connected front-end that draws widgets, or None when none is known.
-
-    A kernel cannot ask its front-end, so this reads the traces each leaves: the ipywidgets 8
-    control channel (JupyterLab, Notebook 7), ``google.colab``, ``JPY_SESSION_NAME`` (a Jupyter
-    server), ``VSCODE_PID``. nbclient and papermill start a bare kernel and leave none.
-    """
+    """The connected front-end that draws widgets, read from the traces each leaves, or None (nbclient)."""
     if "google.colab" in sys.modules:
         return "colab"
     widgets = sys.modules.get("ipywidgets")
@@ -63,7 +51,8 @@ def widget_frontend() -> str | None:
 
 
 def is_static(static: bool | None = None) -> bool:
-    """Whether the browsers should render static output (see the module docstring)."""
+    """Whether the browsers render static output: ``static`` wins; then ``ERL_LITE_STATIC`` and ``CI``;
+    else widgets only in a kernel with ``ipywidgets`` and a known front-end (:func:`widget_frontend`)."""
     if static is not None:
         return static
     forced = os.environ.get("ERL_LITE_STATIC", "").strip().lower()
@@ -117,18 +106,11 @@ def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, in
 def reflection_browser(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
 
-    Args:
-        static: force (True) or forbid (False) static output; None auto-detects.
-        step: the step shown first (the first sampled step by default).
-
-    Returns:
-        An ``ipywidgets.VBox``, or a :class:`StaticView` of the first reflected rollout.
+    Returns an ``ipywidgets.VBox``, or (``static``, see :func:`is_static`) a :class:`StaticView`.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
         >>> view = reflection_browser(synthetic_history(steps=5), static=True)
-        >>> "FIRST ATTEMPT" in str(view)
-        True
     """
     h, steps = _steps(history)
     if not steps:
@@ -157,7 +139,7 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
         keep = picker.value if picker.value in values else (values[0] if values else None)
         picker.options = options or [("(none)", None)]
         picker.value = keep
-        render()  # the value may not change between steps, so draw explicitly
+        render()  # the value may not change between steps
 
     slider.observe(refresh, "value")
     mode.observe(refresh, "value")
@@ -167,7 +149,7 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
 
 
 def _memory(record: Record) -> tuple[str, str]:
-    """What memory held (before, after) one step, as text."""
+    """(before, after) of one step's memory, as text."""
     return joined_rulebooks(record.get("memory_before")), joined_rulebooks(record.get("memory_after"))
 
 
@@ -195,10 +177,7 @@ def memory_text(record: Record) -> str:
 
 
 def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
-    """A slider over sampled steps showing the memory's content after each step.
-
-    Returns an ``ipywidgets.VBox``, or a :class:`StaticView` of the first (or ``step``'s)
-    sampled step.
+    """A slider over sampled steps showing the memory after each step (or a :class:`StaticView`).
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -213,8 +192,7 @@ def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | 
         return StaticView(memory_html(record), memory_text(record))
     import ipywidgets as W
 
-    slider = W.SelectionSlider(options=steps, value=step if step in steps else steps[0],
-                               description="step")
+    slider = W.SelectionSlider(options=steps, value=step if step in steps else steps[0], description="step")
     out = W.HTML()
 
     def render(*_: Any) -> None:
