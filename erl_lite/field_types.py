@@ -1,11 +1,8 @@
 """Checking a dataclass field's value against its type annotation, with a message naming the field.
 
-``ERLConfig.__post_init__`` runs :func:`conform_fields` first, so every way of building a config
-(Python, ``replace``, a run file, the command line, a checkpoint) meets the same rules, read from
-the annotations: ``bool`` takes only True/False; ``int`` an integer or a whole float (stored as
-int), never a bool or 1.5; ``float`` any real number but a bool, and never NaN or ±inf; ``X |
-None``, ``list[X]``, ``dict[K, V]``, ``Literal[...]`` and ``Any`` as written. Hand-written because
-neither ``dataclasses`` nor ``HfArgumentParser`` checks types at construction.
+Every way of building a config meets the same rules: ``bool`` takes only True/False; ``int`` an integer or
+a whole float (stored as int); ``float`` any real number but a bool, never NaN or ±inf. Hand-written
+because neither ``dataclasses`` nor ``HfArgumentParser`` checks types at construction.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -142,9 +139,8 @@ def _plural(words: str) -> str:
 
 
 def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
-    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then
-    :mod:`difflib`'s closest match above 0.6 similarity); None when nothing is close. The one
-    "did you mean" of run-file keys, command-line flags and function names.
+    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then :mod:`difflib`'s
+    closest above 0.6 similarity), or None: the one "did you mean" of keys, flags and function names.
 
     Example:
         >>> closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])
