@@ -29,18 +29,10 @@ def conform(name: str, value: Any, annotation: Any, owner: str = "ERLConfig") ->
     Example:
         >>> conform("seed", 3.0, int), conform("beta", 0, float), conform("dual_clip", None, float | None)
         (3, 0, None)
-        >>> conform("use_memory", 2, bool)
-        Traceback (most recent call last):
-        ...
-        ValueError: ERLConfig.use_memory must be true or false, got 2 (int)
     """
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
         raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
-    try:
-        return _conform(value, annotation, convert=False)
-    except _Mismatch:
-        pass
-    try:
+    try:  # with convert=True a union still tries an exact fit first
         return _conform(value, annotation, convert=True)
     except _Mismatch:
         raise ValueError(f"{owner}.{name} must be {describe(annotation)}, got {value!r:.80} "
@@ -71,17 +63,13 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
         if value is None:
             return None
     elif origin in (typing.Union, types.UnionType):
-        for member in args:  # an exact fit to any member first: 3.0 stays a float in `int | float`
+        # An exact fit to any member first: 3.0 stays a float in `int | float`.
+        tries = [(member, False) for member in args] + ([(member, True) for member in args] if convert else [])
+        for member, conv in tries:
             try:
-                return _conform(value, member, convert=False)
+                return _conform(value, member, conv)
             except _Mismatch:
                 pass
-        if convert:
-            for member in args:
-                try:
-                    return _conform(value, member, convert=True)
-                except _Mismatch:
-                    pass
     elif origin is Literal:
         if any(value == a and type(value) is type(a) for a in args):
             return value

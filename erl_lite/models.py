@@ -38,11 +38,9 @@ def load_policy(model: str | os.PathLike | PreTrainedModel,
                 ) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
     """Load a causal LM policy and its tokenizer (left padding, a pad token), optionally 4-bit and LoRA-wrapped.
 
-    ``model``: a hub name, a checkpoint, a saved LoRA adapter folder (on ``base_model``, else the base it
-    records) or a built model. ``quantization="4bit"``: NF4 with double quantization (QLoRA). ``peft``: a
-    LoraConfig used as given, or "none" (the full model). ``dtype="auto"``: bf16 on a CUDA device with native
-    bf16, else float32. ``device``: default CUDA when available (None leaves a built model where it is).
-    Raises FileNotFoundError when ``model`` (or an adapter's base) is a local folder that is not there.
+    ``model``: a hub name, a checkpoint, a LoRA adapter folder (on ``base_model``, else the base it records) or
+    a built model. ``dtype="auto"``: bf16 on a CUDA device with native bf16, else float32; ``device``: default
+    CUDA when available. Raises FileNotFoundError when ``model`` is a local folder that is not there.
 
     Example:
         >>> import tempfile
@@ -113,7 +111,6 @@ def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
     or its first part is a folder here (``runs/model``); transformers would answer "Repo id must be ...".
 
     Example:
-        >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: not checked here
         >>> check_model_source("./no-such-model")
         Traceback (most recent call last):
         ...
