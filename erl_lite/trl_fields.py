@@ -62,35 +62,24 @@ _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 }
 
 # Reasons shared by several refused fields.
-_VLLM = ("erl_lite has no vLLM path: attempts, reflections and evaluation are sampled with the policy's "
-         "model.generate (or a sampler passed as ERLTrainer(generator=...))")
-_HUB = ("erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id (or "
-        "trainer.push_to_hub()); the token comes from huggingface-cli login or HF_TOKEN, and there are no "
-        "intermediate pushes")
-_LOOP = ("it configures transformers.Trainer's own loop, which erl_lite does not run; an iteration is one batch "
-         "of num_tasks_per_step tasks through every ERL phase")
-_EVAL = ("erl_lite evaluates by sampling eval_num_generations first attempts per eval task every eval_steps "
-         "iterations (eval/success, eval/reward), not with Trainer's prediction loop")
-_DIST = ("erl_lite runs data parallel from the environment `accelerate launch` sets (see "
-         "erl_lite.integrations.distributed); there is no other distributed setting")
+_VLLM = "erl_lite has no vLLM path: it samples with the policy's model.generate (or ERLTrainer(generator=...))"
+_HUB = ("erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id (token: "
+        "huggingface-cli login or HF_TOKEN); there are no intermediate pushes")
+_LOOP = "it configures transformers.Trainer's own loop, which erl_lite does not run (an iteration: one batch of tasks)"
+_EVAL = "erl_lite samples eval_num_generations first attempts per eval task every eval_steps; no prediction loop"
+_DIST = "erl_lite runs data parallel from the environment `accelerate launch` sets; no other distributed setting"
 _DATA = "erl_lite reads tasks itself (train_dataset rows or an environment's tasks); there is no DataLoader"
-_LOADING = ("the trainer loads a named model with erl_lite.models.load_policy; for other loading options load "
-            "it yourself (load_policy(name, ...) or from_pretrained) and pass the model object")
+_LOADING = "the trainer loads a named model with erl_lite.models.load_policy; for other options, load it and pass it"
 #: How erl_lite chooses the dtype (the reason bf16/fp16 and accelerate's mixed precision are refused).
 DTYPE_HINT = ("erl_lite has no mixed-precision autocast: a model given by name loads with bf16 weights on a CUDA "
               "GPU with native bf16 and fp32 elsewhere; choose the dtype with erl_lite.models.load_policy(name, "
               "dtype='bfloat16'|'float16'|'float32') and pass the model")
-_OPTIMIZER = ("the optimizer is ERLConfig.optim with Adam's default betas (0.9, 0.999) and eps 1e-8; for other "
-              "settings pass ERLTrainer(optimizers=(your_optimizer, None))")
-_LOSS = ("this TRL loss variant is not implemented in erl_lite (its losses: loss_type seq_sum, token_mean, "
-         "seq_mean with the dual clip; see ERLConfig.loss_type)")
-_REFERENCE = ("the KL reference is the policy with its LoRA adapter switched off (or a frozen copy); it is never "
-              "synchronised or mixed")
-_LOGS = ("erl_lite logs every iteration to history.jsonl, and every logging_steps iterations to report_to; "
-         "there is no other logging setting")
+_OPTIMIZER = "ERLConfig.optim has Adam's default betas (0.9, 0.999) and eps 1e-8; else ERLTrainer(optimizers=...)"
+_LOSS = "not implemented in erl_lite (its losses: loss_type seq_sum, token_mean or seq_mean, with the dual clip)"
+_REFERENCE = "the KL reference is the policy without its LoRA adapter (or a frozen copy), never synchronised or mixed"
+_LOGS = "erl_lite logs every iteration to history.jsonl, every logging_steps to report_to; nothing else to set"
 _SPEED = "not implemented in erl_lite; the update runs plain eager PyTorch on the model as loaded"
-_SAVE = ("a checkpoint is saved every save_steps iterations into output_dir/checkpoint-<step> "
-         "(save_total_limit rotates them); there is no other saving setting")
+_SAVE = "a checkpoint is saved every save_steps iterations (save_total_limit rotates them); nothing else to set"
 _BATCHING = "not implemented: sampling batches tasks × num_generations rows through model.generate"
 _TRACKIO = "erl_lite's Trackio runs log locally, to the project ERLConfig.project names; no Space or bucket is set up"
 _REENTRANT = "erl_lite's checkpointing is always non-reentrant (use_reentrant=False)"
@@ -104,31 +93,19 @@ def _all(reason: str, names: str) -> dict[str, str]:
 #: GRPOConfig fields (and a few that TRL had before 1.16) that erl_lite refuses, with why.
 TRL_REFUSED: dict[str, str] = {
     # --- set daily by TRL users ---
-    "gradient_accumulation_steps": (
-        "erl_lite accumulates by itself: each optimizer step's mini-batch (the iteration's rows split into "
-        "steps_per_generation parts, or ppo_mini_batch_size × num_generations rows) runs in micro-batches of "
-        "per_device_train_batch_size sequences and steps once; set steps_per_generation or ppo_mini_batch_size "
-        "for the mini-batch size"),
+    "gradient_accumulation_steps": ("erl_lite accumulates by itself: each mini-batch (steps_per_generation or "
+                                    "ppo_mini_batch_size) runs in per_device_train_batch_size micro-batches"),
     **_all(DTYPE_HINT, "bf16 fp16 bf16_full_eval fp16_full_eval"),
     "tf32": "not set by erl_lite; call torch.backends.cuda.matmul.allow_tf32 = True yourself",
-    "max_prompt_length": (
-        "removed from TRL 1.16 too; erl_lite never cuts a prompt: a whole episode is bounded by max_episode_length "
-        "and a reflection's context by max_reflection_prompt_length, and a task whose prompt leaves no room for "
-        "a reply is refused when the trainer is built"),
-    "mask_truncated_completions": (
-        "not implemented: a truncated episode (out of max_completion_length or max_episode_length) is trained "
-        "with the reward its environment gives at that point"),
-    "num_iterations": (
-        "erl_lite uses each iteration's batch once (TRL's num_iterations=1), split into steps_per_generation "
-        "optimizer steps (or by ppo_mini_batch_size); several passes over a batch are not implemented"),
+    "max_prompt_length": ("removed from TRL 1.16 too; erl_lite never cuts a prompt: max_episode_length and "
+                          "max_reflection_prompt_length bound the contexts"),
+    "mask_truncated_completions": "not implemented: a truncated episode is trained with its reward at that point",
+    "num_iterations": "erl_lite uses a batch once, in steps_per_generation optimizer steps; no second pass",
     "use_vllm": _VLLM,
-    "use_liger_kernel": ("erl_lite computes log-probs itself, in chunks of logprob_chunk_size positions that "
-                         "never hold the full (B, L, V) logits; Liger's fused loss is not used"),
+    "use_liger_kernel": "erl_lite computes log-probs in chunks of logprob_chunk_size positions; Liger is not used",
     "liger_kernel_config": "Liger kernels are not used (see use_liger_kernel; logprob_chunk_size bounds memory)",
     "run_name": "the tracker run is named after output_dir's folder; choose output_dir to name it",
-    "log_completions": ("erl_lite always logs completions: the full step record (attempts, reflections, second "
-                        "attempts, memory) goes to samples.jsonl every sample_every iterations, and a table of "
-                        "them to report_to"),
+    "log_completions": "erl_lite always logs completions, to samples.jsonl every sample_every iterations",
     # --- vLLM and other generation back-ends ---
     **_all(_VLLM, "vllm_mode vllm_model_impl vllm_enable_sleep_mode vllm_structured_outputs_regex vllm_server_base_url "
                   "vllm_server_host vllm_server_port vllm_server_timeout vllm_group_port vllm_gpu_memory_utilization "
