@@ -55,11 +55,11 @@ DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
 
 #: Switches each mode ignores (refused away from their defaults rather than silently dropped).
 _IGNORED_BY_MODE = {
-    "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k",
-             "train_reflection", "train_second", "use_internalization", "internalization_mode",
-             "internalization_coef", "reflection_temperature", "reflection_top_p"),
-    "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization",
-                   "internalization_mode", "internalization_coef"),
+    "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k", "train_reflection",
+             "train_second", "use_internalization", "internalization_mode", "internalization_coef",
+             "reflection_temperature", "reflection_top_p"),
+    "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization", "internalization_mode",
+                   "internalization_coef"),
     "erl": (),
 }
 

@@ -162,9 +162,7 @@ def _native_bf16(device: torch.device | None) -> bool:
 
 
 def named_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
-    """A ``dtype`` argument as a torch dtype, or None for ``"auto"`` (the caller decides).
-
-    Raises ValueError for anything else, naming what is accepted.
+    """A ``dtype`` argument as a torch dtype, or None for ``"auto"`` (the caller decides); else ValueError.
 
     Example:
         >>> named_dtype("bfloat16"), named_dtype("auto")

@@ -61,7 +61,6 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> Non
     lets it. The notebooks' setup and the trainer call it; building ``ERLConfig.preset("gpu")`` works anywhere.
 
     Example:
-        >>> require_cuda_for_preset("cpu")  # a CPU preset needs nothing
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
     """
     if name is not None and name not in PRESETS:

@@ -48,11 +48,9 @@ def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
     """``tasks``, after refusing two that share an id (naming it and both rows): they would share a GRPO group.
 
     Example:
-        >>> try:
-        ...     check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")
-        ... except ValueError as err:
-        ...     print(str(err)[:55])
-        train_dataset: task id 'a' is given to rows 0 and 2; id
+        >>> check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: train_dataset: task id 'a' is given to rows 0 and 2; ids must be unique within a split ...
     """
     seen: dict[str, int] = {}
     for i, task in enumerate(tasks):

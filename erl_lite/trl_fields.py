@@ -160,10 +160,9 @@ TRL_REFUSED: dict[str, str] = {
 
 #: Refused fields at the value that means what erl_lite does anyway: accepted, and dropped.
 TRL_SAME_AS: dict[str, Any] = {
-    "use_vllm": False, "use_liger_kernel": False, "log_completions": True,
-    "torch_compile": False, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
-    "gradient_accumulation_steps": 1, "num_iterations": 1, "shuffle_dataset": True,
-    "mask_truncated_completions": False, "remove_unused_columns": False,
+    "use_vllm": False, "use_liger_kernel": False, "log_completions": True, "torch_compile": False, "adam_beta1": 0.9,
+    "adam_beta2": 0.999, "adam_epsilon": 1e-8, "gradient_accumulation_steps": 1, "num_iterations": 1,
+    "shuffle_dataset": True, "mask_truncated_completions": False, "remove_unused_columns": False,
 }
 
 
