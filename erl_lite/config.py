@@ -41,7 +41,6 @@ class ERLConfig:
         >>> ERLConfig.preset("cpu", mode="rlvr").num_generations  # the paper's G for RLVR
         10
     """
-
     # --- what to run -------------------------------------------------------------------
     mode: str = "erl"
     """``erl`` (paper Algorithm 2), ``erl_simple`` (Algorithm 1: one reward, only y1 trained) or ``rlvr`` (GRPO)."""
@@ -55,7 +54,6 @@ class ERLConfig:
     """G: first-attempt rollouts per task. None = the mode's (:data:`DEFAULT_GENERATIONS`); G = 1 has no baseline."""
     seed: int = DEFAULT_SEED
     """Seed for task order, sampling and initialisation."""
-
     # --- sampling ----------------------------------------------------------------------
     temperature: float = 0.7
     """Sampling temperature of first and second attempts."""
@@ -71,7 +69,6 @@ class ERLConfig:
     """Extra ``apply_chat_template`` keywords, e.g. ``{"enable_thinking": False}`` for Qwen3."""
     max_episode_length: int = 2048
     """Max tokens of a whole episode (context + all turns); one that would exceed it ends, truncated."""
-
     # --- gate, reflection, second attempt ----------------------------------------------
     reward_threshold: float = 1.0
     """τ: a first attempt with ``r1 < τ`` is reflected on; memory keeps rulebooks whose retry got ``r2 ≥ τ``."""
@@ -85,7 +82,6 @@ class ERLConfig:
     """Max new tokens of a reflection."""
     max_reflection_prompt_length: int = 2048
     """Token budget of the reflection context (the trace, then the memory, are shortened; never the task)."""
-
     # --- memory ------------------------------------------------------------------------
     use_memory: bool = True
     """False = the "w/o memory" ablation: the reflector starts from the initial prompt; nothing is stored."""
@@ -95,7 +91,6 @@ class ERLConfig:
     """Capacity of the ``fifo`` memory."""
     memory_top_k: int = 3
     """How many of the most recent ``fifo`` entries the reflector sees."""
-
     # --- which roles train --------------------------------------------------------------
     train_first: bool = True
     """Policy-gradient update on first attempts."""
@@ -109,7 +104,6 @@ class ERLConfig:
     """``raft`` (reference code: clipped loss, advantage max(r2, 0)) or ``nll`` (paper: NLL weighted by r2 > 0)."""
     internalization_coef: float = 1.0
     """Weight of the internalization term."""
-
     # --- loss and optimiser (reference settings) -----------------------------------------
     learning_rate: float = 1e-6
     """AdamW learning rate (the peak of ``lr_scheduler_type``'s schedule)."""
@@ -147,7 +141,6 @@ class ERLConfig:
     """Sequences per forward/backward pass (micro-batch); gradients accumulate over the mini-batch."""
     logprob_chunk_size: int | None = 256
     """Completion positions per lm-head chunk, so ``(B, L, V)`` logits are never held; None = full logits."""
-
     # --- evaluation, logging, checkpoints ---------------------------------------------
     eval_steps: int = 5
     """Evaluate every this many iterations, at the start and at the end (0 = never)."""

@@ -213,21 +213,10 @@ def _record(namespace: argparse.Namespace, dest: str, option: str | None) -> Non
 
 
 class _Store(argparse.Action):
-    """argparse's ``store`` (``nargs``/``const`` included), recording the spelling used."""
+    """argparse's ``store`` (``nargs=0``: store ``const``), recording the spelling used."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        _record(namespace, self.dest, option_string)
-
-
-class _StoreFalse(argparse.Action):
-    """argparse's ``store_false``, recording the spelling used."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, False)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
         _record(namespace, self.dest, option_string)
 
 
@@ -272,7 +261,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
             if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
                 group.add_argument(trl, dest=f.name, nargs="?", const=True, type=parse_bool, action=_Store,
                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-                group.add_argument("--no_" + f.name, dest=f.name, action=_StoreFalse,
+                group.add_argument("--no_" + f.name, dest=f.name, action=_Store, nargs=0, const=False,
                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         else:
             parse, metavar = converter(annotation)
@@ -285,7 +274,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
                 group.add_argument(trl, dest=f.name, type=parse, action=_Store, default=argparse.SUPPRESS,
                                    help=argparse.SUPPRESS)
     for flag, name in negations.items():
-        group.add_argument(flag, dest=name, action=_StoreFalse, default=argparse.SUPPRESS,
+        group.add_argument(flag, dest=name, action=_Store, nargs=0, const=False, default=argparse.SUPPRESS,
                            help=f"same as --no-{name.replace('_', '-')}")
     return group
 
