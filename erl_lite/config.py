@@ -35,8 +35,7 @@ class ERLConfig:
     """Hyperparameters of an ERL (or RLVR) run.
 
     Example:
-        >>> cfg = ERLConfig(mode="rlvr", num_generations=10)
-        >>> cfg.num_generations
+        >>> ERLConfig(mode="rlvr", num_generations=10).num_generations
         10
         >>> ERLConfig.preset("cpu", mode="rlvr").num_generations  # the paper's G for RLVR
         10

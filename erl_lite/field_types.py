@@ -1,8 +1,7 @@
 """Checking a dataclass field's value against its type annotation, with a message naming the field.
 
-Every way of building a config meets the same rules: ``bool`` takes only True/False; ``int`` an integer or
-a whole float (stored as int); ``float`` any real number but a bool, never NaN or ±inf. Hand-written
-because neither ``dataclasses`` nor ``HfArgumentParser`` checks types at construction.
+Every way of building a config meets the same rules (``bool``: only True/False; ``int``: an integer or a whole
+float; ``float``: a real number but a bool, never NaN or ±inf); neither ``dataclasses`` nor HF checks types.
 
 Departures from the paper: none; this is plumbing.
 """

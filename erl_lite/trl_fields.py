@@ -63,8 +63,7 @@ _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 
 # Reasons shared by several refused fields.
 _VLLM = "erl_lite has no vLLM path: it samples with the policy's model.generate (or ERLTrainer(generator=...))"
-_HUB = ("erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id (token: "
-        "huggingface-cli login or HF_TOKEN); there are no intermediate pushes")
+_HUB = "erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id; no other pushes"
 _LOOP = "it configures transformers.Trainer's own loop, which erl_lite does not run (an iteration: one batch of tasks)"
 _EVAL = "erl_lite samples eval_num_generations first attempts per eval task every eval_steps; no prediction loop"
 _DIST = "erl_lite runs data parallel from the environment `accelerate launch` sets; no other distributed setting"
@@ -93,12 +92,10 @@ def _all(reason: str, names: str) -> dict[str, str]:
 #: GRPOConfig fields (and a few that TRL had before 1.16) that erl_lite refuses, with why.
 TRL_REFUSED: dict[str, str] = {
     # --- set daily by TRL users ---
-    "gradient_accumulation_steps": ("erl_lite accumulates by itself: each mini-batch (steps_per_generation or "
-                                    "ppo_mini_batch_size) runs in per_device_train_batch_size micro-batches"),
+    "gradient_accumulation_steps": "erl_lite accumulates over per_device_train_batch_size micro-batches itself",
     **_all(DTYPE_HINT, "bf16 fp16 bf16_full_eval fp16_full_eval"),
     "tf32": "not set by erl_lite; call torch.backends.cuda.matmul.allow_tf32 = True yourself",
-    "max_prompt_length": ("removed from TRL 1.16 too; erl_lite never cuts a prompt: max_episode_length and "
-                          "max_reflection_prompt_length bound the contexts"),
+    "max_prompt_length": "erl_lite never cuts a prompt: max_episode_length and max_reflection_prompt_length bound it",
     "mask_truncated_completions": "not implemented: a truncated episode is trained with its reward at that point",
     "num_iterations": "erl_lite uses a batch once, in steps_per_generation optimizer steps; no second pass",
     "use_vllm": _VLLM,

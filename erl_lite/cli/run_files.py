@@ -1,7 +1,5 @@
-"""YAML run files (``erl-lite train --config run.yaml``): a mapping of ERLConfig field names
-(``-`` or ``_``) to values, each checked against its field's type (:mod:`erl_lite.field_types`);
-every error names the file and the line, and an unknown key the closest known one. The same key
-twice (``learning-rate`` and ``learning_rate``) with different values is refused.
+"""YAML run files (``erl-lite train --config run.yaml``): ERLConfig field names (``-`` or ``_``) to values,
+each checked against its field's type; every error names the file and the line.
 
 Departures from the paper: none; this is plumbing.
 """
