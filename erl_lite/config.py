@@ -1,13 +1,11 @@
 """ERLConfig: one flat dataclass holding every knob of a run.
 
-Field names follow TRL's ``GRPOConfig`` where the concept is the same, and the paper's vocabulary
-elsewhere; TRL's other names are mapped or refused with a reason (:mod:`erl_lite.trl_fields`), and
-README's "Coming from TRL" table says how each field departs from TRL. A bad value fails at
-construction naming the field: each field against its type (:mod:`erl_lite.field_types`), then
-the named checks of :mod:`erl_lite.config_checks`. The presets live in :mod:`erl_lite.presets`.
+Field names follow TRL's ``GRPOConfig`` where the concept is the same (its other names are mapped or
+refused: :mod:`erl_lite.trl_fields`). A bad value fails at construction naming the field: its type
+(:mod:`erl_lite.field_types`), then the checks of :mod:`erl_lite.config_checks`.
 
-Departures from the paper: the defaults are the paper's (Algorithm 2, τ = 1, clip 0.2/0.28, KL
-0.001, lr 1e-6, T = 0.7); the presets shrink them for small runs and say why.
+Departures from the paper: the defaults are the paper's (Algorithm 2, τ = 1, clip 0.2/0.28, KL 0.001,
+lr 1e-6, T = 0.7); the presets (:mod:`erl_lite.presets`) shrink them for small runs.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ from erl_lite.presets import GPU_PRESETS, PRESETS, require_cuda_for_preset  # no
 from erl_lite.records import ROLES
 from erl_lite.trl_fields import translate_trl_fields
 
-#: The seed of a run unless told otherwise (the CLI and the notebooks read it): 0, the seed every
-#: figure in the README was measured at (TRL and transformers default to 42).
+#: The seed of a run unless told otherwise: 0, the README figures' seed (TRL and transformers use 42).
 DEFAULT_SEED = 0
 
 
@@ -38,33 +35,24 @@ class ERLConfig:
     """Hyperparameters of an ERL (or RLVR) run.
 
     Example:
-        >>> cfg = ERLConfig(mode="rlvr", num_generations=10)
-        >>> cfg.num_generations
+        >>> ERLConfig(mode="rlvr", num_generations=10).num_generations
         10
-        >>> ERLConfig.preset("cpu").max_steps
-        20
         >>> ERLConfig.preset("cpu", mode="rlvr").num_generations  # the paper's G for RLVR
         10
     """
-
     # --- what to run -------------------------------------------------------------------
     mode: str = "erl"
-    """``erl`` (paper Algorithm 2: first attempts, reflections, second attempts, internalization),
-    ``erl_simple`` (Algorithm 1: one combined reward, only y1 trained) or ``rlvr`` (GRPO baseline)."""
+    """``erl`` (paper Algorithm 2), ``erl_simple`` (Algorithm 1: one reward, only y1 trained) or ``rlvr`` (GRPO)."""
     max_steps: int | None = None
-    """Training iterations. One iteration = one batch of tasks through every phase. None = 100, or
-    what ``num_train_epochs`` needs when that is set; a number wins over ``num_train_epochs``."""
+    """Training iterations. One is a batch of tasks through every phase; None = 100, or what epochs need."""
     num_train_epochs: float | None = None
-    """Passes over ``train_dataset``: the trainer sets ``max_steps = ceil(epochs × len(train_dataset)
-    / num_tasks_per_step)``. Ignored when ``max_steps`` is given."""
+    """Passes over ``train_dataset``: ``max_steps = ceil(epochs × rows / num_tasks_per_step)`` unless given."""
     num_tasks_per_step: int = 8
     """Tasks per iteration (the paper uses 64)."""
     num_generations: int | None = None
-    """G: first-attempt rollouts per task. None = the paper's choice for the mode (:data:`DEFAULT_GENERATIONS`:
-    4 for ERL, 10 for RLVR). G = 1 has no group baseline: refused by ``rlvr``/``erl_simple``, a warning in ``erl``."""
+    """G: first-attempt rollouts per task. None = the mode's (:data:`DEFAULT_GENERATIONS`); G = 1 has no baseline."""
     seed: int = DEFAULT_SEED
     """Seed for task order, sampling and initialisation."""
-
     # --- sampling ----------------------------------------------------------------------
     temperature: float = 0.7
     """Sampling temperature of first and second attempts."""
@@ -75,22 +63,16 @@ class ERLConfig:
     max_completion_length: int = 256
     """Max new tokens per model turn of an attempt."""
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra ``model.generate`` keywords for attempts, reflections and evaluation, e.g. ``{"min_p": 0.05}``.
-    The sampler's own keys (:data:`SAMPLER_KEYS`: ``temperature``, ``top_p``, ...) are refused here."""
+    """Extra ``model.generate`` keywords for attempts, reflections and evaluation, e.g. ``{"min_p": 0.05}``."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra ``apply_chat_template`` keywords wherever a prompt is rendered, e.g. ``{"enable_thinking":
-    False}`` for Qwen3. Ignored by tokenizers without a chat template."""
+    """Extra ``apply_chat_template`` keywords, e.g. ``{"enable_thinking": False}`` for Qwen3."""
     max_episode_length: int = 2048
-    """Max tokens of a whole episode (context + all turns); an episode that would exceed it
-    ends, truncated, with its reward so far."""
-
+    """Max tokens of a whole episode (context + all turns); one that would exceed it ends, truncated."""
     # --- gate, reflection, second attempt ----------------------------------------------
     reward_threshold: float = 1.0
-    """τ: a first attempt with ``r1 < τ`` goes on to reflection; memory stores a rulebook whose
-    second attempt reached ``r2 ≥ τ``."""
+    """τ: a first attempt with ``r1 < τ`` is reflected on; memory keeps rulebooks whose retry got ``r2 ≥ τ``."""
     use_reflection: bool = True
-    """False = the "w/o reflection" ablation: no Δ; the second attempt sees the initial prompt
-    plus the first attempt's trace and feedback."""
+    """False = the "w/o reflection" ablation: no Δ; the retry sees the first attempt's trace and feedback."""
     reflection_temperature: float = 0.5
     """Sampling temperature of reflections (reference code: 0.5)."""
     reflection_top_p: float = 0.9
@@ -98,21 +80,16 @@ class ERLConfig:
     max_reflection_length: int = 512
     """Max new tokens of a reflection."""
     max_reflection_prompt_length: int = 2048
-    """Token budget of the reflection context; the attempt trace and then the memory are
-    shortened to fit, never the task."""
-
+    """Token budget of the reflection context (the trace, then the memory, are shortened; never the task)."""
     # --- memory ------------------------------------------------------------------------
     use_memory: bool = True
-    """False = the "w/o memory" ablation: the reflector always starts from the initial
-    prompt and nothing is stored."""
+    """False = the "w/o memory" ablation: the reflector starts from the initial prompt; nothing is stored."""
     memory_type: str = "single"
-    """``single`` (paper: one slot, overwritten by the last successful rulebook) or ``fifo``
-    (a queue of ``memory_size`` rulebooks, the ``memory_top_k`` most recent shown)."""
+    """``single`` (paper: one slot, the last successful rulebook) or ``fifo`` (a queue of ``memory_size``)."""
     memory_size: int = 50
     """Capacity of the ``fifo`` memory."""
     memory_top_k: int = 3
     """How many of the most recent ``fifo`` entries the reflector sees."""
-
     # --- which roles train --------------------------------------------------------------
     train_first: bool = True
     """Policy-gradient update on first attempts."""
@@ -123,21 +100,16 @@ class ERLConfig:
     use_internalization: bool = True
     """Self-distillation: train successful second attempts under the initial context."""
     internalization_mode: str = "raft"
-    """``raft`` (reference code: clipped policy loss with advantage max(r2, 0)) or ``nll``
-    (paper: NLL weighted by the indicator r2 > 0)."""
+    """``raft`` (reference code: clipped loss, advantage max(r2, 0)) or ``nll`` (paper: NLL weighted by r2 > 0)."""
     internalization_coef: float = 1.0
     """Weight of the internalization term."""
-
     # --- loss and optimiser (reference settings) -----------------------------------------
     learning_rate: float = 1e-6
     """AdamW learning rate (the peak of ``lr_scheduler_type``'s schedule)."""
     lr_scheduler_type: str = "constant"
-    """Learning-rate schedule (transformers' ``get_scheduler``): ``constant`` (the reference's; no
-    warm-up), ``constant_with_warmup``, ``linear`` or ``cosine``, over ``max_steps ×
-    max_optimizer_steps()`` optimizer steps, advanced once per optimizer step."""
+    """Learning-rate schedule (``get_scheduler``) over ``max_steps × max_optimizer_steps()`` optimizer steps."""
     warmup_ratio: float = 0.0
-    """Fraction in [0, 1) of the schedule's optimizer steps spent warming up linearly from 0,
-    rounded up. Give this or ``warmup_steps``."""
+    """Fraction in [0, 1) of the schedule's optimizer steps spent warming up linearly from 0, rounded up."""
     warmup_steps: int | float = 0
     """Optimizer steps of linear warm-up (a float in (0, 1): a fraction of the schedule, like ``warmup_ratio``)."""
     weight_decay: float = 0.01
@@ -145,8 +117,7 @@ class ERLConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
     optim: str = "adamw_torch"
-    """The optimizer: ``adamw_torch``, ``adamw_8bit`` (bitsandbytes, 8-bit moments) or ``paged_adamw_8bit``
-    (the same in CUDA unified memory, paged to the CPU under pressure; unpaged on CPU)."""
+    """The optimizer: ``adamw_torch``, ``adamw_8bit`` (bitsandbytes) or ``paged_adamw_8bit`` (pages to the CPU)."""
     beta: float = 0.001
     """KL coefficient (k3 estimator) to the reference policy; 0 skips the reference pass."""
     epsilon: float = 0.2
@@ -156,33 +127,22 @@ class ERLConfig:
     dual_clip: float | None = 3.0
     """Dual-clip constant c for negative advantages (None disables)."""
     scale_rewards: str = "group"
-    """Advantage scaling after the group mean is subtracted: ``group`` (std of its (task, role) group,
-    the paper's), ``batch`` (std of the role's rewards in the iteration) or ``none`` (Dr. GRPO).
-    True/False mean ``group``/``none``."""
+    """Advantage scaling: std of the (task, role) ``group`` (paper), of the role in the ``batch``, or ``none``."""
     importance_sampling_level: str = "token"
-    """The clipped loss's policy ratio: ``token`` (one per token, the paper's) or ``sequence`` (GSPO:
-    one per sequence, from the mean log-ratio). Matters only off-policy (``steps_per_generation`` > 1)."""
+    """Policy ratio per ``token`` (the paper's) or per ``sequence`` (GSPO); matters only off-policy."""
     loss_type: str = "seq_sum"
-    """How per-token losses of a mini-batch become one number: ``seq_sum`` (the paper's: sum over a
-    sequence, mean over sequences), ``token_mean`` or ``seq_mean``. TRL's ``luspo``, ``dapo`` and
-    ``grpo`` are stored as these three; its other names are refused with the closest."""
+    """Per-token losses to one number: ``seq_sum`` (paper), ``token_mean`` or ``seq_mean`` (or TRL's names)."""
     steps_per_generation: int = 1
-    """Optimizer steps per iteration (the batch split into this many mini-batches); 1 is on-policy,
-    more make every later mini-batch off-policy. ``ppo_mini_batch_size`` replaces it."""
+    """Optimizer steps per iteration (1 is on-policy; later mini-batches are off-policy)."""
     ppo_mini_batch_size: int | None = None
-    """Tasks per optimizer step (the reference's rule): mini-batches of at most this × G rows, so the
-    step count follows the batch (RLVR 1, ERL 1–4). None: ``steps_per_generation``; not both."""
+    """Tasks per optimizer step (the reference's rule: mini-batches of ≤ this × G rows); None = fixed steps."""
     per_device_train_batch_size: int = 8
-    """Sequences per forward/backward pass (micro-batch); gradients are accumulated so the
-    update equals one pass over the mini-batch."""
+    """Sequences per forward/backward pass (micro-batch); gradients accumulate over the mini-batch."""
     logprob_chunk_size: int | None = 256
-    """Completion positions per lm-head chunk when log-probs are computed, so the ``(B, L, V)``
-    logits are never materialised (:mod:`erl_lite.core.logprobs`). None = the full-logits path."""
-
+    """Completion positions per lm-head chunk, so ``(B, L, V)`` logits are never held; None = full logits."""
     # --- evaluation, logging, checkpoints ---------------------------------------------
     eval_steps: int = 5
-    """Evaluate every this many iterations, at the start and at the end (0 = never; call
-    ``trainer.evaluate()`` yourself)."""
+    """Evaluate every this many iterations, at the start and at the end (0 = never)."""
     eval_num_generations: int = 4
     """Samples per evaluation task (paper: 4)."""
     eval_temperature: float = 0.7
@@ -192,19 +152,15 @@ class ERLConfig:
     eval_top_k: int = 0
     """Top-k sampling for evaluation (0 = off; the paper's 20 in the ``paper`` and ``gpu`` presets)."""
     output_dir: str | None = "trainer_output"
-    """Where history, samples, checkpoints and the final model go (None = write no file). A fresh run
-    into a folder that holds another run stops before its first step, unless ``overwrite_output_dir``."""
+    """Where history, samples, checkpoints and the model go (None = no file); it must not hold another run."""
     overwrite_output_dir: bool = False
-    """Let a fresh run delete another run's checkpoints, ``history.jsonl`` and ``samples.jsonl`` in
-    ``output_dir`` first (other files stay). A resume never deletes anything."""
+    """Let a fresh run delete another run's checkpoints and histories in ``output_dir`` (a resume deletes nothing)."""
     save_steps: int = 0
     """Checkpoint every this many iterations (0 = only at the end, if output_dir is set)."""
     save_total_limit: int | None = None
-    """Keep at most this many ``checkpoint-<step>`` folders (None = all); the newest and the
-    highest-numbered are never deleted."""
+    """Keep at most this many ``checkpoint-<step>`` folders (None = all); the newest and highest-numbered stay."""
     push_to_hub: bool = False
-    """Upload the final model to the Hugging Face Hub at the end of ``train()`` (needs
-    ``hub_model_id``, the network and a write token)."""
+    """Upload the final model to the Hub at the end of ``train()`` (needs ``hub_model_id`` and a write token)."""
     hub_model_id: str | None = None
     """The Hub repository ``push_to_hub`` uploads to, ``"user-or-org/name"``."""
     hub_private_repo: bool | None = None
@@ -212,40 +168,32 @@ class ERLConfig:
     sample_every: int = 1
     """Keep the full step record (texts) every this many iterations."""
     report_to: str | list[str] = "none"
-    """Experiment trackers that also receive the history: ``"none"``, ``"tensorboard"``, ``"trackio"``,
-    ``"wandb"``, a list of these, or ``"all"`` (those installed). Stored as a list (``"none"`` → ``[]``)."""
+    """Trackers that also get the history: ``tensorboard``, ``trackio``, ``wandb``, a list, ``all`` or ``none``."""
     logging_steps: int | float = 1
-    """Send train records (means since the last send) to ``report_to`` every this many iterations; a
-    float in (0, 1) is a fraction of ``max_steps``. ``history.jsonl`` keeps every iteration."""
+    """Send train records to ``report_to`` every this many iterations (a float in (0, 1): of ``max_steps``)."""
     project: str | None = None
-    """The Trackio and wandb project of runs erl_lite starts. None: ``WANDB_PROJECT`` /
-    ``TRACKIO_PROJECT``, else ``"erl-lite"``."""
+    """The Trackio and wandb project (None: ``WANDB_PROJECT`` / ``TRACKIO_PROJECT``, else ``"erl-lite"``)."""
     load_in_4bit: bool = False
     """Quantize a model loaded by name to 4-bit NF4 (QLoRA); a model object must already be 4-bit."""
     lora_r: int = 16
-    """LoRA rank of the adapter added to a model given by name (or to a model object without one, when
-    a ``lora_*`` field is changed); a ``peft_config=`` passed to the trainer wins over the ``lora_*`` fields."""
+    """LoRA rank of the adapter added to a model; a trainer's ``peft_config=`` wins over the ``lora_*`` fields."""
     lora_alpha: float = 32
     """LoRA scaling numerator α (the update is scaled by α / r)."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA branch's input."""
     lora_target_modules: str | list[str] = "all-linear"
-    """Modules that get an adapter: ``"all-linear"`` (every linear layer but the output head) or a
-    list of module names, e.g. ``["q_proj", "v_proj"]``."""
+    """Modules that get an adapter: ``"all-linear"`` (every linear layer but the output head) or a list of names."""
     gradient_checkpointing: bool = False
-    """Trade compute for memory in the update pass (non-reentrant activation checkpointing),
-    switched on for a model given by name and for a model object alike."""
+    """Trade compute for memory in the update pass (non-reentrant activation checkpointing)."""
     progress_bar: bool = True
     """Show tqdm progress bars: per iteration, per phase inside it, per evaluation (main process only)."""
 
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values carried into the history's header (e.g. the command line's environment)."""
     preset_name: str | None = field(default=None, metadata={"cli": False})
-    """The preset this config was built from (:meth:`preset` records it; None otherwise). Saved with the
-    config; the trainer refuses a GPU preset on a CPU by it."""
+    """The preset this config was built from (:meth:`preset`); the trainer refuses a GPU preset on a CPU by it."""
     generations_from_mode: bool = field(default=False, init=False, repr=False, compare=False)
-    """Derived: True when ``num_generations`` was left None and took the mode's G; :meth:`replace`
-    then lets G follow a new ``mode``. Not saved (a restored config keeps its G)."""
+    """Derived, not saved: G came from the mode, so :meth:`replace` lets it follow a new ``mode``."""
 
     def __post_init__(self) -> None:
         _migrate_extra_preset(self)
@@ -280,9 +228,8 @@ class ERLConfig:
         return max(1, math.ceil(rows / (self.ppo_mini_batch_size * self.num_generations)))
 
     def max_optimizer_steps(self) -> int:
-        """The most optimizer steps one iteration can take (the schedule's length per iteration):
-        with ``ppo_mini_batch_size``, a batch whose every first attempt failed and brought a row
-        of each trained role (4 in ``erl`` mode, 1 in ``rlvr`` and ``erl_simple``).
+        """The most optimizer steps one iteration can take (the schedule's length per iteration): with
+        ``ppo_mini_batch_size``, a batch whose every first attempt failed (a row of each trained role).
 
         Example:
             >>> ERLConfig(num_tasks_per_step=8, ppo_mini_batch_size=8).max_optimizer_steps()
@@ -298,9 +245,8 @@ class ERLConfig:
         a fraction is rounded up).
 
         Example:
-            >>> cosine = dict(lr_scheduler_type="cosine")
-            >>> ERLConfig(warmup_ratio=0.1, **cosine).num_warmup_steps(25), ERLConfig(warmup_steps=4, **cosine).num_warmup_steps(25)
-            (3, 4)
+            >>> ERLConfig(warmup_ratio=0.1, lr_scheduler_type="cosine").num_warmup_steps(25)
+            3
         """
         fraction = self.warmup_ratio or (self.warmup_steps if self.warmup_steps < 1 else 0)
         return math.ceil(num_training_steps * fraction) if fraction else int(self.warmup_steps)
@@ -327,9 +273,8 @@ class ERLConfig:
         return cls(**{**values, "preset_name": name})
 
     def replace(self, **changes: Any) -> "ERLConfig":
-        """A copy with some fields changed (validated again). G that came from the mode
-        (``generations_from_mode``) follows a new mode unless ``num_generations`` is given; a
-        change of one split field resets the other (:func:`one_split`).
+        """A copy with some fields changed (validated again). G that came from the mode follows a new
+        mode unless ``num_generations`` is given; one split field given resets the other (:func:`one_split`).
 
         Example:
             >>> ERLConfig().replace(mode="rlvr").num_generations
@@ -357,8 +302,7 @@ _dataclass_init = ERLConfig.__init__
 
 @functools.wraps(_dataclass_init)
 def _init_with_trl_names(self: ERLConfig, *args: Any, **kwargs: Any) -> None:
-    # TRL's GRPOConfig names are mapped or refused with a reason (erl_lite.trl_fields) rather than
-    # meeting the dataclass's bare "unexpected keyword argument".
+    # TRL's names are mapped or refused with a reason, not met by a bare "unexpected keyword argument".
     _dataclass_init(self, *args, **translate_trl_fields(kwargs, _FIELD_NAMES))
 
 
@@ -367,21 +311,17 @@ ERLConfig.__init__ = _init_with_trl_names
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLConfig)
                              if f.default is not dataclasses.MISSING}
 
-#: The two ways to say how an iteration splits into optimizer steps (a fixed count, or the
-#: reference's fixed mini-batch size); a config holds one of them.
+#: The two ways an iteration splits into optimizer steps (a count, or the reference's mini-batch size).
 SPLIT_FIELDS = ("steps_per_generation", "ppo_mini_batch_size")
 
 
 def one_split(layer: dict[str, Any]) -> dict[str, Any]:
-    """``layer`` (settings laid over others: a preset, the demo's settings, a ``replace``) with
-    the other split field reset to its default when it gives only one of :data:`SPLIT_FIELDS`,
-    so a lower layer's choice gives way instead of colliding with it.
+    """``layer`` (settings laid over others: a preset, a ``replace``) with the other split field reset
+    when it gives only one of :data:`SPLIT_FIELDS`, so a lower layer's choice gives way.
 
     Example:
         >>> one_split({"steps_per_generation": 2})
         {'steps_per_generation': 2, 'ppo_mini_batch_size': None}
-        >>> one_split({"learning_rate": 1e-3})
-        {'learning_rate': 0.001}
     """
     given = [name for name in SPLIT_FIELDS if name in layer]
     if len(given) != 1:

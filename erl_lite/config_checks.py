@@ -1,8 +1,7 @@
-"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take, and the named checks its
-``__post_init__`` runs, one concern each; every error names the field.
+"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take (re-exported by :mod:`erl_lite.config`),
+and the named checks its ``__post_init__`` runs after the type check, one concern each, naming the field.
 
-The tables are re-exported by :mod:`erl_lite.config` (import them from there). Departures from
-the paper: none; this is validation.
+Departures from the paper: none; this is validation.
 """
 
 from __future__ import annotations
@@ -51,17 +50,16 @@ SAMPLER_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", 
 #: Training iterations when neither ``max_steps`` nor ``num_train_epochs`` is given.
 DEFAULT_MAX_STEPS = 100
 
-#: G per mode when ``num_generations`` is None: the paper's 4 rollouts per task for ERL and its
-#: compute-matched 10 for the RLVR baseline.
+#: G per mode when ``num_generations`` is None: the paper's 4 for ERL, its compute-matched 10 for RLVR.
 DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
 
 #: Switches each mode ignores (refused away from their defaults rather than silently dropped).
 _IGNORED_BY_MODE = {
-    "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k",
-             "train_reflection", "train_second", "use_internalization", "internalization_mode",
-             "internalization_coef", "reflection_temperature", "reflection_top_p"),
-    "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization",
-                   "internalization_mode", "internalization_coef"),
+    "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k", "train_reflection",
+             "train_second", "use_internalization", "internalization_mode", "internalization_coef",
+             "reflection_temperature", "reflection_top_p"),
+    "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization", "internalization_mode",
+                   "internalization_coef"),
     "erl": (),
 }
 
@@ -171,10 +169,8 @@ def check_lora(cfg: ERLConfig) -> None:
 
 def check_reporting(cfg: ERLConfig) -> None:
     """``report_to`` stored as a list of tracker names, ``logging_steps``, ``project``."""
-    names = [cfg.report_to] if isinstance(cfg.report_to, str) else cfg.report_to
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"ERLConfig.report_to must be a string or a list of strings, got {cfg.report_to!r}")
-    names = list(dict.fromkeys(names))
+    # conform_fields has checked the type: a string or a list of strings
+    names = list(dict.fromkeys([cfg.report_to] if isinstance(cfg.report_to, str) else cfg.report_to))
     allowed = ("none", "all") + REPORT_TO_BACKENDS
     unknown = [n for n in names if n not in allowed]
     if unknown:
@@ -195,16 +191,9 @@ def check_reporting(cfg: ERLConfig) -> None:
 
 
 def check_saving(cfg: ERLConfig) -> None:
-    """Checkpoint rotation and the Hub settings, checked when the config is built rather than after
-    hours of training."""
+    """Checkpoint rotation and the Hub settings, checked now rather than after hours of training."""
     if cfg.save_total_limit is not None:
         _positive("save_total_limit", cfg.save_total_limit)
-    if not isinstance(cfg.overwrite_output_dir, bool):
-        raise ValueError(f"ERLConfig.overwrite_output_dir must be True or False, got {cfg.overwrite_output_dir!r}")
-    if not isinstance(cfg.push_to_hub, bool):
-        raise ValueError(f"ERLConfig.push_to_hub must be True or False, got {cfg.push_to_hub!r}")
-    if cfg.hub_private_repo is not None and not isinstance(cfg.hub_private_repo, bool):
-        raise ValueError(f"ERLConfig.hub_private_repo must be True, False or None, got {cfg.hub_private_repo!r}")
     repo = cfg.hub_model_id
     if repo is not None and not (isinstance(repo, str) and repo.count("/") == 1 and all(repo.split("/"))):
         raise ValueError(f"ERLConfig.hub_model_id must look like 'user-or-org/name', got {repo!r}")

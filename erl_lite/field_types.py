@@ -1,11 +1,7 @@
 """Checking a dataclass field's value against its type annotation, with a message naming the field.
 
-``ERLConfig.__post_init__`` runs :func:`conform_fields` first, so every way of building a config
-(Python, ``replace``, a run file, the command line, a checkpoint) meets the same rules, read from
-the annotations: ``bool`` takes only True/False; ``int`` an integer or a whole float (stored as
-int), never a bool or 1.5; ``float`` any real number but a bool, and never NaN or ±inf; ``X |
-None``, ``list[X]``, ``dict[K, V]``, ``Literal[...]`` and ``Any`` as written. Hand-written because
-neither ``dataclasses`` nor ``HfArgumentParser`` checks types at construction.
+Every way of building a config meets the same rules (``bool``: only True/False; ``int``: an integer or a whole
+float; ``float``: a real number but a bool, never NaN or ±inf); neither ``dataclasses`` nor HF checks types.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -32,18 +28,10 @@ def conform(name: str, value: Any, annotation: Any, owner: str = "ERLConfig") ->
     Example:
         >>> conform("seed", 3.0, int), conform("beta", 0, float), conform("dual_clip", None, float | None)
         (3, 0, None)
-        >>> conform("use_memory", 2, bool)
-        Traceback (most recent call last):
-        ...
-        ValueError: ERLConfig.use_memory must be true or false, got 2 (int)
     """
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
         raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
-    try:
-        return _conform(value, annotation, convert=False)
-    except _Mismatch:
-        pass
-    try:
+    try:  # with convert=True a union still tries an exact fit first
         return _conform(value, annotation, convert=True)
     except _Mismatch:
         raise ValueError(f"{owner}.{name} must be {describe(annotation)}, got {value!r:.80} "
@@ -74,17 +62,13 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
         if value is None:
             return None
     elif origin in (typing.Union, types.UnionType):
-        for member in args:  # an exact fit to any member first: 3.0 stays a float in `int | float`
+        # An exact fit to any member first: 3.0 stays a float in `int | float`.
+        tries = [(member, False) for member in args] + ([(member, True) for member in args] if convert else [])
+        for member, conv in tries:
             try:
-                return _conform(value, member, convert=False)
+                return _conform(value, member, conv)
             except _Mismatch:
                 pass
-        if convert:
-            for member in args:
-                try:
-                    return _conform(value, member, convert=True)
-                except _Mismatch:
-                    pass
     elif origin is Literal:
         if any(value == a and type(value) is type(a) for a in args):
             return value
@@ -142,9 +126,8 @@ def _plural(words: str) -> str:
 
 
 def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
-    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then
-    :mod:`difflib`'s closest match above 0.6 similarity); None when nothing is close. The one
-    "did you mean" of run-file keys, command-line flags and function names.
+    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then :mod:`difflib`'s
+    closest above 0.6 similarity), or None: the one "did you mean" of keys, flags and function names.
 
     Example:
         >>> closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])

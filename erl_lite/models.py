@@ -1,14 +1,8 @@
-"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it.
+"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it; what the algorithm does to a loaded
+policy (stop ids, the KL reference) is :mod:`erl_lite.core.policy`.
 
-``load_policy`` turns a model name, a local directory (a full checkpoint *or* a saved LoRA
-adapter) or an already-built model into ``(model, tokenizer)`` ready for ERL: left padding for
-batched generation, 4-bit NF4 weights prepared for k-bit training, LoRA attached with peft,
-optional activation checkpointing. What the algorithm does to a loaded policy (stop ids, the
-KL reference, 4-bit gradients) is :mod:`erl_lite.core.policy`.
-
-Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite
-defaults to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL
-reference is then the frozen base, as a separate reference copy is at step 0.
+Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite defaults
+to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL reference is the frozen base.
 """
 
 from __future__ import annotations
@@ -42,23 +36,11 @@ def load_policy(model: str | os.PathLike | PreTrainedModel,
                 dtype: str | torch.dtype = "auto", device: str | None = None, trust_remote_code: bool = False,
                 base_model: str | os.PathLike | None = None,
                 ) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
-    """Load a causal LM policy and its tokenizer (it pads on the left and has a pad token),
-    optionally 4-bit quantized and LoRA-wrapped.
+    """Load a causal LM policy and its tokenizer (left padding, a pad token), optionally 4-bit and LoRA-wrapped.
 
-    Args:
-        model: a hub name, a local checkpoint, a saved LoRA adapter directory (its base from
-            ``base_model_name_or_path``, or ``base_model`` when given), or a built model.
-        tokenizer: a tokenizer, or where to load one from; default: next to the model.
-        quantization: "4bit": NF4 with double quantization (QLoRA); compute dtype bf16 on CUDA
-            with native bf16, else fp16 on CUDA, else fp32.
-        peft: "lora" (from ``lora_r``/``lora_alpha``/``lora_dropout``/``target_modules``), a
-            LoraConfig used as given, or "none" (train, or in 4-bit freeze, the full model).
-        dtype: "auto" is bf16 on a CUDA device with native bf16, else float32.
-        device: default CUDA when available; for a built model, None leaves it where it is.
-
-    Raises:
-        FileNotFoundError: ``model`` (or an adapter's base) is meant as a local folder and is
-            not there (see :func:`check_model_source`).
+    ``model``: a hub name, a checkpoint, a LoRA adapter folder (on ``base_model``, else the base it records) or
+    a built model. ``dtype="auto"``: bf16 on a CUDA device with native bf16, else float32; ``device``: default
+    CUDA when available. Raises FileNotFoundError when ``model`` is a local folder that is not there.
 
     Example:
         >>> import tempfile
@@ -125,14 +107,10 @@ _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
     """Raise FileNotFoundError when ``name`` is meant as a local folder and is not there.
 
-    ``name`` is taken for a local path (rather than a hub id, left to transformers) when it
-    exists, starts with ``/``, ``./``, ``../`` or ``~``, is not of a hub id's form (``name`` or
-    ``org/name``: e.g. it has two slashes or a backslash), or its part before the first ``/`` is
-    a folder here (``runs/model`` when ``runs/`` exists). Without this, transformers answers a
-    missing folder with "Repo id must be in the form 'repo_name' or 'namespace/repo_name'".
+    A local path: it starts with ``/``, ``./``, ``../`` or ``~``, is not of a hub id's form (``org/name``),
+    or its first part is a folder here (``runs/model``); transformers would answer "Repo id must be ...".
 
     Example:
-        >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: not checked here
         >>> check_model_source("./no-such-model")
         Traceback (most recent call last):
         ...
@@ -184,9 +162,7 @@ def _native_bf16(device: torch.device | None) -> bool:
 
 
 def named_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
-    """A ``dtype`` argument as a torch dtype, or None for ``"auto"`` (the caller decides).
-
-    Raises ValueError for anything else, naming what is accepted.
+    """A ``dtype`` argument as a torch dtype, or None for ``"auto"`` (the caller decides); else ValueError.
 
     Example:
         >>> named_dtype("bfloat16"), named_dtype("auto")
@@ -266,8 +242,7 @@ def _prepare(model: PreTrainedModel, gradient_checkpointing: bool, adapter: bool
     """Freeze/upcast a 4-bit base for k-bit training and switch on checkpointing if asked."""
     if is_4bit(model):
         if adapter:
-            # Freezes the base, upcasts norms to fp32; checkpointing is switched on below instead,
-            # through the non-deprecated entry point.
+            # Freezes the base, upcasts norms to fp32; checkpointing is switched on below instead.
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
         else:
             model.requires_grad_(False)  # 4-bit weights cannot be trained; inference only

@@ -1,12 +1,10 @@
-"""The named presets of :class:`~erl_lite.config.ERLConfig` (``ERLConfig.preset(name)``), and the
-check that a GPU-sized preset does not run on a CPU unnoticed.
+"""The named presets of :class:`~erl_lite.config.ERLConfig`, each complete in itself, and the GPU check.
 
-Each preset is complete in itself (no preset is a layer on another). ``cpu``: tiny models on a
-laptop CPU in minutes. ``demo``: the embedded model on its demo world (``erl-lite demo``,
-``erl-lite train``'s default, the notebooks' cpu setup). ``gpu``: a Qwen-class 0.5–4B model in
-4-bit QLoRA on one consumer GPU (Colab T4/L4 class). ``paper``: the ERL paper's reference
-settings (8×H100 scale). Departures from the paper: every preset but ``paper`` is smaller than
-the paper's runs, and LoRA presets take a larger learning rate than full fine-tuning.
+``cpu``: tiny models on a laptop CPU. ``demo``: the embedded model on its demo world (``erl-lite demo``,
+the notebooks' cpu setup). ``gpu``: a 0.5–4B model in 4-bit QLoRA on one T4/L4. ``paper``: the reference.
+
+Departures from the paper: every preset but ``paper`` is smaller than the paper's runs, and LoRA presets
+take a larger learning rate than full fine-tuning.
 """
 
 from __future__ import annotations
@@ -22,27 +20,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         per_device_train_batch_size=16,
     ),
     "demo": dict(
-        # Budgets that fit the embedded model: its replies are at most 16 tokens per turn, its
-        # rulebooks about 45 tokens, and its episodes and reflection requests well under 1024.
+        # The embedded model's replies are ≤ 16 tokens a turn, rulebooks ~45, episodes well under 1024.
         max_completion_length=24, max_episode_length=1024, max_reflection_length=64,
         max_reflection_prompt_length=1024,
         # Sampling: a little below 1 keeps the tiny model's moves and rulebooks well formed.
         temperature=0.7, reflection_temperature=0.5, reflection_top_p=0.9, eval_temperature=0.7,
-        # In trial runs on the shipped model, 5e-4 was too slow for 30 steps, and 2e-3 often got
-        # there sooner but then broke the reflections (no <prompt> block), which 1e-3 kept well formed.
+        # Trial runs: 5e-4 was too slow for 30 steps; 2e-3 then broke the reflections (no <prompt> block).
         max_steps=30, num_tasks_per_step=8, learning_rate=1e-3, beta=0.0,
         eval_steps=10, eval_num_generations=2, per_device_train_batch_size=32, progress_bar=False,
-        # The reference's mini-batch rule: one optimizer step per 8 tasks' worth of rows, so RLVR
-        # takes one step and ERL (failures add reflection, second-attempt and internalization rows)
-        # 1-4. With one step for every mode, ERL's first attempts named a letter in 16% of the
-        # replies at step 10 (94% with the rule; the demo reports' timelines).
+        # The reference's rule (RLVR 1 step, ERL 1-4): at step 10 ERL named a letter in 94% of replies, 16% without.
         ppo_mini_batch_size=8,
     ),
-    # gpu: sized so Qwen2.5-1.5B-Instruct in 4-bit fits a 15 GiB T4 (ERL mode), by the arithmetic
-    # of erl_lite.integrations.budget (README "GPU figures"): the batched rollout of tasks x G rows
-    # at the episode budget is the largest part, so 4 tasks per step (16 rows); with chunked
-    # log-probs a micro-batch of 4 keeps the update (5.4 GiB) below the rollout (9.2 GiB); paged
-    # 8-bit AdamW pages its states out rather than failing at a peak.
+    # gpu: Qwen2.5-1.5B-Instruct in 4-bit on a 15 GiB T4 (erl_lite.integrations.budget): the rollout of
+    # 16 rows is the peak (9.2 GiB), a micro-batch of 4 keeps the update below it (5.4 GiB).
     "gpu": dict(
         max_steps=60, num_tasks_per_step=4, max_completion_length=256,
         max_episode_length=3072, max_reflection_length=512, max_reflection_prompt_length=2048,
@@ -64,18 +54,12 @@ GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
 
 
 def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
-    """Raise RuntimeError when preset ``name`` is sized for a GPU and no CUDA device exists.
+    """Raise RuntimeError when preset ``name`` (None: no preset) is sized for a GPU and no CUDA device exists.
 
-    A model loaded by name falls back to the CPU, so without this ``PRESET = "gpu"`` would train a
-    1.5 B model on the CPU for hours without a word. The notebooks' setup and the trainer (when it
-    loads a model by name) call it; building ``ERLConfig.preset("gpu")`` works anywhere.
-
-    Args:
-        name: a preset's name (see :data:`PRESETS`), or None for a config not made from one.
-        allow_cpu: run a GPU preset on the CPU anyway.
+    Else ``PRESET = "gpu"`` would train a 1.5 B model on the CPU for hours without a word; ``allow_cpu``
+    lets it. The notebooks' setup and the trainer call it; building ``ERLConfig.preset("gpu")`` works anywhere.
 
     Example:
-        >>> require_cuda_for_preset("cpu")  # a CPU preset needs nothing
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
     """
     if name is not None and name not in PRESETS:

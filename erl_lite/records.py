@@ -1,5 +1,5 @@
-"""Typed records that cross ERL's phase boundaries (dataclasses, never loose dicts, so a
-notebook can stop after any phase and see exactly what the next one will).
+"""Typed records that cross ERL's phase boundaries (dataclasses, so a notebook can stop after any
+phase and see what the next one will), the role names (:data:`ROLES`) and the retry join.
 
 Token layout of an attempt (one multi-turn episode is *one* sequence)::
 
@@ -8,8 +8,7 @@ Token layout of an attempt (one multi-turn episode is *one* sequence)::
      generation prompt]              mask: 1..1   0..0    1..1     0..0          1..1
 
 ``glue_t`` (end of turn, next observation, next generation prompt) carries no loss;
-internalization swaps ``prompt_ids`` and keeps ``completion_ids``. Also the one home of the
-role names (:data:`ROLES`) and of the retry join (:func:`retry_of_first`, :func:`retries_by_first`).
+internalization swaps ``prompt_ids`` and keeps ``completion_ids``.
 
 Departures from the paper: none; the paper does not fix a data layout.
 """
@@ -23,11 +22,11 @@ _TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
 
 
 def _without_tokens(record: Any) -> dict[str, Any]:
-    """The record's fields as a dict, leaving out token-id lists (not copied, just skipped)."""
+    """The record's fields as a dict, without the token-id lists."""
     return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in _TOKEN_FIELDS}
 
 
-#: The ERL roles (three with a policy-gradient update, plus internalization): their one home.
+#: The ERL roles (three with a policy-gradient update, plus internalization).
 ROLES = ("first", "reflection", "second", "distill")
 FIRST, REFLECTION, SECOND, DISTILL = ROLES
 #: The roles whose rows carry a GRPO advantage (internalization rows carry a weight instead).
@@ -38,30 +37,20 @@ ATTEMPT_ROLES = (FIRST, SECOND)
 
 @dataclass
 class Task:
-    """One task: a dataset row (single-turn) or an environment instance (multi-turn).
+    """One task: a dataset row (single-turn) or an environment instance (multi-turn)."""
 
-    Attributes:
-        task_id: unique within a split: it keys the GRPO groups and the memory routing.
-        prompt: the dataset's prompt (text or chat messages), None for environments that
-            render their own observations.
-        data: every other column, passed to reward functions as keywords (TRL-style).
-    """
-
-    task_id: str
-    prompt: str | list[dict[str, str]] | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+    task_id: str  # unique within a split: it keys the GRPO groups and the memory routing
+    prompt: str | list[dict[str, str]] | None = None  # text or chat messages; None: the env renders its own
+    data: dict[str, Any] = field(default_factory=dict)  # the other columns, reward functions' keywords (TRL)
 
 
 def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
-    """``tasks``, after refusing two of them that share an id (naming the id and both rows):
-    they would share a GRPO group and a memory route, silently.
+    """``tasks``, after refusing two that share an id (naming it and both rows): they would share a GRPO group.
 
     Example:
-        >>> try:
-        ...     check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")
-        ... except ValueError as err:
-        ...     print(str(err)[:55])
-        train_dataset: task id 'a' is given to rows 0 and 2; id
+        >>> check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: train_dataset: task id 'a' is given to rows 0 and 2; ids must be unique within a split ...
     """
     seen: dict[str, int] = {}
     for i, task in enumerate(tasks):
@@ -75,8 +64,7 @@ def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
 
 
 def tasks_by_id(tasks: list[Task]) -> dict[str, Task]:
-    """``{task_id: task}`` of one step's tasks; the same task may be drawn twice (a small pool),
-    two different tasks may not share an id (they would share a GRPO group).
+    """``{task_id: task}`` of one step's tasks; the same task may be drawn twice, two may not share an id.
 
     Example:
         >>> t = Task("a", "2+2=?")
@@ -94,38 +82,24 @@ def tasks_by_id(tasks: list[Task]) -> dict[str, Task]:
 
 @dataclass
 class Attempt:
-    """One rollout of a task (first or second attempt) with its tokens and outcome.
-
-    Attributes:
-        role: ``"first"`` or ``"second"``; index: position in the task's group of G rollouts
-            (a second attempt keeps the index of the first attempt it retries).
-        system_prompt: what the attempt saw (initial prompt, or a rulebook Δ).
-        messages: the whole conversation; prompt_ids / completion_ids / completion_mask: the
-            token layout above (mask 1 on generated tokens).
-        reward: terminal reward; success: the environment's own verdict, for reporting (the
-            gate reads ``reward`` against τ).
-        feedback: the environment's textual feedback ``f``; trace: the step-by-step trace.
-        num_turns: model turns taken; truncated: a reply or the episode hit its token limit.
-        rewards: each reward function's unweighted value (None: not applicable), TRL's names.
-        extra: the columns reward functions logged with TRL's ``log_extra``.
-    """
+    """One rollout of a task (first or second attempt) with its tokens (the layout above) and outcome."""
 
     task_id: str
-    role: str
-    index: int
-    system_prompt: str
-    messages: list[dict[str, str]]
+    role: str  # "first" or "second"
+    index: int  # position in the task's group of G (a second attempt keeps its first attempt's)
+    system_prompt: str  # what the attempt saw: the initial prompt, or a rulebook Δ
+    messages: list[dict[str, str]]  # the whole conversation
     prompt_ids: list[int]
     completion_ids: list[int]
-    completion_mask: list[int]
-    reward: float
-    success: bool
-    feedback: str
-    trace: str
-    num_turns: int
-    truncated: bool = False
-    rewards: dict[str, float | None] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    completion_mask: list[int]  # 1 on generated tokens
+    reward: float  # terminal reward (the gate reads it against τ)
+    success: bool  # the environment's own verdict, for reporting
+    feedback: str  # the environment's textual feedback f
+    trace: str  # the step-by-step trace
+    num_turns: int  # model turns taken
+    truncated: bool = False  # a reply or the episode hit its token limit
+    rewards: dict[str, float | None] = field(default_factory=dict)  # each reward function's raw value (None: n/a)
+    extra: dict[str, Any] = field(default_factory=dict)  # the columns reward functions logged (TRL's log_extra)
 
     @property
     def num_generated_tokens(self) -> int:
@@ -141,25 +115,18 @@ class Attempt:
 
 @dataclass
 class Reflection:
-    """A reflection Δ written after a failed first attempt (``task_id``, ``index``).
-
-    Attributes:
-        base_prompt: the instructions it improves (memory content, else the initial prompt).
-        text: the raw reflection; rulebook: its ``<prompt>…</prompt>`` content, or
-            ``base_prompt`` when the tags were missing (``parsed`` False).
-        reward: r̃ = r2 of the second attempt it produced; truncated: cut by its token limit.
-    """
+    """A reflection Δ written after a failed first attempt (``task_id``, ``index``)."""
 
     task_id: str
     index: int
-    base_prompt: str
-    text: str
-    rulebook: str
-    parsed: bool
+    base_prompt: str  # the instructions it improves (memory content, else the initial prompt)
+    text: str  # the raw reflection
+    rulebook: str  # its <prompt>…</prompt> content, or base_prompt when the tags were missing
+    parsed: bool  # whether the tags were found
     prompt_ids: list[int]
     completion_ids: list[int]
-    reward: float = 0.0
-    truncated: bool = False
+    reward: float = 0.0  # r̃ = r2 of the second attempt it produced
+    truncated: bool = False  # cut by its token limit
 
     def to_dict(self) -> dict[str, Any]:
         return _without_tokens(self)
@@ -167,26 +134,20 @@ class Reflection:
 
 @dataclass
 class TrainSample:
-    """One sequence of the RL batch, under the context its role prescribes: ``role`` (one of
-    :data:`ROLES`), context ``prompt_ids`` (no loss), ``completion_ids`` with ``completion_mask``
-    (1 where a token carries loss), and the scalar ``advantage`` broadcast over them (for
-    ``distill``: the internalization weight).
-    """
+    """One sequence of the RL batch, under the context its role prescribes."""
 
-    role: str
-    prompt_ids: list[int]
+    role: str  # one of ROLES
+    prompt_ids: list[int]  # the context (no loss)
     completion_ids: list[int]
-    completion_mask: list[int]
-    advantage: float
+    completion_mask: list[int]  # 1 where a token carries loss
+    advantage: float  # broadcast over the completion (for distill: the internalization weight)
     task_id: str = ""
 
 
 @dataclass
 class Retry:
-    """One gated first attempt (``r1 < τ``), the reflection Δ on it (None in "w/o reflection"),
-    and the second attempt it led to. The join is made once, in
-    :func:`erl_lite.core.phases.attempt_second`; every consumer reads it from here.
-    """
+    """One gated first attempt (``r1 < τ``), the reflection Δ on it (None in "w/o reflection"), and the
+    second attempt it led to; joined once, in :func:`erl_lite.core.phases.attempt_second`."""
 
     first: Attempt
     reflection: Reflection | None
@@ -203,12 +164,10 @@ class Retry:
 
 @dataclass
 class StepRecord:
-    """Everything one ERL iteration produced: what :func:`erl_lite.core.phases.erl_step` returns
-    (attempts, retries, RL batch, timings), completed by the trainer (step, memory, metrics).
+    """Everything one ERL iteration produced (:func:`erl_lite.core.phases.erl_step`), completed by the trainer.
 
-    ``to_dict`` writes each first attempt once and each retry as ``{"first": position in
-    first_attempts, "reflection": ..., "second": ...}``, so a reader never re-joins lists; the
-    RL batch (``samples``), ``memory_writes`` and ``seconds`` are not saved.
+    ``to_dict`` writes each retry as ``{"first": position in first_attempts, "reflection": ..., "second":
+    ...}``; the RL batch (``samples``), ``memory_writes`` and ``seconds`` are not saved.
 
     Example:
         >>> record = StepRecord(first_attempts=[], seconds={"first": 0.5})
@@ -250,9 +209,7 @@ class StepRecord:
         }
 
 
-# --- the retry join ------------------------------------------------------------------------------
-# A retry holds its first attempt (objects) or that attempt's position in ``first_attempts``
-# (StepRecord.to_dict). These three functions are the only places that turn one into the other.
+# --- the retry join: a retry's first attempt as an object, or as its position (StepRecord.to_dict) ---
 def _first_positions(first_attempts: list[Attempt], retries: list[Retry]) -> list[int]:
     """Each retry's first attempt's position in ``first_attempts`` (matched by identity)."""
     position = {id(a): i for i, a in enumerate(first_attempts)}
@@ -279,9 +236,7 @@ def retry_of_first(first_attempts: list[Attempt], retries: list[Retry]) -> list[
 
 
 def retries_by_first(sample: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """A saved step record's (:meth:`StepRecord.to_dict`) retries, joined: position of the first
-    attempt -> ``{"first": that attempt's dict, "reflection": ..., "second": ...}``, in the
-    retries' order.
+    """A saved step record's retries, joined: first attempt's position -> ``{"first": its dict, ...}``.
 
     Example:
         >>> sample = {"step": 3, "first_attempts": [{"reward": 0.0}, {"reward": 1.0}],

@@ -1,11 +1,9 @@
-"""What ``ERLConfig`` does with each of TRL's ``GRPOConfig`` settings (TRL 1.16, with those it
-inherits from ``TrainingArguments``): every field sits in exactly one table, so a ported
-``GRPOConfig(...)`` call never meets a bare "unexpected keyword argument" (``tests/test_trl_fields.py``
-walks the fields). :data:`TRL_ACCEPTED`: an ERLConfig field of the same name and meaning;
-:data:`TRL_MAPPED`: turned into the field that holds the same setting (:func:`translate_trl_fields`);
-:data:`TRL_REFUSED`: a ValueError saying where the setting went or why erl_lite cannot honour it,
-unless given at the value erl_lite behaves as anyway (:data:`TRL_SAME_AS`). Any other name is a
-TypeError with the closest known name.
+"""What ``ERLConfig`` does with each of TRL's ``GRPOConfig`` settings (TRL 1.16, with ``TrainingArguments``'s).
+
+Every field sits in one table, so a ported ``GRPOConfig(...)`` call never meets a bare "unexpected keyword
+argument": :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field, by
+:func:`translate_trl_fields`), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
+behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name.
 
 Departures from the paper: none (this is API plumbing).
 """
@@ -18,12 +16,12 @@ from erl_lite.field_types import closest
 
 #: GRPOConfig fields that are ERLConfig fields of the same name and meaning.
 TRL_ACCEPTED: tuple[str, ...] = (
-    "output_dir", "per_device_train_batch_size", "num_train_epochs", "max_steps", "learning_rate",
-    "lr_scheduler_type", "warmup_steps", "optim", "weight_decay", "max_grad_norm", "gradient_checkpointing",
-    "logging_steps", "report_to", "eval_steps", "save_steps", "save_total_limit", "seed", "num_generations",
-    "max_completion_length", "steps_per_generation", "temperature", "top_p", "top_k", "generation_kwargs",
-    "chat_template_kwargs", "beta", "epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards",
-    "loss_type", "push_to_hub", "hub_model_id", "hub_private_repo", "project",
+    "output_dir", "per_device_train_batch_size", "num_train_epochs", "max_steps", "learning_rate", "lr_scheduler_type",
+    "warmup_steps", "optim", "weight_decay", "max_grad_norm", "gradient_checkpointing", "logging_steps", "report_to",
+    "eval_steps", "save_steps", "save_total_limit", "seed", "num_generations", "max_completion_length",
+    "steps_per_generation", "temperature", "top_p", "top_k", "generation_kwargs", "chat_template_kwargs", "beta",
+    "epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type", "push_to_hub",
+    "hub_model_id", "hub_private_repo", "project",
 )
 
 
@@ -46,177 +44,132 @@ def _field(target: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable
     return into
 
 
+_GENERATE = "(model.generate's keyword)"
 #: GRPOConfig fields that are another ERLConfig field, and how (the implementation is in _MAPPERS).
 TRL_MAPPED: dict[str, str] = {
-    "min_p": "generation_kwargs['min_p'] (model.generate's keyword)",
-    "repetition_penalty": "generation_kwargs['repetition_penalty'] (model.generate's keyword)",
-    "cache_implementation": "generation_kwargs['cache_implementation'] (model.generate's keyword)",
+    "min_p": f"generation_kwargs['min_p'] {_GENERATE}",
+    "repetition_penalty": f"generation_kwargs['repetition_penalty'] {_GENERATE}",
+    "cache_implementation": f"generation_kwargs['cache_implementation'] {_GENERATE}",
     "disable_tqdm": "progress_bar = not disable_tqdm",
     "num_generations_eval": "eval_num_generations (samples per evaluation task)",
     "activation_checkpointing": "gradient_checkpointing (transformers 5's name for it)",
 }
 _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
-    "min_p": _generate_key("min_p"),
-    "repetition_penalty": _generate_key("repetition_penalty"),
-    "cache_implementation": _generate_key("cache_implementation"),
+    **{name: _generate_key(name) for name in ("min_p", "repetition_penalty", "cache_implementation")},
     "disable_tqdm": _field("progress_bar", lambda v: not v),
     "num_generations_eval": _field("eval_num_generations"),
     "activation_checkpointing": _field("gradient_checkpointing"),
 }
 
 # Reasons shared by several refused fields.
-_VLLM = ("erl_lite has no vLLM path: attempts, reflections and evaluation are sampled with the policy's "
-         "model.generate (or a sampler passed as ERLTrainer(generator=...))")
-_HUB = ("erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id (or "
-        "trainer.push_to_hub()); the token comes from huggingface-cli login or HF_TOKEN, and there are no "
-        "intermediate pushes")
-_LOOP = ("it configures transformers.Trainer's own loop, which erl_lite does not run; an iteration is one batch "
-         "of num_tasks_per_step tasks through every ERL phase")
-_EVAL = ("erl_lite evaluates by sampling eval_num_generations first attempts per eval task every eval_steps "
-         "iterations (eval/success, eval/reward), not with Trainer's prediction loop")
-_DIST = ("erl_lite runs data parallel from the environment `accelerate launch` sets (see erl_lite.integrations.distributed); "
-         "there is no other distributed setting")
+_VLLM = "erl_lite has no vLLM path: it samples with the policy's model.generate (or ERLTrainer(generator=...))"
+_HUB = "erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id; no other pushes"
+_LOOP = "it configures transformers.Trainer's own loop, which erl_lite does not run (an iteration: one batch of tasks)"
+_EVAL = "erl_lite samples eval_num_generations first attempts per eval task every eval_steps; no prediction loop"
+_DIST = "erl_lite runs data parallel from the environment `accelerate launch` sets; no other distributed setting"
 _DATA = "erl_lite reads tasks itself (train_dataset rows or an environment's tasks); there is no DataLoader"
-_LOADING = ("the trainer loads a named model with erl_lite.models.load_policy; for other loading options load "
-            "it yourself (load_policy(name, ...) or from_pretrained) and pass the model object")
+_LOADING = "the trainer loads a named model with erl_lite.models.load_policy; for other options, load it and pass it"
 #: How erl_lite chooses the dtype (the reason bf16/fp16 and accelerate's mixed precision are refused).
 DTYPE_HINT = ("erl_lite has no mixed-precision autocast: a model given by name loads with bf16 weights on a CUDA "
               "GPU with native bf16 and fp32 elsewhere; choose the dtype with erl_lite.models.load_policy(name, "
               "dtype='bfloat16'|'float16'|'float32') and pass the model")
-_OPTIMIZER = ("the optimizer is ERLConfig.optim with Adam's default betas (0.9, 0.999) and eps 1e-8; for other "
-              "settings pass ERLTrainer(optimizers=(your_optimizer, None))")
-_LOSS = ("this TRL loss variant is not implemented in erl_lite (its losses: loss_type seq_sum, token_mean, "
-         "seq_mean with the dual clip; see ERLConfig.loss_type)")
-_REFERENCE = ("the KL reference is the policy with its LoRA adapter switched off (or a frozen copy); it is never "
-              "synchronised or mixed")
-_LOGS = ("erl_lite logs every iteration to history.jsonl, and every logging_steps iterations to report_to; "
-         "there is no other logging setting")
+_OPTIMIZER = "ERLConfig.optim has Adam's default betas (0.9, 0.999) and eps 1e-8; else ERLTrainer(optimizers=...)"
+_LOSS = "not implemented in erl_lite (its losses: loss_type seq_sum, token_mean or seq_mean, with the dual clip)"
+_REFERENCE = "the KL reference is the policy without its LoRA adapter (or a frozen copy), never synchronised or mixed"
+_LOGS = "erl_lite logs every iteration to history.jsonl, every logging_steps to report_to; nothing else to set"
 _SPEED = "not implemented in erl_lite; the update runs plain eager PyTorch on the model as loaded"
-_SAVE = ("a checkpoint is saved every save_steps iterations into output_dir/checkpoint-<step> "
-         "(save_total_limit rotates them); there is no other saving setting")
+_SAVE = "a checkpoint is saved every save_steps iterations (save_total_limit rotates them); nothing else to set"
+_BATCHING = "not implemented: sampling batches tasks × num_generations rows through model.generate"
+_TRACKIO = "erl_lite's Trackio runs log locally, to the project ERLConfig.project names; no Space or bucket is set up"
+_REENTRANT = "erl_lite's checkpointing is always non-reentrant (use_reentrant=False)"
+
+
+def _all(reason: str, names: str) -> dict[str, str]:
+    """``{name: reason}`` for each of the space-separated ``names``."""
+    return dict.fromkeys(names.split(), reason)
+
 
 #: GRPOConfig fields (and a few that TRL had before 1.16) that erl_lite refuses, with why.
 TRL_REFUSED: dict[str, str] = {
     # --- set daily by TRL users ---
-    "gradient_accumulation_steps": (
-        "erl_lite accumulates by itself: each optimizer step's mini-batch (the iteration's rows split into "
-        "steps_per_generation parts, or ppo_mini_batch_size × num_generations rows) runs in micro-batches of "
-        "per_device_train_batch_size sequences and steps once; set steps_per_generation or ppo_mini_batch_size "
-        "for the mini-batch size"),
-    "bf16": DTYPE_HINT,
-    "fp16": DTYPE_HINT,
-    "bf16_full_eval": DTYPE_HINT,
-    "fp16_full_eval": DTYPE_HINT,
+    "gradient_accumulation_steps": "erl_lite accumulates over per_device_train_batch_size micro-batches itself",
+    **_all(DTYPE_HINT, "bf16 fp16 bf16_full_eval fp16_full_eval"),
     "tf32": "not set by erl_lite; call torch.backends.cuda.matmul.allow_tf32 = True yourself",
-    "max_prompt_length": (
-        "removed from TRL 1.16 too; erl_lite never cuts a prompt: a whole episode is bounded by max_episode_length "
-        "and a reflection's context by max_reflection_prompt_length, and a task whose prompt leaves no room for "
-        "a reply is refused when the trainer is built"),
-    "mask_truncated_completions": (
-        "not implemented: a truncated episode (out of max_completion_length or max_episode_length) is trained "
-        "with the reward its environment gives at that point"),
-    "num_iterations": (
-        "erl_lite uses each iteration's batch once (TRL's num_iterations=1), split into steps_per_generation "
-        "optimizer steps (or by ppo_mini_batch_size); several passes over a batch are not implemented"),
+    "max_prompt_length": "erl_lite never cuts a prompt: max_episode_length and max_reflection_prompt_length bound it",
+    "mask_truncated_completions": "not implemented: a truncated episode is trained with its reward at that point",
+    "num_iterations": "erl_lite uses a batch once, in steps_per_generation optimizer steps; no second pass",
     "use_vllm": _VLLM,
-    "use_liger_kernel": ("erl_lite computes log-probs itself, in chunks of logprob_chunk_size positions that "
-                         "never hold the full (B, L, V) logits; Liger's fused loss is not used"),
+    "use_liger_kernel": "erl_lite computes log-probs in chunks of logprob_chunk_size positions; Liger is not used",
     "liger_kernel_config": "Liger kernels are not used (see use_liger_kernel; logprob_chunk_size bounds memory)",
     "run_name": "the tracker run is named after output_dir's folder; choose output_dir to name it",
-    "log_completions": ("erl_lite always logs completions: the full step record (attempts, reflections, second "
-                        "attempts, memory) goes to samples.jsonl every sample_every iterations, and a table of "
-                        "them to report_to"),
+    "log_completions": "erl_lite always logs completions, to samples.jsonl every sample_every iterations",
     # --- vLLM and other generation back-ends ---
-    **{name: _VLLM for name in (
-        "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
-        "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
-        "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
-        "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
-        "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap", "ds3_gather_for_generation")},
-    **{name: "not implemented: sampling batches tasks × num_generations rows through model.generate" for name in (
-        "use_transformers_paged", "use_transformers_continuous_batching", "transformers_continuous_batching_config",
-        "generation_batch_size")},
+    **_all(_VLLM, "vllm_mode vllm_model_impl vllm_enable_sleep_mode vllm_structured_outputs_regex vllm_server_base_url "
+                  "vllm_server_host vllm_server_port vllm_server_timeout vllm_group_port vllm_gpu_memory_utilization "
+                  "vllm_max_model_length vllm_tensor_parallel_size vllm_importance_sampling_correction "
+                  "vllm_importance_sampling_mode vllm_importance_sampling_clip_max vllm_importance_sampling_clip_min "
+                  "vllm_importance_sampling_cap ds3_gather_for_generation"),
+    **_all(_BATCHING, "use_transformers_paged use_transformers_continuous_batching "
+                      "transformers_continuous_batching_config generation_batch_size"),
     # --- losses, rewards, reference ---
-    **{name: _LOSS for name in (
-        "delta", "sapo_temperature_neg", "sapo_temperature_pos", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
-        "vespo_lambda_neg", "top_entropy_quantile", "entropy_coef", "use_adaptive_entropy", "entropy_coef_min",
-        "entropy_coef_max", "entropy_coef_delta", "entropy_target", "off_policy_mask_threshold",
-        "use_bias_correction_kl", "router_aux_loss_coef", "label_smoothing_factor", "average_tokens_across_devices",
-        "cast_lm_head_to_fp32")},
+    **_all(_LOSS, "delta sapo_temperature_neg sapo_temperature_pos vespo_k_pos vespo_lambda_pos vespo_k_neg "
+                  "vespo_lambda_neg top_entropy_quantile entropy_coef use_adaptive_entropy entropy_coef_min "
+                  "entropy_coef_max entropy_coef_delta entropy_target off_policy_mask_threshold use_bias_correction_kl "
+                  "router_aux_loss_coef label_smoothing_factor average_tokens_across_devices cast_lm_head_to_fp32"),
     "reward_weights": "pass ERLTrainer(reward_weights=[...]) (a trainer argument in erl_lite)",
     "multi_objective_aggregation": "several reward functions are combined as their reward_weights-weighted sum",
-    **{name: _REFERENCE for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
+    **_all(_REFERENCE, "sync_ref_model ref_model_mixup_alpha ref_model_sync_steps"),
     "max_tool_calling_iterations": "an environment ends its own episodes (max_episode_length bounds their tokens)",
     "disable_dropout": "not implemented; set the dropout probabilities in the model's config before passing it",
     "shuffle_dataset": "tasks are always drawn in a seeded shuffled order (a new order each pass)",
     "pad_to_multiple_of": "not implemented: micro-batches are padded to their longest row",
     # --- model loading ---
-    **{name: _LOADING for name in ("model_init_kwargs", "trust_remote_code", "use_cache", "neftune_noise_alpha")},
-    "gradient_checkpointing_kwargs": "erl_lite's checkpointing is always non-reentrant (use_reentrant=False)",
-    "activation_checkpointing_kwargs": "erl_lite's checkpointing is always non-reentrant (use_reentrant=False)",
+    **_all(_LOADING, "model_init_kwargs trust_remote_code use_cache neftune_noise_alpha"),
+    **_all(_REENTRANT, "gradient_checkpointing_kwargs activation_checkpointing_kwargs"),
     # --- optimizer ---
-    **{name: _OPTIMIZER for name in ("adam_beta1", "adam_beta2", "adam_epsilon", "optim_args", "optim_target_modules",
-                                     "lr_scheduler_kwargs")},
+    **_all(_OPTIMIZER, "adam_beta1 adam_beta2 adam_epsilon optim_args optim_target_modules lr_scheduler_kwargs"),
     # --- logging and trackers ---
-    **{name: _LOGS for name in (
-        "logging_strategy", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
-        "include_num_input_tokens_seen", "log_level", "log_level_replica", "skip_memory_metrics", "debug",
-        "num_completions_to_print", "log_unique_prompts", "log_multimodal")},
+    **_all(_LOGS, "logging_strategy logging_first_step log_on_each_node logging_nan_inf_filter "
+                  "include_num_input_tokens_seen log_level log_level_replica skip_memory_metrics debug "
+                  "num_completions_to_print log_unique_prompts log_multimodal"),
     "log_completions_hub_repo": _HUB,
-    **{name: ("erl_lite's Trackio runs log locally, to the project ERLConfig.project names; "
-              "no Space or bucket is set up")
-       for name in ("trackio_space_id", "trackio_bucket_id", "trackio_static_space_id")},
+    **_all(_TRACKIO, "trackio_space_id trackio_bucket_id trackio_static_space_id"),
     # --- evaluation ---
-    **{name: _EVAL for name in (
-        "eval_strategy", "eval_delay", "per_device_eval_batch_size", "prediction_loss_only", "eval_on_start",
-        "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps", "include_for_metrics",
-        "batch_eval_metrics", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
-        "label_names")},
+    **_all(_EVAL, "eval_strategy eval_delay per_device_eval_batch_size prediction_loss_only eval_on_start "
+                  "eval_do_concat_batches eval_use_gather_object eval_accumulation_steps include_for_metrics "
+                  "batch_eval_metrics load_best_model_at_end metric_for_best_model greater_is_better label_names"),
     # --- saving and the Hub ---
-    **{name: _SAVE for name in ("save_strategy", "save_only_model", "save_on_each_node", "enable_jit_checkpoint",
-                                "restore_callback_states_from_checkpoint", "ignore_data_skip")},
-    **{name: _HUB for name in ("hub_token", "hub_strategy", "hub_always_push",
-                               "hub_revision")},
+    **_all(_SAVE, "save_strategy save_only_model save_on_each_node enable_jit_checkpoint "
+                  "restore_callback_states_from_checkpoint ignore_data_skip"),
+    **_all(_HUB, "hub_token hub_strategy hub_always_push hub_revision"),
     "resume_from_checkpoint": "pass it to trainer.train(resume_from_checkpoint=...) (as with transformers' Trainer)",
     # --- the Trainer loop, data loading, speed, distribution ---
-    **{name: _LOOP for name in ("auto_find_batch_size", "torch_empty_cache_steps", "do_train", "do_eval",
-                                "do_predict", "full_determinism", "data_seed", "train_sampling_strategy",
-                                "length_column_name")},
-    **{name: _DATA for name in (
-        "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
-        "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
-        "remove_unused_columns")},
-    **{name: _SPEED for name in ("torch_compile", "torch_compile_backend", "torch_compile_mode")},
-    **{name: _DIST for name in (
-        "local_rank", "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph",
-        "ddp_backend", "ddp_timeout", "fsdp", "fsdp_config", "deepspeed", "accelerator_config",
-        "parallelism_config")},
+    **_all(_LOOP, "auto_find_batch_size torch_empty_cache_steps do_train do_eval do_predict full_determinism "
+                  "data_seed train_sampling_strategy length_column_name"),
+    **_all(_DATA, "dataloader_drop_last dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers "
+                  "dataloader_prefetch_factor dataloader_multiprocessing_context dataloader_in_order "
+                  "remove_unused_columns"),
+    **_all(_SPEED, "torch_compile torch_compile_backend torch_compile_mode"),
+    **_all(_DIST, "local_rank ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers ddp_static_graph "
+                  "ddp_backend ddp_timeout fsdp fsdp_config deepspeed accelerator_config parallelism_config"),
     "use_cpu": "load the model on the CPU yourself (erl_lite.models.load_policy(name, device='cpu')) and pass it",
 }
 
 #: Refused fields at the value that means what erl_lite does anyway: accepted, and dropped.
 TRL_SAME_AS: dict[str, Any] = {
-    "use_vllm": False, "use_liger_kernel": False, "log_completions": True,
-    "torch_compile": False, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
-    "gradient_accumulation_steps": 1, "num_iterations": 1, "shuffle_dataset": True,
-    "mask_truncated_completions": False, "remove_unused_columns": False,
+    "use_vllm": False, "use_liger_kernel": False, "log_completions": True, "torch_compile": False, "adam_beta1": 0.9,
+    "adam_beta2": 0.999, "adam_epsilon": 1e-8, "gradient_accumulation_steps": 1, "num_iterations": 1,
+    "shuffle_dataset": True, "mask_truncated_completions": False, "remove_unused_columns": False,
 }
 
 
 def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
                          current: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``given`` (keyword arguments for ``ERLConfig``) with TRL's names mapped to erl_lite's.
+    """``given`` (keyword arguments for ``ERLConfig``, whose field names are ``known``) with TRL's names mapped.
 
-    Args:
-        given: the keyword arguments.
-        known: the ERLConfig field names (kept as they are).
-        current: values the mapped fields start from when ``given`` lacks them (a config being
-            replaced: ``min_p`` joins its ``generation_kwargs``).
-
-    Raises:
-        ValueError: a refused field (saying where it went or why), or a mapped field that
-            disagrees with its target given explicitly.
-        TypeError: a name that is neither an ERLConfig field nor a TRL one (with the closest name).
+    ``current``: values a mapped field starts from (a config being replaced: ``min_p`` joins its
+    ``generation_kwargs``). Raises ValueError for a refused field or a mapped one that disagrees with
+    its target, TypeError for a name that is neither an ERLConfig field nor a TRL one.
 
     Example:
         >>> translate_trl_fields({"min_p": 0.05, "seed": 1}, ["seed", "generation_kwargs"])

@@ -1,13 +1,8 @@
 """Command-line options generated from :class:`~erl_lite.config.ERLConfig`: one per field.
 
-An option's help is the first sentence of the field's attribute docstring (read from the source
-with :mod:`ast`: the docstrings stay the one home of each field's meaning), and its choices are
-the config's ``FIELD_CHOICES``. Spellings: ``--learning-rate`` (shown) and TRL's
-``--learning_rate`` (hidden); booleans ``--use-memory`` / ``--no-use-memory`` and TRL's
-``--use_memory true|false``; ``none`` for an optional field; dicts and lists as YAML or JSON.
-A mistyped flag gets "did you mean --x?" (:class:`SuggestingParser`; argparse has it only from
-Python 3.14), and one field set by two spellings to different values is an error naming both.
-Run files (``--config run.yaml``) are read by :mod:`erl_lite.cli.run_files`.
+An option's help is the first sentence of the field's attribute docstring (read with :mod:`ast`).
+Spellings: ``--learning-rate`` and TRL's hidden ``--learning_rate``; ``--use-memory`` / ``--no-use-memory``
+and ``--use_memory true|false``; ``none`` for an optional field; dicts and lists as YAML or JSON.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -46,8 +41,7 @@ def _class_ast(cls: type) -> ast.ClassDef | None:
 
 
 def field_docs(cls: type = ERLConfig) -> dict[str, str]:
-    """Each field's attribute docstring (the string right below ``name: type = default``),
-    cleaned of indentation; fields of base classes included, fields without one left out.
+    """Each field's attribute docstring (the string below ``name: type = default``), base classes' included.
 
     Example:
         >>> field_docs()["seed"]
@@ -80,8 +74,7 @@ def first_sentence(text: str) -> str:
 
 
 def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
-    """The allowed values of the fields that take one of a few words: the ``FIELD_CHOICES`` table
-    of the config's module (:data:`erl_lite.config_checks.FIELD_CHOICES`); none for other classes.
+    """The allowed words of each field that takes one: the ``FIELD_CHOICES`` table of ``cls``'s module.
 
     Example:
         >>> field_choices()["mode"]
@@ -106,7 +99,6 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-
 def parse_yaml(text: str) -> Any:
     """A value written in YAML or JSON (dicts, lists, numbers, words).
 
@@ -120,7 +112,6 @@ def parse_yaml(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not a YAML/JSON value: {text!r} ({e.problem})") from e
 
 
-
 def _optional(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         return None if text.strip().lower() in _NONE_WORDS else convert(text)
@@ -130,8 +121,7 @@ def _optional(convert: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
-    """``(parse, metavar)`` for a field's type: ``int``/``float``/``str``/``bool`` as such,
-    ``X | None`` also reads ``none``, anything else (dicts, lists, unions) as YAML.
+    """``(parse, metavar)`` for a field's type: ``X | None`` also reads ``none``; dicts, lists, unions as YAML.
 
     Example:
         >>> parse, metavar = converter(int | None)
@@ -151,8 +141,7 @@ def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
 
 
 def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
-    """Public init fields with their resolved types, except those marked ``metadata={"cli": False}``
-    (set another way: ``preset_name`` by ``--preset``)."""
+    """Public init fields with their resolved types, but those marked ``metadata={"cli": False}``."""
     hints = field_types(cls)
     return [(f, hints[f.name]) for f in dataclasses.fields(cls)
             if f.init and not f.name.startswith("_") and f.metadata.get("cli", True)]
@@ -160,9 +149,8 @@ def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 
 # --- the parser --------------------------------------------------------------------------------
 class SuggestingParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors add "did you mean --x?" for each mistyped flag
-    (argparse has ``suggest_on_error`` only from Python 3.14). Flags are compared with ``-`` and
-    ``_`` alike, against this parser's options and those of the sub-command given.
+    """An ``ArgumentParser`` whose errors add "did you mean --x?" for each mistyped flag (argparse's
+    ``suggest_on_error`` needs Python 3.14); ``-`` and ``_`` compare alike, sub-commands' flags included.
 
     Example:
         >>> p = SuggestingParser(prog="x", exit_on_error=False)
@@ -172,7 +160,7 @@ class SuggestingParser(argparse.ArgumentParser):
     """
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse's
-        # Kept for error(): argparse hands it only the message. Sub-commands' parsers get their own part.
+        # Kept for error(): argparse hands it only the message.
         self._given = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
@@ -204,8 +192,7 @@ def _normal(flag: str) -> str:
 
 
 def _shown_options(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """``{normalised name: the spelling --help shows}`` of a parser's long options (a hidden
-    TRL spelling ``--x_y`` maps to its shown ``--x-y``)."""
+    """``{normalised name: the spelling --help shows}`` of a parser's long options."""
     actions = sorted(parser._actions, key=lambda a: a.help is argparse.SUPPRESS)  # shown ones first
     found: dict[str, str] = {}
     for action in actions:
@@ -215,7 +202,7 @@ def _shown_options(parser: argparse.ArgumentParser) -> dict[str, str]:
     return found
 
 
-#: Namespace attribute where the options record which spelling set each field (see :func:`given_fields`).
+#: Namespace attribute where the options record which spelling set each field.
 _SPELLINGS = "_config_spellings"
 
 
@@ -226,21 +213,10 @@ def _record(namespace: argparse.Namespace, dest: str, option: str | None) -> Non
 
 
 class _Store(argparse.Action):
-    """argparse's ``store`` (``nargs``/``const`` included), recording the spelling used."""
+    """argparse's ``store`` (``nargs=0``: store ``const``), recording the spelling used."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        _record(namespace, self.dest, option_string)
-
-
-class _StoreFalse(argparse.Action):
-    """argparse's ``store_false``, recording the spelling used."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, False)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
         _record(namespace, self.dest, option_string)
 
 
@@ -260,25 +236,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
                          defaults: Mapping[str, str] | None = None) -> argparse._ArgumentGroup:
     """Add one option per field of ``cls`` to ``parser`` (in an argument group ``title``).
 
-    Options default to nothing at all (``argparse.SUPPRESS``): the namespace holds only the
-    fields given on the command line, so the caller can put them above presets and files
-    (:func:`given_fields`).
-
-    Args:
-        aliases: extra option strings of a field, e.g. ``{"max_steps": ["--steps"]}``.
-        negations: switches that set a boolean field to False, e.g.
-            ``{"--no-memory": "use_memory"}``.
-        notes: text appended to a field's help.
-        defaults: the default shown in a field's help (``"0.001"``); by default the dataclass's
-            own, written as on the command line (:func:`shown_value`).
+    Options default to ``argparse.SUPPRESS``, so the namespace holds only the fields given (:func:`given_fields`).
+    ``aliases``: extra option strings (``{"max_steps": ["--steps"]}``); ``negations``: switches that set a
+    boolean field to False (``{"--no-memory": "use_memory"}``); ``notes``: text appended to a field's help;
+    ``defaults``: the default shown in a field's help (by default the dataclass's, :func:`shown_value`).
 
     Example:
         >>> p = argparse.ArgumentParser()
         >>> _ = add_config_arguments(p, aliases={"max_steps": ["--steps"]})
         >>> given_fields(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"]))
         {'max_steps': 3, 'use_memory': False, 'learning_rate': 0.0001}
-        >>> given_fields(p.parse_args(["--use_memory", "false", "--dual-clip", "none"]))
-        {'use_memory': False, 'dual_clip': None}
     """
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
     docs, choices = field_docs(cls), field_choices(cls)
@@ -294,7 +261,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
             if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
                 group.add_argument(trl, dest=f.name, nargs="?", const=True, type=parse_bool, action=_Store,
                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-                group.add_argument("--no_" + f.name, dest=f.name, action=_StoreFalse,
+                group.add_argument("--no_" + f.name, dest=f.name, action=_Store, nargs=0, const=False,
                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         else:
             parse, metavar = converter(annotation)
@@ -307,7 +274,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
                 group.add_argument(trl, dest=f.name, type=parse, action=_Store, default=argparse.SUPPRESS,
                                    help=argparse.SUPPRESS)
     for flag, name in negations.items():
-        group.add_argument(flag, dest=name, action=_StoreFalse, default=argparse.SUPPRESS,
+        group.add_argument(flag, dest=name, action=_Store, nargs=0, const=False, default=argparse.SUPPRESS,
                            help=f"same as --no-{name.replace('_', '-')}")
     return group
 
@@ -345,13 +312,10 @@ def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable
 
 
 def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, Any]:
-    """The config fields present in a namespace parsed with :func:`add_config_arguments`
-    (exactly those given on the command line).
+    """The config fields given on the command line (a namespace parsed with :func:`add_config_arguments`).
 
-    A field set by two of its spellings to different values (``--steps 3 --max-steps 4``,
-    ``--learning-rate`` and ``--learning_rate``, ``--use-memory --no-memory``) is a ValueError
-    naming both, rather than the last one silently winning; two spellings that agree pass, and
-    one spelling given twice keeps argparse's rule (the last wins: scripts append overrides).
+    Two spellings of one field with different values (``--steps 3 --max-steps 4``) are a ValueError naming
+    both; one spelling given twice keeps argparse's rule (the last wins: scripts append overrides).
     """
     for name, by_option in getattr(args, _SPELLINGS, {}).items():
         if len({repr(v) for v in by_option.values()}) > 1:

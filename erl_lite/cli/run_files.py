@@ -1,7 +1,5 @@
-"""YAML run files (``erl-lite train --config run.yaml``): a mapping of ERLConfig field names
-(``-`` or ``_``) to values, each checked against its field's type (:mod:`erl_lite.field_types`);
-every error names the file and the line, and an unknown key the closest known one. The same key
-twice (``learning-rate`` and ``learning_rate``) with different values is refused.
+"""YAML run files (``erl-lite train --config run.yaml``): ERLConfig field names (``-`` or ``_``) to values,
+each checked against its field's type; every error names the file and the line.
 
 Departures from the paper: none; this is plumbing.
 """
@@ -23,9 +21,7 @@ def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str]
                      aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a YAML run file: ``(field values, values of other_keys)``.
 
-    Keys may be written with ``-`` or ``_``. A string given for a number field (YAML reads
-    ``1e-6`` as a string) is converted as on the command line. A key that is neither a field
-    nor one of ``other_keys`` is an error naming the file and the closest known key; ``aliases``
+    Any other key is an error naming the file and the closest known key; ``aliases``
     (``{"steps": "max_steps"}``) maps command-line shorthands to the field they stand for.
 
     Example:
@@ -57,8 +53,7 @@ def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str]
 
 
 def locate_in_file(message: str, path: str, names: Iterable[str]) -> str:
-    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it mentions whose
-    value came from the run file ``path`` (``names``); as it is when it mentions none.
+    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it names that the file set.
 
     Example:
         >>> import os, tempfile
@@ -76,8 +71,7 @@ def locate_in_file(message: str, path: str, names: Iterable[str]) -> str:
 
 
 def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:
-    """``(key, value, 1-based line)`` of each top-level entry of a YAML mapping file, duplicates kept
-    (``yaml.safe_load`` silently keeps the last of two equal keys); None for an empty file."""
+    """``(key, value, line)`` of each top-level entry of a YAML mapping, duplicates kept; None when empty."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -101,8 +95,7 @@ def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:
 
 
 def _coerce(value: Any, annotation: Any, where: str, key: str, owner: str) -> Any:
-    """A file's value as the field stores it: a string for a number converted as on the command
-    line (YAML reads ``1e-6`` as a string), then checked against the field's type."""
+    """A file's value as the field stores it (YAML reads ``1e-6`` as a string: parsed as on the command line)."""
     parse, _ = converter(annotation)
     try:
         if isinstance(value, str) and parse not in (str, parse_yaml):
