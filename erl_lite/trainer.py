@@ -37,9 +37,9 @@ from erl_lite.core.update import PolicyUpdater
 from erl_lite.history import History
 from erl_lite.integrations import wiring
 from erl_lite.lengths import check_lengths
-from erl_lite.metrics import (GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP, TIME_STEP,
-                              TIME_UPDATE, cuda_device, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory,
-                              step_metrics)
+from erl_lite.metric_names import (EVAL_PREFIX, GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP,
+                                   TIME_STEP, TIME_UPDATE)
+from erl_lite.metrics import cuda_device, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics
 from erl_lite.records import StepRecord, Task
 from erl_lite.trainer_args import (TrainerStateView, adapter_settings, adopt_model_object, build_optimizer,
                                   build_scheduler, check_callbacks, wants_4bit)
@@ -253,7 +253,7 @@ class ERLTrainer(CheckpointSaving):
                                  params=self.ctx.eval_params(), desc="evaluation") if mine else []
         attempts = self.dist.gather(attempts)
         metrics = eval_metrics(attempts)
-        metrics.update({f"eval/{k}": v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()})
+        metrics.update({EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()})
         metrics.update(wiring.env_eval_extras(self.env, attempts))
         if log:
             if self.args.output_dir and not self._claimed and self.step == 0:

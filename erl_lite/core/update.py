@@ -26,12 +26,13 @@ from erl_lite.core.losses import LossStats, first_non_finite, policy_objective
 from erl_lite.core.policy import keep_4bit_trainable, reference_context
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
+from erl_lite.metric_names import (ADVANTAGE_KEYS, CLIP_RATIO, GRAD_NORM, KL, LOSS_KEYS, LOSS_TOTAL, OPTIM_SKIPPED_STEPS,
+                                   OPTIM_STEPS, SAMPLES_KEYS)
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
-UPDATE_METRICS: tuple[str, ...] = (*(f"samples/{r}" for r in ROLES), *(f"advantage/{r}" for r in ADVANTAGE_ROLES),
-                                   "loss/total", *(f"loss/{r}" for r in ROLES), "kl", "clip_ratio", "grad_norm",
-                                   "optim/steps", "optim/skipped_steps")
+UPDATE_METRICS: tuple[str, ...] = (*SAMPLES_KEYS.values(), *ADVANTAGE_KEYS.values(), LOSS_TOTAL, *LOSS_KEYS.values(),
+                                   KL, CLIP_RATIO, GRAD_NORM, OPTIM_STEPS, OPTIM_SKIPPED_STEPS)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class UpdateStats(Mapping):
 
     Example:
         >>> s = UpdateStats.empty({r: 0 for r in ROLES})
-        >>> list(s.to_metrics()) == list(UPDATE_METRICS), s["optim/steps"]
+        >>> list(s.to_metrics()) == list(UPDATE_METRICS), s[OPTIM_STEPS]
         (True, 0.0)
     """
 
@@ -62,13 +63,13 @@ class UpdateStats(Mapping):
 
     def to_metrics(self) -> dict[str, float]:
         """The metrics as a flat dict with exactly the keys of :data:`UPDATE_METRICS`."""
-        out = {f"samples/{r}": float(self.samples.get(r, 0)) for r in ROLES}
-        out.update({f"advantage/{r}": float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
-        out["loss/total"] = float(self.loss_total)
-        out.update({f"loss/{r}": float(self.loss.get(r, 0.0)) for r in ROLES})
-        out.update({"kl": float(self.kl), "clip_ratio": float(self.clip_ratio),
-                    "grad_norm": float(self.grad_norm), "optim/steps": float(self.optim_steps),
-                    "optim/skipped_steps": float(self.skipped_steps)})
+        out = {SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES}
+        out.update({ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
+        out[LOSS_TOTAL] = float(self.loss_total)
+        out.update({LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
+        out.update({KL: float(self.kl), CLIP_RATIO: float(self.clip_ratio),
+                    GRAD_NORM: float(self.grad_norm), OPTIM_STEPS: float(self.optim_steps),
+                    OPTIM_SKIPPED_STEPS: float(self.skipped_steps)})
         return out
 
     def __getitem__(self, key: str) -> float:
@@ -86,12 +87,12 @@ class _Tally:
 
     def __init__(self) -> None:
         # Each role's loss shares; KL and clip ratio weighted by their token counts; the counts.
-        self.sums = dict.fromkeys([*(f"loss/{r}" for r in ROLES), "kl", "clipped", "tokens", "policy_tokens"], 0.0)
+        self.sums = dict.fromkeys([*LOSS_KEYS.values(), KL, "clipped", "tokens", "policy_tokens"], 0.0)
 
     def add(self, batch: Packed, stats: LossStats) -> None:
         for role, share in zip(batch.roles, stats.row_losses):
-            self.sums[f"loss/{role}"] += share
-        self.sums["kl"] += (stats.kl or 0.0) * stats.num_tokens
+            self.sums[LOSS_KEYS[role]] += share
+        self.sums[KL] += (stats.kl or 0.0) * stats.num_tokens
         self.sums["tokens"] += stats.num_tokens
         self.sums["clipped"] += stats.clip_ratio * stats.policy_tokens
         self.sums["policy_tokens"] += stats.policy_tokens
@@ -104,8 +105,8 @@ class _Tally:
     def result(self, dist: Reducer, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
                steps: int, skipped: int) -> UpdateStats:
         s = dist.sum(self.sums)  # DDP: the sums over every process
-        loss = {r: s[f"loss/{r}"] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
-        return UpdateStats(samples, advantage, loss, sum(loss.values()), s["kl"] / max(s["tokens"], 1),
+        loss = {r: s[LOSS_KEYS[r]] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
+        return UpdateStats(samples, advantage, loss, sum(loss.values()), s[KL] / max(s["tokens"], 1),
                            s["clipped"] / max(s["policy_tokens"], 1), grad_norm, steps, skipped)
 
 
@@ -160,9 +161,9 @@ class PolicyUpdater:
         """Optimizer steps over ``samples``; returns what the update did (messages name :attr:`step`)."""
         c = self.config
         # DDP: counts and |A| sums over every process's rows (this process's alone in one).
-        totals = self.dist.sum({**{f"samples/{r}": float(sum(s.role == r for s in samples)) for r in ROLES},
+        totals = self.dist.sum({**{SAMPLES_KEYS[r]: float(sum(s.role == r for s in samples)) for r in ROLES},
                                 **{f"|A|/{r}": sum(abs(s.advantage) for s in samples if s.role == r) for r in ROLES}})
-        counts = {r: int(totals[f"samples/{r}"]) for r in ROLES}
+        counts = {r: int(totals[SAMPLES_KEYS[r]]) for r in ROLES}
         advantage = {r: totals[f"|A|/{r}"] / counts[r] if counts[r] else 0.0 for r in ADVANTAGE_ROLES}
         n_rows = sum(counts.values())  # the global batch
         if not n_rows:

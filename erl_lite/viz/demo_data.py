@@ -10,10 +10,10 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.metrics import (EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LR, MEMORY_SIZE, MEMORY_WRITES,
-                              REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND, STEP,
-                              SUCCESS_FIRST, SUCCESS_SECOND)
-from erl_lite.records import FIRST, SECOND, Attempt, Reflection, Retry, StepRecord, Task
+from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LOSS_KEYS, LR, MEMORY_SIZE,
+                                   MEMORY_WRITES, REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND,
+                                   STEP, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = "You are playing a grid game. Reply with one move in a ``` block: Up, Down, Left or Right."
 #: Successive rulebooks: each reflection refines the instructions it was given.
@@ -87,16 +87,16 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     jitter = lambda s: rng.gauss(0.0, s)  # noqa: E731
     r1 = min(1.0, max(0.0, p1 + jitter(0.04)))
     out = {STEP: step, REWARD_FIRST: r1, SUCCESS_FIRST: r1,
-           "loss/first": jitter(0.05), "advantage/first": 0.8 + jitter(0.05), LR: 1e-6}
+           LOSS_KEYS[FIRST]: jitter(0.05), ADVANTAGE_KEYS[FIRST]: 0.8 + jitter(0.05), LR: 1e-6}
     if baseline:
         return out
     r2 = min(1.0, r1 + 0.2 + jitter(0.04))
     out.update({
         REWARD_SECOND: r2, SUCCESS_SECOND: r2, GATE_RATE: 1.0 - r1,
         REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress), REFLECTION_REWARD: r2,
-        "loss/reflection": jitter(0.05), "loss/second": jitter(0.05),
-        "loss/distill": 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
-        "advantage/reflection": 0.6 + jitter(0.05), "advantage/second": 0.7 + jitter(0.05),
+        LOSS_KEYS[REFLECTION]: jitter(0.05), LOSS_KEYS[SECOND]: jitter(0.05),
+        LOSS_KEYS[DISTILL]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
+        ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05), ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
     })
     return out
 

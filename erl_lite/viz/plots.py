@@ -13,8 +13,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from erl_lite.history import History
-from erl_lite.metrics import EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES
-from erl_lite.records import ADVANTAGE_ROLES, ATTEMPT_ROLES, DISTILL, FIRST, REFLECTION, SECOND
+from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_PREFIX, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LOSS_KEYS, MEMORY_SIZE,
+                                   MEMORY_WRITES, REWARD_FIRST, REWARD_SECOND, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
 from erl_lite.viz import _style as S
 from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, joined_rulebooks, series
 
@@ -64,7 +65,7 @@ def rewards_are_binary(history: HistoryLike) -> bool:
         (True, False)
     """
     h = as_history(history)
-    pairs = [((f"reward/{p}", "train"), (f"success/{p}", "train")) for p in ATTEMPT_ROLES]
+    pairs = [((REWARD_FIRST, "train"), (SUCCESS_FIRST, "train")), ((REWARD_SECOND, "train"), (SUCCESS_SECOND, "train"))]
     pairs.append(((EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")))
     verdicts = [v for v in (_same_series(h, a, b) for a, b in pairs) if v is not None]
     return bool(verdicts) and all(verdicts)
@@ -81,8 +82,8 @@ def _panel(history: HistoryLike, ax: Axes | None, specs: list[Spec], smoothing: 
     return S.done(fig, owned)
 
 
-def _by_role(metric: str, roles: list[str]) -> list[Spec]:
-    return [(f"{metric}/{r}", "train", ROLE_LABELS[r], r) for r in roles]
+def _by_role(keys: dict[str, str]) -> list[Spec]:
+    return [(key, "train", ROLE_LABELS[r], r) for r, key in keys.items()]
 
 
 def _note(ax: Axes, text: str) -> None:
@@ -107,7 +108,7 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
     fig, ax, owned = S.new_axes(ax)
     specs = [(f"{metric}/{FIRST}", "train", "first attempt", FIRST),
              (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
-             (f"eval/{metric}", "eval", "evaluation (first attempt)", "eval")]
+             (EVAL_PREFIX + metric, "eval", "evaluation (first attempt)", "eval")]
     drawn = _curves(ax, h, specs, smoothing)
     if base is not None:
         drawn += _curves(ax, base, [specs[0], specs[2]], smoothing, dashed=True, prefix="RLVR · ")
@@ -194,7 +195,7 @@ def plot_losses(history: HistoryLike, ax: Axes | None = None, smoothing: float =
         >>> len(plot_losses(synthetic_history(steps=5)).axes[0].lines)
         4
     """
-    return _panel(history, ax, _by_role("loss", list(ROLE_LABELS)), smoothing, "Loss by role",
+    return _panel(history, ax, _by_role({r: LOSS_KEYS[r] for r in ROLE_LABELS}), smoothing, "Loss by role",
                   "loss (token sum, mean over sequences)")
 
 
@@ -207,7 +208,7 @@ def plot_advantages(history: HistoryLike, ax: Axes | None = None, smoothing: flo
         >>> len(plot_advantages(synthetic_history(steps=5)).axes[0].lines)
         3
     """
-    return _panel(history, ax, _by_role("advantage", list(ADVANTAGE_ROLES)), smoothing,
+    return _panel(history, ax, _by_role(ADVANTAGE_KEYS), smoothing,
                   "Advantage magnitude by role", "mean |advantage| (group-std units)")
 
 

@@ -1,0 +1,46 @@
+"""Every metric name erl_lite logs, once: the phases' and the update's keys, TRL's names.
+
+The ground floor (it imports only the role names), so that :mod:`erl_lite.core.update` writes
+the same constants :mod:`erl_lite.metrics` describes and :mod:`erl_lite.viz` plots.
+Departures from the paper: none.
+"""
+
+from __future__ import annotations
+
+from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND
+
+STEP = "step"
+REWARD_FIRST, REWARD_SECOND = "reward/first", "reward/second"
+SUCCESS_FIRST, SUCCESS_SECOND = "success/first", "success/second"
+GATE_RATE = "gate/rate"
+REFLECTION_PARSE_RATE, REFLECTION_REWARD = "reflection/parse_rate", "reflection/reward"
+MEMORY_SIZE, MEMORY_WRITES, MEMORY_TOTAL_WRITES = "memory/size", "memory/writes", "memory/total_writes"
+TOKENS_FIRST, TOKENS_REFLECTION, TOKENS_SECOND = "tokens/first", "tokens/reflection", "tokens/second"
+TURNS_FIRST, TRUNCATED_FIRST = "turns/first", "truncated/first"
+TRUNCATED_REFLECTION, TRUNCATED_SECOND = "truncated/reflection", "truncated/second"
+TIME_FIRST, TIME_REFLECT, TIME_SECOND = "time/first", "time/reflect", "time/second"
+TIME_UPDATE, TIME_STEP = "time/update", "time/step"
+TOKENS_PER_SECOND, PEAK_GPU_GB = "tokens/per_second", "memory/peak_gpu_gb"
+LR = "lr"
+ZERO_STD_FIRST = "frac_reward_zero_std/first"
+ZERO_STD_REFLECTION = "frac_reward_zero_std/reflection"
+ZERO_STD_SECOND = "frac_reward_zero_std/second"
+#: The roles with GRPO groups (internalization has none).
+ZERO_STD_KEYS = {FIRST: ZERO_STD_FIRST, REFLECTION: ZERO_STD_REFLECTION, SECOND: ZERO_STD_SECOND}
+EVAL_REWARD, EVAL_SUCCESS, EVAL_NUM_EPISODES = "eval/reward", "eval/success", "eval/num_episodes"
+EVAL_TRUNCATED = "eval/truncated"
+# TRL 1.16's names (GRPOTrainer._generate_and_score_completions), for the first attempts.
+TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD = "reward", "reward_std", "frac_reward_zero_std"
+LEN_MEAN, LEN_MIN, LEN_MAX = "completions/mean_length", "completions/min_length", "completions/max_length"
+CLIPPED_RATIO = "completions/clipped_ratio"
+TERM_MEAN, TERM_MIN, TERM_MAX = ("completions/mean_terminated_length", "completions/min_terminated_length",
+                                 "completions/max_terminated_length")
+
+# The update's keys (core/update.py writes them).
+LOSS_KEYS = {role: f"loss/{role}" for role in ROLES}
+ADVANTAGE_KEYS = {role: f"advantage/{role}" for role in ADVANTAGE_ROLES}
+SAMPLES_KEYS = {role: f"samples/{role}" for role in ROLES}
+LOSS_TOTAL, KL, CLIP_RATIO, GRAD_NORM = "loss/total", "kl", "clip_ratio", "grad_norm"
+OPTIM_STEPS, OPTIM_SKIPPED_STEPS = "optim/steps", "optim/skipped_steps"
+#: An evaluation record's keys are the training keys under this prefix (``eval/success``).
+EVAL_PREFIX = "eval/"
