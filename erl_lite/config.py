@@ -328,8 +328,7 @@ def one_split(layer: dict[str, Any]) -> dict[str, Any]:
 def _migrate_extra_preset(cfg: ERLConfig) -> None:
     """Configs saved before ``preset_name`` existed carried the preset as ``extra["preset"]``: move it."""
     if isinstance(cfg.extra, dict) and "preset" in cfg.extra:
-        extra = dict(cfg.extra)
-        name = extra.pop("preset")
-        cfg.extra = extra
+        name = cfg.extra["preset"]
+        cfg.extra = {k: v for k, v in cfg.extra.items() if k != "preset"}
         if cfg.preset_name is None:
             cfg.preset_name = name

@@ -312,8 +312,7 @@ def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable
 def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, Any]:
     """The config fields given on the command line (a namespace parsed with :func:`add_config_arguments`).
 
-    Two spellings of one field with different values (``--steps 3 --max-steps 4``) are a ValueError naming
-    both; one spelling given twice keeps argparse's rule (the last wins: scripts append overrides).
+    Two spellings with different values (``--steps 3 --max-steps 4``): ValueError; one given twice: the last wins.
     """
     for name, by_option in getattr(args, _SPELLINGS, {}).items():
         if len({repr(v) for v in by_option.values()}) > 1:
