@@ -86,9 +86,8 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
 
 
 def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
-    """Write a LoRA adapter, else ``trainable.safetensors``, and the tokenizer; returns the weights' file name.
-
-    Not ``save_pretrained``: it holds the frozen weights too and drops tied duplicates."""
+    """Write a LoRA adapter, else ``trainable.safetensors`` (not ``save_pretrained``, which keeps frozen
+    weights and drops tied ones), and the tokenizer; returns the weights' file name."""
     if hasattr(model, "peft_config"):
         write_adapter(model, tokenizer, folder)
         return ADAPTER_WEIGHTS
@@ -132,8 +131,7 @@ def _move_into_place(tmp: str, final: str) -> None:
 
 
 def _rotate(out_dir: str, limit: int, keep: str) -> None:
-    """Delete the oldest checkpoints down to ``limit``, never ``keep`` nor the highest-numbered one
-    (transformers' ``rotate_checkpoints`` protects only the latter, maybe a stale folder of a longer run)."""
+    """Delete the oldest checkpoints down to ``limit``, never ``keep`` (transformers' would) nor the highest."""
     found = list_checkpoints(out_dir)  # newest first
     protected = {os.path.abspath(keep), os.path.abspath(found[0])} if found else set()
     excess = len(found) - max(limit, len(protected))

@@ -215,8 +215,7 @@ class ERLConfig:
         checks.check_group_size(self)
 
     def optimizer_steps(self, rows: int) -> int:
-        """Optimizer steps an update of ``rows`` rows takes: ``steps_per_generation`` (at most one
-        per row), or one per ``ppo_mini_batch_size × G`` rows, rounded up.
+        """Optimizer steps for ``rows`` rows: ``steps_per_generation`` (≤ rows) or ⌈rows / (mini-batch × G)⌉.
 
         Example:
             >>> cfg = ERLConfig(num_tasks_per_step=8, ppo_mini_batch_size=8)  # G = 4: 32 rows a step
@@ -228,8 +227,7 @@ class ERLConfig:
         return max(1, math.ceil(rows / (self.ppo_mini_batch_size * self.num_generations)))
 
     def max_optimizer_steps(self) -> int:
-        """The most optimizer steps one iteration can take (the schedule's length per iteration): with
-        ``ppo_mini_batch_size``, a batch whose every first attempt failed (a row of each trained role).
+        """The most optimizer steps of one iteration: with ``ppo_mini_batch_size``, every first attempt failed.
 
         Example:
             >>> ERLConfig(num_tasks_per_step=8, ppo_mini_batch_size=8).max_optimizer_steps()
@@ -241,8 +239,7 @@ class ERLConfig:
         return self.optimizer_steps(roles * self.num_tasks_per_step * self.num_generations)
 
     def num_warmup_steps(self, num_training_steps: int) -> int:
-        """Warm-up optimizer steps of a schedule ``num_training_steps`` long (transformers' rule:
-        a fraction is rounded up).
+        """Warm-up steps of a schedule ``num_training_steps`` long (transformers' rule: a fraction rounds up).
 
         Example:
             >>> ERLConfig(warmup_ratio=0.1, lr_scheduler_type="cosine").num_warmup_steps(25)
@@ -273,8 +270,7 @@ class ERLConfig:
         return cls(**{**values, "preset_name": name})
 
     def replace(self, **changes: Any) -> "ERLConfig":
-        """A copy with some fields changed (validated again). G that came from the mode follows a new
-        mode unless ``num_generations`` is given; one split field given resets the other (:func:`one_split`).
+        """A validated copy with ``changes``; G from the mode follows a new mode; see :func:`one_split`.
 
         Example:
             >>> ERLConfig().replace(mode="rlvr").num_generations
@@ -316,8 +312,7 @@ SPLIT_FIELDS = ("steps_per_generation", "ppo_mini_batch_size")
 
 
 def one_split(layer: dict[str, Any]) -> dict[str, Any]:
-    """``layer`` (settings laid over others: a preset, a ``replace``) with the other split field reset
-    when it gives only one of :data:`SPLIT_FIELDS`, so a lower layer's choice gives way.
+    """``layer`` (a preset, a ``replace``) with the other :data:`SPLIT_FIELDS` field reset when it gives only one.
 
     Example:
         >>> one_split({"steps_per_generation": 2})
@@ -333,8 +328,7 @@ def one_split(layer: dict[str, Any]) -> dict[str, Any]:
 def _migrate_extra_preset(cfg: ERLConfig) -> None:
     """Configs saved before ``preset_name`` existed carried the preset as ``extra["preset"]``: move it."""
     if isinstance(cfg.extra, dict) and "preset" in cfg.extra:
-        extra = dict(cfg.extra)
-        name = extra.pop("preset")
-        cfg.extra = extra
+        name = cfg.extra["preset"]
+        cfg.extra = {k: v for k, v in cfg.extra.items() if k != "preset"}
         if cfg.preset_name is None:
             cfg.preset_name = name

@@ -126,8 +126,7 @@ def _plural(words: str) -> str:
 
 
 def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
-    """The known name a mistyped ``name`` most likely meant (``aliases`` first, then :mod:`difflib`'s
-    closest above 0.6 similarity), or None: the one "did you mean" of keys, flags and function names.
+    """The known name a mistyped ``name`` meant (``aliases``, else difflib above 0.6), or None: the "did you mean".
 
     Example:
         >>> closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])

@@ -16,8 +16,7 @@ from erl_lite.field_types import closest
 
 
 def function_spec(func: Any) -> str:
-    """``module:qualname`` of a function (what :func:`load_function` reads back when the
-    function is defined at a module's top level).
+    """``module:qualname`` of a function: what :func:`load_function` reads back for a top-level function.
 
     Example:
         >>> function_spec(os.path.join)

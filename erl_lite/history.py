@@ -26,8 +26,6 @@ class History:
         >>> h = History()
         >>> h.log({"step": 1, "reward/first": 0.5})
         >>> h.log({"step": 1, "eval/success": 0.25}, kind="eval")
-        >>> h.series("reward/first")
-        ([1], [0.5])
         >>> h.series("eval/success", kind="eval")
         ([1], [0.25])
     """

@@ -158,7 +158,7 @@ def _std(values: list[float]) -> float | None:
     """The unbiased std, as TRL's ``nanstd``; None below two values (TRL: NaN)."""
     if len(values) < 2:
         return None
-    m = sum(values) / len(values)
+    m = _mean(values)
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
@@ -284,8 +284,7 @@ ENV_STEP_KEYS = (REWARD_FIRST, SUCCESS_FIRST, REWARD_SECOND, SUCCESS_SECOND, GAT
 
 def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str], memory: Any,
                      mode: str) -> dict[str, Any]:
-    """The per-environment families of one step (``reward/first/<env>``...); ``env_of`` maps a task id to
-    its environment; ``memory`` is the run's :class:`~erl_lite.core.memory.MemoryBank` or None."""
+    """``<key>/<env>`` of :data:`ENV_STEP_KEYS`; ``memory``: the run's :class:`~erl_lite.core.memory.MemoryBank`."""
     m: dict[str, Any] = {}
     for name in names:
         # The environment's slice of the step, read by step_metrics; timings and writes are per step.

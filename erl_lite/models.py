@@ -180,11 +180,8 @@ def named_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
 
 
 def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> torch.dtype | None:
-    """Map the ``dtype`` argument to a torch dtype; None means 'leave a built model as it is'."""
-    named = named_dtype(dtype)
-    if named is not None:
-        return named
-    return torch.bfloat16 if _native_bf16(device) else torch.float32
+    """The ``dtype`` argument as a torch dtype; ``"auto"``: bf16 where ``device`` has it natively, else float32."""
+    return named_dtype(dtype) or (torch.bfloat16 if _native_bf16(device) else torch.float32)
 
 
 def _load_base(name: str, quantization: str, torch_dtype: torch.dtype, device: torch.device,

@@ -56,8 +56,7 @@ GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
 def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
     """Raise RuntimeError when preset ``name`` (None: no preset) is sized for a GPU and no CUDA device exists.
 
-    Else ``PRESET = "gpu"`` would train a 1.5 B model on the CPU for hours without a word; ``allow_cpu``
-    lets it. The notebooks' setup and the trainer call it; building ``ERLConfig.preset("gpu")`` works anywhere.
+    Else a GPU preset would train for hours on the CPU without a word; building ``ERLConfig.preset("gpu")`` works.
 
     Example:
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override

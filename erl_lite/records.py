@@ -22,7 +22,6 @@ _TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
 
 
 def _without_tokens(record: Any) -> dict[str, Any]:
-    """The record's fields as a dict, without the token-id lists."""
     return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in _TOKEN_FIELDS}
 
 

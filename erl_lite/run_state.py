@@ -134,7 +134,6 @@ def _apply(where: str, name: str, load: Callable[[Any], None], value: Any) -> No
 
 
 def _cpu_copy(obj: Any) -> Any:
-    """A deep copy of a state dict with every tensor cloned onto the CPU."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):

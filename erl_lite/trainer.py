@@ -49,11 +49,10 @@ from erl_lite.trainer_saving import CheckpointSaving
 class ERLTrainer(CheckpointSaving):
     """Trains a causal LM with ERL (or RLVR / Algorithm 1 / an ablation, per ``args.mode``).
 
-    The first six parameters are TRL 1.16's ``GRPOTrainer``'s, in its order; multi-turn tasks and tools
-    plug in through ``env=`` or ``environment_factory=``, not ``tools``/``rollout_func``. ``model``: a name,
-    a path or a loaded model (``args``' model settings are applied or refused, never ignored). Datasets: rows
-    with a ``prompt`` (list, ``datasets.Dataset``, file or name) or Tasks; by default the env's own.
-    Reward functions receive ``trainer_state`` (:attr:`state`: ``global_step``, ``max_steps``, ``epoch``).
+    The first six parameters are TRL 1.16's ``GRPOTrainer``'s, in its order; multi-turn tasks and tools plug in
+    through ``env=`` or ``environment_factory=`` (not ``tools``/``rollout_func``). ``model``: a name, a path or a
+    loaded model (``args``' model settings applied or refused). Datasets: rows with a ``prompt`` (list, Dataset,
+    file or name) or Tasks, by default the env's own. Reward functions receive ``trainer_state`` (:attr:`state`).
     """
 
     def __init__(

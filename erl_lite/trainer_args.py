@@ -154,10 +154,9 @@ def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
 
     Example:
         >>> import torch
-        >>> w = torch.nn.Parameter(torch.zeros(2))
         >>> args = ERLConfig(max_steps=2, steps_per_generation=2, lr_scheduler_type="linear",
         ...                  learning_rate=1.0, warmup_steps=1)
-        >>> opt = torch.optim.SGD([w], lr=1.0)
+        >>> opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
         >>> sched = build_scheduler(opt, args)
         >>> lrs = []
         >>> for _ in range(4):

@@ -144,7 +144,6 @@ class CheckpointSaving:
         self._saved_step = state.step if in_output_dir else None
 
     def _restore(self, state: TrainingState) -> None:
-        """Make the live trainer equal ``state``."""
         apply_state(state, self.model, self.optimizer, self.scheduler, self.memory)
         self.step = state.step
         self.history.records, self.history.samples = list(state.records), list(state.samples)

@@ -149,8 +149,7 @@ def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 
 # --- the parser --------------------------------------------------------------------------------
 class SuggestingParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors add "did you mean --x?" for each mistyped flag (argparse's
-    ``suggest_on_error`` needs Python 3.14); ``-`` and ``_`` compare alike, sub-commands' flags included.
+    """An ``ArgumentParser`` whose errors add "did you mean --x?" per mistyped flag (argparse's needs Python 3.14).
 
     Example:
         >>> p = SuggestingParser(prog="x", exit_on_error=False)
@@ -294,7 +293,6 @@ def shown_value(value: Any) -> str:
 
 
 def _dataclass_defaults(cls: type) -> dict[str, str]:
-    """Each field's default (:func:`shown_value`), from ``cls()``."""
     blank = cls()
     return {f.name: shown_value(getattr(blank, f.name)) for f, _ in cli_fields(cls)}
 
@@ -314,8 +312,7 @@ def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable
 def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, Any]:
     """The config fields given on the command line (a namespace parsed with :func:`add_config_arguments`).
 
-    Two spellings of one field with different values (``--steps 3 --max-steps 4``) are a ValueError naming
-    both; one spelling given twice keeps argparse's rule (the last wins: scripts append overrides).
+    Two spellings with different values (``--steps 3 --max-steps 4``): ValueError; one given twice: the last wins.
     """
     for name, by_option in getattr(args, _SPELLINGS, {}).items():
         if len({repr(v) for v in by_option.values()}) > 1:

@@ -25,8 +25,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter, as ``ERLTrainer.evaluate``.
 
     ``dataset`` replaces the test split, scored by ``reward_funcs`` (``module:function`` specs) when given.
-    Raises ValueError when the run trained on something this cannot rebuild.
-    """
+    Raises ValueError when the run trained on something this cannot rebuild."""
     from transformers import set_seed
 
     from erl_lite.core.generation import HFGenerator

@@ -21,8 +21,7 @@ def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str]
                      aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a YAML run file: ``(field values, values of other_keys)``.
 
-    Any other key is an error naming the file and the closest known key; ``aliases``
-    (``{"steps": "max_steps"}``) maps command-line shorthands to the field they stand for.
+    Any other key: an error naming the file and the closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``).
 
     Example:
         >>> import os, tempfile

@@ -6,13 +6,6 @@ rulebooks (:mod:`~erl_lite.embedded.rulebooks`). Its build lives in ``scripts/em
 
 Departures from the paper: the paper trains 4B/7B models on FrozenLake with fixed letters; here a
 stand-in model plays a smaller variant with two kinds of hole whose letters vary per run.
-
-Example:
-    >>> from erl_lite.embedded import load_embedded, demo_world
-    >>> model, tok = load_embedded(peft="none")
-    >>> world = demo_world(run_seed=0)
-    >>> world.symbols["agent"], world.max_turns
-    ('A', 8)
 """
 
 from __future__ import annotations

@@ -39,8 +39,7 @@ def demo_config(**overrides: Any) -> ERLConfig:
 
 def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  model_dir: str | None = None, **overrides: Any) -> Any:
-    """An :class:`~erl_lite.trainer.ERLTrainer` for the demo: the embedded model (or the build in
-    ``model_dir``) with a fresh, seeded LoRA adapter on ``demo_world(seed)``.
+    """The demo's :class:`~erl_lite.trainer.ERLTrainer`: the embedded model, a seeded LoRA, ``demo_world(seed)``.
 
     Example:
         >>> trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1)
@@ -115,8 +114,7 @@ def _example(history: History) -> str:
 
 
 def built_on_memory(history: History, holes: Sequence[str]) -> dict[str, Any] | None:
-    """The latest sampled reflection that kept a remembered rulebook's holes and added one of ``holes``
-    (a successful one first): ``{"step", "task_id", "before", "after", "success"}``, or ``None``."""
+    """The latest reflection that kept memory's holes and added one of ``holes`` (successful first), or None."""
     found = []
     for sample in history.samples:
         for retry in sample["retries"]:
@@ -147,9 +145,8 @@ def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, l
 def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
     """Where the world's ``holes`` were known, per sampled step: memory, reflections, first-attempt plans.
 
-    Shares of reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans
-    naming a letter (``first_named``), both holes (``first_both``) or missing (``first_unreadable``).
-    """
+    Shares of reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans naming
+    a letter (``first_named``), both holes (``first_both``) or missing (``first_unreadable``)."""
     rows = []
     for sample in history.samples:
         memory = sample.get("memory_before") or []

@@ -21,8 +21,7 @@ _PLAN = re.compile(rf"Avoid ([A-Z](?: or [A-Z])*|{NO_PLAN})\.")
 
 
 def rulebook(holes: Sequence[str] | str | None, safe: Sequence[str] | str | None = None) -> str:
-    """The rulebook a good reflection writes: fixed sentences, then one fact per letter of
-    ``holes`` and ``safe`` (a letter or a sequence), in order; a letter in both is refused.
+    """A good reflection's rulebook: fixed sentences, a fact per letter of ``holes`` then ``safe``; none in both.
 
     Example:
         >>> rulebook(["E", "H"])
@@ -73,8 +72,7 @@ def repeated_holes(text: str) -> list[str]:
 
 
 def planned_holes(reply: str) -> list[str] | None:
-    """The letters the first plan sentence of a reply names (``"Avoid E or H."``), repeats
-    included: ``[]`` for ``"Avoid nothing."``, ``None`` without a plan sentence.
+    """The letters a reply's plan sentence (``"Avoid E or H."``) names, repeats included; None without one.
 
     Example:
         >>> planned_holes("Avoid D or G. Up D no.\\n```Right```"), planned_holes("Avoid nothing. Up C ok.")

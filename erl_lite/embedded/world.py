@@ -167,8 +167,7 @@ def _closer_walk(rows: list[str]) -> list[tuple[tuple[int, int], list[tuple[tupl
 
 
 def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
-    """``rows`` with each hole marked as the first (``H``) or second (``K``) kind; with two or
-    more holes both kinds appear, in the way first.
+    """``rows`` with each hole marked as the first (``H``) or second (``K``) kind; two or more holes: both kinds.
 
     Example:
         >>> sorted("".join(assign_kinds(["SHH", "FFF", "FFG"], random.Random(0))).replace("F", ""))
@@ -186,8 +185,7 @@ def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
 
 
 def no_dead_end(rows: list[str]) -> bool:
-    """Whether a player who knows every hole reaches the goal by only stepping closer, whichever
-    safe closer tile it picks (then the ``ahead:`` line holds all it needs).
+    """Whether a player who knows every hole reaches the goal by any safe closer tile (``ahead:`` suffices).
 
     Example:
         >>> no_dead_end(["SFF", "FHF", "FFG"]), no_dead_end(["SFF", "FFH", "FHG"])
