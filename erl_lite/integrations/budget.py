@@ -2,9 +2,9 @@
 
 :func:`estimate_memory` adds up, in GiB, the **static** part (NF4 weights, fp32 embedding, LoRA
 weights, gradients, optimizer moments), the **update** (one micro-batch: checkpointed layer inputs,
-one recomputed layer, one log-prob tile) and the **rollout** (KV cache and prefill of one
-``generate``); the peak is static + max(update, rollout), activations in fp32 (peft upcasts the
-norms). CUDA context and fragmentation (0.5-1 GiB) are left out (``benchmarks/gpu_check.py``).
+one recomputed layer, one log-prob tile) and the **rollout** (KV cache and prefill of one ``generate``);
+peak = static + max(update, rollout), activations in fp32 (peft upcasts the norms); CUDA context and
+fragmentation (0.5-1 GiB) are left out (``benchmarks/gpu_check.py``).
 Departures from the paper: none (the paper trains on 8xH100; this is single-GPU planning).
 """
 

@@ -124,8 +124,7 @@ def check_launch() -> None:
 
 
 class DataParallel:
-    """This process's place in the process group (``DataParallel()``: one process), and the
-    collectives the trainer needs.
+    """This process's place in the process group (``DataParallel()``: one process) and the trainer's collectives.
 
     Example:
         >>> dp = DataParallel()

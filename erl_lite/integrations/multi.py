@@ -34,8 +34,7 @@ def _shared_with_members(name: str) -> property:
 
 
 class MultiEnvironment(Environment):
-    """Routes each task to the named environment it belongs to (``envs``: a dict, or a list named
-    by their ``name``; no ``/`` in a name).
+    """Routes each task to its named environment (``envs``: a dict, or a list named by ``name``; no ``/`` in names).
 
     Example:
         >>> from erl_lite.envs import FrozenLake, Sokoban

@@ -107,8 +107,8 @@ class Scores:
 
 def reward_sources(reward_funcs: Callable | Sequence[Callable] | None,
                    reward_weights: Sequence[float] | None) -> tuple[list[Callable], list[float]]:
-    """``reward_funcs`` as a list of plain callables, and their weights (default 1 each); TypeError
-    for a reward model or a non-callable, ValueError for a weight count that does not match.
+    """``reward_funcs`` as plain callables with their weights (default 1); TypeError for a reward model or a
+    non-callable, ValueError for a weight count that does not match.
 
     Example:
         >>> def acc(completions, **kw): ...
@@ -134,8 +134,7 @@ def _is_module(func: Any) -> bool:
 
 def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
                    trainer_state: Any = None, log: RewardLog | None = None) -> dict[str, Any]:
-    """The keyword arguments of one TRL-style call on a batch of replies (``log``: where
-    ``log_metric``/``log_extra`` write).
+    """The keyword arguments of one TRL-style call on a batch of replies (``log`` takes ``log_metric``/``log_extra``).
 
     Example:
         >>> sorted(call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]]))

@@ -23,9 +23,8 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
     """The successful second attempts (``r2 ≥ τ``) under their original prompt, as SFT rows
     (``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
 
-    ``source``: an :class:`~erl_lite.ERLTrainer`, a :class:`~erl_lite.History`, a run folder or
-    ``samples.jsonl`` path, or an iterable of ``Retry``, ``StepRecord`` or their dicts;
-    ``threshold`` (τ) is required unless ``source`` is a trainer.
+    ``source``: an ERLTrainer, a History, a run folder or ``samples.jsonl``, or ``Retry``/``StepRecord``
+    objects or dicts; ``threshold`` (τ) is required unless ``source`` is a trainer.
 
     Example:
         >>> from erl_lite.records import Attempt, Retry

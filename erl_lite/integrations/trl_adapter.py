@@ -27,8 +27,7 @@ _HOOKS = ("reset", "get_reward")
 
 
 def tool_methods(cls: type) -> list[str]:
-    """The methods TRL exposes as tools: public functions other than reset/get_reward (read on the
-    class, as TRL does: an instance would evaluate its properties)."""
+    """TRL's tools: public functions other than reset/get_reward, read on the class (as TRL does)."""
     return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
             if name not in _HOOKS and not name.startswith("_")]
 
@@ -262,8 +261,7 @@ class TRLEpisode(BatchScoredEpisode):
 
 
 def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
-    """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: one empty user
-    message per task of an iteration (``reset()`` returns the whole prompt).
+    """TRL 1.16's rows without a ``train_dataset``: one empty user message per task (``reset()`` gives the prompt).
 
     Example:
         >>> placeholder_rows(object, 3, 2)

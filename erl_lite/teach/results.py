@@ -147,20 +147,14 @@ class PlayedEpisode:
         """Pair each reply with the user message before it.
 
         Example:
-            >>> a = Attempt("t0", "first", 0, "Play.", [
-            ...     {"role": "system", "content": "Play."}, {"role": "user", "content": "grid 1"},
-            ...     {"role": "assistant", "content": "```Up```"}, {"role": "user", "content": "grid 2"},
-            ...     {"role": "assistant", "content": "```Left```"}], [], [], [], 1.0, True, "Reached the goal.",
-            ...     "", 2)
+            >>> a = Attempt("t0", "first", 0, "Play.", [{"role": "user", "content": "grid 1"},
+            ...     {"role": "assistant", "content": "```Up```"}], [], [], [], 1.0, True, "Reached the goal.", "", 1)
             >>> print(PlayedEpisode.from_attempt(a).text())
-            task t0 · reward 1.00 · succeeded · 2 turns
+            task t0 · reward 1.00 · succeeded · 1 turn
             system: Play.
             --- turn 1 ---
             grid 1
             reply: ```Up```
-            --- turn 2 ---
-            grid 2
-            reply: ```Left```
             --- outcome ---
             Reached the goal.
         """
