@@ -1,8 +1,7 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
-A 4-bit (QLoRA) base is reloaded as training loaded it and dequantised before the merge: the
-adapter was trained against ``dequant(Q(W))``, not ``W``. Whether the base was 4-bit is read from
-the folder's ``erl_lite.json`` note or a checkpoint's ``trainer_state.json``.
+A 4-bit (QLoRA) base is reloaded as in training and dequantised before the merge: the adapter was trained
+against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``).
 Departures from the paper: none; the paper fully fine-tunes and has no adapter to merge.
 """
 

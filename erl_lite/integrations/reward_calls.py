@@ -1,10 +1,9 @@
 """Calling TRL-style reward and feedback functions on a batch, and checking what they return.
 
-TRL 1.16's call: one per function for the whole batch, by keyword (TRL's keywords and every task
-column). ``None`` is "not applicable"; a ``(score, feedback)`` pair gives ERL its feedback text.
-Departures from TRL: a row every function scores None, a bad ``log_metric`` value and a
-``log_extra`` column of the wrong length are errors (TRL trains on 0, logs NaN or misaligns);
-reward models (``nn.Module``) are not called (wrap one in a function).
+TRL 1.16's call: one per function for the whole batch, by keyword (TRL's keywords and every task column).
+``None`` is "not applicable"; a ``(score, feedback)`` pair gives ERL its feedback text. Departures from TRL:
+a row every function scores None, a bad ``log_metric`` value and a ``log_extra`` column of the wrong length
+are errors (TRL trains on 0, logs NaN or misaligns); reward models (``nn.Module``): wrap one in a function.
 """
 
 from __future__ import annotations

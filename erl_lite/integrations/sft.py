@@ -1,9 +1,8 @@
 """The internalization set as SFT data, and a short warm start with TRL's ``SFTTrainer``.
 
-The successful second attempts (``r2 ≥ τ``) under the first attempt's context are rows in TRL's
-conversational prompt-completion format. :func:`warm_start` tokenizes them as rollouts build
-episodes and hands ``SFTTrainer`` ``assistant_masks``, so observations stay out of the loss with
-any chat template (TRL's ``assistant_only_loss`` needs template markers).
+Successful second attempts under the first attempt's context, as TRL prompt-completion rows;
+:func:`warm_start` tokenizes them as rollouts do and passes ``assistant_masks``, so observations stay out
+of the loss with any chat template (TRL's ``assistant_only_loss`` needs template markers).
 Departures from the paper: the paper internalizes online, inside the RL step; this is an extra.
 """
 
@@ -58,8 +57,7 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
 
 
 def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
-    """:func:`internalization_rows` as a ``datasets.Dataset`` (what ``SFTTrainer`` takes); multi-turn
-    rows need ``SFTConfig(assistant_only_loss=True)`` to keep observations out of the loss."""
+    """:func:`internalization_rows` as a ``datasets.Dataset`` (multi-turn rows need ``assistant_only_loss``)."""
     from datasets import Dataset
     rows = internalization_rows(source, threshold)
     if not rows:
@@ -69,8 +67,7 @@ def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
 
 def tokenize_row(row: dict[str, Any], tokenizer: Any,
                  template_kwargs: dict[str, Any] | None = None) -> dict[str, list[int]]:
-    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes: mask 1 on each
-    reply and its eos token.
+    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes (1 on replies and their eos).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer

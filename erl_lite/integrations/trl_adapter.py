@@ -1,11 +1,10 @@
 r"""Environment classes written for TRL's ``environment_factory``, run as erl_lite environments.
 
-TRL 1.16's contract: ``reset(**row)`` returns None or text for the last user message, public
-methods are the tools, an optional ``get_reward()`` has weight 1; ``<tool_call>`` blocks (Qwen's
-Hermes format) get ``<tool_response>`` results, a reply without one ends the episode.
-Departures from TRL: a fresh instance per episode (ERL replays a failed task; ``reset`` should be
-deterministic in the row); calls parsed from text; invalid JSON in a ``<tool_call>`` gets an error
-result (TRL takes it as the answer); no async tools. Departures from the paper: none.
+TRL 1.16's contract: ``reset(**row)`` returns None or text for the last user message, public methods are
+the tools, an optional ``get_reward()`` has weight 1; ``<tool_call>`` blocks (Qwen's Hermes format) get
+``<tool_response>`` results, a reply without one ends the episode. Departures from TRL: a fresh instance
+per episode (ERL replays a failed task; ``reset`` should be deterministic in the row); calls parsed from
+text; invalid JSON in a ``<tool_call>`` gets an error result (TRL: the answer); no async tools. From the paper: none.
 """
 
 from __future__ import annotations

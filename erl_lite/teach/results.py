@@ -1,6 +1,5 @@
 """Finish a run: measure it (:func:`train_and_evaluate`), keep it (:func:`results_folder`,
 :func:`save_adapter`), and watch the trained policy play (:func:`reload_and_play`).
-
 Departures from the paper: none; the paper's evaluation is the same first-attempt protocol.
 """
 
@@ -97,8 +96,7 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
-    Next to peft's files goes :data:`erl_lite.layout.NOTE_FILE`: the base, whether it was 4-bit
-    (peft does not record it) and ``evaluation``.
+    Beside peft's files, :data:`erl_lite.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``.
 
     Example:
         >>> import tempfile
