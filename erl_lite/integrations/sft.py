@@ -101,9 +101,8 @@ def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | No
                chat_template_kwargs: dict[str, Any] | None = None, **sft_args: Any) -> Any:
     """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer.
 
-    ``source``, ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for
-    SFTTrainer to add (None: train ``model`` as is); ``sft_args``: other ``SFTConfig`` fields, over
-    the defaults here (no reporting, ``max_length=None`` so no reply is cut).
+    ``source``, ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for SFTTrainer to add
+    (None: train ``model`` as is); ``sft_args``: more ``SFTConfig`` fields (defaults: no reporting, no max_length).
     """
     import torch
     from datasets import Dataset
