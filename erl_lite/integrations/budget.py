@@ -1,10 +1,9 @@
 """GPU memory arithmetic: will a QLoRA ERL run fit, before it is started?
 
-:func:`estimate_memory` adds up, in GiB, the **static** part (NF4 weights, fp32 embedding, LoRA
-weights, gradients, optimizer moments), the **update** (one micro-batch: checkpointed layer inputs,
-one recomputed layer, one log-prob tile) and the **rollout** (KV cache and prefill of one
-``generate``); the peak is static + max(update, rollout), activations in fp32 (peft upcasts the
-norms). CUDA context and fragmentation (0.5-1 GiB) are left out (``benchmarks/gpu_check.py``).
+:func:`estimate_memory` adds up, in GiB, the **static** part (NF4 weights, fp32 embedding, LoRA weights,
+gradients, optimizer moments), the **update** (one micro-batch: checkpointed layer inputs, one recomputed
+layer, one log-prob tile) and the **rollout** (KV cache and prefill of one ``generate``); peak = static +
+max(update, rollout), fp32 activations (peft upcasts norms); CUDA context, fragmentation (0.5-1 GiB) left out.
 Departures from the paper: none (the paper trains on 8xH100; this is single-GPU planning).
 """
 

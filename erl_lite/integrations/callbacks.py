@@ -1,7 +1,7 @@
-"""``transformers.TrainerCallback`` objects, dispatched by transformers' ``CallbackHandler`` at the
-matching points of erl_lite's loop (one ERL iteration is one step; ``control`` is honoured after it).
-Departures from transformers: ``on_log`` receives each record, not an average over
-``logging_steps``; no epoch, substep or optimizer-step events. Departures from the paper: none.
+"""``transformers.TrainerCallback`` objects, dispatched by its ``CallbackHandler`` at the matching points
+of erl_lite's loop (one ERL iteration is one step; ``control`` is honoured after it). Departures from
+transformers: ``on_log`` gets each record, not a ``logging_steps`` average; no epoch, substep or
+optimizer-step events. Departures from the paper: none.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The notebooks' first cells: install cell, Colab badge, figure links, environment report.
-
-Rendered from :data:`erl_lite.REPOSITORY_URL` and :data:`erl_lite.RELEASE_REF` by
-``scripts/sync_notebooks.py``: Colab installs the code and dependency pins the tests passed with.
+"""The notebooks' first cells (install cell, Colab badge, figure links, environment report), rendered by
+``scripts/sync_notebooks.py`` at :data:`erl_lite.RELEASE_REF` with the pins the tests passed with.
 Nothing here touches the paper's algorithm.
 """
 
@@ -118,7 +116,6 @@ def environment_report() -> RuntimeReport:
         >>> str(environment_report()).splitlines()[0].startswith("python")
         True
     """
-
     import torch
     import erl_lite
     versions: dict[str, str | None] = {"python": platform.python_version()}

@@ -1,9 +1,8 @@
 """Single-turn tasks from a dataset and TRL-style reward functions, as an environment.
 
-Each row is a :class:`~erl_lite.records.Task` of one reply, scored with its phase's batch as TRL
-1.16 scores; ERL's feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else
-states the reward. Departures from TRL: no reward *models*. Departures from the paper: none (its
-tasks are multi-turn; this serves single-turn datasets).
+Each row is a one-reply :class:`~erl_lite.records.Task`, scored with its phase's batch as TRL 1.16 scores;
+ERL's feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else states the reward.
+Departures from TRL: no reward *models*. From the paper: none (its tasks are multi-turn).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Data-parallel ERL under ``accelerate launch`` or ``torchrun``: one process per GPU, torch DDP.
 
-Whole tasks are sharded (GRPO groups stay on one process), memory writes are deferred and applied
-in rank order, and the update is the single-process one of the global batch; FSDP, DeepSpeed,
-mixed precision and torch.compile are refused (:func:`check_launch`).
+Whole tasks are sharded (GRPO groups stay together), memory writes applied in rank order, the update is
+the one-process one of the global batch; FSDP, DeepSpeed, mixed precision, compile: :func:`check_launch`.
 Departures from the paper: Ray and vLLM workers there; here each process runs ``generate`` with
 its own sampling stream (the update for given completions is the same, to rounding).
 """
@@ -124,8 +123,7 @@ def check_launch() -> None:
 
 
 class DataParallel:
-    """This process's place in the process group (``DataParallel()``: one process), and the
-    collectives the trainer needs.
+    """This process's place in the process group (``DataParallel()``: one process) and the trainer's collectives.
 
     Example:
         >>> dp = DataParallel()
@@ -215,8 +213,7 @@ class DataParallel:
             self.state.wait_for_everyone()
 
     def global_positions(self, samples: list[TrainSample]) -> list[int]:
-        """Each local row's index in the batch one process would have built (role by role, and
-        within a role rank by rank), so mini-batches do not depend on the process count."""
+        """Each local row's index in the one-process batch (by role, then rank): mini-batches ignore the world size."""
         if self.world_size == 1:
             return list(range(len(samples)))  # any order: the batch is the global one
         order = [ROLES.index(s.role) for s in samples]
@@ -259,8 +256,7 @@ class DataParallel:
         return DeferredBank(memory) if isinstance(memory, MemoryBank) else DeferredMemory(memory)
 
     def merge(self, outcome: Any, view: ReflectionMemory | None) -> Any:
-        """The global :class:`~erl_lite.records.StepRecord` of a step, memory updated everywhere:
-        records and rulebooks in rank order (RL rows without token ids), the slowest timings."""
+        """The step's global StepRecord, memory updated everywhere: rank order, no token ids, the slowest timings."""
         if self.world_size == 1:
             return outcome
         light = [dataclasses.replace(s, prompt_ids=[], completion_ids=[], completion_mask=[])
@@ -282,8 +278,7 @@ class DataParallel:
         )
 
     def on_main(self, fn: Callable[[], T], default: T) -> T:
-        """Run ``fn`` on rank 0 only; every process returns once it has finished, and a failure
-        there is a RuntimeError on the others (no process waits forever)."""
+        """Run ``fn`` on rank 0 only; all return once it has finished (a failure: RuntimeError on the others)."""
         if self.world_size == 1:
             return fn()
         result, error = default, None
@@ -300,8 +295,7 @@ class DataParallel:
         return result
 
     def decorrelate_rng(self) -> None:
-        """Give each process its own sampling stream: one shared draw plus the rank (so a resumed
-        run continues alike)."""
+        """Give each process its own sampling stream: a shared draw plus the rank (a resumed run continues alike)."""
         if self.world_size == 1:
             return
         from transformers import set_seed

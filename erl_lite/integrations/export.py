@@ -1,8 +1,7 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
-A 4-bit (QLoRA) base is reloaded as training loaded it and dequantised before the merge: the
-adapter was trained against ``dequant(Q(W))``, not ``W``. Whether the base was 4-bit is read from
-the folder's ``erl_lite.json`` note or a checkpoint's ``trainer_state.json``.
+A 4-bit (QLoRA) base is reloaded as in training and dequantised before the merge: the adapter was trained
+against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``).
 Departures from the paper: none; the paper fully fine-tunes and has no adapter to merge.
 """
 
@@ -44,8 +43,7 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
                      base_model: str | None = None) -> AdapterInfo:
     """Read an adapter folder (e.g. ``checkpoint-<step>``): its base model and how that base was loaded.
 
-    ``quantization="auto"`` reads it from the folder; ``base_model`` overrides the adapter's
-    ``base_model_name_or_path``.
+    ``quantization="auto"`` reads it from the folder; ``base_model`` overrides ``base_model_name_or_path``.
 
     Example:
         >>> import tempfile
@@ -182,10 +180,9 @@ def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True, token: str | None = None,
                 commit_message: str = "Upload from erl_lite") -> str:
-    """Upload ``folder`` (a merged model or an adapter) to the Hub; return its URL.
+    """Upload ``folder`` (a merged model or an adapter) to the Hub, creating the repository; return its URL.
 
-    Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``); a missing
-    repository is created.
+    Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``).
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"repo_id must look like 'user-or-org/name', got {repo_id!r}")

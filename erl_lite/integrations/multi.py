@@ -1,10 +1,9 @@
 """Several environments in one run, each task routed to its own by name.
 
-A task's id starts with ``"<name>/"`` (what routing reads) and its data holds the name under
-``environment``, TRL 1.16's multi-environment column; a dataset row without a ``prompt`` names a
-task of the member's split by ``index``. The member decides prompts, turn limit and scoring.
-Departures from the paper: one environment per run there; here one memory per environment, the
-weights shared (TRL's pattern).
+A task's id starts with ``"<name>/"`` (what routing reads), its data holds the name under ``environment``
+(TRL 1.16's column); a row without a ``prompt`` names a member's task by ``index``. The member decides
+prompts, turn limit and scoring. Departures from the paper: one environment per run there; here one
+memory per environment, the weights shared (TRL's pattern).
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def _shared_with_members(name: str) -> property:
 
 
 class MultiEnvironment(Environment):
-    """Routes each task to the named environment it belongs to (``envs``: a dict, or a list named
-    by their ``name``; no ``/`` in a name).
+    """Routes each task to its named environment (``envs``: a dict, or a list named by ``name``; no ``/`` in names).
 
     Example:
         >>> from erl_lite.envs import FrozenLake, Sokoban

@@ -1,9 +1,8 @@
 """Experiment trackers: the run's history sent to TensorBoard, Trackio or Weights & Biases.
 
-``ERLConfig.report_to`` names the trackers, ``logging_steps`` how often (TRL's meanings); train
-records go averaged since the last send, eval records as they come, with a ``samples`` table.
-Not transformers' tracker callbacks (driven by ``Trainer``'s loop, they log no tables); kept
-from them: TensorBoard's run folder, wandb's ``train/global_step`` and ``WANDB_PROJECT``.
+``ERLConfig.report_to`` names the trackers, ``logging_steps`` how often (TRL's meanings); train records
+go averaged since the last send, with a ``samples`` table, eval records as they come. Not transformers'
+tracker callbacks (they log no tables), but their run folder, ``train/global_step`` and ``WANDB_PROJECT``.
 Departures from the paper: none (the paper logs through its own framework).
 """
 
@@ -33,8 +32,7 @@ def _installed(name: str) -> bool:
 
 
 def resolve_report_to(report_to: list[str]) -> list[str]:
-    """The trackers to open for ``ERLConfig.report_to`` (``["all"]``: every installed one, as in
-    transformers); ImportError for one that is not installed.
+    """The trackers of ``report_to`` (``["all"]``: every installed one); ImportError for one not installed.
 
     Example:
         >>> resolve_report_to([])
@@ -50,8 +48,7 @@ def resolve_report_to(report_to: list[str]) -> list[str]:
 
 
 def logging_interval(logging_steps: int | float, max_steps: int) -> int:
-    """Iterations between two sends: ``logging_steps``, or that fraction of ``max_steps``
-    rounded up when it is below 1 (transformers' rule).
+    """Iterations between two sends: ``logging_steps``, or that fraction of ``max_steps`` when below 1 (rounded up).
 
     Example:
         >>> logging_interval(5, 100), logging_interval(0.25, 10)
@@ -103,8 +100,8 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    """``wandb.log`` with the ``train/global_step`` step metric; a run the user started is reused and
-    left for them to finish, one erl_lite started is finished and resumed by :meth:`reopen`."""
+    """``wandb.log`` at ``train/global_step``; a user's run is reused and left open, erl_lite's own is
+    finished and resumed by :meth:`reopen`."""
 
     def __init__(self, config: ERLConfig) -> None:
         import wandb
@@ -162,8 +159,7 @@ class TrackioTracker:
 
 
 def project_name(config: ERLConfig, variable: str) -> str:
-    """The tracker project: ``config.project``, else the environment ``variable``, else
-    :data:`DEFAULT_PROJECT`.
+    """The tracker project: ``config.project``, else the environment ``variable``, else :data:`DEFAULT_PROJECT`.
 
     Example:
         >>> project_name(ERLConfig(project="lab-3"), "WANDB_PROJECT")
@@ -311,8 +307,7 @@ class Reporter:
 
 
 def make_reporter(config: ERLConfig) -> Reporter | None:
-    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker; ImportError
-    for a tracker that is not installed.
+    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker (ImportError: not installed).
 
     Example:
         >>> make_reporter(ERLConfig()) is None

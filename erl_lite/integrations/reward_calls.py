@@ -1,10 +1,9 @@
 """Calling TRL-style reward and feedback functions on a batch, and checking what they return.
 
-TRL 1.16's call: one per function for the whole batch, by keyword (TRL's keywords and every task
-column). ``None`` is "not applicable"; a ``(score, feedback)`` pair gives ERL its feedback text.
-Departures from TRL: a row every function scores None, a bad ``log_metric`` value and a
-``log_extra`` column of the wrong length are errors (TRL trains on 0, logs NaN or misaligns);
-reward models (``nn.Module``) are not called (wrap one in a function).
+TRL 1.16's call: one per function for the whole batch, by keyword (TRL's keywords and every task column).
+``None`` is "not applicable"; a ``(score, feedback)`` pair gives ERL its feedback text. Departures from TRL:
+a row every function scores None, a bad ``log_metric`` value and a ``log_extra`` column of the wrong length
+are errors (TRL trains on 0, logs NaN or misaligns); reward models (``nn.Module``): wrap one in a function.
 """
 
 from __future__ import annotations
@@ -107,8 +106,8 @@ class Scores:
 
 def reward_sources(reward_funcs: Callable | Sequence[Callable] | None,
                    reward_weights: Sequence[float] | None) -> tuple[list[Callable], list[float]]:
-    """``reward_funcs`` as a list of plain callables, and their weights (default 1 each); TypeError
-    for a reward model or a non-callable, ValueError for a weight count that does not match.
+    """``reward_funcs`` as plain callables with their weights (default 1); TypeError for a reward model or a
+    non-callable, ValueError for a weight count that does not match.
 
     Example:
         >>> def acc(completions, **kw): ...
@@ -134,8 +133,7 @@ def _is_module(func: Any) -> bool:
 
 def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
                    trainer_state: Any = None, log: RewardLog | None = None) -> dict[str, Any]:
-    """The keyword arguments of one TRL-style call on a batch of replies (``log``: where
-    ``log_metric``/``log_extra`` write).
+    """The keyword arguments of one TRL-style call on a batch of replies (``log`` takes ``log_metric``/``log_extra``).
 
     Example:
         >>> sorted(call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]]))

@@ -1,9 +1,8 @@
 """The internalization set as SFT data, and a short warm start with TRL's ``SFTTrainer``.
 
-The successful second attempts (``r2 ≥ τ``) under the first attempt's context are rows in TRL's
-conversational prompt-completion format. :func:`warm_start` tokenizes them as rollouts build
-episodes and hands ``SFTTrainer`` ``assistant_masks``, so observations stay out of the loss with
-any chat template (TRL's ``assistant_only_loss`` needs template markers).
+Successful second attempts under the first attempt's context, as TRL prompt-completion rows;
+:func:`warm_start` tokenizes them as rollouts do and passes ``assistant_masks``, so observations stay out
+of the loss with any chat template (TRL's ``assistant_only_loss`` needs template markers).
 Departures from the paper: the paper internalizes online, inside the RL step; this is an extra.
 """
 
@@ -23,9 +22,8 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
     """The successful second attempts (``r2 ≥ τ``) under their original prompt, as SFT rows
     (``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
 
-    ``source``: an :class:`~erl_lite.ERLTrainer`, a :class:`~erl_lite.History`, a run folder or
-    ``samples.jsonl`` path, or an iterable of ``Retry``, ``StepRecord`` or their dicts;
-    ``threshold`` (τ) is required unless ``source`` is a trainer.
+    ``source``: an ERLTrainer, a History, a run folder or ``samples.jsonl``, or ``Retry``/``StepRecord``
+    objects or dicts; ``threshold`` (τ) is required unless ``source`` is a trainer.
 
     Example:
         >>> from erl_lite.records import Attempt, Retry
@@ -59,8 +57,7 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
 
 
 def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
-    """:func:`internalization_rows` as a ``datasets.Dataset`` (what ``SFTTrainer`` takes); multi-turn
-    rows need ``SFTConfig(assistant_only_loss=True)`` to keep observations out of the loss."""
+    """:func:`internalization_rows` as a ``datasets.Dataset`` (multi-turn rows need ``assistant_only_loss``)."""
     from datasets import Dataset
     rows = internalization_rows(source, threshold)
     if not rows:
@@ -70,8 +67,7 @@ def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
 
 def tokenize_row(row: dict[str, Any], tokenizer: Any,
                  template_kwargs: dict[str, Any] | None = None) -> dict[str, list[int]]:
-    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes: mask 1 on each
-    reply and its eos token.
+    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes (1 on replies and their eos).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -105,9 +101,8 @@ def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | No
                chat_template_kwargs: dict[str, Any] | None = None, **sft_args: Any) -> Any:
     """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer.
 
-    ``source``, ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for
-    SFTTrainer to add (None: train ``model`` as is); ``sft_args``: other ``SFTConfig`` fields, over
-    the defaults here (no reporting, ``max_length=None`` so no reply is cut).
+    ``source``, ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for SFTTrainer to add
+    (None: train ``model`` as is); ``sft_args``: more ``SFTConfig`` fields (defaults: no reporting, no max_length).
     """
     import torch
     from datasets import Dataset

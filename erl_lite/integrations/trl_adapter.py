@@ -1,11 +1,10 @@
 r"""Environment classes written for TRL's ``environment_factory``, run as erl_lite environments.
 
-TRL 1.16's contract: ``reset(**row)`` returns None or text for the last user message, public
-methods are the tools, an optional ``get_reward()`` has weight 1; ``<tool_call>`` blocks (Qwen's
-Hermes format) get ``<tool_response>`` results, a reply without one ends the episode.
-Departures from TRL: a fresh instance per episode (ERL replays a failed task; ``reset`` should be
-deterministic in the row); calls parsed from text; invalid JSON in a ``<tool_call>`` gets an error
-result (TRL takes it as the answer); no async tools. Departures from the paper: none.
+TRL 1.16's contract: ``reset(**row)`` returns None or text for the last user message, public methods are
+the tools, an optional ``get_reward()`` has weight 1; ``<tool_call>`` blocks (Qwen's Hermes format) get
+``<tool_response>`` results, a reply without one ends the episode. Departures from TRL: a fresh instance
+per episode (ERL replays a failed task; ``reset`` should be deterministic in the row); calls parsed from
+text; invalid JSON in a ``<tool_call>`` gets an error result (TRL: the answer); no async tools. From the paper: none.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ _HOOKS = ("reset", "get_reward")
 
 
 def tool_methods(cls: type) -> list[str]:
-    """The methods TRL exposes as tools: public functions other than reset/get_reward (read on the
-    class, as TRL does: an instance would evaluate its properties)."""
+    """TRL's tools: public functions other than reset/get_reward, read on the class (as TRL does)."""
     return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
             if name not in _HOOKS and not name.startswith("_")]
 
@@ -262,8 +260,7 @@ class TRLEpisode(BatchScoredEpisode):
 
 
 def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
-    """TRL 1.16's rows for ``environment_factory`` without a ``train_dataset``: one empty user
-    message per task of an iteration (``reset()`` returns the whole prompt).
+    """TRL 1.16's rows without a ``train_dataset``: one empty user message per task (``reset()`` gives the prompt).
 
     Example:
         >>> placeholder_rows(object, 3, 2)

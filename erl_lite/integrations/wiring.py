@@ -52,8 +52,7 @@ def process_group(args: ERLConfig) -> DataParallel:
 
 
 def reporter_for(args: ERLConfig, dist: DataParallel) -> Any:
-    """The trackers of ``args.report_to`` on rank 0 (None elsewhere); built on every rank, so a
-    missing tracker fails everywhere."""
+    """The trackers of ``args.report_to`` on rank 0 (None elsewhere); built on all ranks: a missing one fails on all."""
     reporter = make_reporter(args)
     return reporter if dist.is_main else None
 

@@ -1,6 +1,5 @@
 """Finish a run: measure it (:func:`train_and_evaluate`), keep it (:func:`results_folder`,
 :func:`save_adapter`), and watch the trained policy play (:func:`reload_and_play`).
-
 Departures from the paper: none; the paper's evaluation is the same first-attempt protocol.
 """
 
@@ -97,8 +96,7 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
-    Next to peft's files goes :data:`erl_lite.layout.NOTE_FILE`: the base, whether it was 4-bit
-    (peft does not record it) and ``evaluation``.
+    Beside peft's files, :data:`erl_lite.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``.
 
     Example:
         >>> import tempfile
@@ -147,20 +145,14 @@ class PlayedEpisode:
         """Pair each reply with the user message before it.
 
         Example:
-            >>> a = Attempt("t0", "first", 0, "Play.", [
-            ...     {"role": "system", "content": "Play."}, {"role": "user", "content": "grid 1"},
-            ...     {"role": "assistant", "content": "```Up```"}, {"role": "user", "content": "grid 2"},
-            ...     {"role": "assistant", "content": "```Left```"}], [], [], [], 1.0, True, "Reached the goal.",
-            ...     "", 2)
+            >>> a = Attempt("t0", "first", 0, "Play.", [{"role": "user", "content": "grid 1"},
+            ...     {"role": "assistant", "content": "```Up```"}], [], [], [], 1.0, True, "Reached the goal.", "", 1)
             >>> print(PlayedEpisode.from_attempt(a).text())
-            task t0 · reward 1.00 · succeeded · 2 turns
+            task t0 · reward 1.00 · succeeded · 1 turn
             system: Play.
             --- turn 1 ---
             grid 1
             reply: ```Up```
-            --- turn 2 ---
-            grid 2
-            reply: ```Left```
             --- outcome ---
             Reached the goal.
         """

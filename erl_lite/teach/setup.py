@@ -1,5 +1,4 @@
-"""A notebook's setup in one call: :func:`setup` loads the policy, builds the environment and
-makes the config for ``PRESET = "cpu"`` or ``"gpu"``.
+"""A notebook's setup in one call: :func:`setup` loads the policy, the environment and the config.
 
 Departures from the paper: the cpu setup is a toy world and model; the gpu one is a
 1.5 B model on one consumer GPU instead of Qwen3-4B on 8 H100s.
@@ -35,10 +34,9 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
           model_name: str = GPU_MODEL, **overrides: Any) -> Setup:
     """Load the policy, build the environment and make the config for a notebook.
 
-    ``"cpu"``: the embedded model with LoRA, the demo world, the ``demo`` preset; ``"gpu"``:
-    ``model_name`` in 4-bit with LoRA, FrozenLake, the ``gpu`` preset. ``seed`` seeds the adapter's
-    initialisation, the demo world's letters and the config. The config is built first, so a bad
-    setting fails before anything is loaded.
+    ``"cpu"``: the embedded model, the demo world, the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit,
+    FrozenLake, the ``gpu`` preset (LoRA on both). ``seed`` seeds the adapter, the demo world and the config,
+    which is built first, so a bad setting fails before anything is loaded.
 
     Example:
         >>> model, tokenizer, env, config = setup("cpu", seed=0, max_steps=2)
