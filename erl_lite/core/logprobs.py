@@ -66,8 +66,7 @@ def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
     head = output_head(lm)
     scale, softcap = logit_transform(lm.config)
     B, L = targets.shape
-    out = lm.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                        use_cache=False)
+    out = lm.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     hidden = out.last_hidden_state[:, -(L + 1):-1, :]  # (B, L, H)
     flat = hidden.reshape(B * L, -1).to(head.weight.device)  # (N, H)
     ids = targets.reshape(-1).to(head.weight.device)  # (N,)

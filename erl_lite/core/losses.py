@@ -68,8 +68,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
 
     Example:
         >>> lp = torch.zeros(1, 2)
-        >>> loss, clipped = clipped_policy_loss(lp, lp, torch.tensor([2.0]), torch.ones(1, 2))
-        >>> loss, clipped
+        >>> clipped_policy_loss(lp, lp, torch.tensor([2.0]), torch.ones(1, 2))
         (tensor([[-2., -2.]]), tensor([[False, False]]))
     """
     if epsilon_low < 0 or epsilon_high < 0:
@@ -78,8 +77,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
     adv = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).to(logp.dtype)  # (B, 1) or (B, T)
     log_ratio = logp - old_logp.detach()  # (B, T)
+    keep = mask.bool()
     if importance_sampling_level == "sequence":
-        keep = mask.bool()
         # Masked slots may hold anything: they count neither in the sum nor in the length.
         summed = torch.where(keep, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
         log_ratio = (summed / keep.sum(-1, keepdim=True).clamp(min=1)).expand_as(logp)  # (B, T)
@@ -95,7 +94,6 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         dual = (adv < 0) & (loss > cap)
         loss = torch.where(dual, cap.expand_as(loss), loss)
         clipped = clipped | dual
-    keep = mask.bool()
     return torch.where(keep, loss, torch.zeros_like(loss)), clipped & keep
 
 

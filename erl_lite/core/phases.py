@@ -9,8 +9,6 @@
     memory  ← Δ where r2 ≥ τ
     batch   = first ⊕ reflections ⊕ second ⊕ internalize(retries)
 
-Every function takes what it needs as arguments, so a notebook can run them one by one.
-
 Departures from the paper: ``erl_simple`` (Algorithm 1) and ``rlvr`` reuse the same phases;
 "w/o reflection" replaces Δ with the raw first attempt; an internalization row longer than
 ``max_episode_length`` is dropped with a warning (:func:`internalize`).

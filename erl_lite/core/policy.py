@@ -28,8 +28,7 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
         >>> import tempfile
         >>> from erl_lite.models import load_policy
         >>> from erl_lite.testing import save_tiny_model
-        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
-        ...                         lora_r=4, device="cpu")  # calls keep_4bit_trainable already
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit", lora_r=4, device="cpu")
         >>> keep_4bit_trainable(policy)  # 7 projections x 2 layers
         14
     """

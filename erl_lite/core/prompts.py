@@ -49,9 +49,7 @@ def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
         ('C is a hole.', True)
     """
     blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
-    if not blocks:
-        return base_prompt, False
-    return blocks[-1], True
+    return (blocks[-1], True) if blocks else (base_prompt, False)
 
 
 def second_attempt_system_prompt(rulebook: str, action_reminder: str) -> str:

@@ -143,8 +143,7 @@ class PolicyUpdater:
         local = normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
         norm = self.dist.total_count(local)
         active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
-        nll = c.internalization_mode == "nll"
-        return norm, [pack(chunk, self.pad_id, nll, self.device)
+        return norm, [pack(chunk, self.pad_id, c.internalization_mode == "nll", self.device)
                       for chunk in micro_batches(active, c.per_device_train_batch_size)]
 
     @torch.no_grad()

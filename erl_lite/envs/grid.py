@@ -188,8 +188,7 @@ class GridEpisode(Episode):
         self._lines += [f"Action {self.actions_taken}: {shown} -> {comment}.",
                         "(grid unchanged)" if grid == self._last_grid else grid]
         self._last_grid = grid
-        if not done and self.actions_taken >= self.max_actions:
-            done = True
+        done = done or self.actions_taken >= self.max_actions
         self.reward, self.done = (reward if done else 0.0), done
         info = {"action": parsed, "valid": parsed is not None, "event": event,
                 "actions_left": self.max_actions - self.actions_taken}

@@ -169,8 +169,7 @@ def memory_html(record: Record) -> str:
 def memory_text(record: Record) -> str:
     """Plain-text twin of :func:`memory_html`."""
     before, after = _memory(record)
-    lines = [f"=== memory after step {record.get('step')} ==="]
-    lines.append(after or "(empty: no second attempt has succeeded yet)")
+    lines = [f"=== memory after step {record.get('step')} ===", after or "(empty: no second attempt has succeeded yet)"]
     if after and before != after:
         lines.append("changed this step: " + diff_text(before, after))
     return "\n".join(lines)
