@@ -1,6 +1,5 @@
-"""Completion log-probs from a causal LM, without ever holding ``(B, L, V)`` logits.
-
-The decoder runs once; only the completion positions go through the lm-head, a chunk at a time::
+"""Completion log-probs from a causal LM, without ever holding ``(B, L, V)`` logits: the decoder runs
+once; only the completion positions go through the lm-head, a chunk at a time::
 
     hidden  (B, P + L, H) ──► positions P-1 … P+L-2 ──► (B·L, H) ──► chunks of ``chunk_size``
     each chunk × lm_head.weight (V, H), one vocabulary tile at a time ──► log p(target)  (B, L)

@@ -20,7 +20,6 @@ from erl_lite.core.chat import end_of_turn_id
 
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
     """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
-
     On a CPU with AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its
     first eval-mode, no-grad call (LoRA gradients then silently wrong); this undoes and prevents it.
 
@@ -76,7 +75,6 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
 @contextmanager
 def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
     """Yield the module that computes reference-policy logits for the KL term.
-
     An explicit frozen copy ``reference`` as is; else the PeftModel with its adapter disabled
     (any other model raises ValueError). Wrap the forward in ``torch.no_grad()`` yourself.
 

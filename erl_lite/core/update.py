@@ -111,12 +111,10 @@ class _Tally:
 
 
 class PolicyUpdater:
-    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base).
-
+    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base);
     ``dist``: the process group's :class:`~erl_lite.core.reducer.Reducer` (lines marked ``DDP``). A
     mini-batch with a non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's
-    loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise ``FloatingPointError``.
-    """
+    loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise FloatingPointError."""
 
     max_skipped_in_a_row: int = 3  # optimizer steps skipped in a row (non-finite) that stop the run
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages

@@ -95,7 +95,6 @@ def _note(ax: Axes, text: str) -> None:
 def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None,
                  metric: str = "reward", smoothing: float = 0.0) -> Figure:
     """Reward (or ``metric="success"``) per phase over training steps and evaluation, RLVR dashed.
-
     ``smoothing``: exponential-moving-average weight in [0, 1); 0 draws raw values.
 
     Example:

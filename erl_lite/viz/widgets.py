@@ -105,7 +105,6 @@ def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, in
 
 def reflection_browser(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
-
     Returns an ``ipywidgets.VBox``, or (``static``, see :func:`is_static`) a :class:`StaticView`.
 
     Example:
