@@ -59,15 +59,13 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
     return [c / (std + eps) for c in centred]
 
 
-def grouped_advantages(
-    rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *, scale: str = "group"
-) -> list[float]:
+def grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *,
+                       scale: str = "group") -> list[float]:
     """GRPO advantages within each key's group, in order; ``scale="batch"`` uses the std of *all* ``rewards``.
 
     Example:
         >>> keys = [("t1", "first"), ("t1", "first"), ("t2", "second")]
-        >>> adv = grouped_advantages([1.0, 0.0, 0.3], keys)
-        >>> [round(a, 4) for a in adv]
+        >>> [round(a, 4) for a in grouped_advantages([1.0, 0.0, 0.3], keys)]
         [0.7071, -0.7071, 0.3]
     """
     if len(rewards) != len(keys):

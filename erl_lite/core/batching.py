@@ -100,9 +100,7 @@ def _padded_length(s: TrainSample) -> int:
 
 
 def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
-    """Rows sorted by length, in micro-batches of at most ``size`` rows.
-
-    A micro-batch closes before a row that would make it more than twice as wide as its shortest.
+    """Rows sorted by length, in micro-batches of at most ``size`` rows and twice the width of their shortest.
 
     Example:
         >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)

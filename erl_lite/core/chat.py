@@ -91,10 +91,7 @@ def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, 
     turn; ``reply_ended_with``: the reply's stop token text (not repeated), None if it was cut."""
     if not messages or messages[-1]["role"] != "assistant":
         raise ValueError("glue_text needs a conversation that ends with an assistant reply")
-    probe = messages[:-1] + [
-        {"role": "assistant", "content": _SENTINEL},
-        {"role": "user", "content": observation},
-    ]
+    probe = messages[:-1] + [{"role": "assistant", "content": _SENTINEL}, {"role": "user", "content": observation}]
     text = render(probe, tokenizer, add_generation_prompt=True, template_kwargs=template_kwargs)
     cut = text.rfind(_SENTINEL)
     if cut < 0:

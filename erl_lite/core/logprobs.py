@@ -1,6 +1,5 @@
-"""Completion log-probs from a causal LM, without ever holding ``(B, L, V)`` logits.
-
-The decoder runs once; only the completion positions go through the lm-head, a chunk at a time::
+"""Completion log-probs from a causal LM, without ever holding ``(B, L, V)`` logits: the decoder runs
+once; only the completion positions go through the lm-head, a chunk at a time::
 
     hidden  (B, P + L, H) ──► positions P-1 … P+L-2 ──► (B·L, H) ──► chunks of ``chunk_size``
     each chunk × lm_head.weight (V, H), one vocabulary tile at a time ──► log p(target)  (B, L)
@@ -66,8 +65,7 @@ def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
     head = output_head(lm)
     scale, softcap = logit_transform(lm.config)
     B, L = targets.shape
-    out = lm.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                        use_cache=False)
+    out = lm.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     hidden = out.last_hidden_state[:, -(L + 1):-1, :]  # (B, L, H)
     flat = hidden.reshape(B * L, -1).to(head.weight.device)  # (N, H)
     ids = targets.reshape(-1).to(head.weight.device)  # (N,)

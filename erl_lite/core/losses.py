@@ -62,14 +62,12 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
                         epsilon_low: float = 0.2, epsilon_high: float = 0.28, dual_clip: float | None = 3.0,
                         importance_sampling_level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, capped at ``-A·c`` for ``A < 0``.
-
     ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean log-ratio.
     Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted.
 
     Example:
         >>> lp = torch.zeros(1, 2)
-        >>> loss, clipped = clipped_policy_loss(lp, lp, torch.tensor([2.0]), torch.ones(1, 2))
-        >>> loss, clipped
+        >>> clipped_policy_loss(lp, lp, torch.tensor([2.0]), torch.ones(1, 2))
         (tensor([[-2., -2.]]), tensor([[False, False]]))
     """
     if epsilon_low < 0 or epsilon_high < 0:
@@ -78,8 +76,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
     adv = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).to(logp.dtype)  # (B, 1) or (B, T)
     log_ratio = logp - old_logp.detach()  # (B, T)
+    keep = mask.bool()
     if importance_sampling_level == "sequence":
-        keep = mask.bool()
         # Masked slots may hold anything: they count neither in the sum nor in the length.
         summed = torch.where(keep, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
         log_ratio = (summed / keep.sum(-1, keepdim=True).clamp(min=1)).expand_as(logp)  # (B, T)
@@ -95,7 +93,6 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         dual = (adv < 0) & (loss > cap)
         loss = torch.where(dual, cap.expand_as(loss), loss)
         clipped = clipped | dual
-    keep = mask.bool()
     return torch.where(keep, loss, torch.zeros_like(loss)), clipped & keep
 
 
@@ -142,7 +139,6 @@ def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> t
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
               ) -> torch.Tensor:
     """Reduce a ``(B, T)`` per-token loss to a scalar, ignoring masked positions.
-
     The sum of :func:`row_losses` over ``normalizer``: with ``normalizer_for(full_mask, loss_type)``
     micro-batches accumulate exactly the whole batch's gradient (None: this batch's own).
 
@@ -199,7 +195,6 @@ def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp
                      dual_clip: float | None = 3.0, loss_type: str = "seq_sum", normalizer: float | None = None,
                      importance_sampling_level: str = "token") -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
-
     Log-probs are ``(B, T)``; ``old_logp`` None: on-policy (ratio 1); ``ref_logp`` None: no KL.
     ``advantages`` ``(B,)`` are the weights on ``nll_rows`` ``(B,)`` bool. Returns ``(loss, stats)``.
 

@@ -16,8 +16,6 @@ class ReflectionMemory:
 
     Example:
         >>> mem = ReflectionMemory()
-        >>> mem.context() is None
-        True
         >>> mem.maybe_store("A is you. C is a hole.", reward=1.0, threshold=1.0)
         True
         >>> mem.context()

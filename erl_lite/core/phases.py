@@ -1,6 +1,5 @@
-"""The ERL phases, one function each, named with the paper's verbs (Algorithm 2).
-
-:func:`erl_step` composes them and reads like the algorithm box::
+"""The ERL phases, one function each, named with the paper's verbs (Algorithm 2); :func:`erl_step`
+composes them and reads like the algorithm box::
 
     first   = attempt(tasks, initial prompts)            # y1, r1, f1   (G per task)
     failed  = gate(first, τ)                             # r1 < τ
@@ -8,8 +7,6 @@
     retries = attempt_second(failed tasks, Δ)            # (y1, Δ, y2): same task, from scratch
     memory  ← Δ where r2 ≥ τ
     batch   = first ⊕ reflections ⊕ second ⊕ internalize(retries)
-
-Every function takes what it needs as arguments, so a notebook can run them one by one.
 
 Departures from the paper: ``erl_simple`` (Algorithm 1) and ``rlvr`` reuse the same phases;
 "w/o reflection" replaces Δ with the raw first attempt; an internalization row longer than
@@ -152,11 +149,9 @@ def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], t
 
 def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int],
                 max_length: int | None = None) -> list[TrainSample]:
-    """π(y2 | x): second attempts re-contextualised under the first attempt's initial context.
-
-    Weights: ``distill_weights`` times ``coef`` (weight-0 rows stay, as in the reference); a cut
-    last reply ends with ``stop_ids[0]``; a row over ``max_length`` is dropped with a warning, not cut.
-    """
+    """π(y2 | x): second attempts under the first attempt's initial context, weighted ``coef`` times
+    ``distill_weights`` (weight-0 rows stay, as in the reference); a cut last reply ends with
+    ``stop_ids[0]``; a row over ``max_length`` is dropped with a warning, not cut."""
     weights = distill_weights([r.second.reward for r in retries], mode)
     rows = [TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
             for r, w in zip(retries, weights)]

@@ -20,7 +20,6 @@ from erl_lite.core.chat import end_of_turn_id
 
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
     """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
-
     On a CPU with AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its
     first eval-mode, no-grad call (LoRA gradients then silently wrong); this undoes and prevents it.
 
@@ -28,8 +27,7 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
         >>> import tempfile
         >>> from erl_lite.models import load_policy
         >>> from erl_lite.testing import save_tiny_model
-        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
-        ...                         lora_r=4, device="cpu")  # calls keep_4bit_trainable already
+        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit", lora_r=4, device="cpu")
         >>> keep_4bit_trainable(policy)  # 7 projections x 2 layers
         14
     """
@@ -77,7 +75,6 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
 @contextmanager
 def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
     """Yield the module that computes reference-policy logits for the KL term.
-
     An explicit frozen copy ``reference`` as is; else the PeftModel with its adapter disabled
     (any other model raises ValueError). Wrap the forward in ``torch.no_grad()`` yourself.
 

@@ -49,9 +49,7 @@ def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
         ('C is a hole.', True)
     """
     blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
-    if not blocks:
-        return base_prompt, False
-    return blocks[-1], True
+    return (blocks[-1], True) if blocks else (base_prompt, False)
 
 
 def second_attempt_system_prompt(rulebook: str, action_reminder: str) -> str:
@@ -88,11 +86,9 @@ def cut_middle(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
 def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward: float, feedback: str,
                         tokenizer: Any, max_tokens: int, template_kwargs: dict[str, Any] | None = None
                         ) -> tuple[list[dict[str, str]], list[int]]:
-    """Messages asking for a rulebook, fitted to ``max_tokens``, and their token ids.
-
-    Cut in the middle, in order: trace (to a quarter), base instructions, trace, task, feedback; a
-    budget too small for the fixed text raises :class:`PromptTooLongError`.
-    """
+    """Messages asking for a rulebook and their token ids, fitted to ``max_tokens`` by cutting the middle
+    of, in order: trace (to a quarter), base instructions, trace, task, feedback; a budget too small
+    for the fixed text raises :class:`PromptTooLongError`."""
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
 
     def count(s: str) -> int:

@@ -70,11 +70,8 @@ def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: 
                  params: SamplingParams, *, max_episode_length: int, role: str, indices: list[int],
                  template_kwargs: dict[str, Any] | None = None,
                  on_finished: Callable[[int], Any] | None = None) -> list[Attempt]:
-    """Play ``tasks[i]`` under ``system_prompts[i]``; return one :class:`Attempt` each.
-
-    ``tasks``, ``system_prompts`` and ``indices`` are parallel; ``on_finished`` (a bar's ``update``)
-    gets the number of episodes that finished at each turn, adding up to ``len(tasks)``.
-    """
+    """Play ``tasks[i]`` under ``system_prompts[i]`` (parallel to ``indices``); one :class:`Attempt` each.
+    ``on_finished`` (a bar's ``update``) gets the episodes finished at each turn, adding up to ``len(tasks)``."""
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
     stop_texts = {t: tokenizer.decode([t]) for t in sampler_stop_ids(generator, tokenizer)}

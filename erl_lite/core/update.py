@@ -111,12 +111,10 @@ class _Tally:
 
 
 class PolicyUpdater:
-    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base).
-
+    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base);
     ``dist``: the process group's :class:`~erl_lite.core.reducer.Reducer` (lines marked ``DDP``). A
     mini-batch with a non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's
-    loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise ``FloatingPointError``.
-    """
+    loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise FloatingPointError."""
 
     max_skipped_in_a_row: int = 3  # optimizer steps skipped in a row (non-finite) that stop the run
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
@@ -143,8 +141,7 @@ class PolicyUpdater:
         local = normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
         norm = self.dist.total_count(local)
         active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
-        nll = c.internalization_mode == "nll"
-        return norm, [pack(chunk, self.pad_id, nll, self.device)
+        return norm, [pack(chunk, self.pad_id, c.internalization_mode == "nll", self.device)
                       for chunk in micro_batches(active, c.per_device_train_batch_size)]
 
     @torch.no_grad()

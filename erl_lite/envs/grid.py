@@ -54,7 +54,6 @@ def parse_action(text: str) -> str | None:
 def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, State]]],
                    is_goal: Callable[[State], bool], limit: int | None = None) -> list[str] | None:
     """Shortest list of action names from ``start`` to a goal state (breadth-first search).
-
     ``moves(state)`` yields ``(action, next_state)`` in a fixed order; None when no goal is within
     ``limit`` moves. Ours, not a graph library's: the state spaces are implicit.
 
@@ -188,8 +187,7 @@ class GridEpisode(Episode):
         self._lines += [f"Action {self.actions_taken}: {shown} -> {comment}.",
                         "(grid unchanged)" if grid == self._last_grid else grid]
         self._last_grid = grid
-        if not done and self.actions_taken >= self.max_actions:
-            done = True
+        done = done or self.actions_taken >= self.max_actions
         self.reward, self.done = (reward if done else 0.0), done
         info = {"action": parsed, "valid": parsed is not None, "event": event,
                 "actions_left": self.max_actions - self.actions_taken}
@@ -221,11 +219,9 @@ def _excerpt(text: Any, limit: int = 60) -> str:
 
 class GridGame(Environment):
     """What FrozenLake and Sokoban share: the ``source`` switch, letters, prompts, seeded splits.
-
     Subclasses set the class attributes (``layout_field``: the data field naming a board) and pass
     ``make`` (seed -> data). ``seed``, ``n_train``, ``n_test``: split seed and sizes (paper: 10,000 /
-    100); ``symbols``, ``symbol_seed``: see :func:`resolve_symbols`; ``compact``: for tiny models.
-    """
+    100); ``symbols``, ``symbol_seed``: see :func:`resolve_symbols`; ``compact``: for tiny models."""
 
     default_symbols: dict[str, str]
     episode_class: type[GridEpisode]

@@ -218,7 +218,6 @@ def _cut(text: str, limit: int = 160) -> str:
 
 class MultiHopQA(Environment):
     r"""Multi-hop QA with a search tool (the HotpotQA analogue).
-
     ``source``: ``"generated"`` (offline worlds), ``"hotpotqa"`` (:func:`load_hotpotqa`) or ``"paper"``
     (test: the paper's questions, without paragraphs, so give a ``retriever``). ``hotpot_path``: a
     local HotpotQA-schema file instead of the hub; ``world``: sizes of each generated world.

@@ -48,8 +48,7 @@ class Level:
 
     @classmethod
     def parse(cls, layout: list[str]) -> "Level":
-        """Read ``#`` wall, space floor, ``$`` box, ``.`` goal, ``@`` player (``*``/``+``:
-        box/player on the goal)."""
+        """Read ``#`` wall, space floor, ``$`` box, ``.`` goal, ``@`` player (``*``/``+``: on the goal)."""
         found: dict[str, Cell] = {}
         walls = set()
         for r, row in enumerate(layout):

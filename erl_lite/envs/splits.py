@@ -21,9 +21,7 @@ def derive_seed(base: int, split: str, index: int, attempt: int = 0) -> int:
 
 class SeededSplits:
     """Train/test tasks generated lazily from seeds; no training task repeats a test task.
-
-    ``make``: seed -> task data (deterministic); ``key``: task data -> a string naming the layout.
-    """
+    ``make``: seed -> task data (deterministic); ``key``: task data -> a string naming the layout."""
 
     def __init__(self, make: Callable[[int], dict], key: Callable[[dict], str], prefix: str,
                  seed: int = 0, n_train: int = 10_000, n_test: int = 100) -> None:

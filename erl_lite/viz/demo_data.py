@@ -118,8 +118,7 @@ def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True,
         sampled = with_samples and not baseline and (step == 1 or step % 5 == 0)
         if not baseline:
             record = _step_record(step, metrics[SUCCESS_FIRST], rng, memory)
-            wrote = sum(a.success for a in record.second_attempts)
-            metrics[MEMORY_WRITES] = float(wrote)
+            metrics[MEMORY_WRITES] = float(sum(a.success for a in record.second_attempts))
             metrics[MEMORY_SIZE] = float(len(memory["slot"]))
             if sampled:
                 record.metrics = dict(metrics)

@@ -95,7 +95,6 @@ def _note(ax: Axes, text: str) -> None:
 def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None,
                  metric: str = "reward", smoothing: float = 0.0) -> Figure:
     """Reward (or ``metric="success"``) per phase over training steps and evaluation, RLVR dashed.
-
     ``smoothing``: exponential-moving-average weight in [0, 1); 0 draws raw values.
 
     Example:
@@ -164,8 +163,7 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
     if sizes:
         S.plot_series(ax, s_steps, sizes, label="held after the step", color="0.2", marker=MARKERS["memory"])
     S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks", bool(writes or sizes), legend=False)
-    top = max(writes + sizes, default=0.0)
-    ax.set_ylim(0, top * 1.35 + 0.5)  # headroom keeps the legend off the data
+    ax.set_ylim(0, max(writes + sizes, default=0.0) * 1.35 + 0.5)  # headroom keeps the legend off the data
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     handles, labels = ax.get_legend_handles_labels()
     if handles:
@@ -298,9 +296,6 @@ def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: His
     os.makedirs(out_dir, exist_ok=True)
     figures = {"rewards.png": plot_rewards(h, base), "gate_rate.png": plot_gate_rate(h), "memory.png": plot_memory(h),
                "losses.png": plot_losses(h), "eval.png": plot_eval(h, base), "overview.png": plot_overview(h, base)}
-    paths = []
     for name, fig in figures.items():
-        path = os.path.join(out_dir, name)
-        fig.savefig(path, dpi=S.DPI, bbox_inches="tight")
-        paths.append(path)
-    return paths
+        fig.savefig(os.path.join(out_dir, name), dpi=S.DPI, bbox_inches="tight")
+    return [os.path.join(out_dir, name) for name in figures]

@@ -105,7 +105,6 @@ def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, in
 
 def reflection_browser(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
-
     Returns an ``ipywidgets.VBox``, or (``static``, see :func:`is_static`) a :class:`StaticView`.
 
     Example:
@@ -169,8 +168,7 @@ def memory_html(record: Record) -> str:
 def memory_text(record: Record) -> str:
     """Plain-text twin of :func:`memory_html`."""
     before, after = _memory(record)
-    lines = [f"=== memory after step {record.get('step')} ==="]
-    lines.append(after or "(empty: no second attempt has succeeded yet)")
+    lines = [f"=== memory after step {record.get('step')} ===", after or "(empty: no second attempt has succeeded yet)"]
     if after and before != after:
         lines.append("changed this step: " + diff_text(before, after))
     return "\n".join(lines)
