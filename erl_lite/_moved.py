@@ -1,11 +1,8 @@
 """Import paths of release 0.1 that moved when the package was arranged by layer.
 
-``import erl_lite.phases`` still works for one release: it warns (``DeprecationWarning``) and
-hands back the module at its new home, the same module object, so patching either name patches
-both. A finder on ``sys.meta_path`` does this instead of one stub file per old name, which keeps
-the old names out of the source tree (and out of the layer checks).
-
-Departures from the paper: none; this is packaging.
+``import erl_lite.phases`` works for one more release: it warns (``DeprecationWarning``) and hands
+back the module at its new home, the same object. One finder on ``sys.meta_path`` does it, so no
+stub file per old name sits in the tree. Departures from the paper: none; this is packaging.
 """
 
 from __future__ import annotations
