@@ -134,7 +134,7 @@ def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None,
     if dataset is None:
         raise ValueError("--reward-funcs needs --dataset PATH_OR_NAME: the rows whose completions they score")
     world = RewardFunctionEnv([load_function(spec, "reward function") for spec in specs],
-                              success_threshold=cfg.reward_threshold)
+                              reward_threshold=cfg.reward_threshold)
     return world, rows_to_tasks(load_rows(dataset, "eval"), prefix="eval", where=dataset), DATASET_ENV
 
 
@@ -146,7 +146,7 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
     env, _, kwargs = build_environment(name, small, cfg.seed)
     if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
         env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"),
-                                success_threshold=cfg.reward_threshold)
+                                reward_threshold=cfg.reward_threshold)
     tasks = kwargs.get("eval_dataset")
     if tasks is None:
         return env, env.test_tasks()

@@ -48,7 +48,7 @@ class BatchScoredEpisode(Episode):
     """An episode scored by its environment's :meth:`Environment.score_batch` (reading ``reward``
     before that scores it alone). Subclasses define :meth:`_ready_to_score` and set ``env``."""
 
-    env: Any  # the environment, with a ``success_threshold``
+    env: Any  # the environment, with a ``reward_threshold``
     scored: bool = False
     _reward: float = 0.0
     _verdict: str = ""
@@ -75,7 +75,7 @@ class BatchScoredEpisode(Episode):
 
     @property
     def success(self) -> bool:
-        return self.reward >= self.env.success_threshold
+        return self.reward >= self.env.reward_threshold
 
     @classmethod
     def pending(cls, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None

@@ -37,7 +37,7 @@ def build_environment(args: ERLConfig, env: Environment | None, environment_fact
         raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
                          "environment classes) or reward_funcs= (dataset tasks)")
     if env is None:
-        env = RewardFunctionEnv(reward_funcs, feedback_func, reward_weights, success_threshold=args.reward_threshold)
+        env = RewardFunctionEnv(reward_funcs, feedback_func, reward_weights, reward_threshold=args.reward_threshold)
     return env, train_dataset
 
 
