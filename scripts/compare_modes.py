@@ -20,8 +20,10 @@ Besides the paper's four variants it runs erl_lite's own ablation, "ERL w/o inte
 and a control for the optimizer steps: the demo uses the reference's mini-batch rule, under
 which ERL's failures give it about two optimizer steps per iteration and RLVR one, so "RLVR, 2
 optimizer steps" takes two per iteration (the table counts each run's steps; a second control
-with four, "RLVR, 4 optimizer steps", runs when ``--variants`` names it).
-Controls stay out of the ordering targets.
+with four, "RLVR, 4 optimizer steps", runs when ``--variants`` names it), and the step-matched
+control, "RLVR, ERL's optimizer steps": per seed, the mean number of optimizer steps per
+iteration ERL took on that seed, rounded up. The table counts each run's optimizer steps and
+samples (sequences in the RL batches). Controls stay out of the ordering targets.
 
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 --jobs 2   # two runs at a time
@@ -37,12 +39,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import statistics
 import time
 
 import torch
+
+from erl_lite.metric_names import SAMPLES_KEYS
 
 VARIANTS = {
     "ERL": dict(mode="erl"),
@@ -58,8 +63,24 @@ VARIANTS = {
 STEP_CONTROLS = {"RLVR, 2 optimizer steps": 2, "RLVR, 4 optimizer steps": 4}
 VARIANTS.update({name: dict(mode="rlvr", num_generations=10, steps_per_generation=k)
                  for name, k in STEP_CONTROLS.items()})
+#: The step-matched control: per seed, RLVR takes the mean number of optimizer steps per
+#: iteration that ERL took on that seed, rounded up (:func:`matched_steps`).
+MATCHED = "RLVR, ERL's optimizer steps"
+VARIANTS[MATCHED] = dict(mode="rlvr", num_generations=10)
+#: RLVR variants that control for the optimizer steps: kept out of the ordering targets.
+CONTROLS = {*STEP_CONTROLS, MATCHED}
 #: What runs without ``--variants``: all but the 4-step control.
 DEFAULT_VARIANTS = [v for v in VARIANTS if STEP_CONTROLS.get(v) != 4]
+
+
+def matched_steps(erl: dict) -> int:
+    """Optimizer steps per iteration for the step-matched control: ERL's mean on that seed, rounded up.
+
+    Example:
+        >>> matched_steps({"optim_steps": 41, "steps": 20}), matched_steps({"optim_steps": 0, "steps": 5})
+        (3, 1)
+    """
+    return max(1, math.ceil(erl["optim_steps"] / max(erl["steps"], 1)))
 
 
 #: (label, minimum) of each target; ``check_targets`` computes the values.
@@ -71,9 +92,10 @@ REACH_LEVEL = 0.9
 
 
 def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, eval_steps: int = 5,
-        model_dir: str | None = None):
+        model_dir: str | None = None, overrides: dict | None = None):
     """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent.
-    ``model_dir``: a build other than the shipped embedded model (recorded in the result)."""
+    ``model_dir``: a build other than the shipped embedded model (recorded in the result);
+    ``overrides``: settings on top of the variant's (the step-matched control's steps)."""
     from erl_lite.embedded import demo_trainer
 
     spent = {"s": 0.0}
@@ -89,11 +111,13 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
     trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir, overwrite_output_dir=True,
                            model_dir=model_dir,
                            max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
-                           **VARIANTS[variant])
+                           **{**VARIANTS[variant], **(overrides or {})})
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
     return {"variant": variant, "seed": seed, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
+            "samples": int(sum(r.get(k) or 0 for r in history.of_kind("train") for k in SAMPLES_KEYS.values())),
+            **({"overrides": overrides} if overrides else {}),
             "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history),
             **({"model": model_dir} if model_dir else {})}
 
@@ -146,14 +170,16 @@ def main() -> None:
     start = time.perf_counter()
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs) as pool:
-        def job(variant: str, seed: int, budget: float | None) -> tuple:  # run()'s arguments
-            return variant, seed, budget, steps, args.runs, args.eval_steps, args.model
+        def job(variant: str, seed: int, budget: float | None, overrides: dict | None = None) -> tuple:
+            return variant, seed, budget, steps, args.runs, args.eval_steps, args.model, overrides  # run()'s
 
         # ERL first (its seconds set the budget), then every other variant on the same budget.
         erl = pool.map(_run, [job("ERL", seed, None) for seed in args.seeds])
         for r in erl:
             print(_strip(r), flush=True)
-        others = [job(v, r["seed"], r["train_seconds"]) for r in erl for v in args.variants if v != "ERL"]
+        others = [job(v, r["seed"], r["train_seconds"],
+                      {"steps_per_generation": matched_steps(r)} if v == MATCHED else None)
+                  for r in erl for v in args.variants if v != "ERL"]
         rest = []
         for r in pool.imap(_run, others):
             print(_strip(r), flush=True)
@@ -276,7 +302,7 @@ def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
                          f"less than {minimum:.2f} below the ceiling of 1")
         out.append((f"{label} >= +{minimum:.2f} (final eval)", measured, d >= minimum))
     if all(("ERL w/o reflection", s) in by for s in seeds):
-        variants = sorted({r["variant"] for r in results} - set(STEP_CONTROLS))
+        variants = sorted({r["variant"] for r in results} - CONTROLS)
         lowest = min(variants, key=mean)
         out.append(("ERL w/o reflection lowest", f"lowest: {lowest} ({mean(lowest):.3f})",
                     lowest == "ERL w/o reflection"))
@@ -297,18 +323,18 @@ def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
 def summarize(results: list[dict], variants: list[str]) -> str:
     models = sorted({r["model"] for r in results if r.get("model")})
     lines = [f"Model: {', '.join(f'`{m}`' for m in models)} (not the shipped embedded model).", ""] if models else []
-    lines += ["| variant | steps (mean) | optimizer steps (mean) | train CPU s (mean) | eval success before | "
-              f"eval success after (mean ± sd over seeds) | after, per seed | CPU s to reach {REACH_LEVEL:.2f}, per seed |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| variant | steps (mean) | optimizer steps (mean) | samples (mean) | train CPU s (mean) | "
+              "eval success before | eval success after (mean ± sd over seeds) | after, per seed | "
+              f"CPU s to reach {REACH_LEVEL:.2f}, per seed |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in results if r["variant"] == v]
         if not rs:  # asked for but not in these results
             continue
         finals = [r["eval_final"] for r in rs]
         sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
-        optim = [r["optim_steps"] for r in rs if "optim_steps" in r]  # results of an older version lack it
-        lines.append(f"| {v} | {statistics.mean(r['steps'] for r in rs):.0f} | "
-                     f"{f'{statistics.mean(optim):.0f}' if len(optim) == len(rs) else '-'} | "
+        lines.append(f"| {v} | {statistics.mean(r['steps'] for r in rs):.0f} | {_mean_of(rs, 'optim_steps')} | "
+                     f"{_mean_of(rs, 'samples')} | "
                      f"{statistics.mean(r['train_seconds'] for r in rs):.0f} | "
                      f"{statistics.mean(r['eval_start'] for r in rs):.2f} | {statistics.mean(finals):.2f} ± {sd:.2f} | "
                      f"{' / '.join(f'{x:.2f}' for x in finals)} | {_reach_text(rs)} |")
@@ -317,6 +343,12 @@ def summarize(results: list[dict], variants: list[str]) -> str:
         lines += ["", "| target | measured | met |", "|---|---|---|"]
         lines += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
     return "\n".join(lines) + "\n"
+
+
+def _mean_of(runs: list[dict], key: str) -> str:
+    """The runs' mean of ``key``, or "-" when a run lacks it (results of an older version)."""
+    values = [r[key] for r in runs if key in r]
+    return f"{statistics.mean(values):.0f}" if values and len(values) == len(runs) else "-"
 
 
 def _reach_text(runs: list[dict]) -> str:

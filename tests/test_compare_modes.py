@@ -36,8 +36,8 @@ RESULTS = [
 def test_table_gives_per_seed_finals_and_the_seconds_each_variant_took_to_reach_the_level():
     cm = _script()
     table = cm.summarize(RESULTS, ["ERL", "RLVR", "ERL w/o memory"])
-    assert "| ERL | 20 | - | 60 | 0.40 | 0.88 ± 0.11 | 0.95 / 0.80 | 30 / never |" in table
-    assert "| RLVR | 40 | - | 60 | 0.40 | 0.98 ± 0.03 | 1.00 / 0.96 | 60 / 60 |" in table
+    assert "| ERL | 20 | - | - | 60 | 0.40 | 0.88 ± 0.11 | 0.95 / 0.80 | 30 / never |" in table
+    assert "| RLVR | 40 | - | - | 60 | 0.40 | 0.98 ± 0.03 | 1.00 / 0.96 | 60 / 60 |" in table
 
 
 def test_table_counts_optimizer_steps_and_controls_stay_out_of_the_ordering():
@@ -51,7 +51,7 @@ def test_table_counts_optimizer_steps_and_controls_stay_out_of_the_ordering():
     results += [_result(control, s, [[0, 0, 0.4], [20, 60, 0.1]]) | {"optim_steps": 40} for s in (0, 1)]
     results += [_result("ERL w/o reflection", s, [[0, 0, 0.4], [10, 60, 0.3]]) | {"optim_steps": 30} for s in (0, 1)]
     table = cm.summarize(results, ["ERL", control, "ERL w/o reflection"])
-    assert "| ERL | 20 | 42 | 60 |" in table and f"| {control} | 20 | 40 | 60 |" in table
+    assert "| ERL | 20 | 42 | - | 60 |" in table and f"| {control} | 20 | 40 | - | 60 |" in table
     assert "4 optimizer steps" not in cm.summarize(results, ["ERL", "RLVR, 4 optimizer steps"])  # not run: no row
     rows = {label: (measured, met) for label, measured, met in cm.check_targets(results)}
     assert rows["ERL w/o reflection lowest"] == ("lowest: ERL w/o reflection (0.300)", True)
@@ -118,3 +118,36 @@ def test_a_trial_build_is_passed_to_every_run_and_named_above_the_table(monkeypa
     results = [{**r, "model": "/builds/three-layers"} for r in RESULTS]
     assert cm.summarize(results, ["ERL", "RLVR"]).startswith("Model: `/builds/three-layers`")
     assert cm.summarize(RESULTS, ["ERL", "RLVR"]).startswith("| variant |")  # the shipped model: no line
+
+
+def test_the_step_matched_control_takes_erl_s_mean_optimizer_steps_of_its_own_seed(monkeypatch, tmp_path):
+    # "RLVR, ERL's optimizer steps": per seed, ERL's optimizer steps per iteration, rounded up,
+    # passed to that seed's RLVR run; the table counts each run's optimizer steps and samples.
+    import erl_lite.embedded as embedded
+
+    cm = _script()
+    assert cm.MATCHED in cm.DEFAULT_VARIANTS and cm.MATCHED in cm.CONTROLS
+    assert [cm.matched_steps({"optim_steps": n, "steps": 20}) for n in (20, 21, 40, 79, 0)] == [1, 2, 2, 4, 1]
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_trainer(seed, **kwargs):
+        seen.append((kwargs["mode"], kwargs.get("steps_per_generation")))
+        raise Stop
+
+    monkeypatch.setattr(embedded, "demo_trainer", fake_trainer)
+    try:
+        cm.run(cm.MATCHED, 0, 60.0, 1, str(tmp_path), overrides={"steps_per_generation": 3})
+    except Stop:
+        pass
+    assert seen == [("rlvr", 3)]
+    results = [{**r, "optim_steps": 40, "samples": 300 + r["seed"]} for r in RESULTS]
+    results += [_result(cm.MATCHED, s, [[0, 0, 0.4], [20, 60, 0.2]]) | {"optim_steps": 42, "samples": 200}
+                for s in (0, 1)]
+    table = cm.summarize(results, ["ERL", cm.MATCHED])
+    assert "| ERL | 20 | 40 | 300 | 60 |" in table and f"| {cm.MATCHED} | 20 | 42 | 200 | 60 |" in table
+    results += [_result("ERL w/o reflection", s, [[0, 0, 0.4], [10, 60, 0.3]]) for s in (0, 1)]
+    rows = {label: met for label, _, met in cm.check_targets(results)}
+    assert rows["ERL w/o reflection lowest"]  # the control (0.20) is lower, but not one of the paper's variants
