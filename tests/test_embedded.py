@@ -145,6 +145,59 @@ def test_maps_have_no_dead_end_so_knowing_both_holes_is_enough():
             assert reward == 1.0
 
 
+def _blind_by_paths(rows):
+    """blind_success by brute force: every walk of closer steps, weighted by its draws' chances."""
+    goal = next((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "G")
+    total, stack = 0.0, [(next((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "S"), 1.0)]
+    while stack:
+        (r, c), p = stack.pop()
+        if (r, c) == goal:
+            total += p
+            continue
+        if rows[r][c] == "H":
+            continue
+        gap = abs(r - goal[0]) + abs(c - goal[1])
+        closer = [(r + dr, c + dc) for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
+                  if 0 <= r + dr < len(rows) and 0 <= c + dc < len(rows[0])
+                  and abs(r + dr - goal[0]) + abs(c + dc - goal[1]) < gap]
+        stack += [(n, p / len(closer)) for n in closer]
+    return total
+
+
+@pytest.mark.parametrize("rows", [["SG"], ["SH", "FG"], ["SHF", "FFH", "HFG"], ["GFF", "HFF", "FHS"],
+                                  ["SFFF", "FHFH", "FFHF", "HFFG"], ["FFFS", "FHHF", "GFFF", "FFFF"]])
+def test_blind_success_is_the_chance_of_a_random_closer_walk(rows):
+    from erl_lite.embedded.world import blind_success
+
+    # Both sides sum the same few products of 1/2 and 1/3: equal to rounding (1e-12 of values <= 1).
+    assert blind_success(rows) == pytest.approx(_blind_by_paths(rows), abs=1e-12)
+
+
+def test_the_sparse_world_is_a_larger_lake_where_blind_first_attempts_rarely_succeed():
+    from erl_lite.embedded.world import WORLDS, blind_success, world_settings
+
+    for seed in (0, 1, 2):
+        world = demo_world(seed, "sparse", n_test=40)
+        assert (*hole_letters(world.symbols), world.symbols["frozen"]) == run_letters(seed)  # letters as on demo
+        tasks = world.test_tasks()
+        chances = [blind_success(t.data["map"]) for t in tasks]
+        assert all(t.data["size"] == 5 and hole_in_the_way(t.data["map"]) and no_dead_end(t.data["map"])
+                   for t in tasks)
+        assert max(chances) <= 0.1 and sum(chances) / len(chances) <= 0.08
+        assert world.new_episode().max_actions == 14
+    # The demo world is left as it was: its maps are those of the release before the sparse world.
+    import hashlib
+
+    kinds = "|".join("/".join(t.data["kinds"]) for t in demo_world(0).test_tasks(20))
+    assert hashlib.sha256(kinds.encode()).hexdigest()[:16] == "4d14edc9a0132070"
+    assert WORLDS["demo"] == {} and sorted(WORLDS) == ["demo", "sparse"]
+    for wrong in ("Sparse", "sokoban", ""):
+        with pytest.raises(ValueError, match="unknown embedded world .*'demo', 'sparse'"):
+            world_settings(wrong)
+        with pytest.raises(ValueError, match="unknown embedded world"):
+            demo_trainer(0, world=wrong)  # before any model is loaded
+
+
 def test_a_failure_names_only_the_hole_stepped_on():
     world = make_lake_with_both_holes()
     seen = set()

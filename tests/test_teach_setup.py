@@ -68,6 +68,9 @@ def test_setup_loads_the_model_the_config_describes(monkeypatch, preset, overrid
     ("cpu", {"quantization": "8bit"}, "quantization"),
     ("cpu", {"max_step": 3}, "max_steps"),  # a mistyped field: did you mean
     ("gpu", {"model_name": 3}, "model_name"),
+    ("cpu", {"world": "Sparse"}, "unknown embedded world"),
+    ("cpu", {"world": "frozenlake"}, "unknown embedded world"),
+    ("gpu", {"world": "sparse"}, "is an embedded world; the gpu setup plays FrozenLake"),
 ])
 def test_setup_refuses_what_it_cannot_do_before_loading_anything(monkeypatch, preset, overrides, message):
     from erl_lite import models
@@ -76,3 +79,10 @@ def test_setup_refuses_what_it_cannot_do_before_loading_anything(monkeypatch, pr
     monkeypatch.setattr(models, "load_policy", lambda *a, **k: pytest.fail("loaded a model"))
     with pytest.raises((ValueError, TypeError), match=message):
         setup(preset, **overrides)
+
+
+def test_cpu_setup_plays_the_world_it_is_asked_for():
+    from erl_lite.teach import setup
+
+    assert setup("cpu", seed=1, world="sparse").env.test_tasks(1)[0].data["size"] == 5
+    assert setup("cpu", seed=1).env.test_tasks(1)[0].data["size"] == 3

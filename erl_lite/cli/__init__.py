@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", default=None, metavar="DIR",
                       help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
                            "default: the shipped one")
+    from erl_lite.embedded.world import WORLDS
+
+    demo.add_argument("--world", choices=sorted(WORLDS), default="demo",
+                      help="demo: 3x3 maps (default); sparse: 5x5 maps where first attempts rarely succeed")
     train = sub.add_parser("train", help="train a model on one of the environments, or on your own data",
                            description="Train with ERL. Every ERLConfig field is an option; values come from "
                                        "the preset (demo on --env demo, cpu elsewhere), then --config, "
@@ -198,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from erl_lite.embedded.demo import run_demo
 
         run_demo(out=args.out or "erl_lite_demo", steps=args.steps, seed=args.seed,
-                 eval_tasks=args.eval_tasks, model_dir=args.model, **_demo_overrides(args))
+                 eval_tasks=args.eval_tasks, model_dir=args.model, world=args.world, **_demo_overrides(args))
         return 0
     if args.command == "eval":
         return run_eval(args)

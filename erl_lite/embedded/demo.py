@@ -38,8 +38,9 @@ def demo_config(**overrides: Any) -> ERLConfig:
 
 
 def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
-                 model_dir: str | None = None, **overrides: Any) -> Any:
-    """The demo's :class:`~erl_lite.trainer.ERLTrainer`: the embedded model, a seeded LoRA, ``demo_world(seed)``.
+                 model_dir: str | None = None, world: str = "demo", **overrides: Any) -> Any:
+    """The demo's :class:`~erl_lite.trainer.ERLTrainer`: the embedded model, a seeded LoRA,
+    ``demo_world(seed, world)`` (``world``: ``"demo"`` or ``"sparse"``, see :data:`~erl_lite.embedded.world.WORLDS`).
 
     Example:
         >>> trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1)
@@ -50,8 +51,8 @@ def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callba
 
     from erl_lite.trainer import ERLTrainer
 
+    env = demo_world(seed, world)  # first: an unknown world name fails before the model loads
     config = demo_config(seed=seed, **overrides)
-    env = demo_world(seed)
     set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it first
     model, tokenizer = load_embedded(model_dir=model_dir)
     return ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
@@ -69,17 +70,18 @@ def step_line(trainer: Any, record: Any) -> None:
 
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
              eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
-             **overrides: Any) -> History:
-    """Train the embedded model on the demo world and write the report (replacing an earlier run in ``out``)."""
+             world: str = "demo", **overrides: Any) -> History:
+    """Train the embedded model on one of its worlds (``"demo"``, or ``"sparse"``: 5x5 maps where
+    first attempts rarely succeed) and write the report (replacing an earlier run in ``out``)."""
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)
     os.makedirs(out, exist_ok=True)
     trainer = demo_trainer(seed, eval_tasks, [step_line] if verbose else [], model_dir=model_dir,
-                           output_dir=out, **overrides)
+                           world=world, output_dir=out, **overrides)
     config, env = trainer.args, trainer.env
     if verbose:
-        print(f"erl_lite demo: mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "
+        print(f"erl_lite demo: {world} world, mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "
               f"world seed {seed} (hole letters {' and '.join(hole_letters(env.symbols))}, unknown to the model); "
               f"output in {out}/" + (f"; model {model_dir}" if model_dir else ""), flush=True)
     start = time.perf_counter()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+import statistics
 from typing import Any
 
 from erl_lite.config import DEFAULT_SEED
@@ -110,13 +111,15 @@ def closer_tiles(grid: list[list[str]]) -> list[tuple[str, str]]:
     start, goal = find_letter(grid, AGENT), find_letter(grid, GOAL)
     if start is None or goal is None:
         return []
-    gap = abs(start[0] - goal[0]) + abs(start[1] - goal[1])
-    tiles = []
-    for action in ACTIONS:
-        n = neighbour(grid, start, action)
-        if n is not None and abs(n[0] - goal[0]) + abs(n[1] - goal[1]) < gap:
-            tiles.append((action, grid[n[0]][n[1]]))
-    return tiles
+    return [(action, grid[r][c]) for action, (r, c) in _closer_moves(grid, start, goal)]
+
+
+def _closer_moves(rows: Any, cell: tuple[int, int], goal: tuple[int, int]) -> list[tuple[str, tuple[int, int]]]:
+    """(action, cell) of each move from ``cell`` that gets closer to ``goal`` (``rows``: strings or lists)."""
+    gap = abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
+    moves = [(a, (cell[0] + dr, cell[1] + dc)) for a, (dr, dc) in ACTIONS.items()]
+    return [(a, (r, c)) for a, (r, c) in moves if 0 <= r < len(rows) and 0 <= c < len(rows[0])
+            and abs(r - goal[0]) + abs(c - goal[1]) < gap]
 
 
 # --- maps --------------------------------------------------------------------------------------
@@ -149,21 +152,35 @@ def _closer_walk(rows: list[str]) -> list[tuple[tuple[int, int], list[tuple[tupl
     """Each safe cell reached from ``S`` by only stepping closer to ``G`` (goal left out), with its closer tiles."""
     where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
     goal = where["G"]
-
-    def distance(cell: tuple[int, int]) -> int:
-        return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
-
     walk, frontier, seen = [], [where["S"]], set()
     while frontier:
         cell = frontier.pop()
         if cell == goal or cell in seen:
             continue
         seen.add(cell)
-        closer = [((r, c), rows[r][c]) for r, c in ((cell[0] + dr, cell[1] + dc) for dr, dc in ACTIONS.values())
-                  if 0 <= r < len(rows) and 0 <= c < len(rows[0]) and distance((r, c)) < distance(cell)]
+        closer = [(n, rows[n[0]][n[1]]) for _, n in _closer_moves(rows, cell, goal)]
         walk.append((cell, closer))
         frontier += [n for n, tile in closer if tile in "SGF"]
     return walk
+
+
+def blind_success(rows: list[str]) -> float:
+    """The chance that a player blind to holes, stepping to a random closer tile, reaches the goal.
+
+    Example:
+        >>> blind_success(["SH", "FG"]), blind_success(["SF", "FG"]), blind_success(["SHF", "FFH", "HFG"])
+        (0.5, 1.0, 0.125)
+    """
+    goal = next((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "G")
+    chance: dict[tuple[int, int], float] = {}
+
+    def reach(cell: tuple[int, int]) -> float:  # memoised over the cells; the recursion ends at G
+        if cell not in chance:
+            chance[cell] = (1.0 if cell == goal else 0.0 if rows[cell[0]][cell[1]] == "H" else
+                            statistics.mean(reach(n) for _, n in _closer_moves(rows, cell, goal)))
+        return chance[cell]
+
+    return reach(next((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "S"))
 
 
 def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
@@ -195,9 +212,10 @@ def no_dead_end(rows: list[str]) -> bool:
 
 
 def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
-             keep_easy: float, both_kinds: float = 0.0) -> dict[str, Any]:
+             keep_easy: float, both_kinds: float = 0.0, max_blind: float = 1.0) -> dict[str, Any]:
     """A map with a hole in the way (except for a ``keep_easy`` share) and no dead end; for a
-    ``both_kinds`` share of the others, holes of both kinds in the way. Deterministic in ``seed``;
+    ``both_kinds`` share of the others, holes of both kinds in the way; on every map a blind
+    player's chance (:func:`blind_success`) of at most ``max_blind``. Deterministic in ``seed``;
     ``kinds`` marks each hole's kind, ``map`` keeps ``H`` for both (the move rule's view).
 
     Example:
@@ -210,7 +228,8 @@ def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float]
     need_both = not easy_ok and rng.random() < both_kinds
     for attempt in range(10_000):
         m = generate_map(seed + 7_919 * attempt, sizes, frozen_prob, max_shortest)
-        if (easy_ok or hole_in_the_way(m["map"])) and no_dead_end(m["map"]):
+        if ((easy_ok or hole_in_the_way(m["map"])) and no_dead_end(m["map"])
+                and blind_success(m["map"]) <= max_blind):
             kinds = assign_kinds(m["map"], rng)
             if not need_both or holes_in_the_way(kinds) == {"H", SECOND_HOLE}:
                 return {**m, "kinds": kinds}
@@ -268,7 +287,7 @@ class DemoLake(FrozenLake):
     def __init__(self, keep_easy: float = 0.25, both_kinds: float = 0.6, seed: int = 0, n_train: int = 10_000,
                  n_test: int = 100, sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
                  max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
-                 compact: bool = True, hints: bool = True) -> None:
+                 compact: bool = True, hints: bool = True, max_blind: float = 1.0) -> None:
         super().__init__(seed=seed, n_train=n_train, n_test=n_test, sizes=sizes, frozen_prob=frozen_prob,
                          max_shortest=max_shortest, max_actions=max_actions, compact=compact)
         # FrozenLake knows one kind of hole; the second kind's letter is resolved here.
@@ -276,7 +295,7 @@ class DemoLake(FrozenLake):
         self.keep_easy, self.both_kinds, self.hints = keep_easy, both_kinds, hints
 
         def make(task_seed: int) -> dict[str, Any]:
-            return trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds)
+            return trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds, max_blind)
 
         self._splits = SeededSplits(make, lambda d: "/".join(d["kinds"]), self.name, seed, n_train, n_test)
 
@@ -294,13 +313,32 @@ def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: A
     return DemoLake(seed=seed, symbols={"hole": hole, "hole2": hole2, "frozen": frozen}, **overrides)
 
 
-def demo_world(run_seed: int = DEFAULT_SEED, **overrides: Any) -> DemoLake:
-    """The embedded model's world for one run: letters (:func:`run_letters`) and splits seeded by ``run_seed``.
+#: The embedded model's worlds (:class:`DemoLake` settings). ``demo``: 3x3 maps where a blind
+#: first attempt often succeeds. ``sparse``: 5x5 maps where a player blind to the holes wins at
+#: most one time in ten (:func:`blind_success`), the regime of the paper's Sokoban. A larger lake
+#: rather than a new game: the same feedback and rulebook words, so one model plays both.
+WORLDS: dict[str, dict[str, Any]] = {
+    "demo": {},
+    "sparse": {"sizes": (5, 5), "max_shortest": 10, "max_actions": 14, "keep_easy": 0.0, "max_blind": 0.1},
+}
+
+
+def world_settings(world: str) -> dict[str, Any]:
+    """The :class:`DemoLake` settings of one of :data:`WORLDS` (a ValueError naming them for another name)."""
+    if world not in WORLDS:
+        raise ValueError(f"unknown embedded world {world!r}; choose one of {sorted(WORLDS)}")
+    return dict(WORLDS[world])
+
+
+def demo_world(run_seed: int = DEFAULT_SEED, world: str = "demo", **overrides: Any) -> DemoLake:
+    """One run's ``world`` (of :data:`WORLDS`): letters (:func:`run_letters`) and splits seeded by ``run_seed``.
 
     Example:
         >>> w = demo_world(3, n_test=10)
         >>> len(w.test_tasks()), len({w.symbols[k] for k in ("hole", "hole2", "frozen")})
         (10, 3)
+        >>> demo_world(3, "sparse", n_test=2).test_tasks()[0].data["size"]
+        5
     """
-    values = {"seed": run_seed, "n_train": 2_000, **overrides}
+    values = {"seed": run_seed, "n_train": 2_000, **world_settings(world), **overrides}
     return make_world(*run_letters(run_seed), **values)

@@ -31,11 +31,12 @@ class Setup(NamedTuple):
 
 
 def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | None = None,
-          model_name: str = GPU_MODEL, **overrides: Any) -> Setup:
+          model_name: str = GPU_MODEL, world: str = "demo", **overrides: Any) -> Setup:
     """Load the policy, build the environment and make the config for a notebook.
 
-    ``"cpu"``: the embedded model, the demo world, the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit,
-    FrozenLake, the ``gpu`` preset (LoRA on both). ``seed`` seeds the adapter, the demo world and the config,
+    ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``, or ``"sparse"`` where first
+    attempts rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the
+    ``gpu`` preset (LoRA on both). ``seed`` seeds the adapter, the demo world and the config,
     which is built first, so a bad setting fails before anything is loaded.
 
     Example:
@@ -51,6 +52,8 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
         raise ValueError(f"setup: quantization must be 'none' or '4bit', got {quantization!r}")
     if not isinstance(model_name, str) or not model_name:
         raise ValueError(f"setup: model_name must be a model's hub name or folder, got {model_name!r}")
+    if preset == "gpu" and world != "demo":
+        raise ValueError(f"setup: world={world!r} is an embedded world; the gpu setup plays FrozenLake")
     config = ERLConfig.preset(config_preset, seed=seed, **overrides)
 
     from transformers import set_seed
@@ -62,8 +65,8 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
     if preset == "cpu":
         from erl_lite.embedded import demo_world, load_embedded
 
-        model, tokenizer = load_embedded(**adapter)
-        return Setup(model, tokenizer, demo_world(seed), config)
+        env = demo_world(seed, world)  # an unknown world name fails before the model loads
+        return Setup(*load_embedded(**adapter), env, config)
     from erl_lite import models
     from erl_lite.envs import FrozenLake
 
