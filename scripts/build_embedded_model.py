@@ -1,6 +1,6 @@
 """Build erl_lite's embedded tiny policy: corpus -> tokenizer -> training -> package data.
 
-Seeded and CPU-only; the default build takes about a quarter of an hour on two cores::
+Seeded and CPU-only; the default build takes about a quarter of an hour on two cores (``--threads 2``)::
 
     OMP_NUM_THREADS=1 python scripts/build_embedded_model.py            # writes erl_lite/data/embedded
     OMP_NUM_THREADS=1 python scripts/build_embedded_model.py --steps 100 --out /tmp/emb  # a quick trial
@@ -41,7 +41,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 
 from erl_lite.embedded.loading import EMBEDDED_DIR
 from erl_lite.embedded.rulebooks import rulebook
-from erl_lite.embedded.world import LETTER_POOL
+from erl_lite.embedded.world import LETTER_POOL, WORLDS
 from erl_lite.envs.frozenlake import COMMENTS, FEEDBACK
 from erl_lite.envs.grid import action_reminder_text, grid_system_prompt
 from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM, RETRY_HEADER
@@ -65,13 +65,15 @@ ALPHABET = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
 
 def fixed_sentences() -> list[str]:
     """Every fixed sentence the game and the ERL prompts can show, with sample letters."""
-    texts = [REFLECTION_SYSTEM, REFLECTION_REQUEST, RETRY_HEADER, action_reminder_text(),
-             grid_system_prompt(8, compact=True), grid_system_prompt(8, compact=False),
+    budgets = sorted({WORLDS[w].get("max_actions", 8) for w in WORLDS} | {8})  # every world's action budget
+    texts = [REFLECTION_SYSTEM, REFLECTION_REQUEST, RETRY_HEADER, action_reminder_text()]
+    texts += [grid_system_prompt(b, compact=c) for b in budgets for c in (True, False)]
+    texts += [
              "[... middle of the attempt omitted ...]", "(grid unchanged)",
              "(No valid action found in your reply; nothing happened.)", rulebook(None)]
     letters = "ABCDEFGHXZ"
     texts += [c.format(tile=x) for c in COMMENTS.values() for x in letters]
-    texts += [f.format(n=n, budget=8) for f in FEEDBACK.values() for n in range(1, 9)]
+    texts += [f.format(n=n, budget=b) for f in FEEDBACK.values() for b in budgets for n in range(1, b + 1)]
     return texts
 
 
@@ -80,7 +82,8 @@ def vocabulary_texts(seed: int) -> list[str]:
     tok = tiny_tokenizer()
     roomy = corpus_config(max_completion_length=200, max_episode_length=8192,
                           max_reflection_length=400, max_reflection_prompt_length=8192)
-    sample = generate_corpus(tok, runs=6, tasks_per_run=24, seed=seed + 7, config=roomy)
+    sample = [e for w in WORLDS for e in generate_corpus(tok, runs=6, tasks_per_run=24, seed=seed + 7,
+                                                          config=roomy, **WORLDS[w])]
     texts = [tok.decode(e.prompt_ids + e.completion_ids) for e in sample] + fixed_sentences()
     return [re.sub(r"<\|\w+\|>", "\n", t) for t in texts]  # special tokens are added separately
 
@@ -204,10 +207,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(EMBEDDED_DIR), help="output directory (default: the package data)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=2000, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=2600, help="optimizer steps")
     p.add_argument("--batch", type=int, default=32, help="sequences per step")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--runs", type=int, default=90, help="corpus worlds (letter triples cycle through 60)")
+    p.add_argument("--sparse-runs", type=int, default=45,
+                   help="further corpus worlds from the sparse world (5x5 maps; erl_lite.embedded.world.WORLDS)")
     p.add_argument("--tasks-per-run", type=int, default=96)
     p.add_argument("--reflection-share", type=float, default=0.75,
                    help="keep this share of the corpus' reflections (the role is learned early)")
@@ -237,7 +242,10 @@ def main(argv: list[str] | None = None) -> None:
     tok = build_tokenizer(vocabulary_texts(args.seed))
     print(f"tokenizer: {len(tok)} tokens ({time.time() - t0:.0f}s)", flush=True)
     t1 = time.time()
+    # One model plays both worlds: the demo's runs, then the sparse world's (other letter orders and maps).
     examples = generate_corpus(tok, runs=args.runs, tasks_per_run=args.tasks_per_run, seed=args.seed)
+    examples += generate_corpus(tok, runs=args.sparse_runs, tasks_per_run=args.tasks_per_run, seed=args.seed + 1,
+                                **WORLDS["sparse"])
     keep = random.Random(args.seed)
     examples = [e for e in examples if e.role != "reflection" or keep.random() < args.reflection_share]
     counts = {r: sum(e.role == r for e in examples) for r in ("first", "reflection", "second")}
@@ -259,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
             "model": {k: getattr(args, k) for k in ("hidden", "layers", "heads", "ffn", "tied")},
             "parameters": n_params, "vocab": len(tok),
             "ahead_weight": args.ahead_weight, "rule_weight": args.rule_weight,
-            "corpus": {"runs": args.runs, "tasks_per_run": args.tasks_per_run,
+            "corpus": {"runs": args.runs, "sparse_runs": args.sparse_runs, "tasks_per_run": args.tasks_per_run,
                        "reflection_share": args.reflection_share, "sequences": len(examples),
                        "roles": counts, "tokens": n_tokens, "teacher": asdict(TeacherSkill())},
             "final_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
