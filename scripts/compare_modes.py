@@ -1,4 +1,7 @@
-"""ERL vs RLVR (and the ablations) on the demo world at equal wall-clock, over several seeds.
+"""ERL vs RLVR (and the ablations) on one of the embedded worlds at equal wall-clock, over several seeds.
+
+``--world demo`` (default) or ``--world sparse`` (5x5 maps where a first attempt rarely
+succeeds; :data:`erl_lite.embedded.world.WORLDS`).
 
 For every seed, ERL trains for the demo's default number of steps; its training seconds (the
 sum of ``time/step``, evaluation excluded) become the budget of every other variant, which
@@ -11,25 +14,29 @@ every ``eval_steps`` and at the end on the same test tasks. Writes to ``--out`` 
 (seed 0's ERL rewards per phase with RLVR overlaid). Each run's ``history.jsonl`` goes to
 ``--runs``.
 
-The targets (the ordering of the paper's Table 1, at toy scale), over the seeds' means:
-ERL - RLVR >= +0.10 in final evaluation; ERL - "w/o memory" >= +0.05; "w/o reflection" the
-lowest; and ERL reaches RLVR's final evaluation within 0.6x RLVR's CPU time. A difference target
+The targets on the demo world (the ordering of the paper's Table 1, at toy scale), over the
+seeds' means: ERL - RLVR >= +0.10 in final evaluation; ERL - "w/o memory" >= +0.05; "w/o
+reflection" the lowest; and ERL reaches RLVR's final evaluation within 0.6x RLVR's CPU time.
+On the sparse world (:data:`SPARSE_TARGETS`): ERL >= 0.60; RLVR and the step-matched control
+<= 0.30; "w/o reflection" the lowest; and memory judged by speed, as the paper reports it: ERL
+reaches half its final evaluation in <= 0.7x the CPU seconds "w/o memory" needs. A difference target
 whose baseline ends within its margin of a success of 1 is marked unreachable at that budget
 (no run can be that far ahead), so a reader can tell it from one ERL merely missed.
 Besides the paper's four variants it runs erl_lite's own ablation, "ERL w/o internalization",
-and a control for the optimizer steps: the demo uses the reference's mini-batch rule, under
-which ERL's failures give it about two optimizer steps per iteration and RLVR one, so "RLVR, 2
-optimizer steps" takes two per iteration (the table counts each run's steps; a second control
-with four, "RLVR, 4 optimizer steps", runs when ``--variants`` names it), and the step-matched
-control, "RLVR, ERL's optimizer steps": per seed, the mean number of optimizer steps per
-iteration ERL took on that seed, rounded up. The table counts each run's optimizer steps and
-samples (sequences in the RL batches). Controls stay out of the ordering targets.
+and the step-matched control, "RLVR, ERL's optimizer steps": the demo uses the reference's
+mini-batch rule, under which ERL's failures give it more optimizer steps per iteration than
+RLVR's one, so per seed this control takes the mean number of optimizer steps per iteration ERL
+took on that seed, rounded up. Fixed-step controls, "RLVR, 2 optimizer steps" and "RLVR, 4
+optimizer steps", run when ``--variants`` names them. The table counts each run's optimizer
+steps and samples (sequences in the RL batches). Controls stay out of the ordering targets.
 
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2
+    OMP_NUM_THREADS=1 python scripts/compare_modes.py --world sparse --seeds 0 1 2 --jobs 2
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 --jobs 2   # two runs at a time
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --model /tmp/emb --out /tmp/cmp  # a trial build
 
-``--model DIR`` runs every variant on another build of the embedded model
+The demo world's files are ``compare_*``, the sparse world's ``compare_sparse_*`` (both in
+``--out``). ``--model DIR`` runs every variant on another build of the embedded model
 (``scripts/build_embedded_model.py --out DIR``); its table names the build.
 
 Toy scale: the numbers show ERL's mechanisms on a tiny model, not the paper's results.
@@ -69,8 +76,9 @@ MATCHED = "RLVR, ERL's optimizer steps"
 VARIANTS[MATCHED] = dict(mode="rlvr", num_generations=10)
 #: RLVR variants that control for the optimizer steps: kept out of the ordering targets.
 CONTROLS = {*STEP_CONTROLS, MATCHED}
-#: What runs without ``--variants``: all but the 4-step control.
-DEFAULT_VARIANTS = [v for v in VARIANTS if STEP_CONTROLS.get(v) != 4]
+#: What runs without ``--variants``: the paper's four, erl_lite's ablation and the step-matched
+#: control (which supersedes the fixed-step controls; those run when ``--variants`` names them).
+DEFAULT_VARIANTS = [v for v in VARIANTS if v not in STEP_CONTROLS]
 
 
 def matched_steps(erl: dict) -> int:
@@ -89,13 +97,37 @@ TARGETS = {"ERL - RLVR": 0.10, "ERL - ERL w/o memory": 0.05}
 REACH_SHARE = 0.6
 #: The table's speed column: CPU seconds until a variant's evaluation first reaches this.
 REACH_LEVEL = 0.9
+#: The sparse world's targets: (variant, "min" or "max", bound) on the seeds' mean final evaluation.
+SPARSE_TARGETS = [("ERL", "min", 0.60), ("RLVR", "max", 0.30), (MATCHED, "max", 0.30)]
+#: Sparse world: ERL must reach half its final evaluation within this share of the CPU seconds
+#: "w/o memory" needs to reach the same level.
+MEMORY_SPEED_SHARE = 0.7
+
+
+def output_path(out: str, world: str, name: str) -> str:
+    """Where a world's output ``name`` (``"results.json"``, ``"table.md"``, ...) goes in ``out``.
+
+    Example:
+        >>> output_path("assets", "demo", "table.md"), output_path("assets", "sparse", "table.md")
+        ('assets/compare_table.md', 'assets/compare_sparse_table.md')
+    """
+    return os.path.join(out, f"compare_{name}" if world == "demo" else f"compare_{world}_{name}")
+
+
+def world_of(results: list[dict]) -> str:
+    """The one world ``results`` were measured on (``"demo"`` for results that predate ``--world``)."""
+    worlds = {r.get("world", "demo") for r in results}
+    if len(worlds) != 1:
+        raise ValueError(f"results mix worlds {sorted(worlds)}: compare one world at a time")
+    return worlds.pop()
 
 
 def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, eval_steps: int = 5,
-        model_dir: str | None = None, overrides: dict | None = None):
+        model_dir: str | None = None, overrides: dict | None = None, world: str = "demo"):
     """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent.
     ``model_dir``: a build other than the shipped embedded model (recorded in the result);
-    ``overrides``: settings on top of the variant's (the step-matched control's steps)."""
+    ``overrides``: settings on top of the variant's (the step-matched control's steps);
+    ``world``: which of the embedded worlds."""
     from erl_lite.embedded import demo_trainer
 
     spent = {"s": 0.0}
@@ -106,15 +138,16 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
             trainer.args.max_steps = trainer.step  # the loop ends after this step's evaluation
 
     # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
-    run_dir = os.path.join(runs, f"{variant}-{seed}".replace(" ", "_").replace("/", ""))
+    name = f"{variant}-{seed}" if world == "demo" else f"{world}-{variant}-{seed}"
+    run_dir = os.path.join(runs, name.replace(" ", "_").replace("/", "").replace("'", ""))
     # Each run's folder is this script's own: a rerun replaces the previous comparison's run there.
     trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir, overwrite_output_dir=True,
-                           model_dir=model_dir,
+                           model_dir=model_dir, world=world,
                            max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
                            **{**VARIANTS[variant], **(overrides or {})})
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
-    return {"variant": variant, "seed": seed, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
+    return {"variant": variant, "seed": seed, "world": world, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
             "samples": int(sum(r.get(k) or 0 for r in history.of_kind("train") for k in SAMPLES_KEYS.values())),
             **({"overrides": overrides} if overrides else {}),
@@ -143,11 +176,15 @@ def _strip(r: dict) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from erl_lite.embedded.world import WORLDS
+
+    p.add_argument("--world", choices=sorted(WORLDS), default="demo",
+                   help="demo: 3x3 maps; sparse: 5x5 maps where first attempts rarely succeed (default: demo)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=None, help="ERL steps (default: the demo's)")
     p.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS),
-                   help="which to run (default: all but the 4-step RLVR control)")
-    p.add_argument("--out", default="assets", help="where the table, figures and results go")
+                   help="which to run (default: all but the fixed-step RLVR controls)")
+    p.add_argument("--out", default="assets", help="where the table, figures and results go (file names by --world)")
     p.add_argument("--runs", default="runs/compare", help="where each run's history goes")
     p.add_argument("--model", default=None, metavar="DIR",
                    help="compare a build other than the shipped embedded model "
@@ -156,13 +193,18 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at a time, one CPU thread each (keep <= cores: budgets are CPU seconds)")
     p.add_argument("--replot", action="store_true",
-                   help="only rebuild the table and figures from --out/compare_results.json")
+                   help="only rebuild the table and figures from --out's results file (and --merge's)")
+    p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                   help="with --replot: add these results files (other seeds of the same world and settings)")
     args = p.parse_args()
     from erl_lite.embedded import DEMO_SETTINGS
 
     if args.replot:
-        with open(os.path.join(args.out, "compare_results.json")) as f:
-            write_outputs(json.load(f), args.variants, args.out)
+        results = []
+        for path in [output_path(args.out, args.world, "results.json"), *args.merge]:
+            with open(path) as f:
+                results += json.load(f)
+        write_outputs(merge_seeds(results), args.variants, args.out)
         return
 
     steps = args.steps or DEMO_SETTINGS["max_steps"]
@@ -171,7 +213,7 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs) as pool:
         def job(variant: str, seed: int, budget: float | None, overrides: dict | None = None) -> tuple:
-            return variant, seed, budget, steps, args.runs, args.eval_steps, args.model, overrides  # run()'s
+            return variant, seed, budget, steps, args.runs, args.eval_steps, args.model, overrides, args.world  # run()'s
 
         # ERL first (its seconds set the budget), then every other variant on the same budget.
         erl = pool.map(_run, [job("ERL", seed, None) for seed in args.seeds])
@@ -189,20 +231,36 @@ def main() -> None:
     print(f"total {time.perf_counter() - start:.0f} s")
 
 
+def merge_seeds(results: list[dict]) -> list[dict]:
+    """``results`` of several runs of the script as one: a (variant, seed) found twice is an error.
+
+    Example:
+        >>> len(merge_seeds([{"variant": "ERL", "seed": 0}, {"variant": "ERL", "seed": 1}]))
+        2
+    """
+    seen = [(r["variant"], r["seed"]) for r in results]
+    twice = sorted({k for k in seen if seen.count(k) > 1})
+    if twice:
+        raise ValueError(f"results to merge hold these (variant, seed) twice: {twice}")
+    world_of(results)  # one world only
+    return sorted(results, key=lambda r: (r["seed"], r["variant"] != "ERL"))
+
+
 def write_outputs(results: list[dict], variants: list[str], out: str) -> None:
     """compare_results.json, compare_table.md, compare_eval.png and compare_rewards.png in ``out``."""
     for r in results:
         if r["eval_curve"] and len(r["eval_curve"][0]) == 2:  # results of an older version: no seconds
             raise ValueError("compare_results.json predates per-evaluation seconds; rerun the comparison")
     add_knowledge(results)
-    with open(os.path.join(out, "compare_results.json"), "w") as f:
+    world = world_of(results)
+    with open(output_path(out, world, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     table = summarize(results, variants) + knowledge_table(results, variants)
-    with open(os.path.join(out, "compare_table.md"), "w") as f:
+    with open(output_path(out, world, "table.md"), "w") as f:
         f.write(table)
     print(table)
-    plot(results, variants, os.path.join(out, "compare_eval.png"))
-    plot_pair(results, os.path.join(out, "compare_rewards.png"))
+    plot(results, variants, output_path(out, world, "eval.png"))
+    plot_pair(results, output_path(out, world, "rewards.png"))
 
 
 def add_knowledge(results: list[dict]) -> None:
@@ -269,7 +327,7 @@ def plot_pair(results: list[dict], path: str) -> None:
         return
     load = lambda d: History.load(os.path.join(d, "history.jsonl"))  # noqa: E731
     fig = plot_rewards(load(runs["ERL"]), baseline=load(runs["RLVR"]))
-    fig.axes[0].set_title(f"Demo world, seed {seed}: ERL (solid) vs RLVR (dashed), same CPU time;\nRLVR steps are cheaper, so it takes more of them")
+    fig.axes[0].set_title(f"{world_of(results).capitalize()} world, seed {seed}: ERL (solid) vs RLVR (dashed), same CPU time;\nRLVR steps are cheaper, so it takes more of them")
     fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
@@ -285,7 +343,65 @@ def reach_seconds(curve: list[list[float]], level: float) -> float | None:
 
 
 def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
-    """(target, measured with per-seed figures, met) for each of the comparison's targets."""
+    """(target, measured with per-seed figures, met) for each of the comparison's targets on its world."""
+    return sparse_targets(results) if world_of(results) == "sparse" else demo_targets(results)
+
+
+def _lowest_target(by: dict, seeds: list[int], mean) -> list[tuple[str, str, bool]]:
+    """"w/o reflection" the lowest of the non-control variants (when it ran)."""
+    if not all(("ERL w/o reflection", s) in by for s in seeds):
+        return []
+    variants = sorted({v for v, _ in by} - CONTROLS)
+    lowest = min(variants, key=mean)
+    return [("ERL w/o reflection lowest", f"lowest: {lowest} ({mean(lowest):.3f})", lowest == "ERL w/o reflection")]
+
+
+def sparse_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
+    """The sparse world's targets (:data:`SPARSE_TARGETS`, the lowest, memory's speed)."""
+    by = {(r["variant"], r["seed"]): r for r in results}
+    seeds = sorted({r["seed"] for r in results if r["variant"] == "ERL"})
+    mean = lambda v: statistics.mean(by[(v, s)]["eval_final"] for s in seeds)  # noqa: E731
+    out = []
+    for variant, side, bound in SPARSE_TARGETS:
+        if all((variant, s) in by for s in seeds):
+            finals = " / ".join(f"{by[(variant, s)]['eval_final']:.2f}" for s in seeds)
+            met = mean(variant) >= bound if side == "min" else mean(variant) <= bound
+            out.append((f"{variant} {'>=' if side == 'min' else '<='} {bound:.2f} (final eval)",
+                        f"{mean(variant):.3f} (per seed {finals})", met))
+    out += _lowest_target(by, seeds, mean)
+    if all(("ERL w/o memory", s) in by for s in seeds):
+        out.append(memory_speed_target([by[("ERL", s)] for s in seeds], [by[("ERL w/o memory", s)] for s in seeds]))
+    return out
+
+
+def memory_speed_target(erl: list[dict], no_memory: list[dict]) -> tuple[str, str, bool]:
+    """ERL reaches half its final evaluation in <= :data:`MEMORY_SPEED_SHARE` x the CPU seconds
+    "w/o memory" needs, per seed, then over the seeds' sums. A "w/o memory" run that never gets
+    there is counted at its whole budget (a lower bound on what it needs), so the share shown is
+    at most what longer runs would give.
+
+    Example:
+        >>> e = {"eval_final": 0.8, "eval_curve": [[0, 0.0, 0.0], [5, 10.0, 0.5]]}
+        >>> m = {"train_seconds": 40.0, "eval_curve": [[0, 0.0, 0.0], [5, 10.0, 0.1], [10, 20.0, 0.35]]}
+        >>> memory_speed_target([e], [m])[1:]
+        ('ERL 10 s / w/o memory never (>= 40 s) per seed; share 0.25', True)
+    """
+    mine, theirs, texts = [], [], []
+    for e, m in zip(erl, no_memory):
+        level = e["eval_final"] / 2
+        t_erl = reach_seconds(e["eval_curve"], level)
+        t_mem = reach_seconds(m["eval_curve"], level)
+        mine.append(e["train_seconds"] if t_erl is None else t_erl)
+        theirs.append(m["train_seconds"] if t_mem is None else t_mem)
+        texts.append(f"ERL {mine[-1]:.0f} s / w/o memory " + (f"{t_mem:.0f} s" if t_mem is not None
+                                                               else f"never (>= {theirs[-1]:.0f} s)"))
+    share = sum(mine) / sum(theirs) if sum(theirs) else float("inf")
+    return (f"ERL reaches half its final eval in <= {MEMORY_SPEED_SHARE}x the CPU s of w/o memory",
+            f"{'; '.join(texts)} per seed; share {share:.2f}", share <= MEMORY_SPEED_SHARE)
+
+
+def demo_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
+    """The demo world's targets (:data:`TARGETS`, the lowest, ERL's speed to RLVR's final evaluation)."""
     by = {(r["variant"], r["seed"]): r for r in results}
     seeds = sorted({r["seed"] for r in results if r["variant"] == "ERL"})
     mean = lambda v: statistics.mean(by[(v, s)]["eval_final"] for s in seeds)  # noqa: E731
@@ -301,11 +417,7 @@ def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
             measured += (f"; unreachable at this budget: {other} ends at {mean(other):.2f}, "
                          f"less than {minimum:.2f} below the ceiling of 1")
         out.append((f"{label} >= +{minimum:.2f} (final eval)", measured, d >= minimum))
-    if all(("ERL w/o reflection", s) in by for s in seeds):
-        variants = sorted({r["variant"] for r in results} - CONTROLS)
-        lowest = min(variants, key=mean)
-        out.append(("ERL w/o reflection lowest", f"lowest: {lowest} ({mean(lowest):.3f})",
-                    lowest == "ERL w/o reflection"))
+    out += _lowest_target(by, seeds, mean)
     if all(("RLVR", s) in by for s in seeds):
         shares = []
         for s in seeds:
@@ -360,7 +472,8 @@ def _reach_text(runs: list[dict]) -> str:
 def plot(results: list[dict], variants: list[str], path: str) -> None:
     from erl_lite.viz import plot_comparison
 
-    plot_comparison(results, variants, title="Demo world, equal wall-clock, one line per seed").savefig(path)
+    title = f"{world_of(results).capitalize()} world, equal wall-clock, one line per seed"
+    plot_comparison(results, variants, title=title).savefig(path)
 
 
 if __name__ == "__main__":

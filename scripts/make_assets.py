@@ -1,11 +1,12 @@
 """Regenerate every figure and table the README shows, into ``assets/``.
 
-Runs, in order (about 35 minutes on two CPU cores with ``--jobs 2``):
+Runs, in order (about an hour on two CPU cores with ``--jobs 2``):
 
-1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json`` (the untrained model's bands);
+1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json`` and ``assets/bands_sparse.json``
+   (the untrained model's bands on both worlds);
 2. ``erl-lite demo --out assets/demo`` -> the demo's figures, ``report.md`` and history;
-3. ``scripts/compare_modes.py`` -> ``assets/compare_*`` (ERL vs RLVR and ablations, equal CPU
-   time, 3 seeds).
+3. ``scripts/compare_modes.py`` -> ``assets/compare_*`` and ``assets/compare_sparse_*`` (ERL vs
+   RLVR and ablations, equal CPU time, 3 seeds, on each world).
 
 Usage:
     OMP_NUM_THREADS=1 python scripts/make_assets.py [--jobs 2] [--skip bands demo compare]
@@ -22,8 +23,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = {
     "bands": [sys.executable, "benchmarks/embedded_bands.py", "--json", "assets/bands.json"],
+    "bands_sparse": [sys.executable, "benchmarks/embedded_bands.py", "--world", "sparse",
+                     "--json", "assets/bands_sparse.json"],
     "demo": [sys.executable, "-m", "erl_lite.cli", "demo", "--out", "assets/demo"],
     "compare": [sys.executable, "scripts/compare_modes.py", "--seeds", "0", "1", "2", "--out", "assets"],
+    "compare_sparse": [sys.executable, "scripts/compare_modes.py", "--world", "sparse", "--seeds", "0", "1", "2",
+                       "--out", "assets"],
 }
 
 
@@ -39,7 +44,7 @@ def main() -> None:
     for name, cmd in STEPS.items():
         if name in args.skip:
             continue
-        if name == "compare":
+        if name.startswith("compare"):
             cmd = [*cmd, "--jobs", str(args.jobs)]
         start = time.perf_counter()
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)

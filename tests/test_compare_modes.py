@@ -151,3 +151,78 @@ def test_the_step_matched_control_takes_erl_s_mean_optimizer_steps_of_its_own_se
     results += [_result("ERL w/o reflection", s, [[0, 0, 0.4], [10, 60, 0.3]]) for s in (0, 1)]
     rows = {label: met for label, _, met in cm.check_targets(results)}
     assert rows["ERL w/o reflection lowest"]  # the control (0.20) is lower, but not one of the paper's variants
+
+
+def _sparse(variant, seed, curve):
+    return _result(variant, seed, curve) | {"world": "sparse"}
+
+
+def test_the_sparse_world_is_judged_by_its_own_targets_and_memory_by_speed():
+    # Sparse world: ERL >= 0.60, RLVR and the step-matched control <= 0.30, "w/o reflection"
+    # lowest, and ERL reaching half its final evaluation in <= 0.7x the seconds "w/o memory" needs.
+    cm = _script()
+    results = [_sparse("ERL", s, [[0, 0, 0.05], [10, 30, 0.4], [20, 60, 0.7]]) for s in (0, 1)]
+    results += [_sparse("RLVR", s, [[0, 0, 0.05], [30, 60, 0.2 + 0.1 * s]]) for s in (0, 1)]
+    results += [_sparse(cm.MATCHED, s, [[0, 0, 0.05], [30, 60, 0.1]]) for s in (0, 1)]
+    results += [_sparse("ERL w/o reflection", s, [[0, 0, 0.05], [30, 60, 0.05]]) for s in (0, 1)]
+    # Seed 0 reaches 0.35 at 40 s (ERL: 30 s), seed 1 never (counted at its budget, 60 s).
+    results += [_sparse("ERL w/o memory", 0, [[0, 0, 0.05], [10, 20, 0.2], [20, 40, 0.36], [30, 60, 0.5]]),
+                _sparse("ERL w/o memory", 1, [[0, 0, 0.05], [30, 60, 0.3]])]
+    rows = {label: (measured, met) for label, measured, met in cm.check_targets(results)}
+    assert rows["ERL >= 0.60 (final eval)"] == ("0.700 (per seed 0.70 / 0.70)", True)
+    assert rows["RLVR <= 0.30 (final eval)"] == ("0.250 (per seed 0.20 / 0.30)", True)
+    assert rows[f"{cm.MATCHED} <= 0.30 (final eval)"][1]
+    assert rows["ERL w/o reflection lowest"][1]
+    measured, met = rows["ERL reaches half its final eval in <= 0.7x the CPU s of w/o memory"]
+    assert measured == "ERL 30 s / w/o memory 40 s; ERL 30 s / w/o memory never (>= 60 s) per seed; share 0.60"
+    assert met
+    assert not any(label.startswith("ERL - RLVR") for label in rows)  # the demo world's targets are not asked here
+    slow = [r if r["variant"] != "ERL w/o memory" else {**r, "eval_curve": [[0, 0, 0.05], [5, 10, 0.4]]}
+            for r in results]
+    assert not {label: met for label, _, met in cm.check_targets(slow)}[
+        "ERL reaches half its final eval in <= 0.7x the CPU s of w/o memory"]
+    failing = [{**r, "eval_final": 0.5} if r["variant"] == "ERL" else r for r in results]
+    assert not {label: met for label, _, met in cm.check_targets(failing)}["ERL >= 0.60 (final eval)"]
+
+
+def test_each_world_writes_its_own_files_and_results_never_mix_worlds(monkeypatch, tmp_path):
+    import pytest
+
+    import erl_lite.embedded as embedded
+
+    cm = _script()
+    assert cm.output_path("a", "demo", "results.json") == "a/compare_results.json"
+    assert cm.output_path("a", "sparse", "eval.png") == "a/compare_sparse_eval.png"
+    assert cm.world_of(RESULTS) == "demo"  # results from before --world: the demo world
+    with pytest.raises(ValueError, match="mix worlds"):
+        cm.world_of(RESULTS + [_sparse("ERL", 0, [[0, 0, 0.1]])])
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_trainer(seed, **kwargs):
+        seen.append((kwargs["world"], kwargs["output_dir"]))
+        raise Stop
+
+    monkeypatch.setattr(embedded, "demo_trainer", fake_trainer)
+    for world in ("demo", "sparse"):
+        with pytest.raises(Stop):
+            cm.run(cm.MATCHED, 1, None, 1, str(tmp_path), world=world)
+    assert seen == [("demo", str(tmp_path / "RLVR,_ERLs_optimizer_steps-1")),
+                    ("sparse", str(tmp_path / "sparse-RLVR,_ERLs_optimizer_steps-1"))]
+
+
+def test_runs_of_other_seeds_merge_into_one_table_but_never_twice_or_across_worlds():
+    import pytest
+
+    cm = _script()
+    first = [r for r in RESULTS if r["seed"] == 0]
+    second = [r for r in RESULTS if r["seed"] == 1]
+    merged = cm.merge_seeds(second + first)
+    assert sorted((r["variant"], r["seed"]) for r in merged) == sorted((r["variant"], r["seed"]) for r in RESULTS)
+    assert merged[0] == {**first[0]}  # seed 0's ERL first: the rewards figure draws the first seed
+    with pytest.raises(ValueError, match=r"twice: \[\('ERL', 0\)\]"):
+        cm.merge_seeds(first + first[:1])
+    with pytest.raises(ValueError, match="mix worlds"):
+        cm.merge_seeds(first + [_sparse("ERL", 2, [[0, 0, 0.1]])])
