@@ -51,6 +51,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -327,7 +328,9 @@ def plot_pair(results: list[dict], path: str) -> None:
         return
     load = lambda d: History.load(os.path.join(d, "history.jsonl"))  # noqa: E731
     fig = plot_rewards(load(runs["ERL"]), baseline=load(runs["RLVR"]))
-    fig.axes[0].set_title(f"{world_of(results).capitalize()} world, seed {seed}: ERL (solid) vs RLVR (dashed), same CPU time;\nRLVR steps are cheaper, so it takes more of them")
+    steps = {v: next(r["steps"] for r in results if r["seed"] == seed and r["variant"] == v) for v in ("ERL", "RLVR")}
+    fig.axes[0].set_title(f"{world_of(results).capitalize()} world, seed {seed}: ERL (solid) vs RLVR (dashed), "
+                          f"same CPU time;\niterations in it: ERL {steps['ERL']}, RLVR {steps['RLVR']}")
     fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
@@ -347,6 +350,13 @@ def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
     return sparse_targets(results) if world_of(results) == "sparse" else demo_targets(results)
 
 
+def _per_seed(results: list[dict]) -> tuple[dict, list[int], Any]:
+    """(results by (variant, seed), ERL's seeds, a variant's mean final evaluation over those seeds)."""
+    by = {(r["variant"], r["seed"]): r for r in results}
+    seeds = sorted({r["seed"] for r in results if r["variant"] == "ERL"})
+    return by, seeds, lambda v: statistics.mean(by[(v, s)]["eval_final"] for s in seeds)
+
+
 def _lowest_target(by: dict, seeds: list[int], mean) -> list[tuple[str, str, bool]]:
     """"w/o reflection" the lowest of the non-control variants (when it ran)."""
     if not all(("ERL w/o reflection", s) in by for s in seeds):
@@ -358,9 +368,7 @@ def _lowest_target(by: dict, seeds: list[int], mean) -> list[tuple[str, str, boo
 
 def sparse_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
     """The sparse world's targets (:data:`SPARSE_TARGETS`, the lowest, memory's speed)."""
-    by = {(r["variant"], r["seed"]): r for r in results}
-    seeds = sorted({r["seed"] for r in results if r["variant"] == "ERL"})
-    mean = lambda v: statistics.mean(by[(v, s)]["eval_final"] for s in seeds)  # noqa: E731
+    by, seeds, mean = _per_seed(results)
     out = []
     for variant, side, bound in SPARSE_TARGETS:
         if all((variant, s) in by for s in seeds):
@@ -402,9 +410,7 @@ def memory_speed_target(erl: list[dict], no_memory: list[dict]) -> tuple[str, st
 
 def demo_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
     """The demo world's targets (:data:`TARGETS`, the lowest, ERL's speed to RLVR's final evaluation)."""
-    by = {(r["variant"], r["seed"]): r for r in results}
-    seeds = sorted({r["seed"] for r in results if r["variant"] == "ERL"})
-    mean = lambda v: statistics.mean(by[(v, s)]["eval_final"] for s in seeds)  # noqa: E731
+    by, seeds, mean = _per_seed(results)
     out = []
     for label, minimum in TARGETS.items():
         other = label.split(" - ", 1)[1]

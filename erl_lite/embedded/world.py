@@ -125,6 +125,12 @@ def _closer_moves(rows: Any, cell: tuple[int, int], goal: tuple[int, int]) -> li
 # --- maps --------------------------------------------------------------------------------------
 
 
+def _ends(rows: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(row, column) of the start ``S`` and of the goal ``G`` of a map."""
+    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
+    return where["S"], where["G"]
+
+
 def hole_in_the_way(rows: list[str]) -> bool:
     """Whether a hole lies in the rectangle spanned by start and goal (on some shortest route).
 
@@ -132,8 +138,7 @@ def hole_in_the_way(rows: list[str]) -> bool:
         >>> hole_in_the_way(["SH", "FG"]), hole_in_the_way(["SG", "HH"])
         (True, False)
     """
-    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
-    (r0, c0), (r1, c1) = where["S"], where["G"]
+    (r0, c0), (r1, c1) = _ends(rows)
     return any(rows[r][c] == "H" for r in range(min(r0, r1), max(r0, r1) + 1)
                for c in range(min(c0, c1), max(c0, c1) + 1))
 
@@ -150,9 +155,8 @@ def holes_in_the_way(kinds: list[str]) -> set[str]:
 
 def _closer_walk(rows: list[str]) -> list[tuple[tuple[int, int], list[tuple[tuple[int, int], str]]]]:
     """Each safe cell reached from ``S`` by only stepping closer to ``G`` (goal left out), with its closer tiles."""
-    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
-    goal = where["G"]
-    walk, frontier, seen = [], [where["S"]], set()
+    start, goal = _ends(rows)
+    walk, frontier, seen = [], [start], set()
     while frontier:
         cell = frontier.pop()
         if cell == goal or cell in seen:
@@ -171,7 +175,7 @@ def blind_success(rows: list[str]) -> float:
         >>> blind_success(["SH", "FG"]), blind_success(["SF", "FG"]), blind_success(["SHF", "FFH", "HFG"])
         (0.5, 1.0, 0.125)
     """
-    goal = next((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "G")
+    start, goal = _ends(rows)
     chance: dict[tuple[int, int], float] = {}
 
     def reach(cell: tuple[int, int]) -> float:  # memoised over the cells; the recursion ends at G
@@ -180,7 +184,7 @@ def blind_success(rows: list[str]) -> float:
                             statistics.mean(reach(n) for _, n in _closer_moves(rows, cell, goal)))
         return chance[cell]
 
-    return reach(next((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "S"))
+    return reach(start)
 
 
 def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
@@ -192,8 +196,7 @@ def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
     """
     holes = [(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "H"]
     rng.shuffle(holes)
-    where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
-    (r0, c0), (r1, c1) = where["S"], where["G"]
+    (r0, c0), (r1, c1) = _ends(rows)
     holes.sort(key=lambda h: not (min(r0, r1) <= h[0] <= max(r0, r1) and min(c0, c1) <= h[1] <= max(c0, c1)))
     kind = {cell: rng.choice("H" + SECOND_HOLE) for cell in holes}
     if len(holes) >= 2:  # which of the two gets which kind is drawn too: neither kind blocks more often
