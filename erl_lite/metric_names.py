@@ -11,6 +11,7 @@ from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND
 
 STEP = "step"
 REWARD_FIRST, REWARD_SECOND = "reward/first", "reward/second"
+REWARD_FIRST_GATED = "reward/first_gated"
 SUCCESS_FIRST, SUCCESS_SECOND = "success/first", "success/second"
 GATE_RATE = "gate/rate"
 REFLECTION_PARSE_RATE, REFLECTION_REWARD = "reflection/parse_rate", "reflection/reward"
@@ -22,6 +23,7 @@ TIME_FIRST, TIME_REFLECT, TIME_SECOND = "time/first", "time/reflect", "time/seco
 TIME_UPDATE, TIME_STEP = "time/update", "time/step"
 TOKENS_PER_SECOND, PEAK_GPU_GB = "tokens/per_second", "memory/peak_gpu_gb"
 LR = "lr"
+INTERNALIZATION_WEIGHT = "internalization/weight"
 ZERO_STD_FIRST = "frac_reward_zero_std/first"
 ZERO_STD_REFLECTION = "frac_reward_zero_std/reflection"
 ZERO_STD_SECOND = "frac_reward_zero_std/second"
@@ -42,5 +44,8 @@ ADVANTAGE_KEYS = {role: f"advantage/{role}" for role in ADVANTAGE_ROLES}
 SAMPLES_KEYS = {role: f"samples/{role}" for role in ROLES}
 LOSS_TOTAL, KL, CLIP_RATIO, GRAD_NORM = "loss/total", "kl", "clip_ratio", "grad_norm"
 OPTIM_STEPS, OPTIM_SKIPPED_STEPS = "optim/steps", "optim/skipped_steps"
+WEIGHT_UPDATE = "weights/update_ratio"
+#: A diagnostic event's key is the check's name under this prefix (``diagnostics/parse_rate``).
+DIAGNOSTICS_PREFIX = "diagnostics/"
 #: An evaluation record's keys are the training keys under this prefix (``eval/success``).
 EVAL_PREFIX = "eval/"

@@ -21,6 +21,7 @@ METRIC_GLOSSARY: dict[str, str] = {
     STEP: "training iteration (1-based)",
     REWARD_FIRST: "mean reward of first attempts",
     REWARD_SECOND: "mean reward of second attempts (gated tasks only)",
+    REWARD_FIRST_GATED: "mean reward of the gated first attempts: the r1 that reward/second is compared with",
     SUCCESS_FIRST: "fraction of first attempts the environment counts as solved",
     SUCCESS_SECOND: "fraction of second attempts the environment counts as solved",
     GATE_RATE: "fraction of first attempts sent on to reflection (r1 < tau)",
@@ -36,6 +37,7 @@ METRIC_GLOSSARY: dict[str, str] = {
     LOSS_KEYS[REFLECTION]: "policy loss contributed by reflections",
     LOSS_KEYS[SECOND]: "policy loss contributed by second attempts",
     LOSS_KEYS[DISTILL]: "internalization loss (second attempts under the initial context)",
+    INTERNALIZATION_WEIGHT: "mean weight of the internalization rows (coef x max(r2, 0) for raft; 0: they teach nothing)",
     LOSS_TOTAL: "sum of the above plus the KL term",
     KL: "mean per-token k3 KL to the reference (adapter disabled)",
     CLIP_RATIO: "fraction of loss tokens whose ratio was clipped",
@@ -60,6 +62,8 @@ METRIC_GLOSSARY: dict[str, str] = {
     PEAK_GPU_GB: "peak CUDA memory allocated by torch during the step, GiB (None on CPU)",
     OPTIM_STEPS: "optimizer steps taken this iteration",
     OPTIM_SKIPPED_STEPS: "optimizer steps skipped this iteration: their loss or gradient was not finite",
+    WEIGHT_UPDATE: "relative change of the trainable weights in the iteration, |dW| / |W| over a fixed sample of "
+                   "their entries (0: they did not move)",
     LR: "learning rate",
     EVAL_REWARD: "mean first-attempt reward on the evaluation tasks (eval records)",
     EVAL_SUCCESS: "first-attempt success rate on the evaluation tasks (eval records)",
@@ -219,6 +223,7 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
         REWARD_FIRST: _mean([a.reward for a in first]),
         SUCCESS_FIRST: _mean([float(a.success) for a in first]),
         REWARD_SECOND: _mean([a.reward for a in second]),
+        REWARD_FIRST_GATED: _mean([r.first.reward for r in retries]),
         SUCCESS_SECOND: _mean([float(a.success) for a in second]),
         GATE_RATE: len(retries) / len(first) if first and mode != "rlvr" else None,
         REFLECTION_PARSE_RATE: _mean([float(r.parsed) for r in refl]),
@@ -233,6 +238,7 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
         TRUNCATED_FIRST: _mean([float(a.truncated) for a in first]),
         TRUNCATED_REFLECTION: _mean([float(r.truncated) for r in refl]),
         TRUNCATED_SECOND: _mean([float(a.truncated) for a in second]),
+        INTERNALIZATION_WEIGHT: _mean([s.advantage for s in outcome.samples if s.role == DISTILL]),
     }
     m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in ZERO_STD_KEYS.items()})
     m.update(trl_metrics(first, m[ZERO_STD_FIRST]))

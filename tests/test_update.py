@@ -391,7 +391,7 @@ def test_update_stats_keys_are_the_documented_metrics():
     today = ["samples/first", "samples/reflection", "samples/second", "samples/distill",
              "advantage/first", "advantage/reflection", "advantage/second", "loss/total", "loss/first",
              "loss/reflection", "loss/second", "loss/distill", "kl", "clip_ratio", "grad_norm", "optim/steps",
-             "optim/skipped_steps"]
+             "optim/skipped_steps", "weights/update_ratio"]
     assert list(UPDATE_METRICS) == today and set(today) <= set(METRIC_GLOSSARY)
     model, tok = lora_model()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)

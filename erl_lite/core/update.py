@@ -27,12 +27,12 @@ from erl_lite.core.policy import keep_4bit_trainable, reference_context
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
 from erl_lite.metric_names import (ADVANTAGE_KEYS, CLIP_RATIO, GRAD_NORM, KL, LOSS_KEYS, LOSS_TOTAL, OPTIM_SKIPPED_STEPS,
-                                   OPTIM_STEPS, SAMPLES_KEYS)
+                                   OPTIM_STEPS, SAMPLES_KEYS, WEIGHT_UPDATE)
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
 UPDATE_METRICS: tuple[str, ...] = (*SAMPLES_KEYS.values(), *ADVANTAGE_KEYS.values(), LOSS_TOTAL, *LOSS_KEYS.values(),
-                                   KL, CLIP_RATIO, GRAD_NORM, OPTIM_STEPS, OPTIM_SKIPPED_STEPS)
+                                   KL, CLIP_RATIO, GRAD_NORM, OPTIM_STEPS, OPTIM_SKIPPED_STEPS, WEIGHT_UPDATE)
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class UpdateStats(Mapping):
     grad_norm: float  # before clipping, at the last step taken
     optim_steps: int  # steps taken
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
+    weight_update: float = 0.0  # |W_after - W_before| / |W_before| over a sample of the trainable weights
 
     @classmethod
     def empty(cls, samples: dict[str, int], advantage: dict[str, float] | None = None) -> "UpdateStats":
@@ -69,7 +70,7 @@ class UpdateStats(Mapping):
         out.update({LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
         out.update({KL: float(self.kl), CLIP_RATIO: float(self.clip_ratio),
                     GRAD_NORM: float(self.grad_norm), OPTIM_STEPS: float(self.optim_steps),
-                    OPTIM_SKIPPED_STEPS: float(self.skipped_steps)})
+                    OPTIM_SKIPPED_STEPS: float(self.skipped_steps), WEIGHT_UPDATE: float(self.weight_update)})
         return out
 
     def __getitem__(self, key: str) -> float:
@@ -103,11 +104,11 @@ class _Tally:
             self.sums[key] += value
 
     def result(self, dist: Reducer, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
-               steps: int, skipped: int) -> UpdateStats:
+               steps: int, skipped: int, moved: float) -> UpdateStats:
         s = dist.sum(self.sums)  # DDP: the sums over every process
         loss = {r: s[LOSS_KEYS[r]] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
         return UpdateStats(samples, advantage, loss, sum(loss.values()), s[KL] / max(s["tokens"], 1),
-                           s["clipped"] / max(s["policy_tokens"], 1), grad_norm, steps, skipped)
+                           s["clipped"] / max(s["policy_tokens"], 1), grad_norm, steps, skipped, moved)
 
 
 class PolicyUpdater:
@@ -172,6 +173,7 @@ class PolicyUpdater:
         plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
         tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
+        probe = WeightProbe([p for p in self.model.parameters() if p.requires_grad])
         bar = self.progress.bar("update", len(flat), unit="micro-batch")  # closed below, or by Progress.close_all
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
@@ -183,7 +185,7 @@ class PolicyUpdater:
                 grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
-        return tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken)
+        return tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken, probe.moved())
 
     def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any
                          ) -> tuple[_Tally, float] | None:
@@ -252,6 +254,41 @@ class PolicyUpdater:
             dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
             importance_sampling_level=c.importance_sampling_level,
         )
+
+
+class WeightProbe:
+    """How far the trainable weights moved: a copy of a fixed strided sample of their entries, compared later.
+
+    A sample (at most :attr:`max_entries`), not a copy of every weight: fully fine-tuned models would need
+    twice their memory. DDP: the weights are the same on every process, so no reduction is needed.
+
+    Example:
+        >>> w = torch.nn.Parameter(torch.ones(10))
+        >>> probe = WeightProbe([w])
+        >>> with torch.no_grad():
+        ...     _ = w.mul_(1.5)
+        >>> round(probe.moved(), 3)
+        0.5
+    """
+
+    max_entries = 1 << 16
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self.params = params
+        self.stride = max(1, math.ceil(sum(p.numel() for p in params) / self.max_entries))
+        self.before = self._sample()
+
+    def _sample(self) -> list[torch.Tensor]:
+        return [p.detach().reshape(-1)[::self.stride].float().clone() for p in self.params]
+
+    def moved(self) -> float:
+        """``|W_after - W_before| / |W_before|`` over the sample (the absolute change where ``W_before`` is 0)."""
+        if not self.params:
+            return 0.0
+        after = self._sample()
+        change = math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in zip(after, self.before)))
+        size = math.sqrt(sum(float(b.pow(2).sum()) for b in self.before))
+        return change / size if size > 0 else change
 
 
 def _non_finite_roles(batch: Packed, stats: LossStats) -> list[str]:
