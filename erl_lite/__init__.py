@@ -26,6 +26,7 @@ _EXPORTS = {
     "ERLConfig": "config", "PRESETS": "config",
     "ERLTrainer": "trainer",
     "History": "history", "METRIC_GLOSSARY": "metrics",
+    "diagnose": "diagnostics", "doctor": "diagnostics", "DiagnosticError": "diagnostics",
     "ReflectionMemory": "core.memory",
     "load_policy": "models",
     "Task": "records", "Attempt": "records", "Reflection": "records", "Retry": "records",

@@ -18,7 +18,7 @@ from typing import Any
 
 from erl_lite import config_checks as checks
 from erl_lite.config_checks import (  # noqa: F401 - the allowed values, importable from here
-    DEFAULT_GENERATIONS, DEFAULT_MAX_STEPS, FIELD_CHOICES, IMPORTANCE_SAMPLING_LEVELS, INTERNALIZATION_MODES,
+    DEFAULT_GENERATIONS, DEFAULT_MAX_STEPS, DIAGNOSTICS_LEVELS, FIELD_CHOICES, IMPORTANCE_SAMPLING_LEVELS, INTERNALIZATION_MODES,
     LOSS_TYPE_ALIASES, LOSS_TYPE_NAMES, LOSS_TYPES, LR_SCHEDULERS, MEMORY_TYPES, MODES, OPTIMIZERS,
     REPORT_TO_BACKENDS, SAMPLER_KEYS, SCALE_REWARDS, TRL_LOSS_TYPES_MISSING)
 from erl_lite.field_types import conform_fields
@@ -187,6 +187,9 @@ class ERLConfig:
     """Trade compute for memory in the update pass (non-reentrant activation checkpointing)."""
     progress_bar: bool = True
     """Show tqdm progress bars: per iteration, per phase inside it, per evaluation (main process only)."""
+    diagnostics: str = "warn"
+    """The health checks (:mod:`erl_lite.diagnostics`): ``warn`` prints each once per episode and logs it, ``raise``
+    also stops the run (its finished steps kept), ``off`` runs none."""
 
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values carried into the history's header (e.g. the command line's environment)."""

@@ -37,10 +37,14 @@ REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
 OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
 
 #: The fields that take one of a few words, and those words (also the command line's choices).
+#: What the run does when a diagnostic check fires (:mod:`erl_lite.diagnostics`).
+DIAGNOSTICS_LEVELS = ("warn", "off", "raise")
+
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES, "loss_type": LOSS_TYPE_NAMES, "scale_rewards": SCALE_REWARDS,
     "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS, "lr_scheduler_type": LR_SCHEDULERS,
     "memory_type": MEMORY_TYPES, "internalization_mode": INTERNALIZATION_MODES, "optim": OPTIMIZERS,
+    "diagnostics": DIAGNOSTICS_LEVELS,
 }
 
 #: ``model.generate`` keys that the sampler sets from its own fields (refused in ``generation_kwargs``).

@@ -34,6 +34,8 @@ from erl_lite.core.generation import Generator, HFGenerator
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.progress import Progress
 from erl_lite.core.update import PolicyUpdater
+from erl_lite.diagnostics import Monitor, RunFacts
+from erl_lite.diagnostics.preflight import preflight
 from erl_lite.history import History
 from erl_lite.integrations import wiring
 from erl_lite.lengths import check_lengths
@@ -109,6 +111,10 @@ class ERLTrainer(CheckpointSaving):
         self.last_outcome: StepRecord | None = None
         self.hf_callbacks = wiring.TrainerCallbacks(self, trainer_callbacks)
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
+        # The health checks (erl_lite.diagnostics): pre-flight now, the step checks after each step.
+        self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
+        if args.diagnostics != "off":
+            self.monitor.preflight(preflight(self))
         self.hf_callbacks.event("init_end")
 
     def _read_datasets(self, train_dataset: Any, eval_dataset: Any, has_env: bool) -> None:
@@ -167,6 +173,8 @@ class ERLTrainer(CheckpointSaving):
         An exception in a step rolls back to the last finished step, saves it, and re-raises with a note.
         """
         self._open_run(resume_from_checkpoint, ignore_config_mismatch)
+        if self.step == 0:
+            self.monitor.start(self.history)  # the pre-flight findings, first in a fresh history
         bar = self._progress()
         self._step_start = None
         self._training = True
@@ -239,6 +247,7 @@ class ERLTrainer(CheckpointSaving):
         self._step_start = None  # the step is finished: a failure from here on keeps it
         for callback in self.callbacks:
             callback(self, record)
+        self.monitor.after_step(self.history)  # under diagnostics="raise" a warning stops the run here
         return record
 
     def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,

@@ -299,8 +299,9 @@ def test_metric_names_come_from_metrics_constants(module):
 # Size budgets (issue "A house a student can read"): a module a student reads in one sitting, a
 # function that fits on a screen, an algorithm layer that stays the smaller part of the package.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
-# The package: 14,024 lines after the moves, plus the sparse world (issue "Table 1 at toy scale").
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 14_060
+# The package: 14,024 lines after the moves, plus the sparse world (issue "Table 1 at toy scale") and
+# the health checks, pre-flight and doctor (issue "Is it learning?": 843 lines, most in erl_lite/diagnostics/).
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 14_900
 
 
 def _lines(path: Path) -> int:

@@ -1,8 +1,9 @@
 """The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module.
 
 Commands: ``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~erl_lite.cli.train`),
-``eval`` (:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures) and ``export`` (merge a LoRA
-adapter into its base). Errors a user can fix print as one paragraph (:mod:`~erl_lite.cli.errors`).
+``eval`` (:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA
+adapter into its base) and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as
+one paragraph (:mod:`~erl_lite.cli.errors`).
 
 Departures from the paper: none; this is plumbing.
 """
@@ -16,6 +17,7 @@ import warnings
 from typing import Any, Sequence
 
 from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
+from erl_lite.cli.doctor import add_doctor_parser, run_doctor
 from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.cli.evaluate import run_eval
 from erl_lite.cli.train import ENVIRONMENTS, FLAG_ALIASES, FLAG_NEGATIONS, run_preset, run_train
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_parser(sub)
     _plot_parser(sub)
     _export_parser(sub)
+    add_doctor_parser(sub)
     return parser
 
 
@@ -210,5 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _plot(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "doctor":
+        return run_doctor(args)
     return run_train(args)
 

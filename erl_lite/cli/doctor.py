@@ -1,0 +1,34 @@
+"""``erl-lite doctor RUN_DIR``: the health report on a finished or crashed run (:func:`erl_lite.diagnostics.doctor`).
+
+Exit code 0 when no check warned (notes such as ``solved`` are not faults), 1 when one did, 2 for a
+folder that cannot be read. Departures from the paper: none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from typing import Any
+
+from erl_lite.cli.errors import usage_error, user_errors
+
+
+def add_doctor_parser(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="which health checks fired on a run, when, and what to try")
+    p.add_argument("run_dir", help="a run folder (output_dir / --out) holding history.jsonl")
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from erl_lite.diagnostics import doctor
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # a crash's torn last line: say so, read the rest
+            warnings.simplefilter("always", UserWarning)
+            report = doctor(args.run_dir)
+    except user_errors() as e:
+        return usage_error("doctor", e)
+    for w in caught:
+        print(f"erl-lite doctor: warning: {w.message}", file=sys.stderr)
+    print(report)
+    return 0 if report.healthy else 1

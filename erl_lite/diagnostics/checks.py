@@ -1,0 +1,375 @@
+"""The health checks on each step's record: what each reads, how long it must hold, what it tells.
+
+A check judges a *window* of consecutive training records (its persistence, so one noisy step
+never fires) and returns what it saw, or None. It fires on the first window where it holds
+after one where it did not: once per episode of the condition. :func:`scan` replays a whole
+history; :func:`fired_at` answers for the newest step only, from the same records, so a live run
+and a report on it always agree. No check needs more than the record (no extra forward pass).
+
+Departures from the paper: none; the paper has no diagnostics. The thresholds are ours, set
+so the embedded demo's healthy run fires none of the warnings (its solved end is a note).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping, Sequence
+
+from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE, GRAD_NORM, INTERNALIZATION_WEIGHT, KL,
+                                   LOSS_TOTAL, MEMORY_TOTAL_WRITES, OPTIM_SKIPPED_STEPS, OPTIM_STEPS,
+                                   REFLECTION_PARSE_RATE, REWARD_FIRST_GATED, REWARD_SECOND, SAMPLES_KEYS,
+                                   SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
+                                   TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST)
+from erl_lite.records import DISTILL
+
+WARNING, NOTE = "warning", "note"
+
+#: A group share above which first attempts carry (almost) no signal; the demo's solved end sits at 0.75-1.0.
+SILENT_GROUPS = 0.75
+#: Below it the trainable weights count as not moving: at 1e-8 a step, 1,000 steps move them by 1e-5.
+FROZEN_RATIO = 1e-8
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """The settings the checks read, from an :class:`~erl_lite.config.ERLConfig` or a saved ``training_args.json``."""
+
+    mode: str = "erl"
+    use_reflection: bool = True
+    use_memory: bool = True
+    use_internalization: bool = True
+    reward_threshold: float = 1.0
+    learning_rate: float | None = None
+    beta: float | None = None
+    max_completion_length: int | None = None
+    max_reflection_length: int | None = None
+    max_steps: int | None = None
+
+    @classmethod
+    def of(cls, settings: Any = None) -> "RunFacts":
+        """From a config object or a dict of its fields; what is missing takes ERLConfig's default.
+
+        Example:
+            >>> RunFacts.of({"mode": "rlvr"}).max_reflection_length, RunFacts.of({}).max_steps
+            (512, None)
+        """
+        from erl_lite.config import ERLConfig
+
+        defaults = {f.name: getattr(ERLConfig, f.name, None) for f in fields(cls) if f.name != "max_steps"}
+        given = settings if isinstance(settings, Mapping) else vars(settings) if settings is not None else {}
+        values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+        return cls(**{f.name: values[f.name] for f in fields(cls) if values.get(f.name) is not None})
+
+    @property
+    def reflects(self) -> bool:
+        """Whether gated tasks get a reflection (ERL modes with reflection on)."""
+        return self.mode != "rlvr" and self.use_reflection
+
+    def words(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One episode of a check's condition: where it began (``step``, the first full window's end) and ended."""
+
+    name: str
+    level: str  # WARNING or NOTE
+    step: int
+    saw: str
+    means: str
+    tries: str
+    last_step: int | None = None  # the episode's last step (filled by scan; None while it is open)
+
+    def message(self) -> str:
+        """What the check saw, what that usually means, and what to try, in one paragraph."""
+        return f"erl_lite {self.level} [{self.name}] at step {self.step}: {self.saw}. {self.means}. Try: {self.tries}."
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``history.jsonl`` event (kind ``diagnostic``); trackers receive the 1.0 as a marker at its step."""
+        return {"step": self.step, DIAGNOSTICS_PREFIX + self.name: 1.0, "level": self.level, "message": self.message()}
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named rule: the metric keys it reads, its window, its judge, and its advice (``{field}``: RunFacts words)."""
+
+    name: str
+    reads: tuple[str, ...]
+    window: int
+    judge: Callable[[Sequence[Mapping[str, Any]], RunFacts], str | None]
+    means: str
+    tries: str
+    level: str = WARNING
+
+    def finding(self, window: Sequence[Mapping[str, Any]], facts: RunFacts) -> Finding | None:
+        """The finding this window shows, or None (too few records, or the condition does not hold)."""
+        if len(window) < self.window:
+            return None
+        saw = self.judge(window[-self.window:], facts)
+        if saw is None:
+            return None
+        words = facts.words()
+        return Finding(self.name, self.level, int(window[-1]["step"]), saw, self.means.format(**words),
+                       self.tries.format(**words))
+
+
+def _get(record: Mapping[str, Any], key: str) -> float | None:
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _all(window: Sequence[Mapping[str, Any]], key: str, holds: Callable[[float], bool]) -> bool:
+    """Every record has ``key`` and it satisfies ``holds``."""
+    values = [_get(r, key) for r in window]
+    return all(v is not None and holds(v) for v in values)
+
+
+def _mean(window: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    values = [v for r in window if (v := _get(r, key)) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _steps(window: Sequence[Mapping[str, Any]]) -> str:
+    return f"steps {int(window[0]['step'])}-{int(window[-1]['step'])}"
+
+
+def _silent(window: Sequence[Mapping[str, Any]]) -> str:
+    return f"{_mean(window, ZERO_STD_FIRST):.0%} of first-attempt groups had one reward for all rollouts ({_steps(window)})"
+
+
+def _solved(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if _all(w, ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS) and _all(w, SUCCESS_FIRST, lambda v: v >= 0.9):
+        return f"{_silent(w)}, and first attempts succeeded {_mean(w, SUCCESS_FIRST):.0%}"
+    return None
+
+
+def _stuck(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    second_fails = not facts.reflects or all((_get(r, SUCCESS_SECOND) or 0.0) <= 0.1 for r in w)
+    if _all(w, ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS) and _all(w, SUCCESS_FIRST, lambda v: v <= 0.1) \
+            and second_fails:
+        second = f", second attempts {_mean(w, SUCCESS_SECOND) or 0.0:.0%}" if facts.reflects else ""
+        return f"{_silent(w)}, and first attempts succeeded {_mean(w, SUCCESS_FIRST):.0%}{second}"
+    return None
+
+
+def _no_signal(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if _all(w, ZERO_STD_FIRST, lambda v: v >= 0.9) and _solved(w, facts) is None and _stuck(w, facts) is None:
+        return f"{_silent(w)}, with first attempts at {_mean(w, SUCCESS_FIRST) or 0.0:.0%} success"
+    return None
+
+
+def _parse_rate(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if not facts.reflects or not _all(w, REFLECTION_PARSE_RATE, lambda v: v < 0.5):
+        return None
+    cut = _mean(w, TRUNCATED_REFLECTION)
+    return (f"{REFLECTION_PARSE_RATE} was {_mean(w, REFLECTION_PARSE_RATE):.2f} over {_steps(w)}"
+            + (f", with {cut:.0%} of reflections cut at max_reflection_length" if cut else ""))
+
+
+def _memory_empty(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if not (facts.reflects and facts.use_memory) or not _all(w, GATE_RATE, lambda v: v > 0):
+        return None
+    if _get(w[-1], MEMORY_TOTAL_WRITES) != 0.0:
+        return None
+    return (f"tasks were gated on every one of {_steps(w)}, yet {MEMORY_TOTAL_WRITES} is 0 "
+            f"(parse rate {_mean(w, REFLECTION_PARSE_RATE) or 0.0:.2f}, second-attempt success "
+            f"{_mean(w, SUCCESS_SECOND) or 0.0:.0%})")
+
+
+def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if facts.mode != "rlvr" and _all(w, GATE_RATE, lambda v: v == 1.0) and any(
+            (_get(r, SUCCESS_FIRST) or 0.0) > 0 for r in w):
+        return f"every first attempt was gated ({GATE_RATE} 1.00, {_steps(w)}) though {_mean(w, SUCCESS_FIRST):.0%} succeeded"
+    return None
+
+
+def _gate_never(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    success = _mean(w, SUCCESS_FIRST)
+    if facts.mode != "rlvr" and _all(w, GATE_RATE, lambda v: v == 0.0) and success is not None and success < 0.9:
+        return f"no first attempt was gated ({GATE_RATE} 0.00, {_steps(w)}) though only {success:.0%} succeeded"
+    return None
+
+
+def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if not facts.reflects:
+        return None
+    pairs = [(_get(r, REWARD_SECOND), _get(r, REWARD_FIRST_GATED)) for r in w]
+    if all(r2 is not None and r1 is not None and r2 <= r1 for r2, r1 in pairs):
+        return (f"on the gated tasks, second attempts scored {_mean(w, REWARD_SECOND):.2f} against their first "
+                f"attempts' {_mean(w, REWARD_FIRST_GATED):.2f} on every one of {_steps(w)}")
+    return None
+
+
+def _distill_zero(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    rows = SAMPLES_KEYS[DISTILL]
+    if facts.reflects and facts.use_internalization and _all(w, rows, lambda v: v > 0) and _all(
+            w, INTERNALIZATION_WEIGHT, lambda v: v == 0.0):
+        return f"every internalization row of {_steps(w)} had weight 0 ({INTERNALIZATION_WEIGHT})"
+    return None
+
+
+_CUT_KEYS = ((TRUNCATED_FIRST, "first attempts", "max_completion_length={max_completion_length}"),
+             (TRUNCATED_REFLECTION, "reflections", "max_reflection_length={max_reflection_length}"),
+             (TRUNCATED_SECOND, "second attempts", "max_completion_length={max_completion_length}"))
+
+
+def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    cut = [f"{what} {_mean(w, key):.0%} ({key}, budget {budget.format(**facts.words())})"
+           for key, what, budget in _CUT_KEYS if _all(w, key, lambda v: v >= 0.5)]
+    return f"replies were cut at their length budget over {_steps(w)}: " + "; ".join(cut) if cut else None
+
+
+def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO):
+        steps = sum(_get(r, OPTIM_STEPS) or 0 for r in w)
+        return f"{WEIGHT_UPDATE} stayed below {FROZEN_RATIO:g} through {steps:.0f} optimizer steps ({_steps(w)})"
+    return None
+
+
+def _had_signal(r: Mapping[str, Any]) -> bool:
+    return any((_get(r, key) or 0.0) > 0 for key in ADVANTAGE_KEYS.values()) or (
+        (_get(r, INTERNALIZATION_WEIGHT) or 0.0) > 0)
+
+
+def _zero_grad(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    if _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(w, GRAD_NORM, lambda v: v == 0.0) and all(map(_had_signal, w)):
+        return f"{GRAD_NORM} was 0 on {_steps(w)} although their rows had non-zero advantages or weights"
+    return None
+
+
+def _non_finite(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    def bad(r: Mapping[str, Any]) -> bool:
+        values = [_get(r, k) for k in (LOSS_TOTAL, GRAD_NORM, KL)]
+        return (_get(r, OPTIM_SKIPPED_STEPS) or 0.0) > 0 or any(v is not None and not math.isfinite(v) for v in values)
+    n = sum(map(bad, w))
+    return f"{n} of {_steps(w)} had a non-finite loss or gradient ({OPTIM_SKIPPED_STEPS})" if n >= 2 else None
+
+
+def _kl_growth(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    values = [_get(r, KL) for r in w]
+    if any(v is None or not math.isfinite(v) for v in values):
+        return None
+    rising = all(b > a for a, b in zip(values, values[1:]))
+    if rising and values[-1] >= 0.05 and values[-1] >= 2 * values[0]:
+        return f"{KL} rose " + " -> ".join(f"{v:.3f}" for v in values) + f" over {_steps(w)}"
+    return None
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("solved", (ZERO_STD_FIRST, SUCCESS_FIRST), 3, _solved,
+          "The task is solved for this model: its groups have nothing left to teach (not a fault)",
+          "stop early, or add harder tasks", level=NOTE),
+    Check("stuck", (ZERO_STD_FIRST, SUCCESS_FIRST, SUCCESS_SECOND), 3, _stuck,
+          "Almost every group failed on every rollout, so the reward gives no learning signal: the task is too "
+          "hard for this model",
+          "raise num_generations (G) so a group holds a success, start with easier tasks, or add a format or "
+          "partial-credit reward to reward_funcs"),
+    Check("no_signal", (ZERO_STD_FIRST, SUCCESS_FIRST), 3, _no_signal,
+          "Each task is all-or-nothing for this model, so GRPO's advantages are 0 and the policy loss is empty",
+          "raise num_generations (G) or temperature, or mix easier and harder tasks"),
+    Check("parse_rate", (REFLECTION_PARSE_RATE, TRUNCATED_REFLECTION), 3, _parse_rate,
+          "Reflections rarely hold a <prompt>...</prompt> block, so second attempts get no rulebook and memory "
+          "stays empty",
+          "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
+          "cut; an instruct model follows the format better"),
+    Check("memory_empty", (GATE_RATE, MEMORY_TOTAL_WRITES, REFLECTION_PARSE_RATE, SUCCESS_SECOND), 5, _memory_empty,
+          "A rulebook is stored only when its reflection parses and its second attempt reaches "
+          "reward_threshold={reward_threshold}",
+          "fix the reflection parse rate or the second attempts first (see the other checks)"),
+    Check("gate_always", (GATE_RATE, SUCCESS_FIRST), 5, _gate_always,
+          "reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
+          "set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward"),
+    Check("gate_never", (GATE_RATE, SUCCESS_FIRST), 5, _gate_never,
+          "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
+          "reflected on",
+          "raise reward_threshold to a success's reward"),
+    Check("second_not_better", (REWARD_SECOND, REWARD_FIRST_GATED), 5, _second_not_better,
+          "The reflections carry nothing the second attempt can use",
+          "read reflections and second attempts in samples.jsonl; make the environment's feedback say what went "
+          "wrong; a stronger model reflects better"),
+    Check("internalization_zero", (SAMPLES_KEYS[DISTILL], INTERNALIZATION_WEIGHT), 3, _distill_zero,
+          "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
+          "see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive"),
+    Check("truncation", tuple(key for key, _, _ in _CUT_KEYS), 3, _truncation,
+          "Cut replies end without an answer and without the end-of-turn token the model should learn",
+          "raise the budget named, ask for shorter replies, or check the model ends its turns (pre-flight)"),
+    Check("frozen_weights", (OPTIM_STEPS, WEIGHT_UPDATE), 3, _frozen,
+          "The trainable weights are not moving",
+          "learning_rate={learning_rate} may be too small for these weights (bf16 rounds small updates away); "
+          "check that the adapter is trainable and on the intended modules (the pre-flight lists them)"),
+    Check("zero_grad", (OPTIM_STEPS, GRAD_NORM, *ADVANTAGE_KEYS.values()), 2, _zero_grad,
+          "The loss does not reach the trainable weights",
+          "check model.print_trainable_parameters() and that lora_target_modules names modules the forward uses"),
+    Check("non_finite", (OPTIM_SKIPPED_STEPS, LOSS_TOTAL, GRAD_NORM, KL), 3, _non_finite,
+          "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
+          "lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite"),
+    Check("kl_growth", (KL,), 4, _kl_growth,
+          "The policy is leaving the reference fast; runs that do this often collapse a few steps later",
+          "lower learning_rate={learning_rate} or raise beta={beta}"),
+)
+
+#: The checks by name.
+CHECKS_BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
+
+
+def checks_reading(key: str) -> list[str]:
+    """The checks that read metric ``key`` (the glossary's link from a metric to its checks).
+
+    Example:
+        >>> checks_reading("reflection/parse_rate")
+        ['parse_rate', 'memory_empty']
+    """
+    return [c.name for c in CHECKS if key in c.reads]
+
+
+def checks_table() -> str:
+    """The README's table of the checks: name, level, window, the metrics read (one home: :data:`CHECKS`)."""
+    rows = ["| check | level | window (steps) | reads |", "|---|---|---|---|"]
+    rows += [f"| `{c.name}` | {c.level} | {c.window} | " + ", ".join(f"`{k}`" for k in c.reads) + " |" for c in CHECKS]
+    return "\n".join(rows)
+
+
+def train_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The training records of a history's records (evaluation and diagnostic events left out)."""
+    return [r for r in records if r.get("kind", "train") == "train"]
+
+
+def scan(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequence[Check] = CHECKS) -> list[Finding]:
+    """Every episode of every check over a history's records, in step order, each with its ``last_step``.
+
+    Example:
+        >>> rows = [{"step": s, "reflection/parse_rate": 0.0} for s in (1, 2, 3, 4)]
+        >>> [(f.name, f.step, f.last_step) for f in scan(rows, RunFacts())]
+        [('parse_rate', 3, 4)]
+    """
+    train = train_records(records)
+    found: list[Finding] = []
+    for check in checks:
+        open_one: Finding | None = None
+        for i in range(len(train)):
+            now = check.finding(train[max(0, i + 1 - check.window):i + 1], facts)
+            if now is not None and open_one is None:
+                open_one = now
+            if open_one is not None and (now is None or i == len(train) - 1):
+                last = int(train[i - 1 if now is None else i]["step"])
+                found.append(_with_end(open_one, last))
+                open_one = None
+    return sorted(found, key=lambda f: (f.step, f.name))
+
+
+def fired_at(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequence[Check] = CHECKS) -> list[Finding]:
+    """The episodes that begin at the newest training record (what a live run prints after its step)."""
+    train = train_records(records)
+    out = []
+    for check in checks:
+        now = check.finding(train[-check.window:], facts)
+        before = check.finding(train[-check.window - 1:-1], facts) if len(train) > check.window else None
+        if now is not None and before is None:
+            out.append(now)
+    return out
+
+
+def _with_end(finding: Finding, last_step: int) -> Finding:
+    return Finding(finding.name, finding.level, finding.step, finding.saw, finding.means, finding.tries, last_step)

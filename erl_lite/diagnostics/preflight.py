@@ -1,0 +1,145 @@
+"""Pre-flight: what can be seen wrong before the first step, from the tokenizer, the model and one prompt.
+
+The length budgets against the model's context are checked (and refused) by
+:func:`erl_lite.lengths.check_lengths` when the trainer reads its datasets; these checks add the
+chat template, the special tokens and the trainable parameters, and only warn: each has a
+legitimate use (a base model has no template). Departures from the paper: none (the paper has none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from erl_lite.diagnostics.checks import NOTE, WARNING, Finding
+
+
+def _finding(name: str, saw: str, means: str, tries: str, level: str = WARNING) -> Finding:
+    return Finding(name, level, 0, saw, means, tries)
+
+
+def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
+    """The chat template: present, applied to the first task's opening, and not applied twice.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer
+        >>> from erl_lite.envs.frozenlake import FrozenLake
+        >>> env = FrozenLake(); task = env.train_tasks(1)[0]
+        >>> [f.name for f in chat_findings(tiny_tokenizer(), env, task, None)]
+        []
+        >>> [f.name for f in chat_findings(tiny_tokenizer(chat_template=False), env, task, None)]
+        ['chat_template']
+    """
+    from erl_lite.core.chat import has_chat_template, render
+    from erl_lite.core.rollout import opening_messages
+
+    try:
+        observation = env.new_episode().reset(task)
+        messages = opening_messages(env.initial_system_prompt(task), observation)
+    except Exception:  # noqa: BLE001 - the first step meets it and reports it with its own context
+        return []
+    raw = "\n".join(str(m.get("content", "")) for m in messages)
+    markers = [t for t in _markers(tokenizer) if t in raw]
+    out = []
+    if markers:
+        out.append(_finding(
+            "templated_twice", f"task {task.task_id!r}'s text already holds the template's tokens {markers[:3]}",
+            "The prompt was rendered with a chat template before erl_lite applies it again, so the model sees "
+            "two templates nested", "pass the plain question as 'prompt' (or chat messages), not rendered text"))
+    if not has_chat_template(tokenizer):
+        out.append(_finding(
+            "chat_template", "the tokenizer has no chat template, so prompts use erl_lite's plain '### User' format",
+            "Fine for a base model; an instruct model never saw this format and answers worse",
+            "load the instruct model's own tokenizer, or set tokenizer.chat_template", level=NOTE))
+        return out
+    text = render(messages, tokenizer, True, template_kwargs)
+    if not any(t in text for t in _markers(tokenizer)) and text.strip() == raw.strip():
+        out.append(_finding(
+            "chat_template", "the chat template renders the first prompt as its bare text, with no role markers",
+            "The model cannot tell the system prompt, the task and its own turn apart",
+            "use the model's own chat template"))
+    return out
+
+
+def _markers(tokenizer: Any) -> list[str]:
+    """The tokenizer's special tokens as text (``<|im_start|>``, ...): a rendered template holds some."""
+    specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    specials |= {t.content for t in added.values() if getattr(t, "special", False)}
+    return sorted(t for t in specials if len(t) > 1)
+
+
+def token_findings(model: Any, tokenizer: Any, stop_ids: list[int], template_kwargs: dict[str, Any] | None
+                   ) -> list[Finding]:
+    """EOS and pad set and inside the model's vocabulary; the end-of-turn token among the sampler's stop ids."""
+    from erl_lite.core.chat import end_of_turn_id
+
+    out = []
+    size = _vocabulary(model)
+    for role in ("eos", "pad"):
+        token_id = getattr(tokenizer, f"{role}_token_id", None)
+        if token_id is None:
+            out.append(_finding(f"{role}_token", f"the tokenizer has no {role} token",
+                                "Replies cannot end (eos) or batches cannot be padded (pad)",
+                                f"set tokenizer.{role}_token (erl_lite's loader uses eos as pad)"))
+        elif size is not None and not 0 <= token_id < size:
+            out.append(_finding(f"{role}_token", f"the {role} token id {token_id} is outside the model's "
+                                f"{size}-row embedding", "The tokenizer and the model do not belong together",
+                                "load both from the same checkpoint, or resize the embeddings"))
+    turn_end = end_of_turn_id(tokenizer, template_kwargs)
+    if turn_end is not None and stop_ids and turn_end not in stop_ids:
+        name = tokenizer.convert_ids_to_tokens(turn_end)
+        out.append(_finding("end_of_turn", f"the template ends a turn with {name!r} (id {turn_end}) but the "
+                            f"sampler stops at {sorted(stop_ids)} only",
+                            "Replies run on past the end of their turn to the length budget",
+                            "add it to the generation config's eos_token_id, or set tokenizer.eos_token to it"))
+    return out
+
+
+def _vocabulary(model: Any) -> int | None:
+    embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+    return getattr(embeddings, "num_embeddings", None)
+
+
+def trainable_findings(model: Any, target_modules: Any) -> list[Finding]:
+    """Trainable parameters exist, and every LoRA target module named got an adapter.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> from erl_lite.models import load_policy
+        >>> policy, _ = load_policy(tiny_model(tiny_tokenizer()), tiny_tokenizer(), lora_r=2,
+        ...                         target_modules=["q_proj", "gate_prj"])
+        >>> [f.saw for f in trainable_findings(policy, ["q_proj", "gate_prj"])]
+        ["lora_target_modules names 'gate_prj', which matches no module that trains"]
+    """
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    if not trainable:
+        return [_finding("trainable", "the model has no trainable parameter", "Nothing can learn",
+                         "pass peft_config (or lora_r) or unfreeze the model")]
+    out = []
+    if isinstance(target_modules, (list, tuple)) and hasattr(model, "peft_config"):
+        trained = {part for name in trainable if "lora_" in name for part in name.split(".")}
+        for module in target_modules:
+            if module not in trained:
+                out.append(_finding("trainable", f"lora_target_modules names {module!r}, which matches no module "
+                                    "that trains", "That module keeps its base weights (a misspelt name, or one "
+                                    "this architecture calls otherwise)",
+                                    "print model.named_modules() and use its names, or 'all-linear'"))
+    heads = [n for n in trainable if any(k in n for k in ("lm_head", "embed_tokens", "wte"))]
+    if heads and len(heads) == len(trainable):
+        out.append(_finding("trainable", f"only the embeddings or the output head train ({heads[:2]})",
+                            "The transformer's layers keep their weights, so behaviour barely changes",
+                            "target the attention and MLP projections ('all-linear')"))
+    return out
+
+
+def preflight(trainer: Any) -> list[Finding]:
+    """Every pre-flight finding for a built trainer (its first train task stands for the prompts)."""
+    from erl_lite.core.generation import sampler_stop_ids
+    from erl_lite.core.rollout import template_kwargs_for
+
+    task = trainer.train_tasks[0]
+    kwargs = template_kwargs_for(trainer.env, task, trainer.args.chat_template_kwargs)
+    return (chat_findings(trainer.tokenizer, trainer.env, task, kwargs)
+            + token_findings(trainer.model, trainer.tokenizer, sampler_stop_ids(trainer.generator, trainer.tokenizer),
+                             kwargs)
+            + trainable_findings(trainer.model, trainer.args.lora_target_modules))
