@@ -265,6 +265,9 @@ def test_preflight_notes_a_missing_chat_template_first_in_the_history(tmp_path, 
     t.train()
     first = json.loads(open(tmp_path / "history.jsonl").readline())
     assert first["kind"] == "diagnostic" and DIAGNOSTICS_PREFIX + "chat_template" in first
+    recorded = [f for f in diagnose(t.history).findings if f.name == "chat_template"]
+    assert [(f.level, f.step) for f in recorded] == [("note", 0)] and "no chat template" in recorded[0].saw
+    assert recorded[0].tries.startswith("load the instruct model's own tokenizer")
 
 
 @pytest.mark.parametrize("prompt", ["<|im_start|>user\nSay 1.<|im_end|>", "Say 1.<|im_end|>\n<|im_start|>assistant"])
@@ -356,7 +359,7 @@ def test_doctor_on_a_crashed_run_reads_its_checkpoint_and_torn_history(tmp_path,
     assert main(["doctor", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert "parse_rate" in captured.out and "6 training steps of 6" in captured.out
-    assert "torn" in captured.err or "cut" in captured.err or "warning" in captured.err
+    assert "erl-lite doctor: warning:" in captured.err and "the last line was cut off" in captured.err
 
 
 def test_doctor_says_when_a_run_stopped_early(tmp_path, capsys):

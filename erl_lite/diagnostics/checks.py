@@ -88,7 +88,8 @@ class Finding:
 
     def to_record(self) -> dict[str, Any]:
         """The ``history.jsonl`` event (kind ``diagnostic``); trackers receive the 1.0 as a marker at its step."""
-        return {"step": self.step, DIAGNOSTICS_PREFIX + self.name: 1.0, "level": self.level, "message": self.message()}
+        return {"step": self.step, DIAGNOSTICS_PREFIX + self.name: 1.0, "level": self.level, "message": self.message(),
+                "saw": self.saw, "means": self.means, "tries": self.tries}
 
 
 @dataclass(frozen=True)

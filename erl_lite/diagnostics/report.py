@@ -73,9 +73,9 @@ def recorded_preflight(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
             continue
         name = next((k[len(DIAGNOSTICS_PREFIX):] for k in r if k.startswith(DIAGNOSTICS_PREFIX)), None)
         if name is not None and name not in CHECKS_BY_NAME:
-            text = str(r.get("message", ""))
-            out.append(Finding(name, str(r.get("level", WARNING)), int(r.get("step", 0)),
-                               text.split(": ", 1)[-1].rstrip("."), "", "", int(r.get("step", 0))))
+            step = int(r.get("step", 0))
+            out.append(Finding(name, str(r.get("level", WARNING)), step, str(r.get("saw", r.get("message", ""))),
+                               str(r.get("means", "")), str(r.get("tries", "")), step))
     return out
 
 
