@@ -1,11 +1,14 @@
-"""ERL vs RLVR (and the ablations) on one of the embedded worlds at equal wall-clock, over several seeds.
+"""ERL vs RLVR (and the ablations) on one of the embedded worlds at equal CPU time, over several seeds.
 
 ``--world demo`` (default) or ``--world sparse`` (5x5 maps where a first attempt rarely
 succeeds; :data:`erl_lite.embedded.world.WORLDS`).
 
-For every seed, ERL trains for the demo's default number of steps; its training seconds (the
-sum of ``time/step``, evaluation excluded) become the budget of every other variant, which
-trains until it has spent the same CPU time. Each run evaluates first attempts at the start,
+For every seed, ERL trains for the demo's default number of steps; its training CPU seconds (the
+process's CPU time inside its training steps, evaluation excluded) become the budget of every other
+variant, which trains until it has spent the same CPU time. CPU time, not the wall-clock of
+``time/step``: each run is one process on one thread, so a run that shares its core with other work
+is not charged for the time it waited (an earlier version charged it, and a comparison run beside
+other jobs gave the later variants less compute than ERL had had). Each run evaluates first attempts at the start,
 every ``eval_steps`` and at the end on the same test tasks. Writes to ``--out`` (default
 ``assets/``, the README's table and figures come from here): ``compare_results.json``,
 ``compare_table.md`` (per-seed figures, the CPU seconds each run took to reach an evaluation of
@@ -51,7 +54,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -131,39 +134,42 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
     ``world``: which of the embedded worlds."""
     from erl_lite.embedded import demo_trainer
 
-    spent = {"s": 0.0}
+    spent, spent_at = {"s": 0.0}, {0: 0.0}  # CPU seconds of training in all, and after each step
 
-    def stop_when_spent(trainer, record):
-        spent["s"] += record.metrics["time/step"]
-        if budget is not None and spent["s"] >= budget:
-            trainer.args.max_steps = trainer.step  # the loop ends after this step's evaluation
+    def charged(step: Callable[[], Any]) -> Callable[[], Any]:
+        def timed() -> Any:
+            start = time.process_time()  # this process's CPU time: one run per process, one thread
+            record = step()
+            spent["s"] += time.process_time() - start
+            spent_at[trainer.step] = spent["s"]
+            if budget is not None and spent["s"] >= budget:
+                trainer.args.max_steps = trainer.step  # the loop ends after this step's evaluation
+            return record
+        return timed
 
     # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
     name = f"{variant}-{seed}" if world == "demo" else f"{world}-{variant}-{seed}"
     run_dir = os.path.join(runs, name.replace(" ", "_").replace("/", "").replace("'", ""))
     # Each run's folder is this script's own: a rerun replaces the previous comparison's run there.
-    trainer = demo_trainer(seed, callbacks=[stop_when_spent], output_dir=run_dir, overwrite_output_dir=True,
+    trainer = demo_trainer(seed, output_dir=run_dir, overwrite_output_dir=True,
                            model_dir=model_dir, world=world,
                            max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
                            **{**VARIANTS[variant], **(overrides or {})})
+    trainer.training_step = charged(trainer.training_step)
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
     return {"variant": variant, "seed": seed, "world": world, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
             "samples": int(sum(r.get(k) or 0 for r in history.of_kind("train") for k in SAMPLES_KEYS.values())),
             **({"overrides": overrides} if overrides else {}),
-            "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history),
+            "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history, spent_at),
             **({"model": model_dir} if model_dir else {})}
 
 
-def eval_curve(history) -> list[list[float]]:
+def eval_curve(history, spent_at: dict[int, float]) -> list[list[float]]:
     """[step, training CPU seconds spent before it, eval success] for every evaluation."""
-    spent, total = {0: 0.0}, 0.0
-    for record in history.of_kind("train"):
-        total += record["time/step"]
-        spent[record["step"]] = total
     steps, values = history.series("eval/success", kind="eval")
-    return [[s, spent.get(s, total), v] for s, v in zip(steps, values)]
+    return [[s, spent_at.get(s, max(spent_at.values())), v] for s, v in zip(steps, values)]
 
 
 def _run(job: tuple) -> dict:
@@ -478,7 +484,7 @@ def _reach_text(runs: list[dict]) -> str:
 def plot(results: list[dict], variants: list[str], path: str) -> None:
     from erl_lite.viz import plot_comparison
 
-    title = f"{world_of(results).capitalize()} world, equal wall-clock, one line per seed"
+    title = f"{world_of(results).capitalize()} world, equal CPU time, one line per seed"
     plot_comparison(results, variants, title=title).savefig(path)
 
 
