@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
+from erl_lite.metric_names import OPTIM_STEPS
 from erl_lite.models import load_policy
 from erl_lite.records import TrainSample
 from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -114,12 +115,13 @@ def test_old_logprobs_are_the_sampling_policys_on_every_minibatch(monkeypatch, s
         keep = batch.mask.bool()
         with torch.no_grad():
             sampled = completion_logprobs(initial, batch, 1.0)
+        if i == 0:  # nothing has moved: no old pass, the objective takes the ratio as exactly 1
+            assert old is None
+            assert_close_rel(logp[keep], sampled[keep], 1e-5)  # and these are the sampling weights' log-probs
+            continue
         # Relative to the log-probs (~ -5): the same forward on a copy, in float32.
         assert_close_rel(old[keep], sampled[keep], 1e-5)
-        if i == 0:
-            assert torch.equal(logp[keep], old[keep])  # ratio exactly 1: the same weights, the same pass
-        else:
-            assert float((logp - old)[keep].abs().max()) > 1e-3  # the earlier steps moved the policy
+        assert float((logp - old)[keep].abs().max()) > 1e-3  # the earlier steps moved the policy
 
 
 def test_role_losses_are_each_roles_share_of_each_minibatch_loss():
@@ -494,6 +496,46 @@ def _same_optimizer_state(a, b):
     for k in a["state"]:
         for name, value in a["state"][k].items():
             assert torch.equal(value, b["state"][k][name]), (k, name)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_no_old_logprob_pass_where_the_ratio_is_one_and_no_reference_pass_without_kl(monkeypatch, steps, beta):
+    """The first mini-batch of an iteration trains on the weights that sampled it: its ratio is 1 by
+    construction, so an old-log-prob pass over it would only recompute the forward it is about to
+    run. Only the later mini-batches get one; the reference pass runs only when beta > 0."""
+    import erl_lite.core.update as update
+
+    passes = {"old": 0, "ref": 0}
+    real = update.PolicyUpdater._logprobs
+    model, tok = lora_model()
+    in_reference = {"on": False}
+    real_reference = update.reference_context
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def counted_reference(m, *a):
+        in_reference["on"] = True
+        with real_reference(m, *a) as ref:
+            yield ref
+        in_reference["on"] = False
+
+    def counted(self, batch):
+        passes["ref" if in_reference["on"] else "old"] += len(batch.advantages)
+        return real(self, batch)
+
+    monkeypatch.setattr(update, "reference_context", counted_reference)
+    monkeypatch.setattr(update.PolicyUpdater, "_logprobs", counted)
+    rows = samples(12)
+    cfg = ERLConfig(beta=beta, temperature=1.0, steps_per_generation=steps, per_device_train_batch_size=2)
+    stats = PolicyUpdater(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3),
+                          None, cfg, tok.pad_token_id).update(rows)
+    active = [s for i, s in enumerate(rows) if beta > 0 or s.advantage != 0]
+    first = [s for i, s in enumerate(rows) if i % steps == 0 and (beta > 0 or s.advantage != 0)]
+    assert passes["old"] == (len(active) - len(first) if steps > 1 else 0)
+    assert passes["ref"] == (len(active) if beta > 0 else 0)
+    assert stats[OPTIM_STEPS] == steps
 
 
 def _update_at(updater, rows, step):

@@ -1,7 +1,8 @@
 """The RL update: a list of :class:`TrainSample` (every role a row of one batch) into optimizer steps.
 
 One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the
-mini-batch's normalizer; old and reference log-probs are computed once, before the first step.
+mini-batch's normalizer; old and reference log-probs are computed once, before the first step (old
+ones only for the mini-batches after the first: the first one's ratio is 1 by construction).
 
 Departures from the paper: log-probs at the sampling temperature for every row; rows with A = 0
 are skipped when ``beta == 0`` (zero gradient) but still counted; a mini-batch whose loss or
@@ -146,10 +147,10 @@ class PolicyUpdater:
                       for chunk in micro_batches(active, c.per_device_train_batch_size)]
 
     @torch.no_grad()
-    def _attach_old_and_ref(self, batches: list[Packed], old: bool, ref: bool) -> list[Packed]:
-        """Each micro-batch with its old and/or reference log-probs, computed before any step."""
-        if old:
-            batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) for b in batches]
+    def _attach_old_and_ref(self, batches: list[Packed], old: list[bool], ref: bool) -> list[Packed]:
+        """Each micro-batch with its old log-probs (where ``old[i]``) and/or reference log-probs,
+        computed before any step."""
+        batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) if o else b for b, o in zip(batches, old)]
         if ref:
             with reference_context(self.model):
                 batches = [dataclasses.replace(b, ref_logp=self._logprobs(b)) for b in batches]
@@ -171,7 +172,10 @@ class PolicyUpdater:
         # DDP: by each row's position in the global batch (range(len(samples)) in one process).
         positions = self.dist.global_positions(samples)
         plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
-        flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=k > 1, ref=c.beta > 0)
+        # Old log-probs only after the first mini-batch: it trains on the weights that sampled it, so its
+        # ratio is 1 by construction and a pass over it would recompute the forward it runs next.
+        old = [i > 0 for i, (_, bs) in enumerate(plans) for _ in bs]
+        flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=old, ref=c.beta > 0)
         tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
         probe = WeightProbe([p for p in self.model.parameters() if p.requires_grad])
         bar = self.progress.bar("update", len(flat), unit="micro-batch")  # closed below, or by Progress.close_all
