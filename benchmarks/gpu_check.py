@@ -24,7 +24,9 @@ Prompts are tokenized with the real Qwen3 tokenizer and chat template when
 ``shared/qwen3_tokenizer`` is found (see ``erl_lite.testing.find_qwen3_tokenizer``); Qwen2.5
 uses the same vocabulary and ChatML turns.
 
-The table: model, compute dtype, mode, measured peak GPU memory of the step
+The table: model, compute dtype, mode, generation backend (``ERLConfig.generation_backend``: every
+row runs with ``generate`` and with ``continuous`` batching, ``--backends`` to choose), measured peak
+GPU memory of the step
 (``memory/peak_gpu_gb``), ``erl_lite.integrations.budget``'s worst-case estimate for the same settings,
 seconds per step and per phase (``time/*``), tokens per step (``tokens/*``: sampled plus the
 appended actions), the model's own sampled tokens per second of the sampling phases (the
@@ -67,11 +69,12 @@ from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_mem
 from erl_lite.config import ERLConfig
 from erl_lite.envs import FrozenLake
 from erl_lite.envs.grid import ACTIONS
+from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for
 from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.prompts import REFLECTION_REQUEST
 
 T4_MODELS = MODEL_CONFIGS[:2]  # what a 15 GiB T4 can hold under the gpu preset (erl_lite.integrations.budget)
-COLUMNS = ("model", "dtype", "mode", "peak GiB", "est. GiB", "s/step", "first", "reflect", "second",
+COLUMNS = ("model", "dtype", "mode", "backend", "peak GiB", "est. GiB", "s/step", "first", "reflect", "second",
            "update", "tok/step", "tok/s", "len y1")
 
 
@@ -81,6 +84,7 @@ class Plan:
 
     runs: list[tuple[str, str]]  # (architecture, dtype label), in order
     modes: tuple[str, ...] = ("erl", "rlvr")
+    backends: tuple[str, ...] = ("generate", "continuous")  # ERLConfig.generation_backend, both measured
     steps: int = 1
     tasks: int | None = None  # None: the gpu preset's num_tasks_per_step
     turn_tokens: int = 64
@@ -110,14 +114,21 @@ def smoke_plan(a: argparse.Namespace) -> Plan:
 class ForcedLengthGenerator:
     """The real model samples exactly ``turn_tokens`` tokens per reply; a valid ending follows.
 
+    ``backend``: ``generate`` (stop tokens suppressed through ``min_new_tokens``) or ``continuous``
+    (no stop id at all, so each row samples exactly its ``max_new_tokens``; the manager cannot honour
+    ``min_new_tokens``), with a paged cache of ``cache_tokens``.
+
     Attempt turns end with a random FrozenLake action block; reflections are wrapped in
     ``<prompt>…</prompt>`` (``reflection_tokens`` sampled tokens). Every reply ends with the
     first stop token, as a chat model's turn does. ``sampled`` counts the model's own tokens.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, turn_tokens: int, reflection_tokens: int, seed: int = 0):
-        self.inner = HFGenerator(model, tokenizer)
-        self.stop_ids = self.inner.stop_ids
+    def __init__(self, model: Any, tokenizer: Any, turn_tokens: int, reflection_tokens: int, seed: int = 0,
+                 backend: str = "generate", cache_tokens: int = 65_536):
+        self.stop_ids = HFGenerator(model, tokenizer).stop_ids
+        self.backend = backend
+        self.inner = (ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, stop_ids=[-1])
+                      if backend == "continuous" else HFGenerator(model, tokenizer))
         self.tokenizer, self.model = tokenizer, model
         self.turn_tokens, self.reflection_tokens = turn_tokens, reflection_tokens
         self.rng = random.Random(seed)
@@ -142,10 +153,15 @@ class ForcedLengthGenerator:
             target = self.turn_tokens
         room = params.max_new_tokens - max(len(h) + len(t) for h, t in zip(heads, tails)) - 1
         n = max(1, min(target, room))
-        with _min_new_tokens(self.model, n):
+        with _min_new_tokens(self.model, n) if self.backend == "generate" else nullcontext():
             sampled = self.inner.generate(prompts, replace(params, max_new_tokens=n))
         self.sampled += sum(len(s) for s in sampled)
         return [h + s + t + [self.stop_ids[0]] for h, s, t in zip(heads, sampled, tails)]
+
+    def flush(self) -> None:
+        flush = getattr(self.inner, "flush", None)
+        if flush is not None:
+            flush()
 
 
 @contextmanager
@@ -232,14 +248,16 @@ def run_config(plan: Plan, mode: str) -> ERLConfig:
     return ERLConfig.preset("gpu", output_dir=None, **overrides)
 
 
-def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype: str) -> dict[str, Any]:
-    """``plan.steps`` iterations of ``mode``; the last iteration's figures as one table row."""
+def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype: str,
+             backend: str = "generate") -> dict[str, Any]:
+    """``plan.steps`` iterations of ``mode`` sampled by ``backend``; the last iteration's figures as one row."""
     from erl_lite.trainer import ERLTrainer
 
     cfg = run_config(plan, mode)
     # a few hundred generated maps are plenty for a few steps (the default 10,000 take seconds)
     env = FrozenLake.small(max_actions=3, n_train=64, n_test=4) if plan.tiny else FrozenLake(n_train=256, n_test=4)
-    generator = ForcedLengthGenerator(model, tokenizer, plan.turn_tokens, plan.reflection_tokens, seed=cfg.seed)
+    generator = ForcedLengthGenerator(model, tokenizer, plan.turn_tokens, plan.reflection_tokens, seed=cfg.seed,
+                                      backend=backend, cache_tokens=cache_tokens_for(cfg))
     sampled = []  # the model's own sampled tokens at the end of each step (not the appended actions)
     trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, generator=generator,
                          callbacks=[lambda t, record: sampled.append(generator.sampled)])
@@ -250,6 +268,7 @@ def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype
     sampling = r["time/first"] + (r.get("time/reflect") or 0.0) + (r.get("time/second") or 0.0)
     own = sampled[-1] - (sampled[-2] if len(sampled) > 1 else 0)
     row = {"model": name, "dtype": dtype if plan.device == "cuda" else f"{dtype} path", "mode": mode,
+           "backend": backend,
            "peak GiB": r.get("memory/peak_gpu_gb"),
            "est. GiB": estimate_memory(cfg, ModelShape.load(name)).peak_gib, "s/step": r["time/step"],
            "first": r["time/first"], "reflect": r.get("time/reflect"), "second": r.get("time/second"),
@@ -262,7 +281,7 @@ def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype
 
 
 def run(plan: Plan) -> list[dict[str, Any]]:
-    """Every (architecture, dtype) of the plan, both modes each; skipped rows past the budget."""
+    """Every (architecture, dtype) of the plan, each mode with each backend; skipped rows past the budget."""
     from erl_lite.models import load_policy
     from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_tokenizer
 
@@ -276,22 +295,24 @@ def run(plan: Plan) -> list[dict[str, Any]]:
             saved = None
             for dtype in dtypes:
                 if time.perf_counter() - start > plan.time_budget:
-                    rows += [{"model": name, "dtype": dtype, "mode": m, "skipped": "time budget"} for m in plan.modes]
+                    rows += [{"model": name, "dtype": dtype, "mode": m, "backend": b, "skipped": "time budget"}
+                             for m in plan.modes for b in plan.backends]
                     continue
                 saved = saved or save_random_model(name, tmp, tokenizer, plan.tiny, plan.device)
                 with t4_like(dtype):
                     model, tok = load_policy(saved, tokenizer, quantization="4bit", device=plan.device,
                                              gradient_checkpointing=True)
-                for mode in plan.modes:
+                for mode, backend in [(m, b) for m in plan.modes for b in plan.backends]:
                     if time.perf_counter() - start > plan.time_budget:
-                        rows.append({"model": name, "dtype": dtype, "mode": mode, "skipped": "time budget"})
+                        rows.append({"model": name, "dtype": dtype, "mode": mode, "backend": backend,
+                                     "skipped": "time budget"})
                         continue
                     try:
-                        rows.append(run_mode(model, tok, plan, mode, name, dtype))
+                        rows.append(run_mode(model, tok, plan, mode, name, dtype, backend))
                     except Exception as err:  # keep the other rows of a GPU run; the smoke test must see it
                         if plan.tiny:
                             raise
-                        rows.append({"model": name, "dtype": dtype, "mode": mode,
+                        rows.append({"model": name, "dtype": dtype, "mode": mode, "backend": backend,
                                      "skipped": f"failed: {type(err).__name__}: {str(err)[:80]}"})
                         _free()
                 del model
@@ -312,7 +333,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['model']} | {r['dtype']} | {r['mode']} | skipped ({r['skipped']}) |")
+            lines.append(f"| {r['model']} | {r['dtype']} | {r['mode']} | {r['backend']} | skipped ({r['skipped']}) |")
         else:
             lines.append("| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |")
     return "\n".join(lines)
@@ -341,12 +362,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--tasks", type=int, default=None, help="tasks per step (default: the gpu preset's)")
     p.add_argument("--turn-tokens", type=int, default=64, help="tokens the model samples per turn")
     p.add_argument("--reflection-tokens", type=int, default=256, help="tokens the model samples per reflection")
+    p.add_argument("--backends", nargs="+", default=list(Plan.backends), choices=["generate", "continuous"],
+                   help="generation backends, each a row (default: both)")
     p.add_argument("--time-budget", type=float, default=360.0,
                    help="start no new row after this many seconds (a row takes up to ~90 s at 4B)")
     a = p.parse_args(argv)
     if not a.cpu_smoke and not torch.cuda.is_available():
         raise SystemExit("gpu_check.py needs a CUDA device; run with --cpu-smoke to check the code path on CPU")
-    plan = smoke_plan(a) if a.cpu_smoke else gpu_plan(a)
+    plan = replace(smoke_plan(a) if a.cpu_smoke else gpu_plan(a), backends=tuple(a.backends))
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
 

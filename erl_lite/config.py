@@ -64,6 +64,10 @@ class ERLConfig:
     """Max new tokens per model turn of an attempt."""
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``model.generate`` keywords for attempts, reflections and evaluation, e.g. ``{"min_p": 0.05}``."""
+    generation_backend: str = "generate"
+    """How rollouts are sampled: ``generate`` (``model.generate``, one padded batch per call) or ``continuous``
+    (transformers' continuous batching: finished rows leave the batch at once, later turns reuse their cache;
+    no ``generation_kwargs``; :mod:`erl_lite.core.continuous`)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``apply_chat_template`` keywords, e.g. ``{"enable_thinking": False}`` for Qwen3."""
     max_episode_length: int = 2048

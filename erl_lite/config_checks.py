@@ -39,12 +39,14 @@ OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
 #: The fields that take one of a few words, and those words (also the command line's choices).
 #: What the run does when a diagnostic check fires (:mod:`erl_lite.diagnostics`).
 DIAGNOSTICS_LEVELS = ("warn", "off", "raise")
+#: How rollouts are sampled (:mod:`erl_lite.core.generation`, :mod:`erl_lite.core.continuous`).
+GENERATION_BACKENDS = ("generate", "continuous")
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES, "loss_type": LOSS_TYPE_NAMES, "scale_rewards": SCALE_REWARDS,
     "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS, "lr_scheduler_type": LR_SCHEDULERS,
     "memory_type": MEMORY_TYPES, "internalization_mode": INTERNALIZATION_MODES, "optim": OPTIMIZERS,
-    "diagnostics": DIAGNOSTICS_LEVELS,
+    "diagnostics": DIAGNOSTICS_LEVELS, "generation_backend": GENERATION_BACKENDS,
 }
 
 #: ``model.generate`` keys that the sampler sets from its own fields (refused in ``generation_kwargs``).
@@ -133,6 +135,25 @@ def check_sampling(cfg: ERLConfig) -> None:
     if owned:
         raise ValueError(f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
                          "(max_completion_length, temperature, top_p, top_k, ...); set those instead")
+    if cfg.generation_backend == "continuous":
+        refuse_generation_kwargs(cfg.generation_kwargs)
+
+
+def refuse_generation_kwargs(kwargs: dict[str, Any]) -> None:
+    """Raise ValueError when ``generation_kwargs`` asks for what the manager would silently drop.
+
+    Example:
+        >>> try:
+        ...     refuse_generation_kwargs({"repetition_penalty": 1.1})
+        ... except ValueError as err:
+        ...     print(str(err).split(":")[0])
+        generation_backend='continuous' cannot honour generation_kwargs ['repetition_penalty']
+    """
+    if kwargs:
+        raise ValueError(
+            f"generation_backend='continuous' cannot honour generation_kwargs {sorted(kwargs)}: transformers' "
+            "continuous batching keeps only temperature, top_p and top_k and drops the rest without a word "
+            "(repetition_penalty, min_new_tokens, min_p, stopping criteria); use generation_backend='generate'")
 
 
 def check_clip(cfg: ERLConfig) -> None:

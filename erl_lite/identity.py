@@ -13,7 +13,7 @@ from typing import Any
 #: ERLConfig fields a resume may change: how a run is watched, saved or micro-batched, not what it computes.
 RESUMABLE_FIELDS = frozenset({
     "max_steps", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit", "eval_steps",
-    "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "diagnostics", "gradient_checkpointing",
+    "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "diagnostics", "generation_backend", "gradient_checkpointing",
     "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
     "eval_top_p", "eval_top_k", "logprob_chunk_size", "push_to_hub", "hub_model_id", "hub_private_repo",
     "project", "preset_name",

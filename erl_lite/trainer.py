@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 from erl_lite.checkpoint import capture_state
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment
-from erl_lite.core.generation import Generator, HFGenerator
+from erl_lite.core.continuous import end_phase, generator_for
+from erl_lite.core.generation import Generator
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.progress import Progress
 from erl_lite.core.update import PolicyUpdater
@@ -94,7 +95,7 @@ class ERLTrainer(CheckpointSaving):
         self.state = TrainerStateView(self)
         self.reward_log = wiring.attach(self.env, self.state, self.tokenizer, args)
         self._read_datasets(train_dataset, eval_dataset, has_env)
-        self.generator = generator or HFGenerator(self.model, self.tokenizer)
+        self.generator = generator or generator_for(self.model, self.tokenizer, args)
         self.memory = wiring.memory_for(self.env, args)
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
         self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
@@ -226,7 +227,10 @@ class ERLTrainer(CheckpointSaving):
         t0 = time.perf_counter()
         # DDP: this process plays its block of the tasks, holding memory writes back until merge.
         view = self.dist.deferred(memory)
-        outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
+        try:
+            outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
+        finally:  # the rollouts are done: no cache computed with these weights outlives the update
+            end_phase(self.generator)
         t1 = time.perf_counter()
         self.updater.step = self.step  # named in its warnings and errors
         losses = self.updater.update(outcome.samples)
@@ -257,8 +261,11 @@ class ERLTrainer(CheckpointSaving):
         if not tasks:
             raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
         mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
-        attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
-                                 params=self.ctx.eval_params(), desc="evaluation") if mine else []
+        try:
+            attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
+                                     params=self.ctx.eval_params(), desc="evaluation") if mine else []
+        finally:
+            end_phase(self.generator)
         attempts = self.dist.gather(attempts)
         metrics = eval_metrics(attempts)
         metrics.update({EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()})

@@ -53,16 +53,21 @@ TRL_MAPPED: dict[str, str] = {
     "disable_tqdm": "progress_bar = not disable_tqdm",
     "num_generations_eval": "eval_num_generations (samples per evaluation task)",
     "activation_checkpointing": "gradient_checkpointing (transformers 5's name for it)",
+    "use_transformers_paged": "generation_backend = 'continuous' if True else 'generate'",
+    "use_transformers_continuous_batching": "generation_backend = 'continuous' if True else 'generate'",
 }
 _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     **{name: _generate_key(name) for name in ("min_p", "repetition_penalty", "cache_implementation")},
     "disable_tqdm": _field("progress_bar", lambda v: not v),
     "num_generations_eval": _field("eval_num_generations"),
     "activation_checkpointing": _field("gradient_checkpointing"),
+    **{name: _field("generation_backend", lambda v: "continuous" if v else "generate")
+       for name in ("use_transformers_paged", "use_transformers_continuous_batching")},
 }
 
 # Reasons shared by several refused fields.
-_VLLM = "erl_lite has no vLLM path: it samples with the policy's model.generate (or ERLTrainer(generator=...))"
+_VLLM = ("erl_lite has no vLLM path: it samples with the policy's model.generate, or transformers' continuous "
+         "batching (generation_backend='continuous'), or ERLTrainer(generator=...)")
 _HUB = "erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id; no other pushes"
 _LOOP = "it configures transformers.Trainer's own loop, which erl_lite does not run (an iteration: one batch of tasks)"
 _EVAL = "erl_lite samples eval_num_generations first attempts per eval task every eval_steps; no prediction loop"
@@ -79,7 +84,8 @@ _REFERENCE = "the KL reference is the policy without its LoRA adapter (or a froz
 _LOGS = "erl_lite logs every iteration to history.jsonl, every logging_steps to report_to; nothing else to set"
 _SPEED = "not implemented in erl_lite; the update runs plain eager PyTorch on the model as loaded"
 _SAVE = "a checkpoint is saved every save_steps iterations (save_total_limit rotates them); nothing else to set"
-_BATCHING = "not implemented: sampling batches tasks × num_generations rows through model.generate"
+_BATCHING = ("not implemented: a sampling batch is tasks × num_generations rows; generation_backend='continuous' "
+             "sizes its own cache from the run's budgets")
 _TRACKIO = "erl_lite's Trackio runs log locally, to the project ERLConfig.project names; no Space or bucket is set up"
 _REENTRANT = "erl_lite's checkpointing is always non-reentrant (use_reentrant=False)"
 
@@ -109,8 +115,7 @@ TRL_REFUSED: dict[str, str] = {
                   "vllm_max_model_length vllm_tensor_parallel_size vllm_importance_sampling_correction "
                   "vllm_importance_sampling_mode vllm_importance_sampling_clip_max vllm_importance_sampling_clip_min "
                   "vllm_importance_sampling_cap ds3_gather_for_generation"),
-    **_all(_BATCHING, "use_transformers_paged use_transformers_continuous_batching "
-                      "transformers_continuous_batching_config generation_batch_size"),
+    **_all(_BATCHING, "transformers_continuous_batching_config generation_batch_size"),
     # --- losses, rewards, reference ---
     **_all(_LOSS, "delta sapo_temperature_neg sapo_temperature_pos vespo_k_pos vespo_lambda_pos vespo_k_neg "
                   "vespo_lambda_neg top_entropy_quantile entropy_coef use_adaptive_entropy entropy_coef_min "

@@ -89,13 +89,15 @@ def test_budget_counts_lora_and_cache_by_hand():
 # --- the forced-length policy ------------------------------------------------------------------
 
 
-def test_forced_length_generator_samples_exactly_n_then_acts(gpu_check):
+@pytest.mark.parametrize("backend", ["generate", "continuous"])
+def test_forced_length_generator_samples_exactly_n_then_acts(gpu_check, backend):
     import torch
 
     torch.manual_seed(0)  # the sampled filler is random; a seed keeps the parse check exact
     tok = tiny_tokenizer()
     model = tiny_model(tok, family="qwen3")
-    gen = gpu_check.ForcedLengthGenerator(model, tok, turn_tokens=6, reflection_tokens=9)
+    gen = gpu_check.ForcedLengthGenerator(model, tok, turn_tokens=6, reflection_tokens=9, backend=backend,
+                                          cache_tokens=4096)
     env = FrozenLake.small()
     obs = env.new_episode().reset(env.train_tasks(1)[0])
     prompts = [encode_messages([{"role": "user", "content": obs}], tok)] * 3
@@ -111,14 +113,16 @@ def test_forced_length_generator_samples_exactly_n_then_acts(gpu_check):
     reflection = gen.generate([tok(f"x {REFLECTION_REQUEST}").input_ids], SamplingParams(64))[0]
     text = tok.decode(reflection, skip_special_tokens=True)
     assert re.fullmatch(r"<prompt>[\s\S]*</prompt>", text) and gen.sampled == 3 * 6 + 9
+    gen.flush()
 
 
 def test_cpu_smoke_runs_the_gpu_code_path(gpu_check, capsys):
     rows = gpu_check.main(["--cpu-smoke"])
     out = capsys.readouterr().out
-    assert "| model | dtype | mode | peak GiB |" in out
-    assert {(r["model"], r["mode"]) for r in rows} == {
-        (m, mode) for m in ("qwen2.5-0.5b-instruct", "qwen3-4b-instruct-2507") for mode in ("erl", "rlvr")}
+    assert "| model | dtype | mode | backend | peak GiB |" in out
+    assert sorted((r["model"], r["mode"], r["backend"]) for r in rows) == sorted(
+        (m, mode, b) for m in ("qwen2.5-0.5b-instruct", "qwen3-4b-instruct-2507") for mode in ("erl", "rlvr")
+        for b in ("generate", "continuous"))
     for r in rows:
         assert r["peak GiB"] is None  # no CUDA here
         assert r["s/step"] > 0 and r["update"] > 0 and r["tok/s"] > 0 and r["len y1"] > 0

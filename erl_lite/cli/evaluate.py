@@ -28,7 +28,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     Raises ValueError when the run trained on something this cannot rebuild."""
     from transformers import set_seed
 
-    from erl_lite.core.generation import HFGenerator
+    from erl_lite.core.continuous import end_phase, generator_for
     from erl_lite.core.phases import PhaseContext, attempt_first
     from erl_lite.core.progress import Progress
     from erl_lite.metrics import eval_metrics
@@ -50,9 +50,13 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none",
                                    base_model=base_model)
     # The bar goes to stderr (tqdm's stream), so stdout stays the JSON that eval prints.
-    ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, world, cfg, Progress(enabled=True))
+    generator = generator_for(model, tokenizer, cfg)  # the run's generation_backend
+    ctx = PhaseContext(generator, tokenizer, world, cfg, Progress(enabled=True))
     set_seed(cfg.seed)
-    attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params(), desc="evaluation")
+    try:
+        attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params(), desc="evaluation")
+    finally:
+        end_phase(generator)
     return {"checkpoint": folder, "step": state.get("step"), "env": env_name, "tasks": len(tasks),
             "num_generations": n, **eval_metrics(attempts)}
 

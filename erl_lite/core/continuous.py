@@ -1,0 +1,215 @@
+"""Continuous batching: :class:`ContinuousGenerator` samples with transformers' ``ContinuousBatchingManager``
+behind the same interface as :class:`~erl_lite.core.generation.HFGenerator`
+(``ERLConfig(generation_backend="continuous")``).
+
+What it changes against ``model.generate``: a finished row leaves the batch at once (no decode steps
+on rows that already stopped, no prefill padding), and the manager's paged cache is kept for the
+whole rollout phase with block sharing on, so a later turn of a multi-turn episode prefills only
+what its conversation gained since the last full page, and the G copies of one prompt share its
+pages. :meth:`ContinuousGenerator.flush` drops the manager and its cache; the trainer calls it when
+the rollouts of an iteration (or an evaluation) are done, so no page computed with old weights
+survives an optimizer step.
+
+The manager's pitfalls, and what this module does about each:
+
+* its cache is sized from the device's free memory (60% of RAM on a CPU): here it is sized from
+  the run's own budget (:func:`cache_tokens_for`);
+* it drops what its logits processors cannot do (``repetition_penalty``, ``min_new_tokens``,
+  stopping criteria): any ``generation_kwargs`` is refused instead;
+* it puts the base model in eval mode under a PEFT wrapper that still says training: the
+  wrapper's mode is restored after every call, and a 4-bit model is put back on its
+  differentiable path (:func:`~erl_lite.core.policy.keep_4bit_trainable`);
+* it re-seeds the global torch generator, and samples from it in its own thread: every call runs
+  inside ``torch.random.fork_rng`` with a seed drawn from ``(seed, call number)``, so the caller's
+  generators are left as they were and a run with the same seed samples the same.
+
+Departures from the paper: the reference samples with vLLM (paged attention, continuous batching)
+in a separate engine; this is the same idea inside transformers, in the training process.
+The samples differ from ``model.generate``'s for one seed (another order of random draws), not in
+distribution: a test checks that the log-probability the manager reports for each sampled token is
+the policy's own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from erl_lite.config_checks import refuse_generation_kwargs
+from erl_lite.core.generation import SamplingParams, check_request, model_context_length
+from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable
+
+#: Tokens per cache page. Small pages let a later turn reuse all but < 16 tokens of its conversation;
+#: the manager's default (256) would re-prefill up to 255 tokens of every turn.
+PAGE_SIZE = 16
+#: Most tokens in one forward of the manager (prefill chunks): bounds the activations, not the cache.
+MAX_BATCH_TOKENS = 4096
+#: Seconds to wait for one result before asking whether the manager's thread is still alive.
+_POLL_S = 1.0
+
+
+def cache_tokens_for(args: Any) -> int:
+    """Cache tokens one rollout phase can hold at once, from the run's budgets: every row of the
+    largest phase (G rollouts of each task, or an evaluation) at its longest sequence.
+
+    Example:
+        >>> from erl_lite.config import ERLConfig
+        >>> cache_tokens_for(ERLConfig.preset("demo"))  # 8 tasks x 4 rollouts x 1088 tokens
+        34816
+    """
+    rows = args.num_tasks_per_step * max(args.num_generations or 1, args.eval_num_generations)
+    longest = max(args.max_episode_length, args.max_reflection_prompt_length + args.max_reflection_length)
+    return rows * longest
+
+
+class ContinuousGenerator:
+    """Samples with one ``ContinuousBatchingManager`` per rollout phase; :meth:`flush` ends the phase.
+
+    ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing
+    fails); ``seed``: the base of every call's sampling seed; ``keep_logprobs``: keep, in
+    ``last_logprobs``, the log-probability of each sampled token under the processed distribution
+    (after temperature, top-p, top-k), one list per row of the last call.
+
+    Example:
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> tok = tiny_tokenizer(); gen = ContinuousGenerator(tiny_model(tok), tok, cache_tokens=1024)
+        >>> outs = gen.generate([tok("hi").input_ids, tok("hello").input_ids], SamplingParams(5))
+        >>> len(outs), all(len(o) <= 5 for o in outs), gen.calls
+        (2, True, 1)
+        >>> gen.flush()
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0,
+                 stop_ids: list[int] | None = None, keep_logprobs: bool = False) -> None:
+        if cache_tokens < 1:
+            raise ValueError(f"cache_tokens must be >= 1, got {cache_tokens}")
+        self.model, self.tokenizer = model, tokenizer
+        self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.stop_ids[0]
+        self.context = model_context_length(model, tokenizer)
+        self.cache_tokens, self.seed = cache_tokens, seed
+        self.keep_logprobs = keep_logprobs
+        self.last_logprobs: list[list[float]] = []
+        self.calls = 0
+        self.managers_started = 0  # one per rollout phase (and one more when a phase first needs top-p / top-k)
+        self._manager: Any = None
+        self._needs: set[str] = set()  # the logits processors the manager must hold: "top_p", "top_k"
+
+    # -- the manager -----------------------------------------------------------------------------
+    def _start(self) -> Any:
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+
+        base = base_model(self.model)
+        # The processors exist only if the manager's own config asks for them; each request then sets
+        # its own value. Temperature is always there (0.7 is a placeholder: every request sets its own).
+        config = GenerationConfig(do_sample=True, temperature=0.7, max_new_tokens=1, eos_token_id=self.stop_ids,
+                                  pad_token_id=self.pad_id, top_k=50 if "top_k" in self._needs else None,
+                                  top_p=0.9 if "top_p" in self._needs else None)
+        cb = ContinuousBatchingConfig(
+            page_size=PAGE_SIZE, num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
+            max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens), allow_block_sharing=True,
+            per_request_processors=True, auto_switch_to_flash=False, seed=self.seed, use_cuda_graph=False,
+            return_logprobs=self.keep_logprobs)
+        manager = base.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
+        manager.start()
+        self.managers_started += 1
+        return manager
+
+    def flush(self) -> None:
+        """End the phase: stop the manager's thread and drop its cache (pages computed with these weights)."""
+        manager, self._manager = self._manager, None
+        if manager is None:
+            return
+        try:
+            manager.stop(block=True)
+        finally:
+            manager.destroy()
+            keep_4bit_trainable(self.model)
+
+    # -- one call ----------------------------------------------------------------------------------
+    def _request_kwargs(self, params: SamplingParams) -> dict[str, Any]:
+        """Each request's processor settings; a processor the run does not use is set to a no-op."""
+        kwargs: dict[str, Any] = {"temperature": float(params.temperature)}
+        if "top_p" in self._needs:
+            kwargs["top_p"] = float(params.top_p)
+        if "top_k" in self._needs:  # 0 means off: keep the whole vocabulary
+            kwargs["top_k"] = int(params.top_k) if params.top_k > 0 else 2 ** 30
+        return kwargs
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        if not prompts:
+            return []
+        check_request([len(p) for p in prompts], params.max_new_tokens, self.context)
+        refuse_generation_kwargs(params.generation_kwargs)
+        needs = {name for name, on in (("top_p", params.top_p < 1), ("top_k", params.top_k > 0)) if on}
+        if not needs <= self._needs:  # a processor the manager lacks: a new one, with the union from now on
+            self._needs |= needs
+            self.flush()
+        self.calls += 1
+        device = next(self.model.parameters()).device
+        keep_4bit_trainable(self.model)
+        was_training = self.model.training
+        try:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                torch.manual_seed(self.seed * 1_000_003 + self.calls)  # the manager samples from the global generator
+                if self._manager is None:
+                    self._manager = self._start()
+                self.model.eval()
+                outs = self._run(self._manager, prompts, params)
+        except BaseException:
+            self.flush()  # a half-finished phase: nothing of it is kept
+            raise
+        finally:
+            self.model.train(was_training)
+            keep_4bit_trainable(self.model)
+        return outs
+
+    def _run(self, manager: Any, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        # Added while paused, so the loop sees the whole batch at once: its batches (and therefore the
+        # order of its random draws) depend on the requests only, not on thread timing.
+        with manager.pause():
+            ids = manager.add_requests(inputs=prompts, max_new_tokens=params.max_new_tokens,
+                                       **self._request_kwargs(params))
+        done: dict[str, Any] = {}
+        while len(done) < len(ids):
+            result = manager.get_result(timeout=_POLL_S)
+            if result is None:
+                if not manager.is_running():
+                    raise RuntimeError(f"continuous batching stopped with {len(ids) - len(done)} of {len(ids)} "
+                                       "requests unfinished (see transformers' log above)")
+                continue
+            if result.is_finished():
+                done[result.request_id] = result
+        for row, request_id in enumerate(ids):
+            if done[request_id].error is not None:
+                raise RuntimeError(f"continuous batching failed on request row {row}: {done[request_id].error}")
+        self.last_logprobs = [list(done[i].logprobs) for i in ids] if self.keep_logprobs else []
+        return [list(done[i].generated_tokens) for i in ids]
+
+
+def generator_for(model: Any, tokenizer: Any, args: Any) -> Any:
+    """The sampler ``args.generation_backend`` names, sized and seeded from ``args``.
+
+    Example:
+        >>> from erl_lite.config import ERLConfig
+        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
+        >>> tok = tiny_tokenizer()
+        >>> type(generator_for(tiny_model(tok), tok, ERLConfig(generation_backend="continuous"))).__name__
+        'ContinuousGenerator'
+    """
+    from erl_lite.core.generation import HFGenerator
+
+    if args.generation_backend == "continuous":
+        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed)
+    return HFGenerator(model, tokenizer)
+
+
+def end_phase(generator: Any) -> None:
+    """Flush ``generator`` if it keeps state across calls (:meth:`ContinuousGenerator.flush`); others have none."""
+    flush = getattr(generator, "flush", None)
+    if callable(flush):
+        flush()

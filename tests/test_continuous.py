@@ -1,0 +1,227 @@
+"""The continuous-batching sampler (``generation_backend="continuous"``): what it samples, what it
+leaves as it was (modes, generators), what it refuses, and its place in the trainer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from erl_lite.config import ERLConfig
+from erl_lite.core.continuous import PAGE_SIZE, ContinuousGenerator, cache_tokens_for, generator_for
+from erl_lite.core.generation import HFGenerator, SamplingParams
+from erl_lite.models import load_policy
+from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
+from erl_lite.trainer import ERLTrainer
+
+ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    """The tiny model with a LoRA adapter (a PeftModel, as the trainer holds it)."""
+    return load_policy(save_tiny_model(str(tmp_path_factory.mktemp("tiny"))), device="cpu")
+
+
+def _prompts(tok, n=4):
+    texts = ["hello there", "hi", "a longer prompt than the others, by some way", "hello there"]
+    return [tok(texts[i % len(texts)]).input_ids for i in range(n)]
+
+
+def _teacher_logprobs(model, prompt, reply, temperature):
+    """log p(reply[t] | prompt + reply[:t]) under logits / temperature, one forward: (len(reply),)."""
+    ids = torch.tensor([prompt + reply])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / temperature  # (T, V)
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(reply)[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_sampled_tokens_carry_the_policys_own_logprobs_also_on_reused_pages(policy, temperature):
+    # The manager's reported log-prob of each token it sampled must be the policy's, computed from
+    # scratch. The second call's prompts extend the first call's conversations (a multi-turn
+    # episode): their first pages come from the cache, so a wrong reuse would show here.
+    model, tok = policy
+    model.eval()
+    gen = ContinuousGenerator(model, tok, cache_tokens=4096, keep_logprobs=True)
+    params = SamplingParams(12, temperature=temperature)
+    first = _prompts(tok)
+    replies = gen.generate(first, params)
+    logprobs = [gen.last_logprobs]
+    turn2 = [p + r + tok(" and then").input_ids for p, r in zip(first, replies)]
+    replies2 = gen.generate(turn2, params)
+    logprobs.append(gen.last_logprobs)
+    gen.flush()
+    for prompts, outs, lps in zip((first, turn2), (replies, replies2), logprobs):
+        for prompt, reply, lp in zip(prompts, outs, lps):
+            assert len(lp) == len(reply) > 0
+            want = _teacher_logprobs(model, prompt, reply, temperature)
+            # float32 with log-probs of magnitude ~1-10: a batched, paged attention sums in another
+            # order than a single forward; 1e-4 relative (and 1e-4 absolute) is far above that
+            # rounding and far below any real difference (a wrong page shifts them by >0.1).
+            torch.testing.assert_close(torch.tensor(lp), want, rtol=1e-4, atol=1e-4)
+    model.train()
+
+
+def test_replies_stop_at_the_first_stop_token_and_respect_the_limit(policy):
+    model, tok = policy
+    gen = ContinuousGenerator(model, tok, cache_tokens=2048)
+    for limit in (1, 5, 17):
+        outs = gen.generate(_prompts(tok, 6), SamplingParams(limit, temperature=1.5))
+        for out in outs:
+            assert 1 <= len(out) <= limit
+            stops = [i for i, t in enumerate(out) if t in gen.stop_ids]
+            assert stops in ([], [len(out) - 1])  # none, or only the last token
+    gen.flush()
+
+
+def test_same_seed_samples_the_same_and_the_callers_generators_are_untouched(policy):
+    model, tok = policy
+    params = SamplingParams(10, temperature=1.5)
+    runs = []
+    for _ in range(2):
+        gen = ContinuousGenerator(model, tok, cache_tokens=2048, seed=3)
+        torch.manual_seed(123)
+        before = torch.get_rng_state()
+        runs.append([gen.generate(_prompts(tok), params) for _ in range(3)])
+        assert torch.equal(torch.get_rng_state(), before)  # the manager re-seeds; the caller never sees it
+        gen.flush()
+    assert runs[0] == runs[1]
+    other = ContinuousGenerator(model, tok, cache_tokens=2048, seed=4)
+    assert [other.generate(_prompts(tok), params) for _ in range(3)] != runs[0]
+    other.flush()
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_every_module_gets_its_mode_back(policy, training):
+    # The manager puts the base model in eval mode under a PEFT wrapper that still says training;
+    # gradient checkpointing and dropout then switch off in the update.
+    model, tok = policy
+    model.train(training)
+    gen = ContinuousGenerator(model, tok, cache_tokens=2048)
+    gen.generate(_prompts(tok), SamplingParams(4))
+    assert {m.training for m in model.modules()} == {training}
+    gen.flush()
+    assert {m.training for m in model.modules()} == {training}
+    model.train()
+
+
+def test_cache_is_sized_from_the_budget_not_from_memory(policy):
+    model, tok = policy
+    for tokens in (256, 4000):
+        gen = ContinuousGenerator(model, tok, cache_tokens=tokens)
+        gen.generate(_prompts(tok), SamplingParams(4))
+        assert gen._manager.continuous_batching_config.num_blocks == math.ceil(tokens / PAGE_SIZE)
+        gen.flush()
+    args = ERLConfig.preset("demo")
+    rows = args.num_tasks_per_step * max(args.num_generations, args.eval_num_generations)
+    assert cache_tokens_for(args) == rows * max(args.max_episode_length,
+                                                args.max_reflection_prompt_length + args.max_reflection_length)
+
+
+def test_more_rows_than_the_cache_holds_wait_their_turn(policy):
+    model, tok = policy
+    gen = ContinuousGenerator(model, tok, cache_tokens=64)  # 4 pages: one or two rows at a time
+    outs = gen.generate(_prompts(tok, 8), SamplingParams(6))
+    assert len(outs) == 8 and all(1 <= len(o) <= 6 for o in outs)
+    gen.flush()
+
+
+@pytest.mark.parametrize("kwargs", [{"repetition_penalty": 1.2}, {"min_new_tokens": 3}, {"min_p": 0.05},
+                                    {"no_repeat_ngram_size": 2}])
+def test_what_it_would_drop_is_refused(policy, kwargs):
+    model, tok = policy
+    gen = ContinuousGenerator(model, tok, cache_tokens=256)
+    with pytest.raises(ValueError, match=f"cannot honour generation_kwargs.*{next(iter(kwargs))}"):
+        gen.generate(_prompts(tok), SamplingParams(4, generation_kwargs=kwargs))
+    with pytest.raises(ValueError, match="cannot honour"):
+        ERLConfig(generation_backend="continuous", generation_kwargs=kwargs)
+    ERLConfig(generation_backend="generate", generation_kwargs=kwargs)  # generate honours them
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="generation_backend"):
+        ERLConfig(generation_backend="vllm")
+
+
+def test_top_p_and_top_k_per_request(policy):
+    # top_k=1 is greedy: every row of one prompt gets the same reply, whatever the temperature.
+    model, tok = policy
+    gen = ContinuousGenerator(model, tok, cache_tokens=2048)
+    loose = gen.generate(_prompts(tok)[:1] * 6, SamplingParams(8, temperature=1.5))
+    greedy = gen.generate(_prompts(tok)[:1] * 6, SamplingParams(8, temperature=1.5, top_k=1))
+    assert len({tuple(o) for o in greedy}) == 1 and len({tuple(o) for o in loose}) > 1
+    nucleus = gen.generate(_prompts(tok)[:1] * 6, SamplingParams(8, temperature=1.5, top_p=1e-6))
+    assert nucleus == greedy  # the smallest nucleus holds the top token only
+    gen.flush()
+
+
+def test_the_trainer_uses_it_and_flushes_after_each_phase(policy):
+    model, tok = policy
+
+    def reward(prompts, completions, answer, **kw):
+        return [float(a in c) for c, a in zip(completions, answer)]
+
+    args = ERLConfig.preset("cpu", max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
+                            max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=2,
+                            progress_bar=False, generation_backend="continuous", diagnostics="off")
+    trainer = ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward,
+                         train_dataset=ROWS, eval_dataset=ROWS[:2])
+    assert isinstance(trainer.generator, ContinuousGenerator)
+    seen = []
+    original = trainer.updater.update
+
+    def update(samples):
+        seen.append(trainer.generator._manager)  # None: flushed before the weights change
+        return original(samples)
+
+    trainer.updater.update = update
+    history = trainer.train()
+    assert seen == [None, None] and trainer.generator._manager is None
+    assert trainer.generator.calls > 0 and len(history.of_kind("train")) == 2
+    assert isinstance(generator_for(model, tok, ERLConfig()), HFGenerator)  # the default backend
+
+
+def test_a_plain_model_without_adapter_works_too():
+    tok = tiny_tokenizer()
+    gen = ContinuousGenerator(tiny_model(tok), tok, cache_tokens=512)
+    assert len(gen.generate(_prompts(tok), SamplingParams(5))) == 4
+    gen.flush()
+
+
+def _template_tokenizers():
+    from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer
+
+    yield "chatml", tiny_tokenizer()
+    yield "plain", tiny_tokenizer(chat_template=False)
+    if find_qwen3_tokenizer() is not None:
+        yield "qwen3", qwen3_tokenizer()
+
+
+@pytest.mark.parametrize("name", ["chatml", "plain", "qwen3"])
+def test_multi_turn_episodes_are_bit_identical_between_backends(name):
+    # Greedy (top_k=1) replies are the same under both samplers, so every episode must come out the
+    # same: token ids, loss masks, turns. The continuous backend reused cached pages for the later
+    # turns (a test above checks those pages); the episode's ids are still built by the rollout alone.
+    from erl_lite.core.rollout import run_episodes
+    from erl_lite.envs import FrozenLake
+
+    tok = dict(_template_tokenizers()).get(name)
+    if tok is None:
+        pytest.skip("shared/qwen3_tokenizer not found")
+    model = tiny_model(tok)
+    env = FrozenLake.small(max_actions=3, n_train=8, n_test=2)
+    tasks = env.train_tasks(3) * 2
+    params = SamplingParams(10, temperature=1.0, top_k=1)
+    kwargs = {"enable_thinking": False} if name == "qwen3" else None
+    runs = {}
+    for backend, gen in (("generate", HFGenerator(model, tok)),
+                         ("continuous", ContinuousGenerator(model, tok, cache_tokens=8192))):
+        attempts = run_episodes(gen, tok, env, tasks, [env.initial_system_prompt(t) for t in tasks], params,
+                                max_episode_length=2048, role="first", indices=list(range(len(tasks))),
+                                template_kwargs=kwargs)
+        gen.flush() if backend == "continuous" else None
+        runs[backend] = [(a.prompt_ids, a.completion_ids, a.completion_mask, a.num_turns) for a in attempts]
+    assert max(turns for *_, turns in runs["generate"]) > 1  # several turns: the later ones reuse pages
+    assert runs["continuous"] == runs["generate"]
