@@ -130,8 +130,13 @@ def erl_lite_trainer(path: str, rows: list[dict], s: Settings, mode: str) -> Any
     from erl_lite.trainer import ERLTrainer
     from erl_lite.models import load_policy
 
+    from erl_lite.core.generation import model_context_length
+
     model, tok = load_policy(path, peft=lora_config(s), device="cpu", dtype=torch.float32)
+    # A reflection request and its reply fit the model (the embedded model reads 2,048 positions).
+    context = model_context_length(model, tok) or 4096
     cfg = ERLConfig(
+        max_reflection_prompt_length=min(2048, context - s.max_completion_length),
         mode=mode, num_generations=RLVR_G if mode == "rlvr" else ERL_G, num_tasks_per_step=s.tasks,
         max_steps=s.steps + 1, seed=s.seed, temperature=s.temperature, top_p=1.0, top_k=0,
         max_completion_length=s.max_completion_length, max_reflection_length=s.max_completion_length,

@@ -225,3 +225,22 @@ def test_multi_turn_episodes_are_bit_identical_between_backends(name):
         runs[backend] = [(a.prompt_ids, a.completion_ids, a.completion_mask, a.num_turns) for a in attempts]
     assert max(turns for *_, turns in runs["generate"]) > 1  # several turns: the later ones reuse pages
     assert runs["continuous"] == runs["generate"]
+
+
+def test_a_4bit_model_stays_on_its_differentiable_path(tmp_path):
+    # bitsandbytes repacks a 4-bit CPU layer for an inference-only kernel at its first eval-mode,
+    # no-grad call (the manager's thread makes those); the generator puts every layer back.
+    import bitsandbytes as bnb
+
+    model, tok = load_policy(save_tiny_model(str(tmp_path)), quantization="4bit", device="cpu")
+    gen = ContinuousGenerator(model, tok, cache_tokens=1024)
+    outs = gen.generate(_prompts(tok), SamplingParams(6))
+    gen.flush()
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False) for m in layers)
+    ids = torch.tensor([_prompts(tok)[0] + outs[0]])
+    model.train()
+    model(input_ids=ids).logits.float().logsumexp(-1).mean().backward()
+    grads = [p.grad for n, p in model.named_parameters() if "lora_" in n and p.requires_grad]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
