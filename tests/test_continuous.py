@@ -157,6 +157,22 @@ def test_top_p_and_top_k_per_request(policy):
     gen.flush()
 
 
+def test_a_manager_holds_only_the_processors_its_calls_use(policy):
+    # A held processor runs at every token even when a request sets it to a no-op (top-p 1.0 still
+    # sorts the vocabulary), so a call that uses fewer gets a manager without them.
+    model, tok = policy
+    gen = ContinuousGenerator(model, tok, cache_tokens=2048)
+    for params, held in ((SamplingParams(4), {"Temperature"}), (SamplingParams(4, top_p=0.9), {"Temperature", "TopP"}),
+                         (SamplingParams(4, top_k=5, top_p=0.8), {"Temperature", "TopK", "TopP"}),
+                         (SamplingParams(4), {"Temperature"})):
+        gen.generate(_prompts(tok), params)
+        names = {type(p).__name__.replace("ContinuousBatching", "").replace("LogitsWarper", "")
+                 for p in gen._manager.logit_processor.logits_processor}
+        assert names == held
+    assert gen.managers_started == 4
+    gen.flush()
+
+
 def test_the_trainer_uses_it_and_flushes_after_each_phase(policy):
     model, tok = policy
 

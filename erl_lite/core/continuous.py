@@ -94,7 +94,7 @@ class ContinuousGenerator:
         self.keep_logprobs = keep_logprobs
         self.last_logprobs: list[list[float]] = []
         self.calls = 0
-        self.managers_started = 0  # one per rollout phase (and one more when a phase first needs top-p / top-k)
+        self.managers_started = 0  # one per rollout phase, and one more at each change of top-p / top-k use
         self._manager: Any = None
         self._needs: set[str] = set()  # the logits processors the manager must hold: "top_p", "top_k"
 
@@ -131,12 +131,12 @@ class ContinuousGenerator:
 
     # -- one call ----------------------------------------------------------------------------------
     def _request_kwargs(self, params: SamplingParams) -> dict[str, Any]:
-        """Each request's processor settings; a processor the run does not use is set to a no-op."""
+        """Each request's processor settings (the manager holds the processors ``params`` use, no other)."""
         kwargs: dict[str, Any] = {"temperature": float(params.temperature)}
         if "top_p" in self._needs:
             kwargs["top_p"] = float(params.top_p)
-        if "top_k" in self._needs:  # 0 means off: keep the whole vocabulary
-            kwargs["top_k"] = int(params.top_k) if params.top_k > 0 else 2 ** 30
+        if "top_k" in self._needs:
+            kwargs["top_k"] = int(params.top_k)
         return kwargs
 
     @torch.no_grad()
@@ -145,10 +145,12 @@ class ContinuousGenerator:
             return []
         check_request([len(p) for p in prompts], params.max_new_tokens, self.context)
         refuse_generation_kwargs(params.generation_kwargs)
+        # A manager holds exactly the processors its calls need: one it holds but a call does not use
+        # still runs (a no-op top-p sorts the whole vocabulary at every token), so a change means a new one.
         needs = {name for name, on in (("top_p", params.top_p < 1), ("top_k", params.top_k > 0)) if on}
-        if not needs <= self._needs:  # a processor the manager lacks: a new one, with the union from now on
-            self._needs |= needs
+        if needs != self._needs:
             self.flush()
+            self._needs = needs
         self.calls += 1
         device = next(self.model.parameters()).device
         keep_4bit_trainable(self.model)
