@@ -133,24 +133,13 @@ class ForcedLengthGenerator:
         self.turn_tokens, self.reflection_tokens = turn_tokens, reflection_tokens
         self.rng = random.Random(seed)
         self.calls = self.sampled = 0
-        self._marker = REFLECTION_REQUEST[:48]
-
-    def _ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         if not prompts:
             return []
         self.calls += 1
-        reflecting = self._marker in self.tokenizer.decode(prompts[0], skip_special_tokens=False)
-        if reflecting:
-            heads = [self._ids("<prompt>")] * len(prompts)
-            tails = [self._ids("</prompt>")] * len(prompts)
-            target = self.reflection_tokens
-        else:
-            heads = [[]] * len(prompts)
-            tails = [self._ids(f"\n```{self.rng.choice(list(ACTIONS))}```") for _ in prompts]
-            target = self.turn_tokens
+        reflecting, heads, tails = valid_endings(self.tokenizer, prompts, self.rng)
+        target = self.reflection_tokens if reflecting else self.turn_tokens
         room = params.max_new_tokens - max(len(h) + len(t) for h, t in zip(heads, tails)) - 1
         n = max(1, min(target, room))
         with _min_new_tokens(self.model, n) if self.backend == "generate" else nullcontext():
@@ -162,6 +151,18 @@ class ForcedLengthGenerator:
         flush = getattr(self.inner, "flush", None)
         if flush is not None:
             flush()
+
+
+def valid_endings(tokenizer: Any, prompts: list[list[int]], rng: random.Random
+                  ) -> tuple[bool, list[list[int]], list[list[int]]]:
+    """``(reflecting, heads, tails)`` that make a random model's sampled tokens a valid reply to
+    ``prompts``: ``<prompt>`` … ``</prompt>`` around a reflection, a random FrozenLake action after a turn."""
+    def ids(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    if REFLECTION_REQUEST[:48] in tokenizer.decode(prompts[0], skip_special_tokens=False):
+        return True, [ids("<prompt>")] * len(prompts), [ids("</prompt>")] * len(prompts)
+    return False, [[]] * len(prompts), [ids(f"\n```{rng.choice(list(ACTIONS))}```") for _ in prompts]
 
 
 @contextmanager

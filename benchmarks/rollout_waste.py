@@ -55,10 +55,11 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_check, beside this script
 
 from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for  # noqa: E402
 from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
-from erl_lite.core.prompts import REFLECTION_REQUEST  # noqa: E402
+from gpu_check import hf_config, valid_endings  # noqa: E402
 
 BACKENDS = ("generate", "continuous")
 PHASES = ("first attempts", "reflections", "second attempts", "evaluation")
@@ -122,26 +123,18 @@ class Recorded:
 
 
 class StopSetPolicy:
-    """A random model's turn: sampled until one of a random set of stop ids, then a valid ending."""
+    """A random model's turn: sampled until one of a random set of stop ids, then a valid ending
+    (``gpu_check.valid_endings``)."""
 
     def __init__(self, inner: Recorded, tokenizer: Any, real_stops: list[int], seed: int = 0) -> None:
-        from erl_lite.envs.grid import ACTIONS
-
         self.inner, self.tokenizer, self.stop_ids = inner, tokenizer, real_stops
-        self.actions, self.rng, self.calls = list(ACTIONS), random.Random(seed), 0
-        self._marker = REFLECTION_REQUEST[:48]
-
-    def _ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        self.rng, self.calls = random.Random(seed), 0
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         if not prompts:
             return []
         self.calls += 1
-        reflecting = self._marker in self.tokenizer.decode(prompts[0], skip_special_tokens=False)
-        heads = [self._ids("<prompt>") if reflecting else [] for _ in prompts]
-        tails = [self._ids("</prompt>") if reflecting else self._ids(f"\n```{self.rng.choice(self.actions)}```")
-                 for _ in prompts]
+        _, heads, tails = valid_endings(self.tokenizer, prompts, self.rng)
         room = params.max_new_tokens - max(len(h) + len(t) for h, t in zip(heads, tails)) - 1
         sampled = self.inner.generate(prompts, SamplingParams(max(1, room), params.temperature, params.top_p,
                                                               params.top_k, params.generation_kwargs))
@@ -213,9 +206,6 @@ def _use(trainer: Any, generator: Any, log: Log) -> None:
 def _real_model(folder: str) -> str:
     """A random Qwen2.5-0.5B-shaped model with 2 layers and the real vocabulary, saved to ``folder``."""
     from transformers import AutoModelForCausalLM
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from gpu_check import hf_config
 
     from erl_lite.testing import qwen3_tokenizer
 
