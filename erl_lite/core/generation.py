@@ -3,7 +3,8 @@ after (and keeping) its first stop token: :class:`HFGenerator`, or :class:`Scrip
 canned replies for tests and notebooks.
 
 Departures from the paper: the reference samples with vLLM; erl_lite uses
-``transformers.generate`` (slower, but no extra engine to install on a consumer GPU).
+``transformers.generate`` here (slower, but no extra engine to install on a consumer GPU), or
+transformers' continuous batching (:mod:`erl_lite.core.continuous`).
 """
 
 from __future__ import annotations
