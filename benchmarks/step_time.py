@@ -38,6 +38,7 @@ tokenizer makes ERL's reflection context about four times longer in tokens than 
 tokenizer would; ``benchmarks/README.md`` discusses what that does to the ERL ratio.
 
 Usage:
+    OMP_NUM_THREADS=1 python benchmarks/step_time.py --profile [--steps 3]   # erl_lite RLVR, cProfile
     OMP_NUM_THREADS=1 python benchmarks/step_time.py [--steps 5] [--tasks 4]
         [--max-completion-length 32] [--micro-batch 10] [--out results.json]
 """
@@ -274,6 +275,32 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def profile(s: Settings, top: int = 30) -> None:
+    """cProfile of ``s.steps`` erl_lite RLVR steps (after one warm-up), by cumulative time."""
+    import cProfile
+    import pstats
+
+    from erl_lite.testing import save_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if s.model == "embedded":
+            from erl_lite.embedded import EMBEDDED_DIR
+
+            path = str(EMBEDDED_DIR)
+        else:
+            path = save_tiny_model(os.path.join(tmp, "tiny"))
+        trainer = erl_lite_trainer(path, make_rows(s.tasks * (s.steps + 1)), s, "rlvr")
+        trainer.training_step()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(s.steps):
+            trainer.training_step()
+        profiler.disable()
+    records = trainer.history.of_kind("train")[1:]
+    print({k: round(statistics.mean(r[k] for r in records), 3) for k in ("time/first", "time/update", "time/step")})
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=5, help="timed steps per trainer (after 1 warm-up)")
@@ -284,6 +311,8 @@ def main() -> None:
     p.add_argument("--model", choices=("tiny", "embedded"), default="tiny",
                    help="tiny: random 2-layer model with a character tokenizer; embedded: the packaged model")
     p.add_argument("--out", help="write the results to this JSON file")
+    p.add_argument("--profile", action="store_true",
+                   help="instead: cProfile --steps erl_lite RLVR steps, where their time goes (no TRL)")
     a = p.parse_args()
     s = Settings(steps=a.steps, tasks=a.tasks, max_completion_length=a.max_completion_length,
                  micro_batch=a.micro_batch, beta=a.beta, model=a.model)
@@ -292,6 +321,9 @@ def main() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    if a.profile:
+        profile(s)
+        return
     results = run(s)
     print(report(results))
     if a.out:

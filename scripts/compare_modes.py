@@ -54,7 +54,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -134,19 +134,6 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
     ``world``: which of the embedded worlds."""
     from erl_lite.embedded import demo_trainer
 
-    spent, spent_at = {"s": 0.0}, {0: 0.0}  # CPU seconds of training in all, and after each step
-
-    def charged(step: Callable[[], Any]) -> Callable[[], Any]:
-        def timed() -> Any:
-            start = time.process_time()  # this process's CPU time: one run per process, one thread
-            record = step()
-            spent["s"] += time.process_time() - start
-            spent_at[trainer.step] = spent["s"]
-            if budget is not None and spent["s"] >= budget:
-                trainer.args.max_steps = trainer.step  # the loop ends after this step's evaluation
-            return record
-        return timed
-
     # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
     name = f"{variant}-{seed}" if world == "demo" else f"{world}-{variant}-{seed}"
     run_dir = os.path.join(runs, name.replace(" ", "_").replace("/", "").replace("'", ""))
@@ -155,15 +142,44 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
                            model_dir=model_dir, world=world,
                            max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
                            **{**VARIANTS[variant], **(overrides or {})})
-    trainer.training_step = charged(trainer.training_step)
+    spent_at = charge_cpu_time(trainer, budget)
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
-    return {"variant": variant, "seed": seed, "world": world, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent["s"],
+    return {"variant": variant, "seed": seed, "world": world, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent_at[trainer.step],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
             "samples": int(sum(r.get(k) or 0 for r in history.of_kind("train") for k in SAMPLES_KEYS.values())),
             **({"overrides": overrides} if overrides else {}),
             "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history, spent_at),
             **({"model": model_dir} if model_dir else {})}
+
+
+def charge_cpu_time(trainer: Any, budget: float | None) -> dict[int, float]:
+    """Wrap ``trainer.training_step`` to count this process's CPU seconds inside each step and end the
+    run once they reach ``budget``; returns {step: CPU seconds spent up to it}, filled as it trains.
+    CPU time, not wall-clock: one run per process on one thread, so waiting for a core costs nothing.
+
+    Example:
+        >>> class T:
+        ...     step, args = 0, type("A", (), {"max_steps": 10})()
+        ...     def training_step(self):
+        ...         self.step += 1
+        >>> t = T(); spent = charge_cpu_time(t, budget=0.0); t.training_step()
+        >>> sorted(spent), t.args.max_steps
+        ([0, 1], 1)
+    """
+    spent_at = {0: 0.0}
+    step = trainer.training_step
+
+    def timed() -> Any:
+        start = time.process_time()
+        record = step()
+        spent_at[trainer.step] = spent_at[max(spent_at)] + time.process_time() - start
+        if budget is not None and spent_at[trainer.step] >= budget:
+            trainer.args.max_steps = trainer.step  # the loop ends after this step's evaluation
+        return record
+
+    trainer.training_step = timed
+    return spent_at
 
 
 def eval_curve(history, spent_at: dict[int, float]) -> list[list[float]]:

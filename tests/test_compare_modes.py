@@ -226,3 +226,40 @@ def test_runs_of_other_seeds_merge_into_one_table_but_never_twice_or_across_worl
         cm.merge_seeds(first + first[:1])
     with pytest.raises(ValueError, match="mix worlds"):
         cm.merge_seeds(first + [_sparse("ERL", 2, [[0, 0, 0.1]])])
+
+
+def test_budgets_charge_cpu_time_not_time_spent_waiting():
+    # The budget is CPU seconds inside the training steps: a step that waits (here: sleeps, as a run
+    # does when another job holds the core) is not charged for the wait; a step that computes is;
+    # and the run ends at the step where the budget is reached.
+    import time
+
+    cm = _script()
+
+    class Run:
+        def __init__(self, work):
+            self.step, self.work = 0, work
+            self.args = type("Args", (), {"max_steps": 100})()
+
+        def training_step(self):
+            self.step += 1
+            self.work()
+
+    waiting = Run(lambda: time.sleep(0.2))
+    spent = cm.charge_cpu_time(waiting, budget=None)
+    for _ in range(3):
+        waiting.training_step()
+    assert sorted(spent) == [0, 1, 2, 3] and spent[3] < 0.05  # 0.6 s of wall-clock, almost no CPU
+
+    def compute():
+        end = time.process_time() + 0.05
+        while time.process_time() < end:
+            pass
+
+    busy = Run(compute)
+    spent = cm.charge_cpu_time(busy, budget=0.12)
+    for _ in range(5):
+        busy.training_step()
+        if busy.step >= busy.args.max_steps:
+            break
+    assert busy.args.max_steps == 3 and 0.12 <= spent[3] < 0.2  # charged, and stopped at the budget
