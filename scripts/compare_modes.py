@@ -275,10 +275,11 @@ def write_outputs(results: list[dict], variants: list[str], out: str) -> None:
         if r["eval_curve"] and len(r["eval_curve"][0]) == 2:  # results of an older version: no seconds
             raise ValueError("compare_results.json predates per-evaluation seconds; rerun the comparison")
     add_knowledge(results)
+    add_signal(results)
     world = world_of(results)
     with open(output_path(out, world, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    table = summarize(results, variants) + knowledge_table(results, variants)
+    table = summarize(results, variants) + knowledge_table(results, variants) + signal_table(results, variants)
     with open(output_path(out, world, "table.md"), "w") as f:
         f.write(table)
     print(table)
@@ -316,24 +317,72 @@ def _over_reflections(rows: list[dict], key: str) -> float | None:
     return sum(row[key] * row["reflections"] for row in rows if row["reflections"]) / n if n else None
 
 
-def knowledge_table(results: list[dict], variants: list[str]) -> str:
-    """Where each variant's runs knew the holes (:func:`add_knowledge`), per seed; empty when
-    no result carries it."""
-    if not any("knowledge" in r for r in results):
+def per_seed_table(results: list[dict], variants: list[str], entry: str, intro: str,
+                   columns: dict[str, str]) -> str:
+    """A markdown table of each variant's ``result[entry][key]`` per seed (``columns``: key -> header),
+    under ``intro``; "-" where a run lacks it, and empty when no result carries ``entry``."""
+    if not any(entry in r for r in results):
         return ""
-    cell = lambda rs, key: " / ".join("-" if "knowledge" not in r or r["knowledge"][key] is None  # noqa: E731
-                                      else f"{r['knowledge'][key]:.2f}" for r in rs)
-    lines = ["", "Where the holes were known, per seed: sampled reflections over the whole run, and the first "
-             "attempts of the last sampled step (their opening plan, `Avoid ...`).", "",
-             "| variant | reflections naming both holes | reflections stating a hole twice | "
-             "first attempts at the end naming a letter | naming both holes | with no readable plan |",
-             "|---|---|---|---|---|---|"]
+    cell = lambda rs, key: " / ".join("-" if entry not in r or r[entry][key] is None  # noqa: E731
+                                      else f"{r[entry][key]:.2f}" for r in rs)
+    lines = ["", intro, "", "| variant | " + " | ".join(columns.values()) + " |", "|---" * (len(columns) + 1) + "|"]
     for v in variants:
         rs = [r for r in results if r["variant"] == v]
         if rs:
-            lines.append(f"| {v} | {cell(rs, 'both')} | {cell(rs, 'repeated')} | {cell(rs, 'first_named')} | "
-                         f"{cell(rs, 'first_both')} | {cell(rs, 'first_unreadable')} |")
+            lines.append(f"| {v} | " + " | ".join(cell(rs, key) for key in columns) + " |")
     return "\n".join(lines) + "\n"
+
+
+def knowledge_table(results: list[dict], variants: list[str]) -> str:
+    """Where each variant's runs knew the holes (:func:`add_knowledge`), per seed."""
+    return per_seed_table(
+        results, variants, "knowledge",
+        "Where the holes were known, per seed: sampled reflections over the whole run, and the first "
+        "attempts of the last sampled step (their opening plan, `Avoid ...`).",
+        {"both": "reflections naming both holes", "repeated": "reflections stating a hole twice",
+         "first_named": "first attempts at the end naming a letter", "first_both": "naming both holes",
+         "first_unreadable": "with no readable plan"})
+
+
+#: The early steps :func:`add_signal` reads: groups with signal over the first SIGNAL_STEPS[0] steps,
+#: second attempts over the first SIGNAL_STEPS[1] (first attempts settle sooner than the gate empties).
+SIGNAL_STEPS = (5, 10)
+
+
+def add_signal(results: list[dict]) -> None:
+    """Give each result without one a ``signal`` entry read from its run's ``history.jsonl`` (when the
+    run folder is still there): the mean share of first-attempt groups whose rewards differ (the
+    groups GRPO learns from, ``1 - frac_reward_zero_std/first``) over its first training steps, and
+    the mean success of second attempts and their share with a reply or the episode cut at its
+    length budget (``truncated/second``), over the first steps that had any (None
+    where no step did: RLVR). Kept in the results file, as :func:`add_knowledge`'s entry is."""
+    from erl_lite.history import History
+    from erl_lite.metric_names import SUCCESS_SECOND, TRUNCATED_SECOND, ZERO_STD_FIRST
+
+    def mean(rows: list[dict], key: str) -> float | None:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    for r in results:
+        path = os.path.join(r["run_dir"], "history.jsonl")
+        if "signal" in r or not os.path.isfile(path):
+            continue
+        train = History.load(path).of_kind("train")
+        zero_std = mean(train[:SIGNAL_STEPS[0]], ZERO_STD_FIRST)
+        early = train[:SIGNAL_STEPS[1]]
+        r["signal"] = {"groups_with_signal": None if zero_std is None else 1 - zero_std,
+                       "second_success": mean(early, SUCCESS_SECOND), "second_truncated": mean(early, TRUNCATED_SECOND)}
+
+
+def signal_table(results: list[dict], variants: list[str]) -> str:
+    """Where the early learning signal came from (:func:`add_signal`), per seed."""
+    return per_seed_table(
+        results, variants, "signal",
+        f"The early learning signal, per seed: first-attempt groups whose rewards differ (what GRPO learns "
+        f"from) over steps 1-{SIGNAL_STEPS[0]}, and the gated tasks' second attempts over steps "
+        f"1-{SIGNAL_STEPS[1]}: their success, and the share with a reply (or the episode) cut at its length budget.",
+        {"groups_with_signal": "groups with signal", "second_success": "second attempts: success",
+         "second_truncated": "a reply cut"})
 
 
 def plot_pair(results: list[dict], path: str) -> None:

@@ -94,6 +94,38 @@ def test_knowledge_table_reads_each_runs_samples(tmp_path):
     assert "knowledge" not in missing and cm.knowledge_table([missing], ["ERL"]) == ""
 
 
+def test_signal_table_reads_each_runs_early_steps(tmp_path):
+    """Where the early learning signal came from, per run: read from the run's history, kept in the results."""
+    import json
+
+    cm = _script()
+    run_dir = tmp_path / "ERL-0"
+    run_dir.mkdir()
+    # 12 training steps: groups with signal 1 - zero-std over steps 1-5 only; second attempts over steps 1-10,
+    # only where a step had any (None where the gate sent nothing on); eval records are not training steps.
+    steps = [{"kind": "train", "step": i, "frac_reward_zero_std/first": 0.5 if i <= 5 else 0.0,
+              "success/second": None if i == 2 else (1.0 if i <= 10 else 0.0),
+              "truncated/second": None if i == 2 else (0.25 if i <= 10 else 1.0)} for i in range(1, 13)]
+    lines = [json.dumps({"kind": "eval", "step": 0, "eval/success": 0.1})] + [json.dumps(r) for r in steps]
+    (run_dir / "history.jsonl").write_text("\n".join(lines) + "\n")
+    erl = {"variant": "ERL", "seed": 0, "run_dir": str(run_dir)}
+    rlvr_dir = tmp_path / "RLVR-0"
+    rlvr_dir.mkdir()
+    (rlvr_dir / "history.jsonl").write_text("\n".join(json.dumps({"kind": "train", "step": i,
+                                                                   "frac_reward_zero_std/first": 0.75})
+                                                       for i in range(1, 4)) + "\n")
+    rlvr = {"variant": "RLVR", "seed": 0, "run_dir": str(rlvr_dir)}
+    gone = {"variant": "RLVR", "seed": 1, "run_dir": str(tmp_path / "gone")}
+    cm.add_signal([erl, rlvr, gone])
+    assert erl["signal"] == {"groups_with_signal": 0.5, "second_success": 1.0, "second_truncated": 0.25}
+    assert rlvr["signal"] == {"groups_with_signal": 0.25, "second_success": None, "second_truncated": None}
+    assert "signal" not in gone
+    table = cm.signal_table([erl, rlvr, gone], ["ERL", "RLVR"])
+    assert "| ERL | 0.50 | 1.00 | 0.25 |" in table
+    assert "| RLVR | 0.25 / - | - / - | - / - |" in table
+    assert cm.signal_table([gone], ["RLVR"]) == ""
+
+
 def test_a_trial_build_is_passed_to_every_run_and_named_above_the_table(monkeypatch, tmp_path):
     # `--model DIR` compares a build other than the shipped model: every run loads it, the
     # results record it, and the table says which model it measured.
