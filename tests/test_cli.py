@@ -99,6 +99,60 @@ def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, over
     assert seen["processing_class"].eos_token == "<|im_end|>"  # the embedded model
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "--world", "sparse"],
+    ["train", "--env", "demo", "--world", "sparse", "--seed", "2"],
+])
+def test_train_on_the_sparse_world(monkeypatch, argv):
+    """``--world sparse`` trains on the embedded model's second world, as ``erl-lite demo --world
+    sparse`` does, and records it so ``erl-lite eval`` rebuilds the same world."""
+    from erl_lite.embedded import demo_config, demo_world
+
+    seen = _trainer_arguments(monkeypatch, argv)
+    seed = 2 if "--seed" in argv else 0
+    expected = demo_world(seed, "sparse")
+    assert seen["args"].extra == {**DEMO_RECORD, "world": "sparse"}
+    assert seen["args"] == demo_config(**({"seed": 2} if seed else {}), extra={**DEMO_RECORD, "world": "sparse"})
+    assert seen["env"].symbols == expected.symbols
+    assert {t.data["size"] for t in seen["eval_dataset"]} == {5}  # the sparse world's 5x5 maps
+    n = len(seen["eval_dataset"])
+    assert [t.task_id for t in seen["eval_dataset"]] == [t.task_id for t in expected.test_tasks(n)]
+
+
+def test_the_world_of_a_run_file_and_its_mistakes(monkeypatch, tmp_path, capsys):
+    seen = _trainer_arguments(monkeypatch, ["train", "--config", _yaml(tmp_path, "world: sparse\n")])
+    assert seen["args"].extra["world"] == "sparse"
+    bad_file = _yaml(tmp_path, "world: huge\n")
+    for argv, message in [(["train", "--env", "frozenlake", "--world", "sparse"], "--world applies to --env demo"),
+                          (["train", "--config", bad_file], "world must be one of demo, sparse")]:
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_resume_and_eval_rebuild_the_world_a_run_recorded(monkeypatch, tmp_path, capsys):
+    import erl_lite.cli.evaluate as evaluate
+    from erl_lite.embedded import world
+
+    # The sparse world's 10,000 training maps take about 100 s to draw; 64 exercise the same path.
+    monkeypatch.setitem(world.WORLDS, "sparse", {**world.WORLDS["sparse"], "n_train": 64})
+    out = tmp_path / "run"
+    assert main(["train", "--world", "sparse", "--steps", "1", "--num-tasks-per-step", "1", "--eval-steps", "0",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()  # the training's own lines
+    # A resume builds its environment from its options: other ones than the checkpoint's are refused.
+    for options, named in [([], "world: 'sparse' there, 'demo' here"),
+                           (["--env", "frozenlake", "--world", "demo"], "env: 'demo' there, 'frozenlake' here")]:
+        assert main(["train", "--resume", "--out", str(out), "--steps", "2", "--num-tasks-per-step", "1",
+                     "--eval-steps", "0", *options]) == 2
+        assert named in capsys.readouterr().err
+    built = []
+    real = evaluate.build_environment
+    monkeypatch.setattr(evaluate, "build_environment", lambda *a, **k: built.append((a, k)) or real(*a, **k))
+    assert main(["eval", "--checkpoint", str(out), "--limit", "1", "--num-generations", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["env"] == "demo"
+    assert built and built[0][1]["world"] == "sparse"
+
+
 def test_train_config_without_training():
     from erl_lite.cli.train import train_config
     from erl_lite.config import ERLConfig
@@ -223,7 +277,7 @@ def test_precedence_preset_then_file_then_flags(tmp_path):
 
     path = _yaml(tmp_path, "env: qa\nsmall: true\nmodel: some/model\nseed: 4\nuse_memory: false\n")
     run, cfg = train_settings(build_parser().parse_args(["train", "--config", path, "--env", "sokoban"]))
-    assert run == {"env": "sokoban", "small": True, "model": "some/model", "preset": "cpu"}
+    assert run == {"env": "sokoban", "small": True, "model": "some/model", "preset": "cpu", "world": "demo"}
     assert cfg.max_completion_length == PRESETS["cpu"]["max_completion_length"]  # no demo settings off the demo
     assert (cfg.seed, cfg.use_memory, cfg.extra["env"]) == (4, False, "sokoban")
 

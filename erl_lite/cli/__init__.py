@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--env", choices=ENVIRONMENTS, default=argparse.SUPPRESS,
                        help="demo = the embedded model's world (letters drawn by --seed); the others are the "
                             "paper's tasks and an arithmetic example (default: demo)")
+    train.add_argument("--world", choices=sorted(WORLDS), default=argparse.SUPPRESS,
+                       help="with --env demo: demo = 3x3 maps (default); sparse = 5x5 maps where first attempts "
+                            "rarely succeed (as erl-lite demo --world)")
     train.add_argument("--small", action="store_true", default=argparse.SUPPRESS,
                        help="the small (CPU) variant of the environment")
     train.add_argument("--model", default=argparse.SUPPRESS,

@@ -16,7 +16,7 @@ from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
-RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False}
+RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False, "world": "demo"}
 #: The options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
 DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func")
 #: The environment a run on ``--dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
@@ -57,17 +57,29 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
     if not isinstance(run["small"], bool):
         raise ValueError(f"small must be true or false, got {run['small']!r}")
+    world = _world_record(run)
     flags = given_fields(args)
     overrides = {**file_fields, **flags}
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
-    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **data}
+    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **world, **data}
     try:
         return run, ERLConfig.preset(run["preset"], **overrides)
     except ValueError as e:  # a field the file set (and no flag overrode): name its line
         if args.config is None:
             raise
         raise ValueError(locate_in_file(str(e), args.config, set(file_fields) - set(flags))) from e
+
+
+def _world_record(run: dict[str, Any]) -> dict[str, Any]:
+    """``{"world": name}`` for ``extra``, none on the demo world (as earlier runs); ValueError off --env demo."""
+    from erl_lite.embedded.world import WORLDS
+
+    if run["world"] not in WORLDS:
+        raise ValueError(f"world must be one of {', '.join(sorted(WORLDS))}, got {run['world']!r}")
+    if run["world"] != "demo" and run["env"] != "demo":
+        raise ValueError(f"--world applies to --env demo (the embedded model's worlds), not --env {run['env']}")
+    return {} if run["world"] == "demo" else {"world": run["world"]}
 
 
 def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
@@ -116,6 +128,8 @@ def run_train(args: argparse.Namespace) -> int:
         if args.resume and not list_checkpoints(cfg.output_dir):
             raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {cfg.output_dir}; "
                                   "run without --resume to start this run")
+        if args.resume:
+            same_environment(run, list_checkpoints(cfg.output_dir)[0])
     except user_errors() as e:
         return usage_error("train", e)
     if run["model"] == "embedded" and run["env"] != "demo":
@@ -134,13 +148,36 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The run options that decide the environment ``erl-lite train`` builds (value when a checkpoint has none).
+ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo"}
+
+
+def same_environment(run: dict[str, Any], checkpoint: str) -> None:
+    """Refuse (CheckpointError) to resume ``checkpoint`` on another environment than it trained on: the
+    trainer records the environment without comparing it (Python callers rebuild it as they like), but
+    the command line builds it from these options. A checkpoint written from Python is not checked."""
+    from erl_lite.checkpoint import CheckpointError, run_record
+
+    try:
+        saved = run_record(checkpoint)["config"].get("extra") or {}
+    except CheckpointError:  # a damaged record: the trainer's resume reports it (or falls back)
+        return
+    if not isinstance(saved, dict) or saved.get("env") is None:
+        return
+    differ = [f"{k}: {saved.get(k, d)!r} there, {run[k]!r} here" for k, d in ENVIRONMENT_OPTIONS.items()
+              if saved.get(k, d) != run[k]]
+    if differ:
+        raise CheckpointError(f"{checkpoint} trained on another environment than this run would build "
+                              f"({'; '.join(differ)}); resume with the options it trained with")
+
+
 def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
     """``erl-lite train``'s trainer: the model and environment its run options name."""
     from erl_lite.trainer import ERLTrainer
 
     # The environment first: a missing reward function fails before a model is loaded.
     env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
-                         else build_environment(run["env"], run["small"], cfg.seed))
+                         else build_environment(run["env"], run["small"], cfg.seed, cfg.extra.get("world", "demo")))
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed
@@ -168,15 +205,17 @@ def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, A
                                      "feedback_func": feedback and load_function(feedback, "feedback function")}
 
 
-def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED) -> tuple[Any, Any, dict[str, Any]]:
-    """``(environment, dataset rows, other ERLTrainer arguments)`` of ``erl-lite train --env name``."""
+def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED,
+                      world: str = "demo") -> tuple[Any, Any, dict[str, Any]]:
+    """``(environment, dataset rows, other ERLTrainer arguments)`` of ``erl-lite train --env name``
+    (``world``: which of the embedded model's worlds ``--env demo`` plays)."""
     from erl_lite import envs
 
     if name == "demo":
         from erl_lite.embedded.demo import DEMO_EVAL_TASKS, step_line
         from erl_lite.embedded.world import demo_world
 
-        world = demo_world(seed)
+        world = demo_world(seed, world)
         # The demo preset turns the progress bar off in favour of one line per step.
         return world, None, {"eval_dataset": world.test_tasks(DEMO_EVAL_TASKS), "callbacks": [step_line]}
     if name == "arithmetic":
