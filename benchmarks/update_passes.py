@@ -62,7 +62,7 @@ def passes(trainer: Any, samples: list[Any], repeats: int) -> list[tuple[str, bo
     """``(pass, runs in this update, median seconds)`` per pass, over ``samples`` as the update plans them."""
     up, c, model = trainer.updater, trainer.args, trainer.model
     k = c.optimizer_steps(len(samples))
-    plans = [up._plan([s for j, s in enumerate(samples) if j % k == i]) for i in range(k)]  # as update() does
+    plans = up.plans(samples, k)  # the mini-batches update() steps on
     every = [b for _, bs in plans for b in bs]
     later = [b for _, bs in plans[1:] for b in bs]
     lm = causal_lm(model)

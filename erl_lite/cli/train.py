@@ -17,6 +17,8 @@ from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
 RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False, "world": "demo"}
+#: The run options that decide the environment ``erl-lite train`` builds (value when a checkpoint has none).
+ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo"}
 #: The options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
 DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func")
 #: The environment a run on ``--dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
@@ -148,10 +150,6 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The run options that decide the environment ``erl-lite train`` builds (value when a checkpoint has none).
-ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo"}
-
-
 def same_environment(run: dict[str, Any], checkpoint: str) -> None:
     """Refuse (CheckpointError) to resume ``checkpoint`` on another environment than it trained on: the
     trainer records the environment without comparing it (Python callers rebuild it as they like), but
@@ -177,7 +175,7 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
 
     # The environment first: a missing reward function fails before a model is loaded.
     env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
-                         else build_environment(run["env"], run["small"], cfg.seed, cfg.extra.get("world", "demo")))
+                         else build_environment(run["env"], run["small"], cfg.seed, run["world"]))
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed

@@ -146,6 +146,11 @@ class PolicyUpdater:
         return norm, [pack(chunk, self.pad_id, c.internalization_mode == "nll", self.device)
                       for chunk in micro_batches(active, c.per_device_train_batch_size)]
 
+    def plans(self, samples: list[TrainSample], k: int) -> list[tuple[float, list[Packed]]]:
+        """``samples`` as ``k`` interleaved mini-batches (:meth:`_plan`), each with every role; k == 1: on-policy."""
+        positions = self.dist.global_positions(samples)  # DDP: in the global batch (range(n) in one process)
+        return [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
+
     @torch.no_grad()
     def _attach_old_and_ref(self, batches: list[Packed], old: list[bool], ref: bool) -> list[Packed]:
         """Each micro-batch with its old log-probs (where ``old[i]``) and/or reference log-probs,
@@ -168,10 +173,7 @@ class PolicyUpdater:
         if not n_rows:
             return UpdateStats.empty(counts, advantage)
         k = c.optimizer_steps(n_rows)
-        # Interleave so every mini-batch holds every role; k == 1 means on-policy (ratio = 1).
-        # DDP: by each row's position in the global batch (range(len(samples)) in one process).
-        positions = self.dist.global_positions(samples)
-        plans = [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
+        plans = self.plans(samples, k)
         # Old log-probs only after the first mini-batch: it trains on the weights that sampled it, so its
         # ratio is 1 by construction and a pass over it would recompute the forward it runs next.
         old = [i > 0 for i, (_, bs) in enumerate(plans) for _ in bs]
