@@ -49,6 +49,10 @@ def _check_openings(c: Any, tokenizer: Any, env: Any, name: str, tasks: Sequence
     from erl_lite.integrations.dataset import split_prompt
     from erl_lite.core.rollout import opening_messages, template_kwargs_for
 
+    from erl_lite.records import TaskPool
+
+    if isinstance(tasks, TaskPool):  # an environment's own split: no dataset prompts, and reading it draws it
+        return
     room = c.max_episode_length - c.max_completion_length
     for i, task in enumerate(tasks):
         if getattr(task, "prompt", None) is None:

@@ -15,6 +15,7 @@ Departures from the paper: none; the paper does not fix a data layout.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -43,7 +44,41 @@ class Task:
     data: dict[str, Any] = field(default_factory=dict)  # the other columns, reward functions' keywords (TRL)
 
 
-def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
+class TaskPool(Sequence):
+    """A split of ``size`` tasks read by index, task ``i`` being ``draw(i)``, drawn when first read and then kept.
+
+    A run reads a few hundred tasks of a 10,000-task split, and a task may cost tens of milliseconds to
+    draw (a 5x5 map with its checks): drawing the whole split first cost a minute before the first step.
+    ``draw`` must be deterministic in ``i`` and give unique ids (:func:`check_unique_task_ids` trusts it).
+
+    Example:
+        >>> pool = TaskPool(lambda i: Task(f"t/{i}"), 10_000)
+        >>> len(pool), pool[-1].task_id, [t.task_id for t in pool[2:4]], len(pool.drawn)
+        (10000, 't/9999', ['t/2', 't/3'], 3)
+    """
+
+    def __init__(self, draw: Callable[[int], Task], size: int) -> None:
+        self._draw, self._size = draw, size
+        self.drawn: dict[int, Task] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._size))]
+        i = index + self._size if index < 0 else index
+        if not 0 <= i < self._size:
+            raise IndexError(f"task {index} of a split of {self._size}")
+        if i not in self.drawn:
+            self.drawn[i] = self._draw(i)
+        return self.drawn[i]
+
+    def __repr__(self) -> str:
+        return f"TaskPool({self._size} tasks, {len(self.drawn)} drawn)"
+
+
+def check_unique_task_ids(tasks: Sequence[Task], where: str) -> Sequence[Task]:
     """``tasks``, after refusing two that share an id (naming it and both rows): they would share a GRPO group.
 
     Example:
@@ -51,6 +86,8 @@ def check_unique_task_ids(tasks: list[Task], where: str) -> list[Task]:
         Traceback (most recent call last):
         ValueError: train_dataset: task id 'a' is given to rows 0 and 2; ids must be unique within a split ...
     """
+    if isinstance(tasks, TaskPool):  # its maker vouches for its ids; reading them all would draw every task
+        return tasks
     seen: dict[str, int] = {}
     for i, task in enumerate(tasks):
         first = seen.setdefault(task.task_id, i)

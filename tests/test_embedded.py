@@ -198,6 +198,28 @@ def test_the_sparse_world_is_a_larger_lake_where_blind_first_attempts_rarely_suc
             demo_trainer(0, world=wrong)  # before any model is loaded
 
 
+def test_a_run_draws_only_the_training_maps_it_reads():
+    """The sparse world's maps cost ~30 ms each: a trainer over its 2,000-map split must not draw them all
+    before its first step (it did: ~60 s of drawing for a one-step run)."""
+    world = demo_world(0, "sparse")
+    drawn = []
+    generate = world._splits._generate
+    world._splits._generate = lambda split, index: drawn.append((split, index)) or generate(split, index)
+    args = demo_config(max_steps=2, num_tasks_per_step=3, eval_steps=0, diagnostics="off")
+    model, tok = load_embedded(peft="none")
+    trainer = ERLTrainer(model=model, processing_class=tok, args=args, env=world)
+    assert len(trainer.train_tasks) == 2_000
+    batches = [trainer._batch(1), trainer._batch(2), trainer._batch(1)]
+    train_drawn = sorted(index for split, index in drawn if split == "train")
+    assert len(train_drawn) == 6 and batches[0] == batches[2]  # each map once, whatever reads it again
+    # The lazily drawn tasks are the split's own: another world of the same seed draws the same map at each
+    # index, and the first ones equal those train_tasks(n) lists in order.
+    again = demo_world(0, "sparse")
+    for task in batches[0] + batches[1]:
+        assert again.train_pool()[int(task.task_id.rsplit("/", 1)[1])] == task
+    assert trainer.train_tasks[-1].task_id.endswith("/train/1999") and trainer.train_tasks[0:2] == again.train_tasks(2)
+
+
 def test_a_failure_names_only_the_hole_stepped_on():
     world = make_lake_with_both_holes()
     seen = set()

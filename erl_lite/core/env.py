@@ -126,3 +126,9 @@ class Environment(ABC):
     def test_tasks(self, n: int | None = None) -> list[Task]:
         """The first ``n`` tasks of the fixed test split, disjoint from the training split."""
         raise NotImplementedError(f"{type(self).__name__} has no test split")
+
+    def train_pool(self) -> Sequence[Task]:
+        """The whole training split, read by index: what a run samples its batches from (default:
+        ``train_tasks()``). Seeded environments return a :class:`~erl_lite.records.TaskPool`, which draws
+        only the tasks a run reads."""
+        return self.train_tasks()

@@ -13,7 +13,7 @@ import re
 import string
 from abc import abstractmethod
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from erl_lite.core.env import Environment, Episode, StepOutput
@@ -246,6 +246,9 @@ class GridGame(Environment):
 
     def test_tasks(self, n: int | None = None) -> list[Task]:
         return self._tasks("test", n)
+
+    def train_pool(self) -> Sequence[Task]:
+        return self._splits.pool("train") if self.source == "generated" else self.train_tasks()
 
     def _tasks(self, split: str, n: int | None) -> list[Task]:
         if self.source == "paper":

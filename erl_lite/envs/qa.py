@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rank_bm25 import BM25Okapi
@@ -259,6 +259,9 @@ class MultiHopQA(Environment):
         if self.source == "generated":
             return self._splits.tasks("train", n)
         return load_hotpotqa("train", n, self.hotpot_path)
+
+    def train_pool(self) -> Sequence[Task]:
+        return self._splits.pool("train") if self.source == "generated" else self.train_tasks()
 
     def test_tasks(self, n: int | None = None) -> list[Task]:
         if self.source == "generated":

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from erl_lite.records import Task
+from erl_lite.records import Task, TaskPool
 
 
 def derive_seed(base: int, split: str, index: int, attempt: int = 0) -> int:
@@ -27,15 +27,16 @@ class SeededSplits:
                  seed: int = 0, n_train: int = 10_000, n_test: int = 100) -> None:
         self.make, self.key, self.prefix = make, key, prefix
         self.seed, self.sizes = seed, {"train": n_train, "test": n_test}
-        self._cache: dict[str, list[Task]] = {"train": [], "test": []}
+        self._pools = {split: TaskPool(lambda i, s=split: self._generate(s, i), size) for split, size in self.sizes.items()}
         self._test_keys: set[str] | None = None
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
-        n = self.sizes[split] if n is None else min(n, self.sizes[split])
-        cache = self._cache[split]
-        while len(cache) < n:
-            cache.append(self._generate(split, len(cache)))
-        return cache[:n]
+        """The first ``n`` tasks of ``split`` (all when ``n`` is None), as a list."""
+        return self._pools[split][:n]
+
+    def pool(self, split: str) -> TaskPool:
+        """The whole of ``split``, each task drawn when first read (what a training run indexes into)."""
+        return self._pools[split]
 
     def _generate(self, split: str, index: int) -> Task:
         if split == "train" and self._test_keys is None:

@@ -65,16 +65,16 @@ def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig
     return reward_log
 
 
-def read_tasks(env: Environment, data: Any, split: str) -> list[Task]:
+def read_tasks(env: Environment, data: Any, split: str) -> Sequence[Task]:
     """Tasks of a dataset (anything :func:`~erl_lite.integrations.data_sources.load_rows` reads), or
     of the env's split when ``data`` is None; ids must be unique (they key the GRPO groups)."""
     where = f"{split}_dataset" if data is not None else f"the environment's {split} tasks"
     return check_unique_task_ids(_tasks(env, data, split), where)
 
 
-def _tasks(env: Environment, data: Any, split: str) -> list[Task]:
+def _tasks(env: Environment, data: Any, split: str) -> Sequence[Task]:
     if data is None and split == "train":
-        return env.train_tasks()
+        return env.train_pool()
     if data is None:
         try:
             return env.test_tasks()
