@@ -298,7 +298,7 @@ def profile(s: Settings, top: int = 30) -> None:
         profiler.disable()
     records = trainer.history.of_kind("train")[1:]
     print({k: round(statistics.mean(r[k] for r in records), 3) for k in ("time/first", "time/update", "time/step")})
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
+    pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(top)
 
 
 def main() -> None:

@@ -127,11 +127,13 @@ def world_of(results: list[dict]) -> str:
 
 
 def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, eval_steps: int = 5,
-        model_dir: str | None = None, overrides: dict | None = None, world: str = "demo"):
+        model_dir: str | None = None, overrides: dict | None = None, world: str = "demo",
+        curriculum: list[int] | None = None):
     """One training run; stops after ``steps`` (ERL) or once ``budget`` seconds are spent.
     ``model_dir``: a build other than the shipped embedded model (recorded in the result);
     ``overrides``: settings on top of the variant's (the step-matched control's steps);
-    ``world``: which of the embedded worlds."""
+    ``world``: which of the embedded worlds; ``curriculum``: map sizes to train on in turn
+    (:func:`apply_curriculum`)."""
     from erl_lite.embedded import demo_trainer
 
     # Every variant of a seed starts from the same LoRA initialisation and world (demo_trainer seeds both).
@@ -142,15 +144,47 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
                            model_dir=model_dir, world=world,
                            max_steps=steps if budget is None else 10_000, eval_steps=eval_steps,
                            **{**VARIANTS[variant], **(overrides or {})})
+    if curriculum:
+        apply_curriculum(trainer, seed, world, curriculum, steps)
     spent_at = charge_cpu_time(trainer, budget)
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
     return {"variant": variant, "seed": seed, "world": world, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent_at[trainer.step],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
             "samples": int(sum(r.get(k) or 0 for r in history.of_kind("train") for k in SAMPLES_KEYS.values())),
-            **({"overrides": overrides} if overrides else {}),
+            **({"overrides": overrides} if overrides else {}), **({"curriculum": curriculum} if curriculum else {}),
             "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history, spent_at),
             **({"model": model_dir} if model_dir else {})}
+
+
+def apply_curriculum(trainer: Any, seed: int, world: str, sizes: list[int], steps: int) -> None:
+    """Make ``trainer`` draw its tasks from maps of ``sizes[0]`` x ``sizes[0]`` first, then of each next
+    size, in equal shares of ``steps`` iterations (ERL's; a variant that runs longer stays on the last).
+    The last size must be the world's own; an earlier stage is the same world (letters, actions, holes in
+    the way) at its size with no bound on blind success. Evaluation stays on the world's own test maps.
+
+    Example:
+        >>> class T:
+        ...     train_tasks = "world's own"
+        ...     def _batch(self, step): return self.train_tasks
+        >>> t = T(); apply_curriculum(t, 0, "sparse", [3, 5], steps=4)
+        >>> [len(t._batch(s)) for s in (1, 2)], t._batch(3), t._batch(9)
+        ([2000, 2000], "world's own", "world's own")
+    """
+    from erl_lite.embedded.world import demo_world, world_settings
+
+    own = world_settings(world).get("sizes", (3, 3))
+    if sizes[-1] != own[0]:
+        raise ValueError(f"a curriculum must end on the {world} world's own size {own[0]}, not {sizes[-1]}")
+    pools = [demo_world(seed, world, sizes=(n, n), max_blind=1.0).train_pool() for n in sizes[:-1]]
+    pools.append(trainer.train_tasks)
+    batch = trainer._batch
+
+    def staged(step: int) -> Any:
+        trainer.train_tasks = pools[min(len(pools) - 1, (step - 1) * len(pools) // steps)]
+        return batch(step)
+
+    trainer._batch = staged
 
 
 def charge_cpu_time(trainer: Any, budget: float | None) -> dict[int, float]:
@@ -213,6 +247,9 @@ def main() -> None:
                    help="compare a build other than the shipped embedded model "
                         "(scripts/build_embedded_model.py --out DIR); the table names it")
     p.add_argument("--eval-steps", type=int, default=5, help="evaluate every this many steps (not counted in the budget)")
+    p.add_argument("--curriculum", type=int, nargs="+", default=None, metavar="SIZE",
+                   help="map sizes to train on in turn, each for an equal share of ERL's steps, ending on "
+                        "the world's own (e.g. 3 4 5 on the sparse world); evaluation stays on the world's maps")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at a time, one CPU thread each (keep <= cores: budgets are CPU seconds)")
     p.add_argument("--replot", action="store_true",
@@ -236,7 +273,8 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs) as pool:
         def job(variant: str, seed: int, budget: float | None, overrides: dict | None = None) -> tuple:
-            return variant, seed, budget, steps, args.runs, args.eval_steps, args.model, overrides, args.world  # run()'s
+            return (variant, seed, budget, steps, args.runs, args.eval_steps, args.model, overrides,  # run()'s
+                    args.world, args.curriculum)
 
         # ERL first (its seconds set the budget), then every other variant on the same budget.
         erl = pool.map(_run, [job("ERL", seed, None) for seed in args.seeds])
@@ -512,6 +550,9 @@ def demo_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
 def summarize(results: list[dict], variants: list[str]) -> str:
     models = sorted({r["model"] for r in results if r.get("model")})
     lines = [f"Model: {', '.join(f'`{m}`' for m in models)} (not the shipped embedded model).", ""] if models else []
+    stages = sorted({tuple(r["curriculum"]) for r in results if r.get("curriculum")})
+    lines += [f"Curriculum: training maps of sizes {' then '.join(map(str, c))} in equal shares of ERL's "
+              "iterations; evaluation on the world's own maps.\n" for c in stages]
     lines += ["| variant | steps (mean) | optimizer steps (mean) | samples (mean) | train CPU s (mean) | "
               "eval success before | eval success after (mean ± sd over seeds) | after, per seed | "
               f"CPU s to reach {REACH_LEVEL:.2f}, per seed |",

@@ -295,3 +295,34 @@ def test_budgets_charge_cpu_time_not_time_spent_waiting():
         if busy.step >= busy.args.max_steps:
             break
     assert busy.args.max_steps == 3 and 0.12 <= spent[3] < 0.2  # charged, and stopped at the budget
+
+
+def test_a_curriculum_trains_on_each_size_in_turn_and_ends_on_the_world_s_own():
+    # --curriculum 3 4 5 on the sparse world: ERL's 6 iterations split in thirds; a variant that runs past
+    # them stays on the world's own maps; the letters are the run's at every stage; the last size must be
+    # the world's own (else refused, naming it); the table says a curriculum ran.
+    import pytest
+
+    from erl_lite.embedded import demo_world
+
+    cm = _script()
+    world = demo_world(1, "sparse")
+
+    class Trainer:
+        train_tasks = world.train_pool()
+
+        def _batch(self, step):
+            return [self.train_tasks[step]]
+
+    trainer = Trainer()
+    cm.apply_curriculum(trainer, 1, "sparse", [3, 4, 5], steps=6)
+    sizes = [trainer._batch(step)[0].data["size"] for step in range(1, 10)]
+    assert sizes == [3, 3, 4, 4, 5, 5, 5, 5, 5]
+    assert trainer._batch(9)[0] == world.train_pool()[9]  # the world's own task at the last stage
+    small = demo_world(1, "sparse", sizes=(3, 3), max_blind=1.0)
+    assert small.symbols == world.symbols and small.max_turns == world.max_turns == 14
+    for wrong in ([3, 4], [5, 3]):
+        with pytest.raises(ValueError, match="must end on the sparse world's own size 5"):
+            cm.apply_curriculum(Trainer(), 1, "sparse", wrong, steps=6)
+    results = [{**r, "curriculum": [3, 4, 5]} for r in RESULTS]
+    assert "Curriculum: training maps of sizes 3 then 4 then 5" in cm.summarize(results, ["ERL", "RLVR"])
