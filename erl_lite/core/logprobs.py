@@ -25,6 +25,8 @@ from erl_lite.core.policy import base_model
 DEFAULT_CHUNK_SIZE: int | None = ERLConfig.__dataclass_fields__["logprob_chunk_size"].default
 #: Vocabulary columns per tile: a (256, 8192) fp32 tile is 8 MiB.
 VOCAB_TILE = 8192
+# A decoder's dropout modules and checkpointable layers (see _switches).
+_SWITCHES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[list, list]]" = weakref.WeakKeyDictionary()
 # Models whose chunked head was checked once against their own forward (see _check_once).
 _CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
@@ -65,8 +67,7 @@ def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
     head = output_head(lm)
     scale, softcap = logit_transform(lm.config)
     B, L = targets.shape
-    out = lm.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-    hidden = out.last_hidden_state[:, -(L + 1):-1, :]  # (B, L, H)
+    hidden = completion_hidden(lm.base_model, input_ids, attention_mask, position_ids, L)  # (B, L, H)
     flat = hidden.reshape(B * L, -1).to(head.weight.device)  # (N, H)
     ids = targets.reshape(-1).to(head.weight.device)  # (N,)
     pieces = []
@@ -76,6 +77,68 @@ def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
             flat[part], head.weight, head.bias, ids[part], temperature, VOCAB_TILE, softcap, scale, ())
         pieces.append(logp)  # (n,) float32
     return torch.cat(pieces).view(B, L).to(targets.device)
+
+
+def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      position_ids: torch.Tensor, L: int) -> torch.Tensor:
+    """Hidden states ``(B, L, H)`` at the positions that predict the last ``L`` columns of ``input_ids`` ``(B, P + L)``.
+
+    Rows whose context (the first ``P`` columns, padding included) is the same run it once: GRPO's G
+    rollouts of a prompt, and internalization rows under their task's first-attempt context. The context
+    pass ``(U, P)`` keeps its keys and values, which are indexed out to the ``B`` rows for the completion
+    pass ``(B, L)``: the same attention over the same keys, and the gradient of a shared context sums
+    over its rows, as the full forward's does. Rows keep their own full forward where sharing would
+    change what is computed: active dropout (each row draws its own masks) and gradient checkpointing
+    (its layers run without a cache). transformers has no shared-prefix forward for training, hence this.
+    """
+    P = input_ids.shape[1] - L
+    groups = _shared_contexts(input_ids[:, :P], attention_mask[:, :P]) if P > 0 and _may_share(decoder) else None
+    if groups is not None:
+        first, rows = groups  # (U,) a row holding each distinct context; (B,) each row's context
+        context = decoder(input_ids=input_ids[first, :P], attention_mask=attention_mask[first, :P],
+                          position_ids=position_ids[first, :P], use_cache=True)
+        cache = context.past_key_values
+        if cache is not None:  # a model without a cache runs the full forward below
+            last = context.last_hidden_state[rows, -1:]  # (B, 1, H): column P-1 predicts target 0
+            if L == 1:
+                return last
+            cache.reorder_cache(rows)  # (U, ...) -> (B, ...) keys and values
+            rest = decoder(input_ids=input_ids[:, P:], attention_mask=attention_mask,
+                           position_ids=position_ids[:, P:], past_key_values=cache, use_cache=True)
+            return torch.cat([last, rest.last_hidden_state[:, :L - 1]], dim=1)
+    out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    return out.last_hidden_state[:, -(L + 1):-1, :]
+
+
+def _shared_contexts(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first, rows)`` when some rows of ``ids`` ``(B, P)`` share a context: ``first`` ``(U,)`` one row
+    per distinct context, ``rows`` ``(B,)`` each row's index into them; None when all differ."""
+    distinct, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
+    if len(distinct) == len(ids):
+        return None
+    order = torch.arange(len(ids), device=ids.device)
+    first = torch.full((len(distinct),), len(ids), device=ids.device).scatter_reduce(0, rows, order, "amin")
+    return first, rows
+
+
+def _may_share(decoder: Any) -> bool:
+    """Whether a pass may share contexts: no dropout that draws, no gradient checkpointing under a gradient."""
+    if decoder.training and getattr(decoder.config, "attention_dropout", 0.0):
+        return False
+    dropouts, layers = _switches(decoder)
+    if torch.is_grad_enabled() and any(m.gradient_checkpointing for m in layers):
+        return False
+    return not any(m.p > 0 and m.training for m in dropouts)
+
+
+def _switches(decoder: Any) -> tuple[list[torch.nn.Module], list[torch.nn.Module]]:
+    """``decoder``'s dropout modules and the layers carrying a ``gradient_checkpointing`` flag, found once
+    (a walk over every module costs ~1 ms a pass; the flags themselves are read at every pass)."""
+    if decoder not in _SWITCHES:
+        modules = list(decoder.modules())
+        _SWITCHES[decoder] = ([m for m in modules if isinstance(m, torch.nn.Dropout)],
+                              [m for m in modules if hasattr(m, "gradient_checkpointing")])
+    return _SWITCHES[decoder]
 
 
 def causal_lm(model: Any) -> Any:
