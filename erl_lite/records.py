@@ -15,6 +15,7 @@ Departures from the paper: none; the paper does not fix a data layout.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -67,6 +68,7 @@ class TaskPool(Sequence):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self._size))]
+        index = operator.index(index)  # a float or a string is a TypeError, as for a list
         i = index + self._size if index < 0 else index
         if not 0 <= i < self._size:
             raise IndexError(f"task {index} of a split of {self._size}")

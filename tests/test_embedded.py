@@ -220,6 +220,18 @@ def test_a_run_draws_only_the_training_maps_it_reads():
     assert trainer.train_tasks[-1].task_id.endswith("/train/1999") and trainer.train_tasks[0:2] == again.train_tasks(2)
 
 
+def test_a_task_pool_reads_like_a_list_and_draws_each_task_once():
+    from erl_lite.records import TaskPool, Task
+
+    drawn = []
+    pool = TaskPool(lambda i: drawn.append(i) or Task(f"t/{i}"), 5)
+    assert [t.task_id for t in pool] == [f"t/{i}" for i in range(5)] and pool[-1] is pool[4]
+    assert [t.task_id for t in pool[::2]] == ["t/0", "t/2", "t/4"] and drawn == [0, 1, 2, 3, 4]
+    for wrong, error in ((5, IndexError), (-6, IndexError), (1.5, TypeError), ("1", TypeError)):
+        with pytest.raises(error):
+            pool[wrong]
+
+
 def test_a_failure_names_only_the_hole_stepped_on():
     world = make_lake_with_both_holes()
     seen = set()
