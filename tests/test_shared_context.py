@@ -107,3 +107,32 @@ def test_rows_keep_their_own_forward_where_sharing_would_change_the_computation(
     alone = pack([r for i, r in enumerate(rows()) if i in (0, 3, 6)], pad_id=0, nll_distill=False)
     completion_logprobs(model, alone, 1.0, 16)
     assert seen == [alone.input_ids.numel()]
+
+
+@pytest.mark.parametrize(("family", "tied"), FAMILIES, ids=FAMILY_IDS)
+def test_sampling_prefills_a_repeated_prompt_once_and_samples_the_same(family, tied):
+    # G copies of a prompt (GRPO's group), one of them left-padded among longer prompts: the sampler runs each
+    # distinct prompt once (all but its last token), then generate prefills only the last column of every row.
+    from erl_lite.core.generation import HFGenerator, SamplingParams
+
+    model = lora_model(family, tied).eval()
+    tok = tiny_tokenizer()
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randint(8, 90, (14,), generator=g).tolist(), torch.randint(8, 90, (9,), generator=g).tolist()
+    prompts = [a, b, a, b, a, b + [40]]  # a x 3, b x 2, and one prompt alone
+    gen = HFGenerator(model, tok, stop_ids=[tok.eos_token_id])
+    for params in (SamplingParams(6, temperature=1.0), SamplingParams(6, temperature=1.0, top_k=1)):  # sampled, greedy
+        seen = decoder_tokens(model)
+        torch.manual_seed(3)
+        outs = gen.generate(prompts, params)
+        width = max(map(len, prompts))
+        # The first call: 3 distinct prompts of width - 1 columns; then the prefill of the last column of 6 rows.
+        assert seen[:2] == [3 * (width - 1), 6]
+        # The same draws as model.generate over every row, whole (the sampler's own reference path).
+        torch.manual_seed(3)
+        plain = HFGenerator(model, tok, stop_ids=[tok.eos_token_id])
+        plain.share_prompts = False
+        assert plain.generate(prompts, params) == outs
+    alone = decoder_tokens(model)
+    gen.generate([a, b], SamplingParams(3))
+    assert alone[0] == 2 * 14  # nothing repeats: one prefill of every row, as before

@@ -9,12 +9,13 @@ transformers' continuous batching (:mod:`erl_lite.core.continuous`).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from erl_lite.core.policy import eos_token_ids, keep_4bit_trainable
+from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable, shared_rows
 from erl_lite.core.prompts import PromptTooLongError
 
 
@@ -137,6 +138,7 @@ class HFGenerator:
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
         self.context = model_context_length(model, tokenizer)  # None: the model states no limit
+        self.share_prompts = True  # run a repeated prompt once (see _shared_prompts); False: every row whole
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -158,17 +160,38 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
+            input_ids, attention = input_ids.to(device), attention.to(device)
+            shared = self._shared_prompts(input_ids, attention) if self.share_prompts else None
             out = self.model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device), do_sample=True,
+                input_ids=input_ids, attention_mask=attention, do_sample=True,
                 temperature=params.temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else None,
                 max_new_tokens=params.max_new_tokens, eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
-                use_cache=True,
+                use_cache=True, **({"past_key_values": shared} if shared is not None else {}),
                 **params.generation_kwargs)  # e.g. min_p, repetition_penalty (the config refuses the keys above)
         finally:
             self.model.train(was_training)
         new = out[:, width:].tolist()  # (B, <= max_new_tokens)
         stops = set(self.stop_ids)
         return [_cut_at_stop(row, stops, self.pad_id) for row in new]
+
+    def _shared_prompts(self, input_ids: torch.Tensor, attention: torch.Tensor) -> Any:
+        """The keys and values of every row's prompt but its last token ``(B, ..., width - 1, ...)``, each
+        distinct prompt run once (GRPO samples G copies of each), or None when none repeats. ``generate``
+        then prefills only the last column: the same positions and attention, so the same draws."""
+        groups = shared_rows(input_ids[:, :-1], attention[:, :-1]) if input_ids.shape[1] > 1 else None
+        if groups is None:
+            return None
+        first, rows = groups
+        # Positions as generate computes them from the mask (pads at 0): the cache must hold the same keys.
+        positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base_model(self.model).forward).parameters else {}
+        out = self.model(input_ids=input_ids[first, :-1], attention_mask=attention[first, :-1],
+                         position_ids=positions[first, :-1], use_cache=True, **keep)
+        cache = getattr(out, "past_key_values", None)
+        if not hasattr(cache, "reorder_cache"):  # no cache, or a legacy tuple: generate prefills every row
+            return None
+        cache.reorder_cache(rows)  # (U, ...) -> (B, ...)
+        return cache
 
 
 class ScriptedGenerator:

@@ -18,7 +18,7 @@ import torch
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.losses import token_logprobs
-from erl_lite.core.policy import base_model
+from erl_lite.core.policy import base_model, shared_rows
 
 #: Completion positions per lm-head chunk: 256 keeps a tile at 8 MiB, below glibc's mmap
 #: ceiling, so CPU tiles reuse heap memory (about twice as fast as 1024 on one CPU thread).
@@ -92,13 +92,13 @@ def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: tor
     (its layers run without a cache). transformers has no shared-prefix forward for training, hence this.
     """
     P = input_ids.shape[1] - L
-    groups = _shared_contexts(input_ids[:, :P], attention_mask[:, :P]) if P > 0 and _may_share(decoder) else None
+    groups = shared_rows(input_ids[:, :P], attention_mask[:, :P]) if P > 0 and _may_share(decoder) else None
     if groups is not None:
         first, rows = groups  # (U,) a row holding each distinct context; (B,) each row's context
         context = decoder(input_ids=input_ids[first, :P], attention_mask=attention_mask[first, :P],
                           position_ids=position_ids[first, :P], use_cache=True)
         cache = context.past_key_values
-        if cache is not None:  # a model without a cache runs the full forward below
+        if hasattr(cache, "reorder_cache"):  # a model without a cache object runs the full forward below
             last = context.last_hidden_state[rows, -1:]  # (B, 1, H): column P-1 predicts target 0
             if L == 1:
                 return last
@@ -108,17 +108,6 @@ def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: tor
             return torch.cat([last, rest.last_hidden_state[:, :L - 1]], dim=1)
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     return out.last_hidden_state[:, -(L + 1):-1, :]
-
-
-def _shared_contexts(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(first, rows)`` when some rows of ``ids`` ``(B, P)`` share a context: ``first`` ``(U,)`` one row
-    per distinct context, ``rows`` ``(B,)`` each row's index into them; None when all differ."""
-    distinct, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
-    if len(distinct) == len(ids):
-        return None
-    order = torch.arange(len(ids), device=ids.device)
-    first = torch.full((len(distinct),), len(ids), device=ids.device).scatter_reduce(0, rows, order, "amin")
-    return first, rows
 
 
 def _may_share(decoder: Any) -> bool:

@@ -117,3 +117,21 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
 def is_4bit(model: torch.nn.Module) -> bool:
     """True when the base weights are bitsandbytes 4-bit."""
     return bool(getattr(base_model(model), "is_loaded_in_4bit", False))
+
+
+def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first, rows)`` when some rows of ``ids`` ``(B, P)`` (with their ``mask``) are the same: ``first``
+    ``(U,)`` one row per distinct one, ``rows`` ``(B,)`` each row's index into them; None when all differ.
+    The passes that run a repeated context once read it (GRPO's G copies of a prompt).
+
+    Example:
+        >>> ids = torch.tensor([[1, 2], [3, 4], [1, 2]])
+        >>> [t.tolist() for t in shared_rows(ids, torch.ones_like(ids))], shared_rows(ids[:2], torch.ones_like(ids[:2]))
+        ([[0, 1], [0, 1, 0]], None)
+    """
+    distinct, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
+    if len(distinct) == len(ids):
+        return None
+    order = torch.arange(len(ids), device=ids.device)
+    first = torch.full((len(distinct),), len(ids), device=ids.device).scatter_reduce(0, rows, order, "amin")
+    return first, rows
