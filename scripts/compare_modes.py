@@ -171,11 +171,9 @@ def apply_curriculum(trainer: Any, seed: int, world: str, sizes: list[int], step
         >>> [len(t._batch(s)) for s in (1, 2)], t._batch(3), t._batch(9)
         ([2000, 2000], "world's own", "world's own")
     """
-    from erl_lite.embedded.world import demo_world, world_settings
+    from erl_lite.embedded.world import demo_world
 
-    own = world_settings(world).get("sizes", (3, 3))
-    if sizes[-1] != own[0]:
-        raise ValueError(f"a curriculum must end on the {world} world's own size {own[0]}, not {sizes[-1]}")
+    check_curriculum(world, sizes)
     pools = [demo_world(seed, world, sizes=(n, n), max_blind=1.0).train_pool() for n in sizes[:-1]]
     pools.append(trainer.train_tasks)
     batch = trainer._batch
@@ -185,6 +183,18 @@ def apply_curriculum(trainer: Any, seed: int, world: str, sizes: list[int], step
         return batch(step)
 
     trainer._batch = staged
+
+
+def check_curriculum(world: str, sizes: list[int]) -> None:
+    """Refuse a curriculum that does not end on ``world``'s own map size or holds a size outside 2..that size."""
+    from erl_lite.embedded.world import world_settings
+
+    own = world_settings(world).get("sizes", (3, 3))[0]
+    if not sizes or sizes[-1] != own:
+        raise ValueError(f"a curriculum must end on the {world} world's own size {own}, not {sizes[-1:] or 'nothing'}")
+    wrong = [n for n in sizes if not 2 <= n <= own]
+    if wrong:
+        raise ValueError(f"curriculum sizes must lie in 2..{own} on the {world} world, got {wrong}")
 
 
 def charge_cpu_time(trainer: Any, budget: float | None) -> dict[int, float]:
@@ -268,6 +278,11 @@ def main() -> None:
         return
 
     steps = args.steps or DEMO_SETTINGS["max_steps"]
+    if args.curriculum:
+        try:
+            check_curriculum(args.world, args.curriculum)
+        except ValueError as err:  # before any run starts
+            p.error(f"--curriculum: {err}")
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
     ctx = mp.get_context("spawn")

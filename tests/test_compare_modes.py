@@ -321,8 +321,13 @@ def test_a_curriculum_trains_on_each_size_in_turn_and_ends_on_the_world_s_own():
     assert trainer._batch(9)[0] == world.train_pool()[9]  # the world's own task at the last stage
     small = demo_world(1, "sparse", sizes=(3, 3), max_blind=1.0)
     assert small.symbols == world.symbols and small.max_turns == world.max_turns == 14
-    for wrong in ([3, 4], [5, 3]):
+    for wrong in ([3, 4], [5, 3], []):
         with pytest.raises(ValueError, match="must end on the sparse world's own size 5"):
             cm.apply_curriculum(Trainer(), 1, "sparse", wrong, steps=6)
+    for wrong in ([0, 5], [1, 3, 5], [6, 5]):
+        with pytest.raises(ValueError, match=r"must lie in 2\.\.5"):
+            cm.check_curriculum("sparse", wrong)
+    with pytest.raises(ValueError, match="the demo world's own size 3"):
+        cm.check_curriculum("demo", [2, 4])
     results = [{**r, "curriculum": [3, 4, 5]} for r in RESULTS]
     assert "Curriculum: training maps of sizes 3 then 4 then 5" in cm.summarize(results, ["ERL", "RLVR"])
