@@ -606,6 +606,8 @@ def plot(results: list[dict], variants: list[str], path: str) -> None:
     from erl_lite.viz import plot_comparison
 
     title = f"{world_of(results).capitalize()} world, equal CPU time, one line per seed"
+    stages = sorted({tuple(r["curriculum"]) for r in results if r.get("curriculum")})
+    title += "".join(f"; curriculum of map sizes {' > '.join(map(str, c))}" for c in stages)
     plot_comparison(results, variants, title=title).savefig(path)
 
 
