@@ -161,3 +161,28 @@ def test_dataset_members_and_clear_routing_errors():
         multi.new_episode().reset(Task("lonely/0"))
     with pytest.raises(ValueError, match="share a name"):
         MultiEnvironment([FrozenLake.small(), FrozenLake.small()])
+
+
+def test_a_run_over_several_environments_draws_only_the_tasks_it_reads():
+    # The trainer samples its batches from train_pool(): over a MultiEnvironment it interleaves the
+    # members' splits as train_tasks() does, but draws a member's task only when it is read (a member's
+    # split may cost a minute to draw whole: the embedded sparse world's maps take ~30 ms each).
+    members = {"frozenlake": FrozenLake.small(n_train=50), "sokoban": Sokoban.small(n_train=20)}
+    drawn = {name: [] for name in members}
+    for name, env in members.items():
+        real = env._splits._generate
+        env._splits._generate = lambda split, i, real=real, name=name: drawn[name].append((split, i)) or real(split, i)
+    multi = MultiEnvironment(members)
+    pool = multi.train_pool()
+    assert len(pool) == 70 and all(not d for d in drawn.values())
+    assert pool[5].task_id == "sokoban/train/2" and pool[60].task_id == "frozenlake/train/40"  # past sokoban's 20
+    assert [i for s, i in drawn["frozenlake"] if s == "train"] == [40]
+    assert [i for s, i in drawn["sokoban"] if s == "train"] == [2]
+    assert [t.task_id for t in pool[:70]] == [t.task_id for t in multi.train_tasks()]  # the same order
+    # A dataset row naming a task by index draws that task, not the split up to it.
+    fresh = FrozenLake.small(n_train=50)
+    real = fresh._splits._generate
+    seen = []
+    fresh._splits._generate = lambda split, i: seen.append((split, i)) or real(split, i)
+    task = MultiEnvironment({"frozenlake": fresh}).tasks_from_rows([{"environment": "frozenlake", "index": 30}])[0]
+    assert task.task_id == "frozenlake/train/30" and [i for s, i in seen if s == "train"] == [30]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from erl_lite.core.env import Environment, Episode, StepOutput
-from erl_lite.records import Task, check_unique_task_ids
+from erl_lite.records import Task, TaskPool, check_unique_task_ids
 
 ENV_COLUMN = "environment"  # TRL 1.16's
 _DEFAULT_SPLIT = {"train": "train", "eval": "test"}
@@ -122,7 +122,7 @@ class MultiEnvironment(Environment):
                              f"environment's split: an integer 'index' >= 0 and optionally 'split' "
                              f"('train' or 'test'); got index={index!r}, split={which!r}")
         env = self.envs[name]
-        pool = env.train_tasks(index + 1) if which == "train" else env.test_tasks(index + 1)
+        pool = env.train_pool() if which == "train" else env.test_tasks(index + 1)  # the train pool draws only pool[index]
         if index >= len(pool):
             raise ValueError(f"dataset row {i}: {name}'s {which} split has {len(pool)} tasks, no index {index}")
         task = pool[index]
@@ -165,19 +165,42 @@ class MultiEnvironment(Environment):
         """The members' test splits, interleaved, ``n`` in all."""
         return self._interleaved("test", n)
 
+    def train_pool(self) -> Sequence[Task]:
+        """The members' training splits, interleaved as :meth:`train_tasks` orders them, each task drawn when read."""
+        pools = [(name, self._member_split(name, "train", lambda env: env.train_pool())) for name in self.envs]
+        order = _interleave([len(pool) for _, pool in pools])  # (member, index) of each position
+
+        def draw(i: int) -> Task:
+            name, pool = pools[order[i][0]]
+            return self.tag(name, pool[order[i][1]])
+
+        return TaskPool(draw, len(order))
+
     def _interleaved(self, split: str, n: int | None) -> list[Task]:
-        k = len(self.envs)
-        per_env = None if n is None else -(-n // k)  # ceil: enough of each for n in all
-        pools = []
-        for name, env in self.envs.items():
-            try:
-                pool = env.train_tasks(per_env) if split == "train" else env.test_tasks(per_env)
-            except NotImplementedError:
-                raise NotImplementedError(f"environment {name!r} ({type(env).__name__}) has no {split} split: give "
-                                 f"dataset rows with an {ENV_COLUMN!r} column instead") from None
-            pools.append([self.tag(name, t) for t in pool])
-        out = [pool[j] for j in range(max(map(len, pools))) for pool in pools if j < len(pool)]
+        per_env = None if n is None else -(-n // len(self.envs))  # ceil: enough of each for n in all
+        fetch = (lambda env: env.train_tasks(per_env)) if split == "train" else (lambda env: env.test_tasks(per_env))
+        pools = [(name, self._member_split(name, split, fetch)) for name in self.envs]
+        out = [self.tag(pools[k][0], pools[k][1][j]) for k, j in _interleave([len(pool) for _, pool in pools])]
         return out if n is None else out[:n]
+
+    def _member_split(self, name: str, split: str, fetch: Any) -> Sequence[Task]:
+        """``fetch(member)``, naming the member when it has no such split."""
+        env = self.envs[name]
+        try:
+            return fetch(env)
+        except NotImplementedError:
+            raise NotImplementedError(f"environment {name!r} ({type(env).__name__}) has no {split} split: give "
+                                      f"dataset rows with an {ENV_COLUMN!r} column instead") from None
+
+
+def _interleave(sizes: list[int]) -> list[tuple[int, int]]:
+    """``(member, index)`` at each position of splits of ``sizes`` taken in turn, the longer ones running on.
+
+    Example:
+        >>> _interleave([3, 1])
+        [(0, 0), (1, 0), (0, 1), (0, 2)]
+    """
+    return [(k, j) for j in range(max(sizes, default=0)) for k, n in enumerate(sizes) if j < n]
 
 
 class RoutedEpisode(Episode):
