@@ -45,6 +45,19 @@ class Task:
     data: dict[str, Any] = field(default_factory=dict)  # the other columns, reward functions' keywords (TRL)
 
 
+def task_count(n: Any) -> int | None:
+    """``n`` when it is None (all) or a whole number >= 0, as ``train_tasks(n)`` / ``test_tasks(n)`` take it;
+    else a ValueError (a slice ``[:n]`` would read -1 as "all but the last").
+
+    Example:
+        >>> task_count(3), task_count(None)
+        (3, None)
+    """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise ValueError(f"the number of tasks must be None or a whole number >= 0, got {n!r}")
+    return n
+
+
 class TaskPool(Sequence):
     """A split of ``size`` tasks read by index, task ``i`` being ``draw(i)``, drawn when first read and then kept.
 

@@ -223,6 +223,33 @@ class _BrokenEnv(Environment):
         return self.train_tasks()
 
 
+def _splits_to_ask():
+    from erl_lite.embedded import demo_world
+    from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
+    from erl_lite.integrations.multi import MultiEnvironment
+
+    yield "frozenlake", FrozenLake.small(n_train=20)
+    yield "frozenlake paper", FrozenLake(source="paper")
+    yield "sokoban", Sokoban.small(n_train=20)
+    yield "qa", MultiHopQA.small(n_train=20)
+    yield "qa paper", MultiHopQA(source="paper")
+    yield "demo world", demo_world(0, n_train=20)
+    yield "multi", MultiEnvironment([FrozenLake.small(n_train=20), Sokoban.small(n_train=20)])
+
+
+@pytest.mark.parametrize("n", [-1, -100, 1.5, "3", True])
+def test_a_task_count_that_is_not_a_whole_number_is_refused_by_every_split(n):
+    # tasks[:n] took -1 as "all but the last" and a float as an error deep in a slice: erl-lite demo
+    # --eval-tasks -1 evaluated on 99 maps without a word.
+    for name, env in _splits_to_ask():
+        for split in ("train_tasks", "test_tasks"):
+            if name == "qa paper" and split == "train_tasks":
+                continue  # the paper's QA set has evaluation questions only
+            with pytest.raises(ValueError, match=r"number of tasks must be None or a whole number >= 0"):
+                getattr(env, split)(n)
+        assert len(env.test_tasks(2)) == 2 and env.test_tasks(0) == []  # what stays allowed
+
+
 @pytest.mark.parametrize("kind, message", [
     ("reset", "reset"), ("short", "observation, reward, done, info"), ("reward", "high"),
     ("done", "done"), ("obs", "observation"), ("final", "lots"),

@@ -539,6 +539,23 @@ def test_cli_demo_passes_the_model_folder_and_the_report_names_it(tmp_path, monk
     assert f"Model: `{build}`" in (out / "report.md").read_text()
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "max_steps must be a positive integer, got 0"),
+    (["--steps", "-3"], "max_steps must be a positive integer, got -3"),
+    (["--eval-tasks", "0"], "eval_tasks must be a whole number >= 1 (test maps to evaluate on), got 0"),
+    (["--eval-tasks", "-1"], "eval_tasks must be a whole number >= 1 (test maps to evaluate on), got -1"),
+    (["--model", "/no/such/build"], "/no/such/build"),
+])
+def test_cli_demo_refuses_bad_arguments_in_one_line_before_training(tmp_path, capsys, argv, message):
+    # --eval-tasks -1 evaluated on 99 maps and 0 on the default 64, without a word; --steps 0 printed a traceback.
+    from erl_lite.cli import main
+
+    assert main(["demo", "--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("erl-lite demo: error: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "history.jsonl").exists()
+
+
 @pytest.mark.slow
 def test_default_demo_raises_first_attempt_success(tmp_path):
     """The issue's band: after the default demo, eval first-attempt success is up by >= 0.15.

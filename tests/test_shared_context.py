@@ -5,6 +5,8 @@ would change what is computed (active dropout, gradient checkpointing)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -65,7 +67,9 @@ def test_shared_contexts_give_the_full_forward_s_logprobs_and_gradients(family, 
     model = lora_model(family, tied)
     batch = pack(rows(), pad_id=0, nll_distill=False)
     seen = decoder_tokens(model)
-    shared = completion_logprobs(model, batch, temperature=0.7, chunk_size=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the cache by its current name (transformers 5 warns at past_key_values)
+        shared = completion_logprobs(model, batch, temperature=0.7, chunk_size=16)
     B, width = batch.input_ids.shape
     L = batch.targets.shape[1]
     # 3 distinct contexts of P columns run once, then every row's L completion columns.
@@ -124,7 +128,9 @@ def test_sampling_prefills_a_repeated_prompt_once_and_samples_the_same(family, t
     for params in (SamplingParams(6, temperature=1.0), SamplingParams(6, temperature=1.0, top_k=1)):  # sampled, greedy
         seen = decoder_tokens(model)
         torch.manual_seed(3)
-        outs = gen.generate(prompts, params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # as in the update: the cache by its current name
+            outs = gen.generate(prompts, params)
         width = max(map(len, prompts))
         # The first call: 3 distinct prompts of width - 1 columns; then the prefill of the last column of 6 rows.
         assert seen[:2] == [3 * (width - 1), 6]

@@ -205,10 +205,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``erl-lite`` command ``argv`` (default: ``sys.argv``); the exit code."""
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        from erl_lite.embedded.demo import run_demo
+        from erl_lite.embedded.demo import build_demo, train_demo
 
-        run_demo(out=args.out or "erl_lite_demo", steps=args.steps, seed=args.seed,
-                 eval_tasks=args.eval_tasks, model_dir=args.model, world=args.world, **_demo_overrides(args))
+        out = args.out or "erl_lite_demo"
+        try:  # bad arguments, a missing model folder: one paragraph; errors while training keep their traceback
+            trainer = build_demo(out, args.steps, args.seed, args.eval_tasks, model_dir=args.model, world=args.world,
+                                 **_demo_overrides(args))
+        except user_errors() as e:
+            return usage_error("demo", e)
+        train_demo(trainer, out, args.world, args.seed, model_dir=args.model)
         return 0
     if args.command == "eval":
         return run_eval(args)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable, shared_rows
+from erl_lite.core.policy import base_model, cache_name, eos_token_ids, keep_4bit_trainable, shared_rows
 from erl_lite.core.prompts import PromptTooLongError
 
 
@@ -162,11 +162,12 @@ class HFGenerator:
         try:
             input_ids, attention = input_ids.to(device), attention.to(device)
             shared = self._shared_prompts(input_ids, attention) if self.share_prompts else None
+            cached = {} if shared is None else {cache_name(self.model): shared}
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=attention, do_sample=True,
                 temperature=params.temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else None,
                 max_new_tokens=params.max_new_tokens, eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
-                use_cache=True, **({"past_key_values": shared} if shared is not None else {}),
+                use_cache=True, **cached,
                 **params.generation_kwargs)  # e.g. min_p, repetition_penalty (the config refuses the keys above)
         finally:
             self.model.train(was_training)
@@ -187,7 +188,7 @@ class HFGenerator:
         keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base_model(self.model).forward).parameters else {}
         out = self.model(input_ids=input_ids[first, :-1], attention_mask=attention[first, :-1],
                          position_ids=positions[first, :-1], use_cache=True, **keep)
-        cache = getattr(out, "past_key_values", None)
+        cache = getattr(out, cache_name(self.model), None)
         if not hasattr(cache, "reorder_cache"):  # no cache, or a legacy tuple: generate prefills every row
             return None
         cache.reorder_cache(rows)  # (U, ...) -> (B, ...)

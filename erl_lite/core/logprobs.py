@@ -18,7 +18,7 @@ import torch
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.losses import token_logprobs
-from erl_lite.core.policy import base_model, shared_rows
+from erl_lite.core.policy import base_model, cache_name, shared_rows
 
 #: Completion positions per lm-head chunk: 256 keeps a tile at 8 MiB, below glibc's mmap
 #: ceiling, so CPU tiles reuse heap memory (about twice as fast as 1024 on one CPU thread).
@@ -95,16 +95,17 @@ def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: tor
     groups = shared_rows(input_ids[:, :P], attention_mask[:, :P]) if P > 0 and _may_share(decoder) else None
     if groups is not None:
         first, rows = groups  # (U,) a row holding each distinct context; (B,) each row's context
+        name = cache_name(decoder)
         context = decoder(input_ids=input_ids[first, :P], attention_mask=attention_mask[first, :P],
                           position_ids=position_ids[first, :P], use_cache=True)
-        cache = context.past_key_values
+        cache = getattr(context, name, None)
         if hasattr(cache, "reorder_cache"):  # a model without a cache object runs the full forward below
             last = context.last_hidden_state[rows, -1:]  # (B, 1, H): column P-1 predicts target 0
             if L == 1:
                 return last
             cache.reorder_cache(rows)  # (U, ...) -> (B, ...) keys and values
             rest = decoder(input_ids=input_ids[:, P:], attention_mask=attention_mask,
-                           position_ids=position_ids[:, P:], past_key_values=cache, use_cache=True)
+                           position_ids=position_ids[:, P:], use_cache=True, **{name: cache})
             return torch.cat([last, rest.last_hidden_state[:, :L - 1]], dim=1)
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     return out.last_hidden_state[:, -(L + 1):-1, :]

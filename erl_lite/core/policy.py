@@ -7,9 +7,11 @@ off (the paper keeps a separate frozen copy; at step 0 the two are the same poli
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from peft import PeftModel
@@ -135,3 +137,16 @@ def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, to
     order = torch.arange(len(ids), device=ids.device)
     first = torch.full((len(distinct),), len(ids), device=ids.device).scatter_reduce(0, rows, order, "amin")
     return first, rows
+
+
+def cache_name(model: Any) -> str:
+    """The keyword ``model``'s forward and ``generate`` take a KV cache by, and its outputs' attribute: ``cache``
+    since transformers 5 renamed ``past_key_values`` (the old name warns there, and goes in 5.40).
+
+    Example:
+        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
+        >>> cache_name(tiny_model(tiny_tokenizer()))
+        'cache'
+    """
+    forward = base_model(model).forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"

@@ -52,11 +52,14 @@ def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callba
     from erl_lite.trainer import ERLTrainer
 
     env = demo_world(seed, world)  # first: an unknown world name fails before the model loads
+    if eval_tasks is not None and (isinstance(eval_tasks, bool) or not isinstance(eval_tasks, int) or eval_tasks < 1):
+        raise ValueError(f"eval_tasks must be a whole number >= 1 (test maps to evaluate on), got {eval_tasks!r}")
     config = demo_config(seed=seed, **overrides)
     set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it first
     model, tokenizer = load_embedded(model_dir=model_dir)
     return ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
-                      eval_dataset=env.test_tasks(eval_tasks or DEMO_EVAL_TASKS), callbacks=list(callbacks))
+                      eval_dataset=env.test_tasks(DEMO_EVAL_TASKS if eval_tasks is None else eval_tasks),
+                      callbacks=list(callbacks))
 
 
 def step_line(trainer: Any, record: Any) -> None:
@@ -73,12 +76,25 @@ def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = D
              world: str = "demo", **overrides: Any) -> History:
     """Train the embedded model on one of its worlds (``"demo"``, or ``"sparse"``: 5x5 maps where
     first attempts rarely succeed) and write the report (replacing an earlier run in ``out``)."""
+    trainer = build_demo(out, steps, seed, eval_tasks, verbose, model_dir, world, **overrides)
+    return train_demo(trainer, out, world, seed, verbose, model_dir)
+
+
+def build_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
+               eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
+               world: str = "demo", **overrides: Any) -> Any:
+    """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them)."""
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)
+    return demo_trainer(seed, eval_tasks, [step_line] if verbose else [], model_dir=model_dir,
+                        world=world, output_dir=out, **overrides)
+
+
+def train_demo(trainer: Any, out: str, world: str = "demo", seed: int = DEFAULT_SEED, verbose: bool = True,
+               model_dir: str | None = None) -> History:
+    """Train :func:`build_demo`'s trainer (on ``world``, seeded ``seed``) and write the report in ``out``."""
     os.makedirs(out, exist_ok=True)
-    trainer = demo_trainer(seed, eval_tasks, [step_line] if verbose else [], model_dir=model_dir,
-                           world=world, output_dir=out, **overrides)
     config, env = trainer.args, trainer.env
     if verbose:
         print(f"erl_lite demo: {world} world, mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "

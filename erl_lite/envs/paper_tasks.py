@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-from erl_lite.records import Task
+from erl_lite.records import Task, task_count
 
 _FILES = {(game, split): f"{game}_{split}.jsonl" for game in ("frozenlake", "sokoban") for split in ("train", "test")}
 _FILES[("hotpotqa", "test")] = "hotpotqa_eval_questions.jsonl"
@@ -39,7 +39,7 @@ def paper_rows(game: str, split: str) -> list[dict]:
 
 def paper_game_tasks(game: str, split: str, n: int | None = None) -> list[Task]:
     """The first ``n`` (all when None) paper tasks of a grid game (``"frozenlake"``, ``"sokoban"``)."""
-    rows = paper_rows(game, split)[:n]
+    rows = paper_rows(game, split)[:task_count(n)]
     return [Task(task_id=f"{game}/paper-{split}/{row['index']}", data={**row, "split": split}) for row in rows]
 
 
@@ -50,5 +50,5 @@ def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:
         >>> hotpotqa_paper_questions(1)[0].data["answer"]
         'yes'
     """
-    rows = paper_rows("hotpotqa", "test")[:n]
+    rows = paper_rows("hotpotqa", "test")[:task_count(n)]
     return [Task(task_id=f"hotpotqa/paper-eval/{i}", data={**row, "split": "test"}) for i, row in enumerate(rows)]

@@ -20,7 +20,7 @@ from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import hotpotqa_paper_questions
 from erl_lite.envs.qa_world import generate_question
 from erl_lite.envs.splits import SeededSplits
-from erl_lite.records import Task
+from erl_lite.records import Task, task_count
 
 #: A retriever: (query, top_k) -> [(title, text), ...], best first.
 Retriever = Callable[[str, int], list[tuple[str, str]]]
@@ -288,6 +288,7 @@ def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | N
     over their own paragraphs."""
     import datasets  # imported here: loading a dataset is never a side effect of importing erl_lite
 
+    task_count(n)  # before any download
     if path is not None:
         rows = datasets.load_dataset("json", data_files=path, split="train")
     else:

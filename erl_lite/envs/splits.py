@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from erl_lite.records import Task, TaskPool
+from erl_lite.records import Task, TaskPool, task_count
 
 
 def derive_seed(base: int, split: str, index: int, attempt: int = 0) -> int:
@@ -32,7 +32,7 @@ class SeededSplits:
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         """The first ``n`` tasks of ``split`` (all when ``n`` is None), as a list."""
-        return self._pools[split][:n]
+        return self._pools[split][:task_count(n)]
 
     def pool(self, split: str) -> TaskPool:
         """The whole of ``split``, each task drawn when first read (what a training run indexes into)."""

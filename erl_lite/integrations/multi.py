@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from erl_lite.core.env import Environment, Episode, StepOutput
-from erl_lite.records import Task, TaskPool, check_unique_task_ids
+from erl_lite.records import Task, TaskPool, check_unique_task_ids, task_count
 
 ENV_COLUMN = "environment"  # TRL 1.16's
 _DEFAULT_SPLIT = {"train": "train", "eval": "test"}
@@ -177,6 +177,7 @@ class MultiEnvironment(Environment):
         return TaskPool(draw, len(order))
 
     def _interleaved(self, split: str, n: int | None) -> list[Task]:
+        n = task_count(n)
         per_env = None if n is None else -(-n // len(self.envs))  # ceil: enough of each for n in all
         fetch = (lambda env: env.train_tasks(per_env)) if split == "train" else (lambda env: env.test_tasks(per_env))
         pools = [(name, self._member_split(name, split, fetch)) for name in self.envs]
