@@ -34,6 +34,9 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     from erl_lite.metrics import eval_metrics
     from erl_lite.models import load_policy
 
+    for flag, value in (("--limit", limit), ("--num-generations", num_generations)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{flag} must be a whole number >= 1, got {value!r}")
     folder, state, cfg, adapter = _load_checkpoint(checkpoint)
     if reward_funcs:
         world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env, cfg)
@@ -44,7 +47,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
         if dataset is not None:
             tasks = _read_tasks(dataset, world, env_name)
     tasks = tasks[:limit] if limit is not None else tasks
-    n = num_generations or cfg.eval_num_generations
+    n = cfg.eval_num_generations if num_generations is None else num_generations
     if not tasks or n < 1:
         raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
     model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none",
