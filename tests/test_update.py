@@ -241,6 +241,20 @@ def test_micro_batches_bound_the_padded_width_not_only_the_total_length():
     assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
 
 
+def test_micro_batches_keep_the_rows_of_one_context_together():
+    # GRPO's G rollouts of a prompt share its context, and a pass runs a shared context once
+    # (erl_lite.core.logprobs.completion_hidden): sorted by total length alone, RLVR's groups of 10 were
+    # spread over every micro-batch, three or four contexts in each.
+    from erl_lite.core.update import micro_batches
+
+    lengths = [31, 12, 25, 18, 9, 30, 22, 15, 27, 11]
+    rows = [TrainSample("first", [task] * 60, [2] * (n + task), [1] * (n + task), 1.0)
+            for n in lengths for task in (3, 4, 5, 6)]  # 4 tasks x G = 10, interleaved
+    chunks = list(micro_batches(rows, 10))
+    assert [len({r.prompt_ids[0] for r in c}) for c in chunks] == [1, 1, 1, 1]
+    assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
+
+
 def test_kl_update_stays_finite_with_extreme_logprobs_at_padded_slots():
     # Scale the head so that log-probs are around -1000 and the pad token's far below: with
     # beta > 0, padded slots must not turn into a NaN gradient (exp overflow times a 0 mask).

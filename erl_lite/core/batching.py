@@ -99,8 +99,14 @@ def _padded_length(s: TrainSample) -> int:
     return len(s.prompt_ids) + len(s.completion_ids)
 
 
+def _context_then_length(s: TrainSample) -> tuple[int, list[int], int]:
+    return len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)
+
+
 def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
-    """Rows sorted by length, in micro-batches of at most ``size`` rows and twice the width of their shortest.
+    """Rows in micro-batches of at most ``size`` rows and twice the width of their shortest row, sorted
+    by context length, then context, then completion length: rows of one context sit together, so a
+    pass runs their shared context once (GRPO's G rollouts of a prompt; see ``completion_hidden``).
 
     Example:
         >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)
@@ -109,12 +115,13 @@ def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSamp
         [1, 1, 2]
     """
     chunk: list[TrainSample] = []
-    context = completion = 0  # the current chunk's longest context and completion
-    for row in sorted(rows, key=_padded_length):
+    context = completion = shortest = 0  # the current chunk's longest context and completion, shortest row
+    for row in sorted(rows, key=_context_then_length):
         width = max(context, len(row.prompt_ids)) + max(completion, len(row.completion_ids))
-        if chunk and (len(chunk) == size or width > 2 * _padded_length(chunk[0])):
+        if chunk and (len(chunk) == size or width > 2 * min(shortest, _padded_length(row))):
             yield chunk
             chunk, context, completion = [], 0, 0
+        shortest = min(shortest, _padded_length(row)) if chunk else _padded_length(row)
         chunk.append(row)
         context, completion = max(context, len(row.prompt_ids)), max(completion, len(row.completion_ids))
     if chunk:
