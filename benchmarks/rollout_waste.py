@@ -20,11 +20,13 @@ For each set-up two trainers start from the same weights and seed, one per backe
 and for the continuous backend the prompt tokens its cache already held (the manager's prefix
 matches). Per phase the table gives:
 
-* ``waste``: of the row-tokens ``model.generate`` computed (B rows x padded width, plus B rows x
+* ``waste``: of the row-tokens ``model.generate`` computed (B rows x padded width, or the distinct
+  prompts' where ``HFGenerator`` runs a repeated prompt once, plus B rows x
   decode steps), the share that was prefill padding and decode steps of rows that had already
   stopped; the continuous backend computes neither (a finished row leaves the batch, rows are
   packed without padding), so its waste is the count's 0 by construction;
-* ``prefill / final``: prompt tokens prefilled (continuous: net of cache reuse) over the tokens
+* ``prefill / final``: prompt tokens prefilled (continuous: net of cache reuse; generate: a repeated
+  prompt once, then the last token of each copy) over the tokens
   of the phase's final sequences (each episode's whole sequence once);
 * ``share``: the phase's seconds over the iteration's (generate backend); on the iteration's row,
   all its generation over the whole (the rest is the update); none for evaluation, which is not
@@ -74,6 +76,7 @@ class Call:
     replies: list[list[int]]
     seconds: float
     reused: int = 0  # prompt tokens the continuous backend's cache already held
+    shares_prompts: bool = False  # generate ran each distinct prompt once (HFGenerator.share_prompts)
 
 
 @dataclass
@@ -113,7 +116,8 @@ class Recorded:
         replies = self.inner.generate(prompts, params)
         self.calls += 1
         self.log.calls.append(Call(self.log.phase, [list(p) for p in prompts], replies,
-                                   time.perf_counter() - start, _Reuse.total - before))
+                                   time.perf_counter() - start, _Reuse.total - before,
+                                   getattr(self.inner, "share_prompts", False)))
         return replies
 
     def flush(self) -> None:
@@ -227,12 +231,29 @@ def _real_model(folder: str) -> str:
 
 def waste(call: Call) -> tuple[int, int, int]:
     """``model.generate``'s row-tokens for ``call``: (computed, padding, finished rows' decode steps).
-    Prefill covers B x width; each decode step feeds one token per row, for (longest reply - 1) steps."""
+    Prefill covers B x width, or, where the sampler runs a repeated prompt once, U x (width - 1) for the
+    U distinct prompts and then the last column of all B rows (always a token: prompts are left-padded);
+    each decode step feeds one token per row, for (longest reply - 1) steps."""
     rows, width = len(call.prompts), max(len(p) for p in call.prompts)
     steps = max(len(r) for r in call.replies) - 1
-    padding = rows * width - sum(len(p) for p in call.prompts)
+    prefill = _distinct(call) if call.shares_prompts else call.prompts
+    padding = len(prefill) * width - sum(len(p) for p in prefill)
+    computed = (len(prefill) * (width - 1) + rows) if call.shares_prompts else rows * width
     finished = rows * steps - sum(len(r) - 1 for r in call.replies)
-    return rows * width + rows * steps, padding, finished
+    return computed + rows * steps, padding, finished
+
+
+def _distinct(call: Call) -> list[list[int]]:
+    """The call's distinct prompts (each run once by a sampler that shares them)."""
+    return [list(p) for p in dict.fromkeys(tuple(p) for p in call.prompts)]
+
+
+def generate_prefill(call: Call) -> int:
+    """Prompt tokens ``model.generate`` prefilled for ``call``: every row's, or, shared, each distinct
+    prompt's but its last token and then the last token of every row."""
+    if not call.shares_prompts:
+        return sum(len(p) for p in call.prompts)
+    return sum(len(p) - 1 for p in _distinct(call)) + len(call.prompts)
 
 
 def final_tokens(calls: list[Call]) -> int:
@@ -267,7 +288,9 @@ def summarize(logs: dict[str, Log], step_seconds: dict[str, list[float]]) -> lis
                 computed, padding, finished = map(sum, zip(*(waste(c) for c in calls)))
                 row.update(waste=(padding + finished) / computed, padding=padding / computed,
                            finished=finished / computed, calls=len(calls))
-            row[f"{backend} prefill/final"] = (prefilled if backend == "continuous" else prompt) / final
+            if backend == "generate":
+                prefilled = sum(generate_prefill(c) for c in calls)
+            row[f"{backend} prefill/final"] = prefilled / final
             row[f"{backend} s"] = seconds
         if phase == "iteration":  # the whole iteration: its generation share, then all of its seconds
             row["share"] = row.get("generate s", 0.0) / sum(step_seconds["generate"])
