@@ -1,6 +1,7 @@
 """Regenerate every figure and table the README shows, into ``assets/``.
 
-Runs, in order (about an hour on two CPU cores with ``--jobs 2``):
+Runs, in order (2,314 s on two CPU cores with ``--jobs 2`` and nothing else running, 2026-12-02: the
+bands 59 s and 299 s, the demo 48 s, the comparisons 453 s and 1,454 s):
 
 1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json`` and ``assets/bands_sparse.json``
    (the untrained model's bands on both worlds);
