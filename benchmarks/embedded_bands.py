@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from erl_lite.cli import arg_types
 from erl_lite.core.generation import HFGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, attempt_first, attempt_second, gate, reflect
@@ -231,12 +232,13 @@ def main() -> None:
     p.add_argument("--model", default=str(EMBEDDED_DIR), metavar="DIR",
                    help="a build of the embedded model (default: the shipped one)")
     p.add_argument("--world", choices=sorted(WORLDS), default="demo", help="which embedded world (default: demo)")
-    p.add_argument("--run-seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--tasks", type=int, default=128)
-    p.add_argument("--samples", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-seeds", type=arg_types.seed, nargs="+", default=[0, 1, 2])
+    p.add_argument("--tasks", type=arg_types.whole(1), default=128)
+    p.add_argument("--samples", type=arg_types.whole(1), default=2)
+    p.add_argument("--seed", type=arg_types.seed, default=0)
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args()
+    arg_types.distinct(args.run_seeds, "--run-seeds", p)  # a repeated run would count its tasks twice in the pool
     torch.set_num_threads(1)
     model, tok = load_embedded(peft="none", model_dir=args.model, device="cpu")
     rows, results = {}, []

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from erl_lite.cli import arg_types
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
 from erl_lite.core.env import Environment
 from erl_lite.envs.qa import BM25Search
@@ -124,8 +125,8 @@ def qa_retrieval_rate(tasks: list) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", default=None, help="local Hugging Face tokenizer directory")
-    parser.add_argument("--n", type=int, default=1000, help="training tasks to generate per environment")
-    parser.add_argument("--episodes", type=int, default=100, help="scripted episodes per environment")
+    parser.add_argument("--n", type=arg_types.whole(1), default=1000, help="training tasks to generate per environment")
+    parser.add_argument("--episodes", type=arg_types.whole(1), default=100, help="scripted episodes per environment")
     args = parser.parse_args()
     label, count = make_counter(args.tokenizer)
     print(f"token counts: {label}\n")

@@ -65,6 +65,7 @@ import torch
 # The checkout this script lives in, ahead of any installed erl_lite.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from erl_lite.cli import arg_types
 from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, model_config
 from erl_lite.config import ERLConfig
 from erl_lite.envs import FrozenLake
@@ -359,13 +360,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Parse the flags, run, print the table; returns the rows."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cpu-smoke", action="store_true", help="tiny models on the CPU (seconds; what the tests run)")
-    p.add_argument("--steps", type=int, default=1, help="iterations per row (the last is reported)")
-    p.add_argument("--tasks", type=int, default=None, help="tasks per step (default: the gpu preset's)")
-    p.add_argument("--turn-tokens", type=int, default=64, help="tokens the model samples per turn")
-    p.add_argument("--reflection-tokens", type=int, default=256, help="tokens the model samples per reflection")
+    p.add_argument("--steps", type=arg_types.whole(1), default=1, help="iterations per row (the last is reported)")
+    p.add_argument("--tasks", type=arg_types.whole(1), default=None, help="tasks per step (default: the gpu preset's)")
+    p.add_argument("--turn-tokens", type=arg_types.whole(1), default=64, help="tokens the model samples per turn")
+    p.add_argument("--reflection-tokens", type=arg_types.whole(1), default=256, help="tokens the model samples per reflection")
     p.add_argument("--backends", nargs="+", default=list(Plan.backends), choices=["generate", "continuous"],
                    help="generation backends, each a row (default: both)")
-    p.add_argument("--time-budget", type=float, default=360.0,
+    p.add_argument("--time-budget", type=arg_types.number(0, above=True), default=360.0,
                    help="start no new row after this many seconds (a row takes up to ~90 s at 4B)")
     a = p.parse_args(argv)
     if not a.cpu_smoke and not torch.cuda.is_available():

@@ -59,6 +59,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_check, beside this script
 
+from erl_lite.cli import arg_types
 from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for  # noqa: E402
 from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
 from gpu_check import hf_config, valid_endings  # noqa: E402
@@ -338,8 +339,8 @@ def measure(make: Any, rounds: int) -> tuple[dict[str, Log], dict[str, list[floa
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--setups", nargs="+", default=["demo", "real"], choices=["demo", "real"])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--mean-reply", type=int, default=24, help="real: mean sampled tokens of a reply")
+    p.add_argument("--rounds", type=arg_types.whole(1), default=3)
+    p.add_argument("--mean-reply", type=arg_types.whole(1), default=24, help="real: mean sampled tokens of a reply")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     _Reuse.install()

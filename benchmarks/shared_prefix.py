@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from erl_lite.cli import arg_types
+
 torch.set_num_threads(1)
 
 
@@ -84,11 +86,11 @@ def count_prefill(model: Any) -> list[int]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("tiny", "embedded"), default="tiny")
-    p.add_argument("--tasks", type=int, default=4, help="distinct prompts")
-    p.add_argument("--group", type=int, default=10, help="copies of each prompt (GRPO's G)")
-    p.add_argument("--max-new", type=int, default=32, help="new tokens per completion")
-    p.add_argument("--micro-batch", type=int, default=10, help="rows per update pass")
-    p.add_argument("--rounds", type=int, default=9, help="timed rounds per path (after one warm-up)")
+    p.add_argument("--tasks", type=arg_types.whole(1), default=4, help="distinct prompts")
+    p.add_argument("--group", type=arg_types.whole(1), default=10, help="copies of each prompt (GRPO's G)")
+    p.add_argument("--max-new", type=arg_types.whole(1), default=32, help="new tokens per completion")
+    p.add_argument("--micro-batch", type=arg_types.whole(1), default=10, help="rows per update pass")
+    p.add_argument("--rounds", type=arg_types.whole(1), default=9, help="timed rounds per path (after one warm-up)")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging

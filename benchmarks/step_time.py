@@ -60,6 +60,8 @@ from typing import Any, Callable
 
 import torch
 
+from erl_lite.cli import arg_types
+
 torch.set_num_threads(1)
 
 RLVR_G, ERL_G = 10, 4
@@ -303,11 +305,11 @@ def profile(s: Settings, top: int = 30) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=5, help="timed steps per trainer (after 1 warm-up)")
-    p.add_argument("--tasks", type=int, default=4, help="prompts per step")
-    p.add_argument("--max-completion-length", type=int, default=32, help="max new tokens per reply")
-    p.add_argument("--micro-batch", type=int, default=10, help="rows per forward/backward pass")
-    p.add_argument("--beta", type=float, default=0.001, help="KL coefficient on both sides (0 = off)")
+    p.add_argument("--steps", type=arg_types.whole(1), default=5, help="timed steps per trainer (after 1 warm-up)")
+    p.add_argument("--tasks", type=arg_types.whole(1), default=4, help="prompts per step")
+    p.add_argument("--max-completion-length", type=arg_types.whole(1), default=32, help="max new tokens per reply")
+    p.add_argument("--micro-batch", type=arg_types.whole(1), default=10, help="rows per forward/backward pass")
+    p.add_argument("--beta", type=arg_types.number(0), default=0.001, help="KL coefficient on both sides (0 = off)")
     p.add_argument("--model", choices=("tiny", "embedded"), default="tiny",
                    help="tiny: random 2-layer model with a character tokenizer; embedded: the packaged model")
     p.add_argument("--out", help="write the results to this JSON file")

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 import torch
 
 import erl_lite.core.update as update_module
+from erl_lite.cli import arg_types
 from erl_lite.records import TrainSample
 
 _WIDTH_RULE = update_module.micro_batches
@@ -96,9 +97,9 @@ def padding_share(updater, batches: list[list[TrainSample]]) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=3, help="demo ERL iterations whose batches are timed")
-    p.add_argument("--rounds", type=int, default=5, help="timed updates per rule and batch (interleaved)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps", type=arg_types.whole(1), default=3, help="demo ERL iterations whose batches are timed")
+    p.add_argument("--rounds", type=arg_types.whole(1), default=5, help="timed updates per rule and batch (interleaved)")
+    p.add_argument("--seed", type=arg_types.seed, default=1)
     args = p.parse_args()
     torch.set_num_threads(1)
     trainer, batches = record_batches(args.steps, args.seed)

@@ -43,6 +43,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rollout_waste, beside this script
 
+from erl_lite.cli import arg_types  # noqa: E402
 from erl_lite.core.batching import completion_logprobs  # noqa: E402
 from erl_lite.core.logprobs import causal_lm  # noqa: E402
 from erl_lite.core.policy import reference_context  # noqa: E402
@@ -110,8 +111,8 @@ def passes(trainer: Any, samples: list[Any], repeats: int) -> list[tuple[str, bo
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--mean-reply", type=int, default=24, help="mean sampled tokens of a reply (rollout_waste)")
+    p.add_argument("--repeats", type=arg_types.whole(1), default=3)
+    p.add_argument("--mean-reply", type=arg_types.whole(1), default=24, help="mean sampled tokens of a reply (rollout_waste)")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     from erl_lite.testing import find_qwen3_tokenizer

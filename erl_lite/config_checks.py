@@ -53,6 +53,9 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
 SAMPLER_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "eos_token_id",
                 "pad_token_id", "generation_config", "input_ids", "attention_mask")
 
+#: The largest seed every RNG a run seeds takes (numpy's, through ``transformers.set_seed``, stops at 2**32 - 1).
+MAX_SEED = 2**32 - 1
+
 #: Training iterations when neither ``max_steps`` nor ``num_train_epochs`` is given.
 DEFAULT_MAX_STEPS = 100
 
@@ -104,7 +107,7 @@ def check_length(cfg: ERLConfig) -> None:
 
 
 def check_counts(cfg: ERLConfig) -> None:
-    """Counts and sizes are positive integers, the rates and intervals not negative."""
+    """Counts and sizes are positive integers, the rates and intervals not negative, the seed one every RNG takes."""
     if cfg.ppo_mini_batch_size is not None:
         _positive("ppo_mini_batch_size", cfg.ppo_mini_batch_size)
         if cfg.steps_per_generation != 1:
@@ -119,6 +122,9 @@ def check_counts(cfg: ERLConfig) -> None:
                  "internalization_coef", "learning_rate", "max_grad_norm"):
         if getattr(cfg, name) < 0:
             raise ValueError(f"ERLConfig.{name} must be >= 0, got {getattr(cfg, name)!r}")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise ValueError(f"ERLConfig.seed must be a whole number in 0..{MAX_SEED} (what numpy and torch take), "
+                         f"got {cfg.seed!r}")
     if cfg.max_completion_length >= cfg.max_episode_length:
         raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
 

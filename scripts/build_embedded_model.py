@@ -39,6 +39,7 @@ import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from erl_lite.cli import arg_types
 from erl_lite.embedded.loading import EMBEDDED_DIR
 from erl_lite.embedded.rulebooks import rulebook
 from erl_lite.embedded.world import LETTER_POOL, WORLDS
@@ -206,26 +207,32 @@ def train(model: LlamaForCausalLM, examples: list[CorpusExample], args: argparse
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(EMBEDDED_DIR), help="output directory (default: the package data)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=2600, help="optimizer steps")
-    p.add_argument("--batch", type=int, default=32, help="sequences per step")
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--runs", type=int, default=90, help="corpus worlds (letter triples cycle through 60)")
-    p.add_argument("--sparse-runs", type=int, default=45,
+    p.add_argument("--seed", type=arg_types.seed, default=0)
+    p.add_argument("--steps", type=arg_types.whole(1), default=2600, help="optimizer steps")
+    p.add_argument("--batch", type=arg_types.whole(1), default=32, help="sequences per step")
+    p.add_argument("--lr", type=arg_types.number(0, above=True), default=3e-3)
+    p.add_argument("--runs", type=arg_types.whole(0), default=90, help="corpus worlds (letter triples cycle through 60)")
+    p.add_argument("--sparse-runs", type=arg_types.whole(0), default=45,
                    help="further corpus worlds from the sparse world (5x5 maps; erl_lite.embedded.world.WORLDS)")
-    p.add_argument("--tasks-per-run", type=int, default=96)
-    p.add_argument("--reflection-share", type=float, default=0.75,
+    p.add_argument("--tasks-per-run", type=arg_types.whole(1), default=96)
+    p.add_argument("--reflection-share", type=arg_types.share, default=0.75,
                    help="keep this share of the corpus' reflections (the role is learned early)")
-    p.add_argument("--ahead-weight", type=float, default=4.0, help="loss weight of the letters seen ahead")
-    p.add_argument("--rule-weight", type=float, default=4.0, help="loss weight of the letters a reflection writes")
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--ffn", type=int, default=256)
+    p.add_argument("--ahead-weight", type=arg_types.number(0), default=4.0, help="loss weight of the letters seen ahead")
+    p.add_argument("--rule-weight", type=arg_types.number(0), default=4.0, help="loss weight of the letters a reflection writes")
+    p.add_argument("--hidden", type=arg_types.whole(1), default=128)
+    p.add_argument("--layers", type=arg_types.whole(1), default=2)
+    p.add_argument("--heads", type=arg_types.whole(1), default=8)
+    p.add_argument("--ffn", type=arg_types.whole(1), default=256)
     p.add_argument("--tied", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--log-every", type=int, default=100)
-    return p.parse_args(argv)
+    p.add_argument("--threads", type=arg_types.whole(1), default=1)
+    p.add_argument("--log-every", type=arg_types.whole(1), default=100)
+    args = p.parse_args(argv)
+    # Settings that fail only together, refused before the minutes of corpus generation.
+    if args.runs + args.sparse_runs == 0:
+        p.error("argument --runs: --runs and --sparse-runs are both 0, so the corpus would be empty")
+    if args.hidden % args.heads:
+        p.error(f"argument --heads: --hidden {args.hidden} does not split into {args.heads} heads")
+    return args
 
 
 def round_trips(tok: PreTrainedTokenizerFast, examples: list[CorpusExample], n: int = 200) -> bool:

@@ -58,6 +58,7 @@ from typing import Any
 
 import torch
 
+from erl_lite.cli import arg_types
 from erl_lite.metric_names import SAMPLES_KEYS
 
 VARIANTS = {
@@ -247,8 +248,8 @@ def main() -> None:
 
     p.add_argument("--world", choices=sorted(WORLDS), default="demo",
                    help="demo: 3x3 maps; sparse: 5x5 maps where first attempts rarely succeed (default: demo)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=None, help="ERL steps (default: the demo's)")
+    p.add_argument("--seeds", type=arg_types.seed, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=arg_types.whole(1), default=None, help="ERL steps (default: the demo's)")
     p.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS),
                    help="which to run (default: all but the fixed-step RLVR controls)")
     p.add_argument("--out", default="assets", help="where the table, figures and results go (file names by --world)")
@@ -256,17 +257,19 @@ def main() -> None:
     p.add_argument("--model", default=None, metavar="DIR",
                    help="compare a build other than the shipped embedded model "
                         "(scripts/build_embedded_model.py --out DIR); the table names it")
-    p.add_argument("--eval-steps", type=int, default=5, help="evaluate every this many steps (not counted in the budget)")
-    p.add_argument("--curriculum", type=int, nargs="+", default=None, metavar="SIZE",
+    p.add_argument("--eval-steps", type=arg_types.whole(1), default=5, help="evaluate every this many steps (not counted in the budget)")
+    p.add_argument("--curriculum", type=arg_types.whole(1), nargs="+", default=None, metavar="SIZE",
                    help="map sizes to train on in turn, each for an equal share of ERL's steps, ending on "
                         "the world's own (e.g. 3 4 5 on the sparse world); evaluation stays on the world's maps")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=arg_types.whole(1), default=1,
                    help="runs at a time, one CPU thread each (keep <= cores: budgets are CPU seconds)")
     p.add_argument("--replot", action="store_true",
                    help="only rebuild the table and figures from --out's results file (and --merge's)")
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
                    help="with --replot: add these results files (other seeds of the same world and settings)")
     args = p.parse_args()
+    for flag in ("seeds", "variants"):  # a repeat would run twice, and its table count a (variant, seed) twice
+        arg_types.distinct(getattr(args, flag), f"--{flag}", p)
     from erl_lite.embedded import DEMO_SETTINGS
 
     if args.replot:

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from erl_lite.cli import arg_types
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = {
     "bands": [sys.executable, "benchmarks/embedded_bands.py", "--json", "assets/bands.json"],
@@ -35,7 +37,7 @@ STEPS = {
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--jobs", type=int, default=1, help="parallel runs in the comparison")
+    p.add_argument("--jobs", type=arg_types.whole(1), default=1, help="parallel runs in the comparison")
     p.add_argument("--skip", nargs="*", default=[], choices=list(STEPS))
     args = p.parse_args()
     # PYTHONPATH: the scripts import this checkout's erl_lite, not an installed copy elsewhere.

@@ -390,13 +390,15 @@ def test_eval_and_plot_name_what_is_missing(tmp_path, capsys, argv, message):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--limit", "-1"], "--limit must be a whole number >= 1, got -1"),  # evaluated all tasks but the last
-    (["--limit", "0"], "--limit must be a whole number >= 1, got 0"),
-    (["--num-generations", "0"], "--num-generations must be a whole number >= 1, got 0"),  # ran the run's 2
-    (["--num-generations", "-2"], "--num-generations must be a whole number >= 1, got -2"),
+    (["--limit", "-1"], "argument --limit: must be a whole number >= 1, got '-1'"),  # evaluated all tasks but the last
+    (["--limit", "0"], "argument --limit: must be a whole number >= 1, got '0'"),
+    (["--num-generations", "0"], "argument --num-generations: must be a whole number >= 1, got '0'"),  # ran the run's 2
+    (["--num-generations", "-2"], "argument --num-generations: must be a whole number >= 1, got '-2'"),
 ])
 def test_eval_refuses_counts_below_one_before_reading_the_checkpoint(tmp_path, capsys, flags, message):
-    assert main(["eval", "--checkpoint", str(tmp_path / "nowhere"), *flags]) == 2
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing (erl_lite.cli.arg_types)
+        main(["eval", "--checkpoint", str(tmp_path / "nowhere"), *flags])
+    assert exit_.value.code == 2
     assert message in capsys.readouterr().err
 
 

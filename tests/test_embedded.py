@@ -563,19 +563,24 @@ def test_cli_demo_passes_the_model_folder_and_the_report_names_it(tmp_path, monk
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--steps", "0"], "max_steps must be a positive integer, got 0"),
-    (["--steps", "-3"], "max_steps must be a positive integer, got -3"),
-    (["--eval-tasks", "0"], "eval_tasks must be a whole number >= 1 (test maps to evaluate on), got 0"),
-    (["--eval-tasks", "-1"], "eval_tasks must be a whole number >= 1 (test maps to evaluate on), got -1"),
-    (["--model", "/no/such/build"], "/no/such/build"),
+    (["--steps", "0"], "argument --steps: must be a whole number >= 1, got '0'"),  # while parsing (arg_types)
+    (["--steps", "-3"], "argument --steps: must be a whole number >= 1, got '-3'"),
+    (["--eval-tasks", "0"], "argument --eval-tasks: must be a whole number >= 1, got '0'"),
+    (["--eval-tasks", "-1"], "argument --eval-tasks: must be a whole number >= 1, got '-1'"),
+    (["--model", "/no/such/build"], "/no/such/build"),  # when the trainer is built
 ])
 def test_cli_demo_refuses_bad_arguments_in_one_line_before_training(tmp_path, capsys, argv, message):
     # --eval-tasks -1 evaluated on 99 maps and 0 on the default 64, without a word; --steps 0 printed a traceback.
     from erl_lite.cli import main
 
-    assert main(["demo", "--out", str(tmp_path / "out"), *argv]) == 2
+    try:
+        code = main(["demo", "--out", str(tmp_path / "out"), *argv])
+    except SystemExit as exit_:  # argparse's usage error: the usage, then the one line
+        code = exit_.code
+    assert code == 2
     err = capsys.readouterr().err
-    assert err.startswith("erl-lite demo: error: ") and message in err and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("erl-lite demo: error: ") and message in last and "Traceback" not in err
     assert not (tmp_path / "out" / "history.jsonl").exists()
 
 

@@ -16,6 +16,7 @@ import sys
 import warnings
 from typing import Any, Sequence
 
+from erl_lite.cli import arg_types
 from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
 from erl_lite.cli.doctor import add_doctor_parser, run_doctor
 from erl_lite.cli.errors import usage_error, user_errors
@@ -25,9 +26,9 @@ from erl_lite.config import DEFAULT_SEED, MODES, PRESETS, ERLConfig
 
 
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
-    p.add_argument("--steps", type=int, default=default_steps, help="training iterations")
+    p.add_argument("--steps", type=arg_types.whole(1), default=default_steps, help="training iterations")
     p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+    p.add_argument("--seed", type=arg_types.seed, default=DEFAULT_SEED,
                    help="seed of the run (also picks the demo world's letters)")
     p.add_argument("--out", default=None, help="output folder for history, figures, report, checkpoints "
                                                 "(an earlier demo's there are replaced)")
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
-    demo.add_argument("--eval-tasks", type=int, default=None, help="evaluation tasks (default: the demo's)")
+    demo.add_argument("--eval-tasks", type=arg_types.whole(1), default=None, help="evaluation tasks (default: the demo's)")
     demo.add_argument("--model", default=None, metavar="DIR",
                       help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
                            "default: the shipped one")
@@ -129,9 +130,9 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--small", action=argparse.BooleanOptionalAction, default=None,
                    help="the small variant of the environment (default: as trained)")
     _data_arguments(p, train=False)
-    p.add_argument("--num-generations", type=int, default=None,
+    p.add_argument("--num-generations", type=arg_types.whole(1), default=None,
                    help="samples per task (default: the checkpoint's eval_num_generations)")
-    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
+    p.add_argument("--limit", type=arg_types.whole(1), default=None, help="evaluate only the first N tasks")
     p.add_argument("--base-model", default=None, metavar="DIR",
                    help="load the adapter's base from here instead of the path the checkpoint records")
 

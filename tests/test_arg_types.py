@@ -1,0 +1,125 @@
+"""Bad numbers on any command line are refused while parsing, naming the flag: ``erl-lite``, the
+scripts and the benchmarks (one home for the ranges: :mod:`erl_lite.cli.arg_types`), and a seed no
+RNG takes is refused by :class:`~erl_lite.config.ERLConfig` itself."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+from erl_lite.config import ERLConfig
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: Every file that builds an argparse parser a user runs.
+PARSER_FILES = sorted([*ROOT.glob("scripts/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("erl_lite/cli/*.py")])
+
+
+def _module(relative: str):
+    """A script (scripts/ and benchmarks/ are not packages) loaded as a module, without running it."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_command_line_number_is_a_bare_int_or_float():
+    # The mechanism behind every case below: a flag typed plain int/float takes 0 and -1 and fails
+    # (or silently does something else) long after parsing. Each must use a range from arg_types.
+    bare = []
+    for path in PARSER_FILES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                for kw in node.keywords:
+                    if kw.arg == "type" and isinstance(kw.value, ast.Name) and kw.value.id in ("int", "float"):
+                        bare.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.literal_eval(node.args[0])}")
+    assert not bare, bare
+
+
+BAD_SCRIPT_ARGS = [
+    ("scripts/compare_modes.py", ["--seeds", "-1"], "--seeds"),
+    ("scripts/compare_modes.py", ["--seeds", "0", "0"], "--seeds"),
+    ("scripts/compare_modes.py", ["--jobs", "0"], "--jobs"),
+    ("scripts/compare_modes.py", ["--steps", "0"], "--steps"),
+    ("scripts/compare_modes.py", ["--steps", "-3"], "--steps"),
+    ("scripts/compare_modes.py", ["--eval-steps", "-1"], "--eval-steps"),
+    ("scripts/compare_modes.py", ["--variants", "ERL", "ERL"], "--variants"),
+    ("scripts/make_assets.py", ["--jobs", "0"], "--jobs"),
+    ("benchmarks/embedded_bands.py", ["--tasks", "0"], "--tasks"),
+    ("benchmarks/embedded_bands.py", ["--samples", "0"], "--samples"),
+    ("benchmarks/embedded_bands.py", ["--run-seeds", "-1"], "--run-seeds"),
+    ("benchmarks/embedded_bands.py", ["--run-seeds", "1", "1"], "--run-seeds"),
+    ("benchmarks/step_time.py", ["--steps", "0"], "--steps"),
+    ("benchmarks/step_time.py", ["--beta", "-0.1"], "--beta"),
+    ("benchmarks/shared_prefix.py", ["--group", "0"], "--group"),
+    ("benchmarks/env_stats.py", ["--n", "-5"], "--n"),
+]
+
+
+@pytest.mark.parametrize("script,argv,flag", BAD_SCRIPT_ARGS, ids=lambda x: " ".join(x) if isinstance(x, list) else x)
+def test_a_script_refuses_a_bad_number_before_any_work(script, argv, flag, monkeypatch, capsys, tmp_path):
+    module = _module(script)
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    # Should a flag slip through, the work must not touch the checkout: relative outputs land in
+    # tmp_path, and make_assets' child processes cannot start.
+    monkeypatch.chdir(tmp_path)
+    if hasattr(module, "subprocess"):
+        monkeypatch.setattr(module, "subprocess", None)
+    with pytest.raises(SystemExit) as exit_:
+        module.main()
+    assert exit_.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err
+
+
+BAD_BUILDS = [
+    (["--steps", "0"], "--steps"),
+    (["--batch", "0"], "--batch"),
+    (["--threads", "0"], "--threads"),
+    (["--reflection-share", "2"], "--reflection-share"),
+    (["--runs", "-1"], "--runs"),
+    (["--lr", "0"], "--lr"),
+    (["--seed", "-1"], "--seed"),
+    (["--runs", "0", "--sparse-runs", "0"], "--runs"),  # an empty corpus
+    (["--heads", "3"], "--heads"),  # 128 hidden units do not split into 3 heads
+]
+
+
+@pytest.mark.parametrize("argv,flag", BAD_BUILDS, ids=lambda x: " ".join(x) if isinstance(x, list) else x)
+def test_the_model_build_refuses_bad_settings_before_the_corpus(argv, flag, capsys):
+    build = _module("scripts/build_embedded_model.py")
+    with pytest.raises(SystemExit) as exit_:
+        build.parse_args(argv)
+    assert exit_.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["train", "--env", "demo", "--seed", "-5", "--steps", "1"], "ERLConfig.seed"),  # a config field: its check
+    (["train", "--env", "demo", "--seed", str(2**32), "--steps", "1"], "ERLConfig.seed"),
+    (["demo", "--seed", "-1"], "argument --seed"),
+    (["demo", "--steps", "0"], "argument --steps"),
+    (["demo", "--eval-tasks", "-2"], "argument --eval-tasks"),
+    (["eval", "--checkpoint", "x", "--limit", "0"], "argument --limit"),
+    (["eval", "--checkpoint", "x", "--num-generations", "-1"], "argument --num-generations"),
+])
+def test_erl_lite_names_the_flag_of_a_bad_number(argv, named, capsys):
+    from erl_lite.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's usage error
+        code = exit_.code
+    assert code == 2
+    assert named in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, True, 1.5])
+def test_the_config_refuses_a_seed_no_rng_takes(seed):
+    # numpy (via transformers.set_seed) takes 0..2**32-1; a bad seed failed at the first step.
+    with pytest.raises(ValueError, match="ERLConfig.seed"):
+        ERLConfig(seed=seed)
