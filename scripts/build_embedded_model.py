@@ -206,7 +206,7 @@ def train(model: LlamaForCausalLM, examples: list[CorpusExample], args: argparse
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(EMBEDDED_DIR), help="output directory (default: the package data)")
+    p.add_argument("--out", type=arg_types.folder, default=str(EMBEDDED_DIR), help="output directory (default: the package data)")
     p.add_argument("--seed", type=arg_types.seed, default=0)
     p.add_argument("--steps", type=arg_types.whole(1), default=2600, help="optimizer steps")
     p.add_argument("--batch", type=arg_types.whole(1), default=32, help="sequences per step")

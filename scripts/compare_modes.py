@@ -59,6 +59,7 @@ from typing import Any
 import torch
 
 from erl_lite.cli import arg_types
+from erl_lite.jsonio import read_json
 from erl_lite.metric_names import SAMPLES_KEYS
 
 VARIANTS = {
@@ -252,8 +253,8 @@ def main() -> None:
     p.add_argument("--steps", type=arg_types.whole(1), default=None, help="ERL steps (default: the demo's)")
     p.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS),
                    help="which to run (default: all but the fixed-step RLVR controls)")
-    p.add_argument("--out", default="assets", help="where the table, figures and results go (file names by --world)")
-    p.add_argument("--runs", default="runs/compare", help="where each run's history goes")
+    p.add_argument("--out", type=arg_types.folder, default="assets", help="where the table, figures and results go (file names by --world)")
+    p.add_argument("--runs", type=arg_types.folder, default="runs/compare", help="where each run's history goes")
     p.add_argument("--model", default=None, metavar="DIR",
                    help="compare a build other than the shipped embedded model "
                         "(scripts/build_embedded_model.py --out DIR); the table names it")
@@ -275,9 +276,16 @@ def main() -> None:
     if args.replot:
         results = []
         for path in [output_path(args.out, args.world, "results.json"), *args.merge]:
-            with open(path) as f:
-                results += json.load(f)
-        write_outputs(merge_seeds(results), args.variants, args.out)
+            if not os.path.isfile(path):
+                p.error(f"argument --replot: no results to replot at {path} (run the comparison first)")
+            try:
+                results += read_json(path)
+            except ValueError as err:  # names the file, line and column
+                p.error(f"argument --replot: {err}")
+        try:  # seeds twice, two worlds, results of an older version
+            write_outputs(merge_seeds(results), args.variants, args.out)
+        except ValueError as err:
+            p.error(f"argument --replot: {err}")
         return
 
     steps = args.steps or DEMO_SETTINGS["max_steps"]

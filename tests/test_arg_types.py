@@ -28,6 +28,15 @@ def _module(relative: str):
     return module
 
 
+def _no_work(module, monkeypatch, tmp_path):
+    """Should a bad flag slip through, fail at once and away from the checkout: relative outputs
+    land in tmp_path, and neither make_assets' child processes nor compare_modes' pool can start."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("subprocess", "mp"):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, None)
+
+
 def test_no_command_line_number_is_a_bare_int_or_float():
     # The mechanism behind every case below: a flag typed plain int/float takes 0 and -1 and fails
     # (or silently does something else) long after parsing. Each must use a range from arg_types.
@@ -65,11 +74,7 @@ BAD_SCRIPT_ARGS = [
 def test_a_script_refuses_a_bad_number_before_any_work(script, argv, flag, monkeypatch, capsys, tmp_path):
     module = _module(script)
     monkeypatch.setattr(sys, "argv", [script, *argv])
-    # Should a flag slip through, the work must not touch the checkout: relative outputs land in
-    # tmp_path, and make_assets' child processes cannot start.
-    monkeypatch.chdir(tmp_path)
-    if hasattr(module, "subprocess"):
-        monkeypatch.setattr(module, "subprocess", None)
+    _no_work(module, monkeypatch, tmp_path)
     with pytest.raises(SystemExit) as exit_:
         module.main()
     assert exit_.value.code == 2
@@ -123,3 +128,68 @@ def test_the_config_refuses_a_seed_no_rng_takes(seed):
     # numpy (via transformers.set_seed) takes 0..2**32-1; a bad seed failed at the first step.
     with pytest.raises(ValueError, match="ERLConfig.seed"):
         ERLConfig(seed=seed)
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    path = tmp_path / "taken"
+    path.write_text("not a folder")
+    return path
+
+
+@pytest.mark.parametrize("script,argv", [
+    ("scripts/compare_modes.py", ["--out", "{file}"]),
+    ("scripts/compare_modes.py", ["--runs", "{file}/runs"]),
+    ("scripts/build_embedded_model.py", ["--out", "{file}"]),
+])
+def test_a_script_refuses_an_output_folder_that_is_a_file(script, argv, a_file, monkeypatch, capsys, tmp_path):
+    # build_embedded_model --out FILE trained for 13 minutes and then failed in save_pretrained.
+    module = _module(script)
+    argv = [a.format(file=a_file) for a in argv]
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    _no_work(module, monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        module.parse_args(argv) if hasattr(module, "parse_args") else module.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[0]}" in err and "not a folder" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["demo", "--steps", "1", "--out", "{file}"],
+    ["plot", "{history}", "--out", "{file}"],
+    ["export", "--adapter", "{history}", "--out", "{file}"],
+])
+def test_erl_lite_refuses_an_output_folder_that_is_a_file(argv, a_file, capsys):
+    from erl_lite.cli import main
+
+    history = ROOT / "assets" / "demo"
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(file=a_file, history=history) for a in argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --out" in err and "not a folder" in err and "Traceback" not in err
+
+
+def test_the_demo_refuses_an_output_folder_that_is_a_file_before_any_step(a_file):
+    from erl_lite.checkpoint import CheckpointError
+    from erl_lite.embedded.demo import build_demo
+
+    with pytest.raises(CheckpointError, match="not a writable folder"):
+        build_demo(str(a_file), steps=1, eval_tasks=2, verbose=False)
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{bad", "compare_results.json:1:2: not valid JSON"),
+    (None, "no results to replot"),
+])
+def test_replot_names_a_missing_or_damaged_results_file(content, message, monkeypatch, capsys, tmp_path):
+    module = _module("scripts/compare_modes.py")
+    if content is not None:
+        (tmp_path / "compare_results.json").write_text(content)
+    monkeypatch.setattr(sys, "argv", ["compare_modes.py", "--replot", "--out", str(tmp_path)])
+    _no_work(module, monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        module.main()
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err

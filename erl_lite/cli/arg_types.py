@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Callable
 
 from erl_lite.config_checks import MAX_SEED
@@ -63,6 +64,25 @@ def number(minimum: float = 0.0, maximum: float | None = None, above: bool = Fal
 
     parse.__name__ = "number"
     return parse
+
+
+def folder(text: str) -> str:
+    """A folder to write into: not an existing file, and under a folder that exists or can be made.
+
+    Nothing is created here (argparse also converts string defaults); the run makes the folder
+    when it writes, and the trainer's own check (:func:`erl_lite.checkpoint.ensure_writable`) probes it.
+    """
+    path = os.path.abspath(text)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    above = os.path.dirname(path)
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder: {above!r} above it is a file")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {above!r} is not writable")
+    return text
 
 
 #: A run's seed: what numpy, torch and ``transformers.set_seed`` all accept (0 .. 2**32 - 1).

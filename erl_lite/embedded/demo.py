@@ -84,6 +84,9 @@ def build_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int =
                eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
                world: str = "demo", **overrides: Any) -> Any:
     """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them)."""
+    from erl_lite.checkpoint import ensure_writable
+
+    ensure_writable(out)  # an ``out`` that is a file failed after the model was loaded
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)
