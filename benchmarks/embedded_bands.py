@@ -229,7 +229,7 @@ def verdicts(row: dict[str, float], world: str = "demo") -> dict[str, bool]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=str(EMBEDDED_DIR), metavar="DIR",
+    p.add_argument("--model", type=arg_types.embedded_build, default=str(EMBEDDED_DIR), metavar="DIR",
                    help="a build of the embedded model (default: the shipped one)")
     p.add_argument("--world", choices=sorted(WORLDS), default="demo", help="which embedded world (default: demo)")
     p.add_argument("--run-seeds", type=arg_types.seed, nargs="+", default=[0, 1, 2])

@@ -193,3 +193,16 @@ def test_replot_names_a_missing_or_damaged_results_file(content, message, monkey
         module.main()
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["scripts/compare_modes.py", "benchmarks/embedded_bands.py"])
+def test_a_script_refuses_a_model_folder_without_a_build(script, monkeypatch, capsys, tmp_path):
+    # compare_modes --model /no/such started its pool and failed in a worker with a traceback.
+    module = _module(script)
+    monkeypatch.setattr(sys, "argv", [script, "--model", str(tmp_path / "no_build")])
+    _no_work(module, monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        module.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --model: no embedded model in" in err and "build_embedded_model.py --out" in err

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
     demo.add_argument("--eval-tasks", type=arg_types.whole(1), default=None, help="evaluation tasks (default: the demo's)")
-    demo.add_argument("--model", default=None, metavar="DIR",
+    demo.add_argument("--model", type=arg_types.embedded_build, default=None, metavar="DIR",
                       help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
                            "default: the shipped one")
     from erl_lite.embedded.world import WORLDS

@@ -85,6 +85,17 @@ def folder(text: str) -> str:
     return text
 
 
+def embedded_build(text: str) -> str:
+    """A folder holding a build of the embedded model (``scripts/build_embedded_model.py --out DIR``)."""
+    from erl_lite.embedded.loading import check_build
+
+    try:
+        check_build(text)
+    except FileNotFoundError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 #: A run's seed: what numpy, torch and ``transformers.set_seed`` all accept (0 .. 2**32 - 1).
 seed = whole(0, MAX_SEED)
 #: A share of something: a number in 0..1.

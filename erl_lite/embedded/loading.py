@@ -26,8 +26,18 @@ def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str
     """
     from erl_lite.models import load_policy  # torch and transformers load on first use
 
+    return load_policy(str(check_build(model_dir)), quantization=quantization, peft=peft, **kwargs)
+
+
+def check_build(model_dir: str | Path | None = None) -> Path:
+    """The folder of a build of the embedded model (default: the shipped one), or FileNotFoundError saying how to make it.
+
+    Example:
+        >>> check_build() == EMBEDDED_DIR
+        True
+    """
     where = Path(model_dir) if model_dir is not None else EMBEDDED_DIR
     if not (where / "model.safetensors").is_file():
         raise FileNotFoundError(f"no embedded model in {where}; build it with "
                                 f"`python scripts/build_embedded_model.py --out {where}`")
-    return load_policy(str(where), quantization=quantization, peft=peft, **kwargs)
+    return where
