@@ -84,6 +84,8 @@ class History:
     def load(cls, path: str | os.PathLike) -> "History":
         """Load from a run folder or a ``history.jsonl``; a last line a crash cut off is dropped with a warning."""
         p = Path(path)
+        if not p.exists():  # else "run/typo" would read run/history.jsonl, another run's
+            raise FileNotFoundError(f"no run folder or history file at {p}")
         folder = p if p.is_dir() else p.parent
         hist_file = p if p.is_file() else folder / "history.jsonl"
         if not hist_file.exists():

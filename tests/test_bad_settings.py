@@ -256,6 +256,19 @@ def test_a_damaged_line_inside_a_history_is_an_error_naming_file_and_line(tmp_pa
     assert f"{path}:{line}: not valid JSON" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["typo", "runs/x", "history.json"])
+def test_a_history_path_that_does_not_exist_is_not_read_as_its_folder(tmp_path, capsys, name):
+    # History.load("run/typo") read run/history.jsonl: erl-lite plot drew another run without a word.
+    from erl_lite.cli import main
+    from erl_lite.history import History
+
+    _history(tmp_path, "")
+    with pytest.raises(FileNotFoundError, match=f"no run folder or history file at {tmp_path / name}"):
+        History.load(tmp_path / name)
+    assert main(["plot", str(tmp_path / name), "--out", str(tmp_path / "figs")]) == 2
+    assert f"{tmp_path / name}" in capsys.readouterr().err and not (tmp_path / "figs").exists()
+
+
 # --- the command line: missing paths and nothing to resume, one paragraph and exit code 2 -------------
 def _no_traceback(err: str) -> None:
     # progress bars may come first; the error is one paragraph, with no traceback

@@ -382,7 +382,7 @@ def test_eval_on_a_dataset_scored_by_the_arithmetic_reward(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["eval", "--checkpoint", "{tmp}"], "no checkpoint at"),
-    (["plot", "{tmp}/history.jsonl"], "no history.jsonl"),
+    (["plot", "{tmp}/history.jsonl"], "no run folder or history file at"),
 ])
 def test_eval_and_plot_name_what_is_missing(tmp_path, capsys, argv, message):
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
