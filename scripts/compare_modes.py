@@ -175,7 +175,7 @@ def apply_curriculum(trainer: Any, seed: int, world: str, sizes: list[int], step
     """
     from erl_lite.embedded.world import demo_world
 
-    check_curriculum(world, sizes)
+    check_curriculum(world, sizes, steps)
     pools = [demo_world(seed, world, sizes=(n, n), max_blind=1.0).train_pool() for n in sizes[:-1]]
     pools.append(trainer.train_tasks)
     batch = trainer._batch
@@ -187,9 +187,13 @@ def apply_curriculum(trainer: Any, seed: int, world: str, sizes: list[int], step
     trainer._batch = staged
 
 
-def check_curriculum(world: str, sizes: list[int]) -> None:
-    """Refuse a curriculum that does not end on ``world``'s own map size or holds a size outside 2..that size."""
+def check_curriculum(world: str, sizes: list[int], steps: int | None = None) -> None:
+    """Refuse a curriculum that does not end on ``world``'s own map size, holds a size outside 2..that size,
+    or has more sizes than ERL's ``steps`` (a stage would get no iteration: ERL might never see the world's maps)."""
     from erl_lite.embedded.world import world_settings
+
+    if steps is not None and len(sizes) > steps:
+        raise ValueError(f"{len(sizes)} sizes need at least {len(sizes)} steps, one per stage; got --steps {steps}")
 
     own = world_settings(world).get("sizes", (3, 3))[0]
     if not sizes or sizes[-1] != own:
@@ -291,9 +295,9 @@ def main() -> None:
     steps = args.steps or DEMO_SETTINGS["max_steps"]
     if args.curriculum:
         try:
-            check_curriculum(args.world, args.curriculum)
+            check_curriculum(args.world, args.curriculum, steps)
         except ValueError as err:  # before any run starts
-            p.error(f"--curriculum: {err}")
+            p.error(f"argument --curriculum: {err}")
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
     ctx = mp.get_context("spawn")
