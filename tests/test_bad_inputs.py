@@ -327,3 +327,39 @@ def test_qa_scorer_keeps_reward_and_success_consistent(prediction, gold):
     assert 0.0 <= reward <= 1.0 and 0.0 <= f1 <= 1.0
     assert exact == (reward == 1.0)  # success ⇔ a full reward
     assert exact or reward <= MAX_PARTIAL_REWARD
+
+
+def _lake(**kw):
+    from erl_lite.embedded.world import DemoLake
+
+    return DemoLake(**kw)
+
+
+def _frozen(**kw):
+    from erl_lite.envs.frozenlake import FrozenLake
+
+    return FrozenLake(**kw)
+
+
+def _sokoban(**kw):
+    from erl_lite.envs.sokoban import Sokoban
+
+    return Sokoban(**kw)
+
+
+@pytest.mark.parametrize("build,kw,name", [
+    (_lake, {"seed": -1}, "seed"), (_lake, {"n_train": -1}, "n_train"), (_lake, {"n_test": -2}, "n_test"),
+    (_lake, {"max_actions": 0}, "max_actions"), (_lake, {"max_shortest": 0}, "max_shortest"),
+    (_lake, {"frozen_prob": 1.5}, "frozen_prob"), (_lake, {"frozen_prob": (0.8, 0.2)}, "frozen_prob"),
+    (_lake, {"frozen_prob": (-0.1, 0.5)}, "frozen_prob"), (_lake, {"keep_easy": -1.0}, "keep_easy"),
+    (_lake, {"keep_easy": 2.0}, "keep_easy"), (_lake, {"both_kinds": 1.5}, "both_kinds"),
+    (_lake, {"max_blind": -1.0}, "max_blind"), (_lake, {"max_blind": 2.0}, "max_blind"),
+    (_frozen, {"max_actions": 0}, "max_actions"), (_frozen, {"seed": 1.5}, "seed"),
+    (_sokoban, {"n_train": -1}, "n_train"), (_sokoban, {"seed": -3}, "seed"), (_sokoban, {"max_shortest": -1}, "max_shortest"),
+])
+def test_a_generated_world_refuses_a_bad_setting_by_name_when_built(build, kw, name):
+    # DemoLake(max_actions=0) and keep_easy=-1 were taken (episodes with no move, a share below 0);
+    # seed=-1 said "expected non-negative integer", frozen_prob=1.5 raised a TypeError inside numpy,
+    # and max_blind=-1 searched for maps, then blamed the hole probability.
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        build(**kw)

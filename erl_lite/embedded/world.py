@@ -18,7 +18,7 @@ from typing import Any
 from erl_lite.config import DEFAULT_SEED
 from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
 from erl_lite.envs.grid import ACTIONS, render_rows, resolve_symbols
-from erl_lite.envs.splits import SeededSplits
+from erl_lite.envs.splits import SeededSplits, check_share
 
 AGENT, GOAL = "A", "B"
 #: Letters the two holes and the frozen tile are drawn from, per run.
@@ -291,6 +291,8 @@ class DemoLake(FrozenLake):
                  n_test: int = 100, sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
                  max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
                  compact: bool = True, hints: bool = True, max_blind: float = 1.0) -> None:
+        for name, share in (("keep_easy", keep_easy), ("both_kinds", both_kinds), ("max_blind", max_blind)):
+            check_share("DemoLake", name, share)
         super().__init__(seed=seed, n_train=n_train, n_test=n_test, sizes=sizes, frozen_prob=frozen_prob,
                          max_shortest=max_shortest, max_actions=max_actions, compact=compact)
         # FrozenLake knows one kind of hole; the second kind's letter is resolved here.

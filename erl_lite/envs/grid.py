@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import paper_game_tasks
-from erl_lite.envs.splits import SeededSplits
+from erl_lite.envs.splits import SeededSplits, check_whole
 from erl_lite.records import Task
 
 #: Canonical action names and their (row, column) displacement.
@@ -231,6 +231,7 @@ class GridGame(Environment):
                  max_actions: int, symbols: Mapping[str, str] | None, symbol_seed: int | None, compact: bool) -> None:
         if source not in ("generated", "paper"):
             raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
+        check_whole(type(self).__name__, "max_actions", max_actions, minimum=1)
         self.source, self.max_turns, self.compact = source, max_actions, compact
         self.symbols = resolve_symbols(self.default_symbols, symbols, symbol_seed)
         self.system_prompt = grid_system_prompt(max_actions, compact)

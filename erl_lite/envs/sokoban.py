@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
+from erl_lite.envs.splits import check_whole
 
 Cell = tuple[int, int]
 DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",
@@ -180,6 +181,7 @@ class Sokoban(GridGame):
                  symbols: dict[str, str] | None = None, symbol_seed: int | None = None, compact: bool = False) -> None:
         if not 4 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 4 <= low <= high (room for 3 cells), got {sizes}")
+        check_whole(type(self).__name__, "max_shortest", max_shortest, minimum=1)
         make = partial(generate_level, sizes=sizes, max_shortest=max_shortest)
         super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact)
 

@@ -7,10 +7,31 @@ Departures from the paper: none; the paper's splits are fixed files (see ``paper
 from __future__ import annotations
 
 from collections.abc import Callable
+from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 
 from erl_lite.records import Task, TaskPool, task_count
+
+
+def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
+    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a whole number >= ``minimum``.
+
+    Example:
+        >>> check_whole("FrozenLake", "max_actions", 0, minimum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: FrozenLake: max_actions must be a whole number >= 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{owner}: {name} must be a whole number >= {minimum}, got {value!r}")
+
+
+def check_share(owner: str, name: str, value: Any) -> None:
+    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a number in 0..1 (a probability)."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value <= 1:
+        raise ValueError(f"{owner}: {name} must be a number in 0..1, got {value!r}")
 
 
 def derive_seed(base: int, split: str, index: int, attempt: int = 0) -> int:
@@ -25,6 +46,8 @@ class SeededSplits:
 
     def __init__(self, make: Callable[[int], dict], key: Callable[[dict], str], prefix: str,
                  seed: int = 0, n_train: int = 10_000, n_test: int = 100) -> None:
+        for name, value in (("seed", seed), ("n_train", n_train), ("n_test", n_test)):
+            check_whole(prefix, name, value)
         self.make, self.key, self.prefix = make, key, prefix
         self.seed, self.sizes = seed, {"train": n_train, "test": n_test}
         self._pools = {split: TaskPool(lambda i, s=split: self._generate(s, i), size) for split, size in self.sizes.items()}
