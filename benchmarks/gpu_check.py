@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=arg_types.whole(1), default=1, help="iterations per row (the last is reported)")
     p.add_argument("--tasks", type=arg_types.whole(1), default=None, help="tasks per step (default: the gpu preset's)")
     p.add_argument("--turn-tokens", type=arg_types.whole(1), default=64, help="tokens the model samples per turn")
-    p.add_argument("--reflection-tokens", type=arg_types.whole(1), default=256, help="tokens the model samples per reflection")
+    p.add_argument("--reflection-tokens", type=arg_types.whole(1), default=256,
+                   help="tokens the model samples per reflection")
     p.add_argument("--backends", nargs="+", default=list(Plan.backends), choices=["generate", "continuous"],
                    help="generation backends, each a row (default: both)")
     p.add_argument("--time-budget", type=arg_types.number(0, above=True), default=360.0,

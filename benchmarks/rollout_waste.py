@@ -59,7 +59,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_check, beside this script
 
-from erl_lite.cli import arg_types
+from erl_lite.cli import arg_types  # noqa: E402
 from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for  # noqa: E402
 from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
 from gpu_check import hf_config, valid_endings  # noqa: E402

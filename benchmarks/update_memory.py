@@ -105,12 +105,15 @@ def measure_one(device: str, rows: int, length: int, steps: int, chunk: int | No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=arg_types.whole(1), nargs="+", default=[1024, 4096], help="completion tokens L")
+    parser.add_argument("--lengths", type=arg_types.whole(1), nargs="+", default=[1024, 4096],
+                        help="completion tokens L")
     parser.add_argument("--full-at", type=arg_types.whole(1), nargs="*", default=[1024],
                         help="lengths at which the full-logits path is measured too (it needs ~7 GB at 1024)")
     parser.add_argument("--rows", type=arg_types.whole(1), default=4, help="rows in the update")
-    parser.add_argument("--steps", type=arg_types.whole(1), default=1, help="optimizer steps (mini-batches); > 1 adds the old-log-prob pass")
-    parser.add_argument("--chunk", type=arg_types.whole(1), default=None, help="log-prob chunk size (default: the library's)")
+    parser.add_argument("--steps", type=arg_types.whole(1), default=1,
+                        help="optimizer steps (mini-batches); > 1 adds the old-log-prob pass")
+    parser.add_argument("--chunk", type=arg_types.whole(1), default=None,
+                        help="log-prob chunk size (default: the library's)")
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu")
     parser.add_argument("--single", nargs=2, metavar=("L", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -98,7 +98,8 @@ def padding_share(updater, batches: list[list[TrainSample]]) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=arg_types.whole(1), default=3, help="demo ERL iterations whose batches are timed")
-    p.add_argument("--rounds", type=arg_types.whole(1), default=5, help="timed updates per rule and batch (interleaved)")
+    p.add_argument("--rounds", type=arg_types.whole(1), default=5,
+                   help="timed updates per rule and batch (interleaved)")
     p.add_argument("--seed", type=arg_types.seed, default=1)
     args = p.parse_args()
     torch.set_num_threads(1)

@@ -112,7 +112,8 @@ def passes(trainer: Any, samples: list[Any], repeats: int) -> list[tuple[str, bo
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=arg_types.whole(1), default=3)
-    p.add_argument("--mean-reply", type=arg_types.whole(1), default=24, help="mean sampled tokens of a reply (rollout_waste)")
+    p.add_argument("--mean-reply", type=arg_types.whole(1), default=24,
+                   help="mean sampled tokens of a reply (rollout_waste)")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     from erl_lite.testing import find_qwen3_tokenizer

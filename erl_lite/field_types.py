@@ -1,4 +1,4 @@
-"""Checking a dataclass field's value against its type annotation, with a message naming the field.
+"""Checking a value against its field's type annotation or its setting's range, with a message naming it.
 
 Every way of building a config meets the same rules (``bool``: only True/False; ``int``: an integer or a whole
 float; ``float``: a real number but a bool, never NaN or ±inf); neither ``dataclasses`` nor HF checks types.
@@ -16,6 +16,25 @@ import numbers
 import types
 import typing
 from typing import Any, Iterable, Literal, Mapping
+
+
+def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
+    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a whole number >= ``minimum``.
+
+    Example:
+        >>> check_whole("FrozenLake", "max_actions", 0, minimum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: FrozenLake: max_actions must be a whole number >= 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{owner}: {name} must be a whole number >= {minimum}, got {value!r}")
+
+
+def check_share(owner: str, name: str, value: Any) -> None:
+    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a number in 0..1 (a probability)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"{owner}: {name} must be a number in 0..1, got {value!r}")
 
 
 class _Mismatch(Exception):

@@ -206,19 +206,23 @@ def train(model: LlamaForCausalLM, examples: list[CorpusExample], args: argparse
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=arg_types.folder, default=str(EMBEDDED_DIR), help="output directory (default: the package data)")
+    p.add_argument("--out", type=arg_types.folder, default=str(EMBEDDED_DIR),
+                   help="output directory (default: the package data)")
     p.add_argument("--seed", type=arg_types.seed, default=0)
     p.add_argument("--steps", type=arg_types.whole(1), default=2600, help="optimizer steps")
     p.add_argument("--batch", type=arg_types.whole(1), default=32, help="sequences per step")
     p.add_argument("--lr", type=arg_types.number(0, above=True), default=3e-3)
-    p.add_argument("--runs", type=arg_types.whole(0), default=90, help="corpus worlds (letter triples cycle through 60)")
+    p.add_argument("--runs", type=arg_types.whole(0), default=90,
+                   help="corpus worlds (letter triples cycle through 60)")
     p.add_argument("--sparse-runs", type=arg_types.whole(0), default=45,
                    help="further corpus worlds from the sparse world (5x5 maps; erl_lite.embedded.world.WORLDS)")
     p.add_argument("--tasks-per-run", type=arg_types.whole(1), default=96)
     p.add_argument("--reflection-share", type=arg_types.share, default=0.75,
                    help="keep this share of the corpus' reflections (the role is learned early)")
-    p.add_argument("--ahead-weight", type=arg_types.number(0), default=4.0, help="loss weight of the letters seen ahead")
-    p.add_argument("--rule-weight", type=arg_types.number(0), default=4.0, help="loss weight of the letters a reflection writes")
+    p.add_argument("--ahead-weight", type=arg_types.number(0), default=4.0,
+                   help="loss weight of the letters seen ahead")
+    p.add_argument("--rule-weight", type=arg_types.number(0), default=4.0,
+                   help="loss weight of the letters a reflection writes")
     p.add_argument("--hidden", type=arg_types.whole(1), default=128)
     p.add_argument("--layers", type=arg_types.whole(1), default=2)
     p.add_argument("--heads", type=arg_types.whole(1), default=8)

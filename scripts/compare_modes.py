@@ -257,12 +257,14 @@ def main() -> None:
     p.add_argument("--steps", type=arg_types.whole(1), default=None, help="ERL steps (default: the demo's)")
     p.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS),
                    help="which to run (default: all but the fixed-step RLVR controls)")
-    p.add_argument("--out", type=arg_types.folder, default="assets", help="where the table, figures and results go (file names by --world)")
+    p.add_argument("--out", type=arg_types.folder, default="assets",
+                   help="where the table, figures and results go (file names by --world)")
     p.add_argument("--runs", type=arg_types.folder, default="runs/compare", help="where each run's history goes")
     p.add_argument("--model", type=arg_types.embedded_build, default=None, metavar="DIR",
                    help="compare a build other than the shipped embedded model "
                         "(scripts/build_embedded_model.py --out DIR); the table names it")
-    p.add_argument("--eval-steps", type=arg_types.whole(1), default=5, help="evaluate every this many steps (not counted in the budget)")
+    p.add_argument("--eval-steps", type=arg_types.whole(1), default=5,
+                   help="evaluate every this many steps (not counted in the budget)")
     p.add_argument("--curriculum", type=arg_types.whole(1), nargs="+", default=None, metavar="SIZE",
                    help="map sizes to train on in turn, each for an equal share of ERL's steps, ending on "
                         "the world's own (e.g. 3 4 5 on the sparse world); evaluation stays on the world's maps")

@@ -37,6 +37,31 @@ def _no_work(module, monkeypatch, tmp_path):
             monkeypatch.setattr(module, name, None)
 
 
+def _usage_error(script, argv, monkeypatch, capsys, tmp_path) -> str:
+    """What ``script`` prints to stderr when it refuses ``argv`` with argparse's exit code 2 (it parses
+    only, where it has a ``parse_args``, so nothing runs should a flag slip through)."""
+    module = _module(script)
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    _no_work(module, monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        module.parse_args(argv) if hasattr(module, "parse_args") else module.main()
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def _cli_error(argv, capsys) -> str:
+    """What ``erl-lite argv`` prints to stderr when it refuses it with exit code 2 (argparse's, or a
+    user error's paragraph)."""
+    from erl_lite.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code == 2
+    return capsys.readouterr().err
+
+
 def test_no_command_line_number_is_a_bare_int_or_float():
     # The mechanism behind every case below: a flag typed plain int/float takes 0 and -1 and fails
     # (or silently does something else) long after parsing. Each must use a range from arg_types.
@@ -74,13 +99,7 @@ BAD_SCRIPT_ARGS = [
 
 @pytest.mark.parametrize("script,argv,flag", BAD_SCRIPT_ARGS, ids=lambda x: " ".join(x) if isinstance(x, list) else x)
 def test_a_script_refuses_a_bad_number_before_any_work(script, argv, flag, monkeypatch, capsys, tmp_path):
-    module = _module(script)
-    monkeypatch.setattr(sys, "argv", [script, *argv])
-    _no_work(module, monkeypatch, tmp_path)
-    with pytest.raises(SystemExit) as exit_:
-        module.main()
-    assert exit_.value.code == 2
-    assert f"argument {flag}" in capsys.readouterr().err
+    assert f"argument {flag}" in _usage_error(script, argv, monkeypatch, capsys, tmp_path)
 
 
 BAD_BUILDS = [
@@ -97,12 +116,8 @@ BAD_BUILDS = [
 
 
 @pytest.mark.parametrize("argv,flag", BAD_BUILDS, ids=lambda x: " ".join(x) if isinstance(x, list) else x)
-def test_the_model_build_refuses_bad_settings_before_the_corpus(argv, flag, capsys):
-    build = _module("scripts/build_embedded_model.py")
-    with pytest.raises(SystemExit) as exit_:
-        build.parse_args(argv)
-    assert exit_.value.code == 2
-    assert flag in capsys.readouterr().err
+def test_the_model_build_refuses_bad_settings_before_the_corpus(argv, flag, monkeypatch, capsys, tmp_path):
+    assert f"argument {flag}" in _usage_error("scripts/build_embedded_model.py", argv, monkeypatch, capsys, tmp_path)
 
 
 @pytest.mark.parametrize("argv,named", [
@@ -115,14 +130,7 @@ def test_the_model_build_refuses_bad_settings_before_the_corpus(argv, flag, caps
     (["eval", "--checkpoint", "x", "--num-generations", "-1"], "argument --num-generations"),
 ])
 def test_erl_lite_names_the_flag_of_a_bad_number(argv, named, capsys):
-    from erl_lite.cli import main
-
-    try:
-        code = main(argv)
-    except SystemExit as exit_:  # argparse's usage error
-        code = exit_.code
-    assert code == 2
-    assert named in capsys.readouterr().err
+    assert named in _cli_error(argv, capsys)
 
 
 @pytest.mark.parametrize("seed", [-1, 2**32, True, 1.5])
@@ -145,15 +153,9 @@ def a_file(tmp_path):
     ("scripts/build_embedded_model.py", ["--out", "{file}"]),
 ])
 def test_a_script_refuses_an_output_folder_that_is_a_file(script, argv, a_file, monkeypatch, capsys, tmp_path):
-    # build_embedded_model --out FILE trained for 13 minutes and then failed in save_pretrained.
-    module = _module(script)
+    # build_embedded_model --out FILE ran the whole build, then failed when saving.
     argv = [a.format(file=a_file) for a in argv]
-    monkeypatch.setattr(sys, "argv", [script, *argv])
-    _no_work(module, monkeypatch, tmp_path)
-    with pytest.raises(SystemExit) as exit_:
-        module.parse_args(argv) if hasattr(module, "parse_args") else module.main()
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
+    err = _usage_error(script, argv, monkeypatch, capsys, tmp_path)
     assert f"argument {argv[0]}" in err and "not a folder" in err
 
 
@@ -163,13 +165,7 @@ def test_a_script_refuses_an_output_folder_that_is_a_file(script, argv, a_file, 
     ["export", "--adapter", "{history}", "--out", "{file}"],
 ])
 def test_erl_lite_refuses_an_output_folder_that_is_a_file(argv, a_file, capsys):
-    from erl_lite.cli import main
-
-    history = ROOT / "assets" / "demo"
-    with pytest.raises(SystemExit) as exit_:
-        main([a.format(file=a_file, history=history) for a in argv])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
+    err = _cli_error([a.format(file=a_file, history=ROOT / "assets" / "demo") for a in argv], capsys)
     assert "argument --out" in err and "not a folder" in err and "Traceback" not in err
 
 
@@ -186,25 +182,33 @@ def test_the_demo_refuses_an_output_folder_that_is_a_file_before_any_step(a_file
     (None, "no results to replot"),
 ])
 def test_replot_names_a_missing_or_damaged_results_file(content, message, monkeypatch, capsys, tmp_path):
-    module = _module("scripts/compare_modes.py")
     if content is not None:
         (tmp_path / "compare_results.json").write_text(content)
-    monkeypatch.setattr(sys, "argv", ["compare_modes.py", "--replot", "--out", str(tmp_path)])
-    _no_work(module, monkeypatch, tmp_path)
-    with pytest.raises(SystemExit) as exit_:
-        module.main()
-    assert exit_.value.code == 2
-    assert message in capsys.readouterr().err
+    argv = ["--replot", "--out", str(tmp_path)]
+    assert message in _usage_error("scripts/compare_modes.py", argv, monkeypatch, capsys, tmp_path)
 
 
 @pytest.mark.parametrize("script", ["scripts/compare_modes.py", "benchmarks/embedded_bands.py"])
 def test_a_script_refuses_a_model_folder_without_a_build(script, monkeypatch, capsys, tmp_path):
     # compare_modes --model /no/such started its pool and failed in a worker with a traceback.
-    module = _module(script)
-    monkeypatch.setattr(sys, "argv", [script, "--model", str(tmp_path / "no_build")])
-    _no_work(module, monkeypatch, tmp_path)
-    with pytest.raises(SystemExit) as exit_:
-        module.main()
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
+    err = _usage_error(script, ["--model", str(tmp_path / "no_build")], monkeypatch, capsys, tmp_path)
     assert "argument --model: no embedded model in" in err and "build_embedded_model.py --out" in err
+
+
+@pytest.mark.parametrize("kw,name", [({"limit": -1}, "limit"), ({"limit": 0}, "limit"),
+                                     ({"num_generations": 0}, "num_generations"), ({"limit": 2.5}, "limit")])
+def test_evaluate_checkpoint_refuses_a_bad_count_before_reading_the_checkpoint(kw, name, tmp_path):
+    # The Python path under erl-lite eval's flags: limit=-1 evaluated every task but the last.
+    from erl_lite.cli.evaluate import evaluate_checkpoint
+
+    with pytest.raises(ValueError, match=f"evaluate_checkpoint: {name} must be a whole number >= 1"):
+        evaluate_checkpoint(str(tmp_path / "nowhere"), **kw)
+
+
+@pytest.mark.parametrize("eval_tasks", [0, -1, 1.5, True])
+def test_demo_trainer_refuses_a_bad_eval_task_count_before_loading_the_model(eval_tasks):
+    # The Python path under erl-lite demo --eval-tasks: -1 evaluated on 99 maps, 0 on the default 64.
+    from erl_lite.embedded import demo_trainer
+
+    with pytest.raises(ValueError, match="demo_trainer: eval_tasks must be a whole number >= 1"):
+        demo_trainer(seed=0, eval_tasks=eval_tasks, max_steps=1)

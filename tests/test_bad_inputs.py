@@ -355,7 +355,8 @@ def _sokoban(**kw):
     (_lake, {"keep_easy": 2.0}, "keep_easy"), (_lake, {"both_kinds": 1.5}, "both_kinds"),
     (_lake, {"max_blind": -1.0}, "max_blind"), (_lake, {"max_blind": 2.0}, "max_blind"),
     (_frozen, {"max_actions": 0}, "max_actions"), (_frozen, {"seed": 1.5}, "seed"),
-    (_sokoban, {"n_train": -1}, "n_train"), (_sokoban, {"seed": -3}, "seed"), (_sokoban, {"max_shortest": -1}, "max_shortest"),
+    (_sokoban, {"n_train": -1}, "n_train"), (_sokoban, {"seed": -3}, "seed"),
+    (_sokoban, {"max_shortest": -1}, "max_shortest"),
 ])
 def test_a_generated_world_refuses_a_bad_setting_by_name_when_built(build, kw, name):
     # DemoLake(max_actions=0) and keep_easy=-1 were taken (episodes with no move, a share below 0);

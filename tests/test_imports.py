@@ -310,8 +310,8 @@ MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 # build_demo, evaluate_checkpoint), and a range for every number, output folder and model build a
 # command line takes, with the seed's in ERLConfig (issue "Table 1 at toy scale": erl_lite/cli/arg_types.py,
 # 110 lines, and embedded.loading.check_build), and the generated worlds' settings checked by name
-# when a world is built (envs/splits.py check_whole and check_share and their callers, 35 lines).
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 15_610
+# when a world is built (field_types.check_whole and check_share and their callers, 40 lines).
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 15_620
 
 
 def _lines(path: Path) -> int:

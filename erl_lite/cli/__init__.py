@@ -30,8 +30,9 @@ def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
     p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
     p.add_argument("--seed", type=arg_types.seed, default=DEFAULT_SEED,
                    help="seed of the run (also picks the demo world's letters)")
-    p.add_argument("--out", type=arg_types.folder, default=None, help="output folder for history, figures, report, checkpoints "
-                                                "(an earlier demo's there are replaced)")
+    p.add_argument("--out", type=arg_types.folder, default=None,
+                   help="output folder for history, figures, report, checkpoints "
+                        "(an earlier demo's there are replaced)")
     p.add_argument("--no-memory", action="store_true", help="ablation: ERL without memory")
     p.add_argument("--no-reflection", action="store_true", help="ablation: ERL without reflection")
     p.add_argument("--no-internalization", action="store_true", help="ablation: no self-distillation")
@@ -42,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
-    demo.add_argument("--eval-tasks", type=arg_types.whole(1), default=None, help="evaluation tasks (default: the demo's)")
+    demo.add_argument("--eval-tasks", type=arg_types.whole(1), default=None,
+                      help="evaluation tasks (default: the demo's)")
     demo.add_argument("--model", type=arg_types.embedded_build, default=None, metavar="DIR",
                       help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
                            "default: the shipped one")
@@ -140,7 +142,8 @@ def _eval_parser(sub: Any) -> None:
 def _plot_parser(sub: Any) -> None:
     p = sub.add_parser("plot", help="draw a run's figures from its history.jsonl")
     p.add_argument("history", help="a history.jsonl file, or a run folder holding one")
-    p.add_argument("--out", type=arg_types.folder, default=None, help="folder for the PNGs (default: the history's folder)")
+    p.add_argument("--out", type=arg_types.folder, default=None,
+                   help="folder for the PNGs (default: the history's folder)")
     p.add_argument("--baseline", default=None, help="another run's history drawn dashed (e.g. the RLVR run)")
 
 
@@ -149,7 +152,8 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--adapter", required=True,
                         help="adapter folder (a checkpoint-<step> folder, output_dir after training, "
                              "or a saved adapter)")
-    export.add_argument("--out", type=arg_types.folder, required=True, help="folder for the merged model and its tokenizer")
+    export.add_argument("--out", type=arg_types.folder, required=True,
+                        help="folder for the merged model and its tokenizer")
     export.add_argument("--quantization", choices=("auto", "none", "4bit"), default="auto",
                         help="how the base was loaded in training; 4bit: dequantise it before merging "
                              "(auto: read it from the adapter folder or its checkpoint)")

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.cli.train import DATASET_ENV, ENVIRONMENTS, build_environment
 from erl_lite.config import ERLConfig
+from erl_lite.field_types import check_whole
 from erl_lite.jsonio import read_jsonl
 
 
@@ -34,9 +35,9 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     from erl_lite.metrics import eval_metrics
     from erl_lite.models import load_policy
 
-    for flag, value in (("--limit", limit), ("--num-generations", num_generations)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{flag} must be a whole number >= 1, got {value!r}")
+    for name, value in (("limit", limit), ("num_generations", num_generations)):
+        if value is not None:  # before the checkpoint is read (--limit -1 read as "all but the last task")
+            check_whole("evaluate_checkpoint", name, value, minimum=1)
     folder, state, cfg, adapter = _load_checkpoint(checkpoint)
     if reward_funcs:
         world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env, cfg)

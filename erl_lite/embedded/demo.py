@@ -16,6 +16,7 @@ from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
 from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
+from erl_lite.field_types import check_whole
 from erl_lite.history import History
 from erl_lite.metrics import (EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE, REWARD_FIRST,
                               REWARD_SECOND, STEP, TIME_STEP)
@@ -52,8 +53,8 @@ def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callba
     from erl_lite.trainer import ERLTrainer
 
     env = demo_world(seed, world)  # first: an unknown world name fails before the model loads
-    if eval_tasks is not None and (isinstance(eval_tasks, bool) or not isinstance(eval_tasks, int) or eval_tasks < 1):
-        raise ValueError(f"eval_tasks must be a whole number >= 1 (test maps to evaluate on), got {eval_tasks!r}")
+    if eval_tasks is not None:  # test maps to evaluate on
+        check_whole("demo_trainer", "eval_tasks", eval_tasks, minimum=1)
     config = demo_config(seed=seed, **overrides)
     set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it first
     model, tokenizer = load_embedded(model_dir=model_dir)

@@ -30,7 +30,7 @@ def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str
 
 
 def check_build(model_dir: str | Path | None = None) -> Path:
-    """The folder of a build of the embedded model (default: the shipped one), or FileNotFoundError saying how to make it.
+    """The folder of an embedded-model build (default: the shipped one), or FileNotFoundError saying how to build it.
 
     Example:
         >>> check_build() == EMBEDDED_DIR

@@ -17,7 +17,7 @@ from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLak
 from gymnasium.utils import seeding
 
 from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
-from erl_lite.envs.splits import check_share, check_whole
+from erl_lite.field_types import check_share, check_whole
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
 #: Per-step trace comments, by event; ``{tile}`` (the letter moved onto) lets experience reveal the letters.
@@ -148,13 +148,14 @@ class FrozenLake(GridGame):
                  symbol_seed: int | None = None, compact: bool = False) -> None:
         if not 2 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")
-        check_whole(type(self).__name__, "max_shortest", max_shortest, minimum=1)
+        owner = type(self).__name__
+        check_whole(owner, "max_shortest", max_shortest, minimum=1)
         if not (isinstance(frozen_prob, (tuple, list)) and len(frozen_prob) == 2):
-            raise ValueError(f"{type(self).__name__}: frozen_prob must be a (low, high) pair, got {frozen_prob!r}")
+            raise ValueError(f"{owner}: frozen_prob must be a (low, high) pair, got {frozen_prob!r}")
         for p in frozen_prob:
-            check_share(type(self).__name__, "frozen_prob", p)
+            check_share(owner, "frozen_prob", p)
         if frozen_prob[0] > frozen_prob[1]:
-            raise ValueError(f"{type(self).__name__}: frozen_prob must be (low, high) with low <= high, got {frozen_prob!r}")
+            raise ValueError(f"{owner}: frozen_prob must be (low, high) with low <= high, got {frozen_prob!r}")
         make = partial(generate_map, sizes=sizes, frozen_prob=frozen_prob, max_shortest=max_shortest)
         super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
-from erl_lite.envs.splits import check_whole
+from erl_lite.field_types import check_whole
 
 Cell = tuple[int, int]
 DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",

@@ -7,31 +7,11 @@ Departures from the paper: none; the paper's splits are fixed files (see ``paper
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Integral, Real
-from typing import Any
 
 import numpy as np
 
+from erl_lite.field_types import check_whole
 from erl_lite.records import Task, TaskPool, task_count
-
-
-def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
-    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a whole number >= ``minimum``.
-
-    Example:
-        >>> check_whole("FrozenLake", "max_actions", 0, minimum=1)
-        Traceback (most recent call last):
-        ...
-        ValueError: FrozenLake: max_actions must be a whole number >= 1, got 0
-    """
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be a whole number >= {minimum}, got {value!r}")
-
-
-def check_share(owner: str, name: str, value: Any) -> None:
-    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a number in 0..1 (a probability)."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value <= 1:
-        raise ValueError(f"{owner}: {name} must be a number in 0..1, got {value!r}")
 
 
 def derive_seed(base: int, split: str, index: int, attempt: int = 0) -> int:
