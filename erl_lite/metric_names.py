@@ -2,7 +2,6 @@
 
 The ground floor (it imports only the role names), so that :mod:`erl_lite.core.update` writes
 the same constants :mod:`erl_lite.metrics` describes and :mod:`erl_lite.viz` plots.
-Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -45,6 +44,10 @@ SAMPLES_KEYS = {role: f"samples/{role}" for role in ROLES}
 LOSS_TOTAL, KL, CLIP_RATIO, GRAD_NORM = "loss/total", "kl", "clip_ratio", "grad_norm"
 OPTIM_STEPS, OPTIM_SKIPPED_STEPS = "optim/steps", "optim/skipped_steps"
 WEIGHT_UPDATE = "weights/update_ratio"
+#: The on-policy check: |sampler's log-prob - the update's own| per loss token, per sampled role.
+GAP_MEAN_KEYS = {role: f"onpolicy/gap_mean/{role}" for role in ADVANTAGE_ROLES}
+GAP_MAX_KEYS = {role: f"onpolicy/gap_max/{role}" for role in ADVANTAGE_ROLES}
+GAP_TOKENS = "onpolicy/tokens"  # tokens compared (0: the sampler reports no log-probs)
 #: A diagnostic event's key is the check's name under this prefix (``diagnostics/parse_rate``).
 DIAGNOSTICS_PREFIX = "diagnostics/"
 #: An evaluation record's keys are the training keys under this prefix (``eval/success``).

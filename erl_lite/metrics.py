@@ -64,6 +64,10 @@ METRIC_GLOSSARY: dict[str, str] = {
     OPTIM_SKIPPED_STEPS: "optimizer steps skipped this iteration: their loss or gradient was not finite",
     WEIGHT_UPDATE: "relative change of the trainable weights in the iteration, |dW| / |W| over a fixed sample of "
                    "their entries (0: they did not move)",
+    **{GAP_MEAN_KEYS[r]: f"mean |sampler's log-prob - the update's| per {r} loss token (0 without reports)"
+       for r in GAP_MEAN_KEYS},
+    **{GAP_MAX_KEYS[r]: f"largest such gap on a {r} token of this process" for r in GAP_MAX_KEYS},
+    GAP_TOKENS: "tokens the on-policy check compared (0: the sampler reports no log-probs)",
     LR: "learning rate",
     EVAL_REWARD: "mean first-attempt reward on the evaluation tasks (eval records)",
     EVAL_SUCCESS: "first-attempt success rate on the evaluation tasks (eval records)",

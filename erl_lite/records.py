@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-_TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
+_TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask", "sampled_logp")
 
 
 def _without_tokens(record: Any) -> dict[str, Any]:
@@ -151,6 +151,7 @@ class Attempt:
     truncated: bool = False  # a reply or the episode hit its token limit
     rewards: dict[str, float | None] = field(default_factory=dict)  # each reward function's raw value (None: n/a)
     extra: dict[str, Any] = field(default_factory=dict)  # the columns reward functions logged (TRL's log_extra)
+    sampled_logp: list[float] | None = None  # the sampler's log-prob per completion token (NaN on glue)
 
     @property
     def num_generated_tokens(self) -> int:
@@ -178,6 +179,7 @@ class Reflection:
     completion_ids: list[int]
     reward: float = 0.0  # r̃ = r2 of the second attempt it produced
     truncated: bool = False  # cut by its token limit
+    sampled_logp: list[float] | None = None  # the sampler's log-prob per completion token
 
     def to_dict(self) -> dict[str, Any]:
         return _without_tokens(self)
@@ -193,6 +195,8 @@ class TrainSample:
     completion_mask: list[int]  # 1 where a token carries loss
     advantage: float  # broadcast over the completion (for distill: the internalization weight)
     task_id: str = ""
+    temperature: float | None = None  # scored at the temperature it was sampled at (None: the run's)
+    sampled_logp: list[float] | None = None  # the sampler's log-prob per completion token, if it reported them
 
 
 @dataclass

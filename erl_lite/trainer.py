@@ -95,7 +95,7 @@ class ERLTrainer(CheckpointSaving):
         self.state = TrainerStateView(self)
         self.reward_log = wiring.attach(self.env, self.state, self.tokenizer, args)
         self._read_datasets(train_dataset, eval_dataset, has_env)
-        self.generator = generator or generator_for(self.model, self.tokenizer, args)
+        self.generator = generator or generator_for(self.model, self.tokenizer, args, self.dist.rank)
         self.memory = wiring.memory_for(self.env, args)
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
         self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)

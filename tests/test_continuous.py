@@ -44,7 +44,7 @@ def test_sampled_tokens_carry_the_policys_own_logprobs_also_on_reused_pages(poli
     # episode): their first pages come from the cache, so a wrong reuse would show here.
     model, tok = policy
     model.eval()
-    gen = ContinuousGenerator(model, tok, cache_tokens=4096, keep_logprobs=True)
+    gen = ContinuousGenerator(model, tok, cache_tokens=4096)
     params = SamplingParams(12, temperature=temperature)
     first = _prompts(tok)
     replies = gen.generate(first, params)

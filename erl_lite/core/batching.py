@@ -32,6 +32,8 @@ class Packed:
     advantages: torch.Tensor  # (B,)
     is_nll: torch.Tensor  # (B,) True for internalization rows in NLL mode
     roles: tuple[str, ...] = ()  # (B,) role of each row
+    temperature: float | None = None  # every row's sampling temperature (None: the run's)
+    sampled_logp: torch.Tensor | None = None  # (B, L) the sampler's log-probs, NaN where none was reported
     old_logp: torch.Tensor | None = None  # (B, L) sampling policy; None = on-policy (ratio 1)
     ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
 
@@ -64,15 +66,24 @@ def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     is_nll = torch.tensor([nll_distill and s.role == "distill" for s in samples])
+    sampled = torch.full((B, L), float("nan"))
+    for b, s in enumerate(samples):
+        if s.sampled_logp is not None:
+            sampled[b, :len(s.sampled_logp)] = torch.tensor(s.sampled_logp, dtype=torch.float32)
+    temperatures = {s.temperature for s in samples}
+    if len(temperatures) > 1:
+        raise ValueError(f"a micro-batch mixes sampling temperatures {sorted(temperatures, key=str)}")
     return Packed(ids.to(device), attn.to(device), positions.to(device), targets.to(device),
-                  mask.to(device), adv.to(device), is_nll.to(device), tuple(s.role for s in samples))
+                  mask.to(device), adv.to(device), is_nll.to(device), tuple(s.role for s in samples),
+                  temperatures.pop(), sampled.to(device))
 
 
 def completion_logprobs(model: Any, batch: Packed, temperature: float,
                         chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
-    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.core.logprobs`)."""
-    return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids,
-                             batch.targets, temperature, chunk_size)
+    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.core.logprobs`),
+    at the batch's own sampling temperature, else ``temperature``."""
+    return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.targets,
+                             temperature if batch.temperature is None else batch.temperature, chunk_size)
 
 
 class CompletionLogProbs(torch.nn.Module):
@@ -99,8 +110,8 @@ def _padded_length(s: TrainSample) -> int:
     return len(s.prompt_ids) + len(s.completion_ids)
 
 
-def _context_then_length(s: TrainSample) -> tuple[int, list[int], int]:
-    return len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)
+def _context_then_length(s: TrainSample) -> tuple[float, int, list[int], int]:
+    return -1.0 if s.temperature is None else s.temperature, len(s.prompt_ids), s.prompt_ids, len(s.completion_ids)
 
 
 def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
@@ -118,7 +129,8 @@ def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSamp
     context = completion = shortest = 0  # the current chunk's longest context and completion, shortest row
     for row in sorted(rows, key=_context_then_length):
         width = max(context, len(row.prompt_ids)) + max(completion, len(row.completion_ids))
-        if chunk and (len(chunk) == size or width > 2 * min(shortest, _padded_length(row))):
+        if chunk and (len(chunk) == size or width > 2 * min(shortest, _padded_length(row))
+                      or row.temperature != chunk[-1].temperature):  # one temperature per pass
             yield chunk
             chunk, context, completion = [], 0, 0
         shortest = min(shortest, _padded_length(row)) if chunk else _padded_length(row)

@@ -19,9 +19,10 @@ The manager's pitfalls, and what this module does about each:
 * it puts the base model in eval mode under a PEFT wrapper that still says training: the
   wrapper's mode is restored after every call, and a 4-bit model is put back on its
   differentiable path (:func:`~erl_lite.core.policy.keep_4bit_trainable`);
-* it re-seeds the global torch generator, and samples from it in its own thread: every call runs
-  inside ``torch.random.fork_rng`` with a seed drawn from ``(seed, call number)``, so the caller's
-  generators are left as they were and a run with the same seed samples the same.
+* it re-seeds the global torch generator when it starts, and samples from it in its own thread:
+  every call runs inside ``torch.random.fork_rng`` under :meth:`ContinuousGenerator.call_seed`
+  ``(seed, rank, call number)``, which also seeds each new manager, so every call draws fresh noise,
+  ranks draw different streams, and the caller's generators are left as they were.
 
 Departures from the paper: the reference samples with vLLM (paged attention, continuous batching)
 in a separate engine; this is the same idea inside transformers, in the training process.
@@ -68,9 +69,9 @@ class ContinuousGenerator:
     """Samples with one ``ContinuousBatchingManager`` per rollout phase; :meth:`flush` ends the phase.
 
     ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing
-    fails); ``seed``: the base of every call's sampling seed; ``keep_logprobs``: keep, in
-    ``last_logprobs``, the log-probability of each sampled token under the processed distribution
-    (after temperature, top-p, top-k), one list per row of the last call.
+    fails); ``seed`` and ``rank``: the base of every call's sampling seed. ``last_logprobs``: the
+    log-prob of each sampled token under the processed distribution (after temperature, top-p,
+    top-k), one list per row of the last call.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -81,8 +82,8 @@ class ContinuousGenerator:
         >>> gen.flush()
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0,
-                 stop_ids: list[int] | None = None, keep_logprobs: bool = False) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
+                 stop_ids: list[int] | None = None) -> None:
         if cache_tokens < 1:
             raise ValueError(f"cache_tokens must be >= 1, got {cache_tokens}")
         self.model, self.tokenizer = model, tokenizer
@@ -90,8 +91,7 @@ class ContinuousGenerator:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.context = model_context_length(model, tokenizer)
-        self.cache_tokens, self.seed = cache_tokens, seed
-        self.keep_logprobs = keep_logprobs
+        self.cache_tokens, self.seed, self.rank = cache_tokens, seed, rank
         self.last_logprobs: list[list[float]] = []
         self.calls = 0
         self.managers_started = 0  # one per rollout phase, and one more at each change of top-p / top-k use
@@ -111,8 +111,8 @@ class ContinuousGenerator:
         cb = ContinuousBatchingConfig(
             page_size=PAGE_SIZE, num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
             max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens), allow_block_sharing=True,
-            per_request_processors=True, auto_switch_to_flash=False, seed=self.seed, use_cuda_graph=False,
-            return_logprobs=self.keep_logprobs)
+            per_request_processors=True, auto_switch_to_flash=False, seed=self.call_seed(), use_cuda_graph=False,
+            return_logprobs=True)
         manager = base.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
         manager.start()
         self.managers_started += 1
@@ -128,6 +128,10 @@ class ContinuousGenerator:
         finally:
             manager.destroy()
             keep_4bit_trainable(self.model)
+
+    def call_seed(self) -> int:
+        """This call's seed: a new one per call and per rank, the same for the same run."""
+        return (self.seed * 1_000_003 + self.rank * 7_919 + self.calls) % 2**62
 
     # -- one call ----------------------------------------------------------------------------------
     def _request_kwargs(self, params: SamplingParams) -> dict[str, Any]:
@@ -157,7 +161,7 @@ class ContinuousGenerator:
         was_training = self.model.training
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(self.seed * 1_000_003 + self.calls)  # the manager samples from the global generator
+                torch.manual_seed(self.call_seed())  # the manager samples from the global generator
                 if self._manager is None:
                     self._manager = self._start()
                 self.model.eval()
@@ -189,11 +193,11 @@ class ContinuousGenerator:
         for row, request_id in enumerate(ids):
             if done[request_id].error is not None:
                 raise RuntimeError(f"continuous batching failed on request row {row}: {done[request_id].error}")
-        self.last_logprobs = [list(done[i].logprobs) for i in ids] if self.keep_logprobs else []
+        self.last_logprobs = [list(done[i].logprobs) for i in ids]
         return [list(done[i].generated_tokens) for i in ids]
 
 
-def generator_for(model: Any, tokenizer: Any, args: Any) -> Any:
+def generator_for(model: Any, tokenizer: Any, args: Any, rank: int = 0) -> Any:
     """The sampler ``args.generation_backend`` names, sized and seeded from ``args``.
 
     Example:
@@ -206,7 +210,7 @@ def generator_for(model: Any, tokenizer: Any, args: Any) -> Any:
     from erl_lite.core.generation import HFGenerator
 
     if args.generation_backend == "continuous":
-        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed)
+        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank)
     return HFGenerator(model, tokenizer)
 
 

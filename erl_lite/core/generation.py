@@ -10,6 +10,7 @@ transformers' continuous batching (:mod:`erl_lite.core.continuous`).
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -121,28 +122,42 @@ def _cut_at_stop(ids: list[int], stop_ids: set[int], pad_id: int | None) -> list
 
 
 class HFGenerator:
-    """Samples with ``model.generate``, the whole batch in one call.
+    """Samples with ``model.generate``, the whole batch in one call, from ``softmax(z / T)`` (then top-p,
+    top-k) alone: the model's own ``generation_config`` gives only its end and pad tokens. After each
+    call ``last_logprobs`` holds, per returned row, each token's log-prob under the distribution it was
+    drawn from (the on-policy check compares it with the update's).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
         >>> tok = tiny_tokenizer(); gen = HFGenerator(tiny_model(tok), tok)
         >>> outs = gen.generate([tok("hi").input_ids, tok("hello").input_ids], SamplingParams(5))
-        >>> len(outs), all(len(o) <= 5 for o in outs), gen.calls
-        (2, True, 1)
+        >>> len(outs), all(len(o) <= 5 for o in outs), [len(o) for o in outs] == [len(p) for p in gen.last_logprobs]
+        (2, True, True)
     """
 
     def __init__(self, model: Any, tokenizer: Any, stop_ids: list[int] | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
         pad = tokenizer.pad_token_id
-        self.pad_id = pad if pad is not None else self.stop_ids[0]
+        self.pad_id = pad if pad is not None else (self.stop_ids or [0])[0]
         self.calls = 0
+        self.last_logprobs: list[list[float]] = []
         self.context = model_context_length(model, tokenizer)  # None: the model states no limit
         self.share_prompts = True  # run a repeated prompt once (see _shared_prompts); False: every row whole
+
+    def sampling_config(self, params: SamplingParams) -> Any:
+        """The whole ``GenerationConfig`` of a call: ``params`` and the end and pad ids, nothing else."""
+        from transformers import GenerationConfig
+
+        return GenerationConfig(do_sample=True, temperature=params.temperature, top_p=params.top_p,
+                                top_k=params.top_k, max_new_tokens=params.max_new_tokens, use_cache=True,
+                                eos_token_id=self.stop_ids or None, pad_token_id=self.pad_id,
+                                **params.generation_kwargs)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         if not prompts:
+            self.last_logprobs = []
             return []
         # Past its positions GPT-2 fails with "IndexError: index out of range in self": refuse first.
         check_request([len(p) for p in prompts], params.max_new_tokens, self.context)
@@ -159,21 +174,23 @@ class HFGenerator:
         keep_4bit_trainable(self.model)
         was_training = self.model.training
         self.model.eval()
+        recorder = _Recorder()
         try:
             input_ids, attention = input_ids.to(device), attention.to(device)
-            shared = self._shared_prompts(input_ids, attention) if self.share_prompts else None
+            share = self.share_prompts and "cache_implementation" not in params.generation_kwargs
+            shared = self._shared_prompts(input_ids, attention) if share else None
             cached = {} if shared is None else {cache_name(self.model): shared}
-            out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, do_sample=True,
-                temperature=params.temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else None,
-                max_new_tokens=params.max_new_tokens, eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
-                use_cache=True, **cached,
-                **params.generation_kwargs)  # e.g. min_p, repetition_penalty (the config refuses the keys above)
+            with _own_settings(base_model(self.model), recorder):
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention,
+                                          generation_config=self.sampling_config(params), **cached)
         finally:
             self.model.train(was_training)
-        new = out[:, width:].tolist()  # (B, <= max_new_tokens)
+        new = out[:, width:]  # (B, <= max_new_tokens)
+        logprobs = recorder.finish(new).tolist()
         stops = set(self.stop_ids)
-        return [_cut_at_stop(row, stops, self.pad_id) for row in new]
+        rows = [_cut_at_stop(row, stops, self.pad_id) for row in new.tolist()]
+        self.last_logprobs = [lp[:len(row)] for lp, row in zip(logprobs, rows)]
+        return rows
 
     def _shared_prompts(self, input_ids: torch.Tensor, attention: torch.Tensor) -> Any:
         """The keys and values of every row's prompt but its last token ``(B, ..., width - 1, ...)``, each
@@ -193,6 +210,60 @@ class HFGenerator:
             return None
         cache.reorder_cache(rows)  # (U, ...) -> (B, ...)
         return cache
+
+
+class _Recorder:
+    """The last logits processor of a ``generate`` call: keeps ``log_softmax`` of the scores each token is
+    drawn from ``(B, V)``, and reads off the drawn token's entry when the next step shows it."""
+
+    def __init__(self) -> None:
+        self.pending: torch.Tensor | None = None  # (B, V) the step's sampling log-probs
+        self.picked: list[torch.Tensor] = []  # per step (B,)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._take(input_ids[:, -1])
+        self.pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _take(self, drawn: torch.Tensor) -> None:
+        if self.pending is not None:
+            self.picked.append(self.pending.gather(-1, drawn[:, None].to(self.pending.device))[:, 0].cpu())
+            self.pending = None
+
+    def finish(self, new: torch.Tensor) -> torch.Tensor:
+        """Log-probs ``(B, N)`` of the ``new`` tokens ``(B, N)`` (0 where none was recorded)."""
+        if new.shape[1]:
+            self._take(new[:, -1])
+        out = torch.zeros(new.shape, dtype=torch.float32)
+        for j, col in enumerate(self.picked[:new.shape[1]]):
+            out[:, j] = col
+        return out
+
+
+@contextmanager
+def _own_settings(model: Any, recorder: _Recorder) -> Any:
+    """Run ``model.generate`` with no defaults of the model's own and ``recorder`` after its warpers.
+
+    transformers fills every setting a call leaves unset from ``model.generation_config`` (Qwen2.5's
+    repetition penalty, top-k and top-p among them), so that config is swapped for an empty one; and it
+    appends temperature and top-p/top-k after any logits processor a caller passes, so the recorder is
+    added to the list it builds (it has no hook after its warpers)."""
+    from transformers import GenerationConfig
+
+    saved, build = model.generation_config, model._get_logits_processor
+
+    def processors(*args: Any, **kwargs: Any) -> Any:
+        out = build(*args, **kwargs)
+        out.append(recorder)
+        return out
+
+    model.generation_config = GenerationConfig()
+    model._get_logits_processor = processors
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+        del model._get_logits_processor
 
 
 class ScriptedGenerator:

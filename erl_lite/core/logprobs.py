@@ -25,8 +25,6 @@ from erl_lite.core.policy import base_model, cache_name, shared_rows
 DEFAULT_CHUNK_SIZE: int | None = ERLConfig.__dataclass_fields__["logprob_chunk_size"].default
 #: Vocabulary columns per tile: a (256, 8192) fp32 tile is 8 MiB.
 VOCAB_TILE = 8192
-# A decoder's dropout modules and checkpointable layers (see _switches).
-_SWITCHES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[list, list]]" = weakref.WeakKeyDictionary()
 # Models whose chunked head was checked once against their own forward (see _check_once).
 _CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
@@ -112,23 +110,25 @@ def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: tor
 
 
 def _may_share(decoder: Any) -> bool:
-    """Whether a pass may share contexts: no dropout that draws, no gradient checkpointing under a gradient."""
-    if decoder.training and getattr(decoder.config, "attention_dropout", 0.0):
+    """Whether a pass may share contexts: no dropout that draws, no gradient checkpointing under a gradient.
+    The modules are walked at every pass (~1 ms): a LoRA adapter injected later brings its own dropout."""
+    if torch.is_grad_enabled() and any(getattr(m, "gradient_checkpointing", False) is True for m in decoder.modules()):
         return False
-    dropouts, layers = _switches(decoder)
-    if torch.is_grad_enabled() and any(m.gradient_checkpointing for m in layers):
-        return False
-    return not any(m.p > 0 and m.training for m in dropouts)
+    return not draws_dropout(decoder, training=True)
 
 
-def _switches(decoder: Any) -> tuple[list[torch.nn.Module], list[torch.nn.Module]]:
-    """``decoder``'s dropout modules and the layers carrying a ``gradient_checkpointing`` flag, found once
-    (a walk over every module costs ~1 ms a pass; the flags themselves are read at every pass)."""
-    if decoder not in _SWITCHES:
-        modules = list(decoder.modules())
-        _SWITCHES[decoder] = ([m for m in modules if isinstance(m, torch.nn.Dropout)],
-                              [m for m in modules if hasattr(m, "gradient_checkpointing")])
-    return _SWITCHES[decoder]
+def draws_dropout(model: Any, training: bool = False) -> bool:
+    """Whether ``model`` has dropout that draws in train mode (``training``: only modules now training).
+
+    Example:
+        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
+        >>> draws_dropout(tiny_model(tiny_tokenizer()))
+        False
+    """
+    config = getattr(base_model(model), "config", None)
+    if getattr(config, "attention_dropout", 0.0) and (model.training or not training):
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 and (m.training or not training) for m in model.modules())
 
 
 def causal_lm(model: Any) -> Any:

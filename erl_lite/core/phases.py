@@ -108,13 +108,15 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
     with ctx.progress.bar("reflections", len(failed)) as bar:  # one batched call: all finish at once
         outs = generate_named(ctx.generator, [ids for _, ids in contexts], params, names)
         bar.update(len(outs))
+    reported = getattr(ctx.generator, "last_logprobs", None) or [None] * len(outs)
     stops = sampler_stop_ids(ctx.generator, ctx.tokenizer)
     reflections = []
-    for a, (base, ids), out in zip(failed, contexts, outs):
+    for a, (base, ids), out, logp in zip(failed, contexts, outs, reported):
         text = ctx.tokenizer.decode(out, skip_special_tokens=True)
         rulebook, parsed = parse_rulebook(text, base)
         reflections.append(Reflection(a.task_id, a.index, base, text, rulebook, parsed, ids, list(out),
-                                      truncated=reply_was_cut(list(out), c.max_reflection_length, stops)))
+                                      truncated=reply_was_cut(list(out), c.max_reflection_length, stops),
+                                      sampled_logp=None if logp is None else list(logp)))
     return reflections
 
 
@@ -192,7 +194,8 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
         adv = grouped_advantages([r.second.reward for r in reflected], [r.task_id for r in reflected],
                                  scale=cfg.scale_rewards)
         samples += [TrainSample(REFLECTION, r.reflection.prompt_ids, r.reflection.completion_ids,
-                                [1] * len(r.reflection.completion_ids), A, r.task_id)
+                                [1] * len(r.reflection.completion_ids), A, r.task_id, cfg.reflection_temperature,
+                                r.reflection.sampled_logp)
                     for r, A in zip(reflected, adv)]
     if cfg.train_second:
         samples += _role_samples(SECOND, [r.second for r in retries], r2, cfg.scale_rewards)
@@ -202,7 +205,7 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
 def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], scale: str) -> list[TrainSample]:
     """One role's samples, advantages grouped per task (``batch`` scale: this role's reward std)."""
     adv = grouped_advantages(rewards, [a.task_id for a in attempts], scale=scale)
-    return [TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id)
+    return [TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id, None, a.sampled_logp)
             for a, A in zip(attempts, adv)]
 
 

@@ -29,6 +29,7 @@ class _Live:
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     completion_mask: list[int] = field(default_factory=list)
+    sampled_logp: list[float] | None = field(default_factory=list)  # None once a turn's sampler reports none
     turns: int = 0
     done: bool = False
     truncated: bool = False  # the episode ran out of its token budget
@@ -106,8 +107,11 @@ def _play_turn(generator: Generator, tokenizer: Any, env: Environment, ready: li
     prompts = [lv.prompt_ids + lv.completion_ids for lv in ready]
     names = [f"{role} attempt of task {lv.task_id!r}" for lv in ready]
     outs = generate_named(generator, prompts, params, names)
+    reported = getattr(generator, "last_logprobs", None) or [None] * len(outs)
     limit = params.max_new_tokens
-    for lv, out in zip(ready, outs):
+    for lv, out, logp in zip(ready, outs, reported):
+        if lv.sampled_logp is not None:
+            lv.sampled_logp = None if logp is None else lv.sampled_logp + list(logp[:limit])
         # A sampler may return more than it was asked for; the budget still holds.
         lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
         _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit,
@@ -147,6 +151,8 @@ def _advance(lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, st
         return
     lv.completion_ids += glue
     lv.completion_mask += [0] * len(glue)
+    if lv.sampled_logp is not None:
+        lv.sampled_logp += [math.nan] * len(glue)
 
 
 def _checked_step(episode: Episode, text: str) -> tuple[Any, bool]:
@@ -189,4 +195,4 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) ->
                    feedback=feedback, trace=trace, num_turns=lv.turns,
                    truncated=lv.truncated or lv.cut_replies > 0,
                    rewards=dict(getattr(ep, "reward_parts", None) or {}),
-                   extra=dict(getattr(ep, "logged_extra", None) or {}))
+                   extra=dict(getattr(ep, "logged_extra", None) or {}), sampled_logp=lv.sampled_logp)

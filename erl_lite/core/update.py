@@ -1,12 +1,14 @@
 """The RL update: a list of :class:`TrainSample` (every role a row of one batch) into optimizer steps.
 
 One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the
-mini-batch's normalizer; old and reference log-probs are computed once, before the first step (old
-ones only for the mini-batches after the first: the first one's ratio is 1 by construction).
+mini-batch's normalizer; old and reference log-probs are computed once, before the first step, with
+dropout off as sampling had it (old ones only for the mini-batches after the first, whose ratio is 1
+by construction, unless dropout draws in training). The on-policy check compares the sampler's
+log-probs with the first of the update's passes over the same weights.
 
-Departures from the paper: log-probs at the sampling temperature for every row; rows with A = 0
-are skipped when ``beta == 0`` (zero gradient) but still counted; a mini-batch whose loss or
-gradient is not finite is not stepped (the reference has no guard).
+Departures from the paper: each row is scored at the temperature it was sampled at (reflections at
+``reflection_temperature``); rows with A = 0 are skipped when ``beta == 0`` (zero gradient) but
+still counted; a mini-batch whose loss or gradient is not finite is not stepped.
 """
 
 from __future__ import annotations
@@ -24,16 +26,18 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.batching import (CompletionLogProbs, Packed, completion_logprobs, micro_batches,  # noqa: F401
                                     normalizer, pack)
 from erl_lite.core.losses import LossStats, first_non_finite, policy_objective
+from erl_lite.core.logprobs import draws_dropout
 from erl_lite.core.policy import keep_4bit_trainable, reference_context
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
-from erl_lite.metric_names import (ADVANTAGE_KEYS, CLIP_RATIO, GRAD_NORM, KL, LOSS_KEYS, LOSS_TOTAL, OPTIM_SKIPPED_STEPS,
-                                   OPTIM_STEPS, SAMPLES_KEYS, WEIGHT_UPDATE)
+from erl_lite.metric_names import (ADVANTAGE_KEYS, CLIP_RATIO, GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_TOKENS, GRAD_NORM, KL,
+                                   LOSS_KEYS, LOSS_TOTAL, OPTIM_SKIPPED_STEPS, OPTIM_STEPS, SAMPLES_KEYS, WEIGHT_UPDATE)
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
 UPDATE_METRICS: tuple[str, ...] = (*SAMPLES_KEYS.values(), *ADVANTAGE_KEYS.values(), LOSS_TOTAL, *LOSS_KEYS.values(),
-                                   KL, CLIP_RATIO, GRAD_NORM, OPTIM_STEPS, OPTIM_SKIPPED_STEPS, WEIGHT_UPDATE)
+                                   KL, CLIP_RATIO, GRAD_NORM, OPTIM_STEPS, OPTIM_SKIPPED_STEPS, WEIGHT_UPDATE,
+                                   *GAP_MEAN_KEYS.values(), *GAP_MAX_KEYS.values(), GAP_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class UpdateStats(Mapping):
     optim_steps: int  # steps taken
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
     weight_update: float = 0.0  # |W_after - W_before| / |W_before| over a sample of the trainable weights
+    gap: dict[str, float] = dataclasses.field(default_factory=dict)  # the on-policy check's keys (GapTally)
 
     @classmethod
     def empty(cls, samples: dict[str, int], advantage: dict[str, float] | None = None) -> "UpdateStats":
@@ -72,6 +77,8 @@ class UpdateStats(Mapping):
         out.update({KL: float(self.kl), CLIP_RATIO: float(self.clip_ratio),
                     GRAD_NORM: float(self.grad_norm), OPTIM_STEPS: float(self.optim_steps),
                     OPTIM_SKIPPED_STEPS: float(self.skipped_steps), WEIGHT_UPDATE: float(self.weight_update)})
+        out.update({key: float(self.gap.get(key, 0.0)) for key in (*GAP_MEAN_KEYS.values(), *GAP_MAX_KEYS.values(),
+                                                                    GAP_TOKENS)})
         return out
 
     def __getitem__(self, key: str) -> float:
@@ -110,6 +117,35 @@ class _Tally:
         loss = {r: s[LOSS_KEYS[r]] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
         return UpdateStats(samples, advantage, loss, sum(loss.values()), s[KL] / max(s["tokens"], 1),
                            s["clipped"] / max(s["policy_tokens"], 1), grad_norm, steps, skipped, moved)
+
+
+class GapTally:
+    """The on-policy check's sums: ``|sampler's log-prob - the update's|`` over each sampled role's loss
+    tokens, from the update's first pass over the weights that sampled them (old log-probs, else the
+    first mini-batch's own forward). Max: over this process's rows."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {key: 0.0 for r in ADVANTAGE_ROLES for key in (f"s/{r}", f"n/{r}")}
+        self.maxes = {r: 0.0 for r in ADVANTAGE_ROLES}
+
+    def add(self, batch: Packed, scored: torch.Tensor) -> None:
+        if batch.sampled_logp is None:
+            return
+        gap = (batch.sampled_logp - scored.detach().float()).abs()  # (B, L); NaN where nothing was reported
+        known = batch.mask.bool() & torch.isfinite(gap)
+        for b, role in enumerate(batch.roles):
+            row = gap[b][known[b]]
+            if role in self.maxes and row.numel():
+                self.sums[f"s/{role}"] += float(row.sum())
+                self.sums[f"n/{role}"] += row.numel()
+                self.maxes[role] = max(self.maxes[role], float(row.max()))
+
+    def result(self, dist: Reducer) -> dict[str, float]:
+        s = dist.sum(self.sums)  # DDP: over every process
+        out = {GAP_MEAN_KEYS[r]: s[f"s/{r}"] / max(s[f"n/{r}"], 1) for r in ADVANTAGE_ROLES}
+        out.update({GAP_MAX_KEYS[r]: self.maxes[r] for r in ADVANTAGE_ROLES})
+        out[GAP_TOKENS] = sum(s[f"n/{r}"] for r in ADVANTAGE_ROLES)
+        return out
 
 
 class PolicyUpdater:
@@ -154,11 +190,19 @@ class PolicyUpdater:
     @torch.no_grad()
     def _attach_old_and_ref(self, batches: list[Packed], old: list[bool], ref: bool) -> list[Packed]:
         """Each micro-batch with its old log-probs (where ``old[i]``) and/or reference log-probs,
-        computed before any step."""
-        batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) if o else b for b, o in zip(batches, old)]
-        if ref:
-            with reference_context(self.model):
-                batches = [dataclasses.replace(b, ref_logp=self._logprobs(b)) for b in batches]
+        computed before any step in eval mode (no dropout), as the sampler ran."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) if o else b for b, o in zip(batches, old)]
+            for b in batches:
+                if b.old_logp is not None:
+                    self.gaps.add(b, b.old_logp)
+            if ref:
+                with reference_context(self.model):
+                    batches = [dataclasses.replace(b, ref_logp=self._logprobs(b)) for b in batches]
+        finally:
+            self.model.train(was_training)
         return batches
 
     def update(self, samples: list[TrainSample]) -> UpdateStats:
@@ -175,8 +219,9 @@ class PolicyUpdater:
         k = c.optimizer_steps(n_rows)
         plans = self.plans(samples, k)
         # Old log-probs only after the first mini-batch: it trains on the weights that sampled it, so its
-        # ratio is 1 by construction and a pass over it would recompute the forward it runs next.
-        old = [i > 0 for i, (_, bs) in enumerate(plans) for _ in bs]
+        # ratio is 1 by construction, unless dropout draws in the training pass (then it needs them too).
+        self.gaps, dropout = GapTally(), draws_dropout(self.model)
+        old = [i > 0 or dropout for i, (_, bs) in enumerate(plans) for _ in bs]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=old, ref=c.beta > 0)
         tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
         probe = WeightProbe([p for p in self.model.parameters() if p.requires_grad])
@@ -191,7 +236,8 @@ class PolicyUpdater:
                 grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
-        return tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken, probe.moved())
+        return dataclasses.replace(tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken, probe.moved()),
+                                   gap=self.gaps.result(self.dist))
 
     def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any
                          ) -> tuple[_Tally, float] | None:
@@ -254,8 +300,11 @@ class PolicyUpdater:
         """The micro-batch's share of the mini-batch loss (normalised by ``norm``)."""
         c = self.config
         keep_4bit_trainable(self.model)  # as in _logprobs
+        logp = self.trained(batch)
+        if batch.old_logp is None:  # the first mini-batch's pass is over the weights that sampled it
+            self.gaps.add(batch, logp)
         return policy_objective(
-            self.trained(batch), batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
+            logp, batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
             nll_rows=batch.is_nll, beta=c.beta, epsilon_low=c.epsilon, epsilon_high=c.epsilon_high,
             dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
             importance_sampling_level=c.importance_sampling_level,

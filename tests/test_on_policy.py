@@ -1,0 +1,109 @@
+"""What the sampler draws from is what the update scores (issue "What it samples is what it trains on").
+
+A model's own ``generation_config`` must not reach sampling; every backend reports the log-prob of each
+token it drew under the distribution it drew from; the update compares it with its own pass.
+"""
+
+import math
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from erl_lite.core.batching import completion_logprobs, pack
+from erl_lite.core.continuous import ContinuousGenerator
+from erl_lite.core.generation import HFGenerator, SamplingParams
+from erl_lite.records import TrainSample
+from erl_lite.testing import tiny_model, tiny_tokenizer
+
+#: Checkpoint defaults that change the distribution, one per case (values as Qwen2.5/Llama/Phi publish
+#: them, or stronger, so a leak shows on a random tiny model).
+PLANTED = {
+    "top_k": {"top_k": 5},
+    "top_p": {"top_p": 0.05},
+    "min_p": {"min_p": 0.5},
+    "typical_p": {"typical_p": 0.05},
+    "repetition_penalty": {"repetition_penalty": 5.0},
+    "no_repeat_ngram_size": {"no_repeat_ngram_size": 1},
+    "suppress_tokens": {"suppress_tokens": list(range(10, 60))},
+    "temperature": {"temperature": 0.05},
+}
+
+
+def _model(planted: dict):
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=1)
+    model.generation_config = GenerationConfig(**{**model.generation_config.to_dict(), **planted})
+    return model, tok
+
+
+def _first_token_tv(gen, model, tok, temperature: float, n: int = 3000) -> float:
+    """Total variation between the first sampled token's frequencies and softmax(z / T)."""
+    prompt = tok("hello world", add_special_tokens=False).input_ids
+    torch.manual_seed(0)
+    outs = gen.generate([prompt] * n, SamplingParams(1, temperature=temperature, top_p=1.0, top_k=0))
+    # An empty row drew the pad token (the sampler drops trailing padding).
+    counts = torch.bincount(torch.tensor([o[0] if o else tok.pad_token_id for o in outs]), minlength=len(tok)).float()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1].float()
+    p = torch.softmax(logits / temperature, -1)
+    return 0.5 * float((counts / n - p).abs().sum())
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_a_checkpoints_sampling_defaults_never_reach_generate(name):
+    model, tok = _model(PLANTED[name])
+    # A random tiny model's next-token distribution is near-uniform over ~100 tokens; with n = 3000
+    # draws the sampling noise of the TV distance is about 0.5 * sqrt(2V / (pi n)) ~ 0.07; every
+    # planted default moves it past 0.3.
+    assert _first_token_tv(HFGenerator(model, tok), model, tok, temperature=1.0) < 0.15
+
+
+def test_no_repeat_ngram_in_the_checkpoint_does_not_forbid_repeats():
+    model, tok = _model({"no_repeat_ngram_size": 1})
+    torch.manual_seed(0)
+    outs = HFGenerator(model, tok, stop_ids=[]).generate([[5, 6]] * 32, SamplingParams(40, temperature=1.0))
+    # 40 draws from ~100 near-uniform tokens repeat one with probability ~1 - e^-8: every row should.
+    assert sum(len(set(o)) < len(o) for o in outs) >= 24
+
+
+def _scored(model, prompt, out, temperature):
+    row = TrainSample("first", prompt, out, [1] * len(out), 0.0)
+    with torch.no_grad():
+        return completion_logprobs(model, pack([row], 0, False), temperature, None)[0]
+
+
+@pytest.mark.parametrize("backend", ["generate", "continuous"])
+@pytest.mark.parametrize("planted", ["none", "repetition_penalty", "top_k"])
+def test_every_backend_reports_the_logprob_the_update_scores(backend, planted):
+    model, tok = _model({} if planted == "none" else PLANTED[planted])
+    gen = HFGenerator(model, tok) if backend == "generate" else ContinuousGenerator(model, tok, cache_tokens=4096)
+    prompts = [tok("hi there", add_special_tokens=False).input_ids, [7, 8, 9]]
+    torch.manual_seed(0)
+    outs = gen.generate(prompts * 2, SamplingParams(12, temperature=0.7))
+    assert [len(lp) for lp in gen.last_logprobs] == [len(o) for o in outs]
+    for prompt, out, reported in zip(prompts * 2, outs, gen.last_logprobs):
+        scored = _scored(model, prompt, out, 0.7)
+        # Both are fp32 log-probs of magnitude ~log(100) = 4.6 from the same weights; the sampler's runs
+        # with a KV cache (another summation order), so they agree to ~1e-5 relative; 1e-3 is generous.
+        assert torch.allclose(torch.tensor(reported), scored, atol=1e-3), (reported, scored.tolist())
+    getattr(gen, "flush", lambda: None)()
+
+
+def _phases(gen, prompt, n_phases=3):
+    out = []
+    for _ in range(n_phases):
+        out.append(gen.generate([prompt] * 4, SamplingParams(8, temperature=1.0)))
+        gen.flush()  # the trainer ends every rollout phase so
+    return out
+
+
+def test_the_continuous_backend_draws_fresh_noise_per_phase_and_per_rank():
+    tok = tiny_tokenizer()
+    model, prompt = tiny_model(tok, seed=1), [5, 6, 7]
+    runs = {(seed, rank): _phases(ContinuousGenerator(model, tok, cache_tokens=1024, seed=seed, rank=rank), prompt)
+            for seed, rank in [(0, 0), (0, 0), (0, 1), (1, 0)]}
+    first = runs[(0, 0)]
+    assert first[0] != first[1] != first[2]  # a new step draws new completions
+    assert _phases(ContinuousGenerator(model, tok, cache_tokens=1024, seed=0), prompt) == first  # same seed, same run
+    assert runs[(0, 1)] != first and runs[(1, 0)] != first  # another rank or seed: another stream
