@@ -294,7 +294,7 @@ CHECKS: tuple[Check, ...] = (
     Check("second_not_better", (REWARD_SECOND, REWARD_FIRST_GATED), 5, _second_not_better,
           "The reflections carry nothing the second attempt can use",
           "read reflections and second attempts in samples.jsonl; make the environment's feedback say what went "
-          "wrong; a stronger model reflects better"),
+          "wrong; a stronger model reflects better; pre-flight's system_dropped: the chat template loses rulebooks"),
     Check("internalization_zero", (SAMPLES_KEYS[DISTILL], INTERNALIZATION_WEIGHT), 3, _distill_zero,
           "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
           "see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive"),
