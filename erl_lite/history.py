@@ -1,6 +1,5 @@
 """The run's history: ``history.jsonl`` (one record per step and evaluation, keyed as
 :data:`erl_lite.metrics.METRIC_GLOSSARY`) and ``samples.jsonl`` (every ``sample_every``-th StepRecord).
-Departures from the paper: none.
 """
 
 from __future__ import annotations

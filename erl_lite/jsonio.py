@@ -1,7 +1,6 @@
 """Reading JSON and JSON-lines files with errors that name the file, the line and the column.
 
 ``json.loads`` and ``datasets`` do not name the file; every JSON file erl_lite reads goes through here.
-Departures from the paper: none; this is plumbing.
 """
 
 from __future__ import annotations

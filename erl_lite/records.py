@@ -131,6 +131,11 @@ def tasks_by_id(tasks: list[Task]) -> dict[str, Task]:
     return out
 
 
+def succeeded(reward: float, threshold: float) -> bool:
+    """The one test of success at τ (``ERLConfig.reward_threshold``): ``r ≥ τ``; the gate passes on the rest."""
+    return reward >= threshold
+
+
 @dataclass
 class Attempt:
     """One rollout of a task (first or second attempt) with its tokens (the layout above) and outcome."""
@@ -144,7 +149,7 @@ class Attempt:
     completion_ids: list[int]
     completion_mask: list[int]  # 1 on generated tokens
     reward: float  # terminal reward (the gate reads it against τ)
-    success: bool  # the environment's own verdict, for reporting
+    success: bool  # succeeded(reward, τ): what success/* and eval/success count
     feedback: str  # the environment's textual feedback f
     trace: str  # the step-by-step trace
     num_turns: int  # model turns taken

@@ -1,6 +1,5 @@
 """What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer``: values it cannot
 honour are refused, never ignored; ``trainer_state``; the default optimizer and schedule.
-Departures from the paper: none (API plumbing).
 """
 
 from __future__ import annotations

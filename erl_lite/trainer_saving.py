@@ -1,7 +1,6 @@
 """The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step.
 
 A base of :class:`~erl_lite.trainer.ERLTrainer`; the files are :mod:`erl_lite.checkpoint`'s.
-Departures from the paper: none.
 """
 
 from __future__ import annotations

@@ -51,8 +51,10 @@ BROKEN = {
     "no_signal": lambda s: {ZERO_STD_FIRST: 1.0, SUCCESS_FIRST: 0.5},
     "parse_rate": lambda s: {REFLECTION_PARSE_RATE: 0.1},
     "memory_empty": lambda s: {MEMORY_TOTAL_WRITES: 0.0},
-    "gate_always": lambda s: {GATE_RATE: 1.0, SUCCESS_FIRST: 0.3},
-    "gate_never": lambda s: {GATE_RATE: 0.0, SUCCESS_FIRST: 0.4, REWARD_SECOND: None, REWARD_FIRST_GATED: None},
+    # τ sorts nothing: rewards differ within groups (the healthy 0.4-0.5 silent share) but the gate is fixed
+    "gate_always": lambda s: {GATE_RATE: 1.0, SUCCESS_FIRST: 0.0, SUCCESS_SECOND: 0.0},
+    "gate_never": lambda s: {GATE_RATE: 0.0, SUCCESS_FIRST: 1.0, SUCCESS_SECOND: None, REWARD_SECOND: None,
+                             REWARD_FIRST_GATED: None},
     "second_not_better": lambda s: {REWARD_SECOND: 0.2, REWARD_FIRST_GATED: 0.3},
     "internalization_zero": lambda s: {INTERNALIZATION_WEIGHT: 0.0},
     "truncation": lambda s: {TRUNCATED_REFLECTION: 0.8},

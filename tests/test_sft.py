@@ -67,6 +67,7 @@ def test_rows_are_successful_second_attempts_under_the_initial_prompt(run):
     assert internalization_rows(trainer.history, threshold=1.0) == rows
     assert internalization_rows(trainer.last_outcome.retries, threshold=1.0) == rows
     assert internalization_rows(trainer, threshold=0.0) != rows  # τ is honoured: t2 comes in
+    assert internalization_rows(out) == rows  # a run folder carries its τ (training_args.json)
     with pytest.raises(ValueError, match="threshold"):
         internalization_rows(trainer.history)
 

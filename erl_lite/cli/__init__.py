@@ -4,8 +4,6 @@ Commands: ``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~
 ``eval`` (:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA
 adapter into its base) and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as
 one paragraph (:mod:`~erl_lite.cli.errors`).
-
-Departures from the paper: none; this is plumbing.
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ deep in a worker, or quietly does something else (a slice ``[:-1]``, an empty lo
 refuse such a value while the arguments are parsed, and argparse names the flag:
 ``error: argument --steps: must be a whole number >= 1, got '0'`` (exit code 2).
 
-Departures from the paper: none; this is plumbing.
-
 Example:
     >>> import argparse
     >>> p = argparse.ArgumentParser(prog="x", exit_on_error=False)

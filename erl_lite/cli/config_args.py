@@ -3,8 +3,6 @@
 An option's help is the first sentence of the field's attribute docstring (read with :mod:`ast`).
 Spellings: ``--learning-rate`` and TRL's hidden ``--learning_rate``; ``--use-memory`` / ``--no-use-memory``
 and ``--use_memory true|false``; ``none`` for an optional field; dicts and lists as YAML or JSON.
-
-Departures from the paper: none; this is plumbing.
 """
 
 from __future__ import annotations

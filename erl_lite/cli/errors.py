@@ -1,7 +1,4 @@
-"""How the ``erl-lite`` commands report an error a user can fix: one paragraph, exit code 2.
-
-Departures from the paper: none; this is plumbing.
-"""
+"""How the ``erl-lite`` commands report an error a user can fix: one paragraph, exit code 2."""
 
 from __future__ import annotations
 

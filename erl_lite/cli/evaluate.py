@@ -40,7 +40,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
             check_whole("evaluate_checkpoint", name, value, minimum=1)
     folder, state, cfg, adapter = _load_checkpoint(checkpoint)
     if reward_funcs:
-        world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env, cfg)
+        world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env)
     else:
         env_name = env or _trained_env(folder, cfg, state.get("env"), dataset)
         small = cfg.extra.get("small", False) if small is None else small
@@ -130,8 +130,7 @@ def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, d
     return name
 
 
-def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None,
-                    cfg: ERLConfig) -> tuple[Any, list, str]:
+def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None) -> tuple[Any, list, str]:
     """``eval --dataset ... --reward-funcs ...``: the rows' evaluation split scored by the functions."""
     from erl_lite.integrations.data_sources import load_rows
     from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
@@ -141,8 +140,7 @@ def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None,
         raise ValueError(f"--env {env} and --reward-funcs both name what to evaluate on; give one")
     if dataset is None:
         raise ValueError("--reward-funcs needs --dataset PATH_OR_NAME: the rows whose completions they score")
-    world = RewardFunctionEnv([load_function(spec, "reward function") for spec in specs],
-                              reward_threshold=cfg.reward_threshold)
+    world = RewardFunctionEnv([load_function(spec, "reward function") for spec in specs])
     return world, rows_to_tasks(load_rows(dataset, "eval"), prefix="eval", where=dataset), DATASET_ENV
 
 
@@ -153,8 +151,7 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
 
     env, _, kwargs = build_environment(name, small, cfg.seed, world=cfg.extra.get("world", "demo"))
     if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
-        env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"),
-                                reward_threshold=cfg.reward_threshold)
+        env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"))
     tasks = kwargs.get("eval_dataset")
     if tasks is None:
         return env, env.test_tasks()

@@ -1,8 +1,6 @@
 """The environment protocol: a family of tasks whose episodes are played in text, in gymnasium's
 (and TRL's) ``reset`` / ``step`` shape, plus what ERL needs once one is done: ``feedback()`` (the
-paper's f), ``trace()`` (shown to the reflector) and ``success``.
-
-Departures from the paper: none in the protocol; the paper's games are built on it in envs/.
+paper's f) and ``trace()`` (shown to the reflector). Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -10,7 +8,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
-from erl_lite.records import Task
+from erl_lite.config import ERLConfig
+from erl_lite.records import Task, succeeded
 
 #: What ``Episode.step`` returns: (next observation or None when done, reward, done, info).
 StepOutput = tuple[str | None, float, bool, dict[str, Any]]
@@ -21,6 +20,7 @@ class Episode(ABC):
 
     reward: float = 0.0
     done: bool = False
+    reward_threshold: float = ERLConfig.reward_threshold  # τ: a run sets its own on each episode it plays
 
     @abstractmethod
     def reset(self, task: Task) -> str | list[dict[str, str]]:
@@ -40,15 +40,15 @@ class Episode(ABC):
 
     @property
     def success(self) -> bool:
-        """Whether the episode counts as solved for the gate (default: reward >= 1)."""
-        return self.reward >= 1.0
+        """``reward ≥ τ`` (:func:`~erl_lite.records.succeeded`); an override must agree with it in a run."""
+        return succeeded(self.reward, self.reward_threshold)
 
 
 class BatchScoredEpisode(Episode):
     """An episode scored by its environment's :meth:`Environment.score_batch` (reading ``reward``
     before that scores it alone). Subclasses define :meth:`_ready_to_score` and set ``env``."""
 
-    env: Any  # the environment, with a ``reward_threshold``
+    env: Any  # the environment that scores it
     scored: bool = False
     _reward: float = 0.0
     _verdict: str = ""
@@ -72,10 +72,6 @@ class BatchScoredEpisode(Episode):
     def reward(self) -> float:  # type: ignore[override]
         self._ensure_scored()
         return self._reward
-
-    @property
-    def success(self) -> bool:
-        return self.reward >= self.env.reward_threshold
 
     @classmethod
     def pending(cls, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Sequence
 
+from erl_lite.records import succeeded
+
 
 class ReflectionMemory:
     """Holds successful rulebooks: ``single`` is the paper's one slot; ``fifo`` shows the ``top_k`` newest.
@@ -43,7 +45,7 @@ class ReflectionMemory:
 
     def maybe_store(self, rulebook: str, reward: float, threshold: float) -> bool:
         """Store ``rulebook`` if its second attempt reached the threshold (``r2 >= τ``)."""
-        if reward < threshold or not rulebook.strip():
+        if not succeeded(reward, threshold) or not rulebook.strip():
             return False
         self._entries.append(rulebook)
         self.total_writes += 1

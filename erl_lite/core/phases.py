@@ -34,7 +34,7 @@ from erl_lite.core.prompts import (
     second_attempt_system_prompt,
 )
 from erl_lite.records import (DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task,
-                              TrainSample, retry_of_first, tasks_by_id)
+                              TrainSample, retry_of_first, succeeded, tasks_by_id)
 from erl_lite.core.rollout import run_episodes
 
 
@@ -74,15 +74,16 @@ def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
 def _play(ctx: PhaseContext, desc: str, role: str, tasks: list[Task], system_prompts: list[str],
           indices: list[int], params: SamplingParams) -> list[Attempt]:
     """:func:`run_episodes` with the context's sampler, environment and limits, under a bar."""
+    c = ctx.config
     with ctx.progress.bar(desc, len(tasks)) as bar:
         return run_episodes(ctx.generator, ctx.tokenizer, ctx.env, tasks, system_prompts, params,
-                            max_episode_length=ctx.config.max_episode_length, role=role, indices=indices,
-                            template_kwargs=ctx.config.chat_template_kwargs, on_finished=bar.update)
+                            max_episode_length=c.max_episode_length, role=role, indices=indices,
+                            threshold=c.reward_threshold, template_kwargs=c.chat_template_kwargs, on_finished=bar.update)
 
 
 def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
-    """The attempts that go on to reflection: ``r1 < τ`` (strict; ``success`` is for reporting only)."""
-    return [a for a in attempts if a.reward < threshold]
+    """The attempts that go on to reflection: ``r1 < τ``, those not :func:`~erl_lite.records.succeeded`."""
+    return [a for a in attempts if not succeeded(a.reward, threshold)]
 
 
 def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory | MemoryBank | None) -> list[Reflection]:

@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from erl_lite.config import ERLConfig
 from erl_lite.core.chat import encode, encode_messages, glue_text
 from erl_lite.core.env import Environment, Episode
 from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
-from erl_lite.records import Attempt, Task
+from erl_lite.records import Attempt, Task, succeeded
 
 
 @dataclass
@@ -69,15 +70,17 @@ def template_kwargs_for(env: Environment, task: Task, template_kwargs: dict[str,
 
 def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: list[Task], system_prompts: list[str],
                  params: SamplingParams, *, max_episode_length: int, role: str, indices: list[int],
-                 template_kwargs: dict[str, Any] | None = None,
+                 threshold: float = ERLConfig.reward_threshold, template_kwargs: dict[str, Any] | None = None,
                  on_finished: Callable[[int], Any] | None = None) -> list[Attempt]:
-    """Play ``tasks[i]`` under ``system_prompts[i]`` (parallel to ``indices``); one :class:`Attempt` each.
-    ``on_finished`` (a bar's ``update``) gets the episodes finished at each turn, adding up to ``len(tasks)``."""
+    """Play ``tasks[i]`` under ``system_prompts[i]`` (parallel to ``indices``); one :class:`Attempt` each,
+    a success at ``threshold`` (τ); ``on_finished`` (a bar's ``update``) gets the episodes finished at each turn."""
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
     stop_texts = {t: tokenizer.decode([t]) for t in sampler_stop_ids(generator, tokenizer)}
     lives = [_start(env, t, s, tokenizer, template_kwargs_for(env, t, template_kwargs))
              for t, s in zip(tasks, system_prompts)]
+    for lv in lives:
+        lv.episode.reward_threshold = threshold
     reported = 0  # episodes already handed to on_finished
     for _ in range(env.max_turns):
         live = [lv for lv in lives if not lv.done]
@@ -98,7 +101,8 @@ def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: 
     # One scoring call for the whole phase (TRL-style batch reward functions).
     env.score_batch([lv.episode for lv in lives],
                     [[t for t, m in zip(lv.completion_ids, lv.completion_mask) if m] for lv in lives])
-    return [_finish(lv, task, sp, role, idx) for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
+    return [_finish(lv, task, sp, role, idx, threshold)
+            for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
 
 
 def _play_turn(generator: Generator, tokenizer: Any, env: Environment, ready: list[_Live], params: SamplingParams,
@@ -176,13 +180,18 @@ def _check_reward(where: str, reward: Any) -> None:
         raise TypeError(f"{where} gave reward={reward!r}; rewards must be finite numbers")
 
 
-def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) -> Attempt:
-    ep = lv.episode
-    _check_reward(f"{type(ep).__name__} (task {task.task_id})", ep.reward)
+def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int, threshold: float) -> Attempt:
+    ep, name = lv.episode, type(lv.episode).__name__
+    _check_reward(f"{name} (task {task.task_id})", ep.reward)
+    won = succeeded(ep.reward, threshold)
+    if type(ep).success is not Episode.success and bool(ep.success) != won:  # its own verdict, against τ's
+        raise ValueError(f"{name}.success is {ep.success} for task {task.task_id!r}'s reward {ep.reward:g}, but "
+                         f"reward_threshold={threshold:g} says {won}: the gate, memory and success/* read τ alone; "
+                         "set ERLConfig.reward_threshold to a success's reward, or drop the success property")
     feedback, trace = ep.feedback(), ep.trace()
     for what, value in (("feedback", feedback), ("trace", trace)):
         if not isinstance(value, str):
-            raise TypeError(f"{type(ep).__name__}.{what}() returned {value!r} for task {task.task_id}; "
+            raise TypeError(f"{name}.{what}() returned {value!r} for task {task.task_id}; "
                             "it must be a string")
     if lv.truncated and not ep.done:  # stopped from outside: say so, not "still running"
         note = (f"Stopped: the attempt ran out of its token budget after {lv.turns} turn(s) "
@@ -191,7 +200,7 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int) ->
         feedback = note
     return Attempt(task_id=task.task_id, role=role, index=index, system_prompt=system_prompt,
                    messages=lv.messages, prompt_ids=lv.prompt_ids, completion_ids=lv.completion_ids,
-                   completion_mask=lv.completion_mask, reward=float(ep.reward), success=bool(ep.success),
+                   completion_mask=lv.completion_mask, reward=float(ep.reward), success=won,
                    feedback=feedback, trace=trace, num_turns=lv.turns,
                    truncated=lv.truncated or lv.cut_replies > 0,
                    rewards=dict(getattr(ep, "reward_parts", None) or {}),

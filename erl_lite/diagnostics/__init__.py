@@ -2,7 +2,6 @@
 
 :mod:`~erl_lite.diagnostics.checks` (the rules on each step's record), :mod:`~.preflight` (before the
 first step), :mod:`~.monitor` (a live run: print, log, stop) and :mod:`~.report` (``erl-lite doctor``).
-Departures from the paper: none; the paper has no diagnostics.
 """
 
 from erl_lite.diagnostics.checks import CHECKS, CHECKS_BY_NAME, Check, Finding, RunFacts, scan

@@ -21,6 +21,7 @@ from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE
                                    REFLECTION_PARSE_RATE, REWARD_FIRST_GATED, REWARD_SECOND, SAMPLES_KEYS,
                                    SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
                                    TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST)
+from erl_lite.config import ERLConfig
 from erl_lite.records import DISTILL
 
 WARNING, NOTE = "warning", "note"
@@ -39,7 +40,7 @@ class RunFacts:
     use_reflection: bool = True
     use_memory: bool = True
     use_internalization: bool = True
-    reward_threshold: float = 1.0
+    reward_threshold: float = ERLConfig.reward_threshold
     learning_rate: float | None = None
     beta: float | None = None
     max_completion_length: int | None = None
@@ -54,8 +55,6 @@ class RunFacts:
             >>> RunFacts.of({"mode": "rlvr"}).max_reflection_length, RunFacts.of({}).max_steps
             (512, None)
         """
-        from erl_lite.config import ERLConfig
-
         defaults = {f.name: getattr(ERLConfig, f.name, None) for f in fields(cls) if f.name != "max_steps"}
         given = settings if isinstance(settings, Mapping) else vars(settings) if settings is not None else {}
         values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
@@ -179,18 +178,23 @@ def _memory_empty(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None
             f"{_mean(w, SUCCESS_SECOND) or 0.0:.0%})")
 
 
+def _gate_fixed(w: Sequence[Mapping[str, Any]], facts: RunFacts, rate: float) -> str | None:
+    """Every step's gate rate is ``rate`` although rewards differ within groups: τ sorts nothing."""
+    if facts.mode == "rlvr" or not _all(w, GATE_RATE, lambda v: v == rate) or not _all(
+            w, ZERO_STD_FIRST, lambda v: v < SILENT_GROUPS):
+        return None
+    return (f"{GATE_RATE} was {rate:.2f} on every one of {_steps(w)}, though rewards differed within "
+            f"{1 - _mean(w, ZERO_STD_FIRST):.0%} of the first-attempt groups")
+
+
 def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if facts.mode != "rlvr" and _all(w, GATE_RATE, lambda v: v == 1.0) and any(
-            (_get(r, SUCCESS_FIRST) or 0.0) > 0 for r in w):
-        return f"every first attempt was gated ({GATE_RATE} 1.00, {_steps(w)}) though {_mean(w, SUCCESS_FIRST):.0%} succeeded"
+    if _all(w, SUCCESS_SECOND, lambda v: v == 0.0):  # no second attempt reached τ either
+        return _gate_fixed(w, facts, 1.0)
     return None
 
 
 def _gate_never(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    success = _mean(w, SUCCESS_FIRST)
-    if facts.mode != "rlvr" and _all(w, GATE_RATE, lambda v: v == 0.0) and success is not None and success < 0.9:
-        return f"no first attempt was gated ({GATE_RATE} 0.00, {_steps(w)}) though only {success:.0%} succeeded"
-    return None
+    return _gate_fixed(w, facts, 0.0)
 
 
 def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
@@ -279,17 +283,18 @@ CHECKS: tuple[Check, ...] = (
           "A rulebook is stored only when its reflection parses and its second attempt reaches "
           "reward_threshold={reward_threshold}",
           "fix the reflection parse rate or the second attempts first (see the other checks)"),
-    Check("gate_always", (GATE_RATE, SUCCESS_FIRST), 5, _gate_always,
+    Check("gate_always", (GATE_RATE, ZERO_STD_FIRST, SUCCESS_SECOND), 5, _gate_always,
           "reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
-          "set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward"),
-    Check("gate_never", (GATE_RATE, SUCCESS_FIRST), 5, _gate_never,
+          "set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward; with "
+          "partial credit on a hard task, start with easier tasks"),
+    Check("gate_never", (GATE_RATE, ZERO_STD_FIRST), 5, _gate_never,
           "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
           "reflected on",
           "raise reward_threshold to a success's reward"),
     Check("second_not_better", (REWARD_SECOND, REWARD_FIRST_GATED), 5, _second_not_better,
           "The reflections carry nothing the second attempt can use",
           "read reflections and second attempts in samples.jsonl; make the environment's feedback say what went "
-          "wrong; a stronger model reflects better"),
+          "wrong; a stronger model reflects better; pre-flight's system_dropped: the chat template loses rulebooks"),
     Check("internalization_zero", (SAMPLES_KEYS[DISTILL], INTERNALIZATION_WEIGHT), 3, _distill_zero,
           "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
           "see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive"),

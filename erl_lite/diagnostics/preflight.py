@@ -1,9 +1,8 @@
 """Pre-flight: what can be seen wrong before the first step, from the tokenizer, the model and one prompt.
 
-The length budgets against the model's context are checked (and refused) by
-:func:`erl_lite.lengths.check_lengths` when the trainer reads its datasets; these checks add the
-chat template, the special tokens and the trainable parameters, and only warn: each has a
-legitimate use (a base model has no template). Departures from the paper: none (the paper has none).
+The length budgets are refused by :func:`erl_lite.lengths.check_lengths`; these checks add the chat
+template (a system + user probe: refused without a generation prompt, warned when the system text
+is lost), the special tokens and the trainable parameters. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -17,8 +16,13 @@ def _finding(name: str, saw: str, means: str, tries: str, level: str = WARNING) 
     return Finding(name, level, 0, saw, means, tries)
 
 
+#: The probe's system text: a rendering that lacks it drops system messages (rulebooks are system prompts).
+_PROBE_SYSTEM = "ERL-LITE-PROBE: the rulebook goes here."
+
+
 def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
-    """The chat template: present, applied to the first task's opening, and not applied twice.
+    """The chat template: present, applied to the first task's opening, not applied twice, keeping a
+    system message and opening an assistant turn (:func:`_probe_template`; ValueError when it cannot).
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer
@@ -29,7 +33,7 @@ def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str
         >>> [f.name for f in chat_findings(tiny_tokenizer(chat_template=False), env, task, None)]
         ['chat_template']
     """
-    from erl_lite.core.chat import has_chat_template, render
+    from erl_lite.core.chat import has_chat_template
     from erl_lite.core.rollout import opening_messages
 
     try:
@@ -51,13 +55,33 @@ def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str
             "Fine for a base model; an instruct model never saw this format and answers worse",
             "load the instruct model's own tokenizer, or set tokenizer.chat_template", level=NOTE))
         return out
-    text = render(messages, tokenizer, True, template_kwargs)
-    if not any(t in text for t in _markers(tokenizer)) and text.strip() == raw.strip():
-        out.append(_finding(
-            "chat_template", "the chat template renders the first prompt as its bare text, with no role markers",
-            "The model cannot tell the system prompt, the task and its own turn apart",
-            "use the model's own chat template"))
-    return out
+    return out + _probe_template(tokenizer, template_kwargs)  # a bare-text template has no generation prompt
+
+
+def _probe_template(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
+    """A system + user probe rendered with and without the generation prompt: ValueError when the template
+    fails on it or opens no assistant turn; ``system_dropped`` when the system text is lost."""
+    from erl_lite.core.chat import end_of_turn_id, render
+
+    probe = [{"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": "Say 1."}]
+    try:
+        opened, closed = (render(probe, tokenizer, g, template_kwargs) for g in (True, False))
+    except Exception as err:  # noqa: BLE001 - the template's own error, named below
+        raise ValueError(f"the chat template fails on a system + user conversation ({err}); ERL's rulebooks are "
+                         "system prompts: use a template that takes the system role or folds it into the user turn"
+                         ) from err
+    eot = end_of_turn_id(tokenizer, template_kwargs)
+    if not opened[len(closed):].strip() or (eot is not None and opened.rstrip().endswith(
+            tokenizer.convert_ids_to_tokens(eot))):
+        raise ValueError(f"the chat template's add_generation_prompt=True opens no assistant turn (the prompt ends "
+                         f"{opened[-40:]!r}), so replies would continue the user's turn: use the model's own "
+                         "template, or add {% if add_generation_prompt %}<assistant header>{% endif %} to it")
+    if _PROBE_SYSTEM in opened:
+        return []
+    return [_finding("system_dropped", "the chat template renders a system + user conversation without the "
+                     "system text", "The initial system prompt and every rulebook are lost: second attempts "
+                     "never see the reflection, so success/second stays where first attempts are",
+                     "use a template that keeps the system role, or folds it into the first user turn")]
 
 
 def _markers(tokenizer: Any) -> list[str]:

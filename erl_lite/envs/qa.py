@@ -1,6 +1,6 @@
 """Multi-hop question answering with a search tool: each turn searches (``<search>query</search>``)
 or answers (``\\boxed{answer}``, which ends the episode). Reward: 1.0 for an exact match, else the
-token F1 when at least 0.3, capped below 1 so that only an exact match (``success``) reaches 1.
+token F1 when at least 0.3, capped below 1 so that only an exact match reaches 1 (a success at τ = 1).
 
 Departures from the paper: the paper uses a dense retriever over Wikipedia. Here search is BM25 over
 the task's own paragraphs (offline worlds, or HotpotQA's ten distractors), or a given ``retriever``.
@@ -187,10 +187,6 @@ class QAEpisode(Episode):
         if self.exact:
             return "correct"
         return f"partly correct (F1 {self.f1:.2f})" if self.reward > 0 else "incorrect"
-
-    @property
-    def success(self) -> bool:
-        return self.exact
 
     def feedback(self) -> str:
         if not self.done:

@@ -1,7 +1,4 @@
-"""Optimal solvers for the grid games: an expert for scripted tests and demos without a trained model.
-
-Departures from the paper: none; the paper has no solver.
-"""
+"""Optimal solvers for the grid games: an expert for scripted tests and demos without a trained model."""
 
 from __future__ import annotations
 

@@ -123,8 +123,7 @@ class RewardFunctionEnv(Environment):
     max_turns = 1
 
     def __init__(self, reward_funcs: RewardFunc | Sequence[RewardFunc], feedback_func: RewardFunc | None = None,
-                 reward_weights: Sequence[float] | None = None, system_prompt: str = "",
-                 reward_threshold: float = 1.0) -> None:
+                 reward_weights: Sequence[float] | None = None, system_prompt: str = "") -> None:
         self.reward_funcs, self.reward_weights = reward_sources(reward_funcs, reward_weights)
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: pass a callable or a list of callables")
@@ -132,7 +131,6 @@ class RewardFunctionEnv(Environment):
             raise TypeError(f"feedback_func must be callable; got {feedback_func!r:.60}")
         self.feedback_func = feedback_func
         self.system_prompt = system_prompt
-        self.reward_threshold = reward_threshold
         self.action_reminder = ""
 
     def initial_system_prompt(self, task: Task) -> str:

@@ -237,10 +237,6 @@ class RoutedEpisode(Episode):
     def reward(self) -> float:  # type: ignore[override]
         return self.inner.reward if self.inner is not None else 0.0
 
-    @property
-    def success(self) -> bool:
-        return self.inner is not None and self.inner.success
-
     def feedback(self) -> str:
         return self.inner.feedback() if self.inner is not None else ""
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from erl_lite.core.chat import encode, encode_messages, glue_text
 from erl_lite.jsonio import read_jsonl
-from erl_lite.records import FIRST, SECOND, Retry, StepRecord, retries_by_first
+from erl_lite.records import FIRST, SECOND, Retry, StepRecord, retries_by_first, succeeded
 
 
 def internalization_rows(source: Any, threshold: float | None = None) -> list[dict[str, Any]]:
@@ -23,7 +23,7 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
     (``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
 
     ``source``: an ERLTrainer, a History, a run folder or ``samples.jsonl``, or ``Retry``/``StepRecord``
-    objects or dicts; ``threshold`` (τ) is required unless ``source`` is a trainer.
+    objects or dicts; ``threshold`` (τ) is required unless ``source`` is a trainer or a run folder.
 
     Example:
         >>> from erl_lite.records import Attempt, Retry
@@ -40,10 +40,10 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
     tau = threshold if threshold is not None else default_threshold
     if tau is None:
         raise ValueError(f"internalization_rows: pass threshold= (τ, the run's ERLConfig.reward_threshold) "
-                         f"for a {type(source).__name__} source; only a trainer carries its config")
+                         f"for a {type(source).__name__} source; only a trainer or a run folder carries its config")
     rows = []
     for first, second in pairs:
-        if second["reward"] < tau:
+        if not succeeded(second["reward"], tau):
             continue
         completion = second["messages"][_opening_length(second):]
         while completion and completion[-1]["role"] != "assistant":
@@ -132,6 +132,9 @@ def _retry_pairs(source: Any) -> tuple[list[tuple[dict, dict]], float | None]:
         source = source.samples
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        if path.is_dir():  # a run folder: its training_args.json (or checkpoint) holds its τ
+            from erl_lite.diagnostics.report import load_run
+            threshold = (load_run(path)[1] or {}).get("reward_threshold")
         source = read_jsonl(path / "samples.jsonl" if path.is_dir() else path)
     pairs = []
     for item in source:

@@ -93,8 +93,7 @@ class TRLEnvironment(Environment):
     """
 
     def __init__(self, factory: Callable[[], Any], reward_funcs: Callable | Sequence[Callable] | None = None,
-                 reward_weights: Sequence[float] | None = None, reward_threshold: float = 1.0,
-                 max_turns: int = 8, name: str | None = None) -> None:
+                 reward_weights: Sequence[float] | None = None, max_turns: int = 8, name: str | None = None) -> None:
         if not callable(factory):
             raise TypeError(f"environment_factory must be a class or a zero-argument callable, got {factory!r:.60}")
         probe = factory()
@@ -119,7 +118,7 @@ class TRLEnvironment(Environment):
             raise ValueError(f"no reward source for {cls.__name__}: pass reward_funcs, or give the class a "
                              "get_reward() method")
         self.reward_funcs, self.reward_weights = funcs, weights
-        self.reward_threshold, self.max_turns = reward_threshold, max_turns
+        self.max_turns = max_turns
         self.name = name or cls.__name__.lower()
         self.schemas = schemas
         self._template_tools: list[dict[str, Any]] | None = None
@@ -277,10 +276,10 @@ def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: in
     return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(num_tasks_per_step)]
 
 
-def environment_from_factory(factory: Any, reward_funcs: Any = None, reward_weights: Sequence[float] | None = None,
-                             reward_threshold: float = 1.0) -> Environment:
+def environment_from_factory(factory: Any, reward_funcs: Any = None,
+                             reward_weights: Sequence[float] | None = None) -> Environment:
     """``ERLTrainer``'s reading of TRL's ``environment_factory``: one class, or a dict routed by name."""
     if isinstance(factory, Mapping):
-        return MultiEnvironment({name: TRLEnvironment(f, reward_funcs, reward_weights, reward_threshold, name=name)
+        return MultiEnvironment({name: TRLEnvironment(f, reward_funcs, reward_weights, name=name)
                                  for name, f in factory.items()})
-    return TRLEnvironment(factory, reward_funcs, reward_weights, reward_threshold)
+    return TRLEnvironment(factory, reward_funcs, reward_weights)

@@ -1,6 +1,5 @@
 """The trainer's wiring: what its arguments become (environment, tasks, process group, reporter,
 memory, callbacks, metrics); the trainer imports only this module from ``integrations/``.
-Departures from the paper: none (plumbing).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ def build_environment(args: ERLConfig, env: Environment | None, environment_fact
     if environment_factory is not None:
         if env is not None:
             raise ValueError("pass env= or environment_factory=, not both")
-        env = environment_from_factory(environment_factory, reward_funcs, reward_weights, args.reward_threshold)
+        env = environment_from_factory(environment_factory, reward_funcs, reward_weights)
         if train_dataset is None:  # TRL's dataset-free mode: reset() returns the prompt
             train_dataset = placeholder_rows(environment_factory, args.max_steps, args.num_tasks_per_step)
         reward_funcs = None  # the adapter calls them, with environments= as TRL does
@@ -37,7 +36,7 @@ def build_environment(args: ERLConfig, env: Environment | None, environment_fact
         raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
                          "environment classes) or reward_funcs= (dataset tasks)")
     if env is None:
-        env = RewardFunctionEnv(reward_funcs, feedback_func, reward_weights, reward_threshold=args.reward_threshold)
+        env = RewardFunctionEnv(reward_funcs, feedback_func, reward_weights)
     return env, train_dataset
 
 

@@ -1,8 +1,6 @@
 """Teaching: what the notebooks stand on. For now, :func:`setup` (the model, tokenizer,
 environment and config of a notebook in one call); the exercises, results and figures move
 here later.
-
-Departures from the paper: none; this is a convenience for the course notebooks.
 """
 
 from erl_lite.teach.setup import GPU_MODEL, Setup, setup

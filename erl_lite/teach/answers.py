@@ -1,6 +1,4 @@
-"""Reading and answering a notebook exercise: a ✓ or a ✗ with a hint, never an exception.
-Departures from the paper: none; these are teaching aids.
-"""
+"""Reading and answering a notebook exercise: a ✓ or a ✗ with a hint, never an exception."""
 
 from __future__ import annotations
 

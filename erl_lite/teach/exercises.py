@@ -1,7 +1,6 @@
 """Check functions for the gate and memory exercises of notebooks 02 and 04. Each ``check_*``
 recomputes the answer with the library's gate and memory, prints one message (a hint names the
 usual mistake a wrong answer matches) and returns a bool.
-Departures from the paper: none; these are teaching aids around the library's functions.
 """
 
 from __future__ import annotations

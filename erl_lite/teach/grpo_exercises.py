@@ -1,7 +1,6 @@
 """Check functions for notebook 05's GRPO exercises: advantages, the clipped loss and its curve,
 internalization weights. Each ``check_*`` recomputes the answer with the library's own functions,
 prints one message (the hint names the usual mistake a wrong answer matches) and returns a bool.
-Departures from the paper: none; these are teaching aids around the library's functions.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Shared plumbing for the plots (private): backend choice, house style, input coercion, series.
-Departures from the paper: none (the paper has no plotting code).
-"""
+"""Shared plumbing for the plots (private): backend choice, house style, input coercion, series."""
 
 from __future__ import annotations
 
