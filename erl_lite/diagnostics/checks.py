@@ -20,7 +20,7 @@ from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE
                                    LOSS_TOTAL, MEMORY_TOTAL_WRITES, OPTIM_SKIPPED_STEPS, OPTIM_STEPS,
                                    REFLECTION_PARSE_RATE, REWARD_FIRST_GATED, REWARD_SECOND, SAMPLES_KEYS,
                                    SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
-                                   TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST)
+                                   TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST, GAP_MEAN_KEYS, GAP_TOKENS)
 from erl_lite.config import ERLConfig
 from erl_lite.records import DISTILL
 
@@ -46,6 +46,9 @@ class RunFacts:
     max_completion_length: int | None = None
     max_reflection_length: int | None = None
     max_steps: int | None = None
+    top_p: float = ERLConfig.top_p
+    top_k: int = ERLConfig.top_k
+    reflection_top_p: float = ERLConfig.reflection_top_p
 
     @classmethod
     def of(cls, settings: Any = None) -> "RunFacts":
@@ -238,6 +241,25 @@ def _had_signal(r: Mapping[str, Any]) -> bool:
         (_get(r, INTERNALIZATION_WEIGHT) or 0.0) > 0)
 
 
+#: Mean |sampler's log-prob - the update's| per token above which a role counts as sampled off-policy. Same
+#: weights in fp32 agree to ~1e-5 (another summation order); bf16 rounding of logits of size ~20 adds a few
+#: 1e-3 per token on average; a checkpoint's repetition penalty or top-k moves it by 0.1 and more.
+GAP_TOLERANCE = 0.05
+
+
+def _off_policy(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    # Top-p renormalises over the nucleus: log-probs rise by -log(kept mass) <= -log(top_p), as expected.
+    allow = {"first": (facts.top_p, facts.top_k), "second": (facts.top_p, facts.top_k),
+             "reflection": (facts.reflection_top_p, 0)}
+    for role, key in GAP_MEAN_KEYS.items():
+        top_p, top_k = allow[role]
+        limit = GAP_TOLERANCE - math.log(top_p)
+        if top_k == 0 and _all(w, GAP_TOKENS, lambda v: v > 0) and _all(w, key, lambda v: v > limit):
+            return (f"{key} was " + ", ".join(f"{_get(r, key):.3g}" for r in w) + f" on {_steps(w)} "
+                    f"(tolerance {limit:.3g})")
+    return None
+
+
 def _zero_grad(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     if _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(w, GRAD_NORM, lambda v: v == 0.0) and all(map(_had_signal, w)):
         return f"{GRAD_NORM} was 0 on {_steps(w)} although their rows had non-zero advantages or weights"
@@ -311,6 +333,12 @@ CHECKS: tuple[Check, ...] = (
     Check("non_finite", (OPTIM_SKIPPED_STEPS, LOSS_TOTAL, GRAD_NORM, KL), 3, _non_finite,
           "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
           "lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite"),
+    Check("off_policy", (GAP_TOKENS, *GAP_MEAN_KEYS.values()), 2, _off_policy,
+          "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss "
+          "and the KL assume",
+          "look for a logits processor or penalty outside ERLConfig (a generation_config, a custom generator), a "
+          "temperature that differs between sampler and update, a low-precision sampler, or weights the sampler "
+          "did not get after a step"),
     Check("kl_growth", (KL,), 4, _kl_growth,
           "The policy is leaving the reference fast; runs that do this often collapse a few steps later",
           "lower learning_rate={learning_rate} or raise beta={beta}"),
