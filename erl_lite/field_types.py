@@ -2,8 +2,6 @@
 
 Every way of building a config meets the same rules (``bool``: only True/False; ``int``: an integer or a whole
 float; ``float``: a real number but a bool, never NaN or ±inf); neither ``dataclasses`` nor HF checks types.
-
-Departures from the paper: none; this is plumbing.
 """
 
 from __future__ import annotations

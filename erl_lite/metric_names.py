@@ -2,7 +2,6 @@
 
 The ground floor (it imports only the role names), so that :mod:`erl_lite.core.update` writes
 the same constants :mod:`erl_lite.metrics` describes and :mod:`erl_lite.viz` plots.
-Departures from the paper: none.
 """
 
 from __future__ import annotations

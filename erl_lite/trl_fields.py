@@ -4,8 +4,6 @@ Every field sits in one table, so a ported ``GRPOConfig(...)`` call never meets 
 argument": :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field, by
 :func:`translate_trl_fields`), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
 behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name.
-
-Departures from the paper: none (this is API plumbing).
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
 """``python -m erl_lite.cli`` (as ``accelerate launch -m erl_lite.cli`` runs it): the ``erl-lite`` command.
-
-Departures from the paper: none; this is plumbing.
 """
 
 import sys

@@ -1,7 +1,5 @@
 """YAML run files (``erl-lite train --config run.yaml``): ERLConfig field names (``-`` or ``_``) to values,
 each checked against its field's type; every error names the file and the line.
-
-Departures from the paper: none; this is plumbing.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
 """``erl-lite train``: the run's options and config (preset < ``--config`` file < flags) and its trainer.
-
-Departures from the paper: none; this is plumbing.
 """
 
 from __future__ import annotations

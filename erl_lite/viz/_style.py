@@ -1,5 +1,4 @@
 """Shared plumbing for the plots (private): backend choice, house style, input coercion, series.
-Departures from the paper: none (the paper has no plotting code).
 """
 
 from __future__ import annotations

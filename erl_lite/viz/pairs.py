@@ -1,6 +1,5 @@
 """One task's ERL story from a sampled step record: first attempt → reflection → second attempt, as
 HTML or text, with word diffs of base prompt against rulebook and first against second moves.
-Departures from the paper: none (presentation only).
 """
 
 from __future__ import annotations
