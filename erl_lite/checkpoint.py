@@ -306,8 +306,8 @@ class RunChoice:
     def checkpoint(self) -> TrainingState:
         """The checkpoint chosen, or CheckpointError naming each damaged one."""
         if self.state is None:
-            raise CheckpointError(f"no good checkpoint at {self.folder}: " + ("every checkpoint is damaged:\n" + "\n".join(
-                self.skipped) if self.skipped else "no checkpoint-<step> folder"))
+            raise CheckpointError(f"no good checkpoint at {self.folder}: " + ("no checkpoint-<step> folder" if not
+                                  self.skipped else "\n".join(["every checkpoint is damaged:", *self.skipped])))
         return self.state
 
 
