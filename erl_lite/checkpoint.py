@@ -1,21 +1,23 @@
 """Checkpoints on disk: everything needed to continue a run exactly where it stopped, loaded safely.
 
-``checkpoint-<step>/`` has Hugging Face's layout (PEFT's adapter or ``trainable.safetensors``, the
-tokenizer, ``trainer_state.json``, ``optimizer.pt`` / ``scheduler.pt``) plus erl_lite's
-``erl_state.json`` (format, step, files, the run's identity), ``rng.json``, ``memory.json`` and
-``history.jsonl`` / ``samples.jsonl``. Nothing is unpickled; NaN/inf weights are never written nor
-resumed from; a checkpoint is written to a hidden folder and renamed into place. Format 2 is
-migrated on load; format 1 (a pickled ``rng.pt``) is refused. Departures from the paper: none.
+``checkpoint-<step>/`` has Hugging Face's layout (PEFT's adapter or ``trainable.safetensors``, the tokenizer,
+``trainer_state.json``, ``optimizer.pt`` / ``scheduler.pt``) plus erl_lite's ``erl_state.json``, ``rng.json``,
+``memory.json``, ``history.jsonl`` / ``samples.jsonl`` and, written last, ``manifest.json`` (each file's size and
+sha256, the step, the record counts). Files are synced before the folder is renamed into place; nothing is
+unpickled; NaN/inf weights are never written nor resumed from. :func:`find_run` picks a run folder's checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import pickle
 import re
 import shutil
 import tempfile
 import warnings
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -27,13 +29,19 @@ from erl_lite.history import History
 from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.jsonio import read_json, read_jsonl
 from erl_lite.layout import (  # noqa: F401 - re-exported
-    ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, TRAINABLE_WEIGHTS, adapter_folder, write_adapter, write_json)
+    ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, MANIFEST, TRAINABLE_WEIGHTS, adapter_folder, write_adapter, write_json)
 from erl_lite.run_state import (  # noqa: F401 - re-exported
     CheckpointError, TrainingState, _short, apply_state, capture_state, rng_state, set_rng_state)
 
-# 1: a pickled rng.pt (never loaded); 2: adapter/ and erl_lite's schema in trainer_state.json; 3: HF's layout.
-FORMAT = 3
+# 1: a pickled rng.pt (never loaded); 2: adapter/ and erl_lite's schema in trainer_state.json; 3: HF's layout;
+# 4: with manifest.json (3 and 2 are read without one, with a warning).
+FORMAT = 4
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
+#: What a run writes at its folder's root: history, and save_model's final model, tokenizer, args and card.
+_ROOT_FILES = re.compile(r"^((history|samples)\.jsonl(\.tmp)?|training_args\.json|README\.md|erl_lite\.json|"
+                         r"adapter_(config\.json|model\.safetensors)|(trainable|model(-\d+-of-\d+)?)\.safetensors"
+                         r"(\.index\.json)?|(generation_)?config\.json|tokenizer(_config\.json|\.json|\.model)|"
+                         r"(special_tokens_map|added_tokens)\.json|chat_template\.(jinja|json)|(vocab|merges)\.\w+)$")
 
 
 def _checked_rng(path: str) -> dict[str, Any]:
@@ -73,6 +81,7 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
         tmp = tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=out_dir)
         _write_files(tmp, step, model, tokenizer, optimizer, scheduler, memory, history, run, hf_state)
         _move_into_place(tmp, final)
+        _sync(out_dir)  # the rename itself
     except BaseException as e:  # Ctrl-C mid-write too: drop the partial folder, keep the interrupt
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -112,6 +121,34 @@ def _write_files(folder: str, step: int, model: Any, tokenizer: Any, optimizer: 
     hf_state.save_to_json(os.path.join(folder, HF_STATE))
     write_json(os.path.join(folder, ERL_STATE),
                 {"format": FORMAT, "step": step, "weights": weights, "files": sorted(files), **run})
+    # Last, once every file is on disk: a folder without it was never finished.
+    digests = {name: _digest(os.path.join(folder, name), sync=True) for name in sorted(os.listdir(folder))
+               if os.path.isfile(os.path.join(folder, name))}
+    write_json(os.path.join(folder, MANIFEST), {"step": step, "files": digests, "records": {
+        "history.jsonl": len(history.records), "samples.jsonl": len(history.samples)}})
+    for name in (MANIFEST, "."):
+        _sync(os.path.join(folder, name))
+
+
+def _digest(path: str, sync: bool = False) -> dict[str, Any]:
+    """A file's size and sha256; ``sync``: fsync it too."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+        if sync:
+            os.fsync(f.fileno())
+    return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
+
+
+def _sync(path: str) -> None:
+    """fsync a file or a folder (a rename is in its folder's entries); where a folder cannot be synced, nothing."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _move_into_place(tmp: str, final: str) -> None:
@@ -164,9 +201,9 @@ def run_record(path: str) -> dict[str, Any]:
         old = " (a format-2 checkpoint's erl_lite record)" if name == HF_STATE else ""
         raise CheckpointError(f"{os.path.join(path, name)} is not an erl_lite run record{old}: it needs "
                               "'step' and 'config'")
-    if meta.get("format", 2) not in (2, FORMAT):
+    if meta.get("format", 2) not in (2, 3, FORMAT):
         raise CheckpointError(f"{os.path.join(path, name)} has format {meta.get('format')!r}; this erl_lite "
-                              f"reads formats 2 and {FORMAT}")
+                              f"reads formats 2 to {FORMAT}")
     return meta
 
 
@@ -175,8 +212,9 @@ def read_checkpoint(path: str) -> TrainingState:
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint folder at {path}")
     meta = run_record(path)
+    counts = _check_manifest(path, meta)
     files = meta.get("files") or []
-    if meta.get("format", 2) == FORMAT:  # format 2 has no TrainerState; its step is in the record
+    if meta.get("format", 2) >= 3:  # format 2 has no TrainerState; its step is in the record
         hf = _read(path, HF_STATE, _read_trainer_state)
         if hf.global_step != meta["step"]:
             raise CheckpointError(f"{os.path.join(path, HF_STATE)} says global_step {hf.global_step} but "
@@ -194,56 +232,102 @@ def read_checkpoint(path: str) -> TrainingState:
     if bad is not None:
         raise CheckpointError(f"{os.path.join(path, weights)} holds NaN or inf in the tensor "
                               f"{bad!r}: a diverged state is never resumed from")
-    run = {"config": meta["config"], "model": meta.get("model", {}),
-           **({"tokenizer": meta["tokenizer"]} if "tokenizer" in meta else {})}
+    rows = {name: _read(path, name, _read_jsonl) for name in ("history.jsonl", "samples.jsonl")}
+    if bad := [f"{name} holds {len(rows.get(name, ()))} records, not {n}" for name, n in counts.items()
+               if len(rows.get(name, ())) != n]:
+        raise CheckpointError(f"{path}: {'; '.join(bad)} ({MANIFEST})")
     return TrainingState(
         step=meta["step"], trainable=trainable, optimizer=optimizer,
         scheduler=_read(path, "scheduler.pt", _read_torch) if "scheduler.pt" in files else None,
         rng=_read(path, "rng.json", _checked_rng), memory=_read(path, "memory.json", _read_memory),
-        records=_read(path, "history.jsonl", _read_jsonl), samples=_read(path, "samples.jsonl", _read_jsonl),
-        run=run, path=path, weights=weights)
+        records=rows["history.jsonl"], samples=rows["samples.jsonl"], path=path, weights=weights,
+        run={k: meta[k] for k in ("config", "model", "tokenizer", "env") if k in meta})
+
+
+def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
+    """Every file against ``manifest.json`` (size, then sha256); its record counts. A format-4 checkpoint
+    must have one; an older one is read with a warning, its files parsed but not hashed."""
+    where = os.path.join(path, MANIFEST)
+    if not os.path.isfile(where) and meta.get("format", 2) < 4:
+        warnings.warn(f"{path} has no {MANIFEST} (written before checkpoints had one): its files are parsed, "
+                      "not checked against sizes and hashes", stacklevel=4)
+        return {}
+    manifest = _read(path, MANIFEST, read_json)
+    files, counts = (manifest.get(k) if isinstance(manifest, dict) else None for k in ("files", "records"))
+    if not (isinstance(files, dict) and all(isinstance(v, dict) for v in files.values()) and isinstance(counts, dict)
+            and manifest.get("step") == meta["step"]):
+        raise CheckpointError(f"{where} is not the manifest of step {meta['step']}: it needs 'step', 'files', "
+                              "'records'")
+    for name, want in sorted(files.items()):
+        file = os.path.join(path, name)
+        size = os.path.getsize(file) if os.path.isfile(file) else None
+        if size != want.get("size") or _digest(file) != want:
+            what = "missing" if size is None else f"{size} bytes, not {want.get('size')}" if size != want.get(
+                "size") else "its sha256 differs"
+            raise CheckpointError(f"{file} is not the file {MANIFEST} records ({what}): it was cut, changed or lost")
+    return counts
 
 
 def previous_run(out_dir: str) -> list[str]:
-    """Another run's files in ``out_dir`` (checkpoint folders, a non-empty ``history.jsonl``); empty if none.
-
-    Example:
-        >>> import tempfile
-        >>> previous_run(tempfile.mkdtemp())
-        []
-    """
+    """Another run's files in ``out_dir`` (checkpoints, a non-empty ``history.jsonl``, a final model's
+    ``training_args.json``); empty if none."""
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
-    history = os.path.join(out_dir, "history.jsonl")
-    if os.path.isfile(history):
-        with open(history, encoding="utf-8", errors="replace") as f:
-            records = sum(1 for line in f if line.strip())
-        if records:
+    with contextlib.suppress(OSError), open(os.path.join(out_dir, "history.jsonl"), encoding="utf-8",
+                                            errors="replace") as f:
+        if records := sum(1 for line in f if line.strip()):
             found.append(f"history.jsonl with {records} record{'s' * (records != 1)}")
-    return found
+    return found + ["training_args.json"] * os.path.isfile(os.path.join(out_dir, "training_args.json"))
 
 
 def remove_previous_run(out_dir: str) -> None:
-    """Delete a previous run's checkpoint folders and history files from ``out_dir``; other files stay."""
+    """Delete everything a previous run wrote in ``out_dir`` (checkpoints, history, the final model, its
+    tokenizer, args and card); other files stay."""
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
         if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):
             shutil.rmtree(path)
-        elif name in ("history.jsonl", "samples.jsonl") and os.path.isfile(path):
+        elif _ROOT_FILES.match(name) and os.path.isfile(path):
             os.remove(path)
 
 
-def latest_good_checkpoint(out_dir: str) -> TrainingState:
-    """The highest-step checkpoint in ``out_dir`` that reads cleanly, warning of each one skipped."""
+@dataclass
+class RunChoice:
+    """What :func:`find_run` decided: the run folder and its checkpoint (None: none, or every one ``skipped``)."""
+
+    folder: str
+    state: TrainingState | None
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def line(self) -> str:
+        picked = f"{os.path.basename(self.state.path or '')} (step {self.state.step})" if self.state else "no checkpoint"
+        return f"run {self.folder}: {picked}" + (f", {len(self.skipped)} damaged skipped" if self.skipped else "")
+
+    def checkpoint(self) -> TrainingState:
+        """The checkpoint chosen, or CheckpointError naming each damaged one."""
+        if self.state is None:
+            raise CheckpointError(f"no good checkpoint at {self.folder}: " + ("no checkpoint-<step> folder" if not
+                                  self.skipped else "\n".join(["every checkpoint is damaged:", *self.skipped])))
+        return self.state
+
+
+def find_run(path: str | os.PathLike) -> RunChoice:
+    """Which run and checkpoint ``path`` means, for resume and every command: a checkpoint folder itself, else
+    the newest checkpoint of a run folder that is whole (each damaged one skipped with a warning naming it)."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"no run or checkpoint folder at {path}")
+    if _PATTERN.match(os.path.basename(os.path.abspath(path))) or any(
+            os.path.isfile(os.path.join(path, n)) for n in (ERL_STATE, HF_STATE)):
+        return RunChoice(os.path.dirname(os.path.abspath(path)), read_checkpoint(path))
     skipped = []
-    for path in list_checkpoints(out_dir):
+    for checkpoint in list_checkpoints(path):
         try:
-            return read_checkpoint(path)
+            return RunChoice(path, read_checkpoint(checkpoint), skipped)
         except CheckpointError as e:
-            warnings.warn(f"skipping {path}: {e}", stacklevel=3)
-            skipped.append(f"  {os.path.basename(path)}: {e}")
-    if not skipped:
-        raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {out_dir}")
-    raise CheckpointError(f"nothing to resume in {out_dir}: every checkpoint is damaged:\n" + "\n".join(skipped))
+            warnings.warn(f"skipping {checkpoint}: {e}", stacklevel=2)
+            skipped.append(f"  {os.path.basename(checkpoint)}: {e}")
+    return RunChoice(path, None, skipped)
 
 
 def _read_adapter(path: str) -> dict[str, torch.Tensor]:

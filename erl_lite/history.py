@@ -19,15 +19,7 @@ __all__ = ["History", "METRIC_GLOSSARY"]
 
 @dataclass
 class History:
-    """Metrics records in order, optionally mirrored to ``<out_dir>/history.jsonl``.
-
-    Example:
-        >>> h = History()
-        >>> h.log({"step": 1, "reward/first": 0.5})
-        >>> h.log({"step": 1, "eval/success": 0.25}, kind="eval")
-        >>> h.series("eval/success", kind="eval")
-        ([1], [0.25])
-    """
+    """Metrics records in order, optionally mirrored to ``<out_dir>/history.jsonl``."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
@@ -100,4 +92,6 @@ def _write_jsonl(path: str, rows: Iterable[dict[str, Any]]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename replaces the old file
     os.replace(tmp, path)

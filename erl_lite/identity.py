@@ -1,7 +1,7 @@
 """What a run is, for resume: the settings, model, adapter and tokenizer a resuming run must match.
 
-Compared: ERLConfig but :data:`RESUMABLE_FIELDS`, the model and LoRA settings, the tokenizer; the env is
-recorded, not compared. Departures from the paper: none.
+Compared: ERLConfig but :data:`RESUMABLE_FIELDS`, the model (its name, architecture and tensors) and LoRA
+settings, the tokenizer; the env is recorded, not compared.
 """
 
 from __future__ import annotations
@@ -26,19 +26,13 @@ LORA_FIELDS = ("use_rslora", "use_dora", "lora_dropout", "bias", "lora_bias", "m
                "trainable_token_indices", "target_parameters", "layer_replication", "fan_in_fan_out")
 
 
-def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env: Any = None) -> dict[str, Any]:
-    """The config, model, tokenizer and environment identities a checkpoint records.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer()
-        >>> ident = run_identity({"mode": "erl"}, tiny_model(tok), tok)
-        >>> ident["model"], ident["tokenizer"]["eos"], ident["tokenizer"]["vocab_size"]
-        ({'model': ''}, [4, '<|im_end|>'], 103)
-    """
+def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env: Any = None,
+                 weights: dict[str, str] | None = None) -> dict[str, Any]:
+    """The config, model, tokenizer and environment identities a checkpoint records (``weights``:
+    :func:`model_fingerprint` of the model as loaded)."""
     # config.name_or_path is what from_pretrained records (a PeftModel forwards to its base).
     name = getattr(getattr(model, "config", None), "name_or_path", None) or getattr(model, "name_or_path", "")
-    ident: dict[str, Any] = {"model": name or ""}
+    ident: dict[str, Any] = {"model": name or "", **(weights or {})}
     peft = getattr(model, "peft_config", None)
     if peft:
         active = getattr(model, "active_adapter", None)
@@ -55,16 +49,29 @@ def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env:
     return json.loads(json.dumps(out, default=repr))
 
 
-def environment_identity(env: Any) -> dict[str, Any]:
-    """The environment's ``name``, class and (dataset rows) ``module:function`` reward and feedback specs.
+def model_fingerprint(model: Any) -> dict[str, str]:
+    """Hashes of the architecture config and of the tensors (256 values sampled evenly from each: the same on
+    any device), the trained LoRA tensors aside; another model under the same path differs."""
+    import torch
 
-    Example:
-        >>> from erl_lite.integrations.dataset import RewardFunctionEnv
-        >>> from erl_lite.envs.arithmetic import arithmetic_reward
-        >>> environment_identity(RewardFunctionEnv(arithmetic_reward))  # doctest: +NORMALIZE_WHITESPACE
-        {'name': 'dataset', 'class': 'erl_lite.integrations.dataset.RewardFunctionEnv',
-         'reward_funcs': ['erl_lite.envs.arithmetic:arithmetic_reward'], 'feedback_func': None}
-    """
+    config = getattr(model, "config", None)
+    shape = {k: v for k, v in (config.to_dict() if config is not None else {}).items()
+             if not k.startswith("_") and k not in ("transformers_version", "use_cache")}
+    h, lora = hashlib.sha256(), hasattr(model, "peft_config")
+    for param in model.parameters():
+        if not (lora and param.requires_grad or param.is_meta):
+            flat = param.detach().reshape(-1)
+            picked = flat[torch.linspace(0, flat.numel() - 1, min(flat.numel(), 256), device=flat.device).long()]
+            h.update(repr(tuple(param.shape)).encode() + picked.float().cpu().numpy().tobytes())
+    return {"model.architecture": _digest(shape), "model.weights": h.hexdigest()[:16]}
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+def environment_identity(env: Any) -> dict[str, Any]:
+    """The environment's ``name``, class and (dataset rows) ``module:function`` reward and feedback specs."""
     from erl_lite.func_specs import function_spec
 
     cls = type(env)
@@ -78,31 +85,16 @@ def environment_identity(env: Any) -> dict[str, Any]:
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
-    """What of a tokenizer changes a run's token ids: its chat template's hash, EOS and pad tokens, and size.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> a, b = tokenizer_identity(tiny_tokenizer()), tokenizer_identity(tiny_tokenizer(chat_template=False))
-        >>> a["chat_template"] == b["chat_template"], a["eos"], b["eos"]
-        (False, [4, '<|im_end|>'], [2, '<|eos|>'])
-    """
+    """What of a tokenizer changes a run's token ids: its chat template's hash, EOS and pad tokens, and size."""
     template = getattr(tokenizer, "chat_template", None)
-    digest = None if template is None else hashlib.sha256(
-        json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
-    return {"chat_template": digest,
+    return {"chat_template": None if template is None else _digest(template),
             "eos": [getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "eos_token", None)],
             "pad": [getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "pad_token", None)],
             "vocab_size": len(tokenizer)}
 
 
 def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """One line ``field: checkpoint <old>, this run <new>`` per setting that differs.
-
-    Example:
-        >>> run_differences({"config": {"mode": "erl", "max_steps": 5}, "model": {}},
-        ...                 {"config": {"mode": "rlvr", "max_steps": 9}, "model": {}})
-        ["mode: checkpoint 'erl', this run 'rlvr'"]
-    """
+    """One line ``field: checkpoint <old>, this run <new>`` per setting that differs."""
     lines = []
     for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset()), ("tokenizer", frozenset())):
         if part == "tokenizer" and part not in saved:
@@ -110,10 +102,11 @@ def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]
         old, new = saved.get(part, {}), current.get(part, {})
         # A field added after the checkpoint was written: it ran with that field's default.
         known = _config_defaults() if part == "config" else _lora_defaults() if "lora.r" in old else {}
-        for key in sorted((set(old) | set(new)) - skip):
+        for key in sorted((set(old) | set(new)) - skip - ({"model.architecture", "model.weights"} - set(old))):
             a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
             if a != b:
-                lines.append(f"{part + '.' if part == 'tokenizer' else ''}{key}: checkpoint {a!r}, this run {b!r}")
+                lines.append(f"{part + '.' if part == 'tokenizer' else ''}{key}: checkpoint {a!r}, this run {b!r}"
+                             + (" (another model under the same name or path)" if key == "model.weights" else ""))
     return lines
 
 

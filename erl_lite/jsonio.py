@@ -12,17 +12,7 @@ from typing import Any, Literal
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """The JSON value in ``path``; ValueError ``"<path>:<line>:<column>: not valid JSON (...)"``.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "state.json")
-        >>> _ = open(path, "w").write('{"step": 3,\\n "config": }')
-        >>> read_json(path)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: ...state.json:2:12: not valid JSON (Expecting value)
-    """
+    """The JSON value in ``path``; ValueError ``"<path>:<line>:<column>: not valid JSON (...)"``."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     try:
@@ -34,18 +24,7 @@ def read_json(path: str | os.PathLike) -> Any:
 def read_jsonl(path: str | os.PathLike, torn_tail: Literal["error", "warn"] = "error") -> list[Any]:
     """One JSON value per non-blank line of ``path``; ValueError ``"<path>:<line>: not valid JSON (...)"``.
 
-    ``torn_tail="warn"``: a last line without its newline (a crash cut it) is dropped with a warning.
-
-    Example:
-        >>> import os, tempfile, warnings
-        >>> path = os.path.join(tempfile.mkdtemp(), "history.jsonl")
-        >>> _ = open(path, "w").write('{"step": 1}\\n\\n{"step": 2}\\n{"st')
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     rows = read_jsonl(path, torn_tail="warn")
-        >>> rows, "history.jsonl:4" in str(caught[0].message)
-        ([{'step': 1}, {'step': 2}], True)
-    """
+    ``torn_tail="warn"``: a last line without its newline (a crash cut it) is dropped with a warning."""
     path = os.fspath(path)
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")

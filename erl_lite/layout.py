@@ -14,15 +14,11 @@ TRAINABLE_WEIGHTS = "trainable.safetensors"
 ERL_STATE = "erl_state.json"
 HF_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 NOTE_FILE = "erl_lite.json"
+MANIFEST = "manifest.json"  # a checkpoint's files, sizes and hashes, written last
 
 
 def adapter_folder(path: str) -> str:
-    """Where a checkpoint folder's PEFT adapter is: the folder itself, or ``adapter/`` in format 2.
-
-    Example:
-        >>> adapter_folder("no-such-folder")
-        'no-such-folder'
-    """
+    """Where a checkpoint folder's PEFT adapter is: the folder itself, or ``adapter/`` in format 2."""
     old = os.path.join(path, "adapter")
     if not os.path.isfile(os.path.join(path, "adapter_config.json")) and os.path.isfile(
             os.path.join(old, "adapter_config.json")):

@@ -38,6 +38,7 @@ from erl_lite.core.update import PolicyUpdater
 from erl_lite.diagnostics import Monitor, RunFacts
 from erl_lite.diagnostics.preflight import preflight
 from erl_lite.history import History
+from erl_lite.identity import model_fingerprint
 from erl_lite.integrations import wiring
 from erl_lite.lengths import check_lengths
 from erl_lite.metric_names import (EVAL_PREFIX, GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP,
@@ -92,6 +93,7 @@ class ERLTrainer(CheckpointSaving):
         set_seed(args.seed)  # adapter initialisation draws from the global generators
         self.model, self.tokenizer = self._load(model, processing_class, peft_config, quantization_config)
         self.dist.check_device(self.model)  # DDP: one GPU per process
+        self._weights = model_fingerprint(self.model)  # what resume compares: the tensors, not the path
         self.state = TrainerStateView(self)
         self.reward_log = wiring.attach(self.env, self.state, self.tokenizer, args)
         self._read_datasets(train_dataset, eval_dataset, has_env)

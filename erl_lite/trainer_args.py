@@ -149,20 +149,7 @@ def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
 
 
 def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
-    """transformers' ``args.lr_scheduler_type`` schedule over ``max_steps × max_optimizer_steps()`` optimizer steps.
-
-    Example:
-        >>> import torch
-        >>> args = ERLConfig(max_steps=2, steps_per_generation=2, lr_scheduler_type="linear",
-        ...                  learning_rate=1.0, warmup_steps=1)
-        >>> opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
-        >>> sched = build_scheduler(opt, args)
-        >>> lrs = []
-        >>> for _ in range(4):
-        ...     lrs.append(sched.get_last_lr()[0]); opt.step(); sched.step()
-        >>> [round(x, 3) for x in lrs]
-        [0.0, 1.0, 0.667, 0.333]
-    """
+    """transformers' ``args.lr_scheduler_type`` schedule over ``max_steps × max_optimizer_steps()`` optimizer steps."""
     from transformers import get_scheduler
 
     if args.max_steps is None:

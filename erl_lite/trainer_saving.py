@@ -10,8 +10,10 @@ import sys
 import warnings
 from typing import Any
 
-from erl_lite.checkpoint import (CheckpointError, TrainingState, apply_state, ensure_writable, latest_good_checkpoint,
-                                 previous_run, read_checkpoint, remove_previous_run, save_checkpoint, save_weights)
+from torch.optim.lr_scheduler import LambdaLR
+
+from erl_lite.checkpoint import (CheckpointError, TrainingState, apply_state, ensure_writable, find_run, previous_run,
+                                 remove_previous_run, save_checkpoint, save_weights)
 from erl_lite.identity import run_differences, run_identity
 from erl_lite.layout import write_json
 
@@ -23,6 +25,7 @@ class CheckpointSaving:
     _claimed = False  # output_dir checked to hold no other run, and taken by this one
     _step_start: TrainingState | None = None  # where the running step began (None between steps)
     _training = False  # inside train(), which closes the tracker runs at its end
+    _weights: dict[str, str] | None = None  # identity.model_fingerprint of the model as loaded (in __init__)
 
     def save_checkpoint(self) -> str:
         """Write ``<output_dir>/checkpoint-<step>`` and rotate old ones; returns its path."""
@@ -91,7 +94,7 @@ class CheckpointSaving:
                             num_train_epochs=self.args.num_train_epochs or 0, log_history=list(self.history.records))
 
     def _run_identity(self) -> dict[str, Any]:
-        return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env)
+        return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env, self._weights)
 
     def _claim_output_dir(self) -> None:
         """Refuse an ``output_dir`` holding another run, or clear it when ``overwrite_output_dir`` says so."""
@@ -116,13 +119,13 @@ class CheckpointSaving:
                 "or resume from an earlier checkpoint-<step> folder")
 
     def _resume(self, where: str | bool | os.PathLike, ignore_config_mismatch: bool) -> None:
-        if where is True:
-            if not self.args.output_dir:
-                raise ValueError("resume_from_checkpoint=True looks in ERLConfig.output_dir, which is not "
-                                 "set; set it or pass a checkpoint folder")
-            state = latest_good_checkpoint(self.args.output_dir)
-        else:
-            state = read_checkpoint(os.fspath(where))
+        if where is True and not self.args.output_dir:
+            raise ValueError("resume_from_checkpoint=True looks in ERLConfig.output_dir, which is not "
+                             "set; set it or pass a checkpoint folder")
+        choice = find_run(self.args.output_dir if where is True else where)
+        state = choice.checkpoint()
+        if self.dist.is_main:
+            print(f"erl_lite: resuming {choice.line}")
         if state.step > self.args.max_steps:
             raise ValueError(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
         if self.args.output_dir and os.path.abspath(os.path.dirname(state.path or "")) != os.path.abspath(
@@ -149,15 +152,19 @@ class CheckpointSaving:
         self.history.rewrite()
 
     def _apply_optimizer_settings(self, saved: dict[str, Any]) -> None:
-        """Re-apply a changed learning rate or weight decay (loading the optimizer brought the old back)."""
-        lr, wd = self.args.learning_rate, self.args.weight_decay
+        """Re-apply a changed learning rate or weight decay (loading the optimizer brought the old back), and
+        set the rate this run's schedule gives at this step (a raised max_steps: not the old schedule's last)."""
+        lr, wd, sched = self.args.learning_rate, self.args.weight_decay, self.scheduler
+        groups = self.optimizer.param_groups
         if saved.get("learning_rate", lr) != lr or saved.get("weight_decay", wd) != wd:
-            bases = self.scheduler.base_lrs if self.scheduler is not None else [None] * len(self.optimizer.param_groups)
-            for group, base in zip(self.optimizer.param_groups, bases):
-                factor = group["lr"] / base if base else 1.0  # the schedule's progress is kept
-                group.update(lr=lr * factor, initial_lr=lr, weight_decay=wd)
-            if self.scheduler is not None:
-                self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+            for group, base in zip(groups, getattr(sched, "base_lrs", None) or [None] * len(groups)):  # progress kept
+                group.update(lr=lr * (group["lr"] / base if base else 1.0), initial_lr=lr, weight_decay=wd)
+            if sched is not None:
+                sched.base_lrs = [lr] * len(groups)
+        if isinstance(sched, LambdaLR):  # transformers' schedules: the rate is base * lambda(optimizer steps)
+            sched._last_lr = [base * f(sched.last_epoch) for base, f in zip(sched.base_lrs, sched.lr_lambdas)]
+            for group, rate in zip(groups, sched._last_lr):
+                group["lr"] = rate
 
     def _stopped(self, error: BaseException) -> None:
         """Undo a step cut short, save the last finished one, and say so; never replaces ``error``."""

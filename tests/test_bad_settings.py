@@ -329,11 +329,19 @@ def test_export_without_a_lora_adapter_is_one_clear_paragraph(tmp_path, capsys, 
     from erl_lite.cli import main
 
     folder = tmp_path / "checkpoint-3"
-    if layout != "missing":
+    if layout == "empty":
         folder.mkdir()
-    if layout in ("checkpoint-without-adapter", "adapter-of-a-full-run"):
-        (folder / "trainer_state.json").write_text(json.dumps({"step": 3, "config": {}}))
-        (folder / "trainable.safetensors").write_text("")
+    if layout in ("checkpoint-without-adapter", "adapter-of-a-full-run"):  # a whole checkpoint of a full run
+        import torch
+
+        from erl_lite.checkpoint import save_checkpoint
+        from erl_lite.core.memory import ReflectionMemory
+        from erl_lite.history import History
+        from erl_lite.testing import tiny_model, tiny_tokenizer
+
+        model = tiny_model(tiny_tokenizer())
+        save_checkpoint(str(tmp_path), 3, model, torch.optim.AdamW(model.parameters()), None, ReflectionMemory(),
+                        History(), {"config": {}})
     adapter = folder / "adapter" if layout == "adapter-of-a-full-run" else folder
     assert main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "merged")]) == 2
     err = capsys.readouterr().err

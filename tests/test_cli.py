@@ -381,7 +381,7 @@ def test_eval_on_a_dataset_scored_by_the_arithmetic_reward(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["eval", "--checkpoint", "{tmp}"], "no checkpoint at"),
+    (["eval", "--checkpoint", "{tmp}"], "no good checkpoint at"),
     (["plot", "{tmp}/history.jsonl"], "no run folder or history file at"),
 ])
 def test_eval_and_plot_name_what_is_missing(tmp_path, capsys, argv, message):
@@ -403,9 +403,17 @@ def test_eval_refuses_counts_below_one_before_reading_the_checkpoint(tmp_path, c
 
 
 def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
-    folder = tmp_path / "checkpoint-3"
-    folder.mkdir()
-    (folder / "trainer_state.json").write_text(json.dumps({"step": 3, "config": {"mode": "rlvr"}}))
+    import torch
+
+    from erl_lite.checkpoint import save_checkpoint
+    from erl_lite.core.memory import ReflectionMemory
+    from erl_lite.history import History
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    model = tiny_model(tiny_tokenizer())  # fully trained: no adapter, a whole checkpoint all the same
+    optimizer = torch.optim.AdamW(model.parameters())
+    save_checkpoint(str(tmp_path), 3, model, optimizer, None, ReflectionMemory(), History(),
+                    {"config": {"mode": "rlvr"}})
     assert main(["eval", "--checkpoint", str(tmp_path)]) == 2
     assert "holds no LoRA adapter" in capsys.readouterr().err
 

@@ -13,6 +13,8 @@ import pytest
 from erl_lite.cli import main
 from erl_lite.testing import save_tiny_model
 
+from test_run_faults import rerecord
+
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(4)]
 #: The smallest run: one step, two tasks of two samples, short replies and reflections.
 TINY = ["--steps", "1", "--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0",
@@ -70,7 +72,8 @@ def test_eval_of_a_python_reward_run_asks_for_its_data_and_rewards(own_data, cap
     capsys.readouterr()
     assert main(["eval", "--checkpoint", out, *extra]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("erl-lite eval: error:")
+    first, then = err.splitlines()[:2]
+    assert "checkpoint-1 (step 1)" in first and then.startswith("erl-lite eval: error:")
     assert "--reward-funcs" in err and "reward" in err and "demo" not in err
     if not extra or extra[0] != "--dataset":
         assert "--dataset" in err
@@ -95,12 +98,13 @@ def test_eval_of_an_old_checkpoint_without_a_record_still_runs_on_the_demo(tmp_p
     state = json.loads(path.read_text())
     assert state["env"]["class"] == "erl_lite.embedded.world.DemoLake"  # recorded now
     del state["env"]
-    path.write_text(json.dumps(state))
+    path.write_text(json.dumps({**state, "format": 3}))  # as written then: no manifest either
+    (out / "checkpoint-1" / "manifest.json").unlink()
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(out), "--limit", "2", "--num-generations", "1"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["env"] == "demo"
-    assert "does not record the environment" in captured.err
+    assert "does not record the environment" in captured.err and "no manifest.json" in captured.err
 
 
 # --- train and eval on your own data -----------------------------------------------------------
@@ -221,6 +225,7 @@ def test_eval_names_what_it_cannot_rebuild(tmp_path, capsys, monkeypatch, record
     if record is not None:
         path = out / "checkpoint-1" / "erl_state.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "env": record}))
+        rerecord(path)  # as a checkpoint written with that record would be
     extra = []
     if rows:
         (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))

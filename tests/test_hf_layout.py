@@ -23,6 +23,8 @@ from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import save_tiny_model
 from erl_lite.trainer import ERLTrainer
 
+from test_run_faults import rerecord
+
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 ARGS = dict(max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
             max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=0,
@@ -137,6 +139,7 @@ def test_resume_refuses_a_damaged_adapter_naming_the_tensor(run, copy, damage, w
     tensors = load_file(path)
     name = damage(tensors)
     save_file(tensors, path)
+    rerecord(path)  # the manifest agrees: the tensors themselves are refused
     trainer = make_trainer(run.base, copy, max_steps=3)
     with pytest.raises(CheckpointError, match=re.escape(name)) as caught:
         trainer.train(resume_from_checkpoint=str(copy / "checkpoint-2"))
@@ -174,6 +177,7 @@ def _to_old_layout(folder, trainer):
          **({"tokenizer": erl["tokenizer"]} if "tokenizer" in erl else {}),
          **({"env": erl["env"]} if "env" in erl else {})}))
     os.remove(folder / "erl_state.json")
+    os.remove(folder / "manifest.json")  # format 2 had none
 
 
 @pytest.mark.slow

@@ -68,3 +68,16 @@ def test_unknown_optim_is_named():
 def test_gpu_preset_pages_its_optimizer():
     assert ERLConfig.preset("gpu").optim == "paged_adamw_8bit"
     assert ERLConfig().optim == "adamw_torch" and ERLConfig.preset("cpu").optim == "adamw_torch"
+
+
+def test_the_schedule_warms_up_then_decays_over_every_optimizer_step():
+    from erl_lite.trainer_args import build_scheduler
+
+    args = ERLConfig(max_steps=2, steps_per_generation=2, lr_scheduler_type="linear", learning_rate=1.0, warmup_steps=1)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
+    sched, rates = build_scheduler(opt, args), []
+    for _ in range(4):  # 2 steps x 2 optimizer steps each
+        rates.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert rates == pytest.approx([0.0, 1.0, 2 / 3, 1 / 3], rel=1e-12)

@@ -8,6 +8,7 @@ change the run (tokenizer, LoRA settings, a hand-edited memory, a lowered ``max_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from peft import LoraConfig
 from safetensors.torch import load_file, save_file
 
 from erl_lite import checkpoint
-from erl_lite.checkpoint import CheckpointError, latest_good_checkpoint, read_checkpoint
+from erl_lite.checkpoint import CheckpointError, find_run, read_checkpoint
 from erl_lite.config import ERLConfig
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.models import load_policy, trainable_parameters
@@ -298,6 +299,14 @@ def two_steps(tmp_path_factory):
     return out
 
 
+def rerecord(path) -> None:
+    """Record a hand-edited checkpoint file in its folder's manifest, as if the checkpoint was written so."""
+    manifest = path.parent / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["files"][path.name] = {"size": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    manifest.write_text(json.dumps(data))
+
+
 def _poison(tensor: torch.Tensor, value: float) -> None:
     with torch.no_grad():
         tensor.view(-1)[1] = value
@@ -331,10 +340,11 @@ def test_a_checkpoint_with_non_finite_weights_is_never_resumed_from(two_steps, t
     bad = sorted(tensors)[-1]
     _poison(tensors[bad], value)
     save_file(tensors, str(path))
+    rerecord(path)  # as if written so: the manifest agrees, only the values are wrong
     with pytest.raises(CheckpointError, match=rf"adapter_model\.safetensors.*{re.escape(bad)}"):
         read_checkpoint(str(out / "checkpoint-2"))
     with pytest.warns(UserWarning, match=rf"checkpoint-2.*{re.escape(bad)}"):
-        assert latest_good_checkpoint(str(out)).step == 1
+        assert find_run(str(out)).checkpoint().step == 1
     trainer = make_trainer(out, max_steps=2)
     with pytest.warns(UserWarning, match=re.escape(bad)):
         trainer.train(resume_from_checkpoint=True)
@@ -473,6 +483,7 @@ def test_a_hand_edited_memory_json_is_named_and_skipped_on_resume(two_steps, tmp
     path = out / "checkpoint-2" / "memory.json"
     state = json.loads(path.read_text())
     path.write_text(json.dumps({**state, "entries": entries}))
+    rerecord(path)  # an edit recorded in the manifest: still refused, naming the field
     with pytest.raises(CheckpointError, match=rf"checkpoint-2.memory\.json.*{field}"):
         read_checkpoint(str(out / "checkpoint-2"))
     trainer = make_trainer(out, max_steps=2)

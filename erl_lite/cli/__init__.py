@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from erl_lite.cli import arg_types
 from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
 from erl_lite.cli.doctor import add_doctor_parser, run_doctor
-from erl_lite.cli.errors import usage_error, user_errors
+from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.evaluate import run_eval
 from erl_lite.cli.train import ENVIRONMENTS, FLAG_ALIASES, FLAG_NEGATIONS, run_preset, run_train
 from erl_lite.config import DEFAULT_SEED, MODES, PRESETS, ERLConfig
@@ -167,11 +167,12 @@ def _export(args: argparse.Namespace) -> int:
     from erl_lite.integrations import export
 
     try:
-        result = export.export_merged(args.adapter, args.out, quantization=args.quantization, dtype=args.dtype,
+        adapter = export.run_adapter(args.adapter, lambda path: read_run("export", path))
+        result = export.export_merged(adapter, args.out, quantization=args.quantization, dtype=args.dtype,
                                       base_model=args.base_model)
     except user_errors() as e:
         return usage_error("export", e)
-    print(f"merged {args.adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
+    print(f"merged {adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
           f"{result.out_dir}")
     if args.push_to_hub:
         url = export.push_to_hub(result.out_dir, args.push_to_hub, private=not args.public)
@@ -192,7 +193,8 @@ def _plot(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:  # a torn last line: say so, draw the rest
             warnings.simplefilter("always", UserWarning)
-            history = History.load(args.history)
+            history = History.load(read_run("plot", args.history).folder if os.path.isdir(args.history)
+                                   else args.history)
             baseline = History.load(args.baseline) if args.baseline else None
     except user_errors() as e:
         return usage_error("plot", e)

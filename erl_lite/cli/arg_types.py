@@ -4,18 +4,6 @@ A bare ``type=int`` lets ``--steps 0`` or ``--tasks -1`` through to code that fa
 deep in a worker, or quietly does something else (a slice ``[:-1]``, an empty loop). These types
 refuse such a value while the arguments are parsed, and argparse names the flag:
 ``error: argument --steps: must be a whole number >= 1, got '0'`` (exit code 2).
-
-Example:
-    >>> import argparse
-    >>> p = argparse.ArgumentParser(prog="x", exit_on_error=False)
-    >>> _ = p.add_argument("--steps", type=whole(1))
-    >>> p.parse_args(["--steps", "3"]).steps
-    3
-    >>> try:
-    ...     p.parse_args(["--steps", "0"])
-    ... except argparse.ArgumentError as err:
-    ...     print(err)
-    argument --steps: must be a whole number >= 1, got '0'
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""How the ``erl-lite`` commands report an error a user can fix: one paragraph, exit code 2."""
+"""How the ``erl-lite`` commands report an error a user can fix (one paragraph, exit code 2), and which run
+they read (:func:`read_run`)."""
 
 from __future__ import annotations
 
 import sys
+import warnings
+from typing import Any
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -10,6 +13,18 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from erl_lite.checkpoint import CheckpointError
 
     return CheckpointError, ValueError, OSError
+
+
+def read_run(command: str, path: str) -> Any:
+    """:func:`erl_lite.checkpoint.find_run` on ``path``: its line first, then its warnings, on stderr."""
+    from erl_lite.checkpoint import find_run
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        choice = find_run(path)
+    for text in [choice.line] + [f"warning: {w.message}" for w in caught]:
+        print(f"erl-lite {command}: {text}", file=sys.stderr)
+    return choice
 
 
 def usage_error(command: str, error: BaseException) -> int:

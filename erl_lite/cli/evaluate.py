@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from erl_lite.cli.errors import usage_error, user_errors
+from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.train import DATASET_ENV, ENVIRONMENTS, build_environment
 from erl_lite.config import ERLConfig
 from erl_lite.field_types import check_whole
@@ -42,7 +42,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     if reward_funcs:
         world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env)
     else:
-        env_name = env or _trained_env(folder, cfg, state.get("env"), dataset)
+        env_name = env or _trained_env(folder, cfg, state.run.get("env"), dataset)
         small = cfg.extra.get("small", False) if small is None else small
         world, tasks = _evaluation_tasks(env_name, small, cfg)
         if dataset is not None:
@@ -61,23 +61,17 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
         attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params(), desc="evaluation")
     finally:
         end_phase(generator)
-    return {"checkpoint": folder, "step": state.get("step"), "env": env_name, "tasks": len(tasks),
+    return {"checkpoint": folder, "step": state.step, "env": env_name, "tasks": len(tasks),
             "num_generations": n, **eval_metrics(attempts)}
 
 
-def _load_checkpoint(checkpoint: str) -> tuple[str, dict[str, Any], ERLConfig, str]:
-    """``(checkpoint folder, run record, config, adapter folder)`` of a checkpoint or a run's latest one."""
-    from erl_lite.checkpoint import ERL_STATE, HF_STATE, CheckpointError, adapter_folder, list_checkpoints, run_record
+def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
+    """``(checkpoint folder, its TrainingState, config, adapter folder)`` of a checkpoint, or of a run's newest good
+    one (:func:`~erl_lite.checkpoint.find_run`)."""
+    from erl_lite.checkpoint import CheckpointError, adapter_folder, find_run
 
-    folder = checkpoint
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in (ERL_STATE, HF_STATE)):
-        found = list_checkpoints(folder)
-        if not found:
-            raise CheckpointError(f"no checkpoint at {checkpoint}: neither an {ERL_STATE} nor "
-                                  "checkpoint-<step> folders")
-        folder = found[0]
-    state = run_record(folder)  # erl_state.json (or a format-2 checkpoint's trainer_state.json)
-    saved = state.get("config", {})
+    state = find_run(checkpoint).checkpoint()
+    folder, saved = state.path, state.run.get("config", {})
     known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
     if set(saved) - known:  # written by another erl_lite version
         print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}",
@@ -180,7 +174,8 @@ def _read_tasks(path: str, world: Any, env_name: str) -> list:
 def run_eval(args: argparse.Namespace) -> int:
     """``erl-lite eval``: print the metrics as JSON; the exit code."""
     try:
-        metrics = evaluate_checkpoint(args.checkpoint, args.env, args.small, args.dataset,
+        checkpoint = read_run("eval", args.checkpoint).checkpoint().path
+        metrics = evaluate_checkpoint(checkpoint, args.env, args.small, args.dataset,
                                       args.num_generations, args.limit, args.base_model, args.reward_funcs)
     except user_errors() as e:
         return usage_error("eval", e)

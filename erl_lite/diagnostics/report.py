@@ -100,28 +100,26 @@ def diagnose(history: Any, settings: Any = None, source: str = "", settings_foun
                   settings_found)
 
 
-def load_run(run_dir: str | os.PathLike) -> tuple[Any, dict[str, Any] | None]:
-    """A run folder's history and settings (``training_args.json``, else its newest checkpoint's record)."""
-    from erl_lite.checkpoint import list_checkpoints, run_record
+def load_run(run_dir: str | os.PathLike) -> tuple[Any, dict[str, Any] | None, str]:
+    """A run folder's history, settings (of the checkpoint :func:`~erl_lite.checkpoint.find_run` picks, else
+    ``training_args.json``) and find_run's line."""
+    from erl_lite.checkpoint import find_run
     from erl_lite.history import History
 
     folder = os.fspath(run_dir)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no run folder at {folder}")
-    history = History.load(folder)
+    history, choice = History.load(folder), find_run(folder)
     args_file = os.path.join(folder, "training_args.json")
+    if choice.state is not None:
+        return history, choice.state.run["config"], choice.line
     if os.path.isfile(args_file):
         with open(args_file, encoding="utf-8") as f:
-            return history, json.load(f)
-    for checkpoint in list_checkpoints(folder):
-        try:
-            return history, run_record(checkpoint)["config"]
-        except Exception:  # noqa: BLE001 - a damaged checkpoint: try the next older one
-            continue
-    return history, None
+            return history, json.load(f), choice.line
+    return history, None, choice.line
 
 
 def doctor(run_dir: str | os.PathLike) -> Report:
     """:func:`diagnose` on a run folder (what ``erl-lite doctor RUN_DIR`` prints)."""
-    history, settings = load_run(run_dir)
-    return diagnose(history, settings, source=os.fspath(run_dir), settings_found=settings is not None)
+    history, settings, line = load_run(run_dir)
+    return diagnose(history, settings, source=line, settings_found=settings is not None)

@@ -43,18 +43,8 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
                      base_model: str | None = None) -> AdapterInfo:
     """Read an adapter folder (e.g. ``checkpoint-<step>``): its base model and how that base was loaded.
 
-    ``quantization="auto"`` reads it from the folder; ``base_model`` overrides ``base_model_name_or_path``.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.models import load_policy
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
-        >>> folder = tempfile.mkdtemp(); policy.save_pretrained(folder)
-        >>> describe_adapter(folder).quantization
-        'none'
-    """
-    folder = os.fspath(adapter_dir)
+    ``quantization="auto"`` reads it from the folder; ``base_model`` overrides ``base_model_name_or_path``."""
+    folder = run_adapter(os.fspath(adapter_dir))
     config_path = os.path.join(folder, "adapter_config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(_not_an_adapter(folder))
@@ -76,13 +66,21 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
                        os.path.isfile(os.path.join(folder, "tokenizer_config.json")))
 
 
+def run_adapter(folder: str, find: Any = None) -> str:
+    """The adapter of a run or checkpoint folder, as ``find`` (:func:`~erl_lite.checkpoint.find_run`) picks it,
+    checked whole; any other folder itself."""
+    from erl_lite.checkpoint import find_run, list_checkpoints
+
+    if list_checkpoints(folder) or any(os.path.isfile(os.path.join(folder, n)) for n in (ERL_STATE, HF_STATE)):
+        return adapter_folder((find or find_run)(folder).checkpoint().path)
+    return folder
+
+
 def _not_an_adapter(folder: str) -> str:
     """Why ``folder`` cannot be exported, and what to pass instead."""
     checkpoint = next((f for f in (folder, os.path.dirname(os.path.abspath(folder)))
                        if any(os.path.isfile(os.path.join(f, n)) for n in (ERL_STATE, HF_STATE))), None)
-    if checkpoint is not None and os.path.isfile(os.path.join(adapter_folder(checkpoint), "adapter_config.json")):
-        return f"{folder} is not a LoRA adapter folder; this checkpoint's adapter is {adapter_folder(checkpoint)}"
-    if checkpoint is not None:
+    if checkpoint is not None:  # (a checkpoint's own adapter is found by run_adapter)
         return (f"{folder} holds no LoRA adapter: the checkpoint {checkpoint} is of a run without LoRA (its trained "
                 "weights are in trainable.safetensors), and export merges a LoRA adapter into its base; the "
                 "trained model is the base with those weights loaded (ERLTrainer.save_model writes it whole)")
@@ -155,17 +153,7 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
 def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                   quantization: Literal["auto", "none", "4bit"] = "auto", dtype: str | torch.dtype = "auto",
                   base_model: str | None = None, trust_remote_code: bool = False) -> ExportResult:
-    """Merge the adapter into its base and save model + tokenizer (safetensors) to ``out_dir``.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.models import load_policy
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), lora_r=2, device="cpu")
-        >>> adapter = tempfile.mkdtemp(); policy.save_pretrained(adapter)
-        >>> export_merged(adapter, tempfile.mkdtemp()).dtype
-        'float32'
-    """
+    """Merge the adapter into its base and save model + tokenizer (safetensors) to ``out_dir``."""
     out = os.fspath(out_dir)
     if os.path.abspath(out) == os.path.abspath(os.fspath(adapter_dir)):
         raise ValueError(f"out_dir {out!r} is the adapter folder; write the merged model somewhere else")

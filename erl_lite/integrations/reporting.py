@@ -3,7 +3,6 @@
 ``ERLConfig.report_to`` names the trackers, ``logging_steps`` how often (TRL's meanings); train records
 go averaged since the last send, with a ``samples`` table, eval records as they come. Not transformers'
 tracker callbacks (they log no tables), but their run folder, ``train/global_step`` and ``WANDB_PROJECT``.
-Departures from the paper: none (the paper logs through its own framework).
 """
 
 from __future__ import annotations
