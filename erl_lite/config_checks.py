@@ -53,6 +53,14 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
 SAMPLER_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "eos_token_id",
                 "pad_token_id", "generation_config", "input_ids", "attention_mask")
 
+#: ``GenerationConfig`` fields that change which token is drawn (refused: the update could not score them).
+DISTRIBUTION_KEYS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
+                     "encoder_no_repeat_ngram_size", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens",
+                     "sequence_bias", "min_length", "min_new_tokens", "min_p", "typical_p", "epsilon_cutoff",
+                     "eta_cutoff", "top_h", "forced_bos_token_id", "forced_eos_token_id", "guidance_scale",
+                     "exponential_decay_length_penalty", "renormalize_logits", "watermarking_config",
+                     "remove_invalid_values", "length_penalty", "diversity_penalty", "penalty_alpha")
+
 #: The largest seed every RNG a run seeds takes (numpy's, through ``transformers.set_seed``, stops at 2**32 - 1).
 MAX_SEED = 2**32 - 1
 
@@ -143,6 +151,27 @@ def check_sampling(cfg: ERLConfig) -> None:
                          "(max_completion_length, temperature, top_p, top_k, ...); set those instead")
     if cfg.generation_backend == "continuous":
         refuse_generation_kwargs(cfg.generation_kwargs)
+    for key, value in cfg.generation_kwargs.items():
+        check_generation_key(key, value)
+
+
+def check_generation_key(key: str, value: Any) -> None:
+    """Refuse a ``generation_kwargs`` entry that the sampler cannot honour exactly. The update scores
+    ``softmax(z / T)``: a processor that reshapes it (a penalty, min-p, a banned token) would train on
+    another distribution than the one sampled, and the sampler owns the call's shape (cache, outputs, beams).
+    Only ``cache_implementation`` is taken: it changes how keys are stored, not what is drawn."""
+    if key == "cache_implementation":
+        from transformers.generation.configuration_utils import ALL_CACHE_IMPLEMENTATIONS
+
+        if value not in ALL_CACHE_IMPLEMENTATIONS:
+            raise ValueError(f"ERLConfig.generation_kwargs['cache_implementation']={value!r}: transformers knows "
+                             f"{list(ALL_CACHE_IMPLEMENTATIONS)}")
+        return
+    why = ("reshapes the sampling distribution, which the loss and the KL would not score (they assume "
+           "softmax(z / T) with top-p/top-k)" if key in DISTRIBUTION_KEYS else
+           "is set by the sampler itself (one sequence per row, its own cache and outputs)")
+    raise ValueError(f"ERLConfig.generation_kwargs[{key!r}]={value!r} is refused: it {why}. Sampling takes only "
+                     "ERLConfig's temperature, top_p, top_k and max_completion_length (and cache_implementation)")
 
 
 def refuse_generation_kwargs(kwargs: dict[str, Any]) -> None:

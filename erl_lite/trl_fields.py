@@ -45,8 +45,6 @@ def _field(target: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable
 _GENERATE = "(model.generate's keyword)"
 #: GRPOConfig fields that are another ERLConfig field, and how (the implementation is in _MAPPERS).
 TRL_MAPPED: dict[str, str] = {
-    "min_p": f"generation_kwargs['min_p'] {_GENERATE}",
-    "repetition_penalty": f"generation_kwargs['repetition_penalty'] {_GENERATE}",
     "cache_implementation": f"generation_kwargs['cache_implementation'] {_GENERATE}",
     "disable_tqdm": "progress_bar = not disable_tqdm",
     "num_generations_eval": "eval_num_generations (samples per evaluation task)",
@@ -55,7 +53,7 @@ TRL_MAPPED: dict[str, str] = {
     "use_transformers_continuous_batching": "generation_backend = 'continuous' if True else 'generate'",
 }
 _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
-    **{name: _generate_key(name) for name in ("min_p", "repetition_penalty", "cache_implementation")},
+    "cache_implementation": _generate_key("cache_implementation"),
     "disable_tqdm": _field("progress_bar", lambda v: not v),
     "num_generations_eval": _field("eval_num_generations"),
     "activation_checkpointing": _field("gradient_checkpointing"),
@@ -95,6 +93,9 @@ def _all(reason: str, names: str) -> dict[str, str]:
 
 #: GRPOConfig fields (and a few that TRL had before 1.16) that erl_lite refuses, with why.
 TRL_REFUSED: dict[str, str] = {
+    **{name: ("it reshapes the sampling distribution, which the loss and the KL would not score (TRL scores "
+              "softmax(z / T) all the same); sampling takes ERLConfig's temperature, top_p and top_k alone")
+       for name in ("min_p", "repetition_penalty")},
     # --- set daily by TRL users ---
     "gradient_accumulation_steps": "erl_lite accumulates over per_device_train_batch_size micro-batches itself",
     **_all(DTYPE_HINT, "bf16 fp16 bf16_full_eval fp16_full_eval"),
@@ -163,6 +164,7 @@ TRL_SAME_AS: dict[str, Any] = {
     "use_vllm": False, "use_liger_kernel": False, "log_completions": True, "torch_compile": False, "adam_beta1": 0.9,
     "adam_beta2": 0.999, "adam_epsilon": 1e-8, "gradient_accumulation_steps": 1, "num_iterations": 1,
     "shuffle_dataset": True, "mask_truncated_completions": False, "remove_unused_columns": False,
+    "repetition_penalty": 1.0, "min_p": None,
 }
 
 

@@ -107,3 +107,44 @@ def test_the_continuous_backend_draws_fresh_noise_per_phase_and_per_rank():
     assert first[0] != first[1] != first[2]  # a new step draws new completions
     assert _phases(ContinuousGenerator(model, tok, cache_tokens=1024, seed=0), prompt) == first  # same seed, same run
     assert runs[(0, 1)] != first and runs[(1, 0)] != first  # another rank or seed: another stream
+
+
+# -- every generation setting is honoured or refused when the config is built --------------------------
+from transformers.generation.configuration_utils import GenerationConfig as _GC  # noqa: E402
+
+from erl_lite.config import ERLConfig  # noqa: E402
+from erl_lite.trl_fields import TRL_SAME_AS  # noqa: E402
+
+_SAMPLE_VALUE = {"repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_p": 0.05, "typical_p": 0.9,
+                 "top_h": 0.5, "bad_words_ids": [[5]], "suppress_tokens": [5], "begin_suppress_tokens": [5],
+                 "sequence_bias": {(5,): -1.0}, "min_new_tokens": 2, "use_cache": False, "num_return_sequences": 2,
+                 "return_dict_in_generate": True, "num_beams": 2, "output_scores": True}
+
+
+def _generation_fields():
+    return sorted(set(_GC().to_dict()) | set(_GC._get_default_generation_params()))
+
+
+@pytest.mark.parametrize("key", _generation_fields())
+def test_every_generation_config_field_is_taken_or_refused_by_name(key):
+    value = _SAMPLE_VALUE.get(key, "static" if key == "cache_implementation" else 1)
+    try:
+        cfg = ERLConfig(generation_kwargs={key: value})
+    except (ValueError, TypeError) as err:
+        assert repr(key) in str(err) or key in str(err)
+        return
+    assert key == "cache_implementation" and cfg.generation_kwargs == {key: "static"}
+
+
+def test_the_one_taken_key_changes_a_step_as_documented():
+    tok = tiny_tokenizer()
+    gen = HFGenerator(tiny_model(tok), tok)
+    outs = gen.generate([[5, 6, 7]] * 3, SamplingParams(4, generation_kwargs={"cache_implementation": "static"}))
+    assert len(outs) == 3 and [len(o) for o in outs] == [len(lp) for lp in gen.last_logprobs]
+
+
+@pytest.mark.parametrize("name,value", [("repetition_penalty", 1.1), ("min_p", 0.05)])
+def test_trl_penalties_are_refused_by_name_unless_neutral(name, value):
+    with pytest.raises(ValueError, match=name):
+        ERLConfig(**{name: value})
+    ERLConfig(**{name: TRL_SAME_AS[name]})  # the neutral value is what erl_lite does anyway
