@@ -148,3 +148,51 @@ def test_trl_penalties_are_refused_by_name_unless_neutral(name, value):
     with pytest.raises(ValueError, match=name):
         ERLConfig(**{name: value})
     ERLConfig(**{name: TRL_SAME_AS[name]})  # the neutral value is what erl_lite does anyway
+
+
+# -- old and reference log-probs under the modes sampling used --------------------------------------------
+def _dropout_lora(p=0.2):
+    from erl_lite.models import load_policy
+
+    tok = tiny_tokenizer()
+    model, tok = load_policy(tiny_model(tok), tok, peft="lora", lora_dropout=p)
+    return model, tok
+
+
+def _rows(n=6):
+    return [TrainSample(["first", "second"][i % 2], [5 + i, 6, 7], [8, 9 + i, 10], [1, 1, 1], (-1) ** i * 0.5, f"t{i % 3}")
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("model_mode", ["eval", "train"])
+def test_old_and_reference_logprobs_run_with_dropout_off_on_every_step(monkeypatch, model_mode):
+    import erl_lite.core.update as update
+
+    model, tok = _dropout_lora()
+    getattr(model, model_mode)()  # step 1 finds the model in eval mode (after sampling), later steps in train mode
+    modes, real = [], update.PolicyUpdater._logprobs
+    monkeypatch.setattr(update.PolicyUpdater, "_logprobs",
+                        lambda self, b: (modes.append(self.model.training), real(self, b))[1])
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    cfg = ERLConfig(beta=0.01, temperature=1.0, steps_per_generation=1, per_device_train_batch_size=64)
+    updater = update.PolicyUpdater(model, opt, None, cfg, tok.pad_token_id)
+    seen = []
+    real_objective = update.PolicyUpdater._objective
+    monkeypatch.setattr(update.PolicyUpdater, "_objective",
+                        lambda self, batch, norm: (seen.append(batch.old_logp is not None), real_objective(self, batch, norm))[1])
+    updater.update(_rows())
+    # One mini-batch: its training pass draws dropout, so it needs an explicit old pass (and a ref pass).
+    assert modes and not any(modes)
+    assert seen and all(seen)
+
+
+def test_dropout_is_looked_up_at_every_pass_not_on_first_sight():
+    from peft import LoraConfig, get_peft_model
+
+    from erl_lite.core.logprobs import _may_share
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok).train()
+    assert _may_share(model.model)  # no dropout yet: contexts are shared
+    get_peft_model(model, LoraConfig(r=4, lora_dropout=0.3, target_modules=["q_proj", "v_proj"])).train()
+    assert not _may_share(model.model)  # the adapter brought dropout that draws
