@@ -130,6 +130,7 @@ def test_update_passes_importance_sampling_level_and_loss_type(monkeypatch):
 
 # --- generation_kwargs ------------------------------------------------------------------------------
 def test_generation_kwargs_reach_model_generate():
+    """The one key taken (cache_implementation) reaches every generate call's config; penalties are refused."""
     tok = tiny_tokenizer()
     model = tiny_model(tok)
     calls, real = [], model.generate
@@ -139,15 +140,17 @@ def test_generation_kwargs_reach_model_generate():
         return real(*a, **kw)
 
     model.generate = spy
-    extra = {"min_p": 0.05, "repetition_penalty": 1.3}
     args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, max_completion_length=4,
                             max_reflection_length=4, eval_steps=0, progress_bar=False, reward_threshold=2.0,
-                            generation_kwargs=extra)  # τ = 2: every attempt fails, so reflections sample too
+                            generation_kwargs={"cache_implementation": "static"})  # τ = 2: reflections sample too
     trainer = ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS)
     trainer.train()
     assert len(calls) >= 3  # first attempts, reflections, second attempts
-    assert all(kw["min_p"] == 0.05 and kw["repetition_penalty"] == 1.3 for kw in calls)
-    assert {kw["max_new_tokens"] for kw in calls} == {4}  # the sampler's own settings stay
+    assert all(kw["generation_config"].cache_implementation == "static" for kw in calls)
+    assert {kw["generation_config"].max_new_tokens for kw in calls} == {4}  # the sampler's own settings stay
+    for key in ("min_p", "repetition_penalty"):
+        with pytest.raises(ValueError, match=key):
+            ERLConfig(generation_kwargs={key: 0.5})
     with pytest.raises(ValueError, match="temperature"):
         ERLConfig(generation_kwargs={"temperature": 0.1})
     with pytest.raises(ValueError, match="generation_kwargs must be a dict"):
@@ -218,12 +221,12 @@ def test_new_fields_have_working_flags():
     p = argparse.ArgumentParser()
     add_config_arguments(p)
     given = given_fields(p.parse_args([
-        "--chat-template-kwargs", "{enable_thinking: false}", "--generation_kwargs", '{"min_p": 0.05}',
+        "--chat-template-kwargs", "{enable_thinking: false}", "--generation_kwargs", '{"cache_implementation": "static"}',
         "--lora-target-modules", "[q_proj, v_proj]", "--lora-r", "8", "--lora_alpha", "16", "--lora-dropout", "0.1",
         "--lr-scheduler-type", "cosine", "--warmup-ratio", "0.1", "--scale-rewards", "none",
         "--importance-sampling-level", "sequence", "--loss-type", "dapo"]))
     cfg = ERLConfig(**given)
-    assert cfg.chat_template_kwargs == {"enable_thinking": False} and cfg.generation_kwargs == {"min_p": 0.05}
+    assert cfg.chat_template_kwargs == {"enable_thinking": False} and cfg.generation_kwargs == {"cache_implementation": "static"}
     assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules) == (8, 16, 0.1, ["q_proj", "v_proj"])
     assert (cfg.lr_scheduler_type, cfg.warmup_ratio, cfg.scale_rewards, cfg.importance_sampling_level,
             cfg.loss_type) == ("cosine", 0.1, "none", "sequence", "token_mean")

@@ -137,7 +137,8 @@ def test_what_it_would_drop_is_refused(policy, kwargs):
         gen.generate(_prompts(tok), SamplingParams(4, generation_kwargs=kwargs))
     with pytest.raises(ValueError, match="cannot honour"):
         ERLConfig(generation_backend="continuous", generation_kwargs=kwargs)
-    ERLConfig(generation_backend="generate", generation_kwargs=kwargs)  # generate honours them
+    with pytest.raises(ValueError, match="refused"):  # and generate too: the update could not score them
+        ERLConfig(generation_backend="generate", generation_kwargs=kwargs)
 
 
 def test_unknown_backend_is_refused():
