@@ -108,3 +108,15 @@ def test_a_planted_repetition_penalty_makes_the_check_fire(tmp_path):
     trainer, history = _train(_save(tmp_path, "llama3.2"), "generate", sampler=_LeakyGenerator)
     fired = [e for e in history.of_kind("diagnostic") if "diagnostics/off_policy" in e]
     assert fired and fired[0]["step"] == 2, history.of_kind("diagnostic")
+
+
+@pytest.mark.parametrize("family", ["qwen2.5", "phi3"])
+def test_pre_flight_names_the_checkpoints_ignored_sampling_defaults(tmp_path, family):
+    from erl_lite.diagnostics.preflight import sampling_findings
+
+    model, _ = load_policy(_save(tmp_path, family), peft="lora", device="cpu")
+    found = sampling_findings(model, ERLConfig())
+    if family == "phi3":  # its config recommends no sampling setting
+        assert found == []
+    else:
+        assert "repetition_penalty=1.1" in found[0].saw and "top_k=20" in found[0].saw and found[0].level == "note"

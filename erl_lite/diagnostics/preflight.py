@@ -119,6 +119,28 @@ def token_findings(model: Any, tokenizer: Any, stop_ids: list[int], template_kwa
     return out
 
 
+#: Sampling fields a checkpoint's generation_config may recommend (erl_lite reads none of them).
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "typical_p", "repetition_penalty", "no_repeat_ngram_size")
+
+
+def sampling_findings(model: Any, args: Any) -> list[Finding]:
+    """A note naming the checkpoint's own sampling defaults, which erl_lite does not apply."""
+    from erl_lite.core.policy import base_model
+
+    config = getattr(base_model(model), "generation_config", None)
+    given = {k: getattr(config, k, None) for k in _SAMPLING_FIELDS}
+    given = {k: v for k, v in given.items() if v is not None and v != {"top_p": 1.0, "typical_p": 1.0,
+                                                                      "repetition_penalty": 1.0}.get(k, 0)}
+    if not given:
+        return []
+    return [_finding("generation_config", "the checkpoint's generation_config recommends "
+                     + ", ".join(f"{k}={v}" for k, v in given.items()),
+                     f"erl_lite samples with ERLConfig's temperature={args.temperature}, top_p={args.top_p}, "
+                     f"top_k={args.top_k} alone, the distribution its update scores (of generation_config only "
+                     "the end and pad tokens are read)", "set ERLConfig's temperature, top_p and top_k to the "
+                     "recommended values if you want them; penalties cannot be scored and are refused", level=NOTE)]
+
+
 def _vocabulary(model: Any) -> int | None:
     embeddings = getattr(model, "get_input_embeddings", lambda: None)()
     return getattr(embeddings, "num_embeddings", None)
@@ -166,4 +188,5 @@ def preflight(trainer: Any) -> list[Finding]:
     return (chat_findings(trainer.tokenizer, trainer.env, task, kwargs)
             + token_findings(trainer.model, trainer.tokenizer, sampler_stop_ids(trainer.generator, trainer.tokenizer),
                              kwargs)
-            + trainable_findings(trainer.model, trainer.args.lora_target_modules))
+            + trainable_findings(trainer.model, trainer.args.lora_target_modules)
+            + sampling_findings(trainer.model, trainer.args))
