@@ -196,3 +196,24 @@ def test_dropout_is_looked_up_at_every_pass_not_on_first_sight():
     assert _may_share(model.model)  # no dropout yet: contexts are shared
     get_peft_model(model, LoraConfig(r=4, lora_dropout=0.3, target_modules=["q_proj", "v_proj"])).train()
     assert not _may_share(model.model)  # the adapter brought dropout that draws
+
+
+def test_each_row_is_scored_at_the_temperature_it_was_sampled_at():
+    from erl_lite.core.batching import micro_batches
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=1)
+    gen = HFGenerator(model, tok)
+    prompt = [5, 6, 7]
+    rows = []
+    for role, temperature in (("first", None), ("reflection", 0.5), ("second", None), ("reflection", 0.5)):
+        out = gen.generate([prompt], SamplingParams(6, temperature=temperature or 0.7))[0]
+        rows.append(TrainSample(role, prompt, out, [1] * len(out), 0.0, "t", temperature, gen.last_logprobs[0]))
+    batches = [pack(chunk, 0, False) for chunk in micro_batches(rows, 8)]
+    assert sorted(b.temperature or 0.7 for b in batches) == [0.5, 0.7]  # one temperature per pass
+    for b in batches:
+        with torch.no_grad():
+            scored = completion_logprobs(model, b, 0.7, None)  # 0.7: the run's; a reflection batch keeps its 0.5
+        keep = b.mask.bool()
+        # fp32, same weights: ~1e-5 apart; scoring a 0.5 row at 0.7 would move each log-prob by ~0.5.
+        assert torch.allclose(scored[keep], b.sampled_logp[keep], atol=1e-3)
