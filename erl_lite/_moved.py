@@ -2,7 +2,7 @@
 
 ``import erl_lite.phases`` works for one more release: it warns (``DeprecationWarning``) and hands
 back the module at its new home, the same object. One finder on ``sys.meta_path`` does it, so no
-stub file per old name sits in the tree. Departures from the paper: none; this is packaging.
+stub file per old name sits in the tree.
 """
 
 from __future__ import annotations

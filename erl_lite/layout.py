@@ -1,6 +1,6 @@
 """What a run saves, by name: Hugging Face's file layout, and a LoRA adapter written with its note.
 
-One module below checkpoint, export, results and the CLI. Departures from the paper: none.
+One module below checkpoint, export, results and the CLI.
 """
 
 from __future__ import annotations

@@ -13,13 +13,8 @@ from typing import Literal
 
 import torch
 from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    BitsAndBytesConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import (AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedModel,
+                          PreTrainedTokenizerBase)
 
 from erl_lite.core.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
 
@@ -162,12 +157,7 @@ def _native_bf16(device: torch.device | None) -> bool:
 
 
 def named_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
-    """A ``dtype`` argument as a torch dtype, or None for ``"auto"`` (the caller decides); else ValueError.
-
-    Example:
-        >>> named_dtype("bfloat16"), named_dtype("auto")
-        (torch.bfloat16, None)
-    """
+    """A ``dtype`` argument as a torch dtype, or None for ``"auto"`` (the caller decides); else ValueError."""
     if isinstance(dtype, torch.dtype):
         if not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
@@ -273,14 +263,7 @@ def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Modul
 
 
 def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Detached copies of every trainable parameter, by name: snapshot before/after a step.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> before = trainable_parameters(tiny_model(tiny_tokenizer()))
-        >>> len(before) > 0
-        True
-    """
+    """Detached copies of every trainable parameter, by name: snapshot before/after a step."""
     return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
 
 
@@ -297,13 +280,7 @@ def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
 
 
 def describe_policy(model: torch.nn.Module) -> str:
-    """One line: base class, quantization, adapter, trainable/total parameters, dtype and device.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> describe_policy(tiny_model(tiny_tokenizer()))[:40]
-        'LlamaForCausalLM | full precision | no a'
-    """
+    """One line: base class, quantization, adapter, trainable/total parameters, dtype and device."""
     inner, base = unwrap(model), base_model(model)
     parts = [type(base).__name__, "4-bit NF4" if is_4bit(base) else "full precision"]
     if isinstance(inner, PeftModel):

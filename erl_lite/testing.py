@@ -1,7 +1,7 @@
 """A tiny, offline, randomly initialised chat model for tests, notebooks and CPU demos.
 
 A character-level tokenizer and a two-layer random decoder in each family the presets load
-(``FAMILIES``), since bugs hide in their differences. Departures from the paper: none; test scaffolding.
+(``FAMILIES``), since bugs hide in their differences.
 """
 
 from __future__ import annotations
@@ -114,14 +114,7 @@ def _eos_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
 
 def save_tiny_model(path: str | os.PathLike, chat_template: bool = True, seed: int = 0,
                     family: str = "llama", tie_embeddings: bool = False) -> str:
-    """Write a tiny model (as :func:`tiny_model`) and its tokenizer to ``path``; it loads like a hub checkpoint.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.models import load_policy
-        >>> path = save_tiny_model(tempfile.mkdtemp())
-        >>> model, tok = load_policy(path, peft="none", device="cpu")
-    """
+    """Write a tiny model (as :func:`tiny_model`) and its tokenizer to ``path``; it loads like a hub checkpoint."""
     path = os.fspath(path)
     tokenizer = tiny_tokenizer(chat_template=chat_template)
     model = tiny_model(tokenizer, seed=seed, family=family, tie_embeddings=tie_embeddings)
@@ -135,12 +128,7 @@ QWEN3_TOKENIZER_ENV = "ERL_LITE_QWEN3_TOKENIZER"
 
 
 def find_qwen3_tokenizer() -> str | None:
-    """The offline Qwen3 tokenizer's folder (``$ERL_LITE_QWEN3_TOKENIZER`` or ``shared/qwen3_tokenizer``), or None.
-
-    Example:
-        >>> find_qwen3_tokenizer() is None or os.path.isfile(os.path.join(find_qwen3_tokenizer(), "tokenizer.json"))
-        True
-    """
+    """The offline Qwen3 tokenizer's folder (``$ERL_LITE_QWEN3_TOKENIZER`` or ``shared/qwen3_tokenizer``), or None."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     candidates = [os.environ.get(QWEN3_TOKENIZER_ENV, ""),
                   os.path.join(repo, "..", "shared", "qwen3_tokenizer"),

@@ -59,25 +59,14 @@ class ERLTrainer(CheckpointSaving):
     file or name) or Tasks, by default the env's own. Reward functions receive ``trainer_state`` (:attr:`state`).
     """
 
-    def __init__(
-        self,
-        model: Any,
-        reward_funcs: Callable | Sequence[Callable] | None = None,
-        args: ERLConfig | None = None,
-        train_dataset: Any = None,
-        eval_dataset: Any = None,
-        processing_class: Any = None,
-        *,
-        callbacks: Sequence[Callable[["ERLTrainer", StepRecord], None]] | None = None,
-        optimizers: tuple[Any, Any] = (None, None),
-        quantization_config: Any = None,
-        peft_config: Any = None,
-        environment_factory: Any = None,
-        feedback_func: Callable | None = None,
-        env: Environment | None = None,
-        generator: Generator | None = None,
-        reward_weights: Sequence[float] | None = None,
-    ) -> None:
+    def __init__(self, model: Any, reward_funcs: Callable | Sequence[Callable] | None = None,
+                 args: ERLConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
+                 processing_class: Any = None, *,
+                 callbacks: Sequence[Callable[["ERLTrainer", StepRecord], None]] | None = None,
+                 optimizers: tuple[Any, Any] = (None, None), quantization_config: Any = None,
+                 peft_config: Any = None, environment_factory: Any = None, feedback_func: Callable | None = None,
+                 env: Environment | None = None, generator: Generator | None = None,
+                 reward_weights: Sequence[float] | None = None) -> None:
         if args is not None and not isinstance(args, ERLConfig):
             raise TypeError(f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
                             "ERLConfig.preset('gpu', max_steps=...) in place of a GRPOConfig")

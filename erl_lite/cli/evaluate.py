@@ -1,7 +1,5 @@
 """``erl-lite eval``: first attempts of a checkpoint's LoRA adapter, no memory, on the test split
 of what the run trained on (or ``--env`` / ``--dataset``); prints JSON metrics.
-
-Departures from the paper: none; this is the paper's first-attempt evaluation.
 """
 
 from __future__ import annotations

@@ -30,12 +30,7 @@ def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str
 
 
 def check_build(model_dir: str | Path | None = None) -> Path:
-    """The folder of an embedded-model build (default: the shipped one), or FileNotFoundError saying how to build it.
-
-    Example:
-        >>> check_build() == EMBEDDED_DIR
-        True
-    """
+    """The folder of an embedded-model build (default: the shipped one), or FileNotFoundError saying how to build it."""
     where = Path(model_dir) if model_dir is not None else EMBEDDED_DIR
     if not (where / "model.safetensors").is_file():
         raise FileNotFoundError(f"no embedded model in {where}; build it with "

@@ -61,12 +61,7 @@ def hole_facts(text: str) -> list[str]:
 
 
 def repeated_holes(text: str) -> list[str]:
-    """The letters ``text`` calls a hole more than once, sorted.
-
-    Example:
-        >>> repeated_holes("F is a hole. F is a hole."), repeated_holes(rulebook(["F", "H"]))
-        (['F'], [])
-    """
+    """The letters ``text`` calls a hole more than once, sorted."""
     facts = hole_facts(text)
     return sorted({h for h in facts if facts.count(h) > 1})
 
@@ -85,22 +80,12 @@ def planned_holes(reply: str) -> list[str] | None:
 
 
 def plan_sentence(holes: Sequence[str]) -> str:
-    """The plan sentence that opens a player's reply, the inverse of :func:`planned_holes`.
-
-    Example:
-        >>> plan_sentence(["E", "H"]), plan_sentence([])
-        ('Avoid E or H.', 'Avoid nothing.')
-    """
+    """The plan sentence that opens a player's reply, the inverse of :func:`planned_holes`."""
     return f"Avoid {' or '.join(holes) or NO_PLAN}."
 
 
 def named_safe(text: str) -> list[str]:
-    """The letters a rulebook calls safe (``"G is safe ice"``), in order, without repeats.
-
-    Example:
-        >>> named_safe(rulebook(["E"], ["G", "F"]))
-        ['G', 'F']
-    """
+    """The letters a rulebook calls safe (``"G is safe ice"``), in order, without repeats."""
     return list(dict.fromkeys(_SAFE_RULE.findall(text)))
 
 
@@ -115,10 +100,5 @@ def contradictions(text: str) -> list[str]:
 
 
 def contradiction_rate(texts: Sequence[str]) -> float:
-    """Share of ``texts`` with at least one self-contradicting letter (0.0 for no texts).
-
-    Example:
-        >>> contradiction_rate(["E is a hole. E is safe ice.", rulebook(["E"], ["G"])])
-        0.5
-    """
+    """Share of ``texts`` with at least one self-contradicting letter (0.0 for no texts)."""
     return sum(bool(contradictions(t)) for t in texts) / len(texts) if texts else 0.0

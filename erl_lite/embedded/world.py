@@ -36,23 +36,13 @@ _ROW = re.compile(r"^[A-Z]( [A-Z])*$")
 
 
 def run_letters(run_seed: int) -> tuple[str, str, str]:
-    """The run's (hole, second hole, frozen) letters, drawn from :data:`LETTER_POOL` by ``run_seed``.
-
-    Example:
-        >>> run_letters(0) == run_letters(0) and len(set(run_letters(0))) == 3
-        True
-    """
+    """The run's (hole, second hole, frozen) letters, drawn from :data:`LETTER_POOL` by ``run_seed``."""
     hole, hole2, frozen = random.Random(run_seed).sample(LETTER_POOL, 3)
     return hole, hole2, frozen
 
 
 def hole_letters(symbols: dict[str, str]) -> tuple[str, str]:
-    """The two hole letters of a world's ``symbols``.
-
-    Example:
-        >>> hole_letters(DEMO_SYMBOLS)
-        ('C', 'E')
-    """
+    """The two hole letters of a world's ``symbols``."""
     return symbols["hole"], symbols["hole2"]
 
 
@@ -206,12 +196,7 @@ def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
 
 
 def no_dead_end(rows: list[str]) -> bool:
-    """Whether a player who knows every hole reaches the goal by any safe closer tile (``ahead:`` suffices).
-
-    Example:
-        >>> no_dead_end(["SFF", "FHF", "FFG"]), no_dead_end(["SFF", "FFH", "FHG"])
-        (True, False)
-    """
+    """Whether a player who knows every hole reaches the goal by any safe closer tile (``ahead:`` suffices)."""
     return all(any(tile in "SGF" for _, tile in closer) for _, closer in _closer_walk(rows))
 
 
@@ -310,12 +295,7 @@ class DemoLake(FrozenLake):
 
 
 def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: Any) -> DemoLake:
-    """A :class:`DemoLake` drawing its holes as ``hole`` and ``hole2`` and its ice as ``frozen``.
-
-    Example:
-        >>> hole_letters(make_world("E", "H", "G").symbols)
-        ('E', 'H')
-    """
+    """A :class:`DemoLake` drawing its holes as ``hole`` and ``hole2`` and its ice as ``frozen``."""
     return DemoLake(seed=seed, symbols={"hole": hole, "hole2": hole2, "frozen": frozen}, **overrides)
 
 

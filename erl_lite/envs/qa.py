@@ -98,13 +98,7 @@ def tokenize(text: str) -> list[str]:
 
 
 class BM25Search:
-    """BM25 over titled paragraphs.
-
-    Example:
-        >>> s = BM25Search(["Vell", "Orno"], ["Vell is a city.", "Orno is a painter."])
-        >>> s.search("painter", 1)[0][0]
-        'Orno'
-    """
+    """BM25 over titled paragraphs."""
 
     def __init__(self, titles: list[str], texts: list[str]) -> None:
         self.titles, self.texts = list(titles), list(texts)
@@ -216,16 +210,7 @@ class MultiHopQA(Environment):
     r"""Multi-hop QA with a search tool (the HotpotQA analogue).
     ``source``: ``"generated"`` (offline worlds), ``"hotpotqa"`` (:func:`load_hotpotqa`) or ``"paper"``
     (test: the paper's questions, without paragraphs, so give a ``retriever``). ``hotpot_path``: a
-    local HotpotQA-schema file instead of the hub; ``world``: sizes of each generated world.
-
-    Example:
-        >>> env = MultiHopQA()
-        >>> ep = env.new_episode()
-        >>> task = env.test_tasks(1)[0]
-        >>> obs = ep.reset(task)
-        >>> ep.step("\\boxed{" + task.data["answer"] + "}")[1]
-        1.0
-    """
+    local HotpotQA-schema file instead of the hub; ``world``: sizes of each generated world."""
 
     name = "multihop_qa"
 

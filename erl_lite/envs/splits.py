@@ -1,7 +1,5 @@
 """Seeded, lazily generated train/test splits: task ``i`` comes from a seed derived from
 ``(base seed, split, i)``, so the first ``n`` tasks do not depend on how many are asked for.
-
-Departures from the paper: none; the paper's splits are fixed files (see ``paper_tasks``).
 """
 
 from __future__ import annotations

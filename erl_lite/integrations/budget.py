@@ -4,7 +4,6 @@
 gradients, optimizer moments), the **update** (one micro-batch: checkpointed layer inputs, one recomputed
 layer, one log-prob tile) and the **rollout** (KV cache and prefill of one ``generate``); peak = static +
 max(update, rollout), fp32 activations (peft upcasts norms); CUDA context, fragmentation (0.5-1 GiB) left out.
-Departures from the paper: none (the paper trains on 8xH100; this is single-GPU planning).
 """
 
 from __future__ import annotations
@@ -27,12 +26,7 @@ _OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  #
 
 
 def model_config(name: str) -> dict[str, Any]:
-    """The shipped architecture fields of ``name``, for ``transformers.AutoConfig.for_model(**fields)``.
-
-    Example:
-        >>> model_config("qwen3-4b-instruct-2507")["head_dim"]
-        128
-    """
+    """The shipped architecture fields of ``name``, for ``transformers.AutoConfig.for_model(**fields)``."""
     if name not in MODEL_CONFIGS:
         raise ValueError(f"unknown model config {name!r}; shipped: {MODEL_CONFIGS}")
     text = resources.files("erl_lite").joinpath("data", "model_configs", f"{name}.json").read_text()
@@ -172,24 +166,14 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
     prefill = rollout_tokens * 4 * shape.intermediate * _RESIDUAL_BYTES
     return MemoryEstimate(
         weights=(shape.linear_parameters() * _NF4_BYTES + shape.other_parameters() * 4) / GIB,
-        lora=lora * 4 / GIB,
-        gradients=lora * 4 / GIB,
-        optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
-        checkpoints=checkpoints / GIB,
-        layer_backward=layer_backward / GIB,
+        lora=lora * 4 / GIB, gradients=lora * 4 / GIB, optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
+        checkpoints=checkpoints / GIB, layer_backward=layer_backward / GIB,
         logprob_chunk=tile * 4 * logprob_copies / GIB,
-        kv_cache=rollout_tokens * shape.kv_bytes_per_token() / GIB,
-        prefill=prefill / GIB,
-    )
+        kv_cache=rollout_tokens * shape.kv_bytes_per_token() / GIB, prefill=prefill / GIB)
 
 
 def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kwargs: Any) -> str:
-    """A Markdown table of :func:`estimate_memory` for each architecture (the README's).
-
-    Example:
-        >>> memory_table(ERLConfig.preset("gpu"), ("qwen2.5-0.5b-instruct",)).splitlines()[0][:25]
-        '| model | weights (4-bit)'
-    """
+    """A Markdown table of :func:`estimate_memory` for each architecture (the README's)."""
     parts = ("weights (4-bit)", "LoRA + grads", "optimizer", "checkpoints", "layer backward",
              "log-prob chunk", "update", "KV cache", "prefill", "rollout", "peak")
     lines = ["| model | " + " | ".join(parts) + " |", "|---" * (len(parts) + 1) + "|"]

@@ -1,7 +1,7 @@
 """``transformers.TrainerCallback`` objects, dispatched by its ``CallbackHandler`` at the matching points
 of erl_lite's loop (one ERL iteration is one step; ``control`` is honoured after it). Departures from
 transformers: ``on_log`` gets each record, not a ``logging_steps`` average; no epoch, substep or
-optimizer-step events. Departures from the paper: none.
+optimizer-step events.
 """
 
 from __future__ import annotations
@@ -38,23 +38,7 @@ def _flow_callback() -> Any:
 
 
 class TrainerCallbacks:
-    """The ``TrainerCallback`` objects of one trainer, with transformers' state and control.
-
-    Example:
-        >>> from transformers import TrainerCallback
-        >>> from erl_lite import ERLConfig, ERLTrainer
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> class Stop(TrainerCallback):
-        ...     def on_step_end(self, args, state, control, **kw):
-        ...         control.should_training_stop = True
-        >>> tok = tiny_tokenizer()
-        >>> args = ERLConfig.preset("cpu", max_steps=3, num_tasks_per_step=1, eval_steps=0, progress_bar=False,
-        ...                         max_completion_length=4, max_reflection_length=4)
-        >>> trainer = ERLTrainer(tiny_model(tok), lambda completions, **kw: [0.0] * len(completions), args,
-        ...                      [{"prompt": "Hi."}], processing_class=tok, callbacks=[Stop()])
-        >>> _ = trainer.train(); trainer.step
-        1
-    """
+    """The ``TrainerCallback`` objects of one trainer, with transformers' state and control."""
 
     def __init__(self, trainer: "ERLTrainer", callbacks: Sequence[Any]) -> None:
         from transformers import TrainerControl, TrainerState

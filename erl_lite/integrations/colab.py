@@ -1,6 +1,5 @@
 """The notebooks' first cells (install cell, Colab badge, figure links, environment report), rendered by
 ``scripts/sync_notebooks.py`` at :data:`erl_lite.RELEASE_REF` with the pins the tests passed with.
-Nothing here touches the paper's algorithm.
 """
 
 from __future__ import annotations
@@ -110,12 +109,7 @@ class RuntimeReport:
 
 
 def environment_report() -> RuntimeReport:
-    """Versions of Python, :data:`REPORTED_PACKAGES` and erl_lite, the device and its free memory.
-
-    Example:
-        >>> str(environment_report()).splitlines()[0].startswith("python")
-        True
-    """
+    """Versions of Python, :data:`REPORTED_PACKAGES` and erl_lite, the device and its free memory."""
     import torch
     import erl_lite
     versions: dict[str, str | None] = {"python": platform.python_version()}

@@ -1,7 +1,6 @@
 """Where dataset rows come from: a file path, a dataset name, a list, or a ``datasets.Dataset``.
 
 Departures from TRL: TRL takes only ``Dataset`` objects; paths and names are a convenience.
-Departures from the paper: none (the paper's tasks are environments, not datasets).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each row is a one-reply :class:`~erl_lite.records.Task`, scored with its phase's batch as TRL 1.16 scores;
 ERL's feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else states the reward.
-Departures from TRL: no reward *models*. From the paper: none (its tasks are multi-turn).
+Departures from TRL: no reward *models*.
 """
 
 from __future__ import annotations
@@ -47,13 +47,7 @@ def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | N
     """(system message or None, what the model reads before replying) of a dataset prompt.
 
     The turns must end with a user message: one comes back as its text, several as the list.
-    Text content parts are joined; other parts and lone surrogates are refused.
-
-    Example:
-        >>> split_prompt([{"role": "system", "content": "S"},
-        ...               {"role": "user", "content": [{"type": "text", "text": "U"}]}])
-        ('S', 'U')
-    """
+    Text content parts are joined; other parts and lone surrogates are refused."""
     if isinstance(prompt, str):
         return None, _checked_text(prompt, where)
     if not isinstance(prompt, list) or not prompt:

@@ -23,14 +23,7 @@ T = TypeVar("T")
 
 
 class DeferredMemory(ReflectionMemory):
-    """Reads ``shared`` but keeps its own writes (:attr:`pending`, in order) until the step is merged.
-
-    Example:
-        >>> shared = ReflectionMemory()
-        >>> view = DeferredMemory(shared)
-        >>> view.maybe_store("rules", reward=1.0, threshold=1.0), view.pending, shared.context() is None
-        (True, [('rules', 1.0, 1.0)], True)
-    """
+    """Reads ``shared`` but keeps its own writes (:attr:`pending`, in order) until the step is merged."""
 
     def __init__(self, shared: ReflectionMemory) -> None:
         super().__init__(shared.kind, shared.size, shared.top_k)
@@ -123,13 +116,7 @@ def check_launch() -> None:
 
 
 class DataParallel:
-    """This process's place in the process group (``DataParallel()``: one process) and the trainer's collectives.
-
-    Example:
-        >>> dp = DataParallel()
-        >>> dp.world_size, dp.is_main, dp.shard(["a", "b", "c"]), dp.sum({"tokens": 3.0})
-        (1, True, ['a', 'b', 'c'], {'tokens': 3.0})
-    """
+    """This process's place in the process group (``DataParallel()``: one process) and the trainer's collectives."""
 
     def __init__(self, state: Any = None) -> None:
         self.state = state
@@ -269,13 +256,8 @@ class DataParallel:
                 for rulebook, reward, threshold in pending:
                     writes += view.target(name).maybe_store(rulebook, reward, threshold)
         return dataclasses.replace(
-            outcome,
-            first_attempts=[a for p in parts for a in p[0]],
-            retries=[r for p in parts for r in p[1]],
-            samples=[s for p in parts for s in p[2]],
-            memory_writes=writes,
-            seconds=self.max(outcome.seconds),
-        )
+            outcome, first_attempts=[a for p in parts for a in p[0]], retries=[r for p in parts for r in p[1]],
+            samples=[s for p in parts for s in p[2]], memory_writes=writes, seconds=self.max(outcome.seconds))
 
     def on_main(self, fn: Callable[[], T], default: T) -> T:
         """Run ``fn`` on rank 0 only; all return once it has finished (a failure: RuntimeError on the others)."""

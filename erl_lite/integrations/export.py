@@ -2,7 +2,6 @@
 
 A 4-bit (QLoRA) base is reloaded as in training and dequantised before the merge: the adapter was trained
 against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``).
-Departures from the paper: none; the paper fully fine-tunes and has no adapter to merge.
 """
 
 from __future__ import annotations

@@ -31,12 +31,7 @@ def _installed(name: str) -> bool:
 
 
 def resolve_report_to(report_to: list[str]) -> list[str]:
-    """The trackers of ``report_to`` (``["all"]``: every installed one); ImportError for one not installed.
-
-    Example:
-        >>> resolve_report_to([])
-        []
-    """
+    """The trackers of ``report_to`` (``["all"]``: every installed one); ImportError for one not installed."""
     if report_to == ["all"]:
         return [name for name in REPORT_TO_BACKENDS if _installed(name)]
     for name in report_to:
@@ -47,12 +42,7 @@ def resolve_report_to(report_to: list[str]) -> list[str]:
 
 
 def logging_interval(logging_steps: int | float, max_steps: int) -> int:
-    """Iterations between two sends: ``logging_steps``, or that fraction of ``max_steps`` when below 1 (rounded up).
-
-    Example:
-        >>> logging_interval(5, 100), logging_interval(0.25, 10)
-        (5, 3)
-    """
+    """Iterations between two sends: ``logging_steps``, or that fraction of ``max_steps`` when below 1 (rounded up)."""
     if logging_steps < 1:
         return max(1, math.ceil(logging_steps * max_steps))
     return int(logging_steps)
@@ -306,11 +296,6 @@ class Reporter:
 
 
 def make_reporter(config: ERLConfig) -> Reporter | None:
-    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker (ImportError: not installed).
-
-    Example:
-        >>> make_reporter(ERLConfig()) is None
-        True
-    """
+    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker (ImportError: not installed)."""
     names = resolve_report_to(config.report_to)
     return Reporter(config, names) if names else None

@@ -23,19 +23,7 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
     (``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
 
     ``source``: an ERLTrainer, a History, a run folder or ``samples.jsonl``, or ``Retry``/``StepRecord``
-    objects or dicts; ``threshold`` (τ) is required unless ``source`` is a trainer or a run folder.
-
-    Example:
-        >>> from erl_lite.records import Attempt, Retry
-        >>> def attempt(system, replies, reward):
-        ...     msgs = [{"role": "system", "content": system}, {"role": "user", "content": "2+2?"}]
-        ...     msgs += [{"role": "assistant", "content": r} for r in replies]
-        ...     return Attempt("t0", "x", 0, system, msgs, [], [], [], reward, reward > 0, "", "", len(replies))
-        >>> retry = Retry(attempt("Be brief.", ["5"], 0.0), None, attempt("RULEBOOK: add.", ["4"], 1.0))
-        >>> row = internalization_rows([retry], threshold=1.0)[0]
-        >>> row["prompt"][0]["content"], row["completion"]
-        ('Be brief.', [{'role': 'assistant', 'content': '4'}])
-    """
+    objects or dicts; ``threshold`` (τ) is required unless ``source`` is a trainer or a run folder."""
     pairs, default_threshold = _retry_pairs(source)
     tau = threshold if threshold is not None else default_threshold
     if tau is None:
@@ -67,16 +55,7 @@ def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
 
 def tokenize_row(row: dict[str, Any], tokenizer: Any,
                  template_kwargs: dict[str, Any] | None = None) -> dict[str, list[int]]:
-    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes (1 on replies and their eos).
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> tok = tiny_tokenizer()
-        >>> out = tokenize_row({"prompt": [{"role": "user", "content": "hi"}],
-        ...                     "completion": [{"role": "assistant", "content": "yo"}]}, tok)
-        >>> tok.decode([t for t, m in zip(out["input_ids"], out["assistant_masks"]) if m])
-        'yo<|im_end|>'
-    """
+    """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes (1 on replies and their eos)."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos token: each trained reply must end with one")

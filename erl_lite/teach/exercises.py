@@ -29,12 +29,7 @@ class _Scored:
 
 
 def gated_indices(rewards: Sequence[float], threshold: float = TAU) -> list[int]:
-    """Positions of the attempts :func:`erl_lite.core.phases.gate` sends on (``r1 < τ``).
-
-    Example:
-        >>> gated_indices([1.0, 0.0, 0.5, 1.0])
-        [1, 2]
-    """
+    """Positions of the attempts :func:`erl_lite.core.phases.gate` sends on (``r1 < τ``)."""
     scored = [_Scored(float(r)) for r in rewards]
     kept = {id(a) for a in gate(scored, threshold)}  # type: ignore[arg-type]  # duck-typed: only .reward
     return [i for i, a in enumerate(scored) if id(a) in kept]
@@ -129,13 +124,7 @@ def check_gate_function(fn: Any) -> bool:
 
 
 def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TAU, tol: float = 1e-3) -> bool:
-    """Check the gate rate: the fraction of first attempts sent on to reflection.
-
-    Example:
-        >>> check_gate_rate([1.0, 0.0, 0.0, 1.0, 0.5], 0.6)
-        ✓ Correct: 3 of 5 attempts go on, a gate rate of 0.600.
-        True
-    """
+    """Check the gate rate: the fraction of first attempts sent on to reflection."""
     if missing(answer):
         return wrong(NO_ANSWER, "a number between 0 and 1.")
     value = number(answer)
@@ -167,13 +156,7 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
 
 def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any, kind: str = "single",
                  size: int = 50, threshold: float = TAU) -> bool:
-    """Check the rulebooks memory holds (oldest first) after storing ``rulebooks`` with their ``rewards``.
-
-    Example:
-        >>> check_memory(["x", "y"], [1.0, 0.0], ["x"])
-        ✓ Correct: memory holds ['x'].
-        True
-    """
+    """Check the rulebooks memory holds (oldest first) after storing ``rulebooks`` with their ``rewards``."""
     if missing(answer):
         return wrong(NO_ANSWER, "a list of the rulebooks memory holds, oldest first.")
     if isinstance(answer, str):

@@ -79,13 +79,7 @@ def _singletons_zero(group: list[float]) -> list[float]:
 
 def check_grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable], answer: Any,
                              tol: float = 1e-3) -> bool:
-    """Check advantages computed per group (e.g. per ``(task_id, role)``), order preserved.
-
-    Example:
-        >>> check_grouped_advantages([1.0, 0.0, 0.3], ["a", "a", "b"], [0.7071, -0.7071, 0.3])
-        ✓ Correct: [0.707, -0.707, 0.3].
-        True
-    """
+    """Check advantages computed per group (e.g. per ``(task_id, role)``), order preserved."""
     if missing(answer):
         return wrong(NO_ANSWER, "one advantage per reward, in the same order.")
     rewards = [float(r) for r in rewards]
@@ -139,13 +133,7 @@ def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = EPS_
 def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low: float = EPS_LOW,
                        epsilon_high: float = EPS_HIGH, dual_clip: float | None = DUAL_CLIP,
                        tol: float = 1e-3) -> bool:
-    """Check the clipped per-token loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, dual-clipped.
-
-    Example:
-        >>> check_clipped_loss(1.5, 1.0, -1.28)
-        ✓ Correct: at ratio 1.5 with A = 1 the loss is -1.280.
-        True
-    """
+    """Check the clipped per-token loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, dual-clipped."""
     if missing(answer):
         return wrong(NO_ANSWER, "one number: the loss of a single token.")
     value = number(answer)
@@ -203,13 +191,7 @@ def loss_curve_landmarks(epsilon_low: float = EPS_LOW, epsilon_high: float = EPS
 
 def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: Any,
                                 tol: float = 0.011) -> bool:
-    """Check a prediction of the clipped-loss plot, made *before* drawing it (see :func:`loss_curve_landmarks`).
-
-    Example:
-        >>> check_loss_curve_prediction(1.28, 0.8, 3.0)
-        ✓ Correct: flat above 1.28 for A > 0, flat below 0.8 and capped above 3 for A < 0.
-        True
-    """
+    """Check a prediction of the clipped-loss plot, made *before* drawing it (see :func:`loss_curve_landmarks`)."""
     answers = {"flat_above": flat_above, "flat_below": flat_below, "capped_above": capped_above}
     if any(missing(a) for a in answers.values()):
         return wrong(NO_ANSWER, "three ratios, read off the formula before you draw the plot.")
@@ -240,13 +222,7 @@ def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: 
 
 def check_distill_weights(r2: Sequence[float], answer: Any, mode: str = ERLConfig.internalization_mode,
                           tol: float = 1e-3) -> bool:
-    """Check internalization weights: ``max(r2, 0)`` (``raft``) or ``1[r2 > 0]`` (``nll``).
-
-    Example:
-        >>> check_distill_weights([1.0, 0.0, 0.4], [1.0, 0.0, 0.4])
-        ✓ Correct: [1.0, 0.0, 0.4].
-        True
-    """
+    """Check internalization weights: ``max(r2, 0)`` (``raft``) or ``1[r2 > 0]`` (``nll``)."""
     if missing(answer):
         return wrong(NO_ANSWER, "one weight per second attempt.")
     r2 = [float(r) for r in r2]

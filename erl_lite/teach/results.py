@@ -1,6 +1,5 @@
 """Finish a run: measure it (:func:`train_and_evaluate`), keep it (:func:`results_folder`,
 :func:`save_adapter`), and watch the trained policy play (:func:`reload_and_play`).
-Departures from the paper: none; the paper's evaluation is the same first-attempt protocol.
 """
 
 from __future__ import annotations
@@ -18,14 +17,7 @@ DRIVE = Path("/content/drive/MyDrive")
 
 
 def results_folder(name: str = "erl_lite_results", drive: str | os.PathLike | None = DRIVE) -> Path:
-    """Create and return ``<drive>/<name>`` when ``drive`` is mounted (a Colab disk vanishes), else ``./<name>``.
-
-    Example:
-        >>> import tempfile
-        >>> drive = tempfile.mkdtemp()  # stands in for a mounted Google Drive
-        >>> results_folder("runs/demo", drive=drive) == Path(drive).resolve() / "runs" / "demo"
-        True
-    """
+    """Create and return ``<drive>/<name>`` when ``drive`` is mounted (a Colab disk vanishes), else ``./<name>``."""
     if not name or os.path.isabs(name) or ".." in Path(name).parts:
         raise ValueError(f"name must be a relative folder name like 'erl_lite/run1', got {name!r}")
     root = Path(drive) if drive is not None and Path(drive).is_dir() else Path.cwd()
@@ -96,18 +88,7 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
-    Beside peft's files, :data:`erl_lite.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.models import load_policy
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit",
-        ...                           lora_r=2, device="cpu")
-        >>> saved = save_adapter(policy, tok, tempfile.mkdtemp())
-        >>> saved.base_quantization, {"adapter_config.json", "erl_lite.json"} <= set(os.listdir(saved.path))
-        ('4bit', True)
-    """
+    Beside peft's files, :data:`erl_lite.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``."""
     from erl_lite.integrations import export
     from erl_lite.layout import write_adapter
 

@@ -17,12 +17,7 @@ _SETUPS = {"cpu": ("demo", "none"), "gpu": ("gpu", "4bit")}
 
 
 class Setup(NamedTuple):
-    """What :func:`setup` returns; unpacks as ``model, tokenizer, env, config``.
-
-    Example:
-        >>> Setup("model", "tokenizer", "env", ERLConfig())[:3]
-        ('model', 'tokenizer', 'env')
-    """
+    """What :func:`setup` returns; unpacks as ``model, tokenizer, env, config``."""
 
     model: Any  #: the policy: a PEFT model with a fresh LoRA adapter
     tokenizer: Any  #: its tokenizer (``processing_class`` for the trainer)

@@ -151,12 +151,7 @@ def _reflection_html(refl: Record | None) -> str:
 
 def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,
                       task_id: str | None = None, index: int | None = None) -> str:
-    """HTML of one rollout's first attempt, reflection and second attempt, with diffs.
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> html_text = show_attempt_pair(synthetic_history(steps=5), step=5)
-    """
+    """HTML of one rollout's first attempt, reflection and second attempt, with diffs."""
     record = step_record(history_or_step_record, step)
     pair = select_pair(record, task_id, index)
     first, refl, second = pair["first"], pair["reflection"], pair["second"]
@@ -190,13 +185,7 @@ def _attempt_text(title: str, attempt: Record | None) -> list[str]:
 
 def attempt_pair_text(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,
                       task_id: str | None = None, index: int | None = None) -> str:
-    """Plain-text version of :func:`show_attempt_pair` (diffs as ``[-old-]{+new+}``).
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> attempt_pair_text(synthetic_history(steps=5)).splitlines()[0].startswith("=== step")
-        True
-    """
+    """Plain-text version of :func:`show_attempt_pair` (diffs as ``[-old-]{+new+}``)."""
     record = step_record(history_or_step_record, step)
     pair = select_pair(record, task_id, index)
     first, refl, second = pair["first"], pair["reflection"], pair["second"]

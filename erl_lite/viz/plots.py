@@ -57,13 +57,7 @@ def _same_series(h, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
 
 
 def rewards_are_binary(history: HistoryLike) -> bool:
-    """Whether reward and success are the same numbers everywhere (0/1 rewards, τ = 1: the games).
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> rewards_are_binary(synthetic_history(steps=5)), rewards_are_binary(None)
-        (True, False)
-    """
+    """Whether reward and success are the same numbers everywhere (0/1 rewards, τ = 1: the games)."""
     h = as_history(history)
     pairs = [((REWARD_FIRST, "train"), (SUCCESS_FIRST, "train")), ((REWARD_SECOND, "train"), (SUCCESS_SECOND, "train"))]
     pairs.append(((EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")))
@@ -126,13 +120,7 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
 
 @S.styled
 def plot_gate_rate(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
-    """Fraction of first attempts the gate sent on to reflection (``r1 < τ``) per step.
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> plot_gate_rate(synthetic_history(steps=5)).axes[0].get_ylabel()
-        'fraction of first attempts'
-    """
+    """Fraction of first attempts the gate sent on to reflection (``r1 < τ``) per step."""
     return _panel(history, ax, [(GATE_RATE, "train", "sent to reflection", "gate")], smoothing,
                   "Gate: first attempts sent to reflection", "fraction of first attempts", unit=True)
 
@@ -148,12 +136,7 @@ def _memory_sizes(h) -> tuple[list[int], list[float]]:
 
 @S.styled
 def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
-    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis.
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> fig = plot_memory(synthetic_history(steps=5))
-    """
+    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis."""
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
     w_steps, writes = series(h, MEMORY_WRITES)
@@ -172,13 +155,7 @@ def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
 
 
 def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
-    """``(step, text)`` of what memory held after each sampled step (rulebooks joined by a ``---`` line).
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> memory_table(synthetic_history(steps=5))[0][0]
-        1
-    """
+    """``(step, text)`` of what memory held after each sampled step (rulebooks joined by a ``---`` line)."""
     h = as_history(history)
     rows = [(int(s.get("step", i)), joined_rulebooks(s.get("memory_after"))) for i, s in enumerate(h.samples, start=1)]
     return sorted(rows, key=lambda r: r[0])
@@ -186,39 +163,21 @@ def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
 
 @S.styled
 def plot_losses(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
-    """Policy loss contributed by each role (``loss/first`` … ``loss/distill``) per step.
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> len(plot_losses(synthetic_history(steps=5)).axes[0].lines)
-        4
-    """
+    """Policy loss contributed by each role (``loss/first`` … ``loss/distill``) per step."""
     return _panel(history, ax, _by_role({r: LOSS_KEYS[r] for r in ROLE_LABELS}), smoothing, "Loss by role",
                   "loss (token sum, mean over sequences)")
 
 
 @S.styled
 def plot_advantages(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
-    """Mean |advantage| per role per step: how much learning signal each role carried.
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> len(plot_advantages(synthetic_history(steps=5)).axes[0].lines)
-        3
-    """
+    """Mean |advantage| per role per step: how much learning signal each role carried."""
     return _panel(history, ax, _by_role(ADVANTAGE_KEYS), smoothing,
                   "Advantage magnitude by role", "mean |advantage| (group-std units)")
 
 
 @S.styled
 def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None) -> Figure:
-    """Evaluation reward and success (one curve when they coincide), RLVR dashed if given.
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> [line.get_label() for line in plot_eval(synthetic_history(steps=10)).axes[0].lines]
-        ['reward = success rate']
-    """
+    """Evaluation reward and success (one curve when they coincide), RLVR dashed if given."""
     h, base = _runs(history, baseline)
     fig, ax, owned = S.new_axes(ax)
     same = all(_same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
@@ -237,11 +196,7 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
 def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: Axes | None = None,
                     title: str = "Equal CPU time, one line per seed") -> Figure:
     """Evaluation over training CPU time, one line per run, a style per variant (``compare_modes.py``'s
-    results: dicts with ``variant`` and ``eval_curve``, rows ``[step, CPU seconds, success]``).
-
-    Example:
-        >>> fig = plot_comparison([{"variant": "ERL", "eval_curve": [[0, 0.0, 0.4], [5, 9.0, 0.9]]}])
-    """
+    results: dicts with ``variant`` and ``eval_curve``, rows ``[step, CPU seconds, success]``)."""
     variants = variants or list(dict.fromkeys(r["variant"] for r in results))
     fig, ax, owned = S.new_axes(ax, figsize=(6.6, 4.0))
     styles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "v", "D", "P", "X"]
@@ -285,13 +240,7 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing:
 
 @S.styled
 def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: HistoryLike = None) -> list[str]:
-    """Write the rewards, gate_rate, memory, losses, eval and overview PNGs into ``out_dir``; return paths.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> paths = save_figures(synthetic_history(steps=5), tempfile.mkdtemp())
-    """
+    """Write the rewards, gate_rate, memory, losses, eval and overview PNGs into ``out_dir``; return paths."""
     h, base = _runs(history, baseline)
     os.makedirs(out_dir, exist_ok=True)
     figures = {"rewards.png": plot_rewards(h, base), "gate_rate.png": plot_gate_rate(h), "memory.png": plot_memory(h),

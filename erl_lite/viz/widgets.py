@@ -1,5 +1,5 @@
 """Notebook browsers of reflections and memory; a :class:`StaticView` where no widget front-end can
-draw them (:func:`is_static`). Departures from the paper: none (presentation only).
+draw them (:func:`is_static`).
 """
 
 from __future__ import annotations
@@ -105,12 +105,7 @@ def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, in
 
 def reflection_browser(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
     """Browse sampled steps: pick a rollout, see first attempt → reflection → second attempt.
-    Returns an ``ipywidgets.VBox``, or (``static``, see :func:`is_static`) a :class:`StaticView`.
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> view = reflection_browser(synthetic_history(steps=5), static=True)
-    """
+    Returns an ``ipywidgets.VBox``, or (``static``, see :func:`is_static`) a :class:`StaticView`."""
     h, steps = _steps(history)
     if not steps:
         return _no_samples()
@@ -175,13 +170,7 @@ def memory_text(record: Record) -> str:
 
 
 def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:
-    """A slider over sampled steps showing the memory after each step (or a :class:`StaticView`).
-
-    Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> str(memory_viewer(synthetic_history(steps=5), static=True)).splitlines()[0]
-        '=== memory after step 1 ==='
-    """
+    """A slider over sampled steps showing the memory after each step (or a :class:`StaticView`)."""
     h, steps = _steps(history)
     if not steps:
         return _no_samples()
