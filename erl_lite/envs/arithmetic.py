@@ -30,13 +30,7 @@ def make_expression(rng: random.Random, n_ops: int, max_operand: int) -> tuple[s
 
 def make_arithmetic_dataset(n: int = 1000, seed: int = 0, n_ops: tuple[int, int] = (1, 3),
                             max_operand: int = 20, chat: bool = True) -> list[dict[str, Any]]:
-    r"""``n`` seeded rows ``{"prompt", "answer"}``; answers are integers written as strings.
-
-    Example:
-        >>> rows = make_arithmetic_dataset(2, seed=1, chat=False)
-        >>> rows[0]["prompt"].startswith("Compute")
-        True
-    """
+    r"""``n`` seeded rows ``{"prompt", "answer"}``; answers are integers written as strings."""
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
@@ -62,12 +56,7 @@ def _text(completion: Any) -> str:
 
 
 def parse_number(completion: Any) -> tuple[float | None, str]:
-    r"""(value read, where it came from: ``"boxed"``, ``"last number"`` or ``"none"``).
-
-    Example:
-        >>> parse_number(r"it is \boxed{12}")
-        (12.0, 'boxed')
-    """
+    r"""(value read, where it came from: ``"boxed"``, ``"last number"`` or ``"none"``)."""
     text = _text(completion)
     boxed = extract_boxed(text)
     if boxed is not None:

@@ -44,11 +44,6 @@ def paper_game_tasks(game: str, split: str, n: int | None = None) -> list[Task]:
 
 
 def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:
-    """The paper's 1,024 HotpotQA evaluation questions, without paragraphs (a ``retriever`` can research them).
-
-    Example:
-        >>> hotpotqa_paper_questions(1)[0].data["answer"]
-        'yes'
-    """
+    """The paper's 1,024 HotpotQA evaluation questions, without paragraphs (a ``retriever`` can research them)."""
     rows = paper_rows("hotpotqa", "test")[:task_count(n)]
     return [Task(task_id=f"hotpotqa/paper-eval/{i}", data={**row, "split": "test"}) for i, row in enumerate(rows)]
