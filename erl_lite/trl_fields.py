@@ -172,13 +172,13 @@ def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
                          current: dict[str, Any] | None = None) -> dict[str, Any]:
     """``given`` (keyword arguments for ``ERLConfig``, whose field names are ``known``) with TRL's names mapped.
 
-    ``current``: values a mapped field starts from (a config being replaced: ``min_p`` joins its
+    ``current``: values a mapped field starts from (a config being replaced: ``cache_implementation`` joins its
     ``generation_kwargs``). Raises ValueError for a refused field or a mapped one that disagrees with
     its target, TypeError for a name that is neither an ERLConfig field nor a TRL one.
 
     Example:
-        >>> translate_trl_fields({"min_p": 0.05, "seed": 1}, ["seed", "generation_kwargs"])
-        {'seed': 1, 'generation_kwargs': {'min_p': 0.05}}
+        >>> translate_trl_fields({"cache_implementation": "static", "seed": 1}, ["seed", "generation_kwargs"])
+        {'seed': 1, 'generation_kwargs': {'cache_implementation': 'static'}}
     """
     known = set(known)
     out = {k: v for k, v in given.items() if k in known}

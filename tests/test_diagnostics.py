@@ -62,6 +62,7 @@ BROKEN = {
     "zero_grad": lambda s: {GRAD_NORM: 0.0},
     "non_finite": lambda s: {OPTIM_SKIPPED_STEPS: 1.0, GRAD_NORM: math.nan},
     "kl_growth": lambda s: {KL: 0.01 * 2 ** s},
+    "off_policy": lambda s: {"onpolicy/tokens": 40.0, "onpolicy/gap_mean/first": 0.3},
 }
 
 

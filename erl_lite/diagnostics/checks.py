@@ -4,10 +4,8 @@ A check judges a *window* of consecutive training records (its persistence, so o
 never fires) and returns what it saw, or None. It fires on the first window where it holds
 after one where it did not: once per episode of the condition. :func:`scan` replays a whole
 history; :func:`fired_at` answers for the newest step only, from the same records, so a live run
-and a report on it always agree. No check needs more than the record (no extra forward pass).
-
-Departures from the paper: none; the paper has no diagnostics. The thresholds are ours, set
-so the embedded demo's healthy run fires none of the warnings (its solved end is a note).
+and a report on it always agree. The paper has none; the thresholds are set so the embedded demo's
+healthy run fires no warning.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE
                                    SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
                                    TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST, GAP_MEAN_KEYS, GAP_TOKENS)
 from erl_lite.config import ERLConfig
-from erl_lite.records import DISTILL
+from erl_lite.records import DISTILL, REFLECTION
 
 WARNING, NOTE = "warning", "note"
 
@@ -241,22 +239,19 @@ def _had_signal(r: Mapping[str, Any]) -> bool:
         (_get(r, INTERNALIZATION_WEIGHT) or 0.0) > 0)
 
 
-#: Mean |sampler's log-prob - the update's| per token above which a role counts as sampled off-policy. Same
-#: weights in fp32 agree to ~1e-5 (another summation order); bf16 rounding of logits of size ~20 adds a few
-#: 1e-3 per token on average; a checkpoint's repetition penalty or top-k moves it by 0.1 and more.
+#: Mean |sampler's log-prob - the update's| per token past which a role is off-policy: fp32 agrees to ~1e-5,
+#: bf16 logits add a few 1e-3; a leaked penalty or top-k moves it by 0.1 and more.
 GAP_TOLERANCE = 0.05
 
 
 def _off_policy(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     # Top-p renormalises over the nucleus: log-probs rise by -log(kept mass) <= -log(top_p), as expected.
-    allow = {"first": (facts.top_p, facts.top_k), "second": (facts.top_p, facts.top_k),
-             "reflection": (facts.reflection_top_p, 0)}
     for role, key in GAP_MEAN_KEYS.items():
-        top_p, top_k = allow[role]
+        top_p, top_k = (facts.reflection_top_p, 0) if role == REFLECTION else (facts.top_p, facts.top_k)
         limit = GAP_TOLERANCE - math.log(top_p)
         if top_k == 0 and _all(w, GAP_TOKENS, lambda v: v > 0) and _all(w, key, lambda v: v > limit):
-            return (f"{key} was " + ", ".join(f"{_get(r, key):.3g}" for r in w) + f" on {_steps(w)} "
-                    f"(tolerance {limit:.3g})")
+            seen = ", ".join(f"{_get(r, key):.3g}" for r in w)
+            return f"{key} was {seen} on {_steps(w)} (tolerance {limit:.3g})"
     return None
 
 
@@ -334,11 +329,9 @@ CHECKS: tuple[Check, ...] = (
           "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
           "lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite"),
     Check("off_policy", (GAP_TOKENS, *GAP_MEAN_KEYS.values()), 2, _off_policy,
-          "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss "
-          "and the KL assume",
-          "look for a logits processor or penalty outside ERLConfig (a generation_config, a custom generator), a "
-          "temperature that differs between sampler and update, a low-precision sampler, or weights the sampler "
-          "did not get after a step"),
+          "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss scores",
+          "look for a penalty or logits processor outside ERLConfig (a custom generator), another temperature in "
+          "the sampler, a low-precision sampler, or weights the sampler did not get after a step"),
     Check("kl_growth", (KL,), 4, _kl_growth,
           "The policy is leaving the reference fast; runs that do this often collapse a few steps later",
           "lower learning_rate={learning_rate} or raise beta={beta}"),
@@ -349,12 +342,8 @@ CHECKS_BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 
 
 def checks_reading(key: str) -> list[str]:
-    """The checks that read metric ``key`` (the glossary's link from a metric to its checks).
-
-    Example:
-        >>> checks_reading("reflection/parse_rate")
-        ['parse_rate', 'memory_empty']
-    """
+    """The checks that read metric ``key`` (the glossary's link from a metric to its checks): for
+    ``reflection/parse_rate``, ``['parse_rate', 'memory_empty']``."""
     return [c.name for c in CHECKS if key in c.reads]
 
 
