@@ -11,9 +11,15 @@ import difflib
 import functools
 import math
 import numbers
+import os
 import types
 import typing
 from typing import Any, Iterable, Literal, Mapping
+
+
+def expand_path(path: str | os.PathLike) -> str:
+    """``path`` with ``~`` and ``$VAR`` / ``${VAR}`` expanded, as a shell and transformers' TrainingArguments do."""
+    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
 
 
 def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:

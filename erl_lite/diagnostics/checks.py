@@ -230,7 +230,10 @@ def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 
 def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO):
+    # A step with no advantage, no distillation weight and no gradient had nothing to learn (a solved run).
+    moved = [r for r in w if _had_signal(r) or (_get(r, GRAD_NORM) or 0.0) > 0]
+    if len(moved) == len(w) and _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(
+            w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO):
         steps = sum(_get(r, OPTIM_STEPS) or 0 for r in w)
         return f"{WEIGHT_UPDATE} stayed below {FROZEN_RATIO:g} through {steps:.0f} optimizer steps ({_steps(w)})"
     return None
