@@ -13,13 +13,11 @@ import pytest
 
 import erl_lite
 from erl_lite.cli import main
-from erl_lite.core import memory as memory_module
-from erl_lite.core.memory import ReflectionMemory
+from erl_lite.core.memory import MAX_RULEBOOK_CHARS, ReflectionMemory
 from erl_lite.core.prompts import reflection_messages
 from erl_lite.diagnostics.preflight import chat_findings
 from erl_lite.testing import tiny_tokenizer
 
-MAX_RULEBOOK_CHARS = getattr(memory_module, "MAX_RULEBOOK_CHARS", 64_000)
 HEALTHY_ROW = {"kind": "train", "step": 1, "reflection/parse_rate": 1.0}
 
 
@@ -268,11 +266,15 @@ def test_reward_weights_reach_the_trainer(captured_trainer, tmp_path, capsys, ro
     assert captured_trainer["reward_weights"] == [0.0, 1.0]
 
 
-@pytest.mark.parametrize("weights, says", [(["1"], "2 reward_funcs"), (["1", "2", "3"], "2 reward_funcs"),
+@pytest.mark.parametrize("weights, says", [(["1"], "the 2 reward_funcs"), (["1", "2", "3"], "the 2 reward_funcs"),
                                            (["x", "1"], "x"), (["nan", "1"], "finite")])
 def test_reward_weights_are_checked_against_the_reward_functions(captured_trainer, capsys, weights, says):
-    assert main([*DATA, "--reward-weights", *weights]) == 2
+    try:
+        code = main([*DATA, "--reward-weights", *weights])
+    except SystemExit as e:  # argparse's own refusal of a word that is no number
+        code = e.code
     err = capsys.readouterr().err
+    assert code == 2
     assert "reward" in err and says in err and not captured_trainer
 
 

@@ -14,6 +14,7 @@ import os
 from typing import Callable
 
 from erl_lite.config_checks import MAX_SEED
+from erl_lite.field_types import expand_path
 
 
 def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
@@ -58,6 +59,7 @@ def folder(text: str) -> str:
     Nothing is created here (argparse also converts string defaults); the run makes the folder
     when it writes, and the trainer's own check (:func:`erl_lite.checkpoint.ensure_writable`) probes it.
     """
+    text = expand_path(text)
     path = os.path.abspath(text)
     if os.path.exists(path) and not os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
