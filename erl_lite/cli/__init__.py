@@ -1,9 +1,7 @@
-"""The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module.
-
-Commands: ``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~erl_lite.cli.train`),
-``eval`` (:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA
-adapter into its base) and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as
-one paragraph (:mod:`~erl_lite.cli.errors`).
+"""The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module. Commands:
+``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~erl_lite.cli.train`), ``eval``
+(:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA adapter into its base)
+and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as one paragraph (:mod:`~.errors`).
 """
 
 from __future__ import annotations
@@ -146,7 +144,7 @@ def _plot_parser(sub: Any) -> None:
     p.add_argument("history", help="a history.jsonl file, or a run folder holding one")
     p.add_argument("--out", type=arg_types.folder, default=None,
                    help="folder for the PNGs (default: the history's folder)")
-    p.add_argument("--baseline", default=None, type=expand_path, help="another run's history drawn dashed (e.g. the RLVR run)")
+    p.add_argument("--baseline", default=None, type=expand_path, help="another run's history, drawn dashed")
 
 
 def _export_parser(sub: argparse._SubParsersAction) -> None:
@@ -161,7 +159,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
                              "(auto: read it from the adapter folder or its checkpoint)")
     export.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                         help="dtype of the saved weights (auto: the base's own)")
-    export.add_argument("--base-model", default=None, type=expand_path, help="load the base from here instead of the adapter's record")
+    export.add_argument("--base-model", default=None, type=expand_path, help="the base's folder (default: as recorded)")
     export.add_argument("--push-to-hub", default=None, metavar="REPO",
                         help="then upload the merged folder to this hub repository (needs the network and a token)")
     export.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")

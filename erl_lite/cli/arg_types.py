@@ -1,9 +1,6 @@
-"""Range-checked ``type=`` functions for command-line numbers, shared by ``erl-lite`` and the scripts.
-
-A bare ``type=int`` lets ``--steps 0`` or ``--tasks -1`` through to code that fails minutes later,
-deep in a worker, or quietly does something else (a slice ``[:-1]``, an empty loop). These types
-refuse such a value while the arguments are parsed, and argparse names the flag:
-``error: argument --steps: must be a whole number >= 1, got '0'`` (exit code 2).
+"""Range-checked ``type=`` functions for command-line numbers and folders, shared by ``erl-lite`` and the scripts:
+a bare ``type=int`` lets ``--steps 0`` through to code that fails minutes later or quietly does something else;
+these refuse it while the arguments are parsed, and argparse names the flag (exit code 2).
 """
 
 from __future__ import annotations

@@ -31,12 +31,7 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 
 def run_preset(env: str, preset: str | None) -> str:
-    """The preset of ``erl-lite train``: ``preset`` when named, else ``demo`` on the demo world, ``cpu`` elsewhere.
-
-    Example:
-        >>> run_preset("demo", None), run_preset("frozenlake", None), run_preset("demo", "gpu")
-        ('demo', 'cpu', 'gpu')
-    """
+    """The preset of ``erl-lite train``: ``preset`` when named, else ``demo`` on the demo world, ``cpu`` elsewhere."""
     if preset is not None:
         return preset
     return "demo" if env == "demo" else "cpu"
@@ -112,15 +107,7 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:
-    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`).
-
-    Example:
-        >>> from erl_lite.cli import build_parser
-        >>> args = build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"])
-        >>> cfg = train_config(args)
-        >>> cfg.max_steps, cfg.learning_rate, cfg.max_completion_length
-        (5, 0.001, 24)
-    """
+    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`)."""
     return train_settings(args)[1]
 
 

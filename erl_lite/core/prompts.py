@@ -1,6 +1,5 @@
 """The prompts ERL adds around a task: the reflection request (asking for a rulebook inside
 ``<prompt>…</prompt>``), and the second attempt's (Δ plus the action reminder, never y1 or f1).
-
 Departures from the paper: the wording is erl_lite's own; the structure follows the paper's
 released code (rulebook in tags, fallback to the base prompt).
 """
@@ -43,12 +42,7 @@ class PromptTooLongError(ValueError):
 
 
 def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
-    """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block.
-
-    Example:
-        >>> parse_rulebook("thinking... <prompt>C is a hole.</prompt>", "base")
-        ('C is a hole.', True)
-    """
+    """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block."""
     blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
     return (blocks[-1], True) if blocks else (base_prompt, False)
 
@@ -75,7 +69,7 @@ CHARS_PER_TOKEN = 16
 
 
 def cut_middle(text: str, max_chars: int) -> str:
-    """``text`` in at most ``max_chars`` characters: its head and tail around :data:`MARKER` (a reader needs the ends)."""
+    """``text`` in at most ``max_chars`` characters: its head and tail around :data:`MARKER` (a reader needs both)."""
     if len(text) <= max_chars:
         return text
     keep = max_chars - len(MARKER)
@@ -84,13 +78,10 @@ def cut_middle(text: str, max_chars: int) -> str:
 
 def _cut_ids(text: str, ids: list[int], keep: int, marker: int, tokenizer: Any) -> str:
     """``text`` (tokenized as ``ids``) shortened to about ``keep`` tokens around the marker (``marker`` tokens)."""
-    if len(ids) <= keep:
-        return text
-    head = max(keep - marker, 0) - max(keep - marker, 0) // 2
-    tail = max(keep - marker - head, 0)
-    if head <= 0:
-        return ""
-    return tokenizer.decode(ids[:head]) + MARKER + (tokenizer.decode(ids[len(ids) - tail:]) if tail else "")
+    room = keep - marker
+    if len(ids) <= keep or room <= 0:
+        return text if len(ids) <= keep else ""
+    return tokenizer.decode(ids[:room - room // 2]) + MARKER + tokenizer.decode(ids[len(ids) - room // 2:])
 
 
 def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward: float, feedback: str,
@@ -105,8 +96,8 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
         if len(text) > CHARS_PER_TOKEN * max_tokens:
             shown = {"base_prompt": "base instructions (the memory)", "task_text": "task"}.get(name, name)
             warnings.warn(f"reflection request: its {shown} of {len(text):,} characters was cut to "
-                          f"{CHARS_PER_TOKEN * max_tokens:,} ({CHARS_PER_TOKEN} a token of max_reflection_prompt_length="
-                          f"{max_tokens}) before tokenizing", UserWarning, stacklevel=2)
+                          f"{CHARS_PER_TOKEN * max_tokens:,} ({CHARS_PER_TOKEN} a token of max_reflection_prompt_length"
+                          f"={max_tokens}) before tokenizing", UserWarning, stacklevel=2)
             parts[name] = cut_middle(text, CHARS_PER_TOKEN * max_tokens)
     ids = {name: encode(text, tokenizer) for name, text in parts.items()}
     room, marker = max_tokens - reflection_skeleton_length(tokenizer, template_kwargs), len(encode(MARKER, tokenizer))
@@ -140,12 +131,6 @@ def _reflection_request(parts: dict[str, str], reward: float) -> list[dict[str, 
 
 
 def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int:
-    """Tokens of a reflection request with every part empty: what no cut can remove.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> 500 < reflection_skeleton_length(tiny_tokenizer()) < 1000  # one token per character
-        True
-    """
+    """Tokens of a reflection request with every part empty: what no cut can remove."""
     empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0)
     return len(encode_messages(empty, tokenizer, template_kwargs))
