@@ -21,7 +21,7 @@ from erl_lite.config_checks import (  # noqa: F401 - the allowed values, importa
     DEFAULT_GENERATIONS, DEFAULT_MAX_STEPS, DIAGNOSTICS_LEVELS, FIELD_CHOICES, IMPORTANCE_SAMPLING_LEVELS, INTERNALIZATION_MODES,
     LOSS_TYPE_ALIASES, LOSS_TYPE_NAMES, LOSS_TYPES, LR_SCHEDULERS, MEMORY_TYPES, MODES, OPTIMIZERS,
     REPORT_TO_BACKENDS, SAMPLER_KEYS, SCALE_REWARDS, TRL_LOSS_TYPES_MISSING)
-from erl_lite.field_types import conform_fields
+from erl_lite.field_types import conform_fields, expand_path
 from erl_lite.presets import GPU_PRESETS, PRESETS, require_cuda_for_preset  # noqa: F401 - importable from here
 from erl_lite.records import ROLES
 from erl_lite.trl_fields import translate_trl_fields
@@ -206,6 +206,7 @@ class ERLConfig:
         _migrate_extra_preset(self)
         checks.check_trl_values(self)
         conform_fields(self)  # every field against its annotation (bool, int, finite float, ...)
+        self.output_dir = self.output_dir and expand_path(self.output_dir)  # ~ and $VAR, as TrainingArguments
         checks.check_choices(self)
         self.generations_from_mode = self.num_generations is None
         if self.generations_from_mode:

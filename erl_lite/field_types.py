@@ -1,5 +1,4 @@
 """Checking a value against its field's type annotation or its setting's range, with a message naming it.
-
 Every way of building a config meets the same rules (``bool``: only True/False; ``int``: an integer or a whole
 float; ``float``: a real number but a bool, never NaN or ±inf); neither ``dataclasses`` nor HF checks types.
 """
@@ -11,20 +10,19 @@ import difflib
 import functools
 import math
 import numbers
+import os
 import types
 import typing
 from typing import Any, Iterable, Literal, Mapping
 
 
-def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
-    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a whole number >= ``minimum``.
+def expand_path(path: str | os.PathLike) -> str:
+    """``path`` with ``~`` and ``$VAR`` / ``${VAR}`` expanded, as a shell and transformers' TrainingArguments do."""
+    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
 
-    Example:
-        >>> check_whole("FrozenLake", "max_actions", 0, minimum=1)
-        Traceback (most recent call last):
-        ...
-        ValueError: FrozenLake: max_actions must be a whole number >= 1, got 0
-    """
+
+def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
+    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a whole number >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{owner}: {name} must be a whole number >= {minimum}, got {value!r}")
 
@@ -40,12 +38,7 @@ class _Mismatch(Exception):
 
 
 def conform(name: str, value: Any, annotation: Any, owner: str = "ERLConfig") -> Any:
-    """``value`` as field ``name`` stores it, or ValueError naming ``owner.name`` and what it takes.
-
-    Example:
-        >>> conform("seed", 3.0, int), conform("beta", 0, float), conform("dual_clip", None, float | None)
-        (3, 0, None)
-    """
+    """``value`` as field ``name`` stores it, or ValueError naming ``owner.name`` and what it takes."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
         raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
     try:  # with convert=True a union still tries an exact fit first
@@ -118,12 +111,7 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
 
 
 def describe(annotation: Any) -> str:
-    """What a field of this type takes, in words.
-
-    Example:
-        >>> describe(int | None), describe(str | list[str])
-        ('an integer or None', 'a string or a list of strings')
-    """
+    """What a field of this type takes, in words."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(describe(a) for a in args)
@@ -143,11 +131,6 @@ def _plural(words: str) -> str:
 
 
 def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
-    """The known name a mistyped ``name`` meant (``aliases``, else difflib above 0.6), or None: the "did you mean".
-
-    Example:
-        >>> closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])
-        ('learning_rate', None)
-    """
+    """The known name a mistyped ``name`` meant (``aliases``, else difflib above 0.6), or None: the "did you mean"."""
     return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)),
                                              None)

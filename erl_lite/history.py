@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from erl_lite.field_types import expand_path
 from erl_lite.jsonio import read_jsonl
 from erl_lite.metrics import METRIC_GLOSSARY
 
@@ -74,7 +75,7 @@ class History:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":
         """Load from a run folder or a ``history.jsonl``; a last line a crash cut off is dropped with a warning."""
-        p = Path(path)
+        p = Path(expand_path(path))
         if not p.exists():  # else "run/typo" would read run/history.jsonl, another run's
             raise FileNotFoundError(f"no run folder or history file at {p}")
         folder = p if p.is_dir() else p.parent
@@ -83,8 +84,20 @@ class History:
             raise FileNotFoundError(f"no history.jsonl at {hist_file}")
         samples_file = folder / "samples.jsonl"
         # A crash mid-write leaves the last line cut off: drop it, so the history up to then can be drawn.
-        samples = read_jsonl(samples_file, torn_tail="warn") if samples_file.exists() else []
-        return cls(records=read_jsonl(hist_file, torn_tail="warn"), samples=samples)
+        samples = read_jsonl(samples_file, "warn", _not_an_object) if samples_file.exists() else []
+        return cls(records=read_jsonl(hist_file, "warn", record_problem), samples=samples)
+
+
+def _not_an_object(row: Any) -> str | None:
+    return None if isinstance(row, dict) else f"a record must be a JSON object, got {type(row).__name__} {row!r:.40}"
+
+
+def record_problem(row: Any) -> str | None:
+    """What keeps ``row`` from being a history record (an object with a whole-number ``step``), or None."""
+    step = row.get("step") if isinstance(row, dict) else None
+    if isinstance(row, dict) and not (isinstance(step, int) and not isinstance(step, bool)):
+        return f"a record needs a whole-number 'step', got {step!r:.40}"
+    return _not_an_object(row)
 
 
 def _write_jsonl(path: str, rows: Iterable[dict[str, Any]]) -> None:

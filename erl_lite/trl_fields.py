@@ -120,7 +120,7 @@ TRL_REFUSED: dict[str, str] = {
                   "vespo_lambda_neg top_entropy_quantile entropy_coef use_adaptive_entropy entropy_coef_min "
                   "entropy_coef_max entropy_coef_delta entropy_target off_policy_mask_threshold use_bias_correction_kl "
                   "router_aux_loss_coef label_smoothing_factor average_tokens_across_devices cast_lm_head_to_fp32"),
-    "reward_weights": "pass ERLTrainer(reward_weights=[...]) (a trainer argument in erl_lite)",
+    "reward_weights": "pass ERLTrainer(reward_weights=[...]) or erl-lite train --reward-weights (not a config field)",
     "multi_objective_aggregation": "several reward functions are combined as their reward_weights-weighted sum",
     **_all(_REFERENCE, "sync_ref_model ref_model_mixup_alpha ref_model_sync_steps"),
     "max_tool_calling_iterations": "an environment ends its own episodes (max_episode_length bounds their tokens)",

@@ -64,9 +64,9 @@ def test_parse_rulebook():
 
 def test_cut_middle_keeps_head_and_tail():
     text = "HEAD " + "x" * 500 + " TAIL"
-    out = cut_middle(text, 60, len)
+    out = cut_middle(text, 60)
     assert len(out) <= 60 and out.startswith("HEAD") and out.endswith("TAIL") and "omitted" in out
-    assert cut_middle("short", 60, len) == "short"
+    assert cut_middle("short", 60) == "short" and cut_middle(text, 10) == ""
 
 
 def test_reflection_truncates_trace_then_memory_then_the_task(tok):

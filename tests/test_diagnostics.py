@@ -238,12 +238,15 @@ def test_off_runs_no_check(tmp_path, capsys):
 
 
 def test_frozen_weights_fire_in_a_real_run_with_a_vanishing_learning_rate(tmp_path):
-    """weights/update_ratio is measured: lr 1e-12 moves nothing, lr 1e-2 moves the adapter."""
-    def half_right(prompt):
-        return "1" if "1" in prompt.split("Say")[-1] else "0"
+    """weights/update_ratio is measured: lr 1e-12 moves nothing, lr 1e-2 moves the adapter (the second
+    attempts succeed under a rulebook, so internalization has rows to learn from)."""
+    def learns(prompt):
+        if "Reflect" in prompt or "rulebook" in prompt.lower():
+            return "<prompt>ZZ</prompt>"
+        return ("1" if "1" in prompt.split("Say")[-1] else "0") if "ZZ" in prompt else "x"
 
-    frozen = trainer(None, half_right, learning_rate=1e-12, max_steps=4).train()
-    moving = trainer(None, half_right, learning_rate=1e-2, max_steps=4).train()
+    frozen = trainer(None, learns, learning_rate=1e-12, max_steps=4, max_reflection_length=24).train()
+    moving = trainer(None, learns, learning_rate=1e-2, max_steps=4, max_reflection_length=24).train()
     assert "frozen_weights" in names(diagnose(frozen, RunFacts(learning_rate=1e-12)).warnings)
     assert "frozen_weights" not in names(diagnose(moving).warnings)
     assert min(moving.series(WEIGHT_UPDATE)[1]) > 1e-6
@@ -262,14 +265,14 @@ def test_preflight_is_silent_on_a_sound_setup(tmp_path):
     assert not [r for r in t.history.records if r["kind"] == "diagnostic" and r["step"] == 0]
 
 
-def test_preflight_notes_a_missing_chat_template_first_in_the_history(tmp_path, capsys):
+def test_preflight_warns_of_a_missing_chat_template_first_in_the_history(tmp_path, capsys):
     t = trainer(tmp_path, tok=tiny_tokenizer(chat_template=False))
     assert "[chat_template]" in capsys.readouterr().err  # at construction, before any step
     t.train()
     first = json.loads(open(tmp_path / "history.jsonl").readline())
     assert first["kind"] == "diagnostic" and DIAGNOSTICS_PREFIX + "chat_template" in first
     recorded = [f for f in diagnose(t.history).findings if f.name == "chat_template"]
-    assert [(f.level, f.step) for f in recorded] == [("note", 0)] and "no chat template" in recorded[0].saw
+    assert [(f.level, f.step) for f in recorded] == [("warning", 0)] and "no chat template" in recorded[0].saw
     assert recorded[0].tries.startswith("load the instruct model's own tokenizer")
 
 

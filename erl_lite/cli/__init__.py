@@ -1,9 +1,7 @@
-"""The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module.
-
-Commands: ``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~erl_lite.cli.train`),
-``eval`` (:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA
-adapter into its base) and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as
-one paragraph (:mod:`~erl_lite.cli.errors`).
+"""The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module. Commands:
+``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~erl_lite.cli.train`), ``eval``
+(:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA adapter into its base)
+and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as one paragraph (:mod:`~.errors`).
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.evaluate import run_eval
 from erl_lite.cli.train import ENVIRONMENTS, FLAG_ALIASES, FLAG_NEGATIONS, run_preset, run_train
 from erl_lite.config import DEFAULT_SEED, MODES, PRESETS, ERLConfig
+from erl_lite.field_types import expand_path
 
 
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
@@ -56,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "then the flags. The defaults shown are those of the demo preset on the "
                                        "demo world (and of the cpu preset off it, where they differ); --preset "
                                        "gpu or paper changes some of them.")
-    train.add_argument("--config", metavar="YAML", default=None,
+    train.add_argument("--config", metavar="YAML", default=None, type=expand_path,
                        help="run file: ERLConfig fields (and env, model, preset, small); flags override it")
     train.add_argument("--env", choices=ENVIRONMENTS, default=argparse.SUPPRESS,
                        help="demo = the embedded model's world (letters drawn by --seed); the others are the "
@@ -66,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "rarely succeed (as erl-lite demo --world)")
     train.add_argument("--small", action="store_true", default=argparse.SUPPRESS,
                        help="the small (CPU) variant of the environment")
-    train.add_argument("--model", default=argparse.SUPPRESS,
+    train.add_argument("--model", default=argparse.SUPPRESS, type=expand_path,
                        help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
                             "'tiny' = a random 2-layer model built offline (plumbing checks only)")
     train.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
@@ -84,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
-    """``--dataset``, ``--reward-funcs``, ``--feedback-func`` (train); TRL's spellings accepted, not shown."""
+    """``--dataset``, ``--reward-funcs``, ``--feedback-func`` and ``--reward-weights`` (train); TRL's spellings too."""
     group = p.add_argument_group("your own data (as trl grpo)")
     default = argparse.SUPPRESS if train else None  # train: a --config file may set them
     sources = "a .jsonl/.json/.csv/.parquet file, a saved dataset folder or a hub dataset name"
@@ -99,14 +98,17 @@ def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
          "path/to/file.py:function or module.function; modules are looked up in the working directory first"),
     ]
     if train:
-        options.append(("--feedback-func", "MODULE:FUNCTION", None,
-                        "function returning one feedback text per completion, for the reflection "
-                        "(default: the rewards' own 'Reward: r.' text)"))
+        options += [("--feedback-func", "MODULE:FUNCTION", None,
+                     "function returning one feedback text per completion, for the reflection "
+                     "(default: the rewards' own 'Reward: r.' text)"),
+                    ("--reward-weights", "W", "+", "one weight per reward function: the reward is their weighted "
+                     "sum (default: 1 each)")]
     for flag, metavar, nargs, help_text in options:
         dest = flag[2:].replace("-", "_")
-        group.add_argument(flag, dest=dest, metavar=metavar, nargs=nargs, default=default, help=help_text)
+        kind = {"dataset": expand_path, "reward_weights": float}.get(dest)
+        group.add_argument(flag, dest=dest, metavar=metavar, nargs=nargs, default=default, help=help_text, type=kind)
         trl = "--dataset_name" if dest == "dataset" else "--" + dest
-        group.add_argument(trl, dest=dest, metavar=metavar, nargs=nargs, default=argparse.SUPPRESS,
+        group.add_argument(trl, dest=dest, metavar=metavar, nargs=nargs, default=argparse.SUPPRESS, type=kind,
                            help=argparse.SUPPRESS)
 
 
@@ -123,7 +125,7 @@ def _eval_parser(sub: Any) -> None:
     p = sub.add_parser("eval", help="first-attempt success of a checkpoint (no memory); prints JSON",
                        description="Evaluate a checkpoint's adapter as the trainer does: first attempts from "
                                    "the initial prompt, no memory, the checkpoint's evaluation sampler.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=expand_path,
                    help="a checkpoint-<step> folder, or a run folder (its latest checkpoint)")
     p.add_argument("--env", choices=ENVIRONMENTS, default=None,
                    help="environment (default: the one the checkpoint was trained on; demo if unrecorded)")
@@ -133,7 +135,7 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--num-generations", type=arg_types.whole(1), default=None,
                    help="samples per task (default: the checkpoint's eval_num_generations)")
     p.add_argument("--limit", type=arg_types.whole(1), default=None, help="evaluate only the first N tasks")
-    p.add_argument("--base-model", default=None, metavar="DIR",
+    p.add_argument("--base-model", default=None, metavar="DIR", type=expand_path,
                    help="load the adapter's base from here instead of the path the checkpoint records")
 
 
@@ -142,12 +144,12 @@ def _plot_parser(sub: Any) -> None:
     p.add_argument("history", help="a history.jsonl file, or a run folder holding one")
     p.add_argument("--out", type=arg_types.folder, default=None,
                    help="folder for the PNGs (default: the history's folder)")
-    p.add_argument("--baseline", default=None, help="another run's history drawn dashed (e.g. the RLVR run)")
+    p.add_argument("--baseline", default=None, type=expand_path, help="another run's history, drawn dashed")
 
 
 def _export_parser(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser("export", help="merge a LoRA adapter into its base model and save it (optionally push)")
-    export.add_argument("--adapter", required=True,
+    export.add_argument("--adapter", required=True, type=expand_path,
                         help="adapter folder (a checkpoint-<step> folder, output_dir after training, "
                              "or a saved adapter)")
     export.add_argument("--out", type=arg_types.folder, required=True,
@@ -157,7 +159,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
                              "(auto: read it from the adapter folder or its checkpoint)")
     export.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                         help="dtype of the saved weights (auto: the base's own)")
-    export.add_argument("--base-model", default=None, help="load the base from here instead of the adapter's record")
+    export.add_argument("--base-model", default=None, type=expand_path, help="the base's folder (default: as recorded)")
     export.add_argument("--push-to-hub", default=None, metavar="REPO",
                         help="then upload the merged folder to this hub repository (needs the network and a token)")
     export.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")

@@ -1,9 +1,6 @@
-"""Range-checked ``type=`` functions for command-line numbers, shared by ``erl-lite`` and the scripts.
-
-A bare ``type=int`` lets ``--steps 0`` or ``--tasks -1`` through to code that fails minutes later,
-deep in a worker, or quietly does something else (a slice ``[:-1]``, an empty loop). These types
-refuse such a value while the arguments are parsed, and argparse names the flag:
-``error: argument --steps: must be a whole number >= 1, got '0'`` (exit code 2).
+"""Range-checked ``type=`` functions for command-line numbers and folders, shared by ``erl-lite`` and the scripts:
+a bare ``type=int`` lets ``--steps 0`` through to code that fails minutes later or quietly does something else;
+these refuse it while the arguments are parsed, and argparse names the flag (exit code 2).
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ import os
 from typing import Callable
 
 from erl_lite.config_checks import MAX_SEED
+from erl_lite.field_types import expand_path
 
 
 def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
@@ -58,6 +56,7 @@ def folder(text: str) -> str:
     Nothing is created here (argparse also converts string defaults); the run makes the folder
     when it writes, and the trainer's own check (:func:`erl_lite.checkpoint.ensure_writable`) probes it.
     """
+    text = expand_path(text)
     path = os.path.abspath(text)
     if os.path.exists(path) and not os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")

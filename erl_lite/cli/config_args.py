@@ -1,8 +1,7 @@
-"""Command-line options generated from :class:`~erl_lite.config.ERLConfig`: one per field.
-
-An option's help is the first sentence of the field's attribute docstring (read with :mod:`ast`).
-Spellings: ``--learning-rate`` and TRL's hidden ``--learning_rate``; ``--use-memory`` / ``--no-use-memory``
-and ``--use_memory true|false``; ``none`` for an optional field; dicts and lists as YAML or JSON.
+"""Command-line options generated from :class:`~erl_lite.config.ERLConfig`: one per field. An option's help
+is the first sentence of the field's attribute docstring (read with :mod:`ast`). Spellings: ``--learning-rate``
+and TRL's hidden ``--learning_rate``; ``--use-memory`` / ``--no-use-memory`` and ``--use_memory true|false``;
+``none`` for an optional field; dicts and lists as YAML or JSON.
 """
 
 from __future__ import annotations
@@ -39,12 +38,7 @@ def _class_ast(cls: type) -> ast.ClassDef | None:
 
 
 def field_docs(cls: type = ERLConfig) -> dict[str, str]:
-    """Each field's attribute docstring (the string below ``name: type = default``), base classes' included.
-
-    Example:
-        >>> field_docs()["seed"]
-        'Seed for task order, sampling and initialisation.'
-    """
+    """Each field's attribute docstring (the string below ``name: type = default``), base classes' included."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):  # a subclass's docstring wins over its base's
         node = _class_ast(klass) if dataclasses.is_dataclass(klass) else None
@@ -58,12 +52,7 @@ def field_docs(cls: type = ERLConfig) -> dict[str, str]:
 
 
 def first_sentence(text: str) -> str:
-    """The first sentence of a docstring, on one line, with reST markup reduced to plain text.
-
-    Example:
-        >>> first_sentence("``single`` (paper: one slot). Or :data:`FIFO`, e.g. a queue.")
-        'single (paper: one slot).'
-    """
+    """The first sentence of a docstring, on one line, with reST markup reduced to plain text."""
     text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text)  # :class:`~a.B` -> a.B
     text = " ".join(text.replace("``", "").split())
     # A sentence ends at . ! or ? followed by a space and a capital letter (not "e.g. a").
@@ -72,23 +61,13 @@ def first_sentence(text: str) -> str:
 
 
 def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
-    """The allowed words of each field that takes one: the ``FIELD_CHOICES`` table of ``cls``'s module.
-
-    Example:
-        >>> field_choices()["mode"]
-        ('erl', 'erl_simple', 'rlvr')
-    """
+    """The allowed words of each field that takes one: the ``FIELD_CHOICES`` table of ``cls``'s module."""
     return dict(getattr(sys.modules.get(cls.__module__), "FIELD_CHOICES", {}))
 
 
 # --- turning text into a field's value -------------------------------------------------------
 def parse_bool(text: str) -> bool:
-    """``true/false``, ``yes/no``, ``1/0``, ``on/off`` (any case), as TRL's parser reads them.
-
-    Example:
-        >>> parse_bool("False"), parse_bool("yes")
-        (False, True)
-    """
+    """``true/false``, ``yes/no``, ``1/0``, ``on/off`` (any case), as TRL's parser reads them."""
     word = str(text).strip().lower()
     if word in _TRUE_WORDS:
         return True
@@ -98,12 +77,7 @@ def parse_bool(text: str) -> bool:
 
 
 def parse_yaml(text: str) -> Any:
-    """A value written in YAML or JSON (dicts, lists, numbers, words).
-
-    Example:
-        >>> parse_yaml("{enable_thinking: false}"), parse_yaml("[q_proj, v_proj]")
-        ({'enable_thinking': False}, ['q_proj', 'v_proj'])
-    """
+    """A value written in YAML or JSON (dicts, lists, numbers, words)."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -119,13 +93,7 @@ def _optional(convert: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
-    """``(parse, metavar)`` for a field's type: ``X | None`` also reads ``none``; dicts, lists, unions as YAML.
-
-    Example:
-        >>> parse, metavar = converter(int | None)
-        >>> parse("none"), parse("4"), metavar
-        (None, 4, 'INT')
-    """
+    """``(parse, metavar)`` for a field's type: ``X | None`` also reads ``none``; dicts, lists, unions as YAML."""
     if annotation is bool:
         return parse_bool, "BOOL"
     if annotation in (int, float, str):
@@ -236,14 +204,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
     Options default to ``argparse.SUPPRESS``, so the namespace holds only the fields given (:func:`given_fields`).
     ``aliases``: extra option strings (``{"max_steps": ["--steps"]}``); ``negations``: switches that set a
     boolean field to False (``{"--no-memory": "use_memory"}``); ``notes``: text appended to a field's help;
-    ``defaults``: the default shown in a field's help (by default the dataclass's, :func:`shown_value`).
-
-    Example:
-        >>> p = argparse.ArgumentParser()
-        >>> _ = add_config_arguments(p, aliases={"max_steps": ["--steps"]})
-        >>> given_fields(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"]))
-        {'max_steps': 3, 'use_memory': False, 'learning_rate': 0.0001}
-    """
+    ``defaults``: the default shown in a field's help (by default the dataclass's, :func:`shown_value`)."""
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
     docs, choices = field_docs(cls), field_choices(cls)
     defaults = defaults if defaults is not None else _dataclass_defaults(cls)
@@ -277,12 +238,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
 
 
 def shown_value(value: Any) -> str:
-    """A value as one would write it on the command line (``true``, ``none``, YAML for lists).
-
-    Example:
-        >>> shown_value(True), shown_value(None), shown_value(1e-3), shown_value(["q", "v"])
-        ('true', 'none', '0.001', '[q, v]')
-    """
+    """A value as one would write it on the command line (``true``, ``none``, YAML for lists)."""
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "none"}[value]
     if isinstance(value, (list, tuple, dict)):

@@ -1,7 +1,6 @@
-"""``erl-lite doctor RUN_DIR``: the health report on a finished or crashed run (:func:`erl_lite.diagnostics.doctor`).
-
-Exit code 0 when no check warned (notes such as ``solved`` are not faults), 1 when one did, 2 for a
-folder that cannot be read. Departures from the paper: none.
+"""``erl-lite doctor RUN_DIR``: the health report on a run (:func:`erl_lite.diagnostics.doctor`). Exit code 0:
+healthy (notes such as ``solved`` are not faults); 1: a check warned; 2: the input could not be read, or
+no check had anything to read in it. Departures from the paper: none.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from erl_lite.cli.errors import usage_error, user_errors
 
 def add_doctor_parser(sub: Any) -> None:
     p = sub.add_parser("doctor", help="which health checks fired on a run, when, and what to try")
-    p.add_argument("run_dir", help="a run folder (output_dir / --out) holding history.jsonl")
+    p.add_argument("run_dir", help="a run folder (output_dir / --out) holding history.jsonl, or that file")
 
 
 def run_doctor(args: argparse.Namespace) -> int:
@@ -31,4 +30,6 @@ def run_doctor(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"erl-lite doctor: warning: {w.message}", file=sys.stderr)
     print(report)
+    if report.unread is not None and not report.warnings:
+        return usage_error("doctor", ValueError(f"{args.run_dir}: {report.unread}"))
     return 0 if report.healthy else 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -10,6 +11,7 @@ from erl_lite.cli.config_args import given_fields
 from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
+from erl_lite.field_types import expand_path
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
@@ -17,7 +19,7 @@ RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": No
 #: The run options that decide the environment ``erl-lite train`` builds (value when a checkpoint has none).
 ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo"}
 #: The options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
-DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func")
+DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func", "reward_weights")
 #: The environment a run on ``--dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
 DATASET_ENV = "dataset"
 #: The short flags ``erl-lite train`` had before every field was an option (they keep working).
@@ -29,12 +31,7 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 
 def run_preset(env: str, preset: str | None) -> str:
-    """The preset of ``erl-lite train``: ``preset`` when named, else ``demo`` on the demo world, ``cpu`` elsewhere.
-
-    Example:
-        >>> run_preset("demo", None), run_preset("frozenlake", None), run_preset("demo", "gpu")
-        ('demo', 'cpu', 'gpu')
-    """
+    """The preset of ``erl-lite train``: ``preset`` when named, else ``demo`` on the demo world, ``cpu`` elsewhere."""
     if preset is not None:
         return preset
     return "demo" if env == "demo" else "cpu"
@@ -83,9 +80,11 @@ def _world_record(run: dict[str, Any]) -> dict[str, Any]:
 
 def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
     """The :data:`DATA_OPTIONS` specs a run on your own data records in ``extra`` (empty otherwise)."""
-    dataset, funcs, feedback = (run.get(k) for k in DATA_OPTIONS)
-    if dataset is None and funcs is None and feedback is None:
+    dataset, funcs, feedback, weights = (run.get(k) for k in DATA_OPTIONS)
+    if dataset is None and funcs is None and feedback is None and weights is None:
         return {}
+    if funcs is None and weights is not None:
+        raise ValueError("--reward-weights needs --dataset and --reward-funcs: one weight per reward function")
     if funcs is None:
         raise ValueError("--dataset needs --reward-funcs module:function [...]: the functions that score its "
                          "completions (as trl grpo --reward_funcs)" if dataset is not None else
@@ -99,19 +98,16 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
         raise ValueError(f"reward_funcs must be a list of module:function specs, got {funcs!r}")
     if not isinstance(dataset, str) or not (feedback is None or isinstance(feedback, str)):
         raise ValueError("dataset and feedback_func must be text (a path or name, a module:function spec)")
-    return {"dataset": dataset, "reward_funcs": list(funcs), "feedback_func": feedback}
+    if weights is not None and not (isinstance(weights, list) and len(weights) == len(funcs) and all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)):
+        raise ValueError(f"reward_weights must be {len(funcs)} finite numbers, one per reward function "
+                         f"(for the {len(funcs)} reward_funcs {' '.join(funcs)}), got {weights!r:.80}")
+    return {"dataset": expand_path(dataset), "reward_funcs": list(funcs), "feedback_func": feedback,
+            **({} if weights is None else {"reward_weights": [float(w) for w in weights]})}
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:
-    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`).
-
-    Example:
-        >>> from erl_lite.cli import build_parser
-        >>> args = build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"])
-        >>> cfg = train_config(args)
-        >>> cfg.max_steps, cfg.learning_rate, cfg.max_completion_length
-        (5, 0.001, 24)
-    """
+    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`)."""
     return train_settings(args)[1]
 
 
@@ -196,7 +192,7 @@ def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, A
 
     funcs = [load_function(spec, "reward function") for spec in record["reward_funcs"]]
     feedback = record.get("feedback_func")
-    return None, record["dataset"], {"reward_funcs": funcs,
+    return None, record["dataset"], {"reward_funcs": funcs, "reward_weights": record.get("reward_weights"),
                                      "feedback_func": feedback and load_function(feedback, "feedback function")}
 
 

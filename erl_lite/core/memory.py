@@ -1,16 +1,28 @@
-"""Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ``
-and read only by the reflector, as the base instructions it improves on.
-
-Departures from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1
-rewards and τ = 1); the ``fifo`` kind and the per-environment :class:`MemoryBank` are additions.
+"""Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ`` and read only
+by the reflector, as the base instructions it improves on (past :data:`MAX_RULEBOOK_CHARS`, cut). Departures
+from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1 rewards and τ = 1); the
+``fifo`` kind and the per-environment :class:`MemoryBank` are additions.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from typing import Any, Callable, Sequence
 
+from erl_lite.core.prompts import cut_middle
 from erl_lite.records import succeeded
+
+#: The most characters a rulebook keeps (more than a reflection of any preset's max_reflection_length writes);
+#: a longer one, as a hand-edited ``memory.json`` can hold, is cut in its middle with a warning naming it.
+MAX_RULEBOOK_CHARS = 32_000
+
+
+def _bounded(rulebook: str, index: int) -> str:
+    if len(rulebook) > MAX_RULEBOOK_CHARS:
+        warnings.warn(f"memory entries[{index}]: a rulebook of {len(rulebook):,} characters, cut in its middle to "
+                      f"MAX_RULEBOOK_CHARS={MAX_RULEBOOK_CHARS:,}", UserWarning, stacklevel=3)
+    return cut_middle(rulebook, MAX_RULEBOOK_CHARS)
 
 
 class ReflectionMemory:
@@ -47,7 +59,7 @@ class ReflectionMemory:
         """Store ``rulebook`` if its second attempt reached the threshold (``r2 >= τ``)."""
         if not succeeded(reward, threshold) or not rulebook.strip():
             return False
-        self._entries.append(rulebook)
+        self._entries.append(_bounded(rulebook, min(len(self), self.size - 1)))
         self.total_writes += 1
         return True
 
@@ -80,7 +92,7 @@ class ReflectionMemory:
         if len(state["entries"]) > self.size:
             raise ValueError(f"memory entries: {len(state['entries'])} rulebooks, more than this run's memory "
                              f"holds ({self.size})")
-        self._entries = deque(state["entries"], maxlen=self.size)
+        self._entries = deque((_bounded(e, i) for i, e in enumerate(state["entries"])), maxlen=self.size)
         self.total_writes = state["total_writes"]
 
 

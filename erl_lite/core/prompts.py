@@ -1,6 +1,5 @@
 """The prompts ERL adds around a task: the reflection request (asking for a rulebook inside
 ``<prompt>…</prompt>``), and the second attempt's (Δ plus the action reminder, never y1 or f1).
-
 Departures from the paper: the wording is erl_lite's own; the structure follows the paper's
 released code (rulebook in tags, fallback to the base prompt).
 """
@@ -8,7 +7,8 @@ released code (rulebook in tags, fallback to the base prompt).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+import warnings
+from typing import Any
 
 from erl_lite.core.chat import encode, encode_messages
 
@@ -42,12 +42,7 @@ class PromptTooLongError(ValueError):
 
 
 def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
-    """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block.
-
-    Example:
-        >>> parse_rulebook("thinking... <prompt>C is a hole.</prompt>", "base")
-        ('C is a hole.', True)
-    """
+    """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block."""
     blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
     return (blocks[-1], True) if blocks else (base_prompt, False)
 
@@ -66,21 +61,27 @@ def _section(title: str, body: str) -> str:
     return f"## {title}\n{body}"
 
 
-def cut_middle(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
-    """Shorten ``text`` to at most ``max_tokens`` by removing its middle (a reflector needs the ends)."""
-    if count(text) <= max_tokens:
+#: What stands for a part's cut middle.
+MARKER = "\n[... middle of the attempt omitted ...]\n"
+#: A request's part longer than this many characters per token of its budget is cut (by characters, with a
+#: warning) before it is tokenized: no tokenizer's tokens average more, so nothing that could fit is lost.
+CHARS_PER_TOKEN = 16
+
+
+def cut_middle(text: str, max_chars: int) -> str:
+    """``text`` in at most ``max_chars`` characters: its head and tail around :data:`MARKER` (a reader needs both)."""
+    if len(text) <= max_chars:
         return text
-    marker = "\n[... middle of the attempt omitted ...]\n"
-    if max_tokens <= count(marker):
-        return ""
-    lo, hi = 0, len(text) // 2
-    while lo < hi:  # largest k such that head k + marker + tail k fits
-        k = (lo + hi + 1) // 2
-        if count(text[:k] + marker + text[-k:]) <= max_tokens:
-            lo = k
-        else:
-            hi = k - 1
-    return text[:lo] + marker + text[-lo:] if lo else marker.strip()
+    keep = max_chars - len(MARKER)
+    return text[:keep - keep // 2] + MARKER + text[len(text) - keep // 2:] if keep > 0 else ""
+
+
+def _cut_ids(text: str, ids: list[int], keep: int, marker: int, tokenizer: Any) -> str:
+    """``text`` (tokenized as ``ids``) shortened to about ``keep`` tokens around the marker (``marker`` tokens)."""
+    room = keep - marker
+    if len(ids) <= keep or room <= 0:
+        return text if len(ids) <= keep else ""
+    return tokenizer.decode(ids[:room - room // 2]) + MARKER + tokenizer.decode(ids[len(ids) - room // 2:])
 
 
 def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward: float, feedback: str,
@@ -88,25 +89,33 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
                         ) -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook and their token ids, fitted to ``max_tokens`` by cutting the middle
     of, in order: trace (to a quarter), base instructions, trace, task, feedback; a budget too small
-    for the fixed text raises :class:`PromptTooLongError`."""
+    for the fixed text raises :class:`PromptTooLongError`. Each part is tokenized once (past
+    :data:`CHARS_PER_TOKEN` a token, cut first, with a warning naming it); the cuts are made on its tokens."""
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
-
-    def count(s: str) -> int:
-        return len(encode(s, tokenizer))
-
-    # The second pass (every part down to nothing) absorbs tokens that merge across a cut.
+    for name, text in parts.items():
+        if len(text) > CHARS_PER_TOKEN * max_tokens:
+            shown = {"base_prompt": "base instructions (the memory)", "task_text": "task"}.get(name, name)
+            warnings.warn(f"reflection request: its {shown} of {len(text):,} characters was cut to "
+                          f"{CHARS_PER_TOKEN * max_tokens:,} ({CHARS_PER_TOKEN} a token of max_reflection_prompt_length"
+                          f"={max_tokens}) before tokenizing", UserWarning, stacklevel=2)
+            parts[name] = cut_middle(text, CHARS_PER_TOKEN * max_tokens)
+    ids = {name: encode(text, tokenizer) for name, text in parts.items()}
+    room, marker = max_tokens - reflection_skeleton_length(tokenizer, template_kwargs), len(encode(MARKER, tokenizer))
     order = [("trace", max_tokens // 4), ("base_prompt", 0), ("trace", 0), ("task_text", 0), ("feedback", 0)]
-    for name, floor in order + [(name, 0) for name in parts]:
-        over = len(encode_messages(_reflection_request(parts, reward), tokenizer, template_kwargs)) - max_tokens
-        if over <= 0:
+    for _ in range(4):  # tokens merge across a cut: take what the whole request overshot off the room, again
+        keep = {name: len(v) for name, v in ids.items()}
+        for name, floor in order:
+            keep[name] = max(min(keep[name], keep[name] - (sum(keep.values()) - room)), min(floor, keep[name]))
+        messages = _reflection_request({n: _cut_ids(parts[n], ids[n], keep[n], marker, tokenizer) for n in parts},
+                                       reward)
+        out = encode_messages(messages, tokenizer, template_kwargs)
+        room -= len(out) - max_tokens
+        if len(out) <= max_tokens or room < 0:
             break
-        parts[name] = cut_middle(parts[name], max(count(parts[name]) - over, floor), count)
-    messages = _reflection_request(parts, reward)
-    ids = encode_messages(messages, tokenizer, template_kwargs)
-    if len(ids) > max_tokens:
-        raise PromptTooLongError(f"a reflection request needs {len(ids)} tokens even with its task, attempt, memory "
+    if len(out) > max_tokens:
+        raise PromptTooLongError(f"a reflection request needs {len(out)} tokens even with its task, attempt, memory "
                                  f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small")
-    return messages, ids
+    return messages, out
 
 
 def _reflection_request(parts: dict[str, str], reward: float) -> list[dict[str, str]]:
@@ -122,12 +131,6 @@ def _reflection_request(parts: dict[str, str], reward: float) -> list[dict[str, 
 
 
 def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int:
-    """Tokens of a reflection request with every part empty: what no cut can remove.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> 500 < reflection_skeleton_length(tiny_tokenizer()) < 1000  # one token per character
-        True
-    """
+    """Tokens of a reflection request with every part empty: what no cut can remove."""
     empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0)
     return len(encode_messages(empty, tokenizer, template_kwargs))

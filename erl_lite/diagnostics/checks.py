@@ -1,11 +1,9 @@
 """The health checks on each step's record: what each reads, how long it must hold, what it tells.
 
-A check judges a *window* of consecutive training records (its persistence, so one noisy step
-never fires) and returns what it saw, or None. It fires on the first window where it holds
-after one where it did not: once per episode of the condition. :func:`scan` replays a whole
-history; :func:`fired_at` answers for the newest step only, from the same records, so a live run
-and a report on it always agree. The paper has none; the thresholds are set so the embedded demo's
-healthy run fires no warning.
+A check judges a *window* of consecutive training records (one noisy step never fires) and fires on the
+first window where it holds after one where it did not: once per episode. :func:`scan` replays a history,
+:func:`fired_at` answers for the newest step from the same records, so a live run and a report agree.
+The paper has none; the thresholds keep the embedded demo's healthy run free of warnings.
 """
 
 from __future__ import annotations
@@ -50,12 +48,7 @@ class RunFacts:
 
     @classmethod
     def of(cls, settings: Any = None) -> "RunFacts":
-        """From a config object or a dict of its fields; what is missing takes ERLConfig's default.
-
-        Example:
-            >>> RunFacts.of({"mode": "rlvr"}).max_reflection_length, RunFacts.of({}).max_steps
-            (512, None)
-        """
+        """From a config object or a dict of its fields; what is missing takes ERLConfig's default."""
         defaults = {f.name: getattr(ERLConfig, f.name, None) for f in fields(cls) if f.name != "max_steps"}
         given = settings if isinstance(settings, Mapping) else vars(settings) if settings is not None else {}
         values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
@@ -228,7 +221,10 @@ def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 
 def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO):
+    # A step with no advantage, no distillation weight and no gradient had nothing to learn (a solved run).
+    moved = [r for r in w if _had_signal(r) or (_get(r, GRAD_NORM) or 0.0) > 0]
+    if len(moved) == len(w) and _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(
+            w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO):
         steps = sum(_get(r, OPTIM_STEPS) or 0 for r in w)
         return f"{WEIGHT_UPDATE} stayed below {FROZEN_RATIO:g} through {steps:.0f} optimizer steps ({_steps(w)})"
     return None
@@ -342,8 +338,7 @@ CHECKS_BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 
 
 def checks_reading(key: str) -> list[str]:
-    """The checks that read metric ``key`` (the glossary's link from a metric to its checks): for
-    ``reflection/parse_rate``, ``['parse_rate', 'memory_empty']``."""
+    """The checks that read metric ``key`` (the glossary's link from a metric to its checks)."""
     return [c.name for c in CHECKS if key in c.reads]
 
 
@@ -360,13 +355,7 @@ def train_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
 
 
 def scan(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequence[Check] = CHECKS) -> list[Finding]:
-    """Every episode of every check over a history's records, in step order, each with its ``last_step``.
-
-    Example:
-        >>> rows = [{"step": s, "reflection/parse_rate": 0.0} for s in (1, 2, 3, 4)]
-        >>> [(f.name, f.step, f.last_step) for f in scan(rows, RunFacts())]
-        [('parse_rate', 3, 4)]
-    """
+    """Every episode of every check over a history's records, in step order, each with its ``last_step``."""
     train = train_records(records)
     found: list[Finding] = []
     for check in checks:

@@ -50,10 +50,13 @@ def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str
             "The prompt was rendered with a chat template before erl_lite applies it again, so the model sees "
             "two templates nested", "pass the plain question as 'prompt' (or chat messages), not rendered text"))
     if not has_chat_template(tokenizer):
+        chat = [t for t in ("<|im_start|>", "<|im_end|>") if t in (getattr(tokenizer, "get_vocab", dict)() or {})]
         out.append(_finding(
-            "chat_template", "the tokenizer has no chat template, so prompts use erl_lite's plain '### User' format",
+            "chat_template", "the tokenizer has no chat template, so prompts use erl_lite's plain '### User' format"
+            + (f", though its vocabulary has the chat markers {' and '.join(chat)}" if chat else ""),
             "Fine for a base model; an instruct model never saw this format and answers worse",
-            "load the instruct model's own tokenizer, or set tokenizer.chat_template", level=NOTE))
+            "load the instruct model's own tokenizer, or set tokenizer.chat_template",
+            level=WARNING if len(chat) == 2 else NOTE))
         return out
     return out + _probe_template(tokenizer, template_kwargs)  # a bare-text template has no generation prompt
 

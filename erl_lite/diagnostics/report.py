@@ -1,19 +1,19 @@
-"""A report on a finished or crashed run: which checks fired, when, and what to try.
-
-:func:`diagnose` replays :data:`~erl_lite.diagnostics.checks.CHECKS` over a history (the same
-judges a live run uses) and adds the pre-flight findings the run recorded; :func:`load_run`
-reads a run folder for ``erl-lite doctor``. Departures from the paper: none.
+"""A report on a run: :func:`diagnose` replays :data:`~erl_lite.diagnostics.checks.CHECKS` over a
+history (the judges a live run uses) with the pre-flight findings it recorded; :func:`load_run` reads
+a run folder, refusing a record or setting of the wrong kind by name. Departures from the paper: none.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from erl_lite.diagnostics.checks import CHECKS_BY_NAME, NOTE, WARNING, Finding, RunFacts, scan, train_records
 from erl_lite.diagnostics.monitor import DIAGNOSTIC_KIND
+from erl_lite.field_types import conform, expand_path, field_types
+from erl_lite.history import record_problem
+from erl_lite.jsonio import read_json
 from erl_lite.metric_names import DIAGNOSTICS_PREFIX, EVAL_SUCCESS
 
 
@@ -27,6 +27,7 @@ class Report:
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, eval/success)
     source: str = ""
     settings_found: bool = True
+    unread: str | None = None  # why no check had anything to read (then the report is no clean bill)
 
     @property
     def warnings(self) -> list[Finding]:
@@ -34,8 +35,8 @@ class Report:
 
     @property
     def healthy(self) -> bool:
-        """No warning (notes, like ``solved``, are not faults)."""
-        return not self.warnings
+        """No warning (notes, like ``solved``, are not faults), and the checks had something to read."""
+        return not self.warnings and self.unread is None
 
     def __str__(self) -> str:
         lines = [f"erl_lite doctor{': ' + self.source if self.source else ''}", self._summary()]
@@ -46,7 +47,9 @@ class Report:
             if found:
                 lines.append(f"{title}:")
                 lines += [_line(f) for f in found]
-        if self.healthy:
+        if self.unread is not None:
+            lines.append(f"Not judged: {self.unread}.")
+        elif self.healthy:
             lines.append(f"No warning: none of the {len(CHECKS_BY_NAME)} checks fired on {self.steps} steps.")
         return "\n".join(lines)
 
@@ -80,7 +83,8 @@ def recorded_preflight(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
 
 
 def diagnose(history: Any, settings: Any = None, source: str = "", settings_found: bool = True) -> Report:
-    """The checks over a :class:`~erl_lite.history.History` (or its records); ``settings``: the run's config.
+    """The checks over a :class:`~erl_lite.history.History`, its records, or a run folder or ``history.jsonl``
+    path (read with its settings by :func:`load_run`); ``settings``: the run's config.
 
     Example:
         >>> from erl_lite.history import History
@@ -90,36 +94,66 @@ def diagnose(history: Any, settings: Any = None, source: str = "", settings_foun
         >>> [(f.name, f.step, f.last_step) for f in diagnose(h).warnings]
         [('parse_rate', 3, 4), ('truncation', 3, 4)]
     """
+    if isinstance(history, (str, os.PathLike)):
+        history, found, line = load_run(history)
+        source = source or line
+        settings, settings_found = (settings, True) if settings is not None else (found, found is not None)
     records = list(getattr(history, "records", history))
+    for i, problem in enumerate(map(record_problem, records)):
+        if problem is not None:
+            raise ValueError(f"{source or 'history'} record {i + 1} (of {len(records)}): {problem}")
     facts = RunFacts.of(settings)
     train = train_records(records)
     evals = [(int(r["step"]), float(r[EVAL_SUCCESS])) for r in records
              if r.get("kind") == "eval" and isinstance(r.get(EVAL_SUCCESS), (int, float))]
     findings = recorded_preflight(records) + scan(records, facts)
     return Report(findings, len(train), facts.max_steps if settings is not None else None, evals, source,
-                  settings_found)
+                  settings_found, _unread(train))
+
+
+def _unread(train: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why no check has anything to read in these training records, or None when one has."""
+    read = {key for check in CHECKS_BY_NAME.values() for key in check.reads}
+    if any(isinstance(r.get(key), (int, float)) for r in train for key in read):
+        return None
+    keys = sorted({k for r in train for k in r} - {"kind"})
+    return (f"none of the {len(CHECKS_BY_NAME)} checks had anything to read: " + (
+        f"the {len(train)} training records hold only {', '.join(keys[:8])} (not an erl_lite history?)"
+        if train else "the history has no training record"))
 
 
 def load_run(run_dir: str | os.PathLike) -> tuple[Any, dict[str, Any] | None, str]:
-    """A run folder's history, settings (of the checkpoint :func:`~erl_lite.checkpoint.find_run` picks, else
-    ``training_args.json``) and find_run's line."""
+    """A run folder's (or its ``history.jsonl``'s) history, settings (of the checkpoint
+    :func:`~erl_lite.checkpoint.find_run` picks, else ``training_args.json``) and find_run's line."""
     from erl_lite.checkpoint import find_run
     from erl_lite.history import History
 
-    folder = os.fspath(run_dir)
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"no run folder at {folder}")
-    history, choice = History.load(folder), find_run(folder)
+    path = expand_path(run_dir)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no run folder or history file at {path}")
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    history, choice = History.load(path), find_run(folder)
     args_file = os.path.join(folder, "training_args.json")
     if choice.state is not None:
-        return history, choice.state.run["config"], choice.line
+        return history, _settings(choice.state.run["config"], str(choice.state.path)), choice.line
     if os.path.isfile(args_file):
-        with open(args_file, encoding="utf-8") as f:
-            return history, json.load(f), choice.line
+        return history, _settings(read_json(args_file), args_file), choice.line
     return history, None, choice.line
+
+
+def _settings(value: Any, where: str) -> dict[str, Any]:
+    """A run's saved settings, refused naming ``where`` and the field when one the checks read has the wrong kind."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: settings must be a JSON object of fields, got {type(value).__name__} "
+                         f"{value!r:.40}")
+    for name, hint in field_types(RunFacts).items():
+        try:
+            conform(name, value.get(name), hint | None, "settings")
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    return value
 
 
 def doctor(run_dir: str | os.PathLike) -> Report:
     """:func:`diagnose` on a run folder (what ``erl-lite doctor RUN_DIR`` prints)."""
-    history, settings, line = load_run(run_dir)
-    return diagnose(history, settings, source=line, settings_found=settings is not None)
+    return diagnose(run_dir)

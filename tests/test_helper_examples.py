@@ -1,0 +1,57 @@
+"""Small helpers' behaviour, as plain asserts (their docstring examples left the package for its line budget)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from erl_lite.cli import build_parser
+from erl_lite.cli.config_args import (add_config_arguments, converter, field_choices, field_docs, first_sentence,
+                                      given_fields, parse_bool, parse_yaml, shown_value)
+from erl_lite.cli.train import run_preset, train_config
+from erl_lite.core.prompts import parse_rulebook, reflection_skeleton_length
+from erl_lite.diagnostics.checks import RunFacts, checks_reading, scan
+from erl_lite.field_types import check_whole, closest, conform, describe
+from erl_lite.testing import tiny_tokenizer
+
+
+def test_config_argument_helpers():
+    assert field_docs()["seed"] == "Seed for task order, sampling and initialisation."
+    assert first_sentence("``single`` (paper: one slot). Or :data:`FIFO`, e.g. a queue.") == "single (paper: one slot)."
+    assert field_choices()["mode"] == ("erl", "erl_simple", "rlvr")
+    assert (parse_bool("False"), parse_bool("yes")) == (False, True)
+    assert parse_yaml("{enable_thinking: false}") == {"enable_thinking": False}
+    assert parse_yaml("[q_proj, v_proj]") == ["q_proj", "v_proj"]
+    parse, metavar = converter(int | None)
+    assert (parse("none"), parse("4"), metavar) == (None, 4, "INT")
+    assert [shown_value(v) for v in (True, None, 1e-3, ["q", "v"])] == ["true", "none", "0.001", "[q, v]"]
+    p = argparse.ArgumentParser()
+    add_config_arguments(p, aliases={"max_steps": ["--steps"]})
+    assert given_fields(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"])) == {
+        "max_steps": 3, "use_memory": False, "learning_rate": 0.0001}
+
+
+def test_field_type_helpers():
+    with pytest.raises(ValueError, match="FrozenLake: max_actions must be a whole number >= 1, got 0"):
+        check_whole("FrozenLake", "max_actions", 0, minimum=1)
+    assert (conform("seed", 3.0, int), conform("beta", 0, float), conform("dual_clip", None, float | None)) == (
+        3, 0, None)
+    assert (describe(int | None), describe(str | list[str])) == ("an integer or None", "a string or a list of strings")
+    assert (closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])) == ("learning_rate", None)
+
+
+def test_train_command_helpers():
+    assert [run_preset("demo", None), run_preset("frozenlake", None), run_preset("demo", "gpu")] == [
+        "demo", "cpu", "gpu"]
+    cfg = train_config(build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"]))
+    assert (cfg.max_steps, cfg.learning_rate, cfg.max_completion_length) == (5, 0.001, 24)
+
+
+def test_check_and_prompt_helpers():
+    assert checks_reading("reflection/parse_rate") == ["parse_rate", "memory_empty"]
+    rows = [{"step": s, "reflection/parse_rate": 0.0} for s in (1, 2, 3, 4)]
+    assert [(f.name, f.step, f.last_step) for f in scan(rows, RunFacts())] == [("parse_rate", 3, 4)]
+    assert (RunFacts.of({"mode": "rlvr"}).max_reflection_length, RunFacts.of({}).max_steps) == (512, None)
+    assert parse_rulebook("thinking... <prompt>C is a hole.</prompt>", "base") == ("C is a hole.", True)
+    assert 500 < reflection_skeleton_length(tiny_tokenizer()) < 1000  # one token per character
