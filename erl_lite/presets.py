@@ -52,18 +52,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 #: ``--preset paper``'s iterations and games by ``--env``: the paper's tasks, the reference's prompts, no extra hints.
 PAPER_MAX_STEPS: dict[str, int] = {"frozenlake": 100, "sokoban": 200, "qa": 100}
-PAPER_GAMES: dict[str, dict[str, Any]] = {
-    "frozenlake": dict(source="paper", prompt_style="reference", hint=False),
-    "sokoban": dict(source="paper", prompt_style="reference", hint=False)}
+PAPER_GAMES = {game: dict(source="paper", prompt_style="reference", hint=False) for game in ("frozenlake", "sokoban")}
 
 #: Presets sized for a CUDA GPU: :func:`require_cuda_for_preset` refuses them where no CUDA device exists.
 GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
 
 
 def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
-    """Raise RuntimeError when preset ``name`` (None: no preset) is sized for a GPU and no CUDA device exists.
-
-    Else a GPU preset would train for hours on the CPU without a word; building ``ERLConfig.preset("gpu")`` works.
+    """Raise RuntimeError when preset ``name`` (None: no preset) is sized for a GPU and no CUDA device exists
+    (else it would train for hours on the CPU without a word); building ``ERLConfig.preset("gpu")`` works.
 
     Example:
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
@@ -77,10 +74,9 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> Non
     if torch.cuda.is_available():
         return
     raise RuntimeError(
-        f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA "
-        "device here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' "
-        "(the embedded model, offline, minutes); or switch to a GPU (on Colab: Runtime -> Change "
-        "runtime type -> T4 GPU, then run all cells again); or run on the CPU anyway: in a notebook, "
-        "pass allow_cpu=True in the environment cell (require_cuda_for_preset(PRESET, allow_cpu=True)); "
-        "with ERLTrainer, load the model yourself with erl_lite.models.load_policy(name, device='cpu') "
-        "and pass the model in.")
+        f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA device "
+        "here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' (the embedded model, "
+        "offline, minutes); or switch to a GPU (on Colab: Runtime -> Change runtime type -> T4 GPU, then run all "
+        "cells again); or run on the CPU anyway: in a notebook, pass allow_cpu=True in the environment cell "
+        "(require_cuda_for_preset(PRESET, allow_cpu=True)); with ERLTrainer, load the model yourself with "
+        "erl_lite.models.load_policy(name, device='cpu') and pass the model in.")

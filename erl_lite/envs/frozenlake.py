@@ -17,12 +17,11 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
 from gymnasium.utils import seeding
 
-from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
+from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 from erl_lite.field_types import check_share, check_whole
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
-COMMENTS = dict(PROMPTS["frozenlake"]["comments"])  # by event; ``{tile}``: the letter moved onto (a hint to reflect on)
-FEEDBACK = {k: v.replace("{no_valid_action}", NO_VALID_ACTION) for k, v in PROMPTS["frozenlake"]["feedback"].items()}
+COMMENTS, FEEDBACK = (dict(PROMPTS["frozenlake"][texts]) for texts in ("comments", "feedback"))  # by event, outcome
 _GYM_ACTION = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
 
 

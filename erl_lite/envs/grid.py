@@ -225,8 +225,8 @@ class GridGame(Environment):
     """What FrozenLake and Sokoban share: the ``source`` switch, letters, prompts, seeded splits.
     Subclasses set the class attributes (``layout_field``: the data field naming a board) and pass
     ``make`` (seed -> data). ``seed``, ``n_train``, ``n_test``: split seed and sizes (paper: 10,000 /
-    100); ``symbols``, ``symbol_seed``: see :func:`resolve_symbols`; ``compact``: for tiny models; ``prompt_style``:
-    ``plain`` or ``reference`` (``turns``: its turn texts); ``hint``: the game's extra hint to the reflector."""
+    100); ``symbols``, ``symbol_seed``: :func:`resolve_symbols`; ``compact``: for tiny models; ``prompt_style``:
+    ``plain`` or ``reference`` (its ``turns``); ``hint``: the game's extra hint to the reflector."""
 
     default_symbols: dict[str, str]
     episode_class: type[GridEpisode]
@@ -246,9 +246,8 @@ class GridGame(Environment):
         self.prompt_style, self.turns = prompt_style, ref["turns"][self.name] if prompt_style != "plain" else None
         self.system_prompt, self.action_reminder = grid_system_prompt(max_actions, compact), action_reminder_text()
         if self.turns is not None:  # reason in a fixed shape, then act; the game's reminder (Sokoban's too) ends it
-            text = {name: "\n".join(lines) for name, lines in ref["reminders"].items()}
-            self.action_reminder = text.get(self.name, text["grid"])
-            system = ["\n".join(ref["system"]), text["grid"], self.action_reminder]  # Sokoban's: two reminders
+            self.action_reminder = ref["reminders"].get(self.name, ref["reminders"]["grid"])
+            system = ["\n".join(ref["system"]), ref["reminders"]["grid"], self.action_reminder]
             self.system_prompt = "\n\n".join(dict.fromkeys(system))
         field = self.layout_field
         self._splits = SeededSplits(make, lambda d: "/".join(d[field]), self.name, seed, n_train, n_test)

@@ -16,14 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
+from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 from erl_lite.field_types import check_whole
 
 Cell = tuple[int, int]
 DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",
                    "floor": "D", "agent_on_goal": "a"}
-COMMENTS = dict(PROMPTS["sokoban"]["comments"])  # by event; FEEDBACK by outcome (data/grid_prompts.json)
-FEEDBACK = {k: v.replace("{no_valid_action}", NO_VALID_ACTION) for k, v in PROMPTS["sokoban"]["feedback"].items()}
+COMMENTS, FEEDBACK = (dict(PROMPTS["sokoban"][texts]) for texts in ("comments", "feedback"))  # data/grid_prompts.json
 
 
 @dataclass
