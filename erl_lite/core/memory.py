@@ -152,15 +152,12 @@ class MemoryBank:
 
 
 class SlotMemory(MemoryBank):
-    """The reference code's memory: ``size`` slots (its workflow instances) dealt to rollouts in turn, never reset;
-    a rollout reads and writes only its own. Checkpointed as a bank (the reference: never); a resume deals from 0.
+    """The reference code's memory: ``size`` slots dealt to rollouts in turn, never reset (saved as a bank; a resume
+    deals from slot 0), so a rollout reads and writes only its own.
 
     Example:
-        >>> mem = SlotMemory(3)
-        >>> mem.deal([("t", 0), ("t", 1)]); mem.for_task("t", 1).maybe_store("B is a box.", 1.0, 1.0)
-        True
-        >>> mem.deal([("u", 0)]); mem.for_task("u", 0).context() is None, mem.entries  # slot 2
-        (True, ['[1] B is a box.'])
+        >>> mem = SlotMemory(2); mem.deal([("t", 0), ("u", 0), ("v", 0)]); mem.dealt[("v", 0)]  # in turn: 0, 1, 0
+        '0'
     """
 
     def __init__(self, size: int = 1024) -> None:

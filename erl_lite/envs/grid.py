@@ -222,11 +222,10 @@ def _excerpt(text: Any, limit: int = 60) -> str:
 
 
 class GridGame(Environment):
-    """What FrozenLake and Sokoban share: the ``source`` switch, letters, prompts, seeded splits.
-    Subclasses set the class attributes (``layout_field``: the data field naming a board) and pass
-    ``make`` (seed -> data). ``seed``, ``n_train``, ``n_test``: split seed and sizes (paper: 10,000 /
-    100); ``symbols``, ``symbol_seed``: :func:`resolve_symbols`; ``compact``: for tiny models; ``prompt_style``:
-    ``plain`` or ``reference`` (its ``turns``); ``hint``: the game's extra hint to the reflector."""
+    """What FrozenLake and Sokoban share: the ``source`` switch, letters, prompts, seeded splits. Subclasses set the
+    class attributes (``layout_field``: the data field naming a board) and pass ``make`` (seed -> data). ``seed``,
+    ``n_train``, ``n_test``: split seed and sizes (paper: 10,000 / 100); ``symbols``, ``symbol_seed``: see
+    :func:`resolve_symbols`; ``compact``: tiny models; ``prompt_style``: ``plain``/``reference``; ``hint``: per game."""
 
     default_symbols: dict[str, str]
     episode_class: type[GridEpisode]
@@ -247,8 +246,7 @@ class GridGame(Environment):
         self.system_prompt, self.action_reminder = grid_system_prompt(max_actions, compact), action_reminder_text()
         if self.turns is not None:  # reason in a fixed shape, then act; the game's reminder (Sokoban's too) ends it
             self.action_reminder = ref["reminders"].get(self.name, ref["reminders"]["grid"])
-            system = ["\n".join(ref["system"]), ref["reminders"]["grid"], self.action_reminder]
-            self.system_prompt = "\n\n".join(dict.fromkeys(system))
+            self.system_prompt = "\n\n".join(dict.fromkeys([ref["system"], ref["reminders"]["grid"], self.action_reminder]))
         field = self.layout_field
         self._splits = SeededSplits(make, lambda d: "/".join(d[field]), self.name, seed, n_train, n_test)
 
