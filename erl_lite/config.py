@@ -248,12 +248,7 @@ class ERLConfig:
         return self.optimizer_steps(roles * self.num_tasks_per_step * self.num_generations)
 
     def num_warmup_steps(self, num_training_steps: int) -> int:
-        """Warm-up steps of a schedule ``num_training_steps`` long (transformers' rule: a fraction rounds up).
-
-        Example:
-            >>> ERLConfig(warmup_ratio=0.1, lr_scheduler_type="cosine").num_warmup_steps(25)
-            3
-        """
+        """Warm-up steps of a schedule ``num_training_steps`` long (transformers' rule: a fraction rounds up)."""
         fraction = self.warmup_ratio or (self.warmup_steps if self.warmup_steps < 1 else 0)
         return math.ceil(num_training_steps * fraction) if fraction else int(self.warmup_steps)
 

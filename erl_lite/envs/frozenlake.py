@@ -26,12 +26,7 @@ _GYM_ACTION = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
 
 
 def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | None:
-    """Fewest moves from S to G never entering a hole H (None if unreachable within ``limit``).
-
-    Example:
-        >>> solve_frozenlake(["SH", "FG"])
-        ['Down', 'Right']
-    """
+    """Fewest moves from S to G never entering a hole H (None if unreachable within ``limit``)."""
     n_rows, n_cols = len(rows), len(rows[0])
     start = next((r, c) for r in range(n_rows) for c in range(n_cols) if rows[r][c] == "S")
 

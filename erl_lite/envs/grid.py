@@ -88,12 +88,7 @@ def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, St
 
 def resolve_symbols(defaults: Mapping[str, str], symbols: Mapping[str, str] | None = None,
                     seed: int | None = None) -> dict[str, str]:
-    """The letter of each role: ``defaults``, or with ``seed`` distinct random capitals; then ``symbols``.
-
-    Example:
-        >>> resolve_symbols({"agent": "A", "goal": "B"}, {"goal": "Z"})
-        {'agent': 'A', 'goal': 'Z'}
-    """
+    """The letter of each role: ``defaults``, or with ``seed`` distinct random capitals; then ``symbols``."""
     chosen = dict(defaults)
     if seed is not None:
         letters = random.Random(seed).sample(string.ascii_uppercase, len(chosen))

@@ -68,12 +68,7 @@ def apply_move(walls: frozenset[Cell], player: Cell, box: Cell, delta: tuple[int
 
 
 def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[str] | None:
-    """Fewest moves that push the box onto the goal (None if impossible within ``limit``).
-
-    Example:
-        >>> solve_sokoban(["######", "#@$ .#", "######"])
-        ['Right', 'Right']
-    """
+    """Fewest moves that push the box onto the goal (None if impossible within ``limit``)."""
     level = layout if isinstance(layout, Level) else Level.parse(layout)
 
     def moves(state: tuple[Any, Any]) -> Iterable[tuple[str, tuple[Any, Any]]]:
