@@ -89,9 +89,9 @@ class ERLConfig:
     use_memory: bool = True
     """False = the "w/o memory" ablation: the reflector starts from the initial prompt; nothing is stored."""
     memory_type: str = "single"
-    """``single`` (paper: one slot, the last successful rulebook) or ``fifo`` (a queue of ``memory_size``)."""
+    """``single`` (paper: one slot, the last successful rulebook), ``fifo`` (a queue) or ``slots`` (the reference's)."""
     memory_size: int = 50
-    """Capacity of the ``fifo`` memory."""
+    """Capacity of the ``fifo`` memory; the ``slots``, dealt to rollouts in turn (the reference: 1,024)."""
     memory_top_k: int = 3
     """How many of the most recent ``fifo`` entries the reflector sees."""
     # --- which roles train --------------------------------------------------------------
@@ -99,6 +99,8 @@ class ERLConfig:
     """Policy-gradient update on first attempts."""
     train_reflection: bool = True
     """Policy-gradient update on reflections (reward = r2 of the second attempt)."""
+    reflection_copies: int = 1
+    """Rows per reflection: 1, or the reference code's 2 (a lone failed rollout's reflection then gets A = 0)."""
     train_second: bool = True
     """Policy-gradient update on second attempts (under the Δ context)."""
     use_internalization: bool = True
@@ -243,16 +245,11 @@ class ERLConfig:
         """
         if self.ppo_mini_batch_size is None:
             return self.steps_per_generation
-        roles = len(ROLES) if self.mode == "erl" else 1
+        roles = len(ROLES) + self.reflection_copies - 1 if self.mode == "erl" else 1
         return self.optimizer_steps(roles * self.num_tasks_per_step * self.num_generations)
 
     def num_warmup_steps(self, num_training_steps: int) -> int:
-        """Warm-up steps of a schedule ``num_training_steps`` long (transformers' rule: a fraction rounds up).
-
-        Example:
-            >>> ERLConfig(warmup_ratio=0.1, lr_scheduler_type="cosine").num_warmup_steps(25)
-            3
-        """
+        """Warm-up steps of a schedule ``num_training_steps`` long (transformers' rule: a fraction rounds up)."""
         fraction = self.warmup_ratio or (self.warmup_steps if self.warmup_steps < 1 else 0)
         return math.ceil(num_training_steps * fraction) if fraction else int(self.warmup_steps)
 

@@ -1,7 +1,5 @@
-"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take (re-exported by :mod:`erl_lite.config`),
-and the named checks its ``__post_init__`` runs after the type check, one concern each, naming the field.
-
-Departures from the paper: none; this is validation.
+"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take (re-exported by :mod:`erl_lite.config`), and the
+named checks its ``__post_init__`` runs after the type check, one concern each, naming the field.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ TRL_LOSS_TYPES_MISSING = {
 LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-MEMORY_TYPES = ("single", "fifo")
+MEMORY_TYPES = ("single", "fifo", "slots")
 INTERNALIZATION_MODES = ("raft", "nll")
 #: Experiment trackers ``report_to`` can name (each an optional pip extra of the same name).
 REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
@@ -74,9 +72,9 @@ DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
 _IGNORED_BY_MODE = {
     "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k", "train_reflection",
              "train_second", "use_internalization", "internalization_mode", "internalization_coef",
-             "reflection_temperature", "reflection_top_p"),
+             "reflection_temperature", "reflection_top_p", "reflection_copies"),
     "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization", "internalization_mode",
-                   "internalization_coef"),
+                   "internalization_coef", "reflection_copies"),
     "erl": (),
 }
 
@@ -123,7 +121,7 @@ def check_counts(cfg: ERLConfig) -> None:
                              f"steps_per_generation={cfg.steps_per_generation} (a fixed count), not both")
     for name in ("num_tasks_per_step", "num_generations", "max_completion_length",
                  "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
-                 "memory_size", "memory_top_k", "steps_per_generation",
+                 "memory_size", "memory_top_k", "steps_per_generation", "reflection_copies",
                  "per_device_train_batch_size", "eval_num_generations", "sample_every"):
         _positive(name, getattr(cfg, name))
     for name in ("eval_steps", "save_steps", "top_k", "eval_top_k", "beta", "weight_decay",

@@ -2,7 +2,6 @@
 
 Every logged key is a constant here with one line in :data:`METRIC_GLOSSARY`. A metric without data is
 None, not 0 (a gap in plots); TRL's names describe the first attempts, None where TRL logs 0 or NaN.
-Departures from the paper: none; the paper reports the same quantities as curves.
 """
 
 from __future__ import annotations

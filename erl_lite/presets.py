@@ -1,7 +1,7 @@
 """The named presets of :class:`~erl_lite.config.ERLConfig`, each complete in itself, and the GPU check.
 
 ``cpu``: tiny models on a laptop CPU. ``demo``: the embedded model on its demo world (``erl-lite demo``,
-the notebooks' cpu setup). ``gpu``: a 0.5–4B model in 4-bit QLoRA on one T4/L4. ``paper``: the reference.
+the notebooks' cpu setup). ``gpu``: a 0.5–4B model in 4-bit QLoRA on one T4/L4. ``paper``: the released code's.
 
 Departures from the paper: every preset but ``paper`` is smaller than the paper's runs, and LoRA presets
 take a larger learning rate than full fine-tuning.
@@ -42,23 +42,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         # benchmarks/rollout_waste.py, real-shape model on the CPU: 0.55-0.88x generate's time per phase.
         generation_backend="continuous",
     ),
-    "paper": dict(
-        max_steps=100, num_tasks_per_step=64, max_completion_length=1024,
-        max_episode_length=8192, max_reflection_length=2048, max_reflection_prompt_length=6144,
-        learning_rate=1e-6, beta=0.001, eval_steps=5, eval_num_generations=4,
-        eval_top_p=0.8, eval_top_k=20, ppo_mini_batch_size=64,
-        per_device_train_batch_size=8,
-    ),
+    "paper": dict(  # the released code's scripts, each number cited in docs/REFERENCE.md
+        max_steps=100, num_tasks_per_step=64, ppo_mini_batch_size=64,
+        max_completion_length=10_240, max_episode_length=16_354,
+        max_reflection_prompt_length=6_114, max_reflection_length=10_240,
+        learning_rate=1e-6, beta=0.001, eval_steps=5, eval_num_generations=4, eval_top_p=0.8, eval_top_k=20,
+        per_device_train_batch_size=8,  # not the reference's: it packs rows by tokens (24,000 a GPU)
+    ),  # reflection_copies=1 and one memory slot: the paper describes neither of the code's (opt-in) quirks
 }
+#: ``--preset paper``'s iterations and games by ``--env``: the paper's tasks, the reference's prompts, no extra hints.
+PAPER_MAX_STEPS: dict[str, int] = {"frozenlake": 100, "sokoban": 200, "qa": 100}
+PAPER_GAMES = {game: dict(source="paper", prompt_style="reference", hint=False) for game in ("frozenlake", "sokoban")}
 
 #: Presets sized for a CUDA GPU: :func:`require_cuda_for_preset` refuses them where no CUDA device exists.
 GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
 
 
 def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
-    """Raise RuntimeError when preset ``name`` (None: no preset) is sized for a GPU and no CUDA device exists.
-
-    Else a GPU preset would train for hours on the CPU without a word; building ``ERLConfig.preset("gpu")`` works.
+    """Raise RuntimeError when preset ``name`` (None: no preset) is sized for a GPU and no CUDA device exists
+    (else it would train for hours on the CPU without a word); building ``ERLConfig.preset("gpu")`` works.
 
     Example:
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
@@ -72,10 +74,9 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> Non
     if torch.cuda.is_available():
         return
     raise RuntimeError(
-        f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA "
-        "device here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' "
-        "(the embedded model, offline, minutes); or switch to a GPU (on Colab: Runtime -> Change "
-        "runtime type -> T4 GPU, then run all cells again); or run on the CPU anyway: in a notebook, "
-        "pass allow_cpu=True in the environment cell (require_cuda_for_preset(PRESET, allow_cpu=True)); "
-        "with ERLTrainer, load the model yourself with erl_lite.models.load_policy(name, device='cpu') "
-        "and pass the model in.")
+        f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA device "
+        "here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' (the embedded model, "
+        "offline, minutes); or switch to a GPU (on Colab: Runtime -> Change runtime type -> T4 GPU, then run all "
+        "cells again); or run on the CPU anyway: in a notebook, pass allow_cpu=True in the environment cell "
+        "(require_cuda_for_preset(PRESET, allow_cpu=True)); with ERLTrainer, load the model yourself with "
+        "erl_lite.models.load_policy(name, device='cpu') and pass the model in.")

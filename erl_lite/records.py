@@ -9,8 +9,6 @@ Token layout of an attempt (one multi-turn episode is *one* sequence)::
 
 ``glue_t`` (end of turn, next observation, next generation prompt) carries no loss;
 internalization swaps ``prompt_ids`` and keeps ``completion_ids``.
-
-Departures from the paper: none; the paper does not fix a data layout.
 """
 
 from __future__ import annotations

@@ -33,6 +33,12 @@ took on that seed, rounded up. Fixed-step controls, "RLVR, 2 optimizer steps" an
 optimizer steps", run when ``--variants`` names them. The table counts each run's optimizer
 steps and samples (sequences in the RL batches). Controls stay out of the ordering targets.
 
+``--match samples`` runs the paper's own comparison instead of equal CPU time: every variant trains
+for ERL's number of iterations, ERL with 4 rollouts a task and RLVR with 10 (the released code's
+scripts: close in rollouts per iteration, not in optimizer steps), and the table counts each run's
+rollouts (first and second attempts played). The step-matched control runs beside it as before.
+Its files are ``compare_samples_*`` (``compare_sparse_samples_*`` on the sparse world).
+
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --world sparse --seeds 0 1 2 --jobs 2
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 --jobs 2   # two runs at a time
@@ -120,6 +126,29 @@ def output_path(out: str, world: str, name: str) -> str:
     return os.path.join(out, f"compare_{name}" if world == "demo" else f"compare_{world}_{name}")
 
 
+def file_key(world: str, match: str = "cpu") -> str:
+    """The name part of a comparison's files: the world's, with ``samples`` for ``--match samples``.
+
+    Example:
+        >>> file_key("demo"), file_key("demo", "samples"), file_key("sparse", "samples")
+        ('demo', 'samples', 'sparse_samples')
+    """
+    return world if match == "cpu" else "samples" if world == "demo" else f"{world}_{match}"
+
+
+def world_key(args: argparse.Namespace) -> str:
+    """:func:`file_key` of the command line's ``--world`` and ``--match``."""
+    return file_key(args.world, args.match)
+
+
+def match_of(results: list[dict]) -> str:
+    """How ``results`` were matched: ``cpu`` (equal CPU time) or ``samples`` (equal iterations)."""
+    matches = {r.get("match", "cpu") for r in results}
+    if len(matches) != 1:
+        raise ValueError(f"results mix --match {sorted(matches)}: compare one way at a time")
+    return matches.pop()
+
+
 def world_of(results: list[dict]) -> str:
     """The one world ``results`` were measured on (``"demo"`` for results that predate ``--world``)."""
     worlds = {r.get("world", "demo") for r in results}
@@ -154,6 +183,9 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
     return {"variant": variant, "seed": seed, "world": world, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent_at[trainer.step],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
             "samples": int(sum(r.get(k) or 0 for r in history.of_kind("train") for k in SAMPLES_KEYS.values())),
+            # episodes played: first attempts and second attempts (each a row of its role's batch)
+            "rollouts": int(sum((r.get(SAMPLES_KEYS["first"]) or 0) + (r.get(SAMPLES_KEYS["second"]) or 0)
+                                for r in history.of_kind("train"))),
             **({"overrides": overrides} if overrides else {}), **({"curriculum": curriculum} if curriculum else {}),
             "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history, spent_at),
             **({"model": model_dir} if model_dir else {})}
@@ -270,6 +302,9 @@ def main() -> None:
                         "the world's own (e.g. 3 4 5 on the sparse world); evaluation stays on the world's maps")
     p.add_argument("--jobs", type=arg_types.whole(1), default=1,
                    help="runs at a time, one CPU thread each (keep <= cores: budgets are CPU seconds)")
+    p.add_argument("--match", choices=["cpu", "samples"], default="cpu",
+                   help="cpu: every variant gets ERL's CPU seconds; samples: ERL's iterations, as the paper's "
+                        "ERL n=4 vs RLVR n=10, rollouts counted (default: cpu)")
     p.add_argument("--replot", action="store_true",
                    help="only rebuild the table and figures from --out's results file (and --merge's)")
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
@@ -281,7 +316,7 @@ def main() -> None:
 
     if args.replot:
         results = []
-        for path in [output_path(args.out, args.world, "results.json"), *args.merge]:
+        for path in [output_path(args.out, world_key(args), "results.json"), *args.merge]:
             if not os.path.isfile(path):
                 p.error(f"argument --replot: no results to replot at {path} (run the comparison first)")
             try:
@@ -289,7 +324,7 @@ def main() -> None:
             except ValueError as err:  # names the file, line and column
                 p.error(f"argument --replot: {err}")
         try:  # seeds twice, two worlds, results of an older version
-            write_outputs(merge_seeds(results), args.variants, args.out)
+            write_outputs(merge_seeds(results), args.variants, args.out, world_key(args))
         except ValueError as err:
             p.error(f"argument --replot: {err}")
         return
@@ -312,15 +347,15 @@ def main() -> None:
         erl = pool.map(_run, [job("ERL", seed, None) for seed in args.seeds])
         for r in erl:
             print(_strip(r), flush=True)
-        others = [job(v, r["seed"], r["train_seconds"],
+        others = [job(v, r["seed"], r["train_seconds"] if args.match == "cpu" else None,
                       {"steps_per_generation": matched_steps(r)} if v == MATCHED else None)
                   for r in erl for v in args.variants if v != "ERL"]
         rest = []
         for r in pool.imap(_run, others):
             print(_strip(r), flush=True)
             rest.append(r)
-    results = erl + rest
-    write_outputs(results, args.variants, args.out)
+    results = [{**r, "match": args.match} for r in erl + rest]
+    write_outputs(results, args.variants, args.out, world_key(args))
     print(f"total {time.perf_counter() - start:.0f} s")
 
 
@@ -335,18 +370,21 @@ def merge_seeds(results: list[dict]) -> list[dict]:
     twice = sorted({k for k in seen if seen.count(k) > 1})
     if twice:
         raise ValueError(f"results to merge hold these (variant, seed) twice: {twice}")
-    world_of(results)  # one world only
+    world_of(results), match_of(results)  # one world, one way of matching
     return sorted(results, key=lambda r: (r["seed"], r["variant"] != "ERL"))
 
 
-def write_outputs(results: list[dict], variants: list[str], out: str) -> None:
-    """compare_results.json, compare_table.md, compare_eval.png and compare_rewards.png in ``out``."""
+def write_outputs(results: list[dict], variants: list[str], out: str, key: str | None = None) -> None:
+    """compare_results.json, compare_table.md, compare_eval.png and compare_rewards.png in ``out``
+    (named by :func:`file_key`; ``key``, when given, must be the results' own)."""
     for r in results:
         if r["eval_curve"] and len(r["eval_curve"][0]) == 2:  # results of an older version: no seconds
             raise ValueError("compare_results.json predates per-evaluation seconds; rerun the comparison")
     add_knowledge(results)
     add_signal(results)
-    world = world_of(results)
+    world = file_key(world_of(results), match_of(results))
+    if key is not None and key != world:
+        raise ValueError(f"these results are {world!r} ones (--world, --match), not {key!r}")
     with open(output_path(out, world, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     table = summarize(results, variants) + knowledge_table(results, variants) + signal_table(results, variants)
@@ -585,10 +623,13 @@ def summarize(results: list[dict], variants: list[str]) -> str:
     stages = sorted({tuple(r["curriculum"]) for r in results if r.get("curriculum")})
     lines += [f"Curriculum: training maps of sizes {' then '.join(map(str, c))} in equal shares of ERL's "
               "iterations; evaluation on the world's own maps.\n" for c in stages]
-    lines += ["| variant | steps (mean) | optimizer steps (mean) | samples (mean) | train CPU s (mean) | "
-              "eval success before | eval success after (mean ± sd over seeds) | after, per seed | "
-              f"CPU s to reach {REACH_LEVEL:.2f}, per seed |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    if match_of(results) == "samples":
+        lines += ["Matched as the paper's runs: every variant trains for ERL's iterations (ERL 4 rollouts a "
+                  "task, RLVR 10); rollouts = first and second attempts played.", ""]
+    lines += ["| variant | steps (mean) | optimizer steps (mean) | samples (mean) | rollouts (mean) | "
+              "train CPU s (mean) | eval success before | eval success after (mean ± sd over seeds) | "
+              f"after, per seed | CPU s to reach {REACH_LEVEL:.2f}, per seed |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in results if r["variant"] == v]
         if not rs:  # asked for but not in these results
@@ -596,7 +637,7 @@ def summarize(results: list[dict], variants: list[str]) -> str:
         finals = [r["eval_final"] for r in rs]
         sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
         lines.append(f"| {v} | {statistics.mean(r['steps'] for r in rs):.0f} | {_mean_of(rs, 'optim_steps')} | "
-                     f"{_mean_of(rs, 'samples')} | "
+                     f"{_mean_of(rs, 'samples')} | {_mean_of(rs, 'rollouts')} | "
                      f"{statistics.mean(r['train_seconds'] for r in rs):.0f} | "
                      f"{statistics.mean(r['eval_start'] for r in rs):.2f} | {statistics.mean(finals):.2f} ± {sd:.2f} | "
                      f"{' / '.join(f'{x:.2f}' for x in finals)} | {_reach_text(rs)} |")
@@ -622,7 +663,8 @@ def _reach_text(runs: list[dict]) -> str:
 def plot(results: list[dict], variants: list[str], path: str) -> None:
     from erl_lite.viz import plot_comparison
 
-    title = f"{world_of(results).capitalize()} world, equal CPU time, one line per seed"
+    title = (f"{world_of(results).capitalize()} world, equal "
+             f"{'CPU time' if match_of(results) == 'cpu' else 'iterations'}, one line per seed")
     stages = sorted({tuple(r["curriculum"]) for r in results if r.get("curriculum")})
     title += "".join(f"; curriculum of map sizes {' > '.join(map(str, c))}" for c in stages)
     plot_comparison(results, variants, title=title).savefig(path)

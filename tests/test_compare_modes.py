@@ -36,8 +36,8 @@ RESULTS = [
 def test_table_gives_per_seed_finals_and_the_seconds_each_variant_took_to_reach_the_level():
     cm = _script()
     table = cm.summarize(RESULTS, ["ERL", "RLVR", "ERL w/o memory"])
-    assert "| ERL | 20 | - | - | 60 | 0.40 | 0.88 ± 0.11 | 0.95 / 0.80 | 30 / never |" in table
-    assert "| RLVR | 40 | - | - | 60 | 0.40 | 0.98 ± 0.03 | 1.00 / 0.96 | 60 / 60 |" in table
+    assert "| ERL | 20 | - | - | - | 60 | 0.40 | 0.88 ± 0.11 | 0.95 / 0.80 | 30 / never |" in table
+    assert "| RLVR | 40 | - | - | - | 60 | 0.40 | 0.98 ± 0.03 | 1.00 / 0.96 | 60 / 60 |" in table
 
 
 def test_table_counts_optimizer_steps_and_controls_stay_out_of_the_ordering():
@@ -51,7 +51,7 @@ def test_table_counts_optimizer_steps_and_controls_stay_out_of_the_ordering():
     results += [_result(control, s, [[0, 0, 0.4], [20, 60, 0.1]]) | {"optim_steps": 40} for s in (0, 1)]
     results += [_result("ERL w/o reflection", s, [[0, 0, 0.4], [10, 60, 0.3]]) | {"optim_steps": 30} for s in (0, 1)]
     table = cm.summarize(results, ["ERL", control, "ERL w/o reflection"])
-    assert "| ERL | 20 | 42 | - | 60 |" in table and f"| {control} | 20 | 40 | - | 60 |" in table
+    assert "| ERL | 20 | 42 | - | - | 60 |" in table and f"| {control} | 20 | 40 | - | - | 60 |" in table
     assert "4 optimizer steps" not in cm.summarize(results, ["ERL", "RLVR, 4 optimizer steps"])  # not run: no row
     rows = {label: (measured, met) for label, measured, met in cm.check_targets(results)}
     assert rows["ERL w/o reflection lowest"] == ("lowest: ERL w/o reflection (0.300)", True)
@@ -179,7 +179,7 @@ def test_the_step_matched_control_takes_erl_s_mean_optimizer_steps_of_its_own_se
     results += [_result(cm.MATCHED, s, [[0, 0, 0.4], [20, 60, 0.2]]) | {"optim_steps": 42, "samples": 200}
                 for s in (0, 1)]
     table = cm.summarize(results, ["ERL", cm.MATCHED])
-    assert "| ERL | 20 | 40 | 300 | 60 |" in table and f"| {cm.MATCHED} | 20 | 42 | 200 | 60 |" in table
+    assert "| ERL | 20 | 40 | 300 | - | 60 |" in table and f"| {cm.MATCHED} | 20 | 42 | 200 | - | 60 |" in table
     results += [_result("ERL w/o reflection", s, [[0, 0, 0.4], [10, 60, 0.3]]) for s in (0, 1)]
     rows = {label: met for label, _, met in cm.check_targets(results)}
     assert rows["ERL w/o reflection lowest"]  # the control (0.20) is lower, but not one of the paper's variants
@@ -331,3 +331,51 @@ def test_a_curriculum_trains_on_each_size_in_turn_and_ends_on_the_world_s_own():
         cm.check_curriculum("demo", [2, 4])
     results = [{**r, "curriculum": [3, 4, 5]} for r in RESULTS]
     assert "Curriculum: training maps of sizes 3 then 4 then 5" in cm.summarize(results, ["ERL", "RLVR"])
+
+
+def test_match_samples_runs_every_variant_for_erl_s_iterations_and_counts_rollouts(monkeypatch, tmp_path):
+    # --match samples: the paper's comparison (ERL n=4 against RLVR n=10 for as many iterations), no CPU
+    # budget for the others; the step-matched control still runs beside it; the files say how it was matched.
+    import sys
+
+    import pytest
+
+    cm = _script()
+    calls, written = [], []
+
+    def fake_run(job):
+        variant, seed, budget, steps, *_ = job
+        overrides = job[7]
+        calls.append((variant, budget, steps, overrides))
+        n = cm.VARIANTS[variant].get("num_generations", 4)
+        return {"variant": variant, "seed": seed, "steps": steps, "train_seconds": 5.0 if variant == "ERL" else 9.0,
+                "optim_steps": 2 * steps if variant == "ERL" else steps, "rollouts": 8 * n * steps,
+                "eval_start": 0.4, "eval_final": 0.5, "eval_curve": [[0, 0, 0.4], [steps, 5.0, 0.5]]}
+
+    class InProcess:  # the script's spawn pool, run here
+        def __init__(self, jobs): pass
+        def __enter__(self): return self
+        def __exit__(self, *exc): return False
+        def map(self, f, jobs): return [f(j) for j in jobs]
+        def imap(self, f, jobs): return (f(j) for j in jobs)
+
+    monkeypatch.setattr(cm, "_run", fake_run)
+    monkeypatch.setattr(cm.mp, "get_context", lambda kind: type("Ctx", (), {"Pool": staticmethod(InProcess)}))
+    monkeypatch.setattr(cm, "write_outputs", lambda results, variants, out, key=None: written.append((results, key)))
+    argv = ["compare_modes.py", "--match", "samples", "--steps", "1", "--seeds", "0", "--out", str(tmp_path),
+            "--variants", "ERL", "RLVR", cm.MATCHED]
+    monkeypatch.setattr(sys, "argv", argv)
+    cm.main()
+    assert calls == [("ERL", None, 1, None), ("RLVR", None, 1, None), (cm.MATCHED, None, 1, {"steps_per_generation": 2})]
+    results, key = written[0]
+    assert key == "samples" and {r["match"] for r in results} == {"samples"}
+    assert cm.file_key("sparse", "samples") == "sparse_samples"
+    table = cm.summarize(results, ["ERL", "RLVR"])
+    assert table.startswith("Matched as the paper's runs") and "| ERL | 1 | 2 | - | 32 |" in table
+    assert "| RLVR | 1 | 1 | - | 80 |" in table  # 10 rollouts a task against ERL's 4 (+ its second attempts)
+    with pytest.raises(ValueError, match="mix --match"):
+        cm.match_of(results + RESULTS)  # equal-CPU results never share a table with these
+    monkeypatch.setattr(sys, "argv", [argv[0], "--match", "cpu", *argv[3:]])
+    calls.clear()
+    cm.main()
+    assert [budget for _, budget, _, _ in calls] == [None, 5.0, 5.0]  # the default: ERL's CPU seconds

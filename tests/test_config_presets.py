@@ -33,7 +33,7 @@ def test_demo_preset_builds_the_recorded_demo_configs_field_for_field(case):
         # Fields added since the recording (diagnostics, generation_backend) hold their defaults; the rest are as recorded.
         added = {k: v for k, v in got.items() if k not in before and k != "preset_name"}
         assert added == {k: ERLConfig().to_dict()[k] for k in added}
-        assert set(added) <= {"diagnostics", "generation_backend"}
+        assert set(added) <= {"diagnostics", "generation_backend", "reflection_copies"}
         assert {k: v for k, v in got.items() if k not in ("extra", "preset_name", *added)} == {
             k: v for k, v in before.items() if k != "extra"}
 

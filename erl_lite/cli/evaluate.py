@@ -141,7 +141,7 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
     from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
     from erl_lite.records import Task
 
-    env, _, kwargs = build_environment(name, small, cfg.seed, world=cfg.extra.get("world", "demo"))
+    env, _, kwargs = build_environment(name, small, cfg.seed, world=cfg.extra.get("world", "demo"), preset=cfg.preset_name)
     if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
         env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"))
     tasks = kwargs.get("eval_dataset")

@@ -12,6 +12,7 @@ from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
 from erl_lite.field_types import expand_path
+from erl_lite.presets import PAPER_GAMES, PAPER_MAX_STEPS
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
@@ -59,6 +60,8 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
     overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **world, **data}
+    if run["preset"] == "paper" and not {"max_steps", "num_train_epochs"} & set(overrides):
+        overrides["max_steps"] = PAPER_MAX_STEPS.get(run["env"], PRESETS["paper"]["max_steps"])
     try:
         return run, ERLConfig.preset(run["preset"], **overrides)
     except ValueError as e:  # a field the file set (and no flag overrode): name its line
@@ -168,7 +171,7 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
 
     # The environment first: a missing reward function fails before a model is loaded.
     env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
-                         else build_environment(run["env"], run["small"], cfg.seed, run["world"]))
+                         else build_environment(run["env"], run["small"], cfg.seed, run["world"], run["preset"]))
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed
@@ -196,10 +199,10 @@ def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, A
                                      "feedback_func": feedback and load_function(feedback, "feedback function")}
 
 
-def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED,
-                      world: str = "demo") -> tuple[Any, Any, dict[str, Any]]:
+def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED, world: str = "demo",
+                      preset: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
     """``(environment, dataset rows, other ERLTrainer arguments)`` of ``erl-lite train --env name``
-    (``world``: which of the embedded model's worlds ``--env demo`` plays)."""
+    (``world``: which of the embedded model's worlds ``--env demo`` plays; ``paper``: ``PAPER_GAMES``)."""
     from erl_lite import envs
 
     if name == "demo":
@@ -216,4 +219,4 @@ def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED,
         return None, rows, {"reward_funcs": arithmetic_reward, "feedback_func": arithmetic_feedback,
                             "eval_dataset": make_arithmetic_dataset(64, seed=1)}
     cls = {"frozenlake": envs.FrozenLake, "sokoban": envs.Sokoban, "qa": envs.MultiHopQA}[name]
-    return (cls.small() if small else cls()), None, {}
+    return (cls.small() if small else cls(**PAPER_GAMES.get(name, {}) if preset == "paper" else {})), None, {}

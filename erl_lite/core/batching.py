@@ -3,8 +3,6 @@
     input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
     hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
     (B rows, P = longest context, L = longest completion)
-
-Departures from the paper: none (a data layout the paper does not fix).
 """
 
 from __future__ import annotations

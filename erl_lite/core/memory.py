@@ -1,7 +1,8 @@
 """Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ`` and read only
 by the reflector, as the base instructions it improves on (past :data:`MAX_RULEBOOK_CHARS`, cut). Departures
 from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1 rewards and τ = 1); the
-``fifo`` kind and the per-environment :class:`MemoryBank` are additions.
+``fifo`` kind, the per-environment :class:`MemoryBank` and the reference's :class:`SlotMemory`
+are additions.
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ class ReflectionMemory:
             return recent[0]
         return "\n\n".join(f"[Rulebook {i + 1}]\n{r}" for i, r in enumerate(recent))
 
-    def for_task(self, task_id: str) -> "ReflectionMemory":
-        """The memory serving ``task_id``: this one (a :class:`MemoryBank` picks per environment)."""
+    def for_task(self, task_id: str, index: int = 0) -> "ReflectionMemory":
+        """The memory serving rollout ``index`` of ``task_id``: this one (others pick per environment or slot)."""
         return self
 
     def state_dict(self) -> dict[str, Any]:
@@ -116,7 +117,7 @@ class MemoryBank:
         self.memories = {name: ReflectionMemory(kind, size, top_k) for name in names}
         self.kind, self.env_of = kind, env_of
 
-    def for_task(self, task_id: str) -> ReflectionMemory:
+    def for_task(self, task_id: str, index: int = 0) -> ReflectionMemory:
         """The memory of ``task_id``'s environment."""
         name = self.env_of(task_id)
         if name not in self.memories:
@@ -163,11 +164,34 @@ class MemoryBank:
         self.memories = trial
 
 
+class SlotMemory(MemoryBank):
+    """The reference code's memory: ``size`` slots dealt to rollouts in turn, never reset (saved as a bank; a resume
+    deals from slot 0), so a rollout reads and writes only its own.
+
+    Example:
+        >>> mem = SlotMemory(2); mem.deal([("t", 0), ("u", 0), ("v", 0)]); mem.dealt[("v", 0)]  # in turn: 0, 1, 0
+        '0'
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        super().__init__([str(i) for i in range(size)], env_of=str)
+        self.kind, self.cursor, self.dealt = "slots", 0, {}
+
+    def deal(self, rollouts: Sequence[Any]) -> None:
+        """Give each rollout (an Attempt, or a ``(task_id, index)`` pair), in order, the next slot."""
+        keys = [r if isinstance(r, tuple) else (r.task_id, r.index) for r in rollouts]
+        self.dealt = {key: str((self.cursor + i) % len(self.memories)) for i, key in enumerate(keys)}
+        self.cursor = (self.cursor + len(keys)) % len(self.memories)
+
+    def for_task(self, task_id: str, index: int = 0) -> ReflectionMemory:
+        """The slot dealt to rollout ``index`` of ``task_id`` this step (KeyError: none was)."""
+        return self.memories[self.dealt[(task_id, index)]]
+
+
 def check_memory_state(state: Any) -> None:
     """Refuse a memory state (a checkpoint's ``memory.json``) that no memory could have written.
 
     Example:
-        >>> check_memory_state({"kind": "single", "entries": ["A is you."], "total_writes": 1})
         >>> check_memory_state({"kind": "single", "entries": ["A is you.", 7], "total_writes": 2})
         Traceback (most recent call last):
         ...

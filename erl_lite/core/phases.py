@@ -25,7 +25,7 @@ from erl_lite.core.chat import end_of_turn_id
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment
 from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
-from erl_lite.core.memory import MemoryBank, ReflectionMemory
+from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.prompts import (
     parse_rulebook,
@@ -94,7 +94,7 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
     c = ctx.config
     contexts = []
     for a in failed:
-        remembered = memory.for_task(a.task_id).context() if memory is not None else None
+        remembered = memory.for_task(a.task_id, a.index).context() if memory is not None else None
         base = remembered if remembered is not None else a.system_prompt
         task_text = next(m["content"] for m in a.messages if m["role"] == "user")  # as the agent first saw it
         _, ids = reflection_messages(
@@ -146,7 +146,7 @@ def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], t
     writes = 0
     for r in retries:
         if r.reflection is not None and r.reflection.parsed:
-            writes += memory.for_task(r.task_id).maybe_store(r.reflection.rulebook, r.second.reward, threshold)
+            writes += memory.for_task(r.task_id, r.index).maybe_store(r.reflection.rulebook, r.second.reward, threshold)
     return writes
 
 
@@ -190,7 +190,7 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
     if cfg.train_first:
         samples += _role_samples(FIRST, first, [a.reward for a in first], cfg.scale_rewards)
     r2 = [r.second.reward for r in retries]
-    reflected = [r for r in retries if r.reflection is not None]
+    reflected = [r for r in retries if r.reflection is not None] * cfg.reflection_copies  # the reference: 2
     if cfg.train_reflection and reflected:
         adv = grouped_advantages([r.second.reward for r in reflected], [r.task_id for r in reflected],
                                  scale=cfg.scale_rewards)
@@ -222,6 +222,8 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
         out.samples = _role_samples(FIRST, first, [a.reward for a in first], c.scale_rewards)
         return out
     failed = gate(first, c.reward_threshold)
+    if isinstance(memory, SlotMemory):
+        memory.deal(first)  # every rollout takes the next slot, as the reference's workflow instances
     t1 = clock()
     reflections = reflect(ctx, failed, memory) if c.use_reflection else None
     t2 = clock()

@@ -3,8 +3,9 @@
 Maps are n×n (n in 2..9), each cell frozen with probability p in [0.6, 0.85), re-drawn until a path
 of at most 6 moves exists. Moves are deterministic (gymnasium's non-slippery ``FrozenLakeEnv``).
 
-Departures from the paper: none in the rules. The generator is ours (same distribution, not the same
-maps: ``source="paper"`` plays those); generated splits never share a map, the paper's do (15 of 97).
+Departures from the paper: none in the rules. The generator is ours (same distribution, not the same maps:
+``source="paper"`` plays those); generated splits never share a map, the paper's do (15 of 97). The trace names the
+letter stepped on (``hint``; the reference's does not: ``presets.PAPER_GAMES``).
 """
 
 from __future__ import annotations
@@ -16,34 +17,16 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
 from gymnasium.utils import seeding
 
-from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
+from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 from erl_lite.field_types import check_share, check_whole
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
-#: Per-step trace comments, by event; ``{tile}`` (the letter moved onto) lets experience reveal the letters.
-COMMENTS = {
-    "blocked": "did not move (edge of the grid)",
-    "hole": "stepped on {tile}: moved into a hole; the episode is over",
-    "goal": "stepped on {tile}: reached the goal; the episode is over",
-    "safe": "stepped on {tile}: moved to a safe tile",
-}
-#: Final feedback, by outcome category.
-FEEDBACK = {
-    "goal": "Success: the agent reached the goal after {n} action(s). Reward 1.",
-    "hole": "Failure: the agent fell into a hole on action {n}. Reward 0.",
-    "step_limit": "Failure: all {budget} actions were used without reaching the goal. Reward 0.",
-    "no_valid_action": NO_VALID_ACTION + ", so the agent never moved. Reward 0.",
-}
+COMMENTS, FEEDBACK = (dict(PROMPTS["frozenlake"][texts]) for texts in ("comments", "feedback"))  # by event, outcome
 _GYM_ACTION = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
 
 
 def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | None:
-    """Fewest moves from S to G never entering a hole H (None if unreachable within ``limit``).
-
-    Example:
-        >>> solve_frozenlake(["SH", "FG"])
-        ['Down', 'Right']
-    """
+    """Fewest moves from S to G never entering a hole H (None if unreachable within ``limit``)."""
     n_rows, n_cols = len(rows), len(rows[0])
     start = next((r, c) for r in range(n_rows) for c in range(n_cols) if rows[r][c] == "S")
 
@@ -108,8 +91,8 @@ class FrozenLakeEpisode(GridEpisode):
         moved, self.pos = new_pos != self.pos, new_pos
         cell = self.rows[new_pos[0]][new_pos[1]]
         event = "goal" if cell == "G" else "hole" if cell == "H" else "safe" if moved else "blocked"
-        tile = self.symbols[{"G": "goal", "H": "hole"}.get(cell, "frozen")]
-        return event, COMMENTS[event].format(tile=tile), float(reward), bool(terminated)
+        comment = COMMENTS[event].format(tile=self.symbols[{"G": "goal", "H": "hole"}.get(cell, "frozen")])
+        return event, comment if self.hint else comment.split(": ", 1)[-1], float(reward), bool(terminated)
 
     def _verdict(self) -> tuple[str, str]:
         if self.events[-1] in ("goal", "hole"):
@@ -127,7 +110,7 @@ class FrozenLake(GridGame):
     """FrozenLake with abstract letters, seeded splits and the paper's maps.
 
     ``source`` is ``"generated"`` (seeded splits) or ``"paper"`` (the paper's maps); ``sizes``, the
-    inclusive range of the side n; the other arguments as in :class:`~erl_lite.envs.grid.GridGame`.
+    inclusive range of the side n; the rest (``hint``: the tile letters) as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = FrozenLake()
@@ -145,7 +128,7 @@ class FrozenLake(GridGame):
     def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
                  sizes: tuple[int, int] = (2, 9), frozen_prob: tuple[float, float] = (0.6, 0.85),
                  max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
-                 symbol_seed: int | None = None, compact: bool = False) -> None:
+                 symbol_seed: int | None = None, compact: bool = False, **style: Any) -> None:
         if not 2 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")
         owner = type(self).__name__
@@ -157,7 +140,7 @@ class FrozenLake(GridGame):
         if frozen_prob[0] > frozen_prob[1]:
             raise ValueError(f"{owner}: frozen_prob must be (low, high) with low <= high, got {frozen_prob!r}")
         make = partial(generate_map, sizes=sizes, frozen_prob=frozen_prob, max_shortest=max_shortest)
-        super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact)
+        super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact, **style)
 
     @classmethod
     def small(cls, **overrides: Any) -> "FrozenLake":

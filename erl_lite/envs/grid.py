@@ -2,18 +2,21 @@
 the one shortest-path search. One action per turn, from the reply's last ``` block; an unparsable
 reply does not move but spends one action. Each game supplies its move rule, drawing and generator.
 
-Departures from the paper: the letters can be remapped per run (``symbols`` / ``symbol_seed``);
-the paper uses one fixed assignment (the defaults). A language tag on the fence is tolerated.
+Departures from the paper: the letters can be remapped per run (``symbols`` / ``symbol_seed``); the paper uses one
+fixed assignment (the defaults). A language tag on the fence is tolerated. The prompts give only the output format;
+``prompt_style="reference"``: the released code's, restated (data/grid_prompts.json; docs/REFERENCE.md).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import string
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from importlib import resources
 from typing import Any, TypeVar
 
 from erl_lite.core.env import Environment, Episode, StepOutput
@@ -30,6 +33,7 @@ _TAG = re.compile(r"[A-Za-z0-9_+-]+")
 State = TypeVar("State", bound=Hashable)
 #: How the feedback of an episode without a single valid action begins (each game ends it).
 NO_VALID_ACTION = "Failure: no reply contained a valid action (Up, Down, Left or Right alone in a final ``` block)"
+PROMPTS = json.loads(resources.files("erl_lite").joinpath("data/grid_prompts.json").read_text("utf-8"))
 
 
 def parse_action(text: str) -> str | None:
@@ -84,12 +88,7 @@ def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, St
 
 def resolve_symbols(defaults: Mapping[str, str], symbols: Mapping[str, str] | None = None,
                     seed: int | None = None) -> dict[str, str]:
-    """The letter of each role: ``defaults``, or with ``seed`` distinct random capitals; then ``symbols``.
-
-    Example:
-        >>> resolve_symbols({"agent": "A", "goal": "B"}, {"goal": "Z"})
-        {'agent': 'A', 'goal': 'Z'}
-    """
+    """The letter of each role: ``defaults``, or with ``seed`` distinct random capitals; then ``symbols``."""
     chosen = dict(defaults)
     if seed is not None:
         letters = random.Random(seed).sample(string.ascii_uppercase, len(chosen))
@@ -113,26 +112,20 @@ def render_rows(cells: list[list[str]]) -> str:
 
 def grid_system_prompt(max_actions: int, compact: bool = False) -> str:
     """The initial system prompt of the grid games: the output format, never the rules."""
-    if compact:
-        return (f"Grid game shown as letters. Each turn reply with one action, Up, Down, Left or Right, "
-                f"inside a final ``` block. At most {max_actions} actions.")
-    return ("You are playing a game on a small grid. Every cell is drawn as a letter and your agent is one of "
-            "them; what the letters mean and how the game works is for you to find out. Each turn, choose one "
-            "action: Up, Down, Left or Right. End your reply with the action alone in a triple-backtick block, "
-            f"like this:\n```\nRight\n```\nYou may take at most {max_actions} actions. The grid is shown again "
-            "after each action.")
+    return "\n".join(PROMPTS["plain"]["compact" if compact else "system"]).format(max_actions=max_actions)
 
 
 def action_reminder_text() -> str:
     """The reminder of the action format appended to a reflected rulebook."""
-    return "Reply with one action (Up, Down, Left or Right) alone in a final ``` block."
+    return PROMPTS["plain"]["reminder"][0]
 
 
 class GridEpisode(Episode):
-    """The turn loop of the grid games; subclasses implement the four abstract methods."""
+    """The turn loop of the grid games (subclasses implement the four abstract methods); ``turns``: see GridGame."""
 
-    def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False) -> None:
-        self.max_actions, self.symbols, self.compact = max_actions, symbols, compact
+    def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False,
+                 turns: dict[str, Any] | None = None, hint: bool = True) -> None:
+        self.max_actions, self.symbols, self.compact, self.turns, self.hint = max_actions, symbols, compact, turns, hint
         self.task: Task | None = None
 
     @abstractmethod
@@ -168,6 +161,11 @@ class GridEpisode(Episode):
     def _observation(self, note: str) -> str:
         left = self.max_actions - self.actions_taken
         grid = self._render() + (f"\n{hint}" if (hint := self._hint()) else "")
+        if self.turns is not None:  # the board, not solved yet, how the last action went, what is left
+            t, last = self.turns, self.events[-1] if self.events else None
+            how = t["stuck"] if last in t["stuck_events"] else t["worked"] if last else ""
+            return "\n".join(x for x in (t["head"].format(k=self.actions_taken), grid, t["ask"], how,
+                                          t["left"].format(left=left)) if x)
         if self.compact:
             return f"{note}{grid}\nleft: {left}"
         return f"{note}Grid:\n{grid}\nActions left: {left}."
@@ -219,29 +217,36 @@ def _excerpt(text: Any, limit: int = 60) -> str:
 
 
 class GridGame(Environment):
-    """What FrozenLake and Sokoban share: the ``source`` switch, letters, prompts, seeded splits.
-    Subclasses set the class attributes (``layout_field``: the data field naming a board) and pass
-    ``make`` (seed -> data). ``seed``, ``n_train``, ``n_test``: split seed and sizes (paper: 10,000 /
-    100); ``symbols``, ``symbol_seed``: see :func:`resolve_symbols`; ``compact``: for tiny models."""
+    """What FrozenLake and Sokoban share: the ``source`` switch, letters, prompts, seeded splits. Subclasses set the
+    class attributes (``layout_field``: the data field naming a board) and pass ``make`` (seed -> data). ``seed``,
+    ``n_train``, ``n_test``: split seed and sizes (paper: 10,000 / 100); ``symbols``, ``symbol_seed``: see
+    :func:`resolve_symbols`; ``compact``: tiny models; ``prompt_style``: ``plain``/``reference``; ``hint``: per game."""
 
     default_symbols: dict[str, str]
     episode_class: type[GridEpisode]
     layout_field: str
 
     def __init__(self, make: Callable[[int], dict[str, Any]], source: str, seed: int, n_train: int, n_test: int,
-                 max_actions: int, symbols: Mapping[str, str] | None, symbol_seed: int | None, compact: bool) -> None:
+                 max_actions: int, symbols: Mapping[str, str] | None, symbol_seed: int | None, compact: bool,
+                 prompt_style: str = "plain", hint: bool = True) -> None:
         if source not in ("generated", "paper"):
             raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
+        if prompt_style not in ("plain", "reference") or (compact and prompt_style != "plain"):
+            raise ValueError(f"prompt_style must be 'plain' or 'reference' (compact: 'plain'), got {prompt_style!r}")
         check_whole(type(self).__name__, "max_actions", max_actions, minimum=1)
-        self.source, self.max_turns, self.compact = source, max_actions, compact
+        self.source, self.max_turns, self.compact, self.hint = source, max_actions, compact, hint
         self.symbols = resolve_symbols(self.default_symbols, symbols, symbol_seed)
-        self.system_prompt = grid_system_prompt(max_actions, compact)
-        self.action_reminder = action_reminder_text()
+        ref = PROMPTS["reference"]  # data/grid_prompts.json
+        self.prompt_style, self.turns = prompt_style, ref["turns"][self.name] if prompt_style != "plain" else None
+        self.system_prompt, self.action_reminder = grid_system_prompt(max_actions, compact), action_reminder_text()
+        if self.turns is not None:  # reason in a fixed shape, then act; the game's reminder (Sokoban's too) ends it
+            self.action_reminder = ref["reminders"].get(self.name, ref["reminders"]["grid"])
+            self.system_prompt = "\n\n".join(dict.fromkeys([ref["system"], ref["reminders"]["grid"], self.action_reminder]))
         field = self.layout_field
         self._splits = SeededSplits(make, lambda d: "/".join(d[field]), self.name, seed, n_train, n_test)
 
     def new_episode(self) -> GridEpisode:
-        return self.episode_class(self.max_turns, self.symbols, self.compact)
+        return self.episode_class(self.max_turns, self.symbols, self.compact, self.turns, self.hint)
 
     def train_tasks(self, n: int | None = None) -> list[Task]:
         return self._tasks("train", n)

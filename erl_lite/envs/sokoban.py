@@ -2,8 +2,9 @@
 6..8) with border walls only; a level is kept if solvable in at most 8 moves. Written by hand:
 gym-sokoban draws levels by reverse play, with pixel output.
 
-Departures from the paper: none in the rules; prompts state the real budget (the reference prompt
-claimed 64 moves). Generated levels are not the paper's (``source="paper"`` plays those).
+Departures from the paper: none in the rules; prompts state the real budget (the reference prompt claimed 64 moves).
+Generated levels are not the paper's (``source="paper"`` plays those). A failure's feedback says when the box can no
+longer reach the goal (``hint``; the reference's does not).
 """
 
 from __future__ import annotations
@@ -15,26 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from erl_lite.envs.grid import ACTIONS, NO_VALID_ACTION, GridEpisode, GridGame, render_rows, shortest_moves
+from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 from erl_lite.field_types import check_whole
 
 Cell = tuple[int, int]
 DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",
                    "floor": "D", "agent_on_goal": "a"}
-#: Per-step trace comments, by event.
-COMMENTS = {
-    "moved": "moved one cell",
-    "pushed": "pushed the box one cell",
-    "wall": "did not move (wall)",
-    "box_blocked": "did not move (the box is blocked)",
-    "solved": "pushed the box onto the goal; solved",
-}
-#: Final feedback, by outcome category.
-FEEDBACK = {
-    "solved": "Success: the box is on the goal after {n} action(s). Reward 1.",
-    "step_limit": "Failure: all {budget} actions were used and the box is not on the goal. Reward 0.",
-    "no_valid_action": NO_VALID_ACTION + ", so nothing moved. Reward 0.",
-}
+COMMENTS, FEEDBACK = (dict(PROMPTS["sokoban"][texts]) for texts in ("comments", "feedback"))  # data/grid_prompts.json
 
 
 @dataclass
@@ -80,12 +68,7 @@ def apply_move(walls: frozenset[Cell], player: Cell, box: Cell, delta: tuple[int
 
 
 def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[str] | None:
-    """Fewest moves that push the box onto the goal (None if impossible within ``limit``).
-
-    Example:
-        >>> solve_sokoban(["######", "#@$ .#", "######"])
-        ['Right', 'Right']
-    """
+    """Fewest moves that push the box onto the goal (None if impossible within ``limit``)."""
     level = layout if isinstance(layout, Level) else Level.parse(layout)
 
     def moves(state: tuple[Any, Any]) -> Iterable[tuple[str, tuple[Any, Any]]]:
@@ -152,7 +135,7 @@ class SokobanEpisode(GridEpisode):
             f"{count['wall'] + count['box_blocked']} did not move (wall or blocked box)")
         text += f", {count['invalid']} had no valid action." if count["invalid"] else "."
         stuck = Level(self.level.walls, self.player, self.box, self.level.goal, self.level.shape)
-        if solve_length(stuck) is None:
+        if self.hint and solve_length(stuck) is None:
             text += " The box can no longer reach the goal from where it ended."
         return "step_limit", text
 
@@ -161,7 +144,7 @@ class Sokoban(GridGame):
     """One-box Sokoban with abstract letters, seeded splits and the paper's levels.
 
     ``source`` is ``"generated"`` or ``"paper"`` (the paper's levels); ``sizes``, the inclusive range
-    of the room side, walls included; the other arguments as in :class:`~erl_lite.envs.grid.GridGame`.
+    of the room side, walls included; the rest (``hint``: dead ends) as in :class:`~erl_lite.envs.grid.GridGame`.
 
     Example:
         >>> env = Sokoban()
@@ -178,12 +161,13 @@ class Sokoban(GridGame):
 
     def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
                  sizes: tuple[int, int] = (6, 8), max_shortest: int = 8, max_actions: int = 8,
-                 symbols: dict[str, str] | None = None, symbol_seed: int | None = None, compact: bool = False) -> None:
+                 symbols: dict[str, str] | None = None, symbol_seed: int | None = None, compact: bool = False,
+                 **style: Any) -> None:
         if not 4 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 4 <= low <= high (room for 3 cells), got {sizes}")
         check_whole(type(self).__name__, "max_shortest", max_shortest, minimum=1)
         make = partial(generate_level, sizes=sizes, max_shortest=max_shortest)
-        super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact)
+        super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact, **style)
 
     @classmethod
     def small(cls, **overrides: Any) -> "Sokoban":

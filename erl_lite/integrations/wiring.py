@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment
-from erl_lite.core.memory import MemoryBank, ReflectionMemory
+from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
 from erl_lite.integrations.callbacks import TrainerCallbacks  # noqa: F401 - the trainer's, through here
 from erl_lite.integrations.data_sources import load_rows
 from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
@@ -91,6 +91,8 @@ def memory_for(env: Environment, args: ERLConfig) -> ReflectionMemory | MemoryBa
     """The paper's one memory, or one per environment when the run mixes environments."""
     if isinstance(env, MultiEnvironment):
         return MemoryBank(env.names, args.memory_type, args.memory_size, args.memory_top_k, env.env_name)
+    if args.memory_type == "slots":  # the reference code's, emulated
+        return SlotMemory(args.memory_size)
     return ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
 
 
