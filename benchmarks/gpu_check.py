@@ -135,7 +135,7 @@ class ForcedLengthGenerator:
         self.inner = (ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, stop_ids=[-1])
                       if backend == "continuous" else HFGenerator(model, tokenizer))
         if backend == "vllm":  # stops at the model's own stop ids too: its rows may sample fewer tokens
-            from erl_lite.core.vllm_backend import VLLMGenerator
+            from erl_lite.integrations.vllm import VLLMGenerator
             self.inner = VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, args=args)
         self.tokenizer, self.model = tokenizer, model
         self.turn_tokens, self.reflection_tokens = turn_tokens, reflection_tokens

@@ -198,7 +198,7 @@ def _sampler(backend: str, model: Any, tok: Any, cfg: Any, stops: list[int] | No
     if backend == "continuous":
         return ContinuousGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, stop_ids=stops)
     if backend == "vllm":
-        from erl_lite.core.vllm_backend import VLLMGenerator
+        from erl_lite.integrations.vllm import VLLMGenerator
         return VLLMGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, args=cfg, stop_ids=stops)
     return HFGenerator(model, tok, stop_ids=stops)
 

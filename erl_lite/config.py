@@ -65,7 +65,7 @@ class ERLConfig:
     """Extra ``model.generate`` keywords for attempts, reflections and evaluation, e.g. ``{"min_p": 0.05}``."""
     generation_backend: str = "generate"
     """How rollouts are sampled: ``generate`` (``model.generate``), ``continuous`` (transformers' continuous
-    batching, :mod:`erl_lite.core.continuous`) or ``vllm`` (:mod:`erl_lite.core.vllm_backend`); both refuse
+    batching, :mod:`erl_lite.core.continuous`) or ``vllm`` (:mod:`erl_lite.integrations.vllm`); both refuse
     ``generation_kwargs``."""
     vllm_gpu_memory_utilization: float | None = None
     """vLLM's share of the GPU (TRL's name); None: its KV cache is sized from the run's budgets."""

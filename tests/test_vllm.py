@@ -17,8 +17,8 @@ from erl_lite.testing import save_tiny_model
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
-from erl_lite.core.continuous import generator_for  # noqa: E402
-from erl_lite.core.vllm_backend import VLLMGenerator  # noqa: E402
+from erl_lite.integrations.wiring import generator_for  # noqa: E402
+from erl_lite.integrations.vllm import VLLMGenerator  # noqa: E402
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 #: Largest |vLLM log-prob - policy log-prob| of one sampled token. Both run fp32 on the same weights;
