@@ -170,3 +170,6 @@ def test_erl_with_lora_trains_three_steps_on_vllm(policy):
     history = trainer.train()
     assert len(history.of_kind("train")) == 3 and len(gaps) == 3
     assert max(gaps) < GAP_TOL and gen.syncs >= 3
+    # the trainer's own on-policy check reads the sampler's log-probs: the same gap, measured by the update
+    logged = [r["onpolicy/gap_max/first"] for r in history.of_kind("train")]
+    assert len(logged) == 3 and max(logged) < GAP_TOL
