@@ -328,13 +328,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(r.get(h)) for h in head) + " |" for r in rows])
 
 
-def measure(make: Any, rounds: int) -> tuple[dict[str, Log], dict[str, list[float]]]:
+def measure(make: Any, rounds: int, backends: tuple[str, ...] = BACKENDS
+            ) -> tuple[dict[str, Log], dict[str, list[float]]]:
     """``rounds`` x (one iteration + one evaluation) per backend, alternating backends."""
-    logs = {b: Log() for b in BACKENDS}
-    trainers = {b: make(b, logs[b]) for b in BACKENDS}
-    steps: dict[str, list[float]] = {b: [] for b in BACKENDS}
+    logs = {b: Log() for b in backends}
+    trainers = {b: make(b, logs[b]) for b in backends}
+    steps: dict[str, list[float]] = {b: [] for b in backends}
     for r in range(rounds):
-        for b in (BACKENDS if r % 2 == 0 else BACKENDS[::-1]):
+        for b in (backends if r % 2 == 0 else backends[::-1]):
             t0 = time.perf_counter()
             trainers[b].training_step()
             steps[b].append(time.perf_counter() - t0)
@@ -368,7 +369,12 @@ def main() -> None:
                 folder = _real_model(tmp)
                 def make(b: str, log: Log, folder: str = folder) -> Any:
                     return real_setup(b, log, folder, a.mean_reply)
-            logs, steps = measure(make, a.rounds)
+            backends = BACKENDS
+            if setup == "demo" and "vllm" in BACKENDS and not torch.cuda.is_available():
+                # vLLM's CPU attention has no kernel for the embedded model's 16-dim heads
+                print("demo: vllm left out on the CPU (head_dim=16 unsupported)", file=sys.stderr)
+                backends = tuple(b for b in BACKENDS if b != "vllm")
+            logs, steps = measure(make, a.rounds, backends)
         print(f"\n## {setup}: {a.rounds} rounds, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
               f"{torch.get_num_threads()} thread(s)\n")
         print(table(summarize(logs, steps)))

@@ -174,7 +174,6 @@ def check_generation_key(key: str, value: Any) -> None:
                      "ERLConfig's temperature, top_p, top_k and max_completion_length (and cache_implementation)")
 
 
-
 def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous") -> None:
     """Raise ValueError when ``generation_kwargs`` asks for what ``backend`` would drop or sample differently."""
     if kwargs:
