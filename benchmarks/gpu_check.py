@@ -25,7 +25,8 @@ Prompts are tokenized with the real Qwen3 tokenizer and chat template when
 uses the same vocabulary and ChatML turns.
 
 The table: model, compute dtype, mode, generation backend (``ERLConfig.generation_backend``: every
-row runs with ``generate`` and with ``continuous`` batching, ``--backends`` to choose), measured peak
+row runs with ``generate``, ``continuous`` batching and, when installed, ``vllm`` (its rows load the
+policy unquantized), ``--backends`` to choose), measured peak
 GPU memory of the step
 (``memory/peak_gpu_gb``), ``erl_lite.integrations.budget``'s worst-case estimate for the same settings,
 seconds per step and per phase (``time/*``), tokens per step (``tokens/*``: sampled plus the
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import os
 import random
 import sys
@@ -75,6 +77,8 @@ from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.prompts import REFLECTION_REQUEST
 
 T4_MODELS = MODEL_CONFIGS[:2]  # what a 15 GiB T4 can hold under the gpu preset (erl_lite.integrations.budget)
+#: vLLM joins when it is installed; its rows load the policy unquantized (it refuses a 4-bit base).
+BACKENDS = ("generate", "continuous") + (("vllm",) if importlib.util.find_spec("vllm") else ())
 COLUMNS = ("model", "dtype", "mode", "backend", "peak GiB", "est. GiB", "s/step", "first", "reflect", "second",
            "update", "tok/step", "tok/s", "len y1")
 
@@ -85,7 +89,7 @@ class Plan:
 
     runs: list[tuple[str, str]]  # (architecture, dtype label), in order
     modes: tuple[str, ...] = ("erl", "rlvr")
-    backends: tuple[str, ...] = ("generate", "continuous")  # ERLConfig.generation_backend, both measured
+    backends: tuple[str, ...] = BACKENDS  # ERLConfig.generation_backend, each measured
     steps: int = 1
     tasks: int | None = None  # None: the gpu preset's num_tasks_per_step
     turn_tokens: int = 64
@@ -125,11 +129,14 @@ class ForcedLengthGenerator:
     """
 
     def __init__(self, model: Any, tokenizer: Any, turn_tokens: int, reflection_tokens: int, seed: int = 0,
-                 backend: str = "generate", cache_tokens: int = 65_536):
+                 backend: str = "generate", cache_tokens: int = 65_536, args: Any = None):
         self.stop_ids = HFGenerator(model, tokenizer).stop_ids
         self.backend = backend
         self.inner = (ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, stop_ids=[-1])
                       if backend == "continuous" else HFGenerator(model, tokenizer))
+        if backend == "vllm":  # stops at the model's own stop ids too: its rows may sample fewer tokens
+            from erl_lite.integrations.vllm import VLLMGenerator
+            self.inner = VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, args=args)
         self.tokenizer, self.model = tokenizer, model
         self.turn_tokens, self.reflection_tokens = turn_tokens, reflection_tokens
         self.rng = random.Random(seed)
@@ -259,7 +266,7 @@ def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype
     # a few hundred generated maps are plenty for a few steps (the default 10,000 take seconds)
     env = FrozenLake.small(max_actions=3, n_train=64, n_test=4) if plan.tiny else FrozenLake(n_train=256, n_test=4)
     generator = ForcedLengthGenerator(model, tokenizer, plan.turn_tokens, plan.reflection_tokens, seed=cfg.seed,
-                                      backend=backend, cache_tokens=cache_tokens_for(cfg))
+                                      backend=backend, cache_tokens=cache_tokens_for(cfg), args=cfg)
     sampled = []  # the model's own sampled tokens at the end of each step (not the appended actions)
     trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, generator=generator,
                          callbacks=[lambda t, record: sampled.append(generator.sampled)])
@@ -310,7 +317,13 @@ def run(plan: Plan) -> list[dict[str, Any]]:
                                      "skipped": "time budget"})
                         continue
                     try:
-                        rows.append(run_mode(model, tok, plan, mode, name, dtype, backend))
+                        policy = model
+                        if backend == "vllm":  # unquantized, in the row's dtype (fp32 on the CPU)
+                            torch_dtype = ({"fp16": "float16", "bf16": "bfloat16"}[dtype] if plan.device == "cuda"
+                                           else "float32")
+                            policy, _ = load_policy(saved, tokenizer, device=plan.device, dtype=torch_dtype,
+                                                    gradient_checkpointing=True)
+                        rows.append(run_mode(policy, tok, plan, mode, name, dtype, backend))
                     except Exception as err:  # keep the other rows of a GPU run; the smoke test must see it
                         if plan.tiny:
                             raise
@@ -365,8 +378,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--turn-tokens", type=arg_types.whole(1), default=64, help="tokens the model samples per turn")
     p.add_argument("--reflection-tokens", type=arg_types.whole(1), default=256,
                    help="tokens the model samples per reflection")
-    p.add_argument("--backends", nargs="+", default=list(Plan.backends), choices=["generate", "continuous"],
-                   help="generation backends, each a row (default: both)")
+    p.add_argument("--backends", nargs="+", default=list(Plan.backends), choices=["generate", "continuous", "vllm"],
+                   help="generation backends, each a row (default: all installed)")
     p.add_argument("--time-budget", type=arg_types.number(0, above=True), default=360.0,
                    help="start no new row after this many seconds (a row takes up to ~90 s at 4B)")
     a = p.parse_args(argv)

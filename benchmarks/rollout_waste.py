@@ -1,4 +1,4 @@
-"""Rollout waste and generation time per phase, ``generate`` against ``continuous`` batching.
+"""Rollout waste and generation time per phase, ``generate`` against ``continuous`` batching (and vLLM).
 
 Two set-ups:
 
@@ -33,7 +33,9 @@ matches). Per phase the table gives:
   part of an iteration;
 * ``time ratio``: continuous seconds / generate seconds, summed over the rounds (a phase's
   generator calls; on the iteration's row, the whole iteration with its update and the
-  continuous backend's flush).
+  continuous backend's flush);
+* ``vllm s``, ``vllm/generate``, ``vllm tok/s``: the same for colocated vLLM (sampled tokens per second
+  of its calls), a third backend in the same rounds when vLLM is installed (docs/VLLM.md).
 
 Departures from the paper: none; this measures cost, not learning.
 
@@ -45,6 +47,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import sys
@@ -64,7 +67,8 @@ from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for  # no
 from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
 from gpu_check import hf_config, valid_endings  # noqa: E402
 
-BACKENDS = ("generate", "continuous")
+#: vLLM joins when it is installed (the CPU build: docs/VLLM.md), interleaved with the other two.
+BACKENDS = ("generate", "continuous") + (("vllm",) if importlib.util.find_spec("vllm") else ())
 PHASES = ("first attempts", "reflections", "second attempts", "evaluation")
 
 
@@ -157,10 +161,7 @@ def demo_setup(backend: str, log: Log) -> Any:
 
     trainer = demo_trainer(seed=0)
     trainer.args.diagnostics = "off"
-    inner = (ContinuousGenerator(trainer.model, trainer.tokenizer, cache_tokens=cache_tokens_for(trainer.args),
-                                 seed=trainer.args.seed)
-             if backend == "continuous" else HFGenerator(trainer.model, trainer.tokenizer))
-    _use(trainer, Recorded(inner, log), log)
+    _use(trainer, Recorded(_sampler(backend, trainer.model, trainer.tokenizer, trainer.args), log), log)
     return trainer
 
 
@@ -186,13 +187,20 @@ def real_setup(backend: str, log: Log, folder: str, mean_reply: int) -> Any:
     vocab = model.get_output_embeddings().weight.shape[0]
     stop_set = random.Random(0).sample(range(vocab), vocab // mean_reply)
     stops = [*real_stops, *[t for t in stop_set if t not in real_stops]]
-    inner = (ContinuousGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, stop_ids=stops)
-             if backend == "continuous" else HFGenerator(model, tok, stop_ids=stops))
-    policy = StopSetPolicy(Recorded(inner, log), tok, real_stops)
+    policy = StopSetPolicy(Recorded(_sampler(backend, model, tok, cfg, stops), log), tok, real_stops)
     env = FrozenLake(n_train=256, n_test=4)
     trainer = ERLTrainer(model=model, processing_class=tok, args=cfg, env=env, generator=policy)
     _use(trainer, policy, log)
     return trainer
+
+
+def _sampler(backend: str, model: Any, tok: Any, cfg: Any, stops: list[int] | None = None) -> Any:
+    if backend == "continuous":
+        return ContinuousGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, stop_ids=stops)
+    if backend == "vllm":
+        from erl_lite.integrations.vllm import VLLMGenerator
+        return VLLMGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, args=cfg, stop_ids=stops)
+    return HFGenerator(model, tok, stop_ids=stops)
 
 
 def _use(trainer: Any, generator: Any, log: Log) -> None:
@@ -293,14 +301,17 @@ def summarize(logs: dict[str, Log], step_seconds: dict[str, list[float]]) -> lis
                 prefilled = sum(generate_prefill(c) for c in calls)
             row[f"{backend} prefill/final"] = prefilled / final
             row[f"{backend} s"] = seconds
+            if backend == "vllm":
+                row["vllm tok/s"] = sum(len(o) for c in calls for o in c.replies) / seconds
         if phase == "iteration":  # the whole iteration: its generation share, then all of its seconds
             row["share"] = row.get("generate s", 0.0) / sum(step_seconds["generate"])
             for backend in logs:
                 row[f"{backend} s"] = sum(step_seconds[backend])
         elif phase != "evaluation":
             row["share"] = row.get("generate s", 0.0) / sum(step_seconds["generate"])
-        if row.get("generate s") and row.get("continuous s") is not None:
-            row["time ratio"] = row["continuous s"] / row["generate s"]
+        for backend, name in (("continuous", "time ratio"), ("vllm", "vllm/generate")):
+            if row.get("generate s") and row.get(f"{backend} s") is not None:
+                row[name] = row[f"{backend} s"] / row["generate s"]
         if len(row) > 1:
             rows.append(row)
     return rows
@@ -308,7 +319,7 @@ def summarize(logs: dict[str, Log], step_seconds: dict[str, list[float]]) -> lis
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("phase", "calls", "waste", "padding", "finished", "generate prefill/final", "continuous prefill/final",
-            "share", "generate s", "continuous s", "time ratio")
+            "share", "generate s", "continuous s", "time ratio", "vllm s", "vllm/generate", "vllm tok/s")
 
     def cell(v: Any) -> str:
         return "-" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
@@ -317,13 +328,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(r.get(h)) for h in head) + " |" for r in rows])
 
 
-def measure(make: Any, rounds: int) -> tuple[dict[str, Log], dict[str, list[float]]]:
+def measure(make: Any, rounds: int, backends: tuple[str, ...] = BACKENDS
+            ) -> tuple[dict[str, Log], dict[str, list[float]]]:
     """``rounds`` x (one iteration + one evaluation) per backend, alternating backends."""
-    logs = {b: Log() for b in BACKENDS}
-    trainers = {b: make(b, logs[b]) for b in BACKENDS}
-    steps: dict[str, list[float]] = {b: [] for b in BACKENDS}
+    logs = {b: Log() for b in backends}
+    trainers = {b: make(b, logs[b]) for b in backends}
+    steps: dict[str, list[float]] = {b: [] for b in backends}
     for r in range(rounds):
-        for b in (BACKENDS if r % 2 == 0 else BACKENDS[::-1]):
+        for b in (backends if r % 2 == 0 else backends[::-1]):
             t0 = time.perf_counter()
             trainers[b].training_step()
             steps[b].append(time.perf_counter() - t0)
@@ -357,7 +369,12 @@ def main() -> None:
                 folder = _real_model(tmp)
                 def make(b: str, log: Log, folder: str = folder) -> Any:
                     return real_setup(b, log, folder, a.mean_reply)
-            logs, steps = measure(make, a.rounds)
+            backends = BACKENDS
+            if setup == "demo" and "vllm" in BACKENDS and not torch.cuda.is_available():
+                # vLLM's CPU attention has no kernel for the embedded model's 16-dim heads
+                print("demo: vllm left out on the CPU (head_dim=16 unsupported)", file=sys.stderr)
+                backends = tuple(b for b in BACKENDS if b != "vllm")
+            logs, steps = measure(make, a.rounds, backends)
         print(f"\n## {setup}: {a.rounds} rounds, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
               f"{torch.get_num_threads()} thread(s)\n")
         print(table(summarize(logs, steps)))

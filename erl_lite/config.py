@@ -3,7 +3,6 @@
 Field names follow TRL's ``GRPOConfig`` where the concept is the same (its other names are mapped or
 refused: :mod:`erl_lite.trl_fields`). A bad value fails at construction naming the field: its type
 (:mod:`erl_lite.field_types`), then the checks of :mod:`erl_lite.config_checks`.
-
 Departures from the paper: the defaults are the paper's (Algorithm 2, τ = 1, clip 0.2/0.28, KL 0.001,
 lr 1e-6, T = 0.7); the presets (:mod:`erl_lite.presets`) shrink them for small runs.
 """
@@ -65,9 +64,11 @@ class ERLConfig:
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``model.generate`` keywords for attempts, reflections and evaluation, e.g. ``{"min_p": 0.05}``."""
     generation_backend: str = "generate"
-    """How rollouts are sampled: ``generate`` (``model.generate``, one padded batch per call) or ``continuous``
-    (transformers' continuous batching: finished rows leave the batch at once, later turns reuse their cache;
-    no ``generation_kwargs``; :mod:`erl_lite.core.continuous`)."""
+    """How rollouts are sampled: ``generate`` (``model.generate``), ``continuous`` (transformers' continuous
+    batching, :mod:`erl_lite.core.continuous`) or ``vllm`` (:mod:`erl_lite.integrations.vllm`); both refuse
+    ``generation_kwargs``."""
+    vllm_gpu_memory_utilization: float | None = None
+    """vLLM's share of the GPU (TRL's name); None: its KV cache is sized from the run's budgets."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``apply_chat_template`` keywords, e.g. ``{"enable_thinking": False}`` for Qwen3."""
     max_episode_length: int = 2048
@@ -260,12 +261,7 @@ class ERLConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ERLConfig":
-        """A named preset (:data:`PRESETS`) with optional overrides; the name is kept in ``preset_name``.
-
-        Example:
-            >>> ERLConfig.preset("gpu", seed=3).preset_name
-            'gpu'
-        """
+        """A named preset (:data:`PRESETS`) with optional overrides; the name is kept in ``preset_name``."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         overrides = translate_trl_fields(overrides, _FIELD_NAMES)  # TRL's names, before the preset's layer
@@ -287,12 +283,7 @@ class ERLConfig:
         return dataclasses.replace(self, **one_split(changes))
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a dict, as saved with a run (derived fields left out).
-
-        Example:
-            >>> ERLConfig().to_dict()["mode"], "generations_from_mode" in ERLConfig().to_dict()
-            ('erl', False)
-        """
+        """The settings as a dict, as saved with a run (derived fields left out)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k in _FIELD_NAMES}
 
 
@@ -317,12 +308,7 @@ SPLIT_FIELDS = ("steps_per_generation", "ppo_mini_batch_size")
 
 
 def one_split(layer: dict[str, Any]) -> dict[str, Any]:
-    """``layer`` (a preset, a ``replace``) with the other :data:`SPLIT_FIELDS` field reset when it gives only one.
-
-    Example:
-        >>> one_split({"steps_per_generation": 2})
-        {'steps_per_generation': 2, 'ppo_mini_batch_size': None}
-    """
+    """``layer`` (a preset, a ``replace``) with the other :data:`SPLIT_FIELDS` field reset when it gives one."""
     given = [name for name in SPLIT_FIELDS if name in layer]
     if len(given) != 1:
         return dict(layer)

@@ -38,7 +38,7 @@ OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
 #: What the run does when a diagnostic check fires (:mod:`erl_lite.diagnostics`).
 DIAGNOSTICS_LEVELS = ("warn", "off", "raise")
 #: How rollouts are sampled (:mod:`erl_lite.core.generation`, :mod:`erl_lite.core.continuous`).
-GENERATION_BACKENDS = ("generate", "continuous")
+GENERATION_BACKENDS = ("generate", "continuous", "vllm")
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES, "loss_type": LOSS_TYPE_NAMES, "scale_rewards": SCALE_REWARDS,
@@ -147,8 +147,10 @@ def check_sampling(cfg: ERLConfig) -> None:
     if owned:
         raise ValueError(f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
                          "(max_completion_length, temperature, top_p, top_k, ...); set those instead")
-    if cfg.generation_backend == "continuous":
-        refuse_generation_kwargs(cfg.generation_kwargs)
+    if cfg.generation_backend != "generate":
+        refuse_generation_kwargs(cfg.generation_kwargs, cfg.generation_backend)
+    if (share := cfg.vllm_gpu_memory_utilization) is not None and not 0 < share <= 1:
+        raise ValueError(f"ERLConfig.vllm_gpu_memory_utilization must be in (0, 1] or None, got {share!r}")
     for key, value in cfg.generation_kwargs.items():
         check_generation_key(key, value)
 
@@ -172,21 +174,13 @@ def check_generation_key(key: str, value: Any) -> None:
                      "ERLConfig's temperature, top_p, top_k and max_completion_length (and cache_implementation)")
 
 
-def refuse_generation_kwargs(kwargs: dict[str, Any]) -> None:
-    """Raise ValueError when ``generation_kwargs`` asks for what the manager would silently drop.
-
-    Example:
-        >>> try:
-        ...     refuse_generation_kwargs({"repetition_penalty": 1.1})
-        ... except ValueError as err:
-        ...     print(str(err).split(":")[0])
-        generation_backend='continuous' cannot honour generation_kwargs ['repetition_penalty']
-    """
+def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous") -> None:
+    """Raise ValueError when ``generation_kwargs`` asks for what ``backend`` would drop or sample differently."""
     if kwargs:
         raise ValueError(
-            f"generation_backend='continuous' cannot honour generation_kwargs {sorted(kwargs)}: transformers' "
-            "continuous batching keeps only temperature, top_p and top_k and drops the rest without a word "
-            "(repetition_penalty, min_new_tokens, min_p, stopping criteria); use generation_backend='generate'")
+            f"generation_backend={backend!r} cannot honour generation_kwargs {sorted(kwargs)}: it samples with "
+            "temperature, top_p and top_k only (transformers' continuous batching drops the rest without a word); "
+            "use generation_backend='generate'")
 
 
 def check_clip(cfg: ERLConfig) -> None:

@@ -16,7 +16,7 @@ RESUMABLE_FIELDS = frozenset({
     "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "diagnostics", "generation_backend", "gradient_checkpointing",
     "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
     "eval_top_p", "eval_top_k", "logprob_chunk_size", "push_to_hub", "hub_model_id", "hub_private_repo",
-    "project", "preset_name",
+    "project", "preset_name", "vllm_gpu_memory_utilization",
 })
 
 #: ``peft.LoraConfig`` fields recorded besides ``r``, ``lora_alpha`` and ``target_modules``: each changes

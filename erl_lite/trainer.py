@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from erl_lite.checkpoint import capture_state
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment
-from erl_lite.core.continuous import end_phase, generator_for
+from erl_lite.core.continuous import end_phase
 from erl_lite.core.generation import Generator
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.progress import Progress
@@ -86,7 +86,7 @@ class ERLTrainer(CheckpointSaving):
         self.state = TrainerStateView(self)
         self.reward_log = wiring.attach(self.env, self.state, self.tokenizer, args)
         self._read_datasets(train_dataset, eval_dataset, has_env)
-        self.generator = generator or generator_for(self.model, self.tokenizer, args, self.dist.rank)
+        self.generator = generator or wiring.generator_for(self.model, self.tokenizer, args, self.dist.rank)
         self.memory = wiring.memory_for(self.env, args)
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
         self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)

@@ -19,7 +19,7 @@ TRL_ACCEPTED: tuple[str, ...] = (
     "eval_steps", "save_steps", "save_total_limit", "seed", "num_generations", "max_completion_length",
     "steps_per_generation", "temperature", "top_p", "top_k", "generation_kwargs", "chat_template_kwargs", "beta",
     "epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type", "push_to_hub",
-    "hub_model_id", "hub_private_repo", "project",
+    "hub_model_id", "hub_private_repo", "project", "vllm_gpu_memory_utilization",
 )
 
 
@@ -42,6 +42,13 @@ def _field(target: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable
     return into
 
 
+def _use_vllm(value: Any, current: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(value, bool):
+        raise ValueError(f"ERLConfig: use_vllm must be True or False, got {value!r}")
+    return {"generation_backend": "vllm"} if value else {}
+
+
+_use_vllm.target = "generation_backend"  # type: ignore[attr-defined]
 _GENERATE = "(model.generate's keyword)"
 #: GRPOConfig fields that are another ERLConfig field, and how (the implementation is in _MAPPERS).
 TRL_MAPPED: dict[str, str] = {
@@ -51,6 +58,7 @@ TRL_MAPPED: dict[str, str] = {
     "activation_checkpointing": "gradient_checkpointing (transformers 5's name for it)",
     "use_transformers_paged": "generation_backend = 'continuous' if True else 'generate'",
     "use_transformers_continuous_batching": "generation_backend = 'continuous' if True else 'generate'",
+    "use_vllm": "generation_backend = 'vllm' if True (False changes nothing)",
 }
 _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "cache_implementation": _generate_key("cache_implementation"),
@@ -59,11 +67,13 @@ _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "activation_checkpointing": _field("gradient_checkpointing"),
     **{name: _field("generation_backend", lambda v: "continuous" if v else "generate")
        for name in ("use_transformers_paged", "use_transformers_continuous_batching")},
+    "use_vllm": _use_vllm,
 }
 
 # Reasons shared by several refused fields.
-_VLLM = ("erl_lite has no vLLM path: it samples with the policy's model.generate, or transformers' continuous "
-         "batching (generation_backend='continuous'), or ERLTrainer(generator=...)")
+_VLLM = ("erl_lite runs vLLM colocated in the training process only (generation_backend='vllm', TRL's "
+         "vllm_mode='colocate'), sized from the run's budgets; no server, no other engine setting")
+_VLLM_IS = "not implemented yet: the loss has no truncated importance-sampling correction for vLLM's log-probs"
 _HUB = "erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id; no other pushes"
 _LOOP = "it configures transformers.Trainer's own loop, which erl_lite does not run (an iteration: one batch of tasks)"
 _EVAL = "erl_lite samples eval_num_generations first attempts per eval task every eval_steps; no prediction loop"
@@ -103,19 +113,16 @@ TRL_REFUSED: dict[str, str] = {
     "max_prompt_length": "erl_lite never cuts a prompt: max_episode_length and max_reflection_prompt_length bound it",
     "mask_truncated_completions": "not implemented: a truncated episode is trained with its reward at that point",
     "num_iterations": "erl_lite uses a batch once, in steps_per_generation optimizer steps; no second pass",
-    "use_vllm": _VLLM,
     "use_liger_kernel": "erl_lite computes log-probs in chunks of logprob_chunk_size positions; Liger is not used",
     "liger_kernel_config": "Liger kernels are not used (see use_liger_kernel; logprob_chunk_size bounds memory)",
     "run_name": "the tracker run is named after output_dir's folder; choose output_dir to name it",
     "log_completions": "erl_lite always logs completions, to samples.jsonl every sample_every iterations",
-    # --- vLLM and other generation back-ends ---
-    **_all(_VLLM, "vllm_mode vllm_model_impl vllm_enable_sleep_mode vllm_structured_outputs_regex vllm_server_base_url "
-                  "vllm_server_host vllm_server_port vllm_server_timeout vllm_group_port vllm_gpu_memory_utilization "
-                  "vllm_max_model_length vllm_tensor_parallel_size vllm_importance_sampling_correction "
-                  "vllm_importance_sampling_mode vllm_importance_sampling_clip_max vllm_importance_sampling_clip_min "
-                  "vllm_importance_sampling_cap ds3_gather_for_generation"),
+    **_all(_VLLM, "vllm_mode vllm_model_impl vllm_structured_outputs_regex vllm_server_base_url vllm_server_host "
+                  "vllm_server_port vllm_server_timeout vllm_group_port vllm_max_model_length "
+                  "vllm_tensor_parallel_size ds3_gather_for_generation"),
+    "vllm_enable_sleep_mode": "not implemented yet: the engine keeps its weights and cache between rollout phases",
+    **{f"vllm_importance_sampling_{name}": _VLLM_IS for name in "correction mode clip_max clip_min cap".split()},
     **_all(_BATCHING, "transformers_continuous_batching_config generation_batch_size"),
-    # --- losses, rewards, reference ---
     **_all(_LOSS, "delta sapo_temperature_neg sapo_temperature_pos vespo_k_pos vespo_lambda_pos vespo_k_neg "
                   "vespo_lambda_neg top_entropy_quantile entropy_coef use_adaptive_entropy entropy_coef_min "
                   "entropy_coef_max entropy_coef_delta entropy_target off_policy_mask_threshold use_bias_correction_kl "
@@ -127,27 +134,21 @@ TRL_REFUSED: dict[str, str] = {
     "disable_dropout": "not implemented; set the dropout probabilities in the model's config before passing it",
     "shuffle_dataset": "tasks are always drawn in a seeded shuffled order (a new order each pass)",
     "pad_to_multiple_of": "not implemented: micro-batches are padded to their longest row",
-    # --- model loading ---
     **_all(_LOADING, "model_init_kwargs trust_remote_code use_cache neftune_noise_alpha"),
     **_all(_REENTRANT, "gradient_checkpointing_kwargs activation_checkpointing_kwargs"),
-    # --- optimizer ---
     **_all(_OPTIMIZER, "adam_beta1 adam_beta2 adam_epsilon optim_args optim_target_modules lr_scheduler_kwargs"),
-    # --- logging and trackers ---
     **_all(_LOGS, "logging_strategy logging_first_step log_on_each_node logging_nan_inf_filter "
                   "include_num_input_tokens_seen log_level log_level_replica skip_memory_metrics debug "
                   "num_completions_to_print log_unique_prompts log_multimodal"),
     "log_completions_hub_repo": _HUB,
     **_all(_TRACKIO, "trackio_space_id trackio_bucket_id trackio_static_space_id"),
-    # --- evaluation ---
     **_all(_EVAL, "eval_strategy eval_delay per_device_eval_batch_size prediction_loss_only eval_on_start "
                   "eval_do_concat_batches eval_use_gather_object eval_accumulation_steps include_for_metrics "
                   "batch_eval_metrics load_best_model_at_end metric_for_best_model greater_is_better label_names"),
-    # --- saving and the Hub ---
     **_all(_SAVE, "save_strategy save_only_model save_on_each_node enable_jit_checkpoint "
                   "restore_callback_states_from_checkpoint ignore_data_skip"),
     **_all(_HUB, "hub_token hub_strategy hub_always_push hub_revision"),
     "resume_from_checkpoint": "pass it to trainer.train(resume_from_checkpoint=...) (as with transformers' Trainer)",
-    # --- the Trainer loop, data loading, speed, distribution ---
     **_all(_LOOP, "auto_find_batch_size torch_empty_cache_steps do_train do_eval do_predict full_determinism "
                   "data_seed train_sampling_strategy length_column_name"),
     **_all(_DATA, "dataloader_drop_last dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers "
@@ -161,7 +162,8 @@ TRL_REFUSED: dict[str, str] = {
 
 #: Refused fields at the value that means what erl_lite does anyway: accepted, and dropped.
 TRL_SAME_AS: dict[str, Any] = {
-    "use_vllm": False, "use_liger_kernel": False, "log_completions": True, "torch_compile": False, "adam_beta1": 0.9,
+    "vllm_mode": "colocate", "vllm_importance_sampling_correction": False, "use_liger_kernel": False,
+    "vllm_enable_sleep_mode": False, "log_completions": True, "torch_compile": False, "adam_beta1": 0.9,
     "adam_beta2": 0.999, "adam_epsilon": 1e-8, "gradient_accumulation_steps": 1, "num_iterations": 1,
     "shuffle_dataset": True, "mask_truncated_completions": False, "remove_unused_columns": False,
     "repetition_penalty": 1.0, "min_p": None,
@@ -188,7 +190,7 @@ def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
         if name in _MAPPERS:
             mapped = _MAPPERS[name](value, {**(current or {}), **out})
             target = getattr(_MAPPERS[name], "target", None)
-            if target in given and given[target] != mapped[target]:
+            if target in given and target in mapped and given[target] != mapped[target]:
                 raise ValueError(f"ERLConfig: {name}={value!r} (TRL's name; {TRL_MAPPED[name]}) disagrees with "
                                  f"{target}={given[target]!r}; give one of them")
             out.update(mapped)

@@ -30,10 +30,11 @@ def test_demo_preset_builds_the_recorded_demo_configs_field_for_field(case):
         # recorded when the preset travelled in extra (then "cpu", under the demo's layer)
         assert got["extra"] == {k: v for k, v in before["extra"].items() if k != "preset"}
         assert got["preset_name"] == "demo"
-        # Fields added since the recording (diagnostics, generation_backend) hold their defaults; the rest are as recorded.
+        # Fields added since the recording (diagnostics, generation_backend, vllm_*) hold their defaults; the rest are as
+        # recorded.
         added = {k: v for k, v in got.items() if k not in before and k != "preset_name"}
         assert added == {k: ERLConfig().to_dict()[k] for k in added}
-        assert set(added) <= {"diagnostics", "generation_backend", "reflection_copies"}
+        assert set(added) <= {"diagnostics", "generation_backend", "reflection_copies", "vllm_gpu_memory_utilization"}
         assert {k: v for k, v in got.items() if k not in ("extra", "preset_name", *added)} == {
             k: v for k, v in before.items() if k != "extra"}
 

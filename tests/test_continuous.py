@@ -143,7 +143,7 @@ def test_what_it_would_drop_is_refused(policy, kwargs):
 
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="generation_backend"):
-        ERLConfig(generation_backend="vllm")
+        ERLConfig(generation_backend="sglang")
 
 
 def test_top_p_and_top_k_per_request(policy):

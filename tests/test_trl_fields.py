@@ -101,12 +101,12 @@ def test_each_grpo_field_with_a_non_default_value_works_or_says_why(name):
     ("max_prompt_length", 512, "max_episode_length"),
     ("mask_truncated_completions", True, "truncated"),
     ("num_iterations", 2, "steps_per_generation"),
-    ("use_vllm", True, "generate"),
     ("use_liger_kernel", True, "logprob_chunk_size"),
     ("hub_strategy", "every_save", "end of training"),
     ("run_name", "my-run", "output_dir"),
     ("log_completions", False, "samples.jsonl"),
-    ("vllm_mode", "colocate", "vLLM"),
+    ("vllm_mode", "server", "colocate"),
+    ("vllm_importance_sampling_correction", True, "not implemented"),
 ])
 def test_daily_trl_fields_are_refused_with_where_they_went(name, value, hint):
     with pytest.raises(ValueError) as e:
@@ -118,7 +118,7 @@ def test_daily_trl_fields_are_refused_with_where_they_went(name, value, hint):
         ERLConfig().replace(**{name: value})
 
 
-@pytest.mark.parametrize("name, value", [("use_vllm", False), ("use_liger_kernel", False), ("push_to_hub", False),
+@pytest.mark.parametrize("name, value", [("use_vllm", False), ("vllm_mode", "colocate"), ("use_liger_kernel", False), ("push_to_hub", False),
                                          ("log_completions", True), ("adam_beta1", 0.9), ("adam_epsilon", 1e-8)])
 def test_a_refused_field_at_what_erl_lite_does_anyway_is_accepted(name, value):
     """Porting ``use_vllm=False`` from a GRPOConfig call changes nothing, so it is no error."""
@@ -248,3 +248,26 @@ def test_lora_fields_on_an_object_without_an_adapter_add_one(fields, r, targets)
     if targets:
         assert set(cfg.target_modules) == targets
     trainer.train()
+
+
+@pytest.mark.parametrize("given, backend", [
+    (dict(use_vllm=True), "vllm"), (dict(use_vllm=True, vllm_mode="colocate"), "vllm"),
+    (dict(use_vllm=False), "generate"), (dict(use_vllm=False, generation_backend="continuous"), "continuous"),
+    (dict(use_vllm=True, vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=False), "vllm"),
+])
+def test_use_vllm_maps_to_the_vllm_backend(given, backend):
+    """TRL's vLLM switches: True is ``generation_backend='vllm'``, False leaves the backend as given."""
+    assert ERLConfig(**given).generation_backend == backend
+
+
+@pytest.mark.parametrize("given, match", [
+    (dict(use_vllm=1), "use_vllm must be True or False"),
+    (dict(use_vllm=True, generation_backend="generate"), "disagrees"),
+    (dict(vllm_mode="server"), "colocate"),
+    (dict(vllm_enable_sleep_mode=True), "not implemented"),
+    (dict(vllm_importance_sampling_cap=2.0), "importance-sampling"),
+    (dict(vllm_gpu_memory_utilization=0.0), r"\(0, 1\]"),
+])
+def test_vllm_settings_erl_lite_cannot_honour_are_refused_by_name(given, match):
+    with pytest.raises(ValueError, match=match):
+        ERLConfig(**given)

@@ -27,9 +27,10 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     Raises ValueError when the run trained on something this cannot rebuild."""
     from transformers import set_seed
 
-    from erl_lite.core.continuous import end_phase, generator_for
+    from erl_lite.core.continuous import end_phase
     from erl_lite.core.phases import PhaseContext, attempt_first
     from erl_lite.core.progress import Progress
+    from erl_lite.integrations.wiring import generator_for
     from erl_lite.metrics import eval_metrics
     from erl_lite.models import load_policy
 

@@ -211,6 +211,8 @@ def generator_for(model: Any, tokenizer: Any, args: Any, rank: int = 0) -> Any:
 
     if args.generation_backend == "continuous":
         return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank)
+    if args.generation_backend == "vllm":
+        raise ValueError("generation_backend='vllm' is built by erl_lite.integrations.wiring.generator_for")
     return HFGenerator(model, tokenizer)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from erl_lite.config import ERLConfig
+from erl_lite.core.continuous import cache_tokens_for, generator_for as core_generator_for
 from erl_lite.core.env import Environment
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
 from erl_lite.integrations.callbacks import TrainerCallbacks  # noqa: F401 - the trainer's, through here
@@ -118,3 +119,11 @@ def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float
     if clash:
         raise RewardFunctionError(f"log_metric name(s) {clash} are metrics erl_lite logs itself; pick other names")
     return logged
+
+
+def generator_for(model: Any, tokenizer: Any, args: ERLConfig, rank: int = 0) -> Any:
+    """The sampler ``args.generation_backend`` names: :func:`erl_lite.core.continuous.generator_for`'s, or vLLM's."""
+    if args.generation_backend != "vllm":
+        return core_generator_for(model, tokenizer, args, rank)
+    from erl_lite.integrations.vllm import VLLMGenerator
+    return VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank, args=args)

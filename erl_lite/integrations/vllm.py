@@ -1,0 +1,116 @@
+"""vLLM colocated in the training process (``generation_backend="vllm"``; TRL's ``vllm_mode="colocate"``).
+
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), from the policy's weights. Before a call,
+if an optimizer step changed a parameter (its version counter), the weights, each LoRA delta added to a copy of
+its base weight, are loaded in place and the prefix cache reset. A prompt's G copies are one request (``n=G``)
+seeded from ``(seed, rank, call)``; ``last_logprobs``: each sampled token's log-prob after temperature, top-p and
+top-k. Refused: a 4-bit base, ``generation_kwargs``. Departures from the paper: none (it samples with vLLM too).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Any, Iterator
+
+import torch
+
+from erl_lite.config_checks import refuse_generation_kwargs
+from erl_lite.core.generation import SamplingParams, check_request, model_context_length
+from erl_lite.core.policy import base_model, eos_token_ids
+
+
+def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's parameters under the checkpoint's names, each LoRA delta added to a copy of its base weight."""
+    deltas = {}
+    for name, module in model.named_modules():
+        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+            if getattr(module, "merged", False):
+                raise RuntimeError(f"vLLM sync: the adapter of {name} is merged into its base; unmerge it first")
+            deltas[f"{name}.base_layer.weight"] = sum(module.get_delta_weight(a) for a in module.active_adapters)
+    for name, param in model.named_parameters():
+        if "lora_" in name or "original_module" in name:
+            continue
+        value = param.detach() + deltas[name] if name in deltas else param.detach()
+        yield re.sub(r"^base_model\.model\.|\.base_layer|\.modules_to_save\.default", "", name), value
+
+
+class VLLMGenerator:
+    """Samples with one in-process ``vllm.LLM`` kept in step with ``model``'s weights.
+
+    ``cache_tokens`` (the KV cache) and ``args`` (an ``ERLConfig``: the longest sequence) size it from the run's
+    budgets, or ``args.vllm_gpu_memory_utilization``; ``sync=False`` keeps the weights it started with (for tests).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
+                 args: Any = None, stop_ids: list[int] | None = None, sync: bool = True) -> None:
+        if any("4bit" in type(m).__name__ for m in model.modules()):
+            raise ValueError("generation_backend='vllm' cannot sample a 4-bit base: merged weights cannot be "
+                             "loaded into a quantized engine; load the policy in bf16/fp16 or use 'continuous'")
+        self.model, self.tokenizer, self.seed, self.sync = model, tokenizer, seed, sync
+        self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
+        longest = max(args.max_episode_length, args.max_reflection_prompt_length + args.max_reflection_length)
+        self.context = min(longest, model_context_length(model, tokenizer) or longest)
+        self.rank = rank  # this process's rank: ranks draw distinct streams
+        text = base_model(model).config.get_text_config()  # keys and values: bytes per token in every layer
+        heads = text.num_attention_heads
+        kv_heads, head_dim = getattr(text, "num_key_value_heads", None), getattr(text, "head_dim", None)
+        per_token = 2 * text.num_hidden_layers * (kv_heads or heads) * (head_dim or text.hidden_size // heads)
+        self.size = ({"gpu_memory_utilization": args.vllm_gpu_memory_utilization}
+                     if args.vllm_gpu_memory_utilization is not None else
+                     {"kv_cache_memory_bytes": cache_tokens * per_token * next(model.parameters()).dtype.itemsize})
+        self.calls, self.syncs, self.last_logprobs, self.llm = 0, 0, [], None
+
+    def _versions(self) -> tuple[int, ...]:
+        return tuple(p._version for p in self.model.parameters())  # an in-place optimizer step bumps each
+
+    def _start(self) -> Any:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        dtype, base = next(self.model.parameters()).dtype, base_model(self.model)
+        self._folder = tempfile.TemporaryDirectory(prefix="erl_lite_vllm_")
+        base.save_pretrained(self._folder.name, state_dict=dict(merged_weights(self.model)))
+        self.tokenizer.save_pretrained(self._folder.name)
+        self.synced = self._versions()
+        return LLM(model=self._folder.name, dtype=str(dtype).removeprefix("torch."), max_model_len=self.context,
+                   seed=self.seed + self.rank, generation_config="vllm", logprobs_mode="processed_logprobs",
+                   enable_prefix_caching=True, max_num_batched_tokens=4096, enforce_eager=not torch.cuda.is_available(),
+                   **self.size)
+
+    def _sync(self) -> None:
+        """Load the policy's current weights into the engine and forget every cached prefix."""
+        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        runner.reload_weights(weights_iterator=merged_weights(self.model))
+        self.llm.reset_prefix_cache()
+        self.synced, self.syncs = self._versions(), self.syncs + 1
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        if not prompts:
+            return []
+        check_request([len(p) for p in prompts], params.max_new_tokens, self.context)
+        refuse_generation_kwargs(params.generation_kwargs, "vllm")
+        from vllm import SamplingParams as VLLMSampling
+        if self.llm is None:
+            self.llm = self._start()
+        elif self.sync and self._versions() != self.synced:
+            self._sync()
+        self.calls += 1
+        groups: dict[tuple[int, ...], list[int]] = {}  # each distinct prompt -> its rows: one request, n = rows
+        for row, ids in enumerate(prompts):
+            groups.setdefault(tuple(ids), []).append(row)
+        # vLLM seeds a request's k-th copy with seed + k: requests step by len(prompts), so no two rows share one.
+        base = hash((self.seed, self.rank, self.calls)) % 2**48  # ints hash alike in every process
+        settings = [VLLMSampling(n=len(rows), temperature=params.temperature, top_p=params.top_p,
+                                 top_k=max(params.top_k, 0), max_tokens=params.max_new_tokens, logprobs=0,
+                                 stop_token_ids=self.stop_ids, seed=base + rows[0] * len(prompts),
+                                 skip_special_tokens=False) for rows in groups.values()]
+        outs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in groups], settings, use_tqdm=False)
+        replies, self.last_logprobs = [[] for _ in prompts], [[] for _ in prompts]
+        for rows, out in zip(groups.values(), outs):
+            for row, sample in zip(rows, out.outputs):
+                replies[row] = list(sample.token_ids)
+                self.last_logprobs[row] = [step[t].logprob for t, step in zip(sample.token_ids, sample.logprobs)]
+        return replies
