@@ -61,7 +61,8 @@ def model_fingerprint(model: Any) -> dict[str, str]:
     for param in model.parameters():
         if not (lora and param.requires_grad or param.is_meta):
             flat = param.detach().reshape(-1)
-            picked = flat[torch.linspace(0, flat.numel() - 1, min(flat.numel(), 256), device=flat.device).long()]
+            n, k = flat.numel(), min(flat.numel(), 256)  # whole-number positions: float32 ones overrun past 2**24
+            picked = flat[torch.arange(k, device=flat.device) * (n - 1) // max(k - 1, 1)]
             h.update(repr(tuple(param.shape)).encode() + picked.float().cpu().numpy().tobytes())
     return {"model.architecture": _digest(shape), "model.weights": h.hexdigest()[:16]}
 

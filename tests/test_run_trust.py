@@ -264,3 +264,12 @@ def test_model_fingerprint_tells_same_shaped_models_apart_and_ignores_the_adapte
     torch.manual_seed(2)
     other_init, _ = load_policy(tiny_model(tiny_tokenizer(), seed=3), tiny_tokenizer(), peft="lora")
     assert model_fingerprint(lora) == model_fingerprint(other_init)  # the adapter's random start is not the model
+
+
+def test_the_fingerprint_reads_a_tensor_past_float32s_whole_numbers():
+    # Qwen2.5-0.5B's embedding has 136,134,656 entries; a float32 linspace of positions overran its end.
+    from erl_lite.identity import model_fingerprint
+
+    module = torch.nn.Module()
+    module.weight = torch.nn.Parameter(torch.zeros(136_134_656, dtype=torch.uint8), requires_grad=False)
+    assert len(model_fingerprint(module)["model.weights"]) == 16
