@@ -287,7 +287,7 @@ def test_a_missing_model_path_is_named_as_a_missing_path(tmp_path, capsys, model
     assert main(["train", "--env", "arithmetic", "--model", model, "--steps", "1"]) == 2
     err = capsys.readouterr().err
     _no_traceback(err)
-    assert model in err and "does not exist" in err and "Repo id" not in err
+    assert os.path.expanduser(model) in err and "does not exist" in err and "Repo id" not in err  # ~ expanded
 
 
 def test_a_hub_name_is_not_taken_for_a_path():

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import re
 
+from types import SimpleNamespace
+
 import pytest
 
 from erl_lite.config import ERLConfig
@@ -152,9 +154,11 @@ def test_erl_lite_eval_reads_the_checkpoints_tau(source, tau, tok, tmp_path, mon
     import erl_lite.models as models
 
     cfg = config(tau)
-    monkeypatch.setattr(evaluate, "_load_checkpoint", lambda c: (c, {"step": 1}, cfg, "adapter"))
+    monkeypatch.setattr(evaluate, "_load_checkpoint", lambda c: (c, SimpleNamespace(step=1, run={}), cfg, "adapter"))
     monkeypatch.setattr(models, "load_policy", lambda *a, **k: (None, tok))
-    monkeypatch.setattr(continuous, "generator_for", lambda *a: ScriptedGenerator(tok, reply))
+    import erl_lite.integrations.wiring as wiring
+
+    monkeypatch.setattr(wiring, "generator_for", lambda *a, **k: ScriptedGenerator(tok, reply))
     monkeypatch.setattr(continuous, "end_phase", lambda g: None)
     if source == "env":
         monkeypatch.setattr(evaluate, "_evaluation_tasks", lambda *a: (ScaledEnv(tau), rows_to_tasks(rows())))
