@@ -8,22 +8,7 @@ import time
 import warnings
 
 from erl_lite.core.prompts import reflection_messages
-from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer
-
-
-class CountingTokenizer:
-    """The tokenizer, counting its calls and the characters it is given."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.calls, self.chars = tokenizer, 0, 0
-
-    def __call__(self, text, **kwargs):
-        self.calls += 1
-        self.chars += len(text)
-        return self.tokenizer(text, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.tokenizer, name)
+from erl_lite.testing import CountingTokenizer, find_qwen3_tokenizer, qwen3_tokenizer
 
 
 def main() -> None:

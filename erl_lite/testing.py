@@ -7,6 +7,7 @@ A character-level tokenizer and a two-layer random decoder in each family the pr
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -158,3 +159,18 @@ def qwen3_tokenizer(folder: str | os.PathLike | None = None) -> PreTrainedTokeni
                                   clean_up_tokenization_spaces=False)
     tok.chat_template = cfg["chat_template"]
     return tok
+
+
+class CountingTokenizer:
+    """``tokenizer``, counting its tokenizing calls and the characters they read (bounded-input tests, benchmarks)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer, self.calls, self.chars = tokenizer, 0, 0
+
+    def __call__(self, text: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        self.chars += len(text)
+        return self.tokenizer(text, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tokenizer, name)

@@ -149,19 +149,7 @@ def test_a_missing_template_on_a_chat_vocabulary_is_a_warning(tokenizer, level):
 
 
 # --- item 6: bounded input ---------------------------------------------------------------------------------
-class CountingTokenizer:
-    """A tokenizer that counts its tokenizing calls and the characters they read."""
-
-    def __init__(self, tok):
-        self.tok, self.calls, self.chars = tok, 0, 0
-
-    def __call__(self, text, **kw):
-        self.calls += 1
-        self.chars += len(text)
-        return self.tok(text, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self.tok, name)
+from erl_lite.testing import CountingTokenizer  # noqa: E402
 
 
 @pytest.mark.parametrize("part", ["base_prompt", "task_text", "trace", "feedback"])
