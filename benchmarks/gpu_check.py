@@ -260,7 +260,7 @@ def run_config(plan: Plan, mode: str) -> ERLConfig:
 def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype: str,
              backend: str = "generate") -> dict[str, Any]:
     """``plan.steps`` iterations of ``mode`` sampled by ``backend``; the last iteration's figures as one row."""
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     cfg = run_config(plan, mode)
     # a few hundred generated maps are plenty for a few steps (the default 10,000 take seconds)

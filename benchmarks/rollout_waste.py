@@ -170,7 +170,7 @@ def real_setup(backend: str, log: Log, folder: str, mean_reply: int) -> Any:
     from erl_lite.envs import FrozenLake
     from erl_lite.models import load_policy
     from erl_lite.testing import qwen3_tokenizer
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tokenizer = qwen3_tokenizer()
     torch.manual_seed(0)  # the adapter's initialisation: the same for both backends

@@ -1,4 +1,4 @@
-"""Import paths of release 0.1 that moved when the package was arranged by layer.
+"""Import paths of release 0.1 that moved when the package was arranged by layer and by folder.
 
 ``import erl_lite.phases`` works for one more release: it warns (``DeprecationWarning``) and hands
 back the module at its new home, the same object. One finder on ``sys.meta_path`` does it, so no
@@ -20,10 +20,22 @@ MOVED = {
     **{f"erl_lite.{name}": f"erl_lite.core.{name}" for name in (
         "chat", "prompts", "memory", "advantages", "losses", "logprobs", "generation", "rollout",
         "phases", "update", "progress")},
-    **{f"erl_lite.envs.{name}": f"erl_lite.integrations.{name}" for name in (
-        "trl_adapter", "dataset", "reward_calls", "data_sources", "multi")},
     **{f"erl_lite.{name}": f"erl_lite.integrations.{name}" for name in (
-        "distributed", "reporting", "sft", "export", "budget", "colab", "callbacks")},
+        "distributed", "reporting", "budget", "colab")},
+    **{f"erl_lite.envs.{name}": f"erl_lite.integrations.{name}" for name in (
+        "trl_adapter", "dataset", "reward_calls", "data_sources")},
+    # the config family and the run family got folders of their own
+    **{f"erl_lite.{old}": f"erl_lite.config.{new}" for old, new in (
+        ("config_checks", "checks"), ("field_types", "field_types"), ("presets", "presets"),
+        ("trl_fields", "trl_fields"))},
+    **{f"erl_lite.{old}": f"erl_lite.run.{new}" for old, new in (
+        ("trainer", "trainer"), ("trainer_saving", "saving"), ("trainer_args", "args"),
+        ("checkpoint", "checkpoint"), ("run_state", "state"), ("identity", "identity"), ("layout", "layout"),
+        ("lengths", "lengths"), ("func_specs", "func_specs"), ("callbacks", "callbacks"), ("export", "export"),
+        ("sft", "sft"))},
+    **{f"erl_lite.integrations.{name}": f"erl_lite.run.{name}" for name in ("callbacks", "export", "sft")},
+    "erl_lite.diagnostics.report": "erl_lite.run.report",
+    "erl_lite.integrations.multi": "erl_lite.envs.multi",
     "erl_lite.exercises": "erl_lite.teach.exercises",
     "erl_lite.results": "erl_lite.teach.results",
     "erl_lite.config_cli": "erl_lite.cli.config_args",
@@ -34,8 +46,8 @@ def new_home(name: str) -> str | None:
     """Where module ``name`` lives now, or None when it did not move.
 
     Example:
-        >>> new_home("erl_lite.envs.multi"), new_home("erl_lite.config")
-        ('erl_lite.integrations.multi', None)
+        >>> new_home("erl_lite.trainer"), new_home("erl_lite.config")
+        ('erl_lite.run.trainer', None)
     """
     for old, new in MOVED.items():
         if name == old or name.startswith(old + "."):

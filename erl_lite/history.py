@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from erl_lite.field_types import expand_path
+from erl_lite.config.field_types import expand_path
 from erl_lite.jsonio import read_jsonl
 from erl_lite.metrics import METRIC_GLOSSARY
 

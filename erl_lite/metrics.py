@@ -10,10 +10,20 @@ import math
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from erl_lite.config.checks import reflects
 from erl_lite.core.memory import ReflectionMemory
-from erl_lite.records import DISTILL, FIRST, REFLECTION, ROLES, SECOND, Attempt, TrainSample
+from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, TrainSample
 
-from erl_lite.metric_names import *  # noqa: F401,F403  (the names live there; readers import them from either)
+from erl_lite.metric_names import (
+    ADVANTAGE_KEYS, CLIPPED_RATIO, CLIP_RATIO, EVAL_NUM_EPISODES, EVAL_REWARD, EVAL_SUCCESS, EVAL_TRUNCATED,
+    GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_TOKENS, GATE_RATE, GRAD_NORM, INTERNALIZATION_WEIGHT, KL, LEN_MAX, LEN_MEAN,
+    LEN_MIN, LOSS_KEYS, LOSS_TOTAL, LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES, MEMORY_WRITES, OPTIM_SKIPPED_STEPS,
+    OPTIM_STEPS, PEAK_GPU_GB, REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST, REWARD_FIRST_GATED,
+    REWARD_SECOND, SAMPLES_KEYS, STEP, SUCCESS_FIRST, SUCCESS_SECOND, TERM_MAX, TERM_MEAN, TERM_MIN, TIME_FIRST,
+    TIME_REFLECT, TIME_SECOND, TIME_STEP, TIME_UPDATE, TOKENS_FIRST, TOKENS_PER_SECOND, TOKENS_REFLECTION,
+    TOKENS_SECOND, TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
+    TRUNCATED_SECOND, TURNS_FIRST, WEIGHT_UPDATE, ZERO_STD_FIRST, ZERO_STD_KEYS, ZERO_STD_REFLECTION,
+    ZERO_STD_SECOND)
 
 #: Every key a history record may hold, with its meaning (the update's keys come from core.update).
 METRIC_GLOSSARY: dict[str, str] = {
@@ -228,7 +238,7 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
         REWARD_SECOND: _mean([a.reward for a in second]),
         REWARD_FIRST_GATED: _mean([r.first.reward for r in retries]),
         SUCCESS_SECOND: _mean([float(a.success) for a in second]),
-        GATE_RATE: len(retries) / len(first) if first and mode != "rlvr" else None,
+        GATE_RATE: len(retries) / len(first) if first and reflects(mode) else None,
         REFLECTION_PARSE_RATE: _mean([float(r.parsed) for r in refl]),
         REFLECTION_REWARD: _mean([r.reward for r in refl]),
         MEMORY_SIZE: float(len(memory)) if memory is not None else 0.0,

@@ -16,6 +16,7 @@ from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model, prepare_mode
 from transformers import (AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
+from erl_lite.config.checks import FOUR_BIT, QUANTIZATIONS
 from erl_lite.core.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
 
 #: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
@@ -123,8 +124,8 @@ def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
 
 def _check_choices(*, quantization, peft, lora_r, lora_alpha, lora_dropout, gradient_checkpointing) -> None:
     """Raise ValueError naming the offending argument."""
-    if quantization not in ("none", "4bit"):
-        raise ValueError(f"quantization must be 'none' or '4bit', got {quantization!r}")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     if not (isinstance(peft, LoraConfig) or peft in ("lora", "none")):
         raise ValueError(f"peft must be 'lora', 'none' or a peft.LoraConfig, got {peft!r}")
     if isinstance(lora_r, bool) or not isinstance(lora_r, int) or lora_r < 1:
@@ -177,7 +178,7 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> tor
 def _load_base(name: str, quantization: str, torch_dtype: torch.dtype, device: torch.device,
                trust_remote_code: bool) -> PreTrainedModel:
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
-    if quantization == "4bit":
+    if quantization == FOUR_BIT:
         compute = torch.float32
         if device.type == "cuda":
             compute = torch.bfloat16 if _native_bf16(device) else torch.float16
@@ -214,7 +215,7 @@ def _load_from_path(source: str, quantization: str, peft, torch_dtype: torch.dty
 
 def _adopt_built_model(model, quantization, peft, device, dtype, torch_dtype):
     """Accept an already-built model: check it fits the arguments, then move/cast it."""
-    if quantization == "4bit" and not is_4bit(model):
+    if quantization == FOUR_BIT and not is_4bit(model):
         raise ValueError("quantization='4bit' needs a model name or path (an already-built model "
                          "cannot be quantized here); load it with load_policy(path, quantization='4bit')")
     if isinstance(model, PeftModel) and peft == "none":

@@ -109,10 +109,10 @@ def test_a_singleton_has_mean_zero_and_the_scale_of_its_mode(rewards, keys):
 # --- one home for the choices --------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["SCALE_REWARDS", "INTERNALIZATION_MODES"])
 def test_the_choices_advantages_accept_are_the_configs(name):
-    """config.py is the one home of every enum: advantages checks against the same tuple."""
+    """config/checks.py is the one home of every enum: advantages checks against the same tuple."""
     import erl_lite.core.advantages as advantages
-    import erl_lite.config as config
-    assert getattr(advantages, name) is getattr(config, name)
+    import erl_lite.config.checks as checks
+    assert getattr(advantages, name) is getattr(checks, name)
     assert not {"SCALE_MODES", "DISTILL_MODES"} & set(vars(advantages)), "a second copy of an enum"
 
 

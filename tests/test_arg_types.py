@@ -170,7 +170,7 @@ def test_erl_lite_refuses_an_output_folder_that_is_a_file(argv, a_file, capsys):
 
 
 def test_the_demo_refuses_an_output_folder_that_is_a_file_before_any_step(a_file):
-    from erl_lite.checkpoint import CheckpointError
+    from erl_lite.run.checkpoint import CheckpointError
     from erl_lite.embedded.demo import build_demo
 
     with pytest.raises(CheckpointError, match="not a writable folder"):

@@ -24,7 +24,7 @@ from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.prompts import parse_rulebook
 from erl_lite.records import Task
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 
@@ -226,7 +226,7 @@ class _BrokenEnv(Environment):
 def _splits_to_ask():
     from erl_lite.embedded import demo_world
     from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
-    from erl_lite.integrations.multi import MultiEnvironment
+    from erl_lite.envs.multi import MultiEnvironment
 
     yield "frozenlake", FrozenLake.small(n_train=20)
     yield "frozenlake paper", FrozenLake(source="paper")

@@ -114,10 +114,10 @@ def _run_file(tmp_path, text: str) -> str:
                                                  "'learning-rate' and 'learning_rate')"),
 ])
 def test_run_file_values_are_checked_naming_file_line_and_field(monkeypatch, tmp_path, capsys, line, message):
-    import erl_lite.trainer
+    import erl_lite.run.trainer
     from erl_lite.cli import main
 
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", None)  # never reached
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
 
     path = _run_file(tmp_path, "env: demo\n" + line + "\n")
     assert main(["train", "--config", path]) == 2
@@ -132,10 +132,10 @@ def test_run_file_values_are_checked_naming_file_line_and_field(monkeypatch, tmp
     ("mode: rlvr\n\nnum_generations: 1\n", 3, "ERLConfig.num_generations=1 with mode='rlvr'"),
 ])
 def test_run_file_values_out_of_range_name_the_line_that_set_them(monkeypatch, tmp_path, capsys, text, line, message):
-    import erl_lite.trainer
+    import erl_lite.run.trainer
     from erl_lite.cli import main
 
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", None)  # never reached
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
     path = _run_file(tmp_path, text)
     assert main(["train", "--config", path]) == 2
     assert f"{path}:{line}: {message}" in capsys.readouterr().err
@@ -155,10 +155,10 @@ def test_run_file_values_out_of_range_name_the_line_that_set_them(monkeypatch, t
     (["--no_use_memory", "--use_memory", "true"], "use_memory is given twice"),
 ])
 def test_command_line_values_are_checked_naming_the_option(monkeypatch, capsys, flags, message):
-    import erl_lite.trainer
+    import erl_lite.run.trainer
     from erl_lite.cli import main
 
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", None)  # never reached
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
     assert main(["train", *flags]) == 2
     assert message in capsys.readouterr().err
 
@@ -206,7 +206,7 @@ def test_eval_names_the_bad_line_of_its_dataset(tmp_path, capsys):
 @pytest.mark.parametrize("text, line, column", [("", 1, 1), ('{"step": 3,\n "config": }', 2, 12),
                                                 ('{"step": 3', 1, 11), ("{\n\n  'step': 1}", 3, 3)])
 def test_a_damaged_trainer_state_is_named_by_file_line_and_column(tmp_path, capsys, text, line, column):
-    from erl_lite.checkpoint import CheckpointError, read_checkpoint
+    from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
     from erl_lite.cli import main
 
     folder = tmp_path / "checkpoint-3"
@@ -334,7 +334,7 @@ def test_export_without_a_lora_adapter_is_one_clear_paragraph(tmp_path, capsys, 
     if layout in ("checkpoint-without-adapter", "adapter-of-a-full-run"):  # a whole checkpoint of a full run
         import torch
 
-        from erl_lite.checkpoint import save_checkpoint
+        from erl_lite.run.checkpoint import save_checkpoint
         from erl_lite.core.memory import ReflectionMemory
         from erl_lite.history import History
         from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -376,7 +376,7 @@ def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys)
 def _trainer(rows, reward, script=lambda p: "4", **kw):
     from erl_lite.core.generation import ScriptedGenerator
     from erl_lite.testing import tiny_model, tiny_tokenizer
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
     args = ERLConfig.preset("cpu", **{**dict(max_steps=1, num_tasks_per_step=len(rows), num_generations=2,

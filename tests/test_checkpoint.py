@@ -20,13 +20,13 @@ import torch
 from peft import LoraConfig
 from safetensors.torch import load_file
 
-from erl_lite import checkpoint
-from erl_lite.checkpoint import CheckpointError
+from erl_lite.run import checkpoint
+from erl_lite.run.checkpoint import CheckpointError
 from erl_lite.config import ERLConfig
 from erl_lite.metrics import is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 

@@ -47,7 +47,7 @@ def test_train_defaults_to_the_embedded_model_on_its_world(tmp_path, capsys):
 
 
 def test_embedded_model_on_another_world_warns(monkeypatch, capsys):
-    import erl_lite.trainer
+    import erl_lite.run.trainer
 
     class Stop(Exception):
         pass
@@ -55,7 +55,7 @@ def test_embedded_model_on_another_world_warns(monkeypatch, capsys):
     def refuse(*args, **kwargs):
         raise Stop
 
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", refuse)
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", refuse)
     with pytest.raises(Stop):
         main(["train", "--env", "frozenlake", "--small", "--steps", "1"])
     assert "only taught the demo world" in capsys.readouterr().err
@@ -67,7 +67,7 @@ class _Built(Exception):
 
 def _trainer_arguments(monkeypatch, argv: list[str]) -> dict:
     """What ``main(argv)`` hands to ``ERLTrainer``, without training."""
-    import erl_lite.trainer
+    import erl_lite.run.trainer
 
     seen = {}
 
@@ -75,7 +75,7 @@ def _trainer_arguments(monkeypatch, argv: list[str]) -> dict:
         seen.update(kwargs)
         raise _Built
 
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", capture)
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", capture)
     with pytest.raises(_Built):
         main(argv)
     return seen
@@ -249,9 +249,9 @@ def test_bad_flag_values_are_refused_naming_the_option(flags, message, capsys):
 
 
 def test_invalid_field_values_fail_before_loading_anything(monkeypatch, capsys):
-    import erl_lite.trainer
+    import erl_lite.run.trainer
 
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", None)  # never reached
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
     assert main(["train", "--top-p", "1.5"]) == 2
     assert "ERLConfig.top_p must be in (0, 1]" in capsys.readouterr().err
 
@@ -265,7 +265,8 @@ def _yaml(tmp_path, text: str) -> str:
 
 def test_precedence_preset_then_file_then_flags(tmp_path):
     from erl_lite.cli.train import train_config, train_settings
-    from erl_lite.config import DEFAULT_SEED, PRESETS
+    from erl_lite.config import DEFAULT_SEED
+    from erl_lite.config.presets import PRESETS
 
     path = _yaml(tmp_path, "learning_rate: 1e-4\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
     cfg = train_config(build_parser().parse_args(["train", "--config", path, "--steps", "2"]))
@@ -405,7 +406,7 @@ def test_eval_refuses_counts_below_one_before_reading_the_checkpoint(tmp_path, c
 def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
     import torch
 
-    from erl_lite.checkpoint import save_checkpoint
+    from erl_lite.run.checkpoint import save_checkpoint
     from erl_lite.core.memory import ReflectionMemory
     from erl_lite.history import History
     from erl_lite.testing import tiny_model, tiny_tokenizer

@@ -50,7 +50,7 @@ def own_data(tmp_path, monkeypatch):
 def _python_reward_run(tmp_path) -> str:
     """A run trained from Python with a custom reward on dataset rows; its output folder."""
     from erl_lite.config import ERLConfig
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     def reward(completions, **kwargs):
         return [len(c) % 2 for c in completions]
@@ -142,9 +142,9 @@ def test_train_on_own_data_then_eval(own_data, capsys, spec):
     (["--reward-funcs", "mymod:reward", "--env", "frozenlake"], "--env"),
 ])
 def test_bad_function_specs_are_named(own_data, capsys, argv, message, monkeypatch):
-    import erl_lite.trainer
+    import erl_lite.run.trainer
 
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", None)  # never reached
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
     assert main(["train", "--dataset", "rows.jsonl", *argv, "--model", "tiny", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("erl-lite train: error:") and message in err

@@ -10,7 +10,7 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 
@@ -188,7 +188,7 @@ def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
     from erl_lite.core.memory import ReflectionMemory
     from erl_lite.core.phases import PhaseContext, erl_step
     from erl_lite.core.prompts import REFLECTION_REQUEST
-    from erl_lite.integrations.sft import tokenize_row
+    from erl_lite.run.sft import tokenize_row
     from erl_lite.testing import qwen3_tokenizer
 
     tok = qwen3_tokenizer()
@@ -235,7 +235,7 @@ def test_new_fields_have_working_flags():
 
 
 def test_new_fields_change_a_run_on_resume_and_old_checkpoints_still_resume():
-    from erl_lite.checkpoint import run_differences
+    from erl_lite.run.checkpoint import run_differences
 
     saved = {"config": {"mode": "erl", "loss_type": "seq_sum"}, "model": {}}  # written before the new fields
     same = {"config": {"mode": "erl", "loss_type": "seq_sum", "scale_rewards": "group",

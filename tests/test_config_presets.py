@@ -8,7 +8,8 @@ import pathlib
 
 import pytest
 
-from erl_lite.config import PRESETS, ERLConfig
+from erl_lite.config import ERLConfig
+from erl_lite.config.presets import PRESETS
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "fixtures" / "demo_configs.json").read_text())
 
@@ -41,7 +42,7 @@ def test_demo_preset_builds_the_recorded_demo_configs_field_for_field(case):
 
 def test_demo_settings_are_one_preset_that_nothing_overrides():
     """The demo preset is the whole of the demo's settings: DEMO_SETTINGS is a read-only view of it."""
-    from erl_lite.config import PRESETS
+    from erl_lite.config.presets import PRESETS
     from erl_lite.embedded import DEMO_SETTINGS
 
     assert dict(DEMO_SETTINGS) == PRESETS["demo"]
@@ -109,7 +110,7 @@ def test_run_seeds_default_to_the_one_default_seed(function):
 @pytest.mark.parametrize("extra", [{}, {"env": "demo", "small": False}])
 def test_a_config_saved_with_the_preset_in_extra_loads_with_its_preset_name(name, extra):
     """Runs saved before ``preset_name`` existed carried the preset as ``extra["preset"]``: they load, and resume."""
-    from erl_lite.identity import run_differences
+    from erl_lite.run.identity import run_differences
 
     saved = {**ERLConfig.preset(name).to_dict(), "extra": {**extra, "preset": name}}
     del saved["preset_name"]

@@ -13,7 +13,7 @@ from erl_lite.core.continuous import PAGE_SIZE, ContinuousGenerator, cache_token
 from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.models import load_policy
 from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 

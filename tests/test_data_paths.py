@@ -13,7 +13,7 @@ from erl_lite.config import ERLConfig
 from erl_lite.integrations.data_sources import load_rows
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": "Say 1.", "answer": "1"}, {"prompt": "Say 2.", "answer": "2"}]
 CHAT = [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say 3."}],

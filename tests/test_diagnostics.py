@@ -16,7 +16,8 @@ import pytest
 from erl_lite.cli import main
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.diagnostics import CHECKS, CHECKS_BY_NAME, DiagnosticError, RunFacts, diagnose, scan
+from erl_lite.diagnostics import CHECKS, CHECKS_BY_NAME, DiagnosticError, RunFacts, scan
+from erl_lite.run.report import diagnose
 from erl_lite.diagnostics.checks import fired_at
 from erl_lite.diagnostics.preflight import chat_findings, token_findings, trainable_findings
 from erl_lite.history import History
@@ -29,7 +30,7 @@ from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE
 from erl_lite.metrics import METRIC_GLOSSARY
 from erl_lite.records import DISTILL, FIRST
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -128,7 +128,7 @@ def make_trainer(out_dir: str, max_steps: int, model=None, multi: bool = False):
     from erl_lite.envs import MultiEnvironment
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.testing import tiny_model, tiny_tokenizer
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
     # Uneven shards (3 tasks on 2 processes), KL on, two optimizer steps per iteration (so
@@ -216,7 +216,7 @@ def train_records(records):
 def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
     from accelerate import debug_launcher
 
-    from erl_lite.checkpoint import read_checkpoint
+    from erl_lite.run.checkpoint import read_checkpoint
 
     root = str(tmp_path)
     one = make_trainer(os.path.join(root, "one"), max_steps=2)

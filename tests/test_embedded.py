@@ -27,7 +27,7 @@ from erl_lite.models import describe_policy, trainable_parameters
 from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
 from erl_lite.core.rollout import opening_messages
 from erl_lite.testing import tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 # The build-time teacher and corpus live beside the build script (scripts/embedded/), outside
 # the package: import them as the script does, with scripts/ on the path.

@@ -71,7 +71,8 @@ def test_reward_and_feedback_with_trl_signature():
 def test_plugs_into_the_dataset_environment():
     dataset = pytest.importorskip("erl_lite.integrations.dataset")
     env = dataset.RewardFunctionEnv(arithmetic_reward, feedback_func=arithmetic_feedback)
-    task = dataset.rows_to_tasks(make_arithmetic_dataset(1, seed=0))[0]
+    from erl_lite.envs.rows import rows_to_tasks
+    task = rows_to_tasks(make_arithmetic_dataset(1, seed=0))[0]
     episode = env.new_episode()
     assert episode.reset(task).startswith("Compute")
     episode.step(r"\boxed{" + task.data["answer"] + "}")

@@ -19,9 +19,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from erl_lite.checkpoint import run_identity, save_checkpoint
+from erl_lite.run.checkpoint import run_identity, save_checkpoint
 from erl_lite.cli import main
-from erl_lite.integrations.export import NOTE_FILE, describe_adapter, export_merged, push_to_hub
+from erl_lite.run.export import NOTE_FILE, describe_adapter, export_merged, push_to_hub
 from erl_lite.history import History
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.models import load_policy
@@ -132,7 +132,7 @@ def test_cli_export_of_a_checkpoint_merges_and_pushes_only_when_asked(tmp_path, 
                              run_identity({"load_in_4bit": True}, model))
     adapter = folder  # the adapter sits at the checkpoint's root (PEFT's layout)
     pushed = []
-    monkeypatch.setattr("erl_lite.integrations.export.push_to_hub",
+    monkeypatch.setattr("erl_lite.run.export.push_to_hub",
                         lambda folder, repo, private=True: pushed.append((folder, repo, private)) or "url")
     out = tmp_path / "merged"
     assert main(["export", "--adapter", adapter, "--out", str(out), "--dtype", "float32"]) == 0

@@ -142,7 +142,7 @@ def test_gpu_check_refuses_to_run_without_cuda(gpu_check):
 @pytest.mark.skipif(find_qwen3_tokenizer() is None, reason="shared/qwen3_tokenizer not found")
 def test_multiturn_erl_through_the_real_qwen3_template():
     from erl_lite.core.generation import ScriptedGenerator
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tok = qwen3_tokenizer()
     assert len(tok) == 151_669 and tok.eos_token == "<|im_end|>"
@@ -177,7 +177,7 @@ def test_multiturn_erl_through_the_real_qwen3_template():
 
 def test_history_logs_tokens_per_second_and_peak_gpu_memory():
     from erl_lite.core.generation import ScriptedGenerator
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
     args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, eval_steps=0,

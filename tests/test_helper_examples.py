@@ -12,7 +12,7 @@ from erl_lite.cli.config_args import (add_config_arguments, converter, field_cho
 from erl_lite.cli.train import run_preset, train_config
 from erl_lite.core.prompts import parse_rulebook, reflection_skeleton_length
 from erl_lite.diagnostics.checks import RunFacts, checks_reading, scan
-from erl_lite.field_types import check_whole, closest, conform, describe
+from erl_lite.config.field_types import check_whole, closest, conform, describe
 from erl_lite.testing import tiny_tokenizer
 
 

@@ -16,12 +16,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from erl_lite import checkpoint
-from erl_lite.checkpoint import CheckpointError
+from erl_lite.run import checkpoint
+from erl_lite.run.checkpoint import CheckpointError
 from erl_lite.config import ERLConfig
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import save_tiny_model
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 from test_run_faults import rerecord
 
@@ -229,7 +229,7 @@ def test_save_model_writes_adapter_tokenizer_and_config(run, tmp_path, where):
 @pytest.mark.slow
 def test_push_to_hub_saves_then_uploads_only_when_asked(run, copy, monkeypatch):
     pushed = []
-    monkeypatch.setattr("erl_lite.integrations.export.push_to_hub",
+    monkeypatch.setattr("erl_lite.run.export.push_to_hub",
                         lambda folder, repo, **kw: pushed.append((folder, repo, kw)) or f"https://hf.co/{repo}")
     trainer = make_trainer(run.base, copy / "fresh")
     trainer.train()

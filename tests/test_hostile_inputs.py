@@ -219,7 +219,7 @@ def test_the_doctor_and_history_expand_home(home, capsys):
 @pytest.fixture
 def captured_trainer(tmp_path, monkeypatch):
     """erl-lite train's trainer replaced by one that records its arguments and trains nothing."""
-    import erl_lite.trainer
+    import erl_lite.run.trainer
     from erl_lite.history import History
 
     seen = {}
@@ -236,7 +236,7 @@ def captured_trainer(tmp_path, monkeypatch):
                                          "b = a\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(erl_lite.trainer, "ERLTrainer", Recorder)
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", Recorder)
     return seen
 
 

@@ -17,7 +17,7 @@ import torch
 import erl_lite
 from erl_lite import ERLConfig, ERLTrainer
 from erl_lite.integrations.colab import environment_report, install_cell_source
-from erl_lite.config import GPU_PRESETS, PRESETS, require_cuda_for_preset
+from erl_lite.config.presets import GPU_PRESETS, PRESETS, require_cuda_for_preset
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -18,16 +18,17 @@ from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 from conftest import GuessEnv
 from erl_lite.config import ERLConfig
-from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
-from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.envs.rows import rows_to_tasks
+from erl_lite.integrations.dataset import RewardFunctionEnv
+from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.core.generation import HFGenerator, SamplingParams, ScriptedGenerator
-from erl_lite.lengths import PromptTooLongError, model_context_length
+from erl_lite.run.lengths import PromptTooLongError, model_context_length
 from erl_lite.core.phases import PhaseContext, erl_step, reflect
 from erl_lite.core.prompts import reflection_messages
 from erl_lite.records import Attempt, Task
 from erl_lite.core.rollout import run_episodes
 from erl_lite.testing import tiny_model
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 
 def say_reward(prompts, completions, answer, **kw):

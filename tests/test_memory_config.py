@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from erl_lite.config import PRESETS, ERLConfig
+from erl_lite.config import ERLConfig
+from erl_lite.config.presets import PRESETS
 from erl_lite.core.memory import ReflectionMemory
 
 
@@ -107,7 +108,7 @@ def test_evaluation_samples_with_the_eval_settings():
 
     from erl_lite.core.generation import ScriptedGenerator
     from erl_lite.testing import tiny_model, tiny_tokenizer
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
     seen = []

@@ -8,11 +8,11 @@ import pytest
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.integrations.dataset import RewardFunctionEnv
-from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.metrics import (ENV_FAMILY_SUFFIX, METRIC_FAMILIES, METRIC_GLOSSARY, REWARD_FUNC_FAMILIES, describe,
                               reward_func_family)
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 

@@ -279,9 +279,9 @@ def test_qlora_on_cuda(tmp_path, family, tied):
 # --- one home for the dtype names -----------------------------------------------------------------
 def test_the_dtype_names_live_in_models_and_export_uses_them():
     import erl_lite.integrations.distributed as distributed
-    import erl_lite.integrations.export as export
+    import erl_lite.run.export as export
     import erl_lite.models as models
-    import erl_lite.trl_fields as trl_fields
+    import erl_lite.config.trl_fields as trl_fields
     assert not hasattr(export, "_DTYPES") and not hasattr(models, "_DTYPES"), "a private copy of the dtype names"
     assert set(models.DTYPES) == {"float32", "bfloat16", "float16"}
     assert "DTYPE_HINT" in vars(trl_fields) and "_DTYPE" not in vars(trl_fields)
@@ -298,7 +298,7 @@ def test_named_dtype(dtype, expected):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8", torch.int8, 16, None])
 def test_a_bad_dtype_is_refused_alike_by_loading_and_merging(dtype):
-    from erl_lite.integrations.export import _merge_dtype
+    from erl_lite.run.export import _merge_dtype
     from erl_lite.models import _resolve_dtype
     with pytest.raises(ValueError, match="dtype must be") as loading:
         _resolve_dtype(dtype, None)

@@ -37,7 +37,7 @@ def test_an_old_path_warns_and_is_the_module_at_its_new_home(old, first_imports)
     assert f"{old} moved to {MOVED[old]}" in " ".join(texts) and same, (texts, same)
 
 
-@pytest.mark.parametrize("old,new", [("erl_lite.viz", None), ("erl_lite.envs.multi", "erl_lite.integrations.multi"),
+@pytest.mark.parametrize("old,new", [("erl_lite.viz", None), ("erl_lite.integrations.multi", "erl_lite.envs.multi"), ("erl_lite.envs.multi", None),
                                      ("erl_lite.envs.multiple", None), ("erl_lite.chat.x", "erl_lite.core.chat.x"),
                                      ("erl_lite.chatter", None)])
 def test_only_moved_names_and_their_submodules_are_redirected(old, new):

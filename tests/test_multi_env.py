@@ -10,14 +10,14 @@ import pytest
 
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
 from erl_lite.integrations.dataset import RewardFunctionEnv
-from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.metrics import describe
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.records import Task
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 from test_multiturn import RULEBOOK, Player, config, distinct_tasks
 
 NAMES = ("frozenlake", "sokoban", "qa")

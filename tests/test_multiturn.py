@@ -26,7 +26,7 @@ from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.core.rollout import run_episodes
 from erl_lite.testing import tiny_model
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ENVS = {"frozenlake": FrozenLake.small, "sokoban": Sokoban.small, "qa": MultiHopQA.small}
 RULEBOOK = "RULEBOOK"

@@ -113,7 +113,7 @@ def test_the_continuous_backend_draws_fresh_noise_per_phase_and_per_rank():
 from transformers.generation.configuration_utils import GenerationConfig as _GC  # noqa: E402
 
 from erl_lite.config import ERLConfig  # noqa: E402
-from erl_lite.trl_fields import TRL_SAME_AS  # noqa: E402
+from erl_lite.config.trl_fields import TRL_SAME_AS  # noqa: E402
 
 _SAMPLE_VALUE = {"repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_p": 0.05, "typical_p": 0.9,
                  "top_h": 0.5, "bad_words_ids": [[5]], "suppress_tokens": [5], "begin_suppress_tokens": [5],

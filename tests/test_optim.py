@@ -12,7 +12,7 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.models import trainable_parameters
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 CLASSES = {"adamw_torch": torch.optim.AdamW, "adamw_8bit": bnb.optim.AdamW8bit,
@@ -71,7 +71,7 @@ def test_gpu_preset_pages_its_optimizer():
 
 
 def test_the_schedule_warms_up_then_decays_over_every_optimizer_step():
-    from erl_lite.trainer_args import build_scheduler
+    from erl_lite.run.args import build_scheduler
 
     args = ERLConfig(max_steps=2, steps_per_generation=2, lr_scheduler_type="linear", learning_rate=1.0, warmup_steps=1)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1.0)

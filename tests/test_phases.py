@@ -112,7 +112,7 @@ def test_unparsed_reflection_falls_back_to_base_and_is_not_stored(guess_env, tok
 
 def test_no_memory_ablation_keeps_memory_empty_and_shows_initial_prompt(guess_env, tok):
     from erl_lite.testing import tiny_model
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     args = ERLConfig.preset("cpu", use_memory=False, max_steps=1, num_generations=2, num_tasks_per_step=4,
                             eval_steps=0, progress_bar=False, beta=0.0)

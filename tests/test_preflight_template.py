@@ -12,9 +12,10 @@ from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.diagnostics import DiagnosticError
 from erl_lite.diagnostics.preflight import chat_findings
 from erl_lite.envs.frozenlake import FrozenLake
-from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+from erl_lite.envs.rows import rows_to_tasks
+from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 TURN = "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
 GEN = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"

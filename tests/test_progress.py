@@ -8,7 +8,7 @@ import pytest
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 # the run the trackers' tests use: "Say 0." and "Say 1." fail their first attempts, reflections
 # parse, second attempts succeed
@@ -133,7 +133,7 @@ def test_turning_the_bar_off_after_construction_takes_effect(tok, bars):
 
 @pytest.mark.parametrize("n_tasks, generations", [(3, 2), (1, 1), (2, 4)])
 def test_evaluate_has_its_own_bar(tok, bars, n_tasks, generations):
-    from erl_lite.integrations.dataset import rows_to_tasks
+    from erl_lite.envs.rows import rows_to_tasks
 
     trainer = _trainer(tok)
     tasks = rows_to_tasks(ROWS[:n_tasks], prefix="eval")

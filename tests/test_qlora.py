@@ -19,7 +19,7 @@ from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.policy import reference_context
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import FAMILIES, save_tiny_model
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 from erl_lite.core.update import PolicyUpdater
 
 torch.set_num_threads(1)

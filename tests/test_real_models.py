@@ -18,7 +18,7 @@ from erl_lite.diagnostics.checks import GAP_TOLERANCE
 from erl_lite.metric_names import GAP_MEAN_KEYS, GAP_TOKENS
 from erl_lite.models import load_policy
 from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
              num_key_value_heads=1, head_dim=32, max_position_embeddings=4096)

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from erl_lite.config import PRESETS, ERLConfig
+from erl_lite.config import ERLConfig
+from erl_lite.config.presets import PRESETS
 from erl_lite.envs import FrozenLake, Sokoban
-from erl_lite.presets import PAPER_GAMES
+from erl_lite.config.presets import PAPER_GAMES
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "REFERENCE.md").read_text()
@@ -51,7 +52,7 @@ def test_every_number_of_the_paper_preset_is_the_docs_table_s_and_each_row_cites
         assert CITED.search(source), f"row {name!r} cites no file of the reference"
         if reference != "—":  # where erl_lite differs, the row says why (and the value is erl_lite's)
             assert _value(reference) == _value(ours), f"{name}: the preset differs from the reference's {reference}"
-    from erl_lite.presets import PAPER_MAX_STEPS
+    from erl_lite.config.presets import PAPER_MAX_STEPS
 
     steps = {row[0].strip("`"): _value(row[1]) for row in _table("## Iterations per environment")}
     assert steps == {k: float(v) for k, v in PAPER_MAX_STEPS.items()}
@@ -171,7 +172,7 @@ def test_the_tile_letter_and_the_dead_end_hint_sit_behind_settings_the_paper_set
 
 def test_one_erl_step_with_the_reference_style_on_a_tiny_model():
     from erl_lite.testing import tiny_model, tiny_tokenizer
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
     env = FrozenLake(prompt_style="reference", sizes=(2, 3), max_actions=2, hint=False)

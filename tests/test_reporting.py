@@ -10,11 +10,12 @@ import pytest
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.metrics import ZERO_STD_FIRST, ZERO_STD_REFLECTION, ZERO_STD_SECOND, frac_reward_zero_std
+from erl_lite.metric_names import ZERO_STD_FIRST, ZERO_STD_REFLECTION, ZERO_STD_SECOND
+from erl_lite.metrics import frac_reward_zero_std
 from erl_lite.records import TrainSample
 from erl_lite.integrations.reporting import SAMPLE_COLUMNS, SAMPLES_TABLE, Reporter, logging_interval, resolve_report_to
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 
@@ -364,7 +365,7 @@ def test_the_project_is_a_cli_flag_and_does_not_block_a_resume():
     import argparse
 
     from erl_lite.cli.config_args import add_config_arguments, given_fields
-    from erl_lite.identity import RESUMABLE_FIELDS
+    from erl_lite.run.identity import RESUMABLE_FIELDS
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser)

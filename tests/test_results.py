@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from erl_lite.embedded import demo_config, demo_trainer, demo_world, load_embedded
-from erl_lite.integrations.export import NOTE_FILE
+from erl_lite.run.export import NOTE_FILE
 from erl_lite.models import describe_policy, load_policy, trainable_parameters
 from erl_lite.teach.results import (BeforeAfter, PlayedEpisode, play_episode, reload_and_play, results_folder,
                               save_adapter, train_and_evaluate)
@@ -29,7 +29,7 @@ def test_results_folder_prefers_a_mounted_drive(tmp_path, monkeypatch):
 
 def test_train_evaluate_save_reload_and_play(tmp_path, monkeypatch):
     pushed = []
-    monkeypatch.setattr("erl_lite.integrations.export.push_to_hub",
+    monkeypatch.setattr("erl_lite.run.export.push_to_hub",
                         lambda folder, repo, private=True: pushed.append((folder, repo)) or f"hub/{repo}")
     trainer = demo_trainer(seed=0, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0)
     held_out = trainer.env.test_tasks(2)
@@ -69,7 +69,7 @@ def test_train_evaluate_save_reload_and_play(tmp_path, monkeypatch):
 def test_a_second_pass_into_a_kept_folder_resumes_or_starts_afresh_as_asked(tmp_path):
     """Notebook 08 run twice into its kept folder: resuming trains on from the saved step (the
     "before" is the untrained model again); a fresh run there is refused unless told to overwrite."""
-    from erl_lite.checkpoint import CheckpointError
+    from erl_lite.run.checkpoint import CheckpointError
 
     def trainer(**kw):
         settings = dict(max_steps=2, num_tasks_per_step=2, eval_steps=0, save_steps=1,

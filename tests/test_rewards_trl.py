@@ -12,12 +12,13 @@ import math
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.integrations.dataset import RewardFunctionEnv, RewardFunctionError, rows_to_tasks, split_prompt
+from erl_lite.envs.rows import rows_to_tasks, split_prompt
+from erl_lite.integrations.dataset import RewardFunctionEnv, RewardFunctionError
 from erl_lite.envs.qa import score_answer
 from erl_lite.core.generation import SamplingParams, ScriptedGenerator
 from erl_lite.core.rollout import run_episodes
 from erl_lite.testing import tiny_model
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(4)]
 REPLIES = {"Add 0": "0", "Add 1": "two", "Add 2": "it is 4", "Add 3": "the answer is six"}

@@ -20,13 +20,13 @@ import torch
 from peft import LoraConfig
 from safetensors.torch import load_file, save_file
 
-from erl_lite import checkpoint
-from erl_lite.checkpoint import CheckpointError, find_run, read_checkpoint
+from erl_lite.run import checkpoint
+from erl_lite.run.checkpoint import CheckpointError, find_run, read_checkpoint
 from erl_lite.config import ERLConfig
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 from test_checkpoint import ARGS as CHECKPOINT_ARGS, ROWS, digest, drop_times, vowel_reward
 
@@ -151,7 +151,7 @@ def test_a_failure_after_a_step_finished_keeps_that_step(tmp_path, where, monkey
         return real_save(*a, **kw)
 
     monkeypatch.setattr(trainer, "evaluate", evaluate)
-    monkeypatch.setattr("erl_lite.trainer_saving.save_checkpoint", save)
+    monkeypatch.setattr("erl_lite.run.saving.save_checkpoint", save)
     with pytest.raises((ValueError, CheckpointError)) as err:
         trainer.train()
     assert trainer.step == 3 and train_steps(out) == [1, 2, 3]
@@ -169,7 +169,7 @@ def test_a_failing_rescue_save_never_hides_the_original_error(tmp_path, monkeypa
     def disk_full(*a, **kw):
         raise CheckpointError("could not write checkpoint-1: No space left on device")
 
-    monkeypatch.setattr("erl_lite.trainer_saving.save_checkpoint", disk_full)
+    monkeypatch.setattr("erl_lite.run.saving.save_checkpoint", disk_full)
     with pytest.raises(ValueError, match="at step 2") as err, pytest.warns(UserWarning, match="No space left"):
         trainer.train()
     assert trainer.step == 1 and "not saved" in notes(err.value) and "train()" in notes(err.value)
@@ -424,7 +424,7 @@ def test_resume_refuses_other_lora_settings(two_steps, tmp_path, change):
 
 
 def test_an_older_checkpoint_without_the_new_identity_parts_still_resumes():
-    from erl_lite.checkpoint import run_differences
+    from erl_lite.run.checkpoint import run_differences
 
     saved = {"config": {}, "model": {"model": "m", "lora.r": 16, "lora.alpha": 32, "lora.target_modules": ["q"]}}
     now = {"config": {}, "model": {**saved["model"], "lora.use_rslora": False, "lora.use_dora": False},

@@ -2,7 +2,7 @@
 model known by its content, and a raised ``max_steps`` that trains from its first new step.
 
 Every command (``eval``, ``export``, ``doctor``, ``plot``, resume) reads a run folder through
-:func:`erl_lite.checkpoint.find_run`, so the cases below check that they all agree.
+:func:`erl_lite.run.checkpoint.find_run`, so the cases below check that they all agree.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from erl_lite import checkpoint
-from erl_lite.checkpoint import CheckpointError, read_checkpoint
+from erl_lite.run import checkpoint
+from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
 from erl_lite.cli import main
 from erl_lite.cli.evaluate import _load_checkpoint
 from erl_lite.config import ERLConfig
-from erl_lite.diagnostics.report import load_run
-from erl_lite.integrations.export import describe_adapter
+from erl_lite.run.report import load_run
+from erl_lite.run.export import describe_adapter
 from erl_lite.integrations.reward_calls import RewardFunctionError
 from erl_lite.models import load_policy
 from erl_lite.testing import save_tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 from test_checkpoint import ROWS, vowel_reward
 from test_run_faults import checkpoints, failing_reward, make_trainer, train_steps
@@ -244,7 +244,7 @@ def test_a_raised_max_steps_trains_its_first_step_at_the_new_schedules_rate(tmp_
 
 def test_the_environment_identity_names_the_class_and_the_reward_specs():
     from erl_lite.envs.arithmetic import arithmetic_reward
-    from erl_lite.identity import environment_identity
+    from erl_lite.run.identity import environment_identity
     from erl_lite.integrations.dataset import RewardFunctionEnv
 
     assert environment_identity(RewardFunctionEnv(arithmetic_reward)) == {
@@ -253,7 +253,7 @@ def test_the_environment_identity_names_the_class_and_the_reward_specs():
 
 
 def test_model_fingerprint_tells_same_shaped_models_apart_and_ignores_the_adapter():
-    from erl_lite.identity import model_fingerprint
+    from erl_lite.run.identity import model_fingerprint
     from erl_lite.testing import tiny_model
 
     a, b, again = (model_fingerprint(tiny_model(tiny_tokenizer(), seed=s)) for s in (3, 4, 3))
@@ -268,7 +268,7 @@ def test_model_fingerprint_tells_same_shaped_models_apart_and_ignores_the_adapte
 
 def test_the_fingerprint_reads_a_tensor_past_float32s_whole_numbers():
     # Qwen2.5-0.5B's embedding has 136,134,656 entries; a float32 linspace of positions overran its end.
-    from erl_lite.identity import model_fingerprint
+    from erl_lite.run.identity import model_fingerprint
 
     module = torch.nn.Module()
     module.weight = torch.nn.Parameter(torch.zeros(136_134_656, dtype=torch.uint8), requires_grad=False)

@@ -13,9 +13,9 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.models import load_policy
 from erl_lite.core.prompts import REFLECTION_REQUEST
-from erl_lite.integrations.sft import internalization_dataset, internalization_rows, tokenize_row, warm_start
+from erl_lite.run.sft import internalization_dataset, internalization_rows, tokenize_row, warm_start
 from erl_lite.testing import CHATML_TEMPLATE, tiny_model
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}
 

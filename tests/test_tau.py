@@ -23,8 +23,9 @@ from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.diagnostics import RunFacts, scan
 from erl_lite.integrations import wiring
-from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
-from erl_lite.integrations.multi import ENV_COLUMN, MultiEnvironment
+from erl_lite.envs.rows import rows_to_tasks
+from erl_lite.integrations.dataset import RewardFunctionEnv
+from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
 from erl_lite.integrations.trl_adapter import TRLEnvironment
 from erl_lite.metric_names import EVAL_SUCCESS, GATE_RATE, SUCCESS_FIRST, SUCCESS_SECOND
 from erl_lite.metrics import eval_metrics, step_metrics

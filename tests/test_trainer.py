@@ -8,14 +8,14 @@ import os
 import pytest
 import torch
 
-from erl_lite.checkpoint import CheckpointError
+from erl_lite.run.checkpoint import CheckpointError
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.history import METRIC_GLOSSARY
 from erl_lite.metrics import is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 

@@ -8,24 +8,24 @@ import inspect
 
 import pytest
 
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 from test_imports import import_graph, module_files
 
-TRAINER_MODULES = ["erl_lite.trainer", "erl_lite.trainer_saving", "erl_lite.trainer_args"]
+TRAINER_MODULES = ["erl_lite.run.trainer", "erl_lite.run.saving", "erl_lite.run.args"]
 
 
 @pytest.mark.parametrize("module", TRAINER_MODULES)
 def test_the_trainer_reaches_integrations_only_through_wiring(module):
     reached = {m for m in import_graph()[module] if m.startswith("erl_lite.integrations.")}
-    assert reached <= {"erl_lite.integrations.wiring", "erl_lite.integrations.callbacks",
-                       "erl_lite.integrations.export"}, reached
-    if module == "erl_lite.trainer":
+    assert reached <= {"erl_lite.integrations.wiring", "erl_lite.run.callbacks",
+                       "erl_lite.run.export"}, reached
+    if module == "erl_lite.run.trainer":
         assert reached == {"erl_lite.integrations.wiring"}, reached
 
 
 @pytest.mark.parametrize("method", ["__init__", "train", "training_step", "evaluate"])
 def test_the_trainer_methods_fit_a_screen(method):
-    tree = ast.parse(module_files()["erl_lite.trainer"].read_text())
+    tree = ast.parse(module_files()["erl_lite.run.trainer"].read_text())
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == method)
     assert node.end_lineno - node.lineno + 1 <= 60
 

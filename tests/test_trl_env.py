@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.integrations.trl_adapter import TRLEnvironment, parse_tool_calls, tool_methods
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.records import Task
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from trl_env_counter import DATASET, CounterEnv  # noqa: E402

@@ -3,7 +3,7 @@ take as they are.
 
 The sweep walks ``dataclasses.fields(trl.GRPOConfig)`` (its own fields and the inherited
 ``TrainingArguments`` ones), so a field a new TRL adds fails here until it is put in one of the
-three tables of :mod:`erl_lite.trl_fields`.
+three tables of :mod:`erl_lite.config.trl_fields`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import trl
 
 from erl_lite.config import ERLConfig
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
-from erl_lite.trl_fields import TRL_ACCEPTED, TRL_MAPPED, TRL_REFUSED, TRL_SAME_AS
+from erl_lite.run.trainer import ERLTrainer
+from erl_lite.config.trl_fields import TRL_ACCEPTED, TRL_MAPPED, TRL_REFUSED, TRL_SAME_AS
 
 GRPO_FIELDS = [f for f in dataclasses.fields(trl.GRPOConfig) if f.init]
 ERL_FIELDS = {f.name for f in dataclasses.fields(ERLConfig)}
@@ -69,7 +69,7 @@ def test_every_grpo_config_field_is_in_exactly_one_table():
     names = [f.name for f in GRPO_FIELDS]
     tables = {"accepted": set(TRL_ACCEPTED), "mapped": set(TRL_MAPPED), "refused": set(TRL_REFUSED)}
     missing = [n for n in names if not any(n in t for t in tables.values())]
-    assert not missing, f"GRPOConfig fields in no table of erl_lite.trl_fields: {missing}"
+    assert not missing, f"GRPOConfig fields in no table of erl_lite.config.trl_fields: {missing}"
     for a, b in [("accepted", "mapped"), ("accepted", "refused"), ("mapped", "refused")]:
         assert not tables[a] & tables[b], f"in both {a} and {b}: {sorted(tables[a] & tables[b])}"
     assert set(TRL_ACCEPTED) <= ERL_FIELDS  # accepted = an ERLConfig field of the same name

@@ -13,7 +13,7 @@ from erl_lite.integrations.reward_calls import RewardFunctionError
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.metrics import describe
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.trainer import ERLTrainer
+from erl_lite.run.trainer import ERLTrainer
 
 ROWS = [{"prompt": "Say 0.", "answer": "0"}, {"prompt": "Say 1.", "answer": "1"}]
 

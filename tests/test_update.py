@@ -649,7 +649,7 @@ def test_a_step_that_leaves_non_finite_weights_stops_the_run():
 def test_a_diverging_run_stops_naming_the_step_and_never_trains_on_nan():
     # The reported run: a huge learning rate, a NaN gradient norm logged, NaN weights, and the
     # next step's sampler dying on "probability tensor contains inf/nan".
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
     args = ERLConfig.preset("cpu", max_steps=6, num_tasks_per_step=2, eval_steps=0, max_completion_length=6,

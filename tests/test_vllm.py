@@ -147,7 +147,7 @@ def test_refusals_name_what_is_refused(policy):
 
 
 def test_erl_with_lora_trains_three_steps_on_vllm(policy):
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     model, tok = policy
 

@@ -14,12 +14,15 @@ from typing import Any, Sequence
 
 from erl_lite.cli import arg_types
 from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
+from erl_lite.cli.budget import add_budget_parser, run_budget
 from erl_lite.cli.doctor import add_doctor_parser, run_doctor
 from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.evaluate import run_eval
 from erl_lite.cli.train import ENVIRONMENTS, FLAG_ALIASES, FLAG_NEGATIONS, run_preset, run_train
-from erl_lite.config import DEFAULT_SEED, MODES, PRESETS, ERLConfig
-from erl_lite.field_types import expand_path
+from erl_lite.config import DEFAULT_SEED, ERLConfig
+from erl_lite.config.checks import AUTO, MODES, QUANTIZATIONS
+from erl_lite.config.presets import PRESETS
+from erl_lite.config.field_types import expand_path
 
 
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
@@ -79,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plot_parser(sub)
     _export_parser(sub)
     add_doctor_parser(sub)
+    add_budget_parser(sub)
     return parser
 
 
@@ -154,7 +158,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
                              "or a saved adapter)")
     export.add_argument("--out", type=arg_types.folder, required=True,
                         help="folder for the merged model and its tokenizer")
-    export.add_argument("--quantization", choices=("auto", "none", "4bit"), default="auto",
+    export.add_argument("--quantization", choices=(AUTO, *QUANTIZATIONS), default=AUTO,
                         help="how the base was loaded in training; 4bit: dequantise it before merging "
                              "(auto: read it from the adapter folder or its checkpoint)")
     export.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
@@ -166,7 +170,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from erl_lite.integrations import export
+    from erl_lite.run import export
 
     try:
         adapter = export.run_adapter(args.adapter, lambda path: read_run("export", path))
@@ -190,7 +194,7 @@ def _demo_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _plot(args: argparse.Namespace) -> int:
     from erl_lite.history import History
-    from erl_lite.viz import save_figures
+    from erl_lite.viz.plots import save_figures
 
     try:
         with warnings.catch_warnings(record=True) as caught:  # a torn last line: say so, draw the rest
@@ -230,5 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _export(args)
     if args.command == "doctor":
         return run_doctor(args)
+    if args.command == "budget":
+        return run_budget(args)
     return run_train(args)
 

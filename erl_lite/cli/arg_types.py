@@ -10,8 +10,8 @@ import math
 import os
 from typing import Callable
 
-from erl_lite.config_checks import MAX_SEED
-from erl_lite.field_types import expand_path
+from erl_lite.config.checks import MAX_SEED
+from erl_lite.config.field_types import expand_path
 
 
 def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
@@ -54,7 +54,7 @@ def folder(text: str) -> str:
     """A folder to write into: not an existing file, and under a folder that exists or can be made.
 
     Nothing is created here (argparse also converts string defaults); the run makes the folder
-    when it writes, and the trainer's own check (:func:`erl_lite.checkpoint.ensure_writable`) probes it.
+    when it writes, and the trainer's own check (:func:`erl_lite.run.checkpoint.ensure_writable`) probes it.
     """
     text = expand_path(text)
     path = os.path.abspath(text)

@@ -15,12 +15,13 @@ import sys
 import textwrap
 import types
 import typing
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
 from erl_lite.config import ERLConfig
-from erl_lite.field_types import closest, field_types
+from erl_lite.config.checks import FIELD_CHOICES
+from erl_lite.config.field_types import closest, field_types
 
 _NONE_WORDS = ("none", "null", "~")
 _TRUE_WORDS = ("true", "yes", "y", "1", "on")
@@ -61,7 +62,10 @@ def first_sentence(text: str) -> str:
 
 
 def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
-    """The allowed words of each field that takes one: the ``FIELD_CHOICES`` table of ``cls``'s module."""
+    """The allowed words of each field that takes one: ``config.checks.FIELD_CHOICES`` for an ERLConfig, else
+    the ``FIELD_CHOICES`` table of ``cls``'s module."""
+    if issubclass(cls, ERLConfig):
+        return dict(FIELD_CHOICES)
     return dict(getattr(sys.modules.get(cls.__module__), "FIELD_CHOICES", {}))
 
 

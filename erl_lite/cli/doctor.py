@@ -19,7 +19,7 @@ def add_doctor_parser(sub: Any) -> None:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    from erl_lite.diagnostics import doctor
+    from erl_lite.run.report import doctor
 
     try:
         with warnings.catch_warnings(record=True) as caught:  # a crash's torn last line: say so, read the rest

@@ -10,14 +10,14 @@ from typing import Any
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """The errors a command prints as one paragraph instead of a traceback (a function: no torch on import)."""
-    from erl_lite.checkpoint import CheckpointError
+    from erl_lite.run.state import CheckpointError
 
     return CheckpointError, ValueError, OSError
 
 
 def read_run(command: str, path: str) -> Any:
-    """:func:`erl_lite.checkpoint.find_run` on ``path``: its line first, then its warnings, on stderr."""
-    from erl_lite.checkpoint import find_run
+    """:func:`erl_lite.run.checkpoint.find_run` on ``path``: its line first, then its warnings, on stderr."""
+    from erl_lite.run.checkpoint import find_run
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)

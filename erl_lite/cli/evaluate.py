@@ -13,7 +13,8 @@ from typing import Any, Sequence
 from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.train import DATASET_ENV, ENVIRONMENTS, build_environment
 from erl_lite.config import ERLConfig
-from erl_lite.field_types import check_whole
+from erl_lite.config.checks import quantization_name
+from erl_lite.config.field_types import check_whole
 from erl_lite.jsonio import read_jsonl
 
 
@@ -50,7 +51,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     n = cfg.eval_num_generations if num_generations is None else num_generations
     if not tasks or n < 1:
         raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
-    model, tokenizer = load_policy(adapter, quantization="4bit" if cfg.load_in_4bit else "none",
+    model, tokenizer = load_policy(adapter, quantization=quantization_name(cfg.load_in_4bit),
                                    base_model=base_model)
     # The bar goes to stderr (tqdm's stream), so stdout stays the JSON that eval prints.
     generator = generator_for(model, tokenizer, cfg)  # the run's generation_backend
@@ -66,8 +67,10 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
 
 def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
     """``(checkpoint folder, its TrainingState, config, adapter folder)`` of a checkpoint, or of a run's newest good
-    one (:func:`~erl_lite.checkpoint.find_run`)."""
-    from erl_lite.checkpoint import CheckpointError, adapter_folder, find_run
+    one (:func:`~erl_lite.run.checkpoint.find_run`)."""
+    from erl_lite.run.checkpoint import find_run
+    from erl_lite.run.layout import adapter_folder
+    from erl_lite.run.state import CheckpointError
 
     state = find_run(checkpoint).checkpoint()
     folder, saved = state.path, state.run.get("config", {})
@@ -126,8 +129,9 @@ def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, d
 def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None) -> tuple[Any, list, str]:
     """``eval --dataset ... --reward-funcs ...``: the rows' evaluation split scored by the functions."""
     from erl_lite.integrations.data_sources import load_rows
-    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
-    from erl_lite.func_specs import load_function
+    from erl_lite.envs.rows import rows_to_tasks
+    from erl_lite.integrations.dataset import RewardFunctionEnv
+    from erl_lite.run.func_specs import load_function
 
     if env is not None:
         raise ValueError(f"--env {env} and --reward-funcs both name what to evaluate on; give one")
@@ -139,7 +143,8 @@ def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None) 
 
 def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list]:
     """The environment ``erl-lite train --env name`` trains on, and its test tasks."""
-    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.envs.rows import rows_to_tasks
+    from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
 
     env, _, kwargs = build_environment(name, small, cfg.seed, world=cfg.extra.get("world", "demo"), preset=cfg.preset_name)
@@ -153,7 +158,8 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
 
 def _read_tasks(path: str, world: Any, env_name: str) -> list:
     """Tasks ``{task_id, prompt, data}`` from a JSONL file, or rows with a ``prompt`` when rewards score ``world``."""
-    from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+    from erl_lite.envs.rows import rows_to_tasks
+    from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
 
     rows = read_jsonl(path)

@@ -10,9 +10,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from erl_lite.cli.config_args import cli_fields, closest, converter, parse_yaml
+from erl_lite.cli.config_args import cli_fields, converter, parse_yaml
+from erl_lite.config.field_types import closest
 from erl_lite.config import ERLConfig
-from erl_lite.field_types import conform
+from erl_lite.config.field_types import conform
 
 
 def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (),

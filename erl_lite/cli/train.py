@@ -10,9 +10,11 @@ from typing import Any
 from erl_lite.cli.config_args import given_fields
 from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.cli.errors import usage_error, user_errors
-from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
-from erl_lite.field_types import expand_path
-from erl_lite.presets import PAPER_GAMES, PAPER_MAX_STEPS
+from erl_lite.config import DEFAULT_SEED, ERLConfig
+from erl_lite.config.checks import quantization_name
+from erl_lite.config.presets import PRESETS
+from erl_lite.config.field_types import expand_path
+from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
@@ -116,8 +118,9 @@ def train_config(args: argparse.Namespace) -> ERLConfig:
 
 def run_train(args: argparse.Namespace) -> int:
     """``erl-lite train``: build the trainer and train; the exit code."""
-    from erl_lite.checkpoint import CheckpointError, list_checkpoints
-    from erl_lite.metrics import EVAL_SUCCESS
+    from erl_lite.run.checkpoint import list_checkpoints
+    from erl_lite.run.state import CheckpointError
+    from erl_lite.metric_names import EVAL_SUCCESS
 
     try:
         run, cfg = train_settings(args)
@@ -150,7 +153,8 @@ def same_environment(run: dict[str, Any], checkpoint: str) -> None:
     """Refuse (CheckpointError) to resume ``checkpoint`` on another environment than it trained on: the
     trainer records the environment without comparing it (Python callers rebuild it as they like), but
     the command line builds it from these options. A checkpoint written from Python is not checked."""
-    from erl_lite.checkpoint import CheckpointError, run_record
+    from erl_lite.run.checkpoint import run_record
+    from erl_lite.run.state import CheckpointError
 
     try:
         saved = run_record(checkpoint)["config"].get("extra") or {}
@@ -167,7 +171,7 @@ def same_environment(run: dict[str, Any], checkpoint: str) -> None:
 
 def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
     """``erl-lite train``'s trainer: the model and environment its run options name."""
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     # The environment first: a missing reward function fails before a model is loaded.
     env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
@@ -179,7 +183,7 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
         from erl_lite.embedded.loading import load_embedded
 
         set_seed(cfg.seed)  # the LoRA initialisation draws from the global RNG (as in the demo)
-        model, tokenizer = load_embedded(quantization="4bit" if cfg.load_in_4bit else "none")
+        model, tokenizer = load_embedded(quantization=quantization_name(cfg.load_in_4bit))
     elif run["model"] == "tiny":
         import tempfile
 
@@ -191,7 +195,7 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
 
 def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, Any]]:
     """``--dataset ... --reward-funcs ...``: the dataset's path or name and the functions loaded by spec."""
-    from erl_lite.func_specs import load_function
+    from erl_lite.run.func_specs import load_function
 
     funcs = [load_function(spec, "reward function") for spec in record["reward_funcs"]]
     feedback = record.get("feedback_func")

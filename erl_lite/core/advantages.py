@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-from erl_lite.config import INTERNALIZATION_MODES, SCALE_REWARDS
+from erl_lite.config.checks import INTERNALIZATION_MODES, SCALE_REWARDS
 
 
 def _check_finite(rewards: Sequence[float]) -> list[float]:

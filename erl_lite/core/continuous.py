@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from erl_lite.config_checks import refuse_generation_kwargs
+from erl_lite.config.checks import refuse_generation_kwargs
 from erl_lite.core.generation import SamplingParams, check_request, model_context_length
 from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable
 

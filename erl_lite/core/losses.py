@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from erl_lite.config import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPE_ALIASES, LOSS_TYPES, TRL_LOSS_TYPES_MISSING
+from erl_lite.config.checks import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPE_ALIASES, LOSS_TYPES, TRL_LOSS_TYPES_MISSING
 
 # exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
 _MAX_LOG_RATIO = 20.0

@@ -23,6 +23,7 @@ from typing import Any
 from erl_lite.core.advantages import distill_weights, grouped_advantages
 from erl_lite.core.chat import end_of_turn_id
 from erl_lite.config import ERLConfig
+from erl_lite.config.checks import reflects
 from erl_lite.core.env import Environment
 from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
@@ -218,7 +219,7 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
     t0 = clock()
     first = attempt_first(ctx, tasks, c.num_generations)
     out = StepRecord(tasks=list(tasks), first_attempts=first, seconds={"first": clock() - t0})
-    if c.mode == "rlvr":
+    if not reflects(c.mode):
         out.samples = _role_samples(FIRST, first, [a.reward for a in first], c.scale_rewards)
         return out
     failed = gate(first, c.reward_threshold)

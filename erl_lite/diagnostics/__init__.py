@@ -1,12 +1,11 @@
 """Is it learning? Health checks that name the silent failures of small-GPU RL and of ERL.
 
 :mod:`~erl_lite.diagnostics.checks` (the rules on each step's record), :mod:`~.preflight` (before the
-first step), :mod:`~.monitor` (a live run: print, log, stop) and :mod:`~.report` (``erl-lite doctor``).
+first step), :mod:`~.monitor` (a live run: print, log, stop). The report on a finished run
+(``erl-lite doctor``) reads its folder, so it lives with the run's files: :mod:`erl_lite.run.report`.
 """
 
 from erl_lite.diagnostics.checks import CHECKS, CHECKS_BY_NAME, Check, Finding, RunFacts, scan
 from erl_lite.diagnostics.monitor import DiagnosticError, Monitor
-from erl_lite.diagnostics.report import Report, diagnose, doctor
 
-__all__ = ["CHECKS", "CHECKS_BY_NAME", "Check", "DiagnosticError", "Finding", "Monitor", "Report", "RunFacts",
-           "diagnose", "doctor", "scan"]
+__all__ = ["CHECKS", "CHECKS_BY_NAME", "Check", "DiagnosticError", "Finding", "Monitor", "RunFacts", "scan"]

@@ -18,6 +18,7 @@ from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE
                                    SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
                                    TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST, GAP_MEAN_KEYS, GAP_TOKENS)
 from erl_lite.config import ERLConfig
+from erl_lite.config.checks import reflects
 from erl_lite.records import DISTILL, REFLECTION
 
 WARNING, NOTE = "warning", "note"
@@ -57,7 +58,7 @@ class RunFacts:
     @property
     def reflects(self) -> bool:
         """Whether gated tasks get a reflection (ERL modes with reflection on)."""
-        return self.mode != "rlvr" and self.use_reflection
+        return reflects(self.mode) and self.use_reflection
 
     def words(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -174,7 +175,7 @@ def _memory_empty(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None
 
 def _gate_fixed(w: Sequence[Mapping[str, Any]], facts: RunFacts, rate: float) -> str | None:
     """Every step's gate rate is ``rate`` although rewards differ within groups: τ sorts nothing."""
-    if facts.mode == "rlvr" or not _all(w, GATE_RATE, lambda v: v == rate) or not _all(
+    if not reflects(facts.mode) or not _all(w, GATE_RATE, lambda v: v == rate) or not _all(
             w, ZERO_STD_FIRST, lambda v: v < SILENT_GROUPS):
         return None
     return (f"{GATE_RATE} was {rate:.2f} on every one of {_steps(w)}, though rewards differed within "

@@ -12,14 +12,14 @@ import time
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
-from erl_lite.config import DEFAULT_SEED, PRESETS, ERLConfig
+from erl_lite.config import DEFAULT_SEED, ERLConfig
+from erl_lite.config.presets import PRESETS
 from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
-from erl_lite.field_types import check_whole
+from erl_lite.config.field_types import check_whole
 from erl_lite.history import History
-from erl_lite.metrics import (EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE, REWARD_FIRST,
-                              REWARD_SECOND, STEP, TIME_STEP)
+from erl_lite.metric_names import EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE, REWARD_FIRST, REWARD_SECOND, STEP, TIME_STEP
 from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 
 #: The demo's run settings: a read-only view of their one home, ``PRESETS["demo"]``.
@@ -40,7 +40,7 @@ def demo_config(**overrides: Any) -> ERLConfig:
 
 def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  model_dir: str | None = None, world: str = "demo", **overrides: Any) -> Any:
-    """The demo's :class:`~erl_lite.trainer.ERLTrainer`: the embedded model, a seeded LoRA,
+    """The demo's :class:`~erl_lite.run.trainer.ERLTrainer`: the embedded model, a seeded LoRA,
     ``demo_world(seed, world)`` (``world``: ``"demo"`` or ``"sparse"``, see :data:`~erl_lite.embedded.world.WORLDS`).
 
     Example:
@@ -50,7 +50,7 @@ def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callba
     """
     from transformers import set_seed
 
-    from erl_lite.trainer import ERLTrainer
+    from erl_lite.run.trainer import ERLTrainer
 
     env = demo_world(seed, world)  # first: an unknown world name fails before the model loads
     if eval_tasks is not None:  # test maps to evaluate on
@@ -85,7 +85,7 @@ def build_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int =
                eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
                world: str = "demo", **overrides: Any) -> Any:
     """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them)."""
-    from erl_lite.checkpoint import ensure_writable
+    from erl_lite.run.checkpoint import ensure_writable
 
     ensure_writable(out)  # an ``out`` that is a file failed after the model was loaded
     if steps is not None:
@@ -107,7 +107,7 @@ def train_demo(trainer: Any, out: str, world: str = "demo", seed: int = DEFAULT_
     start = time.perf_counter()
     history = trainer.train()
     seconds = time.perf_counter() - start
-    from erl_lite.viz import save_figures
+    from erl_lite.viz.plots import save_figures
 
     figures = save_figures(history, out)
     path = write_report(history, trainer.memory.entries, config, env, seconds, figures, out, model_dir)
@@ -274,7 +274,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
     held = "\n\n".join(f"```\n{m}\n```" for m in memory) or "_empty_"
     holes = hole_letters(env.symbols)
     text = (
-        f"# erl_lite demo report\n\n"
+        "# erl_lite demo report\n\n"
         + (f"Model: `{model_dir}` (not the shipped embedded model).\n\n" if model_dir else "")
         + f"Mode `{config.mode}`, {len(train)} steps, seed {config.seed}, "
         f"{seconds / 60:.1f} minutes. The world's hole letters are `{'` and `'.join(holes)}` and "

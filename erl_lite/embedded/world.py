@@ -19,7 +19,7 @@ from erl_lite.config import DEFAULT_SEED
 from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
 from erl_lite.envs.grid import ACTIONS, render_rows, resolve_symbols
 from erl_lite.envs.splits import SeededSplits
-from erl_lite.field_types import check_share
+from erl_lite.config.field_types import check_share
 
 AGENT, GOAL = "A", "B"
 #: Letters the two holes and the frozen tile are drawn from, per run.

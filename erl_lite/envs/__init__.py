@@ -1,6 +1,6 @@
 """The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and a
-single-turn arithmetic task; each module says how it departs from the paper. The protocol and the
-adapters are re-exported lazily, so importing this pulls in neither gymnasium nor BM25.
+single-turn arithmetic task, and several environments in one run (:mod:`~.multi`); each module says
+how it departs from the paper. Exported lazily, so importing this pulls in neither gymnasium nor BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake
@@ -14,14 +14,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Environment": "erl_lite.core.env", "Episode": "erl_lite.core.env",
     "FrozenLake": "frozenlake", "Sokoban": "sokoban", "parse_action": "grid",
     "MultiHopQA": "qa", "BM25Search": "qa", "load_hotpotqa": "qa", "score_answer": "qa",
     "hotpotqa_paper_questions": "paper_tasks",
     "make_arithmetic_dataset": "arithmetic", "small_arithmetic_dataset": "arithmetic",
     "arithmetic_reward": "arithmetic", "arithmetic_feedback": "arithmetic",
-    "MultiEnvironment": "erl_lite.integrations.multi", "TRLEnvironment": "erl_lite.integrations.trl_adapter",
-    "load_rows": "erl_lite.integrations.data_sources",
+    "MultiEnvironment": "multi",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -29,9 +27,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'erl_lite.envs' has no attribute {name!r}")
-    module = _EXPORTS[name]
-    path = module if module.startswith("erl_lite.") else f"erl_lite.envs.{module}"
-    return getattr(importlib.import_module(path), name)
+    return getattr(importlib.import_module(f"erl_lite.envs.{_EXPORTS[name]}"), name)
 
 
 def __dir__() -> list[str]:

@@ -18,7 +18,7 @@ from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLak
 from gymnasium.utils import seeding
 
 from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
-from erl_lite.field_types import check_share, check_whole
+from erl_lite.config.field_types import check_share, check_whole
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
 COMMENTS, FEEDBACK = (dict(PROMPTS["frozenlake"][texts]) for texts in ("comments", "feedback"))  # by event, outcome

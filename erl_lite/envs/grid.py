@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import paper_game_tasks
 from erl_lite.envs.splits import SeededSplits
-from erl_lite.field_types import check_whole
+from erl_lite.config.field_types import check_whole
 from erl_lite.records import Task
 
 #: Canonical action names and their (row, column) displacement.

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
-from erl_lite.field_types import check_whole
+from erl_lite.config.field_types import check_whole
 
 Cell = tuple[int, int]
 DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",

@@ -183,31 +183,3 @@ def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kw
                   e.logprob_chunk, e.update_gib, e.kv_cache, e.prefill, e.rollout_gib, e.peak_gib)
         lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m erl_lite.integrations.budget``: print the memory table of a preset with overrides."""
-    import argparse
-    import ast
-    p = argparse.ArgumentParser(description="Estimated GPU memory (GiB) of a 4-bit QLoRA ERL step")
-    p.add_argument("--preset", default="gpu", help="ERLConfig preset (default: gpu)")
-    p.add_argument("--mode", default="erl", help="erl, erl_simple or rlvr")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="ERLConfig overrides, e.g. num_tasks_per_step=2 max_episode_length=2560")
-    a = p.parse_args(argv)
-    overrides = {}
-    for item in a.set:
-        key, _, value = item.partition("=")
-        try:
-            overrides[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            overrides[key] = value  # a plain string such as adamw_8bit
-    cfg = ERLConfig.preset(a.preset, mode=a.mode, **overrides)
-    print(f"preset {a.preset!r}, mode {a.mode!r}: micro-batch {cfg.per_device_train_batch_size}, "
-          f"{cfg.num_tasks_per_step} tasks x G {cfg.num_generations}, episode budget "
-          f"{cfg.max_episode_length}, gradient checkpointing {cfg.gradient_checkpointing}, optim {cfg.optim}")
-    print(memory_table(cfg))
-
-
-if __name__ == "__main__":
-    main()

@@ -76,7 +76,7 @@ if importlib.util.find_spec("erl_lite") is None:
 REPORT_CELL_SOURCE = '''\
 # What this notebook runs on: versions, device, free GPU memory (paste it into a bug report).
 from erl_lite.integrations.colab import environment_report
-from erl_lite.config import require_cuda_for_preset
+from erl_lite.config.presets import require_cuda_for_preset
 
 print(environment_report())
 # A GPU preset on a machine without CUDA stops here; allow_cpu=True runs it on the CPU anyway (hours).

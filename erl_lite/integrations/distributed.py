@@ -88,7 +88,7 @@ def _flag(name: str) -> bool:
 
 def check_launch() -> None:
     """Refuse an ``accelerate launch`` configuration that asks for more than uncompiled DDP in the model's dtype."""
-    from erl_lite.trl_fields import DTYPE_HINT
+    from erl_lite.config.trl_fields import DTYPE_HINT
     engines = {"ACCELERATE_USE_FSDP": "FSDP", "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
                "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM"}
     for variable, engine in engines.items():

@@ -13,8 +13,10 @@ import os
 import sys
 from typing import Any, Protocol
 
-from erl_lite.config import REPORT_TO_BACKENDS, ERLConfig
-from erl_lite.metrics import STEP, is_point_in_time
+from erl_lite.config import ERLConfig
+from erl_lite.config.checks import REPORT_TO_BACKENDS
+from erl_lite.metric_names import STEP
+from erl_lite.metrics import is_point_in_time
 from erl_lite.records import Attempt, StepRecord, retry_of_first
 
 #: The table (markdown text in TensorBoard) sent with each train send, one row per first attempt.

@@ -10,11 +10,11 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.continuous import cache_tokens_for, generator_for as core_generator_for
 from erl_lite.core.env import Environment
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
-from erl_lite.integrations.callbacks import TrainerCallbacks  # noqa: F401 - the trainer's, through here
 from erl_lite.integrations.data_sources import load_rows
-from erl_lite.integrations.dataset import RewardFunctionEnv, rows_to_tasks
+from erl_lite.envs.rows import rows_to_tasks
+from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.integrations.distributed import DataParallel
-from erl_lite.integrations.multi import MultiEnvironment
+from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.integrations.reporting import make_reporter
 from erl_lite.integrations.reward_calls import RewardFunctionError, RewardLog, mean_metrics
 from erl_lite.integrations.trl_adapter import environment_from_factory, placeholder_rows

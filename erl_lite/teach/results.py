@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,9 +87,9 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
 
-    Beside peft's files, :data:`erl_lite.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``."""
-    from erl_lite.integrations import export
-    from erl_lite.layout import write_adapter
+    Beside peft's files, :data:`erl_lite.run.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``."""
+    from erl_lite.run import export
+    from erl_lite.run.layout import write_adapter
 
     path = os.fspath(folder)
     note = write_adapter(model, tokenizer, path, evaluation.to_dict() if evaluation is not None else None)
@@ -181,7 +180,7 @@ def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None,
 def reload_and_play(adapter_dir: str | os.PathLike, env: Any, task: Task | None = None, config: Any = None, *,
                     quantization: str = "auto", device: str | None = None) -> tuple[Any, Any, PlayedEpisode]:
     """Load a saved adapter (``"auto"``: quantized as in training) and play one episode; ``(model, tok, episode)``."""
-    from erl_lite.integrations.export import describe_adapter
+    from erl_lite.run.export import describe_adapter
     from erl_lite.models import load_policy
 
     if quantization == "auto":

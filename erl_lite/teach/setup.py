@@ -58,12 +58,13 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
                    lora_dropout=config.lora_dropout, target_modules=config.lora_target_modules,
                    gradient_checkpointing=config.gradient_checkpointing)
     if preset == "cpu":
-        from erl_lite.embedded import demo_world, load_embedded
+        from erl_lite.embedded.loading import load_embedded
+        from erl_lite.embedded.world import demo_world
 
         env = demo_world(seed, world)  # an unknown world name fails before the model loads
         return Setup(*load_embedded(**adapter), env, config)
     from erl_lite import models
-    from erl_lite.envs import FrozenLake
+    from erl_lite.envs.frozenlake import FrozenLake
 
     model, tokenizer = models.load_policy(model_name, **adapter)
     return Setup(model, tokenizer, FrozenLake(), config)

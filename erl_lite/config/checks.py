@@ -1,4 +1,4 @@
-"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take (re-exported by :mod:`erl_lite.config`), and the
+"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take, and the
 named checks its ``__post_init__`` runs after the type check, one concern each, naming the field.
 """
 
@@ -6,12 +6,27 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from erl_lite.config import ERLConfig
+#: The ERLConfig being built (its ``__post_init__`` calls these checks). Typed loosely: the class imports
+#: this module, so naming it here would tie the two into a circle.
+Config = Any
 
 MODES = ("erl", "erl_simple", "rlvr")
+#: How a base model is loaded: in full, or NF4 4-bit (QLoRA); ``AUTO`` (export) reads it from the folder.
+NO_QUANTIZATION, FOUR_BIT, AUTO = "none", "4bit", "auto"
+QUANTIZATIONS = (NO_QUANTIZATION, FOUR_BIT)
+
+
+def reflects(mode: str) -> bool:
+    """Whether ``mode`` reflects on failed attempts (ERL, Algorithms 1 and 2); RLVR does not."""
+    return mode != "rlvr"
+
+
+def quantization_name(load_in_4bit: bool) -> str:
+    """The :data:`QUANTIZATIONS` name of a ``load_in_4bit`` setting."""
+    return FOUR_BIT if load_in_4bit else NO_QUANTIZATION
+
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
 LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
@@ -84,7 +99,7 @@ def _positive(name: str, value: Any) -> None:
         raise ValueError(f"ERLConfig.{name} must be a positive integer, got {value!r}")
 
 
-def check_trl_values(cfg: ERLConfig) -> None:
+def check_trl_values(cfg: Config) -> None:
     """TRL's spellings of a value, before the type check: ``scale_rewards`` True/False, and the
     ``loss_type`` names (TRL's aliases stored as erl_lite's, the unimplemented ones refused)."""
     if isinstance(cfg.scale_rewards, bool):
@@ -94,7 +109,7 @@ def check_trl_values(cfg: ERLConfig) -> None:
                          f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[cfg.loss_type]}")
 
 
-def check_choices(cfg: ERLConfig) -> None:
+def check_choices(cfg: Config) -> None:
     """Each field of :data:`FIELD_CHOICES` holds one of its words; TRL's loss names become erl_lite's."""
     for name, allowed in FIELD_CHOICES.items():
         if getattr(cfg, name) not in allowed:
@@ -102,7 +117,7 @@ def check_choices(cfg: ERLConfig) -> None:
     cfg.loss_type = LOSS_TYPE_ALIASES.get(cfg.loss_type, cfg.loss_type)
 
 
-def check_length(cfg: ERLConfig) -> None:
+def check_length(cfg: Config) -> None:
     """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
     if cfg.num_train_epochs is not None and not cfg.num_train_epochs > 0:
         raise ValueError(f"ERLConfig.num_train_epochs must be a positive number, got {cfg.num_train_epochs!r}")
@@ -112,7 +127,7 @@ def check_length(cfg: ERLConfig) -> None:
         _positive("max_steps", cfg.max_steps)
 
 
-def check_counts(cfg: ERLConfig) -> None:
+def check_counts(cfg: Config) -> None:
     """Counts and sizes are positive integers, the rates and intervals not negative, the seed one every RNG takes."""
     if cfg.ppo_mini_batch_size is not None:
         _positive("ppo_mini_batch_size", cfg.ppo_mini_batch_size)
@@ -135,7 +150,7 @@ def check_counts(cfg: ERLConfig) -> None:
         raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
 
 
-def check_sampling(cfg: ERLConfig) -> None:
+def check_sampling(cfg: Config) -> None:
     """Temperatures above 0, nucleus sizes in (0, 1], and no sampler key in ``generation_kwargs``."""
     for name in ("temperature", "reflection_temperature", "eval_temperature"):
         if not getattr(cfg, name) > 0:
@@ -183,7 +198,7 @@ def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous"
             "use generation_backend='generate'")
 
 
-def check_clip(cfg: ERLConfig) -> None:
+def check_clip(cfg: Config) -> None:
     """The clip ranges in (0, 1) and the dual clip above 1."""
     for name in ("epsilon", "epsilon_high"):
         if not 0 < getattr(cfg, name) < 1:
@@ -192,7 +207,7 @@ def check_clip(cfg: ERLConfig) -> None:
         raise ValueError(f"ERLConfig.dual_clip must be > 1 or None, got {cfg.dual_clip!r}")
 
 
-def check_schedule(cfg: ERLConfig) -> None:
+def check_schedule(cfg: Config) -> None:
     """One warm-up setting, in range, and none with the ``constant`` schedule."""
     if not 0 <= cfg.warmup_ratio < 1:
         raise ValueError(f"ERLConfig.warmup_ratio must be in [0, 1), got {cfg.warmup_ratio!r}")
@@ -207,7 +222,7 @@ def check_schedule(cfg: ERLConfig) -> None:
                          "it); use 'constant_with_warmup' with warmup_ratio/warmup_steps")
 
 
-def check_lora(cfg: ERLConfig) -> None:
+def check_lora(cfg: Config) -> None:
     """The adapter's rank, scale, dropout and target modules."""
     _positive("lora_r", cfg.lora_r)
     if not cfg.lora_alpha > 0:
@@ -219,7 +234,7 @@ def check_lora(cfg: ERLConfig) -> None:
                          f"list of module names, got {cfg.lora_target_modules!r}")
 
 
-def check_reporting(cfg: ERLConfig) -> None:
+def check_reporting(cfg: Config) -> None:
     """``report_to`` stored as a list of tracker names, ``logging_steps``, ``project``."""
     # conform_fields has checked the type: a string or a list of strings
     names = list(dict.fromkeys([cfg.report_to] if isinstance(cfg.report_to, str) else cfg.report_to))
@@ -242,7 +257,7 @@ def check_reporting(cfg: ERLConfig) -> None:
         raise ValueError(f"ERLConfig.project must be a non-empty name or None, got {cfg.project!r}")
 
 
-def check_saving(cfg: ERLConfig) -> None:
+def check_saving(cfg: Config) -> None:
     """Checkpoint rotation and the Hub settings, checked now rather than after hours of training."""
     if cfg.save_total_limit is not None:
         _positive("save_total_limit", cfg.save_total_limit)
@@ -254,10 +269,10 @@ def check_saving(cfg: ERLConfig) -> None:
                          "the final model is uploaded to")
 
 
-def check_mode_switches(cfg: ERLConfig) -> None:
+def check_mode_switches(cfg: Config) -> None:
     """Fail on switches that the chosen mode would silently ignore."""
     ignored = _IGNORED_BY_MODE[cfg.mode]
-    if cfg.mode != "rlvr" and not (cfg.use_reflection and cfg.use_memory):
+    if reflects(cfg.mode) and not (cfg.use_reflection and cfg.use_memory):
         # "w/o reflection" (no Δ to remember) and "w/o memory" keep no memory at all
         ignored += ("memory_type", "memory_size", "memory_top_k")
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
@@ -269,7 +284,7 @@ def check_mode_switches(cfg: ERLConfig) -> None:
                          f"no effect with {why}; leave {'it' if len(changed) == 1 else 'them'} at the default")
 
 
-def check_group_size(cfg: ERLConfig) -> None:
+def check_group_size(cfg: Config) -> None:
     """G = 1: refused where first attempts are all that trains, a warning in ``erl`` mode."""
     if cfg.num_generations != 1:
         return

@@ -1,6 +1,6 @@
 """The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step.
 
-A base of :class:`~erl_lite.trainer.ERLTrainer`; the files are :mod:`erl_lite.checkpoint`'s.
+A base of :class:`~erl_lite.run.trainer.ERLTrainer`; the files are :mod:`erl_lite.run.checkpoint`'s.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LambdaLR
 
-from erl_lite.checkpoint import (CheckpointError, TrainingState, apply_state, ensure_writable, find_run, previous_run,
-                                 remove_previous_run, save_checkpoint, save_weights)
-from erl_lite.identity import run_differences, run_identity
-from erl_lite.layout import write_json
+from erl_lite.run.checkpoint import ensure_writable, find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
+from erl_lite.run.state import CheckpointError, TrainingState, apply_state
+from erl_lite.run.identity import run_differences, run_identity
+from erl_lite.run.layout import write_json
 
 
 class CheckpointSaving:
-    """Saving and resuming for :class:`~erl_lite.trainer.ERLTrainer` (see there for an example)."""
+    """Saving and resuming for :class:`~erl_lite.run.trainer.ERLTrainer` (see there for an example)."""
 
     _saved_step: int | None = None  # step of this run's newest checkpoint in output_dir
     _claimed = False  # output_dir checked to hold no other run, and taken by this one
@@ -70,7 +70,7 @@ class CheckpointSaving:
                              "upload to)")
         if not self.args.output_dir:
             raise ValueError("push_to_hub uploads ERLConfig.output_dir, which is not set")
-        from erl_lite.integrations import export
+        from erl_lite.run import export
 
         folder = self.save_model()
         private = True if self.args.hub_private_repo is None else self.args.hub_private_repo

@@ -15,7 +15,7 @@ import torch
 
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.history import History
-from erl_lite.layout import ADAPTER_WEIGHTS, TRAINABLE_WEIGHTS
+from erl_lite.run.layout import ADAPTER_WEIGHTS, TRAINABLE_WEIGHTS
 
 
 class CheckpointError(RuntimeError):

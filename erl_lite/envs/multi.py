@@ -94,7 +94,7 @@ class MultiEnvironment(Environment):
 
     def tasks_from_rows(self, rows: Iterable[Any], split: str = "train") -> list[Task]:
         """Tasks of dataset rows (or Tasks) routed by their ``environment`` column; one id twice is refused."""
-        from erl_lite.integrations.dataset import rows_to_tasks
+        from erl_lite.envs.rows import rows_to_tasks
         tasks = []
         for i, row in enumerate(rows):
             data = row.data if isinstance(row, Task) else row

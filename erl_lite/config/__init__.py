@@ -1,10 +1,10 @@
 """ERLConfig: one flat dataclass holding every knob of a run.
 
 Field names follow TRL's ``GRPOConfig`` where the concept is the same (its other names are mapped or
-refused: :mod:`erl_lite.trl_fields`). A bad value fails at construction naming the field: its type
-(:mod:`erl_lite.field_types`), then the checks of :mod:`erl_lite.config_checks`.
+refused: :mod:`erl_lite.config.trl_fields`). A bad value fails at construction naming the field: its type
+(:mod:`erl_lite.config.field_types`), then the checks of :mod:`erl_lite.config.checks`.
 Departures from the paper: the defaults are the paper's (Algorithm 2, τ = 1, clip 0.2/0.28, KL 0.001,
-lr 1e-6, T = 0.7); the presets (:mod:`erl_lite.presets`) shrink them for small runs.
+lr 1e-6, T = 0.7); the presets (:mod:`erl_lite.config.presets`) shrink them for small runs.
 """
 
 from __future__ import annotations
@@ -15,15 +15,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from erl_lite import config_checks as checks
-from erl_lite.config_checks import (  # noqa: F401 - the allowed values, importable from here
-    DEFAULT_GENERATIONS, DEFAULT_MAX_STEPS, DIAGNOSTICS_LEVELS, FIELD_CHOICES, IMPORTANCE_SAMPLING_LEVELS, INTERNALIZATION_MODES,
-    LOSS_TYPE_ALIASES, LOSS_TYPE_NAMES, LOSS_TYPES, LR_SCHEDULERS, MEMORY_TYPES, MODES, OPTIMIZERS,
-    REPORT_TO_BACKENDS, SAMPLER_KEYS, SCALE_REWARDS, TRL_LOSS_TYPES_MISSING)
-from erl_lite.field_types import conform_fields, expand_path
-from erl_lite.presets import GPU_PRESETS, PRESETS, require_cuda_for_preset  # noqa: F401 - importable from here
+from erl_lite.config import checks, presets
+from erl_lite.config.field_types import conform_fields, expand_path
+from erl_lite.config.trl_fields import translate_trl_fields
 from erl_lite.records import ROLES
-from erl_lite.trl_fields import translate_trl_fields
 
 #: The seed of a run unless told otherwise: 0, the README figures' seed (TRL and transformers use 42).
 DEFAULT_SEED = 0
@@ -49,7 +44,7 @@ class ERLConfig:
     num_tasks_per_step: int = 8
     """Tasks per iteration (the paper uses 64)."""
     num_generations: int | None = None
-    """G: first-attempt rollouts per task. None = the mode's (:data:`DEFAULT_GENERATIONS`); G = 1 has no baseline."""
+    """G: first-attempt rollouts per task. None = the mode's (:data:`~erl_lite.config.checks.DEFAULT_GENERATIONS`); G = 1 has no baseline."""
     seed: int = DEFAULT_SEED
     """Seed for task order, sampling and initialisation."""
     # --- sampling ----------------------------------------------------------------------
@@ -213,7 +208,7 @@ class ERLConfig:
         checks.check_choices(self)
         self.generations_from_mode = self.num_generations is None
         if self.generations_from_mode:
-            self.num_generations = DEFAULT_GENERATIONS[self.mode]
+            self.num_generations = checks.DEFAULT_GENERATIONS[self.mode]
         checks.check_length(self)
         checks.check_counts(self)
         checks.check_sampling(self)
@@ -257,15 +252,15 @@ class ERLConfig:
     @property
     def uses_memory(self) -> bool:
         """Whether the run reads and writes a reflection memory (ERL modes with reflection and memory)."""
-        return self.mode != "rlvr" and self.use_reflection and self.use_memory
+        return checks.reflects(self.mode) and self.use_reflection and self.use_memory
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ERLConfig":
-        """A named preset (:data:`PRESETS`) with optional overrides; the name is kept in ``preset_name``."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        """A named preset (:data:`~erl_lite.config.presets.PRESETS`) with optional overrides; the name is kept in ``preset_name``."""
+        if name not in presets.PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(presets.PRESETS)}")
         overrides = translate_trl_fields(overrides, _FIELD_NAMES)  # TRL's names, before the preset's layer
-        values = {**PRESETS[name], **one_split(overrides)}
+        values = {**presets.PRESETS[name], **one_split(overrides)}
         if overrides.get("num_train_epochs") is not None and "max_steps" not in overrides:
             values["max_steps"] = None  # epochs given with a preset: they decide the length
         return cls(**{**values, "preset_name": name})

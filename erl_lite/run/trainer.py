@@ -27,27 +27,30 @@ import random
 import time
 from typing import Any, Callable, Sequence
 
-from erl_lite.checkpoint import capture_state
+from erl_lite.run.state import capture_state
 from erl_lite.config import ERLConfig
+from erl_lite.config.checks import reflects
 from erl_lite.core.env import Environment
 from erl_lite.core.continuous import end_phase
 from erl_lite.core.generation import Generator
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.progress import Progress
 from erl_lite.core.update import PolicyUpdater
-from erl_lite.diagnostics import Monitor, RunFacts
+from erl_lite.diagnostics.checks import RunFacts
+from erl_lite.diagnostics.monitor import Monitor
 from erl_lite.diagnostics.preflight import preflight
 from erl_lite.history import History
-from erl_lite.identity import model_fingerprint
+from erl_lite.run.identity import model_fingerprint
 from erl_lite.integrations import wiring
-from erl_lite.lengths import check_lengths
+from erl_lite.run.lengths import check_lengths
 from erl_lite.metric_names import (EVAL_PREFIX, GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP,
                                    TIME_STEP, TIME_UPDATE)
 from erl_lite.metrics import cuda_device, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics
 from erl_lite.records import StepRecord, Task
-from erl_lite.trainer_args import (TrainerStateView, adapter_settings, adopt_model_object, build_optimizer,
+from erl_lite.run.args import (TrainerStateView, adapter_settings, adopt_model_object, build_optimizer,
                                   build_scheduler, check_callbacks, wants_4bit)
-from erl_lite.trainer_saving import CheckpointSaving
+from erl_lite.run.callbacks import TrainerCallbacks
+from erl_lite.run.saving import CheckpointSaving
 
 
 class ERLTrainer(CheckpointSaving):
@@ -101,7 +104,7 @@ class ERLTrainer(CheckpointSaving):
         self.updater = self._updater()
         self.step = 0
         self.last_outcome: StepRecord | None = None
-        self.hf_callbacks = wiring.TrainerCallbacks(self, trainer_callbacks)
+        self.hf_callbacks = TrainerCallbacks(self, trainer_callbacks)
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
         # The health checks (erl_lite.diagnostics): pre-flight now, the step checks after each step.
         self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
@@ -133,7 +136,7 @@ class ERLTrainer(CheckpointSaving):
         return updater
 
     def _load(self, model: Any, tokenizer: Any, peft_config: Any, quantization_config: Any) -> tuple[Any, Any]:
-        from erl_lite.config import require_cuda_for_preset
+        from erl_lite.config.presets import require_cuda_for_preset
         from erl_lite.models import load_policy
 
         if isinstance(model, str) or hasattr(model, "__fspath__"):
@@ -282,6 +285,6 @@ class ERLTrainer(CheckpointSaving):
         parts = [f"r1={r[REWARD_FIRST]:.2f}"]
         if r.get(REWARD_SECOND) is not None:
             parts.append(f"r2={r[REWARD_SECOND]:.2f}")
-        if self.args.mode != "rlvr":
+        if reflects(self.args.mode):
             parts += [f"gate={r[GATE_RATE]:.2f}", f"mem={int(r[MEMORY_SIZE])}"]
         return " ".join(parts)

@@ -46,7 +46,7 @@ def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
 def _check_openings(c: Any, tokenizer: Any, env: Any, name: str, tasks: Sequence[Any]) -> None:
     """Each dataset row's opening (system prompt, prompt, generation prompt) leaves room for a reply."""
     from erl_lite.core.chat import encode_messages
-    from erl_lite.integrations.dataset import split_prompt
+    from erl_lite.envs.rows import split_prompt
     from erl_lite.core.rollout import opening_messages, template_kwargs_for
 
     from erl_lite.records import TaskPool

@@ -73,7 +73,7 @@ def _digest(value: Any) -> str:
 
 def environment_identity(env: Any) -> dict[str, Any]:
     """The environment's ``name``, class and (dataset rows) ``module:function`` reward and feedback specs."""
-    from erl_lite.func_specs import function_spec
+    from erl_lite.run.func_specs import function_spec
 
     cls = type(env)
     ident: dict[str, Any] = {"name": getattr(env, "name", ""), "class": f"{cls.__module__}.{cls.__qualname__}"}

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from erl_lite.field_types import closest
+from erl_lite.config.field_types import closest
 
 
 def function_spec(func: Any) -> str:

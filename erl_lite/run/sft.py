@@ -112,7 +112,7 @@ def _retry_pairs(source: Any) -> tuple[list[tuple[dict, dict]], float | None]:
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():  # a run folder: its training_args.json (or checkpoint) holds its τ
-            from erl_lite.diagnostics.report import load_run
+            from erl_lite.run.report import load_run
             threshold = (load_run(path)[1] or {}).get("reward_threshold")
         source = read_jsonl(path / "samples.jsonl" if path.is_dir() else path)
     pairs = []

@@ -6,10 +6,7 @@ optimizer-step events.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
-
-if TYPE_CHECKING:
-    from erl_lite.trainer import ERLTrainer
+from typing import Any, Sequence
 
 
 def is_trainer_callback(cb: Any) -> bool:
@@ -40,7 +37,7 @@ def _flow_callback() -> Any:
 class TrainerCallbacks:
     """The ``TrainerCallback`` objects of one trainer, with transformers' state and control."""
 
-    def __init__(self, trainer: "ERLTrainer", callbacks: Sequence[Any]) -> None:
+    def __init__(self, trainer: Any, callbacks: Sequence[Any]) -> None:
         from transformers import TrainerControl, TrainerState
         from transformers.trainer_callback import CallbackHandler
         self.trainer = trainer

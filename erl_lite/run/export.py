@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 import torch
 
+from erl_lite.config.checks import AUTO, FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, quantization_name
 from erl_lite.jsonio import read_json
-from erl_lite.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
+from erl_lite.run.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
 
 
 @dataclass
@@ -22,7 +23,7 @@ class AdapterInfo:
 
     adapter_dir: str
     base_model: str  # hub name or local folder
-    quantization: str  # "4bit" or "none": how the base was loaded in training
+    quantization: str  # one of QUANTIZATIONS: how the base was loaded in training
     quantization_source: str  # where quantization was read (for messages)
     has_tokenizer: bool  # else the base's tokenizer is used
 
@@ -47,8 +48,8 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
     config_path = os.path.join(folder, "adapter_config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(_not_an_adapter(folder))
-    if quantization not in ("auto", "none", "4bit"):
-        raise ValueError(f"quantization must be 'auto', 'none' or '4bit', got {quantization!r}")
+    if quantization not in (AUTO, *QUANTIZATIONS):
+        raise ValueError(f"quantization must be one of {(AUTO, *QUANTIZATIONS)}, got {quantization!r}")
     saved_base = read_json(config_path).get("base_model_name_or_path")
     base = base_model or saved_base
     if not base:
@@ -59,16 +60,16 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
     else:
         check_model_source(base, what=f"the base model that {config_path} records", hint=MOVED_BASE_HINT)
     source = "given"
-    if quantization == "auto":
+    if quantization == AUTO:
         quantization, source = _saved_quantization(folder)
     return AdapterInfo(folder, os.fspath(base), quantization, source,
                        os.path.isfile(os.path.join(folder, "tokenizer_config.json")))
 
 
 def run_adapter(folder: str, find: Any = None) -> str:
-    """The adapter of a run or checkpoint folder, as ``find`` (:func:`~erl_lite.checkpoint.find_run`) picks it,
+    """The adapter of a run or checkpoint folder, as ``find`` (:func:`~erl_lite.run.checkpoint.find_run`) picks it,
     checked whole; any other folder itself."""
-    from erl_lite.checkpoint import find_run, list_checkpoints
+    from erl_lite.run.checkpoint import find_run, list_checkpoints
 
     if list_checkpoints(folder) or any(os.path.isfile(os.path.join(folder, n)) for n in (ERL_STATE, HF_STATE)):
         return adapter_folder((find or find_run)(folder).checkpoint().path)
@@ -93,8 +94,8 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
     note = os.path.join(folder, NOTE_FILE)
     if os.path.isfile(note):
         value = read_json(note).get("base_quantization")
-        if value not in ("none", "4bit"):
-            raise ValueError(f"{note}: base_quantization must be 'none' or '4bit', got {value!r}")
+        if value not in QUANTIZATIONS:
+            raise ValueError(f"{note}: base_quantization must be one of {QUANTIZATIONS}, got {value!r}")
         return value, note
     # A format-2 checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
     here = os.path.abspath(folder)
@@ -102,8 +103,8 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
     if os.path.basename(here) == "adapter" and os.path.isfile(state):
         config = read_json(state).get("config")
         if isinstance(config, dict) and "load_in_4bit" in config:
-            return ("4bit" if config["load_in_4bit"] else "none"), state
-    return "none", "default (nothing in the folder says 4-bit)"
+            return quantization_name(config["load_in_4bit"]), state
+    return NO_QUANTIZATION, "default (nothing in the folder says 4-bit)"
 
 
 def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto", "none", "4bit"] = "auto",
@@ -142,7 +143,7 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
     from erl_lite.models import _load_base  # the one home of the 4-bit loading settings
     cpu = torch.device("cpu")
     base = _load_base(info.base_model, info.quantization, torch_dtype, cpu, trust_remote_code)
-    if info.quantization == "4bit":
+    if info.quantization == FOUR_BIT:
         # No layer has run, so none was repacked for bitsandbytes' CPU kernel: the NF4 blocks are training's.
         base = base.dequantize(dtype=torch_dtype)
         base.is_loaded_in_4bit = False  # transformers leaves the flag; the weights are plain now

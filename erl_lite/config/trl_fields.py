@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from erl_lite.field_types import closest
+from erl_lite.config.field_types import closest
 
 #: GRPOConfig fields that are ERLConfig fields of the same name and meaning.
 TRL_ACCEPTED: tuple[str, ...] = (

@@ -26,11 +26,11 @@ from safetensors.torch import load_file, save_file
 from erl_lite.core.losses import first_non_finite
 from erl_lite.core.memory import ReflectionMemory, check_memory_state
 from erl_lite.history import History
-from erl_lite.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
+from erl_lite.run.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.jsonio import read_json, read_jsonl
-from erl_lite.layout import (  # noqa: F401 - re-exported
+from erl_lite.run.layout import (  # noqa: F401 - re-exported
     ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, MANIFEST, TRAINABLE_WEIGHTS, adapter_folder, write_adapter, write_json)
-from erl_lite.run_state import (  # noqa: F401 - re-exported
+from erl_lite.run.state import (  # noqa: F401 - re-exported
     CheckpointError, TrainingState, _short, apply_state, capture_state, rng_state, set_rng_state)
 
 # 1: a pickled rng.pt (never loaded); 2: adapter/ and erl_lite's schema in trainer_state.json; 3: HF's layout;

@@ -14,7 +14,7 @@ from typing import Any
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(
         max_steps=20, num_tasks_per_step=4, max_completion_length=48,
-        # 1888 + 160: a reflection fits the embedded model's 2048 positions (erl_lite.lengths)
+        # 1888 + 160: a reflection fits the embedded model's 2048 positions (erl_lite.run.lengths)
         max_episode_length=2048, max_reflection_length=160, max_reflection_prompt_length=1888,
         learning_rate=2e-3, beta=0.0, eval_steps=5, eval_num_generations=2,
         per_device_train_batch_size=16,

@@ -4,19 +4,16 @@ honour are refused, never ignored; ``trainer_state``; the default optimizer and 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from erl_lite.config import ERLConfig
 from erl_lite.records import StepRecord
-
-if TYPE_CHECKING:
-    from erl_lite.trainer import ERLTrainer
 
 
 class TrainerStateView:
     """``trainer_state`` for reward functions: a live, read-only view of a trainer's progress."""
 
-    def __init__(self, trainer: "ERLTrainer") -> None:
+    def __init__(self, trainer: Any) -> None:
         self._trainer = trainer
 
     @property
@@ -36,10 +33,10 @@ class TrainerStateView:
         return f"TrainerStateView(global_step={self.global_step}, max_steps={self.max_steps})"
 
 
-def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[["ERLTrainer", StepRecord], None]],
+def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[[Any, StepRecord], None]],
                                                                list[Any]]:
     """(functions ``f(trainer, record)``, TrainerCallbacks); anything else is refused, naming its position."""
-    from erl_lite.integrations.callbacks import is_trainer_callback
+    from erl_lite.run.callbacks import is_trainer_callback
 
     functions, objects = [], []
     for i, cb in enumerate(callbacks or ()):
