@@ -148,12 +148,12 @@ def test_every_metric_a_check_reads_is_in_the_glossary():
     assert not missing
 
 
-def test_the_readme_lists_every_check_with_what_it_reads():
+def test_the_health_page_lists_every_check_with_what_it_reads():
     from erl_lite.diagnostics.checks import checks_table
 
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    assert checks_table() in readme
+    with open(os.path.join(REPO, "docs", "HEALTH.md"), encoding="utf-8") as f:
+        page = f.read()
+    assert checks_table() in page
 
 
 def test_the_committed_demo_run_has_no_warning_and_ends_solved():
