@@ -11,7 +11,7 @@ preset. Two compute settings:
 
 * ``fp16``: T4-like. ``load_policy`` is made to see a GPU without native bf16 (what it sees on
   a T4), so it takes the T4 path: fp32 weights outside the 4-bit layers, fp16 4-bit compute.
-  Run for the models a T4 can hold (0.5B, 1.5B; see ``python -m erl_lite.integrations.budget``).
+  Run for the models a T4 can hold (0.5B, 1.5B; see ``erl-lite budget``).
 * ``bf16``: the native path of an Ampere-or-newer GPU, for every model.
 
 A random model never emits an action, so a *forced-length policy* plays: at every turn the
