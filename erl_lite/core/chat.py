@@ -1,8 +1,6 @@
-"""Turning chat messages into token ids: the chat template, applied exactly once.
-
-Multi-turn episodes grow by *glue* (end of turn, next observation, next generation prompt), found
-for any template by :func:`glue_text`, so an episode is never re-tokenized. Departures from the
-paper: none.
+"""Turning chat messages into token ids: the chat template, applied exactly once. Multi-turn episodes grow by
+*glue* (end of turn, next observation, next generation prompt), found for any template by :func:`glue_text`, so an
+episode is never re-tokenized.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ`` and read only
-by the reflector, as the base instructions it improves on (past :data:`MAX_RULEBOOK_CHARS`, cut). Departures
-from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1 rewards and τ = 1); the
-``fifo`` kind, the per-environment :class:`MemoryBank` and the reference's :class:`SlotMemory`
-are additions.
+"""Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ`` and read only by the
+reflector, as the base instructions it improves on (past :data:`MAX_RULEBOOK_CHARS`, cut).
+
+Departures from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1 rewards and τ = 1);
+the ``fifo`` kind, the per-environment :class:`MemoryBank` and the reference's :class:`SlotMemory` are additions.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the update needs from a process group, as a Protocol (the many-process one is
-``integrations.distributed.DataParallel``), and its one-process form. Departures from the paper: none.
+``integrations.distributed.DataParallel``), and its one-process form.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""Rollouts: play a batch of episodes in lock-step, one batched ``generate`` call per turn.
+"""Rollouts: play a batch of episodes in lock-step, one batched ``generate`` call per turn. An episode is one token
+sequence: the sampled ids, alternating with glue that carries no loss; it stops, ``truncated``, when a full reply no
+longer fits in ``max_episode_length``.
 
-An episode is one token sequence: the sampled ids, alternating with glue that carries no loss; it
-stops, ``truncated``, when a full reply no longer fits in ``max_episode_length``.
-
-Departures from the paper: none in behaviour; the reference re-tokenizes conversations,
-erl_lite keeps the sampled ids so training sees exactly what sampling saw.
+Departures from the paper: the reference re-tokenizes conversations; erl_lite keeps the sampled ids, so training
+sees exactly what sampling saw.
 """
 
 from __future__ import annotations
