@@ -191,7 +191,6 @@ def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str,
 
 
 def _share(hits: list[bool]) -> float:
-    """Share of true ``hits``; NaN when there are none to share over (shown as ``-``)."""
     return sum(hits) / len(hits) if hits else float("nan")
 
 
@@ -210,7 +209,6 @@ def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
 
 
 def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
-    """The letters ``text`` calls a hole that are not among the world's ``holes``, once each."""
     return [x for x in dict.fromkeys(named_holes(text)) if x not in holes]
 
 

@@ -61,7 +61,6 @@ def hole_facts(text: str) -> list[str]:
 
 
 def repeated_holes(text: str) -> list[str]:
-    """The letters ``text`` calls a hole more than once, sorted."""
     facts = hole_facts(text)
     return sorted({h for h in facts if facts.count(h) > 1})
 
@@ -100,5 +99,4 @@ def contradictions(text: str) -> list[str]:
 
 
 def contradiction_rate(texts: Sequence[str]) -> float:
-    """Share of ``texts`` with at least one self-contradicting letter (0.0 for no texts)."""
     return sum(bool(contradictions(t)) for t in texts) / len(texts) if texts else 0.0

@@ -15,8 +15,6 @@ from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import gate
 from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, wrong
 
-# --- the gate ------------------------------------------------------------------------------------
-
 #: τ of the gate and of memory: read from the config, the one home of the setting.
 TAU = ERLConfig.reward_threshold
 
@@ -149,9 +147,6 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
     else:
         hint = "count the rewards below τ and divide by the number of attempts."
     return wrong(f"Not quite: you said {value:.3f}.", hint)
-
-
-# --- memory and internalization -------------------------------------------------------------------
 
 
 def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any, kind: str = "single",
