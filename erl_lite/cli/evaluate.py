@@ -22,7 +22,6 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
                         limit: int | None = None, base_model: str | None = None,
                         reward_funcs: Sequence[str] | None = None) -> dict[str, Any]:
     """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter, as ``ERLTrainer.evaluate``.
-
     ``dataset`` replaces the test split, scored by ``reward_funcs`` (``module:function`` specs) when given.
     Raises ValueError when the run trained on something this cannot rebuild."""
     from transformers import set_seed

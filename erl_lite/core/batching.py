@@ -100,7 +100,6 @@ class CompletionLogProbs(torch.nn.Module):
         self.policy, self.temperature, self.chunk_size = policy, temperature, chunk_size
 
     def forward(self, batch: Packed) -> torch.Tensor:
-        """Log-probs ``(B, L)`` of ``batch``'s completion tokens, with gradient when enabled."""
         return completion_logprobs(self.policy, batch, self.temperature, self.chunk_size)
 
 

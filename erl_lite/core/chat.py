@@ -65,7 +65,6 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
 
 def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True,
            template_kwargs: dict[str, Any] | None = None) -> str:
-    """Render messages to text with the chat template (with ``template_kwargs``) or the plain format."""
     if has_chat_template(tokenizer):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
                                              **(template_kwargs or {}))
@@ -79,7 +78,6 @@ def encode(text: str, tokenizer: Any) -> list[int]:
 
 def encode_messages(messages: list[dict[str, str]], tokenizer: Any,
                     template_kwargs: dict[str, Any] | None = None) -> list[int]:
-    """Token ids of a conversation followed by the generation prompt (see :func:`render`)."""
     return encode(render(messages, tokenizer, add_generation_prompt=True, template_kwargs=template_kwargs), tokenizer)
 
 

@@ -185,7 +185,6 @@ class LossStats:
     row_losses: tuple[float, ...] = ()  # each row's share of ``loss`` (they add up to it)
 
     def to_dict(self) -> dict[str, float]:
-        """Non-None scalar fields as a flat dict (counts as floats)."""
         return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 

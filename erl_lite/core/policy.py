@@ -110,13 +110,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The model under any DDP wrapper and LoRA adapter."""
     inner = unwrap(model)
     return inner.get_base_model() if isinstance(inner, PeftModel) else inner
 
 
 def is_4bit(model: torch.nn.Module) -> bool:
-    """True when the base weights are bitsandbytes 4-bit."""
     return bool(getattr(base_model(model), "is_loaded_in_4bit", False))
 
 

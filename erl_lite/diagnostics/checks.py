@@ -115,7 +115,6 @@ def _get(record: Mapping[str, Any], key: str) -> float | None:
 
 
 def _all(window: Sequence[Mapping[str, Any]], key: str, holds: Callable[[float], bool]) -> bool:
-    """Every record has ``key`` and it satisfies ``holds``."""
     values = [_get(r, key) for r in window]
     return all(v is not None and holds(v) for v in values)
 

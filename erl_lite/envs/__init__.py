@@ -1,6 +1,5 @@
-"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and a
-single-turn arithmetic task; each module says how it departs from the paper. The protocol and the
-adapters are re-exported lazily, so importing this pulls in neither gymnasium nor BM25.
+"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and a single-turn
+arithmetic task. The protocol and the adapters are re-exported lazily: importing this loads neither gymnasium nor BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake

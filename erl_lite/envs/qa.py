@@ -98,8 +98,6 @@ def tokenize(text: str) -> list[str]:
 
 
 class BM25Search:
-    """BM25 over titled paragraphs."""
-
     def __init__(self, titles: list[str], texts: list[str]) -> None:
         self.titles, self.texts = list(titles), list(texts)
         docs = [tokenize(f"{t} {x}") or ["\u2205"] for t, x in zip(titles, texts)]

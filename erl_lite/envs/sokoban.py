@@ -80,7 +80,6 @@ def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[s
 
 
 def solve_length(level: Level, limit: int | None = None) -> int | None:
-    """The length of :func:`solve_sokoban`'s path (None if impossible within ``limit``)."""
     path = solve_sokoban(level, limit)
     return None if path is None else len(path)
 

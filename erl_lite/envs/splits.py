@@ -32,7 +32,6 @@ class SeededSplits:
         self._test_keys: set[str] | None = None
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
-        """The first ``n`` tasks of ``split`` (all when ``n`` is None), as a list."""
         return self._pools[split][:task_count(n)]
 
     def pool(self, split: str) -> TaskPool:

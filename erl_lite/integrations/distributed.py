@@ -175,11 +175,9 @@ class DataParallel:
         return gather_object([obj])  # accelerate flattens one level: one entry per rank
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:
-        """Each value summed over processes (one all-reduce for the whole dict)."""
         return self._reduce(values, "sum")
 
     def max(self, values: dict[str, float]) -> dict[str, float]:
-        """Each value's maximum over processes."""
         return self._reduce(values, "max")
 
     def _reduce(self, values: dict[str, float], how: str) -> dict[str, float]:
@@ -192,7 +190,6 @@ class DataParallel:
         return dict(zip(keys, out))
 
     def total_count(self, local: float) -> float:
-        """A loss normalizer (token or sequence count) summed over processes, never below 1."""
         return max(self.sum({"n": local})["n"], 1.0)
 
     def barrier(self) -> None:
@@ -231,7 +228,6 @@ class DataParallel:
         return self.accelerator.prepare_model(module, device_placement=False)
 
     def no_sync(self, wrapped: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """A context in which a backward through ``wrapped`` accumulates without all-reducing."""
         if self.accelerator is None:
             return contextlib.nullcontext()
         return self.accelerator.no_sync(wrapped)

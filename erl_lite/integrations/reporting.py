@@ -49,8 +49,6 @@ def logging_interval(logging_steps: int | float, max_steps: int) -> int:
 
 
 class Tracker(Protocol):
-    """What the :class:`Reporter` needs from a tracker."""
-
     def log_scalars(self, values: dict[str, float], step: int) -> None: ...
 
     def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None: ...

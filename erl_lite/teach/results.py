@@ -143,7 +143,6 @@ class PlayedEpisode:
                    attempt.feedback, attempt)
 
     def text(self) -> str:
-        """The episode as plain text, turn by turn."""
         verdict = "succeeded" if self.success else "failed"
         n = len(self.turns)
         lines = [f"task {self.task_id} · reward {self.reward:.2f} · {verdict} · {n} turn{'s' * (n != 1)}",
