@@ -32,7 +32,6 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 
 def run_preset(env: str, preset: str | None) -> str:
-    """The preset of ``erl-lite train``: ``preset`` when named, else ``demo`` on the demo world, ``cpu`` elsewhere."""
     if preset is not None:
         return preset
     return "demo" if env == "demo" else "cpu"
@@ -110,7 +109,6 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:
-    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`)."""
     return train_settings(args)[1]
 
 

@@ -84,8 +84,7 @@ def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: tor
     prompt, internalization rows under their task's first-attempt context. The context pass ``(U, P)`` keeps its
     keys and values, indexed out to the ``B`` rows of the completion pass ``(B, L)``: the same attention, and a
     shared context's gradient sums over its rows. Active dropout (each row draws its own masks) and gradient
-    checkpointing (no cache) keep the full forward. transformers has no shared-prefix forward for training.
-    """
+    checkpointing (no cache) keep the full forward. transformers has no shared-prefix forward for training."""
     P = input_ids.shape[1] - L
     groups = shared_rows(input_ids[:, :P], attention_mask[:, :P]) if P > 0 and _may_share(decoder) else None
     if groups is not None:

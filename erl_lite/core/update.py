@@ -104,7 +104,6 @@ class _Tally:
         self.sums["policy_tokens"] += stats.policy_tokens
 
     def merge(self, other: "_Tally") -> None:
-        """Add ``other``'s sums (one mini-batch that was stepped) to these."""
         for key, value in other.sums.items():
             self.sums[key] += value
 

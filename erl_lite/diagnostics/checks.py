@@ -349,7 +349,6 @@ def checks_table() -> str:
 
 
 def train_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The training records of a history's records (evaluation and diagnostic events left out)."""
     return [r for r in records if r.get("kind", "train") == "train"]
 
 

@@ -165,10 +165,9 @@ def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, l
 
 
 def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
-    """Where the world's ``holes`` were known, per sampled step: memory, reflections, first-attempt plans.
-
-    Shares of reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans naming
-    a letter (``first_named``), both holes (``first_both``) or missing (``first_unreadable``)."""
+    """Where the world's ``holes`` were known, per sampled step: memory, reflections, first-attempt plans. Shares of
+    reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans naming a letter
+    (``first_named``), both holes (``first_both``) or missing (``first_unreadable``)."""
     rows = []
     for sample in history.samples:
         memory = sample.get("memory_before") or []

@@ -75,7 +75,6 @@ def parse_grid(text: str) -> list[list[str]]:
 
 
 def find_letter(grid: list[list[str]], letter: str) -> tuple[int, int] | None:
-    """(row, column) of the first cell holding ``letter``, or ``None``."""
     return next(((r, c) for r, row in enumerate(grid) for c, x in enumerate(row) if x == letter), None)
 
 

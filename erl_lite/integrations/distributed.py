@@ -64,11 +64,9 @@ class DeferredBank(MemoryBank):
         self.memories = {name: DeferredMemory(m) for name, m in shared.memories.items()}
 
     def held(self) -> dict[str | None, list[tuple[str, float, float]]]:
-        """The pending writes by environment, in write order."""
         return {name: view.pending for name, view in self.memories.items()}
 
     def target(self, name: str | None) -> ReflectionMemory:
-        """The shared memory of environment ``name``."""
         return self.shared.memories[name]
 
 
@@ -164,7 +162,6 @@ class DataParallel:
         return list(items[start:start + base + (self.rank < extra)])
 
     def gather(self, items: list[T]) -> list[T]:
-        """Every process's ``items``, concatenated in rank order."""
         if self.world_size == 1:
             return list(items)
         return [x for part in self._gather_parts(items) for x in part]

@@ -143,7 +143,6 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
 
 
 def _memory(record: Record) -> tuple[str, str]:
-    """(before, after) of one step's memory, as text."""
     return joined_rulebooks(record.get("memory_before")), joined_rulebooks(record.get("memory_after"))
 
 
