@@ -1,5 +1,4 @@
-"""``erl-lite eval``: first attempts of a checkpoint's LoRA adapter, no memory, on the test split
-of what the run trained on (or ``--env`` / ``--dataset``); prints JSON metrics.
+"""``erl-lite eval``: first attempts of a checkpoint's adapter, no memory, on the test split it trained on, as JSON.
 """
 
 from __future__ import annotations
@@ -64,8 +63,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
 
 
 def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
-    """``(checkpoint folder, its TrainingState, config, adapter folder)`` of a checkpoint, or of a run's newest good
-    one (:func:`~erl_lite.checkpoint.find_run`)."""
+    """``(checkpoint folder, TrainingState, config, adapter folder)`` of a checkpoint, or of a run's newest good one."""
     from erl_lite.checkpoint import CheckpointError, adapter_folder, find_run
 
     state = find_run(checkpoint).checkpoint()

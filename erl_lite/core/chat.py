@@ -1,6 +1,5 @@
-"""Turning chat messages into token ids: the chat template, applied exactly once. Multi-turn episodes grow by
-*glue* (end of turn, next observation, next generation prompt), found for any template by :func:`glue_text`, so an
-episode is never re-tokenized.
+"""Chat messages to token ids: the chat template, applied once. Multi-turn episodes grow by *glue* (end of turn,
+next observation, next generation prompt), found for any template by :func:`glue_text`: no re-tokenizing.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ The manager's pitfalls, and what this module does about each:
   the caller's generators are left as they were.
 
 Departures from the paper: the reference samples with vLLM in a separate engine; this is the same idea inside
-transformers, in the training process. For one seed the samples differ from ``model.generate``'s (another order
-of draws), not in distribution.
+transformers, in the training process. Samples differ from ``model.generate``'s in draw order, not in distribution.
 """
 
 from __future__ import annotations
@@ -61,10 +60,9 @@ def cache_tokens_for(args: Any) -> int:
 class ContinuousGenerator:
     """Samples with one ``ContinuousBatchingManager`` per rollout phase; :meth:`flush` ends the phase.
 
-    ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing
-    fails); ``seed`` and ``rank``: the base of every call's sampling seed. ``last_logprobs``: the
-    log-prob of each sampled token under the processed distribution (after temperature, top-p,
-    top-k), one list per row of the last call.
+    ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing fails); ``seed``
+    and ``rank``: the base of every call's sampling seed. ``last_logprobs``: per row of the last call, each sampled
+    token's log-prob after temperature, top-p and top-k.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model

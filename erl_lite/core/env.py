@@ -1,6 +1,5 @@
-"""The environment protocol: a family of tasks whose episodes are played in text, in gymnasium's (and TRL's)
-``reset`` / ``step`` shape, plus what ERL needs once one is done: ``feedback()`` (the paper's f) and ``trace()``
-(shown to the reflector).
+"""The environment protocol: tasks played in text, in gymnasium's (and TRL's) ``reset`` / ``step`` shape, plus what
+ERL needs once an episode is done: ``feedback()`` (the paper's f) and ``trace()`` (shown to the reflector).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Loss functions for ERL's update: pure tensor functions (``B`` sequences, ``T`` completion
 positions, ``V`` vocabulary; ``mask`` ``(B, T)`` is 1 where a token carries loss).
 
-Departures from the paper: it outlines the objective only; the settings are the reference code's.
-Guards as in verl (log-ratios clamped to ±20, k3 capped at 10, masked old/reference log-probs
-replaced by the policy's own); inside those ranges the loss is TRL's GRPO loss.
+Departures from the paper: it outlines the objective only; the settings are the reference code's. Guards as in verl
+(log-ratios clamped to ±20, k3 capped at 10, masked old/reference log-probs set to the policy's own); else TRL's loss.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What the algorithm does to a policy beyond calling it: its stop tokens, its KL reference, and
 keeping a 4-bit model's gradients right (loading one is :mod:`erl_lite.models`' job).
 
-Departures from the paper: the KL reference is the base model with the LoRA adapter switched
-off (the paper keeps a separate frozen copy; at step 0 the two are the same policy).
+Departures from the paper: the KL reference is the base with the LoRA adapter off, not a frozen copy (equal at step 0).
 """
 
 from __future__ import annotations

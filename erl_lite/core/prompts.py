@@ -1,8 +1,7 @@
 """The prompts ERL adds around a task: the reflection request (asking for a rulebook inside ``<prompt>…</prompt>``),
 and the second attempt's (Δ plus the action reminder, never y1 or f1).
 
-Departures from the paper: the wording is erl_lite's own; the structure follows the paper's released code (rulebook
-in tags, fallback to the base prompt).
+Departures from the paper: own wording; the released code's structure (rulebook in tags, base prompt as fallback).
 """
 
 from __future__ import annotations

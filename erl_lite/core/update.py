@@ -3,9 +3,8 @@
 One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the mini-batch's
 normalizer. Old and reference log-probs are computed once, before the first step, with dropout off as in sampling.
 
-Departures from the paper: each row is scored at the temperature it was sampled at (reflections at
-``reflection_temperature``); rows with A = 0 are skipped when ``beta == 0`` (zero gradient) but still counted; a
-mini-batch whose loss or gradient is not finite is not stepped.
+Departures from the paper: each row is scored at its sampling temperature (reflections at ``reflection_temperature``);
+rows with A = 0 are skipped when ``beta == 0`` (zero gradient) but counted; a non-finite mini-batch is not stepped.
 """
 
 from __future__ import annotations
@@ -116,9 +115,8 @@ class _Tally:
 
 
 class GapTally:
-    """The on-policy check's sums: ``|sampler's log-prob - the update's|`` over each sampled role's loss
-    tokens, from the update's first pass over the weights that sampled them (old log-probs, else the
-    first mini-batch's own forward). Max: over this process's rows."""
+    """The on-policy check's sums: ``|sampler's log-prob - the update's|`` over each sampled role's loss tokens, from
+    the first pass over the weights that sampled them. Max: over this process's rows."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {key: 0.0 for r in ADVANTAGE_ROLES for key in (f"s/{r}", f"n/{r}")}

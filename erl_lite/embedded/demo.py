@@ -1,8 +1,7 @@
 """``erl-lite demo``: ERL on the embedded tiny model, on the CPU, with a report (``report.md``:
 before/after numbers, example reflections, checks of every sampled rulebook, the final memory).
 
-Departures from the paper: a toy world and a 0.4 M-parameter model instead of Qwen3-4B on the
-paper's FrozenLake; the algorithm and the code path are the same.
+Departures from the paper: a toy world and a 0.4 M-parameter model, not Qwen3-4B on FrozenLake; the same code path.
 """
 
 from __future__ import annotations

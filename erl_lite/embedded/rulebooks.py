@@ -1,8 +1,7 @@
 """The rulebook sentences of the embedded model's world (:func:`rulebook`) and, beside them so that
 the two cannot drift apart, their readers and a self-contradiction detector.
 
-Departures from the paper: the paper's reflections are free text from a large model; these
-are the fixed sentences the tiny model was taught.
+Departures from the paper: there, reflections are a large model's free text; here, fixed sentences a tiny model learned.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Seeded, lazily generated train/test splits: task ``i`` comes from a seed derived from
-``(base seed, split, i)``, so the first ``n`` tasks do not depend on how many are asked for.
+"""Seeded, lazy train/test splits: task ``i``'s seed comes from ``(base seed, split, i)``, not from how many are asked.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Data-parallel ERL under ``accelerate launch`` or ``torchrun``: one process per GPU, torch DDP.
 
-Whole tasks are sharded (GRPO groups stay together), memory writes applied in rank order, the update is
-the one-process one of the global batch; FSDP, DeepSpeed, mixed precision, compile: :func:`check_launch`.
-Departures from the paper: Ray and vLLM workers there; here each process runs ``generate`` with
-its own sampling stream (the update for given completions is the same, to rounding).
+Whole tasks are sharded (GRPO groups stay together), memory writes applied in rank order, the update is the
+one-process one of the global batch (to rounding); FSDP, DeepSpeed, mixed precision, compile: :func:`check_launch`.
+Departures from the paper: Ray and vLLM workers there; here each process runs ``generate`` on its own stream.
 """
 
 from __future__ import annotations

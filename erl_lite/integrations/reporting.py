@@ -87,8 +87,7 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    """``wandb.log`` at ``train/global_step``; a user's run is reused and left open, erl_lite's own is
-    finished and resumed by :meth:`reopen`."""
+    """``wandb.log`` at ``train/global_step``; reuses a user's run (left open), else finishes and resumes its own."""
 
     def __init__(self, config: ERLConfig) -> None:
         import wandb

@@ -1,10 +1,9 @@
 """vLLM colocated in the training process (``generation_backend="vllm"``; TRL's ``vllm_mode="colocate"``).
 
-The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), from the policy's weights. Before a call,
-if an optimizer step changed a parameter (its version counter), the merged weights are loaded in place and the
-prefix cache reset. A prompt's G copies are one request (``n=G``) seeded from ``(seed, rank, call)``;
-``last_logprobs``: each sampled token's log-prob after temperature, top-p and top-k. Refused: a 4-bit base,
-``generation_kwargs``.
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), from the policy's weights: a call after an
+optimizer step changed a parameter (its version counter) first loads the merged weights and resets the prefix cache.
+A prompt's G copies are one request (``n=G``) seeded from ``(seed, rank, call)``; ``last_logprobs``: each token's
+log-prob after temperature, top-p and top-k. Refused: a 4-bit base, ``generation_kwargs``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Check functions for the gate and memory exercises of notebooks 02 and 04. Each ``check_*``
-recomputes the answer with the library's gate and memory, prints one message (a hint names the
-usual mistake a wrong answer matches) and returns a bool.
+"""Check functions for the gate and memory exercises of notebooks 02 and 04. Each ``check_*`` recomputes the
+answer with the library's gate and memory, prints one message (a hint names the mistake matched) and returns a bool.
 """
 
 from __future__ import annotations

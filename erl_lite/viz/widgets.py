@@ -1,6 +1,4 @@
-"""Notebook browsers of reflections and memory; a :class:`StaticView` where no widget front-end can
-draw them (:func:`is_static`).
-"""
+"""Notebook browsers of reflections and memory; a :class:`StaticView` where no widget front-end can draw them."""
 
 from __future__ import annotations
 
