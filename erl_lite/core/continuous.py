@@ -44,8 +44,7 @@ _POLL_S = 1.0
 
 
 def cache_tokens_for(args: Any) -> int:
-    """Cache tokens one rollout phase can hold at once, from the run's budgets: every row of the
-    largest phase (G rollouts of each task, or an evaluation) at its longest sequence.
+    """Cache tokens for the largest rollout phase (G rollouts of each task, or an evaluation), every row at its longest.
 
     Example:
         >>> from erl_lite.config import ERLConfig
