@@ -1,6 +1,6 @@
-"""Range-checked ``type=`` functions for command-line numbers and folders, shared by ``erl-lite`` and the scripts:
-a bare ``type=int`` lets ``--steps 0`` through to code that fails minutes later or quietly does something else;
-these refuse it while the arguments are parsed, and argparse names the flag (exit code 2).
+"""Range-checked ``type=`` functions for command-line numbers and folders, shared by ``erl-lite`` and the scripts: a
+bare ``type=int`` lets ``--steps 0`` through to code that fails minutes later; these refuse it while the arguments
+are parsed, and argparse names the flag (exit code 2).
 """
 
 from __future__ import annotations
@@ -51,11 +51,8 @@ def number(minimum: float = 0.0, maximum: float | None = None, above: bool = Fal
 
 
 def folder(text: str) -> str:
-    """A folder to write into: not an existing file, and under a folder that exists or can be made.
-
-    Nothing is created here (argparse also converts string defaults); the run makes the folder
-    when it writes, and the trainer's own check (:func:`erl_lite.run.checkpoint.ensure_writable`) probes it.
-    """
+    """A folder to write into: not an existing file, and under a folder that exists or can be made. Nothing is
+    created here (argparse also converts string defaults); :func:`erl_lite.run.checkpoint.ensure_writable` probes it."""
     text = expand_path(text)
     path = os.path.abspath(text)
     if os.path.exists(path) and not os.path.isdir(path):

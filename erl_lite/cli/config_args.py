@@ -28,7 +28,6 @@ _TRUE_WORDS = ("true", "yes", "y", "1", "on")
 _FALSE_WORDS = ("false", "no", "n", "0", "off")
 
 
-# --- what the config says about itself -----------------------------------------------------
 def _class_ast(cls: type) -> ast.ClassDef | None:
     """The class's own definition, parsed from its source; None when the source is not available."""
     try:
@@ -69,7 +68,6 @@ def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
     return dict(getattr(sys.modules.get(cls.__module__), "FIELD_CHOICES", {}))
 
 
-# --- turning text into a field's value -------------------------------------------------------
 def parse_bool(text: str) -> bool:
     """``true/false``, ``yes/no``, ``1/0``, ``on/off`` (any case), as TRL's parser reads them."""
     word = str(text).strip().lower()
@@ -117,7 +115,6 @@ def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
             if f.init and not f.name.startswith("_") and f.metadata.get("cli", True)]
 
 
-# --- the parser --------------------------------------------------------------------------------
 class SuggestingParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors add "did you mean --x?" per mistyped flag (argparse's needs Python 3.14).
 
@@ -203,9 +200,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
                          notes: Mapping[str, str] | None = None,
                          title: str = "config fields",
                          defaults: Mapping[str, str] | None = None) -> argparse._ArgumentGroup:
-    """Add one option per field of ``cls`` to ``parser`` (in an argument group ``title``).
-
-    Options default to ``argparse.SUPPRESS``, so the namespace holds only the fields given (:func:`given_fields`).
+    """Add one option per field of ``cls`` to ``parser`` (in an argument group ``title``). Options default to
+    ``argparse.SUPPRESS``, so the namespace holds only the fields given (:func:`given_fields`).
     ``aliases``: extra option strings (``{"max_steps": ["--steps"]}``); ``negations``: switches that set a
     boolean field to False (``{"--no-memory": "use_memory"}``); ``notes``: text appended to a field's help;
     ``defaults``: the default shown in a field's help (by default the dataclass's, :func:`shown_value`)."""
@@ -268,10 +264,8 @@ def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable
 
 
 def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, Any]:
-    """The config fields given on the command line (a namespace parsed with :func:`add_config_arguments`).
-
-    Two spellings with different values (``--steps 3 --max-steps 4``): ValueError; one given twice: the last wins.
-    """
+    """The config fields given on the command line (a namespace parsed with :func:`add_config_arguments`). Two
+    spellings with different values (``--steps 3 --max-steps 4``): ValueError; one given twice: the last wins."""
     for name, by_option in getattr(args, _SPELLINGS, {}).items():
         if len({repr(v) for v in by_option.values()}) > 1:
             shown = " and ".join(f"{option} {value!r}" for option, value in by_option.items())

@@ -1,6 +1,5 @@
 """``erl-lite doctor RUN_DIR``: the health report on a run (:func:`erl_lite.diagnostics.doctor`). Exit code 0:
-healthy (notes such as ``solved`` are not faults); 1: a check warned; 2: the input could not be read, or
-no check had anything to read in it. Departures from the paper: none.
+healthy (notes such as ``solved`` are not faults); 1: a check warned; 2: unreadable input, or nothing to check.
 """
 
 from __future__ import annotations

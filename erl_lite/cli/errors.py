@@ -1,5 +1,4 @@
-"""How the ``erl-lite`` commands report an error a user can fix (one paragraph, exit code 2), and which run
-they read (:func:`read_run`)."""
+"""How the ``erl-lite`` commands report an error a user can fix (one paragraph, exit 2) and read a run folder."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``erl-lite eval``: first attempts of a checkpoint's LoRA adapter, no memory, on the test split
-of what the run trained on (or ``--env`` / ``--dataset``); prints JSON metrics.
+"""``erl-lite eval``: first attempts of a checkpoint's adapter, no memory, on the test split it trained on, as JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
                         limit: int | None = None, base_model: str | None = None,
                         reward_funcs: Sequence[str] | None = None) -> dict[str, Any]:
     """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter, as ``ERLTrainer.evaluate``.
-
     ``dataset`` replaces the test split, scored by ``reward_funcs`` (``module:function`` specs) when given.
     Raises ValueError when the run trained on something this cannot rebuild."""
     from transformers import set_seed
@@ -66,8 +64,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
 
 
 def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
-    """``(checkpoint folder, its TrainingState, config, adapter folder)`` of a checkpoint, or of a run's newest good
-    one (:func:`~erl_lite.run.checkpoint.find_run`)."""
+    """``(checkpoint folder, TrainingState, config, adapter folder)`` of a checkpoint, or of a run's newest good one."""
     from erl_lite.run.checkpoint import find_run
     from erl_lite.run.layout import adapter_folder
     from erl_lite.run.state import CheckpointError

@@ -18,9 +18,8 @@ from erl_lite.config.field_types import conform
 
 def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (),
                      aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read a YAML run file: ``(field values, values of other_keys)``.
-
-    Any other key: an error naming the file and the closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``).
+    """Read a YAML run file: ``(field values, values of other_keys)``; any other key: an error naming the file and the
+    closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``).
 
     Example:
         >>> import os, tempfile

@@ -25,7 +25,7 @@ ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo"}
 DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func", "reward_weights")
 #: The environment a run on ``--dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
 DATASET_ENV = "dataset"
-#: The short flags ``erl-lite train`` had before every field was an option (they keep working).
+#: Short flags for two config fields, and switches that turn a part of ERL off.
 FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"]}
 FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflection",
                   "--no-internalization": "use_internalization"}
@@ -34,7 +34,6 @@ _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLA
 
 
 def run_preset(env: str, preset: str | None) -> str:
-    """The preset of ``erl-lite train``: ``preset`` when named, else ``demo`` on the demo world, ``cpu`` elsewhere."""
     if preset is not None:
         return preset
     return "demo" if env == "demo" else "cpu"
@@ -112,7 +111,6 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:
-    """The :class:`~erl_lite.config.ERLConfig` of ``erl-lite train`` (see :func:`train_settings`)."""
     return train_settings(args)[1]
 
 
@@ -150,9 +148,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def same_environment(run: dict[str, Any], checkpoint: str) -> None:
-    """Refuse (CheckpointError) to resume ``checkpoint`` on another environment than it trained on: the
-    trainer records the environment without comparing it (Python callers rebuild it as they like), but
-    the command line builds it from these options. A checkpoint written from Python is not checked."""
+    """Refuse (CheckpointError) to resume ``checkpoint`` on another environment than it trained on: the command line
+    builds the environment from these options, the trainer only records it (a Python caller's is not checked)."""
     from erl_lite.run.checkpoint import run_record
     from erl_lite.run.state import CheckpointError
 

@@ -1,8 +1,6 @@
-"""Advantages for ERL's update (plain numbers): GRPO ``A = (r - mean) / (std + eps)`` per (task,
-role) group, scaled as TRL's ``scale_rewards`` says, and internalization weights.
+"""GRPO advantages ``A = (r - mean) / (std + eps)`` per (task, role), scaled per ``scale_rewards``, and distill weights.
 
-Departures from the paper: it does not say what a group of one gets; like the reference, mean
-0 and std 1, so ``A = r``. A group whose rewards are all equal gets exactly 0.
+Departures from the paper: silent on a group of one; like the reference, A = r (mean 0, std 1). Equal rewards: A = 0.
 """
 
 from __future__ import annotations

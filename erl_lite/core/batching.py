@@ -78,15 +78,13 @@ def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any
 
 def completion_logprobs(model: Any, batch: Packed, temperature: float,
                         chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
-    """Log-probs ``(B, L)`` of the completion tokens under ``model`` (see :mod:`erl_lite.core.logprobs`),
-    at the batch's own sampling temperature, else ``temperature``."""
+    """Completion log-probs ``(B, L)`` under ``model`` at the batch's sampling temperature, else ``temperature``."""
     return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.targets,
                              temperature if batch.temperature is None else batch.temperature, chunk_size)
 
 
 class CompletionLogProbs(torch.nn.Module):
-    """:func:`completion_logprobs` as a module, so that DDP wraps the whole gradient pass (it
-    all-reduces only gradients whose forward went through its wrapper).
+    """:func:`completion_logprobs` as a module: DDP all-reduces only gradients whose forward went through its wrapper.
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -100,7 +98,6 @@ class CompletionLogProbs(torch.nn.Module):
         self.policy, self.temperature, self.chunk_size = policy, temperature, chunk_size
 
     def forward(self, batch: Packed) -> torch.Tensor:
-        """Log-probs ``(B, L)`` of ``batch``'s completion tokens, with gradient when enabled."""
         return completion_logprobs(self.policy, batch, self.temperature, self.chunk_size)
 
 

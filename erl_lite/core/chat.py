@@ -1,8 +1,5 @@
-"""Turning chat messages into token ids: the chat template, applied exactly once.
-
-Multi-turn episodes grow by *glue* (end of turn, next observation, next generation prompt), found
-for any template by :func:`glue_text`, so an episode is never re-tokenized. Departures from the
-paper: none.
+"""Chat messages to token ids: the chat template, applied once. Multi-turn episodes grow by *glue* (end of turn,
+next observation, next generation prompt), found for any template by :func:`glue_text`: no re-tokenizing.
 """
 
 from __future__ import annotations
@@ -67,7 +64,6 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
 
 def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True,
            template_kwargs: dict[str, Any] | None = None) -> str:
-    """Render messages to text with the chat template (with ``template_kwargs``) or the plain format."""
     if has_chat_template(tokenizer):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
                                              **(template_kwargs or {}))
@@ -81,7 +77,6 @@ def encode(text: str, tokenizer: Any) -> list[int]:
 
 def encode_messages(messages: list[dict[str, str]], tokenizer: Any,
                     template_kwargs: dict[str, Any] | None = None) -> list[int]:
-    """Token ids of a conversation followed by the generation prompt (see :func:`render`)."""
     return encode(render(messages, tokenizer, add_generation_prompt=True, template_kwargs=template_kwargs), tokenizer)
 
 

@@ -1,34 +1,26 @@
-"""Continuous batching: :class:`ContinuousGenerator` samples with transformers' ``ContinuousBatchingManager``
-behind the same interface as :class:`~erl_lite.core.generation.HFGenerator`
-(``ERLConfig(generation_backend="continuous")``).
+"""Continuous batching: :class:`ContinuousGenerator` samples with transformers' ``ContinuousBatchingManager`` behind
+:class:`~erl_lite.core.generation.HFGenerator`'s interface (``ERLConfig(generation_backend="continuous")``).
 
-What it changes against ``model.generate``: a finished row leaves the batch at once (no decode steps
-on rows that already stopped, no prefill padding), and the manager's paged cache is kept for the
-whole rollout phase with block sharing on, so a later turn of a multi-turn episode prefills only
-what its conversation gained since the last full page, and the G copies of one prompt share its
-pages. :meth:`ContinuousGenerator.flush` drops the manager and its cache; the trainer calls it when
-the rollouts of an iteration (or an evaluation) are done, so no page computed with old weights
-survives an optimizer step.
+Against ``model.generate``: a finished row leaves the batch at once (no decode steps on stopped rows, no prefill
+padding), and the paged cache lives for the whole rollout phase with block sharing on, so a later turn prefills only
+what its conversation gained since its last full page, and the G copies of a prompt share its pages. The trainer
+calls :meth:`ContinuousGenerator.flush` when a phase ends, so no page computed with old weights outlives a step.
 
 The manager's pitfalls, and what this module does about each:
 
-* its cache is sized from the device's free memory (60% of RAM on a CPU): here it is sized from
-  the run's own budget (:func:`cache_tokens_for`);
-* it drops what its logits processors cannot do (``repetition_penalty``, ``min_new_tokens``,
-  stopping criteria): any ``generation_kwargs`` is refused instead;
-* it puts the base model in eval mode under a PEFT wrapper that still says training: the
-  wrapper's mode is restored after every call, and a 4-bit model is put back on its
-  differentiable path (:func:`~erl_lite.core.policy.keep_4bit_trainable`);
-* it re-seeds the global torch generator when it starts, and samples from it in its own thread:
-  every call runs inside ``torch.random.fork_rng`` under :meth:`ContinuousGenerator.call_seed`
-  ``(seed, rank, call number)``, which also seeds each new manager, so every call draws fresh noise,
-  ranks draw different streams, and the caller's generators are left as they were.
+* it sizes its cache from free device memory (60% of RAM on a CPU): here the run's budget sizes it
+  (:func:`cache_tokens_for`);
+* it drops what its logits processors cannot do (``repetition_penalty``, ``min_new_tokens``, stopping criteria):
+  any ``generation_kwargs`` is refused;
+* it puts the base model in eval mode under a PEFT wrapper that still says training: the wrapper's mode is
+  restored after each call, and a 4-bit model put back on its differentiable path
+  (:func:`~erl_lite.core.policy.keep_4bit_trainable`);
+* it re-seeds the global torch generator and samples from it in its own thread: each call runs inside
+  ``torch.random.fork_rng`` under :meth:`ContinuousGenerator.call_seed`, so calls and ranks draw fresh streams and
+  the caller's generators are left as they were.
 
-Departures from the paper: the reference samples with vLLM (paged attention, continuous batching)
-in a separate engine; this is the same idea inside transformers, in the training process.
-The samples differ from ``model.generate``'s for one seed (another order of random draws), not in
-distribution: a test checks that the log-probability the manager reports for each sampled token is
-the policy's own.
+Departures from the paper: the reference samples with vLLM in a separate engine; this is the same idea inside
+transformers, in the training process. Samples differ from ``model.generate``'s in draw order, not in distribution.
 """
 
 from __future__ import annotations
@@ -52,8 +44,7 @@ _POLL_S = 1.0
 
 
 def cache_tokens_for(args: Any) -> int:
-    """Cache tokens one rollout phase can hold at once, from the run's budgets: every row of the
-    largest phase (G rollouts of each task, or an evaluation) at its longest sequence.
+    """Cache tokens for the largest rollout phase (G rollouts of each task, or an evaluation), every row at its longest.
 
     Example:
         >>> from erl_lite.config import ERLConfig
@@ -68,10 +59,9 @@ def cache_tokens_for(args: Any) -> int:
 class ContinuousGenerator:
     """Samples with one ``ContinuousBatchingManager`` per rollout phase; :meth:`flush` ends the phase.
 
-    ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing
-    fails); ``seed`` and ``rank``: the base of every call's sampling seed. ``last_logprobs``: the
-    log-prob of each sampled token under the processed distribution (after temperature, top-p,
-    top-k), one list per row of the last call.
+    ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing fails); ``seed``
+    and ``rank``: the base of every call's sampling seed. ``last_logprobs``: per row of the last call, each sampled
+    token's log-prob after temperature, top-p and top-k.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model

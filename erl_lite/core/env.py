@@ -1,6 +1,5 @@
-"""The environment protocol: a family of tasks whose episodes are played in text, in gymnasium's
-(and TRL's) ``reset`` / ``step`` shape, plus what ERL needs once one is done: ``feedback()`` (the
-paper's f) and ``trace()`` (shown to the reflector). Departures from the paper: none.
+"""The environment protocol: tasks played in text, in gymnasium's (and TRL's) ``reset`` / ``step`` shape, plus what
+ERL needs once an episode is done: ``feedback()`` (the paper's f) and ``trace()`` (shown to the reflector).
 """
 
 from __future__ import annotations
@@ -45,8 +44,8 @@ class Episode(ABC):
 
 
 class BatchScoredEpisode(Episode):
-    """An episode scored by its environment's :meth:`Environment.score_batch` (reading ``reward``
-    before that scores it alone). Subclasses define :meth:`_ready_to_score` and set ``env``."""
+    """An episode scored by its environment's :meth:`Environment.score_batch` (reading ``reward`` before that scores
+    it alone). Subclasses define :meth:`_ready_to_score` and set ``env``."""
 
     env: Any  # the environment that scores it
     scored: bool = False
@@ -124,7 +123,6 @@ class Environment(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no test split")
 
     def train_pool(self) -> Sequence[Task]:
-        """The whole training split, read by index: what a run samples its batches from (default:
-        ``train_tasks()``). Seeded environments return a :class:`~erl_lite.records.TaskPool`, which draws
-        only the tasks a run reads."""
+        """The whole training split, read by index, that a run samples its batches from (default: ``train_tasks()``;
+        seeded environments return a :class:`~erl_lite.records.TaskPool`, which draws only the tasks a run reads)."""
         return self.train_tasks()

@@ -1,10 +1,8 @@
-"""Batched sampling: a *generator* turns a batch of token-id prompts into completions, each cut
-after (and keeping) its first stop token: :class:`HFGenerator`, or :class:`ScriptedGenerator`'s
-canned replies for tests and notebooks.
+"""Batched sampling: a *generator* turns a batch of token-id prompts into completions, each cut after (and
+keeping) its first stop token: :class:`HFGenerator`, or :class:`ScriptedGenerator`'s canned replies for tests.
 
-Departures from the paper: the reference samples with vLLM; erl_lite uses
-``transformers.generate`` here (slower, but no extra engine to install on a consumer GPU), or
-transformers' continuous batching (:mod:`erl_lite.core.continuous`).
+Departures from the paper: the reference samples with vLLM; here ``transformers.generate`` (slower, but no extra
+engine to install on a consumer GPU) or transformers' continuous batching (:mod:`erl_lite.core.continuous`).
 """
 
 from __future__ import annotations
@@ -122,10 +120,9 @@ def _cut_at_stop(ids: list[int], stop_ids: set[int], pad_id: int | None) -> list
 
 
 class HFGenerator:
-    """Samples with ``model.generate``, the whole batch in one call, from ``softmax(z / T)`` (then top-p,
-    top-k) alone: the model's own ``generation_config`` gives only its end and pad tokens. After each
-    call ``last_logprobs`` holds, per returned row, each token's log-prob under the distribution it was
-    drawn from (the on-policy check compares it with the update's).
+    """Samples with ``model.generate``, the whole batch in one call, from ``softmax(z / T)`` (then top-p, top-k)
+    alone: the model's own ``generation_config`` gives only its end and pad tokens. ``last_logprobs``: per row of
+    the last call, each token's log-prob under the distribution it was drawn from.
 
     Example:
         >>> from erl_lite.testing import tiny_tokenizer, tiny_model
@@ -244,10 +241,9 @@ class _Recorder:
 def _own_settings(model: Any, recorder: _Recorder) -> Any:
     """Run ``model.generate`` with no defaults of the model's own and ``recorder`` after its warpers.
 
-    transformers fills every setting a call leaves unset from ``model.generation_config`` (Qwen2.5's
-    repetition penalty, top-k and top-p among them), so that config is swapped for an empty one; and it
-    appends temperature and top-p/top-k after any logits processor a caller passes, so the recorder is
-    added to the list it builds (it has no hook after its warpers)."""
+    transformers fills every unset setting from ``model.generation_config`` (Qwen2.5's repetition penalty, top-k,
+    top-p), so that config is swapped for an empty one; it puts its warpers after any processor a caller passes,
+    so the recorder is appended to the list it builds."""
     from transformers import GenerationConfig
 
     saved, build = model.generation_config, model._get_logits_processor

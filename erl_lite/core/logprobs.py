@@ -4,9 +4,8 @@ once; only the completion positions go through the lm-head, a chunk at a time::
     hidden  (B, P + L, H) ──► positions P-1 … P+L-2 ──► (B·L, H) ──► chunks of ``chunk_size``
     each chunk × lm_head.weight (V, H), one vocabulary tile at a time ──► log p(target)  (B, L)
 
-The head step is TRL's ``trl.kernels.ChunkedLogProbFunction``, called directly (its
-``add_fused_lm_head`` patches ``model.forward`` before PEFT wraps it). Departures from the paper:
-none (memory engineering only).
+The head step is TRL's ``trl.kernels.ChunkedLogProbFunction``, called directly (its ``add_fused_lm_head`` patches
+``model.forward`` before PEFT wraps it).
 """
 
 from __future__ import annotations
@@ -81,14 +80,11 @@ def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: tor
                       position_ids: torch.Tensor, L: int) -> torch.Tensor:
     """Hidden states ``(B, L, H)`` at the positions that predict the last ``L`` columns of ``input_ids`` ``(B, P + L)``.
 
-    Rows whose context (the first ``P`` columns, padding included) is the same run it once: GRPO's G
-    rollouts of a prompt, and internalization rows under their task's first-attempt context. The context
-    pass ``(U, P)`` keeps its keys and values, which are indexed out to the ``B`` rows for the completion
-    pass ``(B, L)``: the same attention over the same keys, and the gradient of a shared context sums
-    over its rows, as the full forward's does. Rows keep their own full forward where sharing would
-    change what is computed: active dropout (each row draws its own masks) and gradient checkpointing
-    (its layers run without a cache). transformers has no shared-prefix forward for training, hence this.
-    """
+    Rows with the same context (the first ``P`` columns, padding included) run it once: GRPO's G rollouts of a
+    prompt, internalization rows under their task's first-attempt context. The context pass ``(U, P)`` keeps its
+    keys and values, indexed out to the ``B`` rows of the completion pass ``(B, L)``: the same attention, and a
+    shared context's gradient sums over its rows. Active dropout (each row draws its own masks) and gradient
+    checkpointing (no cache) keep the full forward. transformers has no shared-prefix forward for training."""
     P = input_ids.shape[1] - L
     groups = shared_rows(input_ids[:, :P], attention_mask[:, :P]) if P > 0 and _may_share(decoder) else None
     if groups is not None:

@@ -1,9 +1,8 @@
 """Loss functions for ERL's update: pure tensor functions (``B`` sequences, ``T`` completion
 positions, ``V`` vocabulary; ``mask`` ``(B, T)`` is 1 where a token carries loss).
 
-Departures from the paper: it outlines the objective only; the settings are the reference code's.
-Guards as in verl (log-ratios clamped to ±20, k3 capped at 10, masked old/reference log-probs
-replaced by the policy's own); inside those ranges the loss is TRL's GRPO loss.
+Departures from the paper: it outlines the objective only; the settings are the reference code's. Guards as in verl
+(log-ratios clamped to ±20, k3 capped at 10, masked old/reference log-probs set to the policy's own); else TRL's loss.
 """
 
 from __future__ import annotations
@@ -185,7 +184,6 @@ class LossStats:
     row_losses: tuple[float, ...] = ()  # each row's share of ``loss`` (they add up to it)
 
     def to_dict(self) -> dict[str, float]:
-        """Non-None scalar fields as a flat dict (counts as floats)."""
         return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 

@@ -1,8 +1,8 @@
-"""Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ`` and read only
-by the reflector, as the base instructions it improves on (past :data:`MAX_RULEBOOK_CHARS`, cut). Departures
-from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1 rewards and τ = 1); the
-``fifo`` kind, the per-environment :class:`MemoryBank` and the reference's :class:`SlotMemory`
-are additions.
+"""Reflection memory: rulebooks that worked, written when a second attempt reached ``r2 >= τ`` and read only by the
+reflector, as the base instructions it improves on (past :data:`MAX_RULEBOOK_CHARS`, cut).
+
+Departures from the paper: ``r2 >= τ``, not its literal ``r2 > τ`` (which never fires with 0/1 rewards and τ = 1);
+the ``fifo`` kind, the per-environment :class:`MemoryBank` and the reference's :class:`SlotMemory` are additions.
 """
 
 from __future__ import annotations
@@ -118,7 +118,6 @@ class MemoryBank:
         self.kind, self.env_of = kind, env_of
 
     def for_task(self, task_id: str, index: int = 0) -> ReflectionMemory:
-        """The memory of ``task_id``'s environment."""
         name = self.env_of(task_id)
         if name not in self.memories:
             raise KeyError(f"task {task_id!r} belongs to environment {name!r}, which has no memory "
@@ -143,7 +142,6 @@ class MemoryBank:
         raise TypeError("a MemoryBank keeps one memory per environment: use bank.for_task(task_id).context()")
 
     def state_dict(self) -> dict[str, Any]:
-        """Every memory's state, by environment name."""
         return {"kind": "bank", "memories": {name: m.state_dict() for name, m in self.memories.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

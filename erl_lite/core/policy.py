@@ -1,8 +1,7 @@
 """What the algorithm does to a policy beyond calling it: its stop tokens, its KL reference, and
 keeping a 4-bit model's gradients right (loading one is :mod:`erl_lite.models`' job).
 
-Departures from the paper: the KL reference is the base model with the LoRA adapter switched
-off (the paper keeps a separate frozen copy; at step 0 the two are the same policy).
+Departures from the paper: the KL reference is the base with the LoRA adapter off, not a frozen copy (equal at step 0).
 """
 
 from __future__ import annotations
@@ -21,9 +20,9 @@ from erl_lite.core.chat import end_of_turn_id
 
 
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
-    """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many.
-    On a CPU with AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its
-    first eval-mode, no-grad call (LoRA gradients then silently wrong); this undoes and prevents it.
+    """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many. On a CPU with
+    AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its first eval-mode, no-grad call
+    (LoRA gradients then silently wrong); this undoes and prevents it.
 
     Example:
         >>> import tempfile
@@ -76,9 +75,8 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
 
 @contextmanager
 def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
-    """Yield the module that computes reference-policy logits for the KL term.
-    An explicit frozen copy ``reference`` as is; else the PeftModel with its adapter disabled
-    (any other model raises ValueError). Wrap the forward in ``torch.no_grad()`` yourself.
+    """Yield the module that computes reference-policy logits for the KL term: ``reference`` (a frozen copy) as
+    is, else the PeftModel with its adapter disabled (else ValueError). Wrap the forward in ``torch.no_grad()``.
 
     Example:
         >>> import tempfile
@@ -111,20 +109,17 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The model under any DDP wrapper and LoRA adapter."""
     inner = unwrap(model)
     return inner.get_base_model() if isinstance(inner, PeftModel) else inner
 
 
 def is_4bit(model: torch.nn.Module) -> bool:
-    """True when the base weights are bitsandbytes 4-bit."""
     return bool(getattr(base_model(model), "is_loaded_in_4bit", False))
 
 
 def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(first, rows)`` when some rows of ``ids`` ``(B, P)`` (with their ``mask``) are the same: ``first``
     ``(U,)`` one row per distinct one, ``rows`` ``(B,)`` each row's index into them; None when all differ.
-    The passes that run a repeated context once read it (GRPO's G copies of a prompt).
 
     Example:
         >>> ids = torch.tensor([[1, 2], [3, 4], [1, 2]])
@@ -140,8 +135,8 @@ def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def cache_name(model: Any) -> str:
-    """The keyword ``model``'s forward and ``generate`` take a KV cache by, and its outputs' attribute: ``cache``
-    since transformers 5 renamed ``past_key_values`` (the old name warns there, and goes in 5.40).
+    """The keyword ``model``'s forward and ``generate`` take a KV cache by, and its outputs' attribute: ``cache`` in
+    transformers 5 (``past_key_values`` warns there), else ``past_key_values``.
 
     Example:
         >>> from erl_lite.testing import tiny_model, tiny_tokenizer

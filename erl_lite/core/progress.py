@@ -1,7 +1,5 @@
-"""Progress inside a step: one short-lived ``tqdm.auto`` bar per phase and one for evaluation.
-
-Not transformers' ``ProgressCallback``: that one is driven by ``Trainer``'s loop, which erl_lite
-does not run. Departures from the paper: none (display only).
+"""Progress inside a step: one short-lived ``tqdm.auto`` bar per phase and one for evaluation (not transformers'
+``ProgressCallback``, which ``Trainer``'s loop drives: erl_lite does not run that loop).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The prompts ERL adds around a task: the reflection request (asking for a rulebook inside
-``<prompt>…</prompt>``), and the second attempt's (Δ plus the action reminder, never y1 or f1).
-Departures from the paper: the wording is erl_lite's own; the structure follows the paper's
-released code (rulebook in tags, fallback to the base prompt).
+"""The prompts ERL adds around a task: the reflection request (asking for a rulebook inside ``<prompt>…</prompt>``),
+and the second attempt's (Δ plus the action reminder, never y1 or f1).
+
+Departures from the paper: own wording; the released code's structure (rulebook in tags, base prompt as fallback).
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def _cut_ids(text: str, ids: list[int], keep: int, marker: int, tokenizer: Any) 
 def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward: float, feedback: str,
                         tokenizer: Any, max_tokens: int, template_kwargs: dict[str, Any] | None = None
                         ) -> tuple[list[dict[str, str]], list[int]]:
-    """Messages asking for a rulebook and their token ids, fitted to ``max_tokens`` by cutting the middle
-    of, in order: trace (to a quarter), base instructions, trace, task, feedback; a budget too small
-    for the fixed text raises :class:`PromptTooLongError`. Each part is tokenized once (past
-    :data:`CHARS_PER_TOKEN` a token, cut first, with a warning naming it); the cuts are made on its tokens."""
+    """Messages asking for a rulebook and their token ids, fitted to ``max_tokens`` by cutting the middle of, in
+    order: trace (to a quarter), base instructions, trace, task, feedback; a budget too small for the fixed text
+    raises :class:`PromptTooLongError`. Each part is tokenized once (past :data:`CHARS_PER_TOKEN` a token, cut
+    first, with a warning) and cut on its tokens."""
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
     for name, text in parts.items():
         if len(text) > CHARS_PER_TOKEN * max_tokens:

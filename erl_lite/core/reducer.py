@@ -1,5 +1,4 @@
-"""What the update needs from a process group, as a Protocol (the many-process one is
-``integrations.distributed.DataParallel``), and its one-process form. Departures from the paper: none.
+"""The process-group Protocol of the update (many processes: ``integrations.distributed.DataParallel``) and one's.
 """
 
 from __future__ import annotations

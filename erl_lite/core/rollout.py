@@ -1,10 +1,7 @@
-"""Rollouts: play a batch of episodes in lock-step, one batched ``generate`` call per turn.
+"""Rollouts: a batch of episodes played in lock-step, one batched ``generate`` call per turn. An episode is one token
+sequence, sampled ids alternating with glue that carries no loss; it stops, ``truncated``, when no full reply fits.
 
-An episode is one token sequence: the sampled ids, alternating with glue that carries no loss; it
-stops, ``truncated``, when a full reply no longer fits in ``max_episode_length``.
-
-Departures from the paper: none in behaviour; the reference re-tokenizes conversations,
-erl_lite keeps the sampled ids so training sees exactly what sampling saw.
+Departures from the paper: the reference re-tokenizes conversations; here training sees the sampled ids.
 """
 
 from __future__ import annotations
@@ -136,8 +133,7 @@ def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
 
 def _advance(lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int,
              template_kwargs: dict[str, Any] | None) -> None:
-    """Record one reply, step the environment, and append the glue if it goes on; ``budget``: the
-    most tokens the sequence may hold when the next reply starts."""
+    """Record one reply, step the environment, append the glue if it goes on; ``budget``: most tokens before a reply."""
     text = tokenizer.decode(out, skip_special_tokens=True)
     lv.completion_ids += out
     lv.completion_mask += [1] * len(out)

@@ -1,14 +1,10 @@
 """The RL update: a list of :class:`TrainSample` (every role a row of one batch) into optimizer steps.
 
-One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the
-mini-batch's normalizer; old and reference log-probs are computed once, before the first step, with
-dropout off as sampling had it (old ones only for the mini-batches after the first, whose ratio is 1
-by construction, unless dropout draws in training). The on-policy check compares the sampler's
-log-probs with the first of the update's passes over the same weights.
+One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the mini-batch's
+normalizer. Old and reference log-probs are computed once, before the first step, with dropout off as in sampling.
 
-Departures from the paper: each row is scored at the temperature it was sampled at (reflections at
-``reflection_temperature``); rows with A = 0 are skipped when ``beta == 0`` (zero gradient) but
-still counted; a mini-batch whose loss or gradient is not finite is not stepped.
+Departures from the paper: each row is scored at its sampling temperature (reflections at ``reflection_temperature``);
+rows with A = 0 are skipped when ``beta == 0`` (zero gradient) but counted; a non-finite mini-batch is not stepped.
 """
 
 from __future__ import annotations
@@ -107,7 +103,6 @@ class _Tally:
         self.sums["policy_tokens"] += stats.policy_tokens
 
     def merge(self, other: "_Tally") -> None:
-        """Add ``other``'s sums (one mini-batch that was stepped) to these."""
         for key, value in other.sums.items():
             self.sums[key] += value
 
@@ -120,9 +115,8 @@ class _Tally:
 
 
 class GapTally:
-    """The on-policy check's sums: ``|sampler's log-prob - the update's|`` over each sampled role's loss
-    tokens, from the update's first pass over the weights that sampled them (old log-probs, else the
-    first mini-batch's own forward). Max: over this process's rows."""
+    """The on-policy check's sums: ``|sampler's log-prob - the update's|`` over each sampled role's loss tokens, from
+    the first pass over the weights that sampled them. Max: over this process's rows."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {key: 0.0 for r in ADVANTAGE_ROLES for key in (f"s/{r}", f"n/{r}")}
@@ -149,10 +143,10 @@ class GapTally:
 
 
 class PolicyUpdater:
-    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base);
-    ``dist``: the process group's :class:`~erl_lite.core.reducer.Reducer` (lines marked ``DDP``). A
-    mini-batch with a non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's
-    loss scaler does; :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise FloatingPointError."""
+    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base); ``dist``:
+    the process group's :class:`~erl_lite.core.reducer.Reducer` (lines marked ``DDP``). A mini-batch with a
+    non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's loss scaler does;
+    :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise FloatingPointError."""
 
     max_skipped_in_a_row: int = 3  # optimizer steps skipped in a row (non-finite) that stop the run
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
@@ -218,8 +212,7 @@ class PolicyUpdater:
             return UpdateStats.empty(counts, advantage)
         k = c.optimizer_steps(n_rows)
         plans = self.plans(samples, k)
-        # Old log-probs only after the first mini-batch: it trains on the weights that sampled it, so its
-        # ratio is 1 by construction, unless dropout draws in the training pass (then it needs them too).
+        # The first mini-batch trains on the weights that sampled it (ratio 1): no old log-probs, unless dropout draws.
         self.gaps, dropout = GapTally(), draws_dropout(self.model)
         old = [i > 0 or dropout for i, (_, bs) in enumerate(plans) for _ in bs]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=old, ref=c.beta > 0)
@@ -312,10 +305,8 @@ class PolicyUpdater:
 
 
 class WeightProbe:
-    """How far the trainable weights moved: a copy of a fixed strided sample of their entries, compared later.
-
-    A sample (at most :attr:`max_entries`), not a copy of every weight: fully fine-tuned models would need
-    twice their memory. DDP: the weights are the same on every process, so no reduction is needed.
+    """How far the trainable weights moved: a copy of a fixed strided sample (at most :attr:`max_entries`) of their
+    entries, compared later; a full copy would double a fully fine-tuned model's memory. DDP: no reduction needed.
 
     Example:
         >>> w = torch.nn.Parameter(torch.ones(10))

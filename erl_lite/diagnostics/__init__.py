@@ -1,8 +1,6 @@
-"""Is it learning? Health checks that name the silent failures of small-GPU RL and of ERL.
-
-:mod:`~erl_lite.diagnostics.checks` (the rules on each step's record), :mod:`~.preflight` (before the
-first step), :mod:`~.monitor` (a live run: print, log, stop). The report on a finished run
-(``erl-lite doctor``) reads its folder, so it lives with the run's files: :mod:`erl_lite.run.report`.
+"""Is it learning? Health checks that name the silent failures of small-GPU RL and of ERL: :mod:`~.checks` (the
+rules on each step's record), :mod:`~.preflight` (before the first step), :mod:`~.monitor` (a live run: print, log,
+stop). The report on a run's folder (``erl-lite doctor``) is :mod:`erl_lite.run.report`.
 """
 
 from erl_lite.diagnostics.checks import CHECKS, CHECKS_BY_NAME, Check, Finding, RunFacts, scan

@@ -116,7 +116,6 @@ def _get(record: Mapping[str, Any], key: str) -> float | None:
 
 
 def _all(window: Sequence[Mapping[str, Any]], key: str, holds: Callable[[float], bool]) -> bool:
-    """Every record has ``key`` and it satisfies ``holds``."""
     values = [_get(r, key) for r in window]
     return all(v is not None and holds(v) for v in values)
 
@@ -351,7 +350,6 @@ def checks_table() -> str:
 
 
 def train_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The training records of a history's records (evaluation and diagnostic events left out)."""
     return [r for r in records if r.get("kind", "train") == "train"]
 
 

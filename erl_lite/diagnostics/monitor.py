@@ -1,10 +1,8 @@
 """The live side of the checks: after each step, print what began, log it, and stop the run if asked.
 
-``ERLConfig.diagnostics``: ``warn`` prints each finding once per episode (above the progress bars,
-through ``tqdm.write``) and records it in ``history.jsonl`` as a ``diagnostic`` event, which the
-trackers receive as ``diagnostics/<name>``; ``raise`` does the same, then raises
-:class:`DiagnosticError` for a warning (the trainer keeps the finished step and saves it);
-``off`` runs nothing. Departures from the paper: none (the paper has no diagnostics).
+``ERLConfig.diagnostics``: ``warn`` prints each finding once per episode (above the progress bars, via ``tqdm.write``)
+and logs it to ``history.jsonl`` as a ``diagnostic`` event (trackers get ``diagnostics/<name>``); ``raise`` does the
+same, then raises :class:`DiagnosticError` for a warning (the trainer saves the finished step first); ``off``: nothing.
 """
 
 from __future__ import annotations

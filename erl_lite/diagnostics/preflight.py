@@ -1,8 +1,7 @@
 """Pre-flight: what can be seen wrong before the first step, from the tokenizer, the model and one prompt.
 
-The length budgets are refused by :func:`erl_lite.run.lengths.check_lengths`; these checks add the chat
-template (a system + user probe: refused without a generation prompt, warned when the system text
-is lost), the special tokens and the trainable parameters. Departures from the paper: none.
+The length budgets are refused by :func:`erl_lite.run.lengths.check_lengths`; these checks add the chat template
+(:func:`_probe_template`), the special tokens and the trainable parameters.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""The embedded default policy: a tiny chat model shipped inside the package, its world and its demo.
+"""The embedded default policy: a 0.4 M-parameter chat model shipped in ``erl_lite/data/embedded``
+(:mod:`~erl_lite.embedded.loading`, built by ``scripts/embedded/``), its world (:mod:`~erl_lite.embedded.world`), its
+rulebooks (:mod:`~erl_lite.embedded.rulebooks`) and ``erl-lite demo`` (:mod:`~erl_lite.embedded.demo`).
 
-A 0.4 M-parameter chat model in ``erl_lite/data/embedded`` (:mod:`~erl_lite.embedded.loading`), its
-world (:mod:`~erl_lite.embedded.world`), ``erl-lite demo`` (:mod:`~erl_lite.embedded.demo`) and its
-rulebooks (:mod:`~erl_lite.embedded.rulebooks`). Its build lives in ``scripts/embedded/``.
-
-Departures from the paper: the paper trains 4B/7B models on FrozenLake with fixed letters; here a
-stand-in model plays a smaller variant with two kinds of hole whose letters vary per run.
+Departures from the paper: the paper trains 4B/7B models on FrozenLake with fixed letters; here a stand-in small
+enough to train in minutes on a laptop CPU plays a smaller variant with two kinds of hole whose letters vary per run.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Bands", "measure_bands"):  # release 0.1 exported them; a measurement, not the model
+    if name in ("Bands", "measure_bands"):  # a measurement, not the model
         raise AttributeError(f"erl_lite.embedded.{name} moved to benchmarks/embedded_bands.py (run it as a script)")
     if name not in _EXPORTS:
         raise AttributeError(f"module 'erl_lite.embedded' has no attribute {name!r}")

@@ -1,8 +1,7 @@
 """``erl-lite demo``: ERL on the embedded tiny model, on the CPU, with a report (``report.md``:
 before/after numbers, example reflections, checks of every sampled rulebook, the final memory).
 
-Departures from the paper: a toy world and a 0.4 M-parameter model instead of Qwen3-4B on the
-paper's FrozenLake; the algorithm and the code path are the same.
+Departures from the paper: a toy world and a 0.4 M-parameter model, not Qwen3-4B on FrozenLake; the same code path.
 """
 
 from __future__ import annotations
@@ -165,10 +164,9 @@ def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, l
 
 
 def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
-    """Where the world's ``holes`` were known, per sampled step: memory, reflections, first-attempt plans.
-
-    Shares of reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans naming
-    a letter (``first_named``), both holes (``first_both``) or missing (``first_unreadable``)."""
+    """Where the world's ``holes`` were known, per sampled step: memory, reflections, first-attempt plans. Shares of
+    reflections naming ``both`` holes or one twice (``repeated``); of first-attempt plans naming a letter
+    (``first_named``), both holes (``first_both``) or missing (``first_unreadable``)."""
     rows = []
     for sample in history.samples:
         memory = sample.get("memory_before") or []
@@ -191,7 +189,6 @@ def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str,
 
 
 def _share(hits: list[bool]) -> float:
-    """Share of true ``hits``; NaN when there are none to share over (shown as ``-``)."""
     return sum(hits) / len(hits) if hits else float("nan")
 
 
@@ -210,7 +207,6 @@ def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
 
 
 def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
-    """The letters ``text`` calls a hole that are not among the world's ``holes``, once each."""
     return [x for x in dict.fromkeys(named_holes(text)) if x not in holes]
 
 

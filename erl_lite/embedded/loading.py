@@ -1,23 +1,17 @@
-"""Loading the embedded tiny model (package data, :data:`EMBEDDED_DIR`) offline, as a hub model.
-
-Departures from the paper: the paper trains 4B/7B instruction-tuned models; this is a
-stand-in small enough to train in minutes on a laptop CPU.
-"""
+"""Loading the embedded tiny model (package data, :data:`EMBEDDED_DIR`) offline, as a hub model."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-#: Where the embedded checkpoint lives (package data, ``erl_lite/data/embedded``).
 EMBEDDED_DIR: Path = Path(__file__).resolve().parent.parent / "data" / "embedded"
 
 
 def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str | Path | None = None,
                   **kwargs: Any) -> tuple[Any, Any]:
-    """Load the embedded model and tokenizer through :func:`erl_lite.models.load_policy`.
-
-    ``model_dir``: another build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
+    """Load the embedded model and tokenizer through :func:`erl_lite.models.load_policy`; ``model_dir``: another
+    build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
 
     Example:
         >>> model, tok = load_embedded(quantization="4bit", lora_r=4)

@@ -1,8 +1,7 @@
 """The rulebook sentences of the embedded model's world (:func:`rulebook`) and, beside them so that
 the two cannot drift apart, their readers and a self-contradiction detector.
 
-Departures from the paper: the paper's reflections are free text from a large model; these
-are the fixed sentences the tiny model was taught.
+Departures from the paper: there, reflections are a large model's free text; here, fixed sentences a tiny model learned.
 """
 
 from __future__ import annotations
@@ -61,7 +60,6 @@ def hole_facts(text: str) -> list[str]:
 
 
 def repeated_holes(text: str) -> list[str]:
-    """The letters ``text`` calls a hole more than once, sorted."""
     facts = hole_facts(text)
     return sorted({h for h in facts if facts.count(h) > 1})
 
@@ -100,5 +98,4 @@ def contradictions(text: str) -> list[str]:
 
 
 def contradiction_rate(texts: Sequence[str]) -> float:
-    """Share of ``texts`` with at least one self-contradicting letter (0.0 for no texts)."""
     return sum(bool(contradictions(t)) for t in texts) / len(texts) if texts else 0.0

@@ -1,11 +1,9 @@
-"""The embedded model's world: a small FrozenLake with two kinds of hole, its letters drawn per run.
+"""The embedded model's world: a small FrozenLake with two kinds of hole, its letters drawn per run. A failed trace
+names only the hole stepped on, so a rulebook naming both holes is built across episodes (memory).
 
-A failed trace names only the hole stepped on, so a rulebook naming both holes is built across
-episodes (memory). Maps hold a hole in the way and never a dead end (:func:`trap_map`).
-
-Departures from the paper: the paper's FrozenLake has one fixed hole letter and larger maps;
-here maps are 3x3, holes come in two letters drawn per run, prompts are compact, and each
-observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`) for a 0.4 M-parameter model.
+Departures from the paper: the paper's FrozenLake has one fixed hole letter and larger maps; here maps are 3x3 with a
+hole in the way and no dead end (:func:`trap_map`), holes come in two letters drawn per run, prompts are compact, and
+each observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`) for a 0.4 M-parameter model.
 """
 
 from __future__ import annotations
@@ -36,13 +34,11 @@ _ROW = re.compile(r"^[A-Z]( [A-Z])*$")
 
 
 def run_letters(run_seed: int) -> tuple[str, str, str]:
-    """The run's (hole, second hole, frozen) letters, drawn from :data:`LETTER_POOL` by ``run_seed``."""
     hole, hole2, frozen = random.Random(run_seed).sample(LETTER_POOL, 3)
     return hole, hole2, frozen
 
 
 def hole_letters(symbols: dict[str, str]) -> tuple[str, str]:
-    """The two hole letters of a world's ``symbols``."""
     return symbols["hole"], symbols["hole2"]
 
 
@@ -59,9 +55,6 @@ def fatal_letter(trace: str) -> str | None:
     """
     found = _FATAL.findall(trace)
     return found[-1] if found else None
-
-
-# --- reading a drawn grid ----------------------------------------------------------------------
 
 
 def parse_grid(text: str) -> list[list[str]]:
@@ -82,7 +75,6 @@ def parse_grid(text: str) -> list[list[str]]:
 
 
 def find_letter(grid: list[list[str]], letter: str) -> tuple[int, int] | None:
-    """(row, column) of the first cell holding ``letter``, or ``None``."""
     return next(((r, c) for r, row in enumerate(grid) for c, x in enumerate(row) if x == letter), None)
 
 
@@ -113,11 +105,7 @@ def _closer_moves(rows: Any, cell: tuple[int, int], goal: tuple[int, int]) -> li
             and abs(r - goal[0]) + abs(c - goal[1]) < gap]
 
 
-# --- maps --------------------------------------------------------------------------------------
-
-
 def _ends(rows: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(row, column) of the start ``S`` and of the goal ``G`` of a map."""
     where = {ch: (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "SG"}
     return where["S"], where["G"]
 
@@ -202,9 +190,8 @@ def no_dead_end(rows: list[str]) -> bool:
 
 def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
              keep_easy: float, both_kinds: float = 0.0, max_blind: float = 1.0) -> dict[str, Any]:
-    """A map with a hole in the way (except for a ``keep_easy`` share) and no dead end; for a
-    ``both_kinds`` share of the others, holes of both kinds in the way; on every map a blind
-    player's chance (:func:`blind_success`) of at most ``max_blind``. Deterministic in ``seed``;
+    """A map with a hole in the way (except for a ``keep_easy`` share) and no dead end; for a ``both_kinds`` share of
+    the others, holes of both kinds in the way; a blind player's chance (:func:`blind_success`) at most ``max_blind``.
     ``kinds`` marks each hole's kind, ``map`` keeps ``H`` for both (the move rule's view).
 
     Example:
@@ -223,9 +210,6 @@ def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float]
             if not need_both or holes_in_the_way(kinds) == {"H", SECOND_HOLE}:
                 return {**m, "kinds": kinds}
     raise RuntimeError("no map with the holes asked for and no dead end; raise the hole probability")
-
-
-# --- the environment ---------------------------------------------------------------------------
 
 
 class DemoLakeEpisode(FrozenLakeEpisode):
@@ -295,14 +279,12 @@ class DemoLake(FrozenLake):
 
 
 def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: Any) -> DemoLake:
-    """A :class:`DemoLake` drawing its holes as ``hole`` and ``hole2`` and its ice as ``frozen``."""
     return DemoLake(seed=seed, symbols={"hole": hole, "hole2": hole2, "frozen": frozen}, **overrides)
 
 
-#: The embedded model's worlds (:class:`DemoLake` settings). ``demo``: 3x3 maps where a blind
-#: first attempt often succeeds. ``sparse``: 5x5 maps where a player blind to the holes wins at
-#: most one time in ten (:func:`blind_success`), the regime of the paper's Sokoban. A larger lake
-#: rather than a new game: the same feedback and rulebook words, so one model plays both.
+#: The embedded model's worlds (:class:`DemoLake` settings). ``demo``: 3x3 maps where a blind first attempt often
+#: succeeds. ``sparse``: 5x5 maps where a player blind to the holes wins at most one time in ten (the regime of the
+#: paper's Sokoban), with the same feedback and rulebook words, so one model plays both.
 WORLDS: dict[str, dict[str, Any]] = {
     "demo": {},
     "sparse": {"sizes": (5, 5), "max_shortest": 10, "max_actions": 14, "keep_easy": 0.0, "max_blind": 0.1},
@@ -310,7 +292,6 @@ WORLDS: dict[str, dict[str, Any]] = {
 
 
 def world_settings(world: str) -> dict[str, Any]:
-    """The :class:`DemoLake` settings of one of :data:`WORLDS` (a ValueError naming them for another name)."""
     if world not in WORLDS:
         raise ValueError(f"unknown embedded world {world!r}; choose one of {sorted(WORLDS)}")
     return dict(WORLDS[world])

@@ -1,6 +1,6 @@
-"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue) and a
-single-turn arithmetic task, and several environments in one run (:mod:`~.multi`); each module says
-how it departs from the paper. Exported lazily, so importing this pulls in neither gymnasium nor BM25.
+"""The games and tasks: the paper's three (FrozenLake, Sokoban, an offline HotpotQA analogue), a single-turn
+arithmetic task, dataset rows as tasks and several environments in one run. Exported lazily: importing this loads
+neither gymnasium nor BM25.
 
 Example:
     >>> from erl_lite.envs import FrozenLake

@@ -1,8 +1,7 @@
 r"""A single-turn example task: arithmetic rows ``{"prompt", "answer"}``, a reward and ERL's textual
 feedback, both with TRL's reward signature. The answer read is the last ``\boxed{...}``, else the last number.
 
-Departures from the paper: the paper has no single-turn task; this one shows how a user's own
-dataset, reward and feedback plug into ERL.
+Departures from the paper: no single-turn task there; this one shows how a user's dataset, reward and feedback plug in.
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | N
 
 
 def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
-    """The length of :func:`solve_frozenlake`'s path (None if unreachable within ``limit``)."""
     path = solve_frozenlake(rows, limit)
     return None if path is None else len(path)
 

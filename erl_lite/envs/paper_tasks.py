@@ -1,8 +1,7 @@
 """Loaders for the ERL paper's exact task sets, shipped in ``erl_lite/data/paper_tasks/`` (MIT licence
 there): FrozenLake maps and Sokoban levels (100 test / 10,000 train), 1,024 HotpotQA questions.
 
-Departures from the paper: none in content; FrozenLake maps were regenerated from the release's
-``(seed, size, p)``. The HotpotQA questions come without their Wikipedia corpus.
+Departures from the paper: FrozenLake maps rebuilt from the release's ``(seed, size, p)``; HotpotQA without Wikipedia.
 """
 
 from __future__ import annotations

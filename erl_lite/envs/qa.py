@@ -98,8 +98,6 @@ def tokenize(text: str) -> list[str]:
 
 
 class BM25Search:
-    """BM25 over titled paragraphs."""
-
     def __init__(self, titles: list[str], texts: list[str]) -> None:
         self.titles, self.texts = list(titles), list(texts)
         docs = [tokenize(f"{t} {x}") or ["\u2205"] for t, x in zip(titles, texts)]
@@ -207,10 +205,9 @@ def _cut(text: str, limit: int = 160) -> str:
 
 
 class MultiHopQA(Environment):
-    r"""Multi-hop QA with a search tool (the HotpotQA analogue).
-    ``source``: ``"generated"`` (offline worlds), ``"hotpotqa"`` (:func:`load_hotpotqa`) or ``"paper"``
-    (test: the paper's questions, without paragraphs, so give a ``retriever``). ``hotpot_path``: a
-    local HotpotQA-schema file instead of the hub; ``world``: sizes of each generated world."""
+    r"""Multi-hop QA with a search tool (the HotpotQA analogue). ``source``: ``"generated"`` (offline worlds),
+    ``"hotpotqa"`` (:func:`load_hotpotqa`) or ``"paper"`` (test: the paper's questions, without paragraphs, so give a
+    ``retriever``). ``hotpot_path``: a local HotpotQA-schema file; ``world``: sizes of each generated world."""
 
     name = "multihop_qa"
 
@@ -265,8 +262,7 @@ def qa_system_prompt(max_turns: int, compact: bool = False) -> str:
 
 def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | None = None,
                   config: str = "distractor") -> list[Task]:
-    """HotpotQA rows (the hub's ``hotpotqa/hotpot_qa``, or a local JSON/JSONL ``path``) as tasks searched
-    over their own paragraphs."""
+    """HotpotQA rows (hub ``hotpotqa/hotpot_qa``, or a JSON/JSONL ``path``) as tasks searched over their paragraphs."""
     import datasets  # imported here: loading a dataset is never a side effect of importing erl_lite
 
     task_count(n)  # before any download

@@ -1,8 +1,7 @@
 """Invented worlds for offline multi-hop QA: each task draws its own world of fictional entities (one
 document each) and asks a bridge or comparison question needing two documents, in HotpotQA's schema.
 
-Departures from the paper: a small offline stand-in for HotpotQA over Wikipedia, with the same
-two-hop structure; names are new in every task, so answers can only come from search.
+Departures from the paper: an offline two-hop stand-in for HotpotQA over Wikipedia; new names per task force a search.
 """
 
 from __future__ import annotations

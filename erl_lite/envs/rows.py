@@ -36,10 +36,8 @@ def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: st
 
 
 def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | None, str | Messages]:
-    """(system message or None, what the model reads before replying) of a dataset prompt.
-
-    The turns must end with a user message: one comes back as its text, several as the list.
-    Text content parts are joined; other parts and lone surrogates are refused."""
+    """(system message or None, what the model reads before replying) of a dataset prompt, whose turns end with a
+    user message: one comes back as text, several as a list. Text parts are joined; others and lone surrogates raise."""
     if isinstance(prompt, str):
         return None, _checked_text(prompt, where)
     if not isinstance(prompt, list) or not prompt:

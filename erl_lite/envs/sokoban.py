@@ -1,6 +1,5 @@
-"""Sokoban with one box, drawn in abstract letters: push the box onto the goal. Rooms are n×n (n in
-6..8) with border walls only; a level is kept if solvable in at most 8 moves. Written by hand:
-gym-sokoban draws levels by reverse play, with pixel output.
+"""Sokoban with one box, drawn in abstract letters: push the box onto the goal. Rooms are n×n (n in 6..8) with
+border walls only; a level is kept if solvable in at most 8 moves. Ours: gym-sokoban draws by reverse play, in pixels.
 
 Departures from the paper: none in the rules; prompts state the real budget (the reference prompt claimed 64 moves).
 Generated levels are not the paper's (``source="paper"`` plays those). A failure's feedback says when the box can no
@@ -80,7 +79,6 @@ def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[s
 
 
 def solve_length(level: Level, limit: int | None = None) -> int | None:
-    """The length of :func:`solve_sokoban`'s path (None if impossible within ``limit``)."""
     path = solve_sokoban(level, limit)
     return None if path is None else len(path)
 

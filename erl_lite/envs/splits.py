@@ -1,5 +1,4 @@
-"""Seeded, lazily generated train/test splits: task ``i`` comes from a seed derived from
-``(base seed, split, i)``, so the first ``n`` tasks do not depend on how many are asked for.
+"""Seeded, lazy train/test splits: task ``i``'s seed comes from ``(base seed, split, i)``, not from how many are asked.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ class SeededSplits:
         self._test_keys: set[str] | None = None
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
-        """The first ``n`` tasks of ``split`` (all when ``n`` is None), as a list."""
         return self._pools[split][:task_count(n)]
 
     def pool(self, split: str) -> TaskPool:

@@ -1,8 +1,7 @@
 """Single-turn tasks from a dataset and TRL-style reward functions, as an environment.
 
-Each row is a one-reply :class:`~erl_lite.records.Task`, scored with its phase's batch as TRL 1.16 scores;
-ERL's feedback comes from ``(score, feedback)`` outputs or ``feedback_func``, else states the reward.
-Departures from TRL: no reward *models*.
+Each row is a one-reply task, scored with its phase's batch as TRL 1.16 scores; ERL's feedback comes from ``(score,
+feedback)`` outputs or ``feedback_func``, else states the reward. Departures from TRL: no reward *models*.
 """
 
 from __future__ import annotations

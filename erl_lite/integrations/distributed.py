@@ -1,9 +1,8 @@
 """Data-parallel ERL under ``accelerate launch`` or ``torchrun``: one process per GPU, torch DDP.
 
-Whole tasks are sharded (GRPO groups stay together), memory writes applied in rank order, the update is
-the one-process one of the global batch; FSDP, DeepSpeed, mixed precision, compile: :func:`check_launch`.
-Departures from the paper: Ray and vLLM workers there; here each process runs ``generate`` with
-its own sampling stream (the update for given completions is the same, to rounding).
+Whole tasks are sharded (GRPO groups stay together), memory writes applied in rank order, the update is the
+one-process one of the global batch (to rounding); FSDP, DeepSpeed, mixed precision, compile: :func:`check_launch`.
+Departures from the paper: Ray and vLLM workers there; here each process runs ``generate`` on its own stream.
 """
 
 from __future__ import annotations
@@ -64,11 +63,9 @@ class DeferredBank(MemoryBank):
         self.memories = {name: DeferredMemory(m) for name, m in shared.memories.items()}
 
     def held(self) -> dict[str | None, list[tuple[str, float, float]]]:
-        """The pending writes by environment, in write order."""
         return {name: view.pending for name, view in self.memories.items()}
 
     def target(self, name: str | None) -> ReflectionMemory:
-        """The shared memory of environment ``name``."""
         return self.shared.memories[name]
 
 
@@ -164,7 +161,6 @@ class DataParallel:
         return list(items[start:start + base + (self.rank < extra)])
 
     def gather(self, items: list[T]) -> list[T]:
-        """Every process's ``items``, concatenated in rank order."""
         if self.world_size == 1:
             return list(items)
         return [x for part in self._gather_parts(items) for x in part]
@@ -175,11 +171,9 @@ class DataParallel:
         return gather_object([obj])  # accelerate flattens one level: one entry per rank
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:
-        """Each value summed over processes (one all-reduce for the whole dict)."""
         return self._reduce(values, "sum")
 
     def max(self, values: dict[str, float]) -> dict[str, float]:
-        """Each value's maximum over processes."""
         return self._reduce(values, "max")
 
     def _reduce(self, values: dict[str, float], how: str) -> dict[str, float]:
@@ -192,7 +186,6 @@ class DataParallel:
         return dict(zip(keys, out))
 
     def total_count(self, local: float) -> float:
-        """A loss normalizer (token or sequence count) summed over processes, never below 1."""
         return max(self.sum({"n": local})["n"], 1.0)
 
     def barrier(self) -> None:
@@ -231,7 +224,6 @@ class DataParallel:
         return self.accelerator.prepare_model(module, device_placement=False)
 
     def no_sync(self, wrapped: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """A context in which a backward through ``wrapped`` accumulates without all-reducing."""
         if self.accelerator is None:
             return contextlib.nullcontext()
         return self.accelerator.no_sync(wrapped)

@@ -51,8 +51,6 @@ def logging_interval(logging_steps: int | float, max_steps: int) -> int:
 
 
 class Tracker(Protocol):
-    """What the :class:`Reporter` needs from a tracker."""
-
     def log_scalars(self, values: dict[str, float], step: int) -> None: ...
 
     def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None: ...
@@ -91,8 +89,7 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    """``wandb.log`` at ``train/global_step``; a user's run is reused and left open, erl_lite's own is
-    finished and resumed by :meth:`reopen`."""
+    """``wandb.log`` at ``train/global_step``; reuses a user's run (left open), else finishes and resumes its own."""
 
     def __init__(self, config: ERLConfig) -> None:
         import wandb

@@ -63,7 +63,6 @@ class RewardLog:
         self.metrics.append((name, number))
 
     def log_extra(self, column: str, values: Sequence[Any]) -> None:
-        """One value per row of the batch, for column ``column``."""
         if not isinstance(column, str) or not column:
             raise RewardFunctionError(f"log_extra column name must be a string, got {column!r:.60}")
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
@@ -82,7 +81,6 @@ class RewardLog:
                 for i in range(len(tasks))]
 
     def take_metrics(self) -> list[tuple[str, float]]:
-        """Every ``(name, value)`` logged since the last call; clears them."""
         out, self.metrics = self.metrics, []
         return out
 

@@ -4,7 +4,7 @@ TRL 1.16's contract: ``reset(**row)`` returns None or text for the last user mes
 the tools, an optional ``get_reward()`` has weight 1; ``<tool_call>`` blocks (Qwen's Hermes format) get
 ``<tool_response>`` results, a reply without one ends the episode. Departures from TRL: a fresh instance
 per episode (ERL replays a failed task; ``reset`` should be deterministic in the row); calls parsed from
-text; invalid JSON in a ``<tool_call>`` gets an error result (TRL: the answer); no async tools. From the paper: none.
+text; invalid JSON in a ``<tool_call>`` gets an error result (TRL: the answer); no async tools.
 """
 
 from __future__ import annotations

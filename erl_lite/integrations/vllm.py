@@ -1,10 +1,9 @@
 """vLLM colocated in the training process (``generation_backend="vllm"``; TRL's ``vllm_mode="colocate"``).
 
-The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), from the policy's weights. Before a call,
-if an optimizer step changed a parameter (its version counter), the weights, each LoRA delta added to a copy of
-its base weight, are loaded in place and the prefix cache reset. A prompt's G copies are one request (``n=G``)
-seeded from ``(seed, rank, call)``; ``last_logprobs``: each sampled token's log-prob after temperature, top-p and
-top-k. Refused: a 4-bit base, ``generation_kwargs``. Departures from the paper: none (it samples with vLLM too).
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), from the policy's weights: a call after an
+optimizer step changed a parameter (its version counter) first loads the merged weights and resets the prefix cache.
+A prompt's G copies are one request (``n=G``) seeded from ``(seed, rank, call)``; ``last_logprobs``: each token's
+log-prob after temperature, top-p and top-k. Refused: a 4-bit base, ``generation_kwargs``.
 """
 
 from __future__ import annotations
@@ -38,11 +37,9 @@ def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 class VLLMGenerator:
-    """Samples with one in-process ``vllm.LLM`` kept in step with ``model``'s weights.
-
-    ``cache_tokens`` (the KV cache) and ``args`` (an ``ERLConfig``: the longest sequence) size it from the run's
-    budgets, or ``args.vllm_gpu_memory_utilization``; ``sync=False`` keeps the weights it started with (for tests).
-    """
+    """Samples with one in-process ``vllm.LLM`` kept in step with ``model``'s weights. ``cache_tokens`` (the KV
+    cache) and ``args`` (an ``ERLConfig``: the longest sequence) size it from the run's budgets, or
+    ``args.vllm_gpu_memory_utilization``; ``sync=False`` keeps the weights it started with (for tests)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
                  args: Any = None, stop_ids: list[int] | None = None, sync: bool = True) -> None:

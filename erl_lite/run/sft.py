@@ -19,11 +19,10 @@ from erl_lite.records import FIRST, SECOND, Retry, StepRecord, retries_by_first,
 
 
 def internalization_rows(source: Any, threshold: float | None = None) -> list[dict[str, Any]]:
-    """The successful second attempts (``r2 ≥ τ``) under their original prompt, as SFT rows
-    (``{"prompt", "completion", "task_id", "reward"}``, the completion ending on a model turn).
-
-    ``source``: an ERLTrainer, a History, a run folder or ``samples.jsonl``, or ``Retry``/``StepRecord``
-    objects or dicts; ``threshold`` (τ) is required unless ``source`` is a trainer or a run folder."""
+    """The successful second attempts (``r2 ≥ τ``) under their original prompt, as SFT rows (``{"prompt",
+    "completion", "task_id", "reward"}``, the completion ending on a model turn). ``source``: an ERLTrainer, a
+    History, a run folder or ``samples.jsonl``, or ``Retry``/``StepRecord`` objects or dicts; ``threshold`` (τ) is
+    required unless ``source`` is a trainer or a run folder."""
     pairs, default_threshold = _retry_pairs(source)
     tau = threshold if threshold is not None else default_threshold
     if tau is None:
@@ -78,11 +77,9 @@ def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | No
                peft_config: Any = None, max_steps: int = 10, learning_rate: float = 1e-4,
                per_device_train_batch_size: int = 4, output_dir: str | None = None,
                chat_template_kwargs: dict[str, Any] | None = None, **sft_args: Any) -> Any:
-    """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer.
-
-    ``source``, ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for SFTTrainer to add
-    (None: train ``model`` as is); ``sft_args``: more ``SFTConfig`` fields (defaults: no reporting, no max_length).
-    """
+    """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer. ``source``,
+    ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for SFTTrainer to add (None: train
+    ``model`` as is); ``sft_args``: more ``SFTConfig`` fields (defaults: no reporting, no max_length)."""
     import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer

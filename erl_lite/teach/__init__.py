@@ -1,7 +1,4 @@
-"""Teaching: what the notebooks stand on. For now, :func:`setup` (the model, tokenizer,
-environment and config of a notebook in one call); the exercises, results and figures move
-here later.
-"""
+"""Teaching: what the notebooks stand on (:func:`setup`, the exercises' checks, the helpers that finish a run)."""
 
 from erl_lite.teach.setup import GPU_MODEL, Setup, setup
 

@@ -11,13 +11,11 @@ NO_ANSWER = "No answer yet: replace the `None` (or `...`) with your answer and r
 
 
 def ok(message: str) -> bool:
-    """Print a ✓ verdict; True."""
     print(f"✓ {message}")
     return True
 
 
 def wrong(message: str, hint: str) -> bool:
-    """Print a ✗ verdict and its hint; False."""
     print(f"✗ {message}\n  Hint: {hint}")
     return False
 
@@ -28,7 +26,6 @@ def missing(answer: Any) -> bool:
 
 
 def number(answer: Any) -> float | None:
-    """``answer`` as a float, or None when it is not a number."""
     try:
         return float(answer)
     except (TypeError, ValueError):
@@ -46,15 +43,12 @@ def numbers_of(answer: Any) -> list[float] | None:
 
 
 def close(a: Sequence[float], b: Sequence[float], tol: float) -> bool:
-    """Same length, every pair within ``tol``."""
     return len(a) == len(b) and all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b))
 
 
 def positions(answer: Any) -> tuple[list[int] | None, str]:
-    """``answer`` as sorted positions, or (None, why not): a list, tuple, set or range of ints.
-
-    Strict on purpose: a string, floats or booleans would otherwise slip through ``int()``.
-    """
+    """``answer`` as sorted positions, or (None, why not): a list, tuple, set or range of ints. Strict on purpose: a
+    string, floats or booleans would otherwise slip through ``int()``."""
     if hasattr(answer, "tolist"):  # a tensor or an array of positions
         answer = answer.tolist()
     if isinstance(answer, (str, bytes)) or not isinstance(answer, (list, tuple, set, frozenset, range)):

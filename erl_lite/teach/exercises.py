@@ -1,6 +1,5 @@
-"""Check functions for the gate and memory exercises of notebooks 02 and 04. Each ``check_*``
-recomputes the answer with the library's gate and memory, prints one message (a hint names the
-usual mistake a wrong answer matches) and returns a bool.
+"""Check functions for the gate and memory exercises of notebooks 02 and 04. Each ``check_*`` recomputes the
+answer with the library's gate and memory, prints one message (a hint names the mistake matched) and returns a bool.
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import gate
 from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, wrong
-
-# --- the gate ------------------------------------------------------------------------------------
 
 #: τ of the gate and of memory: read from the config, the one home of the setting.
 TAU = ERLConfig.reward_threshold
@@ -149,9 +146,6 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
     else:
         hint = "count the rewards below τ and divide by the number of attempts."
     return wrong(f"Not quite: you said {value:.3f}.", hint)
-
-
-# --- memory and internalization -------------------------------------------------------------------
 
 
 def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any, kind: str = "single",

@@ -13,9 +13,6 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.advantages import distill_weights, group_advantages, grouped_advantages
 from erl_lite.teach.answers import NO_ANSWER, close, missing, number, numbers_of, ok, wrong
 
-# --- advantages ----------------------------------------------------------------------------------
-
-
 def _population_std_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
     """The common mistake: dividing by n instead of n - 1."""
     if len(rewards) == 1:
@@ -106,8 +103,6 @@ def check_grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable],
                 "split the rewards by key, apply GRPO inside each group, put them back in order.")
     return wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
 
-
-# --- the clipped loss ----------------------------------------------------------------------------
 
 EPS_LOW, EPS_HIGH, DUAL_CLIP = ERLConfig.epsilon, ERLConfig.epsilon_high, ERLConfig.dual_clip
 

@@ -25,7 +25,6 @@ def results_folder(name: str = "erl_lite_results", drive: str | os.PathLike | No
     return folder.resolve()
 
 
-# --- before / after ---------------------------------------------------------------------------
 @dataclass
 class BeforeAfter:
     """First-attempt evaluation (:meth:`ERLTrainer.evaluate` metrics) on the same held-out tasks before and after."""
@@ -72,7 +71,6 @@ def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None, num_genera
     return history, BeforeAfter(before, after, [t.task_id for t in tasks], n)
 
 
-# --- keeping the adapter --------------------------------------------------------------------
 @dataclass
 class SavedAdapter:
     """An adapter written by :func:`save_adapter` (``base_quantization``: how training loaded the base)."""
@@ -85,9 +83,8 @@ class SavedAdapter:
 
 def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evaluation: BeforeAfter | None = None,
                  push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
-    """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub.
-
-    Beside peft's files, :data:`erl_lite.run.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``."""
+    """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub. Beside
+    peft's files, :data:`erl_lite.run.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``."""
     from erl_lite.run import export
     from erl_lite.run.layout import write_adapter
 
@@ -98,7 +95,6 @@ def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evalu
     return SavedAdapter(path, base, quantization, url)
 
 
-# --- one episode, turn by turn ----------------------------------------------------------------
 @dataclass
 class Turn:
     """One model turn: what the policy saw last and what it replied."""
@@ -146,7 +142,6 @@ class PlayedEpisode:
                    attempt.feedback, attempt)
 
     def text(self) -> str:
-        """The episode as plain text, turn by turn."""
         verdict = "succeeded" if self.success else "failed"
         n = len(self.turns)
         lines = [f"task {self.task_id} · reward {self.reward:.2f} · {verdict} · {n} turn{'s' * (n != 1)}",

@@ -1,7 +1,6 @@
 """A notebook's setup in one call: :func:`setup` loads the policy, the environment and the config.
 
-Departures from the paper: the cpu setup is a toy world and model; the gpu one is a
-1.5 B model on one consumer GPU instead of Qwen3-4B on 8 H100s.
+Departures from the paper: cpu is a toy world and model; gpu a 1.5 B model on one GPU, not Qwen3-4B on 8 H100s.
 """
 
 from __future__ import annotations
@@ -29,10 +28,9 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
           model_name: str = GPU_MODEL, world: str = "demo", **overrides: Any) -> Setup:
     """Load the policy, build the environment and make the config for a notebook.
 
-    ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``, or ``"sparse"`` where first
-    attempts rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the
-    ``gpu`` preset (LoRA on both). ``seed`` seeds the adapter, the demo world and the config,
-    which is built first, so a bad setting fails before anything is loaded.
+    ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``, or ``"sparse"`` where first attempts
+    rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the ``gpu`` preset (LoRA on
+    both). ``seed`` seeds adapter, world and config; the config comes first, so a bad setting fails early.
 
     Example:
         >>> model, tokenizer, env, config = setup("cpu", seed=0, max_steps=2)

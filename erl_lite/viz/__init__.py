@@ -1,6 +1,5 @@
-"""Plots and notebook widgets that show each ERL phase of a run, read from its History (or a run
-folder, ``history.jsonl``, or a list of records): curves, one task's story, browsers. Figures are
-returned, never shown. Departures from the paper: see each module's docstring.
+"""Plots and notebook widgets that show each ERL phase of a run, read from its History (or a run folder,
+``history.jsonl``, or a list of records): curves, one task's story, browsers. Figures are returned, never shown.
 
 Example:
     >>> from erl_lite.viz import plot_overview, synthetic_history

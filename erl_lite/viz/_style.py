@@ -53,7 +53,6 @@ RULEBOOK_SEPARATOR = "\n---\n"
 
 
 def joined_rulebooks(rulebooks: list[str] | None) -> str:
-    """The rulebooks a memory holds as one text (``""`` when empty)."""
     return RULEBOOK_SEPARATOR.join(rulebooks or [])
 
 

@@ -1,6 +1,5 @@
-"""A synthetic run history for tests, docs and notebooks without a GPU: the shapes the paper
-reports (first-attempt success climbs, second attempts above it, the gate rate falls, memory
-fills) on a FrozenLake-like task. Departures from the paper: made-up data by design.
+"""A synthetic run history for tests, docs and notebooks without a GPU: made-up data with the shapes the paper
+reports (first-attempt success climbs, second attempts above it, the gate rate falls, memory fills).
 """
 
 from __future__ import annotations

@@ -81,7 +81,6 @@ def _by_role(keys: dict[str, str]) -> list[Spec]:
 
 
 def _note(ax: Axes, text: str) -> None:
-    """A small grey remark in the lower right corner."""
     ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45", fontsize=8, style="italic")
 
 

@@ -1,6 +1,4 @@
-"""Notebook browsers of reflections and memory; a :class:`StaticView` where no widget front-end can
-draw them (:func:`is_static`).
-"""
+"""Notebook browsers of reflections and memory; a :class:`StaticView` where no widget front-end can draw them."""
 
 from __future__ import annotations
 
@@ -143,7 +141,6 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
 
 
 def _memory(record: Record) -> tuple[str, str]:
-    """(before, after) of one step's memory, as text."""
     return joined_rulebooks(record.get("memory_before")), joined_rulebooks(record.get("memory_after"))
 
 
