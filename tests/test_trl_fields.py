@@ -106,7 +106,6 @@ def test_each_grpo_field_with_a_non_default_value_works_or_says_why(name):
     ("run_name", "my-run", "output_dir"),
     ("log_completions", False, "samples.jsonl"),
     ("vllm_mode", "server", "colocate"),
-    ("vllm_importance_sampling_correction", True, "not implemented"),
 ])
 def test_daily_trl_fields_are_refused_with_where_they_went(name, value, hint):
     with pytest.raises(ValueError) as e:
@@ -265,7 +264,7 @@ def test_use_vllm_maps_to_the_vllm_backend(given, backend):
     (dict(use_vllm=True, generation_backend="generate"), "disagrees"),
     (dict(vllm_mode="server"), "colocate"),
     (dict(vllm_enable_sleep_mode=True), "not implemented"),
-    (dict(vllm_importance_sampling_cap=2.0), "importance-sampling"),
+    (dict(vllm_importance_sampling_mode="sequence"), "vllm_importance_sampling_mode must be one of"),
     (dict(vllm_gpu_memory_utilization=0.0), r"\(0, 1\]"),
 ])
 def test_vllm_settings_erl_lite_cannot_honour_are_refused_by_name(given, match):

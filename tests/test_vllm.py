@@ -135,8 +135,6 @@ def test_refusals_name_what_is_refused(policy):
         gen.generate(_prompts(tok), SamplingParams(4, generation_kwargs={"min_p": 0.1}))
     with pytest.raises(ValueError, match="vllm_mode='server'.*colocate"):
         ERLConfig(use_vllm=True, vllm_mode="server")
-    with pytest.raises(ValueError, match="vllm_importance_sampling_correction"):
-        ERLConfig(use_vllm=True, vllm_importance_sampling_correction=True)
     with pytest.raises(ValueError, match="vllm_enable_sleep_mode.*not implemented"):
         ERLConfig(use_vllm=True, vllm_enable_sleep_mode=True)
     with pytest.raises(ValueError, match="vllm_gpu_memory_utilization"):
@@ -146,16 +144,21 @@ def test_refusals_name_what_is_refused(policy):
         ERLConfig(use_vllm=True, generation_backend="continuous")
 
 
-def test_erl_with_lora_trains_three_steps_on_vllm(policy):
+def test_erl_with_lora_trains_three_steps_on_vllm(policy, monkeypatch):
+    """... with TRL's importance-sampling correction on: vLLM's log-probs are the policy's, so a weight is ~1, or
+    the nucleus mass for rows sampled with top-p (reflections, ``reflection_top_p=0.9``)."""
+    import erl_lite.core.update as update_module
     from erl_lite.run.trainer import ERLTrainer
 
     model, tok = policy
+    weights, real = [], update_module.sampler_weights
+    monkeypatch.setattr(update_module, "sampler_weights", lambda *a: weights.append(real(*a)) or weights[-1])
 
     def reward(prompts, completions, answer, **kw):
         return [float(a in c) for c, a in zip(completions, answer)]
 
-    trainer = ERLTrainer(model=model, processing_class=tok, args=_args(learning_rate=1e-2), reward_funcs=reward,
-                         train_dataset=ROWS)
+    trainer = ERLTrainer(model=model, processing_class=tok, reward_funcs=reward, train_dataset=ROWS,
+                         args=_args(learning_rate=1e-2, vllm_importance_sampling_correction=True))
     gen = trainer.generator
     assert isinstance(gen, VLLMGenerator) and isinstance(generator_for(model, tok, _args()), VLLMGenerator)
     gaps = []
@@ -173,3 +176,7 @@ def test_erl_with_lora_trains_three_steps_on_vllm(policy):
     # the trainer's own on-policy check reads the sampler's log-probs: the same gap, measured by the update
     logged = [r["onpolicy/gap_max/first"] for r in history.of_kind("train")]
     assert len(logged) == 3 and max(logged) < GAP_TOL
+    # Without top-p, |log w| is the gap (< GAP_TOL): w within 2 * GAP_TOL of 1. With top-p = 0.9 the sampler's q is
+    # p renormalised over a nucleus of mass m >= 0.9, so w = p / q = m, in [0.9, 1].
+    assert weights and any(((w - 1).abs() < 2 * GAP_TOL).all() for w in weights)
+    assert all(((w > 0.9 - 2 * GAP_TOL) & (w < 1 + 2 * GAP_TOL)).all() for w in weights)

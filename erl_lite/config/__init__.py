@@ -64,6 +64,15 @@ class ERLConfig:
     ``generation_kwargs``."""
     vllm_gpu_memory_utilization: float | None = None
     """vLLM's share of the GPU (TRL's name); None: its KV cache is sized from the run's budgets."""
+    vllm_importance_sampling_correction: bool = False
+    """With vLLM, weight each sampled token's policy loss by exp(log π_old - log q_sampler), as TRL (opt-in here)."""
+    vllm_importance_sampling_mode: str = "token_truncate"
+    """TRL's modes: a ratio per ``token`` or per ``sequence``, cut into [C_min, C_max] (``truncate``) or zeroed outside
+    it (``mask``)."""
+    vllm_importance_sampling_clip_max: float | None = 3.0
+    """C_max of the ratio (TRL's, and its old ``vllm_importance_sampling_cap``); None: no upper bound."""
+    vllm_importance_sampling_clip_min: float | None = None
+    """C_min of the ratio; None: no lower bound."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``apply_chat_template`` keywords, e.g. ``{"enable_thinking": False}`` for Qwen3."""
     max_episode_length: int = 2048

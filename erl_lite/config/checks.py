@@ -43,6 +43,8 @@ TRL_LOSS_TYPES_MISSING = {
 LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+#: TRL's corrections of the sampler's log-probs (``vllm_importance_sampling_mode``; :func:`~erl_lite.core.losses.sampler_weights`).
+SAMPLER_CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 MEMORY_TYPES = ("single", "fifo", "slots")
 INTERNALIZATION_MODES = ("raft", "nll")
 #: Experiment trackers ``report_to`` can name (each an optional pip extra of the same name).
@@ -60,6 +62,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS, "lr_scheduler_type": LR_SCHEDULERS,
     "memory_type": MEMORY_TYPES, "internalization_mode": INTERNALIZATION_MODES, "optim": OPTIMIZERS,
     "diagnostics": DIAGNOSTICS_LEVELS, "generation_backend": GENERATION_BACKENDS,
+    "vllm_importance_sampling_mode": SAMPLER_CORRECTIONS,
 }
 
 #: ``model.generate`` keys that the sampler sets from its own fields (refused in ``generation_kwargs``).
@@ -166,6 +169,12 @@ def check_sampling(cfg: Config) -> None:
         refuse_generation_kwargs(cfg.generation_kwargs, cfg.generation_backend)
     if (share := cfg.vllm_gpu_memory_utilization) is not None and not 0 < share <= 1:
         raise ValueError(f"ERLConfig.vllm_gpu_memory_utilization must be in (0, 1] or None, got {share!r}")
+    low, high = cfg.vllm_importance_sampling_clip_min, cfg.vllm_importance_sampling_clip_max
+    for name, bound in (("clip_min", low), ("clip_max", high)):
+        if bound is not None and not bound > 0:
+            raise ValueError(f"ERLConfig.vllm_importance_sampling_{name} must be > 0 or None, got {bound!r}")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"ERLConfig.vllm_importance_sampling_clip_min={low} is above clip_max={high}")
     for key, value in cfg.generation_kwargs.items():
         check_generation_key(key, value)
 

@@ -19,7 +19,8 @@ TRL_ACCEPTED: tuple[str, ...] = (
     "eval_steps", "save_steps", "save_total_limit", "seed", "num_generations", "max_completion_length",
     "steps_per_generation", "temperature", "top_p", "top_k", "generation_kwargs", "chat_template_kwargs", "beta",
     "epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type", "push_to_hub",
-    "hub_model_id", "hub_private_repo", "project", "vllm_gpu_memory_utilization",
+    "hub_model_id", "hub_private_repo", "project", "vllm_gpu_memory_utilization", "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
 )
 
 
@@ -59,6 +60,7 @@ TRL_MAPPED: dict[str, str] = {
     "use_transformers_paged": "generation_backend = 'continuous' if True else 'generate'",
     "use_transformers_continuous_batching": "generation_backend = 'continuous' if True else 'generate'",
     "use_vllm": "generation_backend = 'vllm' if True (False changes nothing)",
+    "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max (TRL's deprecated name for it)",
 }
 _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "cache_implementation": _generate_key("cache_implementation"),
@@ -68,12 +70,12 @@ _MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     **{name: _field("generation_backend", lambda v: "continuous" if v else "generate")
        for name in ("use_transformers_paged", "use_transformers_continuous_batching")},
     "use_vllm": _use_vllm,
+    "vllm_importance_sampling_cap": _field("vllm_importance_sampling_clip_max"),
 }
 
 # Reasons shared by several refused fields.
 _VLLM = ("erl_lite runs vLLM colocated in the training process only (generation_backend='vllm', TRL's "
          "vllm_mode='colocate'), sized from the run's budgets; no server, no other engine setting")
-_VLLM_IS = "not implemented yet: the loss has no truncated importance-sampling correction for vLLM's log-probs"
 _HUB = "erl_lite pushes once, at the end of training, with push_to_hub=True and hub_model_id; no other pushes"
 _LOOP = "it configures transformers.Trainer's own loop, which erl_lite does not run (an iteration: one batch of tasks)"
 _EVAL = "erl_lite samples eval_num_generations first attempts per eval task every eval_steps; no prediction loop"
@@ -121,7 +123,6 @@ TRL_REFUSED: dict[str, str] = {
                   "vllm_server_port vllm_server_timeout vllm_group_port vllm_max_model_length "
                   "vllm_tensor_parallel_size ds3_gather_for_generation"),
     "vllm_enable_sleep_mode": "not implemented yet: the engine keeps its weights and cache between rollout phases",
-    **{f"vllm_importance_sampling_{name}": _VLLM_IS for name in "correction mode clip_max clip_min cap".split()},
     **_all(_BATCHING, "transformers_continuous_batching_config generation_batch_size"),
     **_all(_LOSS, "delta sapo_temperature_neg sapo_temperature_pos vespo_k_pos vespo_lambda_pos vespo_k_neg "
                   "vespo_lambda_neg top_entropy_quantile entropy_coef use_adaptive_entropy entropy_coef_min "
@@ -162,7 +163,7 @@ TRL_REFUSED: dict[str, str] = {
 
 #: Refused fields at the value that means what erl_lite does anyway: accepted, and dropped.
 TRL_SAME_AS: dict[str, Any] = {
-    "vllm_mode": "colocate", "vllm_importance_sampling_correction": False, "use_liger_kernel": False,
+    "vllm_mode": "colocate", "use_liger_kernel": False,
     "vllm_enable_sleep_mode": False, "log_completions": True, "torch_compile": False, "adam_beta1": 0.9,
     "adam_beta2": 0.999, "adam_epsilon": 1e-8, "gradient_accumulation_steps": 1, "num_iterations": 1,
     "shuffle_dataset": True, "mask_truncated_completions": False, "remove_unused_columns": False,

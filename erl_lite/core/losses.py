@@ -7,6 +7,7 @@ Departures from the paper: it outlines the objective only; the settings are the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -187,12 +188,36 @@ class LossStats:
         return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 
+def sampler_weights(old_logp: torch.Tensor, sampled_logp: torch.Tensor, mask: torch.Tensor, mode: str,
+                    clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+    """TRL's importance-sampling correction of the sampler: ``w = exp(log π_old - log q)`` on loss tokens, one per
+    token ``(B, T)`` or, in a ``sequence_*`` mode, ``exp`` of the row's sum ``(B, 1)``; ``*_truncate`` clips w into
+    [clip_min, clip_max], ``*_mask`` zeroes it outside. A token the sampler did not score (NaN) counts 1.
+
+    Example:
+        >>> w = sampler_weights(torch.zeros(1, 2), torch.tensor([[-2.0, 0.0]]), torch.ones(1, 2), "token_truncate", None, 3.0)
+        >>> [round(v, 3) for v in w[0].tolist()]
+        [3.0, 1.0]
+    """
+    diff = torch.nan_to_num((old_logp - sampled_logp) * mask, nan=0.0)  # (B, T)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)  # (B, 1)
+    ratio = diff.exp()
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    if mode.endswith("truncate"):
+        return ratio.clamp(min=low, max=high)
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
 def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
                      advantages: torch.Tensor, mask: torch.Tensor, *, nll_rows: torch.Tensor | None = None,
                      beta: float = 0.001, epsilon_low: float = 0.2, epsilon_high: float = 0.28,
                      dual_clip: float | None = 3.0, loss_type: str = "seq_sum", normalizer: float | None = None,
-                     importance_sampling_level: str = "token") -> tuple[torch.Tensor, LossStats]:
+                     importance_sampling_level: str = "token",
+                     sampler_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
+    ``sampler_weight`` (:func:`sampler_weights`) multiplies the policy term of each token, as TRL's.
     Log-probs are ``(B, T)``; ``old_logp`` None: on-policy (ratio 1); ``ref_logp`` None: no KL.
     ``advantages`` ``(B,)`` are the weights on ``nll_rows`` ``(B,)`` bool. Returns ``(loss, stats)``.
 
@@ -211,6 +236,8 @@ def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp
         epsilon_low=epsilon_low, epsilon_high=epsilon_high, dual_clip=dual_clip,
         importance_sampling_level=importance_sampling_level,
     )  # (B, T) each
+    if sampler_weight is not None:
+        policy = policy * sampler_weight.detach()
     per_token, policy_mask = policy, keep
     if nll_rows is not None:
         nll = nll_rows.to(device=logp.device, dtype=torch.bool).unsqueeze(1)  # (B, 1)

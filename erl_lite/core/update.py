@@ -21,7 +21,7 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.core.batching import (CompletionLogProbs, Packed, completion_logprobs, micro_batches,  # noqa: F401
                                     normalizer, pack)
-from erl_lite.core.losses import LossStats, first_non_finite, policy_objective
+from erl_lite.core.losses import LossStats, first_non_finite, policy_objective, sampler_weights
 from erl_lite.core.logprobs import draws_dropout
 from erl_lite.core.policy import keep_4bit_trainable, reference_context
 from erl_lite.core.progress import NO_PROGRESS, Progress
@@ -296,11 +296,16 @@ class PolicyUpdater:
         logp = self.trained(batch)
         if batch.old_logp is None:  # the first mini-batch's pass is over the weights that sampled it
             self.gaps.add(batch, logp)
+        weight = None
+        if c.vllm_importance_sampling_correction and c.generation_backend == "vllm" and batch.sampled_logp is not None:
+            old = logp.detach() if batch.old_logp is None else batch.old_logp
+            weight = sampler_weights(old, batch.sampled_logp.to(old), batch.mask, c.vllm_importance_sampling_mode,
+                                     c.vllm_importance_sampling_clip_min, c.vllm_importance_sampling_clip_max)
         return policy_objective(
             logp, batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
             nll_rows=batch.is_nll, beta=c.beta, epsilon_low=c.epsilon, epsilon_high=c.epsilon_high,
             dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
-            importance_sampling_level=c.importance_sampling_level,
+            importance_sampling_level=c.importance_sampling_level, sampler_weight=weight,
         )
 
 
