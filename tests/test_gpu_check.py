@@ -86,6 +86,27 @@ def test_budget_counts_lora_and_cache_by_hand():
     assert e.kv_cache * 2 ** 30 == pytest.approx(rows_tokens * shape.kv_bytes_per_token())
 
 
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct"])
+def test_budget_counts_vllms_share_by_hand(name):
+    """generation_backend="vllm": a 16-bit training copy (vLLM takes no 4-bit base), vLLM's own 16-bit copy and its
+    KV cache (the run's cache_tokens_for, 16-bit keys and values) are held for the whole run; its rollout needs no
+    cache of transformers' own."""
+    from erl_lite.core.continuous import cache_tokens_for
+
+    shape = ModelShape.load(name)
+    cfg = ERLConfig.preset("gpu", generation_backend="vllm")
+    e, plain = estimate_memory(cfg, shape), estimate_memory(ERLConfig.preset("gpu"), shape)
+    weights16 = shape.parameter_count() * 2 / 2 ** 30
+    kv16 = cache_tokens_for(cfg) * shape.layers * 2 * shape.kv_heads * shape.head_dim * 2 / 2 ** 30
+    assert e.weights == pytest.approx(weights16) and e.engine == pytest.approx(weights16 + kv16)
+    assert e.kv_cache == 0 and plain.engine == 0
+    assert e.static_gib == pytest.approx(plain.static_gib - plain.weights + weights16 + weights16 + kv16)
+    assert e.peak_gib > plain.peak_gib - plain.rollout_gib  # the engine is paid for during the update too
+    assert "vLLM" in memory_table(cfg) and "vLLM" not in memory_table(ERLConfig.preset("gpu"))
+    if name == "qwen2.5-1.5b-instruct":  # docs/VLLM.md's T4 arithmetic: ~7.5 GiB before activations
+        assert 7.0 < weights16 + e.engine < 7.6
+
+
 # --- the forced-length policy ------------------------------------------------------------------
 
 

@@ -114,10 +114,11 @@ class MemoryEstimate:
     logprob_chunk: float
     kv_cache: float
     prefill: float
+    engine: float = 0.0  # vLLM's weights and KV cache, held for the whole run
 
     @property
     def static_gib(self) -> float:
-        return self.weights + self.lora + self.gradients + self.optimizer
+        return self.weights + self.lora + self.gradients + self.optimizer + self.engine
 
     @property
     def update_gib(self) -> float:
@@ -164,22 +165,31 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
     # Prefill without grad: silu(gate), up and their product alive at once, plus the LoRA
     # branch's output: four (tokens, intermediate) fp32 tensors in the widest layer.
     prefill = rollout_tokens * 4 * shape.intermediate * _RESIDUAL_BYTES
+    weights = shape.linear_parameters() * _NF4_BYTES + shape.other_parameters() * 4
+    kv_cache, engine = rollout_tokens * shape.kv_bytes_per_token(), 0.0
+    if config.generation_backend == "vllm":  # no 4-bit base: 16-bit weights, twice (the policy's and the engine's)
+        from erl_lite.core.continuous import cache_tokens_for
+        from erl_lite.integrations.vllm import BATCHED_TOKENS
+        weights = shape.parameter_count() * 2
+        engine = weights + cache_tokens_for(config) * shape.kv_bytes_per_token() // 2  # 16-bit keys and values
+        kv_cache, prefill = 0, BATCHED_TOKENS * 4 * shape.intermediate * 2
     return MemoryEstimate(
-        weights=(shape.linear_parameters() * _NF4_BYTES + shape.other_parameters() * 4) / GIB,
+        weights=weights / GIB, engine=engine / GIB,
         lora=lora * 4 / GIB, gradients=lora * 4 / GIB, optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
         checkpoints=checkpoints / GIB, layer_backward=layer_backward / GIB,
         logprob_chunk=tile * 4 * logprob_copies / GIB,
-        kv_cache=rollout_tokens * shape.kv_bytes_per_token() / GIB, prefill=prefill / GIB)
+        kv_cache=kv_cache / GIB, prefill=prefill / GIB)
 
 
 def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kwargs: Any) -> str:
-    """A Markdown table of :func:`estimate_memory` for each architecture (the README's)."""
-    parts = ("weights (4-bit)", "LoRA + grads", "optimizer", "checkpoints", "layer backward",
+    """A Markdown table of :func:`estimate_memory` for each architecture (``erl-lite budget``, docs/GPU.md)."""
+    vllm = config.generation_backend == "vllm"
+    parts = ("weights (16-bit)" if vllm else "weights (4-bit)", *(("vLLM (weights + KV)",) if vllm else ()), "LoRA + grads", "optimizer", "checkpoints", "layer backward",
              "log-prob chunk", "update", "KV cache", "prefill", "rollout", "peak")
     lines = ["| model | " + " | ".join(parts) + " |", "|---" * (len(parts) + 1) + "|"]
     for name in names:
         e = estimate_memory(config, ModelShape.load(name), **kwargs)
-        values = (e.weights, e.lora + e.gradients, e.optimizer, e.checkpoints, e.layer_backward,
+        values = (e.weights, *((e.engine,) if vllm else ()), e.lora + e.gradients, e.optimizer, e.checkpoints, e.layer_backward,
                   e.logprob_chunk, e.update_gib, e.kv_cache, e.prefill, e.rollout_gib, e.peak_gib)
         lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
     return "\n".join(lines)

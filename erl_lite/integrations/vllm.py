@@ -20,6 +20,9 @@ from erl_lite.config.checks import refuse_generation_kwargs
 from erl_lite.core.generation import SamplingParams, check_request, model_context_length
 from erl_lite.core.policy import base_model, eos_token_ids
 
+#: Tokens the engine runs in one forward (prefill comes in chunks of it): what bounds its activations.
+BATCHED_TOKENS = 4096
+
 
 def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """The policy's parameters under the checkpoint's names, each LoRA delta added to a copy of its base weight."""
@@ -77,7 +80,7 @@ class VLLMGenerator:
         self.synced = self._versions()
         return LLM(model=self._folder.name, dtype=str(dtype).removeprefix("torch."), max_model_len=self.context,
                    seed=self.seed + self.rank, generation_config="vllm", logprobs_mode="processed_logprobs",
-                   enable_prefix_caching=True, max_num_batched_tokens=4096, enforce_eager=not torch.cuda.is_available(),
+                   enable_prefix_caching=True, max_num_batched_tokens=BATCHED_TOKENS, enforce_eager=not torch.cuda.is_available(),
                    **self.size)
 
     def _sync(self) -> None:
