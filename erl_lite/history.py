@@ -1,6 +1,5 @@
 """The run's history: ``history.jsonl`` (one record per step and evaluation, keyed as
-:data:`erl_lite.metrics.METRIC_GLOSSARY`) and ``samples.jsonl`` (every ``sample_every``-th StepRecord).
-"""
+:data:`erl_lite.metrics.METRIC_GLOSSARY`) and ``samples.jsonl`` (every ``sample_every``-th StepRecord)."""
 
 from __future__ import annotations
 
@@ -83,7 +82,6 @@ class History:
         if not hist_file.exists():
             raise FileNotFoundError(f"no history.jsonl at {hist_file}")
         samples_file = folder / "samples.jsonl"
-        # A crash mid-write leaves the last line cut off: drop it, so the history up to then can be drawn.
         samples = read_jsonl(samples_file, "warn", _not_an_object) if samples_file.exists() else []
         return cls(records=read_jsonl(hist_file, "warn", record_problem), samples=samples)
 

@@ -1,7 +1,7 @@
-"""Metric names, their glossary, and the per-phase numbers of one iteration.
+"""The metric glossary (a line for each name of :mod:`erl_lite.metric_names`) and the numbers of one iteration.
 
-Every logged key is a constant here with one line in :data:`METRIC_GLOSSARY`. A metric without data is
-None, not 0 (a gap in plots); TRL's names describe the first attempts, None where TRL logs 0 or NaN.
+A metric without data is None, not 0 (a gap in plots); TRL's names describe the first attempts, None where
+TRL logs 0 or NaN.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ METRIC_GLOSSARY: dict[str, str] = {
     TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
 }
 
-#: TRL's metric names logged next to ERL's (see the module docstring).
+#: TRL's metric names logged next to ERL's.
 TRL_NAMES = (TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD, LEN_MEAN, LEN_MIN, LEN_MAX, CLIPPED_RATIO,
              TERM_MEAN, TERM_MIN, TERM_MAX)
 

@@ -59,8 +59,7 @@ def task_count(n: Any) -> int | None:
 class TaskPool(Sequence):
     """A split of ``size`` tasks read by index, task ``i`` being ``draw(i)``, drawn when first read and then kept.
 
-    A run reads a few hundred tasks of a 10,000-task split, and a task may cost tens of milliseconds to
-    draw (a 5x5 map with its checks): drawing the whole split first cost a minute before the first step.
+    A run reads a few hundred tasks of a 10,000-task split, and one task may take tens of milliseconds to draw.
     ``draw`` must be deterministic in ``i`` and give unique ids (:func:`check_unique_task_ids` trusts it).
 
     Example:
@@ -204,8 +203,7 @@ class TrainSample:
 
 @dataclass
 class Retry:
-    """One gated first attempt (``r1 < τ``), the reflection Δ on it (None in "w/o reflection"), and the
-    second attempt it led to; joined once, in :func:`erl_lite.core.phases.attempt_second`."""
+    """One gated first attempt (``r1 < τ``), the reflection Δ on it (None in "w/o reflection"), and its retry."""
 
     first: Attempt
     reflection: Reflection | None

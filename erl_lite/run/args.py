@@ -1,6 +1,5 @@
-"""What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer``: values it cannot
-honour are refused, never ignored; ``trainer_state``; the default optimizer and schedule.
-"""
+"""What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer`` (what it cannot honour
+is refused, never ignored); ``trainer_state``; the default optimizer and schedule."""
 
 from __future__ import annotations
 

@@ -44,11 +44,9 @@ class TrainerCallbacks:
         a = trainer.args
         self.handler = CallbackHandler([_flow_callback(), *callbacks], trainer.model, trainer.tokenizer,
                                        trainer.optimizer, trainer.scheduler)
-        self.state = TrainerState(max_steps=a.max_steps or 0, logging_steps=a.logging_steps,
-                                  eval_steps=a.eval_steps, save_steps=a.save_steps,
-                                  train_batch_size=a.num_tasks_per_step,
-                                  num_train_epochs=a.num_train_epochs or 0,
-                                  is_local_process_zero=trainer.dist.is_main,
+        self.state = TrainerState(max_steps=a.max_steps or 0, logging_steps=a.logging_steps, eval_steps=a.eval_steps,
+                                  save_steps=a.save_steps, train_batch_size=a.num_tasks_per_step,
+                                  num_train_epochs=a.num_train_epochs or 0, is_local_process_zero=trainer.dist.is_main,
                                   is_world_process_zero=trainer.dist.is_main)
         self.control = TrainerControl()
 

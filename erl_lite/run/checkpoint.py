@@ -269,8 +269,7 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
 
 
 def previous_run(out_dir: str) -> list[str]:
-    """Another run's files in ``out_dir`` (checkpoints, a non-empty ``history.jsonl``, a final model's
-    ``training_args.json``); empty if none."""
+    """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, ``training_args.json``."""
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
     with contextlib.suppress(OSError), open(os.path.join(out_dir, "history.jsonl"), encoding="utf-8",
                                             errors="replace") as f:
@@ -280,8 +279,7 @@ def previous_run(out_dir: str) -> list[str]:
 
 
 def remove_previous_run(out_dir: str) -> None:
-    """Delete everything a previous run wrote in ``out_dir`` (checkpoints, history, the final model, its
-    tokenizer, args and card); other files stay."""
+    """Delete what a previous run wrote in ``out_dir`` (checkpoints, history, the final model and its files)."""
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
         if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):

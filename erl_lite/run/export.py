@@ -42,7 +42,6 @@ class ExportResult:
 def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto", "none", "4bit"] = "auto",
                      base_model: str | None = None) -> AdapterInfo:
     """Read an adapter folder (e.g. ``checkpoint-<step>``): its base model and how that base was loaded.
-
     ``quantization="auto"`` reads it from the folder; ``base_model`` overrides ``base_model_name_or_path``."""
     folder = run_adapter(os.fspath(adapter_dir))
     config_path = os.path.join(folder, "adapter_config.json")
@@ -110,10 +109,8 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
 def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto", "none", "4bit"] = "auto",
                   dtype: str | torch.dtype = "auto", base_model: str | None = None,
                   trust_remote_code: bool = False) -> tuple[Any, Any, AdapterInfo]:
-    """Load an adapter's base on the CPU, merge the adapter into it; return ``(model, tokenizer, info)``.
-
-    ``dtype="auto"``: the base's saved dtype. The model comes back in eval mode, without peft.
-    """
+    """Load an adapter's base on the CPU, merge the adapter into it; return ``(model, tokenizer, info)``, the
+    model in eval mode and without peft. ``dtype="auto"``: the base's saved dtype."""
     from peft import PeftModel
     from transformers import AutoTokenizer
     info = describe_adapter(adapter_dir, quantization, base_model)
@@ -169,9 +166,7 @@ def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
 def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True, token: str | None = None,
                 commit_message: str = "Upload from erl_lite") -> str:
     """Upload ``folder`` (a merged model or an adapter) to the Hub, creating the repository; return its URL.
-
-    Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``).
-    """
+    Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``)."""
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"repo_id must look like 'user-or-org/name', got {repo_id!r}")
     path = os.fspath(folder)

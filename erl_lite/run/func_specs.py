@@ -1,6 +1,5 @@
 """Functions named by text (``module:function``, ``path/to/file.py:function`` or TRL's ``module.function``);
-a checkpoint records a reward function's spec so that ``erl-lite eval`` can say what a run was scored by.
-"""
+a checkpoint records a reward function's spec so that ``erl-lite eval`` can say what a run was scored by."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Token budgets against the model's context, checked when the trainer is built.
-
-Budgets and dataset rows that do not fit are refused, naming the field, the row and the numbers.
+"""Token budgets against the model's context, checked when the trainer is built: budgets and dataset rows
+that do not fit are refused, naming the field, the row and the numbers.
 Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand; erl_lite derives it.
 """
 

@@ -1,7 +1,5 @@
-"""The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step.
-
-A base of :class:`~erl_lite.run.trainer.ERLTrainer`; the files are :mod:`erl_lite.run.checkpoint`'s.
-"""
+"""The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step (a base
+of :class:`~erl_lite.run.trainer.ERLTrainer`; the files are :mod:`erl_lite.run.checkpoint`'s)."""
 
 from __future__ import annotations
 

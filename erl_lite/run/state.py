@@ -1,6 +1,5 @@
 """A run's state between two steps, in memory: a copy of the live trainer (to undo a step cut short),
-the random states as plain lists, and loading a state back, checked before anything is touched.
-"""
+the random states as plain lists, and loading a state back, checked before anything is touched."""
 
 from __future__ import annotations
 
