@@ -1,6 +1,5 @@
 """Old import paths: ``import erl_lite.phases`` warns (``DeprecationWarning``) and hands back the module at
-its new home, the same object. One finder on ``sys.meta_path`` does it, with no stub file per old name.
-"""
+its new home, the same object. One finder on ``sys.meta_path`` does it, with no stub file per old name."""
 
 from __future__ import annotations
 

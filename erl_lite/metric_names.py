@@ -1,6 +1,5 @@
 """Every metric name erl_lite logs, once: the phases' and the update's keys, TRL's names. It imports only the
-role names, so :mod:`erl_lite.core.update` writes the constants :mod:`erl_lite.metrics` describes and viz plots.
-"""
+role names, so :mod:`erl_lite.core.update` writes the constants :mod:`erl_lite.metrics` describes and viz plots."""
 
 from __future__ import annotations
 

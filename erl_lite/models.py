@@ -1,8 +1,7 @@
 """Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it; :mod:`erl_lite.core.policy` acts on it.
 
 Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite defaults
-to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL reference is the frozen base.
-"""
+to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL reference is the frozen base."""
 
 from __future__ import annotations
 

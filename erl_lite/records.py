@@ -8,8 +8,7 @@ Token layout of an attempt (one multi-turn episode is *one* sequence)::
      generation prompt]              mask: 1..1   0..0    1..1     0..0          1..1
 
 ``glue_t`` (end of turn, next observation, next generation prompt) carries no loss;
-internalization swaps ``prompt_ids`` and keeps ``completion_ids``.
-"""
+internalization swaps ``prompt_ids`` and keeps ``completion_ids``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A tiny, offline, random chat model for tests, notebooks and CPU demos: a character-level tokenizer and a
-two-layer decoder in each family the presets load (``FAMILIES``), since bugs hide in their differences.
-"""
+two-layer decoder in each family the presets load (``FAMILIES``), since bugs hide in their differences."""
 
 from __future__ import annotations
 

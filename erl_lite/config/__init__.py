@@ -1,8 +1,7 @@
 """ERLConfig: one flat dataclass holding every knob of a run, its defaults the paper's (Algorithm 2).
 
 Field names follow TRL's ``GRPOConfig``; its other names are mapped or refused (:mod:`~erl_lite.config.trl_fields`).
-A bad value fails at construction, naming the field.
-"""
+A bad value fails at construction, naming the field."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Each sits in one table: :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field, by
 :func:`translate_trl_fields`), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
-behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name.
-"""
+behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A task's id starts with ``"<name>/"`` (what routing reads), its data holds the name under ``environment``
 (TRL 1.16's column); a row without a ``prompt`` names a member's task by ``index``. The member decides
 prompts, turn limit and scoring. Departures from the paper: one environment per run there; here one
-memory per environment, the weights shared (TRL's pattern).
-"""
+memory per environment, the weights shared (TRL's pattern)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 :func:`estimate_memory` adds up, in GiB, the **static** part (NF4 weights, fp32 embedding, LoRA weights,
 gradients, optimizer moments), the **update** (one micro-batch: checkpointed layer inputs, one recomputed
 layer, one log-prob tile) and the **rollout** (KV cache and prefill of one ``generate``); peak = static +
-max(update, rollout), fp32 activations (peft upcasts norms); CUDA context, fragmentation (0.5-1 GiB) left out.
-"""
+max(update, rollout), fp32 activations (peft upcasts norms); CUDA context, fragmentation (0.5-1 GiB) left out."""
 
 from __future__ import annotations
 

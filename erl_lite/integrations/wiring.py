@@ -1,6 +1,5 @@
 """The trainer's wiring: what its arguments become (environment, tasks, process group, reporter,
-memory, callbacks, metrics); the trainer imports only this module from ``integrations/``.
-"""
+memory, callbacks, metrics); the trainer imports only this module from ``integrations/``."""
 
 from __future__ import annotations
 

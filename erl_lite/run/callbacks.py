@@ -1,8 +1,7 @@
 """``transformers.TrainerCallback`` objects, dispatched by its ``CallbackHandler`` at the matching points
 of erl_lite's loop (one ERL iteration is one step; ``control`` is honoured after it). Departures from
 transformers: ``on_log`` gets each record, not a ``logging_steps`` average; no epoch, substep or
-optimizer-step events.
-"""
+optimizer-step events."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@
 ``trainer_state.json``, ``optimizer.pt`` / ``scheduler.pt``) plus erl_lite's ``erl_state.json``, ``rng.json``,
 ``memory.json``, ``history.jsonl`` / ``samples.jsonl`` and, written last, ``manifest.json`` (each file's size and
 sha256, the step, the record counts). Files are synced before the folder is renamed into place; nothing is
-unpickled; NaN/inf weights are never written nor resumed from. :func:`find_run` picks a run folder's checkpoint.
-"""
+unpickled; NaN/inf weights are never written nor resumed from. :func:`find_run` picks a run folder's checkpoint."""
 
 from __future__ import annotations
 

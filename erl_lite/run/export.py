@@ -1,8 +1,7 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
 A 4-bit (QLoRA) base is reloaded as in training and dequantised before the merge: the adapter was trained
-against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``).
-"""
+against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``)."""
 
 from __future__ import annotations
 

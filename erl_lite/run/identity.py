@@ -1,8 +1,7 @@
 """What a run is, for resume: the settings, model, adapter and tokenizer a resuming run must match.
 
 Compared: ERLConfig but :data:`RESUMABLE_FIELDS`, the model (its name, architecture and tensors) and LoRA
-settings, the tokenizer; the env is recorded, not compared.
-"""
+settings, the tokenizer; the env is recorded, not compared."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Token budgets against the model's context, checked when the trainer is built: budgets and dataset rows
 that do not fit are refused, naming the field, the row and the numbers.
-Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand; erl_lite derives it.
-"""
+Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand; erl_lite derives it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A report on a run: :func:`diagnose` replays :data:`~erl_lite.diagnostics.checks.CHECKS` over a history
-(the judges a live run uses) with the pre-flight findings it recorded; :func:`load_run` reads a run folder.
-"""
+(the judges a live run uses) with the pre-flight findings it recorded; :func:`load_run` reads a run folder."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Successful second attempts under the first attempt's context, as TRL prompt-completion rows;
 :func:`warm_start` tokenizes them as rollouts do and passes ``assistant_masks``, so observations stay out
 of the loss with any chat template (TRL's ``assistant_only_loss`` needs template markers).
-Departures from the paper: the paper internalizes online, inside the RL step; this is an extra.
-"""
+Departures from the paper: the paper internalizes online, inside the RL step; this is an extra."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | No
     """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer.
 
     ``source``, ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for SFTTrainer to add
-    (None: train ``model`` as is); ``sft_args``: more ``SFTConfig`` fields (defaults: no reporting, no max_length).
-    """
+    (None: train ``model`` as is); ``sft_args``: more ``SFTConfig`` fields (defaults: no reporting, no max_length)."""
     import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer

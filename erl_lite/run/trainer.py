@@ -59,8 +59,7 @@ class ERLTrainer(CheckpointSaving):
     The first six parameters are TRL 1.16's ``GRPOTrainer``'s, in its order; multi-turn tasks and tools plug in
     through ``env=`` or ``environment_factory=`` (not ``tools``/``rollout_func``). ``model``: a name, a path or a
     loaded model (``args``' model settings applied or refused). Datasets: rows with a ``prompt`` (list, Dataset,
-    file or name) or Tasks, by default the env's own. Reward functions receive ``trainer_state`` (:attr:`state`).
-    """
+    file or name) or Tasks, by default the env's own. Reward functions receive ``trainer_state`` (:attr:`state`)."""
 
     def __init__(self, model: Any, reward_funcs: Callable | Sequence[Callable] | None = None,
                  args: ERLConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
@@ -165,8 +164,7 @@ class ERLTrainer(CheckpointSaving):
 
         ``resume_from_checkpoint``: a folder, or True for the newest clean one in ``output_dir``;
         ``ignore_config_mismatch``: resume despite changed run settings (else refused, naming each field).
-        An exception in a step rolls back to the last finished step, saves it, and re-raises with a note.
-        """
+        An exception in a step rolls back to the last finished step, saves it, and re-raises with a note."""
         self._open_run(resume_from_checkpoint, ignore_config_mismatch)
         if self.step == 0:
             self.monitor.start(self.history)  # the pre-flight findings, first in a fresh history
