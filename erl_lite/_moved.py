@@ -68,8 +68,7 @@ class MovedFinder(importlib.abc.MetaPathFinder):
         new = new_home(name)
         if new is None:
             return None
-        warnings.warn(f"{name} moved to {new}; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{name} moved to {new}; the old name goes in the next release", DeprecationWarning, stacklevel=2)
         module = importlib.import_module(new)
         return importlib.machinery.ModuleSpec(name, _Alias(module), is_package=hasattr(module, "__path__"))
 

@@ -35,7 +35,6 @@ class History:
             self.reporter.log(record, step_record)
 
     def close_reporter(self) -> None:
-        """Send what the reporter still holds and close its trackers."""
         if self.reporter is not None:
             self.reporter.close()
 

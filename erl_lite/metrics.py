@@ -93,7 +93,6 @@ METRIC_GLOSSARY: dict[str, str] = {
     TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
 }
 
-#: TRL's metric names logged next to ERL's.
 TRL_NAMES = (TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD, LEN_MEAN, LEN_MIN, LEN_MAX, CLIPPED_RATIO,
              TERM_MEAN, TERM_MIN, TERM_MAX)
 
@@ -270,7 +269,6 @@ def cuda_device(model: Any) -> Any:
 
 
 def reset_peak_gpu_memory(device: Any) -> None:
-    """Start a new peak for :func:`peak_gpu_gb` (no-op without a CUDA device)."""
     if device is not None:
         import torch
 
@@ -287,7 +285,6 @@ def peak_gpu_gb(device: Any) -> float | None:
 
 
 def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
-    """Mean reward and success rate of evaluation (first-attempt) rollouts."""
     return {
         EVAL_REWARD: _mean([a.reward for a in attempts]) or 0.0,
         EVAL_SUCCESS: _mean([float(a.success) for a in attempts]) or 0.0,

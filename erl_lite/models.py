@@ -80,8 +80,7 @@ def _load_tokenizer(source: PreTrainedTokenizerBase | str | os.PathLike | None, 
     return _prepare_tokenizer(source, policy)
 
 
-def _lora_config(peft: str | LoraConfig, r: int, alpha: float, dropout: float, targets: str | list[str]
-                 ) -> LoraConfig:
+def _lora_config(peft: str | LoraConfig, r: int, alpha: float, dropout: float, targets: str | list[str]) -> LoraConfig:
     if isinstance(peft, LoraConfig):
         return peft
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none",

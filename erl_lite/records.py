@@ -266,7 +266,6 @@ class StepRecord:
 
 # --- the retry join: a retry's first attempt as an object, or as its position (StepRecord.to_dict) ---
 def _first_positions(first_attempts: list[Attempt], retries: list[Retry]) -> list[int]:
-    """Each retry's first attempt's position in ``first_attempts`` (matched by identity)."""
     position = {id(a): i for i, a in enumerate(first_attempts)}
     missing = [i for i, r in enumerate(retries) if id(r.first) not in position]
     if missing:

@@ -21,13 +21,11 @@ def reflects(mode: str) -> bool:
 
 
 def quantization_name(load_in_4bit: bool) -> str:
-    """The :data:`QUANTIZATIONS` name of a ``load_in_4bit`` setting."""
     return FOUR_BIT if load_in_4bit else NO_QUANTIZATION
 
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
 LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
-#: Every name ``loss_type`` accepts (erl_lite's own, then TRL's aliases).
 LOSS_TYPE_NAMES = LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)
 #: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
 TRL_LOSS_TYPES_MISSING = {
@@ -46,9 +44,7 @@ INTERNALIZATION_MODES = ("raft", "nll")
 REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
 OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
 
-#: What the run does when a diagnostic check fires (:mod:`erl_lite.diagnostics`).
 DIAGNOSTICS_LEVELS = ("warn", "off", "raise")
-#: How rollouts are sampled (:mod:`erl_lite.core.generation`, :mod:`erl_lite.core.continuous`).
 GENERATION_BACKENDS = ("generate", "continuous", "vllm")
 #: The fields that take one of a few words, and those words (also the command line's choices).
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
@@ -193,7 +189,6 @@ def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous"
 
 
 def check_clip(cfg: Config) -> None:
-    """The clip ranges in (0, 1) and the dual clip above 1."""
     for name in ("epsilon", "epsilon_high"):
         if not 0 < getattr(cfg, name) < 1:
             raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(cfg, name)!r}")
@@ -217,7 +212,6 @@ def check_schedule(cfg: Config) -> None:
 
 
 def check_lora(cfg: Config) -> None:
-    """The adapter's rank, scale, dropout and target modules."""
     _positive("lora_r", cfg.lora_r)
     if not cfg.lora_alpha > 0:
         raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {cfg.lora_alpha!r}")

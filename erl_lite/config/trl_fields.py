@@ -95,7 +95,6 @@ _REENTRANT = "erl_lite's checkpointing is always non-reentrant (use_reentrant=Fa
 
 
 def _all(reason: str, names: str) -> dict[str, str]:
-    """``{name: reason}`` for each of the space-separated ``names``."""
     return dict.fromkeys(names.split(), reason)
 
 

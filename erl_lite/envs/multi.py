@@ -65,7 +65,6 @@ class MultiEnvironment(Environment):
 
     @property
     def names(self) -> list[str]:
-        """The member names, in order."""
         return list(self.envs)
 
     # Set once by the trainer; every member's reward functions must see them.
@@ -81,7 +80,6 @@ class MultiEnvironment(Environment):
         return name
 
     def member(self, task: Task) -> Environment:
-        """The environment that plays ``task``."""
         return self.envs[self.env_name(task.task_id)]
 
     def tag(self, name: str, task: Task) -> Task:

@@ -128,7 +128,6 @@ class MemoryEstimate:
 
     @property
     def peak_gib(self) -> float:
-        """What must fit: the static part plus the larger of the two phases."""
         return self.static_gib + max(self.update_gib, self.rollout_gib)
 
 
@@ -136,8 +135,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
                     logprob_copies: int = 3) -> MemoryEstimate:
     """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape``.
 
-    ``lora_r``: LoRA rank on every projection; ``logprob_copies``: fp32 copies of a log-prob tile
-    alive at once.
+    ``lora_r``: LoRA rank on every projection; ``logprob_copies``: fp32 copies of a log-prob tile alive at once.
 
     Example:
         >>> estimate_memory(ERLConfig.preset("gpu"), ModelShape.load("qwen2.5-1.5b-instruct")).peak_gib < 13

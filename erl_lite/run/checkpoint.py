@@ -44,7 +44,6 @@ _ROOT_FILES = re.compile(r"^((history|samples)\.jsonl(\.tmp)?|training_args\.jso
 
 
 def _checked_rng(path: str) -> dict[str, Any]:
-    """Read rng.json and prove each state is accepted, on throwaway generators."""
     state = read_json(path)
     set_rng_state(state, check_only=True)
     return state
@@ -328,7 +327,6 @@ def find_run(path: str | os.PathLike) -> RunChoice:
 
 
 def _read_adapter(path: str) -> dict[str, torch.Tensor]:
-    """An adapter's tensors, read by PEFT under its saved names."""
     from peft.utils import load_peft_weights
 
     return load_peft_weights(os.path.dirname(path), device="cpu")
@@ -344,7 +342,6 @@ def _read_trainer_state(path: str) -> Any:
 
 
 def _read_memory(path: str) -> Any:
-    """memory.json, refused (naming the field) when its entries are malformed."""
     state = read_json(path)
     check_memory_state(state)
     return state

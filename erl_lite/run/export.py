@@ -65,8 +65,7 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
 
 
 def run_adapter(folder: str, find: Any = None) -> str:
-    """The adapter of a run or checkpoint folder, as ``find`` (:func:`~erl_lite.run.checkpoint.find_run`) picks it,
-    checked whole; any other folder itself."""
+    """The adapter of a run or checkpoint folder (of the checkpoint ``find`` picks, checked whole), else ``folder``."""
     from erl_lite.run.checkpoint import find_run, list_checkpoints
 
     if list_checkpoints(folder) or any(os.path.isfile(os.path.join(folder, n)) for n in (ERL_STATE, HF_STATE)):

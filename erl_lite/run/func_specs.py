@@ -36,8 +36,7 @@ def load_function(spec: str, what: str = "function") -> Callable:
     """
     where, sep, name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
     if not where or not name:
-        raise ValueError(f"{what} {spec!r}: expected module:function, path/to/file.py:function "
-                         "or module.function")
+        raise ValueError(f"{what} {spec!r}: expected module:function, path/to/file.py:function or module.function")
     module = _load_module(spec, where)
     obj: Any = module
     for part in name.split("."):  # a qualified name: Class.method

@@ -31,7 +31,6 @@ def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Map
 
 
 def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
-    """The reflection request's fixed text must fit its budget."""
     from erl_lite.core.prompts import reflection_skeleton_length
 
     needs = reflection_skeleton_length(tokenizer, c.chat_template_kwargs)

@@ -1,7 +1,6 @@
 """ERLTrainer: the training loop around :func:`erl_lite.core.phases.erl_step`.
 
-Usage mirrors TRL's GRPOTrainer (argument names, reward-function signature); environments plug in via ``env=``.
-Departures from the paper (README): ``transformers.generate``, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
+Departures from the paper (README): ``transformers.generate`` by default, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
 reference: the adapter disabled); small batches; one memory slot; evaluation of first attempts only.
 
 Example:
@@ -105,7 +104,6 @@ class ERLTrainer(CheckpointSaving):
         self.last_outcome: StepRecord | None = None
         self.hf_callbacks = TrainerCallbacks(self, trainer_callbacks)
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
-        # The health checks (erl_lite.diagnostics): pre-flight now, the step checks after each step.
         self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
         if args.diagnostics != "off":
             self.monitor.preflight(preflight(self))
