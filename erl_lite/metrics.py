@@ -1,7 +1,6 @@
 """The metric glossary (a line for each name of :mod:`erl_lite.metric_names`) and the numbers of one iteration.
 
-A metric without data is None, not 0 (a gap in plots); TRL's names describe the first attempts, None where
-TRL logs 0 or NaN."""
+A metric without data is None, not 0 (a gap in plots); TRL's names describe first attempts (None: TRL's 0 or NaN)."""
 
 from __future__ import annotations
 

@@ -164,7 +164,6 @@ def named_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
 
 
 def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> torch.dtype:
-    """The ``dtype`` argument as a torch dtype; ``"auto"``: bf16 where ``device`` has it natively, else float32."""
     return named_dtype(dtype) or (torch.bfloat16 if _native_bf16(device) else torch.float32)
 
 

@@ -54,7 +54,6 @@ class ModelShape:
 
     @classmethod
     def load(cls, name: str) -> "ModelShape":
-        """The shape of a shipped architecture (see :data:`MODEL_CONFIGS`)."""
         c = model_config(name)
         return cls(name, c["model_type"], c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
                    c["num_attention_heads"], c["num_key_value_heads"],

@@ -129,7 +129,6 @@ def _write_files(folder: str, step: int, model: Any, tokenizer: Any, optimizer: 
 
 
 def _digest(path: str, sync: bool = False) -> dict[str, Any]:
-    """A file's size and sha256; ``sync``: fsync it too."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
