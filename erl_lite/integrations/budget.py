@@ -17,8 +17,7 @@ from erl_lite.config import ERLConfig
 #: Shipped architectures, by file name (without ``.json``) under ``data/model_configs``.
 MODEL_CONFIGS = ("qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507")
 GIB = 2 ** 30
-# NF4 with double quantization: 4 bits per weight, an 8-bit absmax per 64-weight block and an
-# fp32 absmax per 256 blocks (bitsandbytes' defaults).
+# NF4, double-quantized (bitsandbytes' defaults): 4 bits a weight, an 8-bit absmax per 64, an fp32 one per 256 blocks.
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 _RESIDUAL_BYTES = 4  # fp32 residual stream and cache (see the module docstring)
 _OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  # two moments per weight
