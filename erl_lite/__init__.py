@@ -13,11 +13,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-#: Where the notebooks install erl_lite from, and the release they pin (a tag; a commit hash
-#: works too). The Colab badges, the constraints file and the figures the notebooks show are
-#: taken from the same place at the same ref. Nothing else in the project confirms this public
-#: path: to publish elsewhere, change these two lines and run `python scripts/sync_notebooks.py`,
-#: which rewrites every notebook's install cell, badge and figure links (a test checks them).
+#: Where the notebooks install erl_lite (and take its badges, constraints and figures) from, and the ref they
+#: pin. To publish elsewhere, change these two lines and run `python scripts/sync_notebooks.py`.
 REPOSITORY_URL = "https://github.com/erl-lite/erl_lite"
 RELEASE_REF = f"v{__version__}"
 

@@ -1,9 +1,5 @@
-"""Import paths of release 0.1 that moved when the package was arranged by layer and by folder.
-
-``import erl_lite.phases`` works for one more release: it warns (``DeprecationWarning``) and hands
-back the module at its new home, the same object. One finder on ``sys.meta_path`` does it, so no
-stub file per old name sits in the tree.
-"""
+"""Old import paths: ``import erl_lite.phases`` warns (``DeprecationWarning``) and hands back the module at
+its new home, the same object. One finder on ``sys.meta_path`` does it, with no stub file per old name."""
 
 from __future__ import annotations
 
@@ -24,7 +20,6 @@ MOVED = {
         "distributed", "reporting", "budget", "colab")},
     **{f"erl_lite.envs.{name}": f"erl_lite.integrations.{name}" for name in (
         "trl_adapter", "dataset", "reward_calls", "data_sources")},
-    # the config family and the run family got folders of their own
     **{f"erl_lite.{old}": f"erl_lite.config.{new}" for old, new in (
         ("config_checks", "checks"), ("field_types", "field_types"), ("presets", "presets"),
         ("trl_fields", "trl_fields"))},
@@ -73,8 +68,7 @@ class MovedFinder(importlib.abc.MetaPathFinder):
         new = new_home(name)
         if new is None:
             return None
-        warnings.warn(f"{name} moved to {new}; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{name} moved to {new}; the old name goes in the next release", DeprecationWarning, stacklevel=2)
         module = importlib.import_module(new)
         return importlib.machinery.ModuleSpec(name, _Alias(module), is_package=hasattr(module, "__path__"))
 

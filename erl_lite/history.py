@@ -1,6 +1,5 @@
 """The run's history: ``history.jsonl`` (one record per step and evaluation, keyed as
-:data:`erl_lite.metrics.METRIC_GLOSSARY`) and ``samples.jsonl`` (every ``sample_every``-th StepRecord).
-"""
+:data:`erl_lite.metrics.METRIC_GLOSSARY`) and ``samples.jsonl`` (every ``sample_every``-th StepRecord)."""
 
 from __future__ import annotations
 
@@ -36,7 +35,6 @@ class History:
             self.reporter.log(record, step_record)
 
     def close_reporter(self) -> None:
-        """Send what the reporter still holds and close its trackers."""
         if self.reporter is not None:
             self.reporter.close()
 
@@ -83,7 +81,6 @@ class History:
         if not hist_file.exists():
             raise FileNotFoundError(f"no history.jsonl at {hist_file}")
         samples_file = folder / "samples.jsonl"
-        # A crash mid-write leaves the last line cut off: drop it, so the history up to then can be drawn.
         samples = read_jsonl(samples_file, "warn", _not_an_object) if samples_file.exists() else []
         return cls(records=read_jsonl(hist_file, "warn", record_problem), samples=samples)
 

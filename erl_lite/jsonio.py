@@ -1,6 +1,5 @@
 """Reading JSON and JSON-lines files with errors that name the file, the line and the column, also for bytes
-that are not UTF-8 and nesting too deep to parse (``json.loads`` and ``datasets`` name no file).
-"""
+that are not UTF-8 and nesting too deep to parse (``json.loads`` and ``datasets`` name no file)."""
 
 from __future__ import annotations
 
@@ -31,9 +30,8 @@ def _text(path: str | os.PathLike) -> str:
 def read_jsonl(path: str | os.PathLike, torn_tail: Literal["error", "warn"] = "error",
                check: Callable[[Any], str | None] = lambda row: None) -> list[Any]:
     """One JSON value per non-blank line of ``path``; ValueError ``"<path>:<line>: not valid JSON (...)"``.
-
-    ``torn_tail="warn"``: a last line without its newline (a crash cut it) is dropped with a warning.
-    ``check(row)``: what is wrong with a row, or None; ValueError ``"<path>:<line>: <what>"``."""
+    ``torn_tail="warn"``: a last line a crash cut off is dropped with a warning. ``check(row)``: what is wrong
+    with a row, or None; ValueError ``"<path>:<line>: <what>"``."""
     path = os.fspath(path)
     lines = _text(path).split("\n")
     # split("\n") of text ending in "\n" ends with "": a non-empty last item lost its newline.

@@ -1,8 +1,5 @@
-"""Every metric name erl_lite logs, once: the phases' and the update's keys, TRL's names.
-
-The ground floor (it imports only the role names), so that :mod:`erl_lite.core.update` writes
-the same constants :mod:`erl_lite.metrics` describes and :mod:`erl_lite.viz` plots.
-"""
+"""Every metric name erl_lite logs, once: the phases' and the update's keys, TRL's names. It imports only the
+role names, so :mod:`erl_lite.core.update` writes the constants :mod:`erl_lite.metrics` describes and viz plots."""
 
 from __future__ import annotations
 

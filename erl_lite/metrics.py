@@ -1,8 +1,6 @@
-"""Metric names, their glossary, and the per-phase numbers of one iteration.
+"""The metric glossary (a line for each name of :mod:`erl_lite.metric_names`) and the numbers of one iteration.
 
-Every logged key is a constant here with one line in :data:`METRIC_GLOSSARY`. A metric without data is
-None, not 0 (a gap in plots); TRL's names describe the first attempts, None where TRL logs 0 or NaN.
-"""
+A metric without data is None, not 0 (a gap in plots); TRL's names describe first attempts (None: TRL's 0 or NaN)."""
 
 from __future__ import annotations
 
@@ -94,7 +92,6 @@ METRIC_GLOSSARY: dict[str, str] = {
     TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
 }
 
-#: TRL's metric names logged next to ERL's (see the module docstring).
 TRL_NAMES = (TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD, LEN_MEAN, LEN_MIN, LEN_MAX, CLIPPED_RATIO,
              TERM_MEAN, TERM_MIN, TERM_MAX)
 
@@ -271,7 +268,6 @@ def cuda_device(model: Any) -> Any:
 
 
 def reset_peak_gpu_memory(device: Any) -> None:
-    """Start a new peak for :func:`peak_gpu_gb` (no-op without a CUDA device)."""
     if device is not None:
         import torch
 
@@ -288,7 +284,6 @@ def peak_gpu_gb(device: Any) -> float | None:
 
 
 def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
-    """Mean reward and success rate of evaluation (first-attempt) rollouts."""
     return {
         EVAL_REWARD: _mean([a.reward for a in attempts]) or 0.0,
         EVAL_SUCCESS: _mean([float(a.success) for a in attempts]) or 0.0,

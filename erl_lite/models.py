@@ -1,9 +1,7 @@
-"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it; what the algorithm does to a loaded
-policy (stop ids, the KL reference) is :mod:`erl_lite.core.policy`.
+"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it; :mod:`erl_lite.core.policy` acts on it.
 
 Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite defaults
-to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL reference is the frozen base.
-"""
+to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL reference is the frozen base."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ def load_policy(model: str | os.PathLike | PreTrainedModel,
     """Load a causal LM policy and its tokenizer (left padding, a pad token), optionally 4-bit and LoRA-wrapped.
 
     ``model``: a hub name, a checkpoint, a LoRA adapter folder (on ``base_model``, else the base it records) or
-    a built model. ``dtype="auto"``: bf16 on a CUDA device with native bf16, else float32; ``device``: default
-    CUDA when available. Raises FileNotFoundError when ``model`` is a local folder that is not there.
+    a built model. ``dtype="auto"``: bf16 on a CUDA device with native bf16, else float32; ``device``: CUDA if any.
 
     Example:
         >>> import tempfile
@@ -76,7 +73,6 @@ def load_policy(model: str | os.PathLike | PreTrainedModel,
 
 def _load_tokenizer(source: PreTrainedTokenizerBase | str | os.PathLike | None, policy: torch.nn.Module,
                     trust_remote_code: bool) -> PreTrainedTokenizerBase:
-    """The policy's tokenizer (given, or loaded from ``source``), prepared by :func:`_prepare_tokenizer`."""
     if source is None:
         raise ValueError("tokenizer is required: the model does not say where it was loaded from")
     if not isinstance(source, PreTrainedTokenizerBase):
@@ -84,9 +80,7 @@ def _load_tokenizer(source: PreTrainedTokenizerBase | str | os.PathLike | None, 
     return _prepare_tokenizer(source, policy)
 
 
-def _lora_config(peft: str | LoraConfig, r: int, alpha: float, dropout: float, targets: str | list[str]
-                 ) -> LoraConfig:
-    """``peft`` itself when it is a LoraConfig, else one built from the four settings."""
+def _lora_config(peft: str | LoraConfig, r: int, alpha: float, dropout: float, targets: str | list[str]) -> LoraConfig:
     if isinstance(peft, LoraConfig):
         return peft
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none",
@@ -123,7 +117,6 @@ def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
 
 
 def _check_choices(*, quantization, peft, lora_r, lora_alpha, lora_dropout, gradient_checkpointing) -> None:
-    """Raise ValueError naming the offending argument."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     if not (isinstance(peft, LoraConfig) or peft in ("lora", "none")):
@@ -171,7 +164,6 @@ def named_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
 
 
 def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> torch.dtype:
-    """The ``dtype`` argument as a torch dtype; ``"auto"``: bf16 where ``device`` has it natively, else float32."""
     return named_dtype(dtype) or (torch.bfloat16 if _native_bf16(device) else torch.float32)
 
 

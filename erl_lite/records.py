@@ -8,8 +8,7 @@ Token layout of an attempt (one multi-turn episode is *one* sequence)::
      generation prompt]              mask: 1..1   0..0    1..1     0..0          1..1
 
 ``glue_t`` (end of turn, next observation, next generation prompt) carries no loss;
-internalization swaps ``prompt_ids`` and keeps ``completion_ids``.
-"""
+internalization swaps ``prompt_ids`` and keeps ``completion_ids``."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ def task_count(n: Any) -> int | None:
 class TaskPool(Sequence):
     """A split of ``size`` tasks read by index, task ``i`` being ``draw(i)``, drawn when first read and then kept.
 
-    A run reads a few hundred tasks of a 10,000-task split, and a task may cost tens of milliseconds to
-    draw (a 5x5 map with its checks): drawing the whole split first cost a minute before the first step.
+    A run reads a few hundred tasks of a 10,000-task split, and one task may take tens of milliseconds to draw.
     ``draw`` must be deterministic in ``i`` and give unique ids (:func:`check_unique_task_ids` trusts it).
 
     Example:
@@ -204,8 +202,7 @@ class TrainSample:
 
 @dataclass
 class Retry:
-    """One gated first attempt (``r1 < τ``), the reflection Δ on it (None in "w/o reflection"), and the
-    second attempt it led to; joined once, in :func:`erl_lite.core.phases.attempt_second`."""
+    """One gated first attempt (``r1 < τ``), the reflection Δ on it (None in "w/o reflection"), and its retry."""
 
     first: Attempt
     reflection: Reflection | None
@@ -269,7 +266,6 @@ class StepRecord:
 
 # --- the retry join: a retry's first attempt as an object, or as its position (StepRecord.to_dict) ---
 def _first_positions(first_attempts: list[Attempt], retries: list[Retry]) -> list[int]:
-    """Each retry's first attempt's position in ``first_attempts`` (matched by identity)."""
     position = {id(a): i for i, a in enumerate(first_attempts)}
     missing = [i for i, r in enumerate(retries) if id(r.first) not in position]
     if missing:

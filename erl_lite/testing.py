@@ -1,8 +1,5 @@
-"""A tiny, offline, randomly initialised chat model for tests, notebooks and CPU demos.
-
-A character-level tokenizer and a two-layer random decoder in each family the presets load
-(``FAMILIES``), since bugs hide in their differences.
-"""
+"""A tiny, offline, random chat model for tests, notebooks and CPU demos: a character-level tokenizer and a
+two-layer decoder in each family the presets load (``FAMILIES``), since bugs hide in their differences."""
 
 from __future__ import annotations
 
@@ -26,7 +23,6 @@ _CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 # Every tiny variant tests should cover: (family, tie_embeddings).
 FAMILIES = (("llama", False), ("qwen2", False), ("qwen3", False), ("qwen2", True))
 
-# ChatML, one turn per message; the generation prompt opens an assistant turn.
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"

@@ -1,11 +1,7 @@
-"""ERLConfig: one flat dataclass holding every knob of a run.
+"""ERLConfig: one flat dataclass holding every knob of a run, its defaults the paper's (Algorithm 2).
 
-Field names follow TRL's ``GRPOConfig`` where the concept is the same (its other names are mapped or
-refused: :mod:`erl_lite.config.trl_fields`). A bad value fails at construction naming the field: its type
-(:mod:`erl_lite.config.field_types`), then the checks of :mod:`erl_lite.config.checks`.
-Departures from the paper: the defaults are the paper's (Algorithm 2, τ = 1, clip 0.2/0.28, KL 0.001,
-lr 1e-6, T = 0.7); the presets (:mod:`erl_lite.config.presets`) shrink them for small runs.
-"""
+Field names follow TRL's ``GRPOConfig``; its other names are mapped or refused (:mod:`~erl_lite.config.trl_fields`).
+A bad value fails at construction, naming the field."""
 
 from __future__ import annotations
 
@@ -60,8 +56,7 @@ class ERLConfig:
     """Extra ``model.generate`` keywords for attempts, reflections and evaluation, e.g. ``{"min_p": 0.05}``."""
     generation_backend: str = "generate"
     """How rollouts are sampled: ``generate`` (``model.generate``), ``continuous`` (transformers' continuous
-    batching, :mod:`erl_lite.core.continuous`) or ``vllm`` (:mod:`erl_lite.integrations.vllm`); both refuse
-    ``generation_kwargs``."""
+    batching) or ``vllm``; the last two refuse ``generation_kwargs``."""
     vllm_gpu_memory_utilization: float | None = None
     """vLLM's share of the GPU (TRL's name); None: its KV cache is sized from the run's budgets."""
     vllm_importance_sampling_correction: bool = False
@@ -199,8 +194,7 @@ class ERLConfig:
     progress_bar: bool = True
     """Show tqdm progress bars: per iteration, per phase inside it, per evaluation (main process only)."""
     diagnostics: str = "warn"
-    """The health checks (:mod:`erl_lite.diagnostics`): ``warn`` prints each once per episode and logs it, ``raise``
-    also stops the run (its finished steps kept), ``off`` runs none."""
+    """Health checks: ``warn`` prints each once per episode and logs it, ``raise`` also stops the run, ``off`` none."""
 
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values carried into the history's header (e.g. the command line's environment)."""
@@ -291,7 +285,6 @@ class ERLConfig:
         return {k: v for k, v in dataclasses.asdict(self).items() if k in _FIELD_NAMES}
 
 
-#: The fields one passes to ``ERLConfig(...)`` (derived ones, like ``generations_from_mode``, are not).
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(ERLConfig) if f.init)
 _dataclass_init = ERLConfig.__init__
 

@@ -1,6 +1,4 @@
-"""The values :class:`~erl_lite.config.ERLConfig`'s fields may take, and the
-named checks its ``__post_init__`` runs after the type check, one concern each, naming the field.
-"""
+"""The values :class:`~erl_lite.config.ERLConfig`'s fields take, and the checks its ``__post_init__`` runs."""
 
 from __future__ import annotations
 
@@ -8,8 +6,7 @@ import dataclasses
 import warnings
 from typing import Any
 
-#: The ERLConfig being built (its ``__post_init__`` calls these checks). Typed loosely: the class imports
-#: this module, so naming it here would tie the two into a circle.
+#: The ERLConfig being built, typed loosely: naming the class here would make an import circle.
 Config = Any
 
 MODES = ("erl", "erl_simple", "rlvr")
@@ -24,13 +21,11 @@ def reflects(mode: str) -> bool:
 
 
 def quantization_name(load_in_4bit: bool) -> str:
-    """The :data:`QUANTIZATIONS` name of a ``load_in_4bit`` setting."""
     return FOUR_BIT if load_in_4bit else NO_QUANTIZATION
 
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
 LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
-#: Every name ``loss_type`` accepts (erl_lite's own, then TRL's aliases).
 LOSS_TYPE_NAMES = LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)
 #: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
 TRL_LOSS_TYPES_MISSING = {
@@ -51,12 +46,9 @@ INTERNALIZATION_MODES = ("raft", "nll")
 REPORT_TO_BACKENDS = ("tensorboard", "trackio", "wandb")
 OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
 
-#: The fields that take one of a few words, and those words (also the command line's choices).
-#: What the run does when a diagnostic check fires (:mod:`erl_lite.diagnostics`).
 DIAGNOSTICS_LEVELS = ("warn", "off", "raise")
-#: How rollouts are sampled (:mod:`erl_lite.core.generation`, :mod:`erl_lite.core.continuous`).
 GENERATION_BACKENDS = ("generate", "continuous", "vllm")
-
+#: The fields that take one of a few words, and those words (also the command line's choices).
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES, "loss_type": LOSS_TYPE_NAMES, "scale_rewards": SCALE_REWARDS,
     "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS, "lr_scheduler_type": LR_SCHEDULERS,
@@ -103,8 +95,7 @@ def _positive(name: str, value: Any) -> None:
 
 
 def check_trl_values(cfg: Config) -> None:
-    """TRL's spellings of a value, before the type check: ``scale_rewards`` True/False, and the
-    ``loss_type`` names (TRL's aliases stored as erl_lite's, the unimplemented ones refused)."""
+    """TRL's spellings, before the type check: ``scale_rewards`` True/False, an unimplemented ``loss_type``."""
     if isinstance(cfg.scale_rewards, bool):
         cfg.scale_rewards = "group" if cfg.scale_rewards else "none"
     if cfg.loss_type in TRL_LOSS_TYPES_MISSING:
@@ -180,9 +171,8 @@ def check_sampling(cfg: Config) -> None:
 
 
 def check_generation_key(key: str, value: Any) -> None:
-    """Refuse a ``generation_kwargs`` entry that the sampler cannot honour exactly. The update scores
-    ``softmax(z / T)``: a processor that reshapes it (a penalty, min-p, a banned token) would train on
-    another distribution than the one sampled, and the sampler owns the call's shape (cache, outputs, beams).
+    """Refuse a ``generation_kwargs`` entry the sampler cannot honour exactly: the update scores ``softmax(z / T)``,
+    so a processor that reshapes it would train on another distribution than the one sampled.
     Only ``cache_implementation`` is taken: it changes how keys are stored, not what is drawn."""
     if key == "cache_implementation":
         from transformers.generation.configuration_utils import ALL_CACHE_IMPLEMENTATIONS
@@ -208,7 +198,6 @@ def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous"
 
 
 def check_clip(cfg: Config) -> None:
-    """The clip ranges in (0, 1) and the dual clip above 1."""
     for name in ("epsilon", "epsilon_high"):
         if not 0 < getattr(cfg, name) < 1:
             raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(cfg, name)!r}")
@@ -232,7 +221,6 @@ def check_schedule(cfg: Config) -> None:
 
 
 def check_lora(cfg: Config) -> None:
-    """The adapter's rank, scale, dropout and target modules."""
     _positive("lora_r", cfg.lora_r)
     if not cfg.lora_alpha > 0:
         raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {cfg.lora_alpha!r}")

@@ -1,7 +1,5 @@
-"""Checking a value against its field's type annotation or its setting's range, with a message naming it.
-Every way of building a config meets the same rules (``bool``: only True/False; ``int``: an integer or a whole
-float; ``float``: a real number but a bool, never NaN or ±inf); neither ``dataclasses`` nor HF checks types.
-"""
+"""Checking a value against its field's type annotation or its setting's range, with a message naming it:
+``bool`` takes only True/False, ``int`` an integer or a whole float, ``float`` a finite real number, not a bool."""
 
 from __future__ import annotations
 
@@ -41,7 +39,7 @@ def conform(name: str, value: Any, annotation: Any, owner: str = "ERLConfig") ->
     """``value`` as field ``name`` stores it, or ValueError naming ``owner.name`` and what it takes."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
         raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
-    try:  # with convert=True a union still tries an exact fit first
+    try:
         return _conform(value, annotation, convert=True)
     except _Mismatch:
         raise ValueError(f"{owner}.{name} must be {describe(annotation)}, got {value!r:.80} "
@@ -132,5 +130,4 @@ def _plural(words: str) -> str:
 
 def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
     """The known name a mistyped ``name`` meant (``aliases``, else difflib above 0.6), or None: the "did you mean"."""
-    return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)),
-                                             None)
+    return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)), None)

@@ -2,10 +2,7 @@
 
 ``cpu``: tiny models on a laptop CPU. ``demo``: the embedded model on its demo world (``erl-lite demo``,
 the notebooks' cpu setup). ``gpu``: a 0.5–4B model in 4-bit QLoRA on one T4/L4. ``paper``: the released code's.
-
-Departures from the paper: every preset but ``paper`` is smaller than the paper's runs, and LoRA presets
-take a larger learning rate than full fine-tuning.
-"""
+Departures from the paper: every preset but ``paper`` is smaller, and LoRA presets take a larger learning rate."""
 
 from __future__ import annotations
 
@@ -59,8 +56,7 @@ GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
 
 
 def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
-    """Raise RuntimeError when preset ``name`` (None: no preset) is sized for a GPU and no CUDA device exists
-    (else it would train for hours on the CPU without a word); building ``ERLConfig.preset("gpu")`` works.
+    """Raise RuntimeError when preset ``name`` (None: none) is sized for a GPU and torch sees no CUDA device.
 
     Example:
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override

@@ -1,10 +1,8 @@
 """What ``ERLConfig`` does with each of TRL's ``GRPOConfig`` settings (TRL 1.16, with ``TrainingArguments``'s).
 
-Every field sits in one table, so a ported ``GRPOConfig(...)`` call never meets a bare "unexpected keyword
-argument": :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field, by
+Each sits in one table: :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field, by
 :func:`translate_trl_fields`), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
-behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name.
-"""
+behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name."""
 
 from __future__ import annotations
 
@@ -99,7 +97,6 @@ _REENTRANT = "erl_lite's checkpointing is always non-reentrant (use_reentrant=Fa
 
 
 def _all(reason: str, names: str) -> dict[str, str]:
-    """``{name: reason}`` for each of the space-separated ``names``."""
     return dict.fromkeys(names.split(), reason)
 
 
@@ -175,9 +172,8 @@ def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
                          current: dict[str, Any] | None = None) -> dict[str, Any]:
     """``given`` (keyword arguments for ``ERLConfig``, whose field names are ``known``) with TRL's names mapped.
 
-    ``current``: values a mapped field starts from (a config being replaced: ``cache_implementation`` joins its
-    ``generation_kwargs``). Raises ValueError for a refused field or a mapped one that disagrees with
-    its target, TypeError for a name that is neither an ERLConfig field nor a TRL one.
+    ``current``: the values a mapped field starts from (those of a config being replaced). ValueError for a
+    refused field or a mapped one that disagrees with its target, TypeError for any other unknown name.
 
     Example:
         >>> translate_trl_fields({"cache_implementation": "static", "seed": 1}, ["seed", "generation_kwargs"])

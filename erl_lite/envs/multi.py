@@ -3,8 +3,7 @@
 A task's id starts with ``"<name>/"`` (what routing reads), its data holds the name under ``environment``
 (TRL 1.16's column); a row without a ``prompt`` names a member's task by ``index``. The member decides
 prompts, turn limit and scoring. Departures from the paper: one environment per run there; here one
-memory per environment, the weights shared (TRL's pattern).
-"""
+memory per environment, the weights shared (TRL's pattern)."""
 
 from __future__ import annotations
 
@@ -66,7 +65,6 @@ class MultiEnvironment(Environment):
 
     @property
     def names(self) -> list[str]:
-        """The member names, in order."""
         return list(self.envs)
 
     # Set once by the trainer; every member's reward functions must see them.
@@ -82,7 +80,6 @@ class MultiEnvironment(Environment):
         return name
 
     def member(self, task: Task) -> Environment:
-        """The environment that plays ``task``."""
         return self.envs[self.env_name(task.task_id)]
 
     def tag(self, name: str, task: Task) -> Task:

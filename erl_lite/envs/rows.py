@@ -1,7 +1,5 @@
 """Dataset rows as tasks: a row's ``prompt`` (a string or chat messages) checked and split, its other
-columns kept as the task's data. Single-turn datasets (:mod:`erl_lite.integrations.dataset`) and
-several environments in one run (:mod:`~erl_lite.envs.multi`) both read rows through here.
-"""
+columns kept as the task's data."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 :func:`estimate_memory` adds up, in GiB, the **static** part (NF4 weights, fp32 embedding, LoRA weights,
 gradients, optimizer moments), the **update** (one micro-batch: checkpointed layer inputs, one recomputed
 layer, one log-prob tile) and the **rollout** (KV cache and prefill of one ``generate``); peak = static +
-max(update, rollout), fp32 activations (peft upcasts norms); CUDA context, fragmentation (0.5-1 GiB) left out.
-"""
+max(update, rollout), fp32 activations (peft upcasts norms); CUDA context, fragmentation (0.5-1 GiB) left out."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from erl_lite.config import ERLConfig
 #: Shipped architectures, by file name (without ``.json``) under ``data/model_configs``.
 MODEL_CONFIGS = ("qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507")
 GIB = 2 ** 30
-# NF4 with double quantization: 4 bits per weight, an 8-bit absmax per 64-weight block and an
-# fp32 absmax per 256 blocks (bitsandbytes' defaults).
+# NF4, double-quantized (bitsandbytes' defaults): 4 bits a weight, an 8-bit absmax per 64, an fp32 one per 256 blocks.
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 _RESIDUAL_BYTES = 4  # fp32 residual stream and cache (see the module docstring)
 _OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  # two moments per weight
@@ -55,7 +53,6 @@ class ModelShape:
 
     @classmethod
     def load(cls, name: str) -> "ModelShape":
-        """The shape of a shipped architecture (see :data:`MODEL_CONFIGS`)."""
         c = model_config(name)
         return cls(name, c["model_type"], c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
                    c["num_attention_heads"], c["num_key_value_heads"],
@@ -130,7 +127,6 @@ class MemoryEstimate:
 
     @property
     def peak_gib(self) -> float:
-        """What must fit: the static part plus the larger of the two phases."""
         return self.static_gib + max(self.update_gib, self.rollout_gib)
 
 
@@ -138,8 +134,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
                     logprob_copies: int = 3) -> MemoryEstimate:
     """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape``.
 
-    ``lora_r``: LoRA rank on every projection; ``logprob_copies``: fp32 copies of a log-prob tile
-    alive at once.
+    ``lora_r``: LoRA rank on every projection; ``logprob_copies``: fp32 copies of a log-prob tile alive at once.
 
     Example:
         >>> estimate_memory(ERLConfig.preset("gpu"), ModelShape.load("qwen2.5-1.5b-instruct")).peak_gib < 13

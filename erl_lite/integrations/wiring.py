@@ -1,6 +1,5 @@
 """The trainer's wiring: what its arguments become (environment, tasks, process group, reporter,
-memory, callbacks, metrics); the trainer imports only this module from ``integrations/``.
-"""
+memory, callbacks, metrics); the trainer imports only this module from ``integrations/``."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig
 
 
 def read_tasks(env: Environment, data: Any, split: str) -> Sequence[Task]:
-    """Tasks of a dataset (anything :func:`~erl_lite.integrations.data_sources.load_rows` reads), or
-    of the env's split when ``data`` is None; ids must be unique (they key the GRPO groups)."""
+    """Tasks of a dataset (anything ``load_rows`` reads), or of the env's split when ``data`` is None; ids unique."""
     where = f"{split}_dataset" if data is not None else f"the environment's {split} tasks"
     return check_unique_task_ids(_tasks(env, data, split), where)
 
@@ -112,8 +110,7 @@ def env_eval_extras(env: Environment, attempts: list[Any]) -> dict[str, Any]:
 
 
 def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float]:
-    """The means of what reward functions passed to ``log_metric`` since the last call, over every
-    process; a name clashing with erl_lite's own keys is refused."""
+    """Means over all processes of what reward functions passed to ``log_metric``; erl_lite's own names refused."""
     logged = mean_metrics(dist.gather(reward_log.take_metrics()))
     clash = sorted(k for k in logged if describe(k) is not None)
     if clash:

@@ -1,6 +1,5 @@
-"""What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer``: values it cannot
-honour are refused, never ignored; ``trainer_state``; the default optimizer and schedule.
-"""
+"""What ``ERLTrainer`` does with the arguments it shares with TRL's ``GRPOTrainer`` (what it cannot honour
+is refused, never ignored); ``trainer_state``; the default optimizer and schedule."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class TrainerStateView:
         return f"TrainerStateView(global_step={self.global_step}, max_steps={self.max_steps})"
 
 
-def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[[Any, StepRecord], None]],
-                                                               list[Any]]:
+def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[[Any, StepRecord], None]], list[Any]]:
     """(functions ``f(trainer, record)``, TrainerCallbacks); anything else is refused, naming its position."""
     from erl_lite.run.callbacks import is_trainer_callback
 
@@ -63,7 +61,6 @@ def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
                      "erl_lite loads named models in 4-bit NF4 (load_in_4bit=True) or unquantized")
 
 
-#: The fields that shape the LoRA adapter the trainer adds.
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 

@@ -1,8 +1,7 @@
 """``transformers.TrainerCallback`` objects, dispatched by its ``CallbackHandler`` at the matching points
 of erl_lite's loop (one ERL iteration is one step; ``control`` is honoured after it). Departures from
 transformers: ``on_log`` gets each record, not a ``logging_steps`` average; no epoch, substep or
-optimizer-step events.
-"""
+optimizer-step events."""
 
 from __future__ import annotations
 
@@ -44,11 +43,9 @@ class TrainerCallbacks:
         a = trainer.args
         self.handler = CallbackHandler([_flow_callback(), *callbacks], trainer.model, trainer.tokenizer,
                                        trainer.optimizer, trainer.scheduler)
-        self.state = TrainerState(max_steps=a.max_steps or 0, logging_steps=a.logging_steps,
-                                  eval_steps=a.eval_steps, save_steps=a.save_steps,
-                                  train_batch_size=a.num_tasks_per_step,
-                                  num_train_epochs=a.num_train_epochs or 0,
-                                  is_local_process_zero=trainer.dist.is_main,
+        self.state = TrainerState(max_steps=a.max_steps or 0, logging_steps=a.logging_steps, eval_steps=a.eval_steps,
+                                  save_steps=a.save_steps, train_batch_size=a.num_tasks_per_step,
+                                  num_train_epochs=a.num_train_epochs or 0, is_local_process_zero=trainer.dist.is_main,
                                   is_world_process_zero=trainer.dist.is_main)
         self.control = TrainerControl()
 

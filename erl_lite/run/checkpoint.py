@@ -4,8 +4,7 @@
 ``trainer_state.json``, ``optimizer.pt`` / ``scheduler.pt``) plus erl_lite's ``erl_state.json``, ``rng.json``,
 ``memory.json``, ``history.jsonl`` / ``samples.jsonl`` and, written last, ``manifest.json`` (each file's size and
 sha256, the step, the record counts). Files are synced before the folder is renamed into place; nothing is
-unpickled; NaN/inf weights are never written nor resumed from. :func:`find_run` picks a run folder's checkpoint.
-"""
+unpickled; NaN/inf weights are never written nor resumed from. :func:`find_run` picks a run folder's checkpoint."""
 
 from __future__ import annotations
 
@@ -45,7 +44,6 @@ _ROOT_FILES = re.compile(r"^((history|samples)\.jsonl(\.tmp)?|training_args\.jso
 
 
 def _checked_rng(path: str) -> dict[str, Any]:
-    """Read rng.json and prove each state is accepted, on throwaway generators."""
     state = read_json(path)
     set_rng_state(state, check_only=True)
     return state
@@ -131,7 +129,6 @@ def _write_files(folder: str, step: int, model: Any, tokenizer: Any, optimizer: 
 
 
 def _digest(path: str, sync: bool = False) -> dict[str, Any]:
-    """A file's size and sha256; ``sync``: fsync it too."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
@@ -269,8 +266,7 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
 
 
 def previous_run(out_dir: str) -> list[str]:
-    """Another run's files in ``out_dir`` (checkpoints, a non-empty ``history.jsonl``, a final model's
-    ``training_args.json``); empty if none."""
+    """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, ``training_args.json``."""
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
     with contextlib.suppress(OSError), open(os.path.join(out_dir, "history.jsonl"), encoding="utf-8",
                                             errors="replace") as f:
@@ -280,8 +276,7 @@ def previous_run(out_dir: str) -> list[str]:
 
 
 def remove_previous_run(out_dir: str) -> None:
-    """Delete everything a previous run wrote in ``out_dir`` (checkpoints, history, the final model, its
-    tokenizer, args and card); other files stay."""
+    """Delete what a previous run wrote in ``out_dir`` (checkpoints, history, the final model and its files)."""
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
         if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):
@@ -331,7 +326,6 @@ def find_run(path: str | os.PathLike) -> RunChoice:
 
 
 def _read_adapter(path: str) -> dict[str, torch.Tensor]:
-    """An adapter's tensors, read by PEFT under its saved names."""
     from peft.utils import load_peft_weights
 
     return load_peft_weights(os.path.dirname(path), device="cpu")
@@ -347,7 +341,6 @@ def _read_trainer_state(path: str) -> Any:
 
 
 def _read_memory(path: str) -> Any:
-    """memory.json, refused (naming the field) when its entries are malformed."""
     state = read_json(path)
     check_memory_state(state)
     return state

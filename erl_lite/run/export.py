@@ -1,8 +1,7 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
 A 4-bit (QLoRA) base is reloaded as in training and dequantised before the merge: the adapter was trained
-against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``).
-"""
+against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``)."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
 
 
 def run_adapter(folder: str, find: Any = None) -> str:
-    """The adapter of a run or checkpoint folder, as ``find`` (:func:`~erl_lite.run.checkpoint.find_run`) picks it,
-    checked whole; any other folder itself."""
+    """The adapter of a run or checkpoint folder (of the checkpoint ``find`` picks, checked whole), else ``folder``."""
     from erl_lite.run.checkpoint import find_run, list_checkpoints
 
     if list_checkpoints(folder) or any(os.path.isfile(os.path.join(folder, n)) for n in (ERL_STATE, HF_STATE)):

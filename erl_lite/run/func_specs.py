@@ -1,6 +1,5 @@
 """Functions named by text (``module:function``, ``path/to/file.py:function`` or TRL's ``module.function``);
-a checkpoint records a reward function's spec so that ``erl-lite eval`` can say what a run was scored by.
-"""
+a checkpoint records a reward function's spec so that ``erl-lite eval`` can say what a run was scored by."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def load_function(spec: str, what: str = "function") -> Callable:
     """
     where, sep, name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
     if not where or not name:
-        raise ValueError(f"{what} {spec!r}: expected module:function, path/to/file.py:function "
-                         "or module.function")
+        raise ValueError(f"{what} {spec!r}: expected module:function, path/to/file.py:function or module.function")
     module = _load_module(spec, where)
     obj: Any = module
     for part in name.split("."):  # a qualified name: Class.method

@@ -1,8 +1,7 @@
 """What a run is, for resume: the settings, model, adapter and tokenizer a resuming run must match.
 
 Compared: ERLConfig but :data:`RESUMABLE_FIELDS`, the model (its name, architecture and tensors) and LoRA
-settings, the tokenizer; the env is recorded, not compared.
-"""
+settings, the tokenizer; the env is recorded, not compared."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ LORA_FIELDS = ("use_rslora", "use_dora", "lora_dropout", "bias", "lora_bias", "m
 
 def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env: Any = None,
                  weights: dict[str, str] | None = None) -> dict[str, Any]:
-    """The config, model, tokenizer and environment identities a checkpoint records (``weights``:
-    :func:`model_fingerprint` of the model as loaded)."""
+    """The config, model, tokenizer and env identities a checkpoint records (``weights``: :func:`model_fingerprint`)."""
     # config.name_or_path is what from_pretrained records (a PeftModel forwards to its base).
     name = getattr(getattr(model, "config", None), "name_or_path", None) or getattr(model, "name_or_path", "")
     ident: dict[str, Any] = {"model": name or "", **(weights or {})}

@@ -1,7 +1,4 @@
-"""What a run saves, by name: Hugging Face's file layout, and a LoRA adapter written with its note.
-
-One module below checkpoint, export, results and the CLI.
-"""
+"""What a run saves, by name: Hugging Face's file layout, and a LoRA adapter written with its note."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Token budgets against the model's context, checked when the trainer is built.
-
-Budgets and dataset rows that do not fit are refused, naming the field, the row and the numbers.
-Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand; erl_lite derives it.
-"""
+"""Token budgets against the model's context, checked when the trainer is built: budgets and dataset rows
+that do not fit are refused, naming the field, the row and the numbers.
+Departures from the paper: the reference sets vLLM's ``max_model_len`` by hand; erl_lite derives it."""
 
 from __future__ import annotations
 
@@ -33,7 +31,6 @@ def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Map
 
 
 def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
-    """The reflection request's fixed text must fit its budget."""
     from erl_lite.core.prompts import reflection_skeleton_length
 
     needs = reflection_skeleton_length(tokenizer, c.chat_template_kwargs)

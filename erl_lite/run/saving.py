@@ -1,7 +1,5 @@
-"""The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step.
-
-A base of :class:`~erl_lite.run.trainer.ERLTrainer`; the files are :mod:`erl_lite.run.checkpoint`'s.
-"""
+"""The trainer's run folder: checkpoints, the final model, resume, and recovery from a failed step (a base
+of :class:`~erl_lite.run.trainer.ERLTrainer`; the files are :mod:`erl_lite.run.checkpoint`'s)."""
 
 from __future__ import annotations
 
@@ -137,8 +135,7 @@ class CheckpointSaving:
                              + "\n".join(f"  {d}" for d in differences)
                              + "\nPass train(..., ignore_config_mismatch=True) to resume anyway.")
         if differences:
-            warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences),
-                          stacklevel=3)
+            warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences), stacklevel=3)
         self._restore(state)
         self._apply_optimizer_settings(state.run.get("config", {}))
         in_output_dir = self.args.output_dir and os.path.abspath(state.path or "") == os.path.abspath(
@@ -207,8 +204,7 @@ class CheckpointSaving:
             self._saved_step = self.step
         return path
 
-    def _open_run(self, resume_from_checkpoint: str | bool | os.PathLike | None,
-                  ignore_config_mismatch: bool) -> bool:
+    def _open_run(self, resume_from_checkpoint: str | bool | os.PathLike | None, ignore_config_mismatch: bool) -> bool:
         """Check the folder, resume or claim it; returns whether this trainer continues its own stopped run."""
         from transformers import set_seed
 

@@ -1,10 +1,8 @@
-"""The internalization set as SFT data, and a short warm start with TRL's ``SFTTrainer``.
+"""The internalization set as TRL prompt-completion rows, and a short warm start on it with TRL's ``SFTTrainer``.
 
-Successful second attempts under the first attempt's context, as TRL prompt-completion rows;
-:func:`warm_start` tokenizes them as rollouts do and passes ``assistant_masks``, so observations stay out
+:func:`warm_start` tokenizes the rows as rollouts do and passes ``assistant_masks``, so observations stay out
 of the loss with any chat template (TRL's ``assistant_only_loss`` needs template markers).
-Departures from the paper: the paper internalizes online, inside the RL step; this is an extra.
-"""
+Departures from the paper: the paper internalizes online, inside the RL step; this is an extra."""
 
 from __future__ import annotations
 
@@ -66,8 +64,7 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any,
             reply = encode(m["content"], tokenizer) + [eos]
             ids, mask = ids + reply, mask + [1] * len(reply)
         else:
-            glue = encode(glue_text(messages, m["content"], tokenizer, tokenizer.eos_token, template_kwargs),
-                          tokenizer)
+            glue = encode(glue_text(messages, m["content"], tokenizer, tokenizer.eos_token, template_kwargs), tokenizer)
             ids, mask = ids + glue, mask + [0] * len(glue)
         messages.append(dict(m))
     return {"input_ids": ids, "assistant_masks": mask}

@@ -1,6 +1,5 @@
 """A run's state between two steps, in memory: a copy of the live trainer (to undo a step cut short),
-the random states as plain lists, and loading a state back, checked before anything is touched.
-"""
+the random states as plain lists, and loading a state back, checked before anything is touched."""
 
 from __future__ import annotations
 
@@ -77,8 +76,7 @@ def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory:
         records=list(history.records), samples=list(history.samples))
 
 
-def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any,
-                memory: ReflectionMemory) -> None:
+def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory) -> None:
     """Load ``state`` (exactly the trainable tensors, by name and shape) into the live objects, bar step and history."""
     where = os.path.join(state.path or "the saved state", state.weights)
     through_peft = state.weights == ADAPTER_WEIGHTS
@@ -121,8 +119,7 @@ def _check_tensors(where: str, found: dict[str, torch.Tensor], expected: dict[st
         ["other shape: " + ", ".join(f"{n} is {tuple(found[n].shape)} in the file, {tuple(expected[n])} in the "
                                       "model" for n in reshaped[:3])] if reshaped else [])
     if problems:
-        raise CheckpointError(f"{where} does not fit this model's trainable parameters ("
-                              + "; ".join(problems) + ")")
+        raise CheckpointError(f"{where} does not fit this model's trainable parameters (" + "; ".join(problems) + ")")
 
 
 def _apply(where: str, name: str, load: Callable[[Any], None], value: Any) -> None:

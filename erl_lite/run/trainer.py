@@ -1,7 +1,6 @@
 """ERLTrainer: the training loop around :func:`erl_lite.core.phases.erl_step`.
 
-Usage mirrors TRL's GRPOTrainer (argument names, reward-function signature); environments plug in via ``env=``.
-Departures from the paper (README): ``transformers.generate``, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
+Departures from the paper (README): ``transformers.generate`` by default, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
 reference: the adapter disabled); small batches; one memory slot; evaluation of first attempts only.
 
 Example:
@@ -59,8 +58,7 @@ class ERLTrainer(CheckpointSaving):
     The first six parameters are TRL 1.16's ``GRPOTrainer``'s, in its order; multi-turn tasks and tools plug in
     through ``env=`` or ``environment_factory=`` (not ``tools``/``rollout_func``). ``model``: a name, a path or a
     loaded model (``args``' model settings applied or refused). Datasets: rows with a ``prompt`` (list, Dataset,
-    file or name) or Tasks, by default the env's own. Reward functions receive ``trainer_state`` (:attr:`state`).
-    """
+    file or name) or Tasks, by default the env's own. Reward functions receive ``trainer_state`` (:attr:`state`)."""
 
     def __init__(self, model: Any, reward_funcs: Callable | Sequence[Callable] | None = None,
                  args: ERLConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
@@ -106,7 +104,6 @@ class ERLTrainer(CheckpointSaving):
         self.last_outcome: StepRecord | None = None
         self.hf_callbacks = TrainerCallbacks(self, trainer_callbacks)
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
-        # The health checks (erl_lite.diagnostics): pre-flight now, the step checks after each step.
         self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
         if args.diagnostics != "off":
             self.monitor.preflight(preflight(self))
@@ -165,8 +162,7 @@ class ERLTrainer(CheckpointSaving):
 
         ``resume_from_checkpoint``: a folder, or True for the newest clean one in ``output_dir``;
         ``ignore_config_mismatch``: resume despite changed run settings (else refused, naming each field).
-        An exception in a step rolls back to the last finished step, saves it, and re-raises with a note.
-        """
+        An exception in a step rolls back to the last finished step, saves it, and re-raises with a note."""
         self._open_run(resume_from_checkpoint, ignore_config_mismatch)
         if self.step == 0:
             self.monitor.start(self.history)  # the pre-flight findings, first in a fresh history
