@@ -343,7 +343,7 @@ def checks_reading(key: str) -> list[str]:
 
 
 def checks_table() -> str:
-    """The README's table of the checks: name, level, window, the metrics read (one home: :data:`CHECKS`)."""
+    """docs/HEALTH.md's table of the checks: name, level, window, the metrics read (one home: :data:`CHECKS`)."""
     rows = ["| check | level | window (steps) | reads |", "|---|---|---|---|"]
     rows += [f"| `{c.name}` | {c.level} | {c.window} | " + ", ".join(f"`{k}`" for k in c.reads) + " |" for c in CHECKS]
     return "\n".join(rows)

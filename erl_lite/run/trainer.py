@@ -1,6 +1,6 @@
 """ERLTrainer: the training loop around :func:`erl_lite.core.phases.erl_step`.
 
-Departures from the paper (README): ``transformers.generate`` by default, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
+Departures from the paper (docs/DEPARTURES.md): ``transformers.generate`` by default, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
 reference: the adapter disabled); small batches; one memory slot; evaluation of first attempts only.
 
 Example:
