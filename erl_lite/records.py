@@ -111,13 +111,7 @@ def check_unique_task_ids(tasks: Sequence[Task], where: str) -> Sequence[Task]:
 
 
 def tasks_by_id(tasks: list[Task]) -> dict[str, Task]:
-    """``{task_id: task}`` of one step's tasks; the same task may be drawn twice, two may not share an id.
-
-    Example:
-        >>> t = Task("a", "2+2=?")
-        >>> list(tasks_by_id([t, t]))
-        ['a']
-    """
+    """``{task_id: task}`` of one step's tasks; the same task may be drawn twice, two may not share an id."""
     out: dict[str, Task] = {}
     for task in tasks:
         known = out.setdefault(task.task_id, task)

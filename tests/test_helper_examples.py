@@ -55,3 +55,55 @@ def test_check_and_prompt_helpers():
     assert (RunFacts.of({"mode": "rlvr"}).max_reflection_length, RunFacts.of({}).max_steps) == (512, None)
     assert parse_rulebook("thinking... <prompt>C is a hole.</prompt>", "base") == ("C is a hole.", True)
     assert 500 < reflection_skeleton_length(tiny_tokenizer()) < 1000  # one token per character
+
+
+def test_core_helpers_of_the_step():
+    """What core's small helpers return (their examples moved here to shorten the step's reading path)."""
+    import torch
+
+    from erl_lite.core.chat import end_of_turn_id
+    from erl_lite.core.generation import check_request
+    from erl_lite.core.logprobs import causal_lm
+    from erl_lite.core.losses import first_non_finite
+    from erl_lite.core.policy import shared_rows
+    from erl_lite.core.prompts import PromptTooLongError
+    from erl_lite.records import Task, tasks_by_id
+    from erl_lite.testing import tiny_model
+
+    tok = tiny_tokenizer()
+    assert type(causal_lm(tiny_model(tok))).__name__ == "LlamaForCausalLM"
+    tok.eos_token = "<|eos|>"  # a base model's eos; the template still ends turns with <|im_end|>
+    assert tok.convert_ids_to_tokens(end_of_turn_id(tok)) == "<|im_end|>"
+    plain = tiny_tokenizer(chat_template=False)
+    assert end_of_turn_id(plain) == plain.eos_token_id
+    with pytest.raises(PromptTooLongError) as err:
+        check_request([10, 60], 10, 64)
+    assert err.value.row == 1 and str(err.value).startswith("request row 1 has 60 prompt tokens + max_new_to")
+    check_request([10, 50], 10, 64)  # fits: no error
+    t = Task("a", "2+2=?")
+    assert list(tasks_by_id([t, t])) == ["a"]
+    assert first_non_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))]) == "b"
+    assert first_non_finite([("a", torch.ones(2))]) is None
+    ids = torch.tensor([[1, 2], [3, 4], [1, 2]])
+    assert [x.tolist() for x in shared_rows(ids, torch.ones_like(ids))] == [[0, 1], [0, 1, 0]]
+    assert shared_rows(ids[:2], torch.ones_like(ids[:2])) is None
+
+
+def test_more_core_helpers_of_the_step():
+    from types import SimpleNamespace
+
+    from erl_lite.core.generation import reply_was_cut
+    from erl_lite.core.logprobs import draws_dropout, logit_transform
+    from erl_lite.core.policy import cache_name
+    from erl_lite.core.rollout import opening_messages, template_kwargs_for
+    from erl_lite.integrations.dataset import RewardFunctionEnv
+    from erl_lite.records import Task
+    from erl_lite.testing import tiny_model
+
+    assert opening_messages("", "hi") == [{"role": "user", "content": "hi"}]
+    env = RewardFunctionEnv(lambda completions, **kw: [0.0])
+    assert template_kwargs_for(env, Task("t", "x", {}), {"enable_thinking": False}) == {"enable_thinking": False}
+    model = tiny_model(tiny_tokenizer())
+    assert cache_name(model) == "cache" and draws_dropout(model) is False
+    assert [reply_was_cut(r, 3, {2}) for r in ([5, 6, 2], [5, 6, 7], [5])] == [False, True, False]
+    assert logit_transform(SimpleNamespace(logits_scaling=8.0, model_type="granite")) == (0.125, None)

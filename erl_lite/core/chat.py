@@ -98,18 +98,7 @@ def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, 
 
 
 def end_of_turn_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int | None:
-    """The token that closes an assistant turn: the glue's first token when special (``<|im_end|>``), else eos.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> tok = tiny_tokenizer()
-        >>> tok.eos_token = "<|eos|>"  # a base model's eos; the template still ends turns with <|im_end|>
-        >>> tok.convert_ids_to_tokens(end_of_turn_id(tok))
-        '<|im_end|>'
-        >>> plain = tiny_tokenizer(chat_template=False)
-        >>> end_of_turn_id(plain) == plain.eos_token_id
-        True
-    """
+    """The token that closes an assistant turn: the glue's first token when special (``<|im_end|>``), else eos."""
     conversation = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
     ids = encode(glue_text(conversation, "?", tokenizer, None, template_kwargs), tokenizer)
     if ids and _is_special(tokenizer, ids[0]):

@@ -64,15 +64,7 @@ def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
 
 
 def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: int | None) -> None:
-    """Raise :class:`~erl_lite.core.prompts.PromptTooLongError` for the first request of a batch that cannot fit.
-
-    Example:
-        >>> try:
-        ...     check_request([10, 60], 10, 64)
-        ... except PromptTooLongError as err:
-        ...     print(err.row, str(err)[:47])
-        1 request row 1 has 60 prompt tokens + max_new_to
-    """
+    """Raise :class:`~erl_lite.core.prompts.PromptTooLongError` for the first request of a batch that cannot fit."""
     if context is None:
         return
     for row, n in enumerate(prompt_lengths):
@@ -83,12 +75,7 @@ def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: i
 
 
 def reply_was_cut(ids: list[int], max_new_tokens: int, stop_ids: Any) -> bool:
-    """Whether the token limit, not the model, ended a reply (TRL's ``completions/clipped_ratio``).
-
-    Example:
-        >>> reply_was_cut([5, 6, 2], 3, {2}), reply_was_cut([5, 6, 7], 3, {2}), reply_was_cut([5], 3, {2})
-        (False, True, False)
-    """
+    """Whether the token limit, not the model, ended a reply (TRL's ``completions/clipped_ratio``)."""
     return len(ids) >= max_new_tokens and not (ids and ids[-1] in stop_ids)
 
 

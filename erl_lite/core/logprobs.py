@@ -32,16 +32,7 @@ def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch
                       targets: torch.Tensor, temperature: float = 1.0,
                       chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
     """Log-probs ``(B, L)`` float32 of ``targets``, the last ``L`` tokens of ``input_ids`` ``(B, P + L)``;
-    ``chunk_size`` None computes the full logits, else a head that is not ``nn.Linear`` raises ValueError.
-
-    Example:
-        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> ids = torch.tensor([[10, 11, 12, 13]])
-        >>> logp = sequence_logprobs(tiny_model(tiny_tokenizer()), ids, torch.ones_like(ids), torch.arange(4)[None],
-        ...                          targets=ids[:, 2:], chunk_size=1)
-        >>> logp.shape, logp.dtype
-        (torch.Size([1, 2]), torch.float32)
-    """
+    ``chunk_size`` None computes the full logits, else a head that is not ``nn.Linear`` raises ValueError."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     L = targets.shape[1]
@@ -114,13 +105,7 @@ def _may_share(decoder: Any) -> bool:
 
 
 def draws_dropout(model: Any, training: bool = False) -> bool:
-    """Whether ``model`` has dropout that draws in train mode (``training``: only modules now training).
-
-    Example:
-        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> draws_dropout(tiny_model(tiny_tokenizer()))
-        False
-    """
+    """Whether ``model`` has dropout that draws in train mode (``training``: only modules now training)."""
     config = getattr(base_model(model), "config", None)
     if getattr(config, "attention_dropout", 0.0) and (model.training or not training):
         return True
@@ -128,13 +113,7 @@ def draws_dropout(model: Any, training: bool = False) -> bool:
 
 
 def causal_lm(model: Any) -> Any:
-    """The transformers causal LM inside ``model`` (unwrapping accelerate/DDP and PEFT).
-
-    Example:
-        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> type(causal_lm(tiny_model(tiny_tokenizer()))).__name__
-        'LlamaForCausalLM'
-    """
+    """The transformers causal LM inside ``model`` (unwrapping accelerate/DDP and PEFT)."""
     model = base_model(model)
     if not hasattr(model, "get_output_embeddings") or getattr(model, "base_model", model) is model:
         raise ValueError(f"{type(model).__name__} is not a causal LM with a decoder and an lm-head; "
@@ -156,13 +135,7 @@ def output_head(lm: Any) -> torch.nn.Linear:
 
 
 def logit_transform(config: Any) -> tuple[float, float | None]:
-    """``(scale, softcap)`` a model applies to ``lm_head(h)`` (``softcap·tanh(scale·z/softcap)``), as TRL reads them.
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> logit_transform(SimpleNamespace(logits_scaling=8.0, model_type="granite"))
-        (0.125, None)
-    """
+    """``(scale, softcap)`` a model applies to ``lm_head(h)`` (``softcap·tanh(scale·z/softcap)``), as TRL reads them."""
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     softcap = getattr(cfg, "final_logit_softcapping", None)
     scale = next((getattr(cfg, name) for name in ("logit_scale", "output_multiplier", "lm_head_multiplier")

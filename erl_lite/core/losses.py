@@ -282,12 +282,7 @@ def _check_loss_type(loss_type: str) -> str:
 
 
 def first_non_finite(tensors: Any) -> str | None:
-    """The name of the first floating-point tensor with NaN or inf among ``(name, tensor)`` pairs, or None.
-
-    Example:
-        >>> first_non_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))])
-        'b'
-    """
+    """The name of the first floating-point tensor with NaN or inf among ``(name, tensor)`` pairs, or None."""
     pairs = [(n, t) for n, t in tensors if t.is_floating_point()]
     if not pairs:
         return None

@@ -22,16 +22,7 @@ from erl_lite.core.chat import end_of_turn_id
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
     """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many. On a CPU with
     AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its first eval-mode, no-grad call
-    (LoRA gradients then silently wrong); this undoes and prevents it.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.models import load_policy
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, _ = load_policy(save_tiny_model(tempfile.mkdtemp()), quantization="4bit", lora_r=4, device="cpu")
-        >>> keep_4bit_trainable(policy)  # 7 projections x 2 layers
-        14
-    """
+    (LoRA gradients then silently wrong); this undoes and prevents it."""
     if not is_4bit(model) or not any(p.requires_grad for p in model.parameters()):
         return 0
     import bitsandbytes as bnb
@@ -119,13 +110,7 @@ def is_4bit(model: torch.nn.Module) -> bool:
 
 def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(first, rows)`` when some rows of ``ids`` ``(B, P)`` (with their ``mask``) are the same: ``first``
-    ``(U,)`` one row per distinct one, ``rows`` ``(B,)`` each row's index into them; None when all differ.
-
-    Example:
-        >>> ids = torch.tensor([[1, 2], [3, 4], [1, 2]])
-        >>> [t.tolist() for t in shared_rows(ids, torch.ones_like(ids))], shared_rows(ids[:2], torch.ones_like(ids[:2]))
-        ([[0, 1], [0, 1, 0]], None)
-    """
+    ``(U,)`` one row per distinct one, ``rows`` ``(B,)`` each row's index into them; None when all differ."""
     distinct, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
     if len(distinct) == len(ids):
         return None
@@ -136,12 +121,6 @@ def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, to
 
 def cache_name(model: Any) -> str:
     """The keyword ``model``'s forward and ``generate`` take a KV cache by, and its outputs' attribute: ``cache`` in
-    transformers 5 (``past_key_values`` warns there), else ``past_key_values``.
-
-    Example:
-        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> cache_name(tiny_model(tiny_tokenizer()))
-        'cache'
-    """
+    transformers 5 (``past_key_values`` warns there), else ``past_key_values``."""
     forward = base_model(model).forward
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"

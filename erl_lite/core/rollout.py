@@ -40,12 +40,7 @@ class _Live:
 
 
 def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]) -> list[dict[str, str]]:
-    """The conversation an episode starts from: the system prompt (if any), then ``observation``.
-
-    Example:
-        >>> opening_messages("", "hi")
-        [{'role': 'user', 'content': 'hi'}]
-    """
+    """The conversation an episode starts from: the system prompt (if any), then ``observation``."""
     msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
     if isinstance(observation, str):
         return msgs + [{"role": "user", "content": observation}]
@@ -53,14 +48,7 @@ def opening_messages(system_prompt: str, observation: str | list[dict[str, str]]
 
 
 def template_kwargs_for(env: Environment, task: Task, template_kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The chat-template keywords of ``task``'s episode: the run's, plus its environment's ``tools=``.
-
-    Example:
-        >>> from erl_lite.integrations.dataset import RewardFunctionEnv
-        >>> template_kwargs_for(RewardFunctionEnv(lambda completions, **kw: [0.0]), Task("t", "x", {}),
-        ...                     {"enable_thinking": False})
-        {'enable_thinking': False}
-    """
+    """The chat-template keywords of ``task``'s episode: the run's, plus its environment's ``tools=``."""
     tools = env.template_tools(task)
     return {**(template_kwargs or {}), "tools": tools} if tools else template_kwargs
 
