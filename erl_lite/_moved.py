@@ -38,12 +38,7 @@ MOVED = {
 
 
 def new_home(name: str) -> str | None:
-    """Where module ``name`` lives now, or None when it did not move.
-
-    Example:
-        >>> new_home("erl_lite.trainer"), new_home("erl_lite.config")
-        ('erl_lite.run.trainer', None)
-    """
+    """Where module ``name`` lives now, or None when it did not move."""
     for old, new in MOVED.items():
         if name == old or name.startswith(old + "."):
             return new + name[len(old):]

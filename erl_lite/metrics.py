@@ -129,14 +129,7 @@ def reward_func_family(key: str) -> str | None:
 
 
 def describe(key: str) -> str | None:
-    """The glossary line of ``key`` (a plain metric or a family member), or None if undocumented.
-
-    Example:
-        >>> describe("rewards/accuracy_reward/std")
-        "TRL's name: unbiased std of the reward function's values on first attempts"
-        >>> describe("reward/third") is None
-        True
-    """
+    """The glossary line of ``key`` (a plain metric or a family member), or None if undocumented."""
     if key in METRIC_GLOSSARY:
         return METRIC_GLOSSARY[key]
     if reward_func_family(key):
@@ -150,12 +143,7 @@ POINT_IN_TIME: frozenset[str] = frozenset({LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES}
 
 
 def is_measurement(key: str) -> bool:
-    """Whether ``key`` is a wall-clock or device measurement, which comparisons of histories leave out.
-
-    Example:
-        >>> [is_measurement(k) for k in ("time/step", "tokens/per_second", "tokens/first")]
-        [True, True, False]
-    """
+    """Whether ``key`` is a wall-clock or device measurement, which comparisons of histories leave out."""
     return key.startswith("time/") or key in (TOKENS_PER_SECOND, PEAK_GPU_GB)
 
 
@@ -177,14 +165,7 @@ def _std(values: list[float]) -> float | None:
 
 
 def reward_func_metrics(attempts: list[Attempt], suffix: str = "") -> dict[str, float | None]:
-    """``rewards/<name>{suffix}/mean|std`` of each reward function that scored ``attempts``.
-
-    Example:
-        >>> a = [Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1, rewards={"acc": r})
-        ...      for i, r in enumerate([0.0, 1.0, None])]
-        >>> reward_func_metrics(a)
-        {'rewards/acc/mean': 0.5, 'rewards/acc/std': 0.7071067811865476}
-    """
+    """``rewards/<name>{suffix}/mean|std`` of each reward function that scored ``attempts``."""
     names = sorted({name for a in attempts for name in a.rewards})
     m: dict[str, float | None] = {}
     for name in names:

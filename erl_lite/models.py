@@ -98,14 +98,7 @@ def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
     """Raise FileNotFoundError when ``name`` is meant as a local folder and is not there.
 
     A local path: it starts with ``/``, ``./``, ``../`` or ``~``, is not of a hub id's form (``org/name``),
-    or its first part is a folder here (``runs/model``); transformers would answer "Repo id must be ...".
-
-    Example:
-        >>> check_model_source("./no-such-model")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: model ./no-such-model does not exist (no such folder; a hub name has the form 'org/name')
-    """
+    or its first part is a folder here (``runs/model``); transformers would answer "Repo id must be ..."."""
     if os.path.exists(os.path.expanduser(name)):
         return
     first = name.split("/", 1)[0]

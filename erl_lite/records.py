@@ -44,12 +44,7 @@ class Task:
 
 def task_count(n: Any) -> int | None:
     """``n`` when it is None (all) or a whole number >= 0, as ``train_tasks(n)`` / ``test_tasks(n)`` take it;
-    else a ValueError (a slice ``[:n]`` would read -1 as "all but the last").
-
-    Example:
-        >>> task_count(3), task_count(None)
-        (3, None)
-    """
+    else a ValueError (a slice ``[:n]`` would read -1 as "all but the last")."""
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
         raise ValueError(f"the number of tasks must be None or a whole number >= 0, got {n!r}")
     return n
@@ -90,13 +85,7 @@ class TaskPool(Sequence):
 
 
 def check_unique_task_ids(tasks: Sequence[Task], where: str) -> Sequence[Task]:
-    """``tasks``, after refusing two that share an id (naming it and both rows): they would share a GRPO group.
-
-    Example:
-        >>> check_unique_task_ids([Task("a"), Task("b"), Task("a")], "train_dataset")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ValueError: train_dataset: task id 'a' is given to rows 0 and 2; ids must be unique within a split ...
-    """
+    """``tasks``, after refusing two that share an id (naming it and both rows): they would share a GRPO group."""
     if isinstance(tasks, TaskPool):  # its maker vouches for its ids; reading them all would draw every task
         return tasks
     seen: dict[str, int] = {}
@@ -269,14 +258,7 @@ def _first_positions(first_attempts: list[Attempt], retries: list[Retry]) -> lis
 
 
 def retry_of_first(first_attempts: list[Attempt], retries: list[Retry]) -> list[Retry | None]:
-    """For each first attempt, in order, the retry played on it (None where the gate did not fire).
-
-    Example:
-        >>> a, b = (Attempt("t", FIRST, i, "", [], [], [], [], float(i), bool(i), "", "", 1) for i in range(2))
-        >>> retry = Retry(a, None, Attempt("t", SECOND, 0, "", [], [], [], [], 1.0, True, "", "", 1))
-        >>> [r is retry for r in retry_of_first([a, b], [retry])], retry_of_first([a, b], [retry])[1]
-        ([True, False], None)
-    """
+    """For each first attempt, in order, the retry played on it (None where the gate did not fire)."""
     out: list[Retry | None] = [None] * len(first_attempts)
     for p, r in zip(_first_positions(first_attempts, retries), retries):
         out[p] = r
@@ -284,14 +266,7 @@ def retry_of_first(first_attempts: list[Attempt], retries: list[Retry]) -> list[
 
 
 def retries_by_first(sample: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """A saved step record's retries, joined: first attempt's position -> ``{"first": its dict, ...}``.
-
-    Example:
-        >>> sample = {"step": 3, "first_attempts": [{"reward": 0.0}, {"reward": 1.0}],
-        ...           "retries": [{"first": 0, "reflection": None, "second": {"reward": 1.0}}]}
-        >>> retries_by_first(sample)
-        {0: {'first': {'reward': 0.0}, 'reflection': None, 'second': {'reward': 1.0}}}
-    """
+    """A saved step record's retries, joined: first attempt's position -> ``{"first": its dict, ...}``."""
     firsts = sample.get("first_attempts", [])
     joined = {}
     for n, r in enumerate(sample.get("retries", [])):

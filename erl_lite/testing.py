@@ -35,14 +35,7 @@ def tiny_tokenizer(chat_template: bool = True) -> PreTrainedTokenizerFast:
     """Build a character-level fast tokenizer with ChatML special tokens, fully offline.
 
     Ids 0-5 are :data:`SPECIAL_TOKENS`, then one per character; ``decode(encode(x)) == x`` for printable
-    ASCII. ``chat_template=False``: no template and ``<|eos|>`` as eos (a base model).
-
-    Example:
-        >>> tok = tiny_tokenizer()
-        >>> tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-        ...                         add_generation_prompt=True)
-        '<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n'
-    """
+    ASCII. ``chat_template=False``: no template and ``<|eos|>`` as eos (a base model)."""
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     # Single characters; "[\s\S]" also matches newline (unlike ".").
@@ -65,13 +58,7 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden_size: i
     """Build a randomly initialised causal LM whose vocabulary matches ``tokenizer``.
 
     ~0.1M parameters by default; linear input widths are multiples of 64 (bitsandbytes' 4-bit block),
-    so it also loads in 4-bit NF4 on CPU. ``family``: "llama", "qwen2" or "qwen3".
-
-    Example:
-        >>> qwen = tiny_model(tiny_tokenizer(), family="qwen2", tie_embeddings=True)
-        >>> type(qwen).__name__, qwen.model.layers[0].self_attn.q_proj.bias is not None
-        ('Qwen2ForCausalLM', True)
-    """
+    so it also loads in 4-bit NF4 on CPU. ``family``: "llama", "qwen2" or "qwen3"."""
     if family not in _CONFIGS:
         raise ValueError(f"family must be one of {sorted(_CONFIGS)}, got {family!r}")
     if hidden_size % num_heads:

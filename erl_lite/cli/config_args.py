@@ -116,14 +116,7 @@ def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 
 
 class SuggestingParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors add "did you mean --x?" per mistyped flag (argparse's needs Python 3.14).
-
-    Example:
-        >>> p = SuggestingParser(prog="x", exit_on_error=False)
-        >>> _ = p.add_argument("--learning-rate")
-        >>> p.typo_hints(["--learnig-rate", "1"])
-        ' (--learnig-rate: did you mean --learning-rate?)'
-    """
+    """An ``ArgumentParser`` whose errors add "did you mean --x?" per mistyped flag (argparse's needs Python 3.14)."""
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse's
         # Kept for error(): argparse hands it only the message.

@@ -19,15 +19,7 @@ from erl_lite.config.field_types import conform
 def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (),
                      aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a YAML run file: ``(field values, values of other_keys)``; any other key: an error naming the file and the
-    closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``).
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
-        >>> _ = open(path, "w").write("learning-rate: 1e-4\\nenv: qa\\n")
-        >>> load_config_file(path, other_keys=["env"])
-        ({'learning_rate': 0.0001}, {'env': 'qa'})
-    """
+    closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``)."""
     entries = _yaml_entries(path)
     if entries is None:
         return {}, {}
@@ -50,15 +42,7 @@ def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str]
 
 
 def locate_in_file(message: str, path: str, names: Iterable[str]) -> str:
-    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it names that the file set.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")
-        >>> _ = open(path, "w").write("seed: 1\\ntop-p: 1.5\\n")
-        >>> locate_in_file("ERLConfig.top_p must be in (0, 1]", path, ["seed", "top_p"])  # doctest: +ELLIPSIS
-        '...run.yaml:2: ERLConfig.top_p must be in (0, 1]'
-    """
+    """``message`` prefixed with ``path:line:`` of the first ``ERLConfig.<name>`` it names that the file set."""
     lines = {str(key).replace("-", "_"): line for key, _, line in _yaml_entries(path) or ()}
     names = set(names)
     for name in re.findall(r"\bERLConfig\.(\w+)", message):

@@ -224,13 +224,7 @@ class ERLConfig:
         checks.check_group_size(self)
 
     def optimizer_steps(self, rows: int) -> int:
-        """Optimizer steps for ``rows`` rows: ``steps_per_generation`` (≤ rows) or ⌈rows / (mini-batch × G)⌉.
-
-        Example:
-            >>> cfg = ERLConfig(num_tasks_per_step=8, ppo_mini_batch_size=8)  # G = 4: 32 rows a step
-            >>> cfg.optimizer_steps(32), cfg.optimizer_steps(92), cfg.replace(mode="rlvr").optimizer_steps(80)
-            (1, 3, 1)
-        """
+        """Optimizer steps for ``rows`` rows: ``steps_per_generation`` (≤ rows) or ⌈rows / (mini-batch × G)⌉."""
         if self.ppo_mini_batch_size is None:
             return min(self.steps_per_generation, rows)
         return max(1, math.ceil(rows / (self.ppo_mini_batch_size * self.num_generations)))

@@ -173,12 +173,7 @@ def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
     """``given`` (keyword arguments for ``ERLConfig``, whose field names are ``known``) with TRL's names mapped.
 
     ``current``: the values a mapped field starts from (those of a config being replaced). ValueError for a
-    refused field or a mapped one that disagrees with its target, TypeError for any other unknown name.
-
-    Example:
-        >>> translate_trl_fields({"cache_implementation": "static", "seed": 1}, ["seed", "generation_kwargs"])
-        {'seed': 1, 'generation_kwargs': {'cache_implementation': 'static'}}
-    """
+    refused field or a mapped one that disagrees with its target, TypeError for any other unknown name."""
     known = set(known)
     out = {k: v for k, v in given.items() if k in known}
     for name, value in given.items():

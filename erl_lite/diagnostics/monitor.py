@@ -30,18 +30,7 @@ def _print(text: str) -> None:
 
 
 class Monitor:
-    """Runs the checks for one trainer; ``level`` is read at each call, so changing the setting later counts.
-
-    Example:
-        >>> from erl_lite.history import History
-        >>> h, seen = History(), []
-        >>> monitor = Monitor(lambda: "warn", RunFacts(), show=seen.append)
-        >>> for step in (1, 2, 3):
-        ...     h.log({"step": step, "reflection/parse_rate": 0.0})
-        ...     _ = monitor.after_step(h)
-        >>> [r["kind"] for r in h.records], seen[0].split(":")[0]
-        (['train', 'train', 'train', 'diagnostic'], 'erl_lite warning [parse_rate] at step 3')
-    """
+    """Runs the checks for one trainer; ``level`` is read at each call, so changing the setting later counts."""
 
     def __init__(self, level: Callable[[], str], facts: RunFacts, show: Callable[[str], None] = _print,
                  is_main: bool = True) -> None:

@@ -21,17 +21,7 @@ _PROBE_SYSTEM = "ERL-LITE-PROBE: the rulebook goes here."
 
 def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
     """The chat template: present, applied to the first task's opening, not applied twice, keeping a
-    system message and opening an assistant turn (:func:`_probe_template`; ValueError when it cannot).
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> from erl_lite.envs.frozenlake import FrozenLake
-        >>> env = FrozenLake(); task = env.train_tasks(1)[0]
-        >>> [f.name for f in chat_findings(tiny_tokenizer(), env, task, None)]
-        []
-        >>> [f.name for f in chat_findings(tiny_tokenizer(chat_template=False), env, task, None)]
-        ['chat_template']
-    """
+    system message and opening an assistant turn (:func:`_probe_template`; ValueError when it cannot)."""
     from erl_lite.core.chat import has_chat_template
     from erl_lite.core.rollout import opening_messages
 
@@ -149,16 +139,7 @@ def _vocabulary(model: Any) -> int | None:
 
 
 def trainable_findings(model: Any, target_modules: Any) -> list[Finding]:
-    """Trainable parameters exist, and every LoRA target module named got an adapter.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> from erl_lite.models import load_policy
-        >>> policy, _ = load_policy(tiny_model(tiny_tokenizer()), tiny_tokenizer(), lora_r=2,
-        ...                         target_modules=["q_proj", "gate_prj"])
-        >>> [f.saw for f in trainable_findings(policy, ["q_proj", "gate_prj"])]
-        ["lora_target_modules names 'gate_prj', which matches no module that trains"]
-    """
+    """Trainable parameters exist, and every LoRA target module named got an adapter."""
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     if not trainable:
         return [_finding("trainable", "the model has no trainable parameter", "Nothing can learn",

@@ -40,13 +40,7 @@ def demo_config(**overrides: Any) -> ERLConfig:
 def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  model_dir: str | None = None, world: str = "demo", **overrides: Any) -> Any:
     """The demo's :class:`~erl_lite.run.trainer.ERLTrainer`: the embedded model, a seeded LoRA,
-    ``demo_world(seed, world)`` (``world``: ``"demo"`` or ``"sparse"``, see :data:`~erl_lite.embedded.world.WORLDS`).
-
-    Example:
-        >>> trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1)
-        >>> trainer.env.symbols["hole"] != trainer.env.symbols["frozen"], trainer.args.max_steps
-        (True, 1)
-    """
+    ``demo_world(seed, world)`` (``world``: ``"demo"`` or ``"sparse"``, see :data:`~erl_lite.embedded.world.WORLDS`)."""
     from transformers import set_seed
 
     from erl_lite.run.trainer import ERLTrainer

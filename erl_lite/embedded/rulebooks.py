@@ -50,12 +50,7 @@ def named_holes(text: str) -> list[str]:
 
 
 def hole_facts(text: str) -> list[str]:
-    """Every letter a rulebook calls a hole, in order, repeats included.
-
-    Example:
-        >>> hole_facts("H is a hole. H is a hole."), named_holes("H is a hole. H is a hole.")
-        (['H', 'H'], ['H'])
-    """
+    """Every letter a rulebook calls a hole, in order, repeats included."""
     return _HOLE_RULE.findall(text)
 
 
@@ -65,12 +60,7 @@ def repeated_holes(text: str) -> list[str]:
 
 
 def planned_holes(reply: str) -> list[str] | None:
-    """The letters a reply's plan sentence (``"Avoid E or H."``) names, repeats included; None without one.
-
-    Example:
-        >>> planned_holes("Avoid D or G. Up D no.\\n```Right```"), planned_holes("Avoid nothing. Up C ok.")
-        (['D', 'G'], [])
-    """
+    """The letters a reply's plan sentence (``"Avoid E or H."``) names, repeats included; None without one."""
     found = _PLAN.search(reply)
     if found is None:
         return None

@@ -58,12 +58,7 @@ def fatal_letter(trace: str) -> str | None:
 
 
 def parse_grid(text: str) -> list[list[str]]:
-    """The last grid drawn in ``text`` (rows of space-separated capital letters).
-
-    Example:
-        >>> parse_grid("A E\\nG B\\nleft: 8")
-        [['A', 'E'], ['G', 'B']]
-    """
+    """The last grid drawn in ``text`` (rows of space-separated capital letters)."""
     rows: list[list[str]] = []
     grid: list[list[str]] = []
     for line in text.splitlines():
@@ -85,12 +80,7 @@ def neighbour(grid: list[list[str]], cell: tuple[int, int], action: str) -> tupl
 
 
 def closer_tiles(grid: list[list[str]]) -> list[tuple[str, str]]:
-    """(direction, letter) of each tile one step away that brings the agent closer to the goal.
-
-    Example:
-        >>> closer_tiles([["A", "H"], ["F", "B"]])
-        [('Down', 'F'), ('Right', 'H')]
-    """
+    """(direction, letter) of each tile one step away that brings the agent closer to the goal."""
     start, goal = find_letter(grid, AGENT), find_letter(grid, GOAL)
     if start is None or goal is None:
         return []
@@ -111,12 +101,7 @@ def _ends(rows: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def hole_in_the_way(rows: list[str]) -> bool:
-    """Whether a hole lies in the rectangle spanned by start and goal (on some shortest route).
-
-    Example:
-        >>> hole_in_the_way(["SH", "FG"]), hole_in_the_way(["SG", "HH"])
-        (True, False)
-    """
+    """Whether a hole lies in the rectangle spanned by start and goal (on some shortest route)."""
     (r0, c0), (r1, c1) = _ends(rows)
     return any(rows[r][c] == "H" for r in range(min(r0, r1), max(r0, r1) + 1)
                for c in range(min(c0, c1), max(c0, c1) + 1))
@@ -167,12 +152,7 @@ def blind_success(rows: list[str]) -> float:
 
 
 def assign_kinds(rows: list[str], rng: random.Random) -> list[str]:
-    """``rows`` with each hole marked as the first (``H``) or second (``K``) kind; two or more holes: both kinds.
-
-    Example:
-        >>> sorted("".join(assign_kinds(["SHH", "FFF", "FFG"], random.Random(0))).replace("F", ""))
-        ['G', 'H', 'K', 'S']
-    """
+    """``rows`` with each hole marked as the first (``H``) or second (``K``) kind; two or more holes: both kinds."""
     holes = [(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "H"]
     rng.shuffle(holes)
     (r0, c0), (r1, c1) = _ends(rows)
@@ -192,13 +172,7 @@ def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float]
              keep_easy: float, both_kinds: float = 0.0, max_blind: float = 1.0) -> dict[str, Any]:
     """A map with a hole in the way (except for a ``keep_easy`` share) and no dead end; for a ``both_kinds`` share of
     the others, holes of both kinds in the way; a blind player's chance (:func:`blind_success`) at most ``max_blind``.
-    ``kinds`` marks each hole's kind, ``map`` keeps ``H`` for both (the move rule's view).
-
-    Example:
-        >>> m = trap_map(1, (3, 3), (0.5, 0.7), 6, keep_easy=0.0, both_kinds=1.0)
-        >>> hole_in_the_way(m["map"]), no_dead_end(m["map"]), sorted(holes_in_the_way(m["kinds"]))
-        (True, True, ['H', 'K'])
-    """
+    ``kinds`` marks each hole's kind, ``map`` keeps ``H`` for both (the move rule's view)."""
     rng = random.Random(seed)
     easy_ok = rng.random() < keep_easy
     need_both = not easy_ok and rng.random() < both_kinds

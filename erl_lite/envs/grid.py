@@ -59,12 +59,7 @@ def parse_action(text: str) -> str | None:
 def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, State]]],
                    is_goal: Callable[[State], bool], limit: int | None = None) -> list[str] | None:
     """Shortest list of action names from ``start`` to a goal state (breadth-first search); ``moves(state)`` yields
-    ``(action, next_state)`` in a fixed order; None past ``limit`` moves. Ours: the state spaces are implicit.
-
-    Example:
-        >>> shortest_moves(0, lambda x: [("Right", x + 1)], lambda x: x == 2)
-        ['Right', 'Right']
-    """
+    ``(action, next_state)`` in a fixed order; None past ``limit`` moves. Ours: the state spaces are implicit."""
     parent: dict[Any, tuple[Any, str] | None] = {start: None}
     depth = {start: 0}
     frontier = deque([start])

@@ -192,12 +192,7 @@ class MultiEnvironment(Environment):
 
 
 def _interleave(sizes: list[int]) -> list[tuple[int, int]]:
-    """``(member, index)`` at each position of splits of ``sizes`` taken in turn, the longer ones running on.
-
-    Example:
-        >>> _interleave([3, 1])
-        [(0, 0), (1, 0), (0, 1), (0, 2)]
-    """
+    """``(member, index)`` at each position of splits of ``sizes`` taken in turn, the longer ones running on."""
     return [(k, j) for j in range(max(sizes, default=0)) for k, n in enumerate(sizes) if j < n]
 
 

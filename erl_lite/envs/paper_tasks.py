@@ -23,12 +23,7 @@ def _rows(filename: str) -> tuple[dict, ...]:
 
 
 def paper_rows(game: str, split: str) -> list[dict]:
-    """The raw JSON rows of one shipped file (copies; safe to modify).
-
-    Example:
-        >>> len(paper_rows("frozenlake", "test")), paper_rows("frozenlake", "test")[3]["map"]
-        (100, ['GS', 'FF'])
-    """
+    """The raw JSON rows of one shipped file (copies; safe to modify)."""
     try:
         filename = _FILES[(game, split)]
     except KeyError:

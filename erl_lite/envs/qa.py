@@ -53,12 +53,7 @@ def f1_score(prediction: str, gold: str) -> float:
 
 
 def score_answer(prediction: str | None, gold: str, min_f1: float = 0.3) -> tuple[float, bool, float]:
-    """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0).
-
-    Example:
-        >>> score_answer("Smith John", "John Smith")   # right words, wrong order: F1 is a bag of words
-        (0.99, False, 1.0)
-    """
+    """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0)."""
     if prediction is None:
         return 0.0, False, 0.0
     exact = normalize_answer(prediction) == normalize_answer(gold)
@@ -69,12 +64,7 @@ def score_answer(prediction: str | None, gold: str, min_f1: float = 0.3) -> tupl
 
 
 def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (nested braces allowed), or None.
-
-    Example:
-        >>> extract_boxed(r"so \\boxed{x} or rather \\boxed{{a} b}")
-        '{a} b'
-    """
+    """Content of the last ``\\boxed{...}`` (nested braces allowed), or None."""
     start = text.rfind("\\boxed{") if isinstance(text, str) else -1
     while start != -1:
         depth, i = 0, start + len("\\boxed")

@@ -163,12 +163,7 @@ def _get(w: World, kind: str, name: str) -> Entity:
 
 
 def generate_question(seed: int, **world_sizes: int) -> dict[str, Any]:
-    """One question with its own world, in HotpotQA's distractor schema.
-
-    Example:
-        >>> sorted(generate_question(3))
-        ['answer', 'context', 'id', 'level', 'question', 'supporting_facts', 'type']
-    """
+    """One question with its own world, in HotpotQA's distractor schema."""
     rng = random.Random(seed)
     while True:
         world = build_world(rng, **world_sizes)

@@ -15,12 +15,7 @@ _ROLES = ("system", "user", "assistant")
 def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: str = "dataset") -> list[Task]:
     """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``.
 
-    A row's ``id`` column names its task, else ``"<prefix>-<row>"``; duplicate ids are refused.
-
-    Example:
-        >>> rows_to_tasks([{"prompt": "2+2=?", "answer": "4"}])[0]
-        Task(task_id='row-0', prompt='2+2=?', data={'answer': '4'})
-    """
+    A row's ``id`` column names its task, else ``"<prefix>-<row>"``; duplicate ids are refused."""
     tasks = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):

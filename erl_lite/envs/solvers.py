@@ -11,14 +11,7 @@ __all__ = ["solve", "solve_frozenlake", "solve_sokoban"]
 
 
 def solve(task: Task) -> list[str]:
-    """The shortest solution (action names) of a FrozenLake or Sokoban task; ValueError if none.
-
-    Example:
-        >>> from erl_lite.envs import FrozenLake
-        >>> task = FrozenLake.small().test_tasks(1)[0]
-        >>> len(solve(task)) == task.data["shortest"]
-        True
-    """
+    """The shortest solution (action names) of a FrozenLake or Sokoban task; ValueError if none."""
     data = task.data
     if "map" in data:
         actions = solve_frozenlake(list(data["map"]))

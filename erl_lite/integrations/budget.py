@@ -33,12 +33,7 @@ def model_config(name: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The numbers of a decoder-only Qwen2/Qwen3 architecture that decide its memory.
-
-    Example:
-        >>> ModelShape.load("qwen2.5-1.5b-instruct").parameter_count()  # the published count
-        1543714304
-    """
+    """The numbers of a decoder-only Qwen2/Qwen3 architecture that decide its memory."""
 
     name: str
     family: str  # "qwen2" (q/k/v bias) or "qwen3" (q/k RMSNorm)

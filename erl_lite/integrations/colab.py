@@ -17,12 +17,7 @@ _GITHUB = re.compile(r"https://github\.com/(?P<owner>[\w.-]+)/(?P<name>[\w.-]+?)
 
 
 def github_path(repository: str = REPOSITORY_URL) -> str:
-    """``owner/name`` of a GitHub repository URL (Colab opens notebooks from GitHub only).
-
-    Example:
-        >>> github_path("https://github.com/someone/erl_lite.git")
-        'someone/erl_lite'
-    """
+    """``owner/name`` of a GitHub repository URL (Colab opens notebooks from GitHub only)."""
     match = _GITHUB.fullmatch(repository)
     if match is None:
         raise ValueError(f"repository must be https://github.com/<owner>/<name>, got {repository!r}")
@@ -30,22 +25,12 @@ def github_path(repository: str = REPOSITORY_URL) -> str:
 
 
 def raw_url(path: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
-    """The URL of a file of the repository at ``ref``, as served raw (images, constraints).
-
-    Example:
-        >>> raw_url("assets/compare_eval.png", "https://github.com/someone/erl_lite", "v1.0")
-        'https://raw.githubusercontent.com/someone/erl_lite/v1.0/assets/compare_eval.png'
-    """
+    """The URL of a file of the repository at ``ref``, as served raw (images, constraints)."""
     return f"https://raw.githubusercontent.com/{github_path(repository)}/{ref}/{path}"
 
 
 def colab_url(notebook: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
-    """The URL that opens ``notebook`` (a path inside the repository) in Colab, at ``ref``.
-
-    Example:
-        >>> colab_url("notebooks/01_quickstart.ipynb", "https://github.com/o/r", "v1")
-        'https://colab.research.google.com/github/o/r/blob/v1/notebooks/01_quickstart.ipynb'
-    """
+    """The URL that opens ``notebook`` (a path inside the repository) in Colab, at ``ref``."""
     return f"https://colab.research.google.com/github/{github_path(repository)}/blob/{ref}/{notebook}"
 
 

@@ -16,12 +16,7 @@ SPLITS = {"train": ("train",), "eval": ("test", "validation")}
 def load_rows(data: Any, split: str = "train") -> list[Any]:
     """The rows of ``data``: rows (dicts or Tasks), a ``Dataset``/``DatasetDict``, a file of :data:`FILE_FORMATS`
     or ``save_to_disk`` folder (a bad JSON line is named), or a dataset name (the local cache only under
-    ``HF_HUB_OFFLINE``). ``split``: ``"train"`` or ``"eval"``, of a multi-split dataset.
-
-    Example:
-        >>> load_rows([{"prompt": "2+2=?", "answer": "4"}])
-        [{'prompt': '2+2=?', 'answer': '4'}]
-    """
+    ``HF_HUB_OFFLINE``). ``split``: ``"train"`` or ``"eval"``, of a multi-split dataset."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     if isinstance(data, (str, os.PathLike)):

@@ -48,14 +48,7 @@ class DeferredMemory(ReflectionMemory):
 
 
 class DeferredBank(MemoryBank):
-    """A :class:`~erl_lite.core.memory.MemoryBank` seen through one :class:`DeferredMemory` per environment.
-
-    Example:
-        >>> bank = MemoryBank(["a", "b"], env_of=lambda task_id: task_id.split("/")[0])
-        >>> view = DeferredBank(bank)
-        >>> view.for_task("b/0").maybe_store("rules", reward=1.0, threshold=1.0), view.held()
-        (True, {'a': [], 'b': [('rules', 1.0, 1.0)]})
-    """
+    """A :class:`~erl_lite.core.memory.MemoryBank` seen through one :class:`DeferredMemory` per environment."""
 
     def __init__(self, shared: MemoryBank) -> None:
         # Not MemoryBank.__init__: the views wrap the bank's own memories instead of new ones.

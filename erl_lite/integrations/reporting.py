@@ -147,12 +147,7 @@ class TrackioTracker:
 
 
 def project_name(config: ERLConfig, variable: str) -> str:
-    """The tracker project: ``config.project``, else the environment ``variable``, else :data:`DEFAULT_PROJECT`.
-
-    Example:
-        >>> project_name(ERLConfig(project="lab-3"), "WANDB_PROJECT")
-        'lab-3'
-    """
+    """The tracker project: ``config.project``, else the environment ``variable``, else :data:`DEFAULT_PROJECT`."""
     return config.project or os.getenv(variable) or DEFAULT_PROJECT
 
 
@@ -187,17 +182,7 @@ def sample_rows(record: StepRecord) -> list[list[Any]]:
 
 
 def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
-    """Rows as markdown for TensorBoard's Text tab; long texts as indented code blocks.
-
-    Example:
-        >>> print(markdown_rows(["task", "text"], [["t1", "a\\nb"]]))
-        **task**: t1
-        <BLANKLINE>
-        **text**:
-        <BLANKLINE>
-            a
-            b
-    """
+    """Rows as markdown for TensorBoard's Text tab; long texts as indented code blocks."""
     sections = []
     for row in rows:
         parts = []
@@ -225,20 +210,7 @@ def _window(records: list[dict[str, float]]) -> dict[str, float]:
 
 
 class Reporter:
-    """Forwards history records to the named trackers, every ``logging_steps`` iterations.
-
-    Example:
-        >>> class Recorder:  # any object with the Tracker methods
-        ...     def __init__(self, config): self.sent = []
-        ...     def log_scalars(self, values, step): self.sent.append((step, values))
-        ...     def log_table(self, name, columns, rows, step): pass
-        ...     def close(self): pass
-        >>> reporter = Reporter(ERLConfig(max_steps=3, logging_steps=2), ["rec"], {"rec": Recorder})
-        >>> for step, r in [(1, 0.0), (2, 1.0), (3, 0.5)]:
-        ...     reporter.log({"kind": "train", "step": step, "reward/first": r})
-        >>> reporter.trackers[0].sent
-        [(2, {'reward/first': 0.5}), (3, {'reward/first': 0.5})]
-    """
+    """Forwards history records to the named trackers, every ``logging_steps`` iterations."""
 
     def __init__(self, config: ERLConfig, names: list[str], trackers: dict[str, type] | None = None) -> None:
         self.config, self.names = config, list(names)

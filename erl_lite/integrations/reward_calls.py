@@ -39,15 +39,7 @@ class RunState:
 
 
 class RewardLog:
-    """What reward functions log through TRL's ``log_metric`` and ``log_extra``, until taken.
-
-    Example:
-        >>> log = RewardLog()
-        >>> log.log_metric("acc", 0.5)
-        >>> log.log_extra("parsed", [True, False])
-        >>> mean_metrics(log.take_metrics()), log.take_extra([Task("a", "x", {}), Task("b", "y", {})])
-        ({'acc': 0.5}, [{'parsed': True}, {'parsed': False}])
-    """
+    """What reward functions log through TRL's ``log_metric`` and ``log_extra``, until taken."""
 
     def __init__(self) -> None:
         self.metrics: list[tuple[str, float]] = []
@@ -105,13 +97,7 @@ class Scores:
 def reward_sources(reward_funcs: Callable | Sequence[Callable] | None,
                    reward_weights: Sequence[float] | None) -> tuple[list[Callable], list[float]]:
     """``reward_funcs`` as plain callables with their weights (default 1); TypeError for a reward model or a
-    non-callable, ValueError for a weight count that does not match.
-
-    Example:
-        >>> def acc(completions, **kw): ...
-        >>> reward_sources(acc, None)[1], reward_sources([acc, acc], [0.5, 2])[1]
-        ([1.0], [0.5, 2.0])
-    """
+    non-callable, ValueError for a weight count that does not match."""
     funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) \
         else [reward_funcs]
     for i, f in enumerate(funcs):
@@ -131,12 +117,7 @@ def _is_module(func: Any) -> bool:
 
 def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
                    trainer_state: Any = None, log: RewardLog | None = None) -> dict[str, Any]:
-    """The keyword arguments of one TRL-style call on a batch of replies (``log`` takes ``log_metric``/``log_extra``).
-
-    Example:
-        >>> sorted(call_arguments([Task("t0", "2+2=?", {"answer": "4"})], ["4"], [[7, 2]]))
-        ['answer', 'completion_ids', 'completions', 'log_extra', 'log_metric', 'prompts', 'trainer_state']
-    """
+    """The keyword arguments of one TRL-style call on a batch of replies (``log`` takes ``log_metric``/``log_extra``)."""
     columns = sorted({k for t in tasks for k in t.data} - _DROPPED_COLUMNS)
     clash = _CALL_KEYS.intersection(columns)
     if clash:
@@ -156,16 +137,7 @@ def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion
 
 def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs: dict[str, Any],
                      tasks: Sequence[Task]) -> Scores:
-    """The weighted reward, feedback texts and each function's value, per row.
-
-    Example:
-        >>> def half(completions, **kw): return [0.5] * len(completions)
-        >>> def maybe(completions, **kw): return [None, 1.0]
-        >>> tasks = [Task("a", "x", {}), Task("b", "y", {})]
-        >>> s = weighted_rewards([half, maybe], [1.0, 2.0], call_arguments(tasks, ["1", "2"], [[], []]), tasks)
-        >>> s.rewards, s.notes, s.parts[0]
-        ([0.5, 2.5], [[], []], {'half': 0.5, 'maybe': None})
-    """
+    """The weighted reward, feedback texts and each function's value, per row."""
     n = len(tasks)
     outputs = [call_checked(f, kwargs, tasks, "reward") for f in funcs]
     totals, notes, parts = [], [[] for _ in range(n)], [{} for _ in range(n)]
@@ -287,13 +259,7 @@ def _as_float(value: Any) -> float | None:
 
 
 def reward_func_name(func: Any) -> str:
-    """TRL's display name of a reward function: a ``functools.partial``'s function, an object's class.
-
-    Example:
-        >>> import functools
-        >>> reward_func_name(functools.partial(len)), reward_func_name(RunState())
-        ('len', 'RunState')
-    """
+    """TRL's display name of a reward function: a ``functools.partial``'s function, an object's class."""
     while isinstance(func, functools.partial):
         func = func.func
     return getattr(func, "__name__", None) or type(func).__name__

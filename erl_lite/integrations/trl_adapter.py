@@ -46,12 +46,7 @@ def tools_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
-    """Each ``<tool_call>`` of ``text``: ``{"name", "arguments"}``, or an error string if malformed.
-
-    Example:
-        >>> parse_tool_calls('<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call> and <tool_call>oops</tool_call>')
-        [{'name': 'f', 'arguments': {'x': 1}}, 'not valid JSON: oops']
-    """
+    """Each ``<tool_call>`` of ``text``: ``{"name", "arguments"}``, or an error string if malformed."""
     calls: list[dict[str, Any] | str] = []
     for body in TOOL_CALL.findall(text):
         try:
@@ -259,12 +254,7 @@ class TRLEpisode(BatchScoredEpisode):
 
 
 def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
-    """TRL 1.16's rows without a ``train_dataset``: one empty user message per task (``reset()`` gives the prompt).
-
-    Example:
-        >>> placeholder_rows(object, 3, 2)
-        [{'prompt': [{'role': 'user', 'content': ''}]}, {'prompt': [{'role': 'user', 'content': ''}]}]
-    """
+    """TRL 1.16's rows without a ``train_dataset``: one empty user message per task (``reset()`` gives the prompt)."""
     if isinstance(factory, Mapping):
         raise ValueError("a dict environment_factory (several environments) requires a train_dataset with an "
                          f"'{ENV_COLUMN}' column to route each row to its environment; pass a dataset, or a "

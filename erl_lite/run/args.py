@@ -75,15 +75,7 @@ def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config:
                        quantization_config: Any) -> tuple[Any, Any]:
     """A model object with the model settings of ``args`` applied or refused, never ignored.
 
-    ``lora_*`` fields off their defaults (or ``peft_config``) add an adapter, or are refused on one with an adapter.
-
-    Example:
-        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> tok = tiny_tokenizer()
-        >>> model, _ = adopt_model_object(tiny_model(tok), tok, ERLConfig(lora_r=4), None, None)
-        >>> model.peft_config["default"].r
-        4
-    """
+    ``lora_*`` fields off their defaults (or ``peft_config``) add an adapter, or are refused on one with an adapter."""
     from peft import PeftModel
 
     from erl_lite.core.policy import base_model as _base_model, is_4bit as _is_4bit
@@ -119,14 +111,7 @@ def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config:
 
 
 def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
-    """The optimizer ``args.optim`` names over ``params``: ``torch.optim.AdamW`` or a bitsandbytes 8-bit AdamW.
-
-    Example:
-        >>> import torch
-        >>> w = torch.nn.Parameter(torch.zeros(2))
-        >>> type(build_optimizer([w], ERLConfig(optim="adamw_torch"))).__name__
-        'AdamW'
-    """
+    """The optimizer ``args.optim`` names over ``params``: ``torch.optim.AdamW`` or a bitsandbytes 8-bit AdamW."""
     if not params:
         raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
     kwargs = dict(lr=args.learning_rate, weight_decay=args.weight_decay)

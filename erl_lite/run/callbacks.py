@@ -9,13 +9,7 @@ from typing import Any, Sequence
 
 
 def is_trainer_callback(cb: Any) -> bool:
-    """Whether ``cb`` is a ``transformers.TrainerCallback`` instance or subclass.
-
-    Example:
-        >>> from transformers import PrinterCallback
-        >>> is_trainer_callback(PrinterCallback), is_trainer_callback(print)
-        (True, False)
-    """
+    """Whether ``cb`` is a ``transformers.TrainerCallback`` instance or subclass."""
     from transformers import TrainerCallback
     return isinstance(cb, TrainerCallback) or (isinstance(cb, type) and issubclass(cb, TrainerCallback))
 

@@ -13,12 +13,7 @@ from erl_lite.config.field_types import closest
 
 
 def function_spec(func: Any) -> str:
-    """``module:qualname`` of a function: what :func:`load_function` reads back for a top-level function.
-
-    Example:
-        >>> function_spec(os.path.join)
-        'posixpath:join'
-    """
+    """``module:qualname`` of a function: what :func:`load_function` reads back for a top-level function."""
     module = getattr(func, "__module__", None) or type(func).__module__
     name = getattr(func, "__qualname__", None) or type(func).__qualname__
     return f"{module}:{name}"
@@ -28,12 +23,7 @@ def load_function(spec: str, what: str = "function") -> Callable:
     """The function a spec names; modules are looked up in the working directory first, as ``trl grpo`` does.
 
     ``what`` names the role in errors (``"reward function"``). Raises ValueError naming the spec when it is
-    malformed or the module, file or function is missing (errors of the module's own code keep their traceback).
-
-    Example:
-        >>> load_function("os.path:join") is os.path.join, load_function("os.path.join") is os.path.join
-        (True, True)
-    """
+    malformed or the module, file or function is missing (errors of the module's own code keep their traceback)."""
     where, sep, name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
     if not where or not name:
         raise ValueError(f"{what} {spec!r}: expected module:function, path/to/file.py:function or module.function")

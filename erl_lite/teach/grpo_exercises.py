@@ -109,12 +109,7 @@ EPS_LOW, EPS_HIGH, DUAL_CLIP = ERLConfig.epsilon, ERLConfig.epsilon_high, ERLCon
 
 def clipped_loss_value(ratio: float, advantage: float, epsilon_low: float = EPS_LOW,
                        epsilon_high: float = EPS_HIGH, dual_clip: float | None = DUAL_CLIP) -> float:
-    """The per-token loss of :func:`erl_lite.core.losses.clipped_policy_loss` at one ratio.
-
-    Example:
-        >>> round(clipped_loss_value(1.5, 1.0), 2), round(clipped_loss_value(5.0, -1.0), 2)
-        (-1.28, 3.0)
-    """
+    """The per-token loss of :func:`erl_lite.core.losses.clipped_policy_loss` at one ratio."""
     import torch
 
     from erl_lite.core.losses import clipped_policy_loss
@@ -162,12 +157,7 @@ def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low:
 
 def loss_curve_landmarks(epsilon_low: float = EPS_LOW, epsilon_high: float = EPS_HIGH,
                          dual_clip: float | None = DUAL_CLIP) -> dict[str, float | None]:
-    """Where the per-token loss curves bend (``capped_above``: None without a dual clip), on a grid of ratios.
-
-    Example:
-        >>> loss_curve_landmarks()
-        {'flat_above': 1.28, 'flat_below': 0.8, 'capped_above': 3.0}
-    """
+    """Where the per-token loss curves bend (``capped_above``: None without a dual clip), on a grid of ratios."""
     grid = [round(0.01 * k, 2) for k in range(5, 801)]  # ratios 0.05 .. 8.00
 
     def loss(r: float, a: float) -> float:

@@ -118,20 +118,7 @@ class PlayedEpisode:
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> PlayedEpisode:
-        """Pair each reply with the user message before it.
-
-        Example:
-            >>> a = Attempt("t0", "first", 0, "Play.", [{"role": "user", "content": "grid 1"},
-            ...     {"role": "assistant", "content": "```Up```"}], [], [], [], 1.0, True, "Reached the goal.", "", 1)
-            >>> print(PlayedEpisode.from_attempt(a).text())
-            task t0 · reward 1.00 · succeeded · 1 turn
-            system: Play.
-            --- turn 1 ---
-            grid 1
-            reply: ```Up```
-            --- outcome ---
-            Reached the goal.
-        """
+        """Pair each reply with the user message before it."""
         turns, seen = [], ""
         for message in attempt.messages:
             if message["role"] == "user":

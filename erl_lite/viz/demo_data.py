@@ -102,13 +102,7 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
 
 def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True, baseline: bool = False) -> History:
     """A made-up History of ``steps`` training steps, eval every 5 steps; step records (``with_samples``)
-    at step 1 and every 5th; ``baseline``: an RLVR-like run (first attempts only, no gate, no memory).
-
-    Example:
-        >>> h = synthetic_history(steps=10)
-        >>> len(h.of_kind("train")), len(h.of_kind("eval")), [s["step"] for s in h.samples]
-        (10, 2, [1, 5, 10])
-    """
+    at step 1 and every 5th; ``baseline``: an RLVR-like run (first attempts only, no gate, no memory)."""
     rng = random.Random(seed)
     history = History()
     memory: dict[str, Any] = {"slot": [], "version": 0}

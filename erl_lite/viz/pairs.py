@@ -68,12 +68,7 @@ def assistant_actions(attempt: Record | None) -> str:
 
 
 def word_diff(a: str, b: str) -> list[tuple[str, str]]:
-    """Word-level diff as ``[(op, text)]`` with op ``"="`` kept, ``"-"`` removed, ``"+"`` added.
-
-    Example:
-        >>> word_diff("go left now", "go right now")
-        [('=', 'go '), ('-', 'left'), ('+', 'right'), ('=', ' now')]
-    """
+    """Word-level diff as ``[(op, text)]`` with op ``"="`` kept, ``"-"`` removed, ``"+"`` added."""
     ta, tb = re.split(r"(\s+)", a), re.split(r"(\s+)", b)  # keep whitespace as tokens
     # chunks: ("=", text, text) kept, or ("~", old, new) changed (either side may be "").
     chunks: list[tuple[str, str, str]] = []
