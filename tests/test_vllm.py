@@ -6,6 +6,8 @@ The ``vllm`` tier: skipped unless vLLM is installed (``.ci/run`` installs ``vllm
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -14,7 +16,10 @@ from erl_lite.core.generation import SamplingParams
 from erl_lite.models import load_policy
 from erl_lite.testing import save_tiny_model
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
+    os.environ.get("ATEN_CPU_CAPABILITY") == "default" and not torch.cuda.is_available(),
+    reason="vLLM's CPU build compiles its kernels with torch inductor, whose C++ fails to build under "
+           "ATEN_CPU_CAPABILITY=default ('at::vec' has not been declared); unset it to run this tier")]
 vllm = pytest.importorskip("vllm")
 
 from erl_lite.integrations.wiring import generator_for  # noqa: E402
