@@ -107,3 +107,22 @@ def test_more_core_helpers_of_the_step():
     assert cache_name(model) == "cache" and draws_dropout(model) is False
     assert [reply_was_cut(r, 3, {2}) for r in ([5, 6, 2], [5, 6, 7], [5])] == [False, True, False]
     assert logit_transform(SimpleNamespace(logits_scaling=8.0, model_type="granite")) == (0.125, None)
+
+
+def test_step_helpers_whose_examples_left_core(tmp_path):
+    import torch
+
+    from erl_lite.core.logprobs import sequence_logprobs
+    from erl_lite.core.losses import row_losses
+    from erl_lite.core.policy import keep_4bit_trainable
+    from erl_lite.models import load_policy
+    from erl_lite.testing import save_tiny_model, tiny_model
+
+    per_token, mask = torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]])
+    assert row_losses(per_token, mask, "seq_mean").tolist() == [1.5, 3.0]
+    ids = torch.tensor([[10, 11, 12, 13]])
+    logp = sequence_logprobs(tiny_model(tiny_tokenizer()), ids, torch.ones_like(ids), torch.arange(4)[None],
+                             targets=ids[:, 2:], chunk_size=1)
+    assert (logp.shape, logp.dtype) == (torch.Size([1, 2]), torch.float32)
+    policy, _ = load_policy(save_tiny_model(str(tmp_path)), quantization="4bit", lora_r=4, device="cpu")
+    assert keep_4bit_trainable(policy) == 14  # 7 projections x 2 layers

@@ -59,13 +59,7 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
 
 def grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *,
                        scale: str = "group") -> list[float]:
-    """GRPO advantages within each key's group, in order; ``scale="batch"`` uses the std of *all* ``rewards``.
-
-    Example:
-        >>> keys = [("t1", "first"), ("t1", "first"), ("t2", "second")]
-        >>> [round(a, 4) for a in grouped_advantages([1.0, 0.0, 0.3], keys)]
-        [0.7071, -0.7071, 0.3]
-    """
+    """GRPO advantages within each key's group, in order; ``scale="batch"`` uses the std of *all* ``rewards``."""
     if len(rewards) != len(keys):
         raise ValueError(f"got {len(rewards)} rewards but {len(keys)} keys")
     batch_std = _sample_std(_check_finite(rewards)) if scale == "batch" else None
@@ -80,12 +74,7 @@ def grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable], eps: 
 
 
 def distill_weights(r2: Sequence[float], mode: str) -> list[float]:
-    """Internalization weights from the rewards ``r2``: ``"raft"`` ``max(r2, 0)``, ``"nll"`` ``1[r2 > 0]``.
-
-    Example:
-        >>> distill_weights([1.0, 0.0, 0.4, -0.5], "raft")
-        [1.0, 0.0, 0.4, 0.0]
-    """
+    """Internalization weights from the rewards ``r2``: ``"raft"`` ``max(r2, 0)``, ``"nll"`` ``1[r2 > 0]``."""
     if mode not in INTERNALIZATION_MODES:
         raise ValueError(f"distill mode must be one of {INTERNALIZATION_MODES}, got {mode!r}")
     values = _check_finite(r2)

@@ -110,16 +110,8 @@ def _context_then_length(s: TrainSample) -> tuple[float, int, list[int], int]:
 
 
 def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
-    """Rows in micro-batches of at most ``size`` rows and twice the width of their shortest row, sorted
-    by context length, then context, then completion length: rows of one context sit together, so a
-    pass runs their shared context once (GRPO's G rollouts of a prompt; see ``completion_hidden``).
-
-    Example:
-        >>> attempt = lambda n: TrainSample("first", [1] * 60, [2] * n, [1] * n, 0.0)
-        >>> request = TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 0.0)
-        >>> [len(c) for c in micro_batches([attempt(20), attempt(150), request, request], 32)]
-        [1, 1, 2]
-    """
+    """Rows in micro-batches of at most ``size`` rows and twice the width of their shortest row, sorted by context
+    length, then context, then completion length: a pass runs a shared context once (see ``completion_hidden``)."""
     chunk: list[TrainSample] = []
     context = completion = shortest = 0  # the current chunk's longest context and completion, shortest row
     for row in sorted(rows, key=_context_then_length):

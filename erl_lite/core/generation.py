@@ -177,9 +177,8 @@ class HFGenerator:
         return rows
 
     def _shared_prompts(self, input_ids: torch.Tensor, attention: torch.Tensor) -> Any:
-        """The keys and values of every row's prompt but its last token ``(B, ..., width - 1, ...)``, each
-        distinct prompt run once (GRPO samples G copies of each), or None when none repeats. ``generate``
-        then prefills only the last column: the same positions and attention, so the same draws."""
+        """The keys and values ``(B, ..., width - 1, ...)`` of every prompt but its last token, each distinct one run
+        once (GRPO's G copies), or None; ``generate`` prefills the last column: same positions, mask and draws."""
         groups = shared_rows(input_ids[:, :-1], attention[:, :-1]) if input_ids.shape[1] > 1 else None
         if groups is None:
             return None
@@ -226,11 +225,8 @@ class _Recorder:
 
 @contextmanager
 def _own_settings(model: Any, recorder: _Recorder) -> Any:
-    """Run ``model.generate`` with no defaults of the model's own and ``recorder`` after its warpers.
-
-    transformers fills every unset setting from ``model.generation_config`` (Qwen2.5's repetition penalty, top-k,
-    top-p), so that config is swapped for an empty one; it puts its warpers after any processor a caller passes,
-    so the recorder is appended to the list it builds."""
+    """``model.generate`` with an empty ``generation_config`` (transformers fills unset settings from it: Qwen2.5's
+    repetition penalty, top-k, top-p) and ``recorder`` appended to the processors it builds, after its warpers."""
     from transformers import GenerationConfig
 
     saved, build = model.generation_config, model._get_logits_processor

@@ -70,12 +70,10 @@ def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
 def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       position_ids: torch.Tensor, L: int) -> torch.Tensor:
     """Hidden states ``(B, L, H)`` at the positions that predict the last ``L`` columns of ``input_ids`` ``(B, P + L)``.
-
-    Rows with the same context (the first ``P`` columns, padding included) run it once: GRPO's G rollouts of a
-    prompt, internalization rows under their task's first-attempt context. The context pass ``(U, P)`` keeps its
-    keys and values, indexed out to the ``B`` rows of the completion pass ``(B, L)``: the same attention, and a
-    shared context's gradient sums over its rows. Active dropout (each row draws its own masks) and gradient
-    checkpointing (no cache) keep the full forward. transformers has no shared-prefix forward for training."""
+    Rows with the same context (the first ``P`` columns, padding included: GRPO's G rollouts of a prompt) run it
+    once, its keys and values ``(U, P)`` indexed out to the ``B`` rows of the completion pass ``(B, L)``: the same
+    attention, and a shared context's gradient sums over its rows. Active dropout (each row draws its own masks)
+    and gradient checkpointing (no cache) keep the full forward. transformers has no shared-prefix forward."""
     P = input_ids.shape[1] - L
     groups = shared_rows(input_ids[:, :P], attention_mask[:, :P]) if P > 0 and _may_share(decoder) else None
     if groups is not None:
@@ -135,7 +133,7 @@ def output_head(lm: Any) -> torch.nn.Linear:
 
 
 def logit_transform(config: Any) -> tuple[float, float | None]:
-    """``(scale, softcap)`` a model applies to ``lm_head(h)`` (``softcap·tanh(scale·z/softcap)``), as TRL reads them."""
+    """``(scale, softcap)`` a model applies to ``lm_head(h)``: ``softcap·tanh(scale·z/softcap)``, read as TRL does."""
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     softcap = getattr(cfg, "final_logit_softcapping", None)
     scale = next((getattr(cfg, name) for name in ("logit_scale", "output_multiplier", "lm_head_multiplier")
@@ -163,8 +161,7 @@ def _check_once(model: Any, lm: Any, input_ids: torch.Tensor, temperature: float
     atol = 1e-3 if output_head(lm).weight.dtype == torch.float32 else 5e-2
     gap = float((full - chunked).abs().max())
     if not gap <= atol:
-        raise ValueError(
-            f"{type(lm).__name__}: chunked lm-head log-probs differ from the model's own by {gap:.3g}; "
-            "its logits go through a transform erl_lite does not know. Use the full-logits path "
-            "(logprob chunk size None)")
+        raise ValueError(f"{type(lm).__name__}: chunked lm-head log-probs differ from the model's own by {gap:.3g}; "
+                         "its logits go through a transform erl_lite does not know. Use the full-logits path "
+                         "(logprob chunk size None)")
     _CHECKED[lm] = True

@@ -24,13 +24,7 @@ _MAX_KL = 10.0
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-probabilities ``(B, T)`` of ``token_ids`` under ``logits / temperature`` ``(B, T, V)``, in
-    float32 (TRL's ``selective_log_softmax``, written here so this layer imports no trl).
-
-    Example:
-        >>> logits = torch.zeros(1, 2, 4)
-        >>> token_logprobs(logits, torch.tensor([[0, 3]])).exp()
-        tensor([[0.2500, 0.2500]])
-    """
+    float32 (TRL's ``selective_log_softmax``, written here so this layer imports no trl)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     if temperature != 1.0:
@@ -63,13 +57,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
                         importance_sampling_level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, capped at ``-A·c`` for ``A < 0``.
     ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean log-ratio.
-    Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted.
-
-    Example:
-        >>> lp = torch.zeros(1, 2)
-        >>> clipped_policy_loss(lp, lp, torch.tensor([2.0]), torch.ones(1, 2))
-        (tensor([[-2., -2.]]), tensor([[False, False]]))
-    """
+    Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted."""
     if epsilon_low < 0 or epsilon_high < 0:
         raise ValueError("epsilon_low and epsilon_high must be >= 0")
     if dual_clip is not None and dual_clip <= 1:
@@ -97,24 +85,13 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
 
 
 def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token weighted NLL ``-w·logp`` (internalization); ``weights`` ``(B,)`` from ``distill_weights``.
-
-    Example:
-        >>> nll_loss(torch.tensor([[-2.0, -1.0]]), torch.tensor([0.5]), torch.tensor([[1, 0]]))
-        tensor([[1., 0.]])
-    """
+    """Per-token weighted NLL ``-w·logp`` (internalization); ``weights`` ``(B,)`` from ``distill_weights``."""
     loss = -weights.to(logp.dtype).unsqueeze(1) * logp  # (B, T)
     return torch.where(mask.bool(), loss, torch.zeros_like(loss))
 
 
 def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
-    """:func:`aggregate`'s denominator: loss tokens for ``token_mean``, else sequences with one (at least 1).
-
-    Example:
-        >>> m = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
-        >>> normalizer_for(m, "token_mean"), normalizer_for(m, "seq_sum")
-        (3.0, 2.0)
-    """
+    """:func:`aggregate`'s denominator: loss tokens for ``token_mean``, else sequences with one (at least 1)."""
     loss_type = _check_loss_type(loss_type)
     m = mask.bool()
     count = m.sum() if loss_type == "token_mean" else m.any(dim=-1).sum()
@@ -122,12 +99,7 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
 
 
 def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (``/ n_b`` for ``seq_mean``).
-
-    Example:
-        >>> row_losses(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]), "seq_mean")
-        tensor([1.5000, 3.0000])
-    """
+    """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (``/ n_b`` for ``seq_mean``)."""
     loss_type = _check_loss_type(loss_type)
     m = mask.bool()
     sums = torch.where(m, per_token, torch.zeros_like(per_token)).sum(dim=-1)  # (B,)
@@ -138,9 +110,8 @@ def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> t
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
               ) -> torch.Tensor:
-    """Reduce a ``(B, T)`` per-token loss to a scalar, ignoring masked positions.
-    The sum of :func:`row_losses` over ``normalizer``: with ``normalizer_for(full_mask, loss_type)``
-    micro-batches accumulate exactly the whole batch's gradient (None: this batch's own).
+    """A ``(B, T)`` per-token loss as a scalar: :func:`row_losses` summed over ``normalizer``; with
+    ``normalizer_for(full_mask, loss_type)`` micro-batches accumulate the whole batch's gradient (None: this batch's).
 
     Example:
         >>> loss = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
@@ -161,12 +132,7 @@ def _resolve_normalizer(mask: torch.Tensor, loss_type: str, normalizer: float | 
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over the positions where ``mask`` is set (0 if none).
-
-    Example:
-        >>> masked_mean(torch.tensor([[1.0, 5.0]]), torch.tensor([[1, 0]]))
-        tensor(1.)
-    """
+    """Mean of ``values`` over the positions where ``mask`` is set (0 if none)."""
     m = mask.bool()
     total = torch.where(m, values.to(torch.float32), torch.zeros((), dtype=torch.float32)).sum()
     return total / m.sum().clamp(min=1)
@@ -259,15 +225,10 @@ def _loss_stats(loss: torch.Tensor, per_token: torch.Tensor, without_kl: torch.T
                 mask: torch.Tensor, policy_mask: torch.Tensor, kl_mean: float | None, loss_type: str,
                 norm: float) -> LossStats:
     """:func:`policy_objective`'s statistics (every tensor ``(B, T)``)."""
-    return LossStats(
-        loss=float(loss.detach()),
-        policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
-        clip_ratio=float(masked_mean(clipped, policy_mask)),
-        kl=kl_mean,
-        num_tokens=int(mask.bool().sum()),
-        policy_tokens=int(policy_mask.sum()),
-        row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
-    )
+    return LossStats(loss=float(loss.detach()), policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
+                     clip_ratio=float(masked_mean(clipped, policy_mask)), kl=kl_mean,
+                     num_tokens=int(mask.bool().sum()), policy_tokens=int(policy_mask.sum()),
+                     row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()))
 
 
 def _check_loss_type(loss_type: str) -> str:

@@ -98,11 +98,9 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
         remembered = memory.for_task(a.task_id, a.index).context() if memory is not None else None
         base = remembered if remembered is not None else a.system_prompt
         task_text = next(m["content"] for m in a.messages if m["role"] == "user")  # as the agent first saw it
-        _, ids = reflection_messages(
-            task_text=task_text, base_prompt=base, trace=a.trace, reward=a.reward,
-            feedback=a.feedback, tokenizer=ctx.tokenizer, max_tokens=c.max_reflection_prompt_length,
-            template_kwargs=c.chat_template_kwargs,
-        )
+        _, ids = reflection_messages(task_text=task_text, base_prompt=base, trace=a.trace, reward=a.reward,
+                                     feedback=a.feedback, tokenizer=ctx.tokenizer,
+                                     max_tokens=c.max_reflection_prompt_length, template_kwargs=c.chat_template_kwargs)
         contexts.append((base, ids))
     params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
                             c.generation_kwargs)
@@ -168,8 +166,7 @@ def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int
                       f"task {r.task_id!r} (rollout {r.first.index}): {len(s.prompt_ids)} tokens of initial "
                       f"context + {len(s.completion_ids)} of second attempt run past max_episode_length="
                       f"{max_length}; raise it, or shorten the initial prompt", RuntimeWarning, stacklevel=3)
-    dropped = set(long)
-    return [s for i, s in enumerate(rows) if i not in dropped]
+    return [s for i, s in enumerate(rows) if i not in long]
 
 
 def _ending_with_stop(attempt: Attempt, stop_ids: list[int]) -> tuple[list[int], list[int]]:

@@ -20,9 +20,8 @@ from erl_lite.core.chat import end_of_turn_id
 
 
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
-    """Keep a trainable 4-bit model's layers on bitsandbytes' differentiable path; return how many. On a CPU with
-    AVX512-BF16, ``Linear4bit`` repacks its weight for an inference-only kernel at its first eval-mode, no-grad call
-    (LoRA gradients then silently wrong); this undoes and prevents it."""
+    """Undo and prevent, in a trainable 4-bit model, ``Linear4bit``'s repacking for an inference-only kernel at its
+    first eval-mode, no-grad call on an AVX512-BF16 CPU (LoRA gradients then silently wrong); returns its layers."""
     if not is_4bit(model) or not any(p.requires_grad for p in model.parameters()):
         return 0
     import bitsandbytes as bnb
@@ -40,8 +39,7 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
             restored += 1
     if restored:
         warnings.warn(f"{restored} 4-bit layers had been repacked for bitsandbytes' CPU inference "
-                      "kernel (no autograd); converted back, with their block scales rounded to bf16",
-                      stacklevel=2)
+                      "kernel (no autograd); converted back, with their block scales rounded to bf16", stacklevel=2)
     return len(layers)
 
 

@@ -103,8 +103,7 @@ def _play_turn(generator: Generator, tokenizer: Any, env: Environment, ready: li
             lv.sampled_logp = None if logp is None else lv.sampled_logp + list(logp[:limit])
         # A sampler may return more than it was asked for; the budget still holds.
         lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
-        _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit,
-                 lv.template_kwargs)
+        _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit, lv.template_kwargs)
 
 
 def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
@@ -175,8 +174,7 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int, th
     feedback, trace = ep.feedback(), ep.trace()
     for what, value in (("feedback", feedback), ("trace", trace)):
         if not isinstance(value, str):
-            raise TypeError(f"{name}.{what}() returned {value!r} for task {task.task_id}; "
-                            "it must be a string")
+            raise TypeError(f"{name}.{what}() returned {value!r} for task {task.task_id}; it must be a string")
     if lv.truncated and not ep.done:  # stopped from outside: say so, not "still running"
         note = (f"Stopped: the attempt ran out of its token budget after {lv.turns} turn(s) "
                 f"without finishing. Reward {ep.reward:g}.")
@@ -185,7 +183,6 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int, th
     return Attempt(task_id=task.task_id, role=role, index=index, system_prompt=system_prompt,
                    messages=lv.messages, prompt_ids=lv.prompt_ids, completion_ids=lv.completion_ids,
                    completion_mask=lv.completion_mask, reward=float(ep.reward), success=won,
-                   feedback=feedback, trace=trace, num_turns=lv.turns,
-                   truncated=lv.truncated or lv.cut_replies > 0,
+                   feedback=feedback, trace=trace, num_turns=lv.turns, truncated=lv.truncated or lv.cut_replies > 0,
                    rewards=dict(getattr(ep, "reward_parts", None) or {}),
                    extra=dict(getattr(ep, "logged_extra", None) or {}), sampled_logp=lv.sampled_logp)

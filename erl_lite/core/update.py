@@ -243,11 +243,10 @@ class PolicyUpdater:
                 bad = _non_finite_roles(batch, stats)
                 if bad:  # its gradient would poison the step, which is skipped anyway
                     bad_roles += [r for r in bad if r not in bad_roles]
-                    bar.update(1)
-                    continue
-                # DDP averages over processes; each loss is this process's share of the global loss.
-                (loss * self.dist.world_size).backward()
-            mini.add(batch, stats)
+                else:
+                    # DDP averages over processes; each loss is this process's share of the global loss.
+                    (loss * self.dist.world_size).backward()
+                    mini.add(batch, stats)
             bar.update(1)
         self._sync_gradients()  # DDP: the global batch's gradient before clipping
         params = [p for p in self.model.parameters() if p.requires_grad]
