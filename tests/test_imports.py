@@ -372,7 +372,7 @@ def test_metric_names_come_from_metrics_constants(module):
 # never raised to fit.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 15_000
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 14_900
 
 
 def _lines(path: Path) -> int:
