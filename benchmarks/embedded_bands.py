@@ -1,10 +1,10 @@
 """Does reflection help the embedded model before any RL, and does memory? Its bands, measured.
 
-For each run seed (its own two hole letters, ice letter and test maps) this plays one embedded
-world's test tasks (``--world demo`` or ``sparse``) with the embedded model as shipped (no RL), through erl_lite's own phases,
+For each run seed (its own hole letters, ice letter and test maps) this plays one embedded
+world's test tasks (``--world demo``, ``sparse`` or ``hard``) with the embedded model as shipped (no RL), through erl_lite's own phases,
 and prints:
 
-* first-attempt success (band: 0.2–0.7 on the demo world, <= 0.10 on the sparse one) — what
+* first-attempt success (band: 0.2–0.7 on the demo world, <= 0.10 on the others) — what
   evaluation measures;
 * reflection parse rate (band: >= 0.95), how often a rulebook names a real hole and never the
   ice, and the share of self-contradicting rulebooks (band: <= 0.05; one letter called both
@@ -52,7 +52,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BANDS = {"first_success": (0.2, 0.7), "parse_rate": (0.95, 1.0), "contradiction_rate": (0.0, 0.05),
          "reflection_gain": (0.25, 1.0), "memory_gain": (0.15, 1.0)}
 #: Each world's bands: the sparse world is built so that first attempts rarely succeed.
-WORLD_BANDS = {"demo": BANDS, "sparse": {**BANDS, "first_success": (0.0, 0.10)}}
+#: The hard world has one kind of hole, so there is no unrevealed hole for memory to name: no memory band.
+WORLD_BANDS = {"demo": BANDS, "sparse": {**BANDS, "first_success": (0.0, 0.10)},
+               "hard": {k: v for k, v in {**BANDS, "first_success": (0.0, 0.10)}.items() if k != "memory_gain"}}
 
 
 @dataclass
@@ -128,7 +130,7 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
         return Bands(1.0, 1.0, 1.0, len(first), 0, 0.0, 0.0, 0.0, 0.0)
     torch.manual_seed(seed + 1)
     own = reflect(ctx, failed, None)
-    holes, frozen = hole_letters(world.symbols), world.symbols["frozen"]
+    holes, frozen = hole_letters(world), world.symbols["frozen"]
     order = list(range(len(own)))
     random.Random(seed).shuffle(order)
     shuffled = [replace(r, rulebook=own[j].rulebook) for r, j in zip(own, order)]
@@ -160,6 +162,8 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
 def _memory_cases(failed: list, own: list, by_id: dict, holes: tuple[str, str]) -> list[tuple[Any, Any]]:
     """(failed attempt, own reflection) of the failures on one kind of hole where the other kind
     lies in the way: the cases where memory can know what the trace cannot show."""
+    if len(holes) < 2:  # a world with one kind of hole: a trace shows all there is to know
+        return []
     kind = {holes[0]: "H", holes[1]: SECOND_HOLE}
     return [(a, r) for a, r in zip(failed, own) if (f := fatal_letter(a.trace)) in kind
             and ({"H", SECOND_HOLE} - {kind[f]}) <= holes_in_the_way(by_id[a.task_id].data["kinds"])]
@@ -237,6 +241,8 @@ def main() -> None:
     p.add_argument("--samples", type=arg_types.whole(1), default=2)
     p.add_argument("--seed", type=arg_types.seed, default=0)
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--hole-kinds", type=arg_types.whole(1, 2), default=None,
+                   help="the world with this many kinds of hole (how the hard world's one kind was chosen)")
     args = p.parse_args()
     arg_types.distinct(args.run_seeds, "--run-seeds", p)  # a repeated run would count its tasks twice in the pool
     torch.set_num_threads(1)
@@ -256,13 +262,13 @@ def main() -> None:
                 f"{r['merged_rate']:5.2f} {r['kept_rate']:5.2f}")
 
     for run in args.run_seeds:
-        world = demo_world(run, args.world, n_test=args.tasks)
+        world = demo_world(run, args.world, n_test=args.tasks, **({"hole_kinds": args.hole_kinds} if args.hole_kinds else {}))
         t0 = time.time()
         b = measure_bands(model, tok, world, num_tasks=args.tasks, samples=args.samples, seed=args.seed)
         results.append(b)
         s = world.symbols
-        letters = f"{s['hole']}{s['hole2']}/{s['frozen']}"
-        rows[str(run)] = {"holes": s["hole"] + s["hole2"], "frozen": s["frozen"], **b.to_dict()}
+        letters = f"{''.join(hole_letters(world))}/{s['frozen']}"
+        rows[str(run)] = {"holes": "".join(hole_letters(world)), "frozen": s["frozen"], **b.to_dict()}
         print(line(str(run), letters, b.to_dict()) + f" {time.time() - t0:4.0f}", flush=True)
     total = pooled(results)
     print(line("all", "", total))

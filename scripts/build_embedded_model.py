@@ -64,9 +64,13 @@ PRETOKEN_PATTERN = r" ?```| ?</?prompt>| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]|\s
 ALPHABET = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
 
 
+#: The worlds the corpus is drawn from. The hard world is left out: the model meets it only in RL.
+CORPUS_WORLDS = ("demo", "sparse")
+
+
 def fixed_sentences() -> list[str]:
     """Every fixed sentence the game and the ERL prompts can show, with sample letters."""
-    budgets = sorted({WORLDS[w].get("max_actions", 8) for w in WORLDS} | {8})  # every world's action budget
+    budgets = sorted({WORLDS[w].get("max_actions", 8) for w in CORPUS_WORLDS} | {8})  # every world's action budget
     texts = [REFLECTION_SYSTEM, REFLECTION_REQUEST, RETRY_HEADER, action_reminder_text()]
     texts += [grid_system_prompt(b, compact=c) for b in budgets for c in (True, False)]
     texts += [
@@ -83,7 +87,7 @@ def vocabulary_texts(seed: int) -> list[str]:
     tok = tiny_tokenizer()
     roomy = corpus_config(max_completion_length=200, max_episode_length=8192,
                           max_reflection_length=400, max_reflection_prompt_length=8192)
-    sample = [e for w in WORLDS for e in generate_corpus(tok, runs=6, tasks_per_run=24, seed=seed + 7,
+    sample = [e for w in CORPUS_WORLDS for e in generate_corpus(tok, runs=6, tasks_per_run=24, seed=seed + 7,
                                                           config=roomy, **WORLDS[w])]
     texts = [tok.decode(e.prompt_ids + e.completion_ids) for e in sample] + fixed_sentences()
     return [re.sub(r"<\|\w+\|>", "\n", t) for t in texts]  # special tokens are added separately

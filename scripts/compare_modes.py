@@ -1,7 +1,8 @@
 """ERL vs RLVR (and the ablations) on one of the embedded worlds at equal CPU time, over several seeds.
 
-``--world demo`` (default) or ``--world sparse`` (5x5 maps where a first attempt rarely
-succeeds; :data:`erl_lite.embedded.world.WORLDS`).
+``--world demo`` (default), ``--world sparse`` (5x5 maps where a first attempt rarely
+succeeds) or ``--world hard`` (5x5 maps where a blind first attempt wins 1/128;
+:data:`erl_lite.embedded.world.WORLDS`).
 
 For every seed, ERL trains for the demo's default number of steps; its training CPU seconds (the
 process's CPU time inside its training steps, evaluation excluded) become the budget of every other
@@ -20,7 +21,7 @@ every ``eval_steps`` and at the end on the same test tasks. Writes to ``--out`` 
 The targets on the demo world (the ordering of the paper's Table 1, at toy scale), over the
 seeds' means: ERL - RLVR >= +0.10 in final evaluation; ERL - "w/o memory" >= +0.05; "w/o
 reflection" the lowest; and ERL reaches RLVR's final evaluation within 0.6x RLVR's CPU time.
-On the sparse world (:data:`SPARSE_TARGETS`): ERL >= 0.60; RLVR and the step-matched control
+On the sparse and hard worlds (:data:`SPARSE_TARGETS`): ERL >= 0.60; RLVR and the step-matched control
 <= 0.30; "w/o reflection" the lowest; and memory judged by speed, as the paper reports it: ERL
 reaches half its final evaluation in <= 0.7x the CPU seconds "w/o memory" needs. A difference target
 whose baseline ends within its margin of a success of 1 is marked unreachable at that budget
@@ -403,14 +404,15 @@ def add_knowledge(results: list[dict]) -> None:
     :func:`erl_lite.embedded.demo.knowledge_timeline`). Kept in compare_results.json, so a
     ``--replot`` without the runs keeps it."""
     from erl_lite.embedded.demo import knowledge_timeline
-    from erl_lite.embedded.world import run_letters
+    from erl_lite.embedded.world import run_letters, world_settings
     from erl_lite.history import History
 
     for r in results:
         path = os.path.join(r["run_dir"], "history.jsonl")
         if "knowledge" in r or not os.path.isfile(path):
             continue
-        rows = knowledge_timeline(History.load(path), run_letters(r["seed"])[:2])
+        kinds = world_settings(r.get("world", "demo")).get("hole_kinds", 2)  # the hard world has one hole letter
+        rows = knowledge_timeline(History.load(path), run_letters(r["seed"])[:kinds])
         if not rows:
             continue
         r["knowledge"] = {"reflections": sum(row["reflections"] for row in rows),
@@ -526,7 +528,7 @@ def reach_seconds(curve: list[list[float]], level: float) -> float | None:
 
 def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
     """(target, measured with per-seed figures, met) for each of the comparison's targets on its world."""
-    return sparse_targets(results) if world_of(results) == "sparse" else demo_targets(results)
+    return sparse_targets(results) if world_of(results) in ("sparse", "hard") else demo_targets(results)
 
 
 def _per_seed(results: list[dict]) -> tuple[dict, list[int], Any]:

@@ -124,7 +124,7 @@ def test_the_world_of_a_run_file_and_its_mistakes(monkeypatch, tmp_path, capsys)
     assert seen["args"].extra["world"] == "sparse"
     bad_file = _yaml(tmp_path, "world: huge\n")
     for argv, message in [(["train", "--env", "frozenlake", "--world", "sparse"], "--world applies to --env demo"),
-                          (["train", "--config", bad_file], "world must be one of demo, sparse")]:
+                          (["train", "--config", bad_file], "world must be one of demo, hard, sparse")]:
         assert main(argv) == 2
         assert message in capsys.readouterr().err
 

@@ -16,7 +16,7 @@ import torch
 
 from erl_lite.core.chat import encode_messages
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded
-from erl_lite.embedded.demo import contradicting_rulebooks
+from erl_lite.embedded.demo import _memory_section
 from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
 from erl_lite.embedded.world import (IN_HOLE, SECOND_HOLE, closer_tiles, fatal_letter, hole_in_the_way,
                                      hole_letters, holes_in_the_way, no_dead_end, parse_grid, run_letters)
@@ -142,7 +142,7 @@ def test_demo_world_letters_vary_by_run_and_maps_put_holes_in_the_way():
     draws = {run_letters(s) for s in range(40)}
     assert len(draws) > 10 and all(len(set(d)) == 3 for d in draws)
     world = demo_world(3)
-    assert (*hole_letters(world.symbols), world.symbols["frozen"]) == run_letters(3)
+    assert (*hole_letters(world), world.symbols["frozen"]) == run_letters(3)
     tasks = world.test_tasks()
     share = sum(hole_in_the_way(t.data["map"]) for t in tasks) / len(tasks)
     assert 0.65 <= share <= 0.95  # 75% by construction, plus easy maps that happen to have one
@@ -160,7 +160,7 @@ def test_maps_have_no_dead_end_so_knowing_both_holes_is_enough():
             assert no_dead_end(task.data["map"]), task.data["map"]
             episode = demo_world(seed).new_episode()
             obs = episode.reset(task)
-            holes = set(hole_letters(demo_world(seed).symbols))
+            holes = set(hole_letters(demo_world(seed)))
             while not episode.done:  # step onto any closer tile that is not a hole: always possible
                 safe = [a for a, x in closer_tiles(parse_grid(obs)) if x not in holes and x != IN_HOLE]
                 assert safe, obs
@@ -201,7 +201,7 @@ def test_the_sparse_world_is_a_larger_lake_where_blind_first_attempts_rarely_suc
 
     for seed in (0, 1, 2):
         world = demo_world(seed, "sparse", n_test=40)
-        assert (*hole_letters(world.symbols), world.symbols["frozen"]) == run_letters(seed)  # letters as on demo
+        assert (*hole_letters(world), world.symbols["frozen"]) == run_letters(seed)  # letters as on demo
         tasks = world.test_tasks()
         chances = [blind_success(t.data["map"]) for t in tasks]
         assert all(t.data["size"] == 5 and hole_in_the_way(t.data["map"]) and no_dead_end(t.data["map"])
@@ -213,12 +213,50 @@ def test_the_sparse_world_is_a_larger_lake_where_blind_first_attempts_rarely_suc
 
     kinds = "|".join("/".join(t.data["kinds"]) for t in demo_world(0).test_tasks(20))
     assert hashlib.sha256(kinds.encode()).hexdigest()[:16] == "4d14edc9a0132070"
-    assert WORLDS["demo"] == {} and sorted(WORLDS) == ["demo", "sparse"]
+    assert WORLDS["demo"] == {} and sorted(WORLDS) == ["demo", "hard", "sparse"]
     for wrong in ("Sparse", "sokoban", ""):
-        with pytest.raises(ValueError, match="unknown embedded world .*'demo', 'sparse'"):
+        with pytest.raises(ValueError, match="unknown embedded world .*'demo', 'hard', 'sparse'"):
             world_settings(wrong)
         with pytest.raises(ValueError, match="unknown embedded world"):
             demo_trainer(0, world=wrong)  # before any model is loaded
+
+
+@pytest.mark.parametrize("seed", [0, 1, 5, 11])
+def test_the_hard_world_lines_every_fork_of_one_route_with_its_single_kind_of_hole(seed):
+    from erl_lite.embedded.world import blind_success, fatal_letter
+
+    world = demo_world(seed, "hard", n_test=48)
+    hole, = hole_letters(world)
+    assert hole == run_letters(seed)[0] and world.new_episode().max_actions == 14
+    tasks = world.test_tasks()
+    corners = set()
+    for t in tasks:
+        rows = t.data["map"]
+        # Blind: 1/2 at each of the route's 7 forks, exactly (a power of two, no rounding); knowing the hole: a win.
+        assert blind_success(rows) == 0.5 ** 7 and no_dead_end(rows) and t.data["kinds"] == rows
+        assert t.data["shortest"] == 8 and len(rows) == 5
+        corners.add(next((r, c) for r, row in enumerate(rows) for c, x in enumerate(row) if x == "S"))
+    assert corners == {(0, 0), (0, 4), (4, 4), (4, 0)}  # every start corner is drawn
+    assert len({"/".join(t.data["map"]) for t in tasks}) == len(tasks)
+    # One kind of hole: the map shows one hole letter (never the unused second one), and a fall names it.
+    episode, falls = world.new_episode(), set()
+    for t in tasks[:8]:
+        shown = episode.reset(t)
+        assert hole in shown and run_letters(seed)[1] not in shown
+        for action in ("Down", "Right", "Up", "Left"):
+            episode.reset(t)
+            _, _, done, info = episode.step(f"```{action}```")
+            if info["event"] == "hole":
+                falls.add(fatal_letter(episode.trace()))
+    assert falls == {hole}
+
+
+def test_a_demo_lake_with_an_unknown_number_of_hole_kinds_is_refused():
+    from erl_lite.embedded.world import DemoLake
+
+    for wrong in (0, 3, -1):
+        with pytest.raises(ValueError, match="hole_kinds must be 1 or 2"):
+            DemoLake(hole_kinds=wrong)
 
 
 def test_a_run_draws_only_the_training_maps_it_reads():
@@ -269,7 +307,7 @@ def test_a_failure_names_only_the_hole_stepped_on():
         if (letter := fatal_letter(trace)) is not None:
             seen.add(letter)
             assert trace.count("moved into a hole") == 1
-    assert seen == set(hole_letters(world.symbols))  # either kind can be the one revealed
+    assert seen == set(hole_letters(world))  # either kind can be the one revealed
 
 
 def make_lake_with_both_holes():
@@ -367,8 +405,9 @@ def test_report_flags_self_contradicting_rulebooks():
         {"reflection": {"task_id": "t1", "rulebook": bad, "base_prompt": "x", "parsed": True}, "second": {"success": 0}},
         {"reflection": {"task_id": "t2", "rulebook": rulebook("E", "G"), "base_prompt": "x", "parsed": True},
          "second": {"success": 1}}]}]
-    checked, found = contradicting_rulebooks(history, [bad])
-    assert checked == 3 and [t for _, t in found] == [bad, bad]
+    section = _memory_section(history, [bad], ["F", "H"])
+    assert "**Self-contradicting rulebooks: 2 of 3**" in section  # the sampled one and memory's, of three
+    assert f"- step 1, task `t1`: `{bad}` (letter F)" in section and f"- final memory: `{bad}` (letter F)" in section
 
 
 

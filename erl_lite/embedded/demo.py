@@ -40,7 +40,7 @@ def demo_config(**overrides: Any) -> ERLConfig:
 def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
                  model_dir: str | None = None, world: str = "demo", **overrides: Any) -> Any:
     """The demo's :class:`~erl_lite.run.trainer.ERLTrainer`: the embedded model, a seeded LoRA,
-    ``demo_world(seed, world)`` (``world``: ``"demo"`` or ``"sparse"``, see :data:`~erl_lite.embedded.world.WORLDS`)."""
+    ``demo_world(seed, world)`` (``world``: a key of :data:`~erl_lite.embedded.world.WORLDS`)."""
     from transformers import set_seed
 
     from erl_lite.run.trainer import ERLTrainer
@@ -68,7 +68,7 @@ def step_line(trainer: Any, record: Any) -> None:
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
              eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
              world: str = "demo", **overrides: Any) -> History:
-    """Train the embedded model on one of its worlds (``"demo"``, or ``"sparse"``: 5x5 maps where
+    """Train the embedded model on one of its worlds (``"demo"``; ``"sparse"`` and ``"hard"``, 5x5 maps where
     first attempts rarely succeed) and write the report (replacing an earlier run in ``out``)."""
     trainer = build_demo(out, steps, seed, eval_tasks, verbose, model_dir, world, **overrides)
     return train_demo(trainer, out, world, seed, verbose, model_dir)
@@ -95,7 +95,7 @@ def train_demo(trainer: Any, out: str, world: str = "demo", seed: int = DEFAULT_
     config, env = trainer.args, trainer.env
     if verbose:
         print(f"erl_lite demo: {world} world, mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "
-              f"world seed {seed} (hole letters {' and '.join(hole_letters(env.symbols))}, unknown to the model); "
+              f"world seed {seed} (hole letters {' and '.join(hole_letters(env))}, unknown to the model); "
               f"output in {out}/" + (f"; model {model_dir}" if model_dir else ""), flush=True)
     start = time.perf_counter()
     history = trainer.train()
@@ -149,12 +149,6 @@ def _rulebooks(history: History, memory: list[str]) -> list[tuple[str, str]]:
     texts = [(f"step {s['step']}, task `{r['reflection']['task_id']}`", r["reflection"]["rulebook"])
              for s in history.samples for r in s["retries"] if r["reflection"] is not None]
     return texts + [("final memory", m) for m in memory]
-
-
-def contradicting_rulebooks(history: History, memory: list[str]) -> tuple[int, list[tuple[str, str]]]:
-    """(rulebooks checked, [(where, text)] of those giving a letter two meanings), memory included."""
-    texts = _rulebooks(history, memory)
-    return len(texts), [(where, t) for where, t in texts if contradictions(t)]
 
 
 def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str, Any]]:
@@ -222,8 +216,8 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
                 f"{'succeeded' if built['success'] else 'failed'}). The reflector was given the memory\n\n"
                 f"```\n{built['before']}\n```\n\nkept what it named, added what the trace showed, and wrote\n\n"
                 f"```\n{built['after']}\n```\n")
-    checked, bad = contradicting_rulebooks(history, memory)
     books = _rulebooks(history, memory)
+    checked, bad = len(books), [(where, t) for where, t in books if contradictions(t)]
     text += _check(bad, checked, "Self-contradicting rulebooks", "checked (sampled reflections and final memory) "
                    "give one letter two meanings", lambda t: _letters(contradictions(t)),
                    f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.")
@@ -240,10 +234,8 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
     return text
 
 
-def _letters(found: Any) -> str:
-    """``letter F`` or ``letters B, C``: the letters a report check found in one rulebook."""
-    found = list(found)
-    return f"letter{'s' if len(found) > 1 else ''} {', '.join(found)}"
+def _letters(found: Any) -> str:  # "letter F" or "letters B, C": what a report check found in one rulebook
+    return f"letter{'s' if len(found := list(found)) > 1 else ''} {', '.join(found)}"
 
 
 def write_report(history: History, memory: list[str], config: ERLConfig, env: Any, seconds: float,
@@ -262,7 +254,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
     pictures = "\n".join(f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figures
                          if not f.endswith("overview.png"))
     held = "\n\n".join(f"```\n{m}\n```" for m in memory) or "_empty_"
-    holes = hole_letters(env.symbols)
+    holes = hole_letters(env)
     text = (
         "# erl_lite demo report\n\n"
         + (f"Model: `{model_dir}` (not the shipped embedded model).\n\n" if model_dir else "")

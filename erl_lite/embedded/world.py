@@ -38,8 +38,9 @@ def run_letters(run_seed: int) -> tuple[str, str, str]:
     return hole, hole2, frozen
 
 
-def hole_letters(symbols: dict[str, str]) -> tuple[str, str]:
-    return symbols["hole"], symbols["hole2"]
+def hole_letters(world: Any) -> tuple[str, ...]:
+    """The letters of the holes on ``world``'s maps: two, or one where it has one kind (``hole_kinds=1``)."""
+    return (world.symbols["hole"], world.symbols["hole2"])[:world.hole_kinds]
 
 
 # The trace sentence of a fall, up to its ";" ("stepped on F: moved into a hole"), with the letter captured.
@@ -71,12 +72,6 @@ def parse_grid(text: str) -> list[list[str]]:
 
 def find_letter(grid: list[list[str]], letter: str) -> tuple[int, int] | None:
     return next(((r, c) for r, row in enumerate(grid) for c, x in enumerate(row) if x == letter), None)
-
-
-def neighbour(grid: list[list[str]], cell: tuple[int, int], action: str) -> tuple[int, int] | None:
-    """The cell one ``action`` away from ``cell``, or ``None`` off the grid."""
-    r, c = cell[0] + ACTIONS[action][0], cell[1] + ACTIONS[action][1]
-    return (r, c) if 0 <= r < len(grid) and 0 <= c < len(grid[0]) else None
 
 
 def closer_tiles(grid: list[list[str]]) -> list[tuple[str, str]]:
@@ -186,6 +181,30 @@ def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float]
     raise RuntimeError("no map with the holes asked for and no dead end; raise the hole probability")
 
 
+def lined_map(seed: int, size: int, frozen_prob: tuple[float, float]) -> dict[str, Any]:
+    """A map from one corner to the opposite one with a hole on the other branch of every fork of one shortest route.
+
+    A fork is a cell with two moves closer to the goal; the route passes ``2 size - 3`` of them, so a player blind to
+    holes, stepping to a random closer tile, wins ``0.5 ** (2 size - 3)`` (1/128 on 5x5), and one who knows the holes
+    always. Random 5x5 maps this sparse are about one in 10,000 (:func:`trap_map` would search for them for seconds
+    each). Cells off the route are ice with probability ``p`` (drawn from ``frozen_prob``)."""
+    rng = random.Random(seed)
+    p = rng.uniform(*frozen_prob)
+    grid = [["F" if rng.random() < p else "H" for _ in range(size)] for _ in range(size)]
+    steps = rng.sample([(1, 0), (0, 1)] * (size - 2), 2 * size - 4) + rng.sample([(1, 0), (0, 1)], 2)
+    r = c = 0
+    for k, (dr, dc) in enumerate(steps):  # every cell but the goal's neighbour is a fork: a hole on the other branch
+        grid[r][c] = "F"
+        if k < len(steps) - 1:
+            grid[r + dc][c + dr] = "H"
+        r, c = r + dr, c + dc
+    grid[0][0], grid[-1][-1] = "S", "G"
+    for _ in range(rng.randrange(4)):  # the start's corner, drawn: a quarter turn at a time
+        grid = [list(row) for row in zip(*grid[::-1])]
+    rows = ["".join(row) for row in grid]
+    return {"map": rows, "kinds": assign_kinds(rows, rng), "size": size, "p": p, "shortest": 2 * size - 2}
+
+
 class DemoLakeEpisode(FrozenLakeEpisode):
     """A FrozenLake episode with two kinds of hole, whose observation adds ``ahead: Up F, Right E``
     (the tiles one step closer to the goal; never what they are) unless ``hints=False``."""
@@ -234,17 +253,22 @@ class DemoLake(FrozenLake):
     def __init__(self, keep_easy: float = 0.25, both_kinds: float = 0.6, seed: int = 0, n_train: int = 10_000,
                  n_test: int = 100, sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
                  max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
-                 compact: bool = True, hints: bool = True, max_blind: float = 1.0) -> None:
+                 compact: bool = True, hints: bool = True, max_blind: float = 1.0, lined: bool = False,
+                 hole_kinds: int = 2) -> None:
         for name, share in (("keep_easy", keep_easy), ("both_kinds", both_kinds), ("max_blind", max_blind)):
             check_share("DemoLake", name, share)
+        if hole_kinds not in (1, 2):
+            raise ValueError(f"DemoLake: hole_kinds must be 1 or 2, got {hole_kinds!r}")
         super().__init__(seed=seed, n_train=n_train, n_test=n_test, sizes=sizes, frozen_prob=frozen_prob,
                          max_shortest=max_shortest, max_actions=max_actions, compact=compact)
         # FrozenLake knows one kind of hole; the second kind's letter is resolved here.
         self.symbols = resolve_symbols(DEMO_SYMBOLS, symbols)
-        self.keep_easy, self.both_kinds, self.hints = keep_easy, both_kinds, hints
+        self.keep_easy, self.both_kinds, self.hints, self.hole_kinds = keep_easy, both_kinds, hints, hole_kinds
 
         def make(task_seed: int) -> dict[str, Any]:
-            return trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds, max_blind)
+            m = (lined_map(task_seed, sizes[0], frozen_prob) if lined else
+                 trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds, max_blind))
+            return m if hole_kinds == 2 else {**m, "kinds": m["map"]}
 
         self._splits = SeededSplits(make, lambda d: "/".join(d["kinds"]), self.name, seed, n_train, n_test)
 
@@ -256,12 +280,14 @@ def make_world(hole: str, hole2: str, frozen: str, seed: int = 0, **overrides: A
     return DemoLake(seed=seed, symbols={"hole": hole, "hole2": hole2, "frozen": frozen}, **overrides)
 
 
-#: The embedded model's worlds (:class:`DemoLake` settings). ``demo``: 3x3 maps where a blind first attempt often
-#: succeeds. ``sparse``: 5x5 maps where a player blind to the holes wins at most one time in ten (the regime of the
-#: paper's Sokoban), with the same feedback and rulebook words, so one model plays both.
+#: The embedded model's worlds (:class:`DemoLake` settings), all in the same feedback and rulebook words. ``demo``:
+#: 3x3 maps where a blind first attempt often succeeds. ``sparse``: 5x5 maps where a player blind to the holes wins
+#: at most one time in ten. ``hard``: 5x5 maps of one hole letter lining a route (:func:`lined_map`), a blind win
+#: 1/128: the paper's Sokoban regime, where reward alone rarely says anything. The model was not trained on it.
 WORLDS: dict[str, dict[str, Any]] = {
     "demo": {},
     "sparse": {"sizes": (5, 5), "max_shortest": 10, "max_actions": 14, "keep_easy": 0.0, "max_blind": 0.1},
+    "hard": {"sizes": (5, 5), "max_actions": 14, "lined": True, "hole_kinds": 1},
 }
 
 

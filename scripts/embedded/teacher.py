@@ -44,13 +44,19 @@ from dataclasses import dataclass
 from typing import Collection
 
 from erl_lite.embedded.rulebooks import named_holes, plan_sentence, planned_holes, rulebook
-from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, neighbour, parse_grid
+from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, parse_grid
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.core.prompts import REFLECTION_SYSTEM
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
 _SAFE_STEP = re.compile(r"stepped on ([A-Z]): moved to a safe tile")
+
+
+def neighbour(grid: list[list[str]], cell: tuple[int, int], action: str) -> tuple[int, int] | None:
+    """The cell one ``action`` away from ``cell``, or ``None`` off the grid."""
+    r, c = cell[0] + ACTIONS[action][0], cell[1] + ACTIONS[action][1]
+    return (r, c) if 0 <= r < len(grid) and 0 <= c < len(grid[0]) else None
 
 
 def _fears(avoid: Collection[str] | str | None) -> set[str]:
