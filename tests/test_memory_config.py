@@ -71,6 +71,18 @@ def test_rlvr_uses_the_papers_compute_matched_g():
     assert ERLConfig(num_generations=3).replace(mode="rlvr").num_generations == 3
 
 
+@pytest.mark.parametrize("cfg", [ERLConfig(), ERLConfig(mode="rlvr"), ERLConfig(num_generations=4),
+                                 ERLConfig(num_generations=7), ERLConfig.preset("cpu"), ERLConfig.preset("paper")])
+def test_a_config_and_its_saved_copy_replace_alike(cfg):
+    # What a config does is read from its fields alone: the copy a run saves (to_dict) behaves as the original.
+    copy = ERLConfig(**cfg.to_dict())
+    assert copy == cfg
+    for mode in ("rlvr", "erl", "erl_simple"):
+        assert copy.replace(mode=mode) == cfg.replace(mode=mode)
+        assert cfg.replace(mode=mode).num_generations == (
+            cfg.num_generations if cfg.num_generations not in (4, 10) else (10 if mode == "rlvr" else 4))
+
+
 def test_cli_rlvr_gets_g10():
     from erl_lite.cli import build_parser
     from erl_lite.cli.train import train_config

@@ -75,7 +75,7 @@ def test_every_grpo_config_field_is_in_exactly_one_table():
     assert set(TRL_ACCEPTED) <= ERL_FIELDS  # accepted = an ERLConfig field of the same name
     assert not (set(TRL_MAPPED) | set(TRL_REFUSED)) & ERL_FIELDS
     assert all(isinstance(why, str) and len(why) > 20 for why in TRL_REFUSED.values())
-    assert all(isinstance(how, str) and len(how) > 10 for how in TRL_MAPPED.values())  # documented
+    assert all(isinstance(how, str) and len(how) > 10 and callable(into) for how, into in TRL_MAPPED.values())
 
 
 @pytest.mark.parametrize("name", [f.name for f in GRPO_FIELDS])

@@ -20,6 +20,20 @@ from erl_lite.records import ROLES
 DEFAULT_SEED = 0
 
 
+def _takes_trl_names(cls: type) -> type:
+    """A class decorator over the dataclass: TRL's names are mapped or refused with a reason before its ``__init__``
+    sees them, not met by a bare "unexpected keyword argument"; ``functools.wraps`` keeps its signature for help()."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **translate_trl_fields(kwargs, _FIELD_NAMES))
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_takes_trl_names
 @dataclass
 class ERLConfig:
     """Hyperparameters of an ERL (or RLVR) run.
@@ -200,8 +214,6 @@ class ERLConfig:
     """Free-form values carried into the history's header (e.g. the command line's environment)."""
     preset_name: str | None = field(default=None, metadata={"cli": False})
     """The preset this config was built from (:meth:`preset`); the trainer refuses a GPU preset on a CPU by it."""
-    generations_from_mode: bool = field(default=False, init=False, repr=False, compare=False)
-    """Derived, not saved: G came from the mode, so :meth:`replace` lets it follow a new ``mode``."""
 
     def __post_init__(self) -> None:
         _migrate_extra_preset(self)
@@ -209,8 +221,7 @@ class ERLConfig:
         conform_fields(self)  # every field against its annotation (bool, int, finite float, ...)
         self.output_dir = self.output_dir and expand_path(self.output_dir)  # ~ and $VAR, as TrainingArguments
         checks.check_choices(self)
-        self.generations_from_mode = self.num_generations is None
-        if self.generations_from_mode:
+        if self.num_generations is None:
             self.num_generations = checks.DEFAULT_GENERATIONS[self.mode]
         checks.check_length(self)
         checks.check_counts(self)
@@ -263,33 +274,25 @@ class ERLConfig:
         return cls(**{**values, "preset_name": name})
 
     def replace(self, **changes: Any) -> "ERLConfig":
-        """A validated copy with ``changes``; G from the mode follows a new mode; see :func:`one_split`.
+        """A validated copy with ``changes`` (see :func:`one_split`). A G at the mode's default follows a new mode:
+        read from the fields alone, so a config and its saved copy replace alike.
 
         Example:
-            >>> ERLConfig().replace(mode="rlvr").num_generations
-            10
+            >>> ERLConfig().replace(mode="rlvr").num_generations, ERLConfig(num_generations=6).replace(mode="rlvr").num_generations
+            (10, 6)
         """
         changes = translate_trl_fields(changes, _FIELD_NAMES, current=self.to_dict())
-        if self.generations_from_mode and "num_generations" not in changes:
+        if "mode" in changes and "num_generations" not in changes and (
+                self.num_generations == checks.DEFAULT_GENERATIONS[self.mode]):
             changes["num_generations"] = None
         return dataclasses.replace(self, **one_split(changes))
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a dict, as saved with a run (derived fields left out)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k in _FIELD_NAMES}
+        """The settings as a dict, as saved with a run."""
+        return dataclasses.asdict(self)
 
 
-_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(ERLConfig) if f.init)
-_dataclass_init = ERLConfig.__init__
-
-
-@functools.wraps(_dataclass_init)
-def _init_with_trl_names(self: ERLConfig, *args: Any, **kwargs: Any) -> None:
-    # TRL's names are mapped or refused with a reason, not met by a bare "unexpected keyword argument".
-    _dataclass_init(self, *args, **translate_trl_fields(kwargs, _FIELD_NAMES))
-
-
-ERLConfig.__init__ = _init_with_trl_names
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(ERLConfig))
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLConfig)
                              if f.default is not dataclasses.MISSING}

@@ -1,7 +1,7 @@
 """What ``ERLConfig`` does with each of TRL's ``GRPOConfig`` settings (TRL 1.16, with ``TrainingArguments``'s).
 
-Each sits in one table: :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field, by
-:func:`translate_trl_fields`), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
+Each sits in one table: :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field: how,
+and the function that maps it), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
 behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name."""
 
 from __future__ import annotations
@@ -48,27 +48,20 @@ def _use_vllm(value: Any, current: dict[str, Any]) -> dict[str, Any]:
 
 
 _use_vllm.target = "generation_backend"  # type: ignore[attr-defined]
-_GENERATE = "(model.generate's keyword)"
-#: GRPOConfig fields that are another ERLConfig field, and how (the implementation is in _MAPPERS).
-TRL_MAPPED: dict[str, str] = {
-    "cache_implementation": f"generation_kwargs['cache_implementation'] {_GENERATE}",
-    "disable_tqdm": "progress_bar = not disable_tqdm",
-    "num_generations_eval": "eval_num_generations (samples per evaluation task)",
-    "activation_checkpointing": "gradient_checkpointing (transformers 5's name for it)",
-    "use_transformers_paged": "generation_backend = 'continuous' if True else 'generate'",
-    "use_transformers_continuous_batching": "generation_backend = 'continuous' if True else 'generate'",
-    "use_vllm": "generation_backend = 'vllm' if True (False changes nothing)",
-    "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max (TRL's deprecated name for it)",
-}
-_MAPPERS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
-    "cache_implementation": _generate_key("cache_implementation"),
-    "disable_tqdm": _field("progress_bar", lambda v: not v),
-    "num_generations_eval": _field("eval_num_generations"),
-    "activation_checkpointing": _field("gradient_checkpointing"),
-    **{name: _field("generation_backend", lambda v: "continuous" if v else "generate")
-       for name in ("use_transformers_paged", "use_transformers_continuous_batching")},
-    "use_vllm": _use_vllm,
-    "vllm_importance_sampling_cap": _field("vllm_importance_sampling_clip_max"),
+_CONTINUOUS = ("generation_backend = 'continuous' if True else 'generate'",
+               _field("generation_backend", lambda v: "continuous" if v else "generate"))
+#: GRPOConfig fields that are another ERLConfig field: name -> (how, in words; ``into(value, current)`` -> fields).
+TRL_MAPPED: dict[str, tuple[str, Callable[[Any, dict[str, Any]], dict[str, Any]]]] = {
+    "cache_implementation": ("generation_kwargs['cache_implementation'] (model.generate's keyword)",
+                             _generate_key("cache_implementation")),
+    "disable_tqdm": ("progress_bar = not disable_tqdm", _field("progress_bar", lambda v: not v)),
+    "num_generations_eval": ("eval_num_generations (samples per evaluation task)", _field("eval_num_generations")),
+    "activation_checkpointing": ("gradient_checkpointing (transformers 5's name for it)",
+                                 _field("gradient_checkpointing")),
+    "use_transformers_paged": _CONTINUOUS, "use_transformers_continuous_batching": _CONTINUOUS,
+    "use_vllm": ("generation_backend = 'vllm' if True (False changes nothing)", _use_vllm),
+    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max (TRL's deprecated name for it)",
+                                     _field("vllm_importance_sampling_clip_max")),
 }
 
 # Reasons shared by several refused fields.
@@ -179,11 +172,12 @@ def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
     for name, value in given.items():
         if name in known:
             continue
-        if name in _MAPPERS:
-            mapped = _MAPPERS[name](value, {**(current or {}), **out})
-            target = getattr(_MAPPERS[name], "target", None)
+        if name in TRL_MAPPED:
+            how, into = TRL_MAPPED[name]
+            mapped = into(value, {**(current or {}), **out})
+            target = getattr(into, "target", None)
             if target in given and target in mapped and given[target] != mapped[target]:
-                raise ValueError(f"ERLConfig: {name}={value!r} (TRL's name; {TRL_MAPPED[name]}) disagrees with "
+                raise ValueError(f"ERLConfig: {name}={value!r} (TRL's name; {how}) disagrees with "
                                  f"{target}={given[target]!r}; give one of them")
             out.update(mapped)
         elif name in TRL_REFUSED:
@@ -192,7 +186,7 @@ def translate_trl_fields(given: dict[str, Any], known: Iterable[str],
             raise ValueError(f"ERLConfig: {name}={value!r} is a TRL GRPOConfig setting erl_lite does not take: "
                              f"{TRL_REFUSED[name]}")
         else:
-            names = sorted(known | set(_MAPPERS))
+            names = sorted(known | set(TRL_MAPPED))
             guess = closest(name, names)
             hint = f"; did you mean {guess!r}?" if guess else "; see the ERLConfig docstring for its fields"
             raise TypeError(f"ERLConfig has no setting {name!r} (neither an erl_lite field nor a TRL "
