@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from erl_lite.config.checks import quantization_name
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft.utils.constants.SAFETENSORS_WEIGHTS_NAME
 TRAINABLE_WEIGHTS = "trainable.safetensors"
 ERL_STATE = "erl_state.json"
@@ -35,7 +37,7 @@ def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str,
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     note = {"base_model": getattr(_base_model(model).config, "_name_or_path", "") or "",
-            "base_quantization": "4bit" if _is_4bit(model) else "none", "evaluation": evaluation}
+            "base_quantization": quantization_name(_is_4bit(model)), "evaluation": evaluation}
     write_json(os.path.join(folder, NOTE_FILE), note)
     return note
 

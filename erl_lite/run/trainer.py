@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from erl_lite.run.state import capture_state
 from erl_lite.config import ERLConfig
-from erl_lite.config.checks import reflects
+from erl_lite.config.checks import quantization_name, reflects
 from erl_lite.core.env import Environment
 from erl_lite.core.continuous import end_phase
 from erl_lite.core.generation import Generator
@@ -140,7 +140,7 @@ class ERLTrainer(CheckpointSaving):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.preset_name)
             four_bit = wants_4bit(quantization_config, self.args)
-            return load_policy(model, tokenizer, quantization="4bit" if four_bit else "none",
+            return load_policy(model, tokenizer, quantization=quantization_name(four_bit),
                                **adapter_settings(self.args, peft_config),
                                device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
         return adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)

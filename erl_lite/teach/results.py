@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from erl_lite.config.checks import AUTO
 from erl_lite.records import Attempt, Task
 
 #: Where Colab mounts Google Drive (``google.colab.drive.mount("/content/drive")``).
@@ -165,7 +166,7 @@ def reload_and_play(adapter_dir: str | os.PathLike, env: Any, task: Task | None 
     from erl_lite.run.export import describe_adapter
     from erl_lite.models import load_policy
 
-    if quantization == "auto":
+    if quantization == AUTO:
         quantization = describe_adapter(adapter_dir).quantization
     model, tokenizer = load_policy(os.fspath(adapter_dir), quantization=quantization, device=device)
     return model, tokenizer, play_episode(model, tokenizer, env, task, config)

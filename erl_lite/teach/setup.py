@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from erl_lite.config import DEFAULT_SEED, ERLConfig
+from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS
 
 #: The model of the ``gpu`` setup: fits a 15 GiB Colab T4 in 4-bit (see the gpu preset's sizing).
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 #: Each setup's ERLConfig preset and default quantization of the policy.
-_SETUPS = {"cpu": ("demo", "none"), "gpu": ("gpu", "4bit")}
+_SETUPS = {"cpu": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
 
 
 class Setup(NamedTuple):
@@ -28,8 +29,8 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
           model_name: str = GPU_MODEL, world: str = "demo", **overrides: Any) -> Setup:
     """Load the policy, build the environment and make the config for a notebook.
 
-    ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``, or ``"sparse"`` where first attempts
-    rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the ``gpu`` preset (LoRA on
+    ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``; ``"sparse"`` or ``"hard"``, where first
+    attempts rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the ``gpu`` preset (LoRA on
     both). ``seed`` seeds adapter, world and config; the config comes first, so a bad setting fails early.
 
     Example:
@@ -41,8 +42,8 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
         raise ValueError(f"setup: preset must be 'cpu' or 'gpu', got {preset!r}")
     config_preset, default_quantization = _SETUPS[preset]
     quantization = default_quantization if quantization is None else quantization
-    if quantization not in ("none", "4bit"):
-        raise ValueError(f"setup: quantization must be 'none' or '4bit', got {quantization!r}")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"setup: quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     if not isinstance(model_name, str) or not model_name:
         raise ValueError(f"setup: model_name must be a model's hub name or folder, got {model_name!r}")
     if preset == "gpu" and world != "demo":
