@@ -1,13 +1,16 @@
 """Regenerate every figure and table the README shows, into ``assets/``.
 
-Runs, in order (2,314 s on two CPU cores with ``--jobs 2`` and nothing else running, 2026-12-02: the
-bands 59 s and 299 s, the demo 48 s, the comparisons 453 s and 1,454 s):
+Runs, in order (2,314 s on two CPU cores with ``--jobs 2`` and nothing else running, 2026-12-02, for the
+steps of that day: the bands 59 s and 299 s, the demo 48 s, the comparisons 453 s and 1,454 s; the hard
+world's comparison took 1,594 s on 2026-12-03):
 
-1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json`` and ``assets/bands_sparse.json``
-   (the untrained model's bands on both worlds);
+1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json``, ``assets/bands_sparse.json`` and
+   ``assets/bands_hard.json`` (the untrained model's bands on each world);
 2. ``erl-lite demo --out assets/demo`` -> the demo's figures, ``report.md`` and history;
-3. ``scripts/compare_modes.py`` -> ``assets/compare_*`` and ``assets/compare_sparse_*`` (ERL vs
-   RLVR and ablations, equal CPU time, 3 seeds, on each world).
+3. ``scripts/compare_modes.py`` -> ``assets/compare_*``, ``assets/compare_sparse_*`` and
+   ``assets/compare_hard_*`` (ERL vs RLVR and ablations, equal CPU time, 3 seeds, on each world);
+4. the same with ``--match samples`` (the paper's matching) -> ``assets/compare_samples_*``,
+   ``assets/compare_sparse_samples_*`` and ``assets/compare_hard_samples_*``.
 
 Usage:
     OMP_NUM_THREADS=1 python scripts/make_assets.py [--jobs 2] [--skip bands demo compare]

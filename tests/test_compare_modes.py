@@ -215,6 +215,9 @@ def test_the_sparse_world_is_judged_by_its_own_targets_and_memory_by_speed():
         "ERL reaches half its final eval in <= 0.7x the CPU s of w/o memory"]
     failing = [{**r, "eval_final": 0.5} if r["variant"] == "ERL" else r for r in results]
     assert not {label: met for label, _, met in cm.check_targets(failing)}["ERL >= 0.60 (final eval)"]
+    # The hard world is the same regime: the same targets, and its own files.
+    assert cm.check_targets([{**r, "world": "hard"} for r in results]) == cm.check_targets(results)
+    assert cm.output_path("a", "hard", "table.md") == "a/compare_hard_table.md"
 
 
 def test_each_world_writes_its_own_files_and_results_never_mix_worlds(monkeypatch, tmp_path):

@@ -1,11 +1,11 @@
-"""The package's import graph: no cycle among erl_lite's modules, and lower layers never import
-higher ones (DESIGN.md: losses know nothing of envs; envs know nothing of models).
+"""The package's import graph: no cycle among erl_lite's modules or its rooms (folders and root modules), and each
+room imports only what its row of :data:`IMPORT_RULES` allows (docs/ARCHITECTURE.md draws the floors).
 
 The graph is read statically from the source with :mod:`ast`: every ``import`` and ``from``
 statement, at module level or inside functions (a function-level import still ties the two
 modules together, it only postpones the cycle to call time), with relative imports resolved,
 and names a package exports lazily (its ``_EXPORTS`` table, read by ``__getattr__``) followed
-to the module that defines them. Imports under ``if TYPE_CHECKING:`` are left out: they never run.
+to the module that defines them. There is no ``if TYPE_CHECKING:`` import to leave out (a test says so).
 """
 
 from __future__ import annotations
