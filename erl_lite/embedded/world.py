@@ -241,7 +241,8 @@ class DemoLakeEpisode(FrozenLakeEpisode):
 
 
 class DemoLake(FrozenLake):
-    """FrozenLake on small maps with holes of two letters, where ignoring them is mostly fatal (:func:`trap_map`).
+    """FrozenLake on small maps with holes of two letters (one with ``hole_kinds=1``), where ignoring them is mostly
+    fatal (:func:`trap_map`, or :func:`lined_map` with ``lined=True``).
 
     Example:
         >>> lake = DemoLake(symbols={"hole": "E", "hole2": "H", "frozen": "G"})
