@@ -404,15 +404,15 @@ def add_knowledge(results: list[dict]) -> None:
     :func:`erl_lite.embedded.demo.knowledge_timeline`). Kept in compare_results.json, so a
     ``--replot`` without the runs keeps it."""
     from erl_lite.embedded.demo import knowledge_timeline
-    from erl_lite.embedded.world import run_letters, world_settings
+    from erl_lite.embedded.world import demo_world, hole_letters
     from erl_lite.history import History
 
     for r in results:
         path = os.path.join(r["run_dir"], "history.jsonl")
         if "knowledge" in r or not os.path.isfile(path):
             continue
-        kinds = world_settings(r.get("world", "demo")).get("hole_kinds", 2)  # the hard world has one hole letter
-        rows = knowledge_timeline(History.load(path), run_letters(r["seed"])[:kinds])
+        holes = hole_letters(demo_world(r["seed"], r.get("world", "demo")))  # its maps are drawn only when read
+        rows = knowledge_timeline(History.load(path), holes)
         if not rows:
             continue
         r["knowledge"] = {"reflections": sum(row["reflections"] for row in rows),

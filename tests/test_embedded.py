@@ -257,6 +257,20 @@ def test_a_demo_lake_with_an_unknown_number_of_hole_kinds_is_refused():
     for wrong in (0, 3, -1):
         with pytest.raises(ValueError, match="hole_kinds must be 1 or 2"):
             DemoLake(hole_kinds=wrong)
+    for sizes in ((4, 6), (1, 1)):  # a lined map has one size: it is not silently the first of two
+        with pytest.raises(ValueError, match=r"lined maps one size >= 2 \(got sizes="):
+            DemoLake(lined=True, sizes=sizes)
+
+
+def test_the_hard_world_with_two_kinds_lines_its_route_with_both():
+    # benchmarks/embedded_bands.py --hole-kinds 2: the measurement behind the hard world's one kind.
+    from erl_lite.embedded.world import holes_in_the_way
+
+    world = demo_world(0, "hard", n_test=12, hole_kinds=2)
+    assert hole_letters(world) == run_letters(0)[:2]
+    for t in world.test_tasks():
+        assert t.data["map"] == [row.replace("K", "H") for row in t.data["kinds"]]
+        assert {"H", "K"} <= set("".join(t.data["kinds"])) and holes_in_the_way(t.data["kinds"])
 
 
 def test_a_run_draws_only_the_training_maps_it_reads():

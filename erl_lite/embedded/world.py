@@ -186,8 +186,7 @@ def lined_map(seed: int, size: int, frozen_prob: tuple[float, float]) -> dict[st
 
     A fork is a cell with two moves closer to the goal; the route passes ``2 size - 3`` of them, so a player blind to
     holes, stepping to a random closer tile, wins ``0.5 ** (2 size - 3)`` (1/128 on 5x5), and one who knows the holes
-    always. Random 5x5 maps this sparse are about one in 10,000 (:func:`trap_map` would search for them for seconds
-    each). Cells off the route are ice with probability ``p`` (drawn from ``frozen_prob``)."""
+    always. Drawn, not searched for as :func:`trap_map` does. Off the route, ice has probability ``p`` (``frozen_prob``)."""
     rng = random.Random(seed)
     p = rng.uniform(*frozen_prob)
     grid = [["F" if rng.random() < p else "H" for _ in range(size)] for _ in range(size)]
@@ -258,8 +257,9 @@ class DemoLake(FrozenLake):
                  hole_kinds: int = 2) -> None:
         for name, share in (("keep_easy", keep_easy), ("both_kinds", both_kinds), ("max_blind", max_blind)):
             check_share("DemoLake", name, share)
-        if hole_kinds not in (1, 2):
-            raise ValueError(f"DemoLake: hole_kinds must be 1 or 2, got {hole_kinds!r}")
+        if hole_kinds not in (1, 2) or (lined and (sizes[0] != sizes[1] or sizes[0] < 2)):
+            raise ValueError(f"DemoLake: hole_kinds must be 1 or 2 (got {hole_kinds!r}), and lined maps one size >= 2 "
+                             f"(got sizes={sizes!r})")
         super().__init__(seed=seed, n_train=n_train, n_test=n_test, sizes=sizes, frozen_prob=frozen_prob,
                          max_shortest=max_shortest, max_actions=max_actions, compact=compact)
         # FrozenLake knows one kind of hole; the second kind's letter is resolved here.

@@ -30,8 +30,8 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
     """Load the policy, build the environment and make the config for a notebook.
 
     ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``; ``"sparse"`` or ``"hard"``, where first
-    attempts rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the ``gpu`` preset (LoRA on
-    both). ``seed`` seeds adapter, world and config; the config comes first, so a bad setting fails early.
+    attempts rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the ``gpu`` preset
+    (LoRA on both). ``seed`` seeds adapter, world and config; the config comes first, so a bad setting fails early.
 
     Example:
         >>> model, tokenizer, env, config = setup("cpu", seed=0, max_steps=2)
