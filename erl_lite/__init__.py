@@ -31,10 +31,6 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-from erl_lite import _moved  # noqa: E402  (old import paths, with a DeprecationWarning)
-
-_moved.install()
-
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:

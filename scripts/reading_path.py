@@ -5,9 +5,8 @@ a profiler on, records every erl_lite function entered while ``erl_step`` or the
 (``core.update.PolicyUpdater.update``) is on the stack, and counts
 the lines of those functions (decorators, signature, docstring and body; a nested function once, inside
 its parent). Module docstrings, imports and class bodies outside the functions are not counted: what a
-reader follows is the code that runs. The game the step plays (``envs/``, ``embedded/``) is listed apart,
-and the finder of old import paths (``_moved.py``, consulted by each first import inside a function)
-is left out. docs/ARCHITECTURE.md quotes this table.
+reader follows is the code that runs. The game the step plays (``envs/``, ``embedded/``) is listed apart.
+docs/ARCHITECTURE.md quotes this table.
 
 Usage:
     OMP_NUM_THREADS=1 python scripts/reading_path.py
@@ -78,7 +77,6 @@ def main() -> None:
 
     trainer = demo_trainer(max_steps=1, eval_tasks=1, eval_steps=0, output_dir=tempfile.mkdtemp())
     counts = function_lines(traced_functions(trainer.train))
-    counts.pop("_moved.py", None)
     game = {m: n for m, n in counts.items() if m.startswith(GAME)}
     step = {m: n for m, n in counts.items() if m not in game}
     print("| module | lines |\n|---|---|")

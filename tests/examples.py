@@ -3,7 +3,6 @@ user meets on the README, docs pages and notebooks): ``module:qualified name`` -
 tests/test_examples.py with the module's globals, as ``doctest.testmod`` runs a docstring."""
 
 EXAMPLES = {
-    'erl_lite._moved:new_home': '>>> new_home("erl_lite.trainer"), new_home("erl_lite.config")\n(\'erl_lite.run.trainer\', None)\n',
     'erl_lite.cli.config_args:SuggestingParser': '>>> p = SuggestingParser(prog="x", exit_on_error=False)\n>>> _ = p.add_argument("--learning-rate")\n>>> p.typo_hints(["--learnig-rate", "1"])\n\' (--learnig-rate: did you mean --learning-rate?)\'\n',
     'erl_lite.cli.run_files:load_config_file': '>>> import os, tempfile\n>>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")\n>>> _ = open(path, "w").write("learning-rate: 1e-4\\nenv: qa\\n")\n>>> load_config_file(path, other_keys=["env"])\n({\'learning_rate\': 0.0001}, {\'env\': \'qa\'})\n',
     'erl_lite.cli.run_files:locate_in_file': '>>> import os, tempfile\n>>> path = os.path.join(tempfile.mkdtemp(), "run.yaml")\n>>> _ = open(path, "w").write("seed: 1\\ntop-p: 1.5\\n")\n>>> locate_in_file("ERLConfig.top_p must be in (0, 1]", path, ["seed", "top_p"])  # doctest: +ELLIPSIS\n\'...run.yaml:2: ERLConfig.top_p must be in (0, 1]\'\n',

@@ -143,8 +143,8 @@ def room(module: str) -> str:
 
 _BASE = {"records", "jsonio"}
 IMPORT_RULES = {
-    "erl_lite": {"_moved"},  # the public names load lazily; only the old-path finder runs at import
-    "records": set(), "jsonio": set(), "testing": set(), "_moved": set(),
+    "erl_lite": set(),  # the public names load lazily
+    "records": set(), "jsonio": set(), "testing": set(),
     "metric_names": {"records"},
     "config": {"records"},  # every setting once: nothing of the algorithm, no model, no run
     "core": {"config", "records", "metric_names"},  # the algorithm: no model loading, no integration, no run
