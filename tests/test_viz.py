@@ -447,3 +447,63 @@ def test_comparison_plot_tells_overlapping_variants_apart():
     only = plot_comparison(runs, variants=["RLVR"]).axes[0].lines
     assert len(only) == 2 and only[0].get_label() == "RLVR"
     assert NO_DATA in _texts(plot_comparison([]))
+
+
+# ---------------------------------------------------------------- front-end independent HTML
+
+def _styles(markup: str) -> list[tuple[str, dict[str, str]]]:
+    """(tag, declared style) of every element of ``markup``, properties lower-cased."""
+    from html.parser import HTMLParser
+
+    found: list[tuple[str, dict[str, str]]] = []
+
+    class Reader(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            style = dict(attrs).get("style") or ""
+            pairs = [d.split(":", 1) for d in style.split(";") if ":" in d]
+            found.append((tag, {k.strip().lower(): v.strip().lower() for k, v in pairs}))
+
+    Reader().feed(markup)
+    return found
+
+
+def _views(hist):
+    """Every HTML view the package renders: pairs of reflected and gate-passing rollouts, both browsers."""
+    record = hist.samples[0]
+    passed = next(a for r in hist.samples for a in r["first_attempts"] if a["success"])
+    yield show_attempt_pair(record)
+    yield show_attempt_pair(hist, step=None, task_id=passed["task_id"], index=passed["index"])
+    yield reflection_browser(hist, static=True)._repr_html_()
+    yield memory_viewer(hist, static=True, step=hist.samples[-1]["step"])._repr_html_()
+
+
+def test_html_views_state_alignment_font_and_wrapping_themselves(hist):
+    """JupyterLab right-aligns table cells and breaks words in <pre> by default; a view that states
+    alignment, a monospace font and space-only wrapping renders the same in every front-end."""
+    for markup in _views(hist):
+        styles = _styles(markup)
+        pres = [s for tag, s in styles if tag == "pre"]
+        assert pres, markup[:200]
+        for s in pres:
+            assert "monospace" in s.get("font-family", ""), s
+            assert s.get("white-space") in ("pre", "pre-wrap"), s
+            assert s.get("word-break") == "normal" and s.get("overflow-wrap") == "normal", s
+            assert s.get("text-align") == "left", s
+        for tag, s in styles:
+            if tag in ("td", "div"):
+                assert s.get("text-align") == "left", (tag, s)
+
+
+def test_grids_keep_their_columns_and_prose_wraps_at_spaces(hist):
+    """An observation (a grid drawn in letters) must never wrap, or its columns shift; prose wraps."""
+    markup = show_attempt_pair(hist.samples[0])
+    import html as html_lib
+    import re
+
+    first = select_pair(hist.samples[0])["first"]
+    grid = next(m["content"] for m in first["messages"] if m["role"] == "user")
+    blocks = re.findall(r'<pre style="([^"]*)">(.*?)</pre>', markup, flags=re.S)
+    grid_styles = [style for style, body in blocks if html_lib.unescape(body) == grid]
+    assert grid_styles and all("white-space:pre;" in s.replace(" ", "") for s in grid_styles)
+    prose = [style for style, body in blocks if html_lib.unescape(body) == first["feedback"]]
+    assert prose and all("white-space:pre-wrap" in s.replace(" ", "") for s in prose)

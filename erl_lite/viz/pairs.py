@@ -111,10 +111,18 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + " …"
 
 
+#: Stated in full, as front-ends differ (JupyterLab right-aligns cells and breaks words inside <pre>).
+LEFT = "text-align:left"
+_PRE = ("margin:2px 0;padding:4px;background:#f6f8fa;font-size:12px;font-family:ui-monospace,Menlo,Consolas,"
+        f"monospace;word-break:normal;overflow-wrap:normal;{LEFT}")
+
+
 def _pre(text: str, escaped: bool = False) -> str:
+    """A monospace block: a grid (short lines) never wraps, lest its columns shift; prose wraps at spaces only."""
     body = text if escaped else html.escape(_clip(text))
-    return ('<pre style="white-space:pre-wrap;margin:2px 0;padding:4px;background:#f6f8fa;'
-            f'font-size:12px">{body}</pre>')
+    grid = "\n" in text.strip() and max(map(len, text.splitlines())) <= 60
+    wrap = "white-space:pre;overflow-x:auto" if grid else "white-space:pre-wrap"
+    return f'<pre style="{wrap};{_PRE}">{body}</pre>'
 
 
 def _outcome(attempt: Record) -> str:
@@ -125,7 +133,7 @@ def _outcome(attempt: Record) -> str:
 def _attempt_html(title: str, attempt: Record | None, color: str) -> str:
     if attempt is None:
         return f"<b style='color:{color}'>{title}</b><p><i>not run (passed the gate)</i></p>"
-    turns = "".join(f"<div><small><b>{html.escape(m.get('role', '?'))}</b></small>"
+    turns = "".join(f"<div style='{LEFT}'><small><b>{html.escape(m.get('role', '?'))}</b></small>"
                     f"{_pre(m.get('content', ''))}</div>"
                     for m in attempt.get("messages", []) if m.get("role") != "system")
     return (f"<b style='color:{color}'>{title}</b> <small>({_outcome(attempt)}, "
@@ -150,8 +158,8 @@ def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: 
     record = step_record(history_or_step_record, step)
     pair = select_pair(record, task_id, index)
     first, refl, second = pair["first"], pair["reflection"], pair["second"]
-    cell = '<td style="vertical-align:top;width:31%;padding:4px">{}</td>'
-    arrow = '<td style="vertical-align:middle;width:3%;font-size:20px;color:#999">→</td>'
+    cell = f'<td style="vertical-align:top;width:31%;padding:4px;{LEFT}">{{}}</td>'
+    arrow = f'<td style="vertical-align:middle;width:3%;font-size:20px;color:#999;{LEFT}">→</td>'
     row = arrow.join(cell.format(x) for x in (
         _attempt_html("First attempt", first, COLORS["first"]), _reflection_html(refl),
         _attempt_html("Second attempt", second, COLORS["second"])))
@@ -164,7 +172,7 @@ def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: 
                     + diff_html(assistant_actions(first), assistant_actions(second)))
     head = (f"Step {record.get('step')} · task {html.escape(str(first.get('task_id')))} · "
             f"rollout #{first.get('index')}")
-    return (f'<div style="font-family:sans-serif;font-size:13px"><h4>{head}</h4>'
+    return (f'<div style="font-family:sans-serif;font-size:13px;{LEFT}"><h4>{head}</h4>'
             f'<table style="width:100%;table-layout:fixed"><tr>{row}</tr></table>'
             + (f"<h4>What changed</h4>{changed}" if changed else "") + "</div>")
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import html
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from erl_lite.viz._style import HistoryLike, as_history, joined_rulebooks
-from erl_lite.viz.pairs import (Record, attempt_pair_text, diff_html, diff_text, list_pairs,
+from erl_lite.viz.pairs import (Record, _pre, attempt_pair_text, diff_html, diff_text, list_pairs,
                                 show_attempt_pair, step_record)
 
 #: Outcome filters of the reflection browser: label -> predicate on a :func:`list_pairs` row.
@@ -151,7 +150,7 @@ def memory_html(record: Record) -> str:
     head = f"<h4>Memory after step {record.get('step')} ({n} rulebook{'s' * (n != 1)})</h4>"
     if not after:
         return head + "<p><i>empty: no second attempt has succeeded yet</i></p>"
-    body = f'<pre style="white-space:pre-wrap">{html.escape(after)}</pre>'
+    body = _pre(after)
     if before != after:
         body += "<b>changed this step (before → after)</b>" + diff_html(before, after)
     return head + body
