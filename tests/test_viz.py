@@ -507,3 +507,33 @@ def test_grids_keep_their_columns_and_prose_wraps_at_spaces(hist):
     assert grid_styles and all("white-space:pre;" in s.replace(" ", "") for s in grid_styles)
     prose = [style for style, body in blocks if html_lib.unescape(body) == first["feedback"]]
     assert prose and all("white-space:pre-wrap" in s.replace(" ", "") for s in prose)
+
+
+def _gate_passed_first(hist) -> History:
+    """The run with its first sampled step's rollouts all passing the gate (nothing reflected there)."""
+    first = dict(hist.samples[0], retries=[])
+    first["first_attempts"] = [dict(a, success=True, reward=1.0) for a in first["first_attempts"]]
+    return History(records=hist.records, samples=[first, *hist.samples[1:]])
+
+
+def test_reflection_browser_opens_on_a_reflected_rollout(hist):
+    """Opening on a rollout that passed the gate shows "none: the first attempt passed": nothing to read."""
+    run = _gate_passed_first(hist)
+    informative = next(r for r in run.samples if any(x.get("reflection") for x in r["retries"]))
+    view = reflection_browser(run, static=True)
+    assert str(view).startswith(f"=== step {informative['step']}") and "REFLECTION (parsed" in str(view)
+    # a rollout that passed the gate listed first in its step must not be the one shown
+    record = dict(hist.samples[0])
+    firsts = record["first_attempts"]
+    reflected = {r["first"] for r in record["retries"]}  # retries point at their first attempt's position
+    order = sorted(range(len(firsts)), key=lambda i: i in reflected)
+    assert order[0] not in reflected
+    record["first_attempts"] = [firsts[i] for i in order]
+    record["retries"] = [dict(r, first=order.index(r["first"])) for r in record["retries"]]
+    shown = reflection_browser(History(samples=[record]), static=True)
+    assert "REFLECTION (parsed" in str(shown)
+    pytest.importorskip("ipywidgets")
+    box = reflection_browser(run, static=False)
+    (slider, picker), out = box.children[0].children, box.children[2]
+    assert slider.value == informative["step"] and "2nd –" not in picker.label
+    assert "none: the first attempt passed" not in out.value

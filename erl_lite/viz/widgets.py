@@ -106,11 +106,12 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
     h, steps = _steps(history)
     if not steps:
         return _no_samples()
+    # Open on a step with a gated rollout: one that passed the gate has no reflection to read.
+    start = step if step in steps else next((s for s, rec in zip(steps, h.samples) if rec.get("retries")), steps[0])
     if is_static(static):
-        return StaticView(show_attempt_pair(h, step), attempt_pair_text(h, step))
+        return StaticView(show_attempt_pair(h, start), attempt_pair_text(h, start))
     import ipywidgets as W
 
-    start = step if step in steps else steps[0]
     slider = W.SelectionSlider(options=steps, value=start, description="step")
     mode = W.ToggleButtons(options=list(FILTERS), value="all", description="show")
     picker = W.Dropdown(description="rollout", layout=W.Layout(width="420px"))
@@ -126,8 +127,9 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
     def refresh(*_: Any) -> None:
         options = _rollout_options(step_record(h, slider.value), mode.value)
         values = [v for _, v in options]
-        # Keep the same rollout across steps when it is there; else the first one.
-        keep = picker.value if picker.value in values else (values[0] if values else None)
+        gated = [v for _, v in _rollout_options(step_record(h, slider.value), "reflected") if v in values]
+        # Keep the same rollout across steps when it is there; else the first gated one, else the first.
+        keep = picker.value if picker.value in values else next(iter(gated + values), None)
         picker.options = options or [("(none)", None)]
         picker.value = keep
         render()  # the value may not change between steps
