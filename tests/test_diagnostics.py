@@ -380,3 +380,41 @@ def test_doctor_refuses_what_is_not_a_run(tmp_path, capsys, make):
     folder = tmp_path / "nope" if make == "missing" else tmp_path
     assert main(["doctor", str(folder)]) == 2
     assert "erl-lite doctor: error:" in capsys.readouterr().err
+
+
+# --- what the doctor is given that is no erl_lite run ------------------------------------------------
+def _trl_log(step: int) -> dict:
+    """A GRPOTrainer-style log line: it shares ``kl`` and ``grad_norm`` (and TRL's reward names) with erl_lite's."""
+    return {"step": step, "loss": 0.1, "grad_norm": 0.5, "kl": 0.01, "learning_rate": 1e-6, "epoch": step / 10,
+            "reward": 0.5, "reward_std": 0.2, "frac_reward_zero_std": 0.3, "completions/mean_length": 40.0}
+
+
+@pytest.mark.parametrize("rows", [
+    [_trl_log(s) for s in range(1, 11)],
+    [{"kind": "train", **_trl_log(s)} for s in range(1, 11)],  # even one tagged as erl_lite tags its records
+    [{"step": s, "kl": 0.01 * s, "grad_norm": 1.0, "clip_ratio": 0.0} for s in range(1, 11)],
+], ids=["grpo_log", "grpo_log_with_kind", "kl_and_grad_norm_only"])
+def test_doctor_gives_a_foreign_history_no_clean_bill(tmp_path, capsys, rows):
+    write_run(tmp_path, rows)
+    assert main(["doctor", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert "No warning" not in captured.out
+    assert "not an erl_lite history" in captured.err and "grad_norm" in captured.err and "kl" in captured.err
+
+
+@pytest.mark.parametrize("given", ["folder", "file"])
+def test_doctor_names_a_trl_run_it_is_given(tmp_path, capsys, given):
+    state = {"global_step": 10, "log_history": [{"step": s, "loss": 0.1, "grad_norm": 0.5, "kl": 0.01}
+                                               for s in range(1, 11)]}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    target = tmp_path if given == "folder" else tmp_path / "trainer_state.json"
+    assert main(["doctor", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "trainer_state.json" in err and "transformers" in err and "not an erl_lite run" in err
+    assert "Traceback" not in err
+
+
+def test_doctor_still_judges_an_erl_lite_history_that_also_holds_kl(tmp_path, capsys):
+    write_run(tmp_path, history(10, "kl_growth"), {"max_steps": 10})
+    assert main(["doctor", str(tmp_path)]) == 1
+    assert "kl_growth" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """``erl-lite doctor RUN_DIR``: the health report on a run (:func:`erl_lite.diagnostics.doctor`). Exit code 0:
-healthy (notes such as ``solved`` are not faults); 1: a check warned; 2: unreadable input, or nothing to check.
+healthy (notes such as ``solved`` are not faults); 1: a check warned; 2: unreadable input, nothing to check,
+or no erl_lite run (a TRL log or ``trainer_state.json``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from erl_lite.diagnostics.monitor import DIAGNOSTIC_KIND
 from erl_lite.config.field_types import conform, expand_path, field_types
 from erl_lite.history import record_problem
 from erl_lite.jsonio import read_json
-from erl_lite.metric_names import DIAGNOSTICS_PREFIX, EVAL_SUCCESS
+from erl_lite.metric_names import DIAGNOSTICS_PREFIX, EVAL_SUCCESS, GRAD_NORM, KL
+from erl_lite.metrics import TRL_NAMES
 
 
 @dataclass
@@ -105,19 +106,21 @@ def diagnose(history: Any, settings: Any = None, source: str = "", settings_foun
     train = train_records(records)
     evals = [(int(r["step"]), float(r[EVAL_SUCCESS])) for r in records
              if r.get("kind") == "eval" and isinstance(r.get(EVAL_SUCCESS), (int, float))]
-    findings = recorded_preflight(records) + scan(records, facts)
+    unread = _unread(train)  # then the step checks judge nothing: kl alone may be any trainer's
+    findings = recorded_preflight(records) + ([] if unread else scan(records, facts))
     return Report(findings, len(train), facts.max_steps if settings is not None else None, evals, source,
-                  settings_found, _unread(train))
+                  settings_found, unread)
 
 
 def _unread(train: Sequence[Mapping[str, Any]]) -> str | None:
     """Why no check has anything to read in these training records, or None when one has."""
-    read = {key for check in CHECKS_BY_NAME.values() for key in check.reads}
-    if any(isinstance(r.get(key), (int, float)) for r in train for key in read):
+    shared = {KL, GRAD_NORM, *TRL_NAMES}  # TRL's trainers log these too: alone, they may be any trainer's
+    own = {key for check in CHECKS_BY_NAME.values() for key in check.reads} - shared
+    if any(isinstance(r.get(key), (int, float)) for r in train for key in own):
         return None
     keys = sorted({k for r in train for k in r} - {"kind"})
     return (f"none of the {len(CHECKS_BY_NAME)} checks had anything to read: " + (
-        f"the {len(train)} training records hold only {', '.join(keys[:8])} (not an erl_lite history?)"
+        f"the {len(train)} training records hold only {', '.join(keys[:8])} (not an erl_lite history)"
         if train else "the history has no training record"))
 
 
@@ -131,6 +134,11 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Any, dict[str, Any] | None, st
     if not os.path.exists(path):
         raise FileNotFoundError(f"no run folder or history file at {path}")
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    trl_state = os.path.join(folder, "trainer_state.json")  # transformers' Trainer writes it, erl_lite never
+    if os.path.isfile(trl_state) and (path.endswith("trainer_state.json") or os.path.isdir(path) and not
+                                      os.path.exists(os.path.join(folder, "history.jsonl"))):
+        raise ValueError(f"{trl_state} is a transformers (or TRL) Trainer's record, not an erl_lite run: the "
+                         "doctor's checks read erl_lite's history.jsonl and its settings")
     history, choice = History.load(path), find_run(folder)
     args_file = os.path.join(folder, "training_args.json")
     if choice.state is not None:
