@@ -40,7 +40,7 @@ scripts: close in rollouts per iteration, not in optimizer steps), and the table
 rollouts (first and second attempts played). The step-matched control runs beside it as before.
 Its files are ``compare_samples_*`` (``compare_sparse_samples_*`` on the sparse world).
 
-    OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 1 2
+    OMP_NUM_THREADS=1 python scripts/compare_modes.py --match samples --jobs 2   # the held-out seeds
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --world sparse --seeds 0 1 2 --jobs 2
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --seeds 0 --jobs 2   # two runs at a time
     OMP_NUM_THREADS=1 python scripts/compare_modes.py --model /tmp/emb --out /tmp/cmp  # a trial build
@@ -48,6 +48,13 @@ Its files are ``compare_samples_*`` (``compare_sparse_samples_*`` on the sparse 
 The demo world's files are ``compare_*``, the sparse world's ``compare_sparse_*`` (both in
 ``--out``). ``--model DIR`` runs every variant on another build of the embedded model
 (``scripts/build_embedded_model.py --out DIR``); its table names the build.
+
+Efficiency, as the paper reports it beside final scores: per variant, what it took to reach a first-attempt
+evaluation of 0.5 and of 0.9 (iterations, rollouts, sampled tokens, optimizer steps, CPU seconds) and the mean
+evaluation over iterations, each a mean over seeds with a bootstrap interval (:func:`efficiency_table`).
+Evaluation runs every ``--eval-steps`` and after every second iteration of the first ten (:data:`EARLY_EVALS`).
+The main table gives each variant's share of second attempts cut at a length limit beside its score.
+The seeds default to the world's declared held-out seeds (:data:`HELD_OUT_SEEDS`).
 
 Toy scale: the numbers show ERL's mechanisms on a tiny model, not the paper's results.
 """
@@ -67,7 +74,8 @@ import torch
 
 from erl_lite.cli import arg_types
 from erl_lite.jsonio import read_json
-from erl_lite.metric_names import SAMPLES_KEYS
+from erl_lite.metric_names import (
+    OPTIM_STEPS, SAMPLES_KEYS, TOKENS_FIRST, TOKENS_REFLECTION, TOKENS_SECOND, TRUNCATED_SECOND)
 
 VARIANTS = {
     "ERL": dict(mode="erl"),
@@ -92,6 +100,20 @@ CONTROLS = {*STEP_CONTROLS, MATCHED}
 #: What runs without ``--variants``: the paper's four, erl_lite's ablation and the step-matched
 #: control (which supersedes the fixed-step controls; those run when ``--variants`` names them).
 DEFAULT_VARIANTS = [v for v in VARIANTS if v not in STEP_CONTROLS]
+
+
+#: The held-out seeds of the study, per world, declared (2026-12-03) before any comparison ran on them and
+#: never chosen by a result: every seed used before is left out (demo and sparse 0-2, hard 11-13, and the
+#: seeds the embedded model's bands and build use). ``--seeds`` defaults to the world's.
+HELD_OUT_SEEDS = {"demo": [41, 42, 43], "sparse": [41, 42, 43, 44, 45], "hard": [41, 42, 43, 44, 45]}
+#: The first-attempt evaluations whose cost the efficiency tables give (:func:`cost_to_reach`).
+LEVELS = (0.5, 0.9)
+#: Evaluated besides every ``--eval-steps``: every second iteration of the first ten, where the curves part.
+EARLY_EVALS = frozenset(range(2, 11, 2))
+#: What a level's cost is counted in, and the column of :func:`cost_progress`'s rows it reads (0: the iteration).
+COSTS = {"iterations": 0, "rollouts": 2, "sampled tokens": 3, "optimizer steps": 4, "CPU s": 1}
+#: Draws of the bootstrap over seeds (:func:`bootstrap_mean`), and the interval's coverage.
+BOOTSTRAP_DRAWS, COVERAGE = 4000, 0.95
 
 
 def matched_steps(erl: dict) -> int:
@@ -179,8 +201,10 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
     if curriculum:
         apply_curriculum(trainer, seed, world, curriculum, steps)
     spent_at = charge_cpu_time(trainer, budget)
+    trainer.hf_callbacks.handler.add_callback(_early_evaluations())
     history = trainer.train()
     _, evals = history.series("eval/success", kind="eval")
+    train = history.of_kind("train")
     return {"variant": variant, "seed": seed, "world": world, "run_dir": run_dir, "steps": trainer.step, "train_seconds": spent_at[trainer.step],
             "optim_steps": int(sum(r["optim/steps"] for r in history.of_kind("train"))),
             "samples": int(sum(r.get(k) or 0 for r in history.of_kind("train") for k in SAMPLES_KEYS.values())),
@@ -189,7 +213,40 @@ def run(variant: str, seed: int, budget: float | None, steps: int, runs: str, ev
                                 for r in history.of_kind("train"))),
             **({"overrides": overrides} if overrides else {}), **({"curriculum": curriculum} if curriculum else {}),
             "eval_start": evals[0], "eval_final": evals[-1], "eval_curve": eval_curve(history, spent_at),
+            "progress": cost_progress(train, spent_at),
+            # second attempts cut at a length limit, over the run: a low score can then be told from a prompt
+            # the model cannot finish ("w/o reflection" on a model never shown its retry format)
+            "second_truncated": _mean([r[TRUNCATED_SECOND] for r in train if r.get(TRUNCATED_SECOND) is not None]),
             **({"model": model_dir} if model_dir else {})}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _early_evaluations() -> Any:
+    """A ``TrainerCallback`` asking for an evaluation after each iteration of :data:`EARLY_EVALS`."""
+    from transformers import TrainerCallback
+
+    class EarlyEvaluations(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            control.should_evaluate = state.global_step in EARLY_EVALS
+            return control
+
+    return EarlyEvaluations()
+
+
+def cost_progress(train: list[dict], spent_at: dict[int, float]) -> list[list[float]]:
+    """[iteration, training CPU s, rollouts, sampled tokens, optimizer steps] after each iteration, each
+    counted from the start: rollouts are the episodes played (first and second attempts), sampled tokens
+    every generated token (attempts and reflections)."""
+    rows, total = [], [0.0, 0.0, 0.0]
+    for r in train:
+        total[0] += (r.get(SAMPLES_KEYS["first"]) or 0) + (r.get(SAMPLES_KEYS["second"]) or 0)
+        total[1] += sum(r.get(k) or 0 for k in (TOKENS_FIRST, TOKENS_REFLECTION, TOKENS_SECOND))
+        total[2] += r[OPTIM_STEPS]
+        rows.append([r["step"], spent_at.get(r["step"], 0.0), *total])
+    return rows
 
 
 def apply_curriculum(trainer: Any, seed: int, world: str, sizes: list[int], steps: int) -> None:
@@ -286,7 +343,8 @@ def main() -> None:
 
     p.add_argument("--world", choices=sorted(WORLDS), default="demo",
                    help="demo: 3x3 maps; sparse: 5x5 maps where first attempts rarely succeed (default: demo)")
-    p.add_argument("--seeds", type=arg_types.seed, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=arg_types.seed, nargs="+", default=None,
+                   help="run seeds (default: the world's declared held-out seeds, HELD_OUT_SEEDS)")
     p.add_argument("--steps", type=arg_types.whole(1), default=None, help="ERL steps (default: the demo's)")
     p.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS),
                    help="which to run (default: all but the fixed-step RLVR controls)")
@@ -311,18 +369,21 @@ def main() -> None:
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
                    help="with --replot: add these results files (other seeds of the same world and settings)")
     args = p.parse_args()
+    args.seeds = args.seeds or HELD_OUT_SEEDS[args.world]
     for flag in ("seeds", "variants"):  # a repeat would run twice, and its table count a (variant, seed) twice
         arg_types.distinct(getattr(args, flag), f"--{flag}", p)
     from erl_lite.embedded import DEMO_SETTINGS
 
+    if args.merge and not args.replot:  # a run would replace the results, merging nothing
+        p.error("argument --merge: --merge only goes with --replot (it adds results files to a replotted table)")
     if args.replot:
         results = []
         for path in [output_path(args.out, world_key(args), "results.json"), *args.merge]:
             if not os.path.isfile(path):
                 p.error(f"argument --replot: no results to replot at {path} (run the comparison first)")
-            try:
-                results += read_json(path)
-            except ValueError as err:  # names the file, line and column
+            try:  # read_json names the file, line and column of bad JSON; read_results a row of the wrong shape
+                results += read_results(read_json(path), path)
+            except ValueError as err:
                 p.error(f"argument --replot: {err}")
         try:  # seeds twice, two worlds, results of an older version
             write_outputs(merge_seeds(results), args.variants, args.out, world_key(args))
@@ -360,6 +421,23 @@ def main() -> None:
     print(f"total {time.perf_counter() - start:.0f} s")
 
 
+#: What every row of a results file holds, and the type of each.
+RESULT_FIELDS = {"variant": str, "seed": int, "steps": int, "eval_start": (int, float), "eval_final": (int, float),
+                 "eval_curve": list}
+
+
+def read_results(rows: Any, path: str) -> list[dict]:
+    """``rows`` read from the results file ``path``, refused (naming the file and the row) unless a list of
+    runs with :data:`RESULT_FIELDS`."""
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: a results file holds a list of runs, not {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        wrong = [k for k, kind in RESULT_FIELDS.items() if not isinstance(row, dict) or not isinstance(row.get(k), kind)]
+        if wrong:
+            raise ValueError(f"{path}: run {i} is not a comparison's run (missing or of the wrong type: {wrong})")
+    return rows
+
+
 def merge_seeds(results: list[dict]) -> list[dict]:
     """``results`` of several runs of the script as one: a (variant, seed) found twice is an error.
 
@@ -388,7 +466,8 @@ def write_outputs(results: list[dict], variants: list[str], out: str, key: str |
         raise ValueError(f"these results are {world!r} ones (--world, --match), not {key!r}")
     with open(output_path(out, world, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    table = summarize(results, variants) + knowledge_table(results, variants) + signal_table(results, variants)
+    table = (summarize(results, variants) + efficiency_table(results, variants) + knowledge_table(results, variants)
+             + signal_table(results, variants))
     with open(output_path(out, world, "table.md"), "w") as f:
         f.write(table)
     print(table)
@@ -526,6 +605,68 @@ def reach_seconds(curve: list[list[float]], level: float) -> float | None:
     return next((sec for step, sec, v in curve if step > 0 and v >= level), None)
 
 
+def cost_to_reach(result: dict, level: float) -> dict[str, float] | None:
+    """What a run had spent (:data:`COSTS`) at its first evaluation after training began that reached
+    ``level``; None when none did."""
+    step = next((s for s, _, v in result["eval_curve"] if s > 0 and v >= level), None)
+    if step is None:
+        return None
+    row = next(p for p in result["progress"] if p[0] == step)
+    return {name: row[col] for name, col in COSTS.items()}
+
+
+def eval_auc(curve: list[list[float]]) -> float:
+    """The area under a run's evaluation curve over its iterations, divided by their number: the mean
+    evaluation over the run (trapezoids between the points measured; 1 for a run at 1 from the start)."""
+    area = sum((s1 - s0) * (v0 + v1) / 2 for (s0, _, v0), (s1, _, v1) in zip(curve, curve[1:]))
+    return area / (curve[-1][0] - curve[0][0]) if curve[-1][0] > curve[0][0] else curve[-1][2]
+
+
+def bootstrap_mean(values: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of ``values`` (one per seed) and its percentile bootstrap interval of
+    :data:`COVERAGE`, from :data:`BOOTSTRAP_DRAWS` resamples of the seeds (seeded: a replot gives the same)."""
+    import random
+
+    rng, n = random.Random(seed), len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(BOOTSTRAP_DRAWS))
+    tail = (1 - COVERAGE) / 2
+    return statistics.mean(values), means[int(tail * BOOTSTRAP_DRAWS)], means[int((1 - tail) * BOOTSTRAP_DRAWS) - 1]
+
+
+def efficiency_table(results: list[dict], variants: list[str]) -> str:
+    """Per level of :data:`LEVELS`, what each variant spent to reach it, and the mean evaluation over
+    iterations, each a mean over seeds with its bootstrap interval. A run that never reached a level counts
+    at its whole run, and the cell says ">=": the mean is then a lower bound. Empty for results without
+    cost records (older versions)."""
+    runs = {v: [r for r in results if r["variant"] == v and r.get("progress")] for v in variants}
+    runs = {v: rs for v, rs in runs.items() if rs}
+    if not runs:
+        return ""
+    ci = lambda xs, fmt="{:.0f}": "{} [{}, {}]".format(*(fmt.format(x) for x in bootstrap_mean(xs)))  # noqa: E731
+    lines = []
+    for level in LEVELS:
+        lines += ["", f"What it took to reach a first-attempt evaluation of {level:.2f}: mean over seeds "
+                  f"[{COVERAGE:.0%} bootstrap interval]; a run that never got there counts at its whole run (>=).",
+                  "", "| variant | seeds that got there | " + " | ".join(COSTS) + " | iterations, per seed |",
+                  "|---" * (len(COSTS) + 3) + "|"]
+        for v, rs in runs.items():
+            reached = [cost_to_reach(r, level) for r in rs]
+            spent = [c or {n: r["progress"][-1][col] for n, col in COSTS.items()} for c, r in zip(reached, rs)]
+            mark = "" if all(reached) else ">= "
+            cells = [mark + ci([c[name] for c in spent]) for name in COSTS]
+            per_seed = " / ".join("never" if c is None else f"{c['iterations']:.0f}" for c in reached)
+            lines.append(f"| {v} | {sum(c is not None for c in reached)}/{len(rs)} | " + " | ".join(cells)
+                         + f" | {per_seed} |")
+    lines += ["", f"Mean evaluation over iterations (area under the curve), and the final evaluation: mean over "
+              f"seeds [{COVERAGE:.0%} bootstrap interval].", "",
+              "| variant | mean evaluation over iterations | per seed | final evaluation |", "|---|---|---|---|"]
+    for v, rs in runs.items():
+        aucs = [eval_auc(r["eval_curve"]) for r in rs]
+        lines.append(f"| {v} | {ci(aucs, '{:.2f}')} | {' / '.join(f'{a:.2f}' for a in aucs)} | "
+                     f"{ci([r['eval_final'] for r in rs], '{:.2f}')} |")
+    return "\n".join(lines) + "\n"
+
+
 def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:
     """(target, measured with per-seed figures, met) for each of the comparison's targets on its world."""
     return sparse_targets(results) if world_of(results) in ("sparse", "hard") else demo_targets(results)
@@ -630,8 +771,8 @@ def summarize(results: list[dict], variants: list[str]) -> str:
                   "task, RLVR 10); rollouts = first and second attempts played.", ""]
     lines += ["| variant | steps (mean) | optimizer steps (mean) | samples (mean) | rollouts (mean) | "
               "train CPU s (mean) | eval success before | eval success after (mean ± sd over seeds) | "
-              f"after, per seed | CPU s to reach {REACH_LEVEL:.2f}, per seed |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              f"after, per seed | CPU s to reach {REACH_LEVEL:.2f}, per seed | second attempts cut (mean) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in results if r["variant"] == v]
         if not rs:  # asked for but not in these results
@@ -642,7 +783,7 @@ def summarize(results: list[dict], variants: list[str]) -> str:
                      f"{_mean_of(rs, 'samples')} | {_mean_of(rs, 'rollouts')} | "
                      f"{statistics.mean(r['train_seconds'] for r in rs):.0f} | "
                      f"{statistics.mean(r['eval_start'] for r in rs):.2f} | {statistics.mean(finals):.2f} ± {sd:.2f} | "
-                     f"{' / '.join(f'{x:.2f}' for x in finals)} | {_reach_text(rs)} |")
+                     f"{' / '.join(f'{x:.2f}' for x in finals)} | {_reach_text(rs)} | {_cut_text(rs)} |")
     targets = check_targets(results)
     if targets:
         lines += ["", "| target | measured | met |", "|---|---|---|"]
@@ -654,6 +795,12 @@ def _mean_of(runs: list[dict], key: str) -> str:
     """The runs' mean of ``key``, or "-" when a run lacks it (results of an older version)."""
     values = [r[key] for r in runs if key in r]
     return f"{statistics.mean(values):.0f}" if values and len(values) == len(runs) else "-"
+
+
+def _cut_text(runs: list[dict]) -> str:
+    """The runs' mean share of second attempts cut at a length limit ("-": none played, or older results)."""
+    shares = [r.get("second_truncated") for r in runs]
+    return "-" if None in shares else f"{statistics.mean(shares):.2f}"
 
 
 def _reach_text(runs: list[dict]) -> str:

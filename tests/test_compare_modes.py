@@ -382,3 +382,80 @@ def test_match_samples_runs_every_variant_for_erl_s_iterations_and_counts_rollou
     calls.clear()
     cm.main()
     assert [budget for _, budget, _, _ in calls] == [None, 5.0, 5.0]  # the default: ERL's CPU seconds
+
+
+def _costly(variant, seed, evals, per_step):
+    """A run with a cost record: ``evals`` {step: eval}; every step costs ``per_step`` =
+    (CPU s, rollouts, sampled tokens, optimizer steps)."""
+    last = max(evals)
+    progress = [[s, *(s * c for c in per_step)] for s in range(1, last + 1)]
+    curve = [[s, s * per_step[0], v] for s, v in sorted(evals.items())]
+    return {**_result(variant, seed, curve), "progress": progress}
+
+
+def test_the_cost_to_reach_each_level_is_read_at_the_first_evaluation_that_reaches_it():
+    cm = _script()
+    r = _costly("ERL", 0, {0: 0.6, 2: 0.4, 4: 0.55, 6: 0.93, 10: 0.95}, (3.0, 8, 100, 2))
+    # The starting model's 0.6 does not count: a level is reached by a trained model.
+    assert cm.cost_to_reach(r, 0.5) == {"iterations": 4, "CPU s": 12.0, "rollouts": 32, "sampled tokens": 400,
+                                        "optimizer steps": 8}
+    assert cm.cost_to_reach(r, 0.9)["iterations"] == 6 and cm.cost_to_reach(r, 0.96) is None
+    # Mean evaluation over the iterations (trapezoids): (0.5*2 + 0.475*2 + 0.74*2 + 0.94*4) / 10.
+    assert abs(cm.eval_auc(r["eval_curve"]) - (1.0 + 0.95 + 1.48 + 3.76) / 10) < 1e-12
+
+
+def test_the_bootstrap_interval_holds_the_mean_and_shrinks_to_it_when_seeds_agree():
+    cm = _script()
+    mean, lo, hi = cm.bootstrap_mean([1.0, 2.0, 3.0, 10.0])
+    assert mean == 4.0 and 1.0 <= lo < mean < hi <= 10.0
+    assert cm.bootstrap_mean([5.0, 5.0, 5.0]) == (5.0, 5.0, 5.0)
+    assert cm.bootstrap_mean([1.0, 2.0, 3.0, 10.0]) == (mean, lo, hi)  # seeded: the same table every replot
+
+
+def test_the_efficiency_table_gives_each_variant_s_cost_with_intervals_and_says_which_runs_never_got_there():
+    cm = _script()
+    results = [_costly("ERL", s, {0: 0.1, 2: 0.6, 4: 0.95, 30: 0.97}, (2.0, 10, 50, 2)) for s in range(5)]
+    results += [_costly("RLVR", s, {0: 0.1, 2: 0.1, 4: 0.2, 30: 0.55 if s < 3 else 0.3}, (1.0, 20, 60, 1))
+                for s in range(5)]
+    table = cm.efficiency_table(results, ["ERL", "RLVR"])
+    assert "| ERL | 5/5 | 2 [2, 2] | 20 [20, 20] | 100 [100, 100] | 4 [4, 4] | 4 [4, 4] | 2 / 2 / 2 / 2 / 2 |" in table
+    # RLVR reached 0.5 on 3 seeds of 5; the other two count at their whole run, so the mean is a lower bound.
+    assert "| RLVR | 3/5 | >= 30 [30, 30] | >= 600 [600, 600] |" in table
+    assert "| RLVR | 0/5 | >= 30" in table and "30 / 30 / 30 / never / never |" in table
+    assert "mean evaluation over iterations" in table and "| ERL | 0." in table
+    assert cm.efficiency_table([{**r, "progress": None} for r in results], ["ERL"]) == ""  # older results: none
+
+
+def test_the_table_puts_each_variant_s_share_of_cut_second_attempts_beside_its_score():
+    cm = _script()
+    results = [{**r, "second_truncated": 0.9 if r["variant"] == "ERL w/o memory" else 0.0} for r in RESULTS]
+    table = cm.summarize(results, ["ERL", "ERL w/o memory"])
+    assert "second attempts cut (mean)" in table and "| 0.50 / 0.60 | never / never | 0.90 |" in table
+    assert "| 30 / never | - |" in cm.summarize(RESULTS, ["ERL"])  # older results: not measured
+
+
+def test_merge_is_refused_without_replot_and_a_results_file_of_the_wrong_shape_is_named(monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+
+    import pytest
+
+    cm = _script()
+    good = tmp_path / "compare_results.json"
+    good.write_text(json.dumps([{**r, "match": "cpu"} for r in RESULTS]))
+
+    def main(*argv):
+        monkeypatch.setattr(sys, "argv", ["compare_modes.py", "--out", str(tmp_path), *argv])
+        with pytest.raises(SystemExit) as stop:
+            cm.main()
+        return stop.value.code, capsys.readouterr().err
+
+    code, err = main("--merge", str(good))  # would run every variant, and merge nothing
+    assert code == 2 and "--merge only goes with --replot" in err
+    shapes = {"a dict": {"variant": "ERL"}, "a list of numbers": [1, 2], "a row without its variant": [{"seed": 0}],
+              "a row whose curve is not a list": [{**RESULTS[0], "eval_curve": 3, "match": "cpu"}]}
+    for name, content in shapes.items():
+        bad = tmp_path / "other.json"
+        bad.write_text(json.dumps(content))
+        code, err = main("--replot", "--merge", str(bad))
+        assert code == 2 and str(bad) in err and "Traceback" not in err, name
