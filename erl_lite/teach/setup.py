@@ -5,6 +5,7 @@ Departures from the paper: cpu is a toy world and model; gpu a 1.5 B model on on
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NamedTuple
 
 from erl_lite.config import DEFAULT_SEED, ERLConfig
@@ -14,6 +15,11 @@ from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 #: Each setup's ERLConfig preset and default quantization of the policy.
 _SETUPS = {"cpu": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
+
+# bitsandbytes logs at import, on CPUs with AVX-512 BF16, that an optional kernel package is missing: nothing a
+# student can act on (the fallback is correct). Only that message of that logger is dropped.
+logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
+    lambda record: not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward"))
 
 
 class Setup(NamedTuple):
@@ -51,8 +57,19 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
     config = ERLConfig.preset(config_preset, seed=seed, **overrides)
 
     from transformers import set_seed
+    from transformers.utils import logging as hf_logging
 
     set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it before loading
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a saved notebook would keep the "Loading weights" bar frozen
+    try:
+        return _load(preset, seed, world, model_name, quantization, config)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _load(preset: str, seed: int, world: str, model_name: str, quantization: str, config: ERLConfig) -> Setup:
     adapter = dict(quantization=quantization, peft="lora", lora_r=config.lora_r, lora_alpha=config.lora_alpha,
                    lora_dropout=config.lora_dropout, target_modules=config.lora_target_modules,
                    gradient_checkpointing=config.gradient_checkpointing)
