@@ -109,3 +109,31 @@ def test_the_settings_are_checked_and_take_trls_names():
     assert ERLConfig(vllm_importance_sampling_cap=2.0).vllm_importance_sampling_clip_max == 2.0  # TRL's old name
     cfg = ERLConfig(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="sequence_mask")
     assert cfg.vllm_importance_sampling_mode == "sequence_mask"
+
+
+def _refusal(make):
+    """The ValueError ``make()`` raises, or None."""
+    try:
+        make()
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("on", [True, False])
+def test_the_clip_rules_are_trls(tmp_path, mode, on):
+    # TRL's GRPOConfig refuses clip_min >= clip_max, and a *_truncate correction with both clips None (it would
+    # clip nothing); every other pair of positive bounds or None passes. ERLConfig must accept and refuse the
+    # same pairs (it refuses a bound <= 0 besides: a weight cap at 0 removes every policy gradient).
+    from trl import GRPOConfig
+
+    for low in (None, 0.5, 2.0, 3.0):
+        for high in (None, 2.0, 3.0):
+            kw = dict(vllm_importance_sampling_correction=on, vllm_importance_sampling_mode=mode,
+                      vllm_importance_sampling_clip_min=low, vllm_importance_sampling_clip_max=high)
+            theirs = _refusal(lambda: GRPOConfig(output_dir=str(tmp_path), report_to=[], bf16=False, use_cpu=True, **kw))
+            ours = _refusal(lambda: ERLConfig(generation_backend="vllm", **kw))
+            assert (ours is None) == (theirs is None), (kw, ours, theirs)
+            if ours is not None:  # named by field and value
+                assert "vllm_importance_sampling_clip" in ours and str(low if high is None else high) in ours

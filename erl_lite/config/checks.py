@@ -164,8 +164,12 @@ def check_sampling(cfg: Config) -> None:
     for name, bound in (("clip_min", low), ("clip_max", high)):
         if bound is not None and not bound > 0:
             raise ValueError(f"ERLConfig.vllm_importance_sampling_{name} must be > 0 or None, got {bound!r}")
-    if low is not None and high is not None and low > high:
-        raise ValueError(f"ERLConfig.vllm_importance_sampling_clip_min={low} is above clip_max={high}")
+    if low is not None and high is not None and low >= high:  # TRL's rules, as GRPOConfig states them
+        raise ValueError(f"ERLConfig.vllm_importance_sampling_clip_min={low} is not below clip_max={high}")
+    if cfg.vllm_importance_sampling_correction and cfg.vllm_importance_sampling_mode.endswith("truncate") and (
+            low is None and high is None):
+        raise ValueError(f"ERLConfig.vllm_importance_sampling_mode={cfg.vllm_importance_sampling_mode!r} needs "
+                         "vllm_importance_sampling_clip_min or clip_max: with both None it clips nothing")
     for key, value in cfg.generation_kwargs.items():
         check_generation_key(key, value)
 
