@@ -478,3 +478,52 @@ def test_a_reward_list_of_the_wrong_length_names_the_function(out):
 
     with pytest.raises(ValueError, match=r"reward function 'scorer' returned \d+ values for 2 completions"):
         _trainer([{"prompt": "2+2?", "answer": "4"}], scorer).train()
+
+
+# --- environment variables in paths: defined ones expand, undefined ones are refused --------------------
+UNSET_PATHS = ["$ERL_LITE_UNSET_VAR/run", "${ERL_LITE_UNSET_VAR}/run", "runs/$ERL_LITE_UNSET_VAR",
+               "~erl_lite_no_such_user/run"]
+
+
+@pytest.fixture
+def unset_var(monkeypatch, tmp_path):
+    monkeypatch.delenv("ERL_LITE_UNSET_VAR", raising=False)
+    monkeypatch.setenv("ERL_LITE_SET_VAR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # a folder literally named "$ERL_LITE_UNSET_VAR" would land here
+
+
+@pytest.mark.parametrize("path", UNSET_PATHS)
+def test_an_undefined_variable_in_output_dir_is_refused_at_config(unset_var, tmp_path, path):
+    word = "~erl_lite_no_such_user" if path.startswith("~") else "ERL_LITE_UNSET_VAR"
+    with pytest.raises(ValueError, match=rf"ERLConfig\.output_dir.*{word}"):
+        ERLConfig(output_dir=path)
+    with pytest.raises(ValueError, match=word):
+        ERLConfig().replace(output_dir=path)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("path", ["$ERL_LITE_SET_VAR/run", "${ERL_LITE_SET_VAR}/run", "~/run"])
+def test_a_defined_variable_in_output_dir_expands(unset_var, tmp_path, path):
+    expected = os.path.join(os.path.expanduser("~") if path.startswith("~") else str(tmp_path), "run")
+    assert ERLConfig(output_dir=path).output_dir == expected
+
+
+@pytest.mark.parametrize("path", UNSET_PATHS)
+@pytest.mark.parametrize("route", ["--out", "--model", "yaml"])
+def test_an_undefined_variable_in_a_command_line_path_is_refused(unset_var, monkeypatch, tmp_path, capsys, path,
+                                                                 route):
+    import erl_lite.run.trainer
+    from erl_lite.cli import main
+
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
+    if route == "yaml":
+        (tmp_path / "run.yaml").write_text(f"output_dir: '{path}'\n")
+    flags = ["--config", "run.yaml"] if route == "yaml" else [route, path]
+    try:
+        code = main(["train", "--env", "arithmetic", "--steps", "1", *flags])
+    except SystemExit as e:  # argparse's refusal of an option's value
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert ("erl_lite_no_such_user" if path.startswith("~") else "ERL_LITE_UNSET_VAR") in err and " here" in err
+    assert sorted(os.listdir(tmp_path)) == (["run.yaml"] if route == "yaml" else [])

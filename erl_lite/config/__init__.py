@@ -219,7 +219,7 @@ class ERLConfig:
         _migrate_extra_preset(self)
         checks.check_trl_values(self)
         conform_fields(self)  # every field against its annotation (bool, int, finite float, ...)
-        self.output_dir = self.output_dir and expand_path(self.output_dir)  # ~ and $VAR, as TrainingArguments
+        self.output_dir = self.output_dir and expand_path(self.output_dir, "ERLConfig.output_dir")
         checks.check_choices(self)
         if self.num_generations is None:
             self.num_generations = checks.DEFAULT_GENERATIONS[self.mode]

@@ -3,20 +3,32 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import functools
 import math
 import numbers
 import os
+import re
 import types
 import typing
 from typing import Any, Iterable, Literal, Mapping
 
 
-def expand_path(path: str | os.PathLike) -> str:
-    """``path`` with ``~`` and ``$VAR`` / ``${VAR}`` expanded, as a shell and transformers' TrainingArguments do."""
-    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
+class UnexpandedPath(ValueError, argparse.ArgumentTypeError):
+    """A path naming a variable that is not set, or the home of no user (argparse shows the message as it is)."""
+
+
+def expand_path(path: str | os.PathLike, name: str = "path") -> str:
+    """``path`` with ``~`` and ``$VAR`` / ``${VAR}`` expanded, as a shell and transformers' TrainingArguments do; an
+    unset variable or unknown ``~user`` is refused (``os.path`` would keep it, making a folder named ``$VAR``)."""
+    text = os.fspath(path)
+    unset = [m[0] for m in re.finditer(r"\$(\w+|\{([^}]*)\})", text) if (m[2] or m[1]) not in os.environ]
+    if unset or os.path.expanduser(text).startswith("~"):
+        what = f"the variable {unset[0]} is not set" if unset else f"{text.split('/')[0]} is no user's home"
+        raise UnexpandedPath(f"{name}={text!r}: {what} here; set the variable or write the path out")
+    return os.path.expandvars(os.path.expanduser(text))
 
 
 def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
