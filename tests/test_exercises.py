@@ -230,5 +230,36 @@ def test_the_notebooks_use_every_check_and_this_data():
         assert f"{name}(" in everything, f"no notebook uses {name}"
     assert str(GATE_REWARDS) in code["02"] and "check_gate_function(" in code["02"]
     assert str(R2) in code["05"] and "check_loss_curve_prediction(" in code["05"]
+    text = {p.name[:2]: p.read_text() for p in NOTEBOOKS.glob("*.ipynb")}
+    for nb in ("02", "05"):  # the numeric exercises state the precision the checks ask for
+        assert f"{ex.DECIMALS} decimal places" in text[nb], nb
     for ratio, adv in [(1.5, 1.0), (0.5, 1.0), (0.7, -1.0), (5.0, -1.0)]:
         assert f"check_clipped_loss({ratio}, {adv}," in code["05"], (ratio, adv)
+
+
+# --- precision: a rounding slip is told apart from a method error -----------------------------------
+
+ROUNDED = [  # the right method, rounded to fewer decimal places than asked
+    (ex.check_gate_rate, (GATE_REWARDS, 0.63)),  # 0.625
+    (ex.check_gate_rate, (GATE_REWARDS, 0.6)),
+    (gx.check_advantages, ([1.0, 0.0, 0.0], [1.15, -0.58, -0.58])),  # 1.1547, -0.5774
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.58, -1.15, 0.58, 1.0, 0.0, 0.0])),
+    (gx.check_clipped_loss, (1.15, 1.0, -1.2)),  # -1.15
+    (gx.check_distill_weights, ([0.375, 0.0], [0.38, 0.0])),
+    (gx.check_loss_curve_prediction, (1.3, 0.8, 3.0)),  # 1.28
+]
+
+
+@pytest.mark.parametrize("fn, args", ROUNDED, ids=[f"{f.__name__}-{i}" for i, (f, _) in enumerate(ROUNDED)])
+def test_a_rounded_answer_gets_a_rounding_hint_not_a_method_hint(capsys, fn, args):
+    ok, out = _run(capsys, fn, *args)
+    assert ok is False and "method is right" in out and f"{ex.DECIMALS} decimal places" in out, out
+
+
+@pytest.mark.parametrize("fn, args", [(ex.check_gate_rate, (GATE_REWARDS, None)),
+                                      (gx.check_advantages, ([1.0, 0.0], None)),
+                                      (gx.check_clipped_loss, (1.5, 1.0, None)),
+                                      (gx.check_loss_curve_prediction, (None, None, None))])
+def test_an_empty_numeric_answer_is_told_the_precision_asked(capsys, fn, args):
+    ok, out = _run(capsys, fn, *args)
+    assert ok is False and f"{ex.DECIMALS} decimal places" in out, out

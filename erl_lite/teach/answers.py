@@ -7,7 +7,10 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-NO_ANSWER = "No answer yet: replace the `None` (or `...`) with your answer and run the cell again."
+#: The precision the numeric exercises ask for (a check accepts ±0.001).
+DECIMALS = 3
+NO_ANSWER = (f"No answer yet: replace the `None` (or `...`) with your answer, numbers to {DECIMALS} decimal places, "
+             "and run the cell again.")
 
 
 def ok(message: str) -> bool:
@@ -65,3 +68,14 @@ def positions(answer: Any) -> tuple[list[int] | None, str]:
     if len(set(picked)) != len(picked):
         return None, f"{answer!r} names a position twice."
     return sorted(picked), ""
+
+
+def rounding_hint(values: Sequence[float], expected: Sequence[float]) -> str | None:
+    """The hint for a right method rounded too coarsely (0.63 for 0.625), or None when it is not that."""
+    for places in range(DECIMALS - 1, -1, -1):
+        half = 0.5 * 10**-places + 1e-6  # rounded to `places`: within half a unit (+ float32 slack of the losses)
+        if len(values) == len(expected) and all(math.isclose(v, round(v, places)) and abs(v - e) <= half
+                                                for v, e in zip(values, expected)):
+            shown = ", ".join(f"{e:.{DECIMALS}f}" for e in expected)
+            return f"your method is right, only rounded: give {DECIMALS} decimal places ({shown})."
+    return None

@@ -12,7 +12,7 @@ from typing import Any
 from erl_lite.config import ERLConfig
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import gate
-from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, wrong
+from erl_lite.teach.answers import DECIMALS, NO_ANSWER, missing, number, ok, positions, rounding_hint, wrong
 
 #: τ of the gate and of memory: read from the config, the one home of the setting.
 TAU = ERLConfig.reward_threshold
@@ -144,7 +144,7 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
     elif math.isclose(value, 100 * expected, abs_tol=100 * tol):
         hint = "give a fraction between 0 and 1, not a percentage."
     else:
-        hint = "count the rewards below τ and divide by the number of attempts."
+        hint = rounding_hint([value], [expected]) or "count the rewards below τ and divide by the number of attempts."
     return wrong(f"Not quite: you said {value:.3f}.", hint)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.advantages import distill_weights, group_advantages, grouped_advantages
-from erl_lite.teach.answers import NO_ANSWER, close, missing, number, numbers_of, ok, wrong
+from erl_lite.teach.answers import NO_ANSWER, close, missing, number, numbers_of, ok, rounding_hint, wrong
 
 def _population_std_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
     """The common mistake: dividing by n instead of n - 1."""
@@ -54,7 +54,8 @@ def check_advantages(rewards: Sequence[float], answer: Any, tol: float = 1e-3) -
     elif close(values, [-a for a in expected], tol):
         hint = "the sign is flipped: rewards above the group mean get a positive advantage."
     else:
-        hint = "A = (r - mean) / (std + 1e-6), with mean and (n - 1) std over this group only."
+        hint = (rounding_hint(values, expected)
+                or "A = (r - mean) / (std + 1e-6), with mean and (n - 1) std over this group only.")
     return wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
 
 
@@ -100,7 +101,8 @@ def check_grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable],
          "you subtracted each group's mean; now divide by the group's standard deviation (+ 1e-6)."),
     ]
     hint = next((h for v, h in mistakes if not close(v, expected, tol) and close(values, v, tol)),
-                "split the rewards by key, apply GRPO inside each group, put them back in order.")
+                rounding_hint(values, expected)
+                or "split the rewards by key, apply GRPO inside each group, put them back in order.")
     return wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
 
 
@@ -149,8 +151,8 @@ def check_clipped_loss(ratio: float, advantage: float, answer: Any, epsilon_low:
          f"the clip is asymmetric: the lower bound is 1 - ε_low = {low:g}, not 1 - ε_high = {1 - epsilon_high:g}."),
     ]
     hint = next((h for v, h in mistakes if v is not None and not math.isclose(v, expected, abs_tol=tol)
-                 and math.isclose(value, v, abs_tol=tol)),
-                f"clip the ratio to [{low:g}, {high:g}], take the smaller of r·A and clip(r)·A, negate; "
+                 and math.isclose(value, v, abs_tol=tol)), rounding_hint([value], [expected])
+                or f"clip the ratio to [{low:g}, {high:g}], take the smaller of r·A and clip(r)·A, negate; "
                 "for A < 0 cap the result at -A·c.")
     return wrong(f"Not quite: you said {value:.3f}.", hint)
 
@@ -201,7 +203,8 @@ def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: 
     }
     first = off[0]
     hint = next((h for v, h in hints.get(first, {}).items() if math.isclose(values[first], v, abs_tol=tol)),
-                "write the loss at a few ratios with the formula -min(r·A, clip(r)·A), capped at -A·c for A < 0.")
+                rounding_hint([values[k] for k in off], [truth[k] for k in off])
+                or "write the loss at a few ratios with the formula -min(r·A, clip(r)·A), capped at -A·c for A < 0.")
     return wrong(f"Not quite: {', '.join(f'{k} = {values[k]:g}' for k in off)}.", hint)
 
 
@@ -226,5 +229,5 @@ def check_distill_weights(r2: Sequence[float], answer: Any, mode: str = ERLConfi
         ([1.0] * len(r2), "only successful second attempts are internalized: r2 = 0 gets weight 0."),
     ]
     hint = next((h for v, h in mistakes if not close(v, expected, tol) and close(values, v, tol)),
-                "raft: max(r2, 0); nll: 1 if r2 > 0 else 0.")
+                rounding_hint(values, expected) or "raft: max(r2, 0); nll: 1 if r2 > 0 else 0.")
     return wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
