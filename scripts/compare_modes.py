@@ -54,7 +54,8 @@ evaluation of 0.5 and of 0.9 (iterations, rollouts, sampled tokens, optimizer st
 evaluation over iterations, each a mean over seeds with a bootstrap interval (:func:`efficiency_table`).
 Evaluation runs every ``--eval-steps`` and after every second iteration of the first ten (:data:`EARLY_EVALS`).
 The main table gives each variant's share of second attempts cut at a length limit beside its score.
-The seeds default to the world's declared held-out seeds (:data:`HELD_OUT_SEEDS`).
+The seeds default to the world's declared held-out seeds (:data:`HELD_OUT_SEEDS`). ``--render-docs``
+re-renders the findings blocks of README.md and docs/ from the results files they name (:func:`findings`).
 
 Toy scale: the numbers show ERL's mechanisms on a tiny model, not the paper's results.
 """
@@ -62,10 +63,12 @@ Toy scale: the numbers show ERL's mechanisms on a tiny model, not the paper's re
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import multiprocessing as mp
 import os
+import re
 import statistics
 import time
 from typing import Any
@@ -73,6 +76,8 @@ from typing import Any
 import torch
 
 from erl_lite.cli import arg_types
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from erl_lite.jsonio import read_json
 from erl_lite.metric_names import (
     OPTIM_STEPS, SAMPLES_KEYS, TOKENS_FIRST, TOKENS_REFLECTION, TOKENS_SECOND, TRUNCATED_SECOND)
@@ -368,7 +373,13 @@ def main() -> None:
                    help="only rebuild the table and figures from --out's results file (and --merge's)")
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
                    help="with --replot: add these results files (other seeds of the same world and settings)")
+    p.add_argument("--render-docs", action="store_true",
+                   help="only re-render the findings blocks in README.md and docs/*.md from the results they name")
     args = p.parse_args()
+    if args.render_docs:
+        docs = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+        print("\n".join(f"re-rendered {x}" for x in render_docs(docs)) or "every findings block is current")
+        return
     args.seeds = args.seeds or HELD_OUT_SEEDS[args.world]
     for flag in ("seeds", "variants"):  # a repeat would run twice, and its table count a (variant, seed) twice
         arg_types.distinct(getattr(args, flag), f"--{flag}", p)
@@ -665,6 +676,93 @@ def efficiency_table(results: list[dict], variants: list[str]) -> str:
         lines.append(f"| {v} | {ci(aucs, '{:.2f}')} | {' / '.join(f'{a:.2f}' for a in aucs)} | "
                      f"{ci([r['eval_final'] for r in rs], '{:.2f}')} |")
     return "\n".join(lines) + "\n"
+
+
+#: How the findings name each matching.
+MATCH_WORDS = {"samples": "matched by samples (every variant trains for ERL's iterations; ERL plays 4 rollouts a "
+                          "task, RLVR 10)",
+               "cpu": "matched by CPU time (every variant trains for ERL's training CPU seconds)"}
+#: A findings block in a markdown file: the results file it renders, its text, its end.
+FINDINGS_BLOCK = re.compile(r"(<!-- findings (\S+) -->)\n(.*?)\n?(<!-- /findings -->)", re.DOTALL)
+
+
+#: The findings' name of a variant where the table's would read badly in a sentence.
+SAID = {MATCHED: "step-matched RLVR"}
+
+
+def _ci(values: list[float], fmt: str = "{:.2f}") -> str:
+    return "{} [{}, {}]".format(*(fmt.format(x) for x in bootstrap_mean(values)))
+
+
+def _ahead(names: tuple[str, str], values: tuple[list[float], list[float]], higher: bool = True) -> str:
+    """Which of two variants is ahead: only where their bootstrap intervals do not overlap."""
+    (_, lo_a, hi_a), (_, lo_b, hi_b) = (bootstrap_mean(v) for v in values)
+    names = tuple(SAID.get(n, n) for n in names)
+    a, b = names
+    if (lo_a > hi_b) if higher else (lo_b > hi_a):
+        return f"{a} ahead of {b}"
+    if (lo_b > hi_a) if higher else (lo_a > hi_b):
+        return f"{b} ahead of {a}"
+    return f"{names[0]} and {names[1]} tied within their intervals"
+
+
+def findings(results: list[dict]) -> str:
+    """The study's findings on one world and one matching, as sentences rendered from its results: every
+    variant's final evaluation with its interval (and its share of second attempts cut), who is ahead of whom
+    at the end and at iteration 10, and (where the runs carry cost records) what reaching 0.9 took. A variant
+    is named ahead only where the intervals do not overlap; README.md and docs/ hold these blocks
+    (:func:`render_docs`), and a test holds them to the committed results."""
+    by = {v: sorted((r for r in results if r["variant"] == v), key=lambda r: r["seed"]) for v in VARIANTS}
+    by = {v: rs for v, rs in by.items() if rs}
+    seeds = [r["seed"] for r in by["ERL"]]
+    def cut(rs: list[dict]) -> str:  # older results hold the share over iterations 1-10 only
+        if all(r.get("second_truncated") is not None for r in rs):
+            return f" (second attempts cut {statistics.mean(r['second_truncated'] for r in rs):.2f})"
+        early = [r.get("signal", {}).get("second_truncated") for r in rs]
+        return "" if None in early else f" (second attempts cut {statistics.mean(early):.2f} in iterations 1-10)"
+
+    text = [f"{world_of(results).capitalize()} world, {MATCH_WORDS[match_of(results)]}, {len(seeds)} seeds "
+            f"({', '.join(map(str, seeds))}). Final first-attempt evaluation: "
+            + ", ".join(f"{SAID.get(v, v)} {_ci([r['eval_final'] for r in rs])}{cut(rs)}" for v, rs in by.items()) + "."]
+    pairs = [(a, b) for a, b in (("ERL", "RLVR"), ("ERL", MATCHED)) if a in by and b in by]
+    finals = lambda v: [r["eval_final"] for r in by[v]]  # noqa: E731
+    text.append("At the end: " + "; ".join(_ahead(p, (finals(p[0]), finals(p[1]))) for p in pairs) + ".")
+    at = {v: [next((e for s, _, e in r["eval_curve"] if s == 10), None) for r in rs] for v, rs in by.items()}
+    if all(None not in at[v] for p in pairs for v in p):
+        text.append("At iteration 10: " + ", ".join(f"{SAID.get(v, v)} {_ci(at[v])}" for v in dict.fromkeys(sum(pairs, ())))
+                    + "; " + "; ".join(_ahead(p, (at[p[0]], at[p[1]])) for p in pairs) + ".")
+    if all(r.get("progress") for p in pairs for v in p for r in by[v]):
+        level = LEVELS[-1]
+        cost = {v: [cost_to_reach(r, level) or {n: r["progress"][-1][c] for n, c in COSTS.items()} for r in by[v]]
+                for v in dict.fromkeys(sum(pairs, ()))}
+        never = {v: "" if all(cost_to_reach(r, level) for r in by[v]) else ">= " for v in cost}
+        text.append(f"To reach {level:.2f}: " + ", ".join(
+            f"{SAID.get(v, v)} {never[v]}{_ci([c[n] for c in cost[v]], '{:.0f}')} {n}"
+            for v in cost for n in ("iterations", "rollouts"))
+            + "; per rollout, " + "; ".join(_ahead(p, tuple([c["rollouts"] for c in cost[v]] for v in p), higher=False)
+                                            for p in pairs) + ".")
+    return " ".join(text) + f" Intervals: {COVERAGE:.0%} bootstrap over seeds."
+
+
+def render_docs(paths: list[str], write: bool = True) -> list[str]:
+    """Re-render every findings block in ``paths`` from the results file it names; returns the blocks that
+    were stale (``path: results``), rewriting them when ``write``."""
+    stale = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+
+        def fresh(m: re.Match) -> str:
+            body = findings(read_results(read_json(os.path.join(ROOT, m.group(2))), m.group(2)))
+            if body != m.group(3):
+                stale.append(f"{path}: {m.group(2)}")
+            return f"{m.group(1)}\n{body}\n{m.group(4)}"
+
+        new = FINDINGS_BLOCK.sub(fresh, text)
+        if write and new != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+    return stale
 
 
 def check_targets(results: list[dict]) -> list[tuple[str, str, bool]]:

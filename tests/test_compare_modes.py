@@ -459,3 +459,53 @@ def test_merge_is_refused_without_replot_and_a_results_file_of_the_wrong_shape_i
         bad.write_text(json.dumps(content))
         code, err = main("--replot", "--merge", str(bad))
         assert code == 2 and str(bad) in err and "Traceback" not in err, name
+
+
+def _finals(erl, rlvr):
+    """Results with these final evaluations per seed (samples-matched, demo world)."""
+    rows = [("ERL", s, v) for s, v in enumerate(erl)] + [("RLVR", s, v) for s, v in enumerate(rlvr)]
+    return [{**_result(name, s, [[0, 0, 0.1], [10, 5, v], [30, 9, v]]), "match": "samples"} for name, s, v in rows]
+
+
+def test_findings_name_a_winner_only_where_the_intervals_part_and_follow_the_sign_of_the_result():
+    cm = _script()
+    ahead = cm.findings(_finals([0.9, 0.92, 0.95], [0.3, 0.35, 0.4]))
+    assert "Demo world, matched by samples" in ahead and "3 seeds (0, 1, 2)" in ahead
+    assert "ERL 0.92 [0.90, 0.95], RLVR 0.35 [0.30, 0.40]" in ahead and "At the end: ERL ahead of RLVR." in ahead
+    behind = cm.findings(_finals([0.3, 0.35, 0.4], [0.9, 0.92, 0.95]))
+    assert "At the end: RLVR ahead of ERL." in behind and "ERL ahead" not in behind
+    tied = cm.findings(_finals([0.5, 0.9, 0.7], [0.6, 0.8, 0.75]))
+    assert "At the end: ERL and RLVR tied within their intervals." in tied
+    assert "At iteration 10: ERL 0.70 [0.50, 0.90], RLVR 0.72" in tied
+
+
+def test_findings_blocks_in_markdown_are_rerendered_from_the_results_they_name(tmp_path, monkeypatch):
+    import json
+
+    cm = _script()
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(_finals([0.9, 0.92, 0.95], [0.3, 0.35, 0.4])))
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"Intro.\n<!-- findings {results} -->\nERL 0.99, RLVR 0.10: typed by hand.\n<!-- /findings -->\nEnd.\n")
+    assert cm.render_docs([str(doc)], write=False) == [f"{doc}: {results}"]
+    assert "typed by hand" in doc.read_text()  # checking writes nothing
+    assert cm.render_docs([str(doc)]) == [f"{doc}: {results}"] and cm.render_docs([str(doc)]) == []
+    text = doc.read_text()
+    assert text.startswith("Intro.\n") and text.endswith("\n<!-- /findings -->\nEnd.\n") and "ERL ahead of RLVR" in text
+
+
+def test_the_readme_and_docs_state_the_study_only_as_rendered_from_its_committed_results():
+    # Every findings block in README.md and docs/ is what the committed results file it names renders to
+    # (`python scripts/compare_modes.py --render-docs` rewrites them); and the README's section on the
+    # embedded model quotes no evaluation figure outside such a block.
+    import re
+
+    cm = _script()
+    docs = [str(ROOT / "README.md"), *map(str, sorted((ROOT / "docs").glob("*.md")))]
+    assert cm.render_docs(docs, write=False) == []
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## What the embedded model shows", 1)[1].split("\n## ", 1)[0]
+    assert "<!-- findings " in section
+    outside = cm.FINDINGS_BLOCK.sub("", section)
+    typed = [line for line in outside.splitlines() if re.search(r"\b0\.\d\d\b", line) and re.search(r"ERL|RLVR", line)]
+    assert not typed, f"evaluation figures typed by hand in the README: {typed}"
