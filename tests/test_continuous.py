@@ -76,18 +76,21 @@ def test_replies_stop_at_the_first_stop_token_and_respect_the_limit(policy):
     gen.flush()
 
 
-def test_same_seed_samples_the_same_and_the_callers_generators_are_untouched(policy):
+def test_same_seed_samples_the_same_and_the_callers_generator_moves_by_one_draw_a_call(policy):
     model, tok = policy
     params = SamplingParams(10, temperature=1.5)
     runs = []
     for _ in range(2):
         gen = ContinuousGenerator(model, tok, cache_tokens=2048, seed=3)
         torch.manual_seed(123)
-        before = torch.get_rng_state()
         runs.append([gen.generate(_prompts(tok), params) for _ in range(3)])
-        assert torch.equal(torch.get_rng_state(), before)  # the manager re-seeds; the caller never sees it
+        after = torch.get_rng_state()
+        torch.manual_seed(123)
+        [torch.randint(2**62, ()) for _ in range(3)]  # each call's seed; the manager's re-seeding never leaks
+        assert torch.equal(torch.get_rng_state(), after)
         gen.flush()
     assert runs[0] == runs[1]
+    torch.manual_seed(123)
     other = ContinuousGenerator(model, tok, cache_tokens=2048, seed=4)
     assert [other.generate(_prompts(tok), params) for _ in range(3)] != runs[0]
     other.flush()
@@ -261,3 +264,28 @@ def test_a_4bit_model_stays_on_its_differentiable_path(tmp_path):
     grads = [p.grad for n, p in model.named_parameters() if "lora_" in n and p.requires_grad]
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
     assert any(g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.parametrize("backend", ["continuous", "generate"])
+def test_a_resumed_run_draws_what_the_uninterrupted_run_draws(tmp_path, backend):
+    # 3 steps straight and 2 steps + resume must sample the same step-3 completions (first attempts,
+    # second attempts, reflections): the checkpoint restores the run's generators, and each call's
+    # sampling seed must come from them, not from a count of calls that restarts at 0 in a new process.
+    def run(out, steps, resume=False):
+        tok = tiny_tokenizer()
+        torch.manual_seed(0)  # LoRA's A matrices are drawn from the global generator
+        model, tok = load_policy(tiny_model(tok, seed=3), tok, peft="lora")
+        args = ERLConfig.preset("cpu", max_steps=steps, num_tasks_per_step=2, num_generations=2, seed=7,
+                                max_completion_length=8, max_reflection_length=12, max_reflection_prompt_length=700,
+                                progress_bar=False, generation_backend=backend, diagnostics="off",
+                                output_dir=str(out), save_steps=2, learning_rate=1e-2)
+        trainer = ERLTrainer(model=model, processing_class=tok, args=args, train_dataset=ROWS,
+                             reward_funcs=lambda completions, answer, **kw: [float(a in c) for c, a in
+                                                                              zip(completions, answer)])
+        trainer.train(resume_from_checkpoint=resume)
+        return [s.completion_ids for s in trainer.last_outcome.samples]
+
+    straight = run(tmp_path / "straight", 3)
+    run(tmp_path / "split", 2)
+    resumed = run(tmp_path / "split", 3, resume=True)
+    assert len(straight) >= 4 and resumed == straight

@@ -662,3 +662,39 @@ def test_a_diverging_run_stops_naming_the_step_and_never_trains_on_nan():
             pytest.raises(FloatingPointError, match=r"step \d+, .*3 optimizer steps in a row"):
         trainer.train()
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+@pytest.mark.parametrize("loss_type", ["seq_sum", "token_mean"])
+@pytest.mark.parametrize("n_rows", [17, 13, 8])
+def test_a_trailing_partial_mini_batch_is_dealt_in_turn_at_full_weight(monkeypatch, loss_type, n_rows):
+    # docs/REFERENCE.md, row 13: with ppo_mini_batch_size x G = 4 rows a nominal mini-batch, verl cuts 17 rows into
+    # 4 + 4 + 4 + 4 + 1 and scales the last step by 1/4; erl_lite takes the same ceil(17 / 4) = 5 steps over rows
+    # dealt in turn (position p into mini-batch p mod 5: 4, 4, 3, 3, 3 rows), each normalised by its own rows
+    # (seq_sum) or loss tokens (token_mean), at full weight. Worked by hand here with lr 0 (every ratio 1), so a
+    # row's policy loss is -A per loss token.
+    import erl_lite.core.update as update
+
+    rows = samples(n_rows, seed=5)
+    model, tok = lora_model()
+    cfg = ERLConfig(num_tasks_per_step=2, num_generations=4, ppo_mini_batch_size=1, beta=0.0, loss_type=loss_type,
+                    per_device_train_batch_size=2)
+    seen, real = [], update.policy_objective
+    monkeypatch.setattr(update, "policy_objective", lambda *a, **kw: (seen.append(kw["normalizer"]), real(*a, **kw))[1])
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
+    k = math.ceil(n_rows / 4)
+    minis = [rows[i::k] for i in range(k)]
+    assert [len(x) for x in minis] == {17: [4, 4, 3, 3, 3], 13: [4, 3, 3, 3], 8: [4, 4]}[n_rows]
+    norms = [len(x) if loss_type == "seq_sum" else sum(sum(s.completion_mask) for s in x) for x in minis]
+    assert m[OPTIM_STEPS] == k and sorted(set(seen)) == sorted(set(norms))
+    # loss/total: the mean over steps of each step's loss, every step at weight 1.
+    ours = sum(sum(-s.advantage * sum(s.completion_mask) for s in x) / n for x, n in zip(minis, norms)) / k
+    # float32 sums of ~20 terms of magnitude ~1: ~1e-6 relative; 1e-5 leaves room.
+    assert m["loss/total"] == pytest.approx(ours, rel=1e-5)
+    if n_rows % 4:  # verl's consecutive cut with the last step scaled by its share differs: the test can tell
+        cut = [rows[i:i + 4] for i in range(0, n_rows, 4)]
+        share = [len(x) / 4 for x in cut]
+        verl = sum(w * sum(-s.advantage * sum(s.completion_mask) for s in x) / (
+            len(x) if loss_type == "seq_sum" else sum(sum(s.completion_mask) for s in x))
+            for x, w in zip(cut, share)) / k
+        assert abs(verl - ours) > 1e-3 * abs(ours)

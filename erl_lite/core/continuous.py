@@ -16,8 +16,8 @@ The manager's pitfalls, and what this module does about each:
   restored after each call, and a 4-bit model put back on its differentiable path
   (:func:`~erl_lite.core.policy.keep_4bit_trainable`);
 * it re-seeds the global torch generator and samples from it in its own thread: each call runs inside
-  ``torch.random.fork_rng`` under :meth:`ContinuousGenerator.call_seed`, so calls and ranks draw fresh streams and
-  the caller's generators are left as they were.
+  ``torch.random.fork_rng`` under :meth:`ContinuousGenerator.call_seed`, one draw from the caller's generator (which a
+  checkpoint restores: a resumed run samples what the uninterrupted one does), so calls and ranks draw fresh streams.
 
 Departures from the paper: the reference samples with vLLM in a separate engine; this is the same idea inside
 transformers, in the training process. Samples differ from ``model.generate``'s in draw order, not in distribution.
@@ -89,7 +89,7 @@ class ContinuousGenerator:
         self._needs: set[str] = set()  # the logits processors the manager must hold: "top_p", "top_k"
 
     # -- the manager -----------------------------------------------------------------------------
-    def _start(self) -> Any:
+    def _start(self, seed: int) -> Any:
         from transformers import ContinuousBatchingConfig, GenerationConfig
 
         base = base_model(self.model)
@@ -101,7 +101,7 @@ class ContinuousGenerator:
         cb = ContinuousBatchingConfig(
             page_size=PAGE_SIZE, num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
             max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens), allow_block_sharing=True,
-            per_request_processors=True, auto_switch_to_flash=False, seed=self.call_seed(), use_cuda_graph=False,
+            per_request_processors=True, auto_switch_to_flash=False, seed=seed, use_cuda_graph=False,
             return_logprobs=True)
         manager = base.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
         manager.start()
@@ -120,8 +120,8 @@ class ContinuousGenerator:
             keep_4bit_trainable(self.model)
 
     def call_seed(self) -> int:
-        """This call's seed: a new one per call and per rank, the same for the same run."""
-        return (self.seed * 1_000_003 + self.rank * 7_919 + self.calls) % 2**62
+        """This call's seed: a draw from the global generator (restored on resume, unlike a count of calls), per rank."""
+        return (self.seed * 1_000_003 + self.rank * 7_919 + int(torch.randint(2**62, ()))) % 2**62
 
     # -- one call ----------------------------------------------------------------------------------
     def _request_kwargs(self, params: SamplingParams) -> dict[str, Any]:
@@ -149,11 +149,12 @@ class ContinuousGenerator:
         device = next(self.model.parameters()).device
         keep_4bit_trainable(self.model)
         was_training = self.model.training
+        seed = self.call_seed()
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(self.call_seed())  # the manager samples from the global generator
+                torch.manual_seed(seed)  # the manager samples from the global generator
                 if self._manager is None:
-                    self._manager = self._start()
+                    self._manager = self._start(seed)
                 self.model.eval()
                 outs = self._run(self._manager, prompts, params)
         except BaseException:
