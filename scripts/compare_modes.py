@@ -55,7 +55,8 @@ evaluation over iterations, each a mean over seeds with a bootstrap interval (:f
 Evaluation runs every ``--eval-steps`` and after every second iteration of the first ten (:data:`EARLY_EVALS`).
 The main table gives each variant's share of second attempts cut at a length limit beside its score.
 The seeds default to the world's declared held-out seeds (:data:`HELD_OUT_SEEDS`). ``--render-docs``
-re-renders the findings blocks of README.md and docs/ from the results files they name (:func:`findings`).
+re-renders the findings blocks of README.md and docs/ from the results files they name (:func:`findings`), and
+each committed results file's ``findings.md``, which a comparison writes beside its table.
 
 Toy scale: the numbers show ERL's mechanisms on a tiny model, not the paper's results.
 """
@@ -481,6 +482,8 @@ def write_outputs(results: list[dict], variants: list[str], out: str, key: str |
              + signal_table(results, variants))
     with open(output_path(out, world, "table.md"), "w") as f:
         f.write(table)
+    with open(output_path(out, world, "findings.md"), "w") as f:
+        f.write(findings(results) + "\n")
     print(table)
     plot(results, variants, output_path(out, world, "eval.png"))
     plot_pair(results, output_path(out, world, "rewards.png"))
@@ -745,9 +748,18 @@ def findings(results: list[dict]) -> str:
 
 
 def render_docs(paths: list[str], write: bool = True) -> list[str]:
-    """Re-render every findings block in ``paths`` from the results file it names; returns the blocks that
-    were stale (``path: results``), rewriting them when ``write``."""
+    """Re-render every findings block in ``paths`` from the results file it names, and each committed
+    ``assets/compare_*results.json``'s ``findings.md`` beside it (notebook 06 shows those); returns what was
+    stale (``path: results``, or the findings file), rewriting it when ``write``."""
     stale = []
+    for results in sorted(glob.glob(os.path.join(ROOT, "assets", "compare_*results.json"))):
+        path = results[:-len("results.json")] + "findings.md"
+        body = findings(read_results(read_json(results), results)) + "\n"
+        if not os.path.isfile(path) or open(path, encoding="utf-8").read() != body:
+            stale.append(os.path.relpath(path, ROOT))
+            if write:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(body)
     for path in paths:
         with open(path, encoding="utf-8") as f:
             text = f.read()
