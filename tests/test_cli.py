@@ -278,7 +278,8 @@ def test_precedence_preset_then_file_then_flags(tmp_path):
 
     path = _yaml(tmp_path, "env: qa\nsmall: true\nmodel: some/model\nseed: 4\nuse_memory: false\n")
     run, cfg = train_settings(build_parser().parse_args(["train", "--config", path, "--env", "sokoban"]))
-    assert run == {"env": "sokoban", "small": True, "model": "some/model", "preset": "cpu", "world": "demo"}
+    assert run == {"env": "sokoban", "small": True, "model": "some/model", "preset": "cpu", "world": "demo",
+                   "env_options": {}}
     assert cfg.max_completion_length == PRESETS["cpu"]["max_completion_length"]  # no demo settings off the demo
     assert (cfg.seed, cfg.use_memory, cfg.extra["env"]) == (4, False, "sokoban")
 

@@ -61,6 +61,7 @@ BROKEN = {
     "truncation": lambda s: {TRUNCATED_REFLECTION: 0.8},
     "frozen_weights": lambda s: {WEIGHT_UPDATE: 0.0},
     "zero_grad": lambda s: {GRAD_NORM: 0.0},
+    "large_step": lambda s: {WEIGHT_UPDATE: 0.2},  # 10% of the weights' norm a step (2 steps)
     "non_finite": lambda s: {OPTIM_SKIPPED_STEPS: 1.0, GRAD_NORM: math.nan},
     "kl_growth": lambda s: {KL: 0.01 * 2 ** s},
     "off_policy": lambda s: {"onpolicy/tokens": 40.0, "onpolicy/gap_mean/first": 0.3},
@@ -99,8 +100,8 @@ def test_each_check_fires_on_its_broken_history(name):
     assert f.saw and f.means and f.tries and name in f.message()
 
 
-@pytest.mark.parametrize("name", sorted(BROKEN))
-def test_one_noisy_step_never_fires(name):
+@pytest.mark.parametrize("name", sorted(n for n in BROKEN if CHECKS_BY_NAME[n].window > 1))  # large_step: one is
+def test_one_noisy_step_never_fires(name):                                                   # enough, by design
     assert name not in names(scan(history(8, name, at={4}), RunFacts()))
 
 

@@ -7,6 +7,7 @@ and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as one
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import warnings
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "rarely succeed (as erl-lite demo --world)")
     train.add_argument("--small", action="store_true", default=argparse.SUPPRESS,
                        help="the small (CPU) variant of the environment")
+    train.add_argument("--env-options", type=json.loads, default=argparse.SUPPRESS, metavar="JSON",
+                       help="the environment's own keywords, e.g. '{\"size\": 5}' or for arithmetic '{\"n\": 500}'")
     train.add_argument("--model", default=argparse.SUPPRESS, type=expand_path,
                        help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
                             "'tiny' = a random 2-layer model built offline (plumbing checks only)")

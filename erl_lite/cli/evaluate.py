@@ -144,7 +144,8 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
 
-    env, _, kwargs = build_environment(name, small, cfg.seed, world=cfg.extra.get("world", "demo"), preset=cfg.preset_name)
+    env, _, kwargs = build_environment(name, small, cfg.seed, world=cfg.extra.get("world", "demo"), preset=cfg.preset_name,
+                                       options=cfg.extra.get("env_options"))
     if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
         env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"))
     tasks = kwargs.get("eval_dataset")

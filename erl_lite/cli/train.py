@@ -18,9 +18,10 @@ from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
-RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False, "world": "demo"}
+RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False, "world": "demo",
+                                "env_options": {}}
 #: The run options that decide the environment ``erl-lite train`` builds (value when a checkpoint has none).
-ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo"}
+ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo", "env_options": {}}
 #: The options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
 DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func", "reward_weights")
 #: The environment a run on ``--dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
@@ -53,14 +54,19 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
     run["preset"] = run_preset(run["env"], run["preset"])
     if run["preset"] not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
-    if not isinstance(run["small"], bool):
-        raise ValueError(f"small must be true or false, got {run['small']!r}")
+    if not isinstance(run["small"], bool) or not isinstance(run["env_options"], dict):
+        raise ValueError(f"small must be true or false and env_options a mapping, got {run['small']!r}, "
+                         f"{run['env_options']!r}")
     world = _world_record(run)
     flags = given_fields(args)
     overrides = {**file_fields, **flags}
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
-    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **world, **data}
+    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **world, **data,
+                         **({"env_options": run["env_options"]} if run["env_options"] else {})}
+    if run["model"] not in ("embedded", "tiny") and run["preset"] in ("cpu", "demo") and (
+            "learning_rate" not in overrides):  # their rates are the embedded model's: too large for a pretrained one
+        overrides["learning_rate"] = PRESETS["gpu"]["learning_rate"]
     if run["preset"] == "paper" and not {"max_steps", "num_train_epochs"} & set(overrides):
         overrides["max_steps"] = PAPER_MAX_STEPS.get(run["env"], PRESETS["paper"]["max_steps"])
     try:
@@ -172,7 +178,8 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
 
     # The environment first: a missing reward function fails before a model is loaded.
     env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
-                         else build_environment(run["env"], run["small"], cfg.seed, run["world"], run["preset"]))
+                         else build_environment(run["env"], run["small"], cfg.seed, run["world"], run["preset"],
+                                                run["env_options"]))
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed
@@ -201,9 +208,12 @@ def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, A
 
 
 def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED, world: str = "demo",
-                      preset: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
+                      preset: str | None = None, options: dict[str, Any] | None = None
+                      ) -> tuple[Any, Any, dict[str, Any]]:
     """``(environment, dataset rows, other ERLTrainer arguments)`` of ``erl-lite train --env name``
-    (``world``: which of the embedded model's worlds ``--env demo`` plays; ``paper``: ``PAPER_GAMES``)."""
+    (``world``: which of the embedded model's worlds ``--env demo`` plays; ``paper``: ``PAPER_GAMES``;
+    ``options``: the environment's or the arithmetic dataset's own keywords, ``--env-options``)."""
+    options = options or {}
     from erl_lite import envs
 
     if name == "demo":
@@ -214,10 +224,12 @@ def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED, world: s
         # The demo preset turns the progress bar off in favour of one line per step.
         return world, None, {"eval_dataset": world.test_tasks(DEMO_EVAL_TASKS), "callbacks": [step_line]}
     if name == "arithmetic":
-        from erl_lite.envs.arithmetic import arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset
+        from erl_lite.envs import arithmetic as task
 
-        rows = make_arithmetic_dataset(2000, seed=0)
-        return None, rows, {"reward_funcs": arithmetic_reward, "feedback_func": arithmetic_feedback,
-                            "eval_dataset": make_arithmetic_dataset(64, seed=1)}
+        rows = {**(task.SMALL if small else {"n": 2000}), "seed": 0, **options}
+        return None, task.make_arithmetic_dataset(**rows), {
+            "reward_funcs": task.arithmetic_reward, "feedback_func": task.arithmetic_feedback,
+            "eval_dataset": task.make_arithmetic_dataset(**{**rows, "n": 64, "seed": rows["seed"] + 1})}
     cls = {"frozenlake": envs.FrozenLake, "sokoban": envs.Sokoban, "qa": envs.MultiHopQA}[name]
-    return (cls.small() if small else cls(**PAPER_GAMES.get(name, {}) if preset == "paper" else {})), None, {}
+    base = PAPER_GAMES.get(name, {}) if preset == "paper" else {}
+    return (cls.small(**options) if small else cls(**{**base, **options})), None, {}

@@ -99,6 +99,18 @@ class ERLConfig:
     """Max new tokens of a reflection."""
     max_reflection_prompt_length: int = 2048
     """Token budget of the reflection context (the trace, then the memory, are shortened; never the task)."""
+    reflection_request: str = (
+        "Write a complete new system prompt for the agent: a short rulebook that says what each symbol or piece of "
+        "information means, what each action does, how the task is won or lost, and a strategy that avoids the "
+        "mistake above. Keep what the current instructions got right. Put the whole rulebook between <prompt> and "
+        "</prompt>.")
+    """The reflection request's last paragraph, after the task, attempt and outcome (the paper's request)."""
+    reflection_prefill: str = ""
+    """The reflection's first words, e.g. ``"<prompt>\\n1."``: the block it opens is kept when cut (DEPARTURES)."""
+    retry_instruction: str = (
+        "You have tried this task before and did not succeed. Here is your previous attempt and how it ended; use "
+        "it to do better this time.")
+    """The "w/o reflection" retry's system prompt: this, between the initial prompt and the first attempt."""
     # --- memory ------------------------------------------------------------------------
     use_memory: bool = True
     """False = the "w/o memory" ablation: the reflector starts from the initial prompt; nothing is stored."""

@@ -27,6 +27,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     generation_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
+    stop: tuple[str, ...] = ()  # texts that end a reply early (vLLM's name); a backend without them samples on
 
 
 class Generator(Protocol):
@@ -136,7 +137,7 @@ class HFGenerator:
         return GenerationConfig(do_sample=True, temperature=params.temperature, top_p=params.top_p,
                                 top_k=params.top_k, max_new_tokens=params.max_new_tokens, use_cache=True,
                                 eos_token_id=self.stop_ids or None, pad_token_id=self.pad_id,
-                                **params.generation_kwargs)
+                                stop_strings=list(params.stop) or None, **params.generation_kwargs)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -166,7 +167,8 @@ class HFGenerator:
             cached = {} if shared is None else {cache_name(self.model): shared}
             with _own_settings(base_model(self.model), recorder):
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention,
-                                          generation_config=self.sampling_config(params), **cached)
+                                          generation_config=self.sampling_config(params), tokenizer=self.tokenizer,
+                                          **cached)
         finally:
             self.model.train(was_training)
         new = out[:, width:]  # (B, <= max_new_tokens)

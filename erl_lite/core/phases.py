@@ -29,6 +29,7 @@ from erl_lite.core.generation import Generator, SamplingParams, generate_named, 
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.prompts import (
+    end_at_close_tag,
     parse_rulebook,
     reflection_messages,
     retry_system_prompt,
@@ -100,10 +101,11 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
         task_text = next(m["content"] for m in a.messages if m["role"] == "user")  # as the agent first saw it
         _, ids = reflection_messages(task_text=task_text, base_prompt=base, trace=a.trace, reward=a.reward,
                                      feedback=a.feedback, tokenizer=ctx.tokenizer,
-                                     max_tokens=c.max_reflection_prompt_length, template_kwargs=c.chat_template_kwargs)
+                                     max_tokens=c.max_reflection_prompt_length, template_kwargs=c.chat_template_kwargs,
+                                     request=c.reflection_request, prefill=c.reflection_prefill)
         contexts.append((base, ids))
     params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
-                            c.generation_kwargs)
+                            c.generation_kwargs, stop=("</prompt>",))
     names = [f"reflection on task {a.task_id!r} (rollout {a.index})" for a in failed]
     with ctx.progress.bar("reflections", len(failed)) as bar:  # one batched call: all finish at once
         outs = generate_named(ctx.generator, [ids for _, ids in contexts], params, names)
@@ -112,11 +114,12 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
     stops = sampler_stop_ids(ctx.generator, ctx.tokenizer)
     reflections = []
     for a, (base, ids), out, logp in zip(failed, contexts, outs, reported):
-        text = ctx.tokenizer.decode(out, skip_special_tokens=True)
-        rulebook, parsed = parse_rulebook(text, base)
-        reflections.append(Reflection(a.task_id, a.index, base, text, rulebook, parsed, ids, list(out),
-                                      truncated=reply_was_cut(list(out), c.max_reflection_length, stops),
-                                      sampled_logp=None if logp is None else list(logp)))
+        out = list(out)[:end_at_close_tag(list(out), ctx.tokenizer)]
+        text = c.reflection_prefill + ctx.tokenizer.decode(out, skip_special_tokens=True)
+        rulebook, parsed = parse_rulebook(text, base, unclosed="<prompt>" in c.reflection_prefill.lower())
+        reflections.append(Reflection(a.task_id, a.index, base, text, rulebook, parsed, ids, out,
+                                      truncated=reply_was_cut(out, c.max_reflection_length, stops),
+                                      sampled_logp=None if logp is None else list(logp)[:len(out)]))
     return reflections
 
 
@@ -130,13 +133,14 @@ def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Ta
         systems = [second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder_for(tasks[a.task_id]))
                    for a, r in zip(failed, reflections)]
     else:
-        systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback) for a in failed]
+        systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback, ctx.config.retry_instruction)
+                   for a in failed]
     second = _play(ctx, "second attempts", SECOND, [tasks[a.task_id] for a in failed], systems,
                    [a.index for a in failed], ctx.attempt_params())
     deltas = reflections if reflections is not None else [None] * len(failed)
     for delta, y2 in zip(deltas, second):
-        if delta is not None:
-            delta.reward = y2.reward  # r̃ = r2
+        if delta is not None:  # r̃ = r2; a reflection with no rulebook guided nothing: r̃ = 0 (docs/DEPARTURES.md)
+            delta.reward = y2.reward if delta.parsed else 0.0
     return [Retry(y1, delta, y2) for y1, delta, y2 in zip(failed, deltas, second)]
 
 

@@ -6,11 +6,13 @@ Departures from the paper: own wording; the released code's structure (rulebook 
 
 from __future__ import annotations
 
+import bisect
 import re
 import warnings
 from typing import Any
 
-from erl_lite.core.chat import encode, encode_messages
+from erl_lite.config import ERLConfig
+from erl_lite.core.chat import encode, render
 
 REFLECTION_SYSTEM = (
     "You coach an agent that has just failed a task. You will see the instructions it was "
@@ -18,19 +20,11 @@ REFLECTION_SYSTEM = (
     "try at the same kind of task."
 )
 
-REFLECTION_REQUEST = (
-    "Write a complete new system prompt for the agent: a short rulebook that says what each "
-    "symbol or piece of information means, what each action does, how the task is won or lost, "
-    "and a strategy that avoids the mistake above. Keep what the current instructions got right. "
-    "Put the whole rulebook between <prompt> and </prompt>."
-)
-
-RETRY_HEADER = (
-    "You have tried this task before and did not succeed. Here is your previous attempt and "
-    "how it ended; use it to do better this time."
-)
+#: The defaults of the settings ``reflection_request`` and ``retry_instruction``.
+REFLECTION_REQUEST, RETRY_HEADER = ERLConfig.reflection_request, ERLConfig.retry_instruction
 
 _PROMPT_TAG = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
+_OPEN, _CLOSE = re.compile(r"<prompt>", re.IGNORECASE), re.compile(r"</prompt>", re.IGNORECASE)
 
 
 class PromptTooLongError(ValueError):
@@ -41,10 +35,21 @@ class PromptTooLongError(ValueError):
         self.row = row
 
 
-def parse_rulebook(text: str, base_prompt: str) -> tuple[str, bool]:
-    """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block."""
+def parse_rulebook(text: str, base_prompt: str, unclosed: bool = False) -> tuple[str, bool]:
+    """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block; with ``unclosed`` (the open tag was
+    prefilled), else a block the length limit cut (no closing tag)."""
     blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
+    if unclosed and not _CLOSE.search(text):
+        blocks = [b for b in [_OPEN.split(text, 1)[-1].strip()] if b]
     return (blocks[-1], True) if blocks else (base_prompt, False)
+
+
+def end_at_close_tag(ids: list[int], tokenizer: Any) -> int:
+    """How many of a reflection's ``ids`` to keep: through the token that completes its first ``</prompt>`` (all when
+    none). Backends without stop strings sample on; what follows the block is never read nor trained."""
+    def closed(k: int) -> bool:  # whether the first k ids hold the tag: False, then True as k grows
+        return _CLOSE.search(tokenizer.decode(ids[:k], skip_special_tokens=True)) is not None
+    return min(bisect.bisect_left(range(len(ids) + 1), True, key=closed), len(ids))
 
 
 def second_attempt_system_prompt(rulebook: str, action_reminder: str) -> str:
@@ -52,9 +57,9 @@ def second_attempt_system_prompt(rulebook: str, action_reminder: str) -> str:
     return f"{rulebook}\n\n{action_reminder}".strip() if action_reminder else rulebook
 
 
-def retry_system_prompt(initial_prompt: str, trace: str, feedback: str) -> str:
+def retry_system_prompt(initial_prompt: str, trace: str, feedback: str, header: str = RETRY_HEADER) -> str:
     """The "w/o reflection" ablation: the raw first attempt instead of a rulebook."""
-    return f"{initial_prompt}\n\n{RETRY_HEADER}\n\n{trace}\n\nOutcome: {feedback}".strip()
+    return f"{initial_prompt}\n\n{header}\n\n{trace}\n\nOutcome: {feedback}".strip()
 
 
 def _section(title: str, body: str) -> str:
@@ -85,12 +90,12 @@ def _cut_ids(text: str, ids: list[int], keep: int, marker: int, tokenizer: Any) 
 
 
 def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward: float, feedback: str,
-                        tokenizer: Any, max_tokens: int, template_kwargs: dict[str, Any] | None = None
-                        ) -> tuple[list[dict[str, str]], list[int]]:
+                        tokenizer: Any, max_tokens: int, template_kwargs: dict[str, Any] | None = None,
+                        request: str = REFLECTION_REQUEST, prefill: str = "") -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook and their token ids, fitted to ``max_tokens`` by cutting the middle of, in
     order: trace (to a quarter), base instructions, trace, task, feedback; a budget too small for the fixed text
     raises :class:`PromptTooLongError`. Each part is tokenized once (past :data:`CHARS_PER_TOKEN` a token, cut
-    first, with a warning) and cut on its tokens."""
+    first, with a warning) and cut on its tokens. The ids end with ``prefill``, the reflection's own first words."""
     parts = {"task_text": task_text, "base_prompt": base_prompt, "trace": trace, "feedback": feedback}
     for name, text in parts.items():
         if len(text) > CHARS_PER_TOKEN * max_tokens:
@@ -100,15 +105,16 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
                           f"={max_tokens}) before tokenizing", UserWarning, stacklevel=2)
             parts[name] = cut_middle(text, CHARS_PER_TOKEN * max_tokens)
     ids = {name: encode(text, tokenizer) for name, text in parts.items()}
-    room, marker = max_tokens - reflection_skeleton_length(tokenizer, template_kwargs), len(encode(MARKER, tokenizer))
+    room = max_tokens - reflection_skeleton_length(tokenizer, template_kwargs, request, prefill)
+    marker = len(encode(MARKER, tokenizer))
     order = [("trace", max_tokens // 4), ("base_prompt", 0), ("trace", 0), ("task_text", 0), ("feedback", 0)]
     for _ in range(4):  # tokens merge across a cut: take what the whole request overshot off the room, again
         keep = {name: len(v) for name, v in ids.items()}
         for name, floor in order:
             keep[name] = max(min(keep[name], keep[name] - (sum(keep.values()) - room)), min(floor, keep[name]))
         messages = _reflection_request({n: _cut_ids(parts[n], ids[n], keep[n], marker, tokenizer) for n in parts},
-                                       reward)
-        out = encode_messages(messages, tokenizer, template_kwargs)
+                                       reward, request)
+        out = _request_ids(messages, tokenizer, template_kwargs, prefill)
         room -= len(out) - max_tokens
         if len(out) <= max_tokens or room < 0:
             break
@@ -118,19 +124,25 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
     return messages, out
 
 
-def _reflection_request(parts: dict[str, str], reward: float) -> list[dict[str, str]]:
+def _reflection_request(parts: dict[str, str], reward: float, request: str) -> list[dict[str, str]]:
     """The reflection request's messages from its (possibly shortened) parts."""
     user = "\n\n".join([
         _section("Current instructions", parts["base_prompt"] or "(none)"),
         _section("Task", parts["task_text"]),
         _section("What the agent did", parts["trace"]),
         _section("Outcome", f"reward {reward:g}. {parts['feedback']}"),
-        REFLECTION_REQUEST,
+        request,
     ])
     return [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}]
 
 
-def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int:
+def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] | None = None,
+                               request: str = REFLECTION_REQUEST, prefill: str = "") -> int:
     """Tokens of a reflection request with every part empty: what no cut can remove."""
-    empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0)
-    return len(encode_messages(empty, tokenizer, template_kwargs))
+    empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0, request)
+    return len(_request_ids(empty, tokenizer, template_kwargs, prefill))
+
+
+def _request_ids(messages: list[dict[str, str]], tokenizer: Any, template_kwargs: Any, prefill: str) -> list[int]:
+    """A request's ids, the reply's first words (``prefill``) tokenized with the template's text, as it would be."""
+    return encode(render(messages, tokenizer, True, template_kwargs) + prefill, tokenizer)

@@ -1,5 +1,6 @@
 r"""A single-turn example task: arithmetic rows ``{"prompt", "answer"}``, a reward and ERL's textual
-feedback, both with TRL's reward signature. The answer read is the last ``\boxed{...}``, else the last number.
+feedback, both with TRL's reward signature. The answer read is the last ``\boxed{...}`` and nothing else: no
+prompt holds a number in a box, so a reply that copies the prompt or states a number unboxed scores 0.
 
 Departures from the paper: no single-turn task there; this one shows how a user's dataset, reward and feedback plug in.
 """
@@ -34,15 +35,19 @@ def make_arithmetic_dataset(n: int = 1000, seed: int = 0, n_ops: tuple[int, int]
     rows = []
     for _ in range(n):
         expr, value = make_expression(rng, rng.randint(*n_ops), max_operand)
-        text = f"Compute {expr}. Put the final answer in \\boxed{{}}, e.g. \\boxed{{42}}."
+        text = f"Compute {expr}. Put the final answer, a whole number, in \\boxed{{}}."
         prompt: Any = [{"role": "user", "content": text}] if chat else text
         rows.append({"prompt": prompt, "answer": str(value)})
     return rows
 
 
+#: ``--small``'s task: 200 rows of one operation on numbers up to 9.
+SMALL: dict[str, Any] = {"n": 200, "n_ops": (1, 1), "max_operand": 9}
+
+
 def small_arithmetic_dataset(n: int = 200, seed: int = 0, chat: bool = True) -> list[dict[str, Any]]:
     """A CPU-sized variant: one operation on numbers up to 9."""
-    return make_arithmetic_dataset(n, seed, n_ops=(1, 1), max_operand=9, chat=chat)
+    return make_arithmetic_dataset(**{**SMALL, "n": n, "seed": seed, "chat": chat})
 
 
 def _text(completion: Any) -> str:
@@ -55,14 +60,12 @@ def _text(completion: Any) -> str:
 
 
 def parse_number(completion: Any) -> tuple[float | None, str]:
-    r"""(value read, where it came from: ``"boxed"``, ``"last number"`` or ``"none"``)."""
-    text = _text(completion)
-    boxed = extract_boxed(text)
-    if boxed is not None:
-        match = _NUMBER.fullmatch(boxed.replace(",", "").strip())
-        return (float(match.group()), "boxed") if match else (None, "boxed")
-    numbers = _NUMBER.findall(text)
-    return (float(numbers[-1]), "last number") if numbers else (None, "none")
+    r"""(value read, where: ``"boxed"`` or ``"none"``): the last ``oxed{}`` only, the format the prompt asks for."""
+    boxed = extract_boxed(_text(completion))
+    if boxed is None:
+        return None, "none"
+    match = _NUMBER.fullmatch(boxed.replace(",", "").strip())
+    return (float(match.group()), "boxed") if match else (None, "boxed")
 
 
 def arithmetic_reward(prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
@@ -76,7 +79,7 @@ def arithmetic_feedback(prompts: list[Any], completions: list[Any], answer: list
     for completion, gold in zip(completions, answer):
         value, source = parse_number(completion)
         if value is None:
-            where = r"the \boxed{} holds no number" if source == "boxed" else "the reply has no number"
+            where = r"the \boxed{} holds no number" if source == "boxed" else r"the reply has no \boxed{}"
             out.append(rf"Incorrect: no answer could be read ({where}); end with \boxed{{number}}. Reward 0.")
         elif value == float(gold):
             out.append(f"Correct: read {value:g} from the {source}. Reward 1.")

@@ -1,0 +1,162 @@
+"""What a small real model needs from ERL: reflection wording and retry instruction as settings, a reflection turn
+that may start with its open tag written, ends at its closing tag and keeps a prefilled block cut by the length
+limit; a reflection with no rulebook credited nothing; advice that fits an instruct model."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from erl_lite.config import ERLConfig
+from erl_lite.core.generation import HFGenerator, SamplingParams, ScriptedGenerator
+from erl_lite.core.memory import ReflectionMemory
+from erl_lite.core.phases import PhaseContext, assign_advantages, attempt_first, attempt_second, erl_step, gate, reflect
+from erl_lite.core.prompts import REFLECTION_REQUEST, RETRY_HEADER
+from erl_lite.diagnostics.checks import CHECKS
+from erl_lite.records import REFLECTION
+
+SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}
+MY_REQUEST = "Write RULES-REQUEST-X for the agent inside <prompt> and </prompt>."
+
+
+def ctx_with(env, tok, reply, **cfg):
+    config = ERLConfig.preset("cpu", **{"num_generations": 2, **cfg})
+    return PhaseContext(ScriptedGenerator(tok, reply), tok, env, config)
+
+
+def failing(prompt: str) -> str:
+    return "nope"
+
+
+def reflections_replying(env, tok, reflection: str, **cfg):
+    """Reflections on failed first attempts (every first attempt fails), each reflection replying ``reflection``."""
+    ctx = ctx_with(env, tok, lambda p: reflection if "<prompt>" in p else "nope", **cfg)
+    failed = gate(attempt_first(ctx, env.train_tasks(2), 2), 1.0)
+    return ctx, failed, reflect(ctx, failed, ReflectionMemory())
+
+
+def test_the_reflection_request_is_a_setting(guess_env, tok):
+    ctx = ctx_with(guess_env, tok, lambda p: "<prompt>RULEBOOK x</prompt>" if "RULES-REQUEST-X" in p else "nope",
+                   reflection_request=MY_REQUEST)
+    erl_step(ctx, guess_env.train_tasks(2), ReflectionMemory())
+    asked = [p for p in ctx.generator.prompts_seen if "RULES-REQUEST-X" in p]
+    assert len(asked) == 4 and not any(REFLECTION_REQUEST in p for p in ctx.generator.prompts_seen)
+    assert ERLConfig().reflection_request == REFLECTION_REQUEST  # the default keeps the paper's request
+
+
+def test_the_retry_instruction_is_a_setting(guess_env, tok):
+    ctx = ctx_with(guess_env, tok, failing, use_reflection=False, retry_instruction="RETRY-MARKER: again")
+    erl_step(ctx, guess_env.train_tasks(2), None)
+    retries = [p for p in ctx.generator.prompts_seen if "RETRY-MARKER: again" in p]  # 4 retries, 2 turns each
+    assert len(retries) == 8 and not any(RETRY_HEADER in p for p in ctx.generator.prompts_seen)
+
+
+@pytest.mark.parametrize("reply, rulebook", [
+    ("<prompt>rule A</prompt> then more words <prompt>rule B</prompt>", "rule A"),
+    ("thinking first. <prompt>rule C</prompt>\n\nDone!", "rule C"),
+    ("<PROMPT>rule D</PROMPT> trailing", "rule D"),
+])
+def test_a_reflection_ends_at_its_closing_tag(guess_env, tok, reply, rulebook):
+    _, _, reflections = reflections_replying(guess_env, tok, reply)
+    for r in reflections:
+        assert r.parsed and r.rulebook == rulebook
+        assert r.text.lower().endswith("</prompt>"), r.text  # nothing after the block is kept nor trained
+        assert tok.decode(r.completion_ids).lower().endswith("</prompt>")
+
+
+def test_the_sampler_is_asked_to_stop_at_the_closing_tag(tok):
+    from erl_lite.testing import tiny_model
+    gen = HFGenerator(tiny_model(tok), tok)
+    assert gen.sampling_config(SamplingParams(8, stop=("</prompt>",))).stop_strings == ["</prompt>"]
+    assert gen.sampling_config(SamplingParams(8)).stop_strings is None
+    assert len(gen.generate([tok("x").input_ids], SamplingParams(8, stop=("</prompt>",)))[0]) <= 8
+
+
+def test_a_prefilled_reflection_starts_with_the_open_tag(guess_env, tok):
+    ctx, _, reflections = reflections_replying(guess_env, tok, " Guess the fruit.</prompt>",
+                                               reflection_prefill="<prompt>\n1.")
+    asked = [p for p in ctx.generator.prompts_seen if REFLECTION_REQUEST in p]
+    assert asked and all(p.endswith("<prompt>\n1.") for p in asked)  # the prefill ends the context (not trained)
+    for r in reflections:
+        assert r.parsed and r.rulebook == "1. Guess the fruit." and r.text.startswith("<prompt>\n1.")
+        assert not tok.decode(r.completion_ids).startswith("<prompt>")
+
+
+@pytest.mark.parametrize("prefill, parsed", [("<prompt>\n", True), ("", False), ("Rules:\n", False)])
+def test_an_unclosed_block_is_kept_only_when_the_prefill_opened_it(guess_env, tok, prefill, parsed):
+    cut = "<prompt>\n" if not prefill else ""
+    _, _, reflections = reflections_replying(guess_env, tok, cut + "1. Guess a fruit. " * 40,
+                                             reflection_prefill=prefill, max_reflection_length=30)
+    for r in reflections:
+        assert r.truncated and r.parsed is parsed
+        assert r.rulebook.startswith("1. Guess a fruit.") if parsed else r.rulebook == guess_env.system_prompt
+
+
+def test_an_empty_prefilled_block_does_not_parse(guess_env, tok):
+    _, _, reflections = reflections_replying(guess_env, tok, "  </prompt>", reflection_prefill="<prompt>")
+    assert reflections and not any(r.parsed for r in reflections)
+
+
+def test_a_reflection_without_rulebook_is_credited_nothing(guess_env, tok):
+    """Its retry ran under the base prompt, not under it: r2 says nothing about it, so r̃ = 0 (the reference credits
+    r2; docs/DEPARTURES.md)."""
+    ctx, failed, reflections = reflections_replying(guess_env, tok, "no tags, just words")
+    solver = ctx_with(guess_env, tok, lambda p: SECRETS[re.findall(r"task (t\d+)", p)[-1]])
+    retries = attempt_second(solver, failed, {t.task_id: t for t in guess_env.train_tasks(2)}, reflections)
+    assert all(r.second.reward == 1.0 for r in retries)  # every retry succeeded, without any rulebook
+    assert all(not r.reflection.parsed and r.reflection.reward == 0.0 for r in retries)
+    rows = [s for s in assign_advantages(ctx.config, [], retries) if s.role == REFLECTION]
+    assert len(rows) == 4 and all(s.advantage == 0.0 for s in rows)
+
+
+def test_a_parsed_reflection_keeps_r2(guess_env, tok):
+    ctx, failed, reflections = reflections_replying(guess_env, tok, "<prompt>say the fruit</prompt>")
+    solver = ctx_with(guess_env, tok, lambda p: SECRETS[re.findall(r"task (t\d+)", p)[-1]])
+    retries = attempt_second(solver, failed, {t.task_id: t for t in guess_env.train_tasks(2)}, reflections)
+    assert all(r.reflection.parsed and r.reflection.reward == r.second.reward == 1.0 for r in retries)
+
+
+def test_parse_rate_advice_fits_an_instruct_model():
+    check = next(c for c in CHECKS if c.name == "parse_rate")
+    assert "instruct model follows the format better" not in check.tries
+    assert "reflection_prefill" in check.tries
+
+
+def test_a_large_step_is_named_with_the_learning_rate():
+    from erl_lite.diagnostics.checks import LARGE_STEP, RunFacts, scan
+    from erl_lite.metric_names import OPTIM_STEPS, WEIGHT_UPDATE
+
+    def run(moves):
+        return [{"step": i + 1, OPTIM_STEPS: steps, WEIGHT_UPDATE: moved} for i, (moved, steps) in enumerate(moves)]
+    found = scan(run([(0.01, 1), (0.095, 1), (0.02, 1)]), RunFacts(learning_rate=2e-3))
+    large = [f for f in found if f.name == "large_step"]
+    assert len(large) == 1 and large[0].step == 2 and "learning_rate=0.002" in large[0].message()
+    # the embedded demo's committed run: 5.6% over 3 optimizer steps is 1.9% a step, below the share
+    assert not [f for f in scan(run([(0.056, 3), (LARGE_STEP * 0.9, 1)]), RunFacts()) if f.name == "large_step"]
+
+
+@pytest.mark.parametrize("model, flags, rate", [
+    ("some/pretrained-model", [], 1e-5), ("./a/local/folder", ["--env", "arithmetic"], 1e-5),
+    ("some/pretrained-model", ["--learning-rate", "3e-4"], 3e-4), ("embedded", ["--env", "frozenlake"], 2e-3),
+    ("some/pretrained-model", ["--preset", "gpu"], 1e-5),
+])
+def test_a_pretrained_model_does_not_take_the_embedded_models_learning_rate(model, flags, rate):
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_settings
+
+    _, cfg = train_settings(build_parser().parse_args(["train", "--model", model, "--env", "frozenlake", *flags]))
+    assert cfg.learning_rate == rate
+
+
+def test_env_options_reach_the_environment_from_flags_and_files(tmp_path):
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_settings
+
+    run, cfg = train_settings(build_parser().parse_args(
+        ["train", "--env", "arithmetic", "--env-options", '{"n": 12, "max_operand": 4}']))
+    assert run["env_options"] == {"n": 12, "max_operand": 4} == cfg.extra["env_options"]
+    path = tmp_path / "run.yaml"
+    path.write_text("env: arithmetic\nsmall: true\nenv_options:\n  n: 7\n")
+    run, _ = train_settings(build_parser().parse_args(["train", "--config", str(path)]))
+    assert run["small"] is True and run["env_options"] == {"n": 7}
