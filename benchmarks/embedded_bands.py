@@ -13,6 +13,10 @@ and prints:
   a plain fresh retry (band: own >= retry + 0.25), and two controls — a reflection written
   for another failed task of the same run, and the own reflection with the revealed hole and
   the ice letter exchanged (same words, wrong content);
+* the paper's "w/o reflection" retry on the same failures: no rulebook, the initial prompt plus the
+  first attempt's whole trace and feedback (:func:`erl_lite.core.prompts.retry_system_prompt`); its
+  success and the share of its episodes cut at a length limit (``trace``, ``cut``), so a low score can
+  be told apart from a prompt the model cannot finish;
 * the memory effect, on the failures where the unrevealed hole lies in the way: second attempts
   under a reflection written from a good memory (the other hole named) versus one written from
   the initial prompt (band: good >= initial + 0.15), and a wrong-memory control (a remembered
@@ -69,6 +73,8 @@ class Bands:
         num_first, num_failed: first attempts played, and how many failed.
         second_success: on the failed tasks, second attempts under the own reflection.
         retry_success: on the same tasks, a plain fresh first attempt.
+        trace_success, trace_truncated: on the same tasks, the "w/o reflection" retry (trace and
+            feedback in the system prompt, no rulebook): its success, and its share cut at a length limit.
         shuffled_success: under a reflection written for another failed task of the run.
         swapped_success: under the own reflection with hole and ice letters exchanged (control).
         num_memory_cases: failures on one kind of hole where the other kind lies in the way.
@@ -95,6 +101,8 @@ class Bands:
     wrong_memory_success: float = 0.0
     merged_rate: float = 0.0
     kept_rate: float = 0.0
+    trace_success: float = 0.0
+    trace_truncated: float = 0.0
 
     @property
     def reflection_gain(self) -> float:
@@ -143,6 +151,8 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
         rates.append(_success([r.second for r in attempt_second(ctx, failed, by_id, reflections)]))
     torch.manual_seed(seed + 5)
     retry = attempt_first(ctx, [by_id[a.task_id] for a in failed], 1)
+    torch.manual_seed(seed + 6)
+    traced = [r.second for r in attempt_second(ctx, failed, by_id, None)]  # "w/o reflection": trace, no rulebook
     cases = _memory_cases(failed, own, by_id, holes)
     memo, written, kept = (_memory_effect(ctx, cases, by_id, holes, frozen, seed) if memory_cases and cases
                            else ({"initial": [], "good": [], "wrong": []}, [], []))
@@ -156,7 +166,8 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
         contradiction_rate=contradiction_rate([r.rulebook for r in own] + written),
         num_memory_cases=len(cases), initial_memory_success=_mean([s for s, _ in memo["initial"]]),
         good_memory_success=_mean([s for s, _ in good]), wrong_memory_success=_mean([s for s, _ in memo["wrong"]]),
-        merged_rate=_mean([set(holes) <= set(named_holes(t)) for _, t in good]), kept_rate=_mean(kept))
+        merged_rate=_mean([set(holes) <= set(named_holes(t)) for _, t in good]), kept_rate=_mean(kept),
+        trace_success=_success(traced), trace_truncated=_mean([a.truncated for a in traced]))
 
 
 def _memory_cases(failed: list, own: list, by_id: dict, holes: tuple[str, str]) -> list[tuple[Any, Any]]:
@@ -215,7 +226,7 @@ def pooled(results: list[Bands]) -> dict[str, float]:
     out = {"first_success": sum(b.first_success * b.num_first for b in results) / first,
            "num_first": first, "num_failed": failed}
     for key in ("parse_rate", "names_hole_rate", "contradiction_rate", "second_success", "retry_success",
-                "shuffled_success", "swapped_success"):
+                "shuffled_success", "swapped_success", "trace_success", "trace_truncated"):
         out[key] = sum(getattr(b, key) * b.num_failed for b in results) / max(failed, 1)
     out["reflection_gain"] = out["second_success"] - out["retry_success"]
     cases = sum(b.num_memory_cases for b in results)
@@ -249,7 +260,7 @@ def main() -> None:
     model, tok = load_embedded(peft="none", model_dir=args.model, device="cpu")
     rows, results = {}, []
     header = f"{'run':>4} {'letters':>7} {'first':>5} {'parse':>5} {'hole':>5} {'contr':>5} {'failed':>6} " \
-             f"{'own':>5} {'retry':>5} {'gain':>6} {'shuf':>5} {'swap':>5} | {'cases':>5} {'init':>5} " \
+             f"{'own':>5} {'retry':>5} {'gain':>6} {'shuf':>5} {'swap':>5} {'trace':>5} {'cut':>5} | {'cases':>5} {'init':>5} " \
              f"{'good':>5} {'mgain':>6} {'wrong':>5} {'both':>5} {'kept':>5} {'sec':>4}"
     print(header)
 
@@ -257,7 +268,8 @@ def main() -> None:
         return (f"{name:>4} {letters:>7} {r['first_success']:5.2f} {r['parse_rate']:5.2f} {r['names_hole_rate']:5.2f} "
                 f"{r['contradiction_rate']:5.2f} {r['num_failed']:6d} {r['second_success']:5.2f} "
                 f"{r['retry_success']:5.2f} {r['reflection_gain']:+6.2f} {r['shuffled_success']:5.2f} "
-                f"{r['swapped_success']:5.2f} | {r['num_memory_cases']:5d} {r['initial_memory_success']:5.2f} "
+                f"{r['swapped_success']:5.2f} {r['trace_success']:5.2f} {r['trace_truncated']:5.2f} | "
+                f"{r['num_memory_cases']:5d} {r['initial_memory_success']:5.2f} "
                 f"{r['good_memory_success']:5.2f} {r['memory_gain']:+6.2f} {r['wrong_memory_success']:5.2f} "
                 f"{r['merged_rate']:5.2f} {r['kept_rate']:5.2f}")
 

@@ -17,7 +17,7 @@ import torch
 from erl_lite.core.chat import encode_messages
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded
 from erl_lite.embedded.demo import _memory_section
-from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, rulebook
+from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, planned_holes, rulebook
 from erl_lite.embedded.world import (IN_HOLE, SECOND_HOLE, closer_tiles, fatal_letter, hole_in_the_way,
                                      hole_letters, holes_in_the_way, no_dead_end, parse_grid, run_letters)
 from erl_lite.history import History
@@ -368,6 +368,22 @@ def test_uninformed_teacher_sometimes_guesses_two_letters_so_two_hole_plans_exis
     assert 60 <= sum(len(p) == 2 for p in plans) <= 140  # about half, with TeacherSkill's default share
     quiet = [Teacher(seed=s).guess(grid) for s in range(500)]
     assert 0.01 <= sum(g != [] for g in quiet) / 500 <= 0.12  # rare: mostly suspects nothing
+
+
+def test_teacher_on_a_plain_retry_avoids_the_letter_its_trace_fell_into():
+    # The paper's "w/o reflection" retry: no rulebook, the first attempt's trace and feedback in the system
+    # prompt. The corpus plays it so the ablation is in the model's distribution (a retry the model has never
+    # seen is cut at its length limit, and would measure that, not the missing rulebook).
+    from erl_lite.core.prompts import retry_system_prompt
+
+    trace = "Start:\nA E G\nH G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
+    system = retry_system_prompt("Grid game.", trace, "Failure: fell into a hole. Reward 0.")
+    prompt = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nA E G\nH G B\nahead: Right E, Down H\n"
+              "left: 8<|im_end|>\n<|im_start|>assistant\n")
+    plans = [planned_holes(Teacher(seed=s)(prompt)) for s in range(40)]
+    assert plans.count(["E"]) >= 32 and all(len(p) == 1 for p in plans)  # mostly right, rarely misread
+    first = prompt.replace(system, "Grid game.")  # the same trace's letters, but no retry: mostly no suspect
+    assert sum(planned_holes(Teacher(seed=s)(first)) == ["E"] for s in range(40)) <= 6
 
 
 def test_teacher_reflection_names_the_fatal_letter():

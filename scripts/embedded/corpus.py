@@ -72,7 +72,8 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
     60 distinct worlds of :data:`LETTER_POOL`, so every letter is a hole as often as the others),
     its own map seed, and memory on for three runs in four (so reflections see remembered
     rulebooks as their base instructions most of the time, and learn to build on them, and
-    the initial prompt otherwise). In a run with memory, before each step after the first,
+    the initial prompt otherwise). One run in eight has no reflection: its second attempts get
+    the first attempt's trace and feedback instead of a rulebook, as in the paper's ablation. In a run with memory, before each step after the first,
     memory is set by hand with the chances ``set_memory`` = (one hole, the ice, both holes);
     otherwise it keeps what the run stored. A one-hole rulebook (what one earlier failure
     teaches) makes reflections that must write the hole the trace reveals and keep the
@@ -99,7 +100,9 @@ def generate_corpus(tokenizer: Any, runs: int, tasks_per_run: int, seed: int = 0
     for r in range(runs):
         letters = worlds[r % len(worlds)]
         env = make_world(*letters, seed=1_000_003 * (seed + 1) + r, n_train=tasks_per_run, n_test=8, **world)
-        cfg = (config or corpus_config()).replace(use_memory=(r % 4 != 3))
+        # One run in eight retries without a rulebook (the "w/o reflection" ablation's prompts), with no memory.
+        plain = r % 8 == 6
+        cfg = (config or corpus_config()).replace(use_memory=(r % 4 != 3) and not plain, use_reflection=not plain)
         ctx = PhaseContext(ScriptedGenerator(tokenizer, teacher), tokenizer, env, cfg)
         memory = ReflectionMemory()
         tasks = env.train_tasks(tasks_per_run)

@@ -24,6 +24,10 @@ RL has room to improve:
   the world's holes. Rulebooks state holes only (no "safe" facts), so no letter ever gets two
   meanings. A few reflections blame a wrong letter for the fall.
 * **act under a rulebook**: avoid every letter the rulebook calls a hole (guess if it names none).
+* **act on a plain retry** (the paper's "w/o reflection" ablation: the first attempt's trace and
+  feedback in the system prompt, no rulebook): avoid the letter the trace's fatal step names, misread
+  as often as a reflection blames a wrong letter, so the ablation is played in the corpus's own words
+  and measures the missing rulebook, not a prompt the model has never seen.
 
 Departures from the paper: the paper starts from instruction-tuned LLMs; this teacher exists
 only because no small pretrained chat model ships offline. The hypothesis sentence in each
@@ -46,7 +50,7 @@ from typing import Collection
 from erl_lite.embedded.rulebooks import named_holes, plan_sentence, planned_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, parse_grid
 from erl_lite.envs.grid import ACTIONS
-from erl_lite.core.prompts import REFLECTION_SYSTEM
+from erl_lite.core.prompts import REFLECTION_SYSTEM, RETRY_HEADER
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
@@ -197,11 +201,22 @@ class Teacher:
         """
         grid = parse_grid(observation)
         earlier = [p for r in replies if (p := planned_holes(r)) is not None]
-        avoid = earlier[0] if earlier else (named_holes(system) or self.guess(grid))
+        avoid = earlier[0] if earlier else (named_holes(system) or self.read_trace(system, grid) or self.guess(grid))
         moves = best_moves(grid, avoid) or list(ACTIONS)
         if self.rng.random() < self.skill.action_noise:
             moves = list(ACTIONS)
         return f"{plan_sentence(avoid)} {describe_ahead(grid, avoid)}\n```{self.rng.choice(sorted(moves))}```"
+
+    def read_trace(self, system: str, grid: list[list[str]]) -> list[str]:
+        """On a plain retry, the letter its trace's fatal step names (rarely another of the grid's letters,
+        as a reflection rarely blames one); none on any other prompt."""
+        fatal = _FATAL.findall(system) if RETRY_HEADER in system else []
+        if not fatal:
+            return []
+        others = [x for x in unknown_letters(grid) if x != fatal[-1]]
+        if others and self.rng.random() < self.skill.reflection_error:
+            return [self.rng.choice(others)]
+        return [fatal[-1]]
 
     def guess(self, grid: list[list[str]]) -> list[str]:
         """An uninformed player's suspects: mostly none, sometimes one or two of the grid's letters."""
