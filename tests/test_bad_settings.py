@@ -527,3 +527,67 @@ def test_an_undefined_variable_in_a_command_line_path_is_refused(unset_var, monk
     assert code == 2 and "Traceback" not in err
     assert ("erl_lite_no_such_user" if path.startswith("~") else "ERL_LITE_UNSET_VAR") in err and " here" in err
     assert sorted(os.listdir(tmp_path)) == (["run.yaml"] if route == "yaml" else [])
+
+
+# --- combinations a run cannot honour, sizes it cannot hold, settings it would never read -------------
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(generation_backend="vllm", load_in_4bit=True), r"generation_backend='vllm'.*load_in_4bit=True"),
+    (dict(use_vllm=True, load_in_4bit=True), r"generation_backend='vllm'.*load_in_4bit=True"),
+    (dict(vllm_importance_sampling_correction=True), r"vllm_importance_sampling_correction=True.*'generate'"),
+    (dict(generation_backend="continuous", vllm_importance_sampling_mode="sequence_mask"),
+     r"vllm_importance_sampling_mode='sequence_mask'.*'continuous'"),
+    (dict(vllm_importance_sampling_clip_max=2.0), r"vllm_importance_sampling_clip_max=2\.0"),
+    (dict(vllm_importance_sampling_clip_min=0.5), r"vllm_importance_sampling_clip_min=0\.5"),
+    (dict(vllm_gpu_memory_utilization=0.5), r"vllm_gpu_memory_utilization=0\.5"),
+    (dict(memory_type="slots", memory_top_k=5), r"memory_top_k=5.*memory_type='slots'"),
+    (dict(memory_top_k=5), r"memory_top_k=5.*memory_type='single'"),
+    (dict(memory_size=10), r"memory_size=10.*memory_type='single'"),
+    (dict(memory_type="fifo", memory_size=3, memory_top_k=5), r"memory_size=3 \(memory_top_k=5\).*fifo"),
+    (dict(use_internalization=False, internalization_coef=0.5), r"internalization_coef=0\.5.*use_internalization"),
+    (dict(use_internalization=False, internalization_mode="nll"), r"internalization_mode='nll'"),
+])
+def test_settings_the_run_would_drop_are_refused_at_config(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        ERLConfig(**kwargs)
+    with pytest.raises(ValueError, match=named):
+        ERLConfig.preset("cpu", **kwargs)
+
+
+@pytest.mark.parametrize("size", [2**40, 2**17, 10**6])
+@pytest.mark.parametrize("kind", ["slots", "fifo"])
+def test_a_memory_too_large_to_hold_is_refused_with_its_bound(kind, size):
+    with pytest.raises(ValueError, match=rf"memory_size={size}.*65536"):
+        ERLConfig(memory_type=kind, memory_size=size)
+    assert ERLConfig(memory_type=kind, memory_size=2**16).memory_size == 2**16  # the bound itself holds
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(generation_backend="vllm", vllm_importance_sampling_correction=True, vllm_gpu_memory_utilization=0.5),
+    dict(memory_type="fifo", memory_size=10, memory_top_k=10), dict(memory_type="slots", memory_size=1024),
+    dict(use_internalization=True, internalization_mode="nll"), dict(generation_backend="vllm"),
+])
+def test_settings_the_run_reads_still_pass(kwargs):
+    ERLConfig(**kwargs)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--generation-backend", "vllm", "--load-in-4bit"], "load_in_4bit=True"),
+    (["--vllm-importance-sampling-correction"], "vllm_importance_sampling_correction=True"),
+    (["--memory-type", "slots", "--memory-size", str(2**40)], "memory_size=1099511627776"),
+    (["--memory-type", "slots", "--memory-top-k", "4"], "memory_top_k=4"),
+])
+def test_the_same_combinations_are_refused_from_the_command_line_and_a_run_file(monkeypatch, tmp_path, capsys,
+                                                                                flags, named):
+    import erl_lite.run.trainer
+    from erl_lite.cli import main
+
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
+    assert main(["train", *flags]) == 2
+    assert named in capsys.readouterr().err
+    lines = []
+    for flag, value in zip(flags, [*flags[1:], None]):
+        if flag.startswith("--"):
+            lines.append(f"{flag[2:]}: {'true' if value is None or value.startswith('--') else value}")
+    path = _run_file(tmp_path, "\n".join(lines) + "\n")
+    assert main(["train", "--config", path]) == 2
+    assert named in capsys.readouterr().err

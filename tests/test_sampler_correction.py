@@ -106,8 +106,9 @@ def test_the_settings_are_checked_and_take_trls_names():
         ERLConfig(vllm_importance_sampling_clip_min=2.0, vllm_importance_sampling_clip_max=1.0)
     with pytest.raises(ValueError, match="vllm_importance_sampling_clip_max must be > 0"):
         ERLConfig(vllm_importance_sampling_clip_max=0.0)
-    assert ERLConfig(vllm_importance_sampling_cap=2.0).vllm_importance_sampling_clip_max == 2.0  # TRL's old name
-    cfg = ERLConfig(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="sequence_mask")
+    assert ERLConfig(use_vllm=True, vllm_importance_sampling_cap=2.0).vllm_importance_sampling_clip_max == 2.0  # TRL's old name
+    cfg = ERLConfig(generation_backend="vllm", vllm_importance_sampling_correction=True,
+                    vllm_importance_sampling_mode="sequence_mask")
     assert cfg.vllm_importance_sampling_mode == "sequence_mask"
 
 

@@ -78,6 +78,12 @@ DEFAULT_MAX_STEPS = 100
 #: G per mode when ``num_generations`` is None: the paper's 4 for ERL, its compute-matched 10 for RLVR.
 DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
 
+#: The fields only the ``vllm`` backend reads (TRL's names).
+VLLM_FIELDS = ("vllm_gpu_memory_utilization",
+               *(f"vllm_importance_sampling_{name}" for name in ("correction", "mode", "clip_max", "clip_min")))
+#: The most ``memory_size`` takes: 64 times the reference's 1,024 slots (each slot a memory, all checkpointed).
+MAX_MEMORY_SIZE = 2**16
+
 #: Switches each mode ignores (refused away from their defaults rather than silently dropped).
 _IGNORED_BY_MODE = {
     "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k", "train_reflection",
@@ -271,18 +277,32 @@ def check_saving(cfg: Config) -> None:
 
 
 def check_mode_switches(cfg: Config) -> None:
-    """Fail on switches that the chosen mode would silently ignore."""
-    ignored = _IGNORED_BY_MODE[cfg.mode]
-    if reflects(cfg.mode) and not (cfg.use_reflection and cfg.use_memory):
-        # "w/o reflection" (no Δ to remember) and "w/o memory" keep no memory at all
-        ignored += ("memory_type", "memory_size", "memory_top_k")
+    """Fail on a setting, off its default, that the other choices leave unread, or on a pair no backend honours."""
+    if cfg.generation_backend == "vllm" and cfg.load_in_4bit:
+        raise ValueError("ERLConfig: generation_backend='vllm' cannot sample a 4-bit base (load_in_4bit=True): "
+                         "merged weights do not load into a quantized engine; use 'continuous' or 'generate'")
+    if cfg.memory_size > MAX_MEMORY_SIZE or cfg.memory_type == "fifo" and cfg.memory_top_k > cfg.memory_size:
+        raise ValueError(f"ERLConfig: memory_size={cfg.memory_size} (memory_top_k={cfg.memory_top_k}) must be in "
+                         f"memory_top_k..{MAX_MEMORY_SIZE} with memory_type='fifo', at most {MAX_MEMORY_SIZE} else")
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    changed = [name for name in dict.fromkeys(ignored) if getattr(cfg, name) != defaults[name]]
-    if changed:
-        why = f"mode={cfg.mode!r}" if cfg.mode != "erl" else (
-            "use_reflection=False" if not cfg.use_reflection else "use_memory=False")
-        raise ValueError(f"ERLConfig: {', '.join(changed)} {'has' if len(changed) == 1 else 'have'} "
-                         f"no effect with {why}; leave {'it' if len(changed) == 1 else 'them'} at the default")
+    for why, ignored in _unread_settings(cfg):
+        changed = [f"{name}={getattr(cfg, name)!r}" for name in ignored if getattr(cfg, name) != defaults[name]]
+        if changed:
+            raise ValueError(f"ERLConfig: {', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect "
+                             f"with {why}; leave {'it' if len(changed) == 1 else 'them'} at the default")
+
+
+def _unread_settings(cfg: Config) -> list[tuple[str, tuple[str, ...]]]:
+    """``(a choice, the fields it leaves unread)`` pairs, the mode's first."""
+    memory = ("memory_type", "memory_size", "memory_top_k")
+    off = "use_reflection=False" if not cfg.use_reflection else "use_memory=False" if not cfg.use_memory else ""
+    kept = {"single": memory[1:], "slots": memory[2:], "fifo": ()}[cfg.memory_type]
+    distilled, vllm = ("internalization_mode", "internalization_coef"), cfg.generation_backend == "vllm"
+    return [(f"mode={cfg.mode!r}", _IGNORED_BY_MODE[cfg.mode]),
+            (off, memory if reflects(cfg.mode) and off else ()),  # "w/o reflection" and "w/o memory" keep none
+            (f"memory_type={cfg.memory_type!r}", kept),
+            ("use_internalization=False", () if cfg.use_internalization else distilled),
+            (f"generation_backend={cfg.generation_backend!r}", () if vllm else VLLM_FIELDS)]
 
 
 def check_group_size(cfg: Config) -> None:
