@@ -10,11 +10,10 @@ from matplotlib.figure import Figure
 
 from erl_lite.history import History
 from erl_lite.records import StepRecord
-from erl_lite.viz import (attempt_pair_text, memory_table, memory_viewer, plot_advantages,
-                          plot_eval, plot_gate_rate, plot_losses, plot_memory, plot_overview,
-                          plot_rewards, reflection_browser, rewards_are_binary, save_figures,
-                          show_attempt_pair, synthetic_history, word_diff)
-from erl_lite.viz._style import NO_DATA, smooth
+from erl_lite.viz import (attempt_pair_text, memory_viewer, plot_advantages, plot_eval, plot_gate_rate,
+                          plot_losses, plot_memory, plot_overview, plot_rewards, reflection_browser,
+                          rewards_are_binary, save_figures, show_attempt_pair, synthetic_history, word_diff)
+from erl_lite.viz._style import NO_DATA
 from erl_lite.viz.pairs import assistant_actions, select_pair
 from erl_lite.viz.plots import NO_EVAL
 from erl_lite.viz.widgets import StaticView, is_static
@@ -47,6 +46,11 @@ def _graded(history: History) -> History:
     return History(records=records, samples=history.samples)
 
 
+def _drawn(ax) -> list:
+    """The series a reader sees: labelled curves, then evaluation point sets (error-bar containers)."""
+    return [line for line in ax.lines if not line.get_label().startswith("_")] + list(ax.containers)
+
+
 def _texts(fig: Figure) -> list[str]:
     return [t.get_text() for ax in fig.axes for t in ax.texts]
 
@@ -62,7 +66,7 @@ def test_curve_plots_draw_one_line_per_series(hist, fn, n_lines):
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     _labelled(ax)
-    assert len(ax.lines) == n_lines
+    assert len(_drawn(ax)) == n_lines
     assert ax.get_legend() is not None
     assert NO_DATA not in _texts(fig)
 
@@ -80,40 +84,10 @@ def test_rewards_plot_the_logged_values(hist):
 
 def test_baseline_adds_dashed_curves(hist, rlvr):
     ax = plot_rewards(hist, baseline=rlvr).axes[0]
-    dashed = [line for line in ax.lines if line.get_linestyle() == "--"]
-    assert len(ax.lines) == 5 and len(dashed) == 2
-    assert all(line.get_label().startswith("RLVR") for line in dashed)
-    assert len(plot_eval(hist, baseline=rlvr).axes[0].lines) == 2
-
-
-def test_smoothing_keeps_raw_faint_and_smooths(hist):
-    ax = plot_gate_rate(hist, smoothing=0.6).axes[0]
-    raw, smoothed = ax.lines
-    assert raw.get_alpha() == pytest.approx(0.25)
-    assert list(raw.get_ydata()) != pytest.approx(list(smoothed.get_ydata()))
-    assert smooth([0.5] * 5, 0.9) == pytest.approx([0.5] * 5)  # debiased: no pull to zero
-
-
-def test_memory_plot_has_bars_and_size_line(hist):
-    fig = plot_memory(hist)
-    (ax,) = fig.axes
-    _labelled(ax)
-    assert len(ax.patches) == STEPS  # one bar per step (zero-height ones included)
-    assert [p.get_height() for p in ax.patches] == hist.series("memory/writes")[1]
-    assert len(ax.lines) == 1
-
-
-def test_memory_bars_and_line_share_one_aligned_axis():
-    """Written and held are both counts of rulebooks: one y axis, so equal heights are equal counts."""
-    rows = [{"step": i, "memory/writes": w, "memory/size": n}
-            for i, (w, n) in enumerate([(0, 0), (3, 1), (1, 1), (5, 1)], start=1)]
-    (ax,) = plot_memory(rows).axes
-    assert ax.get_ylabel() == "rulebooks"
-    (line,) = ax.lines
-    assert list(line.get_ydata()) == [0, 1, 1, 1]
-    low, high = ax.get_ylim()
-    assert low == 0 and high >= 5  # the tallest bar fits the same scale as the line
-    assert all(float(t).is_integer() for t in ax.get_yticks())
+    dashed = [line for line in _drawn(ax)[:-2] if line.get_linestyle() == "--"]
+    assert len(_drawn(ax)) == 5 and len(dashed) == 1 and dashed[0].get_label().startswith("RLVR")
+    assert [c.get_label()[:4] for c in ax.containers] == ["eval", "RLVR"]
+    assert len(plot_eval(hist, baseline=rlvr).axes[0].containers) == 2
 
 
 def test_overview_has_six_labelled_panels_when_rewards_are_graded(hist, rlvr):
@@ -141,7 +115,7 @@ def test_binary_rewards_share_one_panel(hist, rlvr):
 
 
 def _eval_lines(ax) -> list:
-    return [line for line in ax.lines if "evaluation" in str(line.get_label())]
+    return [c for c in ax.containers if "evaluation" in str(c.get_label())]
 
 
 def test_evaluation_is_drawn_whenever_it_was_logged(hist):
@@ -150,9 +124,9 @@ def test_evaluation_is_drawn_whenever_it_was_logged(hist):
     rows = train + [{"kind": "eval", "step": 0, "eval/reward": 0.2, "eval/success": 0.2},
                     {"kind": "eval", "step": STEPS, "eval/reward": 0.7, "eval/success": 0.7}]
     for fig in (plot_overview(rows), plot_overview(_graded(History(records=rows)))):
-        (line,) = _eval_lines(fig.axes[0])
-        assert list(line.get_xdata()) == [0, STEPS] and list(line.get_ydata()) == [0.2, 0.7]
-    assert list(plot_eval(rows).axes[0].lines[0].get_ydata()) == [0.2, 0.7]
+        (points,) = _eval_lines(fig.axes[0])
+        assert list(points[0].get_xdata()) == [0, STEPS] and list(points[0].get_ydata()) == [0.2, 0.7]
+    assert list(plot_eval(rows).axes[0].containers[0][0].get_ydata()) == [0.2, 0.7]
 
 
 def test_a_run_without_evaluation_says_so(hist):
@@ -198,12 +172,13 @@ def test_figures_are_closed_in_pyplot(hist):
     assert set(plt.get_fignums()) == before
 
 
-def test_memory_table_follows_samples(hist):
-    table = memory_table(hist)
-    assert [step for step, _ in table] == [s["step"] for s in hist.samples]
-    for (step, text), sample in zip(table, hist.samples):
-        assert text == "\n---\n".join(sample["memory_after"])
-    assert any(text for _, text in table)  # the synthetic run does fill memory
+def test_memory_plot_marks_each_held_rulebook_at_its_steps(hist):
+    (ax,) = plot_memory(hist).axes
+    _labelled(ax)
+    (marks,) = ax.collections
+    held = [(s["step"], "\n---\n".join(s["memory_after"])) for s in hist.samples if s["memory_after"]]
+    texts = list(dict.fromkeys(t for _, t in held))
+    assert [tuple(p) for p in marks.get_offsets()] == [(step, texts.index(t)) for step, t in held]
 
 
 # ---------------------------------------------------------------- empty and partial runs
@@ -228,7 +203,7 @@ def test_single_step_history(fn):
     if fn is plot_eval:  # the synthetic run evaluates every 5 steps
         assert NO_DATA in _texts(fig)
     else:
-        assert ax.lines or ax.patches
+        assert ax.lines or ax.collections
     lo, hi = ax.get_xlim()
     assert hi - lo >= 2  # widened so the integer tick locator stays integer
 
@@ -238,7 +213,7 @@ def test_history_without_eval_or_samples():
     assert not h.of_kind("eval") and not h.samples
     assert len(plot_rewards(h).axes[0].lines) == 2
     assert NO_DATA in _texts(plot_eval(h))
-    assert memory_table(h) == []
+    assert NO_DATA in _texts(plot_memory(h))
     assert "no sampled step records" in str(reflection_browser(h, static=True))
     assert "no sampled step records" in str(memory_viewer(h, static=False))
     with pytest.raises(ValueError, match="no sampled step records"):
@@ -252,14 +227,6 @@ def test_hand_written_records_with_missing_keys():
     (line,) = ax.lines
     assert list(line.get_xdata()) == [1, 3] and list(line.get_ydata()) == [0.2, 0.6]
     assert NO_DATA in _texts(plot_memory(rows))
-
-
-def test_memory_size_falls_back_to_samples(hist):
-    trimmed = [{k: v for k, v in r.items() if not k.startswith("memory/")}
-               for r in hist.records]
-    fig = plot_memory(History(records=trimmed, samples=hist.samples))
-    (line,) = fig.axes[0].lines
-    assert list(line.get_xdata()) == [s["step"] for s in hist.samples]
 
 
 # ---------------------------------------------------------------- files
@@ -283,7 +250,7 @@ def test_load_from_history_jsonl(tmp_path, hist):
     for s in hist.samples:
         on_disk.log_sample(s)
     fig = plot_rewards(tmp_path / "history.jsonl")
-    assert len(fig.axes[0].lines) == 3
+    assert len(_drawn(fig.axes[0])) == 3
     assert len(plot_memory(str(tmp_path)).axes) == 1
     view = reflection_browser(str(tmp_path / "history.jsonl"), static=True)
     assert f"step {hist.samples[0]['step']}" in str(view)
@@ -537,3 +504,120 @@ def test_reflection_browser_opens_on_a_reflected_rollout(hist):
     (slider, picker), out = box.children[0].children, box.children[2]
     assert slider.value == informative["step"] and "2nd –" not in picker.label
     assert "none: the first attempt passed" not in out.value
+
+
+# ---------------------------------------------------------------- phases drawn as figures
+
+def test_evaluation_is_points_with_intervals_never_a_line(hist):
+    """Two evaluations (before and after) joined by a line read as a learning curve that was never measured."""
+    from erl_lite.viz.plots import wilson
+
+    rows = [{"kind": "eval", "step": 0, "eval/reward": 0.5, "eval/success": 0.5, "eval/num_episodes": 64},
+            {"kind": "eval", "step": 30, "eval/reward": 1.0, "eval/success": 1.0, "eval/num_episodes": 64}]
+    for fig in (plot_eval(rows), plot_rewards(rows), plot_overview(rows)):
+        ax = fig.axes[0]
+        assert not [line for line in ax.lines if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
+        (points,) = ax.containers
+        (bars,) = points.lines[2]
+        (lo0, hi0), (lo1, hi1) = [sorted(seg[:, 1]) for seg in bars.get_segments()]
+        assert (lo0, hi0) == pytest.approx(wilson(0.5, 64)) and (lo1, hi1) == pytest.approx(wilson(1.0, 64))
+        assert hi1 == 1.0 and lo1 < 1.0  # a perfect score still carries its uncertainty
+    # the interval is the Wilson score interval: 0.5 of 64 -> about ±0.12 (textbook value 0.381-0.619)
+    assert wilson(0.5, 64) == pytest.approx((0.381, 0.619), abs=1e-3)
+
+
+@pytest.mark.parametrize("fn", [plot_losses, plot_advantages])
+def test_roles_differ_by_line_style_and_marker_even_when_equal(hist, fn):
+    """Reflection and second-attempt advantages share r2, so their curves coincide: style, not colour alone."""
+    records = [dict(r, **{"advantage/reflection": r.get("advantage/second"), "loss/reflection": r.get("loss/second")})
+               for r in hist.records]
+    lines = _drawn(fn(History(records=records)).axes[0])
+    looks = [(line.get_linestyle(), line.get_marker()) for line in lines]
+    assert len(set(ls for ls, _ in looks)) == len(looks) and len(set(m for _, m in looks)) == len(looks)
+    refl = next(line for line in lines if line.get_label() == "reflection")
+    assert refl.get_markerfacecolor() == "none" and refl.get_zorder() > max(
+        line.get_zorder() for line in lines if line is not refl)
+
+
+def test_legends_never_cover_the_data(hist, rlvr):
+    figures = [plot_rewards(hist, rlvr), plot_eval(hist, rlvr), plot_losses(hist), plot_overview(hist, rlvr)]
+    for fig in figures:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None:
+                assert not legend.get_window_extent().overlaps(ax.get_window_extent()), ax.get_title()
+
+
+def _claims(text):
+    import re
+
+    return re.findall(r"\b([A-Z]) is a hole", text)
+
+
+def test_memory_figure_checks_what_memory_names_against_the_truth():
+    samples = [{"step": 1, "memory_after": []}, {"step": 2, "memory_after": ["E is a hole."]},
+               {"step": 3, "memory_after": ["E is a hole. G is a hole."]}]
+    (ax,) = plot_memory(History(samples=samples), claims=_claims, truth=["E", "H"]).axes
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert rows == ["E", "H", "G"]
+    marks = {c.get_label(): sorted(tuple(p) for p in c.get_offsets()) for c in ax.collections}
+    assert marks == {"named, right": [(2, 0), (3, 0)], "named, wrong": [(3, 2)],
+                     "true, not named": [(1, 0), (1, 1), (2, 1), (3, 1)]}
+
+
+def test_reflection_figure_marks_new_words_and_checks_claims(hist):
+    from erl_lite.viz import plot_reflection
+
+    record = hist.samples[-1]
+    refl = select_pair(record)["reflection"]
+    fig = plot_reflection(record, claims=_claims, truth=["C", "Q"])
+    texts = [t for t in fig.axes[0].texts]
+    new = {t.get_text() for t in texts if t.get_bbox_patch() is not None}
+    added = {w for op, chunk in word_diff(refl["base_prompt"], refl["rulebook"]) if op == "+" for w in chunk.split()}
+    assert new == added and new
+    words = [t.get_text() for t in texts if t.get_fontfamily() == ["monospace"]]
+    assert " ".join(words) == " ".join(refl["rulebook"].split())  # the whole rulebook, wrapped at spaces only
+    checks = [t.get_text() for t in texts if t.get_text()[:1] in "✓✗○"]
+    named = _claims(refl["rulebook"])
+    assert checks == [f"{'✓' if c in ('C', 'Q') else '✗'} names {c}: {'right' if c in ('C', 'Q') else 'wrong'}"
+                      for c in named] + [f"○ misses {t}" for t in ("C", "Q") if t not in named]
+    passed = next(a for a in record["first_attempts"] if a["success"])
+    with pytest.raises(ValueError, match="passed the gate"):
+        plot_reflection(record, task_id=passed["task_id"], index=passed["index"])
+
+
+def _loop_script():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "draw_erl_loop.py"
+    spec = importlib.util.spec_from_file_location("draw_erl_loop", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_the_loop_diagram_is_read_from_erl_step():
+    import inspect
+
+    from erl_lite.core import phases
+
+    script = _loop_script()
+    names = [n for n, _ in script.erl_phases()]
+    source = inspect.getsource(phases.erl_step)
+    assert names == sorted(names, key=lambda n: source.index(f"{n}("))  # the order erl_step calls them in
+    assert {"attempt_first", "gate", "reflect", "attempt_second", "update_memory"} <= set(names)
+    shown = [t.get_text().split("\n")[0] for t in script.plot_erl_loop().axes[0].texts if t.get_text()]
+    assert shown[:len(names) + 1] == names + ["PolicyUpdater.update"]
+
+
+def test_the_committed_loop_diagram_is_current(tmp_path):
+    """assets/erl_loop.png (README, notebook 01) is what scripts/draw_erl_loop.py draws from the code now."""
+    from matplotlib.testing.compare import compare_images
+
+    script = _loop_script()
+    fresh = script.draw(tmp_path / "erl_loop.png")
+    # tolerance: font hinting differs between FreeType builds by a few RMS units; a moved box differs by far more
+    assert compare_images(str(script.OUT), str(fresh), tol=8) is None, \
+        "assets/erl_loop.png is stale: run python scripts/draw_erl_loop.py"

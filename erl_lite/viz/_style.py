@@ -1,35 +1,20 @@
-"""Shared plumbing for the plots (private): backend choice, house style, input coercion, series."""
+"""Shared plumbing for the plots (private): house style, input coercion, series."""
 
 from __future__ import annotations
 
 import functools
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar, Union
 
-import matplotlib
+import matplotlib.pyplot as plt  # without a display, matplotlib falls back to Agg by itself
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from erl_lite.history import History
 from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
-
-
-def _choose_backend() -> None:
-    """Agg on a display-less Linux box, unless chosen already (``MPLBACKEND``, pyplot, a kernel)."""
-    if os.environ.get("MPLBACKEND") or "matplotlib.pyplot" in sys.modules or "ipykernel" in sys.modules:
-        return
-    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    if sys.platform.startswith("linux") and headless:
-        matplotlib.use("Agg")
-
-
-_choose_backend()
-
-import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 #: What every public function accepts as "a run".
 HistoryLike = Union[History, str, os.PathLike, list, None]
@@ -45,6 +30,8 @@ COLORS = {FIRST: "#1f77b4", REFLECTION: "#9467bd", SECOND: "#2ca02c", DISTILL: "
 #: One marker per series kind: a curve hidden under an equal one still shows its marker.
 MARKERS = {FIRST: "o", REFLECTION: "v", SECOND: "^", DISTILL: "D", "eval": "s", "success": "x",
            "gate": "o", "memory": "o", "baseline": "o"}
+#: One line style per role: curves of equal values (reflection and second attempt share r2) stay apart.
+LINESTYLES = {FIRST: "-", REFLECTION: ":", SECOND: "--", DISTILL: "-."}
 #: At most this many markers per curve; longer curves mark every k-th point.
 MAX_MARKERS = 20
 NO_DATA = "no data yet"
@@ -94,18 +81,6 @@ def series(history: History, key: str, kind: str = "train") -> tuple[list[int], 
     return steps, values
 
 
-def smooth(values: list[float], weight: float) -> list[float]:
-    """Debiased exponential moving average (TensorBoard's slider); ``weight`` in [0, 1)."""
-    if weight <= 0 or not values:
-        return list(values)
-    weight = min(weight, 0.99)
-    out, avg = [], 0.0
-    for t, v in enumerate(values, start=1):
-        avg = weight * avg + (1 - weight) * v
-        out.append(avg / (1 - weight**t))  # divide out the zero start
-    return out
-
-
 def new_axes(ax: Axes | None, figsize: tuple[float, float] = (6.4, 3.8)) -> tuple[Figure, Axes, bool]:
     """Return (figure, axes, owned); ``owned`` figures are detached from pyplot by :func:`done`."""
     if ax is not None:
@@ -149,20 +124,16 @@ def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, leg
                 color="0.45", fontsize=11, style="italic")
         return
     handles, labels = ax.get_legend_handles_labels()
-    if legend and handles:
-        ax.legend(handles, labels, loc="best", frameon=False)
+    if legend and handles:  # under the axes, never over the data
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(0, -0.17), ncol=2, frameon=False)
 
 
-def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: str,
-                color: str, weight: float = 0.0, dashed: bool = False, marker: str = "o") -> None:
-    """One curve with markers (raw values faint under a smoothed one); a dashed baseline goes on top
-    with larger hollow markers, so where it equals the solid curve its marker rings the filled one."""
+def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: str, color: str,
+                ls: str = "-", marker: str = "o", hollow: bool = False) -> None:
+    """One curve with markers; a ``hollow`` one (a baseline, a role equal to another) goes on top with larger
+    hollow markers, so where it equals another curve its marker rings the filled one."""
     steps = list(steps)
-    style = "--" if dashed else "-"
-    if weight > 0 and len(values) > 1:
-        ax.plot(steps, values, style, color=color, alpha=0.25, linewidth=1)
-        values = smooth(values, weight)
     every = max(1, math.ceil(len(steps) / MAX_MARKERS))
-    look = (dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3) if dashed
+    look = (dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3) if hollow
             else dict(markersize=4, zorder=2))
-    ax.plot(steps, values, style, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)
+    ax.plot(steps, values, ls, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LOSS_KEYS, LR, MEMORY_SIZE,
+from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_NUM_EPISODES, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LOSS_KEYS, LR, MEMORY_SIZE,
                                    MEMORY_WRITES, REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND,
                                    STEP, SUCCESS_FIRST, SUCCESS_SECOND)
 from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task
@@ -119,5 +119,5 @@ def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True,
         history.log(metrics)
         if step % 5 == 0:
             r = min(1.0, max(0.0, metrics[REWARD_FIRST] + rng.gauss(0.0, 0.03)))
-            history.log({STEP: step, EVAL_REWARD: r, EVAL_SUCCESS: r}, kind="eval")
+            history.log({STEP: step, EVAL_REWARD: r, EVAL_SUCCESS: r, EVAL_NUM_EPISODES: 64.0}, kind="eval")
     return history

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from erl_lite.history import History
-from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_PREFIX, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LOSS_KEYS, MEMORY_SIZE,
-                                   MEMORY_WRITES, REWARD_FIRST, REWARD_SECOND, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_NUM_EPISODES, EVAL_PREFIX, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE,
+                                   LOSS_KEYS, REWARD_FIRST, REWARD_SECOND, SUCCESS_FIRST, SUCCESS_SECOND)
 from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
 from erl_lite.viz import _style as S
-from erl_lite.viz._style import COLORS, MARKERS, HistoryLike, as_history, joined_rulebooks, series
+from erl_lite.viz._style import COLORS, LINESTYLES, MARKERS, HistoryLike, as_history, joined_rulebooks, series
 
 STEP = "training step"
 ROLE_LABELS = {FIRST: "first attempt", REFLECTION: "reflection", SECOND: "second attempt", DISTILL: "internalization"}
@@ -27,17 +27,40 @@ Spec = tuple[str, str, str, str]
 NO_EVAL = "no evaluation logged"
 
 
-def _curves(ax: Axes, history: HistoryLike, specs: list[Spec], weight: float = 0.0,
-            dashed: bool = False, prefix: str = "") -> int:
-    """Draw every spec that has data; returns how many curves were drawn."""
+def _curves(ax: Axes, history: HistoryLike, specs: list[Spec], baseline: bool = False, prefix: str = "",
+            roles: bool = False) -> int:
+    """Draw every spec that has data (evaluation as points with intervals, ``roles``: a line style per role,
+    as reflection and second attempt often coincide); returns how many were drawn."""
     drawn = 0
     for key, kind, label, role in specs:
         steps, values = series(history, key, kind)
-        if values:
-            S.plot_series(ax, steps, values, label=prefix + label, color=COLORS[role],
-                          weight=weight, dashed=dashed, marker=MARKERS[role])
-            drawn += 1
+        if values and kind == "eval":
+            _eval_points(ax, history, steps, values, prefix + label, COLORS[role], MARKERS[role], baseline)
+        elif values:
+            S.plot_series(ax, steps, values, label=prefix + label, color=COLORS[role], marker=MARKERS[role],
+                          ls="--" if baseline else LINESTYLES.get(role, "-") if roles else "-",
+                          hollow=baseline or roles and role == REFLECTION)
+        drawn += bool(values)
     return drawn
+
+
+def wilson(p: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson interval of a success rate ``p`` over ``n`` episodes; for mean rewards in [0, 1] it is
+    conservative (their variance is at most p(1 - p)); ``(p, p)`` when ``n`` is unknown."""
+    if n <= 0:
+        return p, p
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+def _eval_points(ax: Axes, h: HistoryLike, steps: list[int], values: list[float], label: str, color: str,
+                 marker: str, baseline: bool) -> None:
+    """Evaluation at the steps measured, never joined by a line (two points are not a learning curve)."""
+    counts = dict(zip(*series(h, EVAL_NUM_EPISODES, "eval")))
+    bounds = [wilson(v, counts.get(s, 0)) for s, v in zip(steps, values)]
+    err = [[v - lo for v, (lo, _) in zip(values, bounds)], [hi - v for v, (_, hi) in zip(values, bounds)]]
+    ax.errorbar([s + 0.2 * baseline for s in steps], values, yerr=err, fmt=marker, ls="none", color=color,
+                capsize=3, ms=6, mfc="none" if baseline else color, zorder=4, label=label + " (95% interval)")
 
 
 def _runs(history: HistoryLike, baseline: HistoryLike) -> tuple[History, History | None]:
@@ -65,11 +88,11 @@ def rewards_are_binary(history: HistoryLike) -> bool:
     return bool(verdicts) and all(verdicts)
 
 
-def _panel(history: HistoryLike, ax: Axes | None, specs: list[Spec], smoothing: float, title: str,
-           ylabel: str, unit: bool = False) -> Figure:
+def _panel(history: HistoryLike, ax: Axes | None, specs: list[Spec], title: str, ylabel: str,
+           unit: bool = False) -> Figure:
     """A panel of training curves over steps; ``unit``: the values are fractions in [0, 1]."""
     fig, ax, owned = S.new_axes(ax)
-    drawn = _curves(ax, as_history(history), specs, smoothing)
+    drawn = _curves(ax, as_history(history), specs, roles=True)
     S.decorate(ax, title, STEP, ylabel, drawn > 0)
     if unit:
         ax.set_ylim(-0.03, 1.03)
@@ -86,13 +109,12 @@ def _note(ax: Axes, text: str) -> None:
 
 @S.styled
 def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None,
-                 metric: str = "reward", smoothing: float = 0.0) -> Figure:
-    """Reward (or ``metric="success"``) per phase over training steps and evaluation, RLVR dashed.
-    ``smoothing``: exponential-moving-average weight in [0, 1); 0 draws raw values.
+                 metric: str = "reward") -> Figure:
+    """Reward (or ``metric="success"``) per phase over training steps, evaluation as points; RLVR dashed.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> fig = plot_rewards(synthetic_history(steps=10), smoothing=0.6)
+        >>> fig = plot_rewards(synthetic_history(steps=10))
     """
     if metric not in ("reward", "success"):
         raise ValueError(f"metric must be 'reward' or 'success', got {metric!r}")
@@ -101,9 +123,9 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
     specs = [(f"{metric}/{FIRST}", "train", "first attempt", FIRST),
              (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
              (EVAL_PREFIX + metric, "eval", "evaluation (first attempt)", "eval")]
-    drawn = _curves(ax, h, specs, smoothing)
+    drawn = _curves(ax, h, specs)
     if base is not None:
-        drawn += _curves(ax, base, [specs[0], specs[2]], smoothing, dashed=True, prefix="RLVR · ")
+        drawn += _curves(ax, base, [specs[0], specs[2]], baseline=True, prefix="RLVR · ")
     if _both_binary(h, base):
         title, what = "Reward = success rate per phase (rewards are 0/1)", "reward = success rate (0–1)"
     elif metric == "reward":
@@ -118,65 +140,67 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
 
 
 @S.styled
-def plot_gate_rate(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
+def plot_gate_rate(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Fraction of first attempts the gate sent on to reflection (``r1 < τ``) per step."""
-    return _panel(history, ax, [(GATE_RATE, "train", "sent to reflection", "gate")], smoothing,
+    return _panel(history, ax, [(GATE_RATE, "train", "sent to reflection", "gate")],
                   "Gate: first attempts sent to reflection", "fraction of first attempts", unit=True)
 
 
-def _memory_sizes(h) -> tuple[list[int], list[float]]:
-    """``memory/size`` from the metrics, else counted from the sampled step records."""
-    steps, sizes = series(h, MEMORY_SIZE)
-    if sizes:
-        return steps, sizes
-    rows = sorted((int(s.get("step", 0)), float(len(s.get("memory_after") or []))) for s in h.samples)
-    return [r[0] for r in rows], [r[1] for r in rows]
+def _held(h: History, claims: Callable[[str], Sequence[str]] | None) -> list[tuple[int, list[str]]]:
+    """(step, what memory named after it) per sampled step; by default each rulebook is one item."""
+    rows = sorted((int(s.get("step", i)), joined_rulebooks(s.get("memory_after")))
+                  for i, s in enumerate(h.samples, start=1))
+    return [(step, list(claims(text)) if claims else [text] * bool(text)) for step, text in rows]
 
 
 @S.styled
-def plot_memory(history: HistoryLike, ax: Axes | None = None) -> Figure:
-    """Memory timeline: rulebooks written per step (bars) and held after it (line), on one y axis."""
+def plot_memory(history: HistoryLike, claims: Callable[[str], Sequence[str]] | None = None,
+                truth: Sequence[str] = (), ax: Axes | None = None) -> Figure:
+    """What memory held after each sampled step: a row per item ``claims(text)`` names (default: each distinct
+    rulebook), a mark where it was named; with ``truth``, right items green, wrong ones red crosses, true items
+    memory did not name grey rings (e.g. ``claims=named_holes, truth=hole letters`` in the embedded world)."""
     h = as_history(history)
     fig, ax, owned = S.new_axes(ax)
-    w_steps, writes = series(h, MEMORY_WRITES)
-    s_steps, sizes = _memory_sizes(h)
-    if writes:
-        ax.bar(w_steps, writes, color=COLORS["memory"], alpha=0.55, label="written this step")
-    if sizes:
-        S.plot_series(ax, s_steps, sizes, label="held after the step", color="0.2", marker=MARKERS["memory"])
-    S.decorate(ax, "Memory: rulebooks written and held", STEP, "rulebooks", bool(writes or sizes), legend=False)
-    ax.set_ylim(0, max(writes + sizes, default=0.0) * 1.35 + 0.5)  # headroom keeps the legend off the data
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, loc="upper left", frameon=False)
+    held = _held(h, claims)
+    rows = list(dict.fromkeys([*truth, *(item for _, items in held for item in items)]))
+    looks = {"named": dict(marker="o", color=COLORS["memory"]),
+             "named, right": dict(marker="o", color=COLORS[SECOND]), "named, wrong": dict(marker="X", color="#d62728"),
+             "true, not named": dict(marker="o", facecolors="none", edgecolors="0.55")}
+    points: dict[str, list[tuple[int, int]]] = {kind: [] for kind in looks}
+    for step, items in held:
+        for item in items:
+            points["named" if not truth else "named, right" if item in truth else "named, wrong"].append(
+                (step, rows.index(item)))
+        points["true, not named"] += [(step, rows.index(t)) for t in truth if t not in items]
+    for kind, xy in points.items():
+        if xy:
+            ax.scatter(*zip(*xy), s=70, label=kind, **looks[kind])
+    labels = rows if claims else [f"rulebook {i + 1}" for i in range(len(rows))]
+    ax.set_yticks(range(len(rows)), labels)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    S.decorate(ax, "Memory after each step: what it names", "step", "in memory", bool(rows))
+    ax.grid(False, axis="y")
     return S.done(fig, owned)
 
 
-def memory_table(history: HistoryLike) -> list[tuple[int, str]]:
-    """``(step, text)`` of what memory held after each sampled step (rulebooks joined by a ``---`` line)."""
-    h = as_history(history)
-    rows = [(int(s.get("step", i)), joined_rulebooks(s.get("memory_after"))) for i, s in enumerate(h.samples, start=1)]
-    return sorted(rows, key=lambda r: r[0])
-
-
 @S.styled
-def plot_losses(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
+def plot_losses(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Policy loss contributed by each role (``loss/first`` … ``loss/distill``) per step."""
-    return _panel(history, ax, _by_role({r: LOSS_KEYS[r] for r in ROLE_LABELS}), smoothing, "Loss by role",
+    return _panel(history, ax, _by_role({r: LOSS_KEYS[r] for r in ROLE_LABELS}), "Loss by role",
                   "loss (token sum, mean over sequences)")
 
 
 @S.styled
-def plot_advantages(history: HistoryLike, ax: Axes | None = None, smoothing: float = 0.0) -> Figure:
+def plot_advantages(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Mean |advantage| per role per step: how much learning signal each role carried."""
-    return _panel(history, ax, _by_role(ADVANTAGE_KEYS), smoothing,
-                  "Advantage magnitude by role", "mean |advantage| (group-std units)")
+    return _panel(history, ax, _by_role(ADVANTAGE_KEYS), "Advantage magnitude by role",
+                  "mean |advantage| (group-std units)")
 
 
 @S.styled
 def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None) -> Figure:
-    """Evaluation reward and success (one curve when they coincide), RLVR dashed if given."""
+    """Evaluation reward and success (one series when they coincide) at the steps measured, with 95% intervals,
+    RLVR hollow beside it if given."""
     h, base = _runs(history, baseline)
     fig, ax, owned = S.new_axes(ax)
     same = all(_same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
@@ -185,7 +209,7 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
              [(EVAL_REWARD, "eval", "mean reward", "eval"), (EVAL_SUCCESS, "eval", "success rate", "success")])
     drawn = _curves(ax, h, specs)
     if base is not None:
-        drawn += _curves(ax, base, specs, dashed=True, prefix="RLVR · ")
+        drawn += _curves(ax, base, specs, baseline=True, prefix="RLVR · ")
     S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)", drawn > 0)
     ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
@@ -213,7 +237,7 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
 
 
 @S.styled
-def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing: float = 0.0) -> Figure:
+def plot_overview(history: HistoryLike, baseline: HistoryLike = None) -> Figure:
     """A dashboard: reward (with evaluation), success, gate, memory, loss, advantage (for READMEs).
 
     Example:
@@ -225,14 +249,14 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None, smoothing:
     fig = S.plt.figure(figsize=(15, 7.6), dpi=S.DPI)
     grid = fig.add_gridspec(2, 3)
     if _both_binary(h, base):
-        plot_rewards(h, base, ax=fig.add_subplot(grid[0, :2]), smoothing=smoothing)
+        plot_rewards(h, base, ax=fig.add_subplot(grid[0, :2]))
     else:
-        plot_rewards(h, base, ax=fig.add_subplot(grid[0, 0]), smoothing=smoothing)
-        plot_rewards(h, base, ax=fig.add_subplot(grid[0, 1]), metric="success", smoothing=smoothing)
-    plot_gate_rate(h, ax=fig.add_subplot(grid[0, 2]), smoothing=smoothing)
+        plot_rewards(h, base, ax=fig.add_subplot(grid[0, 0]))
+        plot_rewards(h, base, ax=fig.add_subplot(grid[0, 1]), metric="success")
+    plot_gate_rate(h, ax=fig.add_subplot(grid[0, 2]))
     plot_memory(h, ax=fig.add_subplot(grid[1, 0]))
-    plot_losses(h, ax=fig.add_subplot(grid[1, 1]), smoothing=smoothing)
-    plot_advantages(h, ax=fig.add_subplot(grid[1, 2]), smoothing=smoothing)
+    plot_losses(h, ax=fig.add_subplot(grid[1, 1]))
+    plot_advantages(h, ax=fig.add_subplot(grid[1, 2]))
     fig.suptitle("ERL run overview" + (" (dashed: RLVR baseline)" if base else ""), fontsize=13)
     return S.done(fig, True)
 
