@@ -263,3 +263,16 @@ def test_a_rounded_answer_gets_a_rounding_hint_not_a_method_hint(capsys, fn, arg
 def test_an_empty_numeric_answer_is_told_the_precision_asked(capsys, fn, args):
     ok, out = _run(capsys, fn, *args)
     assert ok is False and f"{ex.DECIMALS} decimal places" in out, out
+
+
+def test_the_landmarks_are_where_the_library_loss_bends():
+    """On a grid of ratios: the A > 0 curve is flat from flat_above on, the A < 0 curve flat up to flat_below and
+    constant from capped_above on, and neither is flat any earlier (later)."""
+    marks = gx.loss_curve_landmarks()
+    grid = [round(0.01 * k, 2) for k in range(5, 801)]
+    pos, neg = [gx.clipped_loss_value(r, 1.0) for r in grid], [gx.clipped_loss_value(r, -1.0) for r in grid]
+    flat = lambda values: {round(r, 2) for r, a, b in zip(grid, values, values[1:]) if abs(a - b) < 1e-6}  # noqa: E731
+    assert min(flat(pos)) == pytest.approx(marks["flat_above"])
+    low = sorted(r for r in flat(neg) if r < 1)
+    high = sorted(r for r in flat(neg) if r > 1)
+    assert max(low) == pytest.approx(marks["flat_below"] - 0.01) and min(high) == pytest.approx(marks["capped_above"])
