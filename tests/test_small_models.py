@@ -160,3 +160,30 @@ def test_env_options_reach_the_environment_from_flags_and_files(tmp_path):
     path.write_text("env: arithmetic\nsmall: true\nenv_options:\n  n: 7\n")
     run, _ = train_settings(build_parser().parse_args(["train", "--config", str(path)]))
     assert run["small"] is True and run["env_options"] == {"n": 7}
+
+
+#: A ChatML template that writes its own system turn into a conversation that has none (as SmolLM2's and Qwen2.5's).
+DEFAULT_SYSTEM_TEMPLATE = (
+    "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}<|im_start|>system\nYou are Tiny, a "
+    "helpful bot.<|im_end|>\n{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("template, system, named", [
+    (DEFAULT_SYSTEM_TEMPLATE, None, True), (DEFAULT_SYSTEM_TEMPLATE, "Solve it.", False), (None, None, False)])
+def test_the_preflight_names_a_templates_default_system_prompt(template, system, named):
+    from erl_lite.diagnostics.preflight import chat_findings
+    from erl_lite.envs.arithmetic import arithmetic_reward
+    from erl_lite.envs.rows import rows_to_tasks
+    from erl_lite.integrations.dataset import RewardFunctionEnv
+    from erl_lite.testing import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = template or tokenizer.chat_template  # None: the plain ChatML one, no default
+    prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": "2 + 3?"}]
+    task = rows_to_tasks([{"prompt": prompt, "answer": "5"}])[0]
+    found = [f for f in chat_findings(tokenizer, RewardFunctionEnv(arithmetic_reward), task, None)
+             if f.name == "default_system_prompt"]
+    assert bool(found) is named
+    if named:
+        assert "You are Tiny, a helpful bot." in found[0].saw and "rulebook" in found[0].saw

@@ -17,6 +17,7 @@ def _finding(name: str, saw: str, means: str, tries: str, level: str = WARNING) 
 
 #: The probe's system text: a rendering that lacks it drops system messages (rulebooks are system prompts).
 _PROBE_SYSTEM = "ERL-LITE-PROBE: the rulebook goes here."
+_PROBE = ({"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": "Say 1."})
 
 
 def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
@@ -47,7 +48,25 @@ def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str
             "load the instruct model's own tokenizer, or set tokenizer.chat_template",
             level=WARNING if len(chat) == 2 else NOTE))
         return out
-    return out + _probe_template(tokenizer, template_kwargs)  # a bare-text template has no generation prompt
+    out += _probe_template(tokenizer, template_kwargs)  # a bare-text template has no generation prompt
+    default = "" if any(m.get("role") == "system" for m in messages) else _default_system(tokenizer, template_kwargs)
+    return out + ([_finding(
+        "default_system_prompt", f"the chat template adds its own system prompt {default!r:.150} to first attempts, "
+        "which have none, while second attempts carry the rulebook in its place", "First and second attempts differ "
+        "by more than the rulebook, and internalization trains second attempts under the template's prompt",
+        "give the tasks a system prompt of yours (a system message in the prompt, or the environment's)",
+        level=NOTE)] if default else [])
+
+
+def _default_system(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> str:
+    """What the template writes where a system message would go when a conversation has none ('' when nothing):
+    a user-only rendering between what a system + user one holds before and after the system text."""
+    from erl_lite.core.chat import render
+
+    bare, given = (render(m, tokenizer, True, template_kwargs) for m in (_PROBE[1:], _PROBE))
+    before, _, after = given.partition(_PROBE_SYSTEM)
+    fits = after and bare.startswith(before) and bare.endswith(after) and len(bare) >= len(before) + len(after)
+    return bare[len(before):len(bare) - len(after)].strip() if fits else ""
 
 
 def _probe_template(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
@@ -55,7 +74,7 @@ def _probe_template(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> l
     fails on it or opens no assistant turn; ``system_dropped`` when the system text is lost."""
     from erl_lite.core.chat import end_of_turn_id, render
 
-    probe = [{"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": "Say 1."}]
+    probe = list(_PROBE)
     try:
         opened, closed = (render(probe, tokenizer, g, template_kwargs) for g in (True, False))
     except Exception as err:  # noqa: BLE001 - the template's own error, named below
