@@ -582,6 +582,10 @@ def test_reflection_figure_marks_new_words_and_checks_claims(hist):
     named = _claims(refl["rulebook"])
     assert checks == [f"{'✓' if c in ('C', 'Q') else '✗'} names {c}: {'right' if c in ('C', 'Q') else 'wrong'}"
                       for c in named] + [f"○ misses {t}" for t in ("C", "Q") if t not in named]
+    same = dict(record, retries=[dict(r, reflection=dict(r["reflection"], base_prompt=r["reflection"]["rulebook"]))
+                                 for r in record["retries"]])
+    texts = plot_reflection(same).axes[0].texts
+    assert "= its base prompt" in texts[0].get_text() and not [t for t in texts if t.get_bbox_patch()]
     passed = next(a for a in record["first_attempts"] if a["success"])
     with pytest.raises(ValueError, match="passed the gate"):
         plot_reflection(record, task_id=passed["task_id"], index=passed["index"])

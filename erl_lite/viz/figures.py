@@ -48,8 +48,9 @@ def plot_reflection(source: HistoryLike | Record, step: int | None = None, task_
         ax.annotate(text, (0, 1), xycoords="axes fraction", xytext=(8 + col * CHAR_PT, -(row + 0.6) * LINE_PT),
                     textcoords="offset points", fontsize=10, va="top", **look)
 
+    changed = "green: new vs its base prompt" if any(new for line in lines for _, new in line) else "= its base prompt"
     put(0, 0, f"Reflection, step {record.get('step')}, task {refl.get('task_id')} #{refl.get('index')}: its "
-              "rulebook (green: new vs its base prompt)", weight="bold")
+              f"rulebook ({changed})", weight="bold")
     for row, line in enumerate(lines, start=1):
         col = 0
         for word, new in line:
