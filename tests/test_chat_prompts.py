@@ -95,3 +95,16 @@ def test_reflection_truncates_trace_then_memory_then_the_task(tok):
     with pytest.raises(PromptTooLongError, match="max_reflection_prompt_length=100"):
         reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
                             feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=100)
+
+
+def test_a_plain_retry_states_the_outcome_once():
+    # "w/o reflection": the trace of a grid or QA episode already ends with its outcome line; a trace
+    # from an environment of one's own may not. Either way the retry's system prompt states it once.
+    from erl_lite.core.prompts import retry_system_prompt
+
+    feedback = "Failure: the agent fell into a hole on action 1. Reward 0."
+    for trace in ("Start:\nA B\nAction 1: Right -> fell", f"Start:\nA B\nAction 1: Right -> fell\nOutcome: {feedback}",
+                  f"Q: 2+2?\nA: 5\nOutcome: {feedback}\n"):
+        text = retry_system_prompt("Play.", trace, feedback)
+        assert text.count(feedback) == 1, text
+        assert text.startswith("Play.") and text.rstrip().endswith(feedback)

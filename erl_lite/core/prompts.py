@@ -58,8 +58,10 @@ def second_attempt_system_prompt(rulebook: str, action_reminder: str) -> str:
 
 
 def retry_system_prompt(initial_prompt: str, trace: str, feedback: str, header: str = RETRY_HEADER) -> str:
-    """The "w/o reflection" ablation: the raw first attempt instead of a rulebook."""
-    return f"{initial_prompt}\n\n{header}\n\n{trace}\n\nOutcome: {feedback}".strip()
+    """The "w/o reflection" ablation: the raw first attempt instead of a rulebook. The outcome is stated once:
+    the grid and QA episodes' traces already end with it."""
+    outcome = "" if feedback in trace else f"\n\nOutcome: {feedback}"
+    return f"{initial_prompt}\n\n{header}\n\n{trace.strip()}{outcome}".strip()
 
 
 def _section(title: str, body: str) -> str:
