@@ -591,3 +591,65 @@ def test_the_same_combinations_are_refused_from_the_command_line_and_a_run_file(
     path = _run_file(tmp_path, "\n".join(lines) + "\n")
     assert main(["train", "--config", path]) == 2
     assert named in capsys.readouterr().err
+
+
+# --- reward weights: one check for ERLTrainer, the command line and a run file -----------------------
+def _always(completions, **kw):
+    return [1.0] * len(completions)
+
+
+def _never(completions, **kw):
+    return [0.0] * len(completions)
+
+
+BAD_WEIGHTS = [([math.nan, 1.0], "finite"), ([1.0, math.inf], "finite"), ([-math.inf, 1.0], "finite"),
+               ([1.0], "2 finite numbers"), ([1.0, 2.0, 3.0], "2 finite numbers"), ([], "2 finite numbers"),
+               (["1", 1.0], "finite numbers"), ([True, 1.0], "finite numbers"),
+               ([0.0, 0.0], "above 0"), ([-1.0, -0.5], "above 0"), ([-1.0, 0.0], "above 0")]
+
+
+@pytest.mark.parametrize("weights, says", BAD_WEIGHTS)
+def test_bad_reward_weights_are_refused_by_the_trainer_before_a_model_loads(weights, says):
+    from erl_lite.run.trainer import ERLTrainer
+
+    model = "no/such-model-is-loaded"  # the refusal comes first: nothing is fetched
+    with pytest.raises(ValueError, match="reward_weights") as err:
+        ERLTrainer(model=model, reward_funcs=[_always, _never], reward_weights=weights, train_dataset=[{"prompt": "x"}])
+    assert says in str(err.value) and "_always _never" in str(err.value)
+
+
+@pytest.mark.parametrize("weights", [[1.0, 0.0], [2.0, -1.0], (0.5, 0.5), [1, 3]])
+def test_reward_weights_with_a_positive_one_pass(weights):
+    from erl_lite.integrations.dataset import RewardFunctionEnv
+
+    assert RewardFunctionEnv([_always, _never], reward_weights=weights).reward_weights == [float(w) for w in weights]
+
+
+@pytest.mark.parametrize("weights, says", [(w, s) for w, s in BAD_WEIGHTS if all(isinstance(v, float) for v in w)])
+@pytest.mark.parametrize("route", ["cli", "yaml"])
+def test_bad_reward_weights_are_refused_alike_on_the_command_line_and_in_a_run_file(monkeypatch, tmp_path, capsys,
+                                                                                  weights, says, route):
+    import erl_lite.run.trainer
+    from erl_lite.cli import main
+
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say 1."}) + "\n")
+    (tmp_path / "weights_mod.py").write_text("def _always(completions, **kw):\n    return [1.0] * len(completions)\n"
+                                             "_never = _always\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = ["train", "--dataset", "rows.jsonl", "--reward-funcs", "weights_mod:_always", "weights_mod:_never"]
+    if route == "yaml":
+        (tmp_path / "run.yaml").write_text(f"reward_weights: {json.dumps(weights).replace('NaN', '.nan')}\n"
+                                           .replace("-Infinity", "-.inf").replace("Infinity", ".inf"))
+        argv = [*data, "--config", "run.yaml"]
+    else:
+        argv = [*data, "--reward-weights", *map(str, weights)] if weights else data + ["--reward-weights"]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse: --reward-weights with no value
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    argparse_refuses = route == "cli" and (weights == [] or -math.inf in weights)  # no value, or "-inf": a flag
+    assert argparse_refuses or "reward_weights" in err and says in err, err

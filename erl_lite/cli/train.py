@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
@@ -11,7 +10,7 @@ from erl_lite.cli.config_args import given_fields
 from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.config import DEFAULT_SEED, ERLConfig
-from erl_lite.config.checks import quantization_name
+from erl_lite.config.checks import check_reward_weights, quantization_name
 from erl_lite.config.presets import PRESETS
 from erl_lite.config.field_types import expand_path
 from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS
@@ -108,12 +107,9 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
         raise ValueError(f"reward_funcs must be a list of module:function specs, got {funcs!r}")
     if not isinstance(dataset, str) or not (feedback is None or isinstance(feedback, str)):
         raise ValueError("dataset and feedback_func must be text (a path or name, a module:function spec)")
-    if weights is not None and not (isinstance(weights, list) and len(weights) == len(funcs) and all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)):
-        raise ValueError(f"reward_weights must be {len(funcs)} finite numbers, one per reward function "
-                         f"(for the {len(funcs)} reward_funcs {' '.join(funcs)}), got {weights!r:.80}")
+    weights = check_reward_weights(weights, funcs)
     return {"dataset": expand_path(dataset), "reward_funcs": list(funcs), "feedback_func": feedback,
-            **({} if weights is None else {"reward_weights": [float(w) for w in weights]})}
+            **({} if weights is None else {"reward_weights": weights})}
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:

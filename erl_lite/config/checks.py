@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Any
 
@@ -98,6 +99,18 @@ _IGNORED_BY_MODE = {
 def _positive(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"ERLConfig.{name} must be a positive integer, got {value!r}")
+
+
+def check_reward_weights(weights: Any, funcs: list[str]) -> list[float] | None:
+    """``reward_weights`` (None: 1 each) as floats: one finite number per function in ``funcs`` (their names), at
+    least one above 0 (with none, no reward reaches a positive ``reward_threshold`` and a better score never helps)."""
+    weights = weights.tolist() if hasattr(weights, "tolist") else weights  # a numpy or torch vector
+    if weights is not None and not (isinstance(weights, (list, tuple)) and len(weights) == len(funcs) and all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)
+                                    and max(weights) > 0):
+        raise ValueError(f"reward_weights must be {len(funcs)} finite numbers, one per reward function (for the "
+                         f"{len(funcs)} reward_funcs {' '.join(funcs)}), at least one above 0; got {weights!r:.80}")
+    return None if weights is None else [float(w) for w in weights]
 
 
 def check_trl_values(cfg: Config) -> None:

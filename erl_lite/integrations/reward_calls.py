@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from erl_lite.config.checks import check_reward_weights
 from erl_lite.core.chat import completion_text
 from erl_lite.records import Task
 
@@ -104,10 +105,8 @@ def reward_sources(reward_funcs: Callable | Sequence[Callable] | None,
         if not callable(f) or _is_module(f):
             raise TypeError(f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
                             "are not supported: wrap one in a function f(prompts, completions, **kw)")
-    if reward_weights is not None and len(reward_weights) != len(funcs):
-        raise ValueError(f"reward_weights has {len(reward_weights)} values for {len(funcs)} reward_funcs")
-    weights = [1.0] * len(funcs) if reward_weights is None else [float(w) for w in reward_weights]
-    return funcs, weights
+    weights = check_reward_weights(reward_weights, [reward_func_name(f) for f in funcs])
+    return funcs, [1.0] * len(funcs) if weights is None else weights
 
 
 def _is_module(func: Any) -> bool:
