@@ -653,3 +653,23 @@ def test_bad_reward_weights_are_refused_alike_on_the_command_line_and_in_a_run_f
     assert code == 2 and "Traceback" not in err
     argparse_refuses = route == "cli" and (weights == [] or -math.inf in weights)  # no value, or "-inf": a flag
     assert argparse_refuses or "reward_weights" in err and says in err, err
+
+
+# --- a GPU preset on a machine without CUDA: one paragraph from the command line, exit code 2 ---------
+@pytest.mark.parametrize("flags", [["--preset", "paper", "--model", "tiny"], ["--preset", "paper"],
+                                   ["--preset", "gpu", "--env", "frozenlake"], ["--config", "run.yaml"]])
+def test_a_gpu_preset_without_cuda_is_one_paragraph_and_exit_2(monkeypatch, tmp_path, capsys, flags):
+    import torch
+
+    import erl_lite.run.trainer
+    from erl_lite.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text("preset: paper\nenv: sokoban\n")
+    assert main(["train", *flags, "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("erl-lite train: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert "CUDA" in err and "--preset cpu" in err
+    assert not any(word in err for word in ("notebook", "PRESET =", "Colab", "allow_cpu"))

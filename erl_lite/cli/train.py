@@ -11,9 +11,8 @@ from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import check_reward_weights, quantization_name
-from erl_lite.config.presets import PRESETS
 from erl_lite.config.field_types import expand_path
-from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS
+from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS, PRESETS, require_cuda_for_preset
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
@@ -124,6 +123,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     try:
         run, cfg = train_settings(args)
+        require_cuda_for_preset(run["preset"], command=True)
         if args.resume and not cfg.output_dir:
             raise ValueError("--resume needs --out (the run folder whose latest checkpoint to continue)")
         if args.resume and not list_checkpoints(cfg.output_dir):

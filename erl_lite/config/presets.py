@@ -55,8 +55,9 @@ PAPER_GAMES = {game: dict(source="paper", prompt_style="reference", hint=False) 
 GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
 
 
-def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> None:
-    """Raise RuntimeError when preset ``name`` (None: none) is sized for a GPU and torch sees no CUDA device.
+def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False, command: bool = False) -> None:
+    """Raise RuntimeError (``command``, for ``erl-lite``: ValueError) when preset ``name`` (None: none) is sized for a
+    GPU and torch sees no CUDA device.
 
     Example:
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
@@ -69,6 +70,9 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False) -> Non
 
     if torch.cuda.is_available():
         return
+    if command:  # one paragraph with the command line's remedies, no notebook's
+        raise ValueError(f"--preset {name} is sized for a CUDA GPU, but torch sees no CUDA device here (its run would "
+                         "take hours on the CPU): use --preset cpu or demo here, or run on a machine with a GPU")
     raise RuntimeError(
         f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA device "
         "here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' (the embedded model, "
