@@ -53,7 +53,7 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
     if run["preset"] not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
     if not isinstance(run["small"], bool) or not isinstance(run["env_options"], dict):
-        raise ValueError(f"small must be true or false and env_options a mapping, got {run['small']!r}, "
+        raise ValueError(f"small must be true or false, env_options a mapping; got {run['small']!r}, "
                          f"{run['env_options']!r}")
     world = _world_record(run)
     flags = given_fields(args)
@@ -209,7 +209,6 @@ def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED, world: s
     """``(environment, dataset rows, other ERLTrainer arguments)`` of ``erl-lite train --env name``
     (``world``: which of the embedded model's worlds ``--env demo`` plays; ``paper``: ``PAPER_GAMES``;
     ``options``: the environment's or the arithmetic dataset's own keywords, ``--env-options``)."""
-    options = options or {}
     from erl_lite import envs
 
     if name == "demo":
@@ -222,10 +221,10 @@ def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED, world: s
     if name == "arithmetic":
         from erl_lite.envs import arithmetic as task
 
-        rows = {**(task.SMALL if small else {"n": 2000}), "seed": 0, **options}
+        rows = {**(task.SMALL if small else {"n": 2000}), "seed": 0, **(options or {})}
         return None, task.make_arithmetic_dataset(**rows), {
             "reward_funcs": task.arithmetic_reward, "feedback_func": task.arithmetic_feedback,
             "eval_dataset": task.make_arithmetic_dataset(**{**rows, "n": 64, "seed": rows["seed"] + 1})}
     cls = {"frozenlake": envs.FrozenLake, "sokoban": envs.Sokoban, "qa": envs.MultiHopQA}[name]
     base = PAPER_GAMES.get(name, {}) if preset == "paper" else {}
-    return (cls.small(**options) if small else cls(**{**base, **options})), None, {}
+    return (cls.small(**options or {}) if small else cls(**{**base, **(options or {})})), None, {}

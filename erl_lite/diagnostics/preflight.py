@@ -50,12 +50,10 @@ def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str
         return out
     out += _probe_template(tokenizer, template_kwargs)  # a bare-text template has no generation prompt
     default = "" if any(m.get("role") == "system" for m in messages) else _default_system(tokenizer, template_kwargs)
-    return out + ([_finding(
-        "default_system_prompt", f"the chat template adds its own system prompt {default!r:.150} to first attempts, "
-        "which have none, while second attempts carry the rulebook in its place", "First and second attempts differ "
-        "by more than the rulebook, and internalization trains second attempts under the template's prompt",
-        "give the tasks a system prompt of yours (a system message in the prompt, or the environment's)",
-        level=NOTE)] if default else [])
+    return out + [_finding("default_system_prompt", f"the chat template adds its own system prompt {default!r:.150} "
+                           "to first attempts, which have none, while second attempts carry the rulebook in its place",
+                           "The two attempts differ by more than the rulebook", "give the tasks a system prompt",
+                           level=NOTE) for _ in [default] if default]
 
 
 def _default_system(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> str:
