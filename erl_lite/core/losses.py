@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from erl_lite.config.checks import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPE_ALIASES, LOSS_TYPES, TRL_LOSS_TYPES_MISSING
+from erl_lite.config.checks import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES
 
 # exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
 _MAX_LOG_RATIO = 20.0
@@ -57,11 +57,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
                         importance_sampling_level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, capped at ``-A·c`` for ``A < 0``.
     ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean log-ratio.
-    Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted."""
-    if epsilon_low < 0 or epsilon_high < 0:
-        raise ValueError("epsilon_low and epsilon_high must be >= 0")
-    if dual_clip is not None and dual_clip <= 1:
-        raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
+    Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted. The ranges of ε and c
+    are ERLConfig's to check (:func:`~erl_lite.config.checks.check_clip`)."""
     adv = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).to(logp.dtype)  # (B, 1) or (B, T)
     log_ratio = logp - old_logp.detach()  # (B, T)
     keep = mask.bool()
@@ -92,7 +89,6 @@ def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> t
 
 def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
     """:func:`aggregate`'s denominator: loss tokens for ``token_mean``, else sequences with one (at least 1)."""
-    loss_type = _check_loss_type(loss_type)
     m = mask.bool()
     count = m.sum() if loss_type == "token_mean" else m.any(dim=-1).sum()
     return max(float(count), 1.0)
@@ -100,7 +96,8 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
 
 def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
     """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (``/ n_b`` for ``seq_mean``)."""
-    loss_type = _check_loss_type(loss_type)
+    if loss_type not in LOSS_TYPES:  # ERLConfig turns TRL's names into these
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
     m = mask.bool()
     sums = torch.where(m, per_token, torch.zeros_like(per_token)).sum(dim=-1)  # (B,)
     if loss_type == "seq_mean":
@@ -229,17 +226,6 @@ def _loss_stats(loss: torch.Tensor, per_token: torch.Tensor, without_kl: torch.T
                      clip_ratio=float(masked_mean(clipped, policy_mask)), kl=kl_mean,
                      num_tokens=int(mask.bool().sum()), policy_tokens=int(policy_mask.sum()),
                      row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()))
-
-
-def _check_loss_type(loss_type: str) -> str:
-    """The erl_lite name of ``loss_type`` (TRL's aliases resolved); unknown or missing ones raise."""
-    if loss_type in TRL_LOSS_TYPES_MISSING:
-        raise ValueError(f"loss_type {loss_type!r} (a TRL loss) is not implemented; the closest is "
-                         f"{TRL_LOSS_TYPES_MISSING[loss_type]}")
-    name = LOSS_TYPE_ALIASES.get(loss_type, loss_type)
-    if name not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)}, got {loss_type!r}")
-    return name
 
 
 def first_non_finite(tensors: Any) -> str | None:
