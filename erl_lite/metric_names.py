@@ -45,6 +45,9 @@ WEIGHT_UPDATE = "weights/update_ratio"
 GAP_MEAN_KEYS = {role: f"onpolicy/gap_mean/{role}" for role in ADVANTAGE_ROLES}
 GAP_MAX_KEYS = {role: f"onpolicy/gap_max/{role}" for role in ADVANTAGE_ROLES}
 GAP_TOKENS = "onpolicy/tokens"  # tokens compared (0: the sampler reports no log-probs)
+GAP_STALE = "onpolicy/stale_weights"  # 1: a sampler drew from other weights than those the update scored
+GAP_LIMIT = "onpolicy/tolerance"  # the mean gap a token past which the check fires: 1e-3 in fp32, 0.02 in 16 bits
+GAP_RECORD = (*GAP_MEAN_KEYS.values(), *GAP_MAX_KEYS.values(), GAP_TOKENS, GAP_STALE, GAP_LIMIT)  # what the update logs
 #: A diagnostic event's key is the check's name under this prefix (``diagnostics/parse_rate``).
 DIAGNOSTICS_PREFIX = "diagnostics/"
 #: An evaluation record's keys are the training keys under this prefix (``eval/success``).

@@ -220,3 +220,131 @@ def test_each_row_is_scored_at_the_temperature_it_was_sampled_at():
         keep = b.mask.bool()
         # fp32, same weights: ~1e-5 apart; scoring a 0.5 row at 0.7 would move each log-prob by ~0.5.
         assert torch.allclose(scored[keep], b.sampled_logp[keep], atol=1e-3)
+
+
+# -- the on-policy check is exact under the sampler's own cut, and catches a stale sampler at any lr ---------------
+from erl_lite.core.update import PolicyUpdater  # noqa: E402
+from erl_lite.metric_names import GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_STALE, GAP_TOKENS  # noqa: E402
+
+#: Sampler and update in fp32 on the same weights agree to ~1e-5 a token (another summation order); the exact check
+#: allows 1e-3. A cut the update ignored moves a token by -log(kept mass): 0.1 and more at these settings.
+EXACT = 1e-3
+CUTS = {"top_k=5": dict(top_k=5), "top_p=0.8": dict(top_p=0.8), "top_k=20,top_p=0.9": dict(top_k=20, top_p=0.9),
+        "T=1.3,top_p=0.5": dict(temperature=1.3, top_p=0.5), "none": {}}
+
+
+def _rollout_rows(gen, tok, cfg, n=4):
+    """First attempts and reflections drawn by ``gen`` as the phases draw them (each role's own settings)."""
+    prompts = [tok("hi there", add_special_tokens=False).input_ids, [7, 8, 9, 10]] * (n // 2)
+    rows = []
+    for role, params in (("first", SamplingParams(10, cfg.temperature, cfg.top_p, cfg.top_k)),
+                         ("reflection", SamplingParams(10, cfg.reflection_temperature, cfg.reflection_top_p, 0))):
+        outs = gen.generate(prompts, params)
+        rows += [TrainSample(role, p, o, [1] * len(o), 1.0, "t", None if role == "first" else params.temperature,
+                             list(lp)) for p, o, lp in zip(prompts, outs, gen.last_logprobs) if o]
+    getattr(gen, "flush", lambda: None)()
+    return rows
+
+
+def _update(model, tok, cfg, rows, lr=0.0):
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+    return PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
+
+
+@pytest.mark.parametrize("backend", ["generate", "continuous"])
+@pytest.mark.parametrize("cut", sorted(CUTS))
+def test_the_gap_is_zero_on_policy_whatever_the_cut(backend, cut):
+    from erl_lite.models import load_policy
+
+    tok = tiny_tokenizer()
+    model, tok = load_policy(tiny_model(tok, seed=1), tok, peft="lora")
+    cfg = ERLConfig(beta=0.0, reflection_top_p=0.7, **CUTS[cut])
+    gen = HFGenerator(model, tok) if backend == "generate" else ContinuousGenerator(model, tok, cache_tokens=4096)
+    torch.manual_seed(0)
+    m = _update(model, tok, cfg, _rollout_rows(gen, tok, cfg))
+    assert m[GAP_TOKENS] > 20 and m[GAP_STALE] == 0.0
+    for role in ("first", "reflection"):
+        assert m[GAP_MAX_KEYS[role]] < EXACT, (role, m[GAP_MEAN_KEYS[role]], m[GAP_MAX_KEYS[role]])
+
+
+def test_a_repetition_penalty_the_update_does_not_apply_opens_the_gap():
+    # A penalty outside ERLConfig (as a checkpoint's once leaked in) at a mild 1.3 on a flat model: the tokens it
+    # touched move by ~0.01 nats (0.008 measured with the old check's 0.05 tolerance, which missed it).
+    class Leaky(HFGenerator):
+        def sampling_config(self, params):
+            config = super().sampling_config(params)
+            config.repetition_penalty = 1.3
+            return config
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=1)
+    cfg = ERLConfig(beta=0.0)
+    torch.manual_seed(0)
+    m = _update(model, tok, cfg, _rollout_rows(Leaky(model, tok), tok, cfg, n=8))
+    assert m[GAP_MAX_KEYS["first"]] > 10 * EXACT
+    from erl_lite.diagnostics.checks import CHECKS_BY_NAME, RunFacts
+    assert CHECKS_BY_NAME["off_policy"].finding([{"step": 1, **m.to_metrics()}], RunFacts()) is not None
+
+
+class _Unsynced(HFGenerator):
+    """A sampler holding its own copy of the weights, taken when it was built and never refreshed (a vLLM engine
+    whose sync failed): like vLLM's, it reports the policy's version counters at the time it copied them."""
+
+    def __init__(self, policy, tok):
+        import copy
+
+        from erl_lite.core.policy import weight_versions
+
+        super().__init__(copy.deepcopy(policy), tok)
+        self.policy, self.copied = policy, weight_versions(policy)
+
+    def generate(self, prompts, params):
+        from erl_lite.core.policy import note_sampled
+
+        out = super().generate(prompts, params)
+        note_sampled(self.policy, self.copied)
+        return out
+
+
+@pytest.mark.parametrize("lr", [1e-4, 1e-6, 1e-9])
+def test_a_sampler_one_optimizer_step_behind_is_caught_at_any_learning_rate(lr):
+    # The sampler drew with the weights before the last step: at lr 1e-9 the log-probs cannot tell (the gap is
+    # ~1e-8), the weights' version counters can; the off_policy check fires on that step alone.
+    from erl_lite.diagnostics.checks import CHECKS_BY_NAME, RunFacts
+    from erl_lite.models import load_policy
+
+    tok = tiny_tokenizer()
+    model, tok = load_policy(tiny_model(tok, seed=1), tok, peft="lora")
+    cfg = ERLConfig(beta=0.0)
+    torch.manual_seed(0)
+    stale = _Unsynced(model, tok)
+    assert _update(model, tok, cfg, _rollout_rows(HFGenerator(model, tok), tok, cfg), lr=lr)[GAP_STALE] == 0.0
+    m = _update(model, tok, cfg, _rollout_rows(stale, tok, cfg))  # drawn with the weights before that step
+    assert m[GAP_STALE] == 1.0
+    assert CHECKS_BY_NAME["off_policy"].finding([{"step": 2, **m.to_metrics()}], RunFacts()) is not None
+    fresh = _rollout_rows(HFGenerator(model, tok), tok, cfg)
+    assert _update(model, tok, cfg, fresh)[GAP_STALE] == 0.0  # sampled from the weights it scores: not stale
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (5, 1.0), (0, 0.8), (20, 0.9), (3, 0.3), (1, 1.0)])
+def test_the_update_cuts_as_transformers_samplers_cut(top_k, top_p):
+    # truncated_logprobs against transformers' own warpers (temperature, then top-k, then top-p), token by token,
+    # on peaked and flat random logits; each kept token's log-prob equal to float32 rounding, each cut one -inf.
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    from erl_lite.core.losses import truncated_logprobs
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 100, generator=gen) * torch.tensor([0.3, 3.0]).repeat(32)[:, None]
+    scores = TemperatureLogitsWarper(0.7)(None, logits.clone())
+    if top_k:
+        scores = TopKLogitsWarper(top_k)(None, scores)
+    if top_p < 1:
+        scores = TopPLogitsWarper(top_p)(None, scores)
+    want = torch.log_softmax(scores, -1)
+    for token in range(0, 100, 7):
+        ids = torch.full((64,), token)
+        got = truncated_logprobs(logits, ids, 0.7, top_k, top_p)
+        assert torch.equal(torch.isinf(got), torch.isinf(want[:, token]))
+        kept = torch.isfinite(got)
+        assert torch.allclose(got[kept], want[kept, token], atol=1e-5)

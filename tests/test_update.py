@@ -409,7 +409,7 @@ def test_update_stats_keys_are_the_documented_metrics():
              "loss/reflection", "loss/second", "loss/distill", "kl", "clip_ratio", "grad_norm", "optim/steps",
              "optim/skipped_steps", "weights/update_ratio",
                  *[f"onpolicy/gap_{k}/{r}" for k in ("mean", "max") for r in ("first", "reflection", "second")],
-                 "onpolicy/tokens"]
+                 "onpolicy/tokens", "onpolicy/stale_weights", "onpolicy/tolerance"]
     assert list(UPDATE_METRICS) == today and set(today) <= set(METRIC_GLOSSARY)
     model, tok = lora_model()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)

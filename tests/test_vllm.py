@@ -106,7 +106,13 @@ def test_the_gap_stays_small_after_each_step_and_opens_without_the_sync(policy):
         _step(model)
         assert on_policy_gap(synced, model, prompts) < GAP_TOL
     assert synced.syncs == 2
+    from erl_lite.core.policy import sampled_stale
+
+    sampled_stale(model)  # forget the calls above; the update compares versions once per iteration
+    on_policy_gap(synced, model, prompts)
+    assert not sampled_stale(model)  # the synced engine reports the weights the policy holds
     assert on_policy_gap(stale, model, prompts) > 10 * GAP_TOL  # the stale-weights check: fails with sync off
+    assert sampled_stale(model)  # ... and the version counters say so at any step size
 
 
 def test_a_later_turn_samples_from_the_policy_too(engine, policy):

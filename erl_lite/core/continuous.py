@@ -32,7 +32,7 @@ import torch
 
 from erl_lite.config.checks import refuse_generation_kwargs
 from erl_lite.core.generation import SamplingParams, check_request, model_context_length
-from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable
+from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable, note_sampled, weight_versions
 
 #: Tokens per cache page. Small pages let a later turn reuse all but < 16 tokens of its conversation;
 #: the manager's default (256) would re-prefill up to 255 tokens of every turn.
@@ -120,7 +120,8 @@ class ContinuousGenerator:
             keep_4bit_trainable(self.model)
 
     def call_seed(self) -> int:
-        """This call's seed: a draw from the global generator (restored on resume, unlike a count of calls), per rank."""
+        """This call's seed: a draw from the global generator (a checkpoint restores it; a count of calls would
+        restart at 0), per rank."""
         return (self.seed * 1_000_003 + self.rank * 7_919 + int(torch.randint(2**62, ()))) % 2**62
 
     # -- one call ----------------------------------------------------------------------------------
@@ -163,6 +164,7 @@ class ContinuousGenerator:
         finally:
             self.model.train(was_training)
             keep_4bit_trainable(self.model)
+        note_sampled(self.model, weight_versions(self.model))  # the on-policy check compares them with the update's
         return outs
 
     def _run(self, manager: Any, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:

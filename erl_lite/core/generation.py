@@ -14,7 +14,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from erl_lite.core.policy import base_model, cache_name, eos_token_ids, keep_4bit_trainable, shared_rows
+from erl_lite.core.policy import (base_model, cache_name, eos_token_ids, keep_4bit_trainable, note_sampled,
+                                  shared_rows, weight_versions)
 from erl_lite.core.prompts import PromptTooLongError
 
 
@@ -171,6 +172,7 @@ class HFGenerator:
                                           **cached)
         finally:
             self.model.train(was_training)
+        note_sampled(self.model, weight_versions(self.model))  # the on-policy check compares them with the update's
         new = out[:, width:]  # (B, <= max_new_tokens)
         logprobs = recorder.finish(new).tolist()
         stops = set(self.stop_ids)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.losses import token_logprobs
+from erl_lite.core.losses import token_logprobs, truncated_logprobs
 from erl_lite.core.policy import base_model, cache_name, shared_rows
 
 #: Completion positions per lm-head chunk: 256 keeps a tile at 8 MiB, below glibc's mmap
@@ -46,6 +46,20 @@ def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch
     lm = causal_lm(model)
     _check_once(model, lm, input_ids, temperature)
     return _chunked(lm, input_ids, attention_mask, position_ids, targets, temperature, chunk_size)
+
+
+@torch.no_grad()
+def cut_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 targets: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """:func:`sequence_logprobs` ``(B, L)`` under a sampler's top-k / top-p cut (:func:`truncated_logprobs`), for the
+    on-policy check: one row at a time, its full logits ``(L, V)`` cut a chunk of positions at a time."""
+    L, out = targets.shape[1], []
+    for b in range(targets.shape[0]):
+        logits = model(input_ids=input_ids[b:b + 1], attention_mask=attention_mask[b:b + 1], use_cache=False,
+                       position_ids=position_ids[b:b + 1], logits_to_keep=L + 1).logits[0, :-1]  # (L, V)
+        out.append(torch.cat([truncated_logprobs(logits[i:i + 256], targets[b, i:i + 256], temperature, top_k, top_p)
+                              for i in range(0, L, 256)]))
+    return torch.stack(out)
 
 
 def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,

@@ -40,6 +40,21 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
     return torch.stack(rows).squeeze(-1)
 
 
+def truncated_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, top_k: int = 0,
+                       top_p: float = 1.0) -> torch.Tensor:
+    """Log-probs ``(N,)`` of ``token_ids`` ``(N,)`` under ``softmax(logits / T)`` ``(N, V)`` cut to its ``top_k`` best,
+    then its top-p nucleus, renormalised, as transformers' and vLLM's samplers draw; -inf outside the cut."""
+    z = logits.float() / temperature
+    if 0 < top_k < z.shape[-1]:
+        z = z.masked_fill(z < z.topk(top_k, dim=-1).values[:, -1:], -math.inf)
+    if top_p < 1:
+        ascending, order = z.sort(dim=-1)
+        cut = ascending.softmax(-1).cumsum(-1) <= 1 - top_p  # the least likely tokens, up to 1 - top_p of the mass
+        cut[:, -1] = False  # the most likely token always stays
+        z = z.masked_fill(cut.scatter(-1, order, cut), -math.inf)
+    return z.log_softmax(-1).gather(-1, token_ids[:, None])[:, 0]
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(π ‖ π_ref), ``exp(d) - d - 1`` with ``d = ref - logp`` ``(B, T)``;
     as verl's low-variance KL, ``d`` is clamped to ±20 and the estimate to at most 10.

@@ -1,5 +1,5 @@
-"""What the algorithm does to a policy beyond calling it: its stop tokens, its KL reference, and
-keeping a 4-bit model's gradients right (loading one is :mod:`erl_lite.models`' job).
+"""What the algorithm does to a policy beyond calling it: its stop tokens, its KL reference, which weights its
+samplers drew from, and keeping a 4-bit model's gradients right (loading one is :mod:`erl_lite.models`' job).
 
 Departures from the paper: the KL reference is the base with the LoRA adapter off, not a frozen copy (equal at step 0).
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -100,6 +101,25 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
     inner = unwrap(model)
     return inner.get_base_model() if isinstance(inner, PeftModel) else inner
+
+
+#: Per policy, the weight versions its samplers drew from since its last update (:func:`note_sampled`).
+_SAMPLED: "weakref.WeakKeyDictionary[torch.nn.Module, set]" = weakref.WeakKeyDictionary()
+
+
+def weight_versions(model: torch.nn.Module) -> tuple[int, ...]:
+    """Each parameter's version counter: an in-place change (an optimizer step, a load) moves it."""
+    return tuple(p._version for p in model.parameters())
+
+
+def note_sampled(policy: torch.nn.Module, versions: tuple[int, ...]) -> None:
+    """Record that a sampler drew from ``policy``'s weights as they were at ``versions``."""
+    _SAMPLED.setdefault(policy, set()).add(versions)
+
+
+def sampled_stale(policy: torch.nn.Module) -> bool:
+    """Whether a sampler drew from other weights than ``policy``'s now, since the last call (which forgets them)."""
+    return any(v != weight_versions(policy) for v in _SAMPLED.pop(policy, ()))
 
 
 def is_4bit(model: torch.nn.Module) -> bool:

@@ -21,19 +21,20 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.core.batching import (CompletionLogProbs, Packed, completion_logprobs, micro_batches,  # noqa: F401
                                     normalizer, pack)
-from erl_lite.core.losses import LossStats, first_non_finite, policy_objective, sampler_weights
-from erl_lite.core.logprobs import draws_dropout
-from erl_lite.core.policy import keep_4bit_trainable, reference_context
+from erl_lite.core.losses import _MAX_LOG_RATIO, LossStats, first_non_finite, policy_objective, sampler_weights
+from erl_lite.core.logprobs import cut_logprobs, draws_dropout
+from erl_lite.core.policy import base_model, keep_4bit_trainable, reference_context, sampled_stale
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
-from erl_lite.metric_names import (ADVANTAGE_KEYS, CLIP_RATIO, GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_TOKENS, GRAD_NORM, KL,
-                                   LOSS_KEYS, LOSS_TOTAL, OPTIM_SKIPPED_STEPS, OPTIM_STEPS, SAMPLES_KEYS, WEIGHT_UPDATE)
-from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
+from erl_lite.metric_names import (ADVANTAGE_KEYS, CLIP_RATIO, GAP_LIMIT, GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_RECORD,
+                                   GAP_STALE, GAP_TOKENS, GRAD_NORM, KL, LOSS_KEYS, LOSS_TOTAL, OPTIM_SKIPPED_STEPS,
+                                   OPTIM_STEPS, SAMPLES_KEYS, WEIGHT_UPDATE)
+from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
 UPDATE_METRICS: tuple[str, ...] = (*SAMPLES_KEYS.values(), *ADVANTAGE_KEYS.values(), LOSS_TOTAL, *LOSS_KEYS.values(),
                                    KL, CLIP_RATIO, GRAD_NORM, OPTIM_STEPS, OPTIM_SKIPPED_STEPS, WEIGHT_UPDATE,
-                                   *GAP_MEAN_KEYS.values(), *GAP_MAX_KEYS.values(), GAP_TOKENS)
+                                   *GAP_RECORD)
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,7 @@ class UpdateStats(Mapping):
         out.update({KL: float(self.kl), CLIP_RATIO: float(self.clip_ratio),
                     GRAD_NORM: float(self.grad_norm), OPTIM_STEPS: float(self.optim_steps),
                     OPTIM_SKIPPED_STEPS: float(self.skipped_steps), WEIGHT_UPDATE: float(self.weight_update)})
-        out.update({key: float(self.gap.get(key, 0.0)) for key in (*GAP_MEAN_KEYS.values(), *GAP_MAX_KEYS.values(),
-                                                                    GAP_TOKENS)})
+        out.update({key: float(self.gap.get(key, 0.0)) for key in GAP_RECORD})
         return out
 
     def __getitem__(self, key: str) -> float:
@@ -116,17 +116,32 @@ class _Tally:
 
 class GapTally:
     """The on-policy check's sums: ``|sampler's log-prob - the update's|`` over each sampled role's loss tokens, from
-    the first pass over the weights that sampled them. Max: over this process's rows."""
+    the first pass over the weights that sampled them, rescored under the role's top-k / top-p cut where its sampler
+    cut (``model``, ``config``); ``stale``: a sampler drew from other weights. Max: over this process's rows."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: Any = None, config: ERLConfig | None = None, stale: bool = False) -> None:
         self.sums: dict[str, float] = {key: 0.0 for r in ADVANTAGE_ROLES for key in (f"s/{r}", f"n/{r}")}
+        self.sums["stale"] = float(stale)
         self.maxes = {r: 0.0 for r in ADVANTAGE_ROLES}
+        c = config or ERLConfig()
+        self.model, self.cuts = model, {FIRST: (c.top_k, c.top_p), SECOND: (c.top_k, c.top_p),
+                                        REFLECTION: (0, c.reflection_top_p)}  # as the phases sample each role
+        self.temperature = c.temperature
+        # fp32 sampler and update agree to ~1e-6 a token; 16-bit rounding adds ~5e-3 (docs/HEALTH.md)
+        self.limit = 1e-3 if getattr(base_model(model), "dtype", torch.float32) == torch.float32 else 0.02
 
     def add(self, batch: Packed, scored: torch.Tensor) -> None:
         if batch.sampled_logp is None:
             return
-        gap = (batch.sampled_logp - scored.detach().float()).abs()  # (B, L); NaN where nothing was reported
-        known = batch.mask.bool() & torch.isfinite(gap)
+        scored = scored.detach().float()
+        for cut in {self.cuts.get(r, (0, 1.0)) for r in batch.roles} - {(0, 1.0)}:
+            rows = torch.tensor([self.cuts.get(r) == cut for r in batch.roles], device=scored.device)[:, None]
+            scored = torch.where(rows, cut_logprobs(self.model, batch.input_ids, batch.attention_mask,
+                                                    batch.position_ids, batch.targets,
+                                                    batch.temperature or self.temperature, *cut).to(scored), scored)
+        # (B, L); a token outside the update's cut is off by at least the cap; NaN where nothing was reported
+        gap = (batch.sampled_logp - scored).abs().clamp(max=_MAX_LOG_RATIO)
+        known = batch.mask.bool() & torch.isfinite(batch.sampled_logp)
         for b, role in enumerate(batch.roles):
             row = gap[b][known[b]]
             if role in self.maxes and row.numel():
@@ -139,6 +154,7 @@ class GapTally:
         out = {GAP_MEAN_KEYS[r]: s[f"s/{r}"] / max(s[f"n/{r}"], 1) for r in ADVANTAGE_ROLES}
         out.update({GAP_MAX_KEYS[r]: self.maxes[r] for r in ADVANTAGE_ROLES})
         out[GAP_TOKENS] = sum(s[f"n/{r}"] for r in ADVANTAGE_ROLES)
+        out[GAP_STALE], out[GAP_LIMIT] = float(s["stale"] > 0), self.limit
         return out
 
 
@@ -213,7 +229,8 @@ class PolicyUpdater:
         k = c.optimizer_steps(n_rows)
         plans = self.plans(samples, k)
         # The first mini-batch trains on the weights that sampled it (ratio 1): no old log-probs, unless dropout draws.
-        self.gaps, dropout = GapTally(), draws_dropout(self.model)
+        self.gaps = GapTally(self.model, c, sampled_stale(self.model))
+        dropout = draws_dropout(self.model)
         old = [i > 0 or dropout for i, (_, bs) in enumerate(plans) for _ in bs]
         flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=old, ref=c.beta > 0)
         tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0

@@ -16,10 +16,11 @@ from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE
                                    LOSS_TOTAL, MEMORY_TOTAL_WRITES, OPTIM_SKIPPED_STEPS, OPTIM_STEPS,
                                    REFLECTION_PARSE_RATE, REWARD_FIRST_GATED, REWARD_SECOND, SAMPLES_KEYS,
                                    SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
-                                   TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST, GAP_MEAN_KEYS, GAP_TOKENS)
+                                   TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST, GAP_LIMIT, GAP_MEAN_KEYS,
+                                   GAP_STALE, GAP_TOKENS)
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import reflects
-from erl_lite.records import DISTILL, REFLECTION
+from erl_lite.records import DISTILL
 
 WARNING, NOTE = "warning", "note"
 
@@ -43,9 +44,6 @@ class RunFacts:
     max_completion_length: int | None = None
     max_reflection_length: int | None = None
     max_steps: int | None = None
-    top_p: float = ERLConfig.top_p
-    top_k: int = ERLConfig.top_k
-    reflection_top_p: float = ERLConfig.reflection_top_p
 
     @classmethod
     def of(cls, settings: Any = None) -> "RunFacts":
@@ -246,19 +244,19 @@ def _had_signal(r: Mapping[str, Any]) -> bool:
         (_get(r, INTERNALIZATION_WEIGHT) or 0.0) > 0)
 
 
-#: Mean |sampler's log-prob - the update's| per token past which a role is off-policy: fp32 agrees to ~1e-5,
-#: bf16 logits add a few 1e-3; a leaked penalty or top-k moves it by 0.1 and more.
-GAP_TOLERANCE = 0.05
+#: Mean |sampler's log-prob - the update's| per token (both under the sampler's top-k / top-p cut) past which a role
+#: is off-policy, where a history has no onpolicy/tolerance (the update logs 1e-3 for fp32, this for 16-bit weights).
+#: Stale weights are caught exactly by their version counters (onpolicy/stale_weights).
+GAP_TOLERANCE = 0.02
 
 
 def _off_policy(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    # Top-p renormalises over the nucleus: log-probs rise by -log(kept mass) <= -log(top_p), as expected.
-    for role, key in GAP_MEAN_KEYS.items():
-        top_p, top_k = (facts.reflection_top_p, 0) if role == REFLECTION else (facts.top_p, facts.top_k)
-        limit = GAP_TOLERANCE - math.log(top_p)
-        if top_k == 0 and _all(w, GAP_TOKENS, lambda v: v > 0) and _all(w, key, lambda v: v > limit):
-            seen = ", ".join(f"{_get(r, key):.3g}" for r in w)
-            return f"{key} was {seen} on {_steps(w)} (tolerance {limit:.3g})"
+    if _all(w, GAP_STALE, lambda v: v > 0):
+        return f"{GAP_STALE} was 1 on {_steps(w)}: a sampler drew from weights the update did not score"
+    for key in GAP_MEAN_KEYS.values():
+        limit = _get(w[-1], GAP_LIMIT) or GAP_TOLERANCE
+        if _all(w, GAP_TOKENS, lambda v: v > 0) and _all(w, key, lambda v: v > limit):
+            return f"{key} was {_get(w[-1], key):.3g} on {_steps(w)} (tolerance {limit:g})"
     return None
 
 
@@ -338,7 +336,7 @@ CHECKS: tuple[Check, ...] = (
     Check("non_finite", (OPTIM_SKIPPED_STEPS, LOSS_TOTAL, GRAD_NORM, KL), 3, _non_finite,
           "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
           "lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite"),
-    Check("off_policy", (GAP_TOKENS, *GAP_MEAN_KEYS.values()), 2, _off_policy,
+    Check("off_policy", (GAP_TOKENS, GAP_STALE, GAP_LIMIT, *GAP_MEAN_KEYS.values()), 1, _off_policy,
           "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss scores",
           "look for a penalty or logits processor outside ERLConfig (a custom generator), another temperature in "
           "the sampler, a low-precision sampler, or weights the sampler did not get after a step"),

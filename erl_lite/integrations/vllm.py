@@ -20,7 +20,7 @@ import torch
 
 from erl_lite.config.checks import refuse_generation_kwargs
 from erl_lite.core.generation import SamplingParams, check_request, model_context_length
-from erl_lite.core.policy import base_model, eos_token_ids
+from erl_lite.core.policy import base_model, eos_token_ids, note_sampled, weight_versions
 
 #: Tokens the engine runs in one forward (prefill comes in chunks of it): what bounds its activations.
 BATCHED_TOKENS = 4096
@@ -45,8 +45,7 @@ def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def _merged_layer(name: str, layer: Any) -> dict[str, torch.Tensor]:
-    """The base parameters of a copy of ``layer`` with its active adapters merged by PEFT (one already merged
-    into the base is skipped by PEFT: the base holds it), under their names in the model."""
+    """A copy of ``layer``'s base merged by PEFT (an adapter merged already is in the base), named as in the model."""
     layer = copy.deepcopy(layer)
     try:
         layer.merge(adapter_names=layer.active_adapters)
@@ -85,9 +84,6 @@ class VLLMGenerator:
                      {"kv_cache_memory_bytes": cache_tokens * per_token * next(model.parameters()).dtype.itemsize})
         self.calls, self.syncs, self.last_logprobs, self.llm = 0, 0, [], None
 
-    def _versions(self) -> tuple[int, ...]:
-        return tuple(p._version for p in self.model.parameters())  # an in-place optimizer step bumps each
-
     def _start(self) -> Any:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
@@ -96,7 +92,7 @@ class VLLMGenerator:
         self._folder = tempfile.TemporaryDirectory(prefix="erl_lite_vllm_")
         base.save_pretrained(self._folder.name, state_dict=dict(merged_weights(self.model)))
         self.tokenizer.save_pretrained(self._folder.name)
-        self.synced = self._versions()
+        self.synced = weight_versions(self.model)
         return LLM(model=self._folder.name, dtype=str(dtype).removeprefix("torch."), max_model_len=self.context,
                    seed=self.seed + self.rank, generation_config="vllm", logprobs_mode="processed_logprobs",
                    enable_prefix_caching=True, max_num_batched_tokens=BATCHED_TOKENS, enforce_eager=not torch.cuda.is_available(),
@@ -107,7 +103,7 @@ class VLLMGenerator:
         runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
         runner.reload_weights(weights_iterator=merged_weights(self.model))
         self.llm.reset_prefix_cache()
-        self.synced, self.syncs = self._versions(), self.syncs + 1
+        self.synced, self.syncs = weight_versions(self.model), self.syncs + 1
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -118,9 +114,10 @@ class VLLMGenerator:
         from vllm import SamplingParams as VLLMSampling
         if self.llm is None:
             self.llm = self._start()
-        elif self.sync and self._versions() != self.synced:
+        elif self.sync and weight_versions(self.model) != self.synced:
             self._sync()
         self.calls += 1
+        note_sampled(self.model, self.synced)  # the weights the engine holds, for the on-policy check
         groups: dict[tuple[int, ...], list[int]] = {}  # each distinct prompt -> its rows: one request, n = rows
         for row, ids in enumerate(prompts):
             groups.setdefault(tuple(ids), []).append(row)
