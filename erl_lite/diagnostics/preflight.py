@@ -107,7 +107,7 @@ def token_findings(model: Any, tokenizer: Any, stop_ids: list[int], template_kwa
     from erl_lite.core.chat import end_of_turn_id
 
     out = []
-    size = _vocabulary(model)
+    size = getattr(getattr(model, "get_input_embeddings", lambda: None)(), "num_embeddings", None)
     for role in ("eos", "pad"):
         token_id = getattr(tokenizer, f"{role}_token_id", None)
         if token_id is None:
@@ -148,11 +148,6 @@ def sampling_findings(model: Any, args: Any) -> list[Finding]:
                      f"top_k={args.top_k} alone, the distribution its update scores (of generation_config only "
                      "the end and pad tokens are read)", "set ERLConfig's temperature, top_p and top_k to the "
                      "recommended values if you want them; penalties cannot be scored and are refused", level=NOTE)]
-
-
-def _vocabulary(model: Any) -> int | None:
-    embeddings = getattr(model, "get_input_embeddings", lambda: None)()
-    return getattr(embeddings, "num_embeddings", None)
 
 
 def trainable_findings(model: Any, target_modules: Any) -> list[Finding]:

@@ -52,11 +52,8 @@ def small_arithmetic_dataset(n: int = 200, seed: int = 0, chat: bool = True) -> 
 
 def _text(completion: Any) -> str:
     """A completion as text (chat messages: the last message's content)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content", ""))
-    return ""
+    last = completion[-1] if isinstance(completion, list) and completion else completion
+    return last if isinstance(last, str) else str(last.get("content", "")) if isinstance(last, dict) else ""
 
 
 def parse_number(completion: Any) -> tuple[float | None, str]:
