@@ -63,7 +63,8 @@ def test_an_overwritten_folder_holds_only_the_new_run_and_every_command_reads_it
     with pytest.raises(RewardFunctionError):  # run B overwrites the folder and crashes in its step 2
         make_trainer(out, reward=failing_reward(fail_at), max_steps=3, overwrite_output_dir=True).train()
     left = set(os.listdir(out))
-    assert left == {"checkpoint-1", "history.jsonl", "samples.jsonl", "notes.md"}, left  # nothing of run A
+    # nothing of run A; the lock's record of the folder's last writer (run B, ended)
+    assert left == {"checkpoint-1", "history.jsonl", "samples.jsonl", "notes.md", ".erl_lite.lock.json"}, left
     assert train_steps(out) == [1]
     # Every command means run B's checkpoint-1, and says so first.
     assert checkpoint.find_run(str(out)).state.path == str(out / "checkpoint-1")

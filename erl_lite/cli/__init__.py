@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", type=arg_types.embedded_build, default=None, metavar="DIR",
                       help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
                            "default: the shipped one")
+    demo.add_argument("--overwrite", action="store_true", help="write into an --out holding another run (deleted) "
+                      "or other files (kept); by default only an empty folder or an earlier demo's")
     from erl_lite.embedded.world import WORLDS
 
     demo.add_argument("--world", choices=sorted(WORLDS), default="demo",
@@ -170,6 +172,8 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--push-to-hub", default=None, metavar="REPO",
                         help="then upload the merged folder to this hub repository (needs the network and a token)")
     export.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")
+    export.add_argument("--overwrite", action="store_true", help="write into an --out that is neither empty nor an "
+                        "earlier export (files of the same names are written over)")
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -178,7 +182,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         adapter = export.run_adapter(args.adapter, lambda path: read_run("export", path))
         result = export.export_merged(adapter, args.out, quantization=args.quantization, dtype=args.dtype,
-                                      base_model=args.base_model)
+                                      base_model=args.base_model, overwrite=args.overwrite)
     except user_errors() as e:
         return usage_error("export", e)
     print(f"merged {adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
@@ -224,10 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = args.out or "erl_lite_demo"
         try:  # bad arguments, a missing model folder: one paragraph; errors while training keep their traceback
             trainer = build_demo(out, args.steps, args.seed, args.eval_tasks, model_dir=args.model, world=args.world,
-                                 **_demo_overrides(args))
+                                 overwrite=args.overwrite, **_demo_overrides(args))
         except user_errors() as e:
             return usage_error("demo", e)
-        train_demo(trainer, out, args.world, args.seed, model_dir=args.model)
+        try:
+            train_demo(trainer, out, args.world, args.seed, model_dir=args.model)
+        except user_errors()[0] as e:  # CheckpointError: --out held by another writer (others keep a traceback)
+            return usage_error("demo", e)
         return 0
     if args.command == "eval":
         return run_eval(args)

@@ -25,7 +25,7 @@ DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func", "reward_weights")
 #: The environment a run on ``--dataset ... --reward-funcs ...`` records (``erl-lite eval`` reads it).
 DATASET_ENV = "dataset"
 #: Short flags for two config fields, and switches that turn a part of ERL off.
-FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"]}
+FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"], "overwrite_output_dir": ["--overwrite"]}
 FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflection",
                   "--no-internalization": "use_internalization"}
 #: For run-file error messages: the field a command-line shorthand stands for.

@@ -67,20 +67,24 @@ def step_line(trainer: Any, record: Any) -> None:
 
 def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
              eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
-             world: str = "demo", **overrides: Any) -> History:
+             world: str = "demo", overwrite: bool = False, **overrides: Any) -> History:
     """Train the embedded model on one of its worlds (``"demo"``; ``"sparse"`` and ``"hard"``, 5x5 maps where
-    first attempts rarely succeed) and write the report (replacing an earlier run in ``out``)."""
-    trainer = build_demo(out, steps, seed, eval_tasks, verbose, model_dir, world, **overrides)
+    first attempts rarely succeed) and write the report (replacing an earlier demo in ``out``)."""
+    trainer = build_demo(out, steps, seed, eval_tasks, verbose, model_dir, world, overwrite, **overrides)
     return train_demo(trainer, out, world, seed, verbose, model_dir)
 
 
 def build_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
                eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
-               world: str = "demo", **overrides: Any) -> Any:
-    """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them)."""
+               world: str = "demo", overwrite: bool = False, **overrides: Any) -> Any:
+    """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them).
+    ``out`` must be empty or an earlier demo's, unless ``overwrite`` (then a run there is deleted, other files kept)."""
     from erl_lite.run.checkpoint import ensure_writable
+    from erl_lite.run.lock import check_out, last_writer
 
     ensure_writable(out)  # an ``out`` that is a file failed after the model was loaded
+    own = last_writer(out).get("by") == "demo" or os.path.isfile(os.path.join(out, "report.md"))
+    check_out(out, "erl-lite demo", own or overwrite)
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)
@@ -91,19 +95,19 @@ def build_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int =
 def train_demo(trainer: Any, out: str, world: str = "demo", seed: int = DEFAULT_SEED, verbose: bool = True,
                model_dir: str | None = None) -> History:
     """Train :func:`build_demo`'s trainer (on ``world``, seeded ``seed``) and write the report in ``out``."""
-    os.makedirs(out, exist_ok=True)
     config, env = trainer.args, trainer.env
     if verbose:
         print(f"erl_lite demo: {world} world, mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "
               f"world seed {seed} (hole letters {' and '.join(hole_letters(env))}, unknown to the model); "
               f"output in {out}/" + (f"; model {model_dir}" if model_dir else ""), flush=True)
-    start = time.perf_counter()
-    history = trainer.train()
-    seconds = time.perf_counter() - start
     from erl_lite.viz.plots import save_figures
 
-    figures = save_figures(history, out)
-    path = write_report(history, trainer.memory.entries, config, env, seconds, figures, out, model_dir)
+    with trainer.run_lock("demo"):  # its report too: no other writer between the run and its report
+        start = time.perf_counter()
+        history = trainer.train()
+        seconds = time.perf_counter() - start
+        figures = save_figures(history, out)
+        path = write_report(history, trainer.memory.entries, config, env, seconds, figures, out, model_dir)
     if verbose:
         before, after = _eval_ends(history)
         print(f"eval first-attempt success: {before:.2f} -> {after:.2f} in {seconds / 60:.1f} min; report: {path}")

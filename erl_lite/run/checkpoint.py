@@ -36,11 +36,13 @@ from erl_lite.run.state import (  # noqa: F401 - re-exported
 # 4: with manifest.json (3 and 2 are read without one, with a warning).
 FORMAT = 4
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
-#: What a run writes at its folder's root: history, and save_model's final model, tokenizer, args and card.
-_ROOT_FILES = re.compile(r"^((history|samples)\.jsonl(\.tmp)?|training_args\.json|README\.md|erl_lite\.json|"
+#: What a run writes at its folder's root: history, save_model's final model, tokenizer, args and card, a demo's report.
+_ROOT_FILES = re.compile(r"^((history|samples)\.jsonl(\.tmp)?|training_args\.json|(README|report)\.md|erl_lite\.json|"
                          r"adapter_(config\.json|model\.safetensors)|(trainable|model(-\d+-of-\d+)?)\.safetensors"
                          r"(\.index\.json)?|(generation_)?config\.json|tokenizer(_config\.json|\.json|\.model)|"
                          r"(special_tokens_map|added_tokens)\.json|chat_template\.(jinja|json)|(vocab|merges)\.\w+)$")
+_FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")  # the demo's, with its report
+RUN_NAMES = (_PATTERN, _ROOT_FILES, _FIGURES)  # every name a run writes in its folder
 
 
 def _checked_rng(path: str) -> dict[str, Any]:
@@ -209,6 +211,10 @@ def read_checkpoint(path: str) -> TrainingState:
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint folder at {path}")
     meta = run_record(path)
+    named = _PATTERN.match(os.path.basename(os.path.normpath(path)))
+    if named and int(named.group(1)) != meta["step"]:  # renamed or copied: its name would misplace it in the run
+        raise CheckpointError(f"{path} is named for step {named.group(1)} but holds step {meta['step']} (by the "
+                              "records inside it): a checkpoint is known by its content, not by its name")
     counts = _check_manifest(path, meta)
     files = meta.get("files") or []
     if meta.get("format", 2) >= 3:  # format 2 has no TrainerState; its step is in the record
@@ -266,13 +272,15 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
 
 
 def previous_run(out_dir: str) -> list[str]:
-    """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, ``training_args.json``."""
+    """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, and the files a run writes at
+    its root (``training_args.json``, the final model and tokenizer, a demo's ``report.md``)."""
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
     with contextlib.suppress(OSError), open(os.path.join(out_dir, "history.jsonl"), encoding="utf-8",
                                             errors="replace") as f:
         if records := sum(1 for line in f if line.strip()):
             found.append(f"history.jsonl with {records} record{'s' * (records != 1)}")
-    return found + ["training_args.json"] * os.path.isfile(os.path.join(out_dir, "training_args.json"))
+    return found + sorted(n for n in os.listdir(out_dir) if _ROOT_FILES.match(n) and not n.startswith(
+        ("history.", "samples.")) and os.path.isfile(os.path.join(out_dir, n))) if os.path.isdir(out_dir) else []
 
 
 def remove_previous_run(out_dir: str) -> None:
@@ -281,7 +289,7 @@ def remove_previous_run(out_dir: str) -> None:
         path = os.path.join(out_dir, name)
         if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):
             shutil.rmtree(path)
-        elif _ROOT_FILES.match(name) and os.path.isfile(path):
+        elif (_ROOT_FILES.match(name) or _FIGURES.match(name)) and os.path.isfile(path):
             os.remove(path)
 
 

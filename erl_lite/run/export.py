@@ -147,16 +147,21 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
 
 def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                   quantization: Literal["auto", "none", "4bit"] = "auto", dtype: str | torch.dtype = "auto",
-                  base_model: str | None = None, trust_remote_code: bool = False) -> ExportResult:
-    """Merge the adapter into its base and save model + tokenizer (safetensors) to ``out_dir``."""
+                  base_model: str | None = None, trust_remote_code: bool = False,
+                  overwrite: bool = False) -> ExportResult:
+    """Merge the adapter into its base and save model + tokenizer (safetensors) to ``out_dir``, which must be
+    empty or an earlier export's unless ``overwrite`` (files of the same names are written over, none deleted)."""
+    from erl_lite.run.lock import RunLock, check_out
+
     out = os.fspath(out_dir)
     if os.path.abspath(out) == os.path.abspath(os.fspath(adapter_dir)):
         raise ValueError(f"out_dir {out!r} is the adapter folder; write the merged model somewhere else")
-    model, tokenizer, info = merge_adapter(adapter_dir, quantization=quantization, dtype=dtype,
-                                           base_model=base_model, trust_remote_code=trust_remote_code)
-    os.makedirs(out, exist_ok=True)
-    model.save_pretrained(out)  # safetensors, transformers' default
-    tokenizer.save_pretrained(out)
+    with RunLock(out, "export") as lock:
+        check_out(out, "erl-lite export", overwrite or lock.before.get("by") == "export")
+        model, tokenizer, info = merge_adapter(adapter_dir, quantization=quantization, dtype=dtype,
+                                               base_model=base_model, trust_remote_code=trust_remote_code)
+        model.save_pretrained(out)  # safetensors, transformers' default
+        tokenizer.save_pretrained(out)
     dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
     return ExportResult(out, info.base_model, info.quantization, dtype_name, sorted(os.listdir(out)))
 

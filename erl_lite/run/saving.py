@@ -3,6 +3,7 @@ of :class:`~erl_lite.run.trainer.ERLTrainer`; the files are :mod:`erl_lite.run.c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -10,10 +11,11 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LambdaLR
 
-from erl_lite.run.checkpoint import ensure_writable, find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
+from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
 from erl_lite.run.state import CheckpointError, TrainingState, apply_state
 from erl_lite.run.identity import run_differences, run_identity
 from erl_lite.run.layout import write_json
+from erl_lite.run.lock import RunLock
 
 
 class CheckpointSaving:
@@ -24,6 +26,15 @@ class CheckpointSaving:
     _step_start: TrainingState | None = None  # where the running step began (None between steps)
     _training = False  # inside train(), which closes the tracker runs at its end
     _weights: dict[str, str] | None = None  # identity.model_fingerprint of the model as loaded (in __init__)
+    _lock: RunLock | None = None
+
+    def run_lock(self, purpose: str = "training") -> Any:
+        """This run's hold on ``output_dir`` (one writer per folder; rank 0 writes), taken by train()."""
+        if not (self.args.output_dir and self.dist.is_main):
+            return contextlib.nullcontext()
+        if self._lock is None or self._lock.folder != self.args.output_dir:
+            self._lock = RunLock(self.args.output_dir, purpose)
+        return self._lock
 
     def save_checkpoint(self) -> str:
         """Write ``<output_dir>/checkpoint-<step>`` and rotate old ones; returns its path."""
@@ -101,10 +112,11 @@ class CheckpointSaving:
         self.dist.barrier()
         if found and not self.args.overwrite_output_dir:
             raise CheckpointError(
-                f"output_dir {self.args.output_dir!r} already holds another run ({', '.join(found)}); a fresh "
+                f"output_dir {self.args.output_dir!r} already holds another run or files a run writes over "
+                f"({', '.join(found)}); a fresh "
                 "run there would overwrite its history and, with save_total_limit, delete its checkpoints. "
                 "Resume it with train(resume_from_checkpoint=True) (erl-lite train --resume), pick another "
-                "output_dir, or set overwrite_output_dir=True (--overwrite-output-dir) to delete that run's "
+                "output_dir, or set overwrite_output_dir=True (--overwrite) to delete that run's "
                 "checkpoints and history and start afresh")
         if found and self.dist.is_main:
             remove_previous_run(self.args.output_dir)
@@ -211,8 +223,6 @@ class CheckpointSaving:
         continuing = self.step > 0 and not resume_from_checkpoint
         if not continuing:
             set_seed(self.args.seed)
-        if self.args.output_dir:
-            ensure_writable(self.args.output_dir)
         if resume_from_checkpoint:
             self._resume(resume_from_checkpoint, ignore_config_mismatch)
         elif not continuing and self.args.output_dir:

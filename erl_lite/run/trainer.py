@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -163,39 +164,40 @@ class ERLTrainer(CheckpointSaving):
         ``resume_from_checkpoint``: a folder, or True for the newest clean one in ``output_dir``;
         ``ignore_config_mismatch``: resume despite changed run settings (else refused, naming each field).
         An exception in a step rolls back to the last finished step, saves it, and re-raises with a note."""
-        self._open_run(resume_from_checkpoint, ignore_config_mismatch)
-        if self.step == 0:
-            self.monitor.start(self.history)  # the pre-flight findings, first in a fresh history
-        bar = self._progress()
-        self._step_start = None
-        self._training = True
-        self.hf_callbacks.event("train_begin")
-        control = self.hf_callbacks.control  # what the TrainerCallbacks asked for, read after each event
-        try:
-            if self.step == 0 and self.args.eval_steps and self.eval_tasks:
-                self.evaluate(log=True)
-            while self.step < self.args.max_steps and not control.should_training_stop:
-                self._step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
-                                                 self.memory, self.history)
-                self.hf_callbacks.event("step_begin")
-                self.training_step()  # clears _step_start once the step's record is written
-                logged = self.history.of_kind("train")[-1]  # the step's record (a callback may log after it)
-                bar.update(1)
-                bar.set_postfix_str(self._postfix(logged))
-                self.hf_callbacks.event("step_end")
-                self.hf_callbacks.event("log", logs=logged)
-                self._evaluate_and_save_as_due(control)
-        except (Exception, KeyboardInterrupt) as error:
-            self._stopped(error)
-            raise
-        finally:
-            self._step_start, self._training = None, False
-            bar.close()
-            self.progress.close_all()  # a phase's bar an error left open
-            self.history.close_reporter()
-        self._close_run()
-        self.hf_callbacks.event("train_end")
-        return self.history
+        with self.run_lock():  # before the folder is looked at: a second writer is refused first
+            self._open_run(resume_from_checkpoint, ignore_config_mismatch)
+            if self.step == 0:
+                self.monitor.start(self.history)  # the pre-flight findings, first in a fresh history
+            bar = self._progress()
+            self._step_start = None
+            self._training = True
+            self.hf_callbacks.event("train_begin")
+            control = self.hf_callbacks.control  # what the TrainerCallbacks asked for, read after each event
+            try:
+                if self.step == 0 and self.args.eval_steps and self.eval_tasks:
+                    self.evaluate(log=True)
+                while self.step < self.args.max_steps and not control.should_training_stop:
+                    self._step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
+                                                     self.memory, self.history)
+                    self.hf_callbacks.event("step_begin")
+                    self.training_step()  # clears _step_start once the step's record is written
+                    logged = self.history.of_kind("train")[-1]  # the step's record (a callback may log after it)
+                    bar.update(1)
+                    bar.set_postfix_str(self._postfix(logged))
+                    self.hf_callbacks.event("step_end")
+                    self.hf_callbacks.event("log", logs=logged)
+                    self._evaluate_and_save_as_due(control)
+            except (Exception, KeyboardInterrupt) as error:
+                self._stopped(error)
+                raise
+            finally:
+                self._step_start, self._training = None, False
+                bar.close()
+                self.progress.close_all()  # a phase's bar an error left open
+                self.history.close_reporter()
+            self._close_run()
+            self.hf_callbacks.event("train_end")
+            return self.history
 
     def _evaluate_and_save_as_due(self, control: Any) -> None:
         """Evaluate and save as ``eval_steps`` / ``save_steps`` or a TrainerCallback's ``control`` asks."""
@@ -247,28 +249,29 @@ class ERLTrainer(CheckpointSaving):
     def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,
                  log: bool = False) -> dict[str, float]:
         """First attempts only, without memory; ``log=True`` also records an eval record at the current step."""
-        tasks = self.eval_tasks if tasks is None else tasks
-        if not tasks:
-            raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
-        mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
-        try:
-            attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
-                                     params=self.ctx.eval_params(), desc="evaluation") if mine else []
-        finally:
-            end_phase(self.generator)
-        attempts = self.dist.gather(attempts)
-        metrics = eval_metrics(attempts)
-        metrics.update({EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()})
-        metrics.update(wiring.env_eval_extras(self.env, attempts))
-        if log:
-            if self.args.output_dir and not self._claimed and self.step == 0:
-                self._claim_output_dir()  # the run's first record: the folder becomes this run's
-            self.history.log({STEP: self.step, **metrics}, kind="eval")
-            self.hf_callbacks.event("log", logs=self.history.records[-1])
-            if not self._training:  # train() finishes its tracker runs itself, at its end
-                self.history.close_reporter()
-        self.hf_callbacks.event("evaluate", metrics=metrics)
-        return metrics
+        with self.run_lock() if log else contextlib.nullcontext():  # a logged evaluation writes the run
+            tasks = self.eval_tasks if tasks is None else tasks
+            if not tasks:
+                raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
+            mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
+            try:
+                attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
+                                         params=self.ctx.eval_params(), desc="evaluation") if mine else []
+            finally:
+                end_phase(self.generator)
+            attempts = self.dist.gather(attempts)
+            metrics = eval_metrics(attempts)
+            metrics.update({EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()})
+            metrics.update(wiring.env_eval_extras(self.env, attempts))
+            if log:
+                if self.args.output_dir and not self._claimed and self.step == 0:
+                    self._claim_output_dir()  # the run's first record: the folder becomes this run's
+                self.history.log({STEP: self.step, **metrics}, kind="eval")
+                self.hf_callbacks.event("log", logs=self.history.records[-1])
+                if not self._training:  # train() finishes its tracker runs itself, at its end
+                    self.history.close_reporter()
+            self.hf_callbacks.event("evaluate", metrics=metrics)
+            return metrics
 
     def _progress(self) -> Any:
         from tqdm.auto import tqdm
