@@ -250,7 +250,8 @@ def test_the_environment_identity_names_the_class_and_the_reward_specs():
 
     assert environment_identity(RewardFunctionEnv(arithmetic_reward)) == {
         "name": "dataset", "class": "erl_lite.integrations.dataset.RewardFunctionEnv",
-        "reward_funcs": ["erl_lite.envs.arithmetic:arithmetic_reward"], "feedback_func": None}
+        "reward_funcs": ["erl_lite.envs.arithmetic:arithmetic_reward"], "feedback_func": None,
+        "reward_weights": [1.0], "system_prompt": "", "action_reminder": ""}  # and its settings
 
 
 def test_model_fingerprint_tells_same_shaped_models_apart_and_ignores_the_adapter():

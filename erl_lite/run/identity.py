@@ -1,7 +1,7 @@
 """What a run is, for resume: the settings, model, adapter and tokenizer a resuming run must match.
 
 Compared: ERLConfig but :data:`RESUMABLE_FIELDS`, the model (its name, architecture and tensors) and LoRA
-settings, the tokenizer; the env is recorded, not compared."""
+settings, the tokenizer, the env (its class, reward functions and settings)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,13 @@ def environment_identity(env: Any) -> dict[str, Any]:
         ident["reward_funcs"] = [function_spec(f) for f in funcs]
         feedback = getattr(env, "feedback_func", None)
         ident["feedback_func"] = None if feedback is None else function_spec(feedback)
+    for key, value in getattr(env, "__dict__", {}).items():  # settings: public plain values (not a retriever)
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        if not key.startswith("_"):
+            ident.setdefault(key, value if len(text) <= 200 else _digest(value))  # a long prompt by its hash
     return ident
 
 
@@ -95,16 +102,20 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
 def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """One line ``field: checkpoint <old>, this run <new>`` per setting that differs."""
     lines = []
-    for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset()), ("tokenizer", frozenset())):
-        if part == "tokenizer" and part not in saved:
-            continue  # written before tokenizers were recorded
+    for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset()), ("tokenizer", frozenset()),
+                       ("env", frozenset())):
+        if part in ("tokenizer", "env") and part not in saved:
+            continue  # written before tokenizers (or envs) were recorded
         old, new = saved.get(part, {}), current.get(part, {})
         # A field added after the checkpoint was written: it ran with that field's default.
         known = _config_defaults() if part == "config" else _lora_defaults() if "lora.r" in old else {}
-        for key in sorted((set(old) | set(new)) - skip - ({"model.architecture", "model.weights"} - set(old))):
+        # Keys recorded only since the checkpoint was written: the model's tensors, the env's settings.
+        later = {"env": set(new), "model": {"model.architecture", "model.weights"}}.get(part, set())
+        where = part + "." if part in ("tokenizer", "env") else ""
+        for key in sorted((set(old) | set(new)) - skip - (later - set(old))):
             a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
             if a != b:
-                lines.append(f"{part + '.' if part == 'tokenizer' else ''}{key}: checkpoint {a!r}, this run {b!r}"
+                lines.append(f"{where}{key}: checkpoint {a!r}, this run {b!r}"
                              + (" (another model under the same name or path)" if key == "model.weights" else ""))
     return lines
 
