@@ -673,3 +673,65 @@ def test_a_gpu_preset_without_cuda_is_one_paragraph_and_exit_2(monkeypatch, tmp_
     assert err.startswith("erl-lite train: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert "CUDA" in err and "--preset cpu" in err
     assert not any(word in err for word in ("notebook", "PRESET =", "Colab", "allow_cpu"))
+
+
+# --- resume refuses a change of the environment's settings, as it does the model's ------------------
+def _env_differences(saved_env, resumed_env) -> list[str]:
+    from erl_lite.run.identity import run_differences, run_identity
+
+    config = ERLConfig().to_dict()
+    return run_differences(run_identity(config, None, env=saved_env), run_identity(config, None, env=resumed_env))
+
+
+@pytest.mark.parametrize("saved, resumed, named", [
+    (dict(sizes=(2, 3)), dict(sizes=(2, 3), prompt_style="reference"), "prompt_style: checkpoint 'plain'"),
+    (dict(sizes=(2, 3)), dict(sizes=(2, 3), hint=False), "hint: checkpoint True, this run False"),
+    (dict(sizes=(2, 3)), dict(sizes=(2, 3), max_actions=3), "max_turns: checkpoint 8, this run 3"),
+    (dict(sizes=(2, 3)), dict(sizes=(2, 3), compact=True), "compact"),
+    (dict(sizes=(2, 3)), dict(sizes=(2, 3), symbols={"agent": "Z"}), "symbols"),
+])
+def test_resume_names_each_changed_setting_of_a_grid_game(saved, resumed, named):
+    from erl_lite.envs import FrozenLake
+
+    lines = _env_differences(FrozenLake(**saved), FrozenLake(**resumed))
+    assert any(line.startswith("env.") and named in line for line in lines), lines
+    assert _env_differences(FrozenLake(**saved), FrozenLake(**saved)) == []
+
+
+def test_resume_names_a_changed_reward_weight_or_environment_class():
+    from erl_lite.envs import FrozenLake, Sokoban
+    from erl_lite.integrations.dataset import RewardFunctionEnv
+
+    lines = _env_differences(RewardFunctionEnv([_always, _never], reward_weights=[1, 0]),
+                             RewardFunctionEnv([_always, _never], reward_weights=[0, 1]))
+    assert lines == ["env.reward_weights: checkpoint [1.0, 0.0], this run [0.0, 1.0]"]
+    assert any(line.startswith("env.class:") for line in _env_differences(FrozenLake(), Sokoban()))
+
+
+def test_a_checkpoint_written_before_settings_were_recorded_still_resumes():
+    from erl_lite.envs import FrozenLake
+    from erl_lite.run.identity import run_differences, run_identity
+
+    config = ERLConfig().to_dict()
+    now = run_identity(config, None, env=FrozenLake(prompt_style="reference"))
+    old = {**now, "env": {k: now["env"][k] for k in ("name", "class")}}
+    assert run_differences(old, now) == []
+
+
+@pytest.mark.slow
+def test_a_frozenlake_run_resumed_with_another_prompt_style_is_refused(tmp_path):
+    from erl_lite.envs import FrozenLake
+    from erl_lite.run.trainer import ERLTrainer
+    from erl_lite.testing import tiny_model, tiny_tokenizer
+
+    def trainer(style):
+        tok = tiny_tokenizer()
+        args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, max_completion_length=4,
+                                max_reflection_length=4, eval_steps=0, progress_bar=False, save_steps=1,
+                                output_dir=str(tmp_path), diagnostics="off")
+        env = FrozenLake(sizes=(2, 2), max_actions=1, prompt_style=style)
+        return ERLTrainer(model=tiny_model(tok, seed=3), processing_class=tok, args=args, env=env)
+
+    trainer("plain").train()
+    with pytest.raises(ValueError, match=r"env\.prompt_style: checkpoint 'plain', this run 'reference'"):
+        trainer("reference").train(resume_from_checkpoint=True)
