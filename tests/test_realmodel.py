@@ -23,13 +23,16 @@ PREFILL = "<prompt>\n1."
 
 @pytest.fixture(scope="module")
 def run():
-    """One ERL iteration of small FrozenLake maps (the reference's prompts): 3 tasks x G 2, all gated in practice."""
+    """One ERL iteration of small FrozenLake maps (the reference's prompts): 3 tasks x G 2, all gated in practice.
+    First attempts and reflections train (the prefilled, cut-at-the-tag reflection is what must stay on-policy);
+    second attempts and internalization do not, to keep the tier's fp32 update on 2 CPU cores short."""
     from erl_lite import ERLConfig, ERLTrainer
     from erl_lite.envs import FrozenLake
 
     cfg = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=3, num_generations=2, learning_rate=1e-5,
                            max_completion_length=32, max_reflection_length=64, eval_steps=0, output_dir=None,
-                           progress_bar=False, reflection_prefill=PREFILL)
+                           progress_bar=False, reflection_prefill=PREFILL, train_second=False,
+                           use_internalization=False)
     trainer = ERLTrainer(model=MODEL, args=cfg, env=FrozenLake.small(compact=False, prompt_style="reference"))
     return trainer.train()
 
