@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from erl_lite.cli import arg_types
+
 SETTINGS = {"old": "", "prefill": "<prompt>\n1."}
 
 
@@ -51,9 +53,9 @@ def run(model_dir: str, prefill: str, steps: int, tasks: int, reflection_length:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model_dir")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--tasks", type=int, default=4)
-    parser.add_argument("--reflection-length", type=int, default=96)
+    parser.add_argument("--steps", type=arg_types.whole(1), default=2)
+    parser.add_argument("--tasks", type=arg_types.whole(1), default=4)
+    parser.add_argument("--reflection-length", type=arg_types.whole(1), default=96)
     parser.add_argument("--train", action="store_true", help="train every role (slow on a CPU)")
     args = parser.parse_args()
     print("| setting | reflections | parse rate | 2nd attempts with a rulebook | 2nd success | 1st success "

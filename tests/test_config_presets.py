@@ -36,6 +36,7 @@ def test_demo_preset_builds_the_recorded_demo_configs_field_for_field(case):
         added = {k: v for k, v in got.items() if k not in before and k != "preset_name"}
         assert added == {k: ERLConfig().to_dict()[k] for k in added}
         assert set(added) <= {"diagnostics", "generation_backend", "reflection_copies", "vllm_gpu_memory_utilization",
+                              "reflection_request", "reflection_prefill", "retry_instruction",
                               *(f"vllm_importance_sampling_{n}" for n in ("correction", "mode", "clip_max", "clip_min"))}
         assert {k: v for k, v in got.items() if k not in ("extra", "preset_name", *added)} == {
             k: v for k, v in before.items() if k != "extra"}
