@@ -250,7 +250,7 @@ def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
 
     # Rank 0 alone wrote the history and the checkpoint.
     lines = open(os.path.join(root, "two", "history.jsonl")).read().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [1]
+    assert [json.loads(x)["step"] for x in lines if json.loads(x)["kind"] == "train"] == [1]  # a health warning may log too
     assert os.path.isdir(os.path.join(root, "two", "checkpoint-1"))
 
     # Resume the two-process checkpoint in one process: step 2 as in the uninterrupted run.

@@ -42,7 +42,9 @@ def failing_reward(fail_at: dict):
             raise ZeroDivisionError(f"bug in the reward at step {trainer_state.global_step}")
         return vowel_reward(prompts, completions)
 
-    reward.__name__ = vowel_reward.__name__  # the same rewards/<name>/* keys as the reference run
+    # the same rewards/<name>/* keys as the reference run, and the same function to a resume that compares them
+    reward.__name__, reward.__qualname__, reward.__module__ = (vowel_reward.__name__, vowel_reward.__qualname__,
+                                                               vowel_reward.__module__)
     return reward
 
 
@@ -110,7 +112,7 @@ def test_a_failing_step_is_undone_saved_and_the_run_continues_without_a_gap(refe
     assert checkpoints(out) == ["checkpoint-2"] and train_steps(out) == [1, 2]
     assert trainer.step == 2
     ck = read_checkpoint(str(out / "checkpoint-2"))
-    assert ck.step == 2 and [r["step"] for r in ck.records] == [1, 2]
+    assert ck.step == 2 and [r["step"] for r in ck.records if r["kind"] == "train"] == [1, 2]
     shutil.copytree(out, tmp_path / "copy")
     # Fixed, the same trainer continues at step 3: steps 1, 2, 3, 4, equal to the uninterrupted run.
     fail_at.clear()
@@ -253,7 +255,7 @@ def test_overwrite_output_dir_removes_the_old_run_so_rotation_never_mixes_two(fi
     trainer = make_trainer(out, max_steps=2, save_steps=1, save_total_limit=3, overwrite_output_dir=True)
     history = trainer.train()
     assert checkpoints(out) == ["checkpoint-1", "checkpoint-2"]  # not the old run's 3 and 4
-    assert train_steps(out) == [1, 2] and [r["step"] for r in history.records] == [1, 2]
+    assert train_steps(out) == [1, 2] and [r["step"] for r in history.of_kind("train")] == [1, 2]
     assert (out / "notes.md").read_text() == "mine"  # only the run's own files go
     # A resume never removes anything, whatever overwrite_output_dir says.
     resumed = make_trainer(out, max_steps=3, overwrite_output_dir=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LambdaLR
 
+from erl_lite.core.policy import sampled_stale
 from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
 from erl_lite.run.state import CheckpointError, TrainingState, apply_state
 from erl_lite.run.identity import run_differences, run_identity
@@ -155,6 +156,7 @@ class CheckpointSaving:
         self._saved_step = state.step if in_output_dir else None
 
     def _restore(self, state: TrainingState) -> None:
+        sampled_stale(self.model)  # forget the weights the undone step's samplers drew from: the redo samples anew
         apply_state(state, self.model, self.optimizer, self.scheduler, self.memory)
         self.step = state.step
         self.history.records, self.history.samples = list(state.records), list(state.samples)
