@@ -147,7 +147,10 @@ def test_the_manifest_records_every_file_and_the_record_counts(two_steps):
     assert set(manifest["files"]) == set(os.listdir(folder)) - {"manifest.json"}
     size = manifest["files"]["optimizer.pt"]["size"]
     assert size == os.path.getsize(folder / "optimizer.pt") and len(manifest["files"]["optimizer.pt"]["sha256"]) == 64
-    assert manifest["records"] == {"history.jsonl": 2, "samples.jsonl": 2}
+    lines = {name: (folder / name).read_text().splitlines() for name in ("history.jsonl", "samples.jsonl")}
+    assert manifest["records"] == {name: len(rows) for name, rows in lines.items()}  # a health warning logs too
+    assert [json.loads(r)["step"] for r in lines["history.jsonl"] if json.loads(r)["kind"] == "train"] == [1, 2]
+    assert len(lines["samples.jsonl"]) == 2
 
 
 @pytest.mark.slow
