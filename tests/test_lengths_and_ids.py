@@ -253,7 +253,8 @@ def test_multi_turn_cut_reply_is_truncated(tok, first_reply, expected):
 def test_truncated_metrics_of_every_role(tok, cut):
     def script(prompt):
         if "rulebook" in prompt.lower():
-            return "<prompt>Say it.</prompt>" + ("r" * 40 if cut else "")
+            # a reflection ends at its closing tag, so only a block still open at the limit is cut
+            return "<prompt>Say it." + ("r" * 40 if cut else "") + "</prompt>"
         return "q" * 40 if cut else "no"
 
     t = build(tok, [{"prompt": "Say 1.", "answer": "1"}], script=script, num_tasks_per_step=1,

@@ -58,7 +58,8 @@ def _eval_points(ax: Axes, h: HistoryLike, steps: list[int], values: list[float]
     """Evaluation at the steps measured, never joined by a line (two points are not a learning curve)."""
     counts = dict(zip(*series(h, EVAL_NUM_EPISODES, "eval")))
     bounds = [wilson(v, counts.get(s, 0)) for s, v in zip(steps, values)]
-    err = [[v - lo for v, (lo, _) in zip(values, bounds)], [hi - v for v, (_, hi) in zip(values, bounds)]]
+    err = [[max(0.0, v - lo) for v, (lo, _) in zip(values, bounds)],  # >= 0: rounding at a rate of 0 or 1, and a
+           [max(0.0, hi - v) for v, (_, hi) in zip(values, bounds)]]  # mean reward outside [0, 1], have none
     ax.errorbar([s + 0.2 * baseline for s in steps], values, yerr=err, fmt=marker, ls="none", color=color,
                 capsize=3, ms=6, mfc="none" if baseline else color, zorder=4, label=label + " (95% interval)")
 
