@@ -38,19 +38,7 @@ from test_run_faults import checkpoints, failing_reward, make_trainer, train_ste
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="module")
-def two_steps(tmp_path_factory):
-    """A finished 2-step run with checkpoint-1 and checkpoint-2."""
-    out = tmp_path_factory.mktemp("two")
-    make_trainer(out, max_steps=2, save_steps=1).train()
-    return out
-
-
-@pytest.fixture
-def copy(two_steps, tmp_path):
-    dst = tmp_path / "run"
-    shutil.copytree(two_steps, dst)
-    return dst
+from test_run_trust import copy, two_steps  # noqa: E402,F401  (a finished 2-step run, and a copy of it per test)
 
 
 def digest(out) -> str:
