@@ -618,6 +618,23 @@ def test_bad_reward_weights_are_refused_by_the_trainer_before_a_model_loads(weig
     assert says in str(err.value) and "_always _never" in str(err.value)
 
 
+@pytest.mark.parametrize("given, named", [
+    ({"reward_weights": [1.0]}, "reward_weights"), ({"feedback_func": _never}, "feedback_func"),
+    ({"reward_weights": [2.0], "feedback_func": _never}, "reward_weights, feedback_func"),
+    ({"reward_weights": [math.nan]}, "reward_weights"),
+    ({"environment_factory": object, "feedback_func": _never}, "feedback_func"),
+])
+def test_settings_for_reward_functions_are_refused_with_an_environment_that_scores_itself(given, named):
+    from erl_lite.envs.frozenlake import FrozenLake
+    from erl_lite.run.trainer import ERLTrainer
+
+    # env= scores its own episodes: weights or feedback for reward functions would be dropped without a word.
+    with pytest.raises(ValueError, match=f"{named} .*reward_funcs=") as err:
+        ERLTrainer(model="no/such-model-is-loaded", **({} if "environment_factory" in given else {"env": FrozenLake()}),
+                   **given)
+    assert "env=" in str(err.value) or "environment_factory=" in str(err.value)
+
+
 @pytest.mark.parametrize("weights", [[1.0, 0.0], [2.0, -1.0], (0.5, 0.5), [1, 3]])
 def test_reward_weights_with_a_positive_one_pass(weights):
     from erl_lite.integrations.dataset import RewardFunctionEnv

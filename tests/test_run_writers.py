@@ -254,6 +254,34 @@ def test_a_run_whose_only_checkpoint_is_misnamed_has_nothing_to_resume(copy):
     assert checkpoints(copy) == ["checkpoint-7"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("change, new, kept", [(_rename, 7, [3, 4, 7]), (_copy, 9, [3, 4, 9])],
+                         ids=["renamed-7", "copied-9"])
+def test_rotation_keeps_the_newest_checkpoints_by_content_and_leaves_a_misnamed_one_alone(copy, change, new, kept):
+    change(copy, 1, new)
+    before = digest_all(copy / f"checkpoint-{new}")
+    with pytest.warns(UserWarning, match=f"named for step {new} but holds step 1"):
+        make_trainer(copy, max_steps=4, save_steps=1, save_total_limit=2).train(resume_from_checkpoint=True)
+    # Steps 3 and 4 are the two newest; the misnamed folder is not erl_lite's to delete (nor to count).
+    assert checkpoints(copy) == [f"checkpoint-{n}" for n in kept]
+    assert digest_all(copy / f"checkpoint-{new}") == before
+
+
+@pytest.mark.slow
+def test_the_command_line_checks_the_environment_of_the_checkpoint_it_resumes_not_a_misnamed_one(tmp_path, capsys):
+    out = tmp_path / "run"
+    cmd = ["train", "--env", "arithmetic", "--small", "--model", save_tiny_model(tmp_path / "base"), "--out", str(out)]
+    assert main([*cmd, "--steps", "1"]) == 0
+    _copy(out, 1, 5)  # a copy named for step 5, from a run on another world
+    record = json.loads((out / "checkpoint-5" / "erl_state.json").read_text())
+    record["config"]["extra"]["small"] = False
+    (out / "checkpoint-5" / "erl_state.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="checkpoint-5 is named for step 5 but holds step 1"):
+        assert main([*cmd, "--steps", "2", "--resume"]) == 0, capsys.readouterr().err
+    assert train_steps(out) == [1, 2]
+
+
 # --- 3. no command deletes what it did not write ---------------------------------------------------
 DEMO = ["demo", "--steps", "1", "--eval-tasks", "2"]
 

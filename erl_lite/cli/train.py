@@ -117,7 +117,7 @@ def train_config(args: argparse.Namespace) -> ERLConfig:
 
 def run_train(args: argparse.Namespace) -> int:
     """``erl-lite train``: build the trainer and train; the exit code."""
-    from erl_lite.run.checkpoint import list_checkpoints
+    from erl_lite.run.checkpoint import list_checkpoints, named_for_its_step
     from erl_lite.run.state import CheckpointError
     from erl_lite.metric_names import EVAL_SUCCESS
 
@@ -129,8 +129,8 @@ def run_train(args: argparse.Namespace) -> int:
         if args.resume and not list_checkpoints(cfg.output_dir):
             raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {cfg.output_dir}; "
                                   "run without --resume to start this run")
-        if args.resume:
-            same_environment(run, list_checkpoints(cfg.output_dir)[0])
+        if resumed := [p for p in list_checkpoints(cfg.output_dir) if named_for_its_step(p)][:1] if args.resume else []:
+            same_environment(run, resumed[0])  # the one resume takes; a misnamed one is skipped there, named
     except user_errors() as e:
         return usage_error("train", e)
     if run["model"] == "embedded" and run["env"] != "demo":

@@ -25,6 +25,15 @@ def build_environment(args: ERLConfig, env: Environment | None, environment_fact
                       reward_funcs: Any, feedback_func: Callable | None, reward_weights: Sequence[float] | None,
                       train_dataset: Any) -> tuple[Environment, Any]:
     """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=``, ``reward_funcs=``."""
+    # What the chosen route never reads is refused, not dropped: env= scores its own episodes, and an
+    # environment_factory= takes reward functions and weights but gives its own feedback.
+    unread = [n for n, v, used_by_factory in (("reward_weights", reward_weights, True),
+                                              ("feedback_func", feedback_func, False))
+              if v is not None and (env is not None or (environment_factory is not None and not used_by_factory))]
+    if unread:
+        route = "an env=" if env is not None else "an environment_factory="
+        raise ValueError(f"{', '.join(unread)} go with reward_funcs= (dataset tasks); {route} scores its own "
+                         "episodes and would never read them: set them on the environment instead")
     if environment_factory is not None:
         if env is not None:
             raise ValueError("pass env= or environment_factory=, not both")

@@ -168,7 +168,9 @@ def _move_into_place(tmp: str, final: str) -> None:
 
 def _rotate(out_dir: str, limit: int, keep: str) -> None:
     """Delete the oldest checkpoints down to ``limit``, never ``keep`` (transformers' would) nor the highest."""
-    found = list_checkpoints(out_dir)  # newest first
+    # Only folders whose name agrees with the step inside them: a renamed or copied one would misorder the run,
+    # and it is not a name this run wrote, so it is neither counted nor deleted.
+    found = [p for p in list_checkpoints(out_dir) if named_for_its_step(p)]  # newest first
     protected = {os.path.abspath(keep), os.path.abspath(found[0])} if found else set()
     excess = len(found) - max(limit, len(protected))
     for path in reversed(found):
@@ -186,6 +188,15 @@ def list_checkpoints(out_dir: str) -> list[str]:
     found = [(int(m.group(1)), name) for name in os.listdir(out_dir)
              if (m := _PATTERN.match(name)) and os.path.isdir(os.path.join(out_dir, name))]
     return [os.path.join(out_dir, name) for _, name in sorted(found, reverse=True)]
+
+
+def named_for_its_step(path: str) -> bool:
+    """Whether a ``checkpoint-<step>`` folder holds that step by its record (one that cannot be read is not held
+    against its name: reading the checkpoint reports that damage)."""
+    try:
+        return run_record(path)["step"] == int(_PATTERN.match(os.path.basename(path)).group(1))
+    except CheckpointError:
+        return True
 
 
 def run_record(path: str) -> dict[str, Any]:
