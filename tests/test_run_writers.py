@@ -368,3 +368,35 @@ def test_export_into_a_folder_being_written_is_refused(tmp_path):
         with pytest.raises(CheckpointError, match=re.escape(f"being written by training (pid {os.getpid()}")):
             export_merged(adapter, out, overwrite=True)
     assert os.listdir(out) == [WRITER_FILE]  # nothing written
+
+
+@pytest.mark.parametrize("held", ["training", "figures", "unrelated-figure"])
+def test_plot_refuses_an_out_folder_holding_another_run_or_figures_unless_told_to_overwrite(two_steps, tmp_path,
+                                                                                          capsys, held):
+    out = tmp_path / "figs"
+    if held == "training":
+        shutil.copytree(two_steps, out)
+        named = ["checkpoint-2", "history.jsonl with"]
+    else:
+        out.mkdir()
+        name = "eval.png" if held == "figures" else "overview.png"
+        (out / name).write_bytes(b"not erl_lite's")
+        named = [name]
+    before = digest(out)
+    assert main(["plot", str(two_steps), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    for needed in [str(out), "--overwrite", *named]:
+        assert needed in err, err
+    assert digest(out) == before
+    assert main(["plot", str(two_steps), "--out", str(out), "--overwrite"]) == 0
+    assert (out / "eval.png").stat().st_size > 1000
+
+
+def test_plot_redraws_a_runs_own_figures_and_fills_a_new_folder_without_being_told(two_steps, tmp_path):
+    own = tmp_path / "run"
+    shutil.copytree(two_steps, own)
+    for _ in range(2):  # its own folder, drawn twice: figures of that run, replaced
+        assert main(["plot", str(own)]) == 0
+        assert main(["plot", str(own), "--out", str(own)]) == 0
+    assert main(["plot", str(own), "--out", str(tmp_path / "new")]) == 0
+    assert main(["plot", str(own / "history.jsonl"), "--out", str(tmp_path / "empty")]) == 0

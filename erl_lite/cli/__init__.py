@@ -153,6 +153,7 @@ def _plot_parser(sub: Any) -> None:
     p.add_argument("history", help="a history.jsonl file, or a run folder holding one")
     p.add_argument("--out", type=arg_types.folder, default=None,
                    help="folder for the PNGs (default: the history's folder)")
+    p.add_argument("--overwrite", action="store_true", help="draw into an --out folder that holds other files")
     p.add_argument("--baseline", default=None, type=expand_path, help="another run's history, drawn dashed")
 
 
@@ -201,6 +202,7 @@ def _demo_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _plot(args: argparse.Namespace) -> int:
     from erl_lite.history import History
+    from erl_lite.run.lock import check_out
     from erl_lite.viz.plots import save_figures
 
     try:
@@ -209,11 +211,16 @@ def _plot(args: argparse.Namespace) -> int:
             history = History.load(read_run("plot", args.history).folder if os.path.isdir(args.history)
                                    else args.history)
             baseline = History.load(args.baseline) if args.baseline else None
+        run = args.history if os.path.isdir(args.history) else os.path.dirname(os.path.abspath(args.history))
+        out = args.out or run
+        # Its own run's folder takes its figures redrawn; any other --out must be empty (figures of the same
+        # names there may be someone else's).
+        own = not os.path.isdir(out) or os.path.samefile(out, run)
+        check_out(out, "erl-lite plot", own or args.overwrite)
     except user_errors() as e:
         return usage_error("plot", e)
     for w in caught:
         print(f"erl-lite plot: warning: {w.message}", file=sys.stderr)
-    out = args.out or (args.history if os.path.isdir(args.history) else os.path.dirname(os.path.abspath(args.history)))
     for path in save_figures(history, out, baseline):
         print(path)
     return 0
