@@ -164,6 +164,19 @@ def test_reflection_budget_too_small_for_its_own_text_is_refused(tok):
         build(tok, [{"prompt": "Say 1.", "answer": "1"}], max_reflection_prompt_length=100)
 
 
+@pytest.mark.parametrize("setting", ["reflection_request", "reflection_prefill"])
+def test_a_custom_request_or_prefill_counts_in_the_reflection_budget(tok, setting):
+    from erl_lite.config import ERLConfig
+    from erl_lite.core.prompts import reflection_skeleton_length
+
+    budget = reflection_skeleton_length(tok, None) + 40  # room for the default request, not for 300 more words
+    words = "Think about the letters. " * 60
+    value = ERLConfig.reflection_request + words if setting == "reflection_request" else "<prompt>\n" + words
+    build(tok, [{"prompt": "Say 1.", "answer": "1"}], max_reflection_prompt_length=budget)  # the default fits
+    with pytest.raises(ValueError, match=rf"max_reflection_prompt_length={budget}.*needs"):
+        build(tok, [{"prompt": "Say 1.", "answer": "1"}], max_reflection_prompt_length=budget, **{setting: value})
+
+
 @pytest.mark.parametrize("split", ["train_dataset", "eval_dataset"])
 def test_a_row_leaving_no_room_for_a_reply_is_refused_naming_it(tok, split):
     rows = [{"prompt": "Say 1.", "answer": "1"}, {"prompt": "Say 1. " + "word " * 300, "answer": "1", "id": "long"}]

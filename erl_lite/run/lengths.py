@@ -33,11 +33,12 @@ def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Map
 def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
     from erl_lite.core.prompts import reflection_skeleton_length
 
-    needs = reflection_skeleton_length(tokenizer, c.chat_template_kwargs)
+    needs = reflection_skeleton_length(tokenizer, c.chat_template_kwargs, c.reflection_request, c.reflection_prefill)
     if needs >= c.max_reflection_prompt_length:
         raise ValueError(f"ERLConfig.max_reflection_prompt_length={c.max_reflection_prompt_length} cannot hold a "
-                         f"reflection request: its fixed text alone needs {needs} tokens with this tokenizer, "
-                         "before any task, attempt or memory. Raise it.")
+                         f"reflection request: its fixed text (reflection_request and reflection_prefill included) "
+                         f"alone needs {needs} tokens with this tokenizer, before any task, attempt or memory. "
+                         "Raise it, or shorten those settings.")
 
 
 def _check_openings(c: Any, tokenizer: Any, env: Any, name: str, tasks: Sequence[Any]) -> None:
