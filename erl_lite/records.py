@@ -29,8 +29,6 @@ ROLES = ("first", "reflection", "second", "distill")
 FIRST, REFLECTION, SECOND, DISTILL = ROLES
 #: The roles whose rows carry a GRPO advantage (internalization rows carry a weight instead).
 ADVANTAGE_ROLES = (FIRST, REFLECTION, SECOND)
-#: The roles an attempt (an episode played in the environment) can have.
-ATTEMPT_ROLES = (FIRST, SECOND)
 
 
 @dataclass

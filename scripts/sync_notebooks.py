@@ -3,7 +3,7 @@
     python scripts/sync_notebooks.py            # rewrite notebooks/*.ipynb in place
     python scripts/sync_notebooks.py --check    # exit 1 and name the notebooks that differ
 
-What it writes, each rendered by :mod:`erl_lite.integrations.colab` from ``erl_lite.REPOSITORY_URL`` and
+What it writes, each rendered here from ``erl_lite.REPOSITORY_URL`` and
 ``erl_lite.RELEASE_REF``:
 
 * the "Open in Colab" badge, first line of the first markdown cell;
@@ -29,13 +29,68 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # render from this checkout's constants, not an installed copy
 
-from erl_lite.integrations.colab import REPORT_CELL_SOURCE, badge_markdown, install_cell_source, raw_url  # noqa: E402
+from erl_lite import RELEASE_REF, REPOSITORY_URL  # noqa: E402
 
 NOTEBOOK_DIR = ROOT / "notebooks"
 _BADGE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$")
 # A figure link, relative to notebooks/ or already a raw URL (of any owner/name/ref: re-rendered).
 _ASSET_LINK = re.compile(
     r"\]\((?:\.\./|https://raw\.githubusercontent\.com/[^/\s)]+/[^/\s)]+/[^/\s)]+/)(assets/[^)\s]+)\)")
+
+
+_GITHUB = re.compile(r"https://github\.com/(?P<owner>[\w.-]+)/(?P<name>[\w.-]+?)(?:\.git)?/?")
+
+
+def github_path(repository: str = REPOSITORY_URL) -> str:
+    """``owner/name`` of a GitHub repository URL (Colab opens notebooks from GitHub only)."""
+    match = _GITHUB.fullmatch(repository)
+    if match is None:
+        raise ValueError(f"repository must be https://github.com/<owner>/<name>, got {repository!r}")
+    return f"{match['owner']}/{match['name']}"
+
+
+def raw_url(path: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The URL of a file of the repository at ``ref``, as served raw (images, constraints)."""
+    return f"https://raw.githubusercontent.com/{github_path(repository)}/{ref}/{path}"
+
+
+def colab_url(notebook: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The URL that opens ``notebook`` (a path inside the repository) in Colab, at ``ref``."""
+    return f"https://colab.research.google.com/github/{github_path(repository)}/blob/{ref}/{notebook}"
+
+
+def badge_markdown(notebook: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The "Open in Colab" badge of ``notebook`` (a path inside the repository), as markdown."""
+    return ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"({colab_url(notebook, repository, ref)})")
+
+
+def install_cell_source(repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
+    """The source of every notebook's install cell: erl_lite and its ``constraints.txt`` pins at ``ref``."""
+    return f'''\
+# Installs erl_lite from its repository at the pinned release, with the dependency versions its
+# tests passed with. Does nothing where erl_lite is already importable (a local clone, CI).
+# Rendered by scripts/sync_notebooks.py from erl_lite.REPOSITORY_URL and erl_lite.RELEASE_REF.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("erl_lite") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+{repository}@{ref}",
+                    "-c", "{raw_url("constraints.txt", repository, ref)}"], check=True)
+    importlib.invalidate_caches()'''
+
+
+#: The cell after the parameters cell: what the notebook runs on, and the GPU-preset check.
+REPORT_CELL_SOURCE = '''\
+# What this notebook runs on: versions, device, free GPU memory (paste it into a bug report).
+from erl_lite.integrations.colab import environment_report
+from erl_lite.config.presets import require_cuda_for_preset
+
+print(environment_report())
+# A GPU preset on a machine without CUDA stops here; allow_cpu=True runs it on the CPU anyway (hours).
+require_cuda_for_preset(PRESET, allow_cpu=False)'''
 
 
 def _lines(text: str) -> list[str]:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import pathlib
+import sys
 
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))  # the notebook renderer's helpers
 
 from examples import EXAMPLES
 

@@ -16,7 +16,7 @@ import torch
 
 import erl_lite
 from erl_lite import ERLConfig, ERLTrainer
-from erl_lite.integrations.colab import environment_report, install_cell_source
+from erl_lite.integrations.colab import environment_report
 from erl_lite.config.presets import GPU_PRESETS, PRESETS, require_cuda_for_preset
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -108,6 +108,9 @@ def test_no_notebook_installs_a_bare_name_from_the_index(path):
 
 
 def test_the_install_cell_pins_the_repository_and_its_constraints_at_one_ref():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from sync_notebooks import install_cell_source
+
     source = install_cell_source()
     args = _pip_install_args(source)
     ref = erl_lite.RELEASE_REF

@@ -31,8 +31,6 @@ _BY_LOWER = {name.lower(): name for name in ACTIONS}
 _BLOCK = re.compile(r"```(.*?)```", re.DOTALL)
 _TAG = re.compile(r"[A-Za-z0-9_+-]+")
 State = TypeVar("State", bound=Hashable)
-#: How the feedback of an episode without a single valid action begins (each game ends it).
-NO_VALID_ACTION = "Failure: no reply contained a valid action (Up, Down, Left or Right alone in a final ``` block)"
 PROMPTS = json.loads(resources.files("erl_lite").joinpath("data/grid_prompts.json").read_text("utf-8"))
 
 
