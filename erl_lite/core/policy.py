@@ -126,6 +126,15 @@ def is_4bit(model: torch.nn.Module) -> bool:
     return bool(getattr(base_model(model), "is_loaded_in_4bit", False))
 
 
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether any part of ``model`` is quantized: transformers' flags for any quantizer (4-bit, 8-bit, GPTQ, ...)
+    or a bitsandbytes layer put in by hand (``Linear4bit``, ``Linear8bitLt``), which sets no flag."""
+    base = base_model(model)
+    flags = ("is_quantized", "is_loaded_in_4bit", "is_loaded_in_8bit")
+    return (any(getattr(base, f, False) is True for f in flags) or getattr(base, "hf_quantizer", None) is not None
+            or any(type(m).__module__.startswith("bitsandbytes") for m in model.modules()))
+
+
 def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(first, rows)`` when some rows of ``ids`` ``(B, P)`` (with their ``mask``) are the same: ``first``
     ``(U,)`` one row per distinct one, ``rows`` ``(B,)`` each row's index into them; None when all differ."""

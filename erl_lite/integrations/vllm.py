@@ -20,7 +20,7 @@ import torch
 
 from erl_lite.config.checks import refuse_generation_kwargs
 from erl_lite.core.generation import SamplingParams, check_request, model_context_length
-from erl_lite.core.policy import base_model, eos_token_ids, note_sampled, weight_versions
+from erl_lite.core.policy import base_model, eos_token_ids, is_quantized, note_sampled, weight_versions
 
 #: Tokens the engine runs in one forward (prefill comes in chunks of it): what bounds its activations.
 BATCHED_TOKENS = 4096
@@ -62,9 +62,10 @@ class VLLMGenerator:
 
     def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
                  args: Any = None, stop_ids: list[int] | None = None, sync: bool = True) -> None:
-        if any("4bit" in type(m).__name__ for m in model.modules()):
-            raise ValueError("generation_backend='vllm' cannot sample a 4-bit base: merged weights cannot be "
-                             "loaded into a quantized engine; load the policy in bf16/fp16 or use 'continuous'")
+        if is_quantized(model):  # 4-bit, 8-bit or any other quantizer
+            raise ValueError("generation_backend='vllm' cannot sample a quantized base (4-bit, 8-bit or other): "
+                             "merged weights cannot be loaded into a quantized engine; load the policy in bf16/fp16 "
+                             "or use 'continuous'")
         for _ in merged_weights(model):  # an adapter PEFT cannot merge is refused now, naming its layer
             pass
         if importlib.util.find_spec("vllm") is None:  # now, not at the first rollout after the model loaded
