@@ -54,7 +54,9 @@ from erl_lite.embedded.world import SECOND_HOLE, WORLDS, fatal_letter, hole_lett
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BANDS = {"first_success": (0.2, 0.7), "parse_rate": (0.95, 1.0), "contradiction_rate": (0.0, 0.05),
-         "reflection_gain": (0.25, 1.0), "memory_gain": (0.15, 1.0)}
+         "reflection_gain": (0.25, 1.0), "memory_gain": (0.15, 1.0),
+         # The "w/o reflection" ablation is fair only if its retry (trace and feedback, no rulebook) fits its budget.
+         "trace_truncated": (0.0, 0.10)}
 #: Each world's bands: the sparse and hard worlds are built so that first attempts rarely succeed. The hard world
 #: has one kind of hole, so there is no unrevealed hole for memory to name: no memory band.
 _RARE = {**BANDS, "first_success": (0.0, 0.10)}
@@ -240,6 +242,64 @@ def pooled(results: list[Bands]) -> dict[str, float]:
 def verdicts(row: dict[str, float], world: str = "demo") -> dict[str, bool]:
     """Whether each of ``world``'s bands holds for the pooled ``row``."""
     return {k: lo <= row[k] <= hi for k, (lo, hi) in WORLD_BANDS[world].items()}
+
+
+#: The rows of the bands table in docs (:func:`bands_table`): (label, pooled key, count key or None).
+TABLE_ROWS = [
+    ("first-attempt success (what evaluation measures)", "first_success", "num_first"),
+    ("reflection parse rate (`<prompt>…</prompt>` found)", "parse_rate", None),
+    ("self-contradicting rulebooks", "contradiction_rate", None),
+    ("reflections naming a real hole and not the ice", "names_hole_rate", None),
+    ("failed tasks: second attempt under its own reflection", "second_success", "num_failed"),
+    ("same tasks, plain fresh retry (no reflection)", "retry_success", None),
+    ("**causal gain of reflection** (own − fresh retry)", "reflection_gain", None),
+    ("same tasks, the paper's \"w/o reflection\" retry (trace and feedback, no rulebook)", "trace_success", None),
+    ("… its share cut at a length limit", "trace_truncated", None),
+    ("control: another failed task's reflection from the same run", "shuffled_success", None),
+    ("control: own reflection, revealed hole and ice letters swapped", "swapped_success", None),
+    ("memory cases: failures with the unrevealed hole in the way", None, "num_memory_cases"),
+    ("second attempt, reflection from the initial prompt", "initial_memory_success", None),
+    ("second attempt, reflection from a good memory (the other hole named)", "good_memory_success", None),
+    ("**memory effect** (good memory − initial prompt)", "memory_gain", None),
+    ("control: reflection from a wrong memory (the ice called a hole)", "wrong_memory_success", None),
+    ("reflections from a memory naming both holes that keep both, once each", "kept_rate", None),
+]
+
+
+#: The memory rows: empty on a world with one kind of hole.
+MEMORY_KEYS = {None, "initial_memory_success", "good_memory_success", "memory_gain", "wrong_memory_success",
+               "kept_rate"}
+
+
+def bands_table(reports: dict[str, dict]) -> str:
+    """The bands of each world's ``--json`` report (``{label: report}``) as one markdown table: the pooled value
+    (per run in brackets for the headline rows) and each band's verdict, then the bands. Written into docs by
+    ``scripts/compare_modes.py --render-docs``, so no figure of it is typed by hand."""
+    per_run = {"first_success", "reflection_gain", "trace_truncated", "memory_gain", "kept_rate"}
+
+    def cell(report: dict, key: str | None, count: str | None) -> str:
+        pooled, runs = report["pooled"], list(report["runs"].values())
+        if key in MEMORY_KEYS and not pooled.get("num_memory_cases"):
+            return "–"  # one kind of hole: nothing for memory to add
+        if key is None:
+            return f"{pooled[count]}"
+        fmt = "{:+.2f}" if key.endswith("gain") else "{:.2f}"
+        text = fmt.format(pooled[key])
+        if key in per_run and len({fmt.format(r[key]) for r in runs}) > 1:
+            text += " (" + " / ".join(fmt.format(r[key]) for r in runs) + ")"
+        text += f", n = {pooled[count]}" if count else ""
+        met = report["bands_met"].get(key)
+        return text + ("" if met is None else " ✓" if met else " ✗")
+
+    def band(key: str | None) -> str:
+        bands = {w: WORLD_BANDS[r["world"]][key] for w, r in reports.items() if key in WORLD_BANDS[r["world"]]}
+        said = {f"{lo:g}–{hi:g}": [w for w, b in bands.items() if f"{b[0]:g}–{b[1]:g}" == f"{lo:g}–{hi:g}"]
+                for lo, hi in bands.values()}
+        return "; ".join(v if len(said) == 1 else f"{v} ({', '.join(ws)})" for v, ws in said.items())
+
+    head = "| | " + " | ".join(reports) + " | band |\n|---|" + "---|" * (len(reports) + 1)
+    return "\n".join([head, *(f"| {label} | " + " | ".join(cell(r, key, count) for r in reports.values())
+                               + f" | {band(key)} |" for label, key, count in TABLE_ROWS)])
 
 
 def main() -> None:

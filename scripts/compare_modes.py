@@ -687,6 +687,21 @@ MATCH_WORDS = {"samples": "matched by samples (every variant trains for ERL's it
                "cpu": "matched by CPU time (every variant trains for ERL's training CPU seconds)"}
 #: A findings block in a markdown file: the results file it renders, its text, its end.
 FINDINGS_BLOCK = re.compile(r"(<!-- findings (\S+) -->)\n(.*?)\n?(<!-- /findings -->)", re.DOTALL)
+#: A bands table in markdown: ``<!-- bands assets/bands.json ... -->``, one column per report named.
+BANDS_BLOCK = re.compile(r"(<!-- bands ([^>]+?) -->)\n(.*?)\n?(<!-- /bands -->)", re.DOTALL)
+
+
+def bands_table(paths: list[str]) -> str:
+    """``benchmarks/embedded_bands.py``'s table of the bands reports at ``paths`` (relative to the repository)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("embedded_bands", os.path.join(ROOT, "benchmarks", "embedded_bands.py"))
+    module = sys.modules.setdefault("embedded_bands", importlib.util.module_from_spec(spec))
+    if not hasattr(module, "bands_table"):
+        spec.loader.exec_module(module)
+    reports = [read_json(os.path.join(ROOT, p)) for p in paths]
+    return module.bands_table({f"{r['world']} world": r for r in reports})
 
 
 #: The findings' name of a variant where the table's would read badly in a sentence.
@@ -770,7 +785,13 @@ def render_docs(paths: list[str], write: bool = True) -> list[str]:
                 stale.append(f"{path}: {m.group(2)}")
             return f"{m.group(1)}\n{body}\n{m.group(4)}"
 
-        new = FINDINGS_BLOCK.sub(fresh, text)
+        def fresh_bands(m: re.Match) -> str:
+            body = bands_table(m.group(2).split())
+            if body != m.group(3):
+                stale.append(f"{path}: {m.group(2)}")
+            return f"{m.group(1)}\n{body}\n{m.group(4)}"
+
+        new = BANDS_BLOCK.sub(fresh_bands, FINDINGS_BLOCK.sub(fresh, text))
         if write and new != text:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(new)

@@ -517,3 +517,27 @@ def test_the_readme_and_docs_state_the_study_only_as_rendered_from_its_committed
         cells = json.loads(path.read_text())["cells"]
         markdown = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
         assert not typed(markdown), f"{path.name}: evaluation figures typed by hand: {typed(markdown)}"
+
+
+def test_a_bands_block_is_rerendered_from_the_reports_it_names(tmp_path):
+    import json
+
+    cm = _script()
+    run = {"first_success": 0.4, "parse_rate": 1.0, "names_hole_rate": 1.0, "contradiction_rate": 0.0,
+           "second_success": 0.7, "retry_success": 0.3, "reflection_gain": 0.4, "trace_success": 0.5,
+           "trace_truncated": 0.25, "shuffled_success": 0.6, "swapped_success": 0.0, "initial_memory_success": 0.5,
+           "good_memory_success": 0.9, "memory_gain": 0.4, "wrong_memory_success": 0.0, "kept_rate": 0.8}
+    pooled = {**run, "num_first": 256, "num_failed": 150, "num_memory_cases": 90}
+    report = {"world": "demo", "runs": {"0": run}, "pooled": pooled,
+              "bands_met": {"first_success": True, "trace_truncated": False}}
+    path = tmp_path / "bands.json"
+    path.write_text(json.dumps(report))
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- bands {path} -->\n| first-attempt success | 0.99 |\n<!-- /bands -->\n")
+    assert cm.render_docs([str(doc)]) == [f"{doc}: {path}"] and cm.render_docs([str(doc)]) == []
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in doc.read_text().splitlines()}
+    assert "| 0.40, n = 256 ✓ | 0.2–0.7 |" in rows["first-attempt success (what evaluation measures)"]
+    assert "| 0.25 ✗ | 0–0.1 |" in rows["… its share cut at a length limit"]  # the w/o reflection retry's cut
+    report["pooled"]["trace_truncated"] = 0.05
+    path.write_text(json.dumps(report))
+    assert cm.render_docs([str(doc)], write=False) == [f"{doc}: {path}"]  # a changed result is a stale table
