@@ -1,19 +1,20 @@
 """Regenerate every figure and table the README shows, into ``assets/``.
 
-Runs, in order (2,314 s on two CPU cores with ``--jobs 2`` and nothing else running, 2026-12-02, for the
-steps of that day: the bands 59 s and 299 s, the demo 48 s, the comparisons 453 s and 1,454 s; the hard
-world's comparison took 1,594 s on 2026-12-03):
+Runs, in order:
 
 1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json``, ``assets/bands_sparse.json`` and
    ``assets/bands_hard.json`` (the untrained model's bands on each world);
 2. ``erl-lite demo --out assets/demo`` -> the demo's figures, ``report.md`` and history;
-3. ``scripts/compare_modes.py`` -> ``assets/compare_*``, ``assets/compare_sparse_*`` and
-   ``assets/compare_hard_*`` (ERL vs RLVR and ablations, equal CPU time, 3 seeds, on each world);
-4. the same with ``--match samples`` (the paper's matching) -> ``assets/compare_samples_*``,
-   ``assets/compare_sparse_samples_*`` and ``assets/compare_hard_samples_*``.
+3. ``scripts/compare_modes.py --match samples`` on each world's declared held-out seeds
+   (``HELD_OUT_SEEDS``) -> ``assets/compare_samples_*``, ``assets/compare_sparse_samples_*`` and
+   ``assets/compare_hard_samples_*`` (ERL vs RLVR, the ablations and the step-matched control, matched as the
+   paper matches them, with the efficiency columns);
+4. ``scripts/compare_modes.py --render-docs``: the findings and bands blocks of README.md and docs/.
+
+The timings of the last full run are in docs/EMBEDDED.md.
 
 Usage:
-    OMP_NUM_THREADS=1 python scripts/make_assets.py [--jobs 2] [--skip bands demo compare]
+    OMP_NUM_THREADS=1 python scripts/make_assets.py [--jobs 2] [--skip bands demo compare ...]
 """
 
 from __future__ import annotations
@@ -33,14 +34,12 @@ STEPS = {
                      "--json", "assets/bands_sparse.json"],
     "bands_hard": [sys.executable, "benchmarks/embedded_bands.py", "--world", "hard", "--json", "assets/bands_hard.json"],
     "demo": [sys.executable, "-m", "erl_lite.cli", "demo", "--out", "assets/demo"],
-    "compare": [sys.executable, "scripts/compare_modes.py", "--seeds", "0", "1", "2", "--out", "assets"],
-    "compare_sparse": [sys.executable, "scripts/compare_modes.py", "--world", "sparse", "--seeds", "0", "1", "2",
-                       "--out", "assets"],
-    # The hard world was defined after the others' comparisons had run: held-out seeds, none used in its design.
-    "compare_hard": [sys.executable, "scripts/compare_modes.py", "--world", "hard", "--seeds", "11", "12", "13",
-                     "--out", "assets"],
+    # The seeds are each world's declared held-out seeds (compare_modes.HELD_OUT_SEEDS), never chosen here.
+    **{f"compare{'' if world == 'demo' else '_' + world}": [
+        sys.executable, "scripts/compare_modes.py", "--world", world, "--match", "samples", "--out", "assets"]
+       for world in ("demo", "sparse", "hard")},
+    "render_docs": [sys.executable, "scripts/compare_modes.py", "--render-docs"],
 }
-STEPS.update({f"{name}_samples": [*STEPS[name], "--match", "samples"] for name in ("compare", "compare_sparse", "compare_hard")})
 
 
 def main() -> None:
@@ -52,14 +51,26 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ERL_LITE_STATIC": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     os.makedirs(os.path.join(ROOT, "assets"), exist_ok=True)
-    for name, cmd in STEPS.items():
-        if name in args.skip:
-            continue
-        if name.startswith("compare"):
-            cmd = [*cmd, "--jobs", str(args.jobs)]
-        start = time.perf_counter()
+    steps = [(name, cmd) for name, cmd in STEPS.items() if name not in args.skip]
+    # The bands are three single-process measurements: up to --jobs of them at once; the comparisons
+    # parallelise inside themselves.
+    bands = [s for s in steps if s[0].startswith("bands")]
+    for i in range(0, len(bands), args.jobs):
+        _run(bands[i:i + args.jobs], env)
+    for name, cmd in steps:
+        if not name.startswith("bands"):
+            _run([(name, [*cmd, "--jobs", str(args.jobs)] if name.startswith("compare") else cmd)], env)
+
+
+def _run(steps: list[tuple[str, list[str]]], env: dict[str, str]) -> None:
+    """Run ``steps`` side by side, each timed; the first that fails stops the whole."""
+    start = time.perf_counter()
+    for name, cmd in steps:
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+    running = [(name, subprocess.Popen(cmd, cwd=ROOT, env=env)) for name, cmd in steps]
+    for name, proc in running:
+        if proc.wait():
+            raise SystemExit(f"== {name} failed (exit {proc.returncode})")
         print(f"== {name} done in {time.perf_counter() - start:.0f} s", flush=True)
 
 
