@@ -512,6 +512,10 @@ def test_the_readme_and_docs_state_the_study_only_as_rendered_from_its_committed
                 and re.search(r"\b0\.\d\d\b", re.sub(r"(?:[≥≤]|[<>]=)\s*[+−-]?0\.\d\d", "", line))]
 
     assert not typed(cm.FINDINGS_BLOCK.sub("", section)), "evaluation figures typed by hand in the README"
+    # docs/EMBEDDED.md, the study's page, likewise (a figure of the paper's own runs, named by its model, is a
+    # citation, not a result of this study).
+    page = cm.BANDS_BLOCK.sub("", cm.FINDINGS_BLOCK.sub("", (ROOT / "docs" / "EMBEDDED.md").read_text()))
+    assert not [line for line in typed(page) if "Qwen3" not in line], "figures typed by hand in docs/EMBEDDED.md"
     # The notebooks' markdown, likewise: notebook 06 shows the findings files rendered from the results.
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
