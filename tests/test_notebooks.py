@@ -128,3 +128,21 @@ def test_notebook_executes_on_cpu(path, tmp_path, monkeypatch):
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     print(f"{path.name}: {time.perf_counter() - start:.1f} s")
+
+
+def test_notebook_06_live_run_is_the_setting_its_share_was_measured_in():
+    """Notebook 06 prints how often its live-run setting put ERL above RLVR over ten seeds
+    (``scripts/live_run_share.py``): the notebook's cpu setting and world must be the ones measured."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("live_run_share", ROOT / "scripts" / "live_run_share.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    nb = json.loads((ROOT / "notebooks" / "06_erl_vs_rlvr_and_ablations.ipynb").read_text(encoding="utf-8"))
+    params = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    names = {}
+    for node in ast.parse("".join(params["source"])).body:
+        if isinstance(node, ast.Assign) and node.targets[0].id in ("WORLD", "SETTINGS"):
+            names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "parameters", "eval"))
+    assert names["WORLD"] == script.WORLD and names["SETTINGS"]["cpu"] == script.SETTING
