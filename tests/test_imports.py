@@ -373,10 +373,11 @@ def test_metric_names_come_from_metrics_constants(module):
 # by content, the refusals at config, the exact on-policy check, the small-model settings and the figures per
 # phase grew the package from 14,899 to 15,257 lines net of the cuts made beside them (the import finder's 73
 # among them). The cuts that pay it back come with the formatted-size budget (flags through HfArgumentParser,
-# one callback channel).
+# one callback channel). Lowered to 15,234 when the notebook cells' renderer left the package for its one user,
+# scripts/sync_notebooks.py, and two dead constants went.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 15_257
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_000, 15_234
 
 
 def _lines(path: Path) -> int:

@@ -27,9 +27,8 @@ def build_environment(args: ERLConfig, env: Environment | None, environment_fact
     """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=``, ``reward_funcs=``."""
     # What the chosen route never reads is refused, not dropped: env= scores its own episodes, and an
     # environment_factory= takes reward functions and weights but gives its own feedback.
-    unread = [n for n, v, used_by_factory in (("reward_weights", reward_weights, True),
-                                              ("feedback_func", feedback_func, False))
-              if v is not None and (env is not None or (environment_factory is not None and not used_by_factory))]
+    unread = ["reward_weights"] * (env is not None and reward_weights is not None) + ["feedback_func"] * (
+        feedback_func is not None and (env is not None or environment_factory is not None))
     if unread:
         route = "an env=" if env is not None else "an environment_factory="
         raise ValueError(f"{', '.join(unread)} go with reward_funcs= (dataset tasks); {route} scores its own "
