@@ -1,8 +1,8 @@
 """Does reflection help the embedded model before any RL, and does memory? Its bands, measured.
 
 For each run seed (its own hole letters, ice letter and test maps) this plays one embedded
-world's test tasks (``--world demo``, ``sparse`` or ``hard``) with the embedded model as shipped (no RL), through erl_lite's own phases,
-and prints:
+world's test tasks (``--world demo``, ``sparse`` or ``hard``) with the embedded model as shipped (no RL),
+through erl_lite's own phases, and prints:
 
 * first-attempt success (band: 0.2–0.7 on the demo world, <= 0.10 on the others) — what
   evaluation measures;
@@ -53,10 +53,15 @@ from erl_lite.embedded.world import SECOND_HOLE, WORLDS, fatal_letter, hole_lett
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-BANDS = {"first_success": (0.2, 0.7), "parse_rate": (0.95, 1.0), "contradiction_rate": (0.0, 0.05),
-         "reflection_gain": (0.25, 1.0), "memory_gain": (0.15, 1.0),
-         # The "w/o reflection" ablation is fair only if its retry (trace and feedback, no rulebook) fits its budget.
-         "trace_truncated": (0.0, 0.10)}
+BANDS = {
+    "first_success": (0.2, 0.7),
+    "parse_rate": (0.95, 1.0),
+    "contradiction_rate": (0.0, 0.05),
+    "reflection_gain": (0.25, 1.0),
+    "memory_gain": (0.15, 1.0),
+    # The "w/o reflection" ablation is fair only if its retry (trace and feedback, no rulebook) fits its budget.
+    "trace_truncated": (0.0, 0.10),
+}
 #: Each world's bands: the sparse and hard worlds are built so that first attempts rarely succeed. The hard world
 #: has one kind of hole, so there is no unrevealed hole for memory to name: no memory band.
 _RARE = {**BANDS, "first_success": (0.0, 0.10)}
@@ -121,8 +126,16 @@ class Bands:
         return {**asdict(self), "reflection_gain": self.reflection_gain, "memory_gain": self.memory_gain}
 
 
-def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, samples: int = 2,
-                  seed: int = 0, config: Any = None, memory_cases: bool = True) -> Bands:
+def measure_bands(
+    model: Any,
+    tokenizer: Any,
+    world: Any,
+    num_tasks: int = 100,
+    samples: int = 2,
+    seed: int = 0,
+    config: Any = None,
+    memory_cases: bool = True,
+) -> Bands:
     """First attempts, reflections and second attempts of ``model`` on ``world``'s test tasks.
 
     Every phase is erl_lite's own, with the sampling settings of ``config`` (default: the demo's,
@@ -145,8 +158,11 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
     random.Random(seed).shuffle(order)
     shuffled = [replace(r, rulebook=own[j].rulebook) for r, j in zip(own, order)]
     # The hole the trace revealed (else the first) trades places with the ice letter.
-    swapped = [replace(r, rulebook=r.rulebook.translate(str.maketrans(h + frozen, frozen + h)))
-               for a, r in zip(failed, own) for h in [fatal_letter(a.trace) or holes[0]]]
+    swapped = [
+        replace(r, rulebook=r.rulebook.translate(str.maketrans(h + frozen, frozen + h)))
+        for a, r in zip(failed, own)
+        for h in [fatal_letter(a.trace) or holes[0]]
+    ]
     rates = []
     for k, reflections in enumerate([own, shuffled, swapped]):
         torch.manual_seed(seed + 2 + k)
@@ -156,20 +172,35 @@ def measure_bands(model: Any, tokenizer: Any, world: Any, num_tasks: int = 100, 
     torch.manual_seed(seed + 6)
     traced = [r.second for r in attempt_second(ctx, failed, by_id, None)]  # "w/o reflection": trace, no rulebook
     cases = _memory_cases(failed, own, by_id, holes)
-    memo, written, kept = (_memory_effect(ctx, cases, by_id, holes, frozen, seed) if memory_cases and cases
-                           else ({"initial": [], "good": [], "wrong": []}, [], []))
+    memo, written, kept = (
+        _memory_effect(ctx, cases, by_id, holes, frozen, seed)
+        if memory_cases and cases
+        else ({"initial": [], "good": [], "wrong": []}, [], [])
+    )
     good = memo["good"]
     return Bands(
-        first_success=_success(first), parse_rate=sum(r.parsed for r in own) / len(own),
-        names_hole_rate=sum(bool(set(named_holes(r.rulebook)) & set(holes)) and frozen not in named_holes(r.rulebook)
-                            for r in own) / len(own),
-        num_first=len(first), num_failed=len(failed), second_success=rates[0],
-        retry_success=_success(retry), shuffled_success=rates[1], swapped_success=rates[2],
+        first_success=_success(first),
+        parse_rate=sum(r.parsed for r in own) / len(own),
+        names_hole_rate=sum(
+            bool(set(named_holes(r.rulebook)) & set(holes)) and frozen not in named_holes(r.rulebook) for r in own
+        )
+        / len(own),
+        num_first=len(first),
+        num_failed=len(failed),
+        second_success=rates[0],
+        retry_success=_success(retry),
+        shuffled_success=rates[1],
+        swapped_success=rates[2],
         contradiction_rate=contradiction_rate([r.rulebook for r in own] + written),
-        num_memory_cases=len(cases), initial_memory_success=_mean([s for s, _ in memo["initial"]]),
-        good_memory_success=_mean([s for s, _ in good]), wrong_memory_success=_mean([s for s, _ in memo["wrong"]]),
-        merged_rate=_mean([set(holes) <= set(named_holes(t)) for _, t in good]), kept_rate=_mean(kept),
-        trace_success=_success(traced), trace_truncated=_mean([a.truncated for a in traced]))
+        num_memory_cases=len(cases),
+        initial_memory_success=_mean([s for s, _ in memo["initial"]]),
+        good_memory_success=_mean([s for s, _ in good]),
+        wrong_memory_success=_mean([s for s, _ in memo["wrong"]]),
+        merged_rate=_mean([set(holes) <= set(named_holes(t)) for _, t in good]),
+        kept_rate=_mean(kept),
+        trace_success=_success(traced),
+        trace_truncated=_mean([a.truncated for a in traced]),
+    )
 
 
 def _memory_cases(failed: list, own: list, by_id: dict, holes: tuple[str, str]) -> list[tuple[Any, Any]]:
@@ -178,12 +209,17 @@ def _memory_cases(failed: list, own: list, by_id: dict, holes: tuple[str, str]) 
     if len(holes) < 2:  # a world with one kind of hole: a trace shows all there is to know
         return []
     kind = {holes[0]: "H", holes[1]: SECOND_HOLE}
-    return [(a, r) for a, r in zip(failed, own) if (f := fatal_letter(a.trace)) in kind
-            and ({"H", SECOND_HOLE} - {kind[f]}) <= holes_in_the_way(by_id[a.task_id].data["kinds"])]
+    return [
+        (a, r)
+        for a, r in zip(failed, own)
+        if (f := fatal_letter(a.trace)) in kind
+        and ({"H", SECOND_HOLE} - {kind[f]}) <= holes_in_the_way(by_id[a.task_id].data["kinds"])
+    ]
 
 
-def _memory_effect(ctx: Any, cases: list, by_id: dict, holes: tuple[str, str], frozen: str,
-                   seed: int) -> tuple[dict[str, list[tuple[bool, str]]], list[str], list[bool]]:
+def _memory_effect(
+    ctx: Any, cases: list, by_id: dict, holes: tuple[str, str], frozen: str, seed: int
+) -> tuple[dict[str, list[tuple[bool, str]]], list[str], list[bool]]:
     """Second attempts on the memory ``cases`` under reflections written from the initial prompt,
     a good memory and a wrong one (``{name: [(success, rulebook)]}``); the rulebooks written; and
     whether reflections from a memory naming both holes kept both."""
@@ -198,7 +234,7 @@ def _memory_effect(ctx: Any, cases: list, by_id: dict, holes: tuple[str, str], f
                 memory.maybe_store(rulebook([other]) if name == "good" else rulebook([frozen]), 1.0, 0.0)
                 torch.manual_seed(seed + 10 + k)
                 pairs += list(zip(group, reflect(ctx, group, memory)))
-                written += [r.rulebook for _, r in pairs[-len(group):]]
+                written += [r.rulebook for _, r in pairs[-len(group) :]]
         torch.manual_seed(seed + 20 + k)
         retries = attempt_second(ctx, [a for a, _ in pairs], by_id, [r for _, r in pairs])
         memo[name] = [(r.second.success, r.reflection.rulebook) for r in retries]
@@ -225,10 +261,22 @@ def pooled(results: list[Bands]) -> dict[str, float]:
     """Rates over all runs, each weighted by how many attempts it rests on."""
     first = sum(b.num_first for b in results)
     failed = sum(b.num_failed for b in results)
-    out = {"first_success": sum(b.first_success * b.num_first for b in results) / first,
-           "num_first": first, "num_failed": failed}
-    for key in ("parse_rate", "names_hole_rate", "contradiction_rate", "second_success", "retry_success",
-                "shuffled_success", "swapped_success", "trace_success", "trace_truncated"):
+    out = {
+        "first_success": sum(b.first_success * b.num_first for b in results) / first,
+        "num_first": first,
+        "num_failed": failed,
+    }
+    for key in (
+        "parse_rate",
+        "names_hole_rate",
+        "contradiction_rate",
+        "second_success",
+        "retry_success",
+        "shuffled_success",
+        "swapped_success",
+        "trace_success",
+        "trace_truncated",
+    ):
         out[key] = sum(getattr(b, key) * b.num_failed for b in results) / max(failed, 1)
     out["reflection_gain"] = out["second_success"] - out["retry_success"]
     cases = sum(b.num_memory_cases for b in results)
@@ -253,7 +301,7 @@ TABLE_ROWS = [
     ("failed tasks: second attempt under its own reflection", "second_success", "num_failed"),
     ("same tasks, plain fresh retry (no reflection)", "retry_success", None),
     ("**causal gain of reflection** (own − fresh retry)", "reflection_gain", None),
-    ("same tasks, the paper's \"w/o reflection\" retry (trace and feedback, no rulebook)", "trace_success", None),
+    ('same tasks, the paper\'s "w/o reflection" retry (trace and feedback, no rulebook)', "trace_success", None),
     ("… its share cut at a length limit", "trace_truncated", None),
     ("control: another failed task's reflection from the same run", "shuffled_success", None),
     ("control: own reflection, revealed hole and ice letters swapped", "swapped_success", None),
@@ -267,8 +315,14 @@ TABLE_ROWS = [
 
 
 #: The memory rows: empty on a world with one kind of hole.
-MEMORY_KEYS = {None, "initial_memory_success", "good_memory_success", "memory_gain", "wrong_memory_success",
-               "kept_rate"}
+MEMORY_KEYS = {
+    None,
+    "initial_memory_success",
+    "good_memory_success",
+    "memory_gain",
+    "wrong_memory_success",
+    "kept_rate",
+}
 
 
 def bands_table(reports: dict[str, dict]) -> str:
@@ -293,45 +347,67 @@ def bands_table(reports: dict[str, dict]) -> str:
 
     def band(key: str | None) -> str:
         bands = {w: WORLD_BANDS[r["world"]][key] for w, r in reports.items() if key in WORLD_BANDS[r["world"]]}
-        said = {f"{lo:g}–{hi:g}": [w for w, b in bands.items() if f"{b[0]:g}–{b[1]:g}" == f"{lo:g}–{hi:g}"]
-                for lo, hi in bands.values()}
+        said = {
+            f"{lo:g}–{hi:g}": [w for w, b in bands.items() if f"{b[0]:g}–{b[1]:g}" == f"{lo:g}–{hi:g}"]
+            for lo, hi in bands.values()
+        }
         return "; ".join(v if len(said) == 1 else f"{v} ({', '.join(ws)})" for v, ws in said.items())
 
     head = "| | " + " | ".join(reports) + " | band |\n|---|" + "---|" * (len(reports) + 1)
-    return "\n".join([head, *(f"| {label} | " + " | ".join(cell(r, key, count) for r in reports.values())
-                               + f" | {band(key)} |" for label, key, count in TABLE_ROWS)])
+    return "\n".join(
+        [
+            head,
+            *(
+                f"| {label} | " + " | ".join(cell(r, key, count) for r in reports.values()) + f" | {band(key)} |"
+                for label, key, count in TABLE_ROWS
+            ),
+        ]
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=arg_types.embedded_build, default=str(EMBEDDED_DIR), metavar="DIR",
-                   help="a build of the embedded model (default: the shipped one)")
+    p.add_argument(
+        "--model",
+        type=arg_types.embedded_build,
+        default=str(EMBEDDED_DIR),
+        metavar="DIR",
+        help="a build of the embedded model (default: the shipped one)",
+    )
     p.add_argument("--world", choices=sorted(WORLDS), default="demo", help="which embedded world (default: demo)")
     p.add_argument("--run-seeds", type=arg_types.seed, nargs="+", default=[0, 1, 2])
     p.add_argument("--tasks", type=arg_types.whole(1), default=128)
     p.add_argument("--samples", type=arg_types.whole(1), default=2)
     p.add_argument("--seed", type=arg_types.seed, default=0)
     p.add_argument("--json", default=None, help="also write the results here")
-    p.add_argument("--hole-kinds", type=arg_types.whole(1, 2), default=None,
-                   help="the world with this many kinds of hole (how the hard world's one kind was chosen)")
+    p.add_argument(
+        "--hole-kinds",
+        type=arg_types.whole(1, 2),
+        default=None,
+        help="the world with this many kinds of hole (how the hard world's one kind was chosen)",
+    )
     args = p.parse_args()
     arg_types.distinct(args.run_seeds, "--run-seeds", p)  # a repeated run would count its tasks twice in the pool
     torch.set_num_threads(1)
     model, tok = load_embedded(peft="none", model_dir=args.model, device="cpu")
     rows, results = {}, []
-    header = f"{'run':>4} {'letters':>7} {'first':>5} {'parse':>5} {'hole':>5} {'contr':>5} {'failed':>6} " \
-             f"{'own':>5} {'retry':>5} {'gain':>6} {'shuf':>5} {'swap':>5} {'trace':>5} {'cut':>5} | {'cases':>5} {'init':>5} " \
-             f"{'good':>5} {'mgain':>6} {'wrong':>5} {'both':>5} {'kept':>5} {'sec':>4}"
+    header = (
+        f"{'run':>4} {'letters':>7} {'first':>5} {'parse':>5} {'hole':>5} {'contr':>5} {'failed':>6} "
+        f"{'own':>5} {'retry':>5} {'gain':>6} {'shuf':>5} {'swap':>5} {'trace':>5} {'cut':>5} | "
+        f"{'cases':>5} {'init':>5} {'good':>5} {'mgain':>6} {'wrong':>5} {'both':>5} {'kept':>5} {'sec':>4}"
+    )
     print(header)
 
     def line(name: str, letters: str, r: dict) -> str:
-        return (f"{name:>4} {letters:>7} {r['first_success']:5.2f} {r['parse_rate']:5.2f} {r['names_hole_rate']:5.2f} "
-                f"{r['contradiction_rate']:5.2f} {r['num_failed']:6d} {r['second_success']:5.2f} "
-                f"{r['retry_success']:5.2f} {r['reflection_gain']:+6.2f} {r['shuffled_success']:5.2f} "
-                f"{r['swapped_success']:5.2f} {r['trace_success']:5.2f} {r['trace_truncated']:5.2f} | "
-                f"{r['num_memory_cases']:5d} {r['initial_memory_success']:5.2f} "
-                f"{r['good_memory_success']:5.2f} {r['memory_gain']:+6.2f} {r['wrong_memory_success']:5.2f} "
-                f"{r['merged_rate']:5.2f} {r['kept_rate']:5.2f}")
+        return (
+            f"{name:>4} {letters:>7} {r['first_success']:5.2f} {r['parse_rate']:5.2f} {r['names_hole_rate']:5.2f} "
+            f"{r['contradiction_rate']:5.2f} {r['num_failed']:6d} {r['second_success']:5.2f} "
+            f"{r['retry_success']:5.2f} {r['reflection_gain']:+6.2f} {r['shuffled_success']:5.2f} "
+            f"{r['swapped_success']:5.2f} {r['trace_success']:5.2f} {r['trace_truncated']:5.2f} | "
+            f"{r['num_memory_cases']:5d} {r['initial_memory_success']:5.2f} "
+            f"{r['good_memory_success']:5.2f} {r['memory_gain']:+6.2f} {r['wrong_memory_success']:5.2f} "
+            f"{r['merged_rate']:5.2f} {r['kept_rate']:5.2f}"
+        )
 
     kinds = {"hole_kinds": args.hole_kinds} if args.hole_kinds else {}  # the world's own unless asked
     for run in args.run_seeds:
@@ -346,11 +422,21 @@ def main() -> None:
     total = pooled(results)
     print(line("all", "", total))
     checks, bands = verdicts(total, args.world), WORLD_BANDS[args.world]
-    print(f"bands ({args.world} world):", ", ".join(f"{k} {'ok' if ok else 'MISSED'} (want {bands[k][0]}..{bands[k][1]})"
-                                                   for k, ok in checks.items()))
+    print(
+        f"bands ({args.world} world):",
+        ", ".join(f"{k} {'ok' if ok else 'MISSED'} (want {bands[k][0]}..{bands[k][1]})" for k, ok in checks.items()),
+    )
     model_name = os.path.relpath(args.model, ROOT) if os.path.isabs(str(args.model)) else str(args.model)
-    report = {"model": model_name, "world": args.world, "tasks": args.tasks, "samples": args.samples, "seed": args.seed,
-              "runs": rows, "pooled": total, "bands_met": checks}
+    report = {
+        "model": model_name,
+        "world": args.world,
+        "tasks": args.tasks,
+        "samples": args.samples,
+        "seed": args.seed,
+        "runs": rows,
+        "pooled": total,
+        "bands_met": checks,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from erl_lite.cli import arg_types
-from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
 from erl_lite.core.env import Environment
+from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
 from erl_lite.envs.qa import BM25Search
 
 #: Test-split shortest-path distributions of the paper's task files (ERL_SPEC §2).
@@ -106,8 +106,11 @@ def report_distribution(name: str, tasks: list, key: str) -> None:
     if key in PAPER_DISTRIBUTIONS and name.startswith("paper"):
         dist, paper_mean = PAPER_DISTRIBUTIONS[key]
         agrees = dict(counts) == dist and abs(mean - paper_mean) < 0.005
-        print(f"  {'spec figure':<28} mean {paper_mean:4.2f}  "
-              + " ".join(f"{k}:{v}" for k, v in dist.items()) + f"   ({'matches' if agrees else 'DIFFERS'})")
+        print(
+            f"  {'spec figure':<28} mean {paper_mean:4.2f}  "
+            + " ".join(f"{k}:{v}" for k, v in dist.items())
+            + f"   ({'matches' if agrees else 'DIFFERS'})"
+        )
 
 
 def qa_retrieval_rate(tasks: list) -> float:
@@ -116,8 +119,11 @@ def qa_retrieval_rate(tasks: list) -> float:
     for task in tasks:
         data = task.data
         top = {t for t, _ in BM25Search.from_context(data["context"]).search(data["question"], 3)}
-        need = set(data["supporting_facts"]["title"]) if data["type"] == "comparison" else {
-            data["supporting_facts"]["title"][0]}
+        need = (
+            set(data["supporting_facts"]["title"])
+            if data["type"] == "comparison"
+            else {data["supporting_facts"]["title"][0]}
+        )
         hits += need <= top
     return hits / len(tasks)
 
@@ -131,9 +137,12 @@ def main() -> None:
     label, count = make_counter(args.tokenizer)
     print(f"token counts: {label}\n")
     envs: dict[str, Callable[[], Environment]] = {
-        "FrozenLake": FrozenLake, "FrozenLake.small": FrozenLake.small,
-        "Sokoban": Sokoban, "Sokoban.small": Sokoban.small,
-        "MultiHopQA": MultiHopQA, "MultiHopQA.small": MultiHopQA.small,
+        "FrozenLake": FrozenLake,
+        "FrozenLake.small": FrozenLake.small,
+        "Sokoban": Sokoban,
+        "Sokoban.small": Sokoban.small,
+        "MultiHopQA": MultiHopQA,
+        "MultiHopQA.small": MultiHopQA.small,
     }
     for name, factory in envs.items():
         env = factory()
@@ -145,8 +154,10 @@ def main() -> None:
         print(f"  first observation       {sizes(stats['first'], count)}")
         print(f"  later observation/turn  {sizes(stats['later'], count)}")
         print(f"  trace (reflector input) {sizes(stats['traces'], count)}")
-        print(f"  scripted policy: {statistics.mean(stats['turns']):.2f} turns/episode, "
-              f"mean reward {statistics.mean(stats['rewards']):.2f}")
+        print(
+            f"  scripted policy: {statistics.mean(stats['turns']):.2f} turns/episode, "
+            f"mean reward {statistics.mean(stats['rewards']):.2f}"
+        )
         if isinstance(env, MultiHopQA):
             tasks = env.test_tasks()
             mix = Counter((t.data["type"], t.data["answer"] in ("yes", "no")) for t in tasks)

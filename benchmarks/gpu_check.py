@@ -68,19 +68,33 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from erl_lite.cli import arg_types
-from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, model_config
 from erl_lite.config import ERLConfig
-from erl_lite.envs import FrozenLake
-from erl_lite.envs.grid import ACTIONS
 from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for
 from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.envs import FrozenLake
+from erl_lite.envs.grid import ACTIONS
+from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, model_config
 
 T4_MODELS = MODEL_CONFIGS[:2]  # what a 15 GiB T4 can hold under the gpu preset (erl_lite.integrations.budget)
 #: vLLM joins when it is installed; its rows load the policy unquantized (it refuses a 4-bit base).
 BACKENDS = ("generate", "continuous") + (("vllm",) if importlib.util.find_spec("vllm") else ())
-COLUMNS = ("model", "dtype", "mode", "backend", "peak GiB", "est. GiB", "s/step", "first", "reflect", "second",
-           "update", "tok/step", "tok/s", "len y1")
+COLUMNS = (
+    "model",
+    "dtype",
+    "mode",
+    "backend",
+    "peak GiB",
+    "est. GiB",
+    "s/step",
+    "first",
+    "reflect",
+    "second",
+    "update",
+    "tok/step",
+    "tok/s",
+    "len y1",
+)
 
 
 @dataclass
@@ -101,16 +115,30 @@ class Plan:
 
 def gpu_plan(a: argparse.Namespace) -> Plan:
     runs = [(m, d) for m in MODEL_CONFIGS for d in ("bf16", "fp16") if d == "bf16" or m in T4_MODELS]
-    return Plan(runs=runs, steps=a.steps, tasks=a.tasks, turn_tokens=a.turn_tokens,
-                reflection_tokens=a.reflection_tokens, time_budget=a.time_budget)
+    return Plan(
+        runs=runs,
+        steps=a.steps,
+        tasks=a.tasks,
+        turn_tokens=a.turn_tokens,
+        reflection_tokens=a.reflection_tokens,
+        time_budget=a.time_budget,
+    )
 
 
 def smoke_plan(a: argparse.Namespace) -> Plan:
     # One model per family (the two Qwen2.5 are the same family at tiny width), through both
     # loading paths; the CPU computes 4-bit layers in fp32 whichever path loaded them.
     runs = [("qwen2.5-0.5b-instruct", "fp16"), ("qwen3-4b-instruct-2507", "bf16")]
-    return Plan(runs=runs, steps=1, tasks=1, turn_tokens=4, reflection_tokens=8, tiny=True, device="cpu",
-                time_budget=a.time_budget)
+    return Plan(
+        runs=runs,
+        steps=1,
+        tasks=1,
+        turn_tokens=4,
+        reflection_tokens=8,
+        tiny=True,
+        device="cpu",
+        time_budget=a.time_budget,
+    )
 
 
 # --- the forced-length policy --------------------------------------------------------------------
@@ -128,14 +156,27 @@ class ForcedLengthGenerator:
     first stop token, as a chat model's turn does. ``sampled`` counts the model's own tokens.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, turn_tokens: int, reflection_tokens: int, seed: int = 0,
-                 backend: str = "generate", cache_tokens: int = 65_536, args: Any = None):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        turn_tokens: int,
+        reflection_tokens: int,
+        seed: int = 0,
+        backend: str = "generate",
+        cache_tokens: int = 65_536,
+        args: Any = None,
+    ):
         self.stop_ids = HFGenerator(model, tokenizer).stop_ids
         self.backend = backend
-        self.inner = (ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, stop_ids=[-1])
-                      if backend == "continuous" else HFGenerator(model, tokenizer))
+        self.inner = (
+            ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, stop_ids=[-1])
+            if backend == "continuous"
+            else HFGenerator(model, tokenizer)
+        )
         if backend == "vllm":  # stops at the model's own stop ids too: its rows may sample fewer tokens
             from erl_lite.integrations.vllm import VLLMGenerator
+
             self.inner = VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, args=args)
         self.tokenizer, self.model = tokenizer, model
         self.turn_tokens, self.reflection_tokens = turn_tokens, reflection_tokens
@@ -161,10 +202,12 @@ class ForcedLengthGenerator:
             flush()
 
 
-def valid_endings(tokenizer: Any, prompts: list[list[int]], rng: random.Random
-                  ) -> tuple[bool, list[list[int]], list[list[int]]]:
+def valid_endings(
+    tokenizer: Any, prompts: list[list[int]], rng: random.Random
+) -> tuple[bool, list[list[int]], list[list[int]]]:
     """``(reflecting, heads, tails)`` that make a random model's sampled tokens a valid reply to
     ``prompts``: ``<prompt>`` … ``</prompt>`` around a reflection, a random FrozenLake action after a turn."""
+
     def ids(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -198,12 +241,20 @@ def hf_config(name: str, tokenizer: Any, tiny: bool) -> Any:
 
     fields = model_config(name)
     if tiny:
-        fields.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=4096, vocab_size=len(tokenizer))
+        fields.update(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=4096,
+            vocab_size=len(tokenizer),
+        )
         if "head_dim" in fields:
             fields["head_dim"] = 32
-    fields.update(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                  bos_token_id=tokenizer.bos_token_id)
+    fields.update(
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id
+    )
     fields["vocab_size"] = max(fields["vocab_size"], len(tokenizer))
     return AutoConfig.for_model(fields.pop("model_type"), **fields)
 
@@ -251,39 +302,68 @@ def run_config(plan: Plan, mode: str) -> ERLConfig:
     if plan.tasks is not None:
         overrides["num_tasks_per_step"] = plan.tasks
     if plan.tiny:  # CPU: short budgets keep the 4-bit CPU path at seconds
-        overrides.update(max_completion_length=32, max_episode_length=1024, max_reflection_length=32,
-                         max_reflection_prompt_length=768, num_generations=2)
+        overrides.update(
+            max_completion_length=32,
+            max_episode_length=1024,
+            max_reflection_length=32,
+            max_reflection_prompt_length=768,
+            num_generations=2,
+        )
     # output_dir=None: every mode runs in memory (no files, no run-folder clash between modes)
     return ERLConfig.preset("gpu", output_dir=None, **overrides)
 
 
-def run_mode(model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype: str,
-             backend: str = "generate") -> dict[str, Any]:
+def run_mode(
+    model: Any, tokenizer: Any, plan: Plan, mode: str, name: str, dtype: str, backend: str = "generate"
+) -> dict[str, Any]:
     """``plan.steps`` iterations of ``mode`` sampled by ``backend``; the last iteration's figures as one row."""
     from erl_lite.run.trainer import ERLTrainer
 
     cfg = run_config(plan, mode)
     # a few hundred generated maps are plenty for a few steps (the default 10,000 take seconds)
     env = FrozenLake.small(max_actions=3, n_train=64, n_test=4) if plan.tiny else FrozenLake(n_train=256, n_test=4)
-    generator = ForcedLengthGenerator(model, tokenizer, plan.turn_tokens, plan.reflection_tokens, seed=cfg.seed,
-                                      backend=backend, cache_tokens=cache_tokens_for(cfg), args=cfg)
+    generator = ForcedLengthGenerator(
+        model,
+        tokenizer,
+        plan.turn_tokens,
+        plan.reflection_tokens,
+        seed=cfg.seed,
+        backend=backend,
+        cache_tokens=cache_tokens_for(cfg),
+        args=cfg,
+    )
     sampled = []  # the model's own sampled tokens at the end of each step (not the appended actions)
-    trainer = ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, generator=generator,
-                         callbacks=[lambda t, record: sampled.append(generator.sampled)])
+    trainer = ERLTrainer(
+        model=model,
+        processing_class=tokenizer,
+        args=cfg,
+        env=env,
+        generator=generator,
+        callbacks=[lambda t, record: sampled.append(generator.sampled)],
+    )
     trainer.train()
     r = trainer.history.of_kind("train")[-1]
     first = trainer.last_outcome.first_attempts
     tokens = sum(r.get(f"tokens/{k}") or 0.0 for k in ("first", "reflection", "second"))
     sampling = r["time/first"] + (r.get("time/reflect") or 0.0) + (r.get("time/second") or 0.0)
     own = sampled[-1] - (sampled[-2] if len(sampled) > 1 else 0)
-    row = {"model": name, "dtype": dtype if plan.device == "cuda" else f"{dtype} path", "mode": mode,
-           "backend": backend,
-           "peak GiB": r.get("memory/peak_gpu_gb"),
-           "est. GiB": estimate_memory(cfg, ModelShape.load(name)).peak_gib, "s/step": r["time/step"],
-           "first": r["time/first"], "reflect": r.get("time/reflect"), "second": r.get("time/second"),
-           "update": r["time/update"], "tok/step": tokens, "tok/s": own / sampling,
-           "tok/s (history)": r["tokens/per_second"],
-           "len y1": sum(len(a.prompt_ids) + len(a.completion_ids) for a in first) / len(first)}
+    row = {
+        "model": name,
+        "dtype": dtype if plan.device == "cuda" else f"{dtype} path",
+        "mode": mode,
+        "backend": backend,
+        "peak GiB": r.get("memory/peak_gpu_gb"),
+        "est. GiB": estimate_memory(cfg, ModelShape.load(name)).peak_gib,
+        "s/step": r["time/step"],
+        "first": r["time/first"],
+        "reflect": r.get("time/reflect"),
+        "second": r.get("time/second"),
+        "update": r["time/update"],
+        "tok/step": tokens,
+        "tok/s": own / sampling,
+        "tok/s (history)": r["tokens/per_second"],
+        "len y1": sum(len(a.prompt_ids) + len(a.completion_ids) for a in first) / len(first),
+    }
     del trainer
     _free()
     return row
@@ -304,31 +384,45 @@ def run(plan: Plan) -> list[dict[str, Any]]:
             saved = None
             for dtype in dtypes:
                 if time.perf_counter() - start > plan.time_budget:
-                    rows += [{"model": name, "dtype": dtype, "mode": m, "backend": b, "skipped": "time budget"}
-                             for m in plan.modes for b in plan.backends]
+                    rows += [
+                        {"model": name, "dtype": dtype, "mode": m, "backend": b, "skipped": "time budget"}
+                        for m in plan.modes
+                        for b in plan.backends
+                    ]
                     continue
                 saved = saved or save_random_model(name, tmp, tokenizer, plan.tiny, plan.device)
                 with t4_like(dtype):
-                    model, tok = load_policy(saved, tokenizer, quantization="4bit", device=plan.device,
-                                             gradient_checkpointing=True)
+                    model, tok = load_policy(
+                        saved, tokenizer, quantization="4bit", device=plan.device, gradient_checkpointing=True
+                    )
                 for mode, backend in [(m, b) for m in plan.modes for b in plan.backends]:
                     if time.perf_counter() - start > plan.time_budget:
-                        rows.append({"model": name, "dtype": dtype, "mode": mode, "backend": backend,
-                                     "skipped": "time budget"})
+                        rows.append(
+                            {"model": name, "dtype": dtype, "mode": mode, "backend": backend, "skipped": "time budget"}
+                        )
                         continue
                     try:
                         policy = model
                         if backend == "vllm":  # unquantized, in the row's dtype (fp32 on the CPU)
-                            torch_dtype = ({"fp16": "float16", "bf16": "bfloat16"}[dtype] if plan.device == "cuda"
-                                           else "float32")
-                            policy, _ = load_policy(saved, tokenizer, device=plan.device, dtype=torch_dtype,
-                                                    gradient_checkpointing=True)
+                            torch_dtype = (
+                                {"fp16": "float16", "bf16": "bfloat16"}[dtype] if plan.device == "cuda" else "float32"
+                            )
+                            policy, _ = load_policy(
+                                saved, tokenizer, device=plan.device, dtype=torch_dtype, gradient_checkpointing=True
+                            )
                         rows.append(run_mode(policy, tok, plan, mode, name, dtype, backend))
                     except Exception as err:  # keep the other rows of a GPU run; the smoke test must see it
                         if plan.tiny:
                             raise
-                        rows.append({"model": name, "dtype": dtype, "mode": mode, "backend": backend,
-                                     "skipped": f"failed: {type(err).__name__}: {str(err)[:80]}"})
+                        rows.append(
+                            {
+                                "model": name,
+                                "dtype": dtype,
+                                "mode": mode,
+                                "backend": backend,
+                                "skipped": f"failed: {type(err).__name__}: {str(err)[:80]}",
+                            }
+                        )
                         _free()
                 del model
                 _free()
@@ -340,6 +434,7 @@ def run(plan: Plan) -> list[dict[str, Any]]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table (``-`` where a figure does not apply)."""
+
     def cell(v: Any) -> str:
         if v is None:
             return "-"
@@ -363,10 +458,12 @@ def header(plan: Plan) -> str:
     device = torch.cuda.get_device_name() if plan.device == "cuda" else "CPU (smoke run, tiny models)"
     tok = "tiny character tokenizer" if plan.tiny or find_qwen3_tokenizer() is None else "Qwen3 tokenizer"
     cfg = run_config(plan, "erl")
-    return (f"{time.strftime('%Y-%m-%d')} | {device} | torch {torch.__version__} | transformers "
-            f"{transformers.__version__} | {tok} | gpu preset: {cfg.num_tasks_per_step} tasks/step, micro-batch "
-            f"{cfg.per_device_train_batch_size}, optim {cfg.optim} | {plan.turn_tokens} tokens/turn, "
-            f"{plan.reflection_tokens} tokens/reflection | {plan.steps} step(s), last one shown")
+    return (
+        f"{time.strftime('%Y-%m-%d')} | {device} | torch {torch.__version__} | transformers "
+        f"{transformers.__version__} | {tok} | gpu preset: {cfg.num_tasks_per_step} tasks/step, micro-batch "
+        f"{cfg.per_device_train_batch_size}, optim {cfg.optim} | {plan.turn_tokens} tokens/turn, "
+        f"{plan.reflection_tokens} tokens/reflection | {plan.steps} step(s), last one shown"
+    )
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -376,12 +473,22 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=arg_types.whole(1), default=1, help="iterations per row (the last is reported)")
     p.add_argument("--tasks", type=arg_types.whole(1), default=None, help="tasks per step (default: the gpu preset's)")
     p.add_argument("--turn-tokens", type=arg_types.whole(1), default=64, help="tokens the model samples per turn")
-    p.add_argument("--reflection-tokens", type=arg_types.whole(1), default=256,
-                   help="tokens the model samples per reflection")
-    p.add_argument("--backends", nargs="+", default=list(Plan.backends), choices=["generate", "continuous", "vllm"],
-                   help="generation backends, each a row (default: all installed)")
-    p.add_argument("--time-budget", type=arg_types.number(0, above=True), default=360.0,
-                   help="start no new row after this many seconds (a row takes up to ~90 s at 4B)")
+    p.add_argument(
+        "--reflection-tokens", type=arg_types.whole(1), default=256, help="tokens the model samples per reflection"
+    )
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        default=list(Plan.backends),
+        choices=["generate", "continuous", "vllm"],
+        help="generation backends, each a row (default: all installed)",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=arg_types.number(0, above=True),
+        default=360.0,
+        help="start no new row after this many seconds (a row takes up to ~90 s at 4B)",
+    )
     a = p.parse_args(argv)
     if not a.cpu_smoke and not torch.cuda.is_available():
         raise SystemExit("gpu_check.py needs a CUDA device; run with --cpu-smoke to check the code path on CPU")

@@ -18,10 +18,19 @@ def main() -> None:
     for size in (10_000, 1_000_000):
         tok = CountingTokenizer(qwen3_tokenizer())
         start = time.perf_counter()
-        _, ids = reflection_messages(task_text="Say 1.", base_prompt="rule " * (size // 5), trace="x", reward=0.0,
-                                     feedback="wrong", tokenizer=tok, max_tokens=2048)
-        print(f"memory entry of {size:,} chars: {tok.calls} tokenizer calls, {tok.chars:,} chars tokenized, "
-              f"{time.perf_counter() - start:.2f} s, {len(ids)} ids")
+        _, ids = reflection_messages(
+            task_text="Say 1.",
+            base_prompt="rule " * (size // 5),
+            trace="x",
+            reward=0.0,
+            feedback="wrong",
+            tokenizer=tok,
+            max_tokens=2048,
+        )
+        print(
+            f"memory entry of {size:,} chars: {tok.calls} tokenizer calls, {tok.chars:,} chars tokenized, "
+            f"{time.perf_counter() - start:.2f} s, {len(ids)} ids"
+        )
 
 
 if __name__ == "__main__":

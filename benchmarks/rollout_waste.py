@@ -62,10 +62,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_check, beside this script
 
+from gpu_check import hf_config, valid_endings  # noqa: E402
+
 from erl_lite.cli import arg_types  # noqa: E402
 from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for  # noqa: E402
 from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
-from gpu_check import hf_config, valid_endings  # noqa: E402
 
 #: vLLM joins when it is installed (the CPU build: docs/VLLM.md), interleaved with the other two.
 BACKENDS = ("generate", "continuous") + (("vllm",) if importlib.util.find_spec("vllm") else ())
@@ -120,9 +121,16 @@ class Recorded:
         before, start = _Reuse.total, time.perf_counter()
         replies = self.inner.generate(prompts, params)
         self.calls += 1
-        self.log.calls.append(Call(self.log.phase, [list(p) for p in prompts], replies,
-                                   time.perf_counter() - start, _Reuse.total - before,
-                                   getattr(self.inner, "share_prompts", False)))
+        self.log.calls.append(
+            Call(
+                self.log.phase,
+                [list(p) for p in prompts],
+                replies,
+                time.perf_counter() - start,
+                _Reuse.total - before,
+                getattr(self.inner, "share_prompts", False),
+            )
+        )
         return replies
 
     def flush(self) -> None:
@@ -145,8 +153,10 @@ class StopSetPolicy:
         self.calls += 1
         _, heads, tails = valid_endings(self.tokenizer, prompts, self.rng)
         room = params.max_new_tokens - max(len(h) + len(t) for h, t in zip(heads, tails)) - 1
-        sampled = self.inner.generate(prompts, SamplingParams(max(1, room), params.temperature, params.top_p,
-                                                              params.top_k, params.generation_kwargs))
+        sampled = self.inner.generate(
+            prompts,
+            SamplingParams(max(1, room), params.temperature, params.top_p, params.top_k, params.generation_kwargs),
+        )
         return [h + s + t + [self.stop_ids[0]] for h, s, t in zip(heads, sampled, tails)]
 
     def flush(self) -> None:
@@ -169,19 +179,31 @@ def real_setup(backend: str, log: Log, folder: str, mean_reply: int) -> Any:
     from erl_lite.config import ERLConfig
     from erl_lite.envs import FrozenLake
     from erl_lite.models import load_policy
-    from erl_lite.testing import qwen3_tokenizer
     from erl_lite.run.trainer import ERLTrainer
+    from erl_lite.testing import qwen3_tokenizer
 
     tokenizer = qwen3_tokenizer()
     torch.manual_seed(0)  # the adapter's initialisation: the same for both backends
     model, tok = load_policy(folder, tokenizer, device="cpu")
     # The gpu preset cut to CPU scale: 2 tasks x G = 4, and shorter budgets (its 256-token turns and
     # 512-token reflections make one iteration's update ~15 min on one CPU thread at V = 151,936).
-    cfg = ERLConfig.preset("gpu", num_tasks_per_step=2, num_generations=4, eval_num_generations=2,
-                           max_completion_length=64, max_reflection_length=128, max_episode_length=1024,
-                           max_reflection_prompt_length=896, max_steps=10_000, eval_steps=0, output_dir=None,
-                           progress_bar=False, optim="adamw_torch", gradient_checkpointing=False,
-                           diagnostics="off")
+    cfg = ERLConfig.preset(
+        "gpu",
+        num_tasks_per_step=2,
+        num_generations=4,
+        eval_num_generations=2,
+        max_completion_length=64,
+        max_reflection_length=128,
+        max_episode_length=1024,
+        max_reflection_prompt_length=896,
+        max_steps=10_000,
+        eval_steps=0,
+        output_dir=None,
+        progress_bar=False,
+        optim="adamw_torch",
+        gradient_checkpointing=False,
+        diagnostics="off",
+    )
     cfg.preset_name = None  # built for a GPU; run on the CPU on purpose, at a small scale
     real_stops = HFGenerator(model, tok).stop_ids
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -199,6 +221,7 @@ def _sampler(backend: str, model: Any, tok: Any, cfg: Any, stops: list[int] | No
         return ContinuousGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, stop_ids=stops)
     if backend == "vllm":
         from erl_lite.integrations.vllm import VLLMGenerator
+
         return VLLMGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, args=cfg, stop_ids=stops)
     return HFGenerator(model, tok, stop_ids=stops)
 
@@ -295,8 +318,12 @@ def summarize(logs: dict[str, Log], step_seconds: dict[str, list[float]]) -> lis
             final = final_tokens(calls)
             if backend == "generate":
                 computed, padding, finished = map(sum, zip(*(waste(c) for c in calls)))
-                row.update(waste=(padding + finished) / computed, padding=padding / computed,
-                           finished=finished / computed, calls=len(calls))
+                row.update(
+                    waste=(padding + finished) / computed,
+                    padding=padding / computed,
+                    finished=finished / computed,
+                    calls=len(calls),
+                )
             if backend == "generate":
                 prefilled = sum(generate_prefill(c) for c in calls)
             row[f"{backend} prefill/final"] = prefilled / final
@@ -318,8 +345,22 @@ def summarize(logs: dict[str, Log], step_seconds: dict[str, list[float]]) -> lis
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("phase", "calls", "waste", "padding", "finished", "generate prefill/final", "continuous prefill/final",
-            "share", "generate s", "continuous s", "time ratio", "vllm s", "vllm/generate", "vllm tok/s")
+    head = (
+        "phase",
+        "calls",
+        "waste",
+        "padding",
+        "finished",
+        "generate prefill/final",
+        "continuous prefill/final",
+        "share",
+        "generate s",
+        "continuous s",
+        "time ratio",
+        "vllm s",
+        "vllm/generate",
+        "vllm tok/s",
+    )
 
     def cell(v: Any) -> str:
         return "-" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
@@ -328,21 +369,26 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(r.get(h)) for h in head) + " |" for r in rows])
 
 
-def measure(make: Any, rounds: int, backends: tuple[str, ...] = BACKENDS
-            ) -> tuple[dict[str, Log], dict[str, list[float]]]:
+def measure(
+    make: Any, rounds: int, backends: tuple[str, ...] = BACKENDS
+) -> tuple[dict[str, Log], dict[str, list[float]]]:
     """``rounds`` x (one iteration + one evaluation) per backend, alternating backends."""
     logs = {b: Log() for b in backends}
     trainers = {b: make(b, logs[b]) for b in backends}
     steps: dict[str, list[float]] = {b: [] for b in backends}
     for r in range(rounds):
-        for b in (backends if r % 2 == 0 else backends[::-1]):
+        for b in backends if r % 2 == 0 else backends[::-1]:
             t0 = time.perf_counter()
             trainers[b].training_step()
             steps[b].append(time.perf_counter() - t0)
             t1 = time.perf_counter()
             trainers[b].evaluate()
-            print(f"round {r + 1}/{rounds} {b}: iteration {steps[b][-1]:.1f} s, evaluation "
-                  f"{time.perf_counter() - t1:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"round {r + 1}/{rounds} {b}: iteration {steps[b][-1]:.1f} s, evaluation "
+                f"{time.perf_counter() - t1:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     for b, t in trainers.items():
         t.generator.flush()
     return logs, steps
@@ -367,16 +413,20 @@ def main() -> None:
                 make = demo_setup
             else:
                 folder = _real_model(tmp)
+
                 def make(b: str, log: Log, folder: str = folder) -> Any:
                     return real_setup(b, log, folder, a.mean_reply)
+
             backends = BACKENDS
             if setup == "demo" and "vllm" in BACKENDS and not torch.cuda.is_available():
                 # vLLM's CPU attention has no kernel for the embedded model's 16-dim heads
                 print("demo: vllm left out on the CPU (head_dim=16 unsupported)", file=sys.stderr)
                 backends = tuple(b for b in BACKENDS if b != "vllm")
             logs, steps = measure(make, a.rounds, backends)
-        print(f"\n## {setup}: {a.rounds} rounds, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
-              f"{torch.get_num_threads()} thread(s)\n")
+        print(
+            f"\n## {setup}: {a.rounds} rounds, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} thread(s)\n"
+        )
         print(table(summarize(logs, steps)))
 
 

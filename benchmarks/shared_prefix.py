@@ -70,10 +70,19 @@ def prompts(kind: str, tok: Any, tasks: int) -> list[list[int]]:
         from erl_lite.embedded import demo_world
 
         world = demo_world(0)
-        return [encode_messages(opening_messages(world.system_prompt, world.new_episode().reset(t)), tok)
-                for t in world.test_tasks(tasks)]
-    return [tok.apply_chat_template([{"role": "user", "content": f"Write one line of text, any text. Task {i:04d}."}],
-                                    add_generation_prompt=True, tokenize=True, return_dict=False) for i in range(tasks)]
+        return [
+            encode_messages(opening_messages(world.system_prompt, world.new_episode().reset(t)), tok)
+            for t in world.test_tasks(tasks)
+        ]
+    return [
+        tok.apply_chat_template(
+            [{"role": "user", "content": f"Write one line of text, any text. Task {i:04d}."}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for i in range(tasks)
+    ]
 
 
 def count_prefill(model: Any) -> list[int]:
@@ -108,12 +117,21 @@ def main() -> None:
     gen = HFGenerator(model, tok)
     params = SamplingParams(args.max_new, temperature=0.7)
     seen = count_prefill(model)
-    config = ERLConfig(mode="rlvr", num_generations=args.group, beta=0.001, learning_rate=0.0,
-                       per_device_train_batch_size=args.micro_batch, loss_type="token_mean", output_dir=None)
+    config = ERLConfig(
+        mode="rlvr",
+        num_generations=args.group,
+        beta=0.001,
+        learning_rate=0.0,
+        per_device_train_batch_size=args.micro_batch,
+        loss_type="token_mean",
+        output_dir=None,
+    )
     optimizer = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=0.0)
     updater = PolicyUpdater(model, optimizer, None, config, tok.pad_token_id)
     real_shared_rows = logprobs.shared_rows
-    seconds: dict[str, list[float]] = {k: [] for k in ("sample shared", "sample whole", "update shared", "update whole")}
+    seconds: dict[str, list[float]] = {
+        k: [] for k in ("sample shared", "sample whole", "update shared", "update whole")
+    }
     prefill: dict[str, int] = {}
     samples: list[TrainSample] = []
     rng = random.Random(0)
@@ -129,7 +147,9 @@ def main() -> None:
                 seconds[f"sample {label}"].append(time.perf_counter() - start)
             prefill[label] = seen[0] + (seen[1] if shared else 0)  # shared: the prompts' pass, then the last column
             if not samples:  # one fixed batch for every update round
-                samples = [TrainSample("first", ids, out, [1] * len(out), rng.gauss(0, 1)) for ids, out in zip(rows, outs)]
+                samples = [
+                    TrainSample("first", ids, out, [1] * len(out), rng.gauss(0, 1)) for ids, out in zip(rows, outs)
+                ]
             logprobs.shared_rows = real_shared_rows if shared else (lambda ids, mask: None)
             start = time.perf_counter()
             updater.update(samples)
@@ -137,8 +157,10 @@ def main() -> None:
                 seconds[f"update {label}"].append(time.perf_counter() - start)
             logprobs.shared_rows = real_shared_rows
     median = {k: statistics.median(v) for k, v in seconds.items()}
-    print(f"{args.model} model, {args.tasks} prompts x G = {args.group} ({sum(map(len, rows)) // len(rows)} prompt "
-          f"tokens each), {args.max_new} new tokens, micro-batch {args.micro_batch}, {args.rounds} rounds")
+    print(
+        f"{args.model} model, {args.tasks} prompts x G = {args.group} ({sum(map(len, rows)) // len(rows)} prompt "
+        f"tokens each), {args.max_new} new tokens, micro-batch {args.micro_batch}, {args.rounds} rounds"
+    )
     print(f"prompt tokens prefilled: shared {prefill['shared']}, whole {prefill['whole']}")
     for what in ("sample", "update"):
         a, b = median[f"{what} shared"], median[f"{what} whole"]

@@ -90,14 +90,21 @@ class Settings:
 def lora_config(s: Settings) -> Any:
     from peft import LoraConfig
 
-    return LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
-                      bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=s.lora_r,
+        lora_alpha=s.lora_alpha,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def make_rows(n: int) -> list[dict[str, Any]]:
     """``n`` chat prompts of identical length, so task order cannot change the cost of a step."""
-    return [{"prompt": [{"role": "user", "content": f"Write one line of text, any text. Task {i:04d}."}]}
-            for i in range(n)]
+    return [
+        {"prompt": [{"role": "user", "content": f"Write one line of text, any text. Task {i:04d}."}]} for i in range(n)
+    ]
 
 
 def reply_text(completion: Any) -> str:
@@ -118,8 +125,9 @@ class TokenCountingReward:
     def __init__(self) -> None:
         self.tokens: list[int] = []
 
-    def __call__(self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]],
-                 **kw: Any) -> list[float]:
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kw: Any
+    ) -> list[float]:
         self.tokens.append(sum(len(ids) for ids in completion_ids))
         return even_code_sum(prompts, completions)
 
@@ -130,29 +138,44 @@ class TokenCountingReward:
 def erl_lite_trainer(path: str, rows: list[dict], s: Settings, mode: str) -> Any:
     """An ERLTrainer in ``mode`` (``rlvr`` with G = 10, ``erl`` with G = 4) on its own model copy."""
     from erl_lite.config import ERLConfig
-    from erl_lite.run.trainer import ERLTrainer
-    from erl_lite.models import load_policy
-
     from erl_lite.core.generation import model_context_length
+    from erl_lite.models import load_policy
+    from erl_lite.run.trainer import ERLTrainer
 
     model, tok = load_policy(path, peft=lora_config(s), device="cpu", dtype=torch.float32)
     # A reflection request and its reply fit the model (the embedded model reads 2,048 positions).
     context = model_context_length(model, tok) or 4096
     cfg = ERLConfig(
         max_reflection_prompt_length=min(2048, context - s.max_completion_length),
-        mode=mode, num_generations=RLVR_G if mode == "rlvr" else ERL_G, num_tasks_per_step=s.tasks,
-        max_steps=s.steps + 1, seed=s.seed, temperature=s.temperature, top_p=1.0, top_k=0,
-        max_completion_length=s.max_completion_length, max_reflection_length=s.max_completion_length,
-        beta=s.beta, epsilon=0.2, epsilon_high=0.28, loss_type="token_mean", learning_rate=s.learning_rate,
-        weight_decay=0.01, max_grad_norm=1.0, steps_per_generation=1,
-        per_device_train_batch_size=s.micro_batch, eval_steps=0, progress_bar=False,
+        mode=mode,
+        num_generations=RLVR_G if mode == "rlvr" else ERL_G,
+        num_tasks_per_step=s.tasks,
+        max_steps=s.steps + 1,
+        seed=s.seed,
+        temperature=s.temperature,
+        top_p=1.0,
+        top_k=0,
+        max_completion_length=s.max_completion_length,
+        max_reflection_length=s.max_completion_length,
+        beta=s.beta,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="token_mean",
+        learning_rate=s.learning_rate,
+        weight_decay=0.01,
+        max_grad_norm=1.0,
+        steps_per_generation=1,
+        per_device_train_batch_size=s.micro_batch,
+        eval_steps=0,
+        progress_bar=False,
         output_dir=None,  # timed in memory: no checkpoint or final-model write inside the timing
     )
     return ERLTrainer(model=model, processing_class=tok, args=cfg, reward_funcs=even_code_sum, train_dataset=rows)
 
 
-def trl_trainer(path: str, rows: list[dict], s: Settings, out_dir: str, reward: TokenCountingReward,
-                callback: Any) -> Any:
+def trl_trainer(
+    path: str, rows: list[dict], s: Settings, out_dir: str, reward: TokenCountingReward, callback: Any
+) -> Any:
     """TRL's GRPOTrainer at the RLVR settings: one generation batch = one optimizer step."""
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
@@ -160,19 +183,49 @@ def trl_trainer(path: str, rows: list[dict], s: Settings, out_dir: str, reward: 
 
     batch = s.tasks * RLVR_G
     args = GRPOConfig(
-        output_dir=out_dir, use_cpu=True, bf16=False, fp16=False, report_to="none", save_strategy="no",
-        logging_strategy="no", disable_tqdm=True, log_completions=False, dataloader_num_workers=0,
-        seed=s.seed, max_steps=s.steps + 1, num_generations=RLVR_G,
-        per_device_train_batch_size=s.micro_batch, gradient_accumulation_steps=batch // s.micro_batch,
-        max_completion_length=s.max_completion_length, temperature=s.temperature, top_p=1.0, top_k=0,
-        beta=s.beta, epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group",
-        num_iterations=1, learning_rate=s.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.01, max_grad_norm=1.0, optim="adamw_torch", gradient_checkpointing=False,
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
+        seed=s.seed,
+        max_steps=s.steps + 1,
+        num_generations=RLVR_G,
+        per_device_train_batch_size=s.micro_batch,
+        gradient_accumulation_steps=batch // s.micro_batch,
+        max_completion_length=s.max_completion_length,
+        temperature=s.temperature,
+        top_p=1.0,
+        top_k=0,
+        beta=s.beta,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",
+        scale_rewards="group",
+        num_iterations=1,
+        learning_rate=s.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.01,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        gradient_checkpointing=False,
         model_init_kwargs={"dtype": "float32"},
     )
-    trainer = GRPOTrainer(model=path, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=AutoTokenizer.from_pretrained(path), peft_config=lora_config(s),
-                          callbacks=[callback])
+    trainer = GRPOTrainer(
+        model=path,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(path),
+        peft_config=lora_config(s),
+        callbacks=[callback],
+    )
     trainer.remove_callback(PrinterCallback)  # it prints the end-of-training summary
     return trainer
 
@@ -229,11 +282,17 @@ def run(s: Settings) -> dict[str, Any]:
         trl.train()
         wall = time.perf_counter() - t0
     timed = {name: clock.seconds[name][1:] for name in NAMES}  # drop the warm-up round
-    out: dict[str, Any] = {"settings": asdict(s), "wall_seconds": wall,
-                           "seconds": timed, "median": {k: statistics.median(v) for k, v in timed.items()}}
+    out: dict[str, Any] = {
+        "settings": asdict(s),
+        "wall_seconds": wall,
+        "seconds": timed,
+        "median": {k: statistics.median(v) for k, v in timed.items()},
+    }
     med = out["median"]
-    out["ratios"] = {"erl_lite_rlvr/trl_grpo": med["erl_lite_rlvr"] / med["trl_grpo"],
-                     "erl/erl_lite_rlvr": med["erl_lite_erl"] / med["erl_lite_rlvr"]}
+    out["ratios"] = {
+        "erl_lite_rlvr/trl_grpo": med["erl_lite_rlvr"] / med["trl_grpo"],
+        "erl/erl_lite_rlvr": med["erl_lite_erl"] / med["erl_lite_rlvr"],
+    }
     out["trl_tokens_per_step"] = statistics.mean(reward.tokens[1:])
     for name, trainer in (("erl_lite_rlvr", rlvr), ("erl_lite_erl", erl)):
         out[name] = history_summary(trainer.history.of_kind("train")[1:])
@@ -242,38 +301,51 @@ def run(s: Settings) -> dict[str, Any]:
 
 def history_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Median phase times, mean tokens per role, mean gate rate and optimizer steps per step."""
+
     def values(key: str) -> list[float]:
         return [r[key] for r in records if r.get(key) is not None]
 
     phases = {p: statistics.median(values(f"time/{p}")) if values(f"time/{p}") else 0.0 for p in PHASES}
     tokens = {r: statistics.mean(values(f"tokens/{r}")) for r in ROLES}
     gate = values("gate/rate")
-    return {"phase_seconds": phases, "tokens_per_step": tokens,
-            "gate_rate": statistics.mean(gate) if gate else None,
-            "optimizer_steps": statistics.mean(values("optim/steps"))}
+    return {
+        "phase_seconds": phases,
+        "tokens_per_step": tokens,
+        "gate_rate": statistics.mean(gate) if gate else None,
+        "optimizer_steps": statistics.mean(values("optim/steps")),
+    }
 
 
 def report(r: dict[str, Any]) -> str:
     """The results as a small text table."""
     med, s = r["median"], r["settings"]
-    lines = [f"step time, median of {s['steps']} steps after 1 warm-up; {s['tasks']} tasks/step, "
-             f"max_completion_length {s['max_completion_length']}, beta {s['beta']}, "
-             f"micro-batch {s['micro_batch']}, 1 thread",
-             f"{'trainer':<22}{'s/step':>8}{'first':>8}{'reflect':>8}{'second':>8}{'update':>8}"
-             f"{'tok y1':>8}{'tok Δ':>8}{'tok y2':>8}"]
-    lines.append(f"{'trl GRPOTrainer G=10':<22}{med['trl_grpo']:>8.3f}" + " " * 32
-                 + f"{r['trl_tokens_per_step']:>8.0f}{'-':>8}{'-':>8}")
+    lines = [
+        f"step time, median of {s['steps']} steps after 1 warm-up; {s['tasks']} tasks/step, "
+        f"max_completion_length {s['max_completion_length']}, beta {s['beta']}, "
+        f"micro-batch {s['micro_batch']}, 1 thread",
+        f"{'trainer':<22}{'s/step':>8}{'first':>8}{'reflect':>8}{'second':>8}{'update':>8}"
+        f"{'tok y1':>8}{'tok Δ':>8}{'tok y2':>8}",
+    ]
+    lines.append(
+        f"{'trl GRPOTrainer G=10':<22}{med['trl_grpo']:>8.3f}"
+        + " " * 32
+        + f"{r['trl_tokens_per_step']:>8.0f}{'-':>8}{'-':>8}"
+    )
     for name, label in (("erl_lite_rlvr", "erl_lite rlvr G=10"), ("erl_lite_erl", "erl_lite erl G=4")):
         h = r[name]
         ph, tk = h["phase_seconds"], h["tokens_per_step"]
-        lines.append(f"{label:<22}{med[name]:>8.3f}" + "".join(f"{ph[p]:>8.3f}" for p in PHASES)
-                     + "".join(f"{tk[x]:>8.0f}" for x in ROLES))
+        lines.append(
+            f"{label:<22}{med[name]:>8.3f}"
+            + "".join(f"{ph[p]:>8.3f}" for p in PHASES)
+            + "".join(f"{tk[x]:>8.0f}" for x in ROLES)
+        )
     gate = r["erl_lite_erl"]["gate_rate"] or 0.0
     a, b = r["ratios"]["erl_lite_rlvr/trl_grpo"], r["ratios"]["erl/erl_lite_rlvr"]
-    lines += [f"erl_lite_rlvr / trl_grpo = {a:.2f}  (target <= 1.0: {'met' if a <= 1.0 else 'MISSED'})",
-              f"erl / erl_lite_rlvr      = {b:.2f}  (target <= 1.6: {'met' if b <= 1.6 else 'MISSED'}; "
-              f"gate rate {gate:.2f})",
-              f"whole run {r['wall_seconds']:.0f} s"]
+    lines += [
+        f"erl_lite_rlvr / trl_grpo = {a:.2f}  (target <= 1.0: {'met' if a <= 1.0 else 'MISSED'})",
+        f"erl / erl_lite_rlvr      = {b:.2f}  (target <= 1.6: {'met' if b <= 1.6 else 'MISSED'}; gate rate {gate:.2f})",
+        f"whole run {r['wall_seconds']:.0f} s",
+    ]
     return "\n".join(lines)
 
 
@@ -310,14 +382,27 @@ def main() -> None:
     p.add_argument("--max-completion-length", type=arg_types.whole(1), default=32, help="max new tokens per reply")
     p.add_argument("--micro-batch", type=arg_types.whole(1), default=10, help="rows per forward/backward pass")
     p.add_argument("--beta", type=arg_types.number(0), default=0.001, help="KL coefficient on both sides (0 = off)")
-    p.add_argument("--model", choices=("tiny", "embedded"), default="tiny",
-                   help="tiny: random 2-layer model with a character tokenizer; embedded: the packaged model")
+    p.add_argument(
+        "--model",
+        choices=("tiny", "embedded"),
+        default="tiny",
+        help="tiny: random 2-layer model with a character tokenizer; embedded: the packaged model",
+    )
     p.add_argument("--out", help="write the results to this JSON file")
-    p.add_argument("--profile", action="store_true",
-                   help="instead: cProfile --steps erl_lite RLVR steps, where their time goes (no TRL)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead: cProfile --steps erl_lite RLVR steps, where their time goes (no TRL)",
+    )
     a = p.parse_args()
-    s = Settings(steps=a.steps, tasks=a.tasks, max_completion_length=a.max_completion_length,
-                 micro_batch=a.micro_batch, beta=a.beta, model=a.model)
+    s = Settings(
+        steps=a.steps,
+        tasks=a.tasks,
+        max_completion_length=a.max_completion_length,
+        micro_batch=a.micro_batch,
+        beta=a.beta,
+        model=a.model,
+    )
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
 

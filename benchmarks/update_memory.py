@@ -47,23 +47,44 @@ def build(device: str, rows: int, length: int, steps: int, chunk: int | None):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from erl_lite.config import ERLConfig
-    from erl_lite.records import TrainSample
     from erl_lite.core.update import PolicyUpdater
+    from erl_lite.records import TrainSample
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-                      max_position_embeddings=length + 128, pad_token_id=0)
-    model = get_peft_model(Qwen2ForCausalLM(cfg).to(device),
-                           LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear"))
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+        max_position_embeddings=length + 128,
+        pad_token_id=0,
+    )
+    model = get_peft_model(
+        Qwen2ForCausalLM(cfg).to(device), LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
+    )
     gen = torch.Generator().manual_seed(1)
-    samples = [TrainSample(role, torch.randint(1, VOCAB, (64,), generator=gen).tolist(),
-                           torch.randint(1, VOCAB, (length,), generator=gen).tolist(), [1] * length,
-                           1.0 if b % 2 == 0 else -1.0)
-               for b, role in zip(range(rows), ["first", "first", "second", "distill"] * rows)]
-    config = ERLConfig(beta=0.001, steps_per_generation=steps, per_device_train_batch_size=rows,
-                       temperature=1.0, learning_rate=1e-5, max_completion_length=length,
-                       max_episode_length=length + 128)
+    samples = [
+        TrainSample(
+            role,
+            torch.randint(1, VOCAB, (64,), generator=gen).tolist(),
+            torch.randint(1, VOCAB, (length,), generator=gen).tolist(),
+            [1] * length,
+            1.0 if b % 2 == 0 else -1.0,
+        )
+        for b, role in zip(range(rows), ["first", "first", "second", "distill"] * rows)
+    ]
+    config = ERLConfig(
+        beta=0.001,
+        steps_per_generation=steps,
+        per_device_train_batch_size=rows,
+        temperature=1.0,
+        learning_rate=1e-5,
+        max_completion_length=length,
+        max_episode_length=length + 128,
+    )
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     return PolicyUpdater(model, opt, None, config.replace(logprob_chunk_size=chunk), pad_id=0), samples
 
@@ -105,15 +126,26 @@ def measure_one(device: str, rows: int, length: int, steps: int, chunk: int | No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=arg_types.whole(1), nargs="+", default=[1024, 4096],
-                        help="completion tokens L")
-    parser.add_argument("--full-at", type=arg_types.whole(1), nargs="*", default=[1024],
-                        help="lengths at which the full-logits path is measured too (it needs ~7 GB at 1024)")
+    parser.add_argument(
+        "--lengths", type=arg_types.whole(1), nargs="+", default=[1024, 4096], help="completion tokens L"
+    )
+    parser.add_argument(
+        "--full-at",
+        type=arg_types.whole(1),
+        nargs="*",
+        default=[1024],
+        help="lengths at which the full-logits path is measured too (it needs ~7 GB at 1024)",
+    )
     parser.add_argument("--rows", type=arg_types.whole(1), default=4, help="rows in the update")
-    parser.add_argument("--steps", type=arg_types.whole(1), default=1,
-                        help="optimizer steps (mini-batches); > 1 adds the old-log-prob pass")
-    parser.add_argument("--chunk", type=arg_types.whole(1), default=None,
-                        help="log-prob chunk size (default: the library's)")
+    parser.add_argument(
+        "--steps",
+        type=arg_types.whole(1),
+        default=1,
+        help="optimizer steps (mini-batches); > 1 adds the old-log-prob pass",
+    )
+    parser.add_argument(
+        "--chunk", type=arg_types.whole(1), default=None, help="log-prob chunk size (default: the library's)"
+    )
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu")
     parser.add_argument("--single", nargs=2, metavar=("L", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -122,16 +154,30 @@ def main() -> None:
     chunk = args.chunk or DEFAULT_CHUNK_SIZE
     if args.single:  # a child process: one measurement, printed as JSON
         length, path = int(args.single[0]), args.single[1]
-        print(json.dumps(measure_one(args.device, args.rows, length, args.steps,
-                                     None if path == "full" else chunk)))
+        print(json.dumps(measure_one(args.device, args.rows, length, args.steps, None if path == "full" else chunk)))
         return
-    print(f"device {args.device}, V = {VOCAB:,}, {args.rows} rows, {args.steps} optimizer steps, beta 0.001, "
-          f"LoRA r 16, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    print(
+        f"device {args.device}, V = {VOCAB:,}, {args.rows} rows, {args.steps} optimizer steps, beta 0.001, "
+        f"LoRA r 16, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
     print(f"{'L':>6} {'log-probs':<22} {'peak growth':>12} {'seconds':>8}")
     for length in args.lengths:
         for path in ["chunked"] + (["full"] if length in args.full_at else []):
-            cmd = [sys.executable, __file__, "--single", str(length), path, "--rows", str(args.rows),
-                   "--steps", str(args.steps), "--chunk", str(chunk), "--device", args.device]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--single",
+                str(length),
+                path,
+                "--rows",
+                str(args.rows),
+                "--steps",
+                str(args.steps),
+                "--chunk",
+                str(chunk),
+                "--device",
+                args.device,
+            ]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"{length:>6} {path:<22} failed: {out.stderr.strip().splitlines()[-1:]}")

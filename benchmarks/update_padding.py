@@ -41,7 +41,7 @@ _WIDTH_RULE = update_module.micro_batches
 def total_length_rule(rows: list[TrainSample], size: int) -> Iterator[list[TrainSample]]:
     """The replaced rule: sorted by total length, a micro-batch closes before a row more than
     twice as long (context + completion) as its shortest row."""
-    length = lambda s: len(s.prompt_ids) + len(s.completion_ids)  # noqa: E731
+    length = lambda s: len(s.prompt_ids) + len(s.completion_ids)
     chunk: list[TrainSample] = []
     for row in sorted(rows, key=length):
         if chunk and (len(chunk) == size or length(row) > 2 * length(chunk[0])):
@@ -98,8 +98,9 @@ def padding_share(updater, batches: list[list[TrainSample]]) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=arg_types.whole(1), default=3, help="demo ERL iterations whose batches are timed")
-    p.add_argument("--rounds", type=arg_types.whole(1), default=5,
-                   help="timed updates per rule and batch (interleaved)")
+    p.add_argument(
+        "--rounds", type=arg_types.whole(1), default=5, help="timed updates per rule and batch (interleaved)"
+    )
     p.add_argument("--seed", type=arg_types.seed, default=1)
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -120,8 +121,10 @@ def main() -> None:
             seconds[name].append(time.perf_counter() - start)
     update_module.micro_batches = _WIDTH_RULE
     rows = [len(b) for b in batches]
-    print(f"{len(batches)} ERL update batches of {min(rows)}-{max(rows)} rows (demo world, seed {args.seed}), "
-          f"micro-batch {config.per_device_train_batch_size} rows, {args.rounds} timed rounds")
+    print(
+        f"{len(batches)} ERL update batches of {min(rows)}-{max(rows)} rows (demo world, seed {args.seed}), "
+        f"micro-batch {config.per_device_train_batch_size} rows, {args.rounds} timed rounds"
+    )
     print(f"{'rule':<7} {'padding':>8} {'s per round (median)':>21}")
     median = {}
     for name in RULES:

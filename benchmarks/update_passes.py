@@ -43,11 +43,12 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rollout_waste, beside this script
 
+from rollout_waste import Log, _real_model, real_setup  # noqa: E402
+
 from erl_lite.cli import arg_types  # noqa: E402
 from erl_lite.core.batching import completion_logprobs  # noqa: E402
 from erl_lite.core.logprobs import causal_lm  # noqa: E402
 from erl_lite.core.policy import reference_context  # noqa: E402
-from rollout_waste import Log, _real_model, real_setup  # noqa: E402
 
 
 def _timed(fn: Callable[[], None], repeats: int) -> float:
@@ -80,6 +81,7 @@ def passes(trainer: Any, samples: list[Any], repeats: int) -> list[tuple[str, bo
             finally:
                 trained.chunk_size = c.logprob_chunk_size
                 up.optimizer.zero_grad(set_to_none=True)
+
         return run
 
     @torch.no_grad()
@@ -95,15 +97,19 @@ def passes(trainer: Any, samples: list[Any], repeats: int) -> list[tuple[str, bo
     @torch.no_grad()
     def decoder() -> None:
         for b in every:
-            lm.base_model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
-                          use_cache=False)
+            lm.base_model(
+                input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids, use_cache=False
+            )
 
     model.train()
     return [
         ("policy (forward + backward)", True, _timed(policy(c.logprob_chunk_size), repeats)),
         ("reference (no grad)", c.beta > 0, _timed(reference, repeats)),
-        (f"old log-probs (no grad, {len(later)} of {len(every)} micro-batches)", bool(later),
-         _timed(lambda: no_grad(later), repeats) if later else 0.0),
+        (
+            f"old log-probs (no grad, {len(later)} of {len(every)} micro-batches)",
+            bool(later),
+            _timed(lambda: no_grad(later), repeats) if later else 0.0,
+        ),
         ("decoder only (no grad, every row)", False, _timed(decoder, repeats)),
         ("policy, full logits (forward + backward)", False, _timed(policy(None), repeats)),
     ]
@@ -112,8 +118,9 @@ def passes(trainer: Any, samples: list[Any], repeats: int) -> list[tuple[str, bo
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=arg_types.whole(1), default=3)
-    p.add_argument("--mean-reply", type=arg_types.whole(1), default=24,
-                   help="mean sampled tokens of a reply (rollout_waste)")
+    p.add_argument(
+        "--mean-reply", type=arg_types.whole(1), default=24, help="mean sampled tokens of a reply (rollout_waste)"
+    )
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     from erl_lite.testing import find_qwen3_tokenizer
@@ -151,11 +158,15 @@ def main() -> None:
     c = trainer.args
     roles = {r: sum(s.role == r for s in samples) for r in dict.fromkeys(s.role for s in samples)}
     tokens = sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    print(f"\n## update passes, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s), median of {a.repeats}\n")
-    print(f"rows {len(samples)} ({', '.join(f'{r} {n}' for r, n in roles.items())}), {tokens} tokens; "
-          f"beta {c.beta}, optimizer steps {c.optimizer_steps(len(samples))}, micro-batch "
-          f"{c.per_device_train_batch_size}, logprob chunk {c.logprob_chunk_size}\n")
+    print(
+        f"\n## update passes, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s), median of {a.repeats}\n"
+    )
+    print(
+        f"rows {len(samples)} ({', '.join(f'{r} {n}' for r, n in roles.items())}), {tokens} tokens; "
+        f"beta {c.beta}, optimizer steps {c.optimizer_steps(len(samples))}, micro-batch "
+        f"{c.per_device_train_batch_size}, logprob chunk {c.logprob_chunk_size}\n"
+    )
     print("| pass | runs in the update | seconds | share of update() |\n|---|---|---|---|")
     print(f"| update() as the trainer runs it | - | {upd:.2f} | 1.00 |")
     for name, runs, seconds in timed:

@@ -20,13 +20,20 @@ RELEASE_REF = f"v{__version__}"
 
 # Imported on first use, so `import erl_lite` stays light (torch/transformers load lazily).
 _EXPORTS = {
-    "ERLConfig": "config", "PRESETS": "config.presets",
+    "ERLConfig": "config",
+    "PRESETS": "config.presets",
     "ERLTrainer": "run.trainer",
-    "History": "history", "METRIC_GLOSSARY": "metrics",
-    "diagnose": "run.report", "doctor": "run.report", "DiagnosticError": "diagnostics.monitor",
+    "History": "history",
+    "METRIC_GLOSSARY": "metrics",
+    "diagnose": "run.report",
+    "doctor": "run.report",
+    "DiagnosticError": "diagnostics.monitor",
     "ReflectionMemory": "core.memory",
     "load_policy": "models",
-    "Task": "records", "Attempt": "records", "Reflection": "records", "Retry": "records",
+    "Task": "records",
+    "Attempt": "records",
+    "Reflection": "records",
+    "Retry": "records",
     "StepRecord": "records",
 }
 __all__ = sorted(_EXPORTS)

@@ -27,8 +27,11 @@ def _text(path: str | os.PathLike) -> str:
         raise ValueError(f"{os.fspath(path)}: not UTF-8 text (byte {e.start}: {e.reason})") from None
 
 
-def read_jsonl(path: str | os.PathLike, torn_tail: Literal["error", "warn"] = "error",
-               check: Callable[[Any], str | None] = lambda row: None) -> list[Any]:
+def read_jsonl(
+    path: str | os.PathLike,
+    torn_tail: Literal["error", "warn"] = "error",
+    check: Callable[[Any], str | None] = lambda row: None,
+) -> list[Any]:
     """One JSON value per non-blank line of ``path``; ValueError ``"<path>:<line>: not valid JSON (...)"``.
     ``torn_tail="warn"``: a last line a crash cut off is dropped with a warning. ``check(row)``: what is wrong
     with a row, or None; ValueError ``"<path>:<line>: <what>"``."""
@@ -46,8 +49,11 @@ def read_jsonl(path: str | os.PathLike, torn_tail: Literal["error", "warn"] = "e
                 raise ValueError(f"{path}:{number}: {problem}")
         except json.JSONDecodeError as e:
             if number == torn and torn_tail == "warn":
-                warnings.warn(f"{path}:{number}: the last line was cut off (a run stopped while writing it); "
-                              "read without it", UserWarning, stacklevel=2)
+                warnings.warn(
+                    f"{path}:{number}: the last line was cut off (a run stopped while writing it); read without it",
+                    UserWarning,
+                    stacklevel=2,
+                )
                 break
             raise ValueError(f"{path}:{number}: not valid JSON ({e.msg} at column {e.colno})") from None
         except RecursionError:

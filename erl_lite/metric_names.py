@@ -31,8 +31,11 @@ EVAL_TRUNCATED = "eval/truncated"
 TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD = "reward", "reward_std", "frac_reward_zero_std"
 LEN_MEAN, LEN_MIN, LEN_MAX = "completions/mean_length", "completions/min_length", "completions/max_length"
 CLIPPED_RATIO = "completions/clipped_ratio"
-TERM_MEAN, TERM_MIN, TERM_MAX = ("completions/mean_terminated_length", "completions/min_terminated_length",
-                                 "completions/max_terminated_length")
+TERM_MEAN, TERM_MIN, TERM_MAX = (
+    "completions/mean_terminated_length",
+    "completions/min_terminated_length",
+    "completions/max_terminated_length",
+)
 
 # The update's keys (core/update.py writes them).
 LOSS_KEYS = {role: f"loss/{role}" for role in ROLES}

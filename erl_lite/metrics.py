@@ -10,18 +10,70 @@ from typing import Any, Callable
 
 from erl_lite.config.checks import reflects
 from erl_lite.core.memory import ReflectionMemory
-from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, TrainSample
-
 from erl_lite.metric_names import (
-    ADVANTAGE_KEYS, CLIPPED_RATIO, CLIP_RATIO, EVAL_NUM_EPISODES, EVAL_REWARD, EVAL_SUCCESS, EVAL_TRUNCATED,
-    GAP_LIMIT, GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_STALE, GAP_TOKENS, GATE_RATE, GRAD_NORM, INTERNALIZATION_WEIGHT, KL,
-    LEN_MAX, LEN_MEAN, LEN_MIN, LOSS_KEYS, LOSS_TOTAL, LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES, MEMORY_WRITES,
-    OPTIM_SKIPPED_STEPS, OPTIM_STEPS, PEAK_GPU_GB, REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST,
-    REWARD_FIRST_GATED, REWARD_SECOND, SAMPLES_KEYS, STEP, SUCCESS_FIRST, SUCCESS_SECOND, TERM_MAX, TERM_MEAN,
-    TERM_MIN, TIME_FIRST, TIME_REFLECT, TIME_SECOND, TIME_STEP, TIME_UPDATE, TOKENS_FIRST, TOKENS_PER_SECOND,
-    TOKENS_REFLECTION, TOKENS_SECOND, TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD, TRUNCATED_FIRST,
-    TRUNCATED_REFLECTION, TRUNCATED_SECOND, TURNS_FIRST, WEIGHT_UPDATE, ZERO_STD_FIRST, ZERO_STD_KEYS,
-    ZERO_STD_REFLECTION, ZERO_STD_SECOND)
+    ADVANTAGE_KEYS,
+    CLIP_RATIO,
+    CLIPPED_RATIO,
+    EVAL_NUM_EPISODES,
+    EVAL_REWARD,
+    EVAL_SUCCESS,
+    EVAL_TRUNCATED,
+    GAP_LIMIT,
+    GAP_MAX_KEYS,
+    GAP_MEAN_KEYS,
+    GAP_STALE,
+    GAP_TOKENS,
+    GATE_RATE,
+    GRAD_NORM,
+    INTERNALIZATION_WEIGHT,
+    KL,
+    LEN_MAX,
+    LEN_MEAN,
+    LEN_MIN,
+    LOSS_KEYS,
+    LOSS_TOTAL,
+    LR,
+    MEMORY_SIZE,
+    MEMORY_TOTAL_WRITES,
+    MEMORY_WRITES,
+    OPTIM_SKIPPED_STEPS,
+    OPTIM_STEPS,
+    PEAK_GPU_GB,
+    REFLECTION_PARSE_RATE,
+    REFLECTION_REWARD,
+    REWARD_FIRST,
+    REWARD_FIRST_GATED,
+    REWARD_SECOND,
+    SAMPLES_KEYS,
+    STEP,
+    SUCCESS_FIRST,
+    SUCCESS_SECOND,
+    TERM_MAX,
+    TERM_MEAN,
+    TERM_MIN,
+    TIME_FIRST,
+    TIME_REFLECT,
+    TIME_SECOND,
+    TIME_STEP,
+    TIME_UPDATE,
+    TOKENS_FIRST,
+    TOKENS_PER_SECOND,
+    TOKENS_REFLECTION,
+    TOKENS_SECOND,
+    TRL_REWARD,
+    TRL_REWARD_STD,
+    TRL_ZERO_STD,
+    TRUNCATED_FIRST,
+    TRUNCATED_REFLECTION,
+    TRUNCATED_SECOND,
+    TURNS_FIRST,
+    WEIGHT_UPDATE,
+    ZERO_STD_FIRST,
+    ZERO_STD_KEYS,
+    ZERO_STD_REFLECTION,
+    ZERO_STD_SECOND,
+)
+from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, TrainSample
 
 #: Every key a history record may hold, with its meaning (the update's keys come from core.update).
 METRIC_GLOSSARY: dict[str, str] = {
@@ -44,7 +96,8 @@ METRIC_GLOSSARY: dict[str, str] = {
     LOSS_KEYS[REFLECTION]: "policy loss contributed by reflections",
     LOSS_KEYS[SECOND]: "policy loss contributed by second attempts",
     LOSS_KEYS[DISTILL]: "internalization loss (second attempts under the initial context)",
-    INTERNALIZATION_WEIGHT: "mean weight of the internalization rows (coef x max(r2, 0) for raft; 0: they teach nothing)",
+    INTERNALIZATION_WEIGHT: "mean weight of the internalization rows "
+    "(coef x max(r2, 0) for raft; 0: they teach nothing)",
     LOSS_TOTAL: "sum of the above plus the KL term",
     KL: "mean per-token k3 KL to the reference (adapter disabled)",
     CLIP_RATIO: "fraction of loss tokens whose ratio was clipped",
@@ -70,9 +123,11 @@ METRIC_GLOSSARY: dict[str, str] = {
     OPTIM_STEPS: "optimizer steps taken this iteration",
     OPTIM_SKIPPED_STEPS: "optimizer steps skipped this iteration: their loss or gradient was not finite",
     WEIGHT_UPDATE: "relative change of the trainable weights in the iteration, |dW| / |W| over a fixed sample of "
-                   "their entries (0: they did not move)",
-    **{GAP_MEAN_KEYS[r]: f"mean |sampler's log-prob - the update's| per {r} loss token (0 without reports)"
-       for r in GAP_MEAN_KEYS},
+    "their entries (0: they did not move)",
+    **{
+        GAP_MEAN_KEYS[r]: f"mean |sampler's log-prob - the update's| per {r} loss token (0 without reports)"
+        for r in GAP_MEAN_KEYS
+    },
     **{GAP_MAX_KEYS[r]: f"largest such gap on a {r} token of this process" for r in GAP_MAX_KEYS},
     GAP_TOKENS: "tokens the on-policy check compared (0: the sampler reports no log-probs)",
     GAP_STALE: "1 if a sampler drew this iteration's rows from other weights than the update scores (versions)",
@@ -94,8 +149,18 @@ METRIC_GLOSSARY: dict[str, str] = {
     TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
 }
 
-TRL_NAMES = (TRL_REWARD, TRL_REWARD_STD, TRL_ZERO_STD, LEN_MEAN, LEN_MIN, LEN_MAX, CLIPPED_RATIO,
-             TERM_MEAN, TERM_MIN, TERM_MAX)
+TRL_NAMES = (
+    TRL_REWARD,
+    TRL_REWARD_STD,
+    TRL_ZERO_STD,
+    LEN_MEAN,
+    LEN_MIN,
+    LEN_MAX,
+    CLIPPED_RATIO,
+    TERM_MEAN,
+    TERM_MIN,
+    TERM_MAX,
+)
 
 #: Metric families, one key per environment of a multi-environment run (``<env>``: its name).
 ENV_FAMILY_SUFFIX = "/<env>"
@@ -185,9 +250,13 @@ def trl_metrics(first: list[Attempt], zero_std_first: float | None) -> dict[str,
         TRL_REWARD: _mean([a.reward for a in first]),
         TRL_REWARD_STD: _std([a.reward for a in first]),
         TRL_ZERO_STD: zero_std_first,
-        LEN_MEAN: _mean(lengths), LEN_MIN: min(lengths, default=None), LEN_MAX: max(lengths, default=None),
+        LEN_MEAN: _mean(lengths),
+        LEN_MIN: min(lengths, default=None),
+        LEN_MAX: max(lengths, default=None),
         CLIPPED_RATIO: _mean([float(a.truncated) for a in first]),
-        TERM_MEAN: _mean(ended), TERM_MIN: min(ended, default=None), TERM_MAX: max(ended, default=None),
+        TERM_MEAN: _mean(ended),
+        TERM_MIN: min(ended, default=None),
+        TERM_MAX: max(ended, default=None),
     }
 
 
@@ -263,7 +332,7 @@ def peak_gpu_gb(device: Any) -> float | None:
         return None
     import torch
 
-    return torch.cuda.max_memory_allocated(device) / 2 ** 30
+    return torch.cuda.max_memory_allocated(device) / 2**30
 
 
 def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
@@ -279,16 +348,20 @@ def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
 ENV_STEP_KEYS = (REWARD_FIRST, SUCCESS_FIRST, REWARD_SECOND, SUCCESS_SECOND, GATE_RATE, MEMORY_SIZE)
 
 
-def env_step_metrics(outcome: Any, env_of: Callable[[str], str], names: list[str], memory: Any,
-                     mode: str) -> dict[str, Any]:
+def env_step_metrics(
+    outcome: Any, env_of: Callable[[str], str], names: list[str], memory: Any, mode: str
+) -> dict[str, Any]:
     """``<key>/<env>`` of :data:`ENV_STEP_KEYS`; ``memory``: the run's :class:`~erl_lite.core.memory.MemoryBank`."""
     m: dict[str, Any] = {}
     for name in names:
         # The environment's slice of the step, read by step_metrics; timings and writes are per step.
-        mine = SimpleNamespace(first_attempts=[a for a in outcome.first_attempts if env_of(a.task_id) == name],
-                               retries=[r for r in outcome.retries if env_of(r.task_id) == name],
-                               samples=[s for s in outcome.samples if env_of(s.task_id) == name],
-                               memory_writes=0, seconds={})
+        mine = SimpleNamespace(
+            first_attempts=[a for a in outcome.first_attempts if env_of(a.task_id) == name],
+            retries=[r for r in outcome.retries if env_of(r.task_id) == name],
+            samples=[s for s in outcome.samples if env_of(s.task_id) == name],
+            memory_writes=0,
+            seconds={},
+        )
         whole = step_metrics(mine, memory.memories[name] if memory is not None else None, mode)
         m.update({f"{key}/{name}": whole[key] for key in ENV_STEP_KEYS})
     return m

@@ -11,8 +11,13 @@ from typing import Literal
 
 import torch
 from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
-from transformers import (AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedModel,
-                          PreTrainedTokenizerBase)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from erl_lite.config.checks import FOUR_BIT, QUANTIZATIONS
 from erl_lite.core.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
@@ -22,14 +27,22 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _CHECKPOINT_KWARGS = {"use_reentrant": False}  # reentrant checkpointing drops grads of frozen-input graphs
 
 
-def load_policy(model: str | os.PathLike | PreTrainedModel,
-                tokenizer: PreTrainedTokenizerBase | str | os.PathLike | None = None, *,
-                quantization: Literal["none", "4bit"] = "none", peft: Literal["lora", "none"] | LoraConfig = "lora",
-                lora_r: int = 16, lora_alpha: float = 32, lora_dropout: float = 0.0,
-                target_modules: str | list[str] = "all-linear", gradient_checkpointing: bool = False,
-                dtype: str | torch.dtype = "auto", device: str | None = None, trust_remote_code: bool = False,
-                base_model: str | os.PathLike | None = None,
-                ) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
+def load_policy(
+    model: str | os.PathLike | PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase | str | os.PathLike | None = None,
+    *,
+    quantization: Literal["none", "4bit"] = "none",
+    peft: Literal["lora", "none"] | LoraConfig = "lora",
+    lora_r: int = 16,
+    lora_alpha: float = 32,
+    lora_dropout: float = 0.0,
+    target_modules: str | list[str] = "all-linear",
+    gradient_checkpointing: bool = False,
+    dtype: str | torch.dtype = "auto",
+    device: str | None = None,
+    trust_remote_code: bool = False,
+    base_model: str | os.PathLike | None = None,
+) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
     """Load a causal LM policy and its tokenizer (left padding, a pad token), optionally 4-bit and LoRA-wrapped.
 
     ``model``: a hub name, a checkpoint, a LoRA adapter folder (on ``base_model``, else the base it records) or
@@ -43,8 +56,14 @@ def load_policy(model: str | os.PathLike | PreTrainedModel,
         >>> describe_policy(policy).startswith("LlamaForCausalLM")
         True
     """
-    _check_choices(quantization=quantization, peft=peft, lora_r=lora_r, lora_alpha=lora_alpha,
-                   lora_dropout=lora_dropout, gradient_checkpointing=gradient_checkpointing)
+    _check_choices(
+        quantization=quantization,
+        peft=peft,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout,
+        gradient_checkpointing=gradient_checkpointing,
+    )
     built = isinstance(model, torch.nn.Module)
     if not built and not isinstance(model, (str, os.PathLike)):
         raise ValueError(f"model must be a name, a path or a PreTrainedModel, got {type(model).__name__}")
@@ -56,8 +75,9 @@ def load_policy(model: str | os.PathLike | PreTrainedModel,
         tok_source = tokenizer if tokenizer is not None else _name_or_path(policy)
     else:
         check_model_source(os.fspath(model))
-        policy, tok_source = _load_from_path(os.fspath(model), quantization, peft, torch_dtype, device,
-                                             trust_remote_code, base_model)
+        policy, tok_source = _load_from_path(
+            os.fspath(model), quantization, peft, torch_dtype, device, trust_remote_code, base_model
+        )
         tok_source = tokenizer if tokenizer is not None else tok_source
 
     if not isinstance(policy, PeftModel):
@@ -71,8 +91,9 @@ def load_policy(model: str | os.PathLike | PreTrainedModel,
     return policy, _load_tokenizer(tok_source, policy, trust_remote_code)
 
 
-def _load_tokenizer(source: PreTrainedTokenizerBase | str | os.PathLike | None, policy: torch.nn.Module,
-                    trust_remote_code: bool) -> PreTrainedTokenizerBase:
+def _load_tokenizer(
+    source: PreTrainedTokenizerBase | str | os.PathLike | None, policy: torch.nn.Module, trust_remote_code: bool
+) -> PreTrainedTokenizerBase:
     if source is None:
         raise ValueError("tokenizer is required: the model does not say where it was loaded from")
     if not isinstance(source, PreTrainedTokenizerBase):
@@ -83,13 +104,15 @@ def _load_tokenizer(source: PreTrainedTokenizerBase | str | os.PathLike | None, 
 def _lora_config(peft: str | LoraConfig, r: int, alpha: float, dropout: float, targets: str | list[str]) -> LoraConfig:
     if isinstance(peft, LoraConfig):
         return peft
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none",
-                      task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM"
+    )
 
 
 #: What to do when an adapter's recorded base folder is gone (load_policy, export, erl-lite eval/export).
-MOVED_BASE_HINT = ("moved or deleted? Point at it with base_model=DIR (erl-lite eval / erl-lite export: "
-                   "--base-model DIR)")
+MOVED_BASE_HINT = (
+    "moved or deleted? Point at it with base_model=DIR (erl-lite eval / erl-lite export: --base-model DIR)"
+)
 #: A hub repository id: ``name`` or ``org/name`` (letters, digits, ``-``, ``_``, ``.``).
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
@@ -102,11 +125,16 @@ def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
     if os.path.exists(os.path.expanduser(name)):
         return
     first = name.split("/", 1)[0]
-    local = (name.startswith(("/", "./", "../", "~", ".\\", "..\\")) or name in (".", "..")
-             or not _HUB_ID.fullmatch(name) or ("/" in name and os.path.isdir(first)))
+    local = (
+        name.startswith(("/", "./", "../", "~", ".\\", "..\\"))
+        or name in (".", "..")
+        or not _HUB_ID.fullmatch(name)
+        or ("/" in name and os.path.isdir(first))
+    )
     if local:
-        raise FileNotFoundError(f"{what} {name} does not exist ({hint or 'no such folder'}; a hub name has the "
-                                "form 'org/name')")
+        raise FileNotFoundError(
+            f"{what} {name} does not exist ({hint or 'no such folder'}; a hub name has the form 'org/name')"
+        )
 
 
 def _check_choices(*, quantization, peft, lora_r, lora_alpha, lora_dropout, gradient_checkpointing) -> None:
@@ -160,24 +188,31 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> tor
     return named_dtype(dtype) or (torch.bfloat16 if _native_bf16(device) else torch.float32)
 
 
-def _load_base(name: str, quantization: str, torch_dtype: torch.dtype, device: torch.device,
-               trust_remote_code: bool) -> PreTrainedModel:
+def _load_base(
+    name: str, quantization: str, torch_dtype: torch.dtype, device: torch.device, trust_remote_code: bool
+) -> PreTrainedModel:
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if quantization == FOUR_BIT:
         compute = torch.float32
         if device.type == "cuda":
             compute = torch.bfloat16 if _native_bf16(device) else torch.float16
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=compute)
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+        )
         kwargs["device_map"] = {"": device}  # bitsandbytes quantizes while placing the weights
         return AutoModelForCausalLM.from_pretrained(name, **kwargs)
     return AutoModelForCausalLM.from_pretrained(name, **kwargs).to(device)
 
 
-def _load_from_path(source: str, quantization: str, peft, torch_dtype: torch.dtype, device: torch.device,
-                    trust_remote_code: bool, base_model: str | os.PathLike | None = None,
-                    ) -> tuple[PreTrainedModel | PeftModel, str]:
+def _load_from_path(
+    source: str,
+    quantization: str,
+    peft,
+    torch_dtype: torch.dtype,
+    device: torch.device,
+    trust_remote_code: bool,
+    base_model: str | os.PathLike | None = None,
+) -> tuple[PreTrainedModel | PeftModel, str]:
     """Load a checkpoint, or a saved LoRA adapter on top of its base; return (model, tokenizer dir)."""
     adapter_dir = os.path.isfile(os.path.join(source, "adapter_config.json"))
     base_name = source
@@ -201,8 +236,10 @@ def _load_from_path(source: str, quantization: str, peft, torch_dtype: torch.dty
 def _adopt_built_model(model, quantization, peft, device, dtype, torch_dtype):
     """Accept an already-built model: check it fits the arguments, then move/cast it."""
     if quantization == FOUR_BIT and not is_4bit(model):
-        raise ValueError("quantization='4bit' needs a model name or path (an already-built model "
-                         "cannot be quantized here); load it with load_policy(path, quantization='4bit')")
+        raise ValueError(
+            "quantization='4bit' needs a model name or path (an already-built model "
+            "cannot be quantized here); load it with load_policy(path, quantization='4bit')"
+        )
     if isinstance(model, PeftModel) and peft == "none":
         raise ValueError("peft='none' but model already carries an adapter; pass model.get_base_model()")
     if not is_4bit(model):  # bitsandbytes weights stay where they were quantized

@@ -90,10 +90,12 @@ def check_unique_task_ids(tasks: Sequence[Task], where: str) -> Sequence[Task]:
     for i, task in enumerate(tasks):
         first = seen.setdefault(task.task_id, i)
         if first != i:
-            raise ValueError(f"{where}: task id {task.task_id!r} is given to rows {first} and {i}; ids must be "
-                             "unique within a split (they key the GRPO groups and the memory): give each row its "
-                             "own 'id' (e.g. prefix each source's ids before concatenating datasets), or drop the "
-                             "'id' column to number the rows")
+            raise ValueError(
+                f"{where}: task id {task.task_id!r} is given to rows {first} and {i}; ids must be "
+                "unique within a split (they key the GRPO groups and the memory): give each row its "
+                "own 'id' (e.g. prefix each source's ids before concatenating datasets), or drop the "
+                "'id' column to number the rows"
+            )
     return tasks
 
 
@@ -103,8 +105,10 @@ def tasks_by_id(tasks: list[Task]) -> dict[str, Task]:
     for task in tasks:
         known = out.setdefault(task.task_id, task)
         if known is not task and known != task:
-            raise ValueError(f"two different tasks share the id {task.task_id!r} in one step; their rollouts "
-                             "would share a GRPO group: give every task its own id")
+            raise ValueError(
+                f"two different tasks share the id {task.task_id!r} in one step; their rollouts "
+                "would share a GRPO group: give every task its own id"
+            )
     return out
 
 
@@ -235,10 +239,14 @@ class StepRecord:
             "step": self.step,
             "task_ids": [t.task_id for t in self.tasks],
             "first_attempts": [a.to_dict() for a in self.first_attempts],
-            "retries": [{"first": p,
-                         "reflection": None if r.reflection is None else r.reflection.to_dict(),
-                         "second": r.second.to_dict()}
-                        for p, r in zip(_first_positions(self.first_attempts, self.retries), self.retries)],
+            "retries": [
+                {
+                    "first": p,
+                    "reflection": None if r.reflection is None else r.reflection.to_dict(),
+                    "second": r.second.to_dict(),
+                }
+                for p, r in zip(_first_positions(self.first_attempts, self.retries), self.retries)
+            ],
             "memory_before": list(self.memory_before),
             "memory_after": list(self.memory_after),
             "metrics": dict(self.metrics),
@@ -250,8 +258,10 @@ def _first_positions(first_attempts: list[Attempt], retries: list[Retry]) -> lis
     position = {id(a): i for i, a in enumerate(first_attempts)}
     missing = [i for i, r in enumerate(retries) if id(r.first) not in position]
     if missing:
-        raise ValueError(f"retry {missing[0]} (task {retries[missing[0]].task_id!r}) retries a first attempt "
-                         "that is not in first_attempts")
+        raise ValueError(
+            f"retry {missing[0]} (task {retries[missing[0]].task_id!r}) retries a first attempt "
+            "that is not in first_attempts"
+        )
     return [position[id(r.first)] for r in retries]
 
 
@@ -270,7 +280,9 @@ def retries_by_first(sample: dict[str, Any]) -> dict[int, dict[str, Any]]:
     for n, r in enumerate(sample.get("retries", [])):
         p = r.get(FIRST)
         if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < len(firsts):
-            raise ValueError(f"step {sample.get('step')!r}, retry {n}: 'first' must be the position of a first "
-                             f"attempt (0..{len(firsts) - 1}), got {p!r}")
+            raise ValueError(
+                f"step {sample.get('step')!r}, retry {n}: 'first' must be the position of a first "
+                f"attempt (0..{len(firsts) - 1}), got {p!r}"
+            )
         joined[p] = {**r, FIRST: firsts[p]}
     return joined

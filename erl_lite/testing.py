@@ -8,8 +8,15 @@ from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import (AutoModelForCausalLM, GenerationConfig, LlamaConfig, PreTrainedModel,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
+from transformers import (
+    AutoModelForCausalLM,
+    GenerationConfig,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 PAD, BOS, EOS, IM_START, IM_END, UNK = "<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>", "<|unk|>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, IM_END, UNK]
@@ -44,17 +51,29 @@ def tiny_tokenizer(chat_template: bool = True) -> PreTrainedTokenizerFast:
     core.add_special_tokens(SPECIAL_TOKENS)
 
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=IM_END if chat_template else EOS,
-        unk_token=UNK, additional_special_tokens=[IM_START, IM_END] if chat_template else [],
+        tokenizer_object=core,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=IM_END if chat_template else EOS,
+        unk_token=UNK,
+        additional_special_tokens=[IM_START, IM_END] if chat_template else [],
         clean_up_tokenization_spaces=False,  # keep " ." and " 's" exactly as written
-        model_max_length=4096)
+        model_max_length=4096,
+    )
     tokenizer.chat_template = CHATML_TEMPLATE if chat_template else None
     return tokenizer
 
 
-def tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden_size: int = 64, num_layers: int = 2,
-               num_heads: int = 2, intermediate_size: int = 128, family: str = "llama",
-               tie_embeddings: bool = False) -> PreTrainedModel:
+def tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    intermediate_size: int = 128,
+    family: str = "llama",
+    tie_embeddings: bool = False,
+) -> PreTrainedModel:
     """Build a randomly initialised causal LM whose vocabulary matches ``tokenizer``.
 
     ~0.1M parameters by default; linear input widths are multiples of 64 (bitsandbytes' 4-bit block),
@@ -64,19 +83,27 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden_size: i
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
     config = _CONFIGS[family](
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
         head_dim=hidden_size // num_heads,  # Qwen3's default (128) would ignore hidden_size
-        max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=tie_embeddings)
+        max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=tie_embeddings,
+    )
     # fork_rng leaves the caller's global RNG stream untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
         _randomise_biases_and_norms(model)
-    model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id,
-                                               bos_token_id=tokenizer.bos_token_id, eos_token_id=_eos_ids(tokenizer))
+    model.generation_config = GenerationConfig(
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=_eos_ids(tokenizer)
+    )
     return model.eval()
 
 
@@ -96,8 +123,13 @@ def _eos_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
     return [tokenizer.eos_token_id] + ([plain_eos] if plain_eos != tokenizer.eos_token_id else [])
 
 
-def save_tiny_model(path: str | os.PathLike, chat_template: bool = True, seed: int = 0,
-                    family: str = "llama", tie_embeddings: bool = False) -> str:
+def save_tiny_model(
+    path: str | os.PathLike,
+    chat_template: bool = True,
+    seed: int = 0,
+    family: str = "llama",
+    tie_embeddings: bool = False,
+) -> str:
     """Write a tiny model (as :func:`tiny_model`) and its tokenizer to ``path``; it loads like a hub checkpoint."""
     path = os.fspath(path)
     tokenizer = tiny_tokenizer(chat_template=chat_template)
@@ -114,16 +146,23 @@ QWEN3_TOKENIZER_ENV = "ERL_LITE_QWEN3_TOKENIZER"
 def find_qwen3_tokenizer() -> str | None:
     """The offline Qwen3 tokenizer's folder (``$ERL_LITE_QWEN3_TOKENIZER`` or ``shared/qwen3_tokenizer``), or None."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    candidates = [os.environ.get(QWEN3_TOKENIZER_ENV, ""),
-                  os.path.join(repo, "..", "shared", "qwen3_tokenizer"),
-                  os.path.join(repo, "shared", "qwen3_tokenizer")]
+    candidates = [
+        os.environ.get(QWEN3_TOKENIZER_ENV, ""),
+        os.path.join(repo, "..", "shared", "qwen3_tokenizer"),
+        os.path.join(repo, "shared", "qwen3_tokenizer"),
+    ]
     for folder in candidates:
-        if folder and os.path.isfile(os.path.join(folder, "tokenizer.json")) and os.path.isfile(
-                os.path.join(folder, "tokenizer_config.json")):
+        if (
+            folder
+            and os.path.isfile(os.path.join(folder, "tokenizer.json"))
+            and os.path.isfile(os.path.join(folder, "tokenizer_config.json"))
+        ):
             return os.path.normpath(folder)
     if os.environ.get(QWEN3_TOKENIZER_ENV):
-        raise FileNotFoundError(f"${QWEN3_TOKENIZER_ENV}={os.environ[QWEN3_TOKENIZER_ENV]!r} holds no "
-                                "tokenizer.json + tokenizer_config.json")
+        raise FileNotFoundError(
+            f"${QWEN3_TOKENIZER_ENV}={os.environ[QWEN3_TOKENIZER_ENV]!r} holds no "
+            "tokenizer.json + tokenizer_config.json"
+        )
     return None
 
 
@@ -133,13 +172,19 @@ def qwen3_tokenizer(folder: str | os.PathLike | None = None) -> PreTrainedTokeni
 
     folder = os.fspath(folder) if folder is not None else find_qwen3_tokenizer()
     if folder is None:
-        raise FileNotFoundError("no Qwen3 tokenizer folder: set $" + QWEN3_TOKENIZER_ENV
-                                + " or place shared/qwen3_tokenizer next to the repository")
+        raise FileNotFoundError(
+            "no Qwen3 tokenizer folder: set $"
+            + QWEN3_TOKENIZER_ENV
+            + " or place shared/qwen3_tokenizer next to the repository"
+        )
     with open(os.path.join(folder, "tokenizer_config.json")) as f:
         cfg = json.load(f)
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"),
-                                  eos_token=cfg["eos_token"], pad_token=cfg["pad_token"],
-                                  clean_up_tokenization_spaces=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_file=os.path.join(folder, "tokenizer.json"),
+        eos_token=cfg["eos_token"],
+        pad_token=cfg["pad_token"],
+        clean_up_tokenization_spaces=False,
+    )
     tok.chat_template = cfg["chat_template"]
     return tok
 

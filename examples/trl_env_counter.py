@@ -44,8 +44,9 @@ def main() -> None:
 
     model, tokenizer = load_embedded()
     args = ERLConfig.preset("cpu", max_steps=2, num_tasks_per_step=2, eval_steps=0)
-    trainer = ERLTrainer(model, args=args, train_dataset=DATASET, processing_class=tokenizer,
-                         environment_factory=CounterEnv)
+    trainer = ERLTrainer(
+        model, args=args, train_dataset=DATASET, processing_class=tokenizer, environment_factory=CounterEnv
+    )
     history = trainer.train()
     print({k: history.records[-1][k] for k in ("reward/first", "gate/rate", "memory/size")})
 

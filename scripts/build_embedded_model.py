@@ -40,12 +40,12 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from erl_lite.cli import arg_types
+from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM, RETRY_HEADER
 from erl_lite.embedded.loading import EMBEDDED_DIR
 from erl_lite.embedded.rulebooks import rulebook
 from erl_lite.embedded.world import LETTER_POOL, WORLDS
 from erl_lite.envs.frozenlake import COMMENTS, FEEDBACK
 from erl_lite.envs.grid import action_reminder_text, grid_system_prompt
-from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM, RETRY_HEADER
 from erl_lite.testing import CHATML_TEMPLATE, tiny_tokenizer
 
 # The build-time teacher and corpus sit beside this script (scripts/embedded/), outside the
@@ -74,8 +74,11 @@ def fixed_sentences() -> list[str]:
     texts = [REFLECTION_SYSTEM, REFLECTION_REQUEST, RETRY_HEADER, action_reminder_text()]
     texts += [grid_system_prompt(b, compact=c) for b in budgets for c in (True, False)]
     texts += [
-             "[... middle of the attempt omitted ...]", "(grid unchanged)",
-             "(No valid action found in your reply; nothing happened.)", rulebook(None)]
+        "[... middle of the attempt omitted ...]",
+        "(grid unchanged)",
+        "(No valid action found in your reply; nothing happened.)",
+        rulebook(None),
+    ]
     letters = "ABCDEFGHXZ"
     texts += [c.format(tile=x) for c in COMMENTS.values() for x in letters]
     texts += [f.format(n=n, budget=b) for f in FEEDBACK.values() for b in budgets for n in range(1, b + 1)]
@@ -85,10 +88,14 @@ def fixed_sentences() -> list[str]:
 def vocabulary_texts(seed: int) -> list[str]:
     """Text that covers the corpus' vocabulary: a small rendered corpus plus fixed sentences."""
     tok = tiny_tokenizer()
-    roomy = corpus_config(max_completion_length=200, max_episode_length=8192,
-                          max_reflection_length=400, max_reflection_prompt_length=8192)
-    sample = [e for w in CORPUS_WORLDS for e in generate_corpus(tok, runs=6, tasks_per_run=24, seed=seed + 7,
-                                                          config=roomy, **WORLDS[w])]
+    roomy = corpus_config(
+        max_completion_length=200, max_episode_length=8192, max_reflection_length=400, max_reflection_prompt_length=8192
+    )
+    sample = [
+        e
+        for w in CORPUS_WORLDS
+        for e in generate_corpus(tok, runs=6, tasks_per_run=24, seed=seed + 7, config=roomy, **WORLDS[w])
+    ]
     texts = [tok.decode(e.prompt_ids + e.completion_ids) for e in sample] + fixed_sentences()
     return [re.sub(r"<\|\w+\|>", "\n", t) for t in texts]  # special tokens are added separately
 
@@ -98,22 +105,42 @@ def build_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
     core = Tokenizer(models.BPE(unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(PRETOKEN_PATTERN), behavior="isolated")
     core.decoder = decoders.Fuse()  # plain concatenation: tokens carry their own spaces
-    trainer = trainers.BpeTrainer(vocab_size=4096, min_frequency=1, special_tokens=[PAD, IM_START, IM_END, UNK],
-                                  initial_alphabet=ALPHABET, limit_alphabet=len(ALPHABET), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=4096,
+        min_frequency=1,
+        special_tokens=[PAD, IM_START, IM_END, UNK],
+        initial_alphabet=ALPHABET,
+        limit_alphabet=len(ALPHABET),
+        show_progress=False,
+    )
     core.train_from_iterator(texts, trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=IM_END, unk_token=UNK,
-                                  additional_special_tokens=[IM_START], clean_up_tokenization_spaces=False,
-                                  model_max_length=2048)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=IM_END,
+        unk_token=UNK,
+        additional_special_tokens=[IM_START],
+        clean_up_tokenization_spaces=False,
+        model_max_length=2048,
+    )
     tok.chat_template = CHATML_TEMPLATE
     return tok
 
 
 def make_model(tok: PreTrainedTokenizerFast, args: argparse.Namespace) -> LlamaForCausalLM:
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=args.ffn,
-        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.heads,
-        max_position_embeddings=2048, pad_token_id=tok.pad_token_id, bos_token_id=None,
-        eos_token_id=tok.eos_token_id, tie_word_embeddings=args.tied)
+        vocab_size=len(tok),
+        hidden_size=args.hidden,
+        intermediate_size=args.ffn,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        max_position_embeddings=2048,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=args.tied,
+    )
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(pad_token_id=tok.pad_token_id, eos_token_id=[tok.eos_token_id])
@@ -128,8 +155,8 @@ def batches(examples: list[CorpusExample], size: int, rng: random.Random):
         chunk = size * 32
         groups = []
         for i in range(0, len(order), chunk):
-            part = sorted(order[i:i + chunk], key=lambda j: examples[j].length)
-            groups += [part[k:k + size] for k in range(0, len(part), size)]
+            part = sorted(order[i : i + chunk], key=lambda j: examples[j].length)
+            groups += [part[k : k + size] for k in range(0, len(part), size)]
         rng.shuffle(groups)
         yield from ([examples[j] for j in g] for g in groups if len(g) == size)
 
@@ -141,8 +168,13 @@ def perception_ids(tok: PreTrainedTokenizerFast) -> tuple[set[int], set[int]]:
     return directions - {tok.unk_token_id}, letters - {tok.unk_token_id}
 
 
-def collate(batch: list[CorpusExample], pad_id: int, weighted: tuple[set[int], set[int]] | None = None,
-            weight: float = 1.0, rule_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate(
+    batch: list[CorpusExample],
+    pad_id: int,
+    weighted: tuple[set[int], set[int]] | None = None,
+    weight: float = 1.0,
+    rule_weight: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask, loss weights), each (B, T), right-padded.
 
     ``weights[b, t]`` weighs the prediction of token ``t``: 0 off the completion mask, 1 on it,
@@ -158,8 +190,8 @@ def collate(batch: list[CorpusExample], pad_id: int, weighted: tuple[set[int], s
     directions, letters = weighted or (set(), set())
     for b, e in enumerate(batch):
         seq, p = e.prompt_ids + e.completion_ids, len(e.prompt_ids)
-        ids[b, :len(seq)] = torch.tensor(seq)
-        attn[b, :len(seq)] = 1
+        ids[b, : len(seq)] = torch.tensor(seq)
+        attn[b, : len(seq)] = 1
         for t in range(p, len(seq)):
             if e.completion_mask[t - p]:
                 ahead = seq[t] in letters and seq[t - 1] in directions
@@ -168,7 +200,9 @@ def collate(batch: list[CorpusExample], pad_id: int, weighted: tuple[set[int], s
     return ids, attn, weights
 
 
-def weighted_loss(model: LlamaForCausalLM, ids: torch.Tensor, attn: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def weighted_loss(
+    model: LlamaForCausalLM, ids: torch.Tensor, attn: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
     """Weighted mean next-token cross-entropy: position t-1 predicts token t."""
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]  # (B, T-1, V)
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
@@ -176,8 +210,9 @@ def weighted_loss(model: LlamaForCausalLM, ids: torch.Tensor, attn: torch.Tensor
     return (nll * w).sum() / w.sum()
 
 
-def train(model: LlamaForCausalLM, examples: list[CorpusExample], args: argparse.Namespace,
-          tok: PreTrainedTokenizerFast) -> list[float]:
+def train(
+    model: LlamaForCausalLM, examples: list[CorpusExample], args: argparse.Namespace, tok: PreTrainedTokenizerFast
+) -> list[float]:
     """AdamW, linear warm-up then cosine decay to 10%; returns the loss of every step."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     warm = max(1, args.steps // 20)
@@ -202,31 +237,46 @@ def train(model: LlamaForCausalLM, examples: list[CorpusExample], args: argparse
         sched.step()
         losses.append(loss.item())
         if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
-            recent = sum(losses[-args.log_every:]) / len(losses[-args.log_every:])
-            print(f"  step {step + 1:4d}/{args.steps}  loss {recent:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
-                  f"{time.time() - start:6.0f}s", flush=True)
+            recent = sum(losses[-args.log_every :]) / len(losses[-args.log_every :])
+            print(
+                f"  step {step + 1:4d}/{args.steps}  loss {recent:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
+                f"{time.time() - start:6.0f}s",
+                flush=True,
+            )
     return losses
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=arg_types.folder, default=str(EMBEDDED_DIR),
-                   help="output directory (default: the package data)")
+    p.add_argument(
+        "--out", type=arg_types.folder, default=str(EMBEDDED_DIR), help="output directory (default: the package data)"
+    )
     p.add_argument("--seed", type=arg_types.seed, default=0)
     p.add_argument("--steps", type=arg_types.whole(1), default=2600, help="optimizer steps")
     p.add_argument("--batch", type=arg_types.whole(1), default=32, help="sequences per step")
     p.add_argument("--lr", type=arg_types.number(0, above=True), default=3e-3)
-    p.add_argument("--runs", type=arg_types.whole(0), default=90,
-                   help="corpus worlds (letter triples cycle through 60)")
-    p.add_argument("--sparse-runs", type=arg_types.whole(0), default=45,
-                   help="further corpus worlds from the sparse world (5x5 maps; erl_lite.embedded.world.WORLDS)")
+    p.add_argument(
+        "--runs", type=arg_types.whole(0), default=90, help="corpus worlds (letter triples cycle through 60)"
+    )
+    p.add_argument(
+        "--sparse-runs",
+        type=arg_types.whole(0),
+        default=45,
+        help="further corpus worlds from the sparse world (5x5 maps; erl_lite.embedded.world.WORLDS)",
+    )
     p.add_argument("--tasks-per-run", type=arg_types.whole(1), default=96)
-    p.add_argument("--reflection-share", type=arg_types.share, default=0.75,
-                   help="keep this share of the corpus' reflections (the role is learned early)")
-    p.add_argument("--ahead-weight", type=arg_types.number(0), default=4.0,
-                   help="loss weight of the letters seen ahead")
-    p.add_argument("--rule-weight", type=arg_types.number(0), default=4.0,
-                   help="loss weight of the letters a reflection writes")
+    p.add_argument(
+        "--reflection-share",
+        type=arg_types.share,
+        default=0.75,
+        help="keep this share of the corpus' reflections (the role is learned early)",
+    )
+    p.add_argument(
+        "--ahead-weight", type=arg_types.number(0), default=4.0, help="loss weight of the letters seen ahead"
+    )
+    p.add_argument(
+        "--rule-weight", type=arg_types.number(0), default=4.0, help="loss weight of the letters a reflection writes"
+    )
     p.add_argument("--hidden", type=arg_types.whole(1), default=128)
     p.add_argument("--layers", type=arg_types.whole(1), default=2)
     p.add_argument("--heads", type=arg_types.whole(1), default=8)
@@ -259,14 +309,18 @@ def main(argv: list[str] | None = None) -> None:
     t1 = time.time()
     # One model plays both worlds: the demo's runs, then the sparse world's (other letter orders and maps).
     examples = generate_corpus(tok, runs=args.runs, tasks_per_run=args.tasks_per_run, seed=args.seed)
-    examples += generate_corpus(tok, runs=args.sparse_runs, tasks_per_run=args.tasks_per_run, seed=args.seed + 1,
-                                **WORLDS["sparse"])
+    examples += generate_corpus(
+        tok, runs=args.sparse_runs, tasks_per_run=args.tasks_per_run, seed=args.seed + 1, **WORLDS["sparse"]
+    )
     keep = random.Random(args.seed)
     examples = [e for e in examples if e.role != "reflection" or keep.random() < args.reflection_share]
     counts = {r: sum(e.role == r for e in examples) for r in ("first", "reflection", "second")}
     n_tokens = sum(e.length for e in examples)
-    print(f"corpus: {len(examples)} sequences {counts}, {n_tokens} tokens, lossless={round_trips(tok, examples)} "
-          f"({time.time() - t1:.0f}s)", flush=True)
+    print(
+        f"corpus: {len(examples)} sequences {counts}, {n_tokens} tokens, lossless={round_trips(tok, examples)} "
+        f"({time.time() - t1:.0f}s)",
+        flush=True,
+    )
     model = make_model(tok, args)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params:,} parameters; training {args.steps} steps of {args.batch}", flush=True)
@@ -277,17 +331,34 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)
     tok.save_pretrained(out)
-    info = {"command": " ".join(["python scripts/build_embedded_model.py", *argv]).strip(),
-            "seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
-            "model": {k: getattr(args, k) for k in ("hidden", "layers", "heads", "ffn", "tied")},
-            "parameters": n_params, "vocab": len(tok),
-            "ahead_weight": args.ahead_weight, "rule_weight": args.rule_weight,
-            "corpus": {"runs": args.runs, "sparse_runs": args.sparse_runs, "tasks_per_run": args.tasks_per_run,
-                       "reflection_share": args.reflection_share, "sequences": len(examples),
-                       "roles": counts, "tokens": n_tokens, "teacher": asdict(TeacherSkill())},
-            "final_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
-            "train_seconds": round(train_s, 1), "total_seconds": round(time.time() - t0, 1),
-            "threads": args.threads, "torch": torch.__version__, "transformers": transformers.__version__}
+    info = {
+        "command": " ".join(["python scripts/build_embedded_model.py", *argv]).strip(),
+        "seed": args.seed,
+        "steps": args.steps,
+        "batch": args.batch,
+        "lr": args.lr,
+        "model": {k: getattr(args, k) for k in ("hidden", "layers", "heads", "ffn", "tied")},
+        "parameters": n_params,
+        "vocab": len(tok),
+        "ahead_weight": args.ahead_weight,
+        "rule_weight": args.rule_weight,
+        "corpus": {
+            "runs": args.runs,
+            "sparse_runs": args.sparse_runs,
+            "tasks_per_run": args.tasks_per_run,
+            "reflection_share": args.reflection_share,
+            "sequences": len(examples),
+            "roles": counts,
+            "tokens": n_tokens,
+            "teacher": asdict(TeacherSkill()),
+        },
+        "final_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
+        "train_seconds": round(train_s, 1),
+        "total_seconds": round(time.time() - t0, 1),
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
     (out / "BUILD_INFO.json").write_text(json.dumps(info, indent=2) + "\n")
     size = os.path.getsize(out / "model.safetensors") / 1e6
     print(f"saved to {out} ({size:.2f} MB of weights) in {time.time() - t0:.0f}s total", flush=True)

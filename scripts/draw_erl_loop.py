@@ -12,9 +12,13 @@ import re
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from erl_lite.viz import _style as S
 from erl_lite.viz._style import COLORS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 OUT = Path(__file__).resolve().parent.parent / "assets" / "erl_loop.png"
 
@@ -28,8 +32,11 @@ def erl_phases() -> list[tuple[str, str]]:
     inner = {id(sub) for c in calls for arg in [*c.args, *c.keywords] for sub in ast.walk(arg)}
     names = [c.func.id for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset)) if id(c) not in inner]
     found = [getattr(phases, n, None) for n in dict.fromkeys(names) if not n.startswith("_")]
-    return [(f.__name__, _summary(f.__doc__ or "")) for f in found
-            if inspect.isfunction(f) and f.__module__ == phases.__name__]
+    return [
+        (f.__name__, _summary(f.__doc__ or ""))
+        for f in found
+        if inspect.isfunction(f) and f.__module__ == phases.__name__
+    ]
 
 
 def _summary(doc: str) -> str:
@@ -63,11 +70,19 @@ def plot_erl_loop() -> Figure:
     ax.text(last - 0.15, -2.35, "next step: new tasks, the updated policy", ha="right", fontsize=9, color="0.3")
     names = [n for n, _ in boxes]
     if {"reflect", "update_memory"} <= set(names):
-        at = (names.index("reflect") + names.index("update_memory"))
-        ax.text(at, -1.6, "memory: rulebooks whose second attempt reached τ", ha="center", fontsize=8.5,
-                bbox=dict(boxstyle="round,pad=0.4", facecolor="#e8f8fa", edgecolor=COLORS["memory"]))
-        for end, start in [((2 * names.index("reflect"), -0.75), (at - 1.2, -1.4)),
-                           ((at + 1.2, -1.4), (2 * names.index("update_memory"), -0.75))]:
+        at = names.index("reflect") + names.index("update_memory")
+        ax.text(
+            at,
+            -1.6,
+            "memory: rulebooks whose second attempt reached τ",
+            ha="center",
+            fontsize=8.5,
+            bbox=dict(boxstyle="round,pad=0.4", facecolor="#e8f8fa", edgecolor=COLORS["memory"]),
+        )
+        for end, start in [
+            ((2 * names.index("reflect"), -0.75), (at - 1.2, -1.4)),
+            ((at + 1.2, -1.4), (2 * names.index("update_memory"), -0.75)),
+        ]:
             ax.annotate("", end, start, arrowprops=dict(arrowstyle="-|>", color=COLORS["memory"], ls="--"))
     ax.set_title("The ERL loop, one step (boxes read from erl_lite.core.phases.erl_step)", fontsize=11, y=0.93)
     S.plt.close(fig)  # detached from pyplot: a notebook shows the returned figure once

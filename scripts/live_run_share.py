@@ -46,10 +46,20 @@ def run(job: tuple[str, int]) -> dict:
     variant, seed = job
     s = SETTING
     model, tokenizer, env, config = setup(
-        "cpu", seed, world=WORLD, max_steps=s["steps"], num_tasks_per_step=s["tasks_per_step"], eval_steps=0,
-        eval_num_generations=s["eval_samples"], progress_bar=False, output_dir=None, **VARIANTS[variant])
-    trainer = ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
-                         eval_dataset=env.test_tasks(s["eval_tasks"]))
+        "cpu",
+        seed,
+        world=WORLD,
+        max_steps=s["steps"],
+        num_tasks_per_step=s["tasks_per_step"],
+        eval_steps=0,
+        eval_num_generations=s["eval_samples"],
+        progress_bar=False,
+        output_dir=None,
+        **VARIANTS[variant],
+    )
+    trainer = ERLTrainer(
+        model=model, processing_class=tokenizer, args=config, env=env, eval_dataset=env.test_tasks(s["eval_tasks"])
+    )
     torch.manual_seed(seed)
     start = trainer.evaluate()["eval/success"]
     t0 = time.process_time()
@@ -71,13 +81,21 @@ def main() -> None:
         rows = pool.map(run, jobs, chunksize=1)
     end = {(r["variant"], r["seed"]): r["eval_end"] for r in rows}
     ahead = [s for s in SEEDS if end[("ERL", s)] > end[("RLVR", s)]]
-    summary = {"world": WORLD, "setting": SETTING, "seeds": SEEDS, "erl_ahead_seeds": ahead,
-               "erl_ahead_share": len(ahead) / len(SEEDS),
-               "mean_end": {v: statistics.mean(end[(v, s)] for s in SEEDS) for v in VARIANTS}, "runs": rows}
+    summary = {
+        "world": WORLD,
+        "setting": SETTING,
+        "seeds": SEEDS,
+        "erl_ahead_seeds": ahead,
+        "erl_ahead_share": len(ahead) / len(SEEDS),
+        "mean_end": {v: statistics.mean(end[(v, s)] for s in SEEDS) for v in VARIANTS},
+        "runs": rows,
+    }
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
-    print(f"ERL ended above RLVR on {len(ahead)} of {len(SEEDS)} seeds; mean end evaluation "
-          + ", ".join(f"{v} {m:.2f}" for v, m in summary["mean_end"].items()))
+    print(
+        f"ERL ended above RLVR on {len(ahead)} of {len(SEEDS)} seeds; mean end evaluation "
+        + ", ".join(f"{v} {m:.2f}" for v, m in summary["mean_end"].items())
+    )
 
 
 if __name__ == "__main__":

@@ -30,14 +30,37 @@ from erl_lite.cli import arg_types
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = {
     "bands": [sys.executable, "benchmarks/embedded_bands.py", "--json", "assets/bands.json"],
-    "bands_sparse": [sys.executable, "benchmarks/embedded_bands.py", "--world", "sparse",
-                     "--json", "assets/bands_sparse.json"],
-    "bands_hard": [sys.executable, "benchmarks/embedded_bands.py", "--world", "hard", "--json", "assets/bands_hard.json"],
+    "bands_sparse": [
+        sys.executable,
+        "benchmarks/embedded_bands.py",
+        "--world",
+        "sparse",
+        "--json",
+        "assets/bands_sparse.json",
+    ],
+    "bands_hard": [
+        sys.executable,
+        "benchmarks/embedded_bands.py",
+        "--world",
+        "hard",
+        "--json",
+        "assets/bands_hard.json",
+    ],
     "demo": [sys.executable, "-m", "erl_lite.cli", "demo", "--out", "assets/demo"],
     # The seeds are each world's declared held-out seeds (compare_modes.HELD_OUT_SEEDS), never chosen here.
-    **{f"compare{'' if world == 'demo' else '_' + world}": [
-        sys.executable, "scripts/compare_modes.py", "--world", world, "--match", "samples", "--out", "assets"]
-       for world in ("demo", "sparse", "hard")},
+    **{
+        f"compare{'' if world == 'demo' else '_' + world}": [
+            sys.executable,
+            "scripts/compare_modes.py",
+            "--world",
+            world,
+            "--match",
+            "samples",
+            "--out",
+            "assets",
+        ]
+        for world in ("demo", "sparse", "hard")
+    },
     "render_docs": [sys.executable, "scripts/compare_modes.py", "--render-docs"],
 }
 
@@ -48,15 +71,19 @@ def main() -> None:
     p.add_argument("--skip", nargs="*", default=[], choices=list(STEPS))
     args = p.parse_args()
     # PYTHONPATH: the scripts import this checkout's erl_lite, not an installed copy elsewhere.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ERL_LITE_STATIC": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "ERL_LITE_STATIC": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+    }
     os.makedirs(os.path.join(ROOT, "assets"), exist_ok=True)
     steps = [(name, cmd) for name, cmd in STEPS.items() if name not in args.skip]
     # The bands are three single-process measurements: up to --jobs of them at once; the comparisons
     # parallelise inside themselves.
     bands = [s for s in steps if s[0].startswith("bands")]
     for i in range(0, len(bands), args.jobs):
-        _run(bands[i:i + args.jobs], env)
+        _run(bands[i : i + args.jobs], env)
     for name, cmd in steps:
         if not name.startswith("bands"):
             _run([(name, [*cmd, "--jobs", str(args.jobs)] if name.startswith("compare") else cmd)], env)

@@ -35,7 +35,8 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 _BADGE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$")
 # A figure link, relative to notebooks/ or already a raw URL (of any owner/name/ref: re-rendered).
 _ASSET_LINK = re.compile(
-    r"\]\((?:\.\./|https://raw\.githubusercontent\.com/[^/\s)]+/[^/\s)]+/[^/\s)]+/)(assets/[^)\s]+)\)")
+    r"\]\((?:\.\./|https://raw\.githubusercontent\.com/[^/\s)]+/[^/\s)]+/[^/\s)]+/)(assets/[^)\s]+)\)"
+)
 
 
 _GITHUB = re.compile(r"https://github\.com/(?P<owner>[\w.-]+)/(?P<name>[\w.-]+?)(?:\.git)?/?")
@@ -61,8 +62,10 @@ def colab_url(notebook: str, repository: str = REPOSITORY_URL, ref: str = RELEAS
 
 def badge_markdown(notebook: str, repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
     """The "Open in Colab" badge of ``notebook`` (a path inside the repository), as markdown."""
-    return ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({colab_url(notebook, repository, ref)})")
+    return (
+        "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        f"({colab_url(notebook, repository, ref)})"
+    )
 
 
 def install_cell_source(repository: str = REPOSITORY_URL, ref: str = RELEASE_REF) -> str:
@@ -83,14 +86,14 @@ if importlib.util.find_spec("erl_lite") is None:
 
 
 #: The cell after the parameters cell: what the notebook runs on, and the GPU-preset check.
-REPORT_CELL_SOURCE = '''\
+REPORT_CELL_SOURCE = """\
 # What this notebook runs on: versions, device, free GPU memory (paste it into a bug report).
 from erl_lite.integrations.colab import environment_report
 from erl_lite.config.presets import require_cuda_for_preset
 
 print(environment_report())
 # A GPU preset on a machine without CUDA stops here; allow_cpu=True runs it on the CPU anyway (hours).
-require_cuda_for_preset(PRESET, allow_cpu=False)'''
+require_cuda_for_preset(PRESET, allow_cpu=False)"""
 
 
 def _lines(text: str) -> list[str]:
@@ -99,8 +102,14 @@ def _lines(text: str) -> list[str]:
 
 
 def _code_cell(cell_id: str, text: str) -> dict:
-    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {},
-            "outputs": [], "source": _lines(text)}
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": cell_id,
+        "metadata": {},
+        "outputs": [],
+        "source": _lines(text),
+    }
 
 
 def sync(nb: dict, filename: str) -> dict:

@@ -51,8 +51,7 @@ def test_matches_torch_unbiased_std(rewards):
 
 def test_grouping_is_per_key_and_keeps_order():
     rewards = [1.0, 0.0, 0.5, 0.0, 1.0, 0.3]
-    keys = [("a", "first"), ("b", "first"), ("a", "first"), ("a", "second"), ("b", "first"),
-            ("b", "second")]
+    keys = [("a", "first"), ("b", "first"), ("a", "first"), ("a", "second"), ("b", "first"), ("b", "second")]
     adv = grouped_advantages(rewards, keys)
     a_first = group_advantages([1.0, 0.5])
     b_first = group_advantages([0.0, 1.0])
@@ -88,10 +87,13 @@ def test_distill_weights_bad_mode():
         distill_weights([1.0], "sft")
 
 
-@pytest.mark.parametrize("rewards, keys", [
-    ([1.0, 0.0, 0.6], ["a", "a", "b"]),  # b is a group of one
-    ([0.0, 0.0, 1.0, 0.3], ["a", "a", "b", "c"]),  # two singletons beside a constant group
-])
+@pytest.mark.parametrize(
+    "rewards, keys",
+    [
+        ([1.0, 0.0, 0.6], ["a", "a", "b"]),  # b is a group of one
+        ([0.0, 0.0, 1.0, 0.3], ["a", "a", "b", "c"]),  # two singletons beside a constant group
+    ],
+)
 def test_a_singleton_has_mean_zero_and_the_scale_of_its_mode(rewards, keys):
     # What ERLConfig.scale_rewards documents: a group of one has mean 0, so it keeps A = r under
     # "group" (std 1 by convention) and "none", and under "batch" it is divided by the batch std
@@ -110,15 +112,21 @@ def test_a_singleton_has_mean_zero_and_the_scale_of_its_mode(rewards, keys):
 @pytest.mark.parametrize("name", ["SCALE_REWARDS", "INTERNALIZATION_MODES"])
 def test_the_choices_advantages_accept_are_the_configs(name):
     """config/checks.py is the one home of every enum: advantages checks against the same tuple."""
-    import erl_lite.core.advantages as advantages
     import erl_lite.config.checks as checks
+    import erl_lite.core.advantages as advantages
+
     assert getattr(advantages, name) is getattr(checks, name)
     assert not {"SCALE_MODES", "DISTILL_MODES"} & set(vars(advantages)), "a second copy of an enum"
 
 
-@pytest.mark.parametrize("call", [lambda: group_advantages([1.0, 0.0], scale="sum"),
-                                  lambda: grouped_advantages([1.0], ["t"], scale="GROUP"),
-                                  lambda: distill_weights([1.0], mode="dpo")])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: group_advantages([1.0, 0.0], scale="sum"),
+        lambda: grouped_advantages([1.0], ["t"], scale="GROUP"),
+        lambda: distill_weights([1.0], mode="dpo"),
+    ],
+)
 def test_an_unknown_choice_is_named_with_the_accepted_ones(call):
     with pytest.raises(ValueError, match=r"must be one of \("):
         call()

@@ -120,15 +120,18 @@ def test_the_model_build_refuses_bad_settings_before_the_corpus(argv, flag, monk
     assert f"argument {flag}" in _usage_error("scripts/build_embedded_model.py", argv, monkeypatch, capsys, tmp_path)
 
 
-@pytest.mark.parametrize("argv,named", [
-    (["train", "--env", "demo", "--seed", "-5", "--steps", "1"], "ERLConfig.seed"),  # a config field: its check
-    (["train", "--env", "demo", "--seed", str(2**32), "--steps", "1"], "ERLConfig.seed"),
-    (["demo", "--seed", "-1"], "argument --seed"),
-    (["demo", "--steps", "0"], "argument --steps"),
-    (["demo", "--eval-tasks", "-2"], "argument --eval-tasks"),
-    (["eval", "--checkpoint", "x", "--limit", "0"], "argument --limit"),
-    (["eval", "--checkpoint", "x", "--num-generations", "-1"], "argument --num-generations"),
-])
+@pytest.mark.parametrize(
+    "argv,named",
+    [
+        (["train", "--env", "demo", "--seed", "-5", "--steps", "1"], "ERLConfig.seed"),  # a config field: its check
+        (["train", "--env", "demo", "--seed", str(2**32), "--steps", "1"], "ERLConfig.seed"),
+        (["demo", "--seed", "-1"], "argument --seed"),
+        (["demo", "--steps", "0"], "argument --steps"),
+        (["demo", "--eval-tasks", "-2"], "argument --eval-tasks"),
+        (["eval", "--checkpoint", "x", "--limit", "0"], "argument --limit"),
+        (["eval", "--checkpoint", "x", "--num-generations", "-1"], "argument --num-generations"),
+    ],
+)
 def test_erl_lite_names_the_flag_of_a_bad_number(argv, named, capsys):
     assert named in _cli_error(argv, capsys)
 
@@ -147,11 +150,14 @@ def a_file(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("script,argv", [
-    ("scripts/compare_modes.py", ["--out", "{file}"]),
-    ("scripts/compare_modes.py", ["--runs", "{file}/runs"]),
-    ("scripts/build_embedded_model.py", ["--out", "{file}"]),
-])
+@pytest.mark.parametrize(
+    "script,argv",
+    [
+        ("scripts/compare_modes.py", ["--out", "{file}"]),
+        ("scripts/compare_modes.py", ["--runs", "{file}/runs"]),
+        ("scripts/build_embedded_model.py", ["--out", "{file}"]),
+    ],
+)
 def test_a_script_refuses_an_output_folder_that_is_a_file(script, argv, a_file, monkeypatch, capsys, tmp_path):
     # build_embedded_model --out FILE ran the whole build, then failed when saving.
     argv = [a.format(file=a_file) for a in argv]
@@ -159,28 +165,34 @@ def test_a_script_refuses_an_output_folder_that_is_a_file(script, argv, a_file, 
     assert f"argument {argv[0]}" in err and "not a folder" in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["demo", "--steps", "1", "--out", "{file}"],
-    ["plot", "{history}", "--out", "{file}"],
-    ["export", "--adapter", "{history}", "--out", "{file}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--steps", "1", "--out", "{file}"],
+        ["plot", "{history}", "--out", "{file}"],
+        ["export", "--adapter", "{history}", "--out", "{file}"],
+    ],
+)
 def test_erl_lite_refuses_an_output_folder_that_is_a_file(argv, a_file, capsys):
     err = _cli_error([a.format(file=a_file, history=ROOT / "assets" / "demo") for a in argv], capsys)
     assert "argument --out" in err and "not a folder" in err and "Traceback" not in err
 
 
 def test_the_demo_refuses_an_output_folder_that_is_a_file_before_any_step(a_file):
-    from erl_lite.run.checkpoint import CheckpointError
     from erl_lite.embedded.demo import build_demo
+    from erl_lite.run.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match="not a writable folder"):
         build_demo(str(a_file), steps=1, eval_tasks=2, verbose=False)
 
 
-@pytest.mark.parametrize("content,message", [
-    ("{bad", "compare_results.json:1:2: not valid JSON"),
-    (None, "no results to replot"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("{bad", "compare_results.json:1:2: not valid JSON"),
+        (None, "no results to replot"),
+    ],
+)
 def test_replot_names_a_missing_or_damaged_results_file(content, message, monkeypatch, capsys, tmp_path):
     if content is not None:
         (tmp_path / "compare_results.json").write_text(content)
@@ -195,8 +207,15 @@ def test_a_script_refuses_a_model_folder_without_a_build(script, monkeypatch, ca
     assert "argument --model: no embedded model in" in err and "build_embedded_model.py --out" in err
 
 
-@pytest.mark.parametrize("kw,name", [({"limit": -1}, "limit"), ({"limit": 0}, "limit"),
-                                     ({"num_generations": 0}, "num_generations"), ({"limit": 2.5}, "limit")])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        ({"limit": -1}, "limit"),
+        ({"limit": 0}, "limit"),
+        ({"num_generations": 0}, "num_generations"),
+        ({"limit": 2.5}, "limit"),
+    ],
+)
 def test_evaluate_checkpoint_refuses_a_bad_count_before_reading_the_checkpoint(kw, name, tmp_path):
     # The Python path under erl-lite eval's flags: limit=-1 evaluated every task but the last.
     from erl_lite.cli.evaluate import evaluate_checkpoint

@@ -12,19 +12,18 @@ import math
 import os
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment, Episode
-from erl_lite.envs.grid import ACTIONS, parse_action
-from erl_lite.envs.qa import MAX_PARTIAL_REWARD, score_answer
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.prompts import parse_rulebook
+from erl_lite.envs.grid import ACTIONS, parse_action
+from erl_lite.envs.qa import MAX_PARTIAL_REWARD, score_answer
 from erl_lite.records import Task
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 
@@ -40,27 +39,59 @@ def tok():
 
 
 def args(**kw):
-    base = dict(max_steps=1, num_tasks_per_step=2, num_generations=2, max_completion_length=6,
-                max_reflection_length=8, eval_steps=0, progress_bar=False, beta=0.0)
+    base = dict(
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,
+        max_completion_length=6,
+        max_reflection_length=8,
+        eval_steps=0,
+        progress_bar=False,
+        beta=0.0,
+    )
     return ERLConfig.preset("cpu", **{**base, **kw})
 
 
 def trainer(tok, reward=say_reward, rows=ROWS, script=lambda p: "1", **kw):
     extra = {k: kw.pop(k) for k in ("feedback_func", "env", "eval_dataset") if k in kw}
     if "env" in extra:
-        return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args(**kw),
-                          generator=ScriptedGenerator(tok, script), **extra)
-    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args(**kw), reward_funcs=reward,
-                      train_dataset=rows, generator=ScriptedGenerator(tok, script), **extra)
+        return ERLTrainer(
+            model=tiny_model(tok),
+            processing_class=tok,
+            args=args(**kw),
+            generator=ScriptedGenerator(tok, script),
+            **extra,
+        )
+    return ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args(**kw),
+        reward_funcs=reward,
+        train_dataset=rows,
+        generator=ScriptedGenerator(tok, script),
+        **extra,
+    )
 
 
 # --- settings ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("field, value", [
-    ("reward_threshold", float("nan")), ("reward_threshold", float("inf")), ("max_steps", 0),
-    ("num_generations", 0), ("temperature", 0.0), ("top_p", 1.5), ("eval_top_p", 0.0),
-    ("eval_top_k", -1), ("epsilon", 1.0), ("dual_clip", 0.5), ("mode", "ppo"),
-    ("loss_type", "sum"), ("max_completion_length", 4096),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("reward_threshold", float("nan")),
+        ("reward_threshold", float("inf")),
+        ("max_steps", 0),
+        ("num_generations", 0),
+        ("temperature", 0.0),
+        ("top_p", 1.5),
+        ("eval_top_p", 0.0),
+        ("eval_top_k", -1),
+        ("epsilon", 1.0),
+        ("dual_clip", 0.5),
+        ("mode", "ppo"),
+        ("loss_type", "sum"),
+        ("max_completion_length", 4096),
+    ],
+)
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         ERLConfig(**{field: value})
@@ -78,8 +109,11 @@ def test_rows_without_prompt_name_the_row(tok):
 
 
 def test_conversation_with_several_user_turns_is_played_whole(tok):
-    convo = [{"role": "user", "content": "Remember 3."}, {"role": "assistant", "content": "OK."},
-             {"role": "user", "content": "Say it."}]
+    convo = [
+        {"role": "user", "content": "Remember 3."},
+        {"role": "assistant", "content": "OK."},
+        {"role": "user", "content": "Say it."},
+    ]
     seen = []
 
     def script(prompt):
@@ -93,14 +127,17 @@ def test_conversation_with_several_user_turns_is_played_whole(tok):
 
 
 # --- reward and feedback functions: named, with the row, and the history up to then kept ---------
-@pytest.mark.parametrize("bad, message", [
-    (lambda completions, **kw: [1.0], "values for"),
-    (lambda completions, **kw: [float("nan")] * len(completions), "nan"),
-    (lambda completions, **kw: [math.inf] * len(completions), "inf"),
-    (lambda completions, **kw: [None] * len(completions), "None"),
-    (lambda completions, **kw: ["good"] * len(completions), "good"),
-    (lambda completions, **kw: 1.0, "list"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda completions, **kw: [1.0], "values for"),
+        (lambda completions, **kw: [float("nan")] * len(completions), "nan"),
+        (lambda completions, **kw: [math.inf] * len(completions), "inf"),
+        (lambda completions, **kw: [None] * len(completions), "None"),
+        (lambda completions, **kw: ["good"] * len(completions), "good"),
+        (lambda completions, **kw: 1.0, "list"),
+    ],
+)
 def test_bad_reward_output_stops_with_the_function_named(tok, tmp_path, bad, message):
     def flaky(prompts, completions, answer, trainer_state, **kw):
         # scores well during step 1, breaks in step 2
@@ -128,10 +165,13 @@ def test_raising_reward_names_function_and_row(tok):
     assert "row" in str(err.value)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda completions, **kw: ["x"], "values for"),
-    (lambda completions, **kw: [3] * len(completions), "3"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda completions, **kw: ["x"], "values for"),
+        (lambda completions, **kw: [3] * len(completions), "3"),
+    ],
+)
 def test_bad_feedback_output_names_the_function(tok, bad, message):
     def notes(completions, **kw):
         return bad(completions)
@@ -172,8 +212,7 @@ def test_env_and_reward_funcs_together(tok):
     from conftest import GuessEnv
 
     with pytest.raises(ValueError, match="exactly one"):
-        ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args(), reward_funcs=say_reward,
-                   env=GuessEnv())
+        ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args(), reward_funcs=say_reward, env=GuessEnv())
 
 
 # --- environments returning the wrong things ---------------------------------------------------------
@@ -250,10 +289,17 @@ def test_a_task_count_that_is_not_a_whole_number_is_refused_by_every_split(n):
         assert len(env.test_tasks(2)) == 2 and env.test_tasks(0) == []  # what stays allowed
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("reset", "reset"), ("short", "observation, reward, done, info"), ("reward", "high"),
-    ("done", "done"), ("obs", "observation"), ("final", "lots"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("reset", "reset"),
+        ("short", "observation, reward, done, info"),
+        ("reward", "high"),
+        ("done", "done"),
+        ("obs", "observation"),
+        ("final", "lots"),
+    ],
+)
 def test_environment_returning_wrong_types_is_named(tok, kind, message):
     t = trainer(tok, env=_BrokenEnv(kind))
     with pytest.raises(TypeError, match=message) as err:
@@ -347,17 +393,29 @@ def _sokoban(**kw):
     return Sokoban(**kw)
 
 
-@pytest.mark.parametrize("build,kw,name", [
-    (_lake, {"seed": -1}, "seed"), (_lake, {"n_train": -1}, "n_train"), (_lake, {"n_test": -2}, "n_test"),
-    (_lake, {"max_actions": 0}, "max_actions"), (_lake, {"max_shortest": 0}, "max_shortest"),
-    (_lake, {"frozen_prob": 1.5}, "frozen_prob"), (_lake, {"frozen_prob": (0.8, 0.2)}, "frozen_prob"),
-    (_lake, {"frozen_prob": (-0.1, 0.5)}, "frozen_prob"), (_lake, {"keep_easy": -1.0}, "keep_easy"),
-    (_lake, {"keep_easy": 2.0}, "keep_easy"), (_lake, {"both_kinds": 1.5}, "both_kinds"),
-    (_lake, {"max_blind": -1.0}, "max_blind"), (_lake, {"max_blind": 2.0}, "max_blind"),
-    (_frozen, {"max_actions": 0}, "max_actions"), (_frozen, {"seed": 1.5}, "seed"),
-    (_sokoban, {"n_train": -1}, "n_train"), (_sokoban, {"seed": -3}, "seed"),
-    (_sokoban, {"max_shortest": -1}, "max_shortest"),
-])
+@pytest.mark.parametrize(
+    "build,kw,name",
+    [
+        (_lake, {"seed": -1}, "seed"),
+        (_lake, {"n_train": -1}, "n_train"),
+        (_lake, {"n_test": -2}, "n_test"),
+        (_lake, {"max_actions": 0}, "max_actions"),
+        (_lake, {"max_shortest": 0}, "max_shortest"),
+        (_lake, {"frozen_prob": 1.5}, "frozen_prob"),
+        (_lake, {"frozen_prob": (0.8, 0.2)}, "frozen_prob"),
+        (_lake, {"frozen_prob": (-0.1, 0.5)}, "frozen_prob"),
+        (_lake, {"keep_easy": -1.0}, "keep_easy"),
+        (_lake, {"keep_easy": 2.0}, "keep_easy"),
+        (_lake, {"both_kinds": 1.5}, "both_kinds"),
+        (_lake, {"max_blind": -1.0}, "max_blind"),
+        (_lake, {"max_blind": 2.0}, "max_blind"),
+        (_frozen, {"max_actions": 0}, "max_actions"),
+        (_frozen, {"seed": 1.5}, "seed"),
+        (_sokoban, {"n_train": -1}, "n_train"),
+        (_sokoban, {"seed": -3}, "seed"),
+        (_sokoban, {"max_shortest": -1}, "max_shortest"),
+    ],
+)
 def test_a_generated_world_refuses_a_bad_setting_by_name_when_built(build, kw, name):
     # DemoLake(max_actions=0) and keep_easy=-1 were taken (episodes with no move, a share below 0);
     # seed=-1 said "expected non-negative integer", frozen_prob=1.5 raised a TypeError inside numpy,

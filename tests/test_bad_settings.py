@@ -20,14 +20,27 @@ import pytest
 from erl_lite.config import ERLConfig
 
 # --- values of the wrong type, or not finite ---------------------------------------------------
-FLOAT_FIELDS = [f.name for f in dataclasses.fields(ERLConfig)
-                if typing.get_type_hints(ERLConfig)[f.name] in (float, float | None)]
+FLOAT_FIELDS = [
+    f.name for f in dataclasses.fields(ERLConfig) if typing.get_type_hints(ERLConfig)[f.name] in (float, float | None)
+]
 
 
 def test_the_float_fields_are_found_from_the_annotations():
     # the NaN/inf test below covers every float field; this guards it against finding none
-    assert {"learning_rate", "beta", "weight_decay", "internalization_coef", "max_grad_norm", "lora_alpha",
-            "temperature", "top_p", "epsilon", "epsilon_high", "reward_threshold", "dual_clip"} <= set(FLOAT_FIELDS)
+    assert {
+        "learning_rate",
+        "beta",
+        "weight_decay",
+        "internalization_coef",
+        "max_grad_norm",
+        "lora_alpha",
+        "temperature",
+        "top_p",
+        "epsilon",
+        "epsilon_high",
+        "reward_threshold",
+        "dual_clip",
+    } <= set(FLOAT_FIELDS)
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
@@ -41,26 +54,61 @@ def test_non_finite_float_settings_are_refused_naming_the_field(name, value):
         ERLConfig().replace(**{name: value})
 
 
-@pytest.mark.parametrize("name, value", [
-    ("temperature", True), ("learning_rate", False), ("top_p", "0.9"), ("beta", None), ("beta", [0.1]),
-    ("beta", {"a": 1}), ("use_memory", 2), ("use_memory", 1), ("use_memory", "yes"), ("use_memory", None),
-    ("seed", 1.5), ("seed", True), ("seed", "42"), ("max_steps", 2.5), ("num_generations", True),
-    ("mode", 3), ("output_dir", 5), ("lora_target_modules", 7), ("lora_target_modules", ["q_proj", 3]),
-    ("report_to", 1), ("generation_kwargs", [1]), ("generation_kwargs", {1: 2}), ("extra", "note"),
-    ("warmup_steps", True), ("logging_steps", "1"), ("dual_clip", "3"), ("num_train_epochs", True),
-    ("save_total_limit", 2.5), ("memory_type", None), ("progress_bar", 0.0),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("temperature", True),
+        ("learning_rate", False),
+        ("top_p", "0.9"),
+        ("beta", None),
+        ("beta", [0.1]),
+        ("beta", {"a": 1}),
+        ("use_memory", 2),
+        ("use_memory", 1),
+        ("use_memory", "yes"),
+        ("use_memory", None),
+        ("seed", 1.5),
+        ("seed", True),
+        ("seed", "42"),
+        ("max_steps", 2.5),
+        ("num_generations", True),
+        ("mode", 3),
+        ("output_dir", 5),
+        ("lora_target_modules", 7),
+        ("lora_target_modules", ["q_proj", 3]),
+        ("report_to", 1),
+        ("generation_kwargs", [1]),
+        ("generation_kwargs", {1: 2}),
+        ("extra", "note"),
+        ("warmup_steps", True),
+        ("logging_steps", "1"),
+        ("dual_clip", "3"),
+        ("num_train_epochs", True),
+        ("save_total_limit", 2.5),
+        ("memory_type", None),
+        ("progress_bar", 0.0),
+    ],
+)
 def test_values_of_the_wrong_type_are_refused_naming_the_field(name, value):
     with pytest.raises(ValueError, match=rf"ERLConfig\.{name}\b"):
         ERLConfig(**{name: value})
 
 
-@pytest.mark.parametrize("name, value, stored", [
-    ("seed", 3.0, 3), ("max_steps", 10.0, 10), ("learning_rate", 1, 1), ("lora_alpha", 16, 16),
-    ("dual_clip", None, None), ("logging_steps", 0.5, 0.5), ("logging_steps", 2, 2),
-    ("report_to", ("wandb",), ["wandb"]),
-    ("lora_target_modules", ("q_proj",), ("q_proj",)), ("scale_rewards", True, "group"),
-])
+@pytest.mark.parametrize(
+    "name, value, stored",
+    [
+        ("seed", 3.0, 3),
+        ("max_steps", 10.0, 10),
+        ("learning_rate", 1, 1),
+        ("lora_alpha", 16, 16),
+        ("dual_clip", None, None),
+        ("logging_steps", 0.5, 0.5),
+        ("logging_steps", 2, 2),
+        ("report_to", ("wandb",), ["wandb"]),
+        ("lora_target_modules", ("q_proj",), ("q_proj",)),
+        ("scale_rewards", True, "group"),
+    ],
+)
 def test_values_that_are_the_right_kind_still_pass(name, value, stored):
     # a whole float is a whole number (YAML and JSON write 3.0); an int is a float; None where allowed
     cfg = ERLConfig(**{"mode": "erl", name: value})
@@ -68,13 +116,17 @@ def test_values_that_are_the_right_kind_still_pass(name, value, stored):
 
 
 # --- groups of one ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("make", [
-    lambda: ERLConfig(mode="rlvr", num_generations=1),
-    lambda: ERLConfig(mode="erl_simple", num_generations=1),
-    lambda: ERLConfig(mode="rlvr", num_generations=4).replace(num_generations=1),
-    lambda: ERLConfig(num_generations=1).replace(mode="rlvr"),  # an explicit G follows a new mode
-    lambda: ERLConfig.preset("cpu", mode="rlvr", num_generations=1),
-], ids=["rlvr", "erl_simple", "replace-G", "replace-mode", "preset"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ERLConfig(mode="rlvr", num_generations=1),
+        lambda: ERLConfig(mode="erl_simple", num_generations=1),
+        lambda: ERLConfig(mode="rlvr", num_generations=4).replace(num_generations=1),
+        lambda: ERLConfig(num_generations=1).replace(mode="rlvr"),  # an explicit G follows a new mode
+        lambda: ERLConfig.preset("cpu", mode="rlvr", num_generations=1),
+    ],
+    ids=["rlvr", "erl_simple", "replace-G", "replace-mode", "preset"],
+)
 def test_a_group_of_one_is_refused_where_it_is_the_only_baseline(make):
     # RLVR and Algorithm 1 train first attempts only: with G = 1 the advantage is the raw reward
     with pytest.raises(ValueError, match=r"ERLConfig\.num_generations.*(rlvr|erl_simple).*baseline"):
@@ -97,22 +149,27 @@ def _run_file(tmp_path, text: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("temperature: true", "ERLConfig.temperature must be a finite number, got True"),
-    ("use_memory: 2", "ERLConfig.use_memory must be true or false, got 2"),
-    ("seed: 1.5", "ERLConfig.seed must be an integer, got 1.5"),
-    ("learning_rate: null", "ERLConfig.learning_rate must be a finite number, got None"),
-    ("learning_rate: [1, 2]", "ERLConfig.learning_rate must be a finite number, got [1, 2]"),
-    ("beta: {a: 1}", "ERLConfig.beta must be a finite number, got {'a': 1}"),
-    ("max_grad_norm: .nan", "ERLConfig.max_grad_norm must be a finite number, got nan"),
-    ("weight-decay: .inf", "ERLConfig.weight_decay must be a finite number, got inf"),
-    ("lora_alpha: 'nan'", "ERLConfig.lora_alpha must be a finite number, got nan"),
-    ("mode: 3", "ERLConfig.mode must be a string, got 3"),
-    ("lora_target_modules: [q_proj, 4]", "ERLConfig.lora_target_modules must be a string or a list of strings"),
-    ("max_steps: null\nmax_steps: 3", "max_steps is given twice (lines 2 and 3)"),
-    ("learning-rate: 1e-3\nlearning_rate: 1e-4", "learning_rate is given twice (lines 2 and 3: "
-                                                 "'learning-rate' and 'learning_rate')"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("temperature: true", "ERLConfig.temperature must be a finite number, got True"),
+        ("use_memory: 2", "ERLConfig.use_memory must be true or false, got 2"),
+        ("seed: 1.5", "ERLConfig.seed must be an integer, got 1.5"),
+        ("learning_rate: null", "ERLConfig.learning_rate must be a finite number, got None"),
+        ("learning_rate: [1, 2]", "ERLConfig.learning_rate must be a finite number, got [1, 2]"),
+        ("beta: {a: 1}", "ERLConfig.beta must be a finite number, got {'a': 1}"),
+        ("max_grad_norm: .nan", "ERLConfig.max_grad_norm must be a finite number, got nan"),
+        ("weight-decay: .inf", "ERLConfig.weight_decay must be a finite number, got inf"),
+        ("lora_alpha: 'nan'", "ERLConfig.lora_alpha must be a finite number, got nan"),
+        ("mode: 3", "ERLConfig.mode must be a string, got 3"),
+        ("lora_target_modules: [q_proj, 4]", "ERLConfig.lora_target_modules must be a string or a list of strings"),
+        ("max_steps: null\nmax_steps: 3", "max_steps is given twice (lines 2 and 3)"),
+        (
+            "learning-rate: 1e-3\nlearning_rate: 1e-4",
+            "learning_rate is given twice (lines 2 and 3: 'learning-rate' and 'learning_rate')",
+        ),
+    ],
+)
 def test_run_file_values_are_checked_naming_file_line_and_field(monkeypatch, tmp_path, capsys, line, message):
     import erl_lite.run.trainer
     from erl_lite.cli import main
@@ -126,11 +183,14 @@ def test_run_file_values_are_checked_naming_file_line_and_field(monkeypatch, tmp
     assert f"{path}:{lineno}:" in err and message in err, err
 
 
-@pytest.mark.parametrize("text, line, message", [
-    ("seed: 1\ntop_p: 1.5\n", 2, "ERLConfig.top_p must be in (0, 1]"),
-    ("num-generations: 0\n", 1, "ERLConfig.num_generations must be a positive integer"),
-    ("mode: rlvr\n\nnum_generations: 1\n", 3, "ERLConfig.num_generations=1 with mode='rlvr'"),
-])
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        ("seed: 1\ntop_p: 1.5\n", 2, "ERLConfig.top_p must be in (0, 1]"),
+        ("num-generations: 0\n", 1, "ERLConfig.num_generations must be a positive integer"),
+        ("mode: rlvr\n\nnum_generations: 1\n", 3, "ERLConfig.num_generations=1 with mode='rlvr'"),
+    ],
+)
 def test_run_file_values_out_of_range_name_the_line_that_set_them(monkeypatch, tmp_path, capsys, text, line, message):
     import erl_lite.run.trainer
     from erl_lite.cli import main
@@ -144,16 +204,21 @@ def test_run_file_values_out_of_range_name_the_line_that_set_them(monkeypatch, t
     assert f"{path}:" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--learning-rate", "nan"], "ERLConfig.learning_rate must be a finite number, got nan"),
-    (["--beta", "inf"], "ERLConfig.beta must be a finite number, got inf"),
-    (["--max-steps", "3", "--steps", "4"], "max_steps is given twice: --max-steps 3 and --steps 4"),
-    (["--learning-rate", "1e-3", "--learning_rate", "1e-4"],
-     "learning_rate is given twice: --learning-rate 0.001 and --learning_rate 0.0001"),
-    (["--out", "a", "--output-dir", "b"], "output_dir is given twice: --out 'a' and --output-dir 'b'"),
-    (["--use-memory", "--no-memory"], "use_memory is given twice: --use-memory True and --no-memory False"),
-    (["--no_use_memory", "--use_memory", "true"], "use_memory is given twice"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--learning-rate", "nan"], "ERLConfig.learning_rate must be a finite number, got nan"),
+        (["--beta", "inf"], "ERLConfig.beta must be a finite number, got inf"),
+        (["--max-steps", "3", "--steps", "4"], "max_steps is given twice: --max-steps 3 and --steps 4"),
+        (
+            ["--learning-rate", "1e-3", "--learning_rate", "1e-4"],
+            "learning_rate is given twice: --learning-rate 0.001 and --learning_rate 0.0001",
+        ),
+        (["--out", "a", "--output-dir", "b"], "output_dir is given twice: --out 'a' and --output-dir 'b'"),
+        (["--use-memory", "--no-memory"], "use_memory is given twice: --use-memory True and --no-memory False"),
+        (["--no_use_memory", "--use_memory", "true"], "use_memory is given twice"),
+    ],
+)
 def test_command_line_values_are_checked_naming_the_option(monkeypatch, capsys, flags, message):
     import erl_lite.run.trainer
     from erl_lite.cli import main
@@ -163,10 +228,13 @@ def test_command_line_values_are_checked_naming_the_option(monkeypatch, capsys, 
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--max-steps", "3", "--steps", "3"], 3),  # two spellings that agree: no conflict
-    (["--steps", "3", "--steps", "4"], 4),      # one spelling twice: argparse's rule, the last wins
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--max-steps", "3", "--steps", "3"], 3),  # two spellings that agree: no conflict
+        (["--steps", "3", "--steps", "4"], 4),  # one spelling twice: argparse's rule, the last wins
+    ],
+)
 def test_two_spellings_that_agree_or_one_spelling_twice_pass(flags, expected):
     from erl_lite.cli import build_parser
     from erl_lite.cli.train import train_config
@@ -194,8 +262,28 @@ def test_eval_names_the_bad_line_of_its_dataset(tmp_path, capsys):
     from erl_lite.cli import main
 
     out = tmp_path / "run"
-    assert main(["train", "--env", "arithmetic", "--model", "tiny", "--steps", "1", "--out", str(out),
-                 "--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "arithmetic",
+                "--model",
+                "tiny",
+                "--steps",
+                "1",
+                "--out",
+                str(out),
+                "--num-tasks-per-step",
+                "2",
+                "--num-generations",
+                "2",
+                "--eval-steps",
+                "0",
+            ]
+        )
+        == 0
+    )
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(GOOD_ROWS[0]) + "\n\n" + json.dumps(GOOD_ROWS[1]) + "\n{oops}\n")
     capsys.readouterr()
@@ -203,11 +291,13 @@ def test_eval_names_the_bad_line_of_its_dataset(tmp_path, capsys):
     assert f"{rows}:4: not valid JSON" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text, line, column", [("", 1, 1), ('{"step": 3,\n "config": }', 2, 12),
-                                                ('{"step": 3', 1, 11), ("{\n\n  'step': 1}", 3, 3)])
+@pytest.mark.parametrize(
+    "text, line, column",
+    [("", 1, 1), ('{"step": 3,\n "config": }', 2, 12), ('{"step": 3', 1, 11), ("{\n\n  'step': 1}", 3, 3)],
+)
 def test_a_damaged_trainer_state_is_named_by_file_line_and_column(tmp_path, capsys, text, line, column):
-    from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
     from erl_lite.cli import main
+    from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
 
     folder = tmp_path / "checkpoint-3"
     folder.mkdir()
@@ -230,7 +320,7 @@ def _history(tmp_path, tail: str) -> str:
     return str(tmp_path / "history.jsonl")
 
 
-@pytest.mark.parametrize("torn", ['{"kind": "train", "step": 4, "rew', '{', '{"kind": "train", "step": 4}{"k'])
+@pytest.mark.parametrize("torn", ['{"kind": "train", "step": 4, "rew', "{", '{"kind": "train", "step": 4}{"k'])
 def test_a_history_whose_last_line_a_crash_cut_off_still_loads_and_plots(tmp_path, capsys, torn):
     from erl_lite.cli import main
     from erl_lite.history import History
@@ -275,8 +365,18 @@ def _no_traceback(err: str) -> None:
     assert "Traceback" not in err and "erl-lite " in err and ": error: " in err, err
 
 
-@pytest.mark.parametrize("model", ["./nonexistent", "../nowhere/model", "/no/such/model", "~/no-such-model",
-                                   "{tmp}/missing", "{tmp}/missing/deeper", "runs\\model"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "./nonexistent",
+        "../nowhere/model",
+        "/no/such/model",
+        "~/no-such-model",
+        "{tmp}/missing",
+        "{tmp}/missing/deeper",
+        "runs\\model",
+    ],
+)
 def test_a_missing_model_path_is_named_as_a_missing_path(tmp_path, capsys, model):
     from erl_lite.cli import main
     from erl_lite.models import load_policy
@@ -297,11 +397,14 @@ def test_a_hub_name_is_not_taken_for_a_path():
         check_model_source(name)  # left to transformers (hub or cache)
 
 
-@pytest.mark.parametrize("flags, message", [
-    ([], "nothing to resume: no checkpoint-<step> folder in trainer_output"),  # the default output_dir
-    (["--out", "{tmp}"], "nothing to resume: no checkpoint-<step> folder in {tmp}"),
-    (["--out", "{tmp}/new"], "nothing to resume: no checkpoint-<step> folder in {tmp}/new"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ([], "nothing to resume: no checkpoint-<step> folder in trainer_output"),  # the default output_dir
+        (["--out", "{tmp}"], "nothing to resume: no checkpoint-<step> folder in {tmp}"),
+        (["--out", "{tmp}/new"], "nothing to resume: no checkpoint-<step> folder in {tmp}/new"),
+    ],
+)
 def test_resume_with_nothing_to_resume_is_one_clear_line(tmp_path, capsys, flags, message):
     from erl_lite.cli import main
 
@@ -317,8 +420,10 @@ def test_resume_from_damaged_checkpoints_is_one_clear_paragraph(tmp_path, capsys
 
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{")
-    assert main(["train", "--env", "arithmetic", "--model", "tiny", "--steps", "3", "--resume",
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(["train", "--env", "arithmetic", "--model", "tiny", "--steps", "3", "--resume", "--out", str(tmp_path)])
+        == 2
+    )
     err = capsys.readouterr().err
     _no_traceback(err)
     assert "every checkpoint is damaged" in err and "trainer_state.json:1:2" in err
@@ -334,14 +439,22 @@ def test_export_without_a_lora_adapter_is_one_clear_paragraph(tmp_path, capsys, 
     if layout in ("checkpoint-without-adapter", "adapter-of-a-full-run"):  # a whole checkpoint of a full run
         import torch
 
-        from erl_lite.run.checkpoint import save_checkpoint
         from erl_lite.core.memory import ReflectionMemory
         from erl_lite.history import History
+        from erl_lite.run.checkpoint import save_checkpoint
         from erl_lite.testing import tiny_model, tiny_tokenizer
 
         model = tiny_model(tiny_tokenizer())
-        save_checkpoint(str(tmp_path), 3, model, torch.optim.AdamW(model.parameters()), None, ReflectionMemory(),
-                        History(), {"config": {}})
+        save_checkpoint(
+            str(tmp_path),
+            3,
+            model,
+            torch.optim.AdamW(model.parameters()),
+            None,
+            ReflectionMemory(),
+            History(),
+            {"config": {}},
+        )
     adapter = folder / "adapter" if layout == "adapter-of-a-full-run" else folder
     assert main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "merged")]) == 2
     err = capsys.readouterr().err
@@ -357,8 +470,28 @@ def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys)
 
     base = save_tiny_model(str(tmp_path / "base"))
     out = tmp_path / "run"
-    assert main(["train", "--env", "arithmetic", "--model", base, "--steps", "1", "--out", str(out),
-                 "--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "arithmetic",
+                "--model",
+                base,
+                "--steps",
+                "1",
+                "--out",
+                str(out),
+                "--num-tasks-per-step",
+                "2",
+                "--num-generations",
+                "2",
+                "--eval-steps",
+                "0",
+            ]
+        )
+        == 0
+    )
     moved = str(tmp_path / "moved")
     os.rename(base, moved)
     capsys.readouterr()
@@ -366,8 +499,9 @@ def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys)
     err = capsys.readouterr().err
     _no_traceback(err)
     assert base in err and "does not exist" in err and "--base-model" in err
-    assert main(["eval", "--checkpoint", str(out), "--limit", "1", "--num-generations", "1",
-                 "--base-model", moved]) == 0
+    assert (
+        main(["eval", "--checkpoint", str(out), "--limit", "1", "--num-generations", "1", "--base-model", moved]) == 0
+    )
     assert main(["export", "--adapter", str(out / "checkpoint-1"), "--out", str(tmp_path / "m")]) == 2
     assert "--base-model" in capsys.readouterr().err
 
@@ -375,15 +509,34 @@ def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys)
 # --- prompts and rewards that cannot be used: named with the row, the function and the value ---------
 def _trainer(rows, reward, script=lambda p: "4", **kw):
     from erl_lite.core.generation import ScriptedGenerator
-    from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.run.trainer import ERLTrainer
+    from erl_lite.testing import tiny_model, tiny_tokenizer
 
     tok = tiny_tokenizer()
-    args = ERLConfig.preset("cpu", **{**dict(max_steps=1, num_tasks_per_step=len(rows), num_generations=2,
-                                             max_completion_length=6, max_reflection_length=8, eval_steps=0,
-                                             progress_bar=False, beta=0.0), **kw})
-    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=reward,
-                      train_dataset=rows, generator=ScriptedGenerator(tok, script))
+    args = ERLConfig.preset(
+        "cpu",
+        **{
+            **dict(
+                max_steps=1,
+                num_tasks_per_step=len(rows),
+                num_generations=2,
+                max_completion_length=6,
+                max_reflection_length=8,
+                eval_steps=0,
+                progress_bar=False,
+                beta=0.0,
+            ),
+            **kw,
+        },
+    )
+    return ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        reward_funcs=reward,
+        train_dataset=rows,
+        generator=ScriptedGenerator(tok, script),
+    )
 
 
 def _answer_reward(prompts, completions, answer, **kw):
@@ -395,13 +548,25 @@ def _parts(*texts):
     return [{"type": "text", "text": t} for t in texts]
 
 
-@pytest.mark.parametrize("prompt, seen", [
-    ([{"role": "user", "content": _parts("What is 2+2?")}], "What is 2+2?"),
-    ([{"role": "user", "content": _parts("What is ", "2+2?")}], "What is 2+2?"),
-    ([{"role": "system", "content": _parts("Be brief.")}, {"role": "user", "content": _parts("2+2?")}], "Be brief."),
-    ([{"role": "user", "content": "Remember 4."}, {"role": "assistant", "content": _parts("OK.")},
-      {"role": "user", "content": _parts("Say it.")}], "OK."),
-])
+@pytest.mark.parametrize(
+    "prompt, seen",
+    [
+        ([{"role": "user", "content": _parts("What is 2+2?")}], "What is 2+2?"),
+        ([{"role": "user", "content": _parts("What is ", "2+2?")}], "What is 2+2?"),
+        (
+            [{"role": "system", "content": _parts("Be brief.")}, {"role": "user", "content": _parts("2+2?")}],
+            "Be brief.",
+        ),
+        (
+            [
+                {"role": "user", "content": "Remember 4."},
+                {"role": "assistant", "content": _parts("OK.")},
+                {"role": "user", "content": _parts("Say it.")},
+            ],
+            "OK.",
+        ),
+    ],
+)
 def test_chat_prompts_of_text_content_parts_are_read_as_text(prompt, seen):
     # TRL users send content parts ({"type": "text", "text": ...}); text parts are joined as a
     # multimodal chat template joins them, and the reward function sees the prompt as given
@@ -421,30 +586,40 @@ def test_chat_prompts_of_text_content_parts_are_read_as_text(prompt, seen):
     assert prompts_seen[0] == prompt and t.history.last("reward/first") == 1.0
 
 
-@pytest.mark.parametrize("content, message", [
-    ([{"type": "image", "image": "cat.png"}, {"type": "text", "text": "What is this?"}], "'image' content part"),
-    ([{"type": "text"}], "content part 0"),
-    ([{"type": "text", "text": 3}], "content part 0"),
-    (["just a string"], "content part 0"),
-    ([], "no text"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ([{"type": "image", "image": "cat.png"}, {"type": "text", "text": "What is this?"}], "'image' content part"),
+        ([{"type": "text"}], "content part 0"),
+        ([{"type": "text", "text": 3}], "content part 0"),
+        (["just a string"], "content part 0"),
+        ([], "no text"),
+    ],
+)
 def test_chat_prompts_with_unusable_content_parts_are_refused_naming_the_row(content, message):
     rows = [{"prompt": "2+2?", "answer": "4"}, {"prompt": [{"role": "user", "content": content}], "answer": "4"}]
     with pytest.raises(ValueError, match=rf"dataset row 1: message 0.*{message}"):
         _trainer(rows, _answer_reward)
 
 
-@pytest.mark.parametrize("prompt", ["What is \ud800 2+2?", "\udfff",
-                                    [{"role": "user", "content": "2+2?\udc80"}],
-                                    [{"role": "user", "content": _parts("ok", "bad \ud83d")}]])
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "What is \ud800 2+2?",
+        "\udfff",
+        [{"role": "user", "content": "2+2?\udc80"}],
+        [{"role": "user", "content": _parts("ok", "bad \ud83d")}],
+    ],
+)
 def test_a_prompt_with_a_lone_surrogate_is_refused_naming_the_row(prompt):
     rows = [{"prompt": "2+2?", "answer": "4"}, {"prompt": prompt, "answer": "4"}]
     with pytest.raises(ValueError, match=r"dataset row 1.*lone surrogate"):
         _trainer(rows, _answer_reward)
 
 
-@pytest.mark.parametrize("bad", [1e200, -1e200, 1e39, 2e10, float("inf"), float("nan"), "1.0", [1.0], {"r": 1}],
-                         ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    "bad", [1e200, -1e200, 1e39, 2e10, float("inf"), float("nan"), "1.0", [1.0], {"r": 1}], ids=lambda v: repr(v)
+)
 def test_a_reward_that_cannot_be_trained_on_names_function_row_and_value(bad):
     def scorer(completions, **kw):
         return [1.0] + [bad] * (len(completions) - 1)
@@ -481,8 +656,12 @@ def test_a_reward_list_of_the_wrong_length_names_the_function(out):
 
 
 # --- environment variables in paths: defined ones expand, undefined ones are refused --------------------
-UNSET_PATHS = ["$ERL_LITE_UNSET_VAR/run", "${ERL_LITE_UNSET_VAR}/run", "runs/$ERL_LITE_UNSET_VAR",
-               "~erl_lite_no_such_user/run"]
+UNSET_PATHS = [
+    "$ERL_LITE_UNSET_VAR/run",
+    "${ERL_LITE_UNSET_VAR}/run",
+    "runs/$ERL_LITE_UNSET_VAR",
+    "~erl_lite_no_such_user/run",
+]
 
 
 @pytest.fixture
@@ -510,8 +689,7 @@ def test_a_defined_variable_in_output_dir_expands(unset_var, tmp_path, path):
 
 @pytest.mark.parametrize("path", UNSET_PATHS)
 @pytest.mark.parametrize("route", ["--out", "--model", "yaml"])
-def test_an_undefined_variable_in_a_command_line_path_is_refused(unset_var, monkeypatch, tmp_path, capsys, path,
-                                                                 route):
+def test_an_undefined_variable_in_a_command_line_path_is_refused(unset_var, monkeypatch, tmp_path, capsys, path, route):
     import erl_lite.run.trainer
     from erl_lite.cli import main
 
@@ -530,22 +708,27 @@ def test_an_undefined_variable_in_a_command_line_path_is_refused(unset_var, monk
 
 
 # --- combinations a run cannot honour, sizes it cannot hold, settings it would never read -------------
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(generation_backend="vllm", load_in_4bit=True), r"generation_backend='vllm'.*load_in_4bit=True"),
-    (dict(use_vllm=True, load_in_4bit=True), r"generation_backend='vllm'.*load_in_4bit=True"),
-    (dict(vllm_importance_sampling_correction=True), r"vllm_importance_sampling_correction=True.*'generate'"),
-    (dict(generation_backend="continuous", vllm_importance_sampling_mode="sequence_mask"),
-     r"vllm_importance_sampling_mode='sequence_mask'.*'continuous'"),
-    (dict(vllm_importance_sampling_clip_max=2.0), r"vllm_importance_sampling_clip_max=2\.0"),
-    (dict(vllm_importance_sampling_clip_min=0.5), r"vllm_importance_sampling_clip_min=0\.5"),
-    (dict(vllm_gpu_memory_utilization=0.5), r"vllm_gpu_memory_utilization=0\.5"),
-    (dict(memory_type="slots", memory_top_k=5), r"memory_top_k=5.*memory_type='slots'"),
-    (dict(memory_top_k=5), r"memory_top_k=5.*memory_type='single'"),
-    (dict(memory_size=10), r"memory_size=10.*memory_type='single'"),
-    (dict(memory_type="fifo", memory_size=3, memory_top_k=5), r"memory_size=3 \(memory_top_k=5\).*fifo"),
-    (dict(use_internalization=False, internalization_coef=0.5), r"internalization_coef=0\.5.*use_internalization"),
-    (dict(use_internalization=False, internalization_mode="nll"), r"internalization_mode='nll'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(generation_backend="vllm", load_in_4bit=True), r"generation_backend='vllm'.*load_in_4bit=True"),
+        (dict(use_vllm=True, load_in_4bit=True), r"generation_backend='vllm'.*load_in_4bit=True"),
+        (dict(vllm_importance_sampling_correction=True), r"vllm_importance_sampling_correction=True.*'generate'"),
+        (
+            dict(generation_backend="continuous", vllm_importance_sampling_mode="sequence_mask"),
+            r"vllm_importance_sampling_mode='sequence_mask'.*'continuous'",
+        ),
+        (dict(vllm_importance_sampling_clip_max=2.0), r"vllm_importance_sampling_clip_max=2\.0"),
+        (dict(vllm_importance_sampling_clip_min=0.5), r"vllm_importance_sampling_clip_min=0\.5"),
+        (dict(vllm_gpu_memory_utilization=0.5), r"vllm_gpu_memory_utilization=0\.5"),
+        (dict(memory_type="slots", memory_top_k=5), r"memory_top_k=5.*memory_type='slots'"),
+        (dict(memory_top_k=5), r"memory_top_k=5.*memory_type='single'"),
+        (dict(memory_size=10), r"memory_size=10.*memory_type='single'"),
+        (dict(memory_type="fifo", memory_size=3, memory_top_k=5), r"memory_size=3 \(memory_top_k=5\).*fifo"),
+        (dict(use_internalization=False, internalization_coef=0.5), r"internalization_coef=0\.5.*use_internalization"),
+        (dict(use_internalization=False, internalization_mode="nll"), r"internalization_mode='nll'"),
+    ],
+)
 def test_settings_the_run_would_drop_are_refused_at_config(kwargs, named):
     with pytest.raises(ValueError, match=named):
         ERLConfig(**kwargs)
@@ -561,23 +744,32 @@ def test_a_memory_too_large_to_hold_is_refused_with_its_bound(kind, size):
     assert ERLConfig(memory_type=kind, memory_size=2**16).memory_size == 2**16  # the bound itself holds
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(generation_backend="vllm", vllm_importance_sampling_correction=True, vllm_gpu_memory_utilization=0.5),
-    dict(memory_type="fifo", memory_size=10, memory_top_k=10), dict(memory_type="slots", memory_size=1024),
-    dict(use_internalization=True, internalization_mode="nll"), dict(generation_backend="vllm"),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(generation_backend="vllm", vllm_importance_sampling_correction=True, vllm_gpu_memory_utilization=0.5),
+        dict(memory_type="fifo", memory_size=10, memory_top_k=10),
+        dict(memory_type="slots", memory_size=1024),
+        dict(use_internalization=True, internalization_mode="nll"),
+        dict(generation_backend="vllm"),
+    ],
+)
 def test_settings_the_run_reads_still_pass(kwargs):
     ERLConfig(**kwargs)
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--generation-backend", "vllm", "--load-in-4bit"], "load_in_4bit=True"),
-    (["--vllm-importance-sampling-correction"], "vllm_importance_sampling_correction=True"),
-    (["--memory-type", "slots", "--memory-size", str(2**40)], "memory_size=1099511627776"),
-    (["--memory-type", "slots", "--memory-top-k", "4"], "memory_top_k=4"),
-])
-def test_the_same_combinations_are_refused_from_the_command_line_and_a_run_file(monkeypatch, tmp_path, capsys,
-                                                                                flags, named):
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--generation-backend", "vllm", "--load-in-4bit"], "load_in_4bit=True"),
+        (["--vllm-importance-sampling-correction"], "vllm_importance_sampling_correction=True"),
+        (["--memory-type", "slots", "--memory-size", str(2**40)], "memory_size=1099511627776"),
+        (["--memory-type", "slots", "--memory-top-k", "4"], "memory_top_k=4"),
+    ],
+)
+def test_the_same_combinations_are_refused_from_the_command_line_and_a_run_file(
+    monkeypatch, tmp_path, capsys, flags, named
+):
     import erl_lite.run.trainer
     from erl_lite.cli import main
 
@@ -602,10 +794,19 @@ def _never(completions, **kw):
     return [0.0] * len(completions)
 
 
-BAD_WEIGHTS = [([math.nan, 1.0], "finite"), ([1.0, math.inf], "finite"), ([-math.inf, 1.0], "finite"),
-               ([1.0], "2 finite numbers"), ([1.0, 2.0, 3.0], "2 finite numbers"), ([], "2 finite numbers"),
-               (["1", 1.0], "finite numbers"), ([True, 1.0], "finite numbers"),
-               ([0.0, 0.0], "above 0"), ([-1.0, -0.5], "above 0"), ([-1.0, 0.0], "above 0")]
+BAD_WEIGHTS = [
+    ([math.nan, 1.0], "finite"),
+    ([1.0, math.inf], "finite"),
+    ([-math.inf, 1.0], "finite"),
+    ([1.0], "2 finite numbers"),
+    ([1.0, 2.0, 3.0], "2 finite numbers"),
+    ([], "2 finite numbers"),
+    (["1", 1.0], "finite numbers"),
+    ([True, 1.0], "finite numbers"),
+    ([0.0, 0.0], "above 0"),
+    ([-1.0, -0.5], "above 0"),
+    ([-1.0, 0.0], "above 0"),
+]
 
 
 @pytest.mark.parametrize("weights, says", BAD_WEIGHTS)
@@ -618,20 +819,27 @@ def test_bad_reward_weights_are_refused_by_the_trainer_before_a_model_loads(weig
     assert says in str(err.value) and "_always _never" in str(err.value)
 
 
-@pytest.mark.parametrize("given, named", [
-    ({"reward_weights": [1.0]}, "reward_weights"), ({"feedback_func": _never}, "feedback_func"),
-    ({"reward_weights": [2.0], "feedback_func": _never}, "reward_weights, feedback_func"),
-    ({"reward_weights": [math.nan]}, "reward_weights"),
-    ({"environment_factory": object, "feedback_func": _never}, "feedback_func"),
-])
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ({"reward_weights": [1.0]}, "reward_weights"),
+        ({"feedback_func": _never}, "feedback_func"),
+        ({"reward_weights": [2.0], "feedback_func": _never}, "reward_weights, feedback_func"),
+        ({"reward_weights": [math.nan]}, "reward_weights"),
+        ({"environment_factory": object, "feedback_func": _never}, "feedback_func"),
+    ],
+)
 def test_settings_for_reward_functions_are_refused_with_an_environment_that_scores_itself(given, named):
     from erl_lite.envs.frozenlake import FrozenLake
     from erl_lite.run.trainer import ERLTrainer
 
     # env= scores its own episodes: weights or feedback for reward functions would be dropped without a word.
     with pytest.raises(ValueError, match=f"{named} .*reward_funcs=") as err:
-        ERLTrainer(model="no/such-model-is-loaded", **({} if "environment_factory" in given else {"env": FrozenLake()}),
-                   **given)
+        ERLTrainer(
+            model="no/such-model-is-loaded",
+            **({} if "environment_factory" in given else {"env": FrozenLake()}),
+            **given,
+        )
     assert "env=" in str(err.value) or "environment_factory=" in str(err.value)
 
 
@@ -644,21 +852,26 @@ def test_reward_weights_with_a_positive_one_pass(weights):
 
 @pytest.mark.parametrize("weights, says", [(w, s) for w, s in BAD_WEIGHTS if all(isinstance(v, float) for v in w)])
 @pytest.mark.parametrize("route", ["cli", "yaml"])
-def test_bad_reward_weights_are_refused_alike_on_the_command_line_and_in_a_run_file(monkeypatch, tmp_path, capsys,
-                                                                                  weights, says, route):
+def test_bad_reward_weights_are_refused_alike_on_the_command_line_and_in_a_run_file(
+    monkeypatch, tmp_path, capsys, weights, says, route
+):
     import erl_lite.run.trainer
     from erl_lite.cli import main
 
     monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", None)  # never reached
     (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say 1."}) + "\n")
-    (tmp_path / "weights_mod.py").write_text("def _always(completions, **kw):\n    return [1.0] * len(completions)\n"
-                                             "_never = _always\n")
+    (tmp_path / "weights_mod.py").write_text(
+        "def _always(completions, **kw):\n    return [1.0] * len(completions)\n_never = _always\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     data = ["train", "--dataset", "rows.jsonl", "--reward-funcs", "weights_mod:_always", "weights_mod:_never"]
     if route == "yaml":
-        (tmp_path / "run.yaml").write_text(f"reward_weights: {json.dumps(weights).replace('NaN', '.nan')}\n"
-                                           .replace("-Infinity", "-.inf").replace("Infinity", ".inf"))
+        (tmp_path / "run.yaml").write_text(
+            f"reward_weights: {json.dumps(weights).replace('NaN', '.nan')}\n".replace("-Infinity", "-.inf").replace(
+                "Infinity", ".inf"
+            )
+        )
         argv = [*data, "--config", "run.yaml"]
     else:
         argv = [*data, "--reward-weights", *map(str, weights)] if weights else data + ["--reward-weights"]
@@ -673,8 +886,15 @@ def test_bad_reward_weights_are_refused_alike_on_the_command_line_and_in_a_run_f
 
 
 # --- a GPU preset on a machine without CUDA: one paragraph from the command line, exit code 2 ---------
-@pytest.mark.parametrize("flags", [["--preset", "paper", "--model", "tiny"], ["--preset", "paper"],
-                                   ["--preset", "gpu", "--env", "frozenlake"], ["--config", "run.yaml"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--preset", "paper", "--model", "tiny"],
+        ["--preset", "paper"],
+        ["--preset", "gpu", "--env", "frozenlake"],
+        ["--config", "run.yaml"],
+    ],
+)
 def test_a_gpu_preset_without_cuda_is_one_paragraph_and_exit_2(monkeypatch, tmp_path, capsys, flags):
     import torch
 
@@ -700,13 +920,16 @@ def _env_differences(saved_env, resumed_env) -> list[str]:
     return run_differences(run_identity(config, None, env=saved_env), run_identity(config, None, env=resumed_env))
 
 
-@pytest.mark.parametrize("saved, resumed, named", [
-    (dict(sizes=(2, 3)), dict(sizes=(2, 3), prompt_style="reference"), "prompt_style: checkpoint 'plain'"),
-    (dict(sizes=(2, 3)), dict(sizes=(2, 3), hint=False), "hint: checkpoint True, this run False"),
-    (dict(sizes=(2, 3)), dict(sizes=(2, 3), max_actions=3), "max_turns: checkpoint 8, this run 3"),
-    (dict(sizes=(2, 3)), dict(sizes=(2, 3), compact=True), "compact"),
-    (dict(sizes=(2, 3)), dict(sizes=(2, 3), symbols={"agent": "Z"}), "symbols"),
-])
+@pytest.mark.parametrize(
+    "saved, resumed, named",
+    [
+        (dict(sizes=(2, 3)), dict(sizes=(2, 3), prompt_style="reference"), "prompt_style: checkpoint 'plain'"),
+        (dict(sizes=(2, 3)), dict(sizes=(2, 3), hint=False), "hint: checkpoint True, this run False"),
+        (dict(sizes=(2, 3)), dict(sizes=(2, 3), max_actions=3), "max_turns: checkpoint 8, this run 3"),
+        (dict(sizes=(2, 3)), dict(sizes=(2, 3), compact=True), "compact"),
+        (dict(sizes=(2, 3)), dict(sizes=(2, 3), symbols={"agent": "Z"}), "symbols"),
+    ],
+)
 def test_resume_names_each_changed_setting_of_a_grid_game(saved, resumed, named):
     from erl_lite.envs import FrozenLake
 
@@ -719,8 +942,10 @@ def test_resume_names_a_changed_reward_weight_or_environment_class():
     from erl_lite.envs import FrozenLake, Sokoban
     from erl_lite.integrations.dataset import RewardFunctionEnv
 
-    lines = _env_differences(RewardFunctionEnv([_always, _never], reward_weights=[1, 0]),
-                             RewardFunctionEnv([_always, _never], reward_weights=[0, 1]))
+    lines = _env_differences(
+        RewardFunctionEnv([_always, _never], reward_weights=[1, 0]),
+        RewardFunctionEnv([_always, _never], reward_weights=[0, 1]),
+    )
     assert lines == ["env.reward_weights: checkpoint [1.0, 0.0], this run [0.0, 1.0]"]
     assert any(line.startswith("env.class:") for line in _env_differences(FrozenLake(), Sokoban()))
 
@@ -743,9 +968,19 @@ def test_a_frozenlake_run_resumed_with_another_prompt_style_is_refused(tmp_path)
 
     def trainer(style):
         tok = tiny_tokenizer()
-        args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, max_completion_length=4,
-                                max_reflection_length=4, eval_steps=0, progress_bar=False, save_steps=1,
-                                output_dir=str(tmp_path), diagnostics="off")
+        args = ERLConfig.preset(
+            "cpu",
+            max_steps=1,
+            num_tasks_per_step=1,
+            num_generations=2,
+            max_completion_length=4,
+            max_reflection_length=4,
+            eval_steps=0,
+            progress_bar=False,
+            save_steps=1,
+            output_dir=str(tmp_path),
+            diagnostics="off",
+        )
         env = FrozenLake(sizes=(2, 2), max_actions=1, prompt_style=style)
         return ERLTrainer(model=tiny_model(tok, seed=3), processing_class=tok, args=args, env=env)
 

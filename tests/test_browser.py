@@ -40,8 +40,10 @@ SERVER_START, PAGE_LOAD, KERNEL_START, RUN_ALL, WIDGET_UPDATE = 90, 90, 120, 900
 # After the kernel has answered a control's move, the page redraws within milliseconds; this allows more.
 SETTLE = 5.0
 # A widget shown as its repr: the front-end could not draw it (no widget manager, a model it lost).
-TEXT_FALLBACK = re.compile(r"\b(VBox|HBox|Box|GridBox|Tab|Accordion|\w*Slider|Dropdown|ToggleButtons|"
-                           r"Button|Checkbox|RadioButtons|Select\w*|HTML|Output|Label)\(")
+TEXT_FALLBACK = re.compile(
+    r"\b(VBox|HBox|Box|GridBox|Tab|Accordion|\w*Slider|Dropdown|ToggleButtons|"
+    r"Button|Checkbox|RadioButtons|Select\w*|HTML|Output|Label)\("
+)
 WIDGET_CALLS = ("reflection_browser(", "memory_viewer(", "ipywidgets", "interact(")
 
 
@@ -94,11 +96,24 @@ def lab(request, tmp_path_factory):
     )
     log = open(base / "jupyterlab.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--ServerApp.port_retries=0",
-         "--allow-root",  # CI runs as root
-         "--LabApp.expose_app_in_browser=True"],  # window.jupyterapp: the notebook's model and kernel status
-        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={work}",
+            "--ServerApp.port_retries=0",
+            "--allow-root",  # CI runs as root
+            "--LabApp.expose_app_in_browser=True",
+        ],  # window.jupyterapp: the notebook's model and kernel status
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(url, token, server, base / "jupyterlab.log")
@@ -116,8 +131,10 @@ def _write_settings(folder: pathlib.Path) -> None:
     """JupyterLab's user settings: every cell in the page (no windowing), no news or update toasts."""
     plugins = {
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-            {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+            "fetchNews": "false",
+            "checkForUpdates": False,
+        },
         "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     }
     for name, values in plugins.items():
@@ -153,8 +170,15 @@ def browser(lab):
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1800", "--force-device-scale-factor=1", "--lang=en-US"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1800",
+        "--force-device-scale-factor=1",
+        "--lang=en-US",
+    ):
         options.add_argument(arg)
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary:
@@ -177,26 +201,38 @@ if (window.jupyterapp && !window.erlRestored) {
 return window.erlRestored === 'yes';"""
 JS_OPEN = "window.jupyterapp.commands.execute('docmanager:open', {path: arguments[0]});"
 JS_PANEL = "const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-JS_OPENED = JS_PANEL + """
+JS_OPENED = (
+    JS_PANEL
+    + """
 return !!(w && w.context && w.context.path === arguments[0] && w.context.isReady && w.content.model);"""
+)
 # Shut the notebook's kernel down and close it without asking to save (its outputs are not kept).
-JS_CLOSE = JS_PANEL + """
+JS_CLOSE = (
+    JS_PANEL
+    + """
 const done = arguments[arguments.length - 1];
 if (!w || !w.sessionContext) { done(false); } else {
     w.sessionContext.shutdown().then(() => { w.dispose(); done(true); }, () => done(false));
 }"""
-JS_KERNEL_STATUS = JS_PANEL + """
+)
+JS_KERNEL_STATUS = (
+    JS_PANEL
+    + """
 return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel
     ? w.sessionContext.session.kernel.status : null;"""
+)
 JS_NOTEBOOK_MODEL = JS_PANEL + "return w && w.content && w.content.model ? w.content.model.toJSON() : null;"
 # The outputs drawn by the widget manager: a widget view (class jupyter-widgets) as the output's child.
 JS_WIDGET_VIEWS = """
 return [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
     .filter(o => [...o.children].some(c => c.classList.contains('jupyter-widgets')));"""
 # Busy -> idle transitions of the kernel since the notebook opened (counted by a listener _open installs).
-JS_COUNT_IDLE = JS_PANEL + """
+JS_COUNT_IDLE = (
+    JS_PANEL
+    + """
 window.erlIdleCount = 0;
 w.sessionContext.session.kernel.statusChanged.connect((_, s) => { if (s === 'idle') window.erlIdleCount++; });"""
+)
 JS_IDLE_COUNT = "return window.erlIdleCount;"
 JS_RUNNING_CELLS = """
 return [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]
@@ -247,8 +283,12 @@ class Report:
         self.problems.append(f"{problem} (screenshot {shot or self.shot(problem[:50], element)})")
 
     def message(self, name: str) -> str:
-        return (f"{name} in JupyterLab:\n  " + "\n  ".join(self.problems)
-                + f"\nscreenshots ({self.folder}):\n  " + "\n  ".join(str(p) for p in self.shots))
+        return (
+            f"{name} in JupyterLab:\n  "
+            + "\n  ".join(self.problems)
+            + f"\nscreenshots ({self.folder}):\n  "
+            + "\n  ".join(str(p) for p in self.shots)
+        )
 
 
 def _wait(driver, timeout: float, condition, what: str):
@@ -267,19 +307,31 @@ def _open(page, lab, name: str) -> None:
         try:
             if page["reload"] or attempt == 2:
                 driver.get(f"{lab['url']}/lab?reset&token={lab['token']}")
-                _wait(driver, PAGE_LOAD, lambda d: d.execute_script(JS_RESTORED),
-                      f"JupyterLab did not load within {PAGE_LOAD} s")
+                _wait(
+                    driver,
+                    PAGE_LOAD,
+                    lambda d: d.execute_script(JS_RESTORED),
+                    f"JupyterLab did not load within {PAGE_LOAD} s",
+                )
                 page["reload"] = False
             driver.execute_script(JS_OPEN, name)
-            _wait(driver, PAGE_LOAD, lambda d: d.execute_script(JS_OPENED, name),
-                  f"{name}: the notebook did not open within {PAGE_LOAD} s")
+            _wait(
+                driver,
+                PAGE_LOAD,
+                lambda d: d.execute_script(JS_OPENED, name),
+                f"{name}: the notebook did not open within {PAGE_LOAD} s",
+            )
             break
         except WebDriverException:  # a wait that timed out, a page that crashed
             page["reload"] = True
             if attempt == 2:
                 raise
-    _wait(driver, KERNEL_START, lambda d: d.execute_script(JS_KERNEL_STATUS) == "idle",
-          f"{name}: the kernel did not start (idle) within {KERNEL_START} s")
+    _wait(
+        driver,
+        KERNEL_START,
+        lambda d: d.execute_script(JS_KERNEL_STATUS) == "idle",
+        f"{name}: the kernel did not start (idle) within {KERNEL_START} s",
+    )
     driver.execute_script(JS_COUNT_IDLE)
 
 
@@ -293,11 +345,27 @@ def _run_all(driver, name: str) -> float:
 
     start = time.monotonic()
     try:
-        _wait(driver, 30, lambda d: next((m for m in d.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item")
-                                          if m.text.strip() == "Run"), None), "no Run menu").click()
-        _wait(driver, 30, lambda d: next((i for i in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-item")
-                                          if i.text.strip().startswith("Run All Cells")), None),
-              "no Run All Cells").click()
+        _wait(
+            driver,
+            30,
+            lambda d: next(
+                (m for m in d.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item") if m.text.strip() == "Run"), None
+            ),
+            "no Run menu",
+        ).click()
+        _wait(
+            driver,
+            30,
+            lambda d: next(
+                (
+                    i
+                    for i in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-item")
+                    if i.text.strip().startswith("Run All Cells")
+                ),
+                None,
+            ),
+            "no Run All Cells",
+        ).click()
         _wait(driver, 20, started, "no cell started")
     except WebDriverException:  # a click the page missed: a menu still drawing, a toast over it
         driver.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
@@ -385,8 +453,11 @@ def _moves(driver, control):
         return [lambda i=i: select.select_by_index(i) for i, o in enumerate(select.options) if o.text != current]
     if "widget-toggle-buttons" in classes or "widget-radio" in classes:
         inputs = control.find_elements(By.CSS_SELECTOR, "button, input[type=radio]")
-        return [b.click for b in inputs if "mod-active" not in (b.get_attribute("class") or "")
-                and not b.get_attribute("checked")]
+        return [
+            b.click
+            for b in inputs
+            if "mod-active" not in (b.get_attribute("class") or "") and not b.get_attribute("checked")
+        ]
     if "widget-slider" in classes:
         handle = control.find_element(By.CSS_SELECTOR, ".noUi-handle")
         low, now, top = (float(handle.get_attribute(f"aria-value{a}") or 0) for a in ("min", "now", "max"))
@@ -400,8 +471,10 @@ def _moves(driver, control):
     return []
 
 
-CONTROLS = (".widget-dropdown, .widget-select, .widget-toggle-buttons, .widget-radio, .widget-slider, "
-            "button.widget-button, .widget-checkbox")
+CONTROLS = (
+    ".widget-dropdown, .widget-select, .widget-toggle-buttons, .widget-radio, .widget-slider, "
+    "button.widget-button, .widget-checkbox"
+)
 
 
 def _check_controls(views: list, report: Report, driver) -> int:
@@ -433,8 +506,11 @@ def _check_controls(views: list, report: Report, driver) -> int:
                 def changed(d) -> bool:
                     if d.execute_script(JS_SHOWN, view, control) != before:
                         return True
-                    if not answered and d.execute_script(JS_IDLE_COUNT) > idle \
-                            and d.execute_script(JS_KERNEL_STATUS) == "idle":
+                    if (
+                        not answered
+                        and d.execute_script(JS_IDLE_COUNT) > idle
+                        and d.execute_script(JS_KERNEL_STATUS) == "idle"
+                    ):
                         answered.append(time.monotonic())
                     if answered and time.monotonic() - answered[0] > SETTLE:
                         raise TimeoutException("the kernel answered; nothing shown changed")
@@ -447,27 +523,34 @@ def _check_controls(views: list, report: Report, driver) -> int:
                 except TimeoutException:
                     continue
             else:
-                report.fail(f"widget {v}: moving control {label!r} ({len(moves)} ways tried) changed nothing "
-                            "it shows", view)
+                report.fail(
+                    f"widget {v}: moving control {label!r} ({len(moves)} ways tried) changed nothing it shows", view
+                )
     return count
 
 
 def _check_pair_views(source: str, report: Report, driver) -> int:
     """The attempt-pair views: left-aligned, words never broken (computed style); returns the count."""
-    from selenium.webdriver.common.by import By
 
     roots = driver.execute_script(JS_PAIR_ROOTS)
     if ("show_attempt_pair(" in source or "reflection_browser(" in source) and not roots:
         report.fail("the notebook shows an attempt pair, but none was found on the page")
     for i, root in enumerate(roots):
         shot = report.shot(f"attempt pair {i}", root)
-        bad = [s for s in driver.execute_script(JS_TEXT_STYLES, root)
-               if s["textAlign"] not in ("left", "start", "-webkit-left")
-               or s["wordBreak"] in ("break-all", "break-word") or s["overflowWrap"] == "anywhere"]
+        bad = [
+            s
+            for s in driver.execute_script(JS_TEXT_STYLES, root)
+            if s["textAlign"] not in ("left", "start", "-webkit-left")
+            or s["wordBreak"] in ("break-all", "break-word")
+            or s["overflowWrap"] == "anywhere"
+        ]
         for s in bad[:5]:
-            report.fail(f"attempt pair {i}: <{s['tag']}> {s['text']!r} has text-align {s['textAlign']}, "
-                        f"word-break {s['wordBreak']}, overflow-wrap {s['overflowWrap']}, white-space "
-                        f"{s['whiteSpace']} (left-aligned, breaking only at spaces, expected)", shot=shot)
+            report.fail(
+                f"attempt pair {i}: <{s['tag']}> {s['text']!r} has text-align {s['textAlign']}, "
+                f"word-break {s['wordBreak']}, overflow-wrap {s['overflowWrap']}, white-space "
+                f"{s['whiteSpace']} (left-aligned, breaking only at spaces, expected)",
+                shot=shot,
+            )
         if len(bad) > 5:
             report.fail(f"attempt pair {i}: {len(bad) - 5} more such elements", shot=shot)
     return len(roots)
@@ -497,8 +580,7 @@ def _shut_down_kernels(lab) -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_in_jupyterlab(path, lab, browser):
     name = path.name
-    source = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
-                       if c["cell_type"] == "code")
+    source = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
     driver = browser["driver"]
     report = Report(driver, name)
     start = time.monotonic()
@@ -517,6 +599,8 @@ def test_notebook_runs_in_jupyterlab(path, lab, browser):
         pytest.fail(report.message(name) + f"\nJupyterLab's log: {lab['log']}", pytrace=False)
     finally:
         _close(browser, lab)
-    print(f"{name}: Run All {took:.0f} s, {len(views)} widgets, {controls} controls moved, {pairs} attempt "
-          f"pairs; {time.monotonic() - start:.0f} s in all")
+    print(
+        f"{name}: Run All {took:.0f} s, {len(views)} widgets, {controls} controls moved, {pairs} attempt "
+        f"pairs; {time.monotonic() - start:.0f} s in all"
+    )
     assert not report.problems, report.message(name)

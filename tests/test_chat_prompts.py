@@ -6,16 +6,17 @@ import pytest
 
 from erl_lite.core.chat import encode, encode_messages, render
 from erl_lite.core.generation import SamplingParams, ScriptedGenerator
-from erl_lite.run.lengths import PromptTooLongError
 from erl_lite.core.prompts import cut_middle, parse_rulebook, reflection_messages
 from erl_lite.core.rollout import run_episodes
+from erl_lite.run.lengths import PromptTooLongError
 
 
 def play(env, tok, reply, system="SYS"):
     gen = ScriptedGenerator(tok, reply)
     tasks = env.train_tasks(2)
-    return run_episodes(gen, tok, env, tasks, [system] * 2, SamplingParams(40), max_episode_length=1000,
-                        role="first", indices=[0, 0])
+    return run_episodes(
+        gen, tok, env, tasks, [system] * 2, SamplingParams(40), max_episode_length=1000, role="first", indices=[0, 0]
+    )
 
 
 def test_chat_template_is_applied_exactly_once(tok, guess_env):
@@ -73,28 +74,56 @@ def test_reflection_truncates_trace_then_memory_then_the_task(tok):
     task = "TASK-START " + "q" * 200 + " TASK-END"
     trace = "TRACE-START " + "step " * 400 + "TRACE-END"
     memory = "MEM-START " + "rule " * 200 + "MEM-END"
-    msgs, ids = reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
-                                    feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=1400)
+    msgs, ids = reflection_messages(
+        task_text=task,
+        base_prompt=memory,
+        trace=trace,
+        reward=0.0,
+        feedback="FELL-IN-HOLE",
+        tokenizer=tok,
+        max_tokens=1400,
+    )
     user = msgs[1]["content"]
     assert len(ids) <= 1400
     assert task in user and "FELL-IN-HOLE" in user
     assert "TRACE-START" in user and "TRACE-END" in user and "omitted" in user
     # with a tighter budget the memory is cut too, and the task still survives whole
-    msgs, ids = reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
-                                    feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=1300)
+    msgs, ids = reflection_messages(
+        task_text=task,
+        base_prompt=memory,
+        trace=trace,
+        reward=0.0,
+        feedback="FELL-IN-HOLE",
+        tokenizer=tok,
+        max_tokens=1300,
+    )
     user = msgs[1]["content"]
     assert task in user and user.count("omitted") == 2 and len(ids) <= 1300
     assert "MEM-START" in user and "MEM-END" in user
     # a budget too small for the task: the trace and memory go first, then the task's middle
-    msgs, ids = reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
-                                    feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=800)
+    msgs, ids = reflection_messages(
+        task_text=task,
+        base_prompt=memory,
+        trace=trace,
+        reward=0.0,
+        feedback="FELL-IN-HOLE",
+        tokenizer=tok,
+        max_tokens=800,
+    )
     user = msgs[1]["content"]
     assert len(ids) <= 800 and "MEM-" not in user and "TRACE-" not in user
     assert "TASK-START" in user and "TASK-END" in user and task not in user
     # a budget smaller than the request's own text is refused, not exceeded
     with pytest.raises(PromptTooLongError, match="max_reflection_prompt_length=100"):
-        reflection_messages(task_text=task, base_prompt=memory, trace=trace, reward=0.0,
-                            feedback="FELL-IN-HOLE", tokenizer=tok, max_tokens=100)
+        reflection_messages(
+            task_text=task,
+            base_prompt=memory,
+            trace=trace,
+            reward=0.0,
+            feedback="FELL-IN-HOLE",
+            tokenizer=tok,
+            max_tokens=100,
+        )
 
 
 def test_a_plain_retry_states_the_outcome_once():
@@ -103,8 +132,11 @@ def test_a_plain_retry_states_the_outcome_once():
     from erl_lite.core.prompts import retry_system_prompt
 
     feedback = "Failure: the agent fell into a hole on action 1. Reward 0."
-    for trace in ("Start:\nA B\nAction 1: Right -> fell", f"Start:\nA B\nAction 1: Right -> fell\nOutcome: {feedback}",
-                  f"Q: 2+2?\nA: 5\nOutcome: {feedback}\n"):
+    for trace in (
+        "Start:\nA B\nAction 1: Right -> fell",
+        f"Start:\nA B\nAction 1: Right -> fell\nOutcome: {feedback}",
+        f"Q: 2+2?\nA: 5\nOutcome: {feedback}\n",
+    ):
         text = retry_system_prompt("Play.", trace, feedback)
         assert text.count(feedback) == 1, text
         assert text.startswith("Play.") and text.rstrip().endswith(feedback)

@@ -20,21 +20,32 @@ import torch
 from peft import LoraConfig
 from safetensors.torch import load_file
 
-from erl_lite.run import checkpoint
-from erl_lite.run.checkpoint import CheckpointError
 from erl_lite.config import ERLConfig
 from erl_lite.metrics import is_measurement
 from erl_lite.models import load_policy, trainable_parameters
-from erl_lite.testing import tiny_model, tiny_tokenizer
+from erl_lite.run.checkpoint import CheckpointError
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 
 # Two optimizer steps per iteration, so an interrupt can fall between them.
-ARGS = dict(max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-            max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=0,
-            progress_bar=False, learning_rate=1e-2, beta=0.0, per_device_train_batch_size=8,
-            steps_per_generation=2, save_steps=1, seed=7)
+ARGS = dict(
+    max_steps=2,
+    num_tasks_per_step=2,
+    num_generations=2,
+    max_completion_length=8,
+    max_reflection_length=12,
+    max_reflection_prompt_length=700,
+    eval_steps=0,
+    progress_bar=False,
+    learning_rate=1e-2,
+    beta=0.0,
+    per_device_train_batch_size=8,
+    steps_per_generation=2,
+    save_steps=1,
+    seed=7,
+)
 
 
 def vowel_reward(prompts, completions, **kw):
@@ -50,8 +61,9 @@ def make_trainer(out, model_name="tiny-a", lora=None, callbacks=(), **overrides)
     base.config._name_or_path = model_name
     model, tok = load_policy(base, tok, peft=lora or "lora")
     args = ERLConfig.preset("cpu", **{**ARGS, "output_dir": str(out) if out else None, **overrides})
-    return ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=vowel_reward,
-                      train_dataset=ROWS, callbacks=callbacks)
+    return ERLTrainer(
+        model=model, processing_class=tok, args=args, reward_funcs=vowel_reward, train_dataset=ROWS, callbacks=callbacks
+    )
 
 
 def resume(out, where, **overrides) -> ERLTrainer:
@@ -147,8 +159,16 @@ def test_random_states_are_plain_json_and_never_unpickled(copy, tmp_path):
 def test_resume_names_every_mismatched_setting(copy):
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     with pytest.raises(ValueError) as err:
-        resume(copy, True, mode="erl_simple", num_generations=3, memory_type="fifo", reward_threshold=0.5,
-               model_name="tiny-b", lora=lora)
+        resume(
+            copy,
+            True,
+            mode="erl_simple",
+            num_generations=3,
+            memory_type="fifo",
+            reward_threshold=0.5,
+            model_name="tiny-b",
+            lora=lora,
+        )
     lines = str(err.value).splitlines()
 
     def line(field):
@@ -156,10 +176,15 @@ def test_resume_names_every_mismatched_setting(copy):
         assert found, f"{field} not named in:\n{err.value}"
         return found[0]
 
-    for field, old, new in [("mode", "'erl'", "'erl_simple'"), ("num_generations", "2", "3"),
-                            ("memory_type", "'single'", "'fifo'"), ("reward_threshold", "1.0", "0.5"),
-                            ("model", "'tiny-a'", "'tiny-b'"), ("lora.r", "16", "4"),
-                            ("lora.alpha", "32", "8")]:
+    for field, old, new in [
+        ("mode", "'erl'", "'erl_simple'"),
+        ("num_generations", "2", "3"),
+        ("memory_type", "'single'", "'fifo'"),
+        ("reward_threshold", "1.0", "0.5"),
+        ("model", "'tiny-a'", "'tiny-b'"),
+        ("lora.r", "16", "4"),
+        ("lora.alpha", "32", "8"),
+    ]:
         assert old in line(field) and new in line(field), line(field)
     assert "q_proj" in line("lora.target_modules")
     assert "ignore_config_mismatch=True" in str(err.value)
@@ -191,8 +216,10 @@ DAMAGE = {
     "missing-rng": ("rng.json", lambda p: p.unlink()),
     "bad-state-json": ("trainer_state.json", lambda p: p.write_text('{"global_step": ')),
     "missing-state": ("trainer_state.json", lambda p: p.unlink()),
-    "state-of-another-step": ("trainer_state.json",
-                              lambda p: p.write_text(p.read_text().replace('"global_step": 2', '"global_step": 1'))),
+    "state-of-another-step": (
+        "trainer_state.json",
+        lambda p: p.write_text(p.read_text().replace('"global_step": 2', '"global_step": 1')),
+    ),
     "bad-erl-state": ("erl_state.json", lambda p: p.write_text('{"step": ')),
     "missing-erl-state": ("erl_state.json", lambda p: p.unlink()),
     "erl-state-without-config": ("erl_state.json", lambda p: p.write_text('{"step": 2}')),

@@ -26,8 +26,9 @@ def test_parser_knows_the_documented_flags():
 def test_train_subcommand_on_a_local_model(tmp_path, capsys):
     model_dir = save_tiny_model(str(tmp_path / "model"))
     out = tmp_path / "run"
-    code = main(["train", "--env", "arithmetic", "--model", model_dir, "--steps", "1", "--out", str(out),
-                 "--no-memory"])
+    code = main(
+        ["train", "--env", "arithmetic", "--model", model_dir, "--steps", "1", "--out", str(out), "--no-memory"]
+    )
     assert code == 0
     records = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "train"] == [1]
@@ -81,11 +82,16 @@ def _trainer_arguments(monkeypatch, argv: list[str]) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("flags,overrides", [
-    ([], {}),
-    (["--steps", "3", "--seed", "2", "--no-memory", "--out", "runs/x"],
-     dict(max_steps=3, seed=2, use_memory=False, output_dir="runs/x")),
-])
+@pytest.mark.parametrize(
+    "flags,overrides",
+    [
+        ([], {}),
+        (
+            ["--steps", "3", "--seed", "2", "--no-memory", "--out", "runs/x"],
+            dict(max_steps=3, seed=2, use_memory=False, output_dir="runs/x"),
+        ),
+    ],
+)
 def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, overrides):
     """``erl-lite train --env demo`` trains with exactly the demo's config (lr 1e-3, 30 steps, its
     budgets); its flags override it."""
@@ -99,10 +105,13 @@ def test_train_on_the_demo_world_runs_the_demo_settings(monkeypatch, flags, over
     assert seen["processing_class"].eos_token == "<|im_end|>"  # the embedded model
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "--world", "sparse"],
-    ["train", "--env", "demo", "--world", "sparse", "--seed", "2"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--world", "sparse"],
+        ["train", "--env", "demo", "--world", "sparse", "--seed", "2"],
+    ],
+)
 def test_train_on_the_sparse_world(monkeypatch, argv):
     """``--world sparse`` trains on the embedded model's second world, as ``erl-lite demo --world
     sparse`` does, and records it so ``erl-lite eval`` rebuilds the same world."""
@@ -123,8 +132,10 @@ def test_the_world_of_a_run_file_and_its_mistakes(monkeypatch, tmp_path, capsys)
     seen = _trainer_arguments(monkeypatch, ["train", "--config", _yaml(tmp_path, "world: sparse\n")])
     assert seen["args"].extra["world"] == "sparse"
     bad_file = _yaml(tmp_path, "world: huge\n")
-    for argv, message in [(["train", "--env", "frozenlake", "--world", "sparse"], "--world applies to --env demo"),
-                          (["train", "--config", bad_file], "world must be one of demo, hard, sparse")]:
+    for argv, message in [
+        (["train", "--env", "frozenlake", "--world", "sparse"], "--world applies to --env demo"),
+        (["train", "--config", bad_file], "world must be one of demo, hard, sparse"),
+    ]:
         assert main(argv) == 2
         assert message in capsys.readouterr().err
 
@@ -136,14 +147,48 @@ def test_resume_and_eval_rebuild_the_world_a_run_recorded(monkeypatch, tmp_path,
     # The sparse world's 10,000 training maps take about 100 s to draw; 64 exercise the same path.
     monkeypatch.setitem(world.WORLDS, "sparse", {**world.WORLDS["sparse"], "n_train": 64})
     out = tmp_path / "run"
-    assert main(["train", "--world", "sparse", "--steps", "1", "--num-tasks-per-step", "1", "--eval-steps", "0",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--world",
+                "sparse",
+                "--steps",
+                "1",
+                "--num-tasks-per-step",
+                "1",
+                "--eval-steps",
+                "0",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()  # the training's own lines
     # A resume builds its environment from its options: other ones than the checkpoint's are refused.
-    for options, named in [([], "world: 'sparse' there, 'demo' here"),
-                           (["--env", "frozenlake", "--world", "demo"], "env: 'demo' there, 'frozenlake' here")]:
-        assert main(["train", "--resume", "--out", str(out), "--steps", "2", "--num-tasks-per-step", "1",
-                     "--eval-steps", "0", *options]) == 2
+    for options, named in [
+        ([], "world: 'sparse' there, 'demo' here"),
+        (["--env", "frozenlake", "--world", "demo"], "env: 'demo' there, 'frozenlake' here"),
+    ]:
+        assert (
+            main(
+                [
+                    "train",
+                    "--resume",
+                    "--out",
+                    str(out),
+                    "--steps",
+                    "2",
+                    "--num-tasks-per-step",
+                    "1",
+                    "--eval-steps",
+                    "0",
+                    *options,
+                ]
+            )
+            == 2
+        )
         assert named in capsys.readouterr().err
     built = []
     real = evaluate.build_environment
@@ -161,11 +206,13 @@ def test_train_config_without_training():
     parse = build_parser().parse_args
     assert train_config(parse(["train"])) == demo_config(extra=DEMO_RECORD)
     assert train_config(parse(["train", "--steps", "4", "--mode", "erl_simple"])) == demo_config(
-        max_steps=4, mode="erl_simple", extra=DEMO_RECORD)
+        max_steps=4, mode="erl_simple", extra=DEMO_RECORD
+    )
     # a named preset is used as it is, on the demo world too (no demo layer on top of it)
     assert train_config(parse(["train", "--preset", "gpu"])) == ERLConfig.preset("gpu", extra=DEMO_RECORD)
     assert train_config(parse(["train", "--env", "qa", "--preset", "gpu"])) == ERLConfig.preset(
-        "gpu", extra={"env": "qa", "small": False})
+        "gpu", extra={"env": "qa", "small": False}
+    )
 
 
 # --- every config field on the command line ----------------------------------------------------
@@ -180,8 +227,8 @@ def _train_help(monkeypatch, capsys) -> str:
 def test_train_help_lists_every_config_field_with_its_docstring(monkeypatch, capsys):
     import dataclasses
 
-    from erl_lite.config import ERLConfig
     from erl_lite.cli.config_args import field_docs, first_sentence
+    from erl_lite.config import ERLConfig
 
     out = _train_help(monkeypatch, capsys)
     docs = field_docs()
@@ -191,8 +238,22 @@ def test_train_help_lists_every_config_field_with_its_docstring(monkeypatch, cap
         assert f"--{f.name.replace('_', '-')}" in out, f.name
         assert docs.get(f.name), f"ERLConfig.{f.name} has no docstring"
         assert first_sentence(docs[f.name]) in out, f.name
-    for flag in ("--steps", "--out", "--no-memory", "--no-reflection", "--no-internalization", "--seed",
-                 "--mode", "--env", "--model", "--preset", "--load-in-4bit", "--resume", "--small", "--config"):
+    for flag in (
+        "--steps",
+        "--out",
+        "--no-memory",
+        "--no-reflection",
+        "--no-internalization",
+        "--seed",
+        "--mode",
+        "--env",
+        "--model",
+        "--preset",
+        "--load-in-4bit",
+        "--resume",
+        "--small",
+        "--config",
+    ):
         assert flag in out
     assert "Training iterations." in out and "{erl,erl_simple,rlvr}" in out
 
@@ -207,21 +268,26 @@ def test_field_docstrings_are_read_from_the_source():
     assert first_sentence("Nucleus sampling (e.g. 0.9). More.") == "Nucleus sampling (e.g. 0.9)."
 
 
-@pytest.mark.parametrize("flags,expected", [
-    (["--learning-rate", "1e-4", "--num-generations", "3"], dict(learning_rate=1e-4, num_generations=3)),
-    (["--learning_rate", "1e-4", "--num_tasks_per_step", "2"], dict(learning_rate=1e-4, num_tasks_per_step=2)),
-    (["--no-use-memory", "--train-reflection"], dict(use_memory=False)),
-    (["--use_memory", "false", "--use_reflection", "true"], dict(use_memory=False)),
-    (["--no_use_internalization"], dict(use_internalization=False)),
-    (["--dual-clip", "none", "--save-total-limit", "2"], dict(dual_clip=None, save_total_limit=2)),
-    (["--memory-type", "fifo", "--memory-size", "5"], dict(memory_type="fifo", memory_size=5)),
-    (["--extra", "{note: first try}"], dict(extra={"note": "first try", **DEMO_RECORD}, preset_name="demo")),
-    # the flags erl-lite train had before every field was an option
-    (["--steps", "3", "--out", "runs/x", "--seed", "5", "--mode", "rlvr"],
-     dict(max_steps=3, output_dir="runs/x", seed=5, mode="rlvr", num_generations=10)),
-    (["--no-reflection"], dict(use_reflection=False)),
-    (["--no-internalization", "--load-in-4bit"], dict(use_internalization=False, load_in_4bit=True)),
-])
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        (["--learning-rate", "1e-4", "--num-generations", "3"], dict(learning_rate=1e-4, num_generations=3)),
+        (["--learning_rate", "1e-4", "--num_tasks_per_step", "2"], dict(learning_rate=1e-4, num_tasks_per_step=2)),
+        (["--no-use-memory", "--train-reflection"], dict(use_memory=False)),
+        (["--use_memory", "false", "--use_reflection", "true"], dict(use_memory=False)),
+        (["--no_use_internalization"], dict(use_internalization=False)),
+        (["--dual-clip", "none", "--save-total-limit", "2"], dict(dual_clip=None, save_total_limit=2)),
+        (["--memory-type", "fifo", "--memory-size", "5"], dict(memory_type="fifo", memory_size=5)),
+        (["--extra", "{note: first try}"], dict(extra={"note": "first try", **DEMO_RECORD}, preset_name="demo")),
+        # the flags erl-lite train had before every field was an option
+        (
+            ["--steps", "3", "--out", "runs/x", "--seed", "5", "--mode", "rlvr"],
+            dict(max_steps=3, output_dir="runs/x", seed=5, mode="rlvr", num_generations=10),
+        ),
+        (["--no-reflection"], dict(use_reflection=False)),
+        (["--no-internalization", "--load-in-4bit"], dict(use_internalization=False, load_in_4bit=True)),
+    ],
+)
 def test_each_kind_of_flag_reaches_the_config(flags, expected):
     from erl_lite.cli.train import train_config
     from erl_lite.embedded import demo_config
@@ -235,12 +301,15 @@ def test_each_kind_of_flag_reaches_the_config(flags, expected):
         assert cfg.learning_rate == untouched.learning_rate
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--mode", "ppo"], "mode must be one of"),
-    (["--learning-rate", "fast"], "invalid float value"),
-    (["--use_memory", "maybe"], "expected true or false"),
-    (["--max-steps", "1.5"], "invalid int value"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--mode", "ppo"], "mode must be one of"),
+        (["--learning-rate", "fast"], "invalid float value"),
+        (["--use_memory", "maybe"], "expected true or false"),
+        (["--max-steps", "1.5"], "invalid int value"),
+    ],
+)
 def test_bad_flag_values_are_refused_naming_the_option(flags, message, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", *flags])
@@ -270,7 +339,7 @@ def test_precedence_preset_then_file_then_flags(tmp_path):
 
     path = _yaml(tmp_path, "learning_rate: 1e-4\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
     cfg = train_config(build_parser().parse_args(["train", "--config", path, "--steps", "2"]))
-    assert cfg.max_steps == 2                                   # flag over file
+    assert cfg.max_steps == 2  # flag over file
     assert cfg.learning_rate == 1e-4 and cfg.memory_type == "fifo"  # file over preset
     assert cfg.max_completion_length == PRESETS["gpu"]["max_completion_length"]  # the named preset, whole
     assert cfg.eval_top_k == PRESETS["gpu"]["eval_top_k"] and cfg.preset_name == "gpu"  # preset from the file
@@ -278,8 +347,14 @@ def test_precedence_preset_then_file_then_flags(tmp_path):
 
     path = _yaml(tmp_path, "env: qa\nsmall: true\nmodel: some/model\nseed: 4\nuse_memory: false\n")
     run, cfg = train_settings(build_parser().parse_args(["train", "--config", path, "--env", "sokoban"]))
-    assert run == {"env": "sokoban", "small": True, "model": "some/model", "preset": "cpu", "world": "demo",
-                   "env_options": {}}
+    assert run == {
+        "env": "sokoban",
+        "small": True,
+        "model": "some/model",
+        "preset": "cpu",
+        "world": "demo",
+        "env_options": {},
+    }
     assert cfg.max_completion_length == PRESETS["cpu"]["max_completion_length"]  # no demo settings off the demo
     assert (cfg.seed, cfg.use_memory, cfg.extra["env"]) == (4, False, "sokoban")
 
@@ -293,19 +368,22 @@ def test_run_file_drives_the_trainer(monkeypatch, tmp_path):
     assert seen["env"].symbols == demo_world(3).symbols  # the file's seed picks the world
 
 
-@pytest.mark.parametrize("text,message", [
-    ("learning_rat: 1e-3\n", "unknown key 'learning_rat'; did you mean 'learning_rate'?"),
-    ("steps: 3\n", "unknown key 'steps'; did you mean 'max_steps'?"),
-    ("out: runs/x\n", "unknown key 'out'; did you mean 'output_dir'?"),
-    ("presets: gpu\n", "did you mean 'preset'?"),
-    ("- learning_rate\n", "must hold a mapping"),
-    ("learning_rate: fast\n", "learning_rate: could not convert string to float"),
-    ("env: mars\n", "env must be one of demo"),
-    ("mode: [erl\n", "is not valid YAML"),
-    ("num_generations: 0\n", "ERLConfig.num_generations must be a positive integer"),
-    ("small: maybe\n", "small must be true or false"),
-    ("extra: [a, b]\n", "ERLConfig.extra must be a dict with string keys"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("learning_rat: 1e-3\n", "unknown key 'learning_rat'; did you mean 'learning_rate'?"),
+        ("steps: 3\n", "unknown key 'steps'; did you mean 'max_steps'?"),
+        ("out: runs/x\n", "unknown key 'out'; did you mean 'output_dir'?"),
+        ("presets: gpu\n", "did you mean 'preset'?"),
+        ("- learning_rate\n", "must hold a mapping"),
+        ("learning_rate: fast\n", "learning_rate: could not convert string to float"),
+        ("env: mars\n", "env must be one of demo"),
+        ("mode: [erl\n", "is not valid YAML"),
+        ("num_generations: 0\n", "ERLConfig.num_generations must be a positive integer"),
+        ("small: maybe\n", "small must be true or false"),
+        ("extra: [a, b]\n", "ERLConfig.extra must be a dict with string keys"),
+    ],
+)
 def test_run_file_mistakes_are_named(tmp_path, capsys, text, message):
     path = _yaml(tmp_path, text)
     assert main(["train", "--config", path]) == 2
@@ -319,8 +397,7 @@ def test_missing_run_file_is_named(tmp_path, capsys):
 
 
 # --- eval and plot -----------------------------------------------------------------------------
-TINY_RUN = ["--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0",
-            "--learning-rate", "0.05"]
+TINY_RUN = ["--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0", "--learning-rate", "0.05"]
 
 
 def test_eval_reproduces_the_trained_model(tmp_path, capsys):
@@ -330,8 +407,15 @@ def test_eval_reproduces_the_trained_model(tmp_path, capsys):
 
     from erl_lite.embedded.demo import demo_trainer
 
-    trainer = demo_trainer(seed=1, eval_tasks=4, max_steps=1, num_tasks_per_step=2, eval_steps=0,
-                           learning_rate=0.05, output_dir=str(tmp_path))
+    trainer = demo_trainer(
+        seed=1,
+        eval_tasks=4,
+        max_steps=1,
+        num_tasks_per_step=2,
+        eval_steps=0,
+        learning_rate=0.05,
+        output_dir=str(tmp_path),
+    )
     trainer.train()
     set_seed(trainer.args.seed)
     expected = trainer.evaluate(num_generations=2)
@@ -352,10 +436,12 @@ def test_train_run_file_then_eval_and_plot(tmp_path, capsys):
     from erl_lite.embedded import demo_world
 
     tasks = demo_world(2).test_tasks(3)
-    rows.write_text("".join(json.dumps({"task_id": t.task_id, "prompt": t.prompt, "data": t.data}) + "\n"
-                            for t in tasks))
-    assert main(["eval", "--checkpoint", str(out / "checkpoint-1"), "--dataset", str(rows),
-                 "--num-generations", "1"]) == 0
+    rows.write_text(
+        "".join(json.dumps({"task_id": t.task_id, "prompt": t.prompt, "data": t.data}) + "\n" for t in tasks)
+    )
+    assert (
+        main(["eval", "--checkpoint", str(out / "checkpoint-1"), "--dataset", str(rows), "--num-generations", "1"]) == 0
+    )
     got = json.loads(capsys.readouterr().out)
     assert (got["env"], got["tasks"], got["eval/num_episodes"]) == ("demo", 3, 3.0)  # env recorded by train
     assert 0 <= got["eval/success"] <= 1
@@ -372,8 +458,27 @@ def test_eval_on_a_dataset_scored_by_the_arithmetic_reward(tmp_path, capsys):
 
     out = tmp_path / "run"
     model_dir = save_tiny_model(str(tmp_path / "model"))
-    assert main(["train", "--env", "arithmetic", "--model", model_dir, "--steps", "1", "--out", str(out),
-                 *TINY_RUN, "--max-completion-length", "4", "--max-reflection-length", "4"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "arithmetic",
+                "--model",
+                model_dir,
+                "--steps",
+                "1",
+                "--out",
+                str(out),
+                *TINY_RUN,
+                "--max-completion-length",
+                "4",
+                "--max-reflection-length",
+                "4",
+            ]
+        )
+        == 0
+    )
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in make_arithmetic_dataset(3, seed=5)))
     capsys.readouterr()
@@ -382,21 +487,33 @@ def test_eval_on_a_dataset_scored_by_the_arithmetic_reward(tmp_path, capsys):
     assert (got["env"], got["tasks"], got["eval/num_episodes"]) == ("arithmetic", 3, 6.0)
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["eval", "--checkpoint", "{tmp}"], "no good checkpoint at"),
-    (["plot", "{tmp}/history.jsonl"], "no run folder or history file at"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["eval", "--checkpoint", "{tmp}"], "no good checkpoint at"),
+        (["plot", "{tmp}/history.jsonl"], "no run folder or history file at"),
+    ],
+)
 def test_eval_and_plot_name_what_is_missing(tmp_path, capsys, argv, message):
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--limit", "-1"], "argument --limit: must be a whole number >= 1, got '-1'"),  # evaluated all tasks but the last
-    (["--limit", "0"], "argument --limit: must be a whole number >= 1, got '0'"),
-    (["--num-generations", "0"], "argument --num-generations: must be a whole number >= 1, got '0'"),  # ran the run's 2
-    (["--num-generations", "-2"], "argument --num-generations: must be a whole number >= 1, got '-2'"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (
+            ["--limit", "-1"],
+            "argument --limit: must be a whole number >= 1, got '-1'",
+        ),  # evaluated all tasks but the last
+        (["--limit", "0"], "argument --limit: must be a whole number >= 1, got '0'"),
+        (
+            ["--num-generations", "0"],
+            "argument --num-generations: must be a whole number >= 1, got '0'",
+        ),  # ran the run's 2
+        (["--num-generations", "-2"], "argument --num-generations: must be a whole number >= 1, got '-2'"),
+    ],
+)
 def test_eval_refuses_counts_below_one_before_reading_the_checkpoint(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exit_:  # refused while parsing (erl_lite.cli.arg_types)
         main(["eval", "--checkpoint", str(tmp_path / "nowhere"), *flags])
@@ -407,15 +524,16 @@ def test_eval_refuses_counts_below_one_before_reading_the_checkpoint(tmp_path, c
 def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
     import torch
 
-    from erl_lite.run.checkpoint import save_checkpoint
     from erl_lite.core.memory import ReflectionMemory
     from erl_lite.history import History
+    from erl_lite.run.checkpoint import save_checkpoint
     from erl_lite.testing import tiny_model, tiny_tokenizer
 
     model = tiny_model(tiny_tokenizer())  # fully trained: no adapter, a whole checkpoint all the same
     optimizer = torch.optim.AdamW(model.parameters())
-    save_checkpoint(str(tmp_path), 3, model, optimizer, None, ReflectionMemory(), History(),
-                    {"config": {"mode": "rlvr"}})
+    save_checkpoint(
+        str(tmp_path), 3, model, optimizer, None, ReflectionMemory(), History(), {"config": {"mode": "rlvr"}}
+    )
     assert main(["eval", "--checkpoint", str(tmp_path)]) == 2
     assert "holds no LoRA adapter" in capsys.readouterr().err
 
@@ -425,7 +543,12 @@ def test_python_dash_m_runs_the_command_line():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "erl_lite.cli", "--help"], capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "erl_lite.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, done.stderr
     assert "usage: erl-lite" in done.stdout

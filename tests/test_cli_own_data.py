@@ -9,17 +9,30 @@ import re
 import sys
 
 import pytest
+from test_run_faults import rerecord
 
 from erl_lite.cli import main
 from erl_lite.testing import save_tiny_model
 
-from test_run_faults import rerecord
-
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(4)]
 #: The smallest run: one step, two tasks of two samples, short replies and reflections.
-TINY = ["--steps", "1", "--num-tasks-per-step", "2", "--num-generations", "2", "--eval-steps", "0",
-        "--max-completion-length", "4", "--max-reflection-length", "4", "--learning-rate", "0.05"]
-REWARD_MODULE = '''
+TINY = [
+    "--steps",
+    "1",
+    "--num-tasks-per-step",
+    "2",
+    "--num-generations",
+    "2",
+    "--eval-steps",
+    "0",
+    "--max-completion-length",
+    "4",
+    "--max-reflection-length",
+    "4",
+    "--learning-rate",
+    "0.05",
+]
+REWARD_MODULE = """
 def reward(completions, answer, **kwargs):
     return [float(a in c) for c, a in zip(completions, answer)]
 
@@ -33,7 +46,7 @@ def feedback(completions, answer, **kwargs):
 
 
 NOT_A_FUNCTION = 3
-'''
+"""
 
 
 @pytest.fixture
@@ -56,11 +69,20 @@ def _python_reward_run(tmp_path) -> str:
         return [len(c) % 2 for c in completions]
 
     out = str(tmp_path / "py_run")
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2, eval_steps=0,
-                            max_completion_length=4, max_reflection_length=4, progress_bar=False,
-                            output_dir=out)
-    ERLTrainer(model=save_tiny_model(str(tmp_path / "model")), args=args, reward_funcs=reward,
-               train_dataset=ROWS).train()
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,
+        eval_steps=0,
+        max_completion_length=4,
+        max_reflection_length=4,
+        progress_bar=False,
+        output_dir=out,
+    )
+    ERLTrainer(
+        model=save_tiny_model(str(tmp_path / "model")), args=args, reward_funcs=reward, train_dataset=ROWS
+    ).train()
     return out
 
 
@@ -111,8 +133,26 @@ def test_eval_of_an_old_checkpoint_without_a_record_still_runs_on_the_demo(tmp_p
 @pytest.mark.parametrize("spec", ["mymod:reward", "mymod.reward", "./mymod.py:reward"])
 def test_train_on_own_data_then_eval(own_data, capsys, spec):
     out = own_data / "run"
-    assert main(["train", "--dataset", "rows.jsonl", "--reward-funcs", spec, "mymod:length_reward",
-                 "--feedback-func", "mymod:feedback", "--model", "tiny", *TINY, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                "rows.jsonl",
+                "--reward-funcs",
+                spec,
+                "mymod:length_reward",
+                "--feedback-func",
+                "mymod:feedback",
+                "--model",
+                "tiny",
+                *TINY,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "done: 1 steps" in capsys.readouterr().out
     state = json.loads((out / "checkpoint-1" / "erl_state.json").read_text())
     assert state["config"]["extra"]["env"] == "dataset"
@@ -120,8 +160,22 @@ def test_train_on_own_data_then_eval(own_data, capsys, spec):
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples and any("The answer is" in json.dumps(s) for s in samples)  # the feedback function ran
 
-    assert main(["eval", "--checkpoint", str(out), "--dataset", "rows.jsonl", "--reward-funcs", "mymod:reward",
-                 "--num-generations", "2"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(out),
+                "--dataset",
+                "rows.jsonl",
+                "--reward-funcs",
+                "mymod:reward",
+                "--num-generations",
+                "2",
+            ]
+        )
+        == 0
+    )
     got = json.loads(capsys.readouterr().out)
     assert (got["env"], got["tasks"], got["eval/num_episodes"]) == ("dataset", 4, 8.0)
     assert 0 <= got["eval/success"] <= 1
@@ -131,16 +185,19 @@ def test_train_on_own_data_then_eval(own_data, capsys, spec):
     assert "rows.jsonl" in err and spec in err and "--reward-funcs" in err
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--reward-funcs", "nomod_xyz:reward"], "nomod_xyz:reward: no module named 'nomod_xyz'"),
-    (["--reward-funcs", "mymod:nope"], "mymod:nope: module 'mymod' has no function 'nope'"),
-    (["--reward-funcs", "mymod:NOT_A_FUNCTION"], "mymod:NOT_A_FUNCTION: not a function"),
-    (["--reward-funcs", "mymod"], "expected module:function"),
-    (["--reward-funcs", "missing.py:reward"], "missing.py:reward: no file"),
-    (["--reward-funcs", "mymod:reward", "--feedback-func", "mymod:nothing"], "mymod:nothing"),
-    ([], "--dataset needs --reward-funcs"),
-    (["--reward-funcs", "mymod:reward", "--env", "frozenlake"], "--env"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--reward-funcs", "nomod_xyz:reward"], "nomod_xyz:reward: no module named 'nomod_xyz'"),
+        (["--reward-funcs", "mymod:nope"], "mymod:nope: module 'mymod' has no function 'nope'"),
+        (["--reward-funcs", "mymod:NOT_A_FUNCTION"], "mymod:NOT_A_FUNCTION: not a function"),
+        (["--reward-funcs", "mymod"], "expected module:function"),
+        (["--reward-funcs", "missing.py:reward"], "missing.py:reward: no file"),
+        (["--reward-funcs", "mymod:reward", "--feedback-func", "mymod:nothing"], "mymod:nothing"),
+        ([], "--dataset needs --reward-funcs"),
+        (["--reward-funcs", "mymod:reward", "--env", "frozenlake"], "--env"),
+    ],
+)
 def test_bad_function_specs_are_named(own_data, capsys, argv, message, monkeypatch):
     import erl_lite.run.trainer
 
@@ -163,15 +220,18 @@ def test_trl_spellings_of_the_data_flags(own_data):
 
 
 # --- flag typos and --help -------------------------------------------------------------------------
-@pytest.mark.parametrize("argv,typo,guess", [
-    (["train", "--learnig-rate", "1e-3"], "--learnig-rate", "--learning-rate"),
-    (["train", "--num_generatoins", "2"], "--num_generatoins", "--num-generations"),  # TRL's spelling, mistyped
-    (["train", "--reward-fucns", "m:f"], "--reward-fucns", "--reward-funcs"),
-    (["train", "--stesp=3"], "--stesp", "--steps"),
-    (["eval", "--checkpont", "x"], "--checkpont", "--checkpoint"),  # argparse's complaint: --checkpoint missing
-    (["demo", "--setps", "3"], "--setps", "--steps"),
-    (["train", "--learning-rate", "1e-3", "--no-memroy", "--seeed", "2"], "--seeed", "--seed"),
-])
+@pytest.mark.parametrize(
+    "argv,typo,guess",
+    [
+        (["train", "--learnig-rate", "1e-3"], "--learnig-rate", "--learning-rate"),
+        (["train", "--num_generatoins", "2"], "--num_generatoins", "--num-generations"),  # TRL's spelling, mistyped
+        (["train", "--reward-fucns", "m:f"], "--reward-fucns", "--reward-funcs"),
+        (["train", "--stesp=3"], "--stesp", "--steps"),
+        (["eval", "--checkpont", "x"], "--checkpont", "--checkpoint"),  # argparse's complaint: --checkpoint missing
+        (["demo", "--setps", "3"], "--setps", "--steps"),
+        (["train", "--learning-rate", "1e-3", "--no-memroy", "--seeed", "2"], "--seeed", "--seed"),
+    ],
+)
 def test_flag_typos_get_did_you_mean(capsys, argv, typo, guess):
     """Before: a bare "unrecognized arguments" (or "required: --checkpoint"), no guess."""
     with pytest.raises(SystemExit) as exit_:
@@ -192,18 +252,21 @@ def _help_line(out: str, flag: str) -> str:
     option, the next one."""
     lines = out.splitlines()
     i = next(i for i, line in enumerate(lines) if re.match(rf"\s+{re.escape(flag)}\b(?!-)", line))
-    return " ".join(lines[i:i + 2])
+    return " ".join(lines[i : i + 2])
 
 
-@pytest.mark.parametrize("flag,default", [
-    ("--learning-rate", "(default: 0.001; off the demo world: 0.002)"),
-    ("--mode", "(default: erl)"),
-    ("--use-memory", "(default: true)"),
-    ("--dual-clip", "(default: 3.0)"),
-    ("--seed", "(default: 0)"),
-    ("--env", "(default: demo)"),
-    ("--preset", "(default: demo on --env demo, cpu elsewhere)"),
-])
+@pytest.mark.parametrize(
+    "flag,default",
+    [
+        ("--learning-rate", "(default: 0.001; off the demo world: 0.002)"),
+        ("--mode", "(default: erl)"),
+        ("--use-memory", "(default: true)"),
+        ("--dual-clip", "(default: 3.0)"),
+        ("--seed", "(default: 0)"),
+        ("--env", "(default: demo)"),
+        ("--preset", "(default: demo on --env demo, cpu elsewhere)"),
+    ],
+)
 def test_help_shows_each_default(monkeypatch, capsys, flag, default):
     monkeypatch.setenv("COLUMNS", "100000")  # one line per option
     with pytest.raises(SystemExit):
@@ -212,10 +275,13 @@ def test_help_shows_each_default(monkeypatch, capsys, flag, default):
     assert default in _help_line(out, flag)
 
 
-@pytest.mark.parametrize("record,rows,message", [
-    ({"name": "mine", "class": "my.CustomEnv"}, None, "my.CustomEnv ('mine'), which erl-lite eval cannot build"),
-    (None, "plain", "rows.jsonl:1: the demo environment plays tasks {task_id, prompt, data}"),
-])
+@pytest.mark.parametrize(
+    "record,rows,message",
+    [
+        ({"name": "mine", "class": "my.CustomEnv"}, None, "my.CustomEnv ('mine'), which erl-lite eval cannot build"),
+        (None, "plain", "rows.jsonl:1: the demo environment plays tasks {task_id, prompt, data}"),
+    ],
+)
 def test_eval_names_what_it_cannot_rebuild(tmp_path, capsys, monkeypatch, record, rows, message):
     """Before: a custom environment was scored as the demo world; plain rows on the demo crashed with KeyError."""
     from erl_lite.embedded.demo import demo_trainer

@@ -19,8 +19,15 @@ def _script():
 
 def _result(variant, seed, curve):
     """A run's record: ``curve`` is [step, CPU seconds, eval success] per evaluation."""
-    return {"variant": variant, "seed": seed, "steps": curve[-1][0], "train_seconds": curve[-1][1],
-            "eval_start": curve[0][2], "eval_final": curve[-1][2], "eval_curve": curve}
+    return {
+        "variant": variant,
+        "seed": seed,
+        "steps": curve[-1][0],
+        "train_seconds": curve[-1][1],
+        "eval_start": curve[0][2],
+        "eval_final": curve[-1][2],
+        "eval_curve": curve,
+    }
 
 
 RESULTS = [
@@ -78,15 +85,31 @@ def test_knowledge_table_reads_each_runs_samples(tmp_path):
     run_dir.mkdir()
     (run_dir / "history.jsonl").write_text('{"kind": "train", "step": 1}\n')
     replies = [f"Avoid {a} or {b}. Up C ok.", f"Avoid {a}. Up C ok.", "Avoid nothing.", f"Avoid {a} or {a} no, Up"]
-    retries = [{"first": 0, "reflection": {"task_id": "t", "rulebook": book, "base_prompt": "", "parsed": True},
-                "second": {"success": True}} for book in (rulebook([a, b]), rulebook([a, a]), rulebook([b]))]
-    sample = {"step": 1, "memory_before": [], "retries": retries,
-              "first_attempts": [{"messages": [{"role": "assistant", "content": r}]} for r in replies]}
+    retries = [
+        {
+            "first": 0,
+            "reflection": {"task_id": "t", "rulebook": book, "base_prompt": "", "parsed": True},
+            "second": {"success": True},
+        }
+        for book in (rulebook([a, b]), rulebook([a, a]), rulebook([b]))
+    ]
+    sample = {
+        "step": 1,
+        "memory_before": [],
+        "retries": retries,
+        "first_attempts": [{"messages": [{"role": "assistant", "content": r}]} for r in replies],
+    }
     (run_dir / "samples.jsonl").write_text(__import__("json").dumps(sample) + "\n")
     result = {"variant": "ERL", "seed": 0, "run_dir": str(run_dir)}
     cm.add_knowledge([result])
-    assert result["knowledge"] == {"reflections": 3, "both": 1 / 3, "repeated": 1 / 3, "first_named": 0.5,
-                                   "first_both": 0.25, "first_unreadable": 0.25}
+    assert result["knowledge"] == {
+        "reflections": 3,
+        "both": 1 / 3,
+        "repeated": 1 / 3,
+        "first_named": 0.5,
+        "first_both": 0.25,
+        "first_unreadable": 0.25,
+    }
     table = cm.knowledge_table([result], ["ERL"])
     assert "| ERL | 0.33 | 0.33 | 0.50 | 0.25 | 0.25 |" in table
     missing = {"variant": "ERL", "seed": 1, "run_dir": str(tmp_path / "gone")}
@@ -103,17 +126,25 @@ def test_signal_table_reads_each_runs_early_steps(tmp_path):
     run_dir.mkdir()
     # 12 training steps: groups with signal 1 - zero-std over steps 1-5 only; second attempts over steps 1-10,
     # only where a step had any (None where the gate sent nothing on); eval records are not training steps.
-    steps = [{"kind": "train", "step": i, "frac_reward_zero_std/first": 0.5 if i <= 5 else 0.0,
-              "success/second": None if i == 2 else (1.0 if i <= 10 else 0.0),
-              "truncated/second": None if i == 2 else (0.25 if i <= 10 else 1.0)} for i in range(1, 13)]
+    steps = [
+        {
+            "kind": "train",
+            "step": i,
+            "frac_reward_zero_std/first": 0.5 if i <= 5 else 0.0,
+            "success/second": None if i == 2 else (1.0 if i <= 10 else 0.0),
+            "truncated/second": None if i == 2 else (0.25 if i <= 10 else 1.0),
+        }
+        for i in range(1, 13)
+    ]
     lines = [json.dumps({"kind": "eval", "step": 0, "eval/success": 0.1})] + [json.dumps(r) for r in steps]
     (run_dir / "history.jsonl").write_text("\n".join(lines) + "\n")
     erl = {"variant": "ERL", "seed": 0, "run_dir": str(run_dir)}
     rlvr_dir = tmp_path / "RLVR-0"
     rlvr_dir.mkdir()
-    (rlvr_dir / "history.jsonl").write_text("\n".join(json.dumps({"kind": "train", "step": i,
-                                                                   "frac_reward_zero_std/first": 0.75})
-                                                       for i in range(1, 4)) + "\n")
+    (rlvr_dir / "history.jsonl").write_text(
+        "\n".join(json.dumps({"kind": "train", "step": i, "frac_reward_zero_std/first": 0.75}) for i in range(1, 4))
+        + "\n"
+    )
     rlvr = {"variant": "RLVR", "seed": 0, "run_dir": str(rlvr_dir)}
     gone = {"variant": "RLVR", "seed": 1, "run_dir": str(tmp_path / "gone")}
     cm.add_signal([erl, rlvr, gone])
@@ -176,8 +207,9 @@ def test_the_step_matched_control_takes_erl_s_mean_optimizer_steps_of_its_own_se
         pass
     assert seen == [("rlvr", 3)]
     results = [{**r, "optim_steps": 40, "samples": 300 + r["seed"]} for r in RESULTS]
-    results += [_result(cm.MATCHED, s, [[0, 0, 0.4], [20, 60, 0.2]]) | {"optim_steps": 42, "samples": 200}
-                for s in (0, 1)]
+    results += [
+        _result(cm.MATCHED, s, [[0, 0, 0.4], [20, 60, 0.2]]) | {"optim_steps": 42, "samples": 200} for s in (0, 1)
+    ]
     table = cm.summarize(results, ["ERL", cm.MATCHED])
     assert "| ERL | 20 | 40 | 300 | - | 60 |" in table and f"| {cm.MATCHED} | 20 | 42 | 200 | - | 60 |" in table
     results += [_result("ERL w/o reflection", s, [[0, 0, 0.4], [10, 60, 0.3]]) for s in (0, 1)]
@@ -198,8 +230,10 @@ def test_the_sparse_world_is_judged_by_its_own_targets_and_memory_by_speed():
     results += [_sparse(cm.MATCHED, s, [[0, 0, 0.05], [30, 60, 0.1]]) for s in (0, 1)]
     results += [_sparse("ERL w/o reflection", s, [[0, 0, 0.05], [30, 60, 0.05]]) for s in (0, 1)]
     # Seed 0 reaches 0.35 at 40 s (ERL: 30 s), seed 1 never (counted at its budget, 60 s).
-    results += [_sparse("ERL w/o memory", 0, [[0, 0, 0.05], [10, 20, 0.2], [20, 40, 0.36], [30, 60, 0.5]]),
-                _sparse("ERL w/o memory", 1, [[0, 0, 0.05], [30, 60, 0.3]])]
+    results += [
+        _sparse("ERL w/o memory", 0, [[0, 0, 0.05], [10, 20, 0.2], [20, 40, 0.36], [30, 60, 0.5]]),
+        _sparse("ERL w/o memory", 1, [[0, 0, 0.05], [30, 60, 0.3]]),
+    ]
     rows = {label: (measured, met) for label, measured, met in cm.check_targets(results)}
     assert rows["ERL >= 0.60 (final eval)"] == ("0.700 (per seed 0.70 / 0.70)", True)
     assert rows["RLVR <= 0.30 (final eval)"] == ("0.250 (per seed 0.20 / 0.30)", True)
@@ -209,10 +243,12 @@ def test_the_sparse_world_is_judged_by_its_own_targets_and_memory_by_speed():
     assert measured == "ERL 30 s / w/o memory 40 s; ERL 30 s / w/o memory never (>= 60 s) per seed; share 0.60"
     assert met
     assert not any(label.startswith("ERL - RLVR") for label in rows)  # the demo world's targets are not asked here
-    slow = [r if r["variant"] != "ERL w/o memory" else {**r, "eval_curve": [[0, 0, 0.05], [5, 10, 0.4]]}
-            for r in results]
+    slow = [
+        r if r["variant"] != "ERL w/o memory" else {**r, "eval_curve": [[0, 0, 0.05], [5, 10, 0.4]]} for r in results
+    ]
     assert not {label: met for label, _, met in cm.check_targets(slow)}[
-        "ERL reaches half its final eval in <= 0.7x the CPU s of w/o memory"]
+        "ERL reaches half its final eval in <= 0.7x the CPU s of w/o memory"
+    ]
     failing = [{**r, "eval_final": 0.5} if r["variant"] == "ERL" else r for r in results]
     assert not {label: met for label, _, met in cm.check_targets(failing)}["ERL >= 0.60 (final eval)"]
     # The hard world is the same regime: the same targets, and its own files.
@@ -244,8 +280,10 @@ def test_each_world_writes_its_own_files_and_results_never_mix_worlds(monkeypatc
     for world in ("demo", "sparse"):
         with pytest.raises(Stop):
             cm.run(cm.MATCHED, 1, None, 1, str(tmp_path), world=world)
-    assert seen == [("demo", str(tmp_path / "RLVR,_ERLs_optimizer_steps-1")),
-                    ("sparse", str(tmp_path / "sparse-RLVR,_ERLs_optimizer_steps-1"))]
+    assert seen == [
+        ("demo", str(tmp_path / "RLVR,_ERLs_optimizer_steps-1")),
+        ("sparse", str(tmp_path / "sparse-RLVR,_ERLs_optimizer_steps-1")),
+    ]
 
 
 def test_runs_of_other_seeds_merge_into_one_table_but_never_twice_or_across_worlds():
@@ -351,25 +389,59 @@ def test_match_samples_runs_every_variant_for_erl_s_iterations_and_counts_rollou
         overrides = job[7]
         calls.append((variant, budget, steps, overrides))
         n = cm.VARIANTS[variant].get("num_generations", 4)
-        return {"variant": variant, "seed": seed, "steps": steps, "train_seconds": 5.0 if variant == "ERL" else 9.0,
-                "optim_steps": 2 * steps if variant == "ERL" else steps, "rollouts": 8 * n * steps,
-                "eval_start": 0.4, "eval_final": 0.5, "eval_curve": [[0, 0, 0.4], [steps, 5.0, 0.5]]}
+        return {
+            "variant": variant,
+            "seed": seed,
+            "steps": steps,
+            "train_seconds": 5.0 if variant == "ERL" else 9.0,
+            "optim_steps": 2 * steps if variant == "ERL" else steps,
+            "rollouts": 8 * n * steps,
+            "eval_start": 0.4,
+            "eval_final": 0.5,
+            "eval_curve": [[0, 0, 0.4], [steps, 5.0, 0.5]],
+        }
 
     class InProcess:  # the script's spawn pool, run here
-        def __init__(self, jobs): pass
-        def __enter__(self): return self
-        def __exit__(self, *exc): return False
-        def map(self, f, jobs): return [f(j) for j in jobs]
-        def imap(self, f, jobs): return (f(j) for j in jobs)
+        def __init__(self, jobs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, f, jobs):
+            return [f(j) for j in jobs]
+
+        def imap(self, f, jobs):
+            return (f(j) for j in jobs)
 
     monkeypatch.setattr(cm, "_run", fake_run)
     monkeypatch.setattr(cm.mp, "get_context", lambda kind: type("Ctx", (), {"Pool": staticmethod(InProcess)}))
     monkeypatch.setattr(cm, "write_outputs", lambda results, variants, out, key=None: written.append((results, key)))
-    argv = ["compare_modes.py", "--match", "samples", "--steps", "1", "--seeds", "0", "--out", str(tmp_path),
-            "--variants", "ERL", "RLVR", cm.MATCHED]
+    argv = [
+        "compare_modes.py",
+        "--match",
+        "samples",
+        "--steps",
+        "1",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp_path),
+        "--variants",
+        "ERL",
+        "RLVR",
+        cm.MATCHED,
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     cm.main()
-    assert calls == [("ERL", None, 1, None), ("RLVR", None, 1, None), (cm.MATCHED, None, 1, {"steps_per_generation": 2})]
+    assert calls == [
+        ("ERL", None, 1, None),
+        ("RLVR", None, 1, None),
+        (cm.MATCHED, None, 1, {"steps_per_generation": 2}),
+    ]
     results, key = written[0]
     assert key == "samples" and {r["match"] for r in results} == {"samples"}
     assert cm.file_key("sparse", "samples") == "sparse_samples"
@@ -397,8 +469,13 @@ def test_the_cost_to_reach_each_level_is_read_at_the_first_evaluation_that_reach
     cm = _script()
     r = _costly("ERL", 0, {0: 0.6, 2: 0.4, 4: 0.55, 6: 0.93, 10: 0.95}, (3.0, 8, 100, 2))
     # The starting model's 0.6 does not count: a level is reached by a trained model.
-    assert cm.cost_to_reach(r, 0.5) == {"iterations": 4, "CPU s": 12.0, "rollouts": 32, "sampled tokens": 400,
-                                        "optimizer steps": 8}
+    assert cm.cost_to_reach(r, 0.5) == {
+        "iterations": 4,
+        "CPU s": 12.0,
+        "rollouts": 32,
+        "sampled tokens": 400,
+        "optimizer steps": 8,
+    }
     assert cm.cost_to_reach(r, 0.9)["iterations"] == 6 and cm.cost_to_reach(r, 0.96) is None
     # Mean evaluation over the iterations (trapezoids): (0.5*2 + 0.475*2 + 0.74*2 + 0.94*4) / 10.
     assert abs(cm.eval_auc(r["eval_curve"]) - (1.0 + 0.95 + 1.48 + 3.76) / 10) < 1e-12
@@ -415,8 +492,9 @@ def test_the_bootstrap_interval_holds_the_mean_and_shrinks_to_it_when_seeds_agre
 def test_the_efficiency_table_gives_each_variant_s_cost_with_intervals_and_says_which_runs_never_got_there():
     cm = _script()
     results = [_costly("ERL", s, {0: 0.1, 2: 0.6, 4: 0.95, 30: 0.97}, (2.0, 10, 50, 2)) for s in range(5)]
-    results += [_costly("RLVR", s, {0: 0.1, 2: 0.1, 4: 0.2, 30: 0.55 if s < 3 else 0.3}, (1.0, 20, 60, 1))
-                for s in range(5)]
+    results += [
+        _costly("RLVR", s, {0: 0.1, 2: 0.1, 4: 0.2, 30: 0.55 if s < 3 else 0.3}, (1.0, 20, 60, 1)) for s in range(5)
+    ]
     table = cm.efficiency_table(results, ["ERL", "RLVR"])
     assert "| ERL | 5/5 | 2 [2, 2] | 20 [20, 20] | 100 [100, 100] | 4 [4, 4] | 4 [4, 4] | 2 / 2 / 2 / 2 / 2 |" in table
     # RLVR reached 0.5 on 3 seeds of 5; the other two count at their whole run, so the mean is a lower bound.
@@ -452,8 +530,12 @@ def test_merge_is_refused_without_replot_and_a_results_file_of_the_wrong_shape_i
 
     code, err = main("--merge", str(good))  # would run every variant, and merge nothing
     assert code == 2 and "--merge only goes with --replot" in err
-    shapes = {"a dict": {"variant": "ERL"}, "a list of numbers": [1, 2], "a row without its variant": [{"seed": 0}],
-              "a row whose curve is not a list": [{**RESULTS[0], "eval_curve": 3, "match": "cpu"}]}
+    shapes = {
+        "a dict": {"variant": "ERL"},
+        "a list of numbers": [1, 2],
+        "a row without its variant": [{"seed": 0}],
+        "a row whose curve is not a list": [{**RESULTS[0], "eval_curve": 3, "match": "cpu"}],
+    }
     for name, content in shapes.items():
         bad = tmp_path / "other.json"
         bad.write_text(json.dumps(content))
@@ -486,7 +568,9 @@ def test_findings_blocks_in_markdown_are_rerendered_from_the_results_they_name(t
     results = tmp_path / "r.json"
     results.write_text(json.dumps(_finals([0.9, 0.92, 0.95], [0.3, 0.35, 0.4])))
     doc = tmp_path / "doc.md"
-    doc.write_text(f"Intro.\n<!-- findings {results} -->\nERL 0.99, RLVR 0.10: typed by hand.\n<!-- /findings -->\nEnd.\n")
+    doc.write_text(
+        f"Intro.\n<!-- findings {results} -->\nERL 0.99, RLVR 0.10: typed by hand.\n<!-- /findings -->\nEnd.\n"
+    )
     assert cm.render_docs([str(doc)], write=False) == [f"{doc}: {results}"]
     assert "typed by hand" in doc.read_text()  # checking writes nothing
     assert cm.render_docs([str(doc)]) == [f"{doc}: {results}"] and cm.render_docs([str(doc)]) == []
@@ -507,9 +591,14 @@ def test_the_readme_and_docs_state_the_study_only_as_rendered_from_its_committed
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## What the embedded model shows", 1)[1].split("\n## ", 1)[0]
     assert "<!-- findings " in section
+
     def typed(text):  # lines naming a variant beside an evaluation figure (a target's bound, after >= or <=, is none)
-        return [line for line in text.splitlines() if re.search(r"ERL|RLVR", line)
-                and re.search(r"\b0\.\d\d\b", re.sub(r"(?:[≥≤]|[<>]=)\s*[+−-]?0\.\d\d", "", line))]
+        return [
+            line
+            for line in text.splitlines()
+            if re.search(r"ERL|RLVR", line)
+            and re.search(r"\b0\.\d\d\b", re.sub(r"(?:[≥≤]|[<>]=)\s*[+−-]?0\.\d\d", "", line))
+        ]
 
     assert not typed(cm.FINDINGS_BLOCK.sub("", section)), "evaluation figures typed by hand in the README"
     # docs/EMBEDDED.md, the study's page, likewise (a figure of the paper's own runs, named by its model, is a
@@ -527,13 +616,31 @@ def test_a_bands_block_is_rerendered_from_the_reports_it_names(tmp_path):
     import json
 
     cm = _script()
-    run = {"first_success": 0.4, "parse_rate": 1.0, "names_hole_rate": 1.0, "contradiction_rate": 0.0,
-           "second_success": 0.7, "retry_success": 0.3, "reflection_gain": 0.4, "trace_success": 0.5,
-           "trace_truncated": 0.25, "shuffled_success": 0.6, "swapped_success": 0.0, "initial_memory_success": 0.5,
-           "good_memory_success": 0.9, "memory_gain": 0.4, "wrong_memory_success": 0.0, "kept_rate": 0.8}
+    run = {
+        "first_success": 0.4,
+        "parse_rate": 1.0,
+        "names_hole_rate": 1.0,
+        "contradiction_rate": 0.0,
+        "second_success": 0.7,
+        "retry_success": 0.3,
+        "reflection_gain": 0.4,
+        "trace_success": 0.5,
+        "trace_truncated": 0.25,
+        "shuffled_success": 0.6,
+        "swapped_success": 0.0,
+        "initial_memory_success": 0.5,
+        "good_memory_success": 0.9,
+        "memory_gain": 0.4,
+        "wrong_memory_success": 0.0,
+        "kept_rate": 0.8,
+    }
     pooled = {**run, "num_first": 256, "num_failed": 150, "num_memory_cases": 90}
-    report = {"world": "demo", "runs": {"0": run}, "pooled": pooled,
-              "bands_met": {"first_success": True, "trace_truncated": False}}
+    report = {
+        "world": "demo",
+        "runs": {"0": run},
+        "pooled": pooled,
+        "bands_met": {"first_success": True, "trace_truncated": False},
+    }
     path = tmp_path / "bands.json"
     path.write_text(json.dumps(report))
     doc = tmp_path / "doc.md"

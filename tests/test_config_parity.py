@@ -9,8 +9,8 @@ import torch
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 
@@ -22,11 +22,27 @@ def reward(prompts, completions, answer, **kw):
 def rlvr_trainer(**overrides) -> ERLTrainer:
     tok = tiny_tokenizer()
     replies = iter(["0 1 2 3", "no"] * 1000)  # the two samples of a task differ: a gradient
-    args = ERLConfig.preset("cpu", **{"mode": "rlvr", "max_steps": 1, "num_tasks_per_step": 2,
-                                      "num_generations": 2, "max_completion_length": 6, "eval_steps": 0,
-                                      "progress_bar": False, **overrides})
-    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=reward,
-                      train_dataset=ROWS, generator=ScriptedGenerator(tok, lambda prompt: next(replies)))
+    args = ERLConfig.preset(
+        "cpu",
+        **{
+            "mode": "rlvr",
+            "max_steps": 1,
+            "num_tasks_per_step": 2,
+            "num_generations": 2,
+            "max_completion_length": 6,
+            "eval_steps": 0,
+            "progress_bar": False,
+            **overrides,
+        },
+    )
+    return ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        reward_funcs=reward,
+        train_dataset=ROWS,
+        generator=ScriptedGenerator(tok, lambda prompt: next(replies)),
+    )
 
 
 # --- lr_scheduler_type / warmup -------------------------------------------------------------------
@@ -43,7 +59,7 @@ def _lr_per_optimizer_step(trainer: ERLTrainer) -> list[float]:
     return seen
 
 
-@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\(\)` has been overridden")
+@pytest.mark.filterwarnings(r"ignore:Seems like `optimizer.step\(\)` has been overridden")
 @pytest.mark.parametrize("kind", ["constant", "linear", "cosine", "constant_with_warmup"])
 def test_lr_schedule_over_optimizer_steps(kind):
     lr, total, warm = 1e-2, 3 * 2, 2  # 3 iterations × 2 optimizer steps; warm-up ceil(0.25·6) = 2
@@ -96,19 +112,36 @@ def test_scale_rewards_reaches_the_rl_batch():
     from erl_lite.records import Attempt
 
     def attempt(task, reward):
-        return Attempt(task_id=task, index=0, role="first", system_prompt="", messages=[], prompt_ids=[1],
-                       completion_ids=[2], completion_mask=[1], reward=reward, success=False, feedback="",
-                       trace="", num_turns=1)
+        return Attempt(
+            task_id=task,
+            index=0,
+            role="first",
+            system_prompt="",
+            messages=[],
+            prompt_ids=[1],
+            completion_ids=[2],
+            completion_mask=[1],
+            reward=reward,
+            success=False,
+            feedback="",
+            trace="",
+            num_turns=1,
+        )
 
     rewards = [1.0, 0.0, 0.0, 0.2, 0.6, 0.4]
     first = [attempt(t, r) for t, r in zip("aaabbb", rewards)]
-    adv = {scale: [s.advantage for s in assign_advantages(ERLConfig(mode="rlvr", scale_rewards=scale), first, [])]
-           for scale in ("group", "batch", "none")}
+    adv = {
+        scale: [s.advantage for s in assign_advantages(ERLConfig(mode="rlvr", scale_rewards=scale), first, [])]
+        for scale in ("group", "batch", "none")
+    }
     assert adv["none"] == pytest.approx([2 / 3, -1 / 3, -1 / 3, -0.2, 0.2, 0.0])
     std = float(torch.tensor(rewards).std())
     assert adv["batch"] == pytest.approx([a / (std + 1e-6) for a in adv["none"]])
     assert adv["group"][3:] == pytest.approx([-1.0, 1.0, 0.0], abs=1e-5)  # std of (0.2, 0.6, 0.4) = 0.2
-    assert ERLConfig(scale_rewards=False).scale_rewards == "none" and ERLConfig(scale_rewards=True).scale_rewards == "group"
+    assert (
+        ERLConfig(scale_rewards=False).scale_rewards == "none"
+        and ERLConfig(scale_rewards=True).scale_rewards == "group"
+    )
     with pytest.raises(ValueError, match="scale_rewards"):
         ERLConfig(scale_rewards="task")
 
@@ -140,9 +173,18 @@ def test_generation_kwargs_reach_model_generate():
         return real(*a, **kw)
 
     model.generate = spy
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, max_completion_length=4,
-                            max_reflection_length=4, eval_steps=0, progress_bar=False, reward_threshold=2.0,
-                            generation_kwargs={"cache_implementation": "static"})  # τ = 2: reflections sample too
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=1,
+        num_generations=2,
+        max_completion_length=4,
+        max_reflection_length=4,
+        eval_steps=0,
+        progress_bar=False,
+        reward_threshold=2.0,
+        generation_kwargs={"cache_implementation": "static"},
+    )  # τ = 2: reflections sample too
     trainer = ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS)
     trainer.train()
     assert len(calls) >= 3  # first attempts, reflections, second attempts
@@ -164,24 +206,39 @@ def test_lora_fields_shape_the_adapter_of_a_model_loaded_by_path(tmp_path):
     from erl_lite.testing import save_tiny_model
 
     path = save_tiny_model(str(tmp_path / "tiny"))
-    args = ERLConfig.preset("cpu", max_steps=1, eval_steps=0, progress_bar=False, lora_r=4, lora_alpha=8,
-                            lora_dropout=0.1, lora_target_modules=["q_proj", "v_proj"])
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        eval_steps=0,
+        progress_bar=False,
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.1,
+        lora_target_modules=["q_proj", "v_proj"],
+    )
     trainer = ERLTrainer(model=path, args=args, reward_funcs=reward, train_dataset=ROWS)
     cfg = trainer.model.peft_config["default"]
     assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, set(cfg.target_modules)) == (4, 8, 0.1, {"q_proj", "v_proj"})
     adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in trainer.model.named_parameters() if "lora_A" in n}
     assert adapted == {"q_proj", "v_proj"}
     # an explicit peft_config wins over the fields
-    trainer = ERLTrainer(model=path, args=args, reward_funcs=reward, train_dataset=ROWS,
-                         peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["k_proj"]))
+    trainer = ERLTrainer(
+        model=path,
+        args=args,
+        reward_funcs=reward,
+        train_dataset=ROWS,
+        peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["k_proj"]),
+    )
     assert trainer.model.peft_config["default"].r == 2
     with pytest.raises(ValueError, match="lora_r"):
         ERLConfig(lora_r=0)
 
 
 # --- chat_template_kwargs -----------------------------------------------------------------------------
-@pytest.mark.skipif(__import__("erl_lite.testing", fromlist=["x"]).find_qwen3_tokenizer() is None,
-                    reason="shared/qwen3_tokenizer not found")
+@pytest.mark.skipif(
+    __import__("erl_lite.testing", fromlist=["x"]).find_qwen3_tokenizer() is None,
+    reason="shared/qwen3_tokenizer not found",
+)
 def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
     """Every prompt the sampler sees — first attempts, the glue of their second turn, reflections,
     second attempts — ends with the empty think block Qwen3 adds when thinking is off."""
@@ -202,7 +259,9 @@ def test_enable_thinking_false_reaches_the_qwen3_template_everywhere(guess_env):
         return gen.prompts_seen, out
 
     seen, out = prompts_seen(chat_template_kwargs={"enable_thinking": False})
-    assert out.reflections and out.second_attempts and max(a.num_turns for a in out.first_attempts) == 2  # every path ran
+    assert (
+        out.reflections and out.second_attempts and max(a.num_turns for a in out.first_attempts) == 2
+    )  # every path ran
     assert all(p.endswith(off) for p in seen), [p[-60:] for p in seen if not p.endswith(off)]
     plain, _ = prompts_seen()
     assert not any(off in p for p in plain)  # thinking on (the default): no empty block
@@ -220,16 +279,46 @@ def test_new_fields_have_working_flags():
 
     p = argparse.ArgumentParser()
     add_config_arguments(p)
-    given = given_fields(p.parse_args([
-        "--chat-template-kwargs", "{enable_thinking: false}", "--generation_kwargs", '{"cache_implementation": "static"}',
-        "--lora-target-modules", "[q_proj, v_proj]", "--lora-r", "8", "--lora_alpha", "16", "--lora-dropout", "0.1",
-        "--lr-scheduler-type", "cosine", "--warmup-ratio", "0.1", "--scale-rewards", "none",
-        "--importance-sampling-level", "sequence", "--loss-type", "dapo"]))
+    given = given_fields(
+        p.parse_args(
+            [
+                "--chat-template-kwargs",
+                "{enable_thinking: false}",
+                "--generation_kwargs",
+                '{"cache_implementation": "static"}',
+                "--lora-target-modules",
+                "[q_proj, v_proj]",
+                "--lora-r",
+                "8",
+                "--lora_alpha",
+                "16",
+                "--lora-dropout",
+                "0.1",
+                "--lr-scheduler-type",
+                "cosine",
+                "--warmup-ratio",
+                "0.1",
+                "--scale-rewards",
+                "none",
+                "--importance-sampling-level",
+                "sequence",
+                "--loss-type",
+                "dapo",
+            ]
+        )
+    )
     cfg = ERLConfig(**given)
-    assert cfg.chat_template_kwargs == {"enable_thinking": False} and cfg.generation_kwargs == {"cache_implementation": "static"}
+    assert cfg.chat_template_kwargs == {"enable_thinking": False} and cfg.generation_kwargs == {
+        "cache_implementation": "static"
+    }
     assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules) == (8, 16, 0.1, ["q_proj", "v_proj"])
-    assert (cfg.lr_scheduler_type, cfg.warmup_ratio, cfg.scale_rewards, cfg.importance_sampling_level,
-            cfg.loss_type) == ("cosine", 0.1, "none", "sequence", "token_mean")
+    assert (
+        cfg.lr_scheduler_type,
+        cfg.warmup_ratio,
+        cfg.scale_rewards,
+        cfg.importance_sampling_level,
+        cfg.loss_type,
+    ) == ("cosine", 0.1, "none", "sequence", "token_mean")
     with pytest.raises(SystemExit):
         p.parse_args(["--scale-rewards", "task"])
 
@@ -238,9 +327,19 @@ def test_new_fields_change_a_run_on_resume_and_old_checkpoints_still_resume():
     from erl_lite.run.checkpoint import run_differences
 
     saved = {"config": {"mode": "erl", "loss_type": "seq_sum"}, "model": {}}  # written before the new fields
-    same = {"config": {"mode": "erl", "loss_type": "seq_sum", "scale_rewards": "group",
-                       "chat_template_kwargs": {}, "lr_scheduler_type": "constant"}, "model": {}}
+    same = {
+        "config": {
+            "mode": "erl",
+            "loss_type": "seq_sum",
+            "scale_rewards": "group",
+            "chat_template_kwargs": {},
+            "lr_scheduler_type": "constant",
+        },
+        "model": {},
+    }
     assert run_differences(saved, same) == []
-    changed = {"config": {**same["config"], "scale_rewards": "none", "chat_template_kwargs": {"enable_thinking": False}},
-               "model": {}}
+    changed = {
+        "config": {**same["config"], "scale_rewards": "none", "chat_template_kwargs": {"enable_thinking": False}},
+        "model": {},
+    }
     assert [line.split(":")[0] for line in run_differences(saved, changed)] == ["chat_template_kwargs", "scale_rewards"]

@@ -31,15 +31,23 @@ def test_demo_preset_builds_the_recorded_demo_configs_field_for_field(case):
         # recorded when the preset travelled in extra (then "cpu", under the demo's layer)
         assert got["extra"] == {k: v for k, v in before["extra"].items() if k != "preset"}
         assert got["preset_name"] == "demo"
-        # Fields added since the recording (diagnostics, generation_backend, vllm_*) hold their defaults; the rest are as
-        # recorded.
+        # Fields added since the recording (diagnostics, generation_backend, vllm_*) hold their defaults; the rest are
+        # as recorded.
         added = {k: v for k, v in got.items() if k not in before and k != "preset_name"}
         assert added == {k: ERLConfig().to_dict()[k] for k in added}
-        assert set(added) <= {"diagnostics", "generation_backend", "reflection_copies", "vllm_gpu_memory_utilization",
-                              "reflection_request", "reflection_prefill", "retry_instruction",
-                              *(f"vllm_importance_sampling_{n}" for n in ("correction", "mode", "clip_max", "clip_min"))}
+        assert set(added) <= {
+            "diagnostics",
+            "generation_backend",
+            "reflection_copies",
+            "vllm_gpu_memory_utilization",
+            "reflection_request",
+            "reflection_prefill",
+            "retry_instruction",
+            *(f"vllm_importance_sampling_{n}" for n in ("correction", "mode", "clip_max", "clip_min")),
+        }
         assert {k: v for k, v in got.items() if k not in ("extra", "preset_name", *added)} == {
-            k: v for k, v in before.items() if k != "extra"}
+            k: v for k, v in before.items() if k != "extra"
+        }
 
 
 def test_demo_settings_are_one_preset_that_nothing_overrides():
@@ -52,14 +60,18 @@ def test_demo_settings_are_one_preset_that_nothing_overrides():
         DEMO_SETTINGS["max_steps"] = 3  # type: ignore[index]
 
 
-@pytest.mark.parametrize("build", [
-    ERLConfig,
-    lambda: ERLConfig.preset("cpu"),
-    lambda: ERLConfig.preset("demo"),
-    lambda: ERLConfig.preset("gpu"),
-    lambda: ERLConfig.preset("paper"),
-    lambda: __import__("erl_lite.embedded", fromlist=["demo_config"]).demo_config(),
-], ids=["ERLConfig()", "cpu", "demo", "gpu", "paper", "demo_config()"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        ERLConfig,
+        lambda: ERLConfig.preset("cpu"),
+        lambda: ERLConfig.preset("demo"),
+        lambda: ERLConfig.preset("gpu"),
+        lambda: ERLConfig.preset("paper"),
+        lambda: __import__("erl_lite.embedded", fromlist=["demo_config"]).demo_config(),
+    ],
+    ids=["ERLConfig()", "cpu", "demo", "gpu", "paper", "demo_config()"],
+)
 def test_every_config_defaults_to_the_one_default_seed(build):
     from erl_lite.config import DEFAULT_SEED
 
@@ -67,8 +79,9 @@ def test_every_config_defaults_to_the_one_default_seed(build):
     assert build().seed == DEFAULT_SEED
 
 
-@pytest.mark.parametrize("argv", [["train"], ["demo"], ["train", "--env", "frozenlake"],
-                                  ["train", "--preset", "gpu", "--env", "qa"]])
+@pytest.mark.parametrize(
+    "argv", [["train"], ["demo"], ["train", "--env", "frozenlake"], ["train", "--preset", "gpu", "--env", "qa"]]
+)
 def test_cli_defaults_to_the_configs_default_seed(argv):
     from erl_lite.cli import build_parser
     from erl_lite.cli.train import train_config
@@ -93,8 +106,15 @@ def test_train_on_the_demo_world_uses_the_demo_preset_unless_another_is_named():
     assert demo_elsewhere.max_completion_length == ERLConfig.preset("demo").max_completion_length
 
 
-@pytest.mark.parametrize("function", ["erl_lite.embedded.world:demo_world", "erl_lite.embedded.demo:demo_trainer",
-                                      "erl_lite.embedded.demo:run_demo", "erl_lite.teach.setup:setup"])
+@pytest.mark.parametrize(
+    "function",
+    [
+        "erl_lite.embedded.world:demo_world",
+        "erl_lite.embedded.demo:demo_trainer",
+        "erl_lite.embedded.demo:run_demo",
+        "erl_lite.teach.setup:setup",
+    ],
+)
 def test_run_seeds_default_to_the_one_default_seed(function):
     """Every function that takes a run's seed defaults to DEFAULT_SEED (the demo world is drawn by it)."""
     import importlib

@@ -12,8 +12,8 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.continuous import PAGE_SIZE, ContinuousGenerator, cache_tokens_for, generator_for
 from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.models import load_policy
-from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 
@@ -33,7 +33,7 @@ def _teacher_logprobs(model, prompt, reply, temperature):
     """log p(reply[t] | prompt + reply[:t]) under logits / temperature, one forward: (len(reply),)."""
     ids = torch.tensor([prompt + reply])
     with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / temperature  # (T, V)
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature  # (T, V)
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(reply)[:, None])[:, 0]
 
 
@@ -119,8 +119,9 @@ def test_cache_is_sized_from_the_budget_not_from_memory(policy):
         gen.flush()
     args = ERLConfig.preset("demo")
     rows = args.num_tasks_per_step * max(args.num_generations, args.eval_num_generations)
-    assert cache_tokens_for(args) == rows * max(args.max_episode_length,
-                                                args.max_reflection_prompt_length + args.max_reflection_length)
+    assert cache_tokens_for(args) == rows * max(
+        args.max_episode_length, args.max_reflection_prompt_length + args.max_reflection_length
+    )
 
 
 def test_more_rows_than_the_cache_holds_wait_their_turn(policy):
@@ -131,8 +132,9 @@ def test_more_rows_than_the_cache_holds_wait_their_turn(policy):
     gen.flush()
 
 
-@pytest.mark.parametrize("kwargs", [{"repetition_penalty": 1.2}, {"min_new_tokens": 3}, {"min_p": 0.05},
-                                    {"no_repeat_ngram_size": 2}])
+@pytest.mark.parametrize(
+    "kwargs", [{"repetition_penalty": 1.2}, {"min_new_tokens": 3}, {"min_p": 0.05}, {"no_repeat_ngram_size": 2}]
+)
 def test_what_it_would_drop_is_refused(policy, kwargs):
     model, tok = policy
     gen = ContinuousGenerator(model, tok, cache_tokens=256)
@@ -166,12 +168,17 @@ def test_a_manager_holds_only_the_processors_its_calls_use(policy):
     # sorts the vocabulary), so a call that uses fewer gets a manager without them.
     model, tok = policy
     gen = ContinuousGenerator(model, tok, cache_tokens=2048)
-    for params, held in ((SamplingParams(4), {"Temperature"}), (SamplingParams(4, top_p=0.9), {"Temperature", "TopP"}),
-                         (SamplingParams(4, top_k=5, top_p=0.8), {"Temperature", "TopK", "TopP"}),
-                         (SamplingParams(4), {"Temperature"})):
+    for params, held in (
+        (SamplingParams(4), {"Temperature"}),
+        (SamplingParams(4, top_p=0.9), {"Temperature", "TopP"}),
+        (SamplingParams(4, top_k=5, top_p=0.8), {"Temperature", "TopK", "TopP"}),
+        (SamplingParams(4), {"Temperature"}),
+    ):
         gen.generate(_prompts(tok), params)
-        names = {type(p).__name__.replace("ContinuousBatching", "").replace("LogitsWarper", "")
-                 for p in gen._manager.logit_processor.logits_processor}
+        names = {
+            type(p).__name__.replace("ContinuousBatching", "").replace("LogitsWarper", "")
+            for p in gen._manager.logit_processor.logits_processor
+        }
         assert names == held
     assert gen.managers_started == 4
     gen.flush()
@@ -183,11 +190,22 @@ def test_the_trainer_uses_it_and_flushes_after_each_phase(policy):
     def reward(prompts, completions, answer, **kw):
         return [float(a in c) for c, a in zip(completions, answer)]
 
-    args = ERLConfig.preset("cpu", max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-                            max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=2,
-                            progress_bar=False, generation_backend="continuous", diagnostics="off")
-    trainer = ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward,
-                         train_dataset=ROWS, eval_dataset=ROWS[:2])
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=2,
+        num_tasks_per_step=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=12,
+        max_reflection_prompt_length=700,
+        eval_steps=2,
+        progress_bar=False,
+        generation_backend="continuous",
+        diagnostics="off",
+    )
+    trainer = ERLTrainer(
+        model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS, eval_dataset=ROWS[:2]
+    )
     assert isinstance(trainer.generator, ContinuousGenerator)
     seen = []
     original = trainer.updater.update
@@ -236,11 +254,22 @@ def test_multi_turn_episodes_are_bit_identical_between_backends(name):
     params = SamplingParams(10, temperature=1.0, top_k=1)
     kwargs = {"enable_thinking": False} if name == "qwen3" else None
     runs = {}
-    for backend, gen in (("generate", HFGenerator(model, tok)),
-                         ("continuous", ContinuousGenerator(model, tok, cache_tokens=8192))):
-        attempts = run_episodes(gen, tok, env, tasks, [env.initial_system_prompt(t) for t in tasks], params,
-                                max_episode_length=2048, role="first", indices=list(range(len(tasks))),
-                                template_kwargs=kwargs)
+    for backend, gen in (
+        ("generate", HFGenerator(model, tok)),
+        ("continuous", ContinuousGenerator(model, tok, cache_tokens=8192)),
+    ):
+        attempts = run_episodes(
+            gen,
+            tok,
+            env,
+            tasks,
+            [env.initial_system_prompt(t) for t in tasks],
+            params,
+            max_episode_length=2048,
+            role="first",
+            indices=list(range(len(tasks))),
+            template_kwargs=kwargs,
+        )
         gen.flush() if backend == "continuous" else None
         runs[backend] = [(a.prompt_ids, a.completion_ids, a.completion_mask, a.num_turns) for a in attempts]
     assert max(turns for *_, turns in runs["generate"]) > 1  # several turns: the later ones reuse pages
@@ -275,13 +304,29 @@ def test_a_resumed_run_draws_what_the_uninterrupted_run_draws(tmp_path, backend)
         tok = tiny_tokenizer()
         torch.manual_seed(0)  # LoRA's A matrices are drawn from the global generator
         model, tok = load_policy(tiny_model(tok, seed=3), tok, peft="lora")
-        args = ERLConfig.preset("cpu", max_steps=steps, num_tasks_per_step=2, num_generations=2, seed=7,
-                                max_completion_length=8, max_reflection_length=12, max_reflection_prompt_length=700,
-                                progress_bar=False, generation_backend=backend, diagnostics="off",
-                                output_dir=str(out), save_steps=2, learning_rate=1e-2)
-        trainer = ERLTrainer(model=model, processing_class=tok, args=args, train_dataset=ROWS,
-                             reward_funcs=lambda completions, answer, **kw: [float(a in c) for c, a in
-                                                                              zip(completions, answer)])
+        args = ERLConfig.preset(
+            "cpu",
+            max_steps=steps,
+            num_tasks_per_step=2,
+            num_generations=2,
+            seed=7,
+            max_completion_length=8,
+            max_reflection_length=12,
+            max_reflection_prompt_length=700,
+            progress_bar=False,
+            generation_backend=backend,
+            diagnostics="off",
+            output_dir=str(out),
+            save_steps=2,
+            learning_rate=1e-2,
+        )
+        trainer = ERLTrainer(
+            model=model,
+            processing_class=tok,
+            args=args,
+            train_dataset=ROWS,
+            reward_funcs=lambda completions, answer, **kw: [float(a in c) for c, a in zip(completions, answer)],
+        )
         trainer.train(resume_from_checkpoint=resume)
         return [s.completion_ids for s in trainer.last_outcome.samples]
 

@@ -4,7 +4,6 @@ metric names) and its own modules, and one iteration has one record type."""
 from __future__ import annotations
 
 import pytest
-
 from test_imports import CORE, IMPORT_RULES, _in, _short, import_graph, room
 
 
@@ -38,7 +37,15 @@ def test_the_update_takes_any_reducer(make):
 def test_step_record_saved_form_leaves_out_the_batch():
     from erl_lite.records import StepRecord, TrainSample
 
-    record = StepRecord(step=3, samples=[TrainSample("first", [1], [2], [1], 0.5)], memory_writes=1,
-                        seconds={"first": 0.1})
-    assert sorted(record.to_dict()) == ["first_attempts", "memory_after", "memory_before", "metrics", "retries",
-                                        "step", "task_ids"]
+    record = StepRecord(
+        step=3, samples=[TrainSample("first", [1], [2], [1], 0.5)], memory_writes=1, seconds={"first": 0.1}
+    )
+    assert sorted(record.to_dict()) == [
+        "first_attempts",
+        "memory_after",
+        "memory_before",
+        "metrics",
+        "retries",
+        "step",
+        "task_ids",
+    ]

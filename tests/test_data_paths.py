@@ -10,14 +10,13 @@ import datasets
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.integrations.data_sources import load_rows
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.testing import tiny_model, tiny_tokenizer
+from erl_lite.integrations.data_sources import load_rows
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": "Say 1.", "answer": "1"}, {"prompt": "Say 2.", "answer": "2"}]
-CHAT = [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say 3."}],
-         "answer": "3"}]
+CHAT = [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say 3."}], "answer": "3"}]
 
 
 @pytest.fixture(autouse=True)
@@ -55,8 +54,9 @@ def test_conversational_prompts_from_a_jsonl_file(tmp_path):
 
 
 def test_dataset_dict_gives_train_then_test_or_validation(tmp_path):
-    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS),
-                               "validation": datasets.Dataset.from_list(ROWS[:1])})
+    dd = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(ROWS), "validation": datasets.Dataset.from_list(ROWS[:1])}
+    )
     assert load_rows(dd, "train") == ROWS
     assert load_rows(dd, "eval") == ROWS[:1]
     with pytest.raises(ValueError, match=r"splits \['train'\].*test or validation"):
@@ -95,10 +95,24 @@ def test_trainer_reads_a_jsonl_path_with_conversational_prompts(tmp_path):
         texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
         return [float(a in t) for t, a in zip(texts, answer)]
 
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=3, num_generations=2, eval_steps=0,
-                            max_completion_length=6, max_reflection_length=6, progress_bar=False)
-    trainer = ERLTrainer(tiny_model(tok), reward, args, str(path), processing_class=tok,
-                         generator=ScriptedGenerator(tok, lambda p: "1 2 3"))
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=3,
+        num_generations=2,
+        eval_steps=0,
+        max_completion_length=6,
+        max_reflection_length=6,
+        progress_bar=False,
+    )
+    trainer = ERLTrainer(
+        tiny_model(tok),
+        reward,
+        args,
+        str(path),
+        processing_class=tok,
+        generator=ScriptedGenerator(tok, lambda p: "1 2 3"),
+    )
     assert [t.prompt for t in trainer.train_tasks] == [r["prompt"] for r in ROWS + CHAT]
     assert trainer.env.initial_system_prompt(trainer.train_tasks[2]) == "Be brief."
     record = trainer.training_step()

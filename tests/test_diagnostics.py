@@ -17,32 +17,68 @@ from erl_lite.cli import main
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.diagnostics import CHECKS, CHECKS_BY_NAME, DiagnosticError, RunFacts, scan
-from erl_lite.run.report import diagnose
 from erl_lite.diagnostics.checks import fired_at
 from erl_lite.diagnostics.preflight import chat_findings, token_findings, trainable_findings
 from erl_lite.history import History
 from erl_lite.integrations.reporting import Reporter
-from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE, GRAD_NORM, INTERNALIZATION_WEIGHT,
-                                   KL, LOSS_TOTAL, MEMORY_TOTAL_WRITES, OPTIM_SKIPPED_STEPS, OPTIM_STEPS,
-                                   REFLECTION_PARSE_RATE, REWARD_FIRST_GATED, REWARD_SECOND, SAMPLES_KEYS,
-                                   SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
-                                   TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST)
+from erl_lite.metric_names import (
+    ADVANTAGE_KEYS,
+    DIAGNOSTICS_PREFIX,
+    GATE_RATE,
+    GRAD_NORM,
+    INTERNALIZATION_WEIGHT,
+    KL,
+    LOSS_TOTAL,
+    MEMORY_TOTAL_WRITES,
+    OPTIM_SKIPPED_STEPS,
+    OPTIM_STEPS,
+    REFLECTION_PARSE_RATE,
+    REWARD_FIRST_GATED,
+    REWARD_SECOND,
+    SAMPLES_KEYS,
+    SUCCESS_FIRST,
+    SUCCESS_SECOND,
+    TRUNCATED_FIRST,
+    TRUNCATED_REFLECTION,
+    TRUNCATED_SECOND,
+    WEIGHT_UPDATE,
+    ZERO_STD_FIRST,
+)
 from erl_lite.metrics import METRIC_GLOSSARY
 from erl_lite.records import DISTILL, FIRST
-from erl_lite.testing import tiny_model, tiny_tokenizer
+from erl_lite.run.report import diagnose
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def healthy(step: int) -> dict:
     """A step record of a run that learns: some groups silent, reflections parse, second attempts help."""
-    return {"kind": "train", "step": step, ZERO_STD_FIRST: 0.4 + 0.05 * (step % 3), SUCCESS_FIRST: 0.5,
-            SUCCESS_SECOND: 0.7, REWARD_SECOND: 0.7, REWARD_FIRST_GATED: 0.0, GATE_RATE: 0.5,
-            REFLECTION_PARSE_RATE: 1.0, MEMORY_TOTAL_WRITES: 5.0 * step, SAMPLES_KEYS[DISTILL]: 8.0,
-            INTERNALIZATION_WEIGHT: 0.7, TRUNCATED_FIRST: 0.0, TRUNCATED_REFLECTION: 0.1, TRUNCATED_SECOND: 0.0,
-            OPTIM_STEPS: 2.0, WEIGHT_UPDATE: 1e-4, GRAD_NORM: 0.8, ADVANTAGE_KEYS[FIRST]: 0.5,
-            OPTIM_SKIPPED_STEPS: 0.0, LOSS_TOTAL: 0.1, KL: 0.01 + 0.001 * (step % 2)}
+    return {
+        "kind": "train",
+        "step": step,
+        ZERO_STD_FIRST: 0.4 + 0.05 * (step % 3),
+        SUCCESS_FIRST: 0.5,
+        SUCCESS_SECOND: 0.7,
+        REWARD_SECOND: 0.7,
+        REWARD_FIRST_GATED: 0.0,
+        GATE_RATE: 0.5,
+        REFLECTION_PARSE_RATE: 1.0,
+        MEMORY_TOTAL_WRITES: 5.0 * step,
+        SAMPLES_KEYS[DISTILL]: 8.0,
+        INTERNALIZATION_WEIGHT: 0.7,
+        TRUNCATED_FIRST: 0.0,
+        TRUNCATED_REFLECTION: 0.1,
+        TRUNCATED_SECOND: 0.0,
+        OPTIM_STEPS: 2.0,
+        WEIGHT_UPDATE: 1e-4,
+        GRAD_NORM: 0.8,
+        ADVANTAGE_KEYS[FIRST]: 0.5,
+        OPTIM_SKIPPED_STEPS: 0.0,
+        LOSS_TOTAL: 0.1,
+        KL: 0.01 + 0.001 * (step % 2),
+    }
 
 
 #: What breaks each check, as the records' values at step s.
@@ -54,8 +90,13 @@ BROKEN = {
     "memory_empty": lambda s: {MEMORY_TOTAL_WRITES: 0.0},
     # τ sorts nothing: rewards differ within groups (the healthy 0.4-0.5 silent share) but the gate is fixed
     "gate_always": lambda s: {GATE_RATE: 1.0, SUCCESS_FIRST: 0.0, SUCCESS_SECOND: 0.0},
-    "gate_never": lambda s: {GATE_RATE: 0.0, SUCCESS_FIRST: 1.0, SUCCESS_SECOND: None, REWARD_SECOND: None,
-                             REWARD_FIRST_GATED: None},
+    "gate_never": lambda s: {
+        GATE_RATE: 0.0,
+        SUCCESS_FIRST: 1.0,
+        SUCCESS_SECOND: None,
+        REWARD_SECOND: None,
+        REWARD_FIRST_GATED: None,
+    },
     "second_not_better": lambda s: {REWARD_SECOND: 0.2, REWARD_FIRST_GATED: 0.3},
     "internalization_zero": lambda s: {INTERNALIZATION_WEIGHT: 0.0},
     "truncation": lambda s: {TRUNCATED_REFLECTION: 0.8},
@@ -63,7 +104,7 @@ BROKEN = {
     "zero_grad": lambda s: {GRAD_NORM: 0.0},
     "large_step": lambda s: {WEIGHT_UPDATE: 0.2},  # 10% of the weights' norm a step (2 steps)
     "non_finite": lambda s: {OPTIM_SKIPPED_STEPS: 1.0, GRAD_NORM: math.nan},
-    "kl_growth": lambda s: {KL: 0.01 * 2 ** s},
+    "kl_growth": lambda s: {KL: 0.01 * 2**s},
     "off_policy": lambda s: {"onpolicy/tokens": 40.0, "onpolicy/gap_mean/first": 0.3},
 }
 
@@ -101,7 +142,7 @@ def test_each_check_fires_on_its_broken_history(name):
 
 
 @pytest.mark.parametrize("name", sorted(n for n in BROKEN if CHECKS_BY_NAME[n].window > 1))  # large_step: one is
-def test_one_noisy_step_never_fires(name):                                                   # enough, by design
+def test_one_noisy_step_never_fires(name):  # enough, by design
     assert name not in names(scan(history(8, name, at={4}), RunFacts()))
 
 
@@ -176,11 +217,26 @@ def hit(completions, answer, **kw):
 
 def trainer(tmp_path=None, script=lambda p: "1", tok=None, rows=ROWS, generator=None, **kw) -> ERLTrainer:
     tok = tok or tiny_tokenizer()
-    settings = {"max_steps": 4, "num_tasks_per_step": 2, "num_generations": 2, "max_completion_length": 4,
-                "max_reflection_length": 8, "eval_steps": 0, "progress_bar": False, "beta": 0.0,
-                "output_dir": str(tmp_path) if tmp_path else None, **kw}
-    return ERLTrainer(tiny_model(tok), hit, ERLConfig.preset("cpu", **settings), rows, processing_class=tok,
-                      generator=generator or ScriptedGenerator(tok, script))
+    settings = {
+        "max_steps": 4,
+        "num_tasks_per_step": 2,
+        "num_generations": 2,
+        "max_completion_length": 4,
+        "max_reflection_length": 8,
+        "eval_steps": 0,
+        "progress_bar": False,
+        "beta": 0.0,
+        "output_dir": str(tmp_path) if tmp_path else None,
+        **kw,
+    }
+    return ERLTrainer(
+        tiny_model(tok),
+        hit,
+        ERLConfig.preset("cpu", **settings),
+        rows,
+        processing_class=tok,
+        generator=generator or ScriptedGenerator(tok, script),
+    )
 
 
 def never_parses(prompt: str) -> str:
@@ -205,10 +261,17 @@ def test_trackers_receive_the_diagnostic_marker():
     sent = []
 
     class Tracker:
-        def __init__(self, config): pass
-        def log_scalars(self, values, step): sent.append((step, values))
-        def log_table(self, *a): pass
-        def close(self): pass
+        def __init__(self, config):
+            pass
+
+        def log_scalars(self, values, step):
+            sent.append((step, values))
+
+        def log_table(self, *a):
+            pass
+
+        def close(self):
+            pass
 
     reporter = Reporter(ERLConfig(max_steps=4), ["rec"], {"rec": Tracker})
     h = History(reporter=reporter)
@@ -242,6 +305,7 @@ def test_off_runs_no_check(tmp_path, capsys):
 def test_frozen_weights_fire_in_a_real_run_with_a_vanishing_learning_rate(tmp_path):
     """weights/update_ratio is measured: lr 1e-12 moves nothing, lr 1e-2 moves the adapter (the second
     attempts succeed under a rulebook, so internalization has rows to learn from)."""
+
     def learns(prompt):
         if "Reflect" in prompt or "rulebook" in prompt.lower():
             return "<prompt>ZZ</prompt>"
@@ -260,6 +324,7 @@ def test_unknown_diagnostics_level_is_refused():
 
 
 # --- pre-flight ----------------------------------------------------------------------------------
+
 
 def test_preflight_is_silent_on_a_sound_setup(tmp_path):
     t = trainer(tmp_path)
@@ -318,7 +383,8 @@ def test_preflight_trainable_modules(targets, bad):
     found = trainable_findings(policy, targets)
     assert found and bad in " ".join(f.saw for f in found)
     assert trainable_findings(policy.base_model.model.requires_grad_(False), targets)[0].saw.startswith(
-        "the model has no trainable")
+        "the model has no trainable"
+    )
 
 
 def test_preflight_chat_findings_on_the_real_qwen3_template():
@@ -332,6 +398,7 @@ def test_preflight_chat_findings_on_the_real_qwen3_template():
 
 
 # --- erl-lite doctor -------------------------------------------------------------------------------
+
 
 def write_run(folder, rows, settings=None):
     os.makedirs(folder, exist_ok=True)
@@ -386,15 +453,29 @@ def test_doctor_refuses_what_is_not_a_run(tmp_path, capsys, make):
 # --- what the doctor is given that is no erl_lite run ------------------------------------------------
 def _trl_log(step: int) -> dict:
     """A GRPOTrainer-style log line: it shares ``kl`` and ``grad_norm`` (and TRL's reward names) with erl_lite's."""
-    return {"step": step, "loss": 0.1, "grad_norm": 0.5, "kl": 0.01, "learning_rate": 1e-6, "epoch": step / 10,
-            "reward": 0.5, "reward_std": 0.2, "frac_reward_zero_std": 0.3, "completions/mean_length": 40.0}
+    return {
+        "step": step,
+        "loss": 0.1,
+        "grad_norm": 0.5,
+        "kl": 0.01,
+        "learning_rate": 1e-6,
+        "epoch": step / 10,
+        "reward": 0.5,
+        "reward_std": 0.2,
+        "frac_reward_zero_std": 0.3,
+        "completions/mean_length": 40.0,
+    }
 
 
-@pytest.mark.parametrize("rows", [
-    [_trl_log(s) for s in range(1, 11)],
-    [{"kind": "train", **_trl_log(s)} for s in range(1, 11)],  # even one tagged as erl_lite tags its records
-    [{"step": s, "kl": 0.01 * s, "grad_norm": 1.0, "clip_ratio": 0.0} for s in range(1, 11)],
-], ids=["grpo_log", "grpo_log_with_kind", "kl_and_grad_norm_only"])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [_trl_log(s) for s in range(1, 11)],
+        [{"kind": "train", **_trl_log(s)} for s in range(1, 11)],  # even one tagged as erl_lite tags its records
+        [{"step": s, "kl": 0.01 * s, "grad_norm": 1.0, "clip_ratio": 0.0} for s in range(1, 11)],
+    ],
+    ids=["grpo_log", "grpo_log_with_kind", "kl_and_grad_norm_only"],
+)
 def test_doctor_gives_a_foreign_history_no_clean_bill(tmp_path, capsys, rows):
     write_run(tmp_path, rows)
     assert main(["doctor", str(tmp_path)]) == 2
@@ -405,8 +486,10 @@ def test_doctor_gives_a_foreign_history_no_clean_bill(tmp_path, capsys, rows):
 
 @pytest.mark.parametrize("given", ["folder", "file"])
 def test_doctor_names_a_trl_run_it_is_given(tmp_path, capsys, given):
-    state = {"global_step": 10, "log_history": [{"step": s, "loss": 0.1, "grad_norm": 0.5, "kl": 0.01}
-                                               for s in range(1, 11)]}
+    state = {
+        "global_step": 10,
+        "log_history": [{"step": s, "loss": 0.1, "grad_norm": 0.5, "kl": 0.01} for s in range(1, 11)],
+    }
     (tmp_path / "trainer_state.json").write_text(json.dumps(state))
     target = tmp_path if given == "folder" else tmp_path / "trainer_state.json"
     assert main(["doctor", str(target)]) == 2

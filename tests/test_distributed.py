@@ -14,18 +14,26 @@ import re
 from collections import Counter
 
 import pytest
-
-from erl_lite.metrics import is_measurement
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.integrations.distributed import DataParallel, DeferredMemory
 from erl_lite.core.memory import ReflectionMemory
+from erl_lite.integrations.distributed import DataParallel, DeferredMemory
+from erl_lite.metrics import is_measurement
 from erl_lite.records import TrainSample
 
 ROWS = [{"prompt": f"Say {n}.", "answer": str(n)} for n in range(1, 7)]
-COMPARED_EXACTLY = ("memory/size", "memory/writes", "memory/total_writes", "samples/first",
-                    "samples/reflection", "samples/second", "samples/distill", "optim/steps", "step")
+COMPARED_EXACTLY = (
+    "memory/size",
+    "memory/writes",
+    "memory/total_writes",
+    "samples/first",
+    "samples/reflection",
+    "samples/second",
+    "samples/distill",
+    "optim/steps",
+    "step",
+)
 
 
 # --- unit: the pieces, in one process ------------------------------------------------------------
@@ -59,8 +67,14 @@ def test_global_positions_reproduce_the_single_process_batch_order():
     order = sorted(zip(pos0 + pos1, rank0 + rank1), key=lambda x: x[0])
     assert [p for p, _ in order] == list(range(7))
     assert [(s.role, s.task_id) for _, s in order] == [
-        ("first", "a0"), ("first", "a1"), ("first", "b0"), ("reflection", "a0"), ("reflection", "b0"),
-        ("second", "a0"), ("second", "b0")]
+        ("first", "a0"),
+        ("first", "a1"),
+        ("first", "b0"),
+        ("reflection", "a0"),
+        ("reflection", "b0"),
+        ("second", "a0"),
+        ("second", "b0"),
+    ]
     with pytest.raises(RuntimeError, match="grouped by role"):
         fake_rank(0, 2, counts).global_positions(list(reversed(rank0)))
     assert DataParallel().global_positions(list(reversed(rank0))) == [0, 1, 2, 3]  # one process: as given
@@ -127,26 +141,49 @@ def make_trainer(out_dir: str, max_steps: int, model=None, multi: bool = False):
     ``multi`` routes the rows to two environments (one memory each) instead of one reward."""
     from erl_lite.envs import MultiEnvironment
     from erl_lite.integrations.dataset import RewardFunctionEnv
-    from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.run.trainer import ERLTrainer
+    from erl_lite.testing import tiny_model, tiny_tokenizer
 
     tok = tiny_tokenizer()
     # Uneven shards (3 tasks on 2 processes), KL on, two optimizer steps per iteration (so
     # mini-batch membership and the old log-probs matter), FIFO memory (so the order of the
     # writes shows).
     args = ERLConfig.preset(
-        "cpu", max_steps=max_steps, num_tasks_per_step=3, num_generations=3, max_completion_length=8,
-        max_reflection_length=64, max_reflection_prompt_length=700, eval_steps=0, progress_bar=False,
-        learning_rate=5e-2, beta=0.05, steps_per_generation=2, per_device_train_batch_size=4,
-        memory_type="fifo", memory_size=10, memory_top_k=2, output_dir=out_dir, save_steps=1, seed=3)
+        "cpu",
+        max_steps=max_steps,
+        num_tasks_per_step=3,
+        num_generations=3,
+        max_completion_length=8,
+        max_reflection_length=64,
+        max_reflection_prompt_length=700,
+        eval_steps=0,
+        progress_bar=False,
+        learning_rate=5e-2,
+        beta=0.05,
+        steps_per_generation=2,
+        per_device_train_batch_size=4,
+        memory_type="fifo",
+        memory_size=10,
+        memory_top_k=2,
+        output_dir=out_dir,
+        save_steps=1,
+        seed=3,
+    )
     lora = None if model is not None else lora_config()
     if multi:  # tasks 1, 3, 5 in "odd", 2, 4, 6 in "even": both memories get writes
         where = {"env": MultiEnvironment({"odd": RewardFunctionEnv(reward), "even": RewardFunctionEnv(reward)})}
         rows = [{**r, "environment": ["even", "odd"][int(r["answer"]) % 2]} for r in ROWS]
     else:
         where, rows = {"reward_funcs": reward}, ROWS
-    return ERLTrainer(model=model if model is not None else tiny_model(tok), processing_class=tok, args=args,
-                      train_dataset=rows, peft_config=lora, generator=RolloutIndexedGenerator(tok), **where)
+    return ERLTrainer(
+        model=model if model is not None else tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        train_dataset=rows,
+        peft_config=lora,
+        generator=RolloutIndexedGenerator(tok),
+        **where,
+    )
 
 
 def lora_config():
@@ -160,11 +197,14 @@ def trainable(trainer) -> dict[str, torch.Tensor]:
 
 
 def snapshot(trainer) -> dict:
-    return {"records": [dict(r) for r in trainer.history.records],
-            "memory": trainer.memory.state_dict(),
-            "weights": trainable(trainer),
-            "first_prompts": trainer.generator.first_prompts,
-            "world": trainer.dist.world_size, "rank": trainer.dist.rank}
+    return {
+        "records": [dict(r) for r in trainer.history.records],
+        "memory": trainer.memory.state_dict(),
+        "weights": trainable(trainer),
+        "first_prompts": trainer.generator.first_prompts,
+        "world": trainer.dist.world_size,
+        "rank": trainer.dist.rank,
+    }
 
 
 def two_process_worker(root: str) -> None:
@@ -176,8 +216,9 @@ def two_process_worker(root: str) -> None:
     fresh.train()
     resumed = make_trainer(os.path.join(root, "two_resumed"), max_steps=2)
     resumed.train(resume_from_checkpoint=os.path.join(root, "one", "checkpoint-1"))
-    torch.save({"fresh": snapshot(fresh), "resumed": snapshot(resumed)},
-               os.path.join(root, f"rank{fresh.dist.rank}.pt"))
+    torch.save(
+        {"fresh": snapshot(fresh), "resumed": snapshot(resumed)}, os.path.join(root, f"rank{fresh.dist.rank}.pt")
+    )
 
 
 def assert_same_step(got: dict, want: dict, what: str) -> None:
@@ -250,7 +291,9 @@ def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
 
     # Rank 0 alone wrote the history and the checkpoint.
     lines = open(os.path.join(root, "two", "history.jsonl")).read().splitlines()
-    assert [json.loads(x)["step"] for x in lines if json.loads(x)["kind"] == "train"] == [1]  # a health warning may log too
+    assert [json.loads(x)["step"] for x in lines if json.loads(x)["kind"] == "train"] == [
+        1
+    ]  # a health warning may log too
     assert os.path.isdir(os.path.join(root, "two", "checkpoint-1"))
 
     # Resume the two-process checkpoint in one process: step 2 as in the uninterrupted run.
@@ -277,8 +320,9 @@ def unseeded_model_worker(root: str) -> None:
     trainer = make_trainer(os.path.join(root, "two"), max_steps=2, model=model)
     wrapped = trainable(trainer)
     trainer.train()
-    torch.save({"built": built, "wrapped": wrapped, "trained": trainable(trainer)},
-               os.path.join(root, f"rank{rank}.pt"))
+    torch.save(
+        {"built": built, "wrapped": wrapped, "trained": trainable(trainer)}, os.path.join(root, f"rank{rank}.pt")
+    )
 
 
 def test_a_model_built_before_seeding_trains_one_model_on_every_rank(tmp_path):
@@ -287,8 +331,9 @@ def test_a_model_built_before_seeding_trains_one_model_on_every_rank(tmp_path):
     debug_launcher(unseeded_model_worker, args=(str(tmp_path),), num_processes=2)
     ranks = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in (0, 1)]
     names = sorted(ranks[0]["built"])
-    assert names and all(not torch.equal(ranks[0]["built"][n], ranks[1]["built"][n]) for n in names
-                         if "lora_A" in n), "the two ranks must start apart, or the test proves nothing"
+    assert names and all(not torch.equal(ranks[0]["built"][n], ranks[1]["built"][n]) for n in names if "lora_A" in n), (
+        "the two ranks must start apart, or the test proves nothing"
+    )
     for r in (0, 1):
         for n in names:
             # Exact: DDP copies rank 0's tensors at wrap time, and every rank then applies the same
@@ -317,8 +362,9 @@ def test_a_multi_environment_run_trains_under_two_processes_as_in_one(tmp_path):
     one.train()
     ref = train_records(one.history.records)
     want = one.memory.state_dict()
-    assert want["kind"] == "bank" and all(m["entries"] for m in want["memories"].values()), \
+    assert want["kind"] == "bank" and all(m["entries"] for m in want["memories"].values()), (
         "both environments' memories must be written, or the test proves nothing"
+    )
 
     debug_launcher(multi_env_worker, args=(str(tmp_path),), num_processes=2)
     for r in (0, 1):
@@ -343,14 +389,17 @@ def test_deferred_view_of_a_memory_bank_holds_writes_per_environment(kind):
 
 
 # --- launch configurations: refused or detected, never run partly ----------------------------------
-@pytest.mark.parametrize("env, match", [
-    ({"ACCELERATE_USE_FSDP": "true"}, "FSDP"),
-    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed"),
-    ({"ACCELERATE_USE_MEGATRON_LM": "true"}, "Megatron"),
-    ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "mixed_precision='bf16'.*no mixed-precision autocast"),
-    ({"ACCELERATE_MIXED_PRECISION": "fp8"}, "mixed_precision='fp8'"),
-    ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"}, "dynamo_backend='INDUCTOR'"),
-])
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ({"ACCELERATE_USE_FSDP": "true"}, "FSDP"),
+        ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed"),
+        ({"ACCELERATE_USE_MEGATRON_LM": "true"}, "Megatron"),
+        ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "mixed_precision='bf16'.*no mixed-precision autocast"),
+        ({"ACCELERATE_MIXED_PRECISION": "fp8"}, "mixed_precision='fp8'"),
+        ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"}, "dynamo_backend='INDUCTOR'"),
+    ],
+)
 def test_unsupported_accelerate_configurations_are_refused(monkeypatch, env, match):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -358,11 +407,19 @@ def test_unsupported_accelerate_configurations_are_refused(monkeypatch, env, mat
         DataParallel.from_environment()
 
 
-@pytest.mark.parametrize("env", [
-    {"ACCELERATE_USE_FSDP": "false", "ACCELERATE_USE_DEEPSPEED": "false", "ACCELERATE_MIXED_PRECISION": "no",
-     "ACCELERATE_DYNAMO_BACKEND": "NO", "ACCELERATE_USE_CPU": "True"},  # `accelerate launch --cpu script.py`
-    {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},  # a cluster's variables, no --cpu launch
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {
+            "ACCELERATE_USE_FSDP": "false",
+            "ACCELERATE_USE_DEEPSPEED": "false",
+            "ACCELERATE_MIXED_PRECISION": "no",
+            "ACCELERATE_DYNAMO_BACKEND": "NO",
+            "ACCELERATE_USE_CPU": "True",
+        },  # `accelerate launch --cpu script.py`
+        {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},  # a cluster's variables, no --cpu launch
+    ],
+)
 def test_a_plain_one_process_launch_stays_one_process(monkeypatch, env):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -388,12 +445,32 @@ def test_accelerate_launch_cpu_with_several_processes_is_not_run_as_one(tmp_path
     import sys
 
     script = tmp_path / "probe.py"
-    script.write_text("from erl_lite.integrations.distributed import DataParallel\n"
-                      "print('world', DataParallel.from_environment().world_size)\n")
+    script.write_text(
+        "from erl_lite.integrations.distributed import DataParallel\n"
+        "print('world', DataParallel.from_environment().world_size)\n"
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
-                          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(script)],
-                         capture_output=True, text=True, env=env, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert run.returncode != 0, f"ran as one process: {run.stdout}"
     assert "--num_processes N" in run.stderr and "one process" in run.stderr and "torchrun" in run.stderr
 
@@ -414,8 +491,16 @@ def update_rows(n: int, offset: int, advantage_scale: float) -> list[TrainSample
     for i in range(n):
         prompt = [rng.randrange(5, 40) for _ in range(rng.randrange(2, 6))]
         completion = [rng.randrange(5, 40) for _ in range(rng.randrange(1, 5))]
-        rows.append(TrainSample("first", prompt, completion, [1] * len(completion),
-                                advantage_scale * rng.uniform(-1.5, 1.5), f"t{offset + i}"))
+        rows.append(
+            TrainSample(
+                "first",
+                prompt,
+                completion,
+                [1] * len(completion),
+                advantage_scale * rng.uniform(-1.5, 1.5),
+                f"t{offset + i}",
+            )
+        )
     return rows
 
 
@@ -445,8 +530,13 @@ def update_worker(root: str, case: str) -> None:
     dist = DataParallel.from_environment()
     model, opt, cfg, pad = update_policy()
     stats = PolicyUpdater(model, opt, None, cfg, pad, dist=dist).update(case_rows(case)[dist.rank])
-    torch.save({"weights": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},
-                "stats": dict(stats)}, os.path.join(root, f"rank{dist.rank}.pt"))
+    torch.save(
+        {
+            "weights": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},
+            "stats": dict(stats),
+        },
+        os.path.join(root, f"rank{dist.rank}.pt"),
+    )
 
 
 @pytest.mark.parametrize("case", sorted(UPDATE_CASES))

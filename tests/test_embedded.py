@@ -15,18 +15,34 @@ import pytest
 import torch
 
 from erl_lite.core.chat import encode_messages
-from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded
-from erl_lite.embedded.demo import _memory_section
-from erl_lite.embedded.rulebooks import contradiction_rate, contradictions, named_holes, named_safe, planned_holes, rulebook
-from erl_lite.embedded.world import (IN_HOLE, SECOND_HOLE, closer_tiles, fatal_letter, hole_in_the_way,
-                                     hole_letters, holes_in_the_way, no_dead_end, parse_grid, run_letters)
-from erl_lite.history import History
-from erl_lite.envs.grid import parse_action
 from erl_lite.core.generation import HFGenerator, SamplingParams
-from erl_lite.models import describe_policy, trainable_parameters
 from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
 from erl_lite.core.rollout import opening_messages
-from erl_lite.testing import tiny_tokenizer
+from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded
+from erl_lite.embedded.demo import _memory_section
+from erl_lite.embedded.rulebooks import (
+    contradiction_rate,
+    contradictions,
+    named_holes,
+    named_safe,
+    planned_holes,
+    rulebook,
+)
+from erl_lite.embedded.world import (
+    IN_HOLE,
+    SECOND_HOLE,
+    closer_tiles,
+    fatal_letter,
+    hole_in_the_way,
+    hole_letters,
+    holes_in_the_way,
+    no_dead_end,
+    parse_grid,
+    run_letters,
+)
+from erl_lite.envs.grid import parse_action
+from erl_lite.history import History
+from erl_lite.models import describe_policy, trainable_parameters
 from erl_lite.run.trainer import ERLTrainer
 
 # The build-time teacher and corpus live beside the build script (scripts/embedded/), outside
@@ -59,8 +75,14 @@ def first_prompt(tok, world, index=0):
 
 def test_artefact_is_small_and_documented():
     files = {p.name for p in EMBEDDED_DIR.iterdir()}
-    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-            "tokenizer_config.json", "BUILD_INFO.json"} <= files
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "BUILD_INFO.json",
+    } <= files
     assert (EMBEDDED_DIR / "model.safetensors").stat().st_size <= 5_000_000
     info = json.loads((EMBEDDED_DIR / "BUILD_INFO.json").read_text())
     assert info["command"].startswith("python scripts/build_embedded_model.py")
@@ -89,12 +111,33 @@ def test_a_build_run_twice_on_one_machine_writes_the_same_files(tmp_path):
     # can promise; across CPUs the kernels' float sums differ, so the README does not claim
     # byte-identical weights from another machine.
     spec = importlib.util.spec_from_file_location(
-        "build_embedded_model", pathlib.Path(__file__).resolve().parent.parent / "scripts" / "build_embedded_model.py")
+        "build_embedded_model", pathlib.Path(__file__).resolve().parent.parent / "scripts" / "build_embedded_model.py"
+    )
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     threads = torch.get_num_threads()
-    small = ["--steps", "3", "--runs", "1", "--sparse-runs", "1", "--tasks-per-run", "8", "--batch", "4",
-             "--hidden", "16", "--ffn", "32", "--heads", "2", "--threads", str(threads), "--log-every", "3"]
+    small = [
+        "--steps",
+        "3",
+        "--runs",
+        "1",
+        "--sparse-runs",
+        "1",
+        "--tasks-per-run",
+        "8",
+        "--batch",
+        "4",
+        "--hidden",
+        "16",
+        "--ffn",
+        "32",
+        "--heads",
+        "2",
+        "--threads",
+        str(threads),
+        "--log-every",
+        "3",
+    ]
     try:
         for name in ("a", "b"):
             build.main([*small, "--out", str(tmp_path / name)])
@@ -115,7 +158,9 @@ def test_loads_offline_and_plays_a_valid_move(peft, quantization):
     torch.manual_seed(0)
     gen = HFGenerator(model, tok)
     world = demo_world(0)
-    outs = gen.generate([first_prompt(tok, world, i) for i in range(4)], SamplingParams(demo_config().max_completion_length))
+    outs = gen.generate(
+        [first_prompt(tok, world, i) for i in range(4)], SamplingParams(demo_config().max_completion_length)
+    )
     replies = [tok.decode(o, skip_special_tokens=True) for o in outs]
     assert all(parse_action(r) is not None for r in replies), replies
     assert all(o[-1] == tok.eos_token_id for o in outs)  # it stops by itself within the budget
@@ -180,15 +225,28 @@ def _blind_by_paths(rows):
         if rows[r][c] == "H":
             continue
         gap = abs(r - goal[0]) + abs(c - goal[1])
-        closer = [(r + dr, c + dc) for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
-                  if 0 <= r + dr < len(rows) and 0 <= c + dc < len(rows[0])
-                  and abs(r + dr - goal[0]) + abs(c + dc - goal[1]) < gap]
+        closer = [
+            (r + dr, c + dc)
+            for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
+            if 0 <= r + dr < len(rows)
+            and 0 <= c + dc < len(rows[0])
+            and abs(r + dr - goal[0]) + abs(c + dc - goal[1]) < gap
+        ]
         stack += [(n, p / len(closer)) for n in closer]
     return total
 
 
-@pytest.mark.parametrize("rows", [["SG"], ["SH", "FG"], ["SHF", "FFH", "HFG"], ["GFF", "HFF", "FHS"],
-                                  ["SFFF", "FHFH", "FFHF", "HFFG"], ["FFFS", "FHHF", "GFFF", "FFFF"]])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        ["SG"],
+        ["SH", "FG"],
+        ["SHF", "FFH", "HFG"],
+        ["GFF", "HFF", "FHS"],
+        ["SFFF", "FHFH", "FFHF", "HFFG"],
+        ["FFFS", "FHHF", "GFFF", "FFFF"],
+    ],
+)
 def test_blind_success_is_the_chance_of_a_random_closer_walk(rows):
     from erl_lite.embedded.world import blind_success
 
@@ -204,8 +262,7 @@ def test_the_sparse_world_is_a_larger_lake_where_blind_first_attempts_rarely_suc
         assert (*hole_letters(world), world.symbols["frozen"]) == run_letters(seed)  # letters as on demo
         tasks = world.test_tasks()
         chances = [blind_success(t.data["map"]) for t in tasks]
-        assert all(t.data["size"] == 5 and hole_in_the_way(t.data["map"]) and no_dead_end(t.data["map"])
-                   for t in tasks)
+        assert all(t.data["size"] == 5 and hole_in_the_way(t.data["map"]) and no_dead_end(t.data["map"]) for t in tasks)
         assert max(chances) <= 0.1 and sum(chances) / len(chances) <= 0.08
         assert world.new_episode().max_actions == 14
     # The demo world is left as it was: its maps are those of the release before the sparse world.
@@ -226,14 +283,14 @@ def test_the_hard_world_lines_every_fork_of_one_route_with_its_single_kind_of_ho
     from erl_lite.embedded.world import blind_success, fatal_letter
 
     world = demo_world(seed, "hard", n_test=48)
-    hole, = hole_letters(world)
+    (hole,) = hole_letters(world)
     assert hole == run_letters(seed)[0] and world.new_episode().max_actions == 14
     tasks = world.test_tasks()
     corners = set()
     for t in tasks:
         rows = t.data["map"]
         # Blind: 1/2 at each of the route's 7 forks, exactly (a power of two, no rounding); knowing the hole: a win.
-        assert blind_success(rows) == 0.5 ** 7 and no_dead_end(rows) and t.data["kinds"] == rows
+        assert blind_success(rows) == 0.5**7 and no_dead_end(rows) and t.data["kinds"] == rows
         assert t.data["shortest"] == 8 and len(rows) == 5
         corners.add(next((r, c) for r, row in enumerate(rows) for c, x in enumerate(row) if x == "S"))
     assert corners == {(0, 0), (0, 4), (4, 4), (4, 0)}  # every start corner is drawn
@@ -296,7 +353,7 @@ def test_a_run_draws_only_the_training_maps_it_reads():
 
 
 def test_a_task_pool_reads_like_a_list_and_draws_each_task_once():
-    from erl_lite.records import TaskPool, Task
+    from erl_lite.records import Task, TaskPool
 
     drawn = []
     pool = TaskPool(lambda i: drawn.append(i) or Task(f"t/{i}"), 5)
@@ -330,7 +387,6 @@ def make_lake_with_both_holes():
 
 def test_observation_names_the_tiles_ahead_but_not_what_they_are():
     world = demo_world(0)
-    hole, frozen = world.symbols["hole"], world.symbols["frozen"]
     for task in world.test_tasks(20):
         episode = world.new_episode()
         obs = episode.reset(task)
@@ -353,9 +409,11 @@ def test_teacher_moves_follow_the_belief_about_holes():
 
 
 def reflection_request(base: str, trace: str, task: str = "A E G\nH G B\nleft: 8") -> str:
-    return (f"<|im_start|>system\n{REFLECTION_SYSTEM}<|im_end|>\n<|im_start|>user\n## Current instructions\n"
-            f"{base}\n\n## Task\n{task}\n\n## What the agent did\n{trace}\n\n## Outcome\n"
-            f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n")
+    return (
+        f"<|im_start|>system\n{REFLECTION_SYSTEM}<|im_end|>\n<|im_start|>user\n## Current instructions\n"
+        f"{base}\n\n## Task\n{task}\n\n## What the agent did\n{trace}\n\n## Outcome\n"
+        f"reward 0. Failure.\n\n{REFLECTION_REQUEST}<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_uninformed_teacher_sometimes_guesses_two_letters_so_two_hole_plans_exist_without_a_rulebook():
@@ -378,8 +436,10 @@ def test_teacher_on_a_plain_retry_avoids_the_letter_its_trace_fell_into():
 
     trace = "Start:\nA E G\nH G B\nAction 1: Right -> stepped on E: moved into a hole; the episode is over."
     system = retry_system_prompt("Grid game.", trace, "Failure: fell into a hole. Reward 0.")
-    prompt = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nA E G\nH G B\nahead: Right E, Down H\n"
-              "left: 8<|im_end|>\n<|im_start|>assistant\n")
+    prompt = (
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nA E G\nH G B\nahead: Right E, Down H\n"
+        "left: 8<|im_end|>\n<|im_start|>assistant\n"
+    )
     plans = [planned_holes(Teacher(seed=s)(prompt)) for s in range(40)]
     assert plans.count(["E"]) >= 32 and all(len(p) == 1 for p in plans)  # mostly right, rarely misread
     first = prompt.replace(system, "Grid game.")  # the same trace's letters, but no retry: mostly no suspect
@@ -397,9 +457,11 @@ def test_teacher_reflection_names_the_fatal_letter():
 
 
 def test_teacher_reflection_keeps_memory_adds_the_trace_and_never_contradicts():
-    trace = ("Start:\nA G E\nH G B\nAction 1: Down -> stepped on H: moved to a safe tile\n"
-             "Action 2: Right -> stepped on G: moved to a safe tile\n"
-             "Action 3: Up -> stepped on E: moved into a hole; the episode is over.")
+    trace = (
+        "Start:\nA G E\nH G B\nAction 1: Down -> stepped on H: moved to a safe tile\n"
+        "Action 2: Right -> stepped on G: moved to a safe tile\n"
+        "Action 3: Up -> stepped on E: moved into a hole; the episode is over."
+    )
     memory = rulebook(["C"])
     texts = [Teacher(seed=s)(reflection_request(memory, trace)) for s in range(20)]
     right = [t for t in texts if named_holes(t) == ["E", "C"]]
@@ -431,21 +493,37 @@ def test_contradiction_detector():
 def test_report_flags_self_contradicting_rulebooks():
     history = History()
     bad = "A is you. F is a hole. F is safe ice."
-    history.samples = [{"step": 1, "retries": [
-        {"reflection": {"task_id": "t1", "rulebook": bad, "base_prompt": "x", "parsed": True}, "second": {"success": 0}},
-        {"reflection": {"task_id": "t2", "rulebook": rulebook("E", "G"), "base_prompt": "x", "parsed": True},
-         "second": {"success": 1}}]}]
+    history.samples = [
+        {
+            "step": 1,
+            "retries": [
+                {
+                    "reflection": {"task_id": "t1", "rulebook": bad, "base_prompt": "x", "parsed": True},
+                    "second": {"success": 0},
+                },
+                {
+                    "reflection": {"task_id": "t2", "rulebook": rulebook("E", "G"), "base_prompt": "x", "parsed": True},
+                    "second": {"success": 1},
+                },
+            ],
+        }
+    ]
     section = _memory_section(history, [bad], ["F", "H"])
     assert "**Self-contradicting rulebooks: 2 of 3**" in section  # the sampled one and memory's, of three
     assert f"- step 1, task `t1`: `{bad}` (letter F)" in section and f"- final memory: `{bad}` (letter F)" in section
 
 
-
 def _sample(step, memory, reflections, plans):
     """A samples.jsonl row: ``reflections`` (rulebook, second attempt won) and the first attempts' replies."""
     first = [{"messages": [{"role": "user", "content": "A B"}, {"role": "assistant", "content": p}]} for p in plans]
-    retries = [{"first": 0, "reflection": {"task_id": f"t{i}", "rulebook": r, "base_prompt": "x", "parsed": True},
-                "second": {"success": won}} for i, (r, won) in enumerate(reflections)]
+    retries = [
+        {
+            "first": 0,
+            "reflection": {"task_id": f"t{i}", "rulebook": r, "base_prompt": "x", "parsed": True},
+            "second": {"success": won},
+        }
+        for i, (r, won) in enumerate(reflections)
+    ]
     return {"step": step, "memory_before": memory, "first_attempts": first, "retries": retries}
 
 
@@ -507,10 +585,17 @@ def test_knowledge_timeline_reads_memory_reflections_and_first_plans():
     from erl_lite.embedded.demo import knowledge_timeline, timeline_table
 
     both, one, dup = rulebook(["F", "H"]), rulebook(["F"]), rulebook(["H", "H"])
-    history = History(samples=[
-        _sample(1, [], [(one, True), (both, False)], ["Avoid nothing. Up C ok.", "Avoid F. Up F no."]),
-        _sample(2, [dup], [(dup, True), (both, True), (one, False), (both, True)],
-                ["Avoid H or F. Up C ok.", "Avoid F or F.", "```Up```", "Avoid nothing."])])
+    history = History(
+        samples=[
+            _sample(1, [], [(one, True), (both, False)], ["Avoid nothing. Up C ok.", "Avoid F. Up F no."]),
+            _sample(
+                2,
+                [dup],
+                [(dup, True), (both, True), (one, False), (both, True)],
+                ["Avoid H or F. Up C ok.", "Avoid F or F.", "```Up```", "Avoid nothing."],
+            ),
+        ]
+    )
     rows = knowledge_timeline(history, ["F", "H"])
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["memory"] == "empty" and rows[1]["memory"] == "H H"
@@ -521,6 +606,7 @@ def test_knowledge_timeline_reads_memory_reflections_and_first_plans():
     assert rows[1]["first_named"] == 0.5 and rows[1]["first_both"] == 0.25
     assert rows[0]["first_unreadable"] == 0.0 and rows[1]["first_unreadable"] == 0.25  # "```Up```": no plan
     assert "| 2 | H H | 4 | 0.50 | 0.25 | 0.50 | 0.25 | 0.25 |" in timeline_table(rows)
+
 
 # --- the model inside ERL ------------------------------------------------------------------------
 
@@ -631,13 +717,16 @@ def test_cli_demo_passes_the_model_folder_and_the_report_names_it(tmp_path, monk
     assert f"Model: `{build}`" in (out / "report.md").read_text()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--steps", "0"], "argument --steps: must be a whole number >= 1, got '0'"),  # while parsing (arg_types)
-    (["--steps", "-3"], "argument --steps: must be a whole number >= 1, got '-3'"),
-    (["--eval-tasks", "0"], "argument --eval-tasks: must be a whole number >= 1, got '0'"),
-    (["--eval-tasks", "-1"], "argument --eval-tasks: must be a whole number >= 1, got '-1'"),
-    (["--model", "/no/such/build"], "/no/such/build"),  # when the trainer is built
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "0"], "argument --steps: must be a whole number >= 1, got '0'"),  # while parsing (arg_types)
+        (["--steps", "-3"], "argument --steps: must be a whole number >= 1, got '-3'"),
+        (["--eval-tasks", "0"], "argument --eval-tasks: must be a whole number >= 1, got '0'"),
+        (["--eval-tasks", "-1"], "argument --eval-tasks: must be a whole number >= 1, got '-1'"),
+        (["--model", "/no/such/build"], "/no/such/build"),  # when the trainer is built
+    ],
+)
 def test_cli_demo_refuses_bad_arguments_in_one_line_before_training(tmp_path, capsys, argv, message):
     # --eval-tasks -1 evaluated on 99 maps and 0 on the default 64, without a word; --steps 0 printed a traceback.
     from erl_lite.cli import main
@@ -678,9 +767,13 @@ def test_contradiction_detector_and_the_report_flag():
     assert contradictions(bad) == ["F"] and contradictions(rulebook("F", "E")) == []
     assert contradiction_rate([bad, rulebook("F", "E"), rulebook(None, None)]) == pytest.approx(1 / 3)
     refl = {"parsed": True, "task_id": "t", "base_prompt": ""}
-    sample = {"step": 1, "retries": [
-        {"first": 0, "reflection": {**refl, "rulebook": bad}, "second": {"success": False}},
-        {"first": 1, "reflection": {**refl, "rulebook": rulebook("F", "E")}, "second": {"success": True}}]}
+    sample = {
+        "step": 1,
+        "retries": [
+            {"first": 0, "reflection": {**refl, "rulebook": bad}, "second": {"success": False}},
+            {"first": 1, "reflection": {**refl, "rulebook": rulebook("F", "E")}, "second": {"success": True}},
+        ],
+    }
     text = _memory_section(History(samples=[sample]), [bad], ["F", "H"])
     assert "Self-contradicting rulebooks: 2 of 3" in text and "final memory" in text and "(letter F)" in text
     assert "none of the 1 rulebooks" in _memory_section(History(), [rulebook("F", "E")], ["F", "H"])

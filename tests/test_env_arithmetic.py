@@ -8,25 +8,32 @@ import re
 
 import pytest
 
-from erl_lite.envs.arithmetic import (arithmetic_feedback, arithmetic_reward, make_arithmetic_dataset,
-                                      parse_number, small_arithmetic_dataset)
+from erl_lite.envs.arithmetic import (
+    arithmetic_feedback,
+    arithmetic_reward,
+    make_arithmetic_dataset,
+    parse_number,
+    small_arithmetic_dataset,
+)
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
 
 def evaluate(expression: str) -> int:
     """Independent evaluation of the generated expression through Python's parser."""
+
     def walk(node):
         if isinstance(node, ast.BinOp):
             return _OPS[type(node.op)](walk(node.left), walk(node.right))
         assert isinstance(node, ast.Constant)
         return node.value
+
     return walk(ast.parse(expression, mode="eval").body)
 
 
 def expression_of(row: dict) -> str:
     text = row["prompt"][0]["content"]
-    return text[len("Compute "): text.index(". Put")]
+    return text[len("Compute ") : text.index(". Put")]
 
 
 def test_rows_are_seeded_and_answers_are_right():
@@ -42,26 +49,34 @@ def test_rows_are_seeded_and_answers_are_right():
         assert op in "+-*" and 1 <= int(a) <= 9 and 1 <= int(b) <= 9
 
 
-@pytest.mark.parametrize("completion, value, source", [
-    (r"so \boxed{14}", 14.0, "boxed"),
-    (r"\boxed{1,024}", 1024.0, "boxed"),
-    (r"3 + 4 is 7, and \boxed{-2} is it, not 5", -2.0, "boxed"),
-    ("first 3 then 12", None, "none"),           # only the requested format is read: no last-number fallback
-    (r"\boxed{fourteen} 14", None, "boxed"),     # a box wins even when it holds no number
-    (r"\boxed{}", None, "boxed"),
-    ("no idea", None, "none"),
-    ([{"role": "assistant", "content": "It is 9."}], None, "none"),
-    ([{"role": "assistant", "content": r"It is \boxed{9}."}], 9.0, "boxed"),
-    ([], None, "none"),
-])
+@pytest.mark.parametrize(
+    "completion, value, source",
+    [
+        (r"so \boxed{14}", 14.0, "boxed"),
+        (r"\boxed{1,024}", 1024.0, "boxed"),
+        (r"3 + 4 is 7, and \boxed{-2} is it, not 5", -2.0, "boxed"),
+        ("first 3 then 12", None, "none"),  # only the requested format is read: no last-number fallback
+        (r"\boxed{fourteen} 14", None, "boxed"),  # a box wins even when it holds no number
+        (r"\boxed{}", None, "boxed"),
+        ("no idea", None, "none"),
+        ([{"role": "assistant", "content": "It is 9."}], None, "none"),
+        ([{"role": "assistant", "content": r"It is \boxed{9}."}], 9.0, "boxed"),
+        ([], None, "none"),
+    ],
+)
 def test_parse_number(completion, value, source):
     assert parse_number(completion) == (value, source)
 
 
 def test_reward_and_feedback_with_trl_signature():
     prompts = ["Compute 2 + 3."] * 5
-    completions = [r"\boxed{5}", r"I get \boxed{7}", r"\boxed{2}", "no number", [{"role": "assistant", "content":
-                                                                                  r"\boxed{5}"}]]
+    completions = [
+        r"\boxed{5}",
+        r"I get \boxed{7}",
+        r"\boxed{2}",
+        "no number",
+        [{"role": "assistant", "content": r"\boxed{5}"}],
+    ]
     answers = ["5"] * 5
     assert arithmetic_reward(prompts, completions, answer=answers, extra_column=[0] * 5) == [1.0, 0.0, 0.0, 0.0, 1.0]
     notes = arithmetic_feedback(prompts, completions, answer=answers)
@@ -76,10 +91,14 @@ def test_reward_and_feedback_with_trl_signature():
 def _gaming_replies(row: dict) -> dict[str, str]:
     """Replies that do not answer: what a small model was seen writing (copies, restatements, stray numbers)."""
     prompt, answer, expr = row["prompt"][0]["content"], row["answer"], expression_of(row)
-    return {"copies the prompt": prompt, "restates the question": f"We need to compute {expr}.",
-            "restates with the answer unboxed": f"{expr} = {answer}", "ends with the answer unboxed": f"1 = {answer}",
-            "ends with an unrelated number": f"{prompt} The answer is {int(answer) + 1}",
-            "copies the prompt's format": prompt + " " + prompt[prompt.index("\\boxed"):]}
+    return {
+        "copies the prompt": prompt,
+        "restates the question": f"We need to compute {expr}.",
+        "restates with the answer unboxed": f"{expr} = {answer}",
+        "ends with the answer unboxed": f"1 = {answer}",
+        "ends with an unrelated number": f"{prompt} The answer is {int(answer) + 1}",
+        "copies the prompt's format": prompt + " " + prompt[prompt.index("\\boxed") :],
+    }
 
 
 @pytest.mark.parametrize("make", [make_arithmetic_dataset, small_arithmetic_dataset])
@@ -112,6 +131,7 @@ def test_plugs_into_the_dataset_environment():
     dataset = pytest.importorskip("erl_lite.integrations.dataset")
     env = dataset.RewardFunctionEnv(arithmetic_reward, feedback_func=arithmetic_feedback)
     from erl_lite.envs.rows import rows_to_tasks
+
     task = rows_to_tasks(make_arithmetic_dataset(1, seed=0))[0]
     episode = env.new_episode()
     assert episode.reset(task).startswith("Compute")

@@ -59,11 +59,14 @@ def test_first_observation_draws_letters_and_budget(env):
     assert "Actions left: 8" in obs
 
 
-@pytest.mark.parametrize("action, event, grid", [
-    ("Up", "blocked", ["AD", "CB"]),     # top edge
-    ("Left", "blocked", ["AD", "CB"]),   # left edge
-    ("Right", "safe", ["DA", "CB"]),     # frozen tile
-])
+@pytest.mark.parametrize(
+    "action, event, grid",
+    [
+        ("Up", "blocked", ["AD", "CB"]),  # top edge
+        ("Left", "blocked", ["AD", "CB"]),  # left edge
+        ("Right", "safe", ["DA", "CB"]),  # frozen tile
+    ],
+)
 def test_non_terminal_moves(env, action, event, grid):
     episode, [(obs, reward, done, info)] = play(env, ["SF", "HG"], [action])
     assert (info["event"], reward, done, grid_of(obs)) == (event, 0.0, False, grid)

@@ -16,24 +16,28 @@ no_ticks = st.text(max_size=40).filter(lambda s: "`" not in s)
 def cased(word: str) -> st.SearchStrategy[str]:
     """The word with arbitrary letter case."""
     return st.lists(st.booleans(), min_size=len(word), max_size=len(word)).map(
-        lambda flips: "".join(c.upper() if f else c.lower() for c, f in zip(word, flips)))
+        lambda flips: "".join(c.upper() if f else c.lower() for c, f in zip(word, flips))
+    )
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("```\nUp\n```", "Up"),
-    ("I go left.\n```left```", "Left"),
-    ("```  RIGHT \n```", "Right"),
-    ("```text\nDown\n```", "Down"),               # language tag on the fence line
-    ("```Up``` no wait ```Down```", "Down"),       # the last block wins
-    ("```Down``` and ```jump```", None),           # ... even when it is not an action
-    ("```\nUp\nDown\n```", None),                  # two actions in one block
-    ("```Up\nDown```", None),
-    ("```\ntext\nUp\n```", None),                  # a tag must sit on the fence line
-    ("Up", None),                                  # no block at all
-    ("```Up", None),                               # unclosed fence
-    ("``````", None),
-    ("```Upward```", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("```\nUp\n```", "Up"),
+        ("I go left.\n```left```", "Left"),
+        ("```  RIGHT \n```", "Right"),
+        ("```text\nDown\n```", "Down"),  # language tag on the fence line
+        ("```Up``` no wait ```Down```", "Down"),  # the last block wins
+        ("```Down``` and ```jump```", None),  # ... even when it is not an action
+        ("```\nUp\nDown\n```", None),  # two actions in one block
+        ("```Up\nDown```", None),
+        ("```\ntext\nUp\n```", None),  # a tag must sit on the fence line
+        ("Up", None),  # no block at all
+        ("```Up", None),  # unclosed fence
+        ("``````", None),
+        ("```Upward```", None),
+    ],
+)
 def test_parse_action_examples(text, expected):
     assert parse_action(text) == expected
 
@@ -51,9 +55,15 @@ def test_parse_action_without_a_block_is_none(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(ACTION_NAMES), min_size=1, max_size=4).flatmap(
-    lambda names: st.tuples(st.just(names), st.lists(no_ticks, min_size=len(names) + 1, max_size=len(names) + 1),
-                            st.tuples(*[cased(n) for n in names]))))
+@given(
+    st.lists(st.sampled_from(ACTION_NAMES), min_size=1, max_size=4).flatmap(
+        lambda names: st.tuples(
+            st.just(names),
+            st.lists(no_ticks, min_size=len(names) + 1, max_size=len(names) + 1),
+            st.tuples(*[cased(n) for n in names]),
+        )
+    )
+)
 def test_parse_action_picks_the_last_block(case):
     names, fillers, spelled = case
     text = fillers[0] + "".join(f"```\n{word}\n```{fill}" for word, fill in zip(spelled, fillers[1:]))
@@ -84,7 +94,7 @@ def test_resolve_symbols_defaults_overrides_and_seeded_draws():
 
 def test_seeded_splits_are_lazy_deterministic_and_disjoint():
     # A generator with only 6 possible outcomes, so training draws hit test tasks often.
-    make = lambda seed: {"value": seed % 6}  # noqa: E731
+    make = lambda seed: {"value": seed % 6}
     splits = SeededSplits(make, lambda d: str(d["value"]), "toy", seed=3, n_train=40, n_test=3)
     test_values = {t.data["value"] for t in splits.tasks("test")}
     train = splits.tasks("train")
@@ -103,6 +113,7 @@ def test_the_games_search_with_the_one_bfs_in_grid(module):
     import importlib
 
     from erl_lite.envs import frozenlake, grid, sokoban
+
     source = importlib.import_module(module)
     assert "deque" not in vars(source), f"{module} runs its own breadth-first search"
     if module.endswith("solvers"):  # the expert's solvers are the games' own searches
@@ -111,29 +122,46 @@ def test_the_games_search_with_the_one_bfs_in_grid(module):
         assert source.shortest_moves is grid.shortest_moves
 
 
-@pytest.mark.parametrize("rows, limit, expected", [
-    (["SH", "FG"], None, 2), (["SH", "FG"], 2, 2), (["SH", "FG"], 1, None), (["SH", "HG"], None, None),
-    (["SFF", "HHF", "GFF"], None, 6), (["SFF", "HHF", "GFF"], 5, None), (["GS"], 1, 1), (["GS"], 0, None),
-])
+@pytest.mark.parametrize(
+    "rows, limit, expected",
+    [
+        (["SH", "FG"], None, 2),
+        (["SH", "FG"], 2, 2),
+        (["SH", "FG"], 1, None),
+        (["SH", "HG"], None, None),
+        (["SFF", "HHF", "GFF"], None, 6),
+        (["SFF", "HHF", "GFF"], 5, None),
+        (["GS"], 1, 1),
+        (["GS"], 0, None),
+    ],
+)
 def test_frozenlake_shortest_path_and_its_solver_agree(rows, limit, expected):
     from erl_lite.envs.frozenlake import shortest_path
     from erl_lite.envs.solvers import solve_frozenlake
+
     assert shortest_path(rows, limit=limit) == expected
     path = solve_frozenlake(rows)
     if limit is None:
         assert (None if path is None else len(path)) == expected
 
 
-@pytest.mark.parametrize("layout, limit, expected", [
-    (["######", "#@$ .#", "######"], None, 2), (["######", "#@$ .#", "######"], 2, 2),
-    (["######", "#@$ .#", "######"], 1, None), (["#####", "#@$.#", "#####"], 0, None),
-    (["######", "#@ $.#", "######"], None, 2), (["#####", "#$@.#", "#####"], None, None),
-    (["######", "#@   #", "# $  #", "#   .#", "######"], None, 6),
-    (["######", "#@   #", "# $  #", "#   .#", "######"], 5, None),
-])
+@pytest.mark.parametrize(
+    "layout, limit, expected",
+    [
+        (["######", "#@$ .#", "######"], None, 2),
+        (["######", "#@$ .#", "######"], 2, 2),
+        (["######", "#@$ .#", "######"], 1, None),
+        (["#####", "#@$.#", "#####"], 0, None),
+        (["######", "#@ $.#", "######"], None, 2),
+        (["#####", "#$@.#", "#####"], None, None),
+        (["######", "#@   #", "# $  #", "#   .#", "######"], None, 6),
+        (["######", "#@   #", "# $  #", "#   .#", "######"], 5, None),
+    ],
+)
 def test_sokoban_solve_length_and_its_solver_agree(layout, limit, expected):
     from erl_lite.envs.sokoban import Level, solve_length
     from erl_lite.envs.solvers import solve_sokoban
+
     assert solve_length(Level.parse(layout), limit=limit) == expected
     if limit is None:
         path = solve_sokoban(layout)

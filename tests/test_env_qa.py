@@ -7,8 +7,16 @@ from pathlib import Path
 import pytest
 
 from erl_lite.envs.paper_tasks import hotpotqa_paper_questions
-from erl_lite.envs.qa import (BM25Search, MultiHopQA, extract_boxed, extract_search, f1_score, load_hotpotqa,
-                              normalize_answer, score_answer)
+from erl_lite.envs.qa import (
+    BM25Search,
+    MultiHopQA,
+    extract_boxed,
+    extract_search,
+    f1_score,
+    load_hotpotqa,
+    normalize_answer,
+    score_answer,
+)
 from erl_lite.records import Task
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hotpot_distractor_sample.jsonl"
@@ -30,14 +38,17 @@ def test_normalisation_and_exact_match():
     assert score_answer("Yes", "yes")[:2] == (1.0, True)
 
 
-@pytest.mark.parametrize("prediction, gold, reward, exact", [
-    ("no", "yes", 0.0, False),
-    ("yes it is", "yes", 0.0, False),               # yes/no gets no partial credit
-    ("Quorvex Labs Incorporated", "Quorvex Labs", 0.8, False),   # F1 = 0.8 >= 0.3
-    ("river", "Ousel River", 2 / 3, False),          # F1 = 0.67
-    ("one two three four five six seven river", "river", 0.0, False),  # F1 = 0.22 < 0.3
-    ("Vell", "Orno", 0.0, False),
-])
+@pytest.mark.parametrize(
+    "prediction, gold, reward, exact",
+    [
+        ("no", "yes", 0.0, False),
+        ("yes it is", "yes", 0.0, False),  # yes/no gets no partial credit
+        ("Quorvex Labs Incorporated", "Quorvex Labs", 0.8, False),  # F1 = 0.8 >= 0.3
+        ("river", "Ousel River", 2 / 3, False),  # F1 = 0.67
+        ("one two three four five six seven river", "river", 0.0, False),  # F1 = 0.22 < 0.3
+        ("Vell", "Orno", 0.0, False),
+    ],
+)
 def test_partial_credit_rules(prediction, gold, reward, exact):
     got_reward, got_exact, _ = score_answer(prediction, gold)
     assert got_reward == pytest.approx(reward) and got_exact is exact
@@ -45,9 +56,9 @@ def test_partial_credit_rules(prediction, gold, reward, exact):
 
 def test_f1_threshold_boundary():
     assert f1_score("b c d e f g", "g") == pytest.approx(2 / 7)  # just under 0.3 ...
-    assert score_answer("b c d e f g", "g")[0] == 0.0            # ... so no reward
+    assert score_answer("b c d e f g", "g")[0] == 0.0  # ... so no reward
     assert score_answer("c d e f g", "g")[0] == pytest.approx(1 / 3)
-    assert f1_score("a b", "b") == 1.0                           # articles do not count
+    assert f1_score("a b", "b") == 1.0  # articles do not count
     assert score_answer(None, "x") == (0.0, False, 0.0)
 
 
@@ -163,8 +174,11 @@ def test_small_variant_is_smaller():
 # --- real-dataset loaders ---------------------------------------------------------------------
 def test_load_hotpotqa_from_a_local_file_searches_each_rows_own_paragraphs():
     tasks = load_hotpotqa(split="validation", path=str(FIXTURE))
-    assert [t.task_id for t in tasks] == ["hotpotqa/validation/fx0001", "hotpotqa/validation/fx0002",
-                                          "hotpotqa/validation/fx0003"]
+    assert [t.task_id for t in tasks] == [
+        "hotpotqa/validation/fx0001",
+        "hotpotqa/validation/fx0002",
+        "hotpotqa/validation/fx0003",
+    ]
     assert len(load_hotpotqa(path=str(FIXTURE), n=2)) == 2
     env = MultiHopQA()
     episode = env.new_episode()

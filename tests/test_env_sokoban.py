@@ -76,14 +76,17 @@ def test_first_observation_uses_the_letters(env):
     assert "Actions left: 8" in obs
 
 
-@pytest.mark.parametrize("actions, events, row, drawn", [
-    (["Left"], ["wall"], 2, "EABDDE"),                      # wall to the left
-    (["Up", "Up"], ["moved", "wall"], 1, "EADDDE"),          # wall above
-    (["Right"], ["pushed"], 2, "EDABDE"),                   # free push
-    (["Right"] * 3, ["pushed", "pushed", "box_blocked"], 2, "EDDABE"),  # box against a wall
-    (["Down", "Right"], ["moved", "moved"], 2, "EDBDDE"),   # walking past the box
-    (["Right", "Left"], ["pushed", "moved"], 2, "EADBDE"),  # no pulling: the box stays
-])
+@pytest.mark.parametrize(
+    "actions, events, row, drawn",
+    [
+        (["Left"], ["wall"], 2, "EABDDE"),  # wall to the left
+        (["Up", "Up"], ["moved", "wall"], 1, "EADDDE"),  # wall above
+        (["Right"], ["pushed"], 2, "EDABDE"),  # free push
+        (["Right"] * 3, ["pushed", "pushed", "box_blocked"], 2, "EDDABE"),  # box against a wall
+        (["Down", "Right"], ["moved", "moved"], 2, "EDBDDE"),  # walking past the box
+        (["Right", "Left"], ["pushed", "moved"], 2, "EADBDE"),  # no pulling: the box stays
+    ],
+)
 def test_moves_pushes_and_blocks(env, actions, events, row, drawn):
     _, outs = play(env, LEVEL, actions)
     assert [o[3]["event"] for o in outs] == events
@@ -104,9 +107,9 @@ def test_agent_on_the_goal_cell_and_box_blocked_by_a_wall_beyond(env):
     level = room(" .  ", " @  ", " $  ", "    ")
     _, outs = play(env, level, ["Up", "Down", "Down"])
     assert [o[3]["event"] for o in outs] == ["moved", "moved", "pushed"]
-    assert grid_of(outs[0][0])[1] == "EDaDDE"            # agent standing on the goal
-    assert grid_of(outs[1][0])[1] == "EDCDDE"            # the goal shows again once left
-    assert grid_of(outs[2][0])[4] == "EDBDDE"            # box pushed down one row
+    assert grid_of(outs[0][0])[1] == "EDaDDE"  # agent standing on the goal
+    assert grid_of(outs[1][0])[1] == "EDCDDE"  # the goal shows again once left
+    assert grid_of(outs[2][0])[4] == "EDBDDE"  # box pushed down one row
     _, outs = play(env, room(" .  ", "    ", " @  ", " $  "), ["Down"])
     assert outs[0][3]["event"] == "box_blocked" and grid_of(outs[0][0])[3] == "EDADDE"
 
@@ -121,8 +124,16 @@ def test_step_limit_feedback_counts_and_flags_a_stuck_box(env):
     # Push the box up against the top wall (it can never come down again), then wander.
     actions = ["Down", "Right", "Up", "Up", "Left", "Left", "x", "Right"]
     episode, outs = play(env, LEVEL, actions)
-    assert [o[3]["event"] for o in outs] == ["moved", "moved", "pushed", "box_blocked", "moved", "wall",
-                                            "invalid", "moved"]
+    assert [o[3]["event"] for o in outs] == [
+        "moved",
+        "moved",
+        "pushed",
+        "box_blocked",
+        "moved",
+        "wall",
+        "invalid",
+        "moved",
+    ]
     assert outs[-1][2] and episode.outcome == "step_limit" and episode.reward == 0.0
     text = episode.feedback()
     assert "all 8 actions" in text and "4 moved, 1 pushed the box, 2 did not move" in text

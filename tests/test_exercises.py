@@ -12,9 +12,9 @@ import pathlib
 
 import pytest
 
+from erl_lite.core.advantages import group_advantages
 from erl_lite.teach import exercises as ex
 from erl_lite.teach import grpo_exercises as gx
-from erl_lite.core.advantages import group_advantages
 
 # notebook 02: 3 of 8 succeed, 5 go on: the success rate (0.375), the share of zeros (0.25)
 # and the "r1 <= τ" rate (1.0) all differ from the gate rate (0.625).
@@ -118,8 +118,11 @@ WRONG = [
     (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, group_advantages(GROUP_REWARDS)), "whole batch"),
     (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, GROUP_RIGHT[:3] + [0.0, 0.0, 0.0]), "group of one"),
     (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.7071, -1.4142, 0.7071, 1.0, 0.0, 0.0]), "n - 1"),
-    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.3333, -0.6667, 0.3333, 1.0, 0.0, 0.0]),
-     "divide by the group's standard"),
+    (
+        gx.check_grouped_advantages,
+        (GROUP_REWARDS, GROUP_KEYS, [0.3333, -0.6667, 0.3333, 1.0, 0.0, 0.0]),
+        "divide by the group's standard",
+    ),
     (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 6), "split the rewards by key"),
     (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1.0] * 5), "expected 6 numbers"),
     # the clipped loss: the four cases of notebook 05 and each misconception
@@ -159,8 +162,7 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("fn, args, hint", WRONG,
-                         ids=[f"{f.__name__}-{i}" for i, (f, _, _) in enumerate(WRONG)])
+@pytest.mark.parametrize("fn, args, hint", WRONG, ids=[f"{f.__name__}-{i}" for i, (f, _, _) in enumerate(WRONG)])
 def test_each_wrong_answer_fails_with_its_hint(capsys, fn, args, hint):
     _fails_with(capsys, fn, args, hint)
 
@@ -197,21 +199,31 @@ def test_hidden_gate_cases_separate_every_listed_mistake():
 
 # --- the rules behind the checks are the library's ------------------------------------------------
 
+
 def test_gated_indices_is_the_phase_gate_at_the_configured_threshold():
     from erl_lite.config import ERLConfig
     from erl_lite.core.phases import gate
     from erl_lite.records import Attempt
 
-    attempts = [Attempt("t", "first", i, "", [], [], [], [], r, r >= 1.0, "", "", 1)
-                for i, r in enumerate(GATE_REWARDS)]
+    attempts = [
+        Attempt("t", "first", i, "", [], [], [], [], r, r >= 1.0, "", "", 1) for i, r in enumerate(GATE_REWARDS)
+    ]
     tau = ERLConfig().reward_threshold
     assert ex.gated_indices(GATE_REWARDS) == [a.index for a in gate(attempts, tau)] == GATED
     assert ex.gated_indices([0.5, 0.8], threshold=0.6) == [0]
 
 
-@pytest.mark.parametrize("ratio, adv, expected", [
-    (1.0, 1.0, -1.0), (1.5, 1.0, -1.28), (0.5, 1.0, -0.5), (0.5, -1.0, 0.8), (1.5, -1.0, 1.5), (5.0, -1.0, 3.0),
-])
+@pytest.mark.parametrize(
+    "ratio, adv, expected",
+    [
+        (1.0, 1.0, -1.0),
+        (1.5, 1.0, -1.28),
+        (0.5, 1.0, -0.5),
+        (0.5, -1.0, 0.8),
+        (1.5, -1.0, 1.5),
+        (5.0, -1.0, 3.0),
+    ],
+)
 def test_clipped_loss_value_matches_the_formula(ratio, adv, expected):
     assert gx.clipped_loss_value(ratio, adv) == pytest.approx(expected, abs=1e-5)
 
@@ -223,8 +235,12 @@ def test_loss_curve_landmarks_follow_the_settings():
 
 def test_the_notebooks_use_every_check_and_this_data():
     """Each check is used by a notebook; 02 and 05 ask about the data these tests cover."""
-    code = {p.name[:2]: "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
-                                if c["cell_type"] == "code") for p in NOTEBOOKS.glob("*.ipynb")}
+    code = {
+        p.name[:2]: "".join(
+            "".join(c["source"]) for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code"
+        )
+        for p in NOTEBOOKS.glob("*.ipynb")
+    }
     everything = "".join(code.values())
     for name in [n for n in dir(ex) if n.startswith("check_")]:
         assert f"{name}(" in everything, f"no notebook uses {name}"
@@ -256,10 +272,15 @@ def test_a_rounded_answer_gets_a_rounding_hint_not_a_method_hint(capsys, fn, arg
     assert ok is False and "method is right" in out and f"{ex.DECIMALS} decimal places" in out, out
 
 
-@pytest.mark.parametrize("fn, args", [(ex.check_gate_rate, (GATE_REWARDS, None)),
-                                      (gx.check_advantages, ([1.0, 0.0], None)),
-                                      (gx.check_clipped_loss, (1.5, 1.0, None)),
-                                      (gx.check_loss_curve_prediction, (None, None, None))])
+@pytest.mark.parametrize(
+    "fn, args",
+    [
+        (ex.check_gate_rate, (GATE_REWARDS, None)),
+        (gx.check_advantages, ([1.0, 0.0], None)),
+        (gx.check_clipped_loss, (1.5, 1.0, None)),
+        (gx.check_loss_curve_prediction, (None, None, None)),
+    ],
+)
 def test_an_empty_numeric_answer_is_told_the_precision_asked(capsys, fn, args):
     ok, out = _run(capsys, fn, *args)
     assert ok is False and f"{ex.DECIMALS} decimal places" in out, out
@@ -271,7 +292,7 @@ def test_the_landmarks_are_where_the_library_loss_bends():
     marks = gx.loss_curve_landmarks()
     grid = [round(0.01 * k, 2) for k in range(5, 801)]
     pos, neg = [gx.clipped_loss_value(r, 1.0) for r in grid], [gx.clipped_loss_value(r, -1.0) for r in grid]
-    flat = lambda values: {round(r, 2) for r, a, b in zip(grid, values, values[1:]) if abs(a - b) < 1e-6}  # noqa: E731
+    flat = lambda values: {round(r, 2) for r, a, b in zip(grid, values, values[1:]) if abs(a - b) < 1e-6}
     assert min(flat(pos)) == pytest.approx(marks["flat_above"])
     low = sorted(r for r in flat(neg) if r < 1)
     high = sorted(r for r in flat(neg) if r > 1)

@@ -13,18 +13,17 @@ ones is off by 0.03-0.1 (asserted below, so the 4-bit check can fail).
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from erl_lite.run.checkpoint import run_identity, save_checkpoint
 from erl_lite.cli import main
-from erl_lite.run.export import NOTE_FILE, describe_adapter, export_merged, push_to_hub
-from erl_lite.history import History
 from erl_lite.core.memory import ReflectionMemory
+from erl_lite.history import History
 from erl_lite.models import load_policy
+from erl_lite.run.checkpoint import run_identity, save_checkpoint
+from erl_lite.run.export import NOTE_FILE, describe_adapter, export_merged, push_to_hub
 from erl_lite.testing import FAMILIES, save_tiny_model
 
 REL = 1e-3  # of the adapter's effect on the log-probs (see the module docstring)
@@ -128,12 +127,22 @@ def test_cli_export_of_a_checkpoint_merges_and_pushes_only_when_asked(tmp_path, 
     base, adapter, tok = make_adapter(tmp_path, family="qwen2", quantization="4bit")
     model, _ = load_policy(adapter, quantization="4bit", device="cpu")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
-    folder = save_checkpoint(str(tmp_path / "run"), 3, model, optimizer, None, ReflectionMemory(), History(),
-                             run_identity({"load_in_4bit": True}, model))
+    folder = save_checkpoint(
+        str(tmp_path / "run"),
+        3,
+        model,
+        optimizer,
+        None,
+        ReflectionMemory(),
+        History(),
+        run_identity({"load_in_4bit": True}, model),
+    )
     adapter = folder  # the adapter sits at the checkpoint's root (PEFT's layout)
     pushed = []
-    monkeypatch.setattr("erl_lite.run.export.push_to_hub",
-                        lambda folder, repo, private=True: pushed.append((folder, repo, private)) or "url")
+    monkeypatch.setattr(
+        "erl_lite.run.export.push_to_hub",
+        lambda folder, repo, private=True: pushed.append((folder, repo, private)) or "url",
+    )
     out = tmp_path / "merged"
     assert main(["export", "--adapter", adapter, "--out", str(out), "--dtype", "float32"]) == 0
     assert pushed == [] and "4bit base" in capsys.readouterr().out

@@ -12,18 +12,20 @@ import sys
 import pytest
 import torch
 
-from erl_lite.core.chat import encode_messages
-from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, memory_table, model_config
 from erl_lite.config import ERLConfig
-from erl_lite.envs import FrozenLake
-from erl_lite.envs.grid import ACTIONS
+from erl_lite.core.chat import encode_messages
 from erl_lite.core.generation import SamplingParams
+from erl_lite.envs import FrozenLake
+from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, memory_table, model_config
 from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_model, tiny_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Published parameter counts of the three models (their model cards / safetensors index).
-PUBLISHED = {"qwen2.5-0.5b-instruct": 494_032_768, "qwen2.5-1.5b-instruct": 1_543_714_304,
-             "qwen3-4b-instruct-2507": 4_022_468_096}
+PUBLISHED = {
+    "qwen2.5-0.5b-instruct": 494_032_768,
+    "qwen2.5-1.5b-instruct": 1_543_714_304,
+    "qwen3-4b-instruct-2507": 4_022_468_096,
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +67,17 @@ def test_gpu_preset_fits_a_t4_by_the_arithmetic():
     fits = estimate_memory(ERLConfig.preset("gpu"), shape)
     assert fits.peak_gib < 13
     # the preset's previous sizes (8 tasks x G 4 rollout rows, micro-batch 4) did not fit
-    before = estimate_memory(ERLConfig.preset("gpu", num_tasks_per_step=8, per_device_train_batch_size=4,
-                                              optim="adamw_torch"), shape)
+    before = estimate_memory(
+        ERLConfig.preset("gpu", num_tasks_per_step=8, per_device_train_batch_size=4, optim="adamw_torch"), shape
+    )
     assert before.peak_gib > 15
     # the parts move with the settings that own them
-    assert estimate_memory(ERLConfig.preset("gpu", gradient_checkpointing=False), shape).update_gib > 3 * fits.update_gib
+    assert (
+        estimate_memory(ERLConfig.preset("gpu", gradient_checkpointing=False), shape).update_gib > 3 * fits.update_gib
+    )
     assert estimate_memory(ERLConfig.preset("gpu", optim="adamw_torch"), shape).optimizer == pytest.approx(
-        4 * fits.optimizer)
+        4 * fits.optimizer
+    )
     assert "| qwen3-4b-instruct-2507 |" in memory_table(ERLConfig.preset("gpu"))
 
 
@@ -83,7 +89,7 @@ def test_budget_counts_lora_and_cache_by_hand():
     cfg = ERLConfig.preset("gpu")
     e = estimate_memory(cfg, shape)
     rows_tokens = cfg.num_tasks_per_step * cfg.num_generations * cfg.max_episode_length
-    assert e.kv_cache * 2 ** 30 == pytest.approx(rows_tokens * shape.kv_bytes_per_token())
+    assert e.kv_cache * 2**30 == pytest.approx(rows_tokens * shape.kv_bytes_per_token())
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct"])
@@ -96,8 +102,8 @@ def test_budget_counts_vllms_share_by_hand(name):
     shape = ModelShape.load(name)
     cfg = ERLConfig.preset("gpu", generation_backend="vllm")
     e, plain = estimate_memory(cfg, shape), estimate_memory(ERLConfig.preset("gpu"), shape)
-    weights16 = shape.parameter_count() * 2 / 2 ** 30
-    kv16 = cache_tokens_for(cfg) * shape.layers * 2 * shape.kv_heads * shape.head_dim * 2 / 2 ** 30
+    weights16 = shape.parameter_count() * 2 / 2**30
+    kv16 = cache_tokens_for(cfg) * shape.layers * 2 * shape.kv_heads * shape.head_dim * 2 / 2**30
     assert e.weights == pytest.approx(weights16) and e.engine == pytest.approx(weights16 + kv16)
     assert e.kv_cache == 0 and plain.engine == 0
     assert e.static_gib == pytest.approx(plain.static_gib - plain.weights + weights16 + weights16 + kv16)
@@ -117,8 +123,9 @@ def test_forced_length_generator_samples_exactly_n_then_acts(gpu_check, backend)
     torch.manual_seed(0)  # the sampled filler is random; a seed keeps the parse check exact
     tok = tiny_tokenizer()
     model = tiny_model(tok, family="qwen3")
-    gen = gpu_check.ForcedLengthGenerator(model, tok, turn_tokens=6, reflection_tokens=9, backend=backend,
-                                          cache_tokens=4096)
+    gen = gpu_check.ForcedLengthGenerator(
+        model, tok, turn_tokens=6, reflection_tokens=9, backend=backend, cache_tokens=4096
+    )
     env = FrozenLake.small()
     obs = env.new_episode().reset(env.train_tasks(1)[0])
     prompts = [encode_messages([{"role": "user", "content": obs}], tok)] * 3
@@ -142,8 +149,11 @@ def test_cpu_smoke_runs_the_gpu_code_path(gpu_check, capsys):
     out = capsys.readouterr().out
     assert "| model | dtype | mode | backend | peak GiB |" in out
     assert sorted((r["model"], r["mode"], r["backend"]) for r in rows) == sorted(
-        (m, mode, b) for m in ("qwen2.5-0.5b-instruct", "qwen3-4b-instruct-2507") for mode in ("erl", "rlvr")
-        for b in ("generate", "continuous"))
+        (m, mode, b)
+        for m in ("qwen2.5-0.5b-instruct", "qwen3-4b-instruct-2507")
+        for mode in ("erl", "rlvr")
+        for b in ("generate", "continuous")
+    )
     for r in rows:
         assert r["peak GiB"] is None  # no CUDA here
         assert r["s/step"] > 0 and r["update"] > 0 and r["tok/s"] > 0 and r["len y1"] > 0
@@ -176,12 +186,22 @@ def test_multiturn_erl_through_the_real_qwen3_template():
             return "<prompt>Reach the goal, avoid holes.</prompt>"
         return f"I move.\n```{next(moves)}```"
 
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, eval_steps=0,
-                            progress_bar=False, per_device_train_batch_size=1, max_completion_length=32,
-                            max_reflection_length=32, max_episode_length=1500)
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=1,
+        num_generations=2,
+        eval_steps=0,
+        progress_bar=False,
+        per_device_train_batch_size=1,
+        max_completion_length=32,
+        max_reflection_length=32,
+        max_episode_length=1500,
+    )
     gen = ScriptedGenerator(tok, script)
-    trainer = ERLTrainer(model=model, processing_class=tok, args=args, env=FrozenLake.small(max_actions=4),
-                         generator=gen)
+    trainer = ERLTrainer(
+        model=model, processing_class=tok, args=args, env=FrozenLake.small(max_actions=4), generator=gen
+    )
     history = trainer.train()
     record = history.records[-1]
     assert record["loss/total"] == record["loss/total"]  # finite, not NaN
@@ -201,10 +221,23 @@ def test_history_logs_tokens_per_second_and_peak_gpu_memory():
     from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, eval_steps=0,
-                            progress_bar=False, max_completion_length=8, max_reflection_length=8)
-    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=FrozenLake.small(n_train=8),
-                         generator=ScriptedGenerator(tok, lambda p: "```Up```"))
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=1,
+        num_generations=2,
+        eval_steps=0,
+        progress_bar=False,
+        max_completion_length=8,
+        max_reflection_length=8,
+    )
+    trainer = ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        env=FrozenLake.small(n_train=8),
+        generator=ScriptedGenerator(tok, lambda p: "```Up```"),
+    )
     r = trainer.train().records[-1]
     tokens = r["tokens/first"] + r["tokens/reflection"] + r["tokens/second"]
     seconds = r["time/first"] + (r.get("time/reflect") or 0) + (r.get("time/second") or 0)

@@ -7,12 +7,21 @@ import argparse
 import pytest
 
 from erl_lite.cli import build_parser
-from erl_lite.cli.config_args import (add_config_arguments, converter, field_choices, field_docs, first_sentence,
-                                      given_fields, parse_bool, parse_yaml, shown_value)
+from erl_lite.cli.config_args import (
+    add_config_arguments,
+    converter,
+    field_choices,
+    field_docs,
+    first_sentence,
+    given_fields,
+    parse_bool,
+    parse_yaml,
+    shown_value,
+)
 from erl_lite.cli.train import run_preset, train_config
+from erl_lite.config.field_types import check_whole, closest, conform, describe
 from erl_lite.core.prompts import parse_rulebook, reflection_skeleton_length
 from erl_lite.diagnostics.checks import RunFacts, checks_reading, scan
-from erl_lite.config.field_types import check_whole, closest, conform, describe
 from erl_lite.testing import tiny_tokenizer
 
 
@@ -29,21 +38,30 @@ def test_config_argument_helpers():
     p = argparse.ArgumentParser()
     add_config_arguments(p, aliases={"max_steps": ["--steps"]})
     assert given_fields(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"])) == {
-        "max_steps": 3, "use_memory": False, "learning_rate": 0.0001}
+        "max_steps": 3,
+        "use_memory": False,
+        "learning_rate": 0.0001,
+    }
 
 
 def test_field_type_helpers():
     with pytest.raises(ValueError, match="FrozenLake: max_actions must be a whole number >= 1, got 0"):
         check_whole("FrozenLake", "max_actions", 0, minimum=1)
     assert (conform("seed", 3.0, int), conform("beta", 0, float), conform("dual_clip", None, float | None)) == (
-        3, 0, None)
+        3,
+        0,
+        None,
+    )
     assert (describe(int | None), describe(str | list[str])) == ("an integer or None", "a string or a list of strings")
     assert (closest("learnig_rate", ["learning_rate", "seed"]), closest("zzz", ["seed"])) == ("learning_rate", None)
 
 
 def test_train_command_helpers():
     assert [run_preset("demo", None), run_preset("frozenlake", None), run_preset("demo", "gpu")] == [
-        "demo", "cpu", "gpu"]
+        "demo",
+        "cpu",
+        "gpu",
+    ]
     cfg = train_config(build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"]))
     assert (cfg.max_steps, cfg.learning_rate, cfg.max_completion_length) == (5, 0.001, 24)
 
@@ -121,8 +139,9 @@ def test_step_helpers_whose_examples_left_core(tmp_path):
     per_token, mask = torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1, 1], [1, 0]])
     assert row_losses(per_token, mask, "seq_mean").tolist() == [1.5, 3.0]
     ids = torch.tensor([[10, 11, 12, 13]])
-    logp = sequence_logprobs(tiny_model(tiny_tokenizer()), ids, torch.ones_like(ids), torch.arange(4)[None],
-                             targets=ids[:, 2:], chunk_size=1)
+    logp = sequence_logprobs(
+        tiny_model(tiny_tokenizer()), ids, torch.ones_like(ids), torch.arange(4)[None], targets=ids[:, 2:], chunk_size=1
+    )
     assert (logp.shape, logp.dtype) == (torch.Size([1, 2]), torch.float32)
     policy, _ = load_policy(save_tiny_model(str(tmp_path)), quantization="4bit", lora_r=4, device="cpu")
     assert keep_4bit_trainable(policy) == 14  # 7 projections x 2 layers

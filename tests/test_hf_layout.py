@@ -15,21 +15,31 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-
-from erl_lite.run import checkpoint
-from erl_lite.run.checkpoint import CheckpointError
-from erl_lite.config import ERLConfig
-from erl_lite.models import load_policy, trainable_parameters
-from erl_lite.testing import save_tiny_model
-from erl_lite.run.trainer import ERLTrainer
-
 from test_run_faults import rerecord
 
+from erl_lite.config import ERLConfig
+from erl_lite.models import load_policy, trainable_parameters
+from erl_lite.run import checkpoint
+from erl_lite.run.checkpoint import CheckpointError
+from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import save_tiny_model
+
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
-ARGS = dict(max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-            max_reflection_length=12, max_reflection_prompt_length=700, eval_steps=0,
-            progress_bar=False, learning_rate=1e-2, beta=0.0, per_device_train_batch_size=8,
-            save_steps=1, seed=7)
+ARGS = dict(
+    max_steps=2,
+    num_tasks_per_step=2,
+    num_generations=2,
+    max_completion_length=8,
+    max_reflection_length=12,
+    max_reflection_prompt_length=700,
+    eval_steps=0,
+    progress_bar=False,
+    learning_rate=1e-2,
+    beta=0.0,
+    per_device_train_batch_size=8,
+    save_steps=1,
+    seed=7,
+)
 
 
 def vowel_reward(prompts, completions, **kw):
@@ -49,8 +59,12 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     trainer = make_trainer(base, out)
     trainer.train()
-    return SimpleNamespace(base=base, dir=out, trainer=trainer,
-                           params={k: v.clone() for k, v in trainable_parameters(trainer.model).items()})
+    return SimpleNamespace(
+        base=base,
+        dir=out,
+        trainer=trainer,
+        params={k: v.clone() for k, v in trainable_parameters(trainer.model).items()},
+    )
 
 
 @pytest.fixture
@@ -132,8 +146,9 @@ def _reshape(tensors):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage,words", [(_poison, "NaN or inf"), (_drop, "missing"),
-                                          (_extra, "not in this model"), (_reshape, "shape")])
+@pytest.mark.parametrize(
+    "damage,words", [(_poison, "NaN or inf"), (_drop, "missing"), (_extra, "not in this model"), (_reshape, "shape")]
+)
 def test_resume_refuses_a_damaged_adapter_naming_the_tensor(run, copy, damage, words):
     path = copy / "checkpoint-2" / "adapter_model.safetensors"
     tensors = load_file(path)
@@ -162,20 +177,39 @@ def _to_old_layout(folder, trainer):
     from peft.utils import load_peft_weights, set_peft_model_state_dict
 
     set_peft_model_state_dict(trainer.model, load_peft_weights(str(folder), device="cpu"))
-    save_file({k: v.contiguous() for k, v in trainable_parameters(trainer.model).items()},
-              folder / "trainable.safetensors")
+    save_file(
+        {k: v.contiguous() for k, v in trainable_parameters(trainer.model).items()}, folder / "trainable.safetensors"
+    )
     os.makedirs(folder / "adapter")
     for name in ("adapter_model.safetensors", "adapter_config.json"):
         os.replace(folder / name, folder / "adapter" / name)
     for name in os.listdir(folder):
         if name.startswith(("tokenizer", "special_tokens", "chat_template", "erl_lite.json", "README")):
             os.remove(folder / name)
-    files = sorted(["trainable.safetensors", "optimizer.pt", "scheduler.pt", "rng.json", "memory.json",
-                    "history.jsonl", "samples.jsonl"])
-    (folder / "trainer_state.json").write_text(json.dumps(
-        {"format": 2, "step": erl["step"], "files": files, "config": erl["config"], "model": erl["model"],
-         **({"tokenizer": erl["tokenizer"]} if "tokenizer" in erl else {}),
-         **({"env": erl["env"]} if "env" in erl else {})}))
+    files = sorted(
+        [
+            "trainable.safetensors",
+            "optimizer.pt",
+            "scheduler.pt",
+            "rng.json",
+            "memory.json",
+            "history.jsonl",
+            "samples.jsonl",
+        ]
+    )
+    (folder / "trainer_state.json").write_text(
+        json.dumps(
+            {
+                "format": 2,
+                "step": erl["step"],
+                "files": files,
+                "config": erl["config"],
+                "model": erl["model"],
+                **({"tokenizer": erl["tokenizer"]} if "tokenizer" in erl else {}),
+                **({"env": erl["env"]} if "env" in erl else {}),
+            }
+        )
+    )
     os.remove(folder / "erl_state.json")
     os.remove(folder / "manifest.json")  # format 2 had none
 
@@ -229,8 +263,10 @@ def test_save_model_writes_adapter_tokenizer_and_config(run, tmp_path, where):
 @pytest.mark.slow
 def test_push_to_hub_saves_then_uploads_only_when_asked(run, copy, monkeypatch):
     pushed = []
-    monkeypatch.setattr("erl_lite.run.export.push_to_hub",
-                        lambda folder, repo, **kw: pushed.append((folder, repo, kw)) or f"https://hf.co/{repo}")
+    monkeypatch.setattr(
+        "erl_lite.run.export.push_to_hub",
+        lambda folder, repo, **kw: pushed.append((folder, repo, kw)) or f"https://hf.co/{repo}",
+    )
     trainer = make_trainer(run.base, copy / "fresh")
     trainer.train()
     assert pushed == []  # push_to_hub=False: nothing leaves the machine
@@ -245,17 +281,25 @@ def test_push_to_hub_saves_then_uploads_only_when_asked(run, copy, monkeypatch):
     assert [p[:2] for p in pushed] == [(str(copy / "pushed"), "me/erl-run")]
 
 
-@pytest.mark.parametrize("given, words", [({"push_to_hub": True}, "hub_model_id"),
-                                          ({"push_to_hub": "yes"}, "push_to_hub"),
-                                          ({"hub_model_id": "no-owner"}, "user-or-org/name")])
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        ({"push_to_hub": True}, "hub_model_id"),
+        ({"push_to_hub": "yes"}, "push_to_hub"),
+        ({"hub_model_id": "no-owner"}, "user-or-org/name"),
+    ],
+)
 def test_hub_settings_are_checked_when_the_config_is_built(given, words):
     with pytest.raises(ValueError, match=words):
         ERLConfig(**given)
 
 
 # --- where a run goes when no output_dir is given ------------------------------------------------
-@pytest.mark.parametrize("make", [lambda: ERLConfig(), lambda: ERLConfig.preset("cpu"), lambda: ERLConfig.preset("gpu")],
-                         ids=["ERLConfig", "cpu", "gpu"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: ERLConfig(), lambda: ERLConfig.preset("cpu"), lambda: ERLConfig.preset("gpu")],
+    ids=["ERLConfig", "cpu", "gpu"],
+)
 def test_the_default_output_dir_is_transformers_trainer_output(make):
     from transformers import TrainingArguments
 
@@ -268,11 +312,20 @@ def test_a_run_without_output_dir_saves_in_trainer_output_and_none_saves_nothing
     args = {k: v for k, v in ARGS.items() if k != "save_steps"}
     torch.manual_seed(0)
     model, tok = load_policy(run.base, peft="lora", lora_r=2, device="cpu")
-    ERLTrainer(model=model, processing_class=tok, args=ERLConfig.preset("cpu", **{**args, "max_steps": 1}),
-               reward_funcs=vowel_reward, train_dataset=ROWS).train()
+    ERLTrainer(
+        model=model,
+        processing_class=tok,
+        args=ERLConfig.preset("cpu", **{**args, "max_steps": 1}),
+        reward_funcs=vowel_reward,
+        train_dataset=ROWS,
+    ).train()
     assert {"adapter_config.json", "checkpoint-1", "history.jsonl"} <= set(os.listdir(tmp_path / "trainer_output"))
     shutil.rmtree(tmp_path / "trainer_output")
-    ERLTrainer(model=model, processing_class=tok, args=ERLConfig.preset("cpu", **{**args, "max_steps": 1},
-                                                                         output_dir=None),
-               reward_funcs=vowel_reward, train_dataset=ROWS).train()
+    ERLTrainer(
+        model=model,
+        processing_class=tok,
+        args=ERLConfig.preset("cpu", **{**args, "max_steps": 1}, output_dir=None),
+        reward_funcs=vowel_reward,
+        train_dataset=ROWS,
+    ).train()
     assert os.listdir(tmp_path) == []  # None: kept in memory, no file written

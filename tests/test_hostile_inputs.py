@@ -5,7 +5,6 @@ a solved run's silent weights, an oversized memory entry, and the paths and rout
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -46,12 +45,19 @@ def test_a_history_no_check_can_read_is_not_a_clean_bill(tmp_path, capsys, histo
     assert "had anything to read" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("line, says", [
-    ("[1, 2]", "got list"), ('"text"', "got str"), ("3", "got int"), ("null", "got NoneType"),
-    ('{"kind": "train", "step": "x"}', "step"), ('{"kind": "train"}', "step"),
-    ('{"kind": "train", "step": true}', "step"),
-    ("DEEP", "nested"),
-])
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ("[1, 2]", "got list"),
+        ('"text"', "got str"),
+        ("3", "got int"),
+        ("null", "got NoneType"),
+        ('{"kind": "train", "step": "x"}', "step"),
+        ('{"kind": "train"}', "step"),
+        ('{"kind": "train", "step": true}', "step"),
+        ("DEEP", "nested"),
+    ],
+)
 def test_a_hostile_history_line_is_named_in_one_line(tmp_path, capsys, line, says):
     line = "[" * 100_000 + "]" * 100_000 if line == "DEEP" else line
     code, out, err = doctor(run_folder(tmp_path, json.dumps(HEALTHY_ROW) + "\n" + line + "\n"), capsys)
@@ -69,11 +75,19 @@ def test_non_utf8_bytes_name_the_file(tmp_path, capsys, name):
     assert code == 2 and name in err and "UTF-8" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("args, says", [
-    ('{"max_steps": 3, "mo', "not valid JSON"), ("[1, 2, 3]", "got list"), ('"erl"', "got str"),
-    ('{"max_steps": "ten"}', "max_steps"), ('{"mode": 3}', "mode"), ('{"use_memory": "no"}', "use_memory"),
-    ('{"learning_rate": [1]}', "learning_rate"), ("DEEP", "nested"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        ('{"max_steps": 3, "mo', "not valid JSON"),
+        ("[1, 2, 3]", "got list"),
+        ('"erl"', "got str"),
+        ('{"max_steps": "ten"}', "max_steps"),
+        ('{"mode": 3}', "mode"),
+        ('{"use_memory": "no"}', "use_memory"),
+        ('{"learning_rate": [1]}', "learning_rate"),
+        ("DEEP", "nested"),
+    ],
+)
 def test_a_torn_or_wrong_typed_training_args_is_named(tmp_path, capsys, args, says):
     args = "[" * 100_000 + "]" * 100_000 if args == "DEEP" else args
     code, out, err = doctor(run_folder(tmp_path, json.dumps(HEALTHY_ROW) + "\n", args), capsys)
@@ -84,8 +98,7 @@ def test_a_torn_or_wrong_typed_training_args_is_named(tmp_path, capsys, args, sa
 def test_exit_codes_are_distinct(tmp_path, capsys):
     rows = [{"kind": "train", "step": s, "reflection/parse_rate": p} for s in range(1, 5) for p in [1.0]]
     healthy = run_folder(tmp_path / "ok", "".join(json.dumps(r) + "\n" for r in rows))
-    warned = run_folder(tmp_path / "bad", "".join(json.dumps({**r, "reflection/parse_rate": 0.0}) + "\n"
-                                                  for r in rows))
+    warned = run_folder(tmp_path / "bad", "".join(json.dumps({**r, "reflection/parse_rate": 0.0}) + "\n" for r in rows))
     assert [doctor(f, capsys)[0] for f in (healthy, warned, tmp_path / "none")] == [0, 1, 2]
 
 
@@ -93,8 +106,12 @@ def test_exit_codes_are_distinct(tmp_path, capsys):
 def test_diagnose_takes_a_path_or_a_history(tmp_path, kind):
     rows = [{"kind": "train", "step": s, "reflection/parse_rate": 0.0} for s in range(1, 5)]
     run_folder(tmp_path, "".join(json.dumps(r) + "\n" for r in rows), json.dumps({"max_steps": 4}))
-    given = {str: str(tmp_path), Path: tmp_path, "file": str(tmp_path / "history.jsonl"),
-             "history": erl_lite.History.load(tmp_path)}[kind]
+    given = {
+        str: str(tmp_path),
+        Path: tmp_path,
+        "file": str(tmp_path / "history.jsonl"),
+        "history": erl_lite.History.load(tmp_path),
+    }[kind]
     report = erl_lite.diagnose(given)
     assert [f.name for f in report.warnings] == ["parse_rate"] and report.steps == 4
     if kind != "history":  # a path also reads the folder's settings
@@ -118,11 +135,28 @@ def test_a_run_solved_from_step_1_without_weight_decay_is_healthy(tmp_path, caps
     assert "frozen_weights" not in out and "solved" in out and code == 0
 
 
-@pytest.mark.parametrize("signal, fires", [({}, False), ({"advantage/first": 0.5}, True),
-                                           ({"internalization/weight": 0.7}, True), ({"grad_norm": 0.3}, True)])
+@pytest.mark.parametrize(
+    "signal, fires",
+    [
+        ({}, False),
+        ({"advantage/first": 0.5}, True),
+        ({"internalization/weight": 0.7}, True),
+        ({"grad_norm": 0.3}, True),
+    ],
+)
 def test_frozen_weights_reads_only_steps_that_had_something_to_learn(signal, fires):
-    rows = [{"kind": "train", "step": s, "optim/steps": 1.0, "weights/update_ratio": 0.0, "grad_norm": 0.0,
-             "advantage/first": 0.0, **signal} for s in range(1, 6)]
+    rows = [
+        {
+            "kind": "train",
+            "step": s,
+            "optim/steps": 1.0,
+            "weights/update_ratio": 0.0,
+            "grad_norm": 0.0,
+            "advantage/first": 0.0,
+            **signal,
+        }
+        for s in range(1, 6)
+    ]
     assert ("frozen_weights" in [f.name for f in erl_lite.diagnose(rows).warnings]) == fires
 
 
@@ -137,8 +171,9 @@ def plain_vocabulary_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>", pad_token="<eos>")
 
 
-@pytest.mark.parametrize("tokenizer, level", [(lambda: tiny_tokenizer(chat_template=False), "warning"),
-                                              (plain_vocabulary_tokenizer, "note")])
+@pytest.mark.parametrize(
+    "tokenizer, level", [(lambda: tiny_tokenizer(chat_template=False), "warning"), (plain_vocabulary_tokenizer, "note")]
+)
 def test_a_missing_template_on_a_chat_vocabulary_is_a_warning(tokenizer, level):
     from erl_lite.envs.frozenlake import FrozenLake
 
@@ -156,8 +191,13 @@ from erl_lite.testing import CountingTokenizer  # noqa: E402
 def test_a_huge_part_is_tokenized_once_per_request(part):
     budget, counted = 1200, {}
     for size in (10_000, 1_000_000):
-        parts = {"task_text": "Say 1.", "base_prompt": "A is you.", "trace": "x", "feedback": "wrong",
-                 part: "B" + "rule " * (size // 5) + "E"}
+        parts = {
+            "task_text": "Say 1.",
+            "base_prompt": "A is you.",
+            "trace": "x",
+            "feedback": "wrong",
+            part: "B" + "rule " * (size // 5) + "E",
+        }
         tok = CountingTokenizer(tiny_tokenizer())
         _, ids = reflection_messages(**parts, reward=0.0, tokenizer=tok, max_tokens=budget)
         assert len(ids) <= budget
@@ -192,8 +232,15 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("given, expected", [("~/erl_runs/x", "home/erl_runs/x"), ("$ERL_RUNS/x", "runs/x"),
-                                             ("${ERL_RUNS}/y", "runs/y"), ("plain/z", "plain/z")])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("~/erl_runs/x", "home/erl_runs/x"),
+        ("$ERL_RUNS/x", "runs/x"),
+        ("${ERL_RUNS}/y", "runs/y"),
+        ("plain/z", "plain/z"),
+    ],
+)
 @pytest.mark.parametrize("route", ["python", "cli", "yaml"])
 def test_paths_expand_home_and_variables_by_every_route(home, given, expected, route):
     from erl_lite.cli import build_parser
@@ -232,8 +279,7 @@ def captured_trainer(tmp_path, monkeypatch):
             return History()
 
     (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say 1.", "answer": "1"}) + "\n")
-    (tmp_path / "mymod_w.py").write_text("def a(completions, **kw):\n    return [1.0] * len(completions)\n"
-                                         "b = a\n")
+    (tmp_path / "mymod_w.py").write_text("def a(completions, **kw):\n    return [1.0] * len(completions)\nb = a\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(erl_lite.run.trainer, "ERLTrainer", Recorder)
@@ -254,8 +300,15 @@ def test_reward_weights_reach_the_trainer(captured_trainer, tmp_path, capsys, ro
     assert captured_trainer["reward_weights"] == [0.0, 1.0]
 
 
-@pytest.mark.parametrize("weights, says", [(["1"], "the 2 reward_funcs"), (["1", "2", "3"], "the 2 reward_funcs"),
-                                           (["x", "1"], "x"), (["nan", "1"], "finite")])
+@pytest.mark.parametrize(
+    "weights, says",
+    [
+        (["1"], "the 2 reward_funcs"),
+        (["1", "2", "3"], "the 2 reward_funcs"),
+        (["x", "1"], "x"),
+        (["nan", "1"], "finite"),
+    ],
+)
 def test_reward_weights_are_checked_against_the_reward_functions(captured_trainer, capsys, weights, says):
     try:
         code = main([*DATA, "--reward-weights", *weights])

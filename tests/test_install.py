@@ -16,8 +16,8 @@ import torch
 
 import erl_lite
 from erl_lite import ERLConfig, ERLTrainer
-from erl_lite.integrations.colab import environment_report
 from erl_lite.config.presets import GPU_PRESETS, PRESETS, require_cuda_for_preset
+from erl_lite.integrations.colab import environment_report
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -25,8 +25,13 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 # --- the install path -------------------------------------------------------------------------
 def _git(*args: str, cwd: pathlib.Path) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
@@ -53,22 +58,41 @@ def test_install_from_a_git_url_at_the_release_ref_carries_code_and_data(tmp_pat
     target = tmp_path / "target"
     # The URL form the notebooks use (git+URL@ref), on a local repository: no network, no deps.
     url = f"git+{repo.as_uri()}@{erl_lite.RELEASE_REF}"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target), url], check=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            url,
+        ],
+        check=True,
+        timeout=300,
+    )
 
     # Every file of the package in the repository (code and data) is in the installed copy.
     wanted = {p.relative_to(repo) for p in (repo / "erl_lite").rglob("*") if p.is_file()}
-    installed = {p.relative_to(target) for p in (target / "erl_lite").rglob("*")
-                 if p.is_file() and "__pycache__" not in p.parts}
+    installed = {
+        p.relative_to(target) for p in (target / "erl_lite").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    }
     assert wanted - installed == set(), f"not installed: {sorted(map(str, wanted - installed))[:10]}"
     assert pathlib.Path("erl_lite/data/embedded/model.safetensors") in installed
 
     # Imported from the target alone (plus site-packages for torch & co.), far from the checkout.
-    probe = ("import erl_lite, erl_lite.integrations.colab; from erl_lite.embedded.loading import EMBEDDED_DIR; "
-             "print(erl_lite.__file__); print(sorted(p.name for p in EMBEDDED_DIR.iterdir()))")
+    probe = (
+        "import erl_lite, erl_lite.integrations.colab; from erl_lite.embedded.loading import EMBEDDED_DIR; "
+        "print(erl_lite.__file__); print(sorted(p.name for p in EMBEDDED_DIR.iterdir()))"
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True,
-                         capture_output=True, text=True, timeout=120).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True, capture_output=True, text=True, timeout=120
+    ).stdout.splitlines()
     assert pathlib.Path(out[0]).resolve().is_relative_to(target.resolve()), out[0]
     assert "model.safetensors" in out[1] and "tokenizer.json" in out[1]
 
@@ -87,13 +111,16 @@ def _pip_install_args(text: str) -> list[str]:
 BARE_NAME = re.compile(r"erl[-_.]?lite(\[[^\]]*\])?([<>=!~]=?.*)?", re.I)
 
 
-@pytest.mark.parametrize("text, bare", [
-    ('subprocess.run([sys.executable, "-m", "pip", "install", "-q", "erl-lite"], check=True)', True),
-    ("!pip install -q erl_lite==0.1.0", True),
-    ("%pip install 'erl-lite[notebooks]'", True),
-    ("!pip install git+https://github.com/o/erl_lite@v1 -c https://x/constraints.txt", False),
-    ("import erl_lite\nprint(erl_lite.__version__)", False),
-])
+@pytest.mark.parametrize(
+    "text, bare",
+    [
+        ('subprocess.run([sys.executable, "-m", "pip", "install", "-q", "erl-lite"], check=True)', True),
+        ("!pip install -q erl_lite==0.1.0", True),
+        ("%pip install 'erl-lite[notebooks]'", True),
+        ("!pip install git+https://github.com/o/erl_lite@v1 -c https://x/constraints.txt", False),
+        ("import erl_lite\nprint(erl_lite.__version__)", False),
+    ],
+)
 def test_the_bare_name_check_finds_what_it_should(text, bare):
     assert any(BARE_NAME.fullmatch(a) for a in _pip_install_args(text)) is bare
 
@@ -103,8 +130,10 @@ def test_no_notebook_installs_a_bare_name_from_the_index(path):
     """A bare ``erl-lite`` would install whatever a stranger registers under that name."""
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):
         bare = [a for a in _pip_install_args("".join(cell["source"])) if BARE_NAME.fullmatch(a)]
-        assert not bare, f"{path.name} cell {i} installs {bare} from the package index; install " \
-                         "from the repository (scripts/sync_notebooks.py renders the cell)"
+        assert not bare, (
+            f"{path.name} cell {i} installs {bare} from the package index; install "
+            "from the repository (scripts/sync_notebooks.py renders the cell)"
+        )
 
 
 def test_the_install_cell_pins_the_repository_and_its_constraints_at_one_ref():
@@ -205,5 +234,9 @@ def test_the_trainer_refuses_to_load_a_named_model_for_a_gpu_preset_on_the_cpu(n
     path = save_tiny_model(tmp_path / "tiny")
     args = ERLConfig.preset("gpu", max_steps=1, num_tasks_per_step=1, progress_bar=False)
     with pytest.raises(RuntimeError, match="no CUDA device"):
-        ERLTrainer(str(path), reward_funcs=lambda prompts, completions, **kw: [0.0] * len(completions),
-                   args=args, train_dataset=[{"prompt": "hi"}])
+        ERLTrainer(
+            str(path),
+            reward_funcs=lambda prompts, completions, **kw: [0.0] * len(completions),
+            args=args,
+            train_dataset=[{"prompt": "hi"}],
+        )

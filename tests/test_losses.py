@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import assert_close_rel
 
 from erl_lite.core.losses import (
     LOSS_TYPES,
@@ -17,8 +18,6 @@ from erl_lite.core.losses import (
     policy_objective,
     token_logprobs,
 )
-
-from conftest import assert_close_rel
 
 EL, EH, C = 0.2, 0.28, 3.0
 
@@ -33,6 +32,7 @@ def _ragged_mask(lengths: list[int], T: int) -> torch.Tensor:
 
 
 # --- token log-probs and KL ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -68,6 +68,7 @@ def test_k3_is_nonnegative_and_zero_at_equality():
 
 # --- clipped policy loss -------------------------------------------------------------------
 
+
 def test_ratio_one_gives_minus_advantage_per_token():
     g = _gen(4)
     logp = -torch.rand(3, 5, generator=g)
@@ -82,8 +83,13 @@ def _ratios_loss(ratios: torch.Tensor, adv: float, dual_clip=C):
     old = torch.full_like(ratios, -1.0)
     logp = (old + ratios.log()).requires_grad_(True)
     loss, clipped = clipped_policy_loss(
-        logp[:, None], old[:, None], torch.full((len(ratios),), adv), torch.ones(len(ratios), 1),
-        epsilon_low=EL, epsilon_high=EH, dual_clip=dual_clip,
+        logp[:, None],
+        old[:, None],
+        torch.full((len(ratios),), adv),
+        torch.ones(len(ratios), 1),
+        epsilon_low=EL,
+        epsilon_high=EH,
+        dual_clip=dual_clip,
     )
     loss.sum().backward()
     return loss.detach().squeeze(1), clipped.squeeze(1), logp.grad
@@ -134,6 +140,7 @@ def test_invalid_clip_settings_are_refused_by_the_config():
 
 # --- masks ---------------------------------------------------------------------------------
 
+
 def _random_batch(seed: int, B: int = 4, T: int = 7):
     g = _gen(seed)
     logp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
@@ -156,8 +163,7 @@ def test_masked_tokens_change_neither_loss_nor_grads(loss_type):
             return t + noise * out * torch.randn(t.shape, generator=g, dtype=t.dtype)
 
         lp = bump(logp).requires_grad_(True)
-        loss, stats = policy_objective(lp, bump(old), bump(ref), adv, mask, beta=0.1,
-                                       loss_type=loss_type)
+        loss, stats = policy_objective(lp, bump(old), bump(ref), adv, mask, beta=0.1, loss_type=loss_type)
         loss.backward()
         results.append((loss.detach(), lp.grad, stats))
         lw = bump(logp).requires_grad_(True)
@@ -183,10 +189,9 @@ def test_clip_flags_and_stats_ignore_masked_tokens():
 
 # --- aggregation ---------------------------------------------------------------------------
 
+
 def test_aggregation_hand_checked():
-    per_token = torch.tensor([[1.0, 2.0, 3.0, 100.0],
-                              [4.0, 100.0, 100.0, 100.0],
-                              [100.0, 100.0, 100.0, 100.0]])
+    per_token = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, 100.0, 100.0, 100.0], [100.0, 100.0, 100.0, 100.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])  # last row: no loss tokens
     assert aggregate(per_token, mask, "seq_sum").item() == pytest.approx((6 + 4) / 2)
     assert aggregate(per_token, mask, "token_mean").item() == pytest.approx(10 / 4)
@@ -215,6 +220,7 @@ def test_nll_loss_weights_and_mask():
 
 # --- gradient accumulation -----------------------------------------------------------------
 
+
 def _tiny_model_batch(B: int = 6, T: int = 5, V: int = 9, D: int = 4):
     g = _gen(7)
     model = torch.nn.Linear(D, V).double()
@@ -236,8 +242,7 @@ def _tiny_model_batch(B: int = 6, T: int = 5, V: int = 9, D: int = 4):
 def _grad(model, x, ids, old, ref, adv, mask, loss_type, normalizer, kind):
     logp = token_logprobs(model(x), ids)
     if kind == "policy":
-        loss, _ = policy_objective(logp, old, ref, adv, mask, beta=0.05, loss_type=loss_type,
-                                   normalizer=normalizer)
+        loss, _ = policy_objective(logp, old, ref, adv, mask, beta=0.05, loss_type=loss_type, normalizer=normalizer)
     else:
         loss = aggregate(nll_loss(logp, adv.abs(), mask), mask, loss_type, normalizer)
     loss.backward()
@@ -254,8 +259,7 @@ def test_gradient_accumulation_matches_full_batch(loss_type, kind):
     def accumulate(normalizer_of):
         model.zero_grad()
         for sl in (slice(0, 3), slice(3, 6)):
-            _grad(model, x[sl], ids[sl], old[sl], ref[sl], adv[sl], mask[sl], loss_type,
-                  normalizer_of(mask[sl]), kind)
+            _grad(model, x[sl], ids[sl], old[sl], ref[sl], adv[sl], mask[sl], loss_type, normalizer_of(mask[sl]), kind)
         return [p.grad.clone() for p in model.parameters()]
 
     exact = accumulate(lambda _: normalizer_for(mask, loss_type))
@@ -268,6 +272,7 @@ def test_gradient_accumulation_matches_full_batch(loss_type, kind):
 
 
 # --- parity with TRL's GRPO loss -----------------------------------------------------------
+
 
 def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None, level="token"):
     """Independent re-derivation of TRL 1.16.0 `GRPOTrainer._compute_loss`
@@ -297,8 +302,7 @@ def _trl_formula(logp, old, ref, adv, mask, beta, trl_loss_type, num_items=None,
 
 # Our aggregation ↔ TRL's loss_type (TRL's "dapo" is token_mean with a whole-batch normalizer;
 # "bnpo" is token_mean only for a batch in one micro-batch, as here, so erl_lite refuses the name).
-TRL_MATCH = [("token_mean", "bnpo"), ("seq_mean", "grpo"), ("seq_sum", "luspo"),
-             ("token_mean", "dapo")]
+TRL_MATCH = [("token_mean", "bnpo"), ("seq_mean", "grpo"), ("seq_sum", "luspo"), ("token_mean", "dapo")]
 
 
 def _parity_batch(seed: int):
@@ -313,9 +317,19 @@ def test_parity_with_trl_grpo_formula(ours, theirs, level):
     logp, old, ref, adv, mask = _parity_batch(8)
     if level == "sequence":  # shift whole sequences so some sequence-level ratios leave the clip range
         old = old + torch.tensor([-0.4, 0.4, 0.0, 0.3, 0.0, 0.0], dtype=old.dtype)[:, None]
-    loss, stats = policy_objective(logp, old, ref, adv, mask, beta=0.04, epsilon_low=EL,
-                                   epsilon_high=EH, dual_clip=None, loss_type=ours,
-                                   importance_sampling_level=level)
+    loss, stats = policy_objective(
+        logp,
+        old,
+        ref,
+        adv,
+        mask,
+        beta=0.04,
+        epsilon_low=EL,
+        epsilon_high=EH,
+        dual_clip=None,
+        loss_type=ours,
+        importance_sampling_level=level,
+    )
     (g_ours,) = torch.autograd.grad(loss, logp)
     expected = _trl_formula(logp, old, ref, adv, mask, 0.04, theirs, num_items=mask.sum(), level=level)
     (g_trl,) = torch.autograd.grad(expected, logp)
@@ -331,29 +345,45 @@ def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type, level=
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     B, T = mask.shape
-    identity = SimpleNamespace(gather=lambda t: t, gather_for_metrics=lambda t: t,
-                               reduce=lambda t, reduction="sum": t, num_processes=1)
+    identity = SimpleNamespace(
+        gather=lambda t: t, gather_for_metrics=lambda t: t, reduce=lambda t, reduction="sum": t, num_processes=1
+    )
     trainer = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level=level,
-        beta=beta, loss_type=trl_loss_type, epsilon_low=EL, epsilon_high=EH, use_vllm=False,
-        vllm_importance_sampling_correction=False, model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1, _entropy_bonus_enabled=False,
-        aux_loss_enabled=False, accelerator=identity,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level=level,
+        beta=beta,
+        loss_type=trl_loss_type,
+        epsilon_low=EL,
+        epsilon_high=EH,
+        use_vllm=False,
+        vllm_importance_sampling_correction=False,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        _entropy_bonus_enabled=False,
+        aux_loss_enabled=False,
+        accelerator=identity,
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
         args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
     )
     inputs = {
-        "prompt_ids": torch.zeros(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1),
-        "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask,
-        "advantages": adv, "old_per_token_logps": old, "ref_per_token_logps": ref,
+        "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 1),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
         "num_items_in_batch": mask.sum(),
     }
     try:
         loss = GRPOTrainer._compute_loss(trainer, None, inputs)
     except (AttributeError, KeyError, TypeError) as err:
-        pytest.skip(f"TRL's private GRPO loss internals changed ({err!r}); "
-                    "test_parity_with_trl_grpo_formula still checks the formula")
+        pytest.skip(
+            f"TRL's private GRPO loss internals changed ({err!r}); "
+            "test_parity_with_trl_grpo_formula still checks the formula"
+        )
     return loss, trainer._metrics["train"]
 
 
@@ -362,9 +392,19 @@ def _run_trl_compute_loss(logp, old, ref, adv, mask, beta, trl_loss_type, level=
 @pytest.mark.parametrize("ours,theirs", TRL_MATCH)
 def test_parity_with_installed_trl_compute_loss(ours, theirs, level):
     logp, old, ref, adv, mask = _parity_batch(9)
-    loss, stats = policy_objective(logp, old, ref, adv, mask, beta=0.04, epsilon_low=EL,
-                                   epsilon_high=EH, dual_clip=None, loss_type=ours,
-                                   importance_sampling_level=level)
+    loss, stats = policy_objective(
+        logp,
+        old,
+        ref,
+        adv,
+        mask,
+        beta=0.04,
+        epsilon_low=EL,
+        epsilon_high=EH,
+        dual_clip=None,
+        loss_type=ours,
+        importance_sampling_level=level,
+    )
     (g_ours,) = torch.autograd.grad(loss, logp)
     trl_loss, metrics = _run_trl_compute_loss(logp, old, ref, adv, mask, 0.04, theirs, level)
     (g_trl,) = torch.autograd.grad(trl_loss, logp)
@@ -375,6 +415,7 @@ def test_parity_with_installed_trl_compute_loss(ours, theirs, level):
 
 
 # --- numerical safety of the KL term -------------------------------------------------------
+
 
 def test_kl_gradient_is_finite_with_extreme_logprobs_at_masked_slots():
     # A padded slot whose policy log-prob is -1000 against a reference of 0 (how padded
@@ -405,6 +446,7 @@ def test_k3_kl_is_clamped_like_verl():
 
 # --- the objective PolicyUpdater trains with is the one checked against TRL ----------------
 
+
 def _train_rows(n: int = 8, seed: int = 0):
     import random
 
@@ -416,8 +458,11 @@ def _train_rows(n: int = 8, seed: int = 0):
         prompt = [rng.randrange(6, 100) for _ in range(rng.randrange(3, 12))]
         completion = [rng.randrange(6, 100) for _ in range(rng.randrange(1, 9))]
         mask = [1] + [int(rng.random() < 0.8) for _ in completion[1:]]
-        rows.append(TrainSample(("first", "reflection", "second", "distill")[i % 4], prompt, completion, mask,
-                                rng.uniform(-1.5, 1.5)))
+        rows.append(
+            TrainSample(
+                ("first", "reflection", "second", "distill")[i % 4], prompt, completion, mask, rng.uniform(-1.5, 1.5)
+            )
+        )
     return rows
 
 
@@ -445,8 +490,7 @@ def test_policy_updater_calls_the_trl_parity_objective(monkeypatch, steps):
     def checked(logp, old, ref, adv, mask, **kw):
         loss, stats = real(logp, old, ref, adv, mask, **kw)
         old_or_current = logp.detach() if old is None else old
-        expected = _trl_formula(logp, old_or_current, ref, adv, mask, kw["beta"], "dapo",
-                                num_items=kw["normalizer"])
+        expected = _trl_formula(logp, old_or_current, ref, adv, mask, kw["beta"], "dapo", num_items=kw["normalizer"])
         (g_ours,) = torch.autograd.grad(loss, logp, retain_graph=True)
         (g_trl,) = torch.autograd.grad(expected, logp, retain_graph=True)
         # float32 (the model's log-probs), the same formula twice: ~1e-7 of the magnitudes.
@@ -457,8 +501,14 @@ def test_policy_updater_calls_the_trl_parity_objective(monkeypatch, steps):
 
     monkeypatch.setattr(update, "policy_objective", checked)
     model, tok = _lora_policy()
-    cfg = ERLConfig(beta=0.04, dual_clip=None, loss_type="token_mean", steps_per_generation=steps,
-                    per_device_train_batch_size=3, temperature=1.0)
+    cfg = ERLConfig(
+        beta=0.04,
+        dual_clip=None,
+        loss_type="token_mean",
+        steps_per_generation=steps,
+        per_device_train_batch_size=3,
+        temperature=1.0,
+    )
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=2.0)
     update.PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(_train_rows(12))
     assert len(calls) >= 2 * steps
@@ -472,8 +522,14 @@ def test_policy_updater_gradient_equals_trl_loss_on_the_whole_batch():
 
     model, tok = _lora_policy()
     rows = _train_rows(8)
-    cfg = ERLConfig(beta=0.04, dual_clip=None, loss_type="seq_sum", per_device_train_batch_size=3,
-                    temperature=0.7, max_grad_norm=1e9)
+    cfg = ERLConfig(
+        beta=0.04,
+        dual_clip=None,
+        loss_type="seq_sum",
+        per_device_train_batch_size=3,
+        temperature=0.7,
+        max_grad_norm=1e9,
+    )
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     opt = torch.optim.SGD(params.values(), lr=0.0)
     seen = {}
@@ -494,6 +550,7 @@ def test_policy_updater_gradient_equals_trl_loss_on_the_whole_batch():
 
 
 # --- TRL's loss_type names and the sequence-level ratio ---------------------------------------
+
 
 @pytest.mark.parametrize("trl_name,ours", [("grpo", "seq_mean"), ("dapo", "token_mean"), ("luspo", "seq_sum")])
 def test_trl_loss_type_names_are_the_same_formula(trl_name, ours):
@@ -519,8 +576,9 @@ def test_sequence_level_ratio_is_shared_by_the_sequence():
     old = torch.tensor([[-0.1, 0.1, 5.0]])  # mean over the two loss tokens: 0; the masked slot is ignored
     mask = torch.tensor([[1, 1, 0]])
     tok, clipped_tok = clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, dual_clip=None)
-    seq, clipped_seq = clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, dual_clip=None,
-                                           importance_sampling_level="sequence")
+    seq, clipped_seq = clipped_policy_loss(
+        logp, old, torch.tensor([1.0]), mask, dual_clip=None, importance_sampling_level="sequence"
+    )
     assert torch.allclose(seq, torch.tensor([[-1.0, -1.0, 0.0]]))  # ratio exp(0) = 1 for both tokens
     assert not torch.allclose(tok, seq)
     with pytest.raises(ValueError, match="importance_sampling_level"):

@@ -39,11 +39,22 @@ def test_memory_state_round_trip():
         ReflectionMemory("lru")
 
 
-@pytest.mark.parametrize("field,value", [
-    ("mode", "ppo"), ("num_generations", 0), ("temperature", 0.0), ("top_p", 1.5), ("epsilon", 1.2),
-    ("loss_type", "sum"), ("memory_type", "lru"), ("internalization_mode", "kl"), ("beta", -1.0),
-    ("dual_clip", 0.5), ("max_steps", 2.5),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("mode", "ppo"),
+        ("num_generations", 0),
+        ("temperature", 0.0),
+        ("top_p", 1.5),
+        ("epsilon", 1.2),
+        ("loss_type", "sum"),
+        ("memory_type", "lru"),
+        ("internalization_mode", "kl"),
+        ("beta", -1.0),
+        ("dual_clip", 0.5),
+        ("max_steps", 2.5),
+    ],
+)
 def test_invalid_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         ERLConfig(**{field: value})
@@ -71,8 +82,17 @@ def test_rlvr_uses_the_papers_compute_matched_g():
     assert ERLConfig(num_generations=3).replace(mode="rlvr").num_generations == 3
 
 
-@pytest.mark.parametrize("cfg", [ERLConfig(), ERLConfig(mode="rlvr"), ERLConfig(num_generations=4),
-                                 ERLConfig(num_generations=7), ERLConfig.preset("cpu"), ERLConfig.preset("paper")])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ERLConfig(),
+        ERLConfig(mode="rlvr"),
+        ERLConfig(num_generations=4),
+        ERLConfig(num_generations=7),
+        ERLConfig.preset("cpu"),
+        ERLConfig.preset("paper"),
+    ],
+)
 def test_a_config_and_its_saved_copy_replace_alike(cfg):
     # What a config does is read from its fields alone: the copy a run saves (to_dict) behaves as the original.
     copy = ERLConfig(**cfg.to_dict())
@@ -80,7 +100,8 @@ def test_a_config_and_its_saved_copy_replace_alike(cfg):
     for mode in ("rlvr", "erl", "erl_simple"):
         assert copy.replace(mode=mode) == cfg.replace(mode=mode)
         assert cfg.replace(mode=mode).num_generations == (
-            cfg.num_generations if cfg.num_generations not in (4, 10) else (10 if mode == "rlvr" else 4))
+            cfg.num_generations if cfg.num_generations not in (4, 10) else (10 if mode == "rlvr" else 4)
+        )
 
 
 def test_cli_rlvr_gets_g10():
@@ -91,15 +112,18 @@ def test_cli_rlvr_gets_g10():
     assert train_config(args).num_generations == 10
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(mode="rlvr", use_memory=False), "use_memory"),
-    (dict(mode="rlvr", memory_type="fifo"), "memory_type"),
-    (dict(mode="rlvr", use_reflection=False), "use_reflection"),
-    (dict(mode="rlvr", use_internalization=False), "use_internalization"),
-    (dict(mode="erl_simple", train_second=False), "train_second"),
-    (dict(use_memory=False, memory_type="fifo"), "memory_type"),
-    (dict(use_reflection=False, memory_top_k=5), "memory_top_k"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(mode="rlvr", use_memory=False), "use_memory"),
+        (dict(mode="rlvr", memory_type="fifo"), "memory_type"),
+        (dict(mode="rlvr", use_reflection=False), "use_reflection"),
+        (dict(mode="rlvr", use_internalization=False), "use_internalization"),
+        (dict(mode="erl_simple", train_second=False), "train_second"),
+        (dict(use_memory=False, memory_type="fifo"), "memory_type"),
+        (dict(use_reflection=False, memory_top_k=5), "memory_top_k"),
+    ],
+)
 def test_impossible_mode_combinations_fail_at_construction(kwargs, named):
     with pytest.raises(ValueError, match=named):
         ERLConfig(**kwargs)
@@ -119,8 +143,8 @@ def test_evaluation_samples_with_the_eval_settings():
     from conftest import GuessEnv
 
     from erl_lite.core.generation import ScriptedGenerator
-    from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.run.trainer import ERLTrainer
+    from erl_lite.testing import tiny_model, tiny_tokenizer
 
     tok = tiny_tokenizer()
     seen = []
@@ -131,7 +155,12 @@ def test_evaluation_samples_with_the_eval_settings():
             return super().generate(prompts, params)
 
     args = ERLConfig.preset("cpu", eval_top_p=0.8, eval_top_k=20, eval_temperature=0.6, progress_bar=False)
-    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=GuessEnv(max_turns=1),
-                         generator=Recording(tok, lambda p: "x"))
+    trainer = ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        env=GuessEnv(max_turns=1),
+        generator=Recording(tok, lambda p: "x"),
+    )
     trainer.evaluate()
     assert seen and all((p.temperature, p.top_p, p.top_k) == (0.6, 0.8, 20) for p in seen)

@@ -7,12 +7,18 @@ import pytest
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.envs.multi import MultiEnvironment
-from erl_lite.metrics import (ENV_FAMILY_SUFFIX, METRIC_FAMILIES, METRIC_GLOSSARY, REWARD_FUNC_FAMILIES, describe,
-                              reward_func_family)
-from erl_lite.testing import tiny_model, tiny_tokenizer
+from erl_lite.integrations.dataset import RewardFunctionEnv
+from erl_lite.metrics import (
+    ENV_FAMILY_SUFFIX,
+    METRIC_FAMILIES,
+    METRIC_GLOSSARY,
+    REWARD_FUNC_FAMILIES,
+    describe,
+    reward_func_family,
+)
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 
@@ -33,23 +39,56 @@ def logged_keys():
     tok = tiny_tokenizer()
     keys: dict[str, set[str]] = {}
     for mode in ("erl", "erl_simple", "rlvr"):
-        args = ERLConfig.preset("cpu", mode=mode, max_steps=1, num_tasks_per_step=4, num_generations=2,
-                               max_completion_length=8, max_reflection_length=12, eval_steps=1,
-                               eval_num_generations=1, progress_bar=False, beta=0.0, output_dir=None)
-        trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=say_reward,
-                             train_dataset=ROWS, eval_dataset=ROWS[:1],
-                             generator=ScriptedGenerator(tok, _script))
+        args = ERLConfig.preset(
+            "cpu",
+            mode=mode,
+            max_steps=1,
+            num_tasks_per_step=4,
+            num_generations=2,
+            max_completion_length=8,
+            max_reflection_length=12,
+            eval_steps=1,
+            eval_num_generations=1,
+            progress_bar=False,
+            beta=0.0,
+            output_dir=None,
+        )
+        trainer = ERLTrainer(
+            model=tiny_model(tok),
+            processing_class=tok,
+            args=args,
+            reward_funcs=say_reward,
+            train_dataset=ROWS,
+            eval_dataset=ROWS[:1],
+            generator=ScriptedGenerator(tok, _script),
+        )
         history = trainer.train()
         for record in history.records:
             keys.setdefault(mode, set()).update(k for k in record if k != "kind")
     # two dataset environments routed by the ``environment`` column: the per-environment families
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=4, num_generations=2, max_completion_length=8,
-                            max_reflection_length=12, eval_steps=1, eval_num_generations=1, progress_bar=False,
-                            beta=0.0)
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=4,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=12,
+        eval_steps=1,
+        eval_num_generations=1,
+        progress_bar=False,
+        beta=0.0,
+    )
     multi = MultiEnvironment({"a": RewardFunctionEnv(say_reward), "b": RewardFunctionEnv(say_reward)})
     rows = [{**r, "environment": "ab"[i % 2]} for i, r in enumerate(ROWS)]
-    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=multi, train_dataset=rows,
-                         eval_dataset=rows[:2], generator=ScriptedGenerator(tok, _script))
+    trainer = ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        env=multi,
+        train_dataset=rows,
+        eval_dataset=rows[:2],
+        generator=ScriptedGenerator(tok, _script),
+    )
     for record in trainer.train().records:
         keys.setdefault("multi", set()).update(k for k in record if k != "kind")
     return keys
@@ -63,8 +102,9 @@ def family(key: str) -> str | None:
 
 def test_every_logged_key_is_in_the_glossary(logged_keys):
     for mode, keys in logged_keys.items():
-        undocumented = {k for k in keys if k not in METRIC_GLOSSARY and family(k) is None
-                        and reward_func_family(k) is None}
+        undocumented = {
+            k for k in keys if k not in METRIC_GLOSSARY and family(k) is None and reward_func_family(k) is None
+        }
         assert not undocumented, (mode, sorted(undocumented))
         assert all(describe(k) for k in keys)
 
@@ -77,8 +117,10 @@ def test_every_glossary_key_is_logged_by_some_run(logged_keys):
 def test_every_reward_function_family_is_logged(logged_keys):
     erl = {reward_func_family(k) for k in logged_keys["erl"]} - {None}
     assert erl == set(REWARD_FUNC_FAMILIES)
-    assert {k for k in logged_keys["rlvr"] if reward_func_family(k)} == {"rewards/say_reward/mean",
-                                                                         "rewards/say_reward/std"}
+    assert {k for k in logged_keys["rlvr"] if reward_func_family(k)} == {
+        "rewards/say_reward/mean",
+        "rewards/say_reward/std",
+    }
 
 
 def test_every_family_is_logged_for_each_environment(logged_keys):
@@ -94,22 +136,31 @@ def _step(rewards_first, gated, second_rewards, envs):
     from types import SimpleNamespace
 
     from erl_lite.records import Attempt, Retry
-    first = [Attempt(f"{envs[i % len(envs)]}:{i}", "first", 0, "", [], [1], [1], [1], r, r >= 1.0, "", "", 1)
-             for i, r in enumerate(rewards_first)]
-    retries = [Retry(first[i], None, Attempt(first[i].task_id, "second", 0, "", [], [1], [1], [1], r2, r2 >= 1.0,
-                                             "", "", 1)) for i, r2 in zip(gated, second_rewards)]
+
+    first = [
+        Attempt(f"{envs[i % len(envs)]}:{i}", "first", 0, "", [], [1], [1], [1], r, r >= 1.0, "", "", 1)
+        for i, r in enumerate(rewards_first)
+    ]
+    retries = [
+        Retry(first[i], None, Attempt(first[i].task_id, "second", 0, "", [], [1], [1], [1], r2, r2 >= 1.0, "", "", 1))
+        for i, r2 in zip(gated, second_rewards)
+    ]
     return SimpleNamespace(first_attempts=first, retries=retries, samples=[], memory_writes=0, seconds={})
 
 
-@pytest.mark.parametrize("rewards_first, gated, second_rewards, envs, mode", [
-    ([0.0, 1.0, 0.0, 0.5], [0, 2], [1.0, 0.0], ["a", "b"], "erl"),
-    ([0.0, 0.0, 0.0], [0, 1, 2], [1.0, 1.0, 0.0], ["a", "b", "c"], "erl"),
-    ([1.0, 1.0], [], [], ["a", "b"], "erl"),
-    ([0.0, 1.0], [], [], ["a", "b"], "rlvr"),
-    ([0.25], [0], [0.75], ["a", "b"], "erl_simple"),  # env b has no task this step: its keys are None
-])
-def test_env_step_metrics_are_step_metrics_on_each_environments_slice(monkeypatch, rewards_first, gated,
-                                                                    second_rewards, envs, mode):
+@pytest.mark.parametrize(
+    "rewards_first, gated, second_rewards, envs, mode",
+    [
+        ([0.0, 1.0, 0.0, 0.5], [0, 2], [1.0, 0.0], ["a", "b"], "erl"),
+        ([0.0, 0.0, 0.0], [0, 1, 2], [1.0, 1.0, 0.0], ["a", "b", "c"], "erl"),
+        ([1.0, 1.0], [], [], ["a", "b"], "erl"),
+        ([0.0, 1.0], [], [], ["a", "b"], "rlvr"),
+        ([0.25], [0], [0.75], ["a", "b"], "erl_simple"),  # env b has no task this step: its keys are None
+    ],
+)
+def test_env_step_metrics_are_step_metrics_on_each_environments_slice(
+    monkeypatch, rewards_first, gated, second_rewards, envs, mode
+):
     import erl_lite.metrics as metrics
     from erl_lite.core.memory import MemoryBank
 

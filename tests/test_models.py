@@ -5,6 +5,7 @@ from __future__ import annotations
 import bitsandbytes as bnb
 import pytest
 import torch
+from conftest import assert_close_rel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from peft import LoraConfig, PeftModel
@@ -13,8 +14,6 @@ from transformers import AutoTokenizer
 from erl_lite.core.policy import eos_token_ids, reference_context
 from erl_lite.models import count_parameters, describe_policy, load_policy, trainable_parameters
 from erl_lite.testing import FAMILIES, save_tiny_model, tiny_model, tiny_tokenizer
-
-from conftest import assert_close_rel
 
 torch.set_num_threads(1)
 PRINTABLE = "".join(chr(c) for c in range(32, 127)) + "\n\t"
@@ -67,9 +66,7 @@ def test_tokenizer_round_trips_printable_ascii(chat_tok, text):
 def test_chat_template_renders_chatml_once(chat_tok):
     rendered = chat_tok.apply_chat_template(CONVERSATION, tokenize=False, add_generation_prompt=True)
     assert rendered == (
-        "<|im_start|>system\nBe brief.<|im_end|>\n"
-        "<|im_start|>user\nHi there<|im_end|>\n"
-        "<|im_start|>assistant\n"
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
     )
     assert rendered.count("<|im_start|>system") == 1
     ids = chat_tok.apply_chat_template(CONVERSATION, tokenize=True, add_generation_prompt=True)["input_ids"]
@@ -156,8 +153,7 @@ def _assert_backward_reaches_lora_only(model, tok) -> None:
 
 @pytest.mark.parametrize("quantization", ["none", "4bit"])
 def test_gradient_checkpointing_backward(tiny_dir, quantization):
-    model, tok = load_policy(tiny_dir, quantization=quantization, lora_r=4, gradient_checkpointing=True,
-                             device="cpu")
+    model, tok = load_policy(tiny_dir, quantization=quantization, lora_r=4, gradient_checkpointing=True, device="cpu")
     assert model.get_base_model().is_activation_checkpointing
     before = trainable_parameters(model)
     _assert_backward_reaches_lora_only(model, tok)
@@ -278,28 +274,38 @@ def test_qlora_on_cuda(tmp_path, family, tied):
 
 # --- one home for the dtype names -----------------------------------------------------------------
 def test_the_dtype_names_live_in_models_and_export_uses_them():
-    import erl_lite.integrations.distributed as distributed
-    import erl_lite.run.export as export
-    import erl_lite.models as models
     import erl_lite.config.trl_fields as trl_fields
+    import erl_lite.integrations.distributed as distributed
+    import erl_lite.models as models
+    import erl_lite.run.export as export
+
     assert not hasattr(export, "_DTYPES") and not hasattr(models, "_DTYPES"), "a private copy of the dtype names"
     assert set(models.DTYPES) == {"float32", "bfloat16", "float16"}
     assert "DTYPE_HINT" in vars(trl_fields) and "_DTYPE" not in vars(trl_fields)
     assert "trl_fields import DTYPE_HINT" in open(distributed.__file__).read()
 
 
-@pytest.mark.parametrize("dtype, expected", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
-                                             ("float16", torch.float16), (torch.float64, torch.float64),
-                                             ("auto", None)])
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [
+        ("float32", torch.float32),
+        ("bfloat16", torch.bfloat16),
+        ("float16", torch.float16),
+        (torch.float64, torch.float64),
+        ("auto", None),
+    ],
+)
 def test_named_dtype(dtype, expected):
     from erl_lite.models import named_dtype
+
     assert named_dtype(dtype) is expected
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8", torch.int8, 16, None])
 def test_a_bad_dtype_is_refused_alike_by_loading_and_merging(dtype):
-    from erl_lite.run.export import _merge_dtype
     from erl_lite.models import _resolve_dtype
+    from erl_lite.run.export import _merge_dtype
+
     with pytest.raises(ValueError, match="dtype must be") as loading:
         _resolve_dtype(dtype, None)
     with pytest.raises(ValueError, match="dtype must be") as merging:

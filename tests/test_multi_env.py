@@ -7,18 +7,18 @@ import json
 import os
 
 import pytest
+from test_multiturn import RULEBOOK, Player, config, distinct_tasks
 
-from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
-from erl_lite.integrations.dataset import RewardFunctionEnv
-from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
-from erl_lite.metrics import describe
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
+from erl_lite.envs.multi import MultiEnvironment
+from erl_lite.integrations.dataset import RewardFunctionEnv
+from erl_lite.metrics import describe
 from erl_lite.records import Task
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
-from test_multiturn import RULEBOOK, Player, config, distinct_tasks
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 NAMES = ("frozenlake", "sokoban", "qa")
 MARKER = "FROZENLAKE-ONLY-MARKER"
@@ -59,8 +59,14 @@ def run(tmp_path_factory):
         players.append(Player(multi.envs[name], tagged, first={tagged[1].task_id: ("fail",)}))
     tok = tiny_tokenizer()
     args = config(max_steps=1, num_tasks_per_step=6, eval_steps=0, output_dir=str(tmp_path_factory.mktemp("out")))
-    trainer = ERLTrainer(tiny_model(tok), args=args, env=multi, train_dataset=rows, processing_class=tok,
-                         generator=ScriptedGenerator(tok, MultiPlayer(players)))
+    trainer = ERLTrainer(
+        tiny_model(tok),
+        args=args,
+        env=multi,
+        train_dataset=rows,
+        processing_class=tok,
+        generator=ScriptedGenerator(tok, MultiPlayer(players)),
+    )
     trainer._batch = lambda step: list(trainer.train_tasks)  # all six tasks, in row order
     trainer.memory.for_task("frozenlake/x").maybe_store(MARKER, 1.0, 1.0)
     record = trainer.training_step()
@@ -127,14 +133,20 @@ def test_checkpoint_saves_and_restores_every_memory(run, tmp_path):
         fresh.load_state_dict(ReflectionMemory().state_dict())
     with pytest.raises(ValueError, match=r"covers environments \['frozenlake'\]"):
         MemoryBank(list(NAMES), env_of=str).load_state_dict(
-            {"kind": "bank", "memories": {"frozenlake": ReflectionMemory().state_dict()}})
+            {"kind": "bank", "memories": {"frozenlake": ReflectionMemory().state_dict()}}
+        )
 
 
 def test_default_tasks_interleave_the_members_splits():
     multi = make_multi()
     ids = [t.task_id for t in multi.train_tasks(5)]
-    assert ids == ["frozenlake/train/0", "sokoban/train/0", "qa/multihop_qa/train/0",
-                   "frozenlake/train/1", "sokoban/train/1"]
+    assert ids == [
+        "frozenlake/train/0",
+        "sokoban/train/0",
+        "qa/multihop_qa/train/0",
+        "frozenlake/train/1",
+        "sokoban/train/1",
+    ]
     assert multi.tasks_from_rows([{"environment": "qa", "index": 0}], "eval")[0].task_id == "qa/multihop_qa/test/0"
 
 
@@ -143,8 +155,9 @@ def test_dataset_members_and_clear_routing_errors():
         return [float(c.strip() == a) for c, a in zip(completions, answer)]
 
     multi = MultiEnvironment({"math": RewardFunctionEnv(exact), "frozenlake": FrozenLake.small()})
-    tasks = multi.tasks_from_rows([{"environment": "math", "prompt": "1+1=?", "answer": "2"},
-                                   {"environment": "frozenlake", "index": 0}])
+    tasks = multi.tasks_from_rows(
+        [{"environment": "math", "prompt": "1+1=?", "answer": "2"}, {"environment": "frozenlake", "index": 0}]
+    )
     assert [t.task_id for t in tasks] == ["math/train-0", "frozenlake/train/0"]
     episode = multi.new_episode()
     assert episode.reset(tasks[0]) == "1+1=?"

@@ -16,17 +16,17 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
-from erl_lite.envs.grid import ACTIONS
-from erl_lite.envs.solvers import solve
 from erl_lite.core.generation import SamplingParams, ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
-from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.core.rollout import run_episodes
-from erl_lite.testing import tiny_model
+from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
+from erl_lite.envs.grid import ACTIONS
+from erl_lite.envs.solvers import solve
+from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model
 
 ENVS = {"frozenlake": FrozenLake.small, "sokoban": Sokoban.small, "qa": MultiHopQA.small}
 RULEBOOK = "RULEBOOK"
@@ -121,8 +121,14 @@ def distinct_tasks(env, n: int):
 
 
 def config(**overrides) -> ERLConfig:
-    base = dict(num_generations=2, max_completion_length=64, max_episode_length=2048,
-                max_reflection_length=64, max_reflection_prompt_length=4000, progress_bar=False)  # + 64 fits 4096
+    base = dict(
+        num_generations=2,
+        max_completion_length=64,
+        max_episode_length=2048,
+        max_reflection_length=64,
+        max_reflection_prompt_length=4000,
+        progress_bar=False,
+    )  # + 64 fits 4096
     return ERLConfig.preset("cpu", **{**base, **overrides})
 
 
@@ -176,9 +182,12 @@ def test_gate_reflection_second_attempt_memory_and_targets(name, tok):
     env = ENVS[name]()
     tasks = distinct_tasks(env, 4)
     ids = [t.task_id for t in tasks]
-    player = Player(env, tasks,
-                    first={ids[0]: ("solve",), ids[1]: ("solve", "fail"), ids[2]: ("fail",), ids[3]: ("fail",)},
-                    second={ids[3]: ("solve", "fail")})
+    player = Player(
+        env,
+        tasks,
+        first={ids[0]: ("solve",), ids[1]: ("solve", "fail"), ids[2]: ("fail",), ids[3]: ("fail",)},
+        second={ids[3]: ("solve", "fail")},
+    )
     ctx = PhaseContext(ScriptedGenerator(tok, player), tok, env, config())
     memory = ReflectionMemory()
     memory.maybe_store(MEMORY_MARKER, 1.0, 1.0)
@@ -194,7 +203,7 @@ def test_gate_reflection_second_attempt_memory_and_targets(name, tok):
     # who saw what: first attempts never see memory; reflections see it as their base
     seen = ctx.generator.prompts_seen
     start = next(i for i, p in enumerate(seen) if REFLECTION_REQUEST in p)
-    first_prompts, second_prompts = seen[:start], seen[start + len(failed):]
+    first_prompts, second_prompts = seen[:start], seen[start + len(failed) :]
     assert len(first_prompts) == sum(a.num_turns for a in out.first_attempts)
     assert len(second_prompts) == sum(a.num_turns for a in out.second_attempts)
     assert not any(MEMORY_MARKER in p or RULEBOOK in p for p in first_prompts)
@@ -271,8 +280,17 @@ def test_episode_budget_truncates_and_is_never_exceeded(tok):
     gen = ScriptedGenerator(tok, lambda prompt: "x" * 30 + bump[0])
     header = None
     for budget in range(200, 1100, 45):
-        [a] = run_episodes(gen, tok, env, [task], [env.system_prompt], SamplingParams(12),
-                           max_episode_length=budget, role="first", indices=[0])
+        [a] = run_episodes(
+            gen,
+            tok,
+            env,
+            [task],
+            [env.system_prompt],
+            SamplingParams(12),
+            max_episode_length=budget,
+            role="first",
+            indices=[0],
+        )
         header = header or len(a.prompt_ids)
         assert len(a.prompt_ids) + len(a.completion_ids) <= budget
         # every 12-token reply is cut (the plan is longer); the budget stopped the short episodes
@@ -287,8 +305,17 @@ def test_truncated_episode_stops_early(tok):
     env = FrozenLake.small()
     task = distinct_tasks(env, 1)[0]
     gen = ScriptedGenerator(tok, lambda prompt: failing_plan(env, task)[0])
-    [a] = run_episodes(gen, tok, env, [task], [env.system_prompt], SamplingParams(12),
-                       max_episode_length=400, role="first", indices=[0])
+    [a] = run_episodes(
+        gen,
+        tok,
+        env,
+        [task],
+        [env.system_prompt],
+        SamplingParams(12),
+        max_episode_length=400,
+        role="first",
+        indices=[0],
+    )
     assert a.truncated and 0 < a.num_turns < env.max_turns and gen.calls == a.num_turns
 
 
@@ -298,8 +325,17 @@ def test_loss_mask_with_and_without_chat_template(template, tok, tok_plain):
     env = FrozenLake.small()
     task = distinct_tasks(env, 1)[0]
     gen = ScriptedGenerator(tokenizer, lambda prompt: "no idea " + failing_plan(env, task)[0])
-    [a] = run_episodes(gen, tokenizer, env, [task], [env.system_prompt], SamplingParams(24),
-                       max_episode_length=2048, role="first", indices=[0])
+    [a] = run_episodes(
+        gen,
+        tokenizer,
+        env,
+        [task],
+        [env.system_prompt],
+        SamplingParams(24),
+        max_episode_length=2048,
+        role="first",
+        indices=[0],
+    )
     assert a.num_turns > 1 and not a.truncated
     assert_loss_mask_covers_replies_only(tokenizer, a)
     assert a.completion_ids[-1] == tokenizer.eos_token_id
@@ -309,8 +345,17 @@ def test_truncated_episode_feedback_says_why_it_stopped(tok):
     env = FrozenLake.small()
     task = distinct_tasks(env, 1)[0]
     gen = ScriptedGenerator(tok, lambda prompt: failing_plan(env, task)[0])
-    [a] = run_episodes(gen, tok, env, [task], [env.system_prompt], SamplingParams(12),
-                       max_episode_length=400, role="first", indices=[0])
+    [a] = run_episodes(
+        gen,
+        tok,
+        env,
+        [task],
+        [env.system_prompt],
+        SamplingParams(12),
+        max_episode_length=400,
+        role="first",
+        indices=[0],
+    )
     assert a.truncated
     # the reflector is shown both; it must not be told that a finished attempt is still running
     assert "still running" not in a.feedback and "still running" not in a.trace
@@ -338,8 +383,15 @@ def trainer_for(env, tok, generator=None, **overrides):
     """An ERLTrainer on ``env`` with a fresh tiny LoRA model: one step of two tasks."""
     model, tok = load_policy(tiny_model(tok), tok, peft="lora")
     args = config(max_steps=1, num_tasks_per_step=2, eval_steps=0, **overrides)
-    trainer = ERLTrainer(model=model, processing_class=tok, args=args, env=env, generator=generator,
-                         train_dataset=env.train_tasks(8), eval_dataset=env.test_tasks(2))
+    trainer = ERLTrainer(
+        model=model,
+        processing_class=tok,
+        args=args,
+        env=env,
+        generator=generator,
+        train_dataset=env.train_tasks(8),
+        eval_dataset=env.test_tasks(2),
+    )
     return trainer, model
 
 
@@ -365,8 +417,7 @@ def test_scripted_erl_step_trains_every_role(name, tok):
 @pytest.mark.slow
 def test_model_sampling_runs_end_to_end_on_frozenlake(tok):
     env = FrozenLake.small()
-    trainer, model = trainer_for(env, tok, max_completion_length=12, max_reflection_length=40,
-                                 max_episode_length=1024)
+    trainer, model = trainer_for(env, tok, max_completion_length=12, max_reflection_length=40, max_episode_length=1024)
     rec = trainer.train().of_kind("train")[-1]
     for key in ("reward/first", "gate/rate", "turns/first", "tokens/first", "loss/total", "optim/steps"):
         assert rec[key] is not None, key

@@ -26,7 +26,11 @@ def _sync_script():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_is_committed_without_outputs(path):
     nb = json.loads(path.read_text())
-    dirty = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))]
+    dirty = [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))
+    ]
     assert not dirty, f"{path.name}: cells {dirty} carry outputs; strip them before committing"
 
 
@@ -54,8 +58,14 @@ def test_notebook_sets_up_in_one_call(path):
 
 
 #: erl_lite modules a notebook may import before erl_lite.teach: none of them loads bitsandbytes.
-BNB_FREE = ("erl_lite.config", "erl_lite.config.presets", "erl_lite.integrations.colab", "erl_lite.core.memory",
-            "erl_lite.core.advantages", "erl_lite.core.losses")
+BNB_FREE = (
+    "erl_lite.config",
+    "erl_lite.config.presets",
+    "erl_lite.integrations.colab",
+    "erl_lite.core.memory",
+    "erl_lite.core.advantages",
+    "erl_lite.core.losses",
+)
 
 
 def test_the_modules_imported_before_the_teaching_setup_do_not_load_bitsandbytes():
@@ -102,8 +112,9 @@ def test_notebook_install_cell_badge_and_links_match_the_release_constants(path)
     and erl_lite.RELEASE_REF render (one place to change when the repository moves)."""
     text = path.read_text(encoding="utf-8")
     sync = _sync_script()
-    assert sync.dumps(sync.sync(json.loads(text), path.name)) == text, \
+    assert sync.dumps(sync.sync(json.loads(text), path.name)) == text, (
         f"{path.name} differs from the rendered first cells: run python scripts/sync_notebooks.py"
+    )
     nb = json.loads(text)
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     tags = code[1].get("metadata", {}).get("tags", [])
@@ -124,8 +135,9 @@ def test_notebook_executes_on_cpu(path, tmp_path, monkeypatch):
     # The kernel imports this checkout's erl_lite, whatever copy the environment has installed.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
     print(f"{path.name}: {time.perf_counter() - start:.1f} s")
 

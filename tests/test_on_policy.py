@@ -4,8 +4,6 @@ A model's own ``generation_config`` must not reach sampling; every backend repor
 token it drew under the distribution it drew from; the update compares it with its own pass.
 """
 
-import math
-
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -101,6 +99,7 @@ def _phases(gen, prompt, n_phases=3):
 def test_the_continuous_backend_draws_fresh_noise_per_phase_and_per_rank():
     tok = tiny_tokenizer()
     model, prompt = tiny_model(tok, seed=1), [5, 6, 7]
+
     def run(seed, rank):
         torch.manual_seed(11)  # each call's seed is drawn from the run's generator (restored on resume)
         return _phases(ContinuousGenerator(model, tok, cache_tokens=1024, seed=seed, rank=rank), prompt)
@@ -118,10 +117,23 @@ from transformers.generation.configuration_utils import GenerationConfig as _GC 
 from erl_lite.config import ERLConfig  # noqa: E402
 from erl_lite.config.trl_fields import TRL_SAME_AS  # noqa: E402
 
-_SAMPLE_VALUE = {"repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_p": 0.05, "typical_p": 0.9,
-                 "top_h": 0.5, "bad_words_ids": [[5]], "suppress_tokens": [5], "begin_suppress_tokens": [5],
-                 "sequence_bias": {(5,): -1.0}, "min_new_tokens": 2, "use_cache": False, "num_return_sequences": 2,
-                 "return_dict_in_generate": True, "num_beams": 2, "output_scores": True}
+_SAMPLE_VALUE = {
+    "repetition_penalty": 1.3,
+    "no_repeat_ngram_size": 2,
+    "min_p": 0.05,
+    "typical_p": 0.9,
+    "top_h": 0.5,
+    "bad_words_ids": [[5]],
+    "suppress_tokens": [5],
+    "begin_suppress_tokens": [5],
+    "sequence_bias": {(5,): -1.0},
+    "min_new_tokens": 2,
+    "use_cache": False,
+    "num_return_sequences": 2,
+    "return_dict_in_generate": True,
+    "num_beams": 2,
+    "output_scores": True,
+}
 
 
 def _generation_fields():
@@ -163,8 +175,10 @@ def _dropout_lora(p=0.2):
 
 
 def _rows(n=6):
-    return [TrainSample(["first", "second"][i % 2], [5 + i, 6, 7], [8, 9 + i, 10], [1, 1, 1], (-1) ** i * 0.5, f"t{i % 3}")
-            for i in range(n)]
+    return [
+        TrainSample(["first", "second"][i % 2], [5 + i, 6, 7], [8, 9 + i, 10], [1, 1, 1], (-1) ** i * 0.5, f"t{i % 3}")
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("model_mode", ["eval", "train"])
@@ -174,15 +188,19 @@ def test_old_and_reference_logprobs_run_with_dropout_off_on_every_step(monkeypat
     model, tok = _dropout_lora()
     getattr(model, model_mode)()  # step 1 finds the model in eval mode (after sampling), later steps in train mode
     modes, real = [], update.PolicyUpdater._logprobs
-    monkeypatch.setattr(update.PolicyUpdater, "_logprobs",
-                        lambda self, b: (modes.append(self.model.training), real(self, b))[1])
+    monkeypatch.setattr(
+        update.PolicyUpdater, "_logprobs", lambda self, b: (modes.append(self.model.training), real(self, b))[1]
+    )
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     cfg = ERLConfig(beta=0.01, temperature=1.0, steps_per_generation=1, per_device_train_batch_size=64)
     updater = update.PolicyUpdater(model, opt, None, cfg, tok.pad_token_id)
     seen = []
     real_objective = update.PolicyUpdater._objective
-    monkeypatch.setattr(update.PolicyUpdater, "_objective",
-                        lambda self, batch, norm: (seen.append(batch.old_logp is not None), real_objective(self, batch, norm))[1])
+    monkeypatch.setattr(
+        update.PolicyUpdater,
+        "_objective",
+        lambda self, batch, norm: (seen.append(batch.old_logp is not None), real_objective(self, batch, norm))[1],
+    )
     updater.update(_rows())
     # One mini-batch: its training pass draws dropout, so it needs an explicit old pass (and a ref pass).
     assert modes and not any(modes)
@@ -229,19 +247,29 @@ from erl_lite.metric_names import GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_STALE, GAP_TO
 #: Sampler and update in fp32 on the same weights agree to ~1e-5 a token (another summation order); the exact check
 #: allows 1e-3. A cut the update ignored moves a token by -log(kept mass): 0.1 and more at these settings.
 EXACT = 1e-3
-CUTS = {"top_k=5": dict(top_k=5), "top_p=0.8": dict(top_p=0.8), "top_k=20,top_p=0.9": dict(top_k=20, top_p=0.9),
-        "T=1.3,top_p=0.5": dict(temperature=1.3, top_p=0.5), "none": {}}
+CUTS = {
+    "top_k=5": dict(top_k=5),
+    "top_p=0.8": dict(top_p=0.8),
+    "top_k=20,top_p=0.9": dict(top_k=20, top_p=0.9),
+    "T=1.3,top_p=0.5": dict(temperature=1.3, top_p=0.5),
+    "none": {},
+}
 
 
 def _rollout_rows(gen, tok, cfg, n=4):
     """First attempts and reflections drawn by ``gen`` as the phases draw them (each role's own settings)."""
     prompts = [tok("hi there", add_special_tokens=False).input_ids, [7, 8, 9, 10]] * (n // 2)
     rows = []
-    for role, params in (("first", SamplingParams(10, cfg.temperature, cfg.top_p, cfg.top_k)),
-                         ("reflection", SamplingParams(10, cfg.reflection_temperature, cfg.reflection_top_p, 0))):
+    for role, params in (
+        ("first", SamplingParams(10, cfg.temperature, cfg.top_p, cfg.top_k)),
+        ("reflection", SamplingParams(10, cfg.reflection_temperature, cfg.reflection_top_p, 0)),
+    ):
         outs = gen.generate(prompts, params)
-        rows += [TrainSample(role, p, o, [1] * len(o), 1.0, "t", None if role == "first" else params.temperature,
-                             list(lp)) for p, o, lp in zip(prompts, outs, gen.last_logprobs) if o]
+        rows += [
+            TrainSample(role, p, o, [1] * len(o), 1.0, "t", None if role == "first" else params.temperature, list(lp))
+            for p, o, lp in zip(prompts, outs, gen.last_logprobs)
+            if o
+        ]
     getattr(gen, "flush", lambda: None)()
     return rows
 
@@ -283,6 +311,7 @@ def test_a_repetition_penalty_the_update_does_not_apply_opens_the_gap():
     m = _update(model, tok, cfg, _rollout_rows(Leaky(model, tok), tok, cfg, n=8))
     assert m[GAP_MAX_KEYS["first"]] > 10 * EXACT
     from erl_lite.diagnostics.checks import CHECKS_BY_NAME, RunFacts
+
     assert CHECKS_BY_NAME["off_policy"].finding([{"step": 1, **m.to_metrics()}], RunFacts()) is not None
 
 

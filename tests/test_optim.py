@@ -11,12 +11,15 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.models import trainable_parameters
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
-CLASSES = {"adamw_torch": torch.optim.AdamW, "adamw_8bit": bnb.optim.AdamW8bit,
-           "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}
+CLASSES = {
+    "adamw_torch": torch.optim.AdamW,
+    "adamw_8bit": bnb.optim.AdamW8bit,
+    "paged_adamw_8bit": bnb.optim.PagedAdamW8bit,
+}
 
 
 def reward(prompts, completions, answer, **kw):
@@ -26,11 +29,28 @@ def reward(prompts, completions, answer, **kw):
 def trainer_for(optim: str, **overrides) -> ERLTrainer:
     tok = tiny_tokenizer()
     replies = iter(["0 1 2 3", "no"] * 100)  # the two samples of a task differ: a gradient
-    args = ERLConfig.preset("cpu", **{"mode": "rlvr", "max_steps": 1, "num_tasks_per_step": 2,
-                                      "num_generations": 2, "max_completion_length": 6, "eval_steps": 0,
-                                      "progress_bar": False, "optim": optim, **overrides})
-    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=reward,
-                      train_dataset=ROWS, generator=ScriptedGenerator(tok, lambda prompt: next(replies)))
+    args = ERLConfig.preset(
+        "cpu",
+        **{
+            "mode": "rlvr",
+            "max_steps": 1,
+            "num_tasks_per_step": 2,
+            "num_generations": 2,
+            "max_completion_length": 6,
+            "eval_steps": 0,
+            "progress_bar": False,
+            "optim": optim,
+            **overrides,
+        },
+    )
+    return ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        reward_funcs=reward,
+        train_dataset=ROWS,
+        generator=ScriptedGenerator(tok, lambda prompt: next(replies)),
+    )
 
 
 @pytest.mark.parametrize("optim", sorted(CLASSES))

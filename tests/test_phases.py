@@ -10,8 +10,12 @@ from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import (
-    PhaseContext, assign_advantages, attempt_first, attempt_second, erl_step, gate, internalize, reflect,
-    update_memory,
+    PhaseContext,
+    assign_advantages,
+    attempt_first,
+    erl_step,
+    gate,
+    internalize,
 )
 from erl_lite.core.prompts import REFLECTION_REQUEST, RETRY_HEADER
 
@@ -111,14 +115,28 @@ def test_unparsed_reflection_falls_back_to_base_and_is_not_stored(guess_env, tok
 
 
 def test_no_memory_ablation_keeps_memory_empty_and_shows_initial_prompt(guess_env, tok):
-    from erl_lite.testing import tiny_model
     from erl_lite.run.trainer import ERLTrainer
+    from erl_lite.testing import tiny_model
 
-    args = ERLConfig.preset("cpu", use_memory=False, max_steps=1, num_generations=2, num_tasks_per_step=4,
-                            eval_steps=0, progress_bar=False, beta=0.0)
+    args = ERLConfig.preset(
+        "cpu",
+        use_memory=False,
+        max_steps=1,
+        num_generations=2,
+        num_tasks_per_step=4,
+        eval_steps=0,
+        progress_bar=False,
+        beta=0.0,
+    )
     gen = ScriptedGenerator(tok, script())
-    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=guess_env,
-                         train_dataset=tasks_of(guess_env), generator=gen)
+    trainer = ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        env=guess_env,
+        train_dataset=tasks_of(guess_env),
+        generator=gen,
+    )
     trainer.memory.maybe_store("MEMORY-MARKER", 1.0, 1.0)
     trainer.train()
     assert trainer.memory.entries == ["MEMORY-MARKER"]  # the ablation neither reads nor writes it
@@ -133,13 +151,17 @@ def test_no_reflection_ablation_retries_with_the_raw_attempt(guess_env, tok):
     def reply(prompt):
         seen.append(prompt)
         task = re.findall(r"task (t\d+)", prompt)[-1]
-        return SECRETS[task] if RETRY_HEADER in prompt else ("FIRST-REPLY nope" if task in ("t0", "t1") else SECRETS[task])
+        return (
+            SECRETS[task] if RETRY_HEADER in prompt else ("FIRST-REPLY nope" if task in ("t0", "t1") else SECRETS[task])
+        )
 
     ctx = make_ctx(guess_env, tok, reply, use_reflection=False)
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
     assert out.reflections == [] and not any(REFLECTION_REQUEST in p for p in seen)
     assert len(out.second_attempts) == 4 and all(a.success for a in out.second_attempts)
-    assert all("FEEDBACK: not solved" in a.system_prompt and "FIRST-REPLY" in a.system_prompt for a in out.second_attempts)
+    assert all(
+        "FEEDBACK: not solved" in a.system_prompt and "FIRST-REPLY" in a.system_prompt for a in out.second_attempts
+    )
     assert {s.role for s in out.samples} == {"first", "second", "distill"}
 
 
@@ -186,8 +208,10 @@ def test_singleton_group_gets_its_reward():
 
     first = [att("a", 0, 0.0, "first"), att("a", 1, 1.0, "first"), att("b", 0, 0.0, "first"), att("b", 1, 0.0, "first")]
     second = [att("a", 0, 1.0, "second"), att("b", 0, 0.0, "second"), att("b", 1, 1.0, "second")]
-    retries = [Retry(y1, Reflection(y2.task_id, y2.index, "base", "x", "x", True, [1], [2]), y2)
-               for y1, y2 in zip([first[0], first[2], first[3]], second)]
+    retries = [
+        Retry(y1, Reflection(y2.task_id, y2.index, "base", "x", "x", True, [1], [2]), y2)
+        for y1, y2 in zip([first[0], first[2], first[3]], second)
+    ]
     samples = assign_advantages(ERLConfig(), first, retries)
     by = {(s.role, s.task_id): [] for s in samples}
     for s in samples:
@@ -215,8 +239,10 @@ def test_internalization_weights_follow_the_mode():
     from erl_lite.records import Attempt, Retry
 
     first = Attempt("a", "first", 0, "s", [], [9], [2, 3], [1, 1], 0.0, False, "f", "t", 1)
-    retries = [Retry(first, None, Attempt("a", "second", i, "s", [], [1], [2, 3], [1, 1], r, r >= 1, "f", "t", 1))
-               for i, r in enumerate([0.0, 0.5, 1.0])]
+    retries = [
+        Retry(first, None, Attempt("a", "second", i, "s", [], [1], [2, 3], [1, 1], r, r >= 1, "f", "t", 1))
+        for i, r in enumerate([0.0, 0.5, 1.0])
+    ]
     raft = internalize(retries, "raft", 2.0, [3])
     nll = internalize(retries, "nll", 1.0, [3])
     assert [s.advantage for s in raft] == [0.0, 1.0, 2.0] and [s.advantage for s in nll] == [0.0, 1.0, 1.0]
@@ -302,8 +328,7 @@ def test_distill_target_ends_with_eos_when_the_last_reply_was_cut(guess_env, tok
     out = erl_step(ctx, tasks_of(guess_env, 1), ReflectionMemory())
     assert all(r.second.success and r.second.completion_ids[-1] != tok.eos_token_id for r in out.retries)
     distill = [s for s in out.samples if s.role == "distill"]
-    assert distill and all(s.completion_ids[-1] == tok.eos_token_id and s.completion_mask[-1] == 1
-                           for s in distill)
+    assert distill and all(s.completion_ids[-1] == tok.eos_token_id and s.completion_mask[-1] == 1 for s in distill)
     # the second attempt's own RL row is what was sampled: nothing appended there
     second = [s for s in out.samples if s.role == "second"]
     assert all(s.completion_ids[-1] != tok.eos_token_id for s in second)
@@ -314,9 +339,9 @@ def test_weight_zero_internalization_rows_are_kept_and_counted(guess_env, tok):
     counts in the sequence-mean denominator the updater divides by (and the KL term)."""
     import torch
 
+    from erl_lite.core.update import PolicyUpdater
     from erl_lite.models import load_policy
     from erl_lite.testing import tiny_model
-    from erl_lite.core.update import PolicyUpdater
 
     ctx = make_ctx(guess_env, tok, script(fail_second=("t1",)))
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
@@ -335,7 +360,8 @@ def test_weight_zero_internalization_rows_are_kept_and_counted(guess_env, tok):
     # Relative: a float32 sum of 20 terms (~1e-7 of the value); 20 vs 18 rows differ by 10%.
     assert m["loss/total"] == pytest.approx(numerator / rows, rel=1e-5)
     assert m["samples/distill"] == 4 and m["loss/distill"] == pytest.approx(
-        sum(-s.advantage * sum(s.completion_mask) for s in distill) / rows, rel=1e-5)
+        sum(-s.advantage * sum(s.completion_mask) for s in distill) / rows, rel=1e-5
+    )
 
 
 def test_retry_joins_first_attempt_reflection_and_second_attempt(guess_env, tok):
@@ -351,11 +377,15 @@ def test_retry_joins_first_attempt_reflection_and_second_attempt(guess_env, tok)
 
 # --- the token that closes a cut internalization target is the template's end-of-turn --------
 
-GEMMA_LIKE = ("{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
-              "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
-LLAMA3_LIKE = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}"
-               "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant"
-               "<|end_header_id|>\n\n{% endif %}")
+GEMMA_LIKE = (
+    "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+LLAMA3_LIKE = (
+    "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}"
+    "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant"
+    "<|end_header_id|>\n\n{% endif %}"
+)
 
 
 def _tokenizer_whose_turns_end_with(kind):
@@ -376,8 +406,10 @@ def _tokenizer_whose_turns_end_with(kind):
     tok.eos_token = "<|eos|>"
     if kind == "chatml_base_eos":
         return tok, "<|im_end|>"
-    specials = {"gemma": ["<start_of_turn>", "<end_of_turn>"],
-                "llama3": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]}[kind]
+    specials = {
+        "gemma": ["<start_of_turn>", "<end_of_turn>"],
+        "llama3": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+    }[kind]
     tok.add_special_tokens({"additional_special_tokens": specials})
     tok.chat_template = {"gemma": GEMMA_LIKE, "llama3": LLAMA3_LIKE}[kind]
     return tok, specials[-1]
@@ -443,9 +475,11 @@ def test_an_internalization_row_never_runs_past_the_episode_budget(tok):
 def test_the_retry_join_round_trips_through_the_saved_record(gated):
     """retry_of_first (objects) and retries_by_first (saved dicts) give the same pairs, in order."""
     from erl_lite.records import Attempt, Retry, StepRecord, Task, retries_by_first, retry_of_first
+
     firsts = [Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1) for i in range(3)]
-    retries = [Retry(firsts[i], None, Attempt("t", "second", i, "", [], [], [], [], 1.0, True, "", "", 1))
-               for i in gated]
+    retries = [
+        Retry(firsts[i], None, Attempt("t", "second", i, "", [], [], [], [], 1.0, True, "", "", 1)) for i in gated
+    ]
     aligned = retry_of_first(firsts, retries)
     assert [i for i, r in enumerate(aligned) if r is not None] == sorted(gated)
     saved = retries_by_first(StepRecord(1, [Task("t", "")], firsts, retries, [], [], {}).to_dict())
@@ -456,6 +490,7 @@ def test_the_retry_join_round_trips_through_the_saved_record(gated):
 @pytest.mark.parametrize("position", [3, -1, "0", None, True])
 def test_a_saved_retry_with_a_bad_position_is_named(position):
     from erl_lite.records import retries_by_first
+
     sample = {"step": 7, "first_attempts": [{}, {}, {}], "retries": [{"first": 0}, {"first": position}]}
     with pytest.raises(ValueError, match=r"step 7, retry 1: 'first' must be the position"):
         retries_by_first(sample)
@@ -463,6 +498,7 @@ def test_a_saved_retry_with_a_bad_position_is_named(position):
 
 def test_a_retry_of_an_unknown_first_attempt_is_named():
     from erl_lite.records import Attempt, Retry, retry_of_first
+
     a, stray = (Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1) for i in range(2))
     with pytest.raises(ValueError, match=r"retry 0 \(task 't'\) retries a first attempt that is not in"):
         retry_of_first([a], [Retry(stray, None, a)])

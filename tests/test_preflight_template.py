@@ -14,8 +14,8 @@ from erl_lite.diagnostics.preflight import chat_findings
 from erl_lite.envs.frozenlake import FrozenLake
 from erl_lite.envs.rows import rows_to_tasks
 from erl_lite.integrations.dataset import RewardFunctionEnv
-from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_model, tiny_tokenizer
 
 TURN = "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
 GEN = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -24,21 +24,32 @@ GEN = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}
 TEMPLATES = {
     "bare_text": ("{% for message in messages %}{{ message['content'] + '\\n' }}{% endfor %}", "refuse"),
     "no_generation_prompt": ("{% for message in messages %}" + TURN + "{% endfor %}", "refuse"),
-    "blank_generation_prompt": ("{% for message in messages %}" + TURN + "{% endfor %}"
-                                "{% if add_generation_prompt %}{{ '\\n' }}{% endif %}", "refuse"),
-    "generation_prompt_closes_a_turn": ("{% for message in messages %}" + TURN + "{% endfor %}"
-                                        "{% if add_generation_prompt %}{{ '<|im_end|>' }}{% endif %}", "refuse"),
-    "system_raises": ("{% for message in messages %}{% if message['role'] == 'system' %}"
-                      "{{ raise_exception('System role not supported') }}{% endif %}" + TURN + "{% endfor %}" + GEN,
-                      "refuse"),
-    "drops_system": ("{% for message in messages %}{% if message['role'] != 'system' %}" + TURN
-                     + "{% endif %}{% endfor %}" + GEN, "warn"),
+    "blank_generation_prompt": (
+        "{% for message in messages %}" + TURN + "{% endfor %}{% if add_generation_prompt %}{{ '\\n' }}{% endif %}",
+        "refuse",
+    ),
+    "generation_prompt_closes_a_turn": (
+        "{% for message in messages %}" + TURN + "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_end|>' }}{% endif %}",
+        "refuse",
+    ),
+    "system_raises": (
+        "{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}" + TURN + "{% endfor %}" + GEN,
+        "refuse",
+    ),
+    "drops_system": (
+        "{% for message in messages %}{% if message['role'] != 'system' %}" + TURN + "{% endif %}{% endfor %}" + GEN,
+        "warn",
+    ),
     # Gemma's way: no system role, its text opens the first user turn; the rulebook still arrives
     "system_folded_into_user": (
         "{% set ns = namespace(sys='') %}{% for message in messages %}{% if message['role'] == 'system' %}"
         "{% set ns.sys = message['content'] + '\\n\\n' %}{% else %}"
         "{{ '<|im_start|>' + message['role'] + '\\n' + (ns.sys if message['role'] == 'user' else '') "
-        "+ message['content'] + '<|im_end|>\\n' }}{% set ns.sys = '' %}{% endif %}{% endfor %}" + GEN, "pass"),
+        "+ message['content'] + '<|im_end|>\\n' }}{% set ns.sys = '' %}{% endif %}{% endfor %}" + GEN,
+        "pass",
+    ),
 }
 
 
@@ -73,10 +84,26 @@ def test_hostile_templates(name, with_system):
 def trainer(tok, **kw):
     def hit(completions, **_):
         return [0.0] * len(completions)
-    cfg = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=1, num_generations=2, max_completion_length=4,
-                           max_reflection_length=8, eval_steps=0, progress_bar=False, **kw)
-    return ERLTrainer(tiny_model(tok), hit, cfg, [{"prompt": "Say 1."}], processing_class=tok,
-                      generator=ScriptedGenerator(tok, lambda p: "1"))
+
+    cfg = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=1,
+        num_generations=2,
+        max_completion_length=4,
+        max_reflection_length=8,
+        eval_steps=0,
+        progress_bar=False,
+        **kw,
+    )
+    return ERLTrainer(
+        tiny_model(tok),
+        hit,
+        cfg,
+        [{"prompt": "Say 1."}],
+        processing_class=tok,
+        generator=ScriptedGenerator(tok, lambda p: "1"),
+    )
 
 
 def test_the_trainer_refuses_a_template_without_a_generation_prompt():

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.run.trainer import ERLTrainer
-
 # the run the trackers' tests use: "Say 0." and "Say 1." fail their first attempts, reflections
 # parse, second attempts succeed
 from test_reporting import ROWS, _script, say_reward
+
+from erl_lite.config import ERLConfig
+from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 
 class _Bar:
@@ -62,11 +62,25 @@ def tok():
 
 
 def _trainer(tok, **overrides):
-    values = dict(max_steps=1, num_tasks_per_step=4, num_generations=2, max_completion_length=8,
-                  max_reflection_length=48, eval_steps=0, beta=0.0)
+    values = dict(
+        max_steps=1,
+        num_tasks_per_step=4,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=48,
+        eval_steps=0,
+        beta=0.0,
+    )
     args = ERLConfig.preset("cpu", **{**values, **overrides})
-    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=say_reward,
-                      train_dataset=ROWS, eval_dataset=ROWS[:3], generator=ScriptedGenerator(tok, _script))
+    return ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        reward_funcs=say_reward,
+        train_dataset=ROWS,
+        eval_dataset=ROWS[:3],
+        generator=ScriptedGenerator(tok, _script),
+    )
 
 
 def _shown(bars, word):
@@ -89,14 +103,27 @@ def _count_micro_batches(trainer):
 # beta > 0 trains every row (the KL term); with beta = 0, rows of a group with one reward have
 # A = 0 and are not trained, so rlvr on this script (each task always passes or always fails)
 # trains nothing and shows no update bar.
-@pytest.mark.parametrize("mode, tasks, generations, micro, beta", [
-    ("erl", 4, 2, 2, 0.0), ("erl", 2, 3, 4, 0.04), ("erl_simple", 3, 2, 1, 0.04), ("rlvr", 2, 2, 3, 0.04),
-    ("rlvr", 4, 2, 2, 0.0),
-])
+@pytest.mark.parametrize(
+    "mode, tasks, generations, micro, beta",
+    [
+        ("erl", 4, 2, 2, 0.0),
+        ("erl", 2, 3, 4, 0.04),
+        ("erl_simple", 3, 2, 1, 0.04),
+        ("rlvr", 2, 2, 3, 0.04),
+        ("rlvr", 4, 2, 2, 0.0),
+    ],
+)
 def test_a_step_shows_each_phase_and_the_update(tok, bars, mode, tasks, generations, micro, beta):
-    trainer = _trainer(tok, mode=mode, num_tasks_per_step=tasks, num_generations=generations,
-                       per_device_train_batch_size=micro, beta=beta, output_dir=None,  # no saving bars
-                       **({"lora_r": 4} if beta else {}))  # the KL reference is the adapter switched off
+    trainer = _trainer(
+        tok,
+        mode=mode,
+        num_tasks_per_step=tasks,
+        num_generations=generations,
+        per_device_train_batch_size=micro,
+        beta=beta,
+        output_dir=None,  # no saving bars
+        **({"lora_r": 4} if beta else {}),
+    )  # the KL reference is the adapter switched off
     trained = _count_micro_batches(trainer)
     trainer.train()
     out = trainer.last_outcome
@@ -153,8 +180,10 @@ def test_training_evaluations_show_the_evaluation_bar(tok, bars):
 def test_an_error_inside_a_step_leaves_no_bar_open(tok, bars, where):
     trainer = _trainer(tok, beta=0.04, lora_r=4)
     if where == "update":
+
         def broken(batch, norm):
             raise RuntimeError("boom in the update")
+
         trainer.updater._objective = broken
     else:
         calls = []
@@ -164,6 +193,7 @@ def test_an_error_inside_a_step_leaves_no_bar_open(tok, bars, where):
             if len(calls) > 1:
                 raise RuntimeError("boom in the reward")
             return say_reward(prompts, completions, answer)
+
         trainer.env.reward_funcs = [reward]
     with pytest.raises(Exception, match="boom"):  # a reward failure comes wrapped, naming the function
         trainer.train()
@@ -176,8 +206,9 @@ def test_cli_eval_shows_an_evaluation_bar_and_prints_only_json(tmp_path, bars, c
     from erl_lite.cli import main
     from erl_lite.embedded.demo import demo_trainer
 
-    demo_trainer(seed=1, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0,
-                 output_dir=str(tmp_path)).train()
+    demo_trainer(
+        seed=1, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=str(tmp_path)
+    ).train()
     bars.clear()
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(tmp_path), "--limit", "3", "--num-generations", "2"]) == 0

@@ -17,10 +17,10 @@ import torch
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.policy import reference_context
-from erl_lite.models import load_policy, trainable_parameters
-from erl_lite.testing import FAMILIES, save_tiny_model
-from erl_lite.run.trainer import ERLTrainer
 from erl_lite.core.update import PolicyUpdater
+from erl_lite.models import load_policy, trainable_parameters
+from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import FAMILIES, save_tiny_model
 
 torch.set_num_threads(1)
 FAMILY_IDS = [family + ("-tied" if tied else "") for family, tied in FAMILIES]
@@ -70,8 +70,11 @@ def _generate(model, tok) -> None:
 
 def _packed_layers(model) -> int:
     """4-bit layers switched to bitsandbytes' CPU inference-only format."""
-    return sum(bool(getattr(m.weight.quant_state, "packing_format_for_cpu", False))
-               for m in model.modules() if isinstance(m, bnb.nn.Linear4bit))
+    return sum(
+        bool(getattr(m.weight.quant_state, "packing_format_for_cpu", False))
+        for m in model.modules()
+        if isinstance(m, bnb.nn.Linear4bit)
+    )
 
 
 @pytest.mark.parametrize("quantization", ["none", "4bit"])
@@ -83,8 +86,15 @@ def test_lora_backward_reaches_every_adapter_and_nothing_else(saved, family, tie
     assert grads and all("lora_" in n for n in grads)
     assert all(g.abs().sum() > 0 and torch.isfinite(g).all() for g in grads.values())
     # q/k/v/o and the MLP of every layer carry an adapter; Qwen2's biases stay frozen.
-    assert {n.split(".")[-4] for n in grads} == {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj"}
+    assert {n.split(".")[-4] for n in grads} == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
     assert all(p.grad is None for n, p in model.named_parameters() if "lora_" not in n)
     if family == "qwen2":
         assert model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.bias is not None
@@ -182,8 +192,11 @@ def test_frozen_4bit_model_is_left_alone(saved):
 
     model, _ = load_policy(saved("llama", False), quantization="4bit", peft="none", device="cpu")
     assert keep_4bit_trainable(model) == 0  # inference only: the fast CPU kernel is fine
-    assert all(m.support_avx512bf16_for_cpu == bnb.functional.has_avx512bf16()
-               for m in model.modules() if isinstance(m, bnb.nn.Linear4bit))
+    assert all(
+        m.support_avx512bf16_for_cpu == bnb.functional.has_avx512bf16()
+        for m in model.modules()
+        if isinstance(m, bnb.nn.Linear4bit)
+    )
 
 
 @pytest.mark.slow
@@ -193,10 +206,19 @@ def test_4bit_erl_step_with_kl_matches_full_precision(saved, guess_env, family, 
     disabled adapter) in 4-bit on CPU. Its update equals the same update of the dense twin on the
     same samples. Qwen2's q/k/v bias used to crash the backward; the others got wrong gradients."""
     path = saved(family, tied)
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2,
-                            max_completion_length=6, max_reflection_length=8,
-                            max_reflection_prompt_length=700, eval_steps=0, progress_bar=False,
-                            beta=0.1, per_device_train_batch_size=8)
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,
+        max_completion_length=6,
+        max_reflection_length=8,
+        max_reflection_prompt_length=700,
+        eval_steps=0,
+        progress_bar=False,
+        beta=0.1,
+        per_device_train_batch_size=8,
+    )
     # B != 0, so the policy differs from the reference and the KL term has a gradient even
     # when every reward (hence every advantage) is zero.
     policy, tok = _load(path, "4bit")
@@ -219,8 +241,9 @@ def test_4bit_erl_step_with_kl_matches_full_precision(saved, guess_env, family, 
     for name in before:
         step = dense_after[name] - dense_before[name]
         # Relative to the step: the 4-bit and dense gradients round differently (see above).
-        torch.testing.assert_close(after[name] - before[name], step, rtol=1e-3,
-                                   atol=1e-3 * float(step.abs().max()), msg=name)
+        torch.testing.assert_close(
+            after[name] - before[name], step, rtol=1e-3, atol=1e-3 * float(step.abs().max()), msg=name
+        )
 
 
 def _sgd(model) -> torch.optim.Optimizer:

@@ -14,8 +14,10 @@ import pytest
 from erl_lite.testing import save_tiny_model
 
 ERL_METRICS = ("reward/first", "reward/second", "gate/rate", "memory/size", "loss/total")
-PROMPTS = [{"prompt": "Summarize: the cat sat on the mat all day."},
-           {"prompt": "Summarize: rain fell on the town until noon."}]
+PROMPTS = [
+    {"prompt": "Summarize: the cat sat on the mat all day."},
+    {"prompt": "Summarize: rain fell on the town until noon."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +34,15 @@ def test_trl_grpo_quick_start(model_name, tmp_path):
     def reward_len(completions, **kwargs):
         return [-abs(20 - len(completion)) for completion in completions]
 
-    training_args = ERLConfig(output_dir=str(tmp_path),  # was: GRPOConfig(output_dir=...)
-                              max_steps=1, num_tasks_per_step=2, num_generations=2,  # budget
-                              max_completion_length=8, max_reflection_length=8, progress_bar=False)  # budget
+    training_args = ERLConfig(
+        output_dir=str(tmp_path),  # was: GRPOConfig(output_dir=...)
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,  # budget
+        max_completion_length=8,
+        max_reflection_length=8,
+        progress_bar=False,
+    )  # budget
     trainer = ERLTrainer(model=model_name, reward_funcs=reward_len, args=training_args, train_dataset=dataset)
     trainer.train()
 
@@ -46,8 +54,9 @@ def test_trl_grpo_quick_start(model_name, tmp_path):
 
 def test_erl_trainer_quick_start(model_name, tmp_path):
     # was: from erl import ERLConfig, ERLTrainer
-    from erl_lite import ERLConfig, ERLTrainer
     from peft import LoraConfig
+
+    from erl_lite import ERLConfig, ERLTrainer
 
     dataset = PROMPTS  # was: load_dataset("your_dataset", split="train")
 
@@ -69,11 +78,20 @@ def test_erl_trainer_quick_start(model_name, tmp_path):
         memory_size=50,
         memory_top_k=3,
         internalization_coef=1.0,
-        num_tasks_per_step=2, max_completion_length=8, max_reflection_length=8, progress_bar=False,  # budget
+        num_tasks_per_step=2,
+        max_completion_length=8,
+        max_reflection_length=8,
+        progress_bar=False,  # budget
     )
     lora_config = LoraConfig(r=64, lora_alpha=64, target_modules="all-linear")
-    trainer = ERLTrainer(model=model_name, reward_funcs=reward_func, feedback_func=feedback_func, args=config,
-                         train_dataset=dataset, peft_config=lora_config)
+    trainer = ERLTrainer(
+        model=model_name,
+        reward_funcs=reward_func,
+        feedback_func=feedback_func,
+        args=config,
+        train_dataset=dataset,
+        peft_config=lora_config,
+    )
     trainer.train()
 
     records = trainer.history.of_kind("train")

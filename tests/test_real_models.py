@@ -9,26 +9,49 @@ the test tokenizer's. The Qwen families use the real Qwen3 tokenizer and chat te
 
 import pytest
 import torch
-from transformers import (AutoModelForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, Phi3Config,
-                          Qwen2Config, Qwen3Config)
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma3TextConfig,
+    GenerationConfig,
+    LlamaConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import HFGenerator
 from erl_lite.metric_names import GAP_MEAN_KEYS, GAP_TOKENS
 from erl_lite.models import load_policy
-from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_tokenizer
 
-SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-             num_key_value_heads=1, head_dim=32, max_position_embeddings=4096)
+SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    max_position_embeddings=4096,
+)
 FAMILIES = {  # config class, extra config numbers, published sampling defaults
-    "qwen2.5": (Qwen2Config, {"tie_word_embeddings": True},
-                {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1}),
-    "qwen3": (Qwen3Config, {"tie_word_embeddings": True},
-              {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}),
+    "qwen2.5": (
+        Qwen2Config,
+        {"tie_word_embeddings": True},
+        {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1},
+    ),
+    "qwen3": (
+        Qwen3Config,
+        {"tie_word_embeddings": True},
+        {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20},
+    ),
     "llama3.2": (LlamaConfig, {"rope_theta": 500000.0}, {"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
-    "gemma3": (Gemma3TextConfig, {"sliding_window": 512, "final_logit_softcapping": None},
-               {"do_sample": True, "top_k": 64, "top_p": 0.95, "cache_implementation": "hybrid"}),
+    "gemma3": (
+        Gemma3TextConfig,
+        {"sliding_window": 512, "final_logit_softcapping": None},
+        {"do_sample": True, "top_k": 64, "top_p": 0.95, "cache_implementation": "hybrid"},
+    ),
     "phi3": (Phi3Config, {}, {}),
     "smollm2": (LlamaConfig, {"tie_word_embeddings": True}, {}),
 }
@@ -54,13 +77,17 @@ def _tokenizer(family):
 def _save(path, family):
     cls, extra, sampling = FAMILIES[family]
     tok = _tokenizer(family)
-    config = cls(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                 bos_token_id=tok.bos_token_id, **{**SHAPE, **extra})
+    config = cls(
+        vocab_size=len(tok),
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        **{**SHAPE, **extra},
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                               **sampling)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **sampling)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -69,12 +96,30 @@ def _save(path, family):
 def _train(path, backend, sampler=None):
     model, tok = load_policy(path, peft="lora", device="cpu")
     generator = None if sampler is None else sampler(model, tok)
-    args = ERLConfig.preset("cpu", max_steps=2, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-                            max_reflection_length=12, max_reflection_prompt_length=900, eval_steps=0,
-                            progress_bar=False, learning_rate=1e-2, beta=0.01, steps_per_generation=2,
-                            generation_backend=backend)
-    trainer = ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=digit_reward,
-                         feedback_func=feedback, train_dataset=ROWS, generator=generator)
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=2,
+        num_tasks_per_step=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=12,
+        max_reflection_prompt_length=900,
+        eval_steps=0,
+        progress_bar=False,
+        learning_rate=1e-2,
+        beta=0.01,
+        steps_per_generation=2,
+        generation_backend=backend,
+    )
+    trainer = ERLTrainer(
+        model=model,
+        processing_class=tok,
+        args=args,
+        reward_funcs=digit_reward,
+        feedback_func=feedback,
+        train_dataset=ROWS,
+        generator=generator,
+    )
     return trainer, trainer.train()
 
 

@@ -13,9 +13,13 @@ import re
 import pytest
 
 MODEL = os.environ.get("ERL_LITE_SMOLLM2", "")
-pytestmark = [pytest.mark.realmodel, pytest.mark.skipif(
-    not os.path.isfile(os.path.join(MODEL, "config.json")),
-    reason="set ERL_LITE_SMOLLM2 to SmolLM2-135M-Instruct converted by scripts/smollm2_from_gguf.py")]
+pytestmark = [
+    pytest.mark.realmodel,
+    pytest.mark.skipif(
+        not os.path.isfile(os.path.join(MODEL, "config.json")),
+        reason="set ERL_LITE_SMOLLM2 to SmolLM2-135M-Instruct converted by scripts/smollm2_from_gguf.py",
+    ),
+]
 
 #: The documented settings for a model this small (docs/TRAINING.md, "Small real models").
 PREFILL = "<prompt>\n1."
@@ -29,10 +33,21 @@ def run():
     from erl_lite import ERLConfig, ERLTrainer
     from erl_lite.envs import FrozenLake
 
-    cfg = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=3, num_generations=2, learning_rate=1e-5,
-                           max_completion_length=32, max_reflection_length=64, eval_steps=0, output_dir=None,
-                           progress_bar=False, reflection_prefill=PREFILL, train_second=False,
-                           use_internalization=False)
+    cfg = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=3,
+        num_generations=2,
+        learning_rate=1e-5,
+        max_completion_length=32,
+        max_reflection_length=64,
+        eval_steps=0,
+        output_dir=None,
+        progress_bar=False,
+        reflection_prefill=PREFILL,
+        train_second=False,
+        use_internalization=False,
+    )
     trainer = ERLTrainer(model=MODEL, args=cfg, env=FrozenLake.small(compact=False, prompt_style="reference"))
     return trainer.train()
 
@@ -44,8 +59,10 @@ def test_reflections_parse_and_second_attempts_get_a_rulebook(run):
     assert len(parsed) >= 2 and sum(parsed) / len(parsed) >= 0.8, [r["reflection"]["text"] for r in retries]
     for r in retries:
         if r["reflection"]["parsed"]:
-            assert r["reflection"]["rulebook"].startswith("1.") and r["reflection"]["rulebook"] in r["second"][
-                "messages"][0]["content"]  # the second attempt's system prompt is the rulebook
+            assert (
+                r["reflection"]["rulebook"].startswith("1.")
+                and r["reflection"]["rulebook"] in r["second"]["messages"][0]["content"]
+            )  # the second attempt's system prompt is the rulebook
 
 
 def test_the_sampler_and_the_update_agree(run):
@@ -70,12 +87,17 @@ def test_the_arithmetic_reward_pays_only_a_boxed_right_answer_in_the_models_repl
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     generator = HFGenerator(AutoModelForCausalLM.from_pretrained(MODEL), tokenizer)
     rows = small_arithmetic_dataset(8, seed=3)
-    replies = [tokenizer.decode(ids, skip_special_tokens=True) for ids in generator.generate(
-        [encode_messages(r["prompt"], tokenizer) for r in rows], SamplingParams(48, temperature=0.7))]
+    replies = [
+        tokenizer.decode(ids, skip_special_tokens=True)
+        for ids in generator.generate(
+            [encode_messages(r["prompt"], tokenizer) for r in rows], SamplingParams(48, temperature=0.7)
+        )
+    ]
     for row, reply in zip(rows, replies):
         [reward] = arithmetic_reward([row["prompt"]], [reply], answer=[row["answer"]])
         boxed = extract_boxed(reply)
-        assert reward == float(boxed is not None and re.fullmatch(r"-?\d+", boxed) is not None
-                               and int(boxed) == int(row["answer"])), (row, reply)
+        assert reward == float(
+            boxed is not None and re.fullmatch(r"-?\d+", boxed) is not None and int(boxed) == int(row["answer"])
+        ), (row, reply)
         unboxed = re.sub(r"\\boxed\{[^{}]*\}", "", reply) + f" so it is {row['answer']}"
         assert arithmetic_reward([row["prompt"]], [unboxed], answer=[row["answer"]]) == [0.0], unboxed

@@ -10,9 +10,8 @@ import re
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.config.presets import PRESETS
+from erl_lite.config.presets import PAPER_GAMES, PRESETS
 from erl_lite.envs import FrozenLake, Sokoban
-from erl_lite.config.presets import PAPER_GAMES
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "REFERENCE.md").read_text()
@@ -25,7 +24,7 @@ def _table(heading: str) -> list[list[str]]:
     lines = DOC.split(heading, 1)[1].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
@@ -133,8 +132,9 @@ def test_the_default_style_is_unchanged_and_the_embedded_worlds_keep_their_promp
         assert env.action_reminder == action_reminder_text() and env.prompt_style == "plain"
     world = demo_world(0)
     assert world.system_prompt == grid_system_prompt(world.max_turns, True) and world.turns is None
-    assert "Actions left" in world.new_episode().reset(world.test_tasks(1)[0]) or "left:" in \
-        world.new_episode().reset(world.test_tasks(1)[0])
+    assert "Actions left" in world.new_episode().reset(world.test_tasks(1)[0]) or "left:" in world.new_episode().reset(
+        world.test_tasks(1)[0]
+    )
     with pytest.raises(ValueError, match="prompt_style"):
         FrozenLake(prompt_style="fancy")
     with pytest.raises(ValueError, match="compact"):
@@ -146,9 +146,16 @@ def test_the_reference_prompts_are_restated_not_copied():
     from erl_lite.envs.grid import PROMPTS
 
     text = str(PROMPTS["reference"]).lower()
-    for sentence in ("acting as a reasoning engine", "you have not achieved the goal", "your last response is invalid",
-                     "predict their consequences using", "maximum remaining moves", "puzzle not solved yet",
-                     "only push a box if the space behind it is free", "make the final line only"):
+    for sentence in (
+        "acting as a reasoning engine",
+        "you have not achieved the goal",
+        "your last response is invalid",
+        "predict their consequences using",
+        "maximum remaining moves",
+        "puzzle not solved yet",
+        "only push a box if the space behind it is free",
+        "make the final line only",
+    ):
         assert sentence not in text
 
 
@@ -156,7 +163,11 @@ def test_the_tile_letter_and_the_dead_end_hint_sit_behind_settings_the_paper_set
     from erl_lite.records import Task
 
     hole = Task("h", "frozenlake", {"map": ["SH", "FG"]})
-    for env, named in ((FrozenLake(), True), (FrozenLake(hint=False), False), (FrozenLake(**PAPER_GAMES["frozenlake"]), False)):
+    for env, named in (
+        (FrozenLake(), True),
+        (FrozenLake(hint=False), False),
+        (FrozenLake(**PAPER_GAMES["frozenlake"]), False),
+    ):
         episode = env.new_episode()
         episode.reset(hole)
         episode.step("```Right```")
@@ -171,15 +182,25 @@ def test_the_tile_letter_and_the_dead_end_hint_sit_behind_settings_the_paper_set
 
 
 def test_one_erl_step_with_the_reference_style_on_a_tiny_model():
-    from erl_lite.testing import tiny_model, tiny_tokenizer
     from erl_lite.run.trainer import ERLTrainer
+    from erl_lite.testing import tiny_model, tiny_tokenizer
 
     tok = tiny_tokenizer()
     env = FrozenLake(prompt_style="reference", sizes=(2, 3), max_actions=2, hint=False)
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2, eval_steps=0,
-                            max_completion_length=16, max_reflection_length=24, max_episode_length=4000,
-                            max_reflection_prompt_length=3900, progress_bar=False, output_dir=None,
-                            reflection_copies=2)
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,
+        eval_steps=0,
+        max_completion_length=16,
+        max_reflection_length=24,
+        max_episode_length=4000,
+        max_reflection_prompt_length=3900,
+        progress_bar=False,
+        output_dir=None,
+        reflection_copies=2,
+    )
     trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, env=env)
     history = trainer.train()
     out = trainer.last_outcome
@@ -207,8 +228,9 @@ def test_doubled_reflection_rows_give_a_lone_failure_no_signal_and_count_the_oth
     retries = [retry("a", 0, 1.0), retry("b", 0, 1.0), retry("b", 1, 0.0)]
     adv = {}
     for copies in (1, 2):
-        rows = [s for s in assign_advantages(ERLConfig(reflection_copies=copies), first, retries)
-                if s.role == "reflection"]
+        rows = [
+            s for s in assign_advantages(ERLConfig(reflection_copies=copies), first, retries) if s.role == "reflection"
+        ]
         adv[copies] = sorted((s.task_id, round(s.advantage, 4)) for s in rows)
     assert adv[1] == [("a", 1.0), ("b", -0.7071), ("b", 0.7071)]  # a group of one: A = r
     # Each row twice: task a's pair is identical (A = 0); task b's four rows have a smaller std (n - 1).

@@ -10,12 +10,12 @@ import pytest
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.integrations.reporting import SAMPLE_COLUMNS, SAMPLES_TABLE, Reporter, logging_interval, resolve_report_to
 from erl_lite.metric_names import ZERO_STD_FIRST, ZERO_STD_REFLECTION, ZERO_STD_SECOND
 from erl_lite.metrics import frac_reward_zero_std
 from erl_lite.records import TrainSample
-from erl_lite.integrations.reporting import SAMPLE_COLUMNS, SAMPLES_TABLE, Reporter, logging_interval, resolve_report_to
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(4)]
 
@@ -39,11 +39,26 @@ def tok():
 
 
 def _trainer(tok, **overrides):
-    values = dict(max_steps=3, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-                  max_reflection_length=48, eval_steps=0, progress_bar=False, beta=0.0)
+    values = dict(
+        max_steps=3,
+        num_tasks_per_step=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=48,
+        eval_steps=0,
+        progress_bar=False,
+        beta=0.0,
+    )
     args = ERLConfig.preset("cpu", **{**values, **overrides})
-    return ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=say_reward,
-                      train_dataset=ROWS, eval_dataset=ROWS[:1], generator=ScriptedGenerator(tok, _script))
+    return ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        reward_funcs=say_reward,
+        train_dataset=ROWS,
+        eval_dataset=ROWS[:1],
+        generator=ScriptedGenerator(tok, _script),
+    )
 
 
 # --- config --------------------------------------------------------------------------------------
@@ -55,9 +70,14 @@ def test_report_to_is_normalised_like_transformers():
     assert ERLConfig(report_to="all").report_to == ["all"]
 
 
-@pytest.mark.parametrize("bad, words", [
-    ("mlflow", "unknown tracker 'mlflow'"), (["none", "wandb"], "stand alone"), (3, "string"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ("mlflow", "unknown tracker 'mlflow'"),
+        (["none", "wandb"], "stand alone"),
+        (3, "string"),
+    ],
+)
 def test_bad_report_to_names_the_field(bad, words):
     with pytest.raises(ValueError, match="report_to") as err:
         ERLConfig(report_to=bad)
@@ -109,14 +129,23 @@ class _Recorder:
 def test_a_send_carries_the_window_mean_and_the_latest_point_in_time_values():
     reporter = Reporter(ERLConfig(max_steps=5, logging_steps=2), ["rec"], {"rec": _Recorder})
     for step in range(1, 6):
-        reporter.log({"kind": "train", "step": step, "reward/first": float(step), "lr": 10.0 * step,
-                      "reward/second": None if step == 1 else 1.0})
+        reporter.log(
+            {
+                "kind": "train",
+                "step": step,
+                "reward/first": float(step),
+                "lr": 10.0 * step,
+                "reward/second": None if step == 1 else 1.0,
+            }
+        )
     reporter.log({"kind": "eval", "step": 5, "eval/reward": 0.25})
     sent = reporter.trackers[0].scalars
-    assert sent == [(2, {"reward/first": 1.5, "lr": 20.0, "reward/second": 1.0}),
-                    (4, {"reward/first": 3.5, "lr": 40.0, "reward/second": 1.0}),
-                    (5, {"reward/first": 5.0, "lr": 50.0, "reward/second": 1.0}),  # the last step sends
-                    (5, {"eval/reward": 0.25})]
+    assert sent == [
+        (2, {"reward/first": 1.5, "lr": 20.0, "reward/second": 1.0}),
+        (4, {"reward/first": 3.5, "lr": 40.0, "reward/second": 1.0}),
+        (5, {"reward/first": 5.0, "lr": 50.0, "reward/second": 1.0}),  # the last step sends
+        (5, {"eval/reward": 0.25}),
+    ]
 
 
 def test_close_sends_a_window_cut_short_and_closes():
@@ -270,7 +299,8 @@ def test_trackio_gets_scalars_at_their_step_and_is_finished(tok, monkeypatch):
     assert [step for data, step in logs if "eval/reward" in data] == [0, 2]
     assert [step for data, step in logs if SAMPLES_TABLE in data] == [1, 2]
     assert [data["gate/rate"] for data, _ in logs if "gate/rate" in data] == [
-        r["gate/rate"] for r in history.of_kind("train")]
+        r["gate/rate"] for r in history.of_kind("train")
+    ]
     assert trackio.calls[-1] == ("finish",) and trackio.calls[0][0] == "init"
 
 
@@ -280,8 +310,11 @@ def _fake(name):
 
 
 def _steps_logged(mod):
-    return [c[1]["train/global_step"] if c[0] == "log" and "train/global_step" in c[1] else c[2]
-            for c in mod.calls if c[0] == "log" and "reward/first" in c[1]]
+    return [
+        c[1]["train/global_step"] if c[0] == "log" and "train/global_step" in c[1] else c[2]
+        for c in mod.calls
+        if c[0] == "log" and "reward/first" in c[1]
+    ]
 
 
 @pytest.mark.parametrize("name", ["wandb", "trackio"])
@@ -338,12 +371,18 @@ def test_an_evaluation_logged_after_train_is_sent_and_finished(tok, monkeypatch,
 
 # --- the project name ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name, env_var", [("wandb", "WANDB_PROJECT"), ("trackio", "TRACKIO_PROJECT")])
-@pytest.mark.parametrize("project, env_value, expected", [
-    (None, None, "erl-lite"), ("lab-3", None, "lab-3"), (None, "from-env", "from-env"),
-    ("lab-3", "from-env", "lab-3"),  # the field, set in code, wins over the environment
-])
-def test_the_project_is_the_field_else_the_trackers_variable(tok, monkeypatch, name, env_var, project,
-                                                             env_value, expected):
+@pytest.mark.parametrize(
+    "project, env_value, expected",
+    [
+        (None, None, "erl-lite"),
+        ("lab-3", None, "lab-3"),
+        (None, "from-env", "from-env"),
+        ("lab-3", "from-env", "lab-3"),  # the field, set in code, wins over the environment
+    ],
+)
+def test_the_project_is_the_field_else_the_trackers_variable(
+    tok, monkeypatch, name, env_var, project, env_value, expected
+):
     mod = _fake(name)
     monkeypatch.setitem(sys.modules, name, mod)
     for var in ("WANDB_PROJECT", "TRACKIO_PROJECT"):
@@ -379,8 +418,11 @@ def _samples(role, pairs):
 
 
 def test_frac_reward_zero_std_counts_groups_without_signal():
-    batch = (_samples("first", [(0.0, "a"), (0.0, "a"), (0.7, "b"), (-0.7, "b"), (0.0, "c"), (0.0, "c")])
-             + _samples("second", [(0.5, "a")]) + _samples("reflection", [(0.0, "b")]))
+    batch = (
+        _samples("first", [(0.0, "a"), (0.0, "a"), (0.7, "b"), (-0.7, "b"), (0.0, "c"), (0.0, "c")])
+        + _samples("second", [(0.5, "a")])
+        + _samples("reflection", [(0.0, "b")])
+    )
     assert frac_reward_zero_std(batch, "first") == pytest.approx(2 / 3)
     assert frac_reward_zero_std(batch, "second") == 0.0  # a lone rollout with r = 0.5 has A = 0.5
     assert frac_reward_zero_std(batch, "reflection") == 1.0
@@ -402,19 +444,54 @@ def test_frac_reward_zero_std_in_a_run(tok):
             return "2" if calls["n"] % 2 else "no"
         return "no" if ("Say 0." in prompt or "Say 1." in prompt) else "3"
 
-    args = ERLConfig.preset("cpu", max_steps=2, num_tasks_per_step=4, num_generations=2, max_completion_length=8,
-                            max_reflection_length=48, eval_steps=0, progress_bar=False, beta=0.0, output_dir=None)
-    history = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args, reward_funcs=say_reward,
-                         train_dataset=ROWS, generator=ScriptedGenerator(tok, script)).train()
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=2,
+        num_tasks_per_step=4,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=48,
+        eval_steps=0,
+        progress_bar=False,
+        beta=0.0,
+        output_dir=None,
+    )
+    history = ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        reward_funcs=say_reward,
+        train_dataset=ROWS,
+        generator=ScriptedGenerator(tok, script),
+    ).train()
     for record in history.of_kind("train"):
         assert record["reward/first"] == pytest.approx(3 / 8)
         assert record[ZERO_STD_FIRST] == pytest.approx(3 / 4)  # task 2's group has a spread
         # tasks 0 and 1: two equal r2 = 1; task 2: a lone retry with r2 = 1 gets A = 1
         assert record[ZERO_STD_SECOND] == pytest.approx(2 / 3)
         assert record[ZERO_STD_REFLECTION] == pytest.approx(2 / 3)
-    no_second = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=4, num_generations=2,
-                                 max_completion_length=8, max_reflection_length=48, eval_steps=0,
-                                 progress_bar=False, beta=0.0, train_second=False)
-    record = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=no_second, reward_funcs=say_reward,
-                        train_dataset=ROWS, generator=ScriptedGenerator(tok, script)).train().records[-1]
+    no_second = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=4,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=48,
+        eval_steps=0,
+        progress_bar=False,
+        beta=0.0,
+        train_second=False,
+    )
+    record = (
+        ERLTrainer(
+            model=tiny_model(tok),
+            processing_class=tok,
+            args=no_second,
+            reward_funcs=say_reward,
+            train_dataset=ROWS,
+            generator=ScriptedGenerator(tok, script),
+        )
+        .train()
+        .records[-1]
+    )
     assert record[ZERO_STD_SECOND] is None and record[ZERO_STD_REFLECTION] is not None  # not trained

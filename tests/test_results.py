@@ -8,10 +8,17 @@ import pytest
 import torch
 
 from erl_lite.embedded import demo_config, demo_trainer, demo_world, load_embedded
-from erl_lite.run.export import NOTE_FILE
 from erl_lite.models import describe_policy, load_policy, trainable_parameters
-from erl_lite.teach.results import (BeforeAfter, PlayedEpisode, play_episode, reload_and_play, results_folder,
-                              save_adapter, train_and_evaluate)
+from erl_lite.run.export import NOTE_FILE
+from erl_lite.teach.results import (
+    BeforeAfter,
+    PlayedEpisode,
+    play_episode,
+    reload_and_play,
+    results_folder,
+    save_adapter,
+    train_and_evaluate,
+)
 
 
 def test_results_folder_prefers_a_mounted_drive(tmp_path, monkeypatch):
@@ -29,8 +36,10 @@ def test_results_folder_prefers_a_mounted_drive(tmp_path, monkeypatch):
 
 def test_train_evaluate_save_reload_and_play(tmp_path, monkeypatch):
     pushed = []
-    monkeypatch.setattr("erl_lite.run.export.push_to_hub",
-                        lambda folder, repo, private=True: pushed.append((folder, repo)) or f"hub/{repo}")
+    monkeypatch.setattr(
+        "erl_lite.run.export.push_to_hub",
+        lambda folder, repo, private=True: pushed.append((folder, repo)) or f"hub/{repo}",
+    )
     trainer = demo_trainer(seed=0, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0)
     held_out = trainer.env.test_tasks(2)
     history, result = train_and_evaluate(trainer, held_out, num_generations=1)
@@ -72,8 +81,9 @@ def test_a_second_pass_into_a_kept_folder_resumes_or_starts_afresh_as_asked(tmp_
     from erl_lite.run.checkpoint import CheckpointError
 
     def trainer(**kw):
-        settings = dict(max_steps=2, num_tasks_per_step=2, eval_steps=0, save_steps=1,
-                        output_dir=str(tmp_path / "kept"))
+        settings = dict(
+            max_steps=2, num_tasks_per_step=2, eval_steps=0, save_steps=1, output_dir=str(tmp_path / "kept")
+        )
         return demo_trainer(seed=0, eval_tasks=2, **{**settings, **kw})
 
     first = trainer()
@@ -105,6 +115,7 @@ def test_save_adapter_refuses_a_model_without_adapter(tmp_path):
 
 
 def test_before_after_table_skips_counts():
-    table = BeforeAfter({"eval/reward": 0.5, "eval/num_episodes": 4.0},
-                        {"eval/reward": 1.0, "eval/num_episodes": 4.0}, ["a", "b"], 2).table()
+    table = BeforeAfter(
+        {"eval/reward": 0.5, "eval/num_episodes": 4.0}, {"eval/reward": 1.0, "eval/num_episodes": 4.0}, ["a", "b"], 2
+    ).table()
     assert "+0.50" in table and "num_episodes" not in table

@@ -12,13 +12,13 @@ import math
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.envs.rows import rows_to_tasks, split_prompt
-from erl_lite.integrations.dataset import RewardFunctionEnv, RewardFunctionError
-from erl_lite.envs.qa import score_answer
 from erl_lite.core.generation import SamplingParams, ScriptedGenerator
 from erl_lite.core.rollout import run_episodes
-from erl_lite.testing import tiny_model
+from erl_lite.envs.qa import score_answer
+from erl_lite.envs.rows import rows_to_tasks, split_prompt
+from erl_lite.integrations.dataset import RewardFunctionEnv, RewardFunctionError
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(4)]
 REPLIES = {"Add 0": "0", "Add 1": "two", "Add 2": "it is 4", "Add 3": "the answer is six"}
@@ -31,9 +31,17 @@ def reply_for(prompt_text: str) -> str:
 def play(env, tok, rows=ROWS, reply=reply_for, max_episode_length=400):
     tasks = rows_to_tasks(rows)
     gen = ScriptedGenerator(tok, reply)
-    attempts = run_episodes(gen, tok, env, tasks, [env.initial_system_prompt(t) for t in tasks],
-                            SamplingParams(64), max_episode_length=max_episode_length, role="first",
-                            indices=[0] * len(tasks))
+    attempts = run_episodes(
+        gen,
+        tok,
+        env,
+        tasks,
+        [env.initial_system_prompt(t) for t in tasks],
+        SamplingParams(64),
+        max_episode_length=max_episode_length,
+        role="first",
+        indices=[0] * len(tasks),
+    )
     return attempts, gen
 
 
@@ -58,8 +66,15 @@ def test_reward_functions_receive_trl_keywords(tok):
     env = RewardFunctionEnv(spy)
     attempts, _ = play(env, tok)
     [call] = seen
-    assert set(call) == {"prompts", "completions", "completion_ids", "trainer_state", "answer",
-                         "log_extra", "log_metric"}  # TRL 1.16 passes the last two as well
+    assert set(call) == {
+        "prompts",
+        "completions",
+        "completion_ids",
+        "trainer_state",
+        "answer",
+        "log_extra",
+        "log_metric",
+    }  # TRL 1.16 passes the last two as well
     assert call["prompts"] == [r["prompt"] for r in ROWS]
     assert call["completions"] == [REPLIES[f"Add {i}"] for i in range(4)]
     assert call["answer"] == ["0", "2", "4", "6"]
@@ -132,20 +147,24 @@ def test_standalone_episode_scores_itself(tok):
 def _returning(values):
     def bad_reward(completions, **kw):
         return values(len(completions)) if callable(values) else values
+
     return bad_reward
 
 
-@pytest.mark.parametrize("output, message", [
-    (lambda n: [1.0] * (n - 1), r"'bad_reward' returned 3 values for 4 completions"),
-    (lambda n: [1.0, float("nan"), 1.0, 1.0], r"'bad_reward'.*row 1 \(task 'row-1'\).*nan"),
-    (lambda n: [1.0, 1.0, float("inf"), 1.0], r"'bad_reward'.*row 2 \(task 'row-2'\).*inf"),
-    (lambda n: [1.0, 1.0, 1.0, None], r"row 3 \(task 'row-3'\).*every reward function returned None"),
-    (lambda n: ["1.0"] * n, r"'bad_reward'.*row 0 \(task 'row-0'\).*'1.0'"),
-    (lambda n: [[1.0]] * n, r"'bad_reward'.*row 0 .*\[1.0\]"),
-    (1.0, r"'bad_reward' returned float, not a list"),
-    (None, r"'bad_reward' returned NoneType, not a list"),
-    (lambda n: [(1.0, 2)] * n, r"'bad_reward'.*row 0 .*\(score, feedback\)"),
-])
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        (lambda n: [1.0] * (n - 1), r"'bad_reward' returned 3 values for 4 completions"),
+        (lambda n: [1.0, float("nan"), 1.0, 1.0], r"'bad_reward'.*row 1 \(task 'row-1'\).*nan"),
+        (lambda n: [1.0, 1.0, float("inf"), 1.0], r"'bad_reward'.*row 2 \(task 'row-2'\).*inf"),
+        (lambda n: [1.0, 1.0, 1.0, None], r"row 3 \(task 'row-3'\).*every reward function returned None"),
+        (lambda n: ["1.0"] * n, r"'bad_reward'.*row 0 \(task 'row-0'\).*'1.0'"),
+        (lambda n: [[1.0]] * n, r"'bad_reward'.*row 0 .*\[1.0\]"),
+        (1.0, r"'bad_reward' returned float, not a list"),
+        (None, r"'bad_reward' returned NoneType, not a list"),
+        (lambda n: [(1.0, 2)] * n, r"'bad_reward'.*row 0 .*\(score, feedback\)"),
+    ],
+)
 def test_bad_reward_outputs_name_the_function_and_row(tok, output, message):
     with pytest.raises(RewardFunctionError, match=message):
         play(RewardFunctionEnv(_returning(output)), tok)
@@ -168,11 +187,14 @@ def test_a_positional_only_reward_function_gets_a_clear_error(tok):
         play(RewardFunctionEnv(positional), tok)
 
 
-@pytest.mark.parametrize("output, message", [
-    (lambda n: ["ok"] * (n + 1), r"'bad_feedback' returned 5 values for 4 completions"),
-    (lambda n: ["ok", 3, "ok", "ok"], r"'bad_feedback'.*row 1 \(task 'row-1'\).*not a string"),
-    ("ok", r"'bad_feedback' returned str, not a list"),
-])
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        (lambda n: ["ok"] * (n + 1), r"'bad_feedback' returned 5 values for 4 completions"),
+        (lambda n: ["ok", 3, "ok", "ok"], r"'bad_feedback'.*row 1 \(task 'row-1'\).*not a string"),
+        ("ok", r"'bad_feedback' returned str, not a list"),
+    ],
+)
 def test_bad_feedback_outputs_name_the_function_and_row(tok, output, message):
     def bad_feedback(completions, **kw):
         return output(len(completions)) if callable(output) else output
@@ -211,10 +233,12 @@ def test_rows_without_prompt_and_empty_datasets(tok):
 
 
 def test_multi_turn_conversational_prompts_keep_the_whole_context(tok):
-    convo = [{"role": "system", "content": "Be brief."},
-             {"role": "user", "content": "Add 1 and 1."},
-             {"role": "assistant", "content": "3"},
-             {"role": "user", "content": "Wrong. Add 2 and 2."}]
+    convo = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Add 1 and 1."},
+        {"role": "assistant", "content": "3"},
+        {"role": "user", "content": "Wrong. Add 2 and 2."},
+    ]
     seen = []
 
     def spy(prompts, completions, **kw):
@@ -232,13 +256,16 @@ def test_multi_turn_conversational_prompts_keep_the_whole_context(tok):
     assert "Add 1 and 1." in attempts[0].trace and "Wrong. Add 2 and 2." in attempts[0].trace
 
 
-@pytest.mark.parametrize("prompt, message", [
-    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "must end with a user message"),
-    ([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}], "only as the first message"),
-    ([{"role": "tool", "content": "a"}, {"role": "user", "content": "b"}], "unknown role 'tool'"),
-    ([], "empty"),
-    ([{"content": "a"}], "'role' and 'content'"),
-])
+@pytest.mark.parametrize(
+    "prompt, message",
+    [
+        ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "must end with a user message"),
+        ([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}], "only as the first message"),
+        ([{"role": "tool", "content": "a"}, {"role": "user", "content": "b"}], "unknown role 'tool'"),
+        ([], "empty"),
+        ([{"content": "a"}], "'role' and 'content'"),
+    ],
+)
 def test_bad_conversational_prompts(prompt, message):
     with pytest.raises(ValueError, match=message):
         split_prompt(prompt)
@@ -246,17 +273,25 @@ def test_bad_conversational_prompts(prompt, message):
 
 # --- the trainer, called as GRPOTrainer is ----------------------------------------------------
 def small_args(**kw):
-    base = dict(max_steps=1, num_tasks_per_step=2, num_generations=2, max_completion_length=8,
-                max_reflection_length=8, max_reflection_prompt_length=700, eval_steps=0,
-                progress_bar=False)
+    base = dict(
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_reflection_length=8,
+        max_reflection_prompt_length=700,
+        eval_steps=0,
+        progress_bar=False,
+    )
     return ERLConfig.preset("cpu", **{**base, **kw})
 
 
 def test_trl_quickstart_call_shape(tok):
     model = tiny_model(tok)
     gen = ScriptedGenerator(tok, lambda p: "short")
-    by_keyword = ERLTrainer(model=model, reward_funcs=reward_len, args=small_args(), train_dataset=ROWS,
-                            processing_class=tok, generator=gen)
+    by_keyword = ERLTrainer(
+        model=model, reward_funcs=reward_len, args=small_args(), train_dataset=ROWS, processing_class=tok, generator=gen
+    )
     positional = ERLTrainer(model, reward_len, small_args(), ROWS, ROWS[:1], tok, generator=gen)
     assert positional.eval_tasks[0].task_id == "eval-0" and positional.env.reward_funcs == [reward_len]
     history = by_keyword.train()
@@ -271,8 +306,9 @@ def test_trainer_state_is_the_running_step(tok):
         return [0.0] * len(completions)
 
     gen = ScriptedGenerator(tok, lambda p: "x")
-    trainer = ERLTrainer(tiny_model(tok), curriculum, small_args(max_steps=2), ROWS, processing_class=tok,
-                         generator=gen)
+    trainer = ERLTrainer(
+        tiny_model(tok), curriculum, small_args(max_steps=2), ROWS, processing_class=tok, generator=gen
+    )
     trainer.train()
     # one call per phase: first and second attempts of steps 1 and 2
     assert steps == [(1, 2), (1, 2), (2, 2), (2, 2)]
@@ -295,8 +331,14 @@ def test_extras_are_keyword_only_and_trl_extras_are_answered(tok):
     with pytest.raises(ValueError, match="environment_factory object: .*callable reset"):
         ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok, environment_factory=object)
     with pytest.raises(ValueError, match="quantization_config .*not a 4-bit config"):
-        ERLTrainer(model, reward_len, small_args(), ROWS, processing_class=tok,
-                   quantization_config=type("EightBit", (), {"load_in_8bit": True})())
+        ERLTrainer(
+            model,
+            reward_len,
+            small_args(),
+            ROWS,
+            processing_class=tok,
+            quantization_config=type("EightBit", (), {"load_in_8bit": True})(),
+        )
     with pytest.raises(TypeError, match="args must be an ERLConfig"):
         ERLTrainer(model, reward_len, {"max_steps": 1}, ROWS, processing_class=tok)
     with pytest.raises(TypeError, match="reward function 1 .*some/reward-model.*not supported"):
@@ -305,9 +347,15 @@ def test_extras_are_keyword_only_and_trl_extras_are_answered(tok):
 
 def test_callbacks_plain_functions_work_and_look_alike_objects_are_refused(tok):
     seen = []
-    trainer = ERLTrainer(tiny_model(tok), reward_len, small_args(), ROWS, processing_class=tok,
-                         callbacks=[lambda t, record: seen.append(record.step)],
-                         generator=ScriptedGenerator(tok, lambda p: "x"))
+    trainer = ERLTrainer(
+        tiny_model(tok),
+        reward_len,
+        small_args(),
+        ROWS,
+        processing_class=tok,
+        callbacks=[lambda t, record: seen.append(record.step)],
+        generator=ScriptedGenerator(tok, lambda p: "x"),
+    )
     trainer.train()
     assert seen == [1]
     # TrainerCallback objects are honoured (tests/test_trainer_callbacks.py); a look-alike is not one

@@ -19,16 +19,16 @@ import pytest
 import torch
 from peft import LoraConfig
 from safetensors.torch import load_file, save_file
+from test_checkpoint import ARGS as CHECKPOINT_ARGS
+from test_checkpoint import ROWS, digest, drop_times, vowel_reward
 
-from erl_lite.run import checkpoint
-from erl_lite.run.checkpoint import CheckpointError, find_run, read_checkpoint
 from erl_lite.config import ERLConfig
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.models import load_policy, trainable_parameters
-from erl_lite.testing import tiny_model, tiny_tokenizer
+from erl_lite.run import checkpoint
+from erl_lite.run.checkpoint import CheckpointError, find_run, read_checkpoint
 from erl_lite.run.trainer import ERLTrainer
-
-from test_checkpoint import ARGS as CHECKPOINT_ARGS, ROWS, digest, drop_times, vowel_reward
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 # Two optimizer steps per iteration (test_checkpoint's settings), so a fault can fall between
 # them (weights half-updated); four steps, and no periodic saves unless a test asks.
@@ -37,32 +37,45 @@ ARGS = {**CHECKPOINT_ARGS, "max_steps": 4, "save_steps": 0}
 
 def failing_reward(fail_at: dict):
     """``vowel_reward`` that raises during step ``fail_at["step"]`` until the test fixes it."""
+
     def reward(prompts, completions, trainer_state, **kw):
         if trainer_state.global_step == fail_at.get("step"):
             raise ZeroDivisionError(f"bug in the reward at step {trainer_state.global_step}")
         return vowel_reward(prompts, completions)
 
     # the same rewards/<name>/* keys as the reference run, and the same function to a resume that compares them
-    reward.__name__, reward.__qualname__, reward.__module__ = (vowel_reward.__name__, vowel_reward.__qualname__,
-                                                               vowel_reward.__module__)
+    reward.__name__, reward.__qualname__, reward.__module__ = (
+        vowel_reward.__name__,
+        vowel_reward.__qualname__,
+        vowel_reward.__module__,
+    )
     return reward
 
 
-def make_trainer(out, reward=vowel_reward, tok=None, lora=None, callbacks=(), optimizers=(None, None),
-                 **overrides) -> ERLTrainer:
+def make_trainer(
+    out, reward=vowel_reward, tok=None, lora=None, callbacks=(), optimizers=(None, None), **overrides
+) -> ERLTrainer:
     """The same trainer every time (same weights, adapter and seed) unless told otherwise."""
     tok = tok or tiny_tokenizer()
     torch.manual_seed(0)  # LoRA's A matrices are drawn from the global generator
     base = tiny_model(tiny_tokenizer(), seed=3)
     model, tok = load_policy(base, tok, peft=lora or "lora")
     args = ERLConfig.preset("cpu", **{**ARGS, "output_dir": str(out) if out else None, **overrides})
-    return ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward,
-                      train_dataset=ROWS, callbacks=list(callbacks), optimizers=optimizers)
+    return ERLTrainer(
+        model=model,
+        processing_class=tok,
+        args=args,
+        reward_funcs=reward,
+        train_dataset=ROWS,
+        callbacks=list(callbacks),
+        optimizers=optimizers,
+    )
 
 
 def checkpoints(out) -> list[str]:
-    return sorted((n for n in os.listdir(out) if re.fullmatch(r"checkpoint-\d+", n)),
-                  key=lambda n: int(n.split("-")[1]))
+    return sorted(
+        (n for n in os.listdir(out) if re.fullmatch(r"checkpoint-\d+", n)), key=lambda n: int(n.split("-")[1])
+    )
 
 
 def train_steps(out) -> list[int]:
@@ -134,8 +147,12 @@ def test_a_failure_after_a_step_finished_keeps_that_step(tmp_path, where, monkey
         if where == "callback" and record.step == 3 and armed["on"]:
             raise ValueError("the user's callback broke")
 
-    trainer = make_trainer(out, callbacks=[callback], eval_steps=3 if where == "evaluation" else 0,
-                           save_steps=3 if where == "periodic-save" else 0)
+    trainer = make_trainer(
+        out,
+        callbacks=[callback],
+        eval_steps=3 if where == "evaluation" else 0,
+        save_steps=3 if where == "periodic-save" else 0,
+    )
     trainer.eval_tasks = trainer.train_tasks[:1]
     real_eval, real_save = trainer.evaluate, checkpoint.save_checkpoint
 
@@ -396,9 +413,16 @@ def _more_tokens(tok):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change, field", [(_other_template, "tokenizer.chat_template"), (_other_eos, "tokenizer.eos"),
-                                           (_other_pad, "tokenizer.pad"), (_more_tokens, "tokenizer.vocab_size")],
-                         ids=["template", "eos", "pad", "vocab"])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (_other_template, "tokenizer.chat_template"),
+        (_other_eos, "tokenizer.eos"),
+        (_other_pad, "tokenizer.pad"),
+        (_more_tokens, "tokenizer.vocab_size"),
+    ],
+    ids=["template", "eos", "pad", "vocab"],
+)
 def test_resume_refuses_another_tokenizer(two_steps, tmp_path, change, field):
     out = tmp_path / "run"
     shutil.copytree(two_steps, out)
@@ -413,9 +437,17 @@ LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change", [dict(use_rslora=True), dict(use_dora=True), dict(lora_dropout=0.1),
-                                    dict(alpha_pattern={"q_proj": 8}), dict(rank_pattern={"v_proj": 4})],
-                         ids=["rslora", "dora", "dropout", "alpha_pattern", "rank_pattern"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(use_rslora=True),
+        dict(use_dora=True),
+        dict(lora_dropout=0.1),
+        dict(alpha_pattern={"q_proj": 8}),
+        dict(rank_pattern={"v_proj": 4}),
+    ],
+    ids=["rslora", "dora", "dropout", "alpha_pattern", "rank_pattern"],
+)
 def test_resume_refuses_other_lora_settings(two_steps, tmp_path, change):
     out = tmp_path / "run"
     shutil.copytree(two_steps, out)
@@ -432,8 +464,11 @@ def test_an_older_checkpoint_without_the_new_identity_parts_still_resumes():
     from erl_lite.run.checkpoint import run_differences
 
     saved = {"config": {}, "model": {"model": "m", "lora.r": 16, "lora.alpha": 32, "lora.target_modules": ["q"]}}
-    now = {"config": {}, "model": {**saved["model"], "lora.use_rslora": False, "lora.use_dora": False},
-           "tokenizer": {"vocab_size": 9}}
+    now = {
+        "config": {},
+        "model": {**saved["model"], "lora.use_rslora": False, "lora.use_dora": False},
+        "tokenizer": {"vocab_size": 9},
+    }
     assert run_differences(saved, now) == []
     now["model"]["lora.use_rslora"] = True
     assert run_differences(saved, now) == ["lora.use_rslora: checkpoint False, this run True"]
@@ -480,8 +515,10 @@ def test_a_hand_edited_memory_state_is_refused_naming_the_field(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entries, field", [("a rulebook", "entries"), ([7], r"entries\[0\]"),
-                                            ([None], r"entries\[0\]"), (["ok", {"a": 1}], r"entries\[1\]")])
+@pytest.mark.parametrize(
+    "entries, field",
+    [("a rulebook", "entries"), ([7], r"entries\[0\]"), ([None], r"entries\[0\]"), (["ok", {"a": 1}], r"entries\[1\]")],
+)
 def test_a_hand_edited_memory_json_is_named_and_skipped_on_resume(two_steps, tmp_path, entries, field):
     out = tmp_path / "run"
     shutil.copytree(two_steps, out)

@@ -11,26 +11,24 @@ import json
 import os
 import re
 import shutil
-import warnings
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_checkpoint import ROWS, vowel_reward
+from test_run_faults import failing_reward, make_trainer, train_steps
 
-from erl_lite.run import checkpoint
-from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
 from erl_lite.cli import main
 from erl_lite.cli.evaluate import _load_checkpoint
 from erl_lite.config import ERLConfig
-from erl_lite.run.report import load_run
-from erl_lite.run.export import describe_adapter
 from erl_lite.integrations.reward_calls import RewardFunctionError
 from erl_lite.models import load_policy
-from erl_lite.testing import save_tiny_model, tiny_tokenizer
+from erl_lite.run import checkpoint
+from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
+from erl_lite.run.export import describe_adapter
+from erl_lite.run.report import load_run
 from erl_lite.run.trainer import ERLTrainer
-
-from test_checkpoint import ROWS, vowel_reward
-from test_run_faults import checkpoints, failing_reward, make_trainer, train_steps
+from erl_lite.testing import save_tiny_model, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +108,10 @@ DAMAGE = {  # each leaves files that parse (or are not parsed at all): only the 
     "adapter-half-cut": ("adapter_model.safetensors", _cut_half),
     "tokenizer-missing": ("tokenizer_config.json", os.remove),
     "manifest-missing": ("manifest.json", os.remove),
-    "memory-edited": ("memory.json", lambda p: p.write_text(p.read_text().replace('"total_writes"', '"total_writes" '))),
+    "memory-edited": (
+        "memory.json",
+        lambda p: p.write_text(p.read_text().replace('"total_writes"', '"total_writes" ')),
+    ),
 }
 
 
@@ -124,8 +125,11 @@ def test_a_damaged_checkpoint_is_skipped_by_resume_and_every_command(copy, case,
     base = save_tiny_model(copy.parent / "base")
     with pytest.raises(CheckpointError, match=where):
         read_checkpoint(str(copy / "checkpoint-2"))
-    for read in (lambda: checkpoint.find_run(str(copy)).state.path, lambda: _load_checkpoint(str(copy))[0],
-                 lambda: describe_adapter(str(copy), base_model=base).adapter_dir):
+    for read in (
+        lambda: checkpoint.find_run(str(copy)).state.path,
+        lambda: _load_checkpoint(str(copy))[0],
+        lambda: describe_adapter(str(copy), base_model=base).adapter_dir,
+    ):
         with pytest.warns(UserWarning, match=where):
             assert read() == str(copy / "checkpoint-1")
     trainer = make_trainer(copy, max_steps=2)
@@ -171,8 +175,21 @@ def test_eval_on_a_damaged_newest_checkpoint_falls_back_naming_the_file(copy, tm
     base = save_tiny_model(tmp_path / "base", seed=3)
     monkeypatch.syspath_prepend(os.path.dirname(__file__))
     capsys.readouterr()
-    code = main(["eval", "--checkpoint", str(copy), "--dataset", str(rows), "--reward-funcs",
-                 "test_checkpoint:vowel_reward", "--num-generations", "1", "--base-model", base])
+    code = main(
+        [
+            "eval",
+            "--checkpoint",
+            str(copy),
+            "--dataset",
+            str(rows),
+            "--reward-funcs",
+            "test_checkpoint:vowel_reward",
+            "--num-generations",
+            "1",
+            "--base-model",
+            base,
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     err = captured.err.splitlines()
@@ -184,8 +201,17 @@ def test_eval_on_a_damaged_newest_checkpoint_falls_back_naming_the_file(copy, tm
 def _folder_trainer(base, out, **overrides):
     torch.manual_seed(0)
     model, tok = load_policy(str(base), peft="lora", lora_r=2, device="cpu")
-    settings = dict(num_tasks_per_step=2, num_generations=2, max_completion_length=6, max_reflection_length=6,
-                    eval_steps=0, progress_bar=False, save_steps=1, seed=7, output_dir=str(out))
+    settings = dict(
+        num_tasks_per_step=2,
+        num_generations=2,
+        max_completion_length=6,
+        max_reflection_length=6,
+        eval_steps=0,
+        progress_bar=False,
+        save_steps=1,
+        seed=7,
+        output_dir=str(out),
+    )
     args = ERLConfig.preset("cpu", **{**settings, **overrides})
     return ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=vowel_reward, train_dataset=ROWS)
 
@@ -248,13 +274,18 @@ def test_a_raised_max_steps_trains_its_first_step_at_the_new_schedules_rate(tmp_
 
 def test_the_environment_identity_names_the_class_and_the_reward_specs():
     from erl_lite.envs.arithmetic import arithmetic_reward
-    from erl_lite.run.identity import environment_identity
     from erl_lite.integrations.dataset import RewardFunctionEnv
+    from erl_lite.run.identity import environment_identity
 
     assert environment_identity(RewardFunctionEnv(arithmetic_reward)) == {
-        "name": "dataset", "class": "erl_lite.integrations.dataset.RewardFunctionEnv",
-        "reward_funcs": ["erl_lite.envs.arithmetic:arithmetic_reward"], "feedback_func": None,
-        "reward_weights": [1.0], "system_prompt": "", "action_reminder": ""}  # and its settings
+        "name": "dataset",
+        "class": "erl_lite.integrations.dataset.RewardFunctionEnv",
+        "reward_funcs": ["erl_lite.envs.arithmetic:arithmetic_reward"],
+        "feedback_func": None,
+        "reward_weights": [1.0],
+        "system_prompt": "",
+        "action_reminder": "",
+    }  # and its settings
 
 
 def test_model_fingerprint_tells_same_shaped_models_apart_and_ignores_the_adapter():

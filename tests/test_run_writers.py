@@ -22,6 +22,9 @@ import textwrap
 import time
 
 import pytest
+from test_checkpoint import digest as digest_all
+from test_export import make_adapter
+from test_run_faults import checkpoints, failing_reward, make_trainer, train_steps
 
 from erl_lite.cli import main
 from erl_lite.cli.evaluate import _load_checkpoint
@@ -30,10 +33,6 @@ from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
 from erl_lite.run.export import describe_adapter, export_merged
 from erl_lite.run.lock import LOCK_FILE, WRITER_FILE, RunLock, last_writer
 from erl_lite.testing import save_tiny_model
-
-from test_checkpoint import digest as digest_all
-from test_export import make_adapter
-from test_run_faults import checkpoints, failing_reward, make_trainer, train_steps
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -67,9 +66,11 @@ def test_a_second_trainer_in_this_process_is_refused_naming_the_holder(tmp_path)
     def second_writer(trainer, record):
         if record.step != 1:
             return
-        for write in (lambda: make_trainer(out, max_steps=1).train(),
-                      lambda: make_trainer(out, max_steps=1).train(resume_from_checkpoint=True),
-                      lambda: make_trainer(out, max_steps=1, eval_steps=1).evaluate(log=True)):
+        for write in (
+            lambda: make_trainer(out, max_steps=1).train(),
+            lambda: make_trainer(out, max_steps=1).train(resume_from_checkpoint=True),
+            lambda: make_trainer(out, max_steps=1, eval_steps=1).evaluate(log=True),
+        ):
             with pytest.raises(CheckpointError) as err:
                 write()
             refusals.append(str(err.value))
@@ -109,8 +110,12 @@ def _wait_for(path, process, seconds=120):
 def test_a_trainer_in_another_process_holds_the_folder_until_it_ends(tmp_path, capsys):
     out, ready, go = tmp_path / "run", tmp_path / "ready", tmp_path / "go"
     script = HOLDER.format(tests=HERE, ready=str(ready), go=str(go), out=str(out))
-    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         _wait_for(ready, holder)
         before = digest(out)
@@ -160,8 +165,9 @@ def test_a_lock_held_on_another_host_is_never_taken_over(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / LOCK_FILE).write_text("4242\nother-machine\n")  # filelock's marker: pid, host
-    (out / WRITER_FILE).write_text(json.dumps({"by": "training", "pid": 4242, "host": "other-machine",
-                                               "started": "2026-01-01 00:00:00 UTC"}))
+    (out / WRITER_FILE).write_text(
+        json.dumps({"by": "training", "pid": 4242, "host": "other-machine", "started": "2026-01-01 00:00:00 UTC"})
+    )
     with pytest.raises(CheckpointError, match=r"pid 4242 on host other-machine.*delete .*\.erl_lite\.lock"):
         make_trainer(out, max_steps=1).train()
     assert sorted(os.listdir(out)) == [LOCK_FILE, WRITER_FILE]
@@ -177,8 +183,9 @@ def test_the_lock_is_released_after_a_failure_and_the_run_continues(tmp_path, fa
         if record.step == 2 and fail_at:
             raise KeyboardInterrupt
 
-    reward, callbacks, error = ((failing_reward(fail_at), [], Exception) if fault == "reward"
-                                else (None, [interrupt], KeyboardInterrupt))
+    reward, callbacks, error = (
+        (failing_reward(fail_at), [], Exception) if fault == "reward" else (None, [interrupt], KeyboardInterrupt)
+    )
     trainer = make_trainer(out, max_steps=3, callbacks=callbacks, **({"reward": reward} if reward else {}))
     with pytest.raises(error):
         trainer.train()
@@ -220,10 +227,14 @@ def _old_layout(copy, old, new):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change, old, new", [(_rename, 1, 7), (_copy, 1, 3), (_rename, 1, 10), (_old_layout, 1, 7)],
-                         ids=["renamed-7", "copied-3", "renamed-10", "format3-renamed-7"])
-def test_a_checkpoint_whose_name_and_step_disagree_is_skipped_by_resume_and_every_command(copy, capsys, change,
-                                                                                           old, new):
+@pytest.mark.parametrize(
+    "change, old, new",
+    [(_rename, 1, 7), (_copy, 1, 3), (_rename, 1, 10), (_old_layout, 1, 7)],
+    ids=["renamed-7", "copied-3", "renamed-10", "format3-renamed-7"],
+)
+def test_a_checkpoint_whose_name_and_step_disagree_is_skipped_by_resume_and_every_command(
+    copy, capsys, change, old, new
+):
     change(copy, old, new)
     bogus = str(copy / f"checkpoint-{new}")
     named = rf"checkpoint-{new} is named for step {new} but holds step {old}"
@@ -232,8 +243,11 @@ def test_a_checkpoint_whose_name_and_step_disagree_is_skipped_by_resume_and_ever
     with pytest.raises(CheckpointError, match=named):
         checkpoint.find_run(bogus)  # given directly: refused, not read as step 7
     base = save_tiny_model(copy.parent / "base")
-    for read in (lambda: checkpoint.find_run(str(copy)).state.path, lambda: _load_checkpoint(str(copy))[0],
-                 lambda: describe_adapter(str(copy), base_model=base).adapter_dir):
+    for read in (
+        lambda: checkpoint.find_run(str(copy)).state.path,
+        lambda: _load_checkpoint(str(copy))[0],
+        lambda: describe_adapter(str(copy), base_model=base).adapter_dir,
+    ):
         with pytest.warns(UserWarning, match=named):
             assert read() == str(copy / "checkpoint-2")
     capsys.readouterr()
@@ -255,8 +269,9 @@ def test_a_run_whose_only_checkpoint_is_misnamed_has_nothing_to_resume(copy):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change, new, kept", [(_rename, 7, [3, 4, 7]), (_copy, 9, [3, 4, 9])],
-                         ids=["renamed-7", "copied-9"])
+@pytest.mark.parametrize(
+    "change, new, kept", [(_rename, 7, [3, 4, 7]), (_copy, 9, [3, 4, 9])], ids=["renamed-7", "copied-9"]
+)
 def test_rotation_keeps_the_newest_checkpoints_by_content_and_leaves_a_misnamed_one_alone(copy, change, new, kept):
     change(copy, 1, new)
     before = digest_all(copy / f"checkpoint-{new}")
@@ -308,8 +323,11 @@ def test_the_demo_refuses_a_folder_it_did_not_write_unless_told_to_overwrite(two
     before = digest(out)
     assert main([*DEMO, "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    named = ["checkpoint-2", "history.jsonl with", "training_args.json"] if held == "training" else ["notes.md",
-                                                                                                     "README.md"]
+    named = (
+        ["checkpoint-2", "history.jsonl with", "training_args.json"]
+        if held == "training"
+        else ["notes.md", "README.md"]
+    )
     for needed in [str(out), "--overwrite", *named]:
         assert needed in err, err
     assert digest(out) == before
@@ -342,15 +360,17 @@ def test_train_refuses_a_demo_or_files_it_would_write_over(demo_run, tmp_path, h
 
 @pytest.mark.slow
 @pytest.mark.parametrize("held", ["training", "demo", "unrelated", "own"])
-def test_export_refuses_a_folder_it_did_not_write_unless_told_to_overwrite(two_steps, demo_run, tmp_path, held,
-                                                                             capsys):
+def test_export_refuses_a_folder_it_did_not_write_unless_told_to_overwrite(two_steps, demo_run, tmp_path, held, capsys):
     base, adapter, _ = make_adapter(tmp_path)
     out = tmp_path / "out"
     if held == "own":
         export_merged(adapter, out)
     else:
-        {"training": lambda: shutil.copytree(two_steps, out), "demo": lambda: shutil.copytree(demo_run, out),
-         "unrelated": lambda: _plant_unrelated(out)}[held]()
+        {
+            "training": lambda: shutil.copytree(two_steps, out),
+            "demo": lambda: shutil.copytree(demo_run, out),
+            "unrelated": lambda: _plant_unrelated(out),
+        }[held]()
     before = digest(out)
     code = main(["export", "--adapter", adapter, "--out", str(out)])
     if held == "own":  # an earlier export is written over
@@ -371,8 +391,9 @@ def test_export_into_a_folder_being_written_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("held", ["training", "figures", "unrelated-figure"])
-def test_plot_refuses_an_out_folder_holding_another_run_or_figures_unless_told_to_overwrite(two_steps, tmp_path,
-                                                                                          capsys, held):
+def test_plot_refuses_an_out_folder_holding_another_run_or_figures_unless_told_to_overwrite(
+    two_steps, tmp_path, capsys, held
+):
     out = tmp_path / "figs"
     if held == "training":
         shutil.copytree(two_steps, out)

@@ -65,8 +65,9 @@ def test_the_weight_scales_each_tokens_policy_loss_and_nothing_else():
     # internalization rows (weighted NLL) are not a sampled distribution: left unweighted
     nll = torch.tensor([True, True])
     a, _ = policy_objective(lp, None, None, adv, mask, nll_rows=nll, beta=0.0, loss_type="token_mean")
-    b, _ = policy_objective(lp, None, None, adv, mask, nll_rows=nll, beta=0.0, loss_type="token_mean",
-                            sampler_weight=weight)
+    b, _ = policy_objective(
+        lp, None, None, adv, mask, nll_rows=nll, beta=0.0, loss_type="token_mean", sampler_weight=weight
+    )
     assert a.item() == b.item()
 
 
@@ -78,13 +79,25 @@ def test_the_update_weights_with_the_samplers_logprobs_only_when_asked(monkeypat
 
     tok = tiny_tokenizer()
     model = tiny_model(tok)
-    cfg = ERLConfig(beta=0.0, generation_backend="vllm", vllm_importance_sampling_correction=on,
-                    vllm_importance_sampling_clip_max=1.5)
+    cfg = ERLConfig(
+        beta=0.0,
+        generation_backend="vllm",
+        vllm_importance_sampling_correction=on,
+        vllm_importance_sampling_clip_max=1.5,
+    )
     seen, real = [], update.policy_objective
-    monkeypatch.setattr(update, "policy_objective", lambda logp, old, *a, **kw: (
-        seen.append((logp.detach(), old, kw.get("sampler_weight"))), real(logp, old, *a, **kw))[1])
-    rows = [TrainSample("first", [5, 6, 7], [8, 9, 10], [1, 1, 1], 1.0, "t", None, [-9.0, -1e-3, NAN]),
-            TrainSample("first", [5, 6, 7], [11, 12], [1, 1], -1.0, "t", None, [-2.0, -3.0])]
+    monkeypatch.setattr(
+        update,
+        "policy_objective",
+        lambda logp, old, *a, **kw: (
+            seen.append((logp.detach(), old, kw.get("sampler_weight"))),
+            real(logp, old, *a, **kw),
+        )[1],
+    )
+    rows = [
+        TrainSample("first", [5, 6, 7], [8, 9, 10], [1, 1, 1], 1.0, "t", None, [-9.0, -1e-3, NAN]),
+        TrainSample("first", [5, 6, 7], [11, 12], [1, 1], -1.0, "t", None, [-2.0, -3.0]),
+    ]
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     update.PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
     assert seen
@@ -106,9 +119,14 @@ def test_the_settings_are_checked_and_take_trls_names():
         ERLConfig(vllm_importance_sampling_clip_min=2.0, vllm_importance_sampling_clip_max=1.0)
     with pytest.raises(ValueError, match="vllm_importance_sampling_clip_max must be > 0"):
         ERLConfig(vllm_importance_sampling_clip_max=0.0)
-    assert ERLConfig(use_vllm=True, vllm_importance_sampling_cap=2.0).vllm_importance_sampling_clip_max == 2.0  # TRL's old name
-    cfg = ERLConfig(generation_backend="vllm", vllm_importance_sampling_correction=True,
-                    vllm_importance_sampling_mode="sequence_mask")
+    assert (
+        ERLConfig(use_vllm=True, vllm_importance_sampling_cap=2.0).vllm_importance_sampling_clip_max == 2.0
+    )  # TRL's old name
+    cfg = ERLConfig(
+        generation_backend="vllm",
+        vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode="sequence_mask",
+    )
     assert cfg.vllm_importance_sampling_mode == "sequence_mask"
 
 
@@ -131,9 +149,15 @@ def test_the_clip_rules_are_trls(tmp_path, mode, on):
 
     for low in (None, 0.5, 2.0, 3.0):
         for high in (None, 2.0, 3.0):
-            kw = dict(vllm_importance_sampling_correction=on, vllm_importance_sampling_mode=mode,
-                      vllm_importance_sampling_clip_min=low, vllm_importance_sampling_clip_max=high)
-            theirs = _refusal(lambda: GRPOConfig(output_dir=str(tmp_path), report_to=[], bf16=False, use_cpu=True, **kw))
+            kw = dict(
+                vllm_importance_sampling_correction=on,
+                vllm_importance_sampling_mode=mode,
+                vllm_importance_sampling_clip_min=low,
+                vllm_importance_sampling_clip_max=high,
+            )
+            theirs = _refusal(
+                lambda: GRPOConfig(output_dir=str(tmp_path), report_to=[], bf16=False, use_cpu=True, **kw)
+            )
             ours = _refusal(lambda: ERLConfig(generation_backend="vllm", **kw))
             assert (ours is None) == (theirs is None), (kw, ours, theirs)
             if ours is not None:  # named by field and value

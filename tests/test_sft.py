@@ -11,11 +11,11 @@ import torch
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.models import load_policy
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.models import load_policy
 from erl_lite.run.sft import internalization_dataset, internalization_rows, tokenize_row, warm_start
-from erl_lite.testing import CHATML_TEMPLATE, tiny_model
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import CHATML_TEMPLATE, tiny_model
 
 SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}
 
@@ -36,16 +36,17 @@ def reply(prompt: str) -> str:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     from conftest import GuessEnv
+
     from erl_lite.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
     env = GuessEnv(max_turns=2, n=4)
     model, tok = load_policy(tiny_model(tok), tok, peft="lora")
     out = str(tmp_path_factory.mktemp("run"))
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=4, num_generations=1, eval_steps=0,
-                            progress_bar=False, output_dir=out)
-    trainer = ERLTrainer(model=model, processing_class=tok, args=args, env=env,
-                         generator=ScriptedGenerator(tok, reply))
+    args = ERLConfig.preset(
+        "cpu", max_steps=1, num_tasks_per_step=4, num_generations=1, eval_steps=0, progress_bar=False, output_dir=out
+    )
+    trainer = ERLTrainer(model=model, processing_class=tok, args=args, env=env, generator=ScriptedGenerator(tok, reply))
     trainer.train()
     return trainer, env, tok
 
@@ -97,10 +98,14 @@ def test_sft_trainer_accepts_the_exported_dataset(run):
         "{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' }}{% generation %}"
         "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
         "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-        "{% endif %}")
-    sft = SFTTrainer(model=tiny_model(tok2), processing_class=tok2, train_dataset=data,
-                     args=SFTConfig(output_dir="unused", report_to="none", assistant_only_loss=True,
-                                    max_steps=1, bf16=False))
+        "{% endif %}",
+    )
+    sft = SFTTrainer(
+        model=tiny_model(tok2),
+        processing_class=tok2,
+        train_dataset=data,
+        args=SFTConfig(output_dir="unused", report_to="none", assistant_only_loss=True, max_steps=1, bf16=False),
+    )
     for row, prepared in zip(data, sft.train_dataset):
         trained = [t for t in prepared["labels"] if t != -100]
         ours = tokenize_row(row, tok)
@@ -113,8 +118,16 @@ def test_warm_start_trains_the_tiny_model_on_the_set(run):
     trainer, _, tok = run
     base = tiny_model(tok, seed=3)
     before = {n: p.detach().clone() for n, p in base.named_parameters()}
-    sft = warm_start(base, tok, trainer, peft_config=LoraConfig(r=4, target_modules="all-linear"),
-                     max_steps=3, learning_rate=1e-2, per_device_train_batch_size=2, use_cpu=True)
+    sft = warm_start(
+        base,
+        tok,
+        trainer,
+        peft_config=LoraConfig(r=4, target_modules="all-linear"),
+        max_steps=3,
+        learning_rate=1e-2,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+    )
     losses = [e["loss"] for e in sft.state.log_history if "loss" in e]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
     lora = {n: p for n, p in sft.model.named_parameters() if "lora_B" in n}

@@ -22,8 +22,14 @@ FAMILY_IDS = [family + ("-tied" if tied else "") for family, tied in FAMILIES]
 def lora_model(family: str, tied: bool, dropout: float = 0.0):
     """A tiny model with a LoRA adapter whose B is not zero (so the adapter shapes every pass), in train mode."""
     model = tiny_model(tiny_tokenizer(), family=family, tie_embeddings=tied)
-    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear",
-                        init_lora_weights=False, task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        lora_dropout=dropout,
+        target_modules="all-linear",
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
+    )
     torch.manual_seed(1)
     return get_peft_model(model, config).train()
 
@@ -32,7 +38,7 @@ def rows(seed: int = 0) -> list[TrainSample]:
     """Three tasks: two share their context with 3 rollouts each (contexts of different lengths, so one is
     left-padded), one row stands alone; completions of different lengths with masked glue tokens."""
     g = torch.Generator().manual_seed(seed)
-    ints = lambda n: torch.randint(8, 90, (n,), generator=g).tolist()  # noqa: E731
+    ints = lambda n: torch.randint(8, 90, (n,), generator=g).tolist()
     out = []
     for context, copies in ((ints(23), 3), (ints(17), 3), (ints(20), 1)):
         for _ in range(copies):
@@ -74,8 +80,9 @@ def test_shared_contexts_give_the_full_forward_s_logprobs_and_gradients(family, 
     L = batch.targets.shape[1]
     # 3 distinct contexts of P columns run once, then every row's L completion columns.
     assert seen == [3 * (width - L), B * L]
-    full = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.targets,
-                             0.7, chunk_size=None)  # the model's own forward over every row, whole
+    full = sequence_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.targets, 0.7, chunk_size=None
+    )  # the model's own forward over every row, whole
     keep = batch.mask.bool()
     # Log-probs of a ~100-word vocabulary are around -5; float32 attention over ~35 positions in another
     # order moves them by ~1e-6, so 1e-4 absolute is far below any wrong key, position or mask (>1e-2).

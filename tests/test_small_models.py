@@ -37,8 +37,12 @@ def reflections_replying(env, tok, reflection: str, **cfg):
 
 
 def test_the_reflection_request_is_a_setting(guess_env, tok):
-    ctx = ctx_with(guess_env, tok, lambda p: "<prompt>RULEBOOK x</prompt>" if "RULES-REQUEST-X" in p else "nope",
-                   reflection_request=MY_REQUEST)
+    ctx = ctx_with(
+        guess_env,
+        tok,
+        lambda p: "<prompt>RULEBOOK x</prompt>" if "RULES-REQUEST-X" in p else "nope",
+        reflection_request=MY_REQUEST,
+    )
     erl_step(ctx, guess_env.train_tasks(2), ReflectionMemory())
     asked = [p for p in ctx.generator.prompts_seen if "RULES-REQUEST-X" in p]
     assert len(asked) == 4 and not any(REFLECTION_REQUEST in p for p in ctx.generator.prompts_seen)
@@ -52,11 +56,14 @@ def test_the_retry_instruction_is_a_setting(guess_env, tok):
     assert len(retries) == 8 and not any(RETRY_HEADER in p for p in ctx.generator.prompts_seen)
 
 
-@pytest.mark.parametrize("reply, rulebook", [
-    ("<prompt>rule A</prompt> then more words <prompt>rule B</prompt>", "rule A"),
-    ("thinking first. <prompt>rule C</prompt>\n\nDone!", "rule C"),
-    ("<PROMPT>rule D</PROMPT> trailing", "rule D"),
-])
+@pytest.mark.parametrize(
+    "reply, rulebook",
+    [
+        ("<prompt>rule A</prompt> then more words <prompt>rule B</prompt>", "rule A"),
+        ("thinking first. <prompt>rule C</prompt>\n\nDone!", "rule C"),
+        ("<PROMPT>rule D</PROMPT> trailing", "rule D"),
+    ],
+)
 def test_a_reflection_ends_at_its_closing_tag(guess_env, tok, reply, rulebook):
     _, _, reflections = reflections_replying(guess_env, tok, reply)
     for r in reflections:
@@ -67,6 +74,7 @@ def test_a_reflection_ends_at_its_closing_tag(guess_env, tok, reply, rulebook):
 
 def test_the_sampler_is_asked_to_stop_at_the_closing_tag(tok):
     from erl_lite.testing import tiny_model
+
     gen = HFGenerator(tiny_model(tok), tok)
     assert gen.sampling_config(SamplingParams(8, stop=("</prompt>",))).stop_strings == ["</prompt>"]
     assert gen.sampling_config(SamplingParams(8)).stop_strings is None
@@ -74,8 +82,9 @@ def test_the_sampler_is_asked_to_stop_at_the_closing_tag(tok):
 
 
 def test_a_prefilled_reflection_starts_with_the_open_tag(guess_env, tok):
-    ctx, _, reflections = reflections_replying(guess_env, tok, " Guess the fruit.</prompt>",
-                                               reflection_prefill="<prompt>\n1.")
+    ctx, _, reflections = reflections_replying(
+        guess_env, tok, " Guess the fruit.</prompt>", reflection_prefill="<prompt>\n1."
+    )
     asked = [p for p in ctx.generator.prompts_seen if REFLECTION_REQUEST in p]
     assert asked and all(p.endswith("<prompt>\n1.") for p in asked)  # the prefill ends the context (not trained)
     for r in reflections:
@@ -86,8 +95,9 @@ def test_a_prefilled_reflection_starts_with_the_open_tag(guess_env, tok):
 @pytest.mark.parametrize("prefill, parsed", [("<prompt>\n", True), ("", False), ("Rules:\n", False)])
 def test_an_unclosed_block_is_kept_only_when_the_prefill_opened_it(guess_env, tok, prefill, parsed):
     cut = "<prompt>\n" if not prefill else ""
-    _, _, reflections = reflections_replying(guess_env, tok, cut + "1. Guess a fruit. " * 40,
-                                             reflection_prefill=prefill, max_reflection_length=30)
+    _, _, reflections = reflections_replying(
+        guess_env, tok, cut + "1. Guess a fruit. " * 40, reflection_prefill=prefill, max_reflection_length=30
+    )
     for r in reflections:
         assert r.truncated and r.parsed is parsed
         assert r.rulebook.startswith("1. Guess a fruit.") if parsed else r.rulebook == guess_env.system_prompt
@@ -129,6 +139,7 @@ def test_a_large_step_is_named_with_the_learning_rate():
 
     def run(moves):
         return [{"step": i + 1, OPTIM_STEPS: steps, WEIGHT_UPDATE: moved} for i, (moved, steps) in enumerate(moves)]
+
     found = scan(run([(0.01, 1), (0.095, 1), (0.02, 1)]), RunFacts(learning_rate=2e-3))
     large = [f for f in found if f.name == "large_step"]
     assert len(large) == 1 and large[0].step == 2 and "learning_rate=0.002" in large[0].message()
@@ -136,11 +147,16 @@ def test_a_large_step_is_named_with_the_learning_rate():
     assert not [f for f in scan(run([(0.056, 3), (LARGE_STEP * 0.9, 1)]), RunFacts()) if f.name == "large_step"]
 
 
-@pytest.mark.parametrize("model, flags, rate", [
-    ("some/pretrained-model", [], 1e-5), ("./a/local/folder", ["--env", "arithmetic"], 1e-5),
-    ("some/pretrained-model", ["--learning-rate", "3e-4"], 3e-4), ("embedded", ["--env", "frozenlake"], 2e-3),
-    ("some/pretrained-model", ["--preset", "gpu"], 1e-5),
-])
+@pytest.mark.parametrize(
+    "model, flags, rate",
+    [
+        ("some/pretrained-model", [], 1e-5),
+        ("./a/local/folder", ["--env", "arithmetic"], 1e-5),
+        ("some/pretrained-model", ["--learning-rate", "3e-4"], 3e-4),
+        ("embedded", ["--env", "frozenlake"], 2e-3),
+        ("some/pretrained-model", ["--preset", "gpu"], 1e-5),
+    ],
+)
 def test_a_pretrained_model_does_not_take_the_embedded_models_learning_rate(model, flags, rate):
     from erl_lite.cli import build_parser
     from erl_lite.cli.train import train_settings
@@ -153,8 +169,9 @@ def test_env_options_reach_the_environment_from_flags_and_files(tmp_path):
     from erl_lite.cli import build_parser
     from erl_lite.cli.train import train_settings
 
-    run, cfg = train_settings(build_parser().parse_args(
-        ["train", "--env", "arithmetic", "--env-options", '{"n": 12, "max_operand": 4}']))
+    run, cfg = train_settings(
+        build_parser().parse_args(["train", "--env", "arithmetic", "--env-options", '{"n": 12, "max_operand": 4}'])
+    )
     assert run["env_options"] == {"n": 12, "max_operand": 4} == cfg.extra["env_options"]
     path = tmp_path / "run.yaml"
     path.write_text("env: arithmetic\nsmall: true\nenv_options:\n  n: 7\n")
@@ -166,11 +183,14 @@ def test_env_options_reach_the_environment_from_flags_and_files(tmp_path):
 DEFAULT_SYSTEM_TEMPLATE = (
     "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}<|im_start|>system\nYou are Tiny, a "
     "helpful bot.<|im_end|>\n{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
-@pytest.mark.parametrize("template, system, named", [
-    (DEFAULT_SYSTEM_TEMPLATE, None, True), (DEFAULT_SYSTEM_TEMPLATE, "Solve it.", False), (None, None, False)])
+@pytest.mark.parametrize(
+    "template, system, named",
+    [(DEFAULT_SYSTEM_TEMPLATE, None, True), (DEFAULT_SYSTEM_TEMPLATE, "Solve it.", False), (None, None, False)],
+)
 def test_the_preflight_names_a_templates_default_system_prompt(template, system, named):
     from erl_lite.diagnostics.preflight import chat_findings
     from erl_lite.envs.arithmetic import arithmetic_reward
@@ -182,8 +202,11 @@ def test_the_preflight_names_a_templates_default_system_prompt(template, system,
     tokenizer.chat_template = template or tokenizer.chat_template  # None: the plain ChatML one, no default
     prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": "2 + 3?"}]
     task = rows_to_tasks([{"prompt": prompt, "answer": "5"}])[0]
-    found = [f for f in chat_findings(tokenizer, RewardFunctionEnv(arithmetic_reward), task, None)
-             if f.name == "default_system_prompt"]
+    found = [
+        f
+        for f in chat_findings(tokenizer, RewardFunctionEnv(arithmetic_reward), task, None)
+        if f.name == "default_system_prompt"
+    ]
     assert bool(found) is named
     if named:
         assert "You are Tiny, a helpful bot." in found[0].saw and "rulebook" in found[0].saw

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import re
-
 from types import SimpleNamespace
 
 import pytest
@@ -22,10 +21,10 @@ from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.diagnostics import RunFacts, scan
-from erl_lite.integrations import wiring
-from erl_lite.envs.rows import rows_to_tasks
-from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
+from erl_lite.envs.rows import rows_to_tasks
+from erl_lite.integrations import wiring
+from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.integrations.trl_adapter import TRLEnvironment
 from erl_lite.metric_names import EVAL_SUCCESS, GATE_RATE, SUCCESS_FIRST, SUCCESS_SECOND
 from erl_lite.metrics import eval_metrics, step_metrics
@@ -46,6 +45,7 @@ def reply(prompt: str) -> str:
 def scaled(tau: float):
     def reward(completions, answer, **kw):
         return [1.2 * tau if a in str(c) else 0.9 * tau for c, a in zip(completions, answer)]
+
     return reward
 
 
@@ -100,10 +100,14 @@ def _multi(cfg, tau):
 ENVS = {
     "custom_env": lambda cfg, tau: (ScaledEnv(tau), rows_to_tasks(rows())),
     "reward_funcs_wired": lambda cfg, tau: (
-        wiring.build_environment(cfg, None, None, scaled(tau), None, None, rows())[0], rows_to_tasks(rows())),
+        wiring.build_environment(cfg, None, None, scaled(tau), None, None, rows())[0],
+        rows_to_tasks(rows()),
+    ),
     "reward_funcs_by_hand": lambda cfg, tau: (RewardFunctionEnv(scaled(tau)), rows_to_tasks(rows())),
     "trl_env_wired": lambda cfg, tau: (
-        wiring.build_environment(cfg, None, PlainTRL, scaled(tau), None, None, rows())[0], rows_to_tasks(rows())),
+        wiring.build_environment(cfg, None, PlainTRL, scaled(tau), None, None, rows())[0],
+        rows_to_tasks(rows()),
+    ),
     "trl_env_by_hand": lambda cfg, tau: (TRLEnvironment(PlainTRL, scaled(tau)), rows_to_tasks(rows())),
     "multi_env": _multi,
 }
@@ -167,10 +171,15 @@ def test_erl_lite_eval_reads_the_checkpoints_tau(source, tau, tok, tmp_path, mon
     else:
         (tmp_path / "rewards.py").write_text(
             f"def scaled(completions, answer, **kw):\n"
-            f"    return [{1.2 * tau!r} if a in str(c) else {0.9 * tau!r} for c, a in zip(completions, answer)]\n")
+            f"    return [{1.2 * tau!r} if a in str(c) else {0.9 * tau!r} for c, a in zip(completions, answer)]\n"
+        )
         (tmp_path / "eval.jsonl").write_text("\n".join(__import__("json").dumps(r) for r in rows()))
-        got = evaluate.evaluate_checkpoint(str(tmp_path), dataset=str(tmp_path / "eval.jsonl"), num_generations=2,
-                                           reward_funcs=[f"{tmp_path / 'rewards.py'}:scaled"])
+        got = evaluate.evaluate_checkpoint(
+            str(tmp_path),
+            dataset=str(tmp_path / "eval.jsonl"),
+            num_generations=2,
+            reward_funcs=[f"{tmp_path / 'rewards.py'}:scaled"],
+        )
     assert got[EVAL_SUCCESS] == 0.5, got
 
 
@@ -188,6 +197,7 @@ def _alternating():
             return "<prompt>RULEBOOK: guess</prompt>"
         task = re.findall(r"task (?:\w/)?(t\d)", prompt)[-1]
         return SECRETS[task] if next(turn) % 2 else "nope"
+
     return play
 
 

@@ -25,18 +25,28 @@ def test_cpu_setup_seeds_the_adapter_as_the_notebooks_did():
     from erl_lite.teach import setup
 
     a, b = setup("cpu", seed=DEFAULT_SEED), setup("cpu", seed=DEFAULT_SEED)
-    weights = lambda m: [p.detach().clone() for n, p in m.named_parameters() if "lora_" in n]  # noqa: E731
+    weights = lambda m: [p.detach().clone() for n, p in m.named_parameters() if "lora_" in n]
     assert all((x == y).all() for x, y in zip(weights(a.model), weights(b.model), strict=True))
     assert a.config.seed == DEFAULT_SEED
 
 
-@pytest.mark.parametrize("preset,overrides,expected", [
-    ("gpu", {}, dict(quantization="4bit", lora_r=16, gradient_checkpointing=True)),
-    ("gpu", {"lora_r": 8, "max_steps": 3}, dict(quantization="4bit", lora_r=8, gradient_checkpointing=True)),
-    ("gpu", {"quantization": "none", "gradient_checkpointing": False},
-     dict(quantization="none", gradient_checkpointing=False)),
-    ("cpu", {"quantization": "4bit", "lora_r": 4}, dict(quantization="4bit", lora_r=4, gradient_checkpointing=False)),
-])
+@pytest.mark.parametrize(
+    "preset,overrides,expected",
+    [
+        ("gpu", {}, dict(quantization="4bit", lora_r=16, gradient_checkpointing=True)),
+        ("gpu", {"lora_r": 8, "max_steps": 3}, dict(quantization="4bit", lora_r=8, gradient_checkpointing=True)),
+        (
+            "gpu",
+            {"quantization": "none", "gradient_checkpointing": False},
+            dict(quantization="none", gradient_checkpointing=False),
+        ),
+        (
+            "cpu",
+            {"quantization": "4bit", "lora_r": 4},
+            dict(quantization="4bit", lora_r=4, gradient_checkpointing=False),
+        ),
+    ],
+)
 def test_setup_loads_the_model_the_config_describes(monkeypatch, preset, overrides, expected):
     """The loader gets the config's adapter fields (lora_r, gradient checkpointing); gpu: 4-bit by default.
     The loader is replaced: no test reaches a model hub."""
@@ -46,7 +56,7 @@ def test_setup_loads_the_model_the_config_describes(monkeypatch, preset, overrid
     calls = []
     monkeypatch.setattr(models, "load_policy", lambda name, **kw: calls.append((str(name), kw)) or ("M", "T"))
     run = teach_setup(preset, seed=5, **overrides)
-    (name, kwargs), = calls
+    ((name, kwargs),) = calls
     for key, value in expected.items():
         assert kwargs[key] == value, key
     assert kwargs["peft"] == "lora"
@@ -62,16 +72,19 @@ def test_setup_loads_the_model_the_config_describes(monkeypatch, preset, overrid
     assert (run.model, run.tokenizer) == ("M", "T")
 
 
-@pytest.mark.parametrize("preset,overrides,message", [
-    ("tpu", {}, "preset must be 'cpu' or 'gpu'"),
-    ("demo", {}, "preset must be 'cpu' or 'gpu'"),
-    ("cpu", {"quantization": "8bit"}, "quantization"),
-    ("cpu", {"max_step": 3}, "max_steps"),  # a mistyped field: did you mean
-    ("gpu", {"model_name": 3}, "model_name"),
-    ("cpu", {"world": "Sparse"}, "unknown embedded world"),
-    ("cpu", {"world": "frozenlake"}, "unknown embedded world"),
-    ("gpu", {"world": "sparse"}, "is an embedded world; the gpu setup plays FrozenLake"),
-])
+@pytest.mark.parametrize(
+    "preset,overrides,message",
+    [
+        ("tpu", {}, "preset must be 'cpu' or 'gpu'"),
+        ("demo", {}, "preset must be 'cpu' or 'gpu'"),
+        ("cpu", {"quantization": "8bit"}, "quantization"),
+        ("cpu", {"max_step": 3}, "max_steps"),  # a mistyped field: did you mean
+        ("gpu", {"model_name": 3}, "model_name"),
+        ("cpu", {"world": "Sparse"}, "unknown embedded world"),
+        ("cpu", {"world": "frozenlake"}, "unknown embedded world"),
+        ("gpu", {"world": "sparse"}, "is an embedded world; the gpu setup plays FrozenLake"),
+    ],
+)
 def test_setup_refuses_what_it_cannot_do_before_loading_anything(monkeypatch, preset, overrides, message):
     from erl_lite import models
     from erl_lite.teach import setup
@@ -89,8 +102,10 @@ def test_cpu_setup_plays_the_world_it_is_asked_for():
 
 
 #: What bitsandbytes 0.50 logs at import on a CPU with AVX-512 BF16 when the optional `kernels` package is missing.
-KERNELS_MESSAGE = ("Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure you already "
-                   "`pip install kernels` and the kernels >= 0.11.1")
+KERNELS_MESSAGE = (
+    "Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure you already "
+    "`pip install kernels` and the kernels >= 0.11.1"
+)
 
 
 def test_the_teaching_setup_silences_only_the_kernels_message_a_student_cannot_act_on(caplog):
@@ -103,8 +118,7 @@ def test_the_teaching_setup_silences_only_the_kernels_message_a_student_cannot_a
         logger.warning(KERNELS_MESSAGE, "No module named 'kernels'")
         logger.warning("Failed to load something else")  # any other message still shows
         logging.getLogger("bitsandbytes").warning(KERNELS_MESSAGE, "from another logger")
-    assert [r.getMessage()[:30] for r in caplog.records] == ["Failed to load something else",
-                                                             KERNELS_MESSAGE[:30]]
+    assert [r.getMessage()[:30] for r in caplog.records] == ["Failed to load something else", KERNELS_MESSAGE[:30]]
 
 
 def test_setup_leaves_no_loading_bar_in_a_saved_output(capfd):

@@ -8,8 +8,8 @@ from transformers import TrainerCallback, TrainerControl, TrainerState
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(2)]
 
@@ -58,12 +58,29 @@ class Recorder(TrainerCallback):
 
 def make(callbacks, tmp_path=None, **kw):
     tok = tiny_tokenizer()
-    settings = {"max_steps": 2, "num_tasks_per_step": 2, "num_generations": 2, "max_completion_length": 4,
-                "max_reflection_length": 8, "eval_steps": 0, "progress_bar": False, "beta": 0.0,
-                "output_dir": str(tmp_path) if tmp_path else None, **kw}
+    settings = {
+        "max_steps": 2,
+        "num_tasks_per_step": 2,
+        "num_generations": 2,
+        "max_completion_length": 4,
+        "max_reflection_length": 8,
+        "eval_steps": 0,
+        "progress_bar": False,
+        "beta": 0.0,
+        "output_dir": str(tmp_path) if tmp_path else None,
+        **kw,
+    }
     args = ERLConfig.preset("cpu", **settings)
-    return ERLTrainer(tiny_model(tok), hit, args, ROWS, eval_dataset=ROWS[:1], processing_class=tok,
-                      callbacks=callbacks, generator=ScriptedGenerator(tok, lambda p: "1"))
+    return ERLTrainer(
+        tiny_model(tok),
+        hit,
+        args,
+        ROWS,
+        eval_dataset=ROWS[:1],
+        processing_class=tok,
+        callbacks=callbacks,
+        generator=ScriptedGenerator(tok, lambda p: "1"),
+    )
 
 
 def test_every_event_fires_in_trainer_order(tmp_path):
@@ -72,9 +89,20 @@ def test_every_event_fires_in_trainer_order(tmp_path):
     trainer.train()
     # transformers.Trainer's order: step_end, then log, evaluate (its own log first) and save
     assert rec.events == [
-        ("init_end", 0), ("train_begin", 0), ("log", 0), ("evaluate", 0),  # the step-0 evaluation
-        ("step_begin", 0), ("step_end", 1), ("log", 1), ("save", 1),
-        ("step_begin", 1), ("step_end", 2), ("log", 2), ("log", 2), ("evaluate", 2), ("save", 2),
+        ("init_end", 0),
+        ("train_begin", 0),
+        ("log", 0),
+        ("evaluate", 0),  # the step-0 evaluation
+        ("step_begin", 0),
+        ("step_end", 1),
+        ("log", 1),
+        ("save", 1),
+        ("step_begin", 1),
+        ("step_end", 2),
+        ("log", 2),
+        ("log", 2),
+        ("evaluate", 2),
+        ("save", 2),
         ("train_end", 2),
     ]
     train_logs = [log for log in rec.logs if "reward/first" in log]

@@ -7,10 +7,10 @@ import ast
 import inspect
 
 import pytest
+from test_imports import import_graph, module_files
 
 from erl_lite.config import ERLConfig
 from erl_lite.run.trainer import ERLTrainer
-from test_imports import import_graph, module_files
 
 TRAINER_MODULES = ["erl_lite.run.trainer", "erl_lite.run.saving", "erl_lite.run.args"]
 
@@ -18,8 +18,7 @@ TRAINER_MODULES = ["erl_lite.run.trainer", "erl_lite.run.saving", "erl_lite.run.
 @pytest.mark.parametrize("module", TRAINER_MODULES)
 def test_the_trainer_reaches_integrations_only_through_wiring(module):
     reached = {m for m in import_graph()[module] if m.startswith("erl_lite.integrations.")}
-    assert reached <= {"erl_lite.integrations.wiring", "erl_lite.run.callbacks",
-                       "erl_lite.run.export"}, reached
+    assert reached <= {"erl_lite.integrations.wiring", "erl_lite.run.callbacks", "erl_lite.run.export"}, reached
     if module == "erl_lite.run.trainer":
         assert reached == {"erl_lite.integrations.wiring"}, reached
 
@@ -55,7 +54,9 @@ def test_a_vllm_backend_without_vllm_installed_is_refused_before_the_run_by_name
     with pytest.raises(ImportError, match=r"vLLM is not installed.*\[vllm\].*docs/VLLM.md"):
         if where == "the generator":
             from erl_lite.integrations.wiring import generator_for
+
             generator_for(tiny_model(tok), tok, args)
         else:
             from erl_lite.envs.frozenlake import FrozenLake
+
             ERLTrainer(tiny_model(tok), args=args, processing_class=tok, env=FrozenLake.small())

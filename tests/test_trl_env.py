@@ -10,20 +10,20 @@ import sys
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.envs.multi import MultiEnvironment
-from erl_lite.integrations.trl_adapter import TRLEnvironment, parse_tool_calls, tool_methods
 from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.envs.multi import MultiEnvironment
+from erl_lite.integrations.trl_adapter import TRLEnvironment, parse_tool_calls, tool_methods
 from erl_lite.records import Task
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from trl_env_counter import DATASET, CounterEnv  # noqa: E402
 
 
 def call(step) -> str:
-    return f'<tool_call>\n{json.dumps({"name": "increment", "arguments": {"step": step}})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': 'increment', 'arguments': {'step': step}})}\n</tool_call>"
 
 
 def counter_player(prompt: str) -> str:
@@ -52,8 +52,10 @@ def test_an_episode_calls_tools_and_reads_get_reward():
     assert first == "Use the counter tool.\nThe counter is at 0. Make it exactly 2, then say done."
     obs, _, done, _ = ep.step(call(1) + call(1))
     assert not done and obs.count("The counter is at") == 2 and "at 2." in obs
-    obs, _, done, _ = ep.step('<tool_call>{"name": "decrement", "arguments": {}}</tool_call>'
-                              '<tool_call>{"name": "increment", "arguments": {"stride": 1}}</tool_call>')
+    obs, _, done, _ = ep.step(
+        '<tool_call>{"name": "decrement", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "increment", "arguments": {"stride": 1}}</tool_call>'
+    )
     assert '"error": "Tool decrement not found."' in obs and "unexpected keyword" in obs  # TRL's error results
     _, _, done, _ = ep.step("done")
     assert done and ep.reward == 1.0 and ep.success
@@ -100,11 +102,26 @@ def test_clear_errors():
 
 def test_erl_trainer_trains_a_trl_environment():
     tok = tiny_tokenizer()
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2, eval_steps=0,
-                            max_completion_length=96, max_reflection_length=64, max_episode_length=2048,
-                            max_reflection_prompt_length=4000, progress_bar=False)  # + 64 fits 4096
-    trainer = ERLTrainer(tiny_model(tok), args=args, train_dataset=DATASET[:2], processing_class=tok,
-                         environment_factory=CounterEnv, generator=ScriptedGenerator(tok, counter_player))
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,
+        eval_steps=0,
+        max_completion_length=96,
+        max_reflection_length=64,
+        max_episode_length=2048,
+        max_reflection_prompt_length=4000,
+        progress_bar=False,
+    )  # + 64 fits 4096
+    trainer = ERLTrainer(
+        tiny_model(tok),
+        args=args,
+        train_dataset=DATASET[:2],
+        processing_class=tok,
+        environment_factory=CounterEnv,
+        generator=ScriptedGenerator(tok, counter_player),
+    )
     trainer._batch = lambda step: list(trainer.train_tasks)
     record = trainer.training_step()
     assert [a.reward for a in record.first_attempts] == [0.0] * 4  # overshoot
@@ -125,11 +142,24 @@ def test_a_dict_factory_routes_by_the_environment_column():
 
     tok = tiny_tokenizer()
     rows = [{**DATASET[0], "environment": "count"}, {**DATASET[1], "environment": "double"}]
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=1, eval_steps=0,
-                            max_completion_length=96, max_episode_length=2048, progress_bar=False)
-    trainer = ERLTrainer(tiny_model(tok), args=args, train_dataset=rows, processing_class=tok,
-                         environment_factory={"count": CounterEnv, "double": Doubler},
-                         generator=ScriptedGenerator(tok, counter_player))
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=1,
+        eval_steps=0,
+        max_completion_length=96,
+        max_episode_length=2048,
+        progress_bar=False,
+    )
+    trainer = ERLTrainer(
+        tiny_model(tok),
+        args=args,
+        train_dataset=rows,
+        processing_class=tok,
+        environment_factory={"count": CounterEnv, "double": Doubler},
+        generator=ScriptedGenerator(tok, counter_player),
+    )
     assert isinstance(trainer.env, MultiEnvironment)
     assert [t.task_id for t in trainer.train_tasks] == ["count/train-0", "double/train-1"]
     assert '"double"' not in trainer.env.initial_system_prompt(trainer.train_tasks[0])  # only its own tools
@@ -159,11 +189,25 @@ class OwnsItsData:
 @pytest.mark.parametrize("num_tasks_per_step,max_steps", [(1, 1), (2, 2)])
 def test_environment_factory_without_a_dataset_trains(num_tasks_per_step, max_steps):
     tok = tiny_tokenizer()
-    args = ERLConfig.preset("cpu", max_steps=max_steps, num_tasks_per_step=num_tasks_per_step, num_generations=2,
-                            eval_steps=0, max_completion_length=96, max_reflection_length=64,
-                            max_episode_length=2048, max_reflection_prompt_length=4000, progress_bar=False)
-    trainer = ERLTrainer(tiny_model(tok), args=args, processing_class=tok, environment_factory=OwnsItsData,
-                         generator=ScriptedGenerator(tok, counter_player))
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=max_steps,
+        num_tasks_per_step=num_tasks_per_step,
+        num_generations=2,
+        eval_steps=0,
+        max_completion_length=96,
+        max_reflection_length=64,
+        max_episode_length=2048,
+        max_reflection_prompt_length=4000,
+        progress_bar=False,
+    )
+    trainer = ERLTrainer(
+        tiny_model(tok),
+        args=args,
+        processing_class=tok,
+        environment_factory=OwnsItsData,
+        generator=ScriptedGenerator(tok, counter_player),
+    )
     # TRL's placeholder rows: one empty user message per task of a step, cycled.
     assert len(trainer.train_tasks) == num_tasks_per_step
     assert all(t.prompt == [{"role": "user", "content": ""}] for t in trainer.train_tasks)
@@ -175,10 +219,13 @@ def test_environment_factory_without_a_dataset_trains(num_tasks_per_step, max_st
     assert user == "The counter is at 0. Make it exactly 3, then say done."  # as TRL appends: no leading newline
 
 
-@pytest.mark.parametrize("factory,settings,match", [
-    ({"a": OwnsItsData, "b": OwnsItsData}, {}, "requires a train_dataset with an 'environment' column"),
-    (OwnsItsData, {"max_steps": None, "num_train_epochs": 1}, "max_steps must be set"),
-])
+@pytest.mark.parametrize(
+    "factory,settings,match",
+    [
+        ({"a": OwnsItsData, "b": OwnsItsData}, {}, "requires a train_dataset with an 'environment' column"),
+        (OwnsItsData, {"max_steps": None, "num_train_epochs": 1}, "max_steps must be set"),
+    ],
+)
 def test_environment_factory_without_a_dataset_refusals(factory, settings, match):
     tok = tiny_tokenizer()
     args = ERLConfig.preset("cpu", **{"max_steps": 1, "eval_steps": 0, "progress_bar": False, **settings})
@@ -218,22 +265,41 @@ def test_tools_are_rendered_by_a_template_that_supports_them(factory):
     from transformers.utils import get_json_schema
 
     tok = qwen3_tokenizer()
-    rows = DATASET[:2] if factory == "single" else [{**DATASET[0], "environment": "count"},
-                                                     {**DATASET[1], "environment": "double"}]
+    rows = (
+        DATASET[:2]
+        if factory == "single"
+        else [{**DATASET[0], "environment": "count"}, {**DATASET[1], "environment": "double"}]
+    )
     factories = CounterEnv if factory == "single" else {"count": CounterEnv, "double": Doubler}
-    args = ERLConfig.preset("cpu", max_steps=1, num_tasks_per_step=2, num_generations=2, eval_steps=0,
-                            max_completion_length=96, max_reflection_length=64, max_episode_length=2048,
-                            max_reflection_prompt_length=4000, progress_bar=False,
-                            chat_template_kwargs={"enable_thinking": False})
-    trainer = ERLTrainer(tiny_model(tok, hidden_size=64), args=args, train_dataset=rows, processing_class=tok,
-                         environment_factory=factories, generator=ScriptedGenerator(tok, counter_player))
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=1,
+        num_tasks_per_step=2,
+        num_generations=2,
+        eval_steps=0,
+        max_completion_length=96,
+        max_reflection_length=64,
+        max_episode_length=2048,
+        max_reflection_prompt_length=4000,
+        progress_bar=False,
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    trainer = ERLTrainer(
+        tiny_model(tok, hidden_size=64),
+        args=args,
+        train_dataset=rows,
+        processing_class=tok,
+        environment_factory=factories,
+        generator=ScriptedGenerator(tok, counter_player),
+    )
     trainer._batch = lambda step: list(trainer.train_tasks)
     record = trainer.training_step()
     for attempt in record.first_attempts + [r.second for r in record.retries]:
         cls = CounterEnv if "count" in attempt.task_id or factory == "single" else Doubler
         schemas = [get_json_schema(getattr(cls, name)) for name in tool_methods(cls)]
-        expected = tok.apply_chat_template(attempt.messages[:2], tools=schemas, tokenize=False,
-                                           add_generation_prompt=True, enable_thinking=False)
+        expected = tok.apply_chat_template(
+            attempt.messages[:2], tools=schemas, tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
         assert tok.decode(attempt.prompt_ids) == expected  # the template's own rendering, tools included
         assert expected.count("# Tools") == 1  # not erl_lite's text block as well
     assert [r.second.reward for r in record.retries] == [1.0] * len(record.retries)  # the rulebook still works

@@ -15,9 +15,9 @@ import pytest
 import trl
 
 from erl_lite.config import ERLConfig
-from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.run.trainer import ERLTrainer
 from erl_lite.config.trl_fields import TRL_ACCEPTED, TRL_MAPPED, TRL_REFUSED, TRL_SAME_AS
+from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 GRPO_FIELDS = [f for f in dataclasses.fields(trl.GRPOConfig) if f.init]
 ERL_FIELDS = {f.name for f in dataclasses.fields(ERLConfig)}
@@ -96,19 +96,22 @@ def test_each_grpo_field_with_a_non_default_value_works_or_says_why(name):
 
 
 # The fields TRL users set daily (issue 20), and the ones that moved: each says where it went or why.
-@pytest.mark.parametrize("name, value, hint", [
-    ("gradient_accumulation_steps", 4, "per_device_train_batch_size"),
-    ("bf16", True, "dtype"),
-    ("fp16", True, "dtype"),
-    ("max_prompt_length", 512, "max_episode_length"),
-    ("mask_truncated_completions", True, "truncated"),
-    ("num_iterations", 2, "steps_per_generation"),
-    ("use_liger_kernel", True, "logprob_chunk_size"),
-    ("hub_strategy", "every_save", "end of training"),
-    ("run_name", "my-run", "output_dir"),
-    ("log_completions", False, "samples.jsonl"),
-    ("vllm_mode", "server", "colocate"),
-])
+@pytest.mark.parametrize(
+    "name, value, hint",
+    [
+        ("gradient_accumulation_steps", 4, "per_device_train_batch_size"),
+        ("bf16", True, "dtype"),
+        ("fp16", True, "dtype"),
+        ("max_prompt_length", 512, "max_episode_length"),
+        ("mask_truncated_completions", True, "truncated"),
+        ("num_iterations", 2, "steps_per_generation"),
+        ("use_liger_kernel", True, "logprob_chunk_size"),
+        ("hub_strategy", "every_save", "end of training"),
+        ("run_name", "my-run", "output_dir"),
+        ("log_completions", False, "samples.jsonl"),
+        ("vllm_mode", "server", "colocate"),
+    ],
+)
 def test_daily_trl_fields_are_refused_with_where_they_went(name, value, hint):
     with pytest.raises(ValueError) as e:
         ERLConfig(**{name: value})
@@ -119,39 +122,62 @@ def test_daily_trl_fields_are_refused_with_where_they_went(name, value, hint):
         ERLConfig().replace(**{name: value})
 
 
-@pytest.mark.parametrize("name, value", [("use_vllm", False), ("vllm_mode", "colocate"), ("use_liger_kernel", False), ("push_to_hub", False),
-                                         ("log_completions", True), ("adam_beta1", 0.9), ("adam_epsilon", 1e-8)])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("use_vllm", False),
+        ("vllm_mode", "colocate"),
+        ("use_liger_kernel", False),
+        ("push_to_hub", False),
+        ("log_completions", True),
+        ("adam_beta1", 0.9),
+        ("adam_epsilon", 1e-8),
+    ],
+)
 def test_a_refused_field_at_what_erl_lite_does_anyway_is_accepted(name, value):
     """Porting ``use_vllm=False`` from a GRPOConfig call changes nothing, so it is no error."""
     assert ERLConfig(**{name: value}) == ERLConfig()
 
 
-@pytest.mark.parametrize("given, expected", [
-    (dict(cache_implementation="static"), dict(generation_kwargs={"cache_implementation": "static"})),
-    (dict(disable_tqdm=True), dict(progress_bar=False)),
-    (dict(num_generations_eval=6), dict(eval_num_generations=6)),
-    (dict(activation_checkpointing=True), dict(gradient_checkpointing=True)),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (dict(cache_implementation="static"), dict(generation_kwargs={"cache_implementation": "static"})),
+        (dict(disable_tqdm=True), dict(progress_bar=False)),
+        (dict(num_generations_eval=6), dict(eval_num_generations=6)),
+        (dict(activation_checkpointing=True), dict(gradient_checkpointing=True)),
+    ],
+)
 def test_mapped_fields_land_in_their_erl_lite_field(given, expected):
     assert ERLConfig(**given) == ERLConfig(**expected)
     assert ERLConfig.preset("cpu", **given) == ERLConfig.preset("cpu", **expected)
     assert ERLConfig().replace(**given) == ERLConfig(**expected)
 
 
-@pytest.mark.parametrize("given, match", [
-    (dict(min_p=0.1), "min_p"),  # refused: the update could not score it
-    (dict(repetition_penalty=1.2), "repetition_penalty"),
-    (dict(disable_tqdm=True, progress_bar=True), "disable_tqdm"),
-    (dict(num_generations_eval=2, eval_num_generations=3), "num_generations_eval"),
-    (dict(activation_checkpointing=False, gradient_checkpointing=True), "activation_checkpointing"),
-])
+@pytest.mark.parametrize(
+    "given, match",
+    [
+        (dict(min_p=0.1), "min_p"),  # refused: the update could not score it
+        (dict(repetition_penalty=1.2), "repetition_penalty"),
+        (dict(disable_tqdm=True, progress_bar=True), "disable_tqdm"),
+        (dict(num_generations_eval=2, eval_num_generations=3), "num_generations_eval"),
+        (dict(activation_checkpointing=False, gradient_checkpointing=True), "activation_checkpointing"),
+    ],
+)
 def test_a_mapped_field_and_its_target_disagreeing_is_refused(given, match):
     with pytest.raises(ValueError, match=match):
         ERLConfig(**given)
 
 
-@pytest.mark.parametrize("name, guess", [("num_generation", "num_generations"), ("learning_rat", "learning_rate"),
-                                         ("lora_rank", "lora_r"), ("cache_implementaton", "cache_implementation")])
+@pytest.mark.parametrize(
+    "name, guess",
+    [
+        ("num_generation", "num_generations"),
+        ("learning_rat", "learning_rate"),
+        ("lora_rank", "lora_r"),
+        ("cache_implementaton", "cache_implementation"),
+    ],
+)
 def test_an_unknown_name_says_did_you_mean(name, guess):
     with pytest.raises(TypeError, match=f"did you mean {guess!r}") as e:
         ERLConfig(**{name: 1})
@@ -160,8 +186,19 @@ def test_an_unknown_name_says_did_you_mean(name, guess):
 
 # --- settings a model object cannot take as they are -----------------------------------------------
 def _trainer(model, tok, **cfg):
-    args = ERLConfig.preset("cpu", **{"mode": "rlvr", "max_steps": 1, "num_tasks_per_step": 2, "num_generations": 2,
-                                      "max_completion_length": 6, "eval_steps": 0, "progress_bar": False, **cfg})
+    args = ERLConfig.preset(
+        "cpu",
+        **{
+            "mode": "rlvr",
+            "max_steps": 1,
+            "num_tasks_per_step": 2,
+            "num_generations": 2,
+            "max_completion_length": 6,
+            "eval_steps": 0,
+            "progress_bar": False,
+            **cfg,
+        },
+    )
     return ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS)
 
 
@@ -174,8 +211,11 @@ def _adapted(r=4):
 
 
 def _checkpointing(model) -> bool:
-    return bool(getattr(model.get_base_model() if hasattr(model, "get_base_model") else model,
-                        "is_gradient_checkpointing", False))
+    return bool(
+        getattr(
+            model.get_base_model() if hasattr(model, "get_base_model") else model, "is_gradient_checkpointing", False
+        )
+    )
 
 
 @pytest.mark.parametrize("adapter", [False, True])
@@ -207,8 +247,9 @@ def test_4bit_on_a_full_precision_object_is_refused(how, adapter):
     args = ERLConfig.preset("cpu", load_in_4bit=how == "load_in_4bit", eval_steps=0, progress_bar=False)
     q = BitsAndBytesConfig(load_in_4bit=True) if how == "quantization_config" else None
     with pytest.raises(ValueError, match=f"{how}.*(name|path).*quantiz"):
-        ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS,
-                   quantization_config=q)
+        ERLTrainer(
+            model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS, quantization_config=q
+        )
 
 
 def test_4bit_on_an_object_already_in_4bit_is_fine(tmp_path):
@@ -219,8 +260,9 @@ def test_4bit_on_an_object_already_in_4bit_is_fine(tmp_path):
     assert _trainer(model, tok, load_in_4bit=True).model is model
 
 
-@pytest.mark.parametrize("fields", [dict(lora_r=8), dict(lora_alpha=8, lora_dropout=0.1),
-                                    dict(lora_target_modules=["v_proj"])])
+@pytest.mark.parametrize(
+    "fields", [dict(lora_r=8), dict(lora_alpha=8, lora_dropout=0.1), dict(lora_target_modules=["v_proj"])]
+)
 def test_lora_fields_on_an_object_with_an_adapter_are_refused_by_name(fields):
     model, tok = _adapted()
     with pytest.raises(ValueError) as e:
@@ -234,13 +276,20 @@ def test_peft_config_on_an_object_with_an_adapter_is_refused():
     model, tok = _adapted()
     args = ERLConfig.preset("cpu", eval_steps=0, progress_bar=False)
     with pytest.raises(ValueError, match="peft_config.*adapter"):
-        ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=reward, train_dataset=ROWS,
-                   peft_config=LoraConfig(r=2, target_modules=["k_proj"]))
+        ERLTrainer(
+            model=model,
+            processing_class=tok,
+            args=args,
+            reward_funcs=reward,
+            train_dataset=ROWS,
+            peft_config=LoraConfig(r=2, target_modules=["k_proj"]),
+        )
 
 
-@pytest.mark.parametrize("fields, r, targets", [(dict(lora_r=4), 4, None),
-                                                (dict(lora_r=2, lora_target_modules=["q_proj", "v_proj"]), 2,
-                                                 {"q_proj", "v_proj"})])
+@pytest.mark.parametrize(
+    "fields, r, targets",
+    [(dict(lora_r=4), 4, None), (dict(lora_r=2, lora_target_modules=["q_proj", "v_proj"]), 2, {"q_proj", "v_proj"})],
+)
 def test_lora_fields_on_an_object_without_an_adapter_add_one(fields, r, targets):
     tok = tiny_tokenizer()
     trainer = _trainer(tiny_model(tok), tok, **fields)
@@ -251,24 +300,32 @@ def test_lora_fields_on_an_object_without_an_adapter_add_one(fields, r, targets)
     trainer.train()
 
 
-@pytest.mark.parametrize("given, backend", [
-    (dict(use_vllm=True), "vllm"), (dict(use_vllm=True, vllm_mode="colocate"), "vllm"),
-    (dict(use_vllm=False), "generate"), (dict(use_vllm=False, generation_backend="continuous"), "continuous"),
-    (dict(use_vllm=True, vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=False), "vllm"),
-])
+@pytest.mark.parametrize(
+    "given, backend",
+    [
+        (dict(use_vllm=True), "vllm"),
+        (dict(use_vllm=True, vllm_mode="colocate"), "vllm"),
+        (dict(use_vllm=False), "generate"),
+        (dict(use_vllm=False, generation_backend="continuous"), "continuous"),
+        (dict(use_vllm=True, vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=False), "vllm"),
+    ],
+)
 def test_use_vllm_maps_to_the_vllm_backend(given, backend):
     """TRL's vLLM switches: True is ``generation_backend='vllm'``, False leaves the backend as given."""
     assert ERLConfig(**given).generation_backend == backend
 
 
-@pytest.mark.parametrize("given, match", [
-    (dict(use_vllm=1), "use_vllm must be True or False"),
-    (dict(use_vllm=True, generation_backend="generate"), "disagrees"),
-    (dict(vllm_mode="server"), "colocate"),
-    (dict(vllm_enable_sleep_mode=True), "not implemented"),
-    (dict(vllm_importance_sampling_mode="sequence"), "vllm_importance_sampling_mode must be one of"),
-    (dict(vllm_gpu_memory_utilization=0.0), r"\(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "given, match",
+    [
+        (dict(use_vllm=1), "use_vllm must be True or False"),
+        (dict(use_vllm=True, generation_backend="generate"), "disagrees"),
+        (dict(vllm_mode="server"), "colocate"),
+        (dict(vllm_enable_sleep_mode=True), "not implemented"),
+        (dict(vllm_importance_sampling_mode="sequence"), "vllm_importance_sampling_mode must be one of"),
+        (dict(vllm_gpu_memory_utilization=0.0), r"\(0, 1\]"),
+    ],
+)
 def test_vllm_settings_erl_lite_cannot_honour_are_refused_by_name(given, match):
     with pytest.raises(ValueError, match=match):
         ERLConfig(**given)

@@ -9,11 +9,11 @@ import math
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.integrations.reward_calls import RewardFunctionError
 from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.integrations.reward_calls import RewardFunctionError
 from erl_lite.metrics import describe
-from erl_lite.testing import tiny_model, tiny_tokenizer
 from erl_lite.run.trainer import ERLTrainer
+from erl_lite.testing import tiny_model, tiny_tokenizer
 
 ROWS = [{"prompt": "Say 0.", "answer": "0"}, {"prompt": "Say 1.", "answer": "1"}]
 
@@ -47,11 +47,19 @@ class Judge:
 
 def trainer_for(reward_funcs, max_steps=1, **kw):
     tok = tiny_tokenizer()
-    settings = {"max_completion_length": 8, "max_reflection_length": 64, "max_reflection_prompt_length": 4000,
-                "eval_steps": 0, "progress_bar": False, "beta": 0.0, **kw}
+    settings = {
+        "max_completion_length": 8,
+        "max_reflection_length": 64,
+        "max_reflection_prompt_length": 4000,
+        "eval_steps": 0,
+        "progress_bar": False,
+        "beta": 0.0,
+        **kw,
+    }
     args = ERLConfig.preset("cpu", max_steps=max_steps, num_tasks_per_step=2, num_generations=2, **settings)
-    trainer = ERLTrainer(tiny_model(tok), reward_funcs, args, ROWS, processing_class=tok,
-                         generator=ScriptedGenerator(tok, script))
+    trainer = ERLTrainer(
+        tiny_model(tok), reward_funcs, args, ROWS, processing_class=tok, generator=ScriptedGenerator(tok, script)
+    )
     trainer._batch = lambda step: list(trainer.train_tasks)  # both tasks every step
     return trainer
 
@@ -164,19 +172,24 @@ def test_log_extra_takes_numpy_and_torch_scalars():
     assert [a.extra for a in trainer.last_outcome.first_attempts] == [{"n": i, "t": 0.5} for i in range(4)]
 
 
-@pytest.mark.parametrize("body,message", [
-    ("log_extra('col', ['x'])", "log_extra column 'col' has 1 values for a batch of 4"),
-    ("log_extra(3, ['x'] * len(completions))", "log_extra column name must be a string"),
-    ("log_metric('m', float('nan'))", "log_metric 'm'.*finite number"),
-    ("log_metric('m', 'high')", "log_metric 'm'.*finite number"),
-    ("log_metric('', 1.0)", "log_metric name must be a non-empty string"),
-    ("log_extra('col', [object()] * len(completions))", "log_extra column 'col': row 0 .*cannot be written"),
-    ("log_extra('col', [float('inf')] * len(completions))", "log_extra column 'col': row 0 .*cannot be written"),
-    ("log_metric('reward', 1.0)", "log_metric name.*'reward'.*metrics erl_lite logs itself"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("log_extra('col', ['x'])", "log_extra column 'col' has 1 values for a batch of 4"),
+        ("log_extra(3, ['x'] * len(completions))", "log_extra column name must be a string"),
+        ("log_metric('m', float('nan'))", "log_metric 'm'.*finite number"),
+        ("log_metric('m', 'high')", "log_metric 'm'.*finite number"),
+        ("log_metric('', 1.0)", "log_metric name must be a non-empty string"),
+        ("log_extra('col', [object()] * len(completions))", "log_extra column 'col': row 0 .*cannot be written"),
+        ("log_extra('col', [float('inf')] * len(completions))", "log_extra column 'col': row 0 .*cannot be written"),
+        ("log_metric('reward', 1.0)", "log_metric name.*'reward'.*metrics erl_lite logs itself"),
+    ],
+)
 def test_bad_log_calls_name_what_is_wrong(body, message):
     namespace: dict = {}
-    exec("def bad(completions, log_extra, log_metric, **kw):\n"
-         f"    {body}\n    return [0.0] * len(completions)", namespace)
+    exec(
+        f"def bad(completions, log_extra, log_metric, **kw):\n    {body}\n    return [0.0] * len(completions)",
+        namespace,
+    )
     with pytest.raises(RewardFunctionError, match=message):
         trainer_for([namespace["bad"]]).train()

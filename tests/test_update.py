@@ -5,19 +5,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import warnings
 
 import pytest
 import torch
+from conftest import assert_close_rel
 
 from erl_lite.config import ERLConfig
+from erl_lite.core.update import PolicyUpdater, completion_logprobs, pack
 from erl_lite.metric_names import OPTIM_STEPS
 from erl_lite.models import load_policy
 from erl_lite.records import TrainSample
 from erl_lite.testing import tiny_model, tiny_tokenizer
-from erl_lite.core.update import PolicyUpdater, completion_logprobs, pack
-
-from conftest import assert_close_rel
 
 
 def samples(n=8, seed=0):
@@ -48,11 +46,11 @@ def test_packed_logprobs_equal_unpadded_forward():
         lp = completion_logprobs(model, batch, temperature=1.0)
         for b, s in enumerate(rows):
             ids = torch.tensor([s.prompt_ids + s.completion_ids])
-            logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1:-1]  # (C, V)
+            logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1 : -1]  # (C, V)
             ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(s.completion_ids)[:, None])[:, 0]
             # Padded vs unpadded forward: the same float32 sums with masked columns, ~1e-7 of |logp|.
-            assert_close_rel(lp[b, :len(s.completion_ids)], ref, 1e-5)
-            assert batch.mask[b, len(s.completion_ids):].sum() == 0
+            assert_close_rel(lp[b, : len(s.completion_ids)], ref, 1e-5)
+            assert batch.mask[b, len(s.completion_ids) :].sum() == 0
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3])
@@ -69,8 +67,13 @@ def test_gradient_accumulation_equals_one_big_batch(loss_type, beta, steps):
         _moved_off_zero(model)  # so gradients reach LoRA A too
         if before is None:
             before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        cfg = ERLConfig(loss_type=loss_type, beta=beta, per_device_train_batch_size=micro, temperature=1.0,
-                        steps_per_generation=steps)
+        cfg = ERLConfig(
+            loss_type=loss_type,
+            beta=beta,
+            per_device_train_batch_size=micro,
+            temperature=1.0,
+            steps_per_generation=steps,
+        )
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
         metrics = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
         params_after.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
@@ -103,11 +106,19 @@ def test_old_logprobs_are_the_sampling_policys_on_every_minibatch(monkeypatch, s
     steps_taken = []
     real_step = opt.step
     opt.step = lambda *a: (steps_taken.append(1), real_step(*a))[1]
-    monkeypatch.setattr(update, "policy_objective",  # (current, old log-probs, optimizer steps so far)
-                        lambda logp, old, *a, **kw: (seen.append((logp.detach().clone(), old, len(steps_taken))),
-                                                     real(logp, old, *a, **kw))[1])
-    monkeypatch.setattr(update.PolicyUpdater, "_objective",
-                        lambda self, batch, norm: (batches.append(batch), real_objective(self, batch, norm))[1])
+    monkeypatch.setattr(
+        update,
+        "policy_objective",  # (current, old log-probs, optimizer steps so far)
+        lambda logp, old, *a, **kw: (
+            seen.append((logp.detach().clone(), old, len(steps_taken))),
+            real(logp, old, *a, **kw),
+        )[1],
+    )
+    monkeypatch.setattr(
+        update.PolicyUpdater,
+        "_objective",
+        lambda self, batch, norm: (batches.append(batch), real_objective(self, batch, norm))[1],
+    )
     cfg = ERLConfig(beta=0.0, temperature=1.0, steps_per_generation=steps, per_device_train_batch_size=64)
     PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(samples(12))
     assert len(steps_taken) == steps and {i for *_, i in seen} == set(range(steps))
@@ -177,11 +188,14 @@ def test_ppo_mini_batch_size_follows_the_reference_rule_on_worked_examples():
     assert PolicyUpdater(model, opt, None, rlvr_small, tok.pad_token_id).update(samples(21))["optim/steps"] == 2
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(ppo_mini_batch_size=0), "ppo_mini_batch_size"),
-    (dict(ppo_mini_batch_size=2.5), "ppo_mini_batch_size"),
-    (dict(ppo_mini_batch_size=4, steps_per_generation=2), "steps_per_generation"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(ppo_mini_batch_size=0), "ppo_mini_batch_size"),
+        (dict(ppo_mini_batch_size=2.5), "ppo_mini_batch_size"),
+        (dict(ppo_mini_batch_size=4, steps_per_generation=2), "steps_per_generation"),
+    ],
+)
 def test_ppo_mini_batch_size_refuses_bad_values(kwargs, named):
     with pytest.raises(ValueError, match=named):
         ERLConfig(**kwargs)
@@ -206,8 +220,9 @@ def test_nll_internalization_rows_use_nll():
     rows = [TrainSample("distill", [7, 8, 9], [10, 11], [1, 1], 1.0)]
     model, tok = lora_model()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
-    nll = PolicyUpdater(model, opt, None, ERLConfig(internalization_mode="nll", beta=0.0, temperature=1.0),
-                        tok.pad_token_id).update(rows)
+    nll = PolicyUpdater(
+        model, opt, None, ERLConfig(internalization_mode="nll", beta=0.0, temperature=1.0), tok.pad_token_id
+    ).update(rows)
     with torch.no_grad():
         lp = completion_logprobs(model, pack(rows, tok.pad_token_id, True), 1.0)
     assert nll["loss/distill"] == pytest.approx(float(-lp.sum()), rel=1e-5)  # seq_sum over one row
@@ -216,7 +231,7 @@ def test_nll_internalization_rows_use_nll():
 
 
 def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
-    from erl_lite.core.update import micro_batches
+    from erl_lite.core.batching import micro_batches
 
     rows = [TrainSample("first", [1] * n, [2], [1], 0.0) for n in (5, 300, 6, 7, 290, 8, 5)]
     chunks = list(micro_batches(rows, 4))
@@ -230,10 +245,11 @@ def test_micro_batches_bound_the_padded_width_not_only_the_total_length():
     # separately, so a reflection row (long context, short completion) next to an attempt with
     # a long completion makes a micro-batch wider than either row. The demo's ERL batches had
     # 43% padding this way (short first attempts padded to 470 columns).
-    from erl_lite.core.update import micro_batches
+    from erl_lite.core.batching import micro_batches
 
-    rows = ([TrainSample("first", [1] * 68, [2] * n, [1] * n, 1.0) for n in (20, 150, 40, 150)]
-            + [TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 1.0) for _ in range(3)])
+    rows = [TrainSample("first", [1] * 68, [2] * n, [1] * n, 1.0) for n in (20, 150, 40, 150)] + [
+        TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 1.0) for _ in range(3)
+    ]
     chunks = list(micro_batches(rows, 32))
     for c in chunks:
         width = max(len(r.prompt_ids) for r in c) + max(len(r.completion_ids) for r in c)
@@ -245,11 +261,14 @@ def test_micro_batches_keep_the_rows_of_one_context_together():
     # GRPO's G rollouts of a prompt share its context, and a pass runs a shared context once
     # (erl_lite.core.logprobs.completion_hidden): sorted by total length alone, RLVR's groups of 10 were
     # spread over every micro-batch, three or four contexts in each.
-    from erl_lite.core.update import micro_batches
+    from erl_lite.core.batching import micro_batches
 
     lengths = [31, 12, 25, 18, 9, 30, 22, 15, 27, 11]
-    rows = [TrainSample("first", [task] * 60, [2] * (n + task), [1] * (n + task), 1.0)
-            for n in lengths for task in (3, 4, 5, 6)]  # 4 tasks x G = 10, interleaved
+    rows = [
+        TrainSample("first", [task] * 60, [2] * (n + task), [1] * (n + task), 1.0)
+        for n in lengths
+        for task in (3, 4, 5, 6)
+    ]  # 4 tasks x G = 10, interleaved
     chunks = list(micro_batches(rows, 10))
     assert [len({r.prompt_ids[0] for r in c}) for c in chunks] == [1, 1, 1, 1]
     assert sorted(id(r) for c in chunks for r in c) == sorted(id(r) for r in rows)
@@ -276,13 +295,22 @@ def test_kl_update_stays_finite_with_extreme_logprobs_at_padded_slots():
 
 # --- chunked log-probs equal the full-logits path ----------------------------------------
 
+
 def _qwen2_tied(tok, seed=0):
     """Qwen2-shaped (q/k/v bias) with tied input/output embeddings."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(cfg)
     assert model.lm_head.weight is model.model.embed_tokens.weight
@@ -293,9 +321,19 @@ def _gemma2_softcapped(tok, seed=0):
     """Gemma2-shaped with final-logit soft-capping small enough to matter."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    cfg = Gemma2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
-                       final_logit_softcapping=2.0, query_pre_attn_scalar=32, pad_token_id=tok.pad_token_id)
+    cfg = Gemma2Config(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=512,
+        final_logit_softcapping=2.0,
+        query_pre_attn_scalar=32,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(seed)
     model = Gemma2ForCausalLM(cfg)
     with torch.no_grad():
@@ -315,8 +353,11 @@ def _logprobs_and_grads(model, batch, chunk_size, temperature):
 @pytest.mark.parametrize("family", ["llama", "qwen2_tied", "gemma2_softcap"])
 def test_chunked_logprobs_and_gradients_equal_full_logits(family):
     tok = tiny_tokenizer()
-    model = {"llama": lambda: tiny_model(tok), "qwen2_tied": lambda: _qwen2_tied(tok),
-             "gemma2_softcap": lambda: _gemma2_softcapped(tok)}[family]().train()
+    model = {
+        "llama": lambda: tiny_model(tok),
+        "qwen2_tied": lambda: _qwen2_tied(tok),
+        "gemma2_softcap": lambda: _gemma2_softcapped(tok),
+    }[family]().train()
     batch = pack(samples(5), tok.pad_token_id, nll_distill=False)
     B, L = batch.targets.shape
     assert (B * L) % 7 != 0
@@ -378,19 +419,21 @@ def test_chunked_logprobs_refuse_heads_they_cannot_read():
 
 # --- normalizer and the stats record -------------------------------------------------------
 
+
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize("loss_type,normalizer", [("seq_sum", 4.0), ("token_mean", 9.0)])
 def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, loss_type, normalizer):
     import erl_lite.core.update as update
 
-    rows = [TrainSample("first", [7, 8], [10, 11, 12], [1, 1, 1], 1.0),
-            TrainSample("first", [7, 9], [13, 14], [1, 1], 1.0),
-            TrainSample("distill", [7], [10, 11], [1, 1], 0.0),  # failed second attempts: weight 0
-            TrainSample("distill", [7], [15, 16], [1, 1], 0.0)]
+    rows = [
+        TrainSample("first", [7, 8], [10, 11, 12], [1, 1, 1], 1.0),
+        TrainSample("first", [7, 9], [13, 14], [1, 1], 1.0),
+        TrainSample("distill", [7], [10, 11], [1, 1], 0.0),  # failed second attempts: weight 0
+        TrainSample("distill", [7], [15, 16], [1, 1], 0.0),
+    ]
     seen = []
     real = update.policy_objective
-    monkeypatch.setattr(update, "policy_objective",
-                        lambda *a, **kw: (seen.append(kw["normalizer"]), real(*a, **kw))[1])
+    monkeypatch.setattr(update, "policy_objective", lambda *a, **kw: (seen.append(kw["normalizer"]), real(*a, **kw))[1])
     model, tok = lora_model()  # LoRA B = 0: policy == reference, KL = 0
     cfg = ERLConfig(beta=beta, loss_type=loss_type, temperature=1.0)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
@@ -401,15 +444,33 @@ def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, los
 
 
 def test_update_stats_keys_are_the_documented_metrics():
-    from erl_lite.history import METRIC_GLOSSARY
     from erl_lite.core.update import UPDATE_METRICS, UpdateStats
+    from erl_lite.history import METRIC_GLOSSARY
 
-    today = ["samples/first", "samples/reflection", "samples/second", "samples/distill",
-             "advantage/first", "advantage/reflection", "advantage/second", "loss/total", "loss/first",
-             "loss/reflection", "loss/second", "loss/distill", "kl", "clip_ratio", "grad_norm", "optim/steps",
-             "optim/skipped_steps", "weights/update_ratio",
-                 *[f"onpolicy/gap_{k}/{r}" for k in ("mean", "max") for r in ("first", "reflection", "second")],
-                 "onpolicy/tokens", "onpolicy/stale_weights", "onpolicy/tolerance"]
+    today = [
+        "samples/first",
+        "samples/reflection",
+        "samples/second",
+        "samples/distill",
+        "advantage/first",
+        "advantage/reflection",
+        "advantage/second",
+        "loss/total",
+        "loss/first",
+        "loss/reflection",
+        "loss/second",
+        "loss/distill",
+        "kl",
+        "clip_ratio",
+        "grad_norm",
+        "optim/steps",
+        "optim/skipped_steps",
+        "weights/update_ratio",
+        *[f"onpolicy/gap_{k}/{r}" for k in ("mean", "max") for r in ("first", "reflection", "second")],
+        "onpolicy/tokens",
+        "onpolicy/stale_weights",
+        "onpolicy/tolerance",
+    ]
     assert list(UPDATE_METRICS) == today and set(today) <= set(METRIC_GLOSSARY)
     model, tok = lora_model()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
@@ -423,6 +484,7 @@ def test_update_stats_keys_are_the_documented_metrics():
 
 # --- every optimizer step the scheduler counts is an AdamW step on every parameter -----------
 
+
 def _adam_state_steps(opt):
     return [int(opt.state[p]["step"]) if p in opt.state else 0 for g in opt.param_groups for p in g["params"]]
 
@@ -435,10 +497,13 @@ def _moved_off_zero(model):
     return model
 
 
-@pytest.mark.parametrize("zero_rows", [
-    [TrainSample("first", [7, 8], [10, 11], [1, 1], 0.0, "a"), TrainSample("second", [9], [12], [1], 0.0, "a")],
-    [TrainSample("distill", [7, 8, 9], [10, 11, 12], [1, 1, 1], 0.0, "b")],  # a failed second attempt, weight 0
-])
+@pytest.mark.parametrize(
+    "zero_rows",
+    [
+        [TrainSample("first", [7, 8], [10, 11], [1, 1], 0.0, "a"), TrainSample("second", [9], [12], [1], 0.0, "a")],
+        [TrainSample("distill", [7, 8, 9], [10, 11, 12], [1, 1, 1], 0.0, "b")],  # a failed second attempt, weight 0
+    ],
+)
 @pytest.mark.parametrize("internalization_mode", ["raft", "nll"])
 def test_an_all_zero_advantage_minibatch_still_takes_an_adamw_step(zero_rows, internalization_mode):
     """With beta = 0 rows of A = 0 carry no gradient and are not backpropagated; a mini-batch of
@@ -483,8 +548,10 @@ def test_an_all_zero_advantage_minibatch_still_takes_an_adamw_step(zero_rows, in
 @pytest.mark.parametrize("k", [2, 3])
 def test_every_minibatch_of_an_iteration_is_an_adamw_step_when_some_are_all_zero(k):
     # Interleaved rows (position % k): mini-batch 0 holds the signal, the others only A = 0 rows.
-    signal = [TrainSample("first", [7, 8], [10, 11], [1, 1], 1.0, "a"),
-              TrainSample("first", [7, 9], [12], [1], -1.0, "a")]
+    signal = [
+        TrainSample("first", [7, 8], [10, 11], [1, 1], 1.0, "a"),
+        TrainSample("first", [7, 9], [12], [1], -1.0, "a"),
+    ]
     zero = TrainSample("second", [9], [13, 14], [1, 1], 0.0, "b")
     rows = [row for s in signal for row in [s] + [zero] * (k - 1)]
     model, tok = lora_model()
@@ -545,8 +612,13 @@ def test_no_old_logprob_pass_where_the_ratio_is_one_and_no_reference_pass_withou
     monkeypatch.setattr(update.PolicyUpdater, "_logprobs", counted)
     rows = samples(12)
     cfg = ERLConfig(beta=beta, temperature=1.0, steps_per_generation=steps, per_device_train_batch_size=2)
-    stats = PolicyUpdater(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3),
-                          None, cfg, tok.pad_token_id).update(rows)
+    stats = PolicyUpdater(
+        model,
+        torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3),
+        None,
+        cfg,
+        tok.pad_token_id,
+    ).update(rows)
     active = [s for i, s in enumerate(rows) if beta > 0 or s.advantage != 0]
     first = [s for i, s in enumerate(rows) if i % steps == 0 and (beta > 0 or s.advantage != 0)]
     assert passes["old"] == (len(active) - len(first) if steps > 1 else 0)
@@ -579,8 +651,9 @@ def test_a_non_finite_loss_skips_the_step_and_names_step_and_role(role, bad_valu
     rows[ROLE_NAMES.index(role)] = dataclasses.replace(rows[ROLE_NAMES.index(role)], advantage=bad_value)
     with pytest.warns(RuntimeWarning, match=rf"step 7\b.*loss of {role} .*not finite.*skipped") as caught:
         stats = _update_at(updater, rows, 7)
-    assert not any(r in str(caught[0].message).split("loss of")[1].split("was")[0]
-                   for r in ROLE_NAMES if r != role)  # only the culprit is named
+    assert not any(
+        r in str(caught[0].message).split("loss of")[1].split("was")[0] for r in ROLE_NAMES if r != role
+    )  # only the culprit is named
     assert stats["optim/skipped_steps"] == 1 and stats["optim/steps"] == 0
     assert all(torch.equal(p, weights[n]) for n, p in model.named_parameters())
     _same_optimizer_state(opt.state_dict(), state)
@@ -652,14 +725,27 @@ def test_a_diverging_run_stops_naming_the_step_and_never_trains_on_nan():
     from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()
-    args = ERLConfig.preset("cpu", max_steps=6, num_tasks_per_step=2, eval_steps=0, max_completion_length=6,
-                            max_reflection_length=8, progress_bar=False, learning_rate=1e8)
-    trainer = ERLTrainer(model=tiny_model(tok), processing_class=tok, args=args,
-                         reward_funcs=lambda prompts, completions, answer, **kw: [float(a in c) for c, a in
-                                                                                 zip(completions, answer)],
-                         train_dataset=[{"prompt": f"Say {i}.", "answer": str(i)} for i in range(6)])
-    with pytest.warns(RuntimeWarning, match=r"step \d+, optimizer step 1 of 1: .*not finite.*skipped"), \
-            pytest.raises(FloatingPointError, match=r"step \d+, .*3 optimizer steps in a row"):
+    args = ERLConfig.preset(
+        "cpu",
+        max_steps=6,
+        num_tasks_per_step=2,
+        eval_steps=0,
+        max_completion_length=6,
+        max_reflection_length=8,
+        progress_bar=False,
+        learning_rate=1e8,
+    )
+    trainer = ERLTrainer(
+        model=tiny_model(tok),
+        processing_class=tok,
+        args=args,
+        reward_funcs=lambda prompts, completions, answer, **kw: [float(a in c) for c, a in zip(completions, answer)],
+        train_dataset=[{"prompt": f"Say {i}.", "answer": str(i)} for i in range(6)],
+    )
+    with (
+        pytest.warns(RuntimeWarning, match=r"step \d+, optimizer step 1 of 1: .*not finite.*skipped"),
+        pytest.raises(FloatingPointError, match=r"step \d+, .*3 optimizer steps in a row"),
+    ):
         trainer.train()
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
@@ -676,8 +762,14 @@ def test_a_trailing_partial_mini_batch_is_dealt_in_turn_at_full_weight(monkeypat
 
     rows = samples(n_rows, seed=5)
     model, tok = lora_model()
-    cfg = ERLConfig(num_tasks_per_step=2, num_generations=4, ppo_mini_batch_size=1, beta=0.0, loss_type=loss_type,
-                    per_device_train_batch_size=2)
+    cfg = ERLConfig(
+        num_tasks_per_step=2,
+        num_generations=4,
+        ppo_mini_batch_size=1,
+        beta=0.0,
+        loss_type=loss_type,
+        per_device_train_batch_size=2,
+    )
     seen, real = [], update.policy_objective
     monkeypatch.setattr(update, "policy_objective", lambda *a, **kw: (seen.append(kw["normalizer"]), real(*a, **kw))[1])
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
@@ -692,9 +784,15 @@ def test_a_trailing_partial_mini_batch_is_dealt_in_turn_at_full_weight(monkeypat
     # float32 sums of ~20 terms of magnitude ~1: ~1e-6 relative; 1e-5 leaves room.
     assert m["loss/total"] == pytest.approx(ours, rel=1e-5)
     if n_rows % 4:  # verl's consecutive cut with the last step scaled by its share differs: the test can tell
-        cut = [rows[i:i + 4] for i in range(0, n_rows, 4)]
+        cut = [rows[i : i + 4] for i in range(0, n_rows, 4)]
         share = [len(x) / 4 for x in cut]
-        verl = sum(w * sum(-s.advantage * sum(s.completion_mask) for s in x) / (
-            len(x) if loss_type == "seq_sum" else sum(sum(s.completion_mask) for s in x))
-            for x, w in zip(cut, share)) / k
+        verl = (
+            sum(
+                w
+                * sum(-s.advantage * sum(s.completion_mask) for s in x)
+                / (len(x) if loss_type == "seq_sum" else sum(sum(s.completion_mask) for s in x))
+                for x, w in zip(cut, share)
+            )
+            / k
+        )
         assert abs(verl - ours) > 1e-3 * abs(ours)

@@ -10,9 +10,23 @@ from matplotlib.figure import Figure
 
 from erl_lite.history import History
 from erl_lite.records import StepRecord
-from erl_lite.viz import (attempt_pair_text, memory_viewer, plot_advantages, plot_eval, plot_gate_rate,
-                          plot_losses, plot_memory, plot_overview, plot_rewards, reflection_browser,
-                          rewards_are_binary, save_figures, show_attempt_pair, synthetic_history, word_diff)
+from erl_lite.viz import (
+    attempt_pair_text,
+    memory_viewer,
+    plot_advantages,
+    plot_eval,
+    plot_gate_rate,
+    plot_losses,
+    plot_memory,
+    plot_overview,
+    plot_rewards,
+    reflection_browser,
+    rewards_are_binary,
+    save_figures,
+    show_attempt_pair,
+    synthetic_history,
+    word_diff,
+)
 from erl_lite.viz._style import NO_DATA
 from erl_lite.viz.pairs import assistant_actions, select_pair
 from erl_lite.viz.plots import NO_EVAL
@@ -57,10 +71,17 @@ def _texts(fig: Figure) -> list[str]:
 
 # ---------------------------------------------------------------- plots on a full run
 
-@pytest.mark.parametrize("fn, n_lines", [
-    (plot_rewards, 3), (plot_gate_rate, 1), (plot_losses, 4), (plot_advantages, 3),
-    (plot_eval, 1),  # 0/1 rewards: evaluation reward and success are one curve
-])
+
+@pytest.mark.parametrize(
+    "fn, n_lines",
+    [
+        (plot_rewards, 3),
+        (plot_gate_rate, 1),
+        (plot_losses, 4),
+        (plot_advantages, 3),
+        (plot_eval, 1),  # 0/1 rewards: evaluation reward and success are one curve
+    ],
+)
 def test_curve_plots_draw_one_line_per_series(hist, fn, n_lines):
     fig = fn(hist)
     assert isinstance(fig, Figure)
@@ -121,8 +142,10 @@ def _eval_lines(ax) -> list:
 def test_evaluation_is_drawn_whenever_it_was_logged(hist):
     """A run with eval_steps=0 whose evaluations were logged by hand (before and after)."""
     train = [r for r in hist.records if r["kind"] == "train"]
-    rows = train + [{"kind": "eval", "step": 0, "eval/reward": 0.2, "eval/success": 0.2},
-                    {"kind": "eval", "step": STEPS, "eval/reward": 0.7, "eval/success": 0.7}]
+    rows = train + [
+        {"kind": "eval", "step": 0, "eval/reward": 0.2, "eval/success": 0.2},
+        {"kind": "eval", "step": STEPS, "eval/reward": 0.7, "eval/success": 0.7},
+    ]
     for fig in (plot_overview(rows), plot_overview(_graded(History(records=rows)))):
         (points,) = _eval_lines(fig.axes[0])
         assert list(points[0].get_xdata()) == [0, STEPS] and list(points[0].get_ydata()) == [0.2, 0.7]
@@ -142,12 +165,17 @@ def test_overlapping_lines_stay_distinguishable(hist):
     twin = History(records=[dict(r) for r in hist.records])
     ax = plot_rewards(hist, baseline=twin).axes[0]
     drawn = [line for line in ax.lines if not line.get_label().startswith("_")]
-    look = lambda line: (line.get_linestyle(), line.get_marker(), str(line.get_markerfacecolor()),  # noqa: E731
-                         line.get_markersize())
+    look = lambda line: (
+        line.get_linestyle(),
+        line.get_marker(),
+        str(line.get_markerfacecolor()),
+        line.get_markersize(),
+    )
     for a in drawn:
         for b in drawn:
-            same_data = (list(a.get_xdata()) == list(b.get_xdata())
-                         and list(a.get_ydata()) == pytest.approx(list(b.get_ydata())))
+            same_data = list(a.get_xdata()) == list(b.get_xdata()) and list(a.get_ydata()) == pytest.approx(
+                list(b.get_ydata())
+            )
             if a is not b and same_data:
                 assert look(a) != look(b), (a.get_label(), b.get_label())
     for line in drawn:
@@ -183,8 +211,7 @@ def test_memory_plot_marks_each_held_rulebook_at_its_steps(hist):
 
 # ---------------------------------------------------------------- empty and partial runs
 
-ALL_PLOTS = [plot_rewards, plot_gate_rate, plot_memory, plot_losses, plot_advantages,
-             plot_eval, plot_overview]
+ALL_PLOTS = [plot_rewards, plot_gate_rate, plot_memory, plot_losses, plot_advantages, plot_eval, plot_overview]
 
 
 @pytest.mark.parametrize("fn", ALL_PLOTS)
@@ -221,8 +248,12 @@ def test_history_without_eval_or_samples():
 
 
 def test_hand_written_records_with_missing_keys():
-    rows = [{"reward/first": 0.2}, {"reward/first": "n/a"}, {"reward/first": 0.6},
-            {"kind": "eval", "eval/reward": float("nan")}]
+    rows = [
+        {"reward/first": 0.2},
+        {"reward/first": "n/a"},
+        {"reward/first": 0.6},
+        {"kind": "eval", "eval/reward": float("nan")},
+    ]
     ax = plot_rewards(rows).axes[0]
     (line,) = ax.lines
     assert list(line.get_xdata()) == [1, 3] and list(line.get_ydata()) == [0.2, 0.6]
@@ -231,11 +262,11 @@ def test_hand_written_records_with_missing_keys():
 
 # ---------------------------------------------------------------- files
 
+
 def test_save_figures_writes_pngs(tmp_path, hist, rlvr):
     paths = save_figures(hist, tmp_path / "figs", baseline=rlvr)
     names = [p.rsplit("/", 1)[-1] for p in paths]
-    assert names == ["rewards.png", "gate_rate.png", "memory.png", "losses.png", "eval.png",
-                     "overview.png"]
+    assert names == ["rewards.png", "gate_rate.png", "memory.png", "losses.png", "eval.png", "overview.png"]
     for p in paths:
         with open(p, "rb") as f:
             data = f.read()
@@ -258,6 +289,7 @@ def test_load_from_history_jsonl(tmp_path, hist):
 
 # ---------------------------------------------------------------- the attempt pair
 
+
 def test_attempt_pair_html_shows_every_phase(hist):
     record = hist.samples[0]
     pair = select_pair(record)
@@ -277,11 +309,11 @@ def test_attempt_pair_text_and_selection(hist):
     record = next(r for r in hist.samples[1:] if r["retries"])
     target = record["retries"][-1]["reflection"]
     text = attempt_pair_text(record, task_id=target["task_id"], index=target["index"])
-    assert text.splitlines()[0] == (f"=== step {record['step']} · task {target['task_id']} · "
-                                    f"rollout #{target['index']} ===")
+    assert text.splitlines()[0] == (
+        f"=== step {record['step']} · task {target['task_id']} · rollout #{target['index']} ==="
+    )
     assert "FIRST ATTEMPT" in text and "SECOND ATTEMPT" in text and "[-" in text
-    obj = StepRecord(step=7, tasks=[], first_attempts=[], retries=[],
-                     memory_before=[], memory_after=[], metrics={})
+    obj = StepRecord(step=7, tasks=[], first_attempts=[], retries=[], memory_before=[], memory_after=[], metrics={})
     with pytest.raises(ValueError, match="no first attempt"):
         show_attempt_pair(obj)
     with pytest.raises(ValueError, match="sampled steps"):
@@ -309,13 +341,13 @@ def test_word_diff_reconstructs_both_sides(a, b):
 
 # ---------------------------------------------------------------- widgets
 
+
 def test_static_browsers_show_the_first_sample(hist):
     first = hist.samples[0]
     view = reflection_browser(hist, static=True)
     assert isinstance(view, StaticView)
     assert str(view).startswith(f"=== step {first['step']}")
-    assert first["retries"][0]["reflection"]["rulebook"].replace("`", "") in view._repr_html_().replace(
-        "`", "")
+    assert first["retries"][0]["reflection"]["rulebook"].replace("`", "") in view._repr_html_().replace("`", "")
     mem = memory_viewer(hist, static=True, step=hist.samples[-1]["step"])
     assert str(mem).splitlines()[0] == f"=== memory after step {hist.samples[-1]['step']} ==="
 
@@ -333,18 +365,20 @@ class _FakeKernel:
     config = {"IPKernelApp": {}}
 
 
-@pytest.mark.parametrize("env, colab, control_comm, static", [
-    ({}, False, False, True),  # nbclient / nbconvert: a kernel and no front-end
-    ({"JPY_SESSION_NAME": "nb.ipynb"}, False, False, False),  # JupyterLab / Notebook
-    ({"VSCODE_PID": "42"}, False, False, False),
-    ({}, True, False, False),  # Colab
-    ({}, False, True, False),  # a front-end opened the widget control channel
-    ({"ERL_LITE_STATIC": "0"}, False, False, False),  # forced widgets
-    ({"ERL_LITE_STATIC": "1", "JPY_SESSION_NAME": "nb.ipynb"}, False, False, True),  # forced static
-    ({"CI": "true", "JPY_SESSION_NAME": "nb.ipynb"}, False, False, True),
-])
-def test_static_fallback_is_chosen_where_no_widget_frontend_is_known(monkeypatch, env, colab, control_comm,
-                                                                     static):
+@pytest.mark.parametrize(
+    "env, colab, control_comm, static",
+    [
+        ({}, False, False, True),  # nbclient / nbconvert: a kernel and no front-end
+        ({"JPY_SESSION_NAME": "nb.ipynb"}, False, False, False),  # JupyterLab / Notebook
+        ({"VSCODE_PID": "42"}, False, False, False),
+        ({}, True, False, False),  # Colab
+        ({}, False, True, False),  # a front-end opened the widget control channel
+        ({"ERL_LITE_STATIC": "0"}, False, False, False),  # forced widgets
+        ({"ERL_LITE_STATIC": "1", "JPY_SESSION_NAME": "nb.ipynb"}, False, False, True),  # forced static
+        ({"CI": "true", "JPY_SESSION_NAME": "nb.ipynb"}, False, False, True),
+    ],
+)
+def test_static_fallback_is_chosen_where_no_widget_frontend_is_known(monkeypatch, env, colab, control_comm, static):
     ipywidgets = pytest.importorskip("ipywidgets")
     import sys
     import types
@@ -379,11 +413,17 @@ def test_a_headless_notebook_run_gets_static_output_without_settings(tmp_path, m
     # the kernel must import this checkout, not another installed copy
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from erl_lite.viz import is_static, synthetic_history, reflection_browser\n"
-        "print(is_static(), type(reflection_browser(synthetic_history(steps=5))).__name__)")])
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from erl_lite.viz import is_static, synthetic_history, reflection_browser\n"
+                "print(is_static(), type(reflection_browser(synthetic_history(steps=5))).__name__)"
+            )
+        ]
+    )
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     assert nb.cells[0].outputs[0]["text"].strip() == "True StaticView"
 
 
@@ -407,9 +447,12 @@ def test_comparison_plot_tells_overlapping_variants_apart():
     curve = [[0, 0.0, 0.4], [5, 10.0, 0.9]]  # every run identical: the worst case for overlap
     runs = [{"variant": v, "seed": s, "eval_curve": curve} for v in ("ERL", "RLVR", "w/o memory") for s in (0, 1)]
     lines = plot_comparison(runs).axes[0].lines
-    assert len(lines) == 6 and [l.get_label() for l in lines if not l.get_label().startswith("_")] == \
-        ["ERL", "RLVR", "w/o memory"]
-    looks = {(l.get_linestyle(), l.get_marker()) for l in lines[::2]}  # one run per variant
+    assert len(lines) == 6 and [ln.get_label() for ln in lines if not ln.get_label().startswith("_")] == [
+        "ERL",
+        "RLVR",
+        "w/o memory",
+    ]
+    looks = {(ln.get_linestyle(), ln.get_marker()) for ln in lines[::2]}  # one run per variant
     assert len(looks) == 3
     only = plot_comparison(runs, variants=["RLVR"]).axes[0].lines
     assert len(only) == 2 and only[0].get_label() == "RLVR"
@@ -417,6 +460,7 @@ def test_comparison_plot_tells_overlapping_variants_apart():
 
 
 # ---------------------------------------------------------------- front-end independent HTML
+
 
 def _styles(markup: str) -> list[tuple[str, dict[str, str]]]:
     """(tag, declared style) of every element of ``markup``, properties lower-cased."""
@@ -508,12 +552,15 @@ def test_reflection_browser_opens_on_a_reflected_rollout(hist):
 
 # ---------------------------------------------------------------- phases drawn as figures
 
+
 def test_evaluation_is_points_with_intervals_never_a_line(hist):
     """Two evaluations (before and after) joined by a line read as a learning curve that was never measured."""
     from erl_lite.viz.plots import wilson
 
-    rows = [{"kind": "eval", "step": 0, "eval/reward": 0.5, "eval/success": 0.5, "eval/num_episodes": 64},
-            {"kind": "eval", "step": 30, "eval/reward": 1.0, "eval/success": 1.0, "eval/num_episodes": 64}]
+    rows = [
+        {"kind": "eval", "step": 0, "eval/reward": 0.5, "eval/success": 0.5, "eval/num_episodes": 64},
+        {"kind": "eval", "step": 30, "eval/reward": 1.0, "eval/success": 1.0, "eval/num_episodes": 64},
+    ]
     for fig in (plot_eval(rows), plot_rewards(rows), plot_overview(rows)):
         ax = fig.axes[0]
         assert not [line for line in ax.lines if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
@@ -529,14 +576,17 @@ def test_evaluation_is_points_with_intervals_never_a_line(hist):
 @pytest.mark.parametrize("fn", [plot_losses, plot_advantages])
 def test_roles_differ_by_line_style_and_marker_even_when_equal(hist, fn):
     """Reflection and second-attempt advantages share r2, so their curves coincide: style, not colour alone."""
-    records = [dict(r, **{"advantage/reflection": r.get("advantage/second"), "loss/reflection": r.get("loss/second")})
-               for r in hist.records]
+    records = [
+        dict(r, **{"advantage/reflection": r.get("advantage/second"), "loss/reflection": r.get("loss/second")})
+        for r in hist.records
+    ]
     lines = _drawn(fn(History(records=records)).axes[0])
     looks = [(line.get_linestyle(), line.get_marker()) for line in lines]
     assert len(set(ls for ls, _ in looks)) == len(looks) and len(set(m for _, m in looks)) == len(looks)
     refl = next(line for line in lines if line.get_label() == "reflection")
     assert refl.get_markerfacecolor() == "none" and refl.get_zorder() > max(
-        line.get_zorder() for line in lines if line is not refl)
+        line.get_zorder() for line in lines if line is not refl
+    )
 
 
 def test_legends_never_cover_the_data(hist, rlvr):
@@ -556,14 +606,20 @@ def _claims(text):
 
 
 def test_memory_figure_checks_what_memory_names_against_the_truth():
-    samples = [{"step": 1, "memory_after": []}, {"step": 2, "memory_after": ["E is a hole."]},
-               {"step": 3, "memory_after": ["E is a hole. G is a hole."]}]
+    samples = [
+        {"step": 1, "memory_after": []},
+        {"step": 2, "memory_after": ["E is a hole."]},
+        {"step": 3, "memory_after": ["E is a hole. G is a hole."]},
+    ]
     (ax,) = plot_memory(History(samples=samples), claims=_claims, truth=["E", "H"]).axes
     rows = [t.get_text() for t in ax.get_yticklabels()]
     assert rows == ["E", "H", "G"]
     marks = {c.get_label(): sorted(tuple(p) for p in c.get_offsets()) for c in ax.collections}
-    assert marks == {"named, right": [(2, 0), (3, 0)], "named, wrong": [(3, 2)],
-                     "true, not named": [(1, 0), (1, 1), (2, 1), (3, 1)]}
+    assert marks == {
+        "named, right": [(2, 0), (3, 0)],
+        "named, wrong": [(3, 2)],
+        "true, not named": [(1, 0), (1, 1), (2, 1), (3, 1)],
+    }
 
 
 def test_reflection_figure_marks_new_words_and_checks_claims(hist):
@@ -580,10 +636,16 @@ def test_reflection_figure_marks_new_words_and_checks_claims(hist):
     assert " ".join(words) == " ".join(refl["rulebook"].split())  # the whole rulebook, wrapped at spaces only
     checks = [t.get_text() for t in texts if t.get_text()[:1] in "✓✗○"]
     named = _claims(refl["rulebook"])
-    assert checks == [f"{'✓' if c in ('C', 'Q') else '✗'} names {c}: {'right' if c in ('C', 'Q') else 'wrong'}"
-                      for c in named] + [f"○ misses {t}" for t in ("C", "Q") if t not in named]
-    same = dict(record, retries=[dict(r, reflection=dict(r["reflection"], base_prompt=r["reflection"]["rulebook"]))
-                                 for r in record["retries"]])
+    assert checks == [
+        f"{'✓' if c in ('C', 'Q') else '✗'} names {c}: {'right' if c in ('C', 'Q') else 'wrong'}" for c in named
+    ] + [f"○ misses {t}" for t in ("C", "Q") if t not in named]
+    same = dict(
+        record,
+        retries=[
+            dict(r, reflection=dict(r["reflection"], base_prompt=r["reflection"]["rulebook"]))
+            for r in record["retries"]
+        ],
+    )
     texts = plot_reflection(same).axes[0].texts
     assert "= its base prompt" in texts[0].get_text() and not [t for t in texts if t.get_bbox_patch()]
     passed = next(a for a in record["first_attempts"] if a["success"])
@@ -613,7 +675,7 @@ def test_the_loop_diagram_is_read_from_erl_step():
     assert names == sorted(names, key=lambda n: source.index(f"{n}("))  # the order erl_step calls them in
     assert {"attempt_first", "gate", "reflect", "attempt_second", "update_memory"} <= set(names)
     shown = [t.get_text().split("\n")[0] for t in script.plot_erl_loop().axes[0].texts if t.get_text()]
-    assert shown[:len(names) + 1] == names + ["PolicyUpdater.update"]
+    assert shown[: len(names) + 1] == names + ["PolicyUpdater.update"]
 
 
 def test_the_committed_loop_diagram_is_current(tmp_path):
@@ -623,5 +685,6 @@ def test_the_committed_loop_diagram_is_current(tmp_path):
     script = _loop_script()
     fresh = script.draw(tmp_path / "erl_loop.png")
     # tolerance: font hinting differs between FreeType builds by a few RMS units; a moved box differs by far more
-    assert compare_images(str(script.OUT), str(fresh), tol=8) is None, \
+    assert compare_images(str(script.OUT), str(fresh), tol=8) is None, (
         "assets/erl_loop.png is stale: run python scripts/draw_erl_loop.py"
+    )

@@ -16,14 +16,18 @@ from erl_lite.core.generation import SamplingParams
 from erl_lite.models import load_policy
 from erl_lite.testing import save_tiny_model
 
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
-    os.environ.get("ATEN_CPU_CAPABILITY") == "default" and not torch.cuda.is_available(),
-    reason="vLLM's CPU build compiles its kernels with torch inductor, whose C++ fails to build under "
-           "ATEN_CPU_CAPABILITY=default ('at::vec' has not been declared); unset it to run this tier")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        os.environ.get("ATEN_CPU_CAPABILITY") == "default" and not torch.cuda.is_available(),
+        reason="vLLM's CPU build compiles its kernels with torch inductor, whose C++ fails to build under "
+        "ATEN_CPU_CAPABILITY=default ('at::vec' has not been declared); unset it to run this tier",
+    ),
+]
 vllm = pytest.importorskip("vllm")
 
-from erl_lite.integrations.wiring import generator_for  # noqa: E402
 from erl_lite.integrations.vllm import VLLMGenerator  # noqa: E402
+from erl_lite.integrations.wiring import generator_for  # noqa: E402
 
 ROWS = [{"prompt": f"Add {i} and {i}.", "answer": str(2 * i)} for i in range(6)]
 #: Largest |vLLM log-prob - policy log-prob| of one sampled token. Both run fp32 on the same weights;
@@ -44,14 +48,30 @@ def policy(tmp_path_factory):
 
 
 def _args(**kw) -> ERLConfig:
-    return ERLConfig.preset("cpu", **{**dict(
-        max_steps=3, num_tasks_per_step=2, num_generations=2, max_completion_length=8, max_reflection_length=12,
-        max_reflection_prompt_length=700, progress_bar=False, generation_backend="vllm", diagnostics="off"), **kw})
+    return ERLConfig.preset(
+        "cpu",
+        **{
+            **dict(
+                max_steps=3,
+                num_tasks_per_step=2,
+                num_generations=2,
+                max_completion_length=8,
+                max_reflection_length=12,
+                max_reflection_prompt_length=700,
+                progress_bar=False,
+                generation_backend="vllm",
+                diagnostics="off",
+            ),
+            **kw,
+        },
+    )
 
 
 def _chat(tok, text):
-    return tok(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                       tokenize=False), add_special_tokens=False).input_ids
+    return tok(
+        tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False),
+        add_special_tokens=False,
+    ).input_ids
 
 
 def _prompts(tok, n=2):
@@ -61,14 +81,17 @@ def _prompts(tok, n=2):
 def policy_logprobs(model, prompt, reply, temperature):
     """The policy's log-prob of each reply token under the distribution it was sampled from."""
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + reply])).logits[0, len(prompt) - 1:-1].float() / temperature
+        logits = model(torch.tensor([prompt + reply])).logits[0, len(prompt) - 1 : -1].float() / temperature
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(reply)[:, None])[:, 0]
 
 
 def on_policy_gap(gen, model, prompts, temperature=0.7) -> float:
     replies = gen.generate(prompts, SamplingParams(12, temperature=temperature))
-    return max((torch.tensor(lp) - policy_logprobs(model, p, r, temperature)).abs().max().item()
-               for p, r, lp in zip(prompts, replies, gen.last_logprobs) if r)
+    return max(
+        (torch.tensor(lp) - policy_logprobs(model, p, r, temperature)).abs().max().item()
+        for p, r, lp in zip(prompts, replies, gen.last_logprobs)
+        if r
+    )
 
 
 def _step(model, lr=0.05):
@@ -168,8 +191,13 @@ def test_erl_with_lora_trains_three_steps_on_vllm(policy, monkeypatch):
     def reward(prompts, completions, answer, **kw):
         return [float(a in c) for c, a in zip(completions, answer)]
 
-    trainer = ERLTrainer(model=model, processing_class=tok, reward_funcs=reward, train_dataset=ROWS,
-                         args=_args(learning_rate=1e-2, vllm_importance_sampling_correction=True))
+    trainer = ERLTrainer(
+        model=model,
+        processing_class=tok,
+        reward_funcs=reward,
+        train_dataset=ROWS,
+        args=_args(learning_rate=1e-2, vllm_importance_sampling_correction=True),
+    )
     gen = trainer.generator
     assert isinstance(gen, VLLMGenerator) and isinstance(generator_for(model, tok, _args()), VLLMGenerator)
     gaps = []

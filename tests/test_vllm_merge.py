@@ -68,8 +68,9 @@ def test_what_peft_cannot_merge_is_refused_when_the_sampler_is_built(kind, monke
 
     tok = tiny_tokenizer()
     base = tiny_model(tok, seed=2, family="qwen2")
-    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "o_proj"],
-                                            lora_bias=kind == "lora_bias_without_a_base_bias"))
+    model = get_peft_model(
+        base, LoraConfig(r=4, target_modules=["q_proj", "o_proj"], lora_bias=kind == "lora_bias_without_a_base_bias")
+    )
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "lora_B" in name:
@@ -95,8 +96,9 @@ def _as_8bit_module(model):
     import bitsandbytes as bnb
 
     layer = model.model.layers[0].self_attn.o_proj
-    model.model.layers[0].self_attn.o_proj = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=False,
-                                                                  has_fp16_weights=False)
+    model.model.layers[0].self_attn.o_proj = bnb.nn.Linear8bitLt(
+        layer.in_features, layer.out_features, bias=False, has_fp16_weights=False
+    )
     return model
 
 
@@ -104,19 +106,24 @@ def _flagged(flag):
     def mark(model):
         setattr(model, flag, True)
         return model
+
     return mark
 
 
-@pytest.mark.parametrize("quantize", [_as_8bit_module, _flagged("is_loaded_in_8bit"), _flagged("is_quantized")],
-                         ids=["bnb-8bit-layer", "loaded-in-8bit", "any-transformers-quantizer"])
+@pytest.mark.parametrize(
+    "quantize",
+    [_as_8bit_module, _flagged("is_loaded_in_8bit"), _flagged("is_quantized")],
+    ids=["bnb-8bit-layer", "loaded-in-8bit", "any-transformers-quantizer"],
+)
 def test_vllm_refuses_any_quantized_model_object_not_only_4bit(monkeypatch, quantize):
     import importlib.util
 
     from erl_lite.integrations.vllm import VLLMGenerator
 
     tok = tiny_tokenizer()
-    model = get_peft_model(quantize(tiny_model(tok, seed=2, family="qwen2")),
-                           LoraConfig(r=4, target_modules=["q_proj"]))
+    model = get_peft_model(
+        quantize(tiny_model(tok, seed=2, family="qwen2")), LoraConfig(r=4, target_modules=["q_proj"])
+    )
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(ValueError, match="cannot sample a quantized base"):

@@ -14,26 +14,33 @@ import warnings
 from typing import Any, Sequence
 
 from erl_lite.cli import arg_types
-from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
 from erl_lite.cli.budget import add_budget_parser, run_budget
+from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
 from erl_lite.cli.doctor import add_doctor_parser, run_doctor
 from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.evaluate import run_eval
 from erl_lite.cli.train import ENVIRONMENTS, FLAG_ALIASES, FLAG_NEGATIONS, run_preset, run_train
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import AUTO, MODES, QUANTIZATIONS
-from erl_lite.config.presets import PRESETS
 from erl_lite.config.field_types import expand_path
+from erl_lite.config.presets import PRESETS
 
 
 def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
     p.add_argument("--steps", type=arg_types.whole(1), default=default_steps, help="training iterations")
     p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
-    p.add_argument("--seed", type=arg_types.seed, default=DEFAULT_SEED,
-                   help="seed of the run (also picks the demo world's letters)")
-    p.add_argument("--out", type=arg_types.folder, default=None,
-                   help="output folder for history, figures, report, checkpoints "
-                        "(an earlier demo's there are replaced)")
+    p.add_argument(
+        "--seed",
+        type=arg_types.seed,
+        default=DEFAULT_SEED,
+        help="seed of the run (also picks the demo world's letters)",
+    )
+    p.add_argument(
+        "--out",
+        type=arg_types.folder,
+        default=None,
+        help="output folder for history, figures, report, checkpoints (an earlier demo's there are replaced)",
+    )
     p.add_argument("--no-memory", action="store_true", help="ablation: ERL without memory")
     p.add_argument("--no-reflection", action="store_true", help="ablation: ERL without reflection")
     p.add_argument("--no-internalization", action="store_true", help="ablation: no self-distillation")
@@ -44,45 +51,94 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
-    demo.add_argument("--eval-tasks", type=arg_types.whole(1), default=None,
-                      help="evaluation tasks (default: the demo's)")
-    demo.add_argument("--model", type=arg_types.embedded_build, default=None, metavar="DIR",
-                      help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
-                           "default: the shipped one")
-    demo.add_argument("--overwrite", action="store_true", help="write into an --out holding another run (deleted) "
-                      "or other files (kept); by default only an empty folder or an earlier demo's")
+    demo.add_argument(
+        "--eval-tasks", type=arg_types.whole(1), default=None, help="evaluation tasks (default: the demo's)"
+    )
+    demo.add_argument(
+        "--model",
+        type=arg_types.embedded_build,
+        default=None,
+        metavar="DIR",
+        help="another build of the embedded model (scripts/build_embedded_model.py --out DIR); "
+        "default: the shipped one",
+    )
+    demo.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out holding another run (deleted) "
+        "or other files (kept); by default only an empty folder or an earlier demo's",
+    )
     from erl_lite.embedded.world import WORLDS
 
-    demo.add_argument("--world", choices=sorted(WORLDS), default="demo",
-                      help="demo: 3x3 maps (default); sparse: 5x5 maps where first attempts rarely succeed")
-    train = sub.add_parser("train", help="train a model on one of the environments, or on your own data",
-                           description="Train with ERL. Every ERLConfig field is an option; values come from "
-                                       "the preset (demo on --env demo, cpu elsewhere), then --config, "
-                                       "then the flags. The defaults shown are those of the demo preset on the "
-                                       "demo world (and of the cpu preset off it, where they differ); --preset "
-                                       "gpu or paper changes some of them.")
-    train.add_argument("--config", metavar="YAML", default=None, type=expand_path,
-                       help="run file: ERLConfig fields (and env, model, preset, small); flags override it")
-    train.add_argument("--env", choices=ENVIRONMENTS, default=argparse.SUPPRESS,
-                       help="demo = the embedded model's world (letters drawn by --seed); the others are the "
-                            "paper's tasks and an arithmetic example (default: demo)")
-    train.add_argument("--world", choices=sorted(WORLDS), default=argparse.SUPPRESS,
-                       help="with --env demo: demo = 3x3 maps (default); sparse = 5x5 maps where first attempts "
-                            "rarely succeed (as erl-lite demo --world)")
-    train.add_argument("--small", action="store_true", default=argparse.SUPPRESS,
-                       help="the small (CPU) variant of the environment")
-    train.add_argument("--env-options", type=json.loads, default=argparse.SUPPRESS, metavar="JSON",
-                       help="the environment's own keywords, e.g. '{\"size\": 5}' or for arithmetic '{\"n\": 500}'")
-    train.add_argument("--model", default=argparse.SUPPRESS, type=expand_path,
-                       help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
-                            "'tiny' = a random 2-layer model built offline (plumbing checks only)")
-    train.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
-                       help="ERLConfig.preset's settings under the rest (default: demo on --env demo, cpu elsewhere)")
+    demo.add_argument(
+        "--world",
+        choices=sorted(WORLDS),
+        default="demo",
+        help="demo: 3x3 maps (default); sparse: 5x5 maps where first attempts rarely succeed",
+    )
+    train = sub.add_parser(
+        "train",
+        help="train a model on one of the environments, or on your own data",
+        description="Train with ERL. Every ERLConfig field is an option; values come from "
+        "the preset (demo on --env demo, cpu elsewhere), then --config, "
+        "then the flags. The defaults shown are those of the demo preset on the "
+        "demo world (and of the cpu preset off it, where they differ); --preset "
+        "gpu or paper changes some of them.",
+    )
+    train.add_argument(
+        "--config",
+        metavar="YAML",
+        default=None,
+        type=expand_path,
+        help="run file: ERLConfig fields (and env, model, preset, small); flags override it",
+    )
+    train.add_argument(
+        "--env",
+        choices=ENVIRONMENTS,
+        default=argparse.SUPPRESS,
+        help="demo = the embedded model's world (letters drawn by --seed); the others are the "
+        "paper's tasks and an arithmetic example (default: demo)",
+    )
+    train.add_argument(
+        "--world",
+        choices=sorted(WORLDS),
+        default=argparse.SUPPRESS,
+        help="with --env demo: demo = 3x3 maps (default); sparse = 5x5 maps where first attempts "
+        "rarely succeed (as erl-lite demo --world)",
+    )
+    train.add_argument(
+        "--small", action="store_true", default=argparse.SUPPRESS, help="the small (CPU) variant of the environment"
+    )
+    train.add_argument(
+        "--env-options",
+        type=json.loads,
+        default=argparse.SUPPRESS,
+        metavar="JSON",
+        help="the environment's own keywords, e.g. '{\"size\": 5}' or for arithmetic '{\"n\": 500}'",
+    )
+    train.add_argument(
+        "--model",
+        default=argparse.SUPPRESS,
+        type=expand_path,
+        help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
+        "'tiny' = a random 2-layer model built offline (plumbing checks only)",
+    )
+    train.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=argparse.SUPPRESS,
+        help="ERLConfig.preset's settings under the rest (default: demo on --env demo, cpu elsewhere)",
+    )
     _data_arguments(train, train=True)
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-    add_config_arguments(train, aliases=FLAG_ALIASES, negations=FLAG_NEGATIONS,
-                         notes={"seed": "Also picks the demo world's letters."}, defaults=_shown_defaults(),
-                         title="ERLConfig fields (--name-with-dashes, or TRL's --name_with_underscores)")
+    add_config_arguments(
+        train,
+        aliases=FLAG_ALIASES,
+        negations=FLAG_NEGATIONS,
+        notes={"seed": "Also picks the demo world's letters."},
+        defaults=_shown_defaults(),
+        title="ERLConfig fields (--name-with-dashes, or TRL's --name_with_underscores)",
+    )
     _eval_parser(sub)
     _plot_parser(sub)
     _export_parser(sub)
@@ -97,84 +153,156 @@ def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
     default = argparse.SUPPRESS if train else None  # train: a --config file may set them
     sources = "a .jsonl/.json/.csv/.parquet file, a saved dataset folder or a hub dataset name"
     options = [
-        ("--dataset", "PATH_OR_NAME", None,
-         f"rows to train on ({sources}), each with a 'prompt' and the columns the reward functions read"
-         if train else f"rows to evaluate on instead of the test split: with --reward-funcs, {sources}; "
-         "without, a .jsonl of prompt/answer rows for a run on --env arithmetic, or of tasks {task_id, prompt, "
-         "data} of the run's environment"),
-        ("--reward-funcs", "MODULE:FUNCTION", "+",
-         "reward functions, TRL-style (completions=..., prompts=..., <columns>=...): module:function, "
-         "path/to/file.py:function or module.function; modules are looked up in the working directory first"),
+        (
+            "--dataset",
+            "PATH_OR_NAME",
+            None,
+            f"rows to train on ({sources}), each with a 'prompt' and the columns the reward functions read"
+            if train
+            else f"rows to evaluate on instead of the test split: with --reward-funcs, {sources}; "
+            "without, a .jsonl of prompt/answer rows for a run on --env arithmetic, or of tasks {task_id, prompt, "
+            "data} of the run's environment",
+        ),
+        (
+            "--reward-funcs",
+            "MODULE:FUNCTION",
+            "+",
+            "reward functions, TRL-style (completions=..., prompts=..., <columns>=...): module:function, "
+            "path/to/file.py:function or module.function; modules are looked up in the working directory first",
+        ),
     ]
     if train:
-        options += [("--feedback-func", "MODULE:FUNCTION", None,
-                     "function returning one feedback text per completion, for the reflection "
-                     "(default: the rewards' own 'Reward: r.' text)"),
-                    ("--reward-weights", "W", "+", "one weight per reward function: the reward is their weighted "
-                     "sum (default: 1 each)")]
+        options += [
+            (
+                "--feedback-func",
+                "MODULE:FUNCTION",
+                None,
+                "function returning one feedback text per completion, for the reflection "
+                "(default: the rewards' own 'Reward: r.' text)",
+            ),
+            (
+                "--reward-weights",
+                "W",
+                "+",
+                "one weight per reward function: the reward is their weighted sum (default: 1 each)",
+            ),
+        ]
     for flag, metavar, nargs, help_text in options:
         dest = flag[2:].replace("-", "_")
         kind = {"dataset": expand_path, "reward_weights": float}.get(dest)
         group.add_argument(flag, dest=dest, metavar=metavar, nargs=nargs, default=default, help=help_text, type=kind)
         trl = "--dataset_name" if dest == "dataset" else "--" + dest
-        group.add_argument(trl, dest=dest, metavar=metavar, nargs=nargs, default=argparse.SUPPRESS, type=kind,
-                           help=argparse.SUPPRESS)
+        group.add_argument(
+            trl, dest=dest, metavar=metavar, nargs=nargs, default=argparse.SUPPRESS, type=kind, help=argparse.SUPPRESS
+        )
 
 
 def _shown_defaults() -> dict[str, str]:
     """Each field's ``--help`` default: the demo preset's, and the cpu preset's where it differs."""
     on_demo = ERLConfig.preset(run_preset("demo", None)).to_dict()
     elsewhere = ERLConfig.preset(run_preset("frozenlake", None)).to_dict()
-    return {name: shown_value(value) + ("" if elsewhere[name] == value or name == "extra"
-                                        else f"; off the demo world: {shown_value(elsewhere[name])}")
-            for name, value in on_demo.items()}
+    return {
+        name: shown_value(value)
+        + (
+            ""
+            if elsewhere[name] == value or name == "extra"
+            else f"; off the demo world: {shown_value(elsewhere[name])}"
+        )
+        for name, value in on_demo.items()
+    }
 
 
 def _eval_parser(sub: Any) -> None:
-    p = sub.add_parser("eval", help="first-attempt success of a checkpoint (no memory); prints JSON",
-                       description="Evaluate a checkpoint's adapter as the trainer does: first attempts from "
-                                   "the initial prompt, no memory, the checkpoint's evaluation sampler.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", type=expand_path,
-                   help="a checkpoint-<step> folder, or a run folder (its latest checkpoint)")
-    p.add_argument("--env", choices=ENVIRONMENTS, default=None,
-                   help="environment (default: the one the checkpoint was trained on; demo if unrecorded)")
-    p.add_argument("--small", action=argparse.BooleanOptionalAction, default=None,
-                   help="the small variant of the environment (default: as trained)")
+    p = sub.add_parser(
+        "eval",
+        help="first-attempt success of a checkpoint (no memory); prints JSON",
+        description="Evaluate a checkpoint's adapter as the trainer does: first attempts from "
+        "the initial prompt, no memory, the checkpoint's evaluation sampler.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        type=expand_path,
+        help="a checkpoint-<step> folder, or a run folder (its latest checkpoint)",
+    )
+    p.add_argument(
+        "--env",
+        choices=ENVIRONMENTS,
+        default=None,
+        help="environment (default: the one the checkpoint was trained on; demo if unrecorded)",
+    )
+    p.add_argument(
+        "--small",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the small variant of the environment (default: as trained)",
+    )
     _data_arguments(p, train=False)
-    p.add_argument("--num-generations", type=arg_types.whole(1), default=None,
-                   help="samples per task (default: the checkpoint's eval_num_generations)")
+    p.add_argument(
+        "--num-generations",
+        type=arg_types.whole(1),
+        default=None,
+        help="samples per task (default: the checkpoint's eval_num_generations)",
+    )
     p.add_argument("--limit", type=arg_types.whole(1), default=None, help="evaluate only the first N tasks")
-    p.add_argument("--base-model", default=None, metavar="DIR", type=expand_path,
-                   help="load the adapter's base from here instead of the path the checkpoint records")
+    p.add_argument(
+        "--base-model",
+        default=None,
+        metavar="DIR",
+        type=expand_path,
+        help="load the adapter's base from here instead of the path the checkpoint records",
+    )
 
 
 def _plot_parser(sub: Any) -> None:
     p = sub.add_parser("plot", help="draw a run's figures from its history.jsonl")
     p.add_argument("history", help="a history.jsonl file, or a run folder holding one")
-    p.add_argument("--out", type=arg_types.folder, default=None,
-                   help="folder for the PNGs (default: the history's folder)")
+    p.add_argument(
+        "--out", type=arg_types.folder, default=None, help="folder for the PNGs (default: the history's folder)"
+    )
     p.add_argument("--overwrite", action="store_true", help="draw into an --out folder that holds other files")
     p.add_argument("--baseline", default=None, type=expand_path, help="another run's history, drawn dashed")
 
 
 def _export_parser(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser("export", help="merge a LoRA adapter into its base model and save it (optionally push)")
-    export.add_argument("--adapter", required=True, type=expand_path,
-                        help="adapter folder (a checkpoint-<step> folder, output_dir after training, "
-                             "or a saved adapter)")
-    export.add_argument("--out", type=arg_types.folder, required=True,
-                        help="folder for the merged model and its tokenizer")
-    export.add_argument("--quantization", choices=(AUTO, *QUANTIZATIONS), default=AUTO,
-                        help="how the base was loaded in training; 4bit: dequantise it before merging "
-                             "(auto: read it from the adapter folder or its checkpoint)")
-    export.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
-                        help="dtype of the saved weights (auto: the base's own)")
+    export.add_argument(
+        "--adapter",
+        required=True,
+        type=expand_path,
+        help="adapter folder (a checkpoint-<step> folder, output_dir after training, or a saved adapter)",
+    )
+    export.add_argument(
+        "--out", type=arg_types.folder, required=True, help="folder for the merged model and its tokenizer"
+    )
+    export.add_argument(
+        "--quantization",
+        choices=(AUTO, *QUANTIZATIONS),
+        default=AUTO,
+        help="how the base was loaded in training; 4bit: dequantise it before merging "
+        "(auto: read it from the adapter folder or its checkpoint)",
+    )
+    export.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="dtype of the saved weights (auto: the base's own)",
+    )
     export.add_argument("--base-model", default=None, type=expand_path, help="the base's folder (default: as recorded)")
-    export.add_argument("--push-to-hub", default=None, metavar="REPO",
-                        help="then upload the merged folder to this hub repository (needs the network and a token)")
+    export.add_argument(
+        "--push-to-hub",
+        default=None,
+        metavar="REPO",
+        help="then upload the merged folder to this hub repository (needs the network and a token)",
+    )
     export.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")
-    export.add_argument("--overwrite", action="store_true", help="write into an --out that is neither empty nor an "
-                        "earlier export (files of the same names are written over)")
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out that is neither empty nor an "
+        "earlier export (files of the same names are written over)",
+    )
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -182,12 +310,20 @@ def _export(args: argparse.Namespace) -> int:
 
     try:
         adapter = export.run_adapter(args.adapter, lambda path: read_run("export", path))
-        result = export.export_merged(adapter, args.out, quantization=args.quantization, dtype=args.dtype,
-                                      base_model=args.base_model, overwrite=args.overwrite)
+        result = export.export_merged(
+            adapter,
+            args.out,
+            quantization=args.quantization,
+            dtype=args.dtype,
+            base_model=args.base_model,
+            overwrite=args.overwrite,
+        )
     except user_errors() as e:
         return usage_error("export", e)
-    print(f"merged {adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
-          f"{result.out_dir}")
+    print(
+        f"merged {adapter} into {result.base_model} ({result.quantization} base, saved in {result.dtype}): "
+        f"{result.out_dir}"
+    )
     if args.push_to_hub:
         url = export.push_to_hub(result.out_dir, args.push_to_hub, private=not args.public)
         print(f"pushed to {url}")
@@ -208,8 +344,9 @@ def _plot(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:  # a torn last line: say so, draw the rest
             warnings.simplefilter("always", UserWarning)
-            history = History.load(read_run("plot", args.history).folder if os.path.isdir(args.history)
-                                   else args.history)
+            history = History.load(
+                read_run("plot", args.history).folder if os.path.isdir(args.history) else args.history
+            )
             baseline = History.load(args.baseline) if args.baseline else None
         run = args.history if os.path.isdir(args.history) else os.path.dirname(os.path.abspath(args.history))
         out = args.out or run
@@ -234,8 +371,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         out = args.out or "erl_lite_demo"
         try:  # bad arguments, a missing model folder: one paragraph; errors while training keep their traceback
-            trainer = build_demo(out, args.steps, args.seed, args.eval_tasks, model_dir=args.model, world=args.world,
-                                 overwrite=args.overwrite, **_demo_overrides(args))
+            trainer = build_demo(
+                out,
+                args.steps,
+                args.seed,
+                args.eval_tasks,
+                model_dir=args.model,
+                world=args.world,
+                overwrite=args.overwrite,
+                **_demo_overrides(args),
+            )
         except user_errors() as e:
             return usage_error("demo", e)
         try:
@@ -254,4 +399,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "budget":
         return run_budget(args)
     return run_train(args)
-

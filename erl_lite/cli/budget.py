@@ -26,8 +26,10 @@ def run_budget(args: argparse.Namespace) -> int:
         cfg = ERLConfig.preset(args.preset, **given_fields(args))
     except user_errors() as e:
         return usage_error("budget", e)
-    print(f"preset {args.preset!r}, mode {cfg.mode!r}: micro-batch {cfg.per_device_train_batch_size}, "
-          f"{cfg.num_tasks_per_step} tasks x G {cfg.num_generations}, episode budget "
-          f"{cfg.max_episode_length}, gradient checkpointing {cfg.gradient_checkpointing}, optim {cfg.optim}")
+    print(
+        f"preset {args.preset!r}, mode {cfg.mode!r}: micro-batch {cfg.per_device_train_batch_size}, "
+        f"{cfg.num_tasks_per_step} tasks x G {cfg.num_generations}, episode budget "
+        f"{cfg.max_episode_length}, gradient checkpointing {cfg.gradient_checkpointing}, optim {cfg.optim}"
+    )
     print(memory_table(cfg))
     return 0

@@ -44,9 +44,13 @@ def field_docs(cls: type = ERLConfig) -> dict[str, str]:
         node = _class_ast(klass) if dataclasses.is_dataclass(klass) else None
         body = node.body if node is not None else []
         for stmt, following in zip(body, body[1:]):
-            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                    and isinstance(following.value.value, str)):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
                 docs[stmt.target.id] = inspect.cleandoc(following.value.value)
     return docs
 
@@ -111,8 +115,11 @@ def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
 def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
     """Public init fields with their resolved types, but those marked ``metadata={"cli": False}``."""
     hints = field_types(cls)
-    return [(f, hints[f.name]) for f in dataclasses.fields(cls)
-            if f.init and not f.name.startswith("_") and f.metadata.get("cli", True)]
+    return [
+        (f, hints[f.name])
+        for f in dataclasses.fields(cls)
+        if f.init and not f.name.startswith("_") and f.metadata.get("cli", True)
+    ]
 
 
 class SuggestingParser(argparse.ArgumentParser):
@@ -187,12 +194,15 @@ class _BooleanOptional(argparse.BooleanOptionalAction):
         _record(namespace, self.dest, option_string)
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
-                         aliases: Mapping[str, Sequence[str]] | None = None,
-                         negations: Mapping[str, str] | None = None,
-                         notes: Mapping[str, str] | None = None,
-                         title: str = "config fields",
-                         defaults: Mapping[str, str] | None = None) -> argparse._ArgumentGroup:
+def add_config_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type = ERLConfig,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+    negations: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+    title: str = "config fields",
+    defaults: Mapping[str, str] | None = None,
+) -> argparse._ArgumentGroup:
     """Add one option per field of ``cls`` to ``parser`` (in an argument group ``title``). Options default to
     ``argparse.SUPPRESS``, so the namespace holds only the fields given (:func:`given_fields`).
     ``aliases``: extra option strings (``{"max_steps": ["--steps"]}``); ``negations``: switches that set a
@@ -210,10 +220,25 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
         if annotation is bool:
             group.add_argument(shown, *aliases.get(f.name, ()), action=_BooleanOptional, **common)
             if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
-                group.add_argument(trl, dest=f.name, nargs="?", const=True, type=parse_bool, action=_Store,
-                                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-                group.add_argument("--no_" + f.name, dest=f.name, action=_Store, nargs=0, const=False,
-                                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                group.add_argument(
+                    trl,
+                    dest=f.name,
+                    nargs="?",
+                    const=True,
+                    type=parse_bool,
+                    action=_Store,
+                    default=argparse.SUPPRESS,
+                    help=argparse.SUPPRESS,
+                )
+                group.add_argument(
+                    "--no_" + f.name,
+                    dest=f.name,
+                    action=_Store,
+                    nargs=0,
+                    const=False,
+                    default=argparse.SUPPRESS,
+                    help=argparse.SUPPRESS,
+                )
         else:
             parse, metavar = converter(annotation)
             allowed = choices.get(f.name)
@@ -222,11 +247,19 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = ERLConfig,
                 parse = _checked(parse, allowed, f.name)
             group.add_argument(shown, *aliases.get(f.name, ()), type=parse, metavar=metavar, action=_Store, **common)
             if trl != shown:
-                group.add_argument(trl, dest=f.name, type=parse, action=_Store, default=argparse.SUPPRESS,
-                                   help=argparse.SUPPRESS)
+                group.add_argument(
+                    trl, dest=f.name, type=parse, action=_Store, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+                )
     for flag, name in negations.items():
-        group.add_argument(flag, dest=name, action=_Store, nargs=0, const=False, default=argparse.SUPPRESS,
-                           help=f"same as --no-{name.replace('_', '-')}")
+        group.add_argument(
+            flag,
+            dest=name,
+            action=_Store,
+            nargs=0,
+            const=False,
+            default=argparse.SUPPRESS,
+            help=f"same as --no-{name.replace('_', '-')}",
+        )
     return group
 
 
@@ -246,6 +279,7 @@ def _dataclass_defaults(cls: type) -> dict[str, str]:
 
 def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable[[str], Any]:
     """``parse`` that also refuses values outside ``allowed`` (None passes: optional fields)."""
+
     def check(text: str) -> Any:
         value = parse(text)
         if value is not None and value not in allowed:

@@ -1,5 +1,4 @@
-"""``erl-lite eval``: first attempts of a checkpoint's adapter, no memory, on the test split it trained on, as JSON.
-"""
+"""``erl-lite eval``: first attempts of a checkpoint's adapter, no memory, on the test split it trained on, as JSON."""
 
 from __future__ import annotations
 
@@ -17,10 +16,16 @@ from erl_lite.config.field_types import check_whole
 from erl_lite.jsonio import read_jsonl
 
 
-def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | None = None,
-                        dataset: str | None = None, num_generations: int | None = None,
-                        limit: int | None = None, base_model: str | None = None,
-                        reward_funcs: Sequence[str] | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+    checkpoint: str,
+    env: str | None = None,
+    small: bool | None = None,
+    dataset: str | None = None,
+    num_generations: int | None = None,
+    limit: int | None = None,
+    base_model: str | None = None,
+    reward_funcs: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """What ``erl-lite eval`` prints: first-attempt metrics of a checkpoint's LoRA adapter, as ``ERLTrainer.evaluate``.
     ``dataset`` replaces the test split, scored by ``reward_funcs`` (``module:function`` specs) when given.
     Raises ValueError when the run trained on something this cannot rebuild."""
@@ -49,8 +54,7 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
     n = cfg.eval_num_generations if num_generations is None else num_generations
     if not tasks or n < 1:
         raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
-    model, tokenizer = load_policy(adapter, quantization=quantization_name(cfg.load_in_4bit),
-                                   base_model=base_model)
+    model, tokenizer = load_policy(adapter, quantization=quantization_name(cfg.load_in_4bit), base_model=base_model)
     # The bar goes to stderr (tqdm's stream), so stdout stays the JSON that eval prints.
     generator = generator_for(model, tokenizer, cfg)  # the run's generation_backend
     ctx = PhaseContext(generator, tokenizer, world, cfg, Progress(enabled=True))
@@ -59,8 +63,14 @@ def evaluate_checkpoint(checkpoint: str, env: str | None = None, small: bool | N
         attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params(), desc="evaluation")
     finally:
         end_phase(generator)
-    return {"checkpoint": folder, "step": state.step, "env": env_name, "tasks": len(tasks),
-            "num_generations": n, **eval_metrics(attempts)}
+    return {
+        "checkpoint": folder,
+        "step": state.step,
+        "env": env_name,
+        "tasks": len(tasks),
+        "num_generations": n,
+        **eval_metrics(attempts),
+    }
 
 
 def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
@@ -73,19 +83,24 @@ def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
     folder, saved = state.path, state.run.get("config", {})
     known = {name for name in ERLConfig.__dataclass_fields__ if not name.startswith("_")}
     if set(saved) - known:  # written by another erl_lite version
-        print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}",
-              file=sys.stderr)
+        print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}", file=sys.stderr)
     cfg = ERLConfig(**{k: v for k, v in saved.items() if k in known})
     adapter = adapter_folder(folder)
     if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
-        raise CheckpointError(f"{adapter} holds no LoRA adapter (adapter_config.json); erl-lite eval reads the "
-                              "adapter that LoRA runs save with each checkpoint")
+        raise CheckpointError(
+            f"{adapter} holds no LoRA adapter (adapter_config.json); erl-lite eval reads the "
+            "adapter that LoRA runs save with each checkpoint"
+        )
     return folder, state, cfg, adapter
 
 
 #: The class of each built-in ``--env``, as a checkpoint records it.
-_ENV_CLASSES = {"erl_lite.embedded.world.DemoLake": "demo", "erl_lite.envs.frozenlake.FrozenLake": "frozenlake",
-                "erl_lite.envs.sokoban.Sokoban": "sokoban", "erl_lite.envs.qa.MultiHopQA": "qa"}
+_ENV_CLASSES = {
+    "erl_lite.embedded.world.DemoLake": "demo",
+    "erl_lite.envs.frozenlake.FrozenLake": "frozenlake",
+    "erl_lite.envs.sokoban.Sokoban": "sokoban",
+    "erl_lite.envs.qa.MultiHopQA": "qa",
+}
 
 
 def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
@@ -93,40 +108,54 @@ def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, d
     extra = cfg.extra
     if extra.get("env") == DATASET_ENV:
         specs = " ".join(extra.get("reward_funcs") or [])
-        raise ValueError(f"{folder} was trained on --dataset {extra.get('dataset')} scored by --reward-funcs "
-                         f"{specs}; erl-lite eval needs them again: --dataset PATH_OR_NAME --reward-funcs {specs}"
-                         " (no --feedback-func: eval scores first attempts only)")
+        raise ValueError(
+            f"{folder} was trained on --dataset {extra.get('dataset')} scored by --reward-funcs "
+            f"{specs}; erl-lite eval needs them again: --dataset PATH_OR_NAME --reward-funcs {specs}"
+            " (no --feedback-func: eval scores first attempts only)"
+        )
     if extra.get("env") in ENVIRONMENTS:
         return extra["env"]
     if recorded is None:
-        print(f"warning: {folder} does not record the environment it was trained on (it was written by an "
-              "earlier erl_lite); evaluating the demo world. Pass --env, or --dataset and --reward-funcs, if "
-              "the run trained on something else", file=sys.stderr)
+        print(
+            f"warning: {folder} does not record the environment it was trained on (it was written by an "
+            "earlier erl_lite); evaluating the demo world. Pass --env, or --dataset and --reward-funcs, if "
+            "the run trained on something else",
+            file=sys.stderr,
+        )
         return "demo"
     if recorded.get("reward_funcs") is not None:
         specs = " ".join(recorded["reward_funcs"]) or "(none)"
-        local = (" (a function defined inside another cannot be loaded by name: move it to a module's top "
-                 "level)") if "<locals>" in specs else ""
+        local = (
+            (" (a function defined inside another cannot be loaded by name: move it to a module's top level)")
+            if "<locals>" in specs
+            else ""
+        )
         rows = "" if dataset is None else f" ({dataset} alone is scored by nothing)"
-        raise ValueError(f"{folder} was trained from Python on dataset rows scored by the reward functions "
-                         f"{specs}; erl-lite eval cannot know those rows and functions{rows}: pass --dataset "
-                         f"PATH_OR_NAME --reward-funcs module:function [...]{local}")
+        raise ValueError(
+            f"{folder} was trained from Python on dataset rows scored by the reward functions "
+            f"{specs}; erl-lite eval cannot know those rows and functions{rows}: pass --dataset "
+            f"PATH_OR_NAME --reward-funcs module:function [...]{local}"
+        )
     name = _ENV_CLASSES.get(recorded.get("class", ""))
     if name is None:
-        raise ValueError(f"{folder} was trained on the environment {recorded.get('class')} "
-                         f"({recorded.get('name')!r}), which erl-lite eval cannot build; pass --env NAME, or "
-                         "--dataset and --reward-funcs, or evaluate it in Python with ERLTrainer.evaluate()")
+        raise ValueError(
+            f"{folder} was trained on the environment {recorded.get('class')} "
+            f"({recorded.get('name')!r}), which erl-lite eval cannot build; pass --env NAME, or "
+            "--dataset and --reward-funcs, or evaluate it in Python with ERLTrainer.evaluate()"
+        )
     if name != "demo":
-        print(f"warning: {folder} was trained on {recorded['class']} built in Python; evaluating erl-lite's "
-              f"--env {name} (its default variant unless --small), which may have other settings",
-              file=sys.stderr)
+        print(
+            f"warning: {folder} was trained on {recorded['class']} built in Python; evaluating erl-lite's "
+            f"--env {name} (its default variant unless --small), which may have other settings",
+            file=sys.stderr,
+        )
     return name
 
 
 def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None) -> tuple[Any, list, str]:
     """``eval --dataset ... --reward-funcs ...``: the rows' evaluation split scored by the functions."""
-    from erl_lite.integrations.data_sources import load_rows
     from erl_lite.envs.rows import rows_to_tasks
+    from erl_lite.integrations.data_sources import load_rows
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.run.func_specs import load_function
 
@@ -144,8 +173,14 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
 
-    env, _, kwargs = build_environment(name, small, cfg.seed, world=cfg.extra.get("world", "demo"), preset=cfg.preset_name,
-                                       options=cfg.extra.get("env_options"))
+    env, _, kwargs = build_environment(
+        name,
+        small,
+        cfg.seed,
+        world=cfg.extra.get("world", "demo"),
+        preset=cfg.preset_name,
+        options=cfg.extra.get("env_options"),
+    )
     if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
         env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"))
     tasks = kwargs.get("eval_dataset")
@@ -161,16 +196,17 @@ def _read_tasks(path: str, world: Any, env_name: str) -> list:
     from erl_lite.records import Task
 
     rows = read_jsonl(path)
-    if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r
-                    for r in rows):
+    if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r for r in rows):
         return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
     if rows and not isinstance(world, RewardFunctionEnv):
         line = next(i for i, r in enumerate(rows, 1) if not (isinstance(r, dict) and "task_id" in r))
         row = rows[line - 1]
         keys = sorted(row) if isinstance(row, dict) else f"a {type(row).__name__}"
-        raise ValueError(f"{path}:{line}: the {env_name} environment plays tasks {{task_id, prompt, data}} (as "
-                         f"its test split holds), got {keys}; to score rows with reward functions instead, pass "
-                         "--reward-funcs module:function [...]")
+        raise ValueError(
+            f"{path}:{line}: the {env_name} environment plays tasks {{task_id, prompt, data}} (as "
+            f"its test split holds), got {keys}; to score rows with reward functions instead, pass "
+            "--reward-funcs module:function [...]"
+        )
     return rows_to_tasks(rows, prefix="eval")
 
 
@@ -178,8 +214,16 @@ def run_eval(args: argparse.Namespace) -> int:
     """``erl-lite eval``: print the metrics as JSON; the exit code."""
     try:
         checkpoint = read_run("eval", args.checkpoint).checkpoint().path
-        metrics = evaluate_checkpoint(checkpoint, args.env, args.small, args.dataset,
-                                      args.num_generations, args.limit, args.base_model, args.reward_funcs)
+        metrics = evaluate_checkpoint(
+            checkpoint,
+            args.env,
+            args.small,
+            args.dataset,
+            args.num_generations,
+            args.limit,
+            args.base_model,
+            args.reward_funcs,
+        )
     except user_errors() as e:
         return usage_error("eval", e)
     print(json.dumps(metrics, indent=2))

@@ -11,13 +11,13 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from erl_lite.cli.config_args import cli_fields, converter, parse_yaml
-from erl_lite.config.field_types import closest
 from erl_lite.config import ERLConfig
-from erl_lite.config.field_types import conform
+from erl_lite.config.field_types import closest, conform
 
 
-def load_config_file(path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (),
-                     aliases: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_config_file(
+    path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (), aliases: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a YAML run file: ``(field values, values of other_keys)``; any other key: an error naming the file and the
     closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``)."""
     entries = _yaml_entries(path)
@@ -67,8 +67,10 @@ def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:
             data = loader.construct_document(node)
             raise ValueError(f"{path} must hold a mapping of config fields to values, got a {type(data).__name__}")
         loader.flatten_mapping(node)  # YAML merge keys (<<: *defaults) become plain entries
-        return [(loader.construct_object(k, deep=True), loader.construct_object(v, deep=True), k.start_mark.line + 1)
-                for k, v in node.value]
+        return [
+            (loader.construct_object(k, deep=True), loader.construct_object(v, deep=True), k.start_mark.line + 1)
+            for k, v in node.value
+        ]
     except yaml.YAMLError as e:
         raise ValueError(f"{path} is not valid YAML: {e}") from e
     finally:

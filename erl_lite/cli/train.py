@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from erl_lite.cli.config_args import given_fields
-from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.cli.errors import usage_error, user_errors
+from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import check_reward_weights, quantization_name
 from erl_lite.config.field_types import expand_path
@@ -16,8 +16,14 @@ from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS, PRESETS, requi
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
-RUN_DEFAULTS: dict[str, Any] = {"env": "demo", "model": "embedded", "preset": None, "small": False, "world": "demo",
-                                "env_options": {}}
+RUN_DEFAULTS: dict[str, Any] = {
+    "env": "demo",
+    "model": "embedded",
+    "preset": None,
+    "small": False,
+    "world": "demo",
+    "env_options": {},
+}
 #: The run options that decide the environment ``erl-lite train`` builds (value when a checkpoint has none).
 ENVIRONMENT_OPTIONS = {"env": None, "small": False, "world": "demo", "env_options": {}}
 #: The options for your own data (as ``trl grpo``'s); a ``--config`` file may set them too.
@@ -26,8 +32,11 @@ DATA_OPTIONS = ("dataset", "reward_funcs", "feedback_func", "reward_weights")
 DATASET_ENV = "dataset"
 #: Short flags for two config fields, and switches that turn a part of ERL off.
 FLAG_ALIASES = {"max_steps": ["--steps"], "output_dir": ["--out"], "overwrite_output_dir": ["--overwrite"]}
-FLAG_NEGATIONS = {"--no-memory": "use_memory", "--no-reflection": "use_reflection",
-                  "--no-internalization": "use_internalization"}
+FLAG_NEGATIONS = {
+    "--no-memory": "use_memory",
+    "--no-reflection": "use_reflection",
+    "--no-internalization": "use_internalization",
+}
 #: For run-file error messages: the field a command-line shorthand stands for.
 _ALIAS_FIELDS = {flag.lstrip("-").replace("-", "_"): name for name, flags in FLAG_ALIASES.items() for flag in flags}
 
@@ -40,8 +49,11 @@ def run_preset(env: str, preset: str | None) -> str:
 
 def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]:
     """``erl-lite train``'s run options and config (preset < file < flags); ValueError names the file, key or field."""
-    file_fields, file_run = ({}, {}) if args.config is None else load_config_file(
-        args.config, other_keys=[*RUN_DEFAULTS, *DATA_OPTIONS], aliases=_ALIAS_FIELDS)
+    file_fields, file_run = (
+        ({}, {})
+        if args.config is None
+        else load_config_file(args.config, other_keys=[*RUN_DEFAULTS, *DATA_OPTIONS], aliases=_ALIAS_FIELDS)
+    )
     given = {k: getattr(args, k) for k in (*RUN_DEFAULTS, *DATA_OPTIONS) if hasattr(args, k)}
     run = {**RUN_DEFAULTS, **file_run, **given}
     data = _data_record(run, env_given="env" in file_run or "env" in given)
@@ -53,17 +65,27 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
     if run["preset"] not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
     if not isinstance(run["small"], bool) or not isinstance(run["env_options"], dict):
-        raise ValueError(f"small must be true or false, env_options a mapping; got {run['small']!r}, "
-                         f"{run['env_options']!r}")
+        raise ValueError(
+            f"small must be true or false, env_options a mapping; got {run['small']!r}, {run['env_options']!r}"
+        )
     world = _world_record(run)
     flags = given_fields(args)
     overrides = {**file_fields, **flags}
     if not isinstance(overrides.get("extra") or {}, dict):
         raise ValueError(f"extra must be a mapping of names to values, got {overrides['extra']!r}")
-    overrides["extra"] = {**(overrides.get("extra") or {}), "env": run["env"], "small": run["small"], **world, **data,
-                         **({"env_options": run["env_options"]} if run["env_options"] else {})}
-    if run["model"] not in ("embedded", "tiny") and run["preset"] in ("cpu", "demo") and (
-            "learning_rate" not in overrides):  # their rates are the embedded model's: too large for a pretrained one
+    overrides["extra"] = {
+        **(overrides.get("extra") or {}),
+        "env": run["env"],
+        "small": run["small"],
+        **world,
+        **data,
+        **({"env_options": run["env_options"]} if run["env_options"] else {}),
+    }
+    if (
+        run["model"] not in ("embedded", "tiny")
+        and run["preset"] in ("cpu", "demo")
+        and ("learning_rate" not in overrides)
+    ):  # their rates are the embedded model's: too large for a pretrained one
         overrides["learning_rate"] = PRESETS["gpu"]["learning_rate"]
     if run["preset"] == "paper" and not {"max_steps", "num_train_epochs"} & set(overrides):
         overrides["max_steps"] = PAPER_MAX_STEPS.get(run["env"], PRESETS["paper"]["max_steps"])
@@ -94,9 +116,12 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
     if funcs is None and weights is not None:
         raise ValueError("--reward-weights needs --dataset and --reward-funcs: one weight per reward function")
     if funcs is None:
-        raise ValueError("--dataset needs --reward-funcs module:function [...]: the functions that score its "
-                         "completions (as trl grpo --reward_funcs)" if dataset is not None else
-                         "--feedback-func needs --dataset and --reward-funcs")
+        raise ValueError(
+            "--dataset needs --reward-funcs module:function [...]: the functions that score its "
+            "completions (as trl grpo --reward_funcs)"
+            if dataset is not None
+            else "--feedback-func needs --dataset and --reward-funcs"
+        )
     if dataset is None:
         raise ValueError("--reward-funcs needs --dataset PATH_OR_NAME: the rows whose completions they score")
     if env_given:
@@ -107,8 +132,12 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
     if not isinstance(dataset, str) or not (feedback is None or isinstance(feedback, str)):
         raise ValueError("dataset and feedback_func must be text (a path or name, a module:function spec)")
     weights = check_reward_weights(weights, funcs)
-    return {"dataset": expand_path(dataset), "reward_funcs": list(funcs), "feedback_func": feedback,
-            **({} if weights is None else {"reward_weights": weights})}
+    return {
+        "dataset": expand_path(dataset),
+        "reward_funcs": list(funcs),
+        "feedback_func": feedback,
+        **({} if weights is None else {"reward_weights": weights}),
+    }
 
 
 def train_config(args: argparse.Namespace) -> ERLConfig:
@@ -117,9 +146,9 @@ def train_config(args: argparse.Namespace) -> ERLConfig:
 
 def run_train(args: argparse.Namespace) -> int:
     """``erl-lite train``: build the trainer and train; the exit code."""
+    from erl_lite.metric_names import EVAL_SUCCESS
     from erl_lite.run.checkpoint import list_checkpoints, named_for_its_step
     from erl_lite.run.state import CheckpointError
-    from erl_lite.metric_names import EVAL_SUCCESS
 
     try:
         run, cfg = train_settings(args)
@@ -127,15 +156,20 @@ def run_train(args: argparse.Namespace) -> int:
         if args.resume and not cfg.output_dir:
             raise ValueError("--resume needs --out (the run folder whose latest checkpoint to continue)")
         if args.resume and not list_checkpoints(cfg.output_dir):
-            raise CheckpointError(f"nothing to resume: no checkpoint-<step> folder in {cfg.output_dir}; "
-                                  "run without --resume to start this run")
+            raise CheckpointError(
+                f"nothing to resume: no checkpoint-<step> folder in {cfg.output_dir}; "
+                "run without --resume to start this run"
+            )
         if resumed := [p for p in list_checkpoints(cfg.output_dir) if named_for_its_step(p)][:1] if args.resume else []:
             same_environment(run, resumed[0])  # the one resume takes; a misnamed one is skipped there, named
     except user_errors() as e:
         return usage_error("train", e)
     if run["model"] == "embedded" and run["env"] != "demo":
-        print(f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
-              "rewards near zero (use a hub model or a local folder with --model)", file=sys.stderr)
+        print(
+            f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
+            "rewards near zero (use a hub model or a local folder with --model)",
+            file=sys.stderr,
+        )
     try:
         trainer = _build_trainer(run, cfg)
     except user_errors() as e:  # a missing model folder, a bad dataset file, ...
@@ -161,11 +195,16 @@ def same_environment(run: dict[str, Any], checkpoint: str) -> None:
         return
     if not isinstance(saved, dict) or saved.get("env") is None:
         return
-    differ = [f"{k}: {saved.get(k, d)!r} there, {run[k]!r} here" for k, d in ENVIRONMENT_OPTIONS.items()
-              if saved.get(k, d) != run[k]]
+    differ = [
+        f"{k}: {saved.get(k, d)!r} there, {run[k]!r} here"
+        for k, d in ENVIRONMENT_OPTIONS.items()
+        if saved.get(k, d) != run[k]
+    ]
     if differ:
-        raise CheckpointError(f"{checkpoint} trained on another environment than this run would build "
-                              f"({'; '.join(differ)}); resume with the options it trained with")
+        raise CheckpointError(
+            f"{checkpoint} trained on another environment than this run would build "
+            f"({'; '.join(differ)}); resume with the options it trained with"
+        )
 
 
 def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
@@ -173,9 +212,11 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
     from erl_lite.run.trainer import ERLTrainer
 
     # The environment first: a missing reward function fails before a model is loaded.
-    env, rows, kwargs = (_dataset_environment(cfg.extra) if run["env"] == DATASET_ENV
-                         else build_environment(run["env"], run["small"], cfg.seed, run["world"], run["preset"],
-                                                run["env_options"]))
+    env, rows, kwargs = (
+        _dataset_environment(cfg.extra)
+        if run["env"] == DATASET_ENV
+        else build_environment(run["env"], run["small"], cfg.seed, run["world"], run["preset"], run["env_options"])
+    )
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
         from transformers import set_seed
@@ -199,13 +240,25 @@ def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, A
 
     funcs = [load_function(spec, "reward function") for spec in record["reward_funcs"]]
     feedback = record.get("feedback_func")
-    return None, record["dataset"], {"reward_funcs": funcs, "reward_weights": record.get("reward_weights"),
-                                     "feedback_func": feedback and load_function(feedback, "feedback function")}
+    return (
+        None,
+        record["dataset"],
+        {
+            "reward_funcs": funcs,
+            "reward_weights": record.get("reward_weights"),
+            "feedback_func": feedback and load_function(feedback, "feedback function"),
+        },
+    )
 
 
-def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED, world: str = "demo",
-                      preset: str | None = None, options: dict[str, Any] | None = None
-                      ) -> tuple[Any, Any, dict[str, Any]]:
+def build_environment(
+    name: str,
+    small: bool,
+    seed: int = DEFAULT_SEED,
+    world: str = "demo",
+    preset: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> tuple[Any, Any, dict[str, Any]]:
     """``(environment, dataset rows, other ERLTrainer arguments)`` of ``erl-lite train --env name``
     (``world``: which of the embedded model's worlds ``--env demo`` plays; ``paper``: ``PAPER_GAMES``;
     ``options``: the environment's or the arithmetic dataset's own keywords, ``--env-options``)."""
@@ -222,9 +275,15 @@ def build_environment(name: str, small: bool, seed: int = DEFAULT_SEED, world: s
         from erl_lite.envs import arithmetic as task
 
         rows = {**(task.SMALL if small else {"n": 2000}), "seed": 0, **(options or {})}
-        return None, task.make_arithmetic_dataset(**rows), {
-            "reward_funcs": task.arithmetic_reward, "feedback_func": task.arithmetic_feedback,
-            "eval_dataset": task.make_arithmetic_dataset(**{**rows, "n": 64, "seed": rows["seed"] + 1})}
+        return (
+            None,
+            task.make_arithmetic_dataset(**rows),
+            {
+                "reward_funcs": task.arithmetic_reward,
+                "feedback_func": task.arithmetic_feedback,
+                "eval_dataset": task.make_arithmetic_dataset(**{**rows, "n": 64, "seed": rows["seed"] + 1}),
+            },
+        )
     cls = {"frozenlake": envs.FrozenLake, "sokoban": envs.Sokoban, "qa": envs.MultiHopQA}[name]
     base = PAPER_GAMES.get(name, {}) if preset == "paper" else {}
     return (cls.small(**options or {}) if small else cls(**{**base, **(options or {})})), None, {}

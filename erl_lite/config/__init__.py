@@ -44,6 +44,7 @@ class ERLConfig:
         >>> ERLConfig.preset("cpu", mode="rlvr").num_generations  # the paper's G for RLVR
         10
     """
+
     # --- what to run -------------------------------------------------------------------
     mode: str = "erl"
     """``erl`` (paper Algorithm 2), ``erl_simple`` (Algorithm 1: one reward, only y1 trained) or ``rlvr`` (GRPO)."""
@@ -54,7 +55,8 @@ class ERLConfig:
     num_tasks_per_step: int = 8
     """Tasks per iteration (the paper uses 64)."""
     num_generations: int | None = None
-    """G: first-attempt rollouts per task. None = the mode's (:data:`~erl_lite.config.checks.DEFAULT_GENERATIONS`); G = 1 has no baseline."""
+    """G: first-attempt rollouts per task. None = the mode's (:data:`~erl_lite.config.checks.DEFAULT_GENERATIONS`);
+    G = 1 has no baseline."""
     seed: int = DEFAULT_SEED
     """Seed for task order, sampling and initialisation."""
     # --- sampling ----------------------------------------------------------------------
@@ -103,13 +105,15 @@ class ERLConfig:
         "Write a complete new system prompt for the agent: a short rulebook that says what each symbol or piece of "
         "information means, what each action does, how the task is won or lost, and a strategy that avoids the "
         "mistake above. Keep what the current instructions got right. Put the whole rulebook between <prompt> and "
-        "</prompt>.")
+        "</prompt>."
+    )
     """The reflection request's last paragraph, after the task, attempt and outcome (the paper's request)."""
     reflection_prefill: str = ""
     """The reflection's first words, e.g. ``"<prompt>\\n1."``: the block it opens is kept when cut (DEPARTURES)."""
     retry_instruction: str = (
         "You have tried this task before and did not succeed. Here is your previous attempt and how it ended; use "
-        "it to do better this time.")
+        "it to do better this time."
+    )
     """The "w/o reflection" retry's system prompt: this, between the initial prompt and the first attempt."""
     # --- memory ------------------------------------------------------------------------
     use_memory: bool = True
@@ -276,7 +280,8 @@ class ERLConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ERLConfig":
-        """A named preset (:data:`~erl_lite.config.presets.PRESETS`) with optional overrides; the name is kept in ``preset_name``."""
+        """A named preset (:data:`~erl_lite.config.presets.PRESETS`) with optional overrides; the name is kept in
+        ``preset_name``."""
         if name not in presets.PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(presets.PRESETS)}")
         overrides = translate_trl_fields(overrides, _FIELD_NAMES)  # TRL's names, before the preset's layer
@@ -290,12 +295,17 @@ class ERLConfig:
         read from the fields alone, so a config and its saved copy replace alike.
 
         Example:
-            >>> ERLConfig().replace(mode="rlvr").num_generations, ERLConfig(num_generations=6).replace(mode="rlvr").num_generations
-            (10, 6)
+            >>> ERLConfig().replace(mode="rlvr").num_generations
+            10
+            >>> ERLConfig(num_generations=6).replace(mode="rlvr").num_generations
+            6
         """
         changes = translate_trl_fields(changes, _FIELD_NAMES, current=self.to_dict())
-        if "mode" in changes and "num_generations" not in changes and (
-                self.num_generations == checks.DEFAULT_GENERATIONS[self.mode]):
+        if (
+            "mode" in changes
+            and "num_generations" not in changes
+            and (self.num_generations == checks.DEFAULT_GENERATIONS[self.mode])
+        ):
             changes["num_generations"] = None
         return dataclasses.replace(self, **one_split(changes))
 
@@ -306,8 +316,9 @@ class ERLConfig:
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(ERLConfig))
 
-_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ERLConfig)
-                             if f.default is not dataclasses.MISSING}
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(ERLConfig) if f.default is not dataclasses.MISSING
+}
 
 #: The two ways an iteration splits into optimizer steps (a count, or the reference's mini-batch size).
 SPLIT_FIELDS = ("steps_per_generation", "ppo_mini_batch_size")

@@ -24,6 +24,7 @@ def reflects(mode: str) -> bool:
 def quantization_name(load_in_4bit: bool) -> str:
     return FOUR_BIT if load_in_4bit else NO_QUANTIZATION
 
+
 LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
 LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
@@ -39,7 +40,8 @@ TRL_LOSS_TYPES_MISSING = {
 LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-#: TRL's corrections of the sampler's log-probs (``vllm_importance_sampling_mode``; :func:`~erl_lite.core.losses.sampler_weights`).
+#: TRL's corrections of the sampler's log-probs (``vllm_importance_sampling_mode``;
+#: :func:`~erl_lite.core.losses.sampler_weights`).
 SAMPLER_CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 MEMORY_TYPES = ("single", "fifo", "slots")
 INTERNALIZATION_MODES = ("raft", "nll")
@@ -51,24 +53,61 @@ DIAGNOSTICS_LEVELS = ("warn", "off", "raise")
 GENERATION_BACKENDS = ("generate", "continuous", "vllm")
 #: The fields that take one of a few words, and those words (also the command line's choices).
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
-    "mode": MODES, "loss_type": LOSS_TYPE_NAMES, "scale_rewards": SCALE_REWARDS,
-    "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS, "lr_scheduler_type": LR_SCHEDULERS,
-    "memory_type": MEMORY_TYPES, "internalization_mode": INTERNALIZATION_MODES, "optim": OPTIMIZERS,
-    "diagnostics": DIAGNOSTICS_LEVELS, "generation_backend": GENERATION_BACKENDS,
+    "mode": MODES,
+    "loss_type": LOSS_TYPE_NAMES,
+    "scale_rewards": SCALE_REWARDS,
+    "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
+    "lr_scheduler_type": LR_SCHEDULERS,
+    "memory_type": MEMORY_TYPES,
+    "internalization_mode": INTERNALIZATION_MODES,
+    "optim": OPTIMIZERS,
+    "diagnostics": DIAGNOSTICS_LEVELS,
+    "generation_backend": GENERATION_BACKENDS,
     "vllm_importance_sampling_mode": SAMPLER_CORRECTIONS,
 }
 
 #: ``model.generate`` keys that the sampler sets from its own fields (refused in ``generation_kwargs``).
-SAMPLER_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "eos_token_id",
-                "pad_token_id", "generation_config", "input_ids", "attention_mask")
+SAMPLER_KEYS = (
+    "max_new_tokens",
+    "do_sample",
+    "temperature",
+    "top_p",
+    "top_k",
+    "eos_token_id",
+    "pad_token_id",
+    "generation_config",
+    "input_ids",
+    "attention_mask",
+)
 
 #: ``GenerationConfig`` fields that change which token is drawn (refused: the update could not score them).
-DISTRIBUTION_KEYS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
-                     "encoder_no_repeat_ngram_size", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens",
-                     "sequence_bias", "min_length", "min_new_tokens", "min_p", "typical_p", "epsilon_cutoff",
-                     "eta_cutoff", "top_h", "forced_bos_token_id", "forced_eos_token_id", "guidance_scale",
-                     "exponential_decay_length_penalty", "renormalize_logits", "watermarking_config",
-                     "remove_invalid_values", "length_penalty", "diversity_penalty", "penalty_alpha")
+DISTRIBUTION_KEYS = (
+    "repetition_penalty",
+    "encoder_repetition_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "sequence_bias",
+    "min_length",
+    "min_new_tokens",
+    "min_p",
+    "typical_p",
+    "epsilon_cutoff",
+    "eta_cutoff",
+    "top_h",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "guidance_scale",
+    "exponential_decay_length_penalty",
+    "renormalize_logits",
+    "watermarking_config",
+    "remove_invalid_values",
+    "length_penalty",
+    "diversity_penalty",
+    "penalty_alpha",
+)
 
 #: The largest seed every RNG a run seeds takes (numpy's, through ``transformers.set_seed``, stops at 2**32 - 1).
 MAX_SEED = 2**32 - 1
@@ -80,18 +119,39 @@ DEFAULT_MAX_STEPS = 100
 DEFAULT_GENERATIONS: dict[str, int] = {"erl": 4, "erl_simple": 4, "rlvr": 10}
 
 #: The fields only the ``vllm`` backend reads (TRL's names).
-VLLM_FIELDS = ("vllm_gpu_memory_utilization",
-               *(f"vllm_importance_sampling_{name}" for name in ("correction", "mode", "clip_max", "clip_min")))
+VLLM_FIELDS = (
+    "vllm_gpu_memory_utilization",
+    *(f"vllm_importance_sampling_{name}" for name in ("correction", "mode", "clip_max", "clip_min")),
+)
 #: The most ``memory_size`` takes: 64 times the reference's 1,024 slots (each slot a memory, all checkpointed).
 MAX_MEMORY_SIZE = 2**16
 
 #: Switches each mode ignores (refused away from their defaults rather than silently dropped).
 _IGNORED_BY_MODE = {
-    "rlvr": ("use_reflection", "use_memory", "memory_type", "memory_size", "memory_top_k", "train_reflection",
-             "train_second", "use_internalization", "internalization_mode", "internalization_coef",
-             "reflection_temperature", "reflection_top_p", "reflection_copies"),
-    "erl_simple": ("train_first", "train_reflection", "train_second", "use_internalization", "internalization_mode",
-                   "internalization_coef", "reflection_copies"),
+    "rlvr": (
+        "use_reflection",
+        "use_memory",
+        "memory_type",
+        "memory_size",
+        "memory_top_k",
+        "train_reflection",
+        "train_second",
+        "use_internalization",
+        "internalization_mode",
+        "internalization_coef",
+        "reflection_temperature",
+        "reflection_top_p",
+        "reflection_copies",
+    ),
+    "erl_simple": (
+        "train_first",
+        "train_reflection",
+        "train_second",
+        "use_internalization",
+        "internalization_mode",
+        "internalization_coef",
+        "reflection_copies",
+    ),
     "erl": (),
 }
 
@@ -105,11 +165,16 @@ def check_reward_weights(weights: Any, funcs: list[str]) -> list[float] | None:
     """``reward_weights`` (None: 1 each) as floats: one finite number per function in ``funcs`` (their names), at
     least one above 0 (with none, no reward reaches a positive ``reward_threshold`` and a better score never helps)."""
     weights = weights.tolist() if hasattr(weights, "tolist") else weights  # a numpy or torch vector
-    if weights is not None and not (isinstance(weights, (list, tuple)) and len(weights) == len(funcs) and all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)
-                                    and max(weights) > 0):
-        raise ValueError(f"reward_weights must be {len(funcs)} finite numbers, one per reward function (for the "
-                         f"{len(funcs)} reward_funcs {' '.join(funcs)}), at least one above 0; got {weights!r:.80}")
+    if weights is not None and not (
+        isinstance(weights, (list, tuple))
+        and len(weights) == len(funcs)
+        and all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)
+        and max(weights) > 0
+    ):
+        raise ValueError(
+            f"reward_weights must be {len(funcs)} finite numbers, one per reward function (for the "
+            f"{len(funcs)} reward_funcs {' '.join(funcs)}), at least one above 0; got {weights!r:.80}"
+        )
     return None if weights is None else [float(w) for w in weights]
 
 
@@ -118,8 +183,10 @@ def check_trl_values(cfg: Config) -> None:
     if isinstance(cfg.scale_rewards, bool):
         cfg.scale_rewards = "group" if cfg.scale_rewards else "none"
     if cfg.loss_type in TRL_LOSS_TYPES_MISSING:
-        raise ValueError(f"ERLConfig.loss_type={cfg.loss_type!r} (a TRL loss) is not implemented in "
-                         f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[cfg.loss_type]}")
+        raise ValueError(
+            f"ERLConfig.loss_type={cfg.loss_type!r} (a TRL loss) is not implemented in "
+            f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[cfg.loss_type]}"
+        )
 
 
 def check_choices(cfg: Config) -> None:
@@ -145,20 +212,43 @@ def check_counts(cfg: Config) -> None:
     if cfg.ppo_mini_batch_size is not None:
         _positive("ppo_mini_batch_size", cfg.ppo_mini_batch_size)
         if cfg.steps_per_generation != 1:
-            raise ValueError("ERLConfig: give ppo_mini_batch_size (steps follow the batch) or "
-                             f"steps_per_generation={cfg.steps_per_generation} (a fixed count), not both")
-    for name in ("num_tasks_per_step", "num_generations", "max_completion_length",
-                 "max_episode_length", "max_reflection_length", "max_reflection_prompt_length",
-                 "memory_size", "memory_top_k", "steps_per_generation", "reflection_copies",
-                 "per_device_train_batch_size", "eval_num_generations", "sample_every"):
+            raise ValueError(
+                "ERLConfig: give ppo_mini_batch_size (steps follow the batch) or "
+                f"steps_per_generation={cfg.steps_per_generation} (a fixed count), not both"
+            )
+    for name in (
+        "num_tasks_per_step",
+        "num_generations",
+        "max_completion_length",
+        "max_episode_length",
+        "max_reflection_length",
+        "max_reflection_prompt_length",
+        "memory_size",
+        "memory_top_k",
+        "steps_per_generation",
+        "reflection_copies",
+        "per_device_train_batch_size",
+        "eval_num_generations",
+        "sample_every",
+    ):
         _positive(name, getattr(cfg, name))
-    for name in ("eval_steps", "save_steps", "top_k", "eval_top_k", "beta", "weight_decay",
-                 "internalization_coef", "learning_rate", "max_grad_norm"):
+    for name in (
+        "eval_steps",
+        "save_steps",
+        "top_k",
+        "eval_top_k",
+        "beta",
+        "weight_decay",
+        "internalization_coef",
+        "learning_rate",
+        "max_grad_norm",
+    ):
         if getattr(cfg, name) < 0:
             raise ValueError(f"ERLConfig.{name} must be >= 0, got {getattr(cfg, name)!r}")
     if not 0 <= cfg.seed <= MAX_SEED:
-        raise ValueError(f"ERLConfig.seed must be a whole number in 0..{MAX_SEED} (what numpy and torch take), "
-                         f"got {cfg.seed!r}")
+        raise ValueError(
+            f"ERLConfig.seed must be a whole number in 0..{MAX_SEED} (what numpy and torch take), got {cfg.seed!r}"
+        )
     if cfg.max_completion_length >= cfg.max_episode_length:
         raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
 
@@ -173,8 +263,10 @@ def check_sampling(cfg: Config) -> None:
             raise ValueError(f"ERLConfig.{name} must be in (0, 1], got {getattr(cfg, name)!r}")
     owned = sorted(set(cfg.generation_kwargs) & set(SAMPLER_KEYS))
     if owned:
-        raise ValueError(f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
-                         "(max_completion_length, temperature, top_p, top_k, ...); set those instead")
+        raise ValueError(
+            f"ERLConfig.generation_kwargs: {owned} belong to the sampler's own fields "
+            "(max_completion_length, temperature, top_p, top_k, ...); set those instead"
+        )
     if cfg.generation_backend != "generate":
         refuse_generation_kwargs(cfg.generation_kwargs, cfg.generation_backend)
     if (share := cfg.vllm_gpu_memory_utilization) is not None and not 0 < share <= 1:
@@ -185,10 +277,15 @@ def check_sampling(cfg: Config) -> None:
             raise ValueError(f"ERLConfig.vllm_importance_sampling_{name} must be > 0 or None, got {bound!r}")
     if low is not None and high is not None and low >= high:  # TRL's rules, as GRPOConfig states them
         raise ValueError(f"ERLConfig.vllm_importance_sampling_clip_min={low} is not below clip_max={high}")
-    if cfg.vllm_importance_sampling_correction and cfg.vllm_importance_sampling_mode.endswith("truncate") and (
-            low is None and high is None):
-        raise ValueError(f"ERLConfig.vllm_importance_sampling_mode={cfg.vllm_importance_sampling_mode!r} needs "
-                         "vllm_importance_sampling_clip_min or clip_max: with both None it clips nothing")
+    if (
+        cfg.vllm_importance_sampling_correction
+        and cfg.vllm_importance_sampling_mode.endswith("truncate")
+        and (low is None and high is None)
+    ):
+        raise ValueError(
+            f"ERLConfig.vllm_importance_sampling_mode={cfg.vllm_importance_sampling_mode!r} needs "
+            "vllm_importance_sampling_clip_min or clip_max: with both None it clips nothing"
+        )
     for key, value in cfg.generation_kwargs.items():
         check_generation_key(key, value)
 
@@ -201,14 +298,21 @@ def check_generation_key(key: str, value: Any) -> None:
         from transformers.generation.configuration_utils import ALL_CACHE_IMPLEMENTATIONS
 
         if value not in ALL_CACHE_IMPLEMENTATIONS:
-            raise ValueError(f"ERLConfig.generation_kwargs['cache_implementation']={value!r}: transformers knows "
-                             f"{list(ALL_CACHE_IMPLEMENTATIONS)}")
+            raise ValueError(
+                f"ERLConfig.generation_kwargs['cache_implementation']={value!r}: transformers knows "
+                f"{list(ALL_CACHE_IMPLEMENTATIONS)}"
+            )
         return
-    why = ("reshapes the sampling distribution, which the loss and the KL would not score (they assume "
-           "softmax(z / T) with top-p/top-k)" if key in DISTRIBUTION_KEYS else
-           "is set by the sampler itself (one sequence per row, its own cache and outputs)")
-    raise ValueError(f"ERLConfig.generation_kwargs[{key!r}]={value!r} is refused: it {why}. Sampling takes only "
-                     "ERLConfig's temperature, top_p, top_k and max_completion_length (and cache_implementation)")
+    why = (
+        "reshapes the sampling distribution, which the loss and the KL would not score (they assume "
+        "softmax(z / T) with top-p/top-k)"
+        if key in DISTRIBUTION_KEYS
+        else "is set by the sampler itself (one sequence per row, its own cache and outputs)"
+    )
+    raise ValueError(
+        f"ERLConfig.generation_kwargs[{key!r}]={value!r} is refused: it {why}. Sampling takes only "
+        "ERLConfig's temperature, top_p, top_k and max_completion_length (and cache_implementation)"
+    )
 
 
 def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous") -> None:
@@ -217,7 +321,8 @@ def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous"
         raise ValueError(
             f"generation_backend={backend!r} cannot honour generation_kwargs {sorted(kwargs)}: it samples with "
             "temperature, top_p and top_k only (transformers' continuous batching drops the rest without a word); "
-            "use generation_backend='generate'")
+            "use generation_backend='generate'"
+        )
 
 
 def check_clip(cfg: Config) -> None:
@@ -234,13 +339,16 @@ def check_schedule(cfg: Config) -> None:
         raise ValueError(f"ERLConfig.warmup_ratio must be in [0, 1), got {cfg.warmup_ratio!r}")
     w = cfg.warmup_steps
     if not (w >= 0 and (float(w).is_integer() or w < 1)):
-        raise ValueError("ERLConfig.warmup_steps must be a whole number of steps >= 0 or a fraction in "
-                         f"(0, 1), got {w!r}")
+        raise ValueError(
+            f"ERLConfig.warmup_steps must be a whole number of steps >= 0 or a fraction in (0, 1), got {w!r}"
+        )
     if cfg.warmup_ratio and w:
         raise ValueError("ERLConfig: give warmup_ratio or warmup_steps, not both")
     if cfg.lr_scheduler_type == "constant" and (cfg.warmup_ratio or w):
-        raise ValueError("ERLConfig.lr_scheduler_type='constant' has no warm-up (transformers would ignore "
-                         "it); use 'constant_with_warmup' with warmup_ratio/warmup_steps")
+        raise ValueError(
+            "ERLConfig.lr_scheduler_type='constant' has no warm-up (transformers would ignore "
+            "it); use 'constant_with_warmup' with warmup_ratio/warmup_steps"
+        )
 
 
 def check_lora(cfg: Config) -> None:
@@ -250,8 +358,10 @@ def check_lora(cfg: Config) -> None:
     if not 0 <= cfg.lora_dropout < 1:
         raise ValueError(f"ERLConfig.lora_dropout must be in [0, 1), got {cfg.lora_dropout!r}")
     if not cfg.lora_target_modules:
-        raise ValueError("ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
-                         f"list of module names, got {cfg.lora_target_modules!r}")
+        raise ValueError(
+            "ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
+            f"list of module names, got {cfg.lora_target_modules!r}"
+        )
 
 
 def check_reporting(cfg: Config) -> None:
@@ -270,8 +380,10 @@ def check_reporting(cfg: Config) -> None:
         value = int(value)
     fraction = isinstance(value, float) and 0 < value < 1
     if not fraction and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError("ERLConfig.logging_steps must be a positive integer (iterations) or a float in "
-                         f"(0, 1) (a fraction of max_steps), got {value!r}")
+        raise ValueError(
+            "ERLConfig.logging_steps must be a positive integer (iterations) or a float in "
+            f"(0, 1) (a fraction of max_steps), got {value!r}"
+        )
     cfg.logging_steps = value
     if cfg.project is not None and not cfg.project.strip():
         raise ValueError(f"ERLConfig.project must be a non-empty name or None, got {cfg.project!r}")
@@ -285,24 +397,32 @@ def check_saving(cfg: Config) -> None:
     if repo is not None and not (isinstance(repo, str) and repo.count("/") == 1 and all(repo.split("/"))):
         raise ValueError(f"ERLConfig.hub_model_id must look like 'user-or-org/name', got {repo!r}")
     if cfg.push_to_hub and repo is None:
-        raise ValueError("ERLConfig.push_to_hub=True needs hub_model_id='user-or-org/name': the repository "
-                         "the final model is uploaded to")
+        raise ValueError(
+            "ERLConfig.push_to_hub=True needs hub_model_id='user-or-org/name': the repository "
+            "the final model is uploaded to"
+        )
 
 
 def check_mode_switches(cfg: Config) -> None:
     """Fail on a setting, off its default, that the other choices leave unread, or on a pair no backend honours."""
     if cfg.generation_backend == "vllm" and cfg.load_in_4bit:
-        raise ValueError("ERLConfig: generation_backend='vllm' cannot sample a 4-bit base (load_in_4bit=True): "
-                         "merged weights do not load into a quantized engine; use 'continuous' or 'generate'")
+        raise ValueError(
+            "ERLConfig: generation_backend='vllm' cannot sample a 4-bit base (load_in_4bit=True): "
+            "merged weights do not load into a quantized engine; use 'continuous' or 'generate'"
+        )
     if cfg.memory_size > MAX_MEMORY_SIZE or cfg.memory_type == "fifo" and cfg.memory_top_k > cfg.memory_size:
-        raise ValueError(f"ERLConfig: memory_size={cfg.memory_size} (memory_top_k={cfg.memory_top_k}) must be in "
-                         f"memory_top_k..{MAX_MEMORY_SIZE} with memory_type='fifo', at most {MAX_MEMORY_SIZE} else")
+        raise ValueError(
+            f"ERLConfig: memory_size={cfg.memory_size} (memory_top_k={cfg.memory_top_k}) must be in "
+            f"memory_top_k..{MAX_MEMORY_SIZE} with memory_type='fifo', at most {MAX_MEMORY_SIZE} else"
+        )
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for why, ignored in _unread_settings(cfg):
         changed = [f"{name}={getattr(cfg, name)!r}" for name in ignored if getattr(cfg, name) != defaults[name]]
         if changed:
-            raise ValueError(f"ERLConfig: {', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect "
-                             f"with {why}; leave {'it' if len(changed) == 1 else 'them'} at the default")
+            raise ValueError(
+                f"ERLConfig: {', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect "
+                f"with {why}; leave {'it' if len(changed) == 1 else 'them'} at the default"
+            )
 
 
 def _unread_settings(cfg: Config) -> list[tuple[str, tuple[str, ...]]]:
@@ -311,11 +431,13 @@ def _unread_settings(cfg: Config) -> list[tuple[str, tuple[str, ...]]]:
     off = "use_reflection=False" if not cfg.use_reflection else "use_memory=False" if not cfg.use_memory else ""
     kept = {"single": memory[1:], "slots": memory[2:], "fifo": ()}[cfg.memory_type]
     distilled, vllm = ("internalization_mode", "internalization_coef"), cfg.generation_backend == "vllm"
-    return [(f"mode={cfg.mode!r}", _IGNORED_BY_MODE[cfg.mode]),
-            (off, memory if reflects(cfg.mode) and off else ()),  # "w/o reflection" and "w/o memory" keep none
-            (f"memory_type={cfg.memory_type!r}", kept),
-            ("use_internalization=False", () if cfg.use_internalization else distilled),
-            (f"generation_backend={cfg.generation_backend!r}", () if vllm else VLLM_FIELDS)]
+    return [
+        (f"mode={cfg.mode!r}", _IGNORED_BY_MODE[cfg.mode]),
+        (off, memory if reflects(cfg.mode) and off else ()),  # "w/o reflection" and "w/o memory" keep none
+        (f"memory_type={cfg.memory_type!r}", kept),
+        ("use_internalization=False", () if cfg.use_internalization else distilled),
+        (f"generation_backend={cfg.generation_backend!r}", () if vllm else VLLM_FIELDS),
+    ]
 
 
 def check_group_size(cfg: Config) -> None:
@@ -323,10 +445,15 @@ def check_group_size(cfg: Config) -> None:
     if cfg.num_generations != 1:
         return
     if cfg.mode != "erl":
-        raise ValueError(f"ERLConfig.num_generations=1 with mode={cfg.mode!r}: a group of one first attempt "
-                         "has no baseline (its advantage would be the raw reward); GRPO needs >= 2 "
-                         "(TRL refuses G < 2)")
-    warnings.warn("ERLConfig.num_generations=1: every (task, role) group holds one row, so each trained "
-                  "row's advantage is its raw reward (A = r, no group baseline); use >= 2 for GRPO's "
-                  "baseline", UserWarning, stacklevel=4)
-
+        raise ValueError(
+            f"ERLConfig.num_generations=1 with mode={cfg.mode!r}: a group of one first attempt "
+            "has no baseline (its advantage would be the raw reward); GRPO needs >= 2 "
+            "(TRL refuses G < 2)"
+        )
+    warnings.warn(
+        "ERLConfig.num_generations=1: every (task, role) group holds one row, so each trained "
+        "row's advantage is its raw reward (A = r, no group baseline); use >= 2 for GRPO's "
+        "baseline",
+        UserWarning,
+        stacklevel=4,
+    )

@@ -54,8 +54,9 @@ def conform(name: str, value: Any, annotation: Any, owner: str = "ERLConfig") ->
     try:
         return _conform(value, annotation, convert=True)
     except _Mismatch:
-        raise ValueError(f"{owner}.{name} must be {describe(annotation)}, got {value!r:.80} "
-                         f"({type(value).__name__})") from None
+        raise ValueError(
+            f"{owner}.{name} must be {describe(annotation)}, got {value!r:.80} ({type(value).__name__})"
+        ) from None
 
 
 def conform_fields(obj: Any) -> None:
@@ -131,8 +132,15 @@ def describe(annotation: Any) -> str:
         return f"a list of {_plural(describe(args[0]))}" if args else "a list"
     if origin is dict:
         return f"a dict with {describe(args[0]).split()[-1]} keys" if args else "a dict"
-    words = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string",
-             type(None): "None", list: "a list", dict: "a dict"}
+    words = {
+        bool: "true or false",
+        int: "an integer",
+        float: "a finite number",
+        str: "a string",
+        type(None): "None",
+        list: "a list",
+        dict: "a dict",
+    }
     return words.get(annotation, f"a {getattr(annotation, '__name__', annotation)}")
 
 

@@ -27,8 +27,9 @@ def _sample_std(values: list[float]) -> float:
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str = "group",
-                     batch_std: float | None = None) -> list[float]:
+def group_advantages(
+    rewards: Sequence[float], eps: float = 1e-6, *, scale: str = "group", batch_std: float | None = None
+) -> list[float]:
     """GRPO advantages of one group of rewards, in order; ``scale`` (TRL's ``scale_rewards``) divides
     ``r - mean`` by this group's std (+ ``eps``), by ``batch_std`` (0: unscaled), or not at all.
 
@@ -57,8 +58,9 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6, *, scale: str 
     return [c / (std + eps) for c in centred]
 
 
-def grouped_advantages(rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *,
-                       scale: str = "group") -> list[float]:
+def grouped_advantages(
+    rewards: Sequence[float], keys: Sequence[Hashable], eps: float = 1e-6, *, scale: str = "group"
+) -> list[float]:
     """GRPO advantages within each key's group, in order; ``scale="batch"`` uses the std of *all* ``rewards``."""
     if len(rewards) != len(keys):
         raise ValueError(f"got {len(rewards)} rewards but {len(keys)} keys")

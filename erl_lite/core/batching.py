@@ -1,8 +1,8 @@
 """Packing the RL batch into micro-batches of tensors, and their completion log-probs::
 
-    input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
-    hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
-    (B rows, P = longest context, L = longest completion)
+input_ids  (B, P + L):  [pad … pad | context_b | completion_b | pad … pad]
+hidden states at columns P-1 … P+L-2 predict the completion tokens (B, L)
+(B rows, P = longest context, L = longest completion)
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any
     mask = torch.zeros((B, L), dtype=torch.long)
     for b, s in enumerate(samples):
         p, c = len(s.prompt_ids), len(s.completion_ids)
-        ids[b, P - p:P] = torch.tensor(s.prompt_ids, dtype=torch.long)
-        ids[b, P:P + c] = torch.tensor(s.completion_ids, dtype=torch.long)
-        attn[b, P - p:P + c] = 1
+        ids[b, P - p : P] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        ids[b, P : P + c] = torch.tensor(s.completion_ids, dtype=torch.long)
+        attn[b, P - p : P + c] = 1
         targets[b, :c] = torch.tensor(s.completion_ids, dtype=torch.long)
         mask[b, :c] = torch.tensor(s.completion_mask, dtype=torch.long)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
@@ -67,20 +67,37 @@ def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any
     sampled = torch.full((B, L), float("nan"))
     for b, s in enumerate(samples):
         if s.sampled_logp is not None:
-            sampled[b, :len(s.sampled_logp)] = torch.tensor(s.sampled_logp, dtype=torch.float32)
+            sampled[b, : len(s.sampled_logp)] = torch.tensor(s.sampled_logp, dtype=torch.float32)
     temperatures = {s.temperature for s in samples}
     if len(temperatures) > 1:
         raise ValueError(f"a micro-batch mixes sampling temperatures {sorted(temperatures, key=str)}")
-    return Packed(ids.to(device), attn.to(device), positions.to(device), targets.to(device),
-                  mask.to(device), adv.to(device), is_nll.to(device), tuple(s.role for s in samples),
-                  temperatures.pop(), sampled.to(device))
+    return Packed(
+        ids.to(device),
+        attn.to(device),
+        positions.to(device),
+        targets.to(device),
+        mask.to(device),
+        adv.to(device),
+        is_nll.to(device),
+        tuple(s.role for s in samples),
+        temperatures.pop(),
+        sampled.to(device),
+    )
 
 
-def completion_logprobs(model: Any, batch: Packed, temperature: float,
-                        chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+def completion_logprobs(
+    model: Any, batch: Packed, temperature: float, chunk_size: int | None = DEFAULT_CHUNK_SIZE
+) -> torch.Tensor:
     """Completion log-probs ``(B, L)`` under ``model`` at the batch's sampling temperature, else ``temperature``."""
-    return sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.targets,
-                             temperature if batch.temperature is None else batch.temperature, chunk_size)
+    return sequence_logprobs(
+        model,
+        batch.input_ids,
+        batch.attention_mask,
+        batch.position_ids,
+        batch.targets,
+        temperature if batch.temperature is None else batch.temperature,
+        chunk_size,
+    )
 
 
 class CompletionLogProbs(torch.nn.Module):
@@ -116,8 +133,11 @@ def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSamp
     context = completion = shortest = 0  # the current chunk's longest context and completion, shortest row
     for row in sorted(rows, key=_context_then_length):
         width = max(context, len(row.prompt_ids)) + max(completion, len(row.completion_ids))
-        if chunk and (len(chunk) == size or width > 2 * min(shortest, _padded_length(row))
-                      or row.temperature != chunk[-1].temperature):  # one temperature per pass
+        if chunk and (
+            len(chunk) == size
+            or width > 2 * min(shortest, _padded_length(row))
+            or row.temperature != chunk[-1].temperature
+        ):  # one temperature per pass
             yield chunk
             chunk, context, completion = [], 0, 0
         shortest = min(shortest, _padded_length(row)) if chunk else _padded_length(row)
@@ -132,5 +152,5 @@ def normalizer(masks: list[torch.Tensor], loss_type: str) -> float:
     width = max(max((len(m) for m in masks), default=1), 1)
     full = torch.zeros((len(masks), width), dtype=torch.long)
     for b, m in enumerate(masks):
-        full[b, :len(m)] = m
+        full[b, : len(m)] = m
     return normalizer_for(full, loss_type)

@@ -18,8 +18,14 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 
 #: A tool no real template would name otherwise: its name shows whether ``tools=`` is rendered.
-_PROBE_TOOL = {"type": "function", "function": {"name": "erl_lite_probe_tool", "description": "Probe.",
-                                                "parameters": {"type": "object", "properties": {}}}}
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "erl_lite_probe_tool",
+        "description": "Probe.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
 
 
 def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> bool:
@@ -34,8 +40,9 @@ def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | Non
         return False
     messages = [{"role": "user", "content": "hi"}]
     try:
-        text = tokenizer.apply_chat_template(messages, tools=[_PROBE_TOOL], tokenize=False,
-                                             add_generation_prompt=True, **(template_kwargs or {}))
+        text = tokenizer.apply_chat_template(
+            messages, tools=[_PROBE_TOOL], tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
+        )
     except Exception:  # noqa: BLE001 - a template that fails on tools= does not support them
         return False
     return _PROBE_TOOL["function"]["name"] in text
@@ -62,11 +69,16 @@ def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_
     return "".join(parts)
 
 
-def render(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool = True,
-           template_kwargs: dict[str, Any] | None = None) -> str:
+def render(
+    messages: list[dict[str, str]],
+    tokenizer: Any,
+    add_generation_prompt: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
     if has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                             **(template_kwargs or {}))
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
+        )
     return render_plain(messages, tokenizer, add_generation_prompt)
 
 
@@ -75,13 +87,19 @@ def encode(text: str, tokenizer: Any) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def encode_messages(messages: list[dict[str, str]], tokenizer: Any,
-                    template_kwargs: dict[str, Any] | None = None) -> list[int]:
+def encode_messages(
+    messages: list[dict[str, str]], tokenizer: Any, template_kwargs: dict[str, Any] | None = None
+) -> list[int]:
     return encode(render(messages, tokenizer, add_generation_prompt=True, template_kwargs=template_kwargs), tokenizer)
 
 
-def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, reply_ended_with: str | None,
-              template_kwargs: dict[str, Any] | None = None) -> str:
+def glue_text(
+    messages: list[dict[str, str]],
+    observation: str,
+    tokenizer: Any,
+    reply_ended_with: str | None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
     """Text between the last assistant reply and the next generation, ``observation`` the next user
     turn; ``reply_ended_with``: the reply's stop token text (not repeated), None if it was cut."""
     if not messages or messages[-1]["role"] != "assistant":
@@ -91,9 +109,9 @@ def glue_text(messages: list[dict[str, str]], observation: str, tokenizer: Any, 
     cut = text.rfind(_SENTINEL)
     if cut < 0:
         raise ValueError("the chat template dropped the assistant reply; cannot build multi-turn episodes")
-    glue = text[cut + len(_SENTINEL):]
+    glue = text[cut + len(_SENTINEL) :]
     if reply_ended_with and glue.startswith(reply_ended_with):
-        glue = glue[len(reply_ended_with):]
+        glue = glue[len(reply_ended_with) :]
     return glue
 
 

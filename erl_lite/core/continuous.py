@@ -72,8 +72,16 @@ class ContinuousGenerator:
         >>> gen.flush()
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
-                 stop_ids: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        cache_tokens: int,
+        seed: int = 0,
+        rank: int = 0,
+        stop_ids: list[int] | None = None,
+    ) -> None:
         if cache_tokens < 1:
             raise ValueError(f"cache_tokens must be >= 1, got {cache_tokens}")
         self.model, self.tokenizer = model, tokenizer
@@ -95,14 +103,26 @@ class ContinuousGenerator:
         base = base_model(self.model)
         # The processors exist only if the manager's own config asks for them; each request then sets
         # its own value. Temperature is always there (0.7 is a placeholder: every request sets its own).
-        config = GenerationConfig(do_sample=True, temperature=0.7, max_new_tokens=1, eos_token_id=self.stop_ids,
-                                  pad_token_id=self.pad_id, top_k=50 if "top_k" in self._needs else None,
-                                  top_p=0.9 if "top_p" in self._needs else None)
+        config = GenerationConfig(
+            do_sample=True,
+            temperature=0.7,
+            max_new_tokens=1,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.pad_id,
+            top_k=50 if "top_k" in self._needs else None,
+            top_p=0.9 if "top_p" in self._needs else None,
+        )
         cb = ContinuousBatchingConfig(
-            page_size=PAGE_SIZE, num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
-            max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens), allow_block_sharing=True,
-            per_request_processors=True, auto_switch_to_flash=False, seed=seed, use_cuda_graph=False,
-            return_logprobs=True)
+            page_size=PAGE_SIZE,
+            num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
+            max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens),
+            allow_block_sharing=True,
+            per_request_processors=True,
+            auto_switch_to_flash=False,
+            seed=seed,
+            use_cuda_graph=False,
+            return_logprobs=True,
+        )
         manager = base.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
         manager.start()
         self.managers_started += 1
@@ -171,15 +191,18 @@ class ContinuousGenerator:
         # Added while paused, so the loop sees the whole batch at once: its batches (and therefore the
         # order of its random draws) depend on the requests only, not on thread timing.
         with manager.pause():
-            ids = manager.add_requests(inputs=prompts, max_new_tokens=params.max_new_tokens,
-                                       **self._request_kwargs(params))
+            ids = manager.add_requests(
+                inputs=prompts, max_new_tokens=params.max_new_tokens, **self._request_kwargs(params)
+            )
         done: dict[str, Any] = {}
         while len(done) < len(ids):
             result = manager.get_result(timeout=_POLL_S)
             if result is None:
                 if not manager.is_running():
-                    raise RuntimeError(f"continuous batching stopped with {len(ids) - len(done)} of {len(ids)} "
-                                       "requests unfinished (see transformers' log above)")
+                    raise RuntimeError(
+                        f"continuous batching stopped with {len(ids) - len(done)} of {len(ids)} "
+                        "requests unfinished (see transformers' log above)"
+                    )
                 continue
             if result.is_finished():
                 done[result.request_id] = result

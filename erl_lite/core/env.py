@@ -54,8 +54,13 @@ class BatchScoredEpisode(Episode):
     reward_parts: dict[str, float | None] | None = None  # each reward function's unweighted value
     logged_extra: dict[str, Any] | None = None  # the row's ``log_extra`` columns
 
-    def set_score(self, reward: float, verdict: str, parts: dict[str, float | None] | None = None,
-                  extra: dict[str, Any] | None = None) -> None:
+    def set_score(
+        self,
+        reward: float,
+        verdict: str,
+        parts: dict[str, float | None] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         """Store the batch scorer's reward, verdict, and (from reward functions) parts and extra columns."""
         self._reward, self._verdict, self.scored = reward, verdict, True
         self.reward_parts, self.logged_extra = parts, extra
@@ -73,12 +78,14 @@ class BatchScoredEpisode(Episode):
         return self._reward
 
     @classmethod
-    def pending(cls, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None
-                ) -> tuple[list["BatchScoredEpisode"], list[list[int]]]:
+    def pending(
+        cls, episodes: Sequence[Episode], completion_ids: Sequence[list[int]] | None
+    ) -> tuple[list["BatchScoredEpisode"], list[list[int]]]:
         """The episodes of this class that await a score, with their completion ids (aligned)."""
         ids = list(completion_ids) if completion_ids is not None else [[] for _ in episodes]
-        todo = [(ep, i) for ep, i in zip(episodes, ids)
-                if isinstance(ep, cls) and ep._ready_to_score() and not ep.scored]
+        todo = [
+            (ep, i) for ep, i in zip(episodes, ids) if isinstance(ep, cls) and ep._ready_to_score() and not ep.scored
+        ]
         return [ep for ep, _ in todo], [i for _, i in todo]
 
 

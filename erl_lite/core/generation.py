@@ -14,8 +14,15 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from erl_lite.core.policy import (base_model, cache_name, eos_token_ids, keep_4bit_trainable, note_sampled,
-                                  shared_rows, weight_versions)
+from erl_lite.core.policy import (
+    base_model,
+    cache_name,
+    eos_token_ids,
+    keep_4bit_trainable,
+    note_sampled,
+    shared_rows,
+    weight_versions,
+)
 from erl_lite.core.prompts import PromptTooLongError
 
 
@@ -36,14 +43,13 @@ class Generator(Protocol):
 
     calls: int
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
-        ...
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]: ...
 
 
 #: Config attributes that hold a model's context length (transformers' families spell it these ways).
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 #: A tokenizer without a limit reports transformers' VERY_LARGE_INTEGER (1e30): not a context length.
-_NO_LIMIT = 10 ** 9
+_NO_LIMIT = 10**9
 
 
 def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
@@ -71,9 +77,11 @@ def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: i
         return
     for row, n in enumerate(prompt_lengths):
         if n + max_new_tokens > context:
-            raise PromptTooLongError(f"request row {row} has {n} prompt tokens + max_new_tokens={max_new_tokens} = "
-                                     f"{n + max_new_tokens}, more than the model's context of {context} tokens",
-                                     row=row)
+            raise PromptTooLongError(
+                f"request row {row} has {n} prompt tokens + max_new_tokens={max_new_tokens} = "
+                f"{n + max_new_tokens}, more than the model's context of {context} tokens",
+                row=row,
+            )
 
 
 def reply_was_cut(ids: list[int], max_new_tokens: int, stop_ids: Any) -> bool:
@@ -86,8 +94,9 @@ def sampler_stop_ids(generator: Any, tokenizer: Any) -> list[int]:
     return list(getattr(generator, "stop_ids", None) or [tokenizer.eos_token_id])
 
 
-def generate_named(generator: "Generator", prompts: list[list[int]], params: SamplingParams,
-                   names: list[str]) -> list[list[int]]:
+def generate_named(
+    generator: "Generator", prompts: list[list[int]], params: SamplingParams, names: list[str]
+) -> list[list[int]]:
     """``generator.generate``, with an over-long request named by ``names[row]`` (role and task)."""
     try:
         return generator.generate(prompts, params)
@@ -135,10 +144,18 @@ class HFGenerator:
         """The whole ``GenerationConfig`` of a call: ``params`` and the end and pad ids, nothing else."""
         from transformers import GenerationConfig
 
-        return GenerationConfig(do_sample=True, temperature=params.temperature, top_p=params.top_p,
-                                top_k=params.top_k, max_new_tokens=params.max_new_tokens, use_cache=True,
-                                eos_token_id=self.stop_ids or None, pad_token_id=self.pad_id,
-                                stop_strings=list(params.stop) or None, **params.generation_kwargs)
+        return GenerationConfig(
+            do_sample=True,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            max_new_tokens=params.max_new_tokens,
+            use_cache=True,
+            eos_token_id=self.stop_ids or None,
+            pad_token_id=self.pad_id,
+            stop_strings=list(params.stop) or None,
+            **params.generation_kwargs,
+        )
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -154,8 +171,8 @@ class HFGenerator:
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids) :] = 1
         # Eval mode without grad makes bitsandbytes repack a 4-bit CPU layer for inference only.
         keep_4bit_trainable(self.model)
         was_training = self.model.training
@@ -167,9 +184,13 @@ class HFGenerator:
             shared = self._shared_prompts(input_ids, attention) if share else None
             cached = {} if shared is None else {cache_name(self.model): shared}
             with _own_settings(base_model(self.model), recorder):
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention,
-                                          generation_config=self.sampling_config(params), tokenizer=self.tokenizer,
-                                          **cached)
+                out = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    generation_config=self.sampling_config(params),
+                    tokenizer=self.tokenizer,
+                    **cached,
+                )
         finally:
             self.model.train(was_training)
         note_sampled(self.model, weight_versions(self.model))  # the on-policy check compares them with the update's
@@ -177,7 +198,7 @@ class HFGenerator:
         logprobs = recorder.finish(new).tolist()
         stops = set(self.stop_ids)
         rows = [_cut_at_stop(row, stops, self.pad_id) for row in new.tolist()]
-        self.last_logprobs = [lp[:len(row)] for lp, row in zip(logprobs, rows)]
+        self.last_logprobs = [lp[: len(row)] for lp, row in zip(logprobs, rows)]
         return rows
 
     def _shared_prompts(self, input_ids: torch.Tensor, attention: torch.Tensor) -> Any:
@@ -189,9 +210,18 @@ class HFGenerator:
         first, rows = groups
         # Positions as generate computes them from the mask (pads at 0): the cache must hold the same keys.
         positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
-        keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base_model(self.model).forward).parameters else {}
-        out = self.model(input_ids=input_ids[first, :-1], attention_mask=attention[first, :-1],
-                         position_ids=positions[first, :-1], use_cache=True, **keep)
+        keep = (
+            {"logits_to_keep": 1}
+            if "logits_to_keep" in inspect.signature(base_model(self.model).forward).parameters
+            else {}
+        )
+        out = self.model(
+            input_ids=input_ids[first, :-1],
+            attention_mask=attention[first, :-1],
+            position_ids=positions[first, :-1],
+            use_cache=True,
+            **keep,
+        )
         cache = getattr(out, cache_name(self.model), None)
         if not hasattr(cache, "reorder_cache"):  # no cache, or a legacy tuple: generate prefills every row
             return None
@@ -222,7 +252,7 @@ class _Recorder:
         if new.shape[1]:
             self._take(new[:, -1])
         out = torch.zeros(new.shape, dtype=torch.float32)
-        for j, col in enumerate(self.picked[:new.shape[1]]):
+        for j, col in enumerate(self.picked[: new.shape[1]]):
             out[:, j] = col
         return out
 

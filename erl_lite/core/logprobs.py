@@ -28,18 +28,29 @@ VOCAB_TILE = 8192
 _CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
-def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                      targets: torch.Tensor, temperature: float = 1.0,
-                      chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+def sequence_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+) -> torch.Tensor:
     """Log-probs ``(B, L)`` float32 of ``targets``, the last ``L`` tokens of ``input_ids`` ``(B, P + L)``;
     ``chunk_size`` None computes the full logits, else a head that is not ``nn.Linear`` raises ValueError."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     L = targets.shape[1]
     if chunk_size is None:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    use_cache=False, logits_to_keep=L + 1)
-        logits = out.logits[:, -(L + 1):-1, :]  # (B, L, V): position P-1+j predicts target j
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=L + 1,
+        )
+        logits = out.logits[:, -(L + 1) : -1, :]  # (B, L, V): position P-1+j predicts target j
         return token_logprobs(logits.float(), targets, temperature)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
@@ -49,21 +60,47 @@ def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch
 
 
 @torch.no_grad()
-def cut_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 targets: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+def cut_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+) -> torch.Tensor:
     """:func:`sequence_logprobs` ``(B, L)`` under a sampler's top-k / top-p cut (:func:`truncated_logprobs`), for the
     on-policy check: one row at a time, its full logits ``(L, V)`` cut a chunk of positions at a time."""
     L, out = targets.shape[1], []
     for b in range(targets.shape[0]):
-        logits = model(input_ids=input_ids[b:b + 1], attention_mask=attention_mask[b:b + 1], use_cache=False,
-                       position_ids=position_ids[b:b + 1], logits_to_keep=L + 1).logits[0, :-1]  # (L, V)
-        out.append(torch.cat([truncated_logprobs(logits[i:i + 256], targets[b, i:i + 256], temperature, top_k, top_p)
-                              for i in range(0, L, 256)]))
+        logits = model(
+            input_ids=input_ids[b : b + 1],
+            attention_mask=attention_mask[b : b + 1],
+            use_cache=False,
+            position_ids=position_ids[b : b + 1],
+            logits_to_keep=L + 1,
+        ).logits[0, :-1]  # (L, V)
+        out.append(
+            torch.cat(
+                [
+                    truncated_logprobs(logits[i : i + 256], targets[b, i : i + 256], temperature, top_k, top_p)
+                    for i in range(0, L, 256)
+                ]
+            )
+        )
     return torch.stack(out)
 
 
-def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-             targets: torch.Tensor, temperature: float, chunk_size: int) -> torch.Tensor:
+def _chunked(
+    lm: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk_size: int,
+) -> torch.Tensor:
     from trl.kernels import ChunkedLogProbFunction  # imported here: trl costs a second to import
 
     head = output_head(lm)
@@ -76,13 +113,15 @@ def _chunked(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
     for start in range(0, B * L, chunk_size):
         part = slice(start, start + chunk_size)
         logp, *_ = ChunkedLogProbFunction.apply(
-            flat[part], head.weight, head.bias, ids[part], temperature, VOCAB_TILE, softcap, scale, ())
+            flat[part], head.weight, head.bias, ids[part], temperature, VOCAB_TILE, softcap, scale, ()
+        )
         pieces.append(logp)  # (n,) float32
     return torch.cat(pieces).view(B, L).to(targets.device)
 
 
-def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      position_ids: torch.Tensor, L: int) -> torch.Tensor:
+def completion_hidden(
+    decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, L: int
+) -> torch.Tensor:
     """Hidden states ``(B, L, H)`` at the positions that predict the last ``L`` columns of ``input_ids`` ``(B, P + L)``.
     Rows with the same context (the first ``P`` columns, padding included: GRPO's G rollouts of a prompt) run it
     once, its keys and values ``(U, P)`` indexed out to the ``B`` rows of the completion pass ``(B, L)``: the same
@@ -93,19 +132,28 @@ def completion_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: tor
     if groups is not None:
         first, rows = groups  # (U,) a row holding each distinct context; (B,) each row's context
         name = cache_name(decoder)
-        context = decoder(input_ids=input_ids[first, :P], attention_mask=attention_mask[first, :P],
-                          position_ids=position_ids[first, :P], use_cache=True)
+        context = decoder(
+            input_ids=input_ids[first, :P],
+            attention_mask=attention_mask[first, :P],
+            position_ids=position_ids[first, :P],
+            use_cache=True,
+        )
         cache = getattr(context, name, None)
         if hasattr(cache, "reorder_cache"):  # a model without a cache object runs the full forward below
             last = context.last_hidden_state[rows, -1:]  # (B, 1, H): column P-1 predicts target 0
             if L == 1:
                 return last
             cache.reorder_cache(rows)  # (U, ...) -> (B, ...) keys and values
-            rest = decoder(input_ids=input_ids[:, P:], attention_mask=attention_mask,
-                           position_ids=position_ids[:, P:], use_cache=True, **{name: cache})
-            return torch.cat([last, rest.last_hidden_state[:, :L - 1]], dim=1)
+            rest = decoder(
+                input_ids=input_ids[:, P:],
+                attention_mask=attention_mask,
+                position_ids=position_ids[:, P:],
+                use_cache=True,
+                **{name: cache},
+            )
+            return torch.cat([last, rest.last_hidden_state[:, : L - 1]], dim=1)
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-    return out.last_hidden_state[:, -(L + 1):-1, :]
+    return out.last_hidden_state[:, -(L + 1) : -1, :]
 
 
 def _may_share(decoder: Any) -> bool:
@@ -128,8 +176,10 @@ def causal_lm(model: Any) -> Any:
     """The transformers causal LM inside ``model`` (unwrapping accelerate/DDP and PEFT)."""
     model = base_model(model)
     if not hasattr(model, "get_output_embeddings") or getattr(model, "base_model", model) is model:
-        raise ValueError(f"{type(model).__name__} is not a causal LM with a decoder and an lm-head; "
-                         "use the full-logits path (logprob chunk size None)")
+        raise ValueError(
+            f"{type(model).__name__} is not a causal LM with a decoder and an lm-head; "
+            "use the full-logits path (logprob chunk size None)"
+        )
     return model
 
 
@@ -137,12 +187,16 @@ def output_head(lm: Any) -> torch.nn.Linear:
     """The lm-head as a plain ``nn.Linear`` (what the chunked kernel can read), or a ValueError."""
     head = lm.get_output_embeddings()
     weight = getattr(head, "weight", None)
-    if not (isinstance(head, torch.nn.Linear) and type(weight) in (torch.nn.Parameter, torch.Tensor)
-            and weight.dtype.is_floating_point):
+    if not (
+        isinstance(head, torch.nn.Linear)
+        and type(weight) in (torch.nn.Parameter, torch.Tensor)
+        and weight.dtype.is_floating_point
+    ):
         raise ValueError(
             f"{type(lm).__name__}'s lm-head is {type(head).__name__} (weight {type(weight).__name__}); the "
             "chunked log-probs need a plain floating-point nn.Linear head (not quantized, not wrapped by an "
-            "adapter): keep lm_head out of LoRA/4-bit, or use the full-logits path (logprob chunk size None)")
+            "adapter): keep lm_head out of LoRA/4-bit, or use the full-logits path (logprob chunk size None)"
+        )
     return head
 
 
@@ -150,8 +204,14 @@ def logit_transform(config: Any) -> tuple[float, float | None]:
     """``(scale, softcap)`` a model applies to ``lm_head(h)``: ``softcap·tanh(scale·z/softcap)``, read as TRL does."""
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     softcap = getattr(cfg, "final_logit_softcapping", None)
-    scale = next((getattr(cfg, name) for name in ("logit_scale", "output_multiplier", "lm_head_multiplier")
-                  if getattr(cfg, name, None) is not None), None)
+    scale = next(
+        (
+            getattr(cfg, name)
+            for name in ("logit_scale", "output_multiplier", "lm_head_multiplier")
+            if getattr(cfg, name, None) is not None
+        ),
+        None,
+    )
     if scale is None and getattr(cfg, "logits_scaling", None) is not None:
         div = cfg.logits_scaling
         scale = div if getattr(cfg, "model_type", "") == "hyperclovax" else 1 / div
@@ -175,7 +235,9 @@ def _check_once(model: Any, lm: Any, input_ids: torch.Tensor, temperature: float
     atol = 1e-3 if output_head(lm).weight.dtype == torch.float32 else 5e-2
     gap = float((full - chunked).abs().max())
     if not gap <= atol:
-        raise ValueError(f"{type(lm).__name__}: chunked lm-head log-probs differ from the model's own by {gap:.3g}; "
-                         "its logits go through a transform erl_lite does not know. Use the full-logits path "
-                         "(logprob chunk size None)")
+        raise ValueError(
+            f"{type(lm).__name__}: chunked lm-head log-probs differ from the model's own by {gap:.3g}; "
+            "its logits go through a transform erl_lite does not know. Use the full-logits path "
+            "(logprob chunk size None)"
+        )
     _CHECKED[lm] = True

@@ -40,8 +40,9 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
     return torch.stack(rows).squeeze(-1)
 
 
-def truncated_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, top_k: int = 0,
-                       top_p: float = 1.0) -> torch.Tensor:
+def truncated_logprobs(
+    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """Log-probs ``(N,)`` of ``token_ids`` ``(N,)`` under ``softmax(logits / T)`` ``(N, V)`` cut to its ``top_k`` best,
     then its top-p nucleus, renormalised, as transformers' and vLLM's samplers draw; -inf outside the cut."""
     z = logits.float() / temperature
@@ -67,9 +68,17 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).clamp(max=_MAX_KL)
 
 
-def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
-                        epsilon_low: float = 0.2, epsilon_high: float = 0.28, dual_clip: float | None = 3.0,
-                        importance_sampling_level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.28,
+    dual_clip: float | None = 3.0,
+    importance_sampling_level: str = "token",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, capped at ``-A·c`` for ``A < 0``.
     ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean log-ratio.
     Returns ``(loss, clipped)``, both ``(B, T)``: 0 where masked, and True where a clip acted. The ranges of ε and c
@@ -82,8 +91,9 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         summed = torch.where(keep, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
         log_ratio = (summed / keep.sum(-1, keepdim=True).clamp(min=1)).expand_as(logp)  # (B, T)
     elif importance_sampling_level != "token":
-        raise ValueError(f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
-                         f"got {importance_sampling_level!r}")
+        raise ValueError(
+            f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {importance_sampling_level!r}"
+        )
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))  # (B, T)
     bounded = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
     loss = -torch.minimum(ratio * adv, bounded * adv)  # (B, T)
@@ -120,8 +130,9 @@ def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> t
     return sums
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
-              ) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float | None = None
+) -> torch.Tensor:
     """A ``(B, T)`` per-token loss as a scalar: :func:`row_losses` summed over ``normalizer``; with
     ``normalizer_for(full_mask, loss_type)`` micro-batches accumulate the whole batch's gradient (None: this batch's).
 
@@ -166,14 +177,21 @@ class LossStats:
         return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 
-def sampler_weights(old_logp: torch.Tensor, sampled_logp: torch.Tensor, mask: torch.Tensor, mode: str,
-                    clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+def sampler_weights(
+    old_logp: torch.Tensor,
+    sampled_logp: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> torch.Tensor:
     """TRL's importance-sampling correction of the sampler: ``w = exp(log π_old - log q)`` on loss tokens, one per
     token ``(B, T)`` or, in a ``sequence_*`` mode, ``exp`` of the row's sum ``(B, 1)``; ``*_truncate`` clips w into
     [clip_min, clip_max], ``*_mask`` zeroes it outside. A token the sampler did not score (NaN) counts 1.
 
     Example:
-        >>> w = sampler_weights(torch.zeros(1, 2), torch.tensor([[-2.0, 0.0]]), torch.ones(1, 2), "token_truncate", None, 3.0)
+        >>> sampler_logps = torch.tensor([[-2.0, 0.0]])
+        >>> w = sampler_weights(torch.zeros(1, 2), sampler_logps, torch.ones(1, 2), "token_truncate", None, 3.0)
         >>> [round(v, 3) for v in w[0].tolist()]
         [3.0, 1.0]
     """
@@ -188,12 +206,23 @@ def sampler_weights(old_logp: torch.Tensor, sampled_logp: torch.Tensor, mask: to
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
-def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
-                     advantages: torch.Tensor, mask: torch.Tensor, *, nll_rows: torch.Tensor | None = None,
-                     beta: float = 0.001, epsilon_low: float = 0.2, epsilon_high: float = 0.28,
-                     dual_clip: float | None = 3.0, loss_type: str = "seq_sum", normalizer: float | None = None,
-                     importance_sampling_level: str = "token",
-                     sampler_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, LossStats]:
+def policy_objective(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    nll_rows: torch.Tensor | None = None,
+    beta: float = 0.001,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.28,
+    dual_clip: float | None = 3.0,
+    loss_type: str = "seq_sum",
+    normalizer: float | None = None,
+    importance_sampling_level: str = "token",
+    sampler_weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.
     ``sampler_weight`` (:func:`sampler_weights`) multiplies the policy term of each token, as TRL's.
     Log-probs are ``(B, T)``; ``old_logp`` None: on-policy (ratio 1); ``ref_logp`` None: no KL.
@@ -210,8 +239,13 @@ def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp
     current = logp.detach()
     old = current if old_logp is None else torch.where(keep, old_logp.detach(), current)
     policy, clipped = clipped_policy_loss(
-        logp, old, advantages, mask,
-        epsilon_low=epsilon_low, epsilon_high=epsilon_high, dual_clip=dual_clip,
+        logp,
+        old,
+        advantages,
+        mask,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        dual_clip=dual_clip,
         importance_sampling_level=importance_sampling_level,
     )  # (B, T) each
     if sampler_weight is not None:
@@ -233,14 +267,27 @@ def policy_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp
 
 
 @torch.no_grad()
-def _loss_stats(loss: torch.Tensor, per_token: torch.Tensor, without_kl: torch.Tensor, clipped: torch.Tensor,
-                mask: torch.Tensor, policy_mask: torch.Tensor, kl_mean: float | None, loss_type: str,
-                norm: float) -> LossStats:
+def _loss_stats(
+    loss: torch.Tensor,
+    per_token: torch.Tensor,
+    without_kl: torch.Tensor,
+    clipped: torch.Tensor,
+    mask: torch.Tensor,
+    policy_mask: torch.Tensor,
+    kl_mean: float | None,
+    loss_type: str,
+    norm: float,
+) -> LossStats:
     """:func:`policy_objective`'s statistics (every tensor ``(B, T)``)."""
-    return LossStats(loss=float(loss.detach()), policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
-                     clip_ratio=float(masked_mean(clipped, policy_mask)), kl=kl_mean,
-                     num_tokens=int(mask.bool().sum()), policy_tokens=int(policy_mask.sum()),
-                     row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()))
+    return LossStats(
+        loss=float(loss.detach()),
+        policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
+        clip_ratio=float(masked_mean(clipped, policy_mask)),
+        kl=kl_mean,
+        num_tokens=int(mask.bool().sum()),
+        policy_tokens=int(policy_mask.sum()),
+        row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
+    )
 
 
 def first_non_finite(tensors: Any) -> str | None:

@@ -21,8 +21,12 @@ MAX_RULEBOOK_CHARS = 32_000
 
 def _bounded(rulebook: str, index: int) -> str:
     if len(rulebook) > MAX_RULEBOOK_CHARS:
-        warnings.warn(f"memory entries[{index}]: a rulebook of {len(rulebook):,} characters, cut in its middle to "
-                      f"MAX_RULEBOOK_CHARS={MAX_RULEBOOK_CHARS:,}", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"memory entries[{index}]: a rulebook of {len(rulebook):,} characters, cut in its middle to "
+            f"MAX_RULEBOOK_CHARS={MAX_RULEBOOK_CHARS:,}",
+            UserWarning,
+            stacklevel=3,
+        )
     return cut_middle(rulebook, MAX_RULEBOOK_CHARS)
 
 
@@ -68,7 +72,7 @@ class ReflectionMemory:
         """What the reflector sees as its base instructions, or None when empty (``fifo``: numbered)."""
         if not self._entries:
             return None
-        recent = list(self._entries)[-self.top_k:]
+        recent = list(self._entries)[-self.top_k :]
         if len(recent) == 1:
             return recent[0]
         return "\n\n".join(f"[Rulebook {i + 1}]\n{r}" for i, r in enumerate(recent))
@@ -79,20 +83,27 @@ class ReflectionMemory:
 
     def state_dict(self) -> dict[str, Any]:
         """The memory as plain JSON-able values (saved in checkpoints)."""
-        return {"kind": self.kind, "size": self.size, "top_k": self.top_k,
-                "entries": self.entries, "total_writes": self.total_writes}
+        return {
+            "kind": self.kind,
+            "size": self.size,
+            "top_k": self.top_k,
+            "entries": self.entries,
+            "total_writes": self.total_writes,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; a malformed state raises, naming the field."""
         check_memory_state(state)
         if state.get("kind") == "bank":
-            raise ValueError(f"checkpoint memory keeps one memory per environment ({sorted(state['memories'])}); "
-                             "this run keeps one")
+            raise ValueError(
+                f"checkpoint memory keeps one memory per environment ({sorted(state['memories'])}); this run keeps one"
+            )
         if state["kind"] != self.kind:
             raise ValueError(f"checkpoint memory is {state['kind']!r}, this run uses {self.kind!r}")
         if len(state["entries"]) > self.size:
-            raise ValueError(f"memory entries: {len(state['entries'])} rulebooks, more than this run's memory "
-                             f"holds ({self.size})")
+            raise ValueError(
+                f"memory entries: {len(state['entries'])} rulebooks, more than this run's memory holds ({self.size})"
+            )
         self._entries = deque((_bounded(e, i) for i, e in enumerate(state["entries"])), maxlen=self.size)
         self.total_writes = state["total_writes"]
 
@@ -108,8 +119,14 @@ class MemoryBank:
         (True, 1, ['[sokoban] B is a box.'])
     """
 
-    def __init__(self, names: Sequence[str], kind: str = "single", size: int = 50, top_k: int = 3,
-                 env_of: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        kind: str = "single",
+        size: int = 50,
+        top_k: int = 3,
+        env_of: Callable[[str], str] | None = None,
+    ) -> None:
         if not names or len(set(names)) != len(names):
             raise ValueError(f"MemoryBank needs distinct environment names, got {list(names)}")
         if env_of is None:
@@ -120,8 +137,10 @@ class MemoryBank:
     def for_task(self, task_id: str, index: int = 0) -> ReflectionMemory:
         name = self.env_of(task_id)
         if name not in self.memories:
-            raise KeyError(f"task {task_id!r} belongs to environment {name!r}, which has no memory "
-                           f"here (environments: {sorted(self.memories)})")
+            raise KeyError(
+                f"task {task_id!r} belongs to environment {name!r}, which has no memory "
+                f"here (environments: {sorted(self.memories)})"
+            )
         return self.memories[name]
 
     def __len__(self) -> int:
@@ -148,11 +167,14 @@ class MemoryBank:
         """Restore a bank saved with the same environment names."""
         check_memory_state(state)
         if state.get("kind") != "bank":
-            raise ValueError(f"checkpoint memory is one {state.get('kind')!r} memory; this run keeps one "
-                             f"memory per environment ({sorted(self.memories)})")
+            raise ValueError(
+                f"checkpoint memory is one {state.get('kind')!r} memory; this run keeps one "
+                f"memory per environment ({sorted(self.memories)})"
+            )
         if set(state["memories"]) != set(self.memories):
-            raise ValueError(f"checkpoint memory covers environments {sorted(state['memories'])}, this run "
-                             f"{sorted(self.memories)}")
+            raise ValueError(
+                f"checkpoint memory covers environments {sorted(state['memories'])}, this run {sorted(self.memories)}"
+            )
         trial = {name: ReflectionMemory(m.kind, m.size, m.top_k) for name, m in self.memories.items()}
         for name, saved in state["memories"].items():  # all or nothing: load copies, then swap them in
             try:
@@ -196,8 +218,10 @@ def check_memory_state(state: Any) -> None:
         ValueError: memory entries[1] must be a string (a rulebook), got int 7
     """
     if not isinstance(state, dict):
-        raise ValueError(f"memory state must be an object with kind, entries and total_writes, got "
-                         f"{type(state).__name__} {state!r:.60}")
+        raise ValueError(
+            f"memory state must be an object with kind, entries and total_writes, got "
+            f"{type(state).__name__} {state!r:.60}"
+        )
     if state.get("kind") == "bank":
         memories = state.get("memories")
         if not isinstance(memories, dict):
@@ -212,12 +236,14 @@ def check_memory_state(state: Any) -> None:
         raise ValueError(f"memory kind must be 'single' or 'fifo', got {state.get('kind')!r}")
     entries = state.get("entries")
     if not isinstance(entries, list):
-        raise ValueError(f"memory entries must be a list of rulebooks (strings), got "
-                         f"{type(entries).__name__} {entries!r:.60}")
+        raise ValueError(
+            f"memory entries must be a list of rulebooks (strings), got {type(entries).__name__} {entries!r:.60}"
+        )
     for i, entry in enumerate(entries):
         if not isinstance(entry, str):
-            raise ValueError(f"memory entries[{i}] must be a string (a rulebook), got {type(entry).__name__} "
-                             f"{entry!r:.60}")
+            raise ValueError(
+                f"memory entries[{i}] must be a string (a rulebook), got {type(entry).__name__} {entry!r:.60}"
+            )
     writes = state.get("total_writes")
     if not (isinstance(writes, int) and not isinstance(writes, bool) and writes >= len(entries)):
         raise ValueError(f"memory total_writes must be a whole number >= the {len(entries)} entries, got {writes!r}")

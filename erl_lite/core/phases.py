@@ -20,10 +20,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from erl_lite.core.advantages import distill_weights, grouped_advantages
-from erl_lite.core.chat import end_of_turn_id
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import reflects
+from erl_lite.core.advantages import distill_weights, grouped_advantages
+from erl_lite.core.chat import end_of_turn_id
 from erl_lite.core.env import Environment
 from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
@@ -35,9 +35,22 @@ from erl_lite.core.prompts import (
     retry_system_prompt,
     second_attempt_system_prompt,
 )
-from erl_lite.records import (DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task,
-                              TrainSample, retry_of_first, succeeded, tasks_by_id)
 from erl_lite.core.rollout import run_episodes
+from erl_lite.records import (
+    DISTILL,
+    FIRST,
+    REFLECTION,
+    SECOND,
+    Attempt,
+    Reflection,
+    Retry,
+    StepRecord,
+    Task,
+    TrainSample,
+    retry_of_first,
+    succeeded,
+    tasks_by_id,
+)
 
 
 @dataclass
@@ -53,34 +66,66 @@ class PhaseContext:
     def attempt_params(self, temperature: float | None = None) -> SamplingParams:
         """Sampling of training attempts (first and second)."""
         c = self.config
-        return SamplingParams(c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k,
-                              c.generation_kwargs)
+        return SamplingParams(
+            c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k, c.generation_kwargs
+        )
 
     def eval_params(self) -> SamplingParams:
         """Sampling of evaluation first attempts (the paper: T 0.7, top-p 0.8, top-k 20)."""
         c = self.config
-        return SamplingParams(c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k,
-                              c.generation_kwargs)
+        return SamplingParams(
+            c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k, c.generation_kwargs
+        )
 
 
-def attempt_first(ctx: PhaseContext, tasks: list[Task], num_generations: int,
-                  temperature: float | None = None, params: SamplingParams | None = None,
-                  desc: str = "first attempts") -> list[Attempt]:
+def attempt_first(
+    ctx: PhaseContext,
+    tasks: list[Task],
+    num_generations: int,
+    temperature: float | None = None,
+    params: SamplingParams | None = None,
+    desc: str = "first attempts",
+) -> list[Attempt]:
     """y1: G rollouts per task under the *initial* system prompt (memory never shown); ``params``
     default to the training attempts' sampling at ``temperature``."""
     rows = [(t, g) for t in tasks for g in range(num_generations)]
-    return _play(ctx, desc, FIRST, [t for t, _ in rows], [ctx.env.initial_system_prompt(t) for t, _ in rows],
-                 [g for _, g in rows], params or ctx.attempt_params(temperature))
+    return _play(
+        ctx,
+        desc,
+        FIRST,
+        [t for t, _ in rows],
+        [ctx.env.initial_system_prompt(t) for t, _ in rows],
+        [g for _, g in rows],
+        params or ctx.attempt_params(temperature),
+    )
 
 
-def _play(ctx: PhaseContext, desc: str, role: str, tasks: list[Task], system_prompts: list[str],
-          indices: list[int], params: SamplingParams) -> list[Attempt]:
+def _play(
+    ctx: PhaseContext,
+    desc: str,
+    role: str,
+    tasks: list[Task],
+    system_prompts: list[str],
+    indices: list[int],
+    params: SamplingParams,
+) -> list[Attempt]:
     """:func:`run_episodes` with the context's sampler, environment and limits, under a bar."""
     c = ctx.config
     with ctx.progress.bar(desc, len(tasks)) as bar:
-        return run_episodes(ctx.generator, ctx.tokenizer, ctx.env, tasks, system_prompts, params,
-                            max_episode_length=c.max_episode_length, role=role, indices=indices,
-                            threshold=c.reward_threshold, template_kwargs=c.chat_template_kwargs, on_finished=bar.update)
+        return run_episodes(
+            ctx.generator,
+            ctx.tokenizer,
+            ctx.env,
+            tasks,
+            system_prompts,
+            params,
+            max_episode_length=c.max_episode_length,
+            role=role,
+            indices=indices,
+            threshold=c.reward_threshold,
+            template_kwargs=c.chat_template_kwargs,
+            on_finished=bar.update,
+        )
 
 
 def gate(attempts: list[Attempt], threshold: float) -> list[Attempt]:
@@ -99,13 +144,27 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
         remembered = memory.for_task(a.task_id, a.index).context() if memory is not None else None
         base = remembered if remembered is not None else a.system_prompt
         task_text = next(m["content"] for m in a.messages if m["role"] == "user")  # as the agent first saw it
-        _, ids = reflection_messages(task_text=task_text, base_prompt=base, trace=a.trace, reward=a.reward,
-                                     feedback=a.feedback, tokenizer=ctx.tokenizer,
-                                     max_tokens=c.max_reflection_prompt_length, template_kwargs=c.chat_template_kwargs,
-                                     request=c.reflection_request, prefill=c.reflection_prefill)
+        _, ids = reflection_messages(
+            task_text=task_text,
+            base_prompt=base,
+            trace=a.trace,
+            reward=a.reward,
+            feedback=a.feedback,
+            tokenizer=ctx.tokenizer,
+            max_tokens=c.max_reflection_prompt_length,
+            template_kwargs=c.chat_template_kwargs,
+            request=c.reflection_request,
+            prefill=c.reflection_prefill,
+        )
         contexts.append((base, ids))
-    params = SamplingParams(c.max_reflection_length, c.reflection_temperature, c.reflection_top_p, 0,
-                            c.generation_kwargs, stop=("</prompt>",))
+    params = SamplingParams(
+        c.max_reflection_length,
+        c.reflection_temperature,
+        c.reflection_top_p,
+        0,
+        c.generation_kwargs,
+        stop=("</prompt>",),
+    )
     names = [f"reflection on task {a.task_id!r} (rollout {a.index})" for a in failed]
     with ctx.progress.bar("reflections", len(failed)) as bar:  # one batched call: all finish at once
         outs = generate_named(ctx.generator, [ids for _, ids in contexts], params, names)
@@ -114,29 +173,51 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
     stops = sampler_stop_ids(ctx.generator, ctx.tokenizer)
     reflections = []
     for a, (base, ids), out, logp in zip(failed, contexts, outs, reported):
-        out = list(out)[:end_at_close_tag(list(out), ctx.tokenizer)]
+        out = list(out)[: end_at_close_tag(list(out), ctx.tokenizer)]
         text = c.reflection_prefill + ctx.tokenizer.decode(out, skip_special_tokens=True)
         rulebook, parsed = parse_rulebook(text, base, unclosed="<prompt>" in c.reflection_prefill.lower())
-        reflections.append(Reflection(a.task_id, a.index, base, text, rulebook, parsed, ids, out,
-                                      truncated=reply_was_cut(out, c.max_reflection_length, stops),
-                                      sampled_logp=None if logp is None else list(logp)[:len(out)]))
+        reflections.append(
+            Reflection(
+                a.task_id,
+                a.index,
+                base,
+                text,
+                rulebook,
+                parsed,
+                ids,
+                out,
+                truncated=reply_was_cut(out, c.max_reflection_length, stops),
+                sampled_logp=None if logp is None else list(logp)[: len(out)],
+            )
+        )
     return reflections
 
 
-def attempt_second(ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Task],
-                   reflections: list[Reflection] | None) -> list[Retry]:
+def attempt_second(
+    ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Task], reflections: list[Reflection] | None
+) -> list[Retry]:
     """y2: replay each failed task from scratch under Δ only (never y1 or f1), or, without
     reflection, the raw retry; one :class:`Retry` per failed attempt, each reflection credited r̃ = r2."""
     if reflections is not None:
         if len(reflections) != len(failed):
             raise ValueError(f"{len(reflections)} reflections for {len(failed)} failed attempts")
-        systems = [second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder_for(tasks[a.task_id]))
-                   for a, r in zip(failed, reflections)]
+        systems = [
+            second_attempt_system_prompt(r.rulebook, ctx.env.action_reminder_for(tasks[a.task_id]))
+            for a, r in zip(failed, reflections)
+        ]
     else:
-        systems = [retry_system_prompt(a.system_prompt, a.trace, a.feedback, ctx.config.retry_instruction)
-                   for a in failed]
-    second = _play(ctx, "second attempts", SECOND, [tasks[a.task_id] for a in failed], systems,
-                   [a.index for a in failed], ctx.attempt_params())
+        systems = [
+            retry_system_prompt(a.system_prompt, a.trace, a.feedback, ctx.config.retry_instruction) for a in failed
+        ]
+    second = _play(
+        ctx,
+        "second attempts",
+        SECOND,
+        [tasks[a.task_id] for a in failed],
+        systems,
+        [a.index for a in failed],
+        ctx.attempt_params(),
+    )
     deltas = reflections if reflections is not None else [None] * len(failed)
     for delta, y2 in zip(deltas, second):
         if delta is not None:  # r̃ = r2; a reflection with no rulebook guided nothing: r̃ = 0 (docs/DEPARTURES.md)
@@ -153,23 +234,30 @@ def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], t
     return writes
 
 
-def internalize(retries: list[Retry], mode: str, coef: float, stop_ids: list[int],
-                max_length: int | None = None) -> list[TrainSample]:
+def internalize(
+    retries: list[Retry], mode: str, coef: float, stop_ids: list[int], max_length: int | None = None
+) -> list[TrainSample]:
     """π(y2 | x): second attempts under the first attempt's initial context, weighted ``coef`` times
     ``distill_weights`` (weight-0 rows stay, as in the reference); a cut last reply ends with
     ``stop_ids[0]``; a row over ``max_length`` is dropped with a warning, not cut."""
     weights = distill_weights([r.second.reward for r in retries], mode)
-    rows = [TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
-            for r, w in zip(retries, weights)]
+    rows = [
+        TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
+        for r, w in zip(retries, weights)
+    ]
     if max_length is None:
         return rows
     long = [i for i, s in enumerate(rows) if len(s.prompt_ids) + len(s.completion_ids) > max_length]
     if long:
         r, s = retries[long[0]], rows[long[0]]
-        warnings.warn(f"{len(long)} internalization row(s) dropped, e.g. the internalization row of "
-                      f"task {r.task_id!r} (rollout {r.first.index}): {len(s.prompt_ids)} tokens of initial "
-                      f"context + {len(s.completion_ids)} of second attempt run past max_episode_length="
-                      f"{max_length}; raise it, or shorten the initial prompt", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"{len(long)} internalization row(s) dropped, e.g. the internalization row of "
+            f"task {r.task_id!r} (rollout {r.first.index}): {len(s.prompt_ids)} tokens of initial "
+            f"context + {len(s.completion_ids)} of second attempt run past max_episode_length="
+            f"{max_length}; raise it, or shorten the initial prompt",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return [s for i, s in enumerate(rows) if i not in long]
 
 
@@ -194,12 +282,22 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
     r2 = [r.second.reward for r in retries]
     reflected = [r for r in retries if r.reflection is not None] * cfg.reflection_copies  # the reference: 2
     if cfg.train_reflection and reflected:
-        adv = grouped_advantages([r.second.reward for r in reflected], [r.task_id for r in reflected],
-                                 scale=cfg.scale_rewards)
-        samples += [TrainSample(REFLECTION, r.reflection.prompt_ids, r.reflection.completion_ids,
-                                [1] * len(r.reflection.completion_ids), A, r.task_id, cfg.reflection_temperature,
-                                r.reflection.sampled_logp)
-                    for r, A in zip(reflected, adv)]
+        adv = grouped_advantages(
+            [r.second.reward for r in reflected], [r.task_id for r in reflected], scale=cfg.scale_rewards
+        )
+        samples += [
+            TrainSample(
+                REFLECTION,
+                r.reflection.prompt_ids,
+                r.reflection.completion_ids,
+                [1] * len(r.reflection.completion_ids),
+                A,
+                r.task_id,
+                cfg.reflection_temperature,
+                r.reflection.sampled_logp,
+            )
+            for r, A in zip(reflected, adv)
+        ]
     if cfg.train_second:
         samples += _role_samples(SECOND, [r.second for r in retries], r2, cfg.scale_rewards)
     return samples
@@ -208,8 +306,10 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
 def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], scale: str) -> list[TrainSample]:
     """One role's samples, advantages grouped per task (``batch`` scale: this role's reward std)."""
     adv = grouped_advantages(rewards, [a.task_id for a in attempts], scale=scale)
-    return [TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id, None, a.sampled_logp)
-            for a, A in zip(attempts, adv)]
+    return [
+        TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id, None, a.sampled_logp)
+        for a, A in zip(attempts, adv)
+    ]
 
 
 def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | MemoryBank | None) -> StepRecord:
@@ -235,8 +335,9 @@ def erl_step(ctx: PhaseContext, tasks: list[Task], memory: ReflectionMemory | Me
         out.memory_writes = update_memory(memory, out.retries, c.reward_threshold)
     out.samples = assign_advantages(c, first, out.retries)
     if c.mode == "erl" and c.use_internalization:
-        out.samples += internalize(out.retries, c.internalization_mode, c.internalization_coef,
-                                   stop_ids(ctx), max_length=c.max_episode_length)
+        out.samples += internalize(
+            out.retries, c.internalization_mode, c.internalization_coef, stop_ids(ctx), max_length=c.max_episode_length
+        )
     out.seconds.update(reflect=t2 - t1, second=t3 - t2)
     return out
 
@@ -246,6 +347,8 @@ def stop_ids(ctx: PhaseContext) -> list[int]:
     eot = end_of_turn_id(ctx.tokenizer, ctx.config.chat_template_kwargs)
     ids = [i for i in [eot, *sampler_stop_ids(ctx.generator, ctx.tokenizer)] if i is not None]
     if not ids:
-        raise ValueError("the tokenizer has no eos token and its chat template no end-of-turn token: "
-                         "internalization targets need one to end with")
+        raise ValueError(
+            "the tokenizer has no eos token and its chat template no end-of-turn token: "
+            "internalization targets need one to end with"
+        )
     return list(dict.fromkeys(ids))

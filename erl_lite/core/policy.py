@@ -36,11 +36,15 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
         if getattr(state, "packing_format_for_cpu", False):
             # The inverse updates ``state`` in place, which layer.quant_state also points to.
             layer.weight.data, layer.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
-                layer.weight.data, state)
+                layer.weight.data, state
+            )
             restored += 1
     if restored:
-        warnings.warn(f"{restored} 4-bit layers had been repacked for bitsandbytes' CPU inference "
-                      "kernel (no autograd); converted back, with their block scales rounded to bf16", stacklevel=2)
+        warnings.warn(
+            f"{restored} 4-bit layers had been repacked for bitsandbytes' CPU inference "
+            "kernel (no autograd); converted back, with their block scales rounded to bf16",
+            stacklevel=2,
+        )
     return len(layers)
 
 
@@ -86,7 +90,8 @@ def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None 
         raise ValueError(
             "reference_context needs a PeftModel (the KL reference is the base model with the adapter "
             "disabled) or an explicit frozen copy via reference=...; for a fully fine-tuned policy "
-            "either pass reference= or set the KL coefficient beta to 0")
+            "either pass reference= or set the KL coefficient beta to 0"
+        )
     with inner.disable_adapter():
         yield model
 
@@ -131,8 +136,11 @@ def is_quantized(model: torch.nn.Module) -> bool:
     or a bitsandbytes layer put in by hand (``Linear4bit``, ``Linear8bitLt``), which sets no flag."""
     base = base_model(model)
     flags = ("is_quantized", "is_loaded_in_4bit", "is_loaded_in_8bit")
-    return (any(getattr(base, f, False) is True for f in flags) or getattr(base, "hf_quantizer", None) is not None
-            or any(type(m).__module__.startswith("bitsandbytes") for m in model.modules()))
+    return (
+        any(getattr(base, f, False) is True for f in flags)
+        or getattr(base, "hf_quantizer", None) is not None
+        or any(type(m).__module__.startswith("bitsandbytes") for m in model.modules())
+    )
 
 
 def shared_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

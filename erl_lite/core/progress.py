@@ -53,6 +53,7 @@ class Progress:
         if not self.on() or total <= 0:
             return _SILENT
         from tqdm.auto import tqdm
+
         self._bars = [b for b in self._bars if not getattr(b, "disable", False)]  # tqdm closed: disable
         self._bars.append(tqdm(desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=True))
         return self._bars[-1]
@@ -61,6 +62,7 @@ class Progress:
     def library_bars(self) -> Iterator[None]:
         """transformers' own (global) bars off while inside when these are off; put back on the way out."""
         from transformers.utils import logging as hf_logging
+
         was_on = hf_logging.is_progress_bar_enabled()
         if was_on and not self.on():
             hf_logging.disable_progress_bar()

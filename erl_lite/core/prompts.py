@@ -47,8 +47,10 @@ def parse_rulebook(text: str, base_prompt: str, unclosed: bool = False) -> tuple
 def end_at_close_tag(ids: list[int], tokenizer: Any) -> int:
     """How many of a reflection's ``ids`` to keep: through the token that completes its first ``</prompt>`` (all when
     none). Backends without stop strings sample on; what follows the block is never read nor trained."""
+
     def closed(k: int) -> bool:  # whether the first k ids hold the tag: False, then True as k grows
         return _CLOSE.search(tokenizer.decode(ids[:k], skip_special_tokens=True)) is not None
+
     return min(bisect.bisect_left(range(len(ids) + 1), True, key=closed), len(ids))
 
 
@@ -80,7 +82,7 @@ def cut_middle(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     keep = max_chars - len(MARKER)
-    return text[:keep - keep // 2] + MARKER + text[len(text) - keep // 2:] if keep > 0 else ""
+    return text[: keep - keep // 2] + MARKER + text[len(text) - keep // 2 :] if keep > 0 else ""
 
 
 def _cut_ids(text: str, ids: list[int], keep: int, marker: int, tokenizer: Any) -> str:
@@ -88,12 +90,22 @@ def _cut_ids(text: str, ids: list[int], keep: int, marker: int, tokenizer: Any) 
     room = keep - marker
     if len(ids) <= keep or room <= 0:
         return text if len(ids) <= keep else ""
-    return tokenizer.decode(ids[:room - room // 2]) + MARKER + tokenizer.decode(ids[len(ids) - room // 2:])
+    return tokenizer.decode(ids[: room - room // 2]) + MARKER + tokenizer.decode(ids[len(ids) - room // 2 :])
 
 
-def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward: float, feedback: str,
-                        tokenizer: Any, max_tokens: int, template_kwargs: dict[str, Any] | None = None,
-                        request: str = REFLECTION_REQUEST, prefill: str = "") -> tuple[list[dict[str, str]], list[int]]:
+def reflection_messages(
+    *,
+    task_text: str,
+    base_prompt: str,
+    trace: str,
+    reward: float,
+    feedback: str,
+    tokenizer: Any,
+    max_tokens: int,
+    template_kwargs: dict[str, Any] | None = None,
+    request: str = REFLECTION_REQUEST,
+    prefill: str = "",
+) -> tuple[list[dict[str, str]], list[int]]:
     """Messages asking for a rulebook and their token ids, fitted to ``max_tokens`` by cutting the middle of, in
     order: trace (to a quarter), base instructions, trace, task, feedback; a budget too small for the fixed text
     raises :class:`PromptTooLongError`. Each part is tokenized once (past :data:`CHARS_PER_TOKEN` a token, cut
@@ -102,9 +114,13 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
     for name, text in parts.items():
         if len(text) > CHARS_PER_TOKEN * max_tokens:
             shown = {"base_prompt": "base instructions (the memory)", "task_text": "task"}.get(name, name)
-            warnings.warn(f"reflection request: its {shown} of {len(text):,} characters was cut to "
-                          f"{CHARS_PER_TOKEN * max_tokens:,} ({CHARS_PER_TOKEN} a token of max_reflection_prompt_length"
-                          f"={max_tokens}) before tokenizing", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"reflection request: its {shown} of {len(text):,} characters was cut to "
+                f"{CHARS_PER_TOKEN * max_tokens:,} ({CHARS_PER_TOKEN} a token of max_reflection_prompt_length"
+                f"={max_tokens}) before tokenizing",
+                UserWarning,
+                stacklevel=2,
+            )
             parts[name] = cut_middle(text, CHARS_PER_TOKEN * max_tokens)
     ids = {name: encode(text, tokenizer) for name, text in parts.items()}
     room = max_tokens - reflection_skeleton_length(tokenizer, template_kwargs, request, prefill)
@@ -114,32 +130,38 @@ def reflection_messages(*, task_text: str, base_prompt: str, trace: str, reward:
         keep = {name: len(v) for name, v in ids.items()}
         for name, floor in order:
             keep[name] = max(min(keep[name], keep[name] - (sum(keep.values()) - room)), min(floor, keep[name]))
-        messages = _reflection_request({n: _cut_ids(parts[n], ids[n], keep[n], marker, tokenizer) for n in parts},
-                                       reward, request)
+        messages = _reflection_request(
+            {n: _cut_ids(parts[n], ids[n], keep[n], marker, tokenizer) for n in parts}, reward, request
+        )
         out = _request_ids(messages, tokenizer, template_kwargs, prefill)
         room -= len(out) - max_tokens
         if len(out) <= max_tokens or room < 0:
             break
     if len(out) > max_tokens:
-        raise PromptTooLongError(f"a reflection request needs {len(out)} tokens even with its task, attempt, memory "
-                                 f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small")
+        raise PromptTooLongError(
+            f"a reflection request needs {len(out)} tokens even with its task, attempt, memory "
+            f"and feedback cut out; max_reflection_prompt_length={max_tokens} is too small"
+        )
     return messages, out
 
 
 def _reflection_request(parts: dict[str, str], reward: float, request: str) -> list[dict[str, str]]:
     """The reflection request's messages from its (possibly shortened) parts."""
-    user = "\n\n".join([
-        _section("Current instructions", parts["base_prompt"] or "(none)"),
-        _section("Task", parts["task_text"]),
-        _section("What the agent did", parts["trace"]),
-        _section("Outcome", f"reward {reward:g}. {parts['feedback']}"),
-        request,
-    ])
+    user = "\n\n".join(
+        [
+            _section("Current instructions", parts["base_prompt"] or "(none)"),
+            _section("Task", parts["task_text"]),
+            _section("What the agent did", parts["trace"]),
+            _section("Outcome", f"reward {reward:g}. {parts['feedback']}"),
+            request,
+        ]
+    )
     return [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}]
 
 
-def reflection_skeleton_length(tokenizer: Any, template_kwargs: dict[str, Any] | None = None,
-                               request: str = REFLECTION_REQUEST, prefill: str = "") -> int:
+def reflection_skeleton_length(
+    tokenizer: Any, template_kwargs: dict[str, Any] | None = None, request: str = REFLECTION_REQUEST, prefill: str = ""
+) -> int:
     """Tokens of a reflection request with every part empty: what no cut can remove."""
     empty = _reflection_request({"task_text": "", "base_prompt": "", "trace": "", "feedback": ""}, 0.0, request)
     return len(_request_ids(empty, tokenizer, template_kwargs, prefill))

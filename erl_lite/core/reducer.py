@@ -1,5 +1,4 @@
-"""The process-group Protocol of the update (many processes: ``integrations.distributed.DataParallel``) and one's.
-"""
+"""The process-group Protocol of the update (many processes: ``integrations.distributed.DataParallel``) and one's."""
 
 from __future__ import annotations
 

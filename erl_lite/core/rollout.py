@@ -53,17 +53,30 @@ def template_kwargs_for(env: Environment, task: Task, template_kwargs: dict[str,
     return {**(template_kwargs or {}), "tools": tools} if tools else template_kwargs
 
 
-def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: list[Task], system_prompts: list[str],
-                 params: SamplingParams, *, max_episode_length: int, role: str, indices: list[int],
-                 threshold: float = ERLConfig.reward_threshold, template_kwargs: dict[str, Any] | None = None,
-                 on_finished: Callable[[int], Any] | None = None) -> list[Attempt]:
+def run_episodes(
+    generator: Generator,
+    tokenizer: Any,
+    env: Environment,
+    tasks: list[Task],
+    system_prompts: list[str],
+    params: SamplingParams,
+    *,
+    max_episode_length: int,
+    role: str,
+    indices: list[int],
+    threshold: float = ERLConfig.reward_threshold,
+    template_kwargs: dict[str, Any] | None = None,
+    on_finished: Callable[[int], Any] | None = None,
+) -> list[Attempt]:
     """Play ``tasks[i]`` under ``system_prompts[i]`` (parallel to ``indices``); one :class:`Attempt` each,
     a success at ``threshold`` (τ); ``on_finished`` (a bar's ``update``) gets the episodes finished at each turn."""
     if not (len(tasks) == len(system_prompts) == len(indices)):
         raise ValueError("tasks, system_prompts and indices must have the same length")
     stop_texts = {t: tokenizer.decode([t]) for t in sampler_stop_ids(generator, tokenizer)}
-    lives = [_start(env, t, s, tokenizer, template_kwargs_for(env, t, template_kwargs))
-             for t, s in zip(tasks, system_prompts)]
+    lives = [
+        _start(env, t, s, tokenizer, template_kwargs_for(env, t, template_kwargs))
+        for t, s in zip(tasks, system_prompts)
+    ]
     for lv in lives:
         lv.episode.reward_threshold = threshold
     reported = 0  # episodes already handed to on_finished
@@ -84,14 +97,24 @@ def run_episodes(generator: Generator, tokenizer: Any, env: Environment, tasks: 
     if on_finished is not None and len(lives) > reported:  # out of turns or budget: finished too
         on_finished(len(lives) - reported)
     # One scoring call for the whole phase (TRL-style batch reward functions).
-    env.score_batch([lv.episode for lv in lives],
-                    [[t for t, m in zip(lv.completion_ids, lv.completion_mask) if m] for lv in lives])
-    return [_finish(lv, task, sp, role, idx, threshold)
-            for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)]
+    env.score_batch(
+        [lv.episode for lv in lives], [[t for t, m in zip(lv.completion_ids, lv.completion_mask) if m] for lv in lives]
+    )
+    return [
+        _finish(lv, task, sp, role, idx, threshold) for lv, task, sp, idx in zip(lives, tasks, system_prompts, indices)
+    ]
 
 
-def _play_turn(generator: Generator, tokenizer: Any, env: Environment, ready: list[_Live], params: SamplingParams,
-               role: str, stop_texts: dict[int, str], max_episode_length: int) -> None:
+def _play_turn(
+    generator: Generator,
+    tokenizer: Any,
+    env: Environment,
+    ready: list[_Live],
+    params: SamplingParams,
+    role: str,
+    stop_texts: dict[int, str],
+    max_episode_length: int,
+) -> None:
     """One batched generate call for the ``ready`` episodes, and one environment step each."""
     prompts = [lv.prompt_ids + lv.completion_ids for lv in ready]
     names = [f"{role} attempt of task {lv.task_id!r}" for lv in ready]
@@ -106,20 +129,35 @@ def _play_turn(generator: Generator, tokenizer: Any, env: Environment, ready: li
         _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit, lv.template_kwargs)
 
 
-def _start(env: Environment, task: Task, system_prompt: str, tokenizer: Any,
-           template_kwargs: dict[str, Any] | None) -> _Live:
+def _start(
+    env: Environment, task: Task, system_prompt: str, tokenizer: Any, template_kwargs: dict[str, Any] | None
+) -> _Live:
     episode = env.new_episode()
     observation = episode.reset(task)
     if not isinstance(observation, (str, list)):
-        raise TypeError(f"{type(episode).__name__}.reset() returned {observation!r} for task {task.task_id}; "
-                        "it must be the first user message (a string) or chat messages")
+        raise TypeError(
+            f"{type(episode).__name__}.reset() returned {observation!r} for task {task.task_id}; "
+            "it must be the first user message (a string) or chat messages"
+        )
     messages = opening_messages(system_prompt, observation)
-    return _Live(episode=episode, task_id=task.task_id, messages=messages,
-                 prompt_ids=encode_messages(messages, tokenizer, template_kwargs), template_kwargs=template_kwargs)
+    return _Live(
+        episode=episode,
+        task_id=task.task_id,
+        messages=messages,
+        prompt_ids=encode_messages(messages, tokenizer, template_kwargs),
+        template_kwargs=template_kwargs,
+    )
 
 
-def _advance(lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int,
-             template_kwargs: dict[str, Any] | None) -> None:
+def _advance(
+    lv: _Live,
+    out: list[int],
+    tokenizer: Any,
+    stop_texts: dict[int, str],
+    max_turns: int,
+    budget: int,
+    template_kwargs: dict[str, Any] | None,
+) -> None:
     """Record one reply, step the environment, append the glue if it goes on; ``budget``: most tokens before a reply."""
     text = tokenizer.decode(out, skip_special_tokens=True)
     lv.completion_ids += out
@@ -153,8 +191,10 @@ def _checked_step(episode: Episode, text: str) -> tuple[Any, bool]:
         raise TypeError(f"{name}.step() returned done={done!r}; it must be a bool")
     _check_reward(name + ".step()", reward)
     if not done and not isinstance(observation, (str, list)):
-        raise TypeError(f"{name}.step() returned observation={observation!r} for an ongoing episode; "
-                        "it must be the next user message (a string)")
+        raise TypeError(
+            f"{name}.step() returned observation={observation!r} for an ongoing episode; "
+            "it must be the next user message (a string)"
+        )
     return observation, done
 
 
@@ -168,21 +208,38 @@ def _finish(lv: _Live, task: Task, system_prompt: str, role: str, index: int, th
     _check_reward(f"{name} (task {task.task_id})", ep.reward)
     won = succeeded(ep.reward, threshold)
     if type(ep).success is not Episode.success and bool(ep.success) != won:  # its own verdict, against τ's
-        raise ValueError(f"{name}.success is {ep.success} for task {task.task_id!r}'s reward {ep.reward:g}, but "
-                         f"reward_threshold={threshold:g} says {won}: the gate, memory and success/* read τ alone; "
-                         "set ERLConfig.reward_threshold to a success's reward, or drop the success property")
+        raise ValueError(
+            f"{name}.success is {ep.success} for task {task.task_id!r}'s reward {ep.reward:g}, but "
+            f"reward_threshold={threshold:g} says {won}: the gate, memory and success/* read τ alone; "
+            "set ERLConfig.reward_threshold to a success's reward, or drop the success property"
+        )
     feedback, trace = ep.feedback(), ep.trace()
     for what, value in (("feedback", feedback), ("trace", trace)):
         if not isinstance(value, str):
             raise TypeError(f"{name}.{what}() returned {value!r} for task {task.task_id}; it must be a string")
     if lv.truncated and not ep.done:  # stopped from outside: say so, not "still running"
-        note = (f"Stopped: the attempt ran out of its token budget after {lv.turns} turn(s) "
-                f"without finishing. Reward {ep.reward:g}.")
+        note = (
+            f"Stopped: the attempt ran out of its token budget after {lv.turns} turn(s) "
+            f"without finishing. Reward {ep.reward:g}."
+        )
         trace = trace.replace(feedback, note) if feedback in trace else f"{trace}\n{note}"
         feedback = note
-    return Attempt(task_id=task.task_id, role=role, index=index, system_prompt=system_prompt,
-                   messages=lv.messages, prompt_ids=lv.prompt_ids, completion_ids=lv.completion_ids,
-                   completion_mask=lv.completion_mask, reward=float(ep.reward), success=won,
-                   feedback=feedback, trace=trace, num_turns=lv.turns, truncated=lv.truncated or lv.cut_replies > 0,
-                   rewards=dict(getattr(ep, "reward_parts", None) or {}),
-                   extra=dict(getattr(ep, "logged_extra", None) or {}), sampled_logp=lv.sampled_logp)
+    return Attempt(
+        task_id=task.task_id,
+        role=role,
+        index=index,
+        system_prompt=system_prompt,
+        messages=lv.messages,
+        prompt_ids=lv.prompt_ids,
+        completion_ids=lv.completion_ids,
+        completion_mask=lv.completion_mask,
+        reward=float(ep.reward),
+        success=won,
+        feedback=feedback,
+        trace=trace,
+        num_turns=lv.turns,
+        truncated=lv.truncated or lv.cut_replies > 0,
+        rewards=dict(getattr(ep, "reward_parts", None) or {}),
+        extra=dict(getattr(ep, "logged_extra", None) or {}),
+        sampled_logp=lv.sampled_logp,
+    )

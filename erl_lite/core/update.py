@@ -19,22 +19,53 @@ from typing import Any
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.batching import (CompletionLogProbs, Packed, completion_logprobs, micro_batches,  # noqa: F401
-                                    normalizer, pack)
-from erl_lite.core.losses import _MAX_LOG_RATIO, LossStats, first_non_finite, policy_objective, sampler_weights
+from erl_lite.core.batching import (
+    CompletionLogProbs,
+    Packed,
+    completion_logprobs,
+    micro_batches,
+    normalizer,
+    pack,
+)
 from erl_lite.core.logprobs import cut_logprobs, draws_dropout
+from erl_lite.core.losses import _MAX_LOG_RATIO, LossStats, first_non_finite, policy_objective, sampler_weights
 from erl_lite.core.policy import base_model, keep_4bit_trainable, reference_context, sampled_stale
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
-from erl_lite.metric_names import (ADVANTAGE_KEYS, CLIP_RATIO, GAP_LIMIT, GAP_MAX_KEYS, GAP_MEAN_KEYS, GAP_RECORD,
-                                   GAP_STALE, GAP_TOKENS, GRAD_NORM, KL, LOSS_KEYS, LOSS_TOTAL, OPTIM_SKIPPED_STEPS,
-                                   OPTIM_STEPS, SAMPLES_KEYS, WEIGHT_UPDATE)
+from erl_lite.metric_names import (
+    ADVANTAGE_KEYS,
+    CLIP_RATIO,
+    GAP_LIMIT,
+    GAP_MAX_KEYS,
+    GAP_MEAN_KEYS,
+    GAP_RECORD,
+    GAP_STALE,
+    GAP_TOKENS,
+    GRAD_NORM,
+    KL,
+    LOSS_KEYS,
+    LOSS_TOTAL,
+    OPTIM_SKIPPED_STEPS,
+    OPTIM_STEPS,
+    SAMPLES_KEYS,
+    WEIGHT_UPDATE,
+)
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND, TrainSample
 
 #: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
-UPDATE_METRICS: tuple[str, ...] = (*SAMPLES_KEYS.values(), *ADVANTAGE_KEYS.values(), LOSS_TOTAL, *LOSS_KEYS.values(),
-                                   KL, CLIP_RATIO, GRAD_NORM, OPTIM_STEPS, OPTIM_SKIPPED_STEPS, WEIGHT_UPDATE,
-                                   *GAP_RECORD)
+UPDATE_METRICS: tuple[str, ...] = (
+    *SAMPLES_KEYS.values(),
+    *ADVANTAGE_KEYS.values(),
+    LOSS_TOTAL,
+    *LOSS_KEYS.values(),
+    KL,
+    CLIP_RATIO,
+    GRAD_NORM,
+    OPTIM_STEPS,
+    OPTIM_SKIPPED_STEPS,
+    WEIGHT_UPDATE,
+    *GAP_RECORD,
+)
 
 
 @dataclass(frozen=True)
@@ -62,8 +93,9 @@ class UpdateStats(Mapping):
     @classmethod
     def empty(cls, samples: dict[str, int], advantage: dict[str, float] | None = None) -> "UpdateStats":
         """The record of an update that took no step."""
-        return cls(samples, advantage or {r: 0.0 for r in ADVANTAGE_ROLES}, {r: 0.0 for r in ROLES},
-                   0.0, 0.0, 0.0, 0.0, 0)
+        return cls(
+            samples, advantage or {r: 0.0 for r in ADVANTAGE_ROLES}, {r: 0.0 for r in ROLES}, 0.0, 0.0, 0.0, 0.0, 0
+        )
 
     def to_metrics(self) -> dict[str, float]:
         """The metrics as a flat dict with exactly the keys of :data:`UPDATE_METRICS`."""
@@ -71,9 +103,16 @@ class UpdateStats(Mapping):
         out.update({ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
         out[LOSS_TOTAL] = float(self.loss_total)
         out.update({LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
-        out.update({KL: float(self.kl), CLIP_RATIO: float(self.clip_ratio),
-                    GRAD_NORM: float(self.grad_norm), OPTIM_STEPS: float(self.optim_steps),
-                    OPTIM_SKIPPED_STEPS: float(self.skipped_steps), WEIGHT_UPDATE: float(self.weight_update)})
+        out.update(
+            {
+                KL: float(self.kl),
+                CLIP_RATIO: float(self.clip_ratio),
+                GRAD_NORM: float(self.grad_norm),
+                OPTIM_STEPS: float(self.optim_steps),
+                OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
+                WEIGHT_UPDATE: float(self.weight_update),
+            }
+        )
         out.update({key: float(self.gap.get(key, 0.0)) for key in GAP_RECORD})
         return out
 
@@ -106,12 +145,30 @@ class _Tally:
         for key, value in other.sums.items():
             self.sums[key] += value
 
-    def result(self, dist: Reducer, samples: dict[str, int], advantage: dict[str, float], grad_norm: float,
-               steps: int, skipped: int, moved: float) -> UpdateStats:
+    def result(
+        self,
+        dist: Reducer,
+        samples: dict[str, int],
+        advantage: dict[str, float],
+        grad_norm: float,
+        steps: int,
+        skipped: int,
+        moved: float,
+    ) -> UpdateStats:
         s = dist.sum(self.sums)  # DDP: the sums over every process
         loss = {r: s[LOSS_KEYS[r]] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
-        return UpdateStats(samples, advantage, loss, sum(loss.values()), s[KL] / max(s["tokens"], 1),
-                           s["clipped"] / max(s["policy_tokens"], 1), grad_norm, steps, skipped, moved)
+        return UpdateStats(
+            samples,
+            advantage,
+            loss,
+            sum(loss.values()),
+            s[KL] / max(s["tokens"], 1),
+            s["clipped"] / max(s["policy_tokens"], 1),
+            grad_norm,
+            steps,
+            skipped,
+            moved,
+        )
 
 
 class GapTally:
@@ -124,8 +181,10 @@ class GapTally:
         self.sums["stale"] = float(stale)
         self.maxes = {r: 0.0 for r in ADVANTAGE_ROLES}
         c = config or ERLConfig()
-        self.model, self.cuts = model, {FIRST: (c.top_k, c.top_p), SECOND: (c.top_k, c.top_p),
-                                        REFLECTION: (0, c.reflection_top_p)}  # as the phases sample each role
+        self.model, self.cuts = (
+            model,
+            {FIRST: (c.top_k, c.top_p), SECOND: (c.top_k, c.top_p), REFLECTION: (0, c.reflection_top_p)},
+        )  # as the phases sample each role
         self.temperature = c.temperature
         # fp32 sampler and update agree to ~1e-6 a token; 16-bit rounding adds ~5e-3 (docs/HEALTH.md)
         self.limit = 1e-3 if getattr(base_model(model), "dtype", torch.float32) == torch.float32 else 0.02
@@ -136,9 +195,19 @@ class GapTally:
         scored = scored.detach().float()
         for cut in {self.cuts.get(r, (0, 1.0)) for r in batch.roles} - {(0, 1.0)}:
             rows = torch.tensor([self.cuts.get(r) == cut for r in batch.roles], device=scored.device)[:, None]
-            scored = torch.where(rows, cut_logprobs(self.model, batch.input_ids, batch.attention_mask,
-                                                    batch.position_ids, batch.targets,
-                                                    batch.temperature or self.temperature, *cut).to(scored), scored)
+            scored = torch.where(
+                rows,
+                cut_logprobs(
+                    self.model,
+                    batch.input_ids,
+                    batch.attention_mask,
+                    batch.position_ids,
+                    batch.targets,
+                    batch.temperature or self.temperature,
+                    *cut,
+                ).to(scored),
+                scored,
+            )
         # (B, L); a token outside the update's cut is off by at least the cap; NaN where nothing was reported
         gap = (batch.sampled_logp - scored).abs().clamp(max=_MAX_LOG_RATIO)
         known = batch.mask.bool() & torch.isfinite(batch.sampled_logp)
@@ -168,8 +237,9 @@ class PolicyUpdater:
     step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
     progress: Progress = NO_PROGRESS  # the update's bar, a tick per micro-batch (the trainer sets it)
 
-    def __init__(self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int,
-                 dist: Reducer = SINGLE_PROCESS) -> None:
+    def __init__(
+        self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int, dist: Reducer = SINGLE_PROCESS
+    ) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.config, self.pad_id, self.dist = config, pad_id, dist
         self.device = next(model.parameters()).device
@@ -189,8 +259,10 @@ class PolicyUpdater:
         local = normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
         norm = self.dist.total_count(local)
         active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
-        return norm, [pack(chunk, self.pad_id, c.internalization_mode == "nll", self.device)
-                      for chunk in micro_batches(active, c.per_device_train_batch_size)]
+        return norm, [
+            pack(chunk, self.pad_id, c.internalization_mode == "nll", self.device)
+            for chunk in micro_batches(active, c.per_device_train_batch_size)
+        ]
 
     def plans(self, samples: list[TrainSample], k: int) -> list[tuple[float, list[Packed]]]:
         """``samples`` as ``k`` interleaved mini-batches (:meth:`_plan`), each with every role; k == 1: on-policy."""
@@ -219,8 +291,12 @@ class PolicyUpdater:
         """Optimizer steps over ``samples``; returns what the update did (messages name :attr:`step`)."""
         c = self.config
         # DDP: counts and |A| sums over every process's rows (this process's alone in one).
-        totals = self.dist.sum({**{SAMPLES_KEYS[r]: float(sum(s.role == r for s in samples)) for r in ROLES},
-                                **{f"|A|/{r}": sum(abs(s.advantage) for s in samples if s.role == r) for r in ROLES}})
+        totals = self.dist.sum(
+            {
+                **{SAMPLES_KEYS[r]: float(sum(s.role == r for s in samples)) for r in ROLES},
+                **{f"|A|/{r}": sum(abs(s.advantage) for s in samples if s.role == r) for r in ROLES},
+            }
+        )
         counts = {r: int(totals[SAMPLES_KEYS[r]]) for r in ROLES}
         advantage = {r: totals[f"|A|/{r}"] / counts[r] if counts[r] else 0.0 for r in ADVANTAGE_ROLES}
         n_rows = sum(counts.values())  # the global batch
@@ -239,18 +315,19 @@ class PolicyUpdater:
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
             where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
-            mini = self._mini_batch_step(flat[at:at + len(batches)], norm, where, bar)
+            mini = self._mini_batch_step(flat[at : at + len(batches)], norm, where, bar)
             at += len(batches)
             if mini is not None:
                 tally.merge(mini[0])
                 grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
-        return dataclasses.replace(tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken, probe.moved()),
-                                   gap=self.gaps.result(self.dist))
+        return dataclasses.replace(
+            tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken, probe.moved()),
+            gap=self.gaps.result(self.dist),
+        )
 
-    def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any
-                         ) -> tuple[_Tally, float] | None:
+    def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any) -> tuple[_Tally, float] | None:
         """Accumulate one mini-batch's gradient and step; its tally and gradient norm, or None if skipped."""
         self.optimizer.zero_grad(set_to_none=True)
         mini, bad_roles = _Tally(), []
@@ -296,13 +373,16 @@ class PolicyUpdater:
             cause = f"the loss of {', '.join(r for r in ROLES if r in bad_roles)} rows was not finite"
         else:
             cause = f"the gradient was not finite (norm {grad_norm}) while every role's loss was finite"
-        message = (f"{where}: {cause}; the optimizer step was skipped (weights, optimizer state and "
-                   f"learning-rate schedule untouched, counted in optim/skipped_steps)")
+        message = (
+            f"{where}: {cause}; the optimizer step was skipped (weights, optimizer state and "
+            f"learning-rate schedule untouched, counted in optim/skipped_steps)"
+        )
         if self.skipped_in_a_row >= self.max_skipped_in_a_row:
             raise FloatingPointError(
                 f"{message}. That makes {self.skipped_in_a_row} optimizer steps in a row without a finite "
                 "update: the run has diverged or its data or rewards give non-finite values; lower "
-                "learning_rate or raise the precision, and check the reward functions.")
+                "learning_rate or raise the precision, and check the reward functions."
+            )
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _objective(self, batch: Packed, norm: float) -> tuple[torch.Tensor, LossStats]:
@@ -315,13 +395,29 @@ class PolicyUpdater:
         weight = None
         if c.vllm_importance_sampling_correction and c.generation_backend == "vllm" and batch.sampled_logp is not None:
             old = logp.detach() if batch.old_logp is None else batch.old_logp
-            weight = sampler_weights(old, batch.sampled_logp.to(old), batch.mask, c.vllm_importance_sampling_mode,
-                                     c.vllm_importance_sampling_clip_min, c.vllm_importance_sampling_clip_max)
+            weight = sampler_weights(
+                old,
+                batch.sampled_logp.to(old),
+                batch.mask,
+                c.vllm_importance_sampling_mode,
+                c.vllm_importance_sampling_clip_min,
+                c.vllm_importance_sampling_clip_max,
+            )
         return policy_objective(
-            logp, batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
-            nll_rows=batch.is_nll, beta=c.beta, epsilon_low=c.epsilon, epsilon_high=c.epsilon_high,
-            dual_clip=c.dual_clip, loss_type=c.loss_type, normalizer=norm,
-            importance_sampling_level=c.importance_sampling_level, sampler_weight=weight,
+            logp,
+            batch.old_logp,
+            batch.ref_logp,
+            batch.advantages,
+            batch.mask,
+            nll_rows=batch.is_nll,
+            beta=c.beta,
+            epsilon_low=c.epsilon,
+            epsilon_high=c.epsilon_high,
+            dual_clip=c.dual_clip,
+            loss_type=c.loss_type,
+            normalizer=norm,
+            importance_sampling_level=c.importance_sampling_level,
+            sampler_weight=weight,
         )
 
 
@@ -346,7 +442,7 @@ class WeightProbe:
         self.before = self._sample()
 
     def _sample(self) -> list[torch.Tensor]:
-        return [p.detach().reshape(-1)[::self.stride].float().clone() for p in self.params]
+        return [p.detach().reshape(-1)[:: self.stride].float().clone() for p in self.params]
 
     def moved(self) -> float:
         """``|W_after - W_before| / |W_before|`` over the sample (the absolute change where ``W_before`` is 0)."""
@@ -373,7 +469,8 @@ def _check_finite_weights(named: list[tuple[str, torch.nn.Parameter]], where: st
         return
     raise FloatingPointError(
         f"{where}: the optimizer step left non-finite weights in {bad!r} (finite loss and gradient before it): "
-        "the learning_rate is too large for these weights; lower it and resume from the last checkpoint.")
+        "the learning_rate is too large for these weights; lower it and resume from the last checkpoint."
+    )
 
 
 def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:

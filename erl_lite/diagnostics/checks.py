@@ -12,14 +12,35 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
-from erl_lite.metric_names import (ADVANTAGE_KEYS, DIAGNOSTICS_PREFIX, GATE_RATE, GRAD_NORM, INTERNALIZATION_WEIGHT, KL,
-                                   LOSS_TOTAL, MEMORY_TOTAL_WRITES, OPTIM_SKIPPED_STEPS, OPTIM_STEPS,
-                                   REFLECTION_PARSE_RATE, REWARD_FIRST_GATED, REWARD_SECOND, SAMPLES_KEYS,
-                                   SUCCESS_FIRST, SUCCESS_SECOND, TRUNCATED_FIRST, TRUNCATED_REFLECTION,
-                                   TRUNCATED_SECOND, WEIGHT_UPDATE, ZERO_STD_FIRST, GAP_LIMIT, GAP_MEAN_KEYS,
-                                   GAP_STALE, GAP_TOKENS)
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import reflects
+from erl_lite.metric_names import (
+    ADVANTAGE_KEYS,
+    DIAGNOSTICS_PREFIX,
+    GAP_LIMIT,
+    GAP_MEAN_KEYS,
+    GAP_STALE,
+    GAP_TOKENS,
+    GATE_RATE,
+    GRAD_NORM,
+    INTERNALIZATION_WEIGHT,
+    KL,
+    LOSS_TOTAL,
+    MEMORY_TOTAL_WRITES,
+    OPTIM_SKIPPED_STEPS,
+    OPTIM_STEPS,
+    REFLECTION_PARSE_RATE,
+    REWARD_FIRST_GATED,
+    REWARD_SECOND,
+    SAMPLES_KEYS,
+    SUCCESS_FIRST,
+    SUCCESS_SECOND,
+    TRUNCATED_FIRST,
+    TRUNCATED_REFLECTION,
+    TRUNCATED_SECOND,
+    WEIGHT_UPDATE,
+    ZERO_STD_FIRST,
+)
 from erl_lite.records import DISTILL
 
 WARNING, NOTE = "warning", "note"
@@ -80,8 +101,15 @@ class Finding:
 
     def to_record(self) -> dict[str, Any]:
         """The ``history.jsonl`` event (kind ``diagnostic``); trackers receive the 1.0 as a marker at its step."""
-        return {"step": self.step, DIAGNOSTICS_PREFIX + self.name: 1.0, "level": self.level, "message": self.message(),
-                "saw": self.saw, "means": self.means, "tries": self.tries}
+        return {
+            "step": self.step,
+            DIAGNOSTICS_PREFIX + self.name: 1.0,
+            "level": self.level,
+            "message": self.message(),
+            "saw": self.saw,
+            "means": self.means,
+            "tries": self.tries,
+        }
 
 
 @dataclass(frozen=True)
@@ -100,12 +128,13 @@ class Check:
         """The finding this window shows, or None (too few records, or the condition does not hold)."""
         if len(window) < self.window:
             return None
-        saw = self.judge(window[-self.window:], facts)
+        saw = self.judge(window[-self.window :], facts)
         if saw is None:
             return None
         words = facts.words()
-        return Finding(self.name, self.level, int(window[-1]["step"]), saw, self.means.format(**words),
-                       self.tries.format(**words))
+        return Finding(
+            self.name, self.level, int(window[-1]["step"]), saw, self.means.format(**words), self.tries.format(**words)
+        )
 
 
 def _get(record: Mapping[str, Any], key: str) -> float | None:
@@ -128,7 +157,8 @@ def _steps(window: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _silent(window: Sequence[Mapping[str, Any]]) -> str:
-    return f"{_mean(window, ZERO_STD_FIRST):.0%} of first-attempt groups had one reward for all rollouts ({_steps(window)})"
+    share = _mean(window, ZERO_STD_FIRST)
+    return f"{share:.0%} of first-attempt groups had one reward for all rollouts ({_steps(window)})"
 
 
 def _solved(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
@@ -139,8 +169,11 @@ def _solved(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 def _stuck(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     second_fails = not facts.reflects or all((_get(r, SUCCESS_SECOND) or 0.0) <= 0.1 for r in w)
-    if _all(w, ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS) and _all(w, SUCCESS_FIRST, lambda v: v <= 0.1) \
-            and second_fails:
+    if (
+        _all(w, ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS)
+        and _all(w, SUCCESS_FIRST, lambda v: v <= 0.1)
+        and second_fails
+    ):
         second = f", second attempts {_mean(w, SUCCESS_SECOND) or 0.0:.0%}" if facts.reflects else ""
         return f"{_silent(w)}, and first attempts succeeded {_mean(w, SUCCESS_FIRST):.0%}{second}"
     return None
@@ -156,8 +189,9 @@ def _parse_rate(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     if not facts.reflects or not _all(w, REFLECTION_PARSE_RATE, lambda v: v < 0.5):
         return None
     cut = _mean(w, TRUNCATED_REFLECTION)
-    return (f"{REFLECTION_PARSE_RATE} was {_mean(w, REFLECTION_PARSE_RATE):.2f} over {_steps(w)}"
-            + (f", with {cut:.0%} of reflections cut at max_reflection_length" if cut else ""))
+    return f"{REFLECTION_PARSE_RATE} was {_mean(w, REFLECTION_PARSE_RATE):.2f} over {_steps(w)}" + (
+        f", with {cut:.0%} of reflections cut at max_reflection_length" if cut else ""
+    )
 
 
 def _memory_empty(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
@@ -165,18 +199,25 @@ def _memory_empty(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None
         return None
     if _get(w[-1], MEMORY_TOTAL_WRITES) != 0.0:
         return None
-    return (f"tasks were gated on every one of {_steps(w)}, yet {MEMORY_TOTAL_WRITES} is 0 "
-            f"(parse rate {_mean(w, REFLECTION_PARSE_RATE) or 0.0:.2f}, second-attempt success "
-            f"{_mean(w, SUCCESS_SECOND) or 0.0:.0%})")
+    return (
+        f"tasks were gated on every one of {_steps(w)}, yet {MEMORY_TOTAL_WRITES} is 0 "
+        f"(parse rate {_mean(w, REFLECTION_PARSE_RATE) or 0.0:.2f}, second-attempt success "
+        f"{_mean(w, SUCCESS_SECOND) or 0.0:.0%})"
+    )
 
 
 def _gate_fixed(w: Sequence[Mapping[str, Any]], facts: RunFacts, rate: float) -> str | None:
     """Every step's gate rate is ``rate`` although rewards differ within groups: τ sorts nothing."""
-    if not reflects(facts.mode) or not _all(w, GATE_RATE, lambda v: v == rate) or not _all(
-            w, ZERO_STD_FIRST, lambda v: v < SILENT_GROUPS):
+    if (
+        not reflects(facts.mode)
+        or not _all(w, GATE_RATE, lambda v: v == rate)
+        or not _all(w, ZERO_STD_FIRST, lambda v: v < SILENT_GROUPS)
+    ):
         return None
-    return (f"{GATE_RATE} was {rate:.2f} on every one of {_steps(w)}, though rewards differed within "
-            f"{1 - _mean(w, ZERO_STD_FIRST):.0%} of the first-attempt groups")
+    return (
+        f"{GATE_RATE} was {rate:.2f} on every one of {_steps(w)}, though rewards differed within "
+        f"{1 - _mean(w, ZERO_STD_FIRST):.0%} of the first-attempt groups"
+    )
 
 
 def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
@@ -194,35 +235,49 @@ def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str |
         return None
     pairs = [(_get(r, REWARD_SECOND), _get(r, REWARD_FIRST_GATED)) for r in w]
     if all(r2 is not None and r1 is not None and r2 <= r1 for r2, r1 in pairs):
-        return (f"on the gated tasks, second attempts scored {_mean(w, REWARD_SECOND):.2f} against their first "
-                f"attempts' {_mean(w, REWARD_FIRST_GATED):.2f} on every one of {_steps(w)}")
+        return (
+            f"on the gated tasks, second attempts scored {_mean(w, REWARD_SECOND):.2f} against their first "
+            f"attempts' {_mean(w, REWARD_FIRST_GATED):.2f} on every one of {_steps(w)}"
+        )
     return None
 
 
 def _distill_zero(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     rows = SAMPLES_KEYS[DISTILL]
-    if facts.reflects and facts.use_internalization and _all(w, rows, lambda v: v > 0) and _all(
-            w, INTERNALIZATION_WEIGHT, lambda v: v == 0.0):
+    if (
+        facts.reflects
+        and facts.use_internalization
+        and _all(w, rows, lambda v: v > 0)
+        and _all(w, INTERNALIZATION_WEIGHT, lambda v: v == 0.0)
+    ):
         return f"every internalization row of {_steps(w)} had weight 0 ({INTERNALIZATION_WEIGHT})"
     return None
 
 
-_CUT_KEYS = ((TRUNCATED_FIRST, "first attempts", "max_completion_length={max_completion_length}"),
-             (TRUNCATED_REFLECTION, "reflections", "max_reflection_length={max_reflection_length}"),
-             (TRUNCATED_SECOND, "second attempts", "max_completion_length={max_completion_length}"))
+_CUT_KEYS = (
+    (TRUNCATED_FIRST, "first attempts", "max_completion_length={max_completion_length}"),
+    (TRUNCATED_REFLECTION, "reflections", "max_reflection_length={max_reflection_length}"),
+    (TRUNCATED_SECOND, "second attempts", "max_completion_length={max_completion_length}"),
+)
 
 
 def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    cut = [f"{what} {_mean(w, key):.0%} ({key}, budget {budget.format(**facts.words())})"
-           for key, what, budget in _CUT_KEYS if _all(w, key, lambda v: v >= 0.5)]
+    cut = [
+        f"{what} {_mean(w, key):.0%} ({key}, budget {budget.format(**facts.words())})"
+        for key, what, budget in _CUT_KEYS
+        if _all(w, key, lambda v: v >= 0.5)
+    ]
     return f"replies were cut at their length budget over {_steps(w)}: " + "; ".join(cut) if cut else None
 
 
 def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     # A step with no advantage, no distillation weight and no gradient had nothing to learn (a solved run).
     moved = [r for r in w if _had_signal(r) or (_get(r, GRAD_NORM) or 0.0) > 0]
-    if len(moved) == len(w) and _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(
-            w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO):
+    if (
+        len(moved) == len(w)
+        and _all(w, OPTIM_STEPS, lambda v: v > 0)
+        and _all(w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO)
+    ):
         steps = sum(_get(r, OPTIM_STEPS) or 0 for r in w)
         return f"{WEIGHT_UPDATE} stayed below {FROZEN_RATIO:g} through {steps:.0f} optimizer steps ({_steps(w)})"
     return None
@@ -241,7 +296,8 @@ def _large_step(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 def _had_signal(r: Mapping[str, Any]) -> bool:
     return any((_get(r, key) or 0.0) > 0 for key in ADVANTAGE_KEYS.values()) or (
-        (_get(r, INTERNALIZATION_WEIGHT) or 0.0) > 0)
+        (_get(r, INTERNALIZATION_WEIGHT) or 0.0) > 0
+    )
 
 
 #: Mean |sampler's log-prob - the update's| per token (both under the sampler's top-k / top-p cut) past which a role
@@ -270,6 +326,7 @@ def _non_finite(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     def bad(r: Mapping[str, Any]) -> bool:
         values = [_get(r, k) for k in (LOSS_TOTAL, GRAD_NORM, KL)]
         return (_get(r, OPTIM_SKIPPED_STEPS) or 0.0) > 0 or any(v is not None and not math.isfinite(v) for v in values)
+
     n = sum(map(bad, w))
     return f"{n} of {_steps(w)} had a non-finite loss or gradient ({OPTIM_SKIPPED_STEPS})" if n >= 2 else None
 
@@ -285,64 +342,145 @@ def _kl_growth(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("solved", (ZERO_STD_FIRST, SUCCESS_FIRST), 3, _solved,
-          "The task is solved for this model: its groups have nothing left to teach (not a fault)",
-          "stop early, or add harder tasks", level=NOTE),
-    Check("stuck", (ZERO_STD_FIRST, SUCCESS_FIRST, SUCCESS_SECOND), 3, _stuck,
-          "Almost every group failed on every rollout, so the reward gives no learning signal: the task is too "
-          "hard for this model",
-          "raise num_generations (G) so a group holds a success, start with easier tasks, or add a format or "
-          "partial-credit reward to reward_funcs"),
-    Check("no_signal", (ZERO_STD_FIRST, SUCCESS_FIRST), 3, _no_signal,
-          "Each task is all-or-nothing for this model, so GRPO's advantages are 0 and the policy loss is empty",
-          "raise num_generations (G) or temperature, or mix easier and harder tasks"),
-    Check("parse_rate", (REFLECTION_PARSE_RATE, TRUNCATED_REFLECTION), 3, _parse_rate,
-          "Reflections rarely hold a <prompt>...</prompt> block, so second attempts get no rulebook and memory "
-          "stays empty",
-          "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
-          "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.'"),
-    Check("memory_empty", (GATE_RATE, MEMORY_TOTAL_WRITES, REFLECTION_PARSE_RATE, SUCCESS_SECOND), 5, _memory_empty,
-          "A rulebook is stored only when its reflection parses and its second attempt reaches "
-          "reward_threshold={reward_threshold}",
-          "fix the reflection parse rate or the second attempts first (see the other checks)"),
-    Check("gate_always", (GATE_RATE, ZERO_STD_FIRST, SUCCESS_SECOND), 5, _gate_always,
-          "reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
-          "set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward; with "
-          "partial credit on a hard task, start with easier tasks"),
-    Check("gate_never", (GATE_RATE, ZERO_STD_FIRST), 5, _gate_never,
-          "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
-          "reflected on",
-          "raise reward_threshold to a success's reward"),
-    Check("second_not_better", (REWARD_SECOND, REWARD_FIRST_GATED), 5, _second_not_better,
-          "The reflections carry nothing the second attempt can use",
-          "read reflections and second attempts in samples.jsonl; make the environment's feedback say what went "
-          "wrong; a stronger model reflects better; pre-flight's system_dropped: the chat template loses rulebooks"),
-    Check("internalization_zero", (SAMPLES_KEYS[DISTILL], INTERNALIZATION_WEIGHT), 3, _distill_zero,
-          "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
-          "see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive"),
-    Check("truncation", tuple(key for key, _, _ in _CUT_KEYS), 3, _truncation,
-          "Cut replies end without an answer and without the end-of-turn token the model should learn",
-          "raise the budget named, ask for shorter replies, or check the model ends its turns (pre-flight)"),
-    Check("frozen_weights", (OPTIM_STEPS, WEIGHT_UPDATE), 3, _frozen,
-          "The trainable weights are not moving",
-          "learning_rate={learning_rate} may be too small for these weights (bf16 rounds small updates away); "
-          "check that the adapter is trainable and on the intended modules (the pre-flight lists them)"),
-    Check("large_step", (OPTIM_STEPS, WEIGHT_UPDATE), 1, _large_step,
-          "One optimizer step moved the weights by a large share of their norm: a pretrained model forgets its format",
-          "lower learning_rate={learning_rate}; LoRA on a pretrained model trains at 1e-6 to 1e-4"),
-    Check("zero_grad", (OPTIM_STEPS, GRAD_NORM, *ADVANTAGE_KEYS.values()), 2, _zero_grad,
-          "The loss does not reach the trainable weights",
-          "check model.print_trainable_parameters() and that lora_target_modules names modules the forward uses"),
-    Check("non_finite", (OPTIM_SKIPPED_STEPS, LOSS_TOTAL, GRAD_NORM, KL), 3, _non_finite,
-          "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
-          "lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite"),
-    Check("off_policy", (GAP_TOKENS, GAP_STALE, GAP_LIMIT, *GAP_MEAN_KEYS.values()), 1, _off_policy,
-          "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss scores",
-          "look for a penalty or logits processor outside ERLConfig (a custom generator), another temperature in "
-          "the sampler, a low-precision sampler, or weights the sampler did not get after a step"),
-    Check("kl_growth", (KL,), 4, _kl_growth,
-          "The policy is leaving the reference fast; runs that do this often collapse a few steps later",
-          "lower learning_rate={learning_rate} or raise beta={beta}"),
+    Check(
+        "solved",
+        (ZERO_STD_FIRST, SUCCESS_FIRST),
+        3,
+        _solved,
+        "The task is solved for this model: its groups have nothing left to teach (not a fault)",
+        "stop early, or add harder tasks",
+        level=NOTE,
+    ),
+    Check(
+        "stuck",
+        (ZERO_STD_FIRST, SUCCESS_FIRST, SUCCESS_SECOND),
+        3,
+        _stuck,
+        "Almost every group failed on every rollout, so the reward gives no learning signal: the task is too "
+        "hard for this model",
+        "raise num_generations (G) so a group holds a success, start with easier tasks, or add a format or "
+        "partial-credit reward to reward_funcs",
+    ),
+    Check(
+        "no_signal",
+        (ZERO_STD_FIRST, SUCCESS_FIRST),
+        3,
+        _no_signal,
+        "Each task is all-or-nothing for this model, so GRPO's advantages are 0 and the policy loss is empty",
+        "raise num_generations (G) or temperature, or mix easier and harder tasks",
+    ),
+    Check(
+        "parse_rate",
+        (REFLECTION_PARSE_RATE, TRUNCATED_REFLECTION),
+        3,
+        _parse_rate,
+        "Reflections rarely hold a <prompt>...</prompt> block, so second attempts get no rulebook and memory "
+        "stays empty",
+        "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
+        "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.'",
+    ),
+    Check(
+        "memory_empty",
+        (GATE_RATE, MEMORY_TOTAL_WRITES, REFLECTION_PARSE_RATE, SUCCESS_SECOND),
+        5,
+        _memory_empty,
+        "A rulebook is stored only when its reflection parses and its second attempt reaches "
+        "reward_threshold={reward_threshold}",
+        "fix the reflection parse rate or the second attempts first (see the other checks)",
+    ),
+    Check(
+        "gate_always",
+        (GATE_RATE, ZERO_STD_FIRST, SUCCESS_SECOND),
+        5,
+        _gate_always,
+        "reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
+        "set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward; with "
+        "partial credit on a hard task, start with easier tasks",
+    ),
+    Check(
+        "gate_never",
+        (GATE_RATE, ZERO_STD_FIRST),
+        5,
+        _gate_never,
+        "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
+        "reflected on",
+        "raise reward_threshold to a success's reward",
+    ),
+    Check(
+        "second_not_better",
+        (REWARD_SECOND, REWARD_FIRST_GATED),
+        5,
+        _second_not_better,
+        "The reflections carry nothing the second attempt can use",
+        "read reflections and second attempts in samples.jsonl; make the environment's feedback say what went "
+        "wrong; a stronger model reflects better; pre-flight's system_dropped: the chat template loses rulebooks",
+    ),
+    Check(
+        "internalization_zero",
+        (SAMPLES_KEYS[DISTILL], INTERNALIZATION_WEIGHT),
+        3,
+        _distill_zero,
+        "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
+        "see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive",
+    ),
+    Check(
+        "truncation",
+        tuple(key for key, _, _ in _CUT_KEYS),
+        3,
+        _truncation,
+        "Cut replies end without an answer and without the end-of-turn token the model should learn",
+        "raise the budget named, ask for shorter replies, or check the model ends its turns (pre-flight)",
+    ),
+    Check(
+        "frozen_weights",
+        (OPTIM_STEPS, WEIGHT_UPDATE),
+        3,
+        _frozen,
+        "The trainable weights are not moving",
+        "learning_rate={learning_rate} may be too small for these weights (bf16 rounds small updates away); "
+        "check that the adapter is trainable and on the intended modules (the pre-flight lists them)",
+    ),
+    Check(
+        "large_step",
+        (OPTIM_STEPS, WEIGHT_UPDATE),
+        1,
+        _large_step,
+        "One optimizer step moved the weights by a large share of their norm: a pretrained model forgets its format",
+        "lower learning_rate={learning_rate}; LoRA on a pretrained model trains at 1e-6 to 1e-4",
+    ),
+    Check(
+        "zero_grad",
+        (OPTIM_STEPS, GRAD_NORM, *ADVANTAGE_KEYS.values()),
+        2,
+        _zero_grad,
+        "The loss does not reach the trainable weights",
+        "check model.print_trainable_parameters() and that lora_target_modules names modules the forward uses",
+    ),
+    Check(
+        "non_finite",
+        (OPTIM_SKIPPED_STEPS, LOSS_TOTAL, GRAD_NORM, KL),
+        3,
+        _non_finite,
+        "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
+        "lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite",
+    ),
+    Check(
+        "off_policy",
+        (GAP_TOKENS, GAP_STALE, GAP_LIMIT, *GAP_MEAN_KEYS.values()),
+        1,
+        _off_policy,
+        "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss scores",
+        "look for a penalty or logits processor outside ERLConfig (a custom generator), another temperature in "
+        "the sampler, a low-precision sampler, or weights the sampler did not get after a step",
+    ),
+    Check(
+        "kl_growth",
+        (KL,),
+        4,
+        _kl_growth,
+        "The policy is leaving the reference fast; runs that do this often collapse a few steps later",
+        "lower learning_rate={learning_rate} or raise beta={beta}",
+    ),
 )
 
 #: The checks by name.
@@ -372,7 +510,7 @@ def scan(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequence
     for check in checks:
         open_one: Finding | None = None
         for i in range(len(train)):
-            now = check.finding(train[max(0, i + 1 - check.window):i + 1], facts)
+            now = check.finding(train[max(0, i + 1 - check.window) : i + 1], facts)
             if now is not None and open_one is None:
                 open_one = now
             if open_one is not None and (now is None or i == len(train) - 1):
@@ -387,8 +525,8 @@ def fired_at(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequ
     train = train_records(records)
     out = []
     for check in checks:
-        now = check.finding(train[-check.window:], facts)
-        before = check.finding(train[-check.window - 1:-1], facts) if len(train) > check.window else None
+        now = check.finding(train[-check.window :], facts)
+        before = check.finding(train[-check.window - 1 : -1], facts) if len(train) > check.window else None
         if now is not None and before is None:
             out.append(now)
     return out

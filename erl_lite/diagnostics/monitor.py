@@ -32,8 +32,9 @@ def _print(text: str) -> None:
 class Monitor:
     """Runs the checks for one trainer; ``level`` is read at each call, so changing the setting later counts."""
 
-    def __init__(self, level: Callable[[], str], facts: RunFacts, show: Callable[[str], None] = _print,
-                 is_main: bool = True) -> None:
+    def __init__(
+        self, level: Callable[[], str], facts: RunFacts, show: Callable[[str], None] = _print, is_main: bool = True
+    ) -> None:
         self.level, self.facts, self.show, self.is_main = level, facts, show, is_main
         self.pending: list[Finding] = []  # pre-flight findings, logged when the run's history opens
 

@@ -13,12 +13,22 @@ from typing import Any
 
 # The public API and the module that defines each name (one home each; imported on first use).
 _EXPORTS = {
-    "EMBEDDED_DIR": "loading", "load_embedded": "loading",
-    "DemoLake": "world", "demo_world": "world", "make_world": "world", "run_letters": "world",
+    "EMBEDDED_DIR": "loading",
+    "load_embedded": "loading",
+    "DemoLake": "world",
+    "demo_world": "world",
+    "make_world": "world",
+    "run_letters": "world",
     "hole_letters": "world",
-    "DEMO_SETTINGS": "demo", "DEMO_EVAL_TASKS": "demo", "demo_config": "demo", "demo_trainer": "demo",
-    "run_demo": "demo", "step_line": "demo", "write_report": "demo",
-    "contradictions": "rulebooks", "contradiction_rate": "rulebooks",
+    "DEMO_SETTINGS": "demo",
+    "DEMO_EVAL_TASKS": "demo",
+    "demo_config": "demo",
+    "demo_trainer": "demo",
+    "run_demo": "demo",
+    "step_line": "demo",
+    "write_report": "demo",
+    "contradictions": "rulebooks",
+    "contradiction_rate": "rulebooks",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -12,13 +12,23 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from erl_lite.config import DEFAULT_SEED, ERLConfig
+from erl_lite.config.field_types import check_whole
 from erl_lite.config.presets import PRESETS
 from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
-from erl_lite.config.field_types import check_whole
 from erl_lite.history import History
-from erl_lite.metric_names import EVAL_SUCCESS, GATE_RATE, MEMORY_SIZE, MEMORY_WRITES, REFLECTION_PARSE_RATE, REWARD_FIRST, REWARD_SECOND, STEP, TIME_STEP
+from erl_lite.metric_names import (
+    EVAL_SUCCESS,
+    GATE_RATE,
+    MEMORY_SIZE,
+    MEMORY_WRITES,
+    REFLECTION_PARSE_RATE,
+    REWARD_FIRST,
+    REWARD_SECOND,
+    STEP,
+    TIME_STEP,
+)
 from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 
 #: The demo's run settings: a read-only view of their one home, ``PRESETS["demo"]``.
@@ -37,8 +47,14 @@ def demo_config(**overrides: Any) -> ERLConfig:
     return ERLConfig.preset("demo", **overrides)
 
 
-def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callbacks: Sequence[Any] = (),
-                 model_dir: str | None = None, world: str = "demo", **overrides: Any) -> Any:
+def demo_trainer(
+    seed: int = DEFAULT_SEED,
+    eval_tasks: int | None = None,
+    callbacks: Sequence[Any] = (),
+    model_dir: str | None = None,
+    world: str = "demo",
+    **overrides: Any,
+) -> Any:
     """The demo's :class:`~erl_lite.run.trainer.ERLTrainer`: the embedded model, a seeded LoRA,
     ``demo_world(seed, world)`` (``world``: a key of :data:`~erl_lite.embedded.world.WORLDS`)."""
     from transformers import set_seed
@@ -51,32 +67,56 @@ def demo_trainer(seed: int = DEFAULT_SEED, eval_tasks: int | None = None, callba
     config = demo_config(seed=seed, **overrides)
     set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it first
     model, tokenizer = load_embedded(model_dir=model_dir)
-    return ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env,
-                      eval_dataset=env.test_tasks(DEMO_EVAL_TASKS if eval_tasks is None else eval_tasks),
-                      callbacks=list(callbacks))
+    return ERLTrainer(
+        model=model,
+        processing_class=tokenizer,
+        args=config,
+        env=env,
+        eval_dataset=env.test_tasks(DEMO_EVAL_TASKS if eval_tasks is None else eval_tasks),
+        callbacks=list(callbacks),
+    )
 
 
 def step_line(trainer: Any, record: Any) -> None:
     """Print one line per iteration: what each phase did (a trainer callback)."""
     m = record.metrics
-    fmt = lambda key: "  -  " if m.get(key) is None else f"{m[key]:.2f}"  # noqa: E731
-    print(f"step {m[STEP]:>3} | r1 {fmt(REWARD_FIRST)} | gate {fmt(GATE_RATE)} | "
-          f"parse {fmt(REFLECTION_PARSE_RATE)} | r2 {fmt(REWARD_SECOND)} | "
-          f"memory {int(m[MEMORY_SIZE])} (+{int(m[MEMORY_WRITES])}) | {m[TIME_STEP]:.1f}s", flush=True)
+    fmt = lambda key: "  -  " if m.get(key) is None else f"{m[key]:.2f}"
+    print(
+        f"step {m[STEP]:>3} | r1 {fmt(REWARD_FIRST)} | gate {fmt(GATE_RATE)} | "
+        f"parse {fmt(REFLECTION_PARSE_RATE)} | r2 {fmt(REWARD_SECOND)} | "
+        f"memory {int(m[MEMORY_SIZE])} (+{int(m[MEMORY_WRITES])}) | {m[TIME_STEP]:.1f}s",
+        flush=True,
+    )
 
 
-def run_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
-             eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
-             world: str = "demo", overwrite: bool = False, **overrides: Any) -> History:
+def run_demo(
+    out: str = "erl_lite_demo",
+    steps: int | None = None,
+    seed: int = DEFAULT_SEED,
+    eval_tasks: int | None = None,
+    verbose: bool = True,
+    model_dir: str | None = None,
+    world: str = "demo",
+    overwrite: bool = False,
+    **overrides: Any,
+) -> History:
     """Train the embedded model on one of its worlds (``"demo"``; ``"sparse"`` and ``"hard"``, 5x5 maps where
     first attempts rarely succeed) and write the report (replacing an earlier demo in ``out``)."""
     trainer = build_demo(out, steps, seed, eval_tasks, verbose, model_dir, world, overwrite, **overrides)
     return train_demo(trainer, out, world, seed, verbose, model_dir)
 
 
-def build_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int = DEFAULT_SEED,
-               eval_tasks: int | None = None, verbose: bool = True, model_dir: str | None = None,
-               world: str = "demo", overwrite: bool = False, **overrides: Any) -> Any:
+def build_demo(
+    out: str = "erl_lite_demo",
+    steps: int | None = None,
+    seed: int = DEFAULT_SEED,
+    eval_tasks: int | None = None,
+    verbose: bool = True,
+    model_dir: str | None = None,
+    world: str = "demo",
+    overwrite: bool = False,
+    **overrides: Any,
+) -> Any:
     """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them).
     ``out`` must be empty or an earlier demo's, unless ``overwrite`` (then a run there is deleted, other files kept)."""
     from erl_lite.run.checkpoint import ensure_writable
@@ -88,18 +128,28 @@ def build_demo(out: str = "erl_lite_demo", steps: int | None = None, seed: int =
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)
-    return demo_trainer(seed, eval_tasks, [step_line] if verbose else [], model_dir=model_dir,
-                        world=world, output_dir=out, **overrides)
+    return demo_trainer(
+        seed, eval_tasks, [step_line] if verbose else [], model_dir=model_dir, world=world, output_dir=out, **overrides
+    )
 
 
-def train_demo(trainer: Any, out: str, world: str = "demo", seed: int = DEFAULT_SEED, verbose: bool = True,
-               model_dir: str | None = None) -> History:
+def train_demo(
+    trainer: Any,
+    out: str,
+    world: str = "demo",
+    seed: int = DEFAULT_SEED,
+    verbose: bool = True,
+    model_dir: str | None = None,
+) -> History:
     """Train :func:`build_demo`'s trainer (on ``world``, seeded ``seed``) and write the report in ``out``."""
     config, env = trainer.args, trainer.env
     if verbose:
-        print(f"erl_lite demo: {world} world, mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "
-              f"world seed {seed} (hole letters {' and '.join(hole_letters(env))}, unknown to the model); "
-              f"output in {out}/" + (f"; model {model_dir}" if model_dir else ""), flush=True)
+        print(
+            f"erl_lite demo: {world} world, mode={config.mode}, G={config.num_generations}, {config.max_steps} steps, "
+            f"world seed {seed} (hole letters {' and '.join(hole_letters(env))}, unknown to the model); "
+            f"output in {out}/" + (f"; model {model_dir}" if model_dir else ""),
+            flush=True,
+        )
     from erl_lite.viz.plots import save_figures
 
     with trainer.run_lock("demo"):  # its report too: no other writer between the run and its report
@@ -125,10 +175,12 @@ def _example(history: History) -> str:
         for retry in retries_by_first(sample).values():
             first, refl, second = retry[FIRST], retry[REFLECTION], retry[SECOND]
             if refl is not None and refl["parsed"] and second["success"]:
-                return (f"Step {sample['step']}, task `{refl['task_id']}`.\n\n"
-                        f"**First attempt** (reward {first['reward']:g}): {first['feedback']}\n\n"
-                        f"**Reflection** (the new system prompt):\n\n```\n{refl['rulebook']}\n```\n\n"
-                        f"**Second attempt** (reward {second['reward']:g}): {second['feedback']}\n")
+                return (
+                    f"Step {sample['step']}, task `{refl['task_id']}`.\n\n"
+                    f"**First attempt** (reward {first['reward']:g}): {first['feedback']}\n\n"
+                    f"**Reflection** (the new system prompt):\n\n```\n{refl['rulebook']}\n```\n\n"
+                    f"**Second attempt** (reward {second['reward']:g}): {second['feedback']}\n"
+                )
     return "_No reflection led to a successful second attempt in the sampled steps._\n"
 
 
@@ -142,16 +194,27 @@ def built_on_memory(history: History, holes: Sequence[str]) -> dict[str, Any] | 
                 continue
             before, after = named_holes(refl["base_prompt"]), named_holes(refl["rulebook"])
             if before and set(before) < set(after) <= set(holes):
-                found.append({"step": sample["step"], "task_id": refl["task_id"], "before": refl["base_prompt"],
-                              "after": refl["rulebook"], "success": bool(retry["second"]["success"])})
+                found.append(
+                    {
+                        "step": sample["step"],
+                        "task_id": refl["task_id"],
+                        "before": refl["base_prompt"],
+                        "after": refl["rulebook"],
+                        "success": bool(retry["second"]["success"]),
+                    }
+                )
     found.sort(key=lambda f: f["success"])  # stable: the latest successful one ends the list
     return found[-1] if found else None
 
 
 def _rulebooks(history: History, memory: list[str]) -> list[tuple[str, str]]:
     """(where, text) of every sampled reflection's rulebook, then of every memory entry."""
-    texts = [(f"step {s['step']}, task `{r['reflection']['task_id']}`", r["reflection"]["rulebook"])
-             for s in history.samples for r in s["retries"] if r["reflection"] is not None]
+    texts = [
+        (f"step {s['step']}, task `{r['reflection']['task_id']}`", r["reflection"]["rulebook"])
+        for s in history.samples
+        for r in s["retries"]
+        if r["reflection"] is not None
+    ]
     return texts + [("final memory", m) for m in memory]
 
 
@@ -165,18 +228,23 @@ def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str,
         facts = [h for m in memory for h in hole_facts(m)]
         books = [r["reflection"]["rulebook"] for r in sample["retries"] if r["reflection"] is not None]
         # The plan sentence opens an attempt's first reply (the player keeps it for the episode).
-        replies = [next((m["content"] for m in a["messages"] if m["role"] == "assistant"), "")
-                   for a in sample["first_attempts"]]
+        replies = [
+            next((m["content"] for m in a["messages"] if m["role"] == "assistant"), "")
+            for a in sample["first_attempts"]
+        ]
         plans = [planned_holes(r) for r in replies]
-        rows.append({
-            "step": sample["step"], "memory": " ".join(facts) if facts else ("no hole" if memory else "empty"),
-            "reflections": len(books),
-            "both": _share([set(holes) <= set(named_holes(b)) for b in books]),
-            "repeated": _share([bool(repeated_holes(b)) for b in books]),
-            "first_named": _share([bool(p) for p in plans]),
-            "first_both": _share([p is not None and set(holes) <= set(p) for p in plans]),
-            "first_unreadable": _share([p is None for p in plans]),
-        })
+        rows.append(
+            {
+                "step": sample["step"],
+                "memory": " ".join(facts) if facts else ("no hole" if memory else "empty"),
+                "reflections": len(books),
+                "both": _share([set(holes) <= set(named_holes(b)) for b in books]),
+                "repeated": _share([bool(repeated_holes(b)) for b in books]),
+                "first_named": _share([bool(p) for p in plans]),
+                "first_both": _share([p is not None and set(holes) <= set(p) for p in plans]),
+                "first_unreadable": _share([p is None for p in plans]),
+            }
+        )
     return rows
 
 
@@ -189,12 +257,17 @@ def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
     if len(rows) > max_rows:
         stride = -(-len(rows) // max_rows)
         rows = rows[::-1][::stride][::-1]
-    fmt = lambda x: "-" if x != x else f"{x:.2f}"  # noqa: E731  (NaN: nothing to share over)
-    lines = ["| step | memory before (holes named) | reflections | naming both holes | stating a hole twice "
-             "| first attempts naming a letter | naming both holes | with no readable plan |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['step']} | {r['memory']} | {r['reflections']} | {fmt(r['both'])} | {fmt(r['repeated'])} | "
-              f"{fmt(r['first_named'])} | {fmt(r['first_both'])} | {fmt(r['first_unreadable'])} |" for r in rows]
+    fmt = lambda x: "-" if x != x else f"{x:.2f}"  # (NaN: nothing to share over)
+    lines = [
+        "| step | memory before (holes named) | reflections | naming both holes | stating a hole twice "
+        "| first attempts naming a letter | naming both holes | with no readable plan |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['step']} | {r['memory']} | {r['reflections']} | {fmt(r['both'])} | {fmt(r['repeated'])} | "
+        f"{fmt(r['first_named'])} | {fmt(r['first_both'])} | {fmt(r['first_unreadable'])} |"
+        for r in rows
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -202,8 +275,9 @@ def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
     return [x for x in dict.fromkeys(named_holes(text)) if x not in holes]
 
 
-def _check(found: list[tuple[str, str]], checked: int, title: str, why: str, detail: Callable[[str], str],
-           clean: str) -> str:
+def _check(
+    found: list[tuple[str, str]], checked: int, title: str, why: str, detail: Callable[[str], str], clean: str
+) -> str:
     """One rulebook check of the report: how many were ``found``, five of them; else the ``clean`` line."""
     if not found:
         return f"\n{clean}\n"
@@ -216,25 +290,39 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
     if built is None:
         text = "_No sampled reflection added one of the world's holes to a remembered rulebook._\n"
     else:
-        text = (f"Step {built['step']}, task `{built['task_id']}` (second attempt "
-                f"{'succeeded' if built['success'] else 'failed'}). The reflector was given the memory\n\n"
-                f"```\n{built['before']}\n```\n\nkept what it named, added what the trace showed, and wrote\n\n"
-                f"```\n{built['after']}\n```\n")
+        text = (
+            f"Step {built['step']}, task `{built['task_id']}` (second attempt "
+            f"{'succeeded' if built['success'] else 'failed'}). The reflector was given the memory\n\n"
+            f"```\n{built['before']}\n```\n\nkept what it named, added what the trace showed, and wrote\n\n"
+            f"```\n{built['after']}\n```\n"
+        )
     books = _rulebooks(history, memory)
     checked, bad = len(books), [(where, t) for where, t in books if contradictions(t)]
-    text += _check(bad, checked, "Self-contradicting rulebooks", "checked (sampled reflections and final memory) "
-                   "give one letter two meanings", lambda t: _letters(contradictions(t)),
-                   f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.")
-    text += _check([(w, t) for w, t in books if repeated_holes(t)], checked, "Rulebooks stating one hole twice",
-                   "(a repeat usually stands where memory's other hole was; memory, one slot, then holds one hole)",
-                   lambda t: _letters(repeated_holes(t)),
-                   f"Repeat check: none of the {checked} rulebooks checked states a hole twice.")
-    text += _check([(w, t) for w, t in books if _not_holes(t, holes)], checked,
-                   "Rulebooks calling another letter a hole",
-                   f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
-                   "and one that still succeeds can put it in memory)",
-                   lambda t: _letters(_not_holes(t, holes)),
-                   f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.")
+    text += _check(
+        bad,
+        checked,
+        "Self-contradicting rulebooks",
+        "checked (sampled reflections and final memory) give one letter two meanings",
+        lambda t: _letters(contradictions(t)),
+        f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.",
+    )
+    text += _check(
+        [(w, t) for w, t in books if repeated_holes(t)],
+        checked,
+        "Rulebooks stating one hole twice",
+        "(a repeat usually stands where memory's other hole was; memory, one slot, then holds one hole)",
+        lambda t: _letters(repeated_holes(t)),
+        f"Repeat check: none of the {checked} rulebooks checked states a hole twice.",
+    )
+    text += _check(
+        [(w, t) for w, t in books if _not_holes(t, holes)],
+        checked,
+        "Rulebooks calling another letter a hole",
+        f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
+        "and one that still succeeds can put it in memory)",
+        lambda t: _letters(_not_holes(t, holes)),
+        f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.",
+    )
     return text
 
 
@@ -242,8 +330,16 @@ def _letters(found: Any) -> str:  # "letter F" or "letters B, C": what a report 
     return f"letter{'s' if len(found := list(found)) > 1 else ''} {', '.join(found)}"
 
 
-def write_report(history: History, memory: list[str], config: ERLConfig, env: Any, seconds: float,
-                 figures: list[str], out: str, model_dir: str | None = None) -> str:
+def write_report(
+    history: History,
+    memory: list[str],
+    config: ERLConfig,
+    env: Any,
+    seconds: float,
+    figures: list[str],
+    out: str,
+    model_dir: str | None = None,
+) -> str:
     """Write ``report.md`` in ``out`` and return its path (``model_dir``: a build named under the title)."""
     before, after = _eval_ends(history)
     train = history.of_kind("train")
@@ -255,8 +351,9 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         if vals and late:
             rows.append((key, f"{sum(vals) / len(vals):.2f}", f"{sum(late) / len(late):.2f}"))
     table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
-    pictures = "\n".join(f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figures
-                         if not f.endswith("overview.png"))
+    pictures = "\n".join(
+        f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figures if not f.endswith("overview.png")
+    )
     held = "\n\n".join(f"```\n{m}\n```" for m in memory) or "_empty_"
     holes = hole_letters(env)
     text = (
@@ -272,7 +369,7 @@ def write_report(history: History, memory: list[str], config: ERLConfig, env: An
         f"## A reflection that built on memory\n\n{_memory_section(history, memory, holes)}\n"
         f"## How knowledge moved\n\nPer sampled step: the holes memory named, the share of reflections naming "
         f"both holes (or stating one twice), and the share of first attempts whose opening plan "
-        f"(\"Avoid ...\") names a letter, or both holes. Evaluation measures first attempts, so knowledge "
+        f'("Avoid ...") names a letter, or both holes. Evaluation measures first attempts, so knowledge '
         f"counts once it reaches the last two columns.\n\n"
         f"{timeline_table(knowledge_timeline(history, holes))}\n"
         f"## Final memory\n\n{held}\n\n## Figures\n\n![overview](overview.png)\n\n{pictures}\n"

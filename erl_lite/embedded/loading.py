@@ -8,8 +8,9 @@ from typing import Any
 EMBEDDED_DIR: Path = Path(__file__).resolve().parent.parent / "data" / "embedded"
 
 
-def load_embedded(peft: str = "lora", quantization: str = "none", model_dir: str | Path | None = None,
-                  **kwargs: Any) -> tuple[Any, Any]:
+def load_embedded(
+    peft: str = "lora", quantization: str = "none", model_dir: str | Path | None = None, **kwargs: Any
+) -> tuple[Any, Any]:
     """Load the embedded model and tokenizer through :func:`erl_lite.models.load_policy`; ``model_dir``: another
     build (``scripts/build_embedded_model.py --out DIR``) instead of the shipped one.
 
@@ -27,6 +28,7 @@ def check_build(model_dir: str | Path | None = None) -> Path:
     """The folder of an embedded-model build (default: the shipped one), or FileNotFoundError saying how to build it."""
     where = Path(model_dir) if model_dir is not None else EMBEDDED_DIR
     if not (where / "model.safetensors").is_file():
-        raise FileNotFoundError(f"no embedded model in {where}; build it with "
-                                f"`python scripts/build_embedded_model.py --out {where}`")
+        raise FileNotFoundError(
+            f"no embedded model in {where}; build it with `python scripts/build_embedded_model.py --out {where}`"
+        )
     return where

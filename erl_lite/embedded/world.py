@@ -14,10 +14,10 @@ import statistics
 from typing import Any
 
 from erl_lite.config import DEFAULT_SEED
+from erl_lite.config.field_types import check_share
 from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
 from erl_lite.envs.grid import ACTIONS, render_rows, resolve_symbols
 from erl_lite.envs.splits import SeededSplits
-from erl_lite.config.field_types import check_share
 
 AGENT, GOAL = "A", "B"
 #: Letters the two holes and the frozen tile are drawn from, per run.
@@ -25,8 +25,15 @@ LETTER_POOL = "CDEFGH"
 #: Fixed markers, seen only in traces: the agent in a hole, the agent on the goal.
 IN_HOLE, ON_GOAL = "X", "Z"
 #: Letters of a demo world before the run's are drawn (``hole2``: the second kind of hole).
-DEMO_SYMBOLS = {"agent": AGENT, "goal": GOAL, "hole": "C", "hole2": "E", "frozen": "D",
-                "agent_in_hole": IN_HOLE, "agent_on_goal": ON_GOAL}
+DEMO_SYMBOLS = {
+    "agent": AGENT,
+    "goal": GOAL,
+    "hole": "C",
+    "hole2": "E",
+    "frozen": "D",
+    "agent_in_hole": IN_HOLE,
+    "agent_on_goal": ON_GOAL,
+}
 #: Map cell of the second kind of hole (``H`` is the first); the move rule sees both as ``H``.
 SECOND_HOLE = "K"
 
@@ -40,7 +47,7 @@ def run_letters(run_seed: int) -> tuple[str, str, str]:
 
 def hole_letters(world: Any) -> tuple[str, ...]:
     """The letters of the holes on ``world``'s maps: two, or one where it has one kind (``hole_kinds=1``)."""
-    return (world.symbols["hole"], world.symbols["hole2"])[:world.hole_kinds]
+    return (world.symbols["hole"], world.symbols["hole2"])[: world.hole_kinds]
 
 
 # The trace sentence of a fall, up to its ";" ("stepped on F: moved into a hole"), with the letter captured.
@@ -86,8 +93,11 @@ def _closer_moves(rows: Any, cell: tuple[int, int], goal: tuple[int, int]) -> li
     """(action, cell) of each move from ``cell`` that gets closer to ``goal`` (``rows``: strings or lists)."""
     gap = abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
     moves = [(a, (cell[0] + dr, cell[1] + dc)) for a, (dr, dc) in ACTIONS.items()]
-    return [(a, (r, c)) for a, (r, c) in moves if 0 <= r < len(rows) and 0 <= c < len(rows[0])
-            and abs(r - goal[0]) + abs(c - goal[1]) < gap]
+    return [
+        (a, (r, c))
+        for a, (r, c) in moves
+        if 0 <= r < len(rows) and 0 <= c < len(rows[0]) and abs(r - goal[0]) + abs(c - goal[1]) < gap
+    ]
 
 
 def _ends(rows: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -98,8 +108,9 @@ def _ends(rows: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
 def hole_in_the_way(rows: list[str]) -> bool:
     """Whether a hole lies in the rectangle spanned by start and goal (on some shortest route)."""
     (r0, c0), (r1, c1) = _ends(rows)
-    return any(rows[r][c] == "H" for r in range(min(r0, r1), max(r0, r1) + 1)
-               for c in range(min(c0, c1), max(c0, c1) + 1))
+    return any(
+        rows[r][c] == "H" for r in range(min(r0, r1), max(r0, r1) + 1) for c in range(min(c0, c1), max(c0, c1) + 1)
+    )
 
 
 def holes_in_the_way(kinds: list[str]) -> set[str]:
@@ -139,8 +150,13 @@ def blind_success(rows: list[str]) -> float:
 
     def reach(cell: tuple[int, int]) -> float:  # memoised over the cells; the recursion ends at G
         if cell not in chance:
-            chance[cell] = (1.0 if cell == goal else 0.0 if rows[cell[0]][cell[1]] == "H" else
-                            statistics.mean(reach(n) for _, n in _closer_moves(rows, cell, goal)))
+            chance[cell] = (
+                1.0
+                if cell == goal
+                else 0.0
+                if rows[cell[0]][cell[1]] == "H"
+                else statistics.mean(reach(n) for _, n in _closer_moves(rows, cell, goal))
+            )
         return chance[cell]
 
     return reach(start)
@@ -163,8 +179,15 @@ def no_dead_end(rows: list[str]) -> bool:
     return all(any(tile in "SGF" for _, tile in closer) for _, closer in _closer_walk(rows))
 
 
-def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float], max_shortest: int,
-             keep_easy: float, both_kinds: float = 0.0, max_blind: float = 1.0) -> dict[str, Any]:
+def trap_map(
+    seed: int,
+    sizes: tuple[int, int],
+    frozen_prob: tuple[float, float],
+    max_shortest: int,
+    keep_easy: float,
+    both_kinds: float = 0.0,
+    max_blind: float = 1.0,
+) -> dict[str, Any]:
     """A map with a hole in the way (except for a ``keep_easy`` share) and no dead end; for a ``both_kinds`` share of
     the others, holes of both kinds in the way; a blind player's chance (:func:`blind_success`) at most ``max_blind``.
     ``kinds`` marks each hole's kind, ``map`` keeps ``H`` for both (the move rule's view)."""
@@ -173,8 +196,7 @@ def trap_map(seed: int, sizes: tuple[int, int], frozen_prob: tuple[float, float]
     need_both = not easy_ok and rng.random() < both_kinds
     for attempt in range(10_000):
         m = generate_map(seed + 7_919 * attempt, sizes, frozen_prob, max_shortest)
-        if ((easy_ok or hole_in_the_way(m["map"])) and no_dead_end(m["map"])
-                and blind_success(m["map"]) <= max_blind):
+        if (easy_ok or hole_in_the_way(m["map"])) and no_dead_end(m["map"]) and blind_success(m["map"]) <= max_blind:
             kinds = assign_kinds(m["map"], rng)
             if not need_both or holes_in_the_way(kinds) == {"H", SECOND_HOLE}:
                 return {**m, "kinds": kinds}
@@ -186,7 +208,8 @@ def lined_map(seed: int, size: int, frozen_prob: tuple[float, float]) -> dict[st
 
     A fork is a cell with two moves closer to the goal; the route passes ``2 size - 3`` of them, so a player blind to
     holes, stepping to a random closer tile, wins ``0.5 ** (2 size - 3)`` (1/128 on 5x5), and one who knows the holes
-    always. Drawn, not searched for as :func:`trap_map` does. Off the route, ice has probability ``p`` (``frozen_prob``)."""
+    always. Drawn, not searched for as :func:`trap_map` does. Off the route, ice has probability ``p``
+    (``frozen_prob``)."""
     rng = random.Random(seed)
     p = rng.uniform(*frozen_prob)
     grid = [["F" if rng.random() < p else "H" for _ in range(size)] for _ in range(size)]
@@ -208,8 +231,7 @@ class DemoLakeEpisode(FrozenLakeEpisode):
     """A FrozenLake episode with two kinds of hole, whose observation adds ``ahead: Up F, Right E``
     (the tiles one step closer to the goal; never what they are) unless ``hints=False``."""
 
-    def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False,
-                 hints: bool = True) -> None:
+    def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False, hints: bool = True) -> None:
         super().__init__(max_actions, symbols, compact)
         self.hints = hints
 
@@ -250,25 +272,51 @@ class DemoLake(FrozenLake):
         True
     """
 
-    def __init__(self, keep_easy: float = 0.25, both_kinds: float = 0.6, seed: int = 0, n_train: int = 10_000,
-                 n_test: int = 100, sizes: tuple[int, int] = (3, 3), frozen_prob: tuple[float, float] = (0.5, 0.7),
-                 max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
-                 compact: bool = True, hints: bool = True, max_blind: float = 1.0, lined: bool = False,
-                 hole_kinds: int = 2) -> None:
+    def __init__(
+        self,
+        keep_easy: float = 0.25,
+        both_kinds: float = 0.6,
+        seed: int = 0,
+        n_train: int = 10_000,
+        n_test: int = 100,
+        sizes: tuple[int, int] = (3, 3),
+        frozen_prob: tuple[float, float] = (0.5, 0.7),
+        max_shortest: int = 6,
+        max_actions: int = 8,
+        symbols: dict[str, str] | None = None,
+        compact: bool = True,
+        hints: bool = True,
+        max_blind: float = 1.0,
+        lined: bool = False,
+        hole_kinds: int = 2,
+    ) -> None:
         for name, share in (("keep_easy", keep_easy), ("both_kinds", both_kinds), ("max_blind", max_blind)):
             check_share("DemoLake", name, share)
         if hole_kinds not in (1, 2) or (lined and (sizes[0] != sizes[1] or sizes[0] < 2)):
-            raise ValueError(f"DemoLake: hole_kinds must be 1 or 2 (got {hole_kinds!r}), and lined maps one size >= 2 "
-                             f"(got sizes={sizes!r})")
-        super().__init__(seed=seed, n_train=n_train, n_test=n_test, sizes=sizes, frozen_prob=frozen_prob,
-                         max_shortest=max_shortest, max_actions=max_actions, compact=compact)
+            raise ValueError(
+                f"DemoLake: hole_kinds must be 1 or 2 (got {hole_kinds!r}), and lined maps one size >= 2 "
+                f"(got sizes={sizes!r})"
+            )
+        super().__init__(
+            seed=seed,
+            n_train=n_train,
+            n_test=n_test,
+            sizes=sizes,
+            frozen_prob=frozen_prob,
+            max_shortest=max_shortest,
+            max_actions=max_actions,
+            compact=compact,
+        )
         # FrozenLake knows one kind of hole; the second kind's letter is resolved here.
         self.symbols = resolve_symbols(DEMO_SYMBOLS, symbols)
         self.keep_easy, self.both_kinds, self.hints, self.hole_kinds = keep_easy, both_kinds, hints, hole_kinds
 
         def make(task_seed: int) -> dict[str, Any]:
-            m = (lined_map(task_seed, sizes[0], frozen_prob) if lined else
-                 trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds, max_blind))
+            m = (
+                lined_map(task_seed, sizes[0], frozen_prob)
+                if lined
+                else trap_map(task_seed, sizes, frozen_prob, max_shortest, keep_easy, both_kinds, max_blind)
+            )
             return m if hole_kinds == 2 else {**m, "kinds": m["map"]}
 
         self._splits = SeededSplits(make, lambda d: "/".join(d["kinds"]), self.name, seed, n_train, n_test)

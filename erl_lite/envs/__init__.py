@@ -14,11 +14,18 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "FrozenLake": "frozenlake", "Sokoban": "sokoban", "parse_action": "grid",
-    "MultiHopQA": "qa", "BM25Search": "qa", "load_hotpotqa": "qa", "score_answer": "qa",
+    "FrozenLake": "frozenlake",
+    "Sokoban": "sokoban",
+    "parse_action": "grid",
+    "MultiHopQA": "qa",
+    "BM25Search": "qa",
+    "load_hotpotqa": "qa",
+    "score_answer": "qa",
     "hotpotqa_paper_questions": "paper_tasks",
-    "make_arithmetic_dataset": "arithmetic", "small_arithmetic_dataset": "arithmetic",
-    "arithmetic_reward": "arithmetic", "arithmetic_feedback": "arithmetic",
+    "make_arithmetic_dataset": "arithmetic",
+    "small_arithmetic_dataset": "arithmetic",
+    "arithmetic_reward": "arithmetic",
+    "arithmetic_feedback": "arithmetic",
     "MultiEnvironment": "multi",
 }
 __all__ = sorted(_EXPORTS)

@@ -28,8 +28,9 @@ def make_expression(rng: random.Random, n_ops: int, max_operand: int) -> tuple[s
     return text, value
 
 
-def make_arithmetic_dataset(n: int = 1000, seed: int = 0, n_ops: tuple[int, int] = (1, 3),
-                            max_operand: int = 20, chat: bool = True) -> list[dict[str, Any]]:
+def make_arithmetic_dataset(
+    n: int = 1000, seed: int = 0, n_ops: tuple[int, int] = (1, 3), max_operand: int = 20, chat: bool = True
+) -> list[dict[str, Any]]:
     r"""``n`` seeded rows ``{"prompt", "answer"}``; answers are integers written as strings."""
     rng = random.Random(seed)
     rows = []

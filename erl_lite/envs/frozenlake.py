@@ -17,8 +17,8 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
 from gymnasium.utils import seeding
 
-from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 from erl_lite.config.field_types import check_share, check_whole
+from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
 COMMENTS, FEEDBACK = (dict(PROMPTS["frozenlake"][texts]) for texts in ("comments", "feedback"))  # by event, outcome
@@ -44,8 +44,9 @@ def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
     return None if path is None else len(path)
 
 
-def generate_map(seed: int, sizes: tuple[int, int] = (2, 9),
-                 frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6) -> dict[str, Any]:
+def generate_map(
+    seed: int, sizes: tuple[int, int] = (2, 9), frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6
+) -> dict[str, Any]:
     """One random solvable map ``{"map": rows of S/G/H/F, "size": n, "p": p, "shortest": moves}``."""
     rng, _ = seeding.np_random(seed)
     size = int(rng.integers(sizes[0], sizes[1] + 1))
@@ -118,10 +119,21 @@ class FrozenLake(GridGame):
     episode_class = FrozenLakeEpisode
     layout_field = "map"
 
-    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
-                 sizes: tuple[int, int] = (2, 9), frozen_prob: tuple[float, float] = (0.6, 0.85),
-                 max_shortest: int = 6, max_actions: int = 8, symbols: dict[str, str] | None = None,
-                 symbol_seed: int | None = None, compact: bool = False, **style: Any) -> None:
+    def __init__(
+        self,
+        source: str = "generated",
+        seed: int = 0,
+        n_train: int = 10_000,
+        n_test: int = 100,
+        sizes: tuple[int, int] = (2, 9),
+        frozen_prob: tuple[float, float] = (0.6, 0.85),
+        max_shortest: int = 6,
+        max_actions: int = 8,
+        symbols: dict[str, str] | None = None,
+        symbol_seed: int | None = None,
+        compact: bool = False,
+        **style: Any,
+    ) -> None:
         if not 2 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")
         owner = type(self).__name__

@@ -19,10 +19,10 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, TypeVar
 
+from erl_lite.config.field_types import check_whole
 from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import paper_game_tasks
 from erl_lite.envs.splits import SeededSplits
-from erl_lite.config.field_types import check_whole
 from erl_lite.records import Task
 
 #: Canonical action names and their (row, column) displacement.
@@ -54,8 +54,12 @@ def parse_action(text: str) -> str | None:
     return _BY_LOWER.get(lines[0].lower())
 
 
-def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, State]]],
-                   is_goal: Callable[[State], bool], limit: int | None = None) -> list[str] | None:
+def shortest_moves(
+    start: State,
+    moves: Callable[[State], Iterable[tuple[str, State]]],
+    is_goal: Callable[[State], bool],
+    limit: int | None = None,
+) -> list[str] | None:
     """Shortest list of action names from ``start`` to a goal state (breadth-first search); ``moves(state)`` yields
     ``(action, next_state)`` in a fixed order; None past ``limit`` moves. Ours: the state spaces are implicit."""
     parent: dict[Any, tuple[Any, str] | None] = {start: None}
@@ -78,8 +82,9 @@ def shortest_moves(start: State, moves: Callable[[State], Iterable[tuple[str, St
     return None
 
 
-def resolve_symbols(defaults: Mapping[str, str], symbols: Mapping[str, str] | None = None,
-                    seed: int | None = None) -> dict[str, str]:
+def resolve_symbols(
+    defaults: Mapping[str, str], symbols: Mapping[str, str] | None = None, seed: int | None = None
+) -> dict[str, str]:
     """The letter of each role: ``defaults``, or with ``seed`` distinct random capitals; then ``symbols``."""
     chosen = dict(defaults)
     if seed is not None:
@@ -115,8 +120,14 @@ def action_reminder_text() -> str:
 class GridEpisode(Episode):
     """The turn loop of the grid games (subclasses implement the four abstract methods); ``turns``: see GridGame."""
 
-    def __init__(self, max_actions: int, symbols: dict[str, str], compact: bool = False,
-                 turns: dict[str, Any] | None = None, hint: bool = True) -> None:
+    def __init__(
+        self,
+        max_actions: int,
+        symbols: dict[str, str],
+        compact: bool = False,
+        turns: dict[str, Any] | None = None,
+        hint: bool = True,
+    ) -> None:
         self.max_actions, self.symbols, self.compact, self.turns, self.hint = max_actions, symbols, compact, turns, hint
         self.task: Task | None = None
 
@@ -156,8 +167,11 @@ class GridEpisode(Episode):
         if self.turns is not None:  # the board, not solved yet, how the last action went, what is left
             t, last = self.turns, self.events[-1] if self.events else None
             how = t["stuck"] if last in t["stuck_events"] else t["worked"] if last else ""
-            return "\n".join(x for x in (t["head"].format(k=self.actions_taken), grid, t["ask"], how,
-                                          t["left"].format(left=left)) if x)
+            return "\n".join(
+                x
+                for x in (t["head"].format(k=self.actions_taken), grid, t["ask"], how, t["left"].format(left=left))
+                if x
+            )
         if self.compact:
             return f"{note}{grid}\nleft: {left}"
         return f"{note}Grid:\n{grid}\nActions left: {left}."
@@ -175,13 +189,19 @@ class GridEpisode(Episode):
             shown = parsed
         self.events.append(event)
         grid = self._render()  # an unchanged grid is not drawn again: the reflector's context stays short
-        self._lines += [f"Action {self.actions_taken}: {shown} -> {comment}.",
-                        "(grid unchanged)" if grid == self._last_grid else grid]
+        self._lines += [
+            f"Action {self.actions_taken}: {shown} -> {comment}.",
+            "(grid unchanged)" if grid == self._last_grid else grid,
+        ]
         self._last_grid = grid
         done = done or self.actions_taken >= self.max_actions
         self.reward, self.done = (reward if done else 0.0), done
-        info = {"action": parsed, "valid": parsed is not None, "event": event,
-                "actions_left": self.max_actions - self.actions_taken}
+        info = {
+            "action": parsed,
+            "valid": parsed is not None,
+            "event": event,
+            "actions_left": self.max_actions - self.actions_taken,
+        }
         if done:
             info["outcome"] = self.outcome
             return None, self.reward, True, info
@@ -218,9 +238,20 @@ class GridGame(Environment):
     episode_class: type[GridEpisode]
     layout_field: str
 
-    def __init__(self, make: Callable[[int], dict[str, Any]], source: str, seed: int, n_train: int, n_test: int,
-                 max_actions: int, symbols: Mapping[str, str] | None, symbol_seed: int | None, compact: bool,
-                 prompt_style: str = "plain", hint: bool = True) -> None:
+    def __init__(
+        self,
+        make: Callable[[int], dict[str, Any]],
+        source: str,
+        seed: int,
+        n_train: int,
+        n_test: int,
+        max_actions: int,
+        symbols: Mapping[str, str] | None,
+        symbol_seed: int | None,
+        compact: bool,
+        prompt_style: str = "plain",
+        hint: bool = True,
+    ) -> None:
         if source not in ("generated", "paper"):
             raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
         if prompt_style not in ("plain", "reference") or (compact and prompt_style != "plain"):
@@ -233,7 +264,9 @@ class GridGame(Environment):
         self.system_prompt, self.action_reminder = grid_system_prompt(max_actions, compact), action_reminder_text()
         if self.turns is not None:  # reason in a fixed shape, then act; the game's reminder (Sokoban's too) ends it
             self.action_reminder = ref["reminders"].get(self.name, ref["reminders"]["grid"])
-            self.system_prompt = "\n\n".join(dict.fromkeys([ref["system"], ref["reminders"]["grid"], self.action_reminder]))
+            self.system_prompt = "\n\n".join(
+                dict.fromkeys([ref["system"], ref["reminders"]["grid"], self.action_reminder])
+            )
         field = self.layout_field
         self._splits = SeededSplits(make, lambda d: "/".join(d[field]), self.name, seed, n_train, n_test)
 

@@ -75,8 +75,10 @@ class MultiEnvironment(Environment):
         """The member a task belongs to, from its id's ``"<name>/"`` prefix."""
         name = task_id.split("/", 1)[0]
         if name not in self.envs or "/" not in task_id:
-            raise ValueError(f"task {task_id!r} is not routed to any of the environments {self.names}: "
-                             "build tasks with MultiEnvironment.tag(), tasks_from_rows() or train_tasks()")
+            raise ValueError(
+                f"task {task_id!r} is not routed to any of the environments {self.names}: "
+                "build tasks with MultiEnvironment.tag(), tasks_from_rows() or train_tasks()"
+            )
         return name
 
     def member(self, task: Task) -> Environment:
@@ -92,6 +94,7 @@ class MultiEnvironment(Environment):
     def tasks_from_rows(self, rows: Iterable[Any], split: str = "train") -> list[Task]:
         """Tasks of dataset rows (or Tasks) routed by their ``environment`` column; one id twice is refused."""
         from erl_lite.envs.rows import rows_to_tasks
+
         tasks = []
         for i, row in enumerate(rows):
             data = row.data if isinstance(row, Task) else row
@@ -99,8 +102,10 @@ class MultiEnvironment(Environment):
                 raise ValueError(f"dataset row {i} is not a mapping of columns: {row!r:.80}")
             name = data.get(ENV_COLUMN)
             if name not in self.envs:
-                raise ValueError(f"dataset row {i} has {ENV_COLUMN}={name!r}; every row needs an "
-                                 f"{ENV_COLUMN!r} column naming one of {self.names}")
+                raise ValueError(
+                    f"dataset row {i} has {ENV_COLUMN}={name!r}; every row needs an "
+                    f"{ENV_COLUMN!r} column naming one of {self.names}"
+                )
             if isinstance(row, Task):
                 tasks.append(self.tag(name, row))
             elif "prompt" in row:
@@ -115,11 +120,15 @@ class MultiEnvironment(Environment):
         which = row.get("split", _DEFAULT_SPLIT.get(split, split))
         index = row.get("index")
         if which not in ("train", "test") or not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise ValueError(f"dataset row {i} ({name}) has no 'prompt', so it must name a task of the "
-                             f"environment's split: an integer 'index' >= 0 and optionally 'split' "
-                             f"('train' or 'test'); got index={index!r}, split={which!r}")
+            raise ValueError(
+                f"dataset row {i} ({name}) has no 'prompt', so it must name a task of the "
+                f"environment's split: an integer 'index' >= 0 and optionally 'split' "
+                f"('train' or 'test'); got index={index!r}, split={which!r}"
+            )
         env = self.envs[name]
-        pool = env.train_pool() if which == "train" else env.test_tasks(index + 1)  # the train pool draws only pool[index]
+        pool = (
+            env.train_pool() if which == "train" else env.test_tasks(index + 1)
+        )  # the train pool draws only pool[index]
         if index >= len(pool):
             raise ValueError(f"dataset row {i}: {name}'s {which} split has {len(pool)} tasks, no index {index}")
         task = pool[index]
@@ -187,8 +196,10 @@ class MultiEnvironment(Environment):
         try:
             return fetch(env)
         except NotImplementedError:
-            raise NotImplementedError(f"environment {name!r} ({type(env).__name__}) has no {split} split: give "
-                                      f"dataset rows with an {ENV_COLUMN!r} column instead") from None
+            raise NotImplementedError(
+                f"environment {name!r} ({type(env).__name__}) has no {split} split: give "
+                f"dataset rows with an {ENV_COLUMN!r} column instead"
+            ) from None
 
 
 def _interleave(sizes: list[int]) -> list[tuple[int, int]]:

@@ -33,11 +33,11 @@ def paper_rows(game: str, split: str) -> list[dict]:
 
 def paper_game_tasks(game: str, split: str, n: int | None = None) -> list[Task]:
     """The first ``n`` (all when None) paper tasks of a grid game (``"frozenlake"``, ``"sokoban"``)."""
-    rows = paper_rows(game, split)[:task_count(n)]
+    rows = paper_rows(game, split)[: task_count(n)]
     return [Task(task_id=f"{game}/paper-{split}/{row['index']}", data={**row, "split": split}) for row in rows]
 
 
 def hotpotqa_paper_questions(n: int | None = None) -> list[Task]:
     """The paper's 1,024 HotpotQA evaluation questions, without paragraphs (a ``retriever`` can research them)."""
-    rows = paper_rows("hotpotqa", "test")[:task_count(n)]
+    rows = paper_rows("hotpotqa", "test")[: task_count(n)]
     return [Task(task_id=f"hotpotqa/paper-eval/{i}", data={**row, "split": "test"}) for i, row in enumerate(rows)]

@@ -24,8 +24,10 @@ from erl_lite.records import Task, task_count
 
 #: A retriever: (query, top_k) -> [(title, text), ...], best first.
 Retriever = Callable[[str, int], list[tuple[str, str]]]
-_STOP = frozenset("a an the of in on at to is was were are be by for and or with which who what "
-                  "when where whose how did do does that this it its from as".split())
+_STOP = frozenset(
+    "a an the of in on at to is was were are be by for and or with which who what "
+    "when where whose how did do does that this it its from as".split()
+)
 _PUNCT = frozenset(string.punctuation)
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
 #: The most a non-exact answer earns: below 1, so that only an exact match reaches reward 1.
@@ -71,7 +73,7 @@ def extract_boxed(text: str) -> str | None:
         for j in range(i, len(text)):
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             if depth == 0:
-                return text[i + 1: j].strip()
+                return text[i + 1 : j].strip()
         start = text.rfind("\\boxed{", 0, start)  # unclosed: try the one before it
     return None
 
@@ -150,8 +152,10 @@ class QAEpisode(Episode):
             hits = self._search(query)
             shown = "\n".join(f"[{i + 1}] {t}: {x}" for i, (t, x) in enumerate(hits)) or "No document matched."
             obs = f"Results for {query!r}:\n{shown}"
-            self._lines.append(f"Turn {self.turns}: searched {query!r} ->\n"
-                               + "\n".join(f"  [{i + 1}] {t}: {_cut(x)}" for i, (t, x) in enumerate(hits)))
+            self._lines.append(
+                f"Turn {self.turns}: searched {query!r} ->\n"
+                + "\n".join(f"  [{i + 1}] {t}: {_cut(x)}" for i, (t, x) in enumerate(hits))
+            )
             info.update(event="search", query=query, titles=[t for t, _ in hits])
         else:
             obs = r"Your reply had neither a <search>query</search> call nor a \boxed{} answer."
@@ -174,16 +178,22 @@ class QAEpisode(Episode):
         if not self.done:
             return "The episode is still running."
         if self.answer is None:
-            return (f"Incorrect: no \\boxed{{}} answer was given in {self.turns} turn(s), so nothing "
-                    f"was scored. Reward 0.0.")
+            return (
+                f"Incorrect: no \\boxed{{}} answer was given in {self.turns} turn(s), so nothing "
+                f"was scored. Reward 0.0."
+            )
         if self.exact:
             return f"Correct: the answer {self.answer!r} matches the reference. Reward 1.0."
         if self.reward > 0 and self.f1 >= 1.0:
-            return (f"Incorrect: the answer {self.answer!r} has the reference's words in another "
-                    f"order (token F1 1.00). Reward {self.reward:.2f}.")
+            return (
+                f"Incorrect: the answer {self.answer!r} has the reference's words in another "
+                f"order (token F1 1.00). Reward {self.reward:.2f}."
+            )
         if self.reward > 0:
-            return (f"Incorrect: the answer {self.answer!r} only partly matches the reference "
-                    f"(token F1 {self.f1:.2f}). Reward {self.reward:.2f}.")
+            return (
+                f"Incorrect: the answer {self.answer!r} only partly matches the reference "
+                f"(token F1 {self.f1:.2f}). Reward {self.reward:.2f}."
+            )
         return f"Incorrect: the answer {self.answer!r} does not match the reference. Reward 0.0."
 
     def trace(self) -> str:
@@ -201,9 +211,19 @@ class MultiHopQA(Environment):
 
     name = "multihop_qa"
 
-    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
-                 max_turns: int = 5, top_k: int = 3, retriever: Retriever | None = None, hotpot_path: str | None = None,
-                 world: dict[str, int] | None = None, compact: bool = False) -> None:
+    def __init__(
+        self,
+        source: str = "generated",
+        seed: int = 0,
+        n_train: int = 10_000,
+        n_test: int = 100,
+        max_turns: int = 5,
+        top_k: int = 3,
+        retriever: Retriever | None = None,
+        hotpot_path: str | None = None,
+        world: dict[str, int] | None = None,
+        compact: bool = False,
+    ) -> None:
         if source not in ("generated", "hotpotqa", "paper"):
             raise ValueError(f"source must be 'generated', 'hotpotqa' or 'paper', got {source!r}")
         self.source, self.max_turns, self.top_k, self.compact = source, max_turns, top_k, compact
@@ -211,8 +231,9 @@ class MultiHopQA(Environment):
         self.system_prompt = qa_system_prompt(max_turns, compact)
         self.action_reminder = r"Search with <search>query</search>, or answer with \boxed{answer}."
         sizes = dict(world or {})
-        self._splits = SeededSplits(lambda s: generate_question(s, **sizes), lambda d: d["question"],
-                                    self.name, seed, n_train, n_test)
+        self._splits = SeededSplits(
+            lambda s: generate_question(s, **sizes), lambda d: d["question"], self.name, seed, n_train, n_test
+        )
 
     @classmethod
     def small(cls, **overrides: Any) -> "MultiHopQA":
@@ -241,17 +262,22 @@ class MultiHopQA(Environment):
 
 def qa_system_prompt(max_turns: int, compact: bool = False) -> str:
     if compact:
-        return (r"Answer the question. Search with <search>query</search>; answer with \boxed{answer}. "
-                f"At most {max_turns} turns.")
-    return ("Answer the question below. You cannot see the documents directly, but you can search them: write "
-            "<search>your query</search> and the best matches come back in the next message. You have at most "
-            f"{max_turns} turns; in each turn either search once or give your final answer. Write the final answer "
-            "as \\boxed{answer}, keeping it short: a name, a place, a number, or yes/no. A reply containing "
-            "\\boxed{} ends the episode.")
+        return (
+            r"Answer the question. Search with <search>query</search>; answer with \boxed{answer}. "
+            f"At most {max_turns} turns."
+        )
+    return (
+        "Answer the question below. You cannot see the documents directly, but you can search them: write "
+        "<search>your query</search> and the best matches come back in the next message. You have at most "
+        f"{max_turns} turns; in each turn either search once or give your final answer. Write the final answer "
+        "as \\boxed{answer}, keeping it short: a name, a place, a number, or yes/no. A reply containing "
+        "\\boxed{} ends the episode."
+    )
 
 
-def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | None = None,
-                  config: str = "distractor") -> list[Task]:
+def load_hotpotqa(
+    split: str = "validation", n: int | None = None, path: str | None = None, config: str = "distractor"
+) -> list[Task]:
     """HotpotQA rows (hub ``hotpotqa/hotpot_qa``, or a JSON/JSONL ``path``) as tasks searched over their paragraphs."""
     import datasets  # imported here: loading a dataset is never a side effect of importing erl_lite
 
@@ -263,5 +289,7 @@ def load_hotpotqa(split: str = "validation", n: int | None = None, path: str | N
     if n is not None:
         rows = rows.select(range(min(n, len(rows))))
     keep = ("question", "answer", "type", "level", "supporting_facts", "context")
-    return [Task(task_id=f"hotpotqa/{split}/{row['id']}", data={**{k: row[k] for k in keep}, "split": split})
-            for row in rows]
+    return [
+        Task(task_id=f"hotpotqa/{split}/{row['id']}", data={**{k: row[k] for k in keep}, "split": split})
+        for row in rows
+    ]

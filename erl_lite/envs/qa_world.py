@@ -11,12 +11,49 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
-_ONSETS = ["b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kl", "l", "m", "n", "p", "pr",
-           "r", "s", "st", "t", "tr", "v", "z", "sh", "th", "qu"]
+_ONSETS = [
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kl",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "r",
+    "s",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "z",
+    "sh",
+    "th",
+    "qu",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ae", "ei", "ou", "ia"]
 _CODAS = ["", "", "n", "r", "l", "s", "th", "m", "nd", "rk", "x"]
-OCCUPATIONS = ["architect", "painter", "chemist", "novelist", "sculptor", "astronomer",
-               "composer", "surgeon", "engineer", "historian", "photographer", "botanist"]
+OCCUPATIONS = [
+    "architect",
+    "painter",
+    "chemist",
+    "novelist",
+    "sculptor",
+    "astronomer",
+    "composer",
+    "surgeon",
+    "engineer",
+    "historian",
+    "photographer",
+    "botanist",
+]
 INDUSTRIES = ["shipping", "textile", "software", "brewing", "mining", "publishing", "aviation", "glassware"]
 _COMPANY_SUFFIX = ["Works", "Labs", "Group", "Industries", "& Sons", "Holdings", "Company"]
 _CITY_SUFFIX = ["holt", "mere", "burg", "ford", "stad", "wick", "port", "dale"]
@@ -35,8 +72,9 @@ World = dict[str, list[Entity]]
 
 
 def _word(rng: random.Random, syllables: int) -> str:
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
-                   for _ in range(syllables)).capitalize()
+    return "".join(
+        rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)
+    ).capitalize()
 
 
 def _unique(rng: random.Random, used: set[str], make: Callable[[], str]) -> str:
@@ -47,25 +85,52 @@ def _unique(rng: random.Random, used: set[str], make: Callable[[], str]) -> str:
             return name
 
 
-def build_world(rng: random.Random, n_countries: int = 3, n_cities: int = 5,
-                n_people: int = 6, n_companies: int = 4) -> World:
+def build_world(
+    rng: random.Random, n_countries: int = 3, n_cities: int = 5, n_people: int = 6, n_companies: int = 4
+) -> World:
     """A random world: entities by kind, every name distinct."""
     used: set[str] = set()
-    countries = [Entity("country", _unique(rng, used, lambda: _word(rng, 2) + rng.choice(["ia", "land", "a"])),
-                        {"currency": _unique(rng, used, lambda: _word(rng, 1).lower() + rng.choice(["o", "ar", "et"]))})
-                 for _ in range(n_countries)]
-    cities = [Entity("city", _unique(rng, used, lambda: _word(rng, 1) + rng.choice(_CITY_SUFFIX)),
-                     {"country": rng.choice(countries).name, "founded": rng.randint(900, 1850),
-                      "population": rng.randint(12, 950) * 1000})
-              for _ in range(n_cities)]
-    people = [Entity("person", _unique(rng, used, lambda: f"{_word(rng, 2)} {_word(rng, 2)}"),
-                     {"born": rng.randint(1890, 1995), "city": rng.choice(cities).name,
-                      "occupation": rng.choice(OCCUPATIONS)})
-              for _ in range(n_people)]
-    companies = [Entity("company", _unique(rng, used, lambda: f"{_word(rng, 2)} {rng.choice(_COMPANY_SUFFIX)}"),
-                        {"founder": rng.choice(people).name, "city": rng.choice(cities).name,
-                         "founded": rng.randint(1900, 2015), "industry": rng.choice(INDUSTRIES)})
-                 for _ in range(n_companies)]
+    countries = [
+        Entity(
+            "country",
+            _unique(rng, used, lambda: _word(rng, 2) + rng.choice(["ia", "land", "a"])),
+            {"currency": _unique(rng, used, lambda: _word(rng, 1).lower() + rng.choice(["o", "ar", "et"]))},
+        )
+        for _ in range(n_countries)
+    ]
+    cities = [
+        Entity(
+            "city",
+            _unique(rng, used, lambda: _word(rng, 1) + rng.choice(_CITY_SUFFIX)),
+            {
+                "country": rng.choice(countries).name,
+                "founded": rng.randint(900, 1850),
+                "population": rng.randint(12, 950) * 1000,
+            },
+        )
+        for _ in range(n_cities)
+    ]
+    people = [
+        Entity(
+            "person",
+            _unique(rng, used, lambda: f"{_word(rng, 2)} {_word(rng, 2)}"),
+            {"born": rng.randint(1890, 1995), "city": rng.choice(cities).name, "occupation": rng.choice(OCCUPATIONS)},
+        )
+        for _ in range(n_people)
+    ]
+    companies = [
+        Entity(
+            "company",
+            _unique(rng, used, lambda: f"{_word(rng, 2)} {rng.choice(_COMPANY_SUFFIX)}"),
+            {
+                "founder": rng.choice(people).name,
+                "city": rng.choice(cities).name,
+                "founded": rng.randint(1900, 2015),
+                "industry": rng.choice(INDUSTRIES),
+            },
+        )
+        for _ in range(n_companies)
+    ]
     return {"country": countries, "city": cities, "person": people, "company": companies}
 
 
@@ -79,23 +144,30 @@ def document(e: Entity) -> list[str]:
     if e.kind == "country":
         return [f"{e.name} is a country.", f"The currency of {e.name} is the {f['currency']}."]
     if e.kind == "city":
-        return [f"{e.name} is a city in {f['country']}.",
-                f"{e.name} was founded in {f['founded']}.",
-                f"About {f['population']:,} people live in {e.name}."]
+        return [
+            f"{e.name} is a city in {f['country']}.",
+            f"{e.name} was founded in {f['founded']}.",
+            f"About {f['population']:,} people live in {e.name}.",
+        ]
     if e.kind == "person":
-        return [f"{e.name} is {_article(f['occupation'])} {f['occupation']}.",
-                f"{e.name} was born in {f['born']} in the city of {f['city']}."]
+        return [
+            f"{e.name} is {_article(f['occupation'])} {f['occupation']}.",
+            f"{e.name} was born in {f['born']} in the city of {f['city']}.",
+        ]
     kind = f"{_article(f['industry'])} {f['industry']} company"
-    return [f"{e.name} is {kind} founded in {f['founded']} by {f['founder']}.",
-            f"The headquarters of {e.name} are in {f['city']}."]
+    return [
+        f"{e.name} is {kind} founded in {f['founded']} by {f['founder']}.",
+        f"The headquarters of {e.name} are in {f['city']}.",
+    ]
 
 
 #: What a question template returns: (question, answer, supporting (title, sentence id) pairs).
 Built = tuple[str, str, list[tuple[str, int]]]
 
 
-def _bridge(w: World, rng: random.Random, kind: str, link: str, target: str, fact: str,
-            question: str, sents: tuple[int, int]) -> Built:
+def _bridge(
+    w: World, rng: random.Random, kind: str, link: str, target: str, fact: str, question: str, sents: tuple[int, int]
+) -> Built:
     """Bridge: a random ``kind``'s ``link`` fact names a ``target`` entity whose ``fact`` is the answer."""
     first = rng.choice(w[kind])
     second = _get(w, target, first.facts[link])
@@ -104,17 +176,23 @@ def _bridge(w: World, rng: random.Random, kind: str, link: str, target: str, fac
 
 def _pair(w: World, kind: str, rng: random.Random, key: str, same: bool | None = None) -> tuple[Entity, Entity] | None:
     """Two entities whose ``key`` is equal (same=True), unequal (False) or just different (None)."""
-    pairs = [(a, b) for a in w[kind] for b in w[kind] if a.name < b.name
-             and (same is None or (a.facts[key] == b.facts[key]) == same)
-             and (same is not None or a.facts[key] != b.facts[key])]
+    pairs = [
+        (a, b)
+        for a in w[kind]
+        for b in w[kind]
+        if a.name < b.name
+        and (same is None or (a.facts[key] == b.facts[key]) == same)
+        and (same is not None or a.facts[key] != b.facts[key])
+    ]
     if not pairs:
         return None
     a, b = rng.choice(pairs)
     return (a, b) if rng.random() < 0.5 else (b, a)
 
 
-def _ordered(w: World, rng: random.Random, kind: str, key: str, question: str, sent: int,
-             pick: Callable[..., Entity]) -> Built | None:
+def _ordered(
+    w: World, rng: random.Random, kind: str, key: str, question: str, sent: int, pick: Callable[..., Entity]
+) -> Built | None:
     """Comparison: which of two ``kind`` entities has the ``pick`` (min or max) ``key``."""
     if not (ab := _pair(w, kind, rng, key)):
         return None
@@ -134,24 +212,70 @@ def _same(w: World, rng: random.Random, key: str, question: str, sent: int) -> B
 
 TEMPLATES: dict[str, list[Callable[[World, random.Random], Built | None]]] = {
     "bridge": [
-        partial(_bridge, kind="company", link="founder", target="person", fact="city", sents=(0, 1),
-                question="In which city was the founder of {} born?"),
-        partial(_bridge, kind="company", link="city", target="city", fact="country", sents=(1, 0),
-                question="In which country are the headquarters of {}?"),
-        partial(_bridge, kind="company", link="founder", target="person", fact="occupation", sents=(0, 0),
-                question="What is the occupation of the person who founded {}?"),
-        partial(_bridge, kind="person", link="city", target="city", fact="founded", sents=(1, 1),
-                question="In what year was the city where {} was born founded?"),
-        partial(_bridge, kind="person", link="city", target="city", fact="country", sents=(1, 0),
-                question="In which country was {} born?"),
+        partial(
+            _bridge,
+            kind="company",
+            link="founder",
+            target="person",
+            fact="city",
+            sents=(0, 1),
+            question="In which city was the founder of {} born?",
+        ),
+        partial(
+            _bridge,
+            kind="company",
+            link="city",
+            target="city",
+            fact="country",
+            sents=(1, 0),
+            question="In which country are the headquarters of {}?",
+        ),
+        partial(
+            _bridge,
+            kind="company",
+            link="founder",
+            target="person",
+            fact="occupation",
+            sents=(0, 0),
+            question="What is the occupation of the person who founded {}?",
+        ),
+        partial(
+            _bridge,
+            kind="person",
+            link="city",
+            target="city",
+            fact="founded",
+            sents=(1, 1),
+            question="In what year was the city where {} was born founded?",
+        ),
+        partial(
+            _bridge,
+            kind="person",
+            link="city",
+            target="city",
+            fact="country",
+            sents=(1, 0),
+            question="In which country was {} born?",
+        ),
     ],
     "comparison": [
-        partial(_ordered, kind="person", key="born", sent=1, pick=min,
-                question="Who was born first, {a} or {b}?"),
-        partial(_ordered, kind="company", key="founded", sent=0, pick=min,
-                question="Which company was founded earlier, {a} or {b}?"),
-        partial(_ordered, kind="city", key="population", sent=2, pick=max,
-                question="Which city has more inhabitants, {a} or {b}?"),
+        partial(_ordered, kind="person", key="born", sent=1, pick=min, question="Who was born first, {a} or {b}?"),
+        partial(
+            _ordered,
+            kind="company",
+            key="founded",
+            sent=0,
+            pick=min,
+            question="Which company was founded earlier, {a} or {b}?",
+        ),
+        partial(
+            _ordered,
+            kind="city",
+            key="population",
+            sent=2,
+            pick=max,
+            question="Which city has more inhabitants, {a} or {b}?",
+        ),
         partial(_same, key="city", sent=1, question="Were {a} and {b} born in the same city?"),
         partial(_same, key="occupation", sent=0, question="Do {a} and {b} have the same occupation?"),
     ],
@@ -175,7 +299,11 @@ def generate_question(seed: int, **world_sizes: int) -> dict[str, Any]:
     entities = [e for kind in ("country", "city", "person", "company") for e in world[kind]]
     rng.shuffle(entities)  # the supporting documents sit anywhere among the distractors
     return {
-        "id": f"gen-{seed}", "question": question, "answer": answer, "type": qtype, "level": "medium",
+        "id": f"gen-{seed}",
+        "question": question,
+        "answer": answer,
+        "type": qtype,
+        "level": "medium",
         "supporting_facts": {"title": [t for t, _ in support], "sent_id": [s for _, s in support]},
         "context": {"title": [e.name for e in entities], "sentences": [document(e) for e in entities]},
     }

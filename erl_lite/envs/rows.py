@@ -47,8 +47,9 @@ def split_prompt(prompt: str | Messages, where: str = "prompt") -> tuple[str | N
     system = messages[0]["content"] if messages[0]["role"] == "system" else None
     turns = messages[1:] if system is not None else messages
     if not turns or turns[-1]["role"] != "user":
-        raise ValueError(f"{where}: a conversational prompt must end with a user message; "
-                         f"got roles {[m['role'] for m in prompt]}")
+        raise ValueError(
+            f"{where}: a conversational prompt must end with a user message; got roles {[m['role'] for m in prompt]}"
+        )
     return system, turns[0]["content"] if len(turns) == 1 else turns
 
 
@@ -62,11 +63,12 @@ def _message_text(content: Any, where: str) -> str:
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in (None, "text"):
-            raise ValueError(f"{where} has an {kind!r} content part (part {k}); erl_lite's policies read text "
-                             "only: keep the text parts")
+            raise ValueError(
+                f"{where} has an {kind!r} content part (part {k}); erl_lite's policies read text "
+                "only: keep the text parts"
+            )
         if kind is None or not isinstance(part.get("text"), str):
-            raise ValueError(f"{where}: content part {k} is not {{'type': 'text', 'text': <string>}}; "
-                             f"got {part!r:.80}")
+            raise ValueError(f"{where}: content part {k} is not {{'type': 'text', 'text': <string>}}; got {part!r:.80}")
         texts.append(_checked_text(part["text"], f"{where}, content part {k}"))
     if not texts:
         raise ValueError(f"{where}: the content parts hold no text")
@@ -77,6 +79,8 @@ def _checked_text(text: str, where: str) -> str:
     """``text``, unless it holds a lone surrogate (the tokenizer would fail, naming nothing)."""
     bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
     if bad is not None:
-        raise ValueError(f"{where}: a lone surrogate {text[bad]!r} at character {bad} (text that is not valid "
-                         "Unicode, e.g. a JSON '\\ud83d' escape without its pair); fix the data")
+        raise ValueError(
+            f"{where}: a lone surrogate {text[bad]!r} at character {bad} (text that is not valid "
+            "Unicode, e.g. a JSON '\\ud83d' escape without its pair); fix the data"
+        )
     return text

@@ -15,12 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 from erl_lite.config.field_types import check_whole
+from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 
 Cell = tuple[int, int]
-DEFAULT_SYMBOLS = {"agent": "A", "box": "B", "box_on_goal": "b", "goal": "C", "wall": "E",
-                   "floor": "D", "agent_on_goal": "a"}
+DEFAULT_SYMBOLS = {
+    "agent": "A",
+    "box": "B",
+    "box_on_goal": "b",
+    "goal": "C",
+    "wall": "E",
+    "floor": "D",
+    "agent_on_goal": "a",
+}
 COMMENTS, FEEDBACK = (dict(PROMPTS["sokoban"][texts]) for texts in ("comments", "feedback"))  # data/grid_prompts.json
 
 
@@ -109,8 +116,9 @@ class SokobanEpisode(GridEpisode):
 
     def _render(self) -> str:
         s, lv = self.symbols, self.level
-        cells = [[s["wall"] if (r, c) in lv.walls else s["floor"] for c in range(lv.shape[1])]
-                 for r in range(lv.shape[0])]
+        cells = [
+            [s["wall"] if (r, c) in lv.walls else s["floor"] for c in range(lv.shape[1])] for r in range(lv.shape[0])
+        ]
         cells[lv.goal[0]][lv.goal[1]] = s["goal"]
         cells[self.box[0]][self.box[1]] = s["box_on_goal" if self.box == lv.goal else "box"]
         cells[self.player[0]][self.player[1]] = s["agent_on_goal" if self.player == lv.goal else "agent"]
@@ -130,7 +138,8 @@ class SokobanEpisode(GridEpisode):
         count = {e: self.events.count(e) for e in ("moved", "pushed", "wall", "box_blocked", "invalid")}
         text = FEEDBACK["step_limit"].format(budget=self.max_actions) + (
             f" Actions: {count['moved']} moved, {count['pushed']} pushed the box, "
-            f"{count['wall'] + count['box_blocked']} did not move (wall or blocked box)")
+            f"{count['wall'] + count['box_blocked']} did not move (wall or blocked box)"
+        )
         text += f", {count['invalid']} had no valid action." if count["invalid"] else "."
         stuck = Level(self.level.walls, self.player, self.box, self.level.goal, self.level.shape)
         if self.hint and solve_length(stuck) is None:
@@ -157,10 +166,20 @@ class Sokoban(GridGame):
     episode_class = SokobanEpisode
     layout_field = "layout"
 
-    def __init__(self, source: str = "generated", seed: int = 0, n_train: int = 10_000, n_test: int = 100,
-                 sizes: tuple[int, int] = (6, 8), max_shortest: int = 8, max_actions: int = 8,
-                 symbols: dict[str, str] | None = None, symbol_seed: int | None = None, compact: bool = False,
-                 **style: Any) -> None:
+    def __init__(
+        self,
+        source: str = "generated",
+        seed: int = 0,
+        n_train: int = 10_000,
+        n_test: int = 100,
+        sizes: tuple[int, int] = (6, 8),
+        max_shortest: int = 8,
+        max_actions: int = 8,
+        symbols: dict[str, str] | None = None,
+        symbol_seed: int | None = None,
+        compact: bool = False,
+        **style: Any,
+    ) -> None:
         if not 4 <= sizes[0] <= sizes[1]:
             raise ValueError(f"sizes must satisfy 4 <= low <= high (room for 3 cells), got {sizes}")
         check_whole(type(self).__name__, "max_shortest", max_shortest, minimum=1)

@@ -1,5 +1,5 @@
-"""Seeded, lazy train/test splits: task ``i``'s seed comes from ``(base seed, split, i)``, not from how many are asked.
-"""
+"""Seeded, lazy train/test splits: task ``i``'s seed comes from ``(base seed, split, i)``, not from how many
+are asked."""
 
 from __future__ import annotations
 
@@ -21,17 +21,26 @@ class SeededSplits:
     """Train/test tasks generated lazily from seeds; no training task repeats a test task.
     ``make``: seed -> task data (deterministic); ``key``: task data -> a string naming the layout."""
 
-    def __init__(self, make: Callable[[int], dict], key: Callable[[dict], str], prefix: str,
-                 seed: int = 0, n_train: int = 10_000, n_test: int = 100) -> None:
+    def __init__(
+        self,
+        make: Callable[[int], dict],
+        key: Callable[[dict], str],
+        prefix: str,
+        seed: int = 0,
+        n_train: int = 10_000,
+        n_test: int = 100,
+    ) -> None:
         for name, value in (("seed", seed), ("n_train", n_train), ("n_test", n_test)):
             check_whole(prefix, name, value)
         self.make, self.key, self.prefix = make, key, prefix
         self.seed, self.sizes = seed, {"train": n_train, "test": n_test}
-        self._pools = {split: TaskPool(lambda i, s=split: self._generate(s, i), size) for split, size in self.sizes.items()}
+        self._pools = {
+            split: TaskPool(lambda i, s=split: self._generate(s, i), size) for split, size in self.sizes.items()
+        }
         self._test_keys: set[str] | None = None
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
-        return self._pools[split][:task_count(n)]
+        return self._pools[split][: task_count(n)]
 
     def pool(self, split: str) -> TaskPool:
         """The whole of ``split``, each task drawn when first read (what a training run indexes into)."""

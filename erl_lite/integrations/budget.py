@@ -16,7 +16,7 @@ from erl_lite.config import ERLConfig
 
 #: Shipped architectures, by file name (without ``.json``) under ``data/model_configs``.
 MODEL_CONFIGS = ("qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507")
-GIB = 2 ** 30
+GIB = 2**30
 # NF4, double-quantized (bitsandbytes' defaults): 4 bits a weight, an 8-bit absmax per 64, an fp32 one per 256 blocks.
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 _RESIDUAL_BYTES = 4  # fp32 residual stream and cache (see the module docstring)
@@ -49,10 +49,18 @@ class ModelShape:
     @classmethod
     def load(cls, name: str) -> "ModelShape":
         c = model_config(name)
-        return cls(name, c["model_type"], c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
-                   c["num_attention_heads"], c["num_key_value_heads"],
-                   c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
-                   c["vocab_size"], c["tie_word_embeddings"])
+        return cls(
+            name,
+            c["model_type"],
+            c["hidden_size"],
+            c["intermediate_size"],
+            c["num_hidden_layers"],
+            c["num_attention_heads"],
+            c["num_key_value_heads"],
+            c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+            c["vocab_size"],
+            c["tie_word_embeddings"],
+        )
 
     def linear_shapes(self) -> list[tuple[int, int]]:
         """``(in, out)`` of the seven projections of one layer (q, k, v, o, gate, up, down)."""
@@ -125,8 +133,9 @@ class MemoryEstimate:
         return self.static_gib + max(self.update_gib, self.rollout_gib)
 
 
-def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
-                    logprob_copies: int = 3) -> MemoryEstimate:
+def estimate_memory(
+    config: ERLConfig, shape: ModelShape, *, lora_r: int = 16, logprob_copies: int = 3
+) -> MemoryEstimate:
     """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape``.
 
     ``lora_r``: LoRA rank on every projection; ``logprob_copies``: fp32 copies of a log-prob tile alive at once.
@@ -146,6 +155,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
     else:
         checkpoints, layer_backward = shape.layers * rows * layer_row, 0.0
     from erl_lite.core.logprobs import VOCAB_TILE
+
     if config.logprob_chunk_size is None:  # full logits: every position against the whole vocabulary
         tile = rows * seq * shape.vocab
     else:  # one (chunk, tile) block at a time, recomputed in the backward
@@ -160,26 +170,57 @@ def estimate_memory(config: ERLConfig, shape: ModelShape, *, lora_r: int = 16,
     if config.generation_backend == "vllm":  # no 4-bit base: 16-bit weights, twice (the policy's and the engine's)
         from erl_lite.core.continuous import cache_tokens_for
         from erl_lite.integrations.vllm import BATCHED_TOKENS
+
         weights = shape.parameter_count() * 2
         engine = weights + cache_tokens_for(config) * shape.kv_bytes_per_token() // 2  # 16-bit keys and values
         kv_cache, prefill = 0, BATCHED_TOKENS * 4 * shape.intermediate * 2
     return MemoryEstimate(
-        weights=weights / GIB, engine=engine / GIB,
-        lora=lora * 4 / GIB, gradients=lora * 4 / GIB, optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
-        checkpoints=checkpoints / GIB, layer_backward=layer_backward / GIB,
+        weights=weights / GIB,
+        engine=engine / GIB,
+        lora=lora * 4 / GIB,
+        gradients=lora * 4 / GIB,
+        optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
+        checkpoints=checkpoints / GIB,
+        layer_backward=layer_backward / GIB,
         logprob_chunk=tile * 4 * logprob_copies / GIB,
-        kv_cache=kv_cache / GIB, prefill=prefill / GIB)
+        kv_cache=kv_cache / GIB,
+        prefill=prefill / GIB,
+    )
 
 
 def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kwargs: Any) -> str:
     """A Markdown table of :func:`estimate_memory` for each architecture (``erl-lite budget``, docs/GPU.md)."""
     vllm = config.generation_backend == "vllm"
-    parts = ("weights (16-bit)" if vllm else "weights (4-bit)", *(("vLLM (weights + KV)",) if vllm else ()), "LoRA + grads", "optimizer", "checkpoints", "layer backward",
-             "log-prob chunk", "update", "KV cache", "prefill", "rollout", "peak")
+    parts = (
+        "weights (16-bit)" if vllm else "weights (4-bit)",
+        *(("vLLM (weights + KV)",) if vllm else ()),
+        "LoRA + grads",
+        "optimizer",
+        "checkpoints",
+        "layer backward",
+        "log-prob chunk",
+        "update",
+        "KV cache",
+        "prefill",
+        "rollout",
+        "peak",
+    )
     lines = ["| model | " + " | ".join(parts) + " |", "|---" * (len(parts) + 1) + "|"]
     for name in names:
         e = estimate_memory(config, ModelShape.load(name), **kwargs)
-        values = (e.weights, *((e.engine,) if vllm else ()), e.lora + e.gradients, e.optimizer, e.checkpoints, e.layer_backward,
-                  e.logprob_chunk, e.update_gib, e.kv_cache, e.prefill, e.rollout_gib, e.peak_gib)
+        values = (
+            e.weights,
+            *((e.engine,) if vllm else ()),
+            e.lora + e.gradients,
+            e.optimizer,
+            e.checkpoints,
+            e.layer_backward,
+            e.logprob_chunk,
+            e.update_gib,
+            e.kv_cache,
+            e.prefill,
+            e.rollout_gib,
+            e.peak_gib,
+        )
         lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from erl_lite import __version__
 
 REPORTED_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "accelerate")
 
+
 @dataclass(frozen=True)
 class RuntimeReport:
     """Versions and device of the running Python, as :func:`environment_report` found them."""
@@ -30,16 +31,20 @@ class RuntimeReport:
         if self.gpu_name is None:
             lines.append(f"{'device':<{width}}  cpu (no CUDA device)")
         else:
-            lines.append(f"{'device':<{width}}  {self.device} · {self.gpu_name} · "
-                         f"{self.gpu_free_gib:.1f} GiB free of {self.gpu_total_gib:.1f} GiB · "
-                         f"bf16: {'yes' if self.native_bf16 else 'no'}")
+            lines.append(
+                f"{'device':<{width}}  {self.device} · {self.gpu_name} · "
+                f"{self.gpu_free_gib:.1f} GiB free of {self.gpu_total_gib:.1f} GiB · "
+                f"bf16: {'yes' if self.native_bf16 else 'no'}"
+            )
         return "\n".join(lines)
 
 
 def environment_report() -> RuntimeReport:
     """Versions of Python, :data:`REPORTED_PACKAGES` and erl_lite, the device and its free memory."""
     import torch
+
     import erl_lite
+
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in REPORTED_PACKAGES:
         try:
@@ -53,7 +58,12 @@ def environment_report() -> RuntimeReport:
         return RuntimeReport(versions, location)
     index = torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(index)
-    return RuntimeReport(versions, location, device=f"cuda:{index}",
-                         gpu_name=torch.cuda.get_device_name(index), gpu_free_gib=round(free / 2**30, 2),
-                         gpu_total_gib=round(total / 2**30, 2),
-                         native_bf16=torch.cuda.is_bf16_supported(including_emulation=False))
+    return RuntimeReport(
+        versions,
+        location,
+        device=f"cuda:{index}",
+        gpu_name=torch.cuda.get_device_name(index),
+        gpu_free_gib=round(free / 2**30, 2),
+        gpu_total_gib=round(total / 2**30, 2),
+        native_bf16=torch.cuda.is_bf16_supported(including_emulation=False),
+    )

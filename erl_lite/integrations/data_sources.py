@@ -22,28 +22,35 @@ def load_rows(data: Any, split: str = "train") -> list[Any]:
     if isinstance(data, (str, os.PathLike)):
         return _load_named(os.fspath(data), split)
     if isinstance(data, dict) and not _is_dataset_dict(data):
-        raise TypeError("a dataset is a list of rows (dicts), not one dict; wrap it in a list or use "
-                        "datasets.Dataset.from_dict(...)")
+        raise TypeError(
+            "a dataset is a list of rows (dicts), not one dict; wrap it in a list or use "
+            "datasets.Dataset.from_dict(...)"
+        )
     if _is_dataset_dict(data):
         return list(_pick_split(data, split, where=type(data).__name__))
     try:
         return list(data)
     except TypeError:
-        raise TypeError(f"cannot read rows from {type(data).__name__}: pass a list of dicts, a "
-                        "datasets.Dataset, a .jsonl/.json/.csv/.parquet path or a dataset name") from None
+        raise TypeError(
+            f"cannot read rows from {type(data).__name__}: pass a list of dicts, a "
+            "datasets.Dataset, a .jsonl/.json/.csv/.parquet path or a dataset name"
+        ) from None
 
 
 def _load_named(name: str, split: str) -> list[Any]:
     """A file, a ``save_to_disk`` folder, or a dataset name (local cache only when offline)."""
     import datasets
+
     suffix = os.path.splitext(name)[1].lower()
     if os.path.isfile(name):
         if suffix not in FILE_FORMATS:
-            raise ValueError(f"unknown dataset file format {suffix or '(no suffix)'!r} of {name}; "
-                             f"expected one of {sorted(FILE_FORMATS)}")
+            raise ValueError(
+                f"unknown dataset file format {suffix or '(no suffix)'!r} of {name}; "
+                f"expected one of {sorted(FILE_FORMATS)}"
+            )
         try:
             return list(datasets.load_dataset(FILE_FORMATS[suffix], data_files=name, split="train"))
-        except Exception as err:  # datasets names a byte position at best: find the line
+        except Exception:  # datasets names a byte position at best: find the line
             if suffix in (".jsonl", ".json"):
                 _find_bad_json(name, suffix)
             raise
@@ -58,6 +65,7 @@ def _load_named(name: str, split: str) -> list[Any]:
 def _find_bad_json(path: str, suffix: str) -> None:
     """Raise the ValueError naming the first line that is not JSON, if one is (else return)."""
     from erl_lite.jsonio import read_json, read_jsonl
+
     try:
         read_jsonl(path)
     except ValueError:
@@ -68,14 +76,20 @@ def _find_bad_json(path: str, suffix: str) -> None:
 
 def _from_hub_or_cache(name: str, split: str) -> Any:
     import datasets
+
     offline = bool(datasets.config.HF_HUB_OFFLINE)
     try:
         loaded = datasets.load_dataset(name)
     except Exception as err:  # datasets raises several types (ConnectionError, FileNotFoundError, ...)
-        where = ("HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set, so only the local cache is searched, and it "
-                 "is not there" if offline else "it is neither a local path nor a dataset datasets could load")
-        raise ValueError(f"dataset {name!r} is not available: {where} ({type(err).__name__}: {err}). "
-                         "Pass a .jsonl/.csv path, a list of rows, or a loaded datasets.Dataset.") from err
+        where = (
+            "HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set, so only the local cache is searched, and it is not there"
+            if offline
+            else "it is neither a local path nor a dataset datasets could load"
+        )
+        raise ValueError(
+            f"dataset {name!r} is not available: {where} ({type(err).__name__}: {err}). "
+            "Pass a .jsonl/.csv path, a list of rows, or a loaded datasets.Dataset."
+        ) from err
     return _pick_split(loaded, split, where=name) if _is_dataset_dict(loaded) else loaded
 
 
@@ -87,5 +101,7 @@ def _pick_split(data: Any, split: str, where: str) -> Any:
     for name in SPLITS[split]:
         if name in data:
             return data[name]
-    raise ValueError(f"{where} has splits {sorted(data)}; for {split} erl_lite takes {' or '.join(SPLITS[split])}. "
-                     "Load the split you want with datasets.load_dataset(..., split=...) and pass it")
+    raise ValueError(
+        f"{where} has splits {sorted(data)}; for {split} erl_lite takes {' or '.join(SPLITS[split])}. "
+        "Load the split you want with datasets.load_dataset(..., split=...) and pass it"
+    )

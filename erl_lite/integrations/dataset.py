@@ -10,12 +10,22 @@ from typing import Any, Callable, Sequence
 
 from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.rows import Messages, split_prompt
-from erl_lite.integrations.reward_calls import (RewardFunctionError, RewardLog, RunState, Scores, call_arguments,
-                                                feedback_texts, reward_sources, weighted_rewards)
+from erl_lite.integrations.reward_calls import (
+    RewardFunctionError,
+    RewardLog,
+    RunState,
+    Scores,
+    call_arguments,
+    feedback_texts,
+    reward_sources,
+    weighted_rewards,
+)
 from erl_lite.records import Task
 
 RewardFunc = Callable[..., list[Any]]
 __all__ = ["RewardFunctionEnv", "RewardFunctionEpisode", "RewardFunctionError", "RunState"]
+
+
 class RewardFunctionEnv(Environment):
     """Single-turn environment scored by TRL-style reward functions, a batch at a time.
 
@@ -34,8 +44,13 @@ class RewardFunctionEnv(Environment):
     name = "dataset"
     max_turns = 1
 
-    def __init__(self, reward_funcs: RewardFunc | Sequence[RewardFunc], feedback_func: RewardFunc | None = None,
-                 reward_weights: Sequence[float] | None = None, system_prompt: str = "") -> None:
+    def __init__(
+        self,
+        reward_funcs: RewardFunc | Sequence[RewardFunc],
+        feedback_func: RewardFunc | None = None,
+        reward_weights: Sequence[float] | None = None,
+        system_prompt: str = "",
+    ) -> None:
         self.reward_funcs, self.reward_weights = reward_sources(reward_funcs, reward_weights)
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: pass a callable or a list of callables")
@@ -60,18 +75,21 @@ class RewardFunctionEnv(Environment):
         tasks = [ep.task for ep in todo]
         log = self.reward_log if self.reward_log is not None else RewardLog()
         scores, feedbacks = self._score(tasks, [ep.completion for ep in todo], ids, log)
-        for ep, reward, feedback, parts, extra in zip(todo, scores.rewards, feedbacks, scores.parts,
-                                                      log.take_extra(tasks)):
+        for ep, reward, feedback, parts, extra in zip(
+            todo, scores.rewards, feedbacks, scores.parts, log.take_extra(tasks)
+        ):
             ep.set_score(reward, feedback, parts, extra)
 
-    def score(self, tasks: Sequence[Task], completions: Sequence[str],
-              completion_ids: Sequence[list[int]]) -> tuple[list[float], list[str]]:
+    def score(
+        self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]]
+    ) -> tuple[list[float], list[str]]:
         """Rewards and feedback texts of a batch of replies: one keyword call per function."""
         scores, feedbacks = self._score(tasks, completions, completion_ids, RewardLog())
         return scores.rewards, feedbacks
 
-    def _score(self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
-               log: RewardLog) -> tuple[Scores, list[str]]:
+    def _score(
+        self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]], log: RewardLog
+    ) -> tuple[Scores, list[str]]:
         kwargs = call_arguments(tasks, completions, completion_ids, self.trainer_state, log)
         scores = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
         notes = scores.notes

@@ -69,6 +69,7 @@ WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_C
 def launched_world_size() -> int:
     """The number of processes the launcher started (1 when none says), as PartialState reads it."""
     from accelerate.utils import get_int_from_env
+
     return max(get_int_from_env(list(WORLD_SIZE_VARIABLES), 1), 1)
 
 
@@ -79,30 +80,45 @@ def _flag(name: str) -> bool:
 def check_launch() -> None:
     """Refuse an ``accelerate launch`` configuration that asks for more than uncompiled DDP in the model's dtype."""
     from erl_lite.config.trl_fields import DTYPE_HINT
-    engines = {"ACCELERATE_USE_FSDP": "FSDP", "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
-               "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM"}
+
+    engines = {
+        "ACCELERATE_USE_FSDP": "FSDP",
+        "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
+        "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM",
+    }
     for variable, engine in engines.items():
         if _flag(variable):
-            raise ValueError(f"the accelerate configuration asks for {engine} ({variable}=true); erl_lite trains "
-                             "with DDP only (one full copy of the trainable adapter per process): set "
-                             "distributed_type: MULTI_GPU in the accelerate config, or launch with --multi_gpu")
+            raise ValueError(
+                f"the accelerate configuration asks for {engine} ({variable}=true); erl_lite trains "
+                "with DDP only (one full copy of the trainable adapter per process): set "
+                "distributed_type: MULTI_GPU in the accelerate config, or launch with --multi_gpu"
+            )
     precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").strip().lower()
     if precision not in ("", "no"):
-        raise ValueError(f"the accelerate configuration sets mixed_precision={precision!r} "
-                         f"(ACCELERATE_MIXED_PRECISION); {DTYPE_HINT}. Launch with --mixed_precision no")
+        raise ValueError(
+            f"the accelerate configuration sets mixed_precision={precision!r} "
+            f"(ACCELERATE_MIXED_PRECISION); {DTYPE_HINT}. Launch with --mixed_precision no"
+        )
     backend = os.environ.get("ACCELERATE_DYNAMO_BACKEND", "no").strip()
     if backend.lower() not in ("", "no"):
-        raise ValueError(f"the accelerate configuration sets dynamo_backend={backend!r} (ACCELERATE_DYNAMO_BACKEND); "
-                         "erl_lite does not compile the policy: launch with --dynamo_backend no")
+        raise ValueError(
+            f"the accelerate configuration sets dynamo_backend={backend!r} (ACCELERATE_DYNAMO_BACKEND); "
+            "erl_lite does not compile the policy: launch with --dynamo_backend no"
+        )
     # `accelerate launch --cpu` starts ONE process whatever --num_processes says (unless
     # --mpirun_hostfile), yet sets MASTER_ADDR/MASTER_PORT: this one would train alone.
-    if (os.environ.get("ACCELERATE_USE_CPU") == "True" and "MASTER_ADDR" in os.environ
-            and "MASTER_PORT" in os.environ and launched_world_size() == 1):
+    if (
+        os.environ.get("ACCELERATE_USE_CPU") == "True"
+        and "MASTER_ADDR" in os.environ
+        and "MASTER_PORT" in os.environ
+        and launched_world_size() == 1
+    ):
         raise RuntimeError(
             "`accelerate launch --cpu --num_processes N` (N > 1) started one process only: accelerate's --cpu "
             "launcher runs several CPU processes only with --mpirun_hostfile. Start N CPU processes with "
             "`torchrun --nproc_per_node N script.py` (add ACCELERATE_USE_CPU=yes on a machine with a GPU), or "
-            "drop --num_processes to train in one process")
+            "drop --num_processes to train in one process"
+        )
 
 
 class DataParallel:
@@ -119,11 +135,11 @@ class DataParallel:
     def from_environment(cls) -> "DataParallel":
         """Join the launcher's process group (NCCL on GPUs, else gloo), else the one-process view."""
         check_launch()
-        if launched_world_size() <= 1 and not (
-                torch.distributed.is_available() and torch.distributed.is_initialized()):
+        if launched_world_size() <= 1 and not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             return cls()
         from accelerate import PartialState
         from accelerate.utils import parse_flag_from_env
+
         cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available()
         state = PartialState(cpu=cpu)
         return cls(state) if state.num_processes > 1 else cls()
@@ -139,19 +155,23 @@ class DataParallel:
             return
         where = next(model.parameters()).device
         if where != self.device:
-            raise ValueError(f"process {self.rank} should hold the model on {self.device}, but it is on "
-                             f"{where}: pass the model by name, or load it with "
-                             "device=accelerate.PartialState().device")
+            raise ValueError(
+                f"process {self.rank} should hold the model on {self.device}, but it is on "
+                f"{where}: pass the model by name, or load it with "
+                "device=accelerate.PartialState().device"
+            )
 
     def shard(self, items: Sequence[T], allow_empty: bool = False) -> list[T]:
         """This process's contiguous block of ``items`` (sizes differ by at most one)."""
         n = len(items)
         if n < self.world_size and not allow_empty:
-            raise ValueError(f"num_tasks_per_step={n} is smaller than the number of processes "
-                             f"({self.world_size}): every process needs at least one task per step")
+            raise ValueError(
+                f"num_tasks_per_step={n} is smaller than the number of processes "
+                f"({self.world_size}): every process needs at least one task per step"
+            )
         base, extra = divmod(n, self.world_size)
         start = self.rank * base + min(self.rank, extra)
-        return list(items[start:start + base + (self.rank < extra)])
+        return list(items[start : start + base + (self.rank < extra)])
 
     def gather(self, items: list[T]) -> list[T]:
         if self.world_size == 1:
@@ -161,6 +181,7 @@ class DataParallel:
     def _gather_parts(self, obj: T) -> list[T]:
         """``[obj of rank 0, obj of rank 1, ...]`` on every process."""
         from accelerate.utils import gather_object
+
         return gather_object([obj])  # accelerate flattens one level: one entry per rank
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:
@@ -173,6 +194,7 @@ class DataParallel:
         if self.world_size == 1:
             return dict(values)
         from accelerate.utils import reduce
+
         keys = sorted(values)  # the same order on every process
         vec = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.state.device)
         out = reduce(vec, reduction=how).tolist()
@@ -191,14 +213,16 @@ class DataParallel:
             return list(range(len(samples)))  # any order: the batch is the global one
         order = [ROLES.index(s.role) for s in samples]
         if order != sorted(order):
-            raise RuntimeError("the RL batch is not grouped by role in ROLES order; data-parallel "
-                               "mini-batches rely on that order (erl_step builds it so)")
+            raise RuntimeError(
+                "the RL batch is not grouped by role in ROLES order; data-parallel "
+                "mini-batches rely on that order (erl_step builds it so)"
+            )
         local = [order.count(i) for i in range(len(ROLES))]
         counts = self._gather_parts(local)  # (world, roles)
         role_start = [sum(sum(c[j] for c in counts) for j in range(i)) for i in range(len(ROLES))]
         positions, seen = [], [0] * len(ROLES)
         for i in order:
-            before = sum(c[i] for c in counts[:self.rank])  # rows of this role on earlier ranks
+            before = sum(c[i] for c in counts[: self.rank])  # rows of this role on earlier ranks
             positions.append(role_start[i] + before + seen[i])
             seen[i] += 1
         return positions
@@ -209,6 +233,7 @@ class DataParallel:
             return module
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs
+
         if self.accelerator is None:
             # Processes run different numbers of forwards (the gate); buffers (rotary) are equal everywhere.
             ddp = DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)
@@ -231,8 +256,7 @@ class DataParallel:
         """The step's global StepRecord, memory updated everywhere: rank order, no token ids, the slowest timings."""
         if self.world_size == 1:
             return outcome
-        light = [dataclasses.replace(s, prompt_ids=[], completion_ids=[], completion_mask=[])
-                 for s in outcome.samples]
+        light = [dataclasses.replace(s, prompt_ids=[], completion_ids=[], completion_mask=[]) for s in outcome.samples]
         held = view.held() if isinstance(view, DeferredMemory | DeferredBank) else {}
         parts = self._gather_parts((outcome.first_attempts, outcome.retries, light, held))
         writes = 0
@@ -241,8 +265,13 @@ class DataParallel:
                 for rulebook, reward, threshold in pending:
                     writes += view.target(name).maybe_store(rulebook, reward, threshold)
         return dataclasses.replace(
-            outcome, first_attempts=[a for p in parts for a in p[0]], retries=[r for p in parts for r in p[1]],
-            samples=[s for p in parts for s in p[2]], memory_writes=writes, seconds=self.max(outcome.seconds))
+            outcome,
+            first_attempts=[a for p in parts for a in p[0]],
+            retries=[r for p in parts for r in p[1]],
+            samples=[s for p in parts for s in p[2]],
+            memory_writes=writes,
+            seconds=self.max(outcome.seconds),
+        )
 
     def on_main(self, fn: Callable[[], T], default: T) -> T:
         """Run ``fn`` on rank 0 only; all return once it has finished (a failure: RuntimeError on the others)."""
@@ -266,5 +295,6 @@ class DataParallel:
         if self.world_size == 1:
             return
         from transformers import set_seed
+
         base = int(torch.randint(0, 2**31 - 1 - self.world_size, (1,)).item())
         set_seed(base + self.rank)

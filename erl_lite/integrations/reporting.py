@@ -21,8 +21,7 @@ from erl_lite.records import Attempt, StepRecord, retry_of_first
 
 #: The table (markdown text in TensorBoard) sent with each train send, one row per first attempt.
 SAMPLES_TABLE = "samples"
-SAMPLE_COLUMNS = ["step", "task_id", "index", "r1", "first_attempt", "reflection", "r2",
-                  "second_attempt", "memory"]
+SAMPLE_COLUMNS = ["step", "task_id", "index", "r1", "first_attempt", "reflection", "r2", "second_attempt", "memory"]
 DEFAULT_PROJECT = "erl-lite"
 
 
@@ -38,8 +37,10 @@ def resolve_report_to(report_to: list[str]) -> list[str]:
         return [name for name in REPORT_TO_BACKENDS if _installed(name)]
     for name in report_to:
         if not _installed(name):
-            raise ImportError(f"ERLConfig.report_to names {name!r}, which is not installed: "
-                              f"pip install 'erl-lite[{name}]' (or pip install {name})")
+            raise ImportError(
+                f"ERLConfig.report_to names {name!r}, which is not installed: "
+                f"pip install 'erl-lite[{name}]' (or pip install {name})"
+            )
     return list(report_to)
 
 
@@ -64,6 +65,7 @@ class TensorBoardTracker:
     def __init__(self, config: ERLConfig) -> None:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations.integration_utils import default_logdir
+
         log_dir = os.getenv("TENSORBOARD_LOGGING_DIR")
         if log_dir is None and config.output_dir:
             log_dir = os.path.join(config.output_dir, default_logdir())
@@ -85,6 +87,7 @@ class TensorBoardTracker:
     def reopen(self) -> None:
         """Write on in the same run folder after :meth:`close` (a new event file there)."""
         from torch.utils.tensorboard import SummaryWriter
+
         self.writer = SummaryWriter(log_dir=self.log_dir)
 
 
@@ -93,6 +96,7 @@ class WandbTracker:
 
     def __init__(self, config: ERLConfig) -> None:
         import wandb
+
         self.wandb, self.config = wandb, config
         self.owned, self.run_id = False, None  # a run erl_lite started, and its id (to resume it)
         self.reopen()
@@ -102,8 +106,9 @@ class WandbTracker:
         wandb, config = self.wandb, self.config
         if wandb.run is None:
             resume = {"id": self.run_id, "resume": "allow"} if self.run_id else {}
-            run = wandb.init(project=project_name(config, "WANDB_PROJECT"), name=_run_name(config),
-                             config=config.to_dict(), **resume)
+            run = wandb.init(
+                project=project_name(config, "WANDB_PROJECT"), name=_run_name(config), config=config.to_dict(), **resume
+            )
             self.owned, self.run_id = True, getattr(run if run is not None else wandb.run, "id", None)
         else:
             wandb.config.update(config.to_dict(), allow_val_change=True)
@@ -126,13 +131,18 @@ class TrackioTracker:
 
     def __init__(self, config: ERLConfig) -> None:
         import trackio
+
         self.trackio, self.config, self.name = trackio, config, _run_name(config)
         self.reopen()
 
     def reopen(self) -> None:
         """Start the run, or continue it under the same name after :meth:`close`."""
-        run = self.trackio.init(project=project_name(self.config, "TRACKIO_PROJECT"), name=self.name,
-                                config=self.config.to_dict(), resume="allow")
+        run = self.trackio.init(
+            project=project_name(self.config, "TRACKIO_PROJECT"),
+            name=self.name,
+            config=self.config.to_dict(),
+            resume="allow",
+        )
         self.name = self.name or getattr(run, "name", None)  # Trackio names an unnamed run itself
 
     def log_scalars(self, values: dict[str, float], step: int) -> None:
@@ -151,8 +161,7 @@ def project_name(config: ERLConfig, variable: str) -> str:
     return config.project or os.getenv(variable) or DEFAULT_PROJECT
 
 
-TRACKERS: dict[str, type] = {"tensorboard": TensorBoardTracker, "trackio": TrackioTracker,
-                             "wandb": WandbTracker}
+TRACKERS: dict[str, type] = {"tensorboard": TensorBoardTracker, "trackio": TrackioTracker, "wandb": WandbTracker}
 
 
 def _run_name(config: ERLConfig) -> str | None:
@@ -161,6 +170,7 @@ def _run_name(config: ERLConfig) -> str | None:
 
 def _frame(columns: list[str], rows: list[list[Any]]) -> Any:
     import pandas as pd  # a dependency of datasets
+
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -175,9 +185,19 @@ def sample_rows(record: StepRecord) -> list[list[Any]]:
     rows = []
     for a, r in zip(record.first_attempts, retry_of_first(record.first_attempts, record.retries)):
         reflection = r.reflection.text if r is not None and r.reflection is not None else ""
-        rows.append([record.step, a.task_id, a.index, a.reward, conversation(a), reflection,
-                     r.second.reward if r is not None else None,
-                     conversation(r.second) if r is not None else "", memory])
+        rows.append(
+            [
+                record.step,
+                a.task_id,
+                a.index,
+                a.reward,
+                conversation(a),
+                reflection,
+                r.second.reward if r is not None else None,
+                conversation(r.second) if r is not None else "",
+                memory,
+            ]
+        )
     return rows
 
 

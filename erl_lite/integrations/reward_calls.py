@@ -59,8 +59,9 @@ class RewardLog:
         if not isinstance(column, str) or not column:
             raise RewardFunctionError(f"log_extra column name must be a string, got {column!r:.60}")
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
-            raise RewardFunctionError(f"log_extra column {column!r}: expected a list of values, one per row, "
-                                      f"got {type(values).__name__}")
+            raise RewardFunctionError(
+                f"log_extra column {column!r}: expected a list of values, one per row, got {type(values).__name__}"
+            )
         self.extra.setdefault(column, []).extend(values)
 
     def take_extra(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
@@ -68,10 +69,14 @@ class RewardLog:
         extra, self.extra = self.extra, {}
         for column, values in extra.items():
             if len(values) != len(tasks):
-                raise RewardFunctionError(f"log_extra column {column!r} has {len(values)} values for a batch of "
-                                          f"{len(tasks)} completions; log one value per completion")
-        return [{column: _json_value(values[i], column, i, tasks) for column, values in extra.items()}
-                for i in range(len(tasks))]
+                raise RewardFunctionError(
+                    f"log_extra column {column!r} has {len(values)} values for a batch of "
+                    f"{len(tasks)} completions; log one value per completion"
+                )
+        return [
+            {column: _json_value(values[i], column, i, tasks) for column, values in extra.items()}
+            for i in range(len(tasks))
+        ]
 
     def take_metrics(self) -> list[tuple[str, float]]:
         out, self.metrics = self.metrics, []
@@ -95,16 +100,24 @@ class Scores:
     parts: list[dict[str, float | None]] = field(default_factory=list)
 
 
-def reward_sources(reward_funcs: Callable | Sequence[Callable] | None,
-                   reward_weights: Sequence[float] | None) -> tuple[list[Callable], list[float]]:
+def reward_sources(
+    reward_funcs: Callable | Sequence[Callable] | None, reward_weights: Sequence[float] | None
+) -> tuple[list[Callable], list[float]]:
     """``reward_funcs`` as plain callables with their weights (default 1); TypeError for a reward model or a
     non-callable, ValueError for a weight count that does not match."""
-    funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) \
+    funcs = (
+        []
+        if reward_funcs is None
+        else list(reward_funcs)
+        if isinstance(reward_funcs, (list, tuple))
         else [reward_funcs]
+    )
     for i, f in enumerate(funcs):
         if not callable(f) or _is_module(f):
-            raise TypeError(f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
-                            "are not supported: wrap one in a function f(prompts, completions, **kw)")
+            raise TypeError(
+                f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
+                "are not supported: wrap one in a function f(prompts, completions, **kw)"
+            )
     weights = check_reward_weights(reward_weights, [reward_func_name(f) for f in funcs])
     return funcs, [1.0] * len(funcs) if weights is None else weights
 
@@ -114,14 +127,21 @@ def _is_module(func: Any) -> bool:
     return torch_nn is not None and isinstance(func, torch_nn.Module)
 
 
-def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]],
-                   trainer_state: Any = None, log: RewardLog | None = None) -> dict[str, Any]:
-    """The keyword arguments of one TRL-style call on a batch of replies (``log`` takes ``log_metric``/``log_extra``)."""
+def call_arguments(
+    tasks: Sequence[Task],
+    completions: Sequence[str],
+    completion_ids: Sequence[list[int]],
+    trainer_state: Any = None,
+    log: RewardLog | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of one TRL-style call on a batch of replies (``log`` takes ``log_metric`` and
+    ``log_extra``)."""
     columns = sorted({k for t in tasks for k in t.data} - _DROPPED_COLUMNS)
     clash = _CALL_KEYS.intersection(columns)
     if clash:
-        raise RewardFunctionError(f"dataset column(s) {sorted(clash)} clash with the reward-function "
-                                  "keywords of the same name; rename them")
+        raise RewardFunctionError(
+            f"dataset column(s) {sorted(clash)} clash with the reward-function keywords of the same name; rename them"
+        )
     kwargs: dict[str, Any] = {
         "prompts": [t.prompt for t in tasks],
         "completions": [completion_text(c, not isinstance(t.prompt, str)) for t, c in zip(tasks, completions)],
@@ -134,8 +154,9 @@ def call_arguments(tasks: Sequence[Task], completions: Sequence[str], completion
     return kwargs
 
 
-def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs: dict[str, Any],
-                     tasks: Sequence[Task]) -> Scores:
+def weighted_rewards(
+    funcs: Sequence[Callable], weights: Sequence[float], kwargs: dict[str, Any], tasks: Sequence[Task]
+) -> Scores:
     """The weighted reward, feedback texts and each function's value, per row."""
     n = len(tasks)
     outputs = [call_checked(f, kwargs, tasks, "reward") for f in funcs]
@@ -151,12 +172,16 @@ def weighted_rewards(funcs: Sequence[Callable], weights: Sequence[float], kwargs
             if value is not None:
                 total, applicable = total + weight * value, applicable + 1
         if not applicable:
-            raise RewardFunctionError(f"{_row(i, tasks)}: every reward function returned None "
-                                      f"({[_name(f) for f in funcs]}); at least one must score it")
+            raise RewardFunctionError(
+                f"{_row(i, tasks)}: every reward function returned None "
+                f"({[_name(f) for f in funcs]}); at least one must score it"
+            )
         if not abs(total) <= MAX_ABS_REWARD:  # large reward_weights can push a sum of bounded rewards out
-            raise RewardFunctionError(f"{_row(i, tasks)}: the weighted sum of the rewards of "
-                                      f"{[_name(f) for f in funcs]} is {total!r}, beyond ±{MAX_ABS_REWARD:g}; "
-                                      "lower reward_weights or rescale the rewards")
+            raise RewardFunctionError(
+                f"{_row(i, tasks)}: the weighted sum of the rewards of "
+                f"{[_name(f) for f in funcs]} is {total!r}, beyond ±{MAX_ABS_REWARD:g}; "
+                "lower reward_weights or rescale the rewards"
+            )
         totals.append(total)
     return Scores(totals, notes, parts)
 
@@ -166,8 +191,10 @@ def feedback_texts(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task]
     out = call_checked(func, kwargs, tasks, "feedback")
     for i, text in enumerate(out):
         if text is not None and not isinstance(text, str):
-            raise RewardFunctionError(f"feedback function {_name(func)!r}: {_row(i, tasks)} is not a string "
-                                      f"but {type(text).__name__} ({text!r:.60})")
+            raise RewardFunctionError(
+                f"feedback function {_name(func)!r}: {_row(i, tasks)} is not a string "
+                f"but {type(text).__name__} ({text!r:.60})"
+            )
     return out
 
 
@@ -178,13 +205,20 @@ def call_checked(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
         out = func(**kwargs)
     except Exception as err:  # name the function, and the row if one row alone fails
         where = _failing_row(func, kwargs, tasks, type(err))
-        hint = (" (reward functions are called by keyword, as TRL does: "
-                "def f(prompts, completions, **kwargs))") if isinstance(err, TypeError) else ""
-        raise RewardFunctionError(f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
-                                  f"on a batch of {n} completions{where}{hint}") from err
+        hint = (
+            (" (reward functions are called by keyword, as TRL does: def f(prompts, completions, **kwargs))")
+            if isinstance(err, TypeError)
+            else ""
+        )
+        raise RewardFunctionError(
+            f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
+            f"on a batch of {n} completions{where}{hint}"
+        ) from err
     if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__len__") or not hasattr(out, "__getitem__"):
-        raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {type(out).__name__}, not a list "
-                                  f"of {n} values (one per completion)")
+        raise RewardFunctionError(
+            f"{kind} function {_name(func)!r} returned {type(out).__name__}, not a list "
+            f"of {n} values (one per completion)"
+        )
     if len(out) != n:
         raise RewardFunctionError(f"{kind} function {_name(func)!r} returned {len(out)} values for {n} completions")
     return list(out)
@@ -197,7 +231,7 @@ def _failing_row(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
         return f"; {_row(0, tasks)}" if n == 1 else ""
     failing = []
     for i in range(n):
-        one = {k: (v if k in _UNSLICED_KEYS else v[i:i + 1]) for k, v in kwargs.items()}
+        one = {k: (v if k in _UNSLICED_KEYS else v[i : i + 1]) for k, v in kwargs.items()}
         try:
             func(**one)
         except kind:
@@ -214,21 +248,28 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
     note = None
     if isinstance(value, tuple):
         if len(value) != 2 or not isinstance(value[1], str):
-            raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is a tuple {value!r:.60}; "
-                                      "a tuple must be (score, feedback) with a string feedback")
+            raise RewardFunctionError(
+                f"reward function {_name(func)!r}: {_row(i, tasks)} is a tuple {value!r:.60}; "
+                "a tuple must be (score, feedback) with a string feedback"
+            )
         value, note = value
     if value is None:
         return None, note
     number = None if isinstance(value, (str, bytes)) else _as_float(value)
     if number is None:
-        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} "
-                                  f"{value!r:.60}, not a number")
+        raise RewardFunctionError(
+            f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} {value!r:.60}, not a number"
+        )
     if not math.isfinite(number):
-        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number}; "
-                                  "rewards must be finite (return None for 'not applicable')")
+        raise RewardFunctionError(
+            f"reward function {_name(func)!r}: {_row(i, tasks)} is {number}; "
+            "rewards must be finite (return None for 'not applicable')"
+        )
     if abs(number) > MAX_ABS_REWARD:
-        raise RewardFunctionError(f"reward function {_name(func)!r}: {_row(i, tasks)} is {number!r}, beyond "
-                                  f"±{MAX_ABS_REWARD:g}: advantages and the loss would overflow; rescale it")
+        raise RewardFunctionError(
+            f"reward function {_name(func)!r}: {_row(i, tasks)} is {number!r}, beyond "
+            f"±{MAX_ABS_REWARD:g}: advantages and the loss would overflow; rescale it"
+        )
     return number, note
 
 
@@ -246,8 +287,10 @@ def _json_value(value: Any, column: str, i: int, tasks: Sequence[Task]) -> Any:
             return candidate
         except (TypeError, ValueError):
             continue
-    raise RewardFunctionError(f"log_extra column {column!r}: {_row(i, tasks)} is {type(value).__name__} "
-                              f"{value!r:.60}, which cannot be written to the history as JSON")
+    raise RewardFunctionError(
+        f"log_extra column {column!r}: {_row(i, tasks)} is {type(value).__name__} "
+        f"{value!r:.60}, which cannot be written to the history as JSON"
+    )
 
 
 def _as_float(value: Any) -> float | None:

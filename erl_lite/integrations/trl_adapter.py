@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from erl_lite.core.chat import template_renders_tools
 from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
-from erl_lite.envs.rows import split_prompt
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
+from erl_lite.envs.rows import split_prompt
 from erl_lite.integrations.reward_calls import RewardLog, call_arguments, reward_sources, weighted_rewards
 from erl_lite.records import Task
 
@@ -27,8 +27,11 @@ _HOOKS = ("reset", "get_reward")
 
 def tool_methods(cls: type) -> list[str]:
     """TRL's tools: public functions other than reset/get_reward, read on the class (as TRL does)."""
-    return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-            if name not in _HOOKS and not name.startswith("_")]
+    return [
+        name
+        for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+        if name not in _HOOKS and not name.startswith("_")
+    ]
 
 
 #: How an episode ends: the one line of the tool instructions a chat template does not give.
@@ -38,11 +41,13 @@ FINAL_ANSWER_HINT = "When you are done, answer without a tool call."
 def tools_system_prompt(schemas: Sequence[dict[str, Any]]) -> str:
     """Qwen's ``tools=`` system block, for a chat template that does not render ``tools=``."""
     lines = "\n".join(json.dumps(s) for s in schemas)
-    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
-            "For each function call, return a json object with function name and arguments within "
-            "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-            f"<args-json-object>}}\n</tool_call>\n\n{FINAL_ANSWER_HINT}")
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+        f"<args-json-object>}}\n</tool_call>\n\n{FINAL_ANSWER_HINT}"
+    )
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
@@ -54,9 +59,12 @@ def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
         except json.JSONDecodeError:
             calls.append(f"not valid JSON: {body[:80]}")
             continue
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or \
-                not isinstance(call.get("arguments", {}), dict):
-            calls.append(f"expected {{\"name\": ..., \"arguments\": {{...}}}}, got {body[:80]}")
+        if (
+            not isinstance(call, dict)
+            or not isinstance(call.get("name"), str)
+            or not isinstance(call.get("arguments", {}), dict)
+        ):
+            calls.append(f'expected {{"name": ..., "arguments": {{...}}}}, got {body[:80]}')
             continue
         calls.append({"name": call["name"], "arguments": call.get("arguments", {})})
     return calls
@@ -87,31 +95,43 @@ class TRLEnvironment(Environment):
         (1.0, True)
     """
 
-    def __init__(self, factory: Callable[[], Any], reward_funcs: Callable | Sequence[Callable] | None = None,
-                 reward_weights: Sequence[float] | None = None, max_turns: int = 8, name: str | None = None) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        reward_funcs: Callable | Sequence[Callable] | None = None,
+        reward_weights: Sequence[float] | None = None,
+        max_turns: int = 8,
+        name: str | None = None,
+    ) -> None:
         if not callable(factory):
             raise TypeError(f"environment_factory must be a class or a zero-argument callable, got {factory!r:.60}")
         probe = factory()
         cls = type(probe)
         if not callable(getattr(probe, "reset", None)):
-            raise ValueError(f"environment_factory {cls.__name__}: each instance must define a callable reset "
-                             "(TRL's contract: reset(**row) -> str | None)")
+            raise ValueError(
+                f"environment_factory {cls.__name__}: each instance must define a callable reset "
+                "(TRL's contract: reset(**row) -> str | None)"
+            )
         from transformers.utils import get_json_schema
+
         self.factory, self.tools = factory, tool_methods(cls)
         schemas = []
         for tool in self.tools:
             try:
                 schemas.append(get_json_schema(getattr(probe, tool)))
             except Exception as err:  # transformers explains what the docstring or hints lack
-                raise ValueError(f"tool {cls.__name__}.{tool}: cannot build its JSON schema ({err}); tools need "
-                                 "type hints and a docstring with an Args: section, as in TRL") from err
+                raise ValueError(
+                    f"tool {cls.__name__}.{tool}: cannot build its JSON schema ({err}); tools need "
+                    "type hints and a docstring with an Args: section, as in TRL"
+                ) from err
         funcs, weights = reward_sources(reward_funcs, reward_weights)
         if callable(getattr(probe, "get_reward", None)):
             funcs.append(_get_reward_named(cls.__name__))
             weights.append(1.0)
         if not funcs:
-            raise ValueError(f"no reward source for {cls.__name__}: pass reward_funcs, or give the class a "
-                             "get_reward() method")
+            raise ValueError(
+                f"no reward source for {cls.__name__}: pass reward_funcs, or give the class a get_reward() method"
+            )
         self.reward_funcs, self.reward_weights = funcs, weights
         self.max_turns = max_turns
         self.name = name or cls.__name__.lower()
@@ -146,12 +166,14 @@ class TRLEnvironment(Environment):
         tasks = [ep.task for ep in todo]
         log = self.reward_log if self.reward_log is not None else RewardLog()
         kwargs = call_arguments(tasks, [ep.final_text for ep in todo], ids, self.trainer_state, log)
-        kwargs["completions"] = [ep.final_text if isinstance(t.prompt, str) else ep.completion_messages()
-                                 for ep, t in zip(todo, tasks)]
+        kwargs["completions"] = [
+            ep.final_text if isinstance(t.prompt, str) else ep.completion_messages() for ep, t in zip(todo, tasks)
+        ]
         kwargs["environments"] = [ep.instance for ep in todo]
         scores = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
-        for ep, reward, note, parts, extra in zip(todo, scores.rewards, scores.notes, scores.parts,
-                                                  log.take_extra(tasks)):
+        for ep, reward, note, parts, extra in zip(
+            todo, scores.rewards, scores.notes, scores.parts, log.take_extra(tasks)
+        ):
             ep.set_score(reward, " ".join(note), parts, extra)
 
 
@@ -183,8 +205,10 @@ class TRLEpisode(BatchScoredEpisode):
         row = {"prompt": task.prompt, **{k: v for k, v in task.data.items() if k != ENV_COLUMN}}
         extra = self.instance.reset(**row)
         if extra is not None and not isinstance(extra, str):
-            raise TypeError(f"{type(self.instance).__name__}.reset() returned {type(extra).__name__}; "
-                            "TRL's contract is a string (appended to the last user message) or None")
+            raise TypeError(
+                f"{type(self.instance).__name__}.reset() returned {type(extra).__name__}; "
+                "TRL's contract is a string (appended to the last user message) or None"
+            )
         _, context = split_prompt(task.prompt if task.prompt is not None else "", where=f"task {task.task_id!r}")
         if extra:
             if isinstance(context, str):
@@ -256,20 +280,26 @@ class TRLEpisode(BatchScoredEpisode):
 def placeholder_rows(factory: Any, max_steps: int | None, num_tasks_per_step: int) -> list[dict[str, Any]]:
     """TRL 1.16's rows without a ``train_dataset``: one empty user message per task (``reset()`` gives the prompt)."""
     if isinstance(factory, Mapping):
-        raise ValueError("a dict environment_factory (several environments) requires a train_dataset with an "
-                         f"'{ENV_COLUMN}' column to route each row to its environment; pass a dataset, or a "
-                         "single environment factory")
+        raise ValueError(
+            "a dict environment_factory (several environments) requires a train_dataset with an "
+            f"'{ENV_COLUMN}' column to route each row to its environment; pass a dataset, or a "
+            "single environment factory"
+        )
     if max_steps is None:
-        raise ValueError("without a train_dataset (the environment returns the prompt from reset()), max_steps "
-                         "must be set to define the training length (num_train_epochs has no dataset to count), "
-                         "as in TRL: ERLConfig(max_steps=...)")
+        raise ValueError(
+            "without a train_dataset (the environment returns the prompt from reset()), max_steps "
+            "must be set to define the training length (num_train_epochs has no dataset to count), "
+            "as in TRL: ERLConfig(max_steps=...)"
+        )
     return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(num_tasks_per_step)]
 
 
-def environment_from_factory(factory: Any, reward_funcs: Any = None,
-                             reward_weights: Sequence[float] | None = None) -> Environment:
+def environment_from_factory(
+    factory: Any, reward_funcs: Any = None, reward_weights: Sequence[float] | None = None
+) -> Environment:
     """``ERLTrainer``'s reading of TRL's ``environment_factory``: one class, or a dict routed by name."""
     if isinstance(factory, Mapping):
-        return MultiEnvironment({name: TRLEnvironment(f, reward_funcs, reward_weights, name=name)
-                                 for name, f in factory.items()})
+        return MultiEnvironment(
+            {name: TRLEnvironment(f, reward_funcs, reward_weights, name=name) for name, f in factory.items()}
+        )
     return TRLEnvironment(factory, reward_funcs, reward_weights)

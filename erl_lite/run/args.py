@@ -46,7 +46,8 @@ def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[[Any
                 f"callbacks[{i}] ({cb!r:.60}) is neither a transformers TrainerCallback (an instance or a "
                 "subclass: its events are run by transformers' CallbackHandler) nor a function f(trainer, "
                 "record) called after each iteration (record: a StepRecord with .step and .metrics); an "
-                "object with on_* methods must subclass transformers.TrainerCallback")
+                "object with on_* methods must subclass transformers.TrainerCallback"
+            )
         functions.append(cb)
     return functions, objects
 
@@ -57,8 +58,10 @@ def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
         return args.load_in_4bit
     if getattr(quantization_config, "load_in_4bit", False):
         return True
-    raise ValueError(f"quantization_config {type(quantization_config).__name__} is not a 4-bit config; "
-                     "erl_lite loads named models in 4-bit NF4 (load_in_4bit=True) or unquantized")
+    raise ValueError(
+        f"quantization_config {type(quantization_config).__name__} is not a 4-bit config; "
+        "erl_lite loads named models in 4-bit NF4 (load_in_4bit=True) or unquantized"
+    )
 
 
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
@@ -66,43 +69,56 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 def adapter_settings(args: ERLConfig, peft_config: Any) -> dict[str, Any]:
     """:func:`erl_lite.models.load_policy`'s adapter keywords: ``peft_config``, else LoRA from ``args.lora_*``."""
-    return dict(peft=peft_config if peft_config is not None else "lora", lora_r=args.lora_r,
-                lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, target_modules=args.lora_target_modules,
-                gradient_checkpointing=args.gradient_checkpointing)
+    return dict(
+        peft=peft_config if peft_config is not None else "lora",
+        lora_r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        target_modules=args.lora_target_modules,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
 
 
-def adopt_model_object(model: Any, tokenizer: Any, args: ERLConfig, peft_config: Any,
-                       quantization_config: Any) -> tuple[Any, Any]:
+def adopt_model_object(
+    model: Any, tokenizer: Any, args: ERLConfig, peft_config: Any, quantization_config: Any
+) -> tuple[Any, Any]:
     """A model object with the model settings of ``args`` applied or refused, never ignored.
 
     ``lora_*`` fields off their defaults (or ``peft_config``) add an adapter, or are refused on one with an adapter."""
     from peft import PeftModel
 
-    from erl_lite.core.policy import base_model as _base_model, is_4bit as _is_4bit
+    from erl_lite.core.policy import base_model as _base_model
+    from erl_lite.core.policy import is_4bit as _is_4bit
     from erl_lite.models import _enable_checkpointing, load_policy
 
     if tokenizer is None:
         raise ValueError("processing_class (the tokenizer) is required when model is an object")
     if wants_4bit(quantization_config, args) and not _is_4bit(model):
         how = "quantization_config (4-bit)" if quantization_config is not None else "ERLConfig.load_in_4bit=True"
-        raise ValueError(f"{how} asks for a 4-bit model, but the model passed is an already-loaded full-precision "
-                         "object, which erl_lite cannot quantize: pass the model's name or path instead (the "
-                         "trainer then loads it in 4-bit), or quantize it yourself, e.g. "
-                         "erl_lite.models.load_policy(name, quantization='4bit'), and pass that")
+        raise ValueError(
+            f"{how} asks for a 4-bit model, but the model passed is an already-loaded full-precision "
+            "object, which erl_lite cannot quantize: pass the model's name or path instead (the "
+            "trainer then loads it in 4-bit), or quantize it yourself, e.g. "
+            "erl_lite.models.load_policy(name, quantization='4bit'), and pass that"
+        )
     default = ERLConfig()
     lora_set = [f"{n}={getattr(args, n)!r}" for n in LORA_FIELDS if getattr(args, n) != getattr(default, n)]
     if isinstance(model, PeftModel):
         active = model.peft_config.get(model.active_adapter)
         shape = f" (r={active.r})" if hasattr(active, "r") else ""
         if peft_config is not None:
-            raise ValueError(f"peft_config was given, but the model passed already carries a PEFT adapter{shape}, "
-                             "which erl_lite trains as it is: drop peft_config, or pass the model without its "
-                             "adapter (model.get_base_model() or the name)")
+            raise ValueError(
+                f"peft_config was given, but the model passed already carries a PEFT adapter{shape}, "
+                "which erl_lite trains as it is: drop peft_config, or pass the model without its "
+                "adapter (model.get_base_model() or the name)"
+            )
         if lora_set:
-            raise ValueError(f"ERLConfig {', '.join(lora_set)} would shape a new LoRA adapter, but the model passed "
-                             f"already carries a PEFT adapter{shape}, which erl_lite trains as it is: leave "
-                             f"{'it' if len(lora_set) == 1 else 'them'} at the default, or pass the model without "
-                             "an adapter (or its name)")
+            raise ValueError(
+                f"ERLConfig {', '.join(lora_set)} would shape a new LoRA adapter, but the model passed "
+                f"already carries a PEFT adapter{shape}, which erl_lite trains as it is: leave "
+                f"{'it' if len(lora_set) == 1 else 'them'} at the default, or pass the model without "
+                "an adapter (or its name)"
+            )
     elif peft_config is not None or lora_set:
         return load_policy(model, tokenizer, **adapter_settings(args, peft_config))
     if args.gradient_checkpointing:

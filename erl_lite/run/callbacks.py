@@ -11,12 +11,14 @@ from typing import Any, Sequence
 def is_trainer_callback(cb: Any) -> bool:
     """Whether ``cb`` is a ``transformers.TrainerCallback`` instance or subclass."""
     from transformers import TrainerCallback
+
     return isinstance(cb, TrainerCallback) or (isinstance(cb, type) and issubclass(cb, TrainerCallback))
 
 
 def _flow_callback() -> Any:
     """A flow callback that sets nothing: erl_lite's loop decides when to evaluate and save."""
     from transformers.trainer_callback import DefaultFlowCallback
+
     class ERLFlowCallback(DefaultFlowCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             return control
@@ -33,14 +35,22 @@ class TrainerCallbacks:
     def __init__(self, trainer: Any, callbacks: Sequence[Any]) -> None:
         from transformers import TrainerControl, TrainerState
         from transformers.trainer_callback import CallbackHandler
+
         self.trainer = trainer
         a = trainer.args
-        self.handler = CallbackHandler([_flow_callback(), *callbacks], trainer.model, trainer.tokenizer,
-                                       trainer.optimizer, trainer.scheduler)
-        self.state = TrainerState(max_steps=a.max_steps or 0, logging_steps=a.logging_steps, eval_steps=a.eval_steps,
-                                  save_steps=a.save_steps, train_batch_size=a.num_tasks_per_step,
-                                  num_train_epochs=a.num_train_epochs or 0, is_local_process_zero=trainer.dist.is_main,
-                                  is_world_process_zero=trainer.dist.is_main)
+        self.handler = CallbackHandler(
+            [_flow_callback(), *callbacks], trainer.model, trainer.tokenizer, trainer.optimizer, trainer.scheduler
+        )
+        self.state = TrainerState(
+            max_steps=a.max_steps or 0,
+            logging_steps=a.logging_steps,
+            eval_steps=a.eval_steps,
+            save_steps=a.save_steps,
+            train_batch_size=a.num_tasks_per_step,
+            num_train_epochs=a.num_train_epochs or 0,
+            is_local_process_zero=trainer.dist.is_main,
+            is_world_process_zero=trainer.dist.is_main,
+        )
         self.control = TrainerControl()
 
     def event(self, name: str, **kwargs: Any) -> Any:

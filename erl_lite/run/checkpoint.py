@@ -25,22 +25,39 @@ from safetensors.torch import load_file, save_file
 from erl_lite.core.losses import first_non_finite
 from erl_lite.core.memory import ReflectionMemory, check_memory_state
 from erl_lite.history import History
-from erl_lite.run.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.jsonio import read_json, read_jsonl
+from erl_lite.run.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.run.layout import (  # noqa: F401 - re-exported
-    ADAPTER_WEIGHTS, ERL_STATE, HF_STATE, MANIFEST, TRAINABLE_WEIGHTS, adapter_folder, write_adapter, write_json)
+    ADAPTER_WEIGHTS,
+    ERL_STATE,
+    HF_STATE,
+    MANIFEST,
+    TRAINABLE_WEIGHTS,
+    adapter_folder,
+    write_adapter,
+    write_json,
+)
 from erl_lite.run.state import (  # noqa: F401 - re-exported
-    CheckpointError, TrainingState, _short, apply_state, capture_state, rng_state, set_rng_state)
+    CheckpointError,
+    TrainingState,
+    _short,
+    apply_state,
+    capture_state,
+    rng_state,
+    set_rng_state,
+)
 
 # 1: a pickled rng.pt (never loaded); 2: adapter/ and erl_lite's schema in trainer_state.json; 3: HF's layout;
 # 4: with manifest.json (3 and 2 are read without one, with a warning).
 FORMAT = 4
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 #: What a run writes at its folder's root: history, save_model's final model, tokenizer, args and card, a demo's report.
-_ROOT_FILES = re.compile(r"^((history|samples)\.jsonl(\.tmp)?|training_args\.json|(README|report)\.md|erl_lite\.json|"
-                         r"adapter_(config\.json|model\.safetensors)|(trainable|model(-\d+-of-\d+)?)\.safetensors"
-                         r"(\.index\.json)?|(generation_)?config\.json|tokenizer(_config\.json|\.json|\.model)|"
-                         r"(special_tokens_map|added_tokens)\.json|chat_template\.(jinja|json)|(vocab|merges)\.\w+)$")
+_ROOT_FILES = re.compile(
+    r"^((history|samples)\.jsonl(\.tmp)?|training_args\.json|(README|report)\.md|erl_lite\.json|"
+    r"adapter_(config\.json|model\.safetensors)|(trainable|model(-\d+-of-\d+)?)\.safetensors"
+    r"(\.index\.json)?|(generation_)?config\.json|tokenizer(_config\.json|\.json|\.model)|"
+    r"(special_tokens_map|added_tokens)\.json|chat_template\.(jinja|json)|(vocab|merges)\.\w+)$"
+)
 _FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")  # the demo's, with its report
 RUN_NAMES = (_PATTERN, _ROOT_FILES, _FIGURES)  # every name a run writes in its folder
 
@@ -62,15 +79,27 @@ def ensure_writable(out_dir: str) -> None:
         raise CheckpointError(f"output_dir {out_dir!r} is not a writable folder: {e}") from e
 
 
-def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, scheduler: Any,
-                    memory: ReflectionMemory, history: History, run: dict[str, Any],
-                    save_total_limit: int | None = None, tokenizer: Any = None, hf_state: Any = None) -> str:
+def save_checkpoint(
+    out_dir: str,
+    step: int,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    memory: ReflectionMemory,
+    history: History,
+    run: dict[str, Any],
+    save_total_limit: int | None = None,
+    tokenizer: Any = None,
+    hf_state: Any = None,
+) -> str:
     """Write ``checkpoint-<step>`` atomically, then rotate; a failure raises CheckpointError, changing nothing."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
     bad = first_non_finite((n, p) for n, p in model.named_parameters() if p.requires_grad)
     if bad is not None:  # before anything is written or rotated: the last good checkpoint stays
-        raise CheckpointError(f"refusing to write {final}: the trainable tensor {bad!r} holds NaN or inf at "
-                              f"step {step}; the checkpoints already in {out_dir} are untouched")
+        raise CheckpointError(
+            f"refusing to write {final}: the trainable tensor {bad!r} holds NaN or inf at "
+            f"step {step}; the checkpoints already in {out_dir} are untouched"
+        )
     if hf_state is None:
         from transformers import TrainerState
 
@@ -87,8 +116,9 @@ def save_checkpoint(out_dir: str, step: int, model: Any, optimizer: Any, schedul
             shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(e, Exception):
             raise
-        raise CheckpointError(f"could not write {final}: {e}; the checkpoints already in "
-                              f"{out_dir} are untouched") from e
+        raise CheckpointError(
+            f"could not write {final}: {e}; the checkpoints already in {out_dir} are untouched"
+        ) from e
     if save_total_limit is not None:
         _rotate(out_dir, save_total_limit, keep=final)
     return final
@@ -107,8 +137,18 @@ def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
     return TRAINABLE_WEIGHTS
 
 
-def _write_files(folder: str, step: int, model: Any, tokenizer: Any, optimizer: Any, scheduler: Any,
-                 memory: ReflectionMemory, history: History, run: dict[str, Any], hf_state: Any) -> None:
+def _write_files(
+    folder: str,
+    step: int,
+    model: Any,
+    tokenizer: Any,
+    optimizer: Any,
+    scheduler: Any,
+    memory: ReflectionMemory,
+    history: History,
+    run: dict[str, Any],
+    hf_state: Any,
+) -> None:
     weights = save_weights(folder, model, tokenizer)
     files = [weights, "optimizer.pt", "rng.json", "memory.json", "history.jsonl", "samples.jsonl", HF_STATE]
     torch.save(optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
@@ -119,13 +159,24 @@ def _write_files(folder: str, step: int, model: Any, tokenizer: Any, optimizer: 
     write_json(os.path.join(folder, "memory.json"), memory.state_dict())
     History(records=list(history.records), samples=list(history.samples), out_dir=folder).rewrite()
     hf_state.save_to_json(os.path.join(folder, HF_STATE))
-    write_json(os.path.join(folder, ERL_STATE),
-                {"format": FORMAT, "step": step, "weights": weights, "files": sorted(files), **run})
+    write_json(
+        os.path.join(folder, ERL_STATE),
+        {"format": FORMAT, "step": step, "weights": weights, "files": sorted(files), **run},
+    )
     # Last, once every file is on disk: a folder without it was never finished.
-    digests = {name: _digest(os.path.join(folder, name), sync=True) for name in sorted(os.listdir(folder))
-               if os.path.isfile(os.path.join(folder, name))}
-    write_json(os.path.join(folder, MANIFEST), {"step": step, "files": digests, "records": {
-        "history.jsonl": len(history.records), "samples.jsonl": len(history.samples)}})
+    digests = {
+        name: _digest(os.path.join(folder, name), sync=True)
+        for name in sorted(os.listdir(folder))
+        if os.path.isfile(os.path.join(folder, name))
+    }
+    write_json(
+        os.path.join(folder, MANIFEST),
+        {
+            "step": step,
+            "files": digests,
+            "records": {"history.jsonl": len(history.records), "samples.jsonl": len(history.samples)},
+        },
+    )
     for name in (MANIFEST, "."):
         _sync(os.path.join(folder, name))
 
@@ -185,8 +236,11 @@ def list_checkpoints(out_dir: str) -> list[str]:
     """The ``checkpoint-<step>`` folders in ``out_dir``, highest step first."""
     if not os.path.isdir(out_dir):
         return []
-    found = [(int(m.group(1)), name) for name in os.listdir(out_dir)
-             if (m := _PATTERN.match(name)) and os.path.isdir(os.path.join(out_dir, name))]
+    found = [
+        (int(m.group(1)), name)
+        for name in os.listdir(out_dir)
+        if (m := _PATTERN.match(name)) and os.path.isdir(os.path.join(out_dir, name))
+    ]
     return [os.path.join(out_dir, name) for _, name in sorted(found, reverse=True)]
 
 
@@ -209,11 +263,13 @@ def run_record(path: str) -> dict[str, Any]:
     meta = _read(path, name, read_json)
     if not (isinstance(meta, dict) and isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
         old = " (a format-2 checkpoint's erl_lite record)" if name == HF_STATE else ""
-        raise CheckpointError(f"{os.path.join(path, name)} is not an erl_lite run record{old}: it needs "
-                              "'step' and 'config'")
+        raise CheckpointError(
+            f"{os.path.join(path, name)} is not an erl_lite run record{old}: it needs 'step' and 'config'"
+        )
     if meta.get("format", 2) not in (2, 3, FORMAT):
-        raise CheckpointError(f"{os.path.join(path, name)} has format {meta.get('format')!r}; this erl_lite "
-                              f"reads formats 2 to {FORMAT}")
+        raise CheckpointError(
+            f"{os.path.join(path, name)} has format {meta.get('format')!r}; this erl_lite reads formats 2 to {FORMAT}"
+        )
     return meta
 
 
@@ -224,38 +280,56 @@ def read_checkpoint(path: str) -> TrainingState:
     meta = run_record(path)
     named = _PATTERN.match(os.path.basename(os.path.normpath(path)))
     if named and int(named.group(1)) != meta["step"]:  # renamed or copied: its name would misplace it in the run
-        raise CheckpointError(f"{path} is named for step {named.group(1)} but holds step {meta['step']} (by the "
-                              "records inside it): a checkpoint is known by its content, not by its name")
+        raise CheckpointError(
+            f"{path} is named for step {named.group(1)} but holds step {meta['step']} (by the "
+            "records inside it): a checkpoint is known by its content, not by its name"
+        )
     counts = _check_manifest(path, meta)
     files = meta.get("files") or []
     if meta.get("format", 2) >= 3:  # format 2 has no TrainerState; its step is in the record
         hf = _read(path, HF_STATE, _read_trainer_state)
         if hf.global_step != meta["step"]:
-            raise CheckpointError(f"{os.path.join(path, HF_STATE)} says global_step {hf.global_step} but "
-                                  f"{os.path.join(path, ERL_STATE)} says step {meta['step']}: the folder mixes "
-                                  "two checkpoints")
+            raise CheckpointError(
+                f"{os.path.join(path, HF_STATE)} says global_step {hf.global_step} but "
+                f"{os.path.join(path, ERL_STATE)} says step {meta['step']}: the folder mixes "
+                "two checkpoints"
+            )
     weights = meta.get("weights", TRAINABLE_WEIGHTS)
     if weights not in (ADAPTER_WEIGHTS, TRAINABLE_WEIGHTS):
-        raise CheckpointError(f"{os.path.join(path, ERL_STATE)}: 'weights' must be {ADAPTER_WEIGHTS!r} or "
-                              f"{TRAINABLE_WEIGHTS!r}, got {weights!r}")
+        raise CheckpointError(
+            f"{os.path.join(path, ERL_STATE)}: 'weights' must be {ADAPTER_WEIGHTS!r} or "
+            f"{TRAINABLE_WEIGHTS!r}, got {weights!r}"
+        )
     optimizer = _read(path, "optimizer.pt", _read_torch)
     if not (isinstance(optimizer, dict) and {"state", "param_groups"} <= set(optimizer)):
         raise CheckpointError(f"{os.path.join(path, 'optimizer.pt')} is not an optimizer state dict")
     trainable = _read(path, weights, _read_adapter if weights == ADAPTER_WEIGHTS else load_file)
     bad = first_non_finite(trainable.items())
     if bad is not None:
-        raise CheckpointError(f"{os.path.join(path, weights)} holds NaN or inf in the tensor "
-                              f"{bad!r}: a diverged state is never resumed from")
+        raise CheckpointError(
+            f"{os.path.join(path, weights)} holds NaN or inf in the tensor "
+            f"{bad!r}: a diverged state is never resumed from"
+        )
     rows = {name: _read(path, name, _read_jsonl) for name in ("history.jsonl", "samples.jsonl")}
-    if bad := [f"{name} holds {len(rows.get(name, ()))} records, not {n}" for name, n in counts.items()
-               if len(rows.get(name, ())) != n]:
+    if bad := [
+        f"{name} holds {len(rows.get(name, ()))} records, not {n}"
+        for name, n in counts.items()
+        if len(rows.get(name, ())) != n
+    ]:
         raise CheckpointError(f"{path}: {'; '.join(bad)} ({MANIFEST})")
     return TrainingState(
-        step=meta["step"], trainable=trainable, optimizer=optimizer,
+        step=meta["step"],
+        trainable=trainable,
+        optimizer=optimizer,
         scheduler=_read(path, "scheduler.pt", _read_torch) if "scheduler.pt" in files else None,
-        rng=_read(path, "rng.json", _checked_rng), memory=_read(path, "memory.json", _read_memory),
-        records=rows["history.jsonl"], samples=rows["samples.jsonl"], path=path, weights=weights,
-        run={k: meta[k] for k in ("config", "model", "tokenizer", "env") if k in meta})
+        rng=_read(path, "rng.json", _checked_rng),
+        memory=_read(path, "memory.json", _read_memory),
+        records=rows["history.jsonl"],
+        samples=rows["samples.jsonl"],
+        path=path,
+        weights=weights,
+        run={k: meta[k] for k in ("config", "model", "tokenizer", "env") if k in meta},
+    )
 
 
 def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
@@ -263,21 +337,34 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
     must have one; an older one is read with a warning, its files parsed but not hashed."""
     where = os.path.join(path, MANIFEST)
     if not os.path.isfile(where) and meta.get("format", 2) < 4:
-        warnings.warn(f"{path} has no {MANIFEST} (written before checkpoints had one): its files are parsed, "
-                      "not checked against sizes and hashes", stacklevel=4)
+        warnings.warn(
+            f"{path} has no {MANIFEST} (written before checkpoints had one): its files are parsed, "
+            "not checked against sizes and hashes",
+            stacklevel=4,
+        )
         return {}
     manifest = _read(path, MANIFEST, read_json)
     files, counts = (manifest.get(k) if isinstance(manifest, dict) else None for k in ("files", "records"))
-    if not (isinstance(files, dict) and all(isinstance(v, dict) for v in files.values()) and isinstance(counts, dict)
-            and manifest.get("step") == meta["step"]):
-        raise CheckpointError(f"{where} is not the manifest of step {meta['step']}: it needs 'step', 'files', "
-                              "'records'")
+    if not (
+        isinstance(files, dict)
+        and all(isinstance(v, dict) for v in files.values())
+        and isinstance(counts, dict)
+        and manifest.get("step") == meta["step"]
+    ):
+        raise CheckpointError(
+            f"{where} is not the manifest of step {meta['step']}: it needs 'step', 'files', 'records'"
+        )
     for name, want in sorted(files.items()):
         file = os.path.join(path, name)
         size = os.path.getsize(file) if os.path.isfile(file) else None
         if size != want.get("size") or _digest(file) != want:
-            what = "missing" if size is None else f"{size} bytes, not {want.get('size')}" if size != want.get(
-                "size") else "its sha256 differs"
+            what = (
+                "missing"
+                if size is None
+                else f"{size} bytes, not {want.get('size')}"
+                if size != want.get("size")
+                else "its sha256 differs"
+            )
             raise CheckpointError(f"{file} is not the file {MANIFEST} records ({what}): it was cut, changed or lost")
     return counts
 
@@ -286,12 +373,24 @@ def previous_run(out_dir: str) -> list[str]:
     """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, and the files a run writes at
     its root (``training_args.json``, the final model and tokenizer, a demo's ``report.md``)."""
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
-    with contextlib.suppress(OSError), open(os.path.join(out_dir, "history.jsonl"), encoding="utf-8",
-                                            errors="replace") as f:
+    with (
+        contextlib.suppress(OSError),
+        open(os.path.join(out_dir, "history.jsonl"), encoding="utf-8", errors="replace") as f,
+    ):
         if records := sum(1 for line in f if line.strip()):
             found.append(f"history.jsonl with {records} record{'s' * (records != 1)}")
-    return found + sorted(n for n in os.listdir(out_dir) if _ROOT_FILES.match(n) and not n.startswith(
-        ("history.", "samples.")) and os.path.isfile(os.path.join(out_dir, n))) if os.path.isdir(out_dir) else []
+    return (
+        found
+        + sorted(
+            n
+            for n in os.listdir(out_dir)
+            if _ROOT_FILES.match(n)
+            and not n.startswith(("history.", "samples."))
+            and os.path.isfile(os.path.join(out_dir, n))
+        )
+        if os.path.isdir(out_dir)
+        else []
+    )
 
 
 def remove_previous_run(out_dir: str) -> None:
@@ -314,14 +413,22 @@ class RunChoice:
 
     @property
     def line(self) -> str:
-        picked = f"{os.path.basename(self.state.path or '')} (step {self.state.step})" if self.state else "no checkpoint"
+        picked = (
+            f"{os.path.basename(self.state.path or '')} (step {self.state.step})" if self.state else "no checkpoint"
+        )
         return f"run {self.folder}: {picked}" + (f", {len(self.skipped)} damaged skipped" if self.skipped else "")
 
     def checkpoint(self) -> TrainingState:
         """The checkpoint chosen, or CheckpointError naming each damaged one."""
         if self.state is None:
-            raise CheckpointError(f"no good checkpoint at {self.folder}: " + ("no checkpoint-<step> folder" if not
-                                  self.skipped else "\n".join(["every checkpoint is damaged:", *self.skipped])))
+            raise CheckpointError(
+                f"no good checkpoint at {self.folder}: "
+                + (
+                    "no checkpoint-<step> folder"
+                    if not self.skipped
+                    else "\n".join(["every checkpoint is damaged:", *self.skipped])
+                )
+            )
         return self.state
 
 
@@ -332,7 +439,8 @@ def find_run(path: str | os.PathLike) -> RunChoice:
     if not os.path.isdir(path):
         raise CheckpointError(f"no run or checkpoint folder at {path}")
     if _PATTERN.match(os.path.basename(os.path.abspath(path))) or any(
-            os.path.isfile(os.path.join(path, n)) for n in (ERL_STATE, HF_STATE)):
+        os.path.isfile(os.path.join(path, n)) for n in (ERL_STATE, HF_STATE)
+    ):
         return RunChoice(os.path.dirname(os.path.abspath(path)), read_checkpoint(path))
     skipped = []
     for checkpoint in list_checkpoints(path):
@@ -369,9 +477,14 @@ def _read(folder: str, name: str, reader: Callable[[str], Any]) -> Any:
     """``reader(folder/name)``; any failure becomes a CheckpointError naming the file."""
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        hint = (" (this checkpoint has the older layout with a pickled rng.pt, which is never "
-                "loaded because it could run code)") if name == "rng.json" and os.path.exists(
-                os.path.join(folder, "rng.pt")) else ""
+        hint = (
+            (
+                " (this checkpoint has the older layout with a pickled rng.pt, which is never "
+                "loaded because it could run code)"
+            )
+            if name == "rng.json" and os.path.exists(os.path.join(folder, "rng.pt"))
+            else ""
+        )
         raise CheckpointError(f"{path} is missing{hint}")
     try:
         return reader(path)
@@ -388,12 +501,12 @@ def _read_torch(path: str) -> Any:
     except pickle.UnpicklingError as e:
         # torch's message advises weights_only=False; keep only the line naming what was found.
         found = [ln.strip() for ln in str(e).splitlines() if "global" in ln.lower()] or ["refused"]
-        raise CheckpointError(f"{path} was refused: it holds objects other than tensors and plain "
-                              f"containers, and loading them could run code ({found[0]})") from e
+        raise CheckpointError(
+            f"{path} was refused: it holds objects other than tensors and plain "
+            f"containers, and loading them could run code ({found[0]})"
+        ) from e
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
     # written whole before the folder is moved into place: a torn line is damage
     return read_jsonl(path, torn_tail="error")
-
-

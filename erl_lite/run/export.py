@@ -38,8 +38,11 @@ class ExportResult:
     files: list[str]  # sorted
 
 
-def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto", "none", "4bit"] = "auto",
-                     base_model: str | None = None) -> AdapterInfo:
+def describe_adapter(
+    adapter_dir: str | os.PathLike,
+    quantization: Literal["auto", "none", "4bit"] = "auto",
+    base_model: str | None = None,
+) -> AdapterInfo:
     """Read an adapter folder (e.g. ``checkpoint-<step>``): its base model and how that base was loaded
     (``quantization="auto"``: read from the folder); ``base_model`` overrides ``base_model_name_or_path``."""
     folder = run_adapter(os.fspath(adapter_dir))
@@ -53,6 +56,7 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
     if not base:
         raise ValueError(f"{config_path} names no base_model_name_or_path; pass base_model=")
     from erl_lite.models import MOVED_BASE_HINT, check_model_source  # (models imports transformers)
+
     if base_model:
         check_model_source(os.fspath(base_model), what="base_model")
     else:
@@ -60,8 +64,9 @@ def describe_adapter(adapter_dir: str | os.PathLike, quantization: Literal["auto
     source = "given"
     if quantization == AUTO:
         quantization, source = _saved_quantization(folder)
-    return AdapterInfo(folder, os.fspath(base), quantization, source,
-                       os.path.isfile(os.path.join(folder, "tokenizer_config.json")))
+    return AdapterInfo(
+        folder, os.fspath(base), quantization, source, os.path.isfile(os.path.join(folder, "tokenizer_config.json"))
+    )
 
 
 def run_adapter(folder: str, find: Any = None) -> str:
@@ -75,15 +80,25 @@ def run_adapter(folder: str, find: Any = None) -> str:
 
 def _not_an_adapter(folder: str) -> str:
     """Why ``folder`` cannot be exported, and what to pass instead."""
-    checkpoint = next((f for f in (folder, os.path.dirname(os.path.abspath(folder)))
-                       if any(os.path.isfile(os.path.join(f, n)) for n in (ERL_STATE, HF_STATE))), None)
+    checkpoint = next(
+        (
+            f
+            for f in (folder, os.path.dirname(os.path.abspath(folder)))
+            if any(os.path.isfile(os.path.join(f, n)) for n in (ERL_STATE, HF_STATE))
+        ),
+        None,
+    )
     if checkpoint is not None:  # (a checkpoint's own adapter is found by run_adapter)
-        return (f"{folder} holds no LoRA adapter: the checkpoint {checkpoint} is of a run without LoRA (its trained "
-                "weights are in trainable.safetensors), and export merges a LoRA adapter into its base; the "
-                "trained model is the base with those weights loaded (ERLTrainer.save_model writes it whole)")
+        return (
+            f"{folder} holds no LoRA adapter: the checkpoint {checkpoint} is of a run without LoRA (its trained "
+            "weights are in trainable.safetensors), and export merges a LoRA adapter into its base; the "
+            "trained model is the base with those weights loaded (ERLTrainer.save_model writes it whole)"
+        )
     why = "has no adapter_config.json" if os.path.isdir(folder) else "does not exist"
-    return (f"{folder} is not a LoRA adapter folder: it {why} (pass a checkpoint-<step> folder, a run's output_dir "
-            "or a folder written by save_pretrained)")
+    return (
+        f"{folder} is not a LoRA adapter folder: it {why} (pass a checkpoint-<step> folder, a run's output_dir "
+        "or a folder written by save_pretrained)"
+    )
 
 
 def _saved_quantization(folder: str) -> tuple[str, str]:
@@ -104,29 +119,38 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
     return NO_QUANTIZATION, "default (nothing in the folder says 4-bit)"
 
 
-def merge_adapter(adapter_dir: str | os.PathLike, *, quantization: Literal["auto", "none", "4bit"] = "auto",
-                  dtype: str | torch.dtype = "auto", base_model: str | None = None,
-                  trust_remote_code: bool = False) -> tuple[Any, Any, AdapterInfo]:
+def merge_adapter(
+    adapter_dir: str | os.PathLike,
+    *,
+    quantization: Literal["auto", "none", "4bit"] = "auto",
+    dtype: str | torch.dtype = "auto",
+    base_model: str | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[Any, Any, AdapterInfo]:
     """Load an adapter's base on the CPU, merge the adapter into it; return ``(model, tokenizer, info)``.
     ``dtype="auto"``: the base's saved dtype. The model comes back in eval mode, without peft."""
     from peft import PeftModel
     from transformers import AutoTokenizer
+
     info = describe_adapter(adapter_dir, quantization, base_model)
     torch_dtype = _merge_dtype(dtype, info.base_model, trust_remote_code)
     base = _load_base_for_merge(info, torch_dtype, trust_remote_code)
     merged = PeftModel.from_pretrained(base, info.adapter_dir).merge_and_unload()
     merged = merged.to(torch_dtype).eval()
-    tokenizer = AutoTokenizer.from_pretrained(info.adapter_dir if info.has_tokenizer else info.base_model,
-                                              trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(
+        info.adapter_dir if info.has_tokenizer else info.base_model, trust_remote_code=trust_remote_code
+    )
     return merged, tokenizer, info
 
 
 def _merge_dtype(dtype: str | torch.dtype, base_model: str, trust_remote_code: bool) -> torch.dtype:
     from erl_lite.models import DTYPES, named_dtype  # models imports transformers
+
     named = named_dtype(dtype)
     if named is not None:
         return named
     from transformers import AutoConfig
+
     saved = getattr(AutoConfig.from_pretrained(base_model, trust_remote_code=trust_remote_code), "dtype", None)
     if isinstance(saved, str):
         saved = DTYPES.get(saved)
@@ -136,6 +160,7 @@ def _merge_dtype(dtype: str | torch.dtype, base_model: str, trust_remote_code: b
 def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remote_code: bool) -> Any:
     """The base as training saw it, in plain ``Linear`` layers: dequantised when it was 4-bit."""
     from erl_lite.models import _load_base  # the one home of the 4-bit loading settings
+
     cpu = torch.device("cpu")
     base = _load_base(info.base_model, info.quantization, torch_dtype, cpu, trust_remote_code)
     if info.quantization == FOUR_BIT:
@@ -145,10 +170,16 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
     return base
 
 
-def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
-                  quantization: Literal["auto", "none", "4bit"] = "auto", dtype: str | torch.dtype = "auto",
-                  base_model: str | None = None, trust_remote_code: bool = False,
-                  overwrite: bool = False) -> ExportResult:
+def export_merged(
+    adapter_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    quantization: Literal["auto", "none", "4bit"] = "auto",
+    dtype: str | torch.dtype = "auto",
+    base_model: str | None = None,
+    trust_remote_code: bool = False,
+    overwrite: bool = False,
+) -> ExportResult:
     """Merge the adapter into its base and save model + tokenizer (safetensors) to ``out_dir``, which must be
     empty or an earlier export's unless ``overwrite`` (files of the same names are written over, none deleted)."""
     from erl_lite.run.lock import RunLock, check_out
@@ -158,16 +189,27 @@ def export_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         raise ValueError(f"out_dir {out!r} is the adapter folder; write the merged model somewhere else")
     with RunLock(out, "export") as lock:
         check_out(out, "erl-lite export", overwrite or lock.before.get("by") == "export")
-        model, tokenizer, info = merge_adapter(adapter_dir, quantization=quantization, dtype=dtype,
-                                               base_model=base_model, trust_remote_code=trust_remote_code)
+        model, tokenizer, info = merge_adapter(
+            adapter_dir,
+            quantization=quantization,
+            dtype=dtype,
+            base_model=base_model,
+            trust_remote_code=trust_remote_code,
+        )
         model.save_pretrained(out)  # safetensors, transformers' default
         tokenizer.save_pretrained(out)
     dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
     return ExportResult(out, info.base_model, info.quantization, dtype_name, sorted(os.listdir(out)))
 
 
-def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True, token: str | None = None,
-                commit_message: str = "Upload from erl_lite") -> str:
+def push_to_hub(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool = True,
+    token: str | None = None,
+    commit_message: str = "Upload from erl_lite",
+) -> str:
     """Upload ``folder`` (a merged model or an adapter) to the Hub, creating the repository; return its URL.
     Needs a write token (``huggingface-cli login``, ``HF_TOKEN`` or ``token=``)."""
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
@@ -176,6 +218,7 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = True
     if not os.path.isdir(path):
         raise FileNotFoundError(f"nothing to push: {path!r} is not a folder")
     from huggingface_hub import HfApi
+
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     api.upload_folder(folder_path=path, repo_id=repo_id, repo_type="model", commit_message=commit_message)

@@ -37,8 +37,10 @@ def load_function(spec: str, what: str = "function") -> Callable:
             raise ValueError(f"{spec}: module {where!r} has no function {name!r}{hint}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(f"{spec}: not a function (a {type(obj).__name__}); {what}s are called with the "
-                         "completions and the dataset's columns")
+        raise ValueError(
+            f"{spec}: not a function (a {type(obj).__name__}); {what}s are called with the "
+            "completions and the dataset's columns"
+        )
     return obj
 
 
@@ -62,5 +64,6 @@ def _load_module(spec: str, where: str) -> Any:
     except ModuleNotFoundError as e:
         if e.name is None or not where.startswith(e.name):  # the module itself imports something missing
             raise
-        raise ValueError(f"{spec}: no module named {e.name!r} (looked in the working directory {cwd} "
-                         "and on the Python path)") from e
+        raise ValueError(
+            f"{spec}: no module named {e.name!r} (looked in the working directory {cwd} and on the Python path)"
+        ) from e

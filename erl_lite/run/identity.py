@@ -10,23 +10,62 @@ import json
 from typing import Any
 
 #: ERLConfig fields a resume may change: how a run is watched, saved or micro-batched, not what it computes.
-RESUMABLE_FIELDS = frozenset({
-    "max_steps", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit", "eval_steps",
-    "eval_num_generations", "eval_temperature", "sample_every", "progress_bar", "diagnostics", "generation_backend", "gradient_checkpointing",
-    "per_device_train_batch_size", "extra", "report_to", "logging_steps", "num_train_epochs",
-    "eval_top_p", "eval_top_k", "logprob_chunk_size", "push_to_hub", "hub_model_id", "hub_private_repo",
-    "project", "preset_name", "vllm_gpu_memory_utilization",
-})
+RESUMABLE_FIELDS = frozenset(
+    {
+        "max_steps",
+        "output_dir",
+        "overwrite_output_dir",
+        "save_steps",
+        "save_total_limit",
+        "eval_steps",
+        "eval_num_generations",
+        "eval_temperature",
+        "sample_every",
+        "progress_bar",
+        "diagnostics",
+        "generation_backend",
+        "gradient_checkpointing",
+        "per_device_train_batch_size",
+        "extra",
+        "report_to",
+        "logging_steps",
+        "num_train_epochs",
+        "eval_top_p",
+        "eval_top_k",
+        "logprob_chunk_size",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_private_repo",
+        "project",
+        "preset_name",
+        "vllm_gpu_memory_utilization",
+    }
+)
 
 #: ``peft.LoraConfig`` fields recorded besides ``r``, ``lora_alpha`` and ``target_modules``: each changes
 #: the adapter's output or which tensors train (initialisation is not recorded: a resume overwrites it).
-LORA_FIELDS = ("use_rslora", "use_dora", "lora_dropout", "bias", "lora_bias", "modules_to_save",
-               "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern", "alpha_pattern",
-               "trainable_token_indices", "target_parameters", "layer_replication", "fan_in_fan_out")
+LORA_FIELDS = (
+    "use_rslora",
+    "use_dora",
+    "lora_dropout",
+    "bias",
+    "lora_bias",
+    "modules_to_save",
+    "exclude_modules",
+    "layers_to_transform",
+    "layers_pattern",
+    "rank_pattern",
+    "alpha_pattern",
+    "trainable_token_indices",
+    "target_parameters",
+    "layer_replication",
+    "fan_in_fan_out",
+)
 
 
-def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env: Any = None,
-                 weights: dict[str, str] | None = None) -> dict[str, Any]:
+def run_identity(
+    config: dict[str, Any], model: Any, tokenizer: Any = None, env: Any = None, weights: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The config, model, tokenizer and env identities a checkpoint records (``weights``: :func:`model_fingerprint`)."""
     # config.name_or_path is what from_pretrained records (a PeftModel forwards to its base).
     name = getattr(getattr(model, "config", None), "name_or_path", None) or getattr(model, "name_or_path", "")
@@ -35,8 +74,13 @@ def run_identity(config: dict[str, Any], model: Any, tokenizer: Any = None, env:
     if peft:
         active = getattr(model, "active_adapter", None)
         cfg = peft.get(active if isinstance(active, str) else "default") or next(iter(peft.values()))
-        ident.update({"lora.r": getattr(cfg, "r", None), "lora.alpha": getattr(cfg, "lora_alpha", None),
-                      "lora.target_modules": _plain(getattr(cfg, "target_modules", None))})
+        ident.update(
+            {
+                "lora.r": getattr(cfg, "r", None),
+                "lora.alpha": getattr(cfg, "lora_alpha", None),
+                "lora.target_modules": _plain(getattr(cfg, "target_modules", None)),
+            }
+        )
         ident.update({f"lora.{key}": _plain(getattr(cfg, key, None)) for key in LORA_FIELDS})
     out = {"config": config, "model": ident}
     if tokenizer is not None:
@@ -53,8 +97,11 @@ def model_fingerprint(model: Any) -> dict[str, str]:
     import torch
 
     config = getattr(model, "config", None)
-    shape = {k: v for k, v in (config.to_dict() if config is not None else {}).items()
-             if not k.startswith("_") and k not in ("transformers_version", "use_cache")}
+    shape = {
+        k: v
+        for k, v in (config.to_dict() if config is not None else {}).items()
+        if not k.startswith("_") and k not in ("transformers_version", "use_cache")
+    }
     h, lora = hashlib.sha256(), hasattr(model, "peft_config")
     for param in model.parameters():
         if not (lora and param.requires_grad or param.is_meta):
@@ -93,17 +140,23 @@ def environment_identity(env: Any) -> dict[str, Any]:
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     """What of a tokenizer changes a run's token ids: its chat template's hash, EOS and pad tokens, and size."""
     template = getattr(tokenizer, "chat_template", None)
-    return {"chat_template": None if template is None else _digest(template),
-            "eos": [getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "eos_token", None)],
-            "pad": [getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "pad_token", None)],
-            "vocab_size": len(tokenizer)}
+    return {
+        "chat_template": None if template is None else _digest(template),
+        "eos": [getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "eos_token", None)],
+        "pad": [getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "pad_token", None)],
+        "vocab_size": len(tokenizer),
+    }
 
 
 def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """One line ``field: checkpoint <old>, this run <new>`` per setting that differs."""
     lines = []
-    for part, skip in (("config", RESUMABLE_FIELDS), ("model", frozenset()), ("tokenizer", frozenset()),
-                       ("env", frozenset())):
+    for part, skip in (
+        ("config", RESUMABLE_FIELDS),
+        ("model", frozenset()),
+        ("tokenizer", frozenset()),
+        ("env", frozenset()),
+    ):
         if part in ("tokenizer", "env") and part not in saved:
             continue  # written before tokenizers (or envs) were recorded
         old, new = saved.get(part, {}), current.get(part, {})
@@ -115,8 +168,10 @@ def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]
         for key in sorted((set(old) | set(new)) - skip - (later - set(old))):
             a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
             if a != b:
-                lines.append(f"{where}{key}: checkpoint {a!r}, this run {b!r}"
-                             + (" (another model under the same name or path)" if key == "model.weights" else ""))
+                lines.append(
+                    f"{where}{key}: checkpoint {a!r}, this run {b!r}"
+                    + (" (another model under the same name or path)" if key == "model.weights" else "")
+                )
     return lines
 
 

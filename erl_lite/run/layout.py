@@ -20,24 +20,31 @@ def adapter_folder(path: str) -> str:
     """Where a checkpoint folder's PEFT adapter is: the folder itself, or ``adapter/`` in format 2."""
     old = os.path.join(path, "adapter")
     if not os.path.isfile(os.path.join(path, "adapter_config.json")) and os.path.isfile(
-            os.path.join(old, "adapter_config.json")):
+        os.path.join(old, "adapter_config.json")
+    ):
         return old
     return path
 
 
 def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a LoRA adapter, the tokenizer and the :data:`NOTE_FILE` note (base model, 4-bit: merging needs them)."""
-    from erl_lite.core.policy import base_model as _base_model, is_4bit as _is_4bit
+    from erl_lite.core.policy import base_model as _base_model
+    from erl_lite.core.policy import is_4bit as _is_4bit
 
     if not hasattr(model, "peft_config"):
-        raise ValueError("save_adapter needs a LoRA policy (a peft model); a fully fine-tuned model "
-                         "is saved with model.save_pretrained(folder)")
+        raise ValueError(
+            "save_adapter needs a LoRA policy (a peft model); a fully fine-tuned model "
+            "is saved with model.save_pretrained(folder)"
+        )
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
-    note = {"base_model": getattr(_base_model(model).config, "_name_or_path", "") or "",
-            "base_quantization": quantization_name(_is_4bit(model)), "evaluation": evaluation}
+    note = {
+        "base_model": getattr(_base_model(model).config, "_name_or_path", "") or "",
+        "base_quantization": quantization_name(_is_4bit(model)),
+        "evaluation": evaluation,
+    }
     write_json(os.path.join(folder, NOTE_FILE), note)
     return note
 

@@ -58,12 +58,17 @@ class RunLock:
         try:
             self._lock.acquire()
         except Timeout:
-            raise CheckpointError(f"{self.folder} is being written by {_who(last_writer(self.folder))}; a folder "
-                                  "takes one writer at a time: wait for it to end, stop it, or choose another. If "
-                                  f"it ended on another machine, delete {self._lock.lock_file}") from None
+            raise CheckpointError(
+                f"{self.folder} is being written by {_who(last_writer(self.folder))}; a folder "
+                "takes one writer at a time: wait for it to end, stop it, or choose another. If "
+                f"it ended on another machine, delete {self._lock.lock_file}"
+            ) from None
         if self.before and "ended" not in self.before:  # died holding it (filelock took the marker over)
-            warnings.warn(f"{self.folder}: taking over the lock left by {_who(self.before)}, which is no longer "
-                          "running (it stopped without releasing it)", stacklevel=2)
+            warnings.warn(
+                f"{self.folder}: taking over the lock left by {_who(self.before)}, which is no longer "
+                "running (it stopped without releasing it)",
+                stacklevel=2,
+            )
         self.record.update(pid=os.getpid(), host=socket.gethostname(), started=_now())
         write_json(os.path.join(self.folder, WRITER_FILE), self.record)
         return self
@@ -80,7 +85,10 @@ def check_out(out_dir: str, command: str, own: bool) -> None:
     if held and not own:
         run = previous_run(out_dir)
         others = [n for n in held if not any(p.match(n) for p in RUN_NAMES)][:8]
-        what = " and ".join([f"another run ({', '.join(run)})"] * bool(run) + [f"other files ({', '.join(others)})"]
-                            * bool(others)) or ", ".join(held[:8])
-        raise CheckpointError(f"{out_dir} holds {what}. {command} writes only into an empty folder or over its own "
-                              "earlier output: choose another folder, or pass --overwrite to write there anyway")
+        what = " and ".join(
+            [f"another run ({', '.join(run)})"] * bool(run) + [f"other files ({', '.join(others)})"] * bool(others)
+        ) or ", ".join(held[:8])
+        raise CheckpointError(
+            f"{out_dir} holds {what}. {command} writes only into an empty folder or over its own "
+            "earlier output: choose another folder, or pass --overwrite to write there anyway"
+        )

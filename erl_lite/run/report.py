@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from erl_lite.config.field_types import conform, expand_path, field_types
 from erl_lite.diagnostics.checks import CHECKS_BY_NAME, NOTE, WARNING, Finding, RunFacts, scan, train_records
 from erl_lite.diagnostics.monitor import DIAGNOSTIC_KIND
-from erl_lite.config.field_types import conform, expand_path, field_types
 from erl_lite.history import record_problem
 from erl_lite.jsonio import read_json
 from erl_lite.metric_names import DIAGNOSTICS_PREFIX, EVAL_SUCCESS, GRAD_NORM, KL
@@ -74,11 +74,20 @@ def recorded_preflight(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
     for r in records:
         if r.get("kind") != DIAGNOSTIC_KIND:
             continue
-        name = next((k[len(DIAGNOSTICS_PREFIX):] for k in r if k.startswith(DIAGNOSTICS_PREFIX)), None)
+        name = next((k[len(DIAGNOSTICS_PREFIX) :] for k in r if k.startswith(DIAGNOSTICS_PREFIX)), None)
         if name is not None and name not in CHECKS_BY_NAME:
             step = int(r.get("step", 0))
-            out.append(Finding(name, str(r.get("level", WARNING)), step, str(r.get("saw", r.get("message", ""))),
-                               str(r.get("means", "")), str(r.get("tries", "")), step))
+            out.append(
+                Finding(
+                    name,
+                    str(r.get("level", WARNING)),
+                    step,
+                    str(r.get("saw", r.get("message", ""))),
+                    str(r.get("means", "")),
+                    str(r.get("tries", "")),
+                    step,
+                )
+            )
     return out
 
 
@@ -104,12 +113,16 @@ def diagnose(history: Any, settings: Any = None, source: str = "", settings_foun
             raise ValueError(f"{source or 'history'} record {i + 1} (of {len(records)}): {problem}")
     facts = RunFacts.of(settings)
     train = train_records(records)
-    evals = [(int(r["step"]), float(r[EVAL_SUCCESS])) for r in records
-             if r.get("kind") == "eval" and isinstance(r.get(EVAL_SUCCESS), (int, float))]
+    evals = [
+        (int(r["step"]), float(r[EVAL_SUCCESS]))
+        for r in records
+        if r.get("kind") == "eval" and isinstance(r.get(EVAL_SUCCESS), (int, float))
+    ]
     unread = _unread(train)  # then the step checks judge nothing: kl alone may be any trainer's
     findings = recorded_preflight(records) + ([] if unread else scan(records, facts))
-    return Report(findings, len(train), facts.max_steps if settings is not None else None, evals, source,
-                  settings_found, unread)
+    return Report(
+        findings, len(train), facts.max_steps if settings is not None else None, evals, source, settings_found, unread
+    )
 
 
 def _unread(train: Sequence[Mapping[str, Any]]) -> str | None:
@@ -119,26 +132,33 @@ def _unread(train: Sequence[Mapping[str, Any]]) -> str | None:
     if any(isinstance(r.get(key), (int, float)) for r in train for key in own):
         return None
     keys = sorted({k for r in train for k in r} - {"kind"})
-    return (f"none of the {len(CHECKS_BY_NAME)} checks had anything to read: " + (
+    return f"none of the {len(CHECKS_BY_NAME)} checks had anything to read: " + (
         f"the {len(train)} training records hold only {', '.join(keys[:8])} (not an erl_lite history)"
-        if train else "the history has no training record"))
+        if train
+        else "the history has no training record"
+    )
 
 
 def load_run(run_dir: str | os.PathLike) -> tuple[Any, dict[str, Any] | None, str]:
     """A run folder's (or its ``history.jsonl``'s) history, settings (of the checkpoint
     :func:`~erl_lite.run.checkpoint.find_run` picks, else ``training_args.json``) and find_run's line."""
-    from erl_lite.run.checkpoint import find_run
     from erl_lite.history import History
+    from erl_lite.run.checkpoint import find_run
 
     path = expand_path(run_dir)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no run folder or history file at {path}")
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     trl_state = os.path.join(folder, "trainer_state.json")  # transformers' Trainer writes it, erl_lite never
-    if os.path.isfile(trl_state) and (path.endswith("trainer_state.json") or os.path.isdir(path) and not
-                                      os.path.exists(os.path.join(folder, "history.jsonl"))):
-        raise ValueError(f"{trl_state} is a transformers (or TRL) Trainer's record, not an erl_lite run: the "
-                         "doctor's checks read erl_lite's history.jsonl and its settings")
+    if os.path.isfile(trl_state) and (
+        path.endswith("trainer_state.json")
+        or os.path.isdir(path)
+        and not os.path.exists(os.path.join(folder, "history.jsonl"))
+    ):
+        raise ValueError(
+            f"{trl_state} is a transformers (or TRL) Trainer's record, not an erl_lite run: the "
+            "doctor's checks read erl_lite's history.jsonl and its settings"
+        )
     history, choice = History.load(path), find_run(folder)
     args_file = os.path.join(folder, "training_args.json")
     if choice.state is not None:
@@ -151,8 +171,7 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Any, dict[str, Any] | None, st
 def _settings(value: Any, where: str) -> dict[str, Any]:
     """A run's saved settings, refused naming ``where`` and the field when one the checks read has the wrong kind."""
     if not isinstance(value, dict):
-        raise ValueError(f"{where}: settings must be a JSON object of fields, got {type(value).__name__} "
-                         f"{value!r:.40}")
+        raise ValueError(f"{where}: settings must be a JSON object of fields, got {type(value).__name__} {value!r:.40}")
     for name, hint in field_types(RunFacts).items():
         try:
             conform(name, value.get(name), hint | None, "settings")

@@ -13,10 +13,10 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from erl_lite.core.policy import sampled_stale
 from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
-from erl_lite.run.state import CheckpointError, TrainingState, apply_state
 from erl_lite.run.identity import run_differences, run_identity
 from erl_lite.run.layout import write_json
 from erl_lite.run.lock import RunLock
+from erl_lite.run.state import CheckpointError, TrainingState, apply_state
 
 
 class CheckpointSaving:
@@ -42,8 +42,9 @@ class CheckpointSaving:
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
         # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
-        path = self.dist.on_main(self._write_checkpoint,
-                                 default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}"))
+        path = self.dist.on_main(
+            self._write_checkpoint, default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}")
+        )
         self._saved_step = self.step
         self.hf_callbacks.event("save")
         return path
@@ -67,41 +68,73 @@ class CheckpointSaving:
         with self.progress.library_bars():
             return self.dist.on_main(write, default=folder)
 
-    def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True,
-                    token: str | None = None, revision: str | None = None, **kwargs: Any) -> str | None:
+    def push_to_hub(
+        self,
+        commit_message: str = "End of training",
+        blocking: bool = True,
+        token: str | None = None,
+        revision: str | None = None,
+        **kwargs: Any,
+    ) -> str | None:
         """Save the final model and upload ``args.output_dir`` to ``args.hub_model_id`` (the only network access)."""
         if not blocking or revision is not None or kwargs:
-            given = (["blocking=False"] if not blocking else []) + ([f"revision={revision!r}"] if revision else []) + [
-                f"{k}=" for k in kwargs]
-            raise ValueError(f"push_to_hub: {', '.join(given)} not supported; erl_lite uploads the saved folder "
-                             "in one blocking commit to the repository's main branch")
+            given = (
+                (["blocking=False"] if not blocking else [])
+                + ([f"revision={revision!r}"] if revision else [])
+                + [f"{k}=" for k in kwargs]
+            )
+            raise ValueError(
+                f"push_to_hub: {', '.join(given)} not supported; erl_lite uploads the saved folder "
+                "in one blocking commit to the repository's main branch"
+            )
         if not self.args.hub_model_id:
-            raise ValueError("push_to_hub needs ERLConfig.hub_model_id='user-or-org/name' (the repository to "
-                             "upload to)")
+            raise ValueError(
+                "push_to_hub needs ERLConfig.hub_model_id='user-or-org/name' (the repository to upload to)"
+            )
         if not self.args.output_dir:
             raise ValueError("push_to_hub uploads ERLConfig.output_dir, which is not set")
         from erl_lite.run import export
 
         folder = self.save_model()
         private = True if self.args.hub_private_repo is None else self.args.hub_private_repo
-        return self.dist.on_main(lambda: export.push_to_hub(folder, self.args.hub_model_id, private=private,
-                                                             token=token, commit_message=commit_message),
-                                 default=None)
+        return self.dist.on_main(
+            lambda: export.push_to_hub(
+                folder, self.args.hub_model_id, private=private, token=token, commit_message=commit_message
+            ),
+            default=None,
+        )
 
     def _write_checkpoint(self) -> str:
         with self.progress.library_bars():
-            return save_checkpoint(self.args.output_dir, self.step, self.model, self.optimizer, self.scheduler,
-                                   self.memory, self.history, self._run_identity(), self.args.save_total_limit,
-                                   tokenizer=self.tokenizer, hf_state=self._hf_state())
+            return save_checkpoint(
+                self.args.output_dir,
+                self.step,
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                self.memory,
+                self.history,
+                self._run_identity(),
+                self.args.save_total_limit,
+                tokenizer=self.tokenizer,
+                hf_state=self._hf_state(),
+            )
 
     def _hf_state(self) -> Any:
         """This run as a ``transformers.TrainerState`` (no ``best_metric``: there is no metric_for_best_model)."""
         from transformers import TrainerState
 
-        return TrainerState(global_step=self.step, max_steps=self.args.max_steps, epoch=self.state.epoch,
-                            logging_steps=1, eval_steps=self.args.eval_steps, save_steps=self.args.save_steps,
-                            train_batch_size=self.args.num_tasks_per_step,
-                            num_train_epochs=self.args.num_train_epochs or 0, log_history=list(self.history.records))
+        return TrainerState(
+            global_step=self.step,
+            max_steps=self.args.max_steps,
+            epoch=self.state.epoch,
+            logging_steps=1,
+            eval_steps=self.args.eval_steps,
+            save_steps=self.args.save_steps,
+            train_batch_size=self.args.num_tasks_per_step,
+            num_train_epochs=self.args.num_train_epochs or 0,
+            log_history=list(self.history.records),
+        )
 
     def _run_identity(self) -> dict[str, Any]:
         return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env, self._weights)
@@ -118,21 +151,26 @@ class CheckpointSaving:
                 "run there would overwrite its history and, with save_total_limit, delete its checkpoints. "
                 "Resume it with train(resume_from_checkpoint=True) (erl-lite train --resume), pick another "
                 "output_dir, or set overwrite_output_dir=True (--overwrite) to delete that run's "
-                "checkpoints and history and start afresh")
+                "checkpoints and history and start afresh"
+            )
         if found and self.dist.is_main:
             remove_previous_run(self.args.output_dir)
         self._claimed = True
 
     def _past_max_steps(self, step: int, where: str) -> str:
         """The refusal of a ``max_steps`` below the step reached (HF's Trainer would silently do nothing)."""
-        return (f"{where} is at step {step}, beyond max_steps={self.args.max_steps}: there is nothing to train "
-                f"and the run would end without a word. Set max_steps above {step} to train further, "
-                "or resume from an earlier checkpoint-<step> folder")
+        return (
+            f"{where} is at step {step}, beyond max_steps={self.args.max_steps}: there is nothing to train "
+            f"and the run would end without a word. Set max_steps above {step} to train further, "
+            "or resume from an earlier checkpoint-<step> folder"
+        )
 
     def _resume(self, where: str | bool | os.PathLike, ignore_config_mismatch: bool) -> None:
         if where is True and not self.args.output_dir:
-            raise ValueError("resume_from_checkpoint=True looks in ERLConfig.output_dir, which is not "
-                             "set; set it or pass a checkpoint folder")
+            raise ValueError(
+                "resume_from_checkpoint=True looks in ERLConfig.output_dir, which is not "
+                "set; set it or pass a checkpoint folder"
+            )
         choice = find_run(self.args.output_dir if where is True else where)
         state = choice.checkpoint()
         if self.dist.is_main:
@@ -140,19 +178,23 @@ class CheckpointSaving:
         if state.step > self.args.max_steps:
             raise ValueError(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
         if self.args.output_dir and os.path.abspath(os.path.dirname(state.path or "")) != os.path.abspath(
-                self.args.output_dir):
+            self.args.output_dir
+        ):
             self._claim_output_dir()  # a checkpoint from elsewhere continues here: as a fresh run would
         differences = run_differences(state.run, self._run_identity())
         if differences and not ignore_config_mismatch:
-            raise ValueError(f"cannot resume from {state.path}: it was saved by a run with other settings:\n"
-                             + "\n".join(f"  {d}" for d in differences)
-                             + "\nPass train(..., ignore_config_mismatch=True) to resume anyway.")
+            raise ValueError(
+                f"cannot resume from {state.path}: it was saved by a run with other settings:\n"
+                + "\n".join(f"  {d}" for d in differences)
+                + "\nPass train(..., ignore_config_mismatch=True) to resume anyway."
+            )
         if differences:
             warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences), stacklevel=3)
         self._restore(state)
         self._apply_optimizer_settings(state.run.get("config", {}))
         in_output_dir = self.args.output_dir and os.path.abspath(state.path or "") == os.path.abspath(
-            os.path.join(self.args.output_dir, f"checkpoint-{state.step}"))
+            os.path.join(self.args.output_dir, f"checkpoint-{state.step}")
+        )
         self._saved_step = state.step if in_output_dir else None
 
     def _restore(self, state: TrainingState) -> None:
@@ -197,7 +239,8 @@ class CheckpointSaving:
                 warnings.warn(f"could not undo the unfinished step {self.step}: {e}", stacklevel=4)
                 return f"step {self.step} did not finish and could not be undone; nothing saved"
         last = (f"step {self.step + 1} did not finish and was undone; " if start is not None else "") + (
-            f"step {self.step} is the last finished one" if self.step else "no step finished")
+            f"step {self.step} is the last finished one" if self.step else "no step finished"
+        )
         again = f"call trainer.train() again on this trainer to continue from step {self.step + 1}"
         if not self.args.output_dir or self.step == 0:
             return f"{last}; nothing saved. Fix the cause, then {again}"
@@ -206,8 +249,10 @@ class CheckpointSaving:
         except Exception as e:  # noqa: BLE001 - the original error is what the user must see
             warnings.warn(f"could not save step {self.step} after the run failed: {e}", stacklevel=4)
             return f"{last}; it was not saved ({type(e).__name__}). Fix the cause, then {again}"
-        return (f"{last}, saved in {path}. Fix the cause, then {again}, or resume it in a new session "
-                "with train(resume_from_checkpoint=True) (erl-lite train --resume)")
+        return (
+            f"{last}, saved in {path}. Fix the cause, then {again}, or resume it in a new session "
+            "with train(resume_from_checkpoint=True) (erl-lite train --resume)"
+        )
 
     def _save_after_failure(self) -> str:
         """Save the finished step unless saved; DDP: rank 0 writes without waiting for the others."""

@@ -24,34 +24,43 @@ def internalization_rows(source: Any, threshold: float | None = None) -> list[di
     pairs, default_threshold = _retry_pairs(source)
     tau = threshold if threshold is not None else default_threshold
     if tau is None:
-        raise ValueError(f"internalization_rows: pass threshold= (τ, the run's ERLConfig.reward_threshold) "
-                         f"for a {type(source).__name__} source; only a trainer or a run folder carries its config")
+        raise ValueError(
+            f"internalization_rows: pass threshold= (τ, the run's ERLConfig.reward_threshold) "
+            f"for a {type(source).__name__} source; only a trainer or a run folder carries its config"
+        )
     rows = []
     for first, second in pairs:
         if not succeeded(second["reward"], tau):
             continue
-        completion = second["messages"][_opening_length(second):]
+        completion = second["messages"][_opening_length(second) :]
         while completion and completion[-1]["role"] != "assistant":
             completion = completion[:-1]  # an observation after the last reply teaches nothing
         if not completion:
             continue
-        rows.append({"prompt": [dict(m) for m in first["messages"][:_opening_length(first)]],
-                     "completion": [dict(m) for m in completion],
-                     "task_id": first["task_id"], "reward": float(second["reward"])})
+        rows.append(
+            {
+                "prompt": [dict(m) for m in first["messages"][: _opening_length(first)]],
+                "completion": [dict(m) for m in completion],
+                "task_id": first["task_id"],
+                "reward": float(second["reward"]),
+            }
+        )
     return rows
 
 
 def internalization_dataset(source: Any, threshold: float | None = None) -> Any:
     """:func:`internalization_rows` as a ``datasets.Dataset`` (multi-turn rows need ``assistant_only_loss``)."""
     from datasets import Dataset
+
     rows = internalization_rows(source, threshold)
     if not rows:
         raise ValueError("no successful second attempt (r2 ≥ τ) in the source: nothing to export")
     return Dataset.from_list(rows)
 
 
-def tokenize_row(row: dict[str, Any], tokenizer: Any,
-                 template_kwargs: dict[str, Any] | None = None) -> dict[str, list[int]]:
+def tokenize_row(
+    row: dict[str, Any], tokenizer: Any, template_kwargs: dict[str, Any] | None = None
+) -> dict[str, list[int]]:
     """``{"input_ids", "assistant_masks"}`` of a row, built as rollouts build episodes (1 on replies and their eos)."""
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -70,27 +79,47 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any,
     return {"input_ids": ids, "assistant_masks": mask}
 
 
-def warm_start(model: Any, tokenizer: Any, source: Any, *, threshold: float | None = None,
-               peft_config: Any = None, max_steps: int = 10, learning_rate: float = 1e-4,
-               per_device_train_batch_size: int = 4, output_dir: str | None = None,
-               chat_template_kwargs: dict[str, Any] | None = None, **sft_args: Any) -> Any:
+def warm_start(
+    model: Any,
+    tokenizer: Any,
+    source: Any,
+    *,
+    threshold: float | None = None,
+    peft_config: Any = None,
+    max_steps: int = 10,
+    learning_rate: float = 1e-4,
+    per_device_train_batch_size: int = 4,
+    output_dir: str | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    **sft_args: Any,
+) -> Any:
     """A short SFT on the internalization set with TRL's ``SFTTrainer``; returns the trainer. ``source``,
     ``threshold``: as in :func:`internalization_rows`; ``peft_config``: a LoRA for SFTTrainer to add (None: train
     ``model`` as is); ``sft_args``: more ``SFTConfig`` fields (defaults: no reporting, no max_length)."""
     import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
+
     rows = internalization_rows(source, threshold)
     if not rows:
         raise ValueError("no successful second attempt (r2 ≥ τ) in the source: nothing to warm-start on")
     data = Dataset.from_list([tokenize_row(r, tokenizer, chat_template_kwargs) for r in rows])
-    settings = dict(output_dir=output_dir or tempfile.mkdtemp(prefix="erl_sft_"), max_steps=max_steps,
-                    learning_rate=learning_rate, per_device_train_batch_size=per_device_train_batch_size,
-                    report_to="none", push_to_hub=False, save_strategy="no", max_length=None,
-                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(), logging_steps=1)
+    settings = dict(
+        output_dir=output_dir or tempfile.mkdtemp(prefix="erl_sft_"),
+        max_steps=max_steps,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=per_device_train_batch_size,
+        report_to="none",
+        push_to_hub=False,
+        save_strategy="no",
+        max_length=None,
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        logging_steps=1,
+    )
     args = SFTConfig(**{**settings, **sft_args})
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                         peft_config=peft_config)
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=data, processing_class=tokenizer, peft_config=peft_config
+    )
     trainer.train()
     return trainer
 
@@ -107,6 +136,7 @@ def _retry_pairs(source: Any) -> tuple[list[tuple[dict, dict]], float | None]:
         path = Path(source)
         if path.is_dir():  # a run folder: its training_args.json (or checkpoint) holds its τ
             from erl_lite.run.report import load_run
+
             threshold = (load_run(path)[1] or {}).get("reward_threshold")
         source = read_jsonl(path / "samples.jsonl" if path.is_dir() else path)
     pairs = []
@@ -122,8 +152,10 @@ def _pairs_of(item: Any) -> Iterable[tuple[dict, dict]]:
         item = item.to_dict()
     if isinstance(item, dict) and "retries" in item:
         return [(r[FIRST], r[SECOND]) for r in retries_by_first(item).values()]
-    raise TypeError(f"cannot read retries from {type(item).__name__}: pass Retry or StepRecord objects, "
-                    "StepRecord.to_dict() dicts, a History, a trainer or a samples.jsonl path")
+    raise TypeError(
+        f"cannot read retries from {type(item).__name__}: pass Retry or StepRecord objects, "
+        "StepRecord.to_dict() dicts, a History, a trainer or a samples.jsonl path"
+    )
 
 
 def _opening_length(attempt: dict[str, Any]) -> int:

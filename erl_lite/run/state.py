@@ -42,9 +42,11 @@ def rng_state() -> dict[str, Any]:
     """Python, NumPy, torch (and, once initialised, CUDA) random states as JSON-able lists."""
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    state = {"python": [version, list(internal), gauss],
-             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-             "torch": torch.get_rng_state().tolist()}
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state().tolist(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     return state
@@ -64,16 +66,20 @@ def set_rng_state(state: dict[str, Any], check_only: bool = False) -> None:
         torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in cuda])
 
 
-def capture_state(step: int, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory,
-                  history: History) -> TrainingState:
+def capture_state(
+    step: int, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory, history: History
+) -> TrainingState:
     """A CPU copy of the live state, to roll back a step cut short (about 3x the trainable weights)."""
     return TrainingState(
         step=step,
         trainable={n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad},
         optimizer=_cpu_copy(optimizer.state_dict()),
         scheduler=_cpu_copy(scheduler.state_dict()) if scheduler is not None else None,
-        rng=rng_state(), memory=copy.deepcopy(memory.state_dict()),
-        records=list(history.records), samples=list(history.samples))
+        rng=rng_state(),
+        memory=copy.deepcopy(memory.state_dict()),
+        records=list(history.records),
+        samples=list(history.samples),
+    )
 
 
 def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any, memory: ReflectionMemory) -> None:
@@ -84,8 +90,10 @@ def apply_state(state: TrainingState, model: Any, optimizer: Any, scheduler: Any
         from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 
         if not hasattr(model, "peft_config"):
-            raise CheckpointError(f"{where} is a LoRA adapter, and this run's model has no adapter (it trains "
-                                  "without LoRA); load the model with LoRA as the checkpoint's run did")
+            raise CheckpointError(
+                f"{where} is a LoRA adapter, and this run's model has no adapter (it trains "
+                "without LoRA); load the model with LoRA as the checkpoint's run did"
+            )
         expected = {n: t.shape for n, t in get_peft_model_state_dict(model).items()}
     else:
         params = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -114,10 +122,21 @@ def _check_tensors(where: str, found: dict[str, torch.Tensor], expected: dict[st
     unknown = sorted(set(found) - set(expected))
     absent = sorted(set(expected) - set(found))
     reshaped = sorted(n for n in set(found) & set(expected) if tuple(found[n].shape) != tuple(expected[n]))
-    problems = ([f"not in this model: {unknown[:3]}"] if unknown else []) + (
-        [f"missing from the file: {absent[:3]}"] if absent else []) + (
-        ["other shape: " + ", ".join(f"{n} is {tuple(found[n].shape)} in the file, {tuple(expected[n])} in the "
-                                      "model" for n in reshaped[:3])] if reshaped else [])
+    problems = (
+        ([f"not in this model: {unknown[:3]}"] if unknown else [])
+        + ([f"missing from the file: {absent[:3]}"] if absent else [])
+        + (
+            [
+                "other shape: "
+                + ", ".join(
+                    f"{n} is {tuple(found[n].shape)} in the file, {tuple(expected[n])} in the model"
+                    for n in reshaped[:3]
+                )
+            ]
+            if reshaped
+            else []
+        )
+    )
     if problems:
         raise CheckpointError(f"{where} does not fit this model's trainable parameters (" + "; ".join(problems) + ")")
 

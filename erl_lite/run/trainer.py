@@ -1,7 +1,7 @@
 """ERLTrainer: the training loop around :func:`erl_lite.core.phases.erl_step`.
 
-Departures from the paper (docs/DEPARTURES.md): ``transformers.generate`` by default, not vLLM; DDP, not Ray; LoRA/QLoRA (KL
-reference: the adapter disabled); small batches; one memory slot; evaluation of first attempts only.
+Departures from the paper (docs/DEPARTURES.md): ``transformers.generate`` by default, not vLLM; DDP, not Ray;
+LoRA/QLoRA (KL reference: the adapter disabled); small batches; one memory slot; evaluation of first attempts only.
 
 Example:
     >>> from erl_lite import ERLConfig, ERLTrainer
@@ -27,11 +27,10 @@ import random
 import time
 from typing import Any, Callable, Sequence
 
-from erl_lite.run.state import capture_state
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import quantization_name, reflects
-from erl_lite.core.env import Environment
 from erl_lite.core.continuous import end_phase
+from erl_lite.core.env import Environment
 from erl_lite.core.generation import Generator
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.progress import Progress
@@ -40,17 +39,35 @@ from erl_lite.diagnostics.checks import RunFacts
 from erl_lite.diagnostics.monitor import Monitor
 from erl_lite.diagnostics.preflight import preflight
 from erl_lite.history import History
-from erl_lite.run.identity import model_fingerprint
 from erl_lite.integrations import wiring
-from erl_lite.run.lengths import check_lengths
-from erl_lite.metric_names import (EVAL_PREFIX, GATE_RATE, LR, MEMORY_SIZE, PEAK_GPU_GB, REWARD_FIRST, REWARD_SECOND, STEP,
-                                   TIME_STEP, TIME_UPDATE)
+from erl_lite.metric_names import (
+    EVAL_PREFIX,
+    GATE_RATE,
+    LR,
+    MEMORY_SIZE,
+    PEAK_GPU_GB,
+    REWARD_FIRST,
+    REWARD_SECOND,
+    STEP,
+    TIME_STEP,
+    TIME_UPDATE,
+)
 from erl_lite.metrics import cuda_device, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics
 from erl_lite.records import StepRecord, Task
-from erl_lite.run.args import (TrainerStateView, adapter_settings, adopt_model_object, build_optimizer,
-                                  build_scheduler, check_callbacks, wants_4bit)
+from erl_lite.run.args import (
+    TrainerStateView,
+    adapter_settings,
+    adopt_model_object,
+    build_optimizer,
+    build_scheduler,
+    check_callbacks,
+    wants_4bit,
+)
 from erl_lite.run.callbacks import TrainerCallbacks
+from erl_lite.run.identity import model_fingerprint
+from erl_lite.run.lengths import check_lengths
 from erl_lite.run.saving import CheckpointSaving
+from erl_lite.run.state import capture_state
 
 
 class ERLTrainer(CheckpointSaving):
@@ -61,21 +78,35 @@ class ERLTrainer(CheckpointSaving):
     loaded model (``args``' model settings applied or refused). Datasets: rows with a ``prompt`` (list, Dataset,
     file or name) or Tasks, by default the env's own. Reward functions receive ``trainer_state`` (:attr:`state`)."""
 
-    def __init__(self, model: Any, reward_funcs: Callable | Sequence[Callable] | None = None,
-                 args: ERLConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
-                 processing_class: Any = None, *,
-                 callbacks: Sequence[Callable[["ERLTrainer", StepRecord], None]] | None = None,
-                 optimizers: tuple[Any, Any] = (None, None), quantization_config: Any = None,
-                 peft_config: Any = None, environment_factory: Any = None, feedback_func: Callable | None = None,
-                 env: Environment | None = None, generator: Generator | None = None,
-                 reward_weights: Sequence[float] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Callable | Sequence[Callable] | None = None,
+        args: ERLConfig | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        *,
+        callbacks: Sequence[Callable[["ERLTrainer", StepRecord], None]] | None = None,
+        optimizers: tuple[Any, Any] = (None, None),
+        quantization_config: Any = None,
+        peft_config: Any = None,
+        environment_factory: Any = None,
+        feedback_func: Callable | None = None,
+        env: Environment | None = None,
+        generator: Generator | None = None,
+        reward_weights: Sequence[float] | None = None,
+    ) -> None:
         if args is not None and not isinstance(args, ERLConfig):
-            raise TypeError(f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
-                            "ERLConfig.preset('gpu', max_steps=...) in place of a GRPOConfig")
+            raise TypeError(
+                f"args must be an ERLConfig (got {type(args).__name__}); e.g. "
+                "ERLConfig.preset('gpu', max_steps=...) in place of a GRPOConfig"
+            )
         self.args = args = args or ERLConfig()
         has_env = env is not None or environment_factory is not None  # it brings its own test tasks
-        self.env, train_dataset = wiring.build_environment(args, env, environment_factory, reward_funcs,
-                                                           feedback_func, reward_weights, train_dataset)
+        self.env, train_dataset = wiring.build_environment(
+            args, env, environment_factory, reward_funcs, feedback_func, reward_weights, train_dataset
+        )
         self.callbacks, trainer_callbacks = check_callbacks(callbacks)
         self.dist = wiring.process_group(args)  # DDP: this process's rank and device
         reporter = wiring.reporter_for(args, self.dist)
@@ -122,14 +153,25 @@ class ERLTrainer(CheckpointSaving):
             args.max_steps = max(1, math.ceil(args.num_train_epochs * len(self.train_tasks) / args.num_tasks_per_step))
         if eval_dataset is not None and not self.eval_tasks:
             raise ValueError("eval_dataset is empty: pass None for no evaluation, or rows with a 'prompt'")
-        check_lengths(args, self.model, self.tokenizer, self.env,
-                      {"train_dataset": self.train_tasks, "eval_dataset": self.eval_tasks})
+        check_lengths(
+            args,
+            self.model,
+            self.tokenizer,
+            self.env,
+            {"train_dataset": self.train_tasks, "eval_dataset": self.eval_tasks},
+        )
 
     def _updater(self) -> PolicyUpdater:
         pad = self.tokenizer.pad_token_id
         # DDP: wraps the policy (rank 0's weights on every process), global loss normalizers.
-        updater = PolicyUpdater(self.model, self.optimizer, self.scheduler, self.args,
-                                pad if pad is not None else self.tokenizer.eos_token_id, dist=self.dist)
+        updater = PolicyUpdater(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.args,
+            pad if pad is not None else self.tokenizer.eos_token_id,
+            dist=self.dist,
+        )
         updater.progress = self.progress
         return updater
 
@@ -141,9 +183,13 @@ class ERLTrainer(CheckpointSaving):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.preset_name)
             four_bit = wants_4bit(quantization_config, self.args)
-            return load_policy(model, tokenizer, quantization=quantization_name(four_bit),
-                               **adapter_settings(self.args, peft_config),
-                               device=self.dist.device)  # DDP: cuda:<local rank>; None: the default
+            return load_policy(
+                model,
+                tokenizer,
+                quantization=quantization_name(four_bit),
+                **adapter_settings(self.args, peft_config),
+                device=self.dist.device,
+            )  # DDP: cuda:<local rank>; None: the default
         return adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
 
     def _batch(self, step: int) -> list[Task]:
@@ -157,8 +203,9 @@ class ERLTrainer(CheckpointSaving):
             out.append(self.train_tasks[order[offset]])
         return out
 
-    def train(self, resume_from_checkpoint: str | bool | os.PathLike | None = None,
-              ignore_config_mismatch: bool = False) -> History:
+    def train(
+        self, resume_from_checkpoint: str | bool | os.PathLike | None = None, ignore_config_mismatch: bool = False
+    ) -> History:
         """Run ``args.max_steps`` iterations; returns the :class:`History`.
 
         ``resume_from_checkpoint``: a folder, or True for the newest clean one in ``output_dir``;
@@ -177,8 +224,9 @@ class ERLTrainer(CheckpointSaving):
                 if self.step == 0 and self.args.eval_steps and self.eval_tasks:
                     self.evaluate(log=True)
                 while self.step < self.args.max_steps and not control.should_training_stop:
-                    self._step_start = capture_state(self.step, self.model, self.optimizer, self.scheduler,
-                                                     self.memory, self.history)
+                    self._step_start = capture_state(
+                        self.step, self.model, self.optimizer, self.scheduler, self.memory, self.history
+                    )
                     self.hf_callbacks.event("step_begin")
                     self.training_step()  # clears _step_start once the step's record is written
                     logged = self.history.of_kind("train")[-1]  # the step's record (a callback may log after it)
@@ -202,8 +250,9 @@ class ERLTrainer(CheckpointSaving):
     def _evaluate_and_save_as_due(self, control: Any) -> None:
         """Evaluate and save as ``eval_steps`` / ``save_steps`` or a TrainerCallback's ``control`` asks."""
         a = self.args
-        if self.eval_tasks and (control.should_evaluate or a.eval_steps and (
-                self.step % a.eval_steps == 0 or self.step == a.max_steps)):
+        if self.eval_tasks and (
+            control.should_evaluate or a.eval_steps and (self.step % a.eval_steps == 0 or self.step == a.max_steps)
+        ):
             self.evaluate(log=True)
         if a.output_dir and (control.should_save or a.save_steps and self.step % a.save_steps == 0):
             self.save_checkpoint()
@@ -229,13 +278,20 @@ class ERLTrainer(CheckpointSaving):
         t2 = time.perf_counter()
         # DDP: every process's records, and memory written in rank order (identity in one process).
         outcome = self.dist.merge(outcome, view)
-        metrics = {STEP: self.step, **step_metrics(outcome, memory, self.args.mode),
-                   **wiring.env_step_extras(self.env, outcome, memory, self.args.mode),
-                   **losses.to_metrics(), **wiring.logged_metrics(self.reward_log, self.dist),
-                   TIME_UPDATE: t2 - t1, TIME_STEP: t2 - t0, LR: self.scheduler.get_last_lr()[0],
-                   PEAK_GPU_GB: peak_gpu_gb(device)}
-        record = StepRecord(self.step, tasks, outcome.first_attempts, outcome.retries,
-                            memory_before, self.memory.entries, metrics)
+        metrics = {
+            STEP: self.step,
+            **step_metrics(outcome, memory, self.args.mode),
+            **wiring.env_step_extras(self.env, outcome, memory, self.args.mode),
+            **losses.to_metrics(),
+            **wiring.logged_metrics(self.reward_log, self.dist),
+            TIME_UPDATE: t2 - t1,
+            TIME_STEP: t2 - t0,
+            LR: self.scheduler.get_last_lr()[0],
+            PEAK_GPU_GB: peak_gpu_gb(device),
+        }
+        record = StepRecord(
+            self.step, tasks, outcome.first_attempts, outcome.retries, memory_before, self.memory.entries, metrics
+        )
         self.history.log(metrics, step_record=record)
         if self.step % self.args.sample_every == 0:
             self.history.log_sample(record.to_dict())
@@ -246,8 +302,9 @@ class ERLTrainer(CheckpointSaving):
         self.monitor.after_step(self.history)  # under diagnostics="raise" a warning stops the run here
         return record
 
-    def evaluate(self, tasks: list[Task] | None = None, num_generations: int | None = None,
-                 log: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, tasks: list[Task] | None = None, num_generations: int | None = None, log: bool = False
+    ) -> dict[str, float]:
         """First attempts only, without memory; ``log=True`` also records an eval record at the current step."""
         with self.run_lock() if log else contextlib.nullcontext():  # a logged evaluation writes the run
             tasks = self.eval_tasks if tasks is None else tasks
@@ -255,8 +312,17 @@ class ERLTrainer(CheckpointSaving):
                 raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
             mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
             try:
-                attempts = attempt_first(self.ctx, mine, num_generations or self.args.eval_num_generations,
-                                         params=self.ctx.eval_params(), desc="evaluation") if mine else []
+                attempts = (
+                    attempt_first(
+                        self.ctx,
+                        mine,
+                        num_generations or self.args.eval_num_generations,
+                        params=self.ctx.eval_params(),
+                        desc="evaluation",
+                    )
+                    if mine
+                    else []
+                )
             finally:
                 end_phase(self.generator)
             attempts = self.dist.gather(attempts)
@@ -276,8 +342,13 @@ class ERLTrainer(CheckpointSaving):
     def _progress(self) -> Any:
         from tqdm.auto import tqdm
 
-        return tqdm(total=self.args.max_steps, initial=self.step, desc=f"{self.args.mode}",
-                    unit="step", disable=not (self.args.progress_bar and self.dist.is_main))
+        return tqdm(
+            total=self.args.max_steps,
+            initial=self.step,
+            desc=f"{self.args.mode}",
+            unit="step",
+            disable=not (self.args.progress_bar and self.dist.is_main),
+        )
 
     def _postfix(self, r: dict[str, Any]) -> str:
         """The step bar's summary of the step record ``r``."""

@@ -9,8 +9,10 @@ from typing import Any
 
 #: The precision the numeric exercises ask for (a check accepts ±0.001).
 DECIMALS = 3
-NO_ANSWER = (f"No answer yet: replace the `None` (or `...`) with your answer, numbers to {DECIMALS} decimal places, "
-             "and run the cell again.")
+NO_ANSWER = (
+    f"No answer yet: replace the `None` (or `...`) with your answer, numbers to {DECIMALS} decimal places, "
+    "and run the cell again."
+)
 
 
 def ok(message: str) -> bool:
@@ -58,8 +60,10 @@ def positions(answer: Any) -> tuple[list[int] | None, str]:
         return None, f"expected a list of integer positions, got {type(answer).__name__} {answer!r}."
     for x in answer:
         if isinstance(x, bool):
-            return None, (f"{x!r} is a boolean, not a position; list the positions themselves "
-                          "(a mask like [False, True] is not the answer).")
+            return None, (
+                f"{x!r} is a boolean, not a position; list the positions themselves "
+                "(a mask like [False, True] is not the answer)."
+            )
         if not isinstance(x, numbers.Integral):
             return None, f"{x!r} is not an integer position."
         if x < 0:
@@ -74,8 +78,9 @@ def rounding_hint(values: Sequence[float], expected: Sequence[float]) -> str | N
     """The hint for a right method rounded too coarsely (0.63 for 0.625), or None when it is not that."""
     for places in range(DECIMALS - 1, -1, -1):
         half = 0.5 * 10**-places + 1e-6  # rounded to `places`: within half a unit (+ float32 slack of the losses)
-        if len(values) == len(expected) and all(math.isclose(v, round(v, places)) and abs(v - e) <= half
-                                                for v, e in zip(values, expected)):
+        if len(values) == len(expected) and all(
+            math.isclose(v, round(v, places)) and abs(v - e) <= half for v, e in zip(values, expected)
+        ):
             shown = ", ".join(f"{e:.{DECIMALS}f}" for e in expected)
             return f"your method is right, only rounded: give {DECIMALS} decimal places ({shown})."
     return None

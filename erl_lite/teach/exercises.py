@@ -12,7 +12,7 @@ from typing import Any
 from erl_lite.config import ERLConfig
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import gate
-from erl_lite.teach.answers import DECIMALS, NO_ANSWER, missing, number, ok, positions, rounding_hint, wrong
+from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, rounding_hint, wrong
 
 #: τ of the gate and of memory: read from the config, the one home of the setting.
 TAU = ERLConfig.reward_threshold
@@ -34,16 +34,23 @@ def gated_indices(rewards: Sequence[float], threshold: float = TAU) -> list[int]
 
 #: The usual wrong gates, as (rule, hint): each rule maps (rewards, τ) to the positions it would pick.
 GATE_MISTAKES: list[tuple[Callable[[list[float], float], list[int]], str]] = [
-    (lambda rs, t: [i for i, r in enumerate(rs) if r >= t],
-     "you picked the successes; the gate sends on the attempts that did *not* succeed."),
-    (lambda rs, t: [i for i, r in enumerate(rs) if r <= t],
-     "the gate is strict: an attempt with r1 = τ succeeded and is not reflected on (r1 < τ, not r1 ≤ τ)."),
-    (lambda rs, t: [i for i, r in enumerate(rs) if r == 0],
-     "partial credit is not success: any reward below τ goes on, not only zeros."),
-    (lambda rs, t: [i + 1 for i, r in enumerate(rs) if r < t],
-     "positions start at 0 in Python."),
-    (lambda rs, t: [i for i, r in enumerate(rs) if r < 1.0],
-     "τ is a parameter: compare with `threshold`, not with a fixed 1."),
+    (
+        lambda rs, t: [i for i, r in enumerate(rs) if r >= t],
+        "you picked the successes; the gate sends on the attempts that did *not* succeed.",
+    ),
+    (
+        lambda rs, t: [i for i, r in enumerate(rs) if r <= t],
+        "the gate is strict: an attempt with r1 = τ succeeded and is not reflected on (r1 < τ, not r1 ≤ τ).",
+    ),
+    (
+        lambda rs, t: [i for i, r in enumerate(rs) if r == 0],
+        "partial credit is not success: any reward below τ goes on, not only zeros.",
+    ),
+    (lambda rs, t: [i + 1 for i, r in enumerate(rs) if r < t], "positions start at 0 in Python."),
+    (
+        lambda rs, t: [i for i, r in enumerate(rs) if r < 1.0],
+        "τ is a parameter: compare with `threshold`, not with a fixed 1.",
+    ),
 ]
 
 
@@ -51,8 +58,10 @@ def _gate_hint(rewards: list[float], picked: list[int], threshold: float) -> str
     for rule, hint in GATE_MISTAKES:
         if sorted(rule(rewards, threshold)) == picked:
             return hint
-    return (f"ERL reflects on failures only: an attempt goes on when r1 < τ (here τ = {threshold:g}). "
-            "Reflecting on successes caused reward hacking in the paper's early runs.")
+    return (
+        f"ERL reflects on failures only: an attempt goes on when r1 < τ (here τ = {threshold:g}). "
+        "Reflecting on successes caused reward hacking in the paper's early runs."
+    )
 
 
 def check_gated_indices(rewards: Sequence[float], answer: Any, threshold: float = TAU) -> bool:
@@ -97,8 +106,10 @@ def check_gate_function(fn: Any) -> bool:
         False
     """
     if missing(fn) or not callable(fn):
-        return wrong(NO_ANSWER if missing(fn) else f"expected a function, got {fn!r}.",
-                     "define `def my_gate(rewards, threshold): ...` returning a list of positions.")
+        return wrong(
+            NO_ANSWER if missing(fn) else f"expected a function, got {fn!r}.",
+            "define `def my_gate(rewards, threshold): ...` returning a list of positions.",
+        )
     for rewards, threshold in GATE_CASES:
         case = f"rewards {rewards} with τ = {threshold:g}"
         try:
@@ -106,8 +117,10 @@ def check_gate_function(fn: Any) -> bool:
         except NotImplementedError:
             return wrong(NO_ANSWER, "replace `raise NotImplementedError` with your code.")
         except Exception as error:  # the student's code: report, never raise
-            return wrong(f"your function raised {type(error).__name__}: {error} (on {case}).",
-                         "it receives a list of floats and a float, and returns a list of ints.")
+            return wrong(
+                f"your function raised {type(error).__name__}: {error} (on {case}).",
+                "it receives a list of floats and a float, and returns a list of ints.",
+            )
         if got is None:
             return wrong(f"your function returned None on {case}.", "did you forget `return`?")
         picked, why = positions(got)
@@ -115,8 +128,10 @@ def check_gate_function(fn: Any) -> bool:
             return wrong(f"on {case}: {why}", "return a list of 0-based positions, e.g. [1, 2].")
         expected = gated_indices(rewards, threshold)
         if picked != expected:
-            return wrong(f"Wrong on {case}: you returned {picked}, the gate sends on {expected}.",
-                         _gate_hint(rewards, picked, threshold))
+            return wrong(
+                f"Wrong on {case}: you returned {picked}, the gate sends on {expected}.",
+                _gate_hint(rewards, picked, threshold),
+            )
     return ok(f"Correct on all {len(GATE_CASES)} hidden cases: your gate is the library's `r1 < τ`.")
 
 
@@ -148,8 +163,14 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
     return wrong(f"Not quite: you said {value:.3f}.", hint)
 
 
-def check_memory(rulebooks: Sequence[str], rewards: Sequence[float], answer: Any, kind: str = "single",
-                 size: int = 50, threshold: float = TAU) -> bool:
+def check_memory(
+    rulebooks: Sequence[str],
+    rewards: Sequence[float],
+    answer: Any,
+    kind: str = "single",
+    size: int = 50,
+    threshold: float = TAU,
+) -> bool:
     """Check the rulebooks memory holds (oldest first) after storing ``rulebooks`` with their ``rewards``."""
     if missing(answer):
         return wrong(NO_ANSWER, "a list of the rulebooks memory holds, oldest first.")

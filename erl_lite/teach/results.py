@@ -43,8 +43,10 @@ class BeforeAfter:
             metric             before   after  change   (2 held-out tasks x 2)
             eval/success         0.25    0.75   +0.50
         """
-        lines = [f"{'metric':<16} {'before':>8} {'after':>7} {'change':>7}   "
-                 f"({len(self.task_ids)} held-out tasks x {self.num_generations})"]
+        lines = [
+            f"{'metric':<16} {'before':>8} {'after':>7} {'change':>7}   "
+            f"({len(self.task_ids)} held-out tasks x {self.num_generations})"
+        ]
         for key in self.before:
             if key in self.after and not key.endswith("num_episodes"):
                 b, a = self.before[key], self.after[key]
@@ -55,12 +57,20 @@ class BeforeAfter:
         return self.table()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"before": dict(self.before), "after": dict(self.after), "task_ids": list(self.task_ids),
-                "num_generations": self.num_generations}
+        return {
+            "before": dict(self.before),
+            "after": dict(self.after),
+            "task_ids": list(self.task_ids),
+            "num_generations": self.num_generations,
+        }
 
 
-def train_and_evaluate(trainer: Any, tasks: list[Task] | None = None, num_generations: int | None = None,
-                       resume_from_checkpoint: str | bool | None = None) -> tuple[Any, BeforeAfter]:
+def train_and_evaluate(
+    trainer: Any,
+    tasks: list[Task] | None = None,
+    num_generations: int | None = None,
+    resume_from_checkpoint: str | bool | None = None,
+) -> tuple[Any, BeforeAfter]:
     """Evaluate on held-out ``tasks``, ``trainer.train()`` (it reseeds first), evaluate again; ``(history, result)``."""
     tasks = trainer.eval_tasks if tasks is None else list(tasks)
     if not tasks:
@@ -82,8 +92,15 @@ class SavedAdapter:
     hub_url: str | None = None
 
 
-def save_adapter(model: Any, tokenizer: Any, folder: str | os.PathLike, *, evaluation: BeforeAfter | None = None,
-                 push_to_hub: str | None = None, private: bool = True) -> SavedAdapter:
+def save_adapter(
+    model: Any,
+    tokenizer: Any,
+    folder: str | os.PathLike,
+    *,
+    evaluation: BeforeAfter | None = None,
+    push_to_hub: str | None = None,
+    private: bool = True,
+) -> SavedAdapter:
     """Save a LoRA policy's adapter and tokenizer (unless None) to ``folder``; optionally push it to the hub. Beside
     peft's files, :data:`erl_lite.run.layout.NOTE_FILE` records the base, whether it was 4-bit, ``evaluation``."""
     from erl_lite.run import export
@@ -126,14 +143,17 @@ class PlayedEpisode:
                 seen = message["content"]
             elif message["role"] == "assistant":
                 turns.append(Turn(len(turns) + 1, seen, message["content"]))
-        return cls(attempt.task_id, attempt.system_prompt, turns, attempt.reward, attempt.success,
-                   attempt.feedback, attempt)
+        return cls(
+            attempt.task_id, attempt.system_prompt, turns, attempt.reward, attempt.success, attempt.feedback, attempt
+        )
 
     def text(self) -> str:
         verdict = "succeeded" if self.success else "failed"
         n = len(self.turns)
-        lines = [f"task {self.task_id} · reward {self.reward:.2f} · {verdict} · {n} turn{'s' * (n != 1)}",
-                 f"system: {self.system_prompt}"]
+        lines = [
+            f"task {self.task_id} · reward {self.reward:.2f} · {verdict} · {n} turn{'s' * (n != 1)}",
+            f"system: {self.system_prompt}",
+        ]
         for turn in self.turns:
             lines += [f"--- turn {turn.number} ---", turn.observation, f"reply: {turn.reply}"]
         return "\n".join(lines + ["--- outcome ---", self.feedback])
@@ -160,11 +180,18 @@ def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None,
     return PlayedEpisode.from_attempt(attempt)
 
 
-def reload_and_play(adapter_dir: str | os.PathLike, env: Any, task: Task | None = None, config: Any = None, *,
-                    quantization: str = "auto", device: str | None = None) -> tuple[Any, Any, PlayedEpisode]:
+def reload_and_play(
+    adapter_dir: str | os.PathLike,
+    env: Any,
+    task: Task | None = None,
+    config: Any = None,
+    *,
+    quantization: str = "auto",
+    device: str | None = None,
+) -> tuple[Any, Any, PlayedEpisode]:
     """Load a saved adapter (``"auto"``: quantized as in training) and play one episode; ``(model, tok, episode)``."""
-    from erl_lite.run.export import describe_adapter
     from erl_lite.models import load_policy
+    from erl_lite.run.export import describe_adapter
 
     if quantization == AUTO:
         quantization = describe_adapter(adapter_dir).quantization

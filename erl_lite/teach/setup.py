@@ -19,7 +19,8 @@ _SETUPS = {"cpu": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
 # bitsandbytes logs at import, on CPUs with AVX-512 BF16, that an optional kernel package is missing: nothing a
 # student can act on (the fallback is correct). Only that message of that logger is dropped.
 logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
-    lambda record: not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward"))
+    lambda record: not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward")
+)
 
 
 class Setup(NamedTuple):
@@ -31,8 +32,15 @@ class Setup(NamedTuple):
     config: ERLConfig  #: the setup's preset, the seed, then the overrides
 
 
-def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | None = None,
-          model_name: str = GPU_MODEL, world: str = "demo", **overrides: Any) -> Setup:
+def setup(
+    preset: str = "cpu",
+    seed: int = DEFAULT_SEED,
+    *,
+    quantization: str | None = None,
+    model_name: str = GPU_MODEL,
+    world: str = "demo",
+    **overrides: Any,
+) -> Setup:
     """Load the policy, build the environment and make the config for a notebook.
 
     ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``; ``"sparse"`` or ``"hard"``, where first
@@ -70,9 +78,15 @@ def setup(preset: str = "cpu", seed: int = DEFAULT_SEED, *, quantization: str | 
 
 
 def _load(preset: str, seed: int, world: str, model_name: str, quantization: str, config: ERLConfig) -> Setup:
-    adapter = dict(quantization=quantization, peft="lora", lora_r=config.lora_r, lora_alpha=config.lora_alpha,
-                   lora_dropout=config.lora_dropout, target_modules=config.lora_target_modules,
-                   gradient_checkpointing=config.gradient_checkpointing)
+    adapter = dict(
+        quantization=quantization,
+        peft="lora",
+        lora_r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.lora_target_modules,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
     if preset == "cpu":
         from erl_lite.embedded.loading import load_embedded
         from erl_lite.embedded.world import demo_world

@@ -21,15 +21,43 @@ HistoryLike = Union[History, str, os.PathLike, list, None]
 
 DPI = 110
 #: Font sizes chosen to stay legible when GitHub scales a PNG down to ~800 px wide.
-RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5, "xtick.labelsize": 9,
-      "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
+RC = {
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 8.5,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
 
 #: One colour per ERL phase / role, reused by every plot so a reader learns them once.
-COLORS = {FIRST: "#1f77b4", REFLECTION: "#9467bd", SECOND: "#2ca02c", DISTILL: "#ff7f0e", "eval": "#d62728",
-          "success": "#e377c2", "gate": "#8c564b", "memory": "#17becf", "baseline": "#7f7f7f"}
+COLORS = {
+    FIRST: "#1f77b4",
+    REFLECTION: "#9467bd",
+    SECOND: "#2ca02c",
+    DISTILL: "#ff7f0e",
+    "eval": "#d62728",
+    "success": "#e377c2",
+    "gate": "#8c564b",
+    "memory": "#17becf",
+    "baseline": "#7f7f7f",
+}
 #: One marker per series kind: a curve hidden under an equal one still shows its marker.
-MARKERS = {FIRST: "o", REFLECTION: "v", SECOND: "^", DISTILL: "D", "eval": "s", "success": "x",
-           "gate": "o", "memory": "o", "baseline": "o"}
+MARKERS = {
+    FIRST: "o",
+    REFLECTION: "v",
+    SECOND: "^",
+    DISTILL: "D",
+    "eval": "s",
+    "success": "x",
+    "gate": "o",
+    "memory": "o",
+    "baseline": "o",
+}
 #: One line style per role: curves of equal values (reflection and second attempt share r2) stay apart.
 LINESTYLES = {FIRST: "-", REFLECTION: ":", SECOND: "--", DISTILL: "-."}
 #: At most this many markers per curve; longer curves mark every k-th point.
@@ -94,10 +122,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def styled(fn: F) -> F:
     """Run a plotting function under the house style (text takes its size when created)."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with plt.rc_context(RC):
             return fn(*args, **kwargs)
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -120,20 +150,41 @@ def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, leg
         mid = round((lo + hi) / 2)
         ax.set_xlim(mid - 1, mid + 1)
     if not has_data:
-        ax.text(0.5, 0.5, NO_DATA, transform=ax.transAxes, ha="center", va="center",
-                color="0.45", fontsize=11, style="italic")
+        ax.text(
+            0.5,
+            0.5,
+            NO_DATA,
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.45",
+            fontsize=11,
+            style="italic",
+        )
         return
     handles, labels = ax.get_legend_handles_labels()
     if legend and handles:  # under the axes, never over the data
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(0, -0.17), ncol=2, frameon=False)
 
 
-def plot_series(ax: Axes, steps: Iterable[int], values: list[float], *, label: str, color: str,
-                ls: str = "-", marker: str = "o", hollow: bool = False) -> None:
+def plot_series(
+    ax: Axes,
+    steps: Iterable[int],
+    values: list[float],
+    *,
+    label: str,
+    color: str,
+    ls: str = "-",
+    marker: str = "o",
+    hollow: bool = False,
+) -> None:
     """One curve with markers; a ``hollow`` one (a baseline, a role equal to another) goes on top with larger
     hollow markers, so where it equals another curve its marker rings the filled one."""
     steps = list(steps)
     every = max(1, math.ceil(len(steps) / MAX_MARKERS))
-    look = (dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3) if hollow
-            else dict(markersize=4, zorder=2))
+    look = (
+        dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3)
+        if hollow
+        else dict(markersize=4, zorder=2)
+    )
     ax.plot(steps, values, ls, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)

@@ -9,9 +9,24 @@ import random
 from typing import Any
 
 from erl_lite.history import History
-from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_NUM_EPISODES, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE, LOSS_KEYS, LR, MEMORY_SIZE,
-                                   MEMORY_WRITES, REFLECTION_PARSE_RATE, REFLECTION_REWARD, REWARD_FIRST, REWARD_SECOND,
-                                   STEP, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.metric_names import (
+    ADVANTAGE_KEYS,
+    EVAL_NUM_EPISODES,
+    EVAL_REWARD,
+    EVAL_SUCCESS,
+    GATE_RATE,
+    LOSS_KEYS,
+    LR,
+    MEMORY_SIZE,
+    MEMORY_WRITES,
+    REFLECTION_PARSE_RATE,
+    REFLECTION_REWARD,
+    REWARD_FIRST,
+    REWARD_SECOND,
+    STEP,
+    SUCCESS_FIRST,
+    SUCCESS_SECOND,
+)
 from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = "You are playing a grid game. Reply with one move in a ``` block: Up, Down, Left or Right."
@@ -25,9 +40,11 @@ RULEBOOKS = [
     "to B that never steps on C, then reply with one move in a ``` block.",
 ]
 #: Strategy notes later reflections append once the rules are settled.
-TIPS = ["Tip: on small maps, try Right before Down.",
-        "Tip: count the tiles to B before moving; the budget is 8 moves.",
-        "Tip: if a move did not change the grid, you hit the edge: pick another direction."]
+TIPS = [
+    "Tip: on small maps, try Right before Down.",
+    "Tip: count the tiles to B before moving; the budget is 8 moves.",
+    "Tip: if a move did not change the grid, you hit the edge: pick another direction.",
+]
 GRIDS = ["DAD\nDCB\nDDD", "ADD\nCDD\nDDB"]
 
 
@@ -40,11 +57,21 @@ def _attempt(task_id: str, role: str, index: int, system: str, moves: list[str],
         messages.append({"role": "assistant", "content": f"```{move}```"})
     outcome = "reached the goal" if won else ("fell into a hole" if moves[-1] == "Down" else "ran out of moves")
     trace = "\n".join(f"turn {t}: {m} -> moved to a safe tile" for t, m in enumerate(moves, 1))
-    return Attempt(task_id=task_id, role=role, index=index, system_prompt=system,
-                   messages=messages, prompt_ids=[1, 2, 3], completion_ids=[4] * len(moves),
-                   completion_mask=[1] * len(moves), reward=float(won), success=won,
-                   feedback=f"You {outcome}.", trace=trace + f"\nend: {outcome}",
-                   num_turns=len(moves))
+    return Attempt(
+        task_id=task_id,
+        role=role,
+        index=index,
+        system_prompt=system,
+        messages=messages,
+        prompt_ids=[1, 2, 3],
+        completion_ids=[4] * len(moves),
+        completion_mask=[1] * len(moves),
+        reward=float(won),
+        success=won,
+        feedback=f"You {outcome}.",
+        trace=trace + f"\nend: {outcome}",
+        num_turns=len(moves),
+    )
 
 
 def _rulebook(version: int) -> str:
@@ -83,20 +110,33 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     progress = step / max(steps, 1)
     rate = 2.0 if baseline else 3.5
     p1 = 0.15 + 0.7 * (1 - math.exp(-rate * progress))
-    jitter = lambda s: rng.gauss(0.0, s)  # noqa: E731
+    jitter = lambda s: rng.gauss(0.0, s)
     r1 = min(1.0, max(0.0, p1 + jitter(0.04)))
-    out = {STEP: step, REWARD_FIRST: r1, SUCCESS_FIRST: r1,
-           LOSS_KEYS[FIRST]: jitter(0.05), ADVANTAGE_KEYS[FIRST]: 0.8 + jitter(0.05), LR: 1e-6}
+    out = {
+        STEP: step,
+        REWARD_FIRST: r1,
+        SUCCESS_FIRST: r1,
+        LOSS_KEYS[FIRST]: jitter(0.05),
+        ADVANTAGE_KEYS[FIRST]: 0.8 + jitter(0.05),
+        LR: 1e-6,
+    }
     if baseline:
         return out
     r2 = min(1.0, r1 + 0.2 + jitter(0.04))
-    out.update({
-        REWARD_SECOND: r2, SUCCESS_SECOND: r2, GATE_RATE: 1.0 - r1,
-        REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress), REFLECTION_REWARD: r2,
-        LOSS_KEYS[REFLECTION]: jitter(0.05), LOSS_KEYS[SECOND]: jitter(0.05),
-        LOSS_KEYS[DISTILL]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
-        ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05), ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
-    })
+    out.update(
+        {
+            REWARD_SECOND: r2,
+            SUCCESS_SECOND: r2,
+            GATE_RATE: 1.0 - r1,
+            REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress),
+            REFLECTION_REWARD: r2,
+            LOSS_KEYS[REFLECTION]: jitter(0.05),
+            LOSS_KEYS[SECOND]: jitter(0.05),
+            LOSS_KEYS[DISTILL]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
+            ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05),
+            ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
+        }
+    )
     return out
 
 

@@ -1,4 +1,5 @@
-"""One reflection drawn from a run's records: its rulebook, what it changed, what it claims, checked against the world."""
+"""One reflection drawn from a run's records: its rulebook, what it changed, and what it claims, checked against
+the world."""
 
 from __future__ import annotations
 
@@ -26,9 +27,14 @@ def _rulebook_lines(base: str, rulebook: str) -> list[list[tuple[str, bool]]]:
 
 
 @S.styled
-def plot_reflection(source: HistoryLike | Record, step: int | None = None, task_id: str | None = None,
-                    index: int | None = None, claims: Callable[[str], Sequence[str]] | None = None,
-                    truth: Sequence[str] = ()) -> Figure:
+def plot_reflection(
+    source: HistoryLike | Record,
+    step: int | None = None,
+    task_id: str | None = None,
+    index: int | None = None,
+    claims: Callable[[str], Sequence[str]] | None = None,
+    truth: Sequence[str] = (),
+) -> Figure:
     """One reflection's rulebook, words new against its base prompt in green; with ``claims`` (the items the
     rulebook asserts, e.g. ``named_holes``) each claim is checked against ``truth`` and true items missed are listed.
     Picks the rollout as :func:`~erl_lite.viz.show_attempt_pair` does (by default the first reflected one)."""
@@ -45,17 +51,37 @@ def plot_reflection(source: HistoryLike | Record, step: int | None = None, task_
     ax.axis("off")
 
     def put(row: int, col: int, text: str, **look) -> None:  # rows and columns of text from the top left
-        ax.annotate(text, (0, 1), xycoords="axes fraction", xytext=(8 + col * CHAR_PT, -(row + 0.6) * LINE_PT),
-                    textcoords="offset points", fontsize=10, va="top", **look)
+        ax.annotate(
+            text,
+            (0, 1),
+            xycoords="axes fraction",
+            xytext=(8 + col * CHAR_PT, -(row + 0.6) * LINE_PT),
+            textcoords="offset points",
+            fontsize=10,
+            va="top",
+            **look,
+        )
 
     changed = "green: new vs its base prompt" if any(new for line in lines for _, new in line) else "= its base prompt"
-    put(0, 0, f"Reflection, step {record.get('step')}, task {refl.get('task_id')} #{refl.get('index')}: its "
-              f"rulebook ({changed})", weight="bold")
+    put(
+        0,
+        0,
+        f"Reflection, step {record.get('step')}, task {refl.get('task_id')} #{refl.get('index')}: its "
+        f"rulebook ({changed})",
+        weight="bold",
+    )
     for row, line in enumerate(lines, start=1):
         col = 0
         for word, new in line:
-            put(row, col, word, family="monospace", color="#060" if new else "0.15", weight="bold" if new else "normal",
-                bbox=dict(facecolor="#dfd", edgecolor="none", pad=0.6) if new else None)
+            put(
+                row,
+                col,
+                word,
+                family="monospace",
+                color="#060" if new else "0.15",
+                weight="bold" if new else "normal",
+                bbox=dict(facecolor="#dfd", edgecolor="none", pad=0.6) if new else None,
+            )
             col += len(word) + 1
     for row, (text, right) in enumerate(checks, start=len(lines) + 2):
         put(row, 0, text, color=COLORS["second"] if right else "#d62728")

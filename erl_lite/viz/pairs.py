@@ -24,8 +24,10 @@ def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> 
         return source
     samples = as_history(source).samples
     if not samples:
-        raise ValueError("this history holds no sampled step records (History.samples is "
-                         "empty); the trainer keeps one every `sample_every` steps")
+        raise ValueError(
+            "this history holds no sampled step records (History.samples is "
+            "empty); the trainer keeps one every `sample_every` steps"
+        )
     if step is None:
         return samples[0]
     for record in samples:
@@ -41,16 +43,25 @@ def list_pairs(record: Record) -> list[dict[str, Any]]:
     rows = []
     for i, a in enumerate(record.get("first_attempts", [])):
         second = retried[i]["second"] if i in retried else None
-        rows.append({"task_id": a.get("task_id"), "index": a.get("index"), "first_success": bool(a.get("success")),
-                     "second_success": None if second is None else bool(second.get("success"))})
+        rows.append(
+            {
+                "task_id": a.get("task_id"),
+                "index": a.get("index"),
+                "first_success": bool(a.get("success")),
+                "second_success": None if second is None else bool(second.get("success")),
+            }
+        )
     return rows
 
 
 def select_pair(record: Record, task_id: str | None = None, index: int | None = None) -> dict[str, Record | None]:
     """Pick {first, reflection, second} for one rollout; by default the first reflected one."""
     firsts = record.get("first_attempts", [])
-    candidates = [i for i, a in enumerate(firsts)
-                  if (task_id is None or a.get("task_id") == task_id) and (index is None or a.get("index") == index)]
+    candidates = [
+        i
+        for i, a in enumerate(firsts)
+        if (task_id is None or a.get("task_id") == task_id) and (index is None or a.get("index") == index)
+    ]
     if not candidates:
         raise ValueError(f"no first attempt with task_id={task_id!r}, index={index!r} at step {record.get('step')}")
     retried = retries_by_first(record)
@@ -76,8 +87,13 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         chunk = ("=" if tag == "equal" else "~", "".join(ta[i1:i2]), "".join(tb[j1:j2]))
         # Fold a lone space between two edits into one: "[-a b-]{+c d+}", not "[-a-]{+c+} [-b-]{+d+}".
-        if (chunk[0] == "~" and len(chunks) >= 2 and chunks[-1][0] == "="
-                and chunks[-1][1].isspace() and chunks[-2][0] == "~"):
+        if (
+            chunk[0] == "~"
+            and len(chunks) >= 2
+            and chunks[-1][0] == "="
+            and chunks[-1][1].isspace()
+            and chunks[-2][0] == "~"
+        ):
             space, prev = chunks.pop()[1], chunks.pop()
             chunk = ("~", prev[1] + space + chunk[1], prev[2] + space + chunk[2])
         chunks.append(chunk)
@@ -98,8 +114,7 @@ def diff_text(a: str, b: str) -> str:
 
 def diff_html(a: str, b: str) -> str:
     """Removed words struck through in red, added words in green."""
-    style = {"-": "background:#fdd;color:#900;text-decoration:line-through",
-             "+": "background:#dfd;color:#060"}
+    style = {"-": "background:#fdd;color:#900;text-decoration:line-through", "+": "background:#dfd;color:#060"}
     parts = []
     for op, text in word_diff(a, b):
         esc = html.escape(text)
@@ -113,8 +128,10 @@ def _clip(text: str) -> str:
 
 #: Stated in full, as front-ends differ (JupyterLab right-aligns cells and breaks words inside <pre>).
 LEFT = "text-align:left"
-_PRE = ("margin:2px 0;padding:4px;background:#f6f8fa;font-size:12px;font-family:ui-monospace,Menlo,Consolas,"
-        f"monospace;word-break:normal;overflow-wrap:normal;{LEFT}")
+_PRE = (
+    "margin:2px 0;padding:4px;background:#f6f8fa;font-size:12px;font-family:ui-monospace,Menlo,Consolas,"
+    f"monospace;word-break:normal;overflow-wrap:normal;{LEFT}"
+)
 
 
 def _pre(text: str, escaped: bool = False) -> str:
@@ -133,13 +150,17 @@ def _outcome(attempt: Record) -> str:
 def _attempt_html(title: str, attempt: Record | None, color: str) -> str:
     if attempt is None:
         return f"<b style='color:{color}'>{title}</b><p><i>not run (passed the gate)</i></p>"
-    turns = "".join(f"<div style='{LEFT}'><small><b>{html.escape(m.get('role', '?'))}</b></small>"
-                    f"{_pre(m.get('content', ''))}</div>"
-                    for m in attempt.get("messages", []) if m.get("role") != "system")
-    return (f"<b style='color:{color}'>{title}</b> <small>({_outcome(attempt)}, "
-            f"{attempt.get('num_turns', '?')} turns)</small>"
-            f"<details><summary>system prompt</summary>{_pre(attempt.get('system_prompt', ''))}"
-            f"</details>{turns}<b>feedback</b>{_pre(attempt.get('feedback', ''))}")
+    turns = "".join(
+        f"<div style='{LEFT}'><small><b>{html.escape(m.get('role', '?'))}</b></small>{_pre(m.get('content', ''))}</div>"
+        for m in attempt.get("messages", [])
+        if m.get("role") != "system"
+    )
+    return (
+        f"<b style='color:{color}'>{title}</b> <small>({_outcome(attempt)}, "
+        f"{attempt.get('num_turns', '?')} turns)</small>"
+        f"<details><summary>system prompt</summary>{_pre(attempt.get('system_prompt', ''))}"
+        f"</details>{turns}<b>feedback</b>{_pre(attempt.get('feedback', ''))}"
+    )
 
 
 def _reflection_html(refl: Record | None) -> str:
@@ -147,63 +168,89 @@ def _reflection_html(refl: Record | None) -> str:
     if refl is None:
         return f"<b style='color:{color}'>Reflection</b><p><i>none: the first attempt passed</i></p>"
     parsed = "parsed" if refl.get("parsed") else "no &lt;prompt&gt; block: base prompt reused"
-    return (f"<b style='color:{color}'>Reflection → rulebook</b> <small>({parsed}, "
-            f"r̃ = {float(refl.get('reward', 0.0)):.2f})</small>{_pre(refl.get('rulebook', ''))}"
-            f"<details><summary>raw reflection text</summary>{_pre(refl.get('text', ''))}</details>")
+    return (
+        f"<b style='color:{color}'>Reflection → rulebook</b> <small>({parsed}, "
+        f"r̃ = {float(refl.get('reward', 0.0)):.2f})</small>{_pre(refl.get('rulebook', ''))}"
+        f"<details><summary>raw reflection text</summary>{_pre(refl.get('text', ''))}</details>"
+    )
 
 
-def show_attempt_pair(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,
-                      task_id: str | None = None, index: int | None = None) -> str:
+def show_attempt_pair(
+    history_or_step_record: HistoryLike | Record | Any,
+    step: int | None = None,
+    task_id: str | None = None,
+    index: int | None = None,
+) -> str:
     """HTML of one rollout's first attempt, reflection and second attempt, with diffs."""
     record = step_record(history_or_step_record, step)
     pair = select_pair(record, task_id, index)
     first, refl, second = pair["first"], pair["reflection"], pair["second"]
     cell = f'<td style="vertical-align:top;width:31%;padding:4px;{LEFT}">{{}}</td>'
     arrow = f'<td style="vertical-align:middle;width:3%;font-size:20px;color:#999;{LEFT}">→</td>'
-    row = arrow.join(cell.format(x) for x in (
-        _attempt_html("First attempt", first, COLORS["first"]), _reflection_html(refl),
-        _attempt_html("Second attempt", second, COLORS["second"])))
+    row = arrow.join(
+        cell.format(x)
+        for x in (
+            _attempt_html("First attempt", first, COLORS["first"]),
+            _reflection_html(refl),
+            _attempt_html("Second attempt", second, COLORS["second"]),
+        )
+    )
     changed = ""
     if refl is not None:
-        changed += ("<b>Instructions: base prompt → rulebook</b>"
-                    + diff_html(refl.get("base_prompt", ""), refl.get("rulebook", "")))
+        changed += "<b>Instructions: base prompt → rulebook</b>" + diff_html(
+            refl.get("base_prompt", ""), refl.get("rulebook", "")
+        )
     if second is not None:
-        changed += ("<b>Moves: first attempt → second attempt</b>"
-                    + diff_html(assistant_actions(first), assistant_actions(second)))
-    head = (f"Step {record.get('step')} · task {html.escape(str(first.get('task_id')))} · "
-            f"rollout #{first.get('index')}")
-    return (f'<div style="font-family:sans-serif;font-size:13px;{LEFT}"><h4>{head}</h4>'
-            f'<table style="width:100%;table-layout:fixed"><tr>{row}</tr></table>'
-            + (f"<h4>What changed</h4>{changed}" if changed else "") + "</div>")
+        changed += "<b>Moves: first attempt → second attempt</b>" + diff_html(
+            assistant_actions(first), assistant_actions(second)
+        )
+    head = f"Step {record.get('step')} · task {html.escape(str(first.get('task_id')))} · rollout #{first.get('index')}"
+    return (
+        f'<div style="font-family:sans-serif;font-size:13px;{LEFT}"><h4>{head}</h4>'
+        f'<table style="width:100%;table-layout:fixed"><tr>{row}</tr></table>'
+        + (f"<h4>What changed</h4>{changed}" if changed else "")
+        + "</div>"
+    )
 
 
 def _attempt_text(title: str, attempt: Record | None) -> list[str]:
     if attempt is None:
         return [f"-- {title}: not run (passed the gate) --"]
     lines = [f"-- {title} ({_outcome(attempt)}) --", f"system: {_clip(attempt.get('system_prompt', ''))}"]
-    lines += [f"{m.get('role')}: {_clip(m.get('content', ''))}"
-              for m in attempt.get("messages", []) if m.get("role") != "system"]
+    lines += [
+        f"{m.get('role')}: {_clip(m.get('content', ''))}"
+        for m in attempt.get("messages", [])
+        if m.get("role") != "system"
+    ]
     return lines + [f"feedback: {attempt.get('feedback', '')}"]
 
 
-def attempt_pair_text(history_or_step_record: HistoryLike | Record | Any, step: int | None = None,
-                      task_id: str | None = None, index: int | None = None) -> str:
+def attempt_pair_text(
+    history_or_step_record: HistoryLike | Record | Any,
+    step: int | None = None,
+    task_id: str | None = None,
+    index: int | None = None,
+) -> str:
     """Plain-text version of :func:`show_attempt_pair` (diffs as ``[-old-]{+new+}``)."""
     record = step_record(history_or_step_record, step)
     pair = select_pair(record, task_id, index)
     first, refl, second = pair["first"], pair["reflection"], pair["second"]
-    lines = [f"=== step {record.get('step')} · task {first.get('task_id')} · "
-             f"rollout #{first.get('index')} ==="]
+    lines = [f"=== step {record.get('step')} · task {first.get('task_id')} · rollout #{first.get('index')} ==="]
     lines += _attempt_text("FIRST ATTEMPT", first)
     if refl is None:
         lines.append("-- REFLECTION: none, the first attempt passed the gate --")
     else:
-        lines += [f"-- REFLECTION (parsed={bool(refl.get('parsed'))}, "
-                  f"r~={float(refl.get('reward', 0.0)):.2f}) --", _clip(refl.get("rulebook", ""))]
+        lines += [
+            f"-- REFLECTION (parsed={bool(refl.get('parsed'))}, r~={float(refl.get('reward', 0.0)):.2f}) --",
+            _clip(refl.get("rulebook", "")),
+        ]
     lines += _attempt_text("SECOND ATTEMPT", second)
     if refl is not None:
-        lines += ["-- WHAT CHANGED --", "instructions (base prompt -> rulebook): "
-                  + diff_text(refl.get("base_prompt", ""), refl.get("rulebook", ""))]
+        lines += [
+            "-- WHAT CHANGED --",
+            "instructions (base prompt -> rulebook): "
+            + diff_text(refl.get("base_prompt", ""), refl.get("rulebook", "")),
+        ]
     if second is not None:
         lines.append("moves (first -> second): " + diff_text(assistant_actions(first), assistant_actions(second)))
     return "\n".join(lines)

@@ -13,8 +13,19 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from erl_lite.history import History
-from erl_lite.metric_names import (ADVANTAGE_KEYS, EVAL_NUM_EPISODES, EVAL_PREFIX, EVAL_REWARD, EVAL_SUCCESS, GATE_RATE,
-                                   LOSS_KEYS, REWARD_FIRST, REWARD_SECOND, SUCCESS_FIRST, SUCCESS_SECOND)
+from erl_lite.metric_names import (
+    ADVANTAGE_KEYS,
+    EVAL_NUM_EPISODES,
+    EVAL_PREFIX,
+    EVAL_REWARD,
+    EVAL_SUCCESS,
+    GATE_RATE,
+    LOSS_KEYS,
+    REWARD_FIRST,
+    REWARD_SECOND,
+    SUCCESS_FIRST,
+    SUCCESS_SECOND,
+)
 from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
 from erl_lite.viz import _style as S
 from erl_lite.viz._style import COLORS, LINESTYLES, MARKERS, HistoryLike, as_history, joined_rulebooks, series
@@ -27,8 +38,9 @@ Spec = tuple[str, str, str, str]
 NO_EVAL = "no evaluation logged"
 
 
-def _curves(ax: Axes, history: HistoryLike, specs: list[Spec], baseline: bool = False, prefix: str = "",
-            roles: bool = False) -> int:
+def _curves(
+    ax: Axes, history: HistoryLike, specs: list[Spec], baseline: bool = False, prefix: str = "", roles: bool = False
+) -> int:
     """Draw every spec that has data (evaluation as points with intervals, ``roles``: a line style per role,
     as reflection and second attempt often coincide); returns how many were drawn."""
     drawn = 0
@@ -37,9 +49,16 @@ def _curves(ax: Axes, history: HistoryLike, specs: list[Spec], baseline: bool = 
         if values and kind == "eval":
             _eval_points(ax, history, steps, values, prefix + label, COLORS[role], MARKERS[role], baseline)
         elif values:
-            S.plot_series(ax, steps, values, label=prefix + label, color=COLORS[role], marker=MARKERS[role],
-                          ls="--" if baseline else LINESTYLES.get(role, "-") if roles else "-",
-                          hollow=baseline or roles and role == REFLECTION)
+            S.plot_series(
+                ax,
+                steps,
+                values,
+                label=prefix + label,
+                color=COLORS[role],
+                marker=MARKERS[role],
+                ls="--" if baseline else LINESTYLES.get(role, "-") if roles else "-",
+                hollow=baseline or roles and role == REFLECTION,
+            )
         drawn += bool(values)
     return drawn
 
@@ -53,15 +72,29 @@ def wilson(p: float, n: float, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
 
 
-def _eval_points(ax: Axes, h: HistoryLike, steps: list[int], values: list[float], label: str, color: str,
-                 marker: str, baseline: bool) -> None:
+def _eval_points(
+    ax: Axes, h: HistoryLike, steps: list[int], values: list[float], label: str, color: str, marker: str, baseline: bool
+) -> None:
     """Evaluation at the steps measured, never joined by a line (two points are not a learning curve)."""
     counts = dict(zip(*series(h, EVAL_NUM_EPISODES, "eval")))
     bounds = [wilson(v, counts.get(s, 0)) for s, v in zip(steps, values)]
-    err = [[max(0.0, v - lo) for v, (lo, _) in zip(values, bounds)],  # >= 0: rounding at a rate of 0 or 1, and a
-           [max(0.0, hi - v) for v, (_, hi) in zip(values, bounds)]]  # mean reward outside [0, 1], have none
-    ax.errorbar([s + 0.2 * baseline for s in steps], values, yerr=err, fmt=marker, ls="none", color=color,
-                capsize=3, ms=6, mfc="none" if baseline else color, zorder=4, label=label + " (95% interval)")
+    err = [
+        [max(0.0, v - lo) for v, (lo, _) in zip(values, bounds)],  # >= 0: rounding at a rate of 0 or 1, and a
+        [max(0.0, hi - v) for v, (_, hi) in zip(values, bounds)],
+    ]  # mean reward outside [0, 1], have none
+    ax.errorbar(
+        [s + 0.2 * baseline for s in steps],
+        values,
+        yerr=err,
+        fmt=marker,
+        ls="none",
+        color=color,
+        capsize=3,
+        ms=6,
+        mfc="none" if baseline else color,
+        zorder=4,
+        label=label + " (95% interval)",
+    )
 
 
 def _runs(history: HistoryLike, baseline: HistoryLike) -> tuple[History, History | None]:
@@ -89,8 +122,9 @@ def rewards_are_binary(history: HistoryLike) -> bool:
     return bool(verdicts) and all(verdicts)
 
 
-def _panel(history: HistoryLike, ax: Axes | None, specs: list[Spec], title: str, ylabel: str,
-           unit: bool = False) -> Figure:
+def _panel(
+    history: HistoryLike, ax: Axes | None, specs: list[Spec], title: str, ylabel: str, unit: bool = False
+) -> Figure:
     """A panel of training curves over steps; ``unit``: the values are fractions in [0, 1]."""
     fig, ax, owned = S.new_axes(ax)
     drawn = _curves(ax, as_history(history), specs, roles=True)
@@ -109,8 +143,9 @@ def _note(ax: Axes, text: str) -> None:
 
 
 @S.styled
-def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None,
-                 metric: str = "reward") -> Figure:
+def plot_rewards(
+    history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None, metric: str = "reward"
+) -> Figure:
     """Reward (or ``metric="success"``) per phase over training steps, evaluation as points; RLVR dashed.
 
     Example:
@@ -121,9 +156,11 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
         raise ValueError(f"metric must be 'reward' or 'success', got {metric!r}")
     h, base = _runs(history, baseline)
     fig, ax, owned = S.new_axes(ax)
-    specs = [(f"{metric}/{FIRST}", "train", "first attempt", FIRST),
-             (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
-             (EVAL_PREFIX + metric, "eval", "evaluation (first attempt)", "eval")]
+    specs = [
+        (f"{metric}/{FIRST}", "train", "first attempt", FIRST),
+        (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
+        (EVAL_PREFIX + metric, "eval", "evaluation (first attempt)", "eval"),
+    ]
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, [specs[0], specs[2]], baseline=True, prefix="RLVR · ")
@@ -143,20 +180,31 @@ def plot_rewards(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | 
 @S.styled
 def plot_gate_rate(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Fraction of first attempts the gate sent on to reflection (``r1 < τ``) per step."""
-    return _panel(history, ax, [(GATE_RATE, "train", "sent to reflection", "gate")],
-                  "Gate: first attempts sent to reflection", "fraction of first attempts", unit=True)
+    return _panel(
+        history,
+        ax,
+        [(GATE_RATE, "train", "sent to reflection", "gate")],
+        "Gate: first attempts sent to reflection",
+        "fraction of first attempts",
+        unit=True,
+    )
 
 
 def _held(h: History, claims: Callable[[str], Sequence[str]] | None) -> list[tuple[int, list[str]]]:
     """(step, what memory named after it) per sampled step; by default each rulebook is one item."""
-    rows = sorted((int(s.get("step", i)), joined_rulebooks(s.get("memory_after")))
-                  for i, s in enumerate(h.samples, start=1))
+    rows = sorted(
+        (int(s.get("step", i)), joined_rulebooks(s.get("memory_after"))) for i, s in enumerate(h.samples, start=1)
+    )
     return [(step, list(claims(text)) if claims else [text] * bool(text)) for step, text in rows]
 
 
 @S.styled
-def plot_memory(history: HistoryLike, claims: Callable[[str], Sequence[str]] | None = None,
-                truth: Sequence[str] = (), ax: Axes | None = None) -> Figure:
+def plot_memory(
+    history: HistoryLike,
+    claims: Callable[[str], Sequence[str]] | None = None,
+    truth: Sequence[str] = (),
+    ax: Axes | None = None,
+) -> Figure:
     """What memory held after each sampled step: a row per item ``claims(text)`` names (default: each distinct
     rulebook), a mark where it was named; with ``truth``, right items green, wrong ones red crosses, true items
     memory did not name grey rings (e.g. ``claims=named_holes, truth=hole letters`` in the embedded world)."""
@@ -164,14 +212,18 @@ def plot_memory(history: HistoryLike, claims: Callable[[str], Sequence[str]] | N
     fig, ax, owned = S.new_axes(ax)
     held = _held(h, claims)
     rows = list(dict.fromkeys([*truth, *(item for _, items in held for item in items)]))
-    looks = {"named": dict(marker="o", color=COLORS["memory"]),
-             "named, right": dict(marker="o", color=COLORS[SECOND]), "named, wrong": dict(marker="X", color="#d62728"),
-             "true, not named": dict(marker="o", facecolors="none", edgecolors="0.55")}
+    looks = {
+        "named": dict(marker="o", color=COLORS["memory"]),
+        "named, right": dict(marker="o", color=COLORS[SECOND]),
+        "named, wrong": dict(marker="X", color="#d62728"),
+        "true, not named": dict(marker="o", facecolors="none", edgecolors="0.55"),
+    }
     points: dict[str, list[tuple[int, int]]] = {kind: [] for kind in looks}
     for step, items in held:
         for item in items:
             points["named" if not truth else "named, right" if item in truth else "named, wrong"].append(
-                (step, rows.index(item)))
+                (step, rows.index(item))
+            )
         points["true, not named"] += [(step, rows.index(t)) for t in truth if t not in items]
     for kind, xy in points.items():
         if xy:
@@ -187,15 +239,21 @@ def plot_memory(history: HistoryLike, claims: Callable[[str], Sequence[str]] | N
 @S.styled
 def plot_losses(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Policy loss contributed by each role (``loss/first`` … ``loss/distill``) per step."""
-    return _panel(history, ax, _by_role({r: LOSS_KEYS[r] for r in ROLE_LABELS}), "Loss by role",
-                  "loss (token sum, mean over sequences)")
+    return _panel(
+        history,
+        ax,
+        _by_role({r: LOSS_KEYS[r] for r in ROLE_LABELS}),
+        "Loss by role",
+        "loss (token sum, mean over sequences)",
+    )
 
 
 @S.styled
 def plot_advantages(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Mean |advantage| per role per step: how much learning signal each role carried."""
-    return _panel(history, ax, _by_role(ADVANTAGE_KEYS), "Advantage magnitude by role",
-                  "mean |advantage| (group-std units)")
+    return _panel(
+        history, ax, _by_role(ADVANTAGE_KEYS), "Advantage magnitude by role", "mean |advantage| (group-std units)"
+    )
 
 
 @S.styled
@@ -204,10 +262,15 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
     RLVR hollow beside it if given."""
     h, base = _runs(history, baseline)
     fig, ax, owned = S.new_axes(ax)
-    same = all(_same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
-               for x in ([h] if base is None else [h, base]))
-    specs = ([(EVAL_REWARD, "eval", "reward = success rate", "eval")] if same else
-             [(EVAL_REWARD, "eval", "mean reward", "eval"), (EVAL_SUCCESS, "eval", "success rate", "success")])
+    same = all(
+        _same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
+        for x in ([h] if base is None else [h, base])
+    )
+    specs = (
+        [(EVAL_REWARD, "eval", "reward = success rate", "eval")]
+        if same
+        else [(EVAL_REWARD, "eval", "mean reward", "eval"), (EVAL_SUCCESS, "eval", "success rate", "success")]
+    )
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, specs, baseline=True, prefix="RLVR · ")
@@ -217,8 +280,12 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
 
 
 @S.styled
-def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: Axes | None = None,
-                    title: str = "Equal CPU time, one line per seed") -> Figure:
+def plot_comparison(
+    results: list[dict],
+    variants: list[str] | None = None,
+    ax: Axes | None = None,
+    title: str = "Equal CPU time, one line per seed",
+) -> Figure:
     """Evaluation over training CPU time, one line per run, a style per variant (``compare_modes.py``'s
     results: dicts with ``variant`` and ``eval_curve``, rows ``[step, CPU seconds, success]``)."""
     variants = variants or list(dict.fromkeys(r["variant"] for r in results))
@@ -228,11 +295,25 @@ def plot_comparison(results: list[dict], variants: list[str] | None = None, ax: 
     for i, v in enumerate(variants):
         for j, r in enumerate(r for r in results if r["variant"] == v):
             seconds, values = [c[1] for c in r["eval_curve"]], [c[2] for c in r["eval_curve"]]
-            ax.plot(seconds, values, color=f"C{i}", alpha=0.8, label=v if j == 0 else None, ls=styles[i % len(styles)],
-                    marker=markers[i % len(markers)], ms=4, mfc="none" if i % 2 else None)
+            ax.plot(
+                seconds,
+                values,
+                color=f"C{i}",
+                alpha=0.8,
+                label=v if j == 0 else None,
+                ls=styles[i % len(styles)],
+                marker=markers[i % len(markers)],
+                ms=4,
+                mfc="none" if i % 2 else None,
+            )
             drawn += 1
-    S.decorate(ax, title, "training CPU time (s, one thread; evaluation excluded)",
-               "eval first-attempt success (0–1)", drawn > 0)
+    S.decorate(
+        ax,
+        title,
+        "training CPU time (s, one thread; evaluation excluded)",
+        "eval first-attempt success (0–1)",
+        drawn > 0,
+    )
     ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
@@ -267,8 +348,14 @@ def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: His
     """Write the rewards, gate_rate, memory, losses, eval and overview PNGs into ``out_dir``; return paths."""
     h, base = _runs(history, baseline)
     os.makedirs(out_dir, exist_ok=True)
-    figures = {"rewards.png": plot_rewards(h, base), "gate_rate.png": plot_gate_rate(h), "memory.png": plot_memory(h),
-               "losses.png": plot_losses(h), "eval.png": plot_eval(h, base), "overview.png": plot_overview(h, base)}
+    figures = {
+        "rewards.png": plot_rewards(h, base),
+        "gate_rate.png": plot_gate_rate(h),
+        "memory.png": plot_memory(h),
+        "losses.png": plot_losses(h),
+        "eval.png": plot_eval(h, base),
+        "overview.png": plot_overview(h, base),
+    }
     for name, fig in figures.items():
         fig.savefig(os.path.join(out_dir, name), dpi=S.DPI, bbox_inches="tight")
     return [os.path.join(out_dir, name) for name in figures]

@@ -8,8 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from erl_lite.viz._style import HistoryLike, as_history, joined_rulebooks
-from erl_lite.viz.pairs import (Record, _pre, attempt_pair_text, diff_html, diff_text, list_pairs,
-                                show_attempt_pair, step_record)
+from erl_lite.viz.pairs import (
+    Record,
+    _pre,
+    attempt_pair_text,
+    diff_html,
+    diff_text,
+    list_pairs,
+    show_attempt_pair,
+    step_record,
+)
 
 #: Outcome filters of the reflection browser: label -> predicate on a :func:`list_pairs` row.
 FILTERS = {
@@ -95,9 +103,14 @@ def _steps(history: HistoryLike) -> tuple[Any, list[int]]:
 def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, int]]]:
     """Dropdown entries ``(label, (task_id, index))`` of one step, filtered by outcome."""
     mark = {True: "✓", False: "✗", None: "–"}
-    return [(f"{r['task_id']} #{r['index']} · 1st {mark[r['first_success']]} → "
-             f"2nd {mark[r['second_success']]}", (r["task_id"], r["index"]))
-            for r in list_pairs(record) if FILTERS[mode](r)]
+    return [
+        (
+            f"{r['task_id']} #{r['index']} · 1st {mark[r['first_success']]} → 2nd {mark[r['second_success']]}",
+            (r["task_id"], r["index"]),
+        )
+        for r in list_pairs(record)
+        if FILTERS[mode](r)
+    ]
 
 
 def reflection_browser(history: HistoryLike, static: bool | None = None, step: int | None = None) -> Any:

@@ -47,10 +47,10 @@ import re
 from dataclasses import dataclass
 from typing import Collection
 
+from erl_lite.core.prompts import REFLECTION_SYSTEM, RETRY_HEADER
 from erl_lite.embedded.rulebooks import named_holes, plan_sentence, planned_holes, rulebook
 from erl_lite.embedded.world import AGENT, GOAL, IN_HOLE, ON_GOAL, closer_tiles, find_letter, parse_grid
 from erl_lite.envs.grid import ACTIONS
-from erl_lite.core.prompts import REFLECTION_SYSTEM, RETRY_HEADER
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?=<\|im_end\|>|<\|im_start\|>|$)", re.DOTALL)
 _FATAL = re.compile(r"stepped on ([A-Z]): moved into a hole")
