@@ -21,7 +21,7 @@ from erl_lite.cli.config_args import (
 from erl_lite.cli.train import run_preset, train_config
 from erl_lite.config.field_types import check_whole, closest, conform, describe
 from erl_lite.core.prompts import parse_rulebook, reflection_skeleton_length
-from erl_lite.diagnostics.checks import RunFacts, checks_reading, scan
+from erl_lite.diagnostics.checks import CHECKS, RunFacts, scan
 from erl_lite.testing import tiny_tokenizer
 
 
@@ -67,7 +67,7 @@ def test_train_command_helpers():
 
 
 def test_check_and_prompt_helpers():
-    assert checks_reading("reflection/parse_rate") == ["parse_rate", "memory_empty"]
+    assert [c.name for c in CHECKS if "reflection/parse_rate" in c.reads] == ["parse_rate", "memory_empty"]
     rows = [{"step": s, "reflection/parse_rate": 0.0} for s in (1, 2, 3, 4)]
     assert [(f.name, f.step, f.last_step) for f in scan(rows, RunFacts())] == [("parse_rate", 3, 4)]
     assert (RunFacts.of({"mode": "rlvr"}).max_reflection_length, RunFacts.of({}).max_steps) == (512, None)

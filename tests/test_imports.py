@@ -441,7 +441,7 @@ MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_268
 OVER_BUDGET = {
     "core/update.py": 481,
     "run/checkpoint.py": 512,
-    "diagnostics/checks.py": 536,
+    "diagnostics/checks.py": 524,
     "cli/__init__.py:build_parser": 99,
 }
 

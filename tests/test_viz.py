@@ -622,6 +622,23 @@ def test_memory_figure_checks_what_memory_names_against_the_truth():
     }
 
 
+def test_the_overview_and_saved_memory_panels_name_letters_when_given_claims(tmp_path):
+    """The demo's overview shows which hole letters memory holds, right or wrong, not rulebook rows."""
+    import matplotlib.image
+
+    from erl_lite.viz import plot_overview, save_figures
+
+    samples = [{"step": 1, "memory_after": ["E is a hole."]}, {"step": 2, "memory_after": ["G is a hole."]}]
+    history = History(samples=samples)
+    panel = next(ax for ax in plot_overview(history, None, _claims, ["E"]).axes if "Memory" in ax.get_title())
+    assert [t.get_text() for t in panel.get_yticklabels()] == ["E", "G"]
+    assert {c.get_label() for c in panel.collections} == {"named, right", "named, wrong", "true, not named"}
+    plain = next(ax for ax in plot_overview(history).axes if "Memory" in ax.get_title())
+    assert [t.get_text() for t in plain.get_yticklabels()] == ["rulebook 1", "rulebook 2"]
+    paths = save_figures(history, tmp_path, memory_claims=_claims, memory_truth=["E"])
+    assert all(matplotlib.image.imread(path).size for path in paths)
+
+
 def test_reflection_figure_marks_new_words_and_checks_claims(hist):
     from erl_lite.viz import plot_reflection
 

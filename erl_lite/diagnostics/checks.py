@@ -487,18 +487,6 @@ CHECKS: tuple[Check, ...] = (
 CHECKS_BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 
 
-def checks_reading(key: str) -> list[str]:
-    """The checks that read metric ``key`` (the glossary's link from a metric to its checks)."""
-    return [c.name for c in CHECKS if key in c.reads]
-
-
-def checks_table() -> str:
-    """docs/HEALTH.md's table of the checks: name, level, window, the metrics read (one home: :data:`CHECKS`)."""
-    rows = ["| check | level | window (steps) | reads |", "|---|---|---|---|"]
-    rows += [f"| `{c.name}` | {c.level} | {c.window} | " + ", ".join(f"`{k}`" for k in c.reads) + " |" for c in CHECKS]
-    return "\n".join(rows)
-
-
 def train_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in records if r.get("kind", "train") == "train"]
 

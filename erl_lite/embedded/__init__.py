@@ -34,8 +34,6 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Bands", "measure_bands"):  # a measurement, not the model
-        raise AttributeError(f"erl_lite.embedded.{name} moved to benchmarks/embedded_bands.py (run it as a script)")
     if name not in _EXPORTS:
         raise AttributeError(f"module 'erl_lite.embedded' has no attribute {name!r}")
     return getattr(importlib.import_module(f"erl_lite.embedded.{_EXPORTS[name]}"), name)

@@ -156,7 +156,8 @@ def train_demo(
         start = time.perf_counter()
         history = trainer.train()
         seconds = time.perf_counter() - start
-        figures = save_figures(history, out)
+        # The memory panels name the hole letters memory holds, checked against the world's (not rulebook rows).
+        figures = save_figures(history, out, memory_claims=named_holes, memory_truth=hole_letters(env))
         path = write_report(history, trainer.memory.entries, config, env, seconds, figures, out, model_dir)
     if verbose:
         before, after = _eval_ends(history)

@@ -319,8 +319,14 @@ def plot_comparison(
 
 
 @S.styled
-def plot_overview(history: HistoryLike, baseline: HistoryLike = None) -> Figure:
-    """A dashboard: reward (with evaluation), success, gate, memory, loss, advantage (for READMEs).
+def plot_overview(
+    history: HistoryLike,
+    baseline: HistoryLike = None,
+    memory_claims: Callable[[str], Sequence[str]] | None = None,
+    memory_truth: Sequence[str] = (),
+) -> Figure:
+    """A dashboard: reward (with evaluation), success, gate, memory, loss, advantage (for READMEs); the memory
+    panel is :func:`plot_memory` with ``claims=memory_claims, truth=memory_truth``.
 
     Example:
         >>> from erl_lite.viz.demo_data import synthetic_history
@@ -336,7 +342,7 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None) -> Figure:
         plot_rewards(h, base, ax=fig.add_subplot(grid[0, 0]))
         plot_rewards(h, base, ax=fig.add_subplot(grid[0, 1]), metric="success")
     plot_gate_rate(h, ax=fig.add_subplot(grid[0, 2]))
-    plot_memory(h, ax=fig.add_subplot(grid[1, 0]))
+    plot_memory(h, memory_claims, memory_truth, ax=fig.add_subplot(grid[1, 0]))
     plot_losses(h, ax=fig.add_subplot(grid[1, 1]))
     plot_advantages(h, ax=fig.add_subplot(grid[1, 2]))
     fig.suptitle("ERL run overview" + (" (dashed: RLVR baseline)" if base else ""), fontsize=13)
@@ -344,17 +350,24 @@ def plot_overview(history: HistoryLike, baseline: HistoryLike = None) -> Figure:
 
 
 @S.styled
-def save_figures(history: HistoryLike, out_dir: str | os.PathLike, baseline: HistoryLike = None) -> list[str]:
-    """Write the rewards, gate_rate, memory, losses, eval and overview PNGs into ``out_dir``; return paths."""
+def save_figures(
+    history: HistoryLike,
+    out_dir: str | os.PathLike,
+    baseline: HistoryLike = None,
+    memory_claims: Callable[[str], Sequence[str]] | None = None,
+    memory_truth: Sequence[str] = (),
+) -> list[str]:
+    """Write the rewards, gate_rate, memory, losses, eval and overview PNGs into ``out_dir``; return paths.
+    ``memory_claims``, ``memory_truth``: both memory panels' (:func:`plot_memory`)."""
     h, base = _runs(history, baseline)
     os.makedirs(out_dir, exist_ok=True)
     figures = {
         "rewards.png": plot_rewards(h, base),
         "gate_rate.png": plot_gate_rate(h),
-        "memory.png": plot_memory(h),
+        "memory.png": plot_memory(h, memory_claims, memory_truth),
         "losses.png": plot_losses(h),
         "eval.png": plot_eval(h, base),
-        "overview.png": plot_overview(h, base),
+        "overview.png": plot_overview(h, base, memory_claims, memory_truth),
     }
     for name, fig in figures.items():
         fig.savefig(os.path.join(out_dir, name), dpi=S.DPI, bbox_inches="tight")
