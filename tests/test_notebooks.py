@@ -127,6 +127,8 @@ def test_notebook_install_cell_badge_and_links_match_the_release_constants(path)
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_executes_on_cpu(path, tmp_path, monkeypatch):
+    if os.environ.get("ERL_LITE_NOTEBOOKS_IN_BROWSER") == "1":  # set by .ci/run once the browser tier can run
+        pytest.skip("CI runs the notebooks in its browser tier (Run All in JupyterLab), where a failure turns it red")
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(str(path), as_version=4)
