@@ -15,6 +15,7 @@ import pytest
 from erl_lite.core.advantages import group_advantages
 from erl_lite.teach import exercises as ex
 from erl_lite.teach import grpo_exercises as gx
+from erl_lite.teach.answers import DECIMALS
 
 # notebook 02: 3 of 8 succeed, 5 go on: the success rate (0.375), the share of zeros (0.25)
 # and the "r1 <= τ" rate (1.0) all differ from the gate rate (0.625).
@@ -248,7 +249,7 @@ def test_the_notebooks_use_every_check_and_this_data():
     assert str(R2) in code["05"] and "check_loss_curve_prediction(" in code["05"]
     text = {p.name[:2]: p.read_text() for p in NOTEBOOKS.glob("*.ipynb")}
     for nb in ("02", "05"):  # the numeric exercises state the precision the checks ask for
-        assert f"{ex.DECIMALS} decimal places" in text[nb], nb
+        assert f"{DECIMALS} decimal places" in text[nb], nb
     for ratio, adv in [(1.5, 1.0), (0.5, 1.0), (0.7, -1.0), (5.0, -1.0)]:
         assert f"check_clipped_loss({ratio}, {adv}," in code["05"], (ratio, adv)
 
@@ -269,7 +270,7 @@ ROUNDED = [  # the right method, rounded to fewer decimal places than asked
 @pytest.mark.parametrize("fn, args", ROUNDED, ids=[f"{f.__name__}-{i}" for i, (f, _) in enumerate(ROUNDED)])
 def test_a_rounded_answer_gets_a_rounding_hint_not_a_method_hint(capsys, fn, args):
     ok, out = _run(capsys, fn, *args)
-    assert ok is False and "method is right" in out and f"{ex.DECIMALS} decimal places" in out, out
+    assert ok is False and "method is right" in out and f"{DECIMALS} decimal places" in out, out
 
 
 @pytest.mark.parametrize(
@@ -283,7 +284,7 @@ def test_a_rounded_answer_gets_a_rounding_hint_not_a_method_hint(capsys, fn, arg
 )
 def test_an_empty_numeric_answer_is_told_the_precision_asked(capsys, fn, args):
     ok, out = _run(capsys, fn, *args)
-    assert ok is False and f"{ex.DECIMALS} decimal places" in out, out
+    assert ok is False and f"{DECIMALS} decimal places" in out, out
 
 
 def test_the_landmarks_are_where_the_library_loss_bends():
