@@ -242,11 +242,13 @@ def assert_same_weights(got: dict, want: dict, before: dict, what: str) -> None:
     for name, value in want.items():
         # Tolerance relative to how far the update moved this tensor: float32 sums taken in
         # another order (two processes, AVX-512 / AVX2 / plain kernels) differ by ~1e-7 of the
-        # gradient, and Adam's g / sqrt(v) passes that on as up to ~1e-5 of the step (seen:
-        # 2.1e-6 after a 0.1 move). 1e-3 of the move is well above that and far below what a
-        # missing or doubled row does (it changes the step by a sizeable fraction of itself).
+        # gradient, and Adam's g / sqrt(v) passes that on to the step. It passes it on in full where
+        # a gradient entry is within rounding of Adam's eps: seen 2.1e-6 after a 0.1 move with
+        # vector kernels, and 4.5e-5 after a 0.037 move (1.2e-3 of it) with ATEN_CPU_CAPABILITY=default.
+        # 5e-3 of the move leaves 4x room over that, and is 400x below a sign flip of an entry's Adam
+        # step (twice the move), the difference a changed batch makes wherever it tips a gradient's sign.
         # A tensor the update barely moved is held to the largest move's scale.
-        atol = 1e-3 * max(moved[name], 1e-2 * largest)
+        atol = 5e-3 * max(moved[name], 1e-2 * largest)
         torch.testing.assert_close(got[name], value, rtol=0, atol=atol, msg=f"{what}: {name}")
 
 
