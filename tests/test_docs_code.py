@@ -11,9 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
+from test_docs_links import PAGES, ROOT  # the pages the docs' tests read
 
-ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
 
 # The embedded set-up the snippets' free names come from: one training step of two demo tasks, so there are

@@ -22,11 +22,16 @@ def _pinned_ruff() -> str:
     return found.group(1)
 
 
-def _ruff(*args: str) -> subprocess.CompletedProcess:
+def _installed_ruff() -> str:
+    """The installed ruff's version; the test skips, saying how to install it, where there is none."""
     try:
-        installed = importlib.metadata.version("ruff")
+        return importlib.metadata.version("ruff")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("ruff is not installed (pip install -e '.[dev]' installs it)")
+
+
+def _ruff(*args: str) -> subprocess.CompletedProcess:
+    installed = _installed_ruff()
     if installed != _pinned_ruff():
         pytest.skip(f"ruff {installed} is installed; the source is formatted by the pinned ruff {_pinned_ruff()}")
     return subprocess.run(
@@ -48,10 +53,7 @@ def test_the_style_checks_see_a_violation(tmp_path):
     """The checks read real files: an unformatted file and an unused import are found."""
     bad = tmp_path / "bad.py"
     bad.write_text("import os\nx = {  'a':1 }\n")
-    try:
-        importlib.metadata.version("ruff")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("ruff is not installed")
+    _installed_ruff()
     run = lambda *a: subprocess.run([sys.executable, "-m", "ruff", *a, "--no-cache", str(bad)], capture_output=True)
     assert run("format", "--check").returncode == 1
     assert run("check", "--select", "F401").returncode == 1
