@@ -9,7 +9,8 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import sys
+from typing import Any, Callable
 
 __version__ = "0.1.0"
 
@@ -39,7 +40,19 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'erl_lite' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"erl_lite.{_EXPORTS[name]}"), name)
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's module ``__getattr__`` and ``__dir__`` (PEP 562) for ``exports``, {name: the submodule that defines
+    it}: each name is imported on first use. Ours, not ``lazy_loader``'s: twelve lines do not earn a dependency."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -341,7 +341,7 @@ def test_precedence_preset_then_file_then_flags(tmp_path):
     cfg = train_config(build_parser().parse_args(["train", "--config", path, "--steps", "2"]))
     assert cfg.max_steps == 2  # flag over file
     assert cfg.learning_rate == 1e-4 and cfg.memory_type == "fifo"  # file over preset
-    assert cfg.max_completion_length == PRESETS["gpu"]["max_completion_length"]  # the named preset, whole
+    assert all(getattr(cfg, k) == v for k, v in PRESETS["gpu"].items() if k not in ("learning_rate", "max_steps"))
     assert cfg.eval_top_k == PRESETS["gpu"]["eval_top_k"] and cfg.preset_name == "gpu"  # preset from the file
     assert cfg.seed == DEFAULT_SEED  # the config's seed when neither file nor flag sets one
 
@@ -552,3 +552,46 @@ def test_python_dash_m_runs_the_command_line():
     )
     assert done.returncode == 0, done.stderr
     assert "usage: erl-lite" in done.stdout
+
+
+@pytest.mark.parametrize("hole_kinds", [2, 1])
+def test_plot_checks_a_demo_runs_memory_against_the_holes_its_checkpoint_recorded(tmp_path, monkeypatch, hole_kinds):
+    """``erl-lite plot`` on a run of the embedded world draws the memory panels as the demo does: the hole letters
+    each rulebook names, checked against the world's (read from the checkpoint's env record), whether it is given
+    the run folder or its history file. Any other environment keeps the panels' plain rulebook rows."""
+    import erl_lite.viz.plots
+    from erl_lite.embedded.demo import demo_trainer
+    from erl_lite.embedded.rulebooks import named_holes
+    from erl_lite.embedded.world import hole_letters
+
+    drawn = []
+    monkeypatch.setattr(
+        erl_lite.viz.plots, "save_figures", lambda h, out, base=None, **check: drawn.append(check) or []
+    )
+    trainer = demo_trainer(seed=3, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=str(tmp_path / "run"))
+    if hole_kinds == 1:
+        trainer.env.hole_kinds = 1  # a world of one kind of hole: the checkpoint records it
+    trainer.train()
+    holes = hole_letters(trainer.env)
+    assert len(holes) == hole_kinds
+    for given in (tmp_path / "run", tmp_path / "run" / "history.jsonl"):
+        assert main(["plot", str(given), "--out", str(tmp_path / f"figs{len(drawn)}")]) == 0
+        assert drawn[-1] == {"memory_claims": named_holes, "memory_truth": holes}, given
+    os.rename(tmp_path / "run" / "checkpoint-1", tmp_path / "elsewhere")  # no checkpoint: nothing to check against
+    assert main(["plot", str(tmp_path / "run" / "history.jsonl"), "--out", str(tmp_path / "figs_none")]) == 0
+    assert drawn[-1] == {}
+
+
+def test_the_memory_check_is_the_embedded_worlds_alone():
+    from erl_lite.embedded import demo_world
+    from erl_lite.embedded.rulebooks import memory_check, named_holes
+    from erl_lite.envs import FrozenLake
+    from erl_lite.run.identity import environment_identity
+
+    world = demo_world(5)
+    assert memory_check(environment_identity(world)) == {
+        "memory_claims": named_holes,
+        "memory_truth": (world.symbols["hole"], world.symbols["hole2"]),
+    }
+    for record in (environment_identity(FrozenLake()), {}, {"class": "mine.DemoLake", "symbols": world.symbols}):
+        assert memory_check(record) == {}, record

@@ -60,6 +60,19 @@ def test_demo_settings_are_one_preset_that_nothing_overrides():
         DEMO_SETTINGS["max_steps"] = 3  # type: ignore[index]
 
 
+@pytest.mark.parametrize("name", ["cpu", "demo", "gpu"])
+def test_a_preset_lists_only_what_it_changes(name):
+    """A default has one home, ERLConfig: a preset repeats none of them (``paper`` aside: it cites each of the released
+    code's values line by line, defaults included)."""
+    import dataclasses
+
+    from erl_lite.config.presets import PRESETS
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ERLConfig)}
+    repeated = {k: v for k, v in PRESETS[name].items() if k in defaults and defaults[k] == v}
+    assert not repeated, f"preset {name!r} repeats ERLConfig's defaults {repeated}"
+
+
 @pytest.mark.parametrize(
     "build",
     [

@@ -337,6 +337,7 @@ def _demo_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from erl_lite.embedded.rulebooks import memory_check
     from erl_lite.history import History
     from erl_lite.run.lock import check_out
     from erl_lite.viz.plots import save_figures
@@ -344,11 +345,11 @@ def _plot(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:  # a torn last line: say so, draw the rest
             warnings.simplefilter("always", UserWarning)
-            history = History.load(
-                read_run("plot", args.history).folder if os.path.isdir(args.history) else args.history
-            )
+            is_folder = os.path.isdir(args.history)
+            run = args.history if is_folder else os.path.dirname(os.path.abspath(args.history))
+            choice = read_run("plot", run) if is_folder or os.path.isfile(args.history) else None
+            history = History.load(choice.folder if is_folder else args.history)
             baseline = History.load(args.baseline) if args.baseline else None
-        run = args.history if os.path.isdir(args.history) else os.path.dirname(os.path.abspath(args.history))
         out = args.out or run
         # Its own run's folder takes its figures redrawn; any other --out must be empty (figures of the same
         # names there may be someone else's).
@@ -358,7 +359,9 @@ def _plot(args: argparse.Namespace) -> int:
         return usage_error("plot", e)
     for w in caught:
         print(f"erl-lite plot: warning: {w.message}", file=sys.stderr)
-    for path in save_figures(history, out, baseline):
+    # A run of the embedded world: its memory panels check each rulebook's holes against the world's (as the demo).
+    env = choice.state.run.get("env", {}) if choice and choice.state else {}
+    for path in save_figures(history, out, baseline, **memory_check(env)):
         print(path)
     return 0
 

@@ -1,4 +1,4 @@
-"""The named presets of :class:`~erl_lite.config.ERLConfig`, each complete in itself, and the GPU check.
+"""The named presets of :class:`~erl_lite.config.ERLConfig` (each lists what it changes) and the GPU check.
 
 ``cpu``: tiny models on a laptop CPU. ``demo``: the embedded model on its demo world (``erl-lite demo``,
 the notebooks' cpu setup). ``gpu``: a 0.5–4B model in 4-bit QLoRA on one T4/L4. ``paper``: the released code's.
@@ -14,12 +14,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         num_tasks_per_step=4,
         max_completion_length=48,
         # 1888 + 160: a reflection fits the embedded model's 2048 positions (erl_lite.run.lengths)
-        max_episode_length=2048,
         max_reflection_length=160,
         max_reflection_prompt_length=1888,
         learning_rate=2e-3,
         beta=0.0,
-        eval_steps=5,
         eval_num_generations=2,
         per_device_train_batch_size=16,
     ),
@@ -29,14 +27,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_episode_length=1024,
         max_reflection_length=64,
         max_reflection_prompt_length=1024,
-        # Sampling: a little below 1 keeps the tiny model's moves and rulebooks well formed.
-        temperature=0.7,
-        reflection_temperature=0.5,
-        reflection_top_p=0.9,
-        eval_temperature=0.7,
         # Trial runs: 5e-4 was too slow for 30 steps; 2e-3 then broke the reflections (no <prompt> block).
         max_steps=30,
-        num_tasks_per_step=8,
         learning_rate=1e-3,
         beta=0.0,
         eval_steps=10,
@@ -51,14 +43,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gpu": dict(
         max_steps=60,
         num_tasks_per_step=4,
-        max_completion_length=256,
         max_episode_length=3072,
-        max_reflection_length=512,
-        max_reflection_prompt_length=2048,
         learning_rate=1e-5,
-        beta=0.001,
-        eval_steps=5,
-        eval_num_generations=4,
         eval_top_p=0.8,
         eval_top_k=20,
         steps_per_generation=2,

@@ -8,8 +8,7 @@ enough to train in minutes on a laptop CPU plays a smaller variant with two kind
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from erl_lite import lazy_exports
 
 # The public API and the module that defines each name (one home each; imported on first use).
 _EXPORTS = {
@@ -32,12 +31,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'erl_lite.embedded' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"erl_lite.embedded.{_EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,9 +7,10 @@ Departures from the paper: there, reflections are a large model's free text; her
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from types import SimpleNamespace
+from typing import Any, Sequence
 
-from erl_lite.embedded.world import AGENT, GOAL
+from erl_lite.embedded.world import AGENT, GOAL, DemoLake, hole_letters
 
 _HOLE_RULE = re.compile(r"\b([A-Z]) is a hole\b")
 _SAFE_RULE = re.compile(r"\b([A-Z]) is (?:safe|ice|frozen)\b")
@@ -47,6 +48,16 @@ def named_holes(text: str) -> list[str]:
         (['E', 'G'], [])
     """
     return list(dict.fromkeys(_HOLE_RULE.findall(text)))
+
+
+def memory_check(env: dict[str, Any]) -> dict[str, Any]:
+    """The memory panels' check (``save_figures``' ``memory_claims``, ``memory_truth``) of a run whose checkpoint
+    recorded ``env`` (:func:`~erl_lite.run.identity.environment_identity`): the holes each rulebook names against
+    the world's, for the embedded world; none (plain rulebook rows) for any other environment."""
+    if env.get("class") != f"{DemoLake.__module__}.{DemoLake.__qualname__}":
+        return {}
+    world = SimpleNamespace(symbols=env["symbols"], hole_kinds=env.get("hole_kinds", 2))
+    return {"memory_claims": named_holes, "memory_truth": hole_letters(world)}
 
 
 def hole_facts(text: str) -> list[str]:

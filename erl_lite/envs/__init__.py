@@ -10,8 +10,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from erl_lite import lazy_exports
 
 _EXPORTS = {
     "FrozenLake": "frozenlake",
@@ -30,12 +29,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'erl_lite.envs' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"erl_lite.envs.{_EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
