@@ -9,8 +9,8 @@ each control (slider, dropdown, buttons) changes what the widget shows; the atte
 moves them) and every failure message names them.
 
 Runs only when selected (``python -m pytest -q -m browser tests/test_browser.py``; ``.ci/run`` does so as
-its own tier) and when Chromium, its driver, selenium and JupyterLab are installed; skipped otherwise,
-saying which is missing.
+its own tier, with ``-n 2``: two pytest-xdist workers, each its own JupyterLab and Chromium) and when Chromium,
+its driver, selenium and JupyterLab are installed; skipped otherwise, saying which is missing.
 """
 
 from __future__ import annotations

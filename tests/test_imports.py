@@ -432,10 +432,11 @@ def test_metric_names_come_from_metrics_constants(module):
 # 15,233 lines before and 18,268 after, a ratio of 1.2, and each budget was converted by it (module 400 -> 480,
 # function 60 -> 72, core 3,000 -> 3,600; the package to its measured 18,268). The issue asks for at most 17,500
 # formatted lines; the cuts that pay for it (flags through HfArgumentParser, one callback channel, the update's
-# bookkeeping in its own module) lower MAX_PACKAGE_LINES as they land.
+# bookkeeping in its own module) lower MAX_PACKAGE_LINES as they land. Lowered to 18,263: `erl-lite plot` checks a
+# demo run's memory (+14) paid for by one lazy-export helper for three packages and presets that repeat no default.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_268
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_263
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
