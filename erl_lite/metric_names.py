@@ -37,7 +37,7 @@ TERM_MEAN, TERM_MIN, TERM_MAX = (
     "completions/max_terminated_length",
 )
 
-# The update's keys (core/update.py writes them).
+# The update's keys (core/update_stats.py writes them).
 LOSS_KEYS = {role: f"loss/{role}" for role in ROLES}
 ADVANTAGE_KEYS = {role: f"advantage/{role}" for role in ADVANTAGE_ROLES}
 SAMPLES_KEYS = {role: f"samples/{role}" for role in ROLES}

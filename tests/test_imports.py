@@ -434,13 +434,13 @@ def test_metric_names_come_from_metrics_constants(module):
 # formatted lines; the cuts that pay for it (flags through HfArgumentParser, one callback channel, the update's
 # bookkeeping in its own module) lower MAX_PACKAGE_LINES as they land. Lowered to 18,263: `erl-lite plot` checks a
 # demo run's memory (+14) paid for by one lazy-export helper for three packages and presets that repeat no default.
+# Then 18,262: the update's tallies in core/update_stats.py, the metric keys' order derived from the one record.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_263
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_262
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
-    "core/update.py": 481,
     "run/checkpoint.py": 512,
     "diagnostics/checks.py": 524,
     "cli/__init__.py:build_parser": 99,

@@ -444,7 +444,7 @@ def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, los
 
 
 def test_update_stats_keys_are_the_documented_metrics():
-    from erl_lite.core.update import UPDATE_METRICS, UpdateStats
+    from erl_lite.core.update_stats import UPDATE_METRICS, UpdateStats
     from erl_lite.history import METRIC_GLOSSARY
 
     today = [

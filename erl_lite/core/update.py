@@ -2,6 +2,7 @@
 
 One step per mini-batch (``ERLConfig.optimizer_steps``), accumulated over micro-batches under the mini-batch's
 normalizer. Old and reference log-probs are computed once, before the first step, with dropout off as in sampling.
+:meth:`PolicyUpdater.update` reads in that order; what it tallies on the way is in :mod:`erl_lite.core.update_stats`.
 
 Departures from the paper: each row is scored at its sampling temperature (reflections at ``reflection_temperature``);
 rows with A = 0 are skipped when ``beta == 0`` (zero gradient) but counted; a non-finite mini-batch is not stepped.
@@ -12,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,204 +26,14 @@ from erl_lite.core.batching import (
     normalizer,
     pack,
 )
-from erl_lite.core.logprobs import cut_logprobs, draws_dropout
-from erl_lite.core.losses import _MAX_LOG_RATIO, LossStats, first_non_finite, policy_objective, sampler_weights
-from erl_lite.core.policy import base_model, keep_4bit_trainable, reference_context, sampled_stale
+from erl_lite.core.logprobs import draws_dropout
+from erl_lite.core.losses import LossStats, first_non_finite, policy_objective, sampler_weights
+from erl_lite.core.policy import keep_4bit_trainable, reference_context, sampled_stale
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
-from erl_lite.metric_names import (
-    ADVANTAGE_KEYS,
-    CLIP_RATIO,
-    GAP_LIMIT,
-    GAP_MAX_KEYS,
-    GAP_MEAN_KEYS,
-    GAP_RECORD,
-    GAP_STALE,
-    GAP_TOKENS,
-    GRAD_NORM,
-    KL,
-    LOSS_KEYS,
-    LOSS_TOTAL,
-    OPTIM_SKIPPED_STEPS,
-    OPTIM_STEPS,
-    SAMPLES_KEYS,
-    WEIGHT_UPDATE,
-)
-from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND, TrainSample
-
-#: Every metric key :meth:`UpdateStats.to_metrics` yields, in order.
-UPDATE_METRICS: tuple[str, ...] = (
-    *SAMPLES_KEYS.values(),
-    *ADVANTAGE_KEYS.values(),
-    LOSS_TOTAL,
-    *LOSS_KEYS.values(),
-    KL,
-    CLIP_RATIO,
-    GRAD_NORM,
-    OPTIM_STEPS,
-    OPTIM_SKIPPED_STEPS,
-    WEIGHT_UPDATE,
-    *GAP_RECORD,
-)
-
-
-@dataclass(frozen=True)
-class UpdateStats(Mapping):
-    """What one :meth:`PolicyUpdater.update` did, read as a mapping of :data:`UPDATE_METRICS`.
-
-    Example:
-        >>> s = UpdateStats.empty({r: 0 for r in ROLES})
-        >>> list(s.to_metrics()) == list(UPDATE_METRICS), s[OPTIM_STEPS]
-        (True, 0.0)
-    """
-
-    samples: dict[str, int]  # rows per role
-    advantage: dict[str, float]  # mean |A| per role of ADVANTAGE_ROLES
-    loss: dict[str, float]  # each role's loss (KL included), mean over the stepped mini-batches
-    loss_total: float  # their sum
-    kl: float  # mean k3 KL per loss token
-    clip_ratio: float  # fraction of policy-loss tokens clipped
-    grad_norm: float  # before clipping, at the last step taken
-    optim_steps: int  # steps taken
-    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
-    weight_update: float = 0.0  # |W_after - W_before| / |W_before| over a sample of the trainable weights
-    gap: dict[str, float] = dataclasses.field(default_factory=dict)  # the on-policy check's keys (GapTally)
-
-    @classmethod
-    def empty(cls, samples: dict[str, int], advantage: dict[str, float] | None = None) -> "UpdateStats":
-        """The record of an update that took no step."""
-        return cls(
-            samples, advantage or {r: 0.0 for r in ADVANTAGE_ROLES}, {r: 0.0 for r in ROLES}, 0.0, 0.0, 0.0, 0.0, 0
-        )
-
-    def to_metrics(self) -> dict[str, float]:
-        """The metrics as a flat dict with exactly the keys of :data:`UPDATE_METRICS`."""
-        out = {SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES}
-        out.update({ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
-        out[LOSS_TOTAL] = float(self.loss_total)
-        out.update({LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
-        out.update(
-            {
-                KL: float(self.kl),
-                CLIP_RATIO: float(self.clip_ratio),
-                GRAD_NORM: float(self.grad_norm),
-                OPTIM_STEPS: float(self.optim_steps),
-                OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
-                WEIGHT_UPDATE: float(self.weight_update),
-            }
-        )
-        out.update({key: float(self.gap.get(key, 0.0)) for key in GAP_RECORD})
-        return out
-
-    def __getitem__(self, key: str) -> float:
-        return self.to_metrics()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(UPDATE_METRICS)
-
-    def __len__(self) -> int:
-        return len(UPDATE_METRICS)
-
-
-class _Tally:
-    """Sums :class:`LossStats` over micro-batches and mini-batches into an :class:`UpdateStats`."""
-
-    def __init__(self) -> None:
-        # Each role's loss shares; KL and clip ratio weighted by their token counts; the counts.
-        self.sums = dict.fromkeys([*LOSS_KEYS.values(), KL, "clipped", "tokens", "policy_tokens"], 0.0)
-
-    def add(self, batch: Packed, stats: LossStats) -> None:
-        for role, share in zip(batch.roles, stats.row_losses):
-            self.sums[LOSS_KEYS[role]] += share
-        self.sums[KL] += (stats.kl or 0.0) * stats.num_tokens
-        self.sums["tokens"] += stats.num_tokens
-        self.sums["clipped"] += stats.clip_ratio * stats.policy_tokens
-        self.sums["policy_tokens"] += stats.policy_tokens
-
-    def merge(self, other: "_Tally") -> None:
-        for key, value in other.sums.items():
-            self.sums[key] += value
-
-    def result(
-        self,
-        dist: Reducer,
-        samples: dict[str, int],
-        advantage: dict[str, float],
-        grad_norm: float,
-        steps: int,
-        skipped: int,
-        moved: float,
-    ) -> UpdateStats:
-        s = dist.sum(self.sums)  # DDP: the sums over every process
-        loss = {r: s[LOSS_KEYS[r]] / max(steps, 1) for r in ROLES}  # mean over the stepped mini-batches
-        return UpdateStats(
-            samples,
-            advantage,
-            loss,
-            sum(loss.values()),
-            s[KL] / max(s["tokens"], 1),
-            s["clipped"] / max(s["policy_tokens"], 1),
-            grad_norm,
-            steps,
-            skipped,
-            moved,
-        )
-
-
-class GapTally:
-    """The on-policy check's sums: ``|sampler's log-prob - the update's|`` over each sampled role's loss tokens, from
-    the first pass over the weights that sampled them, rescored under the role's top-k / top-p cut where its sampler
-    cut (``model``, ``config``); ``stale``: a sampler drew from other weights. Max: over this process's rows."""
-
-    def __init__(self, model: Any = None, config: ERLConfig | None = None, stale: bool = False) -> None:
-        self.sums: dict[str, float] = {key: 0.0 for r in ADVANTAGE_ROLES for key in (f"s/{r}", f"n/{r}")}
-        self.sums["stale"] = float(stale)
-        self.maxes = {r: 0.0 for r in ADVANTAGE_ROLES}
-        c = config or ERLConfig()
-        self.model, self.cuts = (
-            model,
-            {FIRST: (c.top_k, c.top_p), SECOND: (c.top_k, c.top_p), REFLECTION: (0, c.reflection_top_p)},
-        )  # as the phases sample each role
-        self.temperature = c.temperature
-        # fp32 sampler and update agree to ~1e-6 a token; 16-bit rounding adds ~5e-3 (docs/HEALTH.md)
-        self.limit = 1e-3 if getattr(base_model(model), "dtype", torch.float32) == torch.float32 else 0.02
-
-    def add(self, batch: Packed, scored: torch.Tensor) -> None:
-        if batch.sampled_logp is None:
-            return
-        scored = scored.detach().float()
-        for cut in {self.cuts.get(r, (0, 1.0)) for r in batch.roles} - {(0, 1.0)}:
-            rows = torch.tensor([self.cuts.get(r) == cut for r in batch.roles], device=scored.device)[:, None]
-            scored = torch.where(
-                rows,
-                cut_logprobs(
-                    self.model,
-                    batch.input_ids,
-                    batch.attention_mask,
-                    batch.position_ids,
-                    batch.targets,
-                    batch.temperature or self.temperature,
-                    *cut,
-                ).to(scored),
-                scored,
-            )
-        # (B, L); a token outside the update's cut is off by at least the cap; NaN where nothing was reported
-        gap = (batch.sampled_logp - scored).abs().clamp(max=_MAX_LOG_RATIO)
-        known = batch.mask.bool() & torch.isfinite(batch.sampled_logp)
-        for b, role in enumerate(batch.roles):
-            row = gap[b][known[b]]
-            if role in self.maxes and row.numel():
-                self.sums[f"s/{role}"] += float(row.sum())
-                self.sums[f"n/{role}"] += row.numel()
-                self.maxes[role] = max(self.maxes[role], float(row.max()))
-
-    def result(self, dist: Reducer) -> dict[str, float]:
-        s = dist.sum(self.sums)  # DDP: over every process
-        out = {GAP_MEAN_KEYS[r]: s[f"s/{r}"] / max(s[f"n/{r}"], 1) for r in ADVANTAGE_ROLES}
-        out.update({GAP_MAX_KEYS[r]: self.maxes[r] for r in ADVANTAGE_ROLES})
-        out[GAP_TOKENS] = sum(s[f"n/{r}"] for r in ADVANTAGE_ROLES)
-        out[GAP_STALE], out[GAP_LIMIT] = float(s["stale"] > 0), self.limit
-        return out
+from erl_lite.core.update_stats import GapTally, Tally, UpdateStats, WeightProbe
+from erl_lite.metric_names import SAMPLES_KEYS
+from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 
 class PolicyUpdater:
@@ -270,13 +79,13 @@ class PolicyUpdater:
         return [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
 
     @torch.no_grad()
-    def _attach_old_and_ref(self, batches: list[Packed], old: list[bool], ref: bool) -> list[Packed]:
-        """Each micro-batch with its old log-probs (where ``old[i]``) and/or reference log-probs,
-        computed before any step in eval mode (no dropout), as the sampler ran."""
+    def _attach_old_and_ref(self, batches: list[Packed], old: bool, ref: bool) -> list[Packed]:
+        """A mini-batch's micro-batches with their old log-probs (when ``old``) and/or reference log-probs,
+        computed in eval mode (no dropout), as the sampler ran."""
         was_training = self.model.training
         self.model.eval()
         try:
-            batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) if o else b for b, o in zip(batches, old)]
+            batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) if old else b for b in batches]
             for b in batches:
                 if b.old_logp is not None:
                     self.gaps.add(b, b.old_logp)
@@ -290,7 +99,7 @@ class PolicyUpdater:
     def update(self, samples: list[TrainSample]) -> UpdateStats:
         """Optimizer steps over ``samples``; returns what the update did (messages name :attr:`step`)."""
         c = self.config
-        # DDP: counts and |A| sums over every process's rows (this process's alone in one).
+        # 1. Count the rows and their |A| per role. DDP: over every process's rows (this process's alone in one).
         totals = self.dist.sum(
             {
                 **{SAMPLES_KEYS[r]: float(sum(s.role == r for s in samples)) for r in ROLES},
@@ -302,35 +111,40 @@ class PolicyUpdater:
         n_rows = sum(counts.values())  # the global batch
         if not n_rows:
             return UpdateStats.empty(counts, advantage)
+        # 2. Plan k mini-batches, each a normalizer and its packed micro-batches.
         k = c.optimizer_steps(n_rows)
         plans = self.plans(samples, k)
-        # The first mini-batch trains on the weights that sampled it (ratio 1): no old log-probs, unless dropout draws.
+        # 3. Old and reference log-probs of every micro-batch, before the first step. The first mini-batch trains on
+        # the weights that sampled it (ratio 1): no old log-probs for it, unless dropout draws.
         self.gaps = GapTally(self.model, c, sampled_stale(self.model))
         dropout = draws_dropout(self.model)
-        old = [i > 0 or dropout for i, (_, bs) in enumerate(plans) for _ in bs]
-        flat = self._attach_old_and_ref([b for _, bs in plans for b in bs], old=old, ref=c.beta > 0)
-        tally, grad_norm, at, taken = _Tally(), 0.0, 0, 0
+        plans = [
+            (norm, self._attach_old_and_ref(batches, old=i > 0 or dropout, ref=c.beta > 0))
+            for i, (norm, batches) in enumerate(plans)
+        ]
+        # 4. One optimizer step per mini-batch, its gradient accumulated over its micro-batches.
+        tally, grad_norm, taken = Tally(), 0.0, 0
         probe = WeightProbe([p for p in self.model.parameters() if p.requires_grad])
-        bar = self.progress.bar("update", len(flat), unit="micro-batch")  # closed below, or by Progress.close_all
+        bar = self.progress.bar("update", sum(len(bs) for _, bs in plans), unit="micro-batch")  # or Progress.close_all
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
             where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
-            mini = self._mini_batch_step(flat[at : at + len(batches)], norm, where, bar)
-            at += len(batches)
+            mini = self._mini_batch_step(batches, norm, where, bar)
             if mini is not None:
                 tally.merge(mini[0])
                 grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
-        return dataclasses.replace(
-            tally.result(self.dist, counts, advantage, grad_norm, taken, k - taken, probe.moved()),
-            gap=self.gaps.result(self.dist),
+        # 5. What the update did.
+        done = dict(
+            samples=counts, advantage=advantage, grad_norm=grad_norm, optim_steps=taken, skipped_steps=k - taken
         )
+        return tally.result(self.dist, **done, weight_update=probe.moved(), gap=self.gaps.result(self.dist))
 
-    def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any) -> tuple[_Tally, float] | None:
+    def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any) -> tuple[Tally, float] | None:
         """Accumulate one mini-batch's gradient and step; its tally and gradient norm, or None if skipped."""
         self.optimizer.zero_grad(set_to_none=True)
-        mini, bad_roles = _Tally(), []
+        mini, bad_roles = Tally(), []
         for batch in batches:
             with self.dist.no_sync(self.trained):  # DDP: accumulate here, all-reduce in _sync_gradients
                 loss, stats = self._objective(batch, norm)
@@ -419,39 +233,6 @@ class PolicyUpdater:
             importance_sampling_level=c.importance_sampling_level,
             sampler_weight=weight,
         )
-
-
-class WeightProbe:
-    """How far the trainable weights moved: a copy of a fixed strided sample (at most :attr:`max_entries`) of their
-    entries, compared later; a full copy would double a fully fine-tuned model's memory. DDP: no reduction needed.
-
-    Example:
-        >>> w = torch.nn.Parameter(torch.ones(10))
-        >>> probe = WeightProbe([w])
-        >>> with torch.no_grad():
-        ...     _ = w.mul_(1.5)
-        >>> round(probe.moved(), 3)
-        0.5
-    """
-
-    max_entries = 1 << 16
-
-    def __init__(self, params: list[torch.nn.Parameter]) -> None:
-        self.params = params
-        self.stride = max(1, math.ceil(sum(p.numel() for p in params) / self.max_entries))
-        self.before = self._sample()
-
-    def _sample(self) -> list[torch.Tensor]:
-        return [p.detach().reshape(-1)[:: self.stride].float().clone() for p in self.params]
-
-    def moved(self) -> float:
-        """``|W_after - W_before| / |W_before|`` over the sample (the absolute change where ``W_before`` is 0)."""
-        if not self.params:
-            return 0.0
-        after = self._sample()
-        change = math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in zip(after, self.before)))
-        size = math.sqrt(sum(float(b.pow(2).sum()) for b in self.before))
-        return change / size if size > 0 else change
 
 
 def _non_finite_roles(batch: Packed, stats: LossStats) -> list[str]:
