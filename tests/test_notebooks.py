@@ -59,6 +59,8 @@ def test_notebook_sets_up_in_one_call(path):
 
 #: erl_lite modules a notebook may import before erl_lite.teach: none of them loads bitsandbytes.
 BNB_FREE = (
+    "erl_lite",
+    "erl_lite.viz",
     "erl_lite.config",
     "erl_lite.config.presets",
     "erl_lite.integrations.colab",

@@ -233,19 +233,19 @@ class ERLConfig:
 
     def __post_init__(self) -> None:
         _migrate_extra_preset(self)
-        checks.check_trl_values(self)
+        checks.conform_trl_values(self)
         conform_fields(self)  # every field against its annotation (bool, int, finite float, ...)
         self.output_dir = self.output_dir and expand_path(self.output_dir, "ERLConfig.output_dir")
-        checks.check_choices(self)
+        checks.conform_choices(self)
         if self.num_generations is None:
             self.num_generations = checks.DEFAULT_GENERATIONS[self.mode]
-        checks.check_length(self)
+        checks.conform_length(self)
         checks.check_counts(self)
         checks.check_sampling(self)
         checks.check_clip(self)
         checks.check_schedule(self)
         checks.check_lora(self)
-        checks.check_reporting(self)
+        checks.conform_reporting(self)
         checks.check_saving(self)
         checks.check_mode_switches(self)
         checks.check_group_size(self)

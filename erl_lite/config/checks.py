@@ -1,4 +1,4 @@
-"""The values :class:`~erl_lite.config.ERLConfig`'s fields take, and the checks its ``__post_init__`` runs."""
+"""ERLConfig's field values and checks: each ``check_*`` refuses a bad value, each ``conform_*`` also rewrites one."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def check_reward_weights(weights: Any, funcs: list[str]) -> list[float] | None:
     return None if weights is None else [float(w) for w in weights]
 
 
-def check_trl_values(cfg: Config) -> None:
+def conform_trl_values(cfg: Config) -> None:
     """TRL's spellings, before the type check: ``scale_rewards`` True/False, an unimplemented ``loss_type``."""
     if isinstance(cfg.scale_rewards, bool):
         cfg.scale_rewards = "group" if cfg.scale_rewards else "none"
@@ -189,7 +189,7 @@ def check_trl_values(cfg: Config) -> None:
         )
 
 
-def check_choices(cfg: Config) -> None:
+def conform_choices(cfg: Config) -> None:
     """Each field of :data:`FIELD_CHOICES` holds one of its words; TRL's loss names become erl_lite's."""
     for name, allowed in FIELD_CHOICES.items():
         if getattr(cfg, name) not in allowed:
@@ -197,7 +197,7 @@ def check_choices(cfg: Config) -> None:
     cfg.loss_type = LOSS_TYPE_ALIASES.get(cfg.loss_type, cfg.loss_type)
 
 
-def check_length(cfg: Config) -> None:
+def conform_length(cfg: Config) -> None:
     """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
     if cfg.num_train_epochs is not None and not cfg.num_train_epochs > 0:
         raise ValueError(f"ERLConfig.num_train_epochs must be a positive number, got {cfg.num_train_epochs!r}")
@@ -364,7 +364,7 @@ def check_lora(cfg: Config) -> None:
         )
 
 
-def check_reporting(cfg: Config) -> None:
+def conform_reporting(cfg: Config) -> None:
     """``report_to`` stored as a list of tracker names, ``logging_steps``, ``project``."""
     # conform_fields has checked the type: a string or a list of strings
     names = list(dict.fromkeys([cfg.report_to] if isinstance(cfg.report_to, str) else cfg.report_to))
