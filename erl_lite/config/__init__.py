@@ -1,7 +1,7 @@
-"""ERLConfig: one flat dataclass holding every knob of a run, its defaults the paper's (Algorithm 2).
+"""ERLConfig: every knob of a run in one flat dataclass; its defaults are the paper's algorithm at one GPU's scale.
 
-Field names follow TRL's ``GRPOConfig``; its other names are mapped or refused (:mod:`~erl_lite.config.trl_fields`).
-A bad value fails at construction, naming the field."""
+Its batch and lengths are smaller (``preset("paper")`` has the released code's). Names follow TRL's ``GRPOConfig``
+(others mapped or refused: :mod:`~erl_lite.config.trl_fields`); a bad value fails at construction, naming the field."""
 
 from __future__ import annotations
 
