@@ -1,8 +1,8 @@
 """How often notebook 06's short live run shows what the full study measured: its setting over ten seeds.
 
-Notebook 06 trains ERL, RLVR and the two ablations for a few steps, live, so a student sees the runs set up
-and logged. A run that short is noisy: on some seeds it shows ERL behind. This script plays the notebook's
-cpu setting (the same ``teach.setup`` call, world, steps, tasks and evaluation) for ERL and RLVR on each of
+Notebook 06 trains ERL and RLVR for a few steps, live (the two ablations on request), so a student sees the runs
+set up and logged. A run that short is noisy: on some seeds it shows ERL behind. This script plays the notebook's
+demo setting (the same ``teach.setup`` call, world, steps, tasks and evaluation) for ERL and RLVR on each of
 :data:`SEEDS`, declared before any run and never chosen by a result, and writes to ``--out`` (default
 ``assets/live_run_share.json``) each seed's end-of-run evaluation per variant and the share of seeds on which
 ERL ends above RLVR. The notebook prints that file beside its own run, so what it tells a student is measured.
@@ -27,7 +27,7 @@ sys.path.insert(0, ROOT)  # this checkout's erl_lite
 
 from erl_lite.cli import arg_types  # noqa: E402
 
-#: Notebook 06's live-run setting on the cpu preset (its SETTINGS["cpu"] and WORLD; a test compares them).
+#: Notebook 06's live-run setting on the demo preset (its SETTINGS["demo"] and WORLD; a test compares them).
 SETTING = dict(steps=10, tasks_per_step=4, rlvr_generations=10, eval_tasks=32, eval_samples=1)
 WORLD = "hard"
 #: The seeds, declared (2026-12-03) before any run of this setting.
@@ -46,7 +46,7 @@ def run(job: tuple[str, int]) -> dict:
     variant, seed = job
     s = SETTING
     model, tokenizer, env, config = setup(
-        "cpu",
+        "demo",
         seed,
         world=WORLD,
         max_steps=s["steps"],

@@ -20,7 +20,7 @@ NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
 EMBEDDED = """
 from erl_lite import ERLConfig, ERLTrainer
 from erl_lite.teach import setup
-model, tokenizer, env, args = setup("cpu", 0, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=None,
+model, tokenizer, env, args = setup("demo", 0, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=None,
                                     progress_bar=False)
 trainer = ERLTrainer(model=model, args=args, env=env, processing_class=tokenizer)
 """

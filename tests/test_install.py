@@ -210,7 +210,7 @@ def test_a_gpu_preset_without_cuda_is_an_error_that_says_what_to_do(no_cuda, nam
     with pytest.raises(RuntimeError, match=rf"PRESET = {name!r}.*no CUDA device") as err:
         require_cuda_for_preset(name)
     message = str(err.value)
-    assert "PRESET = 'cpu'" in message and "allow_cpu=True" in message and "device='cpu'" in message
+    assert "PRESET = 'demo'" in message and "allow_cpu=True" in message and "device='cpu'" in message
     require_cuda_for_preset(name, allow_cpu=True)  # the explicit override
 
 

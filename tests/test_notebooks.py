@@ -161,4 +161,4 @@ def test_notebook_06_live_run_is_the_setting_its_share_was_measured_in():
     for node in ast.parse("".join(params["source"])).body:
         if isinstance(node, ast.Assign) and node.targets[0].id in ("WORLD", "SETTINGS"):
             names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "parameters", "eval"))
-    assert names["WORLD"] == script.WORLD and names["SETTINGS"]["cpu"] == script.SETTING
+    assert names["WORLD"] == script.WORLD and names["SETTINGS"]["demo"] == script.SETTING

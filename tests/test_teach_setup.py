@@ -7,11 +7,11 @@ import pytest
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 
 
-def test_cpu_setup_is_the_embedded_model_on_the_demo_world_with_the_demo_preset():
+def test_demo_setup_is_the_embedded_model_on_the_demo_world_with_the_demo_preset():
     from erl_lite.embedded import demo_config, demo_world
     from erl_lite.teach import setup
 
-    run = setup("cpu", seed=3, max_steps=4, output_dir=None)
+    run = setup("demo", seed=3, max_steps=4, output_dir=None)
     model, tokenizer, env, config = run  # unpackable, in this order
     assert (model, tokenizer, env, config) == (run.model, run.tokenizer, run.env, run.config)
     assert config == demo_config(seed=3, max_steps=4, output_dir=None)
@@ -20,11 +20,11 @@ def test_cpu_setup_is_the_embedded_model_on_the_demo_world_with_the_demo_preset(
     assert hasattr(model, "peft_config")  # a LoRA adapter, as load_embedded attaches
 
 
-def test_cpu_setup_seeds_the_adapter_as_the_notebooks_did():
+def test_demo_setup_seeds_the_adapter_as_the_notebooks_did():
     """Same seed, same LoRA initialisation: setup seeds the global RNG before loading."""
     from erl_lite.teach import setup
 
-    a, b = setup("cpu", seed=DEFAULT_SEED), setup("cpu", seed=DEFAULT_SEED)
+    a, b = setup("demo", seed=DEFAULT_SEED), setup("demo", seed=DEFAULT_SEED)
     weights = lambda m: [p.detach().clone() for n, p in m.named_parameters() if "lora_" in n]
     assert all((x == y).all() for x, y in zip(weights(a.model), weights(b.model), strict=True))
     assert a.config.seed == DEFAULT_SEED
@@ -41,7 +41,7 @@ def test_cpu_setup_seeds_the_adapter_as_the_notebooks_did():
             dict(quantization="none", gradient_checkpointing=False),
         ),
         (
-            "cpu",
+            "demo",
             {"quantization": "4bit", "lora_r": 4},
             dict(quantization="4bit", lora_r=4, gradient_checkpointing=False),
         ),
@@ -75,13 +75,13 @@ def test_setup_loads_the_model_the_config_describes(monkeypatch, preset, overrid
 @pytest.mark.parametrize(
     "preset,overrides,message",
     [
-        ("tpu", {}, "preset must be 'cpu' or 'gpu'"),
-        ("demo", {}, "preset must be 'cpu' or 'gpu'"),
-        ("cpu", {"quantization": "8bit"}, "quantization"),
-        ("cpu", {"max_step": 3}, "max_steps"),  # a mistyped field: did you mean
+        ("tpu", {}, "preset must be 'demo' or 'gpu'"),
+        ("cpu", {}, "preset must be 'demo' or 'gpu'"),  # ERLConfig's preset for tiny models, not a setup
+        ("demo", {"quantization": "8bit"}, "quantization"),
+        ("demo", {"max_step": 3}, "max_steps"),  # a mistyped field: did you mean
         ("gpu", {"model_name": 3}, "model_name"),
-        ("cpu", {"world": "Sparse"}, "unknown embedded world"),
-        ("cpu", {"world": "frozenlake"}, "unknown embedded world"),
+        ("demo", {"world": "Sparse"}, "unknown embedded world"),
+        ("demo", {"world": "frozenlake"}, "unknown embedded world"),
         ("gpu", {"world": "sparse"}, "is an embedded world; the gpu setup plays FrozenLake"),
     ],
 )
@@ -94,11 +94,11 @@ def test_setup_refuses_what_it_cannot_do_before_loading_anything(monkeypatch, pr
         setup(preset, **overrides)
 
 
-def test_cpu_setup_plays_the_world_it_is_asked_for():
+def test_demo_setup_plays_the_world_it_is_asked_for():
     from erl_lite.teach import setup
 
-    assert setup("cpu", seed=1, world="sparse").env.test_tasks(1)[0].data["size"] == 5
-    assert setup("cpu", seed=1).env.test_tasks(1)[0].data["size"] == 3
+    assert setup("demo", seed=1, world="sparse").env.test_tasks(1)[0].data["size"] == 5
+    assert setup("demo", seed=1).env.test_tasks(1)[0].data["size"] == 3
 
 
 #: What bitsandbytes 0.50 logs at import on a CPU with AVX-512 BF16 when the optional `kernels` package is missing.
@@ -128,6 +128,6 @@ def test_setup_leaves_no_loading_bar_in_a_saved_output(capfd):
     from erl_lite.teach import setup
 
     assert hf_logging.is_progress_bar_enabled()
-    setup("cpu", seed=DEFAULT_SEED)
+    setup("demo", seed=DEFAULT_SEED)
     assert "Loading weights" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()  # switched off for the load only

@@ -101,7 +101,7 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False, comman
         )
     raise RuntimeError(
         f"PRESET = {name!r} (ERLConfig.preset({name!r})) is sized for a CUDA GPU, but torch sees no CUDA device "
-        "here: its model would load on the CPU and train for hours. Either set PRESET = 'cpu' (the embedded model, "
+        "here: its model would load on the CPU and train for hours. Either set PRESET = 'demo' (the embedded model, "
         "offline, minutes); or switch to a GPU (on Colab: Runtime -> Change runtime type -> T4 GPU, then run all "
         "cells again); or run on the CPU anyway: in a notebook, pass allow_cpu=True in the environment cell "
         "(require_cuda_for_preset(PRESET, allow_cpu=True)); with ERLTrainer, load the model yourself with "

@@ -1,6 +1,6 @@
 """A notebook's setup in one call: :func:`setup` loads the policy, the environment and the config.
 
-Departures from the paper: cpu is a toy world and model; gpu a 1.5 B model on one GPU, not Qwen3-4B on 8 H100s.
+Departures from the paper: demo is a toy world and model; gpu a 1.5 B model on one GPU, not Qwen3-4B on 8 H100s.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS
 #: The model of the ``gpu`` setup: fits a 15 GiB Colab T4 in 4-bit (see the gpu preset's sizing).
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 #: Each setup's ERLConfig preset and default quantization of the policy.
-_SETUPS = {"cpu": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
+_SETUPS = {"demo": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
 
 # bitsandbytes logs at import, on CPUs with AVX-512 BF16, that an optional kernel package is missing: nothing a
 # student can act on (the fallback is correct). Only that message of that logger is dropped.
@@ -28,12 +28,12 @@ class Setup(NamedTuple):
 
     model: Any  #: the policy: a PEFT model with a fresh LoRA adapter
     tokenizer: Any  #: its tokenizer (``processing_class`` for the trainer)
-    env: Any  #: the demo world (cpu) or FrozenLake (gpu)
+    env: Any  #: one of the embedded model's worlds (demo) or FrozenLake (gpu)
     config: ERLConfig  #: the setup's preset, the seed, then the overrides
 
 
 def setup(
-    preset: str = "cpu",
+    preset: str = "demo",
     seed: int = DEFAULT_SEED,
     *,
     quantization: str | None = None,
@@ -43,17 +43,17 @@ def setup(
 ) -> Setup:
     """Load the policy, build the environment and make the config for a notebook.
 
-    ``"cpu"``: the embedded model, one of its worlds (``world``: ``"demo"``; ``"sparse"`` or ``"hard"``, where first
+    ``"demo"``: the embedded model, one of its worlds (``world``: ``"demo"``; ``"sparse"`` or ``"hard"``, where first
     attempts rarely succeed), the ``demo`` preset; ``"gpu"``: ``model_name`` in 4-bit, FrozenLake, the ``gpu`` preset
     (LoRA on both). ``seed`` seeds adapter, world and config; the config comes first, so a bad setting fails early.
 
     Example:
-        >>> model, tokenizer, env, config = setup("cpu", seed=0, max_steps=2)
+        >>> model, tokenizer, env, config = setup("demo", seed=0, max_steps=2)
         >>> config.max_steps, config.preset_name, tokenizer.eos_token
         (2, 'demo', '<|im_end|>')
     """
     if preset not in _SETUPS:
-        raise ValueError(f"setup: preset must be 'cpu' or 'gpu', got {preset!r}")
+        raise ValueError(f"setup: preset must be 'demo' or 'gpu', got {preset!r}")
     config_preset, default_quantization = _SETUPS[preset]
     quantization = default_quantization if quantization is None else quantization
     if quantization not in QUANTIZATIONS:
@@ -87,7 +87,7 @@ def _load(preset: str, seed: int, world: str, model_name: str, quantization: str
         target_modules=config.lora_target_modules,
         gradient_checkpointing=config.gradient_checkpointing,
     )
-    if preset == "cpu":
+    if preset == "demo":
         from erl_lite.embedded.loading import load_embedded
         from erl_lite.embedded.world import demo_world
 
