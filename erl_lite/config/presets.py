@@ -1,7 +1,7 @@
 """The named presets of :class:`~erl_lite.config.ERLConfig` (each lists what it changes) and the GPU check.
 
 ``cpu``: tiny models on a laptop CPU. ``demo``: the embedded model on its demo world (``erl-lite demo``,
-the notebooks' cpu setup). ``gpu``: a 0.5–4B model in 4-bit QLoRA on one T4/L4. ``paper``: the released code's.
+the notebooks' demo setup). ``gpu``: a 0.5–4B model in 4-bit QLoRA on one T4/L4. ``paper``: the released code's.
 Departures from the paper: every preset but ``paper`` is smaller, and LoRA presets take a larger learning rate."""
 
 from __future__ import annotations
