@@ -125,25 +125,62 @@ def test_notebook_install_cell_badge_and_links_match_the_release_constants(path)
     assert "](../assets" not in text  # relative links do not resolve when Colab opens the notebook alone
 
 
+#: The longest notebooks start first, so the last one to finish is a short one (measured: notebooks/README.md).
+LONGEST_FIRST = ("01_quickstart.ipynb", "06_erl_vs_rlvr_and_ablations.ipynb", "07_bring_your_own_task.ipynb")
+
+
+#: Kernels running notebooks at once: one per core, at most two (the CI machine's cores).
+KERNELS = min(2, os.cpu_count() or 1)
+
+
+def _execute(path: pathlib.Path, folder: pathlib.Path) -> float:
+    """Run one notebook top to bottom in a fresh kernel, in ``folder``; its wall-clock seconds."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    start = time.perf_counter()
+    nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
+    ).execute()
+    return time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def headless_runs(request, tmp_path_factory):
+    """The selected notebooks, started at once on a pool of kernels: ``{name: Future of its seconds}``.
+
+    Each kernel is its own process on one thread (OMP_NUM_THREADS=1), so two kernels use both cores of a 2-core
+    machine and the headless run takes about half the serial time; a one-core machine runs them one by one.
+    Each test waits for its own notebook and fails with that notebook's error."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = [
+        item.callspec.params["path"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_notebook_executes_on_cpu"
+    ]
+    chosen.sort(key=lambda p: LONGEST_FIRST.index(p.name) if p.name in LONGEST_FIRST else len(LONGEST_FIRST))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ERL_LITE_STATIC", "1")  # widgets render as static HTML without a front-end
+        patch.setenv("MPLBACKEND", os.environ.get("MPLBACKEND", "Agg"))
+        # The kernels import this checkout's erl_lite, whatever copy the environment has installed.
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        pool = ThreadPoolExecutor(max_workers=KERNELS)
+        yield {p.name: pool.submit(_execute, p, tmp_path_factory.mktemp(p.stem)) for p in chosen}
+        pool.shutdown(cancel_futures=True)  # a session stopped early (-x, Ctrl-C) starts no further notebook
+
+
 @pytest.mark.notebooks
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes_on_cpu(path, tmp_path, monkeypatch):
+def test_notebook_executes_on_cpu(path, request):
     if os.environ.get("ERL_LITE_NOTEBOOKS_IN_BROWSER") == "1":  # set by .ci/run once the browser tier can run
         pytest.skip("CI runs the notebooks in its browser tier (Run All in JupyterLab), where a failure turns it red")
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    nb = nbformat.read(str(path), as_version=4)
-    os.environ["ERL_LITE_STATIC"] = "1"  # widgets render as static HTML without a front-end
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    # The kernel imports this checkout's erl_lite, whatever copy the environment has installed.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    start = time.perf_counter()
-    client = nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()
-    print(f"{path.name}: {time.perf_counter() - start:.1f} s")
+    pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    seconds = request.getfixturevalue("headless_runs")[path.name].result()  # raises the notebook's error
+    print(f"{path.name}: {seconds:.1f} s ({KERNELS} kernels at a time)")
 
 
 def test_notebook_06_live_run_is_the_setting_its_share_was_measured_in():
