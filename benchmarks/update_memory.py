@@ -74,7 +74,7 @@ def build(device: str, rows: int, length: int, steps: int, chunk: int | None):
             [1] * length,
             1.0 if b % 2 == 0 else -1.0,
         )
-        for b, role in zip(range(rows), ["first", "first", "second", "distill"] * rows)
+        for b, role in zip(range(rows), ["first", "first", "second", "internalization"] * rows)
     ]
     config = ERLConfig(
         beta=0.001,

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from erl_lite.config.field_types import expand_path
 from erl_lite.jsonio import read_jsonl
+from erl_lite.metric_names import current_names
 from erl_lite.metrics import METRIC_GLOSSARY
 
 #: Re-exported for readers of histories; its one home is :mod:`erl_lite.metrics`.
@@ -72,7 +73,8 @@ class History:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":
-        """Load from a run folder or a ``history.jsonl``; a last line a crash cut off is dropped with a warning."""
+        """Load from a run folder or a ``history.jsonl``; a last line a crash cut off is dropped with a warning.
+        Keys an older erl_lite wrote read in today's names (:func:`~erl_lite.metric_names.current_names`)."""
         p = Path(expand_path(path))
         if not p.exists():  # else "run/typo" would read run/history.jsonl, another run's
             raise FileNotFoundError(f"no run folder or history file at {p}")
@@ -82,7 +84,8 @@ class History:
             raise FileNotFoundError(f"no history.jsonl at {hist_file}")
         samples_file = folder / "samples.jsonl"
         samples = read_jsonl(samples_file, "warn", _not_an_object) if samples_file.exists() else []
-        return cls(records=read_jsonl(hist_file, "warn", record_problem), samples=samples)
+        records = read_jsonl(hist_file, "warn", record_problem)
+        return cls(records=[current_names(r) for r in records], samples=[current_names(r) for r in samples])
 
 
 def _not_an_object(row: Any) -> str | None:

@@ -3,7 +3,9 @@ role names, so :mod:`erl_lite.core.update` writes the constants :mod:`erl_lite.m
 
 from __future__ import annotations
 
-from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND
+from typing import Any
+
+from erl_lite.records import ADVANTAGE_ROLES, FIRST, INTERNALIZATION, REFLECTION, ROLES, SECOND
 
 STEP = "step"
 REWARD_FIRST, REWARD_SECOND = "reward/first", "reward/second"
@@ -41,6 +43,8 @@ TERM_MEAN, TERM_MIN, TERM_MAX = (
 LOSS_KEYS = {role: f"loss/{role}" for role in ROLES}
 ADVANTAGE_KEYS = {role: f"advantage/{role}" for role in ADVANTAGE_ROLES}
 SAMPLES_KEYS = {role: f"samples/{role}" for role in ROLES}
+#: Keys renamed since runs first wrote them (the internalization role was called "distill"), old -> new.
+RENAMED_KEYS = {"loss/distill": LOSS_KEYS[INTERNALIZATION], "samples/distill": SAMPLES_KEYS[INTERNALIZATION]}
 LOSS_TOTAL, KL, CLIP_RATIO, GRAD_NORM = "loss/total", "kl", "clip_ratio", "grad_norm"
 OPTIM_STEPS, OPTIM_SKIPPED_STEPS = "optim/steps", "optim/skipped_steps"
 WEIGHT_UPDATE = "weights/update_ratio"
@@ -55,3 +59,9 @@ GAP_RECORD = (*GAP_MEAN_KEYS.values(), *GAP_MAX_KEYS.values(), GAP_TOKENS, GAP_S
 DIAGNOSTICS_PREFIX = "diagnostics/"
 #: An evaluation record's keys are the training keys under this prefix (``eval/success``).
 EVAL_PREFIX = "eval/"
+
+
+def current_names(row: dict[str, Any]) -> dict[str, Any]:
+    """A history or step record (and its ``metrics``) with :data:`RENAMED_KEYS` in today's names: old runs read anew."""
+    row = {RENAMED_KEYS.get(k, k): v for k, v in row.items()}
+    return {**row, "metrics": current_names(row["metrics"])} if isinstance(row.get("metrics"), dict) else row

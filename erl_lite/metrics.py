@@ -73,7 +73,7 @@ from erl_lite.metric_names import (
     ZERO_STD_REFLECTION,
     ZERO_STD_SECOND,
 )
-from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, TrainSample
+from erl_lite.records import FIRST, INTERNALIZATION, REFLECTION, SECOND, Attempt, TrainSample
 
 #: Every key a history record may hold, with its meaning (the update's keys come from core.update).
 METRIC_GLOSSARY: dict[str, str] = {
@@ -95,7 +95,7 @@ METRIC_GLOSSARY: dict[str, str] = {
     LOSS_KEYS[FIRST]: "policy loss contributed by first attempts",
     LOSS_KEYS[REFLECTION]: "policy loss contributed by reflections",
     LOSS_KEYS[SECOND]: "policy loss contributed by second attempts",
-    LOSS_KEYS[DISTILL]: "internalization loss (second attempts under the initial context)",
+    LOSS_KEYS[INTERNALIZATION]: "internalization loss (second attempts under the initial context)",
     INTERNALIZATION_WEIGHT: "mean weight of the internalization rows "
     "(coef x max(r2, 0) for raft; 0: they teach nothing)",
     LOSS_TOTAL: "sum of the above plus the KL term",
@@ -300,7 +300,7 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
         TRUNCATED_FIRST: _mean([float(a.truncated) for a in first]),
         TRUNCATED_REFLECTION: _mean([float(r.truncated) for r in refl]),
         TRUNCATED_SECOND: _mean([float(a.truncated) for a in second]),
-        INTERNALIZATION_WEIGHT: _mean([s.advantage for s in outcome.samples if s.role == DISTILL]),
+        INTERNALIZATION_WEIGHT: _mean([s.advantage for s in outcome.samples if s.role == INTERNALIZATION]),
     }
     m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in ZERO_STD_KEYS.items()})
     m.update(trl_metrics(first, m[ZERO_STD_FIRST]))

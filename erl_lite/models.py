@@ -19,7 +19,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from erl_lite.config.checks import FOUR_BIT, QUANTIZATIONS
+from erl_lite.config.checks import FOUR_BIT, QUANTIZATIONS, check_choice
 from erl_lite.core.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
 
 #: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
@@ -138,8 +138,7 @@ def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
 
 
 def _check_choices(*, quantization, peft, lora_r, lora_alpha, lora_dropout, gradient_checkpointing) -> None:
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    check_choice("quantization", quantization, QUANTIZATIONS)
     if not (isinstance(peft, LoraConfig) or peft in ("lora", "none")):
         raise ValueError(f"peft must be 'lora', 'none' or a peft.LoraConfig, got {peft!r}")
     if isinstance(lora_r, bool) or not isinstance(lora_r, int) or lora_r < 1:

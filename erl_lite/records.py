@@ -25,8 +25,8 @@ def _without_tokens(record: Any) -> dict[str, Any]:
 
 
 #: The ERL roles (three with a policy-gradient update, plus internalization).
-ROLES = ("first", "reflection", "second", "distill")
-FIRST, REFLECTION, SECOND, DISTILL = ROLES
+ROLES = ("first", "reflection", "second", "internalization")
+FIRST, REFLECTION, SECOND, INTERNALIZATION = ROLES
 #: The roles whose rows carry a GRPO advantage (internalization rows carry a weight instead).
 ADVANTAGE_ROLES = (FIRST, REFLECTION, SECOND)
 
@@ -179,7 +179,7 @@ class TrainSample:
     prompt_ids: list[int]  # the context (no loss)
     completion_ids: list[int]
     completion_mask: list[int]  # 1 where a token carries loss
-    advantage: float  # broadcast over the completion (for distill: the internalization weight)
+    advantage: float  # broadcast over the completion (for internalization: its weight)
     task_id: str = ""
     temperature: float | None = None  # scored at the temperature it was sampled at (None: the run's)
     sampled_logp: list[float] | None = None  # the sampler's log-prob per completion token, if it reported them

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from erl_lite.core.advantages import distill_weights, group_advantages, grouped_advantages
+from erl_lite.core.advantages import group_advantages, grouped_advantages, internalization_weights
 
 
 def test_singleton_group_gets_its_reward():
@@ -70,21 +70,21 @@ def test_non_finite_rewards_rejected():
         group_advantages([1.0, float("nan")])
 
 
-def test_distill_weights_binary_rewards():
+def test_internalization_weights_binary_rewards():
     r2 = [1.0, 0.0, 1.0, 0.0]
-    assert distill_weights(r2, "raft") == [1.0, 0.0, 1.0, 0.0]
-    assert distill_weights(r2, "nll") == [1.0, 0.0, 1.0, 0.0]
+    assert internalization_weights(r2, "raft") == [1.0, 0.0, 1.0, 0.0]
+    assert internalization_weights(r2, "nll") == [1.0, 0.0, 1.0, 0.0]
 
 
-def test_distill_weights_partial_credit():
+def test_internalization_weights_partial_credit():
     r2 = [0.45, 0.0, 1.0, -0.2]
-    assert distill_weights(r2, "raft") == [0.45, 0.0, 1.0, 0.0]
-    assert distill_weights(r2, "nll") == [1.0, 0.0, 1.0, 0.0]
+    assert internalization_weights(r2, "raft") == [0.45, 0.0, 1.0, 0.0]
+    assert internalization_weights(r2, "nll") == [1.0, 0.0, 1.0, 0.0]
 
 
-def test_distill_weights_bad_mode():
+def test_internalization_weights_bad_mode():
     with pytest.raises(ValueError, match="raft"):
-        distill_weights([1.0], "sft")
+        internalization_weights([1.0], "sft")
 
 
 @pytest.mark.parametrize(
@@ -124,9 +124,9 @@ def test_the_choices_advantages_accept_are_the_configs(name):
     [
         lambda: group_advantages([1.0, 0.0], scale="sum"),
         lambda: grouped_advantages([1.0], ["t"], scale="GROUP"),
-        lambda: distill_weights([1.0], mode="dpo"),
+        lambda: internalization_weights([1.0], mode="dpo"),
     ],
 )
 def test_an_unknown_choice_is_named_with_the_accepted_ones(call):
-    with pytest.raises(ValueError, match=r"must be one of \("):
+    with pytest.raises(ValueError, match=r"must be one of (group, batch, none|raft, nll), got '"):
         call()

@@ -187,7 +187,7 @@ def test_run_file_values_are_checked_naming_file_line_and_field(monkeypatch, tmp
     "text, line, message",
     [
         ("seed: 1\ntop_p: 1.5\n", 2, "ERLConfig.top_p must be in (0, 1]"),
-        ("num-generations: 0\n", 1, "ERLConfig.num_generations must be a positive integer"),
+        ("num-generations: 0\n", 1, "ERLConfig.num_generations must be a whole number >= 1"),
         ("mode: rlvr\n\nnum_generations: 1\n", 3, "ERLConfig.num_generations=1 with mode='rlvr'"),
     ],
 )
@@ -987,3 +987,61 @@ def test_a_frozenlake_run_resumed_with_another_prompt_style_is_refused(tmp_path)
     trainer("plain").train()
     with pytest.raises(ValueError, match=r"env\.prompt_style: checkpoint 'plain', this run 'reference'"):
         trainer("reference").train(resume_from_checkpoint=True)
+
+
+# --- one of a few words: one check, one wording ------------------------------------------------
+def _choice_calls():
+    """A function of each layer that takes one of a few words, given a word it does not take."""
+    from erl_lite.config.presets import require_cuda_for_preset
+    from erl_lite.core.advantages import group_advantages, internalization_weights
+    from erl_lite.core.losses import row_losses
+    from erl_lite.core.memory import ReflectionMemory
+    from erl_lite.embedded.world import world_settings
+    from erl_lite.envs.frozenlake import FrozenLake
+    from erl_lite.envs.qa import MultiHopQA
+    from erl_lite.integrations.budget import model_config
+    from erl_lite.integrations.data_sources import load_rows
+
+    return [
+        (lambda: ERLConfig(loss_type="ppo"), "ERLConfig.loss_type must be one of seq_sum, token_mean, seq_mean, grpo"),
+        (lambda: ERLConfig.preset("tpu"), "preset must be one of cpu, demo, gpu, paper, got 'tpu'"),
+        (lambda: require_cuda_for_preset("tpu"), "preset must be one of None, cpu, demo, gpu, paper, got 'tpu'"),
+        (lambda: group_advantages([1.0], scale="sum"), "scale must be one of group, batch, none, got 'sum'"),
+        (lambda: internalization_weights([1.0], "sft"), "internalization mode must be one of raft, nll, got 'sft'"),
+        (lambda: row_losses(None, None, "grpo"), "loss_type must be one of seq_sum, token_mean, seq_mean, got 'grpo'"),
+        (lambda: ReflectionMemory("lifo"), "memory kind must be one of single, fifo, got 'lifo'"),
+        (lambda: world_settings("mars"), "embedded world must be one of demo, hard, sparse, got 'mars'"),
+        (lambda: FrozenLake(source="web"), "source must be one of generated, paper, got 'web'"),
+        (lambda: MultiHopQA(source="web"), "source must be one of generated, hotpotqa, paper, got 'web'"),
+        (lambda: model_config("qwen9"), "model config must be one of qwen2.5-0.5b-instruct, "),
+        (lambda: load_rows([], split="dev"), "split must be one of eval, train, got 'dev'"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_a_word_that_is_not_one_of_the_choices_is_refused_naming_them(index):
+    call, message = _choice_calls()[index]
+    with pytest.raises(ValueError) as caught:
+        call()
+    assert str(caught.value).startswith(message)
+
+
+def test_a_choice_is_checked_only_by_config_checks_check_choice():
+    """The ValueError "X must be one of a, b, got c" is written once, in config/checks.py (a new check calls it).
+    Exempt: testing.py, whose room imports nothing of erl_lite, and the command line's argparse errors."""
+    import pathlib
+    import re
+
+    package = pathlib.Path(__file__).resolve().parent.parent / "erl_lite"
+    written = re.compile(r"must be one of|choose one of|; shipped: ")
+    by_hand = []
+    for path in package.rglob("*.py"):
+        if str(path.relative_to(package)) in ("config/checks.py", "testing.py"):
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        by_hand += [
+            f"{path.relative_to(package)}:{n}"
+            for n, line in enumerate(lines, 1)
+            if written.search(line) and "ValueError" in lines[n - 2] + line
+        ]
+    assert not by_hand, f"write these with config.checks.check_choice: {by_hand}"

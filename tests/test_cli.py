@@ -379,7 +379,7 @@ def test_run_file_drives_the_trainer(monkeypatch, tmp_path):
         ("learning_rate: fast\n", "learning_rate: could not convert string to float"),
         ("env: mars\n", "env must be one of demo"),
         ("mode: [erl\n", "is not valid YAML"),
-        ("num_generations: 0\n", "ERLConfig.num_generations must be a positive integer"),
+        ("num_generations: 0\n", "ERLConfig.num_generations must be a whole number >= 1"),
         ("small: maybe\n", "small must be true or false"),
         ("extra: [a, b]\n", "ERLConfig.extra must be a dict with string keys"),
     ],

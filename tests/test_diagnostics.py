@@ -45,7 +45,7 @@ from erl_lite.metric_names import (
     ZERO_STD_FIRST,
 )
 from erl_lite.metrics import METRIC_GLOSSARY
-from erl_lite.records import DISTILL, FIRST
+from erl_lite.records import FIRST, INTERNALIZATION
 from erl_lite.run.report import diagnose
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -66,7 +66,7 @@ def healthy(step: int) -> dict:
         GATE_RATE: 0.5,
         REFLECTION_PARSE_RATE: 1.0,
         MEMORY_TOTAL_WRITES: 5.0 * step,
-        SAMPLES_KEYS[DISTILL]: 8.0,
+        SAMPLES_KEYS[INTERNALIZATION]: 8.0,
         INTERNALIZATION_WEIGHT: 0.7,
         TRUNCATED_FIRST: 0.0,
         TRUNCATED_REFLECTION: 0.1,

@@ -30,7 +30,7 @@ COMPARED_EXACTLY = (
     "samples/first",
     "samples/reflection",
     "samples/second",
-    "samples/distill",
+    "samples/internalization",
     "optim/steps",
     "step",
 )

@@ -55,8 +55,8 @@ RIGHT = [
     (gx.check_clipped_loss, (1.5, -1.0, 1.5)),  # the min keeps the unclipped term
     (gx.check_clipped_loss, (5.0, -1.0, 3.0)),  # the dual clip
     (gx.check_loss_curve_prediction, (1.28, 0.8, 3.0)),
-    (gx.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0])),
-    (gx.check_distill_weights, (R2, [1, 0, 1, 0], "nll")),
+    (gx.check_internalization_weights, (R2, [1.0, 0.0, 0.5, 0.0])),
+    (gx.check_internalization_weights, (R2, [1, 0, 1, 0], "nll")),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["second"])),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first", "second"], "fifo")),
     (ex.check_gate_function, (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r < threshold],)),
@@ -147,14 +147,14 @@ WRONG = [
     (gx.check_loss_curve_prediction, (1.28, "low", 3.0), "expected numbers"),
     (gx.check_loss_curve_prediction, (None, 0.8, 3.0), "No answer yet"),
     # internalization weights
-    (gx.check_distill_weights, (R2, [1, 0, 1, 0]), "'nll' rule"),
-    (gx.check_distill_weights, (R2, [1.0, 0.0, 0.5, 0.0], "nll"), "'raft' rule"),
-    (gx.check_distill_weights, (R2, R2), "negative r2 gets weight 0"),
-    (gx.check_distill_weights, (R2, group_advantages(R2)), "no group baseline"),
-    (gx.check_distill_weights, (R2, [1, 1, 1, 1]), "r2 = 0 gets weight 0"),
-    (gx.check_distill_weights, (R2, [0.5, 0.5, 0.5, 0.5]), "raft: max(r2, 0)"),
-    (gx.check_distill_weights, (R2, [1, 0]), "expected 4 numbers"),
-    (gx.check_distill_weights, (R2, None), "No answer yet"),
+    (gx.check_internalization_weights, (R2, [1, 0, 1, 0]), "'nll' rule"),
+    (gx.check_internalization_weights, (R2, [1.0, 0.0, 0.5, 0.0], "nll"), "'raft' rule"),
+    (gx.check_internalization_weights, (R2, R2), "negative r2 gets weight 0"),
+    (gx.check_internalization_weights, (R2, group_advantages(R2)), "no group baseline"),
+    (gx.check_internalization_weights, (R2, [1, 1, 1, 1]), "r2 = 0 gets weight 0"),
+    (gx.check_internalization_weights, (R2, [0.5, 0.5, 0.5, 0.5]), "raft: max(r2, 0)"),
+    (gx.check_internalization_weights, (R2, [1, 0]), "expected 4 numbers"),
+    (gx.check_internalization_weights, (R2, None), "No answer yet"),
     # memory
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first", "second"]), "one slot"),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["third"]), "only when"),
@@ -262,7 +262,7 @@ ROUNDED = [  # the right method, rounded to fewer decimal places than asked
     (gx.check_advantages, ([1.0, 0.0, 0.0], [1.15, -0.58, -0.58])),  # 1.1547, -0.5774
     (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0.58, -1.15, 0.58, 1.0, 0.0, 0.0])),
     (gx.check_clipped_loss, (1.15, 1.0, -1.2)),  # -1.15
-    (gx.check_distill_weights, ([0.375, 0.0], [0.38, 0.0])),
+    (gx.check_internalization_weights, ([0.375, 0.0], [0.38, 0.0])),
     (gx.check_loss_curve_prediction, (1.3, 0.8, 3.0)),  # 1.28
 ]
 

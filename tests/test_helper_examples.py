@@ -19,7 +19,8 @@ from erl_lite.cli.config_args import (
     shown_value,
 )
 from erl_lite.cli.train import run_preset, train_config
-from erl_lite.config.field_types import check_whole, closest, conform, describe
+from erl_lite.config.checks import check_whole
+from erl_lite.config.field_types import closest, conform, describe
 from erl_lite.core.prompts import parse_rulebook, reflection_skeleton_length
 from erl_lite.diagnostics.checks import CHECKS, RunFacts, scan
 from erl_lite.testing import tiny_tokenizer
@@ -45,7 +46,7 @@ def test_config_argument_helpers():
 
 
 def test_field_type_helpers():
-    with pytest.raises(ValueError, match="FrozenLake: max_actions must be a whole number >= 1, got 0"):
+    with pytest.raises(ValueError, match="FrozenLake.max_actions must be a whole number >= 1, got 0"):
         check_whole("FrozenLake", "max_actions", 0, minimum=1)
     assert (conform("seed", 3.0, int), conform("beta", 0, float), conform("dual_clip", None, float | None)) == (
         3,

@@ -156,7 +156,7 @@ IMPORT_RULES = {
     "diagnostics": {"config", "core", "records", "metric_names"},
     "metrics": {"config", "core", "records", "metric_names"},
     "models": {"config", "core"},
-    "history": {"config", "metrics"} | _BASE,
+    "history": {"config", "metric_names", "metrics"} | _BASE,
     "integrations": {"config", "core", "envs", "metric_names", "metrics"} | _BASE,
     "viz": {"history", "metric_names", "records"},
     "run": {"config", "core", "envs", "diagnostics", "integrations", "history", "metric_names", "metrics", "models"}
@@ -441,7 +441,7 @@ MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_262
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
-    "run/checkpoint.py": 512,
+    "run/checkpoint.py": 507,
     "diagnostics/checks.py": 524,
     "cli/__init__.py:build_parser": 99,
 }

@@ -220,7 +220,7 @@ def test_cpu_presets_and_gpu_presets_with_cuda_pass(monkeypatch):
     require_cuda_for_preset(None)  # a config not made from a preset
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     require_cuda_for_preset("gpu")
-    with pytest.raises(ValueError, match="'gpuu'.*choose one of"):
+    with pytest.raises(ValueError, match="preset must be one of None, cpu, demo, gpu, paper, got 'gpuu'"):
         require_cuda_for_preset("gpuu")
 
 

@@ -460,7 +460,11 @@ def _train_rows(n: int = 8, seed: int = 0):
         mask = [1] + [int(rng.random() < 0.8) for _ in completion[1:]]
         rows.append(
             TrainSample(
-                ("first", "reflection", "second", "distill")[i % 4], prompt, completion, mask, rng.uniform(-1.5, 1.5)
+                ("first", "reflection", "second", "internalization")[i % 4],
+                prompt,
+                completion,
+                mask,
+                rng.uniform(-1.5, 1.5),
             )
         )
     return rows
@@ -537,7 +541,7 @@ def test_policy_updater_gradient_equals_trl_loss_on_the_whole_batch():
     opt.step = lambda: (seen.update({n: p.grad.clone() for n, p in params.items()}), step())
     PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)  # chunked, 3 micro-batches
     # Independently: the whole batch at once, full logits, TRL's documented loss ("luspo").
-    batch = pack(rows, tok.pad_token_id, nll_distill=False)
+    batch = pack(rows, tok.pad_token_id, nll_internalization=False)
     with torch.no_grad(), model.disable_adapter():
         ref = completion_logprobs(model, batch, 0.7, chunk_size=None)
     logp = completion_logprobs(model, batch, 0.7, chunk_size=None)
@@ -583,3 +587,26 @@ def test_sequence_level_ratio_is_shared_by_the_sequence():
     assert not torch.allclose(tok, seq)
     with pytest.raises(ValueError, match="importance_sampling_level"):
         clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, importance_sampling_level="seq")
+
+
+def test_the_loss_functions_read_their_defaults_from_erlconfig():
+    """One home for the loss defaults: every default of a loss setting in core/losses.py names ERLConfig's field
+    (ε, c, β, the loss type, the ratio's level), so changing the config's default changes the functions' too."""
+    import ast
+    import inspect
+
+    import erl_lite.core.losses as losses
+    from erl_lite.config import ERLConfig
+
+    field_of = {"epsilon_low": "epsilon", "epsilon_high": "epsilon_high", "dual_clip": "dual_clip", "beta": "beta"}
+    field_of.update(loss_type="loss_type", importance_sampling_level="importance_sampling_level")
+    seen = 0
+    for node in ast.walk(ast.parse(inspect.getsource(losses))):
+        if isinstance(node, ast.FunctionDef):
+            for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults):
+                if arg.arg in field_of:
+                    seen += 1
+                    assert ast.unparse(default) == f"ERLConfig.{field_of[arg.arg]}", f"{node.name}({arg.arg}=...)"
+    assert seen >= 10  # clipped_policy_loss's four and policy_objective's six
+    defaults = inspect.signature(losses.policy_objective).parameters
+    assert defaults["epsilon_high"].default == ERLConfig().epsilon_high and defaults["beta"].default == ERLConfig().beta

@@ -64,7 +64,7 @@ def test_presets_are_valid_and_overridable():
     for name in PRESETS:
         assert ERLConfig.preset(name).preset_name == name
     assert ERLConfig.preset("cpu", max_steps=3).max_steps == 3
-    with pytest.raises(ValueError, match="unknown preset"):
+    with pytest.raises(ValueError, match="preset must be one of cpu, demo, gpu, paper, got .tpu."):
         ERLConfig.preset("tpu")
     assert ERLConfig().replace(mode="rlvr").mode == "rlvr"
 

@@ -181,3 +181,40 @@ def test_env_step_metrics_are_step_metrics_on_each_environments_slice(
         assert got[f"gate/rate/{name}"] == gate
         assert got[f"memory/size/{name}"] == 0.0
     assert len(got) == 6 * len(envs)
+
+
+def test_keys_of_the_old_role_name_read_in_todays_names_from_histories_samples_and_checkpoints(tmp_path):
+    """The internalization role was once logged as ``distill``: a history, its step records' metrics and a
+    checkpoint's rows written then read with ``internalization`` keys; other keys, and eval records, as written."""
+    import json
+
+    from erl_lite.history import History
+    from erl_lite.metric_names import LOSS_KEYS, RENAMED_KEYS, SAMPLES_KEYS
+    from erl_lite.records import INTERNALIZATION
+    from erl_lite.run.checkpoint import _read_jsonl
+
+    old = {"step": 1, "loss/distill": -0.5, "samples/distill": 3.0, "loss/first": 0.25, "kind": "train"}
+    evaluation = {"step": 1, "kind": "eval", "eval/success": 0.5}
+    step = {"step": 1, "first_attempts": [], "metrics": {"loss/distill": -0.5, "gate/rate": 0.5}}
+    (tmp_path / "history.jsonl").write_text(json.dumps(old) + "\n" + json.dumps(evaluation) + "\n")
+    (tmp_path / "samples.jsonl").write_text(json.dumps(step) + "\n")
+    new = {"step": 1, LOSS_KEYS[INTERNALIZATION]: -0.5, SAMPLES_KEYS[INTERNALIZATION]: 3.0, "loss/first": 0.25}
+    history = History.load(tmp_path)
+    assert history.records == [{**new, "kind": "train"}, evaluation]
+    assert history.samples[0]["metrics"] == {LOSS_KEYS[INTERNALIZATION]: -0.5, "gate/rate": 0.5}
+    assert history.series(LOSS_KEYS[INTERNALIZATION]) == ([1], [-0.5])
+    assert _read_jsonl(str(tmp_path / "history.jsonl"))[0] == {**new, "kind": "train"}
+    assert not set(RENAMED_KEYS) & set(METRIC_GLOSSARY)  # an old name is never a current one
+
+
+def test_the_committed_demo_run_reads_with_an_internalization_loss():
+    """assets/demo was written when the role was ``distill``: read today, its loss per role has internalization."""
+    from pathlib import Path
+
+    from erl_lite.history import History
+    from erl_lite.metric_names import LOSS_KEYS
+    from erl_lite.records import INTERNALIZATION
+
+    history = History.load(Path(__file__).resolve().parent.parent / "assets" / "demo")
+    steps, values = history.series(LOSS_KEYS[INTERNALIZATION])
+    assert len(steps) == len(history.of_kind("train")) > 0 and all(v == v for v in values)

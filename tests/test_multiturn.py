@@ -242,10 +242,10 @@ def test_gate_reflection_second_attempt_memory_and_targets(name, tok):
         assert adv[(role, ids[2])] == [0.0, 0.0] and adv[(role, ids[3])] == [0.7071, -0.7071]
 
     # internalization: every y2 under the first attempt's header, ending with EOS; failed ones weigh 0
-    distill = [s for s in out.samples if s.role == "distill"]
+    internalized = [s for s in out.samples if s.role == "internalization"]
     header = {a.task_id: a.prompt_ids for a in out.first_attempts}
-    assert len(distill) == len(out.second_attempts) == 5
-    for s, a in zip(distill, out.second_attempts):
+    assert len(internalized) == len(out.second_attempts) == 5
+    for s, a in zip(internalized, out.second_attempts):
         context = tok.decode(s.prompt_ids, skip_special_tokens=False)
         assert s.prompt_ids == header[a.task_id] and env.system_prompt in context and RULEBOOK not in context
         assert s.completion_ids == a.completion_ids and s.completion_mask == a.completion_mask
@@ -267,7 +267,7 @@ def test_memory_unchanged_when_every_second_attempt_fails(name, tok):
     out = erl_step(ctx, tasks, memory)
     assert len(out.second_attempts) == 4 and not any(a.success for a in out.second_attempts)
     assert out.memory_writes == 0 and memory.state_dict() == before
-    assert [s.advantage for s in out.samples if s.role == "distill"] == [0.0] * 4
+    assert [s.advantage for s in out.samples if s.role == "internalization"] == [0.0] * 4
 
 
 # --- budgets and batching ---------------------------------------------------------------------
@@ -406,7 +406,7 @@ def test_scripted_erl_step_trains_every_role(name, tok):
     before = trainable_parameters(model)
     rec = trainer.train().of_kind("train")[-1]
     assert rec["samples/first"] == 4 and rec["gate/rate"] == 0.5
-    assert rec["samples/reflection"] == rec["samples/second"] == rec["samples/distill"] == 2
+    assert rec["samples/reflection"] == rec["samples/second"] == rec["samples/internalization"] == 2
     assert rec["success/second"] == 1.0 and rec["memory/size"] == 1.0
     assert max(a.num_turns for a in trainer.last_outcome.first_attempts) > 1
     after = trainable_parameters(model)

@@ -162,7 +162,7 @@ def test_no_reflection_ablation_retries_with_the_raw_attempt(guess_env, tok):
     assert all(
         "FEEDBACK: not solved" in a.system_prompt and "FIRST-REPLY" in a.system_prompt for a in out.second_attempts
     )
-    assert {s.role for s in out.samples} == {"first", "second", "distill"}
+    assert {s.role for s in out.samples} == {"first", "second", "internalization"}
 
 
 def test_advantages_grouped_per_task_and_role_with_singletons(tok):
@@ -197,7 +197,10 @@ def test_advantages_grouped_per_task_and_role_with_singletons(tok):
     assert by[("first", "t1")] == hand(-0.5774, -0.5774, 1.1547)
     assert by[("reflection", "t0")] == [1.0] and by[("second", "t0")] == [1.0]  # singleton: A = r2
     assert by[("reflection", "t1")] == hand(0.7071, -0.7071) == by[("second", "t1")]  # r2 = (1, 0) in t1
-    assert by[("distill", "t0")] == [1.0] and by[("distill", "t1")] == [1.0, 0.0]  # max(r2, 0), no baseline
+    assert by[("internalization", "t0")] == [1.0] and by[("internalization", "t1")] == [
+        1.0,
+        0.0,
+    ]  # max(r2, 0), no baseline
 
 
 def test_singleton_group_gets_its_reward():
@@ -225,10 +228,10 @@ def test_singleton_group_gets_its_reward():
 def test_internalization_targets_use_initial_context_and_end_with_eos(guess_env, tok):
     ctx = make_ctx(guess_env, tok, script())
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
-    distill = [s for s in out.samples if s.role == "distill"]
+    internalized = [s for s in out.samples if s.role == "internalization"]
     first_header = {a.task_id: a.prompt_ids for a in out.first_attempts}
-    assert len(distill) == 4 == len(out.retries)
-    for s, a in zip(distill, out.second_attempts):
+    assert len(internalized) == 4 == len(out.retries)
+    for s, a in zip(internalized, out.second_attempts):
         assert s.prompt_ids == first_header[s.task_id]
         assert "RULEBOOK" not in tok.decode(s.prompt_ids) and guess_env.system_prompt in tok.decode(s.prompt_ids)
         assert s.completion_ids == a.completion_ids and s.completion_ids[-1] == tok.eos_token_id
@@ -318,7 +321,7 @@ def answer_then_run_on(prompt):
     return "FIRST-REPLY nope"
 
 
-def test_distill_target_ends_with_eos_when_the_last_reply_was_cut(guess_env, tok):
+def test_internalization_target_ends_with_eos_when_the_last_reply_was_cut(guess_env, tok):
     """A successful second attempt whose reply was cut by max_completion_length after a valid
     answer still teaches the model to stop: its internalization target ends with EOS."""
 
@@ -327,8 +330,10 @@ def test_distill_target_ends_with_eos_when_the_last_reply_was_cut(guess_env, tok
     ctx = make_ctx(guess_env, tok, reply, max_completion_length=6, max_reflection_length=60)
     out = erl_step(ctx, tasks_of(guess_env, 1), ReflectionMemory())
     assert all(r.second.success and r.second.completion_ids[-1] != tok.eos_token_id for r in out.retries)
-    distill = [s for s in out.samples if s.role == "distill"]
-    assert distill and all(s.completion_ids[-1] == tok.eos_token_id and s.completion_mask[-1] == 1 for s in distill)
+    internalized = [s for s in out.samples if s.role == "internalization"]
+    assert internalized and all(
+        s.completion_ids[-1] == tok.eos_token_id and s.completion_mask[-1] == 1 for s in internalized
+    )
     # the second attempt's own RL row is what was sampled: nothing appended there
     second = [s for s in out.samples if s.role == "second"]
     assert all(s.completion_ids[-1] != tok.eos_token_id for s in second)
@@ -345,8 +350,8 @@ def test_weight_zero_internalization_rows_are_kept_and_counted(guess_env, tok):
 
     ctx = make_ctx(guess_env, tok, script(fail_second=("t1",)))
     out = erl_step(ctx, tasks_of(guess_env), ReflectionMemory())
-    distill = [s for s in out.samples if s.role == "distill"]
-    assert [s.advantage for s in distill] == [1.0, 1.0, 0.0, 0.0]
+    internalized = [s for s in out.samples if s.role == "internalization"]
+    assert [s.advantage for s in internalized] == [1.0, 1.0, 0.0, 0.0]
     rows = len(out.samples)
     assert rows == 8 + 4 * 3
     model, tok = load_policy(tiny_model(tok), tok, peft="lora")
@@ -359,8 +364,8 @@ def test_weight_zero_internalization_rows_are_kept_and_counted(guess_env, tok):
     assert numerator != 0
     # Relative: a float32 sum of 20 terms (~1e-7 of the value); 20 vs 18 rows differ by 10%.
     assert m["loss/total"] == pytest.approx(numerator / rows, rel=1e-5)
-    assert m["samples/distill"] == 4 and m["loss/distill"] == pytest.approx(
-        sum(-s.advantage * sum(s.completion_mask) for s in distill) / rows, rel=1e-5
+    assert m["samples/internalization"] == 4 and m["loss/internalization"] == pytest.approx(
+        sum(-s.advantage * sum(s.completion_mask) for s in internalized) / rows, rel=1e-5
     )
 
 
@@ -416,7 +421,7 @@ def _tokenizer_whose_turns_end_with(kind):
 
 
 @pytest.mark.parametrize("kind", ["chatml_base_eos", "gemma", "llama3", "qwen3_base_eos", "plain"])
-def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kind):
+def test_a_cut_internalization_target_is_closed_with_the_templates_end_of_turn_token(kind):
     from conftest import GuessEnv
 
     tok, end_of_turn = _tokenizer_whose_turns_end_with(kind)
@@ -430,9 +435,9 @@ def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kin
     ctx = make_ctx(env, tok, reply, max_completion_length=budget, max_reflection_length=200)
     out = erl_step(ctx, tasks_of(env, 1), ReflectionMemory())
     assert out.retries and all(r.second.success for r in out.retries)
-    distill = [s for s in out.samples if s.role == "distill"]
-    assert distill and all(s.completion_ids[-1] == eot and s.completion_mask[-1] == 1 for s in distill)
-    assert all(s.completion_ids.count(eot) == 1 for s in distill)  # appended once, not after a stop
+    internalized = [s for s in out.samples if s.role == "internalization"]
+    assert internalized and all(s.completion_ids[-1] == eot and s.completion_mask[-1] == 1 for s in internalized)
+    assert all(s.completion_ids.count(eot) == 1 for s in internalized)  # appended once, not after a stop
     if kind != "qwen3_base_eos":  # the sampler stops on it too (a tiny model needs the tiny vocabulary)
         from erl_lite.core.policy import eos_token_ids
         from erl_lite.testing import tiny_model
@@ -441,7 +446,7 @@ def test_a_cut_distill_target_is_closed_with_the_templates_end_of_turn_token(kin
 
 
 def test_an_internalization_row_never_runs_past_the_episode_budget(tok):
-    """A distill row is the first attempt's opening (the initial prompt) plus the second
+    """A internalized row is the first attempt's opening (the initial prompt) plus the second
     attempt's whole completion (played under a shorter rulebook): with a long initial prompt and
     a second attempt that uses its budget, it would be longer than any attempt was allowed to
     be, and with ``max_episode_length`` at the model's context the update would run past it."""
@@ -467,7 +472,7 @@ def test_an_internalization_row_never_runs_past_the_episode_budget(tok):
     for s in out.samples:  # every row of every role, against its own budget
         budget = c.max_reflection_prompt_length + c.max_reflection_length if s.role == "reflection" else 560
         assert len(s.prompt_ids) + len(s.completion_ids) <= budget, s.role
-    assert not [s for s in out.samples if s.role == "distill"]  # too long here: dropped, not cut
+    assert not [s for s in out.samples if s.role == "internalization"]  # too long here: dropped, not cut
 
 
 # --- the one retry join (records.py) -------------------------------------------------------------

@@ -426,7 +426,7 @@ def test_frac_reward_zero_std_counts_groups_without_signal():
     assert frac_reward_zero_std(batch, "first") == pytest.approx(2 / 3)
     assert frac_reward_zero_std(batch, "second") == 0.0  # a lone rollout with r = 0.5 has A = 0.5
     assert frac_reward_zero_std(batch, "reflection") == 1.0
-    assert frac_reward_zero_std(batch, "distill") is None
+    assert frac_reward_zero_std(batch, "internalization") is None
 
 
 def test_frac_reward_zero_std_in_a_run(tok):

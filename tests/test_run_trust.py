@@ -165,6 +165,9 @@ def test_an_older_checkpoint_without_a_manifest_is_read_with_a_warning(copy):
     (folder / "erl_state.json").write_text(json.dumps({**state, "format": 3}))
     with pytest.warns(UserWarning, match=r"checkpoint-2.*no manifest\.json"):
         assert read_checkpoint(str(folder)).step == 2
+    (folder / "rng.json").rename(folder / "rng.pt")  # as the layout before rng.json kept it: never opened
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match=r"rng.json is missing \(the older layout's"):
+        read_checkpoint(str(folder))
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ def decoder_tokens(model) -> list[int]:
     """A list that fills with the number of token positions each decoder call embeds (after the one-off
     check of the chunked head against the model's own logits, which runs at the first call)."""
     with torch.no_grad():
-        completion_logprobs(model, pack(rows()[:1], pad_id=0, nll_distill=False), 1.0, 16)
+        completion_logprobs(model, pack(rows()[:1], pad_id=0, nll_internalization=False), 1.0, 16)
     seen: list[int] = []
     model.get_input_embeddings().register_forward_hook(lambda m, args, out: seen.append(args[0].numel()))
     return seen
@@ -71,7 +71,7 @@ def gradients(model, loss: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize(("family", "tied"), FAMILIES, ids=FAMILY_IDS)
 def test_shared_contexts_give_the_full_forward_s_logprobs_and_gradients(family, tied):
     model = lora_model(family, tied)
-    batch = pack(rows(), pad_id=0, nll_distill=False)
+    batch = pack(rows(), pad_id=0, nll_internalization=False)
     seen = decoder_tokens(model)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the cache by its current name (transformers 5 warns at past_key_values)
@@ -94,7 +94,7 @@ def test_shared_contexts_give_the_full_forward_s_logprobs_and_gradients(family, 
 
 
 def test_rows_keep_their_own_forward_where_sharing_would_change_the_computation():
-    batch = pack(rows(), pad_id=0, nll_distill=False)
+    batch = pack(rows(), pad_id=0, nll_internalization=False)
     B, width = batch.input_ids.shape
     whole = [B * width]
     # Dropout: each row must draw its own masks over its context.
@@ -115,7 +115,7 @@ def test_rows_keep_their_own_forward_where_sharing_would_change_the_computation(
     # Every context distinct: one forward, as before.
     model = lora_model("qwen2", True)
     seen = decoder_tokens(model)
-    alone = pack([r for i, r in enumerate(rows()) if i in (0, 3, 6)], pad_id=0, nll_distill=False)
+    alone = pack([r for i, r in enumerate(rows()) if i in (0, 3, 6)], pad_id=0, nll_internalization=False)
     completion_logprobs(model, alone, 1.0, 16)
     assert seen == [alone.input_ids.numel()]
 

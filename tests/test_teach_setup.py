@@ -75,13 +75,13 @@ def test_setup_loads_the_model_the_config_describes(monkeypatch, preset, overrid
 @pytest.mark.parametrize(
     "preset,overrides,message",
     [
-        ("tpu", {}, "preset must be 'demo' or 'gpu'"),
-        ("cpu", {}, "preset must be 'demo' or 'gpu'"),  # ERLConfig's preset for tiny models, not a setup
+        ("tpu", {}, "setup: preset must be one of demo, gpu, got"),
+        ("cpu", {}, "setup: preset must be one of demo, gpu, got"),  # ERLConfig's preset for tiny models, not a setup
         ("demo", {"quantization": "8bit"}, "quantization"),
         ("demo", {"max_step": 3}, "max_steps"),  # a mistyped field: did you mean
         ("gpu", {"model_name": 3}, "model_name"),
-        ("demo", {"world": "Sparse"}, "unknown embedded world"),
-        ("demo", {"world": "frozenlake"}, "unknown embedded world"),
+        ("demo", {"world": "Sparse"}, "embedded world must be one of demo, hard, sparse"),
+        ("demo", {"world": "frozenlake"}, "embedded world must be one of demo, hard, sparse"),
         ("gpu", {"world": "sparse"}, "is an embedded world; the gpu setup plays FrozenLake"),
     ],
 )

@@ -26,7 +26,7 @@ def samples(n=8, seed=0):
         c = [rng.randrange(6, 100) for _ in range(rng.randrange(1, 9))]
         m = [1 if rng.random() < 0.8 else 0 for _ in c]
         m[0] = 1
-        role = ["first", "reflection", "second", "distill"][i % 4]
+        role = ["first", "reflection", "second", "internalization"][i % 4]
         out.append(TrainSample(role, p, c, m, rng.uniform(-1.5, 1.5), f"t{i % 3}"))
     return out
 
@@ -41,7 +41,7 @@ def test_packed_logprobs_equal_unpadded_forward():
     tok = tiny_tokenizer()
     model = tiny_model(tok).eval()
     rows = samples(5)
-    batch = pack(rows, tok.pad_token_id, nll_distill=False)
+    batch = pack(rows, tok.pad_token_id, nll_internalization=False)
     with torch.no_grad():
         lp = completion_logprobs(model, batch, temperature=1.0)
         for b, s in enumerate(rows):
@@ -145,11 +145,11 @@ def test_role_losses_are_each_roles_share_of_each_minibatch_loss():
     cfg = ERLConfig(steps_per_generation=2, beta=0.0, per_device_train_batch_size=3)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
-    want = {r: 0.0 for r in ("first", "reflection", "second", "distill")}
+    want = {r: 0.0 for r in ("first", "reflection", "second", "internalization")}
     for half in (rows[0::2], rows[1::2]):
         for s in half:
             want[s.role] += -s.advantage * sum(s.completion_mask) / len(half) / 2
-    assert m["optim/steps"] == 2 and m["samples/first"] == 2 and m["samples/distill"] == 2
+    assert m["optim/steps"] == 2 and m["samples/first"] == 2 and m["samples/internalization"] == 2
     for role, value in want.items():
         # Relative: a float32 sum of a few log-ratio terms, ~1e-7 of the values (|loss| ~ 1).
         assert m[f"loss/{role}"] == pytest.approx(value, rel=1e-5), role
@@ -217,7 +217,7 @@ def test_a_layer_of_settings_that_picks_one_split_replaces_the_other():
 
 
 def test_nll_internalization_rows_use_nll():
-    rows = [TrainSample("distill", [7, 8, 9], [10, 11], [1, 1], 1.0)]
+    rows = [TrainSample("internalization", [7, 8, 9], [10, 11], [1, 1], 1.0)]
     model, tok = lora_model()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     nll = PolicyUpdater(
@@ -225,9 +225,9 @@ def test_nll_internalization_rows_use_nll():
     ).update(rows)
     with torch.no_grad():
         lp = completion_logprobs(model, pack(rows, tok.pad_token_id, True), 1.0)
-    assert nll["loss/distill"] == pytest.approx(float(-lp.sum()), rel=1e-5)  # seq_sum over one row
+    assert nll["loss/internalization"] == pytest.approx(float(-lp.sum()), rel=1e-5)  # seq_sum over one row
     raft = PolicyUpdater(model, opt, None, ERLConfig(beta=0.0, temperature=1.0), tok.pad_token_id).update(rows)
-    assert raft["loss/distill"] == pytest.approx(-2.0, rel=1e-5)  # ratio 1: -A per token, summed
+    assert raft["loss/internalization"] == pytest.approx(-2.0, rel=1e-5)  # ratio 1: -A per token, summed
 
 
 def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
@@ -286,7 +286,7 @@ def test_kl_update_stays_finite_with_extreme_logprobs_at_padded_slots():
     cfg = ERLConfig(beta=0.04, per_device_train_batch_size=3, temperature=1.0, max_grad_norm=1e9)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     with torch.no_grad():
-        lp = completion_logprobs(model, pack(rows, tok.pad_token_id, nll_distill=False), 1.0)
+        lp = completion_logprobs(model, pack(rows, tok.pad_token_id, nll_internalization=False), 1.0)
     assert lp.min() < -500  # the setting really is extreme
     m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
     assert all(torch.isfinite(p).all() for p in model.parameters() if p.requires_grad)
@@ -358,7 +358,7 @@ def test_chunked_logprobs_and_gradients_equal_full_logits(family):
         "qwen2_tied": lambda: _qwen2_tied(tok),
         "gemma2_softcap": lambda: _gemma2_softcapped(tok),
     }[family]().train()
-    batch = pack(samples(5), tok.pad_token_id, nll_distill=False)
+    batch = pack(samples(5), tok.pad_token_id, nll_internalization=False)
     B, L = batch.targets.shape
     assert (B * L) % 7 != 0
     for temperature in (1.0, 0.7):
@@ -383,7 +383,7 @@ def test_chunked_logprobs_under_lora(tmp_path, quantization):
             if "lora_B" in n:
                 p.normal_(0, 0.1)
     model.train()
-    batch = pack(samples(4), tok.pad_token_id, nll_distill=False)
+    batch = pack(samples(4), tok.pad_token_id, nll_internalization=False)
     full, g_full = _logprobs_and_grads(model, batch, None, 1.0)
     lp, g = _logprobs_and_grads(model, batch, 5, 1.0)
     assert g and all("lora_" in n for n in g)
@@ -397,7 +397,7 @@ def test_chunked_logprobs_refuse_heads_they_cannot_read():
 
     tok = tiny_tokenizer()
     wrapped = get_peft_model(tiny_model(tok), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
-    batch = pack(samples(2), tok.pad_token_id, nll_distill=False)
+    batch = pack(samples(2), tok.pad_token_id, nll_internalization=False)
     with pytest.raises(ValueError, match="lm-head"):
         completion_logprobs(wrapped, batch, 1.0)
     completion_logprobs(wrapped, batch, 1.0, chunk_size=None)  # the full-logits path still works
@@ -422,14 +422,14 @@ def test_chunked_logprobs_refuse_heads_they_cannot_read():
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize("loss_type,normalizer", [("seq_sum", 4.0), ("token_mean", 9.0)])
-def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, loss_type, normalizer):
+def test_weight_zero_internalization_rows_count_in_the_normalizer(monkeypatch, beta, loss_type, normalizer):
     import erl_lite.core.update as update
 
     rows = [
         TrainSample("first", [7, 8], [10, 11, 12], [1, 1, 1], 1.0),
         TrainSample("first", [7, 9], [13, 14], [1, 1], 1.0),
-        TrainSample("distill", [7], [10, 11], [1, 1], 0.0),  # failed second attempts: weight 0
-        TrainSample("distill", [7], [15, 16], [1, 1], 0.0),
+        TrainSample("internalization", [7], [10, 11], [1, 1], 0.0),  # failed second attempts: weight 0
+        TrainSample("internalization", [7], [15, 16], [1, 1], 0.0),
     ]
     seen = []
     real = update.policy_objective
@@ -440,7 +440,7 @@ def test_weight_zero_distill_rows_count_in_the_normalizer(monkeypatch, beta, los
     m = PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(rows)
     assert seen and set(seen) == {normalizer}
     assert m["loss/total"] == pytest.approx(-5.0 / normalizer, rel=1e-6)  # ratio 1: -A per token (float32 sum)
-    assert m["loss/distill"] == 0.0 and m["samples/distill"] == 2
+    assert m["loss/internalization"] == 0.0 and m["samples/internalization"] == 2
 
 
 def test_update_stats_keys_are_the_documented_metrics():
@@ -451,7 +451,7 @@ def test_update_stats_keys_are_the_documented_metrics():
         "samples/first",
         "samples/reflection",
         "samples/second",
-        "samples/distill",
+        "samples/internalization",
         "advantage/first",
         "advantage/reflection",
         "advantage/second",
@@ -459,7 +459,7 @@ def test_update_stats_keys_are_the_documented_metrics():
         "loss/first",
         "loss/reflection",
         "loss/second",
-        "loss/distill",
+        "loss/internalization",
         "kl",
         "clip_ratio",
         "grad_norm",
@@ -501,7 +501,9 @@ def _moved_off_zero(model):
     "zero_rows",
     [
         [TrainSample("first", [7, 8], [10, 11], [1, 1], 0.0, "a"), TrainSample("second", [9], [12], [1], 0.0, "a")],
-        [TrainSample("distill", [7, 8, 9], [10, 11, 12], [1, 1, 1], 0.0, "b")],  # a failed second attempt, weight 0
+        [
+            TrainSample("internalization", [7, 8, 9], [10, 11, 12], [1, 1, 1], 0.0, "b")
+        ],  # a failed second attempt, weight 0
     ],
 )
 @pytest.mark.parametrize("internalization_mode", ["raft", "nll"])
@@ -565,7 +567,7 @@ def test_every_minibatch_of_an_iteration_is_an_adamw_step_when_some_are_all_zero
 
 # --- a non-finite loss or gradient never reaches the weights ----------------------------------
 
-ROLE_NAMES = ("first", "reflection", "second", "distill")
+ROLE_NAMES = ("first", "reflection", "second", "internalization")
 
 
 def _optimizer_snapshot(opt):

@@ -11,8 +11,7 @@ from typing import Any, Sequence
 from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.train import DATASET_ENV, ENVIRONMENTS, build_environment
 from erl_lite.config import ERLConfig
-from erl_lite.config.checks import quantization_name
-from erl_lite.config.field_types import check_whole
+from erl_lite.config.checks import check_whole, quantization_name
 from erl_lite.jsonio import read_jsonl
 
 

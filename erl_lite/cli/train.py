@@ -10,7 +10,7 @@ from erl_lite.cli.config_args import given_fields
 from erl_lite.cli.errors import usage_error, user_errors
 from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.config import DEFAULT_SEED, ERLConfig
-from erl_lite.config.checks import check_reward_weights, quantization_name
+from erl_lite.config.checks import check_choice, check_reward_weights, quantization_name
 from erl_lite.config.field_types import expand_path
 from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS, PRESETS, require_cuda_for_preset
 
@@ -59,11 +59,10 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
     data = _data_record(run, env_given="env" in file_run or "env" in given)
     if data:
         run["env"] = DATASET_ENV
-    elif run["env"] not in ENVIRONMENTS:
-        raise ValueError(f"env must be one of {', '.join(ENVIRONMENTS)}, got {run['env']!r}")
+    else:
+        check_choice("env", run["env"], ENVIRONMENTS)
     run["preset"] = run_preset(run["env"], run["preset"])
-    if run["preset"] not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {run['preset']!r}")
+    check_choice("preset", run["preset"], sorted(PRESETS))
     if not isinstance(run["small"], bool) or not isinstance(run["env_options"], dict):
         raise ValueError(
             f"small must be true or false, env_options a mapping; got {run['small']!r}, {run['env_options']!r}"
@@ -101,8 +100,7 @@ def _world_record(run: dict[str, Any]) -> dict[str, Any]:
     """``{"world": name}`` for ``extra``, none on the demo world (as earlier runs); ValueError off --env demo."""
     from erl_lite.embedded.world import WORLDS
 
-    if run["world"] not in WORLDS:
-        raise ValueError(f"world must be one of {', '.join(sorted(WORLDS))}, got {run['world']!r}")
+    check_choice("world", run["world"], sorted(WORLDS))
     if run["world"] != "demo" and run["env"] != "demo":
         raise ValueError(f"--world applies to --env demo (the embedded model's worlds), not --env {run['env']}")
     return {} if run["world"] == "demo" else {"world": run["world"]}

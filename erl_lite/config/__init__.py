@@ -282,8 +282,7 @@ class ERLConfig:
     def preset(cls, name: str, **overrides: Any) -> "ERLConfig":
         """A named preset (:data:`~erl_lite.config.presets.PRESETS`) with optional overrides; the name is kept in
         ``preset_name``."""
-        if name not in presets.PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(presets.PRESETS)}")
+        checks.check_choice("preset", name, sorted(presets.PRESETS))
         overrides = translate_trl_fields(overrides, _FIELD_NAMES)  # TRL's names, before the preset's layer
         values = {**presets.PRESETS[name], **one_split(overrides)}
         if overrides.get("num_train_epochs") is not None and "max_steps" not in overrides:

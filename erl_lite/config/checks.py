@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import warnings
-from typing import Any
+from typing import Any, Iterable
 
 #: The ERLConfig being built, typed loosely: naming the class here would make an import circle.
 Config = Any
@@ -156,9 +157,23 @@ _IGNORED_BY_MODE = {
 }
 
 
-def _positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"ERLConfig.{name} must be a positive integer, got {value!r}")
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
+    """Refuse ``value`` unless it is one of ``allowed``, naming ``name`` (a field, an argument, a file's key): the
+    one wording of this check, for ERLConfig's fields and every function that takes one of a few words."""
+    if value not in tuple(allowed):
+        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
+    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a whole number >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{owner}.{name} must be a whole number >= {minimum}, got {value!r}")
+
+
+def check_share(owner: str, name: str, value: Any) -> None:
+    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a number in 0..1 (a probability)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"{owner}.{name} must be a number in 0..1, got {value!r}")
 
 
 def check_reward_weights(weights: Any, funcs: list[str]) -> list[float] | None:
@@ -192,8 +207,7 @@ def conform_trl_values(cfg: Config) -> None:
 def conform_choices(cfg: Config) -> None:
     """Each field of :data:`FIELD_CHOICES` holds one of its words; TRL's loss names become erl_lite's."""
     for name, allowed in FIELD_CHOICES.items():
-        if getattr(cfg, name) not in allowed:
-            raise ValueError(f"ERLConfig.{name} must be one of {allowed}, got {getattr(cfg, name)!r}")
+        check_choice(f"ERLConfig.{name}", getattr(cfg, name), allowed)
     cfg.loss_type = LOSS_TYPE_ALIASES.get(cfg.loss_type, cfg.loss_type)
 
 
@@ -204,13 +218,13 @@ def conform_length(cfg: Config) -> None:
     if cfg.max_steps is None and cfg.num_train_epochs is None:
         cfg.max_steps = DEFAULT_MAX_STEPS
     if cfg.max_steps is not None:
-        _positive("max_steps", cfg.max_steps)
+        check_whole("ERLConfig", "max_steps", cfg.max_steps, 1)
 
 
 def check_counts(cfg: Config) -> None:
     """Counts and sizes are positive integers, the rates and intervals not negative, the seed one every RNG takes."""
     if cfg.ppo_mini_batch_size is not None:
-        _positive("ppo_mini_batch_size", cfg.ppo_mini_batch_size)
+        check_whole("ERLConfig", "ppo_mini_batch_size", cfg.ppo_mini_batch_size, 1)
         if cfg.steps_per_generation != 1:
             raise ValueError(
                 "ERLConfig: give ppo_mini_batch_size (steps follow the batch) or "
@@ -231,7 +245,7 @@ def check_counts(cfg: Config) -> None:
         "eval_num_generations",
         "sample_every",
     ):
-        _positive(name, getattr(cfg, name))
+        check_whole("ERLConfig", name, getattr(cfg, name), 1)
     for name in (
         "eval_steps",
         "save_steps",
@@ -352,7 +366,7 @@ def check_schedule(cfg: Config) -> None:
 
 
 def check_lora(cfg: Config) -> None:
-    _positive("lora_r", cfg.lora_r)
+    check_whole("ERLConfig", "lora_r", cfg.lora_r, 1)
     if not cfg.lora_alpha > 0:
         raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {cfg.lora_alpha!r}")
     if not 0 <= cfg.lora_dropout < 1:
@@ -392,7 +406,7 @@ def conform_reporting(cfg: Config) -> None:
 def check_saving(cfg: Config) -> None:
     """Checkpoint rotation and the Hub settings, checked now rather than after hours of training."""
     if cfg.save_total_limit is not None:
-        _positive("save_total_limit", cfg.save_total_limit)
+        check_whole("ERLConfig", "save_total_limit", cfg.save_total_limit, 1)
     repo = cfg.hub_model_id
     if repo is not None and not (isinstance(repo, str) and repo.count("/") == 1 and all(repo.split("/"))):
         raise ValueError(f"ERLConfig.hub_model_id must look like 'user-or-org/name', got {repo!r}")

@@ -31,18 +31,6 @@ def expand_path(path: str | os.PathLike, name: str = "path") -> str:
     return os.path.expandvars(os.path.expanduser(text))
 
 
-def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
-    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a whole number >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be a whole number >= {minimum}, got {value!r}")
-
-
-def check_share(owner: str, name: str, value: Any) -> None:
-    """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a number in 0..1 (a probability)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        raise ValueError(f"{owner}: {name} must be a number in 0..1, got {value!r}")
-
-
 class _Mismatch(Exception):
     """The value is not of the annotation's kind (internal: becomes a ValueError naming the field)."""
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from erl_lite.config.checks import check_choice
+
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(
         max_steps=20,
@@ -86,8 +88,7 @@ def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False, comman
     Example:
         >>> require_cuda_for_preset("gpu", allow_cpu=True)  # the explicit override
     """
-    if name is not None and name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    check_choice("preset", name, (None, *sorted(PRESETS)))
     if name not in GPU_PRESETS or allow_cpu:
         return
     import torch  # here, not at the top: `import erl_lite.config` stays free of torch

@@ -1,4 +1,4 @@
-"""GRPO advantages ``A = (r - mean) / (std + eps)`` per (task, role), scaled per ``scale_rewards``, and distill weights.
+"""GRPO advantages ``A = (r - mean) / (std + eps)`` per (task, role) under ``scale_rewards``; internalization weights.
 
 Departures from the paper: silent on a group of one; like the reference, A = r (mean 0, std 1). Equal rewards: A = 0.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-from erl_lite.config.checks import INTERNALIZATION_MODES, SCALE_REWARDS
+from erl_lite.config.checks import INTERNALIZATION_MODES, SCALE_REWARDS, check_choice
 
 
 def _check_finite(rewards: Sequence[float]) -> list[float]:
@@ -37,8 +37,7 @@ def group_advantages(
         >>> [round(a, 4) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
         [0.866, -0.866, -0.866, 0.866]
     """
-    if scale not in SCALE_REWARDS:
-        raise ValueError(f"scale must be one of {SCALE_REWARDS}, got {scale!r}")
+    check_choice("scale", scale, SCALE_REWARDS)
     if scale == "batch" and batch_std is None:
         raise ValueError("scale='batch' needs batch_std (grouped_advantages computes it)")
     values = _check_finite(rewards)
@@ -75,10 +74,9 @@ def grouped_advantages(
     return out
 
 
-def distill_weights(r2: Sequence[float], mode: str) -> list[float]:
+def internalization_weights(r2: Sequence[float], mode: str) -> list[float]:
     """Internalization weights from the rewards ``r2``: ``"raft"`` ``max(r2, 0)``, ``"nll"`` ``1[r2 > 0]``."""
-    if mode not in INTERNALIZATION_MODES:
-        raise ValueError(f"distill mode must be one of {INTERNALIZATION_MODES}, got {mode!r}")
+    check_choice("internalization mode", mode, INTERNALIZATION_MODES)
     values = _check_finite(r2)
     if mode == "raft":
         return [max(v, 0.0) for v in values]

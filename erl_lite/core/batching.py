@@ -36,14 +36,14 @@ class Packed:
     ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
 
 
-def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any = "cpu") -> Packed:
+def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, device: Any = "cpu") -> Packed:
     """Left-pad contexts and right-pad completions into one rectangular micro-batch.
 
     Example:
-        >>> rows = [TrainSample("first", [5, 6], [7], [1], 1.0), TrainSample("distill", [5], [7, 8], [1, 1], 1.0)]
-        >>> b = pack(rows, pad_id=0, nll_distill=True)
+        >>> rows = [TrainSample("first", [5, 6], [7], [1], 1), TrainSample("internalization", [5], [7, 8], [1, 1], 1)]
+        >>> b = pack(rows, pad_id=0, nll_internalization=True)
         >>> b.input_ids.tolist(), b.mask.tolist(), b.is_nll.tolist(), b.roles
-        ([[5, 6, 7, 0], [0, 5, 7, 8]], [[1, 0], [1, 1]], [False, True], ('first', 'distill'))
+        ([[5, 6, 7, 0], [0, 5, 7, 8]], [[1, 0], [1, 1]], [False, True], ('first', 'internalization'))
     """
     if not samples:
         raise ValueError("pack needs at least one TrainSample")
@@ -63,7 +63,7 @@ def pack(samples: list[TrainSample], pad_id: int, nll_distill: bool, device: Any
         mask[b, :c] = torch.tensor(s.completion_mask, dtype=torch.long)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    is_nll = torch.tensor([nll_distill and s.role == "distill" for s in samples])
+    is_nll = torch.tensor([nll_internalization and s.role == "internalization" for s in samples])
     sampled = torch.full((B, L), float("nan"))
     for b, s in enumerate(samples):
         if s.sampled_logp is not None:

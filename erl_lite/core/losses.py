@@ -14,7 +14,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from erl_lite.config.checks import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES
+from erl_lite.config import ERLConfig
+from erl_lite.config.checks import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, check_choice
 
 # exp(20) ≈ 4.9e8: far beyond any clip range, far below float32 overflow.
 _MAX_LOG_RATIO = 20.0
@@ -74,10 +75,10 @@ def clipped_policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.28,
-    dual_clip: float | None = 3.0,
-    importance_sampling_level: str = "token",
+    epsilon_low: float = ERLConfig.epsilon,  # the loss defaults' one home is ERLConfig
+    epsilon_high: float = ERLConfig.epsilon_high,
+    dual_clip: float | None = ERLConfig.dual_clip,
+    importance_sampling_level: str = ERLConfig.importance_sampling_level,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, capped at ``-A·c`` for ``A < 0``.
     ``importance_sampling_level="sequence"`` (GSPO): one ratio per sequence, from its mean log-ratio.
@@ -90,10 +91,8 @@ def clipped_policy_loss(
         # Masked slots may hold anything: they count neither in the sum nor in the length.
         summed = torch.where(keep, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
         log_ratio = (summed / keep.sum(-1, keepdim=True).clamp(min=1)).expand_as(logp)  # (B, T)
-    elif importance_sampling_level != "token":
-        raise ValueError(
-            f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {importance_sampling_level!r}"
-        )
+    else:
+        check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))  # (B, T)
     bounded = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
     loss = -torch.minimum(ratio * adv, bounded * adv)  # (B, T)
@@ -107,7 +106,7 @@ def clipped_policy_loss(
 
 
 def nll_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token weighted NLL ``-w·logp`` (internalization); ``weights`` ``(B,)`` from ``distill_weights``."""
+    """Per-token weighted NLL ``-w·logp`` (internalization); ``weights`` ``(B,)`` from ``internalization_weights``."""
     loss = -weights.to(logp.dtype).unsqueeze(1) * logp  # (B, T)
     return torch.where(mask.bool(), loss, torch.zeros_like(loss))
 
@@ -121,8 +120,7 @@ def normalizer_for(mask: torch.Tensor, loss_type: str) -> float:
 
 def row_losses(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
     """Each sequence's share ``(B,)`` of :func:`aggregate`'s numerator: ``Σ_t m·ℓ`` (``/ n_b`` for ``seq_mean``)."""
-    if loss_type not in LOSS_TYPES:  # ERLConfig turns TRL's names into these
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    check_choice("loss_type", loss_type, LOSS_TYPES)  # ERLConfig turns TRL's names into these
     m = mask.bool()
     sums = torch.where(m, per_token, torch.zeros_like(per_token)).sum(dim=-1)  # (B,)
     if loss_type == "seq_mean":
@@ -214,13 +212,13 @@ def policy_objective(
     mask: torch.Tensor,
     *,
     nll_rows: torch.Tensor | None = None,
-    beta: float = 0.001,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.28,
-    dual_clip: float | None = 3.0,
-    loss_type: str = "seq_sum",
+    beta: float = ERLConfig.beta,
+    epsilon_low: float = ERLConfig.epsilon,
+    epsilon_high: float = ERLConfig.epsilon_high,
+    dual_clip: float | None = ERLConfig.dual_clip,
+    loss_type: str = ERLConfig.loss_type,
     normalizer: float | None = None,
-    importance_sampling_level: str = "token",
+    importance_sampling_level: str = ERLConfig.importance_sampling_level,
     sampler_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """Clipped policy loss (or weighted NLL on ``nll_rows``) + ``beta``·k3 KL per token, aggregated.

@@ -11,12 +11,15 @@ import warnings
 from collections import deque
 from typing import Any, Callable, Sequence
 
+from erl_lite.config.checks import check_choice
 from erl_lite.core.prompts import cut_middle
 from erl_lite.records import succeeded
 
 #: The most characters a rulebook keeps (more than a reflection of any preset's max_reflection_length writes);
 #: a longer one, as a hand-edited ``memory.json`` can hold, is cut in its middle with a warning naming it.
 MAX_RULEBOOK_CHARS = 32_000
+#: A ReflectionMemory's kinds (ERLConfig's memory_type "slots" is a SlotMemory).
+MEMORY_KINDS = ("single", "fifo")
 
 
 def _bounded(rulebook: str, index: int) -> str:
@@ -42,8 +45,7 @@ class ReflectionMemory:
     """
 
     def __init__(self, kind: str = "single", size: int = 50, top_k: int = 3) -> None:
-        if kind not in ("single", "fifo"):
-            raise ValueError(f"memory kind must be 'single' or 'fifo', got {kind!r}")
+        check_choice("memory kind", kind, MEMORY_KINDS)
         if size < 1 or top_k < 1:
             raise ValueError("memory size and top_k must be >= 1")
         self.kind = kind
@@ -232,8 +234,7 @@ def check_memory_state(state: Any) -> None:
             except ValueError as e:
                 raise ValueError(f"memories[{name!r}]: {e}") from e
         return
-    if state.get("kind") not in ("single", "fifo"):
-        raise ValueError(f"memory kind must be 'single' or 'fifo', got {state.get('kind')!r}")
+    check_choice("memory kind", state.get("kind"), MEMORY_KINDS)
     entries = state.get("entries")
     if not isinstance(entries, list):
         raise ValueError(

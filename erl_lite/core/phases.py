@@ -22,7 +22,7 @@ from typing import Any
 
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import reflects
-from erl_lite.core.advantages import distill_weights, grouped_advantages
+from erl_lite.core.advantages import grouped_advantages, internalization_weights
 from erl_lite.core.chat import end_of_turn_id
 from erl_lite.core.env import Environment
 from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
@@ -37,8 +37,8 @@ from erl_lite.core.prompts import (
 )
 from erl_lite.core.rollout import run_episodes
 from erl_lite.records import (
-    DISTILL,
     FIRST,
+    INTERNALIZATION,
     REFLECTION,
     SECOND,
     Attempt,
@@ -238,11 +238,11 @@ def internalize(
     retries: list[Retry], mode: str, coef: float, stop_ids: list[int], max_length: int | None = None
 ) -> list[TrainSample]:
     """π(y2 | x): second attempts under the first attempt's initial context, weighted ``coef`` times
-    ``distill_weights`` (weight-0 rows stay, as in the reference); a cut last reply ends with
+    ``internalization_weights`` (weight-0 rows stay, as in the reference); a cut last reply ends with
     ``stop_ids[0]``; a row over ``max_length`` is dropped with a warning, not cut."""
-    weights = distill_weights([r.second.reward for r in retries], mode)
+    weights = internalization_weights([r.second.reward for r in retries], mode)
     rows = [
-        TrainSample(DISTILL, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
+        TrainSample(INTERNALIZATION, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
         for r, w in zip(retries, weights)
     ]
     if max_length is None:

@@ -41,7 +41,7 @@ from erl_lite.metric_names import (
     WEIGHT_UPDATE,
     ZERO_STD_FIRST,
 )
-from erl_lite.records import DISTILL
+from erl_lite.records import INTERNALIZATION
 
 WARNING, NOTE = "warning", "note"
 
@@ -242,8 +242,8 @@ def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str |
     return None
 
 
-def _distill_zero(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    rows = SAMPLES_KEYS[DISTILL]
+def _internalization_zero(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
+    rows = SAMPLES_KEYS[INTERNALIZATION]
     if (
         facts.reflects
         and facts.use_internalization
@@ -417,9 +417,9 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "internalization_zero",
-        (SAMPLES_KEYS[DISTILL], INTERNALIZATION_WEIGHT),
+        (SAMPLES_KEYS[INTERNALIZATION], INTERNALIZATION_WEIGHT),
         3,
-        _distill_zero,
+        _internalization_zero,
         "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
         "see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive",
     ),

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from erl_lite.config import DEFAULT_SEED, ERLConfig
-from erl_lite.config.field_types import check_whole
+from erl_lite.config.checks import check_whole
 from erl_lite.config.presets import PRESETS
 from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes

@@ -14,7 +14,7 @@ import statistics
 from typing import Any
 
 from erl_lite.config import DEFAULT_SEED
-from erl_lite.config.field_types import check_share
+from erl_lite.config.checks import check_choice, check_share
 from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
 from erl_lite.envs.grid import ACTIONS, render_rows, resolve_symbols
 from erl_lite.envs.splits import SeededSplits
@@ -341,8 +341,7 @@ WORLDS: dict[str, dict[str, Any]] = {
 
 
 def world_settings(world: str) -> dict[str, Any]:
-    if world not in WORLDS:
-        raise ValueError(f"unknown embedded world {world!r}; choose one of {sorted(WORLDS)}")
+    check_choice("embedded world", world, sorted(WORLDS))
     return dict(WORLDS[world])
 
 

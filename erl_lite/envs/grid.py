@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, TypeVar
 
-from erl_lite.config.field_types import check_whole
+from erl_lite.config.checks import check_choice, check_whole
 from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import paper_game_tasks
 from erl_lite.envs.splits import SeededSplits
@@ -252,8 +252,7 @@ class GridGame(Environment):
         prompt_style: str = "plain",
         hint: bool = True,
     ) -> None:
-        if source not in ("generated", "paper"):
-            raise ValueError(f"source must be 'generated' or 'paper', got {source!r}")
+        check_choice("source", source, ("generated", "paper"))
         if prompt_style not in ("plain", "reference") or (compact and prompt_style != "plain"):
             raise ValueError(f"prompt_style must be 'plain' or 'reference' (compact: 'plain'), got {prompt_style!r}")
         check_whole(type(self).__name__, "max_actions", max_actions, minimum=1)

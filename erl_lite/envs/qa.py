@@ -16,6 +16,7 @@ from typing import Any
 
 from rank_bm25 import BM25Okapi
 
+from erl_lite.config.checks import check_choice
 from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import hotpotqa_paper_questions
 from erl_lite.envs.qa_world import generate_question
@@ -224,8 +225,7 @@ class MultiHopQA(Environment):
         world: dict[str, int] | None = None,
         compact: bool = False,
     ) -> None:
-        if source not in ("generated", "hotpotqa", "paper"):
-            raise ValueError(f"source must be 'generated', 'hotpotqa' or 'paper', got {source!r}")
+        check_choice("source", source, ("generated", "hotpotqa", "paper"))
         self.source, self.max_turns, self.top_k, self.compact = source, max_turns, top_k, compact
         self.retriever, self.hotpot_path, self.n_test = retriever, hotpot_path, n_test
         self.system_prompt = qa_system_prompt(max_turns, compact)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from erl_lite.config.field_types import check_whole
+from erl_lite.config.checks import check_whole
 from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 
 Cell = tuple[int, int]

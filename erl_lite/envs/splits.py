@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from erl_lite.config.field_types import check_whole
+from erl_lite.config.checks import check_whole
 from erl_lite.records import Task, TaskPool, task_count
 
 

@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 from erl_lite.config import ERLConfig
+from erl_lite.config.checks import check_choice
 
 #: Shipped architectures, by file name (without ``.json``) under ``data/model_configs``.
 MODEL_CONFIGS = ("qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507")
@@ -25,8 +26,7 @@ _OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  #
 
 def model_config(name: str) -> dict[str, Any]:
     """The shipped architecture fields of ``name``, for ``transformers.AutoConfig.for_model(**fields)``."""
-    if name not in MODEL_CONFIGS:
-        raise ValueError(f"unknown model config {name!r}; shipped: {MODEL_CONFIGS}")
+    check_choice("model config", name, MODEL_CONFIGS)
     text = resources.files("erl_lite").joinpath("data", "model_configs", f"{name}.json").read_text()
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 

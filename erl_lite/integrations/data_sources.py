@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from erl_lite.config.checks import check_choice
+
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 #: Splits tried, in order, of a dataset with several splits, for training / evaluation.
 SPLITS = {"train": ("train",), "eval": ("test", "validation")}
@@ -17,8 +19,7 @@ def load_rows(data: Any, split: str = "train") -> list[Any]:
     """The rows of ``data``: rows (dicts or Tasks), a ``Dataset``/``DatasetDict``, a file of :data:`FILE_FORMATS`
     or ``save_to_disk`` folder (a bad JSON line is named), or a dataset name (the local cache only under
     ``HF_HUB_OFFLINE``). ``split``: ``"train"`` or ``"eval"``, of a multi-split dataset."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    check_choice("split", split, sorted(SPLITS))
     if isinstance(data, (str, os.PathLike)):
         return _load_named(os.fspath(data), split)
     if isinstance(data, dict) and not _is_dataset_dict(data):

@@ -26,6 +26,7 @@ from erl_lite.core.losses import first_non_finite
 from erl_lite.core.memory import ReflectionMemory, check_memory_state
 from erl_lite.history import History
 from erl_lite.jsonio import read_json, read_jsonl
+from erl_lite.metric_names import current_names
 from erl_lite.run.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.run.layout import (  # noqa: F401 - re-exported
     ADAPTER_WEIGHTS,
@@ -477,14 +478,8 @@ def _read(folder: str, name: str, reader: Callable[[str], Any]) -> Any:
     """``reader(folder/name)``; any failure becomes a CheckpointError naming the file."""
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        hint = (
-            (
-                " (this checkpoint has the older layout with a pickled rng.pt, which is never "
-                "loaded because it could run code)"
-            )
-            if name == "rng.json" and os.path.exists(os.path.join(folder, "rng.pt"))
-            else ""
-        )
+        older = name == "rng.json" and os.path.exists(os.path.join(folder, "rng.pt"))
+        hint = " (the older layout's pickled rng.pt is there, never loaded as it could run code)" if older else ""
         raise CheckpointError(f"{path} is missing{hint}")
     try:
         return reader(path)
@@ -508,5 +503,5 @@ def _read_torch(path: str) -> Any:
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    # written whole before the folder is moved into place: a torn line is damage
-    return read_jsonl(path, torn_tail="error")
+    # written whole before the folder is moved into place: a torn line is damage; old keys in today's names
+    return [current_names(row) for row in read_jsonl(path, torn_tail="error")]

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import torch
 
-from erl_lite.config.checks import AUTO, FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, quantization_name
+from erl_lite.config.checks import AUTO, FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice, quantization_name
 from erl_lite.jsonio import read_json
 from erl_lite.run.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
 
@@ -49,8 +49,7 @@ def describe_adapter(
     config_path = os.path.join(folder, "adapter_config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(_not_an_adapter(folder))
-    if quantization not in (AUTO, *QUANTIZATIONS):
-        raise ValueError(f"quantization must be one of {(AUTO, *QUANTIZATIONS)}, got {quantization!r}")
+    check_choice("quantization", quantization, (AUTO, *QUANTIZATIONS))
     saved_base = read_json(config_path).get("base_model_name_or_path")
     base = base_model or saved_base
     if not base:
@@ -106,8 +105,7 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
     note = os.path.join(folder, NOTE_FILE)
     if os.path.isfile(note):
         value = read_json(note).get("base_quantization")
-        if value not in QUANTIZATIONS:
-            raise ValueError(f"{note}: base_quantization must be one of {QUANTIZATIONS}, got {value!r}")
+        check_choice(f"{note}: base_quantization", value, QUANTIZATIONS)
         return value, note
     # A format-2 checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
     here = os.path.abspath(folder)

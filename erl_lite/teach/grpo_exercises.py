@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.advantages import distill_weights, group_advantages, grouped_advantages
+from erl_lite.core.advantages import group_advantages, grouped_advantages, internalization_weights
 from erl_lite.teach.answers import NO_ANSWER, close, missing, number, numbers_of, ok, rounding_hint, wrong
 
 
@@ -262,7 +262,7 @@ def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: 
     return wrong(f"Not quite: {', '.join(f'{k} = {values[k]:g}' for k in off)}.", hint)
 
 
-def check_distill_weights(
+def check_internalization_weights(
     r2: Sequence[float], answer: Any, mode: str = ERLConfig.internalization_mode, tol: float = 1e-3
 ) -> bool:
     """Check internalization weights: ``max(r2, 0)`` (``raft``) or ``1[r2 > 0]`` (``nll``)."""
@@ -272,13 +272,13 @@ def check_distill_weights(
     values = numbers_of(answer)
     if values is None or len(values) != len(r2):
         return wrong(f"expected {len(r2)} numbers, got {answer!r}.", "one weight per second attempt.")
-    expected = distill_weights(r2, mode)
+    expected = internalization_weights(r2, mode)
     if close(values, expected, tol):
         return ok(f"Correct: {expected}.")
     other = "nll" if mode == "raft" else "raft"
     mistakes = [
         (
-            distill_weights(r2, other),
+            internalization_weights(r2, other),
             f"that is the {other!r} rule; mode {mode!r} uses "
             + ("max(r2, 0)." if mode == "raft" else "the indicator 1[r2 > 0]."),
         ),

@@ -9,7 +9,7 @@ import logging
 from typing import Any, NamedTuple
 
 from erl_lite.config import DEFAULT_SEED, ERLConfig
-from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS
+from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice
 
 #: The model of the ``gpu`` setup: fits a 15 GiB Colab T4 in 4-bit (see the gpu preset's sizing).
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
@@ -52,12 +52,10 @@ def setup(
         >>> config.max_steps, config.preset_name, tokenizer.eos_token
         (2, 'demo', '<|im_end|>')
     """
-    if preset not in _SETUPS:
-        raise ValueError(f"setup: preset must be 'demo' or 'gpu', got {preset!r}")
+    check_choice("setup: preset", preset, _SETUPS)
     config_preset, default_quantization = _SETUPS[preset]
     quantization = default_quantization if quantization is None else quantization
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"setup: quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    check_choice("setup: quantization", quantization, QUANTIZATIONS)
     if not isinstance(model_name, str) or not model_name:
         raise ValueError(f"setup: model_name must be a model's hub name or folder, got {model_name!r}")
     if preset == "gpu" and world != "demo":

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from erl_lite.history import History
-from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
+from erl_lite.records import FIRST, INTERNALIZATION, REFLECTION, SECOND
 
 #: What every public function accepts as "a run".
 HistoryLike = Union[History, str, os.PathLike, list, None]
@@ -39,7 +39,7 @@ COLORS = {
     FIRST: "#1f77b4",
     REFLECTION: "#9467bd",
     SECOND: "#2ca02c",
-    DISTILL: "#ff7f0e",
+    INTERNALIZATION: "#ff7f0e",
     "eval": "#d62728",
     "success": "#e377c2",
     "gate": "#8c564b",
@@ -51,7 +51,7 @@ MARKERS = {
     FIRST: "o",
     REFLECTION: "v",
     SECOND: "^",
-    DISTILL: "D",
+    INTERNALIZATION: "D",
     "eval": "s",
     "success": "x",
     "gate": "o",
@@ -59,7 +59,7 @@ MARKERS = {
     "baseline": "o",
 }
 #: One line style per role: curves of equal values (reflection and second attempt share r2) stay apart.
-LINESTYLES = {FIRST: "-", REFLECTION: ":", SECOND: "--", DISTILL: "-."}
+LINESTYLES = {FIRST: "-", REFLECTION: ":", SECOND: "--", INTERNALIZATION: "-."}
 #: At most this many markers per curve; longer curves mark every k-th point.
 MAX_MARKERS = 20
 NO_DATA = "no data yet"

@@ -27,7 +27,7 @@ from erl_lite.metric_names import (
     SUCCESS_FIRST,
     SUCCESS_SECOND,
 )
-from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task
+from erl_lite.records import FIRST, INTERNALIZATION, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = "You are playing a grid game. Reply with one move in a ``` block: Up, Down, Left or Right."
 #: Successive rulebooks: each reflection refines the instructions it was given.
@@ -132,7 +132,7 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
             REFLECTION_REWARD: r2,
             LOSS_KEYS[REFLECTION]: jitter(0.05),
             LOSS_KEYS[SECOND]: jitter(0.05),
-            LOSS_KEYS[DISTILL]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
+            LOSS_KEYS[INTERNALIZATION]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
             ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05),
             ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
         }

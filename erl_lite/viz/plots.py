@@ -26,12 +26,12 @@ from erl_lite.metric_names import (
     SUCCESS_FIRST,
     SUCCESS_SECOND,
 )
-from erl_lite.records import DISTILL, FIRST, REFLECTION, SECOND
+from erl_lite.records import FIRST, REFLECTION, ROLES, SECOND
 from erl_lite.viz import _style as S
 from erl_lite.viz._style import COLORS, LINESTYLES, MARKERS, HistoryLike, as_history, joined_rulebooks, series
 
 STEP = "training step"
-ROLE_LABELS = {FIRST: "first attempt", REFLECTION: "reflection", SECOND: "second attempt", DISTILL: "internalization"}
+ROLE_LABELS = {**{r: r for r in ROLES}, FIRST: "first attempt", SECOND: "second attempt"}  # role -> legend label
 
 # (key, kind, label, role) of one curve; the role picks its colour and marker.
 Spec = tuple[str, str, str, str]
@@ -238,7 +238,7 @@ def plot_memory(
 
 @S.styled
 def plot_losses(history: HistoryLike, ax: Axes | None = None) -> Figure:
-    """Policy loss contributed by each role (``loss/first`` … ``loss/distill``) per step."""
+    """Policy loss contributed by each role (``loss/first`` … ``loss/internalization``) per step."""
     return _panel(
         history,
         ax,
