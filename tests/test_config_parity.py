@@ -324,7 +324,7 @@ def test_new_fields_have_working_flags():
 
 
 def test_new_fields_change_a_run_on_resume_and_old_checkpoints_still_resume():
-    from erl_lite.run.checkpoint import run_differences
+    from erl_lite.run.identity import run_differences
 
     saved = {"config": {"mode": "erl", "loss_type": "seq_sum"}, "model": {}}  # written before the new fields
     same = {

@@ -22,8 +22,9 @@ from erl_lite.cli import main
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.history import History
 from erl_lite.models import load_policy
-from erl_lite.run.checkpoint import run_identity, save_checkpoint
+from erl_lite.run.checkpoint import save_checkpoint
 from erl_lite.run.export import NOTE_FILE, describe_adapter, export_merged, push_to_hub
+from erl_lite.run.identity import run_identity
 from erl_lite.testing import FAMILIES, save_tiny_model
 
 REL = 1e-3  # of the adapter's effect on the log-probs (see the module docstring)

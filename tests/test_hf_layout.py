@@ -21,6 +21,7 @@ from erl_lite.config import ERLConfig
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.run import checkpoint
 from erl_lite.run.checkpoint import CheckpointError
+from erl_lite.run.state import apply_state
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import save_tiny_model
 
@@ -234,7 +235,7 @@ def test_a_format_2_checkpoint_restores_its_weights_exactly(run, copy):
     _to_old_layout(copy / "checkpoint-2", scratch)
     state = checkpoint.read_checkpoint(str(copy / "checkpoint-2"))
     trainer = make_trainer(run.base, copy / "other", max_steps=2)
-    checkpoint.apply_state(state, trainer.model, trainer.optimizer, trainer.scheduler, trainer.memory)
+    apply_state(state, trainer.model, trainer.optimizer, trainer.scheduler, trainer.memory)
     for name, value in trainable_parameters(trainer.model).items():
         assert torch.equal(value, run.params[name]), name
 

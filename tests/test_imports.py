@@ -435,13 +435,15 @@ def test_metric_names_come_from_metrics_constants(module):
 # bookkeeping in its own module) lower MAX_PACKAGE_LINES as they land. Lowered to 18,263: `erl-lite plot` checks a
 # demo run's memory (+14) paid for by one lazy-export helper for three packages and presets that repeat no default.
 # Then 18,262: the update's tallies in core/update_stats.py, the metric keys' order derived from the one record.
+# Then 18,259: one choice check for every layer (check_choice) and no re-exports in run/checkpoint.py paid for the
+# internalization rename's old-key reader and the saving half's declared trainer attributes.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_262
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_259
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
-    "run/checkpoint.py": 507,
+    "run/checkpoint.py": 503,
     "diagnostics/checks.py": 524,
     "cli/__init__.py:build_parser": 99,
 }

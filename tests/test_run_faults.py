@@ -27,6 +27,7 @@ from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.run import checkpoint
 from erl_lite.run.checkpoint import CheckpointError, find_run, read_checkpoint
+from erl_lite.run.identity import RESUMABLE_FIELDS
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import tiny_model, tiny_tokenizer
 
@@ -296,7 +297,7 @@ def test_overwrite_output_dir_is_a_config_field_and_a_flag_and_may_change_on_res
     from erl_lite.cli.train import train_config
 
     assert ERLConfig().overwrite_output_dir is False
-    assert "overwrite_output_dir" in checkpoint.RESUMABLE_FIELDS
+    assert "overwrite_output_dir" in RESUMABLE_FIELDS
     args = build_parser().parse_args(["train", "--overwrite-output-dir", "--out", "x"])
     assert train_config(args).overwrite_output_dir is True
     with pytest.raises(ValueError, match="overwrite_output_dir"):
@@ -461,7 +462,7 @@ def test_resume_refuses_other_lora_settings(two_steps, tmp_path, change):
 
 
 def test_an_older_checkpoint_without_the_new_identity_parts_still_resumes():
-    from erl_lite.run.checkpoint import run_differences
+    from erl_lite.run.identity import run_differences
 
     saved = {"config": {}, "model": {"model": "m", "lora.r": 16, "lora.alpha": 32, "lora.target_modules": ["q"]}}
     now = {

@@ -27,14 +27,12 @@ from erl_lite.core.memory import ReflectionMemory, check_memory_state
 from erl_lite.history import History
 from erl_lite.jsonio import read_json, read_jsonl
 from erl_lite.metric_names import current_names
-from erl_lite.run.identity import RESUMABLE_FIELDS, run_differences, run_identity  # noqa: F401 - re-exported
 from erl_lite.run.layout import (  # noqa: F401 - re-exported
     ADAPTER_WEIGHTS,
     ERL_STATE,
     HF_STATE,
     MANIFEST,
     TRAINABLE_WEIGHTS,
-    adapter_folder,
     write_adapter,
     write_json,
 )
@@ -42,8 +40,6 @@ from erl_lite.run.state import (  # noqa: F401 - re-exported
     CheckpointError,
     TrainingState,
     _short,
-    apply_state,
-    capture_state,
     rng_state,
     set_rng_state,
 )

@@ -20,7 +20,11 @@ from erl_lite.run.state import CheckpointError, TrainingState, apply_state
 
 
 class CheckpointSaving:
-    """Saving and resuming for :class:`~erl_lite.run.trainer.ERLTrainer` (see there for an example)."""
+    """Saving and resuming for :class:`~erl_lite.run.trainer.ERLTrainer` (see there for an example): it reads of
+    its trainer only :data:`TRAINER_ATTRIBUTES`, each set by ``ERLTrainer.__init__`` (a test holds both)."""
+
+    TRAINER_ATTRIBUTES = ("args", "dist", "env", "history", "hf_callbacks", "memory", "model", "optimizer")
+    TRAINER_ATTRIBUTES += ("progress", "scheduler", "state", "step", "tokenizer")
 
     _saved_step: int | None = None  # step of this run's newest checkpoint in output_dir
     _claimed = False  # output_dir checked to hold no other run, and taken by this one
@@ -215,9 +219,8 @@ class CheckpointSaving:
             if sched is not None:
                 sched.base_lrs = [lr] * len(groups)
         if isinstance(sched, LambdaLR):  # transformers' schedules: the rate is base * lambda(optimizer steps)
-            sched._last_lr = [base * f(sched.last_epoch) for base, f in zip(sched.base_lrs, sched.lr_lambdas)]
-            for group, rate in zip(groups, sched._last_lr):
-                group["lr"] = rate
+            for group, base, f in zip(groups, sched.base_lrs, sched.lr_lambdas):
+                group["lr"] = base * f(sched.last_epoch)
 
     def _stopped(self, error: BaseException) -> None:
         """Undo a step cut short, save the last finished one, and say so; never replaces ``error``."""

@@ -286,7 +286,7 @@ class ERLTrainer(CheckpointSaving):
             **wiring.logged_metrics(self.reward_log, self.dist),
             TIME_UPDATE: t2 - t1,
             TIME_STEP: t2 - t0,
-            LR: self.scheduler.get_last_lr()[0],
+            LR: self.optimizer.param_groups[0]["lr"],  # the rate of the next optimizer step, the schedule's
             PEAK_GPU_GB: peak_gpu_gb(device),
         }
         record = StepRecord(
