@@ -337,7 +337,7 @@ def test_a_failed_train_finishes_the_run_and_a_second_train_continues_it(tok, mo
             stop.done = True
             raise RuntimeError("stopped by a callback")
 
-    trainer.callbacks = [stop]
+    trainer.add_callback(stop)
     with pytest.raises(RuntimeError, match="stopped"):
         trainer.train()
     assert mod.calls[-1] == ("finish",)  # nothing left open at the error

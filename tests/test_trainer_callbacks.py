@@ -166,3 +166,28 @@ def test_callback_classes_and_plain_functions_mix():
 def test_other_objects_are_refused(bad):
     with pytest.raises(TypeError, match=r"callbacks\[0\]"):
         make([bad])
+
+
+def test_functions_and_trainer_callbacks_share_one_channel_in_the_order_given():
+    """One CallbackHandler runs them all: a function f(trainer, record) sits between the TrainerCallbacks given
+    around it, at each step's end (also for a training_step called alone); add_callback takes both kinds."""
+    order = []
+
+    class Before(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            order.append(("before", state.global_step))
+
+    class After(Before):
+        def on_step_end(self, args, state, control, **kw):
+            order.append(("after", state.global_step))
+
+    trainer = make([Before(), lambda t, record: order.append(("function", record.step)), After()])
+    record = trainer.training_step()
+    assert order == [("before", 1), ("function", 1), ("after", 1)] and trainer.last_record is record
+    trainer.add_callback(lambda t, record: order.append(("added", record.step)))
+    trainer.add_callback(Recorder)
+    trainer.training_step()
+    assert order[3:] == [("before", 2), ("function", 2), ("after", 2), ("added", 2)]
+    assert any(isinstance(cb, Recorder) for cb in trainer.callback_handler.callbacks)
+    with pytest.raises(TypeError, match=r"callbacks\[0\]"):
+        trainer.add_callback(42)

@@ -201,15 +201,10 @@ def _shown_defaults() -> dict[str, str]:
     """Each field's ``--help`` default: the demo preset's, and the cpu preset's where it differs."""
     on_demo = ERLConfig.preset(run_preset("demo", None)).to_dict()
     elsewhere = ERLConfig.preset(run_preset("frozenlake", None)).to_dict()
-    return {
-        name: shown_value(value)
-        + (
-            ""
-            if elsewhere[name] == value or name == "extra"
-            else f"; off the demo world: {shown_value(elsewhere[name])}"
-        )
-        for name, value in on_demo.items()
-    }
+    shown = {name: shown_value(value) for name, value in on_demo.items()}
+    for name in [n for n, value in on_demo.items() if elsewhere[n] != value and n != "extra"]:
+        shown[name] += f"; off the demo world: {shown_value(elsewhere[name])}"
+    return shown
 
 
 def _eval_parser(sub: Any) -> None:

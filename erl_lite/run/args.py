@@ -3,10 +3,9 @@ is refused, never ignored); ``trainer_state``; the default optimizer and schedul
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from erl_lite.config import ERLConfig
-from erl_lite.records import StepRecord
 
 
 class TrainerStateView:
@@ -32,24 +31,19 @@ class TrainerStateView:
         return f"TrainerStateView(global_step={self.global_step}, max_steps={self.max_steps})"
 
 
-def check_callbacks(callbacks: Sequence[Any] | None) -> tuple[list[Callable[[Any, StepRecord], None]], list[Any]]:
-    """(functions ``f(trainer, record)``, TrainerCallbacks); anything else is refused, naming its position."""
+def check_callbacks(callbacks: Sequence[Any] | None) -> list[Any]:
+    """TrainerCallbacks and functions ``f(trainer, record)`` as given; anything else is refused, naming its index."""
     from erl_lite.run.callbacks import is_trainer_callback
 
-    functions, objects = [], []
     for i, cb in enumerate(callbacks or ()):
-        if is_trainer_callback(cb):
-            objects.append(cb)
-            continue
-        if isinstance(cb, type) or hasattr(cb, "on_step_end") or not callable(cb):
+        if not is_trainer_callback(cb) and (isinstance(cb, type) or hasattr(cb, "on_step_end") or not callable(cb)):
             raise TypeError(
                 f"callbacks[{i}] ({cb!r:.60}) is neither a transformers TrainerCallback (an instance or a "
                 "subclass: its events are run by transformers' CallbackHandler) nor a function f(trainer, "
                 "record) called after each iteration (record: a StepRecord with .step and .metrics); an "
                 "object with on_* methods must subclass transformers.TrainerCallback"
             )
-        functions.append(cb)
-    return functions, objects
+    return list(callbacks or ())
 
 
 def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
@@ -150,7 +144,5 @@ def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
     if args.max_steps is None:
         raise ValueError("build_scheduler needs args.max_steps (the trainer derives it from num_train_epochs)")
     total = args.max_steps * args.max_optimizer_steps()
-    warmup = args.num_warmup_steps(total)
-    if args.lr_scheduler_type == "constant":  # (the config refuses a warm-up with it)
-        return get_scheduler("constant", optimizer)
+    warmup = args.num_warmup_steps(total)  # 0 for "constant" (the config refuses a warm-up with it)
     return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)

@@ -15,6 +15,20 @@ def is_trainer_callback(cb: Any) -> bool:
     return isinstance(cb, TrainerCallback) or (isinstance(cb, type) and issubclass(cb, TrainerCallback))
 
 
+def as_trainer_callback(callback: Any, trainer: Any) -> Any:
+    """``callback`` as a TrainerCallback, so one handler runs them all: a TrainerCallback as it is, a function
+    ``f(trainer, record)`` called at each step's end with the step's StepRecord (``trainer.last_record``)."""
+    if is_trainer_callback(callback):
+        return callback
+    from transformers import TrainerCallback
+
+    class StepFunction(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            callback(trainer, trainer.last_record)
+
+    return StepFunction()
+
+
 def _flow_callback() -> Any:
     """A flow callback that sets nothing: erl_lite's loop decides when to evaluate and save."""
     from transformers.trainer_callback import DefaultFlowCallback
@@ -36,11 +50,9 @@ class TrainerCallbacks:
         from transformers import TrainerControl, TrainerState
         from transformers.trainer_callback import CallbackHandler
 
-        self.trainer = trainer
-        a = trainer.args
-        self.handler = CallbackHandler(
-            [_flow_callback(), *callbacks], trainer.model, trainer.tokenizer, trainer.optimizer, trainer.scheduler
-        )
+        self.trainer, a = trainer, trainer.args
+        every = [_flow_callback(), *(as_trainer_callback(cb, trainer) for cb in callbacks)]
+        self.handler = CallbackHandler(every, trainer.model, trainer.tokenizer, trainer.optimizer, trainer.scheduler)
         self.state = TrainerState(
             max_steps=a.max_steps or 0,
             logging_steps=a.logging_steps,

@@ -27,7 +27,7 @@ from erl_lite.core.memory import ReflectionMemory, check_memory_state
 from erl_lite.history import History
 from erl_lite.jsonio import read_json, read_jsonl
 from erl_lite.metric_names import current_names
-from erl_lite.run.layout import (  # noqa: F401 - re-exported
+from erl_lite.run.layout import (
     ADAPTER_WEIGHTS,
     ERL_STATE,
     HF_STATE,
@@ -36,7 +36,7 @@ from erl_lite.run.layout import (  # noqa: F401 - re-exported
     write_adapter,
     write_json,
 )
-from erl_lite.run.state import (  # noqa: F401 - re-exported
+from erl_lite.run.state import (
     CheckpointError,
     TrainingState,
     _short,

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from erl_lite.core.generation import model_context_length
-from erl_lite.core.prompts import PromptTooLongError  # noqa: F401
 
 
 def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Mapping[str, Sequence[Any]]) -> None:

@@ -63,7 +63,7 @@ from erl_lite.run.args import (
     check_callbacks,
     wants_4bit,
 )
-from erl_lite.run.callbacks import TrainerCallbacks
+from erl_lite.run.callbacks import TrainerCallbacks, as_trainer_callback
 from erl_lite.run.identity import model_fingerprint
 from erl_lite.run.lengths import check_lengths
 from erl_lite.run.saving import CheckpointSaving
@@ -107,7 +107,7 @@ class ERLTrainer(CheckpointSaving):
         self.env, train_dataset = wiring.build_environment(
             args, env, environment_factory, reward_funcs, feedback_func, reward_weights, train_dataset
         )
-        self.callbacks, trainer_callbacks = check_callbacks(callbacks)
+        callbacks = check_callbacks(callbacks)
         self.dist = wiring.process_group(args)  # DDP: this process's rank and device
         reporter = wiring.reporter_for(args, self.dist)
         from transformers import set_seed
@@ -133,8 +133,8 @@ class ERLTrainer(CheckpointSaving):
         self.scheduler = scheduler if scheduler is not None else build_scheduler(optimizer, args)
         self.updater = self._updater()
         self.step = 0
-        self.last_outcome: StepRecord | None = None
-        self.hf_callbacks = TrainerCallbacks(self, trainer_callbacks)
+        self.last_outcome, self.last_record = None, None  # the last step's phase outcome and its StepRecord
+        self.hf_callbacks = TrainerCallbacks(self, callbacks)  # the one channel: functions f(trainer, record) too
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
         self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
         if args.diagnostics != "off":
@@ -232,7 +232,6 @@ class ERLTrainer(CheckpointSaving):
                     logged = self.history.of_kind("train")[-1]  # the step's record (a callback may log after it)
                     bar.update(1)
                     bar.set_postfix_str(self._postfix(logged))
-                    self.hf_callbacks.event("step_end")
                     self.hf_callbacks.event("log", logs=logged)
                     self._evaluate_and_save_as_due(control)
             except (Exception, KeyboardInterrupt) as error:
@@ -295,12 +294,15 @@ class ERLTrainer(CheckpointSaving):
         self.history.log(metrics, step_record=record)
         if self.step % self.args.sample_every == 0:
             self.history.log_sample(record.to_dict())
-        self.last_outcome = outcome
+        self.last_outcome, self.last_record = outcome, record
         self._step_start = None  # the step is finished: a failure from here on keeps it
-        for callback in self.callbacks:
-            callback(self, record)
+        self.hf_callbacks.event("step_end")  # TrainerCallbacks' on_step_end and the functions f(trainer, record)
         self.monitor.after_step(self.history)  # under diagnostics="raise" a warning stops the run here
         return record
+
+    def add_callback(self, callback: Any) -> None:
+        """Add a TrainerCallback (a class or an instance) or a function ``f(trainer, record)``, as Trainer's."""
+        self.callback_handler.add_callback(as_trainer_callback(check_callbacks([callback])[0], self))
 
     def evaluate(
         self, tasks: list[Task] | None = None, num_generations: int | None = None, log: bool = False
