@@ -220,7 +220,7 @@ def test_evaluate_checkpoint_refuses_a_bad_count_before_reading_the_checkpoint(k
     # The Python path under erl-lite eval's flags: limit=-1 evaluated every task but the last.
     from erl_lite.cli.evaluate import evaluate_checkpoint
 
-    with pytest.raises(ValueError, match=f"evaluate_checkpoint: {name} must be a whole number >= 1"):
+    with pytest.raises(ValueError, match=f"evaluate_checkpoint.{name} must be a whole number >= 1"):
         evaluate_checkpoint(str(tmp_path / "nowhere"), **kw)
 
 
@@ -229,5 +229,5 @@ def test_demo_trainer_refuses_a_bad_eval_task_count_before_loading_the_model(eva
     # The Python path under erl-lite demo --eval-tasks: -1 evaluated on 99 maps, 0 on the default 64.
     from erl_lite.embedded import demo_trainer
 
-    with pytest.raises(ValueError, match="demo_trainer: eval_tasks must be a whole number >= 1"):
+    with pytest.raises(ValueError, match="demo_trainer.eval_tasks must be a whole number >= 1"):
         demo_trainer(seed=0, eval_tasks=eval_tasks, max_steps=1)

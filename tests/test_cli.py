@@ -306,7 +306,7 @@ def test_each_kind_of_flag_reaches_the_config(flags, expected):
     [
         (["--mode", "ppo"], "mode must be one of"),
         (["--learning-rate", "fast"], "invalid float value"),
-        (["--use_memory", "maybe"], "expected true or false"),
+        (["--use_memory", "maybe"], "Truthy value expected: got maybe"),
         (["--max-steps", "1.5"], "invalid int value"),
     ],
 )

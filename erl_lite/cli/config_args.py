@@ -24,8 +24,6 @@ from erl_lite.config.checks import FIELD_CHOICES
 from erl_lite.config.field_types import closest, field_types
 
 _NONE_WORDS = ("none", "null", "~")
-_TRUE_WORDS = ("true", "yes", "y", "1", "on")
-_FALSE_WORDS = ("false", "no", "n", "0", "off")
 
 
 def _class_ast(cls: type) -> ast.ClassDef | None:
@@ -73,13 +71,10 @@ def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
 
 
 def parse_bool(text: str) -> bool:
-    """``true/false``, ``yes/no``, ``1/0``, ``on/off`` (any case), as TRL's parser reads them."""
-    word = str(text).strip().lower()
-    if word in _TRUE_WORDS:
-        return True
-    if word in _FALSE_WORDS:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    """``true/false``, ``yes/no``, ``t/f``, ``y/n``, ``1/0`` (any case): transformers' reading, as TRL's parser does."""
+    from transformers.hf_argparser import string_to_bool  # here: --help needs no transformers import
+
+    return string_to_bool(str(text).strip())
 
 
 def parse_yaml(text: str) -> Any:
