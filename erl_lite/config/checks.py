@@ -444,12 +444,12 @@ def _unread_settings(cfg: Config) -> list[tuple[str, tuple[str, ...]]]:
     memory = ("memory_type", "memory_size", "memory_top_k")
     off = "use_reflection=False" if not cfg.use_reflection else "use_memory=False" if not cfg.use_memory else ""
     kept = {"single": memory[1:], "slots": memory[2:], "fifo": ()}[cfg.memory_type]
-    distilled, vllm = ("internalization_mode", "internalization_coef"), cfg.generation_backend == "vllm"
+    internalizing, vllm = ("internalization_mode", "internalization_coef"), cfg.generation_backend == "vllm"
     return [
         (f"mode={cfg.mode!r}", _IGNORED_BY_MODE[cfg.mode]),
         (off, memory if reflects(cfg.mode) and off else ()),  # "w/o reflection" and "w/o memory" keep none
         (f"memory_type={cfg.memory_type!r}", kept),
-        ("use_internalization=False", () if cfg.use_internalization else distilled),
+        ("use_internalization=False", () if cfg.use_internalization else internalizing),
         (f"generation_backend={cfg.generation_backend!r}", () if vllm else VLLM_FIELDS),
     ]
 

@@ -271,7 +271,7 @@ def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 
 def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    # A step with no advantage, no distillation weight and no gradient had nothing to learn (a solved run).
+    # A step with no advantage, no internalization weight and no gradient had nothing to learn (a solved run).
     moved = [r for r in w if _had_signal(r) or (_get(r, GRAD_NORM) or 0.0) > 0]
     if (
         len(moved) == len(w)
