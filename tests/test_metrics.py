@@ -218,3 +218,33 @@ def test_the_committed_demo_run_reads_with_an_internalization_loss():
     history = History.load(Path(__file__).resolve().parent.parent / "assets" / "demo")
     steps, values = history.series(LOSS_KEYS[INTERNALIZATION])
     assert len(steps) == len(history.of_kind("train")) > 0 and all(v == v for v in values)
+
+
+def test_same_run_tells_a_renamed_key_from_a_changed_value(tmp_path):
+    """scripts/same_run.py: a run written with the old 'distill' keys is the same run as today's, a changed value
+    or figure is not, and wall-clock keys never count."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("same_run", Path(__file__).parent.parent / "scripts" / "same_run.py")
+    same_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(same_run)
+
+    def run(name, record, figure=b"png"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "history.jsonl").write_text(json.dumps(record) + "\n")
+        (folder / "samples.jsonl").write_text(json.dumps({"step": 1, "metrics": record}) + "\n")
+        (folder / "memory.png").write_bytes(figure)
+        return str(folder)
+
+    old = run("old", {"step": 1, "loss/distill": -0.5, "time/step": 3.0})
+    assert same_run.differences(old, run("new", {"step": 1, "loss/internalization": -0.5, "time/step": 9.0})) == []
+    assert same_run.differences(old, run("moved", {"step": 1, "loss/internalization": -0.25})) == [
+        "history.jsonl: record 0 differs",
+        "samples.jsonl: record 0 differs",
+    ]
+    assert same_run.differences(old, run("drawn", {"step": 1, "loss/distill": -0.5}, b"other")) == [
+        "memory.png: the figures differ"
+    ]
