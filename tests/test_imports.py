@@ -439,9 +439,10 @@ def test_metric_names_come_from_metrics_constants(module):
 # internalization rename's old-key reader and the saving half's declared trainer attributes; one callback channel
 # (functions wrapped as TrainerCallbacks, add_callback) paid for by a simpler check, --help defaults and schedule.
 # Then 18,254: the command line reads true/false with transformers' string_to_bool (TRL's parser's), not its own.
+# Then 18,210: the generated QA world's question templates as two tables, not one keyword call each.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_254
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_210
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {

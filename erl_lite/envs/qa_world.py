@@ -210,72 +210,28 @@ def _same(w: World, rng: random.Random, key: str, question: str, sent: int) -> B
     return question.format(a=a.name, b=b.name), "yes" if same else "no", [(a.name, sent), (b.name, sent)]
 
 
+#: The bridge questions, one row each: a random ``kind``'s ``link`` names a ``target`` whose ``fact`` is the answer;
+#: ``sents``: the sentence ids of the two supporting facts.
+_BRIDGES = [  # (kind, link, target, fact, sents, question)
+    ("company", "founder", "person", "city", (0, 1), "In which city was the founder of {} born?"),
+    ("company", "city", "city", "country", (1, 0), "In which country are the headquarters of {}?"),
+    ("company", "founder", "person", "occupation", (0, 0), "What is the occupation of the person who founded {}?"),
+    ("person", "city", "city", "founded", (1, 1), "In what year was the city where {} was born founded?"),
+    ("person", "city", "city", "country", (1, 0), "In which country was {} born?"),
+]
+#: The comparisons that order two entities: which ``kind`` has the ``pick`` (min or max) ``key``.
+_ORDERINGS = [  # (kind, key, sent, pick, question)
+    ("person", "born", 1, min, "Who was born first, {a} or {b}?"),
+    ("company", "founded", 0, min, "Which company was founded earlier, {a} or {b}?"),
+    ("city", "population", 2, max, "Which city has more inhabitants, {a} or {b}?"),
+]
 TEMPLATES: dict[str, list[Callable[[World, random.Random], Built | None]]] = {
     "bridge": [
-        partial(
-            _bridge,
-            kind="company",
-            link="founder",
-            target="person",
-            fact="city",
-            sents=(0, 1),
-            question="In which city was the founder of {} born?",
-        ),
-        partial(
-            _bridge,
-            kind="company",
-            link="city",
-            target="city",
-            fact="country",
-            sents=(1, 0),
-            question="In which country are the headquarters of {}?",
-        ),
-        partial(
-            _bridge,
-            kind="company",
-            link="founder",
-            target="person",
-            fact="occupation",
-            sents=(0, 0),
-            question="What is the occupation of the person who founded {}?",
-        ),
-        partial(
-            _bridge,
-            kind="person",
-            link="city",
-            target="city",
-            fact="founded",
-            sents=(1, 1),
-            question="In what year was the city where {} was born founded?",
-        ),
-        partial(
-            _bridge,
-            kind="person",
-            link="city",
-            target="city",
-            fact="country",
-            sents=(1, 0),
-            question="In which country was {} born?",
-        ),
+        partial(_bridge, kind=kind, link=link, target=target, fact=fact, sents=sents, question=question)
+        for kind, link, target, fact, sents, question in _BRIDGES
     ],
     "comparison": [
-        partial(_ordered, kind="person", key="born", sent=1, pick=min, question="Who was born first, {a} or {b}?"),
-        partial(
-            _ordered,
-            kind="company",
-            key="founded",
-            sent=0,
-            pick=min,
-            question="Which company was founded earlier, {a} or {b}?",
-        ),
-        partial(
-            _ordered,
-            kind="city",
-            key="population",
-            sent=2,
-            pick=max,
-            question="Which city has more inhabitants, {a} or {b}?",
-        ),
+        *(partial(_ordered, kind=k, key=key, sent=sent, pick=pick, question=q) for k, key, sent, pick, q in _ORDERINGS),
         partial(_same, key="city", sent=1, question="Were {a} and {b} born in the same city?"),
         partial(_same, key="occupation", sent=0, question="Do {a} and {b} have the same occupation?"),
     ],
