@@ -220,6 +220,30 @@ def test_relative_and_lazy_imports_are_resolved(tmp_path):
     assert imported_modules("erl_lite.top", tmp_path / "erl_lite" / "top.py", known, lazy) == {"erl_lite.sub"}
 
 
+@pytest.mark.parametrize("package", sorted(lazy_exports(module_files())))
+def test_each_lazy_export_is_the_object_its_module_defines(package):
+    """A typo in an ``_EXPORTS`` table surfaces only when a user reaches for that name: reach for every one."""
+    import importlib
+
+    table = lazy_exports(module_files())[package]
+    pkg = importlib.import_module(package)
+    for name, module in table.items():
+        assert getattr(pkg, name) is getattr(importlib.import_module(module), name), f"{package}.{name}"
+        assert name in dir(pkg) and name in pkg.__all__, f"{package}.{name} is not listed"
+
+
+def test_importing_the_figures_package_loads_no_plotting_library():
+    """``import erl_lite.viz`` (a notebook's first cell) stays light: matplotlib loads with the first figure."""
+    import subprocess
+    import sys
+
+    code = "import sys, erl_lite.viz; print('matplotlib' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
+
+
 def test_no_import_cycle_inside_the_package():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -440,15 +464,16 @@ def test_metric_names_come_from_metrics_constants(module):
 # (functions wrapped as TrainerCallbacks, add_callback) paid for by a simpler check, --help defaults and schedule.
 # Then 18,254: the command line reads true/false with transformers' string_to_bool (TRL's parser's), not its own.
 # Then 18,210: the generated QA world's question templates as two tables, not one keyword call each.
+# Then 18,209: erl-lite's parser built by one function per command (build_parser leaves OVER_BUDGET, +8) paid for
+# by the figures package's names in one lazy-export table instead of imports and an __all__ that repeated them.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_210
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_209
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
     "run/checkpoint.py": 503,
     "diagnostics/checks.py": 524,
-    "cli/__init__.py:build_parser": 99,
 }
 
 

@@ -47,8 +47,17 @@ def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``erl-lite`` parser: one sub-parser per command, each built by its own function."""
     parser = SuggestingParser(prog="erl-lite", description="Experiential Reinforcement Learning, small.")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_demo_parser, _train_parser, _eval_parser, _plot_parser, _export_parser):
+        add(sub)
+    add_doctor_parser(sub)
+    add_budget_parser(sub)
+    return parser
+
+
+def _demo_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
     _common(demo, default_steps=None)
     demo.add_argument(
@@ -76,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="demo",
         help="demo: 3x3 maps (default); sparse: 5x5 maps where first attempts rarely succeed",
     )
+
+
+def _train_parser(sub: argparse._SubParsersAction) -> None:
+    from erl_lite.embedded.world import WORLDS
+
     train = sub.add_parser(
         "train",
         help="train a model on one of the environments, or on your own data",
@@ -139,12 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
         defaults=_shown_defaults(),
         title="ERLConfig fields (--name-with-dashes, or TRL's --name_with_underscores)",
     )
-    _eval_parser(sub)
-    _plot_parser(sub)
-    _export_parser(sub)
-    add_doctor_parser(sub)
-    add_budget_parser(sub)
-    return parser
 
 
 def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
@@ -207,7 +215,7 @@ def _shown_defaults() -> dict[str, str]:
     return shown
 
 
-def _eval_parser(sub: Any) -> None:
+def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
         help="first-attempt success of a checkpoint (no memory); prints JSON",
@@ -250,7 +258,7 @@ def _eval_parser(sub: Any) -> None:
     )
 
 
-def _plot_parser(sub: Any) -> None:
+def _plot_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="draw a run's figures from its history.jsonl")
     p.add_argument("history", help="a history.jsonl file, or a run folder holding one")
     p.add_argument(
