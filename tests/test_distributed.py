@@ -397,6 +397,8 @@ def test_deferred_view_of_a_memory_bank_holds_writes_per_environment(kind):
         ({"ACCELERATE_USE_FSDP": "true"}, "FSDP"),
         ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed"),
         ({"ACCELERATE_USE_MEGATRON_LM": "true"}, "Megatron"),
+        ({"ACCELERATE_USE_FSDP": "1"}, "FSDP"),  # each spelling accelerate itself reads as true
+        ({"ACCELERATE_USE_DEEPSPEED": "T"}, "DeepSpeed"),
         ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "mixed_precision='bf16'.*no mixed-precision autocast"),
         ({"ACCELERATE_MIXED_PRECISION": "fp8"}, "mixed_precision='fp8'"),
         ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"}, "dynamo_backend='INDUCTOR'"),
@@ -414,7 +416,8 @@ def test_unsupported_accelerate_configurations_are_refused(monkeypatch, env, mat
     [
         {
             "ACCELERATE_USE_FSDP": "false",
-            "ACCELERATE_USE_DEEPSPEED": "false",
+            "ACCELERATE_USE_DEEPSPEED": "0",
+            "ACCELERATE_USE_MEGATRON_LM": "off",
             "ACCELERATE_MIXED_PRECISION": "no",
             "ACCELERATE_DYNAMO_BACKEND": "NO",
             "ACCELERATE_USE_CPU": "True",

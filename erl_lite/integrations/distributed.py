@@ -73,12 +73,10 @@ def launched_world_size() -> int:
     return max(get_int_from_env(list(WORLD_SIZE_VARIABLES), 1), 1)
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "y", "on")
-
-
 def check_launch() -> None:
     """Refuse an ``accelerate launch`` configuration that asks for more than uncompiled DDP in the model's dtype."""
+    from accelerate.utils import parse_flag_from_env  # as accelerate reads its own flags
+
     from erl_lite.config.trl_fields import DTYPE_HINT
 
     engines = {
@@ -87,7 +85,7 @@ def check_launch() -> None:
         "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM",
     }
     for variable, engine in engines.items():
-        if _flag(variable):
+        if parse_flag_from_env(variable):
             raise ValueError(
                 f"the accelerate configuration asks for {engine} ({variable}=true); erl_lite trains "
                 "with DDP only (one full copy of the trainable adapter per process): set "
