@@ -9,27 +9,6 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 
-class _Silent:
-    """A bar that shows nothing (same methods as a tqdm bar)."""
-
-    n = 0
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> "_Silent":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-_SILENT = _Silent()
-
-
 class Progress:
     """Makes the bars of the phases; ``enabled``: a bool, or a function read at each bar.
 
@@ -50,10 +29,10 @@ class Progress:
 
     def bar(self, desc: str, total: int, unit: str = "seq") -> Any:
         """A bar of ``total`` items (a context manager; ``update(n)`` ticks ``n``), gone when its phase ends."""
-        if not self.on() or total <= 0:
-            return _SILENT
         from tqdm.auto import tqdm
 
+        if not self.on() or total <= 0:
+            return tqdm(total=total, disable=True)  # tqdm's own silent bar: same methods, shows and counts nothing
         self._bars = [b for b in self._bars if not getattr(b, "disable", False)]  # tqdm closed: disable
         self._bars.append(tqdm(desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=True))
         return self._bars[-1]
