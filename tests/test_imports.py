@@ -473,7 +473,7 @@ MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_209
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
     "run/checkpoint.py": 503,
-    "diagnostics/checks.py": 524,
+    "diagnostics/checks.py": 520,
 }
 
 

@@ -9,7 +9,7 @@ The paper has none; the thresholds keep the embedded demo's healthy run free of 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from erl_lite.config import ERLConfig
@@ -503,7 +503,7 @@ def scan(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequence
                 open_one = now
             if open_one is not None and (now is None or i == len(train) - 1):
                 last = int(train[i - 1 if now is None else i]["step"])
-                found.append(_with_end(open_one, last))
+                found.append(replace(open_one, last_step=last))
                 open_one = None
     return sorted(found, key=lambda f: (f.step, f.name))
 
@@ -518,7 +518,3 @@ def fired_at(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequ
         if now is not None and before is None:
             out.append(now)
     return out
-
-
-def _with_end(finding: Finding, last_step: int) -> Finding:
-    return Finding(finding.name, finding.level, finding.step, finding.saw, finding.means, finding.tries, last_step)
