@@ -73,7 +73,7 @@ def test_report_to_is_normalised_like_transformers():
 @pytest.mark.parametrize(
     "bad, words",
     [
-        ("mlflow", "unknown tracker 'mlflow'"),
+        ("mlflow", "report_to must be one of none, all, tensorboard, trackio, wandb, got 'mlflow'"),
         (["none", "wandb"], "stand alone"),
         (3, "string"),
     ],

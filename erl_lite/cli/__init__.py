@@ -26,26 +26,6 @@ from erl_lite.config.field_types import expand_path
 from erl_lite.config.presets import PRESETS
 
 
-def _common(p: argparse.ArgumentParser, default_steps: int | None) -> None:
-    p.add_argument("--steps", type=arg_types.whole(1), default=default_steps, help="training iterations")
-    p.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
-    p.add_argument(
-        "--seed",
-        type=arg_types.seed,
-        default=DEFAULT_SEED,
-        help="seed of the run (also picks the demo world's letters)",
-    )
-    p.add_argument(
-        "--out",
-        type=arg_types.folder,
-        default=None,
-        help="output folder for history, figures, report, checkpoints (an earlier demo's there are replaced)",
-    )
-    p.add_argument("--no-memory", action="store_true", help="ablation: ERL without memory")
-    p.add_argument("--no-reflection", action="store_true", help="ablation: ERL without reflection")
-    p.add_argument("--no-internalization", action="store_true", help="ablation: no self-distillation")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``erl-lite`` parser: one sub-parser per command, each built by its own function."""
     parser = SuggestingParser(prog="erl-lite", description="Experiential Reinforcement Learning, small.")
@@ -59,7 +39,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _demo_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="train the embedded tiny model with ERL on the CPU (minutes)")
-    _common(demo, default_steps=None)
+    demo.add_argument("--steps", type=arg_types.whole(1), default=None, help="training iterations")
+    demo.add_argument("--mode", choices=MODES, default="erl", help="erl (default), erl_simple or rlvr")
+    demo.add_argument(
+        "--seed",
+        type=arg_types.seed,
+        default=DEFAULT_SEED,
+        help="seed of the run (also picks the demo world's letters)",
+    )
+    demo.add_argument(
+        "--out",
+        type=arg_types.folder,
+        default=None,
+        help="output folder for history, figures, report, checkpoints (an earlier demo's there are replaced)",
+    )
+    for flag, field in FLAG_NEGATIONS.items():  # the paper's ablations, as on erl-lite train
+        demo.add_argument(flag, action="store_true", help=f"ablation: ERL with {field}=False")
     demo.add_argument(
         "--eval-tasks", type=arg_types.whole(1), default=None, help="evaluation tasks (default: the demo's)"
     )

@@ -382,10 +382,8 @@ def conform_reporting(cfg: Config) -> None:
     """``report_to`` stored as a list of tracker names, ``logging_steps``, ``project``."""
     # conform_fields has checked the type: a string or a list of strings
     names = list(dict.fromkeys([cfg.report_to] if isinstance(cfg.report_to, str) else cfg.report_to))
-    allowed = ("none", "all") + REPORT_TO_BACKENDS
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        raise ValueError(f"ERLConfig.report_to: unknown tracker {unknown[0]!r}; choose from {allowed}")
+    for name in names:
+        check_choice("ERLConfig.report_to", name, ("none", "all", *REPORT_TO_BACKENDS))
     if len(names) > 1 and ("none" in names or "all" in names):
         raise ValueError(f"ERLConfig.report_to: 'none' and 'all' stand alone, got {names!r}")
     cfg.report_to = [] if names == ["none"] else names  # "all" is resolved by the trainer
