@@ -466,9 +466,12 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 18,210: the generated QA world's question templates as two tables, not one keyword call each.
 # Then 18,209: erl-lite's parser built by one function per command (build_parser leaves OVER_BUDGET, +8) paid for
 # by the figures package's names in one lazy-export table instead of imports and an __all__ that repeated them.
+# Then 18,195: the saving half's trainer attributes written out as typed class annotations (+20: the tuple they
+# replace had been split in two statements, which kept the formatter from counting it) paid for by tqdm's own silent
+# bar, accelerate's flag reader, dataclasses.replace, the demo's one-user helper folded in and one wording of a choice.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_209
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_195
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {

@@ -63,18 +63,20 @@ def test_a_vllm_backend_without_vllm_installed_is_refused_before_the_run_by_name
 
 
 def test_the_saving_half_reads_only_its_declared_trainer_attributes_and_the_trainer_sets_each():
-    """CheckpointSaving's interface: every ``self.x`` it reads is its own member or one of TRAINER_ATTRIBUTES,
-    and a constructed ERLTrainer has each of those (so the half cannot silently depend on a new attribute)."""
+    """CheckpointSaving's interface: every ``self.x`` it reads is its own member or one of the trainer attributes
+    it annotates, and a constructed ERLTrainer has each of those (so the half cannot silently depend on a new one)."""
     from erl_lite.run.saving import CheckpointSaving
     from erl_lite.testing import tiny_model, tiny_tokenizer
 
     tree = ast.parse(module_files()["erl_lite.run.saving"].read_text())
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and ast.unparse(n.value) == "self"}
     own = set(vars(CheckpointSaving))
-    assert used - own - set(CheckpointSaving.TRAINER_ATTRIBUTES) == set(), "declare it in TRAINER_ATTRIBUTES"
-    assert set(CheckpointSaving.TRAINER_ATTRIBUTES) <= used  # none declared that it does not read
+    declared = {name for name in CheckpointSaving.__annotations__ if not name.startswith("_")}
+    assert declared and not declared & own  # annotated only: each is the trainer's to set
+    assert used - own - declared == set(), "annotate it in CheckpointSaving's class body"
+    assert declared <= used  # none declared that it does not read
     tok = tiny_tokenizer()
     config = ERLConfig.preset("cpu", max_steps=1, output_dir=None, report_to="none")
     rows = [{"prompt": "Say 1.", "answer": "1"}]
     trainer = ERLTrainer(tiny_model(tok), lambda completions, **kw: [0.0] * len(completions), config, rows, rows, tok)
-    assert [a for a in CheckpointSaving.TRAINER_ATTRIBUTES if not hasattr(trainer, a)] == []
+    assert [a for a in sorted(declared) if not hasattr(trainer, a)] == []

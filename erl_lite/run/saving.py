@@ -9,9 +9,17 @@ import sys
 import warnings
 from typing import Any
 
+import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from erl_lite.config import ERLConfig
+from erl_lite.core.env import Environment
+from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.core.policy import sampled_stale
+from erl_lite.core.progress import Progress
+from erl_lite.history import History
+from erl_lite.run.args import TrainerStateView
+from erl_lite.run.callbacks import TrainerCallbacks
 from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
 from erl_lite.run.identity import run_differences, run_identity
 from erl_lite.run.layout import write_json
@@ -20,11 +28,23 @@ from erl_lite.run.state import CheckpointError, TrainingState, apply_state
 
 
 class CheckpointSaving:
-    """Saving and resuming for :class:`~erl_lite.run.trainer.ERLTrainer` (see there for an example): it reads of
-    its trainer only :data:`TRAINER_ATTRIBUTES`, each set by ``ERLTrainer.__init__`` (a test holds both)."""
+    """Saving and resuming for :class:`~erl_lite.run.trainer.ERLTrainer` (see there for an example): of its
+    trainer it reads only the public attributes annotated below, each set by ``ERLTrainer.__init__`` (a test
+    holds both)."""
 
-    TRAINER_ATTRIBUTES = ("args", "dist", "env", "history", "hf_callbacks", "memory", "model", "optimizer")
-    TRAINER_ATTRIBUTES += ("progress", "scheduler", "state", "step", "tokenizer")
+    args: ERLConfig
+    dist: Any  # wiring.process_group's DataParallel (the trainer reaches integrations only through wiring)
+    env: Environment
+    history: History
+    hf_callbacks: TrainerCallbacks
+    memory: ReflectionMemory | MemoryBank
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    progress: Progress
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    state: TrainerStateView
+    step: int  # iterations finished
+    tokenizer: Any
 
     _saved_step: int | None = None  # step of this run's newest checkpoint in output_dir
     _claimed = False  # output_dir checked to hold no other run, and taken by this one
