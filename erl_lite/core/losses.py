@@ -164,7 +164,6 @@ class LossStats:
     """Statistics of one (micro-)batch, detached plain values for logging."""
 
     loss: float  # the aggregated objective
-    policy_loss: float  # the same without the KL term
     clip_ratio: float  # fraction of policy-loss tokens (not NLL rows) where a clip acted
     kl: float | None  # mean k3 KL over loss tokens; None when the KL term was skipped
     num_tokens: int  # loss tokens
@@ -253,7 +252,6 @@ def policy_objective(
         nll = nll_rows.to(device=logp.device, dtype=torch.bool).unsqueeze(1)  # (B, 1)
         per_token = torch.where(nll, nll_loss(logp, advantages, mask), policy)
         policy_mask = keep & ~nll
-    without_kl = per_token
     kl_mean = None
     if beta != 0 and ref_logp is not None:
         kl = k3_kl(logp, torch.where(keep, ref_logp.detach(), current))  # (B, T)
@@ -261,14 +259,13 @@ def policy_objective(
         kl_mean = float(masked_mean(kl.detach(), mask))
     norm = _resolve_normalizer(mask, loss_type, normalizer)
     loss = aggregate(per_token, mask, loss_type, norm)
-    return loss, _loss_stats(loss, per_token, without_kl, clipped, mask, policy_mask, kl_mean, loss_type, norm)
+    return loss, _loss_stats(loss, per_token, clipped, mask, policy_mask, kl_mean, loss_type, norm)
 
 
 @torch.no_grad()
 def _loss_stats(
     loss: torch.Tensor,
     per_token: torch.Tensor,
-    without_kl: torch.Tensor,
     clipped: torch.Tensor,
     mask: torch.Tensor,
     policy_mask: torch.Tensor,
@@ -279,7 +276,6 @@ def _loss_stats(
     """:func:`policy_objective`'s statistics (every tensor ``(B, T)``)."""
     return LossStats(
         loss=float(loss.detach()),
-        policy_loss=float(aggregate(without_kl, mask, loss_type, norm)),
         clip_ratio=float(masked_mean(clipped, policy_mask)),
         kl=kl_mean,
         num_tokens=int(mask.bool().sum()),

@@ -37,9 +37,6 @@ def _flow_callback() -> Any:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             return control
 
-        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            return control
-
     return ERLFlowCallback()
 
 
