@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +13,6 @@ from typing import Any, Iterable
 from erl_lite.config.field_types import expand_path
 from erl_lite.jsonio import read_jsonl
 from erl_lite.metric_names import current_names
-from erl_lite.metrics import METRIC_GLOSSARY
-
-#: Re-exported for readers of histories; its one home is :mod:`erl_lite.metrics`.
-__all__ = ["History", "METRIC_GLOSSARY"]
 
 
 @dataclass
@@ -55,9 +52,15 @@ class History:
         return [r for r in self.records if r.get("kind", "train") == kind]
 
     def series(self, key: str, kind: str = "train") -> tuple[list[int], list[float]]:
-        """Steps and values of ``key`` over the records of ``kind`` that have it."""
-        rows = [r for r in self.of_kind(kind) if r.get(key) is not None]
-        return [int(r["step"]) for r in rows], [float(r[key]) for r in rows]
+        """Steps and values of ``key`` over the records of ``kind`` where it is a number, not NaN (a gap, as in the
+        plots); a record without ``"step"`` counts by its place among them."""
+        steps, values = [], []
+        for i, row in enumerate(self.of_kind(kind), start=1):
+            if (value := _number(row.get(key))) is not None:
+                step = _number(row.get("step"))
+                steps.append(int(step) if step is not None else i)
+                values.append(value)
+        return steps, values
 
     def last(self, key: str, kind: str = "train", default: float | None = None) -> float | None:
         _, values = self.series(key, kind)
@@ -108,3 +111,11 @@ def _write_jsonl(path: str, rows: Iterable[dict[str, Any]]) -> None:
         f.flush()
         os.fsync(f.fileno())  # on disk before the rename replaces the old file
     os.replace(tmp, path)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x

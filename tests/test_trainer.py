@@ -10,8 +10,7 @@ import torch
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.generation import ScriptedGenerator
-from erl_lite.history import METRIC_GLOSSARY
-from erl_lite.metrics import is_measurement
+from erl_lite.metrics import METRIC_GLOSSARY, is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.run.checkpoint import CheckpointError
 from erl_lite.run.trainer import ERLTrainer

@@ -445,7 +445,7 @@ def test_weight_zero_internalization_rows_count_in_the_normalizer(monkeypatch, b
 
 def test_update_stats_keys_are_the_documented_metrics():
     from erl_lite.core.update_stats import UPDATE_METRICS, UpdateStats
-    from erl_lite.history import METRIC_GLOSSARY
+    from erl_lite.metrics import METRIC_GLOSSARY
 
     today = [
         "samples/first",

@@ -1,4 +1,4 @@
-"""Shared plumbing for the plots (private): house style, input coercion, series."""
+"""Shared plumbing for the plots (private): house style, input coercion."""
 
 from __future__ import annotations
 
@@ -85,28 +85,6 @@ def as_history(obj: HistoryLike) -> History:
         records = [r for r in rows if "first_attempts" not in r]
         return History(records=records, samples=samples)
     raise TypeError(f"expected a History, a path or a list of records, got {type(obj).__name__}")
-
-
-def _number(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
-def series(history: History, key: str, kind: str = "train") -> tuple[list[int], list[float]]:
-    """:meth:`History.series` without non-numbers and NaN; a record without ``"step"`` gets its position."""
-    steps, values = [], []
-    rows = [r for r in history.records if r.get("kind", "train") == kind]
-    for i, row in enumerate(rows, start=1):
-        value = _number(row.get(key))
-        if value is None:
-            continue
-        step = _number(row.get("step"))
-        steps.append(int(step) if step is not None else i)
-        values.append(value)
-    return steps, values
 
 
 def new_axes(ax: Axes | None, figsize: tuple[float, float] = (6.4, 3.8)) -> tuple[Figure, Axes, bool]:

@@ -28,7 +28,7 @@ from erl_lite.metric_names import (
 )
 from erl_lite.records import FIRST, REFLECTION, ROLES, SECOND
 from erl_lite.viz import _style as S
-from erl_lite.viz._style import COLORS, LINESTYLES, MARKERS, HistoryLike, as_history, joined_rulebooks, series
+from erl_lite.viz._style import COLORS, LINESTYLES, MARKERS, HistoryLike, as_history, joined_rulebooks
 
 STEP = "training step"
 ROLE_LABELS = {**{r: r for r in ROLES}, FIRST: "first attempt", SECOND: "second attempt"}  # role -> legend label
@@ -39,13 +39,13 @@ NO_EVAL = "no evaluation logged"
 
 
 def _curves(
-    ax: Axes, history: HistoryLike, specs: list[Spec], baseline: bool = False, prefix: str = "", roles: bool = False
+    ax: Axes, history: History, specs: list[Spec], baseline: bool = False, prefix: str = "", roles: bool = False
 ) -> int:
     """Draw every spec that has data (evaluation as points with intervals, ``roles``: a line style per role,
     as reflection and second attempt often coincide); returns how many were drawn."""
     drawn = 0
     for key, kind, label, role in specs:
-        steps, values = series(history, key, kind)
+        steps, values = history.series(key, kind)
         if values and kind == "eval":
             _eval_points(ax, history, steps, values, prefix + label, COLORS[role], MARKERS[role], baseline)
         elif values:
@@ -73,10 +73,10 @@ def wilson(p: float, n: float, z: float = 1.96) -> tuple[float, float]:
 
 
 def _eval_points(
-    ax: Axes, h: HistoryLike, steps: list[int], values: list[float], label: str, color: str, marker: str, baseline: bool
+    ax: Axes, h: History, steps: list[int], values: list[float], label: str, color: str, marker: str, baseline: bool
 ) -> None:
     """Evaluation at the steps measured, never joined by a line (two points are not a learning curve)."""
-    counts = dict(zip(*series(h, EVAL_NUM_EPISODES, "eval")))
+    counts = dict(zip(*h.series(EVAL_NUM_EPISODES, "eval")))
     bounds = [wilson(v, counts.get(s, 0)) for s, v in zip(steps, values)]
     err = [
         [max(0.0, v - lo) for v, (lo, _) in zip(values, bounds)],  # >= 0: rounding at a rate of 0 or 1, and a
@@ -105,9 +105,9 @@ def _both_binary(h: History, base: History | None) -> bool:
     return rewards_are_binary(h) and (base is None or rewards_are_binary(base))
 
 
-def _same_series(h, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
+def _same_series(h: History, a: tuple[str, str], b: tuple[str, str]) -> bool | None:
     """Whether two logged series are equal point for point; None when neither has data."""
-    (sa, va), (sb, vb) = series(h, *a), series(h, *b)
+    (sa, va), (sb, vb) = h.series(*a), h.series(*b)
     if not va and not vb:
         return None
     return sa == sb and all(math.isclose(x, y, abs_tol=1e-9) for x, y in zip(va, vb))
