@@ -9,6 +9,8 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import logging
 import sys
 from typing import Any, Callable
 
@@ -53,6 +55,26 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
     return __getattr__, __dir__
+
+
+def import_bitsandbytes_offline() -> None:
+    """Import bitsandbytes (when installed, once) with the Hugging Face Hub offline, before transformers or peft do:
+    called where erl_lite starts a run of its own (the demo, the command line, the notebooks' setup, the tests).
+    Imported on a CPU with AVX512-BF16, bitsandbytes 0.50 asks the Hub for a 4-bit CPU kernel (``kernels.get_kernel``);
+    offline it reads the local cache only, else keeps its own CPU code (the same numbers). The flag is put back after,
+    and the warnings logged meanwhile (the failed lookup's: nothing to act on) are not shown; errors are."""
+    if "bitsandbytes" in sys.modules or importlib.util.find_spec("bitsandbytes") is None:
+        return
+    from huggingface_hub import constants
+
+    offline, muted = constants.HF_HUB_OFFLINE, logging.root.manager.disable
+    constants.HF_HUB_OFFLINE = True
+    logging.disable(logging.WARNING)
+    try:
+        import bitsandbytes  # noqa: F401
+    finally:
+        constants.HF_HUB_OFFLINE = offline
+        logging.disable(muted)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

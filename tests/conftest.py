@@ -9,10 +9,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest
 import torch
 
+from erl_lite import import_bitsandbytes_offline
 from erl_lite.core.env import Environment, Episode
 from erl_lite.records import Task
 
 torch.set_num_threads(1)
+import_bitsandbytes_offline()  # no test reaches the network, bitsandbytes' CPU kernel lookup included
 
 
 class GuessEpisode(Episode):

@@ -101,26 +101,6 @@ def test_demo_setup_plays_the_world_it_is_asked_for():
     assert setup("demo", seed=1).env.test_tasks(1)[0].data["size"] == 3
 
 
-#: What bitsandbytes 0.50 logs at import on a CPU with AVX-512 BF16 when the optional `kernels` package is missing.
-KERNELS_MESSAGE = (
-    "Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure you already "
-    "`pip install kernels` and the kernels >= 0.11.1"
-)
-
-
-def test_the_teaching_setup_silences_only_the_kernels_message_a_student_cannot_act_on(caplog):
-    import logging
-
-    import erl_lite.teach  # noqa: F401  (installs the filter)
-
-    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
-    with caplog.at_level(logging.WARNING):
-        logger.warning(KERNELS_MESSAGE, "No module named 'kernels'")
-        logger.warning("Failed to load something else")  # any other message still shows
-        logging.getLogger("bitsandbytes").warning(KERNELS_MESSAGE, "from another logger")
-    assert [r.getMessage()[:30] for r in caplog.records] == ["Failed to load something else", KERNELS_MESSAGE[:30]]
-
-
 def test_setup_leaves_no_loading_bar_in_a_saved_output(capfd):
     """A notebook saved after running keeps transformers' "Loading weights" bar frozen where it stopped."""
     from transformers.utils import logging as hf_logging

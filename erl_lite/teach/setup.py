@@ -5,22 +5,20 @@ Departures from the paper: demo is a toy world and model; gpu a 1.5 B model on o
 
 from __future__ import annotations
 
-import logging
 from typing import Any, NamedTuple
 
+from erl_lite import import_bitsandbytes_offline
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice
+from erl_lite.core.progress import NO_PROGRESS
 
 #: The model of the ``gpu`` setup: fits a 15 GiB Colab T4 in 4-bit (see the gpu preset's sizing).
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 #: Each setup's ERLConfig preset and default quantization of the policy.
 _SETUPS = {"demo": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
 
-# bitsandbytes logs at import, on CPUs with AVX-512 BF16, that an optional kernel package is missing: nothing a
-# student can act on (the fallback is correct). Only that message of that logger is dropped.
-logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
-    lambda record: not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward")
-)
+# A notebook imports this first: bitsandbytes, which the next imports load through peft, then reaches no network.
+import_bitsandbytes_offline()
 
 
 class Setup(NamedTuple):
@@ -63,16 +61,10 @@ def setup(
     config = ERLConfig.preset(config_preset, seed=seed, **overrides)
 
     from transformers import set_seed
-    from transformers.utils import logging as hf_logging
 
     set_seed(seed)  # the LoRA initialisation draws from the global RNG: seed it before loading
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a saved notebook would keep the "Loading weights" bar frozen
-    try:
+    with NO_PROGRESS.library_bars():  # a saved notebook would keep the "Loading weights" bar frozen
         return _load(preset, seed, world, model_name, quantization, config)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _load(preset: str, seed: int, world: str, model_name: str, quantization: str, config: ERLConfig) -> Setup:

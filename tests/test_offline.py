@@ -1,0 +1,67 @@
+"""The default path stays off the network: ``erl-lite demo`` resolves no host name and opens no connection, and
+bitsandbytes (which peft imports) is imported with the Hub offline, so its CPU kernel lookup reads only the cache
+(bitsandbytes 0.49 and later ask huggingface.co for one when imported on a CPU with AVX512-BF16)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# Run first in the child process: any host lookup or connection is written to stderr and refused.
+NO_NETWORK = """
+import socket, sys
+def refuse(*args, **kwargs):
+    sys.stderr.write(f"NETWORK {args[:2]}\\n")
+    raise OSError("this test allows no network")
+socket.getaddrinfo = refuse
+socket.socket.connect = refuse
+"""
+
+
+def _run(code: str, *args: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env["OMP_NUM_THREADS"] = "1"
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([path, env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+# Each default path, as a user starts it: the README's command, `erl-lite train` on its defaults, a notebook's imports.
+CLI = "from erl_lite.cli import main\nsys.exit(main({} + ['--out', OUT]))"
+DEFAULT_PATHS = {
+    "demo": CLI.format(["demo", "--steps", "1", "--eval-tasks", "1"]),
+    "train": CLI.format(["train", "--max-steps", "1", "--eval-steps", "0"]),
+    "notebook": "from erl_lite.teach import setup\nfrom erl_lite import ERLTrainer\nsetup('demo')",
+}
+
+
+@pytest.mark.parametrize("path", sorted(DEFAULT_PATHS))
+def test_a_default_path_reaches_no_network(tmp_path, path):
+    """Every host lookup and connection refused and noted; the run ends well and printed no failed lookup."""
+    done = _run(NO_NETWORK + f"OUT = {str(tmp_path / 'out')!r}\n" + DEFAULT_PATHS[path])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NETWORK" not in done.stderr, done.stderr[-3000:]
+    for notice in ("Failed to load", "Skipping publisher trust check"):  # bitsandbytes' and kernels' on the lookup
+        assert notice not in done.stderr, done.stderr[-3000:]
+
+
+def test_bitsandbytes_is_imported_with_the_hub_offline_on_any_cpu(tmp_path):
+    """A stand-in bitsandbytes notes whether the Hub was offline while it was imported and logs the notice the
+    real one logs when its lookup fails, and an error; the flag is put back afterwards (a user's own downloads are
+    untouched), and the error still shows."""
+    (tmp_path / "bitsandbytes").mkdir()
+    (tmp_path / "bitsandbytes" / "__init__.py").write_text(
+        "import logging\nfrom huggingface_hub import constants\nOFFLINE_WHILE_IMPORTED = constants.HF_HUB_OFFLINE\n"
+        "logging.getLogger('bitsandbytes.backends.cpu.ops').warning('Failed to load CPU gemm_4bit_forward')\n"
+        "logging.getLogger('bitsandbytes').error('a real fault')\n"
+    )
+    code = (
+        "from erl_lite import import_bitsandbytes_offline\nimport_bitsandbytes_offline()\n"
+        "import bitsandbytes\nfrom huggingface_hub import constants\n"
+        "print(bitsandbytes.OFFLINE_WHILE_IMPORTED, constants.HF_HUB_OFFLINE)"
+    )
+    done = _run(code, path=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "False"]
+    assert "gemm_4bit_forward" not in done.stderr and "a real fault" in done.stderr  # warnings muted, errors shown
