@@ -469,12 +469,12 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 18,195: the saving half's trainer attributes written out as typed class annotations (+20: the tuple they
 # replace had been split in two statements, which kept the formatter from counting it) paid for by tqdm's own silent
 # bar, accelerate's flag reader, dataclasses.replace, the demo's one-user helper folded in and one wording of a choice.
-# Then 18,194: bitsandbytes imported with the Hub offline where erl_lite starts a run (+24: the demo reached for
-# huggingface.co) paid for by one History.series for the plots too, teach.setup's loading bars through
-# Progress.library_bars, and dead code: LossStats.policy_loss, an on_epoch_end never fired, a re-export in history.
+# Then 18,193: bitsandbytes imported with the Hub offline where erl_lite starts a run (the demo reached for
+# huggingface.co; +16, teach.setup's loading bars through Progress.library_bars included) paid for by one
+# History.series for the plots too and dead code: LossStats.policy_loss, an on_epoch_end never fired, a re-export.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_194
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_193
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {

@@ -27,11 +27,13 @@ def _run(code: str, *args: str, path: str | None = None) -> subprocess.Completed
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
-# Each default path, as a user starts it: the README's command, `erl-lite train` on its defaults, a notebook's imports.
+# Each default path, as a user starts it: the README's command, `erl-lite train` on its defaults, the memory
+# estimate (no model loaded), a notebook's imports.
 CLI = "from erl_lite.cli import main\nsys.exit(main({} + ['--out', OUT]))"
 DEFAULT_PATHS = {
     "demo": CLI.format(["demo", "--steps", "1", "--eval-tasks", "1"]),
     "train": CLI.format(["train", "--max-steps", "1", "--eval-steps", "0"]),
+    "budget": "from erl_lite.cli import main\nsys.exit(main(['budget', '--preset', 'gpu']))",
     "notebook": "from erl_lite.teach import setup\nfrom erl_lite import ERLTrainer\nsetup('demo')",
 }
 

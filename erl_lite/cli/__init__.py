@@ -368,8 +368,7 @@ def _plot(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``erl-lite`` command ``argv`` (default: ``sys.argv``); the exit code."""
     args = build_parser().parse_args(argv)
-    if args.command in ("demo", "train", "eval", "export"):  # the commands that load a model
-        import_bitsandbytes_offline()
+    import_bitsandbytes_offline()  # every command reaches transformers, and through it peft and bitsandbytes
     if args.command == "demo":
         from erl_lite.embedded.demo import build_demo, train_demo
 
