@@ -67,3 +67,34 @@ def test_bitsandbytes_is_imported_with_the_hub_offline_on_any_cpu(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True", "False"]
     assert "gemm_4bit_forward" not in done.stderr and "a real fault" in done.stderr  # warnings muted, errors shown
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])
+def test_reading_a_local_dataset_file_reaches_no_network(tmp_path, suffix):
+    """``--dataset rows.jsonl`` and ``train_dataset="rows.csv"`` read a file: datasets' ``load_dataset`` also
+    pinged a download counter on S3 for its json/csv/parquet builder."""
+    import json
+
+    import datasets
+
+    rows = [{"prompt": "Say one.", "answer": "one"}, {"prompt": "Say two.", "answer": "two"}]  # CSV: words stay text
+    path = tmp_path / f"rows{suffix}"
+    if suffix in (".jsonl", ".json"):
+        lines = [json.dumps(r) for r in rows]
+        path.write_text("\n".join(lines) + "\n" if suffix == ".jsonl" else "[" + ",".join(lines) + "]")
+    else:
+        getattr(datasets.Dataset.from_list(rows), f"to_{suffix[1:]}")(str(path))
+    code = "from erl_lite.integrations.data_sources import load_rows\nprint(load_rows(sys.argv[1]))"
+    done = _run(NO_NETWORK + code, str(path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NETWORK" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.strip() == repr(rows)
+
+
+def test_reading_a_local_hotpotqa_file_reaches_no_network():
+    """``MultiHopQA(source="hotpotqa", hotpot_path=...)`` reads the file only."""
+    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "hotpot_distractor_sample.jsonl")
+    code = "from erl_lite.envs.qa import load_hotpotqa\nprint(len(load_hotpotqa(path=sys.argv[1])))"
+    done = _run(NO_NETWORK + code, fixture)
+    assert done.returncode == 0 and "NETWORK" not in done.stderr, done.stderr[-3000:]
+    assert int(done.stdout) > 0

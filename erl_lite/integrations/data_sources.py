@@ -50,7 +50,7 @@ def _load_named(name: str, split: str) -> list[Any]:
                 f"expected one of {sorted(FILE_FORMATS)}"
             )
         try:
-            return list(datasets.load_dataset(FILE_FORMATS[suffix], data_files=name, split="train"))
+            return list(getattr(datasets.Dataset, f"from_{FILE_FORMATS[suffix]}")(name))  # load_dataset pings S3
         except Exception:  # datasets names a byte position at best: find the line
             if suffix in (".jsonl", ".json"):
                 _find_bad_json(name, suffix)
