@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# No test reaches the network, a test's subprocesses included (TRL's usage pings, bitsandbytes' kernel lookup).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
@@ -15,6 +17,28 @@ from erl_lite.records import Task
 
 torch.set_num_threads(1)
 import_bitsandbytes_offline()  # no test reaches the network, bitsandbytes' CPU kernel lookup included
+
+
+_THIS_MACHINE = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "", None)
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Every test runs as on a machine without a network: a lookup of another host fails, and fails the test
+    (subprocesses are checked where they run: tests/test_offline.py)."""
+    import socket
+
+    reached, lookup = [], socket.getaddrinfo
+
+    def refuse(host, *args, **kwargs):
+        if host in _THIS_MACHINE:
+            return lookup(host, *args, **kwargs)
+        reached.append(host)
+        raise OSError(f"no network in tests: {host}")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    yield reached  # the hosts looked up (a test of this guard empties it)
+    assert not reached, f"the test reached for the network: {sorted(set(reached))}"
 
 
 class GuessEpisode(Episode):

@@ -98,3 +98,13 @@ def test_reading_a_local_hotpotqa_file_reaches_no_network():
     done = _run(NO_NETWORK + code, fixture)
     assert done.returncode == 0 and "NETWORK" not in done.stderr, done.stderr[-3000:]
     assert int(done.stdout) > 0
+
+
+def test_every_test_runs_without_a_network(no_network):
+    """conftest's ``no_network`` is on in every test: a lookup fails here, and would fail the test."""
+    import socket
+
+    with pytest.raises(OSError, match="no network in tests"):
+        socket.getaddrinfo("example.com", 443)
+    assert no_network == ["example.com"]
+    no_network.clear()  # this test's lookup was on purpose
