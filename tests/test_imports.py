@@ -472,9 +472,10 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 18,193: bitsandbytes imported with the Hub offline where erl_lite starts a run (the demo reached for
 # huggingface.co; +16, teach.setup's loading bars through Progress.library_bars included) paid for by one
 # History.series for the plots too and dead code: LossStats.policy_loss, an on_epoch_end never fired, a re-export.
+# Then 18,187: the command line's whole and number types share one range-checked parser.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_193
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_187
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {

@@ -8,46 +8,40 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from erl_lite.config.checks import MAX_SEED
 from erl_lite.config.field_types import expand_path
 
 
+def _ranged(convert: Callable[[str], Any], kind: str, wanted: str, fits: Callable[[Any], bool]) -> Callable[[str], Any]:
+    """A ``type=`` function: ``convert(text)`` when it ``fits``, else argparse's error naming ``wanted``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not fits(value):
+            raise argparse.ArgumentTypeError(f"must be a {kind} {wanted}, got {text!r}")
+        return value
+
+    parse.__name__ = kind
+    return parse
+
+
 def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
     """A whole number in ``minimum..maximum`` (no upper end when ``maximum`` is None)."""
     wanted = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number {wanted}, got {text!r}") from None
-        if value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"must be a whole number {wanted}, got {text!r}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
+    return _ranged(int, "whole number", wanted, lambda v: minimum <= v and (maximum is None or v <= maximum))
 
 
 def number(minimum: float = 0.0, maximum: float | None = None, above: bool = False) -> Callable[[str], float]:
     """A finite number >= ``minimum`` (> it when ``above``), and <= ``maximum`` when given."""
     low = f"> {minimum:g}" if above else f">= {minimum:g}"
     wanted = low if maximum is None else f"{low} and <= {maximum:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number {wanted}, got {text!r}") from None
-        too_low = value <= minimum if above else value < minimum
-        if not math.isfinite(value) or too_low or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"must be a number {wanted}, got {text!r}")
-        return value
-
-    parse.__name__ = "number"
-    return parse
+    fits = lambda v: math.isfinite(v) and (v > minimum if above else v >= minimum) and (maximum is None or v <= maximum)
+    return _ranged(float, "number", wanted, fits)
 
 
 def folder(text: str) -> str:
