@@ -108,3 +108,18 @@ def test_every_test_runs_without_a_network(no_network):
         socket.getaddrinfo("example.com", 443)
     assert no_network == ["example.com"]
     no_network.clear()  # this test's lookup was on purpose
+
+
+def test_the_lookup_logger_notes_a_lookup_and_nothing_for_this_machine(tmp_path):
+    """scripts/lookups (the check behind "no test reaches the network", subprocesses included) logs a lookup of
+    another host and none of this machine; the child answers the lookup itself, so nothing leaves it."""
+    log = tmp_path / "lookups.log"
+    code = (
+        "import socket, sitecustomize\nsitecustomize._lookup = lambda *a, **k: []\n"
+        "socket.getaddrinfo('localhost', 80)\nsocket.getaddrinfo('example.com', 443)"
+    )
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "lookups")
+    env = {**os.environ, "PYTHONPATH": folder, "ERL_LITE_LOOKUPS": str(log)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+    heads = [line for line in log.read_text().splitlines() if line.startswith("pid ")]  # one paragraph a lookup
+    assert len(heads) == 1 and "looked up example.com" in heads[0], heads
