@@ -190,7 +190,9 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device | None) -> tor
 def _load_base(
     name: str, quantization: str, torch_dtype: torch.dtype, device: torch.device, trust_remote_code: bool
 ) -> PreTrainedModel:
-    kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    # use_kernels=False: transformers 5.x kernelizes by default, and on a CUDA GPU that downloads
+    # layers from the Hub at load time (a network call on the default path, and unpinned code).
+    kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "use_kernels": False}
     if quantization == FOUR_BIT:
         compute = torch.float32
         if device.type == "cuda":

@@ -146,6 +146,41 @@ def test_what_it_would_drop_is_refused(policy, kwargs):
         ERLConfig(generation_backend="generate", generation_kwargs=kwargs)
 
 
+def _older_batching_config(drop):
+    """transformers' ContinuousBatchingConfig as an older release had it: without the fields in ``drop``."""
+    import dataclasses
+
+    from transformers import ContinuousBatchingConfig
+
+    kept = [(f.name, f.type, f) for f in dataclasses.fields(ContinuousBatchingConfig) if f.name not in drop]
+    return dataclasses.make_dataclass("ContinuousBatchingConfig", kept)
+
+
+# transformers 5.17 lacked page_size (met on the GPU check), 5.18 auto_switch_to_flash; a 4.x lacks the class.
+@pytest.mark.parametrize("drop", [("page_size",), ("auto_switch_to_flash",), ("return_logprobs", "seed"), None])
+def test_an_older_transformers_is_refused_when_the_trainer_is_built_not_at_the_first_rollout(policy, monkeypatch, drop):
+    import transformers
+
+    if drop is None:  # as in a 4.x: the lazy module finds no such name either
+        lookup = type(transformers).__getattr__
+
+        def lookup_without_it(module, name):
+            if name == "ContinuousBatchingConfig":
+                raise AttributeError(name)
+            return lookup(module, name)
+
+        monkeypatch.delattr(transformers, "ContinuousBatchingConfig", raising=False)
+        monkeypatch.setattr(type(transformers), "__getattr__", lookup_without_it)
+    else:
+        monkeypatch.setattr(transformers, "ContinuousBatchingConfig", _older_batching_config(drop))
+    model, tok = policy
+    args = ERLConfig(generation_backend="continuous", max_steps=1, num_tasks_per_step=1, num_generations=2)
+    with pytest.raises(
+        ImportError, match=rf"continuous.*transformers >= 5\.19.*{transformers.__version__}.*'generate'"
+    ):
+        ERLTrainer(model=model, processing_class=tok, args=args, reward_funcs=lambda **k: [0.0], train_dataset=ROWS)
+
+
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="generation_backend"):
         ERLConfig(generation_backend="sglang")

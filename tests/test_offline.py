@@ -123,3 +123,28 @@ def test_the_lookup_logger_notes_a_lookup_and_nothing_for_this_machine(tmp_path)
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
     heads = [line for line in log.read_text().splitlines() if line.startswith("pid ")]  # one paragraph a lookup
     assert len(heads) == 1 and "looked up example.com" in heads[0], heads
+
+
+@pytest.mark.parametrize("adapter", [False, True])
+def test_loading_a_model_fetches_no_hub_kernels(tmp_path, monkeypatch, adapter):
+    # transformers (5.x) turns `use_kernels` on by default and, on a CUDA machine, kernelizes the
+    # model with layers downloaded from the Hub: a lookup at load time and code nobody pinned (the
+    # GPU check met it). On this CPU no kernel matches, so the test watches the switch itself.
+    from transformers import PreTrainedModel
+
+    from erl_lite.models import load_policy
+    from erl_lite.testing import save_tiny_model
+
+    asked = []
+    real = PreTrainedModel.set_use_kernels
+    monkeypatch.setattr(
+        PreTrainedModel, "set_use_kernels", lambda self, use, *a, **k: asked.append(use) or real(self, use, *a, **k)
+    )
+    source = save_tiny_model(tmp_path / "base")
+    if adapter:
+        policy, _ = load_policy(source)
+        policy.save_pretrained(tmp_path / "adapter")
+        asked.clear()
+        source = tmp_path / "adapter"
+    load_policy(source)
+    assert asked and not any(asked), f"set_use_kernels was asked for {asked}"

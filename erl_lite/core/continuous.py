@@ -90,6 +90,7 @@ class ContinuousGenerator:
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.context = model_context_length(model, tokenizer)
         self.cache_tokens, self.seed, self.rank = cache_tokens, seed, rank
+        self._batching_config(seed)  # an older transformers is refused now, not at the first rollout
         self.last_logprobs: list[list[float]] = []
         self.calls = 0
         self.managers_started = 0  # one per rollout phase, and one more at each change of top-p / top-k use
@@ -98,7 +99,7 @@ class ContinuousGenerator:
 
     # -- the manager -----------------------------------------------------------------------------
     def _start(self, seed: int) -> Any:
-        from transformers import ContinuousBatchingConfig, GenerationConfig
+        from transformers import GenerationConfig
 
         base = base_model(self.model)
         # The processors exist only if the manager's own config asks for them; each request then sets
@@ -112,21 +113,34 @@ class ContinuousGenerator:
             top_k=50 if "top_k" in self._needs else None,
             top_p=0.9 if "top_p" in self._needs else None,
         )
-        cb = ContinuousBatchingConfig(
-            page_size=PAGE_SIZE,
-            num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
-            max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens),
-            allow_block_sharing=True,
-            per_request_processors=True,
-            auto_switch_to_flash=False,
-            seed=seed,
-            use_cuda_graph=False,
-            return_logprobs=True,
-        )
+        cb = self._batching_config(seed)
         manager = base.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
         manager.start()
         self.managers_started += 1
         return manager
+
+    def _batching_config(self, seed: int) -> Any:
+        try:
+            from transformers import ContinuousBatchingConfig
+
+            return ContinuousBatchingConfig(
+                page_size=PAGE_SIZE,
+                num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
+                max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens),
+                allow_block_sharing=True,
+                per_request_processors=True,
+                auto_switch_to_flash=False,
+                seed=seed,
+                use_cuda_graph=False,
+                return_logprobs=True,
+            )
+        except (ImportError, TypeError) as e:  # a release before 5.19 lacks the class or some of these fields
+            import transformers
+
+            raise ImportError(
+                f"generation_backend='continuous' needs transformers >= 5.19, and {transformers.__version__} is "
+                f"installed ({e}): pip install -U 'transformers>=5.19', or use generation_backend='generate'"
+            ) from e
 
     def flush(self) -> None:
         """End the phase: stop the manager's thread and drop its cache (pages computed with these weights)."""
