@@ -473,14 +473,17 @@ def test_metric_names_come_from_metrics_constants(module):
 # huggingface.co; +16, teach.setup's loading bars through Progress.library_bars included) paid for by one
 # History.series for the plots too and dead code: LossStats.policy_loss, an on_epoch_end never fired, a re-export.
 # Then 18,187: the command line's whole and number types share one range-checked parser.
+# Then 18,184: the GPU check's two finds, hub kernels off at load and an older transformers refused by the
+# continuous backend when the trainer is built (+14), paid for by the health checks reading metric names through
+# the module (`keys.GATE_RATE`) instead of importing 25 names one per line.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_187
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_184
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
     "run/checkpoint.py": 503,
-    "diagnostics/checks.py": 520,
+    "diagnostics/checks.py": 503,
 }
 
 

@@ -120,10 +120,10 @@ class ContinuousGenerator:
         return manager
 
     def _batching_config(self, seed: int) -> Any:
-        try:
-            from transformers import ContinuousBatchingConfig
+        import transformers
 
-            return ContinuousBatchingConfig(
+        try:  # a transformers before 5.19 lacks the class or some of these settings
+            return transformers.ContinuousBatchingConfig(
                 page_size=PAGE_SIZE,
                 num_blocks=max(2, math.ceil(self.cache_tokens / PAGE_SIZE)),
                 max_batch_tokens=min(MAX_BATCH_TOKENS, self.cache_tokens),
@@ -134,9 +134,7 @@ class ContinuousGenerator:
                 use_cuda_graph=False,
                 return_logprobs=True,
             )
-        except (ImportError, TypeError) as e:  # a release before 5.19 lacks the class or some of these fields
-            import transformers
-
+        except (AttributeError, TypeError) as e:
             raise ImportError(
                 f"generation_backend='continuous' needs transformers >= 5.19, and {transformers.__version__} is "
                 f"installed ({e}): pip install -U 'transformers>=5.19', or use generation_backend='generate'"

@@ -12,35 +12,9 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
+from erl_lite import metric_names as keys
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import reflects
-from erl_lite.metric_names import (
-    ADVANTAGE_KEYS,
-    DIAGNOSTICS_PREFIX,
-    GAP_LIMIT,
-    GAP_MEAN_KEYS,
-    GAP_STALE,
-    GAP_TOKENS,
-    GATE_RATE,
-    GRAD_NORM,
-    INTERNALIZATION_WEIGHT,
-    KL,
-    LOSS_TOTAL,
-    MEMORY_TOTAL_WRITES,
-    OPTIM_SKIPPED_STEPS,
-    OPTIM_STEPS,
-    REFLECTION_PARSE_RATE,
-    REWARD_FIRST_GATED,
-    REWARD_SECOND,
-    SAMPLES_KEYS,
-    SUCCESS_FIRST,
-    SUCCESS_SECOND,
-    TRUNCATED_FIRST,
-    TRUNCATED_REFLECTION,
-    TRUNCATED_SECOND,
-    WEIGHT_UPDATE,
-    ZERO_STD_FIRST,
-)
 from erl_lite.records import INTERNALIZATION
 
 WARNING, NOTE = "warning", "note"
@@ -103,7 +77,7 @@ class Finding:
         """The ``history.jsonl`` event (kind ``diagnostic``); trackers receive the 1.0 as a marker at its step."""
         return {
             "step": self.step,
-            DIAGNOSTICS_PREFIX + self.name: 1.0,
+            keys.DIAGNOSTICS_PREFIX + self.name: 1.0,
             "level": self.level,
             "message": self.message(),
             "saw": self.saw,
@@ -157,52 +131,52 @@ def _steps(window: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _silent(window: Sequence[Mapping[str, Any]]) -> str:
-    share = _mean(window, ZERO_STD_FIRST)
+    share = _mean(window, keys.ZERO_STD_FIRST)
     return f"{share:.0%} of first-attempt groups had one reward for all rollouts ({_steps(window)})"
 
 
 def _solved(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS) and _all(w, SUCCESS_FIRST, lambda v: v >= 0.9):
-        return f"{_silent(w)}, and first attempts succeeded {_mean(w, SUCCESS_FIRST):.0%}"
+    if _all(w, keys.ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS) and _all(w, keys.SUCCESS_FIRST, lambda v: v >= 0.9):
+        return f"{_silent(w)}, and first attempts succeeded {_mean(w, keys.SUCCESS_FIRST):.0%}"
     return None
 
 
 def _stuck(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    second_fails = not facts.reflects or all((_get(r, SUCCESS_SECOND) or 0.0) <= 0.1 for r in w)
+    second_fails = not facts.reflects or all((_get(r, keys.SUCCESS_SECOND) or 0.0) <= 0.1 for r in w)
     if (
-        _all(w, ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS)
-        and _all(w, SUCCESS_FIRST, lambda v: v <= 0.1)
+        _all(w, keys.ZERO_STD_FIRST, lambda v: v >= SILENT_GROUPS)
+        and _all(w, keys.SUCCESS_FIRST, lambda v: v <= 0.1)
         and second_fails
     ):
-        second = f", second attempts {_mean(w, SUCCESS_SECOND) or 0.0:.0%}" if facts.reflects else ""
-        return f"{_silent(w)}, and first attempts succeeded {_mean(w, SUCCESS_FIRST):.0%}{second}"
+        second = f", second attempts {_mean(w, keys.SUCCESS_SECOND) or 0.0:.0%}" if facts.reflects else ""
+        return f"{_silent(w)}, and first attempts succeeded {_mean(w, keys.SUCCESS_FIRST):.0%}{second}"
     return None
 
 
 def _no_signal(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, ZERO_STD_FIRST, lambda v: v >= 0.9) and _solved(w, facts) is None and _stuck(w, facts) is None:
-        return f"{_silent(w)}, with first attempts at {_mean(w, SUCCESS_FIRST) or 0.0:.0%} success"
+    if _all(w, keys.ZERO_STD_FIRST, lambda v: v >= 0.9) and _solved(w, facts) is None and _stuck(w, facts) is None:
+        return f"{_silent(w)}, with first attempts at {_mean(w, keys.SUCCESS_FIRST) or 0.0:.0%} success"
     return None
 
 
 def _parse_rate(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if not facts.reflects or not _all(w, REFLECTION_PARSE_RATE, lambda v: v < 0.5):
+    if not facts.reflects or not _all(w, keys.REFLECTION_PARSE_RATE, lambda v: v < 0.5):
         return None
-    cut = _mean(w, TRUNCATED_REFLECTION)
-    return f"{REFLECTION_PARSE_RATE} was {_mean(w, REFLECTION_PARSE_RATE):.2f} over {_steps(w)}" + (
+    cut = _mean(w, keys.TRUNCATED_REFLECTION)
+    return f"{keys.REFLECTION_PARSE_RATE} was {_mean(w, keys.REFLECTION_PARSE_RATE):.2f} over {_steps(w)}" + (
         f", with {cut:.0%} of reflections cut at max_reflection_length" if cut else ""
     )
 
 
 def _memory_empty(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if not (facts.reflects and facts.use_memory) or not _all(w, GATE_RATE, lambda v: v > 0):
+    if not (facts.reflects and facts.use_memory) or not _all(w, keys.GATE_RATE, lambda v: v > 0):
         return None
-    if _get(w[-1], MEMORY_TOTAL_WRITES) != 0.0:
+    if _get(w[-1], keys.MEMORY_TOTAL_WRITES) != 0.0:
         return None
     return (
-        f"tasks were gated on every one of {_steps(w)}, yet {MEMORY_TOTAL_WRITES} is 0 "
-        f"(parse rate {_mean(w, REFLECTION_PARSE_RATE) or 0.0:.2f}, second-attempt success "
-        f"{_mean(w, SUCCESS_SECOND) or 0.0:.0%})"
+        f"tasks were gated on every one of {_steps(w)}, yet {keys.MEMORY_TOTAL_WRITES} is 0 "
+        f"(parse rate {_mean(w, keys.REFLECTION_PARSE_RATE) or 0.0:.2f}, second-attempt success "
+        f"{_mean(w, keys.SUCCESS_SECOND) or 0.0:.0%})"
     )
 
 
@@ -210,18 +184,18 @@ def _gate_fixed(w: Sequence[Mapping[str, Any]], facts: RunFacts, rate: float) ->
     """Every step's gate rate is ``rate`` although rewards differ within groups: τ sorts nothing."""
     if (
         not reflects(facts.mode)
-        or not _all(w, GATE_RATE, lambda v: v == rate)
-        or not _all(w, ZERO_STD_FIRST, lambda v: v < SILENT_GROUPS)
+        or not _all(w, keys.GATE_RATE, lambda v: v == rate)
+        or not _all(w, keys.ZERO_STD_FIRST, lambda v: v < SILENT_GROUPS)
     ):
         return None
     return (
-        f"{GATE_RATE} was {rate:.2f} on every one of {_steps(w)}, though rewards differed within "
-        f"{1 - _mean(w, ZERO_STD_FIRST):.0%} of the first-attempt groups"
+        f"{keys.GATE_RATE} was {rate:.2f} on every one of {_steps(w)}, though rewards differed within "
+        f"{1 - _mean(w, keys.ZERO_STD_FIRST):.0%} of the first-attempt groups"
     )
 
 
 def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, SUCCESS_SECOND, lambda v: v == 0.0):  # no second attempt reached τ either
+    if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0):  # no second attempt reached τ either
         return _gate_fixed(w, facts, 1.0)
     return None
 
@@ -233,31 +207,31 @@ def _gate_never(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     if not facts.reflects:
         return None
-    pairs = [(_get(r, REWARD_SECOND), _get(r, REWARD_FIRST_GATED)) for r in w]
+    pairs = [(_get(r, keys.REWARD_SECOND), _get(r, keys.REWARD_FIRST_GATED)) for r in w]
     if all(r2 is not None and r1 is not None and r2 <= r1 for r2, r1 in pairs):
         return (
-            f"on the gated tasks, second attempts scored {_mean(w, REWARD_SECOND):.2f} against their first "
-            f"attempts' {_mean(w, REWARD_FIRST_GATED):.2f} on every one of {_steps(w)}"
+            f"on the gated tasks, second attempts scored {_mean(w, keys.REWARD_SECOND):.2f} against their first "
+            f"attempts' {_mean(w, keys.REWARD_FIRST_GATED):.2f} on every one of {_steps(w)}"
         )
     return None
 
 
 def _internalization_zero(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    rows = SAMPLES_KEYS[INTERNALIZATION]
+    rows = keys.SAMPLES_KEYS[INTERNALIZATION]
     if (
         facts.reflects
         and facts.use_internalization
         and _all(w, rows, lambda v: v > 0)
-        and _all(w, INTERNALIZATION_WEIGHT, lambda v: v == 0.0)
+        and _all(w, keys.INTERNALIZATION_WEIGHT, lambda v: v == 0.0)
     ):
-        return f"every internalization row of {_steps(w)} had weight 0 ({INTERNALIZATION_WEIGHT})"
+        return f"every internalization row of {_steps(w)} had weight 0 ({keys.INTERNALIZATION_WEIGHT})"
     return None
 
 
 _CUT_KEYS = (
-    (TRUNCATED_FIRST, "first attempts", "max_completion_length={max_completion_length}"),
-    (TRUNCATED_REFLECTION, "reflections", "max_reflection_length={max_reflection_length}"),
-    (TRUNCATED_SECOND, "second attempts", "max_completion_length={max_completion_length}"),
+    (keys.TRUNCATED_FIRST, "first attempts", "max_completion_length={max_completion_length}"),
+    (keys.TRUNCATED_REFLECTION, "reflections", "max_reflection_length={max_reflection_length}"),
+    (keys.TRUNCATED_SECOND, "second attempts", "max_completion_length={max_completion_length}"),
 )
 
 
@@ -272,14 +246,14 @@ def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     # A step with no advantage, no internalization weight and no gradient had nothing to learn (a solved run).
-    moved = [r for r in w if _had_signal(r) or (_get(r, GRAD_NORM) or 0.0) > 0]
+    moved = [r for r in w if _had_signal(r) or (_get(r, keys.GRAD_NORM) or 0.0) > 0]
     if (
         len(moved) == len(w)
-        and _all(w, OPTIM_STEPS, lambda v: v > 0)
-        and _all(w, WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO)
+        and _all(w, keys.OPTIM_STEPS, lambda v: v > 0)
+        and _all(w, keys.WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO)
     ):
-        steps = sum(_get(r, OPTIM_STEPS) or 0 for r in w)
-        return f"{WEIGHT_UPDATE} stayed below {FROZEN_RATIO:g} through {steps:.0f} optimizer steps ({_steps(w)})"
+        steps = sum(_get(r, keys.OPTIM_STEPS) or 0 for r in w)
+        return f"{keys.WEIGHT_UPDATE} stayed below {FROZEN_RATIO:g} through {steps:.0f} optimizer steps ({_steps(w)})"
     return None
 
 
@@ -288,15 +262,18 @@ LARGE_STEP = 0.05
 
 
 def _large_step(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    steps, moved = _get(w[-1], OPTIM_STEPS) or 0.0, _get(w[-1], WEIGHT_UPDATE) or 0.0
+    steps, moved = _get(w[-1], keys.OPTIM_STEPS) or 0.0, _get(w[-1], keys.WEIGHT_UPDATE) or 0.0
     if steps > 0 and moved / steps > LARGE_STEP:
-        return f"{WEIGHT_UPDATE} was {moved:.3g} over {steps:.0f} optimizer step(s), more than {LARGE_STEP:.0%} a step"
+        return (
+            f"{keys.WEIGHT_UPDATE} was {moved:.3g} over {steps:.0f} optimizer step(s), "
+            f"more than {LARGE_STEP:.0%} a step"
+        )
     return None
 
 
 def _had_signal(r: Mapping[str, Any]) -> bool:
-    return any((_get(r, key) or 0.0) > 0 for key in ADVANTAGE_KEYS.values()) or (
-        (_get(r, INTERNALIZATION_WEIGHT) or 0.0) > 0
+    return any((_get(r, key) or 0.0) > 0 for key in keys.ADVANTAGE_KEYS.values()) or (
+        (_get(r, keys.INTERNALIZATION_WEIGHT) or 0.0) > 0
     )
 
 
@@ -307,44 +284,50 @@ GAP_TOLERANCE = 0.02
 
 
 def _off_policy(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, GAP_STALE, lambda v: v > 0):
-        return f"{GAP_STALE} was 1 on {_steps(w)}: a sampler drew from weights the update did not score"
-    for key in GAP_MEAN_KEYS.values():
-        limit = _get(w[-1], GAP_LIMIT) or GAP_TOLERANCE
-        if _all(w, GAP_TOKENS, lambda v: v > 0) and _all(w, key, lambda v: v > limit):
+    if _all(w, keys.GAP_STALE, lambda v: v > 0):
+        return f"{keys.GAP_STALE} was 1 on {_steps(w)}: a sampler drew from weights the update did not score"
+    for key in keys.GAP_MEAN_KEYS.values():
+        limit = _get(w[-1], keys.GAP_LIMIT) or GAP_TOLERANCE
+        if _all(w, keys.GAP_TOKENS, lambda v: v > 0) and _all(w, key, lambda v: v > limit):
             return f"{key} was {_get(w[-1], key):.3g} on {_steps(w)} (tolerance {limit:g})"
     return None
 
 
 def _zero_grad(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, OPTIM_STEPS, lambda v: v > 0) and _all(w, GRAD_NORM, lambda v: v == 0.0) and all(map(_had_signal, w)):
-        return f"{GRAD_NORM} was 0 on {_steps(w)} although their rows had non-zero advantages or weights"
+    if (
+        _all(w, keys.OPTIM_STEPS, lambda v: v > 0)
+        and _all(w, keys.GRAD_NORM, lambda v: v == 0.0)
+        and all(map(_had_signal, w))
+    ):
+        return f"{keys.GRAD_NORM} was 0 on {_steps(w)} although their rows had non-zero advantages or weights"
     return None
 
 
 def _non_finite(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     def bad(r: Mapping[str, Any]) -> bool:
-        values = [_get(r, k) for k in (LOSS_TOTAL, GRAD_NORM, KL)]
-        return (_get(r, OPTIM_SKIPPED_STEPS) or 0.0) > 0 or any(v is not None and not math.isfinite(v) for v in values)
+        values = [_get(r, k) for k in (keys.LOSS_TOTAL, keys.GRAD_NORM, keys.KL)]
+        return (_get(r, keys.OPTIM_SKIPPED_STEPS) or 0.0) > 0 or any(
+            v is not None and not math.isfinite(v) for v in values
+        )
 
     n = sum(map(bad, w))
-    return f"{n} of {_steps(w)} had a non-finite loss or gradient ({OPTIM_SKIPPED_STEPS})" if n >= 2 else None
+    return f"{n} of {_steps(w)} had a non-finite loss or gradient ({keys.OPTIM_SKIPPED_STEPS})" if n >= 2 else None
 
 
 def _kl_growth(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    values = [_get(r, KL) for r in w]
+    values = [_get(r, keys.KL) for r in w]
     if any(v is None or not math.isfinite(v) for v in values):
         return None
     rising = all(b > a for a, b in zip(values, values[1:]))
     if rising and values[-1] >= 0.05 and values[-1] >= 2 * values[0]:
-        return f"{KL} rose " + " -> ".join(f"{v:.3f}" for v in values) + f" over {_steps(w)}"
+        return f"{keys.KL} rose " + " -> ".join(f"{v:.3f}" for v in values) + f" over {_steps(w)}"
     return None
 
 
 CHECKS: tuple[Check, ...] = (
     Check(
         "solved",
-        (ZERO_STD_FIRST, SUCCESS_FIRST),
+        (keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST),
         3,
         _solved,
         "The task is solved for this model: its groups have nothing left to teach (not a fault)",
@@ -353,7 +336,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "stuck",
-        (ZERO_STD_FIRST, SUCCESS_FIRST, SUCCESS_SECOND),
+        (keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST, keys.SUCCESS_SECOND),
         3,
         _stuck,
         "Almost every group failed on every rollout, so the reward gives no learning signal: the task is too "
@@ -363,7 +346,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "no_signal",
-        (ZERO_STD_FIRST, SUCCESS_FIRST),
+        (keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST),
         3,
         _no_signal,
         "Each task is all-or-nothing for this model, so GRPO's advantages are 0 and the policy loss is empty",
@@ -371,7 +354,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "parse_rate",
-        (REFLECTION_PARSE_RATE, TRUNCATED_REFLECTION),
+        (keys.REFLECTION_PARSE_RATE, keys.TRUNCATED_REFLECTION),
         3,
         _parse_rate,
         "Reflections rarely hold a <prompt>...</prompt> block, so second attempts get no rulebook and memory "
@@ -381,7 +364,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "memory_empty",
-        (GATE_RATE, MEMORY_TOTAL_WRITES, REFLECTION_PARSE_RATE, SUCCESS_SECOND),
+        (keys.GATE_RATE, keys.MEMORY_TOTAL_WRITES, keys.REFLECTION_PARSE_RATE, keys.SUCCESS_SECOND),
         5,
         _memory_empty,
         "A rulebook is stored only when its reflection parses and its second attempt reaches "
@@ -390,7 +373,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "gate_always",
-        (GATE_RATE, ZERO_STD_FIRST, SUCCESS_SECOND),
+        (keys.GATE_RATE, keys.ZERO_STD_FIRST, keys.SUCCESS_SECOND),
         5,
         _gate_always,
         "reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
@@ -399,7 +382,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "gate_never",
-        (GATE_RATE, ZERO_STD_FIRST),
+        (keys.GATE_RATE, keys.ZERO_STD_FIRST),
         5,
         _gate_never,
         "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
@@ -408,7 +391,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "second_not_better",
-        (REWARD_SECOND, REWARD_FIRST_GATED),
+        (keys.REWARD_SECOND, keys.REWARD_FIRST_GATED),
         5,
         _second_not_better,
         "The reflections carry nothing the second attempt can use",
@@ -417,7 +400,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "internalization_zero",
-        (SAMPLES_KEYS[INTERNALIZATION], INTERNALIZATION_WEIGHT),
+        (keys.SAMPLES_KEYS[INTERNALIZATION], keys.INTERNALIZATION_WEIGHT),
         3,
         _internalization_zero,
         "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
@@ -433,7 +416,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "frozen_weights",
-        (OPTIM_STEPS, WEIGHT_UPDATE),
+        (keys.OPTIM_STEPS, keys.WEIGHT_UPDATE),
         3,
         _frozen,
         "The trainable weights are not moving",
@@ -442,7 +425,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "large_step",
-        (OPTIM_STEPS, WEIGHT_UPDATE),
+        (keys.OPTIM_STEPS, keys.WEIGHT_UPDATE),
         1,
         _large_step,
         "One optimizer step moved the weights by a large share of their norm: a pretrained model forgets its format",
@@ -450,7 +433,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "zero_grad",
-        (OPTIM_STEPS, GRAD_NORM, *ADVANTAGE_KEYS.values()),
+        (keys.OPTIM_STEPS, keys.GRAD_NORM, *keys.ADVANTAGE_KEYS.values()),
         2,
         _zero_grad,
         "The loss does not reach the trainable weights",
@@ -458,7 +441,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "non_finite",
-        (OPTIM_SKIPPED_STEPS, LOSS_TOTAL, GRAD_NORM, KL),
+        (keys.OPTIM_SKIPPED_STEPS, keys.LOSS_TOTAL, keys.GRAD_NORM, keys.KL),
         3,
         _non_finite,
         "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
@@ -466,7 +449,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "off_policy",
-        (GAP_TOKENS, GAP_STALE, GAP_LIMIT, *GAP_MEAN_KEYS.values()),
+        (keys.GAP_TOKENS, keys.GAP_STALE, keys.GAP_LIMIT, *keys.GAP_MEAN_KEYS.values()),
         1,
         _off_policy,
         "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss scores",
@@ -475,7 +458,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "kl_growth",
-        (KL,),
+        (keys.KL,),
         4,
         _kl_growth,
         "The policy is leaving the reference fast; runs that do this often collapse a few steps later",
