@@ -8,171 +8,111 @@ import math
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from erl_lite import metric_names as keys
 from erl_lite.config.checks import reflects
 from erl_lite.core.memory import ReflectionMemory
-from erl_lite.metric_names import (
-    ADVANTAGE_KEYS,
-    CLIP_RATIO,
-    CLIPPED_RATIO,
-    EVAL_NUM_EPISODES,
-    EVAL_REWARD,
-    EVAL_SUCCESS,
-    EVAL_TRUNCATED,
-    GAP_LIMIT,
-    GAP_MAX_KEYS,
-    GAP_MEAN_KEYS,
-    GAP_STALE,
-    GAP_TOKENS,
-    GATE_RATE,
-    GRAD_NORM,
-    INTERNALIZATION_WEIGHT,
-    KL,
-    LEN_MAX,
-    LEN_MEAN,
-    LEN_MIN,
-    LOSS_KEYS,
-    LOSS_TOTAL,
-    LR,
-    MEMORY_SIZE,
-    MEMORY_TOTAL_WRITES,
-    MEMORY_WRITES,
-    OPTIM_SKIPPED_STEPS,
-    OPTIM_STEPS,
-    PEAK_GPU_GB,
-    REFLECTION_PARSE_RATE,
-    REFLECTION_REWARD,
-    REWARD_FIRST,
-    REWARD_FIRST_GATED,
-    REWARD_SECOND,
-    SAMPLES_KEYS,
-    STEP,
-    SUCCESS_FIRST,
-    SUCCESS_SECOND,
-    TERM_MAX,
-    TERM_MEAN,
-    TERM_MIN,
-    TIME_FIRST,
-    TIME_REFLECT,
-    TIME_SECOND,
-    TIME_STEP,
-    TIME_UPDATE,
-    TOKENS_FIRST,
-    TOKENS_PER_SECOND,
-    TOKENS_REFLECTION,
-    TOKENS_SECOND,
-    TRL_REWARD,
-    TRL_REWARD_STD,
-    TRL_ZERO_STD,
-    TRUNCATED_FIRST,
-    TRUNCATED_REFLECTION,
-    TRUNCATED_SECOND,
-    TURNS_FIRST,
-    WEIGHT_UPDATE,
-    ZERO_STD_FIRST,
-    ZERO_STD_KEYS,
-    ZERO_STD_REFLECTION,
-    ZERO_STD_SECOND,
-)
 from erl_lite.records import FIRST, INTERNALIZATION, REFLECTION, SECOND, Attempt, TrainSample
 
 #: Every key a history record may hold, with its meaning (the update's keys come from core.update).
 METRIC_GLOSSARY: dict[str, str] = {
-    STEP: "training iteration (1-based)",
-    REWARD_FIRST: "mean reward of first attempts",
-    REWARD_SECOND: "mean reward of second attempts (gated tasks only)",
-    REWARD_FIRST_GATED: "mean reward of the gated first attempts: the r1 that reward/second is compared with",
-    SUCCESS_FIRST: "fraction of first attempts with r1 >= tau (reward_threshold)",
-    SUCCESS_SECOND: "fraction of second attempts with r2 >= tau (reward_threshold)",
-    GATE_RATE: "fraction of first attempts sent on to reflection (r1 < tau)",
-    REFLECTION_PARSE_RATE: "fraction of reflections with a parsable <prompt> block",
-    REFLECTION_REWARD: "mean reward credited to reflections (r2 of their second attempt)",
-    ZERO_STD_FIRST: "fraction of first-attempt groups (one per task) with all advantages 0 (no policy loss)",
-    ZERO_STD_REFLECTION: "the same for the reflection groups (a task's gated rollouts, rewards r2)",
-    ZERO_STD_SECOND: "the same for the second-attempt groups (a task's gated rollouts, rewards r2)",
-    MEMORY_SIZE: "number of rulebooks memory holds after the step",
-    MEMORY_WRITES: "rulebooks written to memory during the step",
-    MEMORY_TOTAL_WRITES: "rulebooks written to memory since the run started",
-    LOSS_KEYS[FIRST]: "policy loss contributed by first attempts",
-    LOSS_KEYS[REFLECTION]: "policy loss contributed by reflections",
-    LOSS_KEYS[SECOND]: "policy loss contributed by second attempts",
-    LOSS_KEYS[INTERNALIZATION]: "internalization loss (second attempts under the initial context)",
-    INTERNALIZATION_WEIGHT: "mean weight of the internalization rows "
+    keys.STEP: "training iteration (1-based)",
+    keys.REWARD_FIRST: "mean reward of first attempts",
+    keys.REWARD_SECOND: "mean reward of second attempts (gated tasks only)",
+    keys.REWARD_FIRST_GATED: "mean reward of the gated first attempts: the r1 that reward/second is compared with",
+    keys.SUCCESS_FIRST: "fraction of first attempts with r1 >= tau (reward_threshold)",
+    keys.SUCCESS_SECOND: "fraction of second attempts with r2 >= tau (reward_threshold)",
+    keys.GATE_RATE: "fraction of first attempts sent on to reflection (r1 < tau)",
+    keys.REFLECTION_PARSE_RATE: "fraction of reflections with a parsable <prompt> block",
+    keys.REFLECTION_REWARD: "mean reward credited to reflections (r2 of their second attempt)",
+    keys.ZERO_STD_FIRST: "fraction of first-attempt groups (one per task) with all advantages 0 (no policy loss)",
+    keys.ZERO_STD_REFLECTION: "the same for the reflection groups (a task's gated rollouts, rewards r2)",
+    keys.ZERO_STD_SECOND: "the same for the second-attempt groups (a task's gated rollouts, rewards r2)",
+    keys.MEMORY_SIZE: "number of rulebooks memory holds after the step",
+    keys.MEMORY_WRITES: "rulebooks written to memory during the step",
+    keys.MEMORY_TOTAL_WRITES: "rulebooks written to memory since the run started",
+    keys.LOSS_KEYS[FIRST]: "policy loss contributed by first attempts",
+    keys.LOSS_KEYS[REFLECTION]: "policy loss contributed by reflections",
+    keys.LOSS_KEYS[SECOND]: "policy loss contributed by second attempts",
+    keys.LOSS_KEYS[INTERNALIZATION]: "internalization loss (second attempts under the initial context)",
+    keys.INTERNALIZATION_WEIGHT: "mean weight of the internalization rows "
     "(coef x max(r2, 0) for raft; 0: they teach nothing)",
-    LOSS_TOTAL: "sum of the above plus the KL term",
-    KL: "mean per-token k3 KL to the reference (adapter disabled)",
-    CLIP_RATIO: "fraction of loss tokens whose ratio was clipped",
-    GRAD_NORM: "gradient norm before clipping (last optimizer step taken in the iteration; 0 if none)",
-    ADVANTAGE_KEYS[FIRST]: "mean |A| over first-attempt sequences",
-    ADVANTAGE_KEYS[REFLECTION]: "mean |A| over reflection sequences",
-    ADVANTAGE_KEYS[SECOND]: "mean |A| over second-attempt sequences",
-    **{key: "sequences of the role in the RL batch" for key in SAMPLES_KEYS.values()},
-    TOKENS_FIRST: "tokens generated by first attempts",
-    TOKENS_REFLECTION: "tokens generated by reflections",
-    TOKENS_SECOND: "tokens generated by second attempts",
-    TURNS_FIRST: "mean number of model turns of a first attempt",
-    TRUNCATED_FIRST: "fraction of first attempts cut at max_completion_length or max_episode_length",
-    TRUNCATED_REFLECTION: "fraction of reflections cut at max_reflection_length (no stop token)",
-    TRUNCATED_SECOND: "the same as truncated/first for second attempts",
-    TIME_FIRST: "seconds spent on first attempts",
-    TIME_REFLECT: "seconds spent writing reflections",
-    TIME_SECOND: "seconds spent on second attempts",
-    TIME_UPDATE: "seconds spent on the RL update",
-    TIME_STEP: "seconds for the whole iteration",
-    TOKENS_PER_SECOND: "generated tokens of the step (all roles) per second of the sampling phases",
-    PEAK_GPU_GB: "peak CUDA memory allocated by torch during the step, GiB (None on CPU)",
-    OPTIM_STEPS: "optimizer steps taken this iteration",
-    OPTIM_SKIPPED_STEPS: "optimizer steps skipped this iteration: their loss or gradient was not finite",
-    WEIGHT_UPDATE: "relative change of the trainable weights in the iteration, |dW| / |W| over a fixed sample of "
+    keys.LOSS_TOTAL: "sum of the above plus the KL term",
+    keys.KL: "mean per-token k3 KL to the reference (adapter disabled)",
+    keys.CLIP_RATIO: "fraction of loss tokens whose ratio was clipped",
+    keys.GRAD_NORM: "gradient norm before clipping (last optimizer step taken in the iteration; 0 if none)",
+    keys.ADVANTAGE_KEYS[FIRST]: "mean |A| over first-attempt sequences",
+    keys.ADVANTAGE_KEYS[REFLECTION]: "mean |A| over reflection sequences",
+    keys.ADVANTAGE_KEYS[SECOND]: "mean |A| over second-attempt sequences",
+    **{key: "sequences of the role in the RL batch" for key in keys.SAMPLES_KEYS.values()},
+    keys.TOKENS_FIRST: "tokens generated by first attempts",
+    keys.TOKENS_REFLECTION: "tokens generated by reflections",
+    keys.TOKENS_SECOND: "tokens generated by second attempts",
+    keys.TURNS_FIRST: "mean number of model turns of a first attempt",
+    keys.TRUNCATED_FIRST: "fraction of first attempts cut at max_completion_length or max_episode_length",
+    keys.TRUNCATED_REFLECTION: "fraction of reflections cut at max_reflection_length (no stop token)",
+    keys.TRUNCATED_SECOND: "the same as truncated/first for second attempts",
+    keys.TIME_FIRST: "seconds spent on first attempts",
+    keys.TIME_REFLECT: "seconds spent writing reflections",
+    keys.TIME_SECOND: "seconds spent on second attempts",
+    keys.TIME_UPDATE: "seconds spent on the RL update",
+    keys.TIME_STEP: "seconds for the whole iteration",
+    keys.TOKENS_PER_SECOND: "generated tokens of the step (all roles) per second of the sampling phases",
+    keys.PEAK_GPU_GB: "peak CUDA memory allocated by torch during the step, GiB (None on CPU)",
+    keys.OPTIM_STEPS: "optimizer steps taken this iteration",
+    keys.OPTIM_SKIPPED_STEPS: "optimizer steps skipped this iteration: their loss or gradient was not finite",
+    keys.WEIGHT_UPDATE: "relative change of the trainable weights in the iteration, |dW| / |W| over a fixed sample of "
     "their entries (0: they did not move)",
     **{
-        GAP_MEAN_KEYS[r]: f"mean |sampler's log-prob - the update's| per {r} loss token (0 without reports)"
-        for r in GAP_MEAN_KEYS
+        keys.GAP_MEAN_KEYS[r]: f"mean |sampler's log-prob - the update's| per {r} loss token (0 without reports)"
+        for r in keys.GAP_MEAN_KEYS
     },
-    **{GAP_MAX_KEYS[r]: f"largest such gap on a {r} token of this process" for r in GAP_MAX_KEYS},
-    GAP_TOKENS: "tokens the on-policy check compared (0: the sampler reports no log-probs)",
-    GAP_STALE: "1 if a sampler drew this iteration's rows from other weights than the update scores (versions)",
-    GAP_LIMIT: "mean gap a token past which the off_policy check fires: 1e-3 for fp32 weights, 0.02 for 16-bit ones",
-    LR: "learning rate",
-    EVAL_REWARD: "mean first-attempt reward on the evaluation tasks (eval records)",
-    EVAL_SUCCESS: "first-attempt success rate on the evaluation tasks (eval records)",
-    EVAL_NUM_EPISODES: "evaluation episodes played (tasks x samples; eval records)",
-    EVAL_TRUNCATED: "fraction of evaluation episodes with a cut reply or out of budget (eval records)",
-    TRL_REWARD: "TRL's name: mean reward of first attempts (= reward/first)",
-    TRL_REWARD_STD: "TRL's name: unbiased std of first-attempt rewards (None below two)",
-    TRL_ZERO_STD: "TRL's name: frac_reward_zero_std/first",
-    LEN_MEAN: "TRL's name: mean generated tokens of a first attempt",
-    LEN_MIN: "TRL's name: fewest generated tokens of a first attempt",
-    LEN_MAX: "TRL's name: most generated tokens of a first attempt",
-    CLIPPED_RATIO: "TRL's name: fraction of first attempts truncated (= truncated/first)",
-    TERM_MEAN: "TRL's name: mean generated tokens of the first attempts not truncated (None: none)",
-    TERM_MIN: "TRL's name: fewest generated tokens of a first attempt not truncated (None: none)",
-    TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
+    **{keys.GAP_MAX_KEYS[r]: f"largest such gap on a {r} token of this process" for r in keys.GAP_MAX_KEYS},
+    keys.GAP_TOKENS: "tokens the on-policy check compared (0: the sampler reports no log-probs)",
+    keys.GAP_STALE: "1 if a sampler drew this iteration's rows from other weights than the update scores (versions)",
+    keys.GAP_LIMIT: (
+        "mean gap a token past which the off_policy check fires: 1e-3 for fp32 weights, 0.02 for 16-bit ones"
+    ),
+    keys.LR: "learning rate",
+    keys.EVAL_REWARD: "mean first-attempt reward on the evaluation tasks (eval records)",
+    keys.EVAL_SUCCESS: "first-attempt success rate on the evaluation tasks (eval records)",
+    keys.EVAL_NUM_EPISODES: "evaluation episodes played (tasks x samples; eval records)",
+    keys.EVAL_TRUNCATED: "fraction of evaluation episodes with a cut reply or out of budget (eval records)",
+    keys.TRL_REWARD: "TRL's name: mean reward of first attempts (= reward/first)",
+    keys.TRL_REWARD_STD: "TRL's name: unbiased std of first-attempt rewards (None below two)",
+    keys.TRL_ZERO_STD: "TRL's name: frac_reward_zero_std/first",
+    keys.LEN_MEAN: "TRL's name: mean generated tokens of a first attempt",
+    keys.LEN_MIN: "TRL's name: fewest generated tokens of a first attempt",
+    keys.LEN_MAX: "TRL's name: most generated tokens of a first attempt",
+    keys.CLIPPED_RATIO: "TRL's name: fraction of first attempts truncated (= truncated/first)",
+    keys.TERM_MEAN: "TRL's name: mean generated tokens of the first attempts not truncated (None: none)",
+    keys.TERM_MIN: "TRL's name: fewest generated tokens of a first attempt not truncated (None: none)",
+    keys.TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
 }
 
 TRL_NAMES = (
-    TRL_REWARD,
-    TRL_REWARD_STD,
-    TRL_ZERO_STD,
-    LEN_MEAN,
-    LEN_MIN,
-    LEN_MAX,
-    CLIPPED_RATIO,
-    TERM_MEAN,
-    TERM_MIN,
-    TERM_MAX,
+    keys.TRL_REWARD,
+    keys.TRL_REWARD_STD,
+    keys.TRL_ZERO_STD,
+    keys.LEN_MEAN,
+    keys.LEN_MIN,
+    keys.LEN_MAX,
+    keys.CLIPPED_RATIO,
+    keys.TERM_MEAN,
+    keys.TERM_MIN,
+    keys.TERM_MAX,
 )
 
 #: Metric families, one key per environment of a multi-environment run (``<env>``: its name).
 ENV_FAMILY_SUFFIX = "/<env>"
 METRIC_FAMILIES: dict[str, str] = {
-    REWARD_FIRST + ENV_FAMILY_SUFFIX: "mean reward of the environment's first attempts",
-    REWARD_SECOND + ENV_FAMILY_SUFFIX: "mean reward of the environment's second attempts",
-    SUCCESS_FIRST + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts solved",
-    SUCCESS_SECOND + ENV_FAMILY_SUFFIX: "fraction of the environment's second attempts solved",
-    GATE_RATE + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts sent on to reflection",
-    MEMORY_SIZE + ENV_FAMILY_SUFFIX: "number of rulebooks the environment's own memory holds after the step",
-    EVAL_REWARD + ENV_FAMILY_SUFFIX: "mean first-attempt reward on the environment's evaluation tasks",
-    EVAL_SUCCESS + ENV_FAMILY_SUFFIX: "first-attempt success rate on the environment's evaluation tasks",
+    keys.REWARD_FIRST + ENV_FAMILY_SUFFIX: "mean reward of the environment's first attempts",
+    keys.REWARD_SECOND + ENV_FAMILY_SUFFIX: "mean reward of the environment's second attempts",
+    keys.SUCCESS_FIRST + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts solved",
+    keys.SUCCESS_SECOND + ENV_FAMILY_SUFFIX: "fraction of the environment's second attempts solved",
+    keys.GATE_RATE + ENV_FAMILY_SUFFIX: "fraction of the environment's first attempts sent on to reflection",
+    keys.MEMORY_SIZE + ENV_FAMILY_SUFFIX: "number of rulebooks the environment's own memory holds after the step",
+    keys.EVAL_REWARD + ENV_FAMILY_SUFFIX: "mean first-attempt reward on the environment's evaluation tasks",
+    keys.EVAL_SUCCESS + ENV_FAMILY_SUFFIX: "first-attempt success rate on the environment's evaluation tasks",
 }
 
 #: TRL's per-reward-function family (``<func>``: the function's TRL name), and its second-attempt twin.
@@ -206,12 +146,12 @@ def describe(key: str) -> str | None:
 
 
 #: State after a step, not events during it: a report over several steps takes the latest value, not the mean.
-POINT_IN_TIME: frozenset[str] = frozenset({LR, MEMORY_SIZE, MEMORY_TOTAL_WRITES})
+POINT_IN_TIME: frozenset[str] = frozenset({keys.LR, keys.MEMORY_SIZE, keys.MEMORY_TOTAL_WRITES})
 
 
 def is_measurement(key: str) -> bool:
     """Whether ``key`` is a wall-clock or device measurement, which comparisons of histories leave out."""
-    return key.startswith("time/") or key in (TOKENS_PER_SECOND, PEAK_GPU_GB)
+    return key.startswith("time/") or key in (keys.TOKENS_PER_SECOND, keys.PEAK_GPU_GB)
 
 
 def is_point_in_time(key: str) -> bool:
@@ -247,16 +187,16 @@ def trl_metrics(first: list[Attempt], zero_std_first: float | None) -> dict[str,
     lengths = [float(a.num_generated_tokens) for a in first]
     ended = [float(a.num_generated_tokens) for a in first if not a.truncated]
     return {
-        TRL_REWARD: _mean([a.reward for a in first]),
-        TRL_REWARD_STD: _std([a.reward for a in first]),
-        TRL_ZERO_STD: zero_std_first,
-        LEN_MEAN: _mean(lengths),
-        LEN_MIN: min(lengths, default=None),
-        LEN_MAX: max(lengths, default=None),
-        CLIPPED_RATIO: _mean([float(a.truncated) for a in first]),
-        TERM_MEAN: _mean(ended),
-        TERM_MIN: min(ended, default=None),
-        TERM_MAX: max(ended, default=None),
+        keys.TRL_REWARD: _mean([a.reward for a in first]),
+        keys.TRL_REWARD_STD: _std([a.reward for a in first]),
+        keys.TRL_ZERO_STD: zero_std_first,
+        keys.LEN_MEAN: _mean(lengths),
+        keys.LEN_MIN: min(lengths, default=None),
+        keys.LEN_MAX: max(lengths, default=None),
+        keys.CLIPPED_RATIO: _mean([float(a.truncated) for a in first]),
+        keys.TERM_MEAN: _mean(ended),
+        keys.TERM_MIN: min(ended, default=None),
+        keys.TERM_MAX: max(ended, default=None),
     }
 
 
@@ -282,34 +222,34 @@ def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> di
     second = [r.second for r in retries]
     refl = [r.reflection for r in retries if r.reflection is not None]
     m: dict[str, Any] = {
-        REWARD_FIRST: _mean([a.reward for a in first]),
-        SUCCESS_FIRST: _mean([float(a.success) for a in first]),
-        REWARD_SECOND: _mean([a.reward for a in second]),
-        REWARD_FIRST_GATED: _mean([r.first.reward for r in retries]),
-        SUCCESS_SECOND: _mean([float(a.success) for a in second]),
-        GATE_RATE: len(retries) / len(first) if first and reflects(mode) else None,
-        REFLECTION_PARSE_RATE: _mean([float(r.parsed) for r in refl]),
-        REFLECTION_REWARD: _mean([r.reward for r in refl]),
-        MEMORY_SIZE: float(len(memory)) if memory is not None else 0.0,
-        MEMORY_WRITES: float(outcome.memory_writes),
-        MEMORY_TOTAL_WRITES: float(memory.total_writes) if memory is not None else 0.0,
-        TOKENS_FIRST: float(sum(a.num_generated_tokens for a in first)),
-        TOKENS_REFLECTION: float(sum(len(r.completion_ids) for r in refl)),
-        TOKENS_SECOND: float(sum(a.num_generated_tokens for a in second)),
-        TURNS_FIRST: _mean([float(a.num_turns) for a in first]),
-        TRUNCATED_FIRST: _mean([float(a.truncated) for a in first]),
-        TRUNCATED_REFLECTION: _mean([float(r.truncated) for r in refl]),
-        TRUNCATED_SECOND: _mean([float(a.truncated) for a in second]),
-        INTERNALIZATION_WEIGHT: _mean([s.advantage for s in outcome.samples if s.role == INTERNALIZATION]),
+        keys.REWARD_FIRST: _mean([a.reward for a in first]),
+        keys.SUCCESS_FIRST: _mean([float(a.success) for a in first]),
+        keys.REWARD_SECOND: _mean([a.reward for a in second]),
+        keys.REWARD_FIRST_GATED: _mean([r.first.reward for r in retries]),
+        keys.SUCCESS_SECOND: _mean([float(a.success) for a in second]),
+        keys.GATE_RATE: len(retries) / len(first) if first and reflects(mode) else None,
+        keys.REFLECTION_PARSE_RATE: _mean([float(r.parsed) for r in refl]),
+        keys.REFLECTION_REWARD: _mean([r.reward for r in refl]),
+        keys.MEMORY_SIZE: float(len(memory)) if memory is not None else 0.0,
+        keys.MEMORY_WRITES: float(outcome.memory_writes),
+        keys.MEMORY_TOTAL_WRITES: float(memory.total_writes) if memory is not None else 0.0,
+        keys.TOKENS_FIRST: float(sum(a.num_generated_tokens for a in first)),
+        keys.TOKENS_REFLECTION: float(sum(len(r.completion_ids) for r in refl)),
+        keys.TOKENS_SECOND: float(sum(a.num_generated_tokens for a in second)),
+        keys.TURNS_FIRST: _mean([float(a.num_turns) for a in first]),
+        keys.TRUNCATED_FIRST: _mean([float(a.truncated) for a in first]),
+        keys.TRUNCATED_REFLECTION: _mean([float(r.truncated) for r in refl]),
+        keys.TRUNCATED_SECOND: _mean([float(a.truncated) for a in second]),
+        keys.INTERNALIZATION_WEIGHT: _mean([s.advantage for s in outcome.samples if s.role == INTERNALIZATION]),
     }
-    m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in ZERO_STD_KEYS.items()})
-    m.update(trl_metrics(first, m[ZERO_STD_FIRST]))
+    m.update({key: frac_reward_zero_std(outcome.samples, role) for role, key in keys.ZERO_STD_KEYS.items()})
+    m.update(trl_metrics(first, m[keys.ZERO_STD_FIRST]))
     m.update(reward_func_metrics(first))
     m.update(reward_func_metrics(second, "/second"))
     m.update({f"time/{k}": v for k, v in outcome.seconds.items()})
     sampling_seconds = sum(outcome.seconds.values())  # first, reflect, second: the update is timed apart
-    generated = m[TOKENS_FIRST] + m[TOKENS_REFLECTION] + m[TOKENS_SECOND]
-    m[TOKENS_PER_SECOND] = generated / sampling_seconds if sampling_seconds > 0 else None
+    generated = m[keys.TOKENS_FIRST] + m[keys.TOKENS_REFLECTION] + m[keys.TOKENS_SECOND]
+    m[keys.TOKENS_PER_SECOND] = generated / sampling_seconds if sampling_seconds > 0 else None
     return m
 
 
@@ -337,15 +277,22 @@ def peak_gpu_gb(device: Any) -> float | None:
 
 def eval_metrics(attempts: list[Attempt]) -> dict[str, float]:
     return {
-        EVAL_REWARD: _mean([a.reward for a in attempts]) or 0.0,
-        EVAL_SUCCESS: _mean([float(a.success) for a in attempts]) or 0.0,
-        EVAL_NUM_EPISODES: float(len(attempts)),
-        EVAL_TRUNCATED: _mean([float(a.truncated) for a in attempts]) or 0.0,
+        keys.EVAL_REWARD: _mean([a.reward for a in attempts]) or 0.0,
+        keys.EVAL_SUCCESS: _mean([float(a.success) for a in attempts]) or 0.0,
+        keys.EVAL_NUM_EPISODES: float(len(attempts)),
+        keys.EVAL_TRUNCATED: _mean([float(a.truncated) for a in attempts]) or 0.0,
     }
 
 
 #: The step metrics reported per environment too, as ``<key>/<env>`` (:func:`env_step_metrics`).
-ENV_STEP_KEYS = (REWARD_FIRST, SUCCESS_FIRST, REWARD_SECOND, SUCCESS_SECOND, GATE_RATE, MEMORY_SIZE)
+ENV_STEP_KEYS = (
+    keys.REWARD_FIRST,
+    keys.SUCCESS_FIRST,
+    keys.REWARD_SECOND,
+    keys.SUCCESS_SECOND,
+    keys.GATE_RATE,
+    keys.MEMORY_SIZE,
+)
 
 
 def env_step_metrics(
@@ -372,6 +319,6 @@ def env_eval_metrics(attempts: list[Attempt], env_of: Callable[[str], str], name
     m: dict[str, Any] = {}
     for name in names:
         mine = [a for a in attempts if env_of(a.task_id) == name]
-        m[f"{EVAL_REWARD}/{name}"] = _mean([a.reward for a in mine])
-        m[f"{EVAL_SUCCESS}/{name}"] = _mean([float(a.success) for a in mine])
+        m[f"{keys.EVAL_REWARD}/{name}"] = _mean([a.reward for a in mine])
+        m[f"{keys.EVAL_SUCCESS}/{name}"] = _mean([float(a.success) for a in mine])
     return m

@@ -476,9 +476,11 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 18,184: the GPU check's two finds, hub kernels off at load and an older transformers refused by the
 # continuous backend when the trainer is built (+14), paid for by the health checks reading metric names through
 # the module (`keys.GATE_RATE`) instead of importing 25 names one per line.
+# Then 18,071: every module that reads many metric names reads them so (metrics, the update's tallies, the
+# trainer, the demo, the plots), not through an import of up to 61 names, one per line.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_184
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_071
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {

@@ -13,30 +13,13 @@ from typing import Any
 
 import torch
 
+from erl_lite import metric_names as keys
 from erl_lite.config import ERLConfig
 from erl_lite.core.batching import Packed
 from erl_lite.core.logprobs import cut_logprobs
 from erl_lite.core.losses import _MAX_LOG_RATIO, LossStats
 from erl_lite.core.policy import base_model
 from erl_lite.core.reducer import Reducer
-from erl_lite.metric_names import (
-    ADVANTAGE_KEYS,
-    CLIP_RATIO,
-    GAP_LIMIT,
-    GAP_MAX_KEYS,
-    GAP_MEAN_KEYS,
-    GAP_RECORD,
-    GAP_STALE,
-    GAP_TOKENS,
-    GRAD_NORM,
-    KL,
-    LOSS_KEYS,
-    LOSS_TOTAL,
-    OPTIM_SKIPPED_STEPS,
-    OPTIM_STEPS,
-    SAMPLES_KEYS,
-    WEIGHT_UPDATE,
-)
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND
 
 
@@ -46,7 +29,7 @@ class UpdateStats(Mapping):
 
     Example:
         >>> s = UpdateStats.empty({r: 0 for r in ROLES})
-        >>> list(s) == list(s.to_metrics()) == list(UPDATE_METRICS), s[OPTIM_STEPS]
+        >>> list(s) == list(s.to_metrics()) == list(UPDATE_METRICS), s[keys.OPTIM_STEPS]
         (True, 0.0)
     """
 
@@ -71,21 +54,21 @@ class UpdateStats(Mapping):
 
     def to_metrics(self) -> dict[str, float]:
         """The metrics as a flat dict with exactly the keys of :data:`UPDATE_METRICS`."""
-        out = {SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES}
-        out.update({ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
-        out[LOSS_TOTAL] = float(self.loss_total)
-        out.update({LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
+        out = {keys.SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES}
+        out.update({keys.ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
+        out[keys.LOSS_TOTAL] = float(self.loss_total)
+        out.update({keys.LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
         out.update(
             {
-                KL: float(self.kl),
-                CLIP_RATIO: float(self.clip_ratio),
-                GRAD_NORM: float(self.grad_norm),
-                OPTIM_STEPS: float(self.optim_steps),
-                OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
-                WEIGHT_UPDATE: float(self.weight_update),
+                keys.KL: float(self.kl),
+                keys.CLIP_RATIO: float(self.clip_ratio),
+                keys.GRAD_NORM: float(self.grad_norm),
+                keys.OPTIM_STEPS: float(self.optim_steps),
+                keys.OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
+                keys.WEIGHT_UPDATE: float(self.weight_update),
             }
         )
-        out.update({key: float(self.gap.get(key, 0.0)) for key in GAP_RECORD})
+        out.update({key: float(self.gap.get(key, 0.0)) for key in keys.GAP_RECORD})
         return out
 
     def __getitem__(self, key: str) -> float:
@@ -108,12 +91,12 @@ class Tally:
 
     def __init__(self) -> None:
         # Each role's loss shares; KL and clip ratio weighted by their token counts; the counts.
-        self.sums = dict.fromkeys([*LOSS_KEYS.values(), KL, "clipped", "tokens", "policy_tokens"], 0.0)
+        self.sums = dict.fromkeys([*keys.LOSS_KEYS.values(), keys.KL, "clipped", "tokens", "policy_tokens"], 0.0)
 
     def add(self, batch: Packed, stats: LossStats) -> None:
         for role, share in zip(batch.roles, stats.row_losses):
-            self.sums[LOSS_KEYS[role]] += share
-        self.sums[KL] += (stats.kl or 0.0) * stats.num_tokens
+            self.sums[keys.LOSS_KEYS[role]] += share
+        self.sums[keys.KL] += (stats.kl or 0.0) * stats.num_tokens
         self.sums["tokens"] += stats.num_tokens
         self.sums["clipped"] += stats.clip_ratio * stats.policy_tokens
         self.sums["policy_tokens"] += stats.policy_tokens
@@ -126,8 +109,8 @@ class Tally:
         """The record: the loss, KL and clip ratio from the sums (over every process under DDP), ``fields`` the rest
         (``samples``, ``advantage``, ``grad_norm``, ``optim_steps``, ...)."""
         s = dist.sum(self.sums)
-        loss = {r: s[LOSS_KEYS[r]] / max(fields["optim_steps"], 1) for r in ROLES}  # mean over the stepped mini-batches
-        kl, clipped = s[KL] / max(s["tokens"], 1), s["clipped"] / max(s["policy_tokens"], 1)
+        loss = {r: s[keys.LOSS_KEYS[r]] / max(fields["optim_steps"], 1) for r in ROLES}  # per stepped mini-batch
+        kl, clipped = s[keys.KL] / max(s["tokens"], 1), s["clipped"] / max(s["policy_tokens"], 1)
         return UpdateStats(loss=loss, loss_total=sum(loss.values()), kl=kl, clip_ratio=clipped, **fields)
 
 
@@ -178,10 +161,10 @@ class GapTally:
 
     def result(self, dist: Reducer) -> dict[str, float]:
         s = dist.sum(self.sums)  # DDP: over every process
-        out = {GAP_MEAN_KEYS[r]: s[f"s/{r}"] / max(s[f"n/{r}"], 1) for r in ADVANTAGE_ROLES}
-        out.update({GAP_MAX_KEYS[r]: self.maxes[r] for r in ADVANTAGE_ROLES})
-        out[GAP_TOKENS] = sum(s[f"n/{r}"] for r in ADVANTAGE_ROLES)
-        out[GAP_STALE], out[GAP_LIMIT] = float(s["stale"] > 0), self.limit
+        out = {keys.GAP_MEAN_KEYS[r]: s[f"s/{r}"] / max(s[f"n/{r}"], 1) for r in ADVANTAGE_ROLES}
+        out.update({keys.GAP_MAX_KEYS[r]: self.maxes[r] for r in ADVANTAGE_ROLES})
+        out[keys.GAP_TOKENS] = sum(s[f"n/{r}"] for r in ADVANTAGE_ROLES)
+        out[keys.GAP_STALE], out[keys.GAP_LIMIT] = float(s["stale"] > 0), self.limit
         return out
 
 

@@ -11,6 +11,7 @@ import time
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
+from erl_lite import metric_names as keys
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import check_whole
 from erl_lite.config.presets import PRESETS
@@ -18,17 +19,6 @@ from erl_lite.embedded.loading import load_embedded
 from erl_lite.embedded.rulebooks import contradictions, hole_facts, named_holes, planned_holes, repeated_holes
 from erl_lite.embedded.world import demo_world, hole_letters
 from erl_lite.history import History
-from erl_lite.metric_names import (
-    EVAL_SUCCESS,
-    GATE_RATE,
-    MEMORY_SIZE,
-    MEMORY_WRITES,
-    REFLECTION_PARSE_RATE,
-    REWARD_FIRST,
-    REWARD_SECOND,
-    STEP,
-    TIME_STEP,
-)
 from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 
 #: The demo's run settings: a read-only view of their one home, ``PRESETS["demo"]``.
@@ -82,9 +72,9 @@ def step_line(trainer: Any, record: Any) -> None:
     m = record.metrics
     fmt = lambda key: "  -  " if m.get(key) is None else f"{m[key]:.2f}"
     print(
-        f"step {m[STEP]:>3} | r1 {fmt(REWARD_FIRST)} | gate {fmt(GATE_RATE)} | "
-        f"parse {fmt(REFLECTION_PARSE_RATE)} | r2 {fmt(REWARD_SECOND)} | "
-        f"memory {int(m[MEMORY_SIZE])} (+{int(m[MEMORY_WRITES])}) | {m[TIME_STEP]:.1f}s",
+        f"step {m[keys.STEP]:>3} | r1 {fmt(keys.REWARD_FIRST)} | gate {fmt(keys.GATE_RATE)} | "
+        f"parse {fmt(keys.REFLECTION_PARSE_RATE)} | r2 {fmt(keys.REWARD_SECOND)} | "
+        f"memory {int(m[keys.MEMORY_SIZE])} (+{int(m[keys.MEMORY_WRITES])}) | {m[keys.TIME_STEP]:.1f}s",
         flush=True,
     )
 
@@ -166,7 +156,7 @@ def train_demo(
 
 
 def _eval_ends(history: History) -> tuple[float, float]:
-    _, values = history.series(EVAL_SUCCESS, kind="eval")
+    _, values = history.series(keys.EVAL_SUCCESS, kind="eval")
     return (values[0], values[-1]) if values else (float("nan"), float("nan"))
 
 
@@ -346,7 +336,7 @@ def write_report(
     train = history.of_kind("train")
     rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]
     window = max(1, min(5, len(train) // 3))  # single steps are noisy: mean over a few
-    for key in (REWARD_FIRST, REWARD_SECOND, GATE_RATE, REFLECTION_PARSE_RATE, MEMORY_WRITES):
+    for key in (keys.REWARD_FIRST, keys.REWARD_SECOND, keys.GATE_RATE, keys.REFLECTION_PARSE_RATE, keys.MEMORY_WRITES):
         vals = [r[key] for r in train[:window] if r.get(key) is not None]
         late = [r[key] for r in train[-window:] if r.get(key) is not None]
         if vals and late:

@@ -27,6 +27,7 @@ import random
 import time
 from typing import Any, Callable, Sequence
 
+from erl_lite import metric_names as keys
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import quantization_name, reflects
 from erl_lite.core.continuous import end_phase
@@ -40,18 +41,6 @@ from erl_lite.diagnostics.monitor import Monitor
 from erl_lite.diagnostics.preflight import preflight
 from erl_lite.history import History
 from erl_lite.integrations import wiring
-from erl_lite.metric_names import (
-    EVAL_PREFIX,
-    GATE_RATE,
-    LR,
-    MEMORY_SIZE,
-    PEAK_GPU_GB,
-    REWARD_FIRST,
-    REWARD_SECOND,
-    STEP,
-    TIME_STEP,
-    TIME_UPDATE,
-)
 from erl_lite.metrics import cuda_device, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics
 from erl_lite.records import StepRecord, Task
 from erl_lite.run.args import (
@@ -278,15 +267,15 @@ class ERLTrainer(CheckpointSaving):
         # DDP: every process's records, and memory written in rank order (identity in one process).
         outcome = self.dist.merge(outcome, view)
         metrics = {
-            STEP: self.step,
+            keys.STEP: self.step,
             **step_metrics(outcome, memory, self.args.mode),
             **wiring.env_step_extras(self.env, outcome, memory, self.args.mode),
             **losses.to_metrics(),
             **wiring.logged_metrics(self.reward_log, self.dist),
-            TIME_UPDATE: t2 - t1,
-            TIME_STEP: t2 - t0,
-            LR: self.optimizer.param_groups[0]["lr"],  # the rate of the next optimizer step, the schedule's
-            PEAK_GPU_GB: peak_gpu_gb(device),
+            keys.TIME_UPDATE: t2 - t1,
+            keys.TIME_STEP: t2 - t0,
+            keys.LR: self.optimizer.param_groups[0]["lr"],  # the rate of the next optimizer step, the schedule's
+            keys.PEAK_GPU_GB: peak_gpu_gb(device),
         }
         record = StepRecord(
             self.step, tasks, outcome.first_attempts, outcome.retries, memory_before, self.memory.entries, metrics
@@ -329,12 +318,14 @@ class ERLTrainer(CheckpointSaving):
                 end_phase(self.generator)
             attempts = self.dist.gather(attempts)
             metrics = eval_metrics(attempts)
-            metrics.update({EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()})
+            metrics.update(
+                {keys.EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()}
+            )
             metrics.update(wiring.env_eval_extras(self.env, attempts))
             if log:
                 if self.args.output_dir and not self._claimed and self.step == 0:
                     self._claim_output_dir()  # the run's first record: the folder becomes this run's
-                self.history.log({STEP: self.step, **metrics}, kind="eval")
+                self.history.log({keys.STEP: self.step, **metrics}, kind="eval")
                 self.hf_callbacks.event("log", logs=self.history.records[-1])
                 if not self._training:  # train() finishes its tracker runs itself, at its end
                     self.history.close_reporter()
@@ -354,9 +345,9 @@ class ERLTrainer(CheckpointSaving):
 
     def _postfix(self, r: dict[str, Any]) -> str:
         """The step bar's summary of the step record ``r``."""
-        parts = [f"r1={r[REWARD_FIRST]:.2f}"]
-        if r.get(REWARD_SECOND) is not None:
-            parts.append(f"r2={r[REWARD_SECOND]:.2f}")
+        parts = [f"r1={r[keys.REWARD_FIRST]:.2f}"]
+        if r.get(keys.REWARD_SECOND) is not None:
+            parts.append(f"r2={r[keys.REWARD_SECOND]:.2f}")
         if reflects(self.args.mode):
-            parts += [f"gate={r[GATE_RATE]:.2f}", f"mem={int(r[MEMORY_SIZE])}"]
+            parts += [f"gate={r[keys.GATE_RATE]:.2f}", f"mem={int(r[keys.MEMORY_SIZE])}"]
         return " ".join(parts)

@@ -8,25 +8,8 @@ import math
 import random
 from typing import Any
 
+from erl_lite import metric_names as keys
 from erl_lite.history import History
-from erl_lite.metric_names import (
-    ADVANTAGE_KEYS,
-    EVAL_NUM_EPISODES,
-    EVAL_REWARD,
-    EVAL_SUCCESS,
-    GATE_RATE,
-    LOSS_KEYS,
-    LR,
-    MEMORY_SIZE,
-    MEMORY_WRITES,
-    REFLECTION_PARSE_RATE,
-    REFLECTION_REWARD,
-    REWARD_FIRST,
-    REWARD_SECOND,
-    STEP,
-    SUCCESS_FIRST,
-    SUCCESS_SECOND,
-)
 from erl_lite.records import FIRST, INTERNALIZATION, REFLECTION, SECOND, Attempt, Reflection, Retry, StepRecord, Task
 
 INITIAL_PROMPT = "You are playing a grid game. Reply with one move in a ``` block: Up, Down, Left or Right."
@@ -113,28 +96,28 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     jitter = lambda s: rng.gauss(0.0, s)
     r1 = min(1.0, max(0.0, p1 + jitter(0.04)))
     out = {
-        STEP: step,
-        REWARD_FIRST: r1,
-        SUCCESS_FIRST: r1,
-        LOSS_KEYS[FIRST]: jitter(0.05),
-        ADVANTAGE_KEYS[FIRST]: 0.8 + jitter(0.05),
-        LR: 1e-6,
+        keys.STEP: step,
+        keys.REWARD_FIRST: r1,
+        keys.SUCCESS_FIRST: r1,
+        keys.LOSS_KEYS[FIRST]: jitter(0.05),
+        keys.ADVANTAGE_KEYS[FIRST]: 0.8 + jitter(0.05),
+        keys.LR: 1e-6,
     }
     if baseline:
         return out
     r2 = min(1.0, r1 + 0.2 + jitter(0.04))
     out.update(
         {
-            REWARD_SECOND: r2,
-            SUCCESS_SECOND: r2,
-            GATE_RATE: 1.0 - r1,
-            REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress),
-            REFLECTION_REWARD: r2,
-            LOSS_KEYS[REFLECTION]: jitter(0.05),
-            LOSS_KEYS[SECOND]: jitter(0.05),
-            LOSS_KEYS[INTERNALIZATION]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
-            ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05),
-            ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
+            keys.REWARD_SECOND: r2,
+            keys.SUCCESS_SECOND: r2,
+            keys.GATE_RATE: 1.0 - r1,
+            keys.REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress),
+            keys.REFLECTION_REWARD: r2,
+            keys.LOSS_KEYS[REFLECTION]: jitter(0.05),
+            keys.LOSS_KEYS[SECOND]: jitter(0.05),
+            keys.LOSS_KEYS[INTERNALIZATION]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
+            keys.ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05),
+            keys.ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
         }
     )
     return out
@@ -150,14 +133,16 @@ def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True,
         metrics = _metrics(step, steps, rng, baseline)
         sampled = with_samples and not baseline and (step == 1 or step % 5 == 0)
         if not baseline:
-            record = _step_record(step, metrics[SUCCESS_FIRST], rng, memory)
-            metrics[MEMORY_WRITES] = float(sum(a.success for a in record.second_attempts))
-            metrics[MEMORY_SIZE] = float(len(memory["slot"]))
+            record = _step_record(step, metrics[keys.SUCCESS_FIRST], rng, memory)
+            metrics[keys.MEMORY_WRITES] = float(sum(a.success for a in record.second_attempts))
+            metrics[keys.MEMORY_SIZE] = float(len(memory["slot"]))
             if sampled:
                 record.metrics = dict(metrics)
                 history.log_sample(record.to_dict())
         history.log(metrics)
         if step % 5 == 0:
-            r = min(1.0, max(0.0, metrics[REWARD_FIRST] + rng.gauss(0.0, 0.03)))
-            history.log({STEP: step, EVAL_REWARD: r, EVAL_SUCCESS: r, EVAL_NUM_EPISODES: 64.0}, kind="eval")
+            r = min(1.0, max(0.0, metrics[keys.REWARD_FIRST] + rng.gauss(0.0, 0.03)))
+            history.log(
+                {keys.STEP: step, keys.EVAL_REWARD: r, keys.EVAL_SUCCESS: r, keys.EVAL_NUM_EPISODES: 64.0}, kind="eval"
+            )
     return history

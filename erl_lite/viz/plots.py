@@ -12,20 +12,8 @@ from collections.abc import Callable, Sequence
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from erl_lite import metric_names as keys
 from erl_lite.history import History
-from erl_lite.metric_names import (
-    ADVANTAGE_KEYS,
-    EVAL_NUM_EPISODES,
-    EVAL_PREFIX,
-    EVAL_REWARD,
-    EVAL_SUCCESS,
-    GATE_RATE,
-    LOSS_KEYS,
-    REWARD_FIRST,
-    REWARD_SECOND,
-    SUCCESS_FIRST,
-    SUCCESS_SECOND,
-)
 from erl_lite.records import FIRST, REFLECTION, ROLES, SECOND
 from erl_lite.viz import _style as S
 from erl_lite.viz._style import COLORS, LINESTYLES, MARKERS, HistoryLike, as_history, joined_rulebooks
@@ -76,7 +64,7 @@ def _eval_points(
     ax: Axes, h: History, steps: list[int], values: list[float], label: str, color: str, marker: str, baseline: bool
 ) -> None:
     """Evaluation at the steps measured, never joined by a line (two points are not a learning curve)."""
-    counts = dict(zip(*h.series(EVAL_NUM_EPISODES, "eval")))
+    counts = dict(zip(*h.series(keys.EVAL_NUM_EPISODES, "eval")))
     bounds = [wilson(v, counts.get(s, 0)) for s, v in zip(steps, values)]
     err = [
         [max(0.0, v - lo) for v, (lo, _) in zip(values, bounds)],  # >= 0: rounding at a rate of 0 or 1, and a
@@ -116,8 +104,11 @@ def _same_series(h: History, a: tuple[str, str], b: tuple[str, str]) -> bool | N
 def rewards_are_binary(history: HistoryLike) -> bool:
     """Whether reward and success are the same numbers everywhere (0/1 rewards, τ = 1: the games)."""
     h = as_history(history)
-    pairs = [((REWARD_FIRST, "train"), (SUCCESS_FIRST, "train")), ((REWARD_SECOND, "train"), (SUCCESS_SECOND, "train"))]
-    pairs.append(((EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")))
+    pairs = [
+        ((keys.REWARD_FIRST, "train"), (keys.SUCCESS_FIRST, "train")),
+        ((keys.REWARD_SECOND, "train"), (keys.SUCCESS_SECOND, "train")),
+    ]
+    pairs.append(((keys.EVAL_REWARD, "eval"), (keys.EVAL_SUCCESS, "eval")))
     verdicts = [v for v in (_same_series(h, a, b) for a, b in pairs) if v is not None]
     return bool(verdicts) and all(verdicts)
 
@@ -134,8 +125,8 @@ def _panel(
     return S.done(fig, owned)
 
 
-def _by_role(keys: dict[str, str]) -> list[Spec]:
-    return [(key, "train", ROLE_LABELS[r], r) for r, key in keys.items()]
+def _by_role(by_role: dict[str, str]) -> list[Spec]:
+    return [(key, "train", ROLE_LABELS[r], r) for r, key in by_role.items()]
 
 
 def _note(ax: Axes, text: str) -> None:
@@ -159,7 +150,7 @@ def plot_rewards(
     specs = [
         (f"{metric}/{FIRST}", "train", "first attempt", FIRST),
         (f"{metric}/{SECOND}", "train", "second attempt (gated tasks)", SECOND),
-        (EVAL_PREFIX + metric, "eval", "evaluation (first attempt)", "eval"),
+        (keys.EVAL_PREFIX + metric, "eval", "evaluation (first attempt)", "eval"),
     ]
     drawn = _curves(ax, h, specs)
     if base is not None:
@@ -183,7 +174,7 @@ def plot_gate_rate(history: HistoryLike, ax: Axes | None = None) -> Figure:
     return _panel(
         history,
         ax,
-        [(GATE_RATE, "train", "sent to reflection", "gate")],
+        [(keys.GATE_RATE, "train", "sent to reflection", "gate")],
         "Gate: first attempts sent to reflection",
         "fraction of first attempts",
         unit=True,
@@ -242,7 +233,7 @@ def plot_losses(history: HistoryLike, ax: Axes | None = None) -> Figure:
     return _panel(
         history,
         ax,
-        _by_role({r: LOSS_KEYS[r] for r in ROLE_LABELS}),
+        _by_role({r: keys.LOSS_KEYS[r] for r in ROLE_LABELS}),
         "Loss by role",
         "loss (token sum, mean over sequences)",
     )
@@ -252,7 +243,7 @@ def plot_losses(history: HistoryLike, ax: Axes | None = None) -> Figure:
 def plot_advantages(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Mean |advantage| per role per step: how much learning signal each role carried."""
     return _panel(
-        history, ax, _by_role(ADVANTAGE_KEYS), "Advantage magnitude by role", "mean |advantage| (group-std units)"
+        history, ax, _by_role(keys.ADVANTAGE_KEYS), "Advantage magnitude by role", "mean |advantage| (group-std units)"
     )
 
 
@@ -263,13 +254,13 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
     h, base = _runs(history, baseline)
     fig, ax, owned = S.new_axes(ax)
     same = all(
-        _same_series(x, (EVAL_REWARD, "eval"), (EVAL_SUCCESS, "eval")) is not False
+        _same_series(x, (keys.EVAL_REWARD, "eval"), (keys.EVAL_SUCCESS, "eval")) is not False
         for x in ([h] if base is None else [h, base])
     )
     specs = (
-        [(EVAL_REWARD, "eval", "reward = success rate", "eval")]
+        [(keys.EVAL_REWARD, "eval", "reward = success rate", "eval")]
         if same
-        else [(EVAL_REWARD, "eval", "mean reward", "eval"), (EVAL_SUCCESS, "eval", "success rate", "success")]
+        else [(keys.EVAL_REWARD, "eval", "mean reward", "eval"), (keys.EVAL_SUCCESS, "eval", "success rate", "success")]
     )
     drawn = _curves(ax, h, specs)
     if base is not None:
