@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import logging
 import sys
@@ -57,24 +58,38 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
     return __getattr__, __dir__
 
 
-def import_bitsandbytes_offline() -> None:
-    """Import bitsandbytes (when installed, once) with the Hugging Face Hub offline, before transformers or peft do:
-    called where erl_lite starts a run of its own (the demo, the command line, the notebooks' setup, the tests).
+class _BitsandbytesOffline(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports bitsandbytes, whoever asks for it first after erl_lite (peft does), with the Hugging Face Hub offline.
     Imported on a CPU with AVX512-BF16, bitsandbytes 0.50 asks the Hub for a 4-bit CPU kernel (``kernels.get_kernel``);
     offline it reads the local cache only, else keeps its own CPU code (the same numbers). The flag is put back after,
-    and the warnings logged meanwhile (the failed lookup's: nothing to act on) are not shown; errors are."""
-    if "bitsandbytes" in sys.modules or importlib.util.find_spec("bitsandbytes") is None:
-        return
-    from huggingface_hub import constants
+    and the warnings logged meanwhile (the failed lookup's: nothing to act on) are not shown; errors are. An import
+    hook, not a call at each entry point: the command line, the notebooks and the Python API all reach peft."""
 
-    offline, muted = constants.HF_HUB_OFFLINE, logging.root.manager.disable
-    constants.HF_HUB_OFFLINE = True
-    logging.disable(logging.WARNING)
-    try:
-        import bitsandbytes  # noqa: F401
-    finally:
-        constants.HF_HUB_OFFLINE = offline
-        logging.disable(muted)
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "bitsandbytes":
+            return None
+        sys.meta_path.remove(self)  # once; and the real spec is found by the finders after this one
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:  # a source package: the default module creation
+            self.loader, spec.loader = spec.loader, self
+        return spec
+
+    def exec_module(self, module: Any) -> None:
+        from huggingface_hub import constants
+
+        offline, muted = constants.HF_HUB_OFFLINE, logging.root.manager.disable
+        constants.HF_HUB_OFFLINE = True
+        logging.disable(logging.WARNING)
+        try:
+            self.loader.exec_module(module)
+        finally:
+            constants.HF_HUB_OFFLINE = offline
+            logging.disable(muted)
+            module.__loader__ = module.__spec__.loader = self.loader
+
+
+if "bitsandbytes" not in sys.modules and not any(isinstance(f, _BitsandbytesOffline) for f in sys.meta_path):
+    sys.meta_path.insert(0, _BitsandbytesOffline())
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -11,12 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from erl_lite import import_bitsandbytes_offline
 from erl_lite.core.env import Environment, Episode
 from erl_lite.records import Task
 
 torch.set_num_threads(1)
-import_bitsandbytes_offline()  # no test reaches the network, bitsandbytes' CPU kernel lookup included
 
 
 _THIS_MACHINE = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "", None)

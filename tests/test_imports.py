@@ -478,13 +478,16 @@ def test_metric_names_come_from_metrics_constants(module):
 # the module (`keys.GATE_RATE`) instead of importing 25 names one per line.
 # Then 18,071: every module that reads many metric names reads them so (metrics, the update's tallies, the
 # trainer, the demo, the plots), not through an import of up to 61 names, one per line.
+# Then 18,067: bitsandbytes imported with the Hub offline by an import hook whoever imports it (+9 net: the Python
+# API reached huggingface.co; the calls at three entry points go), paid for by two import lists that fit one line
+# and were kept exploded only by a trailing comma.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_071
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_067
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
-    "run/checkpoint.py": 503,
+    "run/checkpoint.py": 497,
     "diagnostics/checks.py": 503,
 }
 

@@ -57,41 +57,6 @@ def test_notebook_sets_up_in_one_call(path):
     assert "SEED = DEFAULT_SEED" in params, f"{path.name}: SEED defaults to erl_lite.config.DEFAULT_SEED"
 
 
-#: erl_lite modules a notebook may import before erl_lite.teach: none of them loads bitsandbytes.
-BNB_FREE = (
-    "erl_lite",
-    "erl_lite.viz",
-    "erl_lite.config",
-    "erl_lite.config.presets",
-    "erl_lite.integrations.colab",
-    "erl_lite.core.memory",
-    "erl_lite.core.advantages",
-    "erl_lite.core.losses",
-)
-
-
-def test_the_modules_imported_before_the_teaching_setup_do_not_load_bitsandbytes():
-    import subprocess
-    import sys
-
-    probe = "import sys\n" + "".join(f"import {m}\n" for m in BNB_FREE) + "print('bitsandbytes' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert out.stdout.strip() == "False"
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_imports_the_teaching_setup_before_anything_that_loads_bitsandbytes(path):
-    """erl_lite.teach silences a bitsandbytes message logged once, at its import: a notebook imports it
-    before any erl_lite module that may load bitsandbytes (the trainer, the sampler, the models)."""
-    import re
-
-    nb = json.loads(path.read_text())
-    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    modules = re.findall(r"^\s*(?:from|import) (erl_lite[\w.]*)", code, flags=re.M)
-    first = next(m for m in modules if m not in BNB_FREE)
-    assert first.startswith("erl_lite.teach"), f"{path.name}: {first} is imported before erl_lite.teach"
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_results_land_in_an_ignored_folder(path):
     """A results folder a notebook names (results_folder(RESULTS_NAME)) sits under trainer_output/, where a

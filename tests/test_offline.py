@@ -28,13 +28,14 @@ def _run(code: str, *args: str, path: str | None = None) -> subprocess.Completed
 
 
 # Each default path, as a user starts it: the README's command, `erl-lite train` on its defaults, the memory
-# estimate (no model loaded), a notebook's imports.
+# estimate (no model loaded), a notebook's imports, a local model loaded from Python.
 CLI = "from erl_lite.cli import main\nsys.exit(main({} + ['--out', OUT]))"
 DEFAULT_PATHS = {
     "demo": CLI.format(["demo", "--steps", "1", "--eval-tasks", "1"]),
     "train": CLI.format(["train", "--max-steps", "1", "--eval-steps", "0"]),
     "budget": "from erl_lite.cli import main\nsys.exit(main(['budget', '--preset', 'gpu']))",
     "notebook": "from erl_lite.teach import setup\nfrom erl_lite import ERLTrainer\nsetup('demo')",
+    "python": "from erl_lite import load_policy, testing\nload_policy(testing.save_tiny_model(OUT))",
 }
 
 
@@ -48,7 +49,19 @@ def test_a_default_path_reaches_no_network(tmp_path, path):
         assert notice not in done.stderr, done.stderr[-3000:]
 
 
-def test_bitsandbytes_is_imported_with_the_hub_offline_on_any_cpu(tmp_path):
+# However erl_lite is reached first: the command line and the notebooks' setup, the Python API (a model loaded
+# through load_policy, the core that imports peft) and a user's own peft imported after erl_lite.
+IMPORT_ROUTES = {
+    "cli": "import erl_lite.cli",
+    "teach": "import erl_lite.teach.setup",
+    "load_policy": "from erl_lite import load_policy",
+    "core": "import erl_lite.core.policy",
+    "peft after erl_lite": "import erl_lite\nimport peft",
+}
+
+
+@pytest.mark.parametrize("route", sorted(IMPORT_ROUTES))
+def test_bitsandbytes_is_imported_with_the_hub_offline_on_any_cpu(tmp_path, route):
     """A stand-in bitsandbytes notes whether the Hub was offline while it was imported and logs the notice the
     real one logs when its lookup fails, and an error; the flag is put back afterwards (a user's own downloads are
     untouched), and the error still shows."""
@@ -58,9 +71,8 @@ def test_bitsandbytes_is_imported_with_the_hub_offline_on_any_cpu(tmp_path):
         "logging.getLogger('bitsandbytes.backends.cpu.ops').warning('Failed to load CPU gemm_4bit_forward')\n"
         "logging.getLogger('bitsandbytes').error('a real fault')\n"
     )
-    code = (
-        "from erl_lite import import_bitsandbytes_offline\nimport_bitsandbytes_offline()\n"
-        "import bitsandbytes\nfrom huggingface_hub import constants\n"
+    code = IMPORT_ROUTES[route] + (
+        "\nimport bitsandbytes\nfrom huggingface_hub import constants\n"
         "print(bitsandbytes.OFFLINE_WHILE_IMPORTED, constants.HF_HUB_OFFLINE)"
     )
     done = _run(code, path=str(tmp_path))

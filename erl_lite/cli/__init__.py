@@ -13,7 +13,6 @@ import sys
 import warnings
 from typing import Any, Sequence
 
-from erl_lite import import_bitsandbytes_offline
 from erl_lite.cli import arg_types
 from erl_lite.cli.budget import add_budget_parser, run_budget
 from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
@@ -368,7 +367,6 @@ def _plot(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``erl-lite`` command ``argv`` (default: ``sys.argv``); the exit code."""
     args = build_parser().parse_args(argv)
-    import_bitsandbytes_offline()  # every command reaches transformers, and through it peft and bitsandbytes
     if args.command == "demo":
         from erl_lite.embedded.demo import build_demo, train_demo
 

@@ -18,14 +18,7 @@ from typing import Any
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.batching import (
-    CompletionLogProbs,
-    Packed,
-    completion_logprobs,
-    micro_batches,
-    normalizer,
-    pack,
-)
+from erl_lite.core.batching import CompletionLogProbs, Packed, completion_logprobs, micro_batches, normalizer, pack
 from erl_lite.core.logprobs import draws_dropout
 from erl_lite.core.losses import LossStats, first_non_finite, policy_objective, sampler_weights
 from erl_lite.core.policy import keep_4bit_trainable, reference_context, sampled_stale

@@ -36,13 +36,7 @@ from erl_lite.run.layout import (
     write_adapter,
     write_json,
 )
-from erl_lite.run.state import (
-    CheckpointError,
-    TrainingState,
-    _short,
-    rng_state,
-    set_rng_state,
-)
+from erl_lite.run.state import CheckpointError, TrainingState, _short, rng_state, set_rng_state
 
 # 1: a pickled rng.pt (never loaded); 2: adapter/ and erl_lite's schema in trainer_state.json; 3: HF's layout;
 # 4: with manifest.json (3 and 2 are read without one, with a warning).

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from erl_lite import import_bitsandbytes_offline
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice
 from erl_lite.core.progress import NO_PROGRESS
@@ -16,9 +15,6 @@ from erl_lite.core.progress import NO_PROGRESS
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 #: Each setup's ERLConfig preset and default quantization of the policy.
 _SETUPS = {"demo": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
-
-# A notebook imports this first: bitsandbytes, which the next imports load through peft, then reaches no network.
-import_bitsandbytes_offline()
 
 
 class Setup(NamedTuple):
