@@ -174,16 +174,9 @@ def _bridge(
     return question.format(first.name), str(second.facts[fact]), [(first.name, sents[0]), (second.name, sents[1])]
 
 
-def _pair(w: World, kind: str, rng: random.Random, key: str, same: bool | None = None) -> tuple[Entity, Entity] | None:
-    """Two entities whose ``key`` is equal (same=True), unequal (False) or just different (None)."""
-    pairs = [
-        (a, b)
-        for a in w[kind]
-        for b in w[kind]
-        if a.name < b.name
-        and (same is None or (a.facts[key] == b.facts[key]) == same)
-        and (same is not None or a.facts[key] != b.facts[key])
-    ]
+def _pair(w: World, kind: str, rng: random.Random, key: str, same: bool = False) -> tuple[Entity, Entity] | None:
+    """Two entities whose ``key`` is equal (``same``) or differs (the default)."""
+    pairs = [(a, b) for a in w[kind] for b in w[kind] if a.name < b.name and (a.facts[key] == b.facts[key]) == same]
     if not pairs:
         return None
     a, b = rng.choice(pairs)
