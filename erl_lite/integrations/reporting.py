@@ -182,23 +182,20 @@ def conversation(attempt: Attempt) -> str:
 def sample_rows(record: StepRecord) -> list[list[Any]]:
     """The rows of the ``samples`` table (columns :data:`SAMPLE_COLUMNS`) of one iteration."""
     memory = "\n---\n".join(record.memory_after)
-    rows = []
-    for a, r in zip(record.first_attempts, retry_of_first(record.first_attempts, record.retries)):
-        reflection = r.reflection.text if r is not None and r.reflection is not None else ""
-        rows.append(
-            [
-                record.step,
-                a.task_id,
-                a.index,
-                a.reward,
-                conversation(a),
-                reflection,
-                r.second.reward if r is not None else None,
-                conversation(r.second) if r is not None else "",
-                memory,
-            ]
-        )
-    return rows
+    return [
+        [
+            record.step,
+            a.task_id,
+            a.index,
+            a.reward,
+            conversation(a),
+            r.reflection.text if r is not None and r.reflection is not None else "",
+            r.second.reward if r is not None else None,
+            conversation(r.second) if r is not None else "",
+            memory,
+        ]
+        for a, r in zip(record.first_attempts, retry_of_first(record.first_attempts, record.retries))
+    ]
 
 
 def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
