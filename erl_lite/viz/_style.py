@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar, Union
+from typing import Iterable, Union
 
 import matplotlib.pyplot as plt  # without a display, matplotlib falls back to Agg by itself
 from matplotlib.axes import Axes
@@ -95,18 +94,9 @@ def new_axes(ax: Axes | None, figsize: tuple[float, float] = (6.4, 3.8)) -> tupl
     return fig, ax, True
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def styled(fn: F) -> F:
-    """Run a plotting function under the house style (text takes its size when created)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with plt.rc_context(RC):
-            return fn(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+#: Runs a plotting function under the house style (text takes its size when created): a context manager of
+#: ``contextlib.contextmanager`` decorates a function too, entering afresh at each call.
+styled = plt.rc_context(RC)
 
 
 def done(fig: Figure, owned: bool) -> Figure:
