@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Iterable, Union
 
 import matplotlib.pyplot as plt  # without a display, matplotlib falls back to Agg by itself
@@ -76,7 +75,7 @@ def as_history(obj: HistoryLike) -> History:
         return History()
     if isinstance(obj, History):
         return obj
-    if isinstance(obj, (str, os.PathLike, Path)):
+    if isinstance(obj, (str, os.PathLike)):
         return History.load(obj)
     if isinstance(obj, (list, tuple)):
         rows = [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in obj]
