@@ -105,13 +105,12 @@ def reward_sources(
 ) -> tuple[list[Callable], list[float]]:
     """``reward_funcs`` as plain callables with their weights (default 1); TypeError for a reward model or a
     non-callable, ValueError for a weight count that does not match."""
-    funcs = (
-        []
-        if reward_funcs is None
-        else list(reward_funcs)
-        if isinstance(reward_funcs, (list, tuple))
-        else [reward_funcs]
-    )
+    if reward_funcs is None:
+        funcs = []
+    elif isinstance(reward_funcs, (list, tuple)):
+        funcs = list(reward_funcs)
+    else:
+        funcs = [reward_funcs]
     for i, f in enumerate(funcs):
         if not callable(f) or _is_module(f):
             raise TypeError(
