@@ -230,13 +230,7 @@ def plot_memory(
 @S.styled
 def plot_losses(history: HistoryLike, ax: Axes | None = None) -> Figure:
     """Policy loss contributed by each role (``loss/first`` … ``loss/internalization``) per step."""
-    return _panel(
-        history,
-        ax,
-        _by_role({r: keys.LOSS_KEYS[r] for r in ROLE_LABELS}),
-        "Loss by role",
-        "loss (token sum, mean over sequences)",
-    )
+    return _panel(history, ax, _by_role(keys.LOSS_KEYS), "Loss by role", "loss (token sum, mean over sequences)")
 
 
 @S.styled
