@@ -93,8 +93,8 @@ def new_axes(ax: Axes | None, figsize: tuple[float, float] = (6.4, 3.8)) -> tupl
     return fig, ax, True
 
 
-#: Runs a plotting function under the house style (text takes its size when created): a context manager of
-#: ``contextlib.contextmanager`` decorates a function too, entering afresh at each call.
+#: Runs a plotting function under the house style (text takes its size when created): matplotlib's rc_context is a
+#: decorator too (a ``contextlib.contextmanager``, tested as one by matplotlib), entered afresh at each call.
 styled = plt.rc_context(RC)
 
 
