@@ -122,21 +122,16 @@ def _check_tensors(where: str, found: dict[str, torch.Tensor], expected: dict[st
     unknown = sorted(set(found) - set(expected))
     absent = sorted(set(expected) - set(found))
     reshaped = sorted(n for n in set(found) & set(expected) if tuple(found[n].shape) != tuple(expected[n]))
-    problems = (
-        ([f"not in this model: {unknown[:3]}"] if unknown else [])
-        + ([f"missing from the file: {absent[:3]}"] if absent else [])
-        + (
-            [
-                "other shape: "
-                + ", ".join(
-                    f"{n} is {tuple(found[n].shape)} in the file, {tuple(expected[n])} in the model"
-                    for n in reshaped[:3]
-                )
-            ]
-            if reshaped
-            else []
+    problems = []
+    if unknown:
+        problems.append(f"not in this model: {unknown[:3]}")
+    if absent:
+        problems.append(f"missing from the file: {absent[:3]}")
+    if reshaped:
+        shapes = (
+            f"{n} is {tuple(found[n].shape)} in the file, {tuple(expected[n])} in the model" for n in reshaped[:3]
         )
-    )
+        problems.append("other shape: " + ", ".join(shapes))
     if problems:
         raise CheckpointError(f"{where} does not fit this model's trainable parameters (" + "; ".join(problems) + ")")
 
