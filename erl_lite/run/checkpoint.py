@@ -215,12 +215,9 @@ def _rotate(out_dir: str, limit: int, keep: str) -> None:
     found = [p for p in list_checkpoints(out_dir) if named_for_its_step(p)]  # newest first
     protected = {os.path.abspath(keep), os.path.abspath(found[0])} if found else set()
     excess = len(found) - max(limit, len(protected))
-    for path in reversed(found):
-        if excess <= 0:
-            break
-        if os.path.abspath(path) not in protected:
-            shutil.rmtree(path, ignore_errors=True)
-            excess -= 1
+    oldest_first = [p for p in reversed(found) if os.path.abspath(p) not in protected]
+    for path in oldest_first[: max(excess, 0)]:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def list_checkpoints(out_dir: str) -> list[str]:
@@ -363,6 +360,8 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
 def previous_run(out_dir: str) -> list[str]:
     """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, and the files a run writes at
     its root (``training_args.json``, the final model and tokenizer, a demo's ``report.md``)."""
+    if not os.path.isdir(out_dir):
+        return []
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
     with (
         contextlib.suppress(OSError),
@@ -370,17 +369,12 @@ def previous_run(out_dir: str) -> list[str]:
     ):
         if records := sum(1 for line in f if line.strip()):
             found.append(f"history.jsonl with {records} record{'s' * (records != 1)}")
-    return (
-        found
-        + sorted(
-            n
-            for n in os.listdir(out_dir)
-            if _ROOT_FILES.match(n)
-            and not n.startswith(("history.", "samples."))
-            and os.path.isfile(os.path.join(out_dir, n))
-        )
-        if os.path.isdir(out_dir)
-        else []
+    return found + sorted(
+        n
+        for n in os.listdir(out_dir)
+        if _ROOT_FILES.match(n)
+        and not n.startswith(("history.", "samples."))
+        and os.path.isfile(os.path.join(out_dir, n))
     )
 
 
