@@ -151,14 +151,10 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
 def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """One line ``field: checkpoint <old>, this run <new>`` per setting that differs."""
     lines = []
-    for part, skip in (
-        ("config", RESUMABLE_FIELDS),
-        ("model", frozenset()),
-        ("tokenizer", frozenset()),
-        ("env", frozenset()),
-    ):
+    for part in ("config", "model", "tokenizer", "env"):
         if part in ("tokenizer", "env") and part not in saved:
             continue  # written before tokenizers (or envs) were recorded
+        skip = RESUMABLE_FIELDS if part == "config" else frozenset()
         old, new = saved.get(part, {}), current.get(part, {})
         # A field added after the checkpoint was written: it ran with that field's default.
         known = _config_defaults() if part == "config" else _lora_defaults() if "lora.r" in old else {}
