@@ -389,14 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except user_errors()[0] as e:  # CheckpointError: --out held by another writer (others keep a traceback)
             return usage_error("demo", e)
         return 0
-    if args.command == "eval":
-        return run_eval(args)
-    if args.command == "plot":
-        return _plot(args)
-    if args.command == "export":
-        return _export(args)
-    if args.command == "doctor":
-        return run_doctor(args)
-    if args.command == "budget":
-        return run_budget(args)
-    return run_train(args)
+    commands = {
+        "train": run_train,
+        "eval": run_eval,
+        "plot": _plot,
+        "export": _export,
+        "doctor": run_doctor,
+        "budget": run_budget,
+    }
+    return commands[args.command](args)
