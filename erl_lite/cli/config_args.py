@@ -212,28 +212,13 @@ def add_config_arguments(
         default = f"(default: {defaults[f.name]})" if f.name in defaults else ""
         help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, ""), default]))
         common = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
+        # TRL's spellings (--learning_rate, --no_use_memory): accepted and recorded, not shown in --help.
+        hidden = dict(dest=f.name, action=_Store, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if annotation is bool:
             group.add_argument(shown, *aliases.get(f.name, ()), action=_BooleanOptional, **common)
             if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
-                group.add_argument(
-                    trl,
-                    dest=f.name,
-                    nargs="?",
-                    const=True,
-                    type=parse_bool,
-                    action=_Store,
-                    default=argparse.SUPPRESS,
-                    help=argparse.SUPPRESS,
-                )
-                group.add_argument(
-                    "--no_" + f.name,
-                    dest=f.name,
-                    action=_Store,
-                    nargs=0,
-                    const=False,
-                    default=argparse.SUPPRESS,
-                    help=argparse.SUPPRESS,
-                )
+                group.add_argument(trl, nargs="?", const=True, type=parse_bool, **hidden)
+                group.add_argument("--no_" + f.name, nargs=0, const=False, **hidden)
         else:
             parse, metavar = converter(annotation)
             allowed = choices.get(f.name)
@@ -242,9 +227,7 @@ def add_config_arguments(
                 parse = _checked(parse, allowed, f.name)
             group.add_argument(shown, *aliases.get(f.name, ()), type=parse, metavar=metavar, action=_Store, **common)
             if trl != shown:
-                group.add_argument(
-                    trl, dest=f.name, type=parse, action=_Store, default=argparse.SUPPRESS, help=argparse.SUPPRESS
-                )
+                group.add_argument(trl, type=parse, **hidden)
     for flag, name in negations.items():
         group.add_argument(
             flag,
