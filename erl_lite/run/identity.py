@@ -74,13 +74,9 @@ def run_identity(
     if peft:
         active = getattr(model, "active_adapter", None)
         cfg = peft.get(active if isinstance(active, str) else "default") or next(iter(peft.values()))
-        ident.update(
-            {
-                "lora.r": getattr(cfg, "r", None),
-                "lora.alpha": getattr(cfg, "lora_alpha", None),
-                "lora.target_modules": _plain(getattr(cfg, "target_modules", None)),
-            }
-        )
+        ident["lora.r"] = getattr(cfg, "r", None)
+        ident["lora.alpha"] = getattr(cfg, "lora_alpha", None)
+        ident["lora.target_modules"] = _plain(getattr(cfg, "target_modules", None))
         ident.update({f"lora.{key}": _plain(getattr(cfg, key, None)) for key in LORA_FIELDS})
     out = {"config": config, "model": ident}
     if tokenizer is not None:
