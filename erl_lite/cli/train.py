@@ -238,15 +238,12 @@ def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, A
 
     funcs = [load_function(spec, "reward function") for spec in record["reward_funcs"]]
     feedback = record.get("feedback_func")
-    return (
-        None,
-        record["dataset"],
-        {
-            "reward_funcs": funcs,
-            "reward_weights": record.get("reward_weights"),
-            "feedback_func": feedback and load_function(feedback, "feedback function"),
-        },
-    )
+    kwargs = {
+        "reward_funcs": funcs,
+        "reward_weights": record.get("reward_weights"),
+        "feedback_func": feedback and load_function(feedback, "feedback function"),
+    }
+    return None, record["dataset"], kwargs
 
 
 def build_environment(
