@@ -346,13 +346,12 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
         file = os.path.join(path, name)
         size = os.path.getsize(file) if os.path.isfile(file) else None
         if size != want.get("size") or _digest(file) != want:
-            what = (
-                "missing"
-                if size is None
-                else f"{size} bytes, not {want.get('size')}"
-                if size != want.get("size")
-                else "its sha256 differs"
-            )
+            if size is None:
+                what = "missing"
+            elif size != want.get("size"):
+                what = f"{size} bytes, not {want.get('size')}"
+            else:
+                what = "its sha256 differs"
             raise CheckpointError(f"{file} is not the file {MANIFEST} records ({what}): it was cut, changed or lost")
     return counts
 
