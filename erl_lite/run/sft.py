@@ -139,9 +139,7 @@ def _retry_pairs(source: Any) -> tuple[list[tuple[dict, dict]], float | None]:
 
             threshold = (load_run(path)[1] or {}).get("reward_threshold")
         source = read_jsonl(path / "samples.jsonl" if path.is_dir() else path)
-    pairs = []
-    for item in source:
-        pairs.extend(_pairs_of(item))
+    pairs = [pair for item in source for pair in _pairs_of(item)]
     return pairs, threshold
 
 
