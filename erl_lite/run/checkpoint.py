@@ -33,6 +33,7 @@ from erl_lite.run.layout import (
     HF_STATE,
     MANIFEST,
     TRAINABLE_WEIGHTS,
+    holds_run_record,
     write_adapter,
     write_json,
 )
@@ -422,9 +423,7 @@ def find_run(path: str | os.PathLike) -> RunChoice:
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise CheckpointError(f"no run or checkpoint folder at {path}")
-    if _PATTERN.match(os.path.basename(os.path.abspath(path))) or any(
-        os.path.isfile(os.path.join(path, n)) for n in (ERL_STATE, HF_STATE)
-    ):
+    if _PATTERN.match(os.path.basename(os.path.abspath(path))) or holds_run_record(path):
         return RunChoice(os.path.dirname(os.path.abspath(path)), read_checkpoint(path))
     skipped = []
     for checkpoint in list_checkpoints(path):

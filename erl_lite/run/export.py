@@ -13,7 +13,7 @@ import torch
 
 from erl_lite.config.checks import AUTO, FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice, quantization_name
 from erl_lite.jsonio import read_json
-from erl_lite.run.layout import ERL_STATE, HF_STATE, NOTE_FILE, adapter_folder
+from erl_lite.run.layout import NOTE_FILE, adapter_folder, holds_run_record
 
 
 @dataclass
@@ -72,21 +72,14 @@ def run_adapter(folder: str, find: Any = None) -> str:
     """The adapter of a run or checkpoint folder (of the checkpoint ``find`` picks, checked whole), else ``folder``."""
     from erl_lite.run.checkpoint import find_run, list_checkpoints
 
-    if list_checkpoints(folder) or any(os.path.isfile(os.path.join(folder, n)) for n in (ERL_STATE, HF_STATE)):
+    if list_checkpoints(folder) or holds_run_record(folder):
         return adapter_folder((find or find_run)(folder).checkpoint().path)
     return folder
 
 
 def _not_an_adapter(folder: str) -> str:
     """Why ``folder`` cannot be exported, and what to pass instead."""
-    checkpoint = next(
-        (
-            f
-            for f in (folder, os.path.dirname(os.path.abspath(folder)))
-            if any(os.path.isfile(os.path.join(f, n)) for n in (ERL_STATE, HF_STATE))
-        ),
-        None,
-    )
+    checkpoint = next((f for f in (folder, os.path.dirname(os.path.abspath(folder))) if holds_run_record(f)), None)
     if checkpoint is not None:  # (a checkpoint's own adapter is found by run_adapter)
         return (
             f"{folder} holds no LoRA adapter: the checkpoint {checkpoint} is of a run without LoRA (its trained "

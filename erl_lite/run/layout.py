@@ -26,6 +26,11 @@ def adapter_folder(path: str) -> str:
     return path
 
 
+def holds_run_record(path: str) -> bool:
+    """Whether ``path`` holds a checkpoint's ``erl_state.json`` or ``trainer_state.json`` (format 2's record)."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in (ERL_STATE, HF_STATE))
+
+
 def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a LoRA adapter, the tokenizer and the :data:`NOTE_FILE` note (base model, 4-bit: merging needs them)."""
     from erl_lite.core.policy import base_model as _base_model
