@@ -483,6 +483,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         choices=["generate", "continuous", "vllm"],
         help="generation backends, each a row (default: all installed)",
     )
+    p.add_argument("--models", nargs="+", default=list(MODEL_CONFIGS), choices=MODEL_CONFIGS, help="default: all")
+    p.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"], choices=["bf16", "fp16"], help="default: both")
+    p.add_argument("--modes", nargs="+", default=list(Plan.modes), choices=list(Plan.modes), help="default: both")
     p.add_argument(
         "--time-budget",
         type=arg_types.number(0, above=True),
@@ -492,7 +495,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     a = p.parse_args(argv)
     if not a.cpu_smoke and not torch.cuda.is_available():
         raise SystemExit("gpu_check.py needs a CUDA device; run with --cpu-smoke to check the code path on CPU")
-    plan = replace(smoke_plan(a) if a.cpu_smoke else gpu_plan(a), backends=tuple(a.backends))
+    plan = smoke_plan(a) if a.cpu_smoke else gpu_plan(a)
+    runs = [(m, d) for m, d in plan.runs if m in a.models and d in a.dtypes]
+    if not runs:
+        raise SystemExit(f"--models and --dtypes select none of this plan's rows: {plan.runs}")
+    plan = replace(plan, runs=runs, modes=tuple(a.modes), backends=tuple(a.backends))
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
 

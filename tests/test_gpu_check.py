@@ -160,6 +160,15 @@ def test_cpu_smoke_runs_the_gpu_code_path(gpu_check, capsys):
         assert (r["reflect"] is not None) == (r["mode"] == "erl")
 
 
+def test_flags_choose_the_rows(gpu_check, capsys):
+    rows = gpu_check.main(
+        ["--cpu-smoke", "--models", "qwen3-4b-instruct-2507", "--modes", "erl", "--backends", "generate"]
+    )
+    assert [(r["model"], r["mode"], r["backend"]) for r in rows] == [("qwen3-4b-instruct-2507", "erl", "generate")]
+    with pytest.raises(SystemExit, match="select none"):  # the smoke plan has no fp16 row of the 4B
+        gpu_check.main(["--cpu-smoke", "--models", "qwen3-4b-instruct-2507", "--dtypes", "fp16"])
+
+
 def test_gpu_check_refuses_to_run_without_cuda(gpu_check):
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
