@@ -57,6 +57,47 @@ def test_notebook_sets_up_in_one_call(path):
     assert "SEED = DEFAULT_SEED" in params, f"{path.name}: SEED defaults to erl_lite.config.DEFAULT_SEED"
 
 
+# What each notebook samples or trains under PRESET = "gpu": ERLConfig overrides of the gpu preset, built from its
+# SETTINGS["gpu"] the way the notebook's own cells use them.
+GPU_RUNS = {
+    "01_quickstart": lambda S: [dict(num_tasks_per_step=S["tasks_per_step"])],
+    "02_first_attempts_and_gate": lambda S: [dict(num_tasks_per_step=S["tasks"], num_generations=S["generations"])],
+    "03_reflection_and_second_attempt": lambda S: [
+        dict(num_tasks_per_step=S["tasks"], num_generations=S["generations"])
+    ],
+    "04_memory": lambda S: [dict(num_tasks_per_step=S["tasks_per_step"], num_generations=S["generations"])],
+    "05_grpo_update_and_internalization": lambda S: [
+        dict(num_tasks_per_step=S["tasks"], num_generations=S["generations"])
+    ],
+    "06_erl_vs_rlvr_and_ablations": lambda S: [
+        dict(num_tasks_per_step=S["tasks_per_step"], max_episode_length=S["episode_tokens"], **run)
+        for run in ({}, dict(mode="rlvr", num_generations=S["rlvr_generations"]))
+    ],
+    "07_bring_your_own_task": lambda S: [
+        dict(num_tasks_per_step=S["tasks_per_step"], max_completion_length=S["completion_tokens"])
+    ],
+    "08_qlora_on_a_colab_gpu": lambda S: [dict(num_tasks_per_step=S["tasks_per_step"])],
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_a_notebooks_gpu_settings_fit_a_t4_by_the_arithmetic(path):
+    """Under "gpu" a notebook asks a free Colab T4 for no more than the gpu preset does: erl-lite budget's worst case
+    for Qwen2.5-1.5B-Instruct under 13 GiB, the part of a 15 GiB T4 left after the CUDA context (docs/GPU.md).
+    Notebooks 01 and 08 trained 8 tasks a step (20.05 GiB) and 06 ran RLVR's 10 rollouts of 4 tasks (24.64 GiB)."""
+    from erl_lite.config import ERLConfig
+    from erl_lite.integrations.budget import ModelShape, estimate_memory
+
+    nb = json.loads(path.read_text())
+    params = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    scope: dict = {}
+    exec("".join(params["source"]), scope)
+    shape = ModelShape.load("qwen2.5-1.5b-instruct")  # the gpu setup's model (erl_lite.teach.setup.GPU_MODEL)
+    for overrides in GPU_RUNS[path.stem](scope["SETTINGS"]["gpu"]):
+        peak = estimate_memory(ERLConfig.preset("gpu", **overrides), shape).peak_gib
+        assert peak < 13, f"{path.name}: {overrides} needs {peak:.2f} GiB at worst, more than a T4 leaves"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_results_land_in_an_ignored_folder(path):
     """A results folder a notebook names (results_folder(RESULTS_NAME)) sits under trainer_output/, where a
