@@ -293,13 +293,5 @@ def translate_trl_fields(
 
 def _same(value: Any, expected: Any) -> bool:
     """``value`` is ``expected`` (a bool only equals a bool: ``1`` is not ``True``)."""
-    return (
-        type(value) is type(expected)
-        and value == expected
-        or (
-            isinstance(expected, float)
-            and isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and value == expected
-        )
-    )
+    numeric = isinstance(expected, float) and isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (type(value) is type(expected) or numeric) and value == expected
