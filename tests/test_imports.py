@@ -488,7 +488,7 @@ MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_067
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
     "run/checkpoint.py": 489,
-    "diagnostics/checks.py": 503,
+    "diagnostics/checks.py": 497,
 }
 
 

@@ -246,12 +246,8 @@ def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     # A step with no advantage, no internalization weight and no gradient had nothing to learn (a solved run).
-    moved = [r for r in w if _had_signal(r) or (_get(r, keys.GRAD_NORM) or 0.0) > 0]
-    if (
-        len(moved) == len(w)
-        and _all(w, keys.OPTIM_STEPS, lambda v: v > 0)
-        and _all(w, keys.WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO)
-    ):
+    moved = all(_had_signal(r) or (_get(r, keys.GRAD_NORM) or 0.0) > 0 for r in w)
+    if moved and _all(w, keys.OPTIM_STEPS, lambda v: v > 0) and _all(w, keys.WEIGHT_UPDATE, lambda v: v < FROZEN_RATIO):
         steps = sum(_get(r, keys.OPTIM_STEPS) or 0 for r in w)
         return f"{keys.WEIGHT_UPDATE} stayed below {FROZEN_RATIO:g} through {steps:.0f} optimizer steps ({_steps(w)})"
     return None
@@ -272,9 +268,7 @@ def _large_step(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 
 def _had_signal(r: Mapping[str, Any]) -> bool:
-    return any((_get(r, key) or 0.0) > 0 for key in keys.ADVANTAGE_KEYS.values()) or (
-        (_get(r, keys.INTERNALIZATION_WEIGHT) or 0.0) > 0
-    )
+    return any((_get(r, key) or 0.0) > 0 for key in (*keys.ADVANTAGE_KEYS.values(), keys.INTERNALIZATION_WEIGHT))
 
 
 #: Mean |sampler's log-prob - the update's| per token (both under the sampler's top-k / top-p cut) past which a role
