@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +57,7 @@ class BeforeAfter:
         return self.table()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "before": dict(self.before),
-            "after": dict(self.after),
-            "task_ids": list(self.task_ids),
-            "num_generations": self.num_generations,
-        }
+        return asdict(self)
 
 
 def train_and_evaluate(
