@@ -266,14 +266,13 @@ def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
     return [x for x in dict.fromkeys(named_holes(text)) if x not in holes]
 
 
-def _check(
-    found: list[tuple[str, str]], checked: int, title: str, why: str, detail: Callable[[str], str], clean: str
-) -> str:
-    """One rulebook check of the report: how many were ``found``, five of them; else the ``clean`` line."""
+def _check(books: list[tuple[str, str]], finds: Callable[[str], list[str]], title: str, why: str, clean: str) -> str:
+    """One rulebook check of the report: the ``books`` ``finds`` letters in, five of them; else the ``clean`` line."""
+    found = [(where, t) for where, t in books if finds(t)]
     if not found:
         return f"\n{clean}\n"
-    listed = "\n".join(f"- {where}: `{t}` ({detail(t)})" for where, t in list(dict.fromkeys(found))[:5])
-    return f"\n**{title}: {len(found)} of {checked}** {why}:\n\n{listed}\n"
+    listed = "\n".join(f"- {where}: `{t}` ({_letters(finds(t))})" for where, t in list(dict.fromkeys(found))[:5])
+    return f"\n**{title}: {len(found)} of {len(books)}** {why}:\n\n{listed}\n"
 
 
 def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -> str:
@@ -288,30 +287,27 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
             f"```\n{built['after']}\n```\n"
         )
     books = _rulebooks(history, memory)
-    checked, bad = len(books), [(where, t) for where, t in books if contradictions(t)]
+    checked = len(books)
     text += _check(
-        bad,
-        checked,
+        books,
+        contradictions,
         "Self-contradicting rulebooks",
         "checked (sampled reflections and final memory) give one letter two meanings",
-        lambda t: _letters(contradictions(t)),
         f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.",
     )
     text += _check(
-        [(w, t) for w, t in books if repeated_holes(t)],
-        checked,
+        books,
+        repeated_holes,
         "Rulebooks stating one hole twice",
         "(a repeat usually stands where memory's other hole was; memory, one slot, then holds one hole)",
-        lambda t: _letters(repeated_holes(t)),
         f"Repeat check: none of the {checked} rulebooks checked states a hole twice.",
     )
     text += _check(
-        [(w, t) for w, t in books if _not_holes(t, holes)],
-        checked,
+        books,
+        lambda t: _not_holes(t, holes),
         "Rulebooks calling another letter a hole",
         f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
         "and one that still succeeds can put it in memory)",
-        lambda t: _letters(_not_holes(t, holes)),
         f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.",
     )
     return text
