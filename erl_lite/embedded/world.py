@@ -8,6 +8,7 @@ each observation adds an ``ahead:`` line (:class:`DemoLakeEpisode`) for a 0.4 M-
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import statistics
@@ -146,18 +147,14 @@ def blind_success(rows: list[str]) -> float:
         (0.5, 1.0, 0.125)
     """
     start, goal = _ends(rows)
-    chance: dict[tuple[int, int], float] = {}
 
-    def reach(cell: tuple[int, int]) -> float:  # memoised over the cells; the recursion ends at G
-        if cell not in chance:
-            chance[cell] = (
-                1.0
-                if cell == goal
-                else 0.0
-                if rows[cell[0]][cell[1]] == "H"
-                else statistics.mean(reach(n) for _, n in _closer_moves(rows, cell, goal))
-            )
-        return chance[cell]
+    @functools.cache  # memoised over the cells
+    def reach(cell: tuple[int, int]) -> float:  # the recursion ends at G
+        if cell == goal:
+            return 1.0
+        if rows[cell[0]][cell[1]] == "H":
+            return 0.0
+        return statistics.mean(reach(n) for _, n in _closer_moves(rows, cell, goal))
 
     return reach(start)
 
