@@ -481,9 +481,13 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 18,067: bitsandbytes imported with the Hub offline by an import hook whoever imports it (+9 net: the Python
 # API reached huggingface.co; the calls at three entry points go), paid for by two import lists that fit one line
 # and were kept exploded only by a trailing comma.
+# Then 17,966: plainer code for the same behaviour across the package: hidden TRL flag spellings sharing one set of
+# keywords, one check for a folder's run record, plain if/elif for nested conditional expressions and summed
+# conditional lists, matplotlib's rc_context as the style decorator, functools.cache, dataclasses.asdict, one
+# condition where two branches ended alike (config/trl_fields, qa_world), a demo-report check that filters itself.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_067
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_966
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
