@@ -6,7 +6,7 @@ import bitsandbytes as bnb
 import pytest
 import torch
 from conftest import assert_close_rel
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from peft import LoraConfig, PeftModel
 from transformers import AutoTokenizer
@@ -58,6 +58,8 @@ def _logits(model, batch) -> torch.Tensor:
 @settings(max_examples=50, deadline=None)
 @given(st.text(alphabet=PRINTABLE, max_size=200))
 def test_tokenizer_round_trips_printable_ascii(chat_tok, text):
+    # A special token's text is one id: hypothesis also draws the package's own string constants ('<|eos|>').
+    assume(not any(special in text for special in chat_tok.get_added_vocab()))
     ids = chat_tok(text)["input_ids"]
     assert len(ids) == len(text)  # character level, no BOS
     assert chat_tok.decode(ids) == text
