@@ -82,8 +82,6 @@ def run_episodes(
     reported = 0  # episodes already handed to on_finished
     for _ in range(env.max_turns):
         live = [lv for lv in lives if not lv.done]
-        if not live:
-            break
         for lv in live:  # no room left for a full reply: the episode stops here
             lv.done = lv.truncated = lv.length + params.max_new_tokens > max_episode_length
         ready = [lv for lv in live if not lv.done]
