@@ -124,7 +124,7 @@ def _play_turn(
             lv.sampled_logp = None if logp is None else lv.sampled_logp + list(logp[:limit])
         # A sampler may return more than it was asked for; the budget still holds.
         lv.cut_replies += len(out) > limit or reply_was_cut(out, limit, stop_texts)
-        _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit, lv.template_kwargs)
+        _advance(lv, out[:limit], tokenizer, stop_texts, env.max_turns, max_episode_length - limit)
 
 
 def _start(
@@ -148,13 +148,7 @@ def _start(
 
 
 def _advance(
-    lv: _Live,
-    out: list[int],
-    tokenizer: Any,
-    stop_texts: dict[int, str],
-    max_turns: int,
-    budget: int,
-    template_kwargs: dict[str, Any] | None,
+    lv: _Live, out: list[int], tokenizer: Any, stop_texts: dict[int, str], max_turns: int, budget: int
 ) -> None:
     """Record one reply, step the environment, append the glue if it goes on; ``budget``: most tokens before a reply."""
     text = tokenizer.decode(out, skip_special_tokens=True)
@@ -167,7 +161,7 @@ def _advance(
         lv.done = True
         return
     ended_with = stop_texts.get(out[-1]) if out else None
-    glue = encode(glue_text(lv.messages, observation, tokenizer, ended_with, template_kwargs), tokenizer)
+    glue = encode(glue_text(lv.messages, observation, tokenizer, ended_with, lv.template_kwargs), tokenizer)
     lv.messages.append({"role": "user", "content": observation})
     if lv.length + len(glue) > budget:  # no room left for another full reply
         lv.done = lv.truncated = True
