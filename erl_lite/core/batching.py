@@ -54,6 +54,7 @@ def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, dev
     attn = torch.zeros((B, P + L), dtype=torch.long)
     targets = torch.full((B, L), pad_id, dtype=torch.long)
     mask = torch.zeros((B, L), dtype=torch.long)
+    sampled = torch.full((B, L), float("nan"))
     for b, s in enumerate(samples):
         p, c = len(s.prompt_ids), len(s.completion_ids)
         ids[b, P - p : P] = torch.tensor(s.prompt_ids, dtype=torch.long)
@@ -61,13 +62,11 @@ def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, dev
         attn[b, P - p : P + c] = 1
         targets[b, :c] = torch.tensor(s.completion_ids, dtype=torch.long)
         mask[b, :c] = torch.tensor(s.completion_mask, dtype=torch.long)
+        if s.sampled_logp is not None:
+            sampled[b, : len(s.sampled_logp)] = torch.tensor(s.sampled_logp, dtype=torch.float32)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     is_nll = torch.tensor([nll_internalization and s.role == "internalization" for s in samples])
-    sampled = torch.full((B, L), float("nan"))
-    for b, s in enumerate(samples):
-        if s.sampled_logp is not None:
-            sampled[b, : len(s.sampled_logp)] = torch.tensor(s.sampled_logp, dtype=torch.float32)
     temperatures = {s.temperature for s in samples}
     if len(temperatures) > 1:
         raise ValueError(f"a micro-batch mixes sampling temperatures {sorted(temperatures, key=str)}")
