@@ -57,14 +57,12 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
         >>> tok.convert_tokens_to_ids("<|im_end|>") in eos_token_ids(tiny_model(tok), tok)
         True
     """
-    ids: list[int] = []
     base = base_model(model)
     config = getattr(base, "generation_config", None) or base.config
+    ids: list[Any] = []
     for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None), end_of_turn_id(tokenizer)):
-        for token_id in value if isinstance(value, (list, tuple)) else [value]:
-            if token_id is not None and int(token_id) not in ids:
-                ids.append(int(token_id))
-    return ids
+        ids += value if isinstance(value, (list, tuple)) else [value]
+    return list(dict.fromkeys(int(i) for i in ids if i is not None))  # in order, each once
 
 
 @contextmanager
