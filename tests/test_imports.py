@@ -485,9 +485,11 @@ def test_metric_names_come_from_metrics_constants(module):
 # keywords, one check for a folder's run record, plain if/elif for nested conditional expressions and summed
 # conditional lists, matplotlib's rc_context as the style decorator, functools.cache, dataclasses.asdict, one
 # condition where two branches ended alike (config/trl_fields, qa_world), a demo-report check that filters itself.
+# Then 17,955: the rollout loop's second check of the same end, a parameter its one caller filled from the first
+# argument, pack's second loop over the same rows, and eos_token_ids' hand-kept membership test (dict.fromkeys).
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_966
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_955
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
