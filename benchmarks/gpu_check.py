@@ -411,6 +411,7 @@ def run(plan: Plan) -> list[dict[str, Any]]:
                                 saved, tokenizer, device=plan.device, dtype=torch_dtype, gradient_checkpointing=True
                             )
                         rows.append(run_mode(policy, tok, plan, mode, name, dtype, backend))
+                        print(table(rows[-1:]).splitlines()[-1], flush=True)  # progress: each row as it ends
                     except Exception as err:  # keep the other rows of a GPU run; the smoke test must see it
                         if plan.tiny:
                             raise
@@ -490,7 +491,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--time-budget",
         type=arg_types.number(0, above=True),
         default=360.0,
-        help="start no new row after this many seconds (a row takes up to ~90 s at 4B)",
+        help="start no new row after this many seconds (an ERL row took 214 s at 4B on an H200)",
     )
     a = p.parse_args(argv)
     if not a.cpu_smoke and not torch.cuda.is_available():

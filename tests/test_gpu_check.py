@@ -252,3 +252,14 @@ def test_history_logs_tokens_per_second_and_peak_gpu_memory():
     seconds = r["time/first"] + (r.get("time/reflect") or 0) + (r.get("time/second") or 0)
     assert r["tokens/per_second"] == pytest.approx(tokens / seconds)
     assert "memory/peak_gpu_gb" in r and (r["memory/peak_gpu_gb"] is None) == (not torch.cuda.is_available())
+
+
+def test_decode_probe_smoke_times_every_loading(gpu_check, capsys):
+    """benchmarks/decode_probe.py (where sampling time goes on a GPU) on its CPU smoke path."""
+    spec = importlib.util.spec_from_file_location("decode_probe", os.path.join(ROOT, "benchmarks", "decode_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rows = probe.main(["--cpu-smoke"])  # a difference of two timings: its sign is noise at this scale
+    assert list(rows) == ["4bit+lora", "4bit+lora, model.generate", "4bit", "bf16+lora", "bf16"]
+    assert all(list(cells) == [1, 2] and all(isinstance(ms, float) for ms in cells.values()) for cells in rows.values())
+    assert "| loading | batch | ms/step | tok/s |" in capsys.readouterr().out
