@@ -90,16 +90,16 @@ def test_a_qlora_adapter_merged_into_full_precision_weights_would_be_caught(tmp_
         assert_same_function(logprobs(AutoModelForCausalLM.from_pretrained(wrong.out_dir), tok), want, base, tok)
 
 
-def test_quantization_is_read_from_the_note_or_the_checkpoint(tmp_path):
+def test_quantization_is_read_from_the_note(tmp_path):
     _, adapter, _ = make_adapter(tmp_path)
     assert describe_adapter(adapter).quantization == "none"
     (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 1}))  # another trainer's file
     assert describe_adapter(adapter).quantization_source.startswith("default")
-    (tmp_path / "trainer_state.json").write_text(json.dumps({"step": 1, "config": {"load_in_4bit": True}}))
-    info = describe_adapter(adapter)
-    assert (info.quantization, info.quantization_source) == ("4bit", str(tmp_path / "trainer_state.json"))
     note = tmp_path / "adapter" / NOTE_FILE
-    note.write_text(json.dumps({"base_quantization": "none"}))  # the note wins over the checkpoint
+    note.write_text(json.dumps({"base_quantization": "4bit"}))
+    info = describe_adapter(adapter)
+    assert (info.quantization, info.quantization_source) == ("4bit", str(note))
+    note.write_text(json.dumps({"base_quantization": "none"}))
     assert describe_adapter(adapter).quantization == "none"
     assert describe_adapter(adapter, quantization="4bit").quantization == "4bit"
     note.write_text(json.dumps({"base_quantization": "8bit"}))

@@ -487,13 +487,14 @@ def test_metric_names_come_from_metrics_constants(module):
 # condition where two branches ended alike (config/trl_fields, qa_world), a demo-report check that filters itself.
 # Then 17,955: the rollout loop's second check of the same end, a parameter its one caller filled from the first
 # argument, pack's second loop over the same rows, and eos_token_ids' hand-kept membership test (dict.fromkeys).
+# Then 17,915: checkpoints of formats 1-3 (written before the first release, with no users to carry over) are
+# refused with the file named, not read: their record, adapter folder, manifest-less and quantization readers go.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_955
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_915
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
-    "run/checkpoint.py": 489,
     "diagnostics/checks.py": 497,
 }
 

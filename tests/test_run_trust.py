@@ -95,6 +95,14 @@ def _drop_last_line(path):
     path.write_text("".join(line + "\n" for line in _lines(path)[:-1]))
 
 
+def _rewrite(folder, name, text):
+    """Write ``folder/name`` and record it in the manifest, as a checkpoint that was written so would."""
+    (folder / name).write_text(text)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"][name] = checkpoint._digest(str(folder / name))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 def _cut_half(path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -158,15 +166,27 @@ def test_the_manifest_records_every_file_and_the_record_counts(two_steps):
 
 
 @pytest.mark.slow
-def test_an_older_checkpoint_without_a_manifest_is_read_with_a_warning(copy):
+@pytest.mark.parametrize("fmt", [None, 1, 2, 3, 5, "4"])
+def test_a_checkpoint_of_another_format_is_refused_naming_the_file(copy, fmt):
+    """Formats 1-3 were written by development versions before the first release, which reads its own format
+    alone; a newer, absent or malformed one likewise (the manifest is rewritten: only the format is wrong)."""
     folder = copy / "checkpoint-2"
-    (folder / "manifest.json").unlink()
     state = json.loads((folder / "erl_state.json").read_text())
-    (folder / "erl_state.json").write_text(json.dumps({**state, "format": 3}))
-    with pytest.warns(UserWarning, match=r"checkpoint-2.*no manifest\.json"):
-        assert read_checkpoint(str(folder)).step == 2
-    (folder / "rng.json").rename(folder / "rng.pt")  # as the layout before rng.json kept it: never opened
-    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match=r"rng.json is missing \(the older layout's"):
+    _rewrite(folder, "erl_state.json", json.dumps({**state, "format": fmt}))
+    want = rf"checkpoint-2/erl_state.json has format {re.escape(repr(fmt))}; this erl_lite reads format 4 alone"
+    with pytest.raises(CheckpointError, match=want):
+        read_checkpoint(str(folder))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_its_manifest_or_record_is_refused(copy):
+    folder = copy / "checkpoint-2"
+    (folder / "manifest.json").rename(folder / "manifest.bak")
+    with pytest.raises(CheckpointError, match=r"checkpoint-2/manifest.json is missing"):
+        read_checkpoint(str(folder))
+    (folder / "manifest.bak").rename(folder / "manifest.json")
+    (folder / "erl_state.json").unlink()  # a transformers Trainer's checkpoint has trainer_state.json alone
+    with pytest.raises(CheckpointError, match=r"checkpoint-2/erl_state.json is missing"):
         read_checkpoint(str(folder))
 
 

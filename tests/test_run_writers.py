@@ -216,21 +216,11 @@ def _copy(copy, old, new):
     shutil.copytree(copy / f"checkpoint-{old}", copy / f"checkpoint-{new}")
 
 
-def _old_layout(copy, old, new):
-    """Format 3 (no manifest.json, read with a warning), then renamed."""
-    for name in (f"checkpoint-{old}", "checkpoint-2"):
-        if (copy / name).exists():
-            os.remove(copy / name / "manifest.json")
-            record = json.loads((copy / name / "erl_state.json").read_text())
-            (copy / name / "erl_state.json").write_text(json.dumps({**record, "format": 3}))
-    _rename(copy, old, new)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "change, old, new",
-    [(_rename, 1, 7), (_copy, 1, 3), (_rename, 1, 10), (_old_layout, 1, 7)],
-    ids=["renamed-7", "copied-3", "renamed-10", "format3-renamed-7"],
+    [(_rename, 1, 7), (_copy, 1, 3), (_rename, 1, 10)],
+    ids=["renamed-7", "copied-3", "renamed-10"],
 )
 def test_a_checkpoint_whose_name_and_step_disagree_is_skipped_by_resume_and_every_command(
     copy, capsys, change, old, new

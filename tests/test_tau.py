@@ -159,7 +159,7 @@ def test_erl_lite_eval_reads_the_checkpoints_tau(source, tau, tok, tmp_path, mon
     import erl_lite.models as models
 
     cfg = config(tau)
-    monkeypatch.setattr(evaluate, "_load_checkpoint", lambda c: (c, SimpleNamespace(step=1, run={}), cfg, "adapter"))
+    monkeypatch.setattr(evaluate, "_load_checkpoint", lambda c: (c, SimpleNamespace(step=1, run={}), cfg))
     monkeypatch.setattr(models, "load_policy", lambda *a, **k: (None, tok))
     import erl_lite.integrations.wiring as wiring
 

@@ -40,7 +40,7 @@ def evaluate_checkpoint(
     for name, value in (("limit", limit), ("num_generations", num_generations)):
         if value is not None:  # before the checkpoint is read (--limit -1 read as "all but the last task")
             check_whole("evaluate_checkpoint", name, value, minimum=1)
-    folder, state, cfg, adapter = _load_checkpoint(checkpoint)
+    folder, state, cfg = _load_checkpoint(checkpoint)
     if reward_funcs:
         world, tasks, env_name = _scored_dataset(dataset, reward_funcs, env)
     else:
@@ -53,7 +53,7 @@ def evaluate_checkpoint(
     n = cfg.eval_num_generations if num_generations is None else num_generations
     if not tasks or n < 1:
         raise ValueError(f"nothing to evaluate: {len(tasks)} tasks, {n} generations per task")
-    model, tokenizer = load_policy(adapter, quantization=quantization_name(cfg.load_in_4bit), base_model=base_model)
+    model, tokenizer = load_policy(folder, quantization=quantization_name(cfg.load_in_4bit), base_model=base_model)
     # The bar goes to stderr (tqdm's stream), so stdout stays the JSON that eval prints.
     generator = generator_for(model, tokenizer, cfg)  # the run's generation_backend
     ctx = PhaseContext(generator, tokenizer, world, cfg, Progress(enabled=True))
@@ -72,10 +72,9 @@ def evaluate_checkpoint(
     }
 
 
-def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
-    """``(checkpoint folder, TrainingState, config, adapter folder)`` of a checkpoint, or of a run's newest good one."""
+def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig]:
+    """``(checkpoint folder, TrainingState, config)`` of a checkpoint, or of a run's newest good one."""
     from erl_lite.run.checkpoint import find_run
-    from erl_lite.run.layout import adapter_folder
     from erl_lite.run.state import CheckpointError
 
     state = find_run(checkpoint).checkpoint()
@@ -84,13 +83,12 @@ def _load_checkpoint(checkpoint: str) -> tuple[str, Any, ERLConfig, str]:
     if set(saved) - known:  # written by another erl_lite version
         print(f"warning: ignoring settings this erl_lite does not know: {sorted(set(saved) - known)}", file=sys.stderr)
     cfg = ERLConfig(**{k: v for k, v in saved.items() if k in known})
-    adapter = adapter_folder(folder)
-    if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
+    if not os.path.isfile(os.path.join(folder, "adapter_config.json")):
         raise CheckpointError(
-            f"{adapter} holds no LoRA adapter (adapter_config.json); erl-lite eval reads the "
+            f"{folder} holds no LoRA adapter (adapter_config.json); erl-lite eval reads the "
             "adapter that LoRA runs save with each checkpoint"
         )
-    return folder, state, cfg, adapter
+    return folder, state, cfg
 
 
 #: The class of each built-in ``--env``, as a checkpoint records it.

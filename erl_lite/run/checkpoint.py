@@ -39,8 +39,8 @@ from erl_lite.run.layout import (
 )
 from erl_lite.run.state import CheckpointError, TrainingState, _short, rng_state, set_rng_state
 
-# 1: a pickled rng.pt (never loaded); 2: adapter/ and erl_lite's schema in trainer_state.json; 3: HF's layout;
-# 4: with manifest.json (3 and 2 are read without one, with a warning).
+# Hugging Face's layout with manifest.json. Formats 1-3 were written by development versions before the first
+# release, which had no users to carry over: they are refused, as a newer one is.
 FORMAT = 4
 _PATTERN = re.compile(r"^checkpoint-(\d+)$")
 #: What a run writes at its folder's root: history, save_model's final model, tokenizer, args and card, a demo's report.
@@ -243,22 +243,13 @@ def named_for_its_step(path: str) -> bool:
 
 
 def run_record(path: str) -> dict[str, Any]:
-    """erl_lite's record of a checkpoint's run (``erl_state.json``, or format 2's ``trainer_state.json``)."""
-    name = ERL_STATE
-    if not os.path.isfile(os.path.join(path, ERL_STATE)) and os.path.isfile(os.path.join(path, HF_STATE)):
-        old = _read(path, HF_STATE, read_json)
-        if not (isinstance(old, dict) and "global_step" in old):  # format 2 kept its record there
-            name = HF_STATE
-    meta = _read(path, name, read_json)
+    """erl_lite's record of a checkpoint's run (``erl_state.json``)."""
+    where = os.path.join(path, ERL_STATE)
+    meta = _read(path, ERL_STATE, read_json)
     if not (isinstance(meta, dict) and isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
-        old = " (a format-2 checkpoint's erl_lite record)" if name == HF_STATE else ""
-        raise CheckpointError(
-            f"{os.path.join(path, name)} is not an erl_lite run record{old}: it needs 'step' and 'config'"
-        )
-    if meta.get("format", 2) not in (2, 3, FORMAT):
-        raise CheckpointError(
-            f"{os.path.join(path, name)} has format {meta.get('format')!r}; this erl_lite reads formats 2 to {FORMAT}"
-        )
+        raise CheckpointError(f"{where} is not an erl_lite run record: it needs 'step' and 'config'")
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{where} has format {meta.get('format')!r}; this erl_lite reads format {FORMAT} alone")
     return meta
 
 
@@ -275,14 +266,12 @@ def read_checkpoint(path: str) -> TrainingState:
         )
     counts = _check_manifest(path, meta)
     files = meta.get("files") or []
-    if meta.get("format", 2) >= 3:  # format 2 has no TrainerState; its step is in the record
-        hf = _read(path, HF_STATE, _read_trainer_state)
-        if hf.global_step != meta["step"]:
-            raise CheckpointError(
-                f"{os.path.join(path, HF_STATE)} says global_step {hf.global_step} but "
-                f"{os.path.join(path, ERL_STATE)} says step {meta['step']}: the folder mixes "
-                "two checkpoints"
-            )
+    hf = _read(path, HF_STATE, _read_trainer_state)
+    if hf.global_step != meta["step"]:
+        raise CheckpointError(
+            f"{os.path.join(path, HF_STATE)} says global_step {hf.global_step} but "
+            f"{os.path.join(path, ERL_STATE)} says step {meta['step']}: the folder mixes two checkpoints"
+        )
     weights = meta.get("weights", TRAINABLE_WEIGHTS)
     if weights not in (ADAPTER_WEIGHTS, TRAINABLE_WEIGHTS):
         raise CheckpointError(
@@ -322,16 +311,8 @@ def read_checkpoint(path: str) -> TrainingState:
 
 
 def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
-    """Every file against ``manifest.json`` (size, then sha256); its record counts. A format-4 checkpoint
-    must have one; an older one is read with a warning, its files parsed but not hashed."""
+    """Every file against ``manifest.json`` (size, then sha256); its record counts."""
     where = os.path.join(path, MANIFEST)
-    if not os.path.isfile(where) and meta.get("format", 2) < 4:
-        warnings.warn(
-            f"{path} has no {MANIFEST} (written before checkpoints had one): its files are parsed, "
-            "not checked against sizes and hashes",
-            stacklevel=4,
-        )
-        return {}
     manifest = _read(path, MANIFEST, read_json)
     files, counts = (manifest.get(k) if isinstance(manifest, dict) else None for k in ("files", "records"))
     if not (
@@ -460,9 +441,7 @@ def _read(folder: str, name: str, reader: Callable[[str], Any]) -> Any:
     """``reader(folder/name)``; any failure becomes a CheckpointError naming the file."""
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        older = name == "rng.json" and os.path.exists(os.path.join(folder, "rng.pt"))
-        hint = " (the older layout's pickled rng.pt is there, never loaded as it could run code)" if older else ""
-        raise CheckpointError(f"{path} is missing{hint}")
+        raise CheckpointError(f"{path} is missing")
     try:
         return reader(path)
     except CheckpointError:

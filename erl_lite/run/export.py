@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 import torch
 
-from erl_lite.config.checks import AUTO, FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice, quantization_name
+from erl_lite.config.checks import AUTO, FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice
 from erl_lite.jsonio import read_json
-from erl_lite.run.layout import NOTE_FILE, adapter_folder, holds_run_record
+from erl_lite.run.layout import NOTE_FILE, holds_run_record
 
 
 @dataclass
@@ -73,7 +73,7 @@ def run_adapter(folder: str, find: Any = None) -> str:
     from erl_lite.run.checkpoint import find_run, list_checkpoints
 
     if list_checkpoints(folder) or holds_run_record(folder):
-        return adapter_folder((find or find_run)(folder).checkpoint().path)
+        return (find or find_run)(folder).checkpoint().path
     return folder
 
 
@@ -100,13 +100,6 @@ def _saved_quantization(folder: str) -> tuple[str, str]:
         value = read_json(note).get("base_quantization")
         check_choice(f"{note}: base_quantization", value, QUANTIZATIONS)
         return value, note
-    # A format-2 checkpoint: <checkpoint-N>/adapter next to <checkpoint-N>/trainer_state.json.
-    here = os.path.abspath(folder)
-    state = os.path.join(os.path.dirname(here), "trainer_state.json")
-    if os.path.basename(here) == "adapter" and os.path.isfile(state):
-        config = read_json(state).get("config")
-        if isinstance(config, dict) and "load_in_4bit" in config:
-            return quantization_name(config["load_in_4bit"]), state
     return NO_QUANTIZATION, "default (nothing in the folder says 4-bit)"
 
 

@@ -16,19 +16,9 @@ NOTE_FILE = "erl_lite.json"
 MANIFEST = "manifest.json"  # a checkpoint's files, sizes and hashes, written last
 
 
-def adapter_folder(path: str) -> str:
-    """Where a checkpoint folder's PEFT adapter is: the folder itself, or ``adapter/`` in format 2."""
-    old = os.path.join(path, "adapter")
-    if not os.path.isfile(os.path.join(path, "adapter_config.json")) and os.path.isfile(
-        os.path.join(old, "adapter_config.json")
-    ):
-        return old
-    return path
-
-
 def holds_run_record(path: str) -> bool:
-    """Whether ``path`` holds a checkpoint's ``erl_state.json`` or ``trainer_state.json`` (format 2's record)."""
-    return any(os.path.isfile(os.path.join(path, name)) for name in (ERL_STATE, HF_STATE))
+    """Whether ``path`` holds a checkpoint's ``erl_state.json``."""
+    return os.path.isfile(os.path.join(path, ERL_STATE))
 
 
 def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
