@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from gpu_check import _min_new_tokens, save_random_model  # noqa: E402  (the same random models)
 
+from erl_lite.cli import arg_types  # noqa: E402
 from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
 
 LOADINGS = {
@@ -106,10 +107,14 @@ def ms_per_step(model: Any, tok: Any, batch: int, a: argparse.Namespace, device:
 def main(argv: list[str] | None = None) -> dict[str, dict[int, float]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cpu-smoke", action="store_true", help="tiny model on the CPU (what the tests run)")
-    p.add_argument("--prompt", type=int, default=600, help="prompt tokens per row (a FrozenLake first turn is ~600)")
-    p.add_argument("--new", type=int, default=64, help="tokens sampled per row (gpu_check's per-turn length)")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--prompt", type=arg_types.whole(1), default=600, help="prompt tokens per row (a FrozenLake first turn is ~600)"
+    )
+    p.add_argument(
+        "--new", type=arg_types.whole(2), default=64, help="tokens sampled per row (gpu_check's per-turn length)"
+    )
+    p.add_argument("--batches", type=arg_types.whole(1), nargs="+", default=[1, 16, 64])
+    p.add_argument("--repeats", type=arg_types.whole(1), default=3)
     p.add_argument("--profile", action="store_true", help="torch.profiler's top operators, QLoRA at batch 16")
     a = p.parse_args(argv)
     from erl_lite.models import load_policy

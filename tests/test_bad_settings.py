@@ -295,13 +295,13 @@ def test_eval_names_the_bad_line_of_its_dataset(tmp_path, capsys):
     "text, line, column",
     [("", 1, 1), ('{"step": 3,\n "config": }', 2, 12), ('{"step": 3', 1, 11), ("{\n\n  'step': 1}", 3, 3)],
 )
-def test_a_damaged_trainer_state_is_named_by_file_line_and_column(tmp_path, capsys, text, line, column):
+def test_a_damaged_run_record_is_named_by_file_line_and_column(tmp_path, capsys, text, line, column):
     from erl_lite.cli import main
     from erl_lite.run.checkpoint import CheckpointError, read_checkpoint
 
     folder = tmp_path / "checkpoint-3"
     folder.mkdir()
-    state = folder / "trainer_state.json"
+    state = folder / "erl_state.json"
     state.write_text(text)
     with pytest.raises(CheckpointError, match=rf"{state}:{line}:{column}:"):
         read_checkpoint(str(folder))
@@ -419,14 +419,14 @@ def test_resume_from_damaged_checkpoints_is_one_clear_paragraph(tmp_path, capsys
     from erl_lite.cli import main
 
     (tmp_path / "checkpoint-2").mkdir()
-    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{")
+    (tmp_path / "checkpoint-2" / "erl_state.json").write_text("{")
     assert (
         main(["train", "--env", "arithmetic", "--model", "tiny", "--steps", "3", "--resume", "--out", str(tmp_path)])
         == 2
     )
     err = capsys.readouterr().err
     _no_traceback(err)
-    assert "every checkpoint is damaged" in err and "trainer_state.json:1:2" in err
+    assert "every checkpoint is damaged" in err and "erl_state.json:1:2" in err
 
 
 @pytest.mark.parametrize("layout", ["missing", "empty", "checkpoint-without-adapter", "adapter-of-a-full-run"])

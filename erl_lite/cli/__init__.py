@@ -279,7 +279,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
         choices=(AUTO, *QUANTIZATIONS),
         default=AUTO,
         help="how the base was loaded in training; 4bit: dequantise it before merging "
-        "(auto: read it from the adapter folder or its checkpoint)",
+        "(auto: read it from the adapter folder's erl_lite.json)",
     )
     export.add_argument(
         "--dtype",

@@ -1,7 +1,7 @@
 """Export a trained LoRA adapter as one standalone model: merge it into its base, save, push.
 
 A 4-bit (QLoRA) base is reloaded as in training and dequantised before the merge: the adapter was trained
-against ``dequant(Q(W))``, not ``W`` (4-bit or not: from ``erl_lite.json`` or ``trainer_state.json``)."""
+against ``dequant(Q(W))``, not ``W`` (4-bit or not: from the folder's ``erl_lite.json``)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _not_an_adapter(folder: str) -> str:
 
 
 def _saved_quantization(folder: str) -> tuple[str, str]:
-    """``(quantization, where it was read)`` from the folder's note or its checkpoint."""
+    """``(quantization, where it was read)`` from the folder's note, else the default (none)."""
     note = os.path.join(folder, NOTE_FILE)
     if os.path.isfile(note):
         value = read_json(note).get("base_quantization")
