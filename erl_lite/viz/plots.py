@@ -129,10 +129,6 @@ def _by_role(by_role: dict[str, str]) -> list[Spec]:
     return [(key, "train", ROLE_LABELS[r], r) for r, key in by_role.items()]
 
 
-def _note(ax: Axes, text: str) -> None:
-    ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45", fontsize=8, style="italic")
-
-
 @S.styled
 def plot_rewards(
     history: HistoryLike, baseline: HistoryLike = None, ax: Axes | None = None, metric: str = "reward"
@@ -163,7 +159,8 @@ def plot_rewards(
         title, what = "Success rate per phase", "success rate (0–1)"
     S.decorate(ax, title, STEP, what, drawn > 0)
     if drawn and not h.of_kind("eval"):
-        _note(ax, f"{NO_EVAL}: set eval_steps, or log trainer.evaluate() with kind='eval'")
+        hint = f"{NO_EVAL}: set eval_steps, or log trainer.evaluate() with kind='eval'"
+        S.note(ax, 0.99, 0.02, hint, ha="right", va="bottom", fontsize=8)
     ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
