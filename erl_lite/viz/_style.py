@@ -111,11 +111,13 @@ def note(ax: Axes, x: float, y: float, text: str, **place: Any) -> None:
     ax.text(x, y, text, transform=ax.transAxes, color="0.45", style="italic", **place)
 
 
-def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, legend: bool = True) -> None:
-    """Title, axis labels, integer step ticks, and the legend or the "no data" note."""
+def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, unit: bool = False) -> None:
+    """Title, axis labels, integer step ticks, a [0, 1] y axis if ``unit``, and the legend or the "no data" note."""
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    if unit:
+        ax.set_ylim(-0.03, 1.03)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     lo, hi = ax.get_xlim()
     if hi - lo < 2:  # one step: widen, or the integer locator falls back to 0.005 ticks
@@ -125,7 +127,7 @@ def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, leg
         note(ax, 0.5, 0.5, NO_DATA, ha="center", va="center", fontsize=11)
         return
     handles, labels = ax.get_legend_handles_labels()
-    if legend and handles:  # under the axes, never over the data
+    if handles:  # under the axes, never over the data
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(0, -0.17), ncol=2, frameon=False)
 
 

@@ -119,9 +119,7 @@ def _panel(
     """A panel of training curves over steps; ``unit``: the values are fractions in [0, 1]."""
     fig, ax, owned = S.new_axes(ax)
     drawn = _curves(ax, as_history(history), specs, roles=True)
-    S.decorate(ax, title, STEP, ylabel, drawn > 0)
-    if unit:
-        ax.set_ylim(-0.03, 1.03)
+    S.decorate(ax, title, STEP, ylabel, drawn > 0, unit)
     return S.done(fig, owned)
 
 
@@ -157,11 +155,10 @@ def plot_rewards(
         title, what = "Reward per phase", "mean reward (0–1)"
     else:
         title, what = "Success rate per phase", "success rate (0–1)"
-    S.decorate(ax, title, STEP, what, drawn > 0)
+    S.decorate(ax, title, STEP, what, drawn > 0, unit=True)
     if drawn and not h.of_kind("eval"):
         hint = f"{NO_EVAL}: set eval_steps, or log trainer.evaluate() with kind='eval'"
         S.note(ax, 0.99, 0.02, hint, ha="right", va="bottom", fontsize=8)
-    ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
 
@@ -256,8 +253,7 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, specs, baseline=True, prefix="RLVR · ")
-    S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)", drawn > 0)
-    ax.set_ylim(-0.03, 1.03)
+    S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)", drawn > 0, unit=True)
     return S.done(fig, owned)
 
 
@@ -295,8 +291,8 @@ def plot_comparison(
         "training CPU time (s, one thread; evaluation excluded)",
         "eval first-attempt success (0–1)",
         drawn > 0,
+        unit=True,
     )
-    ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
 
