@@ -26,22 +26,21 @@ Spec = tuple[str, str, str, str]
 NO_EVAL = "no evaluation logged"
 
 
-def _curves(
-    ax: Axes, history: History, specs: list[Spec], baseline: bool = False, prefix: str = "", roles: bool = False
-) -> int:
+def _curves(ax: Axes, history: History, specs: list[Spec], baseline: bool = False, roles: bool = False) -> int:
     """Draw every spec that has data (evaluation as points with intervals, ``roles``: a line style per role,
-    as reflection and second attempt often coincide); returns how many were drawn."""
+    as reflection and second attempt often coincide; a ``baseline``'s labels say RLVR); returns how many were drawn."""
     drawn = 0
     for key, kind, label, role in specs:
         steps, values = history.series(key, kind)
+        label = "RLVR · " + label if baseline else label
         if values and kind == "eval":
-            _eval_points(ax, history, steps, values, prefix + label, COLORS[role], MARKERS[role], baseline)
+            _eval_points(ax, history, steps, values, label, COLORS[role], MARKERS[role], baseline)
         elif values:
             S.plot_series(
                 ax,
                 steps,
                 values,
-                label=prefix + label,
+                label=label,
                 color=COLORS[role],
                 marker=MARKERS[role],
                 ls="--" if baseline else LINESTYLES.get(role, "-") if roles else "-",
@@ -148,7 +147,7 @@ def plot_rewards(
     ]
     drawn = _curves(ax, h, specs)
     if base is not None:
-        drawn += _curves(ax, base, [specs[0], specs[2]], baseline=True, prefix="RLVR · ")
+        drawn += _curves(ax, base, [specs[0], specs[2]], baseline=True)
     if _both_binary(h, base):
         title, what = "Reward = success rate per phase (rewards are 0/1)", "reward = success rate (0–1)"
     elif metric == "reward":
@@ -252,7 +251,7 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
     )
     drawn = _curves(ax, h, specs)
     if base is not None:
-        drawn += _curves(ax, base, specs, baseline=True, prefix="RLVR · ")
+        drawn += _curves(ax, base, specs, baseline=True)
     S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)", drawn > 0, unit=True)
     return S.done(fig, owned)
 
