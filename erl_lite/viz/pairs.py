@@ -99,10 +99,7 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
         chunks.append(chunk)
     out: list[tuple[str, str]] = []
     for tag, old, new in chunks:
-        if tag == "=":
-            out.append(("=", old))
-        else:
-            out += [("-", old), ("+", new)]
+        out += [("=", old)] if tag == "=" else [("-", old), ("+", new)]
     return [(op, text) for op, text in out if text]
 
 
