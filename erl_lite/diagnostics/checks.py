@@ -200,10 +200,6 @@ def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     return None
 
 
-def _gate_never(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    return _gate_fixed(w, facts, 0.0)
-
-
 def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     if not facts.reflects:
         return None
@@ -378,7 +374,7 @@ CHECKS: tuple[Check, ...] = (
         "gate_never",
         (keys.GATE_RATE, keys.ZERO_STD_FIRST),
         5,
-        _gate_never,
+        lambda w, facts: _gate_fixed(w, facts, 0.0),
         "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
         "reflected on",
         "raise reward_threshold to a success's reward",
