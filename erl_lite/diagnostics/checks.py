@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from itertools import groupby
 from typing import Any, Callable, Mapping, Sequence
 
 from erl_lite import metric_names as keys
@@ -469,15 +470,11 @@ def scan(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequence
     train = train_records(records)
     found: list[Finding] = []
     for check in checks:
-        open_one: Finding | None = None
-        for i in range(len(train)):
-            now = check.finding(train[max(0, i + 1 - check.window) : i + 1], facts)
-            if now is not None and open_one is None:
-                open_one = now
-            if open_one is not None and (now is None or i == len(train) - 1):
-                last = int(train[i - 1 if now is None else i]["step"])
-                found.append(replace(open_one, last_step=last))
-                open_one = None
+        judged = [(check.finding(train[max(0, i + 1 - check.window) : i + 1], facts), r) for i, r in enumerate(train)]
+        for fired, episode in groupby(judged, key=lambda pair: pair[0] is not None):  # a run of windows that hold
+            if fired:
+                windows = list(episode)
+                found.append(replace(windows[0][0], last_step=int(windows[-1][1]["step"])))
     return sorted(found, key=lambda f: (f.step, f.name))
 
 
