@@ -484,7 +484,6 @@ def fired_at(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequ
     out = []
     for check in checks:
         now = check.finding(train[-check.window :], facts)
-        before = check.finding(train[-check.window - 1 : -1], facts) if len(train) > check.window else None
-        if now is not None and before is None:
+        if now is not None and check.finding(train[-check.window - 1 : -1], facts) is None:  # None when too short
             out.append(now)
     return out
