@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from itertools import groupby
 from typing import Any, Callable, Mapping, Sequence
 
 from erl_lite import metric_names as keys
@@ -200,10 +201,6 @@ def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     return None
 
 
-def _gate_never(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    return _gate_fixed(w, facts, 0.0)
-
-
 def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     if not facts.reflects:
         return None
@@ -378,7 +375,7 @@ CHECKS: tuple[Check, ...] = (
         "gate_never",
         (keys.GATE_RATE, keys.ZERO_STD_FIRST),
         5,
-        _gate_never,
+        lambda w, facts: _gate_fixed(w, facts, 0.0),
         "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
         "reflected on",
         "raise reward_threshold to a success's reward",
@@ -473,15 +470,11 @@ def scan(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequence
     train = train_records(records)
     found: list[Finding] = []
     for check in checks:
-        open_one: Finding | None = None
-        for i in range(len(train)):
-            now = check.finding(train[max(0, i + 1 - check.window) : i + 1], facts)
-            if now is not None and open_one is None:
-                open_one = now
-            if open_one is not None and (now is None or i == len(train) - 1):
-                last = int(train[i - 1 if now is None else i]["step"])
-                found.append(replace(open_one, last_step=last))
-                open_one = None
+        judged = [(check.finding(train[max(0, i + 1 - check.window) : i + 1], facts), r) for i, r in enumerate(train)]
+        for fired, episode in groupby(judged, key=lambda pair: pair[0] is not None):  # a run of windows that hold
+            if fired:
+                windows = list(episode)
+                found.append(replace(windows[0][0], last_step=int(windows[-1][1]["step"])))
     return sorted(found, key=lambda f: (f.step, f.name))
 
 
@@ -491,7 +484,6 @@ def fired_at(records: Sequence[Mapping[str, Any]], facts: RunFacts, checks: Sequ
     out = []
     for check in checks:
         now = check.finding(train[-check.window :], facts)
-        before = check.finding(train[-check.window - 1 : -1], facts) if len(train) > check.window else None
-        if now is not None and before is None:
+        if now is not None and check.finding(train[-check.window - 1 : -1], facts) is None:  # None when too short
             out.append(now)
     return out

@@ -179,12 +179,9 @@ def sampling_findings(model: Any, args: Any) -> list[Finding]:
     from erl_lite.core.policy import base_model
 
     config = getattr(base_model(model), "generation_config", None)
-    given = {k: getattr(config, k, None) for k in _SAMPLING_FIELDS}
-    given = {
-        k: v
-        for k, v in given.items()
-        if v is not None and v != {"top_p": 1.0, "typical_p": 1.0, "repetition_penalty": 1.0}.get(k, 0)
-    }
+    # A field at its plain value (0 for the fields not listed) is not named.
+    plain = {"top_p": 1.0, "typical_p": 1.0, "repetition_penalty": 1.0}
+    given = {k: v for k in _SAMPLING_FIELDS if (v := getattr(config, k, None)) is not None and v != plain.get(k, 0)}
     if not given:
         return []
     return [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterable, Union
+from typing import Any, Iterable, Union
 
 import matplotlib.pyplot as plt  # without a display, matplotlib falls back to Agg by itself
 from matplotlib.axes import Axes
@@ -106,31 +106,28 @@ def done(fig: Figure, owned: bool) -> Figure:
     return fig
 
 
-def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, legend: bool = True) -> None:
-    """Title, axis labels, integer step ticks, and the legend or the "no data" note."""
+def note(ax: Axes, x: float, y: float, text: str, **place: Any) -> None:
+    """Grey italic text at (x, y) in axes fractions: a remark on the panel, not data."""
+    ax.text(x, y, text, transform=ax.transAxes, color="0.45", style="italic", **place)
+
+
+def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, unit: bool = False) -> None:
+    """Title, axis labels, integer step ticks, a [0, 1] y axis if ``unit``, and the legend or the "no data" note."""
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    if unit:
+        ax.set_ylim(-0.03, 1.03)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     lo, hi = ax.get_xlim()
     if hi - lo < 2:  # one step: widen, or the integer locator falls back to 0.005 ticks
         mid = round((lo + hi) / 2)
         ax.set_xlim(mid - 1, mid + 1)
     if not has_data:
-        ax.text(
-            0.5,
-            0.5,
-            NO_DATA,
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-            color="0.45",
-            fontsize=11,
-            style="italic",
-        )
+        note(ax, 0.5, 0.5, NO_DATA, ha="center", va="center", fontsize=11)
         return
     handles, labels = ax.get_legend_handles_labels()
-    if legend and handles:  # under the axes, never over the data
+    if handles:  # under the axes, never over the data
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(0, -0.17), ncol=2, frameon=False)
 
 

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from matplotlib.figure import Figure
 
 from erl_lite.viz import _style as S
-from erl_lite.viz._style import COLORS, HistoryLike
 from erl_lite.viz.pairs import Record, select_pair, step_record, word_diff
 
 COLUMNS = 76  # characters per line of the rulebook drawn: the figure's width at 10 pt monospace
@@ -28,7 +27,7 @@ def _rulebook_lines(base: str, rulebook: str) -> list[list[tuple[str, bool]]]:
 
 @S.styled
 def plot_reflection(
-    source: HistoryLike | Record,
+    source: S.HistoryLike | Record,
     step: int | None = None,
     task_id: str | None = None,
     index: int | None = None,
@@ -84,6 +83,6 @@ def plot_reflection(
             )
             col += len(word) + 1
     for row, (text, right) in enumerate(checks, start=len(lines) + 2):
-        put(row, 0, text, color=COLORS["second"] if right else "#d62728")
+        put(row, 0, text, color=S.COLORS["second"] if right else "#d62728")
     S.plt.close(fig)  # detached from pyplot: a notebook shows the returned figure once
     return fig

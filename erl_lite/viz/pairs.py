@@ -55,7 +55,7 @@ def list_pairs(record: Record) -> list[dict[str, Any]]:
 
 
 def select_pair(record: Record, task_id: str | None = None, index: int | None = None) -> dict[str, Record | None]:
-    """Pick {first, reflection, second} for one rollout; by default the first reflected one."""
+    """Pick {first, reflection, second} (in that order) for one rollout; by default the first reflected one."""
     firsts = record.get("first_attempts", [])
     candidates = [
         i
@@ -99,10 +99,7 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
         chunks.append(chunk)
     out: list[tuple[str, str]] = []
     for tag, old, new in chunks:
-        if tag == "=":
-            out.append(("=", old))
-        else:
-            out += [("-", old), ("+", new)]
+        out += [("=", old)] if tag == "=" else [("-", old), ("+", new)]
     return [(op, text) for op, text in out if text]
 
 
@@ -183,8 +180,7 @@ def show_attempt_pair(
 ) -> str:
     """HTML of one rollout's first attempt, reflection and second attempt, with diffs."""
     record = step_record(history_or_step_record, step)
-    pair = select_pair(record, task_id, index)
-    first, refl, second = pair["first"], pair["reflection"], pair["second"]
+    first, refl, second = select_pair(record, task_id, index).values()
     cell = f'<td style="vertical-align:top;width:31%;padding:4px;{LEFT}">{{}}</td>'
     arrow = f'<td style="vertical-align:middle;width:3%;font-size:20px;color:#999;{LEFT}">→</td>'
     row = arrow.join(
@@ -233,8 +229,7 @@ def attempt_pair_text(
 ) -> str:
     """Plain-text version of :func:`show_attempt_pair` (diffs as ``[-old-]{+new+}``)."""
     record = step_record(history_or_step_record, step)
-    pair = select_pair(record, task_id, index)
-    first, refl, second = pair["first"], pair["reflection"], pair["second"]
+    first, refl, second = select_pair(record, task_id, index).values()
     lines = [f"=== step {record.get('step')} · task {first.get('task_id')} · rollout #{first.get('index')} ==="]
     lines += _attempt_text("FIRST ATTEMPT", first)
     if refl is None:

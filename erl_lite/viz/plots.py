@@ -26,22 +26,21 @@ Spec = tuple[str, str, str, str]
 NO_EVAL = "no evaluation logged"
 
 
-def _curves(
-    ax: Axes, history: History, specs: list[Spec], baseline: bool = False, prefix: str = "", roles: bool = False
-) -> int:
+def _curves(ax: Axes, history: History, specs: list[Spec], baseline: bool = False, roles: bool = False) -> int:
     """Draw every spec that has data (evaluation as points with intervals, ``roles``: a line style per role,
-    as reflection and second attempt often coincide); returns how many were drawn."""
+    as reflection and second attempt often coincide; a ``baseline``'s labels say RLVR); returns how many were drawn."""
     drawn = 0
     for key, kind, label, role in specs:
         steps, values = history.series(key, kind)
+        label = "RLVR · " + label if baseline else label
         if values and kind == "eval":
-            _eval_points(ax, history, steps, values, prefix + label, COLORS[role], MARKERS[role], baseline)
+            _eval_points(ax, history, steps, values, label, COLORS[role], MARKERS[role], baseline)
         elif values:
             S.plot_series(
                 ax,
                 steps,
                 values,
-                label=prefix + label,
+                label=label,
                 color=COLORS[role],
                 marker=MARKERS[role],
                 ls="--" if baseline else LINESTYLES.get(role, "-") if roles else "-",
@@ -119,18 +118,12 @@ def _panel(
     """A panel of training curves over steps; ``unit``: the values are fractions in [0, 1]."""
     fig, ax, owned = S.new_axes(ax)
     drawn = _curves(ax, as_history(history), specs, roles=True)
-    S.decorate(ax, title, STEP, ylabel, drawn > 0)
-    if unit:
-        ax.set_ylim(-0.03, 1.03)
+    S.decorate(ax, title, STEP, ylabel, drawn > 0, unit)
     return S.done(fig, owned)
 
 
 def _by_role(by_role: dict[str, str]) -> list[Spec]:
     return [(key, "train", ROLE_LABELS[r], r) for r, key in by_role.items()]
-
-
-def _note(ax: Axes, text: str) -> None:
-    ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", color="0.45", fontsize=8, style="italic")
 
 
 @S.styled
@@ -154,17 +147,17 @@ def plot_rewards(
     ]
     drawn = _curves(ax, h, specs)
     if base is not None:
-        drawn += _curves(ax, base, [specs[0], specs[2]], baseline=True, prefix="RLVR · ")
+        drawn += _curves(ax, base, [specs[0], specs[2]], baseline=True)
     if _both_binary(h, base):
         title, what = "Reward = success rate per phase (rewards are 0/1)", "reward = success rate (0–1)"
     elif metric == "reward":
         title, what = "Reward per phase", "mean reward (0–1)"
     else:
         title, what = "Success rate per phase", "success rate (0–1)"
-    S.decorate(ax, title, STEP, what, drawn > 0)
+    S.decorate(ax, title, STEP, what, drawn > 0, unit=True)
     if drawn and not h.of_kind("eval"):
-        _note(ax, f"{NO_EVAL}: set eval_steps, or log trainer.evaluate() with kind='eval'")
-    ax.set_ylim(-0.03, 1.03)
+        hint = f"{NO_EVAL}: set eval_steps, or log trainer.evaluate() with kind='eval'"
+        S.note(ax, 0.99, 0.02, hint, ha="right", va="bottom", fontsize=8)
     return S.done(fig, owned)
 
 
@@ -258,9 +251,8 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
     )
     drawn = _curves(ax, h, specs)
     if base is not None:
-        drawn += _curves(ax, base, specs, baseline=True, prefix="RLVR · ")
-    S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)", drawn > 0)
-    ax.set_ylim(-0.03, 1.03)
+        drawn += _curves(ax, base, specs, baseline=True)
+    S.decorate(ax, "Evaluation on held-out tasks", STEP, "first-attempt score (0–1)", drawn > 0, unit=True)
     return S.done(fig, owned)
 
 
@@ -298,8 +290,8 @@ def plot_comparison(
         "training CPU time (s, one thread; evaluation excluded)",
         "eval first-attempt success (0–1)",
         drawn > 0,
+        unit=True,
     )
-    ax.set_ylim(-0.03, 1.03)
     return S.done(fig, owned)
 
 

@@ -7,17 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from erl_lite.viz import pairs
 from erl_lite.viz._style import HistoryLike, as_history, joined_rulebooks
-from erl_lite.viz.pairs import (
-    Record,
-    _pre,
-    attempt_pair_text,
-    diff_html,
-    diff_text,
-    list_pairs,
-    show_attempt_pair,
-    step_record,
-)
 
 #: Outcome filters of the reflection browser: label -> predicate on a :func:`list_pairs` row.
 FILTERS = {
@@ -61,17 +52,13 @@ def is_static(static: bool | None = None) -> bool:
     if static is not None:
         return static
     forced = os.environ.get("ERL_LITE_STATIC", "").strip().lower()
-    if forced in _TRUE:
-        return True
-    if os.environ.get("CI", "").strip().lower() in _TRUE and forced not in _FALSE:
+    if forced in _TRUE or os.environ.get("CI", "").strip().lower() in _TRUE and forced not in _FALSE:
         return True
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
         return True
-    if _kernel() is None:
-        return True
-    return forced not in _FALSE and widget_frontend() is None
+    return _kernel() is None or forced not in _FALSE and widget_frontend() is None
 
 
 @dataclass
@@ -100,7 +87,7 @@ def _steps(history: HistoryLike) -> tuple[Any, list[int]]:
     return h, [int(s.get("step", i)) for i, s in enumerate(h.samples, start=1)]
 
 
-def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, int]]]:
+def _rollout_options(record: pairs.Record, mode: str) -> list[tuple[str, tuple[str, int]]]:
     """Dropdown entries ``(label, (task_id, index))`` of one step, filtered by outcome."""
     mark = {True: "✓", False: "✗", None: "–"}
     return [
@@ -108,7 +95,7 @@ def _rollout_options(record: Record, mode: str) -> list[tuple[str, tuple[str, in
             f"{r['task_id']} #{r['index']} · 1st {mark[r['first_success']]} → 2nd {mark[r['second_success']]}",
             (r["task_id"], r["index"]),
         )
-        for r in list_pairs(record)
+        for r in pairs.list_pairs(record)
         if FILTERS[mode](r)
     ]
 
@@ -122,7 +109,7 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
     # Open on a step with a gated rollout: one that passed the gate has no reflection to read.
     start = step if step in steps else next((s for s, rec in zip(steps, h.samples) if rec.get("retries")), steps[0])
     if is_static(static):
-        return StaticView(show_attempt_pair(h, start), attempt_pair_text(h, start))
+        return StaticView(pairs.show_attempt_pair(h, start), pairs.attempt_pair_text(h, start))
     import ipywidgets as W
 
     slider = W.SelectionSlider(options=steps, value=start, description="step")
@@ -135,12 +122,12 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
             out.value = "<p><i>no rollout matches this filter at this step</i></p>"
             return
         task_id, index = picker.value
-        out.value = show_attempt_pair(h, slider.value, task_id=task_id, index=index)
+        out.value = pairs.show_attempt_pair(h, slider.value, task_id=task_id, index=index)
 
     def refresh(*_: Any) -> None:
-        options = _rollout_options(step_record(h, slider.value), mode.value)
+        options = _rollout_options(pairs.step_record(h, slider.value), mode.value)
         values = [v for _, v in options]
-        gated = [v for _, v in _rollout_options(step_record(h, slider.value), "reflected") if v in values]
+        gated = [v for _, v in _rollout_options(pairs.step_record(h, slider.value), "reflected") if v in values]
         # Keep the same rollout across steps when it is there; else the first gated one, else the first.
         keep = picker.value if picker.value in values else next(iter(gated + values), None)
         picker.options = options or [("(none)", None)]
@@ -154,29 +141,29 @@ def reflection_browser(history: HistoryLike, static: bool | None = None, step: i
     return W.VBox([W.HBox([slider, picker]), mode, out])
 
 
-def _memory(record: Record) -> tuple[str, str]:
+def _memory(record: pairs.Record) -> tuple[str, str]:
     return joined_rulebooks(record.get("memory_before")), joined_rulebooks(record.get("memory_after"))
 
 
-def memory_html(record: Record) -> str:
+def memory_html(record: pairs.Record) -> str:
     """HTML of what memory held after one step, with a diff against what it held before."""
     before, after = _memory(record)
     n = len(record.get("memory_after") or [])
     head = f"<h4>Memory after step {record.get('step')} ({n} rulebook{'s' * (n != 1)})</h4>"
     if not after:
         return head + "<p><i>empty: no second attempt has succeeded yet</i></p>"
-    body = _pre(after)
+    body = pairs._pre(after)
     if before != after:
-        body += "<b>changed this step (before → after)</b>" + diff_html(before, after)
+        body += "<b>changed this step (before → after)</b>" + pairs.diff_html(before, after)
     return head + body
 
 
-def memory_text(record: Record) -> str:
+def memory_text(record: pairs.Record) -> str:
     """Plain-text twin of :func:`memory_html`."""
     before, after = _memory(record)
     lines = [f"=== memory after step {record.get('step')} ===", after or "(empty: no second attempt has succeeded yet)"]
     if after and before != after:
-        lines.append("changed this step: " + diff_text(before, after))
+        lines.append("changed this step: " + pairs.diff_text(before, after))
     return "\n".join(lines)
 
 
@@ -186,7 +173,7 @@ def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | 
     if not steps:
         return _no_samples()
     if is_static(static):
-        record = step_record(h, step)
+        record = pairs.step_record(h, step)
         return StaticView(memory_html(record), memory_text(record))
     import ipywidgets as W
 
@@ -194,7 +181,7 @@ def memory_viewer(history: HistoryLike, static: bool | None = None, step: int | 
     out = W.HTML()
 
     def render(*_: Any) -> None:
-        out.value = memory_html(step_record(h, slider.value))
+        out.value = memory_html(pairs.step_record(h, slider.value))
 
     slider.observe(render, "value")
     render()
