@@ -489,9 +489,12 @@ def test_metric_names_come_from_metrics_constants(module):
 # argument, pack's second loop over the same rows, and eos_token_ids' hand-kept membership test (dict.fromkeys).
 # Then 17,915: checkpoints of formats 1-3 (written before the first release, with no users to carry over) are
 # refused with the file named, not read: their record, adapter folder, manifest-less and quantization readers go.
+# Then 17,874: in diagnostics and viz, one helper for the panels' grey notes, decorate's [0, 1] axis, the baseline's
+# label prefix set where it is drawn, scan's episodes as itertools.groupby runs, the widgets reading pairs' names
+# through the module, and conditions that ended alike joined.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_915
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_874
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {

@@ -52,13 +52,13 @@ def is_static(static: bool | None = None) -> bool:
     if static is not None:
         return static
     forced = os.environ.get("ERL_LITE_STATIC", "").strip().lower()
-    if forced in _TRUE or os.environ.get("CI", "").strip().lower() in _TRUE and forced not in _FALSE:
+    if forced in _TRUE or (os.environ.get("CI", "").strip().lower() in _TRUE and forced not in _FALSE):
         return True
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
         return True
-    return _kernel() is None or forced not in _FALSE and widget_frontend() is None
+    return _kernel() is None or (forced not in _FALSE and widget_frontend() is None)
 
 
 @dataclass
