@@ -198,14 +198,14 @@ def add_config_arguments(
     if defaults is None:
         blank = ERLConfig()
         defaults = {f.name: shown_value(getattr(blank, f.name)) for f, _ in cli_fields()}
-    group = parser.add_argument_group(title)
+    group = parser.add_argument_group(title, argument_default=argparse.SUPPRESS)
     for f, annotation in cli_fields():
         shown, trl = "--" + f.name.replace("_", "-"), "--" + f.name
         default = f"(default: {defaults[f.name]})" if f.name in defaults else ""
         help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, ""), default]))
-        common = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
+        common = dict(dest=f.name, help=help_text.replace("%", "%%"))
         # TRL's spellings (--learning_rate, --no_use_memory): accepted and recorded, not shown in --help.
-        hidden = dict(dest=f.name, action=_Store, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        hidden = dict(dest=f.name, action=_Store, help=argparse.SUPPRESS)
         if annotation is bool:
             group.add_argument(shown, *aliases.get(f.name, ()), action=_BooleanOptional, **common)
             if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
@@ -227,7 +227,6 @@ def add_config_arguments(
             action=_Store,
             nargs=0,
             const=False,
-            default=argparse.SUPPRESS,
             help=f"same as --no-{name.replace('_', '-')}",
         )
     return group
