@@ -28,7 +28,10 @@ def load_config_file(
         key = str(raw_key).replace("-", "_")
         where = f"{path}:{line}"
         if key not in types_ and key not in other_keys:
-            raise ValueError(_unknown_key(where, str(raw_key), [*types_, *other_keys], aliases or {}))
+            known = [*types_, *other_keys]
+            guess = closest(key, known, aliases)
+            hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
+            raise ValueError(f"{where}: unknown key {str(raw_key)!r}{hint}")
         if key in types_:
             value = _coerce(value, types_[key], where, key)
         if key in seen and seen[key][2] != value:  # the same key twice: refused when they disagree
@@ -86,9 +89,3 @@ def _coerce(value: Any, annotation: Any, where: str, key: str) -> Any:
     except (ValueError, argparse.ArgumentTypeError) as e:
         message = str(e)
         raise ValueError(f"{where}: {message if message.startswith('ERLConfig.') else f'{key}: {message}'}") from e
-
-
-def _unknown_key(path: str, key: str, known: list[str], aliases: Mapping[str, str]) -> str:
-    guess = closest(key.replace("-", "_"), known, aliases)
-    hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
-    return f"{path}: unknown key {key!r}{hint}"
