@@ -93,6 +93,7 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
         "then the flags. The defaults shown are those of the demo preset on the "
         "demo world (and of the cpu preset off it, where they differ); --preset "
         "gpu or paper changes some of them.",
+        argument_default=argparse.SUPPRESS,  # an option not given stays unset: a --config file may set it
     )
     train.add_argument(
         "--config",
@@ -104,30 +105,24 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--env",
         choices=ENVIRONMENTS,
-        default=argparse.SUPPRESS,
         help="demo = the embedded model's world (letters drawn by --seed); the others are the "
         "paper's tasks and an arithmetic example (default: demo)",
     )
     train.add_argument(
         "--world",
         choices=sorted(WORLDS),
-        default=argparse.SUPPRESS,
         help="with --env demo: demo = 3x3 maps (default); sparse = 5x5 maps where first attempts "
         "rarely succeed (as erl-lite demo --world)",
     )
-    train.add_argument(
-        "--small", action="store_true", default=argparse.SUPPRESS, help="the small (CPU) variant of the environment"
-    )
+    train.add_argument("--small", action="store_true", help="the small (CPU) variant of the environment")
     train.add_argument(
         "--env-options",
         type=json.loads,
-        default=argparse.SUPPRESS,
         metavar="JSON",
         help="the environment's own keywords, e.g. '{\"size\": 5}' or for arithmetic '{\"n\": 500}'",
     )
     train.add_argument(
         "--model",
-        default=argparse.SUPPRESS,
         type=expand_path,
         help="hub name or local folder; 'embedded' (default) = the packaged tiny model; "
         "'tiny' = a random 2-layer model built offline (plumbing checks only)",
@@ -135,11 +130,12 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--preset",
         choices=sorted(PRESETS),
-        default=argparse.SUPPRESS,
         help="ERLConfig.preset's settings under the rest (default: demo on --env demo, cpu elsewhere)",
     )
     _data_arguments(train, train=True)
-    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    train.add_argument(
+        "--resume", action="store_true", default=False, help="continue from the latest checkpoint in --out"
+    )
     add_config_arguments(
         train,
         aliases=FLAG_ALIASES,
@@ -153,7 +149,6 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
 def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
     """``--dataset``, ``--reward-funcs``, ``--feedback-func`` and ``--reward-weights`` (train); TRL's spellings too."""
     group = p.add_argument_group("your own data (as trl grpo)")
-    default = argparse.SUPPRESS if train else None  # train: a --config file may set them
     sources = "a .jsonl/.json/.csv/.parquet file, a saved dataset folder or a hub dataset name"
     options = [
         (
@@ -190,10 +185,11 @@ def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:
                 "one weight per reward function: the reward is their weighted sum (default: 1 each)",
             ),
         ]
+    # A shown spelling takes its parser's default: unset on train (a --config file may set it), None on eval.
     for flag, metavar, nargs, help_text in options:
         dest = flag[2:].replace("-", "_")
         kind = {"dataset": expand_path, "reward_weights": float}.get(dest)
-        group.add_argument(flag, dest=dest, metavar=metavar, nargs=nargs, default=default, help=help_text, type=kind)
+        group.add_argument(flag, dest=dest, metavar=metavar, nargs=nargs, help=help_text, type=kind)
         trl = "--dataset_name" if dest == "dataset" else "--" + dest
         group.add_argument(
             trl, dest=dest, metavar=metavar, nargs=nargs, default=argparse.SUPPRESS, type=kind, help=argparse.SUPPRESS

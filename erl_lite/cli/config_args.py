@@ -26,30 +26,24 @@ from erl_lite.config.field_types import closest, field_types
 _NONE_WORDS = ("none", "null", "~")
 
 
-def _class_ast(cls: type) -> ast.ClassDef | None:
-    """The class's own definition, parsed from its source; None when the source is not available."""
+def field_docs() -> dict[str, str]:
+    """Each ERLConfig field's attribute docstring (the string below ``name: type = default``); none when the source
+    is not available."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(ERLConfig)))
     except (OSError, TypeError, SyntaxError):
-        return None
-    return next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
-
-
-def field_docs(cls: type = ERLConfig) -> dict[str, str]:
-    """Each field's attribute docstring (the string below ``name: type = default``), base classes' included."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):  # a subclass's docstring wins over its base's
-        node = _class_ast(klass) if dataclasses.is_dataclass(klass) else None
-        body = node.body if node is not None else []
-        for stmt, following in zip(body, body[1:]):
-            if (
-                isinstance(stmt, ast.AnnAssign)
-                and isinstance(stmt.target, ast.Name)
-                and isinstance(following, ast.Expr)
-                and isinstance(following.value, ast.Constant)
-                and isinstance(following.value.value, str)
-            ):
-                docs[stmt.target.id] = inspect.cleandoc(following.value.value)
+        return {}
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef)).body
+    docs = {}
+    for stmt, following in zip(body, body[1:]):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[stmt.target.id] = inspect.cleandoc(following.value.value)
     return docs
 
 
@@ -62,12 +56,9 @@ def first_sentence(text: str) -> str:
     return text[: match.end()] if match else text
 
 
-def field_choices(cls: type = ERLConfig) -> dict[str, tuple]:
-    """The allowed words of each field that takes one: ``config.checks.FIELD_CHOICES`` for an ERLConfig, else
-    the ``FIELD_CHOICES`` table of ``cls``'s module."""
-    if issubclass(cls, ERLConfig):
-        return dict(FIELD_CHOICES)
-    return dict(getattr(sys.modules.get(cls.__module__), "FIELD_CHOICES", {}))
+def field_choices() -> dict[str, tuple]:
+    """The allowed words of each ERLConfig field that takes one (``config.checks.FIELD_CHOICES``)."""
+    return dict(FIELD_CHOICES)
 
 
 def parse_bool(text: str) -> bool:
@@ -107,12 +98,12 @@ def converter(annotation: Any) -> tuple[Callable[[str], Any], str]:
     return parse_yaml, "YAML"
 
 
-def cli_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
-    """Public init fields with their resolved types, but those marked ``metadata={"cli": False}``."""
-    hints = field_types(cls)
+def cli_fields() -> list[tuple[dataclasses.Field, Any]]:
+    """ERLConfig's public init fields with their resolved types, but those marked ``metadata={"cli": False}``."""
+    hints = field_types(ERLConfig)
     return [
         (f, hints[f.name])
-        for f in dataclasses.fields(cls)
+        for f in dataclasses.fields(ERLConfig)
         if f.init and not f.name.startswith("_") and f.metadata.get("cli", True)
     ]
 
@@ -191,29 +182,30 @@ class _BooleanOptional(argparse.BooleanOptionalAction):
 
 def add_config_arguments(
     parser: argparse.ArgumentParser,
-    cls: type = ERLConfig,
     aliases: Mapping[str, Sequence[str]] | None = None,
     negations: Mapping[str, str] | None = None,
     notes: Mapping[str, str] | None = None,
     title: str = "config fields",
     defaults: Mapping[str, str] | None = None,
 ) -> argparse._ArgumentGroup:
-    """Add one option per field of ``cls`` to ``parser`` (in an argument group ``title``). Options default to
+    """Add one option per ERLConfig field to ``parser`` (in an argument group ``title``). Options default to
     ``argparse.SUPPRESS``, so the namespace holds only the fields given (:func:`given_fields`).
     ``aliases``: extra option strings (``{"max_steps": ["--steps"]}``); ``negations``: switches that set a
     boolean field to False (``{"--no-memory": "use_memory"}``); ``notes``: text appended to a field's help;
-    ``defaults``: the default shown in a field's help (by default the dataclass's, :func:`shown_value`)."""
+    ``defaults``: the default shown in a field's help (by default ERLConfig's, :func:`shown_value`)."""
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
-    docs, choices = field_docs(cls), field_choices(cls)
-    defaults = defaults if defaults is not None else _dataclass_defaults(cls)
-    group = parser.add_argument_group(title)
-    for f, annotation in cli_fields(cls):
+    docs, choices = field_docs(), field_choices()
+    if defaults is None:
+        blank = ERLConfig()
+        defaults = {f.name: shown_value(getattr(blank, f.name)) for f, _ in cli_fields()}
+    group = parser.add_argument_group(title, argument_default=argparse.SUPPRESS)
+    for f, annotation in cli_fields():
         shown, trl = "--" + f.name.replace("_", "-"), "--" + f.name
         default = f"(default: {defaults[f.name]})" if f.name in defaults else ""
         help_text = " ".join(filter(None, [first_sentence(docs.get(f.name, "")), notes.get(f.name, ""), default]))
-        common = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
+        common = dict(dest=f.name, help=help_text.replace("%", "%%"))
         # TRL's spellings (--learning_rate, --no_use_memory): accepted and recorded, not shown in --help.
-        hidden = dict(dest=f.name, action=_Store, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        hidden = dict(dest=f.name, action=_Store, help=argparse.SUPPRESS)
         if annotation is bool:
             group.add_argument(shown, *aliases.get(f.name, ()), action=_BooleanOptional, **common)
             if trl != shown:  # TRL's spelling: --use_memory [true|false], --no_use_memory
@@ -235,7 +227,6 @@ def add_config_arguments(
             action=_Store,
             nargs=0,
             const=False,
-            default=argparse.SUPPRESS,
             help=f"same as --no-{name.replace('_', '-')}",
         )
     return group
@@ -248,11 +239,6 @@ def shown_value(value: Any) -> str:
     if isinstance(value, (list, tuple, dict)):
         return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
     return str(value)
-
-
-def _dataclass_defaults(cls: type) -> dict[str, str]:
-    blank = cls()
-    return {f.name: shown_value(getattr(blank, f.name)) for f, _ in cli_fields(cls)}
 
 
 def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable[[str], Any]:
@@ -268,11 +254,11 @@ def _checked(parse: Callable[[str], Any], allowed: tuple, name: str) -> Callable
     return check
 
 
-def given_fields(args: argparse.Namespace, cls: type = ERLConfig) -> dict[str, Any]:
+def given_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields given on the command line (a namespace parsed with :func:`add_config_arguments`). Two
     spellings with different values (``--steps 3 --max-steps 4``): ValueError; one given twice: the last wins."""
     for name, by_option in getattr(args, _SPELLINGS, {}).items():
         if len({repr(v) for v in by_option.values()}) > 1:
             shown = " and ".join(f"{option} {value!r}" for option, value in by_option.items())
             raise ValueError(f"{name} is given twice: {shown}; give it once")
-    return {f.name: getattr(args, f.name) for f, _ in cli_fields(cls) if hasattr(args, f.name)}
+    return {f.name: getattr(args, f.name) for f, _ in cli_fields() if hasattr(args, f.name)}

@@ -11,27 +11,29 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from erl_lite.cli.config_args import cli_fields, converter, parse_yaml
-from erl_lite.config import ERLConfig
 from erl_lite.config.field_types import closest, conform
 
 
 def load_config_file(
-    path: str, cls: type = ERLConfig, other_keys: Sequence[str] = (), aliases: Mapping[str, str] | None = None
+    path: str, other_keys: Sequence[str] = (), aliases: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a YAML run file: ``(field values, values of other_keys)``; any other key: an error naming the file and the
     closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``)."""
     entries = _yaml_entries(path)
     if entries is None:
         return {}, {}
-    types_ = {f.name: annotation for f, annotation in cli_fields(cls)}
+    types_ = {f.name: annotation for f, annotation in cli_fields()}
     fields, others, seen = {}, {}, {}
     for raw_key, value, line in entries:
         key = str(raw_key).replace("-", "_")
         where = f"{path}:{line}"
         if key not in types_ and key not in other_keys:
-            raise ValueError(_unknown_key(where, str(raw_key), [*types_, *other_keys], aliases or {}))
+            known = [*types_, *other_keys]
+            guess = closest(key, known, aliases)
+            hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
+            raise ValueError(f"{where}: unknown key {str(raw_key)!r}{hint}")
         if key in types_:
-            value = _coerce(value, types_[key], where, key, cls.__name__)
+            value = _coerce(value, types_[key], where, key)
         if key in seen and seen[key][2] != value:  # the same key twice: refused when they disagree
             first_line, first_key, _ = seen[key]
             spelled = "" if first_key == raw_key else f": {str(first_key)!r} and {str(raw_key)!r}"
@@ -77,19 +79,13 @@ def _yaml_entries(path: str) -> list[tuple[Any, Any, int]] | None:
         loader.dispose()
 
 
-def _coerce(value: Any, annotation: Any, where: str, key: str, owner: str) -> Any:
+def _coerce(value: Any, annotation: Any, where: str, key: str) -> Any:
     """A file's value as the field stores it (YAML reads ``1e-6`` as a string: parsed as on the command line)."""
     parse, _ = converter(annotation)
     try:
         if isinstance(value, str) and parse not in (str, parse_yaml):
             value = parse(value)
-        return conform(key, value, annotation, owner)
+        return conform(key, value, annotation)
     except (ValueError, argparse.ArgumentTypeError) as e:
         message = str(e)
-        raise ValueError(f"{where}: {message if message.startswith(owner + '.') else f'{key}: {message}'}") from e
-
-
-def _unknown_key(path: str, key: str, known: list[str], aliases: Mapping[str, str]) -> str:
-    guess = closest(key.replace("-", "_"), known, aliases)
-    hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
-    return f"{path}: unknown key {key!r}{hint}"
+        raise ValueError(f"{where}: {message if message.startswith('ERLConfig.') else f'{key}: {message}'}") from e

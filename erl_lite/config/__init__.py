@@ -315,10 +315,6 @@ class ERLConfig:
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(ERLConfig))
 
-_DEFAULTS: dict[str, Any] = {
-    f.name: f.default for f in dataclasses.fields(ERLConfig) if f.default is not dataclasses.MISSING
-}
-
 #: The two ways an iteration splits into optimizer steps (a count, or the reference's mini-batch size).
 SPLIT_FIELDS = ("steps_per_generation", "ppo_mini_batch_size")
 
@@ -329,7 +325,7 @@ def one_split(layer: dict[str, Any]) -> dict[str, Any]:
     if len(given) != 1:
         return dict(layer)
     other = SPLIT_FIELDS[1 - SPLIT_FIELDS.index(given[0])]
-    return {**layer, other: _DEFAULTS[other]}
+    return {**layer, other: ERLConfig.__dataclass_fields__[other].default}  # both have a plain default
 
 
 def _migrate_extra_preset(cfg: ERLConfig) -> None:

@@ -282,8 +282,7 @@ def translate_trl_fields(
                 f"ERLConfig: {name}={value!r} is a TRL GRPOConfig setting erl_lite does not take: {TRL_REFUSED[name]}"
             )
         else:
-            names = sorted(known | set(TRL_MAPPED))
-            guess = closest(name, names)
+            guess = closest(name, known | set(TRL_MAPPED))
             hint = f"; did you mean {guess!r}?" if guess else "; see the ERLConfig docstring for its fields"
             raise TypeError(
                 f"ERLConfig has no setting {name!r} (neither an erl_lite field nor a TRL GRPOConfig one){hint}"
