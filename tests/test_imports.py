@@ -492,9 +492,12 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 17,874: in diagnostics and viz, one helper for the panels' grey notes, decorate's [0, 1] axis, the baseline's
 # label prefix set where it is drawn, scan's episodes as itertools.groupby runs, the widgets reading pairs' names
 # through the module, and conditions that ended alike joined.
+# Then 17,847: the command line's ERLConfig option helpers lose a class parameter no caller passed (and the walk
+# over base classes it needed), argparse's argument_default replaces a SUPPRESS on each option, and a one-use table
+# of two defaults and a one-use message helper go.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_874
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_847
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
