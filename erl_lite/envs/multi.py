@@ -126,9 +126,8 @@ class MultiEnvironment(Environment):
                 f"('train' or 'test'); got index={index!r}, split={which!r}"
             )
         env = self.envs[name]
-        pool = (
-            env.train_pool() if which == "train" else env.test_tasks(index + 1)
-        )  # the train pool draws only pool[index]
+        # the train pool draws only pool[index]
+        pool = env.train_pool() if which == "train" else env.test_tasks(index + 1)
         if index >= len(pool):
             raise ValueError(f"dataset row {i}: {name}'s {which} split has {len(pool)} tasks, no index {index}")
         task = pool[index]
