@@ -167,11 +167,8 @@ class GridEpisode(Episode):
         if self.turns is not None:  # the board, not solved yet, how the last action went, what is left
             t, last = self.turns, self.events[-1] if self.events else None
             how = t["stuck"] if last in t["stuck_events"] else t["worked"] if last else ""
-            return "\n".join(
-                x
-                for x in (t["head"].format(k=self.actions_taken), grid, t["ask"], how, t["left"].format(left=left))
-                if x
-            )
+            parts = (t["head"].format(k=self.actions_taken), grid, t["ask"], how, t["left"].format(left=left))
+            return "\n".join(filter(None, parts))  # an empty part (no action yet, FrozenLake's "worked") is left out
         if self.compact:
             return f"{note}{grid}\nleft: {left}"
         return f"{note}Grid:\n{grid}\nActions left: {left}."
