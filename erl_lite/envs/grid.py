@@ -263,8 +263,7 @@ class GridGame(Environment):
             self.system_prompt = "\n\n".join(
                 dict.fromkeys([ref["system"], ref["reminders"]["grid"], self.action_reminder])
             )
-        field = self.layout_field
-        self._splits = SeededSplits(make, lambda d: "/".join(d[field]), self.name, seed, n_train, n_test)
+        self._splits = SeededSplits(make, lambda d: "/".join(d[self.layout_field]), self.name, seed, n_train, n_test)
 
     def new_episode(self) -> GridEpisode:
         return self.episode_class(self.max_turns, self.symbols, self.compact, self.turns, self.hint)
