@@ -167,11 +167,8 @@ class GridEpisode(Episode):
         if self.turns is not None:  # the board, not solved yet, how the last action went, what is left
             t, last = self.turns, self.events[-1] if self.events else None
             how = t["stuck"] if last in t["stuck_events"] else t["worked"] if last else ""
-            return "\n".join(
-                x
-                for x in (t["head"].format(k=self.actions_taken), grid, t["ask"], how, t["left"].format(left=left))
-                if x
-            )
+            parts = (t["head"].format(k=self.actions_taken), grid, t["ask"], how, t["left"].format(left=left))
+            return "\n".join(filter(None, parts))  # an empty part (no action yet, FrozenLake's "worked") is left out
         if self.compact:
             return f"{note}{grid}\nleft: {left}"
         return f"{note}Grid:\n{grid}\nActions left: {left}."
@@ -266,8 +263,7 @@ class GridGame(Environment):
             self.system_prompt = "\n\n".join(
                 dict.fromkeys([ref["system"], ref["reminders"]["grid"], self.action_reminder])
             )
-        field = self.layout_field
-        self._splits = SeededSplits(make, lambda d: "/".join(d[field]), self.name, seed, n_train, n_test)
+        self._splits = SeededSplits(make, lambda d: "/".join(d[self.layout_field]), self.name, seed, n_train, n_test)
 
     def new_episode(self) -> GridEpisode:
         return self.episode_class(self.max_turns, self.symbols, self.compact, self.turns, self.hint)

@@ -16,21 +16,6 @@ ENV_COLUMN = "environment"  # TRL 1.16's
 _DEFAULT_SPLIT = {"train": "train", "eval": "test"}
 
 
-def _shared_with_members(name: str) -> property:
-    """An attribute that, when set, is set on every member too."""
-    private = f"_{name}"
-
-    def get(self: "MultiEnvironment") -> Any:
-        return getattr(self, private)
-
-    def put(self: "MultiEnvironment", value: Any) -> None:
-        setattr(self, private, value)
-        for env in self.envs.values():
-            setattr(env, name, value)
-
-    return property(get, put)
-
-
 class MultiEnvironment(Environment):
     """Routes each task to its named environment (``envs``: a dict, or a list named by ``name``; no ``/`` in names).
 
@@ -60,16 +45,17 @@ class MultiEnvironment(Environment):
                 raise TypeError(f"environment {key!r} is itself a MultiEnvironment; list its members instead")
         self.envs: dict[str, Environment] = named
         self.max_turns = max(e.max_turns for e in named.values())
-        self._trainer_state: Any = None
-        self._reward_log: Any = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        # Set once by the trainer; every member's reward functions must see them.
+        if name in ("trainer_state", "reward_log"):
+            for env in self.envs.values():
+                setattr(env, name, value)
 
     @property
     def names(self) -> list[str]:
         return list(self.envs)
-
-    # Set once by the trainer; every member's reward functions must see them.
-    trainer_state = _shared_with_members("trainer_state")
-    reward_log = _shared_with_members("reward_log")
 
     def env_name(self, task_id: str) -> str:
         """The member a task belongs to, from its id's ``"<name>/"`` prefix."""
@@ -126,9 +112,8 @@ class MultiEnvironment(Environment):
                 f"('train' or 'test'); got index={index!r}, split={which!r}"
             )
         env = self.envs[name]
-        pool = (
-            env.train_pool() if which == "train" else env.test_tasks(index + 1)
-        )  # the train pool draws only pool[index]
+        # the train pool draws only pool[index]
+        pool = env.train_pool() if which == "train" else env.test_tasks(index + 1)
         if index >= len(pool):
             raise ValueError(f"dataset row {i}: {name}'s {which} split has {len(pool)} tasks, no index {index}")
         task = pool[index]

@@ -59,8 +59,7 @@ def score_answer(prediction: str | None, gold: str, min_f1: float = 0.3) -> tupl
     """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0)."""
     if prediction is None:
         return 0.0, False, 0.0
-    exact = normalize_answer(prediction) == normalize_answer(gold)
-    if exact:
+    if normalize_answer(prediction) == normalize_answer(gold):
         return 1.0, True, 1.0
     f1 = f1_score(prediction, gold)
     return (min(f1, MAX_PARTIAL_REWARD) if f1 >= min_f1 else 0.0), False, f1

@@ -7,8 +7,6 @@ import platform
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from erl_lite import __version__
-
 REPORTED_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "accelerate")
 
 
@@ -52,7 +50,7 @@ def environment_report() -> RuntimeReport:
         except metadata.PackageNotFoundError:
             versions[name] = None
     versions["torch"] = torch.__version__  # with its build: +cu126 (CUDA 12.6), +cpu, ...
-    versions["erl_lite"] = __version__
+    versions["erl_lite"] = erl_lite.__version__
     location = str(erl_lite.__file__).removesuffix("__init__.py").rstrip("/\\")
     if not torch.cuda.is_available():
         return RuntimeReport(versions, location)

@@ -78,13 +78,12 @@ def _find_bad_json(path: str, suffix: str) -> None:
 def _from_hub_or_cache(name: str, split: str) -> Any:
     import datasets
 
-    offline = bool(datasets.config.HF_HUB_OFFLINE)
     try:
         loaded = datasets.load_dataset(name)
     except Exception as err:  # datasets raises several types (ConnectionError, FileNotFoundError, ...)
         where = (
             "HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set, so only the local cache is searched, and it is not there"
-            if offline
+            if datasets.config.HF_HUB_OFFLINE
             else "it is neither a local path nor a dataset datasets could load"
         )
         raise ValueError(

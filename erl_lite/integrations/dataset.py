@@ -92,12 +92,11 @@ class RewardFunctionEnv(Environment):
     ) -> tuple[Scores, list[str]]:
         kwargs = call_arguments(tasks, completions, completion_ids, self.trainer_state, log)
         scores = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
-        notes = scores.notes
         if self.feedback_func is not None:
-            for row, text in zip(notes, feedback_texts(self.feedback_func, kwargs, tasks)):
+            for row, text in zip(scores.notes, feedback_texts(self.feedback_func, kwargs, tasks)):
                 if text is not None:
                     row.append(text)
-        return scores, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(notes, scores.rewards)]
+        return scores, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(scores.notes, scores.rewards)]
 
 
 def _render(observation: str | Messages) -> str:

@@ -256,8 +256,7 @@ class Reporter:
 
     def close(self) -> None:
         """Send what is pending and close the trackers; the next send reopens them on their run."""
-        if self._pending:
-            self._send(_window(self._pending), self._pending_step)
+        self._send(_window(self._pending), self._pending_step)  # nothing pending: nothing sent, nothing reopened
         self._pending = []
         for tracker in self.trackers:
             tracker.close()

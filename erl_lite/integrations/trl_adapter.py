@@ -263,9 +263,8 @@ class TRLEpisode(BatchScoredEpisode):
 
     def feedback(self) -> str:
         calls = sum(len(r) for _, r in self.turns)
-        failed = self.failed_calls
         end = "answered" if self.done else "ran out of turns without a final answer"
-        text = f"The agent made {calls} tool call(s), {failed} failed, and {end}. Reward: {self.reward:g}."
+        text = f"The agent made {calls} tool call(s), {self.failed_calls} failed, and {end}. Reward: {self.reward:g}."
         return f"{text} {self._verdict}".strip()
 
     def trace(self) -> str:
