@@ -199,3 +199,23 @@ def test_a_run_over_several_environments_draws_only_the_tasks_it_reads():
     fresh._splits._generate = lambda split, i: seen.append((split, i)) or real(split, i)
     task = MultiEnvironment({"frozenlake": fresh}).tasks_from_rows([{"environment": "frozenlake", "index": 30}])[0]
     assert task.task_id == "frozenlake/train/30" and [i for s, i in seen if s == "train"] == [30]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([{"role": "assistant", "content": "hi"}], "must end with a user message"),
+        ([{"role": "user"}], "message 0 needs 'role' and 'content'"),
+        ("bad \ud800 surrogate", "surrogate"),
+        (42, "a prompt is a string or a non-empty list"),
+    ],
+)
+def test_a_bad_prompt_is_named_by_its_own_row(bad, message):
+    """Each row's errors name that row (the prompt check once named every row 0)."""
+    rows = [
+        {"environment": "qa", "prompt": "fine", "answer": "x"},
+        {"environment": "frozenlake", "index": 0},
+        {"environment": "qa", "prompt": bad, "answer": "x"},
+    ]
+    with pytest.raises(ValueError, match=rf"dataset row 2\b.*{message}"):
+        make_multi().tasks_from_rows(rows)

@@ -94,9 +94,8 @@ class MultiEnvironment(Environment):
                 )
             if isinstance(row, Task):
                 tasks.append(self.tag(name, row))
-            elif "prompt" in row:
-                task = rows_to_tasks([row])[0]
-                tasks.append(self.tag(name, Task(str(row.get("id", f"{split}-{i}")), task.prompt, task.data)))
+            elif "prompt" in row:  # counted from its own position, so an error names this row
+                tasks.append(self.tag(name, rows_to_tasks([row], prefix=split, start=i)[0]))
             else:
                 tasks.append(self.tag(name, self._split_task(name, row, i, split)))
         return check_unique_task_ids(tasks, f"{split}_dataset")

@@ -12,12 +12,15 @@ Messages = list[dict[str, str]]
 _ROLES = ("system", "user", "assistant")
 
 
-def rows_to_tasks(rows: Iterable[dict[str, Any]], prefix: str = "row", where: str = "dataset") -> list[Task]:
+def rows_to_tasks(
+    rows: Iterable[dict[str, Any]], prefix: str = "row", where: str = "dataset", start: int = 0
+) -> list[Task]:
     """Dataset rows (each with a ``prompt``) to tasks; other columns go to ``Task.data``.
 
-    A row's ``id`` column names its task, else ``"<prefix>-<row>"``; duplicate ids are refused."""
+    A row's ``id`` column names its task, else ``"<prefix>-<row>"``, rows counted from ``start`` (as are the rows
+    that errors name); duplicate ids are refused."""
     tasks = []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(rows, start=start):
         if not isinstance(row, dict):
             raise ValueError(f"dataset row {i} is not a mapping of columns: {row!r:.80}")
         if "prompt" not in row:
