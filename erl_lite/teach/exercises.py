@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from erl_lite.config import ERLConfig
@@ -18,16 +18,9 @@ from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, ro
 TAU = ERLConfig.reward_threshold
 
 
-@dataclass
-class _Scored:
-    """The one field :func:`erl_lite.core.phases.gate` reads of an attempt."""
-
-    reward: float
-
-
 def gated_indices(rewards: Sequence[float], threshold: float = TAU) -> list[int]:
     """Positions of the attempts :func:`erl_lite.core.phases.gate` sends on (``r1 < τ``)."""
-    scored = [_Scored(float(r)) for r in rewards]
+    scored = [SimpleNamespace(reward=float(r)) for r in rewards]  # the one field gate reads of an attempt
     kept = {id(a) for a in gate(scored, threshold)}  # type: ignore[arg-type]  # duck-typed: only .reward
     return [i for i, a in enumerate(scored) if id(a) in kept]
 
