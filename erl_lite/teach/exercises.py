@@ -167,13 +167,11 @@ def check_memory(
     """Check the rulebooks memory holds (oldest first) after storing ``rulebooks`` with their ``rewards``."""
     if missing(answer):
         return wrong(NO_ANSWER, "a list of the rulebooks memory holds, oldest first.")
-    if isinstance(answer, str):
-        answer = [answer]
     memory = ReflectionMemory(kind, size)
     for text, r in zip(rulebooks, rewards):
         memory.maybe_store(text, r, threshold)
     expected = memory.entries
-    got = list(answer)
+    got = [answer] if isinstance(answer, str) else list(answer)  # one rulebook: a memory of one
     if got == expected:
         return ok(f"Correct: memory holds {expected}.")
     if kind == "single" and len(got) > 1:
