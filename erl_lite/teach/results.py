@@ -103,9 +103,8 @@ def save_adapter(
 
     path = os.fspath(folder)
     note = write_adapter(model, tokenizer, path, evaluation.to_dict() if evaluation is not None else None)
-    base, quantization = note["base_model"], note["base_quantization"]
     url = export.push_to_hub(path, push_to_hub, private=private) if push_to_hub else None
-    return SavedAdapter(path, base, quantization, url)
+    return SavedAdapter(path, note["base_model"], note["base_quantization"], url)
 
 
 @dataclass
