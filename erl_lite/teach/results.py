@@ -53,8 +53,7 @@ class BeforeAfter:
                 lines.append(f"{key:<16} {b:>8.2f} {a:>7.2f} {a - b:>+7.2f}")
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.table()
+    __str__ = table
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,8 +151,7 @@ class PlayedEpisode:
             lines += [f"--- turn {turn.number} ---", turn.observation, f"reply: {turn.reply}"]
         return "\n".join(lines + ["--- outcome ---", self.feedback])
 
-    def __str__(self) -> str:
-        return self.text()
+    __str__ = text
 
     def _repr_html_(self) -> str:
         from erl_lite.viz._style import COLORS
