@@ -63,15 +63,9 @@ def setup(
 
 
 def _load(preset: str, seed: int, world: str, model_name: str, quantization: str, config: ERLConfig) -> Setup:
-    adapter = dict(
-        quantization=quantization,
-        peft="lora",
-        lora_r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules,
-        gradient_checkpointing=config.gradient_checkpointing,
-    )
+    from erl_lite.run.args import adapter_settings
+
+    adapter = dict(adapter_settings(config, None), quantization=quantization)  # LoRA as ERLTrainer loads it
     if preset == "demo":
         from erl_lite.embedded.loading import load_embedded
         from erl_lite.embedded.world import demo_world
