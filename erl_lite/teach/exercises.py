@@ -48,12 +48,10 @@ GATE_MISTAKES: list[tuple[Callable[[list[float], float], list[int]], str]] = [
 
 
 def _gate_hint(rewards: list[float], picked: list[int], threshold: float) -> str:
-    for rule, hint in GATE_MISTAKES:
-        if sorted(rule(rewards, threshold)) == picked:
-            return hint
-    return (
+    return next(
+        (hint for rule, hint in GATE_MISTAKES if sorted(rule(rewards, threshold)) == picked),
         f"ERL reflects on failures only: an attempt goes on when r1 < τ (here τ = {threshold:g}). "
-        "Reflecting on successes caused reward hacking in the paper's early runs."
+        "Reflecting on successes caused reward hacking in the paper's early runs.",
     )
 
 
