@@ -262,10 +262,6 @@ def timeline_table(rows: list[dict[str, Any]], max_rows: int = 8) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _not_holes(text: str, holes: Sequence[str]) -> list[str]:
-    return [x for x in dict.fromkeys(named_holes(text)) if x not in holes]
-
-
 def _check(books: list[tuple[str, str]], finds: Callable[[str], list[str]], title: str, why: str, clean: str) -> str:
     """One rulebook check of the report: the ``books`` ``finds`` letters in, five of them; else the ``clean`` line."""
     found = [(where, t) for where, t in books if finds(t)]
@@ -304,7 +300,7 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
     )
     text += _check(
         books,
-        lambda t: _not_holes(t, holes),
+        lambda t: [x for x in named_holes(t) if x not in holes],
         "Rulebooks calling another letter a hole",
         f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
         "and one that still succeeds can put it in memory)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from erl_lite.config import ERLConfig
@@ -18,16 +18,9 @@ from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, ro
 TAU = ERLConfig.reward_threshold
 
 
-@dataclass
-class _Scored:
-    """The one field :func:`erl_lite.core.phases.gate` reads of an attempt."""
-
-    reward: float
-
-
 def gated_indices(rewards: Sequence[float], threshold: float = TAU) -> list[int]:
     """Positions of the attempts :func:`erl_lite.core.phases.gate` sends on (``r1 < τ``)."""
-    scored = [_Scored(float(r)) for r in rewards]
+    scored = [SimpleNamespace(reward=float(r)) for r in rewards]  # the one field gate reads of an attempt
     kept = {id(a) for a in gate(scored, threshold)}  # type: ignore[arg-type]  # duck-typed: only .reward
     return [i for i, a in enumerate(scored) if id(a) in kept]
 
@@ -55,12 +48,10 @@ GATE_MISTAKES: list[tuple[Callable[[list[float], float], list[int]], str]] = [
 
 
 def _gate_hint(rewards: list[float], picked: list[int], threshold: float) -> str:
-    for rule, hint in GATE_MISTAKES:
-        if sorted(rule(rewards, threshold)) == picked:
-            return hint
-    return (
+    return next(
+        (hint for rule, hint in GATE_MISTAKES if sorted(rule(rewards, threshold)) == picked),
         f"ERL reflects on failures only: an attempt goes on when r1 < τ (here τ = {threshold:g}). "
-        "Reflecting on successes caused reward hacking in the paper's early runs."
+        "Reflecting on successes caused reward hacking in the paper's early runs.",
     )
 
 
@@ -174,13 +165,11 @@ def check_memory(
     """Check the rulebooks memory holds (oldest first) after storing ``rulebooks`` with their ``rewards``."""
     if missing(answer):
         return wrong(NO_ANSWER, "a list of the rulebooks memory holds, oldest first.")
-    if isinstance(answer, str):
-        answer = [answer]
     memory = ReflectionMemory(kind, size)
     for text, r in zip(rulebooks, rewards):
         memory.maybe_store(text, r, threshold)
     expected = memory.entries
-    got = list(answer)
+    got = [answer] if isinstance(answer, str) else list(answer)  # one rulebook: a memory of one
     if got == expected:
         return ok(f"Correct: memory holds {expected}.")
     if kind == "single" and len(got) > 1:

@@ -78,11 +78,6 @@ def _per_group(
     return out
 
 
-def _singletons_zero(group: list[float]) -> list[float]:
-    """The mistake of giving a group of one no advantage (instead of A = r)."""
-    return [0.0] if len(group) == 1 else group_advantages(group)
-
-
 def check_grouped_advantages(
     rewards: Sequence[float], keys: Sequence[Hashable], answer: Any, tol: float = 1e-3
 ) -> bool:
@@ -105,7 +100,7 @@ def check_grouped_advantages(
             "is the bug ERL must avoid for reflections and second attempts.",
         ),
         (
-            _per_group(rewards, keys, _singletons_zero),
+            _per_group(rewards, keys, lambda g: [0.0] if len(g) == 1 else group_advantages(g)),
             "a key that occurs once is a group of one: its advantage is its reward (mean 0, std 1), not 0.",
         ),
         (

@@ -53,8 +53,7 @@ class BeforeAfter:
                 lines.append(f"{key:<16} {b:>8.2f} {a:>7.2f} {a - b:>+7.2f}")
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.table()
+    __str__ = table
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,9 +102,8 @@ def save_adapter(
 
     path = os.fspath(folder)
     note = write_adapter(model, tokenizer, path, evaluation.to_dict() if evaluation is not None else None)
-    base, quantization = note["base_model"], note["base_quantization"]
     url = export.push_to_hub(path, push_to_hub, private=private) if push_to_hub else None
-    return SavedAdapter(path, base, quantization, url)
+    return SavedAdapter(path, note["base_model"], note["base_quantization"], url)
 
 
 @dataclass
@@ -153,8 +151,7 @@ class PlayedEpisode:
             lines += [f"--- turn {turn.number} ---", turn.observation, f"reply: {turn.reply}"]
         return "\n".join(lines + ["--- outcome ---", self.feedback])
 
-    def __str__(self) -> str:
-        return self.text()
+    __str__ = text
 
     def _repr_html_(self) -> str:
         from erl_lite.viz._style import COLORS

@@ -13,8 +13,8 @@ from erl_lite.core.progress import NO_PROGRESS
 
 #: The model of the ``gpu`` setup: fits a 15 GiB Colab T4 in 4-bit (see the gpu preset's sizing).
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
-#: Each setup's ERLConfig preset and default quantization of the policy.
-_SETUPS = {"demo": ("demo", NO_QUANTIZATION), "gpu": ("gpu", FOUR_BIT)}
+#: Each setup's default quantization of the policy; its ERLConfig preset has the setup's name.
+_SETUPS = {"demo": NO_QUANTIZATION, "gpu": FOUR_BIT}
 
 
 class Setup(NamedTuple):
@@ -47,14 +47,13 @@ def setup(
         (2, 'demo', '<|im_end|>')
     """
     check_choice("setup: preset", preset, _SETUPS)
-    config_preset, default_quantization = _SETUPS[preset]
-    quantization = default_quantization if quantization is None else quantization
+    quantization = _SETUPS[preset] if quantization is None else quantization
     check_choice("setup: quantization", quantization, QUANTIZATIONS)
     if not isinstance(model_name, str) or not model_name:
         raise ValueError(f"setup: model_name must be a model's hub name or folder, got {model_name!r}")
     if preset == "gpu" and world != "demo":
         raise ValueError(f"setup: world={world!r} is an embedded world; the gpu setup plays FrozenLake")
-    config = ERLConfig.preset(config_preset, seed=seed, **overrides)
+    config = ERLConfig.preset(preset, seed=seed, **overrides)
 
     from transformers import set_seed
 
@@ -64,15 +63,9 @@ def setup(
 
 
 def _load(preset: str, seed: int, world: str, model_name: str, quantization: str, config: ERLConfig) -> Setup:
-    adapter = dict(
-        quantization=quantization,
-        peft="lora",
-        lora_r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules,
-        gradient_checkpointing=config.gradient_checkpointing,
-    )
+    from erl_lite.run.args import adapter_settings
+
+    adapter = dict(adapter_settings(config, None), quantization=quantization)  # LoRA as ERLTrainer loads it
     if preset == "demo":
         from erl_lite.embedded.loading import load_embedded
         from erl_lite.embedded.world import demo_world
