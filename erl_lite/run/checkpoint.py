@@ -387,14 +387,8 @@ class RunChoice:
     def checkpoint(self) -> TrainingState:
         """The checkpoint chosen, or CheckpointError naming each damaged one."""
         if self.state is None:
-            raise CheckpointError(
-                f"no good checkpoint at {self.folder}: "
-                + (
-                    "no checkpoint-<step> folder"
-                    if not self.skipped
-                    else "\n".join(["every checkpoint is damaged:", *self.skipped])
-                )
-            )
+            why = ["every checkpoint is damaged:", *self.skipped] if self.skipped else ["no checkpoint-<step> folder"]
+            raise CheckpointError(f"no good checkpoint at {self.folder}: " + "\n".join(why))
         return self.state
 
 
