@@ -160,9 +160,8 @@ def _std(values: list[float]) -> float | None:
 
 def reward_func_metrics(attempts: list[Attempt], suffix: str = "") -> dict[str, float | None]:
     """``rewards/<name>{suffix}/mean|std`` of each reward function that scored ``attempts``."""
-    names = sorted({name for a in attempts for name in a.rewards})
     m: dict[str, float | None] = {}
-    for name in names:
+    for name in sorted({name for a in attempts for name in a.rewards}):
         values = [a.rewards[name] for a in attempts if a.rewards.get(name) is not None]
         m[f"{REWARD_FUNC_PREFIX}{name}{suffix}/mean"] = _mean(values)
         m[f"{REWARD_FUNC_PREFIX}{name}{suffix}/std"] = _std(values)
