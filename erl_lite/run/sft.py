@@ -139,8 +139,7 @@ def _retry_pairs(source: Any) -> tuple[list[tuple[dict, dict]], float | None]:
 
             threshold = (load_run(path)[1] or {}).get("reward_threshold")
         source = read_jsonl(path / "samples.jsonl" if path.is_dir() else path)
-    pairs = [pair for item in source for pair in _pairs_of(item)]
-    return pairs, threshold
+    return [pair for item in source for pair in _pairs_of(item)], threshold
 
 
 def _pairs_of(item: Any) -> Iterable[tuple[dict, dict]]:
