@@ -8,7 +8,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from erl_lite.config.field_types import expand_path
 from erl_lite.jsonio import read_jsonl
@@ -72,7 +72,12 @@ class History:
             return
         os.makedirs(self.out_dir, exist_ok=True)
         for name, rows in (("history.jsonl", self.records), ("samples.jsonl", self.samples)):
-            _write_jsonl(os.path.join(self.out_dir, name), rows)
+            path = os.path.join(self.out_dir, name)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(row) + "\n" for row in rows)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename replaces the old file
+            os.replace(path + ".tmp", path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":
@@ -101,16 +106,6 @@ def record_problem(row: Any) -> str | None:
     if isinstance(row, dict) and not (isinstance(step, int) and not isinstance(step, bool)):
         return f"a record needs a whole-number 'step', got {step!r:.40}"
     return _not_an_object(row)
-
-
-def _write_jsonl(path: str, rows: Iterable[dict[str, Any]]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())  # on disk before the rename replaces the old file
-    os.replace(tmp, path)
 
 
 def _number(value: Any) -> float | None:

@@ -89,19 +89,6 @@ METRIC_GLOSSARY: dict[str, str] = {
     keys.TERM_MAX: "TRL's name: most generated tokens of a first attempt not truncated (None: none)",
 }
 
-TRL_NAMES = (
-    keys.TRL_REWARD,
-    keys.TRL_REWARD_STD,
-    keys.TRL_ZERO_STD,
-    keys.LEN_MEAN,
-    keys.LEN_MIN,
-    keys.LEN_MAX,
-    keys.CLIPPED_RATIO,
-    keys.TERM_MEAN,
-    keys.TERM_MIN,
-    keys.TERM_MAX,
-)
-
 #: Metric families, one key per environment of a multi-environment run (``<env>``: its name).
 ENV_FAMILY_SUFFIX = "/<env>"
 METRIC_FAMILIES: dict[str, str] = {
@@ -173,9 +160,8 @@ def _std(values: list[float]) -> float | None:
 
 def reward_func_metrics(attempts: list[Attempt], suffix: str = "") -> dict[str, float | None]:
     """``rewards/<name>{suffix}/mean|std`` of each reward function that scored ``attempts``."""
-    names = sorted({name for a in attempts for name in a.rewards})
     m: dict[str, float | None] = {}
-    for name in names:
+    for name in sorted({name for a in attempts for name in a.rewards}):
         values = [a.rewards[name] for a in attempts if a.rewards.get(name) is not None]
         m[f"{REWARD_FUNC_PREFIX}{name}{suffix}/mean"] = _mean(values)
         m[f"{REWARD_FUNC_PREFIX}{name}{suffix}/std"] = _std(values)
@@ -198,6 +184,10 @@ def trl_metrics(first: list[Attempt], zero_std_first: float | None) -> dict[str,
         keys.TERM_MIN: min(ended, default=None),
         keys.TERM_MAX: max(ended, default=None),
     }
+
+
+#: TRL's names, as :func:`trl_metrics` writes them (of no attempt: the keys alone count).
+TRL_NAMES = tuple(trl_metrics([], None))
 
 
 def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:

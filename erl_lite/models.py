@@ -326,5 +326,4 @@ def describe_policy(model: torch.nn.Module) -> str:
 
 
 def _name_or_path(model: torch.nn.Module) -> str | None:
-    path = getattr(base_model(model).config, "_name_or_path", None)
-    return path or None
+    return getattr(base_model(model).config, "_name_or_path", None) or None

@@ -50,8 +50,7 @@ class TrainerCallbacks:
         self.trainer, a = trainer, trainer.args
         every = [_flow_callback(), *(as_trainer_callback(cb, trainer) for cb in callbacks)]
         self.handler = CallbackHandler(every, trainer.model, trainer.tokenizer, trainer.optimizer, trainer.scheduler)
-        self.state = TrainerState(
-            max_steps=a.max_steps or 0,
+        self.state = TrainerState(  # its step, max_steps, epoch and log history: set at each event
             logging_steps=a.logging_steps,
             eval_steps=a.eval_steps,
             save_steps=a.save_steps,

@@ -281,7 +281,7 @@ def read_checkpoint(path: str) -> TrainingState:
     optimizer = _read(path, "optimizer.pt", _read_torch)
     if not (isinstance(optimizer, dict) and {"state", "param_groups"} <= set(optimizer)):
         raise CheckpointError(f"{os.path.join(path, 'optimizer.pt')} is not an optimizer state dict")
-    trainable = _read(path, weights, _read_adapter if weights == ADAPTER_WEIGHTS else load_file)
+    trainable = _read(path, weights, load_file)  # an adapter too: peft.utils.load_peft_weights reads it with load_file
     bad = first_non_finite(trainable.items())
     if bad is not None:
         raise CheckpointError(
@@ -387,14 +387,8 @@ class RunChoice:
     def checkpoint(self) -> TrainingState:
         """The checkpoint chosen, or CheckpointError naming each damaged one."""
         if self.state is None:
-            raise CheckpointError(
-                f"no good checkpoint at {self.folder}: "
-                + (
-                    "no checkpoint-<step> folder"
-                    if not self.skipped
-                    else "\n".join(["every checkpoint is damaged:", *self.skipped])
-                )
-            )
+            why = ["every checkpoint is damaged:", *self.skipped] if self.skipped else ["no checkpoint-<step> folder"]
+            raise CheckpointError(f"no good checkpoint at {self.folder}: " + "\n".join(why))
         return self.state
 
 
@@ -414,12 +408,6 @@ def find_run(path: str | os.PathLike) -> RunChoice:
             warnings.warn(f"skipping {checkpoint}: {e}", stacklevel=2)
             skipped.append(f"  {os.path.basename(checkpoint)}: {e}")
     return RunChoice(path, None, skipped)
-
-
-def _read_adapter(path: str) -> dict[str, torch.Tensor]:
-    from peft.utils import load_peft_weights
-
-    return load_peft_weights(os.path.dirname(path), device="cpu")
 
 
 def _read_trainer_state(path: str) -> Any:

@@ -145,8 +145,7 @@ def _load_base_for_merge(info: AdapterInfo, torch_dtype: torch.dtype, trust_remo
     """The base as training saw it, in plain ``Linear`` layers: dequantised when it was 4-bit."""
     from erl_lite.models import _load_base  # the one home of the 4-bit loading settings
 
-    cpu = torch.device("cpu")
-    base = _load_base(info.base_model, info.quantization, torch_dtype, cpu, trust_remote_code)
+    base = _load_base(info.base_model, info.quantization, torch_dtype, torch.device("cpu"), trust_remote_code)
     if info.quantization == FOUR_BIT:
         # No layer has run, so none was repacked for bitsandbytes' CPU kernel: the NF4 blocks are training's.
         base = base.dequantize(dtype=torch_dtype)

@@ -286,8 +286,8 @@ class CheckpointSaving:
             self._saved_step = self.step
         return path
 
-    def _open_run(self, resume_from_checkpoint: str | bool | os.PathLike | None, ignore_config_mismatch: bool) -> bool:
-        """Check the folder, resume or claim it; returns whether this trainer continues its own stopped run."""
+    def _open_run(self, resume_from_checkpoint: str | bool | os.PathLike | None, ignore_config_mismatch: bool) -> None:
+        """Check the folder, resume or claim it (neither when this trainer continues its own stopped run)."""
         from transformers import set_seed
 
         continuing = self.step > 0 and not resume_from_checkpoint
@@ -303,7 +303,6 @@ class CheckpointSaving:
             raise ValueError(self._past_max_steps(self.step, "this trainer"))
         if not continuing:
             self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
-        return continuing
 
     def _close_run(self) -> None:
         """The last checkpoint, the final model and the upload of a finished ``train()``."""

@@ -139,8 +139,7 @@ def _retry_pairs(source: Any) -> tuple[list[tuple[dict, dict]], float | None]:
 
             threshold = (load_run(path)[1] or {}).get("reward_threshold")
         source = read_jsonl(path / "samples.jsonl" if path.is_dir() else path)
-    pairs = [pair for item in source for pair in _pairs_of(item)]
-    return pairs, threshold
+    return [pair for item in source for pair in _pairs_of(item)], threshold
 
 
 def _pairs_of(item: Any) -> Iterable[tuple[dict, dict]]:
@@ -159,10 +158,6 @@ def _pairs_of(item: Any) -> Iterable[tuple[dict, dict]]:
 def _opening_length(attempt: dict[str, Any]) -> int:
     """How many messages precede the first generated reply (counted from the end: an opening may hold replies)."""
     messages, turns = attempt["messages"], attempt["num_turns"]
-    seen = 0
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i]["role"] == "assistant":
-            seen += 1
-            if seen == turns:
-                return i
-    return len(messages)  # no reply at all: everything is opening
+    replies = (i for i in reversed(range(len(messages))) if messages[i]["role"] == "assistant")  # the last first
+    # the turns-th of them; no such reply at all: everything is opening
+    return next((i for seen, i in enumerate(replies, start=1) if seen == turns), len(messages))

@@ -302,18 +302,16 @@ class ERLTrainer(CheckpointSaving):
             if not tasks:
                 raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
             mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
+            attempts = []
             try:
-                attempts = (
-                    attempt_first(
+                if mine:
+                    attempts = attempt_first(
                         self.ctx,
                         mine,
                         num_generations or self.args.eval_num_generations,
                         params=self.ctx.eval_params(),
                         desc="evaluation",
                     )
-                    if mine
-                    else []
-                )
             finally:
                 end_phase(self.generator)
             attempts = self.dist.gather(attempts)
