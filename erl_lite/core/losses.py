@@ -8,7 +8,7 @@ Departures from the paper: it outlines the objective only; the settings are the 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -169,9 +169,6 @@ class LossStats:
     num_tokens: int  # loss tokens
     policy_tokens: int = 0  # loss tokens of policy-loss rows
     row_losses: tuple[float, ...] = ()  # each row's share of ``loss`` (they add up to it)
-
-    def to_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
 
 def sampler_weights(
