@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
-from erl_lite.core.losses import normalizer_for
 from erl_lite.records import TrainSample
 
 
@@ -144,12 +143,3 @@ def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSamp
         context, completion = max(context, len(row.prompt_ids)), max(completion, len(row.completion_ids))
     if chunk:
         yield chunk
-
-
-def normalizer(masks: list[torch.Tensor], loss_type: str) -> float:
-    """The mini-batch's denominator (see :func:`erl_lite.core.losses.normalizer_for`)."""
-    width = max(max((len(m) for m in masks), default=1), 1)
-    full = torch.zeros((len(masks), width), dtype=torch.long)
-    for b, m in enumerate(masks):
-        full[b, : len(m)] = m
-    return normalizer_for(full, loss_type)
