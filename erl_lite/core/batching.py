@@ -28,9 +28,9 @@ class Packed:
     mask: torch.Tensor  # (B, L) 1 where the token carries loss
     advantages: torch.Tensor  # (B,)
     is_nll: torch.Tensor  # (B,) True for internalization rows in NLL mode
+    sampled_logp: torch.Tensor  # (B, L) the sampler's log-probs, NaN where none was reported
     roles: tuple[str, ...] = ()  # (B,) role of each row
     temperature: float | None = None  # every row's sampling temperature (None: the run's)
-    sampled_logp: torch.Tensor | None = None  # (B, L) the sampler's log-probs, NaN where none was reported
     old_logp: torch.Tensor | None = None  # (B, L) sampling policy; None = on-policy (ratio 1)
     ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
 
@@ -77,9 +77,9 @@ def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, dev
         mask.to(device),
         adv.to(device),
         is_nll.to(device),
+        sampled.to(device),
         tuple(s.role for s in samples),
         temperatures.pop(),
-        sampled.to(device),
     )
 
 

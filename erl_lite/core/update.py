@@ -202,7 +202,7 @@ class PolicyUpdater:
         if batch.old_logp is None:  # the first mini-batch's pass is over the weights that sampled it
             self.gaps.add(batch, logp)
         weight = None
-        if c.vllm_importance_sampling_correction and c.generation_backend == "vllm" and batch.sampled_logp is not None:
+        if c.vllm_importance_sampling_correction and c.generation_backend == "vllm":
             old = logp.detach() if batch.old_logp is None else batch.old_logp
             weight = sampler_weights(
                 old,

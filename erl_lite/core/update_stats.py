@@ -131,8 +131,6 @@ class GapTally:
         self.limit = 1e-3 if getattr(base_model(model), "dtype", torch.float32) == torch.float32 else 0.02
 
     def add(self, batch: Packed, scored: torch.Tensor) -> None:
-        if batch.sampled_logp is None:
-            return
         scored = scored.detach().float()
         for cut in {self.cuts.get(r, (0, 1.0)) for r in batch.roles} - {(0, 1.0)}:
             rows = torch.tensor([self.cuts.get(r) == cut for r in batch.roles], device=scored.device)[:, None]
