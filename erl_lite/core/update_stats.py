@@ -54,22 +54,19 @@ class UpdateStats(Mapping):
 
     def to_metrics(self) -> dict[str, float]:
         """The metrics as a flat dict with exactly the keys of :data:`UPDATE_METRICS`."""
-        out = {keys.SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES}
-        out.update({keys.ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
-        out[keys.LOSS_TOTAL] = float(self.loss_total)
-        out.update({keys.LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
-        out.update(
-            {
-                keys.KL: float(self.kl),
-                keys.CLIP_RATIO: float(self.clip_ratio),
-                keys.GRAD_NORM: float(self.grad_norm),
-                keys.OPTIM_STEPS: float(self.optim_steps),
-                keys.OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
-                keys.WEIGHT_UPDATE: float(self.weight_update),
-            }
-        )
-        out.update({key: float(self.gap.get(key, 0.0)) for key in keys.GAP_RECORD})
-        return out
+        return {
+            **{keys.SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES},
+            **{keys.ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES},
+            keys.LOSS_TOTAL: float(self.loss_total),
+            **{keys.LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES},
+            keys.KL: float(self.kl),
+            keys.CLIP_RATIO: float(self.clip_ratio),
+            keys.GRAD_NORM: float(self.grad_norm),
+            keys.OPTIM_STEPS: float(self.optim_steps),
+            keys.OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
+            keys.WEIGHT_UPDATE: float(self.weight_update),
+            **{key: float(self.gap.get(key, 0.0)) for key in keys.GAP_RECORD},
+        }
 
     def __getitem__(self, key: str) -> float:
         return self.to_metrics()[key]
