@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
-from erl_lite.core.losses import normalizer_for
 from erl_lite.records import TrainSample
 
 
@@ -29,9 +28,9 @@ class Packed:
     mask: torch.Tensor  # (B, L) 1 where the token carries loss
     advantages: torch.Tensor  # (B,)
     is_nll: torch.Tensor  # (B,) True for internalization rows in NLL mode
+    sampled_logp: torch.Tensor  # (B, L) the sampler's log-probs, NaN where none was reported
     roles: tuple[str, ...] = ()  # (B,) role of each row
     temperature: float | None = None  # every row's sampling temperature (None: the run's)
-    sampled_logp: torch.Tensor | None = None  # (B, L) the sampler's log-probs, NaN where none was reported
     old_logp: torch.Tensor | None = None  # (B, L) sampling policy; None = on-policy (ratio 1)
     ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
 
@@ -78,9 +77,9 @@ def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, dev
         mask.to(device),
         adv.to(device),
         is_nll.to(device),
+        sampled.to(device),
         tuple(s.role for s in samples),
         temperatures.pop(),
-        sampled.to(device),
     )
 
 
@@ -144,12 +143,3 @@ def micro_batches(rows: list[TrainSample], size: int) -> Iterator[list[TrainSamp
         context, completion = max(context, len(row.prompt_ids)), max(completion, len(row.completion_ids))
     if chunk:
         yield chunk
-
-
-def normalizer(masks: list[torch.Tensor], loss_type: str) -> float:
-    """The mini-batch's denominator (see :func:`erl_lite.core.losses.normalizer_for`)."""
-    width = max(max((len(m) for m in masks), default=1), 1)
-    full = torch.zeros((len(masks), width), dtype=torch.long)
-    for b, m in enumerate(masks):
-        full[b, : len(m)] = m
-    return normalizer_for(full, loss_type)

@@ -106,14 +106,13 @@ def generate_named(
         raise PromptTooLongError(f"{names[err.row]}: {err}", row=err.row) from None
 
 
-def _cut_at_stop(ids: list[int], stop_ids: set[int], pad_id: int | None) -> list[int]:
+def _cut_at_stop(ids: list[int], stop_ids: set[int], pad_id: int) -> list[int]:
     """Keep tokens up to and including the first stop token; drop trailing padding."""
     for i, t in enumerate(ids):
         if t in stop_ids:
             return ids[: i + 1]
-    if pad_id is not None:
-        while ids and ids[-1] == pad_id:
-            ids = ids[:-1]
+    while ids and ids[-1] == pad_id:
+        ids = ids[:-1]
     return ids
 
 

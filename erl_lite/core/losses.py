@@ -8,7 +8,7 @@ Departures from the paper: it outlines the objective only; the settings are the 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -170,9 +170,6 @@ class LossStats:
     policy_tokens: int = 0  # loss tokens of policy-loss rows
     row_losses: tuple[float, ...] = ()  # each row's share of ``loss`` (they add up to it)
 
-    def to_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
-
 
 def sampler_weights(
     old_logp: torch.Tensor,
@@ -259,29 +256,16 @@ def policy_objective(
         kl_mean = float(masked_mean(kl.detach(), mask))
     norm = _resolve_normalizer(mask, loss_type, normalizer)
     loss = aggregate(per_token, mask, loss_type, norm)
-    return loss, _loss_stats(loss, per_token, clipped, mask, policy_mask, kl_mean, loss_type, norm)
-
-
-@torch.no_grad()
-def _loss_stats(
-    loss: torch.Tensor,
-    per_token: torch.Tensor,
-    clipped: torch.Tensor,
-    mask: torch.Tensor,
-    policy_mask: torch.Tensor,
-    kl_mean: float | None,
-    loss_type: str,
-    norm: float,
-) -> LossStats:
-    """:func:`policy_objective`'s statistics (every tensor ``(B, T)``)."""
-    return LossStats(
-        loss=float(loss.detach()),
-        clip_ratio=float(masked_mean(clipped, policy_mask)),
-        kl=kl_mean,
-        num_tokens=int(mask.bool().sum()),
-        policy_tokens=int(policy_mask.sum()),
-        row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
-    )
+    with torch.no_grad():  # the statistics (every tensor (B, T)), outside the graph
+        stats = LossStats(
+            loss=float(loss.detach()),
+            clip_ratio=float(masked_mean(clipped, policy_mask)),
+            kl=kl_mean,
+            num_tokens=int(mask.bool().sum()),
+            policy_tokens=int(policy_mask.sum()),
+            row_losses=tuple((row_losses(per_token, mask, loss_type) / norm).tolist()),
+        )
+    return loss, stats
 
 
 def first_non_finite(tensors: Any) -> str | None:

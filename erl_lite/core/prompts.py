@@ -66,10 +66,6 @@ def retry_system_prompt(initial_prompt: str, trace: str, feedback: str, header: 
     return f"{initial_prompt}\n\n{header}\n\n{trace.strip()}{outcome}".strip()
 
 
-def _section(title: str, body: str) -> str:
-    return f"## {title}\n{body}"
-
-
 #: What stands for a part's cut middle.
 MARKER = "\n[... middle of the attempt omitted ...]\n"
 #: A request's part longer than this many characters per token of its budget is cut (by characters, with a
@@ -149,10 +145,10 @@ def _reflection_request(parts: dict[str, str], reward: float, request: str) -> l
     """The reflection request's messages from its (possibly shortened) parts."""
     user = "\n\n".join(
         [
-            _section("Current instructions", parts["base_prompt"] or "(none)"),
-            _section("Task", parts["task_text"]),
-            _section("What the agent did", parts["trace"]),
-            _section("Outcome", f"reward {reward:g}. {parts['feedback']}"),
+            f"## Current instructions\n{parts['base_prompt'] or '(none)'}",
+            f"## Task\n{parts['task_text']}",
+            f"## What the agent did\n{parts['trace']}",
+            f"## Outcome\nreward {reward:g}. {parts['feedback']}",
             request,
         ]
     )

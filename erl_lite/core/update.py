@@ -16,11 +16,12 @@ import warnings
 from typing import Any
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.batching import CompletionLogProbs, Packed, completion_logprobs, micro_batches, normalizer, pack
+from erl_lite.core.batching import CompletionLogProbs, Packed, completion_logprobs, micro_batches, pack
 from erl_lite.core.logprobs import draws_dropout
-from erl_lite.core.losses import LossStats, first_non_finite, policy_objective, sampler_weights
+from erl_lite.core.losses import LossStats, first_non_finite, normalizer_for, policy_objective, sampler_weights
 from erl_lite.core.policy import keep_4bit_trainable, reference_context, sampled_stale
 from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
@@ -58,7 +59,8 @@ class PolicyUpdater:
         c = self.config
         masks = [torch.tensor(s.completion_mask) for s in mini]
         # DDP: the denominator counts every process's rows (a raw 0 when this one has no token).
-        local = normalizer(masks, c.loss_type) if any(m.any() for m in masks) else 0.0
+        has_tokens = any(m.any() for m in masks)
+        local = normalizer_for(pad_sequence(masks, batch_first=True), c.loss_type) if has_tokens else 0.0
         norm = self.dist.total_count(local)
         active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
         return norm, [
@@ -200,7 +202,7 @@ class PolicyUpdater:
         if batch.old_logp is None:  # the first mini-batch's pass is over the weights that sampled it
             self.gaps.add(batch, logp)
         weight = None
-        if c.vllm_importance_sampling_correction and c.generation_backend == "vllm" and batch.sampled_logp is not None:
+        if c.vllm_importance_sampling_correction and c.generation_backend == "vllm":
             old = logp.detach() if batch.old_logp is None else batch.old_logp
             weight = sampler_weights(
                 old,

@@ -54,22 +54,19 @@ class UpdateStats(Mapping):
 
     def to_metrics(self) -> dict[str, float]:
         """The metrics as a flat dict with exactly the keys of :data:`UPDATE_METRICS`."""
-        out = {keys.SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES}
-        out.update({keys.ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES})
-        out[keys.LOSS_TOTAL] = float(self.loss_total)
-        out.update({keys.LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES})
-        out.update(
-            {
-                keys.KL: float(self.kl),
-                keys.CLIP_RATIO: float(self.clip_ratio),
-                keys.GRAD_NORM: float(self.grad_norm),
-                keys.OPTIM_STEPS: float(self.optim_steps),
-                keys.OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
-                keys.WEIGHT_UPDATE: float(self.weight_update),
-            }
-        )
-        out.update({key: float(self.gap.get(key, 0.0)) for key in keys.GAP_RECORD})
-        return out
+        return {
+            **{keys.SAMPLES_KEYS[r]: float(self.samples.get(r, 0)) for r in ROLES},
+            **{keys.ADVANTAGE_KEYS[r]: float(self.advantage.get(r, 0.0)) for r in ADVANTAGE_ROLES},
+            keys.LOSS_TOTAL: float(self.loss_total),
+            **{keys.LOSS_KEYS[r]: float(self.loss.get(r, 0.0)) for r in ROLES},
+            keys.KL: float(self.kl),
+            keys.CLIP_RATIO: float(self.clip_ratio),
+            keys.GRAD_NORM: float(self.grad_norm),
+            keys.OPTIM_STEPS: float(self.optim_steps),
+            keys.OPTIM_SKIPPED_STEPS: float(self.skipped_steps),
+            keys.WEIGHT_UPDATE: float(self.weight_update),
+            **{key: float(self.gap.get(key, 0.0)) for key in keys.GAP_RECORD},
+        }
 
     def __getitem__(self, key: str) -> float:
         return self.to_metrics()[key]
@@ -131,8 +128,6 @@ class GapTally:
         self.limit = 1e-3 if getattr(base_model(model), "dtype", torch.float32) == torch.float32 else 0.02
 
     def add(self, batch: Packed, scored: torch.Tensor) -> None:
-        if batch.sampled_logp is None:
-            return
         scored = scored.detach().float()
         for cut in {self.cuts.get(r, (0, 1.0)) for r in batch.roles} - {(0, 1.0)}:
             rows = torch.tensor([self.cuts.get(r) == cut for r in batch.roles], device=scored.device)[:, None]
