@@ -495,9 +495,14 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 17,847: the command line's ERLConfig option helpers lose a class parameter no caller passed (and the walk
 # over base classes it needed), argparse's argument_default replaces a SUPPRESS on each option, and a one-use table
 # of two defaults and a one-use message helper go.
+# Then 17,721 (+2 for a multi-environment row's bad prompt named by its own row): in envs and integrations a property
+# factory replaced by __setattr__ and aliases of one use; in run and the root TRL_NAMES read off trl_metrics, the
+# adapter read with safetensors' load_file, reasons joined under one prefix; in embedded and teach one-use helpers
+# and a one-field dataclass; in core policy_objective's statistics built in place, torch's pad_sequence for the
+# normalizer's padding, a dead to_dict and a required field whose None checks never fired.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_847
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_721
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
