@@ -191,36 +191,22 @@ def estimate_memory(
 def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kwargs: Any) -> str:
     """A Markdown table of :func:`estimate_memory` for each architecture (``erl-lite budget``, docs/GPU.md)."""
     vllm = config.generation_backend == "vllm"
-    parts = (
-        "weights (16-bit)" if vllm else "weights (4-bit)",
-        *(("vLLM (weights + KV)",) if vllm else ()),
-        "LoRA + grads",
-        "optimizer",
-        "checkpoints",
-        "layer backward",
-        "log-prob chunk",
-        "update",
-        "KV cache",
-        "prefill",
-        "rollout",
-        "peak",
-    )
-    lines = ["| model | " + " | ".join(parts) + " |", "|---" * (len(parts) + 1) + "|"]
+    columns = [  # (heading, its value in an estimate)
+        ("weights (16-bit)" if vllm else "weights (4-bit)", lambda e: e.weights),
+        *([("vLLM (weights + KV)", lambda e: e.engine)] if vllm else []),
+        ("LoRA + grads", lambda e: e.lora + e.gradients),
+        ("optimizer", lambda e: e.optimizer),
+        ("checkpoints", lambda e: e.checkpoints),
+        ("layer backward", lambda e: e.layer_backward),
+        ("log-prob chunk", lambda e: e.logprob_chunk),
+        ("update", lambda e: e.update_gib),
+        ("KV cache", lambda e: e.kv_cache),
+        ("prefill", lambda e: e.prefill),
+        ("rollout", lambda e: e.rollout_gib),
+        ("peak", lambda e: e.peak_gib),
+    ]
+    lines = ["| model | " + " | ".join(heading for heading, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name in names:
         e = estimate_memory(config, ModelShape.load(name), **kwargs)
-        values = (
-            e.weights,
-            *((e.engine,) if vllm else ()),
-            e.lora + e.gradients,
-            e.optimizer,
-            e.checkpoints,
-            e.layer_backward,
-            e.logprob_chunk,
-            e.update_gib,
-            e.kv_cache,
-            e.prefill,
-            e.rollout_gib,
-            e.peak_gib,
-        )
-        lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
+        lines.append(f"| {name} | " + " | ".join(f"{value(e):.2f}" for _, value in columns) + " |")
     return "\n".join(lines)
