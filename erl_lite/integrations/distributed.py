@@ -217,12 +217,10 @@ class DataParallel:
             )
         local = [order.count(i) for i in range(len(ROLES))]
         counts = self._gather_parts(local)  # (world, roles)
-        role_start = [sum(sum(c[j] for c in counts) for j in range(i)) for i in range(len(ROLES))]
-        positions, seen = [], [0] * len(ROLES)
-        for i in order:
-            before = sum(c[i] for c in counts[: self.rank])  # rows of this role on earlier ranks
-            positions.append(role_start[i] + before + seen[i])
-            seen[i] += 1
+        positions = []
+        for i, n in enumerate(local):  # role i's rows follow every rank's earlier roles and earlier ranks' role i
+            start = sum(sum(c[:i]) for c in counts) + sum(c[i] for c in counts[: self.rank])
+            positions += range(start, start + n)
         return positions
 
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
