@@ -8,6 +8,7 @@ are errors (TRL trains on 0, logs NaN or misaligns); reward models (``nn.Module`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -276,16 +277,12 @@ def _json_value(value: Any, column: str, i: int, tasks: Sequence[Task]) -> Any:
     """``value`` as JSON can hold it (a numpy/torch scalar as its Python value), refused here if not."""
     candidates = [value]
     if callable(getattr(value, "item", None)):
-        try:
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):  # e.g. a tensor of several values
             candidates.append(value.item())
-        except (TypeError, ValueError, RuntimeError):  # e.g. a tensor of several values
-            pass
     for candidate in candidates:
-        try:
+        with contextlib.suppress(TypeError, ValueError):
             json.dumps(candidate, allow_nan=False)
             return candidate
-        except (TypeError, ValueError):
-            continue
     raise RewardFunctionError(
         f"log_extra column {column!r}: {_row(i, tasks)} is {type(value).__name__} "
         f"{value!r:.60}, which cannot be written to the history as JSON"
