@@ -19,12 +19,9 @@ def load_config_file(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a YAML run file: ``(field values, values of other_keys)``; any other key: an error naming the file and the
     closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``)."""
-    entries = _yaml_entries(path)
-    if entries is None:
-        return {}, {}
     types_ = {f.name: annotation for f, annotation in cli_fields()}
     fields, others, seen = {}, {}, {}
-    for raw_key, value, line in entries:
+    for raw_key, value, line in _yaml_entries(path) or ():  # an empty file: no values
         key = str(raw_key).replace("-", "_")
         where = f"{path}:{line}"
         if key not in types_ and key not in other_keys:

@@ -160,17 +160,14 @@ def run_train(args: argparse.Namespace) -> int:
             )
         if resumed := [p for p in list_checkpoints(cfg.output_dir) if named_for_its_step(p)][:1] if args.resume else []:
             same_environment(run, resumed[0])  # the one resume takes; a misnamed one is skipped there, named
-    except user_errors() as e:
-        return usage_error("train", e)
-    if run["model"] == "embedded" and run["env"] != "demo":
-        print(
-            f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
-            "rewards near zero (use a hub model or a local folder with --model)",
-            file=sys.stderr,
-        )
-    try:
+        if run["model"] == "embedded" and run["env"] != "demo":
+            print(
+                f"warning: the embedded model was only taught the demo world; on --env {run['env']} expect "
+                "rewards near zero (use a hub model or a local folder with --model)",
+                file=sys.stderr,
+            )
         trainer = _build_trainer(run, cfg)
-    except user_errors() as e:  # a missing model folder, a bad dataset file, ...
+    except user_errors() as e:  # bad settings, a missing model folder, a bad dataset file, ...
         return usage_error("train", e)
     try:
         history = trainer.train(resume_from_checkpoint=True if args.resume else None)

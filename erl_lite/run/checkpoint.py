@@ -54,12 +54,6 @@ _FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")
 RUN_NAMES = (_PATTERN, _ROOT_FILES, _FIGURES)  # every name a run writes in its folder
 
 
-def _checked_rng(path: str) -> dict[str, Any]:
-    state = read_json(path)
-    set_rng_state(state, check_only=True)
-    return state
-
-
 def ensure_writable(out_dir: str) -> None:
     """Create ``out_dir`` if needed and prove a file can be written there, or fail naming it."""
     try:
@@ -300,8 +294,8 @@ def read_checkpoint(path: str) -> TrainingState:
         trainable=trainable,
         optimizer=optimizer,
         scheduler=_read(path, "scheduler.pt", _read_torch) if "scheduler.pt" in files else None,
-        rng=_read(path, "rng.json", _checked_rng),
-        memory=_read(path, "memory.json", _read_memory),
+        rng=_read(path, "rng.json", read_json, lambda state: set_rng_state(state, check_only=True)),
+        memory=_read(path, "memory.json", read_json, check_memory_state),
         records=rows["history.jsonl"],
         samples=rows["samples.jsonl"],
         path=path,
@@ -327,14 +321,13 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
     for name, want in sorted(files.items()):
         file = os.path.join(path, name)
         size = os.path.getsize(file) if os.path.isfile(file) else None
-        if size != want.get("size") or _digest(file) != want:
-            if size is None:
-                what = "missing"
-            elif size != want.get("size"):
-                what = f"{size} bytes, not {want.get('size')}"
-            else:
-                what = "its sha256 differs"
-            raise CheckpointError(f"{file} is not the file {MANIFEST} records ({what}): it was cut, changed or lost")
+        if size != want.get("size"):
+            what = "missing" if size is None else f"{size} bytes, not {want.get('size')}"
+        elif _digest(file) != want:
+            what = "its sha256 differs"
+        else:
+            continue
+        raise CheckpointError(f"{file} is not the file {MANIFEST} records ({what}): it was cut, changed or lost")
     return counts
 
 
@@ -419,19 +412,16 @@ def _read_trainer_state(path: str) -> Any:
     return state
 
 
-def _read_memory(path: str) -> Any:
-    state = read_json(path)
-    check_memory_state(state)
-    return state
-
-
-def _read(folder: str, name: str, reader: Callable[[str], Any]) -> Any:
-    """``reader(folder/name)``; any failure becomes a CheckpointError naming the file."""
+def _read(folder: str, name: str, reader: Callable[[str], Any], check: Callable[[Any], Any] | None = None) -> Any:
+    """``reader(folder/name)``, then ``check`` on its value; any failure becomes a CheckpointError naming the file."""
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing")
     try:
-        return reader(path)
+        value = reader(path)
+        if check is not None:
+            check(value)
+        return value
     except CheckpointError:
         raise
     except Exception as e:

@@ -115,11 +115,10 @@ class ERLTrainer(CheckpointSaving):
         # Read at each bar, so setting progress_bar later counts.
         self.progress = Progress(lambda: self.args.progress_bar and self.dist.is_main)
         self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args, self.progress)
-        optimizer, scheduler = optimizers
-        if optimizer is None:
-            optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], args)
-        self.optimizer = optimizer
-        self.scheduler = scheduler if scheduler is not None else build_scheduler(optimizer, args)
+        self.optimizer, scheduler = optimizers
+        if self.optimizer is None:
+            self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], args)
+        self.scheduler = scheduler if scheduler is not None else build_scheduler(self.optimizer, args)
         self.updater = self._updater()
         self.step = 0
         self.last_outcome, self.last_record = None, None  # the last step's phase outcome and its StepRecord
