@@ -17,7 +17,7 @@ from typing import Any
 from erl_lite.config import DEFAULT_SEED
 from erl_lite.config.checks import check_choice, check_share
 from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
-from erl_lite.envs.grid import ACTIONS, render_rows, resolve_symbols
+from erl_lite.envs.grid import ACTIONS, resolve_symbols
 from erl_lite.envs.splits import SeededSplits
 
 AGENT, GOAL = "A", "B"
@@ -236,20 +236,8 @@ class DemoLakeEpisode(FrozenLakeEpisode):
         super()._load(data)
         self.kinds = list(data.get("kinds", data["map"]))
 
-    def _letter(self, r: int, c: int) -> str:
+    def _letter(self, r: int, c: int) -> str:  # the kind of hole, in the trace too: not always the first kind
         return self.symbols[{"H": "hole", SECOND_HOLE: "hole2", "G": "goal"}.get(self.kinds[r][c], "frozen")]
-
-    def _render(self) -> str:
-        cells = [[self._letter(r, c) for c in range(len(row))] for r, row in enumerate(self.kinds)]
-        r, c = self.pos
-        cells[r][c] = self.symbols[{"H": "agent_in_hole", "G": "agent_on_goal"}.get(self.rows[r][c], "agent")]
-        return render_rows(cells)
-
-    def _move(self, action: str) -> tuple[str, str, float, bool]:
-        event, comment, reward, done = super()._move(action)
-        if event == "hole":  # name the kind of hole stepped on, not always the first kind
-            comment = COMMENTS["hole"].format(tile=self._letter(*self.pos))
-        return event, comment, reward, done
 
     def _hint(self) -> str:
         if not self.hints:

@@ -71,12 +71,14 @@ class FrozenLakeEpisode(GridEpisode):
         state, _ = self._gym.reset(seed=0)  # the start is unique, so the seed changes nothing
         self.pos = divmod(int(state), len(self.rows[0]))
 
+    def _letter(self, r: int, c: int) -> str:
+        """The letter of the tile at row ``r``, column ``c`` (the agent left out)."""
+        return self.symbols[{"H": "hole", "G": "goal"}.get(self.rows[r][c], "frozen")]
+
     def _render(self) -> str:
-        s = self.symbols
-        kind = {"H": "hole", "G": "goal"}
-        cells = [[s[kind.get(ch, "frozen")] for ch in row] for row in self.rows]
+        cells = [[self._letter(r, c) for c in range(len(row))] for r, row in enumerate(self.rows)]
         r, c = self.pos
-        cells[r][c] = s[{"H": "agent_in_hole", "G": "agent_on_goal"}.get(self.rows[r][c], "agent")]
+        cells[r][c] = self.symbols[{"H": "agent_in_hole", "G": "agent_on_goal"}.get(self.rows[r][c], "agent")]
         return render_rows(cells)
 
     def _move(self, action: str) -> tuple[str, str, float, bool]:
@@ -85,7 +87,7 @@ class FrozenLakeEpisode(GridEpisode):
         moved, self.pos = new_pos != self.pos, new_pos
         cell = self.rows[new_pos[0]][new_pos[1]]
         event = "goal" if cell == "G" else "hole" if cell == "H" else "safe" if moved else "blocked"
-        comment = COMMENTS[event].format(tile=self.symbols[{"G": "goal", "H": "hole"}.get(cell, "frozen")])
+        comment = COMMENTS[event].format(tile=self._letter(*new_pos))
         return event, comment if self.hint else comment.split(": ", 1)[-1], float(reward), bool(terminated)
 
     def _verdict(self) -> tuple[str, str]:

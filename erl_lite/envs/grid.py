@@ -63,22 +63,21 @@ def shortest_moves(
     """Shortest list of action names from ``start`` to a goal state (breadth-first search); ``moves(state)`` yields
     ``(action, next_state)`` in a fixed order; None past ``limit`` moves. Ours: the state spaces are implicit."""
     parent: dict[Any, tuple[Any, str] | None] = {start: None}
-    depth = {start: 0}
-    frontier = deque([start])
+    frontier = deque([(start, 0)])  # (state, its depth)
     while frontier:
-        state = frontier.popleft()
+        state, depth = frontier.popleft()
         if is_goal(state):
             path: list[str] = []
             while parent[state] is not None:
                 state, action = parent[state]
                 path.append(action)
             return path[::-1]
-        if limit is not None and depth[state] >= limit:
+        if limit is not None and depth >= limit:
             continue  # a goal beyond this state would be over the limit
         for action, nxt in moves(state):
             if nxt not in parent:
-                parent[nxt], depth[nxt] = (state, action), depth[state] + 1
-                frontier.append(nxt)
+                parent[nxt] = (state, action)
+                frontier.append((nxt, depth + 1))
     return None
 
 

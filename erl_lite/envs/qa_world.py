@@ -174,33 +174,30 @@ def _bridge(
     return question.format(first.name), str(second.facts[fact]), [(first.name, sents[0]), (second.name, sents[1])]
 
 
-def _pair(w: World, kind: str, rng: random.Random, key: str, same: bool = False) -> tuple[Entity, Entity] | None:
-    """Two entities whose ``key`` is equal (``same``) or differs (the default)."""
+def _pair(
+    w: World, rng: random.Random, kind: str, key: str, same: bool, question: str, sent: int, answer: Callable[..., str]
+) -> Built | None:
+    """Comparison of two ``kind`` entities whose ``key`` is equal (``same``) or differs: ``answer(a, b)``."""
     pairs = [(a, b) for a in w[kind] for b in w[kind] if a.name < b.name and (a.facts[key] == b.facts[key]) == same]
     if not pairs:
         return None
     a, b = rng.choice(pairs)
-    return (a, b) if rng.random() < 0.5 else (b, a)
+    a, b = (a, b) if rng.random() < 0.5 else (b, a)
+    return question.format(a=a.name, b=b.name), answer(a, b), [(a.name, sent), (b.name, sent)]
 
 
 def _ordered(
     w: World, rng: random.Random, kind: str, key: str, question: str, sent: int, pick: Callable[..., Entity]
 ) -> Built | None:
     """Comparison: which of two ``kind`` entities has the ``pick`` (min or max) ``key``."""
-    if not (ab := _pair(w, kind, rng, key)):
-        return None
-    a, b = ab
-    answer = pick(a, b, key=lambda e: e.facts[key]).name  # keys differ, so no tie
-    return question.format(a=a.name, b=b.name), answer, [(a.name, sent), (b.name, sent)]
+    which = lambda a, b: pick(a, b, key=lambda e: e.facts[key]).name  # keys differ, so no tie
+    return _pair(w, rng, kind, key, False, question, sent, which)
 
 
 def _same(w: World, rng: random.Random, key: str, question: str, sent: int) -> Built | None:
     """Yes/no comparison: do two people share ``key``? (half the questions are drawn "yes")."""
     same = rng.random() < 0.5
-    if not (ab := _pair(w, "person", rng, key, same)):
-        return None
-    a, b = ab
-    return question.format(a=a.name, b=b.name), "yes" if same else "no", [(a.name, sent), (b.name, sent)]
+    return _pair(w, rng, "person", key, same, question, sent, lambda a, b: "yes" if same else "no")
 
 
 #: The bridge questions, one row each: a random ``kind``'s ``link`` names a ``target`` whose ``fact`` is the answer;
