@@ -5,13 +5,12 @@ A metric without data is None, not 0 (a gap in plots); TRL's names describe firs
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import Any, Callable
 
 from erl_lite import metric_names as keys
 from erl_lite.config.checks import reflects
 from erl_lite.core.memory import ReflectionMemory
-from erl_lite.records import FIRST, INTERNALIZATION, REFLECTION, SECOND, Attempt, TrainSample
+from erl_lite.records import FIRST, INTERNALIZATION, REFLECTION, SECOND, Attempt, StepRecord, TrainSample
 
 #: Every key a history record may hold, with its meaning (the update's keys come from core.update).
 METRIC_GLOSSARY: dict[str, str] = {
@@ -206,11 +205,10 @@ def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:
     return _mean([float(v) for v in silent.values()])
 
 
-def step_metrics(outcome: Any, memory: ReflectionMemory | None, mode: str) -> dict[str, Any]:
+def step_metrics(outcome: StepRecord, memory: ReflectionMemory | None, mode: str) -> dict[str, Any]:
     """The metrics of a :class:`~erl_lite.records.StepRecord`; ``memory`` None (no memory kept) gives 0s."""
     first, retries = outcome.first_attempts, outcome.retries
-    second = [r.second for r in retries]
-    refl = [r.reflection for r in retries if r.reflection is not None]
+    second, refl = outcome.second_attempts, outcome.reflections
     m: dict[str, Any] = {
         keys.REWARD_FIRST: _mean([a.reward for a in first]),
         keys.SUCCESS_FIRST: _mean([float(a.success) for a in first]),
@@ -291,13 +289,11 @@ def env_step_metrics(
     """``<key>/<env>`` of :data:`ENV_STEP_KEYS`; ``memory``: the run's :class:`~erl_lite.core.memory.MemoryBank`."""
     m: dict[str, Any] = {}
     for name in names:
-        # The environment's slice of the step, read by step_metrics; timings and writes are per step.
-        mine = SimpleNamespace(
+        # The environment's slice of the step, read by step_metrics; timings and writes are per step (left empty).
+        mine = StepRecord(
             first_attempts=[a for a in outcome.first_attempts if env_of(a.task_id) == name],
             retries=[r for r in outcome.retries if env_of(r.task_id) == name],
             samples=[s for s in outcome.samples if env_of(s.task_id) == name],
-            memory_writes=0,
-            seconds={},
         )
         whole = step_metrics(mine, memory.memories[name] if memory is not None else None, mode)
         m.update({f"{key}/{name}": whole[key] for key in ENV_STEP_KEYS})

@@ -56,14 +56,17 @@ def load_policy(
         >>> describe_policy(policy).startswith("LlamaForCausalLM")
         True
     """
-    _check_choices(
-        quantization=quantization,
-        peft=peft,
-        lora_r=lora_r,
-        lora_alpha=lora_alpha,
-        lora_dropout=lora_dropout,
-        gradient_checkpointing=gradient_checkpointing,
-    )
+    check_choice("quantization", quantization, QUANTIZATIONS)
+    if not (isinstance(peft, LoraConfig) or peft in ("lora", "none")):
+        raise ValueError(f"peft must be 'lora', 'none' or a peft.LoraConfig, got {peft!r}")
+    if isinstance(lora_r, bool) or not isinstance(lora_r, int) or lora_r < 1:
+        raise ValueError(f"lora_r must be a positive integer, got {lora_r!r}")
+    if not isinstance(lora_alpha, (int, float)) or lora_alpha <= 0:
+        raise ValueError(f"lora_alpha must be a positive number, got {lora_alpha!r}")
+    if not isinstance(lora_dropout, (int, float)) or not 0.0 <= lora_dropout < 1.0:
+        raise ValueError(f"lora_dropout must be in [0, 1), got {lora_dropout!r}")
+    if not isinstance(gradient_checkpointing, bool):
+        raise ValueError(f"gradient_checkpointing must be a bool, got {gradient_checkpointing!r}")
     built = isinstance(model, torch.nn.Module)
     if not built and not isinstance(model, (str, os.PathLike)):
         raise ValueError(f"model must be a name, a path or a PreTrainedModel, got {type(model).__name__}")
@@ -135,20 +138,6 @@ def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
         raise FileNotFoundError(
             f"{what} {name} does not exist ({hint or 'no such folder'}; a hub name has the form 'org/name')"
         )
-
-
-def _check_choices(*, quantization, peft, lora_r, lora_alpha, lora_dropout, gradient_checkpointing) -> None:
-    check_choice("quantization", quantization, QUANTIZATIONS)
-    if not (isinstance(peft, LoraConfig) or peft in ("lora", "none")):
-        raise ValueError(f"peft must be 'lora', 'none' or a peft.LoraConfig, got {peft!r}")
-    if isinstance(lora_r, bool) or not isinstance(lora_r, int) or lora_r < 1:
-        raise ValueError(f"lora_r must be a positive integer, got {lora_r!r}")
-    if not isinstance(lora_alpha, (int, float)) or lora_alpha <= 0:
-        raise ValueError(f"lora_alpha must be a positive number, got {lora_alpha!r}")
-    if not isinstance(lora_dropout, (int, float)) or not 0.0 <= lora_dropout < 1.0:
-        raise ValueError(f"lora_dropout must be in [0, 1), got {lora_dropout!r}")
-    if not isinstance(gradient_checkpointing, bool):
-        raise ValueError(f"gradient_checkpointing must be a bool, got {gradient_checkpointing!r}")
 
 
 def _resolve_device(device: str | None, default_to_accelerator: bool) -> torch.device | None:

@@ -173,9 +173,8 @@ def qwen3_tokenizer(folder: str | os.PathLike | None = None) -> PreTrainedTokeni
     folder = os.fspath(folder) if folder is not None else find_qwen3_tokenizer()
     if folder is None:
         raise FileNotFoundError(
-            "no Qwen3 tokenizer folder: set $"
-            + QWEN3_TOKENIZER_ENV
-            + " or place shared/qwen3_tokenizer next to the repository"
+            f"no Qwen3 tokenizer folder: set ${QWEN3_TOKENIZER_ENV} or place shared/qwen3_tokenizer next to the "
+            "repository"
         )
     with open(os.path.join(folder, "tokenizer_config.json")) as f:
         cfg = json.load(f)

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import numbers
 import warnings
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 #: The ERLConfig being built, typed loosely: naming the class here would make an import circle.
 Config = Any
@@ -176,6 +176,12 @@ def check_share(owner: str, name: str, value: Any) -> None:
         raise ValueError(f"{owner}.{name} must be a number in 0..1, got {value!r}")
 
 
+def _require(cfg: Config, name: str, ok: Callable[[Any], bool], what: str) -> None:
+    """Refuse ``cfg``'s field ``name`` unless ``ok(value)``, saying what it must be: the shape of most range checks."""
+    if not ok(getattr(cfg, name)):
+        raise ValueError(f"ERLConfig.{name} must be {what}, got {getattr(cfg, name)!r}")
+
+
 def check_reward_weights(weights: Any, funcs: list[str]) -> list[float] | None:
     """``reward_weights`` (None: 1 each) as floats: one finite number per function in ``funcs`` (their names), at
     least one above 0 (with none, no reward reaches a positive ``reward_threshold`` and a better score never helps)."""
@@ -213,8 +219,7 @@ def conform_choices(cfg: Config) -> None:
 
 def conform_length(cfg: Config) -> None:
     """``max_steps`` from its default, or left None for the trainer to derive from epochs."""
-    if cfg.num_train_epochs is not None and not cfg.num_train_epochs > 0:
-        raise ValueError(f"ERLConfig.num_train_epochs must be a positive number, got {cfg.num_train_epochs!r}")
+    _require(cfg, "num_train_epochs", lambda epochs: epochs is None or epochs > 0, "a positive number")
     if cfg.max_steps is None and cfg.num_train_epochs is None:
         cfg.max_steps = DEFAULT_MAX_STEPS
     if cfg.max_steps is not None:
@@ -257,12 +262,10 @@ def check_counts(cfg: Config) -> None:
         "learning_rate",
         "max_grad_norm",
     ):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"ERLConfig.{name} must be >= 0, got {getattr(cfg, name)!r}")
-    if not 0 <= cfg.seed <= MAX_SEED:
-        raise ValueError(
-            f"ERLConfig.seed must be a whole number in 0..{MAX_SEED} (what numpy and torch take), got {cfg.seed!r}"
-        )
+        _require(cfg, name, lambda value: value >= 0, ">= 0")
+    _require(
+        cfg, "seed", lambda seed: 0 <= seed <= MAX_SEED, f"a whole number in 0..{MAX_SEED} (what numpy and torch take)"
+    )
     if cfg.max_completion_length >= cfg.max_episode_length:
         raise ValueError("ERLConfig.max_completion_length must be smaller than max_episode_length")
 
@@ -270,11 +273,9 @@ def check_counts(cfg: Config) -> None:
 def check_sampling(cfg: Config) -> None:
     """Temperatures above 0, nucleus sizes in (0, 1], and no sampler key in ``generation_kwargs``."""
     for name in ("temperature", "reflection_temperature", "eval_temperature"):
-        if not getattr(cfg, name) > 0:
-            raise ValueError(f"ERLConfig.{name} must be > 0 (sampling), got {getattr(cfg, name)!r}")
+        _require(cfg, name, lambda temperature: temperature > 0, "> 0 (sampling)")
     for name in ("top_p", "reflection_top_p", "eval_top_p"):
-        if not 0 < getattr(cfg, name) <= 1:
-            raise ValueError(f"ERLConfig.{name} must be in (0, 1], got {getattr(cfg, name)!r}")
+        _require(cfg, name, lambda p: 0 < p <= 1, "in (0, 1]")
     owned = sorted(set(cfg.generation_kwargs) & set(SAMPLER_KEYS))
     if owned:
         raise ValueError(
@@ -283,12 +284,10 @@ def check_sampling(cfg: Config) -> None:
         )
     if cfg.generation_backend != "generate":
         refuse_generation_kwargs(cfg.generation_kwargs, cfg.generation_backend)
-    if (share := cfg.vllm_gpu_memory_utilization) is not None and not 0 < share <= 1:
-        raise ValueError(f"ERLConfig.vllm_gpu_memory_utilization must be in (0, 1] or None, got {share!r}")
+    _require(cfg, "vllm_gpu_memory_utilization", lambda share: share is None or 0 < share <= 1, "in (0, 1] or None")
+    for name in ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"):
+        _require(cfg, name, lambda bound: bound is None or bound > 0, "> 0 or None")
     low, high = cfg.vllm_importance_sampling_clip_min, cfg.vllm_importance_sampling_clip_max
-    for name, bound in (("clip_min", low), ("clip_max", high)):
-        if bound is not None and not bound > 0:
-            raise ValueError(f"ERLConfig.vllm_importance_sampling_{name} must be > 0 or None, got {bound!r}")
     if low is not None and high is not None and low >= high:  # TRL's rules, as GRPOConfig states them
         raise ValueError(f"ERLConfig.vllm_importance_sampling_clip_min={low} is not below clip_max={high}")
     if (
@@ -341,16 +340,13 @@ def refuse_generation_kwargs(kwargs: dict[str, Any], backend: str = "continuous"
 
 def check_clip(cfg: Config) -> None:
     for name in ("epsilon", "epsilon_high"):
-        if not 0 < getattr(cfg, name) < 1:
-            raise ValueError(f"ERLConfig.{name} must be in (0, 1), got {getattr(cfg, name)!r}")
-    if cfg.dual_clip is not None and cfg.dual_clip <= 1:
-        raise ValueError(f"ERLConfig.dual_clip must be > 1 or None, got {cfg.dual_clip!r}")
+        _require(cfg, name, lambda epsilon: 0 < epsilon < 1, "in (0, 1)")
+    _require(cfg, "dual_clip", lambda c: c is None or c > 1, "> 1 or None")
 
 
 def check_schedule(cfg: Config) -> None:
     """One warm-up setting, in range, and none with the ``constant`` schedule."""
-    if not 0 <= cfg.warmup_ratio < 1:
-        raise ValueError(f"ERLConfig.warmup_ratio must be in [0, 1), got {cfg.warmup_ratio!r}")
+    _require(cfg, "warmup_ratio", lambda ratio: 0 <= ratio < 1, "in [0, 1)")
     w = cfg.warmup_steps
     if not (w >= 0 and (float(w).is_integer() or w < 1)):
         raise ValueError(
@@ -367,15 +363,9 @@ def check_schedule(cfg: Config) -> None:
 
 def check_lora(cfg: Config) -> None:
     check_whole("ERLConfig", "lora_r", cfg.lora_r, 1)
-    if not cfg.lora_alpha > 0:
-        raise ValueError(f"ERLConfig.lora_alpha must be > 0, got {cfg.lora_alpha!r}")
-    if not 0 <= cfg.lora_dropout < 1:
-        raise ValueError(f"ERLConfig.lora_dropout must be in [0, 1), got {cfg.lora_dropout!r}")
-    if not cfg.lora_target_modules:
-        raise ValueError(
-            "ERLConfig.lora_target_modules must be 'all-linear', a module name or a non-empty "
-            f"list of module names, got {cfg.lora_target_modules!r}"
-        )
+    _require(cfg, "lora_alpha", lambda alpha: alpha > 0, "> 0")
+    _require(cfg, "lora_dropout", lambda dropout: 0 <= dropout < 1, "in [0, 1)")
+    _require(cfg, "lora_target_modules", bool, "'all-linear', a module name or a non-empty list of module names")
 
 
 def conform_reporting(cfg: Config) -> None:
@@ -397,8 +387,7 @@ def conform_reporting(cfg: Config) -> None:
             f"(0, 1) (a fraction of max_steps), got {value!r}"
         )
     cfg.logging_steps = value
-    if cfg.project is not None and not cfg.project.strip():
-        raise ValueError(f"ERLConfig.project must be a non-empty name or None, got {cfg.project!r}")
+    _require(cfg, "project", lambda project: project is None or project.strip(), "a non-empty name or None")
 
 
 def check_saving(cfg: Config) -> None:

@@ -81,9 +81,6 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
     elif origin is Literal:
         if any(value == a and type(value) is type(a) for a in args):
             return value
-    elif annotation is bool:
-        if isinstance(value, bool):
-            return value
     elif annotation is int:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
@@ -91,9 +88,6 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
             return int(value)
     elif annotation is float:
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return value
-    elif annotation is str:
-        if isinstance(value, str):
             return value
     elif origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
         if isinstance(value, (list, tuple)):
@@ -103,7 +97,7 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
         if isinstance(value, dict):
             key, val = args if args else (Any, Any)
             return {_conform(k, key, convert): _conform(v, val, convert) for k, v in value.items()}
-    else:  # a class: an instance of it
+    else:  # a class (bool, str, ...): an instance of it
         if isinstance(annotation, type) and isinstance(value, annotation):
             return value
     raise _Mismatch
