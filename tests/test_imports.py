@@ -500,9 +500,12 @@ def test_metric_names_come_from_metrics_constants(module):
 # adapter read with safetensors' load_file, reasons joined under one prefix; in embedded and teach one-use helpers
 # and a one-field dataclass; in core policy_objective's statistics built in place, torch's pad_sequence for the
 # normalizer's padding, a dead to_dict and a required field whose None checks never fired.
+# Then 17,638: the config checks of one shape through one _require, the memory table's headings beside their values,
+# FrozenLake's tile letter in one method DemoLake overrides, a checkpoint file's check run by _read, load_policy's
+# one-call choice check in place, and metrics reading a StepRecord's own second attempts and reflections.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_721
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_638
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
