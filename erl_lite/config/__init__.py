@@ -232,7 +232,6 @@ class ERLConfig:
     """The preset this config was built from (:meth:`preset`); the trainer refuses a GPU preset on a CPU by it."""
 
     def __post_init__(self) -> None:
-        _migrate_extra_preset(self)
         checks.conform_trl_values(self)
         conform_fields(self)  # every field against its annotation (bool, int, finite float, ...)
         self.output_dir = self.output_dir and expand_path(self.output_dir, "ERLConfig.output_dir")
@@ -326,12 +325,3 @@ def one_split(layer: dict[str, Any]) -> dict[str, Any]:
         return dict(layer)
     other = SPLIT_FIELDS[1 - SPLIT_FIELDS.index(given[0])]
     return {**layer, other: ERLConfig.__dataclass_fields__[other].default}  # both have a plain default
-
-
-def _migrate_extra_preset(cfg: ERLConfig) -> None:
-    """Configs saved before ``preset_name`` existed carried the preset as ``extra["preset"]``: move it."""
-    if isinstance(cfg.extra, dict) and "preset" in cfg.extra:
-        name = cfg.extra["preset"]
-        cfg.extra = {k: v for k, v in cfg.extra.items() if k != "preset"}
-        if cfg.preset_name is None:
-            cfg.preset_name = name
