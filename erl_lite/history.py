@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from erl_lite.config.field_types import expand_path
+from erl_lite.config.field_types import expand_path, float_or_none
 from erl_lite.jsonio import read_jsonl
 from erl_lite.metric_names import current_names
 
@@ -109,8 +109,5 @@ def record_problem(row: Any) -> str | None:
 
 
 def _number(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
+    x = float_or_none(value)
+    return None if x is None or math.isnan(x) else x

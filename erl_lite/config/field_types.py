@@ -133,3 +133,11 @@ def _plural(words: str) -> str:
 def closest(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
     """The known name a mistyped ``name`` meant (``aliases``, else difflib above 0.6), or None: the "did you mean"."""
     return (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)), None)
+
+
+def float_or_none(value: Any) -> float | None:
+    """``float(value)``, or None where ``float`` refuses it (TypeError or ValueError: not a number)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

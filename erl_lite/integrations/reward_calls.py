@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from erl_lite.config.checks import check_reward_weights
+from erl_lite.config.field_types import float_or_none
 from erl_lite.core.chat import completion_text
 from erl_lite.records import Task
 
@@ -51,7 +52,7 @@ class RewardLog:
         """One scalar for this batch, averaged over the iteration."""
         if not isinstance(name, str) or not name:
             raise RewardFunctionError(f"log_metric name must be a non-empty string, got {name!r:.60}")
-        number = None if isinstance(value, (str, bytes)) else _as_float(value)
+        number = None if isinstance(value, (str, bytes)) else float_or_none(value)
         if number is None or not math.isfinite(number):
             raise RewardFunctionError(f"log_metric {name!r}: the value {value!r:.60} is not a finite number")
         self.metrics.append((name, number))
@@ -255,7 +256,7 @@ def _reward_value(value: Any, func: Callable, i: int, tasks: Sequence[Task]) -> 
         value, note = value
     if value is None:
         return None, note
-    number = None if isinstance(value, (str, bytes)) else _as_float(value)
+    number = None if isinstance(value, (str, bytes)) else float_or_none(value)
     if number is None:
         raise RewardFunctionError(
             f"reward function {_name(func)!r}: {_row(i, tasks)} is {type(value).__name__} {value!r:.60}, not a number"
@@ -287,13 +288,6 @@ def _json_value(value: Any, column: str, i: int, tasks: Sequence[Task]) -> Any:
         f"log_extra column {column!r}: {_row(i, tasks)} is {type(value).__name__} "
         f"{value!r:.60}, which cannot be written to the history as JSON"
     )
-
-
-def _as_float(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def reward_func_name(func: Any) -> str:

@@ -30,13 +30,6 @@ def missing(answer: Any) -> bool:
     return answer is None or answer is Ellipsis
 
 
-def number(answer: Any) -> float | None:
-    try:
-        return float(answer)
-    except (TypeError, ValueError):
-        return None
-
-
 def numbers_of(answer: Any) -> list[float] | None:
     """``answer`` as a list of floats, or None when it is not a sequence of numbers."""
     if hasattr(answer, "tolist"):  # a tensor or an array

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from erl_lite.config import ERLConfig
+from erl_lite.config.field_types import float_or_none
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import gate
-from erl_lite.teach.answers import NO_ANSWER, missing, number, ok, positions, rounding_hint, wrong
+from erl_lite.teach.answers import NO_ANSWER, missing, ok, positions, rounding_hint, wrong
 
 #: τ of the gate and of memory: read from the config, the one home of the setting.
 TAU = ERLConfig.reward_threshold
@@ -130,7 +131,7 @@ def check_gate_rate(rewards: Sequence[float], answer: Any, threshold: float = TA
     """Check the gate rate: the fraction of first attempts sent on to reflection."""
     if missing(answer):
         return wrong(NO_ANSWER, "a number between 0 and 1.")
-    value = number(answer)
+    value = float_or_none(answer)
     if value is None:
         return wrong(f"expected a number, got {answer!r}.", "a fraction between 0 and 1.")
     rewards = [float(r) for r in rewards]

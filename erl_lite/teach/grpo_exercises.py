@@ -10,8 +10,9 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from erl_lite.config import ERLConfig
+from erl_lite.config.field_types import float_or_none
 from erl_lite.core.advantages import group_advantages, grouped_advantages, internalization_weights
-from erl_lite.teach.answers import NO_ANSWER, close, missing, number, numbers_of, ok, rounding_hint, wrong
+from erl_lite.teach.answers import NO_ANSWER, close, missing, numbers_of, ok, rounding_hint, wrong
 
 
 def _population_std_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
@@ -160,7 +161,7 @@ def check_clipped_loss(
     """Check the clipped per-token loss ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``, dual-clipped."""
     if missing(answer):
         return wrong(NO_ANSWER, "one number: the loss of a single token.")
-    value = number(answer)
+    value = float_or_none(answer)
     if value is None or isinstance(answer, bool):
         return wrong(f"expected a number, got {answer!r}.", "one number: the loss of a single token.")
     expected = clipped_loss_value(ratio, advantage, epsilon_low, epsilon_high, dual_clip)
@@ -221,7 +222,7 @@ def check_loss_curve_prediction(flat_above: Any, flat_below: Any, capped_above: 
     answers = {"flat_above": flat_above, "flat_below": flat_below, "capped_above": capped_above}
     if any(missing(a) for a in answers.values()):
         return wrong(NO_ANSWER, "three ratios, read off the formula before you draw the plot.")
-    values = {k: number(a) for k, a in answers.items()}
+    values = {k: float_or_none(a) for k, a in answers.items()}
     bad = [k for k, v in values.items() if v is None or isinstance(answers[k], bool)]
     if bad:
         return wrong(f"expected numbers, got {', '.join(f'{k}={answers[k]!r}' for k in bad)}.", "three ratios.")
