@@ -9,7 +9,6 @@ import pathlib
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.config.presets import PRESETS
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "fixtures" / "demo_configs.json").read_text())
 
