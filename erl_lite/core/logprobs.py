@@ -81,14 +81,8 @@ def cut_logprobs(
             position_ids=position_ids[b : b + 1],
             logits_to_keep=L + 1,
         ).logits[0, :-1]  # (L, V)
-        out.append(
-            torch.cat(
-                [
-                    truncated_logprobs(logits[i : i + 256], targets[b, i : i + 256], temperature, top_k, top_p)
-                    for i in range(0, L, 256)
-                ]
-            )
-        )
+        chunks = zip(logits.split(256), targets[b].split(256))  # (<= 256, V) logits, (<= 256,) targets
+        out.append(torch.cat([truncated_logprobs(z, t, temperature, top_k, top_p) for z, t in chunks]))
     return torch.stack(out)
 
 
