@@ -209,11 +209,8 @@ class HFGenerator:
         first, rows = groups
         # Positions as generate computes them from the mask (pads at 0): the cache must hold the same keys.
         positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
-        keep = (
-            {"logits_to_keep": 1}
-            if "logits_to_keep" in inspect.signature(base_model(self.model).forward).parameters
-            else {}
-        )
+        takes = inspect.signature(base_model(self.model).forward).parameters
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in takes else {}
         out = self.model(
             input_ids=input_ids[first, :-1],
             attention_mask=attention[first, :-1],
