@@ -167,11 +167,8 @@ class HFGenerator:
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
         # (B, width) left-padded so every prompt ends at the same position.
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
+        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
         # Eval mode without grad makes bitsandbytes repack a 4-bit CPU layer for inference only.
         keep_4bit_trainable(self.model)
         was_training = self.model.training
