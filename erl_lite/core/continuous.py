@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from erl_lite.config.checks import refuse_generation_kwargs
-from erl_lite.core.generation import SamplingParams, check_request, model_context_length
+from erl_lite.core.generation import HFGenerator, SamplingParams, check_request, model_context_length
 from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable, note_sampled, weight_versions
 
 #: Tokens per cache page. Small pages let a later turn reuse all but < 16 tokens of its conversation;
@@ -235,8 +235,6 @@ def generator_for(model: Any, tokenizer: Any, args: Any, rank: int = 0) -> Any:
         >>> type(generator_for(tiny_model(tok), tok, ERLConfig(generation_backend="continuous"))).__name__
         'ContinuousGenerator'
     """
-    from erl_lite.core.generation import HFGenerator
-
     if args.generation_backend == "continuous":
         return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank)
     if args.generation_backend == "vllm":

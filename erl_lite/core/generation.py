@@ -167,11 +167,8 @@ class HFGenerator:
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
         # (B, width) left-padded so every prompt ends at the same position.
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
+        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
         # Eval mode without grad makes bitsandbytes repack a 4-bit CPU layer for inference only.
         keep_4bit_trainable(self.model)
         was_training = self.model.training
@@ -209,11 +206,8 @@ class HFGenerator:
         first, rows = groups
         # Positions as generate computes them from the mask (pads at 0): the cache must hold the same keys.
         positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
-        keep = (
-            {"logits_to_keep": 1}
-            if "logits_to_keep" in inspect.signature(base_model(self.model).forward).parameters
-            else {}
-        )
+        takes = inspect.signature(base_model(self.model).forward).parameters
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in takes else {}
         out = self.model(
             input_ids=input_ids[first, :-1],
             attention_mask=attention[first, :-1],

@@ -81,14 +81,8 @@ def cut_logprobs(
             position_ids=position_ids[b : b + 1],
             logits_to_keep=L + 1,
         ).logits[0, :-1]  # (L, V)
-        out.append(
-            torch.cat(
-                [
-                    truncated_logprobs(logits[i : i + 256], targets[b, i : i + 256], temperature, top_k, top_p)
-                    for i in range(0, L, 256)
-                ]
-            )
-        )
+        chunks = zip(logits.split(256), targets[b].split(256))  # (<= 256, V) logits, (<= 256,) targets
+        out.append(torch.cat([truncated_logprobs(z, t, temperature, top_k, top_p) for z, t in chunks]))
     return torch.stack(out)
 
 
@@ -204,14 +198,8 @@ def logit_transform(config: Any) -> tuple[float, float | None]:
     """``(scale, softcap)`` a model applies to ``lm_head(h)``: ``softcap·tanh(scale·z/softcap)``, read as TRL does."""
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     softcap = getattr(cfg, "final_logit_softcapping", None)
-    scale = next(
-        (
-            getattr(cfg, name)
-            for name in ("logit_scale", "output_multiplier", "lm_head_multiplier")
-            if getattr(cfg, name, None) is not None
-        ),
-        None,
-    )
+    scale_keys = ("logit_scale", "output_multiplier", "lm_head_multiplier")
+    scale = next((getattr(cfg, name) for name in scale_keys if getattr(cfg, name, None) is not None), None)
     if scale is None and getattr(cfg, "logits_scaling", None) is not None:
         div = cfg.logits_scaling
         scale = div if getattr(cfg, "model_type", "") == "hyperclovax" else 1 / div
