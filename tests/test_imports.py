@@ -503,9 +503,11 @@ def test_metric_names_come_from_metrics_constants(module):
 # Then 17,638: the config checks of one shape through one _require, the memory table's headings beside their values,
 # FrozenLake's tile letter in one method DemoLake overrides, a checkpoint file's check run by _read, load_policy's
 # one-call choice check in place, and metrics reading a StepRecord's own second attempts and reflections.
+# Then 17,602: ERLConfig.extra kept free-form (the migration of a pre-release "preset" key goes), one float_or_none
+# for three copies, and in core Tensor.split for the log-prob chunks and the left-padded prompts built as tensors.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_638
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_602
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
