@@ -200,17 +200,14 @@ def sample_rows(record: StepRecord) -> list[list[Any]]:
 
 def markdown_rows(columns: list[str], rows: list[list[Any]]) -> str:
     """Rows as markdown for TensorBoard's Text tab; long texts as indented code blocks."""
-    sections = []
-    for row in rows:
-        parts = []
-        for name, value in zip(columns, row):
-            text = "" if value is None else str(value)
-            if "\n" in text or len(text) > 80:
-                parts.append(f"**{name}**:\n\n" + "\n".join("    " + line for line in text.split("\n")))
-            else:
-                parts.append(f"**{name}**: {text}")
-        sections.append("\n\n".join(parts))
-    return "\n\n---\n\n".join(sections)
+    return "\n\n---\n\n".join("\n\n".join(map(_markdown_cell, columns, row)) for row in rows)
+
+
+def _markdown_cell(name: str, value: Any) -> str:
+    text = "" if value is None else str(value)
+    if "\n" in text or len(text) > 80:
+        return f"**{name}**:\n\n" + "\n".join("    " + line for line in text.split("\n"))
+    return f"**{name}**: {text}"
 
 
 def _scalars(record: dict[str, Any]) -> dict[str, float]:
