@@ -59,14 +59,10 @@ def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
         except json.JSONDecodeError:
             calls.append(f"not valid JSON: {body[:80]}")
             continue
-        if (
-            not isinstance(call, dict)
-            or not isinstance(call.get("name"), str)
-            or not isinstance(call.get("arguments", {}), dict)
-        ):
+        if isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments", {}), dict):
+            calls.append({"name": call["name"], "arguments": call.get("arguments", {})})
+        else:
             calls.append(f'expected {{"name": ..., "arguments": {{...}}}}, got {body[:80]}')
-            continue
-        calls.append({"name": call["name"], "arguments": call.get("arguments", {})})
     return calls
 
 
