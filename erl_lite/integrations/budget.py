@@ -160,8 +160,7 @@ def estimate_memory(
         tile = rows * seq * shape.vocab
     else:  # one (chunk, tile) block at a time, recomputed in the backward
         tile = min(config.logprob_chunk_size, rows * seq) * min(VOCAB_TILE, shape.vocab)
-    rollout_rows = config.num_tasks_per_step * config.num_generations
-    rollout_tokens = rollout_rows * seq
+    rollout_tokens = config.num_tasks_per_step * config.num_generations * seq
     # Prefill without grad: silu(gate), up and their product alive at once, plus the LoRA
     # branch's output: four (tokens, intermediate) fp32 tensors in the widest layer.
     prefill = rollout_tokens * 4 * shape.intermediate * _RESIDUAL_BYTES
