@@ -195,8 +195,7 @@ class DataParallel:
 
         keys = sorted(values)  # the same order on every process
         vec = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.state.device)
-        out = reduce(vec, reduction=how).tolist()
-        return dict(zip(keys, out))
+        return dict(zip(keys, reduce(vec, reduction=how).tolist()))
 
     def total_count(self, local: float) -> float:
         return max(self.sum({"n": local})["n"], 1.0)
