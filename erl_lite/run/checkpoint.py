@@ -94,7 +94,36 @@ def save_checkpoint(
     try:
         os.makedirs(out_dir, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=out_dir)
-        _write_files(tmp, step, model, tokenizer, optimizer, scheduler, memory, history, run, hf_state)
+        weights = save_weights(tmp, model, tokenizer)
+        files = [weights, "optimizer.pt", "rng.json", "memory.json", "history.jsonl", "samples.jsonl", HF_STATE]
+        torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
+        if scheduler is not None:
+            torch.save(scheduler.state_dict(), os.path.join(tmp, "scheduler.pt"))
+            files.append("scheduler.pt")
+        write_json(os.path.join(tmp, "rng.json"), rng_state())
+        write_json(os.path.join(tmp, "memory.json"), memory.state_dict())
+        History(records=list(history.records), samples=list(history.samples), out_dir=tmp).rewrite()
+        hf_state.save_to_json(os.path.join(tmp, HF_STATE))
+        write_json(
+            os.path.join(tmp, ERL_STATE),
+            {"format": FORMAT, "step": step, "weights": weights, "files": sorted(files), **run},
+        )
+        # Last, once every file is on disk: a folder without it was never finished.
+        digests = {
+            name: _digest(os.path.join(tmp, name), sync=True)
+            for name in sorted(os.listdir(tmp))
+            if os.path.isfile(os.path.join(tmp, name))
+        }
+        write_json(
+            os.path.join(tmp, MANIFEST),
+            {
+                "step": step,
+                "files": digests,
+                "records": {"history.jsonl": len(history.records), "samples.jsonl": len(history.samples)},
+            },
+        )
+        for name in (MANIFEST, "."):
+            _sync(os.path.join(tmp, name))
         _move_into_place(tmp, final)
         _sync(out_dir)  # the rename itself
     except BaseException as e:  # Ctrl-C mid-write too: drop the partial folder, keep the interrupt
@@ -121,50 +150,6 @@ def save_weights(folder: str, model: Any, tokenizer: Any = None) -> str:
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     return TRAINABLE_WEIGHTS
-
-
-def _write_files(
-    folder: str,
-    step: int,
-    model: Any,
-    tokenizer: Any,
-    optimizer: Any,
-    scheduler: Any,
-    memory: ReflectionMemory,
-    history: History,
-    run: dict[str, Any],
-    hf_state: Any,
-) -> None:
-    weights = save_weights(folder, model, tokenizer)
-    files = [weights, "optimizer.pt", "rng.json", "memory.json", "history.jsonl", "samples.jsonl", HF_STATE]
-    torch.save(optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
-    if scheduler is not None:
-        torch.save(scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
-        files.append("scheduler.pt")
-    write_json(os.path.join(folder, "rng.json"), rng_state())
-    write_json(os.path.join(folder, "memory.json"), memory.state_dict())
-    History(records=list(history.records), samples=list(history.samples), out_dir=folder).rewrite()
-    hf_state.save_to_json(os.path.join(folder, HF_STATE))
-    write_json(
-        os.path.join(folder, ERL_STATE),
-        {"format": FORMAT, "step": step, "weights": weights, "files": sorted(files), **run},
-    )
-    # Last, once every file is on disk: a folder without it was never finished.
-    digests = {
-        name: _digest(os.path.join(folder, name), sync=True)
-        for name in sorted(os.listdir(folder))
-        if os.path.isfile(os.path.join(folder, name))
-    }
-    write_json(
-        os.path.join(folder, MANIFEST),
-        {
-            "step": step,
-            "files": digests,
-            "records": {"history.jsonl": len(history.records), "samples.jsonl": len(history.samples)},
-        },
-    )
-    for name in (MANIFEST, "."):
-        _sync(os.path.join(folder, name))
 
 
 def _digest(path: str, sync: bool = False) -> dict[str, Any]:

@@ -201,9 +201,8 @@ class CheckpointSaving:
             print(f"erl_lite: resuming {choice.line}")
         if state.step > self.args.max_steps:
             raise ValueError(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
-        if self.args.output_dir and os.path.abspath(os.path.dirname(state.path or "")) != os.path.abspath(
-            self.args.output_dir
-        ):
+        here = self.args.output_dir and os.path.abspath(self.args.output_dir)
+        if here and os.path.abspath(os.path.dirname(state.path or "")) != here:
             self._claim_output_dir()  # a checkpoint from elsewhere continues here: as a fresh run would
         differences = run_differences(state.run, self._run_identity())
         if differences and not ignore_config_mismatch:
@@ -216,9 +215,7 @@ class CheckpointSaving:
             warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences), stacklevel=3)
         self._restore(state)
         self._apply_optimizer_settings(state.run.get("config", {}))
-        in_output_dir = self.args.output_dir and os.path.abspath(state.path or "") == os.path.abspath(
-            os.path.join(self.args.output_dir, f"checkpoint-{state.step}")
-        )
+        in_output_dir = here and os.path.abspath(state.path or "") == os.path.join(here, f"checkpoint-{state.step}")
         self._saved_step = state.step if in_output_dir else None
 
     def _restore(self, state: TrainingState) -> None:

@@ -170,11 +170,10 @@ class ERLTrainer(CheckpointSaving):
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.preset_name)
-            four_bit = wants_4bit(quantization_config, self.args)
             return load_policy(
                 model,
                 tokenizer,
-                quantization=quantization_name(four_bit),
+                quantization=quantization_name(wants_4bit(quantization_config, self.args)),
                 **adapter_settings(self.args, peft_config),
                 device=self.dist.device,
             )  # DDP: cuda:<local rank>; None: the default
