@@ -122,11 +122,9 @@ def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, d
         return "demo"
     if recorded.get("reward_funcs") is not None:
         specs = " ".join(recorded["reward_funcs"]) or "(none)"
-        local = (
-            (" (a function defined inside another cannot be loaded by name: move it to a module's top level)")
-            if "<locals>" in specs
-            else ""
-        )
+        local = ""
+        if "<locals>" in specs:
+            local = " (a function defined inside another cannot be loaded by name: move it to a module's top level)"
         rows = "" if dataset is None else f" ({dataset} alone is scored by nothing)"
         raise ValueError(
             f"{folder} was trained from Python on dataset rows scored by the reward functions "
