@@ -146,12 +146,8 @@ def _normal(flag: str) -> str:
 def _shown_options(parser: argparse.ArgumentParser) -> dict[str, str]:
     """``{normalised name: the spelling --help shows}`` of a parser's long options."""
     actions = sorted(parser._actions, key=lambda a: a.help is argparse.SUPPRESS)  # shown ones first
-    found: dict[str, str] = {}
-    for action in actions:
-        for option in action.option_strings:
-            if option.startswith("--"):
-                found.setdefault(_normal(option), option)
-    return found
+    options = [option for action in actions for option in action.option_strings if option.startswith("--")]
+    return {_normal(option): option for option in reversed(options)}  # reversed: a name's first spelling wins
 
 
 #: Namespace attribute where the options record which spelling set each field.
