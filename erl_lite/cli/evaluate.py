@@ -194,8 +194,7 @@ def _read_tasks(path: str, world: Any, env_name: str) -> list:
     if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r for r in rows):
         return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
     if rows and not isinstance(world, RewardFunctionEnv):
-        line = next(i for i, r in enumerate(rows, 1) if not (isinstance(r, dict) and "task_id" in r))
-        row = rows[line - 1]
+        line, row = next((i, r) for i, r in enumerate(rows, 1) if not (isinstance(r, dict) and "task_id" in r))
         keys = sorted(row) if isinstance(row, dict) else f"a {type(row).__name__}"
         raise ValueError(
             f"{path}:{line}: the {env_name} environment plays tasks {{task_id, prompt, data}} (as "
