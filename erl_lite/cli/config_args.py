@@ -191,9 +191,8 @@ def add_config_arguments(
     ``defaults``: the default shown in a field's help (by default ERLConfig's, :func:`shown_value`)."""
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
     docs, choices = field_docs(), field_choices()
-    if defaults is None:
-        blank = ERLConfig()
-        defaults = {f.name: shown_value(getattr(blank, f.name)) for f, _ in cli_fields()}
+    if defaults is None:  # those of a plain ERLConfig (a field not shown is never looked up)
+        defaults = {name: shown_value(value) for name, value in ERLConfig().to_dict().items()}
     group = parser.add_argument_group(title, argument_default=argparse.SUPPRESS)
     for f, annotation in cli_fields():
         shown, trl = "--" + f.name.replace("_", "-"), "--" + f.name
