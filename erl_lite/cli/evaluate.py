@@ -190,11 +190,14 @@ def _read_tasks(path: str, world: Any, env_name: str) -> list:
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
 
+    def is_task(row: Any) -> bool:
+        return isinstance(row, dict) and "task_id" in row and set(row) <= {"task_id", "prompt", "data"}
+
     rows = read_jsonl(path)
-    if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r for r in rows):
+    if rows and all(is_task(r) for r in rows):
         return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
-    if rows and not isinstance(world, RewardFunctionEnv):
-        line, row = next((i, r) for i, r in enumerate(rows, 1) if not (isinstance(r, dict) and "task_id" in r))
+    if rows and not isinstance(world, RewardFunctionEnv):  # the first row that is no task is named
+        line, row = next((i, r) for i, r in enumerate(rows, 1) if not is_task(r))
         keys = sorted(row) if isinstance(row, dict) else f"a {type(row).__name__}"
         raise ValueError(
             f"{path}:{line}: the {env_name} environment plays tasks {{task_id, prompt, data}} (as "
