@@ -112,8 +112,6 @@ def test_a_checkpoint_records_its_environment(own_data):
 
 def test_eval_of_an_old_checkpoint_without_a_record_still_runs_on_the_demo(tmp_path, capsys):
     """Checkpoints written before the environment was recorded: the demo world, as before, with a warning."""
-    from test_run_trust import _rewrite
-
     from erl_lite.embedded.demo import demo_trainer
 
     out = tmp_path / "run"
@@ -121,7 +119,8 @@ def test_eval_of_an_old_checkpoint_without_a_record_still_runs_on_the_demo(tmp_p
     state = json.loads((out / "checkpoint-1" / "erl_state.json").read_text())
     assert state["env"]["class"] == "erl_lite.embedded.world.DemoLake"  # recorded now
     del state["env"]
-    _rewrite(out / "checkpoint-1", "erl_state.json", json.dumps(state))  # as written then, manifest and all
+    (out / "checkpoint-1" / "erl_state.json").write_text(json.dumps(state))
+    rerecord(out / "checkpoint-1" / "erl_state.json")  # as written then, manifest and all
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(out), "--limit", "2", "--num-generations", "1"]) == 0
     captured = capsys.readouterr()
@@ -280,6 +279,9 @@ def test_help_shows_each_default(monkeypatch, capsys, flag, default):
     [
         ({"name": "mine", "class": "my.CustomEnv"}, None, "my.CustomEnv ('mine'), which erl-lite eval cannot build"),
         (None, "plain", "rows.jsonl:1: the demo environment plays tasks {task_id, prompt, data}"),
+        # every row has a task_id, one has another key too: it is named (before: a bare StopIteration)
+        (None, [{"task_id": "a"}, {"task_id": "b", "zz": 1}], "rows.jsonl:2: the demo environment plays tasks"),
+        (None, [{"task_id": "a"}, {"task_id": "b", "data": {}}, [1, 2]], "rows.jsonl:3: the demo environment plays"),
     ],
 )
 def test_eval_names_what_it_cannot_rebuild(tmp_path, capsys, monkeypatch, record, rows, message):
@@ -294,7 +296,7 @@ def test_eval_names_what_it_cannot_rebuild(tmp_path, capsys, monkeypatch, record
         rerecord(path)  # as a checkpoint written with that record would be
     extra = []
     if rows:
-        (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+        (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (ROWS if rows == "plain" else rows)))
         monkeypatch.chdir(tmp_path)
         extra = ["--dataset", "rows.jsonl"]
     capsys.readouterr()

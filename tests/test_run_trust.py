@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from test_checkpoint import ROWS, vowel_reward
-from test_run_faults import failing_reward, make_trainer, train_steps
+from test_run_faults import failing_reward, make_trainer, rerecord, train_steps
 
 from erl_lite.cli import main
 from erl_lite.cli.evaluate import _load_checkpoint
@@ -95,14 +95,6 @@ def _drop_last_line(path):
     path.write_text("".join(line + "\n" for line in _lines(path)[:-1]))
 
 
-def _rewrite(folder, name, text):
-    """Write ``folder/name`` and record it in the manifest, as a checkpoint that was written so would."""
-    (folder / name).write_text(text)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["files"][name] = checkpoint._digest(str(folder / name))
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-
-
 def _cut_half(path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -172,7 +164,8 @@ def test_a_checkpoint_of_another_format_is_refused_naming_the_file(copy, fmt):
     alone; a newer, absent or malformed one likewise (the manifest is rewritten: only the format is wrong)."""
     folder = copy / "checkpoint-2"
     state = json.loads((folder / "erl_state.json").read_text())
-    _rewrite(folder, "erl_state.json", json.dumps({**state, "format": fmt}))
+    (folder / "erl_state.json").write_text(json.dumps({**state, "format": fmt}))
+    rerecord(folder / "erl_state.json")
     want = rf"checkpoint-2/erl_state.json has format {re.escape(repr(fmt))}; this erl_lite reads format 4 alone"
     with pytest.raises(CheckpointError, match=want):
         read_checkpoint(str(folder))

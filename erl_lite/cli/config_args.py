@@ -146,12 +146,8 @@ def _normal(flag: str) -> str:
 def _shown_options(parser: argparse.ArgumentParser) -> dict[str, str]:
     """``{normalised name: the spelling --help shows}`` of a parser's long options."""
     actions = sorted(parser._actions, key=lambda a: a.help is argparse.SUPPRESS)  # shown ones first
-    found: dict[str, str] = {}
-    for action in actions:
-        for option in action.option_strings:
-            if option.startswith("--"):
-                found.setdefault(_normal(option), option)
-    return found
+    options = [option for action in actions for option in action.option_strings if option.startswith("--")]
+    return {_normal(option): option for option in reversed(options)}  # reversed: a name's first spelling wins
 
 
 #: Namespace attribute where the options record which spelling set each field.
@@ -195,9 +191,8 @@ def add_config_arguments(
     ``defaults``: the default shown in a field's help (by default ERLConfig's, :func:`shown_value`)."""
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
     docs, choices = field_docs(), field_choices()
-    if defaults is None:
-        blank = ERLConfig()
-        defaults = {f.name: shown_value(getattr(blank, f.name)) for f, _ in cli_fields()}
+    if defaults is None:  # those of a plain ERLConfig (a field not shown is never looked up)
+        defaults = {name: shown_value(value) for name, value in ERLConfig().to_dict().items()}
     group = parser.add_argument_group(title, argument_default=argparse.SUPPRESS)
     for f, annotation in cli_fields():
         shown, trl = "--" + f.name.replace("_", "-"), "--" + f.name

@@ -122,11 +122,9 @@ def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, d
         return "demo"
     if recorded.get("reward_funcs") is not None:
         specs = " ".join(recorded["reward_funcs"]) or "(none)"
-        local = (
-            (" (a function defined inside another cannot be loaded by name: move it to a module's top level)")
-            if "<locals>" in specs
-            else ""
-        )
+        local = ""
+        if "<locals>" in specs:
+            local = " (a function defined inside another cannot be loaded by name: move it to a module's top level)"
         rows = "" if dataset is None else f" ({dataset} alone is scored by nothing)"
         raise ValueError(
             f"{folder} was trained from Python on dataset rows scored by the reward functions "
@@ -192,12 +190,14 @@ def _read_tasks(path: str, world: Any, env_name: str) -> list:
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
 
+    def is_task(row: Any) -> bool:
+        return isinstance(row, dict) and "task_id" in row and set(row) <= {"task_id", "prompt", "data"}
+
     rows = read_jsonl(path)
-    if rows and all(isinstance(r, dict) and set(r) <= {"task_id", "prompt", "data"} and "task_id" in r for r in rows):
+    if rows and all(is_task(r) for r in rows):
         return [Task(r["task_id"], r.get("prompt"), r.get("data") or {}) for r in rows]
-    if rows and not isinstance(world, RewardFunctionEnv):
-        line = next(i for i, r in enumerate(rows, 1) if not (isinstance(r, dict) and "task_id" in r))
-        row = rows[line - 1]
+    if rows and not isinstance(world, RewardFunctionEnv):  # the first row that is no task is named
+        line, row = next((i, r) for i, r in enumerate(rows, 1) if not is_task(r))
         keys = sorted(row) if isinstance(row, dict) else f"a {type(row).__name__}"
         raise ValueError(
             f"{path}:{line}: the {env_name} environment plays tasks {{task_id, prompt, data}} (as "

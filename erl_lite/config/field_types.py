@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -74,10 +75,8 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
         # An exact fit to any member first: 3.0 stays a float in `int | float`.
         tries = [(member, False) for member in args] + ([(member, True) for member in args] if convert else [])
         for member, conv in tries:
-            try:
+            with contextlib.suppress(_Mismatch):
                 return _conform(value, member, conv)
-            except _Mismatch:
-                pass
     elif origin is Literal:
         if any(value == a and type(value) is type(a) for a in args):
             return value
