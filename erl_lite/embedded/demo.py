@@ -329,10 +329,9 @@ def write_report(
     rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]
     window = max(1, min(5, len(train) // 3))  # single steps are noisy: mean over a few
     for key in (keys.REWARD_FIRST, keys.REWARD_SECOND, keys.GATE_RATE, keys.REFLECTION_PARSE_RATE, keys.MEMORY_WRITES):
-        vals = [r[key] for r in train[:window] if r.get(key) is not None]
-        late = [r[key] for r in train[-window:] if r.get(key) is not None]
-        if vals and late:
-            rows.append((key, f"{sum(vals) / len(vals):.2f}", f"{sum(late) / len(late):.2f}"))
+        early, late = ([r[key] for r in part if r.get(key) is not None] for part in (train[:window], train[-window:]))
+        if early and late:
+            rows.append((key, f"{sum(early) / len(early):.2f}", f"{sum(late) / len(late):.2f}"))
     table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
     pictures = "\n".join(
         f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figures if not f.endswith("overview.png")
