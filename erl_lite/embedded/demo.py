@@ -283,20 +283,19 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
             f"```\n{built['after']}\n```\n"
         )
     books = _rulebooks(history, memory)
-    checked = len(books)
     text += _check(
         books,
         contradictions,
         "Self-contradicting rulebooks",
         "checked (sampled reflections and final memory) give one letter two meanings",
-        f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.",
+        f"Self-contradiction check: none of the {len(books)} rulebooks checked gives a letter two meanings.",
     )
     text += _check(
         books,
         repeated_holes,
         "Rulebooks stating one hole twice",
         "(a repeat usually stands where memory's other hole was; memory, one slot, then holds one hole)",
-        f"Repeat check: none of the {checked} rulebooks checked states a hole twice.",
+        f"Repeat check: none of the {len(books)} rulebooks checked states a hole twice.",
     )
     text += _check(
         books,
@@ -304,7 +303,7 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
         "Rulebooks calling another letter a hole",
         f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
         "and one that still succeeds can put it in memory)",
-        f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.",
+        f"Wrong-hole check: none of the {len(books)} rulebooks checked calls another letter a hole.",
     )
     return text
 
