@@ -40,18 +40,16 @@ def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> 
 def list_pairs(record: Record) -> list[dict[str, Any]]:
     """Every first attempt of a step: task_id, index, first/second success (None if not gated)."""
     retried = retries_by_first(record)
-    rows = []
-    for i, a in enumerate(record.get("first_attempts", [])):
-        second = retried[i]["second"] if i in retried else None
-        rows.append(
-            {
-                "task_id": a.get("task_id"),
-                "index": a.get("index"),
-                "first_success": bool(a.get("success")),
-                "second_success": None if second is None else bool(second.get("success")),
-            }
-        )
-    return rows
+    return [
+        {
+            "task_id": a.get("task_id"),
+            "index": a.get("index"),
+            "first_success": bool(a.get("success")),
+            "second_success": None if second is None else bool(second.get("success")),
+        }
+        for i, a in enumerate(record.get("first_attempts", []))
+        for second in [retried[i]["second"] if i in retried else None]
+    ]
 
 
 def select_pair(record: Record, task_id: str | None = None, index: int | None = None) -> dict[str, Record | None]:
