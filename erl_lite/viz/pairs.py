@@ -95,10 +95,8 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
             space, prev = chunks.pop()[1], chunks.pop()
             chunk = ("~", prev[1] + space + chunk[1], prev[2] + space + chunk[2])
         chunks.append(chunk)
-    out: list[tuple[str, str]] = []
-    for tag, old, new in chunks:
-        out += [("=", old)] if tag == "=" else [("-", old), ("+", new)]
-    return [(op, text) for op, text in out if text]
+    pairs = ([("=", old)] if tag == "=" else [("-", old), ("+", new)] for tag, old, new in chunks)
+    return [(op, text) for pair in pairs for op, text in pair if text]
 
 
 def diff_text(a: str, b: str) -> str:
