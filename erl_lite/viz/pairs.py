@@ -108,11 +108,9 @@ def diff_text(a: str, b: str) -> str:
 def diff_html(a: str, b: str) -> str:
     """Removed words struck through in red, added words in green."""
     style = {"-": "background:#fdd;color:#900;text-decoration:line-through", "+": "background:#dfd;color:#060"}
-    parts = []
-    for op, text in word_diff(a, b):
-        esc = html.escape(text)
-        parts.append(esc if op == "=" else f'<span style="{style[op]}">{esc}</span>')
-    return _pre("".join(parts), escaped=True)
+    words = [(op, html.escape(text)) for op, text in word_diff(a, b)]
+    marked = "".join(text if op == "=" else f'<span style="{style[op]}">{text}</span>' for op, text in words)
+    return _pre(marked, escaped=True)
 
 
 def _clip(text: str) -> str:
