@@ -118,8 +118,7 @@ def _get(record: Mapping[str, Any], key: str) -> float | None:
 
 
 def _all(window: Sequence[Mapping[str, Any]], key: str, holds: Callable[[float], bool]) -> bool:
-    values = [_get(r, key) for r in window]
-    return all(v is not None and holds(v) for v in values)
+    return all((v := _get(r, key)) is not None and holds(v) for r in window)
 
 
 def _mean(window: Sequence[Mapping[str, Any]], key: str) -> float | None:
