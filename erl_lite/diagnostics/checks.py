@@ -195,9 +195,8 @@ def _gate_fixed(w: Sequence[Mapping[str, Any]], facts: RunFacts, rate: float) ->
 
 
 def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0):  # no second attempt reached τ either
-        return _gate_fixed(w, facts, 1.0)
-    return None
+    # Only when no second attempt reached τ either.
+    return _gate_fixed(w, facts, 1.0) if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0) else None
 
 
 def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
