@@ -118,8 +118,7 @@ def _get(record: Mapping[str, Any], key: str) -> float | None:
 
 
 def _all(window: Sequence[Mapping[str, Any]], key: str, holds: Callable[[float], bool]) -> bool:
-    values = [_get(r, key) for r in window]
-    return all(v is not None and holds(v) for v in values)
+    return all((v := _get(r, key)) is not None and holds(v) for r in window)
 
 
 def _mean(window: Sequence[Mapping[str, Any]], key: str) -> float | None:
@@ -196,9 +195,8 @@ def _gate_fixed(w: Sequence[Mapping[str, Any]], facts: RunFacts, rate: float) ->
 
 
 def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0):  # no second attempt reached τ either
-        return _gate_fixed(w, facts, 1.0)
-    return None
+    # Only when no second attempt reached τ either.
+    return _gate_fixed(w, facts, 1.0) if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0) else None
 
 
 def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:

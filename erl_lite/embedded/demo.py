@@ -283,20 +283,19 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
             f"```\n{built['after']}\n```\n"
         )
     books = _rulebooks(history, memory)
-    checked = len(books)
     text += _check(
         books,
         contradictions,
         "Self-contradicting rulebooks",
         "checked (sampled reflections and final memory) give one letter two meanings",
-        f"Self-contradiction check: none of the {checked} rulebooks checked gives a letter two meanings.",
+        f"Self-contradiction check: none of the {len(books)} rulebooks checked gives a letter two meanings.",
     )
     text += _check(
         books,
         repeated_holes,
         "Rulebooks stating one hole twice",
         "(a repeat usually stands where memory's other hole was; memory, one slot, then holds one hole)",
-        f"Repeat check: none of the {checked} rulebooks checked states a hole twice.",
+        f"Repeat check: none of the {len(books)} rulebooks checked states a hole twice.",
     )
     text += _check(
         books,
@@ -304,7 +303,7 @@ def _memory_section(history: History, memory: list[str], holes: Sequence[str]) -
         "Rulebooks calling another letter a hole",
         f"(the world's holes are {' and '.join(holes)}; second attempts under them avoid safe ice, "
         "and one that still succeeds can put it in memory)",
-        f"Wrong-hole check: none of the {checked} rulebooks checked calls another letter a hole.",
+        f"Wrong-hole check: none of the {len(books)} rulebooks checked calls another letter a hole.",
     )
     return text
 
@@ -329,10 +328,9 @@ def write_report(
     rows = [("first-attempt success (eval, before / after training)", f"{before:.2f}", f"{after:.2f}")]
     window = max(1, min(5, len(train) // 3))  # single steps are noisy: mean over a few
     for key in (keys.REWARD_FIRST, keys.REWARD_SECOND, keys.GATE_RATE, keys.REFLECTION_PARSE_RATE, keys.MEMORY_WRITES):
-        vals = [r[key] for r in train[:window] if r.get(key) is not None]
-        late = [r[key] for r in train[-window:] if r.get(key) is not None]
-        if vals and late:
-            rows.append((key, f"{sum(vals) / len(vals):.2f}", f"{sum(late) / len(late):.2f}"))
+        early, late = ([r[key] for r in part if r.get(key) is not None] for part in (train[:window], train[-window:]))
+        if early and late:
+            rows.append((key, f"{sum(early) / len(early):.2f}", f"{sum(late) / len(late):.2f}"))
     table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
     pictures = "\n".join(
         f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figures if not f.endswith("overview.png")

@@ -78,9 +78,7 @@ def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[s
     level = layout if isinstance(layout, Level) else Level.parse(layout)
 
     def moves(state: tuple[Any, Any]) -> Iterable[tuple[str, tuple[Any, Any]]]:
-        for name, delta in ACTIONS.items():
-            player, box, _ = apply_move(level.walls, state[0], state[1], delta)
-            yield name, (player, box)
+        return ((name, apply_move(level.walls, state[0], state[1], delta)[:2]) for name, delta in ACTIONS.items())
 
     return shortest_moves((level.player, level.box), moves, lambda state: state[1] == level.goal, limit)
 

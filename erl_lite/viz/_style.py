@@ -113,9 +113,7 @@ def note(ax: Axes, x: float, y: float, text: str, **place: Any) -> None:
 
 def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, unit: bool = False) -> None:
     """Title, axis labels, integer step ticks, a [0, 1] y axis if ``unit``, and the legend or the "no data" note."""
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if unit:
         ax.set_ylim(-0.03, 1.03)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

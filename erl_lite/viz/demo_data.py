@@ -106,21 +106,18 @@ def _metrics(step: int, steps: int, rng: random.Random, baseline: bool) -> dict[
     if baseline:
         return out
     r2 = min(1.0, r1 + 0.2 + jitter(0.04))
-    out.update(
-        {
-            keys.REWARD_SECOND: r2,
-            keys.SUCCESS_SECOND: r2,
-            keys.GATE_RATE: 1.0 - r1,
-            keys.REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress),
-            keys.REFLECTION_REWARD: r2,
-            keys.LOSS_KEYS[REFLECTION]: jitter(0.05),
-            keys.LOSS_KEYS[SECOND]: jitter(0.05),
-            keys.LOSS_KEYS[INTERNALIZATION]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
-            keys.ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05),
-            keys.ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
-        }
-    )
-    return out
+    return out | {
+        keys.REWARD_SECOND: r2,
+        keys.SUCCESS_SECOND: r2,
+        keys.GATE_RATE: 1.0 - r1,
+        keys.REFLECTION_PARSE_RATE: min(1.0, 0.7 + 0.3 * progress),
+        keys.REFLECTION_REWARD: r2,
+        keys.LOSS_KEYS[REFLECTION]: jitter(0.05),
+        keys.LOSS_KEYS[SECOND]: jitter(0.05),
+        keys.LOSS_KEYS[INTERNALIZATION]: 0.6 * (1 - progress) + 0.1 + abs(jitter(0.03)),
+        keys.ADVANTAGE_KEYS[REFLECTION]: 0.6 + jitter(0.05),
+        keys.ADVANTAGE_KEYS[SECOND]: 0.7 + jitter(0.05),
+    }
 
 
 def synthetic_history(steps: int = 20, seed: int = 0, with_samples: bool = True, baseline: bool = False) -> History:

@@ -40,18 +40,16 @@ def step_record(source: HistoryLike | Record | Any, step: int | None = None) -> 
 def list_pairs(record: Record) -> list[dict[str, Any]]:
     """Every first attempt of a step: task_id, index, first/second success (None if not gated)."""
     retried = retries_by_first(record)
-    rows = []
-    for i, a in enumerate(record.get("first_attempts", [])):
-        second = retried[i]["second"] if i in retried else None
-        rows.append(
-            {
-                "task_id": a.get("task_id"),
-                "index": a.get("index"),
-                "first_success": bool(a.get("success")),
-                "second_success": None if second is None else bool(second.get("success")),
-            }
-        )
-    return rows
+    return [
+        {
+            "task_id": a.get("task_id"),
+            "index": a.get("index"),
+            "first_success": bool(a.get("success")),
+            "second_success": None if second is None else bool(second.get("success")),
+        }
+        for i, a in enumerate(record.get("first_attempts", []))
+        for second in [retried[i]["second"] if i in retried else None]
+    ]
 
 
 def select_pair(record: Record, task_id: str | None = None, index: int | None = None) -> dict[str, Record | None]:
@@ -97,10 +95,8 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
             space, prev = chunks.pop()[1], chunks.pop()
             chunk = ("~", prev[1] + space + chunk[1], prev[2] + space + chunk[2])
         chunks.append(chunk)
-    out: list[tuple[str, str]] = []
-    for tag, old, new in chunks:
-        out += [("=", old)] if tag == "=" else [("-", old), ("+", new)]
-    return [(op, text) for op, text in out if text]
+    pairs = ([("=", old)] if tag == "=" else [("-", old), ("+", new)] for tag, old, new in chunks)
+    return [(op, text) for pair in pairs for op, text in pair if text]
 
 
 def diff_text(a: str, b: str) -> str:
@@ -112,11 +108,9 @@ def diff_text(a: str, b: str) -> str:
 def diff_html(a: str, b: str) -> str:
     """Removed words struck through in red, added words in green."""
     style = {"-": "background:#fdd;color:#900;text-decoration:line-through", "+": "background:#dfd;color:#060"}
-    parts = []
-    for op, text in word_diff(a, b):
-        esc = html.escape(text)
-        parts.append(esc if op == "=" else f'<span style="{style[op]}">{esc}</span>')
-    return _pre("".join(parts), escaped=True)
+    words = [(op, html.escape(text)) for op, text in word_diff(a, b)]
+    marked = "".join(text if op == "=" else f'<span style="{style[op]}">{text}</span>' for op, text in words)
+    return _pre(marked, escaped=True)
 
 
 def _clip(text: str) -> str:

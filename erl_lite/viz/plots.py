@@ -205,9 +205,8 @@ def plot_memory(
     points: dict[str, list[tuple[int, int]]] = {kind: [] for kind in looks}
     for step, items in held:
         for item in items:
-            points["named" if not truth else "named, right" if item in truth else "named, wrong"].append(
-                (step, rows.index(item))
-            )
+            kind = "named" if not truth else "named, right" if item in truth else "named, wrong"
+            points[kind].append((step, rows.index(item)))
         points["true, not named"] += [(step, rows.index(t)) for t in truth if t not in items]
     for kind, xy in points.items():
         if xy:
