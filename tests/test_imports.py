@@ -505,9 +505,11 @@ def test_metric_names_come_from_metrics_constants(module):
 # one-call choice check in place, and metrics reading a StepRecord's own second attempts and reflections.
 # Then 17,602: ERLConfig.extra kept free-form (the migration of a pre-release "preset" key goes), one float_or_none
 # for three copies, and in core Tensor.split for the log-prob chunks and the left-padded prompts built as tensors.
+# Then 17,550: a third reading of the functions over 25 lines: save_checkpoint's ten-argument pass-through written in
+# place, comprehensions for append loops in viz.pairs, a markdown cell helper, contextlib.suppress, ax.set.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_602
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_550
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
