@@ -423,7 +423,7 @@ def test_eval_reproduces_the_trained_model(tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(tmp_path), "--limit", "4", "--num-generations", "2"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["checkpoint"].endswith("checkpoint-1") and got["step"] == 1
-    assert (got["env"], got["tasks"], got["num_generations"]) == ("demo", 4, 2)  # demo: unrecorded default
+    assert (got["env"], got["tasks"], got["num_generations"]) == ("demo", 4, 2)  # the env the checkpoint recorded
     assert {k: got[k] for k in expected} == expected
 
 

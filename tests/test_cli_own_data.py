@@ -110,22 +110,23 @@ def test_a_checkpoint_records_its_environment(own_data):
     assert state["env"]["reward_funcs"] == [f"{__name__}:_python_reward_run.<locals>.reward"]
 
 
-def test_eval_of_an_old_checkpoint_without_a_record_still_runs_on_the_demo(tmp_path, capsys):
-    """Checkpoints written before the environment was recorded: the demo world, as before, with a warning."""
+def test_eval_refuses_a_checkpoint_that_records_no_environment(tmp_path, capsys):
+    """Every format-4 checkpoint records its environment; one without (edited by hand) is refused with the flags
+    that name what to evaluate on, not scored on the demo world by guess."""
     from erl_lite.embedded.demo import demo_trainer
 
     out = tmp_path / "run"
     demo_trainer(seed=1, eval_tasks=2, max_steps=1, num_tasks_per_step=2, eval_steps=0, output_dir=str(out)).train()
     state = json.loads((out / "checkpoint-1" / "erl_state.json").read_text())
-    assert state["env"]["class"] == "erl_lite.embedded.world.DemoLake"  # recorded now
+    assert state["env"]["class"] == "erl_lite.embedded.world.DemoLake"
     del state["env"]
     (out / "checkpoint-1" / "erl_state.json").write_text(json.dumps(state))
-    rerecord(out / "checkpoint-1" / "erl_state.json")  # as written then, manifest and all
+    rerecord(out / "checkpoint-1" / "erl_state.json")  # manifest and all, so only the missing record is wrong
     capsys.readouterr()
-    assert main(["eval", "--checkpoint", str(out), "--limit", "2", "--num-generations", "1"]) == 0
-    captured = capsys.readouterr()
-    assert json.loads(captured.out)["env"] == "demo"
-    assert "does not record the environment" in captured.err
+    assert main(["eval", "--checkpoint", str(out), "--limit", "2", "--num-generations", "1"]) == 2
+    assert "records no environment (erl_state.json has no 'env'); pass --env NAME" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(out), "--limit", "2", "--num-generations", "1", "--env", "demo"]) == 0
+    assert json.loads(capsys.readouterr().out)["env"] == "demo"
 
 
 # --- train and eval on your own data -----------------------------------------------------------

@@ -224,7 +224,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
         "--env",
         choices=ENVIRONMENTS,
         default=None,
-        help="environment (default: the one the checkpoint was trained on; demo if unrecorded)",
+        help="environment (default: the one the checkpoint was trained on)",
     )
     p.add_argument(
         "--small",

@@ -101,7 +101,7 @@ _ENV_CLASSES = {
 
 
 def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
-    """The ``--env`` a checkpoint trained on (``extra``'s record, else the trainer's class record, else demo)."""
+    """The ``--env`` a checkpoint trained on (``extra``'s record, else the trainer's class record)."""
     extra = cfg.extra
     if extra.get("env") == DATASET_ENV:
         specs = " ".join(extra.get("reward_funcs") or [])
@@ -112,14 +112,11 @@ def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, d
         )
     if extra.get("env") in ENVIRONMENTS:
         return extra["env"]
-    if recorded is None:
-        print(
-            f"warning: {folder} does not record the environment it was trained on (it was written by an "
-            "earlier erl_lite); evaluating the demo world. Pass --env, or --dataset and --reward-funcs, if "
-            "the run trained on something else",
-            file=sys.stderr,
+    if recorded is None:  # every checkpoint erl_lite writes records it: this one was edited by hand
+        raise ValueError(
+            f"{folder} records no environment (erl_state.json has no 'env'); pass --env NAME, or --dataset "
+            "and --reward-funcs, to say what to evaluate on"
         )
-        return "demo"
     if recorded.get("reward_funcs") is not None:
         specs = " ".join(recorded["reward_funcs"]) or "(none)"
         local = ""
