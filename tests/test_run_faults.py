@@ -461,18 +461,36 @@ def test_resume_refuses_other_lora_settings(two_steps, tmp_path, change):
     assert trainer.step == 4
 
 
-def test_an_older_checkpoint_without_the_new_identity_parts_still_resumes():
+def test_a_checkpoint_without_the_newer_lora_fields_still_resumes_at_their_defaults():
     from erl_lite.run.identity import run_differences
 
-    saved = {"config": {}, "model": {"model": "m", "lora.r": 16, "lora.alpha": 32, "lora.target_modules": ["q"]}}
-    now = {
+    saved = {
         "config": {},
-        "model": {**saved["model"], "lora.use_rslora": False, "lora.use_dora": False},
+        "model": {"model": "m", "lora.r": 16, "lora.alpha": 32, "lora.target_modules": ["q"]},
         "tokenizer": {"vocab_size": 9},
     }
+    now = {**saved, "model": {**saved["model"], "lora.use_rslora": False, "lora.use_dora": False}}
     assert run_differences(saved, now) == []
     now["model"]["lora.use_rslora"] = True
     assert run_differences(saved, now) == ["lora.use_rslora: checkpoint False, this run True"]
+
+
+@pytest.mark.parametrize(
+    "drop, named",
+    [
+        ("tokenizer", "tokenizer.vocab_size: checkpoint '<absent>', this run 9"),
+        ("model.weights", "model.weights: checkpoint '<absent>', this run 'ab12'"),
+    ],
+)
+def test_a_record_missing_what_every_checkpoint_records_is_a_difference(drop, named):
+    """Every format-4 checkpoint records the tokenizer and the model's tensors; a record without them (edited by
+    hand, or not erl_lite's) is not taken to match (before: skipped as an older checkpoint's)."""
+    from erl_lite.run.identity import run_differences
+
+    now = {"config": {}, "model": {"model": "m", "model.weights": "ab12"}, "tokenizer": {"vocab_size": 9}}
+    saved = {k: v for k, v in now.items() if k != drop}
+    saved["model"] = {k: v for k, v in now["model"].items() if k != drop}
+    assert any(line.startswith(named) for line in run_differences(saved, now)), run_differences(saved, now)
 
 
 GOOD = {"kind": "single", "size": 1, "top_k": 1, "entries": ["A is you."], "total_writes": 3}

@@ -148,16 +148,14 @@ def run_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]
     """One line ``field: checkpoint <old>, this run <new>`` per setting that differs."""
     lines = []
     for part in ("config", "model", "tokenizer", "env"):
-        if part in ("tokenizer", "env") and part not in saved:
-            continue  # written before tokenizers (or envs) were recorded
         skip = RESUMABLE_FIELDS if part == "config" else frozenset()
         old, new = saved.get(part, {}), current.get(part, {})
         # A field added after the checkpoint was written: it ran with that field's default.
         known = _config_defaults() if part == "config" else _lora_defaults() if "lora.r" in old else {}
-        # Keys recorded only since the checkpoint was written: the model's tensors, the env's settings.
-        later = {"env": set(new), "model": {"model.architecture", "model.weights"}}.get(part, set())
+        # An env setting recorded only since the checkpoint was written (by an older erl_lite) is not compared.
+        later = set(new) - set(old) if part == "env" else set()
         where = part + "." if part in ("tokenizer", "env") else ""
-        for key in sorted((set(old) | set(new)) - skip - (later - set(old))):
+        for key in sorted((set(old) | set(new)) - skip - later):
             a, b = old.get(key, known.get(key, "<absent>")), new.get(key, "<absent>")
             if a != b:
                 lines.append(
