@@ -135,14 +135,11 @@ def test_the_games_search_with_the_one_bfs_in_grid(module):
         (["GS"], 0, None),
     ],
 )
-def test_frozenlake_shortest_path_and_its_solver_agree(rows, limit, expected):
-    from erl_lite.envs.frozenlake import shortest_path
+def test_frozenlake_solver_finds_the_shortest_path_within_its_limit(rows, limit, expected):
     from erl_lite.envs.solvers import solve_frozenlake
 
-    assert shortest_path(rows, limit=limit) == expected
-    path = solve_frozenlake(rows)
-    if limit is None:
-        assert (None if path is None else len(path)) == expected
+    path = solve_frozenlake(rows, limit=limit)
+    assert (None if path is None else len(path)) == expected
 
 
 @pytest.mark.parametrize(
@@ -158,11 +155,10 @@ def test_frozenlake_shortest_path_and_its_solver_agree(rows, limit, expected):
         (["######", "#@   #", "# $  #", "#   .#", "######"], 5, None),
     ],
 )
-def test_sokoban_solve_length_and_its_solver_agree(layout, limit, expected):
-    from erl_lite.envs.sokoban import Level, solve_length
+def test_sokoban_solver_finds_the_shortest_solution_within_its_limit(layout, limit, expected):
+    from erl_lite.envs.sokoban import Level
     from erl_lite.envs.solvers import solve_sokoban
 
-    assert solve_length(Level.parse(layout), limit=limit) == expected
-    if limit is None:
-        path = solve_sokoban(layout)
+    for board in (layout, Level.parse(layout)):
+        path = solve_sokoban(board, limit=limit)
         assert (None if path is None else len(path)) == expected
