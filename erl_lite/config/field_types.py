@@ -114,8 +114,6 @@ def describe(annotation: Any) -> str:
         float: "a finite number",
         str: "a string",
         type(None): "None",
-        list: "a list",
-        dict: "a dict",
     }
     return words.get(annotation, f"a {getattr(annotation, '__name__', annotation)}")
 
