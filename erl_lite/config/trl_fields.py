@@ -55,19 +55,15 @@ TRL_ACCEPTED: tuple[str, ...] = (
 )
 
 
-def _generate_key(name: str) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
-    """A setting that is a ``model.generate`` keyword: it joins ``generation_kwargs``."""
-
-    def into(value: Any, current: dict[str, Any]) -> dict[str, Any]:
-        given = dict(current.get("generation_kwargs") or {})
-        if name in given and given[name] != value:
-            raise ValueError(
-                f"ERLConfig: {name}={value!r} and generation_kwargs[{name!r}]={given[name]!r} "
-                "disagree; give one of them"
-            )
-        return {"generation_kwargs": {**given, name: value}}
-
-    return into
+def _cache_implementation(value: Any, current: dict[str, Any]) -> dict[str, Any]:
+    """``cache_implementation``, a ``model.generate`` keyword: it joins ``generation_kwargs``."""
+    given = dict(current.get("generation_kwargs") or {})
+    if "cache_implementation" in given and given["cache_implementation"] != value:
+        raise ValueError(
+            f"ERLConfig: cache_implementation={value!r} and generation_kwargs['cache_implementation']="
+            f"{given['cache_implementation']!r} disagree; give one of them"
+        )
+    return {"generation_kwargs": {**given, "cache_implementation": value}}
 
 
 def _field(target: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable[..., dict[str, Any]]:
@@ -95,7 +91,7 @@ _CONTINUOUS = (
 TRL_MAPPED: dict[str, tuple[str, Callable[[Any, dict[str, Any]], dict[str, Any]]]] = {
     "cache_implementation": (
         "generation_kwargs['cache_implementation'] (model.generate's keyword)",
-        _generate_key("cache_implementation"),
+        _cache_implementation,
     ),
     "disable_tqdm": ("progress_bar = not disable_tqdm", _field("progress_bar", lambda v: not v)),
     "num_generations_eval": ("eval_num_generations (samples per evaluation task)", _field("eval_num_generations")),
