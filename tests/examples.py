@@ -27,7 +27,6 @@ EXAMPLES = {
     "erl_lite.envs.qa:extract_boxed": ">>> extract_boxed(r\"so \\boxed{x} or rather \\boxed{{a} b}\")\n'{a} b'\n",
     "erl_lite.envs.qa_world:generate_question": ">>> sorted(generate_question(3))\n['answer', 'context', 'id', 'level', 'question', 'supporting_facts', 'type']\n",
     "erl_lite.envs.rows:rows_to_tasks": ">>> rows_to_tasks([{\"prompt\": \"2+2=?\", \"answer\": \"4\"}])[0]\nTask(task_id='row-0', prompt='2+2=?', data={'answer': '4'})\n",
-    "erl_lite.envs.solvers:solve": '>>> from erl_lite.envs import FrozenLake\n>>> task = FrozenLake.small().test_tasks(1)[0]\n>>> len(solve(task)) == task.data["shortest"]\nTrue\n',
     "erl_lite.integrations.budget:ModelShape": '>>> ModelShape.load("qwen2.5-1.5b-instruct").parameter_count()  # the published count\n1543714304\n',
     "sync_notebooks:github_path": ">>> github_path(\"https://github.com/someone/erl_lite.git\")\n'someone/erl_lite'\n",
     "sync_notebooks:raw_url": '>>> raw_url("assets/compare_eval.png", "https://github.com/someone/erl_lite", "v1.0")\n\'https://raw.githubusercontent.com/someone/erl_lite/v1.0/assets/compare_eval.png\'\n',

@@ -107,19 +107,16 @@ def test_seeded_splits_are_lazy_deterministic_and_disjoint():
 
 
 # --- one breadth-first search for every grid game -------------------------------------------------
-@pytest.mark.parametrize("module", ["erl_lite.envs.frozenlake", "erl_lite.envs.sokoban", "erl_lite.envs.solvers"])
+@pytest.mark.parametrize("module", ["erl_lite.envs.frozenlake", "erl_lite.envs.sokoban"])
 def test_the_games_search_with_the_one_bfs_in_grid(module):
     """Shortest-path search is written once (grid.shortest_moves); the games only say how a state moves."""
     import importlib
 
-    from erl_lite.envs import frozenlake, grid, sokoban
+    from erl_lite.envs import grid
 
     source = importlib.import_module(module)
     assert "deque" not in vars(source), f"{module} runs its own breadth-first search"
-    if module.endswith("solvers"):  # the expert's solvers are the games' own searches
-        assert (source.solve_frozenlake, source.solve_sokoban) == (frozenlake.solve_frozenlake, sokoban.solve_sokoban)
-    else:
-        assert source.shortest_moves is grid.shortest_moves
+    assert source.shortest_moves is grid.shortest_moves
 
 
 @pytest.mark.parametrize(
@@ -136,7 +133,7 @@ def test_the_games_search_with_the_one_bfs_in_grid(module):
     ],
 )
 def test_frozenlake_solver_finds_the_shortest_path_within_its_limit(rows, limit, expected):
-    from erl_lite.envs.solvers import solve_frozenlake
+    from erl_lite.envs.frozenlake import solve_frozenlake
 
     path = solve_frozenlake(rows, limit=limit)
     assert (None if path is None else len(path)) == expected
@@ -156,8 +153,7 @@ def test_frozenlake_solver_finds_the_shortest_path_within_its_limit(rows, limit,
     ],
 )
 def test_sokoban_solver_finds_the_shortest_solution_within_its_limit(layout, limit, expected):
-    from erl_lite.envs.sokoban import Level
-    from erl_lite.envs.solvers import solve_sokoban
+    from erl_lite.envs.sokoban import Level, solve_sokoban
 
     for board in (layout, Level.parse(layout)):
         path = solve_sokoban(board, limit=limit)
