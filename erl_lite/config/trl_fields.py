@@ -145,13 +145,11 @@ def _all(reason: str, names: str) -> dict[str, str]:
 
 #: GRPOConfig fields (and a few that TRL had before 1.16) that erl_lite refuses, with why.
 TRL_REFUSED: dict[str, str] = {
-    **{
-        name: (
-            "it reshapes the sampling distribution, which the loss and the KL would not score (TRL scores "
-            "softmax(z / T) all the same); sampling takes ERLConfig's temperature, top_p and top_k alone"
-        )
-        for name in ("min_p", "repetition_penalty")
-    },
+    **_all(
+        "it reshapes the sampling distribution, which the loss and the KL would not score (TRL scores "
+        "softmax(z / T) all the same); sampling takes ERLConfig's temperature, top_p and top_k alone",
+        "min_p repetition_penalty",
+    ),
     # --- set daily by TRL users ---
     "gradient_accumulation_steps": "erl_lite accumulates over per_device_train_batch_size micro-batches itself",
     **_all(DTYPE_HINT, "bf16 fp16 bf16_full_eval fp16_full_eval"),
