@@ -22,8 +22,9 @@ from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.core.rollout import run_episodes
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
+from erl_lite.envs.frozenlake import solve_frozenlake
 from erl_lite.envs.grid import ACTIONS
-from erl_lite.envs.solvers import solve
+from erl_lite.envs.sokoban import solve_sokoban
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import tiny_model
@@ -54,7 +55,9 @@ def expert_plan(env, task) -> list[str]:
     """An optimal reply per turn: the shortest solution, or the gold answer at once."""
     if isinstance(env, MultiHopQA):
         return [f"\\boxed{{{task.data['answer']}}}"]
-    return [f"```{action}```" for action in solve(task)]
+    if isinstance(env, Sokoban):
+        return [f"```{action}```" for action in solve_sokoban(task.data["layout"])]
+    return [f"```{action}```" for action in solve_frozenlake(task.data["map"])]
 
 
 def failing_plan(env, task) -> list[str]:

@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Mapping
 
 
 class UnexpandedPath(ValueError, argparse.ArgumentTypeError):
@@ -77,9 +77,6 @@ def _conform(value: Any, annotation: Any, convert: bool) -> Any:
         for member, conv in tries:
             with contextlib.suppress(_Mismatch):
                 return _conform(value, member, conv)
-    elif origin is Literal:
-        if any(value == a and type(value) is type(a) for a in args):
-            return value
     elif annotation is int:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
@@ -107,8 +104,6 @@ def describe(annotation: Any) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(describe(a) for a in args)
-    if origin is Literal:
-        return "one of " + ", ".join(map(repr, args))
     if origin in (list, tuple, typing.Sequence):
         return f"a list of {_plural(describe(args[0]))}" if args else "a list"
     if origin is dict:
@@ -119,8 +114,6 @@ def describe(annotation: Any) -> str:
         float: "a finite number",
         str: "a string",
         type(None): "None",
-        list: "a list",
-        dict: "a dict",
     }
     return words.get(annotation, f"a {getattr(annotation, '__name__', annotation)}")
 

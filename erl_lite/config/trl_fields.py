@@ -55,19 +55,15 @@ TRL_ACCEPTED: tuple[str, ...] = (
 )
 
 
-def _generate_key(name: str) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
-    """A setting that is a ``model.generate`` keyword: it joins ``generation_kwargs``."""
-
-    def into(value: Any, current: dict[str, Any]) -> dict[str, Any]:
-        given = dict(current.get("generation_kwargs") or {})
-        if name in given and given[name] != value:
-            raise ValueError(
-                f"ERLConfig: {name}={value!r} and generation_kwargs[{name!r}]={given[name]!r} "
-                "disagree; give one of them"
-            )
-        return {"generation_kwargs": {**given, name: value}}
-
-    return into
+def _cache_implementation(value: Any, current: dict[str, Any]) -> dict[str, Any]:
+    """``cache_implementation``, a ``model.generate`` keyword: it joins ``generation_kwargs``."""
+    given = dict(current.get("generation_kwargs") or {})
+    if "cache_implementation" in given and given["cache_implementation"] != value:
+        raise ValueError(
+            f"ERLConfig: cache_implementation={value!r} and generation_kwargs['cache_implementation']="
+            f"{given['cache_implementation']!r} disagree; give one of them"
+        )
+    return {"generation_kwargs": {**given, "cache_implementation": value}}
 
 
 def _field(target: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable[..., dict[str, Any]]:
@@ -95,7 +91,7 @@ _CONTINUOUS = (
 TRL_MAPPED: dict[str, tuple[str, Callable[[Any, dict[str, Any]], dict[str, Any]]]] = {
     "cache_implementation": (
         "generation_kwargs['cache_implementation'] (model.generate's keyword)",
-        _generate_key("cache_implementation"),
+        _cache_implementation,
     ),
     "disable_tqdm": ("progress_bar = not disable_tqdm", _field("progress_bar", lambda v: not v)),
     "num_generations_eval": ("eval_num_generations (samples per evaluation task)", _field("eval_num_generations")),
@@ -149,13 +145,11 @@ def _all(reason: str, names: str) -> dict[str, str]:
 
 #: GRPOConfig fields (and a few that TRL had before 1.16) that erl_lite refuses, with why.
 TRL_REFUSED: dict[str, str] = {
-    **{
-        name: (
-            "it reshapes the sampling distribution, which the loss and the KL would not score (TRL scores "
-            "softmax(z / T) all the same); sampling takes ERLConfig's temperature, top_p and top_k alone"
-        )
-        for name in ("min_p", "repetition_penalty")
-    },
+    **_all(
+        "it reshapes the sampling distribution, which the loss and the KL would not score (TRL scores "
+        "softmax(z / T) all the same); sampling takes ERLConfig's temperature, top_p and top_k alone",
+        "min_p repetition_penalty",
+    ),
     # --- set daily by TRL users ---
     "gradient_accumulation_steps": "erl_lite accumulates over per_device_train_batch_size micro-batches itself",
     **_all(DTYPE_HINT, "bf16 fp16 bf16_full_eval fp16_full_eval"),

@@ -39,11 +39,6 @@ def solve_frozenlake(rows: list[str], limit: int | None = None) -> list[str] | N
     return shortest_moves(start, moves, lambda cell: rows[cell[0]][cell[1]] == "G", limit)
 
 
-def shortest_path(rows: list[str], limit: int | None = None) -> int | None:
-    path = solve_frozenlake(rows, limit)
-    return None if path is None else len(path)
-
-
 def generate_map(
     seed: int, sizes: tuple[int, int] = (2, 9), frozen_prob: tuple[float, float] = (0.6, 0.85), max_shortest: int = 6
 ) -> dict[str, Any]:
@@ -57,9 +52,9 @@ def generate_map(
         board[divmod(int(start), size)] = "S"
         board[divmod(int(goal), size)] = "G"
         rows = ["".join(row) for row in board]
-        moves = shortest_path(rows, limit=max_shortest)
-        if moves is not None:
-            return {"map": rows, "size": size, "p": p, "shortest": moves}
+        path = solve_frozenlake(rows, limit=max_shortest)
+        if path is not None:
+            return {"map": rows, "size": size, "p": p, "shortest": len(path)}
 
 
 class FrozenLakeEpisode(GridEpisode):

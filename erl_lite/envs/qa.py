@@ -29,7 +29,6 @@ _STOP = frozenset(
     "a an the of in on at to is was were are be by for and or with which who what "
     "when where whose how did do does that this it its from as".split()
 )
-_PUNCT = frozenset(string.punctuation)
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
 #: The most a non-exact answer earns: below 1, so that only an exact match reaches reward 1.
 MAX_PARTIAL_REWARD = 0.99
@@ -37,7 +36,7 @@ MAX_PARTIAL_REWARD = 0.99
 
 def normalize_answer(text: str) -> str:
     """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
 

@@ -83,11 +83,6 @@ def solve_sokoban(layout: list[str] | Level, limit: int | None = None) -> list[s
     return shortest_moves((level.player, level.box), moves, lambda state: state[1] == level.goal, limit)
 
 
-def solve_length(level: Level, limit: int | None = None) -> int | None:
-    path = solve_sokoban(level, limit)
-    return None if path is None else len(path)
-
-
 def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int = 8) -> dict[str, Any]:
     """One random level ``{"layout": rows, "size": n, "shortest": moves}``, 1..``max_shortest`` moves."""
     rng = np.random.default_rng(seed)
@@ -97,12 +92,12 @@ def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int
     while True:
         player, box, goal = (divmod(int(i), inner) for i in rng.choice(inner * inner, 3, replace=False))
         player, box, goal = ((r + 1, c + 1) for r, c in (player, box, goal))
-        moves = solve_length(Level(walls, player, box, goal, (n, n)), limit=max_shortest)
-        if moves is not None:
+        path = solve_sokoban(Level(walls, player, box, goal, (n, n)), limit=max_shortest)
+        if path is not None:
             rows = [["#" if (r, c) in walls else " " for c in range(n)] for r in range(n)]
             for (r, c), ch in ((goal, "."), (box, "$"), (player, "@")):
                 rows[r][c] = ch
-            return {"layout": ["".join(row) for row in rows], "size": n, "shortest": moves}
+            return {"layout": ["".join(row) for row in rows], "size": n, "shortest": len(path)}
 
 
 class SokobanEpisode(GridEpisode):
@@ -140,7 +135,7 @@ class SokobanEpisode(GridEpisode):
         )
         text += f", {count['invalid']} had no valid action." if count["invalid"] else "."
         stuck = Level(self.level.walls, self.player, self.box, self.level.goal, self.level.shape)
-        if self.hint and solve_length(stuck) is None:
+        if self.hint and solve_sokoban(stuck) is None:
             text += " The box can no longer reach the goal from where it ended."
         return "step_limit", text
 
