@@ -69,18 +69,8 @@ def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, dev
     temperatures = {s.temperature for s in samples}
     if len(temperatures) > 1:
         raise ValueError(f"a micro-batch mixes sampling temperatures {sorted(temperatures, key=str)}")
-    return Packed(
-        ids.to(device),
-        attn.to(device),
-        positions.to(device),
-        targets.to(device),
-        mask.to(device),
-        adv.to(device),
-        is_nll.to(device),
-        sampled.to(device),
-        tuple(s.role for s in samples),
-        temperatures.pop(),
-    )
+    tensors = (ids, attn, positions, targets, mask, adv, is_nll, sampled)  # Packed's tensor fields, in order
+    return Packed(*(t.to(device) for t in tensors), tuple(s.role for s in samples), temperatures.pop())
 
 
 def completion_logprobs(
