@@ -144,9 +144,7 @@ def plot_series(
     hollow markers, so where it equals another curve its marker rings the filled one."""
     steps = list(steps)
     every = max(1, math.ceil(len(steps) / MAX_MARKERS))
-    look = (
-        dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3)
-        if hollow
-        else dict(markersize=4, zorder=2)
-    )
+    look = dict(markersize=4, zorder=2)
+    if hollow:
+        look = dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3)
     ax.plot(steps, values, ls, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)
