@@ -19,7 +19,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from erl_lite.config.checks import FOUR_BIT, QUANTIZATIONS, check_choice
+from erl_lite.config.checks import FOUR_BIT, QUANTIZATIONS, check_choice, check_whole
 from erl_lite.core.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
 
 #: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
@@ -59,8 +59,7 @@ def load_policy(
     check_choice("quantization", quantization, QUANTIZATIONS)
     if not (isinstance(peft, LoraConfig) or peft in ("lora", "none")):
         raise ValueError(f"peft must be 'lora', 'none' or a peft.LoraConfig, got {peft!r}")
-    if isinstance(lora_r, bool) or not isinstance(lora_r, int) or lora_r < 1:
-        raise ValueError(f"lora_r must be a positive integer, got {lora_r!r}")
+    check_whole("load_policy", "lora_r", lora_r, minimum=1)
     if not isinstance(lora_alpha, (int, float)) or lora_alpha <= 0:
         raise ValueError(f"lora_alpha must be a positive number, got {lora_alpha!r}")
     if not isinstance(lora_dropout, (int, float)) or not 0.0 <= lora_dropout < 1.0:

@@ -152,11 +152,7 @@ def find_qwen3_tokenizer() -> str | None:
         os.path.join(repo, "shared", "qwen3_tokenizer"),
     ]
     for folder in candidates:
-        if (
-            folder
-            and os.path.isfile(os.path.join(folder, "tokenizer.json"))
-            and os.path.isfile(os.path.join(folder, "tokenizer_config.json"))
-        ):
+        if folder and all(os.path.isfile(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
             return os.path.normpath(folder)
     if os.environ.get(QWEN3_TOKENIZER_ENV):
         raise FileNotFoundError(

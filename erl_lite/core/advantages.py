@@ -6,7 +6,7 @@ Departures from the paper: silent on a group of one; like the reference, A = r (
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from erl_lite.config.checks import INTERNALIZATION_MODES, SCALE_REWARDS, check_choice
 
@@ -64,12 +64,19 @@ def grouped_advantages(
     if len(rewards) != len(keys):
         raise ValueError(f"got {len(rewards)} rewards but {len(keys)} keys")
     batch_std = _sample_std(_check_finite(rewards)) if scale == "batch" else None
+    return per_group(rewards, keys, lambda group: group_advantages(group, eps=eps, scale=scale, batch_std=batch_std))
+
+
+def per_group(
+    values: Sequence[float], keys: Sequence[Hashable], rule: Callable[[list[float]], list[float]]
+) -> list[float]:
+    """``rule`` applied to the values of each group of equal ``keys``; the results back in the original order."""
     positions: dict[Hashable, list[int]] = {}
     for i, key in enumerate(keys):
         positions.setdefault(key, []).append(i)
-    out = [0.0] * len(rewards)
+    out = [0.0] * len(values)
     for idx in positions.values():
-        for i, a in zip(idx, group_advantages([rewards[i] for i in idx], eps=eps, scale=scale, batch_std=batch_std)):
+        for i, a in zip(idx, rule([values[i] for i in idx])):
             out[i] = a
     return out
 

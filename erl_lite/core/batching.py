@@ -34,6 +34,11 @@ class Packed:
     old_logp: torch.Tensor | None = None  # (B, L) sampling policy; None = on-policy (ratio 1)
     ref_logp: torch.Tensor | None = None  # (B, L) reference policy; None = no KL term
 
+    @property
+    def logprob_inputs(self) -> tuple[torch.Tensor, ...]:
+        """``(input_ids, attention_mask, position_ids, targets)``: a log-prob pass's arguments after the model."""
+        return self.input_ids, self.attention_mask, self.position_ids, self.targets
+
 
 def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, device: Any = "cpu") -> Packed:
     """Left-pad contexts and right-pad completions into one rectangular micro-batch.
@@ -69,18 +74,8 @@ def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, dev
     temperatures = {s.temperature for s in samples}
     if len(temperatures) > 1:
         raise ValueError(f"a micro-batch mixes sampling temperatures {sorted(temperatures, key=str)}")
-    return Packed(
-        ids.to(device),
-        attn.to(device),
-        positions.to(device),
-        targets.to(device),
-        mask.to(device),
-        adv.to(device),
-        is_nll.to(device),
-        sampled.to(device),
-        tuple(s.role for s in samples),
-        temperatures.pop(),
-    )
+    tensors = (ids, attn, positions, targets, mask, adv, is_nll, sampled)  # Packed's tensor fields, in order
+    return Packed(*(t.to(device) for t in tensors), tuple(s.role for s in samples), temperatures.pop())
 
 
 def completion_logprobs(
@@ -88,13 +83,7 @@ def completion_logprobs(
 ) -> torch.Tensor:
     """Completion log-probs ``(B, L)`` under ``model`` at the batch's sampling temperature, else ``temperature``."""
     return sequence_logprobs(
-        model,
-        batch.input_ids,
-        batch.attention_mask,
-        batch.position_ids,
-        batch.targets,
-        temperature if batch.temperature is None else batch.temperature,
-        chunk_size,
+        model, *batch.logprob_inputs, temperature if batch.temperature is None else batch.temperature, chunk_size
     )
 
 

@@ -241,12 +241,11 @@ def _non_finite_roles(batch: Packed, stats: LossStats) -> list[str]:
 def _check_finite_weights(named: list[tuple[str, torch.nn.Parameter]], where: str) -> None:
     """Raise FloatingPointError, naming the first bad tensor, if the step left a weight NaN or inf."""
     bad = first_non_finite(named)
-    if bad is None:
-        return
-    raise FloatingPointError(
-        f"{where}: the optimizer step left non-finite weights in {bad!r} (finite loss and gradient before it): "
-        "the learning_rate is too large for these weights; lower it and resume from the last checkpoint."
-    )
+    if bad is not None:
+        raise FloatingPointError(
+            f"{where}: the optimizer step left non-finite weights in {bad!r} (finite loss and gradient before it): "
+            "the learning_rate is too large for these weights; lower it and resume from the last checkpoint."
+        )
 
 
 def _zero_missing_gradients(params: list[torch.nn.Parameter]) -> None:

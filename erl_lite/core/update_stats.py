@@ -131,19 +131,8 @@ class GapTally:
         scored = scored.detach().float()
         for cut in {self.cuts.get(r, (0, 1.0)) for r in batch.roles} - {(0, 1.0)}:
             rows = torch.tensor([self.cuts.get(r) == cut for r in batch.roles], device=scored.device)[:, None]
-            scored = torch.where(
-                rows,
-                cut_logprobs(
-                    self.model,
-                    batch.input_ids,
-                    batch.attention_mask,
-                    batch.position_ids,
-                    batch.targets,
-                    batch.temperature or self.temperature,
-                    *cut,
-                ).to(scored),
-                scored,
-            )
+            rescored = cut_logprobs(self.model, *batch.logprob_inputs, batch.temperature or self.temperature, *cut)
+            scored = torch.where(rows, rescored.to(scored), scored)
         # (B, L); a token outside the update's cut is off by at least the cap; NaN where nothing was reported
         gap = (batch.sampled_logp - scored).abs().clamp(max=_MAX_LOG_RATIO)
         known = batch.mask.bool() & torch.isfinite(batch.sampled_logp)

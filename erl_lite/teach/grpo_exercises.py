@@ -6,12 +6,12 @@ prints one message (the hint names the usual mistake a wrong answer matches) and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from erl_lite.config import ERLConfig
 from erl_lite.config.field_types import float_or_none
-from erl_lite.core.advantages import group_advantages, grouped_advantages, internalization_weights
+from erl_lite.core.advantages import group_advantages, grouped_advantages, internalization_weights, per_group
 from erl_lite.teach.answers import NO_ANSWER, close, missing, numbers_of, ok, rounding_hint, wrong
 
 
@@ -67,18 +67,6 @@ def check_advantages(rewards: Sequence[float], answer: Any, tol: float = 1e-3) -
     return wrong(f"Not quite: you gave {[round(v, 3) for v in values]}.", hint)
 
 
-def _per_group(
-    rewards: list[float], keys: Sequence[Hashable], rule: Callable[[list[float]], list[float]]
-) -> list[float]:
-    """Apply ``rule`` to each group of equal keys; results back in the original order."""
-    out = [0.0] * len(rewards)
-    for key in dict.fromkeys(keys):
-        where = [i for i, k in enumerate(keys) if k == key]
-        for i, a in zip(where, rule([rewards[i] for i in where])):
-            out[i] = a
-    return out
-
-
 def check_grouped_advantages(
     rewards: Sequence[float], keys: Sequence[Hashable], answer: Any, tol: float = 1e-3
 ) -> bool:
@@ -101,15 +89,15 @@ def check_grouped_advantages(
             "is the bug ERL must avoid for reflections and second attempts.",
         ),
         (
-            _per_group(rewards, keys, lambda g: [0.0] if len(g) == 1 else group_advantages(g)),
+            per_group(rewards, keys, lambda g: [0.0] if len(g) == 1 else group_advantages(g)),
             "a key that occurs once is a group of one: its advantage is its reward (mean 0, std 1), not 0.",
         ),
         (
-            _per_group(rewards, keys, _population_std_advantages),
+            per_group(rewards, keys, _population_std_advantages),
             "inside each group use the unbiased standard deviation (n - 1), as torch.std does.",
         ),
         (
-            _per_group(rewards, keys, lambda g: g if len(g) == 1 else [r - sum(g) / len(g) for r in g]),
+            per_group(rewards, keys, lambda g: g if len(g) == 1 else [r - sum(g) / len(g) for r in g]),
             "you subtracted each group's mean; now divide by the group's standard deviation (+ 1e-6).",
         ),
     ]

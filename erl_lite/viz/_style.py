@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 import matplotlib.pyplot as plt  # without a display, matplotlib falls back to Agg by itself
 from matplotlib.axes import Axes
@@ -131,7 +131,7 @@ def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, has_data: bool, uni
 
 def plot_series(
     ax: Axes,
-    steps: Iterable[int],
+    steps: list[int],
     values: list[float],
     *,
     label: str,
@@ -142,11 +142,8 @@ def plot_series(
 ) -> None:
     """One curve with markers; a ``hollow`` one (a baseline, a role equal to another) goes on top with larger
     hollow markers, so where it equals another curve its marker rings the filled one."""
-    steps = list(steps)
     every = max(1, math.ceil(len(steps) / MAX_MARKERS))
-    look = (
-        dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3)
-        if hollow
-        else dict(markersize=4, zorder=2)
-    )
+    look = dict(markersize=4, zorder=2)
+    if hollow:
+        look = dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3)
     ax.plot(steps, values, ls, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)

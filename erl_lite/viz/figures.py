@@ -62,13 +62,8 @@ def plot_reflection(
         )
 
     changed = "green: new vs its base prompt" if any(new for line in lines for _, new in line) else "= its base prompt"
-    put(
-        0,
-        0,
-        f"Reflection, step {record.get('step')}, task {refl.get('task_id')} #{refl.get('index')}: its "
-        f"rulebook ({changed})",
-        weight="bold",
-    )
+    title = f"Reflection, step {record.get('step')}, task {refl.get('task_id')} #{refl.get('index')}: its rulebook"
+    put(0, 0, f"{title} ({changed})", weight="bold")
     for row, line in enumerate(lines, start=1):
         col = 0
         for word, new in line:

@@ -85,13 +85,7 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         chunk = ("=" if tag == "equal" else "~", "".join(ta[i1:i2]), "".join(tb[j1:j2]))
         # Fold a lone space between two edits into one: "[-a b-]{+c d+}", not "[-a-]{+c+} [-b-]{+d+}".
-        if (
-            chunk[0] == "~"
-            and len(chunks) >= 2
-            and chunks[-1][0] == "="
-            and chunks[-1][1].isspace()
-            and chunks[-2][0] == "~"
-        ):
+        if chunk[0] == "~" and [c[0] for c in chunks[-2:]] == ["~", "="] and chunks[-1][1].isspace():
             space, prev = chunks.pop()[1], chunks.pop()
             chunk = ("~", prev[1] + space + chunk[1], prev[2] + space + chunk[2])
         chunks.append(chunk)

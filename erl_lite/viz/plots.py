@@ -243,11 +243,9 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
         _same_series(x, (keys.EVAL_REWARD, "eval"), (keys.EVAL_SUCCESS, "eval")) is not False
         for x in ([h] if base is None else [h, base])
     )
-    specs = (
-        [(keys.EVAL_REWARD, "eval", "reward = success rate", "eval")]
-        if same
-        else [(keys.EVAL_REWARD, "eval", "mean reward", "eval"), (keys.EVAL_SUCCESS, "eval", "success rate", "success")]
-    )
+    specs = [(keys.EVAL_REWARD, "eval", "reward = success rate" if same else "mean reward", "eval")]
+    if not same:
+        specs.append((keys.EVAL_SUCCESS, "eval", "success rate", "success"))
     drawn = _curves(ax, h, specs)
     if base is not None:
         drawn += _curves(ax, base, specs, baseline=True)
