@@ -140,8 +140,6 @@ def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
     """transformers' ``args.lr_scheduler_type`` schedule over ``max_steps × max_optimizer_steps()`` optimizer steps."""
     from transformers import get_scheduler
 
-    if args.max_steps is None:
-        raise ValueError("build_scheduler needs args.max_steps (the trainer derives it from num_train_epochs)")
     total = args.max_steps * args.max_optimizer_steps()
     warmup = args.num_warmup_steps(total)  # 0 for "constant" (the config refuses a warm-up with it)
     return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)
