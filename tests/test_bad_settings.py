@@ -438,6 +438,7 @@ def test_export_without_a_lora_adapter_is_one_clear_paragraph(tmp_path, capsys, 
         folder.mkdir()
     if layout in ("checkpoint-without-adapter", "adapter-of-a-full-run"):  # a whole checkpoint of a full run
         import torch
+        from transformers import TrainerState
 
         from erl_lite.core.memory import ReflectionMemory
         from erl_lite.history import History
@@ -454,6 +455,7 @@ def test_export_without_a_lora_adapter_is_one_clear_paragraph(tmp_path, capsys, 
             ReflectionMemory(),
             History(),
             {"config": {}},
+            TrainerState(global_step=3),
         )
     adapter = folder / "adapter" if layout == "adapter-of-a-full-run" else folder
     assert main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "merged")]) == 2

@@ -523,6 +523,7 @@ def test_eval_refuses_counts_below_one_before_reading_the_checkpoint(tmp_path, c
 
 def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
     import torch
+    from transformers import TrainerState
 
     from erl_lite.core.memory import ReflectionMemory
     from erl_lite.history import History
@@ -532,7 +533,15 @@ def test_eval_refuses_a_checkpoint_without_an_adapter(tmp_path, capsys):
     model = tiny_model(tiny_tokenizer())  # fully trained: no adapter, a whole checkpoint all the same
     optimizer = torch.optim.AdamW(model.parameters())
     save_checkpoint(
-        str(tmp_path), 3, model, optimizer, None, ReflectionMemory(), History(), {"config": {"mode": "rlvr"}}
+        str(tmp_path),
+        3,
+        model,
+        optimizer,
+        None,
+        ReflectionMemory(),
+        History(),
+        {"config": {"mode": "rlvr"}},
+        TrainerState(global_step=3),
     )
     assert main(["eval", "--checkpoint", str(tmp_path)]) == 2
     assert "holds no LoRA adapter" in capsys.readouterr().err

@@ -16,7 +16,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, TrainerState
 
 from erl_lite.cli import main
 from erl_lite.core.memory import ReflectionMemory
@@ -137,6 +137,7 @@ def test_cli_export_of_a_checkpoint_merges_and_pushes_only_when_asked(tmp_path, 
         ReflectionMemory(),
         History(),
         run_identity({"load_in_4bit": True}, model),
+        TrainerState(global_step=3),
     )
     adapter = folder  # the adapter sits at the checkpoint's root (PEFT's layout)
     pushed = []

@@ -9,7 +9,7 @@ The paper has none; the thresholds keep the embedded demo's healthy run free of 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from itertools import groupby
 from typing import Any, Callable, Mapping, Sequence
 
@@ -54,9 +54,6 @@ class RunFacts:
         """Whether gated tasks get a reflection (ERL modes with reflection on)."""
         return reflects(self.mode) and self.use_reflection
 
-    def words(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -89,7 +86,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class Check:
-    """A named rule: the metric keys it reads, its window, its judge, and its advice (``{field}``: RunFacts words)."""
+    """A named rule: the metric keys it reads, its window, its judge, and its advice (``{field}``: RunFacts fields)."""
 
     name: str
     reads: tuple[str, ...]
@@ -106,7 +103,7 @@ class Check:
         saw = self.judge(window[-self.window :], facts)
         if saw is None:
             return None
-        words = facts.words()
+        words = asdict(facts)
         return Finding(
             self.name, self.level, int(window[-1]["step"]), saw, self.means.format(**words), self.tries.format(**words)
         )
@@ -232,7 +229,7 @@ _CUT_KEYS = (
 
 def _truncation(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     cut = [
-        f"{what} {_mean(w, key):.0%} ({key}, budget {budget.format(**facts.words())})"
+        f"{what} {_mean(w, key):.0%} ({key}, budget {budget.format(**asdict(facts))})"
         for key, what, budget in _CUT_KEYS
         if _all(w, key, lambda v: v >= 0.5)
     ]

@@ -40,8 +40,6 @@ class Monitor:
 
     def preflight(self, findings: list[Finding]) -> None:
         """Show the pre-flight findings now (raise on a warning under ``raise``); log them at :meth:`start`."""
-        if self.level() == "off":
-            return
         self._tell(findings)
         self.pending = list(findings)
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from erl_lite.core.chat import end_of_turn_id, has_chat_template, render
+from erl_lite.core.generation import sampler_stop_ids
+from erl_lite.core.policy import base_model
+from erl_lite.core.rollout import opening_messages, template_kwargs_for
 from erl_lite.diagnostics.checks import NOTE, WARNING, Finding
 
 
@@ -23,9 +27,6 @@ _PROBE = ({"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "conten
 def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
     """The chat template: present, applied to the first task's opening, not applied twice, keeping a
     system message and opening an assistant turn (:func:`_probe_template`; ValueError when it cannot)."""
-    from erl_lite.core.chat import has_chat_template
-    from erl_lite.core.rollout import opening_messages
-
     try:
         observation = env.new_episode().reset(task)
         messages = opening_messages(env.initial_system_prompt(task), observation)
@@ -76,8 +77,6 @@ def chat_findings(tokenizer: Any, env: Any, task: Any, template_kwargs: dict[str
 def _default_system(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> str:
     """What the template writes where a system message would go when a conversation has none ('' when nothing):
     a user-only rendering between what a system + user one holds before and after the system text."""
-    from erl_lite.core.chat import render
-
     bare, given = (render(m, tokenizer, True, template_kwargs) for m in (_PROBE[1:], _PROBE))
     before, _, after = given.partition(_PROBE_SYSTEM)
     fits = after and bare.startswith(before) and bare.endswith(after) and len(bare) >= len(before) + len(after)
@@ -87,8 +86,6 @@ def _default_system(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> s
 def _probe_template(tokenizer: Any, template_kwargs: dict[str, Any] | None) -> list[Finding]:
     """A system + user probe rendered with and without the generation prompt: ValueError when the template
     fails on it or opens no assistant turn; ``system_dropped`` when the system text is lost."""
-    from erl_lite.core.chat import end_of_turn_id, render
-
     probe = list(_PROBE)
     try:
         opened, closed = (render(probe, tokenizer, g, template_kwargs) for g in (True, False))
@@ -131,8 +128,6 @@ def token_findings(
     model: Any, tokenizer: Any, stop_ids: list[int], template_kwargs: dict[str, Any] | None
 ) -> list[Finding]:
     """EOS and pad set and inside the model's vocabulary; the end-of-turn token among the sampler's stop ids."""
-    from erl_lite.core.chat import end_of_turn_id
-
     out = []
     size = getattr(getattr(model, "get_input_embeddings", lambda: None)(), "num_embeddings", None)
     for role in ("eos", "pad"):
@@ -176,8 +171,6 @@ _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "typical_p", "repe
 
 def sampling_findings(model: Any, args: Any) -> list[Finding]:
     """A note naming the checkpoint's own sampling defaults, which erl_lite does not apply."""
-    from erl_lite.core.policy import base_model
-
     config = getattr(base_model(model), "generation_config", None)
     # A field at its plain value (0 for the fields not listed) is not named.
     plain = {"top_p": 1.0, "typical_p": 1.0, "repetition_penalty": 1.0}
@@ -239,9 +232,6 @@ def trainable_findings(model: Any, target_modules: Any) -> list[Finding]:
 
 def preflight(trainer: Any) -> list[Finding]:
     """Every pre-flight finding for a built trainer (its first train task stands for the prompts)."""
-    from erl_lite.core.generation import sampler_stop_ids
-    from erl_lite.core.rollout import template_kwargs_for
-
     task = trainer.train_tasks[0]
     kwargs = template_kwargs_for(trainer.env, task, trainer.args.chat_template_kwargs)
     return (

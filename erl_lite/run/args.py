@@ -81,13 +81,12 @@ def adopt_model_object(
     ``lora_*`` fields off their defaults (or ``peft_config``) add an adapter, or are refused on one with an adapter."""
     from peft import PeftModel
 
-    from erl_lite.core.policy import base_model as _base_model
-    from erl_lite.core.policy import is_4bit as _is_4bit
+    from erl_lite.core.policy import base_model, is_4bit
     from erl_lite.models import _enable_checkpointing, load_policy
 
     if tokenizer is None:
         raise ValueError("processing_class (the tokenizer) is required when model is an object")
-    if wants_4bit(quantization_config, args) and not _is_4bit(model):
+    if wants_4bit(quantization_config, args) and not is_4bit(model):
         how = "quantization_config (4-bit)" if quantization_config is not None else "ERLConfig.load_in_4bit=True"
         raise ValueError(
             f"{how} asks for a 4-bit model, but the model passed is an already-loaded full-precision "
@@ -116,7 +115,7 @@ def adopt_model_object(
     elif peft_config is not None or lora_set:
         return load_policy(model, tokenizer, **adapter_settings(args, peft_config))
     if args.gradient_checkpointing:
-        _enable_checkpointing(_base_model(model))  # idempotent: an object loaded with it stays as it was
+        _enable_checkpointing(base_model(model))  # idempotent: an object loaded with it stays as it was
     return model, tokenizer
 
 
@@ -141,8 +140,6 @@ def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
     """transformers' ``args.lr_scheduler_type`` schedule over ``max_steps × max_optimizer_steps()`` optimizer steps."""
     from transformers import get_scheduler
 
-    if args.max_steps is None:
-        raise ValueError("build_scheduler needs args.max_steps (the trainer derives it from num_train_epochs)")
     total = args.max_steps * args.max_optimizer_steps()
     warmup = args.num_warmup_steps(total)  # 0 for "constant" (the config refuses a warm-up with it)
     return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)

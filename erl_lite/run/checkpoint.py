@@ -74,9 +74,9 @@ def save_checkpoint(
     memory: ReflectionMemory,
     history: History,
     run: dict[str, Any],
+    hf_state: Any,
     save_total_limit: int | None = None,
     tokenizer: Any = None,
-    hf_state: Any = None,
 ) -> str:
     """Write ``checkpoint-<step>`` atomically, then rotate; a failure raises CheckpointError, changing nothing."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
@@ -86,10 +86,6 @@ def save_checkpoint(
             f"refusing to write {final}: the trainable tensor {bad!r} holds NaN or inf at "
             f"step {step}; the checkpoints already in {out_dir} are untouched"
         )
-    if hf_state is None:
-        from transformers import TrainerState
-
-        hf_state = TrainerState(global_step=step, log_history=list(history.records))
     tmp = None
     try:
         os.makedirs(out_dir, exist_ok=True)

@@ -23,8 +23,7 @@ def holds_run_record(path: str) -> bool:
 
 def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a LoRA adapter, the tokenizer and the :data:`NOTE_FILE` note (base model, 4-bit: merging needs them)."""
-    from erl_lite.core.policy import base_model as _base_model
-    from erl_lite.core.policy import is_4bit as _is_4bit
+    from erl_lite.core.policy import base_model, is_4bit
 
     if not hasattr(model, "peft_config"):
         raise ValueError(
@@ -36,8 +35,8 @@ def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str,
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     note = {
-        "base_model": getattr(_base_model(model).config, "_name_or_path", "") or "",
-        "base_quantization": quantization_name(_is_4bit(model)),
+        "base_model": getattr(base_model(model).config, "_name_or_path", "") or "",
+        "base_quantization": quantization_name(is_4bit(model)),
         "evaluation": evaluation,
     }
     write_json(os.path.join(folder, NOTE_FILE), note)

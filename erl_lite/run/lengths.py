@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from erl_lite.core.chat import encode_messages
 from erl_lite.core.generation import model_context_length
+from erl_lite.core.prompts import reflection_skeleton_length
+from erl_lite.core.rollout import opening_messages, template_kwargs_for
+from erl_lite.envs.rows import split_prompt
+from erl_lite.records import TaskPool
 
 
 def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Mapping[str, Sequence[Any]]) -> None:
@@ -34,8 +39,6 @@ def check_lengths(config: Any, model: Any, tokenizer: Any, env: Any, splits: Map
 
 
 def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
-    from erl_lite.core.prompts import reflection_skeleton_length
-
     needs = reflection_skeleton_length(tokenizer, c.chat_template_kwargs, c.reflection_request, c.reflection_prefill)
     if needs >= c.max_reflection_prompt_length:
         raise ValueError(
@@ -48,11 +51,6 @@ def _check_reflection_skeleton(c: Any, tokenizer: Any) -> None:
 
 def _check_openings(c: Any, tokenizer: Any, env: Any, name: str, tasks: Sequence[Any]) -> None:
     """Each dataset row's opening (system prompt, prompt, generation prompt) leaves room for a reply."""
-    from erl_lite.core.chat import encode_messages
-    from erl_lite.core.rollout import opening_messages, template_kwargs_for
-    from erl_lite.envs.rows import split_prompt
-    from erl_lite.records import TaskPool
-
     if isinstance(tasks, TaskPool):  # an environment's own split: no dataset prompts, and reading it draws it
         return
     room = c.max_episode_length - c.max_completion_length

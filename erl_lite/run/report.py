@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from erl_lite.config.field_types import conform, expand_path, field_types
 from erl_lite.diagnostics.checks import CHECKS_BY_NAME, NOTE, WARNING, Finding, RunFacts, scan, train_records
 from erl_lite.diagnostics.monitor import DIAGNOSTIC_KIND
-from erl_lite.history import record_problem
+from erl_lite.history import History, record_problem
 from erl_lite.jsonio import read_json
 from erl_lite.metric_names import DIAGNOSTICS_PREFIX, EVAL_SUCCESS, GRAD_NORM, KL
 from erl_lite.metrics import TRL_NAMES
@@ -142,7 +142,6 @@ def _unread(train: Sequence[Mapping[str, Any]]) -> str | None:
 def load_run(run_dir: str | os.PathLike) -> tuple[Any, dict[str, Any] | None, str]:
     """A run folder's (or its ``history.jsonl``'s) history, settings (of the checkpoint
     :func:`~erl_lite.run.checkpoint.find_run` picks, else ``training_args.json``) and find_run's line."""
-    from erl_lite.history import History
     from erl_lite.run.checkpoint import find_run
 
     path = expand_path(run_dir)

@@ -139,9 +139,9 @@ class CheckpointSaving:
                 self.memory,
                 self.history,
                 self._run_identity(),
+                self._hf_state(),
                 self.args.save_total_limit,
                 tokenizer=self.tokenizer,
-                hf_state=self._hf_state(),
             )
 
     def _hf_state(self) -> Any:

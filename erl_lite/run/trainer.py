@@ -203,7 +203,6 @@ class ERLTrainer(CheckpointSaving):
             if self.step == 0:
                 self.monitor.start(self.history)  # the pre-flight findings, first in a fresh history
             bar = self._progress()
-            self._step_start = None
             self._training = True
             self.hf_callbacks.event("train_begin")
             control = self.hf_callbacks.control  # what the TrainerCallbacks asked for, read after each event
