@@ -642,8 +642,11 @@ def test_large_reward_weights_cannot_push_the_sum_out_of_range():
     from erl_lite.records import Task
 
     env = RewardFunctionEnv([lambda completions, **kw: [1e9] * len(completions)] * 2, reward_weights=[8.0, 8.0])
+    ep = env.new_episode()
+    ep.reset(Task("t", "x", {}))
+    ep.step("a")
     with pytest.raises(ValueError, match=r"row 0 \(task 't'\): the weighted sum .* is 16000000000\.0"):
-        env.score([Task("t", "x", {})], ["a"], [[1]])
+        env.score_batch([ep], [[1]])
 
 
 @pytest.mark.parametrize("out", [lambda n: [1.0] * (n + 1), lambda n: [1.0] * (n - 1), lambda n: []])
