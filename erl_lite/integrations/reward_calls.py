@@ -206,11 +206,9 @@ def call_checked(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
         out = func(**kwargs)
     except Exception as err:  # name the function, and the row if one row alone fails
         where = _failing_row(func, kwargs, tasks, type(err))
-        hint = (
-            (" (reward functions are called by keyword, as TRL does: def f(prompts, completions, **kwargs))")
-            if isinstance(err, TypeError)
-            else ""
-        )
+        hint = ""
+        if isinstance(err, TypeError):
+            hint = " (reward functions are called by keyword, as TRL does: def f(prompts, completions, **kwargs))"
         raise RewardFunctionError(
             f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
             f"on a batch of {n} completions{where}{hint}"
