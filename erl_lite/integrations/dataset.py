@@ -11,9 +11,7 @@ from typing import Any, Callable, Sequence
 from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.rows import Messages, split_prompt
 from erl_lite.integrations.reward_calls import (
-    RewardFunctionError,
     RewardLog,
-    RunState,
     call_arguments,
     feedback_texts,
     reward_sources,
@@ -22,7 +20,6 @@ from erl_lite.integrations.reward_calls import (
 from erl_lite.records import Task
 
 RewardFunc = Callable[..., list[Any]]
-__all__ = ["RewardFunctionEnv", "RewardFunctionEpisode", "RewardFunctionError", "RunState"]
 
 
 class RewardFunctionEnv(Environment):
