@@ -237,9 +237,9 @@ def test_command_line_values_are_checked_naming_the_option(monkeypatch, capsys, 
 )
 def test_two_spellings_that_agree_or_one_spelling_twice_pass(flags, expected):
     from erl_lite.cli import build_parser
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
 
-    assert train_config(build_parser().parse_args(["train", *flags])).max_steps == expected
+    assert train_settings(build_parser().parse_args(["train", *flags]))[1].max_steps == expected
 
 
 # --- files that do not parse: named with the file and the 1-based line ------------------------------

@@ -17,7 +17,7 @@ from erl_lite.cli.config_args import (
     parse_yaml,
     shown_value,
 )
-from erl_lite.cli.train import run_preset, train_config
+from erl_lite.cli.train import run_preset, train_settings
 from erl_lite.config.checks import check_whole
 from erl_lite.config.field_types import closest, conform, describe
 from erl_lite.core.prompts import parse_rulebook, reflection_skeleton_length
@@ -62,7 +62,7 @@ def test_train_command_helpers():
         "cpu",
         "gpu",
     ]
-    cfg = train_config(build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"]))
+    cfg = train_settings(build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"]))[1]
     assert (cfg.max_steps, cfg.learning_rate, cfg.max_completion_length) == (5, 0.001, 24)
 
 

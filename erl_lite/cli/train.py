@@ -137,10 +137,6 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
     }
 
 
-def train_config(args: argparse.Namespace) -> ERLConfig:
-    return train_settings(args)[1]
-
-
 def run_train(args: argparse.Namespace) -> int:
     """``erl-lite train``: build the trainer and train; the exit code."""
     from erl_lite.metric_names import EVAL_SUCCESS
