@@ -82,12 +82,6 @@ class RewardFunctionEnv(Environment):
             ep.set_score(reward, " ".join(notes) if notes else f"Reward: {reward:g}.", parts, extra)
 
 
-def _render(observation: str | Messages) -> str:
-    if isinstance(observation, str):
-        return observation
-    return "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in observation)
-
-
 class RewardFunctionEpisode(BatchScoredEpisode):
     """One reply to one dataset prompt, scored with the phase's batch (or alone when read first)."""
 
@@ -121,4 +115,7 @@ class RewardFunctionEpisode(BatchScoredEpisode):
 
     def trace(self) -> str:
         answer = self.completion if self.completion is not None else "(no answer: out of tokens)"
-        return f"Question:\n{_render(self.observation)}\n\nAnswer given:\n{answer}\n\nResult: {self.feedback()}"
+        question = self.observation
+        if not isinstance(question, str):  # a conversation: one "Role: text" line per message
+            question = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in question)
+        return f"Question:\n{question}\n\nAnswer given:\n{answer}\n\nResult: {self.feedback()}"
