@@ -237,9 +237,9 @@ def test_command_line_values_are_checked_naming_the_option(monkeypatch, capsys, 
 )
 def test_two_spellings_that_agree_or_one_spelling_twice_pass(flags, expected):
     from erl_lite.cli import build_parser
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
 
-    assert train_config(build_parser().parse_args(["train", *flags])).max_steps == expected
+    assert train_settings(build_parser().parse_args(["train", *flags]))[1].max_steps == expected
 
 
 # --- files that do not parse: named with the file and the 1-based line ------------------------------
@@ -644,8 +644,11 @@ def test_large_reward_weights_cannot_push_the_sum_out_of_range():
     from erl_lite.records import Task
 
     env = RewardFunctionEnv([lambda completions, **kw: [1e9] * len(completions)] * 2, reward_weights=[8.0, 8.0])
+    ep = env.new_episode()
+    ep.reset(Task("t", "x", {}))
+    ep.step("a")
     with pytest.raises(ValueError, match=r"row 0 \(task 't'\): the weighted sum .* is 16000000000\.0"):
-        env.score([Task("t", "x", {})], ["a"], [[1]])
+        env.score_batch([ep], [[1]])
 
 
 @pytest.mark.parametrize("out", [lambda n: [1.0] * (n + 1), lambda n: [1.0] * (n - 1), lambda n: []])

@@ -199,18 +199,18 @@ def test_resume_and_eval_rebuild_the_world_a_run_recorded(monkeypatch, tmp_path,
 
 
 def test_train_config_without_training():
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
     from erl_lite.config import ERLConfig
     from erl_lite.embedded import demo_config
 
     parse = build_parser().parse_args
-    assert train_config(parse(["train"])) == demo_config(extra=DEMO_RECORD)
-    assert train_config(parse(["train", "--steps", "4", "--mode", "erl_simple"])) == demo_config(
+    assert train_settings(parse(["train"]))[1] == demo_config(extra=DEMO_RECORD)
+    assert train_settings(parse(["train", "--steps", "4", "--mode", "erl_simple"]))[1] == demo_config(
         max_steps=4, mode="erl_simple", extra=DEMO_RECORD
     )
     # a named preset is used as it is, on the demo world too (no demo layer on top of it)
-    assert train_config(parse(["train", "--preset", "gpu"])) == ERLConfig.preset("gpu", extra=DEMO_RECORD)
-    assert train_config(parse(["train", "--env", "qa", "--preset", "gpu"])) == ERLConfig.preset(
+    assert train_settings(parse(["train", "--preset", "gpu"]))[1] == ERLConfig.preset("gpu", extra=DEMO_RECORD)
+    assert train_settings(parse(["train", "--env", "qa", "--preset", "gpu"]))[1] == ERLConfig.preset(
         "gpu", extra={"env": "qa", "small": False}
     )
 
@@ -289,10 +289,10 @@ def test_field_docstrings_are_read_from_the_source():
     ],
 )
 def test_each_kind_of_flag_reaches_the_config(flags, expected):
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
     from erl_lite.embedded import demo_config
 
-    cfg = train_config(build_parser().parse_args(["train", *flags]))
+    cfg = train_settings(build_parser().parse_args(["train", *flags]))[1]
     for name, value in expected.items():
         assert getattr(cfg, name) == value, name
     untouched = demo_config()
@@ -333,12 +333,12 @@ def _yaml(tmp_path, text: str) -> str:
 
 
 def test_precedence_preset_then_file_then_flags(tmp_path):
-    from erl_lite.cli.train import train_config, train_settings
+    from erl_lite.cli.train import train_settings
     from erl_lite.config import DEFAULT_SEED
     from erl_lite.config.presets import PRESETS
 
     path = _yaml(tmp_path, "learning_rate: 1e-4\nmax-steps: 7\nmemory_type: fifo\npreset: gpu\n")
-    cfg = train_config(build_parser().parse_args(["train", "--config", path, "--steps", "2"]))
+    cfg = train_settings(build_parser().parse_args(["train", "--config", path, "--steps", "2"]))[1]
     assert cfg.max_steps == 2  # flag over file
     assert cfg.learning_rate == 1e-4 and cfg.memory_type == "fifo"  # file over preset
     assert all(getattr(cfg, k) == v for k, v in PRESETS["gpu"].items() if k not in ("learning_rate", "max_steps"))

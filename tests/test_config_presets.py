@@ -96,25 +96,25 @@ def test_every_config_defaults_to_the_one_default_seed(build):
 )
 def test_cli_defaults_to_the_configs_default_seed(argv):
     from erl_lite.cli import build_parser
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
     from erl_lite.config import DEFAULT_SEED
 
     args = build_parser().parse_args(argv)
-    seed = train_config(args).seed if argv[0] == "train" else args.seed
+    seed = train_settings(args)[1].seed if argv[0] == "train" else args.seed
     assert seed == DEFAULT_SEED
 
 
 def test_train_on_the_demo_world_uses_the_demo_preset_unless_another_is_named():
     """``--env demo`` defaults to the demo preset; a named preset is used as it is (no demo layer on top)."""
     from erl_lite.cli import build_parser
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
 
     parse = build_parser().parse_args
-    assert train_config(parse(["train"])).preset_name == "demo"
-    assert train_config(parse(["train", "--env", "frozenlake"])).preset_name == "cpu"
-    gpu = train_config(parse(["train", "--preset", "gpu"]))
+    assert train_settings(parse(["train"]))[1].preset_name == "demo"
+    assert train_settings(parse(["train", "--env", "frozenlake"]))[1].preset_name == "cpu"
+    gpu = train_settings(parse(["train", "--preset", "gpu"]))[1]
     assert gpu.to_dict() == ERLConfig.preset("gpu", extra={"env": "demo", "small": False}).to_dict()
-    demo_elsewhere = train_config(parse(["train", "--preset", "demo", "--env", "frozenlake"]))
+    demo_elsewhere = train_settings(parse(["train", "--preset", "demo", "--env", "frozenlake"]))[1]
     assert demo_elsewhere.max_completion_length == ERLConfig.preset("demo").max_completion_length
 
 

@@ -10,7 +10,6 @@ from erl_lite.cli import build_parser
 from erl_lite.cli.config_args import (
     add_config_arguments,
     converter,
-    field_choices,
     field_docs,
     first_sentence,
     given_fields,
@@ -18,7 +17,7 @@ from erl_lite.cli.config_args import (
     parse_yaml,
     shown_value,
 )
-from erl_lite.cli.train import run_preset, train_config
+from erl_lite.cli.train import run_preset, train_settings
 from erl_lite.config.checks import check_whole
 from erl_lite.config.field_types import closest, conform, describe
 from erl_lite.core.prompts import parse_rulebook, reflection_skeleton_length
@@ -29,7 +28,6 @@ from erl_lite.testing import tiny_tokenizer
 def test_config_argument_helpers():
     assert field_docs()["seed"] == "Seed for task order, sampling and initialisation."
     assert first_sentence("``single`` (paper: one slot). Or :data:`FIFO`, e.g. a queue.") == "single (paper: one slot)."
-    assert field_choices()["mode"] == ("erl", "erl_simple", "rlvr")
     assert (parse_bool("False"), parse_bool("yes")) == (False, True)
     assert parse_yaml("{enable_thinking: false}") == {"enable_thinking": False}
     assert parse_yaml("[q_proj, v_proj]") == ["q_proj", "v_proj"]
@@ -38,6 +36,7 @@ def test_config_argument_helpers():
     assert [shown_value(v) for v in (True, None, 1e-3, ["q", "v"])] == ["true", "none", "0.001", "[q, v]"]
     p = argparse.ArgumentParser()
     add_config_arguments(p, aliases={"max_steps": ["--steps"]})
+    assert "--mode {erl,erl_simple,rlvr}" in p.format_help()  # a field's words (config.checks.FIELD_CHOICES)
     assert given_fields(p.parse_args(["--steps", "3", "--learning_rate", "1e-4", "--no-use-memory"])) == {
         "max_steps": 3,
         "use_memory": False,
@@ -63,7 +62,7 @@ def test_train_command_helpers():
         "cpu",
         "gpu",
     ]
-    cfg = train_config(build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"]))
+    cfg = train_settings(build_parser().parse_args(["train", "--steps", "5", "--learning-rate", "1e-3"]))[1]
     assert (cfg.max_steps, cfg.learning_rate, cfg.max_completion_length) == (5, 0.001, 24)
 
 

@@ -244,7 +244,7 @@ def home(tmp_path, monkeypatch):
 @pytest.mark.parametrize("route", ["python", "cli", "yaml"])
 def test_paths_expand_home_and_variables_by_every_route(home, given, expected, route):
     from erl_lite.cli import build_parser
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
     from erl_lite.config import ERLConfig
 
     if route == "python":
@@ -252,7 +252,7 @@ def test_paths_expand_home_and_variables_by_every_route(home, given, expected, r
     else:
         (home / "run.yaml").write_text(f"output_dir: {given}\n")
         argv = ["train", "--output-dir", given] if route == "cli" else ["train", "--config", "run.yaml"]
-        cfg = train_config(build_parser().parse_args(argv))
+        cfg = train_settings(build_parser().parse_args(argv))[1]
     want = expected if expected.startswith("plain") else str(home / expected)
     assert cfg.output_dir == want and "~" not in cfg.output_dir and "$" not in cfg.output_dir
 

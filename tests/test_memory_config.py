@@ -106,10 +106,10 @@ def test_a_config_and_its_saved_copy_replace_alike(cfg):
 
 def test_cli_rlvr_gets_g10():
     from erl_lite.cli import build_parser
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
 
     args = build_parser().parse_args(["train", "--mode", "rlvr", "--env", "frozenlake"])
-    assert train_config(args).num_generations == 10
+    assert train_settings(args)[1].num_generations == 10
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ from erl_lite.core.generation import SamplingParams, ScriptedGenerator
 from erl_lite.core.rollout import run_episodes
 from erl_lite.envs.qa import score_answer
 from erl_lite.envs.rows import rows_to_tasks, split_prompt
-from erl_lite.integrations.dataset import RewardFunctionEnv, RewardFunctionError
+from erl_lite.integrations.dataset import RewardFunctionEnv
+from erl_lite.integrations.reward_calls import RewardFunctionError
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import tiny_model
 

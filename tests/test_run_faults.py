@@ -294,12 +294,12 @@ def test_a_checkpoint_from_elsewhere_continues_only_into_a_folder_without_anothe
 
 def test_overwrite_output_dir_is_a_config_field_and_a_flag_and_may_change_on_resume():
     from erl_lite.cli import build_parser
-    from erl_lite.cli.train import train_config
+    from erl_lite.cli.train import train_settings
 
     assert ERLConfig().overwrite_output_dir is False
     assert "overwrite_output_dir" in RESUMABLE_FIELDS
     args = build_parser().parse_args(["train", "--overwrite-output-dir", "--out", "x"])
-    assert train_config(args).overwrite_output_dir is True
+    assert train_settings(args)[1].overwrite_output_dir is True
     with pytest.raises(ValueError, match="overwrite_output_dir"):
         ERLConfig(overwrite_output_dir="yes")
 

@@ -56,11 +56,6 @@ def first_sentence(text: str) -> str:
     return text[: match.end()] if match else text
 
 
-def field_choices() -> dict[str, tuple]:
-    """The allowed words of each ERLConfig field that takes one (``config.checks.FIELD_CHOICES``)."""
-    return dict(FIELD_CHOICES)
-
-
 def parse_bool(text: str) -> bool:
     """``true/false``, ``yes/no``, ``t/f``, ``y/n``, ``1/0`` (any case): transformers' reading, as TRL's parser does."""
     from transformers.hf_argparser import string_to_bool  # here: --help needs no transformers import
@@ -190,7 +185,7 @@ def add_config_arguments(
     boolean field to False (``{"--no-memory": "use_memory"}``); ``notes``: text appended to a field's help;
     ``defaults``: the default shown in a field's help (by default ERLConfig's, :func:`shown_value`)."""
     aliases, negations, notes = aliases or {}, negations or {}, notes or {}
-    docs, choices = field_docs(), field_choices()
+    docs = field_docs()
     if defaults is None:  # those of a plain ERLConfig (a field not shown is never looked up)
         defaults = {name: shown_value(value) for name, value in ERLConfig().to_dict().items()}
     group = parser.add_argument_group(title, argument_default=argparse.SUPPRESS)
@@ -208,7 +203,7 @@ def add_config_arguments(
                 group.add_argument("--no_" + f.name, nargs=0, const=False, **hidden)
         else:
             parse, metavar = converter(annotation)
-            allowed = choices.get(f.name)
+            allowed = FIELD_CHOICES.get(f.name)
             if allowed:
                 metavar = "{" + ",".join(map(str, allowed)) + "}"
                 parse = _checked(parse, allowed, f.name)

@@ -160,10 +160,9 @@ def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None) 
 
 
 def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list]:
-    """The environment ``erl-lite train --env name`` trains on, and its test tasks."""
-    from erl_lite.envs.rows import rows_to_tasks
+    """The environment ``erl-lite train --env name`` trains on, and its test tasks (read as the trainer reads them)."""
     from erl_lite.integrations.dataset import RewardFunctionEnv
-    from erl_lite.records import Task
+    from erl_lite.integrations.wiring import read_tasks
 
     env, _, kwargs = build_environment(
         name,
@@ -175,10 +174,7 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
     )
     if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
         env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"))
-    tasks = kwargs.get("eval_dataset")
-    if tasks is None:
-        return env, env.test_tasks()
-    return env, tasks if tasks and isinstance(tasks[0], Task) else rows_to_tasks(tasks, prefix="eval")
+    return env, read_tasks(env, kwargs.get("eval_dataset"), "eval")
 
 
 def _read_tasks(path: str, world: Any, env_name: str) -> list:

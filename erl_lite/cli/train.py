@@ -61,8 +61,7 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         run["env"] = DATASET_ENV
     else:
         check_choice("env", run["env"], ENVIRONMENTS)
-    run["preset"] = run_preset(run["env"], run["preset"])
-    check_choice("preset", run["preset"], sorted(PRESETS))
+    run["preset"] = run_preset(run["env"], run["preset"])  # its name is checked by ERLConfig.preset below
     if not isinstance(run["small"], bool) or not isinstance(run["env_options"], dict):
         raise ValueError(
             f"small must be true or false, env_options a mapping; got {run['small']!r}, {run['env_options']!r}"
@@ -136,10 +135,6 @@ def _data_record(run: dict[str, Any], env_given: bool) -> dict[str, Any]:
         "feedback_func": feedback,
         **({} if weights is None else {"reward_weights": weights}),
     }
-
-
-def train_config(args: argparse.Namespace) -> ERLConfig:
-    return train_settings(args)[1]
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ GIB = 2**30
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 _RESIDUAL_BYTES = 4  # fp32 residual stream and cache (see the module docstring)
 _OPTIMIZER_BYTES = {"adamw_torch": 8, "adamw_8bit": 2, "paged_adamw_8bit": 2}  # two moments per weight
+_LOGPROB_COPIES = 3  # fp32 copies of a log-prob tile alive at once
 
 
 def model_config(name: str) -> dict[str, Any]:
@@ -133,12 +134,8 @@ class MemoryEstimate:
         return self.static_gib + max(self.update_gib, self.rollout_gib)
 
 
-def estimate_memory(
-    config: ERLConfig, shape: ModelShape, *, lora_r: int = 16, logprob_copies: int = 3
-) -> MemoryEstimate:
-    """Peak GPU memory of a 4-bit QLoRA step of ``config`` on ``shape``.
-
-    ``lora_r``: LoRA rank on every projection; ``logprob_copies``: fp32 copies of a log-prob tile alive at once.
+def estimate_memory(config: ERLConfig, shape: ModelShape) -> MemoryEstimate:
+    """Peak GPU memory of a 4-bit QLoRA step of ``config`` (LoRA rank ``config.lora_r``, every projection) on ``shape``.
 
     Example:
         >>> estimate_memory(ERLConfig.preset("gpu"), ModelShape.load("qwen2.5-1.5b-instruct")).peak_gib < 13
@@ -146,7 +143,7 @@ def estimate_memory(
     """
     seq = max(config.max_episode_length, config.max_reflection_prompt_length + config.max_reflection_length)
     rows = config.per_device_train_batch_size
-    lora = shape.lora_parameters(lora_r)
+    lora = shape.lora_parameters(config.lora_r)
     hidden_row = seq * shape.hidden * _RESIDUAL_BYTES  # one row's (T, h) fp32 activations
     layer_row = seq * _layer_bytes_per_token(shape)
     if config.gradient_checkpointing:
@@ -181,13 +178,13 @@ def estimate_memory(
         optimizer=lora * _OPTIMIZER_BYTES[config.optim] / GIB,
         checkpoints=checkpoints / GIB,
         layer_backward=layer_backward / GIB,
-        logprob_chunk=tile * 4 * logprob_copies / GIB,
+        logprob_chunk=tile * 4 * _LOGPROB_COPIES / GIB,
         kv_cache=kv_cache / GIB,
         prefill=prefill / GIB,
     )
 
 
-def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kwargs: Any) -> str:
+def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS) -> str:
     """A Markdown table of :func:`estimate_memory` for each architecture (``erl-lite budget``, docs/GPU.md)."""
     vllm = config.generation_backend == "vllm"
     columns = [  # (heading, its value in an estimate)
@@ -206,6 +203,6 @@ def memory_table(config: ERLConfig, names: tuple[str, ...] = MODEL_CONFIGS, **kw
     ]
     lines = ["| model | " + " | ".join(heading for heading, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name in names:
-        e = estimate_memory(config, ModelShape.load(name), **kwargs)
+        e = estimate_memory(config, ModelShape.load(name))
         lines.append(f"| {name} | " + " | ".join(f"{value(e):.2f}" for _, value in columns) + " |")
     return "\n".join(lines)

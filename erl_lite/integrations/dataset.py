@@ -11,10 +11,7 @@ from typing import Any, Callable, Sequence
 from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
 from erl_lite.envs.rows import Messages, split_prompt
 from erl_lite.integrations.reward_calls import (
-    RewardFunctionError,
     RewardLog,
-    RunState,
-    Scores,
     call_arguments,
     feedback_texts,
     reward_sources,
@@ -23,7 +20,6 @@ from erl_lite.integrations.reward_calls import (
 from erl_lite.records import Task
 
 RewardFunc = Callable[..., list[Any]]
-__all__ = ["RewardFunctionEnv", "RewardFunctionEpisode", "RewardFunctionError", "RunState"]
 
 
 class RewardFunctionEnv(Environment):
@@ -74,35 +70,16 @@ class RewardFunctionEnv(Environment):
             return
         tasks = [ep.task for ep in todo]
         log = self.reward_log if self.reward_log is not None else RewardLog()
-        scores, feedbacks = self._score(tasks, [ep.completion for ep in todo], ids, log)
-        for ep, reward, feedback, parts, extra in zip(
-            todo, scores.rewards, feedbacks, scores.parts, log.take_extra(tasks)
-        ):
-            ep.set_score(reward, feedback, parts, extra)
-
-    def score(
-        self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]]
-    ) -> tuple[list[float], list[str]]:
-        """Rewards and feedback texts of a batch of replies: one keyword call per function."""
-        scores, feedbacks = self._score(tasks, completions, completion_ids, RewardLog())
-        return scores.rewards, feedbacks
-
-    def _score(
-        self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[list[int]], log: RewardLog
-    ) -> tuple[Scores, list[str]]:
-        kwargs = call_arguments(tasks, completions, completion_ids, self.trainer_state, log)
+        kwargs = call_arguments(tasks, [ep.completion for ep in todo], ids, self.trainer_state, log)
         scores = weighted_rewards(self.reward_funcs, self.reward_weights, kwargs, tasks)
         if self.feedback_func is not None:
             for row, text in zip(scores.notes, feedback_texts(self.feedback_func, kwargs, tasks)):
                 if text is not None:
                     row.append(text)
-        return scores, [" ".join(t) if t else f"Reward: {r:g}." for t, r in zip(scores.notes, scores.rewards)]
-
-
-def _render(observation: str | Messages) -> str:
-    if isinstance(observation, str):
-        return observation
-    return "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in observation)
+        for ep, reward, notes, parts, extra in zip(
+            todo, scores.rewards, scores.notes, scores.parts, log.take_extra(tasks)
+        ):
+            ep.set_score(reward, " ".join(notes) if notes else f"Reward: {reward:g}.", parts, extra)
 
 
 class RewardFunctionEpisode(BatchScoredEpisode):
@@ -138,4 +115,7 @@ class RewardFunctionEpisode(BatchScoredEpisode):
 
     def trace(self) -> str:
         answer = self.completion if self.completion is not None else "(no answer: out of tokens)"
-        return f"Question:\n{_render(self.observation)}\n\nAnswer given:\n{answer}\n\nResult: {self.feedback()}"
+        question = self.observation
+        if not isinstance(question, str):  # a conversation: one "Role: text" line per message
+            question = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in question)
+        return f"Question:\n{question}\n\nAnswer given:\n{answer}\n\nResult: {self.feedback()}"

@@ -70,7 +70,6 @@ class TensorBoardTracker:
         if log_dir is None and config.output_dir:
             log_dir = os.path.join(config.output_dir, default_logdir())
         self.writer = SummaryWriter(log_dir=log_dir)  # None: SummaryWriter's ./runs/<date>_<host>
-        self.log_dir = self.writer.log_dir
 
     def log_scalars(self, values: dict[str, float], step: int) -> None:
         for key, value in values.items():
@@ -85,10 +84,7 @@ class TensorBoardTracker:
         self.writer.close()
 
     def reopen(self) -> None:
-        """Write on in the same run folder after :meth:`close` (a new event file there)."""
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(log_dir=self.log_dir)
+        """Write on in the same run folder after :meth:`close`: the SummaryWriter opens a new event file there."""
 
 
 class WandbTracker:

@@ -113,19 +113,15 @@ def reward_sources(
         funcs = list(reward_funcs)
     else:
         funcs = [reward_funcs]
+    torch_nn = sys.modules.get("torch.nn")  # no torch import here: only an imported torch has modules
     for i, f in enumerate(funcs):
-        if not callable(f) or _is_module(f):
+        if not callable(f) or (torch_nn is not None and isinstance(f, torch_nn.Module)):
             raise TypeError(
                 f"reward function {i} ({f!r:.60}) is not a plain callable; reward models "
                 "are not supported: wrap one in a function f(prompts, completions, **kw)"
             )
     weights = check_reward_weights(reward_weights, [reward_func_name(f) for f in funcs])
     return funcs, [1.0] * len(funcs) if weights is None else weights
-
-
-def _is_module(func: Any) -> bool:
-    torch_nn = sys.modules.get("torch.nn")  # no torch import here: only an imported torch has modules
-    return torch_nn is not None and isinstance(func, torch_nn.Module)
 
 
 def call_arguments(
@@ -206,11 +202,9 @@ def call_checked(func: Callable, kwargs: dict[str, Any], tasks: Sequence[Task], 
         out = func(**kwargs)
     except Exception as err:  # name the function, and the row if one row alone fails
         where = _failing_row(func, kwargs, tasks, type(err))
-        hint = (
-            (" (reward functions are called by keyword, as TRL does: def f(prompts, completions, **kwargs))")
-            if isinstance(err, TypeError)
-            else ""
-        )
+        hint = ""
+        if isinstance(err, TypeError):
+            hint = " (reward functions are called by keyword, as TRL does: def f(prompts, completions, **kwargs))"
         raise RewardFunctionError(
             f"{kind} function {_name(func)!r} raised {type(err).__name__}: {err} "
             f"on a batch of {n} completions{where}{hint}"

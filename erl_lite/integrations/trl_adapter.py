@@ -191,7 +191,6 @@ class TRLEpisode(BatchScoredEpisode):
         self.task: Task | None = None
         self.instance: Any = None
         self.turns: list[tuple[str, list[str]]] = []  # (reply, tool results)
-        self.scored, self._reward, self._verdict = False, 0.0, ""
         self.observation: Any = ""
         self.failed_calls = 0
 
