@@ -507,9 +507,12 @@ def test_metric_names_come_from_metrics_constants(module):
 # for three copies, and in core Tensor.split for the log-prob chunks and the left-padded prompts built as tensors.
 # Then 17,550: a third reading of the functions over 25 lines: save_checkpoint's ten-argument pass-through written in
 # place, comprehensions for append loops in viz.pairs, a markdown cell helper, contextlib.suppress, ax.set.
+# Then 17,373: helpers only tests called (envs.solvers, RewardFunctionEnv.score, train_config, field_choices), the
+# last skips for records older than format 4 (eval's demo guess, resume's missing tokenizer and tensors), imports
+# deferred for nothing, one per_group for the advantages and the exercises, one task reader for eval and the trainer.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_550
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_373
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
