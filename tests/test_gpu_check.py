@@ -92,6 +92,27 @@ def test_budget_counts_lora_and_cache_by_hand():
     assert e.kv_cache * 2**30 == pytest.approx(rows_tokens * shape.kv_bytes_per_token())
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--lora-r", "64"],  # before: estimate_memory took its own lora_r=16, so the flag changed nothing
+        ["--optim", "adamw_torch"],
+        ["--num-generations", "8"],
+        ["--max-episode-length", "2048"],
+        ["--no-gradient-checkpointing"],
+    ],
+)
+def test_erl_lite_budget_reads_each_setting_it_is_given(capsys, flags):
+    """Each flag that sizes a part of the step changes ``erl-lite budget``'s table; none is silently dropped."""
+    from erl_lite.cli import main
+
+    tables = []
+    for argv in (["budget"], ["budget", *flags]):
+        assert main(argv) == 0
+        tables.append(capsys.readouterr().out.split("\n", 1)[1])
+    assert tables[0] != tables[1]
+
+
 @pytest.mark.parametrize("name", ["qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct"])
 def test_budget_counts_vllms_share_by_hand(name):
     """generation_backend="vllm": a 16-bit training copy (vLLM takes no 4-bit base), vLLM's own 16-bit copy and its
