@@ -222,6 +222,22 @@ def test_tensorboard_logging_steps_averages_over_the_window(tok, tmp_path):
     assert ([2, 3], [(r[0] + r[1]) / 2, r[2]]) == _points(_read_events(runs[0]), "reward/first")
 
 
+def test_tensorboard_writes_on_in_the_same_run_folder_after_a_close(tmp_path, monkeypatch):
+    """A closed reporter reopens its TensorBoard writer on the same folder (torch's SummaryWriter makes a new event
+    file there on the next write), not a new <date>_<host> folder, even when the clock has moved on."""
+    pytest.importorskip("tensorboard")
+    import transformers.integrations.integration_utils as hf_integrations
+
+    names = iter(f"run{i}" for i in range(10))  # a later second names another folder
+    monkeypatch.setattr(hf_integrations, "default_logdir", lambda: next(names))
+    reporter = Reporter(ERLConfig(max_steps=4, output_dir=str(tmp_path)), ["tensorboard"])
+    for step in (1, 2):
+        reporter.log({"kind": "train", "step": step, "reward/first": float(step)})
+        reporter.close()  # e.g. train() returning, then called again
+    (run,) = tmp_path.iterdir()  # <output_dir>/<default_logdir()>: one folder
+    assert ([1, 2], [1.0, 2.0]) == _points(_read_events(run), "reward/first")
+
+
 # --- wandb and Trackio, through stand-ins (never the network) ------------------------------------
 class _Table:
     def __init__(self, dataframe):
