@@ -303,6 +303,19 @@ def test_off_runs_no_check(tmp_path, capsys):
     assert not [r for r in t.history.records if r["kind"] == "diagnostic"]
 
 
+@pytest.mark.parametrize("level", ["off", "warn", "raise"])
+def test_the_monitor_computes_pre_flight_findings_unless_off(level):
+    """The monitor owns the level: under ``off`` it does not even compute the findings (the trainer hands it the
+    computation), so no caller has to check the level first."""
+    from erl_lite.diagnostics import Monitor
+    from erl_lite.diagnostics.checks import NOTE, Finding
+
+    calls, shown = [], []
+    note = Finding("system_dropped", NOTE, 0, "saw", "means", "tries")
+    Monitor(lambda: level, RunFacts(), show=shown.append).preflight(lambda: calls.append(1) or [note])
+    assert (len(calls), len(shown)) == ((0, 0) if level == "off" else (1, 1))
+
+
 def test_frozen_weights_fire_in_a_real_run_with_a_vanishing_learning_rate(tmp_path):
     """weights/update_ratio is measured: lr 1e-12 moves nothing, lr 1e-2 moves the adapter (the second
     attempts succeed under a rulebook, so internalization has rows to learn from)."""

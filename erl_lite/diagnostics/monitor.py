@@ -38,10 +38,11 @@ class Monitor:
         self.level, self.facts, self.show, self.is_main = level, facts, show, is_main
         self.pending: list[Finding] = []  # pre-flight findings, logged when the run's history opens
 
-    def preflight(self, findings: list[Finding]) -> None:
-        """Show the pre-flight findings now (raise on a warning under ``raise``); log them at :meth:`start`."""
-        self._tell(findings)
-        self.pending = list(findings)
+    def preflight(self, findings: Callable[[], list[Finding]]) -> None:
+        """Unless ``off``: compute and show the pre-flight findings (a warning raises under ``raise``); log at start."""
+        if self.level() != "off":  # off: not even computed (they render the chat template)
+            self.pending = findings()
+            self._tell(self.pending)
 
     def start(self, history: Any) -> None:
         """Record the pre-flight findings in a fresh run's history (once)."""

@@ -125,8 +125,7 @@ class ERLTrainer(CheckpointSaving):
         self.hf_callbacks = TrainerCallbacks(self, callbacks)  # the one channel: functions f(trainer, record) too
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
         self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
-        if args.diagnostics != "off":
-            self.monitor.preflight(preflight(self))
+        self.monitor.preflight(lambda: preflight(self))
         self.hf_callbacks.event("init_end")
 
     def _read_datasets(self, train_dataset: Any, eval_dataset: Any, has_env: bool) -> None:
