@@ -1,6 +1,6 @@
 """What a small real model needs from ERL: reflection wording and retry instruction as settings, a reflection turn
 that may start with its open tag written, ends at its closing tag and keeps a prefilled block cut by the length
-limit; a reflection with no rulebook credited nothing; advice that fits an instruct model."""
+limit; a reflection with no rulebook credited nothing in the update; advice that fits an instruct model."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, assign_advantages, attempt_first, attempt_second, erl_step, gate, reflect
 from erl_lite.core.prompts import REFLECTION_REQUEST, RETRY_HEADER
 from erl_lite.diagnostics.checks import CHECKS
-from erl_lite.records import REFLECTION
+from erl_lite.records import FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry
 
 SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}
 MY_REQUEST = "Write RULES-REQUEST-X for the agent inside <prompt> and </prompt>."
@@ -108,16 +108,93 @@ def test_an_empty_prefilled_block_does_not_parse(guess_env, tok):
     assert reflections and not any(r.parsed for r in reflections)
 
 
-def test_a_reflection_without_rulebook_is_credited_nothing(guess_env, tok):
+def retry(task: str, index: int, parsed: bool, r2: float) -> Retry:
+    """A gated rollout: a reflection (its rulebook stated a rule or not) and the retry's reward r2."""
+
+    def attempt(role: str, reward: float) -> Attempt:
+        return Attempt(task, role, index, "", [], [1], [index], [1], reward, reward >= 1.0, "", "", 1)
+
+    reflection = Reflection(task, index, "base", "text", "rule" if parsed else "base", parsed, [1], [2, index])
+    return Retry(attempt(FIRST, 0.0), reflection, attempt(SECOND, r2))
+
+
+def reflection_advantages(retries: list[Retry], **cfg) -> list[float]:
+    """The advantages the update receives on the reflection rows of ``retries`` (one row each), in order."""
+    config = ERLConfig.preset("cpu", **{"reflection_copies": 1, **cfg})
+    return [s.advantage for s in assign_advantages(config, [r.first for r in retries], retries) if s.role == REFLECTION]
+
+
+#: Mixed groups of (parsed, r2): parsed or not x retry success or failure, groups of 2 to 6.
+GROUPS = [
+    [(True, 0.0), (False, 1.0)],  # the pushed-toward-nothing case: parsed and failed, unparsed and succeeded
+    [(True, 1.0), (False, 1.0)],
+    [(True, 1.0), (False, 0.0), (False, 1.0)],
+    [(True, 0.0), (True, 1.0), (False, 1.0), (False, 0.0)],
+    [(False, 1.0), (False, 1.0), (False, 0.0), (True, 0.0), (True, 0.0)],
+    [(True, 0.5), (True, 1.0), (False, 1.0), (False, 1.0), (True, 0.0), (False, 0.0)],
+]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_a_reflection_without_rulebook_is_credited_nothing_in_the_update(group, scale):
     """Its retry ran under the base prompt, not under it: r2 says nothing about it, so r̃ = 0 (the reference credits
-    r2; docs/DEPARTURES.md)."""
-    ctx, failed, reflections = reflections_replying(guess_env, tok, "no tags, just words")
-    solver = ctx_with(guess_env, tok, lambda p: SECRETS[re.findall(r"task (t\d+)", p)[-1]])
-    retries = attempt_second(solver, failed, {t.task_id: t for t in guess_env.train_tasks(2)}, reflections)
-    assert all(r.second.reward == 1.0 for r in retries)  # every retry succeeded, without any rulebook
-    assert all(not r.reflection.parsed and r.reflection.reward == 0.0 for r in retries)
-    rows = [s for s in assign_advantages(ctx.config, [], retries) if s.role == REFLECTION]
-    assert len(rows) == 4 and all(s.advantage == 0.0 for s in rows)
+    r2; docs/DEPARTURES.md). In the advantages the update receives: an unparsed reflection never gets more than a
+    parsed one of its group, and its retry's outcome does not change any row's advantage."""
+    retries = [retry("t", i, parsed, r2) for i, (parsed, r2) in enumerate(group)]
+    adv = reflection_advantages(retries, scale_rewards=scale)
+    parsed_adv = [A for A, (parsed, _) in zip(adv, group) if parsed]
+    assert all(A <= min(parsed_adv) for A, (parsed, _) in zip(adv, group) if not parsed), adv
+    flipped = [retry("t", i, p, r2 if p else 1.0 - r2) for i, (p, r2) in enumerate(group)]
+    assert reflection_advantages(flipped, scale_rewards=scale) == adv  # the unparsed retries' outcomes are ignored
+    assert [r.reflection.parsed for r in retries] == [p for p, _ in group]
+
+
+def test_a_reflection_without_rulebook_does_not_win_its_group():
+    """The case that pushed a model toward writing nothing: parsed with a failed retry, unparsed with a won one."""
+    assert reflection_advantages([retry("t", 0, True, 0.0), retry("t", 1, False, 1.0)]) == [0.0, 0.0]
+    # beside a parsed reflection whose retry won, it is below: a format signal
+    [won, nothing] = reflection_advantages([retry("t", 0, True, 1.0), retry("t", 1, False, 1.0)])
+    assert won > 0 > nothing
+    # groups are per task: another task's unparsed reflection changes nothing here
+    assert reflection_advantages([retry("t", 0, True, 0.0), retry("t", 1, True, 1.0), retry("u", 0, False, 1.0)])[
+        2
+    ] == pytest.approx(0.0)
+
+
+def test_below_zero_rewards_credit_an_unparsed_reflection_as_its_group_s_worst():
+    """With rewards below 0 (a reward function's penalty), r̃ = 0 would put writing nothing above a failed retry."""
+    [failed, nothing] = reflection_advantages([retry("t", 0, True, -1.0), retry("t", 1, False, 1.0)])
+    assert failed == nothing == 0.0
+    [won, failed, nothing] = reflection_advantages(
+        [retry("t", 0, True, 1.0), retry("t", 1, True, -0.5), retry("t", 2, False, 1.0)]
+    )
+    assert won > failed == pytest.approx(nothing)
+    # the floor reads the rulebooks' retries only: an unparsed retry's penalty changes nothing
+    assert reflection_advantages([retry("t", 0, True, 0.0), retry("t", 1, False, -3.0)]) == [0.0, 0.0]
+
+
+def test_erl_step_trains_an_unparsed_reflection_on_no_retry(guess_env, tok):
+    """The whole step: reflections alternate between a rule and none; retries under the rule fail, those under the
+    base prompt succeed. The reflection rows that reach the update give the unparsed ones nothing."""
+    reflections = []
+
+    def reply(prompt: str) -> str:
+        if "<prompt>" in prompt:  # a reflection request: every other one states a rule
+            reflections.append(prompt)
+            return "<prompt>RULE say nope</prompt>" if len(reflections) % 2 else "<prompt>1.</prompt>"
+        if "RULE say nope" in prompt or not reflections:  # under the rule, or a first attempt
+            return "nope"
+        return SECRETS[re.findall(r"task (t\d+)", prompt)[-1]]  # a retry under the base prompt
+
+    ctx = ctx_with(guess_env, tok, reply, reward_threshold=1.0, reflection_copies=1)
+    out = erl_step(ctx, guess_env.train_tasks(2), ReflectionMemory())
+    rows = [s for s in out.samples if s.role == REFLECTION]
+    parsed = [r.reflection.parsed for r in out.retries]
+    assert len(rows) == 4 and sorted(parsed) == [False, False, True, True]
+    assert all(not r.second.success for r in out.retries if r.reflection.parsed)
+    assert all(s.advantage <= 0.0 + 1e-12 for s, p in zip(rows, parsed) if not p), [s.advantage for s in rows]
+    assert [r.reflection.reward for r in out.retries] == [0.0] * 4  # the record says the same
 
 
 def test_a_parsed_reflection_keeps_r2(guess_env, tok):
