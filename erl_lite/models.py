@@ -119,6 +119,18 @@ MOVED_BASE_HINT = (
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
+def pretrained(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s weights are pretrained ones: loaded from somewhere other than the embedded model's folder,
+    and not :func:`erl_lite.testing.tiny_model`'s random ones (a model built in memory from a config has no source)."""
+    from erl_lite.embedded.loading import EMBEDDED_DIR
+
+    config = getattr(base_model(model), "config", None)
+    source = str(getattr(config, "_name_or_path", "") or "")
+    if not source or getattr(config, "erl_lite_from_scratch", False):
+        return False
+    return not (os.path.isdir(source) and os.path.samefile(source, EMBEDDED_DIR))
+
+
 def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
     """Raise FileNotFoundError when ``name`` is meant as a local folder and is not there.
 

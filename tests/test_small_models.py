@@ -9,6 +9,7 @@ import re
 import pytest
 
 from erl_lite.config import ERLConfig
+from erl_lite.config.presets import PRETRAINED_LEARNING_RATE
 from erl_lite.core.generation import HFGenerator, SamplingParams, ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, assign_advantages, attempt_first, attempt_second, erl_step, gate, reflect
@@ -240,6 +241,81 @@ def test_a_pretrained_model_does_not_take_the_embedded_models_learning_rate(mode
 
     _, cfg = train_settings(build_parser().parse_args(["train", "--model", model, "--env", "frozenlake", *flags]))
     assert cfg.learning_rate == rate
+
+
+def pretrained_stand_in(folder) -> str:
+    """A tiny model saved as a pretrained one is (without the mark of erl_lite's random weights)."""
+    import json
+
+    from erl_lite.testing import save_tiny_model
+
+    path = save_tiny_model(folder)
+    config = json.loads(open(f"{path}/config.json").read())
+    del config["erl_lite_from_scratch"]
+    open(f"{path}/config.json", "w").write(json.dumps(config))
+    return path
+
+
+def rate_warnings(model, args, tokenizer=None) -> list[str]:
+    import warnings
+
+    from erl_lite import ERLTrainer
+    from erl_lite.envs import FrozenLake
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ERLTrainer(model=model, args=args, env=FrozenLake(sizes=(2, 3), max_actions=3), processing_class=tokenizer)
+    return [str(w.message) for w in seen if "learning_rate=" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "preset, rate, warned",
+    [("cpu", None, True), ("demo", None, True), ("cpu", 1e-3, True), ("cpu", 1e-5, False), ("gpu_rate", None, False)],
+)
+def test_the_python_api_warns_of_the_embedded_models_rate_on_a_pretrained_model(tmp_path, preset, rate, warned):
+    """ERLTrainer(model=<a pretrained model>, args=ERLConfig.preset("cpu")): the Python API cannot tell a preset's
+    rate from one chosen, so it warns, naming learning_rate, where the CLI switches an unset rate to 1e-5."""
+    settings = {"progress_bar": False, **({"learning_rate": rate} if rate else {})}
+    if preset == "gpu_rate":
+        preset, settings["learning_rate"] = "cpu", PRETRAINED_LEARNING_RATE
+    found = rate_warnings(pretrained_stand_in(tmp_path / "m"), ERLConfig.preset(preset, **settings))
+    assert bool(found) is warned, found
+    assert not found or ("learning_rate=" in found[0] and "1e-05" in found[0])
+
+
+def test_the_embedded_and_random_models_keep_their_rates_without_a_word(tmp_path, tok):
+    from erl_lite.embedded import load_embedded
+    from erl_lite.testing import save_tiny_model, tiny_model
+
+    args = ERLConfig.preset("cpu", progress_bar=False)
+    assert rate_warnings(*load_embedded(peft="none")[:1], args, load_embedded()[1]) == []
+    assert rate_warnings(save_tiny_model(tmp_path / "tiny"), args) == []
+    assert rate_warnings(tiny_model(tok), args, tok) == []
+
+
+@pytest.mark.parametrize(
+    "source, given",
+    [("flags", []), ("flags", ["--learning-rate", "1e-3"]), ("file", {}), ("file", {"learning_rate": 1e-3})],
+)
+def test_the_cli_and_run_files_follow_the_same_rule(tmp_path, source, given):
+    """The rule the Python API warns by, on what the CLI and a run file give a pretrained model: an unset rate is
+    the gpu preset's (no warning); a rate set above it is kept, and warned of as in Python."""
+    import yaml
+
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_settings
+    from erl_lite.config.presets import pretrained_rate_warning
+
+    model = pretrained_stand_in(tmp_path / "m")
+    if source == "flags":
+        argv = ["train", "--model", model, "--env", "frozenlake", *given]
+    else:
+        (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": model, "env": "frozenlake", **given}))
+        argv = ["train", "--config", str(tmp_path / "run.yaml")]
+    _, cfg = train_settings(build_parser().parse_args(argv))
+    assert cfg.learning_rate == (1e-3 if given else PRETRAINED_LEARNING_RATE)
+    assert (pretrained_rate_warning(cfg.learning_rate) is not None) is bool(given)
+    assert bool(rate_warnings(model, cfg.replace(progress_bar=False, output_dir=None))) is bool(given)
 
 
 def test_env_options_reach_the_environment_from_flags_and_files(tmp_path):
