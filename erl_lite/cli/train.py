@@ -12,13 +12,7 @@ from erl_lite.cli.run_files import load_config_file, locate_in_file
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import check_choice, check_reward_weights, quantization_name
 from erl_lite.config.field_types import expand_path
-from erl_lite.config.presets import (
-    PAPER_GAMES,
-    PAPER_MAX_STEPS,
-    PRESETS,
-    PRETRAINED_LEARNING_RATE,
-    require_cuda_for_preset,
-)
+from erl_lite.config.presets import PAPER_GAMES, PAPER_MAX_STEPS, PRESETS, require_cuda_for_preset
 
 ENVIRONMENTS = ("demo", "frozenlake", "sokoban", "qa", "arithmetic")
 #: ``erl-lite train``'s options that are not config fields, with their defaults (``preset``: :func:`run_preset`).
@@ -89,8 +83,8 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         run["model"] not in ("embedded", "tiny")
         and run["preset"] in ("cpu", "demo")
         and ("learning_rate" not in overrides)
-    ):  # their rates are the embedded model's: too large for a pretrained one
-        overrides["learning_rate"] = PRETRAINED_LEARNING_RATE
+    ):  # their rates are the embedded model's: too large for a pretrained one (presets.pretrained_rate_warning)
+        overrides["learning_rate"] = PRESETS["gpu"]["learning_rate"]
     if run["preset"] == "paper" and not {"max_steps", "num_train_epochs"} & set(overrides):
         overrides["max_steps"] = PAPER_MAX_STEPS.get(run["env"], PRESETS["paper"]["max_steps"])
     try:

@@ -89,9 +89,8 @@ def pretrained_rate_warning(learning_rate: float) -> str | None:
     if learning_rate <= PRETRAINED_MAX_LEARNING_RATE:
         return None
     return (
-        f"learning_rate={learning_rate:g} is the embedded model's scale, too large for a pretrained model (the cpu "
-        f"and demo presets' rates are the embedded model's): LoRA on a pretrained model trains at 1e-6 to "
-        f"{PRETRAINED_MAX_LEARNING_RATE:g}; pass learning_rate={PRETRAINED_LEARNING_RATE:g} (the gpu preset's)"
+        f"learning_rate={learning_rate:g} is the embedded model's (the cpu and demo presets'): LoRA on a pretrained"
+        f" model trains at 1e-6 to {PRETRAINED_MAX_LEARNING_RATE:g}; pass learning_rate={PRETRAINED_LEARNING_RATE:g}"
     )
 
 

@@ -59,9 +59,7 @@ def score_answer(
     prediction: str | None, gold: str, min_f1: float = 0.3, exact_only: bool = False
 ) -> tuple[float, bool, float]:
     """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0). No partial credit for a hedge:
-    an answer offering alternatives ("A or B", where the reference has no "or"), or any inexact answer under
-    ``exact_only`` (a comparison question, whose answer is one of the two things compared: there, naming both
-    would earn F1 0.67 every time against a committed guess's 0.5 on average)."""
+    alternatives ("A or B", where the reference has no "or"), or under ``exact_only`` (a comparison question)."""
     if prediction is None:
         return 0.0, False, 0.0
     if normalize_answer(prediction) == normalize_answer(gold):
