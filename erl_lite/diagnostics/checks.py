@@ -245,17 +245,15 @@ def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     return None
 
 
-#: The share of their norm one optimizer step may move the weights by (the embedded demo's: 2% at most, assets/demo).
-LARGE_STEP = 0.05
+#: Share of their norm one optimizer step may move the weights: between SmolLM2-135M's LoRA at 1e-3 (4.7%; 1e-5: 0.047%,
+#: `pytest -s -m realmodel tests/test_realmodel.py -k large_step`) and the embedded demo at 1e-3 (1.9%, assets/demo).
+LARGE_STEP = 0.03
 
 
 def _large_step(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     steps, moved = _get(w[-1], keys.OPTIM_STEPS) or 0.0, _get(w[-1], keys.WEIGHT_UPDATE) or 0.0
     if steps > 0 and moved / steps > LARGE_STEP:
-        return (
-            f"{keys.WEIGHT_UPDATE} was {moved:.3g} over {steps:.0f} optimizer step(s), "
-            f"more than {LARGE_STEP:.0%} a step"
-        )
+        return f"{keys.WEIGHT_UPDATE} was {moved:.3g} over {steps:.0f} optimizer step(s), over {LARGE_STEP:.0%} a step"
     return None
 
 
