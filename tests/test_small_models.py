@@ -363,3 +363,25 @@ def test_the_preflight_names_a_templates_default_system_prompt(template, system,
     assert bool(found) is named
     if named:
         assert "You are Tiny, a helpful bot." in found[0].saw and "rulebook" in found[0].saw
+
+
+def test_large_step_watches_pretrained_weights_only(tmp_path, tok):
+    """A random tiny model at the cpu preset's 2e-3 moves about 3% a step: trained from scratch, no warning; the same
+    move on pretrained weights (a saved run's report assumes them) is one."""
+    from erl_lite.diagnostics.checks import RunFacts, scan
+    from erl_lite.metric_names import OPTIM_STEPS, WEIGHT_UPDATE
+
+    row = [{"step": 1, OPTIM_STEPS: 1, WEIGHT_UPDATE: 0.032}]
+    assert [f.name for f in scan(row, RunFacts(pretrained=False))] == []
+    assert [f.name for f in scan(row, RunFacts())] == ["large_step"]
+    from erl_lite import ERLTrainer
+    from erl_lite.envs import FrozenLake
+    from erl_lite.testing import tiny_model
+
+    args = ERLConfig.preset("cpu", progress_bar=False)
+    trainer = ERLTrainer(model=tiny_model(tok), args=args, env=FrozenLake(sizes=(2, 3)), processing_class=tok)
+    assert trainer.monitor.facts.pretrained is False
+    trainer = ERLTrainer(
+        model=pretrained_stand_in(tmp_path / "m"), args=args.replace(learning_rate=1e-5), env=FrozenLake(sizes=(2, 3))
+    )
+    assert trainer.monitor.facts.pretrained is True

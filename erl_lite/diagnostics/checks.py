@@ -40,6 +40,7 @@ class RunFacts:
     max_completion_length: int | None = None
     max_reflection_length: int | None = None
     max_steps: int | None = None
+    pretrained: bool = True  # the live run reads it from its model; a saved run's report assumes pretrained weights
 
     @classmethod
     def of(cls, settings: Any = None) -> "RunFacts":
@@ -252,7 +253,7 @@ LARGE_STEP = 0.03
 
 def _large_step(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     steps, moved = _get(w[-1], keys.OPTIM_STEPS) or 0.0, _get(w[-1], keys.WEIGHT_UPDATE) or 0.0
-    if steps > 0 and moved / steps > LARGE_STEP:
+    if facts.pretrained and steps > 0 and moved / steps > LARGE_STEP:
         return f"{keys.WEIGHT_UPDATE} was {moved:.3g} over {steps:.0f} optimizer step(s), over {LARGE_STEP:.0%} a step"
     return None
 

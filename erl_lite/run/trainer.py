@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import random
@@ -125,7 +126,8 @@ class ERLTrainer(CheckpointSaving):
         self.last_outcome, self.last_record = None, None  # the last step's phase outcome and its StepRecord
         self.hf_callbacks = TrainerCallbacks(self, callbacks)  # the one channel: functions f(trainer, record) too
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
-        self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
+        facts = dataclasses.replace(RunFacts.of(args), pretrained=self.pretrained)  # large_step: pretrained models only
+        self.monitor = Monitor(lambda: self.args.diagnostics, facts, is_main=self.dist.is_main)
         self.monitor.preflight(lambda: preflight(self))
         self.hf_callbacks.event("init_end")
 
@@ -179,7 +181,8 @@ class ERLTrainer(CheckpointSaving):
             )  # DDP: cuda:<local rank>; None: the default
         else:
             loaded = adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
-        if pretrained(loaded[0]) and (note := pretrained_rate_warning(self.args.learning_rate)):
+        self.pretrained = pretrained(loaded[0])
+        if self.pretrained and (note := pretrained_rate_warning(self.args.learning_rate)):
             warnings.warn(note, UserWarning, stacklevel=3)  # the CLI and run files switched an unset rate already
         return loaded
 
