@@ -24,7 +24,7 @@ METRIC_GLOSSARY: dict[str, str] = {
     keys.REFLECTION_PARSE_RATE: "fraction of reflections with a parsable <prompt> block",
     keys.REFLECTION_REWARD: "mean reward credited to reflections (r2 of their second attempt)",
     keys.ZERO_STD_FIRST: "fraction of first-attempt groups (one per task) with all advantages 0 (no policy loss)",
-    keys.ZERO_STD_REFLECTION: "the same for the reflection groups (a task's gated rollouts, rewards r2)",
+    keys.ZERO_STD_REFLECTION: "the same for the reflection groups (a task's gated rollouts, credits r̃)",
     keys.ZERO_STD_SECOND: "the same for the second-attempt groups (a task's gated rollouts, rewards r2)",
     keys.MEMORY_SIZE: "number of rulebooks memory holds after the step",
     keys.MEMORY_WRITES: "rulebooks written to memory during the step",

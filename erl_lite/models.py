@@ -119,6 +119,17 @@ MOVED_BASE_HINT = (
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
+def pretrained(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s weights are pretrained ones: loaded from a folder that is no embedded-model build (which
+    holds the BUILD_INFO.json of scripts/build_embedded_model.py), and not :func:`erl_lite.testing.tiny_model`'s
+    random ones (a model built in memory from a config has no source)."""
+    config = getattr(base_model(model), "config", None)
+    source = str(getattr(config, "_name_or_path", "") or "")
+    if not source or getattr(config, "erl_lite_from_scratch", False):
+        return False
+    return not os.path.isfile(os.path.join(source, "BUILD_INFO.json"))
+
+
 def check_model_source(name: str, what: str = "model", hint: str = "") -> None:
     """Raise FileNotFoundError when ``name`` is meant as a local folder and is not there.
 

@@ -163,7 +163,7 @@ class Reflection:
     parsed: bool  # whether the tags were found
     prompt_ids: list[int]
     completion_ids: list[int]
-    reward: float = 0.0  # r̃ = r2 of the second attempt it produced
+    reward: float = 0.0  # r̃, its credit (phases.reflection_credits): r2 under its rulebook, else 0
     truncated: bool = False  # cut by its token limit
     sampled_logp: list[float] | None = None  # the sampler's log-prob per completion token
 

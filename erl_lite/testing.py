@@ -101,6 +101,7 @@ def tiny_model(
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
         _randomise_biases_and_norms(model)
+    model.config.erl_lite_from_scratch = True  # random weights: no pretrained rate applies (models.pretrained)
     model.generation_config = GenerationConfig(
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=_eos_ids(tokenizer)
     )

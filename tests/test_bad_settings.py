@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import typing
 import warnings
 
@@ -1050,3 +1051,49 @@ def test_a_choice_is_checked_only_by_config_checks_check_choice():
             if written.search(line) and "ValueError" in lines[n - 2] + line
         ]
     assert not by_hand, f"write these with config.checks.check_choice: {by_hand}"
+
+
+# --- environment options: typed and range-checked at construction, by name ------------------------------------------
+def _env_cases():
+    from erl_lite.embedded.world import DemoLake
+    from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
+    from erl_lite.envs.arithmetic import make_arithmetic_dataset
+
+    return [
+        (FrozenLake, {"hint": "false"}, "FrozenLake.hint"),  # a truthy string turned the hint on
+        (FrozenLake, {"hint": 0}, "FrozenLake.hint"),
+        (FrozenLake, {"compact": "yes"}, "FrozenLake.compact"),
+        (FrozenLake, {"sizes": (2,)}, "FrozenLake.sizes"),  # was an IndexError
+        (FrozenLake, {"sizes": (2.5, 3)}, "FrozenLake.sizes"),
+        (FrozenLake, {"sizes": (4, 3)}, "FrozenLake.sizes"),
+        (FrozenLake, {"symbol_seed": -1}, "FrozenLake.symbol_seed"),
+        (FrozenLake, {"max_actions": 0}, "FrozenLake.max_actions"),
+        (Sokoban, {"hint": "true"}, "Sokoban.hint"),
+        (Sokoban, {"sizes": (3, 5)}, "Sokoban.sizes"),
+        (Sokoban, {"sizes": "6"}, "Sokoban.sizes"),
+        (MultiHopQA, {"max_turns": 0, "top_k": 0}, "MultiHopQA.max_turns"),
+        (MultiHopQA, {"top_k": 0}, "MultiHopQA.top_k"),
+        (MultiHopQA, {"max_turns": 2.0}, "MultiHopQA.max_turns"),
+        (MultiHopQA, {"compact": "false"}, "MultiHopQA.compact"),
+        (MultiHopQA, {"retriever": "bm25"}, "MultiHopQA.retriever"),
+        (MultiHopQA, {"world": {"n_people": 0}}, "MultiHopQA.n_people"),
+        (DemoLake, {"hints": "no"}, "DemoLake.hints"),
+        (DemoLake, {"lined": 1}, "DemoLake.lined"),
+        (make_arithmetic_dataset, {"n_ops": (0, 2)}, "make_arithmetic_dataset.n_ops"),
+        (make_arithmetic_dataset, {"max_operand": 0}, "make_arithmetic_dataset.max_operand"),
+        (make_arithmetic_dataset, {"chat": "yes"}, "make_arithmetic_dataset.chat"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(22))
+def test_environment_options_are_refused_at_construction_by_name(case):
+    make, options, name = _env_cases()[case]
+    with pytest.raises((TypeError, ValueError), match=re.escape(name)):
+        make(**options)
+
+
+def test_the_documented_option_values_are_accepted():
+    from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
+
+    assert FrozenLake(hint=False).hint is False and FrozenLake(hint=True, sizes=[2, 3]).hint is True
+    assert MultiHopQA(max_turns=1, top_k=1).max_turns == 1 and Sokoban(sizes=(4, 4)).source == "generated"

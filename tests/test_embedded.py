@@ -644,14 +644,31 @@ def test_two_erl_steps_under_a_minute():
 
 @pytest.fixture(scope="module")
 def bands(plain):
-    """benchmarks/embedded_bands.py's measure_bands (benchmarks/ is not a package)."""
+    """benchmarks/embedded_bands.py's measure_bands."""
+    model, tok = plain
+    return bands_module().measure_bands(model, tok, demo_world(0), num_tasks=40, samples=2, seed=0)
+
+
+def bands_module():
+    """benchmarks/embedded_bands.py as a module (benchmarks/ is not a package)."""
     path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "embedded_bands.py"
     spec = importlib.util.spec_from_file_location("embedded_bands", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["embedded_bands"] = module  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(module)
-    model, tok = plain
-    return module.measure_bands(model, tok, demo_world(0), num_tasks=40, samples=2, seed=0)
+    return module
+
+
+def test_the_bands_parse_rate_is_low_for_a_model_that_writes_no_rule(plain):
+    """The negative control of the bands' parse rate: a random model of the embedded model's vocabulary writes no
+    <prompt> block that states a rule, so its rate is near 0 where the embedded model's is at least 0.9."""
+    from erl_lite.testing import tiny_model
+
+    _, tok = plain
+    control = bands_module().measure_bands(
+        tiny_model(tok), tok, demo_world(0), num_tasks=6, samples=1, memory_cases=False
+    )
+    assert control.num_failed >= 4 and control.parse_rate <= 0.1, control
 
 
 @pytest.mark.slow

@@ -52,20 +52,61 @@ def test_rows_are_seeded_and_answers_are_right():
 @pytest.mark.parametrize(
     "completion, value, source",
     [
-        (r"so \boxed{14}", 14.0, "boxed"),
-        (r"\boxed{1,024}", 1024.0, "boxed"),
-        (r"3 + 4 is 7, and \boxed{-2} is it, not 5", -2.0, "boxed"),
+        (r"so \boxed{14}", 14, "boxed"),
+        (r"\boxed{1,024}", None, "boxed"),  # no separators: 1,2 would read as 12
+        (r"3 + 4 is 7, and \boxed{-2} is it, not 5", -2, "boxed"),
         ("first 3 then 12", None, "none"),  # only the requested format is read: no last-number fallback
         (r"\boxed{fourteen} 14", None, "boxed"),  # a box wins even when it holds no number
         (r"\boxed{}", None, "boxed"),
         ("no idea", None, "none"),
         ([{"role": "assistant", "content": "It is 9."}], None, "none"),
-        ([{"role": "assistant", "content": r"It is \boxed{9}."}], 9.0, "boxed"),
+        ([{"role": "assistant", "content": r"It is \boxed{9}."}], 9, "boxed"),
         ([], None, "none"),
     ],
 )
 def test_parse_number(completion, value, source):
     assert parse_number(completion) == (value, source)
+
+
+#: Replies that box something other than the whole number asked for, in ASCII digits, once: (reply, answer).
+OTHER_FORMATS = [
+    (r"\boxed{١٧١}", "171"),  # Arabic-Indic digits
+    (r"\boxed{۱۷۱}", "171"),  # Extended Arabic-Indic
+    (r"\boxed{１７１}", "171"),  # fullwidth
+    (r"\boxed{१७१}", "171"),  # Devanagari
+    (r"\boxed{¹⁷¹}", "171"),  # superscripts
+    (r"\boxed{171.0}", "171"),  # a decimal where a whole number is asked
+    (r"\boxed{171.}", "171"),
+    (r"\boxed{1.71e2}", "171"),
+    (r"\boxed{1,2}", "12"),
+    (r"\boxed{1 2}", "12"),
+    (r"\boxed{1_2}", "12"),
+    (r"\boxed{+12}", "12"),
+    (r"\boxed{12} or \boxed{13}", "12"),  # two answers: a hedge
+    (r"\boxed{13} no wait \boxed{12} or \boxed{11}", "12"),
+    (r"\boxed{38028496918914712000}", "38028496918914711000"),  # 1000 apart: equal as floats
+    (r"\boxed{9007199254740993}", "9007199254740992"),  # 2**53 + 1: equal as floats
+]
+
+
+@pytest.mark.parametrize("reply, answer", OTHER_FORMATS)
+def test_only_the_whole_number_asked_for_pays(reply, answer):
+    assert arithmetic_reward(["Compute it."], [reply], answer=[answer]) == [0.0], reply
+    note = arithmetic_feedback(["Compute it."], [reply], answer=[answer])[0]
+    assert note.startswith("Incorrect") and "Reward 0." in note, note
+
+
+@pytest.mark.parametrize(
+    "reply, answer",
+    [
+        (r"\boxed{38028496918914711000}", "38028496918914711000"),
+        (r"\boxed{ -7 }", "-7"),
+        (r"\boxed{12} so once more: \boxed{12}", "12"),  # the same answer twice is one answer
+        (r"\boxed{007}", "7"),
+    ],
+)
+def test_the_whole_number_asked_for_pays_exactly(reply, answer):
+    assert arithmetic_reward(["Compute it."], [reply], answer=[answer]) == [1.0], reply
 
 
 def test_reward_and_feedback_with_trl_signature():

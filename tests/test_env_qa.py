@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,56 @@ def test_normalisation_and_exact_match():
 def test_partial_credit_rules(prediction, gold, reward, exact):
     got_reward, got_exact, _ = score_answer(prediction, gold)
     assert got_reward == pytest.approx(reward) and got_exact is exact
+
+
+#: Hedges: an answer offering alternatives (A or B), never partly right whatever the reference.
+@pytest.mark.parametrize(
+    "prediction, gold",
+    [("Paris or London", "Paris"), ("London or Paris", "Paris"), ("Vell or Orno Ridge", "Orno Ridge")],
+)
+def test_an_answer_offering_alternatives_earns_no_partial_credit(prediction, gold):
+    assert score_answer(prediction, gold)[0] == 0.0
+    assert score_answer("Paris or Rome", "Paris or Rome") == (1.0, True, 1.0)  # an "or" the reference has is fine
+
+
+def comparison_hedges(a: str, b: str) -> list[str]:
+    """Every way a reply can name both things a comparison question compares."""
+    return [boxed(f"{a} or {b}"), boxed(f"{a} {b}"), boxed(f"{a}, {b}"), boxed(f"{b} and {a}"), boxed(f"{a}/{b}")] + [
+        f"\\boxed{{{a}}} \\boxed{{{b}}}",
+        f"either \\boxed{{{b}}} or \\boxed{{{a}}}",
+    ]
+
+
+def test_hedging_on_comparison_questions_never_pays_more_than_a_committed_guess():
+    """On the generated comparison questions ("Which city has more inhabitants, A or B?"), naming both earned F1 0.67
+    every time against 0.5 on average for a committed guess. Every hedge now earns 0, below that guess's 0.5."""
+    tasks = [t for t in MultiHopQA().train_tasks(300) if t.data["type"] == "comparison"]
+    ordered = [(t, m) for t in tasks if (m := re.search(r", (.+) or (.+)\?$", t.data["question"]))]
+    assert len(ordered) >= 40, len(ordered)
+    for task, m in ordered:
+        a, b = m.groups()
+        assert task.data["answer"] in (a, b)
+        guesses = [play(task, boxed(x)) for x in (a, b)]
+        assert sorted(guesses) == [0.0, 1.0]  # a committed guess: 0.5 on average
+        for hedge in comparison_hedges(a, b):
+            assert play(task, hedge) == 0.0, (task.data["question"], hedge)
+        assert play(task, boxed(task.data["answer"].split()[0])) in (0.0, 1.0)  # no partial credit either
+
+
+def play(task: Task, reply: str) -> float:
+    episode = MultiHopQA().new_episode()
+    episode.reset(task)
+    return episode.step(reply)[1]
+
+
+def test_several_different_boxes_are_no_answer():
+    task = Task("q", data={"question": "Who?", "answer": "Quorvex Labs", "context": None})
+    assert play(task, r"\boxed{Quorvex Labs} \boxed{Vell}") == 0.0
+    assert play(task, r"\boxed{Quorvex Labs} so: \boxed{quorvex labs}") == 1.0  # the same answer twice
+    episode = MultiHopQA().new_episode()
+    episode.reset(task)
+    episode.step(r"\boxed{Quorvex Labs} \boxed{Vell}")
+    assert "several different answers" in episode.feedback()
 
 
 def test_f1_threshold_boundary():

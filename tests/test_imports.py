@@ -455,7 +455,7 @@ MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 17_373
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {
-    "diagnostics/checks.py": 484,
+    "diagnostics/checks.py": 483,
 }
 
 

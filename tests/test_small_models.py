@@ -1,6 +1,6 @@
 """What a small real model needs from ERL: reflection wording and retry instruction as settings, a reflection turn
 that may start with its open tag written, ends at its closing tag and keeps a prefilled block cut by the length
-limit; a reflection with no rulebook credited nothing; advice that fits an instruct model."""
+limit; a reflection with no rulebook credited nothing in the update; advice that fits an instruct model."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import re
 import pytest
 
 from erl_lite.config import ERLConfig
+from erl_lite.config.presets import PRETRAINED_LEARNING_RATE
 from erl_lite.core.generation import HFGenerator, SamplingParams, ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, assign_advantages, attempt_first, attempt_second, erl_step, gate, reflect
 from erl_lite.core.prompts import REFLECTION_REQUEST, RETRY_HEADER
 from erl_lite.diagnostics.checks import CHECKS
-from erl_lite.records import REFLECTION
+from erl_lite.records import FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry
 
 SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}
 MY_REQUEST = "Write RULES-REQUEST-X for the agent inside <prompt> and </prompt>."
@@ -108,16 +109,93 @@ def test_an_empty_prefilled_block_does_not_parse(guess_env, tok):
     assert reflections and not any(r.parsed for r in reflections)
 
 
-def test_a_reflection_without_rulebook_is_credited_nothing(guess_env, tok):
+def retry(task: str, index: int, parsed: bool, r2: float) -> Retry:
+    """A gated rollout: a reflection (its rulebook stated a rule or not) and the retry's reward r2."""
+
+    def attempt(role: str, reward: float) -> Attempt:
+        return Attempt(task, role, index, "", [], [1], [index], [1], reward, reward >= 1.0, "", "", 1)
+
+    reflection = Reflection(task, index, "base", "text", "rule" if parsed else "base", parsed, [1], [2, index])
+    return Retry(attempt(FIRST, 0.0), reflection, attempt(SECOND, r2))
+
+
+def reflection_advantages(retries: list[Retry], **cfg) -> list[float]:
+    """The advantages the update receives on the reflection rows of ``retries`` (one row each), in order."""
+    config = ERLConfig.preset("cpu", **{"reflection_copies": 1, **cfg})
+    return [s.advantage for s in assign_advantages(config, [r.first for r in retries], retries) if s.role == REFLECTION]
+
+
+#: Mixed groups of (parsed, r2): parsed or not x retry success or failure, groups of 2 to 6.
+GROUPS = [
+    [(True, 0.0), (False, 1.0)],  # the pushed-toward-nothing case: parsed and failed, unparsed and succeeded
+    [(True, 1.0), (False, 1.0)],
+    [(True, 1.0), (False, 0.0), (False, 1.0)],
+    [(True, 0.0), (True, 1.0), (False, 1.0), (False, 0.0)],
+    [(False, 1.0), (False, 1.0), (False, 0.0), (True, 0.0), (True, 0.0)],
+    [(True, 0.5), (True, 1.0), (False, 1.0), (False, 1.0), (True, 0.0), (False, 0.0)],
+]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_a_reflection_without_rulebook_is_credited_nothing_in_the_update(group, scale):
     """Its retry ran under the base prompt, not under it: r2 says nothing about it, so r̃ = 0 (the reference credits
-    r2; docs/DEPARTURES.md)."""
-    ctx, failed, reflections = reflections_replying(guess_env, tok, "no tags, just words")
-    solver = ctx_with(guess_env, tok, lambda p: SECRETS[re.findall(r"task (t\d+)", p)[-1]])
-    retries = attempt_second(solver, failed, {t.task_id: t for t in guess_env.train_tasks(2)}, reflections)
-    assert all(r.second.reward == 1.0 for r in retries)  # every retry succeeded, without any rulebook
-    assert all(not r.reflection.parsed and r.reflection.reward == 0.0 for r in retries)
-    rows = [s for s in assign_advantages(ctx.config, [], retries) if s.role == REFLECTION]
-    assert len(rows) == 4 and all(s.advantage == 0.0 for s in rows)
+    r2; docs/DEPARTURES.md). In the advantages the update receives: an unparsed reflection never gets more than a
+    parsed one of its group, and its retry's outcome does not change any row's advantage."""
+    retries = [retry("t", i, parsed, r2) for i, (parsed, r2) in enumerate(group)]
+    adv = reflection_advantages(retries, scale_rewards=scale)
+    parsed_adv = [A for A, (parsed, _) in zip(adv, group) if parsed]
+    assert all(A <= min(parsed_adv) for A, (parsed, _) in zip(adv, group) if not parsed), adv
+    flipped = [retry("t", i, p, r2 if p else 1.0 - r2) for i, (p, r2) in enumerate(group)]
+    assert reflection_advantages(flipped, scale_rewards=scale) == adv  # the unparsed retries' outcomes are ignored
+    assert [r.reflection.parsed for r in retries] == [p for p, _ in group]
+
+
+def test_a_reflection_without_rulebook_does_not_win_its_group():
+    """The case that pushed a model toward writing nothing: parsed with a failed retry, unparsed with a won one."""
+    assert reflection_advantages([retry("t", 0, True, 0.0), retry("t", 1, False, 1.0)]) == [0.0, 0.0]
+    # beside a parsed reflection whose retry won, it is below: a format signal
+    [won, nothing] = reflection_advantages([retry("t", 0, True, 1.0), retry("t", 1, False, 1.0)])
+    assert won > 0 > nothing
+    # groups are per task: another task's unparsed reflection changes nothing here
+    assert reflection_advantages([retry("t", 0, True, 0.0), retry("t", 1, True, 1.0), retry("u", 0, False, 1.0)])[
+        2
+    ] == pytest.approx(0.0)
+
+
+def test_below_zero_rewards_credit_an_unparsed_reflection_as_its_group_s_worst():
+    """With rewards below 0 (a reward function's penalty), r̃ = 0 would put writing nothing above a failed retry."""
+    [failed, nothing] = reflection_advantages([retry("t", 0, True, -1.0), retry("t", 1, False, 1.0)])
+    assert failed == nothing == 0.0
+    [won, failed, nothing] = reflection_advantages(
+        [retry("t", 0, True, 1.0), retry("t", 1, True, -0.5), retry("t", 2, False, 1.0)]
+    )
+    assert won > failed == pytest.approx(nothing)
+    # the floor reads the rulebooks' retries only: an unparsed retry's penalty changes nothing
+    assert reflection_advantages([retry("t", 0, True, 0.0), retry("t", 1, False, -3.0)]) == [0.0, 0.0]
+
+
+def test_erl_step_trains_an_unparsed_reflection_on_no_retry(guess_env, tok):
+    """The whole step: reflections alternate between a rule and none; retries under the rule fail, those under the
+    base prompt succeed. The reflection rows that reach the update give the unparsed ones nothing."""
+    reflections = []
+
+    def reply(prompt: str) -> str:
+        if "<prompt>" in prompt:  # a reflection request: every other one states a rule
+            reflections.append(prompt)
+            return "<prompt>RULE say nope</prompt>" if len(reflections) % 2 else "<prompt>1.</prompt>"
+        if "RULE say nope" in prompt or not reflections:  # under the rule, or a first attempt
+            return "nope"
+        return SECRETS[re.findall(r"task (t\d+)", prompt)[-1]]  # a retry under the base prompt
+
+    ctx = ctx_with(guess_env, tok, reply, reward_threshold=1.0, reflection_copies=1)
+    out = erl_step(ctx, guess_env.train_tasks(2), ReflectionMemory())
+    rows = [s for s in out.samples if s.role == REFLECTION]
+    parsed = [r.reflection.parsed for r in out.retries]
+    assert len(rows) == 4 and sorted(parsed) == [False, False, True, True]
+    assert all(not r.second.success for r in out.retries if r.reflection.parsed)
+    assert all(s.advantage <= 0.0 + 1e-12 for s, p in zip(rows, parsed) if not p), [s.advantage for s in rows]
+    assert [r.reflection.reward for r in out.retries] == [0.0] * 4  # the record says the same
 
 
 def test_a_parsed_reflection_keeps_r2(guess_env, tok):
@@ -165,6 +243,81 @@ def test_a_pretrained_model_does_not_take_the_embedded_models_learning_rate(mode
     assert cfg.learning_rate == rate
 
 
+def pretrained_stand_in(folder) -> str:
+    """A tiny model saved as a pretrained one is (without the mark of erl_lite's random weights)."""
+    import json
+
+    from erl_lite.testing import save_tiny_model
+
+    path = save_tiny_model(folder)
+    config = json.loads(open(f"{path}/config.json").read())
+    del config["erl_lite_from_scratch"]
+    open(f"{path}/config.json", "w").write(json.dumps(config))
+    return path
+
+
+def rate_warnings(model, args, tokenizer=None) -> list[str]:
+    import warnings
+
+    from erl_lite import ERLTrainer
+    from erl_lite.envs import FrozenLake
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ERLTrainer(model=model, args=args, env=FrozenLake(sizes=(2, 3), max_actions=3), processing_class=tokenizer)
+    return [str(w.message) for w in seen if "learning_rate=" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "preset, rate, warned",
+    [("cpu", None, True), ("demo", None, True), ("cpu", 1e-3, True), ("cpu", 1e-5, False), ("gpu_rate", None, False)],
+)
+def test_the_python_api_warns_of_the_embedded_models_rate_on_a_pretrained_model(tmp_path, preset, rate, warned):
+    """ERLTrainer(model=<a pretrained model>, args=ERLConfig.preset("cpu")): the Python API cannot tell a preset's
+    rate from one chosen, so it warns, naming learning_rate, where the CLI switches an unset rate to 1e-5."""
+    settings = {"progress_bar": False, **({"learning_rate": rate} if rate else {})}
+    if preset == "gpu_rate":
+        preset, settings["learning_rate"] = "cpu", PRETRAINED_LEARNING_RATE
+    found = rate_warnings(pretrained_stand_in(tmp_path / "m"), ERLConfig.preset(preset, **settings))
+    assert bool(found) is warned, found
+    assert not found or ("learning_rate=" in found[0] and "1e-05" in found[0])
+
+
+def test_the_embedded_and_random_models_keep_their_rates_without_a_word(tmp_path, tok):
+    from erl_lite.embedded import load_embedded
+    from erl_lite.testing import save_tiny_model, tiny_model
+
+    args = ERLConfig.preset("cpu", progress_bar=False)
+    assert rate_warnings(*load_embedded(peft="none")[:1], args, load_embedded()[1]) == []
+    assert rate_warnings(save_tiny_model(tmp_path / "tiny"), args) == []
+    assert rate_warnings(tiny_model(tok), args, tok) == []
+
+
+@pytest.mark.parametrize(
+    "source, given",
+    [("flags", []), ("flags", ["--learning-rate", "1e-3"]), ("file", {}), ("file", {"learning_rate": 1e-3})],
+)
+def test_the_cli_and_run_files_follow_the_same_rule(tmp_path, source, given):
+    """The rule the Python API warns by, on what the CLI and a run file give a pretrained model: an unset rate is
+    the gpu preset's (no warning); a rate set above it is kept, and warned of as in Python."""
+    import yaml
+
+    from erl_lite.cli import build_parser
+    from erl_lite.cli.train import train_settings
+    from erl_lite.config.presets import pretrained_rate_warning
+
+    model = pretrained_stand_in(tmp_path / "m")
+    if source == "flags":
+        argv = ["train", "--model", model, "--env", "frozenlake", *given]
+    else:
+        (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": model, "env": "frozenlake", **given}))
+        argv = ["train", "--config", str(tmp_path / "run.yaml")]
+    _, cfg = train_settings(build_parser().parse_args(argv))
+    assert cfg.learning_rate == (1e-3 if given else PRETRAINED_LEARNING_RATE)
+    assert (pretrained_rate_warning(cfg.learning_rate) is not None) is bool(given)
+    assert bool(rate_warnings(model, cfg.replace(progress_bar=False, output_dir=None))) is bool(given)
+
+
 def test_env_options_reach_the_environment_from_flags_and_files(tmp_path):
     from erl_lite.cli import build_parser
     from erl_lite.cli.train import train_settings
@@ -210,3 +363,25 @@ def test_the_preflight_names_a_templates_default_system_prompt(template, system,
     assert bool(found) is named
     if named:
         assert "You are Tiny, a helpful bot." in found[0].saw and "rulebook" in found[0].saw
+
+
+def test_large_step_watches_pretrained_weights_only(tmp_path, tok):
+    """A random tiny model at the cpu preset's 2e-3 moves about 3% a step: trained from scratch, no warning; the same
+    move on pretrained weights (a saved run's report assumes them) is one."""
+    from erl_lite.diagnostics.checks import RunFacts, scan
+    from erl_lite.metric_names import OPTIM_STEPS, WEIGHT_UPDATE
+
+    row = [{"step": 1, OPTIM_STEPS: 1, WEIGHT_UPDATE: 0.032}]
+    assert [f.name for f in scan(row, RunFacts(pretrained=False))] == []
+    assert [f.name for f in scan(row, RunFacts())] == ["large_step"]
+    from erl_lite import ERLTrainer
+    from erl_lite.envs import FrozenLake
+    from erl_lite.testing import tiny_model
+
+    args = ERLConfig.preset("cpu", progress_bar=False)
+    trainer = ERLTrainer(model=tiny_model(tok), args=args, env=FrozenLake(sizes=(2, 3)), processing_class=tok)
+    assert trainer.monitor.facts.pretrained is False
+    trainer = ERLTrainer(
+        model=pretrained_stand_in(tmp_path / "m"), args=args.replace(learning_rate=1e-5), env=FrozenLake(sizes=(2, 3))
+    )
+    assert trainer.monitor.facts.pretrained is True

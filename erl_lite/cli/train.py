@@ -83,7 +83,7 @@ def train_settings(args: argparse.Namespace) -> tuple[dict[str, Any], ERLConfig]
         run["model"] not in ("embedded", "tiny")
         and run["preset"] in ("cpu", "demo")
         and ("learning_rate" not in overrides)
-    ):  # their rates are the embedded model's: too large for a pretrained one
+    ):  # their rates are the embedded model's: too large for a pretrained one (presets.pretrained_rate_warning)
         overrides["learning_rate"] = PRESETS["gpu"]["learning_rate"]
     if run["preset"] == "paper" and not {"max_steps", "num_train_epochs"} & set(overrides):
         overrides["max_steps"] = PAPER_MAX_STEPS.get(run["env"], PRESETS["paper"]["max_steps"])

@@ -170,6 +170,22 @@ def check_whole(owner: str, name: str, value: Any, minimum: int = 0) -> None:
         raise ValueError(f"{owner}.{name} must be a whole number >= {minimum}, got {value!r}")
 
 
+def check_flag(owner: str, name: str, value: Any) -> None:
+    """A TypeError naming ``owner``'s setting ``name`` unless ``value`` is True or False (``"false"`` is truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be True or False, got {value!r}")
+
+
+def check_sizes(owner: str, value: Any, minimum: int, name: str = "sizes") -> None:
+    """A ValueError naming ``owner``'s ``name`` unless a (low, high) pair of whole numbers, minimum <= low <= high."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise ValueError(f"{owner}.{name} must be a (low, high) pair, got {value!r}")
+    for v in value:
+        check_whole(owner, name, v, minimum)
+    if value[0] > value[1]:
+        raise ValueError(f"{owner}.{name} must be (low, high) with low <= high, got {value!r}")
+
+
 def check_share(owner: str, name: str, value: Any) -> None:
     """A ValueError naming ``owner``'s setting ``name`` unless ``value`` is a number in 0..1 (a probability)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:

@@ -79,6 +79,19 @@ PAPER_GAMES = {game: dict(source="paper", prompt_style="reference", hint=False) 
 
 #: Presets sized for a CUDA GPU: :func:`require_cuda_for_preset` refuses them where no CUDA device exists.
 GPU_PRESETS: frozenset[str] = frozenset({"gpu", "paper"})
+#: The cpu and demo presets' rates are the embedded model's (trained from scratch); a pretrained model that is given
+#: no rate trains at the gpu preset's (the CLI and run files), and one above the top of LoRA's usual rates is warned of.
+PRETRAINED_LEARNING_RATE, PRETRAINED_MAX_LEARNING_RATE = PRESETS["gpu"]["learning_rate"], 1e-4
+
+
+def pretrained_rate_warning(learning_rate: float) -> str | None:
+    """The one rule for a pretrained model's learning rate, or None where it fits (CLI, run files and Python API)."""
+    if learning_rate <= PRETRAINED_MAX_LEARNING_RATE:
+        return None
+    return (
+        f"learning_rate={learning_rate:g} is the embedded model's (the cpu and demo presets'): LoRA on a pretrained"
+        f" model trains at 1e-6 to {PRETRAINED_MAX_LEARNING_RATE:g}; pass learning_rate={PRETRAINED_LEARNING_RATE:g}"
+    )
 
 
 def require_cuda_for_preset(name: str | None, *, allow_cpu: bool = False, command: bool = False) -> None:

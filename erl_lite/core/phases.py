@@ -197,7 +197,8 @@ def attempt_second(
     ctx: PhaseContext, failed: list[Attempt], tasks: dict[str, Task], reflections: list[Reflection] | None
 ) -> list[Retry]:
     """y2: replay each failed task from scratch under Δ only (never y1 or f1), or, without
-    reflection, the raw retry; one :class:`Retry` per failed attempt, each reflection credited r̃ = r2."""
+    reflection, the raw retry; one :class:`Retry` per failed attempt, each reflection credited its
+    :func:`reflection_credits`."""
     if reflections is not None:
         if len(reflections) != len(failed):
             raise ValueError(f"{len(reflections)} reflections for {len(failed)} failed attempts")
@@ -218,11 +219,20 @@ def attempt_second(
         [a.index for a in failed],
         ctx.attempt_params(),
     )
-    deltas = reflections if reflections is not None else [None] * len(failed)
-    for delta, y2 in zip(deltas, second):
-        if delta is not None:  # r̃ = r2; a reflection with no rulebook guided nothing: r̃ = 0 (docs/DEPARTURES.md)
-            delta.reward = y2.reward if delta.parsed else 0.0
-    return [Retry(y1, delta, y2) for y1, delta, y2 in zip(failed, deltas, second)]
+    retries = [Retry(y1, delta, y2) for y1, delta, y2 in zip(failed, reflections or [None] * len(failed), second)]
+    for r, credit in zip(retries, reflection_credits(retries) if reflections is not None else []):
+        r.reflection.reward = credit
+    return retries
+
+
+def reflection_credits(retries: list[Retry]) -> list[float]:
+    """r̃ of each retry's reflection, the reward its GRPO group compares: r2 when its rulebook guided the retry;
+    without one (the retry ran under the base prompt, so says nothing of it) min(0, r2 of the task's rulebooks), so
+    that writing nothing never scores above a rulebook whose retry failed (docs/DEPARTURES.md)."""
+    floor: dict[str, float] = {}
+    for r in retries:
+        floor[r.task_id] = min(floor.get(r.task_id, 0.0), r.second.reward if r.reflection.parsed else 0.0)
+    return [r.second.reward if r.reflection.parsed else floor[r.task_id] for r in retries]
 
 
 def update_memory(memory: ReflectionMemory | MemoryBank, retries: list[Retry], threshold: float) -> int:
@@ -282,9 +292,7 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
     r2 = [r.second.reward for r in retries]
     reflected = [r for r in retries if r.reflection is not None] * cfg.reflection_copies  # the reference: 2
     if cfg.train_reflection and reflected:
-        adv = grouped_advantages(
-            [r.second.reward for r in reflected], [r.task_id for r in reflected], scale=cfg.scale_rewards
-        )
+        adv = grouped_advantages(reflection_credits(reflected), [r.task_id for r in reflected], scale=cfg.scale_rewards)
         samples += [
             TrainSample(
                 REFLECTION,

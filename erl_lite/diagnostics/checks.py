@@ -40,6 +40,7 @@ class RunFacts:
     max_completion_length: int | None = None
     max_reflection_length: int | None = None
     max_steps: int | None = None
+    pretrained: bool = True  # the live run reads it from its model; a saved run's report assumes pretrained weights
 
     @classmethod
     def of(cls, settings: Any = None) -> "RunFacts":
@@ -245,17 +246,15 @@ def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     return None
 
 
-#: The share of their norm one optimizer step may move the weights by (the embedded demo's: 2% at most, assets/demo).
-LARGE_STEP = 0.05
+#: Share of their norm one optimizer step may move the weights: between SmolLM2-135M's LoRA at 1e-3 (4.7%; 1e-5: 0.047%,
+#: `pytest -s -m realmodel tests/test_realmodel.py -k large_step`) and the embedded demo at 1e-3 (1.9%, assets/demo).
+LARGE_STEP = 0.03
 
 
 def _large_step(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     steps, moved = _get(w[-1], keys.OPTIM_STEPS) or 0.0, _get(w[-1], keys.WEIGHT_UPDATE) or 0.0
-    if steps > 0 and moved / steps > LARGE_STEP:
-        return (
-            f"{keys.WEIGHT_UPDATE} was {moved:.3g} over {steps:.0f} optimizer step(s), "
-            f"more than {LARGE_STEP:.0%} a step"
-        )
+    if facts.pretrained and steps > 0 and moved / steps > LARGE_STEP:
+        return f"{keys.WEIGHT_UPDATE} was {moved:.3g} over {steps:.0f} optimizer step(s), over {LARGE_STEP:.0%} a step"
     return None
 
 
@@ -343,8 +342,8 @@ CHECKS: tuple[Check, ...] = (
         (keys.REFLECTION_PARSE_RATE, keys.TRUNCATED_REFLECTION),
         3,
         _parse_rate,
-        "Reflections rarely hold a <prompt>...</prompt> block, so second attempts get no rulebook and memory "
-        "stays empty",
+        "Reflections rarely hold a <prompt>...</prompt> block that states a rule, so second attempts get no "
+        "rulebook and memory stays empty",
         "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
         "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.'",
     ),

@@ -15,7 +15,7 @@ import statistics
 from typing import Any
 
 from erl_lite.config import DEFAULT_SEED
-from erl_lite.config.checks import check_choice, check_share
+from erl_lite.config.checks import check_choice, check_flag, check_share
 from erl_lite.envs.frozenlake import COMMENTS, FrozenLake, FrozenLakeEpisode, generate_map
 from erl_lite.envs.grid import ACTIONS, resolve_symbols
 from erl_lite.envs.splits import SeededSplits
@@ -277,6 +277,8 @@ class DemoLake(FrozenLake):
     ) -> None:
         for name, share in (("keep_easy", keep_easy), ("both_kinds", both_kinds), ("max_blind", max_blind)):
             check_share("DemoLake", name, share)
+        for name, flag in (("hints", hints), ("lined", lined)):
+            check_flag("DemoLake", name, flag)
         if hole_kinds not in (1, 2) or (lined and (sizes[0] != sizes[1] or sizes[0] < 2)):
             raise ValueError(
                 f"DemoLake: hole_kinds must be 1 or 2 (got {hole_kinds!r}), and lined maps one size >= 2 "

@@ -1,6 +1,8 @@
 r"""A single-turn example task: arithmetic rows ``{"prompt", "answer"}``, a reward and ERL's textual
-feedback, both with TRL's reward signature. The answer read is the last ``\boxed{...}`` and nothing else: no
-prompt holds a number in a box, so a reply that copies the prompt or states a number unboxed scores 0.
+feedback, both with TRL's reward signature. The answer read is the ``\boxed{...}`` and nothing else: no
+prompt holds a number in a box, so a reply that copies the prompt or states a number unboxed scores 0. Only the
+answer asked for pays: a whole number in ASCII digits (``-?[0-9]+``: no other script's digits, no ``171.0``, no
+``1,2``), compared exactly as an integer; a reply boxing two different answers has none.
 
 Departures from the paper: no single-turn task there; this one shows how a user's dataset, reward and feedback plug in.
 """
@@ -11,9 +13,10 @@ import random
 import re
 from typing import Any
 
-from erl_lite.envs.qa import extract_boxed
+from erl_lite.config.checks import check_flag, check_sizes, check_whole
+from erl_lite.envs.qa import extract_boxed, several_answers
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_WHOLE = re.compile(r"-?[0-9]+")  # [0-9], not \d: \d also matches Arabic-Indic and fullwidth digits
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
@@ -32,6 +35,10 @@ def make_arithmetic_dataset(
     n: int = 1000, seed: int = 0, n_ops: tuple[int, int] = (1, 3), max_operand: int = 20, chat: bool = True
 ) -> list[dict[str, Any]]:
     r"""``n`` seeded rows ``{"prompt", "answer"}``; answers are integers written as strings."""
+    for name, count, least in (("n", n, 0), ("seed", seed, 0), ("max_operand", max_operand, 1)):
+        check_whole("make_arithmetic_dataset", name, count, least)
+    check_sizes("make_arithmetic_dataset", n_ops, 1, name="n_ops")
+    check_flag("make_arithmetic_dataset", "chat", chat)
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
@@ -57,18 +64,21 @@ def _text(completion: Any) -> str:
     return last if isinstance(last, str) else str(last.get("content", "")) if isinstance(last, dict) else ""
 
 
-def parse_number(completion: Any) -> tuple[float | None, str]:
-    r"""(value read, where: ``"boxed"`` or ``"none"``): the last ``oxed{}`` only, the format the prompt asks for."""
-    boxed = extract_boxed(_text(completion))
+def parse_number(completion: Any) -> tuple[int | None, str]:
+    r"""(whole number read, where: ``"boxed"``, ``"several"`` (boxes that differ) or ``"none"``): the ``oxed{}``
+    only, the format the prompt asks for."""
+    text = _text(completion)
+    boxed = extract_boxed(text)
     if boxed is None:
         return None, "none"
-    match = _NUMBER.fullmatch(boxed.replace(",", "").strip())
-    return (float(match.group()), "boxed") if match else (None, "boxed")
+    if several_answers(text, str.strip):
+        return None, "several"
+    return (int(boxed), "boxed") if _WHOLE.fullmatch(boxed) else (None, "boxed")
 
 
 def arithmetic_reward(prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-    """1.0 where the parsed number equals the answer, else 0.0 (TRL reward signature)."""
-    return [1.0 if parse_number(c)[0] == float(a) else 0.0 for c, a in zip(completions, answer)]
+    """1.0 where the number read equals the answer as an integer, exactly; else 0.0 (TRL reward signature)."""
+    return [1.0 if parse_number(c)[0] == int(a) else 0.0 for c, a in zip(completions, answer)]
 
 
 def arithmetic_feedback(prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[str]:
@@ -77,11 +87,14 @@ def arithmetic_feedback(prompts: list[Any], completions: list[Any], answer: list
     for completion, gold in zip(completions, answer):
         value, source = parse_number(completion)
         if value is None:
-            where = r"the \boxed{} holds no number" if source == "boxed" else r"the reply has no \boxed{}"
-            out.append(rf"Incorrect: no answer could be read ({where}); end with \boxed{{number}}. Reward 0.")
-        elif value == float(gold):
-            out.append(f"Correct: read {value:g} from the {source}. Reward 1.")
+            where = {
+                "boxed": r"the \boxed{} holds no whole number in digits 0-9",
+                "several": r"the reply boxes several different answers",
+            }.get(source, r"the reply has no \boxed{}")
+            out.append(rf"Incorrect: no answer could be read ({where}); end with one \boxed{{number}}. Reward 0.")
+        elif value == int(gold):
+            out.append(f"Correct: read {value} from the {source}. Reward 1.")
         else:
-            side = "too high" if value > float(gold) else "too low"
-            out.append(f"Incorrect: read {value:g} from the {source}, which is {side}. Reward 0.")
+            side = "too high" if value > int(gold) else "too low"
+            out.append(f"Incorrect: read {value} from the {source}, which is {side}. Reward 0.")
     return out

@@ -17,7 +17,7 @@ from typing import Any
 from gymnasium.envs.toy_text.frozen_lake import DOWN, LEFT, RIGHT, UP, FrozenLakeEnv
 from gymnasium.utils import seeding
 
-from erl_lite.config.checks import check_share, check_whole
+from erl_lite.config.checks import check_share, check_sizes, check_whole
 from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 
 DEFAULT_SYMBOLS = {"agent": "A", "goal": "B", "hole": "C", "frozen": "D", "agent_in_hole": "E", "agent_on_goal": "F"}
@@ -131,9 +131,8 @@ class FrozenLake(GridGame):
         compact: bool = False,
         **style: Any,
     ) -> None:
-        if not 2 <= sizes[0] <= sizes[1]:
-            raise ValueError(f"sizes must satisfy 2 <= low <= high, got {sizes}")
         owner = type(self).__name__
+        check_sizes(owner, sizes, 2)
         check_whole(owner, "max_shortest", max_shortest, minimum=1)
         if not (isinstance(frozen_prob, (tuple, list)) and len(frozen_prob) == 2):
             raise ValueError(f"{owner}: frozen_prob must be a (low, high) pair, got {frozen_prob!r}")

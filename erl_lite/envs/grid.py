@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, TypeVar
 
-from erl_lite.config.checks import check_choice, check_whole
+from erl_lite.config.checks import check_choice, check_flag, check_whole
 from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import paper_game_tasks
 from erl_lite.envs.splits import SeededSplits
@@ -251,7 +251,12 @@ class GridGame(Environment):
         check_choice("source", source, ("generated", "paper"))
         if prompt_style not in ("plain", "reference") or (compact and prompt_style != "plain"):
             raise ValueError(f"prompt_style must be 'plain' or 'reference' (compact: 'plain'), got {prompt_style!r}")
-        check_whole(type(self).__name__, "max_actions", max_actions, minimum=1)
+        owner = type(self).__name__
+        check_whole(owner, "max_actions", max_actions, minimum=1)
+        for name, flag in (("compact", compact), ("hint", hint)):
+            check_flag(owner, name, flag)
+        if symbol_seed is not None:
+            check_whole(owner, "symbol_seed", symbol_seed)
         self.source, self.max_turns, self.compact, self.hint = source, max_actions, compact, hint
         self.symbols = resolve_symbols(self.default_symbols, symbols, symbol_seed)
         ref = PROMPTS["reference"]  # data/grid_prompts.json

@@ -1,9 +1,10 @@
 """Multi-hop question answering with a search tool: each turn searches (``<search>query</search>``)
 or answers (``\\boxed{answer}``, which ends the episode). Reward: 1.0 for an exact match, else the
-token F1 when at least 0.3, capped below 1 so that only an exact match reaches 1 (a success at τ = 1).
+token F1 when at least 0.3, capped below 1 so that only an exact match reaches 1 (a success at τ = 1); a hedge
+(two different boxes, alternatives joined by "or", an inexact answer to a comparison question) earns 0.
 
-Departures from the paper: the paper uses a dense retriever over Wikipedia. Here search is BM25 over
-the task's own paragraphs (offline worlds, or HotpotQA's ten distractors), or a given ``retriever``.
+Departures from the paper: the paper uses a dense retriever over Wikipedia, and pays F1 to hedges too. Here search
+is BM25 over the task's own paragraphs (offline worlds, or HotpotQA's ten distractors), or a given ``retriever``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from rank_bm25 import BM25Okapi
 
-from erl_lite.config.checks import check_choice
+from erl_lite.config.checks import check_choice, check_flag, check_whole
 from erl_lite.core.env import Environment, Episode, StepOutput
 from erl_lite.envs.paper_tasks import hotpotqa_paper_questions
 from erl_lite.envs.qa_world import generate_question
@@ -54,27 +55,42 @@ def f1_score(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def score_answer(prediction: str | None, gold: str, min_f1: float = 0.3) -> tuple[float, bool, float]:
-    """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0)."""
+def score_answer(
+    prediction: str | None, gold: str, min_f1: float = 0.3, exact_only: bool = False
+) -> tuple[float, bool, float]:
+    """(reward, exact match, F1) of one answer; a missing answer scores (0, False, 0). No partial credit for a hedge:
+    alternatives ("A or B", where the reference has no "or"), or under ``exact_only`` (a comparison question)."""
     if prediction is None:
         return 0.0, False, 0.0
     if normalize_answer(prediction) == normalize_answer(gold):
         return 1.0, True, 1.0
     f1 = f1_score(prediction, gold)
-    return (min(f1, MAX_PARTIAL_REWARD) if f1 >= min_f1 else 0.0), False, f1
+    hedged = exact_only or ("or" in normalize_answer(prediction).split() and "or" not in normalize_answer(gold).split())
+    return (min(f1, MAX_PARTIAL_REWARD) if f1 >= min_f1 and not hedged else 0.0), False, f1
 
 
-def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (nested braces allowed), or None."""
-    start = text.rfind("\\boxed{") if isinstance(text, str) else -1
+def boxed_answers(text: str) -> list[str]:
+    """The contents of every complete ``\\boxed{...}`` in ``text``, in order (nested braces allowed)."""
+    out, start = [], text.find("\\boxed{") if isinstance(text, str) else -1
     while start != -1:
         depth, i = 0, start + len("\\boxed")
         for j in range(i, len(text)):
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             if depth == 0:
-                return text[i + 1 : j].strip()
-        start = text.rfind("\\boxed{", 0, start)  # unclosed: try the one before it
-    return None
+                out.append(text[i + 1 : j].strip())
+                break
+        start = text.find("\\boxed{", start + 1)
+    return out
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last complete ``\\boxed{...}`` (nested braces allowed), or None."""
+    return (boxed_answers(text) or [None])[-1]
+
+
+def several_answers(text: str, same: Callable[[str], str] = normalize_answer) -> bool:
+    """Whether ``text`` boxes two answers that differ (under ``same``): a hedge, so no final answer is read."""
+    return len({same(b) for b in boxed_answers(text)}) > 1
 
 
 def extract_search(text: str) -> str | None:
@@ -143,7 +159,13 @@ class QAEpisode(Episode):
         answer, query = extract_boxed(action), extract_search(action)
         if answer is not None:
             self.answer = answer
-            self.reward, self.exact, self.f1 = score_answer(answer, str(self.task.data["answer"]))
+            comparison = self.task.data.get("type") == "comparison"
+            self.reward, self.exact, self.f1 = score_answer(
+                answer, str(self.task.data["answer"]), exact_only=comparison
+            )
+            if several_answers(action):  # a hedge across boxes: no one final answer
+                self.reward, self.exact, self.answer = 0.0, False, " | ".join(boxed_answers(action))
+                self.f1 = 0.0
             self._lines.append(f"Turn {self.turns}: answered {answer!r} -> {self._verdict_word()}.")
             self.done, info["event"] = True, "answer"
             return None, self.reward, True, info
@@ -183,6 +205,8 @@ class QAEpisode(Episode):
             )
         if self.exact:
             return f"Correct: the answer {self.answer!r} matches the reference. Reward 1.0."
+        if " | " in self.answer:
+            return f"Incorrect: several different answers were boxed ({self.answer}); give one. Reward 0.0."
         if self.reward > 0 and self.f1 >= 1.0:
             return (
                 f"Incorrect: the answer {self.answer!r} has the reference's words in another "
@@ -224,6 +248,13 @@ class MultiHopQA(Environment):
         compact: bool = False,
     ) -> None:
         check_choice("source", source, ("generated", "hotpotqa", "paper"))
+        for name, count in (("max_turns", max_turns), ("top_k", top_k), *(world or {}).items()):
+            check_whole("MultiHopQA", name, count, minimum=1)
+        check_flag("MultiHopQA", "compact", compact)
+        if retriever is not None and not callable(retriever):
+            raise TypeError(
+                f"MultiHopQA.retriever must be a function (query, top_k) -> [(title, text)], got {retriever!r}"
+            )
         self.source, self.max_turns, self.top_k, self.compact = source, max_turns, top_k, compact
         self.retriever, self.hotpot_path, self.n_test = retriever, hotpot_path, n_test
         self.system_prompt = qa_system_prompt(max_turns, compact)

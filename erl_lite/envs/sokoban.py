@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from erl_lite.config.checks import check_whole
+from erl_lite.config.checks import check_sizes, check_whole
 from erl_lite.envs.grid import ACTIONS, PROMPTS, GridEpisode, GridGame, render_rows, shortest_moves
 
 Cell = tuple[int, int]
@@ -173,8 +173,7 @@ class Sokoban(GridGame):
         compact: bool = False,
         **style: Any,
     ) -> None:
-        if not 4 <= sizes[0] <= sizes[1]:
-            raise ValueError(f"sizes must satisfy 4 <= low <= high (room for 3 cells), got {sizes}")
+        check_sizes(type(self).__name__, sizes, 4)  # room for 3 cells
         check_whole(type(self).__name__, "max_shortest", max_shortest, minimum=1)
         make = partial(generate_level, sizes=sizes, max_shortest=max_shortest)
         super().__init__(make, source, seed, n_train, n_test, max_actions, symbols, symbol_seed, compact, **style)

@@ -21,10 +21,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import random
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 from erl_lite import metric_names as keys
@@ -124,7 +126,8 @@ class ERLTrainer(CheckpointSaving):
         self.last_outcome, self.last_record = None, None  # the last step's phase outcome and its StepRecord
         self.hf_callbacks = TrainerCallbacks(self, callbacks)  # the one channel: functions f(trainer, record) too
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
-        self.monitor = Monitor(lambda: self.args.diagnostics, RunFacts.of(args), is_main=self.dist.is_main)
+        facts = dataclasses.replace(RunFacts.of(args), pretrained=self.pretrained)  # large_step: pretrained models only
+        self.monitor = Monitor(lambda: self.args.diagnostics, facts, is_main=self.dist.is_main)
         self.monitor.preflight(lambda: preflight(self))
         self.hf_callbacks.event("init_end")
 
@@ -163,20 +166,25 @@ class ERLTrainer(CheckpointSaving):
         return updater
 
     def _load(self, model: Any, tokenizer: Any, peft_config: Any, quantization_config: Any) -> tuple[Any, Any]:
-        from erl_lite.config.presets import require_cuda_for_preset
-        from erl_lite.models import load_policy
+        from erl_lite.config.presets import pretrained_rate_warning, require_cuda_for_preset
+        from erl_lite.models import load_policy, pretrained
 
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             # A GPU preset must not fall back to the CPU unnoticed (a model object is an explicit choice).
             require_cuda_for_preset(self.args.preset_name)
-            return load_policy(
+            loaded = load_policy(
                 model,
                 tokenizer,
                 quantization=quantization_name(wants_4bit(quantization_config, self.args)),
                 **adapter_settings(self.args, peft_config),
                 device=self.dist.device,
             )  # DDP: cuda:<local rank>; None: the default
-        return adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
+        else:
+            loaded = adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
+        self.pretrained = pretrained(loaded[0])
+        if self.pretrained and (note := pretrained_rate_warning(self.args.learning_rate)):
+            warnings.warn(note, UserWarning, stacklevel=3)  # the CLI and run files switched an unset rate already
+        return loaded
 
     def _batch(self, step: int) -> list[Task]:
         """Tasks of iteration ``step`` (1-based), a function of seed and step alone (so resume sees the same)."""
