@@ -295,7 +295,7 @@ def verdicts(row: dict[str, float], world: str = "demo") -> dict[str, bool]:
 #: The rows of the bands table in docs (:func:`bands_table`): (label, pooled key, count key or None).
 TABLE_ROWS = [
     ("first-attempt success (what evaluation measures)", "first_success", "num_first"),
-    ("reflection parse rate (`<prompt>…</prompt>` found)", "parse_rate", None),
+    ("reflection parse rate (a `<prompt>` block stating a rule)", "parse_rate", None),
     ("self-contradicting rulebooks", "contradiction_rate", None),
     ("reflections naming a real hole and not the ice", "names_hole_rate", None),
     ("failed tasks: second attempt under its own reflection", "second_success", "num_failed"),

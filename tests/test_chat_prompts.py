@@ -62,6 +62,47 @@ def test_parse_rulebook():
     assert parse_rulebook("<prompt>unclosed", "base") == ("base", False)
 
 
+#: Blocks that state no rule: nothing, whitespace, list numbers, bullets, single letters, punctuation, digits.
+EMPTY_BLOCKS = [
+    "",
+    " ",
+    "\n\n",
+    "1.",
+    "\n1.",
+    "1.\n2.\n3.",
+    "1) 2)",
+    "- \n* \n•",
+    "a)\nb)",
+    "1. a",
+    "...",
+    "1. 42 = 7",
+    "#",
+]
+#: Blocks with at least one line that says something beyond its list marker.
+RULE_BLOCKS = ["Avoid H.", "1. Avoid H.", "1.\n2. Go right", "- go down", "a) Reach G", "C is a hole.", "1. 规则"]
+
+
+@pytest.mark.parametrize("block", EMPTY_BLOCKS)
+def test_a_block_that_states_no_rule_is_no_rulebook_whatever_the_prefill(block):
+    assert parse_rulebook(f"<prompt>{block}</prompt>", "base") == ("base", False)
+    assert parse_rulebook(f"thinking <prompt>{block}</prompt> done", "base", unclosed=True) == ("base", False)
+    # the prefilled path: the open tag (and a list number) already written, the model closed at once or was cut
+    for prefill in ["<prompt>", "<prompt>\n1.", "<PROMPT>\n"]:
+        assert parse_rulebook(f"{prefill}{block}</prompt>", "base", unclosed=True) == ("base", False), prefill
+        assert parse_rulebook(f"{prefill}{block}", "base", unclosed=True) == ("base", False), prefill
+        assert parse_rulebook(f"{prefill}{block}</prom", "base", unclosed=True) == ("base", False), prefill
+
+
+@pytest.mark.parametrize("block", RULE_BLOCKS)
+def test_a_block_that_states_a_rule_is_the_rulebook(block):
+    assert parse_rulebook(f"x <prompt>{block}</prompt>", "base") == (block.strip(), True)
+    assert parse_rulebook(f"<prompt>\n{block}", "base", unclosed=True) == (block.strip(), True)  # cut by the limit
+    assert parse_rulebook(f"<prompt>\n{block}</pr", "base", unclosed=True) == (block.strip(), True)  # in its tag
+    assert parse_rulebook(f"<prompt>\n{block}", "base") == ("base", False)  # unclosed without the prefill
+    # the last block that states a rule wins over a later empty one
+    assert parse_rulebook(f"<prompt>{block}</prompt><prompt>1.</prompt>", "base") == (block.strip(), True)
+
+
 def test_cut_middle_keeps_head_and_tail():
     text = "HEAD " + "x" * 500 + " TAIL"
     out = cut_middle(text, 60)

@@ -258,6 +258,39 @@ def test_reflections_that_never_parse_warn_within_the_window(tmp_path, capsys):
     assert "reflection/parse_rate" in marks[0]["message"]
 
 
+@pytest.mark.parametrize("written", ["", " ", "</prompt>", " 2.\n3.</prompt>"])
+def test_a_reflection_that_writes_nothing_after_the_prefill_fires_parse_rate(tmp_path, capsys, written):
+    """The negative control of reflection/parse_rate under the documented prefill: the open tag and the list number
+    are the prefill's, not the model's, so a model that adds no rule parses nothing and the check fires."""
+    t = trainer(
+        tmp_path,
+        lambda p: written if "Reflect" in p or "rulebook" in p.lower() else "x",
+        max_steps=3,
+        reflection_prefill="<prompt>\n1.",
+    )
+    t.train()
+    rates = [
+        e.get(REFLECTION_PARSE_RATE) for e in map(json.loads, open(tmp_path / "history.jsonl")) if e["kind"] == "train"
+    ]
+    assert rates == [0.0, 0.0, 0.0]
+    assert "[parse_rate] at step 3" in capsys.readouterr().err
+
+
+def test_a_prefilled_reflection_that_states_a_rule_parses(tmp_path, capsys):
+    """The positive side of the same setting: one word of rule after the prefill parses, and the check is silent."""
+    t = trainer(
+        tmp_path,
+        lambda p: " Say 1.</prompt>" if "Reflect" in p or "rulebook" in p.lower() else "x",
+        max_steps=3,
+        reflection_prefill="<prompt>\n1.",
+    )
+    t.train()
+    rates = [
+        e.get(REFLECTION_PARSE_RATE) for e in map(json.loads, open(tmp_path / "history.jsonl")) if e["kind"] == "train"
+    ]
+    assert rates == [1.0, 1.0, 1.0] and "[parse_rate]" not in capsys.readouterr().err
+
+
 def test_trackers_receive_the_diagnostic_marker():
     sent = []
 

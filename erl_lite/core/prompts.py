@@ -25,6 +25,7 @@ REFLECTION_REQUEST, RETRY_HEADER = ERLConfig.reflection_request, ERLConfig.retry
 
 _PROMPT_TAG = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 _OPEN, _CLOSE = re.compile(r"<prompt>", re.IGNORECASE), re.compile(r"</prompt>", re.IGNORECASE)
+_PART_CLOSE = re.compile(r"<(?:/(?:p(?:r(?:o(?:m(?:p(?:t)?)?)?)?)?)?)?$", re.IGNORECASE)
 
 
 class PromptTooLongError(ValueError):
@@ -36,12 +37,26 @@ class PromptTooLongError(ValueError):
 
 
 def parse_rulebook(text: str, base_prompt: str, unclosed: bool = False) -> tuple[str, bool]:
-    """Δ from a reflection: the last non-empty ``<prompt>…</prompt>`` block; with ``unclosed`` (the open tag was
-    prefilled), else a block the length limit cut (no closing tag)."""
-    blocks = [b.strip() for b in _PROMPT_TAG.findall(text) if b.strip()]
-    if unclosed and not _CLOSE.search(text):
-        blocks = [b for b in [_OPEN.split(text, 1)[-1].strip()] if b]
+    """Δ from a reflection: the last ``<prompt>…</prompt>`` block that :func:`states_a_rule`; with ``unclosed`` (the
+    open tag was prefilled), else a block the length limit cut (no closing tag). None: ``(base_prompt, False)``."""
+    blocks = _PROMPT_TAG.findall(text)
+    if unclosed and not _CLOSE.search(text):  # without the part of a closing tag the limit cut: "…</pro"
+        blocks = [_PART_CLOSE.sub("", _OPEN.split(text, 1)[-1])]
+    blocks = [b.strip() for b in blocks if states_a_rule(b)]
     return (blocks[-1], True) if blocks else (base_prompt, False)
+
+
+#: A line's list marker: a bullet, or a number or single letter closed by ``.`` or ``)``.
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+\u2022>#]+|\(?(?:\d+|[^\W\d_])[.):])\s*", re.MULTILINE)
+#: A word: two or more letters of any script.
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def states_a_rule(block: str) -> bool:
+    """Whether a rulebook block says something: one of its lines holds a word (two or more letters) beyond its list
+    marker, so an empty, number-only or at-once-closed block is none (the prefill ``"<prompt>\\n1."`` alone would
+    otherwise count as a rulebook, and its reflection be credited for writing nothing)."""
+    return _WORD.search(_LIST_MARKER.sub("", block)) is not None
 
 
 def end_at_close_tag(ids: list[int], tokenizer: Any) -> int:

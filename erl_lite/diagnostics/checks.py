@@ -343,10 +343,11 @@ CHECKS: tuple[Check, ...] = (
         (keys.REFLECTION_PARSE_RATE, keys.TRUNCATED_REFLECTION),
         3,
         _parse_rate,
-        "Reflections rarely hold a <prompt>...</prompt> block, so second attempts get no rulebook and memory "
-        "stays empty",
+        "Reflections rarely hold a <prompt>...</prompt> block that states a rule, so second attempts get no "
+        "rulebook and memory stays empty",
         "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
-        "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.'",
+        "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.' (list "
+        "numbers alone are no rule)",
     ),
     Check(
         "memory_empty",
