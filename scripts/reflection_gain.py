@@ -181,19 +181,23 @@ def mcnemar(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
-#: The stricter parse rule: a block holding at least one rule that says something, i.e. a line with a word
-#: (two letters) beyond its number or bullet; empty, number-only and at-once-closed blocks are not rulebooks.
-_RULE = re.compile(r"^\s*(?:\d+[.)]|[-*•])?\s*\S*[A-Za-z]{2}", re.MULTILINE)
-
-
 def parse_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """The parse rate of the raw reflections as recorded by the library when they ran (``recorded``) and under the
-    stricter rule (``strict``: the block, to its closing tag or the end, holds a line with a word)."""
-    blocks = [re.split(r"</prompt>", re.split(r"<prompt>", r["reflection"], maxsplit=1)[-1])[0] for r in rows]
+    """The parse rate of the raw reflections: as the library recorded it when they ran (``recorded``), under its
+    rule now (``strict``: :func:`erl_lite.core.prompts.parse_rulebook`, a block that states a rule), and under the
+    rule before that one (``loose``: any non-empty block, so the prefill's "1." alone parsed)."""
+    from erl_lite.core.prompts import parse_rulebook
+
+    def loose(text: str) -> bool:  # the earlier rule, recomputed: the last block, cut or closed, holds anything
+        blocks = re.findall(r"<prompt>(.*?)</prompt>", text, re.DOTALL | re.IGNORECASE)
+        if not re.search("</prompt>", text, re.IGNORECASE):
+            blocks = re.split("<prompt>", text, maxsplit=1, flags=re.IGNORECASE)[-1:]
+        return any(b.strip() for b in blocks)
+
     n = max(len(rows), 1)
     return {
         "recorded": sum(r["parsed"] for r in rows) / n,
-        "strict": sum(_RULE.search(b) is not None for b in blocks) / n,
+        "strict": sum(parse_rulebook(r["reflection"], "", unclosed=True)[1] for r in rows) / n,
+        "loose": sum(loose(r["reflection"]) for r in rows) / n,
     }
 
 
@@ -227,10 +231,12 @@ def findings(results: dict[str, Any], path: str) -> str:
     lines = [
         f"Measured with `{results['command']}` on {results['model']} (results: `{path}`); per failed first "
         'attempt: the second attempt under its own reflection, the "w/o reflection" retry and a fresh first '
-        "attempt on the same task. Intervals: 95 % Wilson; own against each other arm: exact McNemar test on the "
-        "pairs where one won and the other lost.",
+        "attempt on the same task. Parse rate: strict, the library's rule (a block that states a rule; an unparsed "
+        "reflection's second attempt runs under the initial prompt); loose, the rule before it (any non-empty block). "
+        "Intervals: 95 % Wilson; own against each other arm: exact McNemar test on the pairs where one won and the "
+        "other lost.",
         "",
-        "| task | first attempts | 1st success | failed | parse rate (recorded / strict) | own reflection "
+        "| task | first attempts | 1st success | failed | parse rate (strict / loose) | own reflection "
         "| w/o reflection retry | fresh first attempt | own vs retry (won/lost, p) | own vs fresh (won/lost, p) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -240,7 +246,7 @@ def findings(results: dict[str, Any], path: str) -> str:
         n = s["failed"]
         lines.append(
             f"| {name} | {s['first_attempts']} | {s['first_success']:.2f} | {n} | "
-            f"{s['recorded']:.2f} / {s['strict']:.2f} | "
+            f"{s['strict']:.2f} / {s['loose']:.2f} | "
             + " | ".join(_rate(*s[arm][:1], *s[arm][1:], n) for arm in ARMS)
             + " | "
             + " | ".join(f"{b}/{w}, p = {p:.2g}" for b, w, p in (s["own_vs_plain"], s["own_vs_fresh"]))

@@ -79,23 +79,24 @@ def test_the_own_arm_is_the_second_attempt_under_the_reflection_written(rg, tiny
     trainer = _scripted(rg, tiny_dir, "</prompt>")
     _, rows = rg.measure_round(trainer, trainer.train_tasks[:6], seed=1)
     s = rg.summary({**entry, "failed": rows})
-    assert s["own"][0] == 0 and s["strict"] == 0.0
+    assert s["own"][0] == 0 and s["recorded"] == s["strict"] == 0.0 and s["loose"] == 1.0
 
 
 @pytest.mark.parametrize(
-    "text, strict",
+    "text, strict, loose",
     [
-        ("<prompt>\n1. Avoid the hole at row 2.</prompt>", True),
-        ("<prompt>\n1. Go Right first", True),  # cut by the length limit, but a rule
-        ("<prompt>\n1.", False),  # the prefill alone
-        ("<prompt>\n1.</prompt> Avoid the holes.", False),  # closed at once; what follows is not a rulebook
-        ("<prompt>\n1.   \n  </prompt>", False),
-        ("<prompt>\n1. 2.\n3. 4", False),  # numbers only
-        ("<prompt>\n1. -\n2. *", False),
+        ("<prompt>\n1. Avoid the hole at row 2.</prompt>", 1, 1),
+        ("<prompt>\n1. Go Right first", 1, 1),  # cut by the length limit, but a rule
+        ("<prompt>\n1.", 0, 1),  # the prefill alone: parsed by the earlier rule
+        ("<prompt>\n1.</prompt>", 0, 1),  # closed at once
+        ("<prompt>\n1.   \n  </prompt>", 0, 1),
+        ("<prompt>\n1. 2.\n3. 4", 0, 1),  # numbers only
+        ("<prompt>  </PROMPT>", 0, 0),
     ],
 )
-def test_the_strict_parse_rule_wants_a_rule_with_words(rg, text, strict):
-    assert rg.parse_rates([{"reflection": text, "parsed": True}]) == {"recorded": 1.0, "strict": float(strict)}
+def test_parse_rates_under_the_librarys_rule_and_the_earlier_one(rg, text, strict, loose):
+    rates = rg.parse_rates([{"reflection": text, "parsed": False}])
+    assert rates == {"recorded": 0.0, "strict": float(strict), "loose": float(loose)}
 
 
 def test_the_statistics(rg):
@@ -148,4 +149,6 @@ def test_docs_training_states_the_committed_measurement(rg):
     assert rg.render_docs([str(ROOT / "docs" / "TRAINING.md")], write=False) == []
     results = json.loads((ROOT / blocks[0][1]).read_text())
     assert set(results["tasks"]) == set(rg.TASKS) and results["model"] == "model"
+    for entry in results["tasks"].values():  # measured under the library's parse rule, as the block reports it
+        assert rg.parse_rates(entry["failed"])["recorded"] == rg.parse_rates(entry["failed"])["strict"]
     assert "parse 1.00" not in text and "second attempts with a rulebook 1.00" not in text
