@@ -127,19 +127,24 @@ def measure_round(trainer: Any, tasks: list, seed: int) -> tuple[int, list[dict[
     ]
 
 
-def measure(model_dir: str, tasks: list[str], failed: int, per_round: int, tiny: bool, out: str | None) -> dict:
+def measure(
+    model_dir: str, tasks: list[str], failed: int, per_round: int, tiny: bool, out: str | None, command: str = ""
+) -> dict:
     """Rounds over :data:`SEEDS`, one task after the other (in ``tasks``' order: the cheap one first where CPU time
     is short), until each has ``failed`` failures measured or the seeds (or its task pool) run out; the results,
-    saved after every round."""
-    results: dict[str, Any] = {
-        "model": os.path.basename(os.path.normpath(model_dir)),
-        "command": " ".join(["python", "scripts/reflection_gain.py", *sys.argv[1:]]) if out else "",
-        "settings": {k: v for k, v in settings(tiny).items() if k != "output_dir"},
-        "tasks": {},
-    }
+    saved after every round. The other tasks of an ``out`` already there are kept, each with its own command."""
+    results: dict[str, Any] = {"model": os.path.basename(os.path.normpath(model_dir)), "tasks": {}}
+    if out and os.path.isfile(out):
+        with open(out, encoding="utf-8") as f:
+            results = json.load(f)
+        for entry in results["tasks"].values():  # files written before commands were kept per task
+            entry.setdefault("command", results.get("command", ""))
+        results.pop("command", None)
+    results["settings"] = {k: v for k, v in settings(tiny).items() if k != "output_dir"}
     trainers = {name: build(model_dir, name, tiny) for name in tasks}
     for name, trainer in trainers.items():
-        results["tasks"][name] = {"threshold": trainer.args.reward_threshold, "rounds": [], "failed": []}
+        results["tasks"][name] = {"threshold": trainer.args.reward_threshold, "command": command, "rounds": []}
+        results["tasks"][name]["failed"] = []
     for name, trainer in trainers.items():
         for i, seed in enumerate(SEEDS):
             entry, pool = results["tasks"][name], trainer.train_tasks
@@ -230,7 +235,7 @@ def _rate(k: int, lo: float, hi: float, n: int) -> str:
 def findings(results: dict[str, Any], path: str) -> str:
     """The findings block: per task the rates with their intervals, the paired tests and a plain verdict."""
     lines = [
-        f"Measured with `{results['command']}` on {results['model']} (results: `{path}`); per failed first "
+        f"Results: `{path}`, measured with the commands below; per failed first "
         'attempt: the second attempt under its own reflection, the "w/o reflection" retry and a fresh first '
         "attempt on the same task. Parse rate: strict, the library's rule (a block that states a rule; an unparsed "
         "reflection's second attempt runs under the initial prompt); loose, the rule before it (any non-empty block). "
@@ -254,7 +259,8 @@ def findings(results: dict[str, Any], path: str) -> str:
             + " |"
         )
         verdicts.append(verdict(name, s))
-    return "\n".join(lines + [""] + verdicts)
+    commands = [f"- {name}: `{entry['command']}`" for name, entry in results["tasks"].items()]
+    return "\n".join(lines + [""] + commands + [""] + verdicts)
 
 
 def verdict(name: str, s: dict[str, Any]) -> str:
@@ -302,6 +308,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--per-round", type=arg_types.whole(1), default=24, help="tasks (first attempts) a round")
     parser.add_argument("--tiny", action="store_true", help="a smoke run: 8-token replies, one small round")
     parser.add_argument("--render-docs", action="store_true", help="rewrite docs/TRAINING.md's block and stop")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.render_docs:
         print("\n".join(render_docs([DOCS])) or "up to date")
@@ -309,7 +316,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if not args.model:
         parser.error("--model DIR is needed to measure (or --render-docs)")
     per_round, failed = (4, 1) if args.tiny else (args.per_round, args.failed)
-    results = measure(args.model, args.tasks, failed, per_round, args.tiny, args.out)
+    command = " ".join(["python", "scripts/reflection_gain.py", *argv])
+    results = measure(args.model, args.tasks, failed, per_round, args.tiny, args.out, command)
     for name, entry in results["tasks"].items():
         s = summary(entry)
         print(name, {k: v for k, v in s.items()}, flush=True)

@@ -44,7 +44,19 @@ def test_the_smoke_path_runs_every_task_and_keeps_each_failed_attempt(rg, tiny_d
             assert row["first"] < entry["threshold"] and row["reflection"].startswith(rg.PREFILL)
             assert {"task_id", "own", "plain", "fresh", "parsed"} <= set(row)
     text = rg.findings(results, "x.json")
+    assert f"- arithmetic: `python scripts/reflection_gain.py --model {tiny_dir} --tiny --out {out}`" in text
     assert all(f"| {name} | 4 |" in text for name in rg.TASKS) and "Only 4 failed first attempts" in text
+
+
+def test_a_second_run_into_the_same_results_keeps_the_other_tasks(rg, tiny_dir, tmp_path):
+    out = tmp_path / "gain.json"
+    kept = {**_entry([1, 0], [0, 0], [0, 1])}
+    out.write_text(json.dumps({"model": "m", "command": "first run", "settings": {}, "tasks": {"frozenlake": kept}}))
+    results = rg.main(["--model", tiny_dir, "--tiny", "--tasks", "arithmetic", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(results)) and "command" not in saved
+    assert saved["tasks"]["frozenlake"] == {**kept, "command": "first run"}
+    assert saved["tasks"]["arithmetic"]["command"].endswith(f"--tasks arithmetic --out {out}")
 
 
 def _scripted(rg, tiny_dir, reflection: str):
@@ -132,7 +144,7 @@ def test_the_verdict_says_beats_only_on_a_significant_paired_difference(rg):
 
 
 def test_a_findings_block_is_rerendered_from_the_results_it_names(rg, tmp_path):
-    results = {"command": "cmd", "model": "m", "settings": {}, "tasks": {"t": _entry([1, 0], [0, 0], [0, 1])}}
+    results = {"model": "m", "settings": {}, "tasks": {"t": {**_entry([1, 0], [0, 0], [0, 1]), "command": "c"}}}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(results))
     doc = tmp_path / "doc.md"
