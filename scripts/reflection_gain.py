@@ -249,6 +249,9 @@ def findings(results: dict[str, Any], path: str) -> str:
     verdicts = []
     for name, entry in results["tasks"].items():
         s = summary(entry)
+        if not s["failed"]:
+            verdicts.append(verdict(name, s))
+            continue
         n = s["failed"]
         lines.append(
             f"| {name} | {s['first_attempts']} | {s['first_success']:.2f} | {n} | "
@@ -259,7 +262,7 @@ def findings(results: dict[str, Any], path: str) -> str:
             + " |"
         )
         verdicts.append(verdict(name, s))
-    commands = [f"- {name}: `{entry['command']}`" for name, entry in results["tasks"].items()]
+    commands = [f"- {name}: `{entry['command']}`" for name, entry in results["tasks"].items() if entry["failed"]]
     return "\n".join(lines + [""] + commands + [""] + verdicts)
 
 
@@ -272,8 +275,12 @@ def verdict(name: str, s: dict[str, Any]) -> str:
             said.append(f"{'beats' if better > worse else 'loses to'} {ARMS[other]} (p = {p:.2g})")
         else:
             said.append(f"is not told apart from {ARMS[other]} (p = {p:.2g})")
+    if not s["failed"]:
+        return f"- {name}: not measured (no failed first attempt)."
     short = "" if s["failed"] >= 64 else f" Only {s['failed']} failed first attempts were measured, short of 64."
-    return f"- {name}: the second attempt under its own reflection " + "; it ".join(said) + "." + short
+    none = not any(s[arm][0] for arm in ARMS)
+    nothing = f" None of the three won a single one of the {s['failed']} tasks." if none else ""
+    return f"- {name}: the second attempt under its own reflection " + "; it ".join(said) + "." + nothing + short
 
 
 def render_docs(paths: list[str], write: bool = True) -> list[str]:

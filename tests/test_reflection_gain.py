@@ -138,7 +138,10 @@ def test_the_verdict_says_beats_only_on_a_significant_paired_difference(rg):
     ahead = rg.verdict("t", rg.summary(_entry([1] * 20 + [0] * 44, [0] * n, [0] * n)))
     assert 'beats the "w/o reflection" retry' in ahead and "beats a fresh first attempt" in ahead
     tied = rg.verdict("t", rg.summary(_entry([1] * 10 + [0] * 54, [0] * 5 + [1] * 5 + [0] * 54, [1] * 10 + [0] * 54)))
-    assert tied.count("is not told apart") == 2 and "beats" not in tied and "Only" not in tied
+    assert tied.count("is not told apart") == 2 and "beats" not in tied and "Only" not in tied and "None" not in tied
+    nothing = rg.verdict("t", rg.summary(_entry([0] * n, [0] * n, [0] * n)))
+    assert "None of the three won a single one of the 64 tasks." in nothing
+    assert rg.verdict("t", rg.summary(_entry([], [], []))) == "- t: not measured (no failed first attempt)."
     behind = rg.verdict("t", rg.summary(_entry([0] * 30, [1] * 20 + [0] * 10, [0] * 30)))
     assert 'loses to the "w/o reflection" retry' in behind and "Only 30 failed first attempts" in behind
 
