@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # this checkout's erl_lite, not another installed copy
 #: The round seeds, declared before the measurement ran: round i draws its own tasks and seeds every phase from
 #: ``SEEDS[i]`` (the phases: seed, seed + 1, ...).
 SEEDS = tuple(range(101, 1701, 100))  # 16 rounds: 101, 201, ..., 1601
@@ -187,10 +188,11 @@ def mcnemar(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def parse_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
+def parse_rates(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The parse rate of the raw reflections: as the library recorded it when they ran (``recorded``), under its
     rule now (``strict``: :func:`erl_lite.core.prompts.parse_rulebook`, a block that states a rule), and under the
-    rule before that one (``loose``: any non-empty block, so the prefill's "1." alone parsed)."""
+    rule before that one (``loose``: any non-empty block, so the prefill's "1." alone parsed); ``rule``: which of the
+    two the recorded flags follow, i.e. which rule decided the rulebooks the second attempts ran under."""
     from erl_lite.core.prompts import parse_rulebook
 
     def loose(text: str) -> bool:  # the earlier rule, recomputed: the last block, cut or closed, holds anything
@@ -199,12 +201,13 @@ def parse_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
             blocks = re.split("<prompt>", text, maxsplit=1, flags=re.IGNORECASE)[-1:]
         return any(b.strip() for b in blocks)
 
-    n = max(len(rows), 1)
-    return {
-        "recorded": sum(r["parsed"] for r in rows) / n,
-        "strict": sum(parse_rulebook(r["reflection"], "", unclosed=True)[1] for r in rows) / n,
-        "loose": sum(loose(r["reflection"]) for r in rows) / n,
+    flags = {
+        "recorded": [bool(r["parsed"]) for r in rows],
+        "strict": [parse_rulebook(r["reflection"], "", unclosed=True)[1] for r in rows],
+        "loose": [loose(r["reflection"]) for r in rows],
     }
+    rule = next((k for k in ("strict", "loose") if flags[k] == flags["recorded"]), "neither")
+    return {**{k: sum(v) / max(len(rows), 1) for k, v in flags.items()}, "rule": rule}
 
 
 def summary(entry: dict[str, Any]) -> dict[str, Any]:
@@ -237,8 +240,9 @@ def findings(results: dict[str, Any], path: str) -> str:
     lines = [
         f"Results: `{path}`, measured with the commands below; per failed first "
         'attempt: the second attempt under its own reflection, the "w/o reflection" retry and a fresh first '
-        "attempt on the same task. Parse rate: strict, the library's rule (a block that states a rule; an unparsed "
-        "reflection's second attempt runs under the initial prompt); loose, the rule before it (any non-empty block). "
+        "attempt on the same task. Parse rate: strict, the library's rule (a block that states a rule); loose, the "
+        "rule before it (any non-empty block); the rule the run itself applied (an unparsed reflection's second "
+        "attempt runs under the initial prompt) is named per task. "
         "Intervals: 95 % Wilson; own against each other arm: exact McNemar test on the pairs where one won and the "
         "other lost.",
         "",
@@ -255,14 +259,18 @@ def findings(results: dict[str, Any], path: str) -> str:
         n = s["failed"]
         lines.append(
             f"| {name} | {s['first_attempts']} | {s['first_success']:.2f} | {n} | "
-            f"{s['strict']:.2f} / {s['loose']:.2f} | "
+            f"{s['strict']:.2f} / {s['loose']:.2f} (run: {s['rule']}) | "
             + " | ".join(_rate(*s[arm][:1], *s[arm][1:], n) for arm in ARMS)
             + " | "
             + " | ".join(f"{b}/{w}, p = {p:.2g}" for b, w, p in (s["own_vs_plain"], s["own_vs_fresh"]))
             + " |"
         )
         verdicts.append(verdict(name, s))
-    commands = [f"- {name}: `{entry['command']}`" for name, entry in results["tasks"].items() if entry["failed"]]
+    commands = [  # files written before commands were kept per task hold one for all
+        f"- {name}: `{entry.get('command', results.get('command'))}`"
+        for name, entry in results["tasks"].items()
+        if entry["failed"]
+    ]
     return "\n".join(lines + [""] + commands + [""] + verdicts)
 
 
@@ -276,7 +284,8 @@ def verdict(name: str, s: dict[str, Any]) -> str:
         else:
             said.append(f"is not told apart from {ARMS[other]} (p = {p:.2g})")
     if not s["failed"]:
-        return f"- {name}: not measured (no failed first attempt)."
+        why = "no failed first attempt" if s["first_attempts"] else "no round finished in the time the run had"
+        return f"- {name}: not measured ({why})."
     short = "" if s["failed"] >= 64 else f" Only {s['failed']} failed first attempts were measured, short of 64."
     none = not any(s[arm][0] for arm in ARMS)
     nothing = f" None of the three won a single one of the {s['failed']} tasks." if none else ""

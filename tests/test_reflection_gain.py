@@ -108,7 +108,12 @@ def test_the_own_arm_is_the_second_attempt_under_the_reflection_written(rg, tiny
 )
 def test_parse_rates_under_the_librarys_rule_and_the_earlier_one(rg, text, strict, loose):
     rates = rg.parse_rates([{"reflection": text, "parsed": False}])
-    assert rates == {"recorded": 0.0, "strict": float(strict), "loose": float(loose)}
+    assert {k: rates[k] for k in ("recorded", "strict", "loose")} == {"recorded": 0, "strict": strict, "loose": loose}
+    # Which rule the run applied is read from its recorded flags.
+    assert rates["rule"] == ("strict" if not strict else "neither")
+    assert rg.parse_rates([{"reflection": text, "parsed": bool(loose)}])["rule"] == (
+        "strict" if strict == loose else "loose"
+    )
 
 
 def test_the_statistics(rg):
@@ -141,7 +146,10 @@ def test_the_verdict_says_beats_only_on_a_significant_paired_difference(rg):
     assert tied.count("is not told apart") == 2 and "beats" not in tied and "Only" not in tied and "None" not in tied
     nothing = rg.verdict("t", rg.summary(_entry([0] * n, [0] * n, [0] * n)))
     assert "None of the three won a single one of the 64 tasks." in nothing
-    assert rg.verdict("t", rg.summary(_entry([], [], []))) == "- t: not measured (no failed first attempt)."
+    unplayed = {"threshold": 1.0, "rounds": [], "failed": []}
+    assert rg.verdict("t", rg.summary(unplayed)) == "- t: not measured (no round finished in the time the run had)."
+    all_won = {**unplayed, "rounds": [{"seed": 0, "first_attempts": 24, "failed": 0}]}
+    assert rg.verdict("t", rg.summary(all_won)) == "- t: not measured (no failed first attempt)."
     behind = rg.verdict("t", rg.summary(_entry([0] * 30, [1] * 20 + [0] * 10, [0] * 30)))
     assert 'loses to the "w/o reflection" retry' in behind and "Only 30 failed first attempts" in behind
 
@@ -164,6 +172,6 @@ def test_docs_training_states_the_committed_measurement(rg):
     assert rg.render_docs([str(ROOT / "docs" / "TRAINING.md")], write=False) == []
     results = json.loads((ROOT / blocks[0][1]).read_text())
     assert set(results["tasks"]) == set(rg.TASKS) and results["model"] == "model"
-    for entry in results["tasks"].values():  # measured under the library's parse rule, as the block reports it
-        assert rg.parse_rates(entry["failed"])["recorded"] == rg.parse_rates(entry["failed"])["strict"]
+    for entry in results["tasks"].values():  # the run applied one of the two rules the block names
+        assert rg.parse_rates(entry["failed"])["rule"] in ("strict", "loose")
     assert "parse 1.00" not in text and "second attempts with a rulebook 1.00" not in text
