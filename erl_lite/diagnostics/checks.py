@@ -345,7 +345,8 @@ CHECKS: tuple[Check, ...] = (
         "Reflections rarely hold a <prompt>...</prompt> block that states a rule, so second attempts get no "
         "rulebook and memory stays empty",
         "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
-        "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.'",
+        "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.' (list "
+        "numbers alone are no rule)",
     ),
     Check(
         "memory_empty",
