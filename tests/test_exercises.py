@@ -298,3 +298,15 @@ def test_the_landmarks_are_where_the_library_loss_bends():
     low = sorted(r for r in flat(neg) if r < 1)
     high = sorted(r for r in flat(neg) if r > 1)
     assert max(low) == pytest.approx(marks["flat_below"] - 0.01) and min(high) == pytest.approx(marks["capped_above"])
+
+
+def test_require_is_silent_on_a_right_answer_and_raises_the_hint_on_a_wrong_one(capsys):
+    """What the assignments' otter tests stand on (assignments/): a pass prints nothing, a miss carries the hint."""
+    from erl_lite.teach.answers import require
+
+    require(ex.check_gated_indices, GATE_REWARDS, GATED)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(AssertionError) as raised:
+        require(ex.check_gated_indices, GATE_REWARDS, [i + 1 for i in GATED])
+    assert str(raised.value).startswith("✗ Not quite") and ex.GATE_MISTAKES[3][1] in str(raised.value)
+    assert capsys.readouterr().out == ""

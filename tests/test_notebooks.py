@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import time
 
 import pytest
@@ -112,6 +113,17 @@ def test_notebook_results_land_in_an_ignored_folder(path):
     assert "trainer_output/" in ignored
     for name in names:
         assert pathlib.PurePosixPath(name).parts[0] == "trainer_output", f"{path.name}: {name!r} is not ignored by git"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "assignments").glob("*.ipynb")), ids=lambda p: p.name)
+def test_an_assignments_install_cell_is_the_notebooks_and_otter_at_the_extras_pin(path):
+    """The course assignments (assignments/) install erl_lite as the notebooks do, then the otter-grader the
+    ``assignments`` extra pins; they are committed without outputs."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    install = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+    assert install.startswith(_sync_script().install_cell_source() + "\n"), path.name
+    (pin,) = re.findall(r'"(otter-grader==[^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert f'"{pin}"' in install and not any(c.get("outputs") for c in cells)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

@@ -1,10 +1,12 @@
-"""Reading and answering a notebook exercise: a ✓ or a ✗ with a hint, never an exception."""
+"""Reading and answering a notebook exercise: a ✓ or a ✗ with a hint (never an exception but for :func:`require`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: The precision the numeric exercises ask for (a check accepts ±0.001).
@@ -23,6 +25,13 @@ def ok(message: str) -> bool:
 def wrong(message: str, hint: str) -> bool:
     print(f"✗ {message}\n  Hint: {hint}")
     return False
+
+
+def require(check: Callable[..., bool], *args: Any, **kwargs: Any) -> None:
+    """Run a ``check_*`` as a graded test (assignments/): silent when right, else AssertionError with its hint."""
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        if not check(*args, **kwargs):
+            raise AssertionError(printed.getvalue().strip())
 
 
 def missing(answer: Any) -> bool:
