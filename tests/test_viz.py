@@ -696,12 +696,12 @@ def test_the_loop_diagram_is_read_from_erl_step():
 
 
 def test_the_committed_loop_diagram_is_current(tmp_path):
-    """assets/erl_loop.png (README, notebook 01) is what scripts/draw_erl_loop.py draws from the code now."""
+    """erl_lite/assets/erl_loop.png (README, notebook 01) is what scripts/draw_erl_loop.py draws from the code now."""
     from matplotlib.testing.compare import compare_images
 
     script = _loop_script()
     fresh = script.draw(tmp_path / "erl_loop.png")
     # tolerance: font hinting differs between FreeType builds by a few RMS units; a moved box differs by far more
     assert compare_images(str(script.OUT), str(fresh), tol=8) is None, (
-        "assets/erl_loop.png is stale: run python scripts/draw_erl_loop.py"
+        "erl_lite/assets/erl_loop.png is stale: run python scripts/draw_erl_loop.py"
     )

@@ -245,7 +245,7 @@ def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     return None
 
 
-#: The share of their norm one optimizer step may move the weights by (the embedded demo's: 2% at most, assets/demo).
+#: The share of their norm one optimizer step may move the weights by (the demo's: 2% at most, erl_lite/assets/demo).
 LARGE_STEP = 0.05
 
 
