@@ -210,3 +210,16 @@ def test_notebook_06_live_run_is_the_setting_its_share_was_measured_in():
         if isinstance(node, ast.Assign) and node.targets[0].id in ("WORLD", "SETTINGS"):
             names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "parameters", "eval"))
     assert names["WORLD"] == script.WORLD and names["SETTINGS"]["demo"] == script.SETTING
+
+
+@pytest.mark.parametrize("preset, world", [("demo", "demo"), ("demo", "sparse"), ("gpu", "hard"), ("demo", "hard")])
+def test_notebook_06_says_when_its_ten_seed_share_is_not_the_setting_just_run(capsys, preset, world):
+    """Section 3 prints the share of ten seeds where ERL ended above RLVR, measured in one setting: after
+    ``WORLD = "demo"`` (or on the gpu preset) it must say the share is not of the run just made."""
+    nb = json.loads((ROOT / "notebooks" / "06_erl_vs_rlvr_and_ablations.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c.get("id") == "06-share")
+    exec("".join(cell["source"]), {"PRESET": preset, "WORLD": world})
+    out = capsys.readouterr().out
+    measured = json.loads((ROOT / "erl_lite" / "assets" / "live_run_share.json").read_text())["world"]
+    assert ("NOT this run's setting" in out) is ((preset, world) != ("demo", measured)), out
+    assert f"{measured} world" in out
