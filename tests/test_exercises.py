@@ -160,6 +160,10 @@ WRONG = [
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["third"]), "only when"),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first"]), "last"),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], None), "No answer yet"),
+    # a position instead of the rulebook: not "the last successful rulebook wins"
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], [2]), "texts themselves"),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], [1]), "texts themselves"),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], [0, 1], "fifo"), "texts themselves"),
 ]
 
 
@@ -174,6 +178,9 @@ WRONG_GATES = [
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r <= threshold], "the gate is strict"),
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r >= threshold], "you picked the successes"),
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r == 0], "partial credit"),
+    # a gate that drops negative rewards is not told "not only zeros"
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if 0 <= r < threshold], "negative reward"),
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if 0 < r < threshold or r == 0], "negative reward"),
     (lambda rewards, threshold: [i + 1 for i, r in enumerate(rewards) if r < threshold], "positions start at 0"),
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r < 1], "not with a fixed 1"),
     (lambda rewards, threshold: [r < threshold for r in rewards], "is a boolean"),
