@@ -75,15 +75,22 @@ def install_cell_source(repository: str = REPOSITORY_URL, ref: str = RELEASE_REF
 # Installs erl_lite from its repository at the pinned release, with the dependency versions its
 # tests passed with. Does nothing where erl_lite is already importable (a local clone, CI).
 # Rendered by scripts/sync_notebooks.py from erl_lite.REPOSITORY_URL and erl_lite.RELEASE_REF.
+import importlib.metadata as md
 import importlib.util
 import subprocess
 import sys
 
 if importlib.util.find_spec("erl_lite") is None:
+    # what this kernel has already imported (Colab imports some packages at start): pip must not swap them unseen
+    loaded = {{d: md.version(d) for m, ds in md.packages_distributions().items() if m in sys.modules for d in ds}}
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     "git+{repository}@{ref}",
                     "-c", "{raw_url("constraints.txt", repository, ref)}"], check=True)
-    importlib.invalidate_caches()'''
+    importlib.invalidate_caches()
+    changed = sorted(d for d, v in loaded.items() if md.version(d) != v)
+    if changed:
+        print(f"RESTART THE RUNTIME NOW (Runtime > Restart session), then run the notebook from the top: pip "
+              f"replaced {{', '.join(changed)}}, which this kernel had already imported in its old version.")'''
 
 
 #: The cell after the parameters cell: what the notebook runs on, and the GPU-preset check.

@@ -314,3 +314,36 @@ def test_a_wheel_install_shows_notebook_06s_committed_evidence_from_an_empty_fol
         f"ERL ended above RLVR on {len(share['erl_ahead_seeds'])} of {len(share['seeds'])} seeds"
         in shown("06-share")[0]
     )
+
+
+@pytest.mark.parametrize("replaced", [[], ["PyYAML"], ["PyYAML", "numpy"], ["a-package-not-imported"]], ids=str)
+def test_the_install_cell_says_to_restart_when_pip_replaced_what_the_kernel_imported(capsys, monkeypatch, replaced):
+    """On Colab the install cell runs in a kernel that has already imported packages: when pip replaces one of those
+    (a constraint pins another version), the old one stays loaded, so the cell must say to restart; when pip
+    replaced none of them (or only packages not imported), it must not."""
+    import importlib.metadata as md
+    import importlib.util
+
+    import numpy  # noqa: F401  # imported by this kernel, as PyYAML (yaml) is
+    import yaml  # noqa: F401
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from sync_notebooks import install_cell_source
+
+    installed = {}
+    real_version = md.version
+    monkeypatch.setattr(md, "version", lambda d: installed.get(d) or real_version(d))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # erl_lite not installed: a fresh Colab
+    calls = []
+
+    def pip(args, check):  # stands in for pip: the install replaces the distributions named
+        calls.append(args)
+        installed.update({d: "999.0" for d in replaced})
+
+    monkeypatch.setattr(subprocess, "run", pip)
+    exec(install_cell_source(), {})
+    out = capsys.readouterr().out
+    assert calls and "install" in calls[0]
+    imported = [d for d in replaced if d != "a-package-not-imported"]
+    assert ("RESTART THE RUNTIME" in out) is bool(imported), out
+    assert all(d in out for d in imported), out
