@@ -11,7 +11,7 @@ variant, which trains until it has spent the same CPU time. CPU time, not the wa
 is not charged for the time it waited (an earlier version charged it, and a comparison run beside
 other jobs gave the later variants less compute than ERL had had). Each run evaluates first attempts at the start,
 every ``eval_steps`` and at the end on the same test tasks. Writes to ``--out`` (default
-``assets/``, the README's table and figures come from here): ``compare_results.json``,
+``erl_lite/assets/``, the README's table and figures come from here): ``compare_results.json``,
 ``compare_table.md`` (per-seed figures, the CPU seconds each run took to reach an evaluation of
 0.9, and the targets below, each marked met or missed),
 ``compare_eval.png`` (evaluation over the shared budget, every seed) and ``compare_rewards.png``
@@ -155,8 +155,8 @@ def output_path(out: str, world: str, name: str) -> str:
     """Where a world's output ``name`` (``"results.json"``, ``"table.md"``, ...) goes in ``out``.
 
     Example:
-        >>> output_path("assets", "demo", "table.md"), output_path("assets", "sparse", "table.md")
-        ('assets/compare_table.md', 'assets/compare_sparse_table.md')
+        >>> output_path("erl_lite/assets", "demo", "table.md"), output_path("erl_lite/assets", "sparse", "table.md")
+        ('erl_lite/assets/compare_table.md', 'erl_lite/assets/compare_sparse_table.md')
     """
     return os.path.join(out, f"compare_{name}" if world == "demo" else f"compare_{world}_{name}")
 
@@ -406,7 +406,7 @@ def main() -> None:
     p.add_argument(
         "--out",
         type=arg_types.folder,
-        default="assets",
+        default="erl_lite/assets",
         help="where the table, figures and results go (file names by --world)",
     )
     p.add_argument("--runs", type=arg_types.folder, default="runs/compare", help="where each run's history goes")
@@ -839,7 +839,7 @@ MATCH_WORDS = {
 }
 #: A findings block in a markdown file: the results file it renders, its text, its end.
 FINDINGS_BLOCK = re.compile(r"(<!-- findings (\S+) -->)\n(.*?)\n?(<!-- /findings -->)", re.DOTALL)
-#: A bands table in markdown: ``<!-- bands assets/bands.json ... -->``, one column per report named.
+#: A bands table in markdown: ``<!-- bands erl_lite/assets/bands.json ... -->``, one column per report named.
 BANDS_BLOCK = re.compile(r"(<!-- bands ([^>]+?) -->)\n(.*?)\n?(<!-- /bands -->)", re.DOTALL)
 
 
@@ -935,10 +935,10 @@ def findings(results: list[dict]) -> str:
 
 def render_docs(paths: list[str], write: bool = True) -> list[str]:
     """Re-render every findings block in ``paths`` from the results file it names, and each committed
-    ``assets/compare_*results.json``'s ``findings.md`` beside it (notebook 06 shows those); returns what was
+    ``erl_lite/assets/compare_*results.json``'s ``findings.md`` beside it (notebook 06 shows those); returns what was
     stale (``path: results``, or the findings file), rewriting it when ``write``."""
     stale = []
-    for results in sorted(glob.glob(os.path.join(ROOT, "assets", "compare_*results.json"))):
+    for results in sorted(glob.glob(os.path.join(ROOT, "erl_lite", "assets", "compare_*results.json"))):
         path = results[: -len("results.json")] + "findings.md"
         body = findings(read_results(read_json(results), results)) + "\n"
         if not os.path.isfile(path) or open(path, encoding="utf-8").read() != body:

@@ -1,4 +1,4 @@
-"""Draw the ERL loop diagram of the README and notebook 01 (assets/erl_loop.png) from the code: a box per phase
+"""Draw the ERL loop diagram of the README and notebook 01 (erl_lite/assets/erl_loop.png) from the code: a box per phase
 function erl_lite.core.phases.erl_step calls, in its order, then the policy update, so the picture cannot drift.
 
 Usage: python scripts/draw_erl_loop.py [OUT.png]   (tests/test_viz.py checks the committed PNG is current)
@@ -20,7 +20,7 @@ from erl_lite.viz._style import COLORS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-OUT = Path(__file__).resolve().parent.parent / "assets" / "erl_loop.png"
+OUT = Path(__file__).resolve().parent.parent / "erl_lite" / "assets" / "erl_loop.png"
 
 
 def erl_phases() -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ Notebook 06 trains ERL and RLVR for a few steps, live (the two ablations on requ
 set up and logged. A run that short is noisy: on some seeds it shows ERL behind. This script plays the notebook's
 demo setting (the same ``teach.setup`` call, world, steps, tasks and evaluation) for ERL and RLVR on each of
 :data:`SEEDS`, declared before any run and never chosen by a result, and writes to ``--out`` (default
-``assets/live_run_share.json``) each seed's end-of-run evaluation per variant and the share of seeds on which
+``erl_lite/assets/live_run_share.json``) each seed's end-of-run evaluation per variant and the share of seeds on which
 ERL ends above RLVR. The notebook prints that file beside its own run, so what it tells a student is measured.
 
     OMP_NUM_THREADS=1 python scripts/live_run_share.py [--jobs 2]
@@ -74,7 +74,7 @@ def run(job: tuple[str, int]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=arg_types.whole(1), default=1, help="runs at a time")
-    p.add_argument("--out", default=os.path.join(ROOT, "assets", "live_run_share.json"))
+    p.add_argument("--out", default=os.path.join(ROOT, "erl_lite", "assets", "live_run_share.json"))
     args = p.parse_args()
     jobs = [(v, s) for s in SEEDS for v in VARIANTS]
     with mp.get_context("spawn").Pool(args.jobs) as pool:

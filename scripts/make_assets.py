@@ -1,13 +1,13 @@
-"""Regenerate every figure and table the README shows, into ``assets/``.
+"""Regenerate every figure and table the README shows, into ``erl_lite/assets/``.
 
 Runs, in order:
 
-1. ``benchmarks/embedded_bands.py`` -> ``assets/bands.json``, ``assets/bands_sparse.json`` and
-   ``assets/bands_hard.json`` (the untrained model's bands on each world);
-2. ``erl-lite demo --out assets/demo`` -> the demo's figures, ``report.md`` and history;
+1. ``benchmarks/embedded_bands.py`` -> ``erl_lite/assets/bands.json``, ``erl_lite/assets/bands_sparse.json`` and
+   ``erl_lite/assets/bands_hard.json`` (the untrained model's bands on each world);
+2. ``erl-lite demo --out erl_lite/assets/demo`` -> the demo's figures, ``report.md`` and history;
 3. ``scripts/compare_modes.py --match samples`` on each world's declared held-out seeds
-   (``HELD_OUT_SEEDS``) -> ``assets/compare_samples_*``, ``assets/compare_sparse_samples_*`` and
-   ``assets/compare_hard_samples_*`` (ERL vs RLVR, the ablations and the step-matched control, matched as the
+   (``HELD_OUT_SEEDS``) -> ``erl_lite/assets/compare_samples_*``, ``erl_lite/assets/compare_sparse_samples_*`` and
+   ``erl_lite/assets/compare_hard_samples_*`` (ERL vs RLVR, the ablations and the step-matched control, matched as the
    paper matches them, with the efficiency columns);
 4. ``scripts/compare_modes.py --render-docs``: the findings and bands blocks of README.md and docs/.
 
@@ -29,14 +29,14 @@ from erl_lite.cli import arg_types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = {
-    "bands": [sys.executable, "benchmarks/embedded_bands.py", "--json", "assets/bands.json"],
+    "bands": [sys.executable, "benchmarks/embedded_bands.py", "--json", "erl_lite/assets/bands.json"],
     "bands_sparse": [
         sys.executable,
         "benchmarks/embedded_bands.py",
         "--world",
         "sparse",
         "--json",
-        "assets/bands_sparse.json",
+        "erl_lite/assets/bands_sparse.json",
     ],
     "bands_hard": [
         sys.executable,
@@ -44,9 +44,9 @@ STEPS = {
         "--world",
         "hard",
         "--json",
-        "assets/bands_hard.json",
+        "erl_lite/assets/bands_hard.json",
     ],
-    "demo": [sys.executable, "-m", "erl_lite.cli", "demo", "--out", "assets/demo"],
+    "demo": [sys.executable, "-m", "erl_lite.cli", "demo", "--out", "erl_lite/assets/demo"],
     # The seeds are each world's declared held-out seeds (compare_modes.HELD_OUT_SEEDS), never chosen here.
     **{
         f"compare{'' if world == 'demo' else '_' + world}": [
@@ -57,7 +57,7 @@ STEPS = {
             "--match",
             "samples",
             "--out",
-            "assets",
+            "erl_lite/assets",
         ]
         for world in ("demo", "sparse", "hard")
     },
@@ -77,7 +77,7 @@ def main() -> None:
         "ERL_LITE_STATIC": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
     }
-    os.makedirs(os.path.join(ROOT, "assets"), exist_ok=True)
+    os.makedirs(os.path.join(ROOT, "erl_lite", "assets"), exist_ok=True)
     steps = [(name, cmd) for name, cmd in STEPS.items() if name not in args.skip]
     # The bands are three single-process measurements: up to --jobs of them at once; the comparisons
     # parallelise inside themselves.

@@ -21,7 +21,7 @@ so the parse rate can be recomputed under any rule; two are computed here (:func
 rewrites the findings block of docs/TRAINING.md from the results file it names (:func:`findings`).
 
     nice -n 10 env OMP_NUM_THREADS=1 python scripts/reflection_gain.py --model /tmp/erl_lite_smollm2/model \\
-        --out assets/reflection_gain_smollm2.json
+        --out erl_lite/assets/reflection_gain_smollm2.json
     python scripts/reflection_gain.py --render-docs
     python scripts/reflection_gain.py --model DIR --tiny --out /tmp/rg.json   # seconds: a smoke run
 """
@@ -51,7 +51,7 @@ ARMS = {
     "plain": 'the "w/o reflection" retry',
     "fresh": "a fresh first attempt",
 }
-#: A findings block in markdown: ``<!-- reflection_gain assets/x.json -->`` … ``<!-- /reflection_gain -->``.
+#: A findings block in markdown: ``<!-- reflection_gain erl_lite/assets/x.json -->`` … ``<!-- /reflection_gain -->``.
 BLOCK = re.compile(r"(<!-- reflection_gain (\S+) -->)\n(.*?)\n?(<!-- /reflection_gain -->)", re.DOTALL)
 DOCS = os.path.join(ROOT, "docs", "TRAINING.md")
 

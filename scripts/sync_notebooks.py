@@ -10,8 +10,9 @@ What it writes, each rendered here from ``erl_lite.REPOSITORY_URL`` and
 * the install cell, the first code cell;
 * the environment cell right after the cell tagged ``parameters`` (inserted when missing, with
   the id ``<nn>-env``): versions, device, free GPU memory, and the GPU-preset check;
-* links to the repository's figures (``../assets/x.png``) in markdown, as raw URLs at the same
-  ref, so they resolve on Colab, where the notebook is opened alone.
+* the repository's figures a markdown cell shows (``![...](../erl_lite/assets/x.png)``), as cell attachments
+  (``attachment:x.png``) holding the committed file: they show on Colab, where the notebook is opened alone,
+  and offline, with nothing to fetch.
 
 Every other cell is left as it is. Publishing under another path: change the two constants in
 ``erl_lite/__init__.py``, then run this script.
@@ -20,6 +21,7 @@ Every other cell is left as it is. Publishing under another path: change the two
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
 import json
 import pathlib
@@ -32,11 +34,10 @@ sys.path.insert(0, str(ROOT))  # render from this checkout's constants, not an i
 from erl_lite import RELEASE_REF, REPOSITORY_URL  # noqa: E402
 
 NOTEBOOK_DIR = ROOT / "notebooks"
+ASSETS = ROOT / "erl_lite" / "assets"
 _BADGE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$")
-# A figure link, relative to notebooks/ or already a raw URL (of any owner/name/ref: re-rendered).
-_ASSET_LINK = re.compile(
-    r"\]\((?:\.\./|https://raw\.githubusercontent\.com/[^/\s)]+/[^/\s)]+/[^/\s)]+/)(assets/[^)\s]+)\)"
-)
+# A figure link relative to notebooks/, or one already rendered as an attachment (re-rendered from the file).
+_ASSET_LINK = re.compile(r"\]\((?:\.\./erl_lite/assets/|attachment:)([^)\s]+)\)")
 
 
 _GITHUB = re.compile(r"https://github\.com/(?P<owner>[\w.-]+)/(?P<name>[\w.-]+?)(?:\.git)?/?")
@@ -74,15 +75,22 @@ def install_cell_source(repository: str = REPOSITORY_URL, ref: str = RELEASE_REF
 # Installs erl_lite from its repository at the pinned release, with the dependency versions its
 # tests passed with. Does nothing where erl_lite is already importable (a local clone, CI).
 # Rendered by scripts/sync_notebooks.py from erl_lite.REPOSITORY_URL and erl_lite.RELEASE_REF.
+import importlib.metadata as md
 import importlib.util
 import subprocess
 import sys
 
 if importlib.util.find_spec("erl_lite") is None:
+    # what this kernel has already imported (Colab imports some packages at start): pip must not swap them unseen
+    loaded = {{d: md.version(d) for m, ds in md.packages_distributions().items() if m in sys.modules for d in ds}}
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     "git+{repository}@{ref}",
                     "-c", "{raw_url("constraints.txt", repository, ref)}"], check=True)
-    importlib.invalidate_caches()'''
+    importlib.invalidate_caches()
+    changed = sorted(d for d, v in loaded.items() if md.version(d) != v)
+    if changed:
+        print(f"RESTART THE RUNTIME NOW (Runtime > Restart session), then run the notebook from the top: pip "
+              f"replaced {{', '.join(changed)}}, which this kernel had already imported in its old version.")'''
 
 
 #: The cell after the parameters cell: what the notebook runs on, and the GPU-preset check.
@@ -142,8 +150,22 @@ def sync(nb: dict, filename: str) -> dict:
     for cell in cells:
         if cell["cell_type"] == "markdown":
             text = "".join(cell["source"])
-            cell["source"] = _lines(_ASSET_LINK.sub(lambda m: f"]({raw_url(m[1])})", text))
+            names = _ASSET_LINK.findall(text)
+            cell["source"] = _lines(_ASSET_LINK.sub(lambda m: f"](attachment:{m[1]})", text))
+            if names:
+                cell["attachments"] = {name: {"image/png": _png_base64(name)} for name in names}
+                keys = sorted(cell.items())  # in the order Jupyter writes a cell's keys
+                cell.clear()
+                cell.update(keys)
     return nb
+
+
+def _png_base64(name: str) -> str:
+    """The committed figure ``erl_lite/assets/<name>``, base64-encoded as a cell attachment holds it."""
+    path = ASSETS / name
+    if path.suffix != ".png" or not path.is_file():
+        raise ValueError(f"a notebook shows {name!r}, which is not a PNG under {ASSETS}")
+    return base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def dumps(nb: dict) -> str:

@@ -174,7 +174,7 @@ def test_a_script_refuses_an_output_folder_that_is_a_file(script, argv, a_file, 
     ],
 )
 def test_erl_lite_refuses_an_output_folder_that_is_a_file(argv, a_file, capsys):
-    err = _cli_error([a.format(file=a_file, history=ROOT / "assets" / "demo") for a in argv], capsys)
+    err = _cli_error([a.format(file=a_file, history=ROOT / "erl_lite" / "assets" / "demo") for a in argv], capsys)
     assert "argument --out" in err and "not a folder" in err and "Traceback" not in err
 
 

@@ -160,6 +160,10 @@ WRONG = [
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["third"]), "only when"),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], ["first"]), "last"),
     (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], None), "No answer yet"),
+    # a position instead of the rulebook: not "the last successful rulebook wins"
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], [2]), "texts themselves"),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], [1]), "texts themselves"),
+    (ex.check_memory, (["first", "second", "third"], [1.0, 1.0, 0.0], [0, 1], "fifo"), "texts themselves"),
 ]
 
 
@@ -174,6 +178,9 @@ WRONG_GATES = [
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r <= threshold], "the gate is strict"),
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r >= threshold], "you picked the successes"),
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r == 0], "partial credit"),
+    # a gate that drops negative rewards is not told "not only zeros"
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if 0 <= r < threshold], "negative reward"),
+    (lambda rewards, threshold: [i for i, r in enumerate(rewards) if 0 < r < threshold or r == 0], "negative reward"),
     (lambda rewards, threshold: [i + 1 for i, r in enumerate(rewards) if r < threshold], "positions start at 0"),
     (lambda rewards, threshold: [i for i, r in enumerate(rewards) if r < 1], "not with a fixed 1"),
     (lambda rewards, threshold: [r < threshold for r in rewards], "is a boolean"),
@@ -271,6 +278,35 @@ ROUNDED = [  # the right method, rounded to fewer decimal places than asked
 def test_a_rounded_answer_gets_a_rounding_hint_not_a_method_hint(capsys, fn, args):
     ok, out = _run(capsys, fn, *args)
     assert ok is False and "method is right" in out and f"{DECIMALS} decimal places" in out, out
+
+
+#: Wrong methods whose numbers lie within half a unit of the answer at 0 decimals (whole numbers): each exercise
+#: of notebook 05 and 02's gate rate, several per exercise; the answer they must not be shown, at 3 decimals.
+WRONG_METHODS = [
+    (gx.check_internalization_weights, (R2, [1, 0, 0, 0]), ["0.500"]),  # 0.5 dropped
+    (gx.check_internalization_weights, (R2, [1, 0, 1, 1]), ["0.500"]),
+    (gx.check_loss_curve_prediction, (1, 1, 3), ["1.280", "0.800"]),
+    (gx.check_loss_curve_prediction, (1.0, 1.0, 3.0), ["1.280", "0.800"]),
+    (gx.check_clipped_loss, (0.5, 1.0, -1), ["-0.500"]),  # no clip below 1 - eps for A > 0
+    (gx.check_clipped_loss, (0.5, 1.0, 0), ["-0.500"]),
+    (gx.check_clipped_loss, (1.5, 1.0, -1), ["-1.280"]),
+    (gx.check_clipped_loss, (0.7, -1.0, 1), ["0.800"]),
+    (gx.check_advantages, ([1.0, 0.0, 0.0, 0.0], [1, 0, 0, 0]), ["1.500", "-0.500"]),
+    (gx.check_advantages, ([1.0, 0.0, 0.0, 0.0], [2, -1, -1, 0]), ["1.500", "-0.500"]),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [1, -1, 1, 1, 0, 0]), ["0.577", "-1.155"]),
+    (gx.check_grouped_advantages, (GROUP_REWARDS, GROUP_KEYS, [0, -1, 0, 1, 0, 0]), ["0.577", "-1.155"]),
+    (ex.check_gate_rate, (GATE_REWARDS, 1), ["0.625"]),
+    (ex.check_gate_rate, (GATE_REWARDS, 0), ["0.625"]),
+]
+
+
+@pytest.mark.parametrize("fn, args, answer", WRONG_METHODS, ids=[f"{f.__name__}-{a[-1]}" for f, a, _ in WRONG_METHODS])
+def test_a_wrong_method_is_never_called_rounded_nor_shown_the_answer(capsys, fn, args, answer):
+    """Whole numbers are a different method, not the right one rounded: no "your method is right", and no hint that
+    prints the numbers the exercise asks for."""
+    ok, out = _run(capsys, fn, *args)
+    assert ok is False and "method is right" not in out, out
+    assert not [a for a in answer if a in out], out
 
 
 @pytest.mark.parametrize(

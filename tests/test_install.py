@@ -240,3 +240,110 @@ def test_the_trainer_refuses_to_load_a_named_model_for_a_gpu_preset_on_the_cpu(n
             args=args,
             train_dataset=[{"prompt": "hi"}],
         )
+
+
+# --- the wheel: what a pip install carries --------------------------------------------------------
+#: Notebook 06's cells that show committed evidence, with the three cells every notebook opens with; the live run
+#: (sections 2 and 4) trains for minutes and reads no committed file, so it is left out here.
+EVIDENCE_CELLS = ("06-01", "06-02", "06-env", "06-12", "06-share")
+
+
+def test_a_wheel_install_shows_notebook_06s_committed_evidence_from_an_empty_folder(tmp_path):
+    """Built as a wheel and installed into a fresh virtual environment (torch & co. from this one's site-packages:
+    nothing downloaded), erl_lite carries the committed comparisons: notebook 06, run from an empty folder, shows
+    each world's findings, figure and table, and the live-run share, read from the installed package."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout")
+    nbclient, nbformat = pytest.importorskip("nbclient"), pytest.importorskip("nbformat")
+    repo = _snapshot_of_working_tree(tmp_path / "repo")  # tracked and new files only, as a release builds them
+    pip = ["-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([sys.executable, *pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), repo],
+                   check=True, timeout=300)  # fmt: skip
+    wheel = next(tmp_path.glob("erl_lite-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run([python, *pip, "install", "--no-deps", str(wheel)], check=True, timeout=300)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nb = nbformat.read(str(ROOT / "notebooks" / "06_erl_vs_rlvr_and_ablations.ipynb"), as_version=4)
+    nb.cells = [c for c in nb.cells if c.get("id") in EVIDENCE_CELLS]
+    assert [c.id for c in nb.cells] == list(EVIDENCE_CELLS)
+    # the installed copy, not a checkout; matplotlib's inline backend, which draws a displayed figure as a PNG
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND")}
+    # the kernel is the venv's python: a kernel spec that names it, as Colab's kernel is its own interpreter
+    spec = {"argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"], "language": "python"}
+    (tmp_path / "kernels" / "venv").mkdir(parents=True)
+    (tmp_path / "kernels" / "venv" / "kernel.json").write_text(json.dumps({**spec, "display_name": "venv"}))
+    env.update(JUPYTER_PATH=str(tmp_path), ERL_LITE_STATIC="1")
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        client = nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="venv", resources={"metadata": {"path": str(empty)}}
+        )
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+    def shown(cell_id: str) -> tuple[str, int]:
+        """The text a cell printed or displayed, and how many images it drew."""
+        outputs = next(c for c in nb.cells if c.id == cell_id).outputs
+        text = "".join(o.get("text", "") + o.get("data", {}).get("text/markdown", "") for o in outputs)
+        return text, sum("image/png" in o.get("data", {}) for o in outputs)
+
+    report, _ = shown("06-env")
+    imported = re.search(r"^erl_lite\s.*?(/\S+)", report, flags=re.M)
+    assert imported and pathlib.Path(imported[1]).resolve().is_relative_to(venv.resolve()), report
+    evidence, figures = shown("06-12")
+    assert "no committed comparison" not in evidence
+    for world, prefix in (
+        ("hard", "compare_hard_samples_"),
+        ("sparse", "compare_sparse_samples_"),
+        ("demo", "compare_samples_"),
+    ):
+        findings = (ROOT / "erl_lite" / "assets" / f"{prefix}findings.md").read_text()
+        assert f"**Findings, {world} world**: " + findings in evidence
+        assert (ROOT / "erl_lite" / "assets" / f"{prefix}table.md").read_text() in evidence
+    assert figures == 3
+    share = json.loads((ROOT / "erl_lite" / "assets" / "live_run_share.json").read_text())
+    assert (
+        f"ERL ended above RLVR on {len(share['erl_ahead_seeds'])} of {len(share['seeds'])} seeds"
+        in shown("06-share")[0]
+    )
+
+
+@pytest.mark.parametrize("replaced", [[], ["PyYAML"], ["PyYAML", "numpy"], ["a-package-not-imported"]], ids=str)
+def test_the_install_cell_says_to_restart_when_pip_replaced_what_the_kernel_imported(capsys, monkeypatch, replaced):
+    """On Colab the install cell runs in a kernel that has already imported packages: when pip replaces one of those
+    (a constraint pins another version), the old one stays loaded, so the cell must say to restart; when pip
+    replaced none of them (or only packages not imported), it must not."""
+    import importlib.metadata as md
+    import importlib.util
+
+    import numpy  # noqa: F401  # imported by this kernel, as PyYAML (yaml) is
+    import yaml  # noqa: F401
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from sync_notebooks import install_cell_source
+
+    installed = {}
+    real_version = md.version
+    monkeypatch.setattr(md, "version", lambda d: installed.get(d) or real_version(d))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # erl_lite not installed: a fresh Colab
+    calls = []
+
+    def pip(args, check):  # stands in for pip: the install replaces the distributions named
+        calls.append(args)
+        installed.update({d: "999.0" for d in replaced})
+
+    monkeypatch.setattr(subprocess, "run", pip)
+    exec(install_cell_source(), {})
+    out = capsys.readouterr().out
+    assert calls and "install" in calls[0]
+    imported = [d for d in replaced if d != "a-package-not-imported"]
+    assert ("RESTART THE RUNTIME" in out) is bool(imported), out
+    assert all(d in out for d in imported), out

@@ -208,14 +208,15 @@ def test_keys_of_the_old_role_name_read_in_todays_names_from_histories_samples_a
 
 
 def test_the_committed_demo_run_reads_with_an_internalization_loss():
-    """assets/demo was written when the role was ``distill``: read today, its loss per role has internalization."""
+    """erl_lite/assets/demo was written when the role was ``distill``: read today, its loss per role has
+    internalization."""
     from pathlib import Path
 
     from erl_lite.history import History
     from erl_lite.metric_names import LOSS_KEYS
     from erl_lite.records import INTERNALIZATION
 
-    history = History.load(Path(__file__).resolve().parent.parent / "assets" / "demo")
+    history = History.load(Path(__file__).resolve().parent.parent / "erl_lite" / "assets" / "demo")
     steps, values = history.series(LOSS_KEYS[INTERNALIZATION])
     assert len(steps) == len(history.of_kind("train")) > 0 and all(v == v for v in values)
 

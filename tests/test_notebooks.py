@@ -140,7 +140,10 @@ def test_notebook_install_cell_badge_and_links_match_the_release_constants(path)
     tags = code[1].get("metadata", {}).get("tags", [])
     assert "parameters" in tags, "code cells open with install, parameters, environment, in that order"
     assert "environment_report()" in "".join(code[2]["source"])
-    assert "](../assets" not in text  # relative links do not resolve when Colab opens the notebook alone
+    # a figure is a cell attachment: a relative link does not resolve when Colab opens the notebook alone, a raw
+    # URL not offline (nor before the repository is published)
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", "\n".join("".join(c["source"]) for c in nb["cells"]))
+    assert [i for i in images if not i.startswith(("attachment:", "https://colab.research.google.com/"))] == []
 
 
 #: The longest notebooks start first, so the last one to finish is a short one (measured: notebooks/README.md).
@@ -218,3 +221,16 @@ def test_notebook_06_live_run_is_the_setting_its_share_was_measured_in():
         if isinstance(node, ast.Assign) and node.targets[0].id in ("WORLD", "SETTINGS"):
             names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "parameters", "eval"))
     assert names["WORLD"] == script.WORLD and names["SETTINGS"]["demo"] == script.SETTING
+
+
+@pytest.mark.parametrize("preset, world", [("demo", "demo"), ("demo", "sparse"), ("gpu", "hard"), ("demo", "hard")])
+def test_notebook_06_says_when_its_ten_seed_share_is_not_the_setting_just_run(capsys, preset, world):
+    """Section 3 prints the share of ten seeds where ERL ended above RLVR, measured in one setting: after
+    ``WORLD = "demo"`` (or on the gpu preset) it must say the share is not of the run just made."""
+    nb = json.loads((ROOT / "notebooks" / "06_erl_vs_rlvr_and_ablations.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c.get("id") == "06-share")
+    exec("".join(cell["source"]), {"PRESET": preset, "WORLD": world})
+    out = capsys.readouterr().out
+    measured = json.loads((ROOT / "erl_lite" / "assets" / "live_run_share.json").read_text())["world"]
+    assert ("NOT this run's setting" in out) is ((preset, world) != ("demo", measured)), out
+    assert f"{measured} world" in out

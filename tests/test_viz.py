@@ -189,8 +189,9 @@ def test_long_runs_keep_markers_on_every_curve():
     long = synthetic_history(steps=120, with_samples=False)
     for line in plot_rewards(long).axes[0].lines:
         assert line.get_marker() not in (None, "None", "")
-        every = line.get_markevery()
-        assert every is None or every == 1 or len(line.get_xdata()) / every <= 21
+        every = line.get_markevery()  # None, a stride, or the indices marked
+        marks = len(every) if isinstance(every, list) else len(line.get_xdata()) / (every or 1)
+        assert marks <= 21 or every in (None, 1)
 
 
 def test_figures_are_closed_in_pyplot(hist):
@@ -575,11 +576,10 @@ def test_evaluation_is_points_with_intervals_never_a_line(hist):
 
 @pytest.mark.parametrize("fn", [plot_losses, plot_advantages])
 def test_roles_differ_by_line_style_and_marker_even_when_equal(hist, fn):
-    """Reflection and second-attempt advantages share r2, so their curves coincide: style, not colour alone."""
-    records = [
-        dict(r, **{"advantage/reflection": r.get("advantage/second"), "loss/reflection": r.get("loss/second")})
-        for r in hist.records
-    ]
+    """Reflection and second-attempt advantages share r2, so their curves often coincide on some steps: style, not
+    colour alone (curves equal on every step are one curve: test_no_curve_is_hidden_under_an_equal_one)."""
+    same = lambda r: {"advantage/reflection": r.get("advantage/second"), "loss/reflection": r.get("loss/second")}
+    records = [dict(r, **same(r)) if r["step"] % 2 else r for r in hist.records]
     lines = _drawn(fn(History(records=records)).axes[0])
     looks = [(line.get_linestyle(), line.get_marker()) for line in lines]
     assert len(set(ls for ls, _ in looks)) == len(looks) and len(set(m for _, m in looks)) == len(looks)
@@ -635,6 +635,11 @@ def test_the_overview_and_saved_memory_panels_name_letters_when_given_claims(tmp
     assert {c.get_label() for c in panel.collections} == {"named, right", "named, wrong", "true, not named"}
     plain = next(ax for ax in plot_overview(history).axes if "Memory" in ax.get_title())
     assert [t.get_text() for t in plain.get_yticklabels()] == ["rulebook 1", "rulebook 2"]
+    # the title says what the rows are: named items, or whole rulebooks
+    assert (panel.get_title(), plain.get_title()) == (
+        "Memory after each step: what it names",
+        "Memory after each step: which rulebook it held",
+    )
     paths = save_figures(history, tmp_path, memory_claims=_claims, memory_truth=["E"])
     assert all(matplotlib.image.imread(path).size for path in paths)
 
@@ -696,12 +701,110 @@ def test_the_loop_diagram_is_read_from_erl_step():
 
 
 def test_the_committed_loop_diagram_is_current(tmp_path):
-    """assets/erl_loop.png (README, notebook 01) is what scripts/draw_erl_loop.py draws from the code now."""
+    """erl_lite/assets/erl_loop.png (README, notebook 01) is what scripts/draw_erl_loop.py draws from the code now."""
     from matplotlib.testing.compare import compare_images
 
     script = _loop_script()
     fresh = script.draw(tmp_path / "erl_loop.png")
     # tolerance: font hinting differs between FreeType builds by a few RMS units; a moved box differs by far more
     assert compare_images(str(script.OUT), str(fresh), tol=8) is None, (
-        "assets/erl_loop.png is stale: run python scripts/draw_erl_loop.py"
+        "erl_lite/assets/erl_loop.png is stale: run python scripts/draw_erl_loop.py"
     )
+
+
+# ---------------------------------------------------------------- no line hidden, none drawn through a gap
+def _misdrawn(fig: Figure, steps: list[int]) -> list[str]:
+    """What a reader would misread: a curve joined across a training step where it has no value (a gap drawn as
+    data), and a curve whose every point lies under another's (a series the figure shows but nobody can see)."""
+    import numpy as np
+
+    found = []
+    for ax in fig.axes:
+        lines = [line for line in ax.lines if not line.get_label().startswith("_") and line.get_linestyle() != "None"]
+        points = {}
+        for line in lines:
+            x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+            for x0, y0, x1, y1 in zip(x, y, x[1:], y[1:]):
+                if np.isfinite([y0, y1]).all() and any(x0 < s < x1 for s in steps):
+                    found.append(f"{ax.get_title()}: {line.get_label()!r} drawn across steps {x0:g}-{x1:g}")
+            points[line] = sorted((round(a, 9), round(b, 9)) for a, b in zip(x, y) if np.isfinite(b))
+        for a in lines:
+            under = [b for b in lines if b is not a and points[a] and points[a] == points[b]]
+            if under and a.get_zorder() <= max(b.get_zorder() for b in under):
+                found.append(f"{ax.get_title()}: {a.get_label()!r} hidden under {[b.get_label() for b in under]}")
+    return found
+
+
+def _without_second_attempts(history: History, steps: range) -> History:
+    """``history`` with no failed first attempt on ``steps``: no second-attempt reward, the roles' rows 0 (the
+    update logs their loss and |A| as 0 then), as a run whose gate stops firing late logs it."""
+    records = []
+    for r in history.records:
+        r = dict(r)
+        r.update({f"samples/{role}": 4.0 if role == "first" else 2.0 for role in ("first", "reflection", "second")})
+        if r.get("step") in steps:
+            for key in ("reward/second", "success/second", "reflection/reward"):
+                r.pop(key, None)
+            r.update(
+                {
+                    f"{kind}/{role}": 0.0
+                    for kind in ("samples", "advantage", "loss")
+                    for role in ("reflection", "second")
+                }
+            )
+        records.append(r)
+    return History(records=records, samples=history.samples)
+
+
+def _equal_roles(history: History) -> History:
+    """``history`` with reflection and second-attempt advantage and loss equal (both share r2)."""
+    same = lambda r: {"advantage/reflection": r.get("advantage/second"), "loss/reflection": r.get("loss/second")}
+    return History(records=[dict(r, **same(r)) for r in history.records])
+
+
+@pytest.mark.parametrize("gap", [range(5, 9), range(9, 12), range(2, 3), range(3, 12, 2)], ids=str)
+@pytest.mark.parametrize("fn", [plot_rewards, plot_losses, plot_advantages, plot_overview])
+def test_no_curve_is_drawn_across_steps_where_it_has_no_value(hist, fn, gap):
+    """Steps without second attempts are gaps in every second-attempt and reflection curve: not a line joining
+    the steps around them, not a drop to the 0 the update logs for a role without rows."""
+    history = _without_second_attempts(hist, gap)
+    fig = fn(history)
+    assert _misdrawn(fig, list(range(1, STEPS + 1))) == []
+    for ax in fig.axes:
+        for line in (x for x in ax.lines if x.get_label().startswith(("second attempt", "reflection"))):
+            shown = {s for s, v in zip(line.get_xdata(), line.get_ydata()) if v == v}  # not NaN
+            assert not shown & set(gap), f"{ax.get_title()}: {line.get_label()!r} has values on {shown & set(gap)}"
+    # a lone step between gaps is a point a reader can see: it carries a marker
+    for ax in fig.axes:
+        for line in (x for x in ax.lines if "second" in x.get_label()):
+            y = list(line.get_ydata())
+            alone = [
+                i
+                for i in range(len(y))
+                if y[i] == y[i] and all(not (0 <= j < len(y)) or y[j] != y[j] for j in (i - 1, i + 1))
+            ]
+            marked = line.get_markevery()
+            assert marked is None or set(alone) <= set(marked), (ax.get_title(), line.get_label(), alone, marked)
+
+
+@pytest.mark.parametrize("fn", [plot_losses, plot_advantages, plot_overview])
+def test_no_curve_is_hidden_under_an_equal_one(hist, fn):
+    """Reflection and second-attempt |A| share r2: equal point for point, they are one curve labelled with both
+    roles, not one line drawn over the other."""
+    fig = fn(_equal_roles(hist))
+    assert _misdrawn(fig, list(range(1, STEPS + 1))) == []
+    for ax in (ax for ax in fig.axes if ax.get_title().startswith(("Advantage", "Loss"))):
+        assert "reflection = second attempt" in [line.get_label() for line in ax.lines], ax.get_title()
+
+
+def test_the_misdrawn_check_finds_a_bridged_gap_and_a_hidden_line():
+    """The check itself, on a figure drawn wrong on purpose."""
+    fig, ax = plt.subplots()
+    ax.set_title("wrong")
+    ax.plot([1, 2, 6], [0.1, 0.2, 0.3], label="bridged")
+    ax.plot([1, 2, 3], [0.5, 0.5, 0.5], label="under", zorder=1)
+    ax.plot([1, 2, 3], [0.5, 0.5, 0.5], label="over", zorder=2)
+    ax.plot([1, 2, 3, 4, 5, 6], [0.9, 0.9, float("nan"), float("nan"), 0.9, 0.9], label="gapped")
+    found = _misdrawn(fig, [1, 2, 3, 4, 5, 6])
+    plt.close(fig)
+    assert found == ["wrong: 'bridged' drawn across steps 2-6", "wrong: 'under' hidden under ['over']"]

@@ -247,7 +247,7 @@ def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 
 #: Share of their norm one optimizer step may move the weights: between SmolLM2-135M's LoRA at 1e-3 (4.7%; 1e-5: 0.047%,
-#: `pytest -s -m realmodel tests/test_realmodel.py -k large_step`) and the embedded demo at 1e-3 (1.9%, assets/demo).
+#: `pytest -s -m realmodel tests/test_realmodel.py -k large_step`) and the embedded demo at 1e-3 (1.9%, erl_lite/assets/demo).
 LARGE_STEP = 0.03
 
 

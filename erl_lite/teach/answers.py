@@ -77,12 +77,11 @@ def positions(answer: Any) -> tuple[list[int] | None, str]:
 
 
 def rounding_hint(values: Sequence[float], expected: Sequence[float]) -> str | None:
-    """The hint for a right method rounded too coarsely (0.63 for 0.625), or None when it is not that."""
-    for places in range(DECIMALS - 1, -1, -1):
+    """The hint for a right method rounded too coarsely (0.63 for 0.625; 0 for 0.5 is another method), or None."""
+    if len(values) != len(expected) or all(math.isclose(v, round(v)) for v in values):
+        return None
+    for places in range(DECIMALS - 1, 0, -1):
         half = 0.5 * 10**-places + 1e-6  # rounded to `places`: within half a unit (+ float32 slack of the losses)
-        if len(values) == len(expected) and all(
-            math.isclose(v, round(v, places)) and abs(v - e) <= half for v, e in zip(values, expected)
-        ):
-            shown = ", ".join(f"{e:.{DECIMALS}f}" for e in expected)
-            return f"your method is right, only rounded: give {DECIMALS} decimal places ({shown})."
+        if all(math.isclose(v, round(v, places)) and abs(v - e) <= half for v, e in zip(values, expected)):
+            return f"your method is right, only rounded: give {DECIMALS} decimal places."
     return None

@@ -36,6 +36,10 @@ GATE_MISTAKES: list[tuple[Callable[[list[float], float], list[int]], str]] = [
         lambda rs, t: [i for i, r in enumerate(rs) if r <= t],
         "the gate is strict: an attempt with r1 = τ succeeded and is not reflected on (r1 < τ, not r1 ≤ τ).",
     ),
+    (  # before the zeros: on rewards with no partial credit it picks what they pick
+        lambda rs, t: [i for i, r in enumerate(rs) if 0 <= r < t],
+        "a negative reward is below τ too: it goes on (only r1 ≥ τ stops an attempt).",
+    ),
     (
         lambda rs, t: [i for i, r in enumerate(rs) if r == 0],
         "partial credit is not success: any reward below τ goes on, not only zeros.",
@@ -173,7 +177,9 @@ def check_memory(
     got = [answer] if isinstance(answer, str) else list(answer)  # one rulebook: a memory of one
     if got == expected:
         return ok(f"Correct: memory holds {expected}.")
-    if kind == "single" and len(got) > 1:
+    if not all(isinstance(t, str) for t in got):
+        hint = "give the rulebooks' texts themselves (e.g. rulebooks[1]), not their positions."
+    elif kind == "single" and len(got) > 1:
         hint = "the paper's memory has one slot: each successful rulebook overwrites the previous one."
     elif any(r < threshold and t in got for t, r in zip(rulebooks, rewards)):
         hint = f"a rulebook is stored only when its second attempt succeeded (r2 ≥ τ = {threshold:g})."

@@ -9,6 +9,7 @@ from typing import Any, Union
 import matplotlib.pyplot as plt  # without a display, matplotlib falls back to Agg by itself
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from erl_lite.history import History
@@ -139,11 +140,16 @@ def plot_series(
     ls: str = "-",
     marker: str = "o",
     hollow: bool = False,
-) -> None:
-    """One curve with markers; a ``hollow`` one (a baseline, a role equal to another) goes on top with larger
-    hollow markers, so where it equals another curve its marker rings the filled one."""
-    every = max(1, math.ceil(len(steps) / MAX_MARKERS))
+) -> Line2D:
+    """One curve with markers (every point between two gaps, NaN, has one); a ``hollow`` one (a baseline, a role
+    equal to another) goes on top with larger hollow markers, so where it equals another curve its marker rings the
+    filled one."""
+    shown = [i for i, v in enumerate(values) if v == v]  # not NaN
+    alone = [i for i in shown if all(j not in shown for j in (i - 1, i + 1))]
+    every = sorted({*shown[:: max(1, math.ceil(len(shown) / MAX_MARKERS))], *alone})
     look = dict(markersize=4, zorder=2)
     if hollow:
         look = dict(markersize=6.5, markerfacecolor="none", markeredgewidth=1.3, zorder=3)
-    ax.plot(steps, values, ls, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)
+    return ax.plot(steps, values, ls, color=color, label=label, marker=marker, markevery=every, linewidth=1.8, **look)[
+        0
+    ]

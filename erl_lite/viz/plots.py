@@ -26,17 +26,29 @@ Spec = tuple[str, str, str, str]
 NO_EVAL = "no evaluation logged"
 
 
+def _gapped(history: History, key: str, role: str) -> tuple[list[int], list[float]]:
+    """A training series at every logged step, NaN (a gap in its line) where it has no value or its role had no
+    rows (the update logs 0 for those): a line joined across such steps, or dropping to 0, would show data."""
+    steps, values = history.series(key)
+    empty = {s for s, n in zip(*history.series(keys.SAMPLES_KEYS.get(role, ""))) if n == 0}
+    known = {s: v for s, v in zip(steps, values) if s not in empty}
+    every = sorted({*history.series(keys.STEP)[0], *steps})
+    return (every, [known.get(s, math.nan) for s in every]) if known else ([], [])
+
+
 def _curves(ax: Axes, history: History, specs: list[Spec], baseline: bool = False, roles: bool = False) -> int:
-    """Draw every spec that has data (evaluation as points with intervals, ``roles``: a line style per role,
-    as reflection and second attempt often coincide; a ``baseline``'s labels say RLVR); returns how many were drawn."""
-    drawn = 0
+    """Draw every spec that has data (evaluation as points with intervals, ``roles``: a line style per role, equal
+    roles one curve labelled with both; a ``baseline``'s labels say RLVR); returns how many were drawn."""
+    drawn, curves = 0, {}
     for key, kind, label, role in specs:
-        steps, values = history.series(key, kind)
+        steps, values = history.series(key, kind) if kind == "eval" else _gapped(history, key, role)
         label = "RLVR · " + label if baseline else label
         if values and kind == "eval":
             _eval_points(ax, history, steps, values, label, COLORS[role], MARKERS[role], baseline)
+        elif values and (same := curves.get(repr((steps, values)))) is not None:
+            same.set_label(f"{same.get_label()} = {label}")
         elif values:
-            S.plot_series(
+            curves[repr((steps, values))] = S.plot_series(
                 ax,
                 steps,
                 values,
@@ -106,8 +118,8 @@ def rewards_are_binary(history: HistoryLike) -> bool:
     pairs = [
         ((keys.REWARD_FIRST, "train"), (keys.SUCCESS_FIRST, "train")),
         ((keys.REWARD_SECOND, "train"), (keys.SUCCESS_SECOND, "train")),
+        ((keys.EVAL_REWARD, "eval"), (keys.EVAL_SUCCESS, "eval")),
     ]
-    pairs.append(((keys.EVAL_REWARD, "eval"), (keys.EVAL_SUCCESS, "eval")))
     verdicts = [v for v in (_same_series(h, a, b) for a, b in pairs) if v is not None]
     return bool(verdicts) and all(verdicts)
 
@@ -214,7 +226,8 @@ def plot_memory(
     labels = rows if claims else [f"rulebook {i + 1}" for i in range(len(rows))]
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    S.decorate(ax, "Memory after each step: what it names", "step", "in memory", bool(rows))
+    what = "what it names" if claims else "which rulebook it held"
+    S.decorate(ax, f"Memory after each step: {what}", "step", "in memory", bool(rows))
     ax.grid(False, axis="y")
     return S.done(fig, owned)
 
