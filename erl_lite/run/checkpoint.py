@@ -50,8 +50,8 @@ _ROOT_FILES = re.compile(
     r"(\.index\.json)?|(generation_)?config\.json|tokenizer(_config\.json|\.json|\.model)|"
     r"(special_tokens_map|added_tokens)\.json|chat_template\.(jinja|json)|(vocab|merges)\.\w+)$"
 )
-_FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")  # the demo's, with its report
-RUN_NAMES = (_PATTERN, _ROOT_FILES, _FIGURES)  # every name a run writes in its folder
+FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")  # the demo's, with its report
+RUN_NAMES = (_PATTERN, _ROOT_FILES, FIGURES)  # every name a run writes in its folder
 
 
 def ensure_writable(out_dir: str) -> None:
@@ -312,10 +312,11 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def previous_run(out_dir: str) -> list[str]:
-    """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, and the files a run writes at
-    its root (``training_args.json``, the final model and tokenizer, a demo's ``report.md``)."""
-    if not os.path.isdir(out_dir):
+def previous_run(out_dir: str, names: set[str]) -> list[str]:
+    """Another run's files among ``names`` (what erl_lite wrote in ``out_dir``): checkpoints, a non-empty
+    ``history.jsonl``, and the files a run writes at its root (``training_args.json``, the final model and
+    tokenizer, a demo's ``report.md``)."""
+    if not names:
         return []
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
     with (
@@ -324,22 +325,22 @@ def previous_run(out_dir: str) -> list[str]:
     ):
         if records := sum(1 for line in f if line.strip()):
             found.append(f"history.jsonl with {records} record{'s' * (records != 1)}")
-    return found + sorted(
-        n
-        for n in os.listdir(out_dir)
-        if _ROOT_FILES.match(n)
-        and not n.startswith(("history.", "samples."))
-        and os.path.isfile(os.path.join(out_dir, n))
-    )
+    found += sorted(n for n in names if _ROOT_FILES.match(n) and not n.startswith(("history.", "samples.")))
+    return [f for f in found if f.split(" ")[0] in names]
 
 
-def remove_previous_run(out_dir: str) -> None:
-    """Delete what a previous run wrote in ``out_dir`` (checkpoints, history, the final model and its files)."""
+def remove_previous_run(out_dir: str, names: set[str]) -> None:
+    """Delete what a previous run wrote in ``out_dir``: of ``names`` (what erl_lite recorded writing there), the
+    checkpoints, history, final model and its files, and a demo's report and figures; and a half-written checkpoint."""
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
-        if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):
+        if name.startswith(".checkpoint-") and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)  # save_checkpoint's temporary folder, left by a crash
+        elif name not in names or not any(p.match(name) for p in RUN_NAMES):
+            continue
+        elif os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
-        elif (_ROOT_FILES.match(name) or _FIGURES.match(name)) and os.path.isfile(path):
+        else:
             os.remove(path)
 
 

@@ -23,7 +23,7 @@ from erl_lite.run.callbacks import TrainerCallbacks
 from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
 from erl_lite.run.identity import run_differences, run_identity
 from erl_lite.run.layout import write_json
-from erl_lite.run.lock import RunLock
+from erl_lite.run.lock import FILES_RECORD, RunLock, check_out, written
 from erl_lite.run.state import CheckpointError, TrainingState, apply_state
 
 
@@ -164,21 +164,24 @@ class CheckpointSaving:
         return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env, self._weights)
 
     def _claim_output_dir(self) -> None:
-        """Refuse an ``output_dir`` holding another run, or clear it when ``overwrite_output_dir`` says so."""
-        found = previous_run(self.args.output_dir)
+        """Refuse an ``output_dir`` holding another run or files of a run's names that erl_lite did not write;
+        clear the run when ``overwrite_output_dir`` says so (only the files erl_lite recorded writing there)."""
+        out = self.args.output_dir
+        check_out(out, "a fresh run", "training", overwrite=True)  # files of a run's names, not erl_lite's
+        ours = written(out)
+        found = previous_run(out, ours)
         # DDP: every process looks before rank 0 writes, so all take the same decision.
         self.dist.barrier()
         if found and not self.args.overwrite_output_dir:
             raise CheckpointError(
-                f"output_dir {self.args.output_dir!r} already holds another run or files a run writes over "
-                f"({', '.join(found)}); a fresh "
+                f"output_dir {out!r} already holds another run ({', '.join(found)}); a fresh "
                 "run there would overwrite its history and, with save_total_limit, delete its checkpoints. "
                 "Resume it with train(resume_from_checkpoint=True) (erl-lite train --resume), pick another "
-                "output_dir, or set overwrite_output_dir=True (--overwrite) to delete that run's "
-                "checkpoints and history and start afresh"
+                "output_dir, or set overwrite_output_dir=True (--overwrite) to delete the files that run wrote "
+                f"(named in {FILES_RECORD}; no other file) and start afresh"
             )
         if found and self.dist.is_main:
-            remove_previous_run(self.args.output_dir)
+            remove_previous_run(out, ours)
         self._claimed = True
 
     def _past_max_steps(self, step: int, where: str) -> str:
