@@ -260,9 +260,9 @@ def check_counts(cfg: Config) -> None:
         "weight_decay",
         "internalization_coef",
         "learning_rate",
-        "max_grad_norm",
     ):
         _require(cfg, name, lambda value: value >= 0, ">= 0")
+    _require(cfg, "max_grad_norm", lambda norm: norm is None or norm >= 0, ">= 0 (0 or None: no clipping)")
     _require(
         cfg, "seed", lambda seed: 0 <= seed <= MAX_SEED, f"a whole number in 0..{MAX_SEED} (what numpy and torch take)"
     )
