@@ -100,6 +100,21 @@ def _cut_half(path):
     path.write_bytes(data[: len(data) // 2])
 
 
+def _unlist(*names):
+    """Drop ``names`` (all: None) from the manifest and triple the adapter's weights it no longer checks."""
+
+    def damage(manifest):
+        from safetensors.torch import load_file, save_file
+
+        weights = manifest.parent / "adapter_model.safetensors"
+        save_file({k: 3 * v for k, v in load_file(weights).items()}, weights)
+        record = json.loads(manifest.read_text())
+        record["files"] = {k: v for k, v in record["files"].items() if names and k not in names}
+        manifest.write_text(json.dumps(record))
+
+    return damage
+
+
 DAMAGE = {  # each leaves files that parse (or are not parsed at all): only the manifest tells
     "history-emptied": ("history.jsonl", _empty),
     "history-last-line-dropped": ("history.jsonl", _drop_last_line),
@@ -108,6 +123,8 @@ DAMAGE = {  # each leaves files that parse (or are not parsed at all): only the 
     "adapter-half-cut": ("adapter_model.safetensors", _cut_half),
     "tokenizer-missing": ("tokenizer_config.json", os.remove),
     "manifest-missing": ("manifest.json", os.remove),
+    "manifest-lists-nothing": ("manifest.json", _unlist()),
+    "manifest-leaves-out-the-weights": ("manifest.json", _unlist("adapter_model.safetensors")),
     "memory-edited": (
         "memory.json",
         lambda p: p.write_text(p.read_text().replace('"total_writes"', '"total_writes" ')),

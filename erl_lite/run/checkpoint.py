@@ -299,6 +299,11 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
         raise CheckpointError(
             f"{where} is not the manifest of step {meta['step']}: it needs 'step', 'files', 'records'"
         )
+    # Every file of the folder is one the manifest checks: one it leaves out (emptied by hand) is unchecked. Hidden
+    # ones (a file browser's .DS_Store) are no part of a checkpoint.
+    unlisted = sorted(n for n in os.listdir(path) if n not in files and n != MANIFEST and not n.startswith("."))
+    if unlisted:
+        raise CheckpointError(f"{where} does not list {', '.join(unlisted)}: those files cannot be checked")
     for name, want in sorted(files.items()):
         file = os.path.join(path, name)
         size = os.path.getsize(file) if os.path.isfile(file) else None
