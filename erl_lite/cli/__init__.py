@@ -136,6 +136,9 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--resume", action="store_true", default=False, help="continue from the latest checkpoint in --out"
     )
+    train.add_argument(
+        "--ignore-config-mismatch", action="store_true", help="with --resume: continue despite changed settings"
+    )
     add_config_arguments(
         train,
         aliases=FLAG_ALIASES,

@@ -24,7 +24,7 @@ from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run,
 from erl_lite.run.identity import run_differences, run_identity
 from erl_lite.run.layout import write_json
 from erl_lite.run.lock import FILES_RECORD, RunLock, check_out, written
-from erl_lite.run.state import CheckpointError, TrainingState, apply_state
+from erl_lite.run.state import CheckpointError, ResumeRefused, TrainingState, apply_state
 
 
 class CheckpointSaving:
@@ -203,16 +203,17 @@ class CheckpointSaving:
         if self.dist.is_main:
             print(f"erl_lite: resuming {choice.line}")
         if state.step > self.args.max_steps:
-            raise ValueError(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
+            raise ResumeRefused(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
         here = self.args.output_dir and os.path.abspath(self.args.output_dir)
         if here and os.path.abspath(os.path.dirname(state.path or "")) != here:
             self._claim_output_dir()  # a checkpoint from elsewhere continues here: as a fresh run would
         differences = run_differences(state.run, self._run_identity())
         if differences and not ignore_config_mismatch:
-            raise ValueError(
+            raise ResumeRefused(
                 f"cannot resume from {state.path}: it was saved by a run with other settings:\n"
                 + "\n".join(f"  {d}" for d in differences)
-                + "\nPass train(..., ignore_config_mismatch=True) to resume anyway."
+                + "\nPass train(..., ignore_config_mismatch=True) (erl-lite train --ignore-config-mismatch) to "
+                "resume anyway."
             )
         if differences:
             warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences), stacklevel=3)
