@@ -342,3 +342,25 @@ def test_the_fingerprint_reads_a_tensor_past_float32s_whole_numbers():
     module = torch.nn.Module()
     module.weight = torch.nn.Parameter(torch.zeros(136_134_656, dtype=torch.uint8), requires_grad=False)
     assert len(model_fingerprint(module)["model.weights"]) == 16
+
+
+@pytest.mark.slow
+def test_resume_follows_the_lineage_the_run_last_wrote_and_names_the_abandoned_branch(tmp_path):
+    out = tmp_path / "run"
+    make_trainer(out, max_steps=4, save_steps=1).train()  # the old reward's run: checkpoints 1 to 4
+    old = _lines(out / "checkpoint-4" / "history.jsonl")
+    # The reward fixed, the user goes back to checkpoint-2 and stops at step 3.
+    make_trainer(out, max_steps=3, save_steps=1, reward_threshold=0.5).train(
+        resume_from_checkpoint=str(out / "checkpoint-2"), ignore_config_mismatch=True
+    )
+    with pytest.warns(UserWarning, match=r"skipping checkpoint-4 .* the run last wrote checkpoint-3 .* abandoned"):
+        choice = checkpoint.find_run(str(out))
+    assert choice.state.path == str(out / "checkpoint-3")
+    assert _lines(out / "checkpoint-4" / "history.jsonl") == old  # left where it is, not deleted
+    branch = _lines(out / "checkpoint-3" / "history.jsonl")
+    trainer = make_trainer(out, max_steps=4, save_steps=1, reward_threshold=0.5)
+    with pytest.warns(UserWarning, match="abandoned"):
+        trainer.train(resume_from_checkpoint=True)  # continues the new branch: no mismatch with its settings
+    assert train_steps(out) == [1, 2, 3, 4]
+    new = _lines(out / "checkpoint-4" / "history.jsonl")
+    assert new[: len(branch)] == branch and new != old

@@ -52,6 +52,8 @@ _ROOT_FILES = re.compile(
 )
 FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")  # the demo's, with its report
 RUN_NAMES = (_PATTERN, _ROOT_FILES, FIGURES)  # every name a run writes in its folder
+# The checkpoint a run wrote last: the lineage to resume when a resume from an earlier step left higher ones behind.
+LAST_WRITTEN = ".erl_lite.last_checkpoint.json"
 
 
 def ensure_writable(out_dir: str) -> None:
@@ -122,6 +124,7 @@ def save_checkpoint(
             _sync(os.path.join(tmp, name))
         _move_into_place(tmp, final)
         _sync(out_dir)  # the rename itself
+        mark_last_written(out_dir, step)
     except BaseException as e:  # Ctrl-C mid-write too: drop the partial folder, keep the interrupt
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -380,14 +383,39 @@ def find_run(path: str | os.PathLike) -> RunChoice:
         raise CheckpointError(f"no run or checkpoint folder at {path}")
     if _PATTERN.match(os.path.basename(os.path.abspath(path))) or holds_run_record(path):
         return RunChoice(os.path.dirname(os.path.abspath(path)), read_checkpoint(path))
-    skipped = []
-    for checkpoint in list_checkpoints(path):
+    skipped, last = [], _last_written(path)
+    left = [c for c in list_checkpoints(path) if last is not None and _step_of(c) > last and named_for_its_step(c)]
+    if left:  # higher steps of a branch a resume from an earlier checkpoint abandoned: never taken, never deleted
+        warnings.warn(
+            f"skipping {', '.join(map(os.path.basename, left))} in {path}: the run last wrote "
+            f"checkpoint-{last} (it resumed from an earlier step), so those belong to the branch it abandoned",
+            stacklevel=2,
+        )
+    for checkpoint in [c for c in list_checkpoints(path) if c not in left]:
         try:
             return RunChoice(path, read_checkpoint(checkpoint), skipped)
         except CheckpointError as e:
             warnings.warn(f"skipping {checkpoint}: {e}", stacklevel=2)
             skipped.append(f"  {os.path.basename(checkpoint)}: {e}")
     return RunChoice(path, None, skipped)
+
+
+def mark_last_written(out_dir: str, step: int) -> None:
+    """Record ``checkpoint-<step>`` as the head of the run in ``out_dir`` (written, or resumed from)."""
+    write_json(os.path.join(out_dir, LAST_WRITTEN), {"checkpoint": f"checkpoint-{step}", "step": step})
+
+
+def _step_of(checkpoint: str) -> int:
+    return int(_PATTERN.match(os.path.basename(checkpoint)).group(1))
+
+
+def _last_written(folder: str) -> int | None:
+    """The step of the checkpoint the run in ``folder`` wrote last, while that checkpoint is there (else None)."""
+    try:
+        step = read_json(os.path.join(folder, LAST_WRITTEN)).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and os.path.isdir(os.path.join(folder, f"checkpoint-{step}")) else None
 
 
 def _read_trainer_state(path: str) -> Any:

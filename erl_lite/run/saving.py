@@ -20,7 +20,14 @@ from erl_lite.core.progress import Progress
 from erl_lite.history import History
 from erl_lite.run.args import TrainerStateView
 from erl_lite.run.callbacks import TrainerCallbacks
-from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
+from erl_lite.run.checkpoint import (
+    find_run,
+    mark_last_written,
+    previous_run,
+    remove_previous_run,
+    save_checkpoint,
+    save_weights,
+)
 from erl_lite.run.identity import run_differences, run_identity
 from erl_lite.run.layout import write_json
 from erl_lite.run.lock import FILES_RECORD, RunLock, check_out, written
@@ -221,6 +228,8 @@ class CheckpointSaving:
         self._apply_optimizer_settings(state.run.get("config", {}))
         in_output_dir = here and os.path.abspath(state.path or "") == os.path.join(here, f"checkpoint-{state.step}")
         self._saved_step = state.step if in_output_dir else None
+        if in_output_dir and self.dist.is_main:  # the lineage continues from here, not from a higher step
+            mark_last_written(self.args.output_dir, state.step)
 
     def _restore(self, state: TrainingState) -> None:
         sampled_stale(self.model)  # forget the weights the undone step's samplers drew from: the redo samples anew
