@@ -227,3 +227,32 @@ def test_an_empty_marker_left_by_a_dead_process_on_this_host_is_taken_over(tmp_p
         with RunLock(str(out), "training"):
             pass
     assert not (out / LOCK_FILE).exists()
+
+
+def test_an_upload_leaves_the_lock_and_erl_lites_records_at_home(tmp_path, monkeypatch):
+    from huggingface_hub.utils import filter_repo_objects
+
+    from erl_lite.run import export
+
+    folder = tmp_path / "merged"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", LOCK_FILE, WRITER_FILE, FILES_RECORD):
+        (folder / name).write_text("x")
+    calls = []
+
+    class Api:  # huggingface_hub.HfApi, offline: what upload_folder was told
+        def __init__(self, token=None):
+            pass
+
+        def create_repo(self, *a, **kw):
+            pass
+
+        def upload_folder(self, **kw):
+            calls.append(kw)
+
+    monkeypatch.setattr("huggingface_hub.HfApi", Api)
+    export.push_to_hub(folder, "me/model")
+    (kw,) = calls
+    # The files huggingface_hub's own filter lets through, as upload_folder applies it.
+    sent = set(filter_repo_objects(os.listdir(folder), ignore_patterns=kw["ignore_patterns"]))
+    assert sent == {"config.json", "model.safetensors"}
