@@ -397,7 +397,7 @@ def find_run(path: str | os.PathLike) -> RunChoice:
         except CheckpointError as e:
             warnings.warn(f"skipping {checkpoint}: {e}", stacklevel=2)
             skipped.append(f"  {os.path.basename(checkpoint)}: {e}")
-    return RunChoice(path, None, skipped)
+    return RunChoice(path, None, skipped + [f"  {os.path.basename(c)}: of the abandoned branch" for c in left])
 
 
 def mark_last_written(out_dir: str, step: int) -> None:
