@@ -174,7 +174,12 @@ class CheckpointSaving:
         """Refuse an ``output_dir`` holding another run or files of a run's names that erl_lite did not write;
         clear the run when ``overwrite_output_dir`` says so (only the files erl_lite recorded writing there)."""
         out = self.args.output_dir
-        check_out(out, "a fresh run", "training", overwrite=True)  # files of a run's names, not erl_lite's
+        try:  # files of a run's names that erl_lite did not write (a copied checkpoint too): never deleted
+            check_out(out, "a fresh run", "training", overwrite=True)
+        except CheckpointError as e:
+            raise CheckpointError(
+                f"{e}. A run to continue: resume it with train(resume_from_checkpoint=True) (erl-lite train --resume)"
+            ) from None
         ours = written(out)
         found = previous_run(out, ours)
         # DDP: every process looks before rank 0 writes, so all take the same decision.
