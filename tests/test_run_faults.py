@@ -244,9 +244,15 @@ def test_a_fresh_run_into_a_folder_holding_another_run_stops_before_any_step(fin
     with pytest.raises(CheckpointError) as err:
         make_trainer(out, callbacks=[no_step], max_steps=1, save_steps=1).train()
     message = str(err.value)
-    for needed in (str(out), "resume_from_checkpoint=True", "--resume", "another output_dir", "overwrite_output_dir"):
+    # A copied checkpoint or history (not recorded as written there) is never deleted: --overwrite is no way out.
+    copied = plant is not _whole_run
+    advice = ("another folder", "--overwrite or without") if copied else ("another output_dir", "overwrite_output_dir")
+    for needed in (str(out), "resume_from_checkpoint=True", "--resume", *advice):
         assert needed in message, message
-    record.unlink()
+    if copied:  # nothing of erl_lite's there: the refused writer leaves no record either
+        assert not record.exists()
+    else:
+        record.unlink()
     assert digest(out) == before  # nothing of the run touched
 
 
@@ -259,7 +265,8 @@ def test_a_folder_without_a_run_is_used_as_it_is(tmp_path, content):
         (out / "notes.md").write_text("my notes")
         (out / "checkpoint-final.txt").write_text("not a checkpoint folder")
     elif content == "empty-history":
-        (out / "history.jsonl").write_text("\n")  # a run that failed before its first step
+        (out / "history.jsonl").write_text("\n")  # a run that failed before its first step, recorded as it
+        (out / ".erl_lite.files.json").write_text('{"by": "training", "written": ["history.jsonl"]}')
     assert make_trainer(out, max_steps=1).train().records[-1]["step"] == 1
     if content == "other-files":
         assert (out / "notes.md").read_text() == "my notes"

@@ -100,6 +100,21 @@ def _cut_half(path):
     path.write_bytes(data[: len(data) // 2])
 
 
+def _unlist(*names):
+    """Drop ``names`` (all: None) from the manifest and triple the adapter's weights it no longer checks."""
+
+    def damage(manifest):
+        from safetensors.torch import load_file, save_file
+
+        weights = manifest.parent / "adapter_model.safetensors"
+        save_file({k: 3 * v for k, v in load_file(weights).items()}, weights)
+        record = json.loads(manifest.read_text())
+        record["files"] = {k: v for k, v in record["files"].items() if names and k not in names}
+        manifest.write_text(json.dumps(record))
+
+    return damage
+
+
 DAMAGE = {  # each leaves files that parse (or are not parsed at all): only the manifest tells
     "history-emptied": ("history.jsonl", _empty),
     "history-last-line-dropped": ("history.jsonl", _drop_last_line),
@@ -108,6 +123,8 @@ DAMAGE = {  # each leaves files that parse (or are not parsed at all): only the 
     "adapter-half-cut": ("adapter_model.safetensors", _cut_half),
     "tokenizer-missing": ("tokenizer_config.json", os.remove),
     "manifest-missing": ("manifest.json", os.remove),
+    "manifest-lists-nothing": ("manifest.json", _unlist()),
+    "manifest-leaves-out-the-weights": ("manifest.json", _unlist("adapter_model.safetensors")),
     "memory-edited": (
         "memory.json",
         lambda p: p.write_text(p.read_text().replace('"total_writes"', '"total_writes" ')),
@@ -325,3 +342,25 @@ def test_the_fingerprint_reads_a_tensor_past_float32s_whole_numbers():
     module = torch.nn.Module()
     module.weight = torch.nn.Parameter(torch.zeros(136_134_656, dtype=torch.uint8), requires_grad=False)
     assert len(model_fingerprint(module)["model.weights"]) == 16
+
+
+@pytest.mark.slow
+def test_resume_follows_the_lineage_the_run_last_wrote_and_names_the_abandoned_branch(tmp_path):
+    out = tmp_path / "run"
+    make_trainer(out, max_steps=4, save_steps=1).train()  # the old reward's run: checkpoints 1 to 4
+    old = _lines(out / "checkpoint-4" / "history.jsonl")
+    # The reward fixed, the user goes back to checkpoint-2 and stops at step 3.
+    make_trainer(out, max_steps=3, save_steps=1, reward_threshold=0.5).train(
+        resume_from_checkpoint=str(out / "checkpoint-2"), ignore_config_mismatch=True
+    )
+    with pytest.warns(UserWarning, match=r"skipping checkpoint-4 .* the run last wrote checkpoint-3 .* abandoned"):
+        choice = checkpoint.find_run(str(out))
+    assert choice.state.path == str(out / "checkpoint-3")
+    assert _lines(out / "checkpoint-4" / "history.jsonl") == old  # left where it is, not deleted
+    branch = _lines(out / "checkpoint-3" / "history.jsonl")
+    trainer = make_trainer(out, max_steps=4, save_steps=1, reward_threshold=0.5)
+    with pytest.warns(UserWarning, match="abandoned"):
+        trainer.train(resume_from_checkpoint=True)  # continues the new branch: no mismatch with its settings
+    assert train_steps(out) == [1, 2, 3, 4]
+    new = _lines(out / "checkpoint-4" / "history.jsonl")
+    assert new[: len(branch)] == branch and new != old

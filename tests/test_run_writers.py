@@ -5,7 +5,8 @@
    that died on this host is taken over with a warning; the lock goes at the end, normal or not.
 2. A checkpoint is known by its content: a folder whose name and recorded step disagree is skipped, named.
 3. No command deletes what it did not write: demo, train and export refuse a folder holding another kind of run
-   or other files unless told to ``--overwrite``.
+   or other files unless told to ``--overwrite`` (test_run_ownership.py: files of the names they write that
+   erl_lite did not write are refused even then).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def test_a_trainer_in_another_process_holds_the_folder_until_it_ends(tmp_path, c
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.dirname(HERE)},  # this erl_lite
     )
     try:
         _wait_for(ready, holder)
@@ -302,7 +303,7 @@ def demo_run(tmp_path_factory):
 def _plant_unrelated(out):
     out.mkdir()
     (out / "notes.md").write_text("mine")
-    (out / "README.md").write_text("my project")
+    (out / "data.csv").write_text("my project")
 
 
 @pytest.mark.slow
@@ -314,9 +315,7 @@ def test_the_demo_refuses_a_folder_it_did_not_write_unless_told_to_overwrite(two
     assert main([*DEMO, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     named = (
-        ["checkpoint-2", "history.jsonl with", "training_args.json"]
-        if held == "training"
-        else ["notes.md", "README.md"]
+        ["checkpoint-2", "history.jsonl with", "training_args.json"] if held == "training" else ["notes.md", "data.csv"]
     )
     for needed in [str(out), "--overwrite", *named]:
         assert needed in err, err
@@ -331,15 +330,28 @@ def test_the_demo_refuses_a_folder_it_did_not_write_unless_told_to_overwrite(two
 def test_the_demo_writes_again_over_its_own_folder_even_after_it_was_interrupted(demo_run, tmp_path):
     out = tmp_path / "demo"
     shutil.copytree(demo_run, out)
-    os.remove(out / "report.md")  # stopped before its report: its writer record still says demo
+    os.remove(out / "report.md")  # stopped before its report: its file record still says demo
     assert main([*DEMO, "--out", str(out)]) == 0 and (out / "report.md").is_file()
+
+
+@pytest.mark.slow
+def test_a_report_alone_is_not_taken_for_an_earlier_demo(tmp_path, capsys):
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "report.md").write_text("my report")
+    assert main([*DEMO, "--out", str(out), "--overwrite"]) == 2
+    assert "report.md" in capsys.readouterr().err and os.listdir(out) == ["report.md"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("held", ["demo", "unrelated"])
 def test_train_refuses_a_demo_or_files_it_would_write_over(demo_run, tmp_path, held):
     out = tmp_path / "out"
-    shutil.copytree(demo_run, out) if held == "demo" else _plant_unrelated(out)
+    if held == "demo":
+        shutil.copytree(demo_run, out)
+    else:  # a name a run writes, not erl_lite's
+        _plant_unrelated(out)
+        (out / "README.md").write_text("my project")
     before = digest(out)
     with pytest.raises(CheckpointError, match="report.md" if held == "demo" else "README.md"):
         make_trainer(out, max_steps=1).train()
@@ -377,7 +389,7 @@ def test_export_into_a_folder_being_written_is_refused(tmp_path):
     with RunLock(str(out), "training"):
         with pytest.raises(CheckpointError, match=re.escape(f"being written by training (pid {os.getpid()}")):
             export_merged(adapter, out, overwrite=True)
-    assert os.listdir(out) == [WRITER_FILE]  # nothing written
+    assert not out.exists()  # nothing written, and the folder the lock made is gone with it
 
 
 @pytest.mark.parametrize("held", ["training", "figures", "unrelated-figure"])
@@ -396,11 +408,25 @@ def test_plot_refuses_an_out_folder_holding_another_run_or_figures_unless_told_t
     before = digest(out)
     assert main(["plot", str(two_steps), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    for needed in [str(out), "--overwrite", *named]:
+    for needed in [str(out), "--overwrite" if held == "training" else "never replaces", *named]:
         assert needed in err, err
     assert digest(out) == before
-    assert main(["plot", str(two_steps), "--out", str(out), "--overwrite"]) == 0
-    assert (out / "eval.png").stat().st_size > 1000
+    code = main(["plot", str(two_steps), "--out", str(out), "--overwrite"])
+    if held == "training":  # figures beside another run: written, the run untouched
+        assert code == 0 and (out / "eval.png").stat().st_size > 1000 and train_steps(out) == [1, 2]
+    else:  # a figure erl_lite did not write is never replaced
+        assert code == 2 and digest(out) == before
+
+
+def test_plot_refuses_a_file_without_history_records_before_replacing_any_figure(demo_run, tmp_path, capsys):
+    out = tmp_path / "demo"
+    shutil.copytree(demo_run, out)
+    before = digest(out)
+    for other, why in (("samples.jsonl", "holds no history records"), ("report.md", "not valid JSON")):
+        assert main(["plot", str(out / other)]) == 2
+        assert why in capsys.readouterr().err
+    assert digest(out) == before
+    assert main(["plot", str(out / "history.jsonl")]) == 0  # the demo's own history: its figures redrawn
 
 
 def test_plot_redraws_a_runs_own_figures_and_fills_a_new_folder_without_being_told(two_steps, tmp_path):

@@ -136,6 +136,9 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--resume", action="store_true", default=False, help="continue from the latest checkpoint in --out"
     )
+    train.add_argument(
+        "--ignore-config-mismatch", action="store_true", help="with --resume: continue despite changed settings"
+    )
     add_config_arguments(
         train,
         aliases=FLAG_ALIASES,
@@ -333,7 +336,8 @@ def _demo_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _plot(args: argparse.Namespace) -> int:
     from erl_lite.embedded.rulebooks import memory_check
     from erl_lite.history import History
-    from erl_lite.run.lock import check_out
+    from erl_lite.run.checkpoint import FIGURES
+    from erl_lite.run.lock import RunLock, check_out
     from erl_lite.viz.plots import save_figures
 
     try:
@@ -344,19 +348,23 @@ def _plot(args: argparse.Namespace) -> int:
             choice = read_run("plot", run) if is_folder or os.path.isfile(args.history) else None
             history = History.load(choice.folder if is_folder else args.history)
             baseline = History.load(args.baseline) if args.baseline else None
+        if not any(k != "step" and type(v) in (int, float) for r in history.records for k, v in r.items()):
+            # e.g. a samples.jsonl (its rows have a step but no metric): empty panels would replace the figures
+            raise ValueError(f"{args.history} holds no history records: pass a run folder or its history.jsonl")
         out = args.out or run
         # Its own run's folder takes its figures redrawn; any other --out must be empty (figures of the same
-        # names there may be someone else's).
+        # names there may be someone else's). Figures erl_lite did not write are never replaced.
         own = not os.path.isdir(out) or os.path.samefile(out, run)
-        check_out(out, "erl-lite plot", own or args.overwrite)
+        with RunLock(out, "plot"):
+            check_out(out, "erl-lite plot", "plot", own or args.overwrite, writes=(FIGURES,))
+            for w in caught:
+                print(f"erl-lite plot: warning: {w.message}", file=sys.stderr)
+            # A run of the embedded world: its memory panels check each rulebook's holes against the world's.
+            env = choice.state.run.get("env", {}) if choice and choice.state else {}
+            for path in save_figures(history, out, baseline, **memory_check(env)):
+                print(path)
     except user_errors() as e:
         return usage_error("plot", e)
-    for w in caught:
-        print(f"erl-lite plot: warning: {w.message}", file=sys.stderr)
-    # A run of the embedded world: its memory panels check each rulebook's holes against the world's (as the demo).
-    env = choice.state.run.get("env", {}) if choice and choice.state else {}
-    for path in save_figures(history, out, baseline, **memory_check(env)):
-        print(path)
     return 0
 
 

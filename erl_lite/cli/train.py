@@ -165,8 +165,11 @@ def run_train(args: argparse.Namespace) -> int:
     except user_errors() as e:  # bad settings, a missing model folder, a bad dataset file, ...
         return usage_error("train", e)
     try:
-        history = trainer.train(resume_from_checkpoint=True if args.resume else None)
-    except CheckpointError as e:  # a damaged checkpoint to resume; other errors keep their traceback
+        history = trainer.train(
+            resume_from_checkpoint=True if args.resume else None,
+            ignore_config_mismatch=getattr(args, "ignore_config_mismatch", False),
+        )
+    except CheckpointError as e:  # a checkpoint damaged or refused, a folder; other errors keep their traceback
         return usage_error("train", e)
     last = history.last(EVAL_SUCCESS, kind="eval")
     print(f"done: {len(history.of_kind('train'))} steps; last eval success {last}")

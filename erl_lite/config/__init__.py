@@ -150,8 +150,8 @@ class ERLConfig:
     """Optimizer steps of linear warm-up (a float in (0, 1): a fraction of the schedule, like ``warmup_ratio``)."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping norm."""
+    max_grad_norm: float | None = 1.0
+    """Gradient clipping norm; 0 or None: no clipping (as transformers' Trainer and TRL take 0)."""
     optim: str = "adamw_torch"
     """The optimizer: ``adamw_torch``, ``adamw_8bit`` (bitsandbytes) or ``paged_adamw_8bit`` (pages to the CPU)."""
     beta: float = 0.001

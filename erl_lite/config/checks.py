@@ -276,9 +276,10 @@ def check_counts(cfg: Config) -> None:
         "weight_decay",
         "internalization_coef",
         "learning_rate",
-        "max_grad_norm",
     ):
         _require(cfg, name, lambda value: value >= 0, ">= 0")
+    _require(cfg, "logprob_chunk_size", lambda n: n is None or n >= 1, ">= 1, or None (full logits)")
+    _require(cfg, "max_grad_norm", lambda norm: norm is None or norm >= 0, ">= 0 (0 or None: no clipping)")
     _require(
         cfg, "seed", lambda seed: 0 <= seed <= MAX_SEED, f"a whole number in 0..{MAX_SEED} (what numpy and torch take)"
     )
@@ -413,6 +414,8 @@ def check_saving(cfg: Config) -> None:
     repo = cfg.hub_model_id
     if repo is not None and not (isinstance(repo, str) and repo.count("/") == 1 and all(repo.split("/"))):
         raise ValueError(f"ERLConfig.hub_model_id must look like 'user-or-org/name', got {repo!r}")
+    if cfg.push_to_hub and not cfg.output_dir:  # else found after the last step: push_to_hub uploads that folder
+        raise ValueError("ERLConfig.push_to_hub=True uploads output_dir, which is not set: set output_dir")
     if cfg.push_to_hub and repo is None:
         raise ValueError(
             "ERLConfig.push_to_hub=True needs hub_model_id='user-or-org/name': the repository "

@@ -154,7 +154,8 @@ class PolicyUpdater:
         self._sync_gradients()  # DDP: the global batch's gradient before clipping
         params = [p for p in self.model.parameters() if p.requires_grad]
         _zero_missing_gradients(params)
-        norm_now = float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm))
+        # 0 or None: no clipping, as in transformers' Trainer (an infinite bound only measures the norm).
+        norm_now = float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or math.inf))
         # DDP: a non-finite loss on any process skips the step on every process.
         any_bad = self.dist.sum({"bad": float(bool(bad_roles))})["bad"] > 0
         if any_bad or not math.isfinite(norm_now):

@@ -108,13 +108,13 @@ def build_demo(
     **overrides: Any,
 ) -> Any:
     """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them).
-    ``out`` must be empty or an earlier demo's, unless ``overwrite`` (then a run there is deleted, other files kept)."""
-    from erl_lite.run.checkpoint import ensure_writable
-    from erl_lite.run.lock import check_out, last_writer
+    ``out`` must be empty or an earlier demo's, unless ``overwrite`` (then erl_lite's files there are deleted, other
+    files kept); files of the names it writes that erl_lite did not write are refused even then."""
+    from erl_lite.run.lock import check_out
 
-    ensure_writable(out)  # an ``out`` that is a file failed after the model was loaded
-    own = last_writer(out).get("by") == "demo" or os.path.isfile(os.path.join(out, "report.md"))
-    check_out(out, "erl-lite demo", own or overwrite)
+    if os.path.exists(out) and not os.path.isdir(out):  # else found only once the model is loaded
+        raise ValueError(f"--out {out!r} is a file, not a folder")
+    check_out(out, "erl-lite demo", "demo", overwrite)
     if steps is not None:
         overrides["max_steps"] = steps
     overrides.setdefault("overwrite_output_dir", True)

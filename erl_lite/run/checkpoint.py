@@ -50,8 +50,10 @@ _ROOT_FILES = re.compile(
     r"(\.index\.json)?|(generation_)?config\.json|tokenizer(_config\.json|\.json|\.model)|"
     r"(special_tokens_map|added_tokens)\.json|chat_template\.(jinja|json)|(vocab|merges)\.\w+)$"
 )
-_FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")  # the demo's, with its report
-RUN_NAMES = (_PATTERN, _ROOT_FILES, _FIGURES)  # every name a run writes in its folder
+FIGURES = re.compile(r"^(rewards|gate_rate|memory|losses|eval|overview)\.png$")  # the demo's, with its report
+RUN_NAMES = (_PATTERN, _ROOT_FILES, FIGURES)  # every name a run writes in its folder
+# The checkpoint a run wrote last: the lineage to resume when a resume from an earlier step left higher ones behind.
+LAST_WRITTEN = ".erl_lite.last_checkpoint.json"
 
 
 def ensure_writable(out_dir: str) -> None:
@@ -122,6 +124,7 @@ def save_checkpoint(
             _sync(os.path.join(tmp, name))
         _move_into_place(tmp, final)
         _sync(out_dir)  # the rename itself
+        mark_last_written(out_dir, step)
     except BaseException as e:  # Ctrl-C mid-write too: drop the partial folder, keep the interrupt
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -299,6 +302,11 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
         raise CheckpointError(
             f"{where} is not the manifest of step {meta['step']}: it needs 'step', 'files', 'records'"
         )
+    # Every file of the folder is one the manifest checks: one it leaves out (emptied by hand) is unchecked. Hidden
+    # ones (a file browser's .DS_Store) are no part of a checkpoint.
+    unlisted = sorted(n for n in os.listdir(path) if n not in files and n != MANIFEST and not n.startswith("."))
+    if unlisted:
+        raise CheckpointError(f"{where} does not list {', '.join(unlisted)}: those files cannot be checked")
     for name, want in sorted(files.items()):
         file = os.path.join(path, name)
         size = os.path.getsize(file) if os.path.isfile(file) else None
@@ -312,10 +320,11 @@ def _check_manifest(path: str, meta: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def previous_run(out_dir: str) -> list[str]:
-    """Another run's files in ``out_dir``: checkpoints, a non-empty ``history.jsonl``, and the files a run writes at
-    its root (``training_args.json``, the final model and tokenizer, a demo's ``report.md``)."""
-    if not os.path.isdir(out_dir):
+def previous_run(out_dir: str, names: set[str]) -> list[str]:
+    """Another run's files among ``names`` (what erl_lite wrote in ``out_dir``): checkpoints, a non-empty
+    ``history.jsonl``, and the files a run writes at its root (``training_args.json``, the final model and
+    tokenizer, a demo's ``report.md``)."""
+    if not names:
         return []
     found = [os.path.basename(p) for p in list_checkpoints(out_dir)]
     with (
@@ -324,22 +333,22 @@ def previous_run(out_dir: str) -> list[str]:
     ):
         if records := sum(1 for line in f if line.strip()):
             found.append(f"history.jsonl with {records} record{'s' * (records != 1)}")
-    return found + sorted(
-        n
-        for n in os.listdir(out_dir)
-        if _ROOT_FILES.match(n)
-        and not n.startswith(("history.", "samples."))
-        and os.path.isfile(os.path.join(out_dir, n))
-    )
+    found += sorted(n for n in names if _ROOT_FILES.match(n) and not n.startswith(("history.", "samples.")))
+    return [f for f in found if f.split(" ")[0] in names]
 
 
-def remove_previous_run(out_dir: str) -> None:
-    """Delete what a previous run wrote in ``out_dir`` (checkpoints, history, the final model and its files)."""
+def remove_previous_run(out_dir: str, names: set[str]) -> None:
+    """Delete what a previous run wrote in ``out_dir``: of ``names`` (what erl_lite recorded writing there), the
+    checkpoints, history, final model and its files, and a demo's report and figures; and a half-written checkpoint."""
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
-        if os.path.isdir(path) and (_PATTERN.match(name) or name.startswith(".checkpoint-")):
+        if name.startswith(".checkpoint-") and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)  # save_checkpoint's temporary folder, left by a crash
+        elif name not in names or not any(p.match(name) for p in RUN_NAMES):
+            continue
+        elif os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
-        elif (_ROOT_FILES.match(name) or _FIGURES.match(name)) and os.path.isfile(path):
+        else:
             os.remove(path)
 
 
@@ -374,14 +383,39 @@ def find_run(path: str | os.PathLike) -> RunChoice:
         raise CheckpointError(f"no run or checkpoint folder at {path}")
     if _PATTERN.match(os.path.basename(os.path.abspath(path))) or holds_run_record(path):
         return RunChoice(os.path.dirname(os.path.abspath(path)), read_checkpoint(path))
-    skipped = []
-    for checkpoint in list_checkpoints(path):
+    skipped, last = [], _last_written(path)
+    left = [c for c in list_checkpoints(path) if last is not None and _step_of(c) > last and named_for_its_step(c)]
+    if left:  # higher steps of a branch a resume from an earlier checkpoint abandoned: never taken, never deleted
+        warnings.warn(
+            f"skipping {', '.join(map(os.path.basename, left))} in {path}: the run last wrote "
+            f"checkpoint-{last} (it resumed from an earlier step), so those belong to the branch it abandoned",
+            stacklevel=2,
+        )
+    for checkpoint in [c for c in list_checkpoints(path) if c not in left]:
         try:
             return RunChoice(path, read_checkpoint(checkpoint), skipped)
         except CheckpointError as e:
             warnings.warn(f"skipping {checkpoint}: {e}", stacklevel=2)
             skipped.append(f"  {os.path.basename(checkpoint)}: {e}")
-    return RunChoice(path, None, skipped)
+    return RunChoice(path, None, skipped + [f"  {os.path.basename(c)}: of the abandoned branch" for c in left])
+
+
+def mark_last_written(out_dir: str, step: int) -> None:
+    """Record ``checkpoint-<step>`` as the head of the run in ``out_dir`` (written, or resumed from)."""
+    write_json(os.path.join(out_dir, LAST_WRITTEN), {"checkpoint": f"checkpoint-{step}", "step": step})
+
+
+def _step_of(checkpoint: str) -> int:
+    return int(_PATTERN.match(os.path.basename(checkpoint)).group(1))
+
+
+def _last_written(folder: str) -> int | None:
+    """The step of the checkpoint the run in ``folder`` wrote last, while that checkpoint is there (else None)."""
+    try:
+        step = read_json(os.path.join(folder, LAST_WRITTEN)).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and os.path.isdir(os.path.join(folder, f"checkpoint-{step}")) else None
 
 
 def _read_trainer_state(path: str) -> Any:

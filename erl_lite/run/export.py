@@ -6,6 +6,8 @@ against ``dequant(Q(W))``, not ``W`` (4-bit or not: from the folder's ``erl_lite
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,6 +16,10 @@ import torch
 from erl_lite.config.checks import AUTO, FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice
 from erl_lite.jsonio import read_json
 from erl_lite.run.layout import NOTE_FILE, holds_run_record
+
+# What an export writes for certain (refused at the start when there and not erl_lite's), and its weights.
+_WEIGHTS = r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?"
+_MODEL_FILES = re.compile(rf"^({_WEIGHTS}|(generation_)?config\.json|tokenizer(_config)?\.json)$")
 
 
 @dataclass
@@ -164,14 +170,15 @@ def export_merged(
     overwrite: bool = False,
 ) -> ExportResult:
     """Merge the adapter into its base and save model + tokenizer (safetensors) to ``out_dir``, which must be
-    empty or an earlier export's unless ``overwrite`` (files of the same names are written over, none deleted)."""
+    empty or an earlier export's unless ``overwrite``. Only files erl_lite wrote there are replaced: a file of a name
+    the export writes that erl_lite did not write is refused, ``overwrite`` or not."""
     from erl_lite.run.lock import RunLock, check_out
 
     out = os.fspath(out_dir)
     if os.path.abspath(out) == os.path.abspath(os.fspath(adapter_dir)):
         raise ValueError(f"out_dir {out!r} is the adapter folder; write the merged model somewhere else")
-    with RunLock(out, "export") as lock:
-        check_out(out, "erl-lite export", overwrite or lock.before.get("by") == "export")
+    with RunLock(out, "export", keep_record=False):  # its host and pid stay out of the model's folder
+        check_out(out, "erl-lite export", "export", overwrite, writes=(_MODEL_FILES,))
         model, tokenizer, info = merge_adapter(
             adapter_dir,
             quantization=quantization,
@@ -179,10 +186,29 @@ def export_merged(
             base_model=base_model,
             trust_remote_code=trust_remote_code,
         )
-        model.save_pretrained(out)  # safetensors, transformers' default
-        tokenizer.save_pretrained(out)
+        # Saved aside, then moved in: save_pretrained deletes shards it did not write in its folder.
+        with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as aside:
+            model.save_pretrained(aside)  # safetensors, transformers' default
+            tokenizer.save_pretrained(aside)
+            _move_in(aside, out)
     dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
     return ExportResult(out, info.base_model, info.quantization, dtype_name, sorted(os.listdir(out)))
+
+
+def _move_in(aside: str, out: str) -> None:
+    """Move the files saved in ``aside`` into ``out``: over files of the same names only where erl_lite wrote them;
+    an earlier export's weights that this one lacks are deleted (from_pretrained could load them instead)."""
+    from erl_lite.run.lock import check_out, written
+
+    names = sorted(os.listdir(aside))
+    check_out(
+        out, "erl-lite export", "export", True, writes=(re.compile("^(" + "|".join(map(re.escape, names)) + ")$"),)
+    )
+    for stale in written(out) - set(names):
+        if re.fullmatch(_WEIGHTS, stale):
+            os.remove(os.path.join(out, stale))
+    for name in names:
+        os.replace(os.path.join(aside, name), os.path.join(out, name))
 
 
 def push_to_hub(
@@ -204,5 +230,13 @@ def push_to_hub(
 
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    api.upload_folder(folder_path=path, repo_id=repo_id, repo_type="model", commit_message=commit_message)
+    from erl_lite.run.lock import FILES_RECORD, PRIVATE
+
+    api.upload_folder(  # the lock, its record (host, pid) and erl_lite's file record stay home
+        folder_path=path,
+        repo_id=repo_id,
+        repo_type="model",
+        commit_message=commit_message,
+        ignore_patterns=[PRIVATE, FILES_RECORD],
+    )
     return f"https://huggingface.co/{repo_id}"

@@ -20,11 +20,18 @@ from erl_lite.core.progress import Progress
 from erl_lite.history import History
 from erl_lite.run.args import TrainerStateView
 from erl_lite.run.callbacks import TrainerCallbacks
-from erl_lite.run.checkpoint import find_run, previous_run, remove_previous_run, save_checkpoint, save_weights
+from erl_lite.run.checkpoint import (
+    find_run,
+    mark_last_written,
+    previous_run,
+    remove_previous_run,
+    save_checkpoint,
+    save_weights,
+)
 from erl_lite.run.identity import run_differences, run_identity
 from erl_lite.run.layout import write_json
-from erl_lite.run.lock import RunLock
-from erl_lite.run.state import CheckpointError, TrainingState, apply_state
+from erl_lite.run.lock import FILES_RECORD, RunLock, check_out, written
+from erl_lite.run.state import CheckpointError, ResumeRefused, TrainingState, apply_state
 
 
 class CheckpointSaving:
@@ -164,21 +171,29 @@ class CheckpointSaving:
         return run_identity(self.args.to_dict(), self.model, self.tokenizer, self.env, self._weights)
 
     def _claim_output_dir(self) -> None:
-        """Refuse an ``output_dir`` holding another run, or clear it when ``overwrite_output_dir`` says so."""
-        found = previous_run(self.args.output_dir)
+        """Refuse an ``output_dir`` holding another run or files of a run's names that erl_lite did not write;
+        clear the run when ``overwrite_output_dir`` says so (only the files erl_lite recorded writing there)."""
+        out = self.args.output_dir
+        try:  # files of a run's names that erl_lite did not write (a copied checkpoint too): never deleted
+            check_out(out, "a fresh run", "training", overwrite=True)
+        except CheckpointError as e:
+            raise CheckpointError(
+                f"{e}. A run to continue: resume it with train(resume_from_checkpoint=True) (erl-lite train --resume)"
+            ) from None
+        ours = written(out)
+        found = previous_run(out, ours)
         # DDP: every process looks before rank 0 writes, so all take the same decision.
         self.dist.barrier()
         if found and not self.args.overwrite_output_dir:
             raise CheckpointError(
-                f"output_dir {self.args.output_dir!r} already holds another run or files a run writes over "
-                f"({', '.join(found)}); a fresh "
+                f"output_dir {out!r} already holds another run ({', '.join(found)}); a fresh "
                 "run there would overwrite its history and, with save_total_limit, delete its checkpoints. "
                 "Resume it with train(resume_from_checkpoint=True) (erl-lite train --resume), pick another "
-                "output_dir, or set overwrite_output_dir=True (--overwrite) to delete that run's "
-                "checkpoints and history and start afresh"
+                "output_dir, or set overwrite_output_dir=True (--overwrite) to delete the files that run wrote "
+                f"(named in {FILES_RECORD}; no other file) and start afresh"
             )
         if found and self.dist.is_main:
-            remove_previous_run(self.args.output_dir)
+            remove_previous_run(out, ours)
         self._claimed = True
 
     def _past_max_steps(self, step: int, where: str) -> str:
@@ -200,16 +215,17 @@ class CheckpointSaving:
         if self.dist.is_main:
             print(f"erl_lite: resuming {choice.line}")
         if state.step > self.args.max_steps:
-            raise ValueError(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
+            raise ResumeRefused(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
         here = self.args.output_dir and os.path.abspath(self.args.output_dir)
         if here and os.path.abspath(os.path.dirname(state.path or "")) != here:
             self._claim_output_dir()  # a checkpoint from elsewhere continues here: as a fresh run would
         differences = run_differences(state.run, self._run_identity())
         if differences and not ignore_config_mismatch:
-            raise ValueError(
+            raise ResumeRefused(
                 f"cannot resume from {state.path}: it was saved by a run with other settings:\n"
                 + "\n".join(f"  {d}" for d in differences)
-                + "\nPass train(..., ignore_config_mismatch=True) to resume anyway."
+                + "\nPass train(..., ignore_config_mismatch=True) (erl-lite train --ignore-config-mismatch) to "
+                "resume anyway."
             )
         if differences:
             warnings.warn(f"resuming from {state.path} with changed settings: " + "; ".join(differences), stacklevel=3)
@@ -217,6 +233,8 @@ class CheckpointSaving:
         self._apply_optimizer_settings(state.run.get("config", {}))
         in_output_dir = here and os.path.abspath(state.path or "") == os.path.join(here, f"checkpoint-{state.step}")
         self._saved_step = state.step if in_output_dir else None
+        if in_output_dir and self.dist.is_main:  # the lineage continues from here, not from a higher step
+            mark_last_written(self.args.output_dir, state.step)
 
     def _restore(self, state: TrainingState) -> None:
         sampled_stale(self.model)  # forget the weights the undone step's samplers drew from: the redo samples anew

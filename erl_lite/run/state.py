@@ -21,6 +21,10 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be read, trusted or written; the message names the file."""
 
 
+class ResumeRefused(CheckpointError, ValueError):
+    """A checkpoint this run's settings cannot continue (a ValueError: a setting is wrong; one message, no steps)."""
+
+
 @dataclass
 class TrainingState:
     """The state of a run between two steps: read from a checkpoint, or a CPU copy of a live trainer."""
