@@ -246,8 +246,8 @@ def _frozen(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     return None
 
 
-#: Share of their norm one optimizer step may move the weights: between SmolLM2-135M's LoRA at 1e-3 (4.7%; 1e-5: 0.047%,
-#: `pytest -s -m realmodel tests/test_realmodel.py -k large_step`) and the embedded demo at 1e-3 (1.9%, erl_lite/assets/demo).
+#: Share of their norm one optimizer step may move the weights: between SmolLM2-135M's LoRA at 1e-3 (4.7%; 1e-5:
+#: 0.047%, `pytest -s -m realmodel tests/test_realmodel.py -k large_step`) and the committed demo at 1e-3 (1.9%).
 LARGE_STEP = 0.03
 
 
@@ -345,8 +345,7 @@ CHECKS: tuple[Check, ...] = (
         "Reflections rarely hold a <prompt>...</prompt> block that states a rule, so second attempts get no "
         "rulebook and memory stays empty",
         "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
-        "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.' (list "
-        "numbers alone are no rule)",
+        "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.'",
     ),
     Check(
         "memory_empty",
