@@ -297,8 +297,8 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
         first = "; ".join(reach_comparison((REFERENCE, name(v)), by[REFERENCE], by[v], level) for v in controls)
         text.append(f"Reaching {level:.2f} and staying there: {reached}; first there, in rollouts: {first}")
     text += [cut_shares(name(v), by[v]).rstrip(".") for v in controls if cut_shares(v, by[v])]
-    if 2 / 2 ** len(seeds) >= ALPHA:  # the test's smallest p: both all-positive and all-negative patterns
-        text.append(
-            f"With {len(seeds)} seeds the test's smallest p is {2 / 2 ** len(seeds):.3f}: it can call none ahead"
-        )
+    smallest = 2 / 2 ** len(seeds)  # the test's smallest p: the all-positive and all-negative patterns
+    if smallest >= ALPHA:
+        many = "s" * (len(seeds) > 1)
+        text.append(f"With {len(seeds)} seed{many} the test's smallest p is {smallest:.3f}: it can call none ahead")
     return ". ".join(text) + ". " + INTERVALS
