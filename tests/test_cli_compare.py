@@ -36,7 +36,7 @@ def test_compare_prints_the_study_s_tables_for_run_folders_paired_by_seed(tmp_pa
     assert main(["compare", *_pairs(tmp_path, range(10))]) == 0
     out = capsys.readouterr().out
     assert "| ERL | 10 | 30 |" in out and "| RLVR | 10 | 30 |" in out  # variants and seeds from the settings
-    assert "| RLVR | 10 | +0.65 [+0.65, +0.65]; ERL ahead of RLVR (p = 0.002) |" in out
+    assert "| RLVR | 10 | +0.65 [+0.65, +0.65]: ERL ahead of RLVR (p = 0.002) |" in out
     assert "The runs compared, 10 seeds (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), compared paired by seed." in out
     assert "Reaching 0.90 and staying there: ERL 10 of 10, RLVR 0 of 10" in out
     # The seconds are the runs' own time/step: ERL reached 0.9 at iteration 5, 10 s in.

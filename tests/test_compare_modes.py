@@ -226,7 +226,7 @@ def test_a_replot_merges_seeds_and_writes_the_paired_tables_and_findings(monkeyp
     merged = json.loads((tmp_path / "compare_hard_samples_results.json").read_text())
     assert sorted({r["seed"] for r in merged}) == list(range(41, 51))
     table = (tmp_path / "compare_hard_samples_table.md").read_text()
-    assert "| RLVR | 10 | +0.67 [+0.67, +0.67]; ERL ahead of RLVR (p = 0.002) |" in table
+    assert "| RLVR | 10 | +0.67 [+0.67, +0.67]: ERL ahead of RLVR (p = 0.002) |" in table
     text = (tmp_path / "compare_hard_samples_findings.md").read_text()
     assert text.startswith("Hard world, matched by samples") and "10 seeds (41, 42" in text
     assert text == cm.findings(merged) + "\n" and (tmp_path / "compare_hard_samples_eval.png").is_file()

@@ -63,12 +63,13 @@ def _variants(results: list[dict], variants: list[str] | None) -> dict[str, dict
 
 def summary_table(results: list[dict], variants: list[str] | None = None) -> str:
     """Per variant: iterations, optimizer steps, samples, rollouts and seconds (means over seeds), the evaluation
-    before and after (mean with its interval, and per seed) and, per seed, the share of second attempts cut."""
+    before and after (mean with its interval, and per seed), the mean evaluation over iterations (the area under
+    the curve, with its interval) and, per seed, the share of second attempts cut."""
     lines = [
         "| variant | seeds | iterations (mean) | optimizer steps (mean) | samples (mean) | rollouts (mean) | "
         f"seconds (mean) | evaluation before | evaluation after [{COVERAGE:.0%} t interval] | after, per seed | "
-        "second attempts cut, per seed |",
-        "|---" * 11 + "|",
+        "mean evaluation over iterations | second attempts cut, per seed |",
+        "|---" * 12 + "|",
     ]
     for v, runs in _variants(results, variants).items():
         rs = list(runs.values())
@@ -77,7 +78,7 @@ def summary_table(results: list[dict], variants: list[str] | None = None) -> str
         lines.append(
             f"| {v} | {len(rs)} | " + " | ".join(cells) + f" | {statistics.fmean(r['eval_start'] for r in rs):.2f} | "
             f"{_ci([r['eval_final'] for r in rs])} | {_joined([r['eval_final'] for r in rs])} | "
-            f"{_joined([r.get('second_truncated') for r in rs])} |"
+            f"{_ci([eval_auc(r['eval_curve']) for r in rs])} | {_joined([r.get('second_truncated') for r in rs])} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -131,27 +132,16 @@ def efficiency_table(results: list[dict], variants: list[str] | None = None, lev
     return "\n".join(lines) + "\n"
 
 
-def curve_table(results: list[dict], variants: list[str] | None = None) -> str:
-    """The mean evaluation over iterations (area under the curve) and the final evaluation, with intervals."""
-    lines = [
-        "",
-        f"Mean evaluation over iterations (area under the curve) and final evaluation: mean over seeds "
-        f"[{COVERAGE:.0%} t interval].",
-        "",
-        "| variant | mean evaluation over iterations | per seed | final evaluation |",
-        "|---|---|---|---|",
-    ]
-    for v, runs in _variants(results, variants).items():
-        aucs = [eval_auc(r["eval_curve"]) for r in runs.values()]
-        finals = [r["eval_final"] for r in runs.values()]
-        lines.append(f"| {v} | {_ci(aucs)} | {_joined(aucs)} | {_ci(finals)} |")
-    return "\n".join(lines) + "\n"
-
-
 def paired(erl: dict[int, dict], other: dict[int, dict], measure) -> tuple[list[int], list[float]]:
     """(seeds, ERL - other per seed) of ``measure`` over the seeds both ran and measured."""
     seeds = [s for s in erl if s in other and measure(erl[s]) is not None and measure(other[s]) is not None]
     return seeds, [measure(erl[s]) - measure(other[s]) for s in seeds]
+
+
+def difference(erl: dict[int, dict], other: dict[int, dict], measure, names: tuple[str, str]) -> str | None:
+    """ERL - other of ``measure``, paired by seed: the mean difference [interval]: the verdict (None: no pairs)."""
+    _, diffs = paired(erl, other, measure)
+    return f"{_ci(diffs, '{:+.2f}', -1.0)}: {verdict(names, diffs)}" if diffs else None
 
 
 def reach_order(erl: dict, other: dict, level: float, cost: str = "rollouts") -> int | None:
@@ -196,10 +186,7 @@ def paired_table(results: list[dict], variants: list[str] | None = None, level: 
     for v, runs in by.items():
         if v == REFERENCE:
             continue
-        cells = []
-        for measure in MEASURES.values():
-            seeds, diffs = paired(by[REFERENCE], runs, measure)
-            cells.append(f"{_ci(diffs, '{:+.2f}', -1.0)}; {verdict((REFERENCE, v), diffs)}" if seeds else "-")
+        cells = [difference(by[REFERENCE], runs, measure, (REFERENCE, v)) or "-" for measure in MEASURES.values()]
         if reach:
             cells.append(reach_comparison((REFERENCE, v), by[REFERENCE], runs, level))
         n = len([s for s in by[REFERENCE] if s in runs])
@@ -241,7 +228,6 @@ def tables(results: list[dict], variants: list[str] | None = None) -> str:
     return (
         summary_table(results, variants)
         + efficiency_table(results, variants)
-        + curve_table(results, variants)
         + paired_table(results, variants)
         + signal_table(results, variants)
     )
@@ -278,11 +264,11 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
         "evaluation: " + ", ".join(f"{name(v)} {_ci([r['eval_final'] for r in rs.values()])}" for v, rs in by.items())
     ]
     for v in controls:
-        parts = []
-        for label, measure in MEASURES.items():
-            _, diffs = paired(by[REFERENCE], by[v], measure)
-            if diffs:  # runs that never evaluated at iteration EARLY have no such pair
-                parts.append(f"{label} {_ci(diffs, '{:+.2f}', -1.0)}: {verdict((REFERENCE, name(v)), diffs)}")
+        parts = [
+            (label, difference(by[REFERENCE], by[v], measure, (REFERENCE, name(v))))
+            for label, measure in MEASURES.items()
+        ]
+        parts = [f"{label} {text}" for label, text in parts if text]  # no pairs: runs never evaluated at EARLY
         n = len([s for s in seeds if s in by[v]])
         text.append(f"{REFERENCE} - {name(v)}, over {n} seeds: " + "; ".join(parts))
     level = LEVELS[-1]
