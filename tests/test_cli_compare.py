@@ -49,6 +49,7 @@ def test_compare_names_a_run_by_name_reads_results_files_and_calls_nothing_ahead
     assert main(["compare", f"ERL={erl}", f"baseline={other}"]) == 0
     out = capsys.readouterr().out
     assert "| baseline | 1 |" in out and "ahead of" not in out and "With 1 seed the test's smallest p is 1.000" in out
+    assert "| 0.96 | 0.96 |" in out and "[0.96" not in out  # one seed: its value, no interval
     # A results file of scripts/compare_modes.py: its records as they are, beside a folder's.
     from erl_lite.history import History
     from erl_lite.study.runs import run_record

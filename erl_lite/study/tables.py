@@ -49,6 +49,8 @@ def _ci(values: list[float], fmt: str = "{:.2f}", low: float = 0.0) -> str:
     """Mean [interval], the interval cut to the range the value lies in (evaluations in [0, 1], their differences
     in [-1, 1]: ``low``), which cannot lower its coverage."""
     mean, lo, hi = t_interval(values)
+    if len(values) < 2:  # one seed: no interval
+        return fmt.format(mean)
     return "{} [{}, {}]".format(*(fmt.format(x) for x in (mean, max(lo, low), min(hi, 1.0))))
 
 
