@@ -58,6 +58,10 @@ def _joined(values: list, fmt: str = "{:.2f}") -> str:
     return " / ".join("-" if v is None else "never" if v is False else fmt.format(v) for v in values)
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' * (n != 1)}"
+
+
 def _variants(results: list[dict], variants: list[str] | None) -> dict[str, dict[int, dict]]:
     by = by_variant(results)
     return {v: by[v] for v in (variants or by) if v in by}
@@ -164,7 +168,7 @@ def reach_comparison(names: tuple[str, str], erl: dict[int, dict], other: dict[i
     """Who reached ``level`` first, in rollouts, on the seeds both ran, with the sign test over the known orders."""
     orders = [reach_order(erl[s], other[s], level) for s in erl if s in other]
     known = [o for o in orders if o]
-    text = f"{names[0]} first on {known.count(1)} of {len(orders)} seeds, {names[1]} on {known.count(-1)}"
+    text = f"{names[0]} first on {known.count(1)} of {_seeds(len(orders))}, {names[1]} on {known.count(-1)}"
     text += f" ({len(orders) - len(known)} unknown or tied)" if len(known) < len(orders) else ""
     return f"{text}: {verdict(names, known, p=sign_flip_p(known))}"
 
@@ -262,7 +266,7 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
     seeds = sorted(by[REFERENCE])
     controls = [c for c in controls if c in by]
     text = [
-        f"{title}, {len(seeds)} seeds ({', '.join(map(str, seeds))}), compared paired by seed. Final first-attempt "
+        f"{title}, {_seeds(len(seeds))} ({', '.join(map(str, seeds))}), compared paired by seed. Final first-attempt "
         "evaluation: " + ", ".join(f"{name(v)} {_ci([r['eval_final'] for r in rs.values()])}" for v, rs in by.items())
     ]
     for v in controls:
@@ -272,7 +276,7 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
         ]
         parts = [f"{label} {text}" for label, text in parts if text]  # no pairs: runs never evaluated at EARLY
         n = len([s for s in seeds if s in by[v]])
-        text.append(f"{REFERENCE} - {name(v)}, over {n} seeds: " + "; ".join(parts))
+        text.append(f"{REFERENCE} - {name(v)}, over {_seeds(n)}: " + "; ".join(parts))
     level = LEVELS[-1]
     skipped = level_at_start(results, level)
     if skipped:
@@ -287,6 +291,5 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
     text += [cut_shares(name(v), by[v]).rstrip(".") for v in controls if cut_shares(v, by[v])]
     smallest = 2 / 2 ** len(seeds)  # the test's smallest p: the all-positive and all-negative patterns
     if smallest >= ALPHA:
-        many = "s" * (len(seeds) > 1)
-        text.append(f"With {len(seeds)} seed{many} the test's smallest p is {smallest:.3f}: it can call none ahead")
+        text.append(f"With {_seeds(len(seeds))} the test's smallest p is {smallest:.3f}: it can call none ahead")
     return ". ".join(text) + ". " + INTERVALS
