@@ -204,7 +204,16 @@ def test_the_findings_give_paired_differences_and_a_verdict_only_where_p_is_smal
     assert "RLVR ahead of ERL (p = 0.002)" in behind and "ERL ahead" not in behind
     # Five seeds: the same differences, no verdict, and the reason said.
     five = findings(_world([0.97] * 5, [0.3] * 5), "Sparse world", ["RLVR"])
-    assert "ahead of" not in five and "With 5 seeds the test's smallest p is 0.062: it can call none ahead" in five
+    assert "over 5 seeds (where the test's smallest p is 0.062: it can call none ahead)" in five
+    assert "ahead of" not in five and "smallest p" not in ahead  # ten seeds: no such note
+    # A variant run on fewer seeds than ERL says so beside its figure, and is compared on the seeds both ran.
+    fewer = findings(
+        _world([0.97] * 10, [0.3] * 10) + _world([0.97] * 5, [0.5] * 5, other="ERL w/o memory")[1::2],
+        "Hard world",
+        ["RLVR", "ERL w/o memory"],
+    )
+    assert "ERL w/o memory 0.50 [0.50, 0.50] (5 seeds)" in fewer and "RLVR 0.30 [0.30, 0.30]," in fewer
+    assert "ERL - ERL w/o memory, over 5 seeds (where" in fewer and "ERL ahead of RLVR (p = 0.002)" in fewer
     # A mixed sign: no verdict at ten seeds either.
     mixed = findings(_world([0.97, 0.3] * 5, [0.3, 0.97] * 5), "Hard world", ["RLVR"])
     assert "final evaluation +0.00 [" in mixed and "ahead of" not in mixed.split("Reaching")[0]

@@ -267,7 +267,12 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
     controls = [c for c in controls if c in by]
     text = [
         f"{title}, {_seeds(len(seeds))} ({', '.join(map(str, seeds))}), compared paired by seed. Final first-attempt "
-        "evaluation: " + ", ".join(f"{name(v)} {_ci([r['eval_final'] for r in rs.values()])}" for v, rs in by.items())
+        "evaluation: "
+        + ", ".join(
+            f"{name(v)} {_ci([r['eval_final'] for r in rs.values()])}"
+            + (f" ({_seeds(len(rs))})" * (rs.keys() != by[REFERENCE].keys()))
+            for v, rs in by.items()
+        )
     ]
     for v in controls:
         parts = [
@@ -276,7 +281,9 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
         ]
         parts = [f"{label} {text}" for label, text in parts if text]  # no pairs: runs never evaluated at EARLY
         n = len([s for s in seeds if s in by[v]])
-        text.append(f"{REFERENCE} - {name(v)}, over {_seeds(n)}: " + "; ".join(parts))
+        smallest = 2 / 2**n  # the test's smallest p: the all-positive and all-negative sign patterns
+        few = f" (where the test's smallest p is {smallest:.3f}: it can call none ahead)" * (smallest >= ALPHA)
+        text.append(f"{REFERENCE} - {name(v)}, over {_seeds(n)}{few}: " + "; ".join(parts))
     level = LEVELS[-1]
     skipped = level_at_start(results, level)
     if skipped:
@@ -289,7 +296,4 @@ def findings(results: list[dict], title: str, controls: list[str], said: dict[st
         first = "; ".join(reach_comparison((REFERENCE, name(v)), by[REFERENCE], by[v], level) for v in controls)
         text.append(f"Reaching {level:.2f} and staying there: {reached}; first there, in rollouts: {first}")
     text += [cut_shares(name(v), by[v]).rstrip(".") for v in controls if cut_shares(v, by[v])]
-    smallest = 2 / 2 ** len(seeds)  # the test's smallest p: the all-positive and all-negative patterns
-    if smallest >= ALPHA:
-        text.append(f"With {_seeds(len(seeds))} the test's smallest p is {smallest:.3f}: it can call none ahead")
     return ". ".join(text) + ". " + INTERVALS
