@@ -25,6 +25,7 @@ from erl_lite.study.tables import (
     findings,
     level_at_start,
     paired_table,
+    reach_comparison,
     reach_order,
     summary_table,
     tables,
@@ -182,6 +183,11 @@ def test_reaching_first_is_compared_by_order_and_censored_runs_never_make_a_winn
     never = _record("RLVR", 0, {0: 0.0, 30: 0.3}, per_step=(2.0, 25, 100, 1))
     short = _record("RLVR", 0, {0: 0.0, 1: 0.3}, per_step=(2.0, 25, 100, 1))  # stopped after 25 rollouts
     assert reach_order(erl, late, 0.9) == 1 and reach_order(late, erl, 0.9) == -1
+    # Where every run got there the difference itself is given: ERL 4 iterations x 10 rollouts, RLVR 20 x 25.
+    assert "ERL first on 1 of 1 seed, RLVR on 0, ERL - RLVR -460 rollouts:" in reach_comparison(
+        ("ERL", "RLVR"), {0: erl}, {0: late}, 0.9
+    )
+    assert "rollouts:" not in reach_comparison(("ERL", "RLVR"), {0: erl}, {0: never}, 0.9)  # censored: order only
     assert reach_order(erl, never, 0.9) == 1  # it played 750 rollouts without getting there; ERL needed 40
     assert reach_order(erl, short, 0.9) is None  # 25 rollouts say nothing against ERL's 40
     both_never = _record("ERL", 0, {0: 0.0, 30: 0.4})

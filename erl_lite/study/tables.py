@@ -45,13 +45,13 @@ INTERVALS = (
 )
 
 
-def _ci(values: list[float], fmt: str = "{:.2f}", low: float = 0.0) -> str:
+def _ci(values: list[float], fmt: str = "{:.2f}", low: float = 0.0, high: float = 1.0) -> str:
     """Mean [interval], the interval cut to the range the value lies in (evaluations in [0, 1], their differences
-    in [-1, 1]: ``low``), which cannot lower its coverage."""
+    in [-1, 1]), which cannot lower its coverage."""
     mean, lo, hi = t_interval(values)
     if len(values) < 2:  # one seed: no interval
         return fmt.format(mean)
-    return "{} [{}, {}]".format(*(fmt.format(x) for x in (mean, max(lo, low), min(hi, 1.0))))
+    return "{} [{}, {}]".format(*(fmt.format(x) for x in (mean, max(lo, low), min(hi, high))))
 
 
 def _joined(values: list, fmt: str = "{:.2f}") -> str:
@@ -165,11 +165,16 @@ def reach_order(erl: dict, other: dict, level: float, cost: str = "rollouts") ->
 
 
 def reach_comparison(names: tuple[str, str], erl: dict[int, dict], other: dict[int, dict], level: float) -> str:
-    """Who reached ``level`` first, in rollouts, on the seeds both ran, with the sign test over the known orders."""
+    """Who reached ``level`` first, in rollouts, on the seeds both ran, with the sign test over the known orders;
+    where every run of both got there, the paired difference of the rollouts it took too."""
     orders = [reach_order(erl[s], other[s], level) for s in erl if s in other]
     known = [o for o in orders if o]
     text = f"{names[0]} first on {known.count(1)} of {_seeds(len(orders))}, {names[1]} on {known.count(-1)}"
     text += f" ({len(orders) - len(known)} unknown or tied)" if len(known) < len(orders) else ""
+    costs = [(cost_to_reach(erl[s], level), cost_to_reach(other[s], level)) for s in erl if s in other]
+    if costs and all(a and b for a, b in costs):  # none censored: the difference itself
+        rollouts = _ci([a["rollouts"] - b["rollouts"] for a, b in costs], "{:+.0f}", -float("inf"), float("inf"))
+        text += f", {names[0]} - {names[1]} {rollouts} rollouts"
     return f"{text}: {verdict(names, known, p=sign_flip_p(known))}"
 
 
