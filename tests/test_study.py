@@ -234,6 +234,10 @@ def test_each_seed_s_cut_share_is_reported_and_a_seed_above_the_limit_is_named()
     text = findings(results, "Hard world", ["ERL w/o reflection"])
     assert "second attempts cut at the length limit, per seed: 0.09 / 0.12 / 0.02 / 0.10 / 0.06" in text
     assert "above 0.10 on seed 1 (0.12), where its score partly measures the length limit" in text
+    for r in results:  # with the share over its first iterations, the findings say when the cuts came
+        r["signal"] = {"second_truncated": 0.0}
+    text = findings(results, "Hard world", ["ERL w/o reflection"])
+    assert "above 0.10 on seed 1 (0.12; 0.00 in iterations 1-10), where" in text
     results = [{**r, "second_truncated": 0.05} if r["variant"] != "ERL" else r for r in results]
     assert "above 0.10" not in findings(results, "Hard world", ["ERL w/o reflection"])
 

@@ -246,17 +246,24 @@ def tables(results: list[dict], variants: list[str] | None = None) -> str:
 
 def cut_shares(name: str, runs: dict[int, dict]) -> str:
     """A variant's share of second attempts cut at a length limit on each seed, and the seeds above
-    :data:`CUT_LIMIT`, where its score partly measures that limit ("" where it played no second attempts)."""
+    :data:`CUT_LIMIT`, where its score partly measures that limit, with the share over the first iterations
+    (:func:`~erl_lite.study.runs.learning_signal`) to say when the cuts came ("" where none were played)."""
     shares = {s: r.get("second_truncated") for s, r in runs.items()}
     if None in shares.values():
         return ""
-    over = {s: x for s, x in shares.items() if x > CUT_LIMIT}
+    early = lambda r: r.get("signal", {}).get("second_truncated")
+    over = [
+        f"{s} ({x:.2f}"
+        + ("" if early(runs[s]) is None else f"; {early(runs[s]):.2f} in iterations 1-{SIGNAL_STEPS[1]}")
+        + ")"
+        for s, x in shares.items()
+        if x > CUT_LIMIT
+    ]
     text = f"{name}'s second attempts cut at the length limit, per seed: {_joined(list(shares.values()))}"
     if over:
         text += (
-            f"; above {CUT_LIMIT:.2f} on seed{'s' * (len(over) > 1)} "
-            + ", ".join(f"{s} ({x:.2f})" for s, x in over.items())
-            + ", where its score partly measures the length limit rather than the ablation"
+            f"; above {CUT_LIMIT:.2f} on seed{'s' * (len(over) > 1)} {', '.join(over)}, where its score partly "
+            "measures the length limit rather than the ablation"
         )
     return text + "."
 
