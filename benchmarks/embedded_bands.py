@@ -328,7 +328,7 @@ MEMORY_KEYS = {
 def bands_table(reports: dict[str, dict]) -> str:
     """The bands of each world's ``--json`` report (``{label: report}``) as one markdown table: the pooled value
     (per run in brackets for the headline rows) and each band's verdict, then the bands. Written into docs by
-    ``scripts/compare_modes.py --render-docs``, so no figure of it is typed by hand."""
+    ``scripts/render_docs.py``, so no figure of it is typed by hand."""
     per_run = {"first_success", "reflection_gain", "trace_truncated", "memory_gain", "kept_rate"}
 
     def cell(report: dict, key: str | None, count: str | None) -> str:

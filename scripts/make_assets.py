@@ -9,7 +9,7 @@ Runs, in order:
    (``HELD_OUT_SEEDS``) -> ``erl_lite/assets/compare_samples_*``, ``erl_lite/assets/compare_sparse_samples_*`` and
    ``erl_lite/assets/compare_hard_samples_*`` (ERL vs RLVR, the ablations and the step-matched control, matched as the
    paper matches them, with the efficiency columns);
-4. ``scripts/compare_modes.py --render-docs``: the findings and bands blocks of README.md and docs/.
+4. ``scripts/render_docs.py``: the findings and bands blocks of README.md and docs/.
 
 The timings of the last full run are in docs/EMBEDDED.md.
 
@@ -61,7 +61,7 @@ STEPS = {
         ]
         for world in ("demo", "sparse", "hard")
     },
-    "render_docs": [sys.executable, "scripts/compare_modes.py", "--render-docs"],
+    "render_docs": [sys.executable, "scripts/render_docs.py"],
 }
 
 

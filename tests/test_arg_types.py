@@ -83,8 +83,6 @@ BAD_SCRIPT_ARGS = [
     ("scripts/compare_modes.py", ["--steps", "-3"], "--steps"),
     ("scripts/compare_modes.py", ["--eval-steps", "-1"], "--eval-steps"),
     ("scripts/compare_modes.py", ["--variants", "ERL", "ERL"], "--variants"),
-    ("scripts/compare_modes.py", ["--world", "sparse", "--curriculum", "4", "5", "--steps", "1"], "--curriculum"),
-    ("scripts/compare_modes.py", ["--world", "sparse", "--curriculum", "3", "4", "5", "--steps", "2"], "--curriculum"),
     ("scripts/make_assets.py", ["--jobs", "0"], "--jobs"),
     ("benchmarks/embedded_bands.py", ["--tasks", "0"], "--tasks"),
     ("benchmarks/embedded_bands.py", ["--samples", "0"], "--samples"),

@@ -159,6 +159,7 @@ IMPORT_RULES = {
     "history": {"config", "metric_names", "metrics"} | _BASE,
     "integrations": {"config", "core", "envs", "metric_names", "metrics"} | _BASE,
     "viz": {"history", "metric_names", "records"},
+    "study": {"history", "metric_names"},  # runs read from histories, paired statistics, the study's tables
     "run": {"config", "core", "envs", "diagnostics", "integrations", "history", "metric_names", "metrics", "models"}
     | _BASE,
     "embedded": {"config", "envs", "history", "metric_names", "models", "run", "viz"} | _BASE,
@@ -174,6 +175,7 @@ IMPORT_RULES = {
         "metrics",
         "models",
         "run",
+        "study",
         "testing",
         "viz",
     }

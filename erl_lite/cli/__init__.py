@@ -1,7 +1,8 @@
 """The ``erl-lite`` command line: the parser and :func:`main`; each command lives in its module. Commands:
 ``demo`` (:func:`erl_lite.embedded.demo.run_demo`), ``train`` (:mod:`~erl_lite.cli.train`), ``eval``
-(:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA adapter into its base)
-and ``doctor`` (:mod:`~erl_lite.cli.doctor`). Errors a user can fix print as one paragraph (:mod:`~.errors`).
+(:mod:`~erl_lite.cli.evaluate`), ``plot`` (a run's figures), ``export`` (merge a LoRA adapter into its base),
+``doctor`` (:mod:`~erl_lite.cli.doctor`) and ``compare`` (:mod:`~erl_lite.cli.compare`). Errors a user can fix print
+as one paragraph (:mod:`~.errors`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 
 from erl_lite.cli import arg_types
 from erl_lite.cli.budget import add_budget_parser, run_budget
+from erl_lite.cli.compare import add_compare_parser, run_compare
 from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
 from erl_lite.cli.doctor import add_doctor_parser, run_doctor
 from erl_lite.cli.errors import read_run, usage_error, user_errors
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     add_doctor_parser(sub)
     add_budget_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 
@@ -400,5 +403,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": _export,
         "doctor": run_doctor,
         "budget": run_budget,
+        "compare": run_compare,
     }
     return commands[args.command](args)

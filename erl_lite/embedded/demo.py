@@ -239,6 +239,18 @@ def knowledge_timeline(history: History, holes: Sequence[str]) -> list[dict[str,
     return rows
 
 
+def holes_known(history: History, holes: Sequence[str]) -> dict[str, float | None]:
+    """A run's :func:`knowledge_timeline` in one row: over every sampled reflection, how many were written and the
+    shares naming both holes and stating a hole twice (None where none was written); over the last sampled step's
+    first attempts, the shares whose plan names a letter, names both holes, and is unreadable."""
+    rows = knowledge_timeline(history, holes)
+    n = sum(row["reflections"] for row in rows)
+    # a share over the whole run: each sampled step's, weighted by the reflections it was taken over
+    over = lambda key: sum(row[key] * row["reflections"] for row in rows if row["reflections"]) / n if n else None
+    last = {key: rows[-1][key] for key in ("first_named", "first_both", "first_unreadable")}
+    return {"reflections": n, "both": over("both"), "repeated": over("repeated"), **last}
+
+
 def _share(hits: list[bool]) -> float:
     return sum(hits) / len(hits) if hits else float("nan")
 
