@@ -84,16 +84,14 @@ _PESSIMISTIC = "-min(ratio * advantage, clipped * advantage)"
 MISTAKES: dict[str, dict[str, list[tuple[str, str]]]] = {
     "01_gate_and_advantages": {
         "q1_gate": [
-            (_gate(rule), GATE_MISTAKES[k][1])
-            for k, rule in enumerate(
-                [
-                    "i for i, r in enumerate(rewards) if r >= threshold",  # the successes
-                    "i for i, r in enumerate(rewards) if r <= threshold",  # not strict
-                    "i for i, r in enumerate(rewards) if r == 0",  # zeros only
-                    "i + 1 for i, r in enumerate(rewards) if r < threshold",  # 1-based
-                    "i for i, r in enumerate(rewards) if r < 1.0",  # a fixed τ
-                ]
-            )
+            (_gate(rule), next(hint for _, hint in GATE_MISTAKES if hint.startswith(start)))
+            for rule, start in [
+                ("i for i, r in enumerate(rewards) if r >= threshold", "you picked the successes"),
+                ("i for i, r in enumerate(rewards) if r <= threshold", "the gate is strict"),
+                ("i for i, r in enumerate(rewards) if r == 0", "partial credit is not success"),
+                ("i + 1 for i, r in enumerate(rewards) if r < threshold", "positions start at 0"),
+                ("i for i, r in enumerate(rewards) if r < 1.0", "τ is a parameter"),
+            ]
         ],
         "q2_gate_rate": [
             (_rate("sum(r < threshold for r in rewards)"), "that is the number of gated attempts"),
