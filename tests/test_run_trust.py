@@ -61,8 +61,9 @@ def test_an_overwritten_folder_holds_only_the_new_run_and_every_command_reads_it
     with pytest.raises(RewardFunctionError):  # run B overwrites the folder and crashes in its step 2
         make_trainer(out, reward=failing_reward(fail_at), max_steps=3, overwrite_output_dir=True).train()
     left = set(os.listdir(out))
-    # nothing of run A; the lock's record of the folder's last writer (run B, ended)
-    assert left == {"checkpoint-1", "history.jsonl", "samples.jsonl", "notes.md", ".erl_lite.lock.json"}, left
+    # nothing of run A; run B's records: the folder's last writer (ended), the files it wrote, its last checkpoint
+    records = {".erl_lite.lock.json", ".erl_lite.files.json", ".erl_lite.last_checkpoint.json"}
+    assert left == {"checkpoint-1", "history.jsonl", "samples.jsonl", "notes.md"} | records, left
     assert train_steps(out) == [1]
     # Every command means run B's checkpoint-1, and says so first.
     assert checkpoint.find_run(str(out)).state.path == str(out / "checkpoint-1")

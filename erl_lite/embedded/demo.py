@@ -110,8 +110,8 @@ def build_demo(
     """:func:`run_demo`'s trainer, before any step: bad arguments raise here (``erl-lite demo`` prints them).
     ``out`` must be empty or an earlier demo's, unless ``overwrite`` (then erl_lite's files there are deleted, other
     files kept); files of the names it writes that erl_lite did not write are refused even then."""
-    from erl_lite.run.state import CheckpointError
     from erl_lite.run.lock import check_out
+    from erl_lite.run.state import CheckpointError
 
     if os.path.exists(out) and not os.path.isdir(out):  # else found only once the model is loaded
         raise CheckpointError(f"output_dir {out!r} is not a writable folder: it is a file")
