@@ -35,3 +35,21 @@ def test_a_resume_the_settings_refuse_is_one_paragraph_naming_the_flag(tmp_path,
     with pytest.warns(UserWarning, match="reward_threshold"):
         assert main(flagged) == 0
     assert "done: 3 steps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "env, options, named",
+    [
+        ("frozenlake", '{"bogus": 1}', "bogus"),
+        ("sokoban", '{"bogus": 1, "boxes": 1}', "bogus"),
+        ("qa", '{"colour": "red"}', "colour"),
+        ("arithmetic", '{"digits": 3}', "digits"),
+        ("demo", '{"size": 5}', "size"),  # the demo world takes none: it was ignored
+    ],
+)
+def test_an_environment_option_it_does_not_take_is_refused_naming_it(env, options, named, tmp_path, capsys):
+    argv = ["train", "--env", env, "--env-options", options, "--steps", "1", "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--env-options" in err and repr(named) in err and env in err, err
+    assert not (tmp_path / "run").exists()  # refused before any model is loaded or folder made

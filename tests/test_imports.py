@@ -451,12 +451,13 @@ def test_metric_names_come_from_metrics_constants(module):
 # layer that stays the smaller part of the package. Every budget counts lines as `ruff format` writes them
 # (pyproject.toml), so density cannot meet one. The package's budget is lowered when the code shrinks and raised
 # only for a feature an issue asks for, with the reason in the commit that raises it (git log -L holds its history).
-# At 18,433 (was 17,373): the toy study's analysis moved into the package (erl_lite/study and erl-lite compare,
-# +705), the run's record of the files it wrote (+202), the credit, parse, reward and learning-rate rules (+120),
-# the figures' gaps and the hints (+18), the assignments' check entry point (+9). Over the 17,600 asked for.
+# At 18,451 (was 17,373): the toy study's analysis moved into the package (erl_lite/study and erl-lite compare,
+# +705), the run's record of the files it wrote and the refusals (+220), the credit, parse, reward and
+# learning-rate rules (+120), the figures' gaps and the hints (+18), the assignments' check entry point (+9).
+# Over the 17,600 asked for.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_433
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_451
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET = {

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from erl_lite.cli.config_args import given_fields
@@ -254,6 +256,10 @@ def build_environment(
     ``options``: the environment's or the arithmetic dataset's own keywords, ``--env-options``)."""
     from erl_lite import envs
 
+    if name == "demo" and options:  # its world is --world's; the options were silently ignored before
+        raise ValueError(
+            f"--env-options: --env demo takes none (--world picks its world); got {', '.join(map(repr, options))}"
+        )
     if name == "demo":
         from erl_lite.embedded.demo import DEMO_EVAL_TASKS, step_line
         from erl_lite.embedded.world import demo_world
@@ -267,7 +273,7 @@ def build_environment(
         rows = {**(task.SMALL if small else {"n": 2000}), "seed": 0, **(options or {})}
         return (
             None,
-            task.make_arithmetic_dataset(**rows),
+            _with_options(name, lambda: task.make_arithmetic_dataset(**rows)),
             {
                 "reward_funcs": task.arithmetic_reward,
                 "feedback_func": task.arithmetic_feedback,
@@ -276,4 +282,16 @@ def build_environment(
         )
     cls = {"frozenlake": envs.FrozenLake, "sokoban": envs.Sokoban, "qa": envs.MultiHopQA}[name]
     base = PAPER_GAMES.get(name, {}) if preset == "paper" else {}
-    return (cls.small(**options or {}) if small else cls(**{**base, **(options or {})})), None, {}
+    build = (lambda: cls.small(**options or {})) if small else lambda: cls(**{**base, **(options or {})})
+    return _with_options(name, build), None, {}
+
+
+def _with_options(name: str, build: Callable[[], Any]) -> Any:
+    """``build()``, with a keyword the environment does not take (a TypeError deep in its constructors, which pass
+    options on to their base classes) refused as the ``--env-options`` entry it came from."""
+    try:
+        return build()
+    except TypeError as e:
+        if not (bad := re.search(r"unexpected keyword argument '(\w+)'", str(e))):
+            raise
+        raise ValueError(f"--env-options: --env {name} has no option {bad.group(1)!r} ({e})") from None
