@@ -269,7 +269,7 @@ def test_resume_with_nothing_to_resume(tmp_path):
 # --- 4. rotation, failed saves, an unwritable folder --------------------------------------------
 def test_save_total_limit_is_validated():
     assert ERLConfig().save_total_limit is None
-    for bad in (0, -1, 1.5, True):
+    for bad in (1.5, True, "2"):  # 0 and below: transformers' "no rotation" (tests/test_trl_meanings.py)
         with pytest.raises(ValueError, match="save_total_limit"):
             ERLConfig(save_total_limit=bad)
 
@@ -363,3 +363,60 @@ def test_ctrl_c_mid_update_saves_the_last_finished_step(run, tmp_path):
     # Resuming reproduces the uninterrupted run.
     history = make_trainer(out, save_steps=0).train(resume_from_checkpoint=True)
     assert drop_times(history.records) == drop_times(run.history.records)
+
+
+# --- rotation while another command reads the run ------------------------------------------------
+@pytest.mark.parametrize("when", ["before the read", "mid-read"])
+def test_a_reader_racing_rotation_takes_the_new_checkpoint_not_damage(tmp_path, monkeypatch, when, recwarn):
+    """``erl-lite eval`` (find_run) lists checkpoint-1, then the trainer writes checkpoint-2 and rotates
+    checkpoint-1 away (``save_total_limit=1``) before or while it is read: the reader takes checkpoint-2 and
+    warns of no damage."""
+    import erl_lite.run.checkpoint as ck
+
+    out = tmp_path / "run"
+    trainer = make_trainer(out, save_total_limit=1)
+    trainer.step = 1
+    trainer.save_checkpoint()
+    real_read, real_file = ck.read_checkpoint, ck._read
+    raced = []
+
+    def rotate_once():
+        if not raced:
+            raced.append(True)
+            trainer.step = 2
+            trainer.save_checkpoint()
+
+    def read_checkpoint(path):
+        if when == "before the read":
+            rotate_once()
+        return real_read(path)
+
+    def read_file(folder, name, *args, **kwargs):
+        got = real_file(folder, name, *args, **kwargs)
+        if when == "mid-read" and folder.endswith("checkpoint-1"):
+            rotate_once()  # after the first file: the rest of checkpoint-1 is gone
+        return got
+
+    monkeypatch.setattr(ck, "read_checkpoint", read_checkpoint)
+    monkeypatch.setattr(ck, "_read", read_file)
+    choice = ck.find_run(out)
+    assert raced and checkpoints(out) == ["checkpoint-2"]
+    assert choice.checkpoint().step == 2 and not choice.skipped
+    assert not [w for w in recwarn if "skipping" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+def test_rotation_never_deletes_a_checkpoint_in_place(tmp_path, monkeypatch):
+    """A reader sees a whole checkpoint or none: rotation renames a folder out of the checkpoint names first."""
+    out = tmp_path / "run"
+    trainer = make_trainer(out, save_total_limit=1)
+    deleted = []
+    real = shutil.rmtree
+    monkeypatch.setattr(
+        shutil, "rmtree", lambda path, *a, **k: (deleted.append(os.path.basename(path)), real(path, *a, **k))
+    )
+    for step in (1, 2, 3):
+        trainer.step = step
+        trainer.save_checkpoint()
+    assert checkpoints(out) == ["checkpoint-3"] and len(deleted) >= 2
+    assert not [name for name in deleted if name.startswith("checkpoint-")], deleted
+    assert not [n for n in os.listdir(out) if n.startswith(".checkpoint-")]  # nothing left behind

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from erl_lite.cli import arg_types
 from erl_lite.cli.budget import add_budget_parser, run_budget
 from erl_lite.cli.compare import add_compare_parser, run_compare
-from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, shown_value
+from erl_lite.cli.config_args import SuggestingParser, add_config_arguments, add_trl_names, shown_value
 from erl_lite.cli.doctor import add_doctor_parser, run_doctor
 from erl_lite.cli.errors import read_run, usage_error, user_errors
 from erl_lite.cli.evaluate import run_eval
@@ -150,6 +150,7 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
         defaults=_shown_defaults(),
         title="ERLConfig fields (--name-with-dashes, or TRL's --name_with_underscores)",
     )
+    add_trl_names(train)
 
 
 def _data_arguments(p: argparse.ArgumentParser, train: bool) -> None:

@@ -22,6 +22,7 @@ import yaml
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import FIELD_CHOICES
 from erl_lite.config.field_types import closest, field_types
+from erl_lite.config.trl_fields import TRL_MAPPED, TRL_REFUSED, translate_trl_fields
 
 _NONE_WORDS = ("none", "null", "~")
 
@@ -163,6 +164,22 @@ class _Store(argparse.Action):
         _record(namespace, self.dest, option_string)
 
 
+class _TrlName(argparse.Action):
+    """One of TRL's names that erl_lite maps to another field or refuses (:mod:`erl_lite.config.trl_fields`): taken
+    as ``ERLConfig(**{name: value})`` takes it, its value read as TRL's parser would (``--use_vllm`` alone: true)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        value = True if values is None else parse_yaml(values)
+        known = [f.name for f in dataclasses.fields(ERLConfig)]
+        try:
+            fields = translate_trl_fields({self.dest: value}, known, current=vars(namespace))
+        except (TypeError, ValueError) as e:  # refused: TRL's reason, under the flag's name
+            raise argparse.ArgumentError(self, str(e)) from None
+        for name, mapped in fields.items():
+            setattr(namespace, name, mapped)
+            _record(namespace, name, option_string)  # a clash with the target's own flag: given_fields refuses
+
+
 class _BooleanOptional(argparse.BooleanOptionalAction):
     """``--x`` / ``--no-x``, recording the spelling used."""
 
@@ -220,6 +237,15 @@ def add_config_arguments(
             help=f"same as --no-{name.replace('_', '-')}",
         )
     return group
+
+
+def add_trl_names(parser: argparse.ArgumentParser) -> None:
+    """Hidden options for TRL's names that erl_lite maps or refuses (:class:`_TrlName`), in TRL's spellings; after
+    the parser's own options, which keep theirs (``--reward-weights``)."""
+    for name in [*TRL_MAPPED, *TRL_REFUSED]:
+        spellings = list(dict.fromkeys(["--" + name, "--" + name.replace("_", "-")]))
+        if not any(s in parser._option_string_actions for s in spellings):
+            parser.add_argument(*spellings, dest=name, nargs="?", action=_TrlName, help=argparse.SUPPRESS)
 
 
 def shown_value(value: Any) -> str:

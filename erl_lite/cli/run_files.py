@@ -12,31 +12,44 @@ import yaml
 
 from erl_lite.cli.config_args import cli_fields, converter, parse_yaml
 from erl_lite.config.field_types import closest, conform
+from erl_lite.config.trl_fields import TRL_MAPPED, TRL_REFUSED, translate_trl_fields
 
 
 def load_config_file(
     path: str, other_keys: Sequence[str] = (), aliases: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read a YAML run file: ``(field values, values of other_keys)``; any other key: an error naming the file and the
-    closest key. ``aliases``: shorthands (``{"steps": "max_steps"}``)."""
+    """Read a YAML run file: ``(field values, values of other_keys)``; TRL's names mapped or refused as ``ERLConfig``
+    takes them; any other key: an error naming the file and the closest key. ``aliases``: shorthands
+    (``{"steps": "max_steps"}``)."""
     types_ = {f.name: annotation for f, annotation in cli_fields()}
     fields, others, seen = {}, {}, {}
     for raw_key, value, line in _yaml_entries(path) or ():  # an empty file: no values
         key = str(raw_key).replace("-", "_")
         where = f"{path}:{line}"
-        if key not in types_ and key not in other_keys:
+        if key in types_ or key in other_keys:
+            entries = [(key, raw_key, value)]
+        elif key in TRL_MAPPED or key in TRL_REFUSED:  # TRL's name: mapped or refused as ERLConfig(**{key: value})
+            try:
+                mapped = translate_trl_fields({key: value}, types_, current=fields)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{where}: {e}") from None
+            entries = [(name, name, v) for name, v in mapped.items()]
+        else:
             known = [*types_, *other_keys]
             guess = closest(key, known, aliases)
             hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
             raise ValueError(f"{where}: unknown key {str(raw_key)!r}{hint}")
-        if key in types_:
-            value = _coerce(value, types_[key], where, key)
-        if key in seen and seen[key][2] != value:  # the same key twice: refused when they disagree
-            first_line, first_key, _ = seen[key]
-            spelled = "" if first_key == raw_key else f": {str(first_key)!r} and {str(raw_key)!r}"
-            raise ValueError(f"{where}: {key} is given twice (lines {first_line} and {line}{spelled}); give it once")
-        seen[key] = (line, raw_key, value)
-        (fields if key in types_ else others)[key] = value
+        for key, raw_key, value in entries:
+            if key in types_:
+                value = _coerce(value, types_[key], where, key)
+            if key in seen and seen[key][2] != value:  # the same key twice: refused when they disagree
+                first_line, first_key, _ = seen[key]
+                spelled = "" if first_key == raw_key else f": {str(first_key)!r} and {str(raw_key)!r}"
+                raise ValueError(
+                    f"{where}: {key} is given twice (lines {first_line} and {line}{spelled}); give it once"
+                )
+            seen[key] = (line, raw_key, value)
+            (fields if key in types_ else others)[key] = value
     return fields, others
 
 

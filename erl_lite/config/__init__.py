@@ -13,7 +13,7 @@ from typing import Any
 
 from erl_lite.config import checks, presets
 from erl_lite.config.field_types import conform_fields, expand_path
-from erl_lite.config.trl_fields import translate_trl_fields
+from erl_lite.config.trl_fields import conform_trl_values, translate_trl_fields
 from erl_lite.records import ROLES
 
 #: The seed of a run unless told otherwise: 0, the README figures' seed (TRL and transformers use 42).
@@ -49,7 +49,8 @@ class ERLConfig:
     mode: str = "erl"
     """``erl`` (paper Algorithm 2), ``erl_simple`` (Algorithm 1: one reward, only y1 trained) or ``rlvr`` (GRPO)."""
     max_steps: int | None = None
-    """Training iterations. One is a batch of tasks through every phase; None = 100, or what epochs need."""
+    """Training iterations. One is a batch of tasks through every phase; None (or transformers' -1) = 100, or what
+    epochs need."""
     num_train_epochs: float | None = None
     """Passes over ``train_dataset``: ``max_steps = ceil(epochs × rows / num_tasks_per_step)`` unless given."""
     num_tasks_per_step: int = 8
@@ -158,8 +159,8 @@ class ERLConfig:
     """KL coefficient (k3 estimator) to the reference policy; 0 skips the reference pass."""
     epsilon: float = 0.2
     """Lower clip range ε_low of the policy ratio."""
-    epsilon_high: float = 0.28
-    """Upper clip range ε_high ("clip-higher")."""
+    epsilon_high: float | None = 0.28
+    """Upper clip range ε_high ("clip-higher"); None = ``epsilon``, as in GRPOConfig."""
     dual_clip: float | None = 3.0
     """Dual-clip constant c for negative advantages (None disables)."""
     scale_rewards: str = "group"
@@ -194,7 +195,8 @@ class ERLConfig:
     save_steps: int = 0
     """Checkpoint every this many iterations (0 = only at the end, if output_dir is set)."""
     save_total_limit: int | None = None
-    """Keep at most this many ``checkpoint-<step>`` folders (None = all); the newest and highest-numbered stay."""
+    """Keep at most this many ``checkpoint-<step>`` folders (None, or 0 as in transformers = all); the newest and
+    highest-numbered stay."""
     push_to_hub: bool = False
     """Upload the final model to the Hub at the end of ``train()`` (needs ``hub_model_id`` and a write token)."""
     hub_model_id: str | None = None
@@ -232,7 +234,7 @@ class ERLConfig:
     """The preset this config was built from (:meth:`preset`); the trainer refuses a GPU preset on a CPU by it."""
 
     def __post_init__(self) -> None:
-        checks.conform_trl_values(self)
+        conform_trl_values(self)
         conform_fields(self)  # every field against its annotation (bool, int, finite float, ...)
         self.output_dir = self.output_dir and expand_path(self.output_dir, "ERLConfig.output_dir")
         checks.conform_choices(self)

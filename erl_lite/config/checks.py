@@ -30,14 +30,6 @@ LOSS_TYPES = ("seq_sum", "token_mean", "seq_mean")
 #: TRL ``loss_type`` names whose formula erl_lite implements, and the erl_lite name each one becomes.
 LOSS_TYPE_ALIASES = {"grpo": "seq_mean", "dapo": "token_mean", "luspo": "seq_sum"}
 LOSS_TYPE_NAMES = LOSS_TYPES + tuple(LOSS_TYPE_ALIASES)
-#: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
-TRL_LOSS_TYPES_MISSING = {
-    "bnpo": "token_mean (= TRL's dapo: the same token mean, over the whole mini-batch instead of per micro-batch)",
-    "dr_grpo": "seq_sum (= TRL's dr_grpo × max_completion_length: the same sums, divided by the sequence count)",
-    "cispo": "token_mean (TRL's dapo; the clip acts on the ratio term, not a detached weight)",
-    "sapo": "token_mean (TRL's dapo, with a hard clip instead of a soft gate)",
-    "vespo": "token_mean with importance_sampling_level='sequence'",
-}
 LR_SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -213,17 +205,6 @@ def check_reward_weights(weights: Any, funcs: list[str]) -> list[float] | None:
             f"{len(funcs)} reward_funcs {' '.join(funcs)}), at least one above 0; got {weights!r:.80}"
         )
     return None if weights is None else [float(w) for w in weights]
-
-
-def conform_trl_values(cfg: Config) -> None:
-    """TRL's spellings, before the type check: ``scale_rewards`` True/False, an unimplemented ``loss_type``."""
-    if isinstance(cfg.scale_rewards, bool):
-        cfg.scale_rewards = "group" if cfg.scale_rewards else "none"
-    if cfg.loss_type in TRL_LOSS_TYPES_MISSING:
-        raise ValueError(
-            f"ERLConfig.loss_type={cfg.loss_type!r} (a TRL loss) is not implemented in "
-            f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[cfg.loss_type]}"
-        )
 
 
 def conform_choices(cfg: Config) -> None:

@@ -2,7 +2,8 @@
 
 Each sits in one table: :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field: how,
 and the function that maps it), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
-behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name."""
+behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name. A shared
+field's special values (``max_steps=-1``, ``epsilon_high=None``, ...) keep TRL's meaning (:func:`conform_trl_values`)."""
 
 from __future__ import annotations
 
@@ -288,3 +289,33 @@ def _same(value: Any, expected: Any) -> bool:
     """``value`` is ``expected`` (a bool only equals a bool: ``1`` is not ``True``)."""
     numeric = isinstance(expected, float) and isinstance(value, (int, float)) and not isinstance(value, bool)
     return (type(value) is type(expected) or numeric) and value == expected
+
+
+#: TRL ``loss_type`` names erl_lite does not implement, each with the closest formula it has.
+TRL_LOSS_TYPES_MISSING = {
+    "bnpo": "token_mean (= TRL's dapo: the same token mean, over the whole mini-batch instead of per micro-batch)",
+    "dr_grpo": "seq_sum (= TRL's dr_grpo × max_completion_length: the same sums, divided by the sequence count)",
+    "cispo": "token_mean (TRL's dapo; the clip acts on the ratio term, not a detached weight)",
+    "sapo": "token_mean (TRL's dapo, with a hard clip instead of a soft gate)",
+    "vespo": "token_mean with importance_sampling_level='sequence'",
+}
+
+
+def conform_trl_values(cfg: Any) -> None:
+    """TRL's and transformers' values in shared fields, as they mean them, before ERLConfig's type checks:
+    ``scale_rewards`` True/False; ``max_steps=-1`` (TrainingArguments' default: the epochs decide) and
+    ``save_total_limit`` 0 or below (``rotate_checkpoints``: delete nothing) are None; ``epsilon_high=None`` is
+    ``epsilon`` (GRPOConfig); a TRL ``loss_type`` erl_lite does not implement is refused with the closest."""
+    if isinstance(cfg.scale_rewards, bool):
+        cfg.scale_rewards = "group" if cfg.scale_rewards else "none"
+    if type(cfg.max_steps) is int and cfg.max_steps == -1:
+        cfg.max_steps = None
+    if type(cfg.save_total_limit) is int and cfg.save_total_limit <= 0:
+        cfg.save_total_limit = None
+    if cfg.epsilon_high is None:
+        cfg.epsilon_high = cfg.epsilon
+    if cfg.loss_type in TRL_LOSS_TYPES_MISSING:
+        raise ValueError(
+            f"ERLConfig.loss_type={cfg.loss_type!r} (a TRL loss) is not implemented in "
+            f"erl_lite; the closest is {TRL_LOSS_TYPES_MISSING[cfg.loss_type]}"
+        )

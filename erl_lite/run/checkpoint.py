@@ -15,6 +15,7 @@ import pickle
 import re
 import shutil
 import tempfile
+import uuid
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -196,7 +197,13 @@ def _rotate(out_dir: str, limit: int, keep: str) -> None:
     excess = len(found) - max(limit, len(protected))
     oldest_first = [p for p in reversed(found) if os.path.abspath(p) not in protected]
     for path in oldest_first[: max(excess, 0)]:
-        shutil.rmtree(path, ignore_errors=True)
+        # Out of the checkpoint names first, in one rename: a command reading the run meanwhile (erl-lite eval)
+        # finds the folder whole or gone, never half-deleted, and looks again (find_run). A crash before the
+        # rmtree leaves a .checkpoint-* folder, which the next run's clean-up removes.
+        doomed = os.path.join(out_dir, f".{os.path.basename(path)}-rotated-{uuid.uuid4().hex[:8]}")
+        with contextlib.suppress(OSError):  # not renamed: kept, and rotated at the next save
+            os.rename(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
 
 
 def list_checkpoints(out_dir: str) -> list[str]:
@@ -391,12 +398,20 @@ def find_run(path: str | os.PathLike) -> RunChoice:
             f"checkpoint-{last} (it resumed from an earlier step), so those belong to the branch it abandoned",
             stacklevel=2,
         )
-    for checkpoint in [c for c in list_checkpoints(path) if c not in left]:
+    damaged, looks = set(), 0
+    candidates = [c for c in list_checkpoints(path) if c not in left]
+    while candidates:
+        checkpoint = candidates.pop(0)
         try:
             return RunChoice(path, read_checkpoint(checkpoint), skipped)
         except CheckpointError as e:
+            if not os.path.isdir(checkpoint) and looks < 3:  # rotated away while read: a newer one took its place
+                looks += 1
+                candidates = [c for c in list_checkpoints(path) if c not in left and c not in damaged]
+                continue
             warnings.warn(f"skipping {checkpoint}: {e}", stacklevel=2)
             skipped.append(f"  {os.path.basename(checkpoint)}: {e}")
+            damaged.add(checkpoint)
     return RunChoice(path, None, skipped + [f"  {os.path.basename(c)}: of the abandoned branch" for c in left])
 
 
