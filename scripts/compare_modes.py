@@ -361,7 +361,7 @@ def plot(results: list[dict], variants: list[str], path: str) -> None:
 
     title = (
         f"{world_of(results).capitalize()} world, equal "
-        f"{'CPU time' if match_of(results) == 'cpu' else 'iterations'}, one line per seed"
+        f"{'CPU time' if match_of(results) == 'cpu' else 'iterations'}: a panel per variant"
     )
     plot_comparison(results, variants, title=title).savefig(path)
 

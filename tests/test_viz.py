@@ -442,21 +442,31 @@ def test_interactive_browser_follows_the_slider(hist):
     assert f"after step {hist.samples[-1]['step']}" in viewer.children[1].value
 
 
-def test_comparison_plot_tells_overlapping_variants_apart():
+def test_comparison_plot_gives_each_variant_its_panel_with_its_seeds_median():
+    """Ten seeds of six variants on one axes were 60 tangled lines: a panel per variant holds its seeds (thin) and
+    their median at each evaluation step (bold), with ERL's median as the reference in the other panels."""
     from erl_lite.viz import plot_comparison
 
-    curve = [[0, 0.0, 0.4], [5, 10.0, 0.9]]  # every run identical: the worst case for overlap
-    runs = [{"variant": v, "seed": s, "eval_curve": curve} for v in ("ERL", "RLVR", "w/o memory") for s in (0, 1)]
-    lines = plot_comparison(runs).axes[0].lines
-    assert len(lines) == 6 and [ln.get_label() for ln in lines if not ln.get_label().startswith("_")] == [
-        "ERL",
-        "RLVR",
-        "w/o memory",
-    ]
-    looks = {(ln.get_linestyle(), ln.get_marker()) for ln in lines[::2]}  # one run per variant
-    assert len(looks) == 3
-    only = plot_comparison(runs, variants=["RLVR"]).axes[0].lines
-    assert len(only) == 2 and only[0].get_label() == "RLVR"
+    def run(variant, seed, level):  # evaluations at the same steps (equal iterations), seconds per seed
+        return {"variant": variant, "seed": seed, "eval_curve": [[0, 0.0, 0.1], [5, 10.0 + seed, level]]}
+
+    runs = [
+        run(v, s, level)
+        for v, levels in (("ERL", (0.6, 0.8, 1.0)), ("RLVR", (0.2, 0.3, 0.9)))
+        for s, level in zip((0, 1, 2), levels)
+    ] + [run("w/o memory", 0, 0.5)]
+    panels = [ax for ax in plot_comparison(runs).axes if ax.lines]
+    assert [ax.get_title() for ax in panels] == ["ERL (3 seeds)", "RLVR (3 seeds)", "w/o memory (1 seed)"]
+    for ax, variant, median in zip(panels, ("ERL", "RLVR", "w/o memory"), (0.8, 0.3, 0.5)):
+        labelled = {ln.get_label(): ln for ln in ax.lines if not ln.get_label().startswith("_")}
+        seeds = [ln for ln in ax.lines if ln.get_label().startswith("_")]
+        assert len(seeds) == sum(r["variant"] == variant for r in runs)  # one thin line per seed, this variant's
+        mid = labelled["median over seeds"]
+        assert list(mid.get_ydata()) == pytest.approx([0.1, median])  # the median of its seeds at each step
+        assert list(mid.get_xdata()) == pytest.approx([0.0, 11.0 if variant != "w/o memory" else 10.0])
+        assert ("ERL's median" in labelled) == (variant != "ERL")  # the reference, in the others' panels
+    only = [ax for ax in plot_comparison(runs, variants=["RLVR"]).axes if ax.lines]
+    assert [ax.get_title() for ax in only] == ["RLVR (3 seeds)"]
     assert NO_DATA in _texts(plot_comparison([]))
 
 

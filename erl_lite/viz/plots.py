@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Callable, Sequence
 
 from matplotlib.axes import Axes
@@ -270,39 +271,56 @@ def plot_eval(history: HistoryLike, baseline: HistoryLike = None, ax: Axes | Non
 def plot_comparison(
     results: list[dict],
     variants: list[str] | None = None,
-    ax: Axes | None = None,
-    title: str = "Equal CPU time, one line per seed",
+    title: str = "Evaluation over training CPU time",
 ) -> Figure:
-    """Evaluation over training CPU time, one line per run, a style per variant (``compare_modes.py``'s
-    results: dicts with ``variant`` and ``eval_curve``, rows ``[step, CPU seconds, success]``)."""
-    variants = variants or list(dict.fromkeys(r["variant"] for r in results))
-    fig, ax, owned = S.new_axes(ax, figsize=(6.6, 4.0))
-    styles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "v", "D", "P", "X"]
-    drawn = 0
-    for i, v in enumerate(variants):
-        for j, r in enumerate(r for r in results if r["variant"] == v):
-            seconds, values = [c[1] for c in r["eval_curve"]], [c[2] for c in r["eval_curve"]]
-            ax.plot(
-                seconds,
-                values,
-                color=f"C{i}",
-                alpha=0.8,
-                label=v if j == 0 else None,
-                ls=styles[i % len(styles)],
-                marker=markers[i % len(markers)],
-                ms=4,
-                mfc="none" if i % 2 else None,
-            )
-            drawn += 1
-    S.decorate(
-        ax,
-        title,
-        "training CPU time (s, one thread; evaluation excluded)",
-        "eval first-attempt success (0–1)",
-        drawn > 0,
-        unit=True,
-    )
-    return S.done(fig, owned)
+    """Evaluation over training CPU time, a panel per variant (``compare_modes.py``'s results: dicts with
+    ``variant`` and ``eval_curve``, rows ``[step, CPU seconds, success]``): its seeds as thin lines, their median
+    at each evaluation step in bold (at the seeds' median seconds), and ERL's median in the other panels."""
+    variants = [v for v in variants or dict.fromkeys(r["variant"] for r in results) if _runs_of(results, v)]
+    columns = 2 if len(variants) in (2, 4) else min(3, max(len(variants), 1))
+    colour = {v: f"C{i}" for i, v in enumerate(dict.fromkeys(r["variant"] for r in results))}  # same in any subset
+    rows = max(1, math.ceil(len(variants) / columns))
+    fig, axes = S.plt.subplots(rows, columns, figsize=(4.4 * columns, 3.3 * rows + 0.6), dpi=S.DPI, squeeze=False)
+    reference = _median_curve(_runs_of(results, "ERL"))
+    for ax, v in zip(axes.flat, variants):
+        runs = _runs_of(results, v)
+        for r in runs:
+            ax.plot([c[1] for c in r["eval_curve"]], [c[2] for c in r["eval_curve"]], color=colour[v], alpha=0.35, lw=1)
+        if v != "ERL" and reference[0]:
+            ax.plot(*reference, color="0.2", ls="--", lw=1.2, label="ERL's median")
+        ax.plot(*_median_curve(runs), color=colour[v], lw=2.6, marker="o", ms=3.5, label="median over seeds")
+        S.decorate(
+            ax,
+            f"{v} ({len(runs)} seed{'s' * (len(runs) != 1)})",
+            "training CPU time (s)",
+            "eval success",
+            True,
+            unit=True,
+        )
+    longest = max((c[1] for r in results for c in r["eval_curve"]), default=1.0) or 1.0
+    for ax in list(axes.flat)[: len(variants)]:  # one time axis for every panel: the variants compare by eye
+        ax.set_xlim(-0.03 * longest, 1.03 * longest)
+    for ax in list(axes.flat)[len(variants) :]:
+        ax.set_axis_off()
+    if not variants:
+        axes[0, 0].set_axis_on()
+        S.decorate(axes[0, 0], title, "training CPU time (s)", "eval success", False, unit=True)
+    fig.suptitle(f"{title} (one thread; evaluation excluded)", fontsize=12)
+    return S.done(fig, True)
+
+
+def _runs_of(results: list[dict], variant: str) -> list[dict]:
+    return [r for r in results if r["variant"] == variant and r["eval_curve"]]
+
+
+def _median_curve(runs: list[dict]) -> tuple[list[float], list[float]]:
+    """(seconds, success) at each evaluation step every run has: the medians over the runs (equal-iteration
+    runs evaluate at the same steps; seconds differ by seed)."""
+    steps = sorted(set.intersection(*[{c[0] for c in r["eval_curve"]} for r in runs])) if runs else []
+    at = [{c[0]: c for c in r["eval_curve"]} for r in runs]
+    return [statistics.median(a[s][1] for a in at) for s in steps], [
+        statistics.median(a[s][2] for a in at) for s in steps
+    ]
 
 
 @S.styled
