@@ -28,7 +28,7 @@ from erl_lite.viz import (
     word_diff,
 )
 from erl_lite.viz._style import NO_DATA
-from erl_lite.viz.pairs import assistant_actions, select_pair
+from erl_lite.viz.pairs import assistant_actions, rule_diff, select_pair
 from erl_lite.viz.plots import NO_EVAL
 from erl_lite.viz.widgets import StaticView, is_static
 
@@ -338,6 +338,45 @@ def test_word_diff_reconstructs_both_sides(a, b):
     ops = word_diff(a, b)
     assert "".join(t for op, t in ops if op in "=-") == a
     assert "".join(t for op, t in ops if op in "=+") == b
+
+
+#: (base prompt, rulebook, the rules a reader must see as new): instructions are a set of rules, so a rule the base
+#: states elsewhere, or under another list number, is not new (a word diff marked "H is a hole." new in notebook 01).
+RULE_CASES = [
+    ("A is you. H is a hole. E is a hole.", "A is you. E is a hole. H is a hole.", []),
+    ("A is you. H is a hole.", "A is you. E is a hole. H is a hole. G is a hole.", ["E is a hole.", "G is a hole."]),
+    ("1. E is a hole.\n2. H is a hole.", "1. H is a hole.\n2. E is a hole.\n3. Avoid G.", ["3. Avoid G."]),
+    ("Reach B. Avoid holes.", "- Avoid holes.\n- Reach B!", ["- Reach B!"]),
+    ("", "1. E is a hole.", ["1. E is a hole."]),
+]
+
+
+@pytest.mark.parametrize("base, rulebook, new", RULE_CASES)
+def test_instructions_are_compared_rule_by_rule_wherever_a_rule_stands(base, rulebook, new):
+    from erl_lite.viz.pairs import diff_html
+
+    ops = rule_diff(base, rulebook)
+    assert "".join(t for op, t in ops if op in "=+") == rulebook  # the rulebook whole, in its order
+    assert [t.strip() for op, t in ops if op == "+"] == new
+    html = diff_html(base, rulebook, rule_diff)
+    assert html.count("background:#dfd") == len(new)  # green: new rules only
+    # In every view of a reflection: the attempt pair (HTML and text) and the reflection figure.
+    record = synthetic_history(steps=2, seed=0).samples[-1]
+    record = dict(
+        record,
+        retries=[
+            dict(r, reflection=dict(r["reflection"], base_prompt=base, rulebook=rulebook)) for r in record["retries"]
+        ],
+    )
+    pair = show_attempt_pair(record)
+    instructions = pair.split("Instructions: base prompt → rulebook")[1].split("<b>Moves")[0]
+    assert instructions.count("background:#dfd") == len(new)
+    text = attempt_pair_text(record).split("instructions (base prompt -> rulebook): ")[1].split("\nmoves")[0]
+    assert text.count("{+") == len(new)
+    from erl_lite.viz import plot_reflection
+
+    flagged = {t.get_text() for t in plot_reflection(record).axes[0].texts if t.get_bbox_patch() is not None}
+    assert flagged == {w for rule in new for w in rule.split()}
 
 
 # ---------------------------------------------------------------- widgets
@@ -662,7 +701,7 @@ def test_reflection_figure_marks_new_words_and_checks_claims(hist):
     fig = plot_reflection(record, claims=_claims, truth=["C", "Q"])
     texts = [t for t in fig.axes[0].texts]
     new = {t.get_text() for t in texts if t.get_bbox_patch() is not None}
-    added = {w for op, chunk in word_diff(refl["base_prompt"], refl["rulebook"]) if op == "+" for w in chunk.split()}
+    added = {w for op, chunk in rule_diff(refl["base_prompt"], refl["rulebook"]) if op == "+" for w in chunk.split()}
     assert new == added and new
     words = [t.get_text() for t in texts if t.get_fontfamily() == ["monospace"]]
     assert " ".join(words) == " ".join(refl["rulebook"].split())  # the whole rulebook, wrapped at spaces only

@@ -17,6 +17,7 @@ _EXPORTS = {
     "attempt_pair_text": "pairs",
     "show_attempt_pair": "pairs",
     "word_diff": "pairs",
+    "rule_diff": "pairs",
     "plot_advantages": "plots",
     "plot_comparison": "plots",
     "plot_eval": "plots",

@@ -8,15 +8,15 @@ from collections.abc import Callable, Sequence
 from matplotlib.figure import Figure
 
 from erl_lite.viz import _style as S
-from erl_lite.viz.pairs import Record, select_pair, step_record, word_diff
+from erl_lite.viz.pairs import Record, rule_diff, select_pair, step_record
 
 COLUMNS = 76  # characters per line of the rulebook drawn: the figure's width at 10 pt monospace
 CHAR_PT, LINE_PT = 0.602 * 10, 15  # DejaVu Sans Mono advances 0.602 em per character
 
 
 def _rulebook_lines(base: str, rulebook: str) -> list[list[tuple[str, bool]]]:
-    """The rulebook's words wrapped at spaces to :data:`COLUMNS`, each flagged when it is new vs ``base``."""
-    words = [(w, op == "+") for op, text in word_diff(base, rulebook) if op != "-" for w in text.split()]
+    """The rulebook's words wrapped at spaces to :data:`COLUMNS`, each flagged when its rule is new vs ``base``."""
+    words = [(w, op == "+") for op, text in rule_diff(base, rulebook) if op != "-" for w in text.split()]
     lines: list[list[tuple[str, bool]]] = [[]]
     for word, new in words:
         if lines[-1] and sum(len(w) + 1 for w, _ in lines[-1]) + len(word) > COLUMNS:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import html
 import re
-from typing import Any
+from typing import Any, Callable
 
 from erl_lite.records import FIRST, REFLECTION, SECOND, retries_by_first
 from erl_lite.viz._style import COLORS, HistoryLike, as_history
@@ -93,16 +93,36 @@ def word_diff(a: str, b: str) -> list[tuple[str, str]]:
     return [(op, text) for pair in pairs for op, text in pair if text]
 
 
-def diff_text(a: str, b: str) -> str:
-    """wdiff-style markup: ``[-removed-]{+added+}``."""
+#: One rule of a prompt or rulebook: a sentence or a line, with the space before it and its list marker.
+_RULE = re.compile(r"\s*(?:(?:\d+[.)]|[-*•])\s+)?[^\n.!?]*[.!?]*")
+_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s+")
+
+
+def rule_diff(a: str, b: str) -> list[tuple[str, str]]:
+    """:func:`word_diff`'s ops for instructions, rule by rule: ``b``'s rules in order, kept (``"="``, ``a`` states
+    it anywhere, under any list marker) or added (``"+"``), then ``a``'s rules ``b`` drops (``"-"``). A rule moved
+    is not new: a word diff aligns the words in order, and marked a moved rule removed here and added there."""
+    rules_a, rules_b = ([m.group(0) for m in _RULE.finditer(t) if m.group(0)] for t in (a, b))
+    in_a, in_b = {_key(r) for r in rules_a}, {_key(r) for r in rules_b}
+    kept = [("=" if _key(r) in in_a or not _key(r) else "+", r) for r in rules_b]
+    return kept + [("-", r) for r in rules_a if _key(r) and _key(r) not in in_b]
+
+
+def _key(rule: str) -> str:
+    """A rule without its list marker and spacing: what two rules must share to be the same."""
+    return " ".join(_MARKER.sub("", rule).split())
+
+
+def diff_text(a: str, b: str, diff: Callable[[str, str], list[tuple[str, str]]] = word_diff) -> str:
+    """wdiff-style markup: ``[-removed-]{+added+}`` (``diff``: :func:`word_diff`, or :func:`rule_diff`)."""
     marks = {"=": "{}", "-": "[-{}-]", "+": "{{+{}+}}"}
-    return "".join(marks[op].format(text) for op, text in word_diff(a, b))
+    return "".join(marks[op].format(text) for op, text in diff(a, b))
 
 
-def diff_html(a: str, b: str) -> str:
-    """Removed words struck through in red, added words in green."""
+def diff_html(a: str, b: str, diff: Callable[[str, str], list[tuple[str, str]]] = word_diff) -> str:
+    """Removed words struck through in red, added words in green (``diff`` as in :func:`diff_text`)."""
     style = {"-": "background:#fdd;color:#900;text-decoration:line-through", "+": "background:#dfd;color:#060"}
-    words = [(op, html.escape(text)) for op, text in word_diff(a, b)]
+    words = [(op, html.escape(text)) for op, text in diff(a, b)]
     marked = "".join(text if op == "=" else f'<span style="{style[op]}">{text}</span>' for op, text in words)
     return _pre(marked, escaped=True)
 
@@ -182,7 +202,7 @@ def show_attempt_pair(
     changed = ""
     if refl is not None:
         changed += "<b>Instructions: base prompt → rulebook</b>" + diff_html(
-            refl.get("base_prompt", ""), refl.get("rulebook", "")
+            refl.get("base_prompt", ""), refl.get("rulebook", ""), rule_diff
         )
     if second is not None:
         changed += "<b>Moves: first attempt → second attempt</b>" + diff_html(
@@ -232,7 +252,7 @@ def attempt_pair_text(
         lines += [
             "-- WHAT CHANGED --",
             "instructions (base prompt -> rulebook): "
-            + diff_text(refl.get("base_prompt", ""), refl.get("rulebook", "")),
+            + diff_text(refl.get("base_prompt", ""), refl.get("rulebook", ""), rule_diff),
         ]
     if second is not None:
         lines.append("moves (first -> second): " + diff_text(assistant_actions(first), assistant_actions(second)))

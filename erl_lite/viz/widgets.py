@@ -154,7 +154,7 @@ def memory_html(record: pairs.Record) -> str:
         return head + "<p><i>empty: no second attempt has succeeded yet</i></p>"
     body = pairs._pre(after)
     if before != after:
-        body += "<b>changed this step (before → after)</b>" + pairs.diff_html(before, after)
+        body += "<b>changed this step (before → after)</b>" + pairs.diff_html(before, after, pairs.rule_diff)
     return head + body
 
 
@@ -163,7 +163,7 @@ def memory_text(record: pairs.Record) -> str:
     before, after = _memory(record)
     lines = [f"=== memory after step {record.get('step')} ===", after or "(empty: no second attempt has succeeded yet)"]
     if after and before != after:
-        lines.append("changed this step: " + pairs.diff_text(before, after))
+        lines.append("changed this step: " + pairs.diff_text(before, after, pairs.rule_diff))
     return "\n".join(lines)
 
 
