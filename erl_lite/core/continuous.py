@@ -61,16 +61,7 @@ class ContinuousGenerator:
 
     ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing fails); ``seed``
     and ``rank``: the base of every call's sampling seed. ``last_logprobs``: per row of the last call, each sampled
-    token's log-prob after temperature, top-p and top-k.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer(); gen = ContinuousGenerator(tiny_model(tok), tok, cache_tokens=1024)
-        >>> outs = gen.generate([tok("hi").input_ids, tok("hello").input_ids], SamplingParams(5))
-        >>> len(outs), all(len(o) <= 5 for o in outs), gen.calls
-        (2, True, 1)
-        >>> gen.flush()
-    """
+    token's log-prob after temperature, top-p and top-k."""
 
     def __init__(
         self,
