@@ -59,6 +59,7 @@ EXAMPLES = {
     "erl_lite.integrations.reward_calls:reward_func_name": ">>> import functools\n>>> reward_func_name(functools.partial(len)), reward_func_name(RunState())\n('len', 'RunState')\n",
     "erl_lite.integrations.trl_adapter:parse_tool_calls": ">>> parse_tool_calls('<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call> and <tool_call>oops</tool_call>')\n[{'name': 'f', 'arguments': {'x': 1}}, 'not valid JSON: oops']\n",
     "erl_lite.integrations.trl_adapter:placeholder_rows": ">>> placeholder_rows(object, 3, 2)\n[{'prompt': [{'role': 'user', 'content': ''}]}, {'prompt': [{'role': 'user', 'content': ''}]}]\n",
+    "erl_lite.integrations.wiring:generator_for": ">>> from erl_lite.testing import tiny_tokenizer, tiny_model\n>>> tok = tiny_tokenizer()\n>>> type(generator_for(tiny_model(tok), tok, ERLConfig(generation_backend=\"continuous\"))).__name__\n'ContinuousGenerator'\n",
     "erl_lite.metrics:describe": '>>> describe("rewards/accuracy_reward/std")\n"TRL\'s name: unbiased std of the reward function\'s values on first attempts"\n>>> describe("reward/third") is None\nTrue\n',
     "erl_lite.metrics:is_measurement": '>>> [is_measurement(k) for k in ("time/step", "tokens/per_second", "tokens/first")]\n[True, True, False]\n',
     "erl_lite.metrics:reward_func_metrics": '>>> a = [Attempt("t", "first", i, "", [], [], [], [], 0.0, False, "", "", 1, rewards={"acc": r})\n...      for i, r in enumerate([0.0, 1.0, None])]\n>>> reward_func_metrics(a)\n{\'rewards/acc/mean\': 0.5, \'rewards/acc/std\': 0.7071067811865476}\n',

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.continuous import cache_tokens_for
-from erl_lite.core.continuous import generator_for as core_generator_for
+from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for
 from erl_lite.core.env import Environment
+from erl_lite.core.generation import HFGenerator
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.rows import rows_to_tasks
@@ -141,9 +141,11 @@ def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float
 
 
 def generator_for(model: Any, tokenizer: Any, args: ERLConfig, rank: int = 0) -> Any:
-    """The sampler ``args.generation_backend`` names: :func:`erl_lite.core.continuous.generator_for`'s, or vLLM's."""
-    if args.generation_backend != "vllm":
-        return core_generator_for(model, tokenizer, args, rank)
+    """The sampler ``args.generation_backend`` names, sized and seeded from ``args``."""
+    if args.generation_backend == "generate":
+        return HFGenerator(model, tokenizer)
+    if args.generation_backend == "continuous":
+        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank)
     from erl_lite.integrations.vllm import VLLMGenerator
 
     return VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank, args=args)
