@@ -15,7 +15,7 @@ from erl_lite.envs.rows import rows_to_tasks
 from erl_lite.integrations.data_sources import load_rows
 from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.integrations.distributed import DataParallel
-from erl_lite.integrations.reporting import make_reporter
+from erl_lite.integrations.reporting import Reporter, resolve_report_to
 from erl_lite.integrations.reward_calls import RewardFunctionError, RewardLog, mean_metrics
 from erl_lite.integrations.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.metrics import describe, env_eval_metrics, env_step_metrics
@@ -72,10 +72,11 @@ def process_group(args: ERLConfig) -> DataParallel:
     return dist
 
 
-def reporter_for(args: ERLConfig, dist: DataParallel) -> Any:
-    """The trackers of ``args.report_to`` on rank 0 (None elsewhere); built on all ranks: a missing one fails on all."""
-    reporter = make_reporter(args)
-    return reporter if dist.is_main else None
+def reporter_for(args: ERLConfig, dist: DataParallel) -> Reporter | None:
+    """The trackers of ``args.report_to`` on rank 0 (None elsewhere, or where it names none); resolved on all ranks:
+    a tracker that is not installed fails on all (ImportError)."""
+    names = resolve_report_to(args.report_to)
+    return Reporter(args, names) if names and dist.is_main else None
 
 
 def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig) -> RewardLog:
