@@ -190,14 +190,7 @@ TRL_NAMES = tuple(trl_metrics([], None))
 
 
 def frac_reward_zero_std(samples: list[TrainSample], role: str) -> float | None:
-    """Fraction of ``role``'s per-task GRPO groups in ``samples`` whose advantages are all 0; None without one.
-
-    Example:
-        >>> batch = [TrainSample("first", [], [], [], A, t)
-        ...          for A, t in [(0.0, "a"), (0.0, "a"), (0.7, "b"), (-0.7, "b")]]
-        >>> frac_reward_zero_std(batch, "first")  # task a: equal rewards
-        0.5
-    """
+    """Fraction of ``role``'s per-task GRPO groups in ``samples`` whose advantages are all 0; None without one."""
     silent: dict[str, bool] = {}
     for s in samples:
         if s.role == role:

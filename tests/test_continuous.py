@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.continuous import PAGE_SIZE, ContinuousGenerator, cache_tokens_for, generator_for
+from erl_lite.core.continuous import PAGE_SIZE, ContinuousGenerator, cache_tokens_for
 from erl_lite.core.generation import HFGenerator, SamplingParams
+from erl_lite.integrations.wiring import generator_for
 from erl_lite.models import load_policy
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import save_tiny_model, tiny_model, tiny_tokenizer

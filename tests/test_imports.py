@@ -461,9 +461,7 @@ CORE = ("erl_lite.core",)
 MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_538
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
-OVER_BUDGET = {
-    "diagnostics/checks.py": 483,
-}
+OVER_BUDGET: dict[str, int] = {}
 
 
 def _lines(path: Path) -> int:

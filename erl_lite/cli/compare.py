@@ -25,12 +25,7 @@ def add_compare_parser(sub: Any) -> None:
 
 
 def variant_of(settings: dict[str, Any]) -> str:
-    """A run's variant, named from its settings as the study names them.
-
-    Example:
-        >>> variant_of({"mode": "rlvr"}), variant_of({"mode": "erl", "use_memory": False}), variant_of({})
-        ('RLVR', 'ERL w/o memory', 'ERL')
-    """
+    """A run's variant, named from its settings as the study names them."""
     mode = settings.get("mode", "erl")
     if mode == "rlvr":
         return "RLVR"

@@ -258,12 +258,7 @@ class ERLConfig:
         return max(1, math.ceil(rows / (self.ppo_mini_batch_size * self.num_generations)))
 
     def max_optimizer_steps(self) -> int:
-        """The most optimizer steps of one iteration: with ``ppo_mini_batch_size``, every first attempt failed.
-
-        Example:
-            >>> ERLConfig(num_tasks_per_step=8, ppo_mini_batch_size=8).max_optimizer_steps()
-            4
-        """
+        """The most optimizer steps of one iteration: with ``ppo_mini_batch_size``, every first attempt failed."""
         if self.ppo_mini_batch_size is None:
             return self.steps_per_generation
         roles = len(ROLES) + self.reflection_copies - 1 if self.mode == "erl" else 1

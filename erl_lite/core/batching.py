@@ -41,14 +41,7 @@ class Packed:
 
 
 def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, device: Any = "cpu") -> Packed:
-    """Left-pad contexts and right-pad completions into one rectangular micro-batch.
-
-    Example:
-        >>> rows = [TrainSample("first", [5, 6], [7], [1], 1), TrainSample("internalization", [5], [7, 8], [1, 1], 1)]
-        >>> b = pack(rows, pad_id=0, nll_internalization=True)
-        >>> b.input_ids.tolist(), b.mask.tolist(), b.is_nll.tolist(), b.roles
-        ([[5, 6, 7, 0], [0, 5, 7, 8]], [[1, 0], [1, 1]], [False, True], ('first', 'internalization'))
-    """
+    """Left-pad contexts and right-pad completions into one rectangular micro-batch."""
     if not samples:
         raise ValueError("pack needs at least one TrainSample")
     P = max(len(s.prompt_ids) for s in samples)
@@ -88,14 +81,7 @@ def completion_logprobs(
 
 
 class CompletionLogProbs(torch.nn.Module):
-    """:func:`completion_logprobs` as a module: DDP all-reduces only gradients whose forward went through its wrapper.
-
-    Example:
-        >>> from erl_lite.testing import tiny_model, tiny_tokenizer
-        >>> rows = [TrainSample("first", [5, 6], [7, 8], [1, 1], 1.0)]
-        >>> CompletionLogProbs(tiny_model(tiny_tokenizer()), 1.0, None)(pack(rows, 0, False)).shape
-        torch.Size([1, 2])
-    """
+    """:func:`completion_logprobs` as a module: DDP all-reduces only gradients whose forward ran through its wrapper."""
 
     def __init__(self, policy: Any, temperature: float, chunk_size: int | None) -> None:
         super().__init__()

@@ -29,13 +29,7 @@ _PROBE_TOOL = {
 
 
 def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> bool:
-    """Whether the chat template renders ``tools=`` (read from its output with a probe tool, not its source).
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> template_renders_tools(tiny_tokenizer())  # its template prints the messages only
-        False
-    """
+    """Whether the chat template renders ``tools=`` (read from its output with a probe tool, not its source)."""
     if not has_chat_template(tokenizer):
         return False
     messages = [{"role": "user", "content": "hi"}]
@@ -49,14 +43,7 @@ def template_renders_tools(tokenizer: Any, template_kwargs: dict[str, Any] | Non
 
 
 def render_plain(messages: list[dict[str, str]], tokenizer: Any, add_generation_prompt: bool) -> str:
-    """The chat format of tokenizers without a template: BOS, then ``### Role`` headings; replies end with EOS.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> tok = tiny_tokenizer(chat_template=False)
-        >>> render_plain([{"role": "user", "content": "hi"}], tok, True)
-        '<|bos|>### User\\nhi\\n\\n### Assistant\\n'
-    """
+    """The chat format of tokenizers without a template: BOS, then ``### Role`` headings; replies end with EOS."""
     parts = [tokenizer.bos_token or ""]
     for m in messages:
         heading = PLAIN_HEADINGS.get(m["role"])

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from erl_lite.config.checks import refuse_generation_kwargs
-from erl_lite.core.generation import HFGenerator, SamplingParams, check_request, model_context_length
+from erl_lite.core.generation import SamplingParams, check_request, model_context_length
 from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable, note_sampled, weight_versions
 
 #: Tokens per cache page. Small pages let a later turn reuse all but < 16 tokens of its conversation;
@@ -61,16 +61,7 @@ class ContinuousGenerator:
 
     ``cache_tokens``: how many tokens the paged cache holds (rows waiting for room queue, nothing fails); ``seed``
     and ``rank``: the base of every call's sampling seed. ``last_logprobs``: per row of the last call, each sampled
-    token's log-prob after temperature, top-p and top-k.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer(); gen = ContinuousGenerator(tiny_model(tok), tok, cache_tokens=1024)
-        >>> outs = gen.generate([tok("hi").input_ids, tok("hello").input_ids], SamplingParams(5))
-        >>> len(outs), all(len(o) <= 5 for o in outs), gen.calls
-        (2, True, 1)
-        >>> gen.flush()
-    """
+    token's log-prob after temperature, top-p and top-k."""
 
     def __init__(
         self,
@@ -223,23 +214,6 @@ class ContinuousGenerator:
                 raise RuntimeError(f"continuous batching failed on request row {row}: {done[request_id].error}")
         self.last_logprobs = [list(done[i].logprobs) for i in ids]
         return [list(done[i].generated_tokens) for i in ids]
-
-
-def generator_for(model: Any, tokenizer: Any, args: Any, rank: int = 0) -> Any:
-    """The sampler ``args.generation_backend`` names, sized and seeded from ``args``.
-
-    Example:
-        >>> from erl_lite.config import ERLConfig
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer()
-        >>> type(generator_for(tiny_model(tok), tok, ERLConfig(generation_backend="continuous"))).__name__
-        'ContinuousGenerator'
-    """
-    if args.generation_backend == "continuous":
-        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank)
-    if args.generation_backend == "vllm":
-        raise ValueError("generation_backend='vllm' is built by erl_lite.integrations.wiring.generator_for")
-    return HFGenerator(model, tokenizer)
 
 
 def end_phase(generator: Any) -> None:

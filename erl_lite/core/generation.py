@@ -53,13 +53,7 @@ _NO_LIMIT = 10**9
 
 
 def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
-    """The positions ``model`` can read (its config's, else the tokenizer's limit), or None.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer(); model_context_length(tiny_model(tok), tok)
-        4096
-    """
+    """The positions ``model`` can read (its config's, else the tokenizer's limit), or None."""
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "get_text_config"):
         config = config.get_text_config()
@@ -273,15 +267,7 @@ def _own_settings(model: Any, recorder: _Recorder) -> Any:
 
 
 class ScriptedGenerator:
-    """Canned completions ``script(prompt_text) -> reply_text``; ``prompts_seen`` keeps every prompt shown.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer
-        >>> tok = tiny_tokenizer()
-        >>> gen = ScriptedGenerator(tok, lambda prompt: "```Up```")
-        >>> tok.decode(gen.generate([tok("x").input_ids], SamplingParams(50))[0])
-        '```Up```<|im_end|>'
-    """
+    """Canned completions ``script(prompt_text) -> reply_text``; ``prompts_seen`` keeps every prompt shown."""
 
     def __init__(self, tokenizer: Any, script: Callable[[str], str]) -> None:
         self.tokenizer, self.script = tokenizer, script

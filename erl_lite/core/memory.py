@@ -111,15 +111,7 @@ class ReflectionMemory:
 
 
 class MemoryBank:
-    """One :class:`ReflectionMemory` per environment in ``names``; ``env_of`` maps a task id to its name.
-
-    Example:
-        >>> bank = MemoryBank(["frozenlake", "sokoban"], env_of=lambda task_id: task_id.split("/")[0])
-        >>> bank.for_task("sokoban/train/3").maybe_store("B is a box.", reward=1.0, threshold=1.0)
-        True
-        >>> bank.for_task("frozenlake/train/0").context() is None, len(bank), bank.entries
-        (True, 1, ['[sokoban] B is a box.'])
-    """
+    """One :class:`ReflectionMemory` per environment in ``names``; ``env_of`` maps a task id to its name."""
 
     def __init__(
         self,
@@ -211,14 +203,7 @@ class SlotMemory(MemoryBank):
 
 
 def check_memory_state(state: Any) -> None:
-    """Refuse a memory state (a checkpoint's ``memory.json``) that no memory could have written.
-
-    Example:
-        >>> check_memory_state({"kind": "single", "entries": ["A is you.", 7], "total_writes": 2})
-        Traceback (most recent call last):
-        ...
-        ValueError: memory entries[1] must be a string (a rulebook), got int 7
-    """
+    """Refuse a memory state (a checkpoint's ``memory.json``) that no memory could have written."""
     if not isinstance(state, dict):
         raise ValueError(
             f"memory state must be an object with kind, entries and total_writes, got "

@@ -49,14 +49,7 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Every id that ends a generation: the tokenizer's eos, the generation config's, the end of turn.
-
-    Example:
-        >>> from erl_lite.testing import tiny_tokenizer, tiny_model
-        >>> tok = tiny_tokenizer()
-        >>> tok.convert_tokens_to_ids("<|im_end|>") in eos_token_ids(tiny_model(tok), tok)
-        True
-    """
+    """Every id that ends a generation: the tokenizer's eos, the generation config's, the end of turn."""
     base = base_model(model)
     config = getattr(base, "generation_config", None) or base.config
     ids: list[Any] = []
@@ -68,17 +61,7 @@ def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) ->
 @contextmanager
 def reference_context(model: torch.nn.Module, reference: torch.nn.Module | None = None) -> Iterator[torch.nn.Module]:
     """Yield the module that computes reference-policy logits for the KL term: ``reference`` (a frozen copy) as
-    is, else the PeftModel with its adapter disabled (else ValueError). Wrap the forward in ``torch.no_grad()``.
-
-    Example:
-        >>> import tempfile
-        >>> from erl_lite.models import load_policy
-        >>> from erl_lite.testing import save_tiny_model
-        >>> policy, tok = load_policy(save_tiny_model(tempfile.mkdtemp()), device="cpu")
-        >>> ids = tok("hello", return_tensors="pt").input_ids
-        >>> with torch.no_grad(), reference_context(policy) as ref:
-        ...     ref_logits = ref(input_ids=ids).logits  # (1, 5, vocab)
-    """
+    is, else the PeftModel with its adapter disabled (else ValueError). Wrap the forward in ``torch.no_grad()``."""
     if reference is not None:
         yield reference
         return

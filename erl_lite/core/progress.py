@@ -10,14 +10,7 @@ from typing import Any, Callable
 
 
 class Progress:
-    """Makes the bars of the phases; ``enabled``: a bool, or a function read at each bar.
-
-    Example:
-        >>> with Progress(enabled=False).bar("first attempts", 4) as bar:
-        ...     bar.update(4)
-        >>> bar.n
-        0
-    """
+    """Makes the bars of the phases; ``enabled``: a bool, or a function read at each bar."""
 
     def __init__(self, enabled: bool | Callable[[], bool] = True) -> None:
         self.enabled = enabled

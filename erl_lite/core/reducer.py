@@ -33,13 +33,7 @@ class Reducer(Protocol):
 
 
 class OneProcess:
-    """The :class:`Reducer` of a run in one process.
-
-    Example:
-        >>> one = OneProcess()
-        >>> one.world_size, one.sum({"tokens": 3.0}), one.total_count(0.0), isinstance(one, Reducer)
-        (1, {'tokens': 3.0}, 1.0, True)
-    """
+    """The :class:`Reducer` of a run in one process."""
 
     world_size = 1
 

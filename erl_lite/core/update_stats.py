@@ -25,13 +25,7 @@ from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND
 
 @dataclass(frozen=True)
 class UpdateStats(Mapping):
-    """What one :meth:`PolicyUpdater.update` did, read as a mapping of :data:`UPDATE_METRICS`.
-
-    Example:
-        >>> s = UpdateStats.empty({r: 0 for r in ROLES})
-        >>> list(s) == list(s.to_metrics()) == list(UPDATE_METRICS), s[keys.OPTIM_STEPS]
-        (True, 0.0)
-    """
+    """What one :meth:`PolicyUpdater.update` did, read as a mapping of :data:`UPDATE_METRICS`."""
 
     samples: dict[str, int]  # rows per role
     advantage: dict[str, float]  # mean |A| per role of ADVANTAGE_ROLES
@@ -154,16 +148,7 @@ class GapTally:
 
 class WeightProbe:
     """How far the trainable weights moved: a copy of a fixed strided sample (at most :attr:`max_entries`) of their
-    entries, compared later; a full copy would double a fully fine-tuned model's memory. DDP: no reduction needed.
-
-    Example:
-        >>> w = torch.nn.Parameter(torch.ones(10))
-        >>> probe = WeightProbe([w])
-        >>> with torch.no_grad():
-        ...     _ = w.mul_(1.5)
-        >>> round(probe.moved(), 3)
-        0.5
-    """
+    entries, compared later; a full copy would double a fully fine-tuned model's memory. DDP: no reduction needed."""
 
     max_entries = 1 << 16
 

@@ -192,11 +192,6 @@ def _gate_fixed(w: Sequence[Mapping[str, Any]], facts: RunFacts, rate: float) ->
     )
 
 
-def _gate_always(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
-    # Only when no second attempt reached τ either.
-    return _gate_fixed(w, facts, 1.0) if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0) else None
-
-
 def _second_not_better(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
     if not facts.reflects:
         return None
@@ -360,7 +355,7 @@ CHECKS: tuple[Check, ...] = (
         "gate_always",
         (keys.GATE_RATE, keys.ZERO_STD_FIRST, keys.SUCCESS_SECOND),
         5,
-        _gate_always,
+        lambda w, facts: _gate_fixed(w, facts, 1.0) if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0) else None,
         "reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
         "set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward; with "
         "partial credit on a hard task, start with easier tasks",

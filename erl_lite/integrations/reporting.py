@@ -273,9 +273,3 @@ class Reporter:
             old.reopen()
             return old
         return self._kinds[name](self.config)
-
-
-def make_reporter(config: ERLConfig) -> Reporter | None:
-    """The run's :class:`Reporter`, or None when ``config.report_to`` names no tracker (ImportError: not installed)."""
-    names = resolve_report_to(config.report_to)
-    return Reporter(config, names) if names else None

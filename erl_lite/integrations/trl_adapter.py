@@ -67,29 +67,10 @@ def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
 
 
 class TRLEnvironment(Environment):
-    r"""A TRL ``environment_factory`` class as a multi-turn environment.
+    """A TRL ``environment_factory`` class as a multi-turn environment (``examples/trl_env_counter.py`` is one).
 
     ``reward_funcs`` are also passed ``environments=`` (the instances); ``max_turns`` is TRL's
-    ``max_tool_calling_iterations`` + 1. Example (``examples/trl_env_counter.py``, in short):
-
-        >>> class Counter:
-        ...     def reset(self, target, **kwargs):
-        ...         self.value, self.target = 0, target
-        ...         return f"Reach {target}."
-        ...     def increment(self) -> str:
-        ...         '''Add one to the counter.'''
-        ...         self.value += 1
-        ...         return str(self.value)
-        ...     def get_reward(self):
-        ...         return float(self.value == self.target)
-        >>> ep = TRLEnvironment(Counter).new_episode()
-        >>> ep.reset(Task("t", "Count.", {"target": 1}))
-        'Count.\nReach 1.'
-        >>> ep.step('<tool_call>{"name": "increment"}</tool_call>')[0]
-        '<tool_response>\n1\n</tool_response>'
-        >>> _ = ep.step("Done."); ep.reward, ep.success
-        (1.0, True)
-    """
+    ``max_tool_calling_iterations`` + 1."""
 
     def __init__(
         self,

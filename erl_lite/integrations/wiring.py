@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.continuous import cache_tokens_for
-from erl_lite.core.continuous import generator_for as core_generator_for
+from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for
 from erl_lite.core.env import Environment
+from erl_lite.core.generation import HFGenerator
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.rows import rows_to_tasks
 from erl_lite.integrations.data_sources import load_rows
 from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.integrations.distributed import DataParallel
-from erl_lite.integrations.reporting import make_reporter
+from erl_lite.integrations.reporting import Reporter, resolve_report_to
 from erl_lite.integrations.reward_calls import RewardFunctionError, RewardLog, mean_metrics
 from erl_lite.integrations.trl_adapter import environment_from_factory, placeholder_rows
 from erl_lite.metrics import describe, env_eval_metrics, env_step_metrics
@@ -72,10 +72,11 @@ def process_group(args: ERLConfig) -> DataParallel:
     return dist
 
 
-def reporter_for(args: ERLConfig, dist: DataParallel) -> Any:
-    """The trackers of ``args.report_to`` on rank 0 (None elsewhere); built on all ranks: a missing one fails on all."""
-    reporter = make_reporter(args)
-    return reporter if dist.is_main else None
+def reporter_for(args: ERLConfig, dist: DataParallel) -> Reporter | None:
+    """The trackers of ``args.report_to`` on rank 0 (None elsewhere, or where it names none); resolved on all ranks:
+    a tracker that is not installed fails on all (ImportError)."""
+    names = resolve_report_to(args.report_to)
+    return Reporter(args, names) if names and dist.is_main else None
 
 
 def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig) -> RewardLog:
@@ -141,9 +142,11 @@ def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float
 
 
 def generator_for(model: Any, tokenizer: Any, args: ERLConfig, rank: int = 0) -> Any:
-    """The sampler ``args.generation_backend`` names: :func:`erl_lite.core.continuous.generator_for`'s, or vLLM's."""
-    if args.generation_backend != "vllm":
-        return core_generator_for(model, tokenizer, args, rank)
+    """The sampler ``args.generation_backend`` names, sized and seeded from ``args``."""
+    if args.generation_backend == "generate":
+        return HFGenerator(model, tokenizer)
+    if args.generation_backend == "continuous":
+        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank)
     from erl_lite.integrations.vllm import VLLMGenerator
 
     return VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank, args=args)

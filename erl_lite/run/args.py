@@ -128,10 +128,8 @@ def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
         import torch
 
         return torch.optim.AdamW(params, **kwargs)
-    try:
-        import bitsandbytes as bnb
-    except ImportError as err:  # pragma: no cover - bitsandbytes is a dependency
-        raise ImportError(f"ERLConfig.optim={args.optim!r} needs bitsandbytes: pip install bitsandbytes") from err
+    import bitsandbytes as bnb  # a dependency of erl_lite
+
     cls = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[args.optim]
     return cls(params, **kwargs)
 
