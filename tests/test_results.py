@@ -94,7 +94,11 @@ def test_a_second_pass_into_a_kept_folder_resumes_or_starts_afresh_as_asked(tmp_
     again = trainer(max_steps=3)
     history, result = train_and_evaluate(again, held_out, num_generations=1, resume_from_checkpoint=True)
     assert [r["step"] for r in history.of_kind("train")] == [1, 2, 3]
+    assert (done.start_step, done.end_step, result.start_step, result.end_step) == (0, 2, 2, 3)
     assert result.before == done.before  # a new trainer starts from the untrained adapter
+    # A third pass, resuming the finished run: nothing trains, and the record says so (notebook 08 prints it).
+    _, idle = train_and_evaluate(trainer(max_steps=3), held_out, num_generations=1, resume_from_checkpoint=True)
+    assert (idle.start_step, idle.end_step) == (3, 3)
     fresh = trainer(overwrite_output_dir=True)
     history, _ = train_and_evaluate(fresh, held_out, num_generations=1)
     assert [r["step"] for r in history.of_kind("train")] == [1, 2]

@@ -34,6 +34,10 @@ class BeforeAfter:
     after: dict[str, float]
     task_ids: list[str]
     num_generations: int
+    start_step: int = 0
+    """The step training began at: 0, or the checkpoint a resume continued."""
+    end_step: int = 0
+    """The step training ended at: ``end_step - start_step`` steps trained between the two evaluations."""
 
     def table(self) -> str:
         """A plain-text table, one metric per line.
@@ -65,15 +69,23 @@ def train_and_evaluate(
     num_generations: int | None = None,
     resume_from_checkpoint: str | bool | None = None,
 ) -> tuple[Any, BeforeAfter]:
-    """Evaluate on held-out ``tasks``, ``trainer.train()`` (it reseeds first), evaluate again; ``(history, result)``."""
+    """Evaluate on held-out ``tasks``, ``trainer.train()`` (it reseeds first), evaluate again; ``(history, result)``.
+    A resume of a finished run trains no step (``result.end_step == result.start_step``)."""
     tasks = trainer.eval_tasks if tasks is None else list(tasks)
     if not tasks:
         raise ValueError("no held-out tasks: pass tasks= or give the trainer an eval_dataset")
-    n = num_generations or trainer.args.eval_num_generations
+    from transformers import TrainerCallback
+
+    class StartStep(TrainerCallback):  # the step a resume continues from, known once train() has opened the run
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            starts.append(state.global_step)
+
+    n, starts = num_generations or trainer.args.eval_num_generations, []
     before = trainer.evaluate(tasks, n)
+    trainer.add_callback(StartStep())
     history = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     after = trainer.evaluate(tasks, n)
-    return history, BeforeAfter(before, after, [t.task_id for t in tasks], n)
+    return history, BeforeAfter(before, after, [t.task_id for t in tasks], n, starts[-1], trainer.step)
 
 
 @dataclass
