@@ -148,3 +148,43 @@ def _copy_tokenizer(tok):
     import copy
 
     return copy.deepcopy(tok)
+
+
+def test_warm_start_into_a_folder_of_the_users_files_writes_nothing_there(run, tmp_path):
+    """SFT is a writing command too: with its defaults (no checkpoints, no reporting) its output_dir stays as it
+    was, byte for byte, whatever it held (tests/test_run_ownership.py's rule for the other commands)."""
+    from peft import LoraConfig
+    from test_run_ownership import SHAPES, snapshot
+
+    trainer, _, tok = run
+    for shape in ("user-notes", "shards"):
+        out = tmp_path / shape
+        SHAPES[shape](out)
+        target = snapshot(tmp_path)
+        warm_start(
+            tiny_model(tok, seed=3),
+            tok,
+            trainer,
+            peft_config=LoraConfig(r=4, target_modules="all-linear"),
+            max_steps=1,
+            per_device_train_batch_size=2,
+            output_dir=str(out),
+            use_cpu=True,
+        )
+        assert snapshot(tmp_path) == target, shape
+    # Negative control: told to save checkpoints (TRL's own writer), it does write there, and the check sees it.
+    saving = tmp_path / "saving"
+    SHAPES["user-notes"](saving)
+    target = snapshot(saving)
+    warm_start(
+        tiny_model(tok, seed=3),
+        tok,
+        trainer,
+        max_steps=1,
+        per_device_train_batch_size=2,
+        output_dir=str(saving),
+        use_cpu=True,
+        save_strategy="steps",
+        save_steps=1,
+    )
+    assert snapshot(saving) != target
