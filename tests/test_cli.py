@@ -420,7 +420,11 @@ def test_eval_reproduces_the_trained_model(tmp_path, capsys):
     set_seed(trainer.args.seed)
     expected = trainer.evaluate(num_generations=2)
 
+    from test_run_ownership import snapshot
+
+    run = snapshot(tmp_path)
     assert main(["eval", "--checkpoint", str(tmp_path), "--limit", "4", "--num-generations", "2"]) == 0
+    assert snapshot(tmp_path) == run  # eval writes nothing (docs/RUNS.md): no lock, record or file left
     got = json.loads(capsys.readouterr().out)
     assert got["checkpoint"].endswith("checkpoint-1") and got["step"] == 1
     assert (got["env"], got["tasks"], got["num_generations"]) == ("demo", 4, 2)  # the env the checkpoint recorded
