@@ -247,3 +247,29 @@ def test_notebook_06_introduces_every_variant_its_committed_tables_show():
     }
     assert len(shown) >= 5  # the check reads the study's variants, not an empty file
     assert not [v for v in sorted(shown) if v != "ERL" and f"**{v}**" not in intro]
+
+
+@pytest.mark.parametrize("runs", [2, 4])
+def test_notebook_06_per_run_panels_share_the_width_with_one_legend_below(runs):
+    """Each live run on its own axes: a legend beside the first panel made tight_layout squeeze the panels with a
+    wide gap. The panels must be of one width, close together, with one legend under the row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from erl_lite.viz import plot_rewards, synthetic_history
+
+    nb = json.loads((ROOT / "notebooks" / "06_erl_vs_rlvr_and_ablations.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c.get("id") == "06-10")
+    names = ["ERL", "RLVR", "ERL w/o memory", "ERL w/o reflection"][:runs]
+    histories = {n: synthetic_history(steps=6, seed=i, baseline=n == "RLVR") for i, n in enumerate(names)}
+    scope = {"histories": histories, "plot_rewards": plot_rewards}  # what the cells above defined
+    exec("".join(cell["source"]).removesuffix("fig"), scope)
+    fig = scope["fig"]
+    fig.canvas.draw()
+    boxes = [ax.get_position() for ax in fig.axes]
+    widths = [b.width for b in boxes]
+    gaps = [b.x0 - a.x1 for a, b in zip(boxes, boxes[1:])]
+    assert len(boxes) == runs and max(widths) < 1.1 * min(widths), widths  # one width
+    assert max(gaps) < 0.35 * min(widths), (gaps, widths)  # no wide gap: the old layout left about a panel's width
+    assert len(fig.legends) == 1 and not [ax for ax in fig.axes if ax.get_legend() is not None]
+    assert fig.legends[0].get_window_extent().y1 <= min(b.y0 for b in boxes) * fig.bbox.height  # under the row
