@@ -3,7 +3,7 @@
 Each sits in one table: :data:`TRL_ACCEPTED` (same name and meaning), :data:`TRL_MAPPED` (another field: how,
 and the function that maps it), :data:`TRL_REFUSED` (a ValueError saying why, unless at the value erl_lite
 behaves as anyway: :data:`TRL_SAME_AS`). Any other name is a TypeError with the closest known name. A shared
-field's special values (``max_steps=-1``, ``epsilon_high=None``, ...) keep TRL's meaning (:func:`conform_trl_values`)."""
+field's special values (``max_steps=-1``, ``epsilon_high=None``, ...) keep TRL's meaning: :func:`conform_trl_values`."""
 
 from __future__ import annotations
 
