@@ -2,14 +2,15 @@
 nothing behind.
 
 Every writing command (demo, train, plot --out, export) is run on every shape of folder it may meet (a user's
-notes, another tool's model, a base model, a sharded model, symlinks), with and without ``--overwrite``; every
-file there must come out byte for byte as it went in, and the folder must hold nothing new.
+notes, another tool's model, a base model, a sharded model, symlinks, a read-only folder), with and without
+``--overwrite``; every file there must come out byte for byte as it went in, and the folder must hold nothing new.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -256,3 +257,45 @@ def test_an_upload_leaves_the_lock_and_erl_lites_records_at_home(tmp_path, monke
     # The files huggingface_hub's own filter lets through, as upload_folder applies it.
     sent = set(filter_repo_objects(os.listdir(folder), ignore_patterns=kw["ignore_patterns"]))
     assert sent == {"config.json", "model.safetensors"}
+
+
+def _read_only(folder) -> bool:
+    """Make ``folder`` read-only even for root (``chattr +i``; chmod does not stop root): False where it can't."""
+    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        return False
+    try:
+        (folder / ".probe").write_text("x")
+    except OSError:
+        return True
+    os.remove(folder / ".probe")
+    subprocess.run(["chattr", "-i", str(folder)], check=True)
+    return False
+
+
+@pytest.mark.slow
+def test_a_read_only_folder_is_refused_in_one_paragraph_and_left_as_it_was(sources, tmp_path, capsys):
+    """Every writing command on a folder it cannot write: exit 2, one paragraph naming the folder, no traceback."""
+    adapter, run = sources
+    ro = tmp_path / "ro"
+    shutil.copytree(run, ro)  # a finished run: plot's own folder, and train --resume's
+    before = snapshot(ro)
+    if not _read_only(ro):
+        pytest.skip("no chattr +i here (it makes a folder read-only for root too)")
+    try:
+        for argv in (
+            ["plot", str(ro)],
+            ["train", "--model", "tiny", "--steps", "2", "--out", str(ro), "--resume"],
+            [*DEMO, "--out", str(ro / "demo")],
+            ["export", "--adapter", adapter, "--out", str(ro / "merged")],
+        ):
+            try:
+                code = main(argv)
+            except SystemExit as e:  # refused by argparse, before the command starts
+                code = e.code
+            assert code == 2, argv
+            err = capsys.readouterr().err
+            assert str(ro) in err and "Traceback" not in err and err.count("error:") == 1, err
+        assert snapshot(ro) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(ro)], check=True)
