@@ -451,15 +451,15 @@ def test_metric_names_come_from_metrics_constants(module):
 # layer that stays the smaller part of the package. Every budget counts lines as `ruff format` writes them
 # (pyproject.toml), so density cannot meet one. The package's budget is lowered when the code shrinks and raised
 # only for a feature an issue asks for, with the reason in the commit that raises it (git log -L holds its history).
-# At 18,398 (was 17,373): the toy study's analysis moved into the package (erl_lite/study and erl-lite compare,
+# At 18,391 (was 17,373): the toy study's analysis moved into the package (erl_lite/study and erl-lite compare,
 # +705), the run's record of the files it wrote and the refusals (+220), TRL's names and values on every route
 # (+60), the credit, parse, reward and learning-rate rules (+120), figures (+60), the assignments' entry point (+9),
-# where a resumed run began (+12);
+# where a resumed run began (+5);
 # paid in part by cuts (-173: examples of internal helpers in tests/examples.py, one generator_for). Over the
 # 17,600 asked for.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_398
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_391
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET: dict[str, int] = {}

@@ -34,10 +34,8 @@ class BeforeAfter:
     after: dict[str, float]
     task_ids: list[str]
     num_generations: int
-    start_step: int = 0
-    """The step training began at: 0, or the checkpoint a resume continued."""
-    end_step: int = 0
-    """The step training ended at: ``end_step - start_step`` steps trained between the two evaluations."""
+    start_step: int = 0  # where training began: 0, or the checkpoint a resume continued
+    end_step: int = 0  # where it ended: end_step - start_step steps trained between the two evaluations
 
     def table(self) -> str:
         """A plain-text table, one metric per line.
@@ -74,18 +72,13 @@ def train_and_evaluate(
     tasks = trainer.eval_tasks if tasks is None else list(tasks)
     if not tasks:
         raise ValueError("no held-out tasks: pass tasks= or give the trainer an eval_dataset")
-    from transformers import TrainerCallback
-
-    class StartStep(TrainerCallback):  # the step a resume continues from, known once train() has opened the run
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            starts.append(state.global_step)
-
-    n, starts = num_generations or trainer.args.eval_num_generations, []
+    n, trained = num_generations or trainer.args.eval_num_generations, []
     before = trainer.evaluate(tasks, n)
-    trainer.add_callback(StartStep())
+    trainer.add_callback(lambda _, record: trained.append(record.step))  # the steps this call trains
     history = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     after = trainer.evaluate(tasks, n)
-    return history, BeforeAfter(before, after, [t.task_id for t in tasks], n, starts[-1], trainer.step)
+    start = trained[0] - 1 if trained else trainer.step  # a resume of a finished run trains none
+    return history, BeforeAfter(before, after, [t.task_id for t in tasks], n, start, trainer.step)
 
 
 @dataclass
