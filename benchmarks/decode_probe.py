@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_check import _min_new_tokens, save_random_model  # noqa: E402  (the same random models)
 
 from erl_lite.cli import arg_types  # noqa: E402
-from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
+from erl_lite.engine.generation import HFGenerator, SamplingParams  # noqa: E402
 
 LOADINGS = {
     "4bit+lora": ("4bit", "lora"),

@@ -44,12 +44,12 @@ from typing import Any
 import torch
 
 from erl_lite.cli import arg_types
-from erl_lite.core.generation import HFGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, attempt_first, attempt_second, gate, reflect
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_world, load_embedded
 from erl_lite.embedded.rulebooks import contradiction_rate, hole_facts, named_holes, rulebook
 from erl_lite.embedded.world import SECOND_HOLE, WORLDS, fatal_letter, hole_letters, holes_in_the_way
+from erl_lite.engine.generation import HFGenerator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

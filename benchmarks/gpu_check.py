@@ -69,9 +69,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from erl_lite.cli import arg_types
 from erl_lite.config import ERLConfig
-from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for
-from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.engine.continuous import ContinuousGenerator, cache_tokens_for
+from erl_lite.engine.generation import HFGenerator, SamplingParams
 from erl_lite.envs import FrozenLake
 from erl_lite.envs.grid import ACTIONS
 from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, model_config
@@ -220,7 +220,7 @@ def valid_endings(
 def _min_new_tokens(model: Any, n: int) -> Iterator[None]:
     """Make ``generate`` suppress the stop tokens until ``n`` new tokens exist (so with
     ``max_new_tokens = n`` every row gets exactly ``n``)."""
-    from erl_lite.core.policy import base_model as _base_model
+    from erl_lite.engine.policy import base_model as _base_model
 
     config = _base_model(model).generation_config
     old = config.min_new_tokens

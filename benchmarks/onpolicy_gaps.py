@@ -13,9 +13,9 @@ import sys
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.update import PolicyUpdater
 from erl_lite.diagnostics.checks import CHECKS_BY_NAME, RunFacts
+from erl_lite.engine.generation import HFGenerator, SamplingParams
 from erl_lite.models import load_policy
 from erl_lite.records import TrainSample
 from erl_lite.testing import tiny_model, tiny_tokenizer
@@ -87,7 +87,7 @@ for lr in (1e-4, 1e-6):
                 p.normal_(0, 0.3)
     frozen = copy.deepcopy(model)
     try:
-        from erl_lite.core.policy import note_sampled, weight_versions
+        from erl_lite.engine.policy import note_sampled, weight_versions
 
         copied = weight_versions(model)
     except ImportError:

@@ -65,8 +65,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_check, bes
 from gpu_check import hf_config, valid_endings  # noqa: E402
 
 from erl_lite.cli import arg_types  # noqa: E402
-from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for  # noqa: E402
-from erl_lite.core.generation import HFGenerator, SamplingParams  # noqa: E402
+from erl_lite.engine.continuous import ContinuousGenerator, cache_tokens_for  # noqa: E402
+from erl_lite.engine.generation import HFGenerator, SamplingParams  # noqa: E402
 
 #: vLLM joins when it is installed (the CPU build: docs/VLLM.md), interleaved with the other two.
 BACKENDS = ("generate", "continuous") + (("vllm",) if importlib.util.find_spec("vllm") else ())

@@ -3,7 +3,7 @@
 GRPO samples G completions of each prompt and trains on all of them, so every pass over a group
 repeats its prompt G times. erl_lite runs a repeated prompt once: ``HFGenerator`` computes each
 distinct prompt's keys and values and hands them to ``generate`` for all its copies, and the update's
-passes (:func:`erl_lite.core.logprobs.completion_hidden`) run each distinct context of a micro-batch
+passes (:func:`erl_lite.engine.logprobs.completion_hidden`) run each distinct context of a micro-batch
 once before the completions. This script times both, each against the whole-row path, in one
 process and interleaved round by round so machine noise falls on both alike:
 
@@ -12,7 +12,7 @@ process and interleaved round by round so machine noise falls on both alike:
 * update: one :meth:`~erl_lite.core.update.PolicyUpdater.update` (learning rate 0, so every round sees
   the same weights) over those rows with their sampled completions and random advantages, KL on
   (beta 0.001, the paper's: a reference pass too), ``--micro-batch`` rows per pass; the whole-row
-  path is the same update with :func:`erl_lite.core.policy.shared_rows` answering "all differ".
+  path is the same update with :func:`erl_lite.engine.policy.shared_rows` answering "all differ".
 
 ``--model tiny`` (default): the random tiny model with its character tokenizer and step_time.py's
 prompts (about 60 tokens); ``--model embedded``: the packaged model with the demo world's first
@@ -63,8 +63,8 @@ def policy(kind: str, tmp: str) -> tuple[Any, Any]:
 
 def prompts(kind: str, tok: Any, tasks: int) -> list[list[int]]:
     """``tasks`` distinct chat prompts as token ids."""
-    from erl_lite.core.chat import encode_messages
     from erl_lite.core.rollout import opening_messages
+    from erl_lite.engine.chat import encode_messages
 
     if kind == "embedded":
         from erl_lite.embedded import demo_world
@@ -105,10 +105,10 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    import erl_lite.core.logprobs as logprobs
+    import erl_lite.engine.logprobs as logprobs
     from erl_lite.config import ERLConfig
-    from erl_lite.core.generation import HFGenerator, SamplingParams
     from erl_lite.core.update import PolicyUpdater
+    from erl_lite.engine.generation import HFGenerator, SamplingParams
     from erl_lite.records import TrainSample
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -138,7 +138,7 @@ class TokenCountingReward:
 def erl_lite_trainer(path: str, rows: list[dict], s: Settings, mode: str) -> Any:
     """An ERLTrainer in ``mode`` (``rlvr`` with G = 10, ``erl`` with G = 4) on its own model copy."""
     from erl_lite.config import ERLConfig
-    from erl_lite.core.generation import model_context_length
+    from erl_lite.engine.generation import model_context_length
     from erl_lite.models import load_policy
     from erl_lite.run.trainer import ERLTrainer
 

@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu")
     parser.add_argument("--single", nargs=2, metavar=("L", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE
+    from erl_lite.engine.logprobs import DEFAULT_CHUNK_SIZE
 
     chunk = args.chunk or DEFAULT_CHUNK_SIZE
     if args.single:  # a child process: one measurement, printed as JSON

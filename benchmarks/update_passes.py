@@ -46,9 +46,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rollout_waste,
 from rollout_waste import Log, _real_model, real_setup  # noqa: E402
 
 from erl_lite.cli import arg_types  # noqa: E402
-from erl_lite.core.batching import completion_logprobs  # noqa: E402
-from erl_lite.core.logprobs import causal_lm  # noqa: E402
-from erl_lite.core.policy import reference_context  # noqa: E402
+from erl_lite.engine.batching import completion_logprobs  # noqa: E402
+from erl_lite.engine.logprobs import causal_lm  # noqa: E402
+from erl_lite.engine.policy import reference_context  # noqa: E402
 
 
 def _timed(fn: Callable[[], None], repeats: int) -> float:

@@ -1,4 +1,4 @@
-"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it; :mod:`erl_lite.core.policy` acts on it.
+"""Load a policy (plain, LoRA, or 4-bit QLoRA) and describe it; :mod:`erl_lite.engine.policy` acts on it.
 
 Departures from the paper: the paper fully fine-tunes 4B/7B models on 8xH100 in bf16; erl_lite defaults
 to LoRA (optionally on a 4-bit base) so that one consumer GPU suffices; the KL reference is the frozen base."""
@@ -20,7 +20,7 @@ from transformers import (
 )
 
 from erl_lite.config.checks import FOUR_BIT, QUANTIZATIONS, check_choice, check_whole
-from erl_lite.core.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
+from erl_lite.engine.policy import base_model, is_4bit, keep_4bit_trainable, unwrap
 
 #: The dtype names ``load_policy`` and ``export`` accept (besides ``"auto"`` and a ``torch.dtype``).
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -5,7 +5,8 @@ a profiler on, records every erl_lite function entered while ``erl_step`` or the
 (``core.update.PolicyUpdater.update``) is on the stack, and counts
 the lines of those functions (decorators, signature, docstring and body; a nested function once, inside
 its parent). Module docstrings, imports and class bodies outside the functions are not counted: what a
-reader follows is the code that runs. The game the step plays (``envs/``, ``embedded/``) is listed apart.
+reader follows is the code that runs. The game the step plays (``envs/``, ``embedded/``) and the engine that samples
+and scores the model (``engine/``) are listed apart.
 docs/ARCHITECTURE.md quotes this table.
 
 Usage:
@@ -70,6 +71,8 @@ def function_lines(seen: set[tuple[str, int]]) -> dict[str, int]:
 
 #: Modules the step calls that are the environment it plays, not the algorithm.
 GAME = ("envs/", "embedded/")
+#: Modules that sample and score the model: a student changing the algorithm need not read them.
+ENGINE = ("engine/",)
 
 
 def main() -> None:
@@ -78,13 +81,15 @@ def main() -> None:
     trainer = demo_trainer(max_steps=1, eval_tasks=1, eval_steps=0, output_dir=tempfile.mkdtemp())
     counts = function_lines(traced_functions(trainer.train))
     game = {m: n for m, n in counts.items() if m.startswith(GAME)}
-    step = {m: n for m, n in counts.items() if m not in game}
+    engine = {m: n for m, n in counts.items() if m.startswith(ENGINE)}
+    step = {m: n for m, n in counts.items() if m not in game and m not in engine}
     print("| module | lines |\n|---|---|")
     for module, n in sorted(step.items(), key=lambda kv: -kv[1]):
         print(f"| `{module}` | {n} |")
     print(f"| **the step: {len(step)} modules** | **{sum(step.values())}** |")
-    for module, n in sorted(game.items(), key=lambda kv: -kv[1]):
-        print(f"| `{module}` (the game) | {n} |")
+    for label, rows in (("the engine", engine), ("the game", game)):
+        names = ", ".join(f"`{m}`" for m, _ in sorted(rows.items(), key=lambda kv: -kv[1]))
+        print(f"| {names} ({label}) | {sum(rows.values())} |")
 
 
 if __name__ == "__main__":

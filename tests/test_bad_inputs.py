@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment, Episode
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.prompts import parse_rulebook
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.envs.grid import ACTIONS, parse_action
 from erl_lite.envs.qa import MAX_PARTIAL_REWARD, score_answer
 from erl_lite.records import Task

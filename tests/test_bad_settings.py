@@ -511,7 +511,7 @@ def test_eval_after_the_base_model_moved_names_it_and_the_flag(tmp_path, capsys)
 
 # --- prompts and rewards that cannot be used: named with the row, the function and the value ---------
 def _trainer(rows, reward, script=lambda p: "4", **kw):
-    from erl_lite.core.generation import ScriptedGenerator
+    from erl_lite.engine.generation import ScriptedGenerator
     from erl_lite.run.trainer import ERLTrainer
     from erl_lite.testing import tiny_model, tiny_tokenizer
 

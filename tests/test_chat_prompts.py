@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from erl_lite.core.chat import encode, encode_messages, render
-from erl_lite.core.generation import SamplingParams, ScriptedGenerator
-from erl_lite.core.prompts import PromptTooLongError, cut_middle, parse_rulebook, reflection_messages
+from erl_lite.core.prompts import cut_middle, parse_rulebook, reflection_messages
 from erl_lite.core.rollout import run_episodes
+from erl_lite.engine.chat import encode, encode_messages, render
+from erl_lite.engine.generation import PromptTooLongError, SamplingParams, ScriptedGenerator
 
 
 def play(env, tok, reply, system="SYS"):

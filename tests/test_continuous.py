@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.continuous import PAGE_SIZE, ContinuousGenerator, cache_tokens_for
-from erl_lite.core.generation import HFGenerator, SamplingParams
+from erl_lite.engine.continuous import PAGE_SIZE, ContinuousGenerator, cache_tokens_for
+from erl_lite.engine.generation import HFGenerator, SamplingParams
 from erl_lite.integrations.wiring import generator_for
 from erl_lite.models import load_policy
 from erl_lite.run.trainer import ERLTrainer

@@ -25,7 +25,7 @@ def test_erl_step_returns_the_step_record():
 
 @pytest.mark.parametrize("make", ["one_process", "data_parallel"])
 def test_the_update_takes_any_reducer(make):
-    from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
+    from erl_lite.engine.reducer import SINGLE_PROCESS, Reducer
     from erl_lite.integrations.distributed import DataParallel
 
     reducer = SINGLE_PROCESS if make == "one_process" else DataParallel()

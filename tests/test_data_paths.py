@@ -10,7 +10,7 @@ import datasets
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.integrations.data_sources import load_rows
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import tiny_model, tiny_tokenizer

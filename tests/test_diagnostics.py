@@ -15,10 +15,10 @@ import pytest
 
 from erl_lite.cli import main
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.diagnostics import CHECKS, CHECKS_BY_NAME, DiagnosticError, RunFacts, scan
 from erl_lite.diagnostics.checks import fired_at
 from erl_lite.diagnostics.preflight import chat_findings, token_findings, trainable_findings
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.history import History
 from erl_lite.integrations.reporting import Reporter
 from erl_lite.metric_names import (

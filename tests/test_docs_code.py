@@ -37,7 +37,7 @@ model, tokenizer = load_embedded(peft="none")
 """,
     "docs/TRAINING.md": EMBEDDED
     + """
-from erl_lite.core.generation import HFGenerator
+from erl_lite.engine.generation import HFGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext
 ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, env, args)

@@ -14,8 +14,6 @@ import time
 import pytest
 import torch
 
-from erl_lite.core.chat import encode_messages
-from erl_lite.core.generation import HFGenerator, SamplingParams
 from erl_lite.core.prompts import REFLECTION_REQUEST, REFLECTION_SYSTEM
 from erl_lite.core.rollout import opening_messages
 from erl_lite.embedded import EMBEDDED_DIR, demo_config, demo_trainer, demo_world, load_embedded
@@ -40,6 +38,8 @@ from erl_lite.embedded.world import (
     parse_grid,
     run_letters,
 )
+from erl_lite.engine.chat import encode_messages
+from erl_lite.engine.generation import HFGenerator, SamplingParams
 from erl_lite.envs.grid import parse_action
 from erl_lite.history import History
 from erl_lite.models import describe_policy, trainable_parameters

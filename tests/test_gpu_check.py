@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.chat import encode_messages
-from erl_lite.core.generation import SamplingParams
+from erl_lite.engine.chat import encode_messages
+from erl_lite.engine.generation import SamplingParams
 from erl_lite.envs import FrozenLake
 from erl_lite.integrations.budget import MODEL_CONFIGS, ModelShape, estimate_memory, memory_table, model_config
 from erl_lite.testing import find_qwen3_tokenizer, qwen3_tokenizer, tiny_model, tiny_tokenizer
@@ -118,7 +118,7 @@ def test_budget_counts_vllms_share_by_hand(name):
     """generation_backend="vllm": a 16-bit training copy (vLLM takes no 4-bit base), vLLM's own 16-bit copy and its
     KV cache (the run's cache_tokens_for, 16-bit keys and values) are held for the whole run; its rollout needs no
     cache of transformers' own."""
-    from erl_lite.core.continuous import cache_tokens_for
+    from erl_lite.engine.continuous import cache_tokens_for
 
     shape = ModelShape.load(name)
     cfg = ERLConfig.preset("gpu", generation_backend="vllm")
@@ -202,7 +202,7 @@ def test_gpu_check_refuses_to_run_without_cuda(gpu_check):
 
 @pytest.mark.skipif(find_qwen3_tokenizer() is None, reason="shared/qwen3_tokenizer not found")
 def test_multiturn_erl_through_the_real_qwen3_template():
-    from erl_lite.core.generation import ScriptedGenerator
+    from erl_lite.engine.generation import ScriptedGenerator
     from erl_lite.run.trainer import ERLTrainer
 
     tok = qwen3_tokenizer()
@@ -247,7 +247,7 @@ def test_multiturn_erl_through_the_real_qwen3_template():
 
 
 def test_history_logs_tokens_per_second_and_peak_gpu_memory():
-    from erl_lite.core.generation import ScriptedGenerator
+    from erl_lite.engine.generation import ScriptedGenerator
     from erl_lite.run.trainer import ERLTrainer
 
     tok = tiny_tokenizer()

@@ -79,12 +79,11 @@ def test_core_helpers_of_the_step():
     """What core's small helpers return (their examples moved here to shorten the step's reading path)."""
     import torch
 
-    from erl_lite.core.chat import end_of_turn_id
-    from erl_lite.core.generation import check_request
-    from erl_lite.core.logprobs import causal_lm
     from erl_lite.core.losses import first_non_finite
-    from erl_lite.core.policy import shared_rows
-    from erl_lite.core.prompts import PromptTooLongError
+    from erl_lite.engine.chat import end_of_turn_id
+    from erl_lite.engine.generation import PromptTooLongError, check_request
+    from erl_lite.engine.logprobs import causal_lm
+    from erl_lite.engine.policy import shared_rows
     from erl_lite.records import Task, tasks_by_id
     from erl_lite.testing import tiny_model
 
@@ -110,10 +109,10 @@ def test_core_helpers_of_the_step():
 def test_more_core_helpers_of_the_step():
     from types import SimpleNamespace
 
-    from erl_lite.core.generation import reply_was_cut
-    from erl_lite.core.logprobs import draws_dropout, logit_transform
-    from erl_lite.core.policy import cache_name
     from erl_lite.core.rollout import opening_messages, template_kwargs_for
+    from erl_lite.engine.generation import reply_was_cut
+    from erl_lite.engine.logprobs import draws_dropout, logit_transform
+    from erl_lite.engine.policy import cache_name
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.records import Task
     from erl_lite.testing import tiny_model
@@ -130,9 +129,9 @@ def test_more_core_helpers_of_the_step():
 def test_step_helpers_whose_examples_left_core(tmp_path):
     import torch
 
-    from erl_lite.core.logprobs import sequence_logprobs
     from erl_lite.core.losses import row_losses
-    from erl_lite.core.policy import keep_4bit_trainable
+    from erl_lite.engine.logprobs import sequence_logprobs
+    from erl_lite.engine.policy import keep_4bit_trainable
     from erl_lite.models import load_policy
     from erl_lite.testing import save_tiny_model, tiny_model
 

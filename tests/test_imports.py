@@ -151,16 +151,28 @@ IMPORT_RULES = {
     "testing": set(),
     "metric_names": {"records"},
     "config": {"records"},  # every setting once: nothing of the algorithm, no model, no run
-    "core": {"config", "records", "metric_names"},  # the algorithm: no model loading, no integration, no run
+    "engine": {"config", "records"},  # sampling and scoring a model: never the algorithm
+    "core": {"config", "engine", "records", "metric_names"},  # the algorithm: no model loading, no integration, no run
     "envs": {"config", "core", "records"},  # the games know nothing of how a policy is trained
-    "diagnostics": {"config", "core", "records", "metric_names"},
+    "diagnostics": {"config", "core", "engine", "records", "metric_names"},
     "metrics": {"config", "core", "records", "metric_names"},
-    "models": {"config", "core"},
+    "models": {"config", "core", "engine"},
     "history": {"config", "metric_names", "metrics"} | _BASE,
-    "integrations": {"config", "core", "envs", "metric_names", "metrics"} | _BASE,
+    "integrations": {"config", "core", "engine", "envs", "metric_names", "metrics"} | _BASE,
     "viz": {"history", "metric_names", "records"},
     "study": {"history", "metric_names"},  # runs read from histories, paired statistics, the study's tables
-    "run": {"config", "core", "envs", "diagnostics", "integrations", "history", "metric_names", "metrics", "models"}
+    "run": {
+        "config",
+        "core",
+        "diagnostics",
+        "engine",
+        "envs",
+        "history",
+        "integrations",
+        "metric_names",
+        "metrics",
+        "models",
+    }
     | _BASE,
     "embedded": {"config", "envs", "history", "metric_names", "models", "run", "viz"} | _BASE,
     # the command line and the notebooks' helpers sit on top: nothing imports them
@@ -168,6 +180,7 @@ IMPORT_RULES = {
         "config",
         "core",
         "embedded",
+        "engine",
         "envs",
         "history",
         "integrations",
@@ -180,7 +193,7 @@ IMPORT_RULES = {
         "viz",
     }
     | _BASE,
-    "teach": {"config", "core", "embedded", "envs", "models", "run", "viz"} | _BASE,
+    "teach": {"config", "core", "embedded", "engine", "envs", "models", "run", "viz"} | _BASE,
 }
 
 
@@ -451,15 +464,10 @@ def test_metric_names_come_from_metrics_constants(module):
 # layer that stays the smaller part of the package. Every budget counts lines as `ruff format` writes them
 # (pyproject.toml), so density cannot meet one. The package's budget is lowered when the code shrinks and raised
 # only for a feature an issue asks for, with the reason in the commit that raises it (git log -L holds its history).
-# At 18,391 (was 17,373): the toy study's analysis moved into the package (erl_lite/study and erl-lite compare,
-# +705), the run's record of the files it wrote and the refusals (+220), TRL's names and values on every route
-# (+60), the credit, parse, reward and learning-rate rules (+120), figures (+60), the assignments' entry point (+9),
-# where a resumed run began (+5);
-# paid in part by cuts (-173: examples of internal helpers in tests/examples.py, one generator_for). Over the
-# 17,600 asked for.
+# The package is over the 17,600 its issue asks for; the commits that raised it say what for.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 3_600, 18_391
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 2_200, 18_257
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET: dict[str, int] = {}

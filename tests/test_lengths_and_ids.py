@@ -18,10 +18,16 @@ from conftest import GuessEnv
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import HFGenerator, SamplingParams, ScriptedGenerator, model_context_length
 from erl_lite.core.phases import PhaseContext, erl_step, reflect
-from erl_lite.core.prompts import PromptTooLongError, reflection_messages
+from erl_lite.core.prompts import reflection_messages
 from erl_lite.core.rollout import run_episodes
+from erl_lite.engine.generation import (
+    HFGenerator,
+    PromptTooLongError,
+    SamplingParams,
+    ScriptedGenerator,
+    model_context_length,
+)
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.rows import rows_to_tasks
 from erl_lite.integrations.dataset import RewardFunctionEnv

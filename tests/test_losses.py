@@ -16,8 +16,8 @@ from erl_lite.core.losses import (
     nll_loss,
     normalizer_for,
     policy_objective,
-    token_logprobs,
 )
+from erl_lite.engine.logprobs import token_logprobs
 
 EL, EH, C = 0.2, 0.28, 3.0
 

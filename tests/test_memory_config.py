@@ -142,7 +142,7 @@ def test_paper_and_gpu_presets_evaluate_like_the_paper():
 def test_evaluation_samples_with_the_eval_settings():
     from conftest import GuessEnv
 
-    from erl_lite.core.generation import ScriptedGenerator
+    from erl_lite.engine.generation import ScriptedGenerator
     from erl_lite.run.trainer import ERLTrainer
     from erl_lite.testing import tiny_model, tiny_tokenizer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.integrations.dataset import RewardFunctionEnv
 from erl_lite.metrics import (

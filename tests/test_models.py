@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from peft import LoraConfig, PeftModel
 from transformers import AutoTokenizer
 
-from erl_lite.core.policy import eos_token_ids, reference_context
+from erl_lite.engine.policy import eos_token_ids, reference_context
 from erl_lite.models import count_parameters, describe_policy, load_policy, trainable_parameters
 from erl_lite.testing import FAMILIES, save_tiny_model, tiny_model, tiny_tokenizer
 

@@ -9,9 +9,9 @@ import os
 import pytest
 from test_multiturn import RULEBOOK, Player, config, distinct_tasks
 
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.integrations.dataset import RewardFunctionEnv

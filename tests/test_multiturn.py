@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import SamplingParams, ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.core.rollout import run_episodes
+from erl_lite.engine.generation import SamplingParams, ScriptedGenerator
 from erl_lite.envs import FrozenLake, MultiHopQA, Sokoban
 from erl_lite.envs.frozenlake import solve_frozenlake
 from erl_lite.envs.grid import ACTIONS

@@ -256,7 +256,9 @@ def test_notebook_06_per_run_panels_share_the_width_with_one_legend_below(runs):
     import matplotlib
 
     matplotlib.use("Agg")
-    from erl_lite.viz import plot_rewards, synthetic_history
+    from synthetic import synthetic_history
+
+    from erl_lite.viz import plot_rewards
 
     nb = json.loads((ROOT / "notebooks" / "06_erl_vs_rlvr_and_ablations.ipynb").read_text(encoding="utf-8"))
     cell = next(c for c in nb["cells"] if c.get("id") == "06-10")

@@ -55,7 +55,7 @@ IMPORT_ROUTES = {
     "cli": "import erl_lite.cli",
     "teach": "import erl_lite.teach.setup",
     "load_policy": "from erl_lite import load_policy",
-    "core": "import erl_lite.core.policy",
+    "core": "import erl_lite.engine.policy",
     "peft after erl_lite": "import erl_lite\nimport peft",
 }
 

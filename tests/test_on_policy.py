@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from erl_lite.core.batching import completion_logprobs, pack
-from erl_lite.core.continuous import ContinuousGenerator
-from erl_lite.core.generation import HFGenerator, SamplingParams
+from erl_lite.engine.batching import completion_logprobs, pack
+from erl_lite.engine.continuous import ContinuousGenerator
+from erl_lite.engine.generation import HFGenerator, SamplingParams
 from erl_lite.records import TrainSample
 from erl_lite.testing import tiny_model, tiny_tokenizer
 
@@ -210,7 +210,7 @@ def test_old_and_reference_logprobs_run_with_dropout_off_on_every_step(monkeypat
 def test_dropout_is_looked_up_at_every_pass_not_on_first_sight():
     from peft import LoraConfig, get_peft_model
 
-    from erl_lite.core.logprobs import _may_share
+    from erl_lite.engine.logprobs import _may_share
 
     tok = tiny_tokenizer()
     model = tiny_model(tok).train()
@@ -220,7 +220,7 @@ def test_dropout_is_looked_up_at_every_pass_not_on_first_sight():
 
 
 def test_each_row_is_scored_at_the_temperature_it_was_sampled_at():
-    from erl_lite.core.batching import micro_batches
+    from erl_lite.engine.batching import micro_batches
 
     tok = tiny_tokenizer()
     model = tiny_model(tok, seed=1)
@@ -322,13 +322,13 @@ class _Unsynced(HFGenerator):
     def __init__(self, policy, tok):
         import copy
 
-        from erl_lite.core.policy import weight_versions
+        from erl_lite.engine.policy import weight_versions
 
         super().__init__(copy.deepcopy(policy), tok)
         self.policy, self.copied = policy, weight_versions(policy)
 
     def generate(self, prompts, params):
-        from erl_lite.core.policy import note_sampled
+        from erl_lite.engine.policy import note_sampled
 
         out = super().generate(prompts, params)
         note_sampled(self.policy, self.copied)
@@ -361,7 +361,7 @@ def test_the_update_cuts_as_transformers_samplers_cut(top_k, top_p):
     # on peaked and flat random logits; each kept token's log-prob equal to float32 rounding, each cut one -inf.
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    from erl_lite.core.losses import truncated_logprobs
+    from erl_lite.engine.logprobs import truncated_logprobs
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(64, 100, generator=gen) * torch.tensor([0.3, 3.0]).repeat(32)[:, None]

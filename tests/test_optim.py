@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.models import trainable_parameters
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import tiny_model, tiny_tokenizer

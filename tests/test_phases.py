@@ -7,7 +7,6 @@ import re
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import (
     PhaseContext,
@@ -18,6 +17,7 @@ from erl_lite.core.phases import (
     internalize,
 )
 from erl_lite.core.prompts import REFLECTION_REQUEST, RETRY_HEADER
+from erl_lite.engine.generation import ScriptedGenerator
 
 SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}
 
@@ -439,7 +439,7 @@ def test_a_cut_internalization_target_is_closed_with_the_templates_end_of_turn_t
     assert internalized and all(s.completion_ids[-1] == eot and s.completion_mask[-1] == 1 for s in internalized)
     assert all(s.completion_ids.count(eot) == 1 for s in internalized)  # appended once, not after a stop
     if kind != "qwen3_base_eos":  # the sampler stops on it too (a tiny model needs the tiny vocabulary)
-        from erl_lite.core.policy import eos_token_ids
+        from erl_lite.engine.policy import eos_token_ids
         from erl_lite.testing import tiny_model
 
         assert eot in eos_token_ids(tiny_model(tok), tok)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.diagnostics import DiagnosticError
 from erl_lite.diagnostics.preflight import chat_findings
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.envs.frozenlake import FrozenLake
 from erl_lite.envs.rows import rows_to_tasks
 from erl_lite.integrations.dataset import RewardFunctionEnv

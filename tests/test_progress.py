@@ -10,7 +10,7 @@ import pytest
 from test_reporting import ROWS, _script, say_reward
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import tiny_model, tiny_tokenizer
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import HFGenerator, SamplingParams
-from erl_lite.core.policy import reference_context
 from erl_lite.core.update import PolicyUpdater
+from erl_lite.engine.generation import HFGenerator, SamplingParams
+from erl_lite.engine.policy import reference_context
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.run.trainer import ERLTrainer
 from erl_lite.testing import FAMILIES, save_tiny_model
@@ -168,7 +168,7 @@ def test_reference_context_is_the_base_model(saved, family, tied, quantization):
 
 def test_already_packed_layers_are_restored(saved):
     """A 4-bit model that ran inference before it was made trainable is converted back."""
-    from erl_lite.core.policy import keep_4bit_trainable
+    from erl_lite.engine.policy import keep_4bit_trainable
 
     model, tok = _load(saved("qwen2", False), "4bit")
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
@@ -188,7 +188,7 @@ def test_already_packed_layers_are_restored(saved):
 
 
 def test_frozen_4bit_model_is_left_alone(saved):
-    from erl_lite.core.policy import keep_4bit_trainable
+    from erl_lite.engine.policy import keep_4bit_trainable
 
     model, _ = load_policy(saved("llama", False), quantization="4bit", peft="none", device="cpu")
     assert keep_4bit_trainable(model) == 0  # inference only: the fast CPU kernel is fine

@@ -20,7 +20,7 @@ from transformers import (
 )
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import HFGenerator
+from erl_lite.engine.generation import HFGenerator
 from erl_lite.metric_names import GAP_MEAN_KEYS, GAP_TOKENS
 from erl_lite.models import load_policy
 from erl_lite.run.trainer import ERLTrainer

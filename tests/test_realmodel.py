@@ -83,7 +83,7 @@ def test_the_parse_check_fails_on_a_model_that_writes_no_rule(written):
     list numbers alone) and ``"Up"`` in its games. The prefill is not the model's rule, so the check must fail."""
     from transformers import AutoTokenizer
 
-    from erl_lite.core.generation import ScriptedGenerator
+    from erl_lite.engine.generation import ScriptedGenerator
 
     tok = AutoTokenizer.from_pretrained(MODEL)
     stub = ScriptedGenerator(tok, lambda prompt: written if prompt.endswith(PREFILL) else "Up")
@@ -133,8 +133,8 @@ def test_the_sampler_and_the_update_agree(run):
 def test_the_arithmetic_reward_pays_only_a_boxed_right_answer_in_the_models_replies():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from erl_lite.core.chat import encode_messages
-    from erl_lite.core.generation import HFGenerator, SamplingParams
+    from erl_lite.engine.chat import encode_messages
+    from erl_lite.engine.generation import HFGenerator, SamplingParams
     from erl_lite.envs.arithmetic import arithmetic_reward, small_arithmetic_dataset
     from erl_lite.envs.qa import boxed_answers, extract_boxed
 

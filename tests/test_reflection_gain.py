@@ -62,7 +62,7 @@ def test_a_second_run_into_the_same_results_keeps_the_other_tasks(rg, tiny_dir, 
 def _scripted(rg, tiny_dir, reflection: str):
     """An arithmetic trainer whose sampler answers right only under a system prompt holding "carry the ones",
     and writes ``reflection`` after the prefill; everything else is the library's."""
-    from erl_lite.core.generation import ScriptedGenerator
+    from erl_lite.engine.generation import ScriptedGenerator
 
     trainer = rg.build(tiny_dir, "arithmetic", tiny=True)
     trainer.args.max_completion_length = trainer.args.max_reflection_length = 64

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.integrations.reporting import SAMPLE_COLUMNS, SAMPLES_TABLE, Reporter, logging_interval, resolve_report_to
 from erl_lite.metric_names import ZERO_STD_FIRST, ZERO_STD_REFLECTION, ZERO_STD_SECOND
 from erl_lite.metrics import frac_reward_zero_std

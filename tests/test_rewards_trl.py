@@ -12,8 +12,8 @@ import math
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import SamplingParams, ScriptedGenerator
 from erl_lite.core.rollout import run_episodes
+from erl_lite.engine.generation import SamplingParams, ScriptedGenerator
 from erl_lite.envs.qa import score_answer
 from erl_lite.envs.rows import rows_to_tasks, split_prompt
 from erl_lite.integrations.dataset import RewardFunctionEnv

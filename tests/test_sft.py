@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.models import load_policy
 from erl_lite.run.sft import internalization_dataset, internalization_rows, tokenize_row, warm_start
 from erl_lite.run.trainer import ERLTrainer

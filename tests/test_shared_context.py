@@ -11,8 +11,8 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from erl_lite.core.batching import completion_logprobs, pack
-from erl_lite.core.logprobs import sequence_logprobs
+from erl_lite.engine.batching import completion_logprobs, pack
+from erl_lite.engine.logprobs import sequence_logprobs
 from erl_lite.records import TrainSample
 from erl_lite.testing import FAMILIES, tiny_model, tiny_tokenizer
 
@@ -124,7 +124,7 @@ def test_rows_keep_their_own_forward_where_sharing_would_change_the_computation(
 def test_sampling_prefills_a_repeated_prompt_once_and_samples_the_same(family, tied):
     # G copies of a prompt (GRPO's group), one of them left-padded among longer prompts: the sampler runs each
     # distinct prompt once (all but its last token), then generate prefills only the last column of every row.
-    from erl_lite.core.generation import HFGenerator, SamplingParams
+    from erl_lite.engine.generation import HFGenerator, SamplingParams
 
     model = lora_model(family, tied).eval()
     tok = tiny_tokenizer()

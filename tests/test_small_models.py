@@ -10,11 +10,11 @@ import pytest
 
 from erl_lite.config import ERLConfig
 from erl_lite.config.presets import PRETRAINED_LEARNING_RATE
-from erl_lite.core.generation import HFGenerator, SamplingParams, ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, assign_advantages, attempt_first, attempt_second, erl_step, gate, reflect
 from erl_lite.core.prompts import REFLECTION_REQUEST, RETRY_HEADER
 from erl_lite.diagnostics.checks import CHECKS
+from erl_lite.engine.generation import HFGenerator, SamplingParams, ScriptedGenerator
 from erl_lite.records import FIRST, REFLECTION, SECOND, Attempt, Reflection, Retry
 
 SECRETS = {"t0": "apple", "t1": "berry", "t2": "cherry", "t3": "date"}

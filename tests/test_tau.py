@@ -16,11 +16,11 @@ import pytest
 
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment, Episode
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
 from erl_lite.core.prompts import REFLECTION_REQUEST
 from erl_lite.diagnostics import RunFacts, scan
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
 from erl_lite.envs.rows import rows_to_tasks
 from erl_lite.integrations import wiring
@@ -155,7 +155,7 @@ def test_an_episodes_own_success_that_disagrees_with_tau_is_refused(tok):
 def test_erl_lite_eval_reads_the_checkpoints_tau(source, tau, tok, tmp_path, monkeypatch):
     """``erl-lite eval`` (evaluate_checkpoint) with the model and checkpoint stubbed: eval/success at τ."""
     import erl_lite.cli.evaluate as evaluate
-    import erl_lite.core.continuous as continuous
+    import erl_lite.engine.continuous as continuous
     import erl_lite.models as models
 
     cfg = config(tau)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.metrics import METRIC_GLOSSARY, is_measurement
 from erl_lite.models import load_policy, trainable_parameters
 from erl_lite.run.checkpoint import CheckpointError

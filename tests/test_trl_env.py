@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.prompts import REFLECTION_REQUEST
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.integrations.trl_adapter import TRLEnvironment, parse_tool_calls, tool_methods
 from erl_lite.records import Task
@@ -246,7 +246,7 @@ def qwen3_tokenizer():
 
 
 def test_which_templates_render_tools():
-    from erl_lite.core.chat import template_renders_tools
+    from erl_lite.engine.chat import template_renders_tools
 
     assert not template_renders_tools(tiny_tokenizer())  # a template that ignores tools=
     assert not template_renders_tools(tiny_tokenizer(chat_template=False))  # no template at all

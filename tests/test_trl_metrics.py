@@ -9,7 +9,7 @@ import math
 import pytest
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
+from erl_lite.engine.generation import ScriptedGenerator
 from erl_lite.integrations.reward_calls import RewardFunctionError
 from erl_lite.metrics import describe
 from erl_lite.run.trainer import ERLTrainer

@@ -231,7 +231,7 @@ def test_nll_internalization_rows_use_nll():
 
 
 def test_micro_batches_sort_and_never_pad_short_rows_to_long_ones():
-    from erl_lite.core.batching import micro_batches
+    from erl_lite.engine.batching import micro_batches
 
     rows = [TrainSample("first", [1] * n, [2], [1], 0.0) for n in (5, 300, 6, 7, 290, 8, 5)]
     chunks = list(micro_batches(rows, 4))
@@ -245,7 +245,7 @@ def test_micro_batches_bound_the_padded_width_not_only_the_total_length():
     # separately, so a reflection row (long context, short completion) next to an attempt with
     # a long completion makes a micro-batch wider than either row. The demo's ERL batches had
     # 43% padding this way (short first attempts padded to 470 columns).
-    from erl_lite.core.batching import micro_batches
+    from erl_lite.engine.batching import micro_batches
 
     rows = [TrainSample("first", [1] * 68, [2] * n, [1] * n, 1.0) for n in (20, 150, 40, 150)] + [
         TrainSample("reflection", [1] * 300, [2] * 30, [1] * 30, 1.0) for _ in range(3)
@@ -259,9 +259,9 @@ def test_micro_batches_bound_the_padded_width_not_only_the_total_length():
 
 def test_micro_batches_keep_the_rows_of_one_context_together():
     # GRPO's G rollouts of a prompt share its context, and a pass runs a shared context once
-    # (erl_lite.core.logprobs.completion_hidden): sorted by total length alone, RLVR's groups of 10 were
+    # (erl_lite.engine.logprobs.completion_hidden): sorted by total length alone, RLVR's groups of 10 were
     # spread over every micro-batch, three or four contexts in each.
-    from erl_lite.core.batching import micro_batches
+    from erl_lite.engine.batching import micro_batches
 
     lengths = [31, 12, 25, 18, 9, 30, 22, 15, 27, 11]
     rows = [

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.figure import Figure
+from synthetic import synthetic_history
 
 from erl_lite.history import History
 from erl_lite.records import StepRecord
@@ -24,7 +25,6 @@ from erl_lite.viz import (
     rewards_are_binary,
     save_figures,
     show_attempt_pair,
-    synthetic_history,
     word_diff,
 )
 from erl_lite.viz._style import NO_DATA
@@ -456,8 +456,10 @@ def test_a_headless_notebook_run_gets_static_output_without_settings(tmp_path, m
     nb = nbformat.v4.new_notebook(
         cells=[
             nbformat.v4.new_code_cell(
-                "from erl_lite.viz import is_static, synthetic_history, reflection_browser\n"
-                "print(is_static(), type(reflection_browser(synthetic_history(steps=5))).__name__)"
+                "import pathlib, erl_lite\n"
+                "from erl_lite.viz import is_static, reflection_browser\n"
+                "demo = pathlib.Path(erl_lite.__file__).parent / 'assets' / 'demo'\n"
+                "print(is_static(), type(reflection_browser(demo)).__name__)"
             )
         ]
     )

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import SamplingParams
+from erl_lite.engine.generation import SamplingParams
 from erl_lite.models import load_policy
 from erl_lite.testing import save_tiny_model
 
@@ -129,7 +129,7 @@ def test_the_gap_stays_small_after_each_step_and_opens_without_the_sync(policy):
         _step(model)
         assert on_policy_gap(synced, model, prompts) < GAP_TOL
     assert synced.syncs == 2
-    from erl_lite.core.policy import sampled_stale
+    from erl_lite.engine.policy import sampled_stale
 
     sampled_stale(model)  # forget the calls above; the update compares versions once per iteration
     on_policy_gap(synced, model, prompts)

@@ -30,9 +30,9 @@ def evaluate_checkpoint(
     Raises ValueError when the run trained on something this cannot rebuild."""
     from transformers import set_seed
 
-    from erl_lite.core.continuous import end_phase
     from erl_lite.core.phases import PhaseContext, attempt_first
-    from erl_lite.core.progress import Progress
+    from erl_lite.engine.continuous import end_phase
+    from erl_lite.engine.progress import Progress
     from erl_lite.integrations.wiring import generator_for
     from erl_lite.metrics import eval_metrics
     from erl_lite.models import load_policy

@@ -1,3 +1,4 @@
-"""ERL itself: the algorithm, importing nothing above it (only :mod:`erl_lite.config` and :mod:`erl_lite.records`).
-Read :mod:`~erl_lite.core.phases` first (Algorithm 2 line by line), then the modules it calls.
+"""ERL itself: the algorithm, importing only :mod:`erl_lite.config`, :mod:`erl_lite.records` and the engine that
+samples and scores the model (:mod:`erl_lite.engine`). Read :mod:`~erl_lite.core.phases` first (Algorithm 2 line by
+line), then the modules it calls.
 """

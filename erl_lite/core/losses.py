@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, check_choice
@@ -21,40 +20,6 @@ from erl_lite.config.checks import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, check
 _MAX_LOG_RATIO = 20.0
 # Cap of the k3 estimate per token (verl's low_var_kl clamps it to [-10, 10]; k3 >= 0).
 _MAX_KL = 10.0
-
-
-def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probabilities ``(B, T)`` of ``token_ids`` under ``logits / temperature`` ``(B, T, V)``, in
-    float32 (TRL's ``selective_log_softmax``, written here so this layer imports no trl)."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    if temperature != 1.0:
-        logits = logits / temperature
-    ids = token_ids.unsqueeze(-1)  # (B, T, 1)
-    if logits.dtype in (torch.float32, torch.float64):
-        picked = logits.gather(-1, ids).squeeze(-1)  # (B, T)
-        # One sequence at a time: peak extra memory is (T, V), not (B, T, V).
-        lse = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])  # (B, T)
-        return picked - lse
-    # bf16/fp16: logsumexp minus a logit loses too many bits; upcast row by row instead.
-    rows = [F.log_softmax(row.float(), dim=-1).gather(-1, r) for row, r in zip(logits, ids)]
-    return torch.stack(rows).squeeze(-1)
-
-
-def truncated_logprobs(
-    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
-) -> torch.Tensor:
-    """Log-probs ``(N,)`` of ``token_ids`` ``(N,)`` under ``softmax(logits / T)`` ``(N, V)`` cut to its ``top_k`` best,
-    then its top-p nucleus, renormalised, as transformers' and vLLM's samplers draw; -inf outside the cut."""
-    z = logits.float() / temperature
-    if 0 < top_k < z.shape[-1]:
-        z = z.masked_fill(z < z.topk(top_k, dim=-1).values[:, -1:], -math.inf)
-    if top_p < 1:
-        ascending, order = z.sort(dim=-1)
-        cut = ascending.softmax(-1).cumsum(-1) <= 1 - top_p  # the least likely tokens, up to 1 - top_p of the mass
-        cut[:, -1] = False  # the most likely token always stays
-        z = z.masked_fill(cut.scatter(-1, order, cut), -math.inf)
-    return z.log_softmax(-1).gather(-1, token_ids[:, None])[:, 0]
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -23,11 +23,8 @@ from typing import Any
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import reflects
 from erl_lite.core.advantages import grouped_advantages, internalization_weights
-from erl_lite.core.chat import end_of_turn_id
 from erl_lite.core.env import Environment
-from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
-from erl_lite.core.progress import NO_PROGRESS, Progress
 from erl_lite.core.prompts import (
     end_at_close_tag,
     parse_rulebook,
@@ -36,6 +33,9 @@ from erl_lite.core.prompts import (
     second_attempt_system_prompt,
 )
 from erl_lite.core.rollout import run_episodes
+from erl_lite.engine.chat import end_of_turn_id
+from erl_lite.engine.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
+from erl_lite.engine.progress import NO_PROGRESS, Progress
 from erl_lite.records import (
     FIRST,
     INTERNALIZATION,

@@ -12,7 +12,8 @@ import warnings
 from typing import Any
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.chat import encode, render
+from erl_lite.engine.chat import encode, render
+from erl_lite.engine.generation import PromptTooLongError
 
 REFLECTION_SYSTEM = (
     "You coach an agent that has just failed a task. You will see the instructions it was "
@@ -26,14 +27,6 @@ REFLECTION_REQUEST, RETRY_HEADER = ERLConfig.reflection_request, ERLConfig.retry
 _PROMPT_TAG = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 _OPEN, _CLOSE = re.compile(r"<prompt>", re.IGNORECASE), re.compile(r"</prompt>", re.IGNORECASE)
 _PART_CLOSE = re.compile(r"<(?:/(?:p(?:r(?:o(?:m(?:p(?:t)?)?)?)?)?)?)?$", re.IGNORECASE)
-
-
-class PromptTooLongError(ValueError):
-    """A request past the model's context; ``row`` is its position in the batch (to name its task)."""
-
-    def __init__(self, message: str, row: int | None = None) -> None:
-        super().__init__(message)
-        self.row = row
 
 
 def parse_rulebook(text: str, base_prompt: str, unclosed: bool = False) -> tuple[str, bool]:

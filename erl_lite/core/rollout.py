@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.chat import encode, encode_messages, glue_text
 from erl_lite.core.env import Environment, Episode
-from erl_lite.core.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
+from erl_lite.engine.chat import encode, encode_messages, glue_text
+from erl_lite.engine.generation import Generator, SamplingParams, generate_named, reply_was_cut, sampler_stop_ids
 from erl_lite.records import Attempt, Task, succeeded
 
 

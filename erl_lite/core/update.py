@@ -19,20 +19,20 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.batching import CompletionLogProbs, Packed, completion_logprobs, micro_batches, pack
-from erl_lite.core.logprobs import draws_dropout
 from erl_lite.core.losses import LossStats, first_non_finite, normalizer_for, policy_objective, sampler_weights
-from erl_lite.core.policy import keep_4bit_trainable, reference_context, sampled_stale
-from erl_lite.core.progress import NO_PROGRESS, Progress
-from erl_lite.core.reducer import SINGLE_PROCESS, Reducer
 from erl_lite.core.update_stats import GapTally, Tally, UpdateStats, WeightProbe
+from erl_lite.engine.batching import CompletionLogProbs, Packed, completion_logprobs, micro_batches, pack
+from erl_lite.engine.logprobs import draws_dropout
+from erl_lite.engine.policy import keep_4bit_trainable, reference_context, sampled_stale
+from erl_lite.engine.progress import NO_PROGRESS, Progress
+from erl_lite.engine.reducer import SINGLE_PROCESS, Reducer
 from erl_lite.metric_names import SAMPLES_KEYS
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 
 class PolicyUpdater:
     """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base); ``dist``:
-    the process group's :class:`~erl_lite.core.reducer.Reducer` (lines marked ``DDP``). A mini-batch with a
+    the process group's :class:`~erl_lite.engine.reducer.Reducer` (lines marked ``DDP``). A mini-batch with a
     non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's loss scaler does;
     :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise FloatingPointError."""
 

@@ -15,11 +15,11 @@ import torch
 
 from erl_lite import metric_names as keys
 from erl_lite.config import ERLConfig
-from erl_lite.core.batching import Packed
-from erl_lite.core.logprobs import cut_logprobs
 from erl_lite.core.losses import _MAX_LOG_RATIO, LossStats
-from erl_lite.core.policy import base_model
-from erl_lite.core.reducer import Reducer
+from erl_lite.engine.batching import Packed
+from erl_lite.engine.logprobs import cut_logprobs
+from erl_lite.engine.policy import base_model
+from erl_lite.engine.reducer import Reducer
 from erl_lite.records import ADVANTAGE_ROLES, FIRST, REFLECTION, ROLES, SECOND
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from erl_lite.core.chat import end_of_turn_id, has_chat_template, render
-from erl_lite.core.generation import sampler_stop_ids
-from erl_lite.core.policy import base_model
 from erl_lite.core.rollout import opening_messages, template_kwargs_for
 from erl_lite.diagnostics.checks import NOTE, WARNING, Finding
+from erl_lite.engine.chat import end_of_turn_id, has_chat_template, render
+from erl_lite.engine.generation import sampler_stop_ids
+from erl_lite.engine.policy import base_model
 
 
 def _finding(name: str, saw: str, means: str, tries: str, level: str = WARNING) -> Finding:

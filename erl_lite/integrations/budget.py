@@ -151,7 +151,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape) -> MemoryEstimate:
         layer_backward = rows * layer_row
     else:
         checkpoints, layer_backward = shape.layers * rows * layer_row, 0.0
-    from erl_lite.core.logprobs import VOCAB_TILE
+    from erl_lite.engine.logprobs import VOCAB_TILE
 
     if config.logprob_chunk_size is None:  # full logits: every position against the whole vocabulary
         tile = rows * seq * shape.vocab
@@ -164,7 +164,7 @@ def estimate_memory(config: ERLConfig, shape: ModelShape) -> MemoryEstimate:
     weights = shape.linear_parameters() * _NF4_BYTES + shape.other_parameters() * 4
     kv_cache, engine = rollout_tokens * shape.kv_bytes_per_token(), 0.0
     if config.generation_backend == "vllm":  # no 4-bit base: 16-bit weights, twice (the policy's and the engine's)
-        from erl_lite.core.continuous import cache_tokens_for
+        from erl_lite.engine.continuous import cache_tokens_for
         from erl_lite.integrations.vllm import BATCHED_TOKENS
 
         weights = shape.parameter_count() * 2

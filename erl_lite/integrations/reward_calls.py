@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from erl_lite.config.checks import check_reward_weights
 from erl_lite.config.field_types import float_or_none
-from erl_lite.core.chat import completion_text
+from erl_lite.engine.chat import completion_text
 from erl_lite.records import Task
 
 _CALL_KEYS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})

@@ -14,8 +14,8 @@ import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from erl_lite.core.chat import template_renders_tools
 from erl_lite.core.env import BatchScoredEpisode, Environment, Episode, StepOutput
+from erl_lite.engine.chat import template_renders_tools
 from erl_lite.envs.multi import ENV_COLUMN, MultiEnvironment
 from erl_lite.envs.rows import split_prompt
 from erl_lite.integrations.reward_calls import RewardLog, call_arguments, reward_sources, weighted_rewards

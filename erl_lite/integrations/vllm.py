@@ -19,8 +19,8 @@ from typing import Any, Iterator
 import torch
 
 from erl_lite.config.checks import refuse_generation_kwargs
-from erl_lite.core.generation import SamplingParams, check_request, model_context_length
-from erl_lite.core.policy import base_model, eos_token_ids, is_quantized, note_sampled, weight_versions
+from erl_lite.engine.generation import SamplingParams, check_request, model_context_length
+from erl_lite.engine.policy import base_model, eos_token_ids, is_quantized, note_sampled, weight_versions
 
 #: Tokens the engine runs in one forward (prefill comes in chunks of it): what bounds its activations.
 BATCHED_TOKENS = 4096

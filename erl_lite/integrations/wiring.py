@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.continuous import ContinuousGenerator, cache_tokens_for
 from erl_lite.core.env import Environment
-from erl_lite.core.generation import HFGenerator
 from erl_lite.core.memory import MemoryBank, ReflectionMemory, SlotMemory
+from erl_lite.engine.continuous import ContinuousGenerator, cache_tokens_for
+from erl_lite.engine.generation import HFGenerator
 from erl_lite.envs.multi import MultiEnvironment
 from erl_lite.envs.rows import rows_to_tasks
 from erl_lite.integrations.data_sources import load_rows

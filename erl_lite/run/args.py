@@ -81,7 +81,7 @@ def adopt_model_object(
     ``lora_*`` fields off their defaults (or ``peft_config``) add an adapter, or are refused on one with an adapter."""
     from peft import PeftModel
 
-    from erl_lite.core.policy import base_model, is_4bit
+    from erl_lite.engine.policy import base_model, is_4bit
     from erl_lite.models import _enable_checkpointing, load_policy
 
     if tokenizer is None:

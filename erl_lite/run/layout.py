@@ -23,7 +23,7 @@ def holds_run_record(path: str) -> bool:
 
 def write_adapter(model: Any, tokenizer: Any, folder: str, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a LoRA adapter, the tokenizer and the :data:`NOTE_FILE` note (base model, 4-bit: merging needs them)."""
-    from erl_lite.core.policy import base_model, is_4bit
+    from erl_lite.engine.policy import base_model, is_4bit
 
     if not hasattr(model, "peft_config"):
         raise ValueError(

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from erl_lite.core.chat import encode_messages
-from erl_lite.core.generation import model_context_length
 from erl_lite.core.prompts import reflection_skeleton_length
 from erl_lite.core.rollout import opening_messages, template_kwargs_for
+from erl_lite.engine.chat import encode_messages
+from erl_lite.engine.generation import model_context_length
 from erl_lite.envs.rows import split_prompt
 from erl_lite.records import TaskPool
 

@@ -15,8 +15,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from erl_lite.config import ERLConfig
 from erl_lite.core.env import Environment
 from erl_lite.core.memory import MemoryBank, ReflectionMemory
-from erl_lite.core.policy import sampled_stale
-from erl_lite.core.progress import Progress
+from erl_lite.engine.policy import sampled_stale
+from erl_lite.engine.progress import Progress
 from erl_lite.history import History
 from erl_lite.run.args import TrainerStateView
 from erl_lite.run.callbacks import TrainerCallbacks

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from erl_lite.core.chat import encode, encode_messages, glue_text
+from erl_lite.engine.chat import encode, encode_messages, glue_text
 from erl_lite.jsonio import read_jsonl
 from erl_lite.records import FIRST, SECOND, Retry, StepRecord, retries_by_first, succeeded
 

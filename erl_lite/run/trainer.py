@@ -32,15 +32,15 @@ from typing import Any, Callable, Sequence
 from erl_lite import metric_names as keys
 from erl_lite.config import ERLConfig
 from erl_lite.config.checks import quantization_name, reflects
-from erl_lite.core.continuous import end_phase
 from erl_lite.core.env import Environment
-from erl_lite.core.generation import Generator
 from erl_lite.core.phases import PhaseContext, attempt_first, erl_step
-from erl_lite.core.progress import Progress
 from erl_lite.core.update import PolicyUpdater
 from erl_lite.diagnostics.checks import RunFacts
 from erl_lite.diagnostics.monitor import Monitor
 from erl_lite.diagnostics.preflight import preflight
+from erl_lite.engine.continuous import end_phase
+from erl_lite.engine.generation import Generator
+from erl_lite.engine.progress import Progress
 from erl_lite.history import History
 from erl_lite.integrations import wiring
 from erl_lite.metrics import cuda_device, eval_metrics, peak_gpu_gb, reset_peak_gpu_memory, step_metrics

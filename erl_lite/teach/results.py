@@ -168,8 +168,8 @@ class PlayedEpisode:
 def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None, config: Any = None) -> PlayedEpisode:
     """Play one first attempt of ``task`` (default: the first test task) as evaluation does (no memory)."""
     from erl_lite.config import ERLConfig
-    from erl_lite.core.generation import HFGenerator
     from erl_lite.core.phases import PhaseContext, attempt_first
+    from erl_lite.engine.generation import HFGenerator
 
     task = task if task is not None else env.test_tasks(1)[0]
     ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, env, config or ERLConfig())

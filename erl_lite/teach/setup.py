@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from erl_lite.config import DEFAULT_SEED, ERLConfig
 from erl_lite.config.checks import FOUR_BIT, NO_QUANTIZATION, QUANTIZATIONS, check_choice
-from erl_lite.core.progress import NO_PROGRESS
+from erl_lite.engine.progress import NO_PROGRESS
 
 #: The model of the ``gpu`` setup: fits a 15 GiB Colab T4 in 4-bit (see the gpu preset's sizing).
 GPU_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"

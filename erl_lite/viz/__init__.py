@@ -3,8 +3,10 @@
 Exported lazily: importing this loads no matplotlib.
 
 Example:
-    >>> from erl_lite.viz import plot_overview, synthetic_history
-    >>> fig = plot_overview(synthetic_history(steps=10))
+    >>> from pathlib import Path
+    >>> import erl_lite
+    >>> from erl_lite.viz import plot_overview
+    >>> fig = plot_overview(Path(erl_lite.__file__).parent / "assets" / "demo")  # erl-lite demo's committed run
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 from erl_lite import lazy_exports
 
 _EXPORTS = {
-    "synthetic_history": "demo_data",
     "plot_reflection": "figures",
     "attempt_pair_text": "pairs",
     "show_attempt_pair": "pairs",

@@ -146,8 +146,9 @@ def plot_rewards(
     """Reward (or ``metric="success"``) per phase over training steps, evaluation as points; RLVR dashed.
 
     Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> fig = plot_rewards(synthetic_history(steps=10))
+        >>> from pathlib import Path
+        >>> import erl_lite
+        >>> fig = plot_rewards(Path(erl_lite.__file__).parent / "assets" / "demo")  # erl-lite demo's committed run
     """
     if metric not in ("reward", "success"):
         raise ValueError(f"metric must be 'reward' or 'success', got {metric!r}")
@@ -334,8 +335,9 @@ def plot_overview(
     panel is :func:`plot_memory` with ``claims=memory_claims, truth=memory_truth``.
 
     Example:
-        >>> from erl_lite.viz.demo_data import synthetic_history
-        >>> [ax.get_title() for ax in plot_overview(synthetic_history(steps=5)).axes][:2]
+        >>> from pathlib import Path
+        >>> import erl_lite
+        >>> [ax.get_title() for ax in plot_overview(Path(erl_lite.__file__).parent / "assets" / "demo").axes][:2]
         ['Reward = success rate per phase (rewards are 0/1)', 'Gate: first attempts sent to reflection']
     """
     h, base = _runs(history, baseline)

@@ -2,7 +2,7 @@
 
 :func:`generate_corpus` rolls the :class:`~embedded.teacher.Teacher` (``scripts/embedded/teacher.py``)
 through erl_lite's own phases (:func:`erl_lite.core.phases.erl_step`) with a
-:class:`~erl_lite.core.generation.ScriptedGenerator` in place of the model, on demo worlds with
+:class:`~erl_lite.engine.generation.ScriptedGenerator` in place of the model, on demo worlds with
 varied letters, so the training text is byte-identical to what the trainer will later show the
 model: chat template, glue between turns, the reflection request and the second attempt's
 system prompt. ``scripts/build_embedded_model.py`` tokenizes and trains on it. It lives beside the
@@ -26,12 +26,12 @@ from typing import Any
 
 from embedded.teacher import Teacher, TeacherSkill
 from erl_lite.config import ERLConfig
-from erl_lite.core.generation import ScriptedGenerator
 from erl_lite.core.memory import ReflectionMemory
 from erl_lite.core.phases import PhaseContext, erl_step
 from erl_lite.embedded.demo import demo_config
 from erl_lite.embedded.rulebooks import rulebook
 from erl_lite.embedded.world import LETTER_POOL, make_world
+from erl_lite.engine.generation import ScriptedGenerator
 
 
 @dataclass

@@ -166,7 +166,7 @@ def chat_turns(prompt_text: str) -> list[tuple[str, str]]:
 class Teacher:
     """A scripted player of all three roles: ``Teacher(seed)(prompt_text) -> reply text``.
 
-    Plug it into :class:`~erl_lite.core.generation.ScriptedGenerator`; the prompt is the decoded
+    Plug it into :class:`~erl_lite.engine.generation.ScriptedGenerator`; the prompt is the decoded
     ChatML context, from which the teacher reads its role, the rulebook, the current grid and
     its own earlier replies (to keep one hypothesis per episode).
 

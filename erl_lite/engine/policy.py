@@ -17,7 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
-from erl_lite.core.chat import end_of_turn_id
+from erl_lite.engine.chat import end_of_turn_id
 
 
 def keep_4bit_trainable(model: torch.nn.Module) -> int:

@@ -2,7 +2,7 @@
 keeping) its first stop token: :class:`HFGenerator`, or :class:`ScriptedGenerator`'s canned replies for tests.
 
 Departures from the paper: the reference samples with vLLM; here ``transformers.generate`` (slower, but no extra
-engine to install on a consumer GPU) or transformers' continuous batching (:mod:`erl_lite.core.continuous`).
+engine to install on a consumer GPU) or transformers' continuous batching (:mod:`erl_lite.engine.continuous`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from erl_lite.core.policy import (
+from erl_lite.engine.policy import (
     base_model,
     cache_name,
     eos_token_ids,
@@ -23,7 +23,6 @@ from erl_lite.core.policy import (
     shared_rows,
     weight_versions,
 )
-from erl_lite.core.prompts import PromptTooLongError
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,14 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length",
 _NO_LIMIT = 10**9
 
 
+class PromptTooLongError(ValueError):
+    """A request past the model's context; ``row`` is its position in the batch (to name its task)."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+
 def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
     """The positions ``model`` can read (its config's, else the tokenizer's limit), or None."""
     config = getattr(model, "config", None)
@@ -66,7 +73,7 @@ def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
 
 
 def check_request(prompt_lengths: Sequence[int], max_new_tokens: int, context: int | None) -> None:
-    """Raise :class:`~erl_lite.core.prompts.PromptTooLongError` for the first request of a batch that cannot fit."""
+    """Raise :class:`PromptTooLongError` for the first request of a batch that cannot fit."""
     if context is None:
         return
     for row, n in enumerate(prompt_lengths):

@@ -10,14 +10,15 @@ The head step is TRL's ``trl.kernels.ChunkedLogProbFunction``, called directly (
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from erl_lite.config import ERLConfig
-from erl_lite.core.losses import token_logprobs, truncated_logprobs
-from erl_lite.core.policy import base_model, cache_name, shared_rows
+from erl_lite.engine.policy import base_model, cache_name, shared_rows
 
 #: Completion positions per lm-head chunk: 256 keeps a tile at 8 MiB, below glibc's mmap
 #: ceiling, so CPU tiles reuse heap memory (about twice as fast as 1024 on one CPU thread).
@@ -26,6 +27,40 @@ DEFAULT_CHUNK_SIZE: int | None = ERLConfig.__dataclass_fields__["logprob_chunk_s
 VOCAB_TILE = 8192
 # Models whose chunked head was checked once against their own forward (see _check_once).
 _CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probabilities ``(B, T)`` of ``token_ids`` under ``logits / temperature`` ``(B, T, V)``, in
+    float32 (TRL's ``selective_log_softmax``, written here so this layer imports no trl)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if temperature != 1.0:
+        logits = logits / temperature
+    ids = token_ids.unsqueeze(-1)  # (B, T, 1)
+    if logits.dtype in (torch.float32, torch.float64):
+        picked = logits.gather(-1, ids).squeeze(-1)  # (B, T)
+        # One sequence at a time: peak extra memory is (T, V), not (B, T, V).
+        lse = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])  # (B, T)
+        return picked - lse
+    # bf16/fp16: logsumexp minus a logit loses too many bits; upcast row by row instead.
+    rows = [F.log_softmax(row.float(), dim=-1).gather(-1, r) for row, r in zip(logits, ids)]
+    return torch.stack(rows).squeeze(-1)
+
+
+def truncated_logprobs(
+    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """Log-probs ``(N,)`` of ``token_ids`` ``(N,)`` under ``softmax(logits / T)`` ``(N, V)`` cut to its ``top_k`` best,
+    then its top-p nucleus, renormalised, as transformers' and vLLM's samplers draw; -inf outside the cut."""
+    z = logits.float() / temperature
+    if 0 < top_k < z.shape[-1]:
+        z = z.masked_fill(z < z.topk(top_k, dim=-1).values[:, -1:], -math.inf)
+    if top_p < 1:
+        ascending, order = z.sort(dim=-1)
+        cut = ascending.softmax(-1).cumsum(-1) <= 1 - top_p  # the least likely tokens, up to 1 - top_p of the mass
+        cut[:, -1] = False  # the most likely token always stays
+        z = z.masked_fill(cut.scatter(-1, order, cut), -math.inf)
+    return z.log_softmax(-1).gather(-1, token_ids[:, None])[:, 0]
 
 
 def sequence_logprobs(

@@ -1,4 +1,4 @@
-"""A synthetic run history for tests, docs and notebooks without a GPU: made-up data with the shapes the paper
+"""A synthetic run history for the tests of figures and widgets: made-up data with the shapes the paper
 reports (first-attempt success climbs, second attempts above it, the gate rate falls, memory fills).
 """
 

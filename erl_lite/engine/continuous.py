@@ -1,5 +1,5 @@
 """Continuous batching: :class:`ContinuousGenerator` samples with transformers' ``ContinuousBatchingManager`` behind
-:class:`~erl_lite.core.generation.HFGenerator`'s interface (``ERLConfig(generation_backend="continuous")``).
+:class:`~erl_lite.engine.generation.HFGenerator`'s interface (``ERLConfig(generation_backend="continuous")``).
 
 Against ``model.generate``: a finished row leaves the batch at once (no decode steps on stopped rows, no prefill
 padding), and the paged cache lives for the whole rollout phase with block sharing on, so a later turn prefills only
@@ -14,7 +14,7 @@ The manager's pitfalls, and what this module does about each:
   any ``generation_kwargs`` is refused;
 * it puts the base model in eval mode under a PEFT wrapper that still says training: the wrapper's mode is
   restored after each call, and a 4-bit model put back on its differentiable path
-  (:func:`~erl_lite.core.policy.keep_4bit_trainable`);
+  (:func:`~erl_lite.engine.policy.keep_4bit_trainable`);
 * it re-seeds the global torch generator and samples from it in its own thread: each call runs inside
   ``torch.random.fork_rng`` under :meth:`ContinuousGenerator.call_seed`, one draw from the caller's generator (which a
   checkpoint restores: a resumed run samples what the uninterrupted one does), so calls and ranks draw fresh streams.
@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from erl_lite.config.checks import refuse_generation_kwargs
-from erl_lite.core.generation import SamplingParams, check_request, model_context_length
-from erl_lite.core.policy import base_model, eos_token_ids, keep_4bit_trainable, note_sampled, weight_versions
+from erl_lite.engine.generation import SamplingParams, check_request, model_context_length
+from erl_lite.engine.policy import base_model, eos_token_ids, keep_4bit_trainable, note_sampled, weight_versions
 
 #: Tokens per cache page. Small pages let a later turn reuse all but < 16 tokens of its conversation;
 #: the manager's default (256) would re-prefill up to 255 tokens of every turn.

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from erl_lite.core.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
+from erl_lite.engine.logprobs import DEFAULT_CHUNK_SIZE, sequence_logprobs
 from erl_lite.records import TrainSample
 
 
