@@ -57,3 +57,46 @@ def test_the_style_checks_see_a_violation(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "ruff", *a, "--no-cache", str(bad)], capture_output=True)
     assert run("format", "--check").returncode == 1
     assert run("check", "--select", "F401").returncode == 1
+
+
+def _records(sources: dict[str, str]) -> dict[str, int]:
+    """Dataclass name -> number of fields, for every ``@dataclass`` in ``sources`` (ClassVars are not fields)."""
+    import ast
+
+    fields = {}
+    for text in sources.values():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+                own = [s for s in node.body if isinstance(s, ast.AnnAssign) and "ClassVar" not in ast.unparse(s)]
+                fields.setdefault(node.name, len(own))
+    return fields
+
+
+def positional_records(sources: dict[str, str]) -> list[str]:
+    """``file:line Name`` for each record of more than three fields built with a positional argument: in
+    ``TrainSample(role, ids, A, None)`` a reader cannot tell which field the ``None`` fills."""
+    import ast
+
+    wide = {name for name, n in _records(sources).items() if n > 3}
+    found = []
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and node.args:
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in wide:
+                    found.append(f"{path}:{node.lineno} {name}")
+    return sorted(found)
+
+
+def test_records_of_more_than_three_fields_are_built_by_keyword():
+    sources = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in (ROOT / "erl_lite").rglob("*.py")}
+    found = positional_records(sources)
+    assert not found, "build these records by keyword (name=value):\n" + "\n".join(found)
+
+
+def test_the_keyword_check_sees_a_positional_record():
+    text = (
+        "@dataclass\nclass R:\n    a: int\n    b: int\n    c: int\n    d: int = 0\n\nR(1, b=2, c=3)\nR(a=1, b=2, c=3)\n"
+    )
+    assert positional_records({"m.py": text}) == ["m.py:8 R"]
+    assert positional_records({"m.py": text.replace("    d: int = 0\n", "")}) == []  # three fields: positional is fine

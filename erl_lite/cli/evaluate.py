@@ -56,7 +56,7 @@ def evaluate_checkpoint(
     model, tokenizer = load_policy(folder, quantization=quantization_name(cfg.load_in_4bit), base_model=base_model)
     # The bar goes to stderr (tqdm's stream), so stdout stays the JSON that eval prints.
     generator = generator_for(model, tokenizer, cfg)  # the run's generation_backend
-    ctx = PhaseContext(generator, tokenizer, world, cfg, Progress(enabled=True))
+    ctx = PhaseContext(generator=generator, tokenizer=tokenizer, env=world, config=cfg, progress=Progress(enabled=True))
     set_seed(cfg.seed)
     try:
         attempts = attempt_first(ctx, tasks, n, params=ctx.eval_params(), desc="evaluation")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from erl_lite.config import ERLConfig
@@ -67,15 +67,17 @@ class PhaseContext:
         """Sampling of training attempts (first and second)."""
         c = self.config
         return SamplingParams(
-            c.max_completion_length, temperature or c.temperature, c.top_p, c.top_k, c.generation_kwargs
+            max_new_tokens=c.max_completion_length,
+            temperature=temperature or c.temperature,
+            top_p=c.top_p,
+            top_k=c.top_k,
+            generation_kwargs=c.generation_kwargs,
         )
 
     def eval_params(self) -> SamplingParams:
         """Sampling of evaluation first attempts (the paper: T 0.7, top-p 0.8, top-k 20)."""
         c = self.config
-        return SamplingParams(
-            c.max_completion_length, c.eval_temperature, c.eval_top_p, c.eval_top_k, c.generation_kwargs
-        )
+        return replace(self.attempt_params(), temperature=c.eval_temperature, top_p=c.eval_top_p, top_k=c.eval_top_k)
 
 
 def attempt_first(
@@ -158,11 +160,11 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
         )
         contexts.append((base, ids))
     params = SamplingParams(
-        c.max_reflection_length,
-        c.reflection_temperature,
-        c.reflection_top_p,
-        0,
-        c.generation_kwargs,
+        max_new_tokens=c.max_reflection_length,
+        temperature=c.reflection_temperature,
+        top_p=c.reflection_top_p,
+        top_k=0,
+        generation_kwargs=c.generation_kwargs,
         stop=("</prompt>",),
     )
     names = [f"reflection on task {a.task_id!r} (rollout {a.index})" for a in failed]
@@ -178,14 +180,14 @@ def reflect(ctx: PhaseContext, failed: list[Attempt], memory: ReflectionMemory |
         rulebook, parsed = parse_rulebook(text, base, unclosed="<prompt>" in c.reflection_prefill.lower())
         reflections.append(
             Reflection(
-                a.task_id,
-                a.index,
-                base,
-                text,
-                rulebook,
-                parsed,
-                ids,
-                out,
+                task_id=a.task_id,
+                index=a.index,
+                base_prompt=base,
+                text=text,
+                rulebook=rulebook,
+                parsed=parsed,
+                prompt_ids=ids,
+                completion_ids=out,
                 truncated=reply_was_cut(out, c.max_reflection_length, stops),
                 sampled_logp=None if logp is None else list(logp)[: len(out)],
             )
@@ -251,10 +253,19 @@ def internalize(
     ``internalization_weights`` (weight-0 rows stay, as in the reference); a cut last reply ends with
     ``stop_ids[0]``; a row over ``max_length`` is dropped with a warning, not cut."""
     weights = internalization_weights([r.second.reward for r in retries], mode)
-    rows = [
-        TrainSample(INTERNALIZATION, r.first.prompt_ids, *_ending_with_stop(r.second, stop_ids), coef * w, r.task_id)
-        for r, w in zip(retries, weights)
-    ]
+    rows = []
+    for r, w in zip(retries, weights):
+        ids, mask = _ending_with_stop(r.second, stop_ids)
+        rows.append(
+            TrainSample(
+                role=INTERNALIZATION,
+                prompt_ids=r.first.prompt_ids,
+                completion_ids=ids,
+                completion_mask=mask,
+                advantage=coef * w,
+                task_id=r.task_id,
+            )
+        )
     if max_length is None:
         return rows
     long = [i for i, s in enumerate(rows) if len(s.prompt_ids) + len(s.completion_ids) > max_length]
@@ -295,14 +306,14 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
         adv = grouped_advantages(reflection_credits(reflected), [r.task_id for r in reflected], scale=cfg.scale_rewards)
         samples += [
             TrainSample(
-                REFLECTION,
-                r.reflection.prompt_ids,
-                r.reflection.completion_ids,
-                [1] * len(r.reflection.completion_ids),
-                A,
-                r.task_id,
-                cfg.reflection_temperature,
-                r.reflection.sampled_logp,
+                role=REFLECTION,
+                prompt_ids=r.reflection.prompt_ids,
+                completion_ids=r.reflection.completion_ids,
+                completion_mask=[1] * len(r.reflection.completion_ids),
+                advantage=A,
+                task_id=r.task_id,
+                temperature=cfg.reflection_temperature,
+                sampled_logp=r.reflection.sampled_logp,
             )
             for r, A in zip(reflected, adv)
         ]
@@ -315,7 +326,15 @@ def _role_samples(role: str, attempts: list[Attempt], rewards: list[float], scal
     """One role's samples, advantages grouped per task (``batch`` scale: this role's reward std)."""
     adv = grouped_advantages(rewards, [a.task_id for a in attempts], scale=scale)
     return [
-        TrainSample(role, a.prompt_ids, a.completion_ids, a.completion_mask, A, a.task_id, None, a.sampled_logp)
+        TrainSample(
+            role=role,
+            prompt_ids=a.prompt_ids,
+            completion_ids=a.completion_ids,
+            completion_mask=a.completion_mask,
+            advantage=A,
+            task_id=a.task_id,
+            sampled_logp=a.sampled_logp,  # scored at the run's temperature, as it was sampled
+        )
         for a, A in zip(attempts, adv)
     ]
 

@@ -173,7 +173,9 @@ class PolicyUpdater:
         (processes hold different numbers of rows, maybe none; the dummy reaches every parameter)."""
         if self.dist.world_size == 1:
             return
-        row = TrainSample(FIRST, [self.pad_id], [self.pad_id], [0], 0.0)
+        row = TrainSample(
+            role=FIRST, prompt_ids=[self.pad_id], completion_ids=[self.pad_id], completion_mask=[0], advantage=0.0
+        )
         (self.trained(pack([row], self.pad_id, False, self.device)).sum() * 0.0).backward()
 
     def _skipped(self, where: str, bad_roles: list[str], grad_norm: float) -> None:

@@ -104,9 +104,9 @@ class Check:
         saw = self.judge(window[-self.window :], facts)
         if saw is None:
             return None
-        words = asdict(facts)
+        means, tries = (text.format(**asdict(facts)) for text in (self.means, self.tries))
         return Finding(
-            self.name, self.level, int(window[-1]["step"]), saw, self.means.format(**words), self.tries.format(**words)
+            name=self.name, level=self.level, step=int(window[-1]["step"]), saw=saw, means=means, tries=tries
         )
 
 
@@ -306,143 +306,145 @@ def _kl_growth(w: Sequence[Mapping[str, Any]], facts: RunFacts) -> str | None:
 
 CHECKS: tuple[Check, ...] = (
     Check(
-        "solved",
-        (keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST),
-        3,
-        _solved,
-        "The task is solved for this model: its groups have nothing left to teach (not a fault)",
-        "stop early, or add harder tasks",
+        name="solved",
+        reads=(keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST),
+        window=3,
+        judge=_solved,
+        means="The task is solved for this model: its groups have nothing left to teach (not a fault)",
+        tries="stop early, or add harder tasks",
         level=NOTE,
     ),
     Check(
-        "stuck",
-        (keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST, keys.SUCCESS_SECOND),
-        3,
-        _stuck,
-        "Almost every group failed on every rollout, so the reward gives no learning signal: the task is too "
+        name="stuck",
+        reads=(keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST, keys.SUCCESS_SECOND),
+        window=3,
+        judge=_stuck,
+        means="Almost every group failed on every rollout, so the reward gives no learning signal: the task is too "
         "hard for this model",
-        "raise num_generations (G) so a group holds a success, start with easier tasks, or add a format or "
+        tries="raise num_generations (G) so a group holds a success, start with easier tasks, or add a format or "
         "partial-credit reward to reward_funcs",
     ),
     Check(
-        "no_signal",
-        (keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST),
-        3,
-        _no_signal,
-        "Each task is all-or-nothing for this model, so GRPO's advantages are 0 and the policy loss is empty",
-        "raise num_generations (G) or temperature, or mix easier and harder tasks",
+        name="no_signal",
+        reads=(keys.ZERO_STD_FIRST, keys.SUCCESS_FIRST),
+        window=3,
+        judge=_no_signal,
+        means="Each task is all-or-nothing for this model, so GRPO's advantages are 0 and the policy loss is empty",
+        tries="raise num_generations (G) or temperature, or mix easier and harder tasks",
     ),
     Check(
-        "parse_rate",
-        (keys.REFLECTION_PARSE_RATE, keys.TRUNCATED_REFLECTION),
-        3,
-        _parse_rate,
-        "Reflections rarely hold a <prompt>...</prompt> block that states a rule, so second attempts get no "
+        name="parse_rate",
+        reads=(keys.REFLECTION_PARSE_RATE, keys.TRUNCATED_REFLECTION),
+        window=3,
+        judge=_parse_rate,
+        means="Reflections rarely hold a <prompt>...</prompt> block that states a rule, so second attempts get no "
         "rulebook and memory stays empty",
-        "read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
+        tries="read a reflection in samples.jsonl; raise max_reflection_length={max_reflection_length} if they are "
         "cut; a small model writes the block when the turn starts with it: reflection_prefill='<prompt>\\n1.'",
     ),
     Check(
-        "memory_empty",
-        (keys.GATE_RATE, keys.MEMORY_TOTAL_WRITES, keys.REFLECTION_PARSE_RATE, keys.SUCCESS_SECOND),
-        5,
-        _memory_empty,
-        "A rulebook is stored only when its reflection parses and its second attempt reaches "
+        name="memory_empty",
+        reads=(keys.GATE_RATE, keys.MEMORY_TOTAL_WRITES, keys.REFLECTION_PARSE_RATE, keys.SUCCESS_SECOND),
+        window=5,
+        judge=_memory_empty,
+        means="A rulebook is stored only when its reflection parses and its second attempt reaches "
         "reward_threshold={reward_threshold}",
-        "fix the reflection parse rate or the second attempts first (see the other checks)",
+        tries="fix the reflection parse rate or the second attempts first (see the other checks)",
     ),
     Check(
-        "gate_always",
-        (keys.GATE_RATE, keys.ZERO_STD_FIRST, keys.SUCCESS_SECOND),
-        5,
-        lambda w, facts: _gate_fixed(w, facts, 1.0) if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0) else None,
-        "reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
-        "set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward; with "
+        name="gate_always",
+        reads=(keys.GATE_RATE, keys.ZERO_STD_FIRST, keys.SUCCESS_SECOND),
+        window=5,
+        judge=lambda w, facts: _gate_fixed(w, facts, 1.0) if _all(w, keys.SUCCESS_SECOND, lambda v: v == 0.0) else None,
+        means="reward_threshold={reward_threshold} is above the reward a success earns, so nothing passes the gate",
+        tries="set reward_threshold to a success's reward (1.0 for 0/1 rewards), or rescale the reward; with "
         "partial credit on a hard task, start with easier tasks",
     ),
     Check(
-        "gate_never",
-        (keys.GATE_RATE, keys.ZERO_STD_FIRST),
-        5,
-        lambda w, facts: _gate_fixed(w, facts, 0.0),
-        "reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
+        name="gate_never",
+        reads=(keys.GATE_RATE, keys.ZERO_STD_FIRST),
+        window=5,
+        judge=lambda w, facts: _gate_fixed(w, facts, 0.0),
+        means="reward_threshold={reward_threshold} is at or below the reward of failed attempts, so no failure is "
         "reflected on",
-        "raise reward_threshold to a success's reward",
+        tries="raise reward_threshold to a success's reward",
     ),
     Check(
-        "second_not_better",
-        (keys.REWARD_SECOND, keys.REWARD_FIRST_GATED),
-        5,
-        _second_not_better,
-        "The reflections carry nothing the second attempt can use",
-        "read reflections and second attempts in samples.jsonl; make the environment's feedback say what went "
+        name="second_not_better",
+        reads=(keys.REWARD_SECOND, keys.REWARD_FIRST_GATED),
+        window=5,
+        judge=_second_not_better,
+        means="The reflections carry nothing the second attempt can use",
+        tries="read reflections and second attempts in samples.jsonl; make the environment's feedback say what went "
         "wrong; a stronger model reflects better; pre-flight's system_dropped: the chat template loses rulebooks",
     ),
     Check(
-        "internalization_zero",
-        (keys.SAMPLES_KEYS[INTERNALIZATION], keys.INTERNALIZATION_WEIGHT),
-        3,
-        _internalization_zero,
-        "No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
-        "see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive",
+        name="internalization_zero",
+        reads=(keys.SAMPLES_KEYS[INTERNALIZATION], keys.INTERNALIZATION_WEIGHT),
+        window=3,
+        judge=_internalization_zero,
+        means="No second attempt scored above 0, so self-distillation learns nothing (raft weighs a row by max(r2, 0))",
+        tries="see success/second; with rewards at or below 0 for every outcome, shift them so a success is positive",
     ),
     Check(
-        "truncation",
-        tuple(key for key, _, _ in _CUT_KEYS),
-        3,
-        _truncation,
-        "Cut replies end without an answer and without the end-of-turn token the model should learn",
-        "raise the budget named, ask for shorter replies, or check the model ends its turns (pre-flight)",
+        name="truncation",
+        reads=tuple(key for key, _, _ in _CUT_KEYS),
+        window=3,
+        judge=_truncation,
+        means="Cut replies end without an answer and without the end-of-turn token the model should learn",
+        tries="raise the budget named, ask for shorter replies, or check the model ends its turns (pre-flight)",
     ),
     Check(
-        "frozen_weights",
-        (keys.OPTIM_STEPS, keys.WEIGHT_UPDATE),
-        3,
-        _frozen,
-        "The trainable weights are not moving",
-        "learning_rate={learning_rate} may be too small for these weights (bf16 rounds small updates away); "
+        name="frozen_weights",
+        reads=(keys.OPTIM_STEPS, keys.WEIGHT_UPDATE),
+        window=3,
+        judge=_frozen,
+        means="The trainable weights are not moving",
+        tries="learning_rate={learning_rate} may be too small for these weights (bf16 rounds small updates away); "
         "check that the adapter is trainable and on the intended modules (the pre-flight lists them)",
     ),
     Check(
-        "large_step",
-        (keys.OPTIM_STEPS, keys.WEIGHT_UPDATE),
-        1,
-        _large_step,
-        "One optimizer step moved the weights by a large share of their norm: a pretrained model forgets its format",
-        "lower learning_rate={learning_rate}; LoRA on a pretrained model trains at 1e-6 to 1e-4",
+        name="large_step",
+        reads=(keys.OPTIM_STEPS, keys.WEIGHT_UPDATE),
+        window=1,
+        judge=_large_step,
+        means="One optimizer step moved the weights by a large share of their norm: a pretrained model forgets its "
+        "format",
+        tries="lower learning_rate={learning_rate}; LoRA on a pretrained model trains at 1e-6 to 1e-4",
     ),
     Check(
-        "zero_grad",
-        (keys.OPTIM_STEPS, keys.GRAD_NORM, *keys.ADVANTAGE_KEYS.values()),
-        2,
-        _zero_grad,
-        "The loss does not reach the trainable weights",
-        "check model.print_trainable_parameters() and that lora_target_modules names modules the forward uses",
+        name="zero_grad",
+        reads=(keys.OPTIM_STEPS, keys.GRAD_NORM, *keys.ADVANTAGE_KEYS.values()),
+        window=2,
+        judge=_zero_grad,
+        means="The loss does not reach the trainable weights",
+        tries="check model.print_trainable_parameters() and that lora_target_modules names modules the forward uses",
     ),
     Check(
-        "non_finite",
-        (keys.OPTIM_SKIPPED_STEPS, keys.LOSS_TOTAL, keys.GRAD_NORM, keys.KL),
-        3,
-        _non_finite,
-        "Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
-        "lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite",
+        name="non_finite",
+        reads=(keys.OPTIM_SKIPPED_STEPS, keys.LOSS_TOTAL, keys.GRAD_NORM, keys.KL),
+        window=3,
+        judge=_non_finite,
+        means="Numbers overflowed: a learning rate too high, fp16 overflow, or a reward that is NaN or infinite",
+        tries="lower learning_rate={learning_rate}, train in bf16 or fp32, and check that the rewards are finite",
     ),
     Check(
-        "off_policy",
-        (keys.GAP_TOKENS, keys.GAP_STALE, keys.GAP_LIMIT, *keys.GAP_MEAN_KEYS.values()),
-        1,
-        _off_policy,
-        "The sampler's log-probs are not the update's: rollouts come from another distribution than the loss scores",
-        "look for a penalty or logits processor outside ERLConfig (a custom generator), another temperature in "
+        name="off_policy",
+        reads=(keys.GAP_TOKENS, keys.GAP_STALE, keys.GAP_LIMIT, *keys.GAP_MEAN_KEYS.values()),
+        window=1,
+        judge=_off_policy,
+        means="The sampler's log-probs are not the update's: rollouts come from another distribution than the loss "
+        "scores",
+        tries="look for a penalty or logits processor outside ERLConfig (a custom generator), another temperature in "
         "the sampler, a low-precision sampler, or weights the sampler did not get after a step",
     ),
     Check(
-        "kl_growth",
-        (keys.KL,),
-        4,
-        _kl_growth,
-        "The policy is leaving the reference fast; runs that do this often collapse a few steps later",
-        "lower learning_rate={learning_rate} or raise beta={beta}",
+        name="kl_growth",
+        reads=(keys.KL,),
+        window=4,
+        judge=_kl_growth,
+        means="The policy is leaving the reference fast; runs that do this often collapse a few steps later",
+        tries="lower learning_rate={learning_rate} or raise beta={beta}",
     ),
 )
 

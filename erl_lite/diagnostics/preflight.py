@@ -16,7 +16,7 @@ from erl_lite.engine.policy import base_model
 
 
 def _finding(name: str, saw: str, means: str, tries: str, level: str = WARNING) -> Finding:
-    return Finding(name, level, 0, saw, means, tries)
+    return Finding(name=name, level=level, step=0, saw=saw, means=means, tries=tries)
 
 
 #: The probe's system text: a rendering that lacks it drops system messages (rulebooks are system prompts).

@@ -67,8 +67,18 @@ def pack(samples: list[TrainSample], pad_id: int, nll_internalization: bool, dev
     temperatures = {s.temperature for s in samples}
     if len(temperatures) > 1:
         raise ValueError(f"a micro-batch mixes sampling temperatures {sorted(temperatures, key=str)}")
-    tensors = (ids, attn, positions, targets, mask, adv, is_nll, sampled)  # Packed's tensor fields, in order
-    return Packed(*(t.to(device) for t in tensors), tuple(s.role for s in samples), temperatures.pop())
+    return Packed(
+        input_ids=ids.to(device),
+        attention_mask=attn.to(device),
+        position_ids=positions.to(device),
+        targets=targets.to(device),
+        mask=mask.to(device),
+        advantages=adv.to(device),
+        is_nll=is_nll.to(device),
+        sampled_logp=sampled.to(device),
+        roles=tuple(s.role for s in samples),
+        temperature=temperatures.pop(),
+    )
 
 
 def completion_logprobs(

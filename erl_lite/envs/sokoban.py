@@ -92,7 +92,7 @@ def generate_level(seed: int, sizes: tuple[int, int] = (6, 8), max_shortest: int
     while True:
         player, box, goal = (divmod(int(i), inner) for i in rng.choice(inner * inner, 3, replace=False))
         player, box, goal = ((r + 1, c + 1) for r, c in (player, box, goal))
-        path = solve_sokoban(Level(walls, player, box, goal, (n, n)), limit=max_shortest)
+        path = solve_sokoban(Level(walls=walls, player=player, box=box, goal=goal, shape=(n, n)), limit=max_shortest)
         if path is not None:
             rows = [["#" if (r, c) in walls else " " for c in range(n)] for r in range(n)]
             for (r, c), ch in ((goal, "."), (box, "$"), (player, "@")):
@@ -134,7 +134,9 @@ class SokobanEpisode(GridEpisode):
             f"{count['wall'] + count['box_blocked']} did not move (wall or blocked box)"
         )
         text += f", {count['invalid']} had no valid action." if count["invalid"] else "."
-        stuck = Level(self.level.walls, self.player, self.box, self.level.goal, self.level.shape)
+        stuck = Level(
+            walls=self.level.walls, player=self.player, box=self.box, goal=self.level.goal, shape=self.level.shape
+        )
         if self.hint and solve_sokoban(stuck) is None:
             text += " The box can no longer reach the goal from where it ended."
         return "step_limit", text

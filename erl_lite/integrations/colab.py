@@ -53,12 +53,12 @@ def environment_report() -> RuntimeReport:
     versions["erl_lite"] = erl_lite.__version__
     location = str(erl_lite.__file__).removesuffix("__init__.py").rstrip("/\\")
     if not torch.cuda.is_available():
-        return RuntimeReport(versions, location)
+        return RuntimeReport(versions=versions, location=location)
     index = torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(index)
     return RuntimeReport(
-        versions,
-        location,
+        versions=versions,
+        location=location,
         device=f"cuda:{index}",
         gpu_name=torch.cuda.get_device_name(index),
         gpu_free_gib=round(free / 2**30, 2),

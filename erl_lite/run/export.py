@@ -70,7 +70,11 @@ def describe_adapter(
     if quantization == AUTO:
         quantization, source = _saved_quantization(folder)
     return AdapterInfo(
-        folder, os.fspath(base), quantization, source, os.path.isfile(os.path.join(folder, "tokenizer_config.json"))
+        adapter_dir=folder,
+        base_model=os.fspath(base),
+        quantization=quantization,
+        quantization_source=source,
+        has_tokenizer=os.path.isfile(os.path.join(folder, "tokenizer_config.json")),
     )
 
 
@@ -192,7 +196,13 @@ def export_merged(
             tokenizer.save_pretrained(aside)
             _move_in(aside, out)
     dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return ExportResult(out, info.base_model, info.quantization, dtype_name, sorted(os.listdir(out)))
+    return ExportResult(
+        out_dir=out,
+        base_model=info.base_model,
+        quantization=info.quantization,
+        dtype=dtype_name,
+        files=sorted(os.listdir(out)),
+    )
 
 
 def _move_in(aside: str, out: str) -> None:

@@ -79,13 +79,13 @@ def recorded_preflight(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
             step = int(r.get("step", 0))
             out.append(
                 Finding(
-                    name,
-                    str(r.get("level", WARNING)),
-                    step,
-                    str(r.get("saw", r.get("message", ""))),
-                    str(r.get("means", "")),
-                    str(r.get("tries", "")),
-                    step,
+                    name=name,
+                    level=str(r.get("level", WARNING)),
+                    step=step,
+                    saw=str(r.get("saw", r.get("message", ""))),
+                    means=str(r.get("means", "")),
+                    tries=str(r.get("tries", "")),
+                    last_step=step,
                 )
             )
     return out
@@ -121,7 +121,13 @@ def diagnose(history: Any, settings: Any = None, source: str = "", settings_foun
     unread = _unread(train)  # then the step checks judge nothing: kl alone may be any trainer's
     findings = recorded_preflight(records) + ([] if unread else scan(records, facts))
     return Report(
-        findings, len(train), facts.max_steps if settings is not None else None, evals, source, settings_found, unread
+        findings=findings,
+        steps=len(train),
+        max_steps=facts.max_steps if settings is not None else None,
+        evals=evals,
+        source=source,
+        settings_found=settings_found,
+        unread=unread,
     )
 
 

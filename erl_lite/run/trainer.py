@@ -116,7 +116,9 @@ class ERLTrainer(CheckpointSaving):
         self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
         # Read at each bar, so setting progress_bar later counts.
         self.progress = Progress(lambda: self.args.progress_bar and self.dist.is_main)
-        self.ctx = PhaseContext(self.generator, self.tokenizer, self.env, args, self.progress)
+        self.ctx = PhaseContext(
+            generator=self.generator, tokenizer=self.tokenizer, env=self.env, config=args, progress=self.progress
+        )
         self.optimizer, scheduler = optimizers
         if self.optimizer is None:
             self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], args)
@@ -282,7 +284,13 @@ class ERLTrainer(CheckpointSaving):
             keys.PEAK_GPU_GB: peak_gpu_gb(device),
         }
         record = StepRecord(
-            self.step, tasks, outcome.first_attempts, outcome.retries, memory_before, self.memory.entries, metrics
+            step=self.step,
+            tasks=tasks,
+            first_attempts=outcome.first_attempts,
+            retries=outcome.retries,
+            memory_before=memory_before,
+            memory_after=self.memory.entries,
+            metrics=metrics,
         )
         self.history.log(metrics, step_record=record)
         if self.step % self.args.sample_every == 0:

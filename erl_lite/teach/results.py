@@ -78,7 +78,14 @@ def train_and_evaluate(
     history = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     after = trainer.evaluate(tasks, n)
     start = trained[0] - 1 if trained else trainer.step  # a resume of a finished run trains none
-    return history, BeforeAfter(before, after, [t.task_id for t in tasks], n, start, trainer.step)
+    return history, BeforeAfter(
+        before=before,
+        after=after,
+        task_ids=[t.task_id for t in tasks],
+        num_generations=n,
+        start_step=start,
+        end_step=trainer.step,
+    )
 
 
 @dataclass
@@ -108,7 +115,9 @@ def save_adapter(
     path = os.fspath(folder)
     note = write_adapter(model, tokenizer, path, evaluation.to_dict() if evaluation is not None else None)
     url = export.push_to_hub(path, push_to_hub, private=private) if push_to_hub else None
-    return SavedAdapter(path, note["base_model"], note["base_quantization"], url)
+    return SavedAdapter(
+        path=path, base_model=note["base_model"], base_quantization=note["base_quantization"], hub_url=url
+    )
 
 
 @dataclass
@@ -172,7 +181,9 @@ def play_episode(model: Any, tokenizer: Any, env: Any, task: Task | None = None,
     from erl_lite.engine.generation import HFGenerator
 
     task = task if task is not None else env.test_tasks(1)[0]
-    ctx = PhaseContext(HFGenerator(model, tokenizer), tokenizer, env, config or ERLConfig())
+    ctx = PhaseContext(
+        generator=HFGenerator(model, tokenizer), tokenizer=tokenizer, env=env, config=config or ERLConfig()
+    )
     (attempt,) = attempt_first(ctx, [task], 1, params=ctx.eval_params())
     return PlayedEpisode.from_attempt(attempt)
 
