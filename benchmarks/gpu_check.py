@@ -177,7 +177,7 @@ class ForcedLengthGenerator:
         if backend == "vllm":  # stops at the model's own stop ids too: its rows may sample fewer tokens
             from erl_lite.integrations.vllm import VLLMGenerator
 
-            self.inner = VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, args=args)
+            self.inner = VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens, seed=seed, config=args)
         self.tokenizer, self.model = tokenizer, model
         self.turn_tokens, self.reflection_tokens = turn_tokens, reflection_tokens
         self.rng = random.Random(seed)

@@ -222,7 +222,7 @@ def _sampler(backend: str, model: Any, tok: Any, cfg: Any, stops: list[int] | No
     if backend == "vllm":
         from erl_lite.integrations.vllm import VLLMGenerator
 
-        return VLLMGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, args=cfg, stop_ids=stops)
+        return VLLMGenerator(model, tok, cache_tokens=cache_tokens_for(cfg), seed=cfg.seed, config=cfg, stop_ids=stops)
     return HFGenerator(model, tok, stop_ids=stops)
 
 

@@ -202,8 +202,8 @@ def snapshot(trainer) -> dict:
         "memory": trainer.memory.state_dict(),
         "weights": trainable(trainer),
         "first_prompts": trainer.generator.first_prompts,
-        "world": trainer.dist.world_size,
-        "rank": trainer.dist.rank,
+        "world": trainer.reducer.world_size,
+        "rank": trainer.reducer.rank,
     }
 
 
@@ -217,7 +217,7 @@ def two_process_worker(root: str) -> None:
     resumed = make_trainer(os.path.join(root, "two_resumed"), max_steps=2)
     resumed.train(resume_from_checkpoint=os.path.join(root, "one", "checkpoint-1"))
     torch.save(
-        {"fresh": snapshot(fresh), "resumed": snapshot(resumed)}, os.path.join(root, f"rank{fresh.dist.rank}.pt")
+        {"fresh": snapshot(fresh), "resumed": snapshot(resumed)}, os.path.join(root, f"rank{fresh.reducer.rank}.pt")
     )
 
 
@@ -353,7 +353,7 @@ def multi_env_worker(root: str) -> None:
     PartialState._reset_state()
     trainer = make_trainer(os.path.join(root, "two"), max_steps=2, multi=True)
     trainer.train()
-    torch.save(snapshot(trainer), os.path.join(root, f"rank{trainer.dist.rank}.pt"))
+    torch.save(snapshot(trainer), os.path.join(root, f"rank{trainer.reducer.rank}.pt"))
 
 
 def test_a_multi_environment_run_trains_under_two_processes_as_in_one(tmp_path):
@@ -534,7 +534,7 @@ def update_worker(root: str, case: str) -> None:
     PartialState._reset_state()
     dist = DataParallel.from_environment()
     model, opt, cfg, pad = update_policy()
-    stats = PolicyUpdater(model, opt, None, cfg, pad, dist=dist).update(case_rows(case)[dist.rank])
+    stats = PolicyUpdater(model, opt, None, cfg, pad, reducer=dist).update(case_rows(case)[dist.rank])
     torch.save(
         {
             "weights": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},

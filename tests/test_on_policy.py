@@ -199,7 +199,10 @@ def test_old_and_reference_logprobs_run_with_dropout_off_on_every_step(monkeypat
     monkeypatch.setattr(
         update.PolicyUpdater,
         "_objective",
-        lambda self, batch, norm: (seen.append(batch.old_logp is not None), real_objective(self, batch, norm))[1],
+        lambda self, batch, norm, gaps: (
+            seen.append(batch.old_logp is not None),
+            real_objective(self, batch, norm, gaps),
+        )[1],
     )
     updater.update(_rows())
     # One mini-batch: its training pass draws dropout, so it needs an explicit old pass (and a ref pass).

@@ -105,7 +105,7 @@ def _step(model, lr=0.05):
 @pytest.fixture(scope="module")
 def engine(policy):
     model, tok = policy
-    return VLLMGenerator(model, tok, cache_tokens=4096, args=_args())
+    return VLLMGenerator(model, tok, cache_tokens=4096, config=_args())
 
 
 def test_replies_stop_at_their_first_stop_token_and_copies_are_one_request(engine, policy):
@@ -121,8 +121,8 @@ def test_replies_stop_at_their_first_stop_token_and_copies_are_one_request(engin
 
 def test_the_gap_stays_small_after_each_step_and_opens_without_the_sync(policy):
     model, tok = policy
-    synced = VLLMGenerator(model, tok, cache_tokens=4096, args=_args())
-    stale = VLLMGenerator(model, tok, cache_tokens=4096, args=_args(), sync=False)
+    synced = VLLMGenerator(model, tok, cache_tokens=4096, config=_args())
+    stale = VLLMGenerator(model, tok, cache_tokens=4096, config=_args(), sync=False)
     prompts = _prompts(tok)
     assert on_policy_gap(synced, model, prompts) < GAP_TOL and on_policy_gap(stale, model, prompts) < GAP_TOL
     for _ in range(2):
@@ -152,7 +152,7 @@ def test_same_seed_same_samples_and_ranks_differ(policy):
     prompts = _prompts(tok) * 2
 
     def samples(seed, rank=0):
-        gen = VLLMGenerator(model, tok, cache_tokens=4096, seed=seed, rank=rank, args=_args())
+        gen = VLLMGenerator(model, tok, cache_tokens=4096, seed=seed, rank=rank, config=_args())
         return [gen.generate(prompts, SamplingParams(12, temperature=1.0)) for _ in range(2)]
 
     first = samples(3)
@@ -164,7 +164,7 @@ def test_refusals_name_what_is_refused(policy):
     model, tok = policy
     with pytest.raises(ValueError, match="generation_backend='vllm' cannot honour generation_kwargs.*min_p"):
         ERLConfig(generation_backend="vllm", generation_kwargs={"min_p": 0.1})
-    gen = VLLMGenerator(model, tok, cache_tokens=4096, args=_args())
+    gen = VLLMGenerator(model, tok, cache_tokens=4096, config=_args())
     with pytest.raises(ValueError, match="min_p"):
         gen.generate(_prompts(tok), SamplingParams(4, generation_kwargs={"min_p": 0.1}))
     with pytest.raises(ValueError, match="vllm_mode='server'.*colocate"):

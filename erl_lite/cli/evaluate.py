@@ -100,9 +100,9 @@ _ENV_CLASSES = {
 }
 
 
-def _trained_env(folder: str, cfg: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
+def _trained_env(folder: str, config: ERLConfig, recorded: dict[str, Any] | None, dataset: str | None) -> str:
     """The ``--env`` a checkpoint trained on (``extra``'s record, else the trainer's class record)."""
-    extra = cfg.extra
+    extra = config.extra
     if extra.get("env") == DATASET_ENV:
         specs = " ".join(extra.get("reward_funcs") or [])
         raise ValueError(
@@ -159,7 +159,7 @@ def _scored_dataset(dataset: str | None, specs: Sequence[str], env: str | None) 
     return world, rows_to_tasks(load_rows(dataset, "eval"), prefix="eval", where=dataset), DATASET_ENV
 
 
-def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list]:
+def _evaluation_tasks(name: str, small: bool, config: ERLConfig) -> tuple[Any, list]:
     """The environment ``erl-lite train --env name`` trains on, and its test tasks (read as the trainer reads them)."""
     from erl_lite.integrations.dataset import RewardFunctionEnv
     from erl_lite.integrations.wiring import read_tasks
@@ -167,10 +167,10 @@ def _evaluation_tasks(name: str, small: bool, cfg: ERLConfig) -> tuple[Any, list
     env, _, kwargs = build_environment(
         name,
         small,
-        cfg.seed,
-        world=cfg.extra.get("world", "demo"),
-        preset=cfg.preset_name,
-        options=cfg.extra.get("env_options"),
+        config.seed,
+        world=config.extra.get("world", "demo"),
+        preset=config.preset_name,
+        options=config.extra.get("env_options"),
     )
     if env is None:  # a dataset with reward functions, as ERLTrainer wraps it
         env = RewardFunctionEnv(kwargs["reward_funcs"], kwargs.get("feedback_func"))

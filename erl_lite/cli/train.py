@@ -202,15 +202,15 @@ def same_environment(run: dict[str, Any], checkpoint: str) -> None:
         )
 
 
-def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
+def _build_trainer(run: dict[str, Any], config: ERLConfig) -> Any:
     """``erl-lite train``'s trainer: the model and environment its run options name."""
     from erl_lite.run.trainer import ERLTrainer
 
     # The environment first: a missing reward function fails before a model is loaded.
     env, rows, kwargs = (
-        _dataset_environment(cfg.extra)
+        _dataset_environment(config.extra)
         if run["env"] == DATASET_ENV
-        else build_environment(run["env"], run["small"], cfg.seed, run["world"], run["preset"], run["env_options"])
+        else build_environment(run["env"], run["small"], config.seed, run["world"], run["preset"], run["env_options"])
     )
     model, tokenizer = run["model"], None
     if run["model"] == "embedded":
@@ -218,15 +218,15 @@ def _build_trainer(run: dict[str, Any], cfg: ERLConfig) -> Any:
 
         from erl_lite.embedded.loading import load_embedded
 
-        set_seed(cfg.seed)  # the LoRA initialisation draws from the global RNG (as in the demo)
-        model, tokenizer = load_embedded(quantization=quantization_name(cfg.load_in_4bit))
+        set_seed(config.seed)  # the LoRA initialisation draws from the global RNG (as in the demo)
+        model, tokenizer = load_embedded(quantization=quantization_name(config.load_in_4bit))
     elif run["model"] == "tiny":
         import tempfile
 
         from erl_lite.testing import save_tiny_model
 
         model = save_tiny_model(tempfile.mkdtemp(prefix="erl_lite_tiny_"))
-    return ERLTrainer(model=model, processing_class=tokenizer, args=cfg, env=env, train_dataset=rows, **kwargs)
+    return ERLTrainer(model=model, processing_class=tokenizer, args=config, env=env, train_dataset=rows, **kwargs)
 
 
 def _dataset_environment(record: dict[str, Any]) -> tuple[None, str, dict[str, Any]]:

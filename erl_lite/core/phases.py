@@ -291,19 +291,21 @@ def _ending_with_stop(attempt: Attempt, stop_ids: list[int]) -> tuple[list[int],
     return ids, mask
 
 
-def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]) -> list[TrainSample]:
+def assign_advantages(config: ERLConfig, first: list[Attempt], retries: list[Retry]) -> list[TrainSample]:
     """The RL batch: GRPO advantages grouped per (task, role), per the mode's rules."""
-    if cfg.mode == "erl_simple":
+    if config.mode == "erl_simple":
         # Algorithm 1: one reward per rollout (r2 replaces r1 where the gate fired), y1 only.
         rewards = [a.reward if r is None else r.second.reward for a, r in zip(first, retry_of_first(first, retries))]
-        return _role_samples(FIRST, first, rewards, cfg.scale_rewards)
+        return _role_samples(FIRST, first, rewards, config.scale_rewards)
     samples: list[TrainSample] = []
-    if cfg.train_first:
-        samples += _role_samples(FIRST, first, [a.reward for a in first], cfg.scale_rewards)
+    if config.train_first:
+        samples += _role_samples(FIRST, first, [a.reward for a in first], config.scale_rewards)
     r2 = [r.second.reward for r in retries]
-    reflected = [r for r in retries if r.reflection is not None] * cfg.reflection_copies  # the reference: 2
-    if cfg.train_reflection and reflected:
-        adv = grouped_advantages(reflection_credits(reflected), [r.task_id for r in reflected], scale=cfg.scale_rewards)
+    reflected = [r for r in retries if r.reflection is not None] * config.reflection_copies  # the reference: 2
+    if config.train_reflection and reflected:
+        adv = grouped_advantages(
+            reflection_credits(reflected), [r.task_id for r in reflected], scale=config.scale_rewards
+        )
         samples += [
             TrainSample(
                 role=REFLECTION,
@@ -312,13 +314,13 @@ def assign_advantages(cfg: ERLConfig, first: list[Attempt], retries: list[Retry]
                 completion_mask=[1] * len(r.reflection.completion_ids),
                 advantage=A,
                 task_id=r.task_id,
-                temperature=cfg.reflection_temperature,
+                temperature=config.reflection_temperature,
                 sampled_logp=r.reflection.sampled_logp,
             )
             for r, A in zip(reflected, adv)
         ]
-    if cfg.train_second:
-        samples += _role_samples(SECOND, [r.second for r in retries], r2, cfg.scale_rewards)
+    if config.train_second:
+        samples += _role_samples(SECOND, [r.second for r in retries], r2, config.scale_rewards)
     return samples
 
 

@@ -31,7 +31,7 @@ from erl_lite.records import ADVANTAGE_ROLES, FIRST, ROLES, TrainSample
 
 
 class PolicyUpdater:
-    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base); ``dist``:
+    """Applies optimizer steps to a model (a PEFT model when ``beta > 0``: the reference is its base); ``reducer``:
     the process group's :class:`~erl_lite.engine.reducer.Reducer` (lines marked ``DDP``). A mini-batch with a
     non-finite loss or gradient is skipped with a ``RuntimeWarning``, as DeepSpeed's loss scaler does;
     :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise FloatingPointError."""
@@ -41,13 +41,19 @@ class PolicyUpdater:
     progress: Progress = NO_PROGRESS  # the update's bar, a tick per micro-batch (the trainer sets it)
 
     def __init__(
-        self, model: Any, optimizer: Any, scheduler: Any, config: ERLConfig, pad_id: int, dist: Reducer = SINGLE_PROCESS
+        self,
+        model: Any,
+        optimizer: Any,
+        scheduler: Any,
+        config: ERLConfig,
+        pad_id: int,
+        reducer: Reducer = SINGLE_PROCESS,
     ) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.config, self.pad_id, self.dist = config, pad_id, dist
+        self.config, self.pad_id, self.reducer = config, pad_id, reducer
         self.device = next(model.parameters()).device
         # DDP: wrapping broadcasts rank 0's weights to every process (the module itself in one).
-        self.trained = dist.wrap(CompletionLogProbs(model, config.temperature, config.logprob_chunk_size))
+        self.trained = reducer.wrap(CompletionLogProbs(model, config.temperature, config.logprob_chunk_size))
         self.skipped_in_a_row = 0  # optimizer steps skipped since the last one taken
 
     def _logprobs(self, batch: Packed) -> torch.Tensor:
@@ -61,7 +67,7 @@ class PolicyUpdater:
         # DDP: the denominator counts every process's rows (a raw 0 when this one has no token).
         has_tokens = any(m.any() for m in masks)
         local = normalizer_for(pad_sequence(masks, batch_first=True), c.loss_type) if has_tokens else 0.0
-        norm = self.dist.total_count(local)
+        norm = self.reducer.total_count(local)
         active = [s for s in mini if c.beta > 0 or s.advantage != 0]  # A = 0 and no KL: no gradient
         return norm, [
             pack(chunk, self.pad_id, c.internalization_mode == "nll", self.device)
@@ -70,20 +76,20 @@ class PolicyUpdater:
 
     def plans(self, samples: list[TrainSample], k: int) -> list[tuple[float, list[Packed]]]:
         """``samples`` as ``k`` interleaved mini-batches (:meth:`_plan`), each with every role; k == 1: on-policy."""
-        positions = self.dist.global_positions(samples)  # DDP: in the global batch (range(n) in one process)
+        positions = self.reducer.global_positions(samples)  # DDP: in the global batch (range(n) in one process)
         return [self._plan([s for s, p in zip(samples, positions) if p % k == i]) for i in range(k)]
 
     @torch.no_grad()
-    def _attach_old_and_ref(self, batches: list[Packed], old: bool, ref: bool) -> list[Packed]:
-        """A mini-batch's micro-batches with their old log-probs (when ``old``) and/or reference log-probs,
-        computed in eval mode (no dropout), as the sampler ran."""
+    def _attach_old_and_ref(self, batches: list[Packed], old: bool, ref: bool, gaps: GapTally) -> list[Packed]:
+        """A mini-batch's micro-batches with their old log-probs (when ``old``, also measured against the sampler's in
+        ``gaps``) and/or reference log-probs, computed in eval mode (no dropout), as the sampler ran."""
         was_training = self.model.training
         self.model.eval()
         try:
             batches = [dataclasses.replace(b, old_logp=self._logprobs(b)) if old else b for b in batches]
             for b in batches:
                 if b.old_logp is not None:
-                    self.gaps.add(b, b.old_logp)
+                    gaps.add(b, b.old_logp)
             if ref:
                 with reference_context(self.model):
                     batches = [dataclasses.replace(b, ref_logp=self._logprobs(b)) for b in batches]
@@ -95,7 +101,7 @@ class PolicyUpdater:
         """Optimizer steps over ``samples``; returns what the update did (messages name :attr:`step`)."""
         c = self.config
         # 1. Count the rows and their |A| per role. DDP: over every process's rows (this process's alone in one).
-        totals = self.dist.sum(
+        totals = self.reducer.sum(
             {
                 **{SAMPLES_KEYS[r]: float(sum(s.role == r for s in samples)) for r in ROLES},
                 **{f"|A|/{r}": sum(abs(s.advantage) for s in samples if s.role == r) for r in ROLES},
@@ -111,10 +117,10 @@ class PolicyUpdater:
         plans = self.plans(samples, k)
         # 3. Old and reference log-probs of every micro-batch, before the first step. The first mini-batch trains on
         # the weights that sampled it (ratio 1): no old log-probs for it, unless dropout draws.
-        self.gaps = GapTally(self.model, c, sampled_stale(self.model))
+        gaps = GapTally(self.model, c, sampled_stale(self.model))  # the sampler's log-probs against the update's
         dropout = draws_dropout(self.model)
         plans = [
-            (norm, self._attach_old_and_ref(batches, old=i > 0 or dropout, ref=c.beta > 0))
+            (norm, self._attach_old_and_ref(batches, old=i > 0 or dropout, ref=c.beta > 0, gaps=gaps))
             for i, (norm, batches) in enumerate(plans)
         ]
         # 4. One optimizer step per mini-batch, its gradient accumulated over its micro-batches.
@@ -124,31 +130,34 @@ class PolicyUpdater:
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
             where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
-            mini = self._mini_batch_step(batches, norm, where, bar)
-            if mini is not None:
-                tally.merge(mini[0])
-                grad_norm, taken, self.skipped_in_a_row = mini[1], taken + 1, 0
+            stepped = self._mini_batch_step(batches, norm, where, bar, gaps)
+            if stepped is not None:
+                mini_tally, grad_norm = stepped
+                tally.merge(mini_tally)
+                taken, self.skipped_in_a_row = taken + 1, 0
         bar.close()
         self.optimizer.zero_grad(set_to_none=True)
         # 5. What the update did.
         done = dict(
             samples=counts, advantage=advantage, grad_norm=grad_norm, optim_steps=taken, skipped_steps=k - taken
         )
-        return tally.result(self.dist, **done, weight_update=probe.moved(), gap=self.gaps.result(self.dist))
+        return tally.result(self.reducer, **done, weight_update=probe.moved(), gap=gaps.result(self.reducer))
 
-    def _mini_batch_step(self, batches: list[Packed], norm: float, where: str, bar: Any) -> tuple[Tally, float] | None:
+    def _mini_batch_step(
+        self, batches: list[Packed], norm: float, where: str, bar: Any, gaps: GapTally
+    ) -> tuple[Tally, float] | None:
         """Accumulate one mini-batch's gradient and step; its tally and gradient norm, or None if skipped."""
         self.optimizer.zero_grad(set_to_none=True)
         mini, bad_roles = Tally(), []
         for batch in batches:
-            with self.dist.no_sync(self.trained):  # DDP: accumulate here, all-reduce in _sync_gradients
-                loss, stats = self._objective(batch, norm)
+            with self.reducer.no_sync(self.trained):  # DDP: accumulate here, all-reduce in _sync_gradients
+                loss, stats = self._objective(batch, norm, gaps)
                 bad = _non_finite_roles(batch, stats)
                 if bad:  # its gradient would poison the step, which is skipped anyway
                     bad_roles += [r for r in bad if r not in bad_roles]
                 else:
                     # DDP averages over processes; each loss is this process's share of the global loss.
-                    (loss * self.dist.world_size).backward()
+                    (loss * self.reducer.world_size).backward()
                     mini.add(batch, stats)
             bar.update(1)
         self._sync_gradients()  # DDP: the global batch's gradient before clipping
@@ -157,7 +166,7 @@ class PolicyUpdater:
         # 0 or None: no clipping, as in transformers' Trainer (an infinite bound only measures the norm).
         norm_now = float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or math.inf))
         # DDP: a non-finite loss on any process skips the step on every process.
-        any_bad = self.dist.sum({"bad": float(bool(bad_roles))})["bad"] > 0
+        any_bad = self.reducer.sum({"bad": float(bool(bad_roles))})["bad"] > 0
         if any_bad or not math.isfinite(norm_now):
             self.optimizer.zero_grad(set_to_none=True)
             self._skipped(where, bad_roles, norm_now)
@@ -171,7 +180,7 @@ class PolicyUpdater:
     def _sync_gradients(self) -> None:
         """DDP: all-reduce the accumulated gradients with one synced backward of a zero-loss dummy row
         (processes hold different numbers of rows, maybe none; the dummy reaches every parameter)."""
-        if self.dist.world_size == 1:
+        if self.reducer.world_size == 1:
             return
         row = TrainSample(
             role=FIRST, prompt_ids=[self.pad_id], completion_ids=[self.pad_id], completion_mask=[0], advantage=0.0
@@ -197,13 +206,13 @@ class PolicyUpdater:
             )
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
-    def _objective(self, batch: Packed, norm: float) -> tuple[torch.Tensor, LossStats]:
+    def _objective(self, batch: Packed, norm: float, gaps: GapTally) -> tuple[torch.Tensor, LossStats]:
         """The micro-batch's share of the mini-batch loss (normalised by ``norm``)."""
         c = self.config
         keep_4bit_trainable(self.model)  # as in _logprobs
         logp = self.trained(batch)
         if batch.old_logp is None:  # the first mini-batch's pass is over the weights that sampled it
-            self.gaps.add(batch, logp)
+            gaps.add(batch, logp)
         weight = None
         if c.vllm_importance_sampling_correction and c.generation_backend == "vllm":
             old = logp.detach() if batch.old_logp is None else batch.old_logp

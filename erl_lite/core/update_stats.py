@@ -96,10 +96,10 @@ class Tally:
         for key, value in other.sums.items():
             self.sums[key] += value
 
-    def result(self, dist: Reducer, **fields: Any) -> UpdateStats:
+    def result(self, reducer: Reducer, **fields: Any) -> UpdateStats:
         """The record: the loss, KL and clip ratio from the sums (over every process under DDP), ``fields`` the rest
         (``samples``, ``advantage``, ``grad_norm``, ``optim_steps``, ...)."""
-        s = dist.sum(self.sums)
+        s = reducer.sum(self.sums)
         loss = {r: s[keys.LOSS_KEYS[r]] / max(fields["optim_steps"], 1) for r in ROLES}  # per stepped mini-batch
         kl, clipped = s[keys.KL] / max(s["tokens"], 1), s["clipped"] / max(s["policy_tokens"], 1)
         return UpdateStats(loss=loss, loss_total=sum(loss.values()), kl=kl, clip_ratio=clipped, **fields)
@@ -137,8 +137,8 @@ class GapTally:
                 self.sums[f"n/{role}"] += row.numel()
                 self.maxes[role] = max(self.maxes[role], float(row.max()))
 
-    def result(self, dist: Reducer) -> dict[str, float]:
-        s = dist.sum(self.sums)  # DDP: over every process
+    def result(self, reducer: Reducer) -> dict[str, float]:
+        s = reducer.sum(self.sums)  # DDP: over every process
         out = {keys.GAP_MEAN_KEYS[r]: s[f"s/{r}"] / max(s[f"n/{r}"], 1) for r in ADVANTAGE_ROLES}
         out.update({keys.GAP_MAX_KEYS[r]: self.maxes[r] for r in ADVANTAGE_ROLES})
         out[keys.GAP_TOKENS] = sum(s[f"n/{r}"] for r in ADVANTAGE_ROLES)

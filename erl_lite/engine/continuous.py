@@ -43,7 +43,7 @@ MAX_BATCH_TOKENS = 4096
 _POLL_S = 1.0
 
 
-def cache_tokens_for(args: Any) -> int:
+def cache_tokens_for(config: Any) -> int:
     """Cache tokens for the largest rollout phase (G rollouts of each task, or an evaluation), every row at its longest.
 
     Example:
@@ -51,8 +51,8 @@ def cache_tokens_for(args: Any) -> int:
         >>> cache_tokens_for(ERLConfig.preset("demo"))  # 8 tasks x 4 rollouts x 1088 tokens
         34816
     """
-    rows = args.num_tasks_per_step * max(args.num_generations or 1, args.eval_num_generations)
-    longest = max(args.max_episode_length, args.max_reflection_prompt_length + args.max_reflection_length)
+    rows = config.num_tasks_per_step * max(config.num_generations or 1, config.eval_num_generations)
+    longest = max(config.max_episode_length, config.max_reflection_prompt_length + config.max_reflection_length)
     return rows * longest
 
 

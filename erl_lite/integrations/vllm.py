@@ -59,8 +59,8 @@ def _merged_layer(name: str, layer: Any) -> dict[str, torch.Tensor]:
 
 class VLLMGenerator:
     """Samples with one in-process ``vllm.LLM`` kept in step with ``model``'s weights. ``cache_tokens`` (the KV
-    cache) and ``args`` (an ``ERLConfig``: the longest sequence) size it from the run's budgets, or
-    ``args.vllm_gpu_memory_utilization``; ``sync=False`` keeps the weights it started with (for tests)."""
+    cache) and ``config`` (an ``ERLConfig``: the longest sequence) size it from the run's budgets, or
+    ``config.vllm_gpu_memory_utilization``; ``sync=False`` keeps the weights it started with (for tests)."""
 
     def __init__(
         self,
@@ -70,7 +70,7 @@ class VLLMGenerator:
         cache_tokens: int,
         seed: int = 0,
         rank: int = 0,
-        args: Any = None,
+        config: Any = None,
         stop_ids: list[int] | None = None,
         sync: bool = True,
     ) -> None:
@@ -89,7 +89,7 @@ class VLLMGenerator:
             )
         self.model, self.tokenizer, self.seed, self.sync = model, tokenizer, seed, sync
         self.stop_ids = list(eos_token_ids(model, tokenizer) if stop_ids is None else stop_ids)
-        longest = max(args.max_episode_length, args.max_reflection_prompt_length + args.max_reflection_length)
+        longest = max(config.max_episode_length, config.max_reflection_prompt_length + config.max_reflection_length)
         self.context = min(longest, model_context_length(model, tokenizer) or longest)
         self.rank = rank  # this process's rank: ranks draw distinct streams
         text = base_model(model).config.get_text_config()  # keys and values: bytes per token in every layer
@@ -97,8 +97,8 @@ class VLLMGenerator:
         kv_heads, head_dim = getattr(text, "num_key_value_heads", None), getattr(text, "head_dim", None)
         per_token = 2 * text.num_hidden_layers * (kv_heads or heads) * (head_dim or text.hidden_size // heads)
         self.size = (
-            {"gpu_memory_utilization": args.vllm_gpu_memory_utilization}
-            if args.vllm_gpu_memory_utilization is not None
+            {"gpu_memory_utilization": config.vllm_gpu_memory_utilization}
+            if config.vllm_gpu_memory_utilization is not None
             else {"kv_cache_memory_bytes": cache_tokens * per_token * next(model.parameters()).dtype.itemsize}
         )
         self.calls, self.syncs, self.last_logprobs, self.llm = 0, 0, [], None

@@ -23,7 +23,7 @@ from erl_lite.records import Task, check_unique_task_ids
 
 
 def build_environment(
-    args: ERLConfig,
+    config: ERLConfig,
     env: Environment | None,
     environment_factory: Any,
     reward_funcs: Any,
@@ -48,7 +48,7 @@ def build_environment(
             raise ValueError("pass env= or environment_factory=, not both")
         env = environment_from_factory(environment_factory, reward_funcs, reward_weights)
         if train_dataset is None:  # TRL's dataset-free mode: reset() returns the prompt
-            train_dataset = placeholder_rows(environment_factory, args.max_steps, args.num_tasks_per_step)
+            train_dataset = placeholder_rows(environment_factory, config.max_steps, config.num_tasks_per_step)
         reward_funcs = None  # the adapter calls them, with environments= as TRL does
     if (env is None) == (reward_funcs is None):
         raise ValueError(
@@ -60,30 +60,30 @@ def build_environment(
     return env, train_dataset
 
 
-def process_group(args: ERLConfig) -> DataParallel:
+def process_group(config: ERLConfig) -> DataParallel:
     """This process's rank and device under ``accelerate launch`` (one process otherwise)."""
-    dist = DataParallel.from_environment()
-    if dist.world_size > 1 and args.scale_rewards == "batch":
+    reducer = DataParallel.from_environment()
+    if reducer.world_size > 1 and config.scale_rewards == "batch":
         # Each process sees only its shard of tasks; a per-shard std would differ from one process's.
         raise ValueError(
             "ERLConfig.scale_rewards='batch' is not supported under several processes "
             "(the std would be each process's own); use 'group' or 'none'"
         )
-    return dist
+    return reducer
 
 
-def reporter_for(args: ERLConfig, dist: DataParallel) -> Reporter | None:
-    """The trackers of ``args.report_to`` on rank 0 (None elsewhere, or where it names none); resolved on all ranks:
+def reporter_for(config: ERLConfig, reducer: DataParallel) -> Reporter | None:
+    """The trackers of ``config.report_to`` on rank 0 (None elsewhere, or where it names none); resolved on all ranks:
     a tracker that is not installed fails on all (ImportError)."""
-    names = resolve_report_to(args.report_to)
-    return Reporter(args, names) if names and dist.is_main else None
+    names = resolve_report_to(config.report_to)
+    return Reporter(config, names) if names and reducer.is_main else None
 
 
-def attach(env: Environment, trainer_state: Any, tokenizer: Any, args: ERLConfig) -> RewardLog:
+def attach(env: Environment, trainer_state: Any, tokenizer: Any, config: ERLConfig) -> RewardLog:
     """Hand ``env`` the trainer's state view and tokenizer; returns the reward functions' log."""
     env.trainer_state = trainer_state
     env.reward_log = reward_log = RewardLog()
-    env.use_tokenizer(tokenizer, args.chat_template_kwargs)  # e.g. tools= for the chat template
+    env.use_tokenizer(tokenizer, config.chat_template_kwargs)  # e.g. tools= for the chat template
     return reward_log
 
 
@@ -109,13 +109,13 @@ def _tasks(env: Environment, data: Any, split: str) -> Sequence[Task]:
     return rows_to_tasks(rows, prefix=split, where=f"{split}_dataset")
 
 
-def memory_for(env: Environment, args: ERLConfig) -> ReflectionMemory | MemoryBank:
+def memory_for(env: Environment, config: ERLConfig) -> ReflectionMemory | MemoryBank:
     """The paper's one memory, or one per environment when the run mixes environments."""
     if isinstance(env, MultiEnvironment):
-        return MemoryBank(env.names, args.memory_type, args.memory_size, args.memory_top_k, env.env_name)
-    if args.memory_type == "slots":  # the reference code's, emulated
-        return SlotMemory(args.memory_size)
-    return ReflectionMemory(args.memory_type, args.memory_size, args.memory_top_k)
+        return MemoryBank(env.names, config.memory_type, config.memory_size, config.memory_top_k, env.env_name)
+    if config.memory_type == "slots":  # the reference code's, emulated
+        return SlotMemory(config.memory_size)
+    return ReflectionMemory(config.memory_type, config.memory_size, config.memory_top_k)
 
 
 def env_step_extras(env: Environment, outcome: Any, memory: Any, mode: str) -> dict[str, Any]:
@@ -132,21 +132,23 @@ def env_eval_extras(env: Environment, attempts: list[Any]) -> dict[str, Any]:
     return env_eval_metrics(attempts, env.env_name, env.names)
 
 
-def logged_metrics(reward_log: RewardLog, dist: DataParallel) -> dict[str, float]:
+def logged_metrics(reward_log: RewardLog, reducer: DataParallel) -> dict[str, float]:
     """Means over all processes of what reward functions passed to ``log_metric``; erl_lite's own names refused."""
-    logged = mean_metrics(dist.gather(reward_log.take_metrics()))
+    logged = mean_metrics(reducer.gather(reward_log.take_metrics()))
     clash = sorted(k for k in logged if describe(k) is not None)
     if clash:
         raise RewardFunctionError(f"log_metric name(s) {clash} are metrics erl_lite logs itself; pick other names")
     return logged
 
 
-def generator_for(model: Any, tokenizer: Any, args: ERLConfig, rank: int = 0) -> Any:
-    """The sampler ``args.generation_backend`` names, sized and seeded from ``args``."""
-    if args.generation_backend == "generate":
+def generator_for(model: Any, tokenizer: Any, config: ERLConfig, rank: int = 0) -> Any:
+    """The sampler ``config.generation_backend`` names, sized and seeded from ``config``."""
+    if config.generation_backend == "generate":
         return HFGenerator(model, tokenizer)
-    if args.generation_backend == "continuous":
-        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank)
+    if config.generation_backend == "continuous":
+        return ContinuousGenerator(model, tokenizer, cache_tokens=cache_tokens_for(config), seed=config.seed, rank=rank)
     from erl_lite.integrations.vllm import VLLMGenerator
 
-    return VLLMGenerator(model, tokenizer, cache_tokens=cache_tokens_for(args), seed=args.seed, rank=rank, args=args)
+    return VLLMGenerator(
+        model, tokenizer, cache_tokens=cache_tokens_for(config), seed=config.seed, rank=rank, config=config
+    )

@@ -46,10 +46,10 @@ def check_callbacks(callbacks: Sequence[Any] | None) -> list[Any]:
     return list(callbacks or ())
 
 
-def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
-    """Whether to load a named model in 4-bit: ``args.load_in_4bit`` or a 4-bit BitsAndBytesConfig."""
+def wants_4bit(quantization_config: Any, config: ERLConfig) -> bool:
+    """Whether to load a named model in 4-bit: ``config.load_in_4bit`` or a 4-bit BitsAndBytesConfig."""
     if quantization_config is None:
-        return args.load_in_4bit
+        return config.load_in_4bit
     if getattr(quantization_config, "load_in_4bit", False):
         return True
     raise ValueError(
@@ -61,22 +61,22 @@ def wants_4bit(quantization_config: Any, args: ERLConfig) -> bool:
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 
-def adapter_settings(args: ERLConfig, peft_config: Any) -> dict[str, Any]:
-    """:func:`erl_lite.models.load_policy`'s adapter keywords: ``peft_config``, else LoRA from ``args.lora_*``."""
+def adapter_settings(config: ERLConfig, peft_config: Any) -> dict[str, Any]:
+    """:func:`erl_lite.models.load_policy`'s adapter keywords: ``peft_config``, else LoRA from ``config.lora_*``."""
     return dict(
         peft=peft_config if peft_config is not None else "lora",
-        lora_r=args.lora_r,
-        lora_alpha=args.lora_alpha,
-        lora_dropout=args.lora_dropout,
-        target_modules=args.lora_target_modules,
-        gradient_checkpointing=args.gradient_checkpointing,
+        lora_r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.lora_target_modules,
+        gradient_checkpointing=config.gradient_checkpointing,
     )
 
 
 def adopt_model_object(
-    model: Any, tokenizer: Any, args: ERLConfig, peft_config: Any, quantization_config: Any
+    model: Any, tokenizer: Any, config: ERLConfig, peft_config: Any, quantization_config: Any
 ) -> tuple[Any, Any]:
-    """A model object with the model settings of ``args`` applied or refused, never ignored.
+    """A model object with the model settings of ``config`` applied or refused, never ignored.
 
     ``lora_*`` fields off their defaults (or ``peft_config``) add an adapter, or are refused on one with an adapter."""
     from peft import PeftModel
@@ -86,7 +86,7 @@ def adopt_model_object(
 
     if tokenizer is None:
         raise ValueError("processing_class (the tokenizer) is required when model is an object")
-    if wants_4bit(quantization_config, args) and not is_4bit(model):
+    if wants_4bit(quantization_config, config) and not is_4bit(model):
         how = "quantization_config (4-bit)" if quantization_config is not None else "ERLConfig.load_in_4bit=True"
         raise ValueError(
             f"{how} asks for a 4-bit model, but the model passed is an already-loaded full-precision "
@@ -95,7 +95,7 @@ def adopt_model_object(
             "erl_lite.models.load_policy(name, quantization='4bit'), and pass that"
         )
     default = ERLConfig()
-    lora_set = [f"{n}={getattr(args, n)!r}" for n in LORA_FIELDS if getattr(args, n) != getattr(default, n)]
+    lora_set = [f"{n}={getattr(config, n)!r}" for n in LORA_FIELDS if getattr(config, n) != getattr(default, n)]
     if isinstance(model, PeftModel):
         active = model.peft_config.get(model.active_adapter)
         shape = f" (r={active.r})" if hasattr(active, "r") else ""
@@ -113,31 +113,31 @@ def adopt_model_object(
                 "an adapter (or its name)"
             )
     elif peft_config is not None or lora_set:
-        return load_policy(model, tokenizer, **adapter_settings(args, peft_config))
-    if args.gradient_checkpointing:
+        return load_policy(model, tokenizer, **adapter_settings(config, peft_config))
+    if config.gradient_checkpointing:
         _enable_checkpointing(base_model(model))  # idempotent: an object loaded with it stays as it was
     return model, tokenizer
 
 
-def build_optimizer(params: list[Any], args: ERLConfig) -> Any:
-    """The optimizer ``args.optim`` names over ``params``: ``torch.optim.AdamW`` or a bitsandbytes 8-bit AdamW."""
+def build_optimizer(params: list[Any], config: ERLConfig) -> Any:
+    """The optimizer ``config.optim`` names over ``params``: ``torch.optim.AdamW`` or a bitsandbytes 8-bit AdamW."""
     if not params:
         raise ValueError("the model has no trainable parameters (pass peft_config or an unfrozen model)")
-    kwargs = dict(lr=args.learning_rate, weight_decay=args.weight_decay)
-    if args.optim == "adamw_torch":
+    kwargs = dict(lr=config.learning_rate, weight_decay=config.weight_decay)
+    if config.optim == "adamw_torch":
         import torch
 
         return torch.optim.AdamW(params, **kwargs)
     import bitsandbytes as bnb  # a dependency of erl_lite
 
-    cls = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[args.optim]
+    cls = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[config.optim]
     return cls(params, **kwargs)
 
 
-def build_scheduler(optimizer: Any, args: ERLConfig) -> Any:
-    """transformers' ``args.lr_scheduler_type`` schedule over ``max_steps × max_optimizer_steps()`` optimizer steps."""
+def build_scheduler(optimizer: Any, config: ERLConfig) -> Any:
+    """transformers' ``config.lr_scheduler_type`` schedule over ``max_steps × max_optimizer_steps()`` steps."""
     from transformers import get_scheduler
 
-    total = args.max_steps * args.max_optimizer_steps()
-    warmup = args.num_warmup_steps(total)  # 0 for "constant" (the config refuses a warm-up with it)
-    return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)
+    total = config.max_steps * config.max_optimizer_steps()
+    warmup = config.num_warmup_steps(total)  # 0 for "constant" (the config refuses a warm-up with it)
+    return get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)

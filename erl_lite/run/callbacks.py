@@ -56,8 +56,8 @@ class TrainerCallbacks:
             save_steps=a.save_steps,
             train_batch_size=a.num_tasks_per_step,
             num_train_epochs=a.num_train_epochs or 0,
-            is_local_process_zero=trainer.dist.is_main,
-            is_world_process_zero=trainer.dist.is_main,
+            is_local_process_zero=trainer.reducer.is_main,
+            is_world_process_zero=trainer.reducer.is_main,
         )
         self.control = TrainerControl()
 

@@ -40,7 +40,7 @@ class CheckpointSaving:
     holds both)."""
 
     args: ERLConfig
-    dist: Any  # wiring.process_group's DataParallel (the trainer reaches integrations only through wiring)
+    reducer: Any  # wiring.process_group's DataParallel (the trainer reaches integrations only through wiring)
     env: Environment
     history: History
     hf_callbacks: TrainerCallbacks
@@ -62,7 +62,7 @@ class CheckpointSaving:
 
     def run_lock(self, purpose: str = "training") -> Any:
         """This run's hold on ``output_dir`` (one writer per folder; rank 0 writes), taken by train()."""
-        if not (self.args.output_dir and self.dist.is_main):
+        if not (self.args.output_dir and self.reducer.is_main):
             return contextlib.nullcontext()
         if self._lock is None or self._lock.folder != self.args.output_dir:
             self._lock = RunLock(self.args.output_dir, purpose)
@@ -73,7 +73,7 @@ class CheckpointSaving:
         if not self.args.output_dir:
             raise ValueError("ERLConfig.output_dir is not set; nowhere to save a checkpoint")
         # DDP: the state is replicated, so rank 0 writes it and the others wait for the folder.
-        path = self.dist.on_main(
+        path = self.reducer.on_main(
             self._write_checkpoint, default=os.path.join(self.args.output_dir, f"checkpoint-{self.step}")
         )
         self._saved_step = self.step
@@ -97,7 +97,7 @@ class CheckpointSaving:
             return folder
 
         with self.progress.library_bars():
-            return self.dist.on_main(write, default=folder)
+            return self.reducer.on_main(write, default=folder)
 
     def push_to_hub(
         self,
@@ -128,7 +128,7 @@ class CheckpointSaving:
 
         folder = self.save_model()
         private = True if self.args.hub_private_repo is None else self.args.hub_private_repo
-        return self.dist.on_main(
+        return self.reducer.on_main(
             lambda: export.push_to_hub(
                 folder, self.args.hub_model_id, private=private, token=token, commit_message=commit_message
             ),
@@ -183,7 +183,7 @@ class CheckpointSaving:
         ours = written(out)
         found = previous_run(out, ours)
         # DDP: every process looks before rank 0 writes, so all take the same decision.
-        self.dist.barrier()
+        self.reducer.barrier()
         if found and not self.args.overwrite_output_dir:
             raise CheckpointError(
                 f"output_dir {out!r} already holds another run ({', '.join(found)}); a fresh "
@@ -192,7 +192,7 @@ class CheckpointSaving:
                 "output_dir, or set overwrite_output_dir=True (--overwrite) to delete the files that run wrote "
                 f"(named in {FILES_RECORD}; no other file) and start afresh"
             )
-        if found and self.dist.is_main:
+        if found and self.reducer.is_main:
             remove_previous_run(out, ours)
         self._claimed = True
 
@@ -212,7 +212,7 @@ class CheckpointSaving:
             )
         choice = find_run(self.args.output_dir if where is True else where)
         state = choice.checkpoint()
-        if self.dist.is_main:
+        if self.reducer.is_main:
             print(f"erl_lite: resuming {choice.line}")
         if state.step > self.args.max_steps:
             raise ResumeRefused(self._past_max_steps(state.step, f"the checkpoint {state.path}"))
@@ -233,7 +233,7 @@ class CheckpointSaving:
         self._apply_optimizer_settings(state.run.get("config", {}))
         in_output_dir = here and os.path.abspath(state.path or "") == os.path.join(here, f"checkpoint-{state.step}")
         self._saved_step = state.step if in_output_dir else None
-        if in_output_dir and self.dist.is_main:  # the lineage continues from here, not from a higher step
+        if in_output_dir and self.reducer.is_main:  # the lineage continues from here, not from a higher step
             mark_last_written(self.args.output_dir, state.step)
 
     def _restore(self, state: TrainingState) -> None:
@@ -296,7 +296,7 @@ class CheckpointSaving:
         """Save the finished step unless saved; DDP: rank 0 writes without waiting for the others."""
         path = os.path.join(self.args.output_dir, f"checkpoint-{self.step}")
         if self._saved_step != self.step:
-            if self.dist.is_main:
+            if self.reducer.is_main:
                 path = self._write_checkpoint()
             self._saved_step = self.step
         return path
@@ -317,7 +317,7 @@ class CheckpointSaving:
         if self.step > self.args.max_steps:
             raise ValueError(self._past_max_steps(self.step, "this trainer"))
         if not continuing:
-            self.dist.decorrelate_rng()  # DDP: each process samples with its own noise
+            self.reducer.decorrelate_rng()  # DDP: each process samples with its own noise
 
     def _close_run(self) -> None:
         """The last checkpoint, the final model and the upload of a finished ``train()``."""

@@ -99,23 +99,23 @@ class ERLTrainer(CheckpointSaving):
             args, env, environment_factory, reward_funcs, feedback_func, reward_weights, train_dataset
         )
         callbacks = check_callbacks(callbacks)
-        self.dist = wiring.process_group(args)  # DDP: this process's rank and device
-        reporter = wiring.reporter_for(args, self.dist)
+        self.reducer = wiring.process_group(args)  # DDP: this process's rank and device
+        reporter = wiring.reporter_for(args, self.reducer)
         from transformers import set_seed
 
         set_seed(args.seed)  # adapter initialisation draws from the global generators
         self.model, self.tokenizer = self._load(model, processing_class, peft_config, quantization_config)
-        self.dist.check_device(self.model)  # DDP: one GPU per process
+        self.reducer.check_device(self.model)  # DDP: one GPU per process
         self._weights = model_fingerprint(self.model)  # what resume compares: the tensors, not the path
         self.state = TrainerStateView(self)
         self.reward_log = wiring.attach(self.env, self.state, self.tokenizer, args)
         self._read_datasets(train_dataset, eval_dataset, has_env)
-        self.generator = generator or wiring.generator_for(self.model, self.tokenizer, args, self.dist.rank)
+        self.generator = generator or wiring.generator_for(self.model, self.tokenizer, args, self.reducer.rank)
         self.memory = wiring.memory_for(self.env, args)
         # DDP: every rank keeps the (global) records; rank 0 alone writes the files.
-        self.history = History(out_dir=args.output_dir if self.dist.is_main else None, reporter=reporter)
+        self.history = History(out_dir=args.output_dir if self.reducer.is_main else None, reporter=reporter)
         # Read at each bar, so setting progress_bar later counts.
-        self.progress = Progress(lambda: self.args.progress_bar and self.dist.is_main)
+        self.progress = Progress(lambda: self.args.progress_bar and self.reducer.is_main)
         self.ctx = PhaseContext(
             generator=self.generator, tokenizer=self.tokenizer, env=self.env, config=args, progress=self.progress
         )
@@ -129,7 +129,7 @@ class ERLTrainer(CheckpointSaving):
         self.hf_callbacks = TrainerCallbacks(self, callbacks)  # the one channel: functions f(trainer, record) too
         self.callback_handler = self.hf_callbacks.handler  # transformers.Trainer's attribute name
         facts = dataclasses.replace(RunFacts.of(args), pretrained=self.pretrained)  # large_step: pretrained models only
-        self.monitor = Monitor(lambda: self.args.diagnostics, facts, is_main=self.dist.is_main)
+        self.monitor = Monitor(lambda: self.args.diagnostics, facts, is_main=self.reducer.is_main)
         self.monitor.preflight(lambda: preflight(self))
         self.hf_callbacks.event("init_end")
 
@@ -162,7 +162,7 @@ class ERLTrainer(CheckpointSaving):
             self.scheduler,
             self.args,
             pad if pad is not None else self.tokenizer.eos_token_id,
-            dist=self.dist,
+            reducer=self.reducer,
         )
         updater.progress = self.progress
         return updater
@@ -179,7 +179,7 @@ class ERLTrainer(CheckpointSaving):
                 tokenizer,
                 quantization=quantization_name(wants_4bit(quantization_config, self.args)),
                 **adapter_settings(self.args, peft_config),
-                device=self.dist.device,
+                device=self.reducer.device,
             )  # DDP: cuda:<local rank>; None: the default
         else:
             loaded = adopt_model_object(model, tokenizer, self.args, peft_config, quantization_config)
@@ -261,9 +261,9 @@ class ERLTrainer(CheckpointSaving):
         reset_peak_gpu_memory(device)
         t0 = time.perf_counter()
         # DDP: this process plays its block of the tasks, holding memory writes back until merge.
-        view = self.dist.deferred(memory)
+        view = self.reducer.deferred(memory)
         try:
-            outcome = erl_step(self.ctx, self.dist.shard(tasks), view)
+            outcome = erl_step(self.ctx, self.reducer.shard(tasks), view)
         finally:  # the rollouts are done: no cache computed with these weights outlives the update
             end_phase(self.generator)
         t1 = time.perf_counter()
@@ -271,13 +271,13 @@ class ERLTrainer(CheckpointSaving):
         losses = self.updater.update(outcome.samples)
         t2 = time.perf_counter()
         # DDP: every process's records, and memory written in rank order (identity in one process).
-        outcome = self.dist.merge(outcome, view)
+        outcome = self.reducer.merge(outcome, view)
         metrics = {
             keys.STEP: self.step,
             **step_metrics(outcome, memory, self.args.mode),
             **wiring.env_step_extras(self.env, outcome, memory, self.args.mode),
             **losses.to_metrics(),
-            **wiring.logged_metrics(self.reward_log, self.dist),
+            **wiring.logged_metrics(self.reward_log, self.reducer),
             keys.TIME_UPDATE: t2 - t1,
             keys.TIME_STEP: t2 - t0,
             keys.LR: self.optimizer.param_groups[0]["lr"],  # the rate of the next optimizer step, the schedule's
@@ -313,7 +313,7 @@ class ERLTrainer(CheckpointSaving):
             tasks = self.eval_tasks if tasks is None else tasks
             if not tasks:
                 raise ValueError("no evaluation tasks: pass eval_dataset= or tasks=")
-            mine = self.dist.shard(tasks, allow_empty=True)  # DDP: each process plays a block
+            mine = self.reducer.shard(tasks, allow_empty=True)  # DDP: each process plays a block
             attempts = []
             try:
                 if mine:
@@ -326,10 +326,10 @@ class ERLTrainer(CheckpointSaving):
                     )
             finally:
                 end_phase(self.generator)
-            attempts = self.dist.gather(attempts)
+            attempts = self.reducer.gather(attempts)
             metrics = eval_metrics(attempts)
             metrics.update(
-                {keys.EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.dist).items()}
+                {keys.EVAL_PREFIX + k: v for k, v in wiring.logged_metrics(self.reward_log, self.reducer).items()}
             )
             metrics.update(wiring.env_eval_extras(self.env, attempts))
             if log:
@@ -350,7 +350,7 @@ class ERLTrainer(CheckpointSaving):
             initial=self.step,
             desc=f"{self.args.mode}",
             unit="step",
-            disable=not (self.args.progress_bar and self.dist.is_main),
+            disable=not (self.args.progress_bar and self.reducer.is_main),
         )
 
     def _postfix(self, r: dict[str, Any]) -> str:
