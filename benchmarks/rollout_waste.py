@@ -239,7 +239,7 @@ def _use(trainer: Any, generator: Any, log: Log) -> None:
     trainer.progress.bar = named
 
 
-def _real_model(folder: str) -> str:
+def real_shape_model(folder: str) -> str:
     """A random Qwen2.5-0.5B-shaped model with 2 layers and the real vocabulary, saved to ``folder``."""
     from transformers import AutoModelForCausalLM
 
@@ -412,7 +412,7 @@ def main() -> None:
             if setup == "demo":
                 make = demo_setup
             else:
-                folder = _real_model(tmp)
+                folder = real_shape_model(tmp)
 
                 def make(b: str, log: Log, folder: str = folder) -> Any:
                     return real_setup(b, log, folder, a.mean_reply)

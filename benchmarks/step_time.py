@@ -37,9 +37,14 @@ forward per micro-batch) far more than a GPU run of a real model would, and its 
 tokenizer makes ERL's reflection context about four times longer in tokens than a BPE
 tokenizer would; ``benchmarks/README.md`` discusses what that does to the ERL ratio.
 
+Models (``--model``): ``tiny`` (a random 2-layer model with a character tokenizer), ``embedded`` (the packaged model,
+a word-level tokenizer and realistic reply lengths) and ``qwen-shape`` (a random model of Qwen2.5-0.5B's width and
+vocabulary, V = 151,936, cut to 2 layers, with the Qwen3 tokenizer and chat template, as
+``benchmarks/rollout_waste.py`` builds it; skipped without the tokenizer).
+
 Usage:
-    OMP_NUM_THREADS=1 python benchmarks/step_time.py --profile [--steps 3]   # erl_lite RLVR, cProfile
-    OMP_NUM_THREADS=1 python benchmarks/step_time.py [--steps 5] [--tasks 4]
+    OMP_NUM_THREADS=1 python benchmarks/step_time.py --profile rlvr|erl [--steps 3]   # per-phase split and cProfile
+    OMP_NUM_THREADS=1 python benchmarks/step_time.py [--steps 5] [--tasks 4] [--model tiny|embedded|qwen-shape]
         [--max-completion-length 32] [--micro-batch 10] [--out results.json]
 """
 
@@ -52,6 +57,7 @@ os.environ["OMP_NUM_THREADS"] = "1"  # before torch is imported; 2-core machines
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -60,7 +66,8 @@ from typing import Any, Callable
 
 import torch
 
-from erl_lite.cli import arg_types
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rollout_waste, beside this script
+from erl_lite.cli import arg_types  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -262,18 +269,11 @@ def interleaver(others: list[tuple[str, Callable[[], None]]]) -> Any:
 
 def run(s: Settings) -> dict[str, Any]:
     """Build the three trainers, run ``1 + s.steps`` interleaved rounds, return the results."""
-    from erl_lite.testing import save_tiny_model
-
     if (s.tasks * RLVR_G) % s.micro_batch:
         raise SystemExit(f"--micro-batch must divide tasks x {RLVR_G} = {s.tasks * RLVR_G}")
     rows = make_rows(s.tasks * (s.steps + 1))
     with tempfile.TemporaryDirectory() as tmp:
-        if s.model == "embedded":  # the packaged model: word-level tokenizer, realistic lengths
-            from erl_lite.embedded import EMBEDDED_DIR
-
-            path = str(EMBEDDED_DIR)
-        else:
-            path = save_tiny_model(os.path.join(tmp, "tiny"))
+        path = model_path(s.model, tmp)
         rlvr, erl = erl_lite_trainer(path, rows, s, "rlvr"), erl_lite_trainer(path, rows, s, "erl")
         reward = TokenCountingReward()
         clock = interleaver([("erl_lite_rlvr", rlvr.training_step), ("erl_lite_erl", erl.training_step)])
@@ -349,29 +349,40 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def profile(s: Settings, top: int = 30) -> None:
-    """cProfile of ``s.steps`` erl_lite RLVR steps (after one warm-up), by cumulative time."""
+def model_path(model: str, tmp: str) -> str:
+    """The folder both libraries load ``model`` from (see the module docstring)."""
+    if model == "embedded":
+        from erl_lite.embedded import EMBEDDED_DIR
+
+        return str(EMBEDDED_DIR)
+    if model == "qwen-shape":
+        from rollout_waste import real_shape_model
+
+        from erl_lite.testing import qwen3_tokenizer
+
+        folder = real_shape_model(os.path.join(tmp, "qwen-shape"))
+        qwen3_tokenizer().save_pretrained(folder)  # TRL loads the tokenizer from the folder
+        return folder
+    from erl_lite.testing import save_tiny_model
+
+    return save_tiny_model(os.path.join(tmp, "tiny"))
+
+
+def profile(s: Settings, mode: str, top: int = 30) -> None:
+    """The per-phase split of ``s.steps`` erl_lite steps in ``mode`` (after one warm-up) and their cProfile."""
     import cProfile
     import pstats
 
-    from erl_lite.testing import save_tiny_model
-
     with tempfile.TemporaryDirectory() as tmp:
-        if s.model == "embedded":
-            from erl_lite.embedded import EMBEDDED_DIR
-
-            path = str(EMBEDDED_DIR)
-        else:
-            path = save_tiny_model(os.path.join(tmp, "tiny"))
-        trainer = erl_lite_trainer(path, make_rows(s.tasks * (s.steps + 1)), s, "rlvr")
+        trainer = erl_lite_trainer(model_path(s.model, tmp), make_rows(s.tasks * (s.steps + 1)), s, mode)
         trainer.training_step()
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(s.steps):
             trainer.training_step()
         profiler.disable()
-    records = trainer.history.of_kind("train")[1:]
-    print({k: round(statistics.mean(r[k] for r in records), 3) for k in ("time/first", "time/update", "time/step")})
+    summary = history_summary(trainer.history.of_kind("train")[1:])
+    print(f"{mode}, {s.model} model, {s.steps} steps:", json.dumps(summary))
     pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(top)
 
 
@@ -384,15 +395,16 @@ def main() -> None:
     p.add_argument("--beta", type=arg_types.number(0), default=0.001, help="KL coefficient on both sides (0 = off)")
     p.add_argument(
         "--model",
-        choices=("tiny", "embedded"),
+        choices=("tiny", "embedded", "qwen-shape"),
         default="tiny",
-        help="tiny: random 2-layer model with a character tokenizer; embedded: the packaged model",
+        help="tiny: random 2-layer model with a character tokenizer; embedded: the packaged model; qwen-shape: "
+        "Qwen2.5-0.5B's width and vocabulary at 2 layers",
     )
     p.add_argument("--out", help="write the results to this JSON file")
     p.add_argument(
         "--profile",
-        action="store_true",
-        help="instead: cProfile --steps erl_lite RLVR steps, where their time goes (no TRL)",
+        choices=("rlvr", "erl"),
+        help="instead: the phase split and cProfile of --steps erl_lite steps in this mode (no TRL)",
     )
     a = p.parse_args()
     s = Settings(
@@ -408,8 +420,13 @@ def main() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    if a.model == "qwen-shape":
+        from erl_lite.testing import find_qwen3_tokenizer
+
+        if find_qwen3_tokenizer() is None:
+            raise SystemExit("skipped: no Qwen3 tokenizer (shared/qwen3_tokenizer or $ERL_LITE_QWEN3_TOKENIZER)")
     if a.profile:
-        profile(s)
+        profile(s, a.profile)
         return
     results = run(s)
     print(report(results))

@@ -43,7 +43,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rollout_waste, beside this script
 
-from rollout_waste import Log, _real_model, real_setup  # noqa: E402
+from rollout_waste import Log, real_setup, real_shape_model  # noqa: E402
 
 from erl_lite.cli import arg_types  # noqa: E402
 from erl_lite.engine.batching import completion_logprobs  # noqa: E402
@@ -129,7 +129,7 @@ def main() -> None:
         print("skipped: no Qwen3 tokenizer (shared/qwen3_tokenizer or $ERL_LITE_QWEN3_TOKENIZER)")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = real_setup("generate", Log(), _real_model(tmp), a.mean_reply)
+        trainer = real_setup("generate", Log(), real_shape_model(tmp), a.mean_reply)
         captured: dict[str, Any] = {}
         update = trainer.updater.update
 
