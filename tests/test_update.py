@@ -117,7 +117,7 @@ def test_old_logprobs_are_the_sampling_policys_on_every_minibatch(monkeypatch, s
     monkeypatch.setattr(
         update.PolicyUpdater,
         "_objective",
-        lambda self, batch, norm: (batches.append(batch), real_objective(self, batch, norm))[1],
+        lambda self, batch, norm, gaps: (batches.append(batch), real_objective(self, batch, norm, gaps))[1],
     )
     cfg = ERLConfig(beta=0.0, temperature=1.0, steps_per_generation=steps, per_device_train_batch_size=64)
     PolicyUpdater(model, opt, None, cfg, tok.pad_token_id).update(samples(12))
@@ -629,8 +629,7 @@ def test_no_old_logprob_pass_where_the_ratio_is_one_and_no_reference_pass_withou
 
 
 def _update_at(updater, rows, step):
-    updater.step = step  # as the trainer does before each iteration's update
-    return updater.update(rows)
+    return updater.update(rows, step=step)  # as the trainer names its iteration
 
 
 def _updater(lr=1e-2, **cfg):

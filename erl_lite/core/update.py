@@ -37,7 +37,6 @@ class PolicyUpdater:
     :attr:`max_skipped_in_a_row` in a row, or a non-finite weight, raise FloatingPointError."""
 
     max_skipped_in_a_row: int = 3  # optimizer steps skipped in a row (non-finite) that stop the run
-    step: int | None = None  # the training iteration being updated (the trainer sets it), named in messages
     progress: Progress = NO_PROGRESS  # the update's bar, a tick per micro-batch (the trainer sets it)
 
     def __init__(
@@ -97,8 +96,8 @@ class PolicyUpdater:
             self.model.train(was_training)
         return batches
 
-    def update(self, samples: list[TrainSample]) -> UpdateStats:
-        """Optimizer steps over ``samples``; returns what the update did (messages name :attr:`step`)."""
+    def update(self, samples: list[TrainSample], step: int | None = None) -> UpdateStats:
+        """Optimizer steps over ``samples``; returns what the update did (messages name the training ``step``)."""
         c = self.config
         # 1. Count the rows and their |A| per role. DDP: over every process's rows (this process's alone in one).
         totals = self.reducer.sum(
@@ -129,7 +128,7 @@ class PolicyUpdater:
         bar = self.progress.bar("update", sum(len(bs) for _, bs in plans), unit="micro-batch")  # or Progress.close_all
         self.model.train()
         for i, (norm, batches) in enumerate(plans):
-            where = f"{'this update' if self.step is None else f'step {self.step}'}, optimizer step {i + 1} of {k}"
+            where = f"{'this update' if step is None else f'step {step}'}, optimizer step {i + 1} of {k}"
             stepped = self._mini_batch_step(batches, norm, where, bar, gaps)
             if stepped is not None:
                 mini_tally, grad_norm = stepped

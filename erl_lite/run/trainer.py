@@ -267,8 +267,7 @@ class ERLTrainer(CheckpointSaving):
         finally:  # the rollouts are done: no cache computed with these weights outlives the update
             end_phase(self.generator)
         t1 = time.perf_counter()
-        self.updater.step = self.step  # named in its warnings and errors
-        losses = self.updater.update(outcome.samples)
+        losses = self.updater.update(outcome.samples, step=self.step)  # the step is named in its warnings and errors
         t2 = time.perf_counter()
         # DDP: every process's records, and memory written in rank order (identity in one process).
         outcome = self.reducer.merge(outcome, view)
