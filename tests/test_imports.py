@@ -467,7 +467,7 @@ def test_metric_names_come_from_metrics_constants(module):
 # The package is over the 17,600 its issue asks for; the commits that raised it say what for.
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 480, 72
 CORE = ("erl_lite.core",)
-MAX_CORE_LINES, MAX_PACKAGE_LINES = 2_200, 18_340
+MAX_CORE_LINES, MAX_PACKAGE_LINES = 2_200, 18_338
 #: Modules and functions already over their converted budget when it was set: each may only shrink, and leaves
 #: this list when it fits (the test fails while a listed one fits, so the list cannot go stale).
 OVER_BUDGET: dict[str, int] = {}
