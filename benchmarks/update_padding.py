@@ -62,9 +62,9 @@ def record_batches(steps: int, seed: int) -> tuple[object, list[list[TrainSample
     batches: list[list[TrainSample]] = []
     real_update = update_module.PolicyUpdater.update
 
-    def keep(self, samples):
+    def keep(self, samples, **kw):
         batches.append(list(samples))
-        return real_update(self, samples)
+        return real_update(self, samples, **kw)
 
     update_module.PolicyUpdater.update = keep
     try:

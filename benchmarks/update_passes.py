@@ -133,9 +133,9 @@ def main() -> None:
         captured: dict[str, Any] = {}
         update = trainer.updater.update
 
-        def capture(samples: list[Any]) -> Any:
+        def capture(samples: list[Any], **kw: Any) -> Any:
             captured["samples"] = list(samples)
-            return update(samples)
+            return update(samples, **kw)
 
         trainer.updater.update = capture
         start = time.perf_counter()

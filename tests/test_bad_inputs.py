@@ -337,11 +337,11 @@ def test_ctrl_c_during_the_update_keeps_the_last_finished_step(tok, tmp_path, mo
     calls = {"n": 0}
     real = t.updater.update
 
-    def interrupting(samples):
+    def interrupting(samples, **kw):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt
-        return real(samples)
+        return real(samples, **kw)
 
     monkeypatch.setattr(t.updater, "update", interrupting)
     with pytest.raises(KeyboardInterrupt):

@@ -246,9 +246,9 @@ def test_the_trainer_uses_it_and_flushes_after_each_phase(policy):
     seen = []
     original = trainer.updater.update
 
-    def update(samples):
+    def update(samples, **kw):
         seen.append(trainer.generator._manager)  # None: flushed before the weights change
-        return original(samples)
+        return original(samples, **kw)
 
     trainer.updater.update = update
     history = trainer.train()

@@ -203,8 +203,8 @@ def test_erl_with_lora_trains_three_steps_on_vllm(policy, monkeypatch):
     gaps = []
     original = trainer.updater.update
 
-    def update(samples):
-        out = original(samples)
+    def update(samples, **kw):
+        out = original(samples, **kw)
         gaps.append(on_policy_gap(gen, trainer.model, _prompts(tok)))  # sampled after the optimizer step
         return out
 
