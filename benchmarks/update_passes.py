@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rollout_waste,
 from rollout_waste import Log, real_setup, real_shape_model  # noqa: E402
 
 from erl_lite.cli import arg_types  # noqa: E402
+from erl_lite.core.update_stats import GapTally  # noqa: E402
 from erl_lite.engine.batching import completion_logprobs  # noqa: E402
 from erl_lite.engine.logprobs import causal_lm  # noqa: E402
 from erl_lite.engine.policy import reference_context  # noqa: E402
@@ -76,7 +77,7 @@ def passes(trainer: Any, samples: list[Any], repeats: int) -> list[tuple[str, bo
             try:
                 for norm, batches in plans:
                     for b in batches:
-                        loss, _ = up._objective(b, norm)
+                        loss, _ = up._objective(b, norm, GapTally(up.model, up.config))  # as update() runs it
                         loss.backward()
             finally:
                 trained.chunk_size = c.logprob_chunk_size

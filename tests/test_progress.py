@@ -92,9 +92,9 @@ def _count_micro_batches(trainer):
     calls = []
     objective = trainer.updater._objective
 
-    def counted(batch, norm):
+    def counted(batch, norm, gaps):
         calls.append(len(batch.roles))
-        return objective(batch, norm)
+        return objective(batch, norm, gaps)
 
     trainer.updater._objective = counted
     return calls
@@ -181,7 +181,7 @@ def test_an_error_inside_a_step_leaves_no_bar_open(tok, bars, where):
     trainer = _trainer(tok, beta=0.04, lora_r=4)
     if where == "update":
 
-        def broken(batch, norm):
+        def broken(batch, norm, gaps):
             raise RuntimeError("boom in the update")
 
         trainer.updater._objective = broken
