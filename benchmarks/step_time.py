@@ -437,11 +437,13 @@ def profile(s: Settings, mode: str, top: int = 30) -> None:
         real_update = PolicyUpdater.update
         PolicyUpdater.update = lambda self, rows, **kw: (updates.append(list(rows)), real_update(self, rows, **kw))[1]
         profiler = cProfile.Profile()
-        profiler.enable()
-        for _ in range(s.steps):
-            trainer.training_step()
-        profiler.disable()
-        PolicyUpdater.update = real_update
+        try:
+            profiler.enable()
+            for _ in range(s.steps):
+                trainer.training_step()
+        finally:
+            profiler.disable()
+            PolicyUpdater.update = real_update
     summary = history_summary(trainer.history.of_kind("train")[1:])
     print(f"{mode}, {s.model} model, {s.steps} steps:", json.dumps(summary))
     print(micro_batch_table(updates[-1], s.micro_batch))

@@ -4,6 +4,7 @@ The size budgets (tests/test_imports.py) count lines as `ruff format` writes the
 them honest: code packed onto long lines fails here before it can meet a budget.
 """
 
+import ast
 import importlib.metadata
 import re
 import subprocess
@@ -61,8 +62,6 @@ def test_the_style_checks_see_a_violation(tmp_path):
 
 def _records(sources: dict[str, str]) -> dict[str, int]:
     """Dataclass name -> number of fields, for every ``@dataclass`` in ``sources`` (ClassVars are not fields)."""
-    import ast
-
     fields = {}
     for text in sources.values():
         for node in ast.walk(ast.parse(text)):
@@ -75,8 +74,6 @@ def _records(sources: dict[str, str]) -> dict[str, int]:
 def positional_records(sources: dict[str, str]) -> list[str]:
     """``file:line Name`` for each record of more than three fields built with a positional argument: in
     ``TrainSample(role, ids, A, None)`` a reader cannot tell which field the ``None`` fills."""
-    import ast
-
     wide = {name for name, n in _records(sources).items() if n > 3}
     found = []
     for path, text in sources.items():
